@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvdist client library: how an inference worker talks to its node's kvdistd to register KV
+ * cache memory, link to other clusters and move KV blocks and caches between them.
+ *
+ * Every call returns KVD_OK (0) or a negative KVD_E_* status; kvd_strerror() names a status and
+ * kvd_last_error() gives the detail of the last failure on a client. A kvd_client may be used
+ * from several threads at once, except kvd_client_finalize(), which must run alone.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes. The meanings follow LLM-DataDist's LLMStatusCode, plus what a daemon adds. */
+enum {
+        KVD_OK = 0,
+        KVD_E_FAILED = -1,                  /* unclassified failure */
+        KVD_E_PARAM_INVALID = -2,           /* an argument is wrong; kvd_last_error() says which */
+        KVD_E_TIMEOUT = -3,                 /* the deadline passed; nothing lands after this */
+        KVD_E_CACHE_NOT_EXIST = -4,         /* no cache under that id or key */
+        KVD_E_NOT_YET_LINK = -5,            /* no link to the cluster named by the key */
+        KVD_E_ALREADY_LINK = -6,            /* that link exists already */
+        KVD_E_LINK_FAILED = -7,             /* the link could not be made */
+        KVD_E_UNLINK_FAILED = -8,           /* the link could not be torn down */
+        KVD_E_CLUSTER_NUM_EXCEED_LIMIT = -9, /* more than 16 clusters in one call */
+        KVD_E_PROCESSING_LINK = -10,        /* a link set-up for that cluster is under way */
+        KVD_E_OUT_OF_MEMORY = -11,          /* pool, region or process memory exhausted */
+        KVD_E_EXIST_LINK = -12,             /* refused while links exist */
+        KVD_E_FEATURE_NOT_ENABLED = -13,    /* configured off, or not built */
+        KVD_E_LINK_BUSY = -14,              /* conflicting concurrent calls on one link */
+        KVD_E_CACHE_KEY_ALREADY_EXIST = -15, /* the key names another cache already */
+        KVD_E_CACHE_ID_ALREADY_EXIST = -16,
+        KVD_E_NOT_INITIALIZED = -17,        /* the client is not a cluster (kvd_client_init) */
+        KVD_E_CLUSTER_EXISTS = -18,         /* the cluster id is attached to the daemon already */
+        KVD_E_CACHE_INCOMPATIBLE = -19,     /* source and destination shapes do not match */
+        KVD_E_LIMIT_EXCEEDED = -20,         /* a configured quota (regions, caches, ...) is full */
+        KVD_E_UNSUPPORTED = -21,            /* the daemon does not know the request */
+        KVD_E_DAEMON_UNAVAILABLE = -22,     /* no daemon on the socket, or it went away */
+        KVD_E_PEER_LOST = -23,              /* the remote cluster or daemon went away */
+        KVD_E_PERMISSION_DENIED = -24,      /* the socket's allow-list refused this process */
+        KVD_E_PROTOCOL_MISMATCH = -25,      /* client and daemon speak different protocols */
+        KVD_E_BUSY = -26,                   /* the resource is in use (e.g. a cache mid-transfer) */
+        _KVD_E_MIN = -26,
+};
+
+/* Returns a static name for @status ("KVD_E_TIMEOUT"), or "unknown status". */
+const char *kvd_strerror(int status);
+
+typedef struct kvd_client kvd_client;
+typedef struct kvd_task kvd_task;
+
+typedef enum kvd_role {
+        KVD_ROLE_PROMPT = 1,
+        KVD_ROLE_DECODER = 2,
+        KVD_ROLE_MIX = 3,
+} kvd_role;
+
+typedef enum kvd_dtype {
+        KVD_DT_FLOAT = 0,
+        KVD_DT_FLOAT16 = 1,
+        KVD_DT_BF16 = 2,
+        KVD_DT_INT8 = 3,
+        KVD_DT_INT16 = 4,
+        KVD_DT_UINT16 = 5,
+        KVD_DT_UINT8 = 6,
+        KVD_DT_INT32 = 7,
+        KVD_DT_INT64 = 8,
+        KVD_DT_UINT32 = 9,
+        KVD_DT_UINT64 = 10,
+        KVD_DT_BOOL = 11,
+        KVD_DT_DOUBLE = 12,
+        _KVD_DT_MAX,
+} kvd_dtype;
+
+/* A key/value option for kvd_client_init(), kvd_client_connect() and kvd_switch_role(). */
+typedef struct kvd_option {
+        const char *key;
+        const char *value;
+} kvd_option;
+
+/*
+ * Connects to the daemon and attaches this process as cluster @cluster_id with @role.
+ * Options: "device_id" (required), "sync_kv_timeout_ms" (default 1000), "listen_ip_info"
+ * ("ip:port", "[v6]:port"), "socket_path" (default $KVDIST_SOCKET, then the daemon's default).
+ * On success *@ret_client owns the connection until kvd_client_finalize().
+ * Fails with PARAM_INVALID for bad options, CLUSTER_EXISTS for a duplicate id,
+ * DAEMON_UNAVAILABLE when nothing listens, PERMISSION_DENIED when the daemon refuses us.
+ */
+int kvd_client_init(kvd_client **ret_client, uint64_t cluster_id, kvd_role role,
+                    const kvd_option *options, size_t n_options);
+
+/*
+ * Connects without attaching a cluster: only read-only calls work (kvd_daemon_status()).
+ * Options: "socket_path". This is what kvdistctl uses.
+ */
+int kvd_client_connect(kvd_client **ret_client, const kvd_option *options, size_t n_options);
+
+/*
+ * Detaches the cluster (the daemon tears down its links, caches and regions), unmaps every
+ * region of this client and frees @client. Tasks still pending fail with DAEMON_UNAVAILABLE.
+ * Accepts NULL. Returns KVD_OK, or the daemon's status if it refused the orderly detach
+ * (the client is freed either way).
+ */
+int kvd_client_finalize(kvd_client *client);
+
+/* The detail of the last failure on @client (thread-local per client), "" if none. */
+const char *kvd_last_error(kvd_client *client);
+
+/*
+ * Allocates @size bytes of memory that this process and the daemon both map (a sealed memfd
+ * passed to the daemon). KV caches registered with kvd_register_cache*() must live in it.
+ * *@ret_ptr is page-aligned and zero-filled.
+ */
+int kvd_mem_alloc(kvd_client *client, size_t size, void **ret_ptr);
+
+/*
+ * Frees memory from kvd_mem_alloc(). Fails with BUSY while a registered cache lies in it
+ * (unregister it first).
+ */
+int kvd_mem_free(kvd_client *client, void *ptr);
+
+#define KVD_MAX_DIMS 8
+#define KVD_MAX_TENSORS 240
+
+typedef struct kvd_cache_desc {
+        uint32_t num_tensors;      /* tensors of equal shape (K,V,K,V,... per layer) */
+        uint32_t n_dims;           /* entries used in shape[] */
+        int64_t shape[KVD_MAX_DIMS]; /* shape[0]: num_blocks (blocks cache) or batch size */
+        kvd_dtype data_type;
+} kvd_cache_desc;
+
+typedef enum kvd_key_kind {
+        KVD_KEY_REQ = 1,            /* CacheKey{cluster_id, req_id | prefix_id, model_id} */
+        KVD_KEY_ID_INDEX = 2,       /* CacheKeyByIdAndIndex{cluster_id, cache_id, batch_index} */
+        KVD_KEY_BLOCKS = 3,         /* BlocksCacheKey{cluster_id, model_id} */
+} kvd_key_kind;
+
+#define KVD_ID_NONE UINT64_MAX
+
+typedef struct kvd_cache_key {
+        kvd_key_kind kind;
+        uint64_t cluster_id;        /* the cluster that owns the cache */
+        uint64_t req_id;            /* KVD_KEY_REQ: request id, or KVD_ID_NONE */
+        uint64_t prefix_id;         /* KVD_KEY_REQ: prefix id, or KVD_ID_NONE */
+        uint64_t model_id;          /* KVD_KEY_REQ, KVD_KEY_BLOCKS */
+        uint64_t cache_id;          /* KVD_KEY_ID_INDEX */
+        uint32_t batch_index;       /* KVD_KEY_ID_INDEX */
+} kvd_cache_key;
+
+static inline kvd_cache_key kvd_key_req(uint64_t cluster_id, uint64_t req_id, uint64_t model_id)
+{
+        kvd_cache_key k = { KVD_KEY_REQ, cluster_id, req_id, KVD_ID_NONE, model_id, 0, 0 };
+        return k;
+}
+
+static inline kvd_cache_key kvd_key_prefix(uint64_t cluster_id, uint64_t prefix_id,
+                                           uint64_t model_id)
+{
+        kvd_cache_key k = { KVD_KEY_REQ, cluster_id, KVD_ID_NONE, prefix_id, model_id, 0, 0 };
+        return k;
+}
+
+static inline kvd_cache_key kvd_key_id_index(uint64_t cluster_id, uint64_t cache_id,
+                                             uint32_t batch_index)
+{
+        kvd_cache_key k = { KVD_KEY_ID_INDEX, cluster_id, KVD_ID_NONE, KVD_ID_NONE, 0, cache_id,
+                            batch_index };
+        return k;
+}
+
+static inline kvd_cache_key kvd_key_blocks(uint64_t cluster_id, uint64_t model_id)
+{
+        kvd_cache_key k = { KVD_KEY_BLOCKS, cluster_id, KVD_ID_NONE, KVD_ID_NONE, model_id, 0, 0 };
+        return k;
+}
+
+/* Whether linked peers may read or write a cache. DEFAULT: yes before any link, no after. */
+typedef enum kvd_remote_access {
+        KVD_REMOTE_DEFAULT = 0,
+        KVD_REMOTE_YES = 1,
+        KVD_REMOTE_NO = 2,
+} kvd_remote_access;
+
+/*
+ * Registers a contiguous cache (shape[0] = batch size) whose @n_addrs == num_tensors tensors
+ * start at @addrs, each inside memory from kvd_mem_alloc(). @keys (may be empty) are CacheKeys
+ * of kind KVD_KEY_REQ, one per batch slot in order; a key with req_id and prefix_id both
+ * KVD_ID_NONE marks an empty slot. At most KVD_MAX_TENSORS addresses per cluster in total.
+ */
+int kvd_register_cache(kvd_client *client, const kvd_cache_desc *desc, void *const *addrs,
+                       size_t n_addrs, const kvd_cache_key *keys, size_t n_keys,
+                       kvd_remote_access access, uint64_t *ret_cache_id);
+
+/*
+ * Registers a blocks cache (paged attention: shape[0] = num_blocks, block i of tensor t at
+ * addrs[t] + i * tensor_size / num_blocks). @blocks_key (may be NULL) is a KVD_KEY_BLOCKS key;
+ * a later cache registered under the same key replaces this one (last wins).
+ */
+int kvd_register_blocks_cache(kvd_client *client, const kvd_cache_desc *desc, void *const *addrs,
+                              size_t n_addrs, const kvd_cache_key *blocks_key,
+                              kvd_remote_access access, uint64_t *ret_cache_id);
+
+/* Unregisters a cache registered or allocated by this client; an unknown id is success. */
+int kvd_unregister_cache(kvd_client *client, uint64_t cache_id);
+
+/*
+ * Allocates a contiguous cache from the daemon's memory pool; @keys as for kvd_register_cache().
+ * The cache stays while its id is held (until kvd_deallocate_cache()) or any key holds it; a
+ * key's hold ends when a peer pulls it successfully or on kvd_remove_cache_key().
+ * @ret_addrs (num_tensors entries, may be NULL) receives where each tensor is mapped here.
+ */
+int kvd_allocate_cache(kvd_client *client, const kvd_cache_desc *desc, const kvd_cache_key *keys,
+                       size_t n_keys, uint64_t *ret_cache_id, void **ret_addrs);
+
+/* As kvd_allocate_cache() for a blocks cache, optionally named by @blocks_key. */
+int kvd_allocate_blocks_cache(kvd_client *client, const kvd_cache_desc *desc,
+                              const kvd_cache_key *blocks_key, uint64_t *ret_cache_id,
+                              void **ret_addrs);
+
+/* Releases the id's hold on a pool cache; its memory is freed once no key holds it either. */
+int kvd_deallocate_cache(kvd_client *client, uint64_t cache_id);
+
+/* Drops a key of one of this client's caches (and its hold). */
+int kvd_remove_cache_key(kvd_client *client, const kvd_cache_key *key);
+
+typedef struct kvd_cluster_info {
+        uint64_t remote_cluster_id;
+        kvd_role remote_role;
+        const char *remote_ip_info;  /* "ip:port" of the remote daemon; NULL or "" = this node */
+        const char *local_ip_info;   /* optional */
+} kvd_cluster_info;
+
+#define KVD_MAX_LINK_CLUSTERS 16
+
+/*
+ * Links this cluster to each of @clusters (at most KVD_MAX_LINK_CLUSTERS). @rets, when not
+ * NULL, receives one status per cluster; the return value is KVD_OK when all succeeded, else
+ * the first failure. @timeout_ms <= 0 means 3000.
+ */
+int kvd_link_clusters(kvd_client *client, const kvd_cluster_info *clusters, size_t n,
+                      int timeout_ms, int *rets);
+
+/* Tears links down; with @force only this end (both sides call it after a fault). */
+int kvd_unlink_clusters(kvd_client *client, const kvd_cluster_info *clusters, size_t n,
+                        int timeout_ms, bool force, int *rets);
+
+/* KVD_OK when a working link to @remote_cluster_id exists, NOT_YET_LINK when none. */
+int kvd_check_link_status(kvd_client *client, uint64_t remote_cluster_id);
+
+/* Changes the role (and "listen_ip_info"); fails with EXIST_LINK while links exist. */
+int kvd_switch_role(kvd_client *client, kvd_role role, const kvd_option *options,
+                    size_t n_options);
+
+/* Layers [first, last], inclusive; first = -1 selects every layer. */
+typedef struct kvd_layer_range {
+        int32_t first;
+        int32_t last;
+} kvd_layer_range;
+
+typedef struct kvd_transfer_opts {
+        kvd_layer_range src_layers;
+        kvd_layer_range dst_layers;
+        uint32_t tensor_num_per_layer; /* 0 = 2 (K and V) */
+        int32_t timeout_ms;            /* <= 0: the client's sync_kv_timeout */
+} kvd_transfer_opts;
+
+#define KVD_TRANSFER_OPTS_INIT { { -1, -1 }, { -1, -1 }, 2, 0 }
+
+/*
+ * Pulls the remote item named by @src_key (KVD_KEY_REQ or KVD_KEY_ID_INDEX) into batch slot
+ * @dst_batch_index of local cache @dst_cache_id. @size is bytes per tensor, -1 for the whole
+ * item. A successful pull by KVD_KEY_REQ ends that key's hold on a pool cache.
+ * @opts may be NULL (defaults).
+ */
+int kvd_pull_cache(kvd_client *client, const kvd_cache_key *src_key, uint64_t dst_cache_id,
+                   uint32_t dst_batch_index, int64_t size, const kvd_transfer_opts *opts);
+
+/*
+ * Pulls blocks into local blocks cache @dst_cache_id. With a KVD_KEY_BLOCKS source, src_blocks[i]
+ * goes to dst_blocks[i] (n_src == n_dst). With a KVD_KEY_REQ or KVD_KEY_ID_INDEX source (a
+ * contiguous item), @n_src is 0 and the item fills dst_blocks in order.
+ */
+int kvd_pull_blocks(kvd_client *client, const kvd_cache_key *src_key, uint64_t dst_cache_id,
+                    const uint64_t *src_blocks, size_t n_src, const uint64_t *dst_blocks,
+                    size_t n_dst, const kvd_transfer_opts *opts);
+
+/* Writes batch slot @src_batch_index of local @src_cache_id into the item @dst_key names. */
+int kvd_push_cache(kvd_client *client, const kvd_cache_key *dst_key, uint64_t src_cache_id,
+                   uint32_t src_batch_index, int64_t size, const kvd_transfer_opts *opts);
+
+/* Writes local blocks src_blocks[i] into remote blocks dst_blocks[i] of @dst_key (BLOCKS). */
+int kvd_push_blocks(kvd_client *client, const kvd_cache_key *dst_key, uint64_t src_cache_id,
+                    const uint64_t *src_blocks, size_t n_src, const uint64_t *dst_blocks,
+                    size_t n_dst, const kvd_transfer_opts *opts);
+
+/*
+ * Asynchronous forms: the request is sent and *@ret_task tracks it. The arrays are copied; the
+ * caller's memory regions must stay mapped until the task completes.
+ */
+int kvd_pull_cache_async(kvd_client *client, const kvd_cache_key *src_key, uint64_t dst_cache_id,
+                         uint32_t dst_batch_index, int64_t size, const kvd_transfer_opts *opts,
+                         kvd_task **ret_task);
+int kvd_pull_blocks_async(kvd_client *client, const kvd_cache_key *src_key, uint64_t dst_cache_id,
+                          const uint64_t *src_blocks, size_t n_src, const uint64_t *dst_blocks,
+                          size_t n_dst, const kvd_transfer_opts *opts, kvd_task **ret_task);
+int kvd_push_cache_async(kvd_client *client, const kvd_cache_key *dst_key, uint64_t src_cache_id,
+                         uint32_t src_batch_index, int64_t size, const kvd_transfer_opts *opts,
+                         kvd_task **ret_task);
+int kvd_push_blocks_async(kvd_client *client, const kvd_cache_key *dst_key, uint64_t src_cache_id,
+                          const uint64_t *src_blocks, size_t n_src, const uint64_t *dst_blocks,
+                          size_t n_dst, const kvd_transfer_opts *opts, kvd_task **ret_task);
+
+/*
+ * Waits up to @timeout_ms (< 0: until the daemon answers) for @task. Returns the transfer's
+ * status, or KVD_E_TIMEOUT if it is still running (wait again later). A task that completed
+ * keeps its status for later waits.
+ */
+int kvd_task_wait(kvd_task *task, int timeout_ms);
+
+/* Frees @task; a transfer still running goes on, and its result is discarded. Accepts NULL. */
+void kvd_task_free(kvd_task *task);
+
+/*
+ * The daemon's state as a JSON document (what `kvdistctl status --json` prints).
+ * *@ret_json is malloc()ed; free() it.
+ */
+int kvd_daemon_status(kvd_client *client, char **ret_json);
+
+#ifdef __cplusplus
+}
+#endif

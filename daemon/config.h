@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Daemon configuration: built-in defaults, a strict JSON file (the only jansson user in the
+ * daemon's configuration path) and command-line flags, in that order of precedence (flags win).
+ * config/kvdistd.json documents every key.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef enum TransportKind {
+        TRANSPORT_KIND_AUTO,
+        TRANSPORT_KIND_TCP,
+        TRANSPORT_KIND_RDMA,
+        _TRANSPORT_KIND_MAX,
+        _TRANSPORT_KIND_INVALID = -22,
+} TransportKind;
+
+/* One entry of "devices": which NIC / RDMA device a client's device_id uses. */
+typedef struct DeviceConfig {
+        int32_t device_id;
+        char *rdma_device;      /* "mlx5_0", NULL = none */
+        uint8_t port;           /* RDMA port, default 1 */
+        int gid_index;          /* -1 = choose the RoCE v2 IPv4 GID */
+        char *netdev;           /* "eth0", NULL = any */
+        TransportKind transport;
+} DeviceConfig;
+
+typedef struct Limits {
+        uint32_t max_clients;
+        uint32_t max_regions_per_client;
+        uint64_t max_region_size;          /* bytes */
+        uint32_t max_caches_per_client;
+        uint32_t max_keys_per_client;
+        uint32_t max_tensor_addrs;         /* per cluster, LLM-DataDist's 240 */
+        uint32_t max_inflight_per_client;  /* transfers in flight */
+        uint32_t max_frame_size;           /* bytes of one frame's payload */
+        uint32_t max_blocks_per_transfer;
+} Limits;
+
+typedef struct Config {
+        char *socket_path;
+        uint32_t socket_mode;              /* permission bits of the socket, default 0660 */
+        uid_t *allow_uids;                 /* empty = any uid that can open the socket */
+        size_t n_allow_uids;
+        gid_t *allow_gids;
+        size_t n_allow_gids;
+        uint64_t memory_size;              /* pool bytes; 0 = no pool */
+        unsigned page_shift;               /* pool page size 1 << page_shift */
+        DeviceConfig *devices;
+        size_t n_devices;
+        uint32_t sync_kv_timeout_ms;       /* default transfer timeout */
+        unsigned copy_threads;
+        int log_level;                     /* LOG_ERR .. LOG_DEBUG (syslog numbers) */
+        Limits limits;
+} Config;
+
+/* A config holding the built-in defaults (socket path per kvd's rules for root / non-root). */
+int config_new(Config **ret);
+
+/* Frees. Accepts NULL; returns NULL. */
+Config *config_free(Config *c);
+
+/*
+ * Reads @path and applies every key it sets over @c. Strict: an unknown key, a wrong type or a
+ * value out of range fails with -EINVAL and a message naming the key ("limits.max_clients: must
+ * be an integer in [1, 65536]") in *@ret_error (malloc()ed). -ENOENT etc. when unreadable.
+ * On failure @c is unchanged.
+ */
+int config_load_file(Config *c, const char *path, char **ret_error);
+
+/* Same as config_load_file() on a string, for tests and fuzzing. */
+int config_load_string(Config *c, const char *json, char **ret_error);
+
+/*
+ * Parses the command line (--config FILE first, then the other flags over it; see
+ * `kvdistd --help`). Returns 0 to run, 1 when --help or --version printed and the daemon should
+ * exit 0, -EINVAL with *@ret_error on bad flags or config.
+ */
+int config_parse_argv(Config *c, int argc, char **argv, char **ret_error);
+
+/* Finds the device map entry for @device_id; NULL when the map does not name it. */
+const DeviceConfig *config_find_device(const Config *c, int32_t device_id);
+
+/* The default socket path: /run/kvdist/kvdist.sock for root, else $XDG_RUNTIME_DIR/kvdist/... */
+char *config_default_socket_path(void);
+
+const char *transport_kind_to_string(TransportKind k);
+int log_level_from_string(const char *s);
+const char *log_level_to_string(int level);

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Pool: the daemon's memory pool of memory_size bytes, one memfd region carved into
+ * page-aligned extents for kvd_allocate_cache(). First fit over an address-ordered free list;
+ * freed extents coalesce with their neighbours.
+ */
+#pragma once
+
+#include <stdint.h>
+
+#include "region.h"
+
+typedef struct Pool Pool;
+
+/*
+ * Creates a pool of @size bytes (rounded up to the page size 1 << @page_shift, page_shift in
+ * [12, 30]) backed by a new memfd region with id @region_id. -EINVAL bad size or shift.
+ */
+int pool_new(uint64_t size, unsigned page_shift, uint64_t region_id, Pool **ret);
+
+/* Frees the pool; extents still allocated are forgotten (callers free them first). NULL ok. */
+Pool *pool_free(Pool *pool);
+
+/* The pool's region (borrowed; region_ref() it to keep it). */
+Region *pool_region(const Pool *pool);
+
+/*
+ * Allocates @size bytes (rounded up to the page size) and returns the offset of the extent.
+ * -EINVAL size 0, -ENOMEM no free extent large enough.
+ */
+int pool_alloc(Pool *pool, uint64_t size, uint64_t *ret_offset);
+
+/* Returns the extent at @offset. -ENOENT when no extent starts there (nothing changes). */
+int pool_release(Pool *pool, uint64_t offset);
+
+uint64_t pool_size(const Pool *pool);
+uint64_t pool_used(const Pool *pool);
+unsigned pool_page_shift(const Pool *pool);
+/* Number of allocated extents and of free extents (for status and tests). */
+unsigned pool_n_allocated(const Pool *pool);
+unsigned pool_n_free_extents(const Pool *pool);
+/* Size of the largest free extent: the biggest allocation that can succeed now. */
+uint64_t pool_largest_free(const Pool *pool);

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Region: a span of shared memory (a memfd) that the daemon has mapped and can move bytes in.
+ * Client regions come from kvd_mem_alloc() over SCM_RIGHTS; the pool is one region of its own.
+ * Regions are reference counted: caches, links and transfers in flight each hold one, so the
+ * mapping outlives a client that frees or crashes while bytes still move.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "clist.h"
+
+typedef struct Region Region;
+
+typedef enum RegionKind {
+        REGION_CLIENT,  /* a client's memfd, mapped by that client at client_addr */
+        REGION_POOL,    /* the daemon's memory pool */
+        _REGION_KIND_MAX,
+        _REGION_KIND_INVALID = -22,
+} RegionKind;
+
+struct Region {
+        unsigned n_ref;
+        uint64_t id;
+        RegionKind kind;
+        int fd;
+        uint8_t *data;          /* the daemon's mapping of all @size bytes */
+        uint64_t size;
+        uint64_t client_addr;   /* REGION_CLIENT: the owner's mapping address */
+        CList link_owner;       /* on the owning cluster's region list (owner's business) */
+};
+
+/*
+ * Wraps a client's memfd. Checks that @fd is a memfd sealed against shrinking (a client that
+ * truncates must never make the daemon fault), that it holds at least @size bytes, and maps it
+ * read-write. On success the region owns @fd. -EBADF not a memfd, -EPERM F_SEAL_SHRINK missing,
+ * -EINVAL size 0 or beyond the file, -errno from mmap.
+ */
+int region_new_from_fd(int fd, uint64_t size, uint64_t client_addr, uint64_t id, Region **ret);
+
+/* Creates a memfd of @size bytes (sealed against shrinking and growing) and maps it. */
+int region_new_memfd(const char *name, uint64_t size, uint64_t id, Region **ret);
+
+Region *region_ref(Region *r);
+/* Drops a reference; the last one unmaps and closes. Accepts NULL; returns NULL. */
+Region *region_unref(Region *r);
+
+static inline void region_unrefp(Region **r)
+{
+        if (*r)
+                region_unref(*r);
+}
+
+/* Whether [@client_addr, +@len) lies inside a client region, with *@ret_offset its offset. */
+bool region_contains(const Region *r, uint64_t client_addr, uint64_t len, uint64_t *ret_offset);
+
+/*
+ * Finds the region on @regions (linked through link_owner) that holds all of
+ * [@client_addr, +@len); NULL when none does (the span is outside shareable memory or straddles
+ * two regions).
+ */
+Region *region_find(const CList *regions, uint64_t client_addr, uint64_t len,
+                    uint64_t *ret_offset);

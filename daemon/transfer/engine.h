@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Copy engine: a small pool of threads that copy memory off the control loop. A task is a list
+ * of (dst, src, len) copies; the engine cuts it into jobs of bounded size spread over the
+ * threads, and when the last job is done it calls the task's callback on the event loop thread
+ * (completions come back through a queue and an eventfd). Cancelling a task stops it at the
+ * next slice boundary; the callback still runs, once, after every started slice has finished,
+ * so no byte is written after the callback.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+
+typedef struct Engine Engine;
+typedef struct EngineTask EngineTask;
+
+typedef struct EngineCopy {
+        void *dst;
+        const void *src;
+        size_t len;
+} EngineCopy;
+
+/* Called on the event loop thread: 0 when every byte was copied, -ECANCELED after cancel. */
+typedef void (*engine_done_fn)(EngineTask *task, int status, void *userdata);
+
+/* Starts @n_threads copy threads (1..64) whose completions are dispatched on @base. */
+int engine_new(struct event_base *base, unsigned n_threads, Engine **ret);
+
+/*
+ * Stops and joins the threads. Tasks still queued are cancelled and their callbacks run before
+ * this returns. Accepts NULL; returns NULL.
+ */
+Engine *engine_free(Engine *e);
+
+/*
+ * Queues the copies in @copies (@n entries; the engine keeps its own copy of the array) and
+ * returns the task in *@ret (owned by the engine; valid until the callback returns).
+ * Copies are split into slices of at most @slice bytes (0 = default, 1 MiB) for cancellation
+ * and spread over the threads. -ENOMEM, -ESHUTDOWN when the engine is stopping.
+ */
+int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice,
+                  engine_done_fn done, void *userdata, EngineTask **ret);
+
+/* Asks @task to stop; its callback reports -ECANCELED unless it had already finished. */
+void engine_cancel(EngineTask *task);
+
+unsigned engine_n_threads(const Engine *e);

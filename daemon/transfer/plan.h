@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Transfer planner: turns a pull/push request (two caches, block lists or batch slots, layer
+ * ranges) into the list of byte copies it means, validated against both caches and with runs
+ * that are contiguous on both sides merged into one segment. It knows nothing of transports:
+ * a segment names its regions by small indices into the request's region table, so the same
+ * plan drives a local copy, a TCP stream or RDMA work requests.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+#define PLAN_LAYERS_ALL (-1)
+
+/* One tensor of a cache as the planner sees it: region index and offset of its first byte. */
+typedef struct PlanTensor {
+        uint32_t region;
+        uint64_t offset;
+} PlanTensor;
+
+typedef struct PlanCache {
+        bool blocks;                    /* blocks cache (else contiguous) */
+        uint32_t num_tensors;
+        uint64_t tensor_size;           /* bytes per tensor */
+        uint64_t units;                 /* num_blocks or batch size */
+        uint64_t stride;                /* tensor_size / units */
+        const PlanTensor *tensors;      /* num_tensors entries */
+} PlanCache;
+
+typedef struct PlanLayers {
+        int32_t first;                  /* PLAN_LAYERS_ALL or a layer index */
+        int32_t last;                   /* inclusive; ignored when first is PLAN_LAYERS_ALL */
+} PlanLayers;
+
+typedef enum PlanMode {
+        PLAN_BLOCKS,            /* blocks cache -> blocks cache: src_blocks[i] -> dst_blocks[i] */
+        PLAN_ITEM,              /* contiguous item -> contiguous item (pull_cache / push_cache) */
+        PLAN_ITEM_TO_BLOCKS,    /* contiguous item -> dst_blocks in order (pull_blocks) */
+        _PLAN_MODE_MAX,
+        _PLAN_MODE_INVALID = -22,
+} PlanMode;
+
+typedef struct PlanRequest {
+        PlanMode mode;
+        const PlanCache *src;
+        const PlanCache *dst;
+        const uint64_t *src_blocks;     /* PLAN_BLOCKS */
+        size_t n_src_blocks;
+        const uint64_t *dst_blocks;     /* PLAN_BLOCKS, PLAN_ITEM_TO_BLOCKS */
+        size_t n_dst_blocks;
+        uint64_t src_index;             /* PLAN_ITEM*: source batch slot */
+        uint64_t dst_index;             /* PLAN_ITEM: destination batch slot */
+        int64_t size;                   /* PLAN_ITEM*: bytes per tensor, -1 = whole item */
+        PlanLayers src_layers;
+        PlanLayers dst_layers;
+        uint32_t tensor_num_per_layer;  /* 0 = 2 */
+} PlanRequest;
+
+typedef struct PlanSegment {
+        uint32_t src_region;
+        uint32_t dst_region;
+        uint64_t src_offset;
+        uint64_t dst_offset;
+        uint64_t len;
+} PlanSegment;
+
+typedef struct Plan {
+        uint64_t total_bytes;
+        size_t n_segments;
+        PlanSegment segments[];
+} Plan;
+
+/*
+ * Validates @req and builds its plan. Every rule gives PARAM_INVALID (or CACHE_INCOMPATIBLE for
+ * shapes that cannot match) with a message naming the argument, e.g.
+ * "dst_blocks[3]=900 is out of range, cache has 512 blocks": list lengths, block ids in range,
+ * no destination block twice, tensor_num_per_layer dividing both caches, layer ranges inside
+ * both caches and of equal length, equal block or item sizes, batch slots in range, size in
+ * (0, item]. Segments contiguous on both sides are merged. On success *@ret is malloc()ed.
+ */
+int plan_build(const PlanRequest *req, Plan **ret, Error *err);
+
+/* free() with a name; accepts NULL; returns NULL. */
+Plan *plan_free(Plan *plan);
