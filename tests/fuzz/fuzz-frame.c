@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fuzz target for the frame decoder: the input is a byte stream of frames as a peer could send
+ * it. Each header is decoded; the payload of a known type is unpacked with its request
+ * descriptor and, per the header's flags, its reply or Status descriptor; whatever unpacks must
+ * pack again and unpack again. Built for libFuzzer with -DFUZZ_LIBFUZZER, otherwise with a small
+ * main() that runs the target over files and over simple mutations of them.
+ */
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "frame.h"
+#include "kvdist.pb-c.h"
+#include "macro.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/*
+ * protobuf-c accepts field number 0 when the tag is a non-minimal varint (0x80 0x00) and keeps it
+ * as an unknown field, which then packs as the one-byte tag 0x00 that it rejects. The codec does
+ * not care (unknown fields are ignored), so such messages skip the round trip.
+ */
+static bool has_field_zero(const ProtobufCMessage *m)
+{
+        const ProtobufCMessageDescriptor *desc = m->descriptor;
+
+        for (unsigned i = 0; i < m->n_unknown_fields; i++)
+                if (m->unknown_fields[i].tag == 0)
+                        return true;
+
+        for (unsigned i = 0; i < desc->n_fields; i++) {
+                const ProtobufCFieldDescriptor *f = &desc->fields[i];
+                const uint8_t *member = (const uint8_t *)m + f->offset;
+
+                if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+                        continue;
+                if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+                        size_t n;
+                        ProtobufCMessage **subs;
+
+                        memcpy(&n, (const uint8_t *)m + f->quantifier_offset, sizeof(n));
+                        memcpy(&subs, member, sizeof(subs));
+                        for (size_t k = 0; k < n; k++)
+                                if (has_field_zero(subs[k]))
+                                        return true;
+                } else {
+                        ProtobufCMessage *sub;
+
+                        if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+                                uint32_t which;
+
+                                memcpy(&which, (const uint8_t *)m + f->quantifier_offset,
+                                       sizeof(which));
+                                if (which != f->id)
+                                        continue;
+                        }
+                        memcpy(&sub, member, sizeof(sub));
+                        if (sub && has_field_zero(sub))
+                                return true;
+                }
+        }
+        return false;
+}
+
+/* Unpacks @payload with @desc; a message that unpacks must survive a pack/unpack round trip. */
+static void fuzz_unpack(const ProtobufCMessageDescriptor *desc, const FrameHeader *h,
+                        const uint8_t *payload)
+{
+        ProtobufCMessage *msg = NULL, *again = NULL;
+        _cleanup_free_ uint8_t *buf = NULL;
+        FrameHeader h2;
+        size_t len;
+
+        if (frame_unpack(desc, payload, h->length, &msg) < 0)
+                return;
+        if (has_field_zero(msg)) {
+                protobuf_c_message_free_unpacked(msg, NULL);
+                return;
+        }
+
+        /* A message rebuilt from a payload of <= max bytes may still pack larger (unknown fields
+         * re-packed, non-canonical varints made canonical), so no size limit here. */
+        if (frame_pack(h->type, h->flags, h->request_id, h->n_fds, msg, UINT32_MAX, &buf, &len) <
+                    0 ||
+            frame_header_decode(buf, UINT32_MAX, &h2) < 0 || h2.length != len - FRAME_HEADER_SIZE ||
+            frame_unpack(desc, buf + FRAME_HEADER_SIZE, h2.length, &again) < 0)
+                abort();
+
+        protobuf_c_message_free_unpacked(again, NULL);
+        protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+        while (size >= FRAME_HEADER_SIZE) {
+                _cleanup_free_ uint8_t *payload = NULL;
+                const FrameType *t;
+                FrameHeader h;
+
+                if (frame_header_decode(data, FRAME_MAX_PAYLOAD_DEFAULT, &h) < 0)
+                        break;
+                data += FRAME_HEADER_SIZE;
+                size -= FRAME_HEADER_SIZE;
+                /* A reader would wait for the rest of a frame that is cut short. */
+                if (h.length > size)
+                        break;
+
+                /* An exact-size copy, so that reading past the payload is an ASan report. */
+                payload = malloc(h.length ?: 1);
+                if (!payload)
+                        abort();
+                memcpy(payload, data, h.length);
+                data += h.length;
+                size -= h.length;
+
+                t = frame_type_lookup(h.type);
+                if (!t)
+                        continue;
+                fuzz_unpack(t->request, &h, payload);
+                if (h.flags & FRAME_FLAG_ERROR)
+                        fuzz_unpack(&kvdist__v1__status__descriptor, &h, payload);
+                else if (h.flags & FRAME_FLAG_REPLY)
+                        fuzz_unpack(t->reply, &h, payload);
+        }
+        return 0;
+}
+
+#ifndef FUZZ_LIBFUZZER
+
+static int read_file(const char *path, uint8_t **ret_data, size_t *ret_size)
+{
+        _cleanup_free_ uint8_t *data = NULL;
+        size_t size = 0, cap = 0;
+        FILE *f;
+
+        f = fopen(path, "re");
+        if (!f)
+                return -errno;
+        for (;;) {
+                size_t n;
+
+                if (size == cap) {
+                        uint8_t *p;
+
+                        cap = cap ? cap * 2 : 4096;
+                        p = realloc(data, cap);
+                        if (!p) {
+                                fclose(f);
+                                return -ENOMEM;
+                        }
+                        data = p;
+                }
+                n = fread(data + size, 1, cap - size, f);
+                size += n;
+                if (n == 0)
+                        break;
+        }
+        if (ferror(f)) {
+                fclose(f);
+                return -EIO;
+        }
+        fclose(f);
+
+        *ret_data = TAKE_PTR(data);
+        *ret_size = size;
+        return 0;
+}
+
+/* Runs the target over @data, every prefix of it and every single-bit flip of it. */
+static void run_one(const uint8_t *data, size_t size)
+{
+        _cleanup_free_ uint8_t *copy = malloc(size ?: 1);
+
+        if (!copy)
+                abort();
+        for (size_t l = 0; l <= size; l++) {
+                memcpy(copy, data, l);
+                LLVMFuzzerTestOneInput(copy, l);
+        }
+        memcpy(copy, data, size);
+        for (size_t i = 0; i < size; i++)
+                for (unsigned bit = 0; bit < 8; bit++) {
+                        copy[i] ^= (uint8_t)(1u << bit);
+                        LLVMFuzzerTestOneInput(copy, size);
+                        copy[i] ^= (uint8_t)(1u << bit);
+                }
+}
+
+static int run_path(const char *path, unsigned *n_inputs)
+{
+        _cleanup_free_ uint8_t *data = NULL;
+        struct stat st;
+        size_t size = 0;
+        int r;
+
+        if (stat(path, &st) < 0)
+                return -errno;
+
+        if (S_ISDIR(st.st_mode)) {
+                struct dirent *de;
+                DIR *d = opendir(path);
+
+                if (!d)
+                        return -errno;
+                r = 0;
+                while ((de = readdir(d))) {
+                        _cleanup_free_ char *child = NULL;
+
+                        if (de->d_name[0] == '.')
+                                continue;
+                        if (asprintf(&child, "%s/%s", path, de->d_name) < 0) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        r = run_path(child, n_inputs);
+                        if (r < 0)
+                                break;
+                }
+                closedir(d);
+                return r;
+        }
+
+        r = read_file(path, &data, &size);
+        if (r < 0)
+                return r;
+        run_one(data, size);
+        (*n_inputs)++;
+        return 0;
+}
+
+int main(int argc, char **argv)
+{
+        unsigned n_inputs = 0;
+
+        if (argc < 2) {
+                fprintf(stderr, "usage: %s FILE|DIR...\n", argv[0]);
+                return EXIT_FAILURE;
+        }
+        for (int i = 1; i < argc; i++) {
+                int r = run_path(argv[i], &n_inputs);
+
+                if (r < 0) {
+                        fprintf(stderr, "%s: %s\n", argv[i], strerror(-r));
+                        return EXIT_FAILURE;
+                }
+        }
+        printf("%u inputs run (each with every prefix and single-bit flip)\n", n_inputs);
+        return EXIT_SUCCESS;
+}
+
+#endif

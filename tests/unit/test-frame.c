@@ -1,0 +1,743 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for the frame codec: header, registry, pack/unpack, fd passing over a socketpair. */
+
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "kvdist.pb-c.h"
+#include "macro.h"
+
+static const FrameHeader sample_header = {
+        .magic = FRAME_MAGIC,
+        .version = FRAME_VERSION,
+        .type = 0x1e02,
+        .flags = FRAME_FLAG_REPLY | FRAME_FLAG_ERROR,
+        .n_fds = 3,
+        .length = 0x00a1b2c3,
+        .request_id = UINT64_C(0x0102030405060708),
+};
+
+static void encode(const FrameHeader *h, uint8_t out[FRAME_HEADER_SIZE])
+{
+        memset(out, 0xee, FRAME_HEADER_SIZE);
+        frame_header_encode(h, out);
+}
+
+START_TEST(test_header_wire_order)
+{
+        static const uint8_t expect[FRAME_HEADER_SIZE] = {
+                'K',  'V',  'D',  '1',                          /* magic */
+                0x01, 0x00,                                     /* version */
+                0x02, 0x1e,                                     /* type */
+                0x03, 0x00,                                     /* flags */
+                0x03, 0x00,                                     /* n_fds */
+                0xc3, 0xb2, 0xa1, 0x00,                         /* length */
+                0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, /* request id */
+        };
+        uint8_t buf[FRAME_HEADER_SIZE];
+
+        encode(&sample_header, buf);
+        ck_assert_mem_eq(buf, expect, FRAME_HEADER_SIZE);
+}
+END_TEST
+
+START_TEST(test_header_round_trip)
+{
+        FrameHeader h = sample_header, out;
+        uint8_t buf[FRAME_HEADER_SIZE];
+
+        h.request_id = UINT64_MAX;
+        h.type = UINT16_MAX;
+        h.n_fds = FRAME_MAX_FDS;
+        h.length = FRAME_MAX_PAYLOAD_DEFAULT;
+        encode(&h, buf);
+        memset(&out, 0, sizeof(out));
+        ck_assert_int_eq(frame_header_decode(buf, FRAME_MAX_PAYLOAD_DEFAULT, &out), 0);
+        ck_assert_uint_eq(out.magic, FRAME_MAGIC);
+        ck_assert_uint_eq(out.version, FRAME_VERSION);
+        ck_assert_uint_eq(out.type, UINT16_MAX);
+        ck_assert_uint_eq(out.flags, FRAME_FLAG_REPLY | FRAME_FLAG_ERROR);
+        ck_assert_uint_eq(out.n_fds, FRAME_MAX_FDS);
+        ck_assert_uint_eq(out.length, FRAME_MAX_PAYLOAD_DEFAULT);
+        ck_assert_uint_eq(out.request_id, UINT64_MAX);
+
+        h = sample_header;
+        h.n_fds = 0;
+        h.flags = 0;
+        h.length = 0;
+        encode(&h, buf);
+        ck_assert_int_eq(frame_header_decode(buf, 0, &out), 0);
+        ck_assert_uint_eq(out.type, sample_header.type);
+        ck_assert_uint_eq(out.request_id, sample_header.request_id);
+        ck_assert_uint_eq(out.length, 0);
+}
+END_TEST
+
+/* Decodes @h's encoding and checks both the result and that *ret stayed untouched on error. */
+static void check_decode(const FrameHeader *h, uint32_t max_payload, int expect)
+{
+        FrameHeader out;
+        uint8_t buf[FRAME_HEADER_SIZE];
+
+        encode(h, buf);
+        memset(&out, 0x5a, sizeof(out));
+        ck_assert_int_eq(frame_header_decode(buf, max_payload, &out), expect);
+        if (expect < 0)
+                ck_assert_uint_eq(out.magic, 0x5a5a5a5a);
+        else
+                ck_assert_uint_eq(out.magic, FRAME_MAGIC);
+}
+
+START_TEST(test_header_decode_errors)
+{
+        FrameHeader h = sample_header;
+        uint8_t buf[FRAME_HEADER_SIZE];
+        FrameHeader out;
+
+        h.length = 100;
+        check_decode(&h, 100, 0);
+
+        h.magic = 0x3244564b; /* "KVD2" */
+        check_decode(&h, 100, -EBADMSG);
+        h.magic = 0x4b564431; /* "KVD1" big-endian */
+        check_decode(&h, 100, -EBADMSG);
+        h.magic = FRAME_MAGIC;
+
+        for (unsigned bit = 2; bit < 16; bit++) {
+                h.flags = FRAME_FLAG_REPLY | (uint16_t)(1u << bit);
+                check_decode(&h, 100, -EBADMSG);
+        }
+        h.flags = FRAME_FLAG_REPLY;
+
+        h.version = 0;
+        check_decode(&h, 100, -EPROTONOSUPPORT);
+        h.version = FRAME_VERSION + 1;
+        check_decode(&h, 100, -EPROTONOSUPPORT);
+        h.version = 0x0100; /* 1 read big-endian */
+        check_decode(&h, 100, -EPROTONOSUPPORT);
+        h.version = FRAME_VERSION;
+
+        h.length = 101;
+        check_decode(&h, 100, -EMSGSIZE);
+        h.length = UINT32_MAX;
+        check_decode(&h, FRAME_MAX_PAYLOAD_DEFAULT, -EMSGSIZE);
+        check_decode(&h, UINT32_MAX, 0);
+        h.length = 100;
+
+        h.n_fds = FRAME_MAX_FDS + 1;
+        check_decode(&h, 100, -ETOOMANYREFS);
+        h.n_fds = UINT16_MAX;
+        check_decode(&h, 100, -ETOOMANYREFS);
+        h.n_fds = FRAME_MAX_FDS;
+        check_decode(&h, 100, 0);
+
+        /* A header of zeros or of 0xff is rejected by its magic. */
+        memset(buf, 0, sizeof(buf));
+        ck_assert_int_eq(frame_header_decode(buf, UINT32_MAX, &out), -EBADMSG);
+        memset(buf, 0xff, sizeof(buf));
+        ck_assert_int_eq(frame_header_decode(buf, UINT32_MAX, &out), -EBADMSG);
+}
+END_TEST
+
+START_TEST(test_registry_knows_every_type)
+{
+        const ProtobufCEnumDescriptor *e = &kvdist__v1__msg_type__descriptor;
+        unsigned known = 0, seen = 0;
+
+        for (unsigned i = 0; i < e->n_values; i++) {
+                const ProtobufCEnumValue *v = &e->values[i];
+                const FrameType *t;
+                char reply_name[128];
+
+                ck_assert_int_ge(v->value, 0);
+                ck_assert_int_le(v->value, UINT16_MAX);
+                t = frame_type_lookup((uint16_t)v->value);
+                if (v->value == KVDIST__V1__MSG_TYPE__MSG_INVALID) {
+                        ck_assert_ptr_null(t);
+                        continue;
+                }
+                ck_assert_msg(t, "%s has no registry entry", v->name);
+                known++;
+                ck_assert_uint_eq(t->type, (unsigned)v->value);
+                ck_assert_ptr_nonnull(t->name);
+                ck_assert_ptr_nonnull(t->request);
+                ck_assert_ptr_nonnull(t->reply);
+                ck_assert_uint_eq(t->request->magic, PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC);
+                ck_assert_uint_eq(t->reply->magic, PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC);
+                ck_assert_str_eq(t->name, t->request->short_name);
+                snprintf(reply_name, sizeof(reply_name), "%sReply", t->name);
+                ck_assert_str_eq(t->reply->short_name, reply_name);
+
+                /* Every reply carries Status as field 1 (kvdist.proto's rule). */
+                ck_assert_uint_ge(t->reply->n_fields, 1);
+                ck_assert_uint_eq(t->reply->fields[0].id, 1);
+                ck_assert_int_eq(t->reply->fields[0].type, PROTOBUF_C_TYPE_MESSAGE);
+                ck_assert_ptr_eq(t->reply->fields[0].descriptor, &kvdist__v1__status__descriptor);
+        }
+        ck_assert_uint_eq(known, e->n_values - 1);
+
+        /* Nothing else is known: the registry holds exactly the enum's types. */
+        for (unsigned type = 0; type <= UINT16_MAX; type++)
+                if (frame_type_lookup((uint16_t)type))
+                        seen++;
+        ck_assert_uint_eq(seen, known);
+
+        ck_assert_ptr_eq(frame_type_lookup(KVDIST__V1__MSG_TYPE__MSG_LINK_CLUSTERS)->request,
+                         &kvdist__v1__link_clusters__descriptor);
+        ck_assert_ptr_eq(frame_type_lookup(KVDIST__V1__MSG_TYPE__MSG_LINK_CLUSTERS)->reply,
+                         &kvdist__v1__link_clusters_reply__descriptor);
+        ck_assert_str_eq(frame_type_lookup(KVDIST__V1__MSG_TYPE__MSG_LINK_CLUSTERS)->name,
+                         "LinkClusters");
+        ck_assert_ptr_eq(frame_type_lookup(KVDIST__V1__MSG_TYPE__MSG_HELLO)->request,
+                         &kvdist__v1__hello__descriptor);
+        ck_assert_ptr_eq(frame_type_lookup(KVDIST__V1__MSG_TYPE__MSG_HELLO)->reply,
+                         &kvdist__v1__hello_reply__descriptor);
+
+        ck_assert_ptr_null(frame_type_lookup(0));
+        ck_assert_ptr_null(frame_type_lookup(4));
+        ck_assert_ptr_null(frame_type_lookup(9));
+        ck_assert_ptr_null(frame_type_lookup(41));
+        ck_assert_ptr_null(frame_type_lookup(1000));
+        ck_assert_ptr_null(frame_type_lookup(UINT16_MAX));
+}
+END_TEST
+
+/* Decodes the header of a packed frame and checks it describes the rest of the buffer. */
+static FrameHeader check_frame(const uint8_t *buf, size_t len, uint16_t type, uint16_t flags,
+                               uint64_t request_id, uint16_t n_fds)
+{
+        FrameHeader h;
+
+        ck_assert_uint_ge(len, FRAME_HEADER_SIZE);
+        ck_assert_int_eq(frame_header_decode(buf, FRAME_MAX_PAYLOAD_DEFAULT, &h), 0);
+        ck_assert_uint_eq(h.type, type);
+        ck_assert_uint_eq(h.flags, flags);
+        ck_assert_uint_eq(h.request_id, request_id);
+        ck_assert_uint_eq(h.n_fds, n_fds);
+        ck_assert_uint_eq(h.length, len - FRAME_HEADER_SIZE);
+        return h;
+}
+
+START_TEST(test_pack_transfer)
+{
+        uint64_t src[] = {0, 1, 2, 511, UINT64_MAX};
+        uint64_t dst[] = {7, 8, 9, 10, 11};
+        Kvdist__V1__BlocksKey bkey = KVDIST__V1__BLOCKS_KEY__INIT;
+        Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT;
+        Kvdist__V1__LayerRange layers = KVDIST__V1__LAYER_RANGE__INIT;
+        Kvdist__V1__Transfer t = KVDIST__V1__TRANSFER__INIT;
+        _cleanup_free_ uint8_t *buf = NULL;
+        Kvdist__V1__Transfer *u;
+        ProtobufCMessage *m;
+        size_t len;
+
+        bkey.cluster_id = 42;
+        bkey.model_id = 3;
+        key.kind_case = KVDIST__V1__CACHE_KEY__KIND_BLOCKS;
+        key.blocks = &bkey;
+        layers.first = -1;
+        layers.last = 31;
+        t.kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS;
+        t.remote_key = &key;
+        t.local_cache_id = 99;
+        t.n_src_blocks = ARRAY_SIZE(src);
+        t.src_blocks = src;
+        t.n_dst_blocks = ARRAY_SIZE(dst);
+        t.dst_blocks = dst;
+        t.size = -1;
+        t.src_layers = &layers;
+        t.timeout_ms = 1000;
+
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_TRANSFER, 0, 77, 0, &t.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        check_frame(buf, len, KVDIST__V1__MSG_TYPE__MSG_TRANSFER, 0, 77, 0);
+
+        ck_assert_int_eq(frame_unpack(&kvdist__v1__transfer__descriptor, buf + FRAME_HEADER_SIZE,
+                                      len - FRAME_HEADER_SIZE, &m),
+                         0);
+        u = (Kvdist__V1__Transfer *)m;
+        ck_assert_int_eq(u->kind, KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS);
+        ck_assert_ptr_nonnull(u->remote_key);
+        ck_assert_int_eq(u->remote_key->kind_case, KVDIST__V1__CACHE_KEY__KIND_BLOCKS);
+        ck_assert_uint_eq(u->remote_key->blocks->cluster_id, 42);
+        ck_assert_uint_eq(u->remote_key->blocks->model_id, 3);
+        ck_assert_uint_eq(u->local_cache_id, 99);
+        ck_assert_uint_eq(u->n_src_blocks, ARRAY_SIZE(src));
+        ck_assert_mem_eq(u->src_blocks, src, sizeof(src));
+        ck_assert_uint_eq(u->n_dst_blocks, ARRAY_SIZE(dst));
+        ck_assert_mem_eq(u->dst_blocks, dst, sizeof(dst));
+        ck_assert_int_eq(u->size, -1);
+        ck_assert_ptr_nonnull(u->src_layers);
+        ck_assert_int_eq(u->src_layers->first, -1);
+        ck_assert_int_eq(u->src_layers->last, 31);
+        ck_assert_ptr_null(u->dst_layers);
+        ck_assert_uint_eq(u->timeout_ms, 1000);
+        protobuf_c_message_free_unpacked(m, NULL);
+}
+END_TEST
+
+START_TEST(test_pack_link_clusters)
+{
+        Kvdist__V1__ClusterInfo ci[3];
+        Kvdist__V1__ClusterInfo *cp[3];
+        Kvdist__V1__LinkClusters lc = KVDIST__V1__LINK_CLUSTERS__INIT;
+        Kvdist__V1__LinkClustersReply *r;
+        int32_t rets[] = {0, -5, 2147483647, -2147483647 - 1};
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        Kvdist__V1__LinkClustersReply reply = KVDIST__V1__LINK_CLUSTERS_REPLY__INIT;
+        Kvdist__V1__LinkClusters *u;
+        uint8_t *buf = NULL;
+        ProtobufCMessage *m;
+        size_t len;
+
+        for (unsigned i = 0; i < 3; i++) {
+                kvdist__v1__cluster_info__init(&ci[i]);
+                ci[i].remote_cluster_id = 1000 + i;
+                ci[i].remote_role = KVDIST__V1__ROLE__ROLE_DECODER;
+                ci[i].remote_ip_info = (char *)(i == 1 ? "" : "10.0.0.2:26000");
+                ci[i].local_ip_info = (char *)"10.0.0.1";
+                cp[i] = &ci[i];
+        }
+        lc.n_clusters = 3;
+        lc.clusters = cp;
+        lc.timeout_ms = 5000;
+
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_LINK_CLUSTERS, 0, 1, 0, &lc.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        check_frame(buf, len, KVDIST__V1__MSG_TYPE__MSG_LINK_CLUSTERS, 0, 1, 0);
+        ck_assert_int_eq(
+                frame_unpack(frame_type_lookup(KVDIST__V1__MSG_TYPE__MSG_LINK_CLUSTERS)->request,
+                             buf + FRAME_HEADER_SIZE, len - FRAME_HEADER_SIZE, &m),
+                0);
+        u = (Kvdist__V1__LinkClusters *)m;
+        ck_assert_uint_eq(u->n_clusters, 3);
+        for (unsigned i = 0; i < 3; i++) {
+                ck_assert_uint_eq(u->clusters[i]->remote_cluster_id, 1000 + i);
+                ck_assert_int_eq(u->clusters[i]->remote_role, KVDIST__V1__ROLE__ROLE_DECODER);
+                ck_assert_str_eq(u->clusters[i]->remote_ip_info, ci[i].remote_ip_info);
+                ck_assert_str_eq(u->clusters[i]->local_ip_info, "10.0.0.1");
+        }
+        ck_assert_uint_eq(u->timeout_ms, 5000);
+        protobuf_c_message_free_unpacked(m, NULL);
+        free(buf);
+
+        st.code = -7;
+        st.detail = (char *)"cluster 1001 is already linked";
+        reply.status = &st;
+        reply.n_rets = ARRAY_SIZE(rets);
+        reply.rets = rets;
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_LINK_CLUSTERS, FRAME_FLAG_REPLY, 1, 0,
+                                    &reply.base, FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        check_frame(buf, len, KVDIST__V1__MSG_TYPE__MSG_LINK_CLUSTERS, FRAME_FLAG_REPLY, 1, 0);
+        ck_assert_int_eq(frame_unpack(&kvdist__v1__link_clusters_reply__descriptor,
+                                      buf + FRAME_HEADER_SIZE, len - FRAME_HEADER_SIZE, &m),
+                         0);
+        r = (Kvdist__V1__LinkClustersReply *)m;
+        ck_assert_ptr_nonnull(r->status);
+        ck_assert_int_eq(r->status->code, -7);
+        ck_assert_str_eq(r->status->detail, "cluster 1001 is already linked");
+        ck_assert_uint_eq(r->n_rets, ARRAY_SIZE(rets));
+        ck_assert_mem_eq(r->rets, rets, sizeof(rets));
+        protobuf_c_message_free_unpacked(m, NULL);
+        free(buf);
+}
+END_TEST
+
+START_TEST(test_pack_empty)
+{
+        _cleanup_free_ uint8_t *buf = NULL;
+        ProtobufCMessage *m;
+        size_t len;
+
+        ck_assert_int_eq(
+                frame_pack(KVDIST__V1__MSG_TYPE__MSG_CLIENT_FINALIZE, 0, 5, 0, NULL, 0, &buf, &len),
+                0);
+        ck_assert_uint_eq(len, FRAME_HEADER_SIZE);
+        check_frame(buf, len, KVDIST__V1__MSG_TYPE__MSG_CLIENT_FINALIZE, 0, 5, 0);
+        ck_assert_int_eq(frame_unpack(&kvdist__v1__client_finalize__descriptor,
+                                      buf + FRAME_HEADER_SIZE, 0, &m),
+                         0);
+        ck_assert_ptr_eq(m->descriptor, &kvdist__v1__client_finalize__descriptor);
+        protobuf_c_message_free_unpacked(m, NULL);
+}
+END_TEST
+
+START_TEST(test_pack_limits)
+{
+        Kvdist__V1__Hello hello = KVDIST__V1__HELLO__INIT;
+        uint8_t *buf = (uint8_t *)&hello;
+        size_t len = 12345, size;
+
+        hello.protocol_version = 1;
+        hello.identity = (char *)"libkvdist/0.1.0";
+        size = protobuf_c_message_get_packed_size(&hello.base);
+        ck_assert_uint_gt(size, 0);
+
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 1, 0, &hello.base,
+                                    (uint32_t)size - 1, &buf, &len),
+                         -EMSGSIZE);
+        ck_assert_ptr_eq(buf, &hello);
+        ck_assert_uint_eq(len, 12345);
+
+        /* Flags or an fd count the receiver would reject are refused here. */
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_HELLO, 1u << 2, 1, 0, &hello.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         -EINVAL);
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 1, FRAME_MAX_FDS + 1,
+                                    &hello.base, FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         -EINVAL);
+        ck_assert_ptr_eq(buf, &hello);
+
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 1, FRAME_MAX_FDS,
+                                    &hello.base, (uint32_t)size, &buf, &len),
+                         0);
+        ck_assert_uint_eq(len, FRAME_HEADER_SIZE + size);
+        check_frame(buf, len, KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 1, FRAME_MAX_FDS);
+        free(buf);
+}
+END_TEST
+
+START_TEST(test_pack_error)
+{
+        static const char detail[] = "dst_blocks[3]=900 is out of range, cache 7 has 512 blocks";
+        _cleanup_free_ uint8_t *buf = NULL;
+        _cleanup_free_ uint8_t *buf2 = NULL;
+        Kvdist__V1__Status *st;
+        ProtobufCMessage *m;
+        FrameHeader h;
+        size_t len;
+
+        ck_assert_int_eq(frame_pack_error(KVDIST__V1__MSG_TYPE__MSG_TRANSFER, 9, -12, detail,
+                                          FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        h = check_frame(buf, len, KVDIST__V1__MSG_TYPE__MSG_TRANSFER,
+                        FRAME_FLAG_REPLY | FRAME_FLAG_ERROR, 9, 0);
+        ck_assert_int_eq(frame_unpack(&kvdist__v1__status__descriptor, buf + FRAME_HEADER_SIZE,
+                                      h.length, &m),
+                         0);
+        st = (Kvdist__V1__Status *)m;
+        ck_assert_int_eq(st->code, -12);
+        ck_assert_str_eq(st->detail, detail);
+        protobuf_c_message_free_unpacked(m, NULL);
+
+        /* No detail: an empty string comes back. */
+        ck_assert_int_eq(frame_pack_error(KVDIST__V1__MSG_TYPE__MSG_HELLO, 1, -3, NULL,
+                                          FRAME_MAX_PAYLOAD_DEFAULT, &buf2, &len),
+                         0);
+        h = check_frame(buf2, len, KVDIST__V1__MSG_TYPE__MSG_HELLO,
+                        FRAME_FLAG_REPLY | FRAME_FLAG_ERROR, 1, 0);
+        ck_assert_int_eq(frame_unpack(&kvdist__v1__status__descriptor, buf2 + FRAME_HEADER_SIZE,
+                                      h.length, &m),
+                         0);
+        st = (Kvdist__V1__Status *)m;
+        ck_assert_int_eq(st->code, -3);
+        ck_assert_str_eq(st->detail, "");
+        protobuf_c_message_free_unpacked(m, NULL);
+
+        /* The detail counts against the limit like any payload. */
+        free(TAKE_PTR(buf2));
+        ck_assert_int_eq(
+                frame_pack_error(KVDIST__V1__MSG_TYPE__MSG_HELLO, 1, -3, detail, 10, &buf2, &len),
+                -EMSGSIZE);
+        ck_assert_ptr_null(buf2);
+}
+END_TEST
+
+START_TEST(test_unpack_garbage)
+{
+        static const struct {
+                const char *what;
+                uint8_t bytes[12];
+                size_t len;
+        } bad[] = {
+                {"varint field without its value", {0x08}, 1},
+                {"unterminated varint", {0x08, 0x80, 0x80}, 3},
+                {"varint over 10 bytes",
+                 {0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+                 12},
+                {"string longer than the payload", {0x1a, 0x05, 'a', 'b'}, 4},
+                {"invalid wire type 7", {0x0f, 0x00}, 2},
+                {"invalid wire type 6", {0x0e, 0x00}, 2},
+                {"field number 0", {0x00, 0x01}, 2},
+                {"tag without its field", {0xff}, 1},
+        };
+        Kvdist__V1__Hello hello = KVDIST__V1__HELLO__INIT;
+        _cleanup_free_ uint8_t *buf = NULL;
+        ProtobufCMessage *m = (ProtobufCMessage *)&hello;
+        size_t len, payload;
+
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+                ck_assert_msg(frame_unpack(&kvdist__v1__hello__descriptor, bad[i].bytes, bad[i].len,
+                                           &m) == -EBADMSG,
+                              "%s was accepted", bad[i].what);
+        ck_assert_ptr_eq(m, &hello);
+
+        /* A Hello cut inside its last field (the identity string) is rejected at every length. */
+        hello.protocol_version = 1;
+        hello.features = UINT64_MAX;
+        hello.identity = (char *)"libkvdist/0.1.0";
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 1, 0, &hello.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        payload = len - FRAME_HEADER_SIZE;
+        for (size_t cut = 1; cut <= strlen(hello.identity) + 1; cut++)
+                ck_assert_int_eq(frame_unpack(&kvdist__v1__hello__descriptor,
+                                              buf + FRAME_HEADER_SIZE, payload - cut, &m),
+                                 -EBADMSG);
+        ck_assert_ptr_eq(m, &hello);
+}
+END_TEST
+
+/* Every prefix of a packed message either unpacks or is -EBADMSG (the sanitizers watch). */
+START_TEST(test_unpack_truncated_prefixes)
+{
+        uint64_t blocks[64];
+        Kvdist__V1__ReqKey rkey = KVDIST__V1__REQ_KEY__INIT;
+        Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT;
+        Kvdist__V1__Transfer t = KVDIST__V1__TRANSFER__INIT;
+        _cleanup_free_ uint8_t *buf = NULL;
+        unsigned rejected = 0;
+        size_t len, payload;
+
+        for (size_t i = 0; i < ARRAY_SIZE(blocks); i++)
+                blocks[i] = i * 1000003u;
+        rkey.cluster_id = 1;
+        rkey.req_id = 2;
+        key.kind_case = KVDIST__V1__CACHE_KEY__KIND_REQ;
+        key.req = &rkey;
+        t.kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS;
+        t.remote_key = &key;
+        t.n_src_blocks = t.n_dst_blocks = ARRAY_SIZE(blocks);
+        t.src_blocks = t.dst_blocks = blocks;
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_TRANSFER, 0, 1, 0, &t.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        payload = len - FRAME_HEADER_SIZE;
+
+        for (size_t l = 0; l < payload; l++) {
+                /* A private copy of exactly l bytes, so an overread is an ASan report. */
+                _cleanup_free_ uint8_t *copy = malloc(l ?: 1);
+                ProtobufCMessage *m = NULL;
+                int r;
+
+                ck_assert_ptr_nonnull(copy);
+                memcpy(copy, buf + FRAME_HEADER_SIZE, l);
+                r = frame_unpack(&kvdist__v1__transfer__descriptor, copy, l, &m);
+                if (r == 0)
+                        protobuf_c_message_free_unpacked(m, NULL);
+                else {
+                        ck_assert_int_eq(r, -EBADMSG);
+                        rejected++;
+                }
+        }
+        /* Cuts inside the key or a packed block list cannot all be valid messages. */
+        ck_assert_uint_gt(rejected, payload / 2);
+}
+END_TEST
+
+static unsigned count_open_fds(void)
+{
+        DIR *d = opendir("/proc/self/fd");
+        unsigned n = 0;
+
+        ck_assert_ptr_nonnull(d);
+        while (readdir(d))
+                n++;
+        closedir(d);
+        return n;
+}
+
+/* A memfd holding @tag, so each one is a distinct file with its own inode. */
+static int make_file(int tag)
+{
+        int fd = memfd_create("test-frame", MFD_CLOEXEC);
+
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, &tag, sizeof(tag)), sizeof(tag));
+        return fd;
+}
+
+static void check_same_file(int a, int b)
+{
+        struct stat sa, sb;
+
+        ck_assert_int_ne(a, b);
+        ck_assert_int_eq(fstat(a, &sa), 0);
+        ck_assert_int_eq(fstat(b, &sb), 0);
+        ck_assert_uint_eq(sa.st_dev, sb.st_dev);
+        ck_assert_uint_eq(sa.st_ino, sb.st_ino);
+        ck_assert_int_eq(fcntl(b, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+}
+
+/* Sends a Hello frame with @n fds over a socketpair and checks what arrives. */
+static void send_recv_fds(size_t n)
+{
+        Kvdist__V1__Hello hello = KVDIST__V1__HELLO__INIT;
+        int sv[2], sent[FRAME_MAX_FDS], got[FRAME_MAX_FDS];
+        _cleanup_free_ uint8_t *buf = NULL;
+        uint8_t in[256];
+        size_t len, n_got = 99;
+        ssize_t r;
+
+        hello.protocol_version = FRAME_VERSION;
+        hello.identity = (char *)"test-frame";
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 1, (uint16_t)n, &hello.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        ck_assert_uint_le(len, sizeof(in));
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        for (size_t i = 0; i < n; i++)
+                sent[i] = make_file((int)i);
+
+        ck_assert_int_eq(frame_sendmsg(sv[0], buf, len, sent, n), (ssize_t)len);
+        memset(got, -1, sizeof(got));
+        r = frame_recvmsg(sv[1], in, sizeof(in), got, FRAME_MAX_FDS, &n_got);
+        ck_assert_int_eq(r, (ssize_t)len);
+        ck_assert_mem_eq(in, buf, len);
+        ck_assert_uint_eq(n_got, n);
+        check_frame(in, len, KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 1, (uint16_t)n);
+        for (size_t i = 0; i < n; i++) {
+                check_same_file(sent[i], got[i]);
+                close(sent[i]);
+                close(got[i]);
+        }
+        for (size_t i = n; i < FRAME_MAX_FDS; i++)
+                ck_assert_int_eq(got[i], -1);
+
+        close(sv[0]);
+        close(sv[1]);
+}
+
+START_TEST(test_sendmsg_fds)
+{
+        unsigned before = count_open_fds();
+
+        send_recv_fds(0);
+        send_recv_fds(1);
+        send_recv_fds(2);
+        send_recv_fds(FRAME_MAX_FDS);
+        ck_assert_uint_eq(count_open_fds(), before);
+}
+END_TEST
+
+/* Sends @n fds to a receiver with room for @max_fds: -EPROTO and nothing left open. */
+static void check_too_many_fds(size_t n, size_t max_fds)
+{
+        int sv[2], sent[FRAME_MAX_FDS], got[FRAME_MAX_FDS + 1];
+        uint8_t out[8] = "KVD1xxxx", in[8];
+        size_t n_got = 99;
+        unsigned before;
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        for (size_t i = 0; i < n; i++)
+                sent[i] = make_file((int)i);
+        before = count_open_fds();
+
+        ck_assert_int_eq(frame_sendmsg(sv[0], out, sizeof(out), sent, n), sizeof(out));
+        memset(got, -1, sizeof(got));
+        ck_assert_int_eq(frame_recvmsg(sv[1], in, sizeof(in), got, max_fds, &n_got), -EPROTO);
+        ck_assert_uint_eq(n_got, 99);
+        for (size_t i = 0; i < ARRAY_SIZE(got); i++)
+                ck_assert_int_eq(got[i], -1);
+        ck_assert_uint_eq(count_open_fds(), before);
+
+        for (size_t i = 0; i < n; i++)
+                close(sent[i]);
+        close(sv[0]);
+        close(sv[1]);
+}
+
+START_TEST(test_recvmsg_too_many_fds)
+{
+        check_too_many_fds(1, 0);
+        check_too_many_fds(FRAME_MAX_FDS, 0);
+        /* CMSG_SPACE() rounds up to 8 bytes: room for 1 int is room for 2 in the kernel's eyes. */
+        check_too_many_fds(2, 1);
+        check_too_many_fds(FRAME_MAX_FDS, 1);
+        check_too_many_fds(FRAME_MAX_FDS, FRAME_MAX_FDS - 1);
+}
+END_TEST
+
+START_TEST(test_socket_errors)
+{
+        int sv[2], fds[FRAME_MAX_FDS + 1];
+        uint8_t b = 0;
+        size_t n_got = 99;
+
+        for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
+                fds[i] = STDIN_FILENO;
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv), 0);
+
+        ck_assert_int_eq(frame_sendmsg(sv[0], &b, 1, fds, FRAME_MAX_FDS + 1), -EINVAL);
+        ck_assert_int_eq(frame_sendmsg(sv[0], &b, 0, fds, 1), -EINVAL);
+        ck_assert_int_eq(frame_recvmsg(sv[1], &b, 1, fds, FRAME_MAX_FDS, &n_got), -EAGAIN);
+        ck_assert_int_eq(frame_recvmsg(-1, &b, 1, fds, FRAME_MAX_FDS, &n_got), -EBADF);
+        ck_assert_int_eq(frame_sendmsg(-1, &b, 1, NULL, 0), -EBADF);
+        ck_assert_uint_eq(n_got, 99);
+
+        /* EOF reads as 0; writing to a closed peer is -EPIPE, not SIGPIPE (MSG_NOSIGNAL). */
+        close(sv[0]);
+        ck_assert_int_eq(frame_recvmsg(sv[1], &b, 1, fds, FRAME_MAX_FDS, &n_got), 0);
+        ck_assert_uint_eq(n_got, 0);
+        ck_assert_int_eq(frame_sendmsg(sv[1], &b, 1, NULL, 0), -EPIPE);
+        close(sv[1]);
+}
+END_TEST
+
+static Suite *frame_suite(void)
+{
+        Suite *s = suite_create("frame");
+        TCase *tc;
+
+        tc = tcase_create("header");
+        tcase_add_test(tc, test_header_wire_order);
+        tcase_add_test(tc, test_header_round_trip);
+        tcase_add_test(tc, test_header_decode_errors);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("registry");
+        tcase_add_test(tc, test_registry_knows_every_type);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("pack");
+        tcase_add_test(tc, test_pack_transfer);
+        tcase_add_test(tc, test_pack_link_clusters);
+        tcase_add_test(tc, test_pack_empty);
+        tcase_add_test(tc, test_pack_limits);
+        tcase_add_test(tc, test_pack_error);
+        tcase_add_test(tc, test_unpack_garbage);
+        tcase_add_test(tc, test_unpack_truncated_prefixes);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("socket");
+        tcase_add_test(tc, test_sendmsg_fds);
+        tcase_add_test(tc, test_recvmsg_too_many_fds);
+        tcase_add_test(tc, test_socket_errors);
+        suite_add_tcase(s, tc);
+
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(frame_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
