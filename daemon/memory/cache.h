@@ -72,6 +72,7 @@ struct Cache {
         bool id_held;           /* pool caches: until deallocate */
         unsigned n_key_holds;   /* pool caches: keys still holding it */
         unsigned n_busy;        /* transfers in flight that use it */
+        bool released;          /* left its table while busy: freed when n_busy drops to 0 */
         CList link_table;       /* on CacheTable.caches */
         CacheTensor tensors[];  /* desc.num_tensors */
 };
@@ -108,26 +109,37 @@ typedef struct CacheTable {
         unsigned n_addrs;       /* tensor addresses over all caches (LLM-DataDist's 240) */
 } CacheTable;
 
+/* Initialises an empty table. */
 void cache_table_init(CacheTable *t);
-/* Frees every cache and key; pool extents are the caller's (see cache_table_take_dead()). */
+/*
+ * Frees every cache and key. Pool extents are the caller's: take pool caches out with
+ * cache_table_remove() first to release them.
+ */
 void cache_table_deinit(CacheTable *t);
 
 /*
  * Adds @cache with @keys (REQ keys, one per batch slot, for contiguous caches: at most `units`
  * of them, an empty slot when req_id and prefix_id are both CACHE_ID_NONE; at most one BLOCKS
- * key for blocks caches). Each key's cluster_id must be @owner. A REQ key already present is
- * CACHE_KEY_ALREADY_EXIST; a BLOCKS key already present moves to the new cache (last wins).
- * With @hold_keys (pool caches) every key holds the cache. On success the table owns @cache.
+ * key for blocks caches). Each key's cluster_id must be cache->owner_cluster_id (except an
+ * empty slot's). A REQ key already present is CACHE_KEY_ALREADY_EXIST; a BLOCKS key already
+ * present moves to the new cache (last wins). With @hold_keys (pool caches) every REQ key holds
+ * the cache; BLOCKS keys never hold (they can move away on a later add). A pool_backed cache
+ * starts with its id held. More than KVD_MAX_TENSORS tensor addresses in the table is
+ * PARAM_INVALID, an id already present CACHE_ID_ALREADY_EXIST. On failure nothing changed; on
+ * success the table owns @cache.
  */
 int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_keys,
                     bool hold_keys, Error *err);
 
+/* The cache with id @cache_id, or NULL (borrowed). */
 Cache *cache_table_find(const CacheTable *t, uint64_t cache_id);
 
 /*
  * Resolves a key to the cache and batch slot it names. REQ: the slot the key was registered
  * at; ID_INDEX: that cache and index (index checked against units for contiguous caches);
- * BLOCKS: the cache currently under the key (slot 0). CACHE_NOT_EXIST when nothing matches.
+ * BLOCKS: the cache currently under the key (slot 0). CACHE_NOT_EXIST when nothing matches;
+ * PARAM_INVALID for an index out of range, a REQ key without exactly one of req_id/prefix_id,
+ * or an unknown kind.
  */
 int cache_table_lookup(const CacheTable *t, const CacheKey *key, Cache **ret_cache,
                        uint32_t *ret_index, Error *err);
@@ -135,13 +147,15 @@ int cache_table_lookup(const CacheTable *t, const CacheKey *key, Cache **ret_cac
 /*
  * Removes @key. If it held a pool cache that nothing else holds, the cache is unlinked from the
  * table and returned in *@ret_dead for the caller to release (pool extent, then cache_free());
- * otherwise *@ret_dead is NULL. CACHE_NOT_EXIST when the key is unknown.
+ * otherwise *@ret_dead is NULL. CACHE_NOT_EXIST when the key is unknown, PARAM_INVALID for a
+ * kind that is never registered (ID_INDEX).
  */
 int cache_table_remove_key(CacheTable *t, const CacheKey *key, Cache **ret_dead, Error *err);
 
 /*
  * Ends the id's hold on pool cache @cache_id (kvd_deallocate_cache): as remove_key for a
- * dead cache. CACHE_NOT_EXIST unknown id, PARAM_INVALID a registered (not pool) cache.
+ * dead cache. CACHE_NOT_EXIST unknown id or an id already released, PARAM_INVALID a
+ * registered (not pool) cache.
  */
 int cache_table_release_id(CacheTable *t, uint64_t cache_id, Cache **ret_dead, Error *err);
 

@@ -40,9 +40,13 @@ struct Region {
  */
 int region_new_from_fd(int fd, uint64_t size, uint64_t client_addr, uint64_t id, Region **ret);
 
-/* Creates a memfd of @size bytes (sealed against shrinking and growing) and maps it. */
+/*
+ * Creates a memfd of @size bytes (sealed against shrinking and growing) and maps it, as a
+ * REGION_POOL region with client_addr 0. -EINVAL size 0, -errno from memfd_create/mmap.
+ */
 int region_new_memfd(const char *name, uint64_t size, uint64_t id, Region **ret);
 
+/* Takes a reference on @r. Accepts NULL; returns @r. */
 Region *region_ref(Region *r);
 /* Drops a reference; the last one unmaps and closes. Accepts NULL; returns NULL. */
 Region *region_unref(Region *r);
