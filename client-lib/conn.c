@@ -1,1 +1,521 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * libkvdist connection: the Unix socket to kvdistd, request ids, and matching replies to
+ * waiters. One thread at a time reads frames and files each reply under its request id; the
+ * other waiters sleep on the condition variable until theirs arrives or the reader leaves.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+
+#include "client.h"
+
+int conn_connect(const char *path, Error *err)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct timeval tv = {.tv_sec = CLIENT_SEND_TIMEOUT_MS / 1000};
+        _cleanup_close_ int fd = -1;
+        size_t len = strlen(path);
+        int r;
+
+        if (len == 0 || len >= sizeof(sa.sun_path))
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "socket path \"%s\" is empty or longer than %zu bytes", path,
+                                 sizeof(sa.sun_path) - 1);
+        memcpy(sa.sun_path, path, len + 1);
+
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return error_set(err, KVD_E_FAILED, "socket(AF_UNIX): %s", strerror(errno));
+
+        /* A daemon that reads nothing for this long is stuck: fail instead of hanging. */
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+
+        do
+                r = connect(fd, (const struct sockaddr *)&sa, sizeof(sa));
+        while (r < 0 && errno == EINTR);
+        if (r < 0 && errno != EISCONN) {
+                int e = errno;
+
+                if (e == EACCES || e == EPERM)
+                        return error_set(err, KVD_E_PERMISSION_DENIED,
+                                         "cannot connect to kvdistd at %s: %s", path, strerror(e));
+                return error_set(err, KVD_E_DAEMON_UNAVAILABLE,
+                                 "no daemon at %s: %s; is kvdistd running?", path, strerror(e));
+        }
+
+        return TAKE_FD(fd);
+}
+
+const char *conn_type_name(uint16_t type)
+{
+        const FrameType *ft = frame_type_lookup(type);
+
+        return ft ? ft->name : "request";
+}
+
+void pending_init(Pending *p)
+{
+        *p = (Pending){};
+        clist_init(&p->link);
+        for (size_t i = 0; i < FRAME_MAX_FDS; i++)
+                p->fds[i] = -1;
+}
+
+/* Frees what a reply left in @p; the caller made sure nobody else can reach it. */
+static void pending_clear(Pending *p)
+{
+        if (p->reply)
+                protobuf_c_message_free_unpacked(p->reply, NULL);
+        p->reply = NULL;
+        for (size_t i = 0; i < p->n_fds; i++)
+                p->fds[i] = safe_close(p->fds[i]);
+        p->n_fds = 0;
+}
+
+void pending_deinit(kvd_client *c, Pending *p)
+{
+        pthread_mutex_lock(&c->lock);
+        clist_unlink(&p->link);
+        pthread_mutex_unlock(&c->lock);
+        pending_clear(p);
+}
+
+static void conn_kill_locked(kvd_client *c, const char *detail)
+{
+        if (!c->dead) {
+                c->dead = true;
+                (void)snprintf(c->dead_detail, sizeof(c->dead_detail), "%s", detail);
+                /* Wakes a reader blocked in poll(); the fd itself stays until the client goes. */
+                if (c->fd >= 0)
+                        (void)shutdown(c->fd, SHUT_RDWR);
+        }
+        pthread_cond_broadcast(&c->cond);
+}
+
+void conn_kill(kvd_client *c, const char *detail)
+{
+        pthread_mutex_lock(&c->lock);
+        conn_kill_locked(c, detail);
+        pthread_mutex_unlock(&c->lock);
+}
+
+int conn_send(kvd_client *c, uint16_t type, const ProtobufCMessage *msg, const int *fds,
+              size_t n_fds, Pending *p, Error *err)
+{
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t len, off = 0;
+        ssize_t n = 0;
+        int r;
+
+        /* Packed before any lock is taken; the request id goes into the header below. */
+        r = frame_pack(type, 0, 0, (uint16_t)n_fds, msg, CLIENT_MAX_PAYLOAD, &buf, &len);
+        if (r == -EMSGSIZE)
+                return error_set(err, KVD_E_PARAM_INVALID, "the %s request is larger than %u bytes",
+                                 conn_type_name(type), CLIENT_MAX_PAYLOAD);
+        if (r < 0)
+                return error_set(err, r == -ENOMEM ? KVD_E_OUT_OF_MEMORY : KVD_E_FAILED,
+                                 "cannot pack the %s request: %s", conn_type_name(type),
+                                 strerror(-r));
+
+        pthread_mutex_lock(&c->send_lock);
+        pthread_mutex_lock(&c->lock);
+        if (c->dead) {
+                r = error_set(err, KVD_E_DAEMON_UNAVAILABLE, "%s", c->dead_detail);
+                pthread_mutex_unlock(&c->lock);
+                pthread_mutex_unlock(&c->send_lock);
+                return r;
+        }
+        /* Ids are taken under send_lock, so they reach the wire in increasing order. */
+        p->request_id = c->next_request_id++;
+        p->type = type;
+        p->done = false;
+        clist_link_tail(&c->pending, &p->link);
+        pthread_mutex_unlock(&c->lock);
+
+        frame_header_encode(
+                &(FrameHeader){
+                        .magic = FRAME_MAGIC,
+                        .version = FRAME_VERSION,
+                        .type = type,
+                        .n_fds = (uint16_t)n_fds,
+                        .length = (uint32_t)(len - FRAME_HEADER_SIZE),
+                        .request_id = p->request_id,
+                },
+                buf);
+
+        while (off < len) {
+                /* The fds travel with the first byte. */
+                n = frame_sendmsg(c->fd, buf + off, len - off, off == 0 ? fds : NULL,
+                                  off == 0 ? n_fds : 0);
+                if (n < 0)
+                        break;
+                off += (size_t)n;
+        }
+        pthread_mutex_unlock(&c->send_lock);
+
+        if (off == len)
+                return KVD_OK;
+
+        pending_deinit(c, p);
+        if (off == 0 && n == -EAGAIN)
+                /* Nothing went out, so the stream is still in step. */
+                return error_set(err, KVD_E_TIMEOUT,
+                                 "kvdistd did not read the %s request within %u ms",
+                                 conn_type_name(type), CLIENT_SEND_TIMEOUT_MS);
+
+        if (n == -EPIPE || n == -ECONNRESET)
+                error_set(err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd closed the connection");
+        else
+                error_set(err, KVD_E_DAEMON_UNAVAILABLE,
+                          "kvdistd closed the connection (sending %s: %s)", conn_type_name(type),
+                          strerror((int)-n));
+        conn_kill(c, err->msg);
+        return KVD_E_DAEMON_UNAVAILABLE;
+}
+
+static void rx_reset(RxState *rx)
+{
+        free(rx->payload);
+        for (size_t i = 0; i < rx->n_fds; i++)
+                safe_close(rx->fds[i]);
+        *rx = (RxState){};
+}
+
+/* A frame the reader completed, decoded; @msg NULL means "nothing to deliver". */
+typedef struct RxFrame {
+        FrameHeader h;
+        ProtobufCMessage *msg;
+        bool is_error;
+        int fds[FRAME_MAX_FDS];
+        size_t n_fds;
+} RxFrame;
+
+static void rx_frame_clear(RxFrame *f)
+{
+        if (f->msg)
+                protobuf_c_message_free_unpacked(f->msg, NULL);
+        f->msg = NULL;
+        for (size_t i = 0; i < f->n_fds; i++)
+                safe_close(f->fds[i]);
+        f->n_fds = 0;
+}
+
+/* Milliseconds for poll() until @deadline, -1 for none, 0 once it passed. */
+static int poll_timeout(usec_t deadline)
+{
+        usec_t now, left;
+
+        if (deadline == USEC_INFINITY)
+                return -1;
+        now = now_usec(CLOCK_MONOTONIC);
+        if (now >= deadline)
+                return 0;
+        left = (deadline - now + USEC_PER_MSEC - 1) / USEC_PER_MSEC;
+        return left > INT_MAX ? INT_MAX : (int)left;
+}
+
+/*
+ * Decodes the frame in c->rx into @ret and resets c->rx. Returns 0, or -1 with @detail set when
+ * the frame breaks the protocol.
+ */
+static int rx_decode(kvd_client *c, RxFrame *ret, char *detail, size_t size)
+{
+        RxState *rx = &c->rx;
+        const ProtobufCMessageDescriptor *desc;
+        const FrameType *ft;
+        RxFrame f = {.h = rx->h};
+        int r = 0;
+
+        memcpy(f.fds, rx->fds, sizeof(f.fds));
+        f.n_fds = rx->n_fds;
+        rx->n_fds = 0;
+
+        if (f.n_fds != f.h.n_fds) {
+                (void)snprintf(detail, size,
+                               "kvdistd sent a malformed frame (%zu fds for a header saying %u)",
+                               f.n_fds, f.h.n_fds);
+                r = -1;
+                goto out;
+        }
+        if (!(f.h.flags & FRAME_FLAG_REPLY))
+                /* Not an answer to anything we asked: dropped. */
+                goto out;
+
+        ft = frame_type_lookup(f.h.type);
+        if (!ft) {
+                (void)snprintf(detail, size, "kvdistd sent a reply of unknown type %u", f.h.type);
+                r = -1;
+                goto out;
+        }
+        f.is_error = f.h.flags & FRAME_FLAG_ERROR;
+        desc = f.is_error ? &kvdist__v1__status__descriptor : ft->reply;
+        if (frame_unpack(desc, rx->payload, rx->payload_len, &f.msg) < 0) {
+                (void)snprintf(detail, size, "kvdistd sent a malformed %s reply", ft->name);
+                r = -1;
+        }
+
+out:
+        rx_reset(rx);
+        if (r < 0)
+                rx_frame_clear(&f);
+        *ret = f;
+        return r;
+}
+
+/*
+ * Reads until one frame is complete (1, in @ret), @deadline passes (0; a partial frame stays in
+ * c->rx for the next reader) or the connection fails (-1, @detail set). Called by the reader
+ * only, without c->lock.
+ */
+static int conn_read(kvd_client *c, usec_t deadline, RxFrame *ret, char *detail, size_t size)
+{
+        RxState *rx = &c->rx;
+
+        for (;;) {
+                struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+                size_t got_fds = 0, want;
+                uint8_t *buf;
+                ssize_t n;
+                int r;
+
+                if (rx->header_len == FRAME_HEADER_SIZE && rx->payload_len == rx->h.length)
+                        return rx_decode(c, ret, detail, size) < 0 ? -1 : 1;
+
+                if (rx->header_len < FRAME_HEADER_SIZE) {
+                        buf = rx->header + rx->header_len;
+                        want = FRAME_HEADER_SIZE - rx->header_len;
+                } else {
+                        buf = rx->payload + rx->payload_len;
+                        want = rx->h.length - rx->payload_len;
+                }
+
+                r = poll(&pfd, 1, poll_timeout(deadline));
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r < 0) {
+                        (void)snprintf(detail, size, "kvdistd connection failed (poll: %s)",
+                                       strerror(errno));
+                        return -1;
+                }
+                if (r == 0)
+                        return 0;
+
+                n = frame_recvmsg(c->fd, buf, want, rx->fds + rx->n_fds, FRAME_MAX_FDS - rx->n_fds,
+                                  &got_fds);
+                if (n == -EAGAIN)
+                        continue;
+                if (n == 0 || n == -ECONNRESET || n == -EPIPE) {
+                        (void)snprintf(detail, size, "kvdistd closed the connection");
+                        return -1;
+                }
+                if (n == -EPROTO) {
+                        (void)snprintf(detail, size,
+                                       "kvdistd sent a malformed frame (bad control data)");
+                        return -1;
+                }
+                if (n < 0) {
+                        (void)snprintf(detail, size, "kvdistd closed the connection (recv: %s)",
+                                       strerror((int)-n));
+                        return -1;
+                }
+                rx->n_fds += got_fds;
+
+                if (rx->header_len < FRAME_HEADER_SIZE) {
+                        rx->header_len += (size_t)n;
+                        if (rx->header_len < FRAME_HEADER_SIZE)
+                                continue;
+                        r = frame_header_decode(rx->header, CLIENT_MAX_PAYLOAD, &rx->h);
+                        if (r < 0) {
+                                (void)snprintf(detail, size,
+                                               "kvdistd sent a malformed frame header (%s)",
+                                               strerror(-r));
+                                return -1;
+                        }
+                        rx->payload = malloc(MAX(rx->h.length, 1u));
+                        if (!rx->payload) {
+                                (void)snprintf(detail, size,
+                                               "out of memory for a %u byte reply from kvdistd",
+                                               rx->h.length);
+                                return -1;
+                        }
+                } else
+                        rx->payload_len += (size_t)n;
+        }
+}
+
+static Pending *conn_find_pending(kvd_client *c, uint64_t request_id)
+{
+        Pending *p;
+
+        CLIST_FOREACH (p, &c->pending, link)
+                if (p->request_id == request_id)
+                        return p;
+        return NULL;
+}
+
+/* Files @f under its request id, or drops it. Called by the reader with c->lock held. */
+static void conn_dispatch_locked(kvd_client *c, RxFrame *f)
+{
+        Pending *p;
+
+        if (!f->msg)
+                goto drop;
+        p = conn_find_pending(c, f->h.request_id);
+        if (!p)
+                goto drop;
+        if (p->type != f->h.type) {
+                char detail[ERROR_MSG_MAX];
+
+                (void)snprintf(detail, sizeof(detail),
+                               "kvdistd answered the %s request %llu with a %s reply",
+                               conn_type_name(p->type), (unsigned long long)p->request_id,
+                               conn_type_name(f->h.type));
+                conn_kill_locked(c, detail);
+                goto drop;
+        }
+
+        clist_unlink(&p->link);
+        p->done = true;
+        p->is_error = f->is_error;
+        p->reply = TAKE_PTR(f->msg);
+        memcpy(p->fds, f->fds, sizeof(p->fds));
+        p->n_fds = f->n_fds;
+        f->n_fds = 0;
+        return;
+
+drop:
+        rx_frame_clear(f);
+}
+
+static void cond_wait_until(kvd_client *c, usec_t deadline)
+{
+        struct timespec ts;
+
+        if (deadline == USEC_INFINITY) {
+                pthread_cond_wait(&c->cond, &c->lock);
+                return;
+        }
+        ts.tv_sec = (time_t)(deadline / USEC_PER_SEC);
+        ts.tv_nsec = (long)(deadline % USEC_PER_SEC * NSEC_PER_USEC);
+        (void)pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+}
+
+int conn_wait(kvd_client *c, Pending *p, usec_t deadline, Error *err)
+{
+        int r;
+
+        pthread_mutex_lock(&c->lock);
+        for (;;) {
+                if (p->done) {
+                        r = KVD_OK;
+                        break;
+                }
+                if (c->dead) {
+                        r = error_set(err, KVD_E_DAEMON_UNAVAILABLE, "%s", c->dead_detail);
+                        break;
+                }
+                if (deadline != USEC_INFINITY && now_usec(CLOCK_MONOTONIC) >= deadline) {
+                        r = KVD_E_TIMEOUT;
+                        break;
+                }
+
+                if (!c->reading) {
+                        char detail[ERROR_MSG_MAX] = "";
+                        RxFrame f = {};
+                        int k;
+
+                        c->reading = true;
+                        pthread_mutex_unlock(&c->lock);
+                        k = conn_read(c, deadline, &f, detail, sizeof(detail));
+                        pthread_mutex_lock(&c->lock);
+                        c->reading = false;
+
+                        if (k < 0)
+                                conn_kill_locked(c, detail);
+                        else if (k > 0)
+                                conn_dispatch_locked(c, &f);
+                        /* Someone else's reply may have arrived, or they may read now. */
+                        pthread_cond_broadcast(&c->cond);
+                        continue;
+                }
+
+                cond_wait_until(c, deadline);
+        }
+        pthread_mutex_unlock(&c->lock);
+
+        return r;
+}
+
+/* Status is field 1 of every reply. */
+static const Kvdist__V1__Status *reply_status(const ProtobufCMessage *m)
+{
+        const ProtobufCFieldDescriptor *f;
+
+        f = protobuf_c_message_descriptor_get_field(m->descriptor, 1);
+        if (!f || f->type != PROTOBUF_C_TYPE_MESSAGE ||
+            f->descriptor != &kvdist__v1__status__descriptor)
+                return NULL;
+        return *(Kvdist__V1__Status *const *)(const void *)((const char *)m + f->offset);
+}
+
+int pending_status(const Pending *p, Error *err)
+{
+        const Kvdist__V1__Status *s;
+        int code;
+
+        s = p->is_error ? (const Kvdist__V1__Status *)p->reply : reply_status(p->reply);
+        if (!s || s->code == KVD_OK) {
+                if (!p->is_error)
+                        return KVD_OK;
+                return error_set(err, KVD_E_FAILED,
+                                 "kvdistd answered the %s request with an error but no status",
+                                 conn_type_name(p->type));
+        }
+
+        /* A code from a newer daemon is passed on; a positive one is not a status at all. */
+        code = s->code > 0 ? KVD_E_FAILED : s->code;
+        if (s->detail && s->detail[0])
+                return error_set(err, code, "%s", s->detail);
+        return error_set(err, code, "kvdistd answered the %s request with %s",
+                         conn_type_name(p->type), kvd_strerror(code));
+}
+
+int conn_call(kvd_client *c, uint16_t type, const ProtobufCMessage *req, const int *fds,
+              size_t n_fds, uint32_t timeout_ms, ProtobufCMessage **ret_reply, int *ret_fd,
+              Error *err)
+{
+        usec_t deadline;
+        Pending p;
+        int r;
+
+        pending_init(&p);
+        deadline = now_usec(CLOCK_MONOTONIC) + (usec_t)timeout_ms * USEC_PER_MSEC;
+
+        r = conn_send(c, type, req, fds, n_fds, &p, err);
+        if (r < 0)
+                return r;
+
+        r = conn_wait(c, &p, deadline, err);
+        if (r == KVD_E_TIMEOUT)
+                r = error_set(err, KVD_E_TIMEOUT,
+                              "kvdistd did not answer the %s request (id %llu) within %u ms",
+                              conn_type_name(type), (unsigned long long)p.request_id, timeout_ms);
+        if (r == KVD_OK) {
+                r = pending_status(&p, err);
+                if (!p.is_error) {
+                        if (ret_reply)
+                                *ret_reply = TAKE_PTR(p.reply);
+                        if (ret_fd)
+                                *ret_fd = p.n_fds > 0 ? TAKE_FD(p.fds[0]) : -1;
+                }
+        }
+
+        pending_deinit(c, &p);
+        return r;
+}

@@ -1,1 +1,357 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * libkvdist transfers: pull and push of caches and blocks. Every transfer is sent as one
+ * request tracked by a kvd_task; the synchronous forms wait on the task before returning.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+typedef struct TransferArgs {
+        Kvdist__V1__TransferKind kind;
+        const kvd_cache_key *key;
+        uint64_t cache_id;
+        uint32_t batch_index;
+        int64_t size;
+        const uint64_t *src_blocks;
+        size_t n_src;
+        const uint64_t *dst_blocks;
+        size_t n_dst;
+        const kvd_transfer_opts *opts;
+} TransferArgs;
+
+static const char *transfer_name(Kvdist__V1__TransferKind kind)
+{
+        switch (kind) {
+        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE:
+                return "pull_cache";
+        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS:
+                return "pull_blocks";
+        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_CACHE:
+                return "push_cache";
+        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS:
+                return "push_blocks";
+        default:
+                return "transfer";
+        }
+}
+
+static kvd_task *task_free(kvd_task *t)
+{
+        if (!t)
+                return NULL;
+        pending_deinit(t->client, &t->pending);
+        client_unref(t->client);
+        free(t);
+        return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(kvd_task, task_free);
+
+static int transfer_submit(kvd_client *c, const TransferArgs *a, kvd_task **ret_task, Error *err)
+{
+        Kvdist__V1__Transfer xfer = KVDIST__V1__TRANSFER__INIT;
+        Kvdist__V1__LayerRange src_layers = KVDIST__V1__LAYER_RANGE__INIT;
+        Kvdist__V1__LayerRange dst_layers = KVDIST__V1__LAYER_RANGE__INIT;
+        bool pull = a->kind == KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE ||
+                    a->kind == KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS;
+        const char *key_name = pull ? "src_key" : "dst_key";
+        _cleanup_(task_freep) kvd_task *t = NULL;
+        KeyStorage ks;
+        uint32_t timeout;
+        int r;
+
+        if (!ret_task)
+                return error_set(err, KVD_E_PARAM_INVALID, "ret_task is NULL");
+        if (!a->key)
+                return error_set(err, KVD_E_PARAM_INVALID, "%s is NULL", key_name);
+        r = cache_key_to_pb(a->key, &ks, key_name, err);
+        if (r < 0)
+                return r;
+        if (a->n_src > 0 && !a->src_blocks)
+                return error_set(err, KVD_E_PARAM_INVALID, "src_blocks is NULL but n_src is %zu",
+                                 a->n_src);
+        if (a->n_dst > 0 && !a->dst_blocks)
+                return error_set(err, KVD_E_PARAM_INVALID, "dst_blocks is NULL but n_dst is %zu",
+                                 a->n_dst);
+        if (a->size < -1)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "size is %lld (bytes per tensor, or -1 for the whole item)",
+                                 (long long)a->size);
+
+        xfer.kind = a->kind;
+        xfer.remote_key = &ks.key;
+        xfer.local_cache_id = a->cache_id;
+        xfer.n_src_blocks = a->n_src;
+        xfer.src_blocks = (uint64_t *)a->src_blocks;
+        xfer.n_dst_blocks = a->n_dst;
+        xfer.dst_blocks = (uint64_t *)a->dst_blocks;
+        xfer.local_batch_index = a->batch_index;
+        xfer.size = a->size;
+        xfer.tensor_num_per_layer = 2;
+        if (a->opts) {
+                /* An absent range means every layer. */
+                if (a->opts->src_layers.first != -1) {
+                        src_layers.first = a->opts->src_layers.first;
+                        src_layers.last = a->opts->src_layers.last;
+                        xfer.src_layers = &src_layers;
+                }
+                if (a->opts->dst_layers.first != -1) {
+                        dst_layers.first = a->opts->dst_layers.first;
+                        dst_layers.last = a->opts->dst_layers.last;
+                        xfer.dst_layers = &dst_layers;
+                }
+                xfer.tensor_num_per_layer = a->opts->tensor_num_per_layer;
+                if (a->opts->timeout_ms > 0)
+                        xfer.timeout_ms = (uint32_t)a->opts->timeout_ms;
+        }
+        timeout = xfer.timeout_ms ?: c->sync_kv_timeout_ms ?: CLIENT_DEFAULT_SYNC_KV_TIMEOUT_MS;
+
+        t = calloc(1, sizeof(*t));
+        if (!t)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        t->client = client_ref(c);
+        pending_init(&t->pending);
+        t->name = transfer_name(a->kind);
+        t->timeout_ms = timeout;
+        /* The daemon answers by the transfer's own deadline; the grace covers the way back. */
+        t->deadline =
+                now_usec(CLOCK_MONOTONIC) + ((usec_t)timeout + CLIENT_GRACE_MS) * USEC_PER_MSEC;
+
+        r = conn_send(c, KVDIST__V1__MSG_TYPE__MSG_TRANSFER, &xfer.base, NULL, 0, &t->pending, err);
+        if (r < 0)
+                return r;
+
+        *ret_task = TAKE_PTR(t);
+        return KVD_OK;
+}
+
+static int transfer_async(kvd_client *c, const TransferArgs *a, kvd_task **ret_task)
+{
+        Error err = ERROR_INIT;
+        int r;
+
+        if (!c)
+                r = error_set(&err, KVD_E_PARAM_INVALID, "client is NULL");
+        else
+                r = transfer_submit(c, a, ret_task, &err);
+        return client_return(c, &err, r);
+}
+
+static int transfer_sync(kvd_client *c, const TransferArgs *a)
+{
+        kvd_task *t = NULL;
+        int r;
+
+        r = transfer_async(c, a, &t);
+        if (r < 0)
+                return r;
+        r = kvd_task_wait(t, -1);
+        kvd_task_free(t);
+        return r;
+}
+
+_public_ int kvd_task_wait(kvd_task *task, int timeout_ms)
+{
+        Error err = ERROR_INIT;
+        kvd_client *c;
+        usec_t deadline;
+        int r;
+
+        if (!task)
+                return client_return(NULL, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "task is NULL"));
+        c = task->client;
+
+        deadline = timeout_ms < 0 ? task->deadline
+                                  : now_usec(CLOCK_MONOTONIC) + (usec_t)timeout_ms * USEC_PER_MSEC;
+
+        pthread_mutex_lock(&c->lock);
+        if (task->completed)
+                goto done;
+        pthread_mutex_unlock(&c->lock);
+
+        r = conn_wait(c, &task->pending, deadline, &err);
+
+        pthread_mutex_lock(&c->lock);
+        if (task->completed)
+                /* Another thread waited on the same task and finished it. */
+                goto done;
+        if (r == KVD_OK || r == KVD_E_DAEMON_UNAVAILABLE) {
+                /* Final: the reply, or a connection that can never bring one. */
+                if (r == KVD_OK)
+                        r = pending_status(&task->pending, &err);
+                task->completed = true;
+                task->status = r;
+                (void)snprintf(task->detail, sizeof(task->detail), "%s", err.msg);
+                goto done;
+        }
+        pthread_mutex_unlock(&c->lock);
+
+        if (timeout_ms < 0 || deadline >= task->deadline)
+                error_set(&err, KVD_E_TIMEOUT,
+                          "kvdistd did not answer the %s request (id %llu) within %u ms",
+                          task->name, (unsigned long long)task->pending.request_id,
+                          task->timeout_ms + CLIENT_GRACE_MS);
+        else
+                error_set(&err, KVD_E_TIMEOUT, "the %s request (id %llu) is still running",
+                          task->name, (unsigned long long)task->pending.request_id);
+        return client_return(c, &err, KVD_E_TIMEOUT);
+
+done:
+        r = task->status;
+        error_clear(&err);
+        if (r < 0)
+                error_set(&err, r, "%s", task->detail);
+        pthread_mutex_unlock(&c->lock);
+        return client_return(c, &err, r);
+}
+
+_public_ void kvd_task_free(kvd_task *task)
+{
+        /* A reply that arrives later finds no request waiting for it and is dropped. */
+        task_free(task);
+}
+
+_public_ int kvd_pull_cache_async(kvd_client *client, const kvd_cache_key *src_key,
+                                  uint64_t dst_cache_id, uint32_t dst_batch_index, int64_t size,
+                                  const kvd_transfer_opts *opts, kvd_task **ret_task)
+{
+        TransferArgs a = {
+                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE,
+                .key = src_key,
+                .cache_id = dst_cache_id,
+                .batch_index = dst_batch_index,
+                .size = size,
+                .opts = opts,
+        };
+
+        return transfer_async(client, &a, ret_task);
+}
+
+_public_ int kvd_pull_blocks_async(kvd_client *client, const kvd_cache_key *src_key,
+                                   uint64_t dst_cache_id, const uint64_t *src_blocks, size_t n_src,
+                                   const uint64_t *dst_blocks, size_t n_dst,
+                                   const kvd_transfer_opts *opts, kvd_task **ret_task)
+{
+        TransferArgs a = {
+                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS,
+                .key = src_key,
+                .cache_id = dst_cache_id,
+                .size = -1,
+                .src_blocks = src_blocks,
+                .n_src = n_src,
+                .dst_blocks = dst_blocks,
+                .n_dst = n_dst,
+                .opts = opts,
+        };
+
+        return transfer_async(client, &a, ret_task);
+}
+
+_public_ int kvd_push_cache_async(kvd_client *client, const kvd_cache_key *dst_key,
+                                  uint64_t src_cache_id, uint32_t src_batch_index, int64_t size,
+                                  const kvd_transfer_opts *opts, kvd_task **ret_task)
+{
+        TransferArgs a = {
+                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_CACHE,
+                .key = dst_key,
+                .cache_id = src_cache_id,
+                .batch_index = src_batch_index,
+                .size = size,
+                .opts = opts,
+        };
+
+        return transfer_async(client, &a, ret_task);
+}
+
+_public_ int kvd_push_blocks_async(kvd_client *client, const kvd_cache_key *dst_key,
+                                   uint64_t src_cache_id, const uint64_t *src_blocks, size_t n_src,
+                                   const uint64_t *dst_blocks, size_t n_dst,
+                                   const kvd_transfer_opts *opts, kvd_task **ret_task)
+{
+        TransferArgs a = {
+                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS,
+                .key = dst_key,
+                .cache_id = src_cache_id,
+                .size = -1,
+                .src_blocks = src_blocks,
+                .n_src = n_src,
+                .dst_blocks = dst_blocks,
+                .n_dst = n_dst,
+                .opts = opts,
+        };
+
+        return transfer_async(client, &a, ret_task);
+}
+
+_public_ int kvd_pull_cache(kvd_client *client, const kvd_cache_key *src_key, uint64_t dst_cache_id,
+                            uint32_t dst_batch_index, int64_t size, const kvd_transfer_opts *opts)
+{
+        TransferArgs a = {
+                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE,
+                .key = src_key,
+                .cache_id = dst_cache_id,
+                .batch_index = dst_batch_index,
+                .size = size,
+                .opts = opts,
+        };
+
+        return transfer_sync(client, &a);
+}
+
+_public_ int kvd_pull_blocks(kvd_client *client, const kvd_cache_key *src_key,
+                             uint64_t dst_cache_id, const uint64_t *src_blocks, size_t n_src,
+                             const uint64_t *dst_blocks, size_t n_dst,
+                             const kvd_transfer_opts *opts)
+{
+        TransferArgs a = {
+                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS,
+                .key = src_key,
+                .cache_id = dst_cache_id,
+                .size = -1,
+                .src_blocks = src_blocks,
+                .n_src = n_src,
+                .dst_blocks = dst_blocks,
+                .n_dst = n_dst,
+                .opts = opts,
+        };
+
+        return transfer_sync(client, &a);
+}
+
+_public_ int kvd_push_cache(kvd_client *client, const kvd_cache_key *dst_key, uint64_t src_cache_id,
+                            uint32_t src_batch_index, int64_t size, const kvd_transfer_opts *opts)
+{
+        TransferArgs a = {
+                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_CACHE,
+                .key = dst_key,
+                .cache_id = src_cache_id,
+                .batch_index = src_batch_index,
+                .size = size,
+                .opts = opts,
+        };
+
+        return transfer_sync(client, &a);
+}
+
+_public_ int kvd_push_blocks(kvd_client *client, const kvd_cache_key *dst_key,
+                             uint64_t src_cache_id, const uint64_t *src_blocks, size_t n_src,
+                             const uint64_t *dst_blocks, size_t n_dst,
+                             const kvd_transfer_opts *opts)
+{
+        TransferArgs a = {
+                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS,
+                .key = dst_key,
+                .cache_id = src_cache_id,
+                .size = -1,
+                .src_blocks = src_blocks,
+                .n_src = n_src,
+                .dst_blocks = dst_blocks,
+                .n_dst = n_dst,
+                .opts = opts,
+        };
+
+        return transfer_sync(client, &a);
+}

@@ -109,7 +109,10 @@ int kvd_client_connect(kvd_client **ret_client, const kvd_option *options, size_
  */
 int kvd_client_finalize(kvd_client *client);
 
-/* The detail of the last failure on @client (thread-local per client), "" if none. */
+/*
+ * The detail of the last failure on @client (thread-local per client), "" if none. With NULL:
+ * the detail of the last failed kvd_client_init() or kvd_client_connect() on this thread.
+ */
 const char *kvd_last_error(kvd_client *client);
 
 /*

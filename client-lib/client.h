@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libkvdist internals: the client object, the connection to kvdistd (request/reply matching
+ * with one reader at a time) and the helpers every public call shares.
+ */
+#pragma once
+
+#include <protobuf-c/protobuf-c.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "clist.h"
+#include "error.h"
+#include "frame.h"
+#include "kvdist-config.h"
+#include "kvdist.pb-c.h"
+#include "kvdist/kvdist.h"
+#include "macro.h"
+#include "time-util.h"
+
+#define CLIENT_IDENTITY "libkvdist/" KVDIST_VERSION
+#define CLIENT_PROTOCOL_VERSION 1
+#define CLIENT_MAX_PAYLOAD (256u << 20)
+#define CLIENT_DEFAULT_SYNC_KV_TIMEOUT_MS 1000u
+#define CLIENT_CALL_TIMEOUT_MS 30000u /* replies that involve no transfer or link */
+#define CLIENT_GRACE_MS 5000u         /* on top of a transfer's or link's own timeout */
+#define CLIENT_SEND_TIMEOUT_MS 30000u /* a daemon that reads nothing for this long is stuck */
+#define USEC_INFINITY UINT64_MAX
+
+/* Memory from kvd_mem_alloc(), known to the daemon as a region. */
+typedef struct ClientRegion {
+        CList link; /* on kvd_client.regions */
+        uint64_t region_id;
+        void *addr;
+        size_t size;
+        bool removing; /* a RegionRemove for it is under way */
+} ClientRegion;
+
+/* One request waiting for its reply. Embedded in a task or on a caller's stack. */
+typedef struct Pending {
+        CList link; /* on kvd_client.pending while unanswered */
+        uint64_t request_id;
+        uint16_t type;
+        bool done;     /* the reply arrived and is stored below */
+        bool is_error; /* @reply is a bare Status (FRAME_FLAG_ERROR) */
+        ProtobufCMessage *reply;
+        int fds[FRAME_MAX_FDS];
+        size_t n_fds;
+} Pending;
+
+/* The part of a frame being read; kept across readers so a deadline never splits a frame. */
+typedef struct RxState {
+        uint8_t header[FRAME_HEADER_SIZE];
+        size_t header_len;
+        FrameHeader h;
+        uint8_t *payload;
+        size_t payload_len;
+        int fds[FRAME_MAX_FDS];
+        size_t n_fds;
+} RxState;
+
+struct kvd_client {
+        unsigned n_ref; /* the caller's, plus one per task */
+        int fd;
+        char socket_path[108];
+
+        pthread_mutex_t send_lock; /* one frame on the wire at a time; taken before @lock */
+        pthread_mutex_t lock;      /* everything below */
+        pthread_cond_t cond;       /* a reply was stored, the reader left, or the link died */
+        uint64_t next_request_id;
+        CList pending; /* Pending.link */
+        bool reading;  /* a thread is the reader; only it touches @rx */
+        bool dead;
+        char dead_detail[ERROR_MSG_MAX];
+        RxState rx;
+
+        bool initialized; /* attached as a cluster (kvd_client_init) */
+        uint32_t sync_kv_timeout_ms;
+        CList regions; /* ClientRegion.link */
+
+        pthread_mutex_t pool_lock; /* serialises mapping the pool; taken before the others */
+        void *pool_base;
+        size_t pool_size;
+};
+
+struct kvd_task {
+        kvd_client *client; /* holds a reference */
+        Pending pending;
+        const char *name; /* what the request was, for details */
+        usec_t deadline;  /* the daemon must have answered by then */
+        uint32_t timeout_ms;
+        bool completed;
+        int status;
+        char detail[ERROR_MSG_MAX];
+};
+
+/* client.c */
+
+/* Takes or drops a reference; the last one frees the client (the connection must be closed). */
+kvd_client *client_ref(kvd_client *c);
+kvd_client *client_unref(kvd_client *c);
+
+/*
+ * Remembers @err's detail (or a generic one) as this thread's last error for @c when @r is a
+ * failure, and returns @r, so public calls end with "return client_return(c, &err, r);".
+ */
+int client_return(kvd_client *c, const Error *err, int r);
+
+/*
+ * Parses kvd_switch_role() options (only "listen_ip_info"); *@ret is NULL when not given.
+ * Returns KVD_OK or PARAM_INVALID with a detail.
+ */
+int client_parse_listen_ip_info(const kvd_option *options, size_t n, const char **ret, Error *err);
+
+/* conn.c */
+
+/*
+ * Connects a blocking AF_UNIX stream socket to @path. Returns the fd, or DAEMON_UNAVAILABLE /
+ * PERMISSION_DENIED / PARAM_INVALID with a detail in @err.
+ */
+int conn_connect(const char *path, Error *err);
+
+/* Prepares @p to be registered by conn_send(). */
+void pending_init(Pending *p);
+
+/* Unregisters @p if it still waits and frees whatever reply it holds. */
+void pending_deinit(kvd_client *c, Pending *p);
+
+/*
+ * Allocates the next request id, registers @p under it and sends @msg as a frame of @type with
+ * @fds attached. A failure that leaves the stream unusable marks the connection dead.
+ * Returns KVD_OK or a KVD_E_* status with a detail in @err; @p is unregistered on failure.
+ */
+int conn_send(kvd_client *c, uint16_t type, const ProtobufCMessage *msg, const int *fds,
+              size_t n_fds, Pending *p, Error *err);
+
+/*
+ * Waits until @p's reply arrived (KVD_OK), @deadline (CLOCK_MONOTONIC usec, USEC_INFINITY for
+ * none) passed (KVD_E_TIMEOUT, no detail set) or the connection died (DAEMON_UNAVAILABLE, with a
+ * detail). The calling thread may act as the reader for every waiter meanwhile.
+ */
+int conn_wait(kvd_client *c, Pending *p, usec_t deadline, Error *err);
+
+/*
+ * The status a stored reply carries: KVD_OK, or the daemon's code with its detail in @err.
+ * Call with the reply stored (conn_wait() returned KVD_OK); needs no lock.
+ */
+int pending_status(const Pending *p, Error *err);
+
+/*
+ * Marks the connection dead (if it was not already), wakes every waiter; later calls fail fast
+ * with DAEMON_UNAVAILABLE and @detail. Takes c->lock.
+ */
+void conn_kill(kvd_client *c, const char *detail);
+
+/*
+ * One request and its reply: send @req as @type (with @fds), wait up to @timeout_ms, check the
+ * reply's Status. On success, and also when the daemon answered with a non-OK status in a full
+ * reply message, *@ret_reply (may be NULL) receives the decoded reply (free it with
+ * protobuf_c_message_free_unpacked()) and *@ret_fd (may be NULL) the first fd that came with
+ * it or -1. Returns KVD_OK or a KVD_E_* status with a detail in @err.
+ */
+int conn_call(kvd_client *c, uint16_t type, const ProtobufCMessage *req, const int *fds,
+              size_t n_fds, uint32_t timeout_ms, ProtobufCMessage **ret_reply, int *ret_fd,
+              Error *err);
+
+/* The registry's name for @type ("Transfer"), or "request". */
+const char *conn_type_name(uint16_t type);
+
+static inline void pb_freep(void *p)
+{
+        ProtobufCMessage *m = *(ProtobufCMessage **)p;
+
+        if (m)
+                protobuf_c_message_free_unpacked(m, NULL);
+}
+#define _cleanup_pb_ _cleanup_(pb_freep)
+
+/* cache.c */
+
+/* Room for one CacheKey and whichever key message its oneof points at. */
+typedef struct KeyStorage {
+        Kvdist__V1__CacheKey key;
+        Kvdist__V1__ReqKey req;
+        Kvdist__V1__IdIndexKey id_index;
+        Kvdist__V1__BlocksKey blocks;
+} KeyStorage;
+
+/*
+ * Fills @storage from @key; storage->key is the message to send and points into @storage.
+ * Returns KVD_OK or PARAM_INVALID with a detail naming @what (the argument, e.g. "src_key").
+ */
+int cache_key_to_pb(const kvd_cache_key *key, KeyStorage *storage, const char *what, Error *err);
+
+/* memory.c */
+
+/*
+ * Maps the daemon's pool once per client (MSG_POOL_MAP). Returns KVD_OK with the mapping in
+ * c->pool_base / c->pool_size, or a KVD_E_* status with a detail.
+ */
+int memory_map_pool(kvd_client *c, Error *err);
+
+/* Unmaps every region and the pool; for kvd_client_finalize(), which runs alone. */
+void memory_unmap_all(kvd_client *c);
