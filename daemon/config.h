@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "macro.h"
+
 typedef enum TransportKind {
         TRANSPORT_KIND_AUTO,
         TRANSPORT_KIND_TCP,
@@ -62,6 +64,7 @@ int config_new(Config **ret);
 
 /* Frees. Accepts NULL; returns NULL. */
 Config *config_free(Config *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Config, config_free)
 
 /*
  * Reads @path and applies every key it sets over @c. Strict: an unknown key, a wrong type or a
@@ -87,6 +90,9 @@ const DeviceConfig *config_find_device(const Config *c, int32_t device_id);
 /* The default socket path: /run/kvdist/kvdist.sock for root, else $XDG_RUNTIME_DIR/kvdist/... */
 char *config_default_socket_path(void);
 
+/* "auto", "tcp", "rdma"; NULL for a value out of range. */
 const char *transport_kind_to_string(TransportKind k);
+/* "error", "warning", "notice", "info", "debug" to LOG_ERR..LOG_DEBUG; -EINVAL otherwise. */
 int log_level_from_string(const char *s);
+/* The syslog level's name ("error" for LOG_ERR, "emerg", "alert", "crit" too); NULL otherwise. */
 const char *log_level_to_string(int level);

@@ -6,10 +6,22 @@
 
 #include "macro.h"
 
+/* The most verbose level that is written (syslog numbers; default LOG_INFO). Thread safe. */
 void log_set_max_level(int level);
 int log_get_max_level(void);
 
-/* Logs at @level when enabled; returns @error so "return log_error_errno(r, ...)" works. */
+/*
+ * (Re)checks whether stderr is the journal ($JOURNAL_STREAM names its device:inode), which picks
+ * "<N>kvdistd: message" over "kvdistd[pid]: level: message". log_internal() does this on first
+ * use; call it again after redirecting stderr.
+ */
+void log_open(void);
+
+/*
+ * Logs at @level when enabled; returns @error so "return log_error_errno(r, ...)" works. A
+ * non-zero @error (either sign) is appended as ": <strerror>" unless @fmt names it with %m.
+ * One write(2) per line (cut at 2 KiB), so lines of concurrent threads never mix; errno is kept.
+ */
 int log_internal(int level, int error, const char *file, int line, const char *func,
                  const char *fmt, ...) _printf_(6, 7);
 
