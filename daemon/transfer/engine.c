@@ -1,1 +1,432 @@
 /* SPDX-License-Identifier: MIT */
+/* Copy engine: copy threads fed from one job queue, completions handed back through an eventfd. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "clist.h"
+#include "engine.h"
+#include "macro.h"
+
+#define ENGINE_MAX_THREADS 64
+#define ENGINE_DEFAULT_SLICE ((size_t)1 << 20)
+/* Small copies are batched into jobs of at least this much, so queue traffic stays low. */
+#define ENGINE_MIN_JOB_BYTES ((size_t)256 << 10)
+/* A big task is cut into about this many jobs per thread, so the threads finish together. */
+#define ENGINE_JOBS_PER_THREAD 4
+
+/* A run of bytes of one task: @bytes bytes of the copy list, from copy @copy at @offset. */
+typedef struct EngineJob {
+        CList link;             /* on Engine.jobs while queued */
+        EngineTask *task;
+        size_t copy;
+        size_t offset;
+        size_t bytes;
+} EngineJob;
+
+struct EngineTask {
+        Engine *engine;
+        CList link_done;        /* on Engine.done once no job is queued or running */
+        atomic_bool cancel;
+        size_t n_pending;       /* jobs queued or running; under Engine.lock */
+        bool incomplete;        /* some byte was left uncopied; under Engine.lock */
+        engine_done_fn done;
+        void *userdata;
+        size_t slice;
+        EngineCopy *copies;
+        size_t n_copies;
+        size_t n_jobs;
+        EngineJob jobs[];
+};
+
+struct Engine {
+        struct event_base *base;
+        struct event *event;
+        int efd;
+        unsigned n_threads;
+        unsigned n_started;
+        pthread_t threads[ENGINE_MAX_THREADS];
+
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        CList jobs;             /* EngineJob.link, in submission order */
+        CList done;             /* EngineTask.link_done, waiting for their callback */
+        bool stopping;
+        bool held;
+};
+
+static EngineTask *task_free(EngineTask *t)
+{
+        if (!t)
+                return NULL;
+        free(t->copies);
+        free(t);
+        return NULL;
+}
+
+/* Wakes the event loop; called with the lock held when the done list becomes non-empty. */
+static void engine_wake(Engine *e)
+{
+        uint64_t one = 1;
+        ssize_t n;
+
+        /* Fails only with EAGAIN when the counter is saturated, and then a wake-up is pending. */
+        n = write(e->efd, &one, sizeof(one));
+        (void)n;
+}
+
+/* With the lock held: one job of @t is over, @ok when it copied all its bytes. */
+static void task_job_finished_locked(Engine *e, EngineTask *t, bool ok)
+{
+        if (!ok)
+                t->incomplete = true;
+        if (--t->n_pending > 0)
+                return;
+        if (clist_is_empty(&e->done))
+                engine_wake(e);
+        clist_link_tail(&e->done, &t->link_done);
+}
+
+static bool job_run(const EngineJob *job)
+{
+        EngineTask *t = job->task;
+        size_t c = job->copy, off = job->offset, left = job->bytes;
+
+        while (left > 0) {
+                const EngineCopy *cp = &t->copies[c];
+                size_t n = MIN(cp->len - off, left);
+
+                if (n == 0) {
+                        c++;
+                        off = 0;
+                        continue;
+                }
+                n = MIN(n, t->slice);
+                if (atomic_load_explicit(&t->cancel, memory_order_relaxed))
+                        return false;
+                memcpy((char *)cp->dst + off, (const char *)cp->src + off, n);
+                off += n;
+                left -= n;
+        }
+        return true;
+}
+
+static void *engine_thread(void *userdata)
+{
+        Engine *e = userdata;
+
+        pthread_mutex_lock(&e->lock);
+        for (;;) {
+                EngineJob *job;
+                bool ok;
+
+                while (!e->stopping && (e->held || clist_is_empty(&e->jobs)))
+                        pthread_cond_wait(&e->cond, &e->lock);
+                /* engine_free() takes the queued jobs itself */
+                if (e->stopping)
+                        break;
+
+                job = clist_first_entry(&e->jobs, EngineJob, link);
+                clist_unlink(&job->link);
+                pthread_mutex_unlock(&e->lock);
+
+                ok = job_run(job);
+
+                pthread_mutex_lock(&e->lock);
+                task_job_finished_locked(e, job->task, ok);
+        }
+        pthread_mutex_unlock(&e->lock);
+        return NULL;
+}
+
+/* Runs the callbacks of every finished task, on the loop thread. */
+static void engine_dispatch(Engine *e)
+{
+        CList list = CLIST_INIT(list);
+
+        pthread_mutex_lock(&e->lock);
+        if (!clist_is_empty(&e->done)) {
+                /* splice the whole done list onto the empty local one */
+                list.next = e->done.next;
+                list.prev = e->done.prev;
+                list.next->prev = &list;
+                list.prev->next = &list;
+                clist_init(&e->done);
+        }
+        pthread_mutex_unlock(&e->lock);
+
+        while (!clist_is_empty(&list)) {
+                EngineTask *t = clist_first_entry(&list, EngineTask, link_done);
+
+                clist_unlink(&t->link_done);
+                /* No job of t is left, and the lock above ordered its last writes before us. */
+                t->done(t, t->incomplete ? -ECANCELED : 0, t->userdata);
+                task_free(t);
+        }
+}
+
+static void engine_on_event(evutil_socket_t fd, short what, void *userdata)
+{
+        Engine *e = userdata;
+        uint64_t v;
+        ssize_t n;
+
+        /* Reset the counter before taking the list: a later completion writes it again. */
+        n = read(fd, &v, sizeof(v));
+        (void)n;
+        engine_dispatch(e);
+}
+
+Engine *engine_free(Engine *e)
+{
+        if (!e)
+                return NULL;
+
+        pthread_mutex_lock(&e->lock);
+        e->stopping = true;
+        while (!clist_is_empty(&e->jobs)) {
+                EngineJob *job = clist_first_entry(&e->jobs, EngineJob, link);
+
+                clist_unlink(&job->link);
+                atomic_store(&job->task->cancel, true);
+                task_job_finished_locked(e, job->task, false);
+        }
+        pthread_cond_broadcast(&e->cond);
+        pthread_mutex_unlock(&e->lock);
+
+        for (unsigned i = 0; i < e->n_started; i++)
+                pthread_join(e->threads[i], NULL);
+
+        /* Every task is on the done list now: no job is queued and none is running. */
+        engine_dispatch(e);
+
+        if (e->event)
+                event_free(e->event);
+        safe_close(e->efd);
+        pthread_cond_destroy(&e->cond);
+        pthread_mutex_destroy(&e->lock);
+        free(e);
+        return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(Engine, engine_free);
+
+int engine_new(struct event_base *base, unsigned n_threads, Engine **ret)
+{
+        _cleanup_(engine_freep) Engine *e = NULL;
+        sigset_t all, saved;
+        Engine *p;
+        int r;
+
+        if (!base || !ret || n_threads < 1 || n_threads > ENGINE_MAX_THREADS)
+                return -EINVAL;
+
+        p = calloc(1, sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        r = pthread_mutex_init(&p->lock, NULL);
+        if (r != 0) {
+                free(p);
+                return -r;
+        }
+        r = pthread_cond_init(&p->cond, NULL);
+        if (r != 0) {
+                pthread_mutex_destroy(&p->lock);
+                free(p);
+                return -r;
+        }
+        e = p;
+        e->base = base;
+        e->efd = -1;
+        clist_init(&e->jobs);
+        clist_init(&e->done);
+
+        e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (e->efd < 0)
+                return -errno;
+        e->event = event_new(base, e->efd, EV_READ | EV_PERSIST, engine_on_event, e);
+        if (!e->event)
+                return -ENOMEM;
+        if (event_add(e->event, NULL) < 0)
+                return -EIO;
+
+        /* Signals belong to the loop thread: the copy threads start with all of them blocked. */
+        sigfillset(&all);
+        r = pthread_sigmask(SIG_SETMASK, &all, &saved);
+        if (r != 0)
+                return -r;
+        for (unsigned i = 0; i < n_threads; i++) {
+                char name[16];
+
+                r = pthread_create(&e->threads[i], NULL, engine_thread, e);
+                if (r != 0)
+                        break;
+                e->n_started++;
+                (void)snprintf(name, sizeof(name), "kvd-copy/%u", i);
+                (void)pthread_setname_np(e->threads[i], name);
+        }
+        (void)pthread_sigmask(SIG_SETMASK, &saved, NULL);
+        if (r != 0)
+                return -r;
+
+        e->n_threads = n_threads;
+        *ret = TAKE_PTR(e);
+        return 0;
+}
+
+/* Cuts the byte stream of @t's copies into jobs of @job_bytes (the last may be shorter). */
+static void task_make_jobs(EngineTask *t, size_t total, size_t job_bytes)
+{
+        size_t c = 0, off = 0;
+
+        for (size_t j = 0; j < t->n_jobs; j++) {
+                EngineJob *job = &t->jobs[j];
+                size_t left = MIN(job_bytes, total);
+
+                /* start past finished and empty copies, so a job never begins at a copy's end */
+                while (off == t->copies[c].len) {
+                        c++;
+                        off = 0;
+                }
+                *job = (EngineJob){
+                        .task = t,
+                        .copy = c,
+                        .offset = off,
+                        .bytes = left,
+                };
+                clist_init(&job->link);
+                total -= left;
+                while (left > 0) {
+                        size_t n = MIN(t->copies[c].len - off, left);
+
+                        if (n == 0) {
+                                c++;
+                                off = 0;
+                                continue;
+                        }
+                        off += n;
+                        left -= n;
+                }
+        }
+}
+
+int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice,
+                  engine_done_fn done, void *userdata, EngineTask **ret)
+{
+        EngineTask *t;
+        size_t total = 0, job_bytes = 0, n_jobs = 0, per_thread;
+
+        if (!e || !done || (n > 0 && !copies))
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++) {
+                if (copies[i].len > 0 && (!copies[i].dst || !copies[i].src))
+                        return -EINVAL;
+                if (ADD_OVERFLOW(total, copies[i].len, &total))
+                        return -EINVAL;
+        }
+
+        if (total > 0) {
+                per_thread = (size_t)e->n_threads * ENGINE_JOBS_PER_THREAD;
+                job_bytes = total / per_thread + (total % per_thread != 0);
+                job_bytes = MAX(job_bytes, ENGINE_MIN_JOB_BYTES);
+                n_jobs = total / job_bytes + (total % job_bytes != 0);
+        }
+
+        /* n_jobs <= n_threads * ENGINE_JOBS_PER_THREAD + 1: no overflow */
+        t = calloc(1, sizeof(EngineTask) + n_jobs * sizeof(EngineJob));
+        if (!t)
+                return -ENOMEM;
+        if (n > 0) {
+                t->copies = calloc(n, sizeof(EngineCopy));
+                if (!t->copies) {
+                        free(t);
+                        return -ENOMEM;
+                }
+                memcpy(t->copies, copies, n * sizeof(EngineCopy));
+        }
+        t->engine = e;
+        clist_init(&t->link_done);
+        atomic_init(&t->cancel, false);
+        t->done = done;
+        t->userdata = userdata;
+        t->slice = slice > 0 ? slice : ENGINE_DEFAULT_SLICE;
+        t->n_copies = n;
+        t->n_jobs = n_jobs;
+        task_make_jobs(t, total, job_bytes);
+
+        pthread_mutex_lock(&e->lock);
+        if (e->stopping) {
+                pthread_mutex_unlock(&e->lock);
+                task_free(t);
+                return -ESHUTDOWN;
+        }
+        if (n_jobs == 0) {
+                /* nothing to copy: complete through the loop all the same, never from here */
+                t->n_pending = 1;
+                task_job_finished_locked(e, t, true);
+        } else {
+                for (size_t j = 0; j < n_jobs; j++)
+                        clist_link_tail(&e->jobs, &t->jobs[j].link);
+                t->n_pending = n_jobs;
+                if (!e->held) {
+                        if (n_jobs == 1)
+                                pthread_cond_signal(&e->cond);
+                        else
+                                pthread_cond_broadcast(&e->cond);
+                }
+        }
+        pthread_mutex_unlock(&e->lock);
+
+        if (ret)
+                *ret = t;
+        return 0;
+}
+
+void engine_cancel(EngineTask *task)
+{
+        Engine *e;
+        size_t removed = 0;
+
+        if (!task)
+                return;
+        e = task->engine;
+        atomic_store(&task->cancel, true);
+
+        /* Queued jobs go now, so a cancelled task completes without waiting for its turn. */
+        pthread_mutex_lock(&e->lock);
+        for (size_t j = 0; j < task->n_jobs; j++)
+                if (clist_is_linked(&task->jobs[j].link)) {
+                        clist_unlink(&task->jobs[j].link);
+                        removed++;
+                }
+        if (removed > 0) {
+                task->n_pending -= removed - 1;
+                task_job_finished_locked(e, task, false);
+        }
+        pthread_mutex_unlock(&e->lock);
+}
+
+void engine_hold(Engine *e, bool hold)
+{
+        if (!e)
+                return;
+        pthread_mutex_lock(&e->lock);
+        e->held = hold;
+        if (!hold)
+                pthread_cond_broadcast(&e->cond);
+        pthread_mutex_unlock(&e->lock);
+}
+
+unsigned engine_n_threads(const Engine *e)
+{
+        return e ? e->n_threads : 0;
+}

@@ -9,6 +9,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,4 +48,12 @@ int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice,
 /* Asks @task to stop; its callback reports -ECANCELED unless it had already finished. */
 void engine_cancel(EngineTask *task);
 
+/*
+ * While @hold is true the threads take no new jobs (running ones finish); queued tasks can still
+ * be cancelled or freed. For tests and for draining: it lets a caller act on tasks that have
+ * certainly not started.
+ */
+void engine_hold(Engine *e, bool hold);
+
+/* The number of copy threads. */
 unsigned engine_n_threads(const Engine *e);

@@ -86,3 +86,4 @@ int plan_build(const PlanRequest *req, Plan **ret, Error *err);
 
 /* free() with a name; accepts NULL; returns NULL. */
 Plan *plan_free(Plan *plan);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Plan, plan_free);

@@ -1,0 +1,526 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for the copy engine: real threads, a real event_base, every byte checked. */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "engine.h"
+
+#define GUARD 4096
+#define GUARD_BYTE 0xa5
+#define FRESH_BYTE 0x5a
+
+/* A destination buffer with guard bytes on both sides. */
+typedef struct Buf {
+        uint8_t *mem;
+        size_t size;
+} Buf;
+
+static uint8_t *buf_data(Buf *b)
+{
+        return b->mem + GUARD;
+}
+
+static void buf_init(Buf *b, size_t size)
+{
+        b->size = size;
+        b->mem = malloc(size + 2 * GUARD);
+        ck_assert_ptr_nonnull(b->mem);
+        memset(b->mem, GUARD_BYTE, GUARD);
+        memset(b->mem + GUARD, FRESH_BYTE, size);
+        memset(b->mem + GUARD + size, GUARD_BYTE, GUARD);
+}
+
+static void buf_deinit(Buf *b)
+{
+        free(b->mem);
+        b->mem = NULL;
+}
+
+/* Loops check without ck_assert: every ck_assert records its location, which is slow. */
+static void assert_guards(const Buf *b)
+{
+        for (size_t i = 0; i < GUARD; i++)
+                if (b->mem[i] != GUARD_BYTE || b->mem[GUARD + b->size + i] != GUARD_BYTE)
+                        ck_abort_msg("guard byte %zu around a %zu-byte buffer was written", i,
+                                     b->size);
+}
+
+static bool buf_untouched(Buf *b)
+{
+        const uint8_t *d = buf_data(b);
+
+        for (size_t i = 0; i < b->size; i++)
+                if (d[i] != FRESH_BYTE)
+                        return false;
+        return true;
+}
+
+/* A seeded byte pattern that never equals FRESH_BYTE, so a missed byte is always visible. */
+static uint8_t *pattern_new(size_t size, uint32_t seed)
+{
+        uint8_t *p = malloc(size);
+        uint32_t x = seed * 2654435761u + 1;
+
+        ck_assert_ptr_nonnull(p);
+        for (size_t i = 0; i < size; i++) {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                p[i] = (uint8_t)x;
+                if (p[i] == FRESH_BYTE)
+                        p[i] = 0;
+        }
+        return p;
+}
+
+typedef struct Done {
+        unsigned calls;
+        int status;
+        EngineTask *task;
+        Engine *engine;         /* for the submit-while-stopping check */
+        int submit_r;
+        unsigned *counter;
+} Done;
+
+static void on_done(EngineTask *task, int status, void *userdata)
+{
+        Done *d = userdata;
+
+        d->calls++;
+        d->status = status;
+        if (d->task)
+                ck_assert_ptr_eq(task, d->task);
+        if (d->counter)
+                (*d->counter)++;
+        if (d->engine) {
+                EngineCopy c = { NULL, NULL, 0 };
+
+                d->submit_r = engine_submit(d->engine, &c, 1, 0, on_done, d, NULL);
+        }
+}
+
+static void run_until(struct event_base *base, const unsigned *counter, unsigned want)
+{
+        while (*counter < want)
+                ck_assert_int_ge(event_base_loop(base, EVLOOP_ONCE), 0);
+}
+
+/* ---- tests ---- */
+
+START_TEST(test_new_arguments)
+{
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+
+        ck_assert_ptr_nonnull(base);
+        ck_assert_int_eq(engine_new(base, 0, &e), -EINVAL);
+        ck_assert_int_eq(engine_new(base, 65, &e), -EINVAL);
+        ck_assert_int_eq(engine_new(NULL, 2, &e), -EINVAL);
+        ck_assert_ptr_null(e);
+        ck_assert_int_eq(engine_new(base, 3, &e), 0);
+        ck_assert_uint_eq(engine_n_threads(e), 3);
+        ck_assert_int_eq(engine_submit(e, NULL, 1, 0, on_done, NULL, NULL), -EINVAL);
+        {
+                EngineCopy c = { NULL, "x", 1 };
+                Done d = {};
+
+                ck_assert_int_eq(engine_submit(e, &c, 1, 0, on_done, &d, NULL), -EINVAL);
+                c.dst = &d;
+                ck_assert_int_eq(engine_submit(e, &c, 1, 0, NULL, NULL, NULL), -EINVAL);
+        }
+        ck_assert_ptr_null(engine_free(e));
+        ck_assert_ptr_null(engine_free(NULL));
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_big_and_small_tasks)
+{
+        enum { N_SMALL = 40, BIG = 24 << 20 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        Buf big_dst, small_dst[N_SMALL];
+        uint8_t *big_src, *small_src[N_SMALL];
+        size_t small_size[N_SMALL];
+        Done big_done = {}, small_done[N_SMALL] = {};
+        unsigned counter = 0;
+        EngineCopy copies[4];
+
+        ck_assert_ptr_nonnull(base);
+        ck_assert_int_eq(engine_new(base, 4, &e), 0);
+
+        /* big: three pieces, moved around, with an empty copy in the middle */
+        big_src = pattern_new(BIG, 1);
+        buf_init(&big_dst, BIG);
+        copies[0] = (EngineCopy){ buf_data(&big_dst) + 16 * (1 << 20), big_src, 8 << 20 };
+        copies[1] = (EngineCopy){ NULL, NULL, 0 };
+        copies[2] = (EngineCopy){ buf_data(&big_dst), big_src + (8 << 20), 16 << 20 };
+        copies[3] = (EngineCopy){ buf_data(&big_dst) + (24 << 20) - 1, big_src, 0 };
+        big_done.counter = &counter;
+        ck_assert_int_eq(engine_submit(e, copies, 4, 64 << 10, on_done, &big_done,
+                                       &big_done.task),
+                         0);
+        ck_assert_ptr_nonnull(big_done.task);
+        /* the engine keeps its own copy of the array */
+        memset(copies, 0xff, sizeof(copies));
+
+        for (int i = 0; i < N_SMALL; i++) {
+                EngineCopy c;
+
+                small_size[i] = 1 + (size_t)i * 997 + (i % 7 == 0 ? 300000 : 0);
+                small_src[i] = pattern_new(small_size[i], 100 + i);
+                buf_init(&small_dst[i], small_size[i]);
+                c = (EngineCopy){ buf_data(&small_dst[i]), small_src[i], small_size[i] };
+                small_done[i].counter = &counter;
+                ck_assert_int_eq(engine_submit(e, &c, 1, 0, on_done, &small_done[i],
+                                               &small_done[i].task),
+                                 0);
+        }
+
+        run_until(base, &counter, N_SMALL + 1);
+
+        ck_assert_uint_eq(big_done.calls, 1);
+        ck_assert_int_eq(big_done.status, 0);
+        ck_assert_int_eq(memcmp(buf_data(&big_dst) + (16 << 20), big_src, 8 << 20), 0);
+        ck_assert_int_eq(memcmp(buf_data(&big_dst), big_src + (8 << 20), 16 << 20), 0);
+        assert_guards(&big_dst);
+        for (int i = 0; i < N_SMALL; i++) {
+                ck_assert_uint_eq(small_done[i].calls, 1);
+                ck_assert_int_eq(small_done[i].status, 0);
+                ck_assert_int_eq(memcmp(buf_data(&small_dst[i]), small_src[i], small_size[i]),
+                                 0);
+                assert_guards(&small_dst[i]);
+                buf_deinit(&small_dst[i]);
+                free(small_src[i]);
+        }
+
+        /* no callback runs twice */
+        ck_assert_int_eq(event_base_loop(base, EVLOOP_NONBLOCK), 0);
+        ck_assert_uint_eq(counter, N_SMALL + 1);
+
+        engine_free(e);
+        ck_assert_uint_eq(counter, N_SMALL + 1);
+        buf_deinit(&big_dst);
+        free(big_src);
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_many_small_copies)
+{
+        enum { N = 10000, LEN = 512 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        EngineCopy *copies = calloc(N, sizeof(EngineCopy));
+        uint8_t *src = pattern_new((size_t)N * LEN, 7);
+        Buf dst;
+        Done d = {};
+        unsigned counter = 0;
+
+        ck_assert_ptr_nonnull(base);
+        ck_assert_ptr_nonnull(copies);
+        ck_assert_int_eq(engine_new(base, 4, &e), 0);
+        buf_init(&dst, (size_t)N * LEN);
+
+        /* block i goes to slot N-1-i: every copy scattered, no two adjacent in order */
+        for (size_t i = 0; i < N; i++)
+                copies[i] = (EngineCopy){ buf_data(&dst) + (N - 1 - i) * LEN, src + i * LEN,
+                                          LEN };
+        d.counter = &counter;
+        ck_assert_int_eq(engine_submit(e, copies, N, 0, on_done, &d, &d.task), 0);
+        free(copies);
+        run_until(base, &counter, 1);
+
+        ck_assert_uint_eq(d.calls, 1);
+        ck_assert_int_eq(d.status, 0);
+        for (size_t i = 0; i < N; i++)
+                if (memcmp(buf_data(&dst) + (N - 1 - i) * LEN, src + i * LEN, LEN) != 0)
+                        ck_abort_msg("copy %zu landed wrong", i);
+        assert_guards(&dst);
+
+        engine_free(e);
+        buf_deinit(&dst);
+        free(src);
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_many_tasks)
+{
+        enum { N = 300 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        uint8_t *src = pattern_new(1 << 20, 9);
+        Buf dst[N];
+        Done d[N] = {};
+        unsigned counter = 0;
+
+        ck_assert_int_eq(engine_new(base, 2, &e), 0);
+        for (int i = 0; i < N; i++) {
+                size_t len = 1 + ((size_t)i * 7919) % (1 << 20);
+                size_t off = ((size_t)i * 104729) % ((1 << 20) - len + 1);
+                EngineCopy c[2];
+
+                buf_init(&dst[i], len);
+                c[0] = (EngineCopy){ buf_data(&dst[i]), src + off, len / 2 };
+                c[1] = (EngineCopy){ buf_data(&dst[i]) + len / 2, src + off + len / 2,
+                                     len - len / 2 };
+                d[i].counter = &counter;
+                ck_assert_int_eq(engine_submit(e, c, 2, 4096, on_done, &d[i], &d[i].task), 0);
+                /* drain now and then so completions interleave with submissions */
+                if (i % 50 == 49)
+                        ck_assert_int_ge(event_base_loop(base, EVLOOP_NONBLOCK), 0);
+        }
+        run_until(base, &counter, N);
+        for (int i = 0; i < N; i++) {
+                size_t len = dst[i].size;
+                size_t off = ((size_t)i * 104729) % ((1 << 20) - len + 1);
+
+                ck_assert_uint_eq(d[i].calls, 1);
+                ck_assert_int_eq(d[i].status, 0);
+                ck_assert_int_eq(memcmp(buf_data(&dst[i]), src + off, len), 0);
+                assert_guards(&dst[i]);
+                buf_deinit(&dst[i]);
+        }
+        engine_free(e);
+        free(src);
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_empty_task)
+{
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        Done d1 = {}, d2 = {};
+        unsigned counter = 0;
+        EngineCopy none = { NULL, NULL, 0 };
+
+        ck_assert_int_eq(engine_new(base, 1, &e), 0);
+        d1.counter = d2.counter = &counter;
+        ck_assert_int_eq(engine_submit(e, NULL, 0, 0, on_done, &d1, &d1.task), 0);
+        ck_assert_int_eq(engine_submit(e, &none, 1, 0, on_done, &d2, &d2.task), 0);
+        /* never called from submit itself */
+        ck_assert_uint_eq(counter, 0);
+        /* finished before the cancel: it reports success */
+        engine_cancel(d2.task);
+        run_until(base, &counter, 2);
+        ck_assert_uint_eq(d1.calls, 1);
+        ck_assert_int_eq(d1.status, 0);
+        ck_assert_uint_eq(d2.calls, 1);
+        ck_assert_int_eq(d2.status, 0);
+        engine_free(e);
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_cancel_before_start)
+{
+        enum { LEN = 4 << 20 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        uint8_t *src = pattern_new(LEN, 3);
+        Buf a, b;
+        Done da = {}, db = {};
+        unsigned counter = 0;
+        EngineCopy ca, cb;
+
+        ck_assert_int_eq(engine_new(base, 1, &e), 0);
+        buf_init(&a, LEN);
+        buf_init(&b, LEN);
+        ca = (EngineCopy){ buf_data(&a), src, LEN };
+        cb = (EngineCopy){ buf_data(&b), src, LEN };
+        da.counter = db.counter = &counter;
+
+        /* held: neither task can have started when b is cancelled */
+        engine_hold(e, true);
+        ck_assert_int_eq(engine_submit(e, &ca, 1, 4096, on_done, &da, &da.task), 0);
+        ck_assert_int_eq(engine_submit(e, &cb, 1, 4096, on_done, &db, &db.task), 0);
+        engine_cancel(db.task);
+        /* the cancelled task completes at once, though a is still queued ahead of it */
+        run_until(base, &counter, 1);
+        ck_assert_uint_eq(db.calls, 1);
+        ck_assert_int_eq(db.status, -ECANCELED);
+        ck_assert_uint_eq(da.calls, 0);
+        engine_hold(e, false);
+        run_until(base, &counter, 2);
+
+        ck_assert_uint_eq(da.calls, 1);
+        ck_assert_int_eq(da.status, 0);
+        ck_assert_int_eq(memcmp(buf_data(&a), src, LEN), 0);
+        ck_assert_uint_eq(db.calls, 1);
+        ck_assert(buf_untouched(&b));
+        assert_guards(&a);
+        assert_guards(&b);
+
+        engine_free(e);
+        ck_assert_uint_eq(counter, 2);
+        buf_deinit(&a);
+        buf_deinit(&b);
+        free(src);
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_cancel_running)
+{
+        enum { LEN = 32 << 20, SLICE = 4096 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        uint8_t *src = pattern_new(LEN, 5);
+        Buf dst;
+        Done d = {};
+        unsigned counter = 0;
+        EngineCopy c;
+
+        ck_assert_int_eq(engine_new(base, 2, &e), 0);
+        buf_init(&dst, LEN);
+        c = (EngineCopy){ buf_data(&dst), src, LEN };
+        d.counter = &counter;
+        ck_assert_int_eq(engine_submit(e, &c, 1, SLICE, on_done, &d, &d.task), 0);
+        engine_cancel(d.task);
+        engine_cancel(d.task); /* twice is harmless */
+        run_until(base, &counter, 1);
+        ck_assert_uint_eq(d.calls, 1);
+        /* 0 only if every byte was copied before the cancel took effect */
+        ck_assert(d.status == -ECANCELED || d.status == 0);
+        if (d.status == 0)
+                ck_assert_int_eq(memcmp(buf_data(&dst), src, LEN), 0);
+        /* whatever was written is the source's bytes, never anything else */
+        for (size_t i = 0; i < LEN; i++)
+                if (buf_data(&dst)[i] != FRESH_BYTE && buf_data(&dst)[i] != src[i])
+                        ck_abort_msg("byte %zu is neither old nor copied", i);
+        assert_guards(&dst);
+
+        /* nothing is written after the callback */
+        {
+                uint8_t *snap = malloc(LEN);
+
+                ck_assert_ptr_nonnull(snap);
+                memcpy(snap, buf_data(&dst), LEN);
+                engine_free(e);
+                ck_assert_int_eq(memcmp(snap, buf_data(&dst), LEN), 0);
+                free(snap);
+        }
+        ck_assert_uint_eq(d.calls, 1);
+        buf_deinit(&dst);
+        free(src);
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_free_with_queued_tasks)
+{
+        enum { N = 5, LEN = 1 << 20 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        uint8_t *src = pattern_new(LEN, 11);
+        Buf dst[N];
+        Done d[N] = {};
+        unsigned counter = 0;
+
+        ck_assert_int_eq(engine_new(base, 2, &e), 0);
+        engine_hold(e, true);
+        for (int i = 0; i < N; i++) {
+                EngineCopy c;
+
+                buf_init(&dst[i], LEN);
+                c = (EngineCopy){ buf_data(&dst[i]), src, LEN };
+                d[i].counter = &counter;
+                d[i].engine = e; /* the callback tries to submit: the engine is stopping */
+                d[i].submit_r = 1;
+                ck_assert_int_eq(engine_submit(e, &c, 1, 0, on_done, &d[i], &d[i].task), 0);
+        }
+        engine_free(e);
+        /* every callback ran inside engine_free, once, with nothing copied */
+        ck_assert_uint_eq(counter, N);
+        for (int i = 0; i < N; i++) {
+                ck_assert_uint_eq(d[i].calls, 1);
+                ck_assert_int_eq(d[i].status, -ECANCELED);
+                ck_assert_int_eq(d[i].submit_r, -ESHUTDOWN);
+                ck_assert(buf_untouched(&dst[i]));
+                assert_guards(&dst[i]);
+                buf_deinit(&dst[i]);
+        }
+        /* and the loop has nothing left to run for them */
+        ck_assert_int_ge(event_base_loop(base, EVLOOP_NONBLOCK), 0);
+        ck_assert_uint_eq(counter, N);
+        free(src);
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_free_with_running_tasks)
+{
+        enum { N = 8, LEN = 3 << 20 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        uint8_t *src = pattern_new(LEN, 13);
+        Buf dst[N];
+        Done d[N] = {};
+        unsigned counter = 0;
+
+        ck_assert_int_eq(engine_new(base, 3, &e), 0);
+        for (int i = 0; i < N; i++) {
+                EngineCopy c;
+
+                buf_init(&dst[i], LEN);
+                c = (EngineCopy){ buf_data(&dst[i]), src, LEN };
+                d[i].counter = &counter;
+                ck_assert_int_eq(engine_submit(e, &c, 1, 8192, on_done, &d[i], &d[i].task), 0);
+        }
+        engine_free(e);
+        ck_assert_uint_eq(counter, N);
+        for (int i = 0; i < N; i++) {
+                ck_assert_uint_eq(d[i].calls, 1);
+                ck_assert(d[i].status == 0 || d[i].status == -ECANCELED);
+                if (d[i].status == 0)
+                        ck_assert_int_eq(memcmp(buf_data(&dst[i]), src, LEN), 0);
+                assert_guards(&dst[i]);
+                buf_deinit(&dst[i]);
+        }
+        free(src);
+        event_base_free(base);
+}
+END_TEST
+
+static Suite *engine_suite(void)
+{
+        Suite *s = suite_create("engine");
+        TCase *tc;
+
+        tc = tcase_create("copy");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_new_arguments);
+        tcase_add_test(tc, test_big_and_small_tasks);
+        tcase_add_test(tc, test_many_small_copies);
+        tcase_add_test(tc, test_many_tasks);
+        tcase_add_test(tc, test_empty_task);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("cancel");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_cancel_before_start);
+        tcase_add_test(tc, test_cancel_running);
+        tcase_add_test(tc, test_free_with_queued_tasks);
+        tcase_add_test(tc, test_free_with_running_tasks);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(engine_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
