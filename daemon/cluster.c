@@ -1,1 +1,122 @@
 /* SPDX-License-Identifier: MIT */
+/* Cluster: an attached inference worker with its regions, caches and links. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kvdist/kvdist.h>
+
+#include "cluster.h"
+#include "conn.h"
+#include "daemon.h"
+#include "link.h"
+#include "log.h"
+#include "pool.h"
+#include "region.h"
+#include "transfer.h"
+
+int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t device_id,
+                uint32_t sync_kv_timeout_ms, const char *listen_ip_info, Cluster **ret)
+{
+        Cluster *c;
+
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        if (listen_ip_info && listen_ip_info[0]) {
+                c->listen_ip_info = strdup(listen_ip_info);
+                if (!c->listen_ip_info) {
+                        free(c);
+                        return -ENOMEM;
+                }
+        }
+        c->daemon = d;
+        c->conn = conn;
+        c->id = id;
+        c->role = role;
+        c->device_id = device_id;
+        c->sync_kv_timeout_ms = sync_kv_timeout_ms;
+        if (conn) {
+                c->pid = conn->cred.pid;
+                c->uid = conn->cred.uid;
+        }
+        clist_init(&c->regions);
+        cache_table_init(&c->caches);
+        clist_init(&c->links);
+        clist_init(&c->links_in);
+        clist_init(&c->transfers);
+        clist_link_tail(&d->clusters, &c->link_daemon);
+        d->n_clusters++;
+        *ret = c;
+        return 0;
+}
+
+void cluster_release_cache(Cluster *c, Cache *cache)
+{
+        if (cache)
+                daemon_release_cache(c->daemon, cache);
+}
+
+Cluster *cluster_free(Cluster *c)
+{
+        Transfer *x, *xtmp;
+        Link *l, *ltmp;
+        Cache *cache, *ctmp;
+        Region *r, *rtmp;
+
+        if (!c)
+                return NULL;
+
+        CLIST_FOREACH_SAFE(x, xtmp, &c->transfers, link_cluster)
+                transfer_detach_cluster(x);
+        CLIST_FOREACH_SAFE(l, ltmp, &c->links, link_local)
+                link_free(l, KVD_E_PEER_LOST);
+        /* Links others made to us stay (down) until their owners unlink or re-link. */
+        CLIST_FOREACH_SAFE(l, ltmp, &c->links_in, link_remote)
+                link_set_state(l, LINK_DOWN, KVD_E_PEER_LOST);
+
+        CLIST_FOREACH_SAFE(cache, ctmp, &c->caches.caches, link_table) {
+                Cache *dead = NULL;
+
+                (void)cache_table_remove(&c->caches, cache->id, &dead, NULL);
+                cluster_release_cache(c, dead);
+        }
+        cache_table_deinit(&c->caches);
+
+        CLIST_FOREACH_SAFE(r, rtmp, &c->regions, link_owner) {
+                clist_unlink(&r->link_owner);
+                region_unref(r);
+        }
+
+        log_info("cluster %" PRIu64 " (pid %d): detached", c->id, (int)c->pid);
+        clist_unlink(&c->link_daemon);
+        c->daemon->n_clusters--;
+        daemon_update_status(c->daemon);
+        free(c->listen_ip_info);
+        free(c);
+        return NULL;
+}
+
+const char *cluster_role_to_string(ClusterRole role)
+{
+        switch (role) {
+        case CLUSTER_ROLE_PROMPT:
+                return "prompt";
+        case CLUSTER_ROLE_DECODER:
+                return "decoder";
+        case CLUSTER_ROLE_MIX:
+                return "mix";
+        }
+        return "unknown";
+}
+
+Region *cluster_find_region(Cluster *c, uint64_t region_id)
+{
+        Region *r;
+
+        CLIST_FOREACH(r, &c->regions, link_owner)
+                if (r->id == region_id)
+                        return r;
+        return NULL;
+}

@@ -1,1 +1,249 @@
 /* SPDX-License-Identifier: MIT */
+/* Daemon: the control loop and everything it owns. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <string.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "cache.h"
+#include "cluster.h"
+#include "conn.h"
+#include "daemon.h"
+#include "kvdist-config.h"
+#include "engine.h"
+#include "listener.h"
+#include "log.h"
+#include "pool.h"
+#include "region.h"
+#include "sd.h"
+#include "transfer.h"
+#include "transport.h"
+
+/* How long an orderly stop waits for transports to let go of memory before exiting anyway. */
+#define DAEMON_STOP_GRACE_SEC 5
+
+uint64_t daemon_next_id(Daemon *d)
+{
+        return ++d->next_id;
+}
+
+uint64_t daemon_next_seq(Daemon *d)
+{
+        return ++d->seq;
+}
+
+Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id)
+{
+        Cluster *c;
+
+        CLIST_FOREACH(c, &d->clusters, link_daemon)
+                if (c->id == cluster_id)
+                        return c;
+        return NULL;
+}
+
+void daemon_release_cache(Daemon *d, Cache *cache)
+{
+        uint64_t bytes = cache->tensor_size * cache->desc.num_tensors;
+        Region *pool;
+        int r;
+
+        if (cache->n_busy > 0) {
+                cache->released = true;
+                return;
+        }
+        if (cache->pool_backed && d->pool) {
+                /* Hand the pages back zeroed: the next cache carved here may belong to another
+                 * cluster and must not see these bytes. */
+                pool = pool_region(d->pool);
+                if (fallocate(pool->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                              (off_t)cache->pool_offset, (off_t)bytes) < 0)
+                        memset(pool->data + cache->pool_offset, 0, bytes);
+                r = pool_release(d->pool, cache->pool_offset);
+                if (r < 0)
+                        log_error_errno(r, "cache %" PRIu64 ": no pool extent at %" PRIu64
+                                        ", ignoring", cache->id, cache->pool_offset);
+        }
+        cache_free(cache);
+}
+
+void daemon_count_error(Daemon *d, int status)
+{
+        if (status < 0 && status >= _KVD_E_MIN)
+                d->counters.errors[-status]++;
+}
+
+void daemon_update_status(Daemon *d)
+{
+        char buf[160];
+
+        (void)snprintf(buf, sizeof(buf), "%s%u clusters, %u links, %u transfers in flight",
+                       d->stopping ? "stopping: " : "", d->n_clusters, d->n_links,
+                       d->n_transfers);
+        (void)sd_service_status(buf);
+}
+
+static void daemon_on_signal(evutil_socket_t sig, short what, void *userdata)
+{
+        Daemon *d = userdata;
+
+        log_info("received %s, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        daemon_stop(d, 0);
+}
+
+static void daemon_on_stop_grace(evutil_socket_t fd, short what, void *userdata)
+{
+        Daemon *d = userdata;
+
+        log_warning("%u transfers still running after %d s, exiting anyway", d->n_transfers,
+                    DAEMON_STOP_GRACE_SEC);
+        event_base_loopexit(d->base, NULL);
+}
+
+void daemon_stop(Daemon *d, int exit_code)
+{
+        static const struct timeval grace = { DAEMON_STOP_GRACE_SEC, 0 };
+        Transfer *x, *tmp;
+
+        if (d->stopping)
+                return;
+        d->stopping = true;
+        d->exit_code = exit_code;
+        (void)sd_service_stopping();
+        daemon_update_status(d);
+        listener_pause(d->listener);
+
+        CLIST_FOREACH_SAFE(x, tmp, &d->transfers, link_daemon)
+                transfer_fail(x, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+        daemon_check_stopped(d);
+        if (d->stopping && d->n_transfers > 0)
+                (void)event_base_once(d->base, -1, EV_TIMEOUT, daemon_on_stop_grace, d, &grace);
+}
+
+void daemon_check_stopped(Daemon *d)
+{
+        Conn *c;
+
+        if (!d->stopping || d->n_transfers > 0)
+                return;
+        CLIST_FOREACH(c, &d->conns, link_daemon)
+                conn_flush(c);
+        event_base_loopexit(d->base, NULL);
+}
+
+int daemon_new(Config *config, Daemon **ret)
+{
+        Daemon *d;
+        int r;
+
+        d = calloc(1, sizeof(*d));
+        if (!d) {
+                config_free(config);
+                return -ENOMEM;
+        }
+        d->config = config;
+        d->start_usec = now_usec(CLOCK_MONOTONIC);
+        clist_init(&d->conns);
+        clist_init(&d->clusters);
+        clist_init(&d->links);
+        clist_init(&d->transfers);
+
+        /* Copy threads never touch libevent, but completions cross into the loop. */
+        if (evthread_use_pthreads() < 0) {
+                r = log_error_errno(-ENOMEM, "cannot enable libevent threading");
+                goto fail;
+        }
+        d->base = event_base_new();
+        if (!d->base) {
+                r = log_error_errno(-ENOMEM, "cannot create the event loop");
+                goto fail;
+        }
+
+        if (config->memory_size > 0) {
+                r = pool_new(config->memory_size, config->page_shift, daemon_next_id(d),
+                             &d->pool);
+                if (r < 0) {
+                        log_error_errno(r, "cannot create the memory pool of %" PRIu64 " bytes",
+                                        config->memory_size);
+                        goto fail;
+                }
+        }
+
+        r = engine_new(d->base, config->copy_threads, &d->engine);
+        if (r < 0) {
+                log_error_errno(r, "cannot start %u copy threads", config->copy_threads);
+                goto fail;
+        }
+        r = transport_shm_new(d, &d->shm);
+        if (r < 0) {
+                log_error_errno(r, "cannot set up the shared-memory transport");
+                goto fail;
+        }
+
+        d->sig_term = evsignal_new(d->base, SIGTERM, daemon_on_signal, d);
+        d->sig_int = evsignal_new(d->base, SIGINT, daemon_on_signal, d);
+        if (!d->sig_term || !d->sig_int || event_add(d->sig_term, NULL) < 0 ||
+            event_add(d->sig_int, NULL) < 0) {
+                r = log_error_errno(-ENOMEM, "cannot watch signals");
+                goto fail;
+        }
+        (void)signal(SIGPIPE, SIG_IGN);
+
+        r = listener_new(d, &d->listener);
+        if (r < 0)
+                goto fail;
+
+        *ret = d;
+        return 0;
+fail:
+        daemon_free(d);
+        return r;
+}
+
+int daemon_run(Daemon *d)
+{
+        char status[256];
+
+        (void)snprintf(status, sizeof(status), "listening on %s", listener_path(d->listener));
+        log_info("kvdistd %s %s, pool %" PRIu64 " bytes, %u copy threads", KVDIST_VERSION,
+                 status, d->config->memory_size, engine_n_threads(d->engine));
+        (void)sd_service_ready(status);
+
+        if (event_base_dispatch(d->base) < 0)
+                return log_error_errno(-EIO, "the event loop failed"), 1;
+        return d->exit_code;
+}
+
+Daemon *daemon_free(Daemon *d)
+{
+        Conn *c, *tmp;
+
+        if (!d)
+                return NULL;
+        d->stopping = true;
+        d->listener = listener_free(d->listener);
+        CLIST_FOREACH_SAFE(c, tmp, &d->conns, link_daemon) {
+                conn_flush(c);
+                conn_free(c);
+        }
+        /* Runs the completions of whatever was still copying. */
+        d->engine = engine_free(d->engine);
+        d->shm = transport_free(d->shm);
+        d->pool = pool_free(d->pool);
+        if (d->sig_term)
+                event_free(d->sig_term);
+        if (d->sig_int)
+                event_free(d->sig_int);
+        if (d->base)
+                event_base_free(d->base);
+        config_free(d->config);
+        free(d);
+        return NULL;
+}

@@ -1,5 +1,39 @@
 /* SPDX-License-Identifier: MIT */
-int main(void)
+/* kvdistd: the per-node kvdist daemon. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+
+int main(int argc, char **argv)
 {
-        return 0;
+        _cleanup_free_ char *error = NULL;
+        Config *config = NULL;
+        Daemon *d = NULL;
+        int r;
+
+        r = config_new(&config);
+        if (r < 0) {
+                fprintf(stderr, "kvdistd: out of memory\n");
+                return EXIT_FAILURE;
+        }
+        r = config_parse_argv(config, argc, argv, &error);
+        if (r != 0) {
+                config_free(config);
+                if (r > 0)
+                        return EXIT_SUCCESS;
+                fprintf(stderr, "kvdistd: %s\n", error ? error : "invalid arguments");
+                return 2;
+        }
+        log_set_max_level(config->log_level);
+
+        r = daemon_new(config, &d);
+        if (r < 0)
+                return EXIT_FAILURE;
+        r = daemon_run(d);
+        daemon_free(d);
+        log_info("stopped");
+        return r;
 }

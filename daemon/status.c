@@ -1,1 +1,225 @@
 /* SPDX-License-Identifier: MIT */
+/* Status: the daemon's state as JSON for kvdistctl (jansson on the output side). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <kvdist/kvdist.h>
+
+#include "cluster.h"
+#include "daemon.h"
+#include "engine.h"
+#include "kvdist-config.h"
+#include "link.h"
+#include "listener.h"
+#include "plan.h"
+#include "pool.h"
+#include "status.h"
+#include "transfer.h"
+#include "transport.h"
+
+static const char *const dtype_names[] = {
+        [KVD_DT_FLOAT] = "float",   [KVD_DT_FLOAT16] = "float16", [KVD_DT_BF16] = "bf16",
+        [KVD_DT_INT8] = "int8",     [KVD_DT_INT16] = "int16",     [KVD_DT_UINT16] = "uint16",
+        [KVD_DT_UINT8] = "uint8",   [KVD_DT_INT32] = "int32",     [KVD_DT_INT64] = "int64",
+        [KVD_DT_UINT32] = "uint32", [KVD_DT_UINT64] = "uint64",   [KVD_DT_BOOL] = "bool",
+        [KVD_DT_DOUBLE] = "double",
+};
+
+/* json_object_set_new() that remembers a failure instead of checking every call. */
+static void set(json_t *o, const char *key, json_t *v, bool *ok)
+{
+        if (!v || json_object_set_new(o, key, v) < 0)
+                *ok = false;
+}
+
+static void append(json_t *a, json_t *v, bool *ok)
+{
+        if (!v || json_array_append_new(a, v) < 0)
+                *ok = false;
+}
+
+static json_t *json_u64(uint64_t v)
+{
+        return json_integer((json_int_t)v);
+}
+
+static json_t *status_pool(Daemon *d, bool *ok)
+{
+        json_t *o = json_object();
+
+        if (!o)
+                return NULL;
+        set(o, "size", json_u64(d->pool ? pool_size(d->pool) : 0), ok);
+        set(o, "used", json_u64(d->pool ? pool_used(d->pool) : 0), ok);
+        set(o, "page_size", json_u64(d->pool ? UINT64_C(1) << pool_page_shift(d->pool) : 0),
+            ok);
+        set(o, "allocations", json_u64(d->pool ? pool_n_allocated(d->pool) : 0), ok);
+        return o;
+}
+
+static json_t *status_counters(Daemon *d, bool *ok)
+{
+        const DaemonCounters *k = &d->counters;
+        json_t *o = json_object(), *errors = json_object();
+
+        if (!o || !errors) {
+                json_decref(o);
+                json_decref(errors);
+                return NULL;
+        }
+        set(o, "transfers_ok", json_u64(k->transfers_ok), ok);
+        set(o, "transfers_failed", json_u64(k->transfers_failed), ok);
+        set(o, "bytes_pulled", json_u64(k->bytes_pulled), ok);
+        set(o, "bytes_pushed", json_u64(k->bytes_pushed), ok);
+        set(o, "connections_accepted", json_u64(k->conns_accepted), ok);
+        set(o, "connections_refused", json_u64(k->conns_refused), ok);
+        set(o, "frames_malformed", json_u64(k->frames_malformed), ok);
+        for (int s = 1; s <= -_KVD_E_MIN; s++)
+                if (k->errors[s] > 0)
+                        set(errors, kvd_strerror(-s), json_u64(k->errors[s]), ok);
+        set(o, "errors", errors, ok);
+        return o;
+}
+
+static json_t *status_cluster(const Cluster *c, bool *ok)
+{
+        json_t *o = json_object();
+
+        if (!o)
+                return NULL;
+        set(o, "cluster_id", json_u64(c->id), ok);
+        set(o, "role", json_string(cluster_role_to_string(c->role)), ok);
+        set(o, "device_id", json_integer(c->device_id), ok);
+        set(o, "pid", json_integer(c->pid), ok);
+        set(o, "uid", json_integer(c->uid), ok);
+        set(o, "sync_kv_timeout_ms", json_integer(c->sync_kv_timeout_ms), ok);
+        set(o, "listen_ip_info", c->listen_ip_info ? json_string(c->listen_ip_info) : json_null(),
+            ok);
+        set(o, "regions", json_integer(c->n_regions), ok);
+        set(o, "region_bytes", json_u64(c->region_bytes), ok);
+        set(o, "caches", json_integer(c->caches.n_caches), ok);
+        set(o, "keys", json_integer(c->caches.n_keys), ok);
+        set(o, "tensor_addrs", json_integer(c->caches.n_addrs), ok);
+        set(o, "links", json_integer(c->n_links), ok);
+        set(o, "transfers_in_flight", json_integer(c->n_transfers), ok);
+        return o;
+}
+
+static json_t *status_cache(const CacheTable *t, const Cache *cache, bool *ok)
+{
+        json_t *o = json_object(), *shape = json_array();
+
+        if (!o || !shape) {
+                json_decref(o);
+                json_decref(shape);
+                return NULL;
+        }
+        for (uint32_t i = 0; i < cache->desc.n_dims; i++)
+                append(shape, json_integer(cache->desc.shape[i]), ok);
+        set(o, "cache_id", json_u64(cache->id), ok);
+        set(o, "cluster_id", json_u64(cache->owner_cluster_id), ok);
+        set(o, "kind", json_string(cache->kind == CACHE_BLOCKS ? "blocks" : "contiguous"), ok);
+        set(o, "num_tensors", json_integer(cache->desc.num_tensors), ok);
+        set(o, "shape", shape, ok);
+        set(o, "dtype", json_string(cache->desc.data_type < _KVD_DT_MAX
+                                            ? dtype_names[cache->desc.data_type]
+                                            : "unknown"),
+            ok);
+        set(o, "tensor_size", json_u64(cache->tensor_size), ok);
+        set(o, "pool", json_boolean(cache->pool_backed), ok);
+        set(o, "remote_accessible", json_boolean(cache->remote_accessible), ok);
+        set(o, "keys", json_integer(cache_table_count_keys(t, cache)), ok);
+        set(o, "key_holds", json_integer(cache->n_key_holds), ok);
+        set(o, "transfers_in_flight", json_integer(cache->n_busy), ok);
+        return o;
+}
+
+static json_t *status_link(const Link *l, usec_t now, bool *ok)
+{
+        json_t *o = json_object();
+
+        if (!o)
+                return NULL;
+        set(o, "link_id", json_u64(l->id), ok);
+        set(o, "local_cluster", json_u64(l->local->id), ok);
+        set(o, "remote_cluster", json_u64(l->remote_cluster_id), ok);
+        set(o, "transport", json_string(transport_name(l->transport)), ok);
+        set(o, "state", json_string(link_state_to_string(l->state)), ok);
+        set(o, "age_s", json_real((double)(now - l->created_usec) / USEC_PER_SEC), ok);
+        set(o, "transfers", json_u64(l->n_transfers), ok);
+        set(o, "transfers_in_flight", json_integer(l->n_inflight), ok);
+        set(o, "bytes", json_u64(l->bytes), ok);
+        return o;
+}
+
+static json_t *status_transfer(const Transfer *x, usec_t now, bool *ok)
+{
+        json_t *o = json_object();
+
+        if (!o)
+                return NULL;
+        set(o, "transfer_id", json_u64(x->id), ok);
+        set(o, "cluster_id", json_u64(x->cluster_id), ok);
+        set(o, "kind", json_string(transfer_kind_to_string(x->kind)), ok);
+        set(o, "remote_cluster", json_u64(x->remote_cluster_id), ok);
+        set(o, "bytes", json_u64(x->plan ? x->plan->total_bytes : 0), ok);
+        set(o, "age_ms", json_u64((now - x->start_usec) / USEC_PER_MSEC), ok);
+        set(o, "state", json_string(x->state == TRANSFER_RUNNING ? "running" : "stopping"), ok);
+        return o;
+}
+
+int status_to_json(Daemon *d, char **ret)
+{
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+        json_t *root, *clusters, *caches, *links, *transfers;
+        const Cluster *c;
+        const Cache *cache;
+        const Link *l;
+        const Transfer *x;
+        bool ok = true;
+        char *s;
+
+        root = json_object();
+        clusters = json_array();
+        caches = json_array();
+        links = json_array();
+        transfers = json_array();
+        set(root, "clusters", clusters, &ok);
+        set(root, "caches", caches, &ok);
+        set(root, "links", links, &ok);
+        set(root, "transfers", transfers, &ok);
+        if (!root || !ok) {
+                json_decref(root);
+                return -ENOMEM;
+        }
+
+        set(root, "version", json_string(KVDIST_VERSION), &ok);
+        set(root, "pid", json_integer(getpid()), &ok);
+        set(root, "uptime_s", json_real((double)(now - d->start_usec) / USEC_PER_SEC), &ok);
+        set(root, "socket", json_string(d->config->socket_path), &ok);
+        set(root, "copy_threads", json_integer(engine_n_threads(d->engine)), &ok);
+        set(root, "stopping", json_boolean(d->stopping), &ok);
+        set(root, "pool", status_pool(d, &ok), &ok);
+        set(root, "counters", status_counters(d, &ok), &ok);
+        set(root, "transfers_in_flight", json_integer(d->n_transfers), &ok);
+
+        CLIST_FOREACH(c, &d->clusters, link_daemon) {
+                append(clusters, status_cluster(c, &ok), &ok);
+                CLIST_FOREACH(cache, &c->caches.caches, link_table)
+                        append(caches, status_cache(&c->caches, cache, &ok), &ok);
+        }
+        CLIST_FOREACH(l, &d->links, link_daemon)
+                append(links, status_link(l, now, &ok), &ok);
+        CLIST_FOREACH(x, &d->transfers, link_daemon)
+                append(transfers, status_transfer(x, now, &ok), &ok);
+
+        s = ok ? json_dumps(root, JSON_COMPACT) : NULL;
+        json_decref(root);
+        if (!s)
+                return -ENOMEM;
+        *ret = s;
+        return 0;
+}

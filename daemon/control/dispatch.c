@@ -1,1 +1,196 @@
 /* SPDX-License-Identifier: MIT */
+/* Dispatch table: request types, what they need, their handlers; Hello is served here. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <kvdist/kvdist.h>
+
+#include "cluster.h"
+#include "conn.h"
+#include "daemon.h"
+#include "dispatch.h"
+#include "kvdist-config.h"
+#include "kvdist.pb-c.h"
+#include "log.h"
+
+static const DispatchEntry dispatch_table[] = {
+        { KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, DISPATCH_NO_CLUSTER, 0, handle_client_init },
+        { KVDIST__V1__MSG_TYPE__MSG_CLIENT_FINALIZE, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_client_finalize },
+        { KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, DISPATCH_NEEDS_CLUSTER, 1, handle_region_add },
+        { KVDIST__V1__MSG_TYPE__MSG_REGION_REMOVE, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_region_remove },
+        { KVDIST__V1__MSG_TYPE__MSG_POOL_MAP, DISPATCH_NEEDS_CLUSTER, 0, handle_pool_map },
+        { KVDIST__V1__MSG_TYPE__MSG_REGISTER_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_register_cache },
+        { KVDIST__V1__MSG_TYPE__MSG_UNREGISTER_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_unregister_cache },
+        { KVDIST__V1__MSG_TYPE__MSG_ALLOCATE_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_allocate_cache },
+        { KVDIST__V1__MSG_TYPE__MSG_DEALLOCATE_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_deallocate_cache },
+        { KVDIST__V1__MSG_TYPE__MSG_REMOVE_CACHE_KEY, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_remove_cache_key },
+        { KVDIST__V1__MSG_TYPE__MSG_LINK_CLUSTERS, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_link_clusters },
+        { KVDIST__V1__MSG_TYPE__MSG_UNLINK_CLUSTERS, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_unlink_clusters },
+        { KVDIST__V1__MSG_TYPE__MSG_CHECK_LINK_STATUS, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_check_link_status },
+        { KVDIST__V1__MSG_TYPE__MSG_SWITCH_ROLE, DISPATCH_NEEDS_CLUSTER, 0, handle_switch_role },
+        { KVDIST__V1__MSG_TYPE__MSG_TRANSFER, DISPATCH_NEEDS_CLUSTER, 0, handle_transfer },
+        { KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, DISPATCH_READ_ONLY, 0, handle_daemon_status },
+};
+
+const DispatchEntry *dispatch_lookup(uint16_t type)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(dispatch_table); i++)
+                if (dispatch_table[i].type == type)
+                        return &dispatch_table[i];
+        return NULL;
+}
+
+/* Sends an error for a frame that never became a request and closes the frame's fds. */
+static void dispatch_refuse(Conn *c, int code, const char *fmt, ...) _printf_(3, 4);
+static void dispatch_refuse(Conn *c, int code, const char *fmt, ...)
+{
+        Error err = ERROR_INIT;
+        Request *req;
+        va_list ap;
+
+        req = request_new(c);
+        if (!req)
+                return;
+        va_start(ap, fmt);
+        error_setv(&err, code, fmt, ap);
+        va_end(ap);
+        request_fail(req, code, &err);
+}
+
+static void dispatch_hello(Conn *c, const Kvdist__V1__Hello *hello)
+{
+        Kvdist__V1__HelloReply reply = KVDIST__V1__HELLO_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        char detail[128] = "";
+        Request *req;
+
+        if (hello->protocol_version != FRAME_VERSION) {
+                status.code = KVD_E_PROTOCOL_MISMATCH;
+                (void)snprintf(detail, sizeof(detail),
+                               "kvdistd speaks protocol %d, the client speaks %" PRIu32,
+                               FRAME_VERSION, hello->protocol_version);
+                status.detail = detail;
+                log_warning("connection %" PRIu64 " (pid %d): %s, closing", c->id,
+                            (int)c->cred.pid, detail);
+        }
+        reply.status = &status;
+        reply.protocol_version = FRAME_VERSION;
+        reply.identity = (char *)"kvdistd/" KVDIST_VERSION;
+
+        req = request_new(c);
+        if (!req) {
+                conn_close_later(c);
+                return;
+        }
+        (void)request_reply(req, &reply.base, -1);
+        if (status.code != KVD_OK) {
+                conn_flush(c);
+                conn_close_later(c);
+                return;
+        }
+        c->state = CONN_READY;
+}
+
+void dispatch_frame(Conn *c)
+{
+        const FrameHeader *h = &c->frame;
+        const DispatchEntry *entry;
+        const FrameType *ft;
+        ProtobufCMessage *msg = NULL;
+        Error err = ERROR_INIT;
+        Request *req;
+        int r;
+
+        if (h->flags & FRAME_FLAG_REPLY) {
+                log_warning("connection %" PRIu64 " (pid %d): sent a reply frame, closing",
+                            c->id, (int)c->cred.pid);
+                c->daemon->counters.frames_malformed++;
+                conn_close_later(c);
+                return;
+        }
+
+        ft = frame_type_lookup(h->type);
+        if (c->state == CONN_HELLO) {
+                if (h->type != KVDIST__V1__MSG_TYPE__MSG_HELLO || h->n_fds > 0) {
+                        dispatch_refuse(c, KVD_E_PROTOCOL_MISMATCH,
+                                        "the first frame must be Hello, got type %u", h->type);
+                        conn_flush(c);
+                        conn_close_later(c);
+                        return;
+                }
+                r = frame_unpack(ft->request, c->payload, c->payload_len, &msg);
+                if (r < 0) {
+                        log_warning("connection %" PRIu64 ": undecodable Hello, closing", c->id);
+                        c->daemon->counters.frames_malformed++;
+                        conn_close_later(c);
+                        return;
+                }
+                dispatch_hello(c, (const Kvdist__V1__Hello *)msg);
+                protobuf_c_message_free_unpacked(msg, NULL);
+                return;
+        }
+
+        entry = dispatch_lookup(h->type);
+        if (!entry || !ft) {
+                dispatch_refuse(c, KVD_E_UNSUPPORTED, "request type %u is not supported by "
+                                "kvdistd " KVDIST_VERSION, h->type);
+                return;
+        }
+        if (h->n_fds > entry->max_fds) {
+                dispatch_refuse(c, KVD_E_PARAM_INVALID, "%s carries %u fds, it takes at most %u",
+                                ft->name, h->n_fds, entry->max_fds);
+                return;
+        }
+        if ((entry->flags & DISPATCH_NEEDS_CLUSTER) && !c->cluster) {
+                dispatch_refuse(c, KVD_E_NOT_INITIALIZED,
+                                "%s needs an initialised client (kvd_client_init)", ft->name);
+                return;
+        }
+        if ((entry->flags & DISPATCH_NO_CLUSTER) && c->cluster) {
+                dispatch_refuse(c, KVD_E_PARAM_INVALID,
+                                "%s: this connection is cluster %" PRIu64 " already", ft->name,
+                                c->cluster->id);
+                return;
+        }
+
+        r = frame_unpack(ft->request, c->payload, c->payload_len, &msg);
+        if (r < 0) {
+                log_warning("connection %" PRIu64 " (pid %d): undecodable %s payload of %zu "
+                            "bytes, closing", c->id, (int)c->cred.pid, ft->name, c->payload_len);
+                c->daemon->counters.frames_malformed++;
+                conn_close_later(c);
+                return;
+        }
+
+        req = request_new(c);
+        if (!req) {
+                protobuf_c_message_free_unpacked(msg, NULL);
+                conn_close_later(c);
+                return;
+        }
+        req->msg = msg;
+        for (size_t i = 0; i < c->n_fds; i++)
+                req->fds[i] = TAKE_FD(c->fds[i]);
+        req->n_fds = c->n_fds;
+        c->n_fds = 0;
+
+        r = entry->handler(req, &err);
+        if (r < 0) {
+                if (err.code == 0)
+                        error_set(&err, r, NULL);
+                log_debug("connection %" PRIu64 ": %s failed: %s", c->id, ft->name, err.msg);
+                request_fail(req, r, &err);
+        }
+}

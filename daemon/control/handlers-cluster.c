@@ -1,1 +1,112 @@
 /* SPDX-License-Identifier: MIT */
+/* Handlers: attaching and detaching a cluster, and the daemon's status. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <kvdist/kvdist.h>
+
+#include "cluster.h"
+#include "conn.h"
+#include "daemon.h"
+#include "dispatch.h"
+#include "kvdist.pb-c.h"
+#include "log.h"
+#include "status.h"
+
+/* Lists the device map's ids into @buf for an error message. */
+static const char *device_ids_to_string(const Config *cfg, char *buf, size_t size)
+{
+        size_t n = 0;
+
+        buf[0] = '\0';
+        for (size_t i = 0; i < cfg->n_devices && n < size; i++)
+                n += (size_t)snprintf(buf + n, size - n, "%s%" PRId32, i ? ", " : "",
+                                      cfg->devices[i].device_id);
+        return buf;
+}
+
+int handle_client_init(Request *req, Error *err)
+{
+        const Kvdist__V1__ClientInit *m = (const Kvdist__V1__ClientInit *)req->msg;
+        Kvdist__V1__ClientInitReply reply = KVDIST__V1__CLIENT_INIT_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        Conn *conn = req->conn;
+        Daemon *d = conn->daemon;
+        const Config *cfg = d->config;
+        uint32_t timeout;
+        Cluster *c;
+        char ids[128];
+        int r;
+
+        if ((int)m->role < CLUSTER_ROLE_PROMPT || (int)m->role > CLUSTER_ROLE_MIX)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "role %d is not prompt (1), decoder (2) or mix (3)", m->role);
+        if (m->device_id < 0)
+                return error_set(err, KVD_E_PARAM_INVALID, "device_id %" PRId32 " is negative",
+                                 m->device_id);
+        if (cfg->n_devices > 0 && !config_find_device(cfg, m->device_id))
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "device_id %" PRId32 " is not in the daemon's device map (%s)",
+                                 m->device_id, device_ids_to_string(cfg, ids, sizeof(ids)));
+        if (m->sync_kv_timeout_ms > INT32_MAX)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "sync_kv_timeout_ms %" PRIu32 " does not fit int32",
+                                 m->sync_kv_timeout_ms);
+        if (daemon_find_cluster(d, m->cluster_id))
+                return error_set(err, KVD_E_CLUSTER_EXISTS,
+                                 "cluster %" PRIu64 " is attached to this daemon already",
+                                 m->cluster_id);
+        if (d->n_clusters >= cfg->limits.max_clients)
+                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                                 "the daemon serves %u clusters already (limits.max_clients)",
+                                 d->n_clusters);
+        if (d->stopping)
+                return error_set(err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+
+        timeout = m->sync_kv_timeout_ms ? m->sync_kv_timeout_ms : cfg->sync_kv_timeout_ms;
+        r = cluster_new(d, conn, m->cluster_id, (ClusterRole)m->role, m->device_id, timeout,
+                        m->listen_ip_info, &c);
+        if (r < 0)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot attach the cluster");
+        conn->cluster = c;
+        conn->state = CONN_CLUSTER;
+        log_info("cluster %" PRIu64 " (pid %d uid %u): attached as %s on device %" PRId32
+                 ", sync_kv_timeout %" PRIu32 " ms", c->id, (int)c->pid, (unsigned)c->uid,
+                 cluster_role_to_string(c->role), c->device_id, timeout);
+        daemon_update_status(d);
+
+        reply.status = &status;
+        reply.sync_kv_timeout_ms = timeout;
+        return request_reply(req, &reply.base, -1), 0;
+}
+
+int handle_client_finalize(Request *req, Error *err)
+{
+        Kvdist__V1__ClientFinalizeReply reply = KVDIST__V1__CLIENT_FINALIZE_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        Conn *conn = req->conn;
+        Cluster *c = TAKE_PTR(conn->cluster);
+
+        /* Transfers the cluster asked for fail; their answers follow once their transports have
+         * let go of the memory. The connection stays for read-only use. */
+        c->conn = NULL;
+        conn->state = CONN_READY;
+        cluster_free(c);
+        reply.status = &status;
+        return request_reply(req, &reply.base, -1), 0;
+}
+
+int handle_daemon_status(Request *req, Error *err)
+{
+        Kvdist__V1__DaemonStatusReply reply = KVDIST__V1__DAEMON_STATUS_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        _cleanup_free_ char *json = NULL;
+
+        if (status_to_json(req->conn->daemon, &json) < 0)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot build the status document");
+        reply.status = &status;
+        reply.json = json;
+        return request_reply(req, &reply.base, -1), 0;
+}

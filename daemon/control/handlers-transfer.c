@@ -1,1 +1,17 @@
 /* SPDX-License-Identifier: MIT */
+/* Handlers: pull and push of caches and blocks. */
+#include <kvdist/kvdist.h>
+
+#include "conn.h"
+#include "dispatch.h"
+#include "transfer.h"
+
+int handle_transfer(Request *req, Error *err)
+{
+        int r;
+
+        r = transfer_start(req->conn->cluster, req, err);
+        if (r < 0)
+                return r;
+        return HANDLER_PENDING;
+}

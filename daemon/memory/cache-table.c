@@ -240,6 +240,17 @@ int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_
         return KVD_OK;
 }
 
+unsigned cache_table_count_keys(const CacheTable *t, const Cache *cache)
+{
+        const CacheKeyEntry *e;
+        unsigned n = 0;
+
+        CLIST_FOREACH(e, &t->keys, link_table)
+                if (e->cache == cache)
+                        n++;
+        return n;
+}
+
 int cache_table_lookup(const CacheTable *t, const CacheKey *key, Cache **ret_cache,
                        uint32_t *ret_index, Error *err)
 {

@@ -134,6 +134,9 @@ int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_
 /* The cache with id @cache_id, or NULL (borrowed). */
 Cache *cache_table_find(const CacheTable *t, uint64_t cache_id);
 
+/* How many keys of @t name @cache (for status). */
+unsigned cache_table_count_keys(const CacheTable *t, const Cache *cache);
+
 /*
  * Resolves a key to the cache and batch slot it names. REQ: the slot the key was registered
  * at; ID_INDEX: that cache and index (index checked against units for contiguous caches);

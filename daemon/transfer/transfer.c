@@ -1,1 +1,466 @@
 /* SPDX-License-Identifier: MIT */
+/* Transfer: one pull or push in flight, from validation to the client's answer. */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <kvdist/kvdist.h>
+
+#include "cluster.h"
+#include "conn.h"
+#include "daemon.h"
+#include "dispatch.h"
+#include "kvdist.pb-c.h"
+#include "link.h"
+#include "log.h"
+#include "plan.h"
+#include "region.h"
+#include "transfer.h"
+#include "transport.h"
+
+const char *transfer_kind_to_string(TransferKind k)
+{
+        switch (k) {
+        case TRANSFER_PULL_CACHE:
+                return "pull_cache";
+        case TRANSFER_PULL_BLOCKS:
+                return "pull_blocks";
+        case TRANSFER_PUSH_CACHE:
+                return "push_cache";
+        case TRANSFER_PUSH_BLOCKS:
+                return "push_blocks";
+        }
+        return "invalid";
+}
+
+static bool transfer_is_pull(TransferKind k)
+{
+        return k == TRANSFER_PULL_CACHE || k == TRANSFER_PULL_BLOCKS;
+}
+
+static void transfer_set_state(Transfer *x, TransferState state)
+{
+        assert(state >= 0 && state < _TRANSFER_STATE_MAX);
+        /* RUNNING -> STOPPING -> DONE, or RUNNING -> DONE; never back. */
+        assert(state > x->state);
+        x->state = state;
+}
+
+/* The index of @r in the transfer's region table, adding it (with a reference) if new. */
+static int transfer_region_index(Transfer *x, Region *r, uint32_t *ret)
+{
+        for (uint32_t i = 0; i < x->n_regions; i++)
+                if (x->regions[i] == r) {
+                        *ret = i;
+                        return 0;
+                }
+        if (x->n_regions >= TRANSFER_MAX_REGIONS)
+                return -E2BIG;
+        x->regions[x->n_regions] = region_ref(r);
+        *ret = x->n_regions++;
+        return 0;
+}
+
+/* Describes @cache to the planner; tensors land in @tensors (num_tensors entries). */
+static int transfer_plan_cache(Transfer *x, const Cache *cache, PlanTensor *tensors,
+                               PlanCache *ret)
+{
+        int r;
+
+        for (uint32_t t = 0; t < cache->desc.num_tensors; t++) {
+                r = transfer_region_index(x, cache->tensors[t].region, &tensors[t].region);
+                if (r < 0)
+                        return r;
+                tensors[t].offset = cache->tensors[t].offset;
+        }
+        *ret = (PlanCache){
+                .blocks = cache->kind == CACHE_BLOCKS,
+                .num_tensors = cache->desc.num_tensors,
+                .tensor_size = cache->tensor_size,
+                .units = cache->units,
+                .stride = cache->stride,
+                .tensors = tensors,
+        };
+        return 0;
+}
+
+static PlanLayers layers_from_proto(const Kvdist__V1__LayerRange *r)
+{
+        if (!r)
+                return (PlanLayers){ PLAN_LAYERS_ALL, PLAN_LAYERS_ALL };
+        return (PlanLayers){ r->first, r->last };
+}
+
+/* Checks the request against the key kinds each kind of transfer takes. */
+static int transfer_check_kind(const Kvdist__V1__Transfer *m, const CacheKey *key, Error *err)
+{
+        switch (m->kind) {
+        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE:
+        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_CACHE:
+                if (key->kind == CACHE_KEY_BLOCKS)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "a cache transfer names its item with a CacheKey or a "
+                                         "CacheKeyByIdAndIndex, not a BlocksCacheKey");
+                if (m->n_src_blocks > 0 || m->n_dst_blocks > 0)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "a cache transfer takes no block lists");
+                return 0;
+        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS:
+                if (key->kind != CACHE_KEY_BLOCKS && m->n_src_blocks > 0)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "src_blocks must be empty when the source is a "
+                                         "contiguous cache item");
+                return 0;
+        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS:
+                if (key->kind != CACHE_KEY_BLOCKS)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "push_blocks writes into a cache named by a "
+                                         "BlocksCacheKey");
+                return 0;
+        default:
+                return error_set(err, KVD_E_PARAM_INVALID, "transfer kind %d is not valid",
+                                 m->kind);
+        }
+}
+
+static void transfer_on_deadline(evutil_socket_t fd, short what, void *userdata)
+{
+        Transfer *x = userdata;
+
+        transfer_fail(x, KVD_E_TIMEOUT, "transfer %" PRIu64 " (%s) did not finish within %" PRIu64
+                      " ms", x->id, transfer_kind_to_string(x->kind),
+                      (x->deadline_usec - x->start_usec) / USEC_PER_MSEC);
+}
+
+static void transfer_on_request_cancel(Request *req, void *userdata)
+{
+        Transfer *x = userdata;
+
+        x->req = request_free(req);
+        transfer_fail(x, KVD_E_PEER_LOST, "the client went away");
+}
+
+static Transfer *transfer_free(Transfer *x)
+{
+        Daemon *d = x->daemon;
+
+        if (x->timer)
+                event_free(x->timer);
+        if (x->started) {
+                for (size_t i = 0; i < ARRAY_SIZE(x->caches); i++) {
+                        x->caches[i]->n_busy--;
+                        if (x->caches[i]->released && x->caches[i]->n_busy == 0)
+                                daemon_release_cache(d, x->caches[i]);
+                }
+                if (x->cluster) {
+                        clist_unlink(&x->link_cluster);
+                        x->cluster->n_transfers--;
+                }
+                if (x->link) {
+                        clist_unlink(&x->link_link);
+                        x->link->n_inflight--;
+                }
+                clist_unlink(&x->link_daemon);
+                d->n_transfers--;
+        }
+        for (uint32_t i = 0; i < x->n_regions; i++)
+                region_unref(x->regions[i]);
+        plan_free(x->plan);
+        if (x->req)
+                request_free(x->req);
+        free(x);
+        return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(Transfer, transfer_free);
+
+/* A pull by ReqKey of a pool cache ends that key's hold once it succeeded. */
+static void transfer_consume_key(Transfer *x)
+{
+        Cluster *owner;
+        Cache *cache, *dead = NULL;
+        uint32_t index;
+
+        if (!x->consume_key)
+                return;
+        owner = daemon_find_cluster(x->daemon, x->key.cluster_id);
+        if (!owner || cache_table_lookup(&owner->caches, &x->key, &cache, &index, NULL) < 0)
+                return;
+        if (cache_table_remove_key(&owner->caches, &x->key, &dead, NULL) == 0)
+                cluster_release_cache(owner, dead);
+}
+
+void transfer_complete(Transfer *x, int status)
+{
+        Daemon *d = x->daemon;
+        int final = x->status != KVD_OK ? x->status : status;
+
+        if (final == KVD_OK && status == KVD_E_FAILED)
+                final = KVD_E_FAILED;
+        transfer_set_state(x, TRANSFER_DONE);
+
+        if (final == KVD_OK) {
+                uint64_t bytes = x->plan->total_bytes;
+
+                d->counters.transfers_ok++;
+                if (transfer_is_pull(x->kind))
+                        d->counters.bytes_pulled += bytes;
+                else
+                        d->counters.bytes_pushed += bytes;
+                if (x->transport) {
+                        x->transport->bytes += bytes;
+                        x->transport->n_transfers++;
+                }
+                if (x->link) {
+                        x->link->bytes += bytes;
+                        x->link->n_transfers++;
+                }
+                transfer_consume_key(x);
+        } else {
+                d->counters.transfers_failed++;
+                if (x->err.code == 0)
+                        error_set(&x->err, final, "transfer %" PRIu64 " failed", x->id);
+                log_debug("transfer %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %s",
+                          x->id, x->cluster_id, x->remote_cluster_id,
+                          transfer_kind_to_string(x->kind), x->err.msg);
+        }
+
+        if (x->req) {
+                Request *req = TAKE_PTR(x->req);
+
+                if (final == KVD_OK) {
+                        Kvdist__V1__TransferReply reply = KVDIST__V1__TRANSFER_REPLY__INIT;
+                        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+
+                        reply.status = &st;
+                        reply.bytes = x->plan->total_bytes;
+                        reply.segments = (uint32_t)x->plan->n_segments;
+                        (void)request_reply(req, &reply.base, -1);
+                } else
+                        (void)request_fail(req, final, &x->err);
+        }
+        transfer_free(x);
+        daemon_update_status(d);
+        daemon_check_stopped(d);
+}
+
+void transfer_fail(Transfer *x, int status, const char *fmt, ...)
+{
+        va_list ap;
+
+        if (x->state != TRANSFER_RUNNING)
+                return;
+        transfer_set_state(x, TRANSFER_STOPPING);
+        x->status = status;
+        va_start(ap, fmt);
+        error_setv(&x->err, status, fmt, ap);
+        va_end(ap);
+        if (x->timer)
+                event_del(x->timer);
+        transport_cancel(x->transport, x);
+}
+
+void transfer_detach_cluster(Transfer *x)
+{
+        Cluster *c = TAKE_PTR(x->cluster);
+
+        clist_unlink(&x->link_cluster);
+        c->n_transfers--;
+        transfer_fail(x, KVD_E_PEER_LOST, "cluster %" PRIu64 " detached while transfer %" PRIu64
+                      " ran", c->id, x->id);
+}
+
+void transfer_detach_link(Transfer *x, int status)
+{
+        Link *l = TAKE_PTR(x->link);
+
+        clist_unlink(&x->link_link);
+        l->n_inflight--;
+        transfer_fail(x, status, "link %" PRIu64 " to cluster %" PRIu64 " went down while "
+                      "transfer %" PRIu64 " ran", l->id, l->remote_cluster_id, x->id);
+}
+
+/* Finds the link and both caches, and checks the remote cluster lets us reach its cache. */
+static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer *m,
+                            uint32_t *ret_remote_index, Error *err)
+{
+        Link *l;
+        Cache *remote, *local;
+        int r;
+
+        l = link_find(c, x->key.cluster_id);
+        if (!l)
+                return error_set(err, KVD_E_NOT_YET_LINK,
+                                 "cluster %" PRIu64 " has no link to cluster %" PRIu64
+                                 "; call kvd_link_clusters() first", c->id, x->key.cluster_id);
+        if (l->state != LINK_UP || !l->remote)
+                return error_set(err, KVD_E_PEER_LOST,
+                                 "link %" PRIu64 " to cluster %" PRIu64 " is down", l->id,
+                                 x->key.cluster_id);
+        r = cache_table_lookup(&l->remote->caches, &x->key, &remote, ret_remote_index, err);
+        if (r < 0)
+                return r;
+        if (!remote->remote_accessible)
+                return error_set(err, KVD_E_PERMISSION_DENIED,
+                                 "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
+                                 "accessible", remote->id, l->remote_cluster_id);
+        if (remote->seq > l->seq)
+                return error_set(err, KVD_E_CACHE_NOT_EXIST,
+                                 "cache %" PRIu64 " of cluster %" PRIu64 " was registered after "
+                                 "link %" PRIu64 " was made; memory must be registered before "
+                                 "the link that reaches it", remote->id, l->remote_cluster_id,
+                                 l->id);
+        local = cache_table_find(&c->caches, m->local_cache_id);
+        if (!local)
+                return error_set(err, KVD_E_CACHE_NOT_EXIST,
+                                 "cluster %" PRIu64 " has no cache %" PRIu64, c->id,
+                                 m->local_cache_id);
+        x->link = l;
+        x->transport = l->transport;
+        x->caches[0] = transfer_is_pull(x->kind) ? remote : local;
+        x->caches[1] = transfer_is_pull(x->kind) ? local : remote;
+        x->consume_key = transfer_is_pull(x->kind) && x->key.kind == CACHE_KEY_REQ &&
+                         remote->pool_backed;
+        return 0;
+}
+
+/* Turns the request into a plan over the transfer's region table. */
+static int transfer_build_plan(Transfer *x, const Kvdist__V1__Transfer *m, uint32_t remote_index,
+                               Error *err)
+{
+        _cleanup_free_ PlanTensor *src_tensors = NULL, *dst_tensors = NULL;
+        const Cache *src = x->caches[0], *dst = x->caches[1];
+        PlanCache psrc, pdst;
+        PlanRequest pr = { 0 };
+        bool pull = transfer_is_pull(x->kind);
+
+        src_tensors = calloc(src->desc.num_tensors, sizeof(PlanTensor));
+        dst_tensors = calloc(dst->desc.num_tensors, sizeof(PlanTensor));
+        if (!src_tensors || !dst_tensors)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        if (transfer_plan_cache(x, src, src_tensors, &psrc) < 0 ||
+            transfer_plan_cache(x, dst, dst_tensors, &pdst) < 0)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "too many regions in one transfer");
+
+        pr.src = &psrc;
+        pr.dst = &pdst;
+        pr.src_layers = layers_from_proto(m->src_layers);
+        pr.dst_layers = layers_from_proto(m->dst_layers);
+        pr.tensor_num_per_layer = m->tensor_num_per_layer;
+        pr.size = m->size;
+        switch (x->kind) {
+        case TRANSFER_PULL_BLOCKS:
+        case TRANSFER_PUSH_BLOCKS:
+                pr.dst_blocks = m->dst_blocks;
+                pr.n_dst_blocks = m->n_dst_blocks;
+                if (x->key.kind == CACHE_KEY_BLOCKS) {
+                        pr.mode = PLAN_BLOCKS;
+                        pr.src_blocks = m->src_blocks;
+                        pr.n_src_blocks = m->n_src_blocks;
+                } else {
+                        pr.mode = PLAN_ITEM_TO_BLOCKS;
+                        pr.src_index = remote_index;
+                        pr.size = -1;
+                }
+                break;
+        case TRANSFER_PULL_CACHE:
+        case TRANSFER_PUSH_CACHE:
+                pr.mode = PLAN_ITEM;
+                pr.src_index = pull ? remote_index : m->local_batch_index;
+                pr.dst_index = pull ? m->local_batch_index : remote_index;
+                break;
+        }
+        return plan_build(&pr, &x->plan, err);
+}
+
+int transfer_start(Cluster *c, Request *req, Error *err)
+{
+        const Kvdist__V1__Transfer *m = (const Kvdist__V1__Transfer *)req->msg;
+        Daemon *d = c->daemon;
+        const Limits *lim = &d->config->limits;
+        _cleanup_(transfer_freep) Transfer *x = NULL;
+        uint32_t remote_index = 0, timeout_ms;
+        struct timeval tv;
+        int r;
+
+        if (d->stopping)
+                return error_set(err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+        if (c->n_transfers >= lim->max_inflight_per_client)
+                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                                 "cluster %" PRIu64 " has %u transfers in flight "
+                                 "(limits.max_inflight_per_client)", c->id, c->n_transfers);
+        if (m->n_src_blocks > lim->max_blocks_per_transfer ||
+            m->n_dst_blocks > lim->max_blocks_per_transfer)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "%zu blocks in one transfer, at most %" PRIu32
+                                 " (limits.max_blocks_per_transfer)",
+                                 MAX(m->n_src_blocks, m->n_dst_blocks),
+                                 lim->max_blocks_per_transfer);
+
+        x = calloc(1, sizeof(*x));
+        if (!x)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        x->daemon = d;
+        x->state = TRANSFER_RUNNING;
+        x->kind = (TransferKind)m->kind;
+        x->cluster_id = c->id;
+        clist_init(&x->link_daemon);
+        clist_init(&x->link_cluster);
+        clist_init(&x->link_link);
+
+        r = cache_key_from_proto(m->remote_key, &x->key, err);
+        if (r < 0)
+                return r;
+        r = transfer_check_kind(m, &x->key, err);
+        if (r < 0)
+                return r;
+        x->remote_cluster_id = x->key.cluster_id;
+        r = transfer_resolve(x, c, m, &remote_index, err);
+        if (r < 0)
+                return r;
+        r = transfer_build_plan(x, m, remote_index, err);
+        if (r < 0)
+                return r;
+
+        /* From here on the transfer is accounted everywhere it is listed. */
+        x->id = daemon_next_id(d);
+        x->started = true;
+        for (size_t i = 0; i < ARRAY_SIZE(x->caches); i++)
+                x->caches[i]->n_busy++;
+        x->cluster = c;
+        clist_link_tail(&c->transfers, &x->link_cluster);
+        c->n_transfers++;
+        clist_link_tail(&x->link->transfers, &x->link_link);
+        x->link->n_inflight++;
+        clist_link_tail(&d->transfers, &x->link_daemon);
+        d->n_transfers++;
+
+        timeout_ms = m->timeout_ms ? m->timeout_ms : c->sync_kv_timeout_ms;
+        x->start_usec = now_usec(CLOCK_MONOTONIC);
+        x->deadline_usec = x->start_usec + (usec_t)timeout_ms * USEC_PER_MSEC;
+        x->timer = evtimer_new(d->base, transfer_on_deadline, x);
+        tv.tv_sec = timeout_ms / 1000;
+        tv.tv_usec = (timeout_ms % 1000) * 1000;
+        if (!x->timer || evtimer_add(x->timer, &tv) < 0)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot arm the transfer's deadline");
+
+        r = transport_submit(x->transport, x);
+        if (r < 0)
+                return error_set(err, KVD_E_FAILED, "transport %s refused transfer %" PRIu64 ": %s",
+                                 transport_name(x->transport), x->id, strerror(-r));
+
+        x->req = req;
+        req->cancel = transfer_on_request_cancel;
+        req->userdata = x;
+        log_debug("transfer %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
+                  " bytes in %zu segments over %s", x->id, c->id, x->remote_cluster_id,
+                  transfer_kind_to_string(x->kind), x->plan->total_bytes, x->plan->n_segments,
+                  transport_name(x->transport));
+        daemon_update_status(d);
+        TAKE_PTR(x);
+        return 0;
+}

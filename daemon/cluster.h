@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Cluster: one inference worker attached to the daemon through a client connection
+ * (LLM-DataDist's cluster_id with a role and a device). It owns its regions and caches and is
+ * the local end of its links. Destroying it (finalize or a dropped connection) tears all of
+ * that down the same way.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cache.h"
+#include "clist.h"
+
+typedef struct Conn Conn;
+typedef struct Daemon Daemon;
+typedef struct Cluster Cluster;
+
+typedef enum ClusterRole {
+        CLUSTER_ROLE_PROMPT = 1,
+        CLUSTER_ROLE_DECODER = 2,
+        CLUSTER_ROLE_MIX = 3,
+} ClusterRole;
+
+struct Cluster {
+        Daemon *daemon;
+        Conn *conn;
+        uint64_t id;
+        ClusterRole role;
+        int32_t device_id;
+        uint32_t sync_kv_timeout_ms;
+        char *listen_ip_info;   /* NULL: a client only */
+        pid_t pid;
+        uid_t uid;
+
+        CList regions;          /* Region.link_owner */
+        unsigned n_regions;
+        uint64_t region_bytes;
+        CacheTable caches;
+        CList links;            /* Link.link_local: links this cluster made */
+        CList links_in;         /* Link.link_remote: links other clusters made to this one */
+        unsigned n_links;
+        unsigned n_links_in;
+        CList transfers;        /* Transfer.link_cluster: transfers this cluster asked for */
+        unsigned n_transfers;
+        CList link_daemon;
+};
+
+/* Creates a cluster and attaches it to @d (the caller checked id uniqueness and limits). */
+int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t device_id,
+                uint32_t sync_kv_timeout_ms, const char *listen_ip_info, Cluster **ret);
+
+/*
+ * Detaches and frees the cluster: fails its transfers and the transfers of others that touch
+ * it, tears down every link to and from it, frees its caches (returning pool extents) and drops
+ * its regions. Accepts NULL; returns NULL.
+ */
+Cluster *cluster_free(Cluster *c);
+
+const char *cluster_role_to_string(ClusterRole role);
+
+/* Frees a cache that left @c's table: its pool extent goes back to the pool first. */
+void cluster_release_cache(Cluster *c, Cache *cache);
+
+/* The region with id @region_id among @c's regions, or NULL. */
+struct Region *cluster_find_region(Cluster *c, uint64_t region_id);

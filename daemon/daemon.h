@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Daemon: the one object that owns everything kvdistd runs: the control event loop, the client
+ * listener and connections, clusters, the memory pool, links, transfers in flight, the copy
+ * engine and the transports.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <kvdist/kvdist.h>
+
+#include "clist.h"
+#include "config.h"
+#include "time-util.h"
+
+struct event_base;
+struct event;
+typedef struct Cache Cache;
+typedef struct Cluster Cluster;
+typedef struct Engine Engine;
+typedef struct Listener Listener;
+typedef struct Pool Pool;
+typedef struct Transport Transport;
+
+/* Counters reported by kvdistctl; only the control loop writes them. */
+typedef struct DaemonCounters {
+        uint64_t transfers_ok;
+        uint64_t transfers_failed;
+        uint64_t bytes_pulled;
+        uint64_t bytes_pushed;
+        uint64_t errors[-_KVD_E_MIN + 1]; /* indexed by -status, see daemon_count_error() */
+        uint64_t conns_accepted;
+        uint64_t conns_refused;
+        uint64_t frames_malformed;
+} DaemonCounters;
+
+typedef struct Daemon {
+        struct event_base *base;
+        Config *config;
+        Listener *listener;
+        Pool *pool;             /* NULL when memory_size is 0 */
+        Engine *engine;
+        Transport *shm;         /* moves bytes between clusters of this daemon */
+
+        CList conns;            /* Conn.link_daemon */
+        unsigned n_conns;
+        CList clusters;         /* Cluster.link_daemon */
+        unsigned n_clusters;
+        CList links;            /* Link.link_daemon */
+        unsigned n_links;
+        CList transfers;        /* Transfer.link_daemon, in flight */
+        unsigned n_transfers;
+
+        uint64_t next_id;       /* ids of regions, caches, links and transfers */
+        uint64_t seq;           /* orders registrations against links */
+        DaemonCounters counters;
+        usec_t start_usec;      /* CLOCK_MONOTONIC */
+
+        struct event *sig_term;
+        struct event *sig_int;
+        bool stopping;
+        int exit_code;
+} Daemon;
+
+/*
+ * Creates the daemon for @config (ownership passes to the daemon): the event loop, the pool,
+ * the copy engine, the transports and the listening socket. Logs what failed.
+ */
+int daemon_new(Config *config, Daemon **ret);
+
+/* Runs the control loop until SIGTERM/SIGINT or daemon_stop(); returns the exit code. */
+int daemon_run(Daemon *d);
+
+/*
+ * Begins an orderly stop: no new connections, in-flight transfers fail with
+ * KVD_E_DAEMON_UNAVAILABLE, then the loop exits.
+ */
+void daemon_stop(Daemon *d, int exit_code);
+
+/* When stopping and nothing is in flight any more: flushes replies and leaves the loop. */
+void daemon_check_stopped(Daemon *d);
+
+/* Tears everything down (the socket file is unlinked). Accepts NULL; returns NULL. */
+Daemon *daemon_free(Daemon *d);
+
+/* A new id for a region, cache, link or transfer (unique for the daemon's life, never 0). */
+uint64_t daemon_next_id(Daemon *d);
+
+/* The next registration/link sequence number. */
+uint64_t daemon_next_seq(Daemon *d);
+
+Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id);
+
+/*
+ * Frees a cache that left its cluster's table. Its pool extent (zeroed) goes back to the pool,
+ * but only once no transfer uses it any more: until then the cache is marked released and the
+ * last transfer frees it, so nothing can land in memory that was handed to someone else.
+ */
+void daemon_release_cache(Daemon *d, Cache *cache);
+
+/* Counts a failed request under its status (KVD_E_*). */
+void daemon_count_error(Daemon *d, int status);
+
+/* Tells the service manager the one-line summary (clusters, links, transfers). */
+void daemon_update_status(Daemon *d);

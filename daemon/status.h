@@ -1,0 +1,8 @@
+/* SPDX-License-Identifier: MIT */
+/* Status: the daemon's state as the JSON document kvdistctl shows (schema in README). */
+#pragma once
+
+typedef struct Daemon Daemon;
+
+/* Builds the document; *@ret is malloc()ed. -ENOMEM. */
+int status_to_json(Daemon *d, char **ret);

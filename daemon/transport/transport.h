@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Transport: how a transfer's planned segments become moved bytes. Every transport fills one
+ * ops table; an operation it lacks is NULL and the wrappers answer -EOPNOTSUPP. Completion is
+ * always reported on the control loop with transfer_complete().
+ */
+#pragma once
+
+#include <stdint.h>
+
+typedef struct Daemon Daemon;
+typedef struct Transfer Transfer;
+typedef struct Transport Transport;
+
+typedef struct transport_ops {
+        const char *name;
+        /* Starts moving @x's plan; the transport calls transfer_complete(x, status) later. */
+        int (*submit)(Transport *t, Transfer *x);
+        /* Asks the transport to stop @x as soon as possible; completion still follows. */
+        void (*cancel)(Transport *t, Transfer *x);
+        void (*destroy)(Transport *t);
+} transport_ops;
+
+struct Transport {
+        const transport_ops *ops;
+        Daemon *daemon;
+        uint64_t bytes;         /* moved, for status */
+        uint64_t n_transfers;
+};
+
+/* The shared-memory transport: copies between regions of this daemon on the copy engine. */
+int transport_shm_new(Daemon *d, Transport **ret);
+
+int transport_submit(Transport *t, Transfer *x);
+void transport_cancel(Transport *t, Transfer *x);
+/* Accepts NULL; returns NULL. */
+Transport *transport_free(Transport *t);
+
+const char *transport_name(const Transport *t);
