@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Conn: one client connection; frame input with limits, reply output, request bookkeeping. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -395,6 +396,29 @@ int request_reply(Request *req, const ProtobufCMessage *reply, int fd)
         }
         request_free(req);
         return r;
+}
+
+int request_reply_ok(Request *req)
+{
+        const FrameType *ft = frame_type_lookup(req->type);
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        const ProtobufCFieldDescriptor *field;
+        _cleanup_free_ ProtobufCMessage *reply = NULL;
+
+        /* Every reply has Status as field 1 (proto/kvdist.proto); the rest stays default. */
+        field = protobuf_c_message_descriptor_get_field(ft->reply, 1);
+        assert(field && field->type == PROTOBUF_C_TYPE_MESSAGE &&
+               field->descriptor == &kvdist__v1__status__descriptor);
+        reply = calloc(1, ft->reply->sizeof_message);
+        if (!reply) {
+                if (req->conn)
+                        conn_close_later(req->conn);
+                request_free(req);
+                return -ENOMEM;
+        }
+        protobuf_c_message_init(ft->reply, reply);
+        *(Kvdist__V1__Status **)((uint8_t *)reply + field->offset) = &status;
+        return request_reply(req, reply, -1);
 }
 
 int request_fail(Request *req, int code, const Error *err)

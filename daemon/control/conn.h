@@ -96,6 +96,9 @@ void conn_flush(Conn *c);
  */
 int request_reply(Request *req, const ProtobufCMessage *reply, int fd);
 
+/* Answers @req with its type's reply message carrying only an OK status; frees the request. */
+int request_reply_ok(Request *req);
+
 /* Answers @req with a bare Status carrying @code (< 0) and @err's message; frees the request. */
 int request_fail(Request *req, int code, const Error *err);
 

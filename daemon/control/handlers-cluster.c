@@ -84,8 +84,6 @@ int handle_client_init(Request *req, Error *err)
 
 int handle_client_finalize(Request *req, Error *err)
 {
-        Kvdist__V1__ClientFinalizeReply reply = KVDIST__V1__CLIENT_FINALIZE_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Conn *conn = req->conn;
         Cluster *c = TAKE_PTR(conn->cluster);
 
@@ -94,8 +92,7 @@ int handle_client_finalize(Request *req, Error *err)
         c->conn = NULL;
         conn->state = CONN_READY;
         cluster_free(c);
-        reply.status = &status;
-        return request_reply(req, &reply.base, -1), 0;
+        return request_reply_ok(req), 0;
 }
 
 int handle_daemon_status(Request *req, Error *err)

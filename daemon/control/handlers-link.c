@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Handlers: link_clusters, unlink_clusters, check_link_status, switch_role. */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -64,11 +65,43 @@ static int link_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, Error *err)
         return KVD_OK;
 }
 
+static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool force, Error *err)
+{
+        Link *l;
+
+        l = link_find(c, info->remote_cluster_id);
+        if (!l)
+                return error_set(err, KVD_E_NOT_YET_LINK,
+                                 "cluster %" PRIu64 " has no link to %" PRIu64, c->id,
+                                 info->remote_cluster_id);
+        if (l->n_inflight > 0 && !force)
+                return error_set(err, KVD_E_LINK_BUSY,
+                                 "link %" PRIu64 " has %u transfers in flight; wait for them or "
+                                 "unlink with force", l->id, l->n_inflight);
+        link_free(l, KVD_E_NOT_YET_LINK);
+        return KVD_OK;
+}
+
+/* The reply of (un)link_clusters: one status per cluster, the first failure overall. */
+static int link_reply(Request *req, const int32_t *rets, size_t n, const Error *first)
+{
+        Kvdist__V1__LinkClustersReply reply = KVDIST__V1__LINK_CLUSTERS_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+
+        /* LinkClustersReply and UnlinkClustersReply are the same message on the wire. */
+        static_assert(sizeof(Kvdist__V1__LinkClustersReply) ==
+                      sizeof(Kvdist__V1__UnlinkClustersReply), "reply layouts differ");
+        status.code = first->code;
+        status.detail = (char *)first->msg;
+        reply.status = &status;
+        reply.rets = (int32_t *)rets;
+        reply.n_rets = n;
+        return request_reply(req, &reply.base, -1);
+}
+
 int handle_link_clusters(Request *req, Error *err)
 {
         const Kvdist__V1__LinkClusters *m = (const Kvdist__V1__LinkClusters *)req->msg;
-        Kvdist__V1__LinkClustersReply reply = KVDIST__V1__LINK_CLUSTERS_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Cluster *c = req->conn->cluster;
         int32_t rets[KVD_MAX_LINK_CLUSTERS];
         Error first = ERROR_INIT;
@@ -87,36 +120,12 @@ int handle_link_clusters(Request *req, Error *err)
                         error_set(&first, e.code, "clusters[%zu]: %s", i, e.msg);
                 }
         }
-        status.code = first.code;
-        status.detail = first.msg;
-        reply.status = &status;
-        reply.rets = rets;
-        reply.n_rets = m->n_clusters;
-        return request_reply(req, &reply.base, -1), 0;
-}
-
-static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool force, Error *err)
-{
-        Link *l;
-
-        l = link_find(c, info->remote_cluster_id);
-        if (!l)
-                return error_set(err, KVD_E_NOT_YET_LINK,
-                                 "cluster %" PRIu64 " has no link to %" PRIu64, c->id,
-                                 info->remote_cluster_id);
-        if (l->n_inflight > 0 && !force)
-                return error_set(err, KVD_E_LINK_BUSY,
-                                 "link %" PRIu64 " has %u transfers in flight; wait for them or "
-                                 "unlink with force", l->id, l->n_inflight);
-        link_free(l, KVD_E_NOT_YET_LINK);
-        return KVD_OK;
+        return link_reply(req, rets, m->n_clusters, &first), 0;
 }
 
 int handle_unlink_clusters(Request *req, Error *err)
 {
         const Kvdist__V1__UnlinkClusters *m = (const Kvdist__V1__UnlinkClusters *)req->msg;
-        Kvdist__V1__UnlinkClustersReply reply = KVDIST__V1__UNLINK_CLUSTERS_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Cluster *c = req->conn->cluster;
         int32_t rets[KVD_MAX_LINK_CLUSTERS];
         Error first = ERROR_INIT;
@@ -132,19 +141,12 @@ int handle_unlink_clusters(Request *req, Error *err)
                 if (rets[i] != KVD_OK)
                         error_set(&first, e.code, "clusters[%zu]: %s", i, e.msg);
         }
-        status.code = first.code;
-        status.detail = first.msg;
-        reply.status = &status;
-        reply.rets = rets;
-        reply.n_rets = m->n_clusters;
-        return request_reply(req, &reply.base, -1), 0;
+        return link_reply(req, rets, m->n_clusters, &first), 0;
 }
 
 int handle_check_link_status(Request *req, Error *err)
 {
         const Kvdist__V1__CheckLinkStatus *m = (const Kvdist__V1__CheckLinkStatus *)req->msg;
-        Kvdist__V1__CheckLinkStatusReply reply = KVDIST__V1__CHECK_LINK_STATUS_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Cluster *c = req->conn->cluster;
         Link *l;
 
@@ -156,15 +158,12 @@ int handle_check_link_status(Request *req, Error *err)
                 return error_set(err, KVD_E_PEER_LOST, "link %" PRIu64 " to cluster %" PRIu64
                                  " is down: the remote cluster went away; unlink or re-link",
                                  l->id, m->remote_cluster_id);
-        reply.status = &status;
-        return request_reply(req, &reply.base, -1), 0;
+        return request_reply_ok(req), 0;
 }
 
 int handle_switch_role(Request *req, Error *err)
 {
         const Kvdist__V1__SwitchRole *m = (const Kvdist__V1__SwitchRole *)req->msg;
-        Kvdist__V1__SwitchRoleReply reply = KVDIST__V1__SWITCH_ROLE_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Cluster *c = req->conn->cluster;
         char *listen = NULL;
 
@@ -184,6 +183,5 @@ int handle_switch_role(Request *req, Error *err)
         c->listen_ip_info = listen;
         c->role = (ClusterRole)m->role;
         log_info("cluster %" PRIu64 ": role is now %s", c->id, cluster_role_to_string(c->role));
-        reply.status = &status;
-        return request_reply(req, &reply.base, -1), 0;
+        return request_reply_ok(req), 0;
 }

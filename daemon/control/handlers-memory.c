@@ -108,6 +108,23 @@ static int cache_keys_from_proto(Cluster *c, Kvdist__V1__CacheKey *const *keys, 
         return 0;
 }
 
+/* Whether @c may add a cache of @num_tensors tensors (LLM-DataDist's 240-address limit). */
+static int cluster_check_cache_quota(const Cluster *c, uint32_t num_tensors, Error *err)
+{
+        const Limits *lim = &c->daemon->config->limits;
+
+        if (c->caches.n_caches >= lim->max_caches_per_client)
+                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                                 "cluster %" PRIu64 " has %u caches (limits.max_caches_per_"
+                                 "client)", c->id, c->caches.n_caches);
+        if (c->caches.n_addrs + num_tensors > lim->max_tensor_addrs)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "cluster %" PRIu64 " has %u tensor addresses registered, %"
+                                 PRIu32 " more exceed the limit of %" PRIu32, c->id,
+                                 c->caches.n_addrs, num_tensors, lim->max_tensor_addrs);
+        return 0;
+}
+
 static bool cluster_has_links(const Cluster *c)
 {
         return c->n_links > 0 || c->n_links_in > 0;
@@ -181,8 +198,6 @@ int handle_region_add(Request *req, Error *err)
 int handle_region_remove(Request *req, Error *err)
 {
         const Kvdist__V1__RegionRemove *m = (const Kvdist__V1__RegionRemove *)req->msg;
-        Kvdist__V1__RegionRemoveReply reply = KVDIST__V1__REGION_REMOVE_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Cluster *c = req->conn->cluster;
         Cache *cache;
         Region *r;
@@ -202,8 +217,7 @@ int handle_region_remove(Request *req, Error *err)
         c->region_bytes -= r->size;
         region_unref(r);
 
-        reply.status = &status;
-        return request_reply(req, &reply.base, -1), 0;
+        return request_reply_ok(req), 0;
 }
 
 int handle_pool_map(Request *req, Error *err)
@@ -261,16 +275,9 @@ int handle_register_cache(Request *req, Error *err)
                 return error_set(err, KVD_E_PARAM_INVALID,
                                  "%zu addresses for %" PRIu32 " tensors", m->n_addrs,
                                  desc.num_tensors);
-        if (c->caches.n_caches >= d->config->limits.max_caches_per_client)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
-                                 "cluster %" PRIu64 " has %u caches (limits.max_caches_per_"
-                                 "client)", c->id, c->caches.n_caches);
-        if (c->caches.n_addrs + desc.num_tensors > d->config->limits.max_tensor_addrs)
-                return error_set(err, KVD_E_PARAM_INVALID,
-                                 "cluster %" PRIu64 " has %u tensor addresses registered, %"
-                                 PRIu32 " more exceed the limit of %" PRIu32, c->id,
-                                 c->caches.n_addrs, desc.num_tensors,
-                                 d->config->limits.max_tensor_addrs);
+        r = cluster_check_cache_quota(c, desc.num_tensors, err);
+        if (r < 0)
+                return r;
 
         switch (m->remote_access) {
         case KVDIST__V1__REMOTE_ACCESS__REMOTE_YES:
@@ -326,8 +333,6 @@ int handle_register_cache(Request *req, Error *err)
 int handle_unregister_cache(Request *req, Error *err)
 {
         const Kvdist__V1__UnregisterCache *m = (const Kvdist__V1__UnregisterCache *)req->msg;
-        Kvdist__V1__UnregisterCacheReply reply = KVDIST__V1__UNREGISTER_CACHE_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Cluster *c = req->conn->cluster;
         Cache *dead = NULL;
         int r;
@@ -336,8 +341,7 @@ int handle_unregister_cache(Request *req, Error *err)
         if (r < 0)
                 return r;
         cluster_release_cache(c, dead);
-        reply.status = &status;
-        return request_reply(req, &reply.base, -1), 0;
+        return request_reply_ok(req), 0;
 }
 
 int handle_allocate_cache(Request *req, Error *err)
@@ -361,16 +365,9 @@ int handle_allocate_cache(Request *req, Error *err)
         r = cache_desc_from_proto(m->desc, &desc, &tensor_size, err);
         if (r < 0)
                 return r;
-        if (c->caches.n_caches >= d->config->limits.max_caches_per_client)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
-                                 "cluster %" PRIu64 " has %u caches (limits.max_caches_per_"
-                                 "client)", c->id, c->caches.n_caches);
-        if (c->caches.n_addrs + desc.num_tensors > d->config->limits.max_tensor_addrs)
-                return error_set(err, KVD_E_PARAM_INVALID,
-                                 "cluster %" PRIu64 " has %u tensor addresses registered, %"
-                                 PRIu32 " more exceed the limit of %" PRIu32, c->id,
-                                 c->caches.n_addrs, desc.num_tensors,
-                                 d->config->limits.max_tensor_addrs);
+        r = cluster_check_cache_quota(c, desc.num_tensors, err);
+        if (r < 0)
+                return r;
         if (MUL_OVERFLOW(tensor_size, (uint64_t)desc.num_tensors, &total))
                 return error_set(err, KVD_E_PARAM_INVALID, "the cache size overflows");
         r = cache_keys_from_proto(c, m->keys, m->n_keys, m->blocks, &keys, err);
@@ -423,8 +420,6 @@ int handle_allocate_cache(Request *req, Error *err)
 int handle_deallocate_cache(Request *req, Error *err)
 {
         const Kvdist__V1__DeallocateCache *m = (const Kvdist__V1__DeallocateCache *)req->msg;
-        Kvdist__V1__DeallocateCacheReply reply = KVDIST__V1__DEALLOCATE_CACHE_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Cluster *c = req->conn->cluster;
         Cache *dead = NULL;
         int r;
@@ -433,15 +428,12 @@ int handle_deallocate_cache(Request *req, Error *err)
         if (r < 0)
                 return r;
         cluster_release_cache(c, dead);
-        reply.status = &status;
-        return request_reply(req, &reply.base, -1), 0;
+        return request_reply_ok(req), 0;
 }
 
 int handle_remove_cache_key(Request *req, Error *err)
 {
         const Kvdist__V1__RemoveCacheKey *m = (const Kvdist__V1__RemoveCacheKey *)req->msg;
-        Kvdist__V1__RemoveCacheKeyReply reply = KVDIST__V1__REMOVE_CACHE_KEY_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Cluster *c = req->conn->cluster;
         Cache *dead = NULL;
         CacheKey key;
@@ -454,6 +446,5 @@ int handle_remove_cache_key(Request *req, Error *err)
         if (r < 0)
                 return r;
         cluster_release_cache(c, dead);
-        reply.status = &status;
-        return request_reply(req, &reply.base, -1), 0;
+        return request_reply_ok(req), 0;
 }
