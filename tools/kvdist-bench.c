@@ -1,5 +1,905 @@
 /* SPDX-License-Identifier: MIT */
-int main(void)
+/*
+ * kvdist-bench: measures how fast kvdistd moves KV blocks between two clusters on one node, next
+ * to a plain multi-threaded memcpy of the same bytes in the same run, and checks every byte.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvdist/kvdist.h"
+#include "macro.h"
+
+#define PREFILL_CLUSTER 1
+#define DECODE_CLUSTER 2
+#define KIB UINT64_C(1024)
+#define BLOCK_TOKENS 16         /* tokens per paged-attention block */
+#define PROMPT_BLOCKS 32        /* one 512-token prompt */
+#define MAX_COPY_THREADS 64
+#define DAEMON_START_MS 10000
+#define DAEMON_STOP_MS 5000
+#define SUITE_CASES 5
+
+enum {
+        EXIT_BENCH_FAILED = 1,  /* a call failed, bytes landed wrong, or the daemon crashed */
+        EXIT_USAGE = 2,
+};
+
+typedef struct Workload {
+        char name[32];
+        uint64_t block_size;    /* bytes of one block of one tensor */
+        uint64_t tensors;
+        uint64_t blocks;        /* blocks per tensor in each cache */
+        uint64_t pull_blocks;   /* block ids in one request */
+        bool scattered;
+} Workload;
+
+typedef struct Model {
+        const char *name;
+        uint32_t layers, kv_heads, head_dim;
+        uint64_t blocks;        /* cache depth that keeps one side near 512 MiB */
+} Model;
+
+static const Model models[] = {
+        { "llama3-8b", 32, 8, 128, 256 },
+        { "llama3-70b", 80, 8, 128, 128 },
+        { "qwen2.5-7b", 28, 4, 128, 512 },
+        { "mistral-7b", 32, 8, 128, 256 },
+};
+
+typedef struct Args {
+        const char *daemon_path;
+        const char *socket_path;
+        uint64_t copy_threads, iterations, warmup, seed, timeout_ms;
+        bool push, json, suite;
+        Workload w;
+} Args;
+
+typedef struct Result {
+        Workload w;
+        uint64_t bytes;         /* per request */
+        uint64_t segments;      /* copies after merging runs, as the daemon's planner counts */
+        double kvdist_gbps, memcpy_gbps, requests_per_s;
+        double lat_mean_us, lat_p50_us, lat_p99_us;
+} Result;
+
+static double now_ns(void)
 {
+        struct timespec ts;
+
+        (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+        x += UINT64_C(0x9e3779b97f4a7c15);
+        x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+        x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+        return x ^ (x >> 31);
+}
+
+/*
+ * Writes bytes [@pos, @pos + @len) of the seeded stream whose word i is splitmix64(seed + i),
+ * little-endian; @pos and @len are multiples of 8 (block sizes are).
+ */
+static void pattern_fill(uint8_t *p, uint64_t pos, uint64_t len, uint64_t seed)
+{
+        for (uint64_t i = 0; i < len / 8; i++) {
+                uint64_t v = htole64(splitmix64(seed + pos / 8 + i));
+
+                memcpy(p + 8 * i, &v, sizeof(v));
+        }
+}
+
+/* Fills @ids with @n distinct block ids below @blocks, in a seeded random order. */
+static int random_ids(uint64_t *ids, uint64_t n, uint64_t blocks, uint64_t seed)
+{
+        _cleanup_free_ uint64_t *perm = calloc(blocks, sizeof(*perm));
+
+        if (!perm)
+                return -ENOMEM;
+        for (uint64_t i = 0; i < blocks; i++)
+                perm[i] = i;
+        for (uint64_t i = 0; i < n; i++) {
+                uint64_t j = i + splitmix64(seed + i) % (blocks - i), t = perm[i];
+
+                perm[i] = perm[j];
+                perm[j] = t;
+        }
+        memcpy(ids, perm, n * sizeof(*ids));
         return 0;
+}
+
+/*
+ * The copies the daemon's planner makes of a request: tensors lie back to back in one region on
+ * each side, and a block that follows the previous one on both sides extends its segment.
+ */
+static uint64_t count_segments(const Workload *w, const uint64_t *src, const uint64_t *dst)
+{
+        uint64_t n = 0, src_end = UINT64_MAX, dst_end = UINT64_MAX;
+        uint64_t tensor_bytes = w->blocks * w->block_size;
+
+        for (uint64_t t = 0; t < w->tensors; t++)
+                for (uint64_t i = 0; i < w->pull_blocks; i++) {
+                        uint64_t so = t * tensor_bytes + src[i] * w->block_size;
+                        uint64_t dof = t * tensor_bytes + dst[i] * w->block_size;
+
+                        if (so != src_end || dof != dst_end)
+                                n++;
+                        src_end = so + w->block_size;
+                        dst_end = dof + w->block_size;
+                }
+        return n;
+}
+
+/*
+ * Checks every block of a cache of @w's shape at @mem: block b of tensor t must hold source block
+ * from[b] of tensor t, or zeros where from[b] is UINT64_MAX. Returns the number of bad blocks.
+ */
+static uint64_t verify_cache(const Workload *w, const uint8_t *mem, const uint64_t *from,
+                             uint64_t seed, const char *side)
+{
+        _cleanup_free_ uint8_t *expect = malloc(w->block_size), *zero = calloc(1, w->block_size);
+        uint64_t bad = 0;
+
+        if (!expect || !zero) {
+                fprintf(stderr, "kvdist-bench: out of memory while checking %s\n", side);
+                return 1;
+        }
+        for (uint64_t t = 0; t < w->tensors; t++)
+                for (uint64_t b = 0; b < w->blocks; b++) {
+                        const uint8_t *want = zero;
+
+                        if (from[b] != UINT64_MAX) {
+                                pattern_fill(expect, (t * w->blocks + from[b]) * w->block_size,
+                                             w->block_size, seed);
+                                want = expect;
+                        }
+                        if (memcmp(mem + (t * w->blocks + b) * w->block_size, want,
+                                   w->block_size) == 0)
+                                continue;
+                        if (bad++ == 0)
+                                fprintf(stderr, "kvdist-bench: %s: %s tensor %" PRIu64 " block %"
+                                        PRIu64 " should hold %s\n", w->name, side, t, b,
+                                        want == zero ? "zeros (it is no destination)" :
+                                        "its source block");
+                }
+        return bad;
+}
+
+/* Checks both caches after the run; a benchmark that moved wrong bytes measured nothing. */
+static int verify(const Args *a, const Workload *w, const uint8_t *src_mem, const uint8_t *dst_mem,
+                  const uint64_t *src_ids, const uint64_t *dst_ids)
+{
+        _cleanup_free_ uint64_t *from = malloc(w->blocks * sizeof(uint64_t));
+        uint64_t bad;
+
+        if (!from)
+                return -ENOMEM;
+        for (uint64_t b = 0; b < w->blocks; b++)
+                from[b] = UINT64_MAX;
+        for (uint64_t i = 0; i < w->pull_blocks; i++)
+                from[dst_ids[i]] = src_ids[i];
+        bad = verify_cache(w, dst_mem, from, a->seed, "destination");
+        for (uint64_t b = 0; b < w->blocks; b++)
+                from[b] = b;
+        bad += verify_cache(w, src_mem, from, a->seed, "source");
+        if (bad == 0)
+                return 0;
+        fprintf(stderr, "kvdist-bench: %s: %" PRIu64 " blocks hold wrong bytes\n", w->name, bad);
+        return -EBADMSG;
+}
+
+typedef struct Baseline Baseline;
+
+typedef struct CopyPart {
+        Baseline *baseline;
+        pthread_t thread;
+        uint8_t *dst;
+        const uint8_t *src;
+        size_t len;
+} CopyPart;
+
+/*
+ * The memcpy baseline: two buffers of one request's bytes and a thread per contiguous part,
+ * woken for each round as the daemon's copy threads are (a mutex and a condition variable).
+ */
+struct Baseline {
+        pthread_mutex_t lock;
+        pthread_cond_t wake, done;
+        uint64_t round;         /* bumped to start a round */
+        unsigned copying;       /* parts of the round not finished yet */
+        bool stop;
+        uint8_t *src, *dst;
+        uint64_t bytes;
+        unsigned n_threads, n_started;
+        CopyPart parts[MAX_COPY_THREADS];
+};
+
+/* Memory of the kind kvd_mem_alloc() hands out (shared memfd pages), so the two compare. */
+static void *shared_alloc(size_t size)
+{
+        _cleanup_close_ int fd = memfd_create("kvdist-bench", MFD_CLOEXEC);
+        void *p;
+
+        if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
+                return NULL;
+        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        return p == MAP_FAILED ? NULL : p;
+}
+
+static void *copy_thread(void *userdata)
+{
+        CopyPart *p = userdata;
+        Baseline *b = p->baseline;
+        uint64_t seen = 0;
+
+        pthread_mutex_lock(&b->lock);
+        for (;;) {
+                while (!b->stop && b->round == seen)
+                        pthread_cond_wait(&b->wake, &b->lock);
+                if (b->stop)
+                        break;
+                seen = b->round;
+                pthread_mutex_unlock(&b->lock);
+                memcpy(p->dst, p->src, p->len);
+                pthread_mutex_lock(&b->lock);
+                if (--b->copying == 0)
+                        pthread_cond_signal(&b->done);
+        }
+        pthread_mutex_unlock(&b->lock);
+        return NULL;
+}
+
+static Baseline *baseline_free(Baseline *b)
+{
+        if (!b)
+                return NULL;
+        pthread_mutex_lock(&b->lock);
+        b->stop = true;
+        pthread_cond_broadcast(&b->wake);
+        pthread_mutex_unlock(&b->lock);
+        for (unsigned k = 0; k < b->n_started; k++)
+                (void)pthread_join(b->parts[k].thread, NULL);
+        pthread_cond_destroy(&b->done);
+        pthread_cond_destroy(&b->wake);
+        pthread_mutex_destroy(&b->lock);
+        if (b->src)
+                (void)munmap(b->src, b->bytes);
+        if (b->dst)
+                (void)munmap(b->dst, b->bytes);
+        free(b);
+        return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(Baseline, baseline_free);
+
+static int baseline_new(uint64_t bytes, unsigned n_threads, Baseline **ret)
+{
+        _cleanup_(baseline_freep) Baseline *b = calloc(1, sizeof(*b));
+        size_t part = bytes / n_threads;
+        int r;
+
+        if (!b)
+                return -ENOMEM;
+        pthread_mutex_init(&b->lock, NULL);
+        pthread_cond_init(&b->wake, NULL);
+        pthread_cond_init(&b->done, NULL);
+        b->bytes = bytes;
+        b->n_threads = n_threads;
+        b->src = shared_alloc(bytes);
+        b->dst = shared_alloc(bytes);
+        if (!b->src || !b->dst)
+                return -ENOMEM;
+        memset(b->src, 0x5a, bytes);
+        for (; b->n_started < n_threads; b->n_started++) {
+                unsigned k = b->n_started;
+
+                b->parts[k] = (CopyPart){ b, 0, b->dst + k * part, b->src + k * part,
+                                          k + 1 == n_threads ? bytes - k * part : part };
+                r = -pthread_create(&b->parts[k].thread, NULL, copy_thread, &b->parts[k]);
+                if (r < 0)
+                        return r;
+        }
+        *ret = TAKE_PTR(b);
+        return 0;
+}
+
+/* One round of copying the whole buffer; its wall time in ns. */
+static double baseline_copy(Baseline *b)
+{
+        double t0 = now_ns();
+
+        pthread_mutex_lock(&b->lock);
+        b->round++;
+        b->copying = b->n_threads;
+        pthread_cond_broadcast(&b->wake);
+        while (b->copying > 0)
+                pthread_cond_wait(&b->done, &b->lock);
+        pthread_mutex_unlock(&b->lock);
+        return now_ns() - t0;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(kvd_client, kvd_client_finalize);
+
+static int fail(kvd_client *c, const char *what, int status)
+{
+        const char *detail = c ? kvd_last_error(c) : "";
+
+        fprintf(stderr, "kvdist-bench: %s: %s%s%s\n", what, kvd_strerror(status),
+                detail[0] ? ": " : "", detail);
+        return -EIO;
+}
+
+/* Attaches @cluster and gives it a blocks cache of @w's shape in kvd_mem_alloc() memory. */
+static int side_open(const Args *a, const Workload *w, uint64_t cluster, kvd_role role,
+                     kvd_client **ret_client, uint8_t **ret_mem, uint64_t *ret_cache_id)
+{
+        char timeout[24];
+        kvd_option opts[] = {
+                { "device_id", "0" },
+                { "sync_kv_timeout_ms", timeout },
+                { "socket_path", a->socket_path },
+        };
+        kvd_cache_desc desc = {
+                .num_tensors = (uint32_t)w->tensors,
+                .n_dims = 2,
+                .shape = { (int64_t)w->blocks, (int64_t)w->block_size },
+                .data_type = KVD_DT_UINT8,
+        };
+        kvd_cache_key key = kvd_key_blocks(cluster, 0);
+        uint64_t tensor_bytes = w->blocks * w->block_size;
+        void *addrs[KVD_MAX_TENSORS], *mem;
+        int r;
+
+        (void)snprintf(timeout, sizeof(timeout), "%" PRIu64, a->timeout_ms);
+        r = kvd_client_init(ret_client, cluster, role, opts, ARRAY_SIZE(opts));
+        if (r < 0)
+                return fail(NULL, "cannot attach a cluster to kvdistd", r);
+        r = kvd_mem_alloc(*ret_client, tensor_bytes * w->tensors, &mem);
+        if (r < 0)
+                return fail(*ret_client, "kvd_mem_alloc", r);
+        for (uint64_t t = 0; t < w->tensors; t++)
+                addrs[t] = (uint8_t *)mem + t * tensor_bytes;
+        *ret_mem = mem;
+        r = kvd_register_blocks_cache(*ret_client, &desc, addrs, w->tensors, &key, KVD_REMOTE_YES,
+                                      ret_cache_id);
+        return r < 0 ? fail(*ret_client, "kvd_register_blocks_cache", r) : 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+
+        return (x > y) - (x < y);
+}
+
+/* Sets the figures of @res from the request latencies @lat and the baseline's time (ns). */
+static void result_stats(Result *res, uint64_t iterations, double *lat, double memcpy_ns)
+{
+        double total = 0;
+
+        qsort(lat, iterations, sizeof(double), cmp_double);
+        for (uint64_t i = 0; i < iterations; i++)
+                total += lat[i];
+        res->kvdist_gbps = (double)res->bytes * iterations / total;
+        res->memcpy_gbps = (double)res->bytes * iterations / memcpy_ns;
+        res->requests_per_s = iterations / (total / 1e9);
+        res->lat_mean_us = total / iterations / 1e3;
+        /* nearest rank */
+        res->lat_p50_us = lat[(iterations * 50 + 99) / 100 - 1] / 1e3;
+        res->lat_p99_us = lat[(iterations * 99 + 99) / 100 - 1] / 1e3;
+}
+
+/*
+ * Runs one workload with the block ids @src_ids -> @dst_ids. Each kvdist request is followed by
+ * one baseline copy, so that both see the same moments of a noisy machine.
+ */
+static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
+                    const uint64_t *dst_ids, Result *res)
+{
+        _cleanup_(kvd_client_finalizep) kvd_client *pre = NULL, *dec = NULL;
+        _cleanup_(baseline_freep) Baseline *base = NULL;
+        _cleanup_free_ double *lat = calloc(a->iterations, sizeof(double));
+        kvd_transfer_opts opts = KVD_TRANSFER_OPTS_INIT;
+        kvd_cluster_info peer = { a->push ? DECODE_CLUSTER : PREFILL_CLUSTER,
+                                  a->push ? KVD_ROLE_DECODER : KVD_ROLE_PROMPT, NULL, NULL };
+        kvd_cache_key key = kvd_key_blocks(peer.remote_cluster_id, 0);
+        const char *call = a->push ? "kvd_push_blocks" : "kvd_pull_blocks";
+        uint64_t pre_cache, dec_cache;
+        uint8_t *pre_mem, *dec_mem;
+        double memcpy_ns = 0;
+        kvd_client *mover;
+        int r;
+
+        if (!lat)
+                return -ENOMEM;
+        r = side_open(a, w, PREFILL_CLUSTER, KVD_ROLE_PROMPT, &pre, &pre_mem, &pre_cache);
+        if (r < 0)
+                return r;
+        r = side_open(a, w, DECODE_CLUSTER, KVD_ROLE_DECODER, &dec, &dec_mem, &dec_cache);
+        if (r < 0)
+                return r;
+        pattern_fill(pre_mem, 0, w->tensors * w->blocks * w->block_size, a->seed);
+        r = baseline_new(res->bytes, (unsigned)a->copy_threads, &base);
+        if (r < 0)
+                return r;
+
+        /* Links are one-sided: the cluster that starts the transfers links to the other. */
+        mover = a->push ? pre : dec;
+        r = kvd_link_clusters(mover, &peer, 1, (int)a->timeout_ms, NULL);
+        if (r < 0)
+                return fail(mover, "kvd_link_clusters", r);
+
+        opts.tensor_num_per_layer = w->tensors % 2 ? 1 : 2;
+        opts.timeout_ms = (int32_t)a->timeout_ms;
+        for (uint64_t i = 0; i < a->warmup + a->iterations; i++) {
+                double t0 = now_ns(), ns;
+
+                if (a->push)
+                        r = kvd_push_blocks(mover, &key, pre_cache, src_ids, w->pull_blocks,
+                                            dst_ids, w->pull_blocks, &opts);
+                else
+                        r = kvd_pull_blocks(mover, &key, dec_cache, src_ids, w->pull_blocks,
+                                            dst_ids, w->pull_blocks, &opts);
+                ns = now_ns() - t0;
+                if (r < 0)
+                        return fail(mover, call, r);
+                if (i >= a->warmup)
+                        lat[i - a->warmup] = ns;
+                ns = baseline_copy(base);
+                if (i >= a->warmup)
+                        memcpy_ns += ns;
+        }
+        r = verify(a, w, pre_mem, dec_mem, src_ids, dst_ids);
+        if (r < 0)
+                return r;
+        result_stats(res, a->iterations, lat, memcpy_ns);
+        return 0;
+}
+
+/* Picks the block ids of @w's requests and runs it. */
+static int run_workload(const Args *a, const Workload *w, Result *res)
+{
+        _cleanup_free_ uint64_t *src = calloc(w->pull_blocks, sizeof(uint64_t));
+        _cleanup_free_ uint64_t *dst = calloc(w->pull_blocks, sizeof(uint64_t));
+        int r = -ENOMEM;
+
+        if (src && dst && w->scattered)
+                r = MIN(random_ids(src, w->pull_blocks, w->blocks, splitmix64(a->seed + 1)),
+                        random_ids(dst, w->pull_blocks, w->blocks, splitmix64(a->seed + 2)));
+        else if (src && dst) {
+                for (uint64_t i = 0; i < w->pull_blocks; i++)
+                        src[i] = dst[i] = i;
+                r = 0;
+        }
+        if (r == 0) {
+                *res = (Result){
+                        .w = *w,
+                        .bytes = w->tensors * w->pull_blocks * w->block_size,
+                        .segments = count_segments(w, src, dst),
+                };
+                r = run_case(a, w, src, dst, res);
+        }
+        /* -EIO and -EBADMSG were explained where they arose. */
+        if (r < 0 && r != -EIO && r != -EBADMSG)
+                fprintf(stderr, "kvdist-bench: %s: %s\n", w->name, strerror(-r));
+        return r;
+}
+
+static const char *fmt_bytes(uint64_t v, char buf[static 32])
+{
+        static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+        double d = (double)v;
+        size_t u = 0;
+
+        for (; d >= 1024 && u + 1 < ARRAY_SIZE(units); u++)
+                d /= 1024;
+        (void)snprintf(buf, 32, u ? "%.1f %s" : "%.0f %s", d, units[u]);
+        return buf;
+}
+
+static void print_table_header(const Args *a)
+{
+        char b1[32], b2[32];
+
+        printf("kvdist %s vs memcpy by %" PRIu64 " threads, %" PRIu64 " iterations after %"
+               PRIu64 " warm-up, GB/s = 1e9 bytes/s\n", a->push ? "push" : "pull",
+               a->copy_threads, a->iterations, a->warmup);
+        if (!a->suite)
+                printf("%s: %" PRIu64 " tensors x %" PRIu64 " blocks x %s (%s per side), %"
+                       PRIu64 " %s blocks per request\n", a->w.name, a->w.tensors, a->w.blocks,
+                       fmt_bytes(a->w.block_size, b1),
+                       fmt_bytes(a->w.tensors * a->w.blocks * a->w.block_size, b2),
+                       a->w.pull_blocks, a->w.scattered ? "scattered" : "contiguous");
+        printf("%-16s %10s %8s %11s %11s %6s %9s %8s %8s\n", "case", "bytes/req", "segments",
+               "kvdist GB/s", "memcpy GB/s", "ratio", "req/s", "p50 ms", "p99 ms");
+}
+
+static void print_table_row(const Result *r)
+{
+        char b[32];
+
+        printf("%-16s %10s %8" PRIu64 " %11.2f %11.2f %6.2f %9.1f %8.2f %8.2f\n", r->w.name,
+               fmt_bytes(r->bytes, b), r->segments, r->kvdist_gbps, r->memcpy_gbps,
+               r->kvdist_gbps / r->memcpy_gbps, r->requests_per_s, r->lat_p50_us / 1e3,
+               r->lat_p99_us / 1e3);
+        (void)fflush(stdout);
+}
+
+static void print_json(const Args *a, const Result *res, size_t n)
+{
+        printf("{\"mode\": \"%s\", \"copy_threads\": %" PRIu64 ", \"iterations\": %" PRIu64
+               ", \"warmup\": %" PRIu64 ", \"seed\": %" PRIu64 ", \"cases\": [",
+               a->push ? "push" : "pull", a->copy_threads, a->iterations, a->warmup, a->seed);
+        for (size_t i = 0; i < n; i++) {
+                const Result *r = &res[i];
+
+                printf("%s\n  {\"case\": \"%s\", \"block_size\": %" PRIu64 ", \"tensors\": %"
+                       PRIu64 ", \"blocks\": %" PRIu64 ", \"pull_blocks\": %" PRIu64
+                       ", \"pattern\": \"%s\", \"bytes_per_request\": %" PRIu64
+                       ", \"segments\": %" PRIu64 ", \"kvdist_gbps\": %.4f, \"memcpy_gbps\": %.4f"
+                       ", \"ratio\": %.4f, \"requests_per_s\": %.3f, \"latency_us\": {\"mean\": "
+                       "%.1f, \"p50\": %.1f, \"p99\": %.1f}, \"verified\": true}",
+                       i ? "," : "", r->w.name, r->w.block_size, r->w.tensors, r->w.blocks,
+                       r->w.pull_blocks, r->w.scattered ? "scattered" : "contiguous", r->bytes,
+                       r->segments, r->kvdist_gbps, r->memcpy_gbps,
+                       r->kvdist_gbps / r->memcpy_gbps, r->requests_per_s, r->lat_mean_us,
+                       r->lat_p50_us, r->lat_p99_us);
+        }
+        printf("\n]}\n");
+}
+
+/* A kvdistd this process started, on a socket in its own temporary directory. */
+typedef struct Daemon {
+        pid_t pid;
+        char dir[PATH_MAX - 32];
+        char socket[PATH_MAX];
+} Daemon;
+
+/* --daemon, $KVDISTD, the build tree's daemon/kvdistd beside tools/, else kvdistd on $PATH. */
+static char *daemon_find(const char *arg)
+{
+        const char *env = getenv("KVDISTD");
+        char exe[PATH_MAX], *slash, *path = NULL;
+        ssize_t n;
+
+        if (arg || (env && env[0]))
+                return strdup(arg ?: env);
+        n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n <= 0)
+                return strdup("kvdistd");
+        exe[n] = '\0';
+        slash = strrchr(exe, '/');
+        if (slash && asprintf(&path, "%.*s/../daemon/kvdistd", (int)(slash - exe), exe) >= 0 &&
+            access(path, X_OK) == 0)
+                return path;
+        free(path);
+        return strdup("kvdistd");
+}
+
+static int daemon_start(const char *path, uint64_t copy_threads, Daemon *d)
+{
+        const char *tmp = getenv("TMPDIR");
+        kvd_option opt = { "socket_path", d->socket };
+        char threads[24];
+
+        (void)snprintf(d->dir, sizeof(d->dir), "%s/kvdist-bench.XXXXXX",
+                       tmp && tmp[0] ? tmp : "/tmp");
+        if (!mkdtemp(d->dir))
+                return -errno;
+        (void)snprintf(d->socket, sizeof(d->socket), "%s/kvdist.sock", d->dir);
+        (void)snprintf(threads, sizeof(threads), "%" PRIu64, copy_threads);
+        (void)fflush(NULL);
+        d->pid = fork();
+        if (d->pid < 0)
+                return -errno;
+        if (d->pid == 0) {
+                /* Do not outlive a benchmark that dies. */
+                (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
+                execlp(path, path, "--socket", d->socket, "--memory-size", "0",
+                       "--copy-threads", threads, "--log-level", "warning", (char *)NULL);
+                fprintf(stderr, "kvdist-bench: cannot run %s: %s\n", path, strerror(errno));
+                _exit(127);
+        }
+        for (unsigned waited = 0; waited < DAEMON_START_MS; waited += 10) {
+                kvd_client *c = NULL;
+
+                if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
+                        d->pid = 0;
+                        return -ECHILD;
+                }
+                if (kvd_client_connect(&c, &opt, 1) == KVD_OK) {
+                        (void)kvd_client_finalize(c);
+                        return 0;
+                }
+                (void)usleep(10 * 1000);
+        }
+        return -ETIMEDOUT;
+}
+
+/* Stops the daemon; fails when it did not exit cleanly (a crash is a finding too). */
+static int daemon_stop(Daemon *d)
+{
+        int status = 0, r = 0;
+
+        if (d->pid > 0) {
+                (void)kill(d->pid, SIGTERM);
+                for (unsigned waited = 0; waitpid(d->pid, &status, WNOHANG) == 0; waited += 10) {
+                        if (waited == DAEMON_STOP_MS)
+                                (void)kill(d->pid, SIGKILL);
+                        (void)usleep(10 * 1000);
+                }
+                if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                        fprintf(stderr, "kvdist-bench: kvdistd did not exit cleanly (%s %d)\n",
+                                WIFEXITED(status) ? "status" : "signal",
+                                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                        r = -ECHILD;
+                }
+        }
+        (void)unlink(d->socket);
+        (void)rmdir(d->dir);
+        return r;
+}
+
+static void help(void)
+{
+        printf("Usage: kvdist-bench [OPTIONS]\n"
+               "\n"
+               "Moves KV blocks from a prefill cluster (1) to a decode cluster (2) on one\n"
+               "kvdistd, times it next to a plain memcpy of the same bytes, and checks every\n"
+               "byte. Exit status: 0 ok, 1 a call failed, bytes landed wrong or kvdistd\n"
+               "crashed, 2 usage.\n"
+               "\n"
+               "  --daemon PATH      kvdistd to start (default: $KVDISTD, then ../daemon/kvdistd\n"
+               "                     beside this program's directory, then kvdistd on $PATH)\n"
+               "  --socket PATH      use a running daemon instead of starting one\n"
+               "  --copy-threads N   copy threads of the started daemon and of memcpy (2)\n"
+               "  --timeout MS       transfer timeout (10000)\n"
+               "  --model NAME       llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b:\n"
+               "                     16-token fp16 blocks, K and V per layer, 32 blocks a request\n"
+               "  --block-size SIZE  bytes per block per tensor, a multiple of 8 (K, M suffixes)\n"
+               "  --tensors N        tensors per cache (1..%d)\n"
+               "  --blocks N         blocks per tensor in each cache\n"
+               "  --pull-blocks N    blocks one request moves\n"
+               "  --pattern P        scattered (default) or contiguous\n"
+               "  --push             the prefill side pushes instead of the decode side pulling\n"
+               "  --iterations N     timed requests (20)\n"
+               "  --warmup N         untimed requests first (2)\n"
+               "  --seed N           seed of the data and of the scattered ids (1)\n"
+               "  --suite            run the standard cases and print one table\n"
+               "  --json             machine-readable output\n"
+               "  -h, --help         show this help\n",
+               KVD_MAX_TENSORS);
+}
+
+/* A decimal number with an optional K, M, G or T (binary) suffix, within [@min, @max]. */
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
+{
+        const char *units = "KMGT", *u;
+        unsigned long long v;
+        unsigned shift = 0;
+        char *end;
+
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno || end == s || s[0] == '-')
+                return -EINVAL;
+        u = end[0] && !end[1] ? strchr(units, end[0] & ~0x20) : NULL;
+        if (u) {
+                shift = 10 * (unsigned)(u - units + 1);
+                end++;
+        }
+        if (end[0] || v > (max >> shift) || (v << shift) < min)
+                return -EINVAL;
+        *ret = (uint64_t)v << shift;
+        return 0;
+}
+
+static void workload_from_model(const Model *m, Workload *w)
+{
+        (void)snprintf(w->name, sizeof(w->name), "%s", m->name);
+        w->block_size = (uint64_t)BLOCK_TOKENS * m->kv_heads * m->head_dim * 2;
+        w->tensors = 2 * m->layers;
+        w->blocks = m->blocks;
+        w->pull_blocks = PROMPT_BLOCKS;
+        w->scattered = true;
+}
+
+enum {
+        ARG_DAEMON = 0x100, ARG_SOCKET, ARG_COPY_THREADS, ARG_TIMEOUT, ARG_MODEL, ARG_BLOCK_SIZE,
+        ARG_TENSORS, ARG_BLOCKS, ARG_PULL_BLOCKS, ARG_PATTERN, ARG_PUSH, ARG_ITERATIONS,
+        ARG_WARMUP, ARG_SEED, ARG_SUITE, ARG_JSON,
+};
+
+static const struct option options[] = {
+        { "daemon", required_argument, NULL, ARG_DAEMON },
+        { "socket", required_argument, NULL, ARG_SOCKET },
+        { "copy-threads", required_argument, NULL, ARG_COPY_THREADS },
+        { "timeout", required_argument, NULL, ARG_TIMEOUT },
+        { "model", required_argument, NULL, ARG_MODEL },
+        { "block-size", required_argument, NULL, ARG_BLOCK_SIZE },
+        { "tensors", required_argument, NULL, ARG_TENSORS },
+        { "blocks", required_argument, NULL, ARG_BLOCKS },
+        { "pull-blocks", required_argument, NULL, ARG_PULL_BLOCKS },
+        { "pattern", required_argument, NULL, ARG_PATTERN },
+        { "push", no_argument, NULL, ARG_PUSH },
+        { "iterations", required_argument, NULL, ARG_ITERATIONS },
+        { "warmup", required_argument, NULL, ARG_WARMUP },
+        { "seed", required_argument, NULL, ARG_SEED },
+        { "suite", no_argument, NULL, ARG_SUITE },
+        { "json", no_argument, NULL, ARG_JSON },
+        { "help", no_argument, NULL, 'h' },
+        {}
+};
+
+static int usage_error(const char *msg, const char *arg)
+{
+        fprintf(stderr, "kvdist-bench: %s%s (see --help)\n", msg, arg);
+        return -EINVAL;
+}
+
+/* Fills @a from the command line; 1 after --help, -EINVAL (explained) on a usage error. */
+static int parse_args(int argc, char **argv, Args *a)
+{
+        Workload given = {};
+        const struct {
+                int val;
+                uint64_t *dst, min, max;
+        } numbers[] = {
+                { ARG_COPY_THREADS, &a->copy_threads, 1, MAX_COPY_THREADS },
+                { ARG_TIMEOUT, &a->timeout_ms, 1, INT32_MAX },
+                { ARG_BLOCK_SIZE, &given.block_size, 8, UINT32_MAX },
+                { ARG_TENSORS, &given.tensors, 1, KVD_MAX_TENSORS },
+                { ARG_BLOCKS, &given.blocks, 1, UINT32_MAX },
+                { ARG_PULL_BLOCKS, &given.pull_blocks, 1, UINT32_MAX },
+                { ARG_ITERATIONS, &a->iterations, 1, 1000000 },
+                { ARG_WARMUP, &a->warmup, 0, 1000000 },
+                { ARG_SEED, &a->seed, 0, UINT64_MAX },
+        };
+        const char *pattern = NULL;
+        bool model = false;
+        int c;
+
+        *a = (Args){ .copy_threads = 2, .iterations = 20, .warmup = 2, .seed = 1,
+                     .timeout_ms = 10000 };
+        workload_from_model(&models[0], &a->w);
+        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0) {
+                size_t i;
+
+                switch (c) {
+                case 'h':
+                        help();
+                        return 1;
+                case ARG_DAEMON:
+                        a->daemon_path = optarg;
+                        continue;
+                case ARG_SOCKET:
+                        a->socket_path = optarg;
+                        continue;
+                case ARG_MODEL:
+                        for (i = 0; i < ARRAY_SIZE(models); i++)
+                                if (strcmp(optarg, models[i].name) == 0)
+                                        break;
+                        if (i == ARRAY_SIZE(models))
+                                return usage_error("unknown --model ", optarg);
+                        workload_from_model(&models[i], &a->w);
+                        model = true;
+                        continue;
+                case ARG_PATTERN:
+                        if (strcmp(optarg, "scattered") != 0 && strcmp(optarg, "contiguous") != 0)
+                                return usage_error("unknown --pattern ", optarg);
+                        pattern = optarg;
+                        continue;
+                case ARG_PUSH:
+                        a->push = true;
+                        continue;
+                case ARG_SUITE:
+                        a->suite = true;
+                        continue;
+                case ARG_JSON:
+                        a->json = true;
+                        continue;
+                }
+                for (i = 0; i < ARRAY_SIZE(numbers); i++)
+                        if (numbers[i].val == c)
+                                break;
+                if (i == ARRAY_SIZE(numbers))
+                        return -EINVAL; /* getopt_long() said why */
+                if (parse_u64(optarg, numbers[i].min, numbers[i].max, numbers[i].dst) < 0)
+                        return usage_error("value out of range: ", optarg);
+        }
+        if (optind < argc)
+                return usage_error("unexpected argument ", argv[optind]);
+
+        if (a->suite && (model || pattern || given.block_size || given.tensors || given.blocks ||
+                         given.pull_blocks))
+                return usage_error("--suite runs its own workloads, without --model, "
+                                   "--pattern or sizes", "");
+        if (given.block_size || given.tensors)
+                (void)snprintf(a->w.name, sizeof(a->w.name), "custom");
+        a->w.block_size = given.block_size ?: a->w.block_size;
+        a->w.tensors = given.tensors ?: a->w.tensors;
+        a->w.blocks = given.blocks ?: a->w.blocks;
+        a->w.pull_blocks = given.pull_blocks ?: MIN(a->w.pull_blocks, a->w.blocks);
+        if (pattern)
+                a->w.scattered = strcmp(pattern, "scattered") == 0;
+        if (a->w.block_size % 8)
+                return usage_error("--block-size must be a multiple of 8", "");
+        if (a->w.pull_blocks > a->w.blocks)
+                return usage_error("--pull-blocks is more than the blocks of the cache", "");
+        if (a->w.blocks > SIZE_MAX / a->w.block_size / a->w.tensors)
+                return usage_error("the cache would be larger than memory", "");
+        return 0;
+}
+
+/* The standard set: large runs, large scattered, small scattered, two real models. */
+static void suite_workloads(Workload *w)
+{
+        w[0] = (Workload){ "large", 64 * KIB, 8, 1024, 512, false };
+        w[1] = (Workload){ "large-scattered", 64 * KIB, 8, 1024, 512, true };
+        w[2] = (Workload){ "small-scattered", 4 * KIB, 2, 16384, 10000, true };
+        workload_from_model(&models[0], &w[3]);
+        workload_from_model(&models[1], &w[4]);
+}
+
+int main(int argc, char **argv)
+{
+        _cleanup_free_ char *daemon_path = NULL;
+        Workload workloads[SUITE_CASES];
+        Result results[SUITE_CASES];
+        size_t n, done;
+        Daemon d = {};
+        Args a;
+        int r;
+
+        r = parse_args(argc, argv, &a);
+        if (r != 0)
+                return r > 0 ? EXIT_SUCCESS : EXIT_USAGE;
+        if (a.suite)
+                suite_workloads(workloads);
+        else
+                workloads[0] = a.w;
+        n = a.suite ? SUITE_CASES : 1;
+
+        if (!a.socket_path) {
+                daemon_path = daemon_find(a.daemon_path);
+                r = daemon_path ? daemon_start(daemon_path, a.copy_threads, &d) : -ENOMEM;
+                if (r < 0) {
+                        fprintf(stderr, "kvdist-bench: cannot start %s: %s\n",
+                                daemon_path ?: "kvdistd",
+                                r == -ECHILD ? "it exited" : strerror(-r));
+                        (void)daemon_stop(&d);
+                        return EXIT_BENCH_FAILED;
+                }
+                a.socket_path = d.socket;
+        }
+
+        if (!a.json)
+                print_table_header(&a);
+        for (done = 0; done < n; done++) {
+                r = run_workload(&a, &workloads[done], &results[done]);
+                if (r < 0)
+                        break;
+                if (!a.json)
+                        print_table_row(&results[done]);
+        }
+        if (a.json)
+                print_json(&a, results, done);
+        if (daemon_stop(&d) < 0)
+                r = -ECHILD;
+        return r < 0 ? EXIT_BENCH_FAILED : EXIT_SUCCESS;
 }
