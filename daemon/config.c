@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Daemon configuration: built-in defaults, the strict JSON file (jansson), command-line flags. */
+/*
+ * Daemon configuration: built-in defaults, the strict JSON file (jansson) and the value parsers
+ * that the command line (config-args.c) shares.
+ */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <net/if.h>
@@ -10,12 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/un.h>
 #include <syslog.h>
 #include <unistd.h>
 
+#include "config-internal.h"
 #include "config.h"
-#include "kvdist-config.h"
+#include "log.h"
 #include "macro.h"
 
 #define KIB (UINT64_C(1) << 10)
@@ -31,15 +33,12 @@
 #define DEFAULT_COPY_THREADS_MAX 4
 
 #define MEMORY_SIZE_MAX TIB
-#define COPY_THREADS_MAX 64
 #define MAX_CLIENTS_MAX 65536
 #define TENSOR_ADDRS_MAX 240
 #define FRAME_SIZE_MIN (4 * KIB)
 #define FRAME_SIZE_MAX (256 * MIB)
 /* A bound on the device map keeps the duplicate check cheap whatever the input. */
 #define DEVICES_MAX 1024
-/* sun_path less its terminating NUL. */
-#define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *)NULL)->sun_path) - 1)
 /* IBV_SYSFS_NAME_MAX less the NUL; not taken from verbs.h, which only the RDMA transport sees. */
 #define RDMA_DEVICE_NAME_MAX 63
 #define NETDEV_NAME_MAX (IFNAMSIZ - 1)
@@ -72,12 +71,7 @@ static bool streq(const char *a, const char *b)
         return strcmp(a, b) == 0;
 }
 
-/*
- * Records the first error message in *@error (later ones are dropped, the first failure is the
- * one worth reading) and returns @r. Out of memory leaves *@error NULL.
- */
-static int errorf(char **error, int r, const char *fmt, ...) _printf_(3, 4);
-static int errorf(char **error, int r, const char *fmt, ...)
+int config_errorf(char **error, int r, const char *fmt, ...)
 {
         va_list ap;
         char *s;
@@ -92,8 +86,13 @@ static int errorf(char **error, int r, const char *fmt, ...)
         return r;
 }
 
-/* Writes @v as "256M" when it is a whole number of K/M/G/T, else as plain bytes. */
-static const char *format_size(uint64_t v, char buf[static 32])
+void config_error_give(char **error, char **ret_error)
+{
+        if (ret_error)
+                *ret_error = TAKE_PTR(*error);
+}
+
+const char *config_format_size(uint64_t v, char buf[static 32])
 {
         static const struct {
                 uint64_t factor;
@@ -110,11 +109,7 @@ static const char *format_size(uint64_t v, char buf[static 32])
         return buf;
 }
 
-/*
- * Parses a size: decimal digits, optionally followed by K, M, G or T (binary units, either
- * case) and an optional "iB". No sign, no fraction, no blanks. -ERANGE when it overflows.
- */
-static int parse_size(const char *s, uint64_t *ret)
+int config_parse_size(const char *s, uint64_t *ret)
 {
         uint64_t v = 0, factor = 1;
         const char *p = s;
@@ -157,24 +152,6 @@ static int parse_size(const char *s, uint64_t *ret)
         return 0;
 }
 
-/* Parses a whole decimal integer; leading blanks and trailing text are errors. */
-static int parse_int64(const char *s, int64_t *ret)
-{
-        char *end;
-        long long v;
-
-        if (!(*s == '-' || *s == '+' || (*s >= '0' && *s <= '9')))
-                return -EINVAL;
-        errno = 0;
-        v = strtoll(s, &end, 10);
-        if (errno != 0)
-                return -errno;
-        if (end == s || *end != '\0')
-                return -EINVAL;
-        *ret = v;
-        return 0;
-}
-
 const char *transport_kind_to_string(TransportKind k)
 {
         static const char *const names[_TRANSPORT_KIND_MAX] = {
@@ -196,33 +173,6 @@ static TransportKind transport_kind_from_string(const char *s)
         return _TRANSPORT_KIND_INVALID;
 }
 
-static const char *const log_level_names[] = {
-        [LOG_EMERG] = "emerg",
-        [LOG_ALERT] = "alert",
-        [LOG_CRIT] = "crit",
-        [LOG_ERR] = "error",
-        [LOG_WARNING] = "warning",
-        [LOG_NOTICE] = "notice",
-        [LOG_INFO] = "info",
-        [LOG_DEBUG] = "debug",
-};
-
-int log_level_from_string(const char *s)
-{
-        /* Only the levels a configuration may choose; nothing the daemon logs is above error. */
-        for (int l = LOG_ERR; l <= LOG_DEBUG; l++)
-                if (streq(s, log_level_names[l]))
-                        return l;
-        return -EINVAL;
-}
-
-const char *log_level_to_string(int level)
-{
-        if (level < 0 || (size_t)level >= ARRAY_SIZE(log_level_names))
-                return NULL;
-        return log_level_names[level];
-}
-
 char *config_default_socket_path(void)
 {
         const char *xdg;
@@ -239,7 +189,7 @@ char *config_default_socket_path(void)
         return p;
 }
 
-static unsigned default_copy_threads(void)
+unsigned config_default_copy_threads(void)
 {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -275,7 +225,7 @@ int config_new(Config **ret)
         c->memory_size = DEFAULT_MEMORY_SIZE;
         c->page_shift = DEFAULT_PAGE_SHIFT;
         c->sync_kv_timeout_ms = DEFAULT_SYNC_KV_TIMEOUT_MS;
-        c->copy_threads = default_copy_threads();
+        c->copy_threads = config_default_copy_threads();
         c->log_level = LOG_INFO;
         c->limits = (Limits){
                 .max_clients = 64,
@@ -331,8 +281,7 @@ static int memdup_array(const void *p, size_t n, size_t size, void **ret)
         return 0;
 }
 
-/* A deep copy of @c: the scratch a load writes into before it replaces @c. */
-static int config_dup(const Config *c, Config **ret)
+int config_dup(const Config *c, Config **ret)
 {
         _cleanup_(config_freep) Config *d = NULL;
         void *p;
@@ -383,8 +332,7 @@ static int config_dup(const Config *c, Config **ret)
         return 0;
 }
 
-/* Moves @scratch's contents into @c and frees what @c held. */
-static void config_replace(Config *c, Config *scratch)
+void config_replace(Config *c, Config *scratch)
 {
         Config old = *c;
 
@@ -400,24 +348,6 @@ const DeviceConfig *config_find_device(const Config *c, int32_t device_id)
                         return &c->devices[i];
         return NULL;
 }
-
-/*
- * Integer-valued settings, shared by the JSON keys and the flags that set the same thing. A
- * SIZE also takes a size string; its bounds are then printed as sizes.
- */
-typedef enum FieldKind {
-        FIELD_INT,
-        FIELD_SIZE,
-} FieldKind;
-
-typedef struct IntField {
-        const char *name;
-        size_t offset;          /* in Config */
-        size_t size;            /* 4 or 8 */
-        FieldKind kind;
-        int64_t min;
-        int64_t max;
-} IntField;
 
 #define INT_FIELD(n, member, k, lo, hi)                                                   \
         {                                                                                 \
@@ -451,15 +381,18 @@ static const IntField limit_fields[] = {
 
 _Static_assert(sizeof(unsigned) == sizeof(uint32_t), "IntField stores unsigned as 4 bytes");
 
-static const IntField *int_field_find(const IntField *fields, size_t n, const char *name)
+const IntFieldTable config_top_fields = { top_fields, ARRAY_SIZE(top_fields) };
+const IntFieldTable config_limit_fields = { limit_fields, ARRAY_SIZE(limit_fields) };
+
+const IntField *int_field_find(const IntFieldTable *t, const char *name)
 {
-        for (size_t i = 0; i < n; i++)
-                if (streq(fields[i].name, name))
-                        return &fields[i];
+        for (size_t i = 0; i < t->n_fields; i++)
+                if (streq(t->fields[i].name, name))
+                        return &t->fields[i];
         return NULL;
 }
 
-static void int_field_store(Config *c, const IntField *f, uint64_t v)
+void int_field_store(Config *c, const IntField *f, uint64_t v)
 {
         char *p = (char *)c + f->offset;
 
@@ -477,10 +410,11 @@ static int int_field_range_error(const IntField *f, const char *path, char **err
         char lo[32], hi[32];
 
         if (f->kind == FIELD_SIZE)
-                return errorf(error, -EINVAL, "%s: must be in [%s, %s]", path,
-                              format_size((uint64_t)f->min, lo), format_size((uint64_t)f->max, hi));
-        return errorf(error, -EINVAL, "%s: must be an integer in [%" PRIi64 ", %" PRIi64 "]", path,
-                      f->min, f->max);
+                return config_errorf(error, -EINVAL, "%s: must be in [%s, %s]", path,
+                                     config_format_size((uint64_t)f->min, lo),
+                                     config_format_size((uint64_t)f->max, hi));
+        return config_errorf(error, -EINVAL, "%s: must be an integer in [%" PRIi64 ", %" PRIi64 "]",
+                             path, f->min, f->max);
 }
 
 static bool json_string_is_clean(json_t *v)
@@ -504,45 +438,20 @@ static int apply_int_field_json(Config *c, const IntField *f, json_t *v, const c
         } else if (f->kind == FIELD_SIZE && json_is_string(v)) {
                 const char *s = json_string_value(v);
 
-                r = json_string_is_clean(v) ? parse_size(s, &u) : -EINVAL;
+                r = json_string_is_clean(v) ? config_parse_size(s, &u) : -EINVAL;
                 if (r == -EINVAL)
-                        return errorf(error, -EINVAL,
-                                      "%s: invalid size \"%.64s\", expected bytes or a number "
-                                      "with a K, M, G or T suffix",
-                                      path, s);
+                        return config_errorf(error, -EINVAL,
+                                             "%s: invalid size \"%.64s\", expected bytes or a "
+                                             "number with a K, M, G or T suffix",
+                                             path, s);
                 if (r < 0 || u < (uint64_t)f->min || u > (uint64_t)f->max)
                         return int_field_range_error(f, path, error);
         } else if (f->kind == FIELD_SIZE) {
-                return errorf(error, -EINVAL,
-                              "%s: expected an integer or a size string like \"256M\"", path);
+                return config_errorf(error, -EINVAL,
+                                     "%s: expected an integer or a size string like \"256M\"",
+                                     path);
         } else {
-                return errorf(error, -EINVAL, "%s: expected an integer", path);
-        }
-        int_field_store(c, f, u);
-        return 0;
-}
-
-static int apply_int_field_arg(Config *c, const IntField *f, const char *flag, const char *arg,
-                               char **error)
-{
-        char lo[32], hi[32];
-        uint64_t u;
-        int64_t i;
-
-        if (f->kind == FIELD_SIZE) {
-                if (parse_size(arg, &u) < 0 || u < (uint64_t)f->min || u > (uint64_t)f->max)
-                        return errorf(error, -EINVAL,
-                                      "%s: expected a size in [%s, %s] (bytes or a number with "
-                                      "a K, M, G or T suffix)",
-                                      flag, format_size((uint64_t)f->min, lo),
-                                      format_size((uint64_t)f->max, hi));
-        } else {
-                i = 0;
-                if (parse_int64(arg, &i) < 0 || i < f->min || i > f->max)
-                        return errorf(error, -EINVAL,
-                                      "%s: expected an integer in [%" PRIi64 ", %" PRIi64 "]",
-                                      flag, f->min, f->max);
-                u = (uint64_t)i;
+                return config_errorf(error, -EINVAL, "%s: expected an integer", path);
         }
         int_field_store(c, f, u);
         return 0;
@@ -555,12 +464,12 @@ static int json_get_int(json_t *v, const char *path, int64_t min, int64_t max, i
         json_int_t i;
 
         if (!json_is_integer(v))
-                return errorf(error, -EINVAL, "%s: expected an integer", path);
+                return config_errorf(error, -EINVAL, "%s: expected an integer", path);
         i = json_integer_value(v);
         if (i < min || i > max)
-                return errorf(error, -EINVAL,
-                              "%s: must be an integer in [%" PRIi64 ", %" PRIi64 "]", path, min,
-                              max);
+                return config_errorf(error, -EINVAL,
+                                     "%s: must be an integer in [%" PRIi64 ", %" PRIi64 "]", path,
+                                     min, max);
         *ret = i;
         return 0;
 }
@@ -573,13 +482,13 @@ static int json_get_string(json_t *v, const char *path, size_t min_len, size_t m
         char *s;
 
         if (!json_is_string(v))
-                return errorf(error, -EINVAL, "%s: expected a string", path);
+                return config_errorf(error, -EINVAL, "%s: expected a string", path);
         len = json_string_length(v);
         if (!json_string_is_clean(v))
-                return errorf(error, -EINVAL, "%s: must not contain NUL characters", path);
+                return config_errorf(error, -EINVAL, "%s: must not contain NUL characters", path);
         if (len < min_len || len > max_len)
-                return errorf(error, -EINVAL, "%s: must be %zu..%zu characters long", path,
-                              min_len, max_len);
+                return config_errorf(error, -EINVAL, "%s: must be %zu..%zu characters long", path,
+                                     min_len, max_len);
         s = strdup(json_string_value(v));
         if (!s)
                 return -ENOMEM;
@@ -590,7 +499,7 @@ static int json_get_string(json_t *v, const char *path, size_t min_len, size_t m
 
 static int unknown_key(const char *path, char **error)
 {
-        return errorf(error, -EINVAL, "%s: unknown key", path);
+        return config_errorf(error, -EINVAL, "%s: unknown key", path);
 }
 
 static int parse_socket_path(Config *c, json_t *v, const char *path, char **error)
@@ -625,10 +534,10 @@ static int parse_socket_mode(Config *c, json_t *v, const char *path, char **erro
                     ? parse_socket_mode_string(json_string_value(v), &mode)
                     : -EINVAL;
         if (r == -ERANGE)
-                return errorf(error, -EINVAL, "%s: must be in [0000, 0777]", path);
+                return config_errorf(error, -EINVAL, "%s: must be in [0000, 0777]", path);
         if (r < 0)
-                return errorf(error, -EINVAL,
-                              "%s: expected a string of octal digits like \"0660\"", path);
+                return config_errorf(error, -EINVAL,
+                                     "%s: expected a string of octal digits like \"0660\"", path);
         c->socket_mode = mode;
         return 0;
 }
@@ -644,7 +553,7 @@ static int parse_id_array(json_t *v, const char *path, uint32_t **ret, size_t *r
         int r;
 
         if (!json_is_array(v))
-                return errorf(error, -EINVAL, "%s: expected an array of integers", path);
+                return config_errorf(error, -EINVAL, "%s: expected an array of integers", path);
         n = json_array_size(v);
         if (n > 0) {
                 ids = calloc(n, sizeof(uint32_t));
@@ -652,7 +561,7 @@ static int parse_id_array(json_t *v, const char *path, uint32_t **ret, size_t *r
                         return -ENOMEM;
         }
         json_array_foreach(v, i, e) {
-                int64_t id;
+                int64_t id = 0;
 
                 pathf(p, "%s[%zu]", path, i);
                 r = json_get_int(e, p, 0, (int64_t)UINT32_MAX - 1, &id, error);
@@ -679,32 +588,18 @@ static int parse_allow_gids(Config *c, json_t *v, const char *path, char **error
         return parse_id_array(v, path, (uint32_t **)&c->allow_gids, &c->n_allow_gids, error);
 }
 
-/* copy_threads: 1..64, or "auto" for the built-in default of min(4, CPUs). */
-static int parse_copy_threads_string(const char *s, unsigned *ret)
-{
-        int64_t i = 0;
-
-        if (streq(s, "auto")) {
-                *ret = default_copy_threads();
-                return 0;
-        }
-        if (parse_int64(s, &i) < 0 || i < 1 || i > COPY_THREADS_MAX)
-                return -EINVAL;
-        *ret = (unsigned)i;
-        return 0;
-}
-
 static int parse_copy_threads(Config *c, json_t *v, const char *path, char **error)
 {
         if (json_is_string(v) && json_string_is_clean(v) && streq(json_string_value(v), "auto")) {
-                c->copy_threads = default_copy_threads();
+                c->copy_threads = config_default_copy_threads();
                 return 0;
         }
         if (!json_is_integer(v))
-                return errorf(error, -EINVAL, "%s: expected an integer or \"auto\"", path);
+                return config_errorf(error, -EINVAL, "%s: expected an integer or \"auto\"", path);
         if (json_integer_value(v) < 1 || json_integer_value(v) > COPY_THREADS_MAX)
-                return errorf(error, -EINVAL, "%s: must be an integer in [1, %d] or \"auto\"",
-                              path, COPY_THREADS_MAX);
+                return config_errorf(error, -EINVAL,
+                                     "%s: must be an integer in [1, %d] or \"auto\"", path,
+                                     COPY_THREADS_MAX);
         c->copy_threads = (unsigned)json_integer_value(v);
         return 0;
 }
@@ -716,10 +611,10 @@ static int parse_log_level(Config *c, json_t *v, const char *path, char **error)
         if (json_is_string(v) && json_string_is_clean(v))
                 level = log_level_from_string(json_string_value(v));
         if (level < 0)
-                return errorf(error, -EINVAL,
-                              "%s: expected one of \"error\", \"warning\", \"notice\", \"info\", "
-                              "\"debug\"",
-                              path);
+                return config_errorf(error, -EINVAL,
+                                     "%s: expected one of \"error\", \"warning\", \"notice\", "
+                                     "\"info\", \"debug\"",
+                                     path);
         c->log_level = level;
         return 0;
 }
@@ -730,11 +625,11 @@ static int parse_device(json_t *obj, const char *path, DeviceConfig *d, char **e
         bool have_id = false;
         const char *key;
         json_t *v;
-        int64_t i;
+        int64_t i = 0;
         int r;
 
         if (!json_is_object(obj))
-                return errorf(error, -EINVAL, "%s: expected an object", path);
+                return config_errorf(error, -EINVAL, "%s: expected an object", path);
         json_object_foreach(obj, key, v) {
                 pathf(p, "%s.%s", path, key);
                 if (streq(key, "device_id")) {
@@ -749,9 +644,10 @@ static int parse_device(json_t *obj, const char *path, DeviceConfig *d, char **e
                         if (json_is_string(v) && json_string_is_clean(v))
                                 k = transport_kind_from_string(json_string_value(v));
                         if (k < 0)
-                                return errorf(error, -EINVAL,
-                                              "%s: expected one of \"auto\", \"tcp\", \"rdma\"",
-                                              p);
+                                return config_errorf(error, -EINVAL,
+                                                     "%s: expected one of \"auto\", \"tcp\", "
+                                                     "\"rdma\"",
+                                                     p);
                         d->transport = k;
                 } else if (streq(key, "rdma_device")) {
                         r = json_get_string(v, p, 1, RDMA_DEVICE_NAME_MAX, &d->rdma_device,
@@ -777,7 +673,8 @@ static int parse_device(json_t *obj, const char *path, DeviceConfig *d, char **e
                 }
         }
         if (!have_id)
-                return errorf(error, -EINVAL, "%s: missing required key \"device_id\"", path);
+                return config_errorf(error, -EINVAL, "%s: missing required key \"device_id\"",
+                                     path);
         return 0;
 }
 
@@ -790,10 +687,10 @@ static int parse_devices(Config *c, json_t *v, const char *path, char **error)
         int r = 0;
 
         if (!json_is_array(v))
-                return errorf(error, -EINVAL, "%s: expected an array of objects", path);
+                return config_errorf(error, -EINVAL, "%s: expected an array of objects", path);
         n = json_array_size(v);
         if (n > DEVICES_MAX)
-                return errorf(error, -EINVAL, "%s: at most %d entries", path, DEVICES_MAX);
+                return config_errorf(error, -EINVAL, "%s: at most %d entries", path, DEVICES_MAX);
         if (n > 0) {
                 devices = calloc(n, sizeof(DeviceConfig));
                 if (!devices)
@@ -814,10 +711,10 @@ static int parse_devices(Config *c, json_t *v, const char *path, char **error)
                         goto fail;
                 for (size_t j = 0; j < i; j++)
                         if (devices[j].device_id == devices[i].device_id) {
-                                r = errorf(error, -EINVAL,
-                                           "%s.device_id: duplicate device_id %" PRIi32
-                                           " (also in %s[%zu])",
-                                           p, devices[i].device_id, path, j);
+                                r = config_errorf(error, -EINVAL,
+                                                  "%s.device_id: duplicate device_id %" PRIi32
+                                                  " (also in %s[%zu])",
+                                                  p, devices[i].device_id, path, j);
                                 goto fail;
                         }
         }
@@ -838,9 +735,9 @@ static int parse_limits(Config *c, json_t *v, const char *path, char **error)
         int r;
 
         if (!json_is_object(v))
-                return errorf(error, -EINVAL, "%s: expected an object", path);
+                return config_errorf(error, -EINVAL, "%s: expected an object", path);
         json_object_foreach(v, key, e) {
-                const IntField *f = int_field_find(limit_fields, ARRAY_SIZE(limit_fields), key);
+                const IntField *f = int_field_find(&config_limit_fields, key);
 
                 pathf(p, "%s.%s", path, key);
                 if (!f)
@@ -876,7 +773,7 @@ static int apply_json(Config *c, json_t *root, char **error)
         int r;
 
         if (!json_is_object(root))
-                return errorf(error, -EINVAL, "expected a JSON object at the top level");
+                return config_errorf(error, -EINVAL, "expected a JSON object at the top level");
         json_object_foreach(root, key, v) {
                 const IntField *f;
                 KeyParser parse = NULL;
@@ -889,7 +786,7 @@ static int apply_json(Config *c, json_t *root, char **error)
                 if (parse) {
                         r = parse(c, v, p, error);
                 } else {
-                        f = int_field_find(top_fields, ARRAY_SIZE(top_fields), key);
+                        f = int_field_find(&config_top_fields, key);
                         if (!f)
                                 return unknown_key(p, error);
                         r = apply_int_field_json(c, f, v, p, error);
@@ -900,11 +797,20 @@ static int apply_json(Config *c, json_t *root, char **error)
         return 0;
 }
 
-static int load_json(Config *c, json_t *root, char **error)
+static int json_error_to_errno(const json_error_t *jerr)
+{
+        return json_error_code(jerr) == json_error_out_of_memory ? -ENOMEM : -EINVAL;
+}
+
+/* Applies what jansson parsed over @c, all or nothing; @root NULL is the parse error in @jerr. */
+static int load_json(Config *c, json_t *root, const json_error_t *jerr, char **error)
 {
         _cleanup_(config_freep) Config *scratch = NULL;
         int r;
 
+        if (!root)
+                return config_errorf(error, json_error_to_errno(jerr), "line %d, column %d: %s",
+                                     jerr->line, jerr->column, jerr->text);
         r = config_dup(c, &scratch);
         if (r < 0)
                 return r;
@@ -915,18 +821,6 @@ static int load_json(Config *c, json_t *root, char **error)
         return 0;
 }
 
-static int json_error_to_errno(const json_error_t *jerr)
-{
-        return json_error_code(jerr) == json_error_out_of_memory ? -ENOMEM : -EINVAL;
-}
-
-/* Hands the message over to the caller, who may not want it. */
-static void error_give(char **error, char **ret_error)
-{
-        if (ret_error)
-                *ret_error = TAKE_PTR(*error);
-}
-
 int config_load_string(Config *c, const char *json, char **ret_error)
 {
         _cleanup_(json_decrefp) json_t *root = NULL;
@@ -935,13 +829,9 @@ int config_load_string(Config *c, const char *json, char **ret_error)
         int r;
 
         root = json_loads(json, JSON_REJECT_DUPLICATES, &jerr);
-        if (!root)
-                r = errorf(&error, json_error_to_errno(&jerr), "line %d, column %d: %s",
-                           jerr.line, jerr.column, jerr.text);
-        else
-                r = load_json(c, root, &error);
+        r = load_json(c, root, &jerr, &error);
         if (r < 0)
-                error_give(&error, ret_error);
+                config_error_give(&error, ret_error);
         return r;
 }
 
@@ -957,237 +847,16 @@ int config_load_file(Config *c, const char *path, char **ret_error)
         f = fopen(path, "re");
         if (!f) {
                 r = -errno;
-                (void)errorf(&msg, r, "%s: cannot open: %s", path, strerror(-r));
-                error_give(&msg, ret_error);
+                (void)config_errorf(&msg, r, "%s: cannot open: %s", path, strerror(-r));
+                config_error_give(&msg, ret_error);
                 return r;
         }
         root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-        if (!root)
-                r = errorf(&error, json_error_to_errno(&jerr), "line %d, column %d: %s",
-                           jerr.line, jerr.column, jerr.text);
-        else
-                r = load_json(c, root, &error);
+        r = load_json(c, root, &jerr, &error);
         if (r < 0) {
                 if (error)
-                        (void)errorf(&msg, r, "%s: %s", path, error);
-                error_give(&msg, ret_error);
+                        (void)config_errorf(&msg, r, "%s: %s", path, error);
+                config_error_give(&msg, ret_error);
         }
-        return r;
-}
-
-enum {
-        ARG_SOCKET = 0x100,
-        ARG_MEMORY_SIZE,
-        ARG_PAGE_SHIFT,
-        ARG_SYNC_KV_TIMEOUT,
-        ARG_COPY_THREADS,
-        ARG_LOG_LEVEL,
-        ARG_MAX_CLIENTS,
-        ARG_MAX_FRAME_SIZE,
-};
-
-static const struct option options[] = {
-        { "config", required_argument, NULL, 'c' },
-        { "socket", required_argument, NULL, ARG_SOCKET },
-        { "memory-size", required_argument, NULL, ARG_MEMORY_SIZE },
-        { "page-shift", required_argument, NULL, ARG_PAGE_SHIFT },
-        { "sync-kv-timeout", required_argument, NULL, ARG_SYNC_KV_TIMEOUT },
-        { "copy-threads", required_argument, NULL, ARG_COPY_THREADS },
-        { "log-level", required_argument, NULL, ARG_LOG_LEVEL },
-        { "max-clients", required_argument, NULL, ARG_MAX_CLIENTS },
-        { "max-frame-size", required_argument, NULL, ARG_MAX_FRAME_SIZE },
-        { "help", no_argument, NULL, 'h' },
-        { "version", no_argument, NULL, 'V' },
-        {}
-};
-
-static const char *option_name(int val)
-{
-        for (size_t i = 0; options[i].name; i++)
-                if (options[i].val == val)
-                        return options[i].name;
-        return NULL;
-}
-
-/* The last component of argv[0], as usage messages show it. */
-static const char *program_name(const char *argv0)
-{
-        const char *slash;
-
-        if (!argv0 || !argv0[0])
-                return "kvdistd";
-        slash = strrchr(argv0, '/');
-        return slash && slash[1] ? slash + 1 : argv0;
-}
-
-static void print_usage(const char *argv0)
-{
-        printf("Usage: %s [OPTIONS]\n"
-               "\n"
-               "kvdist daemon: moves LLM KV-cache blocks between inference workers.\n"
-               "The --config file is read first; every other flag overrides it.\n"
-               "\n"
-               "  -c, --config FILE          JSON configuration (see kvdistd.json)\n"
-               "      --socket PATH          Unix socket to listen on\n"
-               "                             (default /run/kvdist/kvdist.sock as root,\n"
-               "                             else $XDG_RUNTIME_DIR/kvdist/kvdist.sock)\n"
-               "      --memory-size SIZE     pool size, bytes or K/M/G/T; 0 = no pool (256M)\n"
-               "      --page-shift N         pool page size is 1 << N, 12..30 (16)\n"
-               "      --sync-kv-timeout MS   default transfer timeout in ms (1000)\n"
-               "      --copy-threads N       local copy threads, 1..64 or auto = min(4, CPUs)\n"
-               "      --log-level LEVEL      error, warning, notice, info or debug (info)\n"
-               "      --max-clients N        clients connected at once, 1..65536 (64)\n"
-               "      --max-frame-size SIZE  largest frame payload, 4K..256M (16M)\n"
-               "  -h, --help                 show this help and exit\n"
-               "  -V, --version              show the version and exit\n",
-               program_name(argv0));
-}
-
-typedef struct PendingFlag {
-        int opt;
-        const char *arg;
-} PendingFlag;
-
-static int apply_flag(Config *c, const PendingFlag *pf, char **error)
-{
-        static const struct {
-                int opt;
-                const IntField *fields;
-                size_t n_fields;
-                const char *field;
-        } int_flags[] = {
-                { ARG_MEMORY_SIZE, top_fields, ARRAY_SIZE(top_fields), "memory_size" },
-                { ARG_PAGE_SHIFT, top_fields, ARRAY_SIZE(top_fields), "page_shift" },
-                { ARG_SYNC_KV_TIMEOUT, top_fields, ARRAY_SIZE(top_fields), "sync_kv_timeout_ms" },
-                { ARG_MAX_CLIENTS, limit_fields, ARRAY_SIZE(limit_fields), "max_clients" },
-                { ARG_MAX_FRAME_SIZE, limit_fields, ARRAY_SIZE(limit_fields), "max_frame_size" },
-        };
-        char flag[64];
-        int level;
-        char *s;
-
-        (void)snprintf(flag, sizeof(flag), "--%s", option_name(pf->opt));
-        switch (pf->opt) {
-        case ARG_SOCKET:
-                if (strlen(pf->arg) < 1 || strlen(pf->arg) > SOCKET_PATH_MAX)
-                        return errorf(error, -EINVAL, "%s: must be 1..%zu characters long", flag,
-                                      SOCKET_PATH_MAX);
-                s = strdup(pf->arg);
-                if (!s)
-                        return -ENOMEM;
-                free(c->socket_path);
-                c->socket_path = s;
-                return 0;
-        case ARG_COPY_THREADS:
-                if (parse_copy_threads_string(pf->arg, &c->copy_threads) < 0)
-                        return errorf(error, -EINVAL,
-                                      "%s: expected an integer in [1, %d] or auto", flag,
-                                      COPY_THREADS_MAX);
-                return 0;
-        case ARG_LOG_LEVEL:
-                level = log_level_from_string(pf->arg);
-                if (level < 0)
-                        return errorf(error, -EINVAL,
-                                      "%s: expected one of error, warning, notice, info, debug",
-                                      flag);
-                c->log_level = level;
-                return 0;
-        default:
-                for (size_t i = 0; i < ARRAY_SIZE(int_flags); i++)
-                        if (int_flags[i].opt == pf->opt)
-                                return apply_int_field_arg(
-                                        c,
-                                        int_field_find(int_flags[i].fields, int_flags[i].n_fields,
-                                                       int_flags[i].field),
-                                        flag, pf->arg, error);
-                return errorf(error, -EINVAL, "%s: not handled", flag);
-        }
-}
-
-static int parse_argv(Config *c, int argc, char **argv, char **error)
-{
-        _cleanup_(config_freep) Config *scratch = NULL;
-        _cleanup_free_ PendingFlag *pending = NULL;
-        const char *config_path = NULL;
-        bool help = false, version = false;
-        size_t n_pending = 0;
-        const char *name;
-        int opt, r;
-
-        if (argc < 1)
-                return 0;
-        pending = calloc((size_t)argc, sizeof(PendingFlag));
-        if (!pending)
-                return -ENOMEM;
-
-        /* 0, not 1: glibc then re-initialises completely, so tests may call this repeatedly. */
-        optind = 0;
-        opterr = 0;
-        while ((opt = getopt_long(argc, argv, "+:c:hV", options, NULL)) >= 0) {
-                switch (opt) {
-                case 'c':
-                        config_path = optarg;
-                        break;
-                case 'h':
-                        help = true;
-                        break;
-                case 'V':
-                        version = true;
-                        break;
-                case ':':
-                        name = option_name(optopt);
-                        if (name)
-                                return errorf(error, -EINVAL, "--%s: missing argument", name);
-                        return errorf(error, -EINVAL, "-%c: missing argument", optopt);
-                case '?':
-                        if (optopt == 0)
-                                return errorf(error, -EINVAL, "unknown option '%s'",
-                                              argv[optind - 1]);
-                        name = option_name(optopt);
-                        if (name && argv[optind - 1][0] == '-' && argv[optind - 1][1] == '-')
-                                return errorf(error, -EINVAL, "--%s: takes no argument", name);
-                        return errorf(error, -EINVAL, "unknown option '-%c'", optopt);
-                default:
-                        pending[n_pending++] = (PendingFlag){ .opt = opt, .arg = optarg };
-                        break;
-                }
-        }
-        if (optind < argc)
-                return errorf(error, -EINVAL, "unexpected argument '%s'", argv[optind]);
-
-        if (help) {
-                print_usage(argv[0]);
-                return 1;
-        }
-        if (version) {
-                printf("kvdistd " KVDIST_VERSION "\n");
-                return 1;
-        }
-
-        r = config_dup(c, &scratch);
-        if (r < 0)
-                return r;
-        if (config_path) {
-                r = config_load_file(scratch, config_path, error);
-                if (r < 0)
-                        return r;
-        }
-        for (size_t i = 0; i < n_pending; i++) {
-                r = apply_flag(scratch, &pending[i], error);
-                if (r < 0)
-                        return r;
-        }
-        config_replace(c, TAKE_PTR(scratch));
-        return 0;
-}
-
-int config_parse_argv(Config *c, int argc, char **argv, char **ret_error)
-{
-        _cleanup_free_ char *error = NULL;
-        int r;
-
-        r = parse_argv(c, argc, argv, &error);
-        if (r < 0)
-                error_give(&error, ret_error);
         return r;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Daemon configuration: built-in defaults, a strict JSON file (the only jansson user in the
- * daemon's configuration path) and command-line flags, in that order of precedence (flags win).
+ * Daemon configuration: built-in defaults, a strict JSON file (config.c, the daemon's only JSON
+ * reader) and command-line flags (config-args.c), in that order of precedence (flags win).
  * config/kvdistd.json documents every key.
  */
 #pragma once
@@ -93,6 +93,3 @@ char *config_default_socket_path(void);
 /* "auto", "tcp", "rdma"; NULL for a value out of range. */
 const char *transport_kind_to_string(TransportKind k);
 /* "error", "warning", "notice", "info", "debug" to LOG_ERR..LOG_DEBUG; -EINVAL otherwise. */
-int log_level_from_string(const char *s);
-/* The syslog level's name ("error" for LOG_ERR, "emerg", "alert", "crit" too); NULL otherwise. */
-const char *log_level_to_string(int level);

@@ -23,7 +23,7 @@ enum {
 static int log_max_level = LOG_INFO;
 static int log_target = TARGET_UNKNOWN;
 
-static const char *const level_names[] = {
+static const char *const log_level_names[] = {
         [LOG_EMERG] = "emerg",
         [LOG_ALERT] = "alert",
         [LOG_CRIT] = "crit",
@@ -33,6 +33,22 @@ static const char *const level_names[] = {
         [LOG_INFO] = "info",
         [LOG_DEBUG] = "debug",
 };
+
+int log_level_from_string(const char *s)
+{
+        /* Only the levels a configuration may choose; nothing the daemon logs is above error. */
+        for (int l = LOG_ERR; l <= LOG_DEBUG; l++)
+                if (s && strcmp(s, log_level_names[l]) == 0)
+                        return l;
+        return -EINVAL;
+}
+
+const char *log_level_to_string(int level)
+{
+        if (level < 0 || (size_t)level >= ARRAY_SIZE(log_level_names))
+                return NULL;
+        return log_level_names[level];
+}
 
 void log_set_max_level(int level)
 {
@@ -119,7 +135,7 @@ int log_internal(int level, int error, const char *file, int line, const char *f
         else
                 advance(&n,
                         snprintf(buf, LOG_LINE_MAX, "kvdistd[%ld]: %s: ", (long)getpid(),
-                                 level_names[level]),
+                                 log_level_names[level]),
                         LOG_LINE_MAX);
 
         /* %m in @fmt then names @error rather than whatever errno happened to hold. */

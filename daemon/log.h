@@ -7,6 +7,11 @@
 #include "macro.h"
 
 /* The most verbose level that is written (syslog numbers; default LOG_INFO). Thread safe. */
+/* The syslog level named @s ("error" .. "debug"), or -EINVAL. */
+int log_level_from_string(const char *s);
+/* The name of @level, or NULL when it is not a syslog level. */
+const char *log_level_to_string(int level);
+
 void log_set_max_level(int level);
 int log_get_max_level(void);
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "log.h"
 #include "kvdist-config.h"
 #include "macro.h"
 
