@@ -139,16 +139,57 @@ static int transfer_async(kvd_client *c, const TransferArgs *a, kvd_task **ret_t
         return client_return(c, &err, r);
 }
 
-static int transfer_sync(kvd_client *c, const TransferArgs *a)
+/*
+ * The cache forms: batch item @batch_index of local cache @cache_id against the item @key names
+ * (@size bytes per tensor, -1 for all of it).
+ */
+static int cache_transfer(kvd_client *c, Kvdist__V1__TransferKind kind, const kvd_cache_key *key,
+                          uint64_t cache_id, uint32_t batch_index, int64_t size,
+                          const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
-        kvd_task *t = NULL;
-        int r;
+        TransferArgs a = {
+                .kind = kind,
+                .key = key,
+                .cache_id = cache_id,
+                .batch_index = batch_index,
+                .size = size,
+                .opts = opts,
+        };
 
-        r = transfer_async(c, a, &t);
+        return transfer_async(c, &a, ret_task);
+}
+
+/* The blocks forms: blocks of local cache @cache_id against the blocks cache @key names. */
+static int blocks_transfer(kvd_client *c, Kvdist__V1__TransferKind kind,
+                           const kvd_cache_key *key, uint64_t cache_id,
+                           const uint64_t *src_blocks, size_t n_src, const uint64_t *dst_blocks,
+                           size_t n_dst, const kvd_transfer_opts *opts, kvd_task **ret_task)
+{
+        TransferArgs a = {
+                .kind = kind,
+                .key = key,
+                .cache_id = cache_id,
+                .size = -1,
+                .src_blocks = src_blocks,
+                .n_src = n_src,
+                .dst_blocks = dst_blocks,
+                .n_dst = n_dst,
+                .opts = opts,
+        };
+
+        return transfer_async(c, &a, ret_task);
+}
+
+/*
+ * What a synchronous form returns: @r, the async form's status, or else the status of waiting
+ * for @task until its own deadline. Frees the task.
+ */
+static int transfer_wait(int r, kvd_task *task)
+{
         if (r < 0)
                 return r;
-        r = kvd_task_wait(t, -1);
-        kvd_task_free(t);
+        r = kvd_task_wait(task, -1);
+        kvd_task_free(task);
         return r;
 }
 
@@ -218,16 +259,8 @@ _public_ int kvd_pull_cache_async(kvd_client *client, const kvd_cache_key *src_k
                                   uint64_t dst_cache_id, uint32_t dst_batch_index, int64_t size,
                                   const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
-        TransferArgs a = {
-                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE,
-                .key = src_key,
-                .cache_id = dst_cache_id,
-                .batch_index = dst_batch_index,
-                .size = size,
-                .opts = opts,
-        };
-
-        return transfer_async(client, &a, ret_task);
+        return cache_transfer(client, KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE, src_key,
+                              dst_cache_id, dst_batch_index, size, opts, ret_task);
 }
 
 _public_ int kvd_pull_blocks_async(kvd_client *client, const kvd_cache_key *src_key,
@@ -235,35 +268,17 @@ _public_ int kvd_pull_blocks_async(kvd_client *client, const kvd_cache_key *src_
                                    const uint64_t *dst_blocks, size_t n_dst,
                                    const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
-        TransferArgs a = {
-                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS,
-                .key = src_key,
-                .cache_id = dst_cache_id,
-                .size = -1,
-                .src_blocks = src_blocks,
-                .n_src = n_src,
-                .dst_blocks = dst_blocks,
-                .n_dst = n_dst,
-                .opts = opts,
-        };
-
-        return transfer_async(client, &a, ret_task);
+        return blocks_transfer(client, KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS, src_key,
+                               dst_cache_id, src_blocks, n_src, dst_blocks, n_dst, opts,
+                               ret_task);
 }
 
 _public_ int kvd_push_cache_async(kvd_client *client, const kvd_cache_key *dst_key,
                                   uint64_t src_cache_id, uint32_t src_batch_index, int64_t size,
                                   const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
-        TransferArgs a = {
-                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_CACHE,
-                .key = dst_key,
-                .cache_id = src_cache_id,
-                .batch_index = src_batch_index,
-                .size = size,
-                .opts = opts,
-        };
-
-        return transfer_async(client, &a, ret_task);
+        return cache_transfer(client, KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_CACHE, dst_key,
+                              src_cache_id, src_batch_index, size, opts, ret_task);
 }
 
 _public_ int kvd_push_blocks_async(kvd_client *client, const kvd_cache_key *dst_key,
@@ -271,34 +286,21 @@ _public_ int kvd_push_blocks_async(kvd_client *client, const kvd_cache_key *dst_
                                    const uint64_t *dst_blocks, size_t n_dst,
                                    const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
-        TransferArgs a = {
-                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS,
-                .key = dst_key,
-                .cache_id = src_cache_id,
-                .size = -1,
-                .src_blocks = src_blocks,
-                .n_src = n_src,
-                .dst_blocks = dst_blocks,
-                .n_dst = n_dst,
-                .opts = opts,
-        };
-
-        return transfer_async(client, &a, ret_task);
+        return blocks_transfer(client, KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS, dst_key,
+                               src_cache_id, src_blocks, n_src, dst_blocks, n_dst, opts,
+                               ret_task);
 }
+
+/* The synchronous forms: the async form, then a wait until the transfer's own deadline. */
 
 _public_ int kvd_pull_cache(kvd_client *client, const kvd_cache_key *src_key, uint64_t dst_cache_id,
                             uint32_t dst_batch_index, int64_t size, const kvd_transfer_opts *opts)
 {
-        TransferArgs a = {
-                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE,
-                .key = src_key,
-                .cache_id = dst_cache_id,
-                .batch_index = dst_batch_index,
-                .size = size,
-                .opts = opts,
-        };
+        kvd_task *t = NULL;
+        int r;
 
-        return transfer_sync(client, &a);
+        r = kvd_pull_cache_async(client, src_key, dst_cache_id, dst_batch_index, size, opts, &t);
+        return transfer_wait(r, t);
 }
 
 _public_ int kvd_pull_blocks(kvd_client *client, const kvd_cache_key *src_key,
@@ -306,34 +308,22 @@ _public_ int kvd_pull_blocks(kvd_client *client, const kvd_cache_key *src_key,
                              const uint64_t *dst_blocks, size_t n_dst,
                              const kvd_transfer_opts *opts)
 {
-        TransferArgs a = {
-                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS,
-                .key = src_key,
-                .cache_id = dst_cache_id,
-                .size = -1,
-                .src_blocks = src_blocks,
-                .n_src = n_src,
-                .dst_blocks = dst_blocks,
-                .n_dst = n_dst,
-                .opts = opts,
-        };
+        kvd_task *t = NULL;
+        int r;
 
-        return transfer_sync(client, &a);
+        r = kvd_pull_blocks_async(client, src_key, dst_cache_id, src_blocks, n_src, dst_blocks,
+                                  n_dst, opts, &t);
+        return transfer_wait(r, t);
 }
 
 _public_ int kvd_push_cache(kvd_client *client, const kvd_cache_key *dst_key, uint64_t src_cache_id,
                             uint32_t src_batch_index, int64_t size, const kvd_transfer_opts *opts)
 {
-        TransferArgs a = {
-                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_CACHE,
-                .key = dst_key,
-                .cache_id = src_cache_id,
-                .batch_index = src_batch_index,
-                .size = size,
-                .opts = opts,
-        };
+        kvd_task *t = NULL;
+        int r;
 
-        return transfer_sync(client, &a);
+        r = kvd_push_cache_async(client, dst_key, src_cache_id, src_batch_index, size, opts, &t);
+        return transfer_wait(r, t);
 }
 
 _public_ int kvd_push_blocks(kvd_client *client, const kvd_cache_key *dst_key,
@@ -341,17 +331,10 @@ _public_ int kvd_push_blocks(kvd_client *client, const kvd_cache_key *dst_key,
                              const uint64_t *dst_blocks, size_t n_dst,
                              const kvd_transfer_opts *opts)
 {
-        TransferArgs a = {
-                .kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS,
-                .key = dst_key,
-                .cache_id = src_cache_id,
-                .size = -1,
-                .src_blocks = src_blocks,
-                .n_src = n_src,
-                .dst_blocks = dst_blocks,
-                .n_dst = n_dst,
-                .opts = opts,
-        };
+        kvd_task *t = NULL;
+        int r;
 
-        return transfer_sync(client, &a);
+        r = kvd_push_blocks_async(client, dst_key, src_cache_id, src_blocks, n_src, dst_blocks,
+                                  n_dst, opts, &t);
+        return transfer_wait(r, t);
 }
