@@ -535,7 +535,7 @@ int plan_build(const PlanRequest *req, Plan **ret, Error *err)
         _cleanup_(plan_freep) Plan *pattern = NULL;
         Ctx ctx = {};
         const PlanCache *src, *dst;
-        uint32_t tpl, src_layers, dst_layers;
+        uint32_t tpl, src_layers = 0, dst_layers = 0;
         int r;
 
         if (!req || !ret)

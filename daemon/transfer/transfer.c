@@ -304,16 +304,16 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
         r = cache_table_lookup(&l->remote->caches, &x->key, &remote, ret_remote_index, err);
         if (r < 0)
                 return r;
-        if (!remote->remote_accessible)
-                return error_set(err, KVD_E_PERMISSION_DENIED,
-                                 "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
-                                 "accessible", remote->id, l->remote_cluster_id);
         if (remote->seq > l->seq)
                 return error_set(err, KVD_E_CACHE_NOT_EXIST,
                                  "cache %" PRIu64 " of cluster %" PRIu64 " was registered after "
                                  "link %" PRIu64 " was made; memory must be registered before "
                                  "the link that reaches it", remote->id, l->remote_cluster_id,
                                  l->id);
+        if (!remote->remote_accessible)
+                return error_set(err, KVD_E_PERMISSION_DENIED,
+                                 "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
+                                 "accessible", remote->id, l->remote_cluster_id);
         local = cache_table_find(&c->caches, m->local_cache_id);
         if (!local)
                 return error_set(err, KVD_E_CACHE_NOT_EXIST,
