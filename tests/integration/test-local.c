@@ -1,0 +1,1221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration tests, one daemon: clusters on one kvdistd moving blocks and caches over the
+ * shared-memory transport, every byte of every destination checked, and every validation the
+ * daemon does answered with its status and a detail that names the problem.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "it-cache.h"
+
+#define A_ID 1001
+#define B_ID 2002
+#define C_ID 3003
+
+#define ALL ((kvd_layer_range){ -1, -1 })
+#define LAYERS(a, b) ((kvd_layer_range){ (a), (b) })
+
+/* One daemon and two clusters: A (prompt, owns sources) and B (decoder, pulls). */
+typedef struct World {
+        HarnessDaemon d;
+        kvd_client *a;
+        kvd_client *b;
+} World;
+
+static void world_start(World *w)
+{
+        int r;
+
+        memset(w, 0, sizeof(*w));
+        r = harness_daemon_start(&w->d, NULL);
+        ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
+        r = harness_client_init(&w->d, A_ID, KVD_ROLE_PROMPT, &w->a);
+        ck_assert_msg(r == KVD_OK, "kvd_client_init(A) = %s: %s", kvd_strerror(r),
+                      kvd_last_error(NULL));
+        r = harness_client_init(&w->d, B_ID, KVD_ROLE_DECODER, &w->b);
+        ck_assert_msg(r == KVD_OK, "kvd_client_init(B) = %s: %s", kvd_strerror(r),
+                      kvd_last_error(NULL));
+}
+
+/* Finalizes the clients, stops the daemon and checks it exited cleanly. */
+static void world_stop(World *w)
+{
+        int r;
+
+        if (w->a)
+                expect_ok(w->a, kvd_client_finalize(w->a));
+        if (w->b)
+                expect_ok(w->b, kvd_client_finalize(w->b));
+        w->a = w->b = NULL;
+        r = harness_daemon_stop(&w->d);
+        ck_assert_msg(r == 0, "kvdistd exited with %d", r);
+        harness_daemon_cleanup(&w->d);
+}
+
+static void link_to(kvd_client *c, uint64_t remote, kvd_role role)
+{
+        kvd_cluster_info info = { remote, role, NULL, NULL };
+        int ret = 1;
+
+        expect_ok(c, kvd_link_clusters(c, &info, 1, 0, &ret));
+        ck_assert_int_eq(ret, KVD_OK);
+}
+
+static kvd_transfer_opts opts_layers(kvd_layer_range sl, kvd_layer_range dl, uint32_t tpl)
+{
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+
+        o.src_layers = sl;
+        o.dst_layers = dl;
+        o.tensor_num_per_layer = tpl;
+        o.timeout_ms = 10000;
+        return o;
+}
+
+START_TEST(test_pull_blocks)
+{
+        static const uint64_t sb1[] = { 3, 17, 5, 31, 0, 30 };
+        static const uint64_t db1[] = { 39, 1, 22, 7, 8, 23 };
+        static const uint64_t sb2[] = { 8, 9, 10, 11, 12, 13, 14, 15 };
+        static const uint64_t db2[] = { 24, 25, 26, 27, 28, 29, 30, 31 };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
+        TCache src, dst;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 4, 32, 256, 11, &key, 1,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 4, 40, 256, 22, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        /* Scattered: no two blocks adjacent on both sides. */
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb1, 6, db1, 6, &o));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb1, db1, 6);
+        tcache_verify(&dst, &cp);
+
+        /* Contiguous on both sides: merged into one copy per tensor, same bytes. */
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb2, 8, db2, 8, NULL));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb2, db2, 8);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_pull_blocks_layers)
+{
+        static const uint64_t sb[] = { 2, 9, 4, 5 };
+        static const uint64_t db[] = { 0, 11, 6, 7 };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 3);
+        TCache src, dst, dst3;
+        TCopies cp = {}, cp3 = {};
+        kvd_transfer_opts o;
+        World w;
+
+        world_start(&w);
+        /* Source: 3 layers of K,V; destination: 2 layers. */
+        expect_ok(w.a, tcache_register(&src, w.a, true, 6, 10, 512, 33, &key, 1,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 4, 12, 512, 44, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&dst3, w.b, true, 3, 12, 512, 45, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        /* Layers 1..2 of the source into layers 0..1 of the destination. */
+        o = opts_layers(LAYERS(1, 2), LAYERS(0, 1), 2);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, 4, db, 4, &o));
+        tcopies_blocks(&cp, &src, &dst, LAYERS(1, 2), LAYERS(0, 1), 2, sb, db, 4);
+        tcache_verify(&dst, &cp);
+
+        /* Source layer 2 (tensors 4, 5) into destination layer 1 (tensors 2, 3), other blocks. */
+        {
+                static const uint64_t sb2[] = { 0 }, db2[] = { 1 };
+
+                o = opts_layers(LAYERS(2, 2), LAYERS(1, 1), 2);
+                expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb2, 1, db2, 1, &o));
+                tcopies_blocks(&cp, &src, &dst, LAYERS(2, 2), LAYERS(1, 1), 2, sb2, db2, 1);
+                tcache_verify(&dst, &cp);
+        }
+
+        /* Three tensors per layer: source layer 1 (tensors 3..5) is the whole destination. */
+        o = opts_layers(LAYERS(1, 1), ALL, 3);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst3.id, sb, 4, db, 4, &o));
+        tcopies_blocks(&cp3, &src, &dst3, LAYERS(1, 1), ALL, 3, sb, db, 4);
+        tcache_verify(&dst3, &cp3);
+        tcache_verify_untouched(&src);
+
+        tcopies_free(&cp);
+        tcopies_free(&cp3);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_push_blocks)
+{
+        static const uint64_t sb1[] = { 0, 7, 3, 12 };
+        static const uint64_t db1[] = { 15, 2, 9, 4 };
+        static const uint64_t sb2[] = { 4, 5, 6 };
+        static const uint64_t db2[] = { 10, 11, 12 };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 1);
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 0);
+        TCache src, dst;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        /* A owns the destination; B pushes into it. */
+        expect_ok(w.a, tcache_register(&dst, w.a, true, 4, 16, 1024, 55, &key, 1,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&src, w.b, true, 4, 13, 1024, 66, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        expect_ok(w.b, kvd_push_blocks(w.b, &key, src.id, sb1, 4, db1, 4, &o));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb1, db1, 4);
+        tcache_verify(&dst, &cp);
+
+        /* Contiguous run into layer 1 only. */
+        o = opts_layers(LAYERS(1, 1), LAYERS(1, 1), 2);
+        expect_ok(w.b, kvd_push_blocks(w.b, &key, src.id, sb2, 3, db2, 3, &o));
+        tcopies_blocks(&cp, &src, &dst, LAYERS(1, 1), LAYERS(1, 1), 2, sb2, db2, 3);
+        tcache_verify(&dst, &cp);
+
+        /* One tensor per layer: source tensor 3 into destination tensor 0, other blocks. */
+        {
+                static const uint64_t sb3[] = { 1 }, db3[] = { 0 };
+
+                o = opts_layers(LAYERS(3, 3), LAYERS(0, 0), 1);
+                expect_ok(w.b, kvd_push_blocks(w.b, &key, src.id, sb3, 1, db3, 1, &o));
+                tcopies_blocks(&cp, &src, &dst, LAYERS(3, 3), LAYERS(0, 0), 1, sb3, db3, 1);
+                tcache_verify(&dst, &cp);
+        }
+        tcache_verify_untouched(&src);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_pull_cache)
+{
+        kvd_cache_key keys[4] = {
+                kvd_key_req(A_ID, 100, 0),
+                kvd_key_req(A_ID, 101, 0),
+                kvd_key_req(A_ID, KVD_ID_NONE, 0),   /* an empty slot */
+                kvd_key_prefix(A_ID, 7, 0),
+        };
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
+        kvd_cache_key k;
+        TCache src, dst;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&src, w.a, false, 4, 4, 1024, 77, keys, 4,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&dst, w.b, false, 4, 5, 1024, 88, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        /* By CacheKey (req_id): slot 1 -> slot 2, whole item. */
+        expect_ok(w.b, kvd_pull_cache(w.b, &keys[1], dst.id, 2, -1, &o));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 1, 2, -1);
+        tcache_verify(&dst, &cp);
+
+        /* By CacheKeyByIdAndIndex: slot 2 (the keyless one) -> slot 0. */
+        k = kvd_key_id_index(A_ID, src.id, 2);
+        expect_ok(w.b, kvd_pull_cache(w.b, &k, dst.id, 0, -1, NULL));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 2, 0, -1);
+        tcache_verify(&dst, &cp);
+
+        /* By prefix key, 600 of the 1024 bytes of each tensor, into slot 4. */
+        expect_ok(w.b, kvd_pull_cache(w.b, &keys[3], dst.id, 4, 600, &o));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 3, 4, 600);
+        tcache_verify(&dst, &cp);
+
+        /* Layer 0 of slot 0 into layer 1 of slot 1. */
+        o = opts_layers(LAYERS(0, 0), LAYERS(1, 1), 2);
+        expect_ok(w.b, kvd_pull_cache(w.b, &keys[0], dst.id, 1, -1, &o));
+        tcopies_item(&cp, &src, &dst, LAYERS(0, 0), LAYERS(1, 1), 2, 0, 1, -1);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_push_cache)
+{
+        kvd_cache_key keys[2] = { kvd_key_req(A_ID, 500, 9), kvd_key_req(A_ID, 501, 9) };
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
+        kvd_cache_key k;
+        TCache src, dst;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&dst, w.a, false, 2, 3, 2048, 99, keys, 2,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&src, w.b, false, 2, 2, 2048, 111, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        /* Slot 1 into the item CacheKeyByIdAndIndex names (slot 2, which has no key). */
+        k = kvd_key_id_index(A_ID, dst.id, 2);
+        expect_ok(w.b, kvd_push_cache(w.b, &k, src.id, 1, -1, &o));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 1, 2, -1);
+        tcache_verify(&dst, &cp);
+
+        /* Slot 0, first 1000 bytes, into the item named by req 500 (slot 0). */
+        expect_ok(w.b, kvd_push_cache(w.b, &keys[0], src.id, 0, 1000, NULL));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 0, 0, 1000);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_pull_blocks_from_item)
+{
+        kvd_cache_key keys[2] = { kvd_key_req(A_ID, 1, 0), kvd_key_req(A_ID, 2, 0) };
+        static const uint64_t db[] = { 9, 2, 14, 5 };
+        static const uint64_t db2[] = { 0, 1, 3, 4 };
+        TCache src, dst;
+        TCopies cp = {};
+        kvd_cache_key k;
+        World w;
+
+        world_start(&w);
+        /* Items of 1000 bytes fill 4 blocks of 256: the last holds 232 bytes. */
+        expect_ok(w.a, tcache_register(&src, w.a, false, 2, 2, 1000, 123, keys, 2,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, 16, 256, 321, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        expect_ok(w.b, kvd_pull_blocks(w.b, &keys[1], dst.id, NULL, 0, db, 4, NULL));
+        tcopies_item_to_blocks(&cp, &src, &dst, ALL, ALL, 2, 1, db, 4);
+        tcache_verify(&dst, &cp);
+
+        k = kvd_key_id_index(A_ID, src.id, 0);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &k, dst.id, NULL, 0, db2, 4, NULL));
+        tcopies_item_to_blocks(&cp, &src, &dst, ALL, ALL, 2, 0, db2, 4);
+        tcache_verify(&dst, &cp);
+
+        /* Three blocks cannot hold the item. */
+        expect_status(w.b, kvd_pull_blocks(w.b, &k, dst.id, NULL, 0, db, 3, NULL),
+                      KVD_E_PARAM_INVALID, "fills 4");
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_pool_cache_holds)
+{
+        kvd_cache_key keys[2] = { kvd_key_req(A_ID, 40, 0), kvd_key_req(A_ID, 41, 0) };
+        kvd_cache_key k3 = kvd_key_req(A_ID, 42, 0);
+        int64_t used0, used;
+        TCache src, dst, src2;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        used0 = client_status_int(w.a, "pool/used");
+        expect_ok(w.a, tcache_allocate(&src, w.a, 2, 2, 4096, 0xabc, keys, 2));
+        used = client_status_int(w.a, "pool/used");
+        ck_assert_msg(used >= used0 + 2 * 2 * 4096, "pool used %lld after allocating 16 KiB, "
+                      "%lld before", (long long)used, (long long)used0);
+        expect_ok(w.b, tcache_register(&dst, w.b, false, 2, 2, 4096, 0xdef, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        expect_ok(w.b, kvd_pull_cache(w.b, &keys[0], dst.id, 1, -1, NULL));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 0, 1, -1);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+
+        /* The pull ended the key's hold: the key names nothing any more. */
+        expect_status(w.b, kvd_pull_cache(w.b, &keys[0], dst.id, 0, -1, NULL),
+                      KVD_E_CACHE_NOT_EXIST, "no cache under");
+        tcache_verify(&dst, &cp);
+
+        /* The id and keys[1] still hold the cache. */
+        ck_assert_int_eq(client_status_int(w.a, "pool/used"), used);
+        expect_ok(w.a, kvd_deallocate_cache(w.a, src.id));
+        ck_assert_int_eq(client_status_int(w.a, "pool/used"), used);
+        /* ... and keys[1] alone still reaches it. */
+        expect_ok(w.b, kvd_pull_cache(w.b, &keys[1], dst.id, 0, -1, NULL));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 1, 0, -1);
+        tcache_verify(&dst, &cp);
+        /* That pull ended the last hold. */
+        ck_assert_int_eq(client_status_int(w.a, "pool/used"), used0);
+
+        /* Without a pull, kvd_remove_cache_key() ends a key's hold. */
+        expect_ok(w.a, tcache_allocate(&src2, w.a, 2, 1, 4096, 0x123, &k3, 1));
+        ck_assert_int_gt(client_status_int(w.a, "pool/used"), used0);
+        expect_ok(w.a, kvd_deallocate_cache(w.a, src2.id));
+        ck_assert_int_gt(client_status_int(w.a, "pool/used"), used0);
+        expect_ok(w.a, kvd_remove_cache_key(w.a, &k3));
+        ck_assert_int_eq(client_status_int(w.a, "pool/used"), used0);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_pool_cache_dealloc_after_pull)
+{
+        kvd_cache_key key = kvd_key_req(A_ID, 77, 0);
+        int64_t used0;
+        TCache src, dst;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        used0 = client_status_int(w.a, "pool/used");
+        expect_ok(w.a, tcache_allocate(&src, w.a, 4, 1, 8192, 0x77, &key, 1));
+        expect_ok(w.b, tcache_register(&dst, w.b, false, 4, 1, 8192, 0x78, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        expect_ok(w.b, kvd_pull_cache(w.b, &key, dst.id, 0, -1, NULL));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 0, 0, -1);
+        tcache_verify(&dst, &cp);
+        ck_assert_int_gt(client_status_int(w.a, "pool/used"), used0);
+        expect_ok(w.a, kvd_deallocate_cache(w.a, src.id));
+        ck_assert_int_eq(client_status_int(w.a, "pool/used"), used0);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_async)
+{
+        kvd_cache_key ka = kvd_key_blocks(A_ID, 0), kd = kvd_key_blocks(A_ID, 1);
+        kvd_cache_key rk[2] = { kvd_key_req(A_ID, 10, 0), kvd_key_req(A_ID, 11, 0) };
+        kvd_cache_key dk[2] = { kvd_key_req(A_ID, 20, 0), kvd_key_req(A_ID, 21, 0) };
+        static const uint64_t sb[] = { 1, 3, 5, 7 }, db[] = { 6, 4, 2, 0 };
+        TCache a_src_b, a_src_c, a_dst_b, a_dst_c, b_dst_b, b_dst_c, b_src_b, b_src_c;
+        TCopies c1 = {}, c2 = {}, c3 = {}, c4 = {};
+        kvd_task *t[4] = {};
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&a_src_b, w.a, true, 2, 8, 512, 1, &ka, 1, 0));
+        expect_ok(w.a, tcache_register(&a_src_c, w.a, false, 2, 2, 512, 2, rk, 2, 0));
+        expect_ok(w.a, tcache_register(&a_dst_b, w.a, true, 2, 8, 512, 3, &kd, 1, 0));
+        expect_ok(w.a, tcache_register(&a_dst_c, w.a, false, 2, 2, 512, 4, dk, 2, 0));
+        expect_ok(w.b, tcache_register(&b_dst_b, w.b, true, 2, 8, 512, 5, NULL, 0, 0));
+        expect_ok(w.b, tcache_register(&b_dst_c, w.b, false, 2, 2, 512, 6, NULL, 0, 0));
+        expect_ok(w.b, tcache_register(&b_src_b, w.b, true, 2, 8, 512, 7, NULL, 0, 0));
+        expect_ok(w.b, tcache_register(&b_src_c, w.b, false, 2, 2, 512, 8, NULL, 0, 0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        expect_ok(w.b, kvd_pull_blocks_async(w.b, &ka, b_dst_b.id, sb, 4, db, 4, NULL, &t[0]));
+        expect_ok(w.b, kvd_pull_cache_async(w.b, &rk[1], b_dst_c.id, 0, -1, NULL, &t[1]));
+        expect_ok(w.b, kvd_push_blocks_async(w.b, &kd, b_src_b.id, sb, 4, db, 4, NULL, &t[2]));
+        expect_ok(w.b, kvd_push_cache_async(w.b, &dk[0], b_src_c.id, 1, -1, NULL, &t[3]));
+        for (int i = 3; i >= 0; i--) {
+                int r = kvd_task_wait(t[i], 10000);
+
+                ck_assert_msg(r == KVD_OK, "task %d: %s: %s", i, kvd_strerror(r),
+                              kvd_last_error(w.b));
+                /* A completed task keeps its status. */
+                ck_assert_int_eq(kvd_task_wait(t[i], 0), KVD_OK);
+                kvd_task_free(t[i]);
+        }
+
+        tcopies_blocks(&c1, &a_src_b, &b_dst_b, ALL, ALL, 2, sb, db, 4);
+        tcache_verify(&b_dst_b, &c1);
+        tcopies_item(&c2, &a_src_c, &b_dst_c, ALL, ALL, 2, 1, 0, -1);
+        tcache_verify(&b_dst_c, &c2);
+        tcopies_blocks(&c3, &b_src_b, &a_dst_b, ALL, ALL, 2, sb, db, 4);
+        tcache_verify(&a_dst_b, &c3);
+        tcopies_item(&c4, &b_src_c, &a_dst_c, ALL, ALL, 2, 1, 0, -1);
+        tcache_verify(&a_dst_c, &c4);
+        tcache_verify_untouched(&a_src_b);
+        tcache_verify_untouched(&a_src_c);
+        tcache_verify_untouched(&b_src_b);
+        tcache_verify_untouched(&b_src_c);
+
+        /* An async request the daemon refuses reports the refusal through its task. */
+        {
+                static const uint64_t bad[] = { 99 };
+                kvd_task *bt = NULL;
+                int r;
+
+                r = kvd_pull_blocks_async(w.b, &ka, b_dst_b.id, bad, 1, db, 1, NULL, &bt);
+                if (r == KVD_OK) {
+                        r = kvd_task_wait(bt, 10000);
+                        kvd_task_free(bt);
+                }
+                expect_status(w.b, r, KVD_E_PARAM_INVALID, "src_blocks[0]=99 is out of range");
+                tcache_verify(&b_dst_b, &c1);
+        }
+
+        tcopies_free(&c1);
+        tcopies_free(&c2);
+        tcopies_free(&c3);
+        tcopies_free(&c4);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_blocks_key_last_wins)
+{
+        static const uint64_t sb[] = { 0, 1, 2, 3 }, db[] = { 3, 2, 1, 0 };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 5);
+        TCache first, second, dst;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&first, w.a, true, 2, 4, 256, 0x1111, &key, 1, 0));
+        expect_ok(w.a, tcache_register(&second, w.a, true, 2, 4, 256, 0x2222, &key, 1, 0));
+        ck_assert_uint_ne(first.id, second.id);
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, 4, 256, 0x3333, NULL, 0, 0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, 4, db, 4, NULL));
+        tcopies_blocks(&cp, &second, &dst, ALL, ALL, 2, sb, db, 4);
+        tcache_verify(&dst, &cp);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+/* A cache registered after the link that would reach it is not reachable through it. */
+START_TEST(test_registered_after_link)
+{
+        static const uint64_t sb[] = { 0 }, db[] = { 0 };
+        kvd_cache_key before = kvd_key_blocks(A_ID, 1), after = kvd_key_blocks(A_ID, 2);
+        TCache c_before, c_after, dst;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&c_before, w.a, true, 2, 2, 256, 1, &before, 1, 0));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, 2, 256, 2, NULL, 0, 0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        expect_ok(w.a, tcache_register(&c_after, w.a, true, 2, 2, 256, 3, &after, 1,
+                                       KVD_REMOTE_DEFAULT));
+
+        expect_status(w.b, kvd_pull_blocks(w.b, &after, dst.id, sb, 1, db, 1, NULL),
+                      KVD_E_CACHE_NOT_EXIST, "registered after");
+        tcache_verify_untouched(&dst);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &before, dst.id, sb, 1, db, 1, NULL));
+        tcopies_blocks(&cp, &c_before, &dst, ALL, ALL, 2, sb, db, 1);
+        tcache_verify(&dst, &cp);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+/* The rule is about the remote side: the puller's own caches may come after its link. */
+START_TEST(test_local_cache_after_link)
+{
+        static const uint64_t sb[] = { 1, 0 }, db[] = { 0, 1 };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 1);
+        TCache src, dst;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, 2, 256, 1, &key, 1, 0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, 2, 256, 2, NULL, 0, 0));
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, 2, db, 2, NULL));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, 2);
+        tcache_verify(&dst, &cp);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_pool_allocated_after_link)
+{
+        kvd_cache_key key = kvd_key_req(A_ID, 9, 0);
+        TCache src, dst;
+        World w;
+
+        world_start(&w);
+        expect_ok(w.b, tcache_register(&dst, w.b, false, 2, 1, 4096, 2, NULL, 0, 0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        expect_ok(w.a, tcache_allocate(&src, w.a, 2, 1, 4096, 1, &key, 1));
+        expect_status(w.b, kvd_pull_cache(w.b, &key, dst.id, 0, -1, NULL),
+                      KVD_E_CACHE_NOT_EXIST, "registered after");
+        tcache_verify_untouched(&dst);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_remote_access)
+{
+        static const uint64_t sb[] = { 1 }, db[] = { 1 };
+        kvd_cache_key kno = kvd_key_blocks(A_ID, 1), kyes = kvd_key_blocks(A_ID, 2);
+        TCache no, yes, late, dst;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&no, w.a, true, 2, 2, 256, 1, &kno, 1, KVD_REMOTE_NO));
+        expect_ok(w.a, tcache_register(&yes, w.a, true, 2, 2, 256, 2, &kyes, 1,
+                                       KVD_REMOTE_YES));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, 2, 256, 3, NULL, 0, 0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        expect_status(w.b, kvd_pull_blocks(w.b, &kno, dst.id, sb, 1, db, 1, NULL),
+                      KVD_E_PERMISSION_DENIED, "not remote-accessible");
+        tcache_verify_untouched(&dst);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &kyes, dst.id, sb, 1, db, 1, NULL));
+        tcopies_blocks(&cp, &yes, &dst, ALL, ALL, 2, sb, db, 1);
+        tcache_verify(&dst, &cp);
+
+        /* Asking for remote access once a link exists is an error. */
+        expect_status(w.a, tcache_register(&late, w.a, true, 2, 2, 256, 4, NULL, 0,
+                                           KVD_REMOTE_YES),
+                      KVD_E_PARAM_INVALID, "after a link exists");
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_transfer_validation)
+{
+        static const uint64_t s3[] = { 0, 1, 2 }, d3[] = { 0, 1, 2 }, d2[] = { 0, 1 };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_cache_key rkey = kvd_key_req(A_ID, 5, 0);
+        kvd_cache_key unknown = kvd_key_blocks(A_ID, 99);
+        kvd_transfer_opts o;
+        TCache src, dst, csrc, cdst;
+        kvd_client *c = NULL;
+        uint64_t b;
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 4, 32, 256, 1, &key, 1, 0));
+        expect_ok(w.a, tcache_register(&csrc, w.a, false, 4, 2, 512, 2, &rkey, 1, 0));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 4, 40, 256, 3, NULL, 0, 0));
+        expect_ok(w.b, tcache_register(&cdst, w.b, false, 4, 2, 512, 4, NULL, 0, 0));
+
+        /* Nothing linked yet. */
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, NULL),
+                      KVD_E_NOT_YET_LINK, "kvd_link_clusters");
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        /* A cluster that exists but is not linked. */
+        expect_ok(NULL, harness_client_init(&w.d, C_ID, KVD_ROLE_PROMPT, &c));
+        {
+                kvd_cache_key kc = kvd_key_blocks(C_ID, 0);
+
+                expect_status(w.b, kvd_pull_blocks(w.b, &kc, dst.id, s3, 3, d3, 3, NULL),
+                              KVD_E_NOT_YET_LINK, "has no link to cluster 3003");
+        }
+
+        b = 32;
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b, 1, d3, 1, NULL),
+                      KVD_E_PARAM_INVALID, "src_blocks[0]=32 is out of range");
+        b = 40;
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 1, &b, 1, NULL),
+                      KVD_E_PARAM_INVALID, "dst_blocks[0]=40 is out of range");
+        {
+                kvd_cache_key kb = kvd_key_blocks(B_ID, 0);
+
+                expect_status(w.a, kvd_push_blocks(w.a, &kb, src.id, s3, 1, d3, 1, NULL),
+                              KVD_E_NOT_YET_LINK, "has no link to cluster 2002");
+        }
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d2, 2, NULL),
+                      KVD_E_PARAM_INVALID, "src_blocks has 3 entries but dst_blocks has 2");
+        {
+                static const uint64_t dup[] = { 5, 6, 5 };
+
+                expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, dup, 3, NULL),
+                              KVD_E_PARAM_INVALID, "dst_blocks[2]=5 repeats dst_blocks[0]");
+        }
+        o = opts_layers(LAYERS(0, 1), LAYERS(0, 0), 2);
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
+                      KVD_E_PARAM_INVALID, "src_layers has 2 layers but dst_layers has 1");
+        o = opts_layers(LAYERS(1, 2), LAYERS(0, 1), 2);
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
+                      KVD_E_PARAM_INVALID, "src_layers [1, 2] is outside the 2 layers");
+        o = opts_layers(LAYERS(0, 1), LAYERS(1, 2), 2);
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
+                      KVD_E_PARAM_INVALID, "dst_layers [1, 2] is outside the 2 layers");
+        o = opts_layers(LAYERS(1, 0), LAYERS(1, 0), 2);
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
+                      KVD_E_PARAM_INVALID, "is not a layer range");
+        o = opts_layers(ALL, ALL, 3);
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
+                      KVD_E_PARAM_INVALID, "tensor_num_per_layer=3 does not divide");
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, 987654, s3, 3, d3, 3, NULL),
+                      KVD_E_CACHE_NOT_EXIST, "has no cache 987654");
+        expect_status(w.b, kvd_pull_blocks(w.b, &unknown, dst.id, s3, 3, d3, 3, NULL),
+                      KVD_E_CACHE_NOT_EXIST, "no cache under");
+        {
+                kvd_cache_key k = kvd_key_req(A_ID, 6, 0);
+
+                expect_status(w.b, kvd_pull_cache(w.b, &k, cdst.id, 0, -1, NULL),
+                              KVD_E_CACHE_NOT_EXIST, "no cache under");
+                k = kvd_key_id_index(A_ID, 424242, 0);
+                expect_status(w.b, kvd_pull_cache(w.b, &k, cdst.id, 0, -1, NULL),
+                              KVD_E_CACHE_NOT_EXIST, NULL);
+                k = kvd_key_id_index(A_ID, csrc.id, 2);
+                expect_status(w.b, kvd_pull_cache(w.b, &k, cdst.id, 0, -1, NULL),
+                              KVD_E_PARAM_INVALID, "batch_index 2 is out of range");
+        }
+        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 2, -1, NULL),
+                      KVD_E_PARAM_INVALID, "dst_index=2 is out of range");
+        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 0, 513, NULL),
+                      KVD_E_PARAM_INVALID, "larger than the source item");
+        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 0, 0, NULL),
+                      KVD_E_PARAM_INVALID, "size=0 is invalid");
+        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 0, -2, NULL),
+                      KVD_E_PARAM_INVALID, "size");
+        expect_status(w.b, kvd_pull_cache(w.b, &key, cdst.id, 0, -1, NULL),
+                      KVD_E_PARAM_INVALID, "not a BlocksCacheKey");
+        expect_status(w.b, kvd_pull_blocks(w.b, &rkey, dst.id, s3, 3, d3, 3, NULL),
+                      KVD_E_PARAM_INVALID, "src_blocks must be empty");
+        expect_status(w.b, kvd_push_blocks(w.b, &rkey, dst.id, s3, 3, d3, 3, NULL),
+                      KVD_E_PARAM_INVALID, "BlocksCacheKey");
+        /* A blocks cache where a contiguous one is needed, and the reverse. */
+        expect_status(w.b, kvd_pull_cache(w.b, &rkey, dst.id, 0, -1, NULL),
+                      KVD_E_PARAM_INVALID, "destination cache is a blocks cache");
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, cdst.id, s3, 3, d3, 3, NULL),
+                      KVD_E_PARAM_INVALID, "destination cache is contiguous");
+
+        /* Nothing moved. */
+        tcache_verify_untouched(&dst);
+        tcache_verify_untouched(&cdst);
+        tcache_verify_untouched(&src);
+        tcache_verify_untouched(&csrc);
+
+        expect_ok(c, kvd_client_finalize(c));
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_link_errors)
+{
+        kvd_cluster_info infos[17];
+        int rets[17];
+        kvd_cluster_info self = { B_ID, KVD_ROLE_DECODER, NULL, NULL };
+        kvd_cluster_info a = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
+        kvd_cluster_info nobody = { 4242, KVD_ROLE_PROMPT, NULL, NULL };
+        World w;
+
+        world_start(&w);
+        for (size_t i = 0; i < 17; i++)
+                infos[i] = (kvd_cluster_info){ 5000 + i, KVD_ROLE_PROMPT, NULL, NULL };
+
+        expect_status(w.b, kvd_link_clusters(w.b, infos, 17, 0, rets),
+                      KVD_E_CLUSTER_NUM_EXCEED_LIMIT, "at most 16");
+        for (size_t i = 0; i < 17; i++)
+                ck_assert_int_eq(rets[i], KVD_E_CLUSTER_NUM_EXCEED_LIMIT);
+        expect_status(w.b, kvd_unlink_clusters(w.b, infos, 17, 0, false, rets),
+                      KVD_E_CLUSTER_NUM_EXCEED_LIMIT, "at most 16");
+        expect_status(w.b, kvd_link_clusters(w.b, &self, 1, 0, rets), KVD_E_PARAM_INVALID,
+                      "cannot link to itself");
+        ck_assert_int_eq(rets[0], KVD_E_PARAM_INVALID);
+        expect_status(w.b, kvd_link_clusters(w.b, &nobody, 1, 0, rets), KVD_E_LINK_FAILED,
+                      "4242");
+        ck_assert_int_eq(rets[0], KVD_E_LINK_FAILED);
+
+        expect_status(w.b, kvd_check_link_status(w.b, A_ID), KVD_E_NOT_YET_LINK, "has no link");
+        expect_status(w.b, kvd_unlink_clusters(w.b, &a, 1, 0, false, rets), KVD_E_NOT_YET_LINK,
+                      NULL);
+        ck_assert_int_eq(rets[0], KVD_E_NOT_YET_LINK);
+
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        expect_ok(w.b, kvd_check_link_status(w.b, A_ID));
+        expect_status(w.b, kvd_link_clusters(w.b, &a, 1, 0, rets), KVD_E_ALREADY_LINK,
+                      "already");
+        ck_assert_int_eq(rets[0], KVD_E_ALREADY_LINK);
+        /* One call with a good and a bad cluster: per-cluster statuses. */
+        {
+                kvd_cluster_info two[2] = { a, nobody };
+
+                expect_status(w.b, kvd_link_clusters(w.b, two, 2, 0, rets), KVD_E_ALREADY_LINK,
+                              NULL);
+                ck_assert_int_eq(rets[0], KVD_E_ALREADY_LINK);
+                ck_assert_int_eq(rets[1], KVD_E_LINK_FAILED);
+        }
+
+        /* Links pin the role, on both ends. */
+        expect_status(w.b, kvd_switch_role(w.b, KVD_ROLE_MIX, NULL, 0), KVD_E_EXIST_LINK,
+                      "unlink them first");
+        expect_status(w.a, kvd_switch_role(w.a, KVD_ROLE_MIX, NULL, 0), KVD_E_EXIST_LINK,
+                      "unlink them first");
+
+        expect_ok(w.b, kvd_unlink_clusters(w.b, &a, 1, 0, false, rets));
+        ck_assert_int_eq(rets[0], KVD_OK);
+        expect_status(w.b, kvd_check_link_status(w.b, A_ID), KVD_E_NOT_YET_LINK, NULL);
+        expect_status(w.b, kvd_unlink_clusters(w.b, &a, 1, 0, true, rets), KVD_E_NOT_YET_LINK,
+                      NULL);
+        expect_ok(w.b, kvd_switch_role(w.b, KVD_ROLE_MIX, NULL, 0));
+        {
+                kvd_option o = { "listen_ip_info", "127.0.0.1:26000" };
+
+                expect_ok(w.a, kvd_switch_role(w.a, KVD_ROLE_PROMPT, &o, 1));
+        }
+        /* Relinking after an unlink works. */
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        expect_ok(w.b, kvd_check_link_status(w.b, A_ID));
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_client_errors)
+{
+        kvd_option no_device[1];
+        kvd_client *c = NULL;
+        World w;
+        int r;
+
+        world_start(&w);
+        r = harness_client_init(&w.d, A_ID, KVD_ROLE_MIX, &c);
+        expect_status(NULL, r, KVD_E_CLUSTER_EXISTS, "1001 is attached to this daemon already");
+        ck_assert_ptr_null(c);
+
+        no_device[0] = w.d.options[0];
+        r = kvd_client_init(&c, 77, KVD_ROLE_MIX, no_device, 1);
+        expect_status(NULL, r, KVD_E_PARAM_INVALID, "\"device_id\" is required");
+        ck_assert_ptr_null(c);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_memory_errors)
+{
+        kvd_cache_desc desc = { .num_tensors = 1, .n_dims = 2, .shape = { 4, 64 },
+                                .data_type = KVD_DT_FLOAT16 };
+        void *addrs[KVD_MAX_TENSORS];
+        uint64_t id, ids[3];
+        uint8_t *mem = NULL, *heap;
+        TCache tc;
+        World w;
+
+        world_start(&w);
+
+        /* Memory not from kvd_mem_alloc(). */
+        heap = malloc(4096);
+        ck_assert_ptr_nonnull(heap);
+        addrs[0] = heap;
+        expect_status(w.a, kvd_register_cache(w.a, &desc, addrs, 1, NULL, 0, 0, &id),
+                      KVD_E_PARAM_INVALID, "kvd_mem_alloc");
+        expect_status(w.a, kvd_register_blocks_cache(w.a, &desc, addrs, 1, NULL, 0, &id),
+                      KVD_E_PARAM_INVALID, "kvd_mem_alloc");
+        free(heap);
+
+        /* A tensor that runs past the end of its region. */
+        expect_ok(w.a, kvd_mem_alloc(w.a, 4096, (void **)&mem));
+        addrs[0] = mem + 4096 - 256;
+        expect_status(w.a, kvd_register_cache(w.a, &desc, addrs, 1, NULL, 0, 0, &id),
+                      KVD_E_PARAM_INVALID, "kvd_mem_alloc");
+
+        /* kvd_mem_free() refuses while a cache lies in the region. */
+        addrs[0] = mem;
+        expect_ok(w.a, kvd_register_cache(w.a, &desc, addrs, 1, NULL, 0, 0, &id));
+        expect_status(w.a, kvd_mem_free(w.a, mem), KVD_E_BUSY, "unregister it first");
+        mem[0] = 1; /* still mapped */
+        expect_ok(w.a, kvd_unregister_cache(w.a, id));
+        expect_ok(w.a, kvd_unregister_cache(w.a, id)); /* unknown id: success */
+        expect_ok(w.a, kvd_mem_free(w.a, mem));
+        expect_status(w.a, kvd_mem_free(w.a, mem), KVD_E_PARAM_INVALID, "kvd_mem_alloc");
+
+        /* 240 tensor addresses per cluster. */
+        for (int i = 0; i < 3; i++) {
+                expect_ok(w.b, tcache_register(&tc, w.b, true, 80, 2, 64, (uint64_t)i, NULL, 0,
+                                               0));
+                ids[i] = tc.id;
+        }
+        expect_status(w.b, tcache_register(&tc, w.b, true, 1, 2, 64, 9, NULL, 0, 0),
+                      KVD_E_PARAM_INVALID, "240");
+        /* Freeing some makes room again. */
+        expect_ok(w.b, kvd_unregister_cache(w.b, ids[0]));
+        expect_ok(w.b, tcache_register(&tc, w.b, true, 80, 2, 64, 10, NULL, 0, 0));
+        expect_status(w.b, tcache_register(&tc, w.b, true, 1, 2, 64, 11, NULL, 0, 0),
+                      KVD_E_PARAM_INVALID, "240");
+        world_stop(&w);
+}
+END_TEST
+
+/* Pseudo-random permutation step: scattered on both sides, nothing to merge. */
+#define SCATTER 7919
+
+START_TEST(test_timeout)
+{
+        const uint64_t n_blocks = 24576; /* 2 tensors x 24576 x 4 KiB = 192 MiB */
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        uint64_t *sb, *db;
+        uint8_t *snap;
+        TCache src, dst;
+        TCopies cp = {};
+        World w;
+        int r;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, n_blocks, 4096, 0x5151, &key, 1, 0));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, n_blocks, 4096, 0x6161, NULL, 0, 0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        sb = calloc(n_blocks, sizeof(*sb));
+        db = calloc(n_blocks, sizeof(*db));
+        ck_assert(sb && db);
+        for (uint64_t i = 0; i < n_blocks; i++) {
+                sb[i] = i;
+                db[i] = (i * SCATTER) % n_blocks;
+        }
+
+        o.timeout_ms = 1;
+        r = kvd_pull_blocks(w.b, &key, dst.id, sb, n_blocks, db, n_blocks, &o);
+        snap = malloc(dst.mem_size);
+        ck_assert_ptr_nonnull(snap);
+        memcpy(snap, dst.mem, dst.mem_size);
+        expect_status(w.b, r, KVD_E_TIMEOUT, "did not finish within 1 ms");
+        harness_sleep_ms(300);
+        ck_assert_msg(memcmp(snap, dst.mem, dst.mem_size) == 0,
+                      "the destination changed after the transfer timed out");
+        /* What landed before the deadline is source bytes; nothing else changed. */
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, n_blocks);
+        tcache_verify_old_or_new(&dst, &cp);
+
+        /* The same transfer with time to finish is exact. */
+        o.timeout_ms = 60000;
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, n_blocks, db, n_blocks, &o));
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+        ck_assert_int_ge(client_status_int(w.b, "counters/transfers_failed"), 1);
+
+        free(snap);
+        free(sb);
+        free(db);
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+/* Big transfers for the tests that act while one runs: 2 x 8192 x 4 KiB = 64 MiB. */
+#define BIG_BLOCKS 8192
+#define BIG_BLOCK_BYTES 4096
+
+static void big_lists(uint64_t **sb, uint64_t **db)
+{
+        *sb = calloc(BIG_BLOCKS, sizeof(uint64_t));
+        *db = calloc(BIG_BLOCKS, sizeof(uint64_t));
+        ck_assert(*sb && *db);
+        for (uint64_t i = 0; i < BIG_BLOCKS; i++) {
+                (*sb)[i] = i;
+                (*db)[i] = (i * SCATTER) % BIG_BLOCKS;
+        }
+}
+
+/* The source's owner unregisters it while a pull reads it: the pull still lands exact bytes. */
+START_TEST(test_unregister_during_transfer)
+{
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        kvd_task *task = NULL;
+        uint64_t *sb, *db;
+        TCache src, dst;
+        TCopies cp = {};
+        World w;
+        int r;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 1, &key, 1,
+                                       0));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 2, NULL, 0,
+                                       0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        big_lists(&sb, &db);
+        o.timeout_ms = 60000;
+        expect_ok(w.b, kvd_pull_blocks_async(w.b, &key, dst.id, sb, BIG_BLOCKS, db, BIG_BLOCKS, &o,
+                                             &task));
+        r = kvd_unregister_cache(w.a, src.id);
+        fprintf(stderr, "unregister during a pull: %s\n", kvd_strerror(r));
+        ck_assert_msg(r == KVD_OK || r == KVD_E_BUSY, "unregister mid-transfer: %s (%s)",
+                      kvd_strerror(r), kvd_last_error(w.a));
+        expect_ok(w.b, kvd_task_wait(task, 30000));
+        kvd_task_free(task);
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, BIG_BLOCKS);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+        if (r == KVD_E_BUSY)
+                expect_ok(w.a, kvd_unregister_cache(w.a, src.id));
+        /* Gone now. */
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, 1, db, 1, NULL),
+                      KVD_E_CACHE_NOT_EXIST, NULL);
+        ck_assert_int_eq(client_status_int(w.a, "transfers_in_flight"), 0);
+        expect_ok(w.a, kvd_mem_free(w.a, src.mem));
+
+        free(sb);
+        free(db);
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+/* Unlinking under a running pull: refused with LINK_BUSY, or with force the pull stops. */
+START_TEST(test_unlink_during_transfer)
+{
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_cluster_info info = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        kvd_task *task = NULL;
+        uint64_t *sb, *db;
+        TCache src, dst, dst2;
+        TCopies cp = {};
+        World w;
+        int r, ru;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 1, &key, 1,
+                                       0));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 2, NULL, 0,
+                                       0));
+        expect_ok(w.b, tcache_register(&dst2, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 3, NULL,
+                                       0, 0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        big_lists(&sb, &db);
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, BIG_BLOCKS);
+        o.timeout_ms = 60000;
+
+        expect_ok(w.b, kvd_pull_blocks_async(w.b, &key, dst.id, sb, BIG_BLOCKS, db, BIG_BLOCKS, &o,
+                                             &task));
+        ru = kvd_unlink_clusters(w.b, &info, 1, 0, false, NULL);
+        r = kvd_task_wait(task, 30000);
+        kvd_task_free(task);
+        fprintf(stderr, "unlink during a pull: %s\n", kvd_strerror(ru));
+        expect_ok(w.b, r);
+        tcache_verify(&dst, &cp);
+        if (ru == KVD_OK) {
+                /* The pull finished before the unlink arrived. */
+                link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        } else
+                expect_status(w.b, ru, KVD_E_LINK_BUSY, "transfers in flight");
+        expect_ok(w.b, kvd_check_link_status(w.b, A_ID));
+
+        /* With force the link goes at once; the pull fails or had finished, never garbage. */
+        expect_ok(w.b, kvd_pull_blocks_async(w.b, &key, dst2.id, sb, BIG_BLOCKS, db, BIG_BLOCKS,
+                                             &o, &task));
+        expect_ok(w.b, kvd_unlink_clusters(w.b, &info, 1, 0, true, NULL));
+        r = kvd_task_wait(task, 30000);
+        kvd_task_free(task);
+        fprintf(stderr, "pull under a forced unlink: %s\n", kvd_strerror(r));
+        ck_assert_msg(r != KVD_E_TIMEOUT, "the pull hung after a forced unlink");
+        tcopies_free(&cp);
+        tcopies_blocks(&cp, &src, &dst2, ALL, ALL, 2, sb, db, BIG_BLOCKS);
+        if (r == KVD_OK)
+                tcache_verify(&dst2, &cp);
+        else
+                tcache_verify_old_or_new(&dst2, &cp);
+        expect_status(w.b, kvd_check_link_status(w.b, A_ID), KVD_E_NOT_YET_LINK, NULL);
+        ck_assert_int_eq(client_status_int(w.b, "transfers_in_flight"), 0);
+        tcache_verify_untouched(&src);
+
+        free(sb);
+        free(db);
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+/* A client that finalizes with a transfer in flight: its task fails, the daemon goes on. */
+START_TEST(test_finalize_during_transfer)
+{
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        kvd_task *task = NULL;
+        uint64_t *sb, *db;
+        TCache src, dst;
+        World w;
+        int r;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 1, &key, 1,
+                                       0));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 2, NULL, 0,
+                                       0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        big_lists(&sb, &db);
+        o.timeout_ms = 60000;
+        expect_ok(w.b, kvd_pull_blocks_async(w.b, &key, dst.id, sb, BIG_BLOCKS, db, BIG_BLOCKS, &o,
+                                             &task));
+        expect_ok(NULL, kvd_client_finalize(w.b));
+        w.b = NULL;
+        r = kvd_task_wait(task, 10000);
+        ck_assert_msg(r == KVD_OK || r == KVD_E_DAEMON_UNAVAILABLE,
+                      "a task of a finalized client: %s", kvd_strerror(r));
+        kvd_task_free(task);
+
+        /* The daemon dropped B and serves A as before. */
+        {
+                char *json = NULL;
+                uint64_t deadline = harness_now_ms() + 5000;
+
+                for (;;) {
+                        expect_ok(w.a, kvd_daemon_status(w.a, &json));
+                        if (status_json_int(json, "transfers_in_flight") == 0 &&
+                            !strstr(json, "\"cluster_id\":2002"))
+                                break;
+                        ck_assert_msg(harness_now_ms() < deadline, "B lingers: %s", json);
+                        free(json);
+                        harness_sleep_ms(20);
+                }
+                free(json);
+        }
+        tcache_verify_untouched(&src);
+        /* B's id can attach again. */
+        expect_ok(NULL, harness_client_init(&w.d, B_ID, KVD_ROLE_DECODER, &w.b));
+
+        free(sb);
+        free(db);
+        world_stop(&w);
+}
+END_TEST
+
+/* Pool pages come back zeroed: a cache never sees what an earlier one held. */
+START_TEST(test_pool_reuse_zeroed)
+{
+        kvd_cache_desc desc = { .num_tensors = 2, .n_dims = 2, .shape = { 2, 32768 },
+                                .data_type = KVD_DT_UINT8 };
+        void *addrs[2];
+        uint64_t id;
+        TCache tc;
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_allocate(&tc, w.a, 2, 2, 32768, 0x5eed, NULL, 0));
+        expect_ok(w.a, kvd_deallocate_cache(w.a, tc.id));
+        expect_ok(w.b, kvd_allocate_cache(w.b, &desc, NULL, 0, &id, addrs));
+        for (int t = 0; t < 2; t++) {
+                const uint8_t *p = addrs[t];
+
+                for (size_t i = 0; i < 2 * 32768; i++)
+                        if (p[i] != 0)
+                                ck_abort_msg("byte %zu of tensor %d of a fresh pool cache is "
+                                             "0x%02x, not 0", i, t, p[i]);
+        }
+        expect_ok(w.b, kvd_deallocate_cache(w.b, id));
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_pool_limits)
+{
+        kvd_cache_desc desc = { .num_tensors = 2, .n_dims = 2, .shape = { 1, 64 << 20 },
+                                .data_type = KVD_DT_FLOAT };
+        kvd_cache_key k1 = kvd_key_req(A_ID, 1, 0);
+        HarnessDaemon nopool;
+        kvd_client *c = NULL;
+        TCache tc, tc2;
+        uint64_t id;
+        World w;
+        int r;
+
+        world_start(&w);
+        /* 2 x 256 MiB does not fit the default 256 MiB pool. */
+        expect_status(w.a, kvd_allocate_cache(w.a, &desc, NULL, 0, &id, NULL),
+                      KVD_E_OUT_OF_MEMORY, "the pool cannot hold");
+        ck_assert_int_eq(client_status_int(w.a, "pool/used"), 0);
+        /* A key names one cache. */
+        expect_ok(w.a, tcache_allocate(&tc, w.a, 2, 1, 4096, 1, &k1, 1));
+        expect_status(w.a, tcache_allocate(&tc2, w.a, 2, 1, 4096, 2, &k1, 1),
+                      KVD_E_CACHE_KEY_ALREADY_EXIST, "already");
+        expect_status(w.a, tcache_register(&tc2, w.a, false, 2, 1, 4096, 2, &k1, 1, 0),
+                      KVD_E_CACHE_KEY_ALREADY_EXIST, "already");
+        world_stop(&w);
+
+        r = harness_daemon_start(&nopool, "--memory-size", "0", NULL);
+        ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
+        expect_ok(NULL, harness_client_init(&nopool, A_ID, KVD_ROLE_PROMPT, &c));
+        desc.shape[1] = 1024;
+        expect_status(c, kvd_allocate_cache(c, &desc, NULL, 0, &id, NULL),
+                      KVD_E_FEATURE_NOT_ENABLED, "memory_size");
+        expect_ok(c, kvd_client_finalize(c));
+        ck_assert_int_eq(harness_daemon_stop(&nopool), 0);
+        harness_daemon_cleanup(&nopool);
+}
+END_TEST
+
+static Suite *local_suite(void)
+{
+        Suite *s = suite_create("integration-local");
+        TCase *tc;
+
+        tc = tcase_create("transfers");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_pull_blocks);
+        tcase_add_test(tc, test_pull_blocks_layers);
+        tcase_add_test(tc, test_push_blocks);
+        tcase_add_test(tc, test_pull_cache);
+        tcase_add_test(tc, test_push_cache);
+        tcase_add_test(tc, test_pull_blocks_from_item);
+        tcase_add_test(tc, test_async);
+        tcase_add_test(tc, test_blocks_key_last_wins);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("pool");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_pool_cache_holds);
+        tcase_add_test(tc, test_pool_cache_dealloc_after_pull);
+        tcase_add_test(tc, test_pool_limits);
+        tcase_add_test(tc, test_pool_reuse_zeroed);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("reachability");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_registered_after_link);
+        tcase_add_test(tc, test_local_cache_after_link);
+        tcase_add_test(tc, test_pool_allocated_after_link);
+        tcase_add_test(tc, test_remote_access);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("validation");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_transfer_validation);
+        tcase_add_test(tc, test_link_errors);
+        tcase_add_test(tc, test_client_errors);
+        tcase_add_test(tc, test_memory_errors);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("in-flight");
+        tcase_set_timeout(tc, 240);
+        tcase_add_test(tc, test_timeout);
+        tcase_add_test(tc, test_unregister_during_transfer);
+        tcase_add_test(tc, test_unlink_during_transfer);
+        tcase_add_test(tc, test_finalize_during_transfer);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(local_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
