@@ -52,6 +52,7 @@ static kvd_client *client_new(void)
         c->n_ref = 1;
         c->fd = -1;
         c->next_request_id = 1;
+        c->max_payload = CLIENT_MAX_PAYLOAD;
         clist_init(&c->pending);
         clist_init(&c->regions);
         pthread_mutex_init(&c->send_lock, NULL);
@@ -254,6 +255,10 @@ static int client_hello(kvd_client *c, Error *err)
                 return error_set(err, KVD_E_PROTOCOL_MISMATCH,
                                  "kvdistd at %s speaks protocol %u, libkvdist speaks %u",
                                  c->socket_path, hr->protocol_version, CLIENT_PROTOCOL_VERSION);
+        /* A request the daemon would take for a broken frame is refused here instead, so the
+         * session survives it. */
+        if (hr->max_frame_size > 0 && hr->max_frame_size < CLIENT_MAX_PAYLOAD)
+                c->max_payload = hr->max_frame_size;
         return KVD_OK;
 }
 

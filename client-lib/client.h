@@ -76,6 +76,7 @@ struct kvd_client {
         char dead_detail[ERROR_MSG_MAX];
         RxState rx;
 
+        uint32_t max_payload; /* the daemon's frame limit (HelloReply), CLIENT_MAX_PAYLOAD before */
         bool initialized; /* attached as a cluster (kvd_client_init) */
         uint32_t sync_kv_timeout_ms;
         CList regions; /* ClientRegion.link */

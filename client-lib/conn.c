@@ -5,6 +5,7 @@
  * other waiters sleep on the condition variable until theirs arrives or the reader leaves.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdio.h>
@@ -114,10 +115,13 @@ int conn_send(kvd_client *c, uint16_t type, const ProtobufCMessage *msg, const i
         int r;
 
         /* Packed before any lock is taken; the request id goes into the header below. */
-        r = frame_pack(type, 0, 0, (uint16_t)n_fds, msg, CLIENT_MAX_PAYLOAD, &buf, &len);
+        r = frame_pack(type, 0, 0, (uint16_t)n_fds, msg, c->max_payload, &buf, &len);
         if (r == -EMSGSIZE)
-                return error_set(err, KVD_E_PARAM_INVALID, "the %s request is larger than %u bytes",
-                                 conn_type_name(type), CLIENT_MAX_PAYLOAD);
+                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                                 "the %s request is %zu bytes, larger than the %" PRIu32
+                                 " bytes kvdistd accepts (limits.max_frame_size)",
+                                 conn_type_name(type),
+                                 protobuf_c_message_get_packed_size(msg), c->max_payload);
         if (r < 0)
                 return error_set(err, r == -ENOMEM ? KVD_E_OUT_OF_MEMORY : KVD_E_FAILED,
                                  "cannot pack the %s request: %s", conn_type_name(type),

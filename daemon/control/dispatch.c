@@ -88,6 +88,7 @@ static void dispatch_hello(Conn *c, const Kvdist__V1__Hello *hello)
         reply.status = &status;
         reply.protocol_version = FRAME_VERSION;
         reply.identity = (char *)"kvdistd/" KVDIST_VERSION;
+        reply.max_frame_size = c->daemon->config->limits.max_frame_size;
 
         req = request_new(c);
         if (!req) {

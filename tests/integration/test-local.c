@@ -1158,6 +1158,54 @@ START_TEST(test_pool_limits)
 }
 END_TEST
 
+/* A request above the daemon's frame limit is refused by the library; the session goes on. */
+START_TEST(test_request_above_frame_limit)
+{
+        enum { N_BIG = 30000 };
+        static const uint64_t sb[] = { 5, 6, 7, 100 };
+        static const uint64_t db[] = { 9, 1, 2, 3 };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        uint64_t *ids;
+        kvd_client *a = NULL, *b = NULL;
+        HarnessDaemon d;
+        TCache src, dst;
+        TCopies cp = {};
+        int r;
+
+        r = harness_daemon_start(&d, "--max-frame-size", "64K", NULL);
+        ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
+        expect_ok(NULL, harness_client_init(&d, A_ID, KVD_ROLE_PROMPT, &a));
+        expect_ok(NULL, harness_client_init(&d, B_ID, KVD_ROLE_DECODER, &b));
+        expect_ok(a, tcache_register(&src, a, true, 2, N_BIG, 8, 31, &key, 1,
+                                     KVD_REMOTE_DEFAULT));
+        expect_ok(b, tcache_register(&dst, b, true, 2, N_BIG, 8, 32, NULL, 0,
+                                     KVD_REMOTE_DEFAULT));
+        link_to(b, A_ID, KVD_ROLE_PROMPT);
+
+        ids = calloc(N_BIG, sizeof(*ids));
+        ck_assert_ptr_nonnull(ids);
+        for (size_t i = 0; i < N_BIG; i++)
+                ids[i] = i;
+        /* Two lists of 30,000 varints are well above 64 KiB. */
+        expect_status(b, kvd_pull_blocks(b, &key, dst.id, ids, N_BIG, ids, N_BIG, NULL),
+                      KVD_E_LIMIT_EXCEEDED, "max_frame_size");
+
+        /* Nothing moved, and the cluster, its link and caches are still there. */
+        tcache_verify(&dst, &cp);
+        expect_ok(b, kvd_check_link_status(b, A_ID));
+        expect_ok(b, kvd_pull_blocks(b, &key, dst.id, sb, 4, db, 4, NULL));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, 4);
+        tcache_verify(&dst, &cp);
+
+        free(ids);
+        tcopies_free(&cp);
+        expect_ok(a, kvd_client_finalize(a));
+        expect_ok(b, kvd_client_finalize(b));
+        ck_assert_int_eq(harness_daemon_stop(&d), 0);
+        harness_daemon_cleanup(&d);
+}
+END_TEST
+
 static Suite *local_suite(void)
 {
         Suite *s = suite_create("integration-local");
@@ -1197,6 +1245,7 @@ static Suite *local_suite(void)
         tcase_add_test(tc, test_link_errors);
         tcase_add_test(tc, test_client_errors);
         tcase_add_test(tc, test_memory_errors);
+        tcase_add_test(tc, test_request_above_frame_limit);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("in-flight");

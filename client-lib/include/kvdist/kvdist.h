@@ -43,7 +43,7 @@ enum {
         KVD_E_UNSUPPORTED = -21,            /* the daemon does not know the request */
         KVD_E_DAEMON_UNAVAILABLE = -22,     /* no daemon on the socket, or it went away */
         KVD_E_PEER_LOST = -23,              /* the remote cluster or daemon went away */
-        KVD_E_PERMISSION_DENIED = -24,      /* the socket's allow-list refused this process */
+        KVD_E_PERMISSION_DENIED = -24,      /* refused: the allow-list, or a cache not remote-accessible */
         KVD_E_PROTOCOL_MISMATCH = -25,      /* client and daemon speak different protocols */
         KVD_E_BUSY = -26,                   /* the resource is in use (e.g. a cache mid-transfer) */
         _KVD_E_MIN = -26,
