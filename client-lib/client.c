@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "socket-path.h"
 
 /* The last failure on this thread, and the client it was about (NULL: init/connect). */
 static __thread struct {
@@ -219,16 +220,8 @@ static int socket_path_resolve(const char *opt, char *buf, size_t size, Error *e
                 n = snprintf(buf, size, "%s", opt);
         else if (env && env[0])
                 n = snprintf(buf, size, "%s", env);
-        else if (geteuid() == 0)
-                n = snprintf(buf, size, "/run/kvdist/kvdist.sock");
-        else {
-                const char *xdg = secure_getenv("XDG_RUNTIME_DIR");
-
-                if (xdg && xdg[0])
-                        n = snprintf(buf, size, "%s/kvdist/kvdist.sock", xdg);
-                else
-                        n = snprintf(buf, size, "/tmp/kvdist-%u/kvdist.sock", (unsigned)geteuid());
-        }
+        else
+                n = socket_path_default(buf, size) < 0 ? -1 : 0;
         if (n < 0 || (size_t)n >= size)
                 return error_set(err, KVD_E_PARAM_INVALID, "socket path is longer than %zu bytes",
                                  size - 1);

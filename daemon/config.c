@@ -17,6 +17,7 @@
 
 #include "config-internal.h"
 #include "config.h"
+#include "socket-path.h"
 #include "log.h"
 #include "macro.h"
 
@@ -25,7 +26,6 @@
 #define GIB (UINT64_C(1) << 30)
 #define TIB (UINT64_C(1) << 40)
 
-#define DEFAULT_SOCKET_PATH_ROOT "/run/kvdist/kvdist.sock"
 #define DEFAULT_SOCKET_MODE 0660
 #define DEFAULT_MEMORY_SIZE (256 * MIB)
 #define DEFAULT_PAGE_SHIFT 16
@@ -175,18 +175,11 @@ static TransportKind transport_kind_from_string(const char *s)
 
 char *config_default_socket_path(void)
 {
-        const char *xdg;
-        char *p;
+        char buf[SOCKET_PATH_MAX + 1];
 
-        if (geteuid() == 0)
-                return strdup(DEFAULT_SOCKET_PATH_ROOT);
-        xdg = getenv("XDG_RUNTIME_DIR");
-        if (xdg && xdg[0] == '/') {
-                if (asprintf(&p, "%s/kvdist/kvdist.sock", xdg) < 0)
-                        return NULL;
-        } else if (asprintf(&p, "/tmp/kvdist-%u/kvdist.sock", (unsigned)geteuid()) < 0)
+        if (socket_path_default(buf, sizeof(buf)) < 0)
                 return NULL;
-        return p;
+        return strdup(buf);
 }
 
 unsigned config_default_copy_threads(void)

@@ -11,6 +11,7 @@
 #include "kvdist-config.h"
 #include "kvdist/kvdist.h"
 #include "macro.h"
+#include "socket-path.h"
 
 enum {
         EXIT_DAEMON_ERROR = 1,
@@ -45,20 +46,14 @@ static void help(FILE *f)
 /* The path the library connects to when given none; kvdistctl passes it explicitly. */
 static char *default_socket_path(void)
 {
-        const char *env = getenv("KVDIST_SOCKET"), *xdg;
-        char *path = NULL;
-        int r;
+        const char *env = getenv("KVDIST_SOCKET");
+        char buf[108];
 
         if (env && env[0])
                 return strdup(env);
-        if (geteuid() == 0)
-                return strdup("/run/kvdist/kvdist.sock");
-        xdg = getenv("XDG_RUNTIME_DIR");
-        if (xdg && xdg[0])
-                r = asprintf(&path, "%s/kvdist/kvdist.sock", xdg);
-        else
-                r = asprintf(&path, "/tmp/kvdist-%u/kvdist.sock", (unsigned)geteuid());
-        return r < 0 ? NULL : path;
+        if (socket_path_default(buf, sizeof(buf)) < 0)
+                return NULL;
+        return strdup(buf);
 }
 
 static void fmt_bytes_value(double v, char *buf)
