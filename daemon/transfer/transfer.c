@@ -395,7 +395,7 @@ int transfer_start(Cluster *c, Request *req, Error *err)
                                  "(limits.max_inflight_per_client)", c->id, c->n_transfers);
         if (m->n_src_blocks > lim->max_blocks_per_transfer ||
             m->n_dst_blocks > lim->max_blocks_per_transfer)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, KVD_E_LIMIT_EXCEEDED,
                                  "%zu blocks in one transfer, at most %" PRIu32
                                  " (limits.max_blocks_per_transfer)",
                                  MAX(m->n_src_blocks, m->n_dst_blocks),
