@@ -1,280 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libkvdist against a fake kvdistd: a thread in the test that accepts one connection on a
- * socket in a temporary directory and speaks frames through proto/frame.c, following a script
- * per test. The script records what it saw; the test checks it after joining the thread.
+ * libkvdist against a fake kvdistd (fake-daemon.c): status names, connecting and the Hello,
+ * client options, requests and the last error, memory regions, pool caches and registration
+ * checks, and links. Each test gives the fake a script of what the daemon receives and answers,
+ * drives the library against it, and checks after fake_stop() what the script recorded.
+ * Waiting on replies, and a daemon that goes away, are in test-client-wait.c.
  */
 #include <check.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include "frame.h"
-#include "kvdist.pb-c.h"
+#include "fake-daemon.h"
 #include "kvdist/kvdist.h"
 #include "macro.h"
-
-typedef struct FakeDaemon FakeDaemon;
-typedef void (*FakeScript)(FakeDaemon *d, int fd);
-
-struct FakeDaemon {
-        char dir[64];
-        char path[108];
-        int listen_fd;
-        pthread_t thread;
-        FakeScript script;
-        int go[2]; /* the test writes a byte when a script may go on */
-
-        /* What the script saw; read by the test after fake_stop(). */
-        int fail_line; /* a script expectation that failed, 0 if none */
-        uint64_t u[16];
-        int64_t s[16];
-        char str[256];
-        uint16_t types[16];
-        size_t n_types;
-};
-
-/* A script expectation: on failure, remember the line and end the script. */
-#define EXPECT(d, cond)                                                                            \
-        do {                                                                                       \
-                if (!(cond)) {                                                                     \
-                        (d)->fail_line = __LINE__;                                                 \
-                        return;                                                                    \
-                }                                                                                  \
-        } while (0)
-
-typedef struct Frame {
-        FrameHeader h;
-        ProtobufCMessage *msg;
-        int fds[FRAME_MAX_FDS];
-        size_t n_fds;
-} Frame;
-
-static void frame_done(Frame *f)
-{
-        if (f->msg)
-                protobuf_c_message_free_unpacked(f->msg, NULL);
-        f->msg = NULL;
-        for (size_t i = 0; i < f->n_fds; i++)
-                safe_close(f->fds[i]);
-        f->n_fds = 0;
-}
-
-/* Reads exactly @len bytes, collecting fds; 0 at EOF before anything, -1 on errors. */
-static int read_full(int fd, void *buf, size_t len, Frame *f)
-{
-        size_t off = 0;
-
-        while (off < len) {
-                size_t got = 0;
-                ssize_t n = frame_recvmsg(fd, (uint8_t *)buf + off, len - off, f->fds + f->n_fds,
-                                          FRAME_MAX_FDS - f->n_fds, &got);
-
-                if (n <= 0)
-                        return n == 0 && off == 0 ? 0 : -1;
-                f->n_fds += got;
-                off += (size_t)n;
-        }
-        return 1;
-}
-
-/* One request from the client: 1, 0 at EOF, -1 on a bad frame. */
-static int fake_recv(FakeDaemon *d, int fd, Frame *f)
-{
-        uint8_t header[FRAME_HEADER_SIZE];
-        _cleanup_free_ uint8_t *payload = NULL;
-        const FrameType *ft;
-        int r;
-
-        *f = (Frame){};
-        r = read_full(fd, header, sizeof(header), f);
-        if (r <= 0)
-                return r;
-        if (frame_header_decode(header, FRAME_MAX_PAYLOAD_DEFAULT, &f->h) < 0)
-                return -1;
-        payload = malloc(f->h.length + 1);
-        if (!payload || (f->h.length > 0 && read_full(fd, payload, f->h.length, f) <= 0))
-                return -1;
-        ft = frame_type_lookup(f->h.type);
-        if (!ft || frame_unpack(ft->request, payload, f->h.length, &f->msg) < 0)
-                return -1;
-        if (d->n_types < ARRAY_SIZE(d->types))
-                d->types[d->n_types++] = f->h.type;
-        return 1;
-}
-
-static int send_all(int fd, const uint8_t *buf, size_t len, const int *fds, size_t n_fds)
-{
-        size_t off = 0;
-
-        while (off < len) {
-                ssize_t n = frame_sendmsg(fd, buf + off, len - off, off == 0 ? fds : NULL,
-                                          off == 0 ? n_fds : 0);
-                if (n < 0)
-                        return -1;
-                off += (size_t)n;
-        }
-        return 0;
-}
-
-static int fake_reply(int fd, const Frame *req, const ProtobufCMessage *msg, const int *fds,
-                      size_t n_fds)
-{
-        _cleanup_free_ uint8_t *buf = NULL;
-        size_t len;
-
-        if (frame_pack(req->h.type, FRAME_FLAG_REPLY, req->h.request_id, (uint16_t)n_fds, msg,
-                       FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len) < 0)
-                return -1;
-        return send_all(fd, buf, len, fds, n_fds);
-}
-
-static int fake_error(int fd, const Frame *req, int code, const char *detail)
-{
-        _cleanup_free_ uint8_t *buf = NULL;
-        size_t len;
-
-        if (frame_pack_error(req->h.type, req->h.request_id, code, detail,
-                             FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len) < 0)
-                return -1;
-        return send_all(fd, buf, len, NULL, 0);
-}
-
-/* Answers a request whose reply is only a Status (the reply type of @req). */
-static int fake_status(int fd, const Frame *req, int code, const char *detail)
-{
-        const FrameType *ft = frame_type_lookup(req->h.type);
-        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-        ProtobufCMessage *reply;
-        int r;
-
-        /* Every reply is Status (field 1) plus fields left at their defaults. */
-        reply = calloc(1, ft->reply->sizeof_message);
-        if (!reply)
-                return -1;
-        protobuf_c_message_init(ft->reply, reply);
-        st.code = code;
-        st.detail = (char *)detail;
-        *(Kvdist__V1__Status **)(void *)((uint8_t *)reply + ft->reply->fields[0].offset) = &st;
-        r = fake_reply(fd, req, reply, NULL, 0);
-        free(reply);
-        return r;
-}
-
-/* Hello, then (with @init) ClientInit answered with an effective timeout of 250 ms. */
-static int fake_handshake(FakeDaemon *d, int fd, bool init)
-{
-        Kvdist__V1__HelloReply hr = KVDIST__V1__HELLO_REPLY__INIT;
-        Kvdist__V1__ClientInitReply ir = KVDIST__V1__CLIENT_INIT_REPLY__INIT;
-        Frame f;
-        int r;
-
-        if (fake_recv(d, fd, &f) <= 0 || f.h.type != KVDIST__V1__MSG_TYPE__MSG_HELLO)
-                return -1;
-        hr.protocol_version = 1;
-        hr.identity = (char *)"kvdistd/fake";
-        r = fake_reply(fd, &f, &hr.base, NULL, 0);
-        frame_done(&f);
-        if (r < 0 || !init)
-                return r;
-
-        if (fake_recv(d, fd, &f) <= 0 || f.h.type != KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT)
-                return -1;
-        ir.sync_kv_timeout_ms = 250;
-        r = fake_reply(fd, &f, &ir.base, NULL, 0);
-        frame_done(&f);
-        return r;
-}
-
-/* Expects ClientFinalize, answers it, and expects EOF. */
-static int fake_finalize(FakeDaemon *d, int fd)
-{
-        Frame f;
-        int r;
-
-        if (fake_recv(d, fd, &f) <= 0 || f.h.type != KVDIST__V1__MSG_TYPE__MSG_CLIENT_FINALIZE)
-                return -1;
-        r = fake_status(fd, &f, KVD_OK, NULL);
-        frame_done(&f);
-        if (r < 0)
-                return r;
-        return fake_recv(d, fd, &f) == 0 ? 0 : -1;
-}
-
-static void fake_wait_go(FakeDaemon *d)
-{
-        char c;
-
-        while (read(d->go[0], &c, 1) < 0 && errno == EINTR)
-                ;
-}
-
-static void *fake_thread(void *userdata)
-{
-        FakeDaemon *d = userdata;
-        int fd;
-
-        fd = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) {
-                d->fail_line = __LINE__;
-                return NULL;
-        }
-        d->script(d, fd);
-        close(fd);
-        return NULL;
-}
-
-static void fake_start(FakeDaemon *d, FakeScript script)
-{
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-
-        *d = (FakeDaemon){.script = script};
-        snprintf(d->dir, sizeof(d->dir), "/tmp/test-client-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(d->dir));
-        snprintf(d->path, sizeof(d->path), "%s/kvdist.sock", d->dir);
-        ck_assert_int_eq(pipe2(d->go, O_CLOEXEC), 0);
-
-        d->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        ck_assert_int_ge(d->listen_fd, 0);
-        memcpy(sa.sun_path, d->path, strlen(d->path) + 1);
-        ck_assert_int_eq(bind(d->listen_fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-        ck_assert_int_eq(listen(d->listen_fd, 4), 0);
-        ck_assert_int_eq(pthread_create(&d->thread, NULL, fake_thread, d), 0);
-}
-
-static void fake_go(FakeDaemon *d)
-{
-        ck_assert_int_eq(write(d->go[1], "x", 1), 1);
-}
-
-static void fake_stop(FakeDaemon *d)
-{
-        ck_assert_int_eq(pthread_join(d->thread, NULL), 0);
-        close(d->listen_fd);
-        close(d->go[0]);
-        close(d->go[1]);
-        unlink(d->path);
-        rmdir(d->dir);
-        ck_assert_msg(d->fail_line == 0, "fake daemon expectation at line %d failed", d->fail_line);
-}
-
-static kvd_client *connect_init(FakeDaemon *d)
-{
-        kvd_option opts[] = {{"socket_path", d->path}, {"device_id", "0"}};
-        kvd_client *c = NULL;
-
-        ck_assert_int_eq(kvd_client_init(&c, 1, KVD_ROLE_DECODER, opts, 2), KVD_OK);
-        ck_assert_ptr_nonnull(c);
-        return c;
-}
 
 /* --- status names ---------------------------------------------------------------------- */
 
@@ -328,7 +71,7 @@ END_TEST
 static void script_hello_error(FakeDaemon *d, int fd)
 {
         const Kvdist__V1__Hello *hello;
-        Frame f;
+        FakeFrame f;
 
         EXPECT(d, fake_recv(d, fd, &f) == 1);
         EXPECT(d, f.h.type == KVDIST__V1__MSG_TYPE__MSG_HELLO);
@@ -337,7 +80,7 @@ static void script_hello_error(FakeDaemon *d, int fd)
         d->u[1] = hello->protocol_version;
         snprintf(d->str, sizeof(d->str), "%s", hello->identity);
         EXPECT(d, fake_error(fd, &f, KVD_E_PROTOCOL_MISMATCH, "kvdistd speaks protocol 7") == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 }
 
 START_TEST(test_hello_mismatch)
@@ -361,12 +104,12 @@ END_TEST
 static void script_hello_version(FakeDaemon *d, int fd)
 {
         Kvdist__V1__HelloReply hr = KVDIST__V1__HELLO_REPLY__INIT;
-        Frame f;
+        FakeFrame f;
 
         EXPECT(d, fake_recv(d, fd, &f) == 1);
         hr.protocol_version = 2;
         EXPECT(d, fake_reply(fd, &f, &hr.base, NULL, 0) == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 }
 
 START_TEST(test_hello_other_version)
@@ -384,11 +127,11 @@ END_TEST
 
 static void script_hello_denied(FakeDaemon *d, int fd)
 {
-        Frame f;
+        FakeFrame f;
 
         EXPECT(d, fake_recv(d, fd, &f) == 1);
         EXPECT(d, fake_status(fd, &f, KVD_E_PERMISSION_DENIED, "uid 1234 is not allowed") == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 }
 
 START_TEST(test_hello_denied)
@@ -486,12 +229,12 @@ static void script_init_calls(FakeDaemon *d, int fd)
         Kvdist__V1__ClientInitReply ir = KVDIST__V1__CLIENT_INIT_REPLY__INIT;
         Kvdist__V1__DaemonStatusReply sr = KVDIST__V1__DAEMON_STATUS_REPLY__INIT;
         const Kvdist__V1__ClientInit *init;
-        Frame f;
+        FakeFrame f;
 
         EXPECT(d, fake_recv(d, fd, &f) == 1);
         hr.protocol_version = 1;
         EXPECT(d, fake_reply(fd, &f, &hr.base, NULL, 0) == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 
         EXPECT(d, fake_recv(d, fd, &f) == 1);
         EXPECT(d, f.h.type == KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT);
@@ -504,20 +247,20 @@ static void script_init_calls(FakeDaemon *d, int fd)
         snprintf(d->str, sizeof(d->str), "%s", init->listen_ip_info);
         ir.sync_kv_timeout_ms = 1500;
         EXPECT(d, fake_reply(fd, &f, &ir.base, NULL, 0) == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 
         EXPECT(d, fake_recv(d, fd, &f) == 1);
         EXPECT(d, f.h.type == KVDIST__V1__MSG_TYPE__MSG_CHECK_LINK_STATUS);
         d->u[4] = f.h.request_id;
         d->u[5] = ((const Kvdist__V1__CheckLinkStatus *)f.msg)->remote_cluster_id;
         EXPECT(d, fake_status(fd, &f, KVD_E_NOT_YET_LINK, "no link to cluster 9") == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 
         EXPECT(d, fake_recv(d, fd, &f) == 1);
         EXPECT(d, f.h.type == KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS);
         sr.json = (char *)"{\"version\": \"0.1.0\"}";
         EXPECT(d, fake_reply(fd, &f, &sr.base, NULL, 0) == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 
         /* An error frame (bare Status) for a request the daemon does not know. */
         EXPECT(d, fake_recv(d, fd, &f) == 1);
@@ -525,7 +268,7 @@ static void script_init_calls(FakeDaemon *d, int fd)
         snprintf(d->str + 128, 128, "%s", ((const Kvdist__V1__SwitchRole *)f.msg)->listen_ip_info);
         d->u[6] = (uint64_t)((const Kvdist__V1__SwitchRole *)f.msg)->role;
         EXPECT(d, fake_error(fd, &f, KVD_E_UNSUPPORTED, "SwitchRole is not supported") == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 
         EXPECT(d, fake_finalize(d, fd) == 0);
 }
@@ -590,7 +333,7 @@ static void script_mem(FakeDaemon *d, int fd)
         const Kvdist__V1__RegionAdd *add;
         struct stat st;
         uint8_t *map;
-        Frame f;
+        FakeFrame f;
 
         EXPECT(d, fake_handshake(d, fd, true) == 0);
 
@@ -610,19 +353,19 @@ static void script_mem(FakeDaemon *d, int fd)
         munmap(map, add->size);
         ar.region_id = 42;
         EXPECT(d, fake_reply(fd, &f, &ar.base, NULL, 0) == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 
         EXPECT(d, fake_recv(d, fd, &f) == 1);
         EXPECT(d, f.h.type == KVDIST__V1__MSG_TYPE__MSG_REGION_REMOVE);
         d->u[2] = ((const Kvdist__V1__RegionRemove *)f.msg)->region_id;
         EXPECT(d, fake_status(fd, &f, KVD_E_BUSY, "cache 3 lies in region 42") == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 
         EXPECT(d, fake_recv(d, fd, &f) == 1);
         EXPECT(d, f.h.type == KVDIST__V1__MSG_TYPE__MSG_REGION_REMOVE);
         d->u[3] = ((const Kvdist__V1__RegionRemove *)f.msg)->region_id;
         EXPECT(d, fake_status(fd, &f, KVD_OK, NULL) == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 
         EXPECT(d, fake_finalize(d, fd) == 0);
 }
@@ -635,7 +378,7 @@ START_TEST(test_mem_alloc_free)
         uint8_t *p = NULL;
 
         fake_start(&d, script_mem);
-        c = connect_init(&d);
+        c = fake_client_init(&d);
 
         ck_assert_int_eq(kvd_mem_alloc(c, 0, (void **)&p), KVD_E_PARAM_INVALID);
         ck_assert_int_eq(kvd_mem_alloc(c, 2 * page + 1, (void **)&p), KVD_OK);
@@ -677,7 +420,7 @@ static void script_pool(FakeDaemon *d, int fd)
         uint64_t offsets[2] = {4096, 8192};
         _cleanup_close_ int pool = -1;
         uint8_t *map;
-        Frame f;
+        FakeFrame f;
 
         EXPECT(d, fake_handshake(d, fd, true) == 0);
 
@@ -692,7 +435,7 @@ static void script_pool(FakeDaemon *d, int fd)
         pr.size = POOL_SIZE;
         pr.page_shift = 12;
         EXPECT(d, fake_reply(fd, &f, &pr.base, &pool, 1) == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 
         for (int i = 0; i < 2; i++) {
                 EXPECT(d, fake_recv(d, fd, &f) == 1);
@@ -710,7 +453,7 @@ static void script_pool(FakeDaemon *d, int fd)
                 ar.n_pool_offsets = 2;
                 ar.pool_offsets = offsets;
                 EXPECT(d, fake_reply(fd, &f, &ar.base, NULL, 0) == 0);
-                frame_done(&f);
+                fake_frame_done(&f);
         }
 
         EXPECT(d, fake_finalize(d, fd) == 0);
@@ -728,7 +471,7 @@ START_TEST(test_allocate_cache)
         kvd_client *c;
 
         fake_start(&d, script_pool);
-        c = connect_init(&d);
+        c = fake_client_init(&d);
 
         /* More keys than batch slots is refused before anything is sent. */
         ck_assert_int_eq(kvd_allocate_cache(c, &desc, keys, 5, &id, addrs), KVD_E_PARAM_INVALID);
@@ -777,7 +520,7 @@ START_TEST(test_register_validation)
         kvd_client *c;
 
         fake_start(&d, script_only_finalize);
-        c = connect_init(&d);
+        c = fake_client_init(&d);
 
         ck_assert_int_eq(kvd_register_cache(c, NULL, addrs, 2, NULL, 0, 0, &id),
                          KVD_E_PARAM_INVALID);
@@ -844,7 +587,7 @@ static void script_link(FakeDaemon *d, int fd)
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
         const Kvdist__V1__LinkClusters *link;
         int32_t rets[2] = {KVD_OK, KVD_E_LINK_FAILED};
-        Frame f;
+        FakeFrame f;
 
         EXPECT(d, fake_handshake(d, fd, true) == 0);
 
@@ -863,14 +606,14 @@ static void script_link(FakeDaemon *d, int fd)
         lr.n_rets = 2;
         lr.rets = rets;
         EXPECT(d, fake_reply(fd, &f, &lr.base, NULL, 0) == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 
         EXPECT(d, fake_recv(d, fd, &f) == 1);
         EXPECT(d, f.h.type == KVDIST__V1__MSG_TYPE__MSG_UNLINK_CLUSTERS);
         d->u[3] = ((const Kvdist__V1__UnlinkClusters *)f.msg)->timeout_ms;
         d->u[4] = ((const Kvdist__V1__UnlinkClusters *)f.msg)->force;
         EXPECT(d, fake_status(fd, &f, KVD_OK, NULL) == 0);
-        frame_done(&f);
+        fake_frame_done(&f);
 
         EXPECT(d, fake_finalize(d, fd) == 0);
 }
@@ -889,7 +632,7 @@ START_TEST(test_link_clusters)
         kvd_client *c;
 
         fake_start(&d, script_link);
-        c = connect_init(&d);
+        c = fake_client_init(&d);
 
         ck_assert_int_eq(kvd_link_clusters(c, two, 0, 0, rets), KVD_E_PARAM_INVALID);
         ck_assert_int_eq(kvd_link_clusters(c, many, ARRAY_SIZE(many), 0, rets),
@@ -915,290 +658,6 @@ START_TEST(test_link_clusters)
         ck_assert_str_eq(d.str, "|10.0.0.2:26000");
         ck_assert_uint_eq(d.u[3], 250);
         ck_assert_uint_eq(d.u[4], 1);
-}
-END_TEST
-
-/* --- transfers and waiting ------------------------------------------------------------- */
-
-static int transfer_reply(int fd, const Frame *f, int code, const char *detail, uint64_t bytes)
-{
-        Kvdist__V1__TransferReply tr = KVDIST__V1__TRANSFER_REPLY__INIT;
-        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-
-        st.code = code;
-        st.detail = (char *)detail;
-        tr.status = &st;
-        tr.bytes = bytes;
-        return fake_reply(fd, f, &tr.base, NULL, 0);
-}
-
-static void script_out_of_order(FakeDaemon *d, int fd)
-{
-        const Kvdist__V1__Transfer *a, *b;
-        Frame fa, fb;
-
-        EXPECT(d, fake_handshake(d, fd, true) == 0);
-
-        EXPECT(d, fake_recv(d, fd, &fa) == 1);
-        EXPECT(d, fake_recv(d, fd, &fb) == 1);
-        EXPECT(d, fa.h.type == KVDIST__V1__MSG_TYPE__MSG_TRANSFER);
-        EXPECT(d, fb.h.type == KVDIST__V1__MSG_TYPE__MSG_TRANSFER);
-        EXPECT(d, fb.h.request_id > fa.h.request_id);
-        a = (const Kvdist__V1__Transfer *)fa.msg;
-        b = (const Kvdist__V1__Transfer *)fb.msg;
-
-        d->u[0] = (uint64_t)a->kind;
-        EXPECT(d, a->remote_key && a->remote_key->kind_case == KVDIST__V1__CACHE_KEY__KIND_REQ);
-        d->u[1] = a->remote_key->req->req_id;
-        d->u[2] = a->remote_key->req->prefix_id;
-        d->u[3] = a->local_cache_id;
-        d->u[4] = a->local_batch_index;
-        d->s[0] = a->size;
-        d->u[5] = a->timeout_ms;
-        d->u[6] = a->src_layers != NULL;
-        d->s[1] = a->dst_layers ? a->dst_layers->first : -100;
-        d->s[2] = a->dst_layers ? a->dst_layers->last : -100;
-        d->u[7] = a->tensor_num_per_layer;
-
-        d->u[8] = (uint64_t)b->kind;
-        EXPECT(d, b->remote_key && b->remote_key->kind_case == KVDIST__V1__CACHE_KEY__KIND_BLOCKS);
-        d->u[9] = b->remote_key->blocks->model_id;
-        EXPECT(d, b->n_src_blocks == 3 && b->n_dst_blocks == 3);
-        d->u[10] = b->src_blocks[2];
-        d->u[11] = b->dst_blocks[2];
-        d->u[12] = b->timeout_ms;
-
-        /* The later request is answered first. */
-        EXPECT(d, transfer_reply(fd, &fb, KVD_E_CACHE_NOT_EXIST, "cache 8 is gone", 0) == 0);
-        EXPECT(d, transfer_reply(fd, &fa, KVD_OK, NULL, 4096) == 0);
-        frame_done(&fa);
-        frame_done(&fb);
-
-        EXPECT(d, fake_finalize(d, fd) == 0);
-}
-
-START_TEST(test_out_of_order_replies)
-{
-        kvd_transfer_opts opts = KVD_TRANSFER_OPTS_INIT;
-        kvd_cache_key src = kvd_key_req(2, 900, 0), dst = kvd_key_blocks(2, 5);
-        uint64_t src_blocks[3] = {1, 2, 3}, dst_blocks[3] = {7, 8, 9};
-        kvd_task *ta = NULL, *tb = NULL;
-        FakeDaemon d;
-        kvd_client *c;
-
-        fake_start(&d, script_out_of_order);
-        c = connect_init(&d);
-
-        opts.timeout_ms = 800;
-        opts.dst_layers = (kvd_layer_range){2, 5};
-        ck_assert_int_eq(kvd_pull_cache_async(c, &src, 4, 3, 1024, &opts, &ta), KVD_OK);
-        ck_assert_int_eq(kvd_push_blocks_async(c, &dst, 6, src_blocks, 3, dst_blocks, 3, NULL, &tb),
-                         KVD_OK);
-        /* The arrays were copied into the request. */
-        src_blocks[2] = dst_blocks[2] = 0;
-
-        ck_assert_int_eq(kvd_task_wait(ta, -1), KVD_OK);
-        ck_assert_int_eq(kvd_task_wait(tb, -1), KVD_E_CACHE_NOT_EXIST);
-        ck_assert_str_eq(kvd_last_error(c), "cache 8 is gone");
-        /* A completed task keeps its status. */
-        ck_assert_int_eq(kvd_task_wait(tb, 0), KVD_E_CACHE_NOT_EXIST);
-        ck_assert_int_eq(kvd_task_wait(ta, 0), KVD_OK);
-        kvd_task_free(ta);
-        kvd_task_free(tb);
-
-        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
-        fake_stop(&d);
-
-        ck_assert_uint_eq(d.u[0], KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE);
-        ck_assert_uint_eq(d.u[1], 900);
-        ck_assert_uint_eq(d.u[2], KVD_ID_NONE);
-        ck_assert_uint_eq(d.u[3], 4);
-        ck_assert_uint_eq(d.u[4], 3);
-        ck_assert_int_eq(d.s[0], 1024);
-        ck_assert_uint_eq(d.u[5], 800);
-        ck_assert_uint_eq(d.u[6], 0); /* first == -1: the range is left out */
-        ck_assert_int_eq(d.s[1], 2);
-        ck_assert_int_eq(d.s[2], 5);
-        ck_assert_uint_eq(d.u[7], 2);
-        ck_assert_uint_eq(d.u[8], KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS);
-        ck_assert_uint_eq(d.u[9], 5);
-        ck_assert_uint_eq(d.u[10], 3);
-        ck_assert_uint_eq(d.u[11], 9);
-        ck_assert_uint_eq(d.u[12], 0); /* no opts: the daemon's sync_kv_timeout */
-}
-END_TEST
-
-/* Two threads wait at once; the daemon answers the later request first. */
-static void script_two_threads(FakeDaemon *d, int fd)
-{
-        Frame f[2];
-
-        EXPECT(d, fake_handshake(d, fd, true) == 0);
-        EXPECT(d, fake_recv(d, fd, &f[0]) == 1);
-        EXPECT(d, fake_recv(d, fd, &f[1]) == 1);
-        for (int i = 1; i >= 0; i--) {
-                uint64_t remote =
-                        ((const Kvdist__V1__CheckLinkStatus *)f[i].msg)->remote_cluster_id;
-
-                /* Cluster 100 + k is answered with status -k. */
-                EXPECT(d, fake_status(fd, &f[i], -(int)(remote - 100), "per-cluster") == 0);
-                frame_done(&f[i]);
-        }
-        EXPECT(d, fake_finalize(d, fd) == 0);
-}
-
-typedef struct Checker {
-        kvd_client *c;
-        uint64_t remote;
-        int r;
-} Checker;
-
-static void *checker_thread(void *userdata)
-{
-        Checker *k = userdata;
-
-        k->r = kvd_check_link_status(k->c, k->remote);
-        return NULL;
-}
-
-START_TEST(test_two_threads_waiting)
-{
-        Checker k[2];
-        pthread_t t[2];
-        FakeDaemon d;
-        kvd_client *c;
-
-        fake_start(&d, script_two_threads);
-        c = connect_init(&d);
-
-        k[0] = (Checker){.c = c, .remote = 100 - KVD_E_NOT_YET_LINK};
-        k[1] = (Checker){.c = c, .remote = 100 - KVD_E_LINK_BUSY};
-        for (int i = 0; i < 2; i++)
-                ck_assert_int_eq(pthread_create(&t[i], NULL, checker_thread, &k[i]), 0);
-        for (int i = 0; i < 2; i++)
-                ck_assert_int_eq(pthread_join(t[i], NULL), 0);
-        ck_assert_int_eq(k[0].r, KVD_E_NOT_YET_LINK);
-        ck_assert_int_eq(k[1].r, KVD_E_LINK_BUSY);
-
-        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
-        fake_stop(&d);
-}
-END_TEST
-
-/* Holds the answers until the test says go; the first task is freed by then. */
-static void script_late_replies(FakeDaemon *d, int fd)
-{
-        Frame fa, fb;
-
-        EXPECT(d, fake_handshake(d, fd, true) == 0);
-        EXPECT(d, fake_recv(d, fd, &fa) == 1);
-        EXPECT(d, fake_recv(d, fd, &fb) == 1);
-        fake_wait_go(d);
-        EXPECT(d, transfer_reply(fd, &fa, KVD_E_TIMEOUT, "for a freed task", 0) == 0);
-        EXPECT(d, transfer_reply(fd, &fb, KVD_OK, NULL, 1) == 0);
-        frame_done(&fa);
-        frame_done(&fb);
-        EXPECT(d, fake_finalize(d, fd) == 0);
-}
-
-START_TEST(test_task_wait_timeout)
-{
-        kvd_cache_key key = kvd_key_id_index(2, 3, 4);
-        kvd_task *ta = NULL, *tb = NULL;
-        FakeDaemon d;
-        kvd_client *c;
-
-        fake_start(&d, script_late_replies);
-        c = connect_init(&d);
-
-        ck_assert_int_eq(kvd_pull_blocks_async(c, &key, 1, NULL, 0, (uint64_t[]){1}, 1, NULL, &ta),
-                         KVD_OK);
-        ck_assert_int_eq(kvd_push_cache_async(c, &key, 1, 0, -1, NULL, &tb), KVD_OK);
-
-        ck_assert_int_eq(kvd_task_wait(tb, 0), KVD_E_TIMEOUT);
-        ck_assert_ptr_nonnull(strstr(kvd_last_error(c), "still running"));
-        kvd_task_free(ta);
-        fake_go(&d);
-
-        ck_assert_int_eq(kvd_task_wait(tb, -1), KVD_OK);
-        kvd_task_free(tb);
-        kvd_task_free(NULL);
-        ck_assert_int_eq(kvd_task_wait(NULL, 0), KVD_E_PARAM_INVALID);
-
-        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
-        fake_stop(&d);
-}
-END_TEST
-
-/* --- a daemon that goes away ----------------------------------------------------------- */
-
-static void script_close_mid_wait(FakeDaemon *d, int fd)
-{
-        Frame f[2];
-
-        EXPECT(d, fake_handshake(d, fd, true) == 0);
-        EXPECT(d, fake_recv(d, fd, &f[0]) == 1);
-        EXPECT(d, fake_recv(d, fd, &f[1]) == 1);
-        frame_done(&f[0]);
-        frame_done(&f[1]);
-        /* Returning closes the connection with both transfers unanswered. */
-}
-
-START_TEST(test_daemon_closes)
-{
-        kvd_cache_key key = kvd_key_req(2, 1, 0);
-        kvd_task *t = NULL;
-        FakeDaemon d;
-        kvd_client *c;
-        void *p = NULL;
-
-        fake_start(&d, script_close_mid_wait);
-        c = connect_init(&d);
-
-        ck_assert_int_eq(kvd_pull_cache_async(c, &key, 1, 0, -1, NULL, &t), KVD_OK);
-        ck_assert_int_eq(kvd_pull_cache(c, &key, 1, 1, -1, NULL), KVD_E_DAEMON_UNAVAILABLE);
-        ck_assert_ptr_nonnull(strstr(kvd_last_error(c), "kvdistd closed the connection"));
-        fake_stop(&d);
-
-        /* Every waiter and every later call fails the same way. */
-        ck_assert_int_eq(kvd_task_wait(t, -1), KVD_E_DAEMON_UNAVAILABLE);
-        ck_assert_int_eq(kvd_task_wait(t, 0), KVD_E_DAEMON_UNAVAILABLE);
-        ck_assert_int_eq(kvd_check_link_status(c, 2), KVD_E_DAEMON_UNAVAILABLE);
-        ck_assert_ptr_nonnull(strstr(kvd_last_error(c), "kvdistd closed the connection"));
-        ck_assert_int_eq(kvd_mem_alloc(c, 4096, &p), KVD_E_DAEMON_UNAVAILABLE);
-        ck_assert_int_eq(kvd_push_cache(c, &key, 1, 0, -1, NULL), KVD_E_DAEMON_UNAVAILABLE);
-
-        /* The task outlives the client; it only sees a dead connection. */
-        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
-        ck_assert_int_eq(kvd_task_wait(t, 0), KVD_E_DAEMON_UNAVAILABLE);
-        kvd_task_free(t);
-}
-END_TEST
-
-static void script_bad_frame(FakeDaemon *d, int fd)
-{
-        static const uint8_t garbage[FRAME_HEADER_SIZE] = "this is not a frame!!!!";
-        Frame f;
-
-        EXPECT(d, fake_handshake(d, fd, true) == 0);
-        EXPECT(d, fake_recv(d, fd, &f) == 1);
-        frame_done(&f);
-        EXPECT(d, send_all(fd, garbage, sizeof(garbage), NULL, 0) == 0);
-        /* The client must hang up on us. */
-        EXPECT(d, fake_recv(d, fd, &f) == 0);
-}
-
-START_TEST(test_malformed_frame)
-{
-        FakeDaemon d;
-        kvd_client *c;
-
-        fake_start(&d, script_bad_frame);
-        c = connect_init(&d);
-        ck_assert_int_eq(kvd_check_link_status(c, 2), KVD_E_DAEMON_UNAVAILABLE);
-        ck_assert_ptr_nonnull(strstr(kvd_last_error(c), "malformed"));
-        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
-        fake_stop(&d);
 }
 END_TEST
 
@@ -1234,16 +693,6 @@ static Suite *client_suite(void)
 
         tc = tcase_create("link");
         tcase_add_test(tc, test_link_clusters);
-        /* Generous for sanitizer builds on a loaded machine; nothing here waits on a clock. */
-        tcase_set_timeout(tc, 60);
-        suite_add_tcase(s, tc);
-
-        tc = tcase_create("wait");
-        tcase_add_test(tc, test_out_of_order_replies);
-        tcase_add_test(tc, test_two_threads_waiting);
-        tcase_add_test(tc, test_task_wait_timeout);
-        tcase_add_test(tc, test_daemon_closes);
-        tcase_add_test(tc, test_malformed_frame);
         /* Generous for sanitizer builds on a loaded machine; nothing here waits on a clock. */
         tcase_set_timeout(tc, 60);
         suite_add_tcase(s, tc);

@@ -1,0 +1,325 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Property test of the transfer planner: random caches, layouts and requests of every mode,
+ * the plan applied to real buffers compared with a naive per-block (per-item, per-chunk) copy,
+ * its segments checked to stay inside their regions and to be merged as far as they can be.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan-fixture.h"
+#include "plan.h"
+
+/* ---- property test: the plan applied to real buffers equals a naive per-block copy ---- */
+
+static uint64_t rng_state;
+
+static uint64_t rng(void)
+{
+        /* xorshift64* */
+        rng_state ^= rng_state >> 12;
+        rng_state ^= rng_state << 25;
+        rng_state ^= rng_state >> 27;
+        return rng_state * UINT64_C(2685821657736338717);
+}
+
+static uint64_t rng_range(uint64_t lo, uint64_t hi) /* inclusive */
+{
+        return lo + rng() % (hi - lo + 1);
+}
+
+typedef struct Layout {
+        TestCache tc;
+        uint8_t *regions[2];
+        size_t region_size[2];
+        uint32_t region_base; /* region ids region_base, region_base + 1 */
+} Layout;
+
+/* Tensors split over two regions, each with random gaps (often none, so tensors can merge). */
+static void layout_init(Layout *l, bool blocks, uint32_t n_tensors, uint64_t units,
+                        uint64_t stride, uint32_t region_base)
+{
+        uint64_t off[2] = { rng_range(0, 3) * stride, rng_range(0, 3) * stride };
+
+        cache_init(&l->tc, blocks, n_tensors, units, stride, 0, 0, 0);
+        l->region_base = region_base;
+        for (uint32_t t = 0; t < n_tensors; t++) {
+                uint32_t r = t < n_tensors / 2 ? 0 : 1;
+
+                if (rng() % 3 == 0)
+                        off[r] += rng_range(1, 2 * stride + 1);
+                l->tc.t[t] = (PlanTensor){ region_base + r, off[r] };
+                off[r] += l->tc.c.tensor_size;
+        }
+        for (int r = 0; r < 2; r++) {
+                l->region_size[r] = off[r] + rng_range(0, 16);
+                l->regions[r] = malloc(l->region_size[r] + 1);
+                ck_assert_ptr_nonnull(l->regions[r]);
+                for (size_t i = 0; i < l->region_size[r]; i++)
+                        l->regions[r][i] = (uint8_t)rng();
+        }
+}
+
+static void layout_deinit(Layout *l)
+{
+        free(l->regions[0]);
+        free(l->regions[1]);
+}
+
+static uint8_t *layout_tensor(Layout *l, uint32_t t)
+{
+        return l->regions[l->tc.t[t].region - l->region_base] + l->tc.t[t].offset;
+}
+
+/* @n distinct values below @units, made of runs of consecutive values in random order. */
+static void random_blocks(uint64_t *out, size_t n, uint64_t units, bool distinct)
+{
+        bool *used = calloc(units, sizeof(bool));
+        size_t i = 0;
+
+        ck_assert_ptr_nonnull(used);
+        while (i < n) {
+                uint64_t start = rng() % units, run = rng_range(1, 6);
+
+                if (rng() % 4 == 0) { /* a descending run now and then */
+                        for (uint64_t k = 0; k < run && i < n; k++) {
+                                uint64_t b = (start + units - k) % units;
+
+                                if (distinct && used[b])
+                                        break;
+                                used[b] = true;
+                                out[i++] = b;
+                        }
+                        continue;
+                }
+                for (uint64_t k = 0; k < run && i < n; k++) {
+                        uint64_t b = (start + k) % units;
+
+                        if (distinct && used[b])
+                                break;
+                        used[b] = true;
+                        out[i++] = b;
+                }
+        }
+        free(used);
+}
+
+static PlanLayers random_layers(uint32_t n_layers, uint32_t len, bool all)
+{
+        int32_t first;
+
+        if (all)
+                return (PlanLayers){ PLAN_LAYERS_ALL, (int32_t)rng_range(0, 5) - 1 };
+        first = (int32_t)rng_range(0, n_layers - len);
+        return (PlanLayers){ first, first + (int32_t)len - 1 };
+}
+
+static void property_round(unsigned round)
+{
+        Layout src, dst;
+        uint32_t tpl = (uint32_t)rng_range(1, 3);
+        uint32_t src_layers = (uint32_t)rng_range(1, 5), dst_layers = (uint32_t)rng_range(1, 5);
+        uint32_t len = (uint32_t)rng_range(1, MIN(src_layers, dst_layers));
+        bool all = src_layers == dst_layers && rng() % 2 == 0;
+        PlanMode mode = (PlanMode)(rng() % 3);
+        uint64_t src_units, dst_units, src_stride, dst_stride, size = 0, chunks = 0;
+        uint64_t sb[64], db[256], si = 0, di = 0;
+        size_t n = 0;
+        PlanRequest req = {};
+        uint8_t *ref[2];
+        uint64_t naive_bytes = 0;
+        size_t naive_segments = 0;
+        uint32_t s_first, d_first;
+        Plan *p;
+
+        if (all)
+                len = src_layers;
+
+        src_stride = rng_range(1, 48);
+        dst_stride = src_stride;
+        switch (mode) {
+        case PLAN_BLOCKS:
+                src_units = rng_range(1, 40);
+                dst_units = rng_range(1, 40);
+                n = rng_range(1, MIN(dst_units, 32));
+                layout_init(&src, true, src_layers * tpl, src_units, src_stride, 0);
+                layout_init(&dst, true, dst_layers * tpl, dst_units, dst_stride, 2);
+                random_blocks(sb, n, src_units, n <= src_units && rng() % 2 == 0);
+                random_blocks(db, n, dst_units, true);
+                break;
+        case PLAN_ITEM:
+                src_units = rng_range(1, 5);
+                dst_units = rng_range(1, 5);
+                if (rng() % 2)
+                        dst_stride = rng_range(1, 48);
+                layout_init(&src, false, src_layers * tpl, src_units, src_stride, 0);
+                layout_init(&dst, false, dst_layers * tpl, dst_units, dst_stride, 2);
+                si = rng() % src_units;
+                di = rng() % dst_units;
+                break;
+        default:
+                mode = PLAN_ITEM_TO_BLOCKS;
+                src_stride = rng_range(1, 200);
+                dst_stride = rng_range(1, 48);
+                src_units = rng_range(1, 4);
+                layout_init(&src, false, src_layers * tpl, src_units, src_stride, 0);
+                si = rng() % src_units;
+                break;
+        }
+
+        if (mode == PLAN_ITEM || mode == PLAN_ITEM_TO_BLOCKS) {
+                uint64_t max = mode == PLAN_ITEM ? MIN(src_stride, dst_stride) : src_stride;
+
+                if (rng() % 2 == 0 && (mode == PLAN_ITEM_TO_BLOCKS || src_stride == dst_stride)) {
+                        req.size = -1;
+                        size = src_stride;
+                } else {
+                        size = rng_range(1, max);
+                        req.size = (int64_t)size;
+                }
+        }
+        if (mode == PLAN_ITEM_TO_BLOCKS) {
+                chunks = (size + dst_stride - 1) / dst_stride;
+                n = chunks;
+                ck_assert_uint_le(n, 256);
+                dst_units = chunks + rng_range(0, 10);
+                layout_init(&dst, true, dst_layers * tpl, dst_units, dst_stride, 2);
+                random_blocks(db, n, dst_units, true);
+        }
+
+        req.mode = mode;
+        req.src = &src.tc.c;
+        req.dst = &dst.tc.c;
+        req.src_index = si;
+        req.dst_index = di;
+        if (mode == PLAN_BLOCKS) {
+                req.src_blocks = sb;
+                req.n_src_blocks = n;
+        }
+        if (mode != PLAN_ITEM) {
+                req.dst_blocks = db;
+                req.n_dst_blocks = n;
+        }
+        req.tensor_num_per_layer = tpl == 2 && rng() % 2 ? 0 : tpl;
+        req.src_layers = random_layers(src_layers, len, all);
+        req.dst_layers = random_layers(dst_layers, len, all);
+        s_first = all ? 0 : (uint32_t)req.src_layers.first * tpl;
+        d_first = all ? 0 : (uint32_t)req.dst_layers.first * tpl;
+
+        p = build_ok(&req);
+
+        /* reference: the naive copy, one block / item / chunk at a time */
+        for (int r = 0; r < 2; r++) {
+                ref[r] = malloc(dst.region_size[r] + 1);
+                ck_assert_ptr_nonnull(ref[r]);
+                memcpy(ref[r], dst.regions[r], dst.region_size[r]);
+        }
+        for (uint32_t k = 0; k < len * tpl; k++) {
+                uint32_t st = s_first + k, dt = d_first + k;
+                const uint8_t *s = layout_tensor(&src, st);
+                uint8_t *d = ref[dst.tc.t[dt].region - 2] + dst.tc.t[dt].offset;
+
+                switch (mode) {
+                case PLAN_BLOCKS:
+                        for (size_t i = 0; i < n; i++)
+                                for (uint64_t b = 0; b < src_stride; b++)
+                                        d[db[i] * dst_stride + b] = s[sb[i] * src_stride + b];
+                        naive_bytes += n * src_stride;
+                        naive_segments += n;
+                        break;
+                case PLAN_ITEM:
+                        for (uint64_t b = 0; b < size; b++)
+                                d[di * dst_stride + b] = s[si * src_stride + b];
+                        naive_bytes += size;
+                        naive_segments += 1;
+                        break;
+                default:
+                        for (uint64_t b = 0; b < size; b++)
+                                d[db[b / dst_stride] * dst_stride + b % dst_stride] =
+                                        s[si * src_stride + b];
+                        naive_bytes += size;
+                        naive_segments += chunks;
+                        break;
+                }
+        }
+
+        /* apply the plan */
+        for (size_t i = 0; i < p->n_segments; i++) {
+                const PlanSegment *seg = &p->segments[i];
+
+                /* plain checks: a ck_assert per segment would record thousands of locations */
+                if (seg->src_region > 1 || seg->dst_region < 2 || seg->dst_region > 3 ||
+                    seg->len == 0 ||
+                    seg->src_offset + seg->len > src.region_size[seg->src_region] ||
+                    seg->dst_offset + seg->len > dst.region_size[seg->dst_region - 2])
+                        ck_abort_msg("round %u: segment %zu (%u:%" PRIu64 " -> %u:%" PRIu64
+                                     ", %" PRIu64 ") is outside its regions",
+                                     round, i, seg->src_region, seg->src_offset,
+                                     seg->dst_region, seg->dst_offset, seg->len);
+                memcpy(dst.regions[seg->dst_region - 2] + seg->dst_offset,
+                       src.regions[seg->src_region] + seg->src_offset, seg->len);
+
+                /* merging is maximal: no two neighbours could have been one */
+                if (i > 0) {
+                        const PlanSegment *prev = &p->segments[i - 1];
+
+                        if (prev->src_region == seg->src_region &&
+                            prev->dst_region == seg->dst_region &&
+                            prev->src_offset + prev->len == seg->src_offset &&
+                            prev->dst_offset + prev->len == seg->dst_offset)
+                                ck_abort_msg("round %u: segments %zu and %zu were not merged",
+                                             round, i - 1, i);
+                }
+        }
+        for (int r = 0; r < 2; r++) {
+                if (memcmp(dst.regions[r], ref[r], dst.region_size[r]) != 0) {
+                        size_t i = 0;
+
+                        while (dst.regions[r][i] == ref[r][i])
+                                i++;
+                        ck_abort_msg("round %u mode %d: region %d byte %zu differs", round,
+                                     (int)mode, r, i);
+                }
+                free(ref[r]);
+        }
+        ck_assert_uint_eq(p->total_bytes, naive_bytes);
+        ck_assert_uint_le(p->n_segments, naive_segments);
+
+        plan_free(p);
+        layout_deinit(&src);
+        layout_deinit(&dst);
+}
+
+START_TEST(test_property_against_naive_copy)
+{
+        rng_state = UINT64_C(0x9e3779b97f4a7c15);
+        for (unsigned round = 0; round < 2000; round++)
+                property_round(round);
+}
+END_TEST
+
+static Suite *plan_property_suite(void)
+{
+        Suite *s = suite_create("plan-property");
+        TCase *tc;
+
+        tc = tcase_create("property");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_property_against_naive_copy);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(plan_property_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
