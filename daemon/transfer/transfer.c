@@ -187,8 +187,11 @@ static void transfer_consume_key(Transfer *x)
 
         if (!x->consume_key)
                 return;
+        /* The key may have been removed, even given to another cache, while the bytes moved:
+         * only the hold on the cache this transfer read ends. */
         owner = daemon_find_cluster(x->daemon, x->key.cluster_id);
-        if (!owner || cache_table_lookup(&owner->caches, &x->key, &cache, &index, NULL) < 0)
+        if (!owner || cache_table_lookup(&owner->caches, &x->key, &cache, &index, NULL) < 0 ||
+            cache != x->caches[0])
                 return;
         if (cache_table_remove_key(&owner->caches, &x->key, &dead, NULL) == 0)
                 cluster_release_cache(owner, dead);
@@ -197,10 +200,9 @@ static void transfer_consume_key(Transfer *x)
 void transfer_complete(Transfer *x, int status)
 {
         Daemon *d = x->daemon;
+        /* A failure recorded first (timeout, a lost end) wins over what the transport says. */
         int final = x->status != KVD_OK ? x->status : status;
 
-        if (final == KVD_OK && status == KVD_E_FAILED)
-                final = KVD_E_FAILED;
         transfer_set_state(x, TRANSFER_DONE);
 
         if (final == KVD_OK) {

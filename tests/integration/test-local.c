@@ -674,6 +674,42 @@ START_TEST(test_finalize_during_transfer)
 }
 END_TEST
 
+/* A pull by ReqKey ends the hold of the cache it read, not of one the key names later. */
+START_TEST(test_key_moved_during_pull)
+{
+        enum { ITEM = 96u << 20 };
+        kvd_cache_key k = kvd_key_req(A_ID, 77, 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        kvd_task *task = NULL;
+        TCache a1, a2, dst;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_allocate(&a1, w.a, 2, 1, ITEM, 5, &k, 1));
+        expect_ok(w.b, tcache_register(&dst, w.b, false, 2, 1, ITEM, 6, NULL, 0, 0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        o.timeout_ms = 60000;
+        expect_ok(w.b, kvd_pull_cache_async(w.b, &k, dst.id, 0, -1, &o, &task));
+
+        /* While 192 MiB move, A takes the key off the first cache and gives it to a second. */
+        ck_assert_msg(kvd_remove_cache_key(w.a, &k) == KVD_OK,
+                      "the pull finished before A could move its key: %s", kvd_last_error(w.a));
+        expect_ok(w.a, tcache_allocate(&a2, w.a, 2, 1, 4096, 7, &k, 1));
+        expect_ok(w.b, kvd_task_wait(task, 30000));
+        kvd_task_free(task);
+        tcopies_item(&cp, &a1, &dst, ALL, ALL, 2, 0, 0, -1);
+        tcache_verify(&dst, &cp);
+
+        /* The key still names the second cache. */
+        expect_ok(w.a, kvd_remove_cache_key(w.a, &k));
+        expect_ok(w.a, kvd_deallocate_cache(w.a, a1.id));
+        expect_ok(w.a, kvd_deallocate_cache(w.a, a2.id));
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
 /* Pool pages come back zeroed: a cache never sees what an earlier one held. */
 START_TEST(test_pool_reuse_zeroed)
 {
@@ -731,6 +767,7 @@ static Suite *local_suite(void)
         tcase_add_test(tc, test_unregister_during_transfer);
         tcase_add_test(tc, test_unlink_during_transfer);
         tcase_add_test(tc, test_finalize_during_transfer);
+        tcase_add_test(tc, test_key_moved_during_pull);
         suite_add_tcase(s, tc);
         return s;
 }
