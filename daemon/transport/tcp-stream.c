@@ -105,6 +105,21 @@ static TcpStreamCursor cursor_seek(const SegList *l, uint64_t pos)
         return c;
 }
 
+/* Checks that [@start, @end) lies within the job of @l and returns the cursor of @start. */
+static int range_seek(const SegList *l, uint64_t start, uint64_t end, TcpStreamCursor *ret)
+{
+        uint64_t total;
+        int r;
+
+        r = seg_total(l, &total);
+        if (r < 0)
+                return r;
+        if (start > end || end > total)
+                return -EINVAL;
+        *ret = cursor_seek(l, start);
+        return 0;
+}
+
 static void cursor_advance(const SegList *l, TcpStreamCursor *c, uint64_t n)
 {
         while (n > 0 && c->seg < l->n) {
@@ -201,16 +216,14 @@ int tcp_sender_init_range(TcpSender *s, uint64_t transfer_id, const TcpSrcSegmen
                           size_t n, uint64_t start, uint64_t end, uint32_t chunk_size, bool crc)
 {
         SegList l = { .src = segs, .n = n };
-        uint64_t total;
+        TcpStreamCursor cur;
         int r;
 
         if (chunk_size > TCP_STREAM_CHUNK_MAX)
                 return -EINVAL;
-        r = seg_total(&l, &total);
+        r = range_seek(&l, start, end, &cur);
         if (r < 0)
                 return r;
-        if (start > end || end > total)
-                return -EINVAL;
 
         *s = (TcpSender){
                 .transfer_id = transfer_id,
@@ -218,7 +231,7 @@ int tcp_sender_init_range(TcpSender *s, uint64_t transfer_id, const TcpSrcSegmen
                 .n_segs = n,
                 .end = end,
                 .pos = start,
-                .cur = cursor_seek(&l, start),
+                .cur = cur,
                 .chunk_size = chunk_size ? chunk_size : TCP_STREAM_CHUNK_DEFAULT,
                 .crc = crc,
         };
@@ -312,14 +325,12 @@ int tcp_receiver_init_range(TcpReceiver *r, uint64_t transfer_id, const TcpDstSe
                             size_t n, uint64_t start, uint64_t end, bool crc)
 {
         SegList l = { .dst = segs, .n = n };
-        uint64_t total;
+        TcpStreamCursor cur;
         int k;
 
-        k = seg_total(&l, &total);
+        k = range_seek(&l, start, end, &cur);
         if (k < 0)
                 return k;
-        if (start > end || end > total)
-                return -EINVAL;
 
         *r = (TcpReceiver){
                 .transfer_id = transfer_id,
@@ -327,7 +338,7 @@ int tcp_receiver_init_range(TcpReceiver *r, uint64_t transfer_id, const TcpDstSe
                 .n_segs = n,
                 .end = end,
                 .pos = start,
-                .cur = cursor_seek(&l, start),
+                .cur = cur,
                 .crc = crc,
         };
         return 0;
