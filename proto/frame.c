@@ -111,6 +111,19 @@ static const FrameType frame_types[] = {
         FRAME_TYPE(SWITCH_ROLE, switch_role, "SwitchRole"),
         FRAME_TYPE(TRANSFER, transfer, "Transfer"),
         FRAME_TYPE(DAEMON_STATUS, daemon_status, "DaemonStatus"),
+        FRAME_TYPE(NOTIFY_FD, notify_fd, "NotifyFd"),
+        FRAME_TYPE(GET_NOTIFIES, get_notifies, "GetNotifies"),
+        FRAME_TYPE(PEER_HELLO, peer_hello, "PeerHello"),
+        FRAME_TYPE(PEER_AUTH, peer_auth, "PeerAuth"),
+        FRAME_TYPE(PEER_DATA_HELLO, peer_data_hello, "PeerDataHello"),
+        FRAME_TYPE(PEER_READY, peer_ready, "PeerReady"),
+        FRAME_TYPE(PEER_HEARTBEAT, peer_heartbeat, "PeerHeartbeat"),
+        FRAME_TYPE(PEER_LINK, peer_link, "PeerLink"),
+        FRAME_TYPE(PEER_UNLINK, peer_unlink, "PeerUnlink"),
+        FRAME_TYPE(PEER_CLUSTER_GONE, peer_cluster_gone, "PeerClusterGone"),
+        FRAME_TYPE(PEER_TRANSFER, peer_transfer, "PeerTransfer"),
+        FRAME_TYPE(PEER_TRANSFER_DONE, peer_transfer_done, "PeerTransferDone"),
+        FRAME_TYPE(PEER_TRANSFER_CANCEL, peer_transfer_cancel, "PeerTransferCancel"),
 };
 
 const FrameType *frame_type_lookup(uint16_t type)

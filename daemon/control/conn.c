@@ -19,41 +19,12 @@
 #include "dispatch.h"
 #include "kvdist.pb-c.h"
 #include "log.h"
+#include "wire.h"
 
 /* Frames served per wake-up: one busy client cannot starve the others. */
 #define CONN_FRAMES_PER_WAKEUP 16
 /* Replies a client may leave unread before it is disconnected. */
 #define CONN_MAX_OUT_BYTES (64u << 20)
-
-typedef struct OutFrame {
-        CList link;
-        uint8_t *buf;
-        size_t len;
-        size_t off;
-        int fd;                 /* sent with the first byte, then closed */
-} OutFrame;
-
-static OutFrame *out_frame_free(OutFrame *o)
-{
-        if (!o)
-                return NULL;
-        clist_unlink(&o->link);
-        safe_close(o->fd);
-        free(o->buf);
-        free(o);
-        return NULL;
-}
-
-static void conn_reset_input(Conn *c)
-{
-        c->header_len = 0;
-        free(c->payload);
-        c->payload = NULL;
-        c->payload_len = 0;
-        for (size_t i = 0; i < c->n_fds; i++)
-                safe_close(c->fds[i]);
-        c->n_fds = 0;
-}
 
 static void conn_on_close_later(evutil_socket_t fd, short what, void *userdata)
 {
@@ -76,23 +47,12 @@ void conn_close_later(Conn *c)
 /* Writes queued output until the socket is full; returns negative errno when it broke. */
 static int conn_write(Conn *c)
 {
-        while (!clist_is_empty(&c->out)) {
-                OutFrame *o = clist_first_entry(&c->out, OutFrame, link);
-                ssize_t n;
+        int r;
 
-                n = frame_sendmsg(c->fd, o->buf + o->off, o->len - o->off, o->fd >= 0 ? &o->fd : NULL,
-                                  o->fd >= 0 ? 1 : 0);
-                if (n == -EAGAIN || n == -EINTR)
-                        break;
-                if (n < 0)
-                        return (int)n;
-                o->fd = safe_close(o->fd);
-                o->off += (size_t)n;
-                c->out_bytes -= (size_t)n;
-                if (o->off == o->len)
-                        out_frame_free(o);
-        }
-        if (clist_is_empty(&c->out))
+        r = wire_out_write(&c->out, c->fd);
+        if (r < 0)
+                return r;
+        if (wire_out_is_empty(&c->out))
                 event_del(c->ev_write);
         else if (event_add(c->ev_write, NULL) < 0)
                 return -ENOMEM;
@@ -120,39 +80,22 @@ static void conn_on_write(evutil_socket_t fd, short what, void *userdata)
 /* Queues @buf (taking it) with @fd (dup'ed) and starts writing. */
 static int conn_queue(Conn *c, uint8_t *buf, size_t len, int fd)
 {
-        OutFrame *o;
         int r;
 
         if (c->state == CONN_CLOSED) {
                 free(buf);
                 return -ENOTCONN;
         }
-        if (c->out_bytes + len > CONN_MAX_OUT_BYTES) {
+        if (c->out.bytes + len > CONN_MAX_OUT_BYTES) {
                 free(buf);
                 log_warning("connection %" PRIu64 ": %zu bytes of replies unread, closing",
-                            c->id, c->out_bytes);
+                            c->id, c->out.bytes);
                 conn_close_later(c);
                 return -ENOBUFS;
         }
-        o = calloc(1, sizeof(*o));
-        if (!o) {
-                free(buf);
-                return -ENOMEM;
-        }
-        o->buf = buf;
-        o->len = len;
-        o->fd = -1;
-        if (fd >= 0) {
-                o->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-                if (o->fd < 0) {
-                        r = -errno;
-                        free(buf);
-                        free(o);
-                        return r;
-                }
-        }
-        clist_link_tail(&c->out, &o->link);
-        c->out_bytes += len;
+        r = wire_out_queue(&c->out, buf, len, fd);
+        if (r < 0)
+                return r;
         r = conn_write(c);
         if (r < 0) {
                 conn_close_later(c);
@@ -177,62 +120,17 @@ static void conn_send_error(Conn *c, uint16_t type, uint64_t id, int code, const
 /* Reads toward the next complete frame: 1 when one is ready, 0 when the socket is drained. */
 static int conn_read_frame(Conn *c)
 {
-        const Limits *lim = &c->daemon->config->limits;
-        ssize_t n;
         int r;
 
-        if (c->header_len < FRAME_HEADER_SIZE) {
-                size_t got = 0;
+        r = wire_in_read(&c->in, c->fd, c->daemon->config->limits.max_frame_size, FRAME_MAX_FDS);
+        if (r == -EPROTONOSUPPORT) {
+                char detail[128];
 
-                n = frame_recvmsg(c->fd, c->header + c->header_len,
-                                  FRAME_HEADER_SIZE - c->header_len, c->fds + c->n_fds,
-                                  FRAME_MAX_FDS - c->n_fds, &got);
-                if (n == -EAGAIN || n == -EINTR)
-                        return 0;
-                if (n == 0)
-                        return -ECONNRESET;
-                if (n < 0)
-                        return (int)n;
-                c->n_fds += got;
-                c->header_len += (size_t)n;
-                if (c->header_len < FRAME_HEADER_SIZE)
-                        return 0;
-
-                r = frame_header_decode(c->header, lim->max_frame_size, &c->frame);
-                if (r == -EPROTONOSUPPORT) {
-                        char detail[128];
-
-                        (void)snprintf(detail, sizeof(detail),
-                                       "kvdistd speaks frame version %d", FRAME_VERSION);
-                        conn_send_error(c, 0, 0, KVD_E_PROTOCOL_MISMATCH, detail);
-                        return r;
-                }
-                if (r < 0)
-                        return r;
-                /* Fds travel with the header's bytes: anything else is a broken frame. */
-                if (c->frame.n_fds != c->n_fds)
-                        return -EBADMSG;
-                if (c->frame.length > 0) {
-                        c->payload = malloc(c->frame.length);
-                        if (!c->payload)
-                                return -ENOMEM;
-                }
+                (void)snprintf(detail, sizeof(detail), "kvdistd speaks frame version %d",
+                               FRAME_VERSION);
+                conn_send_error(c, 0, 0, KVD_E_PROTOCOL_MISMATCH, detail);
         }
-
-        while (c->payload_len < c->frame.length) {
-                size_t got = 0;
-
-                n = frame_recvmsg(c->fd, c->payload + c->payload_len,
-                                  c->frame.length - c->payload_len, NULL, 0, &got);
-                if (n == -EAGAIN || n == -EINTR)
-                        return 0;
-                if (n == 0)
-                        return -ECONNRESET;
-                if (n < 0)
-                        return (int)n;
-                c->payload_len += (size_t)n;
-        }
-        return 1;
+        return r;
 }
 
 static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
@@ -249,8 +147,8 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
                                 c->daemon->counters.frames_malformed++;
                                 log_warning_errno(r, "connection %" PRIu64 " (pid %d): broken "
                                                   "frame (type %u, %u bytes, %u fds), closing",
-                                                  c->id, (int)c->cred.pid, c->frame.type,
-                                                  c->frame.length, c->frame.n_fds);
+                                                  c->id, (int)c->cred.pid, c->in.frame.type,
+                                                  c->in.frame.length, c->in.frame.n_fds);
                         } else
                                 log_debug("connection %" PRIu64 " (pid %d): closed by peer",
                                           c->id, (int)c->cred.pid);
@@ -259,7 +157,7 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
                         return;
                 }
                 dispatch_frame(c);
-                conn_reset_input(c);
+                wire_in_reset(&c->in);
                 if (c->state == CONN_CLOSED)
                         return;
         }
@@ -279,7 +177,8 @@ int conn_new(Daemon *d, int fd, const struct ucred *cred, Conn **ret)
         c->fd = fd;
         c->cred = *cred;
         c->state = CONN_HELLO;
-        clist_init(&c->out);
+        wire_in_init(&c->in);
+        wire_out_init(&c->out);
         clist_init(&c->requests);
         clist_init(&c->link_daemon);
         c->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
@@ -299,7 +198,6 @@ int conn_new(Daemon *d, int fd, const struct ucred *cred, Conn **ret)
 Conn *conn_free(Conn *c)
 {
         Request *req, *tmp;
-        OutFrame *o, *otmp;
 
         if (!c)
                 return NULL;
@@ -321,9 +219,8 @@ Conn *conn_free(Conn *c)
                 cl->conn = NULL;
                 cluster_free(cl);
         }
-        CLIST_FOREACH_SAFE(o, otmp, &c->out, link)
-                out_frame_free(o);
-        conn_reset_input(c);
+        wire_out_clear(&c->out);
+        wire_in_reset(&c->in);
         if (c->ev_read)
                 event_free(c->ev_read);
         if (c->ev_write)
@@ -344,8 +241,8 @@ Request *request_new(Conn *c)
         if (!req)
                 return NULL;
         req->conn = c;
-        req->type = c->frame.type;
-        req->id = c->frame.request_id;
+        req->type = c->in.frame.type;
+        req->id = c->in.frame.request_id;
         for (size_t i = 0; i < FRAME_MAX_FDS; i++)
                 req->fds[i] = -1;
         clist_link_tail(&c->requests, &req->link_conn);

@@ -17,6 +17,7 @@
 #include "clist.h"
 #include "error.h"
 #include "frame.h"
+#include "wire.h"
 
 struct event;
 typedef struct Cluster Cluster;
@@ -43,17 +44,8 @@ struct Conn {
         ConnState state;
         Cluster *cluster;       /* CONN_CLUSTER */
 
-        /* input: a header, then its payload */
-        uint8_t header[FRAME_HEADER_SIZE];
-        size_t header_len;
-        FrameHeader frame;
-        uint8_t *payload;
-        size_t payload_len;
-        int fds[FRAME_MAX_FDS];
-        size_t n_fds;
-
-        CList out;              /* OutFrame */
-        size_t out_bytes;
+        WireIn in;              /* the frame being read */
+        WireOut out;            /* replies not yet written */
         CList requests;         /* Request.link_conn: requests still waiting for their reply */
         unsigned n_requests;
         CList link_daemon;

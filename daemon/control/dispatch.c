@@ -106,7 +106,7 @@ static void dispatch_hello(Conn *c, const Kvdist__V1__Hello *hello)
 
 void dispatch_frame(Conn *c)
 {
-        const FrameHeader *h = &c->frame;
+        const FrameHeader *h = &c->in.frame;
         const DispatchEntry *entry;
         const FrameType *ft;
         ProtobufCMessage *msg = NULL;
@@ -131,7 +131,7 @@ void dispatch_frame(Conn *c)
                         conn_close_later(c);
                         return;
                 }
-                r = frame_unpack(ft->request, c->payload, c->payload_len, &msg);
+                r = frame_unpack(ft->request, c->in.payload, c->in.payload_len, &msg);
                 if (r < 0) {
                         log_warning("connection %" PRIu64 ": undecodable Hello, closing", c->id);
                         c->daemon->counters.frames_malformed++;
@@ -166,10 +166,10 @@ void dispatch_frame(Conn *c)
                 return;
         }
 
-        r = frame_unpack(ft->request, c->payload, c->payload_len, &msg);
+        r = frame_unpack(ft->request, c->in.payload, c->in.payload_len, &msg);
         if (r < 0) {
                 log_warning("connection %" PRIu64 " (pid %d): undecodable %s payload of %zu "
-                            "bytes, closing", c->id, (int)c->cred.pid, ft->name, c->payload_len);
+                            "bytes, closing", c->id, (int)c->cred.pid, ft->name, c->in.payload_len);
                 c->daemon->counters.frames_malformed++;
                 conn_close_later(c);
                 return;
@@ -182,10 +182,10 @@ void dispatch_frame(Conn *c)
                 return;
         }
         req->msg = msg;
-        for (size_t i = 0; i < c->n_fds; i++)
-                req->fds[i] = TAKE_FD(c->fds[i]);
-        req->n_fds = c->n_fds;
-        c->n_fds = 0;
+        for (size_t i = 0; i < c->in.n_fds; i++)
+                req->fds[i] = TAKE_FD(c->in.fds[i]);
+        req->n_fds = c->in.n_fds;
+        c->in.n_fds = 0;
 
         r = entry->handler(req, &err);
         if (r < 0) {
