@@ -86,6 +86,12 @@ enum {
         ARG_LOG_LEVEL,
         ARG_MAX_CLIENTS,
         ARG_MAX_FRAME_SIZE,
+        ARG_LISTEN,
+        ARG_CLUSTER_KEY_FILE,
+        ARG_HEARTBEAT_INTERVAL,
+        ARG_HEARTBEAT_TIMEOUT,
+        ARG_TCP_STREAMS,
+        ARG_TCP_CRC,
 };
 
 static const struct option options[] = {
@@ -98,6 +104,12 @@ static const struct option options[] = {
         { "log-level", required_argument, NULL, ARG_LOG_LEVEL },
         { "max-clients", required_argument, NULL, ARG_MAX_CLIENTS },
         { "max-frame-size", required_argument, NULL, ARG_MAX_FRAME_SIZE },
+        { "listen", required_argument, NULL, ARG_LISTEN },
+        { "cluster-key-file", required_argument, NULL, ARG_CLUSTER_KEY_FILE },
+        { "heartbeat-interval", required_argument, NULL, ARG_HEARTBEAT_INTERVAL },
+        { "heartbeat-timeout", required_argument, NULL, ARG_HEARTBEAT_TIMEOUT },
+        { "tcp-streams", required_argument, NULL, ARG_TCP_STREAMS },
+        { "tcp-crc", required_argument, NULL, ARG_TCP_CRC },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         {}
@@ -140,6 +152,12 @@ static void print_usage(const char *argv0)
                "      --log-level LEVEL      error, warning, notice, info or debug (info)\n"
                "      --max-clients N        clients connected at once, 1..65536 (64)\n"
                "      --max-frame-size SIZE  largest frame payload, 4K..256M (16M)\n"
+               "      --listen IP:PORT       accept peer daemons here (\"\" = client only)\n"
+               "      --cluster-key-file F   pre-shared key that peer daemons must prove\n"
+               "      --heartbeat-interval MS  peer heartbeat period, 10..600000 (1000)\n"
+               "      --heartbeat-timeout MS   a silent peer is lost after, 50..3600000 (5000)\n"
+               "      --tcp-streams N        TCP data connections per peer, 1..16 (4)\n"
+               "      --tcp-crc on|off       CRC32C over every TCP data chunk (off)\n"
                "  -h, --help                 show this help and exit\n"
                "  -V, --version              show the version and exit\n",
                program_name(argv0));
@@ -162,9 +180,12 @@ static int apply_flag(Config *c, const PendingFlag *pf, char **error)
                 { ARG_SYNC_KV_TIMEOUT, &config_top_fields, "sync_kv_timeout_ms" },
                 { ARG_MAX_CLIENTS, &config_limit_fields, "max_clients" },
                 { ARG_MAX_FRAME_SIZE, &config_limit_fields, "max_frame_size" },
+                { ARG_HEARTBEAT_INTERVAL, &config_top_fields, "heartbeat_interval_ms" },
+                { ARG_HEARTBEAT_TIMEOUT, &config_top_fields, "heartbeat_timeout_ms" },
+                { ARG_TCP_STREAMS, &config_tcp_fields, "streams" },
         };
         char flag[64];
-        int level;
+        int level, r;
         char *s;
 
         (void)snprintf(flag, sizeof(flag), "--%s", option_name(pf->opt) ?: "?");
@@ -178,6 +199,30 @@ static int apply_flag(Config *c, const PendingFlag *pf, char **error)
                         return -ENOMEM;
                 free(c->socket_path);
                 c->socket_path = s;
+                return 0;
+        case ARG_LISTEN:
+                r = config_parse_listen(pf->arg, &c->listen_ip_info);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0)
+                        return config_errorf(error, -EINVAL,
+                                             "%s: \"%.64s\" is not ip:port or [ipv6]:port "
+                                             "(numeric, with a port), or \"\" for none",
+                                             flag, pf->arg);
+                return 0;
+        case ARG_CLUSTER_KEY_FILE:
+                if (strlen(pf->arg) > 4095)
+                        return config_errorf(error, -EINVAL, "%s: path too long", flag);
+                s = pf->arg[0] ? strdup(pf->arg) : NULL;
+                if (pf->arg[0] && !s)
+                        return -ENOMEM;
+                free(c->cluster_key_file);
+                c->cluster_key_file = s;
+                return 0;
+        case ARG_TCP_CRC:
+                if (strcmp(pf->arg, "on") != 0 && strcmp(pf->arg, "off") != 0)
+                        return config_errorf(error, -EINVAL, "%s: expected on or off", flag);
+                c->tcp.crc = strcmp(pf->arg, "on") == 0;
                 return 0;
         case ARG_COPY_THREADS:
                 if (parse_copy_threads_string(pf->arg, &c->copy_threads) < 0)
@@ -279,6 +324,9 @@ static int parse_argv(Config *c, int argc, char **argv, char **error)
                 if (r < 0)
                         return r;
         }
+        r = config_check(scratch, error);
+        if (r < 0)
+                return r;
         config_replace(c, TAKE_PTR(scratch));
         return 0;
 }

@@ -42,6 +42,13 @@ typedef struct IntFieldTable {
 /* The integer settings of the file's top level and of its "limits" object. */
 extern const IntFieldTable config_top_fields;
 extern const IntFieldTable config_limit_fields;
+extern const IntFieldTable config_tcp_fields;
+
+/*
+ * Sets *@ret (freeing what was there) to a copy of the peer listen address @s, checked to be a
+ * numeric "ip:port" or "[ipv6]:port"; "" sets NULL (no listener). -EINVAL, -ENODEV, -ENOMEM.
+ */
+int config_parse_listen(const char *s, char **ret);
 
 /* The entry of @t named @name; NULL when there is none. */
 const IntField *int_field_find(const IntFieldTable *t, const char *name);
@@ -70,6 +77,9 @@ const char *config_format_size(uint64_t v, char buf[static 32]);
 
 /* The copy_threads of "auto": min(4, CPUs online). */
 unsigned config_default_copy_threads(void);
+
+/* Checks rules between keys (heartbeat timeout against interval); -EINVAL with *@error. */
+int config_check(const Config *c, char **error);
 
 /* A deep copy of @c into *@ret: the scratch a load writes into before it replaces @c. */
 int config_dup(const Config *c, Config **ret);

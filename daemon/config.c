@@ -17,6 +17,7 @@
 
 #include "config-internal.h"
 #include "config.h"
+#include "sockaddr-util.h"
 #include "socket-path.h"
 #include "log.h"
 #include "macro.h"
@@ -42,6 +43,8 @@
 /* IBV_SYSFS_NAME_MAX less the NUL; not taken from verbs.h, which only the RDMA transport sees. */
 #define RDMA_DEVICE_NAME_MAX 63
 #define NETDEV_NAME_MAX (IFNAMSIZ - 1)
+#define PATH_MAX_LEN 4095
+#define TCP_STREAMS_MAX 16
 
 /* Room for a key path in messages ("devices[1023].rdma_device"); longer user keys are cut. */
 #define PATH_BUF 256
@@ -230,6 +233,15 @@ int config_new(Config **ret)
                 .max_inflight_per_client = 256,
                 .max_frame_size = 16 * MIB,
                 .max_blocks_per_transfer = 1048576,
+                .max_peers = 64,
+                .max_notifies_per_client = 4096,
+        };
+        c->heartbeat_interval_ms = 1000;
+        c->heartbeat_timeout_ms = 5000;
+        c->tcp = (TcpConfig){
+                .streams = 4,
+                .crc = false,
+                .chunk_size = 1 * MIB,
         };
         *ret = TAKE_PTR(c);
         return 0;
@@ -240,6 +252,8 @@ Config *config_free(Config *c)
         if (!c)
                 return NULL;
         free(c->socket_path);
+        free(c->listen_ip_info);
+        free(c->cluster_key_file);
         free(c->allow_uids);
         free(c->allow_gids);
         devices_free(c->devices, c->n_devices);
@@ -285,12 +299,20 @@ int config_dup(const Config *c, Config **ret)
                 return -ENOMEM;
         *d = *c;
         d->socket_path = NULL;
+        d->listen_ip_info = NULL;
+        d->cluster_key_file = NULL;
         d->allow_uids = NULL;
         d->allow_gids = NULL;
         d->devices = NULL;
         d->n_allow_uids = d->n_allow_gids = d->n_devices = 0;
 
         r = strdup_or_null(c->socket_path, &d->socket_path);
+        if (r < 0)
+                return r;
+        r = strdup_or_null(c->listen_ip_info, &d->listen_ip_info);
+        if (r < 0)
+                return r;
+        r = strdup_or_null(c->cluster_key_file, &d->cluster_key_file);
         if (r < 0)
                 return r;
         r = memdup_array(c->allow_uids, c->n_allow_uids, sizeof(uid_t), &p);
@@ -353,6 +375,13 @@ static const IntField top_fields[] = {
         INT_FIELD("memory_size", memory_size, FIELD_SIZE, 0, MEMORY_SIZE_MAX),
         INT_FIELD("page_shift", page_shift, FIELD_INT, 12, 30),
         INT_FIELD("sync_kv_timeout_ms", sync_kv_timeout_ms, FIELD_INT, 1, INT32_MAX),
+        INT_FIELD("heartbeat_interval_ms", heartbeat_interval_ms, FIELD_INT, 10, 600000),
+        INT_FIELD("heartbeat_timeout_ms", heartbeat_timeout_ms, FIELD_INT, 50, 3600000),
+};
+
+static const IntField tcp_fields[] = {
+        INT_FIELD("streams", tcp.streams, FIELD_INT, 1, TCP_STREAMS_MAX),
+        INT_FIELD("chunk_size", tcp.chunk_size, FIELD_SIZE, 4 * KIB, 64 * MIB),
 };
 
 static const IntField limit_fields[] = {
@@ -370,12 +399,16 @@ static const IntField limit_fields[] = {
                   FRAME_SIZE_MAX),
         INT_FIELD("max_blocks_per_transfer", limits.max_blocks_per_transfer, FIELD_INT, 1,
                   UINT32_MAX),
+        INT_FIELD("max_peers", limits.max_peers, FIELD_INT, 1, 4096),
+        INT_FIELD("max_notifies_per_client", limits.max_notifies_per_client, FIELD_INT, 1,
+                  1048576),
 };
 
 _Static_assert(sizeof(unsigned) == sizeof(uint32_t), "IntField stores unsigned as 4 bytes");
 
 const IntFieldTable config_top_fields = { top_fields, ARRAY_SIZE(top_fields) };
 const IntFieldTable config_limit_fields = { limit_fields, ARRAY_SIZE(limit_fields) };
+const IntFieldTable config_tcp_fields = { tcp_fields, ARRAY_SIZE(tcp_fields) };
 
 const IntField *int_field_find(const IntFieldTable *t, const char *name)
 {
@@ -742,6 +775,87 @@ static int parse_limits(Config *c, json_t *v, const char *path, char **error)
         return 0;
 }
 
+int config_parse_listen(const char *s, char **ret)
+{
+        struct sockaddr_storage sa;
+        socklen_t len;
+        char *d = NULL;
+        int r;
+
+        if (s[0]) {
+                /* A port is required: peers must know where to dial. */
+                r = sockaddr_parse(s, 0, &sa, &len);
+                if (r < 0)
+                        return r;
+                d = strdup(s);
+                if (!d)
+                        return -ENOMEM;
+        }
+        free(*ret);
+        *ret = d;
+        return 0;
+}
+
+static int parse_listen_ip_info(Config *c, json_t *v, const char *path, char **error)
+{
+        int r;
+
+        if (!json_is_string(v) || !json_string_is_clean(v))
+                return config_errorf(error, -EINVAL, "%s: expected a string", path);
+        r = config_parse_listen(json_string_value(v), &c->listen_ip_info);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return config_errorf(error, -EINVAL,
+                                     "%s: \"%.64s\" is not \"ip:port\" or \"[ipv6]:port\" "
+                                     "(numeric, with a port), or \"\" for none",
+                                     path, json_string_value(v));
+        return 0;
+}
+
+static int parse_cluster_key_file(Config *c, json_t *v, const char *path, char **error)
+{
+        int r;
+
+        r = json_get_string(v, path, 0, PATH_MAX_LEN, &c->cluster_key_file, error);
+        if (r < 0)
+                return r;
+        if (!c->cluster_key_file[0]) {
+                free(c->cluster_key_file);
+                c->cluster_key_file = NULL;
+        }
+        return 0;
+}
+
+static int parse_tcp(Config *c, json_t *v, const char *path, char **error)
+{
+        char p[PATH_BUF];
+        const char *key;
+        json_t *e;
+        int r;
+
+        if (!json_is_object(v))
+                return config_errorf(error, -EINVAL, "%s: expected an object", path);
+        json_object_foreach(v, key, e) {
+                const IntField *f = int_field_find(&config_tcp_fields, key);
+
+                pathf(p, "%s.%s", path, key);
+                if (streq(key, "crc")) {
+                        if (!json_is_boolean(e))
+                                return config_errorf(error, -EINVAL, "%s: expected true or false",
+                                                     p);
+                        c->tcp.crc = json_is_true(e);
+                        continue;
+                }
+                if (!f)
+                        return unknown_key(p, error);
+                r = apply_int_field_json(c, f, e, p, error);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 typedef int (*KeyParser)(Config *c, json_t *v, const char *path, char **error);
 
 static const struct {
@@ -755,6 +869,9 @@ static const struct {
         { "copy_threads", parse_copy_threads },
         { "log_level", parse_log_level },
         { "devices", parse_devices },
+        { "listen_ip_info", parse_listen_ip_info },
+        { "cluster_key_file", parse_cluster_key_file },
+        { "tcp", parse_tcp },
         { "limits", parse_limits },
 };
 
@@ -790,6 +907,17 @@ static int apply_json(Config *c, json_t *root, char **error)
         return 0;
 }
 
+int config_check(const Config *c, char **error)
+{
+        if (c->heartbeat_timeout_ms < 2 * c->heartbeat_interval_ms)
+                return config_errorf(error, -EINVAL,
+                                     "heartbeat_timeout_ms: %" PRIu32 " ms must be at least twice "
+                                     "heartbeat_interval_ms (%" PRIu32 " ms), or one late "
+                                     "heartbeat loses the peer",
+                                     c->heartbeat_timeout_ms, c->heartbeat_interval_ms);
+        return 0;
+}
+
 static int json_error_to_errno(const json_error_t *jerr)
 {
         return json_error_code(jerr) == json_error_out_of_memory ? -ENOMEM : -EINVAL;
@@ -808,6 +936,9 @@ static int load_json(Config *c, json_t *root, const json_error_t *jerr, char **e
         if (r < 0)
                 return r;
         r = apply_json(scratch, root, error);
+        if (r < 0)
+                return r;
+        r = config_check(scratch, error);
         if (r < 0)
                 return r;
         config_replace(c, TAKE_PTR(scratch));

@@ -40,7 +40,16 @@ typedef struct Limits {
         uint32_t max_inflight_per_client;  /* transfers in flight */
         uint32_t max_frame_size;           /* bytes of one frame's payload */
         uint32_t max_blocks_per_transfer;
+        uint32_t max_peers;                /* peer daemons connected or connecting at once */
+        uint32_t max_notifies_per_client;  /* push notifications waiting for one cluster */
 } Limits;
+
+/* The TCP data transport between daemons ("tcp" object). */
+typedef struct TcpConfig {
+        uint32_t streams;                  /* data connections per peer (the smaller offer wins) */
+        bool crc;                          /* CRC32C over every chunk (either side asking wins) */
+        uint32_t chunk_size;               /* bytes per chunk header */
+} TcpConfig;
 
 typedef struct Config {
         char *socket_path;
@@ -56,6 +65,11 @@ typedef struct Config {
         uint32_t sync_kv_timeout_ms;       /* default transfer timeout */
         unsigned copy_threads;
         int log_level;                     /* LOG_ERR .. LOG_DEBUG (syslog numbers) */
+        char *listen_ip_info;              /* "ip:port" for peer daemons; NULL = client only */
+        char *cluster_key_file;            /* pre-shared key of the peers; NULL = none (warned) */
+        uint32_t heartbeat_interval_ms;    /* a peer heartbeat every so often */
+        uint32_t heartbeat_timeout_ms;     /* a peer silent this long is lost */
+        TcpConfig tcp;
         Limits limits;
 } Config;
 

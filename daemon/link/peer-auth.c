@@ -3,10 +3,10 @@
 
 #include <assert.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "macro.h"
 #include "peer-auth.h"
+#include "random-util.h"
 #include "sha256.h"
 
 /* The MAC input: context, role byte, two node ids, two nonces. */
@@ -160,23 +160,15 @@ int peer_auth_init(PeerAuth *a, PeerAuthRole role, uint64_t node_id, const void 
                    size_t key_len)
 {
         uint8_t nonce[PEER_AUTH_NONCE_SIZE];
-        ssize_t n;
         int r;
 
         assert(a);
 
         if (role < 0 || role >= _PEER_AUTH_ROLE_MAX)
                 return -EINVAL;
-
-        /* Up to 256 bytes getrandom() fills the whole buffer or fails; EINTR only before the
-         * entropy pool is ready. */
-        do
-                n = getrandom(nonce, sizeof(nonce), 0);
-        while (n < 0 && errno == EINTR);
-        if (n < 0)
-                return -errno;
-        if ((size_t)n != sizeof(nonce))
-                return -EIO;
+        r = random_bytes(nonce, sizeof(nonce));
+        if (r < 0)
+                return r;
 
         r = peer_auth_init_with_nonce(a, role, node_id, nonce, key, key_len);
         explicit_bzero(nonce, sizeof(nonce));
