@@ -159,6 +159,34 @@ int sockaddr_parse(const char *s, uint16_t default_port, struct sockaddr_storage
                   : parse_v4(host, port, ret_addr, ret_len);
 }
 
+int sockaddr_parse_listen(const char *s, struct sockaddr_storage *ret_addr, socklen_t *ret_len)
+{
+        char host[HOST_MAX + 2];
+        size_t len;
+        int r;
+
+        if (!s || !ret_addr || !ret_len)
+                return -EINVAL;
+        len = strlen(s);
+        if (len < 3 || strcmp(s + len - 2, ":0") != 0)
+                return sockaddr_parse(s, 0, ret_addr, ret_len);
+        /* "host:0": the host alone, in the v4 form (no colon) or the bracketed v6 form. */
+        if (len - 2 >= sizeof(host))
+                return -EINVAL;
+        memcpy(host, s, len - 2);
+        host[len - 2] = '\0';
+        if (host[0] == '[' ? host[len - 3] != ']' : strchr(host, ':') != NULL)
+                return -EINVAL;
+        r = sockaddr_parse(host, 1, ret_addr, ret_len);
+        if (r < 0)
+                return r;
+        if (ret_addr->ss_family == AF_INET)
+                ((struct sockaddr_in *)ret_addr)->sin_port = 0;
+        else
+                ((struct sockaddr_in6 *)ret_addr)->sin6_port = 0;
+        return 0;
+}
+
 int sockaddr_format(const struct sockaddr *sa, socklen_t len, char *buf, size_t size)
 {
         char addr[INET6_ADDRSTRLEN];

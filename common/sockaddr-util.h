@@ -33,6 +33,12 @@ int sockaddr_parse(const char *s, uint16_t default_port, struct sockaddr_storage
                    socklen_t *ret_len);
 
 /*
+ * As sockaddr_parse() for an address to bind to: a port is required, and port 0 ("1.2.3.4:0",
+ * "[::1]:0") is accepted, meaning any free port.
+ */
+int sockaddr_parse_listen(const char *s, struct sockaddr_storage *ret_addr, socklen_t *ret_len);
+
+/*
  * Writes the AF_INET or AF_INET6 address @sa of @len bytes into @buf of @size bytes (room for
  * SOCKADDR_STR_MAX is always enough), in the form sockaddr_parse() reads: "1.2.3.4:5000",
  * "[::1]:5000", "[fe80::1%eth0]:5000" (the scope by interface name, or by index when no

@@ -10,8 +10,11 @@
 #include "cluster.h"
 #include "conn.h"
 #include "daemon.h"
+#include "link-request.h"
 #include "link.h"
 #include "log.h"
+#include "notify.h"
+#include "peer-link.h"
 #include "pool.h"
 #include "region.h"
 #include "transfer.h"
@@ -45,6 +48,10 @@ int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t de
         cache_table_init(&c->caches);
         clist_init(&c->links);
         clist_init(&c->links_in);
+        clist_init(&c->inlinks);
+        clist_init(&c->link_requests);
+        clist_init(&c->notifies);
+        c->notify_fd = -1;
         clist_init(&c->transfers);
         clist_link_tail(&d->clusters, &c->link_daemon);
         d->n_clusters++;
@@ -61,6 +68,7 @@ void cluster_release_cache(Cluster *c, Cache *cache)
 Cluster *cluster_free(Cluster *c)
 {
         Transfer *x, *xtmp;
+        InLink *il, *iltmp;
         Link *l, *ltmp;
         Cache *cache, *ctmp;
         Region *r, *rtmp;
@@ -68,10 +76,15 @@ Cluster *cluster_free(Cluster *c)
         if (!c)
                 return NULL;
 
+        link_requests_abort(c);
         CLIST_FOREACH_SAFE(x, xtmp, &c->transfers, link_cluster)
                 transfer_detach_cluster(x);
+        /* Peers hear it once per cluster, not once per link. */
+        peer_link_cluster_gone(c);
         CLIST_FOREACH_SAFE(l, ltmp, &c->links, link_local)
-                link_free(l, KVD_E_PEER_LOST);
+                link_free_full(l, KVD_E_PEER_LOST, false);
+        CLIST_FOREACH_SAFE(il, iltmp, &c->inlinks, link_cluster)
+                inlink_free(il, KVD_E_PEER_LOST);
         /* Links others made to us stay (down) until their owners unlink or re-link. */
         CLIST_FOREACH_SAFE(l, ltmp, &c->links_in, link_remote)
                 link_set_state(l, LINK_DOWN, KVD_E_PEER_LOST);
@@ -89,6 +102,7 @@ Cluster *cluster_free(Cluster *c)
                 region_unref(r);
         }
 
+        notify_clear(c);
         log_info("cluster %" PRIu64 " (pid %d): detached", c->id, (int)c->pid);
         clist_unlink(&c->link_daemon);
         c->daemon->n_clusters--;

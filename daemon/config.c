@@ -233,6 +233,7 @@ int config_new(Config **ret)
                 .max_inflight_per_client = 256,
                 .max_frame_size = 16 * MIB,
                 .max_blocks_per_transfer = 1048576,
+                .max_links_per_client = 1024,
                 .max_peers = 64,
                 .max_notifies_per_client = 4096,
         };
@@ -399,6 +400,7 @@ static const IntField limit_fields[] = {
                   FRAME_SIZE_MAX),
         INT_FIELD("max_blocks_per_transfer", limits.max_blocks_per_transfer, FIELD_INT, 1,
                   UINT32_MAX),
+        INT_FIELD("max_links_per_client", limits.max_links_per_client, FIELD_INT, 1, 65536),
         INT_FIELD("max_peers", limits.max_peers, FIELD_INT, 1, 4096),
         INT_FIELD("max_notifies_per_client", limits.max_notifies_per_client, FIELD_INT, 1,
                   1048576),
@@ -783,8 +785,8 @@ int config_parse_listen(const char *s, char **ret)
         int r;
 
         if (s[0]) {
-                /* A port is required: peers must know where to dial. */
-                r = sockaddr_parse(s, 0, &sa, &len);
+                /* A port is required: peers must know where to dial (0: any free one). */
+                r = sockaddr_parse_listen(s, &sa, &len);
                 if (r < 0)
                         return r;
                 d = strdup(s);

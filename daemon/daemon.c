@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 #include <event2/thread.h>
@@ -20,9 +21,12 @@
 #include "engine.h"
 #include "listener.h"
 #include "log.h"
+#include "peer.h"
 #include "pool.h"
+#include "random-util.h"
 #include "region.h"
 #include "sd.h"
+#include "served.h"
 #include "transfer.h"
 #include "transport.h"
 
@@ -74,6 +78,11 @@ void daemon_release_cache(Daemon *d, Cache *cache)
         cache_free(cache);
 }
 
+const char *daemon_peer_address(const Daemon *d)
+{
+        return peer_listener_address(d->peer_listener);
+}
+
 void daemon_count_error(Daemon *d, int status)
 {
         if (status < 0 && status >= _KVD_E_MIN)
@@ -122,8 +131,11 @@ void daemon_stop(Daemon *d, int exit_code)
 
         CLIST_FOREACH_SAFE(x, tmp, &d->transfers, link_daemon)
                 transfer_fail(x, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+        served_stop_all(d, KVD_E_DAEMON_UNAVAILABLE);
+        /* Peers hear it now rather than from a heartbeat timeout. */
+        peer_close_all(d);
         daemon_check_stopped(d);
-        if (d->stopping && d->n_transfers > 0)
+        if (d->stopping && (d->n_transfers > 0 || d->n_served > 0))
                 (void)event_base_once(d->base, -1, EV_TIMEOUT, daemon_on_stop_grace, d, &grace);
 }
 
@@ -131,7 +143,7 @@ void daemon_check_stopped(Daemon *d)
 {
         Conn *c;
 
-        if (!d->stopping || d->n_transfers > 0)
+        if (!d->stopping || d->n_transfers > 0 || d->n_served > 0)
                 return;
         CLIST_FOREACH(c, &d->conns, link_daemon)
                 conn_flush(c);
@@ -154,6 +166,26 @@ int daemon_new(Config *config, Daemon **ret)
         clist_init(&d->clusters);
         clist_init(&d->links);
         clist_init(&d->transfers);
+        clist_init(&d->peers);
+        clist_init(&d->inlinks);
+        clist_init(&d->served);
+        do {
+                r = random_bytes(&d->node_id, sizeof(d->node_id));
+                if (r < 0) {
+                        log_error_errno(r, "cannot draw a node id");
+                        goto fail;
+                }
+        } while (d->node_id == 0);
+        {
+                char host[64] = "";
+
+                (void)gethostname(host, sizeof(host) - 1);
+                (void)snprintf(d->identity, sizeof(d->identity), "kvdistd/%s %s",
+                               KVDIST_VERSION, host);
+        }
+        r = peer_load_cluster_key(d);
+        if (r < 0)
+                goto fail;
 
         /* Copy threads never touch libevent, but completions cross into the loop. */
         if (evthread_use_pthreads() < 0) {
@@ -186,6 +218,11 @@ int daemon_new(Config *config, Daemon **ret)
                 log_error_errno(r, "cannot set up the shared-memory transport");
                 goto fail;
         }
+        r = transport_tcp_new(d, &d->tcp);
+        if (r < 0) {
+                log_error_errno(r, "cannot set up the TCP transport");
+                goto fail;
+        }
 
         d->sig_term = evsignal_new(d->base, SIGTERM, daemon_on_signal, d);
         d->sig_int = evsignal_new(d->base, SIGINT, daemon_on_signal, d);
@@ -197,6 +234,9 @@ int daemon_new(Config *config, Daemon **ret)
         (void)signal(SIGPIPE, SIG_IGN);
 
         r = listener_new(d, &d->listener);
+        if (r < 0)
+                goto fail;
+        r = peer_listener_new(d, &d->peer_listener);
         if (r < 0)
                 goto fail;
 
@@ -211,9 +251,12 @@ int daemon_run(Daemon *d)
 {
         char status[256];
 
-        (void)snprintf(status, sizeof(status), "listening on %s", listener_path(d->listener));
-        log_info("kvdistd %s %s, pool %" PRIu64 " bytes, %u copy threads", KVDIST_VERSION,
-                 status, d->config->memory_size, engine_n_threads(d->engine));
+        (void)snprintf(status, sizeof(status), "listening on %s%s%s", listener_path(d->listener),
+                       d->peer_listener ? ", peers on " : "", daemon_peer_address(d));
+        log_info("kvdistd %s %s, pool %" PRIu64 " bytes, %u copy threads, node %016" PRIx64
+                 "%s", KVDIST_VERSION, status, d->config->memory_size,
+                 engine_n_threads(d->engine), d->node_id,
+                 d->cluster_key ? ", cluster key loaded" : "");
         (void)sd_service_ready(status);
 
         if (event_base_dispatch(d->base) < 0)
@@ -233,9 +276,16 @@ Daemon *daemon_free(Daemon *d)
                 conn_flush(c);
                 conn_free(c);
         }
+        peer_close_all(d);
+        /* Runs the completions of whatever was still moving over the network. */
+        peer_free_all(d);
         /* Runs the completions of whatever was still copying. */
         d->engine = engine_free(d->engine);
         d->shm = transport_free(d->shm);
+        d->tcp = transport_free(d->tcp);
+        if (d->cluster_key)
+                explicit_bzero(d->cluster_key, d->cluster_key_len);
+        free(d->cluster_key);
         d->pool = pool_free(d->pool);
         if (d->sig_term)
                 event_free(d->sig_term);

@@ -21,6 +21,7 @@ typedef struct Cache Cache;
 typedef struct Cluster Cluster;
 typedef struct Engine Engine;
 typedef struct Listener Listener;
+typedef struct PeerListener PeerListener;
 typedef struct Pool Pool;
 typedef struct Transport Transport;
 
@@ -34,6 +35,12 @@ typedef struct DaemonCounters {
         uint64_t conns_accepted;
         uint64_t conns_refused;
         uint64_t frames_malformed;
+        uint64_t peers_lost;            /* READY peers that went away */
+        uint64_t peers_refused;         /* connections refused: key, token, limits */
+        uint64_t peer_requests_refused; /* peer requests answered with an error */
+        uint64_t transfers_served;      /* peers' transfers of our clusters' caches */
+        uint64_t bytes_served;
+        uint64_t notifies_delivered;
 } DaemonCounters;
 
 typedef struct Daemon {
@@ -43,6 +50,19 @@ typedef struct Daemon {
         Pool *pool;             /* NULL when memory_size is 0 */
         Engine *engine;
         Transport *shm;         /* moves bytes between clusters of this daemon */
+        Transport *tcp;         /* moves bytes to and from peer daemons over TcpData */
+
+        uint64_t node_id;       /* random, never 0: how peers tell daemons apart */
+        char identity[96];      /* "kvdistd/0.1.0 hostname" */
+        uint8_t *cluster_key;   /* pre-shared peer key; NULL when none */
+        size_t cluster_key_len;
+        PeerListener *peer_listener; /* NULL when listen_ip_info is not set */
+        CList peers;            /* Peer.link_daemon */
+        unsigned n_peers;
+        CList inlinks;          /* InLink.link_daemon: peers' clusters linked to ours */
+        unsigned n_inlinks;
+        CList served;           /* Served.link_daemon: peers' transfers in flight here */
+        unsigned n_served;
 
         CList conns;            /* Conn.link_daemon */
         unsigned n_conns;
@@ -99,6 +119,9 @@ Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id);
  * last transfer frees it, so nothing can land in memory that was handed to someone else.
  */
 void daemon_release_cache(Daemon *d, Cache *cache);
+
+/* Where peers reach this daemon ("ip:port"), "" when it does not listen for them. */
+const char *daemon_peer_address(const Daemon *d);
 
 /* Counts a failed request under its status (KVD_E_*). */
 void daemon_count_error(Daemon *d, int status);

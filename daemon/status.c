@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Status: the daemon's state as JSON for kvdistctl (jansson on the output side). */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,7 +15,9 @@
 #include "engine.h"
 #include "kvdist-config.h"
 #include "link.h"
+#include "kvdist.pb-c.h"
 #include "listener.h"
+#include "peer.h"
 #include "plan.h"
 #include "pool.h"
 #include "status.h"
@@ -77,6 +81,12 @@ static json_t *status_counters(Daemon *d, bool *ok)
         set(o, "connections_accepted", json_u64(k->conns_accepted), ok);
         set(o, "connections_refused", json_u64(k->conns_refused), ok);
         set(o, "frames_malformed", json_u64(k->frames_malformed), ok);
+        set(o, "peers_lost", json_u64(k->peers_lost), ok);
+        set(o, "peers_refused", json_u64(k->peers_refused), ok);
+        set(o, "peer_requests_refused", json_u64(k->peer_requests_refused), ok);
+        set(o, "transfers_served", json_u64(k->transfers_served), ok);
+        set(o, "bytes_served", json_u64(k->bytes_served), ok);
+        set(o, "notifies_delivered", json_u64(k->notifies_delivered), ok);
         for (int s = 1; s <= -_KVD_E_MIN; s++)
                 if (k->errors[s] > 0)
                         set(errors, kvd_strerror(-s), json_u64(k->errors[s]), ok);
@@ -104,6 +114,8 @@ static json_t *status_cluster(const Cluster *c, bool *ok)
         set(o, "keys", json_integer(c->caches.n_keys), ok);
         set(o, "tensor_addrs", json_integer(c->caches.n_addrs), ok);
         set(o, "links", json_integer(c->n_links), ok);
+        set(o, "inbound_links", json_integer(c->n_links_in + c->n_inlinks), ok);
+        set(o, "notifies_pending", json_integer(c->n_notifies), ok);
         set(o, "transfers_in_flight", json_integer(c->n_transfers), ok);
         return o;
 }
@@ -147,11 +159,66 @@ static json_t *status_link(const Link *l, usec_t now, bool *ok)
         set(o, "local_cluster", json_u64(l->local->id), ok);
         set(o, "remote_cluster", json_u64(l->remote_cluster_id), ok);
         set(o, "transport", json_string(transport_name(l->transport)), ok);
+        set(o, "transport_reason", json_string(l->transport_reason ? l->transport_reason : ""),
+            ok);
+        set(o, "peer", json_string(l->exposed ? l->peer_address : ""), ok);
+        set(o, "remote_caches", json_integer(l->exposed ? (json_int_t)l->exposed->n_caches : -1),
+            ok);
         set(o, "state", json_string(link_state_to_string(l->state)), ok);
         set(o, "age_s", json_real((double)(now - l->created_usec) / USEC_PER_SEC), ok);
         set(o, "transfers", json_u64(l->n_transfers), ok);
         set(o, "transfers_in_flight", json_integer(l->n_inflight), ok);
         set(o, "bytes", json_u64(l->bytes), ok);
+        return o;
+}
+
+static json_t *status_inlink(const InLink *il, usec_t now, bool *ok)
+{
+        json_t *o = json_object();
+
+        if (!o)
+                return NULL;
+        set(o, "link_id", json_u64(il->id), ok);
+        set(o, "local_cluster", json_u64(il->local->id), ok);
+        set(o, "remote_cluster", json_u64(il->remote_cluster_id), ok);
+        set(o, "peer", json_string(il->peer->address[0] ? il->peer->address : il->peer->remote),
+            ok);
+        set(o, "age_s", json_real((double)(now - il->created_usec) / USEC_PER_SEC), ok);
+        set(o, "transfers_served", json_u64(il->n_served), ok);
+        set(o, "transfers_in_flight", json_integer(il->n_inflight), ok);
+        set(o, "bytes", json_u64(il->bytes), ok);
+        return o;
+}
+
+static json_t *status_peer(const Peer *p, usec_t now, bool *ok)
+{
+        TcpDataStats st = { 0 };
+        char node[24];
+        json_t *o = json_object();
+
+        if (!o)
+                return NULL;
+        if (p->data)
+                tcp_data_get_stats(p->data, &st);
+        (void)snprintf(node, sizeof(node), "%016" PRIx64, p->node_id);
+        set(o, "peer_id", json_u64(p->id), ok);
+        set(o, "node_id", json_string(node), ok);
+        set(o, "identity", json_string(p->identity), ok);
+        set(o, "address", json_string(p->address), ok);
+        set(o, "remote", json_string(p->remote), ok);
+        set(o, "direction", json_string(p->dialed ? "dialed" : "accepted"), ok);
+        set(o, "state", json_string(peer_state_to_string(p->state)), ok);
+        set(o, "retiring", json_boolean(p->retiring), ok);
+        set(o, "authenticated", json_boolean(p->authenticated), ok);
+        set(o, "links", json_integer(p->n_links), ok);
+        set(o, "inbound_links", json_integer(p->n_inlinks), ok);
+        set(o, "data_conns", json_integer(p->data ? tcp_data_n_conns(p->data) : 0), ok);
+        set(o, "crc", json_boolean(p->crc), ok);
+        set(o, "heartbeat_rtt_us", json_u64(p->rtt_usec), ok);
+        set(o, "bytes_sent", json_u64(st.bytes_sent), ok);
+        set(o, "bytes_received", json_u64(st.bytes_received), ok);
+        set(o, "jobs_in_flight", json_integer(st.jobs_in_flight), ok);
+        set(o, "age_s", json_real((double)(now - p->created_usec) / USEC_PER_SEC), ok);
         return o;
 }
 
@@ -174,7 +241,9 @@ static json_t *status_transfer(const Transfer *x, usec_t now, bool *ok)
 int status_to_json(Daemon *d, char **ret)
 {
         usec_t now = now_usec(CLOCK_MONOTONIC);
-        json_t *root, *clusters, *caches, *links, *transfers;
+        json_t *root, *clusters, *caches, *links, *transfers, *peers, *inlinks;
+        const InLink *il;
+        const Peer *p;
         const Cluster *c;
         const Cache *cache;
         const Link *l;
@@ -187,6 +256,10 @@ int status_to_json(Daemon *d, char **ret)
         caches = json_array();
         links = json_array();
         transfers = json_array();
+        peers = json_array();
+        inlinks = json_array();
+        set(root, "peers", peers, &ok);
+        set(root, "inbound_links", inlinks, &ok);
         set(root, "clusters", clusters, &ok);
         set(root, "caches", caches, &ok);
         set(root, "links", links, &ok);
@@ -205,6 +278,15 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "pool", status_pool(d, &ok), &ok);
         set(root, "counters", status_counters(d, &ok), &ok);
         set(root, "transfers_in_flight", json_integer(d->n_transfers), &ok);
+        set(root, "transfers_served_in_flight", json_integer(d->n_served), &ok);
+        {
+                char node[24];
+
+                (void)snprintf(node, sizeof(node), "%016" PRIx64, d->node_id);
+                set(root, "node_id", json_string(node), &ok);
+        }
+        set(root, "peer_listen", json_string(daemon_peer_address(d)), &ok);
+        set(root, "cluster_key", json_boolean(d->cluster_key != NULL), &ok);
 
         CLIST_FOREACH(c, &d->clusters, link_daemon) {
                 append(clusters, status_cluster(c, &ok), &ok);
@@ -215,6 +297,11 @@ int status_to_json(Daemon *d, char **ret)
                 append(links, status_link(l, now, &ok), &ok);
         CLIST_FOREACH(x, &d->transfers, link_daemon)
                 append(transfers, status_transfer(x, now, &ok), &ok);
+        CLIST_FOREACH(p, &d->peers, link_daemon)
+                if (p->state != PEER_CLOSED && (p->dialed || p->node_id != 0))
+                        append(peers, status_peer(p, now, &ok), &ok);
+        CLIST_FOREACH(il, &d->inlinks, link_daemon)
+                append(inlinks, status_inlink(il, now, &ok), &ok);
 
         s = ok ? json_dumps(root, JSON_COMPACT) : NULL;
         json_decref(root);

@@ -191,6 +191,18 @@ int frame_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, si
         return 0;
 }
 
+int frame_message_dup(const ProtobufCMessage *msg, ProtobufCMessage **ret)
+{
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t size = protobuf_c_message_get_packed_size(msg);
+
+        buf = malloc(size ? size : 1);
+        if (!buf)
+                return -ENOMEM;
+        (void)protobuf_c_message_pack(msg, buf);
+        return frame_unpack(msg->descriptor, buf, size, ret);
+}
+
 int frame_pack_error(uint16_t type, uint64_t request_id, int code, const char *detail,
                      uint32_t max_payload, uint8_t **ret_buf, size_t *ret_len)
 {

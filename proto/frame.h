@@ -77,6 +77,12 @@ int frame_pack(uint16_t type, uint16_t flags, uint64_t request_id, uint16_t n_fd
 int frame_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
                  ProtobufCMessage **ret);
 
+/*
+ * A deep copy of @msg (packed and unpacked again) in *@ret; free it with
+ * protobuf_c_message_free_unpacked(). -ENOMEM, -EBADMSG.
+ */
+int frame_message_dup(const ProtobufCMessage *msg, ProtobufCMessage **ret);
+
 /* Packs a bare Status{code, detail} payload (for FRAME_FLAG_ERROR replies). */
 int frame_pack_error(uint16_t type, uint64_t request_id, int code, const char *detail,
                      uint32_t max_payload, uint8_t **ret_buf, size_t *ret_len);

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache.h"
+#include "cache-proto.h"
 #include "conn.h"
 #include "error.h"
 
@@ -37,10 +37,6 @@ const DispatchEntry *dispatch_lookup(uint16_t type);
 /* Serves one decoded frame of @c (header in c->frame, payload and fds in @c). */
 void dispatch_frame(Conn *c);
 
-struct Kvdist__V1__CacheKey;
-
-/* Converts a wire CacheKey; PARAM_INVALID when it has no kind. */
-int cache_key_from_proto(const struct Kvdist__V1__CacheKey *k, CacheKey *ret, Error *err);
 
 /* Handlers, one per request type (handlers-*.c). */
 int handle_client_init(Request *req, Error *err);
@@ -59,3 +55,5 @@ int handle_unlink_clusters(Request *req, Error *err);
 int handle_check_link_status(Request *req, Error *err);
 int handle_switch_role(Request *req, Error *err);
 int handle_transfer(Request *req, Error *err);
+int handle_notify_fd(Request *req, Error *err);
+int handle_get_notifies(Request *req, Error *err);

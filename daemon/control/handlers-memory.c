@@ -12,42 +12,11 @@
 #include "conn.h"
 #include "daemon.h"
 #include "dispatch.h"
+#include "cache-proto.h"
 #include "kvdist.pb-c.h"
 #include "log.h"
 #include "pool.h"
 #include "region.h"
-
-int cache_key_from_proto(const Kvdist__V1__CacheKey *k, CacheKey *ret, Error *err)
-{
-        CacheKey key = { 0 };
-
-        if (!k)
-                return error_set(err, KVD_E_PARAM_INVALID, "a cache key is missing");
-        switch (k->kind_case) {
-        case KVDIST__V1__CACHE_KEY__KIND_REQ:
-                key.kind = CACHE_KEY_REQ;
-                key.cluster_id = k->req->cluster_id;
-                key.req_id = k->req->req_id;
-                key.prefix_id = k->req->prefix_id;
-                key.model_id = k->req->model_id;
-                break;
-        case KVDIST__V1__CACHE_KEY__KIND_ID_INDEX:
-                key.kind = CACHE_KEY_ID_INDEX;
-                key.cluster_id = k->id_index->cluster_id;
-                key.cache_id = k->id_index->cache_id;
-                key.batch_index = k->id_index->batch_index;
-                break;
-        case KVDIST__V1__CACHE_KEY__KIND_BLOCKS:
-                key.kind = CACHE_KEY_BLOCKS;
-                key.cluster_id = k->blocks->cluster_id;
-                key.model_id = k->blocks->model_id;
-                break;
-        default:
-                return error_set(err, KVD_E_PARAM_INVALID, "a cache key has no kind");
-        }
-        *ret = key;
-        return 0;
-}
 
 static int cache_desc_from_proto(const Kvdist__V1__CacheDesc *m, CacheDesc *ret,
                                  uint64_t *ret_tensor_size, Error *err)
@@ -127,7 +96,7 @@ static int cluster_check_cache_quota(const Cluster *c, uint32_t num_tensors, Err
 
 static bool cluster_has_links(const Cluster *c)
 {
-        return c->n_links > 0 || c->n_links_in > 0;
+        return c->n_links > 0 || c->n_links_in > 0 || c->n_inlinks > 0;
 }
 
 int handle_region_add(Request *req, Error *err)

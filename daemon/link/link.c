@@ -3,42 +3,85 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <kvdist/kvdist.h>
 
 #include "cluster.h"
 #include "daemon.h"
+#include "kvdist.pb-c.h"
 #include "link.h"
 #include "log.h"
+#include "peer.h"
+#include "served.h"
 #include "transfer.h"
 #include "transport.h"
 
-int link_new_local(Daemon *d, Cluster *local, Cluster *remote, Transport *transport, Link **ret)
+/* A new UP link of @local to @remote_cluster_id, on every list but the remote end's. */
+static Link *link_alloc(Daemon *d, Cluster *local, uint64_t remote_cluster_id,
+                        Transport *transport)
 {
         Link *l;
 
         l = calloc(1, sizeof(*l));
         if (!l)
-                return -ENOMEM;
+                return NULL;
         l->daemon = d;
         l->id = daemon_next_id(d);
         l->seq = daemon_next_seq(d);
         l->state = LINK_UP;
         l->local = local;
-        l->remote_cluster_id = remote->id;
-        l->remote = remote;
+        l->remote_cluster_id = remote_cluster_id;
         l->transport = transport;
         l->created_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&l->transfers);
+        clist_init(&l->link_remote);
+        clist_init(&l->link_peer);
         clist_link_tail(&local->links, &l->link_local);
         local->n_links++;
-        clist_link_tail(&remote->links_in, &l->link_remote);
-        remote->n_links_in++;
         clist_link_tail(&d->links, &l->link_daemon);
         d->n_links++;
+        return l;
+}
+
+int link_new_local(Daemon *d, Cluster *local, Cluster *remote, Transport *transport, Link **ret)
+{
+        Link *l;
+
+        l = link_alloc(d, local, remote->id, transport);
+        if (!l)
+                return -ENOMEM;
+        l->remote = remote;
+        l->remote_role = remote->role;
+        clist_link_tail(&remote->links_in, &l->link_remote);
+        remote->n_links_in++;
         log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): up over %s", l->id,
                  local->id, remote->id, transport_name(transport));
+        daemon_update_status(d);
+        *ret = l;
+        return 0;
+}
+
+int link_new_remote(Daemon *d, Cluster *local, Peer *peer, uint64_t remote_cluster_id,
+                    Kvdist__V1__PeerLinkReply *exposed, Transport *transport, Link **ret)
+{
+        Link *l;
+
+        l = link_alloc(d, local, remote_cluster_id, transport);
+        if (!l)
+                return -ENOMEM;
+        l->peer = peer;
+        l->remote_link_id = exposed->link_id;
+        l->remote_role = exposed->dst_role;
+        l->exposed = exposed;
+        (void)snprintf(l->peer_address, sizeof(l->peer_address), "%s",
+                       peer->address[0] ? peer->address : peer->remote);
+        clist_link_tail(&peer->links, &l->link_peer);
+        peer->n_links++;
+        log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 " at %s): up over %s, %zu "
+                 "caches exposed", l->id, local->id, remote_cluster_id, l->peer_address,
+                 transport_name(transport), exposed->n_caches);
         daemon_update_status(d);
         *ret = l;
         return 0;
@@ -53,14 +96,19 @@ static void link_fail_transfers(Link *l, int status)
                 transfer_detach_link(x, status);
 }
 
-/* Leaves the remote cluster's list of incoming links. */
+/* Leaves the remote cluster's list of incoming links, or the peer's list of links. */
 static void link_detach_remote(Link *l)
 {
-        if (!l->remote)
-                return;
-        clist_unlink(&l->link_remote);
-        l->remote->n_links_in--;
-        l->remote = NULL;
+        if (l->remote) {
+                clist_unlink(&l->link_remote);
+                l->remote->n_links_in--;
+                l->remote = NULL;
+        }
+        if (l->peer) {
+                clist_unlink(&l->link_peer);
+                l->peer->n_links--;
+                l->peer = NULL;
+        }
 }
 
 void link_set_state(Link *l, LinkState state, int status)
@@ -73,18 +121,27 @@ void link_set_state(Link *l, LinkState state, int status)
                 return;
         l->state = state;
         if (state == LINK_DOWN) {
-                log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): down (%s)",
-                         l->id, l->local->id, l->remote_cluster_id, kvd_strerror(status));
+                log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "%s%s): down (%s)",
+                         l->id, l->local->id, l->remote_cluster_id, l->peer ? " at " : "",
+                         l->peer ? l->peer_address : "", kvd_strerror(status));
                 link_fail_transfers(l, status);
                 link_detach_remote(l);
         }
 }
 
-Link *link_free(Link *l, int status)
+Link *link_free_full(Link *l, int status, bool notify_peer)
 {
         if (!l)
                 return NULL;
         link_fail_transfers(l, status);
+        if (notify_peer && l->peer && l->state == LINK_UP) {
+                Kvdist__V1__PeerUnlink m = KVDIST__V1__PEER_UNLINK__INIT;
+
+                m.src_cluster_id = l->local->id;
+                m.dst_cluster_id = l->remote_cluster_id;
+                m.link_id = l->remote_link_id;
+                (void)peer_notice(l->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &m.base);
+        }
         link_detach_remote(l);
         clist_unlink(&l->link_local);
         l->local->n_links--;
@@ -93,7 +150,87 @@ Link *link_free(Link *l, int status)
         log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): removed", l->id,
                  l->local->id, l->remote_cluster_id);
         daemon_update_status(l->daemon);
+        if (l->exposed)
+                protobuf_c_message_free_unpacked(&l->exposed->base, NULL);
         free(l);
+        return NULL;
+}
+
+Link *link_free(Link *l, int status)
+{
+        return link_free_full(l, status, true);
+}
+
+int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
+               int remote_role, uint64_t remote_link_id, InLink **ret)
+{
+        InLink *il;
+
+        il = calloc(1, sizeof(*il));
+        if (!il)
+                return -ENOMEM;
+        il->daemon = d;
+        il->id = daemon_next_id(d);
+        il->seq = daemon_next_seq(d);
+        il->peer = peer;
+        il->local = local;
+        il->remote_cluster_id = remote_cluster_id;
+        il->remote_role = remote_role;
+        il->remote_link_id = remote_link_id;
+        il->created_usec = now_usec(CLOCK_MONOTONIC);
+        clist_init(&il->served);
+        clist_link_tail(&peer->inlinks, &il->link_peer);
+        peer->n_inlinks++;
+        clist_link_tail(&local->inlinks, &il->link_cluster);
+        local->n_inlinks++;
+        clist_link_tail(&d->inlinks, &il->link_daemon);
+        d->n_inlinks++;
+        log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " at %s -> %" PRIu64 "): up",
+                 il->id, remote_cluster_id, peer->address[0] ? peer->address : peer->remote,
+                 local->id);
+        daemon_update_status(d);
+        *ret = il;
+        return 0;
+}
+
+InLink *inlink_free(InLink *il, int status)
+{
+        Served *s, *tmp;
+
+        if (!il)
+                return NULL;
+        CLIST_FOREACH_SAFE(s, tmp, &il->served, link_inlink)
+                served_detach_inlink(s, status);
+        clist_unlink(&il->link_peer);
+        il->peer->n_inlinks--;
+        clist_unlink(&il->link_cluster);
+        il->local->n_inlinks--;
+        clist_unlink(&il->link_daemon);
+        il->daemon->n_inlinks--;
+        log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): removed (%s)",
+                 il->id, il->remote_cluster_id, il->local->id, kvd_strerror(status));
+        daemon_update_status(il->daemon);
+        free(il);
+        return NULL;
+}
+
+InLink *inlink_find(Peer *peer, uint64_t remote_cluster_id, const Cluster *local)
+{
+        InLink *il;
+
+        CLIST_FOREACH(il, &peer->inlinks, link_peer)
+                if (il->remote_cluster_id == remote_cluster_id && il->local == local)
+                        return il;
+        return NULL;
+}
+
+InLink *inlink_find_id(Peer *peer, uint64_t id)
+{
+        InLink *il;
+
+        CLIST_FOREACH(il, &peer->inlinks, link_peer)
+                if (il->id == id)
+                        return il;
         return NULL;
 }
 

@@ -3,7 +3,9 @@
  * Link: a one-sided connection from a local cluster to a remote cluster (kvd_link_clusters).
  * It names the transport that carries its transfers and the moment it was made: a remote cache
  * is reachable through a link only if it was registered before the link and is
- * remote-accessible.
+ * remote-accessible. The remote cluster lives on this daemon (shm) or behind a peer daemon
+ * (tcp); in the second case the peer keeps an InLink for it, the record against which every
+ * request of ours is checked there.
  */
 #pragma once
 
@@ -11,10 +13,14 @@
 #include <stdint.h>
 
 #include "clist.h"
+#include "sockaddr-util.h"
 #include "time-util.h"
 
 typedef struct Cluster Cluster;
 typedef struct Daemon Daemon;
+typedef struct Peer Peer;
+typedef struct InLink InLink;
+struct Kvdist__V1__PeerLinkReply;
 typedef struct Transport Transport;
 typedef struct Link Link;
 
@@ -33,7 +39,14 @@ struct Link {
         Cluster *local;         /* the cluster that made the link */
         uint64_t remote_cluster_id;
         Cluster *remote;        /* the remote cluster when it lives on this daemon */
+        Peer *peer;             /* or the peer daemon it lives behind (NULL once lost) */
+        uint64_t remote_link_id; /* the peer's InLink id */
+        int remote_role;        /* ClusterRole the peer reported */
+        char peer_address[SOCKADDR_STR_MAX]; /* remote links: the peer, kept after a loss */
+        struct Kvdist__V1__PeerLinkReply *exposed; /* remote links: the caches the remote
+                                                    * cluster exposed when the link was made */
         Transport *transport;
+        const char *transport_reason; /* why this transport (static string, for status) */
         usec_t created_usec;
         uint64_t n_transfers;   /* completed */
         uint64_t bytes;
@@ -41,6 +54,27 @@ struct Link {
         unsigned n_inflight;
         CList link_local;       /* on local->links */
         CList link_remote;      /* on remote->links_in */
+        CList link_peer;        /* on peer->links */
+        CList link_daemon;
+};
+
+/* A peer's cluster linked to one of ours: what that peer may reach, and since when. */
+struct InLink {
+        Daemon *daemon;
+        uint64_t id;
+        uint64_t seq;           /* our caches registered later are out of its reach */
+        Peer *peer;
+        Cluster *local;         /* the cluster linked to */
+        uint64_t remote_cluster_id;
+        int remote_role;
+        uint64_t remote_link_id; /* the peer's Link id */
+        usec_t created_usec;
+        uint64_t n_served;      /* transfers served, completed */
+        uint64_t bytes;
+        CList served;           /* Served.link_inlink, in flight */
+        unsigned n_inflight;
+        CList link_peer;        /* on peer->inlinks */
+        CList link_cluster;     /* on local->inlinks */
         CList link_daemon;
 };
 
@@ -49,10 +83,33 @@ int link_new_local(Daemon *d, Cluster *local, Cluster *remote, Transport *transp
                    Link **ret);
 
 /*
- * Tears the link down: transfers in flight on it are failed with @status, and it leaves both
- * clusters. Accepts NULL; returns NULL.
+ * Creates an UP link from @local to cluster @remote_cluster_id behind @peer, which answered our
+ * PeerLink with @exposed (taken; freed with protobuf_c_message_free_unpacked()).
  */
+int link_new_remote(Daemon *d, Cluster *local, Peer *peer, uint64_t remote_cluster_id,
+                    struct Kvdist__V1__PeerLinkReply *exposed, Transport *transport, Link **ret);
+
+/*
+ * Tears the link down: transfers in flight on it are failed with @status, and it leaves both
+ * clusters. A remote link tells the peer when @notify_peer. Accepts NULL; returns NULL.
+ */
+Link *link_free_full(Link *l, int status, bool notify_peer);
+
+/* link_free_full() telling the peer. */
 Link *link_free(Link *l, int status);
+
+/* Creates the record of @peer's cluster @remote_cluster_id linking to our @local. */
+int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
+               int remote_role, uint64_t remote_link_id, InLink **ret);
+
+/* Removes an inbound link; the transfers it serves fail with @status. NULL ok; returns NULL. */
+InLink *inlink_free(InLink *il, int status);
+
+/* The inbound link of @peer's cluster @remote_cluster_id to our @local, or NULL. */
+InLink *inlink_find(Peer *peer, uint64_t remote_cluster_id, const Cluster *local);
+
+/* The inbound link with id @id that came over @peer, or NULL. */
+InLink *inlink_find_id(Peer *peer, uint64_t id);
 
 /* Marks the link down (its remote end is gone) and fails its transfers with @status. */
 void link_set_state(Link *l, LinkState state, int status);

@@ -68,6 +68,17 @@ Cache *cache_table_find(const CacheTable *t, uint64_t cache_id)
         return NULL;
 }
 
+void cache_table_foreach_key(const CacheTable *t, const Cache *cache,
+                             void (*fn)(const CacheKey *key, uint32_t index, void *userdata),
+                             void *userdata)
+{
+        CacheKeyEntry *e;
+
+        CLIST_FOREACH(e, &t->keys, link_table)
+                if (e->cache == cache)
+                        fn(&e->key, e->index, userdata);
+}
+
 static CacheKeyEntry *cache_table_find_key(const CacheTable *t, const CacheKey *key)
 {
         CacheKeyEntry *e;

@@ -134,6 +134,11 @@ int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_
 /* The cache with id @cache_id, or NULL (borrowed). */
 Cache *cache_table_find(const CacheTable *t, uint64_t cache_id);
 
+/* Calls @fn for every key of @t that names @cache, with the batch slot it names. */
+void cache_table_foreach_key(const CacheTable *t, const Cache *cache,
+                             void (*fn)(const CacheKey *key, uint32_t index, void *userdata),
+                             void *userdata);
+
 /* How many keys of @t name @cache (for status). */
 unsigned cache_table_count_keys(const CacheTable *t, const Cache *cache);
 

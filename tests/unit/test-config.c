@@ -18,6 +18,7 @@
 #include "kvdist-config.h"
 #include "macro.h"
 
+#define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
 #define GIB (UINT64_C(1) << 30)
 #define TIB (UINT64_C(1) << 40)
@@ -49,10 +50,21 @@ static bool devices_equal(const DeviceConfig *a, const DeviceConfig *b)
                (a->netdev ? b->netdev && strcmp(a->netdev, b->netdev) == 0 : !b->netdev);
 }
 
+static bool str_equal(const char *a, const char *b)
+{
+        return a ? b && strcmp(a, b) == 0 : !b;
+}
+
 /* Every field, the socket path only when @with_socket_path. */
 static bool config_equal(const Config *a, const Config *b, bool with_socket_path)
 {
         if (with_socket_path && strcmp(a->socket_path, b->socket_path) != 0)
+                return false;
+        if (!str_equal(a->listen_ip_info, b->listen_ip_info) ||
+            !str_equal(a->cluster_key_file, b->cluster_key_file) ||
+            a->heartbeat_interval_ms != b->heartbeat_interval_ms ||
+            a->heartbeat_timeout_ms != b->heartbeat_timeout_ms ||
+            memcmp(&a->tcp, &b->tcp, sizeof(TcpConfig)) != 0)
                 return false;
         if (a->socket_mode != b->socket_mode || a->memory_size != b->memory_size ||
             a->page_shift != b->page_shift || a->sync_kv_timeout_ms != b->sync_kv_timeout_ms ||
@@ -696,7 +708,11 @@ START_TEST(test_shipped_config_is_defaults)
                    " \"max_region_size\": 1, \"max_caches_per_client\": 1,"
                    " \"max_keys_per_client\": 1, \"max_tensor_addrs\": 1,"
                    " \"max_inflight_per_client\": 1, \"max_frame_size\": 4096,"
-                   " \"max_blocks_per_transfer\": 1}}");
+                   " \"max_blocks_per_transfer\": 1, \"max_links_per_client\": 1,"
+                   " \"max_peers\": 1, \"max_notifies_per_client\": 1},"
+                   " \"listen_ip_info\": \"127.0.0.1:1\", \"cluster_key_file\": \"/k\","
+                   " \"heartbeat_interval_ms\": 10, \"heartbeat_timeout_ms\": 50,"
+                   " \"tcp\": {\"streams\": 1, \"crc\": true, \"chunk_size\": 4096}}");
         r = config_load_file(c, path, &error);
         ck_assert_msg(r == 0, "%s: %d %s", path, r, error ? error : "");
         ck_assert(config_equal(c, defaults, false));
@@ -926,6 +942,68 @@ START_TEST(test_argv_config_errors)
 }
 END_TEST
 
+START_TEST(test_peer_keys)
+{
+        _cleanup_(config_freep) Config *c = new_config();
+        _cleanup_free_ char *error = NULL;
+
+        ck_assert_ptr_null(c->listen_ip_info);
+        ck_assert_ptr_null(c->cluster_key_file);
+        ck_assert_uint_eq(c->heartbeat_interval_ms, 1000);
+        ck_assert_uint_eq(c->heartbeat_timeout_ms, 5000);
+        ck_assert_uint_eq(c->tcp.streams, 4);
+        ck_assert(!c->tcp.crc);
+        ck_assert_uint_eq(c->tcp.chunk_size, MIB);
+
+        load_ok(c, "{\"listen_ip_info\": \"10.0.0.2:7000\", \"cluster_key_file\": \"/etc/k\","
+                   " \"tcp\": {\"streams\": 16, \"crc\": true, \"chunk_size\": \"64K\"},"
+                   " \"heartbeat_interval_ms\": 100, \"heartbeat_timeout_ms\": 200}");
+        ck_assert_str_eq(c->listen_ip_info, "10.0.0.2:7000");
+        ck_assert_str_eq(c->cluster_key_file, "/etc/k");
+        ck_assert_uint_eq(c->tcp.streams, 16);
+        ck_assert(c->tcp.crc);
+        ck_assert_uint_eq(c->tcp.chunk_size, 64 * KIB);
+        /* Port 0 picks any port; IPv6 in brackets; "" turns the listener and the key off. */
+        load_ok(c, "{\"listen_ip_info\": \"[::1]:0\", \"cluster_key_file\": \"\"}");
+        ck_assert_str_eq(c->listen_ip_info, "[::1]:0");
+        ck_assert_ptr_null(c->cluster_key_file);
+        load_ok(c, "{\"listen_ip_info\": \"\"}");
+        ck_assert_ptr_null(c->listen_ip_info);
+
+        load_fails("{\"listen_ip_info\": \"10.0.0.2\"}",
+                   "listen_ip_info: \"10.0.0.2\" is not \"ip:port\" or \"[ipv6]:port\" (numeric, "
+                   "with a port), or \"\" for none");
+        load_fails_with("{\"listen_ip_info\": \"node-a:7000\"}", "is not \"ip:port\"");
+        load_fails_with("{\"listen_ip_info\": \"1.2.3.4:5:0\"}", "is not \"ip:port\"");
+        load_fails_with("{\"listen_ip_info\": 7000}", "listen_ip_info: expected a string");
+        load_fails("{\"tcp\": {\"streams\": 17}}", "tcp.streams: must be an integer in [1, 16]");
+        load_fails("{\"tcp\": {\"crc\": 1}}", "tcp.crc: expected true or false");
+        load_fails("{\"tcp\": {\"chunk_size\": \"1K\"}}", "tcp.chunk_size: must be in [4K, 64M]");
+        load_fails("{\"tcp\": {\"window\": 1}}", "tcp.window: unknown key");
+        load_fails("{\"tcp\": []}", "tcp: expected an object");
+        load_fails("{\"heartbeat_interval_ms\": 1000, \"heartbeat_timeout_ms\": 1500}",
+                   "heartbeat_timeout_ms: 1500 ms must be at least twice heartbeat_interval_ms "
+                   "(1000 ms), or one late heartbeat loses the peer");
+
+        ck_assert_int_eq(parse(c, &error, "--listen", "127.0.0.1:0", "--cluster-key-file", "/k2",
+                               "--tcp-streams", "2", "--tcp-crc", "off", "--heartbeat-interval",
+                               "50", "--heartbeat-timeout", "100", NULL),
+                         0);
+        ck_assert_str_eq(c->listen_ip_info, "127.0.0.1:0");
+        ck_assert_str_eq(c->cluster_key_file, "/k2");
+        ck_assert_uint_eq(c->tcp.streams, 2);
+        ck_assert(!c->tcp.crc);
+        ck_assert_uint_eq(c->heartbeat_timeout_ms, 100);
+        parse_fails("--tcp-crc: expected on or off", "--tcp-crc", "yes", NULL);
+        parse_fails("--listen: \"x\" is not ip:port or [ipv6]:port (numeric, with a port), or "
+                    "\"\" for none",
+                    "--listen", "x", NULL);
+        parse_fails("heartbeat_timeout_ms: 100 ms must be at least twice heartbeat_interval_ms "
+                    "(1000 ms), or one late heartbeat loses the peer",
+                    "--heartbeat-timeout", "100", NULL);
+}
+END_TEST
+
 START_TEST(test_strings)
 {
         ck_assert_str_eq(transport_kind_to_string(TRANSPORT_KIND_AUTO), "auto");
@@ -982,6 +1060,7 @@ static Suite *config_suite(void)
         tcase_add_test(tc, test_argv_help_version);
         tcase_add_test(tc, test_argv_errors);
         tcase_add_test(tc, test_argv_config_errors);
+        tcase_add_test(tc, test_peer_keys);
         suite_add_tcase(s, tc);
 
         return s;

@@ -1,0 +1,459 @@
+/* SPDX-License-Identifier: MIT */
+/* LinkRequest: kvd_link_clusters() in progress, local links at once, remote ones through peers. */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <kvdist/kvdist.h>
+
+#include "cluster.h"
+#include "conn.h"
+#include "daemon.h"
+#include "dispatch.h"
+#include "kvdist.pb-c.h"
+#include "link-request.h"
+#include "link.h"
+#include "log.h"
+#include "peer.h"
+
+typedef struct LinkRequest LinkRequest;
+
+typedef struct LinkSetup {
+        LinkRequest *lr;
+        size_t index;
+        uint64_t remote_cluster_id;
+        char address[SOCKADDR_STR_MAX];
+        Peer *peer;
+        PeerWaiter *waiter;
+        PeerCall *call;
+        const char *transport_reason;
+        bool done;
+} LinkSetup;
+
+struct LinkRequest {
+        Daemon *daemon;
+        Request *req;                   /* NULL once answered or gone */
+        Cluster *cluster;
+        size_t n;
+        int32_t rets[KVD_MAX_LINK_CLUSTERS];
+        Error first;
+        LinkSetup setups[KVD_MAX_LINK_CLUSTERS];
+        unsigned n_pending;
+        struct event *timer;
+        CList link_cluster;             /* on cluster->link_requests */
+};
+
+#define LINK_DEFAULT_TIMEOUT_MS 3000
+/* link_request_one(): the entry's set-up runs on; its status comes later. */
+#define LINK_SETUP_RUNNING 1
+
+static void link_request_set_error(LinkRequest *lr, size_t i, const Error *e)
+{
+        lr->rets[i] = e->code;
+        if (lr->first.code == 0)
+                error_set(&lr->first, e->code, "clusters[%zu]: %s", i, e->msg);
+}
+
+int link_reply_send(Request *req, const int32_t *rets, size_t n, const Error *first)
+{
+        Kvdist__V1__LinkClustersReply reply = KVDIST__V1__LINK_CLUSTERS_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+
+        /* LinkClustersReply and UnlinkClustersReply are the same message on the wire. */
+        static_assert(sizeof(Kvdist__V1__LinkClustersReply) ==
+                      sizeof(Kvdist__V1__UnlinkClustersReply), "reply layouts differ");
+        status.code = first->code;
+        status.detail = (char *)first->msg;
+        reply.status = &status;
+        reply.rets = (int32_t *)rets;
+        reply.n_rets = n;
+        return request_reply(req, &reply.base, -1);
+}
+
+int link_check_cluster_list(size_t n, Error *err)
+{
+        if (n == 0)
+                return error_set(err, KVD_E_PARAM_INVALID, "no clusters given");
+        if (n > KVD_MAX_LINK_CLUSTERS)
+                return error_set(err, KVD_E_CLUSTER_NUM_EXCEED_LIMIT,
+                                 "%zu clusters in one call, at most %d", n,
+                                 KVD_MAX_LINK_CLUSTERS);
+        return 0;
+}
+
+static void link_request_reply(LinkRequest *lr)
+{
+        Request *req = TAKE_PTR(lr->req);
+
+        if (!req)
+                return;
+        req->cancel = NULL;
+        (void)link_reply_send(req, lr->rets, lr->n, &lr->first);
+}
+
+static LinkRequest *link_request_free(LinkRequest *lr)
+{
+        for (size_t i = 0; i < lr->n; i++) {
+                peer_waiter_cancel(lr->setups[i].waiter);
+                lr->setups[i].waiter = NULL;
+        }
+        if (lr->timer)
+                event_free(lr->timer);
+        clist_unlink(&lr->link_cluster);
+        if (lr->req) {
+                lr->req->cancel = NULL;
+                request_free(lr->req);
+        }
+        free(lr);
+        return NULL;
+}
+
+/* The peer granted a link that nobody waits for any more: take it back. */
+static void link_setup_on_orphan_reply(Peer *p, int status, const Error *err,
+                                       const ProtobufCMessage *reply, void *userdata)
+{
+        const Kvdist__V1__PeerLinkReply *m = (const Kvdist__V1__PeerLinkReply *)reply;
+        Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
+        uint64_t *ids = userdata;
+
+        if (status == KVD_OK) {
+                u.src_cluster_id = ids[0];
+                u.dst_cluster_id = ids[1];
+                u.link_id = m->link_id;
+                (void)peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &u.base);
+        }
+        free(ids);
+}
+
+/* Stops a set-up that is still running (timeout, the client or the cluster went away). */
+static void link_setup_abandon(LinkSetup *s)
+{
+        peer_waiter_cancel(s->waiter);
+        s->waiter = NULL;
+        if (s->call) {
+                uint64_t *ids = malloc(2 * sizeof(uint64_t));
+
+                if (ids) {
+                        ids[0] = s->lr->cluster->id;
+                        ids[1] = s->remote_cluster_id;
+                        peer_call_redirect(s->call, link_setup_on_orphan_reply, ids);
+                } else
+                        peer_call_redirect(s->call, link_setup_on_orphan_reply, NULL);
+                s->call = NULL;
+        }
+}
+
+static void link_setup_finish(LinkSetup *s, const Error *e)
+{
+        LinkRequest *lr = s->lr;
+
+        if (s->done)
+                return;
+        s->done = true;
+        s->waiter = NULL;
+        s->call = NULL;
+        if (e && e->code != KVD_OK) {
+                log_info("cluster %" PRIu64 ": link to %" PRIu64 " at %s failed: %s",
+                         lr->cluster->id, s->remote_cluster_id, s->address, e->msg);
+                link_request_set_error(lr, s->index, e);
+        } else
+                lr->rets[s->index] = KVD_OK;
+        if (--lr->n_pending == 0) {
+                link_request_reply(lr);
+                link_request_free(lr);
+        }
+}
+
+static void link_setup_on_reply(Peer *p, int status, const Error *err,
+                                const ProtobufCMessage *reply, void *userdata)
+{
+        LinkSetup *s = userdata;
+        Cluster *c = s->lr->cluster;
+        Daemon *d = c->daemon;
+        ProtobufCMessage *copy = NULL;
+        Error e = ERROR_INIT;
+        Link *l;
+        int r;
+
+        s->call = NULL;
+        if (status != KVD_OK) {
+                error_set(&e, status == KVD_E_PEER_LOST ? KVD_E_LINK_FAILED : status,
+                          "the daemon at %s refused: %s", s->address,
+                          err ? err->msg : kvd_strerror(status));
+                link_setup_finish(s, &e);
+                return;
+        }
+        /* The reply is the peer's to free; the link keeps its own copy of what was exposed. */
+        r = frame_message_dup(reply, &copy);
+        if (r < 0) {
+                error_set(&e, KVD_E_OUT_OF_MEMORY, "out of memory");
+                link_setup_finish(s, &e);
+                return;
+        }
+        l = link_find(c, s->remote_cluster_id);
+        if (l)
+                link_free_full(l, KVD_E_PEER_LOST, false);
+        r = link_new_remote(d, c, p, s->remote_cluster_id, (Kvdist__V1__PeerLinkReply *)copy,
+                            d->tcp, &l);
+        if (r < 0) {
+                protobuf_c_message_free_unpacked(copy, NULL);
+                error_set(&e, KVD_E_OUT_OF_MEMORY, "cannot create the link");
+        } else
+                l->transport_reason = s->transport_reason;
+        link_setup_finish(s, &e);
+}
+
+static void link_setup_on_ready(Peer *p, int status, const Error *err, void *userdata)
+{
+        LinkSetup *s = userdata;
+        Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
+        Cluster *c = s->lr->cluster;
+        Error e = ERROR_INIT;
+        int r;
+
+        s->waiter = NULL;
+        if (status != KVD_OK) {
+                error_set(&e, status == KVD_E_PERMISSION_DENIED ? status : KVD_E_LINK_FAILED,
+                          "cannot reach the daemon at %s: %s", s->address,
+                          err ? err->msg : kvd_strerror(status));
+                link_setup_finish(s, &e);
+                return;
+        }
+        m.src_cluster_id = c->id;
+        m.src_role = (Kvdist__V1__Role)c->role;
+        m.dst_cluster_id = s->remote_cluster_id;
+        r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, link_setup_on_reply, s,
+                      &s->call);
+        if (r < 0) {
+                error_set(&e, KVD_E_LINK_FAILED, "cannot ask the daemon at %s: %s", s->address,
+                          strerror(-r));
+                link_setup_finish(s, &e);
+        }
+}
+
+static void link_request_on_timeout(evutil_socket_t fd, short what, void *userdata)
+{
+        LinkRequest *lr = userdata;
+        Error e = ERROR_INIT;
+
+        for (size_t i = 0; i < lr->n; i++) {
+                LinkSetup *s = &lr->setups[i];
+
+                if (s->done || !s->lr)
+                        continue;
+                link_setup_abandon(s);
+                error_clear(&e);
+                error_set(&e, KVD_E_TIMEOUT, "no link to cluster %" PRIu64 " at %s within the "
+                          "call's timeout", s->remote_cluster_id, s->address);
+                link_setup_finish(s, &e);
+                if (lr->n_pending == 0)
+                        return; /* answered and freed */
+        }
+}
+
+static void link_request_on_cancel(Request *req, void *userdata)
+{
+        LinkRequest *lr = userdata;
+
+        lr->req = request_free(req);
+        for (size_t i = 0; i < lr->n; i++)
+                if (lr->setups[i].lr && !lr->setups[i].done)
+                        link_setup_abandon(&lr->setups[i]);
+        link_request_free(lr);
+}
+
+void link_requests_abort(Cluster *c)
+{
+        LinkRequest *lr, *tmp;
+        Error e = ERROR_INIT;
+
+        error_set(&e, KVD_E_PEER_LOST, "cluster %" PRIu64 " detached while linking", c->id);
+        CLIST_FOREACH_SAFE(lr, tmp, &c->link_requests, link_cluster) {
+                for (size_t i = 0; i < lr->n; i++)
+                        if (lr->setups[i].lr && !lr->setups[i].done)
+                                link_setup_abandon(&lr->setups[i]);
+                if (lr->req) {
+                        Request *req = TAKE_PTR(lr->req);
+
+                        req->cancel = NULL;
+                        request_fail(req, KVD_E_PEER_LOST, &e);
+                }
+                link_request_free(lr);
+        }
+}
+
+bool link_request_in_progress(const Cluster *c, uint64_t remote_cluster_id)
+{
+        LinkRequest *lr;
+
+        CLIST_FOREACH(lr, &c->link_requests, link_cluster)
+                for (size_t i = 0; i < lr->n; i++)
+                        if (lr->setups[i].lr && !lr->setups[i].done &&
+                            lr->setups[i].remote_cluster_id == remote_cluster_id)
+                                return true;
+        return false;
+}
+
+/* Links @c to a cluster of this daemon; returns a status and fills @err on failure. */
+static int link_local(Cluster *c, Cluster *remote, Link *old, Error *err)
+{
+        Link *l;
+        int r;
+
+        /* A link whose remote end went away is replaced by the new one. */
+        if (old)
+                link_free(old, KVD_E_PEER_LOST);
+        r = link_new_local(c->daemon, c, remote, c->daemon->shm, &l);
+        if (r < 0)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot create the link");
+        l->transport_reason = "same node";
+        return KVD_OK;
+}
+
+/*
+ * Which transport a link of @c to another node uses, and why (for status): the device map's
+ * choice for the cluster's device. FEATURE_NOT_ENABLED when that transport is not available:
+ * nothing falls back without saying so.
+ */
+static int link_choose_transport(const Cluster *c, const char **ret_reason, Error *err)
+{
+        const DeviceConfig *dev = config_find_device(c->daemon->config, c->device_id);
+
+        if (dev && dev->transport == TRANSPORT_KIND_RDMA)
+                return error_set(err, KVD_E_FEATURE_NOT_ENABLED,
+                                 "device %" PRId32 " is configured for transport rdma, which "
+                                 "this kvdistd does not provide; configure \"tcp\" or \"auto\"",
+                                 c->device_id);
+        if (dev && dev->transport == TRANSPORT_KIND_TCP)
+                *ret_reason = "configured";
+        else
+                *ret_reason = "auto: this kvdistd has no RDMA transport";
+        return 0;
+}
+
+/* Checks one entry and links it (local) or starts its set-up (remote). */
+static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__ClusterInfo *info,
+                            Error *err)
+{
+        Cluster *c = lr->cluster;
+        Daemon *d = c->daemon;
+        LinkSetup *s = &lr->setups[i];
+        const char *address = info->remote_ip_info;
+        const char *reason = NULL;
+        Cluster *remote;
+        Link *l;
+        int r;
+
+        if (info->remote_cluster_id == c->id)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "cluster %" PRIu64 " cannot link to itself", c->id);
+        l = link_find(c, info->remote_cluster_id);
+        if (l && l->state == LINK_UP)
+                return error_set(err, KVD_E_ALREADY_LINK, "cluster %" PRIu64 " is linked to %"
+                                 PRIu64 " already (link %" PRIu64 ")", c->id,
+                                 info->remote_cluster_id, l->id);
+        if (link_request_in_progress(c, info->remote_cluster_id))
+                return error_set(err, KVD_E_PROCESSING_LINK,
+                                 "a link from cluster %" PRIu64 " to %" PRIu64 " is being set up",
+                                 c->id, info->remote_cluster_id);
+        if (c->n_links >= d->config->limits.max_links_per_client)
+                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                                 "cluster %" PRIu64 " has %u links (limits.max_links_per_client)",
+                                 c->id, c->n_links);
+        remote = daemon_find_cluster(d, info->remote_cluster_id);
+        if (remote)
+                return link_local(c, remote, l, err);
+        if (!address || !address[0])
+                return error_set(err, KVD_E_LINK_FAILED,
+                                 "no cluster %" PRIu64 " is attached to this daemon, and no "
+                                 "remote_ip_info names the daemon it is on",
+                                 info->remote_cluster_id);
+        r = link_choose_transport(c, &reason, err);
+        if (r < 0)
+                return r;
+
+        *s = (LinkSetup){ .lr = lr, .index = i, .remote_cluster_id = info->remote_cluster_id,
+                          .transport_reason = reason };
+        (void)snprintf(s->address, sizeof(s->address), "%.*s", (int)sizeof(s->address) - 1,
+                       address);
+        r = peer_get(d, address, &s->peer, err);
+        if (r < 0) {
+                s->lr = NULL;
+                return r;
+        }
+        lr->n_pending++;
+        s->done = false;
+        r = peer_when_ready(s->peer, link_setup_on_ready, s, &s->waiter);
+        if (r < 0) {
+                s->done = true;
+                lr->n_pending--;
+                s->lr = NULL;
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        }
+        return LINK_SETUP_RUNNING;
+}
+
+int link_request_start(Cluster *c, Request *req, Error *err)
+{
+        const Kvdist__V1__LinkClusters *m = (const Kvdist__V1__LinkClusters *)req->msg;
+        Daemon *d = c->daemon;
+        LinkRequest *lr;
+        uint32_t timeout_ms;
+        struct timeval tv;
+        int r;
+
+        r = link_check_cluster_list(m->n_clusters, err);
+        if (r < 0)
+                return r;
+        lr = calloc(1, sizeof(*lr));
+        if (!lr)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        lr->daemon = d;
+        lr->cluster = c;
+        lr->n = m->n_clusters;
+        lr->req = req;
+        clist_link_tail(&c->link_requests, &lr->link_cluster);
+        /* Counts as pending until every entry was looked at, so nothing answers early. */
+        lr->n_pending = 1;
+
+        for (size_t i = 0; i < lr->n; i++) {
+                Error e = ERROR_INIT;
+
+                r = link_request_one(lr, i, m->clusters[i], &e);
+                if (r == LINK_SETUP_RUNNING)
+                        continue;
+                lr->rets[i] = r;
+                if (r != KVD_OK) {
+                        log_info("cluster %" PRIu64 ": link to %" PRIu64 " failed: %s", c->id,
+                                 m->clusters[i]->remote_cluster_id, e.msg);
+                        link_request_set_error(lr, i, &e);
+                }
+        }
+        if (lr->n_pending > 1) {
+                timeout_ms = m->timeout_ms ? m->timeout_ms : LINK_DEFAULT_TIMEOUT_MS;
+                tv = (struct timeval){ .tv_sec = timeout_ms / 1000,
+                                       .tv_usec = (timeout_ms % 1000) * 1000 };
+                lr->timer = evtimer_new(d->base, link_request_on_timeout, lr);
+                if (lr->timer && evtimer_add(lr->timer, &tv) == 0) {
+                        req->cancel = link_request_on_cancel;
+                        req->userdata = lr;
+                        lr->n_pending--;
+                        return HANDLER_PENDING;
+                }
+                for (size_t i = 0; i < lr->n; i++)
+                        if (lr->setups[i].lr && !lr->setups[i].done) {
+                                Error e = ERROR_INIT;
+
+                                link_setup_abandon(&lr->setups[i]);
+                                error_set(&e, KVD_E_OUT_OF_MEMORY, "cannot arm the timeout");
+                                link_setup_finish(&lr->setups[i], &e);
+                        }
+        }
+        /* Every entry is done: answer now. */
+        link_request_reply(lr);
+        link_request_free(lr);
+        return 0;
+}

@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Links between clusters of two daemons, as the peers see them: a peer's cluster linking to one
+ * of ours (PeerLink: an InLink and the caches it may reach), either side tearing a link down
+ * (PeerUnlink), clusters going away (PeerClusterGone) and the peer itself being lost.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include <kvdist/kvdist.h>
+
+#include "cache-proto.h"
+#include "cluster.h"
+#include "daemon.h"
+#include "kvdist.pb-c.h"
+#include "link.h"
+#include "log.h"
+#include "peer-handlers.h"
+#include "peer-link.h"
+#include "peer.h"
+
+/* The exposed caches of one cluster as wire messages, with the storage they point into. */
+typedef struct Exposed {
+        size_t n;
+        Kvdist__V1__RemoteCache *caches;
+        Kvdist__V1__RemoteCache **ptrs;
+        Kvdist__V1__CacheDesc *descs;
+        Kvdist__V1__CacheKey ***keys;           /* per cache: pointers into key_storage */
+        CacheKeyStorage **key_storage;          /* per cache */
+        uint32_t **slots;                       /* per cache */
+} Exposed;
+
+static void exposed_free(Exposed *e)
+{
+        for (size_t i = 0; i < e->n; i++) {
+                free(e->keys ? e->keys[i] : NULL);
+                free(e->key_storage ? e->key_storage[i] : NULL);
+                free(e->slots ? e->slots[i] : NULL);
+        }
+        free(e->caches);
+        free(e->ptrs);
+        free(e->descs);
+        free(e->keys);
+        free(e->key_storage);
+        free(e->slots);
+}
+
+typedef struct KeyCollect {
+        Kvdist__V1__RemoteCache *rc;
+        CacheKeyStorage *storage;
+        Kvdist__V1__CacheKey **keys;
+        uint32_t *slots;
+} KeyCollect;
+
+static void exposed_add_key(const CacheKey *key, uint32_t index, void *userdata)
+{
+        KeyCollect *kc = userdata;
+        size_t k = kc->rc->n_keys++;
+
+        kc->keys[k] = cache_key_to_proto(key, &kc->storage[k]);
+        kc->slots[k] = index;
+        kc->rc->n_key_slots = kc->rc->n_keys;
+}
+
+/* Describes the caches of @c that a link made at @seq reaches. */
+static int exposed_build(const Cluster *c, uint64_t seq, Exposed *e)
+{
+        const CacheTable *t = &c->caches;
+        Cache *cache;
+        size_t n = 0;
+
+        *e = (Exposed){ 0 };
+        CLIST_FOREACH(cache, &t->caches, link_table)
+                if (cache->seq <= seq && cache->remote_accessible)
+                        n++;
+        if (n == 0)
+                return 0;
+        e->caches = calloc(n, sizeof(*e->caches));
+        e->ptrs = calloc(n, sizeof(*e->ptrs));
+        e->descs = calloc(n, sizeof(*e->descs));
+        e->keys = calloc(n, sizeof(*e->keys));
+        e->key_storage = calloc(n, sizeof(*e->key_storage));
+        e->slots = calloc(n, sizeof(*e->slots));
+        if (!e->caches || !e->ptrs || !e->descs || !e->keys || !e->key_storage || !e->slots)
+                return -ENOMEM;
+
+        CLIST_FOREACH(cache, &t->caches, link_table) {
+                Kvdist__V1__RemoteCache *rc;
+                unsigned n_keys;
+                KeyCollect kc;
+                size_t i;
+
+                if (cache->seq > seq || !cache->remote_accessible)
+                        continue;
+                i = e->n++;
+                rc = &e->caches[i];
+                kvdist__v1__remote_cache__init(rc);
+                kvdist__v1__cache_desc__init(&e->descs[i]);
+                e->ptrs[i] = rc;
+                rc->cache_id = cache->id;
+                rc->blocks = cache->kind == CACHE_BLOCKS;
+                rc->tensor_size = cache->tensor_size;
+                rc->desc = &e->descs[i];
+                e->descs[i].num_tensors = cache->desc.num_tensors;
+                e->descs[i].n_shape = cache->desc.n_dims;
+                e->descs[i].shape = (int64_t *)cache->desc.shape;
+                e->descs[i].data_type = cache->desc.data_type;
+
+                n_keys = cache_table_count_keys(t, cache);
+                if (n_keys == 0)
+                        continue;
+                e->keys[i] = calloc(n_keys, sizeof(*e->keys[i]));
+                e->key_storage[i] = calloc(n_keys, sizeof(*e->key_storage[i]));
+                e->slots[i] = calloc(n_keys, sizeof(*e->slots[i]));
+                if (!e->keys[i] || !e->key_storage[i] || !e->slots[i])
+                        return -ENOMEM;
+                kc = (KeyCollect){ rc, e->key_storage[i], e->keys[i], e->slots[i] };
+                rc->keys = e->keys[i];
+                rc->key_slots = e->slots[i];
+                cache_table_foreach_key(t, cache, exposed_add_key, &kc);
+        }
+        return 0;
+}
+
+void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+{
+        const Kvdist__V1__PeerLink *m = (const Kvdist__V1__PeerLink *)msg;
+        Kvdist__V1__PeerLinkReply reply = KVDIST__V1__PEER_LINK_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        Daemon *d = p->daemon;
+        Exposed e = { 0 };
+        Error err = ERROR_INIT;
+        InLink *il;
+        Cluster *c;
+        int r;
+
+        c = daemon_find_cluster(d, m->dst_cluster_id);
+        if (!c) {
+                error_set(&err, KVD_E_LINK_FAILED, "no cluster %" PRIu64 " is attached to the "
+                          "daemon at %s", m->dst_cluster_id, daemon_peer_address(d));
+                goto refuse;
+        }
+        if (daemon_find_cluster(d, m->src_cluster_id)) {
+                error_set(&err, KVD_E_LINK_FAILED, "cluster id %" PRIu64 " is attached to both "
+                          "daemons; cluster ids must be unique", m->src_cluster_id);
+                goto refuse;
+        }
+        /* A link made again replaces the old one (the peer forgot it: a restart, a force). */
+        il = inlink_find(p, m->src_cluster_id, c);
+        if (il)
+                inlink_free(il, KVD_E_PEER_LOST);
+        if (c->n_inlinks >= d->config->limits.max_links_per_client) {
+                error_set(&err, KVD_E_LIMIT_EXCEEDED, "cluster %" PRIu64 " has %u inbound links "
+                          "(limits.max_links_per_client)", c->id, c->n_inlinks);
+                goto refuse;
+        }
+        r = inlink_new(d, p, c, m->src_cluster_id, m->src_role, m->src_link_id, &il);
+        if (r < 0) {
+                error_set(&err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                goto refuse;
+        }
+        r = exposed_build(c, il->seq, &e);
+        if (r < 0) {
+                inlink_free(il, KVD_E_OUT_OF_MEMORY);
+                exposed_free(&e);
+                error_set(&err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                goto refuse;
+        }
+        reply.status = &status;
+        reply.link_id = il->id;
+        reply.dst_role = (Kvdist__V1__Role)c->role;
+        reply.n_caches = e.n;
+        reply.caches = e.ptrs;
+        r = peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, request_id, &reply.base);
+        exposed_free(&e);
+        if (r == -EMSGSIZE) {
+                /* Thousands of caches: too many to describe in one frame. */
+                inlink_free(il, KVD_E_LIMIT_EXCEEDED);
+                error_set(&err, KVD_E_LIMIT_EXCEEDED, "cluster %" PRIu64 " exposes more caches "
+                          "than one frame describes", c->id);
+                goto refuse;
+        }
+        return;
+refuse:
+        log_info("%s: link from cluster %" PRIu64 " to %" PRIu64 " refused: %s",
+                 peer_name(p, (char[96]){ 0 }, 96), m->src_cluster_id, m->dst_cluster_id,
+                 err.msg);
+        (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, request_id, err.code, &err);
+}
+
+/* The peer's cluster @src and our cluster @dst are no longer linked, in either direction. */
+static void peer_link_forget_pair(Peer *p, uint64_t src, Cluster *dst, int status)
+{
+        InLink *il;
+        Link *l;
+
+        il = inlink_find(p, src, dst);
+        if (il)
+                inlink_free(il, status);
+        l = link_find(dst, src);
+        if (l && l->peer == p)
+                link_set_state(l, LINK_DOWN, status);
+}
+
+void peer_handle_unlink(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+{
+        const Kvdist__V1__PeerUnlink *m = (const Kvdist__V1__PeerUnlink *)msg;
+        Kvdist__V1__PeerUnlinkReply reply = KVDIST__V1__PEER_UNLINK_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        Cluster *c;
+
+        c = daemon_find_cluster(p->daemon, m->dst_cluster_id);
+        if (c)
+                peer_link_forget_pair(p, m->src_cluster_id, c, KVD_E_NOT_YET_LINK);
+        reply.status = &status;
+        (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, request_id, &reply.base);
+}
+
+void peer_handle_cluster_gone(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+{
+        const Kvdist__V1__PeerClusterGone *m = (const Kvdist__V1__PeerClusterGone *)msg;
+        InLink *il, *iltmp;
+        Link *l, *ltmp;
+
+        for (size_t i = 0; i < m->n_cluster_ids; i++) {
+                CLIST_FOREACH_SAFE(il, iltmp, &p->inlinks, link_peer)
+                        if (il->remote_cluster_id == m->cluster_ids[i])
+                                inlink_free(il, KVD_E_PEER_LOST);
+                CLIST_FOREACH_SAFE(l, ltmp, &p->links, link_peer)
+                        if (l->remote_cluster_id == m->cluster_ids[i])
+                                link_set_state(l, LINK_DOWN, KVD_E_PEER_LOST);
+        }
+}
+
+void peer_link_on_lost(Peer *p, int status)
+{
+        InLink *il, *iltmp;
+        Link *l, *ltmp;
+
+        CLIST_FOREACH_SAFE(l, ltmp, &p->links, link_peer)
+                link_set_state(l, LINK_DOWN, status == KVD_E_DAEMON_UNAVAILABLE ? status
+                                                                                 : KVD_E_PEER_LOST);
+        CLIST_FOREACH_SAFE(il, iltmp, &p->inlinks, link_peer)
+                inlink_free(il, KVD_E_PEER_LOST);
+}
+
+void peer_link_cluster_gone(Cluster *c)
+{
+        Daemon *d = c->daemon;
+        Kvdist__V1__PeerClusterGone m = KVDIST__V1__PEER_CLUSTER_GONE__INIT;
+        uint64_t id = c->id;
+        InLink *il;
+        Link *l;
+        Peer *p;
+
+        m.cluster_ids = &id;
+        m.n_cluster_ids = 1;
+        CLIST_FOREACH(p, &d->peers, link_daemon) {
+                bool involved = false;
+
+                if (p->state != PEER_READY)
+                        continue;
+                CLIST_FOREACH(l, &p->links, link_peer)
+                        involved = involved || l->local == c;
+                CLIST_FOREACH(il, &p->inlinks, link_peer)
+                        involved = involved || il->local == c;
+                if (involved)
+                        (void)peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_CLUSTER_GONE, &m.base);
+        }
+}
+
+int peer_link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force)
+{
+        Kvdist__V1__PeerUnlink m = KVDIST__V1__PEER_UNLINK__INIT;
+        InLink *il, *tmp;
+        int n = 0;
+
+        CLIST_FOREACH_SAFE(il, tmp, &c->inlinks, link_cluster) {
+                if (il->remote_cluster_id != remote_cluster_id)
+                        continue;
+                if (!force && il->peer->state == PEER_READY) {
+                        m.src_cluster_id = c->id;
+                        m.dst_cluster_id = remote_cluster_id;
+                        m.link_id = il->remote_link_id;
+                        (void)peer_notice(il->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK,
+                                          &m.base);
+                }
+                inlink_free(il, KVD_E_NOT_YET_LINK);
+                n++;
+        }
+        return n;
+}

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT */
+/* Cache keys between their wire form (kvdist.v1.CacheKey) and the daemon's CacheKey. */
+#pragma once
+
+#include "cache.h"
+#include "error.h"
+#include "kvdist.pb-c.h"
+
+/* Room for one wire CacheKey and whichever key message its oneof points at. */
+typedef struct CacheKeyStorage {
+        Kvdist__V1__CacheKey key;
+        Kvdist__V1__ReqKey req;
+        Kvdist__V1__IdIndexKey id_index;
+        Kvdist__V1__BlocksKey blocks;
+} CacheKeyStorage;
+
+/* Converts a wire CacheKey; PARAM_INVALID when it is missing or has no kind. */
+int cache_key_from_proto(const Kvdist__V1__CacheKey *k, CacheKey *ret, Error *err);
+
+/* Fills @s from @key and returns &s->key, which points into @s. */
+Kvdist__V1__CacheKey *cache_key_to_proto(const CacheKey *key, CacheKeyStorage *s);
