@@ -17,8 +17,11 @@
 #include "kvdist.pb-c.h"
 #include "link.h"
 #include "log.h"
+#include "notify.h"
+#include "peer.h"
 #include "plan.h"
 #include "region.h"
+#include "remote-plan.h"
 #include "transfer.h"
 #include "transport.h"
 
@@ -35,11 +38,6 @@ const char *transfer_kind_to_string(TransferKind k)
                 return "push_blocks";
         }
         return "invalid";
-}
-
-static bool transfer_is_pull(TransferKind k)
-{
-        return k == TRANSFER_PULL_CACHE || k == TRANSFER_PULL_BLOCKS;
 }
 
 static void transfer_set_state(Transfer *x, TransferState state)
@@ -88,45 +86,6 @@ static int transfer_plan_cache(Transfer *x, const Cache *cache, PlanTensor *tens
         return 0;
 }
 
-static PlanLayers layers_from_proto(const Kvdist__V1__LayerRange *r)
-{
-        if (!r)
-                return (PlanLayers){ PLAN_LAYERS_ALL, PLAN_LAYERS_ALL };
-        return (PlanLayers){ r->first, r->last };
-}
-
-/* Checks the request against the key kinds each kind of transfer takes. */
-static int transfer_check_kind(const Kvdist__V1__Transfer *m, const CacheKey *key, Error *err)
-{
-        switch (m->kind) {
-        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE:
-        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_CACHE:
-                if (key->kind == CACHE_KEY_BLOCKS)
-                        return error_set(err, KVD_E_PARAM_INVALID,
-                                         "a cache transfer names its item with a CacheKey or a "
-                                         "CacheKeyByIdAndIndex, not a BlocksCacheKey");
-                if (m->n_src_blocks > 0 || m->n_dst_blocks > 0)
-                        return error_set(err, KVD_E_PARAM_INVALID,
-                                         "a cache transfer takes no block lists");
-                return 0;
-        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS:
-                if (key->kind != CACHE_KEY_BLOCKS && m->n_src_blocks > 0)
-                        return error_set(err, KVD_E_PARAM_INVALID,
-                                         "src_blocks must be empty when the source is a "
-                                         "contiguous cache item");
-                return 0;
-        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS:
-                if (key->kind != CACHE_KEY_BLOCKS)
-                        return error_set(err, KVD_E_PARAM_INVALID,
-                                         "push_blocks writes into a cache named by a "
-                                         "BlocksCacheKey");
-                return 0;
-        default:
-                return error_set(err, KVD_E_PARAM_INVALID, "transfer kind %d is not valid",
-                                 m->kind);
-        }
-}
-
 static void transfer_on_deadline(evutil_socket_t fd, short what, void *userdata)
 {
         Transfer *x = userdata;
@@ -150,8 +109,12 @@ static Transfer *transfer_free(Transfer *x)
 
         if (x->timer)
                 event_free(x->timer);
+        if (x->peer)
+                clist_unlink(&x->link_peer);
         if (x->started) {
                 for (size_t i = 0; i < ARRAY_SIZE(x->caches); i++) {
+                        if (!x->caches[i])
+                                continue;
                         x->caches[i]->n_busy--;
                         if (x->caches[i]->released && x->caches[i]->n_busy == 0)
                                 daemon_release_cache(d, x->caches[i]);
@@ -170,6 +133,7 @@ static Transfer *transfer_free(Transfer *x)
         for (uint32_t i = 0; i < x->n_regions; i++)
                 region_unref(x->regions[i]);
         plan_free(x->plan);
+        free(x->segs);
         if (x->req)
                 request_free(x->req);
         free(x);
@@ -197,6 +161,19 @@ static void transfer_consume_key(Transfer *x)
                 cluster_release_cache(owner, dead);
 }
 
+/* A local push that landed tells its destination cluster (a peer's push is told by its peer). */
+static void transfer_deliver_notify(Transfer *x)
+{
+        Cluster *dst;
+
+        if (!x->has_notify || x->phase != REMOTE_NONE)
+                return;
+        dst = daemon_find_cluster(x->daemon, x->remote_cluster_id);
+        if (dst && notify_deliver(dst, x->cluster_id, x->notify, x->notify_len) < 0)
+                log_error("transfer %" PRIu64 ": cannot queue the push notification for cluster %"
+                          PRIu64 ", ignoring", x->id, x->remote_cluster_id);
+}
+
 void transfer_complete(Transfer *x, int status)
 {
         Daemon *d = x->daemon;
@@ -209,7 +186,7 @@ void transfer_complete(Transfer *x, int status)
                 uint64_t bytes = x->plan->total_bytes;
 
                 d->counters.transfers_ok++;
-                if (transfer_is_pull(x->kind))
+                if (transfer_kind_is_pull(x->kind))
                         d->counters.bytes_pulled += bytes;
                 else
                         d->counters.bytes_pushed += bytes;
@@ -222,6 +199,7 @@ void transfer_complete(Transfer *x, int status)
                         x->link->n_transfers++;
                 }
                 transfer_consume_key(x);
+                transfer_deliver_notify(x);
         } else {
                 d->counters.transfers_failed++;
                 if (x->err.code == 0)
@@ -263,7 +241,10 @@ void transfer_fail(Transfer *x, int status, const char *fmt, ...)
         va_end(ap);
         if (x->timer)
                 event_del(x->timer);
-        transport_cancel(x->transport, x);
+        if (x->phase != REMOTE_NONE)
+                transfer_remote_cancel(x);
+        else
+                transport_cancel(x->transport, x);
 }
 
 void transfer_detach_cluster(Transfer *x)
@@ -286,12 +267,12 @@ void transfer_detach_link(Transfer *x, int status)
                       "transfer %" PRIu64 " ran", l->id, l->remote_cluster_id, x->id);
 }
 
-/* Finds the link and both caches, and checks the remote cluster lets us reach its cache. */
+/* Finds the link and, for a local one, the remote cache, which must be reachable through it. */
 static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer *m,
                             uint32_t *ret_remote_index, Error *err)
 {
         Link *l;
-        Cache *remote, *local;
+        Cache *remote = NULL, *local;
         int r;
 
         l = link_find(c, x->key.cluster_id);
@@ -299,46 +280,49 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
                 return error_set(err, KVD_E_NOT_YET_LINK,
                                  "cluster %" PRIu64 " has no link to cluster %" PRIu64
                                  "; call kvd_link_clusters() first", c->id, x->key.cluster_id);
-        if (l->state != LINK_UP || !l->remote)
+        if (l->state != LINK_UP || (!l->remote && !l->peer))
                 return error_set(err, KVD_E_PEER_LOST,
                                  "link %" PRIu64 " to cluster %" PRIu64 " is down", l->id,
                                  x->key.cluster_id);
-        r = cache_table_lookup(&l->remote->caches, &x->key, &remote, ret_remote_index, err);
-        if (r < 0)
-                return r;
-        if (remote->seq > l->seq)
-                return error_set(err, KVD_E_CACHE_NOT_EXIST,
-                                 "cache %" PRIu64 " of cluster %" PRIu64 " was registered after "
-                                 "link %" PRIu64 " was made; memory must be registered before "
-                                 "the link that reaches it", remote->id, l->remote_cluster_id,
-                                 l->id);
-        if (!remote->remote_accessible)
-                return error_set(err, KVD_E_PERMISSION_DENIED,
-                                 "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
-                                 "accessible", remote->id, l->remote_cluster_id);
         local = cache_table_find(&c->caches, m->local_cache_id);
         if (!local)
                 return error_set(err, KVD_E_CACHE_NOT_EXIST,
                                  "cluster %" PRIu64 " has no cache %" PRIu64, c->id,
                                  m->local_cache_id);
+        if (l->remote) {
+                r = cache_table_lookup(&l->remote->caches, &x->key, &remote, ret_remote_index,
+                                       err);
+                if (r < 0)
+                        return r;
+                if (remote->seq > l->seq)
+                        return error_set(err, KVD_E_CACHE_NOT_EXIST,
+                                         "cache %" PRIu64 " of cluster %" PRIu64 " was "
+                                         "registered after link %" PRIu64 " was made; memory "
+                                         "must be registered before the link that reaches it",
+                                         remote->id, l->remote_cluster_id, l->id);
+                if (!remote->remote_accessible)
+                        return error_set(err, KVD_E_PERMISSION_DENIED,
+                                         "cache %" PRIu64 " of cluster %" PRIu64 " is not "
+                                         "remote-accessible", remote->id, l->remote_cluster_id);
+        }
         x->link = l;
         x->transport = l->transport;
-        x->caches[0] = transfer_is_pull(x->kind) ? remote : local;
-        x->caches[1] = transfer_is_pull(x->kind) ? local : remote;
-        x->consume_key = transfer_is_pull(x->kind) && x->key.kind == CACHE_KEY_REQ &&
-                         remote->pool_backed;
+        x->caches[0] = transfer_kind_is_pull(x->kind) ? remote : local;
+        x->caches[1] = transfer_kind_is_pull(x->kind) ? local : remote;
+        x->consume_key = transfer_kind_is_pull(x->kind) && x->key.kind == CACHE_KEY_REQ &&
+                         remote && remote->pool_backed;
         return 0;
 }
 
-/* Turns the request into a plan over the transfer's region table. */
+/* Turns a local request into a plan over the transfer's region table. */
 static int transfer_build_plan(Transfer *x, const Kvdist__V1__Transfer *m, uint32_t remote_index,
                                Error *err)
 {
         _cleanup_free_ PlanTensor *src_tensors = NULL, *dst_tensors = NULL;
         const Cache *src = x->caches[0], *dst = x->caches[1];
         PlanCache psrc, pdst;
-        PlanRequest pr = { 0 };
-        bool pull = transfer_is_pull(x->kind);
+        PlanRequest pr;
+        TransferArgs args;
 
         src_tensors = calloc(src->desc.num_tensors, sizeof(PlanTensor));
         dst_tensors = calloc(dst->desc.num_tensors, sizeof(PlanTensor));
@@ -348,34 +332,10 @@ static int transfer_build_plan(Transfer *x, const Kvdist__V1__Transfer *m, uint3
             transfer_plan_cache(x, dst, dst_tensors, &pdst) < 0)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "too many regions in one transfer");
 
+        transfer_args_from_transfer(m, &args);
+        transfer_args_plan_request(&args, x->key.kind, remote_index, &pr);
         pr.src = &psrc;
         pr.dst = &pdst;
-        pr.src_layers = layers_from_proto(m->src_layers);
-        pr.dst_layers = layers_from_proto(m->dst_layers);
-        pr.tensor_num_per_layer = m->tensor_num_per_layer;
-        pr.size = m->size;
-        switch (x->kind) {
-        case TRANSFER_PULL_BLOCKS:
-        case TRANSFER_PUSH_BLOCKS:
-                pr.dst_blocks = m->dst_blocks;
-                pr.n_dst_blocks = m->n_dst_blocks;
-                if (x->key.kind == CACHE_KEY_BLOCKS) {
-                        pr.mode = PLAN_BLOCKS;
-                        pr.src_blocks = m->src_blocks;
-                        pr.n_src_blocks = m->n_src_blocks;
-                } else {
-                        pr.mode = PLAN_ITEM_TO_BLOCKS;
-                        pr.src_index = remote_index;
-                        pr.size = -1;
-                }
-                break;
-        case TRANSFER_PULL_CACHE:
-        case TRANSFER_PUSH_CACHE:
-                pr.mode = PLAN_ITEM;
-                pr.src_index = pull ? remote_index : m->local_batch_index;
-                pr.dst_index = pull ? m->local_batch_index : remote_index;
-                break;
-        }
         return plan_build(&pr, &x->plan, err);
 }
 
@@ -386,6 +346,7 @@ int transfer_start(Cluster *c, Request *req, Error *err)
         const Limits *lim = &d->config->limits;
         _cleanup_(transfer_freep) Transfer *x = NULL;
         uint32_t remote_index = 0, timeout_ms;
+        TransferArgs args;
         struct timeval tv;
         int r;
 
@@ -414,25 +375,48 @@ int transfer_start(Cluster *c, Request *req, Error *err)
         clist_init(&x->link_cluster);
         clist_init(&x->link_link);
 
+        clist_init(&x->link_peer);
+
         r = cache_key_from_proto(m->remote_key, &x->key, err);
         if (r < 0)
                 return r;
-        r = transfer_check_kind(m, &x->key, err);
+        transfer_args_from_transfer(m, &args);
+        r = transfer_args_check(&args, x->key.kind, err);
         if (r < 0)
                 return r;
+        if (m->notify.len > 0) {
+                if (transfer_kind_is_pull(x->kind))
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "only a push carries a notification");
+                if (m->notify.len > TRANSFER_NOTIFY_MAX)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "a notification of %zu bytes, at most %d",
+                                         m->notify.len, TRANSFER_NOTIFY_MAX);
+                memcpy(x->notify, m->notify.data, m->notify.len);
+                x->notify_len = m->notify.len;
+                x->has_notify = true;
+        }
         x->remote_cluster_id = x->key.cluster_id;
         r = transfer_resolve(x, c, m, &remote_index, err);
         if (r < 0)
                 return r;
-        r = transfer_build_plan(x, m, remote_index, err);
-        if (r < 0)
-                return r;
+        if (x->link->remote) {
+                if (x->has_notify) {
+                        r = notify_check_room(x->link->remote, err);
+                        if (r < 0)
+                                return r;
+                }
+                r = transfer_build_plan(x, m, remote_index, err);
+                if (r < 0)
+                        return r;
+        }
 
         /* From here on the transfer is accounted everywhere it is listed. */
         x->id = daemon_next_id(d);
         x->started = true;
         for (size_t i = 0; i < ARRAY_SIZE(x->caches); i++)
-                x->caches[i]->n_busy++;
+                if (x->caches[i])
+                        x->caches[i]->n_busy++;
         x->cluster = c;
         clist_link_tail(&c->transfers, &x->link_cluster);
         c->n_transfers++;
@@ -450,18 +434,25 @@ int transfer_start(Cluster *c, Request *req, Error *err)
         if (!x->timer || evtimer_add(x->timer, &tv) < 0)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot arm the transfer's deadline");
 
-        r = transport_submit(x->transport, x);
-        if (r < 0)
-                return error_set(err, KVD_E_FAILED, "transport %s refused transfer %" PRIu64 ": %s",
-                                 transport_name(x->transport), x->id, strerror(-r));
+        if (x->link->peer) {
+                r = transfer_remote_start(x, m, err);
+                if (r < 0)
+                        return r;
+        } else {
+                r = transport_submit(x->transport, x);
+                if (r < 0)
+                        return error_set(err, KVD_E_FAILED,
+                                         "transport %s refused transfer %" PRIu64 ": %s",
+                                         transport_name(x->transport), x->id, strerror(-r));
+        }
 
         x->req = req;
         req->cancel = transfer_on_request_cancel;
         req->userdata = x;
         log_debug("transfer %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
                   " bytes in %zu segments over %s", x->id, c->id, x->remote_cluster_id,
-                  transfer_kind_to_string(x->kind), x->plan->total_bytes, x->plan->n_segments,
-                  transport_name(x->transport));
+                  transfer_kind_to_string(x->kind), x->plan ? x->plan->total_bytes : 0,
+                  x->plan ? x->plan->n_segments : 0, transport_name(x->transport));
         daemon_update_status(d);
         TAKE_PTR(x);
         return 0;

@@ -16,11 +16,16 @@
 #include "error.h"
 #include "time-util.h"
 
+struct Kvdist__V1__Transfer;
+
 struct event;
 typedef struct Cluster Cluster;
 typedef struct Daemon Daemon;
 typedef struct Link Link;
+typedef struct Peer Peer;
+typedef struct PeerCall PeerCall;
 typedef struct Plan Plan;
+typedef struct TcpData TcpData;
 typedef struct Region Region;
 typedef struct Request Request;
 typedef struct Transfer Transfer;
@@ -42,6 +47,15 @@ typedef enum TransferState {
 } TransferState;
 
 #define TRANSFER_MAX_REGIONS (2 * 240)
+#define TRANSFER_NOTIFY_MAX 256
+
+/* Where a transfer to or from a peer daemon stands. */
+typedef enum RemotePhase {
+        REMOTE_NONE,            /* a local transfer */
+        REMOTE_REQUESTED,       /* PeerTransfer sent, waiting for the peer's answer */
+        REMOTE_DATA,            /* the data plane moves the bytes */
+        REMOTE_FINISHED,        /* the data plane let go; a push may wait for the peer's word */
+} RemotePhase;
 
 struct Transfer {
         Daemon *daemon;
@@ -55,7 +69,7 @@ struct Transfer {
         Link *link;             /* NULL once the link is gone */
         uint64_t remote_cluster_id;
         Transport *transport;
-        Cache *caches[2];       /* source and destination; their n_busy counts this transfer */
+        Cache *caches[2];       /* source and destination (NULL: the peer's); n_busy counts us */
         Region *regions[TRANSFER_MAX_REGIONS]; /* referenced; plan segments index these */
         uint32_t n_regions;
         Plan *plan;
@@ -64,6 +78,20 @@ struct Transfer {
         Error err;
         bool consume_key;       /* a pull by ReqKey ends that key's hold when it succeeds */
         CacheKey key;
+        uint8_t notify[TRANSFER_NOTIFY_MAX]; /* push: for the destination cluster */
+        size_t notify_len;
+        bool has_notify;
+
+        /* transfers to and from a peer daemon (transfer-remote.c) */
+        RemotePhase phase;
+        Peer *peer;             /* the peer, while on its list of transfers */
+        PeerCall *call;         /* REMOTE_REQUESTED: our PeerTransfer */
+        TcpData *data;          /* REMOTE_DATA: the data plane of the job */
+        uint64_t job_id;        /* pull: our receive job (= id); push: the peer's */
+        void *segs;             /* our side of the plan: TcpDstSegment (pull) / TcpSrcSegment */
+        bool remote_done;       /* push: the peer said every byte landed (or failed) */
+        int remote_status;
+        CList link_peer;
         usec_t start_usec;
         usec_t deadline_usec;
         struct event *timer;
@@ -98,3 +126,17 @@ void transfer_detach_cluster(Transfer *x);
 void transfer_detach_link(Transfer *x, int status);
 
 const char *transfer_kind_to_string(TransferKind k);
+
+/* transfer-remote.c: the parts of a transfer whose other end is behind a peer daemon. */
+
+/*
+ * Continues transfer_start() for a link over a peer: checks the request against what the remote
+ * cluster exposed when the link was made, then asks the peer. A KVD_E_* status on failure.
+ */
+int transfer_remote_start(Transfer *x, const struct Kvdist__V1__Transfer *m, Error *err);
+
+/* Stops a remote transfer (transfer_fail() calls it instead of the transport's cancel). */
+void transfer_remote_cancel(Transfer *x);
+
+/* Called by the TCP transport when the data plane is done with @x's memory. */
+void transfer_remote_data_done(Transfer *x, int error);

@@ -31,6 +31,9 @@ struct Transport {
 /* The shared-memory transport: copies between regions of this daemon on the copy engine. */
 int transport_shm_new(Daemon *d, Transport **ret);
 
+/* The TCP transport: data jobs on the TcpData of a transfer's peer. */
+int transport_tcp_new(Daemon *d, Transport **ret);
+
 int transport_submit(Transport *t, Transfer *x);
 void transport_cancel(Transport *t, Transfer *x);
 /* Accepts NULL; returns NULL. */

@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+/* Remote plans: the canonical plan both ends of a cross-node transfer build, and its mapping. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include <kvdist/kvdist.h>
+
+#include "kvdist.pb-c.h"
+#include "region.h"
+#include "remote-plan.h"
+
+static PlanLayers layers_from_proto(const Kvdist__V1__LayerRange *r)
+{
+        if (!r)
+                return (PlanLayers){ PLAN_LAYERS_ALL, PLAN_LAYERS_ALL };
+        return (PlanLayers){ r->first, r->last };
+}
+
+void transfer_args_from_transfer(const Kvdist__V1__Transfer *m, TransferArgs *ret)
+{
+        *ret = (TransferArgs){
+                .kind = (TransferKind)m->kind,
+                .src_blocks = m->src_blocks,
+                .n_src_blocks = m->n_src_blocks,
+                .dst_blocks = m->dst_blocks,
+                .n_dst_blocks = m->n_dst_blocks,
+                .local_batch_index = m->local_batch_index,
+                .size = m->size,
+                .src_layers = layers_from_proto(m->src_layers),
+                .dst_layers = layers_from_proto(m->dst_layers),
+                .tensor_num_per_layer = m->tensor_num_per_layer,
+        };
+}
+
+void transfer_args_from_peer(const Kvdist__V1__PeerTransfer *m, TransferArgs *ret)
+{
+        *ret = (TransferArgs){
+                .kind = (TransferKind)m->kind,
+                .src_blocks = m->src_blocks,
+                .n_src_blocks = m->n_src_blocks,
+                .dst_blocks = m->dst_blocks,
+                .n_dst_blocks = m->n_dst_blocks,
+                .local_batch_index = m->local_batch_index,
+                .size = m->size,
+                .src_layers = layers_from_proto(m->src_layers),
+                .dst_layers = layers_from_proto(m->dst_layers),
+                .tensor_num_per_layer = m->tensor_num_per_layer,
+        };
+}
+
+bool transfer_kind_is_pull(TransferKind k)
+{
+        return k == TRANSFER_PULL_CACHE || k == TRANSFER_PULL_BLOCKS;
+}
+
+int transfer_args_check(const TransferArgs *a, CacheKeyKind key_kind, Error *err)
+{
+        switch (a->kind) {
+        case TRANSFER_PULL_CACHE:
+        case TRANSFER_PUSH_CACHE:
+                if (key_kind == CACHE_KEY_BLOCKS)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "a cache transfer names its item with a CacheKey or a "
+                                         "CacheKeyByIdAndIndex, not a BlocksCacheKey");
+                if (a->n_src_blocks > 0 || a->n_dst_blocks > 0)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "a cache transfer takes no block lists");
+                return 0;
+        case TRANSFER_PULL_BLOCKS:
+                if (key_kind != CACHE_KEY_BLOCKS && a->n_src_blocks > 0)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "src_blocks must be empty when the source is a "
+                                         "contiguous cache item");
+                return 0;
+        case TRANSFER_PUSH_BLOCKS:
+                if (key_kind != CACHE_KEY_BLOCKS)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "push_blocks writes into a cache named by a "
+                                         "BlocksCacheKey");
+                return 0;
+        }
+        return error_set(err, KVD_E_PARAM_INVALID, "transfer kind %d is not valid", a->kind);
+}
+
+void transfer_args_plan_request(const TransferArgs *a, CacheKeyKind key_kind,
+                                uint32_t remote_index, PlanRequest *pr)
+{
+        bool pull = transfer_kind_is_pull(a->kind);
+
+        *pr = (PlanRequest){
+                .src_layers = a->src_layers,
+                .dst_layers = a->dst_layers,
+                .tensor_num_per_layer = a->tensor_num_per_layer,
+                .size = a->size,
+        };
+        switch (a->kind) {
+        case TRANSFER_PULL_BLOCKS:
+        case TRANSFER_PUSH_BLOCKS:
+                pr->dst_blocks = a->dst_blocks;
+                pr->n_dst_blocks = a->n_dst_blocks;
+                if (key_kind == CACHE_KEY_BLOCKS) {
+                        pr->mode = PLAN_BLOCKS;
+                        pr->src_blocks = a->src_blocks;
+                        pr->n_src_blocks = a->n_src_blocks;
+                } else {
+                        pr->mode = PLAN_ITEM_TO_BLOCKS;
+                        pr->src_index = remote_index;
+                        pr->size = -1;
+                }
+                break;
+        case TRANSFER_PULL_CACHE:
+        case TRANSFER_PUSH_CACHE:
+                pr->mode = PLAN_ITEM;
+                pr->src_index = pull ? remote_index : a->local_batch_index;
+                pr->dst_index = pull ? a->local_batch_index : remote_index;
+                break;
+        }
+}
+
+void remote_desc_from_cache(const Cache *cache, RemoteDesc *ret)
+{
+        *ret = (RemoteDesc){
+                .blocks = cache->kind == CACHE_BLOCKS,
+                .num_tensors = cache->desc.num_tensors,
+                .tensor_size = cache->tensor_size,
+                .units = cache->units,
+        };
+}
+
+int remote_desc_from_proto(const Kvdist__V1__PlanCacheDesc *m, RemoteDesc *ret, Error *err)
+{
+        if (!m)
+                return error_set(err, KVD_E_PARAM_INVALID, "the peer's cache shape is missing");
+        if (m->num_tensors == 0 || m->num_tensors > KVD_MAX_TENSORS)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "the peer's cache has %" PRIu32 " tensors, 1..%d are possible",
+                                 m->num_tensors, KVD_MAX_TENSORS);
+        if (m->units == 0 || m->tensor_size == 0 || m->tensor_size % m->units != 0)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "the peer's cache has %" PRIu64 " units in %" PRIu64
+                                 " bytes per tensor", m->units, m->tensor_size);
+        *ret = (RemoteDesc){
+                .blocks = m->blocks,
+                .num_tensors = m->num_tensors,
+                .tensor_size = m->tensor_size,
+                .units = m->units,
+        };
+        return 0;
+}
+
+void remote_desc_to_proto(const RemoteDesc *desc, Kvdist__V1__PlanCacheDesc *m)
+{
+        m->blocks = desc->blocks;
+        m->num_tensors = desc->num_tensors;
+        m->tensor_size = desc->tensor_size;
+        m->units = desc->units;
+}
+
+/* Describes a cache shape to the planner with its tensors as regions @base, @base + 1, ... */
+static void remote_plan_cache(const RemoteDesc *desc, uint32_t base, PlanTensor *tensors,
+                              PlanCache *ret)
+{
+        for (uint32_t t = 0; t < desc->num_tensors; t++)
+                tensors[t] = (PlanTensor){ .region = base + t, .offset = 0 };
+        *ret = (PlanCache){
+                .blocks = desc->blocks,
+                .num_tensors = desc->num_tensors,
+                .tensor_size = desc->tensor_size,
+                .units = desc->units,
+                .stride = desc->tensor_size / desc->units,
+                .tensors = tensors,
+        };
+}
+
+int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst, Plan **ret,
+                      Error *err)
+{
+        PlanTensor src_tensors[KVD_MAX_TENSORS], dst_tensors[KVD_MAX_TENSORS];
+        PlanCache psrc, pdst;
+
+        if (src->num_tensors > KVD_MAX_TENSORS || dst->num_tensors > KVD_MAX_TENSORS ||
+            src->units == 0 || dst->units == 0)
+                return error_set(err, KVD_E_PARAM_INVALID, "a cache shape is not valid");
+        remote_plan_cache(src, 0, src_tensors, &psrc);
+        remote_plan_cache(dst, src->num_tensors, dst_tensors, &pdst);
+        pr->src = &psrc;
+        pr->dst = &pdst;
+        return plan_build(pr, ret, err);
+}
+
+int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src,
+                    uint32_t n_src_tensors, TcpDstSegment *ret_segs, Region **regions,
+                    uint32_t *n_regions)
+{
+        for (size_t i = 0; i < plan->n_segments; i++) {
+                const PlanSegment *s = &plan->segments[i];
+                uint32_t t = cache_is_src ? s->src_region : s->dst_region - n_src_tensors;
+                uint64_t off = cache_is_src ? s->src_offset : s->dst_offset, start, end;
+                const CacheTensor *ct;
+                bool known = false;
+
+                if (t >= cache->desc.num_tensors)
+                        return -EFAULT;
+                ct = &cache->tensors[t];
+                if (ADD_OVERFLOW(ct->offset, off, &start) || ADD_OVERFLOW(start, s->len, &end) ||
+                    end > ct->region->size || off + s->len > cache->tensor_size)
+                        return -EFAULT;
+                ret_segs[i] = (TcpDstSegment){ .dst = ct->region->data + start,
+                                               .len = (size_t)s->len };
+                for (uint32_t k = 0; k < *n_regions && !known; k++)
+                        known = regions[k] == ct->region;
+                if (!known) {
+                        if (*n_regions >= KVD_MAX_TENSORS)
+                                return -E2BIG;
+                        regions[(*n_regions)++] = region_ref(ct->region);
+                }
+        }
+        return 0;
+}

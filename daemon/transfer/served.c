@@ -1,0 +1,410 @@
+/* SPDX-License-Identifier: MIT */
+/* Served: a peer's transfer of one of our caches, checked, planned and moved by the data plane. */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <kvdist/kvdist.h>
+
+#include "cache-proto.h"
+#include "cluster.h"
+#include "daemon.h"
+#include "kvdist.pb-c.h"
+#include "link.h"
+#include "log.h"
+#include "notify.h"
+#include "peer-handlers.h"
+#include "peer.h"
+#include "plan.h"
+#include "region.h"
+#include "remote-plan.h"
+#include "served.h"
+#include "tcp-data.h"
+
+/* How long past the peer's own deadline a served transfer may wait for its bytes. */
+#define SERVED_GRACE_MS 5000
+#define SERVED_TIMEOUT_MAX_MS 3600000u
+
+static void served_set_state(Served *s, ServedState state)
+{
+        assert(state >= 0 && state < _SERVED_STATE_MAX);
+        assert(state > s->state);
+        s->state = state;
+}
+
+static Served *served_free(Served *s)
+{
+        Daemon *d = s->daemon;
+
+        if (s->timer)
+                event_free(s->timer);
+        if (s->cache) {
+                s->cache->n_busy--;
+                if (s->cache->released && s->cache->n_busy == 0)
+                        daemon_release_cache(d, s->cache);
+        }
+        if (s->peer) {
+                clist_unlink(&s->link_peer);
+                s->peer->n_served--;
+        }
+        if (s->inlink) {
+                clist_unlink(&s->link_inlink);
+                s->inlink->n_inflight--;
+        }
+        if (clist_is_linked(&s->link_daemon)) {
+                clist_unlink(&s->link_daemon);
+                d->n_served--;
+        }
+        for (uint32_t i = 0; i < s->n_regions; i++)
+                region_unref(s->regions[i]);
+        plan_free(s->plan);
+        free(s->segs);
+        free(s->src_segs);
+        free(s);
+        return NULL;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(Served, served_free);
+
+/* The data plane let go of our memory: account, notify, tell the peer (push), free. */
+static void served_finish(Served *s, int status)
+{
+        Daemon *d = s->daemon;
+        int final = s->status != KVD_OK ? s->status : status;
+
+        if (final == KVD_OK) {
+                d->counters.transfers_served++;
+                d->counters.bytes_served += s->plan->total_bytes;
+                if (s->inlink) {
+                        s->inlink->n_served++;
+                        s->inlink->bytes += s->plan->total_bytes;
+                }
+                if (s->has_notify && s->inlink &&
+                    notify_deliver(s->inlink->local, s->remote_cluster_id, s->notify,
+                                   s->notify_len) < 0)
+                        log_error("served %" PRIu64 ": cannot queue the push notification for "
+                                  "cluster %" PRIu64 ", ignoring", s->id, s->cluster_id);
+        } else
+                log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %s",
+                          s->id, s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
+                          kvd_strerror(final));
+
+        if (!s->pull && s->peer && s->peer->state == PEER_READY) {
+                Kvdist__V1__PeerTransferDone m = KVDIST__V1__PEER_TRANSFER_DONE__INIT;
+                Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+
+                st.code = final;
+                st.detail = (char *)(final == KVD_OK ? "" : kvd_strerror(final));
+                m.transfer_id = s->initiator_id;
+                m.status = &st;
+                (void)peer_notice(s->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, &m.base);
+        }
+        served_free(s);
+        daemon_check_stopped(d);
+}
+
+static int served_status_from_errno(int error)
+{
+        switch (error) {
+        case 0:
+                return KVD_OK;
+        case -EILSEQ:
+                return KVD_E_FAILED;
+        default:
+                return KVD_E_PEER_LOST;
+        }
+}
+
+static void served_on_data_done(void *userdata, int status)
+{
+        Served *s = userdata;
+
+        s->data = NULL;
+        served_finish(s, served_status_from_errno(status));
+}
+
+static void served_fail(Served *s, int status)
+{
+        if (s->state != SERVED_RUNNING)
+                return;
+        served_set_state(s, SERVED_STOPPING);
+        s->status = status;
+        if (s->timer)
+                event_del(s->timer);
+        if (!s->data)
+                return;
+        if (s->pull)
+                tcp_data_cancel_send(s->data, s->initiator_id);
+        else
+                tcp_data_cancel_recv(s->data, s->id);
+}
+
+static void served_on_deadline(evutil_socket_t fd, short what, void *userdata)
+{
+        Served *s = userdata;
+
+        log_info("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): the peer's bytes did "
+                 "not come in time, giving up", s->id, s->remote_cluster_id, s->cluster_id);
+        served_fail(s, KVD_E_TIMEOUT);
+}
+
+void served_detach_inlink(Served *s, int status)
+{
+        clist_unlink(&s->link_inlink);
+        s->inlink->n_inflight--;
+        s->inlink = NULL;
+        served_fail(s, status);
+}
+
+void served_on_peer_lost(Peer *p)
+{
+        Served *s, *tmp;
+
+        CLIST_FOREACH_SAFE(s, tmp, &p->served, link_peer) {
+                clist_unlink(&s->link_peer);
+                p->n_served--;
+                s->peer = NULL;
+                served_fail(s, KVD_E_PEER_LOST);
+        }
+}
+
+void served_stop_all(Daemon *d, int status)
+{
+        Served *s, *tmp;
+
+        CLIST_FOREACH_SAFE(s, tmp, &d->served, link_daemon)
+                served_fail(s, status);
+}
+
+/* Finds and checks the cache the peer names: ours, linked, reachable. */
+static int served_resolve(Served *s, InLink *il, const Kvdist__V1__PeerTransfer *m,
+                          uint32_t *ret_index, Error *err)
+{
+        Cluster *c = il->local;
+        CacheKey key;
+        Cache *cache;
+        int r;
+
+        r = cache_key_from_proto(m->key, &key, err);
+        if (r < 0)
+                return r;
+        if (key.cluster_id != c->id)
+                return error_set(err, KVD_E_CACHE_NOT_EXIST,
+                                 "the key names cluster %" PRIu64 ", inbound link %" PRIu64
+                                 " reaches cluster %" PRIu64, key.cluster_id, il->id, c->id);
+        r = cache_table_lookup(&c->caches, &key, &cache, ret_index, err);
+        if (r < 0)
+                return r;
+        if (cache->seq > il->seq)
+                return error_set(err, KVD_E_CACHE_NOT_EXIST,
+                                 "cache %" PRIu64 " of cluster %" PRIu64 " was registered after "
+                                 "the link was made; memory must be registered before the link "
+                                 "that reaches it", cache->id, c->id);
+        if (!cache->remote_accessible)
+                return error_set(err, KVD_E_PERMISSION_DENIED,
+                                 "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
+                                 "accessible", cache->id, c->id);
+        s->cache = cache;
+        s->cache->n_busy++;
+        return 0;
+}
+
+/* Validates the peer's request into @s: key, link, sizes, plan, our memory. */
+static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer *m,
+                          uint32_t *ret_index, Error *err)
+{
+        const Limits *lim = &s->daemon->config->limits;
+        RemoteDesc ours, theirs;
+        TransferArgs args;
+        PlanRequest pr;
+        CacheKey key;
+        int r;
+
+        transfer_args_from_peer(m, &args);
+        r = cache_key_from_proto(m->key, &key, err);
+        if (r < 0)
+                return r;
+        r = transfer_args_check(&args, key.kind, err);
+        if (r < 0)
+                return r;
+        if (m->n_src_blocks > lim->max_blocks_per_transfer ||
+            m->n_dst_blocks > lim->max_blocks_per_transfer)
+                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                                 "%zu blocks in one transfer, at most %" PRIu32,
+                                 MAX(m->n_src_blocks, m->n_dst_blocks),
+                                 lim->max_blocks_per_transfer);
+        if (il->n_inflight >= lim->max_inflight_per_client)
+                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                                 "inbound link %" PRIu64 " has %u transfers in flight", il->id,
+                                 il->n_inflight);
+        if (m->notify.len > 0) {
+                if (s->pull)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "only a push carries a notification");
+                if (m->notify.len > NOTIFY_MAX_BYTES)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "a notification of %zu bytes, at most %d",
+                                         m->notify.len, NOTIFY_MAX_BYTES);
+                r = notify_check_room(il->local, err);
+                if (r < 0)
+                        return r;
+                memcpy(s->notify, m->notify.data, m->notify.len);
+                s->notify_len = m->notify.len;
+                s->has_notify = true;
+        }
+        r = remote_desc_from_proto(m->local, &theirs, err);
+        if (r < 0)
+                return r;
+        r = served_resolve(s, il, m, ret_index, err);
+        if (r < 0)
+                return r;
+        remote_desc_from_cache(s->cache, &ours);
+        transfer_args_plan_request(&args, key.kind, *ret_index, &pr);
+        r = remote_plan_build(&pr, s->pull ? &ours : &theirs, s->pull ? &theirs : &ours,
+                              &s->plan, err);
+        if (r < 0)
+                return r;
+        if (s->plan->total_bytes == 0)
+                return error_set(err, KVD_E_PARAM_INVALID, "the transfer moves no bytes");
+
+        s->segs = calloc(s->plan->n_segments, sizeof(TcpDstSegment));
+        if (!s->segs)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        r = remote_plan_map(s->plan, s->cache, s->pull, s->pull ? ours.num_tensors
+                                                                : theirs.num_tensors,
+                            s->segs, s->regions, &s->n_regions);
+        if (r < 0)
+                return error_set(err, KVD_E_FAILED, "the plan does not fit cache %" PRIu64,
+                                 s->cache->id);
+        if (s->pull) {
+                s->src_segs = calloc(s->plan->n_segments, sizeof(TcpSrcSegment));
+                if (!s->src_segs)
+                        return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                for (size_t i = 0; i < s->plan->n_segments; i++)
+                        s->src_segs[i] = (TcpSrcSegment){ .src = s->segs[i].dst,
+                                                          .len = s->segs[i].len };
+        }
+        return 0;
+}
+
+void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+{
+        const Kvdist__V1__PeerTransfer *m = (const Kvdist__V1__PeerTransfer *)msg;
+        Kvdist__V1__PeerTransferReply reply = KVDIST__V1__PEER_TRANSFER_REPLY__INIT;
+        Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        Daemon *d = p->daemon;
+        _cleanup_(served_freep) Served *s = NULL;
+        Error err = ERROR_INIT;
+        uint32_t index = 0, timeout_ms;
+        RemoteDesc ours;
+        InLink *il;
+        struct timeval tv;
+        int r;
+
+        if (request_id == 0) {
+                d->counters.peer_requests_refused++;
+                return;
+        }
+        s = calloc(1, sizeof(*s));
+        if (!s) {
+                error_set(&err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                goto refuse;
+        }
+        s->daemon = d;
+        s->id = daemon_next_id(d);
+        s->state = SERVED_RUNNING;
+        s->pull = transfer_kind_is_pull((TransferKind)m->kind);
+        s->initiator_id = m->job_id;
+        s->start_usec = now_usec(CLOCK_MONOTONIC);
+        clist_init(&s->link_peer);
+        clist_init(&s->link_inlink);
+        clist_init(&s->link_daemon);
+
+        if (d->stopping) {
+                error_set(&err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+                goto refuse;
+        }
+        il = inlink_find_id(p, m->link_id);
+        if (!il) {
+                error_set(&err, KVD_E_NOT_YET_LINK, "no inbound link %" PRIu64 " from this peer; "
+                          "link again", m->link_id);
+                goto refuse;
+        }
+        s->cluster_id = il->local->id;
+        s->remote_cluster_id = il->remote_cluster_id;
+        r = served_prepare(s, il, m, &index, &err);
+        if (r < 0)
+                goto refuse;
+
+        timeout_ms = MIN(m->timeout_ms ? m->timeout_ms : d->config->sync_kv_timeout_ms,
+                         SERVED_TIMEOUT_MAX_MS) + SERVED_GRACE_MS;
+        tv = (struct timeval){ .tv_sec = timeout_ms / 1000,
+                               .tv_usec = (timeout_ms % 1000) * 1000 };
+        s->timer = evtimer_new(d->base, served_on_deadline, s);
+        if (!s->timer || evtimer_add(s->timer, &tv) < 0) {
+                error_set(&err, KVD_E_OUT_OF_MEMORY, "cannot arm a deadline");
+                goto refuse;
+        }
+
+        /* The data job exists before the answer: a peer told OK always gets its bytes (or an
+         * abort), and bytes it sends always find their job. */
+        s->data = p->data;
+        if (s->pull)
+                r = tcp_data_send(p->data, s->initiator_id, s->src_segs, s->plan->n_segments,
+                                  served_on_data_done, s);
+        else
+                r = tcp_data_recv(p->data, s->id, s->segs, s->plan->n_segments,
+                                  served_on_data_done, s);
+        if (r < 0) {
+                s->data = NULL;
+                error_set(&err, r == -EEXIST ? KVD_E_PARAM_INVALID : KVD_E_PEER_LOST,
+                          "cannot start data job %" PRIu64 ": %s",
+                          s->pull ? s->initiator_id : s->id, strerror(-r));
+                goto refuse;
+        }
+        clist_link_tail(&p->served, &s->link_peer);
+        p->n_served++;
+        s->peer = p;
+        clist_link_tail(&il->served, &s->link_inlink);
+        il->n_inflight++;
+        s->inlink = il;
+        clist_link_tail(&d->served, &s->link_daemon);
+        d->n_served++;
+
+        remote_desc_from_cache(s->cache, &ours);
+        remote_desc_to_proto(&ours, &desc);
+        reply.status = &status;
+        reply.remote = &desc;
+        reply.remote_index = index;
+        reply.total_bytes = s->plan->total_bytes;
+        reply.segments = s->plan->n_segments;
+        reply.job_id = s->pull ? s->initiator_id : s->id;
+        log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
+                  " bytes in %zu segments", s->id, s->remote_cluster_id, s->cluster_id,
+                  s->pull ? "pull" : "push", s->plan->total_bytes, s->plan->n_segments);
+        TAKE_PTR(s);
+        (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, request_id, &reply.base);
+        return;
+
+refuse:
+        log_debug("%s: transfer %" PRIu64 " refused: %s",
+                  peer_name(p, (char[96]){ 0 }, 96), m->job_id, err.msg);
+        (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, request_id, err.code,
+                               &err);
+}
+
+void peer_handle_transfer_cancel(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+{
+        const Kvdist__V1__PeerTransferCancel *m = (const Kvdist__V1__PeerTransferCancel *)msg;
+        Served *s;
+
+        CLIST_FOREACH(s, &p->served, link_peer)
+                if (s->initiator_id == m->transfer_id) {
+                        served_fail(s, KVD_E_TIMEOUT);
+                        return;
+                }
+}

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Served: a peer daemon's pull from or push into one of our clusters' caches, over an inbound
+ * link. The peer's request is checked here as untrusted input: the link must exist, the key must
+ * name a cache of the linked cluster that was registered before the link and is
+ * remote-accessible, and the plan is built from our own cache (the peer only describes its
+ * side's shape), so no byte outside that cache moves whatever the peer sends. The cache is held
+ * busy and its regions referenced until the data plane has let go of them.
+ *
+ * Pull: we answer with our cache's shape and send the bytes as the peer's data job. Push: we
+ * register a receive job, answer with its id, and once every byte landed deliver the push's
+ * notification and tell the peer (PeerTransferDone).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "clist.h"
+#include "tcp-stream.h"
+#include "time-util.h"
+
+#include <kvdist/kvdist.h>
+
+struct event;
+typedef struct Cache Cache;
+typedef struct Daemon Daemon;
+typedef struct InLink InLink;
+typedef struct Peer Peer;
+typedef struct Plan Plan;
+typedef struct Region Region;
+typedef struct Served Served;
+typedef struct TcpData TcpData;
+
+#define NOTIFY_MAX_BYTES 256
+
+typedef enum ServedState {
+        SERVED_RUNNING,         /* the data plane moves the bytes */
+        SERVED_STOPPING,        /* failed; waiting for the data plane to let go */
+        _SERVED_STATE_MAX,
+        _SERVED_STATE_INVALID = -22,
+} ServedState;
+
+struct Served {
+        Daemon *daemon;
+        uint64_t id;            /* push: the data job id the peer sends under */
+        ServedState state;
+        bool pull;              /* the peer pulls: we send */
+        Peer *peer;             /* NULL once lost */
+        InLink *inlink;         /* NULL once gone */
+        TcpData *data;          /* the data plane the job is on, until its callback */
+        uint64_t initiator_id;  /* the peer's transfer id (pull: also its receive job) */
+        uint64_t cluster_id;    /* ours */
+        uint64_t remote_cluster_id;
+        Cache *cache;           /* n_busy counts this */
+        Region *regions[KVD_MAX_TENSORS];
+        uint32_t n_regions;
+        Plan *plan;
+        TcpDstSegment *segs;    /* our side of the plan in our memory */
+        TcpSrcSegment *src_segs; /* the same, for sending */
+        int status;             /* first failure */
+        uint8_t notify[NOTIFY_MAX_BYTES];
+        size_t notify_len;
+        bool has_notify;
+        usec_t start_usec;
+        struct event *timer;    /* a bound on how long the peer may take */
+        CList link_peer;
+        CList link_inlink;
+        CList link_daemon;
+};
+
+/* The inbound link of @s is going away: the transfer stops with @status. */
+void served_detach_inlink(Served *s, int status);
+
+/* Stops every served transfer (daemon shutdown). */
+void served_stop_all(Daemon *d, int status);

@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Transfer, remote part: a pull or push whose other end is a cluster behind a peer daemon.
+ *
+ *   REQUESTED   PeerTransfer sent with our cache's shape; the peer checks everything against its
+ *               own state and answers with the shape of the cache the key names now.
+ *   DATA        both ends built the same canonical plan; the TCP transport moves the bytes
+ *               (pull: the peer sends job `id`; push: we send the job id the peer chose).
+ *   FINISHED    the data plane let go of our memory; a push still waits for the peer's
+ *               PeerTransferDone, which says every byte landed there.
+ *
+ * A transfer that fails while REQUESTED answers its client at once (no byte of ours is touched
+ * yet) and leaves its call to an orphan handler that keeps the data streams in step when the
+ * peer's answer comes later: a receive job that drops the bytes, or a send that aborts.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kvdist/kvdist.h>
+
+#include "cache-proto.h"
+#include "cluster.h"
+#include "conn.h"
+#include "daemon.h"
+#include "kvdist.pb-c.h"
+#include "link.h"
+#include "log.h"
+#include "peer-handlers.h"
+#include "peer.h"
+#include "plan.h"
+#include "region.h"
+#include "remote-plan.h"
+#include "tcp-data.h"
+#include "transfer.h"
+#include "transport.h"
+
+/* Looks the key up in what the remote cluster exposed when the link was made. */
+static int remote_snapshot_lookup(const Link *l, const CacheKey *key, RemoteDesc *ret_desc,
+                                  uint32_t *ret_index, Error *err)
+{
+        const Kvdist__V1__PeerLinkReply *e = l->exposed;
+        char buf[128];
+
+        for (size_t i = 0; e && i < e->n_caches; i++) {
+                const Kvdist__V1__RemoteCache *rc = e->caches[i];
+                Kvdist__V1__PlanCacheDesc pd = KVDIST__V1__PLAN_CACHE_DESC__INIT;
+                bool match = false;
+                uint32_t index = 0;
+
+                if (key->kind == CACHE_KEY_ID_INDEX) {
+                        match = rc->cache_id == key->cache_id;
+                        index = key->batch_index;
+                } else {
+                        for (size_t k = 0; k < rc->n_keys && !match; k++) {
+                                CacheKey ck;
+
+                                if (cache_key_from_proto(rc->keys[k], &ck, NULL) < 0)
+                                        continue;
+                                match = cache_key_equal(&ck, key);
+                                index = k < rc->n_key_slots ? rc->key_slots[k] : 0;
+                        }
+                }
+                if (!match)
+                        continue;
+                if (!rc->desc || rc->desc->n_shape == 0)
+                        break;
+                pd.blocks = rc->blocks;
+                pd.num_tensors = rc->desc->num_tensors;
+                pd.tensor_size = rc->tensor_size;
+                pd.units = (uint64_t)rc->desc->shape[0];
+                *ret_index = index;
+                return remote_desc_from_proto(&pd, ret_desc, err);
+        }
+        return error_set(err, KVD_E_CACHE_NOT_EXIST,
+                         "%s is not among the caches cluster %" PRIu64 " exposed to link %"
+                         PRIu64 " (registered before the link and remote-accessible)",
+                         cache_key_to_string(key, buf, sizeof(buf)), l->remote_cluster_id,
+                         l->id);
+}
+
+/* The local cache of @x and whether it is the source. */
+static const Cache *transfer_local_cache(const Transfer *x, bool *ret_is_src)
+{
+        *ret_is_src = !transfer_kind_is_pull(x->kind);
+        return *ret_is_src ? x->caches[0] : x->caches[1];
+}
+
+static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
+                                     const ProtobufCMessage *reply, void *userdata);
+
+/* Keeps the data streams in step for a transfer that gave up before the peer answered. */
+static void transfer_remote_on_orphan_reply(Peer *p, int status, const Error *err,
+                                            const ProtobufCMessage *reply, void *userdata)
+{
+        const Kvdist__V1__PeerTransferReply *m = (const Kvdist__V1__PeerTransferReply *)reply;
+        bool pull = (uintptr_t)userdata != 0;
+
+        if (status != KVD_OK || !p->data || m->total_bytes == 0)
+                return;
+        if (pull)
+                (void)tcp_data_recv_discard(p->data, m->job_id, m->total_bytes);
+        else
+                (void)tcp_data_send_aborted(p->data, m->job_id, m->total_bytes);
+}
+
+int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err)
+{
+        Kvdist__V1__PeerTransfer req = KVDIST__V1__PEER_TRANSFER__INIT;
+        Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
+        _cleanup_(plan_freep) Plan *check = NULL;
+        CacheKeyStorage ks;
+        RemoteDesc local, remote;
+        TransferArgs args;
+        PlanRequest pr;
+        Link *l = x->link;
+        Peer *p = l->peer;
+        uint32_t index = 0;
+        bool local_is_src;
+        int r;
+
+        if (p->state != PEER_READY)
+                return error_set(err, KVD_E_PEER_LOST, "the daemon of cluster %" PRIu64
+                                 " is not connected", l->remote_cluster_id);
+
+        /* Everything the exposed caches tell us is checked here, so that a wrong block id is
+         * answered without a round trip; the peer checks again against what it has now. */
+        remote_desc_from_cache(transfer_local_cache(x, &local_is_src), &local);
+        r = remote_snapshot_lookup(l, &x->key, &remote, &index, err);
+        if (r < 0)
+                return r;
+        transfer_args_from_transfer(m, &args);
+        transfer_args_plan_request(&args, x->key.kind, index, &pr);
+        r = remote_plan_build(&pr, local_is_src ? &local : &remote,
+                              local_is_src ? &remote : &local, &check, err);
+        if (r < 0)
+                return r;
+
+        remote_desc_to_proto(&local, &desc);
+        req.job_id = x->id;
+        req.link_id = l->remote_link_id;
+        req.kind = m->kind;
+        req.key = cache_key_to_proto(&x->key, &ks);
+        req.local = &desc;
+        req.n_src_blocks = m->n_src_blocks;
+        req.src_blocks = m->src_blocks;
+        req.n_dst_blocks = m->n_dst_blocks;
+        req.dst_blocks = m->dst_blocks;
+        req.local_batch_index = m->local_batch_index;
+        req.size = m->size;
+        req.src_layers = m->src_layers;
+        req.dst_layers = m->dst_layers;
+        req.tensor_num_per_layer = m->tensor_num_per_layer;
+        req.timeout_ms = m->timeout_ms ? m->timeout_ms : x->cluster->sync_kv_timeout_ms;
+        req.notify.data = x->notify;
+        req.notify.len = x->has_notify ? x->notify_len : 0;
+        r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, &req.base,
+                      transfer_remote_on_reply, x, &x->call);
+        if (r < 0)
+                return error_set(err, r == -EMSGSIZE ? KVD_E_LIMIT_EXCEEDED : KVD_E_PEER_LOST,
+                                 "cannot ask the daemon of cluster %" PRIu64 ": %s",
+                                 l->remote_cluster_id, strerror(-r));
+        x->phase = REMOTE_REQUESTED;
+        x->peer = p;
+        clist_link_tail(&p->transfers, &x->link_peer);
+        return 0;
+}
+
+/* Leaves the peer's list (the transfer no longer waits for anything from it but data). */
+static void transfer_remote_leave_peer(Transfer *x)
+{
+        if (!x->peer)
+                return;
+        clist_unlink(&x->link_peer);
+        x->peer = NULL;
+}
+
+/* The peer's answer: build the same plan, map our side, start the data job. */
+static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__PeerTransferReply *m,
+                                      Error *err)
+{
+        const Kvdist__V1__Transfer *req = (const Kvdist__V1__Transfer *)x->req->msg;
+        RemoteDesc local, remote;
+        TransferArgs args;
+        PlanRequest pr;
+        bool local_is_src;
+        const Cache *cache = transfer_local_cache(x, &local_is_src);
+        TcpDstSegment *segs;
+        int r;
+
+        remote_desc_from_cache(cache, &local);
+        r = remote_desc_from_proto(m->remote, &remote, err);
+        if (r < 0)
+                return r;
+        transfer_args_from_transfer(req, &args);
+        transfer_args_plan_request(&args, x->key.kind, m->remote_index, &pr);
+        r = remote_plan_build(&pr, local_is_src ? &local : &remote,
+                              local_is_src ? &remote : &local, &x->plan, err);
+        if (r < 0)
+                return r;
+        if (x->plan->total_bytes != m->total_bytes || x->plan->n_segments != m->segments)
+                return error_set(err, KVD_E_PROTOCOL_MISMATCH,
+                                 "the peer planned %" PRIu64 " bytes in %" PRIu64 " segments, we "
+                                 "planned %" PRIu64 " in %zu", m->total_bytes, m->segments,
+                                 x->plan->total_bytes, x->plan->n_segments);
+
+        segs = calloc(MAX(x->plan->n_segments, (size_t)1), sizeof(TcpDstSegment));
+        if (!segs)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        x->segs = segs;
+        r = remote_plan_map(x->plan, cache, local_is_src,
+                            local_is_src ? local.num_tensors : remote.num_tensors, segs,
+                            x->regions, &x->n_regions);
+        if (r < 0)
+                return error_set(err, KVD_E_FAILED, "the plan does not fit cache %" PRIu64,
+                                 cache->id);
+        if (local_is_src) {
+                /* Same layout, read-only view: the sender takes TcpSrcSegment. */
+                TcpSrcSegment *src = (TcpSrcSegment *)segs;
+
+                _Static_assert(sizeof(TcpSrcSegment) == sizeof(TcpDstSegment),
+                               "segment layouts differ");
+                for (size_t i = 0; i < x->plan->n_segments; i++) {
+                        TcpDstSegment d = segs[i];
+
+                        src[i] = (TcpSrcSegment){ .src = d.dst, .len = d.len };
+                }
+        }
+        x->job_id = m->job_id;
+        x->data = p->data;
+        r = transport_submit(x->transport, x);
+        if (r < 0) {
+                x->data = NULL;
+                return error_set(err, KVD_E_PEER_LOST, "cannot start data job %" PRIu64 ": %s",
+                                 x->job_id, strerror(-r));
+        }
+        x->phase = REMOTE_DATA;
+        return 0;
+}
+
+static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
+                                     const ProtobufCMessage *reply, void *userdata)
+{
+        const Kvdist__V1__PeerTransferReply *m = (const Kvdist__V1__PeerTransferReply *)reply;
+        Transfer *x = userdata;
+        Error e = ERROR_INIT;
+        int r;
+
+        x->call = NULL;
+        if (status != KVD_OK) {
+                transfer_remote_leave_peer(x);
+                x->phase = REMOTE_FINISHED;
+                if (x->status == KVD_OK) {
+                        x->status = status;
+                        error_set(&x->err, status, "%s", err ? err->msg : kvd_strerror(status));
+                }
+                transfer_complete(x, status);
+                return;
+        }
+        r = transfer_remote_begin_data(x, p, m, &e);
+        if (r < 0) {
+                /* The peer is sending (pull) or waiting (push): keep its stream in step. */
+                transfer_remote_on_orphan_reply(p, KVD_OK, NULL, reply,
+                                                (void *)(uintptr_t)transfer_kind_is_pull(x->kind));
+                transfer_remote_leave_peer(x);
+                x->phase = REMOTE_FINISHED;
+                x->status = r;
+                x->err = e;
+                transfer_complete(x, r);
+                return;
+        }
+        /* A pull needs nothing more from the peer's control connection; a push waits for the
+         * peer's PeerTransferDone on it. */
+        if (transfer_kind_is_pull(x->kind))
+                transfer_remote_leave_peer(x);
+}
+
+void transfer_remote_cancel(Transfer *x)
+{
+        Kvdist__V1__PeerTransferCancel m = KVDIST__V1__PEER_TRANSFER_CANCEL__INIT;
+
+        switch (x->phase) {
+        case REMOTE_REQUESTED:
+                /* No byte of ours moves until the answer: answer the client now. */
+                assert(x->call);
+                peer_call_redirect(x->call, transfer_remote_on_orphan_reply,
+                                   (void *)(uintptr_t)transfer_kind_is_pull(x->kind));
+                x->call = NULL;
+                m.transfer_id = x->id;
+                if (x->peer && x->peer->state == PEER_READY)
+                        (void)peer_notice(x->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL,
+                                          &m.base);
+                transfer_remote_leave_peer(x);
+                x->phase = REMOTE_FINISHED;
+                transfer_complete(x, x->status);
+                return;
+        case REMOTE_DATA:
+                if (x->peer && x->peer->state == PEER_READY) {
+                        m.transfer_id = x->id;
+                        (void)peer_notice(x->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL,
+                                          &m.base);
+                }
+                transport_cancel(x->transport, x);
+                return;
+        case REMOTE_FINISHED:
+                /* A push whose bytes are out, waiting for the peer's word: stop waiting. */
+                transfer_remote_leave_peer(x);
+                transfer_complete(x, x->status);
+                return;
+        case REMOTE_NONE:
+                break;
+        }
+}
+
+static int transfer_status_from_errno(int error)
+{
+        switch (error) {
+        case 0:
+                return KVD_OK;
+        case -EILSEQ:
+                return KVD_E_FAILED;
+        case -ECANCELED:
+        default:
+                return KVD_E_PEER_LOST;
+        }
+}
+
+void transfer_remote_data_done(Transfer *x, int error)
+{
+        int status = transfer_status_from_errno(error);
+
+        x->data = NULL;
+        x->phase = REMOTE_FINISHED;
+        if (status != KVD_OK && x->status == KVD_OK)
+                error_set(&x->err, status, "%s",
+                          error == -EILSEQ ? "a data chunk failed its CRC32C check"
+                          : error == -ECANCELED ? "the peer aborted the transfer"
+                                                : "the data connection to the peer failed");
+        if (status != KVD_OK || x->state != TRANSFER_RUNNING || transfer_kind_is_pull(x->kind) ||
+            x->remote_done) {
+                transfer_remote_leave_peer(x);
+                transfer_complete(x, status != KVD_OK ? status : x->remote_status);
+        }
+        /* Else a push whose bytes are all sent: the peer's PeerTransferDone completes it. */
+}
+
+void peer_handle_transfer_done(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+{
+        const Kvdist__V1__PeerTransferDone *m = (const Kvdist__V1__PeerTransferDone *)msg;
+        int status = m->status ? m->status->code : KVD_E_PROTOCOL_MISMATCH;
+        Transfer *x;
+
+        if (status > 0 || status < _KVD_E_MIN)
+                status = KVD_E_FAILED;
+        CLIST_FOREACH(x, &p->transfers, link_peer) {
+                if (x->id != m->transfer_id || transfer_kind_is_pull(x->kind) ||
+                    x->phase == REMOTE_REQUESTED)
+                        continue;
+                x->remote_done = true;
+                x->remote_status = status;
+                if (status != KVD_OK && x->status == KVD_OK)
+                        error_set(&x->err, status, "the peer could not land the bytes: %s",
+                                  m->status && m->status->detail ? m->status->detail : "");
+                if (x->phase == REMOTE_FINISHED) {
+                        transfer_remote_leave_peer(x);
+                        transfer_complete(x, status);
+                } else if (status != KVD_OK)
+                        transfer_fail(x, status, "the peer could not land the bytes");
+                return;
+        }
+}
