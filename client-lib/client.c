@@ -52,6 +52,7 @@ static kvd_client *client_new(void)
 
         c->n_ref = 1;
         c->fd = -1;
+        c->notify_fd = -1;
         c->next_request_id = 1;
         c->max_payload = CLIENT_MAX_PAYLOAD;
         clist_init(&c->pending);
@@ -84,6 +85,7 @@ kvd_client *client_unref(kvd_client *c)
         for (size_t i = 0; i < c->rx.n_fds; i++)
                 safe_close(c->rx.fds[i]);
         c->fd = safe_close(c->fd);
+        c->notify_fd = safe_close(c->notify_fd);
         pthread_cond_destroy(&c->cond);
         pthread_mutex_destroy(&c->pool_lock);
         pthread_mutex_destroy(&c->lock);
@@ -390,6 +392,7 @@ _public_ int kvd_client_finalize(kvd_client *client)
         conn_kill(client, "kvd_client_finalize() closed the connection to kvdistd");
         pthread_mutex_lock(&client->lock);
         client->fd = safe_close(client->fd);
+        client->notify_fd = safe_close(client->notify_fd);
         pthread_mutex_unlock(&client->lock);
         memory_unmap_all(client);
 

@@ -80,6 +80,7 @@ struct kvd_client {
         bool initialized; /* attached as a cluster (kvd_client_init) */
         uint32_t sync_kv_timeout_ms;
         CList regions; /* ClientRegion.link */
+        int notify_fd; /* the daemon's eventfd for our notifications; -1 until asked for */
 
         pthread_mutex_t pool_lock; /* serialises mapping the pool; taken before the others */
         void *pool_base;

@@ -105,6 +105,22 @@ static int transfer_submit(kvd_client *c, const TransferArgs *a, kvd_task **ret_
                 xfer.tensor_num_per_layer = a->opts->tensor_num_per_layer;
                 if (a->opts->timeout_ms > 0)
                         xfer.timeout_ms = (uint32_t)a->opts->timeout_ms;
+                if (a->opts->notify_len > 0) {
+                        if (pull)
+                                return error_set(err, KVD_E_PARAM_INVALID,
+                                                 "opts.notify: only a push carries a "
+                                                 "notification");
+                        if (!a->opts->notify)
+                                return error_set(err, KVD_E_PARAM_INVALID,
+                                                 "opts.notify is NULL but notify_len is %zu",
+                                                 a->opts->notify_len);
+                        if (a->opts->notify_len > KVD_NOTIFY_MAX)
+                                return error_set(err, KVD_E_PARAM_INVALID,
+                                                 "opts.notify_len is %zu, at most %d",
+                                                 a->opts->notify_len, KVD_NOTIFY_MAX);
+                        xfer.notify.data = (uint8_t *)a->opts->notify;
+                        xfer.notify.len = a->opts->notify_len;
+                }
         }
         timeout = xfer.timeout_ms ?: c->sync_kv_timeout_ms ?: CLIENT_DEFAULT_SYNC_KV_TIMEOUT_MS;
 

@@ -297,6 +297,11 @@ int request_reply(Request *req, const ProtobufCMessage *reply, int fd)
 
 int request_reply_ok(Request *req)
 {
+        return request_reply_ok_fd(req, -1);
+}
+
+int request_reply_ok_fd(Request *req, int fd)
+{
         const FrameType *ft = frame_type_lookup(req->type);
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         const ProtobufCFieldDescriptor *field;
@@ -315,7 +320,7 @@ int request_reply_ok(Request *req)
         }
         protobuf_c_message_init(ft->reply, reply);
         *(Kvdist__V1__Status **)((uint8_t *)reply + field->offset) = &status;
-        return request_reply(req, reply, -1);
+        return request_reply(req, reply, fd);
 }
 
 int request_fail(Request *req, int code, const Error *err)

@@ -91,6 +91,9 @@ int request_reply(Request *req, const ProtobufCMessage *reply, int fd);
 /* Answers @req with its type's reply message carrying only an OK status; frees the request. */
 int request_reply_ok(Request *req);
 
+/* The same with @fd (not -1) attached; the fd stays the caller's. */
+int request_reply_ok_fd(Request *req, int fd);
+
 /* Answers @req with a bare Status carrying @code (< 0) and @err's message; frees the request. */
 int request_fail(Request *req, int code, const Error *err);
 

@@ -266,14 +266,20 @@ typedef struct kvd_layer_range {
         int32_t last;
 } kvd_layer_range;
 
+#define KVD_NOTIFY_MAX 256
+
 typedef struct kvd_transfer_opts {
         kvd_layer_range src_layers;
         kvd_layer_range dst_layers;
         uint32_t tensor_num_per_layer; /* 0 = 2 (K and V) */
         int32_t timeout_ms;            /* <= 0: the client's sync_kv_timeout */
+        /* Push only: a message (at most KVD_NOTIFY_MAX bytes, copied) that the destination
+         * cluster receives (kvd_get_notifies()) once every byte of this push has landed. */
+        const void *notify;
+        size_t notify_len;
 } kvd_transfer_opts;
 
-#define KVD_TRANSFER_OPTS_INIT { { -1, -1 }, { -1, -1 }, 2, 0 }
+#define KVD_TRANSFER_OPTS_INIT { { -1, -1 }, { -1, -1 }, 2, 0, NULL, 0 }
 
 /*
  * Pulls the remote item named by @src_key (KVD_KEY_REQ or KVD_KEY_ID_INDEX) into batch slot
@@ -328,6 +334,25 @@ int kvd_task_wait(kvd_task *task, int timeout_ms);
 
 /* Frees @task; a transfer still running goes on, and its result is discarded. Accepts NULL. */
 void kvd_task_free(kvd_task *task);
+
+/* A notification a push delivered to this cluster. */
+typedef struct kvd_notify {
+        uint64_t src_cluster_id;        /* the cluster that pushed */
+        size_t len;
+        uint8_t data[KVD_NOTIFY_MAX];
+} kvd_notify;
+
+/*
+ * A file descriptor that is readable (POLLIN) while notifications wait for this cluster; the
+ * same fd on every call, owned by @client (do not close it; kvd_client_finalize() does).
+ */
+int kvd_notify_fd(kvd_client *client, int *ret_fd);
+
+/*
+ * Takes up to @max waiting notifications, oldest first, into @out; *@ret_n says how many (0 when
+ * none wait). Notifications arrive in the order their pushes landed.
+ */
+int kvd_get_notifies(kvd_client *client, kvd_notify *out, size_t max, size_t *ret_n);
 
 /*
  * The daemon's state as a JSON document (what `kvdistctl status --json` prints).

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/* Notify: push notifications queued for a cluster, an eventfd to poll, and their requests. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <kvdist/kvdist.h>
+
+#include "cluster.h"
+#include "conn.h"
+#include "daemon.h"
+#include "dispatch.h"
+#include "kvdist.pb-c.h"
+#include "notify.h"
+
+#define NOTIFY_DATA_MAX 256
+
+typedef struct Notify {
+        CList link;             /* on Cluster.notifies, oldest first */
+        uint64_t src_cluster_id;
+        size_t len;
+        uint8_t data[NOTIFY_DATA_MAX];
+} Notify;
+
+int notify_check_room(const Cluster *c, Error *err)
+{
+        uint32_t max = c->daemon->config->limits.max_notifies_per_client;
+
+        if (c->n_notifies >= max)
+                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                                 "cluster %" PRIu64 " has %u notifications it has not taken "
+                                 "(limits.max_notifies_per_client)", c->id, c->n_notifies);
+        return 0;
+}
+
+/* Sets the eventfd to the number of queued notifications' parity: readable iff any wait. */
+static void notify_signal(Cluster *c)
+{
+        uint64_t v;
+
+        if (c->notify_fd < 0)
+                return;
+        /* Drain, then raise again if something waits: readability tracks the queue. */
+        (void)!read(c->notify_fd, &v, sizeof(v));
+        if (c->n_notifies > 0) {
+                v = 1;
+                (void)!write(c->notify_fd, &v, sizeof(v));
+        }
+}
+
+int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t len)
+{
+        Notify *n;
+
+        if (len > NOTIFY_DATA_MAX)
+                return -EINVAL;
+        n = calloc(1, sizeof(*n));
+        if (!n)
+                return -ENOMEM;
+        n->src_cluster_id = src_cluster_id;
+        n->len = len;
+        memcpy(n->data, data, len);
+        clist_link_tail(&c->notifies, &n->link);
+        c->n_notifies++;
+        c->daemon->counters.notifies_delivered++;
+        notify_signal(c);
+        return 0;
+}
+
+void notify_clear(Cluster *c)
+{
+        Notify *n, *tmp;
+
+        CLIST_FOREACH_SAFE(n, tmp, &c->notifies, link) {
+                clist_unlink(&n->link);
+                free(n);
+        }
+        c->n_notifies = 0;
+        c->notify_fd = safe_close(c->notify_fd);
+}
+
+int handle_notify_fd(Request *req, Error *err)
+{
+        Cluster *c = req->conn->cluster;
+
+        if (c->notify_fd < 0) {
+                c->notify_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+                if (c->notify_fd < 0)
+                        return error_set(err, KVD_E_OUT_OF_MEMORY, "eventfd: %s",
+                                         strerror(errno));
+                notify_signal(c);
+        }
+        /* The client gets its own duplicate; both name the same eventfd. */
+        return request_reply_ok_fd(req, c->notify_fd), 0;
+}
+
+int handle_get_notifies(Request *req, Error *err)
+{
+        const Kvdist__V1__GetNotifies *m = (const Kvdist__V1__GetNotifies *)req->msg;
+        Kvdist__V1__GetNotifiesReply reply = KVDIST__V1__GET_NOTIFIES_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        Cluster *c = req->conn->cluster;
+        _cleanup_free_ Kvdist__V1__Notify *items = NULL;
+        _cleanup_free_ Kvdist__V1__Notify **ptrs = NULL;
+        size_t n = MIN((size_t)m->max, (size_t)c->n_notifies), i = 0;
+        Notify *e, *tmp;
+        int r;
+
+        /* A frame of replies stays far below the frame limit: 4096 x ~280 bytes. */
+        n = MIN(n, (size_t)4096);
+        if (n > 0) {
+                items = calloc(n, sizeof(*items));
+                ptrs = calloc(n, sizeof(*ptrs));
+                if (!items || !ptrs)
+                        return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        }
+        CLIST_FOREACH(e, &c->notifies, link) {
+                if (i == n)
+                        break;
+                kvdist__v1__notify__init(&items[i]);
+                items[i].src_cluster_id = e->src_cluster_id;
+                items[i].data.data = e->data;
+                items[i].data.len = e->len;
+                ptrs[i] = &items[i];
+                i++;
+        }
+        reply.status = &status;
+        reply.notifies = ptrs;
+        reply.n_notifies = n;
+        reply.remaining = c->n_notifies - (uint32_t)n;
+        r = request_reply(req, &reply.base, -1);
+        /* Taken once the reply is queued: a reply that could not be sent loses nothing. */
+        if (r == 0) {
+                i = 0;
+                CLIST_FOREACH_SAFE(e, tmp, &c->notifies, link) {
+                        if (i++ == n)
+                                break;
+                        clist_unlink(&e->link);
+                        free(e);
+                        c->n_notifies--;
+                }
+                notify_signal(c);
+        }
+        return 0;
+}
