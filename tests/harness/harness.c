@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -108,8 +109,10 @@ static _Noreturn void watcher_run(int fd, pid_t daemon_pid, HarnessDaemon *d)
         harness_daemon_dump_log(d, HARNESS_LOG_TAIL);
         fprintf(stderr, "harness: end of the kvdistd log\n");
         (void)unlink(d->socket_path);
-        (void)unlink(d->log_path);
-        (void)rmdir(d->dir);
+        if (!getenv("KVDIST_TEST_KEEP_LOGS")) {
+                (void)unlink(d->log_path);
+                (void)rmdir(d->dir);
+        }
         _exit(0);
 }
 
@@ -159,9 +162,10 @@ static bool socket_accepts(const char *path)
         return fd >= 0;
 }
 
-/* In the forked child: becomes kvdistd with stdout and stderr in the log. */
+/* In the forked child: becomes kvdistd with stdout and stderr in the log, in network namespace
+ * @netns when it is not NULL. */
 static _Noreturn void exec_daemon(const char *bin, char **argv, const char *log_path,
-                                  pid_t parent)
+                                  const char *netns, pid_t parent)
 {
         int fd;
 
@@ -169,6 +173,18 @@ static _Noreturn void exec_daemon(const char *bin, char **argv, const char *log_
         (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
                 _exit(127);
+        if (netns) {
+                char path[128];
+
+                (void)snprintf(path, sizeof(path), "/run/netns/%s", netns);
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0 || setns(fd, CLONE_NEWNET) < 0) {
+                        fprintf(stderr, "harness: cannot enter network namespace %s: %s\n",
+                                netns, strerror(errno));
+                        _exit(127);
+                }
+                safe_close(fd);
+        }
         fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (fd >= 0) {
                 (void)dup2(fd, STDOUT_FILENO);
@@ -183,6 +199,11 @@ static _Noreturn void exec_daemon(const char *bin, char **argv, const char *log_
 }
 
 int harness_daemon_startv(HarnessDaemon *d, const char *const *extra_args)
+{
+        return harness_daemon_start_in(d, NULL, extra_args);
+}
+
+int harness_daemon_start_in(HarnessDaemon *d, const char *netns, const char *const *extra_args)
 {
         const char *bin = getenv("KVDISTD");
         char *argv[HARNESS_MAX_ARGS];
@@ -222,7 +243,7 @@ int harness_daemon_startv(HarnessDaemon *d, const char *const *extra_args)
         if (pid < 0)
                 return -errno;
         if (pid == 0)
-                exec_daemon(bin, argv, d->log_path, parent);
+                exec_daemon(bin, argv, d->log_path, netns, parent);
         d->pid = pid;
         d->watcher_fd = -1;
         r = watcher_start(d);
@@ -345,10 +366,13 @@ void harness_daemon_cleanup(HarnessDaemon *d)
         if (d->pid > 0)
                 (void)harness_daemon_kill(d);
         watcher_stop(d);
+        /* KVDIST_TEST_KEEP_LOGS=1 keeps every daemon's log, for reading after the test. */
         if (d->dir[0]) {
                 (void)unlink(d->socket_path);
-                (void)unlink(d->log_path);
-                (void)rmdir(d->dir);
+                if (!getenv("KVDIST_TEST_KEEP_LOGS")) {
+                        (void)unlink(d->log_path);
+                        (void)rmdir(d->dir);
+                }
         }
         memset(d, 0, sizeof(*d));
 }

@@ -47,6 +47,13 @@ int harness_daemon_start(HarnessDaemon *d, ...) __attribute__((sentinel));
 int harness_daemon_startv(HarnessDaemon *d, const char *const *extra_args);
 
 /*
+ * As harness_daemon_startv(), with the daemon in the network namespace @netns (a name under
+ * /run/netns, as `ip netns add` makes) when it is not NULL. The Unix socket is a path, so clients
+ * in any namespace reach it.
+ */
+int harness_daemon_start_in(HarnessDaemon *d, const char *netns, const char *const *extra_args);
+
+/*
  * Sends SIGTERM and waits up to 10 s for the daemon to exit (then SIGKILL). Returns its exit
  * code, 128 + the signal number when a signal ended it, -EUCLEAN when its log holds a sanitizer
  * report (the log is printed), or another negative errno.

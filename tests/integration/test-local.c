@@ -6,6 +6,7 @@
  * goes away while it runs. What the daemon refuses is in test-validation.c.
  */
 #include <check.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -710,6 +711,64 @@ START_TEST(test_key_moved_during_pull)
 }
 END_TEST
 
+/* A push's notification reaches its destination cluster once the bytes landed, in order. */
+START_TEST(test_push_notify)
+{
+        static const uint64_t sb[] = { 1, 2 }, db[] = { 5, 0 };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        kvd_notify got[3];
+        struct pollfd pfd;
+        TCache src, dst;
+        TCopies cp = {};
+        size_t n = 7;
+        int fd = -1, fd2 = -1;
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&dst, w.a, true, 2, 8, 1024, 3, &key, 1, 0));
+        expect_ok(w.b, tcache_register(&src, w.b, true, 2, 8, 1024, 4, NULL, 0, 0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        expect_ok(w.a, kvd_notify_fd(w.a, &fd));
+        expect_ok(w.a, kvd_notify_fd(w.a, &fd2));
+        ck_assert_int_eq(fd, fd2);
+        pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+        ck_assert_int_eq(poll(&pfd, 1, 0), 0);
+
+        o.notify = "first";
+        o.notify_len = 5;
+        expect_ok(w.b, kvd_push_blocks(w.b, &key, src.id, sb, 1, db, 1, &o));
+        o.notify = "second";
+        o.notify_len = 6;
+        expect_ok(w.b, kvd_push_blocks(w.b, &key, src.id, sb + 1, 1, db + 1, 1, &o));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, 2);
+        tcache_verify(&dst, &cp);
+
+        ck_assert_int_eq(poll(&pfd, 1, 0), 1);
+        expect_ok(w.a, kvd_get_notifies(w.a, got, 1, &n));
+        ck_assert_uint_eq(n, 1);
+        ck_assert_uint_eq(got[0].src_cluster_id, B_ID);
+        ck_assert_mem_eq(got[0].data, "first", 5);
+        /* One is still there: the fd stays readable. */
+        ck_assert_int_eq(poll(&pfd, 1, 0), 1);
+        expect_ok(w.a, kvd_get_notifies(w.a, got, 3, &n));
+        ck_assert_uint_eq(n, 1);
+        ck_assert_uint_eq(got[0].len, 6);
+        ck_assert_mem_eq(got[0].data, "second", 6);
+        ck_assert_int_eq(poll(&pfd, 1, 0), 0);
+
+        /* Too long, or on a pull: refused by the library before anything moves. */
+        o.notify_len = KVD_NOTIFY_MAX + 1;
+        expect_status(w.b, kvd_push_blocks(w.b, &key, src.id, sb, 1, db, 1, &o),
+                      KVD_E_PARAM_INVALID, "notify_len");
+        /* The pushing cluster gets none; a client that is no cluster cannot ask. */
+        expect_ok(w.b, kvd_get_notifies(w.b, got, 3, &n));
+        ck_assert_uint_eq(n, 0);
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
 /* Pool pages come back zeroed: a cache never sees what an earlier one held. */
 START_TEST(test_pool_reuse_zeroed)
 {
@@ -752,6 +811,7 @@ static Suite *local_suite(void)
         tcase_add_test(tc, test_pull_blocks_from_item);
         tcase_add_test(tc, test_async);
         tcase_add_test(tc, test_blocks_key_last_wins);
+        tcase_add_test(tc, test_push_notify);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("pool");

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/* Integration tests across daemons: nodes, remote links, status lookups. */
+#include <check.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "it-cache.h"
+#include "it-peers.h"
+
+#define NODE_MAX_ARGS 32
+
+static json_t *status_lookup(json_t *root, const char *path)
+{
+        char *copy = strdup(path), *save = NULL, *tok;
+        json_t *v = root;
+
+        ck_assert(copy);
+        for (tok = strtok_r(copy, "/", &save); tok && v; tok = strtok_r(NULL, "/", &save))
+                v = json_object_get(v, tok);
+        free(copy);
+        ck_assert_msg(v, "status JSON has no %s", path);
+        return v;
+}
+
+char *status_json_str(const char *json, const char *path)
+{
+        json_error_t jerr;
+        json_t *root, *v;
+        char *s;
+
+        root = json_loads(json, 0, &jerr);
+        ck_assert_msg(root, "status JSON does not parse: %s", jerr.text);
+        v = status_lookup(root, path);
+        ck_assert_msg(json_is_string(v), "status JSON %s is not a string", path);
+        s = strdup(json_string_value(v));
+        ck_assert(s);
+        json_decref(root);
+        return s;
+}
+
+int64_t node_status_int(const Node *n, const char *path)
+{
+        char *json = NULL;
+        int64_t v;
+        int r;
+
+        r = harness_daemon_status(&n->d, &json);
+        ck_assert_msg(r == KVD_OK, "status of %s: %s", n->d.socket_path, kvd_strerror(r));
+        v = status_json_int(json, path);
+        free(json);
+        return v;
+}
+
+size_t node_status_len(const Node *n, const char *path)
+{
+        json_error_t jerr;
+        char *json = NULL;
+        json_t *root, *v;
+        size_t len;
+        int r;
+
+        r = harness_daemon_status(&n->d, &json);
+        ck_assert_msg(r == KVD_OK, "status of %s: %s", n->d.socket_path, kvd_strerror(r));
+        root = json_loads(json, 0, &jerr);
+        ck_assert_msg(root, "status JSON does not parse: %s", jerr.text);
+        v = status_lookup(root, path);
+        ck_assert_msg(json_is_array(v), "status JSON %s is not an array", path);
+        len = json_array_size(v);
+        json_decref(root);
+        free(json);
+        return len;
+}
+
+void node_start_full(Node *n, const char *netns, const char *listen, const char *key,
+                     const char *const *extra)
+{
+        const char *argv[NODE_MAX_ARGS];
+        char *json = NULL, *addr;
+        size_t k = 0;
+        int r;
+
+        memset(n, 0, sizeof(*n));
+        argv[k++] = "--listen";
+        argv[k++] = listen ? listen : "127.0.0.1:0";
+        argv[k++] = "--heartbeat-interval";
+        argv[k++] = "200";
+        argv[k++] = "--heartbeat-timeout";
+        argv[k++] = "2000";
+        if (key) {
+                int fd;
+
+                (void)snprintf(n->key_path, sizeof(n->key_path), "/tmp/kvdist-key-XXXXXX");
+                fd = mkstemp(n->key_path);
+                ck_assert_msg(fd >= 0, "mkstemp: %m");
+                ck_assert_int_eq(write(fd, key, strlen(key)), (ssize_t)strlen(key));
+                close(fd);
+                argv[k++] = "--cluster-key-file";
+                argv[k++] = n->key_path;
+        }
+        for (size_t i = 0; extra && extra[i]; i++) {
+                ck_assert(k + 1 < NODE_MAX_ARGS);
+                argv[k++] = extra[i];
+        }
+        argv[k] = NULL;
+        r = harness_daemon_start_in(&n->d, netns, argv);
+        ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
+        r = harness_daemon_status(&n->d, &json);
+        ck_assert_msg(r == KVD_OK, "status: %s", kvd_strerror(r));
+        addr = status_json_str(json, "peer_listen");
+        ck_assert_msg(addr[0], "the daemon does not listen for peers");
+        (void)snprintf(n->peer_addr, sizeof(n->peer_addr), "%s", addr);
+        free(addr);
+        free(json);
+}
+
+void node_start(Node *n)
+{
+        node_start_full(n, NULL, NULL, NULL, NULL);
+}
+
+void node_stop(Node *n)
+{
+        int r;
+
+        if (n->d.pid > 0) {
+                r = harness_daemon_stop(&n->d);
+                ck_assert_msg(r == 0, "kvdistd exited with %d", r);
+        }
+        harness_daemon_cleanup(&n->d);
+        if (n->key_path[0])
+                (void)unlink(n->key_path);
+}
+
+kvd_client *node_client(Node *n, uint64_t id, kvd_role role)
+{
+        kvd_client *c = NULL;
+        int r;
+
+        r = harness_client_init(&n->d, id, role, &c);
+        ck_assert_msg(r == KVD_OK, "kvd_client_init(%llu) = %s: %s", (unsigned long long)id,
+                      kvd_strerror(r), kvd_last_error(NULL));
+        return c;
+}
+
+int link_at(kvd_client *c, uint64_t remote, const char *addr, int timeout_ms, int *ret)
+{
+        kvd_cluster_info info = { remote, KVD_ROLE_PROMPT, addr, NULL };
+
+        *ret = 1;
+        return kvd_link_clusters(c, &info, 1, timeout_ms, ret);
+}
+
+void link_node(kvd_client *c, uint64_t remote, const Node *n)
+{
+        int ret;
+
+        expect_ok(c, link_at(c, remote, n->peer_addr, 5000, &ret));
+        ck_assert_int_eq(ret, KVD_OK);
+}

@@ -1,0 +1,456 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration test: a hostile peer. This program speaks the daemon-to-daemon protocol itself: it
+ * holds the cluster key (a compromised node), passes the handshake, attaches a data connection,
+ * links to a real cluster, and then asks for what a well-behaved daemon never would: blocks out
+ * of range, caches that were not exposed, links that do not exist, nonsense cache shapes, writes
+ * past a cache's end, unknown requests, broken frames. Every request gets a clear status, no byte
+ * outside what was exposed is read or written, and the daemon keeps serving its real peers.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <endian.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "it-cache.h"
+#include "it-peers.h"
+#include "it-world.h"
+#include "kvdist.pb-c.h"
+#include "macro.h"
+#include "peer-auth.h"
+
+#define KEY "kvdist-hostile-test-key-0123456789"
+#define HOSTILE_CLUSTER 9999
+#define REPLY_TIMEOUT_MS 5000
+
+typedef struct Hostile {
+        int ctl;
+        int data;
+        uint64_t next_id;
+        uint64_t link_id;
+        size_t n_exposed;
+} Hostile;
+
+static int tcp_connect(const char *addr)
+{
+        char host[64];
+        const char *colon = strrchr(addr, ':');
+        struct sockaddr_in sa = { .sin_family = AF_INET };
+        int fd;
+
+        ck_assert_ptr_nonnull(colon);
+        (void)snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+        ck_assert_int_eq(inet_pton(AF_INET, host, &sa.sin_addr), 1);
+        sa.sin_port = htons((uint16_t)atoi(colon + 1));
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        return fd;
+}
+
+/* Sends a request and reads the reply frame; returns its status code and unpacks it. */
+static int hostile_call(Hostile *h, uint16_t type, const ProtobufCMessage *msg,
+                        ProtobufCMessage **ret_reply, char *detail, size_t size)
+{
+        uint64_t id = ++h->next_id;
+        HarnessFrame f;
+        int code = 0;
+
+        ck_assert_int_eq(harness_raw_send_frame(h->ctl, type, 0, id, msg, NULL, 0), 0);
+        for (;;) {
+                ck_assert_int_eq(harness_raw_read_frame(h->ctl, REPLY_TIMEOUT_MS, &f), 1);
+                /* Heartbeats come our way too: answer them like a daemon would. */
+                if (!(f.h.flags & FRAME_FLAG_REPLY) &&
+                    f.h.type == KVDIST__V1__MSG_TYPE__MSG_PEER_HEARTBEAT) {
+                        Kvdist__V1__PeerHeartbeatReply hb = KVDIST__V1__PEER_HEARTBEAT_REPLY__INIT;
+                        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+
+                        hb.status = &st;
+                        ck_assert_int_eq(harness_raw_send_frame(h->ctl, f.h.type,
+                                                                FRAME_FLAG_REPLY,
+                                                                f.h.request_id, &hb.base, NULL,
+                                                                0),
+                                         0);
+                        harness_frame_deinit(&f);
+                        continue;
+                }
+                break;
+        }
+        ck_assert_uint_eq(f.h.request_id, id);
+        ck_assert_uint_eq(f.h.type, type);
+        ck_assert_int_eq(harness_frame_status(&f, &code, detail, size), 0);
+        if (ret_reply) {
+                *ret_reply = NULL;
+                if (code == KVD_OK)
+                        ck_assert_int_eq(harness_frame_unpack_reply(&f, ret_reply), 0);
+        }
+        harness_frame_deinit(&f);
+        return code;
+}
+
+/* Handshake with the key, one data connection, PeerReady: a READY peer of @n. */
+static void hostile_connect(Hostile *h, const Node *n)
+{
+        Kvdist__V1__PeerHello hello = KVDIST__V1__PEER_HELLO__INIT;
+        Kvdist__V1__PeerAuth auth = KVDIST__V1__PEER_AUTH__INIT;
+        Kvdist__V1__PeerDataHello dh = KVDIST__V1__PEER_DATA_HELLO__INIT;
+        Kvdist__V1__PeerHelloReply *hr;
+        Kvdist__V1__PeerAuthReply *ar;
+        ProtobufCMessage *reply;
+        PeerAuthHello ours, theirs = { 0 };
+        PeerAuthProof proof;
+        PeerAuth auth_state;
+        HarnessFrame f;
+
+        memset(h, 0, sizeof(*h));
+        h->ctl = tcp_connect(n->peer_addr);
+        ck_assert_int_eq(peer_auth_init(&auth_state, PEER_AUTH_DIALER, 0x4057113, KEY,
+                                        strlen(KEY)),
+                         0);
+        ck_assert_int_eq(peer_auth_hello(&auth_state, &ours), 0);
+        hello.protocol_version = FRAME_VERSION;
+        hello.node_id = ours.node_id;
+        hello.identity = (char *)"hostile/1";
+        hello.nonce.data = ours.nonce;
+        hello.nonce.len = sizeof(ours.nonce);
+        hello.has_key = true;
+        hello.tcp_streams = 1;
+        hello.chunk_size = 65536;
+        ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &hello.base,
+                                      &reply, NULL, 0),
+                         KVD_OK);
+        hr = (Kvdist__V1__PeerHelloReply *)reply;
+        theirs.node_id = hr->hello->node_id;
+        theirs.has_key = hr->hello->has_key;
+        memcpy(theirs.nonce, hr->hello->nonce.data, PEER_AUTH_NONCE_SIZE);
+        ck_assert_int_eq(peer_auth_on_hello(&auth_state, &theirs), 0);
+        ck_assert_uint_eq(hr->proof.len, PEER_AUTH_MAC_SIZE);
+        memcpy(proof.mac, hr->proof.data, PEER_AUTH_MAC_SIZE);
+        ck_assert_int_eq(peer_auth_on_proof(&auth_state, &proof), 0);
+        protobuf_c_message_free_unpacked(reply, NULL);
+        ck_assert_int_eq(peer_auth_proof(&auth_state, &proof), 0);
+        auth.proof.data = proof.mac;
+        auth.proof.len = sizeof(proof.mac);
+        ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, &auth.base,
+                                      &reply, NULL, 0),
+                         KVD_OK);
+        ar = (Kvdist__V1__PeerAuthReply *)reply;
+        ck_assert_uint_eq(ar->tcp_streams, 1);
+        ck_assert_uint_eq(ar->data_token.len, 32);
+
+        h->data = tcp_connect(n->peer_addr);
+        dh.data_token = ar->data_token;
+        dh.index = 0;
+        ck_assert_int_eq(harness_raw_send_frame(h->data, KVDIST__V1__MSG_TYPE__MSG_PEER_DATA_HELLO,
+                                                0, 0, &dh.base, NULL, 0),
+                         0);
+        protobuf_c_message_free_unpacked(reply, NULL);
+        ck_assert_int_eq(harness_raw_read_frame(h->ctl, REPLY_TIMEOUT_MS, &f), 1);
+        ck_assert_uint_eq(f.h.type, KVDIST__V1__MSG_TYPE__MSG_PEER_READY);
+        harness_frame_deinit(&f);
+        peer_auth_deinit(&auth_state);
+}
+
+static void hostile_link(Hostile *h, uint64_t dst)
+{
+        Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
+        Kvdist__V1__PeerLinkReply *r;
+        ProtobufCMessage *reply;
+
+        m.src_cluster_id = HOSTILE_CLUSTER;
+        m.src_role = KVDIST__V1__ROLE__ROLE_DECODER;
+        m.dst_cluster_id = dst;
+        m.src_link_id = 1;
+        ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, &reply,
+                                      NULL, 0),
+                         KVD_OK);
+        r = (Kvdist__V1__PeerLinkReply *)reply;
+        h->link_id = r->link_id;
+        h->n_exposed = r->n_caches;
+        protobuf_c_message_free_unpacked(reply, NULL);
+}
+
+typedef struct Ask {
+        Kvdist__V1__TransferKind kind;
+        uint64_t link_id;
+        uint64_t key_cluster, model;
+        uint64_t *src_blocks, *dst_blocks;
+        size_t n_src, n_dst;
+        uint32_t num_tensors;
+        uint64_t tensor_size, units;
+        size_t notify_len;
+} Ask;
+
+/* A PeerTransfer for blocks of a BlocksKey; returns the status, the detail in @detail. */
+static int hostile_transfer(Hostile *h, const Ask *a, char *detail, size_t size,
+                            Kvdist__V1__PeerTransferReply **ret)
+{
+        Kvdist__V1__PeerTransfer m = KVDIST__V1__PEER_TRANSFER__INIT;
+        Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
+        Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT;
+        Kvdist__V1__BlocksKey bk = KVDIST__V1__BLOCKS_KEY__INIT;
+        static uint8_t notify[4096];
+        ProtobufCMessage *reply = NULL;
+        int code;
+
+        bk.cluster_id = a->key_cluster;
+        bk.model_id = a->model;
+        key.kind_case = KVDIST__V1__CACHE_KEY__KIND_BLOCKS;
+        key.blocks = &bk;
+        desc.blocks = true;
+        desc.num_tensors = a->num_tensors;
+        desc.tensor_size = a->tensor_size;
+        desc.units = a->units;
+        m.job_id = ++h->next_id + 1000;
+        m.link_id = a->link_id;
+        m.kind = a->kind;
+        m.key = &key;
+        m.local = &desc;
+        m.src_blocks = a->src_blocks;
+        m.n_src_blocks = a->n_src;
+        m.dst_blocks = a->dst_blocks;
+        m.n_dst_blocks = a->n_dst;
+        m.timeout_ms = 5000;
+        m.notify.data = notify;
+        m.notify.len = a->notify_len;
+        code = hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, &m.base,
+                            ret ? &reply : NULL, detail, size);
+        if (ret)
+                *ret = (Kvdist__V1__PeerTransferReply *)reply;
+        return code;
+}
+
+/* Reads @len bytes of data chunks (one range, in order) from the data connection. */
+static void hostile_read_chunks(Hostile *h, uint64_t job, uint8_t *out, uint64_t len)
+{
+        uint64_t got = 0;
+
+        while (got < len) {
+                uint8_t hdr[32];
+                uint32_t magic, clen;
+                uint64_t id, off;
+
+                ck_assert_int_eq(recv(h->data, hdr, sizeof(hdr), MSG_WAITALL), (ssize_t)32);
+                memcpy(&magic, hdr, 4);
+                memcpy(&id, hdr + 8, 8);
+                memcpy(&off, hdr + 16, 8);
+                memcpy(&clen, hdr + 24, 4);
+                ck_assert_uint_eq(le32toh(magic), 0x5344564b);
+                ck_assert_uint_eq(le64toh(id), job);
+                ck_assert_uint_eq(le64toh(off), got);
+                ck_assert_uint_le(got + le32toh(clen), len);
+                ck_assert_int_eq(recv(h->data, out + got, le32toh(clen), MSG_WAITALL),
+                                 (ssize_t)le32toh(clen));
+                got += le32toh(clen);
+        }
+}
+
+START_TEST(test_hostile_peer)
+{
+        static const char *const extra[] = { "--tcp-streams", "1", NULL };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0), hidden_key = kvd_key_blocks(A_ID, 1);
+        kvd_cache_key late_key = kvd_key_blocks(A_ID, 2), target_key = kvd_key_blocks(A_ID, 3);
+        uint64_t in_range[] = { 1 }, far[] = { 8 }, huge[] = { UINT64_MAX }, zero[] = { 0 };
+        Kvdist__V1__PeerTransferReply *rep;
+        TCache src, hidden, late, target, dst;
+        kvd_client *a, *b;
+        TCopies cp = {};
+        char detail[256];
+        uint8_t *stream;
+        Hostile h;
+        Node p, d;
+        Ask ask;
+        int one = 1;
+
+        node_start_full(&p, NULL, NULL, KEY, extra);
+        node_start_full(&d, NULL, NULL, KEY, extra);
+        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
+        expect_ok(a, tcache_register(&src, a, true, 2, 8, 4096, 0xa1, &key, 1, 0));
+        expect_ok(a, tcache_register(&hidden, a, true, 2, 8, 4096, 0xa2, &hidden_key, 1,
+                                     KVD_REMOTE_NO));
+        expect_ok(a, tcache_register(&target, a, true, 2, 8, 4096, 0xa3, &target_key, 1, 0));
+        expect_ok(b, tcache_register(&dst, b, true, 2, 8, 4096, 0xb1, NULL, 0, 0));
+
+        hostile_connect(&h, &p);
+        (void)setsockopt(h.ctl, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        hostile_link(&h, A_ID);
+        /* The private cache is not even described. */
+        ck_assert_uint_eq(h.n_exposed, 2);
+        /* A peer's link counts: nothing new can be made remote-accessible now. */
+        expect_status(a, tcache_register(&late, a, true, 2, 8, 4096, 0xa4, &late_key, 1,
+                                         KVD_REMOTE_YES),
+                      KVD_E_PARAM_INVALID, NULL);
+        expect_ok(a, tcache_register(&late, a, true, 2, 8, 4096, 0xa4, &late_key, 1, 0));
+
+        /* Every one of these is refused with a status that names the problem. */
+        ask = (Ask){ KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS, h.link_id, A_ID, 0,
+                     far, zero, 1, 1, 2, 8 * 4096, 8, 0 };
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(detail, "out of range"));
+        ask.src_blocks = huge;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_PARAM_INVALID);
+        ask.src_blocks = in_range;
+        ask.link_id = h.link_id + 1000;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_NOT_YET_LINK);
+        ask.link_id = h.link_id;
+        ask.model = 1;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_PERMISSION_DENIED);
+        ask.model = 2;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_CACHE_NOT_EXIST);
+        ck_assert_ptr_nonnull(strstr(detail, "registered after"));
+        ask.model = 0;
+        ask.key_cluster = B_ID;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_CACHE_NOT_EXIST);
+        ask.key_cluster = A_ID;
+        ask.num_tensors = 0;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_PARAM_INVALID);
+        ask.num_tensors = 100000;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_PARAM_INVALID);
+        ask.num_tensors = 2;
+        ask.units = 0;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_PARAM_INVALID);
+        ask.units = 8;
+        ask.notify_len = 16;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_PARAM_INVALID);
+        ask.notify_len = 0;
+
+        /* Writes past the end of the target, or with a notification too long, land nowhere. */
+        ask.kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS;
+        ask.model = 3;
+        ask.src_blocks = zero;
+        ask.dst_blocks = far;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_PARAM_INVALID);
+        ask.dst_blocks = zero;
+        ask.notify_len = 4096;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_PARAM_INVALID);
+        ask.notify_len = 0;
+        /* Our side described bigger than the target: the plan does not fit. */
+        ask.dst_blocks = zero;
+        ask.tensor_size = 8 * 8192;
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
+                         KVD_E_CACHE_INCOMPATIBLE);
+        tcache_verify_untouched(&target);
+
+        /* An unknown request gets UNSUPPORTED and the connection stays up. */
+        {
+                Kvdist__V1__PeerReady m = KVDIST__V1__PEER_READY__INIT;
+
+                ck_assert_int_eq(hostile_call(&h, 999, &m.base, NULL, detail, sizeof(detail)),
+                                 KVD_E_UNSUPPORTED);
+                ck_assert_int_eq(hostile_call(&h, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS,
+                                              &m.base, NULL, detail, sizeof(detail)),
+                                 KVD_E_UNSUPPORTED);
+        }
+
+        /* A well-formed pull: exactly the exposed bytes arrive on the data connection. */
+        ask = (Ask){ KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS, h.link_id, A_ID, 0,
+                     in_range, zero, 1, 1, 2, 8 * 4096, 8, 0 };
+        ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), &rep), KVD_OK);
+        ck_assert_uint_eq(rep->total_bytes, 2 * 4096);
+        stream = malloc(2 * 4096);
+        ck_assert_ptr_nonnull(stream);
+        hostile_read_chunks(&h, rep->job_id, stream, 2 * 4096);
+        ck_assert_int_eq(harness_check_pattern_at(stream, 4096, src.seed,
+                                                  tcache_tensor_off(&src, 0) + 4096),
+                         -1);
+        ck_assert_int_eq(harness_check_pattern_at(stream + 4096, 4096, src.seed,
+                                                  tcache_tensor_off(&src, 1) + 4096),
+                         -1);
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+        free(stream);
+        ck_assert_int_ge(node_status_int(&p, "counters/peer_requests_refused"), 13);
+
+        /* A frame with a bad magic: the daemon drops this peer, and only this peer. */
+        ck_assert_int_eq(harness_raw_send(h.ctl, "garbage-garbage-garbage-garbage!", 32, NULL, 0),
+                         0);
+        ck_assert_int_eq(harness_raw_wait_closed(h.ctl, 5000), 1);
+        close(h.ctl);
+        close(h.data);
+
+        /* The real decoder links and pulls, byte-exact; A's caches were never written. */
+        link_node(b, A_ID, &p);
+        expect_ok(b, kvd_pull_blocks(b, &key, dst.id, in_range, 1, zero, 1, NULL));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, in_range, zero, 1);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+        tcache_verify_untouched(&hidden);
+        tcache_verify_untouched(&target);
+        ck_assert_int_eq(node_status_len(&p, "peers"), 1);
+
+        expect_ok(a, kvd_client_finalize(a));
+        expect_ok(b, kvd_client_finalize(b));
+        tcopies_free(&cp);
+        node_stop(&d);
+        node_stop(&p);
+}
+END_TEST
+
+/* Data connections that show no token, a wrong one, or garbage are refused. */
+START_TEST(test_bad_data_connections)
+{
+        Kvdist__V1__PeerDataHello dh = KVDIST__V1__PEER_DATA_HELLO__INIT;
+        uint8_t token[32] = { 1, 2, 3 };
+        Node p;
+        int fd;
+
+        node_start(&p);
+        fd = tcp_connect(p.peer_addr);
+        dh.data_token.data = token;
+        dh.data_token.len = sizeof(token);
+        ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_PEER_DATA_HELLO, 0,
+                                                0, &dh.base, NULL, 0),
+                         0);
+        ck_assert_int_eq(harness_raw_wait_closed(fd, 5000), 1);
+        close(fd);
+        fd = tcp_connect(p.peer_addr);
+        ck_assert_int_eq(harness_raw_send(fd, "\x4b\x56\x44\x31\x01\x00\xff\xff", 8, NULL, 0), 0);
+        close(fd);
+        ck_assert_int_ge(node_status_int(&p, "counters/peers_refused"), 1);
+        ck_assert_int_eq(node_status_len(&p, "peers"), 0);
+        node_stop(&p);
+}
+END_TEST
+
+static Suite *hostile_suite(void)
+{
+        Suite *s = suite_create("integration-hostile-peer");
+        TCase *tc;
+
+        tc = tcase_create("hostile");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_hostile_peer);
+        tcase_add_test(tc, test_bad_data_connections);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(hostile_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

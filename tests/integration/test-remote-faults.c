@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration tests, faults across daemons: a peer daemon killed mid-transfer (and re-linked
+ * after it restarts), a remote cluster that finalizes or crashes, a transfer past its deadline
+ * (nothing lands after the call returned), and daemons with different cluster keys.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "it-cache.h"
+#include "it-peers.h"
+#include "it-world.h"
+
+#define SCATTER 7919
+#define KEY_1 "kvdist-test-key-one-0123456789"
+#define KEY_2 "kvdist-test-key-two-9876543210"
+
+/* Waits up to @ms for @c's link to @remote to report @want. */
+static int wait_link_status(kvd_client *c, uint64_t remote, int want, unsigned ms)
+{
+        int r = kvd_check_link_status(c, remote);
+
+        for (unsigned waited = 0; r != want && waited < ms; waited += 20) {
+                harness_sleep_ms(20);
+                r = kvd_check_link_status(c, remote);
+        }
+        return r;
+}
+
+/* Fills @sb/@db with @n scattered source blocks into the first @n destination blocks. */
+static void scatter(uint64_t *sb, uint64_t *db, uint64_t n)
+{
+        for (uint64_t i = 0; i < n; i++) {
+                sb[i] = (i * SCATTER) % n;
+                db[i] = i;
+        }
+}
+
+START_TEST(test_peer_killed)
+{
+        enum { TASKS = 12 };
+        const uint64_t n = 512;         /* 2 x 512 x 32 KiB = 32 MiB per pull */
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
+        kvd_task *tasks[TASKS];
+        kvd_client *a, *b;
+        TCache src, dst;
+        TCopies cp = {};
+        unsigned lost = 0;
+        uint64_t t0;
+        Node p, d;
+        int r;
+
+        ck_assert(sb && db);
+        scatter(sb, db, n);
+        node_start(&p);
+        node_start(&d);
+        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
+        expect_ok(a, tcache_register(&src, a, true, 2, n, 32768, 0x51, &key, 1, 0));
+        expect_ok(b, tcache_register(&dst, b, true, 2, n, 32768, 0x52, NULL, 0, 0));
+        link_node(b, A_ID, &p);
+
+        o.timeout_ms = 60000;
+        for (int i = 0; i < TASKS; i++)
+                expect_ok(b, kvd_pull_blocks_async(b, &key, dst.id, sb, n, db, n, &o,
+                                                   &tasks[i]));
+        harness_sleep_ms(30);
+        t0 = harness_now_ms();
+        ck_assert_int_eq(harness_daemon_kill(&p.d), 0);
+        for (int i = 0; i < TASKS; i++) {
+                /* Long before the 60 s deadline: the peer is known to be gone at once. */
+                r = kvd_task_wait(tasks[i], 20000);
+                ck_assert_msg(r == KVD_OK || r == KVD_E_PEER_LOST,
+                              "pull %d ended with %s", i, kvd_strerror(r));
+                lost += r == KVD_E_PEER_LOST;
+                kvd_task_free(tasks[i]);
+        }
+        ck_assert_uint_lt(harness_now_ms() - t0, 15000);
+        ck_assert_uint_ge(lost, 1);
+        /* What landed is source bytes or the old ones, nothing else. */
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, n);
+        tcache_verify_old_or_new(&dst, &cp);
+
+        /* The link is down and says so; calls on it fail at once. */
+        ck_assert_int_eq(wait_link_status(b, A_ID, KVD_E_PEER_LOST, 5000), KVD_E_PEER_LOST);
+        expect_status(b, kvd_pull_blocks(b, &key, dst.id, sb, 1, db, 1, &o), KVD_E_PEER_LOST,
+                      "down");
+
+        /* The prompt node comes back (a new daemon, a new port): linking again works. */
+        kvd_client_finalize(a);
+        node_stop(&p);
+        node_start(&p);
+        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        expect_ok(a, tcache_register(&src, a, true, 2, n, 32768, 0x53, &key, 1, 0));
+        link_node(b, A_ID, &p);
+        expect_ok(b, kvd_pull_blocks(b, &key, dst.id, sb, n, db, n, &o));
+        tcopies_free(&cp);
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, n);
+        tcache_verify(&dst, &cp);
+
+        expect_ok(a, kvd_client_finalize(a));
+        expect_ok(b, kvd_client_finalize(b));
+        tcopies_free(&cp);
+        free(sb);
+        free(db);
+        node_stop(&d);
+        node_stop(&p);
+}
+END_TEST
+
+START_TEST(test_remote_cluster_finalizes)
+{
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        uint64_t b0 = 0;
+        kvd_client *a, *b;
+        TCache src, dst;
+        Node p, d;
+
+        node_start(&p);
+        node_start(&d);
+        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
+        expect_ok(a, tcache_register(&src, a, true, 2, 4, 4096, 1, &key, 1, 0));
+        expect_ok(b, tcache_register(&dst, b, true, 2, 4, 4096, 2, NULL, 0, 0));
+        link_node(b, A_ID, &p);
+        ck_assert_int_eq(node_status_len(&p, "inbound_links"), 1);
+
+        /* The prompt cluster leaves: both daemons drop the link. */
+        expect_ok(a, kvd_client_finalize(a));
+        ck_assert_int_eq(wait_link_status(b, A_ID, KVD_E_PEER_LOST, 5000), KVD_E_PEER_LOST);
+        ck_assert_int_eq(node_status_len(&p, "inbound_links"), 0);
+        expect_status(b, kvd_pull_blocks(b, &key, dst.id, &b0, 1, &b0, 1, NULL),
+                      KVD_E_PEER_LOST, NULL);
+        tcache_verify_untouched(&dst);
+
+        /* It comes back under the same id: the decoder links again over the same peer. */
+        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        expect_ok(a, tcache_register(&src, a, true, 2, 4, 4096, 3, &key, 1, 0));
+        link_node(b, A_ID, &p);
+        ck_assert_int_eq(node_status_len(&d, "peers"), 1);
+        expect_ok(b, kvd_pull_blocks(b, &key, dst.id, &b0, 1, &b0, 1, NULL));
+
+        /* The decoder leaves: the prompt daemon forgets the inbound link. */
+        expect_ok(b, kvd_client_finalize(b));
+        for (int i = 0; i < 250 && node_status_len(&p, "inbound_links") > 0; i++)
+                harness_sleep_ms(20);
+        ck_assert_int_eq(node_status_len(&p, "inbound_links"), 0);
+        expect_ok(a, kvd_switch_role(a, KVD_ROLE_MIX, NULL, 0));
+
+        expect_ok(a, kvd_client_finalize(a));
+        node_stop(&d);
+        node_stop(&p);
+}
+END_TEST
+
+typedef struct Victim {
+        const HarnessDaemon *d;
+} Victim;
+
+/* A prompt cluster in its own process: registers a destination cache and waits to be killed. */
+static int victim_main(void *arg)
+{
+        Victim *v = arg;
+        kvd_cache_key key = kvd_key_blocks(C_ID, 0);
+        kvd_client *c = NULL;
+        TCache dst;
+
+        if (harness_client_init(v->d, C_ID, KVD_ROLE_PROMPT, &c) != KVD_OK)
+                return 1;
+        if (tcache_register(&dst, c, true, 2, 512, 32768, 0x77, &key, 1, 0) != KVD_OK)
+                return 2;
+        harness_child_ready(0);
+        for (;;)
+                pause();
+}
+
+/* The cluster a push writes into dies mid-push: the push fails, nothing else is hurt. */
+START_TEST(test_remote_cluster_crashes)
+{
+        enum { TASKS = 8 };
+        const uint64_t n = 512;
+        kvd_cache_key key = kvd_key_blocks(C_ID, 0), akey = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
+        kvd_task *tasks[TASKS];
+        HarnessChild child;
+        kvd_client *a, *b;
+        TCache src, other, dst;
+        TCopies cp = {};
+        Victim v;
+        Node p, d;
+        int r;
+
+        ck_assert(sb && db);
+        scatter(sb, db, n);
+        node_start(&p);
+        node_start(&d);
+        v.d = &p.d;
+        ck_assert_int_eq(harness_fork_client(victim_main, &v, &child), 0);
+        ck_assert_int_eq(harness_child_wait_ready(&child, 10000, NULL), 0);
+        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
+        expect_ok(a, tcache_register(&other, a, true, 2, 8, 4096, 0x78, &akey, 1, 0));
+        expect_ok(b, tcache_register(&src, b, true, 2, n, 32768, 0x79, NULL, 0, 0));
+        expect_ok(b, tcache_register(&dst, b, true, 2, 8, 4096, 0x7a, NULL, 0, 0));
+        link_node(b, C_ID, &p);
+        link_node(b, A_ID, &p);
+
+        o.timeout_ms = 60000;
+        for (int i = 0; i < TASKS; i++)
+                expect_ok(b, kvd_push_blocks_async(b, &key, src.id, sb, n, db, n, &o,
+                                                   &tasks[i]));
+        harness_sleep_ms(20);
+        ck_assert_int_eq(harness_child_kill(&child, SIGKILL), 128 + SIGKILL);
+        for (int i = 0; i < TASKS; i++) {
+                r = kvd_task_wait(tasks[i], 30000);
+                ck_assert_msg(r == KVD_OK || r == KVD_E_PEER_LOST,
+                              "push %d ended with %s", i, kvd_strerror(r));
+                kvd_task_free(tasks[i]);
+        }
+        ck_assert_int_eq(wait_link_status(b, C_ID, KVD_E_PEER_LOST, 5000), KVD_E_PEER_LOST);
+
+        /* The other cluster on that daemon is untouched and still serves. */
+        expect_ok(b, kvd_check_link_status(b, A_ID));
+        {
+                uint64_t s8[8], d8[8];
+
+                for (int i = 0; i < 8; i++) {
+                        s8[i] = sb[i] % 8;
+                        d8[i] = db[i];
+                }
+                expect_ok(b, kvd_pull_blocks(b, &akey, dst.id, s8, 8, d8, 8, NULL));
+                tcopies_blocks(&cp, &other, &dst, ALL, ALL, 2, s8, d8, 8);
+                tcache_verify(&dst, &cp);
+        }
+        tcache_verify_untouched(&other);
+        tcache_verify_untouched(&src);
+
+        expect_ok(a, kvd_client_finalize(a));
+        expect_ok(b, kvd_client_finalize(b));
+        tcopies_free(&cp);
+        free(sb);
+        free(db);
+        node_stop(&d);
+        node_stop(&p);
+}
+END_TEST
+
+/* A pull past its deadline: nothing lands in the caller's memory once the call returned. */
+START_TEST(test_timeout_no_late_write)
+{
+        const uint64_t n = 2048;        /* 2 x 2048 x 32 KiB = 128 MiB */
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
+        kvd_client *a, *b;
+        TCache src, dst;
+        TCopies cp = {};
+        uint8_t *snap;
+        Node p, d;
+        int r;
+
+        ck_assert(sb && db);
+        scatter(sb, db, n);
+        node_start(&p);
+        node_start(&d);
+        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
+        expect_ok(a, tcache_register(&src, a, true, 2, n, 32768, 0x61, &key, 1, 0));
+        expect_ok(b, tcache_register(&dst, b, true, 2, n, 32768, 0x62, NULL, 0, 0));
+        link_node(b, A_ID, &p);
+
+        o.timeout_ms = 2;
+        r = kvd_pull_blocks(b, &key, dst.id, sb, n, db, n, &o);
+        snap = malloc(dst.mem_size);
+        ck_assert_ptr_nonnull(snap);
+        memcpy(snap, dst.mem, dst.mem_size);
+        expect_status(b, r, KVD_E_TIMEOUT, "did not finish within 2 ms");
+        harness_sleep_ms(500);
+        ck_assert_msg(memcmp(snap, dst.mem, dst.mem_size) == 0,
+                      "the destination changed after the transfer timed out");
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, n);
+        tcache_verify_old_or_new(&dst, &cp);
+
+        /* The link survives a timeout; with time to finish the same pull is exact. */
+        expect_ok(b, kvd_check_link_status(b, A_ID));
+        o.timeout_ms = 60000;
+        expect_ok(b, kvd_pull_blocks(b, &key, dst.id, sb, n, db, n, &o));
+        tcache_verify(&dst, &cp);
+
+        /* A push past its deadline: the caller gets TIMEOUT, the link stays usable. */
+        o.timeout_ms = 2;
+        expect_status(b, kvd_push_blocks(b, &key, dst.id, sb, n, db, n, &o), KVD_E_TIMEOUT,
+                      NULL);
+        o.timeout_ms = 60000;
+        expect_ok(b, kvd_pull_blocks(b, &key, dst.id, sb, 4, db, 4, &o));
+
+        expect_ok(a, kvd_client_finalize(a));
+        expect_ok(b, kvd_client_finalize(b));
+        free(snap);
+        free(sb);
+        free(db);
+        tcopies_free(&cp);
+        node_stop(&d);
+        node_stop(&p);
+}
+END_TEST
+
+START_TEST(test_cluster_keys)
+{
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        uint64_t b0 = 2;
+        kvd_client *a, *b, *b2, *b3;
+        TCache src, dst;
+        char *json = NULL;
+        Node p, d_wrong, d_none, d_right;
+        int ret;
+
+        node_start_full(&p, NULL, NULL, KEY_1, NULL);
+        node_start_full(&d_wrong, NULL, NULL, KEY_2, NULL);
+        node_start_full(&d_none, NULL, NULL, NULL, NULL);
+        node_start_full(&d_right, NULL, NULL, KEY_1 "\n", NULL);
+        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        b = node_client(&d_wrong, B_ID, KVD_ROLE_DECODER);
+        b2 = node_client(&d_none, B_ID + 1, KVD_ROLE_DECODER);
+        b3 = node_client(&d_right, B_ID + 2, KVD_ROLE_DECODER);
+        expect_ok(a, tcache_register(&src, a, true, 2, 4, 4096, 1, &key, 1, 0));
+
+        /* Another key: the dialer checks the listener's proof first and refuses it. */
+        expect_status(b, link_at(b, A_ID, p.peer_addr, 5000, &ret), KVD_E_PERMISSION_DENIED,
+                      "cluster key");
+        ck_assert_int_eq(ret, KVD_E_PERMISSION_DENIED);
+        ck_assert_int_eq(node_status_int(&d_wrong, "counters/peers_refused"), 1);
+        ck_assert(harness_daemon_log_contains(&d_wrong.d, "does not hold our cluster key"));
+        /* No key against a key: the listener refuses the dialer and logs it. */
+        expect_status(b2, link_at(b2, A_ID, p.peer_addr, 5000, &ret), KVD_E_PERMISSION_DENIED,
+                      "cluster key");
+        ck_assert_int_eq(node_status_int(&p, "counters/peers_refused"), 1);
+        ck_assert(harness_daemon_log_contains(&p.d, "refused: cluster key configured"));
+        ck_assert_int_eq(node_status_len(&p, "inbound_links"), 0);
+        ck_assert_int_eq(node_status_len(&p, "peers"), 0);
+
+        /* The same key (a trailing newline is not part of it): authenticated both ways. */
+        expect_ok(b3, tcache_register(&dst, b3, true, 2, 4, 4096, 2, NULL, 0, 0));
+        link_node(b3, A_ID, &p);
+        ck_assert_int_eq(harness_daemon_status(&d_right.d, &json), KVD_OK);
+        ck_assert_ptr_nonnull(strstr(json, "\"authenticated\":true"));
+        free(json);
+        expect_ok(b3, kvd_pull_blocks(b3, &key, dst.id, &b0, 1, &b0, 1, NULL));
+
+        expect_ok(a, kvd_client_finalize(a));
+        expect_ok(b, kvd_client_finalize(b));
+        expect_ok(b2, kvd_client_finalize(b2));
+        expect_ok(b3, kvd_client_finalize(b3));
+        node_stop(&d_right);
+        node_stop(&d_none);
+        node_stop(&d_wrong);
+        node_stop(&p);
+}
+END_TEST
+
+static Suite *faults_suite(void)
+{
+        Suite *s = suite_create("integration-remote-faults");
+        TCase *tc;
+
+        tc = tcase_create("peers");
+        tcase_set_timeout(tc, 180);
+        tcase_add_test(tc, test_peer_killed);
+        tcase_add_test(tc, test_remote_cluster_finalizes);
+        tcase_add_test(tc, test_remote_cluster_crashes);
+        tcase_add_test(tc, test_timeout_no_late_write);
+        tcase_add_test(tc, test_cluster_keys);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(faults_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

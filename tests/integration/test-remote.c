@@ -1,0 +1,525 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration tests, several daemons on loopback: clusters on different kvdistd processes link
+ * through the daemons' peer connections and move blocks and caches over the TCP transport. Every
+ * destination byte is checked against its seeded pattern, and the bytes around it too. Faults
+ * (killed daemons, timeouts, hostile peers) are in test-remote-faults.c.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "it-cache.h"
+#include "it-peers.h"
+#include "it-world.h"
+#include "macro.h"
+
+/* Multiplier that scatters block ids: no two neighbours stay neighbours. */
+#define SCATTER 7919
+
+/* Two nodes: P with the prompt cluster A, D with the decoder cluster B. */
+typedef struct Pair {
+        Node p, d;
+        kvd_client *a, *b;
+} Pair;
+
+static void pair_start(Pair *w, const char *const *extra)
+{
+        memset(w, 0, sizeof(*w));
+        node_start_full(&w->p, NULL, NULL, NULL, extra);
+        node_start_full(&w->d, NULL, NULL, NULL, extra);
+        w->a = node_client(&w->p, A_ID, KVD_ROLE_PROMPT);
+        w->b = node_client(&w->d, B_ID, KVD_ROLE_DECODER);
+}
+
+static void pair_stop(Pair *w)
+{
+        if (w->a)
+                expect_ok(w->a, kvd_client_finalize(w->a));
+        if (w->b)
+                expect_ok(w->b, kvd_client_finalize(w->b));
+        node_stop(&w->d);
+        node_stop(&w->p);
+}
+
+START_TEST(test_pull_blocks)
+{
+        static const uint64_t sb1[] = { 3, 17, 5, 31, 0, 30 };
+        static const uint64_t db1[] = { 39, 1, 22, 7, 8, 23 };
+        static const uint64_t sb2[] = { 8, 9, 10, 11, 12, 13, 14, 15 };
+        static const uint64_t db2[] = { 24, 25, 26, 27, 28, 29, 30, 31 };
+        static const uint64_t db3[] = { 32, 33, 34, 35, 36, 37 };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
+        TCache src, dst;
+        TCopies cp = {};
+        Pair w;
+
+        pair_start(&w, NULL);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 4, 32, 4096, 11, &key, 1,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 4, 40, 4096, 22, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_node(w.b, A_ID, &w.p);
+        ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 1);
+        ck_assert_int_eq(node_status_len(&w.d, "peers"), 1);
+
+        /* Scattered blocks, then a run that is contiguous on both sides. */
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb1, 6, db1, 6, &o));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb1, db1, 6);
+        tcache_verify(&dst, &cp);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb2, 8, db2, 8, NULL));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb2, db2, 8);
+        tcache_verify(&dst, &cp);
+
+        /* Layer 1 of the source into layer 0 of blocks not written yet. */
+        o = opts_layers(LAYERS(1, 1), LAYERS(0, 0), 2);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb1, 6, db3, 6, &o));
+        tcopies_blocks(&cp, &src, &dst, LAYERS(1, 1), LAYERS(0, 0), 2, sb1, db3, 6);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+
+        ck_assert_int_ge(node_status_int(&w.p, "counters/transfers_served"), 3);
+        ck_assert_int_eq(client_status_int(w.b, "counters/transfers_ok"), 3);
+        tcopies_free(&cp);
+        pair_stop(&w);
+}
+END_TEST
+
+/* A pull larger than a data chunk and split over every data connection. */
+START_TEST(test_pull_large)
+{
+        const uint64_t n = 1024;        /* 2 tensors x 1024 x 16 KiB = 32 MiB */
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
+        uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
+        TCache src, dst;
+        TCopies cp = {};
+        Pair w;
+
+        ck_assert(sb && db);
+        pair_start(&w, NULL);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, n, 16384, 0x1a, &key, 1, 0));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, n, 16384, 0x2b, NULL, 0, 0));
+        link_node(w.b, A_ID, &w.p);
+        for (uint64_t i = 0; i < n; i++) {
+                sb[i] = (i * SCATTER) % n;
+                db[i] = i;
+        }
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, n, db, n, &o));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, n);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+
+        free(sb);
+        free(db);
+        tcopies_free(&cp);
+        pair_stop(&w);
+}
+END_TEST
+
+START_TEST(test_push_blocks_notify)
+{
+        static const uint64_t sb[] = { 0, 7, 3, 12, 4, 5, 6 };
+        static const uint64_t db[] = { 15, 2, 9, 4, 10, 11, 12 };
+        static const char msg[] = "request 42: blocks 15 2 9 4 10 11 12";
+        kvd_cache_key key = kvd_key_blocks(A_ID, 1);
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
+        kvd_notify got[4];
+        struct pollfd pfd;
+        TCache src, dst;
+        TCopies cp = {};
+        size_t n = 9;
+        int fd = -1;
+        Pair w;
+
+        pair_start(&w, NULL);
+        /* A owns the destination; B pushes into it and tells A. */
+        expect_ok(w.a, tcache_register(&dst, w.a, true, 4, 16, 2048, 55, &key, 1,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&src, w.b, true, 4, 13, 2048, 66, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_node(w.b, A_ID, &w.p);
+        expect_ok(w.a, kvd_notify_fd(w.a, &fd));
+        pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+        ck_assert_int_eq(poll(&pfd, 1, 0), 0);
+
+        o.notify = msg;
+        o.notify_len = sizeof(msg);
+        expect_ok(w.b, kvd_push_blocks(w.b, &key, src.id, sb, 7, db, 7, &o));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, 7);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+
+        /* The notification is there once the push returned: it follows the last byte. */
+        ck_assert_int_eq(poll(&pfd, 1, 5000), 1);
+        expect_ok(w.a, kvd_get_notifies(w.a, got, 4, &n));
+        ck_assert_uint_eq(n, 1);
+        ck_assert_uint_eq(got[0].src_cluster_id, B_ID);
+        ck_assert_uint_eq(got[0].len, sizeof(msg));
+        ck_assert_mem_eq(got[0].data, msg, sizeof(msg));
+        ck_assert_int_eq(poll(&pfd, 1, 0), 0);
+        expect_ok(w.a, kvd_get_notifies(w.a, got, 4, &n));
+        ck_assert_uint_eq(n, 0);
+
+        /* A pull carries none. */
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, src.id, db, 1, sb, 1, &o),
+                      KVD_E_PARAM_INVALID, "only a push");
+        tcopies_free(&cp);
+        pair_stop(&w);
+}
+END_TEST
+
+START_TEST(test_caches)
+{
+        kvd_cache_key keys[3] = {
+                kvd_key_req(A_ID, 100, 0),
+                kvd_key_req(A_ID, 101, 0),
+                kvd_key_prefix(A_ID, 7, 0),
+        };
+        static const uint64_t db[] = { 5, 1, 6 };
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
+        kvd_cache_key k;
+        TCache src, dst, blocks, pushed;
+        TCopies cp = {}, cpb = {}, cpp = {};
+        Pair w;
+
+        pair_start(&w, NULL);
+        expect_ok(w.a, tcache_register(&src, w.a, false, 4, 3, 1024, 77, keys, 3,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.a, tcache_register(&pushed, w.a, false, 4, 2, 1024, 78, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&dst, w.b, false, 4, 5, 1024, 88, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&blocks, w.b, true, 4, 8, 512, 89, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_node(w.b, A_ID, &w.p);
+
+        /* By CacheKey, whole item; by id and index; by prefix, part of each tensor. */
+        expect_ok(w.b, kvd_pull_cache(w.b, &keys[1], dst.id, 2, -1, &o));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 1, 2, -1);
+        k = kvd_key_id_index(A_ID, src.id, 0);
+        expect_ok(w.b, kvd_pull_cache(w.b, &k, dst.id, 0, -1, NULL));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 0, 0, -1);
+        expect_ok(w.b, kvd_pull_cache(w.b, &keys[2], dst.id, 4, 600, &o));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 2, 4, 600);
+        tcache_verify(&dst, &cp);
+
+        /* A contiguous item into blocks, in order. */
+        expect_ok(w.b, kvd_pull_blocks(w.b, &keys[0], blocks.id, NULL, 0, db, 2, &o));
+        tcopies_item_to_blocks(&cpb, &src, &blocks, ALL, ALL, 2, 0, db, 2);
+        tcache_verify(&blocks, &cpb);
+
+        /* Push B's slot 2 into slot 1 of A's second cache, named by id and index. B's slot 2
+         * holds A's slot 1 (pulled above), so that is what must land. */
+        k = kvd_key_id_index(A_ID, pushed.id, 1);
+        expect_ok(w.b, kvd_push_cache(w.b, &k, dst.id, 2, -1, &o));
+        tcopies_item(&cpp, &src, &pushed, ALL, ALL, 2, 1, 1, -1);
+        tcache_verify(&pushed, &cpp);
+        tcache_verify_untouched(&src);
+
+        tcopies_free(&cp);
+        tcopies_free(&cpb);
+        tcopies_free(&cpp);
+        pair_stop(&w);
+}
+END_TEST
+
+START_TEST(test_link_rules)
+{
+        kvd_cluster_info many[KVD_MAX_LINK_CLUSTERS + 1];
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0), late_key = kvd_key_blocks(A_ID, 5);
+        kvd_cache_key hidden_key = kvd_key_blocks(A_ID, 6);
+        uint64_t b0 = 0;
+        TCache src, late, hidden, dst;
+        int ret = 1;
+        Pair w;
+
+        pair_start(&w, NULL);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, 4, 1024, 1, &key, 1, 0));
+        expect_ok(w.a, tcache_register(&hidden, w.a, true, 2, 4, 1024, 2, &hidden_key, 1,
+                                       KVD_REMOTE_NO));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, 4, 1024, 3, NULL, 0, 0));
+
+        /* Nobody by that id over there; nothing at that address; not an address. */
+        expect_status(w.b, link_at(w.b, 777, w.p.peer_addr, 5000, &ret), KVD_E_LINK_FAILED,
+                      "no cluster 777");
+        ck_assert_int_eq(ret, KVD_E_LINK_FAILED);
+        expect_status(w.b, link_at(w.b, A_ID, "127.0.0.1:1", 5000, &ret), KVD_E_LINK_FAILED,
+                      NULL);
+        expect_status(w.b, link_at(w.b, A_ID, "peer.example:7000", 5000, &ret),
+                      KVD_E_PARAM_INVALID, "not ip:port");
+        ck_assert_int_eq(kvd_check_link_status(w.b, A_ID), KVD_E_NOT_YET_LINK);
+
+        /* At most 16 clusters per call. */
+        for (size_t i = 0; i < ARRAY_SIZE(many); i++)
+                many[i] = (kvd_cluster_info){ 5000 + i, KVD_ROLE_PROMPT, w.p.peer_addr, NULL };
+        expect_status(w.b, kvd_link_clusters(w.b, many, ARRAY_SIZE(many), 1000, NULL),
+                      KVD_E_CLUSTER_NUM_EXCEED_LIMIT, NULL);
+
+        link_node(w.b, A_ID, &w.p);
+        expect_ok(w.b, kvd_check_link_status(w.b, A_ID));
+        expect_status(w.b, link_at(w.b, A_ID, w.p.peer_addr, 5000, &ret), KVD_E_ALREADY_LINK,
+                      NULL);
+        ck_assert_int_eq(ret, KVD_E_ALREADY_LINK);
+
+        /* Registered after the link: not reachable through it; a private cache neither. */
+        expect_ok(w.a, tcache_register(&late, w.a, true, 2, 4, 1024, 4, &late_key, 1, 0));
+        expect_status(w.b, kvd_pull_blocks(w.b, &late_key, dst.id, &b0, 1, &b0, 1, NULL),
+                      KVD_E_CACHE_NOT_EXIST, NULL);
+        expect_status(w.b, kvd_pull_blocks(w.b, &hidden_key, dst.id, &b0, 1, &b0, 1, NULL),
+                      KVD_E_CACHE_NOT_EXIST, NULL);
+        /* A block past the end is refused before anything moves. */
+        b0 = 4;
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL),
+                      KVD_E_PARAM_INVALID, "out of range");
+        tcache_verify_untouched(&dst);
+
+        /* The prompt side cannot change role while a peer's cluster is linked to it. */
+        expect_status(w.a, kvd_switch_role(w.a, KVD_ROLE_MIX, NULL, 0), KVD_E_EXIST_LINK, NULL);
+
+        /* Unlink tears down both ends. */
+        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
+                                                                     w.p.peer_addr, NULL },
+                                           1, 1000, false, NULL));
+        ck_assert_int_eq(kvd_check_link_status(w.b, A_ID), KVD_E_NOT_YET_LINK);
+        for (int i = 0; i < 100 && node_status_len(&w.p, "inbound_links") > 0; i++)
+                harness_sleep_ms(20);
+        ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
+        expect_ok(w.a, kvd_switch_role(w.a, KVD_ROLE_MIX, NULL, 0));
+
+        /* A cache registered while a link existed defaults to private: a new link does not
+         * reach it either; the caches registered before any link still are. */
+        link_node(w.b, A_ID, &w.p);
+        b0 = 1;
+        expect_status(w.b, kvd_pull_blocks(w.b, &late_key, dst.id, &b0, 1, &b0, 1, NULL),
+                      KVD_E_CACHE_NOT_EXIST, NULL);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL));
+
+        /* A forced unlink on the linked-to side drops only its end; B then re-links. */
+        expect_ok(w.a, kvd_unlink_clusters(w.a, &(kvd_cluster_info){ B_ID, KVD_ROLE_DECODER,
+                                                                     NULL, NULL },
+                                           1, 1000, true, NULL));
+        ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL),
+                      KVD_E_NOT_YET_LINK, NULL);
+        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
+                                                                     NULL, NULL },
+                                           1, 1000, true, NULL));
+        link_node(w.b, A_ID, &w.p);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL));
+
+        pair_stop(&w);
+}
+END_TEST
+
+/* A listener that accepts and never says a word: the link times out. */
+START_TEST(test_link_timeout)
+{
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+        socklen_t len = sizeof(sa);
+        char addr[64];
+        int lfd, ret = 1;
+        uint64_t t0;
+        Pair w;
+
+        lfd = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_ge(lfd, 0);
+        ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        ck_assert_int_eq(listen(lfd, 4), 0);
+        ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+        (void)snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sa.sin_port));
+
+        pair_start(&w, NULL);
+        t0 = harness_now_ms();
+        expect_status(w.b, link_at(w.b, A_ID, addr, 300, &ret), KVD_E_TIMEOUT, NULL);
+        ck_assert_int_eq(ret, KVD_E_TIMEOUT);
+        /* A call's timeout bounds it (the limit is generous: this is not a speed test). */
+        ck_assert_uint_lt(harness_now_ms() - t0, 4000);
+        /* The same cluster links for real afterwards. */
+        link_node(w.b, A_ID, &w.p);
+        close(lfd);
+        pair_stop(&w);
+}
+END_TEST
+
+/* Three clusters on each of two daemons, every pair linked, pulls in flight at once. */
+START_TEST(test_many_clusters)
+{
+        enum { N = 3, BLOCKS = 16 };
+        kvd_client *pc[N], *dc[N];
+        TCache src[N], dst[N];
+        kvd_task *tasks[N][N];
+        uint64_t sb[BLOCKS], db[N][BLOCKS];
+        Node p, d;
+
+        node_start(&p);
+        node_start(&d);
+        for (int i = 0; i < N; i++) {
+                kvd_cache_key key = kvd_key_blocks(100 + i, 0);
+
+                pc[i] = node_client(&p, 100 + i, KVD_ROLE_PROMPT);
+                dc[i] = node_client(&d, 200 + i, KVD_ROLE_DECODER);
+                expect_ok(pc[i], tcache_register(&src[i], pc[i], true, 2, BLOCKS, 4096, 10 + i,
+                                                 &key, 1, 0));
+                expect_ok(dc[i], tcache_register(&dst[i], dc[i], true, 2, N * BLOCKS, 4096,
+                                                 20 + i, NULL, 0, 0));
+        }
+        for (int i = 0; i < N; i++) {
+                kvd_cluster_info infos[N];
+                int rets[N];
+
+                for (int j = 0; j < N; j++)
+                        infos[j] = (kvd_cluster_info){ 100 + j, KVD_ROLE_PROMPT, p.peer_addr,
+                                                       NULL };
+                expect_ok(dc[i], kvd_link_clusters(dc[i], infos, N, 5000, rets));
+                for (int j = 0; j < N; j++)
+                        ck_assert_int_eq(rets[j], KVD_OK);
+        }
+        /* One control connection carries every pair. */
+        ck_assert_int_eq(node_status_len(&d, "peers"), 1);
+        ck_assert_int_eq(node_status_len(&p, "inbound_links"), N * N);
+
+        for (int b = 0; b < BLOCKS; b++)
+                sb[b] = (uint64_t)(b * 5) % BLOCKS;
+        for (int i = 0; i < N; i++)
+                for (int j = 0; j < N; j++) {
+                        kvd_cache_key key = kvd_key_blocks(100 + j, 0);
+
+                        for (int b = 0; b < BLOCKS; b++)
+                                db[j][b] = (uint64_t)(j * BLOCKS + b);
+                        expect_ok(dc[i], kvd_pull_blocks_async(dc[i], &key, dst[i].id, sb,
+                                                               BLOCKS, db[j], BLOCKS, NULL,
+                                                               &tasks[i][j]));
+                }
+        for (int i = 0; i < N; i++) {
+                TCopies cp = {};
+
+                for (int j = 0; j < N; j++) {
+                        expect_ok(dc[i], kvd_task_wait(tasks[i][j], 30000));
+                        kvd_task_free(tasks[i][j]);
+                        tcopies_blocks(&cp, &src[j], &dst[i], ALL, ALL, 2, sb, db[j], BLOCKS);
+                }
+                tcache_verify(&dst[i], &cp);
+                tcopies_free(&cp);
+        }
+        for (int i = 0; i < N; i++) {
+                tcache_verify_untouched(&src[i]);
+                expect_ok(pc[i], kvd_client_finalize(pc[i]));
+                expect_ok(dc[i], kvd_client_finalize(dc[i]));
+        }
+        node_stop(&d);
+        node_stop(&p);
+}
+END_TEST
+
+/* A decode cluster on a third daemon pulls from two prompt daemons. */
+START_TEST(test_three_daemons)
+{
+        static const uint64_t sb[] = { 1, 0, 3 }, db1[] = { 0, 1, 2 }, db2[] = { 5, 4, 3 };
+        kvd_cache_key k1 = kvd_key_blocks(A_ID, 0), k2 = kvd_key_blocks(C_ID, 0);
+        kvd_client *a, *c, *b;
+        TCache s1, s2, dst;
+        TCopies cp = {};
+        Node n1, n2, n3;
+
+        node_start(&n1);
+        node_start(&n2);
+        node_start(&n3);
+        a = node_client(&n1, A_ID, KVD_ROLE_PROMPT);
+        c = node_client(&n2, C_ID, KVD_ROLE_PROMPT);
+        b = node_client(&n3, B_ID, KVD_ROLE_DECODER);
+        expect_ok(a, tcache_register(&s1, a, true, 2, 4, 8192, 31, &k1, 1, 0));
+        expect_ok(c, tcache_register(&s2, c, true, 2, 4, 8192, 32, &k2, 1, 0));
+        expect_ok(b, tcache_register(&dst, b, true, 2, 8, 8192, 33, NULL, 0, 0));
+        link_node(b, A_ID, &n1);
+        link_node(b, C_ID, &n2);
+        ck_assert_int_eq(node_status_len(&n3, "peers"), 2);
+        expect_ok(b, kvd_pull_blocks(b, &k1, dst.id, sb, 3, db1, 3, NULL));
+        expect_ok(b, kvd_pull_blocks(b, &k2, dst.id, sb, 3, db2, 3, NULL));
+        tcopies_blocks(&cp, &s1, &dst, ALL, ALL, 2, sb, db1, 3);
+        tcopies_blocks(&cp, &s2, &dst, ALL, ALL, 2, sb, db2, 3);
+        tcache_verify(&dst, &cp);
+        expect_ok(a, kvd_client_finalize(a));
+        expect_ok(c, kvd_client_finalize(c));
+        expect_ok(b, kvd_client_finalize(b));
+        tcopies_free(&cp);
+        node_stop(&n3);
+        node_stop(&n2);
+        node_stop(&n1);
+}
+END_TEST
+
+/* Both daemons ask for CRC32C on the data streams: the same bytes land. */
+START_TEST(test_crc)
+{
+        static const char *const extra[] = { "--tcp-crc", "on", "--tcp-streams", "2", NULL };
+        const uint64_t n = 256;
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        uint64_t sb[256], db[256];
+        TCache src, dst;
+        TCopies cp = {};
+        char *json = NULL;
+        Pair w;
+
+        pair_start(&w, extra);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, n, 65536, 0xc1, &key, 1, 0));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, n, 65536, 0xc2, NULL, 0, 0));
+        link_node(w.b, A_ID, &w.p);
+        ck_assert_int_eq(harness_daemon_status(&w.d.d, &json), KVD_OK);
+        ck_assert_ptr_nonnull(strstr(json, "\"crc\":true"));
+        ck_assert_ptr_nonnull(strstr(json, "\"data_conns\":2"));
+        free(json);
+        for (uint64_t i = 0; i < n; i++) {
+                sb[i] = i;
+                db[i] = n - 1 - i;
+        }
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, n, db, n, NULL));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, n);
+        tcache_verify(&dst, &cp);
+        tcopies_free(&cp);
+        pair_stop(&w);
+}
+END_TEST
+
+static Suite *remote_suite(void)
+{
+        Suite *s = suite_create("integration-remote");
+        TCase *tc;
+
+        tc = tcase_create("transfers");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_pull_blocks);
+        tcase_add_test(tc, test_pull_large);
+        tcase_add_test(tc, test_push_blocks_notify);
+        tcase_add_test(tc, test_caches);
+        tcase_add_test(tc, test_crc);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("links");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_link_rules);
+        tcase_add_test(tc, test_link_timeout);
+        tcase_add_test(tc, test_many_clusters);
+        tcase_add_test(tc, test_three_daemons);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(remote_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
