@@ -86,6 +86,7 @@ enum {
         ARG_LOG_LEVEL,
         ARG_MAX_CLIENTS,
         ARG_MAX_FRAME_SIZE,
+        ARG_METRICS_LISTEN,
 };
 
 static const struct option options[] = {
@@ -98,6 +99,7 @@ static const struct option options[] = {
         { "log-level", required_argument, NULL, ARG_LOG_LEVEL },
         { "max-clients", required_argument, NULL, ARG_MAX_CLIENTS },
         { "max-frame-size", required_argument, NULL, ARG_MAX_FRAME_SIZE },
+        { "metrics-listen", required_argument, NULL, ARG_METRICS_LISTEN },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         {}
@@ -140,6 +142,9 @@ static void print_usage(const char *argv0)
                "      --log-level LEVEL      error, warning, notice, info or debug (info)\n"
                "      --max-clients N        clients connected at once, 1..65536 (64)\n"
                "      --max-frame-size SIZE  largest frame payload, 4K..256M (16M)\n"
+               "      --metrics-listen ADDR  serve Prometheus /metrics on ADDR, e.g.\n"
+               "                             127.0.0.1:9477 (port 9477 when left out;\n"
+               "                             \"\" = off, the default)\n"
                "  -h, --help                 show this help and exit\n"
                "  -V, --version              show the version and exit\n",
                program_name(argv0));
@@ -185,6 +190,24 @@ static int apply_flag(Config *c, const PendingFlag *pf, char **error)
                                              "%s: expected an integer in [1, %d] or auto", flag,
                                              COPY_THREADS_MAX);
                 return 0;
+        case ARG_METRICS_LISTEN: {
+                struct sockaddr_storage sa;
+                socklen_t len;
+
+                if (pf->arg[0] != '\0' &&
+                    (strlen(pf->arg) > METRICS_LISTEN_MAX ||
+                     config_parse_metrics_listen(pf->arg, &sa, &len) < 0))
+                        return config_errorf(error, -EINVAL,
+                                             "%s: expected a numeric address with an optional "
+                                             "port, like 127.0.0.1:%d, or \"\" for off",
+                                             flag, CONFIG_METRICS_DEFAULT_PORT);
+                s = pf->arg[0] ? strdup(pf->arg) : NULL;
+                if (pf->arg[0] && !s)
+                        return -ENOMEM;
+                free(c->metrics_listen);
+                c->metrics_listen = s;
+                return 0;
+        }
         case ARG_LOG_LEVEL:
                 level = log_level_from_string(pf->arg);
                 if (level < 0)

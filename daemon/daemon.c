@@ -22,7 +22,8 @@
 #include "log.h"
 #include "pool.h"
 #include "region.h"
-#include "sd.h"
+#include "reload.h"
+#include "service.h"
 #include "transfer.h"
 #include "transport.h"
 
@@ -80,20 +81,32 @@ void daemon_count_error(Daemon *d, int status)
                 d->counters.errors[-status]++;
 }
 
-void daemon_update_status(Daemon *d)
+void daemon_format_status(Daemon *d, char *buf, size_t size)
 {
-        char buf[160];
-
-        (void)snprintf(buf, sizeof(buf), "%s%u clusters, %u links, %u transfers in flight",
+        (void)snprintf(buf, size, "%s%u clusters, %u links, %u transfers in flight",
                        d->stopping ? "stopping: " : "", d->n_clusters, d->n_links,
                        d->n_transfers);
-        (void)sd_service_status(buf);
+}
+
+static void daemon_format_status_cb(void *userdata, char *buf, size_t size)
+{
+        daemon_format_status(userdata, buf, size);
+}
+
+void daemon_update_status(Daemon *d)
+{
+        service_status_changed(d->service);
 }
 
 static void daemon_on_signal(evutil_socket_t sig, short what, void *userdata)
 {
         Daemon *d = userdata;
 
+        if (sig == SIGHUP) {
+                log_info("received SIGHUP, reloading the configuration");
+                (void)daemon_reload(d);
+                return;
+        }
         log_info("received %s, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         daemon_stop(d, 0);
 }
@@ -116,8 +129,7 @@ void daemon_stop(Daemon *d, int exit_code)
                 return;
         d->stopping = true;
         d->exit_code = exit_code;
-        (void)sd_service_stopping();
-        daemon_update_status(d);
+        service_stopping(d->service);
         listener_pause(d->listener);
 
         CLIST_FOREACH_SAFE(x, tmp, &d->transfers, link_daemon)
@@ -189,12 +201,19 @@ int daemon_new(Config *config, Daemon **ret)
 
         d->sig_term = evsignal_new(d->base, SIGTERM, daemon_on_signal, d);
         d->sig_int = evsignal_new(d->base, SIGINT, daemon_on_signal, d);
-        if (!d->sig_term || !d->sig_int || event_add(d->sig_term, NULL) < 0 ||
-            event_add(d->sig_int, NULL) < 0) {
+        d->sig_hup = evsignal_new(d->base, SIGHUP, daemon_on_signal, d);
+        if (!d->sig_term || !d->sig_int || !d->sig_hup || event_add(d->sig_term, NULL) < 0 ||
+            event_add(d->sig_int, NULL) < 0 || event_add(d->sig_hup, NULL) < 0) {
                 r = log_error_errno(-ENOMEM, "cannot watch signals");
                 goto fail;
         }
         (void)signal(SIGPIPE, SIG_IGN);
+
+        r = service_new(d->base, 0, daemon_format_status_cb, d, &d->service);
+        if (r < 0) {
+                log_error_errno(r, "cannot set up service-manager notifications");
+                goto fail;
+        }
 
         r = listener_new(d, &d->listener);
         if (r < 0)
@@ -209,12 +228,11 @@ fail:
 
 int daemon_run(Daemon *d)
 {
-        char status[256];
-
-        (void)snprintf(status, sizeof(status), "listening on %s", listener_path(d->listener));
-        log_info("kvdistd %s %s, pool %" PRIu64 " bytes, %u copy threads", KVDIST_VERSION,
-                 status, d->config->memory_size, engine_n_threads(d->engine));
-        (void)sd_service_ready(status);
+        log_info("kvdistd %s listening on %s, pool %" PRIu64 " bytes, %u copy threads",
+                 KVDIST_VERSION, listener_path(d->listener), d->config->memory_size,
+                 engine_n_threads(d->engine));
+        /* Every listener accepts connections by now: listen() ran in daemon_new(). */
+        service_ready(d->service);
 
         if (event_base_dispatch(d->base) < 0)
                 return log_error_errno(-EIO, "the event loop failed"), 1;
@@ -241,6 +259,9 @@ Daemon *daemon_free(Daemon *d)
                 event_free(d->sig_term);
         if (d->sig_int)
                 event_free(d->sig_int);
+        if (d->sig_hup)
+                event_free(d->sig_hup);
+        d->service = service_free(d->service);
         if (d->base)
                 event_base_free(d->base);
         config_free(d->config);

@@ -22,6 +22,7 @@ typedef struct Cluster Cluster;
 typedef struct Engine Engine;
 typedef struct Listener Listener;
 typedef struct Pool Pool;
+typedef struct Service Service;
 typedef struct Transport Transport;
 
 /* Counters reported by kvdistctl; only the control loop writes them. */
@@ -58,8 +59,13 @@ typedef struct Daemon {
         DaemonCounters counters;
         usec_t start_usec;      /* CLOCK_MONOTONIC */
 
+        Service *service;       /* READY/STATUS/WATCHDOG/STOPPING for the service manager */
+        int argc;               /* the command line, read again on SIGHUP (see reload.h) */
+        char **argv;
+
         struct event *sig_term;
         struct event *sig_int;
+        struct event *sig_hup;
         bool stopping;
         int exit_code;
 } Daemon;
@@ -103,5 +109,11 @@ void daemon_release_cache(Daemon *d, Cache *cache);
 /* Counts a failed request under its status (KVD_E_*). */
 void daemon_count_error(Daemon *d, int status);
 
-/* Tells the service manager the one-line summary (clusters, links, transfers). */
+/*
+ * The one-line summary (clusters, links, transfers) changed: the service manager hears of it
+ * within its status interval (see service.h).
+ */
 void daemon_update_status(Daemon *d);
+
+/* Writes the one-line summary into @buf of @size bytes. */
+void daemon_format_status(Daemon *d, char *buf, size_t size);
