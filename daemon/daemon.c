@@ -20,6 +20,8 @@
 #include "engine.h"
 #include "listener.h"
 #include "log.h"
+#include "metrics-http.h"
+#include "metrics.h"
 #include "pool.h"
 #include "region.h"
 #include "reload.h"
@@ -86,6 +88,11 @@ void daemon_format_status(Daemon *d, char *buf, size_t size)
         (void)snprintf(buf, size, "%s%u clusters, %u links, %u transfers in flight",
                        d->stopping ? "stopping: " : "", d->n_clusters, d->n_links,
                        d->n_transfers);
+}
+
+static int daemon_render_metrics(void *userdata, char **ret, size_t *ret_len)
+{
+        return metrics_render(userdata, ret, ret_len);
 }
 
 static void daemon_format_status_cb(void *userdata, char *buf, size_t size)
@@ -215,9 +222,19 @@ int daemon_new(Config *config, Daemon **ret)
                 goto fail;
         }
 
+        r = metrics_new(&d->metrics);
+        if (r < 0)
+                goto fail;
+
         r = listener_new(d, &d->listener);
         if (r < 0)
                 goto fail;
+        if (config->metrics_listen) {
+                r = metrics_server_new(d->base, config->metrics_listen, daemon_render_metrics, d,
+                                       &d->metrics_server);
+                if (r < 0)
+                        goto fail;
+        }
 
         *ret = d;
         return 0;
@@ -246,6 +263,7 @@ Daemon *daemon_free(Daemon *d)
         if (!d)
                 return NULL;
         d->stopping = true;
+        d->metrics_server = metrics_server_free(d->metrics_server);
         d->listener = listener_free(d->listener);
         CLIST_FOREACH_SAFE(c, tmp, &d->conns, link_daemon) {
                 conn_flush(c);
@@ -262,6 +280,7 @@ Daemon *daemon_free(Daemon *d)
         if (d->sig_hup)
                 event_free(d->sig_hup);
         d->service = service_free(d->service);
+        d->metrics = metrics_free(d->metrics);
         if (d->base)
                 event_base_free(d->base);
         config_free(d->config);

@@ -21,6 +21,8 @@ typedef struct Cache Cache;
 typedef struct Cluster Cluster;
 typedef struct Engine Engine;
 typedef struct Listener Listener;
+typedef struct Metrics Metrics;
+typedef struct MetricsServer MetricsServer;
 typedef struct Pool Pool;
 typedef struct Service Service;
 typedef struct Transport Transport;
@@ -60,6 +62,8 @@ typedef struct Daemon {
         usec_t start_usec;      /* CLOCK_MONOTONIC */
 
         Service *service;       /* READY/STATUS/WATCHDOG/STOPPING for the service manager */
+        Metrics *metrics;       /* transfer outcomes for /metrics and kvdistctl metrics */
+        MetricsServer *metrics_server;  /* NULL unless metrics_listen is set */
         int argc;               /* the command line, read again on SIGHUP (see reload.h) */
         char **argv;
 

@@ -111,6 +111,7 @@ static const FrameType frame_types[] = {
         FRAME_TYPE(SWITCH_ROLE, switch_role, "SwitchRole"),
         FRAME_TYPE(TRANSFER, transfer, "Transfer"),
         FRAME_TYPE(DAEMON_STATUS, daemon_status, "DaemonStatus"),
+        FRAME_TYPE(DAEMON_METRICS, daemon_metrics, "DaemonMetrics"),
 };
 
 const FrameType *frame_type_lookup(uint16_t type)

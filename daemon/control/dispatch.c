@@ -42,6 +42,8 @@ static const DispatchEntry dispatch_table[] = {
         { KVDIST__V1__MSG_TYPE__MSG_SWITCH_ROLE, DISPATCH_NEEDS_CLUSTER, 0, handle_switch_role },
         { KVDIST__V1__MSG_TYPE__MSG_TRANSFER, DISPATCH_NEEDS_CLUSTER, 0, handle_transfer },
         { KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, DISPATCH_READ_ONLY, 0, handle_daemon_status },
+        { KVDIST__V1__MSG_TYPE__MSG_DAEMON_METRICS, DISPATCH_READ_ONLY, 0,
+          handle_daemon_metrics },
 };
 
 const DispatchEntry *dispatch_lookup(uint16_t type)

@@ -46,6 +46,7 @@ int cache_key_from_proto(const struct Kvdist__V1__CacheKey *k, CacheKey *ret, Er
 int handle_client_init(Request *req, Error *err);
 int handle_client_finalize(Request *req, Error *err);
 int handle_daemon_status(Request *req, Error *err);
+int handle_daemon_metrics(Request *req, Error *err);
 int handle_region_add(Request *req, Error *err);
 int handle_region_remove(Request *req, Error *err);
 int handle_pool_map(Request *req, Error *err);

@@ -17,6 +17,7 @@
 #include "kvdist.pb-c.h"
 #include "link.h"
 #include "log.h"
+#include "metrics.h"
 #include "plan.h"
 #include "region.h"
 #include "transfer.h"
@@ -204,6 +205,7 @@ void transfer_complete(Transfer *x, int status)
         int final = x->status != KVD_OK ? x->status : status;
 
         transfer_set_state(x, TRANSFER_DONE);
+        metrics_transfer_done(d->metrics, x, final);
 
         if (final == KVD_OK) {
                 uint64_t bytes = x->plan->total_bytes;
