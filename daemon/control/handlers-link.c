@@ -115,8 +115,9 @@ int handle_link_clusters(Request *req, Error *err)
 
                 rets[i] = link_one(c, m->clusters[i], &e);
                 if (rets[i] != KVD_OK) {
-                        log_info("cluster %" PRIu64 ": link to %" PRIu64 " failed: %s", c->id,
-                                 m->clusters[i]->remote_cluster_id, e.msg);
+                        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id),
+                                   "cluster %" PRIu64 ": link to %" PRIu64 " failed: %s", c->id,
+                                   m->clusters[i]->remote_cluster_id, e.msg);
                         error_set(&first, e.code, "clusters[%zu]: %s", i, e.msg);
                 }
         }
@@ -182,6 +183,7 @@ int handle_switch_role(Request *req, Error *err)
         free(c->listen_ip_info);
         c->listen_ip_info = listen;
         c->role = (ClusterRole)m->role;
-        log_info("cluster %" PRIu64 ": role is now %s", c->id, cluster_role_to_string(c->role));
+        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 ": role is now %s", c->id,
+                   cluster_role_to_string(c->role));
         return request_reply_ok(req), 0;
 }
