@@ -46,6 +46,21 @@ int harness_daemon_start(HarnessDaemon *d, ...) __attribute__((sentinel));
 /* The same with the extra arguments as a NULL-terminated array (may be NULL). */
 int harness_daemon_startv(HarnessDaemon *d, const char *const *extra_args);
 
+/* How harness_daemon_start_opts() starts the daemon; every list is NULL-terminated or NULL. */
+typedef struct HarnessStartOptions {
+        const char *const *extra_args;  /* after --socket and --log-level */
+        const char *const *env;         /* "NAME=value" added to the daemon's environment */
+        /*
+         * A program that runs the daemon (a socket-activation launcher): these arguments come
+         * first (looked up in $PATH), then $KVDISTD and its arguments. "@SOCKET@" in them is
+         * replaced by the daemon's socket path.
+         */
+        const char *const *launcher;
+} HarnessStartOptions;
+
+/* harness_daemon_startv() with an environment and a launcher. */
+int harness_daemon_start_opts(HarnessDaemon *d, const HarnessStartOptions *o);
+
 /*
  * Sends SIGTERM and waits up to 10 s for the daemon to exit (then SIGKILL). Returns its exit
  * code, 128 + the signal number when a signal ended it, -EUCLEAN when its log holds a sanitizer
