@@ -38,10 +38,11 @@ int daemon_reload(Daemon *d)
         }
         for (size_t i = 0; i < n; i++) {
                 const ConfigChange *c = &changes[i];
+                bool for_new = strncmp(c->key, "allow_", 6) == 0;
 
                 if (c->runtime) {
                         log_notice("reload: %s: %s -> %s%s", c->key, c->old_value, c->new_value,
-                                   strncmp(c->key, "allow_", 6) == 0 ? " (for new connections)" : "");
+                                   for_new ? " (for new connections)" : "");
                         applied++;
                 } else
                         log_warning("reload: %s: %s -> %s needs a restart; keeping %s", c->key,

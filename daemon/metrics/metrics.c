@@ -186,7 +186,8 @@ static void family_links(MetricsWriter *w, Daemon *d)
         size_t n = 0;
         const Link *l;
 
-        metrics_family(w, "kvdist_links", "gauge", "Links between clusters, by transport and state");
+        metrics_family(w, "kvdist_links", "gauge",
+                       "Links between clusters, by transport and state");
         CLIST_FOREACH(l, &d->links, link_daemon) {
                 const char *t = transport_name(l->transport);
                 size_t i;

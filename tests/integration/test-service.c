@@ -484,7 +484,8 @@ START_TEST(test_metrics)
                                "transport=\"shm\"} 16384\n"));
         ck_assert(strstr(body, "\nkvdist_transfer_duration_seconds_count{direction=\"pull\","
                                "transport=\"shm\"} 1\n"));
-        ck_assert(strstr(body, "\nkvdist_request_errors_total{status=\"KVD_E_PARAM_INVALID\"} 1\n"));
+        ck_assert(strstr(body, "\nkvdist_request_errors_total{status=\"KVD_E_PARAM_INVALID\"} "
+                               "1\n"));
         ck_assert(strstr(body, "\nkvdist_clusters 2\n"));
         ck_assert(strstr(body, "\nkvdist_links{transport=\"shm\",state=\"up\"} 1\n"));
         /* The region bytes the status document reports for both clusters. */
