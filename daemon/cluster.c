@@ -103,7 +103,8 @@ Cluster *cluster_free(Cluster *c)
         }
 
         notify_clear(c);
-        log_info("cluster %" PRIu64 " (pid %d): detached", c->id, (int)c->pid);
+        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 " (pid %d): detached",
+                   c->id, (int)c->pid);
         clist_unlink(&c->link_daemon);
         c->daemon->n_clusters--;
         daemon_update_status(c->daemon);

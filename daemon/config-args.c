@@ -92,6 +92,7 @@ enum {
         ARG_HEARTBEAT_TIMEOUT,
         ARG_TCP_STREAMS,
         ARG_TCP_CRC,
+        ARG_METRICS_LISTEN,
 };
 
 static const struct option options[] = {
@@ -110,6 +111,7 @@ static const struct option options[] = {
         { "heartbeat-timeout", required_argument, NULL, ARG_HEARTBEAT_TIMEOUT },
         { "tcp-streams", required_argument, NULL, ARG_TCP_STREAMS },
         { "tcp-crc", required_argument, NULL, ARG_TCP_CRC },
+        { "metrics-listen", required_argument, NULL, ARG_METRICS_LISTEN },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         {}
@@ -158,6 +160,9 @@ static void print_usage(const char *argv0)
                "      --heartbeat-timeout MS   a silent peer is lost after, 50..3600000 (5000)\n"
                "      --tcp-streams N        TCP data connections per peer, 1..16 (4)\n"
                "      --tcp-crc on|off       CRC32C over every TCP data chunk (off)\n"
+               "      --metrics-listen ADDR  serve Prometheus /metrics on ADDR, e.g.\n"
+               "                             127.0.0.1:9477 (port 9477 when left out;\n"
+               "                             \"\" = off, the default)\n"
                "  -h, --help                 show this help and exit\n"
                "  -V, --version              show the version and exit\n",
                program_name(argv0));
@@ -230,6 +235,24 @@ static int apply_flag(Config *c, const PendingFlag *pf, char **error)
                                              "%s: expected an integer in [1, %d] or auto", flag,
                                              COPY_THREADS_MAX);
                 return 0;
+        case ARG_METRICS_LISTEN: {
+                struct sockaddr_storage sa;
+                socklen_t len;
+
+                if (pf->arg[0] != '\0' &&
+                    (strlen(pf->arg) > METRICS_LISTEN_MAX ||
+                     config_parse_metrics_listen(pf->arg, &sa, &len) < 0))
+                        return config_errorf(error, -EINVAL,
+                                             "%s: expected a numeric address with an optional "
+                                             "port, like 127.0.0.1:%d, or \"\" for off",
+                                             flag, CONFIG_METRICS_DEFAULT_PORT);
+                s = pf->arg[0] ? strdup(pf->arg) : NULL;
+                if (pf->arg[0] && !s)
+                        return -ENOMEM;
+                free(c->metrics_listen);
+                c->metrics_listen = s;
+                return 0;
+        }
         case ARG_LOG_LEVEL:
                 level = log_level_from_string(pf->arg);
                 if (level < 0)

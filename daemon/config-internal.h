@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Daemon configuration internals: what config.c (defaults, the JSON file, the shared value
- * parsers) lends to config-args.c (the command line). Not installed; no other file includes it.
+ * parsers) lends to config-args.c (the command line), config-diff.c (reload) and config-json.c
+ * (the effective config). Not installed; only the config-*.c files include it.
  */
 #pragma once
 
@@ -15,6 +16,8 @@
 /* sun_path less its terminating NUL. */
 #define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *)NULL)->sun_path) - 1)
 #define COPY_THREADS_MAX 64
+/* The longest metrics_listen value: "[" IPv6 "%" interface "]:" port. */
+#define METRICS_LISTEN_MAX 64
 
 /*
  * Integer-valued settings, shared by the JSON keys and the flags that set the same thing. A
@@ -52,6 +55,9 @@ int config_parse_listen(const char *s, char **ret);
 
 /* The entry of @t named @name; NULL when there is none. */
 const IntField *int_field_find(const IntFieldTable *t, const char *name);
+
+/* The value of @f in @c. */
+uint64_t int_field_load(const Config *c, const IntField *f);
 
 /* Stores @v, already checked against @f's bounds, in @c's field. */
 void int_field_store(Config *c, const IntField *f, uint64_t v);

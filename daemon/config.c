@@ -255,6 +255,7 @@ Config *config_free(Config *c)
         free(c->socket_path);
         free(c->listen_ip_info);
         free(c->cluster_key_file);
+        free(c->metrics_listen);
         free(c->allow_uids);
         free(c->allow_gids);
         devices_free(c->devices, c->n_devices);
@@ -302,6 +303,7 @@ int config_dup(const Config *c, Config **ret)
         d->socket_path = NULL;
         d->listen_ip_info = NULL;
         d->cluster_key_file = NULL;
+        d->metrics_listen = NULL;
         d->allow_uids = NULL;
         d->allow_gids = NULL;
         d->devices = NULL;
@@ -314,6 +316,9 @@ int config_dup(const Config *c, Config **ret)
         if (r < 0)
                 return r;
         r = strdup_or_null(c->cluster_key_file, &d->cluster_key_file);
+        if (r < 0)
+                return r;
+        r = strdup_or_null(c->metrics_listen, &d->metrics_listen);
         if (r < 0)
                 return r;
         r = memdup_array(c->allow_uids, c->n_allow_uids, sizeof(uid_t), &p);
@@ -433,6 +438,20 @@ void int_field_store(Config *c, const IntField *f, uint64_t v)
         }
 }
 
+uint64_t int_field_load(const Config *c, const IntField *f)
+{
+        const char *p = (const char *)c + f->offset;
+        uint32_t v32;
+        uint64_t v;
+
+        if (f->size == sizeof(uint64_t)) {
+                memcpy(&v, p, sizeof(v));
+                return v;
+        }
+        memcpy(&v32, p, sizeof(v32));
+        return v32;
+}
+
 static int int_field_range_error(const IntField *f, const char *path, char **error)
 {
         char lo[32], hi[32];
@@ -533,6 +552,30 @@ static int unknown_key(const char *path, char **error)
 static int parse_socket_path(Config *c, json_t *v, const char *path, char **error)
 {
         return json_get_string(v, path, 1, SOCKET_PATH_MAX, &c->socket_path, error);
+}
+
+static int parse_metrics_listen(Config *c, json_t *v, const char *path, char **error)
+{
+        struct sockaddr_storage sa;
+        socklen_t len;
+        char *s = NULL;
+        int r;
+
+        r = json_get_string(v, path, 0, METRICS_LISTEN_MAX, &s, error);
+        if (r < 0)
+                return r;
+        if (s[0] != '\0' && config_parse_metrics_listen(s, &sa, &len) < 0) {
+                free(s);
+                return config_errorf(error, -EINVAL,
+                                     "%s: expected \"\" (off) or a numeric address with an "
+                                     "optional port, like \"127.0.0.1:%d\"",
+                                     path, CONFIG_METRICS_DEFAULT_PORT);
+        }
+        free(c->metrics_listen);
+        c->metrics_listen = s[0] ? s : NULL;
+        if (!s[0])
+                free(s);
+        return 0;
 }
 
 static int parse_socket_mode_string(const char *s, uint32_t *ret)
@@ -870,6 +913,7 @@ static const struct {
         { "allow_gids", parse_allow_gids },
         { "copy_threads", parse_copy_threads },
         { "log_level", parse_log_level },
+        { "metrics_listen", parse_metrics_listen },
         { "devices", parse_devices },
         { "listen_ip_info", parse_listen_ip_info },
         { "cluster_key_file", parse_cluster_key_file },

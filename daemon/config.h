@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "macro.h"
@@ -71,8 +72,12 @@ typedef struct Config {
         uint32_t heartbeat_interval_ms;    /* a peer heartbeat every so often */
         uint32_t heartbeat_timeout_ms;     /* a peer silent this long is lost */
         TcpConfig tcp;
+        char *metrics_listen;              /* "ip:port" of the /metrics listener; NULL = off */
         Limits limits;
 } Config;
+
+/* The port of metrics_listen when the value names none. */
+#define CONFIG_METRICS_DEFAULT_PORT 9477
 
 /* A config holding the built-in defaults (socket path per kvd's rules for root / non-root). */
 int config_new(Config **ret);
@@ -104,6 +109,14 @@ const DeviceConfig *config_find_device(const Config *c, int32_t device_id);
 
 /* The default socket path: /run/kvdist/kvdist.sock for root, else $XDG_RUNTIME_DIR/kvdist/... */
 char *config_default_socket_path(void);
+
+/*
+ * Parses a metrics_listen value: a numeric address with an optional port ("127.0.0.1:9477",
+ * "[::1]:9477", "127.0.0.1" = port CONFIG_METRICS_DEFAULT_PORT; port 0 = any free port). Host
+ * names are refused. Returns 0 or -EINVAL (-ENODEV for an unknown scope interface).
+ */
+int config_parse_metrics_listen(const char *s, struct sockaddr_storage *ret_addr,
+                                socklen_t *ret_len);
 
 /* "auto", "tcp", "rdma"; NULL for a value out of range. */
 const char *transport_kind_to_string(TransportKind k);

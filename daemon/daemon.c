@@ -21,12 +21,16 @@
 #include "engine.h"
 #include "listener.h"
 #include "log.h"
+#include "metrics-http.h"
+#include "metrics.h"
 #include "peer.h"
 #include "pool.h"
 #include "random-util.h"
 #include "region.h"
+#include "reload.h"
 #include "sd.h"
 #include "served.h"
+#include "service.h"
 #include "transfer.h"
 #include "transport.h"
 
@@ -89,20 +93,42 @@ void daemon_count_error(Daemon *d, int status)
                 d->counters.errors[-status]++;
 }
 
+void daemon_format_status(Daemon *d, char *buf, size_t size)
+{
+        unsigned ready = 0;
+        Peer *p;
+
+        CLIST_FOREACH(p, &d->peers, link_daemon)
+                ready += p->state == PEER_READY;
+        (void)snprintf(buf, size, "%s%u clusters, %u links, %u peers, %u transfers in flight",
+                       d->stopping ? "stopping: " : "", d->n_clusters, d->n_links, ready,
+                       d->n_transfers + d->n_served);
+}
+
+static int daemon_render_metrics(void *userdata, char **ret, size_t *ret_len)
+{
+        return metrics_render(userdata, ret, ret_len);
+}
+
+static void daemon_format_status_cb(void *userdata, char *buf, size_t size)
+{
+        daemon_format_status(userdata, buf, size);
+}
+
 void daemon_update_status(Daemon *d)
 {
-        char buf[160];
-
-        (void)snprintf(buf, sizeof(buf), "%s%u clusters, %u links, %u transfers in flight",
-                       d->stopping ? "stopping: " : "", d->n_clusters, d->n_links,
-                       d->n_transfers);
-        (void)sd_service_status(buf);
+        service_status_changed(d->service);
 }
 
 static void daemon_on_signal(evutil_socket_t sig, short what, void *userdata)
 {
         Daemon *d = userdata;
 
+        if (sig == SIGHUP) {
+                log_info("received SIGHUP, reloading the configuration");
+                (void)daemon_reload(d);
+                return;
+        }
         log_info("received %s, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         daemon_stop(d, 0);
 }
@@ -125,8 +151,7 @@ void daemon_stop(Daemon *d, int exit_code)
                 return;
         d->stopping = true;
         d->exit_code = exit_code;
-        (void)sd_service_stopping();
-        daemon_update_status(d);
+        service_stopping(d->service);
         listener_pause(d->listener);
 
         CLIST_FOREACH_SAFE(x, tmp, &d->transfers, link_daemon)
@@ -226,12 +251,23 @@ int daemon_new(Config *config, Daemon **ret)
 
         d->sig_term = evsignal_new(d->base, SIGTERM, daemon_on_signal, d);
         d->sig_int = evsignal_new(d->base, SIGINT, daemon_on_signal, d);
-        if (!d->sig_term || !d->sig_int || event_add(d->sig_term, NULL) < 0 ||
-            event_add(d->sig_int, NULL) < 0) {
+        d->sig_hup = evsignal_new(d->base, SIGHUP, daemon_on_signal, d);
+        if (!d->sig_term || !d->sig_int || !d->sig_hup || event_add(d->sig_term, NULL) < 0 ||
+            event_add(d->sig_int, NULL) < 0 || event_add(d->sig_hup, NULL) < 0) {
                 r = log_error_errno(-ENOMEM, "cannot watch signals");
                 goto fail;
         }
         (void)signal(SIGPIPE, SIG_IGN);
+
+        r = service_new(d->base, 0, daemon_format_status_cb, d, &d->service);
+        if (r < 0) {
+                log_error_errno(r, "cannot set up service-manager notifications");
+                goto fail;
+        }
+
+        r = metrics_new(&d->metrics);
+        if (r < 0)
+                goto fail;
 
         r = listener_new(d, &d->listener);
         if (r < 0)
@@ -239,6 +275,12 @@ int daemon_new(Config *config, Daemon **ret)
         r = peer_listener_new(d, &d->peer_listener);
         if (r < 0)
                 goto fail;
+        if (config->metrics_listen) {
+                r = metrics_server_new(d->base, config->metrics_listen, daemon_render_metrics, d,
+                                       &d->metrics_server);
+                if (r < 0)
+                        goto fail;
+        }
 
         *ret = d;
         return 0;
@@ -249,15 +291,13 @@ fail:
 
 int daemon_run(Daemon *d)
 {
-        char status[256];
-
-        (void)snprintf(status, sizeof(status), "listening on %s%s%s", listener_path(d->listener),
-                       d->peer_listener ? ", peers on " : "", daemon_peer_address(d));
-        log_info("kvdistd %s %s, pool %" PRIu64 " bytes, %u copy threads, node %016" PRIx64
-                 "%s", KVDIST_VERSION, status, d->config->memory_size,
-                 engine_n_threads(d->engine), d->node_id,
+        log_info("kvdistd %s listening on %s%s%s, pool %" PRIu64 " bytes, %u copy threads, "
+                 "node %016" PRIx64 "%s", KVDIST_VERSION, listener_path(d->listener),
+                 d->peer_listener ? ", peers on " : "", daemon_peer_address(d),
+                 d->config->memory_size, engine_n_threads(d->engine), d->node_id,
                  d->cluster_key ? ", cluster key loaded" : "");
-        (void)sd_service_ready(status);
+        /* Every listener accepts connections by now: listen() ran in daemon_new(). */
+        service_ready(d->service);
 
         if (event_base_dispatch(d->base) < 0)
                 return log_error_errno(-EIO, "the event loop failed"), 1;
@@ -271,6 +311,7 @@ Daemon *daemon_free(Daemon *d)
         if (!d)
                 return NULL;
         d->stopping = true;
+        d->metrics_server = metrics_server_free(d->metrics_server);
         d->listener = listener_free(d->listener);
         CLIST_FOREACH_SAFE(c, tmp, &d->conns, link_daemon) {
                 conn_flush(c);
@@ -291,6 +332,10 @@ Daemon *daemon_free(Daemon *d)
                 event_free(d->sig_term);
         if (d->sig_int)
                 event_free(d->sig_int);
+        if (d->sig_hup)
+                event_free(d->sig_hup);
+        d->service = service_free(d->service);
+        d->metrics = metrics_free(d->metrics);
         if (d->base)
                 event_base_free(d->base);
         config_free(d->config);

@@ -22,7 +22,10 @@ typedef struct Cluster Cluster;
 typedef struct Engine Engine;
 typedef struct Listener Listener;
 typedef struct PeerListener PeerListener;
+typedef struct Metrics Metrics;
+typedef struct MetricsServer MetricsServer;
 typedef struct Pool Pool;
+typedef struct Service Service;
 typedef struct Transport Transport;
 
 /* Counters reported by kvdistctl; only the control loop writes them. */
@@ -78,8 +81,15 @@ typedef struct Daemon {
         DaemonCounters counters;
         usec_t start_usec;      /* CLOCK_MONOTONIC */
 
+        Service *service;       /* READY/STATUS/WATCHDOG/STOPPING for the service manager */
+        Metrics *metrics;       /* transfer outcomes for /metrics and kvdistctl metrics */
+        MetricsServer *metrics_server;  /* NULL unless metrics_listen is set */
+        int argc;               /* the command line, read again on SIGHUP (see reload.h) */
+        char **argv;
+
         struct event *sig_term;
         struct event *sig_int;
+        struct event *sig_hup;
         bool stopping;
         int exit_code;
 } Daemon;
@@ -126,5 +136,11 @@ const char *daemon_peer_address(const Daemon *d);
 /* Counts a failed request under its status (KVD_E_*). */
 void daemon_count_error(Daemon *d, int status);
 
-/* Tells the service manager the one-line summary (clusters, links, transfers). */
+/*
+ * The one-line summary (clusters, links, transfers) changed: the service manager hears of it
+ * within its status interval (see service.h).
+ */
 void daemon_update_status(Daemon *d);
+
+/* Writes the one-line summary into @buf of @size bytes. */
+void daemon_format_status(Daemon *d, char *buf, size_t size);

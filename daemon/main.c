@@ -32,6 +32,8 @@ int main(int argc, char **argv)
         r = daemon_new(config, &d);
         if (r < 0)
                 return EXIT_FAILURE;
+        d->argc = argc;
+        d->argv = argv;
         r = daemon_run(d);
         daemon_free(d);
         log_info("stopped");

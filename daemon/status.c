@@ -11,12 +11,14 @@
 #include <kvdist/kvdist.h>
 
 #include "cluster.h"
+#include "config-json.h"
 #include "daemon.h"
 #include "engine.h"
 #include "kvdist-config.h"
 #include "link.h"
 #include "kvdist.pb-c.h"
 #include "listener.h"
+#include "metrics-http.h"
 #include "peer.h"
 #include "plan.h"
 #include "pool.h"
@@ -225,6 +227,7 @@ static json_t *status_peer(const Peer *p, usec_t now, bool *ok)
 static json_t *status_transfer(const Transfer *x, usec_t now, bool *ok)
 {
         json_t *o = json_object();
+        uint64_t done;
 
         if (!o)
                 return NULL;
@@ -232,7 +235,11 @@ static json_t *status_transfer(const Transfer *x, usec_t now, bool *ok)
         set(o, "cluster_id", json_u64(x->cluster_id), ok);
         set(o, "kind", json_string(transfer_kind_to_string(x->kind)), ok);
         set(o, "remote_cluster", json_u64(x->remote_cluster_id), ok);
+        set(o, "transport", json_string(transport_name(x->transport)), ok);
         set(o, "bytes", json_u64(x->plan ? x->plan->total_bytes : 0), ok);
+        set(o, "bytes_done", transport_progress(x->transport, x, &done) == 0 ? json_u64(done)
+                                                                             : json_null(),
+            ok);
         set(o, "age_ms", json_u64((now - x->start_usec) / USEC_PER_MSEC), ok);
         set(o, "state", json_string(x->state == TRANSFER_RUNNING ? "running" : "stopping"), ok);
         return o;
@@ -272,7 +279,7 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "version", json_string(KVDIST_VERSION), &ok);
         set(root, "pid", json_integer(getpid()), &ok);
         set(root, "uptime_s", json_real((double)(now - d->start_usec) / USEC_PER_SEC), &ok);
-        set(root, "socket", json_string(d->config->socket_path), &ok);
+        set(root, "socket", json_string(listener_path(d->listener)), &ok);
         set(root, "copy_threads", json_integer(engine_n_threads(d->engine)), &ok);
         set(root, "stopping", json_boolean(d->stopping), &ok);
         set(root, "pool", status_pool(d, &ok), &ok);
@@ -287,6 +294,10 @@ int status_to_json(Daemon *d, char **ret)
         }
         set(root, "peer_listen", json_string(daemon_peer_address(d)), &ok);
         set(root, "cluster_key", json_boolean(d->cluster_key != NULL), &ok);
+        set(root, "config", config_to_json(d->config), &ok);
+        set(root, "metrics_address", d->metrics_server
+                                            ? json_string(metrics_server_address(d->metrics_server))
+                                            : json_null(), &ok);
 
         CLIST_FOREACH(c, &d->clusters, link_daemon) {
                 append(clusters, status_cluster(c, &ok), &ok);

@@ -111,6 +111,7 @@ static const FrameType frame_types[] = {
         FRAME_TYPE(SWITCH_ROLE, switch_role, "SwitchRole"),
         FRAME_TYPE(TRANSFER, transfer, "Transfer"),
         FRAME_TYPE(DAEMON_STATUS, daemon_status, "DaemonStatus"),
+        FRAME_TYPE(DAEMON_METRICS, daemon_metrics, "DaemonMetrics"),
         FRAME_TYPE(NOTIFY_FD, notify_fd, "NotifyFd"),
         FRAME_TYPE(GET_NOTIFIES, get_notifies, "GetNotifies"),
         FRAME_TYPE(PEER_HELLO, peer_hello, "PeerHello"),

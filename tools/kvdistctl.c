@@ -1,13 +1,23 @@
 /* SPDX-License-Identifier: MIT */
-/* kvdistctl: shows what a node's kvdistd is doing (clusters, caches, links, transfers). */
+/*
+ * kvdistctl: shows what a node's kvdistd is doing: a summary, clusters, caches, links,
+ * transfers, peers, the effective configuration and the metrics, as tables or JSON, once or
+ * every few seconds.
+ */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "ctl-prom.h"
+#include "ctl-table.h"
 #include "kvdist-config.h"
 #include "kvdist/kvdist.h"
 #include "macro.h"
@@ -17,10 +27,22 @@ enum {
         EXIT_DAEMON_ERROR = 1,
         EXIT_USAGE = 2,
         EXIT_NO_DAEMON = 3,
+        EXIT_DENIED = 4,
 };
 
-/* Room for one formatted cell. */
-#define CELL_MAX 64
+#define WATCH_DEFAULT_SEC 2.0
+#define WATCH_MIN_SEC 0.1
+
+typedef struct Options {
+        const char *command;
+        char *socket_path;
+        const char *input;      /* a saved status document instead of the daemon */
+        bool json;
+        double watch;           /* seconds between rounds; 0 = once */
+        long count;             /* rounds with --watch; 0 = until interrupted */
+} Options;
+
+static volatile sig_atomic_t interrupted;
 
 static void help(FILE *f)
 {
@@ -29,18 +51,31 @@ static void help(FILE *f)
                    "Shows the state of the node's kvdistd.\n"
                    "\n"
                    "Commands:\n"
-                   "  status            summary and tables of clusters, caches, links and\n"
-                   "                    transfers in flight (the default)\n"
+                   "  status            summary: uptime, clusters, links, peers, transfers,\n"
+                   "                    pool, counters, errors (the default)\n"
+                   "  clusters          attached clusters\n"
+                   "  caches            registered caches\n"
+                   "  links             links between clusters\n"
+                   "  transfers         transfers in flight, with age and bytes done\n"
+                   "  peers             peer daemons (\"no peers\" when there are none)\n"
+                   "  config            the daemon's effective configuration\n"
+                   "  metrics           the daemon's Prometheus metrics\n"
                    "\n"
                    "Options:\n"
                    "  -s, --socket PATH the daemon's socket (default: $KVDIST_SOCKET, then\n"
                    "                    /run/kvdist/kvdist.sock for root, else\n"
                    "                    $XDG_RUNTIME_DIR/kvdist/kvdist.sock)\n"
-                   "  -j, --json        print the daemon's JSON document\n"
+                   "  -j, --json        print JSON instead of tables\n"
+                   "  -w, --watch[=SEC] print again every SEC seconds (default 2) until\n"
+                   "                    interrupted\n"
+                   "  -n, --count N     with --watch: stop after N rounds\n"
+                   "      --input FILE  show a saved `kvdistctl status --json` document\n"
+                   "                    instead of asking the daemon (- = stdin)\n"
                    "  -h, --help        show this help\n"
                    "      --version     show the version\n"
                    "\n"
-                   "Exit status: 0 ok, 1 daemon error, 2 usage, 3 daemon not running.\n");
+                   "Exit status: 0 ok, 1 daemon error, 2 usage, 3 daemon not running,\n"
+                   "4 permission denied.\n");
 }
 
 /* The path the library connects to when given none; kvdistctl passes it explicitly. */
@@ -56,178 +91,7 @@ static char *default_socket_path(void)
         return strdup(buf);
 }
 
-static void fmt_bytes_value(double v, char *buf)
-{
-        static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-        size_t u = 0;
-
-        if (v < 1024) {
-                snprintf(buf, CELL_MAX, "%.0f B", v);
-                return;
-        }
-        while (v >= 1024 && u + 1 < ARRAY_SIZE(units)) {
-                v /= 1024;
-                u++;
-        }
-        snprintf(buf, CELL_MAX, "%.1f %s", v, units[u]);
-}
-
-static void fmt_duration(double s, char *buf)
-{
-        uint64_t t;
-
-        if (s < 0) {
-                snprintf(buf, CELL_MAX, "-");
-                return;
-        }
-        if (s < 60) {
-                snprintf(buf, CELL_MAX, "%.1fs", s);
-                return;
-        }
-        t = (uint64_t)s;
-        if (t < 3600)
-                snprintf(buf, CELL_MAX, "%" PRIu64 "m %02" PRIu64 "s", t / 60, t % 60);
-        else if (t < 86400)
-                snprintf(buf, CELL_MAX, "%" PRIu64 "h %02" PRIu64 "m", t / 3600, t / 60 % 60);
-        else
-                snprintf(buf, CELL_MAX, "%" PRIu64 "d %02" PRIu64 "h", t / 86400, t / 3600 % 24);
-}
-
-/* Each formatter writes "-" for a key the daemon did not send (or sent as another type). */
-static bool get_number(const json_t *obj, const char *key, double *ret)
-{
-        json_t *v = json_object_get(obj, key);
-
-        if (!json_is_number(v))
-                return false;
-        *ret = json_number_value(v);
-        return true;
-}
-
-static const char *fmt_int(const json_t *obj, const char *key, char *buf)
-{
-        json_t *v = json_object_get(obj, key);
-
-        if (json_is_integer(v))
-                snprintf(buf, CELL_MAX, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        else if (json_is_real(v))
-                snprintf(buf, CELL_MAX, "%.0f", json_real_value(v));
-        else
-                snprintf(buf, CELL_MAX, "-");
-        return buf;
-}
-
-static const char *fmt_str(const json_t *obj, const char *key, char *buf)
-{
-        json_t *v = json_object_get(obj, key);
-
-        snprintf(buf, CELL_MAX, "%s", json_is_string(v) ? json_string_value(v) : "-");
-        return buf;
-}
-
-static const char *fmt_bool(const json_t *obj, const char *key, char *buf)
-{
-        json_t *v = json_object_get(obj, key);
-
-        snprintf(buf, CELL_MAX, "%s", !json_is_boolean(v) ? "-" : json_is_true(v) ? "yes" : "no");
-        return buf;
-}
-
-static const char *fmt_bytes(const json_t *obj, const char *key, char *buf)
-{
-        double v;
-
-        if (get_number(obj, key, &v))
-                fmt_bytes_value(v, buf);
-        else
-                snprintf(buf, CELL_MAX, "-");
-        return buf;
-}
-
-static const char *fmt_age(const json_t *obj, const char *key, double scale, char *buf)
-{
-        double v;
-
-        if (get_number(obj, key, &v))
-                fmt_duration(v * scale, buf);
-        else
-                snprintf(buf, CELL_MAX, "-");
-        return buf;
-}
-
-/* "512x16x128" from [512, 16, 128]. */
-static const char *fmt_shape(const json_t *obj, const char *key, char *buf)
-{
-        json_t *shape = json_object_get(obj, key), *dim;
-        size_t i, off = 0;
-
-        if (!json_is_array(shape) || json_array_size(shape) == 0) {
-                snprintf(buf, CELL_MAX, "-");
-                return buf;
-        }
-        json_array_foreach(shape, i, dim)
-        {
-                int n = snprintf(buf + off, CELL_MAX - off, "%s%" JSON_INTEGER_FORMAT,
-                                 i > 0 ? "x" : "", json_integer_value(dim));
-
-                if (n < 0 || (size_t)n >= CELL_MAX - off)
-                        break;
-                off += (size_t)n;
-        }
-        return buf;
-}
-
-/* A table of text cells, printed with aligned columns. */
-typedef struct Table {
-        size_t n_cols;
-        size_t n_rows;
-        const char *const *headers;
-        char (*cells)[CELL_MAX]; /* n_rows * n_cols */
-} Table;
-
-static int table_init(Table *t, const char *const *headers, size_t n_cols, size_t n_rows)
-{
-        *t = (Table){.n_cols = n_cols, .n_rows = n_rows, .headers = headers};
-        t->cells = calloc(MAX(n_rows, 1u) * n_cols, CELL_MAX);
-        return t->cells ? 0 : -ENOMEM;
-}
-
-static char *table_cell(Table *t, size_t row, size_t col)
-{
-        return t->cells[row * t->n_cols + col];
-}
-
-static void table_print(Table *t, const char *title)
-{
-        size_t width[16] = {};
-
-        printf("\n%s\n", title);
-        if (t->n_rows == 0) {
-                printf("(none)\n");
-                return;
-        }
-        for (size_t c = 0; c < t->n_cols; c++) {
-                width[c] = strlen(t->headers[c]);
-                for (size_t r = 0; r < t->n_rows; r++)
-                        width[c] = MAX(width[c], strlen(table_cell(t, r, c)));
-        }
-        for (size_t c = 0; c < t->n_cols; c++)
-                printf("%-*s%s", c + 1 < t->n_cols ? (int)width[c] : 0, t->headers[c],
-                       c + 1 < t->n_cols ? "  " : "\n");
-        for (size_t r = 0; r < t->n_rows; r++)
-                for (size_t c = 0; c < t->n_cols; c++)
-                        printf("%-*s%s", c + 1 < t->n_cols ? (int)width[c] : 0, table_cell(t, r, c),
-                               c + 1 < t->n_cols ? "  " : "\n");
-}
-
-static void table_free(Table *t)
-{
-        free(t->cells);
-        t->cells = NULL;
-}
-
-/* Fills one row from @obj. */
-typedef void (*RowFunc)(const json_t *obj, Table *t, size_t row);
+/* Rows of the tables. */
 
 static void cluster_row(const json_t *o, Table *t, size_t r)
 {
@@ -236,9 +100,10 @@ static void cluster_row(const json_t *o, Table *t, size_t r)
         fmt_int(o, "device_id", table_cell(t, r, 2));
         fmt_int(o, "pid", table_cell(t, r, 3));
         fmt_int(o, "regions", table_cell(t, r, 4));
-        fmt_int(o, "caches", table_cell(t, r, 5));
-        fmt_int(o, "links", table_cell(t, r, 6));
-        fmt_int(o, "transfers_in_flight", table_cell(t, r, 7));
+        fmt_bytes(o, "region_bytes", table_cell(t, r, 5));
+        fmt_int(o, "caches", table_cell(t, r, 6));
+        fmt_int(o, "links", table_cell(t, r, 7));
+        fmt_int(o, "transfers_in_flight", table_cell(t, r, 8));
 }
 
 static void cache_row(const json_t *o, Table *t, size_t r)
@@ -260,130 +125,483 @@ static void cache_row(const json_t *o, Table *t, size_t r)
 
 static void link_row(const json_t *o, Table *t, size_t r)
 {
+        json_t *peer = json_object_get(o, "peer");
+
         fmt_int(o, "link_id", table_cell(t, r, 0));
         fmt_int(o, "local_cluster", table_cell(t, r, 1));
         fmt_int(o, "remote_cluster", table_cell(t, r, 2));
-        fmt_str(o, "transport", table_cell(t, r, 3));
-        fmt_str(o, "state", table_cell(t, r, 4));
-        fmt_age(o, "age_s", 1, table_cell(t, r, 5));
-        fmt_int(o, "transfers", table_cell(t, r, 6));
-        fmt_bytes(o, "bytes", table_cell(t, r, 7));
+        /* "" is a link between clusters of this daemon */
+        snprintf(table_cell(t, r, 3), CELL_MAX, "%s",
+                 !json_is_string(peer)             ? "-"
+                 : json_string_value(peer)[0] == 0 ? "local"
+                                                   : json_string_value(peer));
+        fmt_str(o, "transport", table_cell(t, r, 4));
+        fmt_str(o, "state", table_cell(t, r, 5));
+        fmt_age(o, "age_s", 1, table_cell(t, r, 6));
+        fmt_int(o, "transfers", table_cell(t, r, 7));
+        fmt_bytes(o, "bytes", table_cell(t, r, 8));
 }
 
 static void transfer_row(const json_t *o, Table *t, size_t r)
 {
+        char done[CELL_MAX], total[CELL_MAX];
+        double d, n;
+
         fmt_int(o, "transfer_id", table_cell(t, r, 0));
         fmt_int(o, "cluster_id", table_cell(t, r, 1));
         fmt_str(o, "kind", table_cell(t, r, 2));
         fmt_int(o, "remote_cluster", table_cell(t, r, 3));
-        fmt_bytes(o, "bytes", table_cell(t, r, 4));
-        fmt_age(o, "age_ms", 0.001, table_cell(t, r, 5));
+        fmt_str(o, "transport", table_cell(t, r, 4));
+        fmt_bytes(o, "bytes_done", done);
+        fmt_bytes(o, "bytes", total);
+        if (get_number(o, "bytes_done", &d) && get_number(o, "bytes", &n) && n > 0)
+                snprintf(table_cell(t, r, 5), CELL_MAX, "%.24s / %.24s (%.0f%%)", done, total,
+                         d * 100 / n);
+        else
+                snprintf(table_cell(t, r, 5), CELL_MAX, "%.24s / %.24s", done, total);
+        fmt_age(o, "age_ms", 0.001, table_cell(t, r, 6));
+        fmt_str(o, "state", table_cell(t, r, 7));
 }
 
-static int print_table(const json_t *root, const char *key, const char *title,
-                       const char *const *headers, size_t n_cols, RowFunc row)
+static void peer_row(const json_t *o, Table *t, size_t r)
 {
-        json_t *array = json_object_get(root, key), *o;
-        size_t n = json_is_array(array) ? json_array_size(array) : 0, i;
-        Table t;
+        double rtt;
 
-        if (table_init(&t, headers, n_cols, n) < 0)
-                return -ENOMEM;
-        if (n > 0)
-                json_array_foreach(array, i, o) row(o, &t, i);
-        table_print(&t, title);
-        table_free(&t);
-        return 0;
+        fmt_int(o, "node_id", table_cell(t, r, 0));
+        fmt_str(o, "address", table_cell(t, r, 1));
+        fmt_str(o, "direction", table_cell(t, r, 2));
+        fmt_str(o, "state", table_cell(t, r, 3));
+        fmt_bool(o, "authenticated", table_cell(t, r, 4));
+        fmt_int(o, "links", table_cell(t, r, 5));
+        fmt_int(o, "inbound_links", table_cell(t, r, 6));
+        fmt_int(o, "data_conns", table_cell(t, r, 7));
+        if (get_number(o, "heartbeat_rtt_us", &rtt))
+                snprintf(table_cell(t, r, 8), CELL_MAX, "%.2f ms", rtt / 1000);
+        else
+                snprintf(table_cell(t, r, 8), CELL_MAX, "-");
+        fmt_bytes(o, "bytes_sent", table_cell(t, r, 9));
+        fmt_bytes(o, "bytes_received", table_cell(t, r, 10));
+        fmt_age(o, "age_s", 1, table_cell(t, r, 11));
+}
+
+static const char *const cluster_cols[] = { "ID",    "ROLE",   "DEVICE", "PID",      "REGIONS",
+                                            "BYTES", "CACHES", "LINKS",  "IN-FLIGHT" };
+static const char *const cache_cols[] = { "ID",    "CLUSTER",     "KIND", "TENSORS", "SHAPE",
+                                          "DTYPE", "SIZE/TENSOR", "KEYS", "REMOTE" };
+static const char *const link_cols[] = { "ID",    "LOCAL", "REMOTE",    "PEER", "TRANSPORT",
+                                         "STATE", "AGE",   "TRANSFERS", "BYTES" };
+static const char *const transfer_cols[] = { "ID",        "CLUSTER", "KIND", "REMOTE",
+                                             "TRANSPORT", "DONE",    "AGE",  "STATE" };
+static const char *const peer_cols[] = { "NODE",  "ADDRESS",  "DIRECTION", "STATE",
+                                         "AUTH",  "LINKS",    "IN-LINKS",  "DATA",
+                                         "RTT",   "SENT",     "RECEIVED",  "AGE" };
+
+/* A command that shows one array of the status document as a table. */
+typedef struct ArrayCommand {
+        const char *name;
+        const char *key;
+        const char *const *cols;
+        size_t n_cols;
+        RowFunc row;
+        const char *empty;
+} ArrayCommand;
+
+static const ArrayCommand array_commands[] = {
+        { "clusters", "clusters", cluster_cols, ARRAY_SIZE(cluster_cols), cluster_row,
+          "no clusters" },
+        { "caches", "caches", cache_cols, ARRAY_SIZE(cache_cols), cache_row, "no caches" },
+        { "links", "links", link_cols, ARRAY_SIZE(link_cols), link_row, "no links" },
+        { "transfers", "transfers", transfer_cols, ARRAY_SIZE(transfer_cols), transfer_row,
+          "no transfers in flight" },
+        { "peers", "peers", peer_cols, ARRAY_SIZE(peer_cols), peer_row, "no peers" },
+};
+
+static const ArrayCommand *find_array_command(const char *name)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(array_commands); i++)
+                if (strcmp(array_commands[i].name, name) == 0)
+                        return &array_commands[i];
+        return NULL;
+}
+
+static bool is_command(const char *name)
+{
+        return find_array_command(name) || strcmp(name, "status") == 0 ||
+               strcmp(name, "config") == 0 || strcmp(name, "metrics") == 0;
+}
+
+/* The summary. */
+
+static size_t array_size_of(const json_t *root, const char *key)
+{
+        json_t *a = json_object_get(root, key);
+
+        return json_is_array(a) ? json_array_size(a) : 0;
 }
 
 static void print_summary(const json_t *root, const char *socket_path)
 {
         const json_t *pool = json_object_get(root, "pool");
         const json_t *counters = json_object_get(root, "counters");
-        json_t *errors = json_object_get(counters, "errors"), *v;
+        json_t *errors = json_object_get(counters, "errors"), *v, *links, *metrics;
         char a[CELL_MAX], b[CELL_MAX];
+        size_t up = 0, i;
         double used, size;
         const char *key;
         bool first = true;
 
-        printf("%-12s %s\n", "version:", fmt_str(root, "version", a));
-        printf("%-12s %s\n", "pid:", fmt_int(root, "pid", a));
-        printf("%-12s %s\n", "uptime:", fmt_age(root, "uptime_s", 1, a));
-        printf("%-12s %s\n", "socket:",
+        printf("%-13s%s\n", "version:", fmt_str(root, "version", a));
+        printf("%-13s%s\n", "pid:", fmt_int(root, "pid", a));
+        printf("%-13s%s\n", "uptime:", fmt_age(root, "uptime_s", 1, a));
+        printf("%-13s%s\n", "socket:",
                json_is_string(json_object_get(root, "socket")) ? fmt_str(root, "socket", a)
                                                                : socket_path);
+        metrics = json_object_get(root, "metrics_address");
+        printf("%-13s%s%s%s\n", "metrics:", json_is_string(metrics) ? "http://" : "",
+               json_is_string(metrics) ? json_string_value(metrics) : "off",
+               json_is_string(metrics) ? "/metrics" : "");
+        printf("%-13s%zu\n", "clusters:", array_size_of(root, "clusters"));
+        links = json_object_get(root, "links");
+        json_array_foreach(links, i, v)
+                up += json_is_string(json_object_get(v, "state")) &&
+                      strcmp(json_string_value(json_object_get(v, "state")), "up") == 0;
+        printf("%-13s%zu (%zu up)\n", "links:", array_size_of(root, "links"), up);
+        printf("%-13s%zu\n", "peers:", array_size_of(root, "peers"));
+        printf("%-13s%s\n", "in flight:", fmt_int(root, "transfers_in_flight", a));
 
-        printf("%-12s %s / %s", "pool:", fmt_bytes(pool, "used", a), fmt_bytes(pool, "size", b));
+        printf("%-13s%s / %s", "pool:", fmt_bytes(pool, "used", a), fmt_bytes(pool, "size", b));
         if (get_number(pool, "used", &used) && get_number(pool, "size", &size) && size > 0)
                 printf(" (%.1f%%)", used * 100 / size);
         if (json_is_integer(json_object_get(pool, "allocations")))
                 printf(", %s allocations", fmt_int(pool, "allocations", a));
         printf("\n");
 
-        printf("%-12s %s ok, %s failed\n", "transfers:", fmt_int(counters, "transfers_ok", a),
+        printf("%-13s%s ok, %s failed\n", "transfers:", fmt_int(counters, "transfers_ok", a),
                fmt_int(counters, "transfers_failed", b));
-        printf("%-12s %s pulled, %s pushed\n", "bytes:", fmt_bytes(counters, "bytes_pulled", a),
+        printf("%-13s%s pulled, %s pushed\n", "bytes:", fmt_bytes(counters, "bytes_pulled", a),
                fmt_bytes(counters, "bytes_pushed", b));
-        printf("%-12s %s\n", "in flight:", fmt_int(root, "transfers_in_flight", a));
+        printf("%-13s%s accepted, %s refused\n", "connections:",
+               fmt_int(counters, "connections_accepted", a),
+               fmt_int(counters, "connections_refused", b));
 
-        json_object_foreach(errors, key, v)
-        {
+        json_object_foreach(errors, key, v) {
                 if (!json_is_integer(v) || json_integer_value(v) == 0)
                         continue;
-                printf("%s %s %" JSON_INTEGER_FORMAT, first ? "errors:     " : ",", key,
+                printf("%s%s %" JSON_INTEGER_FORMAT, first ? "errors:      " : ", ", key,
                        json_integer_value(v));
                 first = false;
         }
-        if (!first)
-                printf("\n");
+        printf("%s\n", first ? "errors:      none" : "");
 }
 
-static int print_status(const json_t *root, const char *socket_path)
+/* config: one "key = value" line per setting, nested objects as "limits.max_clients". */
+static void print_config_value(const char *path, const json_t *v)
 {
-        static const char *const cluster_cols[] = {"ID",      "ROLE",   "DEVICE", "PID",
-                                                   "REGIONS", "CACHES", "LINKS",  "IN-FLIGHT"};
-        static const char *const cache_cols[] = {"ID",    "CLUSTER",     "KIND", "TENSORS", "SHAPE",
-                                                 "DTYPE", "SIZE/TENSOR", "KEYS", "REMOTE"};
-        static const char *const link_cols[] = {"ID",    "LOCAL", "REMOTE",    "TRANSPORT",
-                                                "STATE", "AGE",   "TRANSFERS", "BYTES"};
-        static const char *const transfer_cols[] = {"ID",     "CLUSTER", "KIND",
-                                                    "REMOTE", "BYTES",   "AGE"};
+        const char *key;
+        json_t *e;
+        size_t i;
 
-        print_summary(root, socket_path);
-        if (print_table(root, "clusters", "CLUSTERS", cluster_cols, ARRAY_SIZE(cluster_cols),
-                        cluster_row) < 0 ||
-            print_table(root, "caches", "CACHES", cache_cols, ARRAY_SIZE(cache_cols), cache_row) <
-                    0 ||
-            print_table(root, "links", "LINKS", link_cols, ARRAY_SIZE(link_cols), link_row) < 0 ||
-            print_table(root, "transfers", "TRANSFERS IN FLIGHT", transfer_cols,
-                        ARRAY_SIZE(transfer_cols), transfer_row) < 0)
-                return -ENOMEM;
+        if (json_is_object(v)) {
+                json_object_foreach((json_t *)v, key, e) {
+                        char sub[256];
+
+                        snprintf(sub, sizeof(sub), "%s%s%s", path, path[0] ? "." : "", key);
+                        print_config_value(sub, e);
+                }
+                return;
+        }
+        if (json_is_array(v) && json_array_size(v) > 0 && json_is_object(json_array_get(v, 0))) {
+                json_array_foreach((json_t *)v, i, e) {
+                        char sub[256];
+
+                        snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
+                        print_config_value(sub, e);
+                }
+                return;
+        }
+        if (json_is_string(v)) {
+                printf("%s = \"%s\"\n", path, json_string_value(v));
+        } else {
+                char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+
+                printf("%s = %s\n", path, s ? s : "?");
+                free(s);
+        }
+}
+
+/* Fetching. */
+
+static int exit_code_for(int status)
+{
+        switch (status) {
+        case KVD_E_DAEMON_UNAVAILABLE:
+                return EXIT_NO_DAEMON;
+        case KVD_E_PERMISSION_DENIED:
+                return EXIT_DENIED;
+        case KVD_E_PARAM_INVALID:
+                return EXIT_USAGE;
+        default:
+                return EXIT_DAEMON_ERROR;
+        }
+}
+
+/* Asks the daemon for its status document (@metrics false) or metrics text into *@ret. */
+static int fetch(const Options *o, bool metrics, char **ret)
+{
+        kvd_client *client = NULL;
+        int r;
+
+        r = kvd_client_connect(&client, &(kvd_option){ "socket_path", o->socket_path }, 1);
+        if (r == KVD_E_DAEMON_UNAVAILABLE) {
+                fprintf(stderr, "kvdistctl: no kvdistd at %s (is it running?)\n", o->socket_path);
+                return EXIT_NO_DAEMON;
+        }
+        if (r < 0) {
+                fprintf(stderr, "kvdistctl: cannot talk to kvdistd at %s: %s (%s)\n",
+                        o->socket_path, kvd_last_error(NULL), kvd_strerror(r));
+                return exit_code_for(r);
+        }
+        r = metrics ? kvd_daemon_metrics(client, ret) : kvd_daemon_status(client, ret);
+        if (r < 0) {
+                fprintf(stderr, "kvdistctl: kvdistd %s failed: %s (%s)\n",
+                        metrics ? "metrics" : "status", kvd_last_error(client), kvd_strerror(r));
+                kvd_client_finalize(client);
+                return exit_code_for(r);
+        }
+        kvd_client_finalize(client);
+        return 0;
+}
+
+/* The status document, from the daemon or from --input; "-" is read once and kept. */
+static int load_status(const Options *o, json_t **ret)
+{
+        static json_t *stdin_doc;
+        _cleanup_free_ char *text = NULL;
+        json_error_t jerr;
+        json_t *root;
+        int r;
+
+        if (o->input) {
+                if (strcmp(o->input, "-") == 0) {
+                        if (!stdin_doc)
+                                stdin_doc = json_loadf(stdin, 0, &jerr);
+                        root = json_incref(stdin_doc);
+                } else
+                        root = json_load_file(o->input, 0, &jerr);
+                if (!root || !json_is_object(root)) {
+                        fprintf(stderr, "kvdistctl: %s: %s\n", o->input,
+                                root ? "not a JSON object" : jerr.text);
+                        json_decref(root);
+                        return EXIT_DAEMON_ERROR;
+                }
+                *ret = root;
+                return 0;
+        }
+        r = fetch(o, false, &text);
+        if (r != 0)
+                return r;
+        root = json_loads(text, 0, &jerr);
+        if (!root || !json_is_object(root)) {
+                fprintf(stderr, "kvdistctl: kvdistd sent invalid JSON: %s\n",
+                        root ? "not an object" : jerr.text);
+                json_decref(root);
+                return EXIT_DAEMON_ERROR;
+        }
+        *ret = root;
+        return 0;
+}
+
+static int print_json(const json_t *v)
+{
+        if (json_dumpf(v, stdout,
+                       JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY |
+                               JSON_REAL_PRECISION(15)) < 0)
+                return -EIO;
+        printf("\n");
+        return 0;
+}
+
+static int run_metrics(const Options *o)
+{
+        _cleanup_free_ char *text = NULL;
+        unsigned line = 0;
+        json_t *samples;
+        int r;
+
+        if (o->input) {
+                fprintf(stderr, "kvdistctl: metrics come from the daemon; --input is for "
+                                "status documents\n");
+                return EXIT_USAGE;
+        }
+        r = fetch(o, true, &text);
+        if (r != 0)
+                return r;
+        if (!o->json) {
+                fputs(text, stdout);
+                return 0;
+        }
+        samples = prom_to_json(text, &line);
+        if (!samples) {
+                fprintf(stderr, "kvdistctl: kvdistd sent unreadable metrics (line %u)\n", line);
+                return EXIT_DAEMON_ERROR;
+        }
+        r = print_json(samples);
+        json_decref(samples);
+        return r < 0 ? EXIT_DAEMON_ERROR : 0;
+}
+
+/* One round of the command; returns the exit code. */
+static int run_once(const Options *o)
+{
+        const ArrayCommand *ac = find_array_command(o->command);
+        json_t *root = NULL, *v;
+        int r;
+
+        if (strcmp(o->command, "metrics") == 0)
+                return run_metrics(o);
+        r = load_status(o, &root);
+        if (r != 0)
+                return r;
+
+        if (strcmp(o->command, "status") == 0) {
+                if (o->json)
+                        r = print_json(root);
+                else
+                        print_summary(root, o->socket_path);
+        } else if (strcmp(o->command, "config") == 0) {
+                v = json_object_get(root, "config");
+                if (!json_is_object(v)) {
+                        fprintf(stderr, "kvdistctl: this kvdistd does not report its "
+                                        "configuration\n");
+                        json_decref(root);
+                        return EXIT_DAEMON_ERROR;
+                }
+                if (o->json)
+                        r = print_json(v);
+                else
+                        print_config_value("", v);
+        } else {
+                v = json_object_get(root, ac->key);
+                if (o->json) {
+                        json_t *empty = json_array();
+
+                        r = print_json(json_is_array(v) ? v : empty);
+                        json_decref(empty);
+                } else
+                        r = print_table(v, ac->cols, ac->n_cols, ac->row, ac->empty);
+        }
+        json_decref(root);
+        if (r < 0 || fflush(stdout) != 0 || ferror(stdout)) {
+                fprintf(stderr, "kvdistctl: cannot write the output\n");
+                return EXIT_DAEMON_ERROR;
+        }
+        return 0;
+}
+
+static void on_interrupt(int sig)
+{
+        interrupted = 1;
+}
+
+static void sleep_seconds(double s)
+{
+        struct timespec ts = { .tv_sec = (time_t)s,
+                               .tv_nsec = (long)((s - floor(s)) * 1e9) };
+
+        /* SIGINT ends the sleep (no SA_RESTART) and the loop. */
+        while (!interrupted && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+static int run_watch(const Options *o)
+{
+        struct sigaction sa = { .sa_handler = on_interrupt };
+        bool tty = isatty(STDOUT_FILENO);
+        int r = 0;
+
+        sigemptyset(&sa.sa_mask);
+        (void)sigaction(SIGINT, &sa, NULL);
+        (void)sigaction(SIGTERM, &sa, NULL);
+        for (long round = 0; !interrupted && (o->count == 0 || round < o->count); round++) {
+                if (round > 0)
+                        sleep_seconds(o->watch);
+                if (interrupted)
+                        break;
+                if (tty) {
+                        time_t now = time(NULL);
+                        char when[32];
+
+                        strftime(when, sizeof(when), "%H:%M:%S", localtime(&now));
+                        printf("\033[H\033[2J");
+                        printf("kvdistctl %s, every %.1fs, %s\n\n", o->command, o->watch, when);
+                } else if (round > 0 && !o->json)
+                        printf("\n");
+                r = run_once(o);
+                fflush(stdout);
+        }
+        return r;
+}
+
+static int parse_watch(const char *arg, double *ret)
+{
+        char *end;
+        double v;
+
+        if (!arg) {
+                *ret = WATCH_DEFAULT_SEC;
+                return 0;
+        }
+        errno = 0;
+        v = strtod(arg, &end);
+        if (errno != 0 || end == arg || *end != '\0' || !(v >= WATCH_MIN_SEC) || v > 86400)
+                return -EINVAL;
+        *ret = v;
         return 0;
 }
 
 int main(int argc, char *argv[])
 {
-        enum { ARG_VERSION = 0x100 };
-        static const struct option options[] = {{"socket", required_argument, NULL, 's'},
-                                                {"json", no_argument, NULL, 'j'},
-                                                {"help", no_argument, NULL, 'h'},
-                                                {"version", no_argument, NULL, ARG_VERSION},
-                                                {}};
-        _cleanup_free_ char *socket_path = NULL, *text = NULL;
-        kvd_client *client = NULL;
-        json_error_t jerr;
-        json_t *root;
-        bool json = false;
+        enum { ARG_VERSION = 0x100, ARG_INPUT };
+        static const struct option options[] = {
+                { "socket", required_argument, NULL, 's' },
+                { "json", no_argument, NULL, 'j' },
+                { "watch", optional_argument, NULL, 'w' },
+                { "count", required_argument, NULL, 'n' },
+                { "input", required_argument, NULL, ARG_INPUT },
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, ARG_VERSION },
+                {}
+        };
+        Options o = { .command = "status" };
+        char *end;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "s:jh", options, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, "s:jw::n:h", options, NULL)) >= 0)
                 switch (c) {
                 case 's':
-                        free(socket_path);
-                        socket_path = strdup(optarg);
+                        free(o.socket_path);
+                        o.socket_path = strdup(optarg);
                         break;
                 case 'j':
-                        json = true;
+                        o.json = true;
+                        break;
+                case 'w':
+                        if (parse_watch(optarg, &o.watch) < 0) {
+                                fprintf(stderr, "kvdistctl: --watch takes seconds, %.1f to "
+                                                "86400\n", WATCH_MIN_SEC);
+                                return EXIT_USAGE;
+                        }
+                        break;
+                case 'n':
+                        errno = 0;
+                        o.count = strtol(optarg, &end, 10);
+                        if (errno != 0 || end == optarg || *end != '\0' || o.count < 1) {
+                                fprintf(stderr, "kvdistctl: --count takes a positive number\n");
+                                return EXIT_USAGE;
+                        }
+                        break;
+                case ARG_INPUT:
+                        o.input = optarg;
                         break;
                 case 'h':
                         help(stdout);
@@ -396,61 +614,30 @@ int main(int argc, char *argv[])
                         return EXIT_USAGE;
                 }
 
-        if (optind < argc && strcmp(argv[optind], "status") != 0) {
-                fprintf(stderr, "kvdistctl: unknown command \"%s\"\n", argv[optind]);
-                return EXIT_USAGE;
+        if (optind < argc) {
+                if (!is_command(argv[optind])) {
+                        fprintf(stderr, "kvdistctl: unknown command \"%s\" (see --help)\n",
+                                argv[optind]);
+                        return EXIT_USAGE;
+                }
+                o.command = argv[optind++];
         }
-        if (optind + 1 < argc) {
+        if (optind < argc) {
                 fprintf(stderr, "kvdistctl: too many arguments\n");
                 return EXIT_USAGE;
         }
+        if (o.count > 0 && o.watch == 0) {
+                fprintf(stderr, "kvdistctl: --count needs --watch\n");
+                return EXIT_USAGE;
+        }
 
-        if (!socket_path)
-                socket_path = default_socket_path();
-        if (!socket_path) {
+        if (!o.socket_path)
+                o.socket_path = default_socket_path();
+        if (!o.socket_path) {
                 fprintf(stderr, "kvdistctl: out of memory\n");
                 return EXIT_DAEMON_ERROR;
         }
-
-        r = kvd_client_connect(&client, &(kvd_option){"socket_path", socket_path}, 1);
-        if (r == KVD_E_DAEMON_UNAVAILABLE) {
-                fprintf(stderr, "kvdistctl: no kvdistd at %s (is it running?)\n", socket_path);
-                return EXIT_NO_DAEMON;
-        }
-        if (r < 0) {
-                fprintf(stderr, "kvdistctl: cannot talk to kvdistd at %s: %s (%s)\n", socket_path,
-                        kvd_last_error(NULL), kvd_strerror(r));
-                return r == KVD_E_PARAM_INVALID ? EXIT_USAGE : EXIT_DAEMON_ERROR;
-        }
-
-        r = kvd_daemon_status(client, &text);
-        if (r < 0) {
-                fprintf(stderr, "kvdistctl: kvdistd status failed: %s (%s)\n",
-                        kvd_last_error(client), kvd_strerror(r));
-                kvd_client_finalize(client);
-                return EXIT_DAEMON_ERROR;
-        }
-        kvd_client_finalize(client);
-
-        root = json_loads(text, 0, &jerr);
-        if (!root || !json_is_object(root)) {
-                fprintf(stderr, "kvdistctl: kvdistd sent invalid JSON: %s\n",
-                        root ? "not an object" : jerr.text);
-                json_decref(root);
-                return EXIT_DAEMON_ERROR;
-        }
-
-        if (json) {
-                r = json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-                if (r == 0)
-                        printf("\n");
-        } else
-                r = print_status(root, socket_path);
-        json_decref(root);
-
-        if (r < 0 || fflush(stdout) != 0 || ferror(stdout)) {
-                fprintf(stderr, "kvdistctl: cannot write the status\n");
-                return EXIT_DAEMON_ERROR;
-        }
-        return 0;
+        r = o.watch > 0 ? run_watch(&o) : run_once(&o);
+        free(o.socket_path);
+        return r;
 }

@@ -45,6 +45,8 @@ static const DispatchEntry dispatch_table[] = {
         { KVDIST__V1__MSG_TYPE__MSG_NOTIFY_FD, DISPATCH_NEEDS_CLUSTER, 0, handle_notify_fd },
         { KVDIST__V1__MSG_TYPE__MSG_GET_NOTIFIES, DISPATCH_NEEDS_CLUSTER, 0,
           handle_get_notifies },
+        { KVDIST__V1__MSG_TYPE__MSG_DAEMON_METRICS, DISPATCH_READ_ONLY, 0,
+          handle_daemon_metrics },
 };
 
 const DispatchEntry *dispatch_lookup(uint16_t type)

@@ -42,6 +42,7 @@ void dispatch_frame(Conn *c);
 int handle_client_init(Request *req, Error *err);
 int handle_client_finalize(Request *req, Error *err);
 int handle_daemon_status(Request *req, Error *err);
+int handle_daemon_metrics(Request *req, Error *err);
 int handle_region_add(Request *req, Error *err);
 int handle_region_remove(Request *req, Error *err);
 int handle_pool_map(Request *req, Error *err);

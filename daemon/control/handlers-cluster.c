@@ -72,9 +72,10 @@ int handle_client_init(Request *req, Error *err)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot attach the cluster");
         conn->cluster = c;
         conn->state = CONN_CLUSTER;
-        log_info("cluster %" PRIu64 " (pid %d uid %u): attached as %s on device %" PRId32
-                 ", sync_kv_timeout %" PRIu32 " ms", c->id, (int)c->pid, (unsigned)c->uid,
-                 cluster_role_to_string(c->role), c->device_id, timeout);
+        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id),
+                   "cluster %" PRIu64 " (pid %d uid %u): attached as %s on device %" PRId32
+                   ", sync_kv_timeout %" PRIu32 " ms", c->id, (int)c->pid, (unsigned)c->uid,
+                   cluster_role_to_string(c->role), c->device_id, timeout);
         daemon_update_status(d);
 
         reply.status = &status;

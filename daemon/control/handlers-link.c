@@ -104,6 +104,7 @@ int handle_switch_role(Request *req, Error *err)
         free(c->listen_ip_info);
         c->listen_ip_info = listen;
         c->role = (ClusterRole)m->role;
-        log_info("cluster %" PRIu64 ": role is now %s", c->id, cluster_role_to_string(c->role));
+        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 ": role is now %s", c->id,
+                   cluster_role_to_string(c->role));
         return request_reply_ok(req), 0;
 }

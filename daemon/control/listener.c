@@ -1,8 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* Listener: the daemon's Unix socket, peer credentials and the uid/gid allow-list. */
+/*
+ * Listener: the daemon's Unix socket (its own, or the one socket activation passed), peer
+ * credentials and the uid/gid allow-list.
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -16,13 +21,18 @@
 #include "daemon.h"
 #include "listener.h"
 #include "log.h"
+#include "sd.h"
 
 struct Listener {
         Daemon *daemon;
         int fd;
         char *path;
+        bool activated;         /* the service manager's socket: its file is not ours */
         struct event *ev;
 };
+
+/* The FileDescriptorName= of the client socket in kvdistd.socket. */
+#define LISTENER_FD_NAME "kvdist"
 
 static int mkdir_parents(const char *path, mode_t mode)
 {
@@ -112,13 +122,102 @@ static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
         }
 }
 
+/* Wraps the listening @fd (owned from here on) at @path into a Listener on the loop. */
+static int listener_wrap(Daemon *d, int fd, const char *path, bool activated, Listener **ret)
+{
+        _cleanup_close_ int owned = fd;
+        Listener *l;
+
+        l = calloc(1, sizeof(*l));
+        if (!l)
+                return -ENOMEM;
+        l->daemon = d;
+        l->fd = -1;
+        l->activated = activated;
+        l->path = strdup(path);
+        l->ev = event_new(d->base, fd, EV_READ | EV_PERSIST, listener_on_accept, l);
+        if (!l->path || !l->ev || event_add(l->ev, NULL) < 0) {
+                listener_free(l);
+                return -ENOMEM;
+        }
+        l->fd = TAKE_FD(owned);
+        *ret = l;
+        return 0;
+}
+
+/*
+ * Picks the client socket among those the service manager passed: the one named
+ * LISTENER_FD_NAME, or the only one. The others are closed. Returns the fd, -ENOENT when none
+ * fits (nothing was passed, or only sockets with other names), or another negative errno.
+ */
+static int listener_take_activated(void)
+{
+        _cleanup_free_ SdListenFd *fds = NULL;
+        size_t n = 0;
+        int fd = -1, r;
+
+        r = sd_service_listen_fds(&fds, &n);
+        if (r < 0)
+                return log_error_errno(r, "cannot read the sockets the service manager passed");
+        for (size_t i = 0; i < n; i++) {
+                if (fd < 0 && (strcmp(fds[i].name, LISTENER_FD_NAME) == 0 || n == 1)) {
+                        fd = fds[i].fd;
+                        continue;
+                }
+                log_warning("socket activation: fd %d named \"%s\" is not the client socket "
+                            "(FileDescriptorName=%s), closing it", fds[i].fd, fds[i].name,
+                            LISTENER_FD_NAME);
+                safe_close(fds[i].fd);
+        }
+        return fd >= 0 ? fd : -ENOENT;
+}
+
+static int listener_new_activated(Daemon *d, int fd, Listener **ret)
+{
+        _cleanup_close_ int owned = fd;
+        struct sockaddr_un sa = {};
+        socklen_t len = sizeof(sa);
+        int r, flags;
+
+        r = sd_service_is_stream_listener(fd, AF_UNIX);
+        if (r < 0)
+                return log_error_errno(r, "socket activation: cannot inspect fd %d", fd);
+        if (r == 0)
+                return log_error_errno(-ENOTSOCK, "socket activation: fd %d is not a listening "
+                                       "Unix stream socket (check ListenStream= of the socket "
+                                       "unit)", fd);
+        if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+                return log_error_errno(-errno, "socket activation: getsockname() on fd %d", fd);
+        if (len <= offsetof(struct sockaddr_un, sun_path) || sa.sun_path[0] == '\0')
+                return log_error_errno(-EINVAL, "socket activation: fd %d is not bound to a "
+                                       "path", fd);
+        sa.sun_path[sizeof(sa.sun_path) - 1] = '\0';
+        flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+                return log_error_errno(-errno, "socket activation: cannot make fd %d "
+                                       "non-blocking", fd);
+        if (strcmp(sa.sun_path, d->config->socket_path) != 0)
+                log_notice("socket activation: serving %s, which the service manager passed; "
+                           "socket_path %s is not used", sa.sun_path, d->config->socket_path);
+        r = listener_wrap(d, TAKE_FD(owned), sa.sun_path, true, ret);
+        if (r < 0)
+                return log_error_errno(r, "cannot watch the socket %s", sa.sun_path);
+        log_info("socket activation: listening on %s", sa.sun_path);
+        return 0;
+}
+
 int listener_new(Daemon *d, Listener **ret)
 {
         const Config *cfg = d->config;
         _cleanup_close_ int fd = -1;
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        Listener *l;
         int r;
+
+        fd = listener_take_activated();
+        if (fd >= 0)
+                return listener_new_activated(d, TAKE_FD(fd), ret);
+        if (fd != -ENOENT)
+                return fd;
 
         if (strlen(cfg->socket_path) >= sizeof(sa.sun_path))
                 return log_error_errno(-ENAMETOOLONG, "socket path %s is too long",
@@ -157,21 +256,10 @@ int listener_new(Daemon *d, Listener **ret)
                 return log_error_errno(r, "cannot listen on %s", cfg->socket_path);
         }
 
-        l = calloc(1, sizeof(*l));
-        if (!l)
-                return -ENOMEM;
-        l->daemon = d;
-        l->fd = -1;
-        l->path = strdup(cfg->socket_path);
-        l->ev = event_new(d->base, fd, EV_READ | EV_PERSIST, listener_on_accept, l);
-        if (!l->path || !l->ev || event_add(l->ev, NULL) < 0) {
+        r = listener_wrap(d, TAKE_FD(fd), cfg->socket_path, false, ret);
+        if (r < 0)
                 (void)unlink(cfg->socket_path);
-                listener_free(l);
-                return -ENOMEM;
-        }
-        l->fd = TAKE_FD(fd);
-        *ret = l;
-        return 0;
+        return r;
 }
 
 void listener_pause(Listener *l)
@@ -188,7 +276,9 @@ Listener *listener_free(Listener *l)
                 event_free(l->ev);
         if (l->fd >= 0) {
                 safe_close(l->fd);
-                (void)unlink(l->path);
+                /* The service manager's socket outlives us: it starts the next kvdistd. */
+                if (!l->activated)
+                        (void)unlink(l->path);
         }
         free(l->path);
         free(l);

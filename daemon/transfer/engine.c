@@ -37,6 +37,7 @@ struct EngineTask {
         Engine *engine;
         CList link_done;        /* on Engine.done once no job is queued or running */
         atomic_bool cancel;
+        atomic_size_t bytes_done;       /* copied so far, for progress reports */
         size_t n_pending;       /* jobs queued or running; under Engine.lock */
         bool incomplete;        /* some byte was left uncopied; under Engine.lock */
         engine_done_fn done;
@@ -114,6 +115,7 @@ static bool job_run(const EngineJob *job)
                 if (atomic_load_explicit(&t->cancel, memory_order_relaxed))
                         return false;
                 memcpy((char *)cp->dst + off, (const char *)cp->src + off, n);
+                atomic_fetch_add_explicit(&t->bytes_done, n, memory_order_relaxed);
                 off += n;
                 left -= n;
         }
@@ -356,6 +358,7 @@ int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice,
         t->engine = e;
         clist_init(&t->link_done);
         atomic_init(&t->cancel, false);
+        atomic_init(&t->bytes_done, 0);
         t->done = done;
         t->userdata = userdata;
         t->slice = slice > 0 ? slice : ENGINE_DEFAULT_SLICE;
@@ -424,6 +427,11 @@ void engine_hold(Engine *e, bool hold)
         if (!hold)
                 pthread_cond_broadcast(&e->cond);
         pthread_mutex_unlock(&e->lock);
+}
+
+size_t engine_task_bytes_done(EngineTask *task)
+{
+        return atomic_load_explicit(&task->bytes_done, memory_order_relaxed);
 }
 
 unsigned engine_n_threads(const Engine *e)

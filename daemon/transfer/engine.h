@@ -55,5 +55,8 @@ void engine_cancel(EngineTask *task);
  */
 void engine_hold(Engine *e, bool hold);
 
+/* Bytes of @task copied so far (a snapshot; the threads may be adding to it). */
+size_t engine_task_bytes_done(EngineTask *task);
+
 /* The number of copy threads. */
 unsigned engine_n_threads(const Engine *e);

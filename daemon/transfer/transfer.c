@@ -17,6 +17,7 @@
 #include "kvdist.pb-c.h"
 #include "link.h"
 #include "log.h"
+#include "metrics.h"
 #include "notify.h"
 #include "peer.h"
 #include "plan.h"
@@ -181,6 +182,7 @@ void transfer_complete(Transfer *x, int status)
         int final = x->status != KVD_OK ? x->status : status;
 
         transfer_set_state(x, TRANSFER_DONE);
+        metrics_transfer_done(d->metrics, x, final);
 
         if (final == KVD_OK) {
                 uint64_t bytes = x->plan->total_bytes;

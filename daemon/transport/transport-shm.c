@@ -64,10 +64,16 @@ static void shm_cancel(Transport *t, Transfer *x)
                 engine_cancel(x->transport_data);
 }
 
+static uint64_t shm_progress(Transport *t, const Transfer *x)
+{
+        return x->transport_data ? engine_task_bytes_done(x->transport_data) : 0;
+}
+
 static const transport_ops shm_ops = {
         .name = "shm",
         .submit = shm_submit,
         .cancel = shm_cancel,
+        .progress = shm_progress,
 };
 
 int transport_shm_new(Daemon *d, Transport **ret)

@@ -12,6 +12,14 @@ int transport_submit(Transport *t, Transfer *x)
         return t->ops->submit(t, x);
 }
 
+int transport_progress(Transport *t, const Transfer *x, uint64_t *ret)
+{
+        if (!t || !t->ops->progress)
+                return -EOPNOTSUPP;
+        *ret = t->ops->progress(t, x);
+        return 0;
+}
+
 void transport_cancel(Transport *t, Transfer *x)
 {
         if (t->ops->cancel)

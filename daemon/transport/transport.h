@@ -19,6 +19,8 @@ typedef struct transport_ops {
         /* Asks the transport to stop @x as soon as possible; completion still follows. */
         void (*cancel)(Transport *t, Transfer *x);
         void (*destroy)(Transport *t);
+        /* Bytes of @x's plan that have landed so far, for kvdistctl transfers. */
+        uint64_t (*progress)(Transport *t, const Transfer *x);
 } transport_ops;
 
 struct Transport {
@@ -35,6 +37,8 @@ int transport_shm_new(Daemon *d, Transport **ret);
 int transport_tcp_new(Daemon *d, Transport **ret);
 
 int transport_submit(Transport *t, Transfer *x);
+/* Bytes of @x moved so far in *@ret; -EOPNOTSUPP when the transport cannot tell. */
+int transport_progress(Transport *t, const Transfer *x, uint64_t *ret);
 void transport_cancel(Transport *t, Transfer *x);
 /* Accepts NULL; returns NULL. */
 Transport *transport_free(Transport *t);

@@ -37,6 +37,7 @@ static bool config_same(const Config *a, const Config *b)
             a->memory_size != b->memory_size || a->page_shift != b->page_shift ||
             a->sync_kv_timeout_ms != b->sync_kv_timeout_ms ||
             a->copy_threads != b->copy_threads || a->log_level != b->log_level ||
+            !str_eq_null(a->metrics_listen, b->metrics_listen) ||
             memcmp(&a->limits, &b->limits, sizeof(Limits)) != 0 ||
             a->n_allow_uids != b->n_allow_uids || a->n_allow_gids != b->n_allow_gids ||
             a->n_devices != b->n_devices)

@@ -162,13 +162,16 @@ static bool socket_accepts(const char *path)
         return fd >= 0;
 }
 
-/* In the forked child: becomes kvdistd with stdout and stderr in the log, in network namespace
- * @netns when it is not NULL. */
+/* In the forked child: becomes kvdistd (or its launcher) with stdout and stderr in the log, in
+ * network namespace @netns when it is not NULL. */
 static _Noreturn void exec_daemon(const char *bin, char **argv, const char *log_path,
-                                  const char *netns, pid_t parent)
+                                  pid_t parent, const char *const *env, const char *netns)
 {
         int fd;
 
+        for (size_t i = 0; env && env[i]; i++)
+                if (putenv((char *)env[i]) != 0)
+                        _exit(127);
         /* The daemon must not outlive a test that was killed (Check's timeout). */
         (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
@@ -193,18 +196,19 @@ static _Noreturn void exec_daemon(const char *bin, char **argv, const char *log_
         fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (fd >= 0)
                 (void)dup2(fd, STDIN_FILENO);
-        execv(bin, argv);
+        execvp(bin, argv);
         fprintf(stderr, "harness: cannot execute %s: %s\n", bin, strerror(errno));
         _exit(127);
 }
 
 int harness_daemon_startv(HarnessDaemon *d, const char *const *extra_args)
 {
-        return harness_daemon_start_in(d, NULL, extra_args);
+        return harness_daemon_start_opts(d, &(HarnessStartOptions){ .extra_args = extra_args });
 }
 
-int harness_daemon_start_in(HarnessDaemon *d, const char *netns, const char *const *extra_args)
+int harness_daemon_start_opts(HarnessDaemon *d, const HarnessStartOptions *o)
 {
+        const char *const *extra_args = o->extra_args;
         const char *bin = getenv("KVDISTD");
         char *argv[HARNESS_MAX_ARGS];
         size_t n = 0;
@@ -226,6 +230,12 @@ int harness_daemon_start_in(HarnessDaemon *d, const char *netns, const char *con
         d->options[1] = (kvd_option){ "device_id", "0" };
         d->n_options = 2;
 
+        for (size_t i = 0; o->launcher && o->launcher[i]; i++) {
+                if (n + 1 >= HARNESS_MAX_ARGS)
+                        return -E2BIG;
+                argv[n++] = strcmp(o->launcher[i], "@SOCKET@") == 0 ? d->socket_path
+                                                                    : (char *)o->launcher[i];
+        }
         argv[n++] = (char *)bin;
         argv[n++] = (char *)"--socket";
         argv[n++] = d->socket_path;
@@ -243,7 +253,7 @@ int harness_daemon_start_in(HarnessDaemon *d, const char *netns, const char *con
         if (pid < 0)
                 return -errno;
         if (pid == 0)
-                exec_daemon(bin, argv, d->log_path, netns, parent);
+                exec_daemon(argv[0], argv, d->log_path, parent, o->env, o->netns);
         d->pid = pid;
         d->watcher_fd = -1;
         r = watcher_start(d);

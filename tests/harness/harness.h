@@ -46,12 +46,25 @@ int harness_daemon_start(HarnessDaemon *d, ...) __attribute__((sentinel));
 /* The same with the extra arguments as a NULL-terminated array (may be NULL). */
 int harness_daemon_startv(HarnessDaemon *d, const char *const *extra_args);
 
-/*
- * As harness_daemon_startv(), with the daemon in the network namespace @netns (a name under
- * /run/netns, as `ip netns add` makes) when it is not NULL. The Unix socket is a path, so clients
- * in any namespace reach it.
- */
-int harness_daemon_start_in(HarnessDaemon *d, const char *netns, const char *const *extra_args);
+/* How harness_daemon_start_opts() starts the daemon; every list is NULL-terminated or NULL. */
+typedef struct HarnessStartOptions {
+        const char *const *extra_args;  /* after --socket and --log-level */
+        const char *const *env;         /* "NAME=value" added to the daemon's environment */
+        /*
+         * A program that runs the daemon (a socket-activation launcher): these arguments come
+         * first (looked up in $PATH), then $KVDISTD and its arguments. "@SOCKET@" in them is
+         * replaced by the daemon's socket path.
+         */
+        const char *const *launcher;
+        /*
+         * A network namespace (a name under /run/netns, as `ip netns add` makes) to run the
+         * daemon in; NULL: this one. The Unix socket is a path: clients in any namespace reach it.
+         */
+        const char *netns;
+} HarnessStartOptions;
+
+/* harness_daemon_startv() with an environment and a launcher. */
+int harness_daemon_start_opts(HarnessDaemon *d, const HarnessStartOptions *o);
 
 /*
  * Sends SIGTERM and waits up to 10 s for the daemon to exit (then SIGKILL). Returns its exit

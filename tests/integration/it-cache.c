@@ -332,7 +332,8 @@ int64_t status_json_int(const char *json, const char *path)
         ck_assert(copy);
         v = root;
         for (tok = strtok_r(copy, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
-                v = json_object_get(v, tok);
+                v = json_is_array(v) ? json_array_get(v, strtoul(tok, NULL, 10))
+                                     : json_object_get(v, tok);
                 ck_assert_msg(v, "status JSON has no \"%s\" (in %s)", tok, path);
         }
         ck_assert_msg(json_is_integer(v), "status JSON %s is not an integer", path);

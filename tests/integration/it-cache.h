@@ -108,7 +108,7 @@ void expect_status_at(kvd_client *c, int r, int want, const char *substr, const 
 /* Asserts @r is KVD_OK. */
 #define expect_ok(c, r) expect_status((c), (r), KVD_OK, NULL)
 
-/* An integer at a '/'-separated path ("pool/used") of a status JSON document. */
+/* An integer at a '/'-separated path ("pool/used", "clusters/0/regions") of a status document. */
 int64_t status_json_int(const char *json, const char *path);
 
 /* kvd_daemon_status() through @c and status_json_int() of it. */

@@ -106,7 +106,8 @@ void node_start_full(Node *n, const char *netns, const char *listen, const char 
                 argv[k++] = extra[i];
         }
         argv[k] = NULL;
-        r = harness_daemon_start_in(&n->d, netns, argv);
+        r = harness_daemon_start_opts(&n->d, &(HarnessStartOptions){ .extra_args = argv,
+                                                                     .netns = netns });
         ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
         r = harness_daemon_status(&n->d, &json);
         ck_assert_msg(r == KVD_OK, "status: %s", kvd_strerror(r));

@@ -722,7 +722,7 @@ START_TEST(test_malformed_frames)
                 static const uint64_t sb[] = { 0, 2 }, db[] = { 3, 1 };
                 kvd_cache_key key = kvd_key_blocks(A_ID, 0);
                 const char *ctl = getenv("KVDISTCTL");
-                const char *argv[] = { ctl, "--socket", daemon_.socket_path, "status", NULL };
+                const char *argv[] = { ctl, "--socket", daemon_.socket_path, "clusters", NULL };
                 char *out = NULL, *err = NULL;
                 kvd_client *a = client(A_ID, KVD_ROLE_PROMPT), *b = client(B_ID, KVD_ROLE_DECODER);
                 TCache src, dst;
@@ -739,7 +739,7 @@ START_TEST(test_malformed_frames)
                 ck_assert_msg(ctl && ctl[0], "$KVDISTCTL is not set");
                 ck_assert_int_eq(harness_run(argv, &out, &err), 0);
                 ck_assert_msg(strstr(out, "1001") && strstr(out, "2002"),
-                              "kvdistctl status does not list the clusters:\n%s", out);
+                              "kvdistctl clusters does not list them:\n%s", out);
                 free(out);
                 free(err);
                 expect_ok(a, kvd_client_finalize(a));

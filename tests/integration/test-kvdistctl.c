@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Integration tests: kvdistctl status against a running kvdistd, and with none. */
+/*
+ * Integration tests: kvdistctl's commands against a running kvdistd (JSON keys, tables, exit
+ * codes, --watch) and against a saved status document (table snapshots).
+ */
 #include <check.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,90 +56,290 @@ static void scene_stop(Scene *s)
         harness_daemon_cleanup(&s->d);
 }
 
-START_TEST(test_status_human)
+/* Runs kvdistctl with @args (NULL-terminated) on @s's daemon; returns stdout, checks exit 0. */
+static char *ctl(const Scene *s, const char *const *args)
 {
-        Scene s;
-        const char *argv[] = { kvdistctl(), "--socket", NULL, "status", NULL };
+        const char *argv[16] = { kvdistctl(), "--socket", s->d.socket_path };
         char *out = NULL, *err = NULL;
+        size_t n = 3;
         int r;
 
-        scene_start(&s);
-        argv[2] = s.d.socket_path;
+        for (size_t i = 0; args[i]; i++)
+                argv[n++] = args[i];
+        argv[n] = NULL;
         r = harness_run(argv, &out, &err);
-        ck_assert_msg(r == 0, "kvdistctl status exited %d: %s", r, err);
-        ck_assert_msg(strstr(out, "1001"), "no cluster 1001 in:\n%s", out);
-        ck_assert_msg(strstr(out, "2002"), "no cluster 2002 in:\n%s", out);
-        ck_assert_msg(strstr(out, "shm"), "no shm transport in:\n%s", out);
+        ck_assert_msg(r == 0, "kvdistctl %s exited %d: %s", args[0], r, err);
+        free(err);
+        return out;
+}
+
+static json_t *ctl_json(const Scene *s, const char *command)
+{
+        const char *args[] = { command, "--json", NULL };
+        char *out = ctl(s, args);
+        json_error_t jerr;
+        json_t *v = json_loads(out, JSON_DECODE_ANY, &jerr);
+
+        ck_assert_msg(v, "kvdistctl %s --json printed no JSON (%s):\n%s", command, jerr.text, out);
+        free(out);
+        return v;
+}
+
+static void expect_keys(const json_t *o, const char *what, const char *const *keys)
+{
+        ck_assert_msg(json_is_object(o), "%s is not an object", what);
+        for (size_t i = 0; keys[i]; i++)
+                ck_assert_msg(json_object_get(o, keys[i]), "no \"%s\" in %s", keys[i], what);
+}
+
+START_TEST(test_status_summary)
+{
+        const char *args[] = { "status", NULL }, *none[] = { NULL };
+        char *out;
+        Scene s;
+
+        scene_start(&s);
+        out = ctl(&s, args);
+        ck_assert_msg(strstr(out, "clusters:    2\n"), "no cluster count in:\n%s", out);
+        ck_assert_msg(strstr(out, "links:       1 (1 up)\n"), "no link count in:\n%s", out);
+        ck_assert_msg(strstr(out, "peers:       0\n"), "no peer count in:\n%s", out);
+        ck_assert_msg(strstr(out, "metrics:     off\n"), "metrics line in:\n%s", out);
         ck_assert_msg(strstr(out, s.d.socket_path), "no socket path in:\n%s", out);
         free(out);
-        free(err);
 
         /* "status" is the default command. */
-        argv[3] = NULL;
-        r = harness_run(argv, &out, &err);
-        ck_assert_msg(r == 0, "kvdistctl exited %d: %s", r, err);
-        ck_assert_msg(strstr(out, "1001") && strstr(out, "shm"), "plain kvdistctl:\n%s", out);
+        out = ctl(&s, none);
+        ck_assert_msg(strstr(out, "clusters:    2\n"), "plain kvdistctl:\n%s", out);
         free(out);
-        free(err);
         scene_stop(&s);
 }
 END_TEST
 
-START_TEST(test_status_json)
+START_TEST(test_tables)
 {
-        static const char *const keys[] = { "version", "pid", "uptime_s", "socket", "pool",
-                                            "counters", "clusters", "caches", "links",
-                                            "transfers" };
-        const char *argv[] = { kvdistctl(), "--socket", NULL, "--json", "status", NULL };
-        char *out = NULL, *err = NULL;
-        json_t *root, *links, *link, *clusters, *c;
-        json_error_t jerr;
-        bool seen_a = false, seen_b = false;
-        size_t i;
+        const char *clusters[] = { "clusters", NULL }, *links[] = { "links", NULL };
+        const char *caches[] = { "caches", NULL }, *transfers[] = { "transfers", NULL };
+        const char *peers[] = { "peers", NULL }, *config[] = { "config", NULL };
+        char *out, want[160];
         Scene s;
-        int r;
 
         scene_start(&s);
-        argv[2] = s.d.socket_path;
-        r = harness_run(argv, &out, &err);
-        ck_assert_msg(r == 0, "kvdistctl --json exited %d: %s", r, err);
-        root = json_loads(out, 0, &jerr);
-        ck_assert_msg(root, "kvdistctl --json printed no JSON (%s):\n%s", jerr.text, out);
-        for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-                ck_assert_msg(json_object_get(root, keys[i]), "no \"%s\" in:\n%s", keys[i], out);
+        out = ctl(&s, clusters);
+        ck_assert_msg(strncmp(out, "ID  ", 4) == 0 && strstr(out, "\n1001  prompt ") &&
+                              strstr(out, "\n2002  decoder "),
+                      "clusters:\n%s", out);
+        free(out);
+        out = ctl(&s, links);
+        ck_assert_msg(strstr(out, "TRANSPORT") && strstr(out, " shm ") && strstr(out, " up "),
+                      "links:\n%s", out);
+        free(out);
+        out = ctl(&s, caches);
+        (void)snprintf(want, sizeof(want), "\n%" PRIu64 " ", s.cache.id);
+        ck_assert_msg(strstr(out, want) && strstr(out, "blocks"), "caches:\n%s", out);
+        free(out);
+        out = ctl(&s, transfers);
+        ck_assert_str_eq(out, "no transfers in flight\n");
+        free(out);
+        out = ctl(&s, peers);
+        ck_assert_str_eq(out, "no peers\n");
+        free(out);
+        out = ctl(&s, config);
+        (void)snprintf(want, sizeof(want), "socket_path = \"%s\"\n", s.d.socket_path);
+        ck_assert_msg(strstr(out, want) && strstr(out, "limits.max_clients = 64\n") &&
+                              strstr(out, "metrics_listen = \"\"\n"),
+                      "config:\n%s", out);
+        free(out);
+        scene_stop(&s);
+}
+END_TEST
 
+START_TEST(test_json_schema)
+{
+        static const char *const root_keys[] = { "version", "pid", "uptime_s", "socket", "pool",
+                                                 "counters", "clusters", "caches", "links",
+                                                 "transfers", "config", "metrics_address",
+                                                 "transfers_in_flight", NULL };
+        static const char *const cluster_keys[] = { "cluster_id", "role", "device_id", "pid",
+                                                    "regions", "region_bytes", "caches",
+                                                    "links", "transfers_in_flight", NULL };
+        static const char *const cache_keys[] = { "cache_id", "cluster_id", "kind",
+                                                  "num_tensors", "shape", "dtype", "tensor_size",
+                                                  "pool", "remote_accessible", "keys", NULL };
+        static const char *const link_keys[] = { "link_id", "local_cluster", "remote_cluster",
+                                                 "transport", "state", "age_s", "transfers",
+                                                 "bytes", NULL };
+        static const char *const config_keys[] = { "socket_path", "socket_mode", "allow_uids",
+                                                   "allow_gids", "memory_size", "page_shift",
+                                                   "sync_kv_timeout_ms", "copy_threads",
+                                                   "log_level", "metrics_listen", "devices",
+                                                   "limits", NULL };
+        static const char *const sample_keys[] = { "name", "type", "labels", "value", NULL };
+        json_t *root, *v, *e;
+        bool seen_a = false, seen_b = false, seen_clusters = false;
+        size_t i;
+        Scene s;
+
+        scene_start(&s);
+        root = ctl_json(&s, "status");
+        expect_keys(root, "status", root_keys);
         ck_assert_int_eq(json_integer_value(json_object_get(root, "pid")), s.d.pid);
         ck_assert_str_eq(json_string_value(json_object_get(root, "socket")), s.d.socket_path);
-        ck_assert(json_is_number(json_object_get(root, "uptime_s")));
-        ck_assert(json_is_string(json_object_get(root, "version")));
-        ck_assert(json_is_object(json_object_get(root, "pool")));
-        ck_assert(json_is_object(json_object_get(root, "counters")));
-        ck_assert(json_is_array(json_object_get(root, "transfers")));
+        ck_assert(json_is_null(json_object_get(root, "metrics_address")));
+        json_decref(root);
 
-        clusters = json_object_get(root, "clusters");
-        ck_assert_int_eq(json_array_size(clusters), 2);
-        json_array_foreach(clusters, i, c) {
-                json_int_t id = json_integer_value(json_object_get(c, "cluster_id"));
+        v = ctl_json(&s, "clusters");
+        ck_assert_int_eq(json_array_size(v), 2);
+        json_array_foreach(v, i, e) {
+                json_int_t id = json_integer_value(json_object_get(e, "cluster_id"));
 
+                expect_keys(e, "clusters[]", cluster_keys);
                 seen_a |= id == A_ID;
                 seen_b |= id == B_ID;
         }
         ck_assert(seen_a && seen_b);
-        ck_assert_int_eq(json_array_size(json_object_get(root, "caches")), 1);
-        ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(
-                                 json_object_get(root, "caches"), 0), "cache_id")),
-                         (json_int_t)s.cache.id);
-        links = json_object_get(root, "links");
-        ck_assert_int_eq(json_array_size(links), 1);
-        link = json_array_get(links, 0);
-        ck_assert_str_eq(json_string_value(json_object_get(link, "transport")), "shm");
-        ck_assert_int_eq(json_integer_value(json_object_get(link, "local_cluster")), B_ID);
-        ck_assert_int_eq(json_integer_value(json_object_get(link, "remote_cluster")), A_ID);
+        json_decref(v);
 
-        json_decref(root);
+        v = ctl_json(&s, "caches");
+        ck_assert_int_eq(json_array_size(v), 1);
+        expect_keys(json_array_get(v, 0), "caches[]", cache_keys);
+        ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(v, 0), "cache_id")),
+                         (json_int_t)s.cache.id);
+        json_decref(v);
+
+        v = ctl_json(&s, "links");
+        ck_assert_int_eq(json_array_size(v), 1);
+        e = json_array_get(v, 0);
+        expect_keys(e, "links[]", link_keys);
+        ck_assert_str_eq(json_string_value(json_object_get(e, "transport")), "shm");
+        ck_assert_int_eq(json_integer_value(json_object_get(e, "local_cluster")), B_ID);
+        ck_assert_int_eq(json_integer_value(json_object_get(e, "remote_cluster")), A_ID);
+        json_decref(v);
+
+        v = ctl_json(&s, "transfers");
+        ck_assert(json_is_array(v) && json_array_size(v) == 0);
+        json_decref(v);
+        v = ctl_json(&s, "peers");
+        ck_assert(json_is_array(v));
+        json_decref(v);
+
+        v = ctl_json(&s, "config");
+        expect_keys(v, "config", config_keys);
+        ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(v, "limits"),
+                                                            "max_clients")),
+                         64);
+        json_decref(v);
+
+        v = ctl_json(&s, "metrics");
+        ck_assert(json_is_array(v) && json_array_size(v) > 0);
+        json_array_foreach(v, i, e) {
+                expect_keys(e, "metrics[]", sample_keys);
+                if (strcmp(json_string_value(json_object_get(e, "name")), "kvdist_clusters") == 0) {
+                        ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "gauge");
+                        ck_assert_int_eq(json_integer_value(json_object_get(e, "value")), 2);
+                        seen_clusters = true;
+                }
+        }
+        ck_assert(seen_clusters);
+        json_decref(v);
+        scene_stop(&s);
+}
+END_TEST
+
+START_TEST(test_watch)
+{
+        const char *args[] = { "--watch=0.1", "--count", "3", "status", NULL };
+        char *out, *p;
+        int rounds = 0;
+        Scene s;
+
+        scene_start(&s);
+        out = ctl(&s, args);
+        for (p = out; (p = strstr(p, "version:")); p++)
+                rounds++;
+        ck_assert_msg(rounds == 3, "%d rounds in:\n%s", rounds, out);
+        free(out);
+        scene_stop(&s);
+}
+END_TEST
+
+/* Reads the file @name of the test data directory into a string. */
+static char *read_data(const char *name)
+{
+        const char *dir = getenv("KVDIST_TEST_DATA");
+        char path[512], *text = NULL;
+        size_t len = 0;
+        FILE *f, *m;
+        int c;
+
+        ck_assert_msg(dir && dir[0], "$KVDIST_TEST_DATA is not set (run the tests with meson)");
+        (void)snprintf(path, sizeof(path), "%s/%s", dir, name);
+        f = fopen(path, "re");
+        ck_assert_msg(f, "cannot open %s", path);
+        m = open_memstream(&text, &len);
+        ck_assert_ptr_nonnull(m);
+        while ((c = fgetc(f)) != EOF)
+                fputc(c, m);
+        fclose(f);
+        fclose(m);
+        return text;
+}
+
+START_TEST(test_snapshots)
+{
+        static const char *const commands[] = { "status", "clusters", "caches", "links",
+                                                "transfers", "peers", "config" };
+        char input[512], name[64];
+
+        (void)snprintf(input, sizeof(input), "%s/status.json", getenv("KVDIST_TEST_DATA"));
+        for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+                const char *argv[] = { kvdistctl(), "--input", input, commands[i], NULL };
+                char *out = NULL, *err = NULL, *want;
+                int r;
+
+                (void)snprintf(name, sizeof(name), "ctl-%s.expected", commands[i]);
+                want = read_data(name);
+                r = harness_run(argv, &out, &err);
+                ck_assert_msg(r == 0, "kvdistctl --input %s exited %d: %s", commands[i], r, err);
+                ck_assert_msg(strcmp(out, want) == 0, "kvdistctl %s printed:\n%s\nwant (%s):\n%s",
+                              commands[i], out, name, want);
+                free(want);
+                free(out);
+                free(err);
+        }
+}
+END_TEST
+
+START_TEST(test_peers_absent)
+{
+        char dir[] = "/tmp/kvdist-it-ctl-XXXXXX", path[128];
+        const char *argv[] = { kvdistctl(), "--input", path, "peers", NULL };
+        const char *argv_json[] = { kvdistctl(), "--input", path, "--json", "peers", NULL };
+        const char *argv_status[] = { kvdistctl(), "--input", path, "status", NULL };
+        char *out = NULL, *err = NULL;
+        FILE *f;
+
+        /* A daemon from before peers existed: no "peers" key at all. */
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        (void)snprintf(path, sizeof(path), "%s/status.json", dir);
+        f = fopen(path, "we");
+        ck_assert_ptr_nonnull(f);
+        fputs("{\"version\": \"0.0.9\", \"clusters\": [], \"links\": []}\n", f);
+        fclose(f);
+        ck_assert_int_eq(harness_run(argv, &out, &err), 0);
+        ck_assert_str_eq(out, "no peers\n");
         free(out);
         free(err);
-        scene_stop(&s);
+        ck_assert_int_eq(harness_run(argv_json, &out, &err), 0);
+        ck_assert_str_eq(out, "[]\n");
+        free(out);
+        free(err);
+        ck_assert_int_eq(harness_run(argv_status, &out, &err), 0);
+        ck_assert_msg(strstr(out, "peers:       0\n") && strstr(out, "pool:        - / -\n"),
+                      "status of a sparse document:\n%s", out);
+        free(out);
+        free(err);
+        ck_assert_int_eq(unlink(path), 0);
+        ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
 
@@ -144,6 +348,7 @@ START_TEST(test_no_daemon)
         char dir[] = "/tmp/kvdist-it-ctl-XXXXXX", path[128];
         const char *argv[] = { kvdistctl(), "--socket", path, "status", NULL };
         const char *argv_json[] = { kvdistctl(), "--json", "--socket", path, NULL };
+        const char *argv_metrics[] = { kvdistctl(), "--socket", path, "metrics", NULL };
         char *out = NULL, *err = NULL;
         int r;
 
@@ -162,21 +367,38 @@ START_TEST(test_no_daemon)
         ck_assert_msg(r == 3, "kvdistctl --json without a daemon exited %d, want 3", r);
         free(out);
         free(err);
+        r = harness_run(argv_metrics, &out, &err);
+        ck_assert_msg(r == 3, "kvdistctl metrics without a daemon exited %d, want 3", r);
+        free(out);
+        free(err);
         ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
 
 START_TEST(test_usage)
 {
-        const char *argv[] = { kvdistctl(), "frobnicate", NULL };
-        char *out = NULL, *err = NULL;
-        int r;
+        static const char *const bad[][4] = {
+                { "frobnicate" },
+                { "--count", "2", "status" },
+                { "--watch=0", "status" },
+                { "--watch=x" },
+                { "status", "links" },
+                { "--input", "/dev/null", "metrics" },
+        };
 
-        r = harness_run(argv, &out, &err);
-        ck_assert_msg(r == 2, "kvdistctl frobnicate exited %d, want 2", r);
-        ck_assert_msg(strstr(err, "frobnicate"), "stderr: %s", err);
-        free(out);
-        free(err);
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                const char *argv[6] = { kvdistctl() };
+                char *out = NULL, *err = NULL;
+                int r;
+
+                for (size_t j = 0; j < 4 && bad[i][j]; j++)
+                        argv[j + 1] = bad[i][j];
+                r = harness_run(argv, &out, &err);
+                ck_assert_msg(r == 2, "kvdistctl %s exited %d, want 2", bad[i][0], r);
+                ck_assert_msg(err[0] != '\0', "kvdistctl %s: no message", bad[i][0]);
+                free(out);
+                free(err);
+        }
 }
 END_TEST
 
@@ -186,8 +408,12 @@ static Suite *kvdistctl_suite(void)
         TCase *tc = tcase_create("status");
 
         tcase_set_timeout(tc, 60);
-        tcase_add_test(tc, test_status_human);
-        tcase_add_test(tc, test_status_json);
+        tcase_add_test(tc, test_status_summary);
+        tcase_add_test(tc, test_tables);
+        tcase_add_test(tc, test_json_schema);
+        tcase_add_test(tc, test_watch);
+        tcase_add_test(tc, test_snapshots);
+        tcase_add_test(tc, test_peers_absent);
         tcase_add_test(tc, test_no_daemon);
         tcase_add_test(tc, test_usage);
         suite_add_tcase(s, tc);

@@ -71,6 +71,9 @@ static bool config_equal(const Config *a, const Config *b, bool with_socket_path
             a->copy_threads != b->copy_threads || a->log_level != b->log_level ||
             memcmp(&a->limits, &b->limits, sizeof(Limits)) != 0)
                 return false;
+        if (strcmp(a->metrics_listen ? a->metrics_listen : "",
+                   b->metrics_listen ? b->metrics_listen : "") != 0)
+                return false;
         if (a->n_allow_uids != b->n_allow_uids || a->n_allow_gids != b->n_allow_gids ||
             a->n_devices != b->n_devices)
                 return false;
@@ -704,6 +707,7 @@ START_TEST(test_shipped_config_is_defaults)
         load_ok(c, "{\"socket_mode\": \"0600\", \"memory_size\": 0, \"page_shift\": 12,"
                    " \"sync_kv_timeout_ms\": 5, \"copy_threads\": 9, \"log_level\": \"debug\","
                    " \"allow_uids\": [1], \"allow_gids\": [2], \"devices\": [{\"device_id\": 1}],"
+                   " \"metrics_listen\": \"127.0.0.1:1\","
                    " \"limits\": {\"max_clients\": 1, \"max_regions_per_client\": 1,"
                    " \"max_region_size\": 1, \"max_caches_per_client\": 1,"
                    " \"max_keys_per_client\": 1, \"max_tensor_addrs\": 1,"

@@ -206,6 +206,7 @@ START_TEST(test_registry_knows_every_type)
         ck_assert_ptr_null(frame_type_lookup(0));
         ck_assert_ptr_null(frame_type_lookup(4));
         ck_assert_ptr_null(frame_type_lookup(9));
+        ck_assert_ptr_null(frame_type_lookup(39));
         ck_assert_ptr_null(frame_type_lookup(45));
         ck_assert_ptr_null(frame_type_lookup(99));
         ck_assert_ptr_null(frame_type_lookup(111));

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for the daemon's logging (log.c) and service-manager notifications (sd.c). */
+/*
+ * Unit tests for the daemon's logging (log.c, log-journal.c: formats, the journal's native
+ * protocol, the rate limit) and service-manager notifications (sd.c).
+ */
 
 #include <check.h>
 #include <errno.h>
@@ -200,6 +203,8 @@ START_TEST(test_journal_prefix)
         Capture cap;
 
         log_set_max_level(LOG_DEBUG);
+        /* No journal socket to send to (even where journald runs): the stream takes it all. */
+        log_journal_set_socket("/nonexistent/journal-socket");
         capture_begin(&cap);
         ck_assert_int_eq(fstat(STDERR_FILENO, &st), 0);
         ck_assert_int_ge(asprintf(&env, "%llu:%llu", (unsigned long long)st.st_dev,
@@ -238,6 +243,165 @@ START_TEST(test_journal_prefix)
                                   pfx),
                          0);
         ck_assert_str_eq(out, expect);
+        log_journal_set_socket(NULL);
+}
+END_TEST
+
+/* The value of journal field @name in the native-protocol datagram @d of @len bytes. */
+static char *journal_field(const char *d, size_t len, const char *name)
+{
+        size_t nl = strlen(name);
+
+        for (size_t off = 0; off < len;) {
+                const char *line = d + off, *end = memchr(line, '\n', len - off);
+                size_t ll;
+
+                ck_assert_ptr_nonnull(end);
+                ll = (size_t)(end - line);
+                if (memchr(line, '=', ll)) {
+                        if (ll > nl && strncmp(line, name, nl) == 0 && line[nl] == '=')
+                                return strndup(line + nl + 1, ll - nl - 1);
+                        off += ll + 1;
+                        continue;
+                }
+                /* NAME\n, a 64-bit little-endian length, the value, \n */
+                {
+                        uint64_t vlen = 0;
+
+                        ck_assert_uint_ge(len - off, ll + 1 + 8);
+                        for (int i = 7; i >= 0; i--)
+                                vlen = vlen << 8 | (uint8_t)line[ll + 1 + (size_t)i];
+                        ck_assert_uint_ge(len - off, ll + 1 + 8 + vlen + 1);
+                        ck_assert_int_eq(line[ll + 1 + 8 + vlen], '\n');
+                        if (ll == nl && strncmp(line, name, nl) == 0)
+                                return strndup(line + ll + 1 + 8, vlen);
+                        off += ll + 1 + 8 + vlen + 1;
+                }
+        }
+        return NULL;
+}
+
+/* Asserts field @name of the datagram is @want (NULL: absent). */
+static void expect_field(const char *d, ssize_t len, const char *name, const char *want)
+{
+        _cleanup_free_ char *got = journal_field(d, (size_t)len, name);
+
+        if (!want)
+                ck_assert_msg(!got, "%s=%s, want none", name, got);
+        else
+                ck_assert_msg(got && strcmp(got, want) == 0, "%s=%s, want %s", name,
+                              got ? got : "(none)", want);
+}
+
+START_TEST(test_journal_fields)
+{
+        _cleanup_free_ char *env = NULL;
+        char dir[] = "/tmp/kvdist-test-journal-XXXXXX", path[128], d[4096];
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct timeval tv = { .tv_sec = 5 };
+        struct stat st;
+        Capture cap;
+        ssize_t n;
+        int fd;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        (void)snprintf(path, sizeof(path), "%s/socket", dir);
+        fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(fd, 0);
+        strcpy(sa.sun_path, path);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+        log_journal_set_socket(path);
+        log_set_max_level(LOG_DEBUG);
+
+        capture_begin(&cap);
+        ck_assert_int_eq(fstat(STDERR_FILENO, &st), 0);
+        ck_assert_int_ge(asprintf(&env, "%llu:%llu", (unsigned long long)st.st_dev,
+                                  (unsigned long long)st.st_ino),
+                         0);
+        ck_assert_int_eq(setenv("JOURNAL_STREAM", env, 1), 0);
+        log_open();
+        ck_assert_int_eq(log_fields(LOG_WARNING, -ENOENT, LOG_LINK(3, 7), "link %d: gone\nreally",
+                                    3),
+                         -ENOENT);
+        log_fields(LOG_INFO, 0, LOG_PEER("10.0.0.2:26001"), "peer up");
+        log_info("plain");
+        free(capture_end(&cap));
+        setup_console();
+
+        n = recv(fd, d, sizeof(d), 0);
+        ck_assert_int_gt(n, 0);
+        expect_field(d, n, "PRIORITY", "4");
+        expect_field(d, n, "SYSLOG_IDENTIFIER", "kvdistd");
+        expect_field(d, n, "KVDIST_CLUSTER", "7");
+        expect_field(d, n, "KVDIST_LINK", "3");
+        expect_field(d, n, "ERRNO", "2");
+        expect_field(d, n, "KVDIST_PEER", NULL);
+        /* A newline in the message survives in the binary-safe form. */
+        expect_field(d, n, "MESSAGE", "link 3: gone\nreally: No such file or directory");
+
+        n = recv(fd, d, sizeof(d), 0);
+        ck_assert_int_gt(n, 0);
+        expect_field(d, n, "PRIORITY", "6");
+        expect_field(d, n, "KVDIST_PEER", "10.0.0.2:26001");
+        expect_field(d, n, "KVDIST_CLUSTER", NULL);
+        expect_field(d, n, "MESSAGE", "peer up");
+
+        n = recv(fd, d, sizeof(d), 0);
+        ck_assert_int_gt(n, 0);
+        expect_field(d, n, "MESSAGE", "plain");
+        expect_field(d, n, "KVDIST_LINK", NULL);
+
+        log_journal_set_socket(NULL);
+        close(fd);
+        unlink(path);
+        rmdir(dir);
+}
+END_TEST
+
+static void warn_from_one_place(int i)
+{
+        log_warning("repeated %d", i);
+}
+
+START_TEST(test_ratelimit)
+{
+        _cleanup_free_ char *out = NULL, *pfx_w = NULL, *pfx_i = NULL;
+        unsigned warnings = 0, infos = 0, suppressed = 0, other = 0;
+        char *line, *save;
+        Capture cap;
+
+        setup_console();
+        /* Three per 200 ms from one place; the test sleeps past the window, never races it. */
+        log_set_ratelimit(200000, 3);
+        capture_begin(&cap);
+        for (int i = 0; i < 10; i++) {
+                warn_from_one_place(i);
+                log_info("info %d", i);
+        }
+        log_warning("another place");
+        usleep(300000);
+        warn_from_one_place(10);
+        out = capture_end(&cap);
+        log_set_ratelimit(LOG_RATELIMIT_INTERVAL, LOG_RATELIMIT_BURST);
+
+        pfx_w = console_prefix("warning");
+        pfx_i = console_prefix("info");
+        for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                if (strncmp(line, pfx_i, strlen(pfx_i)) == 0)
+                        infos++;
+                else if (strstr(line, "7 similar messages from") && strstr(line, "suppressed"))
+                        suppressed++;
+                else if (strncmp(line, pfx_w, strlen(pfx_w)) == 0 && strstr(line, "repeated"))
+                        warnings++;
+                else if (strstr(line, "another place"))
+                        other++;
+        }
+        /* 3 in the first window, the one after it; info is never limited. */
+        ck_assert_uint_eq(warnings, 4);
+        ck_assert_uint_eq(suppressed, 1);
+        ck_assert_uint_eq(infos, 10);
+        ck_assert_msg(other == 1, "a second call site was limited too");
 }
 END_TEST
 
@@ -327,6 +491,8 @@ static Suite *log_suite(void)
         tcase_add_test(tc, test_error_suffix);
         tcase_add_test(tc, test_errno_preserved);
         tcase_add_test(tc, test_journal_prefix);
+        tcase_add_test(tc, test_journal_fields);
+        tcase_add_test(tc, test_ratelimit);
         tcase_add_test(tc, test_long_line);
         tcase_add_test(tc, test_threads);
         suite_add_tcase(s, tc);

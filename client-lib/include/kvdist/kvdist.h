@@ -360,6 +360,12 @@ int kvd_get_notifies(kvd_client *client, kvd_notify *out, size_t max, size_t *re
  */
 int kvd_daemon_status(kvd_client *client, char **ret_json);
 
+/*
+ * The daemon's metrics in the Prometheus text exposition format (what `kvdistctl metrics`
+ * prints). *@ret_text is malloc()ed; free() it. A read-only call, like kvd_daemon_status().
+ */
+int kvd_daemon_metrics(kvd_client *client, char **ret_text);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+/* Handlers: read-only requests about the daemon itself (its metrics). */
+#include <stdlib.h>
+
+#include <kvdist/kvdist.h>
+
+#include "conn.h"
+#include "dispatch.h"
+#include "kvdist.pb-c.h"
+#include "metrics.h"
+
+int handle_daemon_metrics(Request *req, Error *err)
+{
+        Kvdist__V1__DaemonMetricsReply reply = KVDIST__V1__DAEMON_METRICS_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        _cleanup_free_ char *text = NULL;
+        size_t len;
+
+        if (metrics_render(req->conn->daemon, &text, &len) < 0)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot build the metrics document");
+        reply.status = &status;
+        reply.text = text;
+        return request_reply(req, &reply.base, -1), 0;
+}

@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: MIT */
+/* Metrics: the families kvdistd exports, and the transfer outcomes they need recorded. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kvdist/kvdist.h>
+
+#include "cluster.h"
+#include "daemon.h"
+#include "kvdist-config.h"
+#include "link.h"
+#include "metrics-text.h"
+#include "metrics.h"
+#include "plan.h"
+#include "pool.h"
+#include "transfer.h"
+#include "transport.h"
+
+/* Transports seen so far; the shm, tcp and rdma transports leave room to spare. */
+#define METRICS_MAX_TRANSPORTS 8
+#define METRICS_TRANSPORT_NAME_MAX 16
+
+enum { DIR_PULL, DIR_PUSH, _DIR_MAX };
+
+static const char *const direction_names[_DIR_MAX] = { "pull", "push" };
+
+/* Upper bounds of the latency buckets in seconds: 100 us (a small local copy) to 10 s. */
+static const double latency_bounds[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                         0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                         1,      2.5,     5,      10 };
+#define N_BOUNDS (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
+
+typedef struct TransferStats {
+        uint64_t by_status[-_KVD_E_MIN + 1];    /* [0] = KVD_OK, [-status] otherwise */
+        uint64_t bytes;                         /* of the successful ones */
+        uint64_t buckets[N_BOUNDS];             /* latency of the successful ones */
+        uint64_t count;
+        double sum;
+} TransferStats;
+
+struct Metrics {
+        char transports[METRICS_MAX_TRANSPORTS][METRICS_TRANSPORT_NAME_MAX];
+        size_t n_transports;
+        TransferStats stats[_DIR_MAX][METRICS_MAX_TRANSPORTS];
+};
+
+int metrics_new(Metrics **ret)
+{
+        Metrics *m = calloc(1, sizeof(*m));
+
+        if (!m)
+                return -ENOMEM;
+        *ret = m;
+        return 0;
+}
+
+Metrics *metrics_free(Metrics *m)
+{
+        free(m);
+        return NULL;
+}
+
+static int direction_of(TransferKind k)
+{
+        return k == TRANSFER_PUSH_CACHE || k == TRANSFER_PUSH_BLOCKS ? DIR_PUSH : DIR_PULL;
+}
+
+/* The slot of @name, added on first sight; -ENOSPC when the table is full. */
+static int transport_index(Metrics *m, const char *name)
+{
+        for (size_t i = 0; i < m->n_transports; i++)
+                if (strcmp(m->transports[i], name) == 0)
+                        return (int)i;
+        if (m->n_transports >= METRICS_MAX_TRANSPORTS)
+                return -ENOSPC;
+        (void)snprintf(m->transports[m->n_transports], METRICS_TRANSPORT_NAME_MAX, "%s", name);
+        return (int)m->n_transports++;
+}
+
+void metrics_transfer_done(Metrics *m, const Transfer *x, int status)
+{
+        TransferStats *s;
+        double seconds;
+        int t;
+
+        if (!m)
+                return;
+        t = transport_index(m, transport_name(x->transport));
+        if (t < 0)
+                return;
+        s = &m->stats[direction_of(x->kind)][t];
+        if (status > 0 || status < _KVD_E_MIN)
+                status = KVD_E_FAILED;
+        s->by_status[-status]++;
+        if (status != KVD_OK)
+                return;
+        s->bytes += x->plan ? x->plan->total_bytes : 0;
+        seconds = (double)(now_usec(CLOCK_MONOTONIC) - x->start_usec) / USEC_PER_SEC;
+        for (size_t i = 0; i < N_BOUNDS; i++)
+                if (seconds <= latency_bounds[i]) {
+                        s->buckets[i]++;
+                        break;
+                }
+        s->count++;
+        s->sum += seconds;
+}
+
+/* One family: its HELP/TYPE header and samples, from the daemon's state and @d->metrics. */
+typedef void (*MetricsFamilyFn)(MetricsWriter *w, Daemon *d);
+
+static void family_build_info(MetricsWriter *w, Daemon *d)
+{
+        metrics_family(w, "kvdist_build_info", "gauge", "kvdistd version (always 1)");
+        metrics_sample_u64(w, "kvdist_build_info",
+                           METRICS_LABELS({ "version", KVDIST_VERSION }), 1);
+}
+
+static void family_uptime(MetricsWriter *w, Daemon *d)
+{
+        metrics_family(w, "kvdist_uptime_seconds", "gauge", "Seconds since kvdistd started");
+        metrics_sample_double(w, "kvdist_uptime_seconds", NULL,
+                              (double)(now_usec(CLOCK_MONOTONIC) - d->start_usec) /
+                                      USEC_PER_SEC);
+}
+
+static void family_clusters(MetricsWriter *w, Daemon *d)
+{
+        metrics_family(w, "kvdist_clusters", "gauge", "Clusters (workers) attached");
+        metrics_sample_u64(w, "kvdist_clusters", NULL, d->n_clusters);
+}
+
+static void family_connections(MetricsWriter *w, Daemon *d)
+{
+        metrics_family(w, "kvdist_connections", "gauge", "Client connections open");
+        metrics_sample_u64(w, "kvdist_connections", NULL, d->n_conns);
+        metrics_family(w, "kvdist_connections_accepted_total", "counter",
+                       "Client connections accepted");
+        metrics_sample_u64(w, "kvdist_connections_accepted_total", NULL,
+                           d->counters.conns_accepted);
+        metrics_family(w, "kvdist_connections_refused_total", "counter",
+                       "Client connections refused (allow-lists, limits)");
+        metrics_sample_u64(w, "kvdist_connections_refused_total", NULL,
+                           d->counters.conns_refused);
+        metrics_family(w, "kvdist_frames_malformed_total", "counter",
+                       "Malformed frames that closed a connection");
+        metrics_sample_u64(w, "kvdist_frames_malformed_total", NULL,
+                           d->counters.frames_malformed);
+}
+
+static void family_memory(MetricsWriter *w, Daemon *d)
+{
+        uint64_t regions = 0, region_bytes = 0, caches = 0;
+        const Cluster *c;
+
+        CLIST_FOREACH(c, &d->clusters, link_daemon) {
+                regions += c->n_regions;
+                region_bytes += c->region_bytes;
+                caches += c->caches.n_caches;
+        }
+        metrics_family(w, "kvdist_regions", "gauge", "Memory regions registered by clients");
+        metrics_sample_u64(w, "kvdist_regions", NULL, regions);
+        metrics_family(w, "kvdist_region_bytes", "gauge", "Bytes of the registered regions");
+        metrics_sample_u64(w, "kvdist_region_bytes", NULL, region_bytes);
+        metrics_family(w, "kvdist_caches", "gauge", "Caches registered or allocated");
+        metrics_sample_u64(w, "kvdist_caches", NULL, caches);
+}
+
+static void family_pool(MetricsWriter *w, Daemon *d)
+{
+        metrics_family(w, "kvdist_pool_size_bytes", "gauge", "Size of the memory pool");
+        metrics_sample_u64(w, "kvdist_pool_size_bytes", NULL, d->pool ? pool_size(d->pool) : 0);
+        metrics_family(w, "kvdist_pool_used_bytes", "gauge", "Bytes of the pool given to caches");
+        metrics_sample_u64(w, "kvdist_pool_used_bytes", NULL, d->pool ? pool_used(d->pool) : 0);
+        metrics_family(w, "kvdist_pool_allocations", "gauge", "Caches carved from the pool");
+        metrics_sample_u64(w, "kvdist_pool_allocations", NULL,
+                           d->pool ? pool_n_allocated(d->pool) : 0);
+}
+
+static void family_links(MetricsWriter *w, Daemon *d)
+{
+        /* Counted per (transport, state): few distinct transports, two states. */
+        const char *names[METRICS_MAX_TRANSPORTS];
+        uint64_t counts[METRICS_MAX_TRANSPORTS][_LINK_STATE_MAX] = {};
+        size_t n = 0;
+        const Link *l;
+
+        metrics_family(w, "kvdist_links", "gauge",
+                       "Links between clusters, by transport and state");
+        CLIST_FOREACH(l, &d->links, link_daemon) {
+                const char *t = transport_name(l->transport);
+                size_t i;
+
+                for (i = 0; i < n && strcmp(names[i], t) != 0; i++)
+                        ;
+                if (i == n) {
+                        if (n == METRICS_MAX_TRANSPORTS)
+                                continue;
+                        names[n++] = t;
+                }
+                if (l->state >= 0 && l->state < _LINK_STATE_MAX)
+                        counts[i][l->state]++;
+        }
+        for (size_t i = 0; i < n; i++)
+                for (int s = 0; s < _LINK_STATE_MAX; s++)
+                        metrics_sample_u64(w, "kvdist_links",
+                                           METRICS_LABELS({ "transport", names[i] },
+                                                          { "state", link_state_to_string(s) }),
+                                           counts[i][s]);
+}
+
+static void family_transfers_in_flight(MetricsWriter *w, Daemon *d)
+{
+        uint64_t counts[_DIR_MAX] = {};
+        const Transfer *x;
+
+        CLIST_FOREACH(x, &d->transfers, link_daemon)
+                counts[direction_of(x->kind)]++;
+        metrics_family(w, "kvdist_transfers_in_flight", "gauge",
+                       "Transfers running now, by direction");
+        for (int dir = 0; dir < _DIR_MAX; dir++)
+                metrics_sample_u64(w, "kvdist_transfers_in_flight",
+                                   METRICS_LABELS({ "direction", direction_names[dir] }),
+                                   counts[dir]);
+}
+
+static void family_transfers(MetricsWriter *w, Daemon *d)
+{
+        const Metrics *m = d->metrics;
+
+        metrics_family(w, "kvdist_transfers_total", "counter",
+                       "Transfers completed, by direction, transport and status");
+        for (size_t t = 0; m && t < m->n_transports; t++)
+                for (int dir = 0; dir < _DIR_MAX; dir++)
+                        for (int s = 0; s <= -_KVD_E_MIN; s++) {
+                                uint64_t v = m->stats[dir][t].by_status[s];
+
+                                /* KVD_OK always, a failure status once it happened */
+                                if (s != 0 && v == 0)
+                                        continue;
+                                metrics_sample_u64(
+                                        w, "kvdist_transfers_total",
+                                        METRICS_LABELS({ "direction", direction_names[dir] },
+                                                       { "transport", m->transports[t] },
+                                                       { "status", kvd_strerror(-s) }),
+                                        v);
+                        }
+        metrics_family(w, "kvdist_transfer_bytes_total", "counter",
+                       "Bytes moved by successful transfers, by direction and transport");
+        for (size_t t = 0; m && t < m->n_transports; t++)
+                for (int dir = 0; dir < _DIR_MAX; dir++)
+                        metrics_sample_u64(w, "kvdist_transfer_bytes_total",
+                                           METRICS_LABELS({ "direction", direction_names[dir] },
+                                                          { "transport", m->transports[t] }),
+                                           m->stats[dir][t].bytes);
+}
+
+static void family_transfer_latency(MetricsWriter *w, Daemon *d)
+{
+        const Metrics *m = d->metrics;
+
+        metrics_family(w, "kvdist_transfer_duration_seconds", "histogram",
+                       "Time from request to the last byte of successful transfers");
+        for (size_t t = 0; m && t < m->n_transports; t++)
+                for (int dir = 0; dir < _DIR_MAX; dir++) {
+                        const TransferStats *s = &m->stats[dir][t];
+
+                        metrics_histogram(w, "kvdist_transfer_duration_seconds",
+                                          METRICS_LABELS({ "direction", direction_names[dir] },
+                                                         { "transport", m->transports[t] }),
+                                          latency_bounds, s->buckets, N_BOUNDS, s->count,
+                                          s->sum);
+                }
+}
+
+static void family_errors(MetricsWriter *w, Daemon *d)
+{
+        metrics_family(w, "kvdist_request_errors_total", "counter",
+                       "Client requests answered with an error, by status");
+        for (int s = 1; s <= -_KVD_E_MIN; s++)
+                if (d->counters.errors[s] > 0)
+                        metrics_sample_u64(w, "kvdist_request_errors_total",
+                                           METRICS_LABELS({ "status", kvd_strerror(-s) }),
+                                           d->counters.errors[s]);
+}
+
+/* The families, in the order they are written. Add one here and write its function above. */
+static const MetricsFamilyFn families[] = {
+        family_build_info,
+        family_uptime,
+        family_clusters,
+        family_connections,
+        family_memory,
+        family_pool,
+        family_links,
+        family_transfers_in_flight,
+        family_transfers,
+        family_transfer_latency,
+        family_errors,
+};
+
+int metrics_render(Daemon *d, char **ret, size_t *ret_len)
+{
+        MetricsWriter w;
+        int r;
+
+        r = metrics_writer_init(&w);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
+                families[i](&w, d);
+        return metrics_writer_finish(&w, ret, ret_len);
+}

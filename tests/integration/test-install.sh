@@ -1,0 +1,134 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# test-install: `meson install --destdir` into a scratch directory has everything the operations
+# issue lists, in the usual places, and an out-of-tree program builds against it with
+# `pkg-config kvdist` and talks to the installed kvdistd.
+#   test-install.sh BUILD_DIR PREFIX BINDIR SBINDIR LIBDIR INCLUDEDIR SYSCONFDIR MANDIR CC SANITIZE
+# The directories are meson's options (relative to PREFIX or absolute); SANITIZE is b_sanitize,
+# whose flags the test program needs when the library was built with them.
+set -eu
+
+build=$1 prefix=$2 bindir=$3 sbindir=$4 libdir=$5 includedir=$6 sysconfdir=$7 mandir=$8
+cc=$9 sanitize=${10}
+
+tmp=$(mktemp -d)
+daemon_pid=
+cleanup() {
+        [ -z "$daemon_pid" ] || kill "$daemon_pid" 2>/dev/null || true
+        rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+        echo "test-install: FAIL: $*" >&2
+        exit 1
+}
+# A meson directory option as an absolute path under the destdir.
+under() {
+        case $1 in
+        /*) echo "$tmp/dest$1" ;;
+        *) echo "$tmp/dest$prefix/$1" ;;
+        esac
+}
+
+meson install -C "$build" --destdir "$tmp/dest" --no-rebuild --quiet ||
+        fail "meson install --destdir failed"
+
+lib=$(under "$libdir")
+etc=$(under "$sysconfdir")
+man=$(under "$mandir")
+for f in "$(under "$sbindir")/kvdistd" "$(under "$bindir")/kvdistctl"; do
+        [ -x "$f" ] || fail "no executable $f"
+done
+for f in "$lib/libkvdist.so.0.1.0" "$(under "$includedir")/kvdist/kvdist.h" \
+        "$lib/pkgconfig/kvdist.pc" "$etc/kvdist/kvdistd.json" \
+        "$tmp/dest$prefix/lib/systemd/system/kvdistd.service" \
+        "$tmp/dest$prefix/lib/systemd/system/kvdistd.socket" \
+        "$tmp/dest$prefix/lib/sysusers.d/kvdist.conf" \
+        "$tmp/dest$prefix/lib/tmpfiles.d/kvdist.conf" \
+        "$man/man8/kvdistd.8" "$man/man1/kvdistctl.1" "$man/man3/kvdist.h.3"; do
+        [ -f "$f" ] || fail "not installed: ${f#"$tmp/dest"}"
+done
+[ "$(readlink "$lib/libkvdist.so.0")" = libkvdist.so.0.1.0 ] || fail "libkvdist.so.0 link"
+[ "$(readlink "$lib/libkvdist.so")" = libkvdist.so.0 ] || fail "libkvdist.so link"
+echo "test-install: every file is in place"
+
+# The unit runs the installed daemon on the installed config.
+grep -qx "ExecStart=$(echo "$(under "$sbindir")" | sed "s|^$tmp/dest||")/kvdistd --config $(echo "$etc" | sed "s|^$tmp/dest||")/kvdist/kvdistd.json" \
+        "$tmp/dest$prefix/lib/systemd/system/kvdistd.service" ||
+        fail "ExecStart of the installed kvdistd.service does not name the installed daemon and config"
+if grep -l '@[A-Za-z_]*@' "$man"/man*/* "$tmp/dest$prefix/lib/systemd/system/kvdistd.service"; then
+        fail "unsubstituted @VARIABLES@ in the files above"
+fi
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$etc/kvdist/kvdistd.json" ||
+        fail "the installed config is not JSON"
+
+# The library exports kvd_* and nothing else, under its soname.
+soname=$(objdump -p "$lib/libkvdist.so.0.1.0" | awk '$1 == "SONAME" { print $2 }')
+[ "$soname" = libkvdist.so.0 ] || fail "SONAME is '$soname', want libkvdist.so.0"
+nm -D --defined-only "$lib/libkvdist.so.0.1.0" | awk '{ sub(/@.*/, "", $3); print $3 }' |
+        grep -v '^KVDIST_' \
+        >"$tmp/exports"
+[ -s "$tmp/exports" ] || fail "libkvdist exports nothing"
+if grep -v '^kvd_' "$tmp/exports"; then
+        fail "libkvdist exports the symbols above, which are not kvd_*"
+fi
+grep -qx kvd_daemon_metrics "$tmp/exports" || fail "kvd_daemon_metrics is not exported"
+echo "test-install: libkvdist exports $(wc -l <"$tmp/exports") kvd_* symbols as libkvdist.so.0"
+
+# An out-of-tree program, built with pkg-config against the installed tree only.
+cat >"$tmp/prog.c" <<'PROG'
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <kvdist/kvdist.h>
+
+int main(int argc, char **argv)
+{
+        kvd_option opt = { "socket_path", argv[1] };
+        kvd_client *client = NULL;
+        char *json = NULL;
+        int r;
+
+        r = kvd_client_connect(&client, &opt, 1);
+        if (r < 0) {
+                fprintf(stderr, "connect: %s: %s\n", kvd_strerror(r), kvd_last_error(NULL));
+                return 1;
+        }
+        r = kvd_daemon_status(client, &json);
+        if (r < 0) {
+                fprintf(stderr, "status: %s\n", kvd_strerror(r));
+                return 1;
+        }
+        printf("%s\n", strstr(json, "\"version\"") ? "status ok" : "status without a version");
+        free(json);
+        return kvd_client_finalize(client) < 0;
+}
+PROG
+export PKG_CONFIG_SYSROOT_DIR="$tmp/dest" PKG_CONFIG_LIBDIR="$lib/pkgconfig"
+flags=$(pkg-config --cflags --libs kvdist) || fail "pkg-config kvdist failed"
+case $flags in
+*"$tmp/dest"*) ;;
+*) fail "pkg-config kvdist does not point into the installed tree: $flags" ;;
+esac
+san=
+[ "$sanitize" = none ] || san="-fsanitize=$sanitize"
+# shellcheck disable=SC2086 # the flags are words
+"$cc" -Wall -Werror $san -o "$tmp/prog" "$tmp/prog.c" $flags || fail "the program does not build"
+echo "test-install: built with: $flags"
+
+"$(under "$sbindir")/kvdistd" --socket "$tmp/kvdist.sock" --memory-size 0 \
+        >"$tmp/kvdistd.log" 2>&1 &
+daemon_pid=$!
+i=0
+until [ -S "$tmp/kvdist.sock" ]; do
+        i=$((i + 1))
+        [ "$i" -le 200 ] && kill -0 "$daemon_pid" 2>/dev/null ||
+                { cat "$tmp/kvdistd.log" >&2; fail "the installed kvdistd did not come up"; }
+        sleep 0.05
+done
+out=$(LD_LIBRARY_PATH="$lib" "$tmp/prog" "$tmp/kvdist.sock") || fail "the program failed: $out"
+[ "$out" = "status ok" ] || fail "the program printed: $out"
+kill "$daemon_pid"
+wait "$daemon_pid" || fail "the installed kvdistd exited with status $?"
+daemon_pid=
+echo "test-install: ok"
