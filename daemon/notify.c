@@ -107,10 +107,10 @@ int handle_get_notifies(Request *req, Error *err)
         _cleanup_free_ Kvdist__V1__Notify *items = NULL;
         _cleanup_free_ Kvdist__V1__Notify **ptrs = NULL;
         size_t n = MIN((size_t)m->max, (size_t)c->n_notifies), i = 0;
+        CList taken = CLIST_INIT(taken);
         Notify *e, *tmp;
-        int r;
 
-        /* A frame of replies stays far below the frame limit: 4096 x ~280 bytes. */
+        /* A reply stays far below the frame limit: 4096 x ~280 bytes. */
         n = MIN(n, (size_t)4096);
         if (n > 0) {
                 items = calloc(n, sizeof(*items));
@@ -118,7 +118,7 @@ int handle_get_notifies(Request *req, Error *err)
                 if (!items || !ptrs)
                         return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
         }
-        CLIST_FOREACH(e, &c->notifies, link) {
+        CLIST_FOREACH_SAFE(e, tmp, &c->notifies, link) {
                 if (i == n)
                         break;
                 kvdist__v1__notify__init(&items[i]);
@@ -126,24 +126,22 @@ int handle_get_notifies(Request *req, Error *err)
                 items[i].data.data = e->data;
                 items[i].data.len = e->len;
                 ptrs[i] = &items[i];
+                clist_unlink(&e->link);
+                clist_link_tail(&taken, &e->link);
+                c->n_notifies--;
                 i++;
         }
+        /* The eventfd tells the truth before the client can see the reply and poll again. */
+        notify_signal(c);
         reply.status = &status;
         reply.notifies = ptrs;
         reply.n_notifies = n;
-        reply.remaining = c->n_notifies - (uint32_t)n;
-        r = request_reply(req, &reply.base, -1);
-        /* Taken once the reply is queued: a reply that could not be sent loses nothing. */
-        if (r == 0) {
-                i = 0;
-                CLIST_FOREACH_SAFE(e, tmp, &c->notifies, link) {
-                        if (i++ == n)
-                                break;
-                        clist_unlink(&e->link);
-                        free(e);
-                        c->n_notifies--;
-                }
-                notify_signal(c);
+        reply.remaining = c->n_notifies;
+        /* A reply that cannot be sent means the connection, and the cluster with it, is gone. */
+        (void)request_reply(req, &reply.base, -1);
+        CLIST_FOREACH_SAFE(e, tmp, &taken, link) {
+                clist_unlink(&e->link);
+                free(e);
         }
         return 0;
 }

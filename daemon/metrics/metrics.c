@@ -2,6 +2,7 @@
 /* Metrics: the families kvdistd exports, and the transfer outcomes they need recorded. */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 #include "link.h"
 #include "metrics-text.h"
 #include "metrics.h"
+#include "peer.h"
 #include "plan.h"
 #include "pool.h"
 #include "transfer.h"
@@ -285,6 +287,70 @@ static void family_errors(MetricsWriter *w, Daemon *d)
                                            d->counters.errors[s]);
 }
 
+static void family_peers(MetricsWriter *w, Daemon *d)
+{
+        uint64_t counts[_PEER_STATE_MAX] = {};
+        const Peer *p;
+
+        metrics_family(w, "kvdist_peers", "gauge", "Peer daemons, by connection state");
+        CLIST_FOREACH(p, &d->peers, link_daemon)
+                if (p->state >= 0 && p->state < _PEER_STATE_MAX && (p->dialed || p->node_id))
+                        counts[p->state]++;
+        for (int s = 0; s < _PEER_STATE_MAX; s++)
+                if (s != PEER_CLOSED)
+                        metrics_sample_u64(w, "kvdist_peers",
+                                           METRICS_LABELS({ "state", peer_state_to_string(s) }),
+                                           counts[s]);
+        metrics_family(w, "kvdist_peers_lost_total", "counter",
+                       "Ready peers lost (closed connection, heartbeat timeout, data error)");
+        metrics_sample_u64(w, "kvdist_peers_lost_total", NULL, d->counters.peers_lost);
+        metrics_family(w, "kvdist_peers_refused_total", "counter",
+                       "Peer connections refused (cluster key, data token, limits)");
+        metrics_sample_u64(w, "kvdist_peers_refused_total", NULL, d->counters.peers_refused);
+        metrics_family(w, "kvdist_peer_requests_refused_total", "counter",
+                       "Peer requests answered with an error");
+        metrics_sample_u64(w, "kvdist_peer_requests_refused_total", NULL,
+                           d->counters.peer_requests_refused);
+}
+
+static void family_peer_heartbeat(MetricsWriter *w, Daemon *d)
+{
+        const Peer *p;
+
+        metrics_family(w, "kvdist_peer_heartbeat_rtt_seconds", "gauge",
+                       "Round trip of the last heartbeat to each ready peer");
+        CLIST_FOREACH(p, &d->peers, link_daemon) {
+                char name[SOCKADDR_STR_MAX];
+
+                if (p->state != PEER_READY)
+                        continue;
+                (void)snprintf(name, sizeof(name), "%s", p->address[0] ? p->address : p->remote);
+                metrics_sample_double(w, "kvdist_peer_heartbeat_rtt_seconds",
+                                      METRICS_LABELS({ "peer", name }),
+                                      (double)p->rtt_usec / USEC_PER_SEC);
+        }
+}
+
+static void family_served(MetricsWriter *w, Daemon *d)
+{
+        metrics_family(w, "kvdist_inbound_links", "gauge",
+                       "Links peers' clusters made to clusters of this daemon");
+        metrics_sample_u64(w, "kvdist_inbound_links", NULL, d->n_inlinks);
+        metrics_family(w, "kvdist_served_in_flight", "gauge",
+                       "Peers' transfers of this daemon's caches running now");
+        metrics_sample_u64(w, "kvdist_served_in_flight", NULL, d->n_served);
+        metrics_family(w, "kvdist_served_total", "counter",
+                       "Peers' transfers of this daemon's caches completed");
+        metrics_sample_u64(w, "kvdist_served_total", NULL, d->counters.transfers_served);
+        metrics_family(w, "kvdist_served_bytes_total", "counter",
+                       "Bytes of this daemon's caches that peers pulled or pushed");
+        metrics_sample_u64(w, "kvdist_served_bytes_total", NULL, d->counters.bytes_served);
+        metrics_family(w, "kvdist_notifies_delivered_total", "counter",
+                       "Push notifications queued for clusters of this daemon");
+        metrics_sample_u64(w, "kvdist_notifies_delivered_total", NULL,
+                           d->counters.notifies_delivered);
+}
+
 /* The families, in the order they are written. Add one here and write its function above. */
 static const MetricsFamilyFn families[] = {
         family_build_info,
@@ -298,6 +364,9 @@ static const MetricsFamilyFn families[] = {
         family_transfers,
         family_transfer_latency,
         family_errors,
+        family_peers,
+        family_peer_heartbeat,
+        family_served,
 };
 
 int metrics_render(Daemon *d, char **ret, size_t *ret_len)

@@ -88,6 +88,20 @@ START_TEST(test_pull_blocks)
 
         ck_assert_int_ge(node_status_int(&w.p, "counters/transfers_served"), 3);
         ck_assert_int_eq(client_status_int(w.b, "counters/transfers_ok"), 3);
+        {
+                char *text = NULL;
+
+                expect_ok(w.b, kvd_daemon_metrics(w.b, &text));
+                ck_assert_ptr_nonnull(strstr(text, "kvdist_peers{state=\"ready\"} 1\n"));
+                ck_assert_ptr_nonnull(strstr(text, "kvdist_peer_heartbeat_rtt_seconds{peer=\""));
+                ck_assert_ptr_nonnull(strstr(text, "kvdist_transfers_total{direction=\"pull\","
+                                                   "transport=\"tcp\",status=\"KVD_OK\"} 3\n"));
+                free(text);
+                expect_ok(w.a, kvd_daemon_metrics(w.a, &text));
+                ck_assert_ptr_nonnull(strstr(text, "kvdist_served_total 3\n"));
+                ck_assert_ptr_nonnull(strstr(text, "kvdist_inbound_links 1\n"));
+                free(text);
+        }
         tcopies_free(&cp);
         pair_stop(&w);
 }
