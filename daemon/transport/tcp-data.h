@@ -59,7 +59,12 @@ typedef struct TcpData TcpData;
  * and passed its CRC (receive jobs), else -ECANCELED, -EILSEQ, -ECONNRESET, ... */
 typedef void (*tcp_data_done_fn)(void *userdata, int status);
 
-/* Runs on the control loop thread, once, when the TcpData broke; @error says why. */
+/*
+ * Runs on the control loop thread, once, when the TcpData broke; @error says why: -ECONNRESET for
+ * an end of stream, -EBADMSG or -EPROTO for a chunk that breaks the protocol, -ETIMEDOUT for a
+ * chunk of a job that was not registered in time, or the errno of a failed system call. It may
+ * call tcp_data_free().
+ */
 typedef void (*tcp_data_broken_fn)(TcpData *td, int error, void *userdata);
 
 typedef struct TcpDataOptions {
@@ -72,6 +77,7 @@ typedef struct TcpDataOptions {
         tcp_data_broken_fn broken;
         void *userdata;
         const char *name;               /* "peer 10.0.0.2:7000", for debug logs; copied */
+        unsigned unknown_job_wait_ms;   /* 0: TCP_DATA_UNKNOWN_JOB_WAIT_MS; tests make it short */
 } TcpDataOptions;
 
 /* Counters, read on the loop thread. */
@@ -92,8 +98,10 @@ typedef struct TcpDataStats {
 int tcp_data_new(const TcpDataOptions *o, TcpData **ret);
 
 /*
- * Stops and joins the threads, closes the sockets, and calls the done callback of every job still
- * registered with -ECONNRESET (from inside this call). Accepts NULL; returns NULL.
+ * Stops and joins the threads, closes the sockets (abortively: unsent bytes are dropped and the
+ * peer sees a reset), and calls the done callback of every job still registered with
+ * -ECONNRESET (from inside this call; a job that completed but whose callback had not run yet
+ * gets its own status). May be called from a done or broken callback. Accepts NULL; returns NULL.
  */
 TcpData *tcp_data_free(TcpData *td);
 

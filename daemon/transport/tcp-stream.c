@@ -188,6 +188,36 @@ int tcp_stream_split(uint64_t total_bytes, unsigned n_streams, uint64_t min_byte
         return (int)n;
 }
 
+int tcp_stream_header_parse(const uint8_t *buf, bool crc, TcpStreamHeader *ret)
+{
+        TcpStreamHeader h = {
+                .flags = get_le32(buf + 4),
+                .transfer_id = get_le64(buf + 8),
+                .offset = get_le64(buf + 16),
+                .length = get_le32(buf + 24),
+                .crc = get_le32(buf + 28),
+        };
+        uint64_t end;
+
+        if (get_le32(buf + 0) != TCP_STREAM_MAGIC)
+                return -EBADMSG;
+        if (h.flags & ~TCP_STREAM_FLAGS_KNOWN)
+                return -EBADMSG;
+        if (!!(h.flags & TCP_STREAM_FLAG_CRC) != crc)
+                return -EBADMSG;
+        if (!crc && h.crc != 0)
+                return -EBADMSG;
+        if ((h.flags & TCP_STREAM_FLAG_ABORT) && (h.length != 0 || h.crc != 0))
+                return -EBADMSG;
+        if (h.length == 0 && !(h.flags & TCP_STREAM_FLAG_ABORT))
+                return -EPROTO;
+        if (ADD_OVERFLOW(h.offset, (uint64_t)h.length, &end))
+                return -EPROTO;
+
+        *ret = h;
+        return 0;
+}
+
 int tcp_stream_src_total(const TcpSrcSegment *segs, size_t n, uint64_t *ret_total)
 {
         SegList l = { .src = segs, .n = n };
@@ -251,14 +281,32 @@ int tcp_sender_init(TcpSender *s, uint64_t transfer_id, const TcpSrcSegment *seg
         return tcp_sender_init_range(s, transfer_id, segs, n, 0, total, chunk_size, crc);
 }
 
-static void sender_begin_chunk(TcpSender *s)
+int tcp_sender_init_aborted(TcpSender *s, uint64_t transfer_id, uint64_t start, uint64_t end,
+                            bool crc)
 {
-        SegList l = sender_list(s);
-        uint32_t len = (uint32_t)MIN(s->end - s->pos, (uint64_t)s->chunk_size);
-        uint32_t crc = s->crc ? cursor_crc(&l, s->cur, len, 0) : 0;
+        if (start >= end)
+                return -EINVAL;
 
+        *s = (TcpSender){
+                .transfer_id = transfer_id,
+                .end = end,
+                .pos = start,
+                .chunk_size = TCP_STREAM_CHUNK_DEFAULT,
+                .crc = crc,
+                .abort = true,
+        };
+        return 0;
+}
+
+void tcp_sender_abort(TcpSender *s)
+{
+        s->abort = true;
+}
+
+static void sender_put_header(TcpSender *s, uint32_t flags, uint32_t len, uint32_t crc)
+{
         put_le32(s->hdr + 0, TCP_STREAM_MAGIC);
-        put_le32(s->hdr + 4, s->crc ? TCP_STREAM_FLAG_CRC : 0);
+        put_le32(s->hdr + 4, flags | (s->crc ? TCP_STREAM_FLAG_CRC : 0));
         put_le64(s->hdr + 8, s->transfer_id);
         put_le64(s->hdr + 16, s->pos);
         put_le32(s->hdr + 24, len);
@@ -268,9 +316,26 @@ static void sender_begin_chunk(TcpSender *s)
         s->in_chunk = true;
 }
 
-int tcp_sender_step(TcpSender *s, int fd)
+/* The ABORT chunk is a header alone: the step loop sends it like any chunk with no payload. */
+static void sender_begin_abort(TcpSender *s)
+{
+        sender_put_header(s, TCP_STREAM_FLAG_ABORT, 0, 0);
+        s->aborted = true;
+}
+
+static void sender_begin_chunk(TcpSender *s)
 {
         SegList l = sender_list(s);
+        uint32_t len = (uint32_t)MIN(s->end - s->pos, (uint64_t)s->chunk_size);
+        uint32_t crc = s->crc ? cursor_crc(&l, s->cur, len, 0) : 0;
+
+        sender_put_header(s, 0, len, crc);
+}
+
+int tcp_sender_step_max(TcpSender *s, int fd, uint64_t max_bytes)
+{
+        SegList l = sender_list(s);
+        uint64_t moved = 0;
 
         if (s->error < 0)
                 return s->error;
@@ -282,10 +347,15 @@ int tcp_sender_step(TcpSender *s, int fd)
                 ssize_t n;
                 uint64_t done;
 
+                if (!s->in_chunk && (s->aborted || s->pos >= s->end))
+                        return TCP_STREAM_DONE;
+                if (moved > 0 && moved >= max_bytes)
+                        return TCP_STREAM_MORE;
                 if (!s->in_chunk) {
-                        if (s->pos >= s->end)
-                                return 1;
-                        sender_begin_chunk(s);
+                        if (s->abort)
+                                sender_begin_abort(s);
+                        else
+                                sender_begin_chunk(s);
                 }
 
                 if (s->hdr_sent < TCP_STREAM_HEADER_SIZE) {
@@ -301,11 +371,12 @@ int tcp_sender_step(TcpSender *s, int fd)
                         if (errno == EINTR)
                                 continue;
                         if (errno == EAGAIN || errno == EWOULDBLOCK)
-                                return 0;
+                                return TCP_STREAM_BLOCKED;
                         s->error = -errno;
                         return s->error;
                 }
 
+                moved += (uint64_t)n;
                 done = (uint64_t)n;
                 if (s->hdr_sent < TCP_STREAM_HEADER_SIZE) {
                         uint64_t left = TCP_STREAM_HEADER_SIZE - s->hdr_sent;
@@ -319,6 +390,11 @@ int tcp_sender_step(TcpSender *s, int fd)
                 if (s->hdr_sent == TCP_STREAM_HEADER_SIZE && s->pos == s->chunk_end)
                         s->in_chunk = false;
         }
+}
+
+int tcp_sender_step(TcpSender *s, int fd)
+{
+        return tcp_sender_step_max(s, fd, UINT64_MAX);
 }
 
 int tcp_receiver_init_range(TcpReceiver *r, uint64_t transfer_id, const TcpDstSegment *segs,
@@ -357,37 +433,67 @@ int tcp_receiver_init(TcpReceiver *r, uint64_t transfer_id, const TcpDstSegment 
         return tcp_receiver_init_range(r, transfer_id, segs, n, 0, total, crc);
 }
 
-/* Checks a complete header against what this receiver expects next; touches no destination. */
-static int receiver_accept_header(TcpReceiver *r)
+int tcp_receiver_init_discard(TcpReceiver *r, uint64_t transfer_id, uint64_t start, uint64_t end,
+                              bool crc, void *scratch, size_t scratch_len)
 {
-        uint32_t magic = get_le32(r->hdr + 0);
-        uint32_t flags = get_le32(r->hdr + 4);
-        uint64_t id = get_le64(r->hdr + 8);
-        uint64_t offset = get_le64(r->hdr + 16);
-        uint32_t len = get_le32(r->hdr + 24);
-        uint32_t crc = get_le32(r->hdr + 28);
+        if (start > end || !scratch || scratch_len == 0)
+                return -EINVAL;
 
-        if (magic != TCP_STREAM_MAGIC)
-                return -EBADMSG;
-        if (flags & ~TCP_STREAM_FLAGS_KNOWN)
-                return -EBADMSG;
-        if (!!(flags & TCP_STREAM_FLAG_CRC) != r->crc)
-                return -EBADMSG;
-        if (!r->crc && crc != 0)
-                return -EBADMSG;
-        if (id != r->transfer_id)
+        *r = (TcpReceiver){
+                .transfer_id = transfer_id,
+                .end = end,
+                .pos = start,
+                .crc = crc,
+                .scratch = scratch,
+                .scratch_len = scratch_len,
+        };
+        return 0;
+}
+
+int tcp_receiver_discard(TcpReceiver *r, void *scratch, size_t scratch_len)
+{
+        if (!scratch || scratch_len == 0)
+                return -EINVAL;
+
+        r->scratch = scratch;
+        r->scratch_len = scratch_len;
+        r->segs = NULL;
+        r->n_segs = 0;
+        r->cur = (TcpStreamCursor){ .seg = 0, .off = 0 };
+        if (r->error == -EILSEQ)
+                r->error = 0;
+        return 0;
+}
+
+/* Checks a parsed header against what this receiver expects next; touches no destination. */
+static int receiver_accept(TcpReceiver *r, const TcpStreamHeader *h)
+{
+        if (h->transfer_id != r->transfer_id)
                 return -EPROTO;
         /* In order on one connection: anything but the next offset is a violation. */
-        if (offset != r->pos)
+        if (r->pos >= r->end || h->offset != r->pos)
                 return -EPROTO;
-        if (len == 0 || len > r->end - r->pos)
+        if (h->flags & TCP_STREAM_FLAG_ABORT)
+                return -ECANCELED;
+        if (h->length > r->end - r->pos)
                 return -EPROTO;
 
-        r->chunk_end = r->pos + len;
-        r->chunk_crc = crc;
+        r->chunk_end = r->pos + h->length;
+        r->chunk_crc = h->crc;
         r->crc_run = 0;
         r->in_chunk = true;
         return 0;
+}
+
+static int receiver_accept_header(TcpReceiver *r)
+{
+        TcpStreamHeader h;
+        int q;
+
+        q = tcp_stream_header_parse(r->hdr, r->crc, &h);
+        if (q < 0)
+                return q;
+        return receiver_accept(r, &h);
 }
 
 static int receiver_fail(TcpReceiver *r, int error)
@@ -396,9 +502,32 @@ static int receiver_fail(TcpReceiver *r, int error)
         return error;
 }
 
-int tcp_receiver_step(TcpReceiver *r, int fd)
+int tcp_receiver_start(TcpReceiver *r, const TcpStreamHeader *h)
+{
+        int q;
+
+        if (r->error < 0)
+                return r->error;
+        if (r->in_chunk || r->hdr_got > 0)
+                return -EBUSY;
+        q = receiver_accept(r, h);
+        if (q < 0)
+                return receiver_fail(r, q);
+        return 0;
+}
+
+/* Reads payload of the chunk in progress into the scratch buffer; no CRC, no destination. */
+static ssize_t receiver_read_discard(TcpReceiver *r, int fd)
+{
+        size_t want = (size_t)MIN(r->chunk_end - r->pos, (uint64_t)r->scratch_len);
+
+        return recv(fd, r->scratch, want, 0);
+}
+
+int tcp_receiver_step_max(TcpReceiver *r, int fd, uint64_t max_bytes)
 {
         SegList l = receiver_list(r);
+        uint64_t moved = 0;
 
         if (r->error < 0)
                 return r->error;
@@ -409,21 +538,23 @@ int tcp_receiver_step(TcpReceiver *r, int fd)
                 ssize_t n;
                 int q;
 
+                if (!r->in_chunk && r->pos >= r->end)
+                        return TCP_STREAM_DONE;
+                if (moved > 0 && moved >= max_bytes)
+                        return TCP_STREAM_MORE;
                 if (!r->in_chunk) {
-                        if (r->pos >= r->end)
-                                return 1;
-
                         /* Only the header: not one payload byte is read before it is checked. */
                         n = recv(fd, r->hdr + r->hdr_got, TCP_STREAM_HEADER_SIZE - r->hdr_got, 0);
                         if (n < 0) {
                                 if (errno == EINTR)
                                         continue;
                                 if (errno == EAGAIN || errno == EWOULDBLOCK)
-                                        return 0;
+                                        return TCP_STREAM_BLOCKED;
                                 return receiver_fail(r, -errno);
                         }
                         if (n == 0)
                                 return receiver_fail(r, -ECONNRESET);
+                        moved += (uint64_t)n;
                         r->hdr_got += (uint32_t)n;
                         if (r->hdr_got < TCP_STREAM_HEADER_SIZE)
                                 continue;
@@ -433,19 +564,30 @@ int tcp_receiver_step(TcpReceiver *r, int fd)
                                 return receiver_fail(r, q);
                 }
 
-                /* chunk_end <= end <= the job's size, so the iovec lies inside the segments. */
-                k = cursor_iov(&l, r->cur, r->chunk_end - r->pos, iov, IOV_BATCH);
-                n = readv(fd, iov, (int)k);
+                if (r->scratch) {
+                        n = receiver_read_discard(r, fd);
+                } else {
+                        /* chunk_end <= end <= the job's size: the iovec lies inside the segments */
+                        k = cursor_iov(&l, r->cur, r->chunk_end - r->pos, iov, IOV_BATCH);
+                        n = readv(fd, iov, (int)k);
+                }
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
                         if (errno == EAGAIN || errno == EWOULDBLOCK)
-                                return 0;
+                                return TCP_STREAM_BLOCKED;
                         return receiver_fail(r, -errno);
                 }
                 if (n == 0)
                         return receiver_fail(r, -ECONNRESET);
+                moved += (uint64_t)n;
 
+                if (r->scratch) {
+                        r->pos += (uint64_t)n;
+                        if (r->pos == r->chunk_end)
+                                r->in_chunk = false;
+                        continue;
+                }
                 if (r->crc)
                         r->crc_run = cursor_crc(&l, r->cur, (uint64_t)n, r->crc_run);
                 cursor_advance(&l, &r->cur, (uint64_t)n);
@@ -456,4 +598,9 @@ int tcp_receiver_step(TcpReceiver *r, int fd)
                                 return receiver_fail(r, -EILSEQ);
                 }
         }
+}
+
+int tcp_receiver_step(TcpReceiver *r, int fd)
+{
+        return tcp_receiver_step_max(r, fd, UINT64_MAX);
 }
