@@ -17,36 +17,29 @@ static PlanLayers layers_from_proto(const Kvdist__V1__LayerRange *r)
         return (PlanLayers){ r->first, r->last };
 }
 
+/* Transfer and PeerTransfer name their plan-shaping fields alike: one initialiser for both. */
+#define TRANSFER_ARGS_FROM(m)                                                                \
+        ((TransferArgs){                                                                     \
+                .kind = (TransferKind)(m)->kind,                                             \
+                .src_blocks = (m)->src_blocks,                                               \
+                .n_src_blocks = (m)->n_src_blocks,                                           \
+                .dst_blocks = (m)->dst_blocks,                                               \
+                .n_dst_blocks = (m)->n_dst_blocks,                                           \
+                .local_batch_index = (m)->local_batch_index,                                 \
+                .size = (m)->size,                                                           \
+                .src_layers = layers_from_proto((m)->src_layers),                            \
+                .dst_layers = layers_from_proto((m)->dst_layers),                            \
+                .tensor_num_per_layer = (m)->tensor_num_per_layer,                           \
+        })
+
 void transfer_args_from_transfer(const Kvdist__V1__Transfer *m, TransferArgs *ret)
 {
-        *ret = (TransferArgs){
-                .kind = (TransferKind)m->kind,
-                .src_blocks = m->src_blocks,
-                .n_src_blocks = m->n_src_blocks,
-                .dst_blocks = m->dst_blocks,
-                .n_dst_blocks = m->n_dst_blocks,
-                .local_batch_index = m->local_batch_index,
-                .size = m->size,
-                .src_layers = layers_from_proto(m->src_layers),
-                .dst_layers = layers_from_proto(m->dst_layers),
-                .tensor_num_per_layer = m->tensor_num_per_layer,
-        };
+        *ret = TRANSFER_ARGS_FROM(m);
 }
 
 void transfer_args_from_peer(const Kvdist__V1__PeerTransfer *m, TransferArgs *ret)
 {
-        *ret = (TransferArgs){
-                .kind = (TransferKind)m->kind,
-                .src_blocks = m->src_blocks,
-                .n_src_blocks = m->n_src_blocks,
-                .dst_blocks = m->dst_blocks,
-                .n_dst_blocks = m->n_dst_blocks,
-                .local_batch_index = m->local_batch_index,
-                .size = m->size,
-                .src_layers = layers_from_proto(m->src_layers),
-                .dst_layers = layers_from_proto(m->dst_layers),
-                .tensor_num_per_layer = m->tensor_num_per_layer,
-        };
+        *ret = TRANSFER_ARGS_FROM(m);
 }
 
 bool transfer_kind_is_pull(TransferKind k)
