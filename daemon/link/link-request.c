@@ -241,16 +241,20 @@ static void link_request_on_timeout(evutil_socket_t fd, short what, void *userda
 
         for (size_t i = 0; i < lr->n; i++) {
                 LinkSetup *s = &lr->setups[i];
+                bool last;
 
                 if (s->done || !s->lr)
                         continue;
+                last = lr->n_pending == 1;
+
                 link_setup_abandon(s);
                 error_clear(&e);
                 error_set(&e, KVD_E_TIMEOUT, "no link to cluster %" PRIu64 " at %s within the "
                           "call's timeout", s->remote_cluster_id, s->address);
+                /* The last set-up to finish answers the client and frees @lr. */
                 link_setup_finish(s, &e);
-                if (lr->n_pending == 0)
-                        return; /* answered and freed */
+                if (last)
+                        return;
         }
 }
 

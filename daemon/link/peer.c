@@ -175,8 +175,8 @@ static void peer_on_free_later(evutil_socket_t fd, short what, void *userdata)
 void peer_lose(Peer *p, int status, const char *fmt, ...)
 {
         static const struct timeval now = { 0, 0 };
-        PeerCall *call, *ctmp;
-        PeerWaiter *w, *wtmp;
+        PeerCall *call;
+        PeerWaiter *w;
         Error err = ERROR_INIT;
         bool was_ready;
         va_list ap;
@@ -198,12 +198,15 @@ void peer_lose(Peer *p, int status, const char *fmt, ...)
         if (p->fd >= 0)
                 (void)shutdown(p->fd, SHUT_RDWR);
 
-        CLIST_FOREACH_SAFE(w, wtmp, &p->waiters, link) {
+        /* One at a time from the head: a callback may cancel other waiters or calls. */
+        while (!clist_is_empty(&p->waiters)) {
+                w = clist_first_entry(&p->waiters, PeerWaiter, link);
                 clist_unlink(&w->link);
                 w->fn(p, status, &err, w->userdata);
                 free(w);
         }
-        CLIST_FOREACH_SAFE(call, ctmp, &p->calls, link) {
+        while (!clist_is_empty(&p->calls)) {
+                call = clist_first_entry(&p->calls, PeerCall, link);
                 clist_unlink(&call->link);
                 call->fn(p, status, &err, NULL, call->userdata);
                 free(call);
@@ -363,7 +366,7 @@ static uint64_t peer_dialer_node_id(const Peer *p)
 static void peer_become_ready(Peer *p)
 {
         Daemon *d = p->daemon;
-        PeerWaiter *w, *wtmp;
+        PeerWaiter *w;
         Peer *q;
 
         peer_set_state(p, PEER_READY);
@@ -389,7 +392,8 @@ static void peer_become_ready(Peer *p)
                  p->authenticated ? "authenticated with the cluster key" : "NOT authenticated",
                  p->n_streams, p->crc ? ", CRC32C on" : "");
         daemon_update_status(d);
-        CLIST_FOREACH_SAFE(w, wtmp, &p->waiters, link) {
+        while (!clist_is_empty(&p->waiters) && p->state == PEER_READY) {
+                w = clist_first_entry(&p->waiters, PeerWaiter, link);
                 clist_unlink(&w->link);
                 w->fn(p, KVD_OK, NULL, w->userdata);
                 free(w);
