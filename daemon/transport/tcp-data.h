@@ -107,8 +107,9 @@ TcpData *tcp_data_free(TcpData *td);
 
 /*
  * Starts sending job @job_id: the bytes of @segs (@n entries, borrowed, with the memory they
- * name, until @done runs). -EEXIST when a send job with that id is registered, -EINVAL for an
- * empty job or a NULL segment with a length, -EPIPE when the TcpData is broken.
+ * name, until @done runs). -EEXIST when a send job with that id is registered (until its last
+ * range is on the wire), -EINVAL for an empty job or a NULL segment with a length, -EPIPE when
+ * the TcpData is broken or being freed. @done may be NULL when nobody needs to know.
  */
 int tcp_data_send(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_t n,
                   tcp_data_done_fn done, void *userdata);
@@ -116,7 +117,7 @@ int tcp_data_send(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_
 /*
  * Sends job @job_id of @total bytes as aborted: one ABORT chunk for each of its ranges, so the
  * receiving end's job finishes (failed) without a byte of payload. No callback. For a job that the
- * receiver registered but this end will not send after all.
+ * receiver registered but this end will not send after all. Errors as tcp_data_send().
  */
 int tcp_data_send_aborted(TcpData *td, uint64_t job_id, uint64_t total);
 
@@ -130,8 +131,9 @@ void tcp_data_cancel_send(TcpData *td, uint64_t job_id);
 
 /*
  * Registers receive job @job_id: its bytes land in @segs (@n entries, borrowed, with the memory
- * they name, until @done runs). -EEXIST when a receive job with that id is registered, -EINVAL
- * as tcp_data_send(), -EPIPE when broken.
+ * they name, until @done runs). -EEXIST when a receive job with that id is registered (a
+ * cancelled or failed one stays registered, dropping what arrives, until every one of its
+ * ranges went past), -EINVAL as tcp_data_send(), -EPIPE when broken.
  */
 int tcp_data_recv(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_t n,
                   tcp_data_done_fn done, void *userdata);

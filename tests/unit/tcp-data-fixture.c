@@ -278,6 +278,8 @@ static void peer_new(World *w, Peer *p, const int *fds, const TcpDataOptions *tm
 
 static void world_base(World *w, unsigned n)
 {
+        /* Counts from 0 for each world, also when Check runs the tests in one process. */
+        done_total = 0;
         *w = (World){ .n = n };
         for (unsigned i = 0; i < TCP_DATA_MAX_CONNS; i++)
                 w->raw[i] = -1;

@@ -16,7 +16,7 @@
 
 #define GUARD 64
 #define GUARD_BYTE 0xa5
-#define FILL_BYTE 0x00 /* destination before anything lands; pattern bytes are never 0 */
+#define FILL_BYTE 0x00          /* destination before anything lands; pattern bytes are never 0 */
 
 /*
  * One transfer's memory: the logical byte stream, source segments scattered in a buffer, and
@@ -64,7 +64,7 @@ typedef struct Done {
         uint8_t *snapshot;
 } Done;
 
-/* Counts every done callback of the process, for waits. */
+/* Counts every done callback since the last world_init*(), for waits. */
 extern unsigned done_total;
 
 /* A tcp_data_done_fn for a Done; asserts it runs once. */
@@ -87,11 +87,15 @@ typedef struct World {
 
 /*
  * Two TcpData ends, a and b, over @n loopback TCP connections (socketpairs unless @tcp), with
- * socket buffers of @bufsize when > 0; @tmpl gives the other options (may be NULL).
+ * socket buffers of @bufsize when > 0; @tmpl gives the other options (may be NULL). Resets
+ * done_total.
  */
 void world_init(World *w, unsigned n, bool tcp, int bufsize, const TcpDataOptions *tmpl);
 
-/* One TcpData end, a, whose sockets' other ends are w->raw[] (blocking), for scripted peers. */
+/*
+ * One TcpData end, a, whose sockets' other ends are w->raw[] (blocking), for scripted peers.
+ * Resets done_total.
+ */
 void world_init_raw(World *w, unsigned n, bool tcp, int bufsize, const TcpDataOptions *tmpl);
 
 /* Frees whatever of a, b and the raw sockets is left, then the event_base. */
