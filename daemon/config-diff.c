@@ -179,6 +179,7 @@ int config_diff(const Config *old, const Config *new, ConfigChange **ret, size_t
                            new->cluster_key_file ?: "", false);
         /* The TCP settings are offered to each peer when it connects: new peers get them. */
         diff_int_fields(&l, &config_tcp_fields, "tcp.", old, new);
+        diff_int_fields(&l, &config_rdma_fields, "rdma.", old, new);
         if (old->tcp.crc != new->tcp.crc)
                 add_change(&l, "tcp.crc", old->tcp.crc ? "true" : "false",
                            new->tcp.crc ? "true" : "false", true);

@@ -46,6 +46,7 @@ typedef struct IntFieldTable {
 extern const IntFieldTable config_top_fields;
 extern const IntFieldTable config_limit_fields;
 extern const IntFieldTable config_tcp_fields;
+extern const IntFieldTable config_rdma_fields;
 
 /*
  * Sets *@ret (freeing what was there) to a copy of the peer listen address @s, checked to be a

@@ -53,15 +53,16 @@ static json_t *device_to_json(const DeviceConfig *d, bool *ok)
 json_t *config_to_json(const Config *c)
 {
         json_t *o = json_object(), *limits = json_object(), *devices = json_array();
-        json_t *tcp = json_object();
+        json_t *tcp = json_object(), *rdma = json_object();
         char mode[8];
-        bool ok = o && limits && devices && tcp;
+        bool ok = o && limits && devices && tcp && rdma;
 
         if (!ok) {
                 json_decref(o);
                 json_decref(limits);
                 json_decref(devices);
                 json_decref(tcp);
+                json_decref(rdma);
                 return NULL;
         }
         (void)snprintf(mode, sizeof(mode), "%04o", c->socket_mode);
@@ -80,6 +81,8 @@ json_t *config_to_json(const Config *c)
         set_int_fields(tcp, c, &config_tcp_fields, &ok);
         set(tcp, "crc", json_boolean(c->tcp.crc), &ok);
         set(o, "tcp", tcp, &ok);
+        set_int_fields(rdma, c, &config_rdma_fields, &ok);
+        set(o, "rdma", rdma, &ok);
         for (size_t i = 0; i < c->n_devices; i++)
                 if (json_array_append_new(devices, device_to_json(&c->devices[i], &ok)) < 0)
                         ok = false;

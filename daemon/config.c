@@ -239,6 +239,7 @@ int config_new(Config **ret)
         };
         c->heartbeat_interval_ms = 1000;
         c->heartbeat_timeout_ms = 5000;
+        c->rdma = (RdmaConfig){ .qps = 4 };
         c->tcp = (TcpConfig){
                 .streams = 4,
                 .crc = false,
@@ -385,6 +386,10 @@ static const IntField top_fields[] = {
         INT_FIELD("heartbeat_timeout_ms", heartbeat_timeout_ms, FIELD_INT, 50, 3600000),
 };
 
+static const IntField rdma_fields[] = {
+        INT_FIELD("qps", rdma.qps, FIELD_INT, 1, 8),
+};
+
 static const IntField tcp_fields[] = {
         INT_FIELD("streams", tcp.streams, FIELD_INT, 1, TCP_STREAMS_MAX),
         INT_FIELD("chunk_size", tcp.chunk_size, FIELD_SIZE, 4 * KIB, 64 * MIB),
@@ -416,6 +421,7 @@ _Static_assert(sizeof(unsigned) == sizeof(uint32_t), "IntField stores unsigned a
 const IntFieldTable config_top_fields = { top_fields, ARRAY_SIZE(top_fields) };
 const IntFieldTable config_limit_fields = { limit_fields, ARRAY_SIZE(limit_fields) };
 const IntFieldTable config_tcp_fields = { tcp_fields, ARRAY_SIZE(tcp_fields) };
+const IntFieldTable config_rdma_fields = { rdma_fields, ARRAY_SIZE(rdma_fields) };
 
 const IntField *int_field_find(const IntFieldTable *t, const char *name)
 {
@@ -901,6 +907,28 @@ static int parse_tcp(Config *c, json_t *v, const char *path, char **error)
         return 0;
 }
 
+static int parse_rdma(Config *c, json_t *v, const char *path, char **error)
+{
+        char p[PATH_BUF];
+        const char *key;
+        json_t *e;
+        int r;
+
+        if (!json_is_object(v))
+                return config_errorf(error, -EINVAL, "%s: expected an object", path);
+        json_object_foreach(v, key, e) {
+                const IntField *f = int_field_find(&config_rdma_fields, key);
+
+                pathf(p, "%s.%s", path, key);
+                if (!f)
+                        return unknown_key(p, error);
+                r = apply_int_field_json(c, f, e, p, error);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 typedef int (*KeyParser)(Config *c, json_t *v, const char *path, char **error);
 
 static const struct {
@@ -918,6 +946,7 @@ static const struct {
         { "listen_ip_info", parse_listen_ip_info },
         { "cluster_key_file", parse_cluster_key_file },
         { "tcp", parse_tcp },
+        { "rdma", parse_rdma },
         { "limits", parse_limits },
 };
 

@@ -53,6 +53,11 @@ typedef struct TcpConfig {
         uint32_t chunk_size;               /* bytes per chunk header */
 } TcpConfig;
 
+/* The RDMA transport between daemons ("rdma" object). */
+typedef struct RdmaConfig {
+        uint32_t qps;                      /* RC queue pairs per peer device pair */
+} RdmaConfig;
+
 typedef struct Config {
         char *socket_path;
         uint32_t socket_mode;              /* permission bits of the socket, default 0660 */
@@ -72,6 +77,7 @@ typedef struct Config {
         uint32_t heartbeat_interval_ms;    /* a peer heartbeat every so often */
         uint32_t heartbeat_timeout_ms;     /* a peer silent this long is lost */
         TcpConfig tcp;
+        RdmaConfig rdma;
         char *metrics_listen;              /* "ip:port" of the /metrics listener; NULL = off */
         Limits limits;
 } Config;

@@ -26,6 +26,7 @@
 #include "peer.h"
 #include "pool.h"
 #include "random-util.h"
+#include "rdma.h"
 #include "region.h"
 #include "reload.h"
 #include "sd.h"
@@ -66,6 +67,12 @@ void daemon_release_cache(Daemon *d, Cache *cache)
         if (cache->n_busy > 0) {
                 cache->released = true;
                 return;
+        }
+        /* Registrations go before the pages they pin are handed back. */
+        if (cache->rdma_free) {
+                cache->rdma_free(cache->rdma);
+                cache->rdma_free = NULL;
+                cache->rdma = NULL;
         }
         if (cache->pool_backed && d->pool) {
                 /* Hand the pages back zeroed: the next cache carved here may belong to another
@@ -248,6 +255,13 @@ int daemon_new(Config *config, Daemon **ret)
                 log_error_errno(r, "cannot set up the TCP transport");
                 goto fail;
         }
+        r = rdma_context_new(d, &d->rdma);
+        if (r >= 0)
+                r = transport_rdma_new(d, &d->rdma_transport);
+        if (r < 0) {
+                log_error_errno(r, "cannot set up the RDMA transport");
+                goto fail;
+        }
 
         d->sig_term = evsignal_new(d->base, SIGTERM, daemon_on_signal, d);
         d->sig_int = evsignal_new(d->base, SIGINT, daemon_on_signal, d);
@@ -324,6 +338,8 @@ Daemon *daemon_free(Daemon *d)
         d->engine = engine_free(d->engine);
         d->shm = transport_free(d->shm);
         d->tcp = transport_free(d->tcp);
+        d->rdma_transport = transport_free(d->rdma_transport);
+        d->rdma = rdma_context_free(d->rdma);
         if (d->cluster_key)
                 explicit_bzero(d->cluster_key, d->cluster_key_len);
         free(d->cluster_key);

@@ -22,6 +22,7 @@ typedef struct Cluster Cluster;
 typedef struct Engine Engine;
 typedef struct Listener Listener;
 typedef struct PeerListener PeerListener;
+typedef struct RdmaContext RdmaContext;
 typedef struct Metrics Metrics;
 typedef struct MetricsServer MetricsServer;
 typedef struct Pool Pool;
@@ -54,6 +55,8 @@ typedef struct Daemon {
         Engine *engine;
         Transport *shm;         /* moves bytes between clusters of this daemon */
         Transport *tcp;         /* moves bytes to and from peer daemons over TcpData */
+        Transport *rdma_transport; /* one-sided READ/WRITE over RDMA endpoints */
+        RdmaContext *rdma;      /* the RDMA devices of the device map (none without verbs) */
 
         uint64_t node_id;       /* random, never 0: how peers tell daemons apart */
         char identity[96];      /* "kvdistd/0.1.0 hostname" */

@@ -19,7 +19,9 @@
 #include "kvdist.pb-c.h"
 #include "listener.h"
 #include "metrics-http.h"
+#include "peer-rdma.h"
 #include "peer.h"
+#include "rdma.h"
 #include "plan.h"
 #include "pool.h"
 #include "status.h"
@@ -161,8 +163,7 @@ static json_t *status_link(const Link *l, usec_t now, bool *ok)
         set(o, "local_cluster", json_u64(l->local->id), ok);
         set(o, "remote_cluster", json_u64(l->remote_cluster_id), ok);
         set(o, "transport", json_string(transport_name(l->transport)), ok);
-        set(o, "transport_reason", json_string(l->transport_reason ? l->transport_reason : ""),
-            ok);
+        set(o, "transport_reason", json_string(l->transport_reason), ok);
         set(o, "peer", json_string(l->exposed ? l->peer_address : ""), ok);
         set(o, "remote_caches", json_integer(l->exposed ? (json_int_t)l->exposed->n_caches : -1),
             ok);
@@ -192,7 +193,75 @@ static json_t *status_inlink(const InLink *il, usec_t now, bool *ok)
         return o;
 }
 
-static json_t *status_peer(const Peer *p, usec_t now, bool *ok)
+typedef struct DeviceCtx {
+        json_t *array;
+        bool *ok;
+} DeviceCtx;
+
+static void status_rdma_device(const RdmaDevice *dev, void *userdata)
+{
+        DeviceCtx *ctx = userdata;
+        RdmaDeviceStatus st;
+        json_t *o = json_object();
+
+        if (!o) {
+                *ctx->ok = false;
+                return;
+        }
+        rdma_device_get_status(dev, &st);
+        set(o, "name", json_string(st.name), ctx->ok);
+        set(o, "state", json_string(st.state), ctx->ok);
+        set(o, "error", json_string(st.error), ctx->ok);
+        set(o, "link_layer", json_string(st.link_layer), ctx->ok);
+        set(o, "port", json_integer(st.port), ctx->ok);
+        set(o, "mtu", json_integer(st.mtu), ctx->ok);
+        set(o, "gid_index", json_integer(st.gid_index), ctx->ok);
+        set(o, "gid", json_string(st.gid), ctx->ok);
+        set(o, "memory_regions", json_u64(st.mrs), ctx->ok);
+        set(o, "registered_bytes", json_u64(st.mr_bytes), ctx->ok);
+        set(o, "registrations", json_u64(st.reg_count), ctx->ok);
+        set(o, "registration_us_total", json_u64(st.reg_usec_total), ctx->ok);
+        set(o, "completion_errors", json_u64(st.wc_errors), ctx->ok);
+        set(o, "last_completion_error", json_string(st.last_wc_error), ctx->ok);
+        set(o, "async_events", json_u64(st.async_events), ctx->ok);
+        set(o, "last_async_event", json_string(st.last_async_event), ctx->ok);
+        append(ctx->array, o, ctx->ok);
+}
+
+static void status_rdma_endpoint(RdmaEndpoint *ep, void *userdata)
+{
+        DeviceCtx *ctx = userdata;
+        RdmaEndpointStats st;
+        json_t *o = json_object();
+
+        if (!o) {
+                *ctx->ok = false;
+                return;
+        }
+        rdma_endpoint_get_stats(ep, &st);
+        set(o, "endpoint_id", json_u64(rdma_endpoint_id(ep)), ctx->ok);
+        set(o, "initiator", json_boolean(rdma_endpoint_initiator(ep)), ctx->ok);
+        set(o, "remote_device", json_string(rdma_endpoint_remote_device(ep)), ctx->ok);
+        set(o, "queue_pairs", json_integer(rdma_endpoint_n_slots(ep)), ctx->ok);
+        set(o, "queue_pairs_ready", json_integer(st.slots_ready), ctx->ok);
+        set(o, "jobs_done", json_u64(st.jobs_done), ctx->ok);
+        set(o, "jobs_failed", json_u64(st.jobs_failed), ctx->ok);
+        set(o, "jobs_in_flight", json_integer(st.jobs_in_flight), ctx->ok);
+        set(o, "work_requests", json_u64(st.wrs_posted), ctx->ok);
+        set(o, "bytes", json_u64(st.bytes), ctx->ok);
+        append(ctx->array, o, ctx->ok);
+}
+
+static json_t *status_rdma_endpoints(Peer *p, bool *ok)
+{
+        DeviceCtx ctx = { json_array(), ok };
+
+        if (ctx.array)
+                peer_rdma_foreach(p, status_rdma_endpoint, &ctx);
+        return ctx.array;
+}
+
+static json_t *status_peer(Peer *p, usec_t now, bool *ok)
 {
         TcpDataStats st = { 0 };
         char node[24];
@@ -221,6 +290,7 @@ static json_t *status_peer(const Peer *p, usec_t now, bool *ok)
         set(o, "bytes_received", json_u64(st.bytes_received), ok);
         set(o, "jobs_in_flight", json_integer(st.jobs_in_flight), ok);
         set(o, "age_s", json_real((double)(now - p->created_usec) / USEC_PER_SEC), ok);
+        set(o, "rdma_endpoints", status_rdma_endpoints(p, ok), ok);
         return o;
 }
 
@@ -250,7 +320,7 @@ int status_to_json(Daemon *d, char **ret)
         usec_t now = now_usec(CLOCK_MONOTONIC);
         json_t *root, *clusters, *caches, *links, *transfers, *peers, *inlinks;
         const InLink *il;
-        const Peer *p;
+        Peer *p;
         const Cluster *c;
         const Cache *cache;
         const Link *l;
@@ -313,6 +383,14 @@ int status_to_json(Daemon *d, char **ret)
                         append(peers, status_peer(p, now, &ok), &ok);
         CLIST_FOREACH(il, &d->inlinks, link_daemon)
                 append(inlinks, status_inlink(il, now, &ok), &ok);
+        {
+                DeviceCtx ctx = { json_array(), &ok };
+
+                if (!ctx.array)
+                        ok = false;
+                rdma_context_foreach_device(d->rdma, status_rdma_device, &ctx);
+                set(root, "rdma_devices", ctx.array, &ok);
+        }
 
         s = ok ? json_dumps(root, JSON_COMPACT) : NULL;
         json_decref(root);

@@ -125,6 +125,8 @@ static const FrameType frame_types[] = {
         FRAME_TYPE(PEER_TRANSFER, peer_transfer, "PeerTransfer"),
         FRAME_TYPE(PEER_TRANSFER_DONE, peer_transfer_done, "PeerTransferDone"),
         FRAME_TYPE(PEER_TRANSFER_CANCEL, peer_transfer_cancel, "PeerTransferCancel"),
+        FRAME_TYPE(PEER_RDMA_CONNECT, peer_rdma_connect, "PeerRdmaConnect"),
+        FRAME_TYPE(PEER_RDMA_DONE, peer_rdma_done, "PeerRdmaDone"),
 };
 
 const FrameType *frame_type_lookup(uint16_t type)

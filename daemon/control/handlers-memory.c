@@ -16,6 +16,7 @@
 #include "kvdist.pb-c.h"
 #include "log.h"
 #include "pool.h"
+#include "rdma.h"
 #include "region.h"
 
 static int cache_desc_from_proto(const Kvdist__V1__CacheDesc *m, CacheDesc *ret,
@@ -204,12 +205,44 @@ int handle_pool_map(Request *req, Error *err)
         return request_reply(req, &reply.base, pool_region(pool)->fd), 0;
 }
 
+/*
+ * Registers @cache's tensors with the RDMA device of @c's device_id, if it has one: a transfer
+ * over RDMA can only use registered memory. A failure refuses the cache when the device map asks
+ * for rdma, and is logged otherwise (TCP needs no registration).
+ */
+static int cluster_register_rdma(Cluster *c, Cache *cache, Error *err)
+{
+        const DeviceConfig *cfg = config_find_device(c->daemon->config, c->device_id);
+        const char *why;
+        RdmaDevice *dev;
+        int r;
+
+        dev = rdma_device_for(c->daemon->rdma, c->device_id, &why);
+        if (!dev)
+                return 0;
+        r = rdma_cache_register(dev, cache, cache->remote_accessible);
+        if (r >= 0)
+                return 0;
+        if (cfg && cfg->transport == TRANSPORT_KIND_RDMA)
+                return error_set(err, KVD_E_OUT_OF_MEMORY,
+                                 "cannot register cache %" PRIu64 " for RDMA: %s (is "
+                                 "LimitMEMLOCK high enough?)", cache->id, strerror(-r));
+        log_warning("cluster %" PRIu64 ": cannot register cache %" PRIu64 " for RDMA: %s; it "
+                    "moves over TCP only", c->id, cache->id, strerror(-r));
+        return 0;
+}
+
 /* Adds a new cache to @c's table; on failure the cache is freed. */
 static int cluster_add_cache(Cluster *c, Cache *cache, const CacheKey *keys, size_t n_keys,
                              bool hold_keys, Error *err)
 {
         int r;
 
+        r = cluster_register_rdma(c, cache, err);
+        if (r < 0) {
+                cache_free(cache);
+                return r;
+        }
         r = cache_table_add(&c->caches, cache, keys, n_keys, hold_keys, err);
         if (r < 0) {
                 cache_free(cache);

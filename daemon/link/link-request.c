@@ -17,7 +17,9 @@
 #include "link-request.h"
 #include "link.h"
 #include "log.h"
+#include "peer-rdma.h"
 #include "peer.h"
+#include "rdma.h"
 
 typedef struct LinkRequest LinkRequest;
 
@@ -29,7 +31,12 @@ typedef struct LinkSetup {
         Peer *peer;
         PeerWaiter *waiter;
         PeerCall *call;
-        const char *transport_reason;
+        RdmaDevice *rdma_dev;           /* ours, when RDMA is wanted */
+        bool rdma_required;             /* the device map says rdma: no TCP instead */
+        char transport_reason[128];
+        Kvdist__V1__PeerLinkReply *reply; /* kept while the RDMA endpoint connects */
+        PeerRdmaWaiter *rdma_waiter;
+        Peer *reply_peer;
         bool done;
 } LinkSetup;
 
@@ -97,8 +104,15 @@ static void link_request_reply(LinkRequest *lr)
 static LinkRequest *link_request_free(LinkRequest *lr)
 {
         for (size_t i = 0; i < lr->n; i++) {
-                peer_waiter_cancel(lr->setups[i].waiter);
-                lr->setups[i].waiter = NULL;
+                LinkSetup *s = &lr->setups[i];
+
+                peer_waiter_cancel(s->waiter);
+                s->waiter = NULL;
+                peer_rdma_waiter_cancel(s->rdma_waiter);
+                s->rdma_waiter = NULL;
+                if (s->reply)
+                        protobuf_c_message_free_unpacked(&s->reply->base, NULL);
+                s->reply = NULL;
         }
         if (lr->timer)
                 event_free(lr->timer);
@@ -133,6 +147,21 @@ static void link_setup_abandon(LinkSetup *s)
 {
         peer_waiter_cancel(s->waiter);
         s->waiter = NULL;
+        peer_rdma_waiter_cancel(s->rdma_waiter);
+        s->rdma_waiter = NULL;
+        if (s->reply) {
+                /* Granted, but nobody waits for it any more: take the link back. */
+                Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
+
+                u.src_cluster_id = s->lr->cluster->id;
+                u.dst_cluster_id = s->remote_cluster_id;
+                u.link_id = s->reply->link_id;
+                if (s->reply_peer && s->reply_peer->state == PEER_READY)
+                        (void)peer_notice(s->reply_peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK,
+                                          &u.base);
+                protobuf_c_message_free_unpacked(&s->reply->base, NULL);
+                s->reply = NULL;
+        }
         if (s->call) {
                 uint64_t *ids = malloc(2 * sizeof(uint64_t));
 
@@ -155,6 +184,7 @@ static void link_setup_finish(LinkSetup *s, const Error *e)
         s->done = true;
         s->waiter = NULL;
         s->call = NULL;
+        s->rdma_waiter = NULL;
         if (e && e->code != KVD_OK) {
                 log_info("cluster %" PRIu64 ": link to %" PRIu64 " at %s failed: %s",
                          lr->cluster->id, s->remote_cluster_id, s->address, e->msg);
@@ -167,15 +197,63 @@ static void link_setup_finish(LinkSetup *s, const Error *e)
         }
 }
 
+/* Makes the link out of the peer's kept answer, over @ep (RDMA) or TCP. */
+static void link_setup_complete(LinkSetup *s, RdmaEndpoint *ep)
+{
+        Cluster *c = s->lr->cluster;
+        Daemon *d = c->daemon;
+        Kvdist__V1__PeerLinkReply *reply = TAKE_PTR(s->reply);
+        Error e = ERROR_INIT;
+        Link *l;
+        int r;
+
+        l = link_find(c, s->remote_cluster_id);
+        if (l)
+                link_free_full(l, KVD_E_PEER_LOST, false);
+        r = link_new_remote(d, c, s->reply_peer, s->remote_cluster_id, reply,
+                            ep ? d->rdma_transport : d->tcp, &l);
+        if (r < 0) {
+                protobuf_c_message_free_unpacked(&reply->base, NULL);
+                error_set(&e, KVD_E_OUT_OF_MEMORY, "cannot create the link");
+        } else {
+                l->rdma_ep = ep;
+                (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "%s",
+                               s->transport_reason);
+        }
+        link_setup_finish(s, &e);
+}
+
+static void link_setup_on_rdma(RdmaEndpoint *ep, int status, const char *reason, void *userdata)
+{
+        LinkSetup *s = userdata;
+        Error e = ERROR_INIT;
+
+        s->rdma_waiter = NULL;
+        if (status < 0 && s->rdma_required) {
+                error_set(&e, KVD_E_LINK_FAILED, "cannot connect RDMA queue pairs to the daemon "
+                          "at %s: %s", s->address, reason ? reason : strerror(-status));
+                link_setup_abandon(s);
+                link_setup_finish(s, &e);
+                return;
+        }
+        if (status < 0)
+                (void)snprintf(s->transport_reason, sizeof(s->transport_reason),
+                               "auto: RDMA queue pairs did not connect: %s",
+                               reason ? reason : strerror(-status));
+        else
+                (void)snprintf(s->transport_reason, sizeof(s->transport_reason), "%s",
+                               s->rdma_required ? "configured" : "auto: RDMA on both ends");
+        link_setup_complete(s, status < 0 ? NULL : ep);
+}
+
 static void link_setup_on_reply(Peer *p, int status, const Error *err,
                                 const ProtobufCMessage *reply, void *userdata)
 {
+        const Kvdist__V1__PeerLinkReply *m = (const Kvdist__V1__PeerLinkReply *)reply;
         LinkSetup *s = userdata;
-        Cluster *c = s->lr->cluster;
-        Daemon *d = c->daemon;
         ProtobufCMessage *copy = NULL;
+        RdmaDeviceInfo remote = { 0 };
         Error e = ERROR_INIT;
-        Link *l;
         int r;
 
         s->call = NULL;
@@ -193,17 +271,38 @@ static void link_setup_on_reply(Peer *p, int status, const Error *err,
                 link_setup_finish(s, &e);
                 return;
         }
-        l = link_find(c, s->remote_cluster_id);
-        if (l)
-                link_free_full(l, KVD_E_PEER_LOST, false);
-        r = link_new_remote(d, c, p, s->remote_cluster_id, (Kvdist__V1__PeerLinkReply *)copy,
-                            d->tcp, &l);
-        if (r < 0) {
-                protobuf_c_message_free_unpacked(copy, NULL);
-                error_set(&e, KVD_E_OUT_OF_MEMORY, "cannot create the link");
-        } else
-                l->transport_reason = s->transport_reason;
-        link_setup_finish(s, &e);
+        s->reply = (Kvdist__V1__PeerLinkReply *)copy;
+        s->reply_peer = p;
+        if (!s->rdma_dev) {
+                link_setup_complete(s, NULL);
+                return;
+        }
+        if (!m->rdma || m->rdma->gid.len != RDMA_GID_SIZE || !m->rdma->device) {
+                const char *why = m->rdma_reason && m->rdma_reason[0] ? m->rdma_reason
+                                                                     : "it did not say why";
+
+                if (s->rdma_required) {
+                        error_set(&e, KVD_E_FEATURE_NOT_ENABLED, "cluster %" PRIu64 " at %s "
+                                  "has no RDMA device: %s", s->remote_cluster_id, s->address,
+                                  why);
+                        link_setup_abandon(s);
+                        link_setup_finish(s, &e);
+                        return;
+                }
+                (void)snprintf(s->transport_reason, sizeof(s->transport_reason),
+                               "auto: the peer has no RDMA for cluster %" PRIu64 ": %s",
+                               s->remote_cluster_id, why);
+                link_setup_complete(s, NULL);
+                return;
+        }
+        (void)snprintf(remote.device, sizeof(remote.device), "%s", m->rdma->device);
+        memcpy(remote.gid, m->rdma->gid.data, RDMA_GID_SIZE);
+        remote.port = (uint8_t)m->rdma->port;
+        remote.mtu = m->rdma->mtu;
+        remote.lid = (uint16_t)m->rdma->lid;
+        r = peer_rdma_get(p, s->rdma_dev, &remote, link_setup_on_rdma, s, &s->rdma_waiter);
+        if (r < 0)
+                link_setup_on_rdma(NULL, r, NULL, s);
 }
 
 static void link_setup_on_ready(Peer *p, int status, const Error *err, void *userdata)
@@ -225,6 +324,7 @@ static void link_setup_on_ready(Peer *p, int status, const Error *err, void *use
         m.src_cluster_id = c->id;
         m.src_role = (Kvdist__V1__Role)c->role;
         m.dst_cluster_id = s->remote_cluster_id;
+        m.rdma = s->rdma_dev != NULL;
         r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, link_setup_on_reply, s,
                       &s->call);
         if (r < 0) {
@@ -313,28 +413,38 @@ static int link_local(Cluster *c, Cluster *remote, Link *old, Error *err)
         r = link_new_local(c->daemon, c, remote, c->daemon->shm, &l);
         if (r < 0)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot create the link");
-        l->transport_reason = "same node";
+        (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "same node");
         return KVD_OK;
 }
 
 /*
- * Which transport a link of @c to another node uses, and why (for status): the device map's
- * choice for the cluster's device. FEATURE_NOT_ENABLED when that transport is not available:
- * nothing falls back without saying so.
+ * Which transport a link of @c to another node may use, from the device map's choice for the
+ * cluster's device: RDMA when it says rdma (FEATURE_NOT_ENABLED when our device cannot) or auto
+ * with a working device, else TCP; @s->transport_reason says why. The peer's answer can still
+ * turn auto into TCP (and says why then): nothing falls back silently.
  */
-static int link_choose_transport(const Cluster *c, const char **ret_reason, Error *err)
+static int link_choose_transport(LinkSetup *s, const Cluster *c, Error *err)
 {
-        const DeviceConfig *dev = config_find_device(c->daemon->config, c->device_id);
+        const DeviceConfig *cfg = config_find_device(c->daemon->config, c->device_id);
+        const char *why = NULL;
+        RdmaDevice *dev;
 
-        if (dev && dev->transport == TRANSPORT_KIND_RDMA)
-                return error_set(err, KVD_E_FEATURE_NOT_ENABLED,
-                                 "device %" PRId32 " is configured for transport rdma, which "
-                                 "this kvdistd does not provide; configure \"tcp\" or \"auto\"",
-                                 c->device_id);
-        if (dev && dev->transport == TRANSPORT_KIND_TCP)
-                *ret_reason = "configured";
-        else
-                *ret_reason = "auto: this kvdistd has no RDMA transport";
+        if (cfg && cfg->transport == TRANSPORT_KIND_TCP) {
+                (void)snprintf(s->transport_reason, sizeof(s->transport_reason), "configured");
+                return 0;
+        }
+        dev = rdma_device_for(c->daemon->rdma, c->device_id, &why);
+        if (cfg && cfg->transport == TRANSPORT_KIND_RDMA) {
+                if (!dev)
+                        return error_set(err, KVD_E_FEATURE_NOT_ENABLED,
+                                         "device %" PRId32 " is configured for transport rdma, "
+                                         "but: %s", c->device_id, why);
+                s->rdma_required = true;
+        }
+        s->rdma_dev = dev;
+        if (!dev)
+                (void)snprintf(s->transport_reason, sizeof(s->transport_reason), "auto: %s",
+                               why);
         return 0;
 }
 
@@ -346,7 +456,6 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
         Daemon *d = c->daemon;
         LinkSetup *s = &lr->setups[i];
         const char *address = info->remote_ip_info;
-        const char *reason = NULL;
         Cluster *remote;
         Link *l;
         int r;
@@ -375,12 +484,12 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                                  "no cluster %" PRIu64 " is attached to this daemon, and no "
                                  "remote_ip_info names the daemon it is on",
                                  info->remote_cluster_id);
-        r = link_choose_transport(c, &reason, err);
-        if (r < 0)
+        *s = (LinkSetup){ .lr = lr, .index = i, .remote_cluster_id = info->remote_cluster_id };
+        r = link_choose_transport(s, c, err);
+        if (r < 0) {
+                s->lr = NULL;
                 return r;
-
-        *s = (LinkSetup){ .lr = lr, .index = i, .remote_cluster_id = info->remote_cluster_id,
-                          .transport_reason = reason };
+        }
         (void)snprintf(s->address, sizeof(s->address), "%.*s", (int)sizeof(s->address) - 1,
                        address);
         r = peer_get(d, address, &s->peer, err);

@@ -19,6 +19,7 @@
 typedef struct Cluster Cluster;
 typedef struct Daemon Daemon;
 typedef struct Peer Peer;
+typedef struct RdmaEndpoint RdmaEndpoint;
 typedef struct InLink InLink;
 struct Kvdist__V1__PeerLinkReply;
 typedef struct Transport Transport;
@@ -46,7 +47,8 @@ struct Link {
         struct Kvdist__V1__PeerLinkReply *exposed; /* remote links: the caches the remote
                                                     * cluster exposed when the link was made */
         Transport *transport;
-        const char *transport_reason; /* why this transport (static string, for status) */
+        char transport_reason[128]; /* why this transport, for status */
+        RdmaEndpoint *rdma_ep;  /* RDMA links: the queue pairs to the peer's device */
         usec_t created_usec;
         uint64_t n_transfers;   /* completed */
         uint64_t bytes;

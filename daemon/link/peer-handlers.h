@@ -24,6 +24,10 @@ void peer_handle_cluster_gone(Peer *p, uint64_t request_id, const ProtobufCMessa
 /* served.c */
 void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
 void peer_handle_transfer_cancel(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+void peer_handle_rdma_done(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+
+/* peer-rdma.c */
+void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
 
 /* transfer-remote.c */
 void peer_handle_transfer_done(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);

@@ -19,6 +19,7 @@
 #include "peer-handlers.h"
 #include "peer-link.h"
 #include "peer.h"
+#include "rdma.h"
 
 /* The exposed caches of one cluster as wire messages, with the storage they point into. */
 typedef struct Exposed {
@@ -29,6 +30,8 @@ typedef struct Exposed {
         Kvdist__V1__CacheKey ***keys;           /* per cache: pointers into key_storage */
         CacheKeyStorage **key_storage;          /* per cache */
         uint32_t **slots;                       /* per cache */
+        uint64_t **rdma_addrs;                  /* per cache, when registered for RDMA */
+        uint32_t **rdma_rkeys;
 } Exposed;
 
 static void exposed_free(Exposed *e)
@@ -37,7 +40,11 @@ static void exposed_free(Exposed *e)
                 free(e->keys ? e->keys[i] : NULL);
                 free(e->key_storage ? e->key_storage[i] : NULL);
                 free(e->slots ? e->slots[i] : NULL);
+                free(e->rdma_addrs ? e->rdma_addrs[i] : NULL);
+                free(e->rdma_rkeys ? e->rdma_rkeys[i] : NULL);
         }
+        free(e->rdma_addrs);
+        free(e->rdma_rkeys);
         free(e->caches);
         free(e->ptrs);
         free(e->descs);
@@ -82,7 +89,10 @@ static int exposed_build(const Cluster *c, uint64_t seq, Exposed *e)
         e->keys = calloc(n, sizeof(*e->keys));
         e->key_storage = calloc(n, sizeof(*e->key_storage));
         e->slots = calloc(n, sizeof(*e->slots));
-        if (!e->caches || !e->ptrs || !e->descs || !e->keys || !e->key_storage || !e->slots)
+        e->rdma_addrs = calloc(n, sizeof(*e->rdma_addrs));
+        e->rdma_rkeys = calloc(n, sizeof(*e->rdma_rkeys));
+        if (!e->caches || !e->ptrs || !e->descs || !e->keys || !e->key_storage || !e->slots ||
+            !e->rdma_addrs || !e->rdma_rkeys)
                 return -ENOMEM;
 
         CLIST_FOREACH(cache, &t->caches, link_table) {
@@ -107,6 +117,22 @@ static int exposed_build(const Cluster *c, uint64_t seq, Exposed *e)
                 e->descs[i].shape = (int64_t *)cache->desc.shape;
                 e->descs[i].data_type = cache->desc.data_type;
 
+                if (rdma_cache_registered(cache, true)) {
+                        uint32_t nt = cache->desc.num_tensors;
+
+                        e->rdma_addrs[i] = calloc(nt, sizeof(uint64_t));
+                        e->rdma_rkeys[i] = calloc(nt, sizeof(uint32_t));
+                        if (!e->rdma_addrs[i] || !e->rdma_rkeys[i])
+                                return -ENOMEM;
+                        for (uint32_t k = 0; k < nt; k++)
+                                (void)rdma_cache_tensor(cache, k, &e->rdma_addrs[i][k], NULL,
+                                                        &e->rdma_rkeys[i][k]);
+                        rc->rdma_addrs = e->rdma_addrs[i];
+                        rc->n_rdma_addrs = nt;
+                        rc->rdma_rkeys = e->rdma_rkeys[i];
+                        rc->n_rdma_rkeys = nt;
+                }
+
                 n_keys = cache_table_count_keys(t, cache);
                 if (n_keys == 0)
                         continue;
@@ -128,6 +154,8 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
         const Kvdist__V1__PeerLink *m = (const Kvdist__V1__PeerLink *)msg;
         Kvdist__V1__PeerLinkReply reply = KVDIST__V1__PEER_LINK_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        Kvdist__V1__RdmaDeviceInfo rdma = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
+        RdmaDeviceInfo rinfo;
         Daemon *d = p->daemon;
         Exposed e = { 0 };
         Error err = ERROR_INIT;
@@ -172,6 +200,23 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
         reply.dst_role = (Kvdist__V1__Role)c->role;
         reply.n_caches = e.n;
         reply.caches = e.ptrs;
+        /* The linked cluster's RDMA device, for the peer to connect queue pairs to. */
+        {
+                const char *why = NULL;
+                RdmaDevice *dev = rdma_device_for(d->rdma, c->device_id, &why);
+
+                if (dev) {
+                        rdma_device_get_info(dev, &rinfo);
+                        rdma.device = rinfo.device;
+                        rdma.gid.data = rinfo.gid;
+                        rdma.gid.len = RDMA_GID_SIZE;
+                        rdma.port = rinfo.port;
+                        rdma.mtu = rinfo.mtu;
+                        rdma.lid = rinfo.lid;
+                        reply.rdma = &rdma;
+                } else
+                        reply.rdma_reason = (char *)why;
+        }
         r = peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, request_id, &reply.base);
         exposed_free(&e);
         if (r == -EMSGSIZE) {

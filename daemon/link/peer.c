@@ -22,6 +22,7 @@
 #include "kvdist.pb-c.h"
 #include "log.h"
 #include "peer-handlers.h"
+#include "peer-rdma.h"
 #include "peer.h"
 #include "random-util.h"
 
@@ -132,6 +133,7 @@ static Peer *peer_new(Daemon *d, int fd, bool dialed)
         clist_init(&p->inlinks);
         clist_init(&p->transfers);
         clist_init(&p->served);
+        clist_init(&p->rdma_eps);
         clist_link_tail(&d->peers, &p->link_daemon);
         d->n_peers++;
         p->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, peer_on_io, p);
@@ -213,6 +215,7 @@ void peer_lose(Peer *p, int status, const char *fmt, ...)
         }
         peer_link_on_lost(p, status);
         served_on_peer_lost(p);
+        peer_rdma_on_lost(p);
         if (was_ready)
                 p->daemon->counters.peers_lost++;
         daemon_update_status(p->daemon);
@@ -845,6 +848,8 @@ static const struct {
         { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, peer_handle_transfer },
         { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, peer_handle_transfer_done },
         { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL, peer_handle_transfer_cancel },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, peer_handle_rdma_connect },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, peer_handle_rdma_done },
 };
 
 static void peer_on_heartbeat(Peer *p, uint64_t id, const Kvdist__V1__PeerHeartbeat *m)

@@ -73,6 +73,8 @@ struct Cache {
         unsigned n_key_holds;   /* pool caches: keys still holding it */
         unsigned n_busy;        /* transfers in flight that use it */
         bool released;          /* left its table while busy: freed when n_busy drops to 0 */
+        void *rdma;             /* the transport's registrations of the tensors (rdma.h) */
+        void (*rdma_free)(void *rdma);
         CList link_table;       /* on CacheTable.caches */
         CacheTensor tensors[];  /* desc.num_tensors */
 };

@@ -19,6 +19,7 @@
 #include "peer-handlers.h"
 #include "peer.h"
 #include "plan.h"
+#include "rdma.h"
 #include "region.h"
 #include "remote-plan.h"
 #include "served.h"
@@ -92,7 +93,7 @@ static void served_finish(Served *s, int status)
                           s->id, s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
                           kvd_strerror(final));
 
-        if (!s->pull && s->peer && s->peer->state == PEER_READY) {
+        if (!s->pull && !s->one_sided && s->peer && s->peer->state == PEER_READY) {
                 Kvdist__V1__PeerTransferDone m = KVDIST__V1__PEER_TRANSFER_DONE__INIT;
                 Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
 
@@ -134,6 +135,12 @@ static void served_fail(Served *s, int status)
         s->status = status;
         if (s->timer)
                 event_del(s->timer);
+        /* One-sided: nothing of ours moves bytes; once the cache is let go, its registrations
+         * can go with it and refuse whatever the peer still sends. */
+        if (s->one_sided) {
+                served_finish(s, status);
+                return;
+        }
         if (!s->data)
                 return;
         if (s->pull)
@@ -270,6 +277,9 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         if (s->plan->total_bytes == 0)
                 return error_set(err, KVD_E_PARAM_INVALID, "the transfer moves no bytes");
 
+        if (s->one_sided && !rdma_cache_registered(s->cache, true))
+                return error_set(err, KVD_E_FEATURE_NOT_ENABLED,
+                                 "cache %" PRIu64 " is not registered for RDMA here", s->cache->id);
         s->segs = calloc(s->plan->n_segments, sizeof(TcpDstSegment));
         if (!s->segs)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
@@ -279,13 +289,25 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         if (r < 0)
                 return error_set(err, KVD_E_FAILED, "the plan does not fit cache %" PRIu64,
                                  s->cache->id);
-        if (s->pull) {
+        if (s->pull && !s->one_sided) {
                 s->src_segs = calloc(s->plan->n_segments, sizeof(TcpSrcSegment));
                 if (!s->src_segs)
                         return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
                 for (size_t i = 0; i < s->plan->n_segments; i++)
                         s->src_segs[i] = (TcpSrcSegment){ .src = s->segs[i].dst,
                                                           .len = s->segs[i].len };
+        }
+        return 0;
+}
+
+/* The address and remote key of every tensor of the served cache, for the peer's READs/WRITEs. */
+static int served_rdma_keys(Served *s, uint64_t *addrs, uint32_t *rkeys)
+{
+        for (uint32_t t = 0; t < s->cache->desc.num_tensors; t++) {
+                int r = rdma_cache_tensor(s->cache, t, &addrs[t], NULL, &rkeys[t]);
+
+                if (r < 0)
+                        return r;
         }
         return 0;
 }
@@ -299,7 +321,8 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         Daemon *d = p->daemon;
         _cleanup_(served_freep) Served *s = NULL;
         Error err = ERROR_INIT;
-        uint32_t index = 0, timeout_ms;
+        uint32_t index = 0, timeout_ms, rdma_rkeys[KVD_MAX_TENSORS];
+        uint64_t rdma_addrs[KVD_MAX_TENSORS];
         RemoteDesc ours;
         InLink *il;
         struct timeval tv;
@@ -318,6 +341,7 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         s->id = daemon_next_id(d);
         s->state = SERVED_RUNNING;
         s->pull = transfer_kind_is_pull((TransferKind)m->kind);
+        s->one_sided = m->rdma;
         s->initiator_id = m->job_id;
         s->start_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&s->link_peer);
@@ -352,13 +376,17 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
 
         /* The data job exists before the answer: a peer told OK always gets its bytes (or an
          * abort), and bytes it sends always find their job. */
-        s->data = p->data;
-        if (s->pull)
-                r = tcp_data_send(p->data, s->initiator_id, s->src_segs, s->plan->n_segments,
-                                  served_on_data_done, s);
-        else
-                r = tcp_data_recv(p->data, s->id, s->segs, s->plan->n_segments,
-                                  served_on_data_done, s);
+        if (s->one_sided)
+                r = served_rdma_keys(s, rdma_addrs, rdma_rkeys);
+        else {
+                s->data = p->data;
+                if (s->pull)
+                        r = tcp_data_send(p->data, s->initiator_id, s->src_segs,
+                                          s->plan->n_segments, served_on_data_done, s);
+                else
+                        r = tcp_data_recv(p->data, s->id, s->segs, s->plan->n_segments,
+                                          served_on_data_done, s);
+        }
         if (r < 0) {
                 s->data = NULL;
                 error_set(&err, r == -EEXIST ? KVD_E_PARAM_INVALID : KVD_E_PEER_LOST,
@@ -383,6 +411,12 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         reply.total_bytes = s->plan->total_bytes;
         reply.segments = s->plan->n_segments;
         reply.job_id = s->pull ? s->initiator_id : s->id;
+        if (s->one_sided) {
+                reply.rdma_addrs = rdma_addrs;
+                reply.n_rdma_addrs = s->cache->desc.num_tensors;
+                reply.rdma_rkeys = rdma_rkeys;
+                reply.n_rdma_rkeys = s->cache->desc.num_tensors;
+        }
         log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
                   " bytes in %zu segments", s->id, s->remote_cluster_id, s->cluster_id,
                   s->pull ? "pull" : "push", s->plan->total_bytes, s->plan->n_segments);
@@ -395,6 +429,24 @@ refuse:
                   peer_name(p, (char[96]){ 0 }, 96), m->job_id, err.msg);
         (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, request_id, err.code,
                                &err);
+}
+
+void peer_handle_rdma_done(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+{
+        const Kvdist__V1__PeerRdmaDone *m = (const Kvdist__V1__PeerRdmaDone *)msg;
+        int status = m->status ? m->status->code : KVD_E_PROTOCOL_MISMATCH;
+        Served *s;
+
+        if (status > 0 || status < _KVD_E_MIN)
+                status = KVD_E_FAILED;
+        CLIST_FOREACH(s, &p->served, link_peer)
+                if (s->one_sided && s->initiator_id == m->transfer_id) {
+                        if (s->timer)
+                                event_del(s->timer);
+                        /* A push's notification goes out now: every WRITE completed. */
+                        served_finish(s, status);
+                        return;
+                }
 }
 
 void peer_handle_transfer_cancel(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)

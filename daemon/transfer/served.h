@@ -9,7 +9,9 @@
  *
  * Pull: we answer with our cache's shape and send the bytes as the peer's data job. Push: we
  * register a receive job, answer with its id, and once every byte landed deliver the push's
- * notification and tell the peer (PeerTransferDone).
+ * notification and tell the peer (PeerTransferDone). Over RDMA (one-sided) we answer with the
+ * addresses and remote keys of the cache's tensors and hold the cache until the peer says its
+ * READs or WRITEs completed (PeerRdmaDone); a push's notification is delivered then.
  */
 #pragma once
 
@@ -46,6 +48,7 @@ struct Served {
         uint64_t id;            /* push: the data job id the peer sends under */
         ServedState state;
         bool pull;              /* the peer pulls: we send */
+        bool one_sided;         /* over RDMA: the peer reads or writes the cache itself */
         Peer *peer;             /* NULL once lost */
         InLink *inlink;         /* NULL once gone */
         TcpData *data;          /* the data plane the job is on, until its callback */

@@ -30,7 +30,9 @@
 #include "log.h"
 #include "peer-handlers.h"
 #include "peer.h"
+#include "peer-rdma.h"
 #include "plan.h"
+#include "rdma.h"
 #include "region.h"
 #include "remote-plan.h"
 #include "tcp-data.h"
@@ -91,14 +93,31 @@ static const Cache *transfer_local_cache(const Transfer *x, bool *ret_is_src)
 static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
                                      const ProtobufCMessage *reply, void *userdata);
 
-/* Keeps the data streams in step for a transfer that gave up before the peer answered. */
+/* What an orphaned call needs to know of its transfer, in the callback's userdata. */
+enum {
+        ORPHAN_PULL = 1u << 0,
+        ORPHAN_ONE_SIDED = 1u << 1,
+};
+
+static void *orphan_flags(const Transfer *x)
+{
+        return (void *)(uintptr_t)((transfer_kind_is_pull(x->kind) ? ORPHAN_PULL : 0) |
+                                   (x->one_sided ? ORPHAN_ONE_SIDED : 0));
+}
+
+/*
+ * Keeps the data streams in step for a transfer that gave up before the peer answered. A one-
+ * sided transfer moved nothing through the streams, and the cancel notice already let the peer
+ * release its cache.
+ */
 static void transfer_remote_on_orphan_reply(Peer *p, int status, const Error *err,
                                             const ProtobufCMessage *reply, void *userdata)
 {
         const Kvdist__V1__PeerTransferReply *m = (const Kvdist__V1__PeerTransferReply *)reply;
-        bool pull = (uintptr_t)userdata != 0;
+        unsigned flags = (unsigned)(uintptr_t)userdata;
+        bool pull = flags & ORPHAN_PULL;
 
-        if (status != KVD_OK || !p->data || m->total_bytes == 0)
+        if (status != KVD_OK || !p->data || m->total_bytes == 0 || (flags & ORPHAN_ONE_SIDED))
                 return;
         if (pull)
                 (void)tcp_data_recv_discard(p->data, m->job_id, m->total_bytes);
@@ -156,6 +175,11 @@ int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err
         req.timeout_ms = m->timeout_ms ? m->timeout_ms : x->cluster->sync_kv_timeout_ms;
         req.notify.data = x->notify;
         req.notify.len = x->has_notify ? x->notify_len : 0;
+        x->one_sided = l->rdma_ep != NULL;
+        req.rdma = x->one_sided;
+        /* Queue pairs flushed by an earlier timeout or error connect again before they serve. */
+        if (x->one_sided && !rdma_endpoint_ready(l->rdma_ep))
+                peer_rdma_repair(p, l->rdma_ep);
         r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, &req.base,
                       transfer_remote_on_reply, x, &x->call);
         if (r < 0)
@@ -175,6 +199,58 @@ static void transfer_remote_leave_peer(Transfer *x)
                 return;
         clist_unlink(&x->link_peer);
         x->peer = NULL;
+}
+
+/* Longest piece of a segment in one RDMA work request (the length field is 31 bits). */
+#define RDMA_SEGMENT_MAX (UINT32_C(1) << 30)
+
+/*
+ * Resolves both ends of every planned segment for one-sided RDMA: ours from the local cache's
+ * registrations, the peer's from the addresses and remote keys it sent for its tensors.
+ */
+static int transfer_remote_rdma_segments(Transfer *x, const Cache *cache, bool local_is_src,
+                                         uint32_t n_src_tensors, uint32_t n_remote,
+                                         const Kvdist__V1__PeerTransferReply *m, Error *err)
+{
+        const TcpDstSegment *local = x->segs;
+        const Plan *plan = x->plan;
+        size_t n = 0, k = 0;
+
+        if (!rdma_cache_registered(cache, false))
+                return error_set(err, KVD_E_FEATURE_NOT_ENABLED, "cache %" PRIu64 " is not "
+                                 "registered for RDMA", cache->id);
+        if (m->n_rdma_addrs != n_remote || m->n_rdma_rkeys != n_remote)
+                return error_set(err, KVD_E_PROTOCOL_MISMATCH, "the peer sent %zu RDMA keys for "
+                                 "%" PRIu32 " tensors", m->n_rdma_rkeys, n_remote);
+        for (size_t i = 0; i < plan->n_segments; i++)
+                n += (plan->segments[i].len + RDMA_SEGMENT_MAX - 1) / RDMA_SEGMENT_MAX;
+        x->rdma_segs = calloc(MAX(n, (size_t)1), sizeof(RdmaSegment));
+        if (!x->rdma_segs)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        for (size_t i = 0; i < plan->n_segments; i++) {
+                const PlanSegment *s = &plan->segments[i];
+                uint32_t lt = local_is_src ? s->src_region : s->dst_region - n_src_tensors;
+                uint32_t rt = local_is_src ? s->dst_region - n_src_tensors : s->src_region;
+                uint64_t roff = local_is_src ? s->dst_offset : s->src_offset, base, done = 0;
+                uint32_t lkey;
+
+                if (rt >= n_remote || rdma_cache_tensor(cache, lt, &base, &lkey, NULL) < 0)
+                        return error_set(err, KVD_E_FAILED, "segment %zu names no tensor", i);
+                while (done < s->len) {
+                        uint32_t len = (uint32_t)MIN(s->len - done, (uint64_t)RDMA_SEGMENT_MAX);
+
+                        x->rdma_segs[k++] = (RdmaSegment){
+                                .local_addr = (uint64_t)(uintptr_t)local[i].dst + done,
+                                .lkey = lkey,
+                                .remote_addr = m->rdma_addrs[rt] + roff + done,
+                                .rkey = m->rdma_rkeys[rt],
+                                .len = len,
+                        };
+                        done += len;
+                }
+        }
+        x->n_rdma_segs = k;
+        return 0;
 }
 
 /* The peer's answer: build the same plan, map our side, start the data job. */
@@ -216,7 +292,15 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
         if (r < 0)
                 return error_set(err, KVD_E_FAILED, "the plan does not fit cache %" PRIu64,
                                  cache->id);
-        if (local_is_src) {
+        if (x->one_sided) {
+                r = transfer_remote_rdma_segments(x, cache, local_is_src,
+                                                  local_is_src ? local.num_tensors
+                                                               : remote.num_tensors,
+                                                  remote.num_tensors, m, err);
+                if (r < 0)
+                        return r;
+                x->rdma_ep = x->link->rdma_ep;
+        } else if (local_is_src) {
                 /* Same layout, read-only view: the sender takes TcpSrcSegment. */
                 TcpSrcSegment *src = (TcpSrcSegment *)segs;
 
@@ -262,8 +346,7 @@ static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
         r = transfer_remote_begin_data(x, p, m, &e);
         if (r < 0) {
                 /* The peer is sending (pull) or waiting (push): keep its stream in step. */
-                transfer_remote_on_orphan_reply(p, KVD_OK, NULL, reply,
-                                                (void *)(uintptr_t)transfer_kind_is_pull(x->kind));
+                transfer_remote_on_orphan_reply(p, KVD_OK, NULL, reply, orphan_flags(x));
                 transfer_remote_leave_peer(x);
                 x->phase = REMOTE_FINISHED;
                 x->status = r;
@@ -272,8 +355,8 @@ static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
                 return;
         }
         /* A pull needs nothing more from the peer's control connection; a push waits for the
-         * peer's PeerTransferDone on it. */
-        if (transfer_kind_is_pull(x->kind))
+         * peer's PeerTransferDone on it; a one-sided transfer tells the peer when it is done. */
+        if (transfer_kind_is_pull(x->kind) && !x->one_sided)
                 transfer_remote_leave_peer(x);
 }
 
@@ -285,8 +368,7 @@ void transfer_remote_cancel(Transfer *x)
         case REMOTE_REQUESTED:
                 /* No byte of ours moves until the answer: answer the client now. */
                 assert(x->call);
-                peer_call_redirect(x->call, transfer_remote_on_orphan_reply,
-                                   (void *)(uintptr_t)transfer_kind_is_pull(x->kind));
+                peer_call_redirect(x->call, transfer_remote_on_orphan_reply, orphan_flags(x));
                 x->call = NULL;
                 m.transfer_id = x->id;
                 if (x->peer && x->peer->state == PEER_READY)
@@ -327,12 +409,43 @@ static int transfer_status_from_errno(int error)
         }
 }
 
+/* A one-sided transfer is over: the peer may let go of its cache (and notify, for a push). */
+static void transfer_remote_rdma_done(Transfer *x, int status)
+{
+        Kvdist__V1__PeerRdmaDone m = KVDIST__V1__PEER_RDMA_DONE__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+
+        if (!x->peer || x->peer->state != PEER_READY)
+                return;
+        st.code = status;
+        m.transfer_id = x->id;
+        m.status = &st;
+        (void)peer_notice(x->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, &m.base);
+}
+
 void transfer_remote_data_done(Transfer *x, int error)
 {
         int status = transfer_status_from_errno(error);
 
         x->data = NULL;
         x->phase = REMOTE_FINISHED;
+        if (x->one_sided) {
+                /* Every READ or WRITE completed (or was flushed): nothing more moves. An RDMA
+                 * error takes the link down; a cancel (our timeout) does not. */
+                Link *l = x->link;
+                bool link_down = error != 0 && error != -ECANCELED;
+
+                if (status != KVD_OK && x->status == KVD_OK)
+                        error_set(&x->err, status, "RDMA %s failed: %s",
+                                  transfer_kind_is_pull(x->kind) ? "READ" : "WRITE",
+                                  strerror(-error));
+                transfer_remote_rdma_done(x, status == KVD_OK ? x->status : status);
+                transfer_remote_leave_peer(x);
+                transfer_complete(x, status);
+                if (link_down && l && l->state == LINK_UP)
+                        link_set_state(l, LINK_DOWN, KVD_E_PEER_LOST);
+                return;
+        }
         if (status != KVD_OK && x->status == KVD_OK)
                 error_set(&x->err, status, "%s",
                           error == -EILSEQ ? "a data chunk failed its CRC32C check"

@@ -135,6 +135,7 @@ static Transfer *transfer_free(Transfer *x)
                 region_unref(x->regions[i]);
         plan_free(x->plan);
         free(x->segs);
+        free(x->rdma_segs);
         if (x->req)
                 request_free(x->req);
         free(x);

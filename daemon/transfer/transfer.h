@@ -25,6 +25,9 @@ typedef struct Link Link;
 typedef struct Peer Peer;
 typedef struct PeerCall PeerCall;
 typedef struct Plan Plan;
+typedef struct RdmaEndpoint RdmaEndpoint;
+typedef struct RdmaJob RdmaJob;
+typedef struct RdmaSegment RdmaSegment;
 typedef struct TcpData TcpData;
 typedef struct Region Region;
 typedef struct Request Request;
@@ -91,6 +94,11 @@ struct Transfer {
         void *segs;             /* our side of the plan: TcpDstSegment (pull) / TcpSrcSegment */
         bool remote_done;       /* push: the peer said every byte landed (or failed) */
         int remote_status;
+        bool one_sided;         /* over RDMA: we read or write the peer's memory ourselves */
+        RdmaEndpoint *rdma_ep;  /* the link's endpoint */
+        RdmaSegment *rdma_segs; /* both ends of every segment, resolved */
+        size_t n_rdma_segs;
+        RdmaJob *rdma_job;      /* REMOTE_DATA over RDMA */
         CList link_peer;
         usec_t start_usec;
         usec_t deadline_usec;

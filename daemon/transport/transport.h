@@ -36,6 +36,9 @@ int transport_shm_new(Daemon *d, Transport **ret);
 /* The TCP transport: data jobs on the TcpData of a transfer's peer. */
 int transport_tcp_new(Daemon *d, Transport **ret);
 
+/* The RDMA transport: one-sided READ (pull) / WRITE (push) jobs on a link's endpoint. */
+int transport_rdma_new(Daemon *d, Transport **ret);
+
 int transport_submit(Transport *t, Transfer *x);
 /* Bytes of @x moved so far in *@ret; -EOPNOTSUPP when the transport cannot tell. */
 int transport_progress(Transport *t, const Transfer *x, uint64_t *ret);

@@ -75,15 +75,44 @@ size_t node_status_len(const Node *n, const char *path)
         return len;
 }
 
+const char *it_transport(void)
+{
+        const char *dev = getenv("KVDIST_RDMA_DEVICE");
+
+        return dev && dev[0] ? "rdma" : "tcp";
+}
+
+/* Writes a config file mapping device_id 0 to the RDMA device @dev. */
+static void node_write_rdma_config(Node *n, const char *dev)
+{
+        char buf[256];
+        int fd, len;
+
+        (void)snprintf(n->config_path, sizeof(n->config_path), "/tmp/kvdist-cfg-XXXXXX");
+        fd = mkstemp(n->config_path);
+        ck_assert_msg(fd >= 0, "mkstemp: %m");
+        len = snprintf(buf, sizeof(buf),
+                       "{\"devices\": [{\"device_id\": 0, \"transport\": \"rdma\", "
+                       "\"rdma_device\": \"%s\"}]}\n", dev);
+        ck_assert_int_eq(write(fd, buf, (size_t)len), len);
+        close(fd);
+}
+
 void node_start_full(Node *n, const char *netns, const char *listen, const char *key,
                      const char *const *extra)
 {
         const char *argv[NODE_MAX_ARGS];
+        const char *rdma = getenv("KVDIST_RDMA_DEVICE");
         char *json = NULL, *addr;
         size_t k = 0;
         int r;
 
         memset(n, 0, sizeof(*n));
+        if (rdma && rdma[0]) {
+                node_write_rdma_config(n, rdma);
+                argv[k++] = "--config";
+                argv[k++] = n->config_path;
+        }
         argv[k++] = "--listen";
         argv[k++] = listen ? listen : "127.0.0.1:0";
         argv[k++] = "--heartbeat-interval";
@@ -134,6 +163,8 @@ void node_stop(Node *n)
         harness_daemon_cleanup(&n->d);
         if (n->key_path[0])
                 (void)unlink(n->key_path);
+        if (n->config_path[0])
+                (void)unlink(n->config_path);
 }
 
 kvd_client *node_client(Node *n, uint64_t id, kvd_role role)
@@ -157,8 +188,14 @@ int link_at(kvd_client *c, uint64_t remote, const char *addr, int timeout_ms, in
 
 void link_node(kvd_client *c, uint64_t remote, const Node *n)
 {
+        char *json = NULL, want[64];
         int ret;
 
         expect_ok(c, link_at(c, remote, n->peer_addr, 5000, &ret));
         ck_assert_int_eq(ret, KVD_OK);
+        /* Every link across nodes uses the transport the suite runs over, and says so. */
+        expect_ok(c, kvd_daemon_status(c, &json));
+        (void)snprintf(want, sizeof(want), "\"transport\":\"%s\"", it_transport());
+        ck_assert_msg(strstr(json, want), "no link over %s in %s", it_transport(), json);
+        free(json);
 }

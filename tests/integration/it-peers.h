@@ -16,7 +16,15 @@ typedef struct Node {
         HarnessDaemon d;
         char peer_addr[64];             /* where it accepts peers, "127.0.0.1:40123" */
         char key_path[96];              /* its cluster key file, "" for none */
+        char config_path[96];           /* its config file (RDMA device map), "" for none */
 } Node;
+
+/*
+ * The transport links between nodes use: "rdma" when $KVDIST_RDMA_DEVICE names an RDMA device
+ * (every node then maps device_id 0 to it with transport rdma: the suites run unchanged over
+ * RDMA, inside the soft-RoCE VM), else "tcp".
+ */
+const char *it_transport(void);
 
 /*
  * Starts a daemon that listens for peers on @listen ("127.0.0.1:0" picks a port; NULL means

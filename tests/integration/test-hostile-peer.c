@@ -220,6 +220,8 @@ static int hostile_transfer(Hostile *h, const Ask *a, char *detail, size_t size,
         m.timeout_ms = 5000;
         m.notify.data = notify;
         m.notify.len = a->notify_len;
+        /* Over RDMA the request asks for remote keys instead of bytes on the data streams. */
+        m.rdma = strcmp(it_transport(), "rdma") == 0;
         code = hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, &m.base,
                             ret ? &reply : NULL, detail, size);
         if (ret)
@@ -367,17 +369,34 @@ START_TEST(test_hostile_peer)
                      in_range, zero, 1, 1, 2, 8 * 4096, 8, 0 };
         ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), &rep), KVD_OK);
         ck_assert_uint_eq(rep->total_bytes, 2 * 4096);
-        stream = malloc(2 * 4096);
-        ck_assert_ptr_nonnull(stream);
-        hostile_read_chunks(&h, rep->job_id, stream, 2 * 4096);
-        ck_assert_int_eq(harness_check_pattern_at(stream, 4096, src.seed,
-                                                  tcache_tensor_off(&src, 0) + 4096),
-                         -1);
-        ck_assert_int_eq(harness_check_pattern_at(stream + 4096, 4096, src.seed,
-                                                  tcache_tensor_off(&src, 1) + 4096),
-                         -1);
+        if (strcmp(it_transport(), "rdma") == 0) {
+                Kvdist__V1__PeerRdmaDone done = KVDIST__V1__PEER_RDMA_DONE__INIT;
+                Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+
+                /* Keys for the two tensors of the cache asked for, and only for that one. */
+                ck_assert_uint_eq(rep->n_rdma_addrs, 2);
+                ck_assert_uint_eq(rep->n_rdma_rkeys, 2);
+                ck_assert_uint_ne(rep->rdma_rkeys[0], 0);
+                ck_assert_uint_ne(rep->rdma_addrs[0], rep->rdma_addrs[1]);
+                done.transfer_id = rep->job_id;
+                done.status = &st;
+                ck_assert_int_eq(harness_raw_send_frame(h.ctl,
+                                                        KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE,
+                                                        0, 0, &done.base, NULL, 0),
+                                 0);
+        } else {
+                stream = malloc(2 * 4096);
+                ck_assert_ptr_nonnull(stream);
+                hostile_read_chunks(&h, rep->job_id, stream, 2 * 4096);
+                ck_assert_int_eq(harness_check_pattern_at(stream, 4096, src.seed,
+                                                          tcache_tensor_off(&src, 0) + 4096),
+                                 -1);
+                ck_assert_int_eq(harness_check_pattern_at(stream + 4096, 4096, src.seed,
+                                                          tcache_tensor_off(&src, 1) + 4096),
+                                 -1);
+                free(stream);
+        }
         protobuf_c_message_free_unpacked(&rep->base, NULL);
-        free(stream);
         ck_assert_int_ge(node_status_int(&p, "counters/peer_requests_refused"), 13);
 
         /* A frame with a bad magic: the daemon drops this peer, and only this peer. */

@@ -89,13 +89,14 @@ START_TEST(test_pull_blocks)
         ck_assert_int_ge(node_status_int(&w.p, "counters/transfers_served"), 3);
         ck_assert_int_eq(client_status_int(w.b, "counters/transfers_ok"), 3);
         {
-                char *text = NULL;
+                char *text = NULL, want[160];
 
                 expect_ok(w.b, kvd_daemon_metrics(w.b, &text));
                 ck_assert_ptr_nonnull(strstr(text, "kvdist_peers{state=\"ready\"} 1\n"));
                 ck_assert_ptr_nonnull(strstr(text, "kvdist_peer_heartbeat_rtt_seconds{peer=\""));
-                ck_assert_ptr_nonnull(strstr(text, "kvdist_transfers_total{direction=\"pull\","
-                                                   "transport=\"tcp\",status=\"KVD_OK\"} 3\n"));
+                (void)snprintf(want, sizeof(want), "kvdist_transfers_total{direction=\"pull\","
+                               "transport=\"%s\",status=\"KVD_OK\"} 3\n", it_transport());
+                ck_assert_ptr_nonnull(strstr(text, want));
                 free(text);
                 expect_ok(w.a, kvd_daemon_metrics(w.a, &text));
                 ck_assert_ptr_nonnull(strstr(text, "kvdist_served_total 3\n"));
@@ -135,6 +136,53 @@ START_TEST(test_pull_large)
         free(sb);
         free(db);
         tcopies_free(&cp);
+        pair_stop(&w);
+}
+END_TEST
+
+/* Blocks from 4 KiB to 4 MiB, scattered and contiguous, pulled and pushed. */
+START_TEST(test_block_sizes)
+{
+        static const uint64_t sizes[] = { 4096, 65536, 1 << 20, 4 << 20 };
+        static const uint64_t scattered[] = { 5, 0, 7, 2 }, contiguous[] = { 3, 4, 5, 6 };
+        static const uint64_t dst_a[] = { 1, 6, 3, 4 }, dst_b[] = { 0, 2, 5, 7 };
+        Pair w;
+
+        pair_start(&w, NULL);
+        for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+                kvd_cache_key k = kvd_key_blocks(A_ID, 10 + i), kb = kvd_key_blocks(A_ID, 20 + i);
+                TCache src, dst, inbox;
+                TCopies cp = {}, cpi = {};
+
+                expect_ok(w.a, tcache_register(&src, w.a, true, 2, 8, sizes[i], 0x100 + i, &k, 1,
+                                               0));
+                expect_ok(w.a, tcache_register(&inbox, w.a, true, 2, 8, sizes[i], 0x200 + i,
+                                               &kb, 1, 0));
+                expect_ok(w.b, tcache_register(&dst, w.b, true, 2, 8, sizes[i], 0x300 + i, NULL,
+                                               0, 0));
+                /* Caches registered before the link: link once per size. */
+                link_node(w.b, A_ID, &w.p);
+                expect_ok(w.b, kvd_pull_blocks(w.b, &k, dst.id, scattered, 4, dst_a, 4, NULL));
+                expect_ok(w.b, kvd_pull_blocks(w.b, &k, dst.id, contiguous, 2, dst_b, 2, NULL));
+                tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, scattered, dst_a, 4);
+                tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, contiguous, dst_b, 2);
+                tcache_verify(&dst, &cp);
+                expect_ok(w.b, kvd_push_blocks(w.b, &kb, dst.id, dst_a, 4, contiguous, 4, NULL));
+                tcopies_blocks(&cpi, &src, &inbox, ALL, ALL, 2, scattered, contiguous, 4);
+                tcache_verify(&inbox, &cpi);
+                tcache_verify_untouched(&src);
+                expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID,
+                                                   KVD_ROLE_PROMPT, w.p.peer_addr, NULL },
+                                                   1, 1000, false, NULL));
+                tcopies_free(&cp);
+                tcopies_free(&cpi);
+                expect_ok(w.a, kvd_unregister_cache(w.a, src.id));
+                expect_ok(w.a, kvd_unregister_cache(w.a, inbox.id));
+                expect_ok(w.b, kvd_unregister_cache(w.b, dst.id));
+                expect_ok(w.a, kvd_mem_free(w.a, src.mem));
+                expect_ok(w.a, kvd_mem_free(w.a, inbox.mem));
+                expect_ok(w.b, kvd_mem_free(w.b, dst.mem));
+        }
         pair_stop(&w);
 }
 END_TEST
@@ -512,6 +560,7 @@ static Suite *remote_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_pull_blocks);
         tcase_add_test(tc, test_pull_large);
+        tcase_add_test(tc, test_block_sizes);
         tcase_add_test(tc, test_push_blocks_notify);
         tcase_add_test(tc, test_caches);
         tcase_add_test(tc, test_crc);

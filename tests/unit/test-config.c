@@ -64,7 +64,7 @@ static bool config_equal(const Config *a, const Config *b, bool with_socket_path
             !str_equal(a->cluster_key_file, b->cluster_key_file) ||
             a->heartbeat_interval_ms != b->heartbeat_interval_ms ||
             a->heartbeat_timeout_ms != b->heartbeat_timeout_ms ||
-            memcmp(&a->tcp, &b->tcp, sizeof(TcpConfig)) != 0)
+            memcmp(&a->tcp, &b->tcp, sizeof(TcpConfig)) != 0 || a->rdma.qps != b->rdma.qps)
                 return false;
         if (a->socket_mode != b->socket_mode || a->memory_size != b->memory_size ||
             a->page_shift != b->page_shift || a->sync_kv_timeout_ms != b->sync_kv_timeout_ms ||
@@ -716,7 +716,8 @@ START_TEST(test_shipped_config_is_defaults)
                    " \"max_peers\": 1, \"max_notifies_per_client\": 1},"
                    " \"listen_ip_info\": \"127.0.0.1:1\", \"cluster_key_file\": \"/k\","
                    " \"heartbeat_interval_ms\": 10, \"heartbeat_timeout_ms\": 50,"
-                   " \"tcp\": {\"streams\": 1, \"crc\": true, \"chunk_size\": 4096}}");
+                   " \"tcp\": {\"streams\": 1, \"crc\": true, \"chunk_size\": 4096},"
+                   " \"rdma\": {\"qps\": 1}}");
         r = config_load_file(c, path, &error);
         ck_assert_msg(r == 0, "%s: %d %s", path, r, error ? error : "");
         ck_assert(config_equal(c, defaults, false));
@@ -985,6 +986,11 @@ START_TEST(test_peer_keys)
         load_fails("{\"tcp\": {\"chunk_size\": \"1K\"}}", "tcp.chunk_size: must be in [4K, 64M]");
         load_fails("{\"tcp\": {\"window\": 1}}", "tcp.window: unknown key");
         load_fails("{\"tcp\": []}", "tcp: expected an object");
+        load_fails("{\"rdma\": {\"qps\": 9}}", "rdma.qps: must be an integer in [1, 8]");
+        load_fails("{\"rdma\": {\"sq\": 9}}", "rdma.sq: unknown key");
+        ck_assert_uint_eq(c->rdma.qps, 4);
+        load_ok(c, "{\"rdma\": {\"qps\": 2}}");
+        ck_assert_uint_eq(c->rdma.qps, 2);
         load_fails("{\"heartbeat_interval_ms\": 1000, \"heartbeat_timeout_ms\": 1500}",
                    "heartbeat_timeout_ms: 1500 ms must be at least twice heartbeat_interval_ms "
                    "(1000 ms), or one late heartbeat loses the peer");

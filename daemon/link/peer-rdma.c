@@ -1,0 +1,320 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Peer RDMA endpoints: the RC queue pairs between one of our RDMA devices and one of a peer's,
+ * connected slot by slot over the peer's control connection (PeerRdmaConnect carries our QP
+ * number, PSN, GID and MTU; the answer carries the peer's). The daemon that needs an endpoint
+ * creates it and drives the connection (initiator); the other side creates its half when asked
+ * (responder). Slots flushed after a timeout or an error are connected again on next use.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kvdist/kvdist.h>
+
+#include "daemon.h"
+#include "kvdist.pb-c.h"
+#include "log.h"
+#include "peer-handlers.h"
+#include "peer-rdma.h"
+#include "peer.h"
+#include "rdma.h"
+
+struct PeerRdmaWaiter {
+        CList link;
+        PeerRdmaEp *pep;
+        peer_rdma_ready_fn fn;
+        void *userdata;
+};
+
+struct PeerRdmaEp {
+        Peer *peer;
+        RdmaEndpoint *ep;
+        uint32_t connecting;            /* slots with a PeerRdmaConnect in flight */
+        char error[ERROR_MSG_MAX];      /* the last connect failure */
+        CList waiters;                  /* PeerRdmaWaiter.link */
+        CList link_peer;                /* on Peer.rdma_eps */
+};
+
+typedef struct SlotCall {
+        PeerRdmaEp *pep;
+        unsigned slot;
+} SlotCall;
+
+static void peer_rdma_notify(PeerRdmaEp *pep, int status, const char *reason)
+{
+        while (!clist_is_empty(&pep->waiters)) {
+                PeerRdmaWaiter *w = clist_first_entry(&pep->waiters, PeerRdmaWaiter, link);
+
+                clist_unlink(&w->link);
+                w->fn(status == 0 ? pep->ep : NULL, status, reason, w->userdata);
+                free(w);
+        }
+}
+
+static void peer_rdma_on_connect_reply(Peer *p, int status, const Error *err,
+                                       const ProtobufCMessage *reply, void *userdata)
+{
+        const Kvdist__V1__PeerRdmaConnectReply *m = (const Kvdist__V1__PeerRdmaConnectReply *)reply;
+        SlotCall *sc = userdata;
+        PeerRdmaEp *pep = sc->pep;
+        unsigned slot = sc->slot;
+        int r = status == KVD_OK ? 0 : -ECONNREFUSED;
+
+        free(sc);
+        if (!pep)
+                return; /* the endpoint went with its peer */
+        pep->connecting &= ~(UINT32_C(1) << slot);
+        if (r == 0)
+                r = rdma_endpoint_slot_connect(pep->ep, slot, m->qpn, m->psn);
+        if (r < 0) {
+                (void)snprintf(pep->error, sizeof(pep->error), "slot %u: %.200s", slot,
+                               status != KVD_OK && err ? err->msg : strerror(-r));
+                log_warning("%s: RDMA queue pair %u toward %s: %s",
+                            peer_name(p, (char[96]){ 0 }, 96), slot,
+                            rdma_endpoint_remote_device(pep->ep), pep->error);
+        }
+        if (pep->connecting != 0)
+                return;
+        if (rdma_endpoint_broken_slots(pep->ep) == (UINT32_C(1) << rdma_endpoint_n_slots(pep->ep)) - 1)
+                peer_rdma_notify(pep, -ECONNREFUSED, pep->error);
+        else
+                peer_rdma_notify(pep, 0, NULL);
+}
+
+/* Connects every slot of @pep that is not connected and not being connected. */
+static int peer_rdma_connect_slots(PeerRdmaEp *pep)
+{
+        Kvdist__V1__PeerRdmaConnect m = KVDIST__V1__PEER_RDMA_CONNECT__INIT;
+        Kvdist__V1__RdmaDeviceInfo info = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
+        uint32_t broken = rdma_endpoint_broken_slots(pep->ep) & ~pep->connecting;
+        RdmaDeviceInfo local;
+        int r;
+
+        rdma_device_get_info(rdma_endpoint_device(pep->ep), &local);
+        info.device = local.device;
+        info.gid.data = local.gid;
+        info.gid.len = RDMA_GID_SIZE;
+        info.port = local.port;
+        info.mtu = local.mtu;
+        info.lid = local.lid;
+        m.endpoint_id = rdma_endpoint_id(pep->ep);
+        m.n_slots = rdma_endpoint_n_slots(pep->ep);
+        m.remote_device = (char *)rdma_endpoint_remote_device(pep->ep);
+        m.local = &info;
+        for (unsigned i = 0; i < rdma_endpoint_n_slots(pep->ep); i++) {
+                SlotCall *sc;
+
+                if (!(broken & (UINT32_C(1) << i)))
+                        continue;
+                r = rdma_endpoint_slot_local(pep->ep, i, &m.qpn, &m.psn);
+                if (r == -EBUSY)
+                        continue;
+                if (r < 0)
+                        return r;
+                sc = malloc(sizeof(*sc));
+                if (!sc)
+                        return -ENOMEM;
+                *sc = (SlotCall){ pep, i };
+                m.slot = i;
+                r = peer_call(pep->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, &m.base,
+                              peer_rdma_on_connect_reply, sc, NULL);
+                if (r < 0) {
+                        free(sc);
+                        return r;
+                }
+                pep->connecting |= UINT32_C(1) << i;
+        }
+        return 0;
+}
+
+static PeerRdmaEp *peer_rdma_ep_find(Peer *p, bool initiator, RdmaDevice *dev,
+                                     const char *remote_device, uint64_t id)
+{
+        PeerRdmaEp *pep;
+
+        CLIST_FOREACH(pep, &p->rdma_eps, link_peer) {
+                if (rdma_endpoint_initiator(pep->ep) != initiator)
+                        continue;
+                if (initiator && rdma_endpoint_device(pep->ep) == dev &&
+                    strcmp(rdma_endpoint_remote_device(pep->ep), remote_device) == 0)
+                        return pep;
+                if (!initiator && rdma_endpoint_id(pep->ep) == id)
+                        return pep;
+        }
+        return NULL;
+}
+
+static int peer_rdma_ep_new(Peer *p, RdmaEndpoint *ep, PeerRdmaEp **ret)
+{
+        PeerRdmaEp *pep = calloc(1, sizeof(*pep));
+
+        if (!pep)
+                return -ENOMEM;
+        pep->peer = p;
+        pep->ep = ep;
+        clist_init(&pep->waiters);
+        clist_link_tail(&p->rdma_eps, &pep->link_peer);
+        *ret = pep;
+        return 0;
+}
+
+int peer_rdma_get(Peer *p, RdmaDevice *dev, const RdmaDeviceInfo *remote, peer_rdma_ready_fn fn,
+                  void *userdata, PeerRdmaWaiter **ret_waiter)
+{
+        PeerRdmaEp *pep;
+        PeerRdmaWaiter *w;
+        RdmaEndpoint *ep;
+        int r;
+
+        if (ret_waiter)
+                *ret_waiter = NULL;
+        pep = peer_rdma_ep_find(p, true, dev, remote->device, 0);
+        if (!pep) {
+                r = rdma_endpoint_new(dev, daemon_next_id(p->daemon), true, remote,
+                                      p->daemon->config->rdma.qps, &ep);
+                if (r < 0)
+                        return r;
+                r = peer_rdma_ep_new(p, ep, &pep);
+                if (r < 0) {
+                        rdma_endpoint_free(ep);
+                        return r;
+                }
+        }
+        if (rdma_endpoint_ready(pep->ep)) {
+                fn(pep->ep, 0, NULL, userdata);
+                return 0;
+        }
+        w = calloc(1, sizeof(*w));
+        if (!w)
+                return -ENOMEM;
+        *w = (PeerRdmaWaiter){ .pep = pep, .fn = fn, .userdata = userdata };
+        clist_link_tail(&pep->waiters, &w->link);
+        r = peer_rdma_connect_slots(pep);
+        if (r < 0) {
+                clist_unlink(&w->link);
+                free(w);
+                return r;
+        }
+        if (ret_waiter)
+                *ret_waiter = w;
+        return 0;
+}
+
+void peer_rdma_waiter_cancel(PeerRdmaWaiter *w)
+{
+        if (!w)
+                return;
+        clist_unlink(&w->link);
+        free(w);
+}
+
+void peer_rdma_repair(Peer *p, RdmaEndpoint *ep)
+{
+        PeerRdmaEp *pep;
+
+        CLIST_FOREACH(pep, &p->rdma_eps, link_peer)
+                if (pep->ep == ep) {
+                        if (peer_rdma_connect_slots(pep) < 0)
+                                log_warning("%s: cannot reconnect RDMA queue pairs, ignoring",
+                                            peer_name(p, (char[96]){ 0 }, 96));
+                        return;
+                }
+}
+
+void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+{
+        const Kvdist__V1__PeerRdmaConnect *m = (const Kvdist__V1__PeerRdmaConnect *)msg;
+        Kvdist__V1__PeerRdmaConnectReply reply = KVDIST__V1__PEER_RDMA_CONNECT_REPLY__INIT;
+        Kvdist__V1__RdmaDeviceInfo info = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        RdmaDeviceInfo remote = { 0 }, local;
+        Error err = ERROR_INIT;
+        RdmaDevice *dev;
+        PeerRdmaEp *pep;
+        RdmaEndpoint *ep;
+        int r;
+
+        dev = m->remote_device ? rdma_device_find(p->daemon->rdma, m->remote_device) : NULL;
+        if (!rdma_device_usable(dev)) {
+                error_set(&err, KVD_E_FEATURE_NOT_ENABLED, "no working RDMA device %s here",
+                          m->remote_device ? m->remote_device : "");
+                goto refuse;
+        }
+        if (!m->local || m->local->gid.len != RDMA_GID_SIZE || m->n_slots == 0 ||
+            m->n_slots > RDMA_MAX_SLOTS || m->slot >= m->n_slots) {
+                error_set(&err, KVD_E_PARAM_INVALID, "bad RDMA endpoint description");
+                goto refuse;
+        }
+        pep = peer_rdma_ep_find(p, false, NULL, NULL, m->endpoint_id);
+        if (!pep) {
+                (void)snprintf(remote.device, sizeof(remote.device), "%s",
+                               m->local->device ? m->local->device : "");
+                memcpy(remote.gid, m->local->gid.data, RDMA_GID_SIZE);
+                remote.port = (uint8_t)m->local->port;
+                remote.mtu = m->local->mtu;
+                remote.lid = (uint16_t)m->local->lid;
+                r = rdma_endpoint_new(dev, m->endpoint_id, false, &remote, m->n_slots, &ep);
+                if (r >= 0) {
+                        r = peer_rdma_ep_new(p, ep, &pep);
+                        if (r < 0)
+                                rdma_endpoint_free(ep);
+                }
+                if (r < 0) {
+                        error_set(&err, KVD_E_FAILED, "cannot create an RDMA endpoint: %s",
+                                  strerror(-r));
+                        goto refuse;
+                }
+        }
+        if (m->n_slots != rdma_endpoint_n_slots(pep->ep)) {
+                error_set(&err, KVD_E_PARAM_INVALID, "endpoint %" PRIu64 " has %u slots",
+                          m->endpoint_id, rdma_endpoint_n_slots(pep->ep));
+                goto refuse;
+        }
+        /* A slot connected again (after a flush on the other side) starts from a new QP. */
+        r = rdma_endpoint_slot_local(pep->ep, m->slot, &reply.qpn, &reply.psn);
+        if (r >= 0)
+                r = rdma_endpoint_slot_connect(pep->ep, m->slot, m->qpn, m->psn);
+        if (r < 0) {
+                error_set(&err, KVD_E_FAILED, "cannot connect RDMA queue pair %u: %s", m->slot,
+                          strerror(-r));
+                goto refuse;
+        }
+        rdma_device_get_info(dev, &local);
+        info.device = local.device;
+        info.gid.data = local.gid;
+        info.gid.len = RDMA_GID_SIZE;
+        info.port = local.port;
+        info.mtu = local.mtu;
+        info.lid = local.lid;
+        reply.status = &status;
+        reply.local = &info;
+        (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, request_id, &reply.base);
+        return;
+refuse:
+        (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, request_id,
+                               err.code, &err);
+}
+
+void peer_rdma_foreach(Peer *p, void (*fn)(RdmaEndpoint *ep, void *userdata), void *userdata)
+{
+        PeerRdmaEp *pep;
+
+        CLIST_FOREACH(pep, &p->rdma_eps, link_peer)
+                fn(pep->ep, userdata);
+}
+
+void peer_rdma_on_lost(Peer *p)
+{
+        while (!clist_is_empty(&p->rdma_eps)) {
+                PeerRdmaEp *pep = clist_first_entry(&p->rdma_eps, PeerRdmaEp, link_peer);
+
+                peer_rdma_notify(pep, -ECONNRESET, "the peer was lost");
+                clist_unlink(&pep->link_peer);
+                /* Flushes the queue pairs: every job on them fails before this returns. */
+                rdma_endpoint_free(pep->ep);
+                free(pep);
+        }
+}

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* Peer RDMA endpoints: RC queue pairs to a peer's device, connected over the peer connection. */
+#pragma once
+
+#include <stdbool.h>
+
+#include "rdma.h"
+
+typedef struct Peer Peer;
+typedef struct PeerRdmaEp PeerRdmaEp;
+typedef struct PeerRdmaWaiter PeerRdmaWaiter;
+
+/* @ep is connected (@status 0), or could not be (@status < 0, @reason says why). */
+typedef void (*peer_rdma_ready_fn)(RdmaEndpoint *ep, int status, const char *reason,
+                                   void *userdata);
+
+/*
+ * Our endpoint from @dev to the peer's device @remote, created and connected if needed. @fn runs
+ * once it is connected (at once, from inside this call, when it is) or failed; *@ret_waiter (may
+ * be NULL) can cancel the wait. Returns 0 or a negative errno (@fn is not called then).
+ */
+int peer_rdma_get(Peer *p, RdmaDevice *dev, const RdmaDeviceInfo *remote, peer_rdma_ready_fn fn,
+                  void *userdata, PeerRdmaWaiter **ret_waiter);
+
+/* Forgets a waiter; its callback will not run. Accepts NULL. */
+void peer_rdma_waiter_cancel(PeerRdmaWaiter *w);
+
+/* Connects again the slots of @ep that were flushed (after a timeout or an error). */
+void peer_rdma_repair(Peer *p, RdmaEndpoint *ep);
+
+/* Calls @fn with every endpoint of @p (for status). */
+void peer_rdma_foreach(Peer *p, void (*fn)(RdmaEndpoint *ep, void *userdata), void *userdata);
+
+/* @p is being lost: its endpoints are flushed (failing their jobs) and freed. */
+void peer_rdma_on_lost(Peer *p);

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# rdma-vm: runs the cross-daemon integration suites over RDMA, inside a VM with a real soft-RoCE
+# device (the rxe-vm tool boots Debian's kernel with rdma_rxe under QEMU; no RDMA hardware or
+# host kernel support needed). Every node then maps device_id 0 to rxe0 with transport rdma
+# ($KVDIST_RDMA_DEVICE), so the same byte-exact tests, faults and hostile peer run over RDMA
+# READ/WRITE instead of TCP.
+#
+# Usage: rdma-vm.sh BUILD_DIR TEST...   (test executables relative to BUILD_DIR)
+# Exits 77 (skipped) with a reason when the VM tool cannot be found or cannot start here.
+set -uo pipefail
+
+build=$(cd "$1" && pwd)
+shift
+
+# The tool: $KVDIST_RXE_VM, else the workspace's shared copy next to the checkout.
+src=$(cd "$(dirname "$0")/../.." && pwd)
+rxe=${KVDIST_RXE_VM:-}
+for candidate in "$src/../shared/rxe-vm/rxe-vm" /work/shared/rxe-vm/rxe-vm; do
+        [ -n "$rxe" ] && break
+        [ -x "$candidate" ] && rxe=$candidate
+done
+if [ -z "$rxe" ] || [ ! -x "$rxe" ]; then
+        echo "SKIP: no rxe-vm tool (set KVDIST_RXE_VM to its path): the RDMA suites need a" \
+             "soft-RoCE VM and this host has no RDMA device"
+        exit 77
+fi
+
+tests=()
+for t in "$@"; do
+        tests+=("$build/$t")
+done
+script='rc=0
+for t in '"${tests[*]}"'; do
+        echo "== $t over RDMA ($KVDIST_RDMA_DEVICE)"
+        "$t" || rc=1
+done
+exit $rc'
+
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+"$rxe" run --timeout 840 --files "$build" --env KVDISTD="$build/daemon/kvdistd" \
+        --env KVDIST_RDMA_DEVICE=rxe0 --env ASAN_OPTIONS --env UBSAN_OPTIONS \
+        -- sh -c "$script" 2>&1 | tee "$out"
+rc=${PIPESTATUS[0]}
+# 125: the VM or its rxe device could not be set up here (no QEMU, no image): a skip, said so.
+if [ "$rc" -eq 125 ]; then
+        echo "SKIP: rxe-vm could not start the soft-RoCE VM on this host (exit 125; see above)"
+        exit 77
+fi
+exit "$rc"
