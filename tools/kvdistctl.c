@@ -58,6 +58,8 @@ static void help(FILE *f)
                    "  links             links between clusters\n"
                    "  transfers         transfers in flight, with age and bytes done\n"
                    "  peers             peer daemons (\"no peers\" when there are none)\n"
+                   "  devices           RDMA devices: state, link layer, MTU, GID,\n"
+                   "                    registrations, completion errors\n"
                    "  config            the daemon's effective configuration\n"
                    "  metrics           the daemon's Prometheus metrics\n"
                    "\n"
@@ -184,6 +186,28 @@ static void peer_row(const json_t *o, Table *t, size_t r)
         fmt_age(o, "age_s", 1, table_cell(t, r, 11));
 }
 
+static void device_row(const json_t *o, Table *t, size_t r)
+{
+        double us, n;
+
+        fmt_str(o, "name", table_cell(t, r, 0));
+        fmt_str(o, "state", table_cell(t, r, 1));
+        fmt_str(o, "link_layer", table_cell(t, r, 2));
+        fmt_int(o, "port", table_cell(t, r, 3));
+        fmt_int(o, "mtu", table_cell(t, r, 4));
+        fmt_str(o, "gid", table_cell(t, r, 5));
+        fmt_int(o, "memory_regions", table_cell(t, r, 6));
+        fmt_bytes(o, "registered_bytes", table_cell(t, r, 7));
+        if (get_number(o, "registration_us_total", &us) &&
+            get_number(o, "registrations", &n) && n > 0)
+                snprintf(table_cell(t, r, 8), CELL_MAX, "%.1f us", us / n);
+        else
+                snprintf(table_cell(t, r, 8), CELL_MAX, "-");
+        fmt_int(o, "completion_errors", table_cell(t, r, 9));
+        fmt_str(o, "last_completion_error", table_cell(t, r, 10));
+        fmt_str(o, "error", table_cell(t, r, 11));
+}
+
 static const char *const cluster_cols[] = { "ID",    "ROLE",   "DEVICE", "PID",      "REGIONS",
                                             "BYTES", "CACHES", "LINKS",  "IN-FLIGHT" };
 static const char *const cache_cols[] = { "ID",    "CLUSTER",     "KIND", "TENSORS", "SHAPE",
@@ -195,6 +219,9 @@ static const char *const transfer_cols[] = { "ID",        "CLUSTER", "KIND", "RE
 static const char *const peer_cols[] = { "NODE",  "ADDRESS",  "DIRECTION", "STATE",
                                          "AUTH",  "LINKS",    "IN-LINKS",  "DATA",
                                          "RTT",   "SENT",     "RECEIVED",  "AGE" };
+static const char *const device_cols[] = { "DEVICE", "STATE",  "LINK",     "PORT",
+                                           "MTU",    "GID",    "MRS",      "REGISTERED",
+                                           "REG/MR", "WC-ERR", "LAST-ERR", "ERROR" };
 
 /* A command that shows one array of the status document as a table. */
 typedef struct ArrayCommand {
@@ -214,6 +241,8 @@ static const ArrayCommand array_commands[] = {
         { "transfers", "transfers", transfer_cols, ARRAY_SIZE(transfer_cols), transfer_row,
           "no transfers in flight" },
         { "peers", "peers", peer_cols, ARRAY_SIZE(peer_cols), peer_row, "no peers" },
+        { "devices", "rdma_devices", device_cols, ARRAY_SIZE(device_cols), device_row,
+          "no RDMA devices" },
 };
 
 static const ArrayCommand *find_array_command(const char *name)

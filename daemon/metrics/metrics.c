@@ -17,6 +17,7 @@
 #include "peer.h"
 #include "plan.h"
 #include "pool.h"
+#include "rdma.h"
 #include "transfer.h"
 #include "transport.h"
 
@@ -351,6 +352,92 @@ static void family_served(MetricsWriter *w, Daemon *d)
                            d->counters.notifies_delivered);
 }
 
+/* One RDMA metric: its name, type and help, and how to read it off a device's status. */
+typedef struct RdmaMetric {
+        const char *name;
+        const char *type;
+        const char *help;
+        double (*value)(const RdmaDeviceStatus *st);
+} RdmaMetric;
+
+static double rdma_up(const RdmaDeviceStatus *st)
+{
+        return strcmp(st->state, "active") == 0;
+}
+
+static double rdma_mrs(const RdmaDeviceStatus *st)
+{
+        return (double)st->mrs;
+}
+
+static double rdma_bytes(const RdmaDeviceStatus *st)
+{
+        return (double)st->mr_bytes;
+}
+
+static double rdma_reg_seconds(const RdmaDeviceStatus *st)
+{
+        return (double)st->reg_usec_total / USEC_PER_SEC;
+}
+
+static double rdma_regs(const RdmaDeviceStatus *st)
+{
+        return (double)st->reg_count;
+}
+
+static double rdma_wc_errors(const RdmaDeviceStatus *st)
+{
+        return (double)st->wc_errors;
+}
+
+static double rdma_async(const RdmaDeviceStatus *st)
+{
+        return (double)st->async_events;
+}
+
+static const RdmaMetric rdma_metrics[] = {
+        { "kvdist_rdma_device_up", "gauge",
+          "RDMA devices of the device map: 1 when open with an active port", rdma_up },
+        { "kvdist_rdma_memory_regions", "gauge", "Memory regions registered on the device now",
+          rdma_mrs },
+        { "kvdist_rdma_registered_bytes", "gauge", "Bytes registered on the device now",
+          rdma_bytes },
+        { "kvdist_rdma_registration_seconds_total", "counter",
+          "Time spent registering memory (ibv_reg_mr)", rdma_reg_seconds },
+        { "kvdist_rdma_registrations_total", "counter", "Memory regions registered since start",
+          rdma_regs },
+        { "kvdist_rdma_completion_errors_total", "counter",
+          "Work completions with an error status", rdma_wc_errors },
+        { "kvdist_rdma_async_events_total", "counter",
+          "Asynchronous device events (port down, fatal errors)", rdma_async },
+};
+
+typedef struct RdmaSampleCtx {
+        MetricsWriter *w;
+        const RdmaMetric *m;
+} RdmaSampleCtx;
+
+static void rdma_device_sample(const RdmaDevice *dev, void *userdata)
+{
+        RdmaSampleCtx *ctx = userdata;
+        RdmaDeviceStatus st;
+
+        rdma_device_get_status(dev, &st);
+        metrics_sample_double(ctx->w, ctx->m->name, METRICS_LABELS({ "device", st.name }),
+                              ctx->m->value(&st));
+}
+
+static void family_rdma(MetricsWriter *w, Daemon *d)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(rdma_metrics); i++) {
+                RdmaSampleCtx ctx = { w, &rdma_metrics[i] };
+
+                metrics_family(w, rdma_metrics[i].name, rdma_metrics[i].type,
+                               rdma_metrics[i].help);
+                rdma_context_foreach_device(d->rdma, rdma_device_sample, &ctx);
+        }
+}
+
 /* The families, in the order they are written. Add one here and write its function above. */
 static const MetricsFamilyFn families[] = {
         family_build_info,
@@ -367,6 +454,7 @@ static const MetricsFamilyFn families[] = {
         family_peers,
         family_peer_heartbeat,
         family_served,
+        family_rdma,
 };
 
 int metrics_render(Daemon *d, char **ret, size_t *ret_len)

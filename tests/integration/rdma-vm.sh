@@ -40,6 +40,7 @@ exit $rc'
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 "$rxe" run --timeout 840 --files "$build" --env KVDISTD="$build/daemon/kvdistd" \
+        --env KVDISTCTL="$build/tools/kvdistctl" \
         --env KVDIST_RDMA_DEVICE=rxe0 --env ASAN_OPTIONS --env UBSAN_OPTIONS \
         -- sh -c "$script" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}

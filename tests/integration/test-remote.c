@@ -103,6 +103,31 @@ START_TEST(test_pull_blocks)
                 ck_assert_ptr_nonnull(strstr(text, "kvdist_inbound_links 1\n"));
                 free(text);
         }
+        if (strcmp(it_transport(), "rdma") == 0) {
+                const char *ctl = getenv("KVDISTCTL");
+                const char *argv[] = { ctl, "--socket", w.d.d.socket_path, "devices", NULL };
+                char *out = NULL, *json = NULL, want[128];
+
+                /* The device, its port and registrations, as operators see them. */
+                ck_assert_ptr_nonnull(ctl);
+                ck_assert_int_eq(harness_run(argv, &out, NULL), 0);
+                ck_assert_msg(strstr(out, getenv("KVDIST_RDMA_DEVICE")) && strstr(out, "active") &&
+                                      strstr(out, "Ethernet"),
+                              "kvdistctl devices:\n%s", out);
+                free(out);
+                ck_assert_int_eq(harness_daemon_status(&w.d.d, &json), KVD_OK);
+                ck_assert_ptr_nonnull(strstr(json, "\"queue_pairs_ready\":"));
+                free(json);
+                /* Both caches' tensors registered, and the time it took counted. */
+                ck_assert_int_eq(node_status_int(&w.d, "rdma_devices/0/memory_regions"), 4);
+                ck_assert_int_gt(node_status_int(&w.d, "rdma_devices/0/registration_us_total"),
+                                 0);
+                expect_ok(w.b, kvd_daemon_metrics(w.b, &out));
+                (void)snprintf(want, sizeof(want), "kvdist_rdma_device_up{device=\"%s\"} 1\n",
+                               getenv("KVDIST_RDMA_DEVICE"));
+                ck_assert_ptr_nonnull(strstr(out, want));
+                free(out);
+        }
         tcopies_free(&cp);
         pair_stop(&w);
 }
