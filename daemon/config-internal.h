@@ -7,7 +7,9 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/un.h>
 
 #include "config.h"
@@ -16,6 +18,22 @@
 /* sun_path less its terminating NUL. */
 #define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *)NULL)->sun_path) - 1)
 #define COPY_THREADS_MAX 64
+/* Room for a key path in messages ("devices[1023].rdma_device"); longer user keys are cut. */
+#define PATH_BUF 256
+
+static inline bool streq(const char *a, const char *b)
+{
+        return strcmp(a, b) == 0;
+}
+
+/* Formats a key path for messages into @buf (PATH_BUF bytes), ending in "..." when cut. */
+void config_pathf(char *buf, const char *fmt, ...) _printf_(2, 3);
+
+/* The TransportKind named @s ("auto", "tcp", "rdma"), or _TRANSPORT_KIND_INVALID. */
+TransportKind transport_kind_from_string(const char *s);
+
+/* Frees @n device entries and the array. */
+void config_devices_free(DeviceConfig *devices, size_t n);
 /* The longest metrics_listen value: "[" IPv6 "%" interface "]:" port. */
 #define METRICS_LISTEN_MAX 64
 

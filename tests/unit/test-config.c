@@ -13,111 +13,19 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include "config-fixture.h"
 #include "config.h"
 #include "log.h"
 #include "kvdist-config.h"
 #include "macro.h"
 
-#define KIB (UINT64_C(1) << 10)
-#define MIB (UINT64_C(1) << 20)
-#define GIB (UINT64_C(1) << 30)
-#define TIB (UINT64_C(1) << 40)
 
-static Config *new_config(void)
-{
-        Config *c = NULL;
 
-        ck_assert_int_eq(config_new(&c), 0);
-        ck_assert_ptr_nonnull(c);
-        return c;
-}
 
-static void load_ok(Config *c, const char *json)
-{
-        _cleanup_free_ char *error = NULL;
-        int r;
 
-        r = config_load_string(c, json, &error);
-        ck_assert_msg(r == 0, "loading %s failed: %d %s", json, r, error ? error : "(null)");
-}
 
-static bool devices_equal(const DeviceConfig *a, const DeviceConfig *b)
-{
-        return a->device_id == b->device_id && a->port == b->port &&
-               a->gid_index == b->gid_index && a->transport == b->transport &&
-               (a->rdma_device ? b->rdma_device && strcmp(a->rdma_device, b->rdma_device) == 0
-                               : !b->rdma_device) &&
-               (a->netdev ? b->netdev && strcmp(a->netdev, b->netdev) == 0 : !b->netdev);
-}
 
-static bool str_equal(const char *a, const char *b)
-{
-        return a ? b && strcmp(a, b) == 0 : !b;
-}
 
-/* Every field, the socket path only when @with_socket_path. */
-static bool config_equal(const Config *a, const Config *b, bool with_socket_path)
-{
-        if (with_socket_path && strcmp(a->socket_path, b->socket_path) != 0)
-                return false;
-        if (!str_equal(a->listen_ip_info, b->listen_ip_info) ||
-            !str_equal(a->cluster_key_file, b->cluster_key_file) ||
-            a->heartbeat_interval_ms != b->heartbeat_interval_ms ||
-            a->heartbeat_timeout_ms != b->heartbeat_timeout_ms ||
-            memcmp(&a->tcp, &b->tcp, sizeof(TcpConfig)) != 0 || a->rdma.qps != b->rdma.qps)
-                return false;
-        if (a->socket_mode != b->socket_mode || a->memory_size != b->memory_size ||
-            a->page_shift != b->page_shift || a->sync_kv_timeout_ms != b->sync_kv_timeout_ms ||
-            a->copy_threads != b->copy_threads || a->log_level != b->log_level ||
-            memcmp(&a->limits, &b->limits, sizeof(Limits)) != 0)
-                return false;
-        if (strcmp(a->metrics_listen ? a->metrics_listen : "",
-                   b->metrics_listen ? b->metrics_listen : "") != 0)
-                return false;
-        if (a->n_allow_uids != b->n_allow_uids || a->n_allow_gids != b->n_allow_gids ||
-            a->n_devices != b->n_devices)
-                return false;
-        for (size_t i = 0; i < a->n_allow_uids; i++)
-                if (a->allow_uids[i] != b->allow_uids[i])
-                        return false;
-        for (size_t i = 0; i < a->n_allow_gids; i++)
-                if (a->allow_gids[i] != b->allow_gids[i])
-                        return false;
-        for (size_t i = 0; i < a->n_devices; i++)
-                if (!devices_equal(&a->devices[i], &b->devices[i]))
-                        return false;
-        return true;
-}
-
-/* Loading @json fails with -EINVAL and exactly @message, and leaves a default config as it was. */
-static void load_fails(const char *json, const char *message)
-{
-        _cleanup_(config_freep) Config *c = new_config();
-        _cleanup_(config_freep) Config *ref = new_config();
-        _cleanup_free_ char *error = NULL;
-        int r;
-
-        r = config_load_string(c, json, &error);
-        ck_assert_msg(r == -EINVAL, "loading %s: expected -EINVAL, got %d", json, r);
-        ck_assert_ptr_nonnull(error);
-        ck_assert_msg(strcmp(error, message) == 0,
-                      "loading %s:\n  got      \"%s\"\n  expected \"%s\"",
-                      json, error, message);
-        ck_assert(config_equal(c, ref, true));
-}
-
-/* Like load_fails() but only checks that @part occurs in the message. */
-static void load_fails_with(const char *json, const char *part)
-{
-        _cleanup_(config_freep) Config *c = new_config();
-        _cleanup_free_ char *error = NULL;
-        int r;
-
-        r = config_load_string(c, json, &error);
-        ck_assert_msg(r == -EINVAL, "loading %s: expected -EINVAL, got %d", json, r);
-        ck_assert_ptr_nonnull(error);
-        ck_assert_msg(strstr(error, part), "loading %s: \"%s\" lacks \"%s\"", json, error, part);
-}
 
 START_TEST(test_defaults)
 {
@@ -725,21 +633,6 @@ START_TEST(test_shipped_config_is_defaults)
 }
 END_TEST
 
-/* Runs config_parse_argv() on a NULL-terminated list of arguments after "kvdistd". */
-static int parse(Config *c, char **ret_error, ...)
-{
-        char *argv[32] = { (char *)"kvdistd" };
-        int argc = 1;
-        va_list ap;
-        char *a;
-
-        va_start(ap, ret_error);
-        while ((a = va_arg(ap, char *)))
-                argv[argc++] = a;
-        va_end(ap);
-        ck_assert_int_lt(argc, 32);
-        return config_parse_argv(c, argc, argv, ret_error);
-}
 
 START_TEST(test_argv_flags)
 {
@@ -861,28 +754,6 @@ START_TEST(test_argv_help_version)
 }
 END_TEST
 
-/* parse() fails with -EINVAL and exactly @message, leaving @c as it was. */
-static void parse_fails(const char *message, ...)
-{
-        _cleanup_(config_freep) Config *c = new_config();
-        _cleanup_(config_freep) Config *ref = new_config();
-        _cleanup_free_ char *error = NULL;
-        char *argv[16] = { (char *)"kvdistd" };
-        int argc = 1, r;
-        va_list ap;
-        char *a;
-
-        va_start(ap, message);
-        while ((a = va_arg(ap, char *)))
-                argv[argc++] = a;
-        va_end(ap);
-
-        r = config_parse_argv(c, argc, argv, &error);
-        ck_assert_msg(r == -EINVAL, "%s %s: expected -EINVAL, got %d", argv[1], argv[2], r);
-        ck_assert_ptr_nonnull(error);
-        ck_assert_msg(strcmp(error, message) == 0, "got \"%s\", expected \"%s\"", error, message);
-        ck_assert(config_equal(c, ref, true));
-}
 
 START_TEST(test_argv_errors)
 {
@@ -947,72 +818,6 @@ START_TEST(test_argv_config_errors)
 }
 END_TEST
 
-START_TEST(test_peer_keys)
-{
-        _cleanup_(config_freep) Config *c = new_config();
-        _cleanup_free_ char *error = NULL;
-
-        ck_assert_ptr_null(c->listen_ip_info);
-        ck_assert_ptr_null(c->cluster_key_file);
-        ck_assert_uint_eq(c->heartbeat_interval_ms, 1000);
-        ck_assert_uint_eq(c->heartbeat_timeout_ms, 5000);
-        ck_assert_uint_eq(c->tcp.streams, 4);
-        ck_assert(!c->tcp.crc);
-        ck_assert_uint_eq(c->tcp.chunk_size, MIB);
-
-        load_ok(c, "{\"listen_ip_info\": \"10.0.0.2:7000\", \"cluster_key_file\": \"/etc/k\","
-                   " \"tcp\": {\"streams\": 16, \"crc\": true, \"chunk_size\": \"64K\"},"
-                   " \"heartbeat_interval_ms\": 100, \"heartbeat_timeout_ms\": 200}");
-        ck_assert_str_eq(c->listen_ip_info, "10.0.0.2:7000");
-        ck_assert_str_eq(c->cluster_key_file, "/etc/k");
-        ck_assert_uint_eq(c->tcp.streams, 16);
-        ck_assert(c->tcp.crc);
-        ck_assert_uint_eq(c->tcp.chunk_size, 64 * KIB);
-        /* Port 0 picks any port; IPv6 in brackets; "" turns the listener and the key off. */
-        load_ok(c, "{\"listen_ip_info\": \"[::1]:0\", \"cluster_key_file\": \"\"}");
-        ck_assert_str_eq(c->listen_ip_info, "[::1]:0");
-        ck_assert_ptr_null(c->cluster_key_file);
-        load_ok(c, "{\"listen_ip_info\": \"\"}");
-        ck_assert_ptr_null(c->listen_ip_info);
-
-        load_fails("{\"listen_ip_info\": \"10.0.0.2\"}",
-                   "listen_ip_info: \"10.0.0.2\" is not \"ip:port\" or \"[ipv6]:port\" (numeric, "
-                   "with a port), or \"\" for none");
-        load_fails_with("{\"listen_ip_info\": \"node-a:7000\"}", "is not \"ip:port\"");
-        load_fails_with("{\"listen_ip_info\": \"1.2.3.4:5:0\"}", "is not \"ip:port\"");
-        load_fails_with("{\"listen_ip_info\": 7000}", "listen_ip_info: expected a string");
-        load_fails("{\"tcp\": {\"streams\": 17}}", "tcp.streams: must be an integer in [1, 16]");
-        load_fails("{\"tcp\": {\"crc\": 1}}", "tcp.crc: expected true or false");
-        load_fails("{\"tcp\": {\"chunk_size\": \"1K\"}}", "tcp.chunk_size: must be in [4K, 64M]");
-        load_fails("{\"tcp\": {\"window\": 1}}", "tcp.window: unknown key");
-        load_fails("{\"tcp\": []}", "tcp: expected an object");
-        load_fails("{\"rdma\": {\"qps\": 9}}", "rdma.qps: must be an integer in [1, 8]");
-        load_fails("{\"rdma\": {\"sq\": 9}}", "rdma.sq: unknown key");
-        ck_assert_uint_eq(c->rdma.qps, 4);
-        load_ok(c, "{\"rdma\": {\"qps\": 2}}");
-        ck_assert_uint_eq(c->rdma.qps, 2);
-        load_fails("{\"heartbeat_interval_ms\": 1000, \"heartbeat_timeout_ms\": 1500}",
-                   "heartbeat_timeout_ms: 1500 ms must be at least twice heartbeat_interval_ms "
-                   "(1000 ms), or one late heartbeat loses the peer");
-
-        ck_assert_int_eq(parse(c, &error, "--listen", "127.0.0.1:0", "--cluster-key-file", "/k2",
-                               "--tcp-streams", "2", "--tcp-crc", "off", "--heartbeat-interval",
-                               "50", "--heartbeat-timeout", "100", NULL),
-                         0);
-        ck_assert_str_eq(c->listen_ip_info, "127.0.0.1:0");
-        ck_assert_str_eq(c->cluster_key_file, "/k2");
-        ck_assert_uint_eq(c->tcp.streams, 2);
-        ck_assert(!c->tcp.crc);
-        ck_assert_uint_eq(c->heartbeat_timeout_ms, 100);
-        parse_fails("--tcp-crc: expected on or off", "--tcp-crc", "yes", NULL);
-        parse_fails("--listen: \"x\" is not ip:port or [ipv6]:port (numeric, with a port), or "
-                    "\"\" for none",
-                    "--listen", "x", NULL);
-        parse_fails("heartbeat_timeout_ms: 100 ms must be at least twice heartbeat_interval_ms "
-                    "(1000 ms), or one late heartbeat loses the peer",
-                    "--heartbeat-timeout", "100", NULL);
-}
-END_TEST
 
 START_TEST(test_strings)
 {
@@ -1070,7 +875,6 @@ static Suite *config_suite(void)
         tcase_add_test(tc, test_argv_help_version);
         tcase_add_test(tc, test_argv_errors);
         tcase_add_test(tc, test_argv_config_errors);
-        tcase_add_test(tc, test_peer_keys);
         suite_add_tcase(s, tc);
 
         return s;

@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/* Peer listener and dialing: where peers come from, the key they must hold, shutting them down. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <kvdist/kvdist.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "peer-internal.h"
+#include "peer.h"
+
+#define PEER_KEY_MAX (64u << 10)
+#define PEER_KEY_MIN 16
+
+struct PeerListener {
+        Daemon *daemon;
+        int fd;
+        struct event *ev;
+        char address[SOCKADDR_STR_MAX];
+};
+
+int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
+{
+        char canon[SOCKADDR_STR_MAX];
+        struct sockaddr_storage sa;
+        socklen_t len;
+        Peer *p;
+        int fd, r;
+
+        if (sockaddr_parse(address, 0, &sa, &len) < 0 ||
+            sockaddr_format((struct sockaddr *)&sa, len, canon, sizeof(canon)) < 0)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "remote_ip_info \"%.64s\" is not ip:port or [ipv6]:port", address);
+        CLIST_FOREACH(p, &d->peers, link_daemon)
+                if (p->state != PEER_CLOSED && !p->retiring && strcmp(p->address, canon) == 0) {
+                        *ret = p;
+                        return 0;
+                }
+        if (d->stopping)
+                return error_set(err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+        if (d->n_peers >= d->config->limits.max_peers)
+                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                                 "%u peer connections open (limits.max_peers)", d->n_peers);
+
+        fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return error_set(err, KVD_E_LINK_FAILED, "cannot open a socket: %s",
+                                 strerror(errno));
+        peer_socket_setup(fd);
+        if (connect(fd, (struct sockaddr *)&sa, len) < 0 && errno != EINPROGRESS) {
+                r = errno;
+                safe_close(fd);
+                return error_set(err, KVD_E_LINK_FAILED, "cannot connect to %s: %s", canon,
+                                 strerror(r));
+        }
+        p = peer_new(d, fd, true);
+        if (!p || !p->ev_read || !p->ev_write || !p->timer || event_add(p->ev_write, NULL) < 0 ||
+            peer_arm_timer(p, PEER_HANDSHAKE_TIMEOUT_MS) < 0) {
+                if (p)
+                        peer_free(p);
+                else
+                        safe_close(fd);
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot set up a peer connection");
+        }
+        memcpy(&p->sa, &sa, len);
+        p->sa_len = len;
+        strcpy(p->address, canon);
+        strcpy(p->remote, canon);
+        log_info("%s: dialing", PEER_NAME(p));
+        *ret = p;
+        return 0;
+}
+
+static void peer_listener_on_accept(evutil_socket_t lfd, short what, void *userdata)
+{
+        PeerListener *l = userdata;
+        Daemon *d = l->daemon;
+
+        for (int n = 0; n < 16; n++) {
+                struct sockaddr_storage sa;
+                socklen_t len = sizeof(sa);
+                Peer *p;
+                int fd;
+
+                fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0) {
+                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                                log_warning_errno(-errno, "peer listener %s: accept failed, "
+                                                  "ignoring", l->address);
+                        return;
+                }
+                /* Data connections count too: a peer uses up to 17 sockets. */
+                if (d->stopping ||
+                    d->n_peers >= d->config->limits.max_peers * (TCP_DATA_MAX_CONNS + 1)) {
+                        d->counters.peers_refused++;
+                        safe_close(fd);
+                        continue;
+                }
+                peer_socket_setup(fd);
+                p = peer_new(d, fd, false);
+                if (!p || !p->ev_read || !p->ev_write || !p->timer ||
+                    event_add(p->ev_read, NULL) < 0 ||
+                    peer_arm_timer(p, PEER_HANDSHAKE_TIMEOUT_MS) < 0) {
+                        if (p)
+                                peer_free(p);
+                        else
+                                safe_close(fd);
+                        continue;
+                }
+                (void)sockaddr_format((struct sockaddr *)&sa, len, p->remote, sizeof(p->remote));
+                log_debug("%s: accepted", PEER_NAME(p));
+        }
+}
+
+int peer_listener_new(Daemon *d, PeerListener **ret)
+{
+        const char *address = d->config->listen_ip_info;
+        _cleanup_close_ int fd = -1;
+        struct sockaddr_storage sa;
+        socklen_t len;
+        PeerListener *l;
+        int one = 1, r;
+
+        *ret = NULL;
+        if (!address)
+                return 0;
+        r = sockaddr_parse_listen(address, &sa, &len);
+        if (r < 0)
+                return log_error_errno(r, "listen_ip_info %s is not an address", address);
+        fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return log_error_errno(-errno, "cannot create the peer listener socket");
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, (struct sockaddr *)&sa, len) < 0)
+                return log_error_errno(-errno, "cannot bind the peer listener to %s", address);
+        if (listen(fd, SOMAXCONN) < 0)
+                return log_error_errno(-errno, "cannot listen on %s", address);
+        len = sizeof(sa);
+        if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+                return log_error_errno(-errno, "getsockname on the peer listener");
+
+        l = calloc(1, sizeof(*l));
+        if (!l)
+                return -ENOMEM;
+        l->daemon = d;
+        (void)sockaddr_format((struct sockaddr *)&sa, len, l->address, sizeof(l->address));
+        l->ev = event_new(d->base, fd, EV_READ | EV_PERSIST, peer_listener_on_accept, l);
+        if (!l->ev || event_add(l->ev, NULL) < 0) {
+                if (l->ev)
+                        event_free(l->ev);
+                free(l);
+                return -ENOMEM;
+        }
+        l->fd = TAKE_FD(fd);
+        *ret = l;
+        return 0;
+}
+
+PeerListener *peer_listener_free(PeerListener *l)
+{
+        if (!l)
+                return NULL;
+        event_free(l->ev);
+        safe_close(l->fd);
+        free(l);
+        return NULL;
+}
+
+const char *peer_listener_address(const PeerListener *l)
+{
+        return l ? l->address : "";
+}
+
+void peer_close_all(Daemon *d)
+{
+        Peer *p, *tmp;
+
+        d->peer_listener = peer_listener_free(d->peer_listener);
+        CLIST_FOREACH_SAFE(p, tmp, &d->peers, link_daemon)
+                peer_lose(p, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+}
+
+void peer_free_all(Daemon *d)
+{
+        Peer *p, *tmp;
+
+        CLIST_FOREACH_SAFE(p, tmp, &d->peers, link_daemon)
+                peer_on_free_later(-1, 0, p);
+}
+
+int peer_load_cluster_key(Daemon *d)
+{
+        const char *path = d->config->cluster_key_file;
+        _cleanup_close_ int fd = -1;
+        _cleanup_free_ uint8_t *key = NULL;
+        struct stat st;
+        size_t len = 0;
+
+        if (!path) {
+                if (d->config->listen_ip_info)
+                        log_warning("no cluster_key_file: any host that reaches %s can act as "
+                                    "a peer daemon", d->config->listen_ip_info);
+                return 0;
+        }
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return log_error_errno(-errno, "cluster_key_file %s", path);
+        if (fstat(fd, &st) < 0)
+                return log_error_errno(-errno, "cluster_key_file %s", path);
+        if (!S_ISREG(st.st_mode) || st.st_size > (off_t)PEER_KEY_MAX)
+                return log_error_errno(-EINVAL, "cluster_key_file %s: not a regular file of at "
+                                       "most %u bytes", path, PEER_KEY_MAX);
+        if (st.st_mode & 0077)
+                log_warning("cluster_key_file %s can be read by others (mode %04o)", path,
+                            (unsigned)(st.st_mode & 07777));
+        key = malloc((size_t)st.st_size + 1);
+        if (!key)
+                return -ENOMEM;
+        while (len < (size_t)st.st_size) {
+                ssize_t n = read(fd, key + len, (size_t)st.st_size - len);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        return log_error_errno(n < 0 ? -errno : -EIO, "cluster_key_file %s",
+                                               path);
+                len += (size_t)n;
+        }
+        /* A key written with echo ends in a newline that is not part of it. */
+        while (len > 0 && (key[len - 1] == '\n' || key[len - 1] == '\r'))
+                len--;
+        if (len < PEER_KEY_MIN) {
+                explicit_bzero(key, (size_t)st.st_size);
+                return log_error_errno(-EINVAL, "cluster_key_file %s: the key must be at least "
+                                       "%d bytes", path, PEER_KEY_MIN);
+        }
+        d->cluster_key = TAKE_PTR(key);
+        d->cluster_key_len = len;
+        return 0;
+}
