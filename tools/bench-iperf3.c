@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -61,7 +60,10 @@ int bench_iperf3_find(const char *name, char **ret_path)
 /* A port on 127.0.0.1 that nothing holds right now (the kernel's choice of an ephemeral one). */
 static int free_port(uint16_t *ret)
 {
-        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        struct sockaddr_in sa = {
+                .sin_family = AF_INET,
+                .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+        };
         socklen_t len = sizeof(sa);
         _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 

@@ -8,19 +8,18 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench-daemon.h"
 #include "bench-iperf3.h"
+#include "bench-memcpy.h"
+#include "bench-report.h"
+#include "bench.h"
 #include "kvdist/kvdist.h"
 #include "macro.h"
 
@@ -29,10 +28,9 @@
 #define KIB UINT64_C(1024)
 #define BLOCK_TOKENS 16         /* tokens per paged-attention block */
 #define PROMPT_BLOCKS 32        /* one 512-token prompt */
-#define MAX_COPY_THREADS 64
+#define MAX_COPY_THREADS BENCH_MEMCPY_MAX_THREADS
 #define MAX_TCP_STREAMS 16      /* the daemon's limit for --tcp-streams */
 #define SUITE_CASES 5
-#define IPERF3_RUNS 3           /* iperf3 tests per case, spread over its timed requests */
 #define IPERF3_SLACK_MS 10000   /* an iperf3 test may take this much longer than asked */
 
 enum {
@@ -40,29 +38,6 @@ enum {
         EXIT_USAGE = 2,
         EXIT_NO_BASELINE = 3,   /* iperf3 is missing or failed: nothing to compare with */
 };
-
-typedef enum BaselineKind {
-        BASELINE_MEMCPY,        /* the bytes of a request copied by --copy-threads threads */
-        BASELINE_IPERF3,        /* iperf3 moving the bytes of a request over loopback TCP */
-        BASELINE_NONE,
-        _BASELINE_MAX,
-        _BASELINE_INVALID = -EINVAL,
-} BaselineKind;
-
-static const char *const baseline_names[_BASELINE_MAX] = {
-        [BASELINE_MEMCPY] = "memcpy",
-        [BASELINE_IPERF3] = "iperf3",
-        [BASELINE_NONE] = "none",
-};
-
-typedef struct Workload {
-        char name[32];
-        uint64_t block_size;    /* bytes of one block of one tensor */
-        uint64_t tensors;
-        uint64_t blocks;        /* blocks per tensor in each cache */
-        uint64_t pull_blocks;   /* block ids in one request */
-        bool scattered;
-} Workload;
 
 typedef struct Model {
         const char *name;
@@ -76,34 +51,6 @@ static const Model models[] = {
         { "qwen2.5-7b", 28, 4, 128, 512 },
         { "mistral-7b", 32, 8, 128, 256 },
 };
-
-typedef struct Args {
-        const char *daemon_path;
-        const char *socket_path;
-        const char *iperf3;             /* --iperf3: a name on $PATH or a path */
-        uint64_t copy_threads, iterations, warmup, seed, timeout_ms;
-        uint64_t tcp_streams;           /* 0: the daemons' default */
-        uint64_t iperf3_streams, iperf3_time;
-        int tcp_crc;                    /* -1: the daemons' default */
-        bool push, json, suite, remote;
-        BaselineKind baseline;
-        Workload w;
-        /* Set up by main(): where each side attaches, and (remote) where its daemon listens. */
-        const char *prefill_socket, *decode_socket;
-        const char *prefill_addr, *decode_addr;
-        char *iperf3_path;
-} Args;
-
-typedef struct Result {
-        Workload w;
-        uint64_t bytes;         /* per request */
-        uint64_t segments;      /* copies after merging runs, as the daemon's planner counts */
-        /* Rates over all timed iterations (total bytes / total time) and their medians. */
-        double kvdist_gbps, kvdist_gbps_median;
-        double baseline_gbps, baseline_gbps_median;
-        double requests_per_s;
-        double lat_mean_us, lat_p50_us, lat_p99_us;
-} Result;
 
 static double now_ns(void)
 {
@@ -233,136 +180,6 @@ static int verify(const Args *a, const Workload *w, const uint8_t *src_mem, cons
         return -EBADMSG;
 }
 
-typedef struct Baseline Baseline;
-
-typedef struct CopyPart {
-        Baseline *baseline;
-        pthread_t thread;
-        uint8_t *dst;
-        const uint8_t *src;
-        size_t len;
-} CopyPart;
-
-/*
- * The memcpy baseline: two buffers of one request's bytes and a thread per contiguous part,
- * woken for each round as the daemon's copy threads are (a mutex and a condition variable).
- */
-struct Baseline {
-        pthread_mutex_t lock;
-        pthread_cond_t wake, done;
-        uint64_t round;         /* bumped to start a round */
-        unsigned copying;       /* parts of the round not finished yet */
-        bool stop;
-        uint8_t *src, *dst;
-        uint64_t bytes;
-        unsigned n_threads, n_started;
-        CopyPart parts[MAX_COPY_THREADS];
-};
-
-/* Memory of the kind kvd_mem_alloc() hands out (shared memfd pages), so the two compare. */
-static void *shared_alloc(size_t size)
-{
-        _cleanup_close_ int fd = memfd_create("kvdist-bench", MFD_CLOEXEC);
-        void *p;
-
-        if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
-                return NULL;
-        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        return p == MAP_FAILED ? NULL : p;
-}
-
-static void *copy_thread(void *userdata)
-{
-        CopyPart *p = userdata;
-        Baseline *b = p->baseline;
-        uint64_t seen = 0;
-
-        pthread_mutex_lock(&b->lock);
-        for (;;) {
-                while (!b->stop && b->round == seen)
-                        pthread_cond_wait(&b->wake, &b->lock);
-                if (b->stop)
-                        break;
-                seen = b->round;
-                pthread_mutex_unlock(&b->lock);
-                memcpy(p->dst, p->src, p->len);
-                pthread_mutex_lock(&b->lock);
-                if (--b->copying == 0)
-                        pthread_cond_signal(&b->done);
-        }
-        pthread_mutex_unlock(&b->lock);
-        return NULL;
-}
-
-static Baseline *baseline_free(Baseline *b)
-{
-        if (!b)
-                return NULL;
-        pthread_mutex_lock(&b->lock);
-        b->stop = true;
-        pthread_cond_broadcast(&b->wake);
-        pthread_mutex_unlock(&b->lock);
-        for (unsigned k = 0; k < b->n_started; k++)
-                (void)pthread_join(b->parts[k].thread, NULL);
-        pthread_cond_destroy(&b->done);
-        pthread_cond_destroy(&b->wake);
-        pthread_mutex_destroy(&b->lock);
-        if (b->src)
-                (void)munmap(b->src, b->bytes);
-        if (b->dst)
-                (void)munmap(b->dst, b->bytes);
-        free(b);
-        return NULL;
-}
-
-DEFINE_TRIVIAL_CLEANUP_FUNC(Baseline, baseline_free);
-
-static int baseline_new(uint64_t bytes, unsigned n_threads, Baseline **ret)
-{
-        _cleanup_(baseline_freep) Baseline *b = calloc(1, sizeof(*b));
-        size_t part = bytes / n_threads;
-        int r;
-
-        if (!b)
-                return -ENOMEM;
-        pthread_mutex_init(&b->lock, NULL);
-        pthread_cond_init(&b->wake, NULL);
-        pthread_cond_init(&b->done, NULL);
-        b->bytes = bytes;
-        b->n_threads = n_threads;
-        b->src = shared_alloc(bytes);
-        b->dst = shared_alloc(bytes);
-        if (!b->src || !b->dst)
-                return -ENOMEM;
-        memset(b->src, 0x5a, bytes);
-        for (; b->n_started < n_threads; b->n_started++) {
-                unsigned k = b->n_started;
-
-                b->parts[k] = (CopyPart){ b, 0, b->dst + k * part, b->src + k * part,
-                                          k + 1 == n_threads ? bytes - k * part : part };
-                r = -pthread_create(&b->parts[k].thread, NULL, copy_thread, &b->parts[k]);
-                if (r < 0)
-                        return r;
-        }
-        *ret = TAKE_PTR(b);
-        return 0;
-}
-
-/* One round of copying the whole buffer; its wall time in ns. */
-static double baseline_copy(Baseline *b)
-{
-        double t0 = now_ns();
-
-        pthread_mutex_lock(&b->lock);
-        b->round++;
-        b->copying = b->n_threads;
-        pthread_cond_broadcast(&b->wake);
-        while (b->copying > 0)
-                pthread_cond_wait(&b->done, &b->lock);
-        pthread_mutex_unlock(&b->lock);
-        return now_ns() - t0;
-}
-
 DEFINE_TRIVIAL_CLEANUP_FUNC(kvd_client, kvd_client_finalize);
 
 static int fail(kvd_client *c, const char *what, int status)
@@ -464,14 +281,14 @@ static void result_stats(Result *res, const Args *a, double *lat, double *base, 
  * of an iperf3 test of --iperf3-time seconds gives for @bytes. -EPIPE (said on stderr) when
  * iperf3 failed.
  */
-static int baseline_round(const Args *a, Baseline *base, uint64_t bytes, double *ret_ns)
+static int baseline_round(const Args *a, BenchMemcpy *base, uint64_t bytes, double *ret_ns)
 {
         double gbps;
         int r;
 
         switch (a->baseline) {
         case BASELINE_MEMCPY:
-                *ret_ns = baseline_copy(base);
+                *ret_ns = bench_memcpy_round(base);
                 return 0;
         case BASELINE_IPERF3:
                 r = bench_iperf3_run(a->iperf3_path, (unsigned)a->iperf3_time,
@@ -501,7 +318,7 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                     const uint64_t *dst_ids, Result *res)
 {
         _cleanup_(kvd_client_finalizep) kvd_client *pre = NULL, *dec = NULL;
-        _cleanup_(baseline_freep) Baseline *base = NULL;
+        _cleanup_(bench_memcpy_freep) BenchMemcpy *base = NULL;
         _cleanup_free_ double *lat = calloc(a->iterations, sizeof(double));
         _cleanup_free_ double *base_ns = calloc(a->iterations, sizeof(double));
         uint64_t n_base = 0, base_runs = a->baseline == BASELINE_IPERF3 ?
@@ -530,7 +347,7 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                 return r;
         pattern_fill(pre_mem, 0, w->tensors * w->blocks * w->block_size, a->seed);
         if (a->baseline == BASELINE_MEMCPY) {
-                r = baseline_new(res->bytes, (unsigned)a->copy_threads, &base);
+                r = bench_memcpy_new(res->bytes, (unsigned)a->copy_threads, &base);
                 if (r < 0)
                         return r;
         }
@@ -558,7 +375,7 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                         return fail(mover, call, r);
                 if (i < a->warmup) {
                         if (a->baseline == BASELINE_MEMCPY)
-                                (void)baseline_copy(base);
+                                (void)bench_memcpy_round(base);
                         continue;
                 }
                 lat[i - a->warmup] = ns;
@@ -604,133 +421,6 @@ static int run_workload(const Args *a, const Workload *w, Result *res)
         if (r < 0 && r != -EIO && r != -EBADMSG && r != -EPIPE)
                 fprintf(stderr, "kvdist-bench: %s: %s\n", w->name, strerror(-r));
         return r;
-}
-
-static const char *fmt_bytes(uint64_t v, char buf[static 32])
-{
-        static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-        double d = (double)v;
-        size_t u = 0;
-
-        for (; d >= 1024 && u + 1 < ARRAY_SIZE(units); u++)
-                d /= 1024;
-        (void)snprintf(buf, 32, u ? "%.1f %s" : "%.0f %s", d, units[u]);
-        return buf;
-}
-
-/* "memcpy by 2 threads", "iperf3 -P 1 on loopback", "no baseline" */
-static const char *baseline_desc(const Args *a, char buf[static 64])
-{
-        if (a->baseline == BASELINE_MEMCPY)
-                (void)snprintf(buf, 64, "memcpy by %" PRIu64 " threads", a->copy_threads);
-        else if (a->baseline == BASELINE_IPERF3)
-                (void)snprintf(buf, 64, "iperf3 -t %" PRIu64 " -P %" PRIu64 " on loopback",
-                               a->iperf3_time, a->iperf3_streams);
-        else
-                (void)snprintf(buf, 64, "no baseline");
-        return buf;
-}
-
-/*
- * The rates the table shows. Across daemons, the median request: one slow request on a shared
- * machine (a neighbour's burst, a TCP hiccup) moves a mean far more than the median. On one node
- * the rate over all requests, as this table has always shown.
- */
-static void shown_rates(const Args *a, const Result *r, double *ret_kvdist, double *ret_base)
-{
-        *ret_kvdist = a->remote ? r->kvdist_gbps_median : r->kvdist_gbps;
-        *ret_base = a->remote ? r->baseline_gbps_median : r->baseline_gbps;
-}
-
-static void print_table_header(const Args *a)
-{
-        char b1[32], b2[32], desc[64], col[32];
-
-        if (a->remote)
-                printf("kvdist %s across two kvdistd over TCP (%" PRIu64 " streams, CRC %s) vs "
-                       "%s, median of %" PRIu64 " iterations after %" PRIu64 " warm-up, "
-                       "GB/s = 1e9 bytes/s\n", a->push ? "push" : "pull", a->tcp_streams,
-                       a->tcp_crc ? "on" : "off", baseline_desc(a, desc), a->iterations,
-                       a->warmup);
-        else
-                printf("kvdist %s vs %s, %" PRIu64 " iterations after %" PRIu64 " warm-up, "
-                       "GB/s = 1e9 bytes/s\n", a->push ? "push" : "pull",
-                       baseline_desc(a, desc), a->iterations, a->warmup);
-        if (!a->suite)
-                printf("%s: %" PRIu64 " tensors x %" PRIu64 " blocks x %s (%s per side), %"
-                       PRIu64 " %s blocks per request\n", a->w.name, a->w.tensors, a->w.blocks,
-                       fmt_bytes(a->w.block_size, b1),
-                       fmt_bytes(a->w.tensors * a->w.blocks * a->w.block_size, b2),
-                       a->w.pull_blocks, a->w.scattered ? "scattered" : "contiguous");
-        (void)snprintf(col, sizeof(col), "%s GB/s",
-                       a->baseline == BASELINE_NONE ? "base" : baseline_names[a->baseline]);
-        printf("%-16s %10s %8s %11s %11s %6s %9s %8s %8s\n", "case", "bytes/req", "segments",
-               "kvdist GB/s", col, "ratio", "req/s", "p50 ms", "p99 ms");
-}
-
-static void print_table_row(const Args *a, const Result *r)
-{
-        double kvdist, base;
-        char b[32];
-
-        shown_rates(a, r, &kvdist, &base);
-        printf("%-16s %10s %8" PRIu64 " %11.2f ", r->w.name, fmt_bytes(r->bytes, b), r->segments,
-               kvdist);
-        if (a->baseline == BASELINE_NONE)
-                printf("%11s %6s", "-", "-");
-        else
-                printf("%11.2f %6.2f", base, kvdist / base);
-        printf(" %9.1f %8.2f %8.2f\n", r->requests_per_s, r->lat_p50_us / 1e3,
-               r->lat_p99_us / 1e3);
-        (void)fflush(stdout);
-}
-
-/* The baseline's figures of one case, for its JSON object ("" without a baseline). */
-static void json_baseline(const Args *a, const Result *r)
-{
-        const char *name = baseline_names[a->baseline];
-
-        if (a->baseline == BASELINE_NONE) {
-                printf(", \"ratio\": null, \"ratio_median\": null");
-                return;
-        }
-        printf(", \"%s_gbps\": %.4f, \"%s_gbps_median\": %.4f, \"ratio\": %.4f, "
-               "\"ratio_median\": %.4f", name, r->baseline_gbps, name, r->baseline_gbps_median,
-               r->kvdist_gbps / r->baseline_gbps,
-               r->kvdist_gbps_median / r->baseline_gbps_median);
-}
-
-static void print_json(const Args *a, const Result *res, size_t n)
-{
-        printf("{\"mode\": \"%s\", \"remote\": %s, \"baseline\": \"%s\", \"copy_threads\": %"
-               PRIu64, a->push ? "push" : "pull", a->remote ? "true" : "false",
-               baseline_names[a->baseline], a->copy_threads);
-        if (a->remote)
-                printf(", \"tcp_streams\": %" PRIu64 ", \"tcp_crc\": %s", a->tcp_streams,
-                       a->tcp_crc ? "true" : "false");
-        if (a->baseline == BASELINE_IPERF3)
-                printf(", \"iperf3_streams\": %" PRIu64 ", \"iperf3_seconds\": %" PRIu64
-                       ", \"iperf3_runs\": %" PRIu64, a->iperf3_streams, a->iperf3_time,
-                       MIN(a->iterations, IPERF3_RUNS));
-        printf(", \"iterations\": %" PRIu64 ", \"warmup\": %" PRIu64 ", \"seed\": %" PRIu64
-               ", \"cases\": [", a->iterations, a->warmup, a->seed);
-        for (size_t i = 0; i < n; i++) {
-                const Result *r = &res[i];
-
-                printf("%s\n  {\"case\": \"%s\", \"block_size\": %" PRIu64 ", \"tensors\": %"
-                       PRIu64 ", \"blocks\": %" PRIu64 ", \"pull_blocks\": %" PRIu64
-                       ", \"pattern\": \"%s\", \"bytes_per_request\": %" PRIu64
-                       ", \"segments\": %" PRIu64 ", \"kvdist_gbps\": %.4f, "
-                       "\"kvdist_gbps_median\": %.4f",
-                       i ? "," : "", r->w.name, r->w.block_size, r->w.tensors, r->w.blocks,
-                       r->w.pull_blocks, r->w.scattered ? "scattered" : "contiguous", r->bytes,
-                       r->segments, r->kvdist_gbps, r->kvdist_gbps_median);
-                json_baseline(a, r);
-                printf(", \"requests_per_s\": %.3f, \"latency_us\": {\"mean\": %.1f, \"p50\": "
-                       "%.1f, \"p99\": %.1f}, \"verified\": true}", r->requests_per_s,
-                       r->lat_mean_us, r->lat_p50_us, r->lat_p99_us);
-        }
-        printf("\n]}\n");
 }
 
 static void help(void)
@@ -1097,16 +787,16 @@ int main(int argc, char **argv)
                 r = start_daemons(&a, d);
         if (r >= 0) {
                 if (!a.json)
-                        print_table_header(&a);
+                        bench_report_header(&a);
                 for (; done < n; done++) {
                         r = run_workload(&a, &workloads[done], &results[done]);
                         if (r < 0)
                                 break;
                         if (!a.json)
-                                print_table_row(&a, &results[done]);
+                                bench_report_row(&a, &results[done]);
                 }
                 if (a.json)
-                        print_json(&a, results, done);
+                        bench_report_json(&a, results, done);
         }
         /* Both stop either way: a crash of either is a failure of the run. After a failure
          * their logs may say why. */

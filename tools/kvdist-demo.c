@@ -371,7 +371,8 @@ static int worker_verify(Worker *w)
 /* Whether the two workers attach to different daemons (so the blocks cross between them). */
 static bool two_daemons(const Options *o)
 {
-        const char *p = o->prefill_socket ?: o->socket_path, *d = o->decode_socket ?: o->socket_path;
+        const char *p = o->prefill_socket ?: o->socket_path;
+        const char *d = o->decode_socket ?: o->socket_path;
 
         return (p || d) && (!p || !d || strcmp(p, d) != 0);
 }

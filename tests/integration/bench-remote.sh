@@ -37,10 +37,10 @@ PY
         ;;
 no-iperf3)
         rc=0
-        "$bench" "$@" --baseline iperf3 --iperf3 /nonexistent/iperf3 2>"${TMPDIR:-/tmp}/bench-remote.$$" ||
-                rc=$?
-        err=$(cat "${TMPDIR:-/tmp}/bench-remote.$$")
-        rm -f "${TMPDIR:-/tmp}/bench-remote.$$"
+        errfile=$(mktemp)
+        "$bench" "$@" --baseline iperf3 --iperf3 /nonexistent/iperf3 2>"$errfile" || rc=$?
+        err=$(cat "$errfile")
+        rm -f "$errfile"
         echo "$err"
         if [ "$rc" -ne 3 ]; then
                 echo "FAIL: kvdist-bench exited $rc without iperf3, expected 3" >&2
