@@ -1,24 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvdist-bench: measures how fast kvdistd moves KV blocks between two clusters on one node, next
- * to a plain multi-threaded memcpy of the same bytes in the same run, and checks every byte.
+ * kvdist-bench: measures how fast kvdistd moves KV blocks between two clusters, on one node next
+ * to a plain multi-threaded memcpy of the same bytes, or across two daemons over TCP next to
+ * iperf3 on the same loopback, in the same run, and checks every byte.
  */
 #include <endian.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-daemon.h"
+#include "bench-iperf3.h"
+#include "bench-memcpy.h"
+#include "bench-report.h"
+#include "bench.h"
 #include "kvdist/kvdist.h"
 #include "macro.h"
 
@@ -27,24 +28,16 @@
 #define KIB UINT64_C(1024)
 #define BLOCK_TOKENS 16         /* tokens per paged-attention block */
 #define PROMPT_BLOCKS 32        /* one 512-token prompt */
-#define MAX_COPY_THREADS 64
-#define DAEMON_START_MS 10000
-#define DAEMON_STOP_MS 5000
+#define MAX_COPY_THREADS BENCH_MEMCPY_MAX_THREADS
+#define MAX_TCP_STREAMS 16      /* the daemon's limit for --tcp-streams */
 #define SUITE_CASES 5
+#define IPERF3_SLACK_MS 10000   /* an iperf3 test may take this much longer than asked */
 
 enum {
         EXIT_BENCH_FAILED = 1,  /* a call failed, bytes landed wrong, or the daemon crashed */
         EXIT_USAGE = 2,
+        EXIT_NO_BASELINE = 3,   /* iperf3 is missing or failed: nothing to compare with */
 };
-
-typedef struct Workload {
-        char name[32];
-        uint64_t block_size;    /* bytes of one block of one tensor */
-        uint64_t tensors;
-        uint64_t blocks;        /* blocks per tensor in each cache */
-        uint64_t pull_blocks;   /* block ids in one request */
-        bool scattered;
-} Workload;
 
 typedef struct Model {
         const char *name;
@@ -58,22 +51,6 @@ static const Model models[] = {
         { "qwen2.5-7b", 28, 4, 128, 512 },
         { "mistral-7b", 32, 8, 128, 256 },
 };
-
-typedef struct Args {
-        const char *daemon_path;
-        const char *socket_path;
-        uint64_t copy_threads, iterations, warmup, seed, timeout_ms;
-        bool push, json, suite;
-        Workload w;
-} Args;
-
-typedef struct Result {
-        Workload w;
-        uint64_t bytes;         /* per request */
-        uint64_t segments;      /* copies after merging runs, as the daemon's planner counts */
-        double kvdist_gbps, memcpy_gbps, requests_per_s;
-        double lat_mean_us, lat_p50_us, lat_p99_us;
-} Result;
 
 static double now_ns(void)
 {
@@ -203,136 +180,6 @@ static int verify(const Args *a, const Workload *w, const uint8_t *src_mem, cons
         return -EBADMSG;
 }
 
-typedef struct Baseline Baseline;
-
-typedef struct CopyPart {
-        Baseline *baseline;
-        pthread_t thread;
-        uint8_t *dst;
-        const uint8_t *src;
-        size_t len;
-} CopyPart;
-
-/*
- * The memcpy baseline: two buffers of one request's bytes and a thread per contiguous part,
- * woken for each round as the daemon's copy threads are (a mutex and a condition variable).
- */
-struct Baseline {
-        pthread_mutex_t lock;
-        pthread_cond_t wake, done;
-        uint64_t round;         /* bumped to start a round */
-        unsigned copying;       /* parts of the round not finished yet */
-        bool stop;
-        uint8_t *src, *dst;
-        uint64_t bytes;
-        unsigned n_threads, n_started;
-        CopyPart parts[MAX_COPY_THREADS];
-};
-
-/* Memory of the kind kvd_mem_alloc() hands out (shared memfd pages), so the two compare. */
-static void *shared_alloc(size_t size)
-{
-        _cleanup_close_ int fd = memfd_create("kvdist-bench", MFD_CLOEXEC);
-        void *p;
-
-        if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
-                return NULL;
-        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        return p == MAP_FAILED ? NULL : p;
-}
-
-static void *copy_thread(void *userdata)
-{
-        CopyPart *p = userdata;
-        Baseline *b = p->baseline;
-        uint64_t seen = 0;
-
-        pthread_mutex_lock(&b->lock);
-        for (;;) {
-                while (!b->stop && b->round == seen)
-                        pthread_cond_wait(&b->wake, &b->lock);
-                if (b->stop)
-                        break;
-                seen = b->round;
-                pthread_mutex_unlock(&b->lock);
-                memcpy(p->dst, p->src, p->len);
-                pthread_mutex_lock(&b->lock);
-                if (--b->copying == 0)
-                        pthread_cond_signal(&b->done);
-        }
-        pthread_mutex_unlock(&b->lock);
-        return NULL;
-}
-
-static Baseline *baseline_free(Baseline *b)
-{
-        if (!b)
-                return NULL;
-        pthread_mutex_lock(&b->lock);
-        b->stop = true;
-        pthread_cond_broadcast(&b->wake);
-        pthread_mutex_unlock(&b->lock);
-        for (unsigned k = 0; k < b->n_started; k++)
-                (void)pthread_join(b->parts[k].thread, NULL);
-        pthread_cond_destroy(&b->done);
-        pthread_cond_destroy(&b->wake);
-        pthread_mutex_destroy(&b->lock);
-        if (b->src)
-                (void)munmap(b->src, b->bytes);
-        if (b->dst)
-                (void)munmap(b->dst, b->bytes);
-        free(b);
-        return NULL;
-}
-
-DEFINE_TRIVIAL_CLEANUP_FUNC(Baseline, baseline_free);
-
-static int baseline_new(uint64_t bytes, unsigned n_threads, Baseline **ret)
-{
-        _cleanup_(baseline_freep) Baseline *b = calloc(1, sizeof(*b));
-        size_t part = bytes / n_threads;
-        int r;
-
-        if (!b)
-                return -ENOMEM;
-        pthread_mutex_init(&b->lock, NULL);
-        pthread_cond_init(&b->wake, NULL);
-        pthread_cond_init(&b->done, NULL);
-        b->bytes = bytes;
-        b->n_threads = n_threads;
-        b->src = shared_alloc(bytes);
-        b->dst = shared_alloc(bytes);
-        if (!b->src || !b->dst)
-                return -ENOMEM;
-        memset(b->src, 0x5a, bytes);
-        for (; b->n_started < n_threads; b->n_started++) {
-                unsigned k = b->n_started;
-
-                b->parts[k] = (CopyPart){ b, 0, b->dst + k * part, b->src + k * part,
-                                          k + 1 == n_threads ? bytes - k * part : part };
-                r = -pthread_create(&b->parts[k].thread, NULL, copy_thread, &b->parts[k]);
-                if (r < 0)
-                        return r;
-        }
-        *ret = TAKE_PTR(b);
-        return 0;
-}
-
-/* One round of copying the whole buffer; its wall time in ns. */
-static double baseline_copy(Baseline *b)
-{
-        double t0 = now_ns();
-
-        pthread_mutex_lock(&b->lock);
-        b->round++;
-        b->copying = b->n_threads;
-        pthread_cond_broadcast(&b->wake);
-        while (b->copying > 0)
-                pthread_cond_wait(&b->done, &b->lock);
-        pthread_mutex_unlock(&b->lock);
-        return now_ns() - t0;
-}
-
 DEFINE_TRIVIAL_CLEANUP_FUNC(kvd_client, kvd_client_finalize);
 
 static int fail(kvd_client *c, const char *what, int status)
@@ -344,15 +191,19 @@ static int fail(kvd_client *c, const char *what, int status)
         return -EIO;
 }
 
-/* Attaches @cluster and gives it a blocks cache of @w's shape in kvd_mem_alloc() memory. */
-static int side_open(const Args *a, const Workload *w, uint64_t cluster, kvd_role role,
-                     kvd_client **ret_client, uint8_t **ret_mem, uint64_t *ret_cache_id)
+/*
+ * Attaches @cluster to the daemon on @socket and gives it a blocks cache of @w's shape in
+ * kvd_mem_alloc() memory.
+ */
+static int side_open(const Args *a, const Workload *w, const char *socket, uint64_t cluster,
+                     kvd_role role, kvd_client **ret_client, uint8_t **ret_mem,
+                     uint64_t *ret_cache_id)
 {
         char timeout[24];
         kvd_option opts[] = {
                 { "device_id", "0" },
                 { "sync_kv_timeout_ms", timeout },
-                { "socket_path", a->socket_path },
+                { "socket_path", socket },
         };
         kvd_cache_desc desc = {
                 .num_tensors = (uint32_t)w->tensors,
@@ -387,16 +238,37 @@ static int cmp_double(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
-/* Sets the figures of @res from the request latencies @lat and the baseline's time (ns). */
-static void result_stats(Result *res, uint64_t iterations, double *lat, double memcpy_ns)
+/* Sorts @v and returns its median. */
+static double median(double *v, uint64_t n)
+{
+        qsort(v, n, sizeof(double), cmp_double);
+        return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double sum(const double *v, uint64_t n)
 {
         double total = 0;
 
-        qsort(lat, iterations, sizeof(double), cmp_double);
-        for (uint64_t i = 0; i < iterations; i++)
-                total += lat[i];
+        for (uint64_t i = 0; i < n; i++)
+                total += v[i];
+        return total;
+}
+
+/*
+ * Sets the figures of @res from the request latencies @lat and the baseline's @n_base times
+ * @base (ns for one request's bytes). Sorts both.
+ */
+static void result_stats(Result *res, const Args *a, double *lat, double *base, uint64_t n_base)
+{
+        uint64_t iterations = a->iterations;
+        double total = sum(lat, iterations);
+
         res->kvdist_gbps = (double)res->bytes * iterations / total;
-        res->memcpy_gbps = (double)res->bytes * iterations / memcpy_ns;
+        res->kvdist_gbps_median = (double)res->bytes / median(lat, iterations);
+        if (n_base > 0) {
+                res->baseline_gbps = (double)res->bytes * n_base / sum(base, n_base);
+                res->baseline_gbps_median = (double)res->bytes / median(base, n_base);
+        }
         res->requests_per_s = iterations / (total / 1e9);
         res->lat_mean_us = total / iterations / 1e3;
         /* nearest rank */
@@ -405,40 +277,83 @@ static void result_stats(Result *res, uint64_t iterations, double *lat, double m
 }
 
 /*
+ * One round of the baseline: *@ret_ns is the time memcpy took for @bytes, or the time the rate
+ * of an iperf3 test of --iperf3-time seconds gives for @bytes. -EPIPE (said on stderr) when
+ * iperf3 failed.
+ */
+static int baseline_round(const Args *a, BenchMemcpy *base, uint64_t bytes, double *ret_ns)
+{
+        double gbps;
+        int r;
+
+        switch (a->baseline) {
+        case BASELINE_MEMCPY:
+                *ret_ns = bench_memcpy_round(base);
+                return 0;
+        case BASELINE_IPERF3:
+                r = bench_iperf3_run(a->iperf3_path, (unsigned)a->iperf3_time,
+                                     (unsigned)a->iperf3_streams,
+                                     (unsigned)a->iperf3_time * 1000 + IPERF3_SLACK_MS, &gbps);
+                if (r < 0) {
+                        if (r != -EIO)
+                                fprintf(stderr, "kvdist-bench: iperf3: %s\n", strerror(-r));
+                        return -EPIPE;
+                }
+                /* bytes / (1e9 bytes/s) is ns */
+                *ret_ns = (double)bytes / gbps;
+                return 0;
+        default:
+                *ret_ns = 0;
+                return 0;
+        }
+}
+
+/*
  * Runs one workload with the block ids @src_ids -> @dst_ids. Each kvdist request is followed by
- * one baseline copy, so that both see the same moments of a noisy machine.
+ * one memcpy round, so that both see the same moments of a noisy machine. iperf3 runs for whole
+ * seconds, so it runs IPERF3_RUNS times per case, spread evenly over the timed requests (after
+ * the last one of each stretch).
  */
 static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                     const uint64_t *dst_ids, Result *res)
 {
         _cleanup_(kvd_client_finalizep) kvd_client *pre = NULL, *dec = NULL;
-        _cleanup_(baseline_freep) Baseline *base = NULL;
+        _cleanup_(bench_memcpy_freep) BenchMemcpy *base = NULL;
         _cleanup_free_ double *lat = calloc(a->iterations, sizeof(double));
+        _cleanup_free_ double *base_ns = calloc(a->iterations, sizeof(double));
+        uint64_t n_base = 0, base_runs = a->baseline == BASELINE_IPERF3 ?
+                          MIN(a->iterations, IPERF3_RUNS) : a->baseline == BASELINE_MEMCPY ?
+                          a->iterations : 0;
         kvd_transfer_opts opts = KVD_TRANSFER_OPTS_INIT;
         kvd_cluster_info peer = { a->push ? DECODE_CLUSTER : PREFILL_CLUSTER,
-                                  a->push ? KVD_ROLE_DECODER : KVD_ROLE_PROMPT, NULL, NULL };
+                                  a->push ? KVD_ROLE_DECODER : KVD_ROLE_PROMPT,
+                                  a->push ? a->decode_addr : a->prefill_addr, NULL };
         kvd_cache_key key = kvd_key_blocks(peer.remote_cluster_id, 0);
         const char *call = a->push ? "kvd_push_blocks" : "kvd_pull_blocks";
         uint64_t pre_cache, dec_cache;
         uint8_t *pre_mem, *dec_mem;
-        double memcpy_ns = 0;
         kvd_client *mover;
         int r;
 
-        if (!lat)
+        if (!lat || !base_ns)
                 return -ENOMEM;
-        r = side_open(a, w, PREFILL_CLUSTER, KVD_ROLE_PROMPT, &pre, &pre_mem, &pre_cache);
+        r = side_open(a, w, a->prefill_socket, PREFILL_CLUSTER, KVD_ROLE_PROMPT, &pre, &pre_mem,
+                      &pre_cache);
         if (r < 0)
                 return r;
-        r = side_open(a, w, DECODE_CLUSTER, KVD_ROLE_DECODER, &dec, &dec_mem, &dec_cache);
+        r = side_open(a, w, a->decode_socket, DECODE_CLUSTER, KVD_ROLE_DECODER, &dec, &dec_mem,
+                      &dec_cache);
         if (r < 0)
                 return r;
         pattern_fill(pre_mem, 0, w->tensors * w->blocks * w->block_size, a->seed);
-        r = baseline_new(res->bytes, (unsigned)a->copy_threads, &base);
-        if (r < 0)
-                return r;
+        if (a->baseline == BASELINE_MEMCPY) {
+                r = bench_memcpy_new(res->bytes, (unsigned)a->copy_threads, &base);
+                if (r < 0)
+                        return r;
+        }
 
-        /* Links are one-sided: the cluster that starts the transfers links to the other. */
+        /* Links are one-sided: the cluster that starts the transfers links to the other (on
+         * another daemon: at that daemon's peer address). */
         mover = a->push ? pre : dec;
         r = kvd_link_clusters(mover, &peer, 1, (int)a->timeout_ms, NULL);
         if (r < 0)
@@ -458,16 +373,24 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                 ns = now_ns() - t0;
                 if (r < 0)
                         return fail(mover, call, r);
-                if (i >= a->warmup)
-                        lat[i - a->warmup] = ns;
-                ns = baseline_copy(base);
-                if (i >= a->warmup)
-                        memcpy_ns += ns;
+                if (i < a->warmup) {
+                        if (a->baseline == BASELINE_MEMCPY)
+                                (void)bench_memcpy_round(base);
+                        continue;
+                }
+                lat[i - a->warmup] = ns;
+                /* The k-th of base_runs rounds follows timed request (k + 1) * n / runs - 1. */
+                if (n_base < base_runs &&
+                    i - a->warmup + 1 == (n_base + 1) * a->iterations / base_runs) {
+                        r = baseline_round(a, base, res->bytes, &base_ns[n_base++]);
+                        if (r < 0)
+                                return r;
+                }
         }
         r = verify(a, w, pre_mem, dec_mem, src_ids, dst_ids);
         if (r < 0)
                 return r;
-        result_stats(res, a->iterations, lat, memcpy_ns);
+        result_stats(res, a, lat, base_ns, n_base);
         return 0;
 }
 
@@ -494,164 +417,9 @@ static int run_workload(const Args *a, const Workload *w, Result *res)
                 };
                 r = run_case(a, w, src, dst, res);
         }
-        /* -EIO and -EBADMSG were explained where they arose. */
-        if (r < 0 && r != -EIO && r != -EBADMSG)
+        /* -EIO, -EBADMSG and -EPIPE were explained where they arose. */
+        if (r < 0 && r != -EIO && r != -EBADMSG && r != -EPIPE)
                 fprintf(stderr, "kvdist-bench: %s: %s\n", w->name, strerror(-r));
-        return r;
-}
-
-static const char *fmt_bytes(uint64_t v, char buf[static 32])
-{
-        static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-        double d = (double)v;
-        size_t u = 0;
-
-        for (; d >= 1024 && u + 1 < ARRAY_SIZE(units); u++)
-                d /= 1024;
-        (void)snprintf(buf, 32, u ? "%.1f %s" : "%.0f %s", d, units[u]);
-        return buf;
-}
-
-static void print_table_header(const Args *a)
-{
-        char b1[32], b2[32];
-
-        printf("kvdist %s vs memcpy by %" PRIu64 " threads, %" PRIu64 " iterations after %"
-               PRIu64 " warm-up, GB/s = 1e9 bytes/s\n", a->push ? "push" : "pull",
-               a->copy_threads, a->iterations, a->warmup);
-        if (!a->suite)
-                printf("%s: %" PRIu64 " tensors x %" PRIu64 " blocks x %s (%s per side), %"
-                       PRIu64 " %s blocks per request\n", a->w.name, a->w.tensors, a->w.blocks,
-                       fmt_bytes(a->w.block_size, b1),
-                       fmt_bytes(a->w.tensors * a->w.blocks * a->w.block_size, b2),
-                       a->w.pull_blocks, a->w.scattered ? "scattered" : "contiguous");
-        printf("%-16s %10s %8s %11s %11s %6s %9s %8s %8s\n", "case", "bytes/req", "segments",
-               "kvdist GB/s", "memcpy GB/s", "ratio", "req/s", "p50 ms", "p99 ms");
-}
-
-static void print_table_row(const Result *r)
-{
-        char b[32];
-
-        printf("%-16s %10s %8" PRIu64 " %11.2f %11.2f %6.2f %9.1f %8.2f %8.2f\n", r->w.name,
-               fmt_bytes(r->bytes, b), r->segments, r->kvdist_gbps, r->memcpy_gbps,
-               r->kvdist_gbps / r->memcpy_gbps, r->requests_per_s, r->lat_p50_us / 1e3,
-               r->lat_p99_us / 1e3);
-        (void)fflush(stdout);
-}
-
-static void print_json(const Args *a, const Result *res, size_t n)
-{
-        printf("{\"mode\": \"%s\", \"copy_threads\": %" PRIu64 ", \"iterations\": %" PRIu64
-               ", \"warmup\": %" PRIu64 ", \"seed\": %" PRIu64 ", \"cases\": [",
-               a->push ? "push" : "pull", a->copy_threads, a->iterations, a->warmup, a->seed);
-        for (size_t i = 0; i < n; i++) {
-                const Result *r = &res[i];
-
-                printf("%s\n  {\"case\": \"%s\", \"block_size\": %" PRIu64 ", \"tensors\": %"
-                       PRIu64 ", \"blocks\": %" PRIu64 ", \"pull_blocks\": %" PRIu64
-                       ", \"pattern\": \"%s\", \"bytes_per_request\": %" PRIu64
-                       ", \"segments\": %" PRIu64 ", \"kvdist_gbps\": %.4f, \"memcpy_gbps\": %.4f"
-                       ", \"ratio\": %.4f, \"requests_per_s\": %.3f, \"latency_us\": {\"mean\": "
-                       "%.1f, \"p50\": %.1f, \"p99\": %.1f}, \"verified\": true}",
-                       i ? "," : "", r->w.name, r->w.block_size, r->w.tensors, r->w.blocks,
-                       r->w.pull_blocks, r->w.scattered ? "scattered" : "contiguous", r->bytes,
-                       r->segments, r->kvdist_gbps, r->memcpy_gbps,
-                       r->kvdist_gbps / r->memcpy_gbps, r->requests_per_s, r->lat_mean_us,
-                       r->lat_p50_us, r->lat_p99_us);
-        }
-        printf("\n]}\n");
-}
-
-/* A kvdistd this process started, on a socket in its own temporary directory. */
-typedef struct Daemon {
-        pid_t pid;
-        char dir[PATH_MAX - 32];
-        char socket[PATH_MAX];
-} Daemon;
-
-/* --daemon, $KVDISTD, the build tree's daemon/kvdistd beside tools/, else kvdistd on $PATH. */
-static char *daemon_find(const char *arg)
-{
-        const char *env = getenv("KVDISTD");
-        char exe[PATH_MAX], *slash, *path = NULL;
-        ssize_t n;
-
-        if (arg || (env && env[0]))
-                return strdup(arg ?: env);
-        n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-        if (n <= 0)
-                return strdup("kvdistd");
-        exe[n] = '\0';
-        slash = strrchr(exe, '/');
-        if (slash && asprintf(&path, "%.*s/../daemon/kvdistd", (int)(slash - exe), exe) >= 0 &&
-            access(path, X_OK) == 0)
-                return path;
-        free(path);
-        return strdup("kvdistd");
-}
-
-static int daemon_start(const char *path, uint64_t copy_threads, Daemon *d)
-{
-        const char *tmp = getenv("TMPDIR");
-        kvd_option opt = { "socket_path", d->socket };
-        char threads[24];
-
-        (void)snprintf(d->dir, sizeof(d->dir), "%s/kvdist-bench.XXXXXX",
-                       tmp && tmp[0] ? tmp : "/tmp");
-        if (!mkdtemp(d->dir))
-                return -errno;
-        (void)snprintf(d->socket, sizeof(d->socket), "%s/kvdist.sock", d->dir);
-        (void)snprintf(threads, sizeof(threads), "%" PRIu64, copy_threads);
-        (void)fflush(NULL);
-        d->pid = fork();
-        if (d->pid < 0)
-                return -errno;
-        if (d->pid == 0) {
-                /* Do not outlive a benchmark that dies. */
-                (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
-                execlp(path, path, "--socket", d->socket, "--memory-size", "0",
-                       "--copy-threads", threads, "--log-level", "warning", (char *)NULL);
-                fprintf(stderr, "kvdist-bench: cannot run %s: %s\n", path, strerror(errno));
-                _exit(127);
-        }
-        for (unsigned waited = 0; waited < DAEMON_START_MS; waited += 10) {
-                kvd_client *c = NULL;
-
-                if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
-                        d->pid = 0;
-                        return -ECHILD;
-                }
-                if (kvd_client_connect(&c, &opt, 1) == KVD_OK) {
-                        (void)kvd_client_finalize(c);
-                        return 0;
-                }
-                (void)usleep(10 * 1000);
-        }
-        return -ETIMEDOUT;
-}
-
-/* Stops the daemon; fails when it did not exit cleanly (a crash is a finding too). */
-static int daemon_stop(Daemon *d)
-{
-        int status = 0, r = 0;
-
-        if (d->pid > 0) {
-                (void)kill(d->pid, SIGTERM);
-                for (unsigned waited = 0; waitpid(d->pid, &status, WNOHANG) == 0; waited += 10) {
-                        if (waited == DAEMON_STOP_MS)
-                                (void)kill(d->pid, SIGKILL);
-                        (void)usleep(10 * 1000);
-                }
-                if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                        fprintf(stderr, "kvdist-bench: kvdistd did not exit cleanly (%s %d)\n",
-                                WIFEXITED(status) ? "status" : "signal",
-                                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-                        r = -ECHILD;
-                }
-        }
-        (void)unlink(d->socket);
-        (void)rmdir(d->dir);
         return r;
 }
 
@@ -661,13 +429,25 @@ static void help(void)
                "\n"
                "Moves KV blocks from a prefill cluster (1) to a decode cluster (2) on one\n"
                "kvdistd, times it next to a plain memcpy of the same bytes, and checks every\n"
-               "byte. Exit status: 0 ok, 1 a call failed, bytes landed wrong or kvdistd\n"
-               "crashed, 2 usage.\n"
+               "byte. With --remote the clusters are on two kvdistd linked over TCP on loopback,\n"
+               "and the baseline is iperf3's rate over the same loopback.\n"
+               "Exit status: 0 ok, 1 a call failed, bytes landed wrong or kvdistd crashed,\n"
+               "2 usage, 3 iperf3 missing or failed (nothing to compare with).\n"
                "\n"
                "  --daemon PATH      kvdistd to start (default: $KVDISTD, then ../daemon/kvdistd\n"
                "                     beside this program's directory, then kvdistd on $PATH)\n"
                "  --socket PATH      use a running daemon instead of starting one\n"
-               "  --copy-threads N   copy threads of the started daemon and of memcpy (2)\n"
+               "  --remote           start two daemons listening on 127.0.0.1 (one per cluster)\n"
+               "                     and link the clusters across them\n"
+               "  --tcp-streams N    --remote: data connections per peer, 1..%d (4)\n"
+               "  --tcp-crc on|off   --remote: CRC32C over every data chunk (off)\n"
+               "  --baseline B       memcpy (default on one node; after each timed request),\n"
+               "                     iperf3 (default with --remote) or none\n"
+               "  --iperf3 PATH      the iperf3 to run (default: iperf3 on $PATH)\n"
+               "  --iperf3-streams N parallel iperf3 streams, -P (1)\n"
+               "  --iperf3-time S    seconds of each iperf3 test, -t (1); %d tests per case,\n"
+               "                     spread over its timed requests\n"
+               "  --copy-threads N   copy threads of the started daemons and of memcpy (2)\n"
                "  --timeout MS       transfer timeout (10000)\n"
                "  --model NAME       llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b:\n"
                "                     16-token fp16 blocks, K and V per layer, 32 blocks a request\n"
@@ -680,10 +460,11 @@ static void help(void)
                "  --iterations N     timed requests (20)\n"
                "  --warmup N         untimed requests first (2)\n"
                "  --seed N           seed of the data and of the scattered ids (1)\n"
-               "  --suite            run the standard cases and print one table\n"
+               "  --suite            run the standard cases and print one table (with\n"
+               "                     --remote: the cross-node cases)\n"
                "  --json             machine-readable output\n"
                "  -h, --help         show this help\n",
-               KVD_MAX_TENSORS);
+               MAX_TCP_STREAMS, IPERF3_RUNS, KVD_MAX_TENSORS);
 }
 
 /* A decimal number with an optional K, M, G or T (binary) suffix, within [@min, @max]. */
@@ -722,7 +503,8 @@ static void workload_from_model(const Model *m, Workload *w)
 enum {
         ARG_DAEMON = 0x100, ARG_SOCKET, ARG_COPY_THREADS, ARG_TIMEOUT, ARG_MODEL, ARG_BLOCK_SIZE,
         ARG_TENSORS, ARG_BLOCKS, ARG_PULL_BLOCKS, ARG_PATTERN, ARG_PUSH, ARG_ITERATIONS,
-        ARG_WARMUP, ARG_SEED, ARG_SUITE, ARG_JSON,
+        ARG_WARMUP, ARG_SEED, ARG_SUITE, ARG_JSON, ARG_REMOTE, ARG_TCP_STREAMS, ARG_TCP_CRC,
+        ARG_BASELINE, ARG_IPERF3, ARG_IPERF3_STREAMS, ARG_IPERF3_TIME,
 };
 
 static const struct option options[] = {
@@ -742,6 +524,13 @@ static const struct option options[] = {
         { "seed", required_argument, NULL, ARG_SEED },
         { "suite", no_argument, NULL, ARG_SUITE },
         { "json", no_argument, NULL, ARG_JSON },
+        { "remote", no_argument, NULL, ARG_REMOTE },
+        { "tcp-streams", required_argument, NULL, ARG_TCP_STREAMS },
+        { "tcp-crc", required_argument, NULL, ARG_TCP_CRC },
+        { "baseline", required_argument, NULL, ARG_BASELINE },
+        { "iperf3", required_argument, NULL, ARG_IPERF3 },
+        { "iperf3-streams", required_argument, NULL, ARG_IPERF3_STREAMS },
+        { "iperf3-time", required_argument, NULL, ARG_IPERF3_TIME },
         { "help", no_argument, NULL, 'h' },
         {}
 };
@@ -769,13 +558,17 @@ static int parse_args(int argc, char **argv, Args *a)
                 { ARG_ITERATIONS, &a->iterations, 1, 1000000 },
                 { ARG_WARMUP, &a->warmup, 0, 1000000 },
                 { ARG_SEED, &a->seed, 0, UINT64_MAX },
+                { ARG_TCP_STREAMS, &a->tcp_streams, 1, MAX_TCP_STREAMS },
+                { ARG_IPERF3_STREAMS, &a->iperf3_streams, 1, 128 },
+                { ARG_IPERF3_TIME, &a->iperf3_time, 1, 60 },
         };
         const char *pattern = NULL;
-        bool model = false;
-        int c;
+        bool model = false, tcp_set = false;
+        int c, baseline = _BASELINE_INVALID;
 
         *a = (Args){ .copy_threads = 2, .iterations = 20, .warmup = 2, .seed = 1,
-                     .timeout_ms = 10000 };
+                     .timeout_ms = 10000, .tcp_streams = 4, .tcp_crc = 0, .iperf3 = "iperf3",
+                     .iperf3_streams = 1, .iperf3_time = 1 };
         workload_from_model(&models[0], &a->w);
         while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0) {
                 size_t i;
@@ -813,6 +606,28 @@ static int parse_args(int argc, char **argv, Args *a)
                 case ARG_JSON:
                         a->json = true;
                         continue;
+                case ARG_REMOTE:
+                        a->remote = true;
+                        continue;
+                case ARG_TCP_CRC:
+                        if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
+                                return usage_error("--tcp-crc takes on or off, not ", optarg);
+                        a->tcp_crc = strcmp(optarg, "on") == 0;
+                        tcp_set = true;
+                        continue;
+                case ARG_BASELINE:
+                        for (baseline = 0; baseline < _BASELINE_MAX; baseline++)
+                                if (strcmp(optarg, baseline_names[baseline]) == 0)
+                                        break;
+                        if (baseline == _BASELINE_MAX)
+                                return usage_error("unknown --baseline ", optarg);
+                        continue;
+                case ARG_IPERF3:
+                        a->iperf3 = optarg;
+                        continue;
+                case ARG_TCP_STREAMS:
+                        tcp_set = true;
+                        break;
                 }
                 for (i = 0; i < ARRAY_SIZE(numbers); i++)
                         if (numbers[i].val == c)
@@ -824,6 +639,13 @@ static int parse_args(int argc, char **argv, Args *a)
         }
         if (optind < argc)
                 return usage_error("unexpected argument ", argv[optind]);
+
+        if (a->remote && a->socket_path)
+                return usage_error("--remote starts its own two daemons, without --socket", "");
+        if (!a->remote && tcp_set)
+                return usage_error("--tcp-streams and --tcp-crc are for --remote", "");
+        a->baseline = baseline >= 0 ? (BaselineKind)baseline :
+                      a->remote ? BASELINE_IPERF3 : BASELINE_MEMCPY;
 
         if (a->suite && (model || pattern || given.block_size || given.tensors || given.blocks ||
                          given.pull_blocks))
@@ -846,7 +668,7 @@ static int parse_args(int argc, char **argv, Args *a)
         return 0;
 }
 
-/* The standard set: large runs, large scattered, small scattered, two real models. */
+/* The standard set on one node: large runs, large scattered, small scattered, two models. */
 static void suite_workloads(Workload *w)
 {
         w[0] = (Workload){ "large", 64 * KIB, 8, 1024, 512, false };
@@ -856,50 +678,135 @@ static void suite_workloads(Workload *w)
         workload_from_model(&models[1], &w[4]);
 }
 
+/*
+ * The standard set across daemons: a 256 MiB pull of 64 KiB blocks, as one run and scattered
+ * (every block its own segment), 8192 scattered 4 KiB blocks, and two models' prompt hand-offs.
+ */
+static void remote_suite_workloads(Workload *w)
+{
+        w[0] = (Workload){ "large", 64 * KIB, 2, 2048, 2048, false };
+        w[1] = (Workload){ "large-scattered", 64 * KIB, 2, 2048, 2048, true };
+        w[2] = (Workload){ "small-scattered", 4 * KIB, 2, 16384, 8192, true };
+        workload_from_model(&models[0], &w[3]);
+        workload_from_model(&models[1], &w[4]);
+}
+
+/* A random key for the benchmark's daemons, so that they prove it to each other as in use. */
+static int make_cluster_key(char key[static 65])
+{
+        uint8_t raw[32];
+
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+                return -EIO;
+        for (size_t i = 0; i < sizeof(raw); i++)
+                (void)snprintf(key + 2 * i, 3, "%02x", raw[i]);
+        return 0;
+}
+
+/*
+ * Starts the daemons the run needs: one, or with --remote two that listen for peers on
+ * loopback, the prefill cluster's first. Sets where each side attaches and links to.
+ */
+static int start_daemons(Args *a, BenchDaemon d[static 2])
+{
+        _cleanup_free_ char *path = bench_daemon_find(a->daemon_path);
+        char key[65];
+        BenchDaemonOptions o = {
+                .path = path,
+                .copy_threads = a->copy_threads,
+                .tcp_crc = -1,
+        };
+        int r;
+
+        if (!path)
+                return -ENOMEM;
+        if (a->remote) {
+                r = make_cluster_key(key);
+                if (r < 0)
+                        return r;
+                o.listen = "127.0.0.1:0";
+                o.cluster_key = key;
+                o.tcp_streams = a->tcp_streams;
+                o.tcp_crc = a->tcp_crc;
+        }
+        for (unsigned i = 0; i < (a->remote ? 2u : 1u); i++) {
+                r = bench_daemon_start(&o, &d[i]);
+                if (r < 0) {
+                        fprintf(stderr, "kvdist-bench: cannot start %s: %s\n", path,
+                                r == -ECHILD ? "it exited" : r == -EPROTO ?
+                                "its status names no peer address" : strerror(-r));
+                        return r;
+                }
+        }
+        a->prefill_socket = d[0].socket;
+        a->decode_socket = a->remote ? d[1].socket : d[0].socket;
+        if (a->remote) {
+                a->prefill_addr = d[0].peer_listen;
+                a->decode_addr = d[1].peer_listen;
+        }
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
-        _cleanup_free_ char *daemon_path = NULL;
         Workload workloads[SUITE_CASES];
         Result results[SUITE_CASES];
-        size_t n, done;
-        Daemon d = {};
+        BenchDaemon d[2] = {};
+        size_t n, done = 0;
+        bool failed;
         Args a;
         int r;
 
         r = parse_args(argc, argv, &a);
         if (r != 0)
                 return r > 0 ? EXIT_SUCCESS : EXIT_USAGE;
-        if (a.suite)
+        if (a.suite && a.remote)
+                remote_suite_workloads(workloads);
+        else if (a.suite)
                 suite_workloads(workloads);
         else
                 workloads[0] = a.w;
         n = a.suite ? SUITE_CASES : 1;
 
-        if (!a.socket_path) {
-                daemon_path = daemon_find(a.daemon_path);
-                r = daemon_path ? daemon_start(daemon_path, a.copy_threads, &d) : -ENOMEM;
+        /* Without the baseline there is nothing to compare with: say so before any work. */
+        if (a.baseline == BASELINE_IPERF3) {
+                r = bench_iperf3_find(a.iperf3, &a.iperf3_path);
                 if (r < 0) {
-                        fprintf(stderr, "kvdist-bench: cannot start %s: %s\n",
-                                daemon_path ?: "kvdistd",
-                                r == -ECHILD ? "it exited" : strerror(-r));
-                        (void)daemon_stop(&d);
-                        return EXIT_BENCH_FAILED;
+                        fprintf(stderr, "kvdist-bench: %s: iperf3 not found%s; the %s baseline "
+                                "needs it (Debian package iperf3, which scripts/setup-deps "
+                                "installs), or run with --baseline none\n", a.iperf3,
+                                strchr(a.iperf3, '/') ? "" : " on $PATH",
+                                baseline_names[a.baseline]);
+                        return r == -ENOENT ? EXIT_NO_BASELINE : EXIT_BENCH_FAILED;
                 }
-                a.socket_path = d.socket;
         }
 
-        if (!a.json)
-                print_table_header(&a);
-        for (done = 0; done < n; done++) {
-                r = run_workload(&a, &workloads[done], &results[done]);
-                if (r < 0)
-                        break;
+        if (a.socket_path)
+                a.prefill_socket = a.decode_socket = a.socket_path;
+        else
+                r = start_daemons(&a, d);
+        if (r >= 0) {
                 if (!a.json)
-                        print_table_row(&results[done]);
+                        bench_report_header(&a);
+                for (; done < n; done++) {
+                        r = run_workload(&a, &workloads[done], &results[done]);
+                        if (r < 0)
+                                break;
+                        if (!a.json)
+                                bench_report_row(&a, &results[done]);
+                }
+                if (a.json)
+                        bench_report_json(&a, results, done);
         }
-        if (a.json)
-                print_json(&a, results, done);
-        if (daemon_stop(&d) < 0)
+        /* Both stop either way: a crash of either is a failure of the run. After a failure
+         * their logs may say why. */
+        failed = r < 0;
+        if (bench_daemon_stop(&d[1], failed) < 0 && r >= 0)
                 r = -ECHILD;
+        if (bench_daemon_stop(&d[0], failed) < 0 && r >= 0)
+                r = -ECHILD;
+        free(a.iperf3_path);
+        if (r == -EPIPE)
+                return EXIT_NO_BASELINE;
         return r < 0 ? EXIT_BENCH_FAILED : EXIT_SUCCESS;
 }

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvdist-demo: a prefill/decode hand-off of one prompt's KV blocks on one node, the way an
- * inference engine that used LLM-DataDist does it, with every byte checked.
+ * kvdist-demo: a prefill/decode hand-off of one prompt's KV blocks, on one node or between two
+ * daemons (two nodes), the way an inference engine that used LLM-DataDist does it, with every
+ * byte checked.
  *
  * The parent forks a prefill worker (cluster 1, role prompt) and a decode worker (cluster 2,
  * role decoder). Both register a blocks cache of a llama3-8b shape. Prefill "computes" a
  * prompt's KV (a seeded pattern) into scattered blocks and sends the block ids to decode over a
  * pipe; decode links to cluster 1, pulls the blocks into its own block ids, pulls again for a
  * layer range only, pushes one block back, and verifies every byte of its cache each time.
+ * With --prefill-socket and --decode-socket on two daemons, decode links to cluster 1 at the
+ * prefill daemon's peer address and every block crosses between the daemons over TCP.
  * When both are done the parent runs --status-cmd while the clusters are still attached, then
  * lets them detach.
  */
@@ -25,6 +28,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "kvdist-config.h"
 #include "kvdist/kvdist.h"
@@ -70,13 +75,18 @@ enum {
 
 typedef struct Options {
         const char *socket_path;    /* NULL: the library's default */
+        const char *prefill_socket; /* the prefill worker's daemon; NULL: socket_path */
+        const char *decode_socket;  /* the decode worker's daemon; NULL: socket_path */
+        const char *prefill_address; /* "ip:port" decode links to; NULL: same daemon, or ask */
         const char *status_cmd;     /* NULL: none */
         uint32_t num_blocks;
         uint32_t prompt_blocks;
         uint64_t seed;
 } Options;
 
-/* What prefill tells decode, out of band: which blocks hold the prompt. */
+#define ADDRESS_MAX 64
+
+/* What prefill tells decode, out of band: which blocks hold the prompt, and where. */
 typedef struct HandOff {
         uint32_t magic;
         uint32_t n_blocks;          /* block ids that follow the header */
@@ -84,6 +94,7 @@ typedef struct HandOff {
         uint64_t model_id;
         uint64_t seed;              /* so that decode can check the bytes it pulls */
         uint64_t spare_block;       /* a free prefill block that decode may push into */
+        char address[ADDRESS_MAX];  /* prefill's daemon's peer address; "" when it has none */
 } HandOff;
 
 /* What decode tells prefill after the push: where it wrote and what. */
@@ -104,6 +115,7 @@ typedef struct Expect {
 typedef struct Worker {
         const char *name;
         const Options *opts;
+        const char *socket;         /* its daemon; NULL: the library's default */
         kvd_client *client;
         uint8_t *mem;
         size_t mem_size;
@@ -259,8 +271,8 @@ static int worker_setup(Worker *w, uint64_t cluster_id, kvd_role role)
         size_t n_options = 1;
         int r;
 
-        if (o->socket_path)
-                options[n_options++] = (kvd_option){ "socket_path", o->socket_path };
+        if (w->socket)
+                options[n_options++] = (kvd_option){ "socket_path", w->socket };
         r = kvd_client_init(&w->client, cluster_id, role, options, n_options);
         if (r < 0)
                 return worker_fail(w, "kvd_client_init", r);
@@ -356,9 +368,40 @@ static int worker_verify(Worker *w)
         return 0;
 }
 
+/* Whether the two workers attach to different daemons (so the blocks cross between them). */
+static bool two_daemons(const Options *o)
+{
+        const char *p = o->prefill_socket ?: o->socket_path;
+        const char *d = o->decode_socket ?: o->socket_path;
+
+        return (p || d) && (!p || !d || strcmp(p, d) != 0);
+}
+
+/*
+ * Where the worker's daemon accepts peer daemons ("peer_listen" of its status), into @buf;
+ * "" when it accepts none.
+ */
+static int daemon_peer_address(Worker *w, char *buf, size_t size)
+{
+        _cleanup_free_ char *text = NULL;
+        json_t *root, *v;
+        int r;
+
+        buf[0] = '\0';
+        r = kvd_daemon_status(w->client, &text);
+        if (r < 0)
+                return worker_fail(w, "kvd_daemon_status", r);
+        root = json_loads(text, 0, NULL);
+        v = json_object_get(root, "peer_listen");
+        if (json_is_string(v))
+                (void)snprintf(buf, size, "%s", json_string_value(v));
+        json_decref(root);
+        return 0;
+}
+
 static int prefill_run(const Options *o, int handoff_fd, int note_fd, int ready_fd, int go_fd)
 {
-        Worker w = { .name = "prefill", .opts = o };
+        Worker w = { .name = "prefill", .opts = o, .socket = o->prefill_socket };
         _cleanup_free_ uint64_t *perm = NULL;
         uint32_t n = o->prompt_blocks;
         HandOff h = {
@@ -374,6 +417,11 @@ static int prefill_run(const Options *o, int handoff_fd, int note_fd, int ready_
         int r;
 
         if (worker_setup(&w, PREFILL_CLUSTER, KVD_ROLE_PROMPT) < 0)
+                goto fail;
+        /* Decode on another node must know where to link to: our daemon's peer address. */
+        if (o->prefill_address)
+                (void)snprintf(h.address, sizeof(h.address), "%s", o->prefill_address);
+        else if (daemon_peer_address(&w, h.address, sizeof(h.address)) < 0)
                 goto fail;
 
         perm = block_permutation(o->num_blocks, o->seed);
@@ -465,7 +513,7 @@ static void print_rate(size_t bytes, double ms)
 
 static int decode_run(const Options *o, int handoff_fd, int note_fd, int ready_fd, int go_fd)
 {
-        Worker w = { .name = "decode", .opts = o };
+        Worker w = { .name = "decode", .opts = o, .socket = o->decode_socket };
         _cleanup_free_ uint64_t *src = NULL, *perm = NULL;
         kvd_cluster_info peer = {
                 .remote_cluster_id = PREFILL_CLUSTER,
@@ -499,17 +547,32 @@ static int decode_run(const Options *o, int handoff_fd, int note_fd, int ready_f
                 goto fail;
         }
         format_ids(src, n, ids, sizeof(ids));
-        printf("decode: received %u block ids of cluster %" PRIu64 ": %s\n", n, h.cluster_id,
-               ids);
+        h.address[sizeof(h.address) - 1] = '\0';
+        printf("decode: received %u block ids of cluster %" PRIu64 "%s%s: %s\n", n,
+               h.cluster_id, h.address[0] ? " at " : "", h.address, ids);
 
+        if (two_daemons(o)) {
+                if (!h.address[0]) {
+                        fprintf(stderr, "decode: prefill's kvdistd accepts no peer daemons (it "
+                                "needs --listen IP:PORT), so cluster %" PRIu64 " cannot be "
+                                "linked from another daemon\n", PREFILL_CLUSTER);
+                        goto fail;
+                }
+                peer.remote_ip_info = h.address;
+        }
         r = kvd_link_clusters(w.client, &peer, 1, 0, &link_ret);
         if (r < 0) {
                 worker_fail(&w, "kvd_link_clusters", link_ret < 0 ? link_ret : r);
                 goto fail;
         }
         linked = true;
-        printf("decode: linked cluster %" PRIu64 " -> cluster %" PRIu64 " (same node)\n",
-               DECODE_CLUSTER, PREFILL_CLUSTER);
+        if (peer.remote_ip_info)
+                printf("decode: linked cluster %" PRIu64 " -> cluster %" PRIu64 " on the kvdistd "
+                       "at %s: the blocks cross between the daemons over TCP\n", DECODE_CLUSTER,
+                       PREFILL_CLUSTER, peer.remote_ip_info);
+        else
+                printf("decode: linked cluster %" PRIu64 " -> cluster %" PRIu64 " (same node)\n",
+                       DECODE_CLUSTER, PREFILL_CLUSTER);
 
         /* The decode side has its own free-block list: other, scattered ids. */
         perm = block_permutation(o->num_blocks, o->seed ^ DECODE_SALT);
@@ -595,14 +658,22 @@ static void help(FILE *f)
                 "Usage: kvdist-demo [OPTIONS]\n"
                 "\n"
                 "Hands one prompt's KV cache from a prefill worker (cluster 1) to a decode\n"
-                "worker (cluster 2) through the node's kvdistd, checking every byte.\n"
+                "worker (cluster 2) through the node's kvdistd, or across two kvdistd over TCP,\n"
+                "checking every byte.\n"
                 "\n"
                 "Options:\n"
                 "  -s, --socket PATH      the daemon's socket (default: $KVDIST_SOCKET, then\n"
                 "                         the daemon's default for this user)\n"
-                "      --status-cmd CMD   run CMD (with /bin/sh -c, $KVDIST_SOCKET set when\n"
-                "                         --socket is given) after the transfers, while both\n"
-                "                         clusters are still attached; its failure fails the demo\n"
+                "      --prefill-socket PATH  the prefill worker's daemon (default: --socket)\n"
+                "      --decode-socket PATH   the decode worker's daemon (default: --socket);\n"
+                "                         on another daemon than prefill's, decode links to\n"
+                "                         cluster 1 at the prefill daemon's peer address\n"
+                "      --prefill-address IP:PORT  that address (default: what the prefill\n"
+                "                         daemon reports, its --listen address)\n"
+                "      --status-cmd CMD   run CMD (with /bin/sh -c; $KVDIST_SOCKET,\n"
+                "                         $KVDIST_PREFILL_SOCKET and $KVDIST_DECODE_SOCKET set\n"
+                "                         as given) after the transfers, while both clusters\n"
+                "                         are still attached; its failure fails the demo\n"
                 "      --blocks N         prompt length in %u-token blocks (default %u)\n"
                 "      --num-blocks N     blocks in each worker's cache, 3..%u (default %u;\n"
                 "                         2 MiB each)\n"
@@ -631,9 +702,15 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
 
 static int parse_args(int argc, char *argv[], Options *o)
 {
-        enum { ARG_STATUS_CMD = 0x100, ARG_BLOCKS, ARG_NUM_BLOCKS, ARG_SEED, ARG_VERSION };
+        enum {
+                ARG_STATUS_CMD = 0x100, ARG_BLOCKS, ARG_NUM_BLOCKS, ARG_SEED, ARG_VERSION,
+                ARG_PREFILL_SOCKET, ARG_DECODE_SOCKET, ARG_PREFILL_ADDRESS,
+        };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, 's' },
+                { "prefill-socket", required_argument, NULL, ARG_PREFILL_SOCKET },
+                { "decode-socket", required_argument, NULL, ARG_DECODE_SOCKET },
+                { "prefill-address", required_argument, NULL, ARG_PREFILL_ADDRESS },
                 { "status-cmd", required_argument, NULL, ARG_STATUS_CMD },
                 { "blocks", required_argument, NULL, ARG_BLOCKS },
                 { "num-blocks", required_argument, NULL, ARG_NUM_BLOCKS },
@@ -656,6 +733,24 @@ static int parse_args(int argc, char *argv[], Options *o)
                                 return -EINVAL;
                         }
                         o->socket_path = optarg;
+                        break;
+                case ARG_PREFILL_SOCKET:
+                case ARG_DECODE_SOCKET:
+                        if (!optarg[0]) {
+                                fprintf(stderr, "kvdist-demo: --%s-socket needs a path\n",
+                                        c == ARG_PREFILL_SOCKET ? "prefill" : "decode");
+                                return -EINVAL;
+                        }
+                        *(c == ARG_PREFILL_SOCKET ? &o->prefill_socket : &o->decode_socket) =
+                                optarg;
+                        break;
+                case ARG_PREFILL_ADDRESS:
+                        if (!optarg[0] || strlen(optarg) >= ADDRESS_MAX) {
+                                fprintf(stderr, "kvdist-demo: --prefill-address needs an "
+                                        "IP:PORT of fewer than %d characters\n", ADDRESS_MAX);
+                                return -EINVAL;
+                        }
+                        o->prefill_address = optarg;
                         break;
                 case ARG_STATUS_CMD:
                         o->status_cmd = optarg[0] ? optarg : NULL;
@@ -739,7 +834,9 @@ static int run_status_cmd(const Options *o)
 {
         int r;
 
-        if (o->socket_path && setenv("KVDIST_SOCKET", o->socket_path, 1) < 0)
+        if ((o->socket_path && setenv("KVDIST_SOCKET", o->socket_path, 1) < 0) ||
+            (o->prefill_socket && setenv("KVDIST_PREFILL_SOCKET", o->prefill_socket, 1) < 0) ||
+            (o->decode_socket && setenv("KVDIST_DECODE_SOCKET", o->decode_socket, 1) < 0))
                 return -errno;
         printf("demo: both clusters are still attached; running: %s\n", o->status_cmd);
         fflush(stdout);
@@ -854,8 +951,9 @@ int main(int argc, char *argv[])
                 return EXIT_FAILED;
         }
         printf("demo: ok: %u blocks (%.0f MiB) of a %u-token prompt handed from prefill to "
-               "decode, a layer range and a push back, every byte verified\n", o.prompt_blocks,
-               mib((size_t)o.prompt_blocks * N_TENSORS * BLOCK_BYTES),
-               o.prompt_blocks * BLOCK_TOKENS);
+               "decode %s, a layer range and a push back, every byte verified\n",
+               o.prompt_blocks, mib((size_t)o.prompt_blocks * N_TENSORS * BLOCK_BYTES),
+               o.prompt_blocks * BLOCK_TOKENS,
+               two_daemons(&o) ? "across two kvdistd over TCP" : "through one kvdistd");
         return 0;
 }

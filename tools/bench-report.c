@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: MIT */
+/* kvdist-bench's output: the table a person reads, or one JSON document. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "bench-report.h"
+#include "macro.h"
+
+const char *const baseline_names[_BASELINE_MAX] = {
+        [BASELINE_MEMCPY] = "memcpy",
+        [BASELINE_IPERF3] = "iperf3",
+        [BASELINE_NONE] = "none",
+};
+
+static const char *fmt_bytes(uint64_t v, char buf[static 32])
+{
+        static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+        double d = (double)v;
+        size_t u = 0;
+
+        for (; d >= 1024 && u + 1 < ARRAY_SIZE(units); u++)
+                d /= 1024;
+        (void)snprintf(buf, 32, u ? "%.1f %s" : "%.0f %s", d, units[u]);
+        return buf;
+}
+
+/* "memcpy by 2 threads", "iperf3 -P 1 on loopback", "no baseline" */
+static const char *baseline_desc(const Args *a, char buf[static 64])
+{
+        if (a->baseline == BASELINE_MEMCPY)
+                (void)snprintf(buf, 64, "memcpy by %" PRIu64 " threads", a->copy_threads);
+        else if (a->baseline == BASELINE_IPERF3)
+                (void)snprintf(buf, 64, "iperf3 -t %" PRIu64 " -P %" PRIu64 " on loopback",
+                               a->iperf3_time, a->iperf3_streams);
+        else
+                (void)snprintf(buf, 64, "no baseline");
+        return buf;
+}
+
+/*
+ * The rates the table shows. Across daemons, the median request: one slow request on a shared
+ * machine (a neighbour's burst, a TCP hiccup) moves a mean far more than the median. On one node
+ * the rate over all requests, as this table has always shown.
+ */
+static void shown_rates(const Args *a, const Result *r, double *ret_kvdist, double *ret_base)
+{
+        *ret_kvdist = a->remote ? r->kvdist_gbps_median : r->kvdist_gbps;
+        *ret_base = a->remote ? r->baseline_gbps_median : r->baseline_gbps;
+}
+
+void bench_report_header(const Args *a)
+{
+        char b1[32], b2[32], desc[64], col[32];
+
+        if (a->remote)
+                printf("kvdist %s across two kvdistd over TCP (%" PRIu64 " streams, CRC %s) vs "
+                       "%s, median of %" PRIu64 " iterations after %" PRIu64 " warm-up, "
+                       "GB/s = 1e9 bytes/s\n", a->push ? "push" : "pull", a->tcp_streams,
+                       a->tcp_crc ? "on" : "off", baseline_desc(a, desc), a->iterations,
+                       a->warmup);
+        else
+                printf("kvdist %s vs %s, %" PRIu64 " iterations after %" PRIu64 " warm-up, "
+                       "GB/s = 1e9 bytes/s\n", a->push ? "push" : "pull",
+                       baseline_desc(a, desc), a->iterations, a->warmup);
+        if (!a->suite)
+                printf("%s: %" PRIu64 " tensors x %" PRIu64 " blocks x %s (%s per side), %"
+                       PRIu64 " %s blocks per request\n", a->w.name, a->w.tensors, a->w.blocks,
+                       fmt_bytes(a->w.block_size, b1),
+                       fmt_bytes(a->w.tensors * a->w.blocks * a->w.block_size, b2),
+                       a->w.pull_blocks, a->w.scattered ? "scattered" : "contiguous");
+        (void)snprintf(col, sizeof(col), "%s GB/s",
+                       a->baseline == BASELINE_NONE ? "base" : baseline_names[a->baseline]);
+        printf("%-16s %10s %8s %11s %11s %6s %9s %8s %8s\n", "case", "bytes/req", "segments",
+               "kvdist GB/s", col, "ratio", "req/s", "p50 ms", "p99 ms");
+}
+
+void bench_report_row(const Args *a, const Result *r)
+{
+        double kvdist, base;
+        char b[32];
+
+        shown_rates(a, r, &kvdist, &base);
+        printf("%-16s %10s %8" PRIu64 " %11.2f ", r->w.name, fmt_bytes(r->bytes, b), r->segments,
+               kvdist);
+        if (a->baseline == BASELINE_NONE)
+                printf("%11s %6s", "-", "-");
+        else
+                printf("%11.2f %6.2f", base, kvdist / base);
+        printf(" %9.1f %8.2f %8.2f\n", r->requests_per_s, r->lat_p50_us / 1e3,
+               r->lat_p99_us / 1e3);
+        (void)fflush(stdout);
+}
+
+/* The baseline's figures of one case, for its JSON object ("" without a baseline). */
+static void json_baseline(const Args *a, const Result *r)
+{
+        const char *name = baseline_names[a->baseline];
+
+        if (a->baseline == BASELINE_NONE) {
+                printf(", \"ratio\": null, \"ratio_median\": null");
+                return;
+        }
+        printf(", \"%s_gbps\": %.4f, \"%s_gbps_median\": %.4f, \"ratio\": %.4f, "
+               "\"ratio_median\": %.4f", name, r->baseline_gbps, name, r->baseline_gbps_median,
+               r->kvdist_gbps / r->baseline_gbps,
+               r->kvdist_gbps_median / r->baseline_gbps_median);
+}
+
+void bench_report_json(const Args *a, const Result *res, size_t n)
+{
+        printf("{\"mode\": \"%s\", \"remote\": %s, \"baseline\": \"%s\", \"copy_threads\": %"
+               PRIu64, a->push ? "push" : "pull", a->remote ? "true" : "false",
+               baseline_names[a->baseline], a->copy_threads);
+        if (a->remote)
+                printf(", \"tcp_streams\": %" PRIu64 ", \"tcp_crc\": %s", a->tcp_streams,
+                       a->tcp_crc ? "true" : "false");
+        if (a->baseline == BASELINE_IPERF3)
+                printf(", \"iperf3_streams\": %" PRIu64 ", \"iperf3_seconds\": %" PRIu64
+                       ", \"iperf3_runs\": %" PRIu64, a->iperf3_streams, a->iperf3_time,
+                       MIN(a->iterations, IPERF3_RUNS));
+        printf(", \"iterations\": %" PRIu64 ", \"warmup\": %" PRIu64 ", \"seed\": %" PRIu64
+               ", \"cases\": [", a->iterations, a->warmup, a->seed);
+        for (size_t i = 0; i < n; i++) {
+                const Result *r = &res[i];
+
+                printf("%s\n  {\"case\": \"%s\", \"block_size\": %" PRIu64 ", \"tensors\": %"
+                       PRIu64 ", \"blocks\": %" PRIu64 ", \"pull_blocks\": %" PRIu64
+                       ", \"pattern\": \"%s\", \"bytes_per_request\": %" PRIu64
+                       ", \"segments\": %" PRIu64 ", \"kvdist_gbps\": %.4f, "
+                       "\"kvdist_gbps_median\": %.4f",
+                       i ? "," : "", r->w.name, r->w.block_size, r->w.tensors, r->w.blocks,
+                       r->w.pull_blocks, r->w.scattered ? "scattered" : "contiguous", r->bytes,
+                       r->segments, r->kvdist_gbps, r->kvdist_gbps_median);
+                json_baseline(a, r);
+                printf(", \"requests_per_s\": %.3f, \"latency_us\": {\"mean\": %.1f, \"p50\": "
+                       "%.1f, \"p99\": %.1f}, \"verified\": true}", r->requests_per_s,
+                       r->lat_mean_us, r->lat_p50_us, r->lat_p99_us);
+        }
+        printf("\n]}\n");
+}
+
