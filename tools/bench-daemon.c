@@ -43,6 +43,7 @@ char *bench_daemon_find(const char *arg)
         return strdup("kvdistd");
 }
 
+/* Writes @key (or any short text) to a new file only we can read. */
 static int write_key(const char *path, const char *key)
 {
         _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -110,6 +111,10 @@ static _Noreturn void exec_daemon(const BenchDaemonOptions *o, const BenchDaemon
                 argv[k++] = "--tcp-crc";
                 argv[k++] = o->tcp_crc ? "on" : "off";
         }
+        if (d->config_path[0]) {
+                argv[k++] = "--config";
+                argv[k++] = d->config_path;
+        }
         argv[k] = NULL;
 
         /* Do not outlive a benchmark that dies. Its log is kept aside until it is wanted: the
@@ -142,6 +147,17 @@ int bench_daemon_start(const BenchDaemonOptions *o, BenchDaemon *d)
         if (o->cluster_key) {
                 (void)snprintf(d->key_path, sizeof(d->key_path), "%s/cluster.key", d->dir);
                 r = write_key(d->key_path, o->cluster_key);
+                if (r < 0)
+                        return r;
+        }
+        if (o->rdma_device) {
+                char cfg[256];
+
+                (void)snprintf(cfg, sizeof(cfg),
+                               "{\"devices\": [{\"device_id\": 0, \"transport\": \"rdma\", "
+                               "\"rdma_device\": \"%.64s\"}]}\n", o->rdma_device);
+                (void)snprintf(d->config_path, sizeof(d->config_path), "%s/kvdistd.json", d->dir);
+                r = write_key(d->config_path, cfg);
                 if (r < 0)
                         return r;
         }
@@ -207,6 +223,8 @@ int bench_daemon_stop(BenchDaemon *d, bool want_log)
                 (void)unlink(d->socket);
                 if (d->key_path[0])
                         (void)unlink(d->key_path);
+                if (d->config_path[0])
+                        (void)unlink(d->config_path);
                 (void)rmdir(d->dir);
                 d->dir[0] = '\0';
         }

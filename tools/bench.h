@@ -36,6 +36,7 @@ typedef struct Args {
         uint64_t tcp_streams;           /* --remote: data connections per peer */
         uint64_t iperf3_streams, iperf3_time;
         int tcp_crc;                    /* --remote: CRC32C on data chunks (0 or 1) */
+        const char *rdma_device;        /* --remote: both daemons move blocks over this device */
         bool push, json, suite, remote;
         BaselineKind baseline;
         Workload w;

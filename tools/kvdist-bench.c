@@ -441,6 +441,8 @@ static void help(void)
                "                     and link the clusters across them\n"
                "  --tcp-streams N    --remote: data connections per peer, 1..%d (4)\n"
                "  --tcp-crc on|off   --remote: CRC32C over every data chunk (off)\n"
+               "  --rdma-device DEV  --remote: both daemons move the blocks by RDMA READ/WRITE\n"
+               "                     over DEV (device_id 0 mapped to it, transport rdma)\n"
                "  --baseline B       memcpy (default on one node; after each timed request),\n"
                "                     iperf3 (default with --remote) or none\n"
                "  --iperf3 PATH      the iperf3 to run (default: iperf3 on $PATH)\n"
@@ -504,6 +506,7 @@ enum {
         ARG_DAEMON = 0x100, ARG_SOCKET, ARG_COPY_THREADS, ARG_TIMEOUT, ARG_MODEL, ARG_BLOCK_SIZE,
         ARG_TENSORS, ARG_BLOCKS, ARG_PULL_BLOCKS, ARG_PATTERN, ARG_PUSH, ARG_ITERATIONS,
         ARG_WARMUP, ARG_SEED, ARG_SUITE, ARG_JSON, ARG_REMOTE, ARG_TCP_STREAMS, ARG_TCP_CRC,
+        ARG_RDMA_DEVICE,
         ARG_BASELINE, ARG_IPERF3, ARG_IPERF3_STREAMS, ARG_IPERF3_TIME,
 };
 
@@ -527,6 +530,7 @@ static const struct option options[] = {
         { "remote", no_argument, NULL, ARG_REMOTE },
         { "tcp-streams", required_argument, NULL, ARG_TCP_STREAMS },
         { "tcp-crc", required_argument, NULL, ARG_TCP_CRC },
+        { "rdma-device", required_argument, NULL, ARG_RDMA_DEVICE },
         { "baseline", required_argument, NULL, ARG_BASELINE },
         { "iperf3", required_argument, NULL, ARG_IPERF3 },
         { "iperf3-streams", required_argument, NULL, ARG_IPERF3_STREAMS },
@@ -609,6 +613,10 @@ static int parse_args(int argc, char **argv, Args *a)
                 case ARG_REMOTE:
                         a->remote = true;
                         continue;
+                case ARG_RDMA_DEVICE:
+                        a->rdma_device = optarg;
+                        tcp_set = true;
+                        continue;
                 case ARG_TCP_CRC:
                         if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
                                 return usage_error("--tcp-crc takes on or off, not ", optarg);
@@ -643,7 +651,8 @@ static int parse_args(int argc, char **argv, Args *a)
         if (a->remote && a->socket_path)
                 return usage_error("--remote starts its own two daemons, without --socket", "");
         if (!a->remote && tcp_set)
-                return usage_error("--tcp-streams and --tcp-crc are for --remote", "");
+                return usage_error("--tcp-streams, --tcp-crc and --rdma-device are for --remote",
+                                   "");
         a->baseline = baseline >= 0 ? (BaselineKind)baseline :
                       a->remote ? BASELINE_IPERF3 : BASELINE_MEMCPY;
 
@@ -728,6 +737,7 @@ static int start_daemons(Args *a, BenchDaemon d[static 2])
                 o.cluster_key = key;
                 o.tcp_streams = a->tcp_streams;
                 o.tcp_crc = a->tcp_crc;
+                o.rdma_device = a->rdma_device;
         }
         for (unsigned i = 0; i < (a->remote ? 2u : 1u); i++) {
                 r = bench_daemon_start(&o, &d[i]);
