@@ -167,16 +167,39 @@ static void link_setup_finish(LinkSetup *s, const Error *e)
         }
 }
 
+int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
+                     const ProtobufCMessage *reply, const char *transport_reason, Link **ret,
+                     Error *err)
+{
+        Daemon *d = c->daemon;
+        ProtobufCMessage *copy = NULL;
+        Link *l;
+        int r;
+
+        /* The reply is the peer's to free; the link keeps its own copy of what was exposed. */
+        r = frame_message_dup(reply, &copy);
+        if (r < 0)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        l = link_find(c, remote_cluster_id);
+        if (l)
+                link_free_full(l, KVD_E_PEER_LOST, false);
+        r = link_new_remote(d, c, p, remote_cluster_id, (Kvdist__V1__PeerLinkReply *)copy,
+                            d->tcp, &l);
+        if (r < 0) {
+                protobuf_c_message_free_unpacked(copy, NULL);
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot create the link");
+        }
+        l->transport_reason = transport_reason;
+        if (ret)
+                *ret = l;
+        return 0;
+}
+
 static void link_setup_on_reply(Peer *p, int status, const Error *err,
                                 const ProtobufCMessage *reply, void *userdata)
 {
         LinkSetup *s = userdata;
-        Cluster *c = s->lr->cluster;
-        Daemon *d = c->daemon;
-        ProtobufCMessage *copy = NULL;
         Error e = ERROR_INIT;
-        Link *l;
-        int r;
 
         s->call = NULL;
         if (status != KVD_OK) {
@@ -186,30 +209,25 @@ static void link_setup_on_reply(Peer *p, int status, const Error *err,
                 link_setup_finish(s, &e);
                 return;
         }
-        /* The reply is the peer's to free; the link keeps its own copy of what was exposed. */
-        r = frame_message_dup(reply, &copy);
-        if (r < 0) {
-                error_set(&e, KVD_E_OUT_OF_MEMORY, "out of memory");
-                link_setup_finish(s, &e);
-                return;
-        }
-        l = link_find(c, s->remote_cluster_id);
-        if (l)
-                link_free_full(l, KVD_E_PEER_LOST, false);
-        r = link_new_remote(d, c, p, s->remote_cluster_id, (Kvdist__V1__PeerLinkReply *)copy,
-                            d->tcp, &l);
-        if (r < 0) {
-                protobuf_c_message_free_unpacked(copy, NULL);
-                error_set(&e, KVD_E_OUT_OF_MEMORY, "cannot create the link");
-        } else
-                l->transport_reason = s->transport_reason;
+        (void)link_make_remote(s->lr->cluster, p, s->remote_cluster_id, reply,
+                               s->transport_reason, NULL, &e);
         link_setup_finish(s, &e);
+}
+
+int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, peer_reply_fn fn,
+                      void *userdata, PeerCall **ret_call)
+{
+        Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
+
+        m.src_cluster_id = c->id;
+        m.src_role = (Kvdist__V1__Role)c->role;
+        m.dst_cluster_id = remote_cluster_id;
+        return peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, fn, userdata, ret_call);
 }
 
 static void link_setup_on_ready(Peer *p, int status, const Error *err, void *userdata)
 {
         LinkSetup *s = userdata;
-        Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
         Cluster *c = s->lr->cluster;
         Error e = ERROR_INIT;
         int r;
@@ -222,11 +240,7 @@ static void link_setup_on_ready(Peer *p, int status, const Error *err, void *use
                 link_setup_finish(s, &e);
                 return;
         }
-        m.src_cluster_id = c->id;
-        m.src_role = (Kvdist__V1__Role)c->role;
-        m.dst_cluster_id = s->remote_cluster_id;
-        r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, link_setup_on_reply, s,
-                      &s->call);
+        r = link_peer_request(c, p, s->remote_cluster_id, link_setup_on_reply, s, &s->call);
         if (r < 0) {
                 error_set(&e, KVD_E_LINK_FAILED, "cannot ask the daemon at %s: %s", s->address,
                           strerror(-r));
@@ -317,12 +331,7 @@ static int link_local(Cluster *c, Cluster *remote, Link *old, Error *err)
         return KVD_OK;
 }
 
-/*
- * Which transport a link of @c to another node uses, and why (for status): the device map's
- * choice for the cluster's device. FEATURE_NOT_ENABLED when that transport is not available:
- * nothing falls back without saying so.
- */
-static int link_choose_transport(const Cluster *c, const char **ret_reason, Error *err)
+int link_choose_transport(const Cluster *c, const char **ret_reason, Error *err)
 {
         const DeviceConfig *dev = config_find_device(c->daemon->config, c->device_id);
 
