@@ -13,6 +13,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "dispatch.h"
+#include "domain.h"
 #include "kvdist.pb-c.h"
 #include "link-request.h"
 #include "link.h"
@@ -368,7 +369,8 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                 return error_set(err, KVD_E_ALREADY_LINK, "cluster %" PRIu64 " is linked to %"
                                  PRIu64 " already (link %" PRIu64 ")", c->id,
                                  info->remote_cluster_id, l->id);
-        if (link_request_in_progress(c, info->remote_cluster_id))
+        if (link_request_in_progress(c, info->remote_cluster_id) ||
+            domain_pair_link_in_progress(c, info->remote_cluster_id))
                 return error_set(err, KVD_E_PROCESSING_LINK,
                                  "a link from cluster %" PRIu64 " to %" PRIu64 " is being set up",
                                  c->id, info->remote_cluster_id);
