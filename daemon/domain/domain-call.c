@@ -196,8 +196,13 @@ void call_op_done(DomainOp *op)
         }
         if (call->kind == OP_BATCH)
                 call->rets[op->item] = op->status;
-        if (op->status != KVD_OK && call->status == KVD_OK) {
+        /* The call says what the first item that failed, in list order, says (collectives: the
+         * first failure, which stopped the rest). */
+        if (op->status != KVD_OK &&
+            (call->status == KVD_OK || (call->kind == OP_BATCH && op->item < call->err_item))) {
                 call->status = op->status;
+                call->err_item = op->item;
+                error_clear(&call->err);
                 if (call->kind == OP_BATCH)
                         error_set(&call->err, op->status, "items[%zu] (%s rank %" PRIu32 "): %s",
                                   op->item, op->send ? "SEND to" : "RECV from",
@@ -588,7 +593,7 @@ int handle_domain_send_recv(Request *req, Error *err)
         r = call_check_domain(dom, c, &me, err);
         if (r < 0)
                 return r;
-        if (m->n_items > 2 * dom->n_ranks)
+        if (m->n_items > 2 * DOMAIN_MAX_RANKS)
                 return error_set(err, KVD_E_PARAM_INVALID, "%zu items; at most one SEND to and "
                                  "one RECV from each of the %u ranks", m->n_items, dom->n_ranks);
         if (dom->n_calls >= lim->max_inflight_per_client)
@@ -609,6 +614,8 @@ int handle_domain_send_recv(Request *req, Error *err)
                         return error_set(err, KVD_E_PARAM_INVALID, "items[%zu].remote_rank %"
                                          PRIu32 " is not below the %u members", i,
                                          it->remote_rank, dom->n_ranks);
+                if (it->count == 0)
+                        continue;       /* skipped, as HCCL does */
                 seen = it->recv ? &recv_item[it->remote_rank] : &send_item[it->remote_rank];
                 if (*seen >= 0)
                         return error_set(err, KVD_E_PARAM_INVALID, "items[%zu]: a second %s rank %"
@@ -617,8 +624,6 @@ int handle_domain_send_recv(Request *req, Error *err)
                                          it->recv ? "RECV from" : "SEND to", it->remote_rank,
                                          *seen);
                 *seen = (int)i;
-                if (it->count == 0)
-                        continue;       /* skipped, as HCCL does */
                 if (MUL_OVERFLOW(it->count, (uint64_t)dtype_sizes[it->dtype], &bytes) ||
                     bytes > lim->max_region_size)
                         return error_set(err, KVD_E_PARAM_INVALID, "items[%zu]: %" PRIu64 " elements"

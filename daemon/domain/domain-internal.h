@@ -281,6 +281,7 @@ struct DomainOp {
         bool job;                       /* a data job is registered; its callback will run */
         bool data_ok;                   /* our side moved every byte */
         bool have_ready;                /* send: the receiver's READY, in @ready */
+        bool ready_spent;               /* its job got our bytes or our abort (exactly once) */
         OpDesc ready;
         Peer *ready_peer;
         bool have_word;                 /* the other end's final word (status in @word_*) */
@@ -313,6 +314,7 @@ typedef struct DomainCall {
         bool fail_fast;                 /* collectives: the first failure stops the rest */
         int status;
         Error err;
+        size_t err_item;                /* batch: the item @err is about */
         uint32_t algorithm;
         uint64_t bytes;
         usec_t start_usec;

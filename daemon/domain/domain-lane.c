@@ -227,6 +227,11 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
         if (op->state == OP_DONE)
                 return;
         assert(!op->job && !op->task);
+        if (op->send && op->have_ready && !op->ready_spent) {
+                /* The receiver registered a job these bytes will never feed. */
+                op->ready_spent = true;
+                lane_abort_job(l, op->ready_peer, op->seq, op->ready.bytes);
+        }
         if (op->status == KVD_OK && status != KVD_OK) {
                 op->status = status;
                 va_start(ap, fmt);
@@ -313,7 +318,6 @@ static void op_remote_match(DomainOp *op)
         r = desc_compare(&op->desc, &op->ready, l->src, l->dst, buf, sizeof(buf));
         if (r < 0) {
                 lane_word_send(l, p, XFER_MISMATCH, op->seq, &op->desc, r, buf);
-                lane_abort_job(l, p, op->seq, op->ready.bytes);
                 op_complete(op, r, "%s", buf);
                 return;
         }
@@ -325,11 +329,11 @@ static void op_remote_match(DomainOp *op)
         r = tcp_data_send(p->data, op->job_id, (const TcpSrcSegment *)op->segs, op->n_segs,
                           op_on_send_done, op);
         if (r < 0) {
-                lane_abort_job(l, p, op->seq, op->ready.bytes);
                 op_complete(op, KVD_E_PEER_LOST, "cannot send to rank %" PRIu32 ": %s", l->dst,
                             strerror(-r));
                 return;
         }
+        op->ready_spent = true;
         op->job = true;
         op->data = p->data;
         op->peer = p;
@@ -528,8 +532,6 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
         case OP_ASSIGNED:
         case OP_POSTED:
                 if (op->send) {
-                        if (op->have_ready)
-                                lane_abort_job(l, op->ready_peer, op->seq, op->ready.bytes);
                         lane_word_send(l, op->have_ready ? op->ready_peer : NULL,
                                        XFER_SEND_CANCEL, op->seq, NULL, op->status, op->err.msg);
                 } else
@@ -571,8 +573,6 @@ static void op_take_word(DomainOp *op, const LaneWord *w)
                 op->ready_peer = w->peer;
                 if (op->state == OP_POSTED)
                         op_remote_match(op);
-                else if (op->state == OP_DONE)
-                        lane_abort_job(l, w->peer, op->seq, w->desc.bytes);
                 return;
         }
         if (op->have_word)
@@ -651,6 +651,19 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
         }
         if (m->kind == XFER_DONE)
                 goto refuse;
+        if (m->kind == XFER_RECV_CANCEL) {
+                LaneWord *r, *rtmp;
+
+                /* The receiver gave up before our send was even assigned: its job needs no
+                 * wait for that send. */
+                CLIST_FOREACH_SAFE(r, rtmp, &l->words, link)
+                        if (r->kind == XFER_READY && r->seq == m->seq) {
+                                lane_abort_job(l, r->peer, r->seq, r->desc.bytes);
+                                clist_unlink(&r->link);
+                                l->n_words--;
+                                free(r);
+                        }
+        }
         if (l->n_words >= LANE_MAX_WORDS) {
                 domain_fail(dom, KVD_E_PROTOCOL_MISMATCH, false, "rank %" PRIu32 " sent more "
                             "than %d messages ahead", remote, LANE_MAX_WORDS);
