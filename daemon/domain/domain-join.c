@@ -318,12 +318,20 @@ static void domain_notice(Domain *dom, uint32_t o, uint16_t type, const Protobuf
                 (void)peer_notice(p, type, msg);
 }
 
+/* Whether an earlier remote rank than @o lives on the same daemon (one notice per daemon). */
+static bool rank_daemon_seen(const Domain *dom, uint32_t o)
+{
+        for (uint32_t k = 0; k < o; k++)
+                if (!dom->ranks[k].local && dom->ranks[k].domain_id &&
+                    strcmp(dom->ranks[k].address, dom->ranks[o].address) == 0)
+                        return true;
+        return false;
+}
+
 void domain_send_leave(Domain *dom, uint32_t rank, int code, const char *reason)
 {
         Kvdist__V1__PeerDomainLeave m = KVDIST__V1__PEER_DOMAIN_LEAVE__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-        uint64_t sent[DOMAIN_MAX_RANKS];
-        unsigned n = 0;
 
         st.code = code;
         st.detail = (char *)reason;
@@ -331,15 +339,8 @@ void domain_send_leave(Domain *dom, uint32_t rank, int code, const char *reason)
         m.rank = rank;
         m.status = &st;
         for (uint32_t o = 0; o < dom->n_ranks; o++) {
-                bool dup = false;
-
-                if (dom->ranks[o].local || !dom->ranks[o].domain_id)
+                if (dom->ranks[o].local || !dom->ranks[o].domain_id || rank_daemon_seen(dom, o))
                         continue;
-                for (unsigned i = 0; i < n; i++)
-                        dup = dup || sent[i] == dom->ranks[o].domain_id;
-                if (dup)
-                        continue;
-                sent[n++] = dom->ranks[o].domain_id;
                 m.dst_domain_id = dom->ranks[o].domain_id;
                 domain_notice(dom, o, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, &m.base);
         }
@@ -348,21 +349,12 @@ void domain_send_leave(Domain *dom, uint32_t rank, int code, const char *reason)
 static void domain_send_ready(Domain *dom, uint32_t rank)
 {
         Kvdist__V1__PeerDomainReady m = KVDIST__V1__PEER_DOMAIN_READY__INIT;
-        uint64_t sent[DOMAIN_MAX_RANKS];
-        unsigned n = 0;
 
         m.src_domain_id = dom->id;
         m.rank = rank;
         for (uint32_t o = 0; o < dom->n_ranks; o++) {
-                bool dup = false;
-
-                if (dom->ranks[o].local)
+                if (dom->ranks[o].local || rank_daemon_seen(dom, o))
                         continue;
-                for (unsigned i = 0; i < n; i++)
-                        dup = dup || sent[i] == dom->ranks[o].domain_id;
-                if (dup)
-                        continue;
-                sent[n++] = dom->ranks[o].domain_id;
                 m.dst_domain_id = dom->ranks[o].domain_id;
                 domain_notice(dom, o, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, &m.base);
         }

@@ -100,6 +100,8 @@ void dom_wait_ok(DomMember *m, unsigned n)
         for (unsigned k = 0; k < n; k++) {
                 kvd_mem_status st = dom_wait(&m[k], 30000);
 
+                if (st != KVD_MEM_STATUS_OK)
+                        harness_daemon_dump_log(&m[k].node->d, 0);
                 ck_assert_msg(st == KVD_MEM_STATUS_OK, "member %u (cluster %llu): status %d: %s",
                               k, (unsigned long long)m[k].cluster_id, st,
                               kvd_last_error(m[k].client));
