@@ -221,6 +221,9 @@ void domain_setup_update(Domain *dom)
                 dom->setup = SETUP_QUEUED;
                 clist_link_tail(&reg->queue, &dom->link_queue);
                 reg->n_queued++;
+                if (reg->n_active >= DOMAIN_SETUPS_MAX)
+                        log_debug("%s: set-up queued at position %u (%d in progress)",
+                                  DOMAIN_NAME(dom), reg->n_queued, DOMAIN_SETUPS_MAX);
         }
         domain_pump(reg);
 }
@@ -245,30 +248,38 @@ int domain_new(DomainRegistry *reg, Domain **ret)
         return 0;
 }
 
-/* Names the members that kept the domain from forming, for the timeout's reason. */
+/* Whether member @o called link, as far as this daemon knows. */
+static bool rank_called_link(const Domain *dom, uint32_t o)
+{
+        const DomainRank *r = &dom->ranks[o];
+
+        if (r->local)
+                return r->joined || r->left;
+        for (uint32_t m = 0; m < dom->n_ranks; m++)
+                if (dom->ranks[m].local && dom->ranks[m].pairs[o].joined)
+                        return true;
+        return false;
+}
+
+/* Names the members that kept the domain from forming, for the timeout's reason: those that did
+ * not call link, else those that did not finish linking. */
 static void domain_format_missing(const Domain *dom, char *buf, size_t size)
 {
         size_t len = 0;
 
         buf[0] = '\0';
-        for (uint32_t o = 0; o < dom->n_ranks; o++) {
-                const DomainRank *r = &dom->ranks[o];
-                bool joined = r->local ? r->joined || r->left : false;
-                const char *what;
+        for (int pass = 0; pass < 2 && len == 0; pass++)
+                for (uint32_t o = 0; o < dom->n_ranks && len < size; o++) {
+                        const DomainRank *r = &dom->ranks[o];
 
-                if (!r->local)
-                        for (uint32_t m = 0; m < dom->n_ranks; m++)
-                                joined = joined || (dom->ranks[m].local &&
-                                                    dom->ranks[m].pairs[o].joined);
-                if (r->ready)
-                        continue;
-                what = joined ? "did not finish linking" : "did not call link";
-                len += (size_t)snprintf(buf + len, len < size ? size - len : 0,
-                                        "%srank %" PRIu32 " (cluster %" PRIu64 " at %s) %s",
-                                        len ? "; " : "", o, r->cluster_id, r->address, what);
-                if (len >= size)
-                        break;
-        }
+                        if (r->ready || rank_called_link(dom, o) != (pass == 1))
+                                continue;
+                        len += (size_t)snprintf(buf + len, size - len,
+                                                "%srank %" PRIu32 " (cluster %" PRIu64 " at %s) %s",
+                                                len ? "; " : "", o, r->cluster_id, r->address,
+                                                pass == 0 ? "did not call link"
+                                                          : "did not finish linking");
+                }
 }
 
 static void domain_on_deadline(evutil_socket_t fd, short what, void *userdata)
