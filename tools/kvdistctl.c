@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctl-domains.h"
 #include "ctl-prom.h"
 #include "ctl-table.h"
 #include "kvdist-config.h"
@@ -58,6 +59,7 @@ static void help(FILE *f)
                    "  links             links between clusters\n"
                    "  transfers         transfers in flight, with age and bytes done\n"
                    "  peers             peer daemons (\"no peers\" when there are none)\n"
+                   "  domains           comm domains: members, state, algorithm, resources\n"
                    "  config            the daemon's effective configuration\n"
                    "  metrics           the daemon's Prometheus metrics\n"
                    "\n"
@@ -214,6 +216,7 @@ static const ArrayCommand array_commands[] = {
         { "transfers", "transfers", transfer_cols, ARRAY_SIZE(transfer_cols), transfer_row,
           "no transfers in flight" },
         { "peers", "peers", peer_cols, ARRAY_SIZE(peer_cols), peer_row, "no peers" },
+        { "domains", "domains", domain_cols, N_DOMAIN_COLS, domain_row, "no comm domains" },
 };
 
 static const ArrayCommand *find_array_command(const char *name)
@@ -267,6 +270,9 @@ static void print_summary(const json_t *root, const char *socket_path)
                       strcmp(json_string_value(json_object_get(v, "state")), "up") == 0;
         printf("%-13s%zu (%zu up)\n", "links:", array_size_of(root, "links"), up);
         printf("%-13s%zu\n", "peers:", array_size_of(root, "peers"));
+        /* Only where comm domains exist: the summary of a daemon without any stays as it was. */
+        if (array_size_of(root, "domains") > 0)
+                printf("%-13s%zu\n", "domains:", array_size_of(root, "domains"));
         printf("%-13s%s\n", "in flight:", fmt_int(root, "transfers_in_flight", a));
 
         printf("%-13s%s / %s", "pool:", fmt_bytes(pool, "used", a), fmt_bytes(pool, "size", b));

@@ -466,6 +466,10 @@ int handle_domain_link(Request *req, Error *err)
                 if (dom->ranks[me].joined)
                         return error_set(err, KVD_E_ALREADY_LINK, "cluster %" PRIu64 " is rank %"
                                          PRIu32 " of %s already", c->id, me, DOMAIN_NAME(dom));
+                if (!dom->ranks[me].local)
+                        return error_set(err, KVD_E_PARAM_INVALID, "%s was linked here expecting "
+                                         "rank %" PRIu32 " (cluster %" PRIu64 ") on another "
+                                         "daemon", DOMAIN_NAME(dom), me, c->id);
                 if (dom->state == DOMAIN_FAILED || dom->ranks[me].left)
                         return error_set(err, KVD_E_LINK_FAILED, "%s failed (%s); every member "
                                          "here must kvd_unlink() it before it is linked again",

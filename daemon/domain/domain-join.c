@@ -39,8 +39,10 @@ PairLink *pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote)
 {
         PairLink *pl;
 
+        /* A failed one stays while its domains do; a new attempt is another. */
         CLIST_FOREACH(pl, &reg->pair_links, link_reg)
-                if (pl->local_cluster_id == local && pl->remote_cluster_id == remote)
+                if (pl->local_cluster_id == local && pl->remote_cluster_id == remote &&
+                    pl->state != PAIR_LINK_FAILED)
                         return pl;
         return NULL;
 }
@@ -127,7 +129,7 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
         int r;
 
         pl = pair_link_find(reg, c->id, remote);
-        if (pl && pl->state != PAIR_LINK_FAILED) {
+        if (pl) {
                 pl->n_refs++;
                 return pl;
         }

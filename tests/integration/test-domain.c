@@ -96,6 +96,35 @@ START_TEST(test_form_two)
         tcache_verify(&cb, &cp);
         tcache_verify(&ca, &cpa);
 
+        /* Memory registered after the link is not exposed by it. */
+        {
+                kvd_cache_key late_key = kvd_key_blocks(2002, 9);
+                TCache late;
+
+                expect_ok(w.m[1].client, tcache_register(&late, w.m[1].client, true, 4, 32, 2048,
+                                                         33, &late_key, 1, KVD_REMOTE_DEFAULT));
+                expect_status(w.m[0].client, kvd_pull_blocks(w.m[0].client, &late_key, ca.id, sb,
+                                                             4, db, 4, &o),
+                              KVD_E_CACHE_NOT_EXIST, "registered before the link");
+                expect_status(w.m[1].client, tcache_register(&late, w.m[1].client, true, 4, 32,
+                                                             2048, 34, NULL, 0, KVD_REMOTE_YES),
+                              KVD_E_PARAM_INVALID, "after a link exists");
+        }
+
+        /* kvdistctl shows the domain, its members and resources. */
+        {
+                const char *argv[] = { getenv("KVDISTCTL"), "--socket", w.nodes[0].d.socket_path,
+                                       "domains", NULL };
+                char *out = NULL;
+
+                ck_assert_ptr_nonnull(argv[0]);
+                ck_assert_int_eq(harness_run(argv, &out, NULL), 0);
+                ck_assert_msg(strstr(out, "prefill-decode") && strstr(out, " ok ") &&
+                                      strstr(out, "ring 2/4/2 mesh 1/2/1") &&
+                                      strstr(out, "0:1001 1:2002@"), "%s", out);
+                free(out);
+        }
+
         /* Unlinking one member fails the domain on the other. */
         expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
         ck_assert_int_eq(dom_wait(&w.m[1], 10000), KVD_MEM_STATUS_FAILED);
