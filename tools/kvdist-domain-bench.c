@@ -325,7 +325,7 @@ static double run_once(bool gather, kvd_algorithm algo, uint64_t size)
                 Member *m = &members[i];
 
                 for (size_t k = 0; k < total; k++)
-                        m->blocks[k] = (k * 7 + i) % total;
+                        m->blocks[k] = total - 1 - (k + i) % total;
                 for (size_t b = 0; b < m->mem_size; b += 4096)
                         memset(m->mem + b, (int)(i * 16 + b / 4096 % 13), 4096);
         }

@@ -31,8 +31,11 @@
 #define CHUNK_MIN (UINT64_C(4) << 10)
 #define CHUNK_MAX (UINT64_C(256) << 20)
 /* algorithm=auto: a broadcast of at least this many bytes among 3 or more members runs as a
- * ring (measured with kvdist-domain-bench; see README). */
-#define RING_MIN_BYTES (UINT64_C(4) << 20)
+ * ring. kvdist-domain-bench (README, Benchmarks): on hosts whose links are the bottleneck the
+ * ring wins from 512 KiB up (1.4x to 2.5x with 4 members), on loopback it is even from 1 MiB;
+ * below that the ring's n-1 hops are latency. All-gather moves the same bytes per host either
+ * way and mesh is never slower, so auto picks mesh for it. */
+#define RING_MIN_BYTES (UINT64_C(1) << 20)
 
 /* The blocks of one member's cache that one operation moves. */
 typedef struct Stream {

@@ -123,8 +123,8 @@ static json_t *domain_json(const Domain *dom, usec_t now, unsigned queue_pos, bo
         }
         set(o, "members", members, ok);
         set(o, "local_ranks", local, ok);
-        /* auto picks ring for broadcasts of 4 MiB and more among 3 or more members. */
-        set(o, "algorithm", json_string(n >= 3 ? "auto: ring for broadcasts from 4 MiB, else mesh"
+        /* auto picks ring for broadcasts of 1 MiB and more among 3 or more members. */
+        set(o, "algorithm", json_string(n >= 3 ? "auto: ring for broadcasts from 1 MiB, else mesh"
                                                : "auto: mesh (2 members)"),
             ok);
         set(o, "last_algorithm", dom->last_algorithm ? json_string(algorithm_name(dom->last_algorithm))
