@@ -175,10 +175,12 @@ static void daemon_start(unsigned i)
         kvd_client *c = NULL;
         char *json = NULL, *p;
 
-        (void)snprintf(m->dir, sizeof(m->dir), "/tmp/kvdist-dbench-XXXXXX");
-        if (!mkdtemp(m->dir))
+        char dir[sizeof(m->dir)] = "/tmp/kvdist-dbench-XXXXXX";
+
+        if (!mkdtemp(dir))
                 die("mkdtemp: %m");
-        (void)snprintf(m->socket, sizeof(m->socket), "%s/kvdist.sock", m->dir);
+        memcpy(m->dir, dir, sizeof(dir));
+        (void)snprintf(m->socket, sizeof(m->socket), "%s/kvdist.sock", dir);
         if (!m->listen[0])
                 (void)snprintf(m->listen, sizeof(m->listen), "127.0.0.1:0");
         m->daemon = fork();

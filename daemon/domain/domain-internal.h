@@ -300,7 +300,6 @@ typedef struct DomainCall {
         Domain *dom;
         uint32_t rank;                  /* the caller's */
         uint64_t cluster_id;
-        Cluster *cluster;               /* NULL once it detached */
         Request *req;                   /* NULL once answered or gone */
         OpKind kind;
         DomainOp *ops;

@@ -88,10 +88,11 @@ static void domain_remove(Domain *dom)
 
         if (dom->removed)
                 return;
+        /* Removed first: releasing then cancels every waiter, whatever the state. */
+        dom->removed = true;
         for (uint32_t r = 0; r < dom->n_ranks; r++)
                 if (dom->ranks[r].local)
                         domain_join_release(dom, r);
-        dom->removed = true;
         if (dom->setup == SETUP_QUEUED) {
                 clist_unlink(&dom->link_queue);
                 reg->n_queued--;
