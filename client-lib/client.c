@@ -34,6 +34,13 @@ int client_return(kvd_client *c, const Error *err, int r)
         return r;
 }
 
+void client_set_detail(kvd_client *c, const char *msg)
+{
+        last_error.set = true;
+        last_error.client = c;
+        (void)snprintf(last_error.msg, sizeof(last_error.msg), "%s", msg);
+}
+
 _public_ const char *kvd_last_error(kvd_client *client)
 {
         if (!last_error.set || last_error.client != client)
@@ -98,6 +105,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(kvd_client, client_unref);
 typedef struct ClientOptions {
         const char *socket_path;
         const char *listen_ip_info;
+        const char *local_comm_res;  /* NULL: not given (the daemon generates one) */
         int32_t device_id;           /* -1: not given */
         uint32_t sync_kv_timeout_ms; /* 0: not given */
 } ClientOptions;
@@ -125,6 +133,7 @@ enum {
         OPT_DEVICE_ID = 1u << 1,
         OPT_SYNC_KV_TIMEOUT = 1u << 2,
         OPT_LISTEN_IP_INFO = 1u << 3,
+        OPT_LOCAL_COMM_RES = 1u << 4,
 };
 
 static const struct {
@@ -135,6 +144,7 @@ static const struct {
         {"device_id", OPT_DEVICE_ID},
         {"sync_kv_timeout_ms", OPT_SYNC_KV_TIMEOUT},
         {"listen_ip_info", OPT_LISTEN_IP_INFO},
+        {"local_comm_res", OPT_LOCAL_COMM_RES},
 };
 
 /* Checks @options against the keys in @allowed and fills @ret; the values stay the caller's. */
@@ -191,6 +201,10 @@ static int parse_options(const kvd_option *options, size_t n, unsigned allowed, 
                         break;
                 case OPT_LISTEN_IP_INFO:
                         o.listen_ip_info = value;
+                        break;
+                case OPT_LOCAL_COMM_RES:
+                        /* A rank-table fragment; the daemon parses and checks it. */
+                        o.local_comm_res = value;
                         break;
                 }
         }
@@ -302,7 +316,7 @@ static int client_init(kvd_client **ret_client, uint64_t cluster_id, kvd_role ro
                                  (int)role);
         r = parse_options(options, n_options,
                           OPT_SOCKET_PATH | OPT_DEVICE_ID | OPT_SYNC_KV_TIMEOUT |
-                                  OPT_LISTEN_IP_INFO,
+                                  OPT_LISTEN_IP_INFO | OPT_LOCAL_COMM_RES,
                           &o, err);
         if (r < 0)
                 return r;
@@ -318,6 +332,7 @@ static int client_init(kvd_client **ret_client, uint64_t cluster_id, kvd_role ro
         init.device_id = o.device_id;
         init.sync_kv_timeout_ms = o.sync_kv_timeout_ms;
         init.listen_ip_info = (char *)(o.listen_ip_info ?: "");
+        init.local_comm_res = (char *)(o.local_comm_res ?: "");
 
         r = conn_call(c, KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, &init.base, NULL, 0,
                       CLIENT_CALL_TIMEOUT_MS, &reply, NULL, err);

@@ -110,6 +110,10 @@ kvd_client *client_unref(kvd_client *c);
  */
 int client_return(kvd_client *c, const Error *err, int r);
 
+/* Sets this thread's kvd_last_error(@c) to @msg for a call that succeeds with news (a FAILED
+ * domain's reason). */
+void client_set_detail(kvd_client *c, const char *msg);
+
 /*
  * Parses kvd_switch_role() options (only "listen_ip_info"); *@ret is NULL when not given.
  * Returns KVD_OK or PARAM_INVALID with a detail.

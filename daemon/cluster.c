@@ -10,6 +10,7 @@
 #include "cluster.h"
 #include "conn.h"
 #include "daemon.h"
+#include "domain.h"
 #include "link-request.h"
 #include "link.h"
 #include "log.h"
@@ -76,6 +77,8 @@ Cluster *cluster_free(Cluster *c)
         if (!c)
                 return NULL;
 
+        /* Domains first: their members elsewhere hear it while the links are still up. */
+        domain_cluster_gone(c);
         link_requests_abort(c);
         CLIST_FOREACH_SAFE(x, xtmp, &c->transfers, link_cluster)
                 transfer_detach_cluster(x);

@@ -91,6 +91,7 @@ enum {
         ARG_HEARTBEAT_INTERVAL,
         ARG_HEARTBEAT_TIMEOUT,
         ARG_TCP_STREAMS,
+        ARG_LINK_TOTAL_TIME,
         ARG_TCP_CRC,
         ARG_METRICS_LISTEN,
 };
@@ -110,6 +111,7 @@ static const struct option options[] = {
         { "heartbeat-interval", required_argument, NULL, ARG_HEARTBEAT_INTERVAL },
         { "heartbeat-timeout", required_argument, NULL, ARG_HEARTBEAT_TIMEOUT },
         { "tcp-streams", required_argument, NULL, ARG_TCP_STREAMS },
+        { "link-total-time", required_argument, NULL, ARG_LINK_TOTAL_TIME },
         { "tcp-crc", required_argument, NULL, ARG_TCP_CRC },
         { "metrics-listen", required_argument, NULL, ARG_METRICS_LISTEN },
         { "help", no_argument, NULL, 'h' },
@@ -160,6 +162,8 @@ static void print_usage(const char *argv0)
                "      --heartbeat-timeout MS   a silent peer is lost after, 50..3600000 (5000)\n"
                "      --tcp-streams N        TCP data connections per peer, 1..16 (4)\n"
                "      --tcp-crc on|off       CRC32C over every TCP data chunk (off)\n"
+               "      --link-total-time MS   a comm domain not formed by then fails,\n"
+               "                             100..3600000 (120000)\n"
                "      --metrics-listen ADDR  serve Prometheus /metrics on ADDR, e.g.\n"
                "                             127.0.0.1:9477 (port 9477 when left out;\n"
                "                             \"\" = off, the default)\n"
@@ -188,6 +192,7 @@ static int apply_flag(Config *c, const PendingFlag *pf, char **error)
                 { ARG_HEARTBEAT_INTERVAL, &config_top_fields, "heartbeat_interval_ms" },
                 { ARG_HEARTBEAT_TIMEOUT, &config_top_fields, "heartbeat_timeout_ms" },
                 { ARG_TCP_STREAMS, &config_tcp_fields, "streams" },
+                { ARG_LINK_TOTAL_TIME, &config_top_fields, "link_total_time_ms" },
         };
         char flag[64];
         int level, r;

@@ -12,7 +12,7 @@
 
 /* Settings a reload applies; every other setting needs a restart. */
 static const char *const runtime_top_keys[] = { "sync_kv_timeout_ms", "heartbeat_interval_ms",
-                                                "heartbeat_timeout_ms" };
+                                                "heartbeat_timeout_ms", "link_total_time_ms" };
 /* Clients learned the frame limit at Hello: lowering it under them would cut their sessions. */
 static const char *const restart_limit_keys[] = { "max_frame_size" };
 

@@ -226,6 +226,7 @@ int config_new(Config **ret)
         c->heartbeat_interval_ms = 1000;
         c->heartbeat_timeout_ms = 5000;
         c->rdma = (RdmaConfig){ .qps = 4 };
+        c->link_total_time_ms = 120000;
         c->tcp = (TcpConfig){
                 .streams = 4,
                 .crc = false,
@@ -370,6 +371,7 @@ static const IntField top_fields[] = {
         INT_FIELD("sync_kv_timeout_ms", sync_kv_timeout_ms, FIELD_INT, 1, INT32_MAX),
         INT_FIELD("heartbeat_interval_ms", heartbeat_interval_ms, FIELD_INT, 10, 600000),
         INT_FIELD("heartbeat_timeout_ms", heartbeat_timeout_ms, FIELD_INT, 50, 3600000),
+        INT_FIELD("link_total_time_ms", link_total_time_ms, FIELD_INT, 100, 3600000),
 };
 
 static const IntField rdma_fields[] = {

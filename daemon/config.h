@@ -76,6 +76,7 @@ typedef struct Config {
         char *cluster_key_file;            /* pre-shared key of the peers; NULL = none (warned) */
         uint32_t heartbeat_interval_ms;    /* a peer heartbeat every so often */
         uint32_t heartbeat_timeout_ms;     /* a peer silent this long is lost */
+        uint32_t link_total_time_ms;       /* a comm domain not formed by then fails */
         TcpConfig tcp;
         RdmaConfig rdma;
         char *metrics_listen;              /* "ip:port" of the /metrics listener; NULL = off */

@@ -17,6 +17,7 @@
 #include "cluster.h"
 #include "conn.h"
 #include "daemon.h"
+#include "domain.h"
 #include "kvdist-config.h"
 #include "engine.h"
 #include "listener.h"
@@ -164,10 +165,11 @@ void daemon_stop(Daemon *d, int exit_code)
         CLIST_FOREACH_SAFE(x, tmp, &d->transfers, link_daemon)
                 transfer_fail(x, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
         served_stop_all(d, KVD_E_DAEMON_UNAVAILABLE);
+        domain_stop_all(d);
         /* Peers hear it now rather than from a heartbeat timeout. */
         peer_close_all(d);
         daemon_check_stopped(d);
-        if (d->stopping && (d->n_transfers > 0 || d->n_served > 0))
+        if (d->stopping && (d->n_transfers > 0 || d->n_served > 0 || domain_calls_in_flight(d) > 0))
                 (void)event_base_once(d->base, -1, EV_TIMEOUT, daemon_on_stop_grace, d, &grace);
 }
 
@@ -175,7 +177,7 @@ void daemon_check_stopped(Daemon *d)
 {
         Conn *c;
 
-        if (!d->stopping || d->n_transfers > 0 || d->n_served > 0)
+        if (!d->stopping || d->n_transfers > 0 || d->n_served > 0 || domain_calls_in_flight(d) > 0)
                 return;
         CLIST_FOREACH(c, &d->conns, link_daemon)
                 conn_flush(c);
@@ -282,6 +284,9 @@ int daemon_new(Config *config, Daemon **ret)
         r = metrics_new(&d->metrics);
         if (r < 0)
                 goto fail;
+        r = domain_registry_new(d, &d->domains);
+        if (r < 0)
+                goto fail;
 
         r = listener_new(d, &d->listener);
         if (r < 0)
@@ -336,6 +341,7 @@ Daemon *daemon_free(Daemon *d)
         peer_free_all(d);
         /* Runs the completions of whatever was still copying. */
         d->engine = engine_free(d->engine);
+        d->domains = domain_registry_free(d->domains);
         d->shm = transport_free(d->shm);
         d->tcp = transport_free(d->tcp);
         d->rdma_transport = transport_free(d->rdma_transport);

@@ -19,6 +19,7 @@ struct event_base;
 struct event;
 typedef struct Cache Cache;
 typedef struct Cluster Cluster;
+typedef struct DomainRegistry DomainRegistry;
 typedef struct Engine Engine;
 typedef struct Listener Listener;
 typedef struct PeerListener PeerListener;
@@ -69,6 +70,7 @@ typedef struct Daemon {
         unsigned n_inlinks;
         CList served;           /* Served.link_daemon: peers' transfers in flight here */
         unsigned n_served;
+        DomainRegistry *domains; /* comm domains (daemon/domain/) */
 
         CList conns;            /* Conn.link_daemon */
         unsigned n_conns;

@@ -13,6 +13,7 @@
 #include "cluster.h"
 #include "config-json.h"
 #include "daemon.h"
+#include "domain.h"
 #include "engine.h"
 #include "kvdist-config.h"
 #include "link.h"
@@ -341,6 +342,7 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "caches", caches, &ok);
         set(root, "links", links, &ok);
         set(root, "transfers", transfers, &ok);
+        set(root, "domains", domain_status_json(d), &ok);
         if (!root || !ok) {
                 json_decref(root);
                 return -ENOMEM;

@@ -114,6 +114,12 @@ static const FrameType frame_types[] = {
         FRAME_TYPE(DAEMON_METRICS, daemon_metrics, "DaemonMetrics"),
         FRAME_TYPE(NOTIFY_FD, notify_fd, "NotifyFd"),
         FRAME_TYPE(GET_NOTIFIES, get_notifies, "GetNotifies"),
+        FRAME_TYPE(DOMAIN_LINK, domain_link, "DomainLink"),
+        FRAME_TYPE(DOMAIN_UNLINK, domain_unlink, "DomainUnlink"),
+        FRAME_TYPE(DOMAIN_QUERY, domain_query, "DomainQuery"),
+        FRAME_TYPE(DOMAIN_SEND_RECV, domain_send_recv, "DomainSendRecv"),
+        FRAME_TYPE(DOMAIN_BROADCAST, domain_broadcast, "DomainBroadcast"),
+        FRAME_TYPE(DOMAIN_ALL_GATHER, domain_all_gather, "DomainAllGather"),
         FRAME_TYPE(PEER_HELLO, peer_hello, "PeerHello"),
         FRAME_TYPE(PEER_AUTH, peer_auth, "PeerAuth"),
         FRAME_TYPE(PEER_DATA_HELLO, peer_data_hello, "PeerDataHello"),
@@ -127,6 +133,11 @@ static const FrameType frame_types[] = {
         FRAME_TYPE(PEER_TRANSFER_CANCEL, peer_transfer_cancel, "PeerTransferCancel"),
         FRAME_TYPE(PEER_RDMA_CONNECT, peer_rdma_connect, "PeerRdmaConnect"),
         FRAME_TYPE(PEER_RDMA_DONE, peer_rdma_done, "PeerRdmaDone"),
+        FRAME_TYPE(PEER_DOMAIN_JOIN, peer_domain_join, "PeerDomainJoin"),
+        FRAME_TYPE(PEER_DOMAIN_LINKED, peer_domain_linked, "PeerDomainLinked"),
+        FRAME_TYPE(PEER_DOMAIN_READY, peer_domain_ready, "PeerDomainReady"),
+        FRAME_TYPE(PEER_DOMAIN_LEAVE, peer_domain_leave, "PeerDomainLeave"),
+        FRAME_TYPE(PEER_DOMAIN_XFER, peer_domain_xfer, "PeerDomainXfer"),
 };
 
 const FrameType *frame_type_lookup(uint16_t type)

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctl-domains.h"
 #include "ctl-prom.h"
 #include "ctl-table.h"
 #include "kvdist-config.h"
@@ -60,6 +61,7 @@ static void help(FILE *f)
                    "  peers             peer daemons (\"no peers\" when there are none)\n"
                    "  devices           RDMA devices: state, link layer, MTU, GID,\n"
                    "                    registrations, completion errors\n"
+                   "  domains           comm domains: members, state, algorithm, resources\n"
                    "  config            the daemon's effective configuration\n"
                    "  metrics           the daemon's Prometheus metrics\n"
                    "\n"
@@ -243,6 +245,7 @@ static const ArrayCommand array_commands[] = {
         { "peers", "peers", peer_cols, ARRAY_SIZE(peer_cols), peer_row, "no peers" },
         { "devices", "rdma_devices", device_cols, ARRAY_SIZE(device_cols), device_row,
           "no RDMA devices" },
+        { "domains", "domains", domain_cols, N_DOMAIN_COLS, domain_row, "no comm domains" },
 };
 
 static const ArrayCommand *find_array_command(const char *name)
@@ -296,6 +299,9 @@ static void print_summary(const json_t *root, const char *socket_path)
                       strcmp(json_string_value(json_object_get(v, "state")), "up") == 0;
         printf("%-13s%zu (%zu up)\n", "links:", array_size_of(root, "links"), up);
         printf("%-13s%zu\n", "peers:", array_size_of(root, "peers"));
+        /* Only where comm domains exist: the summary of a daemon without any stays as it was. */
+        if (array_size_of(root, "domains") > 0)
+                printf("%-13s%zu\n", "domains:", array_size_of(root, "domains"));
         printf("%-13s%s\n", "in flight:", fmt_int(root, "transfers_in_flight", a));
 
         printf("%-13s%s / %s", "pool:", fmt_bytes(pool, "used", a), fmt_bytes(pool, "size", b));

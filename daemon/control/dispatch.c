@@ -11,6 +11,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "dispatch.h"
+#include "domain.h"
 #include "kvdist-config.h"
 #include "kvdist.pb-c.h"
 #include "log.h"
@@ -47,6 +48,16 @@ static const DispatchEntry dispatch_table[] = {
           handle_get_notifies },
         { KVDIST__V1__MSG_TYPE__MSG_DAEMON_METRICS, DISPATCH_READ_ONLY, 0,
           handle_daemon_metrics },
+        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_LINK, DISPATCH_NEEDS_CLUSTER, 0, handle_domain_link },
+        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_UNLINK, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_domain_unlink },
+        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_QUERY, DISPATCH_NEEDS_CLUSTER, 0, handle_domain_query },
+        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_SEND_RECV, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_domain_send_recv },
+        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_BROADCAST, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_domain_broadcast },
+        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_ALL_GATHER, DISPATCH_NEEDS_CLUSTER, 0,
+          handle_domain_all_gather },
 };
 
 const DispatchEntry *dispatch_lookup(uint16_t type)

@@ -11,6 +11,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "dispatch.h"
+#include "domain.h"
 #include "kvdist.pb-c.h"
 #include "log.h"
 #include "status.h"
@@ -70,6 +71,11 @@ int handle_client_init(Request *req, Error *err)
                         m->listen_ip_info, &c);
         if (r < 0)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot attach the cluster");
+        r = domain_cluster_attach(c, m->local_comm_res, err);
+        if (r < 0) {
+                cluster_free(c);
+                return r;
+        }
         conn->cluster = c;
         conn->state = CONN_CLUSTER;
         log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id),

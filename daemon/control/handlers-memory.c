@@ -12,6 +12,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "dispatch.h"
+#include "domain.h"
 #include "cache-proto.h"
 #include "kvdist.pb-c.h"
 #include "log.h"
@@ -97,7 +98,8 @@ static int cluster_check_cache_quota(const Cluster *c, uint32_t num_tensors, Err
 
 static bool cluster_has_links(const Cluster *c)
 {
-        return c->n_links > 0 || c->n_links_in > 0 || c->n_inlinks > 0;
+        return c->n_links > 0 || c->n_links_in > 0 || c->n_inlinks > 0 ||
+               domain_cluster_has_domains(c);
 }
 
 int handle_region_add(Request *req, Error *err)

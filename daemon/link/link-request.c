@@ -13,6 +13,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "dispatch.h"
+#include "domain.h"
 #include "kvdist.pb-c.h"
 #include "link-request.h"
 #include "link.h"
@@ -197,29 +198,54 @@ static void link_setup_finish(LinkSetup *s, const Error *e)
         }
 }
 
-/* Makes the link out of the peer's kept answer, over @ep (RDMA) or TCP. */
-static void link_setup_complete(LinkSetup *s, RdmaEndpoint *ep)
+/*
+ * Makes the link of @c to @remote_cluster_id behind @p out of the peer's answer @reply (taken,
+ * freed on failure) over @ep (RDMA) or TCP, replacing a link that is down.
+ */
+static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
+                               Kvdist__V1__PeerLinkReply *reply, RdmaEndpoint *ep,
+                               const char *transport_reason, Link **ret, Error *err)
 {
-        Cluster *c = s->lr->cluster;
         Daemon *d = c->daemon;
-        Kvdist__V1__PeerLinkReply *reply = TAKE_PTR(s->reply);
-        Error e = ERROR_INIT;
         Link *l;
         int r;
 
-        l = link_find(c, s->remote_cluster_id);
+        l = link_find(c, remote_cluster_id);
         if (l)
                 link_free_full(l, KVD_E_PEER_LOST, false);
-        r = link_new_remote(d, c, s->reply_peer, s->remote_cluster_id, reply,
-                            ep ? d->rdma_transport : d->tcp, &l);
+        r = link_new_remote(d, c, p, remote_cluster_id, reply, ep ? d->rdma_transport : d->tcp,
+                            &l);
         if (r < 0) {
                 protobuf_c_message_free_unpacked(&reply->base, NULL);
-                error_set(&e, KVD_E_OUT_OF_MEMORY, "cannot create the link");
-        } else {
-                l->rdma_ep = ep;
-                (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "%s",
-                               s->transport_reason);
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot create the link");
         }
+        l->rdma_ep = ep;
+        (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "%s", transport_reason);
+        if (ret)
+                *ret = l;
+        return 0;
+}
+
+int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
+                     const ProtobufCMessage *reply, const char *transport_reason, Link **ret,
+                     Error *err)
+{
+        ProtobufCMessage *copy = NULL;
+
+        /* The reply is the peer's to free; the link keeps its own copy of what was exposed. */
+        if (frame_message_dup(reply, &copy) < 0)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        return link_install_remote(c, p, remote_cluster_id, (Kvdist__V1__PeerLinkReply *)copy,
+                                   NULL, transport_reason, ret, err);
+}
+
+/* Makes the link out of the peer's kept answer, over @ep (RDMA) or TCP. */
+static void link_setup_complete(LinkSetup *s, RdmaEndpoint *ep)
+{
+        Error e = ERROR_INIT;
+
+        (void)link_install_remote(s->lr->cluster, s->reply_peer, s->remote_cluster_id,
+                                  TAKE_PTR(s->reply), ep, s->transport_reason, NULL, &e);
         link_setup_finish(s, &e);
 }
 
@@ -305,10 +331,21 @@ static void link_setup_on_reply(Peer *p, int status, const Error *err,
                 link_setup_on_rdma(NULL, r, NULL, s);
 }
 
+int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma,
+                      peer_reply_fn fn, void *userdata, PeerCall **ret_call)
+{
+        Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
+
+        m.src_cluster_id = c->id;
+        m.src_role = (Kvdist__V1__Role)c->role;
+        m.dst_cluster_id = remote_cluster_id;
+        m.rdma = rdma;
+        return peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, fn, userdata, ret_call);
+}
+
 static void link_setup_on_ready(Peer *p, int status, const Error *err, void *userdata)
 {
         LinkSetup *s = userdata;
-        Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
         Cluster *c = s->lr->cluster;
         Error e = ERROR_INIT;
         int r;
@@ -321,12 +358,8 @@ static void link_setup_on_ready(Peer *p, int status, const Error *err, void *use
                 link_setup_finish(s, &e);
                 return;
         }
-        m.src_cluster_id = c->id;
-        m.src_role = (Kvdist__V1__Role)c->role;
-        m.dst_cluster_id = s->remote_cluster_id;
-        m.rdma = s->rdma_dev != NULL;
-        r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, link_setup_on_reply, s,
-                      &s->call);
+        r = link_peer_request(c, p, s->remote_cluster_id, s->rdma_dev != NULL,
+                              link_setup_on_reply, s, &s->call);
         if (r < 0) {
                 error_set(&e, KVD_E_LINK_FAILED, "cannot ask the daemon at %s: %s", s->address,
                           strerror(-r));
@@ -448,6 +481,18 @@ static int link_choose_transport(LinkSetup *s, const Cluster *c, Error *err)
         return 0;
 }
 
+int link_check_domain_transport(const Cluster *c, Error *err)
+{
+        const DeviceConfig *cfg = config_find_device(c->daemon->config, c->device_id);
+
+        if (cfg && cfg->transport == TRANSPORT_KIND_RDMA)
+                return error_set(err, KVD_E_FEATURE_NOT_ENABLED,
+                                 "device %" PRId32 " is configured for transport rdma, but comm "
+                                 "domains move their bytes over TCP; configure \"tcp\" or "
+                                 "\"auto\"", c->device_id);
+        return 0;
+}
+
 /* Checks one entry and links it (local) or starts its set-up (remote). */
 static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__ClusterInfo *info,
                             Error *err)
@@ -468,7 +513,8 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                 return error_set(err, KVD_E_ALREADY_LINK, "cluster %" PRIu64 " is linked to %"
                                  PRIu64 " already (link %" PRIu64 ")", c->id,
                                  info->remote_cluster_id, l->id);
-        if (link_request_in_progress(c, info->remote_cluster_id))
+        if (link_request_in_progress(c, info->remote_cluster_id) ||
+            domain_pair_link_in_progress(c, info->remote_cluster_id))
                 return error_set(err, KVD_E_PROCESSING_LINK,
                                  "a link from cluster %" PRIu64 " to %" PRIu64 " is being set up",
                                  c->id, info->remote_cluster_id);

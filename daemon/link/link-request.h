@@ -12,9 +12,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <protobuf-c/protobuf-c.h>
+
 #include "error.h"
+#include "peer.h"
 
 typedef struct Cluster Cluster;
+typedef struct Link Link;
 typedef struct Request Request;
 
 /*
@@ -34,3 +38,26 @@ bool link_request_in_progress(const Cluster *c, uint64_t remote_cluster_id);
 
 /* @c is going away: its link requests are answered with PEER_LOST (or dropped) and freed. */
 void link_requests_abort(Cluster *c);
+
+/*
+ * Whether @c may have comm domain links, which use TCP whatever the device map says: not when
+ * its device is configured for transport rdma (FEATURE_NOT_ENABLED; nothing falls back without
+ * saying so).
+ */
+int link_check_domain_transport(const Cluster *c, Error *err);
+
+/*
+ * Asks READY @p for a link of @c to its cluster @remote_cluster_id (PeerLink), with its RDMA
+ * endpoint details when @rdma; as peer_call().
+ */
+int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma,
+                      peer_reply_fn fn, void *userdata, PeerCall **ret_call);
+
+/*
+ * Makes the link of @c to @remote_cluster_id behind @p from the peer's answer @reply to
+ * link_peer_request() (copied), replacing a link that is down. *@ret (may be NULL) gets it.
+ * OUT_OF_MEMORY with @err.
+ */
+int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
+                     const ProtobufCMessage *reply, const char *transport_reason, Link **ret,
+                     Error *err);

@@ -32,9 +32,17 @@ void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessa
 /* transfer-remote.c */
 void peer_handle_transfer_done(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
 
+/* domain-peer.c, domain-lane.c */
+void peer_handle_domain_join(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+void peer_handle_domain_linked(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+void peer_handle_domain_ready(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+void peer_handle_domain_leave(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+
 /*
  * @p is being lost with @status: links over it go down, inbound links from it go away with the
  * transfers they serve. Called once, before the peer's connections close.
  */
 void peer_link_on_lost(Peer *p, int status);
 void served_on_peer_lost(Peer *p);
+void domain_on_peer_lost(Peer *p, int status);

@@ -201,6 +201,7 @@ void peer_lose(Peer *p, int status, const char *fmt, ...)
         peer_link_on_lost(p, status);
         served_on_peer_lost(p);
         peer_rdma_on_lost(p);
+        domain_on_peer_lost(p, status);
         if (was_ready)
                 p->daemon->counters.peers_lost++;
         daemon_update_status(p->daemon);
@@ -402,6 +403,11 @@ static const struct {
         { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL, peer_handle_transfer_cancel },
         { KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, peer_handle_rdma_connect },
         { KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, peer_handle_rdma_done },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, peer_handle_domain_join },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, peer_handle_domain_linked },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, peer_handle_domain_ready },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, peer_handle_domain_leave },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, peer_handle_domain_xfer },
 };
 
 static void peer_on_heartbeat(Peer *p, uint64_t id, const Kvdist__V1__PeerHeartbeat *m)

@@ -10,6 +10,7 @@
 
 #include "cluster.h"
 #include "daemon.h"
+#include "domain.h"
 #include "kvdist-config.h"
 #include "link.h"
 #include "metrics-text.h"
@@ -455,6 +456,7 @@ static const MetricsFamilyFn families[] = {
         family_peer_heartbeat,
         family_served,
         family_rdma,
+        domain_metrics_family,
 };
 
 int metrics_render(Daemon *d, char **ret, size_t *ret_len)

@@ -87,7 +87,10 @@ typedef struct kvd_option {
 /*
  * Connects to the daemon and attaches this process as cluster @cluster_id with @role.
  * Options: "device_id" (required), "sync_kv_timeout_ms" (default 1000), "listen_ip_info"
- * ("ip:port", "[v6]:port"), "socket_path" (default $KVDIST_SOCKET, then the daemon's default).
+ * ("ip:port", "[v6]:port"), "socket_path" (default $KVDIST_SOCKET, then the daemon's default),
+ * "local_comm_res" (a rank-table fragment naming this cluster's server and device, e.g.
+ * {"server_list": [{"server_id": "node-a", "device": [{"device_id": "0",
+ * "device_ip": "10.0.0.1"}]}]}; left out, the daemon generates it from its peer address).
  * On success *@ret_client owns the connection until kvd_client_finalize().
  * Fails with PARAM_INVALID for bad options, CLUSTER_EXISTS for a duplicate id,
  * DAEMON_UNAVAILABLE when nothing listens, PERMISSION_DENIED when the daemon refuses us.
@@ -353,6 +356,116 @@ int kvd_notify_fd(kvd_client *client, int *ret_fd);
  * none wait). Notifications arrive in the order their pushes landed.
  */
 int kvd_get_notifies(kvd_client *client, kvd_notify *out, size_t max, size_t *ret_n);
+
+/*
+ * Comm domains: LLM-DataDist's two-sided link. Every member cluster (2..4) calls kvd_link() with
+ * the same comm_name, cluster_rank_info and rank table; the call returns at once and the domain
+ * forms in the background on the members' daemons, which find each other through the rank
+ * table's device_ip (the member daemon's peer address: "ip" means port 7400, or "ip:port").
+ * kvd_query_register_mem_status() says when it is OK; then pulls and pushes between the members'
+ * caches work as over kvd_link_clusters() links, and so do kvd_batch_send_recv() and the
+ * collectives. Memory must be registered before kvd_link(): what is registered later is not
+ * exposed to the other members.
+ */
+#define KVD_COMM_NAME_MAX 127
+#define KVD_MAX_DOMAIN_MEMBERS 4
+#define KVD_MAX_DOMAINS 512
+
+typedef struct kvd_cluster_rank {
+        uint64_t cluster_id;
+        uint32_t rank_id;
+} kvd_cluster_rank;
+
+/*
+ * Joins this cluster to comm domain @comm_name (1..KVD_COMM_NAME_MAX characters, unique per
+ * daemon). @cluster_rank_info lists the @n members (2..4, ranks 0..n-1 in ascending order, this
+ * cluster among them); @rank_table_json is the HCCL "1.0" rank table naming each rank's server,
+ * device_id (this cluster's must match its "device_id" option) and device_ip. *@ret_comm_id
+ * names the domain in the calls below. Returns at once: PARAM_INVALID (the detail names what is
+ * wrong), ALREADY_LINK, LIMIT_EXCEEDED (KVD_MAX_DOMAINS on this daemon), FEATURE_NOT_ENABLED.
+ */
+int kvd_link(kvd_client *client, const char *comm_name, const kvd_cluster_rank *cluster_rank_info,
+             size_t n, const char *rank_table_json, uint64_t *ret_comm_id);
+
+typedef enum kvd_mem_status {
+        KVD_MEM_STATUS_OK = 0,          /* every member's caches are known to every other */
+        KVD_MEM_STATUS_PREPARING = 1,   /* members are joining and exchanging descriptors */
+        KVD_MEM_STATUS_FAILED = 2,      /* see kvd_last_error(): a member did not call link within
+                                         * link_total_time, the rank tables disagree, a member
+                                         * left or was lost */
+} kvd_mem_status;
+
+/*
+ * Where domain @comm_id stands, in *@ret_status. When it is FAILED the call still returns
+ * KVD_OK, and kvd_last_error(client) gives the reason.
+ */
+int kvd_query_register_mem_status(kvd_client *client, uint64_t comm_id,
+                                  kvd_mem_status *ret_status);
+
+/*
+ * Leaves domain @comm_id; it fails on every other member (they unlink it too). LINK_BUSY while an
+ * operation of this cluster runs in it.
+ */
+int kvd_unlink(kvd_client *client, uint64_t comm_id);
+
+typedef enum kvd_send_recv_type {
+        KVD_SEND = 0,
+        KVD_RECV = 1,
+} kvd_send_recv_type;
+
+typedef struct kvd_send_recv_item {
+        kvd_send_recv_type type;
+        void *buf;              /* inside memory from kvd_mem_alloc() */
+        uint64_t count;         /* elements; 0 = the item is skipped */
+        kvd_dtype data_type;
+        uint32_t remote_rank;   /* this cluster's own rank: a local copy (pair SEND with RECV) */
+} kvd_send_recv_item;
+
+/*
+ * HcclBatchSendRecv in domain @comm_id: the sends and receives of @items progress independently;
+ * each SEND meets the RECV from this rank of the same call order on @remote_rank, which must have
+ * the same count and data type (else both fail with PARAM_INVALID and no byte moves). At most one
+ * SEND to and one RECV from each rank per call. Every item is done, or failed, when the call
+ * returns; nothing is written into @items' buffers afterwards. @timeout_ms <= 0: the client's
+ * sync_kv_timeout_ms. Returns KVD_OK or the first item's failure (NOT_YET_LINK before the domain
+ * is OK, TIMEOUT, PEER_LOST, ...).
+ */
+int kvd_batch_send_recv(kvd_client *client, uint64_t comm_id, const kvd_send_recv_item *items,
+                        size_t n, int timeout_ms);
+
+typedef enum kvd_algorithm {
+        KVD_ALGO_AUTO = 0,      /* ring for large broadcasts among 3 or more members, else mesh */
+        KVD_ALGO_RING = 1,      /* neighbours only, pipelined chunk by chunk */
+        KVD_ALGO_MESH = 2,      /* straight to every member */
+} kvd_algorithm;
+
+typedef struct kvd_collective_opts {
+        kvd_algorithm algorithm;
+        int32_t timeout_ms;     /* <= 0: the client's sync_kv_timeout_ms */
+        uint64_t chunk_bytes;   /* ring pipeline chunk, 4 KiB..256 MiB; 0 = 1 MiB */
+} kvd_collective_opts;
+
+#define KVD_COLLECTIVE_OPTS_INIT { KVD_ALGO_AUTO, 0, 0 }
+
+/*
+ * Broadcast of blocks in domain @comm_id: blocks[i] of every tensor of the root's blocks cache
+ * land in blocks[i] of every other member's (each member passes its own cache and block list of
+ * the same length; the caches must have the same tensors, block size and data type). Every member
+ * calls it with the same @root_rank and options. @opts may be NULL; *@ret_algorithm (may be NULL)
+ * receives the algorithm that ran.
+ */
+int kvd_domain_broadcast(kvd_client *client, uint64_t comm_id, uint32_t root_rank,
+                         uint64_t cache_id, const uint64_t *blocks, size_t n_blocks,
+                         const kvd_collective_opts *opts, kvd_algorithm *ret_algorithm);
+
+/*
+ * All-gather of blocks in domain @comm_id: @blocks holds @n_blocks = n_members * @blocks_per_rank
+ * ids; blocks[r * blocks_per_rank ...] hold rank r's part. Each member's own part is the source,
+ * and every other member's part lands in it. As kvd_domain_broadcast() otherwise.
+ */
+int kvd_domain_all_gather(kvd_client *client, uint64_t comm_id, uint64_t cache_id,
+                          const uint64_t *blocks, size_t n_blocks, size_t blocks_per_rank,
+                          const kvd_collective_opts *opts, kvd_algorithm *ret_algorithm);
 
 /*
  * The daemon's state as a JSON document (what `kvdistctl status --json` prints).

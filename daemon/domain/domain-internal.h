@@ -1,0 +1,400 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Comm domains, inside: the objects the domain modules share.
+ *
+ *   domain.c          registry, Domain life and state, set-up slots and queue, failures
+ *   domain-join.c     forming: PeerDomainJoin/Linked/Ready/Leave, pair links (PeerLink)
+ *   domain-lane.c     lanes and ops: one message from one rank to another, matched by seq
+ *   domain-call.c     client requests: link, unlink, query, batch send/recv
+ *   domain-coll.c     broadcast and all-gather, ring and mesh
+ *   domain-status.c   status JSON and metrics
+ *
+ * A Domain is this daemon's record of one comm domain (one per comm_name): the members from the
+ * rank table, which of them are local (their clusters attach here), and per local member the
+ * state of its pair with every other member. Set-up: a domain with members behind other daemons
+ * needs one of DOMAIN_SETUPS_MAX slots to reach out (dial, ask whether the others joined); the
+ * rest wait in a FIFO queue. Answering other daemons never needs a slot, so a set-up in progress
+ * only ever waits for members to call link (or for link_total_time), never for another daemon's
+ * queue: domains formed in any order cannot deadlock.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "clist.h"
+#include "domain.h"
+#include "error.h"
+#include "rank-table.h"
+#include "sha256.h"
+#include "sockaddr-util.h"
+#include "tcp-stream.h"
+#include "time-util.h"
+
+struct event;
+struct Kvdist__V1__PeerLinkReply;
+struct Kvdist__V1__DomainOpDesc;
+typedef struct Domain Domain;
+typedef struct DomainCall DomainCall;
+typedef struct DomainOp DomainOp;
+typedef struct EngineTask EngineTask;
+typedef struct Lane Lane;
+typedef struct PairLink PairLink;
+typedef struct PeerCall PeerCall;
+typedef struct PeerWaiter PeerWaiter;
+typedef struct Region Region;
+typedef struct TcpData TcpData;
+
+#define DOMAIN_MAX_RANKS RANK_TABLE_MAX_RANKS
+#define DOMAIN_NAME_MAX 127
+/* LLM-DataDist: at most 512 domains, 16 recommended; at most 16 set-ups at once. */
+#define DOMAIN_MAX 512
+#define DOMAIN_WARN 16
+#define DOMAIN_SETUPS_MAX 16
+/* Messages about a lane's future seqs a peer may have us keep. */
+#define LANE_MAX_WORDS 1024
+/* Retries while forming: the first after this, doubling up to the cap. */
+#define DOMAIN_RETRY_MIN_MS 10
+#define DOMAIN_RETRY_MAX_MS 500
+#define DOMAIN_DIAL_MAX_MS 2000
+
+typedef enum DomainState {
+        DOMAIN_PREPARING,
+        DOMAIN_OK,
+        DOMAIN_FAILED,
+        _DOMAIN_STATE_MAX,
+        _DOMAIN_STATE_INVALID = -22,
+} DomainState;
+
+typedef enum DomainSetup {
+        SETUP_NONE,             /* nothing to reach out for: local members only, or done */
+        SETUP_QUEUED,           /* waits for a slot */
+        SETUP_ACTIVE,           /* holds a slot: dials and asks */
+} DomainSetup;
+
+typedef enum PairLinkState {
+        PAIR_LINK_REQUESTING,   /* our PeerLink is in flight */
+        PAIR_LINK_HELD,         /* the peer answered; the link is made when the domain is OK */
+        PAIR_LINK_MADE,         /* a Link exists (link_id) */
+        PAIR_LINK_FAILED,
+} PairLinkState;
+
+/*
+ * The link of local cluster @local_cluster_id to @remote_cluster_id that domains share: one
+ * PeerLink per pair of clusters however many domains they are both in (a second PeerLink would
+ * replace the peer's inbound link of the first).
+ */
+struct PairLink {
+        DomainRegistry *reg;
+        uint64_t local_cluster_id;
+        uint64_t remote_cluster_id;
+        Peer *peer;             /* remote pairs, while the call runs or the answer is held */
+        PairLinkState state;
+        PeerCall *call;
+        struct Kvdist__V1__PeerLinkReply *exposed; /* HELD: what the remote cluster exposed */
+        uint64_t link_id;       /* MADE */
+        bool owned;             /* MADE by us (freed with the last domain), not reused */
+        Error err;              /* FAILED */
+        unsigned n_refs;
+        CList link_reg;
+};
+
+/* A local member's pair with another member. */
+typedef struct DomainPair {
+        Domain *dom;
+        uint32_t m, o;          /* ranks[m].pairs[o] */
+        bool joined;            /* both called link with the same table */
+        bool out_done;          /* our cluster's link to theirs is held (or made) */
+        bool in_done;           /* their daemon said its link to ours is held */
+        bool linked_sent;       /* we told them ours is */
+        PeerCall *join_call;    /* our PeerDomainJoin in flight */
+        usec_t next_join_usec;
+        unsigned join_backoff_ms;
+        PairLink *pl;           /* referenced */
+} DomainPair;
+
+typedef struct DomainRank {
+        Domain *dom;
+        uint32_t rank;
+        uint64_t cluster_id;
+        char address[SOCKADDR_STR_MAX];
+        int32_t device_id;
+        char server_id[RANK_TABLE_ID_MAX];
+        bool local;             /* its cluster attaches to this daemon */
+        bool ready;             /* linked both ways with every other member */
+
+        /* local members */
+        Cluster *cluster;       /* while joined */
+        bool joined;            /* called link (and did not leave) */
+        bool left;              /* unlinked or detached */
+        uint64_t seq;           /* registrations up to here are what link exposes */
+        DomainPair pairs[DOMAIN_MAX_RANKS];
+
+        /* remote members */
+        Peer *peer;             /* a connection to its daemon, READY or being made */
+        PeerWaiter *waiter;
+        uint64_t node_id;
+        uint64_t domain_id;     /* its daemon's id for this domain; 0 until known */
+        bool ever_joined;       /* a pair with it joined: losing its daemon fails us */
+        usec_t next_dial_usec;
+        unsigned dial_backoff_ms;
+} DomainRank;
+
+typedef struct DomainCounters {
+        uint64_t calls_ok;
+        uint64_t calls_failed;
+        uint64_t bytes_sent;
+        uint64_t bytes_received;
+} DomainCounters;
+
+struct Domain {
+        DomainRegistry *reg;
+        Daemon *daemon;
+        uint64_t id;                    /* the comm_id clients get */
+        char name[DOMAIN_NAME_MAX + 1];
+        uint8_t digest[SHA256_DIGEST_SIZE];
+        unsigned n_ranks;
+        DomainRank ranks[DOMAIN_MAX_RANKS];
+        DomainState state;
+        int fail_code;
+        char reason[ERROR_MSG_MAX];
+        DomainSetup setup;
+        usec_t created_usec;
+        usec_t ok_usec;
+        struct event *deadline;         /* link_total_time */
+        struct event *tick;             /* retries while SETUP_ACTIVE */
+        Lane *lanes[DOMAIN_MAX_RANKS][DOMAIN_MAX_RANKS]; /* [src][dst], where one end is local */
+        CList calls;                    /* DomainCall.link_domain */
+        unsigned n_calls;
+        DomainCounters counters;
+        int last_algorithm;             /* kvd_algorithm of the last collective, 0 none */
+        unsigned refs;                  /* calls and callbacks that keep it after removal */
+        bool removed;                   /* off the registry; freed when @refs drops to 0 */
+        CList link_reg;
+        CList link_queue;
+};
+
+typedef struct LocalRes {
+        uint64_t cluster_id;
+        RankDevice dev;
+        bool given;                     /* from the client, not generated */
+        CList link;
+} LocalRes;
+
+struct DomainRegistry {
+        Daemon *daemon;
+        CList domains;                  /* Domain.link_reg */
+        unsigned n_domains;
+        CList queue;                    /* Domain.link_queue, SETUP_QUEUED, oldest first */
+        unsigned n_queued;
+        unsigned n_active;
+        CList pair_links;               /* PairLink.link_reg */
+        CList local_res;                /* LocalRes.link */
+        unsigned n_calls;
+        uint64_t formed;                /* domains that reached OK */
+        uint64_t failed;                /* that failed */
+        uint64_t calls[3][2];           /* [op - 1][failed] */
+        uint64_t bytes_sent;
+        uint64_t bytes_received;
+};
+
+/* What one message of an operation is; both ends must agree before a byte moves. */
+typedef enum OpKind {
+        OP_BATCH = 1,
+        OP_BROADCAST = 2,
+        OP_ALL_GATHER = 3,
+} OpKind;
+
+typedef struct OpDesc {
+        uint32_t op;
+        uint64_t bytes;
+        uint64_t count;
+        uint32_t dtype;
+        uint32_t algorithm;
+        uint32_t root;
+        uint32_t part;
+        uint32_t chunk;
+        uint32_t n_chunks;
+        uint32_t num_tensors;
+        uint64_t block_bytes;
+        uint64_t n_blocks;
+} OpDesc;
+
+typedef enum XferKind {
+        XFER_READY = 1,
+        XFER_DONE = 2,
+        XFER_RECV_CANCEL = 3,
+        XFER_MISMATCH = 4,
+        XFER_SEND_CANCEL = 5,
+} XferKind;
+
+/* A word about a lane seq that came before the op it is about. */
+typedef struct LaneWord {
+        CList link;
+        XferKind kind;
+        uint64_t seq;
+        OpDesc desc;
+        int status;
+        char msg[ERROR_MSG_MAX];
+        Peer *peer;                     /* the connection it came on */
+} LaneWord;
+
+/* The messages from rank @src to rank @dst, in seq order on both ends. */
+struct Lane {
+        Domain *dom;
+        uint32_t src;
+        uint32_t dst;
+        bool local;                     /* both ends on this daemon: copies */
+        uint64_t next_send_seq;         /* src local: the next seq a send takes */
+        uint64_t next_recv_seq;         /* dst local: the next seq a receive takes */
+        CList ops;                      /* DomainOp.link_lane: assigned, not done */
+        CList words;                    /* LaneWord.link */
+        unsigned n_words;
+        uint64_t n_msgs;                /* completed */
+        uint64_t bytes;
+};
+
+typedef enum OpState {
+        OP_ASSIGNED,            /* has its seq; not started (a forward waits for its data) */
+        OP_POSTED,              /* started; waits for the other end */
+        OP_DATA,                /* bytes moving (data job or copy) */
+        OP_WAIT_WORD,           /* our side is done; waits for the other end's word */
+        OP_DONE,
+} OpState;
+
+struct DomainOp {
+        DomainCall *call;
+        Lane *lane;
+        size_t item;                    /* batch: the item; collectives: unused */
+        bool send;
+        uint64_t seq;
+        OpDesc desc;
+        TcpDstSegment *segs;            /* into the call's storage; a send reads them */
+        size_t n_segs;
+        OpState state;
+        int status;
+        Error err;
+        /* remote */
+        Peer *peer;                     /* where the job runs and the words go */
+        TcpData *data;                  /* while a job is registered */
+        uint64_t job_id;
+        bool job;                       /* a data job is registered; its callback will run */
+        bool data_ok;                   /* our side moved every byte */
+        bool have_ready;                /* send: the receiver's READY, in @ready */
+        bool ready_spent;               /* its job got our bytes or our abort (exactly once) */
+        OpDesc ready;
+        Peer *ready_peer;
+        bool have_word;                 /* the other end's final word (status in @word_*) */
+        int word_status;
+        char word_msg[ERROR_MSG_MAX];
+        /* local */
+        EngineTask *task;
+        DomainOp *partner;
+        /* collectives */
+        DomainOp *forward;              /* receive: the send that passes its bytes on */
+        bool deferred;                  /* send: posted when its receive completes */
+        CList link_lane;
+};
+
+typedef struct DomainCall {
+        Domain *dom;
+        uint32_t rank;                  /* the caller's */
+        uint64_t cluster_id;
+        Request *req;                   /* NULL once answered or gone */
+        OpKind kind;
+        DomainOp *ops;
+        size_t n_ops;
+        size_t n_pending;
+        int32_t *rets;                  /* batch: per item */
+        size_t n_items;
+        TcpDstSegment *segs;            /* storage of every op's segments */
+        Region **regions;               /* referenced */
+        size_t n_regions;
+        bool fail_fast;                 /* collectives: the first failure stops the rest */
+        int status;
+        Error err;
+        size_t err_item;                /* batch: the item @err is about */
+        uint32_t algorithm;
+        uint64_t bytes;
+        usec_t start_usec;
+        struct event *timer;
+        CList link_domain;
+} DomainCall;
+
+/* domain.c */
+const char *domain_state_to_string(DomainState s);
+Domain *domain_find_id(DomainRegistry *reg, uint64_t id);
+Domain *domain_find_name(DomainRegistry *reg, const char *name);
+void domain_ref(Domain *dom);
+void domain_unref(Domain *dom);
+/* Fails @dom (PREPARING or OK) with @code and a reason; tells the other members unless
+ * @quiet. Idempotent. */
+void domain_fail(Domain *dom, int code, bool quiet, const char *fmt, ...) _printf_(4, 5);
+/* Every rank ready: links made, resources acquired, OK. */
+void domain_check_ok(Domain *dom);
+/* A set-up slot may have freed or the domain no longer needs one. */
+void domain_setup_update(Domain *dom);
+/* Creates a domain in @reg; the caller fills in members and calls domain_start(). */
+int domain_new(DomainRegistry *reg, Domain **ret);
+/* Arms link_total_time and asks for a slot. */
+int domain_start(Domain *dom);
+/* Member @rank (local) leaves: unlink or detach. Frees the domain when no local member is
+ * left. */
+void domain_member_leave(Domain *dom, uint32_t rank, int code, const char *why);
+/* The Peer to reach member @rank's daemon on now (READY, not retiring), or NULL. */
+Peer *domain_rank_peer(Domain *dom, uint32_t rank);
+/* Whether canonical @ip_port is where this daemon accepts peers (a wildcard listener: any
+ * address of this host with its port). */
+bool domain_address_is_ours(Daemon *d, const char *ip_port);
+/* The local_comm_res of @c: the one it gave at init, or one generated for it. */
+void domain_local_res(Daemon *d, const Cluster *c, RankDevice *ret, bool *ret_given);
+/* "comm domain 7 (name)" into @buf. */
+const char *domain_name(const Domain *dom, char *buf, size_t size);
+#define DOMAIN_NAME(dom) domain_name((dom), (char[DOMAIN_NAME_MAX + 64]){ 0 }, DOMAIN_NAME_MAX + 64)
+
+/* domain-join.c */
+/* Looks at every pair of every joined local member: asks, links, says so. */
+void domain_join_progress(Domain *dom);
+/* The retry tick of an active set-up. */
+void domain_join_tick(Domain *dom);
+/* Drops the domain's calls, waiters and pair links (before it fails or goes). */
+void domain_join_release(Domain *dom, uint32_t rank);
+/* Tells every remote member's daemon that @rank left with @code/@reason. */
+void domain_send_leave(Domain *dom, uint32_t rank, int code, const char *reason);
+/* The rank's daemon is lost. */
+void domain_join_peer_lost(Domain *dom, Peer *p, int status, const char *why);
+/* Makes the links of OK @dom from what the pairs hold. */
+void domain_make_links(Domain *dom);
+void pair_link_unref(PairLink *pl);
+PairLink *pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote);
+
+/* domain-lane.c */
+int lanes_new(Domain *dom);
+void lanes_free(Domain *dom);
+/* The job id a receiving daemon registers message @seq of @src -> @dst under. */
+uint64_t lane_job_id(uint64_t recv_domain_id, uint32_t src, uint32_t dst, uint64_t seq);
+/* Gives @op its lane and seq (in call order). */
+void op_assign(DomainOp *op, Lane *lane, bool send);
+/* Starts @op (a receive registers its job; a send looks for the READY). */
+void op_post(DomainOp *op);
+/* Stops @op with @status; its completion follows once no byte of it moves. */
+void op_cancel(DomainOp *op, int status, const char *fmt, ...) _printf_(3, 4);
+/* Every lane op that runs over @p fails; their data jobs end with the data plane. */
+void lanes_peer_lost(Domain *dom, Peer *p);
+void desc_to_proto(const OpDesc *d, struct Kvdist__V1__DomainOpDesc *m);
+
+/* domain-call.c */
+/* @op reached OP_DONE. */
+void call_op_done(DomainOp *op);
+/* Every call of @dom stops with @code. */
+void domain_calls_fail(Domain *dom, int code, const char *reason);
+/* Validates the caller and @dom for an operation; NOT_YET_LINK while PREPARING. */
+int call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err);
+/* Allocates a call of @n_ops ops and @n_segs segments for @req. */
+int call_new(Domain *dom, uint32_t rank, Cluster *c, Request *req, OpKind kind, size_t n_ops,
+             size_t n_segs, DomainCall **ret);
+DomainCall *call_free(DomainCall *call);
+/* Takes a reference on @r for the call's life (deduplicated). */
+int call_hold_region(DomainCall *call, Region *r);
+/* Arms the deadline, posts the ops and keeps @req. Returns HANDLER_PENDING, or fails. */
+int call_start(DomainCall *call, uint32_t timeout_ms, Error *err);

@@ -1,0 +1,674 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Comm domains, forming. For each pair of a local member and a member behind another daemon:
+ *
+ *   joined     a set-up in progress asks the other daemon (PeerDomainJoin) until that member has
+ *              called link with the same table; the other daemon answers whether or not it holds
+ *              a slot, and a question answered yes has joined the pair on both ends
+ *   out_done   our cluster's PeerLink to theirs was answered: we hold what their cluster exposes
+ *   in_done    their daemon says (PeerDomainLinked) it holds what ours exposes
+ *
+ * A member whose pairs are all done is ready, and says so to every other member's daemon
+ * (PeerDomainReady); the domain is OK where every member is ready, and only then are the links
+ * made from what the pairs hold (until then no transfer can use them: NOT_YET_LINK).
+ * Pairs of two local members join as soon as both called link.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <kvdist/kvdist.h>
+
+#include "cluster.h"
+#include "daemon.h"
+#include "domain-internal.h"
+#include "kvdist.pb-c.h"
+#include "link-request.h"
+#include "link.h"
+#include "log.h"
+#include "peer-handlers.h"
+#include "peer.h"
+
+#define NEVER UINT64_MAX
+
+/* ---- pair links ---- */
+
+PairLink *pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote)
+{
+        PairLink *pl;
+
+        /* A failed one stays while its domains do; a new attempt is another. */
+        CLIST_FOREACH(pl, &reg->pair_links, link_reg)
+                if (pl->local_cluster_id == local && pl->remote_cluster_id == remote &&
+                    pl->state != PAIR_LINK_FAILED)
+                        return pl;
+        return NULL;
+}
+
+/* The peer granted a link after its last domain went: take it back, unless a link of the same
+ * pair was made meanwhile (the peer's inbound link is that one's now). */
+static void pair_link_on_orphan_reply(Peer *p, int status, const Error *err,
+                                      const ProtobufCMessage *reply, void *userdata)
+{
+        const Kvdist__V1__PeerLinkReply *m = (const Kvdist__V1__PeerLinkReply *)reply;
+        Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
+        uint64_t *ids = userdata;
+        Cluster *c;
+
+        if (status == KVD_OK && ids) {
+                c = daemon_find_cluster(p->daemon, ids[0]);
+                if (!c || !link_find(c, ids[1])) {
+                        u.src_cluster_id = ids[0];
+                        u.dst_cluster_id = ids[1];
+                        u.link_id = m->link_id;
+                        (void)peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &u.base);
+                }
+        }
+        free(ids);
+}
+
+/* Every domain whose pairs use @pl looks again. */
+static void pair_link_changed(PairLink *pl)
+{
+        Domain *dom, *tmp;
+
+        CLIST_FOREACH_SAFE(dom, tmp, &pl->reg->domains, link_reg) {
+                bool uses = false;
+
+                for (uint32_t m = 0; m < dom->n_ranks && !uses; m++)
+                        for (uint32_t o = 0; o < dom->n_ranks; o++)
+                                uses = uses || dom->ranks[m].pairs[o].pl == pl;
+                if (uses)
+                        domain_join_progress(dom);
+        }
+}
+
+static void pair_link_on_reply(Peer *p, int status, const Error *err,
+                               const ProtobufCMessage *reply, void *userdata)
+{
+        PairLink *pl = userdata;
+        ProtobufCMessage *copy = NULL;
+
+        pl->call = NULL;
+        if (status != KVD_OK && p->state == PEER_CLOSED) {
+                /* domain_on_peer_lost() fails the domains with the reason. */
+                error_set(&pl->err, KVD_E_PEER_LOST, "the daemon of cluster %" PRIu64 " was lost",
+                          pl->remote_cluster_id);
+                pl->state = PAIR_LINK_FAILED;
+                pl->peer = NULL;
+                return;
+        }
+        if (status == KVD_OK && frame_message_dup(reply, &copy) == 0) {
+                pl->exposed = (Kvdist__V1__PeerLinkReply *)copy;
+                pl->state = PAIR_LINK_HELD;
+        } else {
+                error_set(&pl->err, status == KVD_OK ? KVD_E_OUT_OF_MEMORY : KVD_E_LINK_FAILED,
+                          "cannot link cluster %" PRIu64 " to cluster %" PRIu64 ": %s",
+                          pl->local_cluster_id, pl->remote_cluster_id,
+                          status == KVD_OK ? "out of memory"
+                                           : err && err->msg[0] ? err->msg
+                                                                : kvd_strerror(status));
+                pl->state = PAIR_LINK_FAILED;
+                pl->peer = NULL;
+        }
+        pair_link_changed(pl);
+}
+
+/* The pair link of member @m's cluster to member @o's, referenced. NULL when out of memory. */
+static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
+{
+        DomainRegistry *reg = dom->reg;
+        Cluster *c = dom->ranks[m].cluster;
+        uint64_t remote = dom->ranks[o].cluster_id;
+        PairLink *pl;
+        Link *l;
+        Peer *p;
+        int r;
+
+        pl = pair_link_find(reg, c->id, remote);
+        if (pl) {
+                pl->n_refs++;
+                return pl;
+        }
+        pl = calloc(1, sizeof(*pl));
+        if (!pl)
+                return NULL;
+        pl->reg = reg;
+        pl->local_cluster_id = c->id;
+        pl->remote_cluster_id = remote;
+        pl->n_refs = 1;
+        clist_link_tail(&reg->pair_links, &pl->link_reg);
+        if (dom->ranks[o].local) {
+                /* Made when the domain is OK; nothing to ask anyone. */
+                pl->state = PAIR_LINK_HELD;
+                return pl;
+        }
+        l = link_find(c, remote);
+        if (l && l->state == LINK_UP) {
+                /* Already linked (link_clusters or an older domain): the domain uses it. */
+                pl->state = PAIR_LINK_MADE;
+                pl->link_id = l->id;
+                return pl;
+        }
+        pl->state = PAIR_LINK_FAILED;
+        if (link_request_in_progress(c, remote)) {
+                error_set(&pl->err, KVD_E_PROCESSING_LINK, "cluster %" PRIu64 " is linking to %"
+                          PRIu64 " with kvd_link_clusters() right now", c->id, remote);
+                return pl;
+        }
+        r = link_check_domain_transport(c, &pl->err);
+        if (r < 0)
+                return pl;
+        p = domain_rank_peer(dom, o);
+        if (!p) {
+                error_set(&pl->err, KVD_E_PEER_LOST, "the daemon of cluster %" PRIu64 " is not "
+                          "connected", remote);
+                return pl;
+        }
+        r = link_peer_request(c, p, remote, false, pair_link_on_reply, pl, &pl->call);
+        if (r < 0) {
+                error_set(&pl->err, KVD_E_LINK_FAILED, "cannot ask for a link of cluster %"
+                          PRIu64 " to %" PRIu64 ": %s", c->id, remote, strerror(-r));
+                return pl;
+        }
+        pl->state = PAIR_LINK_REQUESTING;
+        pl->peer = p;
+        return pl;
+}
+
+void pair_link_unref(PairLink *pl)
+{
+        Daemon *d = pl->reg->daemon;
+        Cluster *c;
+        Link *l;
+
+        if (--pl->n_refs > 0)
+                return;
+        c = daemon_find_cluster(d, pl->local_cluster_id);
+        switch (pl->state) {
+        case PAIR_LINK_REQUESTING: {
+                uint64_t *ids = malloc(2 * sizeof(uint64_t));
+
+                if (ids) {
+                        ids[0] = pl->local_cluster_id;
+                        ids[1] = pl->remote_cluster_id;
+                }
+                peer_call_redirect(pl->call, pair_link_on_orphan_reply, ids);
+                break;
+        }
+        case PAIR_LINK_HELD:
+                if (pl->peer && pl->peer->state == PEER_READY && pl->exposed &&
+                    (!c || !link_find(c, pl->remote_cluster_id))) {
+                        Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
+
+                        u.src_cluster_id = pl->local_cluster_id;
+                        u.dst_cluster_id = pl->remote_cluster_id;
+                        u.link_id = pl->exposed->link_id;
+                        (void)peer_notice(pl->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK,
+                                          &u.base);
+                }
+                break;
+        case PAIR_LINK_MADE:
+                l = c ? link_find(c, pl->remote_cluster_id) : NULL;
+                if (pl->owned && l && l->id == pl->link_id)
+                        link_free(l, KVD_E_NOT_YET_LINK);
+                break;
+        case PAIR_LINK_FAILED:
+                break;
+        }
+        if (pl->exposed)
+                protobuf_c_message_free_unpacked(&pl->exposed->base, NULL);
+        clist_unlink(&pl->link_reg);
+        free(pl);
+}
+
+/* Makes (or finds) the link of a pair of OK @dom; fails the domain when it cannot. */
+static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
+{
+        Daemon *d = dom->daemon;
+        PairLink *pl = dom->ranks[m].pairs[o].pl;
+        Cluster *c = dom->ranks[m].cluster;
+        Cluster *remote;
+        Error e = ERROR_INIT;
+        Link *l;
+        int r;
+
+        l = link_find(c, pl->remote_cluster_id);
+        switch (pl->state) {
+        case PAIR_LINK_MADE:
+                if (l && l->id == pl->link_id && l->state == LINK_UP)
+                        return;
+                domain_fail(dom, KVD_E_PEER_LOST, false, "the link of cluster %" PRIu64 " to %"
+                            PRIu64 " went away", c->id, pl->remote_cluster_id);
+                return;
+        case PAIR_LINK_HELD:
+                break;
+        default:
+                domain_fail(dom, pl->err.code ?: KVD_E_LINK_FAILED, false, "%s", pl->err.msg);
+                return;
+        }
+        if (l && l->state == LINK_UP) {
+                /* A link of the same pair was made meanwhile: the domain uses it. */
+                pl->state = PAIR_LINK_MADE;
+                pl->link_id = l->id;
+                return;
+        }
+        if (dom->ranks[o].local) {
+                remote = dom->ranks[o].cluster;
+                if (l)
+                        link_free(l, KVD_E_PEER_LOST);
+                r = link_new_local(d, c, remote, d->shm, &l);
+                if (r < 0) {
+                        domain_fail(dom, KVD_E_OUT_OF_MEMORY, false, "cannot create a link");
+                        return;
+                }
+                (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "same node");
+                /* It reaches what the other member registered before it called link. */
+                l->seq = dom->ranks[o].seq;
+        } else {
+                r = link_make_remote(c, pl->peer, pl->remote_cluster_id, &pl->exposed->base,
+                                     "comm domain (TCP)", &l, &e);
+                if (r < 0) {
+                        domain_fail(dom, e.code, false, "%s", e.msg);
+                        return;
+                }
+                protobuf_c_message_free_unpacked(&pl->exposed->base, NULL);
+                pl->exposed = NULL;
+                pl->peer = NULL;
+        }
+        pl->state = PAIR_LINK_MADE;
+        pl->link_id = l->id;
+        pl->owned = true;
+}
+
+void domain_make_links(Domain *dom)
+{
+        for (uint32_t m = 0; m < dom->n_ranks; m++) {
+                if (!dom->ranks[m].local || !dom->ranks[m].joined)
+                        continue;
+                for (uint32_t o = 0; o < dom->n_ranks && dom->state == DOMAIN_PREPARING; o++)
+                        if (o != m)
+                                pair_make_link(dom, m, o);
+        }
+}
+
+/* ---- messages ---- */
+
+static void fill_members(const Domain *dom, Kvdist__V1__DomainMember *mem,
+                         Kvdist__V1__DomainMember **ptrs)
+{
+        for (uint32_t r = 0; r < dom->n_ranks; r++) {
+                kvdist__v1__domain_member__init(&mem[r]);
+                mem[r].rank = r;
+                mem[r].cluster_id = dom->ranks[r].cluster_id;
+                mem[r].address = (char *)dom->ranks[r].address;
+                mem[r].device_id = dom->ranks[r].device_id;
+                mem[r].server_id = (char *)dom->ranks[r].server_id;
+                ptrs[r] = &mem[r];
+        }
+}
+
+/* Tells @o's daemon a notice about @dom; quietly nothing when it is not connected. */
+static void domain_notice(Domain *dom, uint32_t o, uint16_t type, const ProtobufCMessage *msg)
+{
+        Peer *p = domain_rank_peer(dom, o);
+
+        if (p)
+                (void)peer_notice(p, type, msg);
+}
+
+/* Whether an earlier remote rank than @o lives on the same daemon (one notice per daemon). */
+static bool rank_daemon_seen(const Domain *dom, uint32_t o)
+{
+        for (uint32_t k = 0; k < o; k++)
+                if (!dom->ranks[k].local && dom->ranks[k].domain_id &&
+                    strcmp(dom->ranks[k].address, dom->ranks[o].address) == 0)
+                        return true;
+        return false;
+}
+
+void domain_send_leave(Domain *dom, uint32_t rank, int code, const char *reason)
+{
+        Kvdist__V1__PeerDomainLeave m = KVDIST__V1__PEER_DOMAIN_LEAVE__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+
+        st.code = code;
+        st.detail = (char *)reason;
+        m.src_domain_id = dom->id;
+        m.rank = rank;
+        m.status = &st;
+        for (uint32_t o = 0; o < dom->n_ranks; o++) {
+                if (dom->ranks[o].local || !dom->ranks[o].domain_id || rank_daemon_seen(dom, o))
+                        continue;
+                m.dst_domain_id = dom->ranks[o].domain_id;
+                domain_notice(dom, o, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, &m.base);
+        }
+}
+
+static void domain_send_ready(Domain *dom, uint32_t rank)
+{
+        Kvdist__V1__PeerDomainReady m = KVDIST__V1__PEER_DOMAIN_READY__INIT;
+
+        m.src_domain_id = dom->id;
+        m.rank = rank;
+        for (uint32_t o = 0; o < dom->n_ranks; o++) {
+                if (dom->ranks[o].local || rank_daemon_seen(dom, o))
+                        continue;
+                m.dst_domain_id = dom->ranks[o].domain_id;
+                domain_notice(dom, o, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, &m.base);
+        }
+}
+
+static void domain_send_linked(Domain *dom, uint32_t m, uint32_t o)
+{
+        Kvdist__V1__PeerDomainLinked msg = KVDIST__V1__PEER_DOMAIN_LINKED__INIT;
+
+        msg.dst_domain_id = dom->ranks[o].domain_id;
+        msg.src_domain_id = dom->id;
+        msg.src_rank = m;
+        msg.dst_rank = o;
+        domain_notice(dom, o, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, &msg.base);
+}
+
+/* ---- progress ---- */
+
+/* Looks at one pair; returns whether it is done both ways. */
+static bool pair_progress(Domain *dom, uint32_t m, uint32_t o)
+{
+        DomainRank *o_rank = &dom->ranks[o];
+        DomainPair *pair = &dom->ranks[m].pairs[o];
+
+        if (o_rank->local) {
+                pair->joined = pair->out_done = pair->in_done = o_rank->joined;
+        }
+        if (!pair->joined)
+                return false;
+        if (!pair->pl) {
+                PairLink *pl = pair_link_get(dom, m, o);
+
+                if (!pl) {
+                        domain_fail(dom, KVD_E_OUT_OF_MEMORY, false, "out of memory");
+                        return false;
+                }
+                /* Asking may have lost a peer, and the domain with it. */
+                if (dom->state != DOMAIN_PREPARING) {
+                        pair_link_unref(pl);
+                        return false;
+                }
+                pair->pl = pl;
+        }
+        if (pair->pl->state == PAIR_LINK_FAILED) {
+                domain_fail(dom, pair->pl->err.code ?: KVD_E_LINK_FAILED, false, "%s",
+                            pair->pl->err.msg);
+                return false;
+        }
+        if (o_rank->local)
+                return true;
+        if (pair->pl->state != PAIR_LINK_REQUESTING)
+                pair->out_done = true;
+        if (pair->out_done && !pair->linked_sent) {
+                pair->linked_sent = true;
+                domain_send_linked(dom, m, o);
+        }
+        return pair->out_done && pair->in_done;
+}
+
+void domain_join_progress(Domain *dom)
+{
+        for (uint32_t m = 0; m < dom->n_ranks; m++) {
+                DomainRank *r = &dom->ranks[m];
+                bool done = true;
+
+                if (!r->local || !r->joined)
+                        continue;
+                for (uint32_t o = 0; o < dom->n_ranks; o++) {
+                        if (o == m)
+                                continue;
+                        done = pair_progress(dom, m, o) && done;
+                        if (dom->state != DOMAIN_PREPARING)
+                                return;
+                }
+                if (done && !r->ready) {
+                        r->ready = true;
+                        log_debug("%s: rank %" PRIu32 " is linked both ways with every member",
+                                  DOMAIN_NAME(dom), m);
+                        domain_send_ready(dom, m);
+                }
+        }
+        if (dom->setup == SETUP_ACTIVE)
+                domain_join_tick(dom);
+        domain_check_ok(dom);
+}
+
+/* ---- reaching out (a set-up in progress) ---- */
+
+static unsigned backoff_next(unsigned ms, unsigned max)
+{
+        return ms == 0 ? DOMAIN_RETRY_MIN_MS : MIN(ms * 2, max);
+}
+
+static void join_on_orphan_reply(Peer *p, int status, const Error *err,
+                                 const ProtobufCMessage *reply, void *userdata)
+{
+}
+
+static void join_on_reply(Peer *p, int status, const Error *err, const ProtobufCMessage *reply,
+                          void *userdata)
+{
+        const Kvdist__V1__PeerDomainJoinReply *m = (const Kvdist__V1__PeerDomainJoinReply *)reply;
+        DomainPair *pair = userdata;
+        Domain *dom = pair->dom;
+        DomainRank *o = &dom->ranks[pair->o];
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+
+        pair->join_call = NULL;
+        if (status != KVD_OK && p->state == PEER_CLOSED) {
+                /* The connection went: dial again later (the loss itself is handled there). */
+                pair->join_backoff_ms = backoff_next(pair->join_backoff_ms, DOMAIN_RETRY_MAX_MS);
+                pair->next_join_usec = now + (usec_t)pair->join_backoff_ms * USEC_PER_MSEC;
+                domain_join_progress(dom);
+                return;
+        }
+        if (status != KVD_OK) {
+                domain_fail(dom, status, false, "the daemon of rank %" PRIu32 " (%s) refused: %s",
+                            pair->o, o->address, err && err->msg[0] ? err->msg
+                                                                    : kvd_strerror(status));
+                return;
+        }
+        if (!m->joined) {
+                pair->join_backoff_ms = backoff_next(pair->join_backoff_ms, DOMAIN_RETRY_MAX_MS);
+                pair->next_join_usec = now + (usec_t)pair->join_backoff_ms * USEC_PER_MSEC;
+                domain_join_progress(dom);
+                return;
+        }
+        if (m->dst_domain_id == 0 || (o->domain_id && o->domain_id != m->dst_domain_id)) {
+                domain_fail(dom, KVD_E_PROTOCOL_MISMATCH, false, "the daemon of rank %" PRIu32
+                            " answered for another incarnation of the domain", pair->o);
+                return;
+        }
+        o->domain_id = m->dst_domain_id;
+        o->node_id = p->node_id;
+        o->ever_joined = true;
+        if (!o->peer || o->peer->state != PEER_READY)
+                o->peer = p;
+        pair->joined = true;
+        log_debug("%s: rank %" PRIu32 " and rank %" PRIu32 " joined", DOMAIN_NAME(dom), pair->m,
+                  pair->o);
+        domain_join_progress(dom);
+}
+
+static void join_send(Domain *dom, uint32_t m, uint32_t o, Peer *p)
+{
+        Kvdist__V1__PeerDomainJoin msg = KVDIST__V1__PEER_DOMAIN_JOIN__INIT;
+        Kvdist__V1__DomainMember mem[DOMAIN_MAX_RANKS], *ptrs[DOMAIN_MAX_RANKS];
+        DomainPair *pair = &dom->ranks[m].pairs[o];
+        int r;
+
+        fill_members(dom, mem, ptrs);
+        msg.comm_name = dom->name;
+        msg.digest.data = dom->digest;
+        msg.digest.len = sizeof(dom->digest);
+        msg.n_members = dom->n_ranks;
+        msg.members = ptrs;
+        msg.src_rank = m;
+        msg.dst_rank = o;
+        msg.src_domain_id = dom->id;
+        r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, &msg.base, join_on_reply, pair,
+                      &pair->join_call);
+        if (r < 0) {
+                pair->join_call = NULL;
+                pair->join_backoff_ms = backoff_next(pair->join_backoff_ms, DOMAIN_RETRY_MAX_MS);
+                pair->next_join_usec = now_usec(CLOCK_MONOTONIC) +
+                                       (usec_t)pair->join_backoff_ms * USEC_PER_MSEC;
+        }
+}
+
+static void rank_on_ready(Peer *p, int status, const Error *err, void *userdata)
+{
+        DomainRank *r = userdata;
+        Domain *dom = r->dom;
+
+        r->waiter = NULL;
+        if (status != KVD_OK) {
+                log_debug("%s: cannot reach the daemon of rank %" PRIu32 " at %s yet: %s",
+                          DOMAIN_NAME(dom), r->rank, r->address, err ? err->msg : "");
+                r->peer = NULL;
+                r->dial_backoff_ms = backoff_next(r->dial_backoff_ms, DOMAIN_DIAL_MAX_MS);
+                r->next_dial_usec = now_usec(CLOCK_MONOTONIC) +
+                                    (usec_t)r->dial_backoff_ms * USEC_PER_MSEC;
+        } else {
+                r->peer = p;
+                r->node_id = p->node_id;
+                r->dial_backoff_ms = 0;
+        }
+        domain_join_progress(dom);
+}
+
+/* Starts a connection to the daemon of remote rank @o unless one is there or coming. */
+static void rank_dial(Domain *dom, uint32_t o, usec_t now, usec_t *next)
+{
+        DomainRank *r = &dom->ranks[o];
+        Error e = ERROR_INIT;
+        Peer *p;
+        int k;
+
+        if (domain_rank_peer(dom, o) || r->waiter)
+                return;
+        if (now < r->next_dial_usec) {
+                *next = MIN(*next, r->next_dial_usec);
+                return;
+        }
+        k = peer_get(dom->daemon, r->address, &p, &e);
+        if (k == 0) {
+                r->peer = p;
+                /* A READY peer answers from inside, and progress runs from there. */
+                if (peer_when_ready(p, rank_on_ready, r, &r->waiter) == 0)
+                        return;
+                error_set(&e, KVD_E_OUT_OF_MEMORY, "out of memory");
+        }
+        log_debug("%s: cannot dial rank %" PRIu32 " at %s: %s", DOMAIN_NAME(dom), o, r->address,
+                  e.msg);
+        r->peer = NULL;
+        r->dial_backoff_ms = backoff_next(r->dial_backoff_ms, DOMAIN_DIAL_MAX_MS);
+        r->next_dial_usec = now + (usec_t)r->dial_backoff_ms * USEC_PER_MSEC;
+        *next = MIN(*next, r->next_dial_usec);
+}
+
+void domain_join_tick(Domain *dom)
+{
+        usec_t now = now_usec(CLOCK_MONOTONIC), next = NEVER;
+        struct timeval tv;
+
+        if (dom->setup != SETUP_ACTIVE || dom->state != DOMAIN_PREPARING)
+                return;
+        for (uint32_t o = 0; o < dom->n_ranks; o++) {
+                bool wanted = false;
+                Peer *p;
+
+                if (dom->ranks[o].local)
+                        continue;
+                for (uint32_t m = 0; m < dom->n_ranks; m++)
+                        wanted = wanted || (dom->ranks[m].local && dom->ranks[m].joined &&
+                                            !dom->ranks[m].pairs[o].joined);
+                if (!wanted)
+                        continue;
+                rank_dial(dom, o, now, &next);
+                if (dom->state != DOMAIN_PREPARING || dom->setup != SETUP_ACTIVE)
+                        return;
+                p = domain_rank_peer(dom, o);
+                if (!p)
+                        continue;
+                for (uint32_t m = 0; m < dom->n_ranks; m++) {
+                        DomainPair *pair = &dom->ranks[m].pairs[o];
+
+                        if (!dom->ranks[m].local || !dom->ranks[m].joined || pair->joined ||
+                            pair->join_call)
+                                continue;
+                        if (now < pair->next_join_usec) {
+                                next = MIN(next, pair->next_join_usec);
+                                continue;
+                        }
+                        join_send(dom, m, o, p);
+                        if (!pair->join_call)
+                                next = MIN(next, pair->next_join_usec);
+                }
+        }
+        event_del(dom->tick);
+        if (next == NEVER)
+                return;
+        next = next > now ? next - now : 0;
+        tv = (struct timeval){ .tv_sec = (time_t)(next / USEC_PER_SEC),
+                               .tv_usec = (suseconds_t)(next % USEC_PER_SEC) };
+        (void)evtimer_add(dom->tick, &tv);
+}
+
+void domain_join_release(Domain *dom, uint32_t m)
+{
+        DomainRank *r = &dom->ranks[m];
+
+        for (uint32_t o = 0; o < dom->n_ranks; o++) {
+                DomainPair *pair = &r->pairs[o];
+
+                if (pair->join_call) {
+                        /* The reply finds nobody; free its reference to us. */
+                        peer_call_redirect(pair->join_call, join_on_orphan_reply, NULL);
+                        pair->join_call = NULL;
+                }
+                if (pair->pl) {
+                        pair_link_unref(pair->pl);
+                        pair->pl = NULL;
+                }
+        }
+        if (dom->state == DOMAIN_PREPARING && !dom->removed)
+                return;
+        for (uint32_t o = 0; o < dom->n_ranks; o++)
+                if (dom->ranks[o].waiter) {
+                        peer_waiter_cancel(dom->ranks[o].waiter);
+                        dom->ranks[o].waiter = NULL;
+                }
+}
+
+void domain_join_peer_lost(Domain *dom, Peer *p, int status, const char *why)
+{
+        for (uint32_t o = 0; o < dom->n_ranks; o++) {
+                DomainRank *r = &dom->ranks[o];
+
+                if (r->local || r->peer != p)
+                        continue;
+                r->peer = NULL;
+                r->waiter = NULL;
+                if (domain_rank_peer(dom, o))
+                        continue;
+                if (r->ever_joined && dom->state != DOMAIN_FAILED) {
+                        domain_fail(dom, status == KVD_E_DAEMON_UNAVAILABLE ? status
+                                                                            : KVD_E_PEER_LOST,
+                                    false, "the daemon of rank %" PRIu32 " (cluster %" PRIu64
+                                    " at %s) is gone: %s", o, r->cluster_id, r->address, why);
+                        return;
+                }
+        }
+        if (dom->setup == SETUP_ACTIVE)
+                domain_join_tick(dom);
+}

@@ -1,0 +1,718 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Comm domains, lanes: every message of an operation goes from one rank to another, the seq-th
+ * on the lane [src][dst]; both ends count the messages of the lane in the order their calls
+ * issue them, so the n-th send of rank a to rank b meets the n-th receive of rank b from rank a.
+ *
+ * Between daemons the receiver registers its data job first (under an id both ends derive from
+ * the receiver's domain id, the ranks and the seq) and says READY with its description of the
+ * message; the sender compares the descriptions and either sends the bytes on the connection the
+ * READY came on, or answers MISMATCH and aborts the job, so a mismatch moves no byte and fails
+ * both ends. The receiver says DONE once every byte landed; a send completes on it. An end that
+ * gives up (its deadline, its call failing) says so (RECV_CANCEL, SEND_CANCEL), and a READY that
+ * comes for a send that is already over is answered by aborting its job: a registered receive
+ * job always ends. On one daemon the two ops meet in the lane and the copy engine moves the
+ * bytes. No op completes while a byte of it may still move.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kvdist/kvdist.h>
+
+#include "daemon.h"
+#include "domain-internal.h"
+#include "engine.h"
+#include "kvdist.pb-c.h"
+#include "log.h"
+#include "peer-handlers.h"
+#include "peer.h"
+#include "tcp-data.h"
+
+_Static_assert(sizeof(TcpSrcSegment) == sizeof(TcpDstSegment), "segment layouts differ");
+
+static const char *const dtype_names[] = {
+        [KVD_DT_FLOAT] = "float",   [KVD_DT_FLOAT16] = "float16", [KVD_DT_BF16] = "bf16",
+        [KVD_DT_INT8] = "int8",     [KVD_DT_INT16] = "int16",     [KVD_DT_UINT16] = "uint16",
+        [KVD_DT_UINT8] = "uint8",   [KVD_DT_INT32] = "int32",     [KVD_DT_INT64] = "int64",
+        [KVD_DT_UINT32] = "uint32", [KVD_DT_UINT64] = "uint64",   [KVD_DT_BOOL] = "bool",
+        [KVD_DT_DOUBLE] = "double",
+};
+
+static const char *dtype_name(uint32_t t)
+{
+        return t < ARRAY_SIZE(dtype_names) ? dtype_names[t] : "unknown";
+}
+
+static const char *op_name(uint32_t op)
+{
+        switch (op) {
+        case OP_BATCH:
+                return "batch_send_recv";
+        case OP_BROADCAST:
+                return "broadcast";
+        case OP_ALL_GATHER:
+                return "all_gather";
+        }
+        return "unknown operation";
+}
+
+int lanes_new(Domain *dom)
+{
+        for (uint32_t s = 0; s < dom->n_ranks; s++)
+                for (uint32_t t = 0; t < dom->n_ranks; t++) {
+                        Lane *l;
+
+                        if (!dom->ranks[s].local && !dom->ranks[t].local)
+                                continue;
+                        l = calloc(1, sizeof(*l));
+                        if (!l)
+                                return -ENOMEM;
+                        l->dom = dom;
+                        l->src = s;
+                        l->dst = t;
+                        l->local = dom->ranks[s].local && dom->ranks[t].local;
+                        clist_init(&l->ops);
+                        clist_init(&l->words);
+                        dom->lanes[s][t] = l;
+                }
+        return 0;
+}
+
+void lanes_free(Domain *dom)
+{
+        for (uint32_t s = 0; s < DOMAIN_MAX_RANKS; s++)
+                for (uint32_t t = 0; t < DOMAIN_MAX_RANKS; t++) {
+                        Lane *l = dom->lanes[s][t];
+                        LaneWord *w, *tmp;
+
+                        if (!l)
+                                continue;
+                        assert(clist_is_empty(&l->ops));
+                        CLIST_FOREACH_SAFE(w, tmp, &l->words, link) {
+                                clist_unlink(&w->link);
+                                free(w);
+                        }
+                        free(l);
+                        dom->lanes[s][t] = NULL;
+                }
+}
+
+uint64_t lane_job_id(uint64_t recv_domain_id, uint32_t src, uint32_t dst, uint64_t seq)
+{
+        /* The top bit keeps these apart from transfer ids (daemon_next_id() never gets there). */
+        return UINT64_C(1) << 63 | (recv_domain_id & ((UINT64_C(1) << 37) - 1)) << 26 |
+               (uint64_t)(src & 3) << 24 | (uint64_t)(dst & 3) << 22 |
+               (seq & ((UINT64_C(1) << 22) - 1));
+}
+
+void desc_to_proto(const OpDesc *d, Kvdist__V1__DomainOpDesc *m)
+{
+        m->op = d->op;
+        m->bytes = d->bytes;
+        m->count = d->count;
+        m->dtype = d->dtype;
+        m->algorithm = d->algorithm;
+        m->root = d->root;
+        m->part = d->part;
+        m->chunk = d->chunk;
+        m->n_chunks = d->n_chunks;
+        m->num_tensors = d->num_tensors;
+        m->block_bytes = d->block_bytes;
+        m->n_blocks = d->n_blocks;
+}
+
+static void desc_from_proto(const Kvdist__V1__DomainOpDesc *m, OpDesc *d)
+{
+        *d = (OpDesc){ 0 };
+        if (!m)
+                return;
+        *d = (OpDesc){ m->op, m->bytes, m->count, m->dtype, m->algorithm, m->root, m->part,
+                       m->chunk, m->n_chunks, m->num_tensors, m->block_bytes, m->n_blocks };
+}
+
+/*
+ * Compares what the sender (rank @src) and the receiver (@dst) say of one message; 0 when they
+ * agree, else a status and, in @buf, what differs.
+ */
+static int desc_compare(const OpDesc *s, const OpDesc *r, uint32_t src, uint32_t dst, char *buf,
+                        size_t size)
+{
+        if (s->op != r->op)
+                return snprintf(buf, size, "rank %" PRIu32 " is in %s, rank %" PRIu32 " in %s",
+                                src, op_name(s->op), dst, op_name(r->op)),
+                       KVD_E_PARAM_INVALID;
+        if (s->op == OP_BATCH) {
+                if (s->count == r->count && s->dtype == r->dtype && s->bytes == r->bytes)
+                        return 0;
+                (void)snprintf(buf, size, "rank %" PRIu32 " sends %" PRIu64 " x %s (%" PRIu64
+                               " bytes), rank %" PRIu32 " receives %" PRIu64 " x %s (%" PRIu64
+                               " bytes)", src, s->count, dtype_name(s->dtype), s->bytes, dst,
+                               r->count, dtype_name(r->dtype), r->bytes);
+                return KVD_E_PARAM_INVALID;
+        }
+        if (s->algorithm != r->algorithm || s->root != r->root || s->part != r->part ||
+            s->chunk != r->chunk || s->n_chunks != r->n_chunks) {
+                (void)snprintf(buf, size, "rank %" PRIu32 " runs %s with %s, root %" PRIu32
+                               ", chunk %" PRIu32 "/%" PRIu32 "; rank %" PRIu32 " with %s, root %"
+                               PRIu32 ", chunk %" PRIu32 "/%" PRIu32 " (every member must pass "
+                               "the same root, algorithm, chunk size and blocks)",
+                               src, op_name(s->op), s->algorithm == 1 ? "ring" : "mesh", s->root,
+                               s->chunk, s->n_chunks, dst, r->algorithm == 1 ? "ring" : "mesh",
+                               r->root, r->chunk, r->n_chunks);
+                return KVD_E_PARAM_INVALID;
+        }
+        if (s->num_tensors != r->num_tensors || s->block_bytes != r->block_bytes ||
+            s->n_blocks != r->n_blocks || s->dtype != r->dtype || s->bytes != r->bytes) {
+                (void)snprintf(buf, size, "rank %" PRIu32 "'s cache has %" PRIu32 " tensors of %s"
+                               " with %" PRIu64 "-byte blocks, %" PRIu64 " blocks given; rank %"
+                               PRIu32 "'s %" PRIu32 " tensors of %s with %" PRIu64 "-byte blocks, %"
+                               PRIu64 " blocks", src, s->num_tensors, dtype_name(s->dtype),
+                               s->block_bytes, s->n_blocks, dst, r->num_tensors,
+                               dtype_name(r->dtype), r->block_bytes, r->n_blocks);
+                return KVD_E_CACHE_INCOMPATIBLE;
+        }
+        return 0;
+}
+
+/* Sends one word about message @seq of @l to the remote end's daemon over @p. */
+static void lane_word_send(Lane *l, Peer *p, XferKind kind, uint64_t seq, const OpDesc *desc,
+                           int status, const char *msg)
+{
+        Domain *dom = l->dom;
+        Kvdist__V1__PeerDomainXfer m = KVDIST__V1__PEER_DOMAIN_XFER__INIT;
+        Kvdist__V1__DomainOpDesc d = KVDIST__V1__DOMAIN_OP_DESC__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        uint32_t remote = kind <= XFER_RECV_CANCEL ? l->src : l->dst;
+
+        if (!p)
+                p = domain_rank_peer(dom, remote);
+        if (!p || p->state != PEER_READY)
+                return;
+        m.dst_domain_id = dom->ranks[remote].domain_id;
+        m.src_domain_id = dom->id;
+        m.kind = kind;
+        m.src_rank = l->src;
+        m.dst_rank = l->dst;
+        m.seq = seq;
+        if (desc) {
+                desc_to_proto(desc, &d);
+                m.desc = &d;
+        }
+        st.code = status;
+        st.detail = (char *)(msg ?: "");
+        m.status = &st;
+        (void)peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, &m.base);
+}
+
+/* A receive job that nobody will feed: abort it so the receiver's job ends. */
+static void lane_abort_job(Lane *l, Peer *p, uint64_t seq, uint64_t bytes)
+{
+        uint64_t id = lane_job_id(l->dom->ranks[l->dst].domain_id, l->src, l->dst, seq);
+
+        if (p && p->state == PEER_READY && p->data && bytes > 0)
+                (void)tcp_data_send_aborted(p->data, id, bytes);
+}
+
+static void op_complete(DomainOp *op, int status, const char *fmt, ...) _printf_(3, 4);
+static void op_complete(DomainOp *op, int status, const char *fmt, ...)
+{
+        Lane *l = op->lane;
+        va_list ap;
+
+        if (op->state == OP_DONE)
+                return;
+        assert(!op->job && !op->task);
+        if (op->send && op->have_ready && !op->ready_spent) {
+                /* The receiver registered a job these bytes will never feed. */
+                op->ready_spent = true;
+                lane_abort_job(l, op->ready_peer, op->seq, op->ready.bytes);
+        }
+        if (op->status == KVD_OK && status != KVD_OK) {
+                op->status = status;
+                va_start(ap, fmt);
+                error_setv(&op->err, status, fmt, ap);
+                va_end(ap);
+        }
+        op->state = OP_DONE;
+        clist_unlink(&op->link_lane);
+        if (op->status == KVD_OK) {
+                l->n_msgs += op->send ? 1 : 0;
+                l->bytes += op->desc.bytes;
+        }
+        call_op_done(op);
+}
+
+/* The status a failed data job stands for when nobody said why. */
+static int job_status(int error)
+{
+        return error == -EILSEQ ? KVD_E_FAILED : KVD_E_PEER_LOST;
+}
+
+static void op_on_send_done(void *userdata, int error)
+{
+        DomainOp *op = userdata;
+
+        op->job = false;
+        op->data = NULL;
+        if (error == 0) {
+                op->data_ok = true;
+                if (op->have_word)
+                        op_complete(op, op->word_status, "%s", op->word_msg);
+                else if (op->status != KVD_OK)
+                        op_complete(op, op->status, "%s", op->err.msg);
+                else
+                        op->state = OP_WAIT_WORD;
+                return;
+        }
+        if (op->status != KVD_OK)
+                op_complete(op, op->status, "%s", op->err.msg);
+        else if (op->have_word)
+                op_complete(op, op->word_status, "%s", op->word_msg);
+        else
+                op_complete(op, job_status(error), "sending to rank %" PRIu32 " failed: %s",
+                            op->lane->dst, strerror(-error));
+}
+
+static void op_on_recv_done(void *userdata, int error)
+{
+        DomainOp *op = userdata;
+        Lane *l = op->lane;
+
+        op->job = false;
+        op->data = NULL;
+        if (error == 0) {
+                lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, KVD_OK, NULL);
+                op_complete(op, op->status, "%s", op->err.msg);
+                return;
+        }
+        if (op->status != KVD_OK) {
+                op_complete(op, op->status, "%s", op->err.msg);
+        } else if (op->have_word) {
+                op_complete(op, op->word_status, "%s", op->word_msg);
+        } else if (error == -ECANCELED) {
+                /* The sender aborted; its word says why. */
+                op->state = OP_WAIT_WORD;
+        } else {
+                lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, job_status(error),
+                               "the bytes did not land");
+                op_complete(op, job_status(error), "receiving from rank %" PRIu32 " failed: %s",
+                            l->src, error == -EILSEQ ? "a chunk failed its CRC32C check"
+                                                     : strerror(-error));
+        }
+}
+
+/* A send op that has the receiver's READY: compare, then send or refuse. */
+static void op_remote_match(DomainOp *op)
+{
+        Lane *l = op->lane;
+        Domain *dom = l->dom;
+        char buf[ERROR_MSG_MAX];
+        Peer *p = op->ready_peer;
+        int r;
+
+        r = desc_compare(&op->desc, &op->ready, l->src, l->dst, buf, sizeof(buf));
+        if (r < 0) {
+                lane_word_send(l, p, XFER_MISMATCH, op->seq, &op->desc, r, buf);
+                op_complete(op, r, "%s", buf);
+                return;
+        }
+        if (!p || p->state != PEER_READY || !p->data) {
+                op_complete(op, KVD_E_PEER_LOST, "the daemon of rank %" PRIu32 " is gone", l->dst);
+                return;
+        }
+        op->job_id = lane_job_id(dom->ranks[l->dst].domain_id, l->src, l->dst, op->seq);
+        r = tcp_data_send(p->data, op->job_id, (const TcpSrcSegment *)op->segs, op->n_segs,
+                          op_on_send_done, op);
+        if (r < 0) {
+                op_complete(op, KVD_E_PEER_LOST, "cannot send to rank %" PRIu32 ": %s", l->dst,
+                            strerror(-r));
+                return;
+        }
+        op->ready_spent = true;
+        op->job = true;
+        op->data = p->data;
+        op->peer = p;
+        op->state = OP_DATA;
+}
+
+/* ---- ops on one daemon ---- */
+
+static DomainOp *lane_find(Lane *l, uint64_t seq, bool send)
+{
+        DomainOp *op;
+
+        CLIST_FOREACH(op, &l->ops, link_lane)
+                if (op->seq == seq && op->send == send)
+                        return op;
+        return NULL;
+}
+
+static void local_on_copied(EngineTask *task, int status, void *userdata)
+{
+        DomainOp *s = userdata, *r = s->partner;
+
+        s->task = NULL;
+        s->partner = r->partner = NULL;
+        if (status == 0) {
+                op_complete(s, KVD_OK, "%s", "");
+                op_complete(r, KVD_OK, "%s", "");
+                return;
+        }
+        op_complete(s, s->status ?: r->status ?: KVD_E_FAILED, "%s",
+                    s->status ? s->err.msg : r->err.msg);
+        op_complete(r, r->status ?: s->status ?: KVD_E_FAILED, "%s",
+                    r->status ? r->err.msg : s->err.msg);
+}
+
+/* Builds the copies of two segment lists that add up to the same bytes. */
+static int local_copies(const DomainOp *s, const DomainOp *r, EngineCopy **ret, size_t *ret_n)
+{
+        size_t cap = s->n_segs + r->n_segs, n = 0, i = 0, j = 0, oi = 0, oj = 0;
+        EngineCopy *c = calloc(cap ? cap : 1, sizeof(*c));
+
+        if (!c)
+                return -ENOMEM;
+        while (i < s->n_segs && j < r->n_segs) {
+                size_t len = MIN(s->segs[i].len - oi, r->segs[j].len - oj);
+
+                assert(n < cap);
+                c[n++] = (EngineCopy){ (uint8_t *)r->segs[j].dst + oj,
+                                       (const uint8_t *)s->segs[i].dst + oi, len };
+                oi += len;
+                oj += len;
+                if (oi == s->segs[i].len) {
+                        i++;
+                        oi = 0;
+                }
+                if (oj == r->segs[j].len) {
+                        j++;
+                        oj = 0;
+                }
+        }
+        *ret = c;
+        *ret_n = n;
+        return 0;
+}
+
+static void op_local_match(DomainOp *s, DomainOp *r)
+{
+        Lane *l = s->lane;
+        char buf[ERROR_MSG_MAX];
+        EngineCopy *copies = NULL;
+        EngineTask *task;
+        size_t n = 0;
+        int k;
+
+        k = desc_compare(&s->desc, &r->desc, l->src, l->dst, buf, sizeof(buf));
+        if (k < 0) {
+                op_complete(s, k, "%s", buf);
+                op_complete(r, k, "%s", buf);
+                return;
+        }
+        k = local_copies(s, r, &copies, &n);
+        if (k >= 0)
+                k = engine_submit(l->dom->daemon->engine, copies, n, 0, local_on_copied, s, &task);
+        free(copies);
+        if (k < 0) {
+                op_complete(s, KVD_E_OUT_OF_MEMORY, "cannot start the copy: %s", strerror(-k));
+                op_complete(r, KVD_E_OUT_OF_MEMORY, "cannot start the copy: %s", strerror(-k));
+                return;
+        }
+        s->task = task;
+        s->partner = r;
+        r->partner = s;
+        s->state = r->state = OP_DATA;
+}
+
+/* ---- posting and cancelling ---- */
+
+static void op_take_word(DomainOp *op, const LaneWord *w);
+
+void op_assign(DomainOp *op, Lane *lane, bool send)
+{
+        LaneWord *w, *tmp;
+
+        op->lane = lane;
+        op->send = send;
+        op->seq = send ? lane->next_send_seq++ : lane->next_recv_seq++;
+        op->state = OP_ASSIGNED;
+        clist_link_tail(&lane->ops, &op->link_lane);
+        CLIST_FOREACH_SAFE(w, tmp, &lane->words, link)
+                if (w->seq == op->seq) {
+                        clist_unlink(&w->link);
+                        lane->n_words--;
+                        op_take_word(op, w);
+                        free(w);
+                }
+}
+
+void op_post(DomainOp *op)
+{
+        Lane *l = op->lane;
+        Domain *dom = l->dom;
+        DomainOp *partner;
+        Peer *p;
+        int r;
+
+        if (op->state != OP_ASSIGNED)
+                return;
+        op->state = OP_POSTED;
+        if (l->local) {
+                partner = lane_find(l, op->seq, !op->send);
+                if (partner && partner->state == OP_POSTED)
+                        op_local_match(op->send ? op : partner, op->send ? partner : op);
+                else if (!partner && op->seq < (op->send ? l->next_recv_seq : l->next_send_seq))
+                        op_complete(op, KVD_E_FAILED, "rank %" PRIu32 " gave up on this message",
+                                    op->send ? l->dst : l->src);
+                return;
+        }
+        if (op->have_word) {
+                op_complete(op, op->word_status, "%s", op->word_msg);
+                return;
+        }
+        if (op->send) {
+                if (op->have_ready)
+                        op_remote_match(op);
+                return;
+        }
+        p = domain_rank_peer(dom, l->src);
+        if (!p || !p->data) {
+                op_complete(op, KVD_E_PEER_LOST, "the daemon of rank %" PRIu32 " is not "
+                            "connected", l->src);
+                return;
+        }
+        op->job_id = lane_job_id(dom->id, l->src, l->dst, op->seq);
+        r = tcp_data_recv(p->data, op->job_id, op->segs, op->n_segs, op_on_recv_done, op);
+        if (r < 0) {
+                op_complete(op, KVD_E_PEER_LOST, "cannot receive from rank %" PRIu32 ": %s",
+                            l->src, strerror(-r));
+                return;
+        }
+        op->job = true;
+        op->data = p->data;
+        op->peer = p;
+        op->state = OP_DATA;
+        lane_word_send(l, p, XFER_READY, op->seq, &op->desc, KVD_OK, NULL);
+}
+
+void op_cancel(DomainOp *op, int status, const char *fmt, ...)
+{
+        Lane *l = op->lane;
+        DomainOp *partner;
+        va_list ap;
+
+        if (op->state == OP_DONE)
+                return;
+        if (op->status == KVD_OK) {
+                op->status = status;
+                va_start(ap, fmt);
+                error_setv(&op->err, status, fmt, ap);
+                va_end(ap);
+        }
+        if (l->local) {
+                if (op->state == OP_DATA) {
+                        DomainOp *s = op->send ? op : op->partner;
+
+                        engine_cancel(s->task);
+                        return;
+                }
+                partner = lane_find(l, op->seq, !op->send);
+                op_complete(op, op->status, "%s", op->err.msg);
+                if (partner && partner->state == OP_POSTED)
+                        op_complete(partner, KVD_E_FAILED, "rank %" PRIu32 " gave up on this "
+                                    "message: %s", op->send ? l->src : l->dst, op->err.msg);
+                return;
+        }
+        switch (op->state) {
+        case OP_ASSIGNED:
+        case OP_POSTED:
+                if (op->send) {
+                        lane_word_send(l, op->have_ready ? op->ready_peer : NULL,
+                                       XFER_SEND_CANCEL, op->seq, NULL, op->status, op->err.msg);
+                } else
+                        lane_word_send(l, NULL, XFER_RECV_CANCEL, op->seq, NULL, op->status,
+                                       op->err.msg);
+                op_complete(op, op->status, "%s", op->err.msg);
+                return;
+        case OP_DATA:
+                if (op->send) {
+                        lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, op->status,
+                                       op->err.msg);
+                        tcp_data_cancel_send(op->data, op->job_id);
+                } else {
+                        lane_word_send(l, op->peer, XFER_RECV_CANCEL, op->seq, NULL, op->status,
+                                       op->err.msg);
+                        tcp_data_cancel_recv(op->data, op->job_id);
+                }
+                return;
+        case OP_WAIT_WORD:
+                op_complete(op, op->status, "%s", op->err.msg);
+                return;
+        case OP_DONE:
+                break;
+        }
+}
+
+/* ---- words from the other end ---- */
+
+static void op_take_word(DomainOp *op, const LaneWord *w)
+{
+        Lane *l = op->lane;
+        const char *who = op->send ? "the receiver" : "the sender";
+
+        if (w->kind == XFER_READY) {
+                if (!op->send || op->have_ready)
+                        return;
+                op->have_ready = true;
+                op->ready = w->desc;
+                op->ready_peer = w->peer;
+                if (op->state == OP_POSTED)
+                        op_remote_match(op);
+                return;
+        }
+        if (op->have_word)
+                return;
+        op->have_word = true;
+        op->word_status = w->kind == XFER_DONE ? w->status
+                          : w->status < 0      ? w->status
+                                               : KVD_E_FAILED;
+        if (w->kind == XFER_DONE && w->status == KVD_OK)
+                op->word_msg[0] = '\0';
+        else
+                (void)snprintf(op->word_msg, sizeof(op->word_msg), "%s (rank %" PRIu32 ") %s: %.160s",
+                               who, op->send ? l->dst : l->src,
+                               w->kind == XFER_MISMATCH ? "describes the message differently"
+                               : w->kind == XFER_DONE   ? "could not land the bytes"
+                                                        : "gave up",
+                               w->msg);
+        switch (op->state) {
+        case OP_ASSIGNED:
+                return;         /* fails when it is posted */
+        case OP_POSTED:
+                op_complete(op, op->word_status, "%s", op->word_msg);
+                return;
+        case OP_DATA:
+                if (op->send && w->kind != XFER_DONE)
+                        tcp_data_cancel_send(op->data, op->job_id);
+                else if (!op->send)
+                        tcp_data_cancel_recv(op->data, op->job_id);
+                return;
+        case OP_WAIT_WORD:
+                op_complete(op, op->word_status, "%s", op->word_msg);
+                return;
+        case OP_DONE:
+                return;
+        }
+}
+
+void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+{
+        const Kvdist__V1__PeerDomainXfer *m = (const Kvdist__V1__PeerDomainXfer *)msg;
+        DomainRegistry *reg = p->daemon->domains;
+        bool from_receiver = m->kind == XFER_READY || m->kind == XFER_DONE ||
+                             m->kind == XFER_RECV_CANCEL;
+        uint32_t remote;
+        LaneWord w = { .kind = (XferKind)m->kind, .seq = m->seq, .peer = p };
+        Domain *dom;
+        DomainOp *op;
+        Lane *l;
+
+        dom = reg ? domain_find_id(reg, m->dst_domain_id) : NULL;
+        if (!dom || m->kind < XFER_READY || m->kind > XFER_SEND_CANCEL ||
+            m->src_rank >= dom->n_ranks || m->dst_rank >= dom->n_ranks)
+                goto refuse;
+        remote = from_receiver ? m->dst_rank : m->src_rank;
+        l = dom->lanes[m->src_rank][m->dst_rank];
+        if (!l || l->local || dom->ranks[remote].local ||
+            dom->ranks[remote].domain_id != m->src_domain_id)
+                goto refuse;
+        desc_from_proto(m->desc, &w.desc);
+        w.status = m->status && m->status->code < 0 && m->status->code >= _KVD_E_MIN
+                           ? m->status->code
+                           : (m->status && m->status->code == 0 ? KVD_OK : KVD_E_FAILED);
+        (void)snprintf(w.msg, sizeof(w.msg), "%.200s",
+                       m->status && m->status->detail ? m->status->detail : "");
+
+        op = lane_find(l, m->seq, from_receiver);
+        if (op) {
+                op_take_word(op, &w);
+                return;
+        }
+        if (m->seq < (from_receiver ? l->next_send_seq : l->next_recv_seq)) {
+                /* About a message already over here; a READY still needs its job aborted. */
+                if (m->kind == XFER_READY)
+                        lane_abort_job(l, p, m->seq, w.desc.bytes);
+                return;
+        }
+        if (m->kind == XFER_DONE)
+                goto refuse;
+        if (m->kind == XFER_RECV_CANCEL) {
+                LaneWord *r, *rtmp;
+
+                /* The receiver gave up before our send was even assigned: its job needs no
+                 * wait for that send. */
+                CLIST_FOREACH_SAFE(r, rtmp, &l->words, link)
+                        if (r->kind == XFER_READY && r->seq == m->seq) {
+                                lane_abort_job(l, r->peer, r->seq, r->desc.bytes);
+                                clist_unlink(&r->link);
+                                l->n_words--;
+                                free(r);
+                        }
+        }
+        if (l->n_words >= LANE_MAX_WORDS) {
+                domain_fail(dom, KVD_E_PROTOCOL_MISMATCH, false, "rank %" PRIu32 " sent more "
+                            "than %d messages ahead", remote, LANE_MAX_WORDS);
+                return;
+        }
+        {
+                LaneWord *copy = malloc(sizeof(*copy));
+
+                if (!copy) {
+                        domain_fail(dom, KVD_E_OUT_OF_MEMORY, false, "out of memory");
+                        return;
+                }
+                *copy = w;
+                clist_link_tail(&l->words, &copy->link);
+                l->n_words++;
+        }
+        return;
+refuse:
+        p->daemon->counters.peer_requests_refused++;
+}
+
+void lanes_peer_lost(Domain *dom, Peer *p)
+{
+        for (uint32_t s = 0; s < dom->n_ranks; s++)
+                for (uint32_t t = 0; t < dom->n_ranks; t++) {
+                        Lane *l = dom->lanes[s][t];
+                        LaneWord *w, *wtmp;
+                        DomainOp *op, *tmp;
+
+                        if (!l || l->local)
+                                continue;
+                        CLIST_FOREACH_SAFE(w, wtmp, &l->words, link)
+                                if (w->peer == p) {
+                                        clist_unlink(&w->link);
+                                        l->n_words--;
+                                        free(w);
+                                }
+                        CLIST_FOREACH_SAFE(op, tmp, &l->ops, link_lane) {
+                                if (op->ready_peer == p) {
+                                        op->ready_peer = NULL;
+                                        op->have_ready = false;
+                                }
+                                if (op->peer != p)
+                                        continue;
+                                /* A job's callback comes with the data plane's end. */
+                                op->peer = NULL;
+                                if (!op->job && op->state == OP_WAIT_WORD)
+                                        op_complete(op, KVD_E_PEER_LOST, "the daemon of rank %"
+                                                    PRIu32 " was lost", op->send ? t : s);
+                        }
+                }
+}

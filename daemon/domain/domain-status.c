@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/* Comm domains as kvdistctl and Prometheus see them. */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include <jansson.h>
+#include <kvdist/kvdist.h>
+
+#include "cluster.h"
+#include "daemon.h"
+#include "domain-internal.h"
+#include "metrics-text.h"
+#include "peer.h"
+
+static void set(json_t *o, const char *key, json_t *v, bool *ok)
+{
+        if (!v || json_object_set_new(o, key, v) < 0)
+                *ok = false;
+}
+
+static void append(json_t *a, json_t *v, bool *ok)
+{
+        if (!v || json_array_append_new(a, v) < 0)
+                *ok = false;
+}
+
+static json_t *json_u64(uint64_t v)
+{
+        return json_integer((json_int_t)v);
+}
+
+static const char *algorithm_name(int a)
+{
+        return a == KVD_ALGO_RING ? "ring" : a == KVD_ALGO_MESH ? "mesh" : "auto";
+}
+
+static json_t *resources(unsigned threads, unsigned notifies, unsigned channels, bool *ok)
+{
+        json_t *o = json_object();
+
+        set(o, "threads", json_integer(threads), ok);
+        set(o, "notifies", json_integer(notifies), ok);
+        set(o, "channels", json_integer(channels), ok);
+        return o;
+}
+
+static json_t *member_json(const Domain *dom, uint32_t r, bool *ok)
+{
+        const DomainRank *x = &dom->ranks[r];
+        const Peer *p = x->local ? NULL : x->peer;
+        json_t *o = json_object();
+
+        set(o, "rank", json_integer(r), ok);
+        set(o, "cluster_id", json_u64(x->cluster_id), ok);
+        set(o, "address", json_string(x->address), ok);
+        set(o, "server_id", json_string(x->server_id), ok);
+        set(o, "device_id", json_integer(x->device_id), ok);
+        set(o, "local", json_boolean(x->local), ok);
+        set(o, "joined", json_boolean(x->local ? x->joined : x->ever_joined), ok);
+        set(o, "ready", json_boolean(x->ready), ok);
+        set(o, "peer", p && p->state == PEER_READY ? json_string(p->address[0] ? p->address
+                                                                              : p->remote)
+                                                 : json_null(),
+            ok);
+        return o;
+}
+
+/* The lanes with rank @o, seen from the local members. */
+static json_t *channel_json(const Domain *dom, uint32_t o, bool *ok)
+{
+        uint64_t sends = 0, recvs = 0, sent = 0, received = 0;
+        json_t *c = json_object();
+
+        for (uint32_t m = 0; m < dom->n_ranks; m++) {
+                const Lane *out = dom->lanes[m][o], *in = dom->lanes[o][m];
+
+                if (m == o || !dom->ranks[m].local)
+                        continue;
+                if (out) {
+                        sends += out->n_msgs;
+                        sent += out->bytes;
+                }
+                if (in) {
+                        recvs += in->n_msgs;
+                        received += in->bytes;
+                }
+        }
+        set(c, "rank", json_integer(o), ok);
+        set(c, "cluster_id", json_u64(dom->ranks[o].cluster_id), ok);
+        set(c, "transport", json_string(dom->ranks[o].local ? "shm" : "tcp"), ok);
+        set(c, "messages_sent", json_u64(sends), ok);
+        set(c, "messages_received", json_u64(recvs), ok);
+        set(c, "bytes_sent", json_u64(sent), ok);
+        set(c, "bytes_received", json_u64(received), ok);
+        return c;
+}
+
+static json_t *domain_json(const Domain *dom, usec_t now, unsigned queue_pos, bool *ok)
+{
+        json_t *o = json_object(), *members = json_array(), *local = json_array(),
+               *channels = json_array(), *res = json_object();
+        unsigned n = dom->n_ranks;
+
+        set(o, "comm_id", json_u64(dom->id), ok);
+        set(o, "comm_name", json_string(dom->name), ok);
+        set(o, "state", json_string(domain_state_to_string(dom->state)), ok);
+        set(o, "setup", json_string(dom->state != DOMAIN_PREPARING ? "done"
+                                    : dom->setup == SETUP_QUEUED   ? "queued"
+                                    : dom->setup == SETUP_ACTIVE   ? "in_progress"
+                                                                   : "waiting"),
+            ok);
+        set(o, "queue_position", queue_pos ? json_integer(queue_pos) : json_null(), ok);
+        set(o, "status", dom->state == DOMAIN_FAILED ? json_string(kvd_strerror(dom->fail_code))
+                                                     : json_null(),
+            ok);
+        set(o, "reason", json_string(dom->reason), ok);
+        set(o, "ranks", json_integer(n), ok);
+        for (uint32_t r = 0; r < n; r++) {
+                append(members, member_json(dom, r, ok), ok);
+                if (dom->ranks[r].local && dom->ranks[r].joined)
+                        append(local, json_integer(r), ok);
+        }
+        set(o, "members", members, ok);
+        set(o, "local_ranks", local, ok);
+        /* auto picks ring for broadcasts of 1 MiB and more among 3 or more members. */
+        set(o, "algorithm", json_string(n >= 3 ? "auto: ring for broadcasts from 1 MiB, else mesh"
+                                               : "auto: mesh (2 members)"),
+            ok);
+        set(o, "last_algorithm", dom->last_algorithm ? json_string(algorithm_name(dom->last_algorithm))
+                                                     : json_null(),
+            ok);
+        /* Acquired when the domain formed: per rank, the seed's model of each algorithm. */
+        set(o, "resources_acquired", json_boolean(dom->state == DOMAIN_OK), ok);
+        set(res, "ring", resources(2, 4, 2, ok), ok);
+        set(res, "mesh", resources(n - 1, 2 * (n - 1), n - 1, ok), ok);
+        set(o, "resources", res, ok);
+        for (uint32_t r = 0; r < n; r++) {
+                bool other = false;
+
+                for (uint32_t m = 0; m < n; m++)
+                        other = other || (m != r && dom->ranks[m].local);
+                if (other)
+                        append(channels, channel_json(dom, r, ok), ok);
+        }
+        set(o, "channels", channels, ok);
+        set(o, "calls_in_flight", json_integer(dom->n_calls), ok);
+        set(o, "calls_ok", json_u64(dom->counters.calls_ok), ok);
+        set(o, "calls_failed", json_u64(dom->counters.calls_failed), ok);
+        set(o, "bytes_sent", json_u64(dom->counters.bytes_sent), ok);
+        set(o, "bytes_received", json_u64(dom->counters.bytes_received), ok);
+        set(o, "age_s", json_real((double)(now - dom->created_usec) / USEC_PER_SEC), ok);
+        set(o, "formed_ms", dom->ok_usec ? json_u64((dom->ok_usec - dom->created_usec) /
+                                                    USEC_PER_MSEC)
+                                         : json_null(),
+            ok);
+        return o;
+}
+
+json_t *domain_status_json(Daemon *d)
+{
+        usec_t now = now_usec(CLOCK_MONOTONIC);
+        DomainRegistry *reg = d->domains;
+        json_t *a = json_array();
+        const Domain *dom;
+        bool ok = a != NULL;
+
+        if (!reg)
+                return a;
+        CLIST_FOREACH(dom, &reg->domains, link_reg) {
+                unsigned pos = 0, i = 0;
+                const Domain *q;
+
+                if (dom->setup == SETUP_QUEUED)
+                        CLIST_FOREACH(q, &reg->queue, link_queue) {
+                                i++;
+                                if (q == dom)
+                                        pos = i;
+                        }
+                append(a, domain_json(dom, now, pos, &ok), &ok);
+        }
+        if (!ok) {
+                json_decref(a);
+                return NULL;
+        }
+        return a;
+}
+
+void domain_metrics_family(MetricsWriter *w, Daemon *d)
+{
+        static const char *const ops[] = { "batch_send_recv", "broadcast", "all_gather" };
+        DomainRegistry *reg = d->domains;
+        uint64_t by_state[_DOMAIN_STATE_MAX] = { 0 };
+        const Domain *dom;
+
+        if (!reg)
+                return;
+        CLIST_FOREACH(dom, &reg->domains, link_reg)
+                by_state[dom->state]++;
+        metrics_family(w, "kvdist_domains", "gauge", "Comm domains, by state");
+        for (int s = 0; s < _DOMAIN_STATE_MAX; s++)
+                metrics_sample_u64(w, "kvdist_domains",
+                                   METRICS_LABELS({ "state", domain_state_to_string(s) }),
+                                   by_state[s]);
+        metrics_family(w, "kvdist_domain_setups", "gauge",
+                       "Comm domain set-ups reaching out to other daemons, and queued ones");
+        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({ "phase", "in_progress" }),
+                           reg->n_active);
+        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({ "phase", "queued" }),
+                           reg->n_queued);
+        metrics_family(w, "kvdist_domains_formed_total", "counter", "Comm domains that became OK");
+        metrics_sample_u64(w, "kvdist_domains_formed_total", NULL, reg->formed);
+        metrics_family(w, "kvdist_domains_failed_total", "counter", "Comm domains that failed");
+        metrics_sample_u64(w, "kvdist_domains_failed_total", NULL, reg->failed);
+        metrics_family(w, "kvdist_domain_operations_total", "counter",
+                       "Batch send/recv and collective calls completed, by outcome");
+        for (int op = 0; op < 3; op++)
+                for (int f = 0; f < 2; f++)
+                        metrics_sample_u64(w, "kvdist_domain_operations_total",
+                                           METRICS_LABELS({ "op", ops[op] },
+                                                          { "result", f ? "failed" : "ok" }),
+                                           reg->calls[op][f]);
+        metrics_family(w, "kvdist_domain_bytes_total", "counter",
+                       "Bytes domain operations sent and received");
+        metrics_sample_u64(w, "kvdist_domain_bytes_total", METRICS_LABELS({ "direction", "sent" }),
+                           reg->bytes_sent);
+        metrics_sample_u64(w, "kvdist_domain_bytes_total",
+                           METRICS_LABELS({ "direction", "received" }), reg->bytes_received);
+}

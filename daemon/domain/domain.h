@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Comm domains: LLM-DataDist's two-sided link(comm_name, cluster_rank_info, rank_table). Every
+ * member cluster calls kvd_link(); the daemons of the members find each other through the rank
+ * table, agree on it, link each member's cluster to every other member's with ordinary links
+ * (so pull and push inside a domain are the link_clusters paths), and the domain is OK once
+ * every member's caches are known to every other member. Batch send/recv and the broadcast and
+ * all-gather collectives then run between the members over the TCP data plane (or as copies
+ * between members on one daemon).
+ *
+ * This header is what the rest of the daemon calls; the peer handlers are in peer-handlers.h.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+
+struct json_t;
+typedef struct Cluster Cluster;
+typedef struct Daemon Daemon;
+typedef struct DomainRegistry DomainRegistry;
+typedef struct MetricsWriter MetricsWriter;
+typedef struct Peer Peer;
+typedef struct Request Request;
+
+/* Creates the daemon's (empty) set of domains. -ENOMEM. */
+int domain_registry_new(Daemon *d, DomainRegistry **ret);
+
+/*
+ * Frees every domain (daemon_free(), after the data planes and the copy engine ran their
+ * completions). Accepts NULL; returns NULL.
+ */
+DomainRegistry *domain_registry_free(DomainRegistry *reg);
+
+/* The daemon is stopping: domain operations in flight fail with DAEMON_UNAVAILABLE. */
+void domain_stop_all(Daemon *d);
+
+/* Domain operations still answering a client (daemon_check_stopped() waits for them). */
+unsigned domain_calls_in_flight(const Daemon *d);
+
+/*
+ * @c is detaching (finalize or crash): every domain it is a member of fails, here and on the
+ * other members' daemons, and its operations stop. Call before its links are torn down.
+ */
+void domain_cluster_gone(Cluster *c);
+
+/* @p is being lost: domains with a member behind it fail; their operations over it stop. */
+void domain_on_peer_lost(Peer *p, int status);
+
+/* Whether @c joined a domain (memory it registers afterwards is not exposed by default). */
+bool domain_cluster_has_domains(const Cluster *c);
+
+/* Whether a domain is linking @c to @remote_cluster_id right now (link_clusters waits). */
+bool domain_pair_link_in_progress(const Cluster *c, uint64_t remote_cluster_id);
+
+/*
+ * Takes the local_comm_res of a cluster that is attaching (NULL or "": generated from the
+ * daemon's peer address and the cluster's device). PARAM_INVALID with @err for a fragment that
+ * does not parse or does not describe this daemon.
+ */
+int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err);
+
+/* The status document's "domains" array (status.c). NULL when out of memory. */
+struct json_t *domain_status_json(Daemon *d);
+
+/* The kvdist_domain* metric families. */
+void domain_metrics_family(MetricsWriter *w, Daemon *d);
+
+/* Client requests (dispatch.c). */
+int handle_domain_link(Request *req, Error *err);
+int handle_domain_unlink(Request *req, Error *err);
+int handle_domain_query(Request *req, Error *err);
+int handle_domain_send_recv(Request *req, Error *err);
+int handle_domain_broadcast(Request *req, Error *err);
+int handle_domain_all_gather(Request *req, Error *err);

@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: MIT */
+/* Rank table: the HCCL "1.0" JSON form of a comm domain's members, parsed and checked. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <kvdist/kvdist.h>
+
+#include "rank-table.h"
+
+#define PATH_MAX_LEN 96
+
+typedef struct Ctx {
+        const char *what;       /* "rank_table", "local_comm_res" */
+        Error *err;
+} Ctx;
+
+static int ctx_fail(const Ctx *c, const char *path, const char *fmt, ...) _printf_(3, 4);
+static int ctx_fail(const Ctx *c, const char *path, const char *fmt, ...)
+{
+        char msg[ERROR_MSG_MAX];
+        va_list ap;
+
+        va_start(ap, fmt);
+        (void)vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        return error_set(c->err, KVD_E_PARAM_INVALID, "%s: %s%s%s", c->what, path,
+                         path[0] ? ": " : "", msg);
+}
+
+int rank_table_parse_address(const char *s, char *buf, size_t size)
+{
+        struct sockaddr_storage sa;
+        socklen_t len;
+
+        if (!s || sockaddr_parse(s, RANK_TABLE_DEFAULT_PORT, &sa, &len) < 0)
+                return -EINVAL;
+        return sockaddr_format((struct sockaddr *)&sa, len, buf, size) < 0 ? -EINVAL : 0;
+}
+
+/* A non-negative number no larger than @max, written as a decimal string or a JSON integer. */
+static int get_uint(const Ctx *c, json_t *v, const char *path, uint64_t max, uint64_t *ret)
+{
+        uint64_t n = 0;
+
+        if (json_is_integer(v)) {
+                if (json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
+                        return ctx_fail(c, path, "%" JSON_INTEGER_FORMAT " is outside [0, %"
+                                        PRIu64 "]", json_integer_value(v), max);
+                *ret = (uint64_t)json_integer_value(v);
+                return 0;
+        }
+        if (!json_is_string(v))
+                return ctx_fail(c, path, "expected a number (\"0\" or 0)");
+        {
+                const char *s = json_string_value(v);
+                size_t len = json_string_length(v);
+
+                if (len == 0 || len > 10 || strlen(s) != len)
+                        return ctx_fail(c, path, "\"%.32s\" is not a decimal number", s);
+                for (size_t i = 0; i < len; i++) {
+                        if (s[i] < '0' || s[i] > '9')
+                                return ctx_fail(c, path, "\"%.32s\" is not a decimal number", s);
+                        n = n * 10 + (uint64_t)(s[i] - '0');
+                }
+                if (n > max)
+                        return ctx_fail(c, path, "%" PRIu64 " is outside [0, %" PRIu64 "]", n,
+                                        max);
+        }
+        *ret = n;
+        return 0;
+}
+
+static int get_string(const Ctx *c, json_t *v, const char *path, size_t max, const char **ret)
+{
+        const char *s;
+
+        if (!json_is_string(v))
+                return ctx_fail(c, path, "expected a string");
+        s = json_string_value(v);
+        if (strlen(s) != json_string_length(v))
+                return ctx_fail(c, path, "contains a NUL byte");
+        if (json_string_length(v) == 0 || json_string_length(v) > max)
+                return ctx_fail(c, path, "must be 1..%zu characters", max);
+        for (const char *p = s; *p; p++)
+                if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                        return ctx_fail(c, path, "contains a control character");
+        *ret = s;
+        return 0;
+}
+
+/* Fails for a key of @obj that is not in the NULL-terminated @known. */
+static int check_keys(const Ctx *c, json_t *obj, const char *path, const char *const *known)
+{
+        const char *key;
+        json_t *v;
+
+        json_object_foreach(obj, key, v) {
+                bool ok = false;
+
+                for (size_t i = 0; known[i] && !ok; i++)
+                        ok = strcmp(key, known[i]) == 0;
+                if (!ok)
+                        return ctx_fail(c, path, "unknown key \"%.32s\"", key);
+        }
+        return 0;
+}
+
+static json_t *need(const Ctx *c, json_t *obj, const char *path, const char *key, int *r)
+{
+        json_t *v = json_object_get(obj, key);
+
+        if (!v)
+                *r = ctx_fail(c, path, "\"%s\" is missing", key);
+        return v;
+}
+
+static int parse_header(const Ctx *c, json_t *root, bool fragment, json_t **ret_servers)
+{
+        static const char *const keys[] = { "version", "server_count", "server_list", "status",
+                                            NULL };
+        json_t *v, *servers;
+        uint64_t count;
+        int r = 0;
+
+        if (!json_is_object(root))
+                return ctx_fail(c, "", "expected a JSON object");
+        r = check_keys(c, root, "", keys);
+        if (r < 0)
+                return r;
+        v = json_object_get(root, "version");
+        if (!v && !fragment)
+                return ctx_fail(c, "", "\"version\" is missing (kvdist reads the \"1.0\" form)");
+        if (v && (!json_is_string(v) || strcmp(json_string_value(v), "1.0") != 0))
+                return ctx_fail(c, "version", "only the \"1.0\" form is supported");
+        v = json_object_get(root, "status");
+        if (v && (!json_is_string(v) || strcmp(json_string_value(v), "completed") != 0))
+                return ctx_fail(c, "status", "must be \"completed\" (a table still being filled "
+                                "in cannot form a domain)");
+        servers = need(c, root, "", "server_list", &r);
+        if (!servers)
+                return r;
+        if (!json_is_array(servers) || json_array_size(servers) == 0)
+                return ctx_fail(c, "server_list", "expected a non-empty array");
+        v = json_object_get(root, "server_count");
+        if (!v && !fragment)
+                return ctx_fail(c, "", "\"server_count\" is missing");
+        if (v) {
+                r = get_uint(c, v, "server_count", UINT32_MAX, &count);
+                if (r < 0)
+                        return r;
+                if (count != json_array_size(servers))
+                        return ctx_fail(c, "server_count", "%" PRIu64 ", but server_list "
+                                        "has %zu entries", count, json_array_size(servers));
+        }
+        *ret_servers = servers;
+        return 0;
+}
+
+/* One device entry; @with_rank says whether rank_id is required (table) or refused (fragment). */
+static int parse_device(const Ctx *c, json_t *dev, const char *path, bool with_rank,
+                        RankDevice *ret)
+{
+        static const char *const keys[] = { "device_id", "device_ip", "rank_id", NULL };
+        char p[PATH_MAX_LEN + 16];
+        const char *ip;
+        uint64_t n;
+        json_t *v;
+        int r = 0;
+
+        if (!json_is_object(dev))
+                return ctx_fail(c, path, "expected an object");
+        r = check_keys(c, dev, path, keys);
+        if (r < 0)
+                return r;
+        v = need(c, dev, path, "device_id", &r);
+        if (!v)
+                return r;
+        (void)snprintf(p, sizeof(p), "%.*s.device_id", PATH_MAX_LEN - 1, path);
+        r = get_uint(c, v, p, INT32_MAX, &n);
+        if (r < 0)
+                return r;
+        ret->device_id = (int32_t)n;
+        v = need(c, dev, path, "device_ip", &r);
+        if (!v)
+                return r;
+        (void)snprintf(p, sizeof(p), "%.*s.device_ip", PATH_MAX_LEN - 1, path);
+        r = get_string(c, v, p, SOCKADDR_STR_MAX - 1, &ip);
+        if (r < 0)
+                return r;
+        if (rank_table_parse_address(ip, ret->device_ip, sizeof(ret->device_ip)) < 0)
+                return ctx_fail(c, p, "\"%.48s\" is not a numeric address (\"ip\", \"ip:port\" or "
+                                "\"[v6]:port\" of the member's kvdistd)", ip);
+        v = json_object_get(dev, "rank_id");
+        (void)snprintf(p, sizeof(p), "%.*s.rank_id", PATH_MAX_LEN - 1, path);
+        if (!with_rank) {
+                if (v)
+                        return ctx_fail(c, p, "belongs in the rank table given to link, not in "
+                                        "local_comm_res");
+                return 0;
+        }
+        if (!v)
+                return ctx_fail(c, path, "\"rank_id\" is missing");
+        r = get_uint(c, v, p, UINT32_MAX, &n);
+        if (r < 0)
+                return r;
+        ret->rank = (uint32_t)n;
+        return 0;
+}
+
+static int parse_server(const Ctx *c, json_t *server, const char *path, bool with_rank,
+                        RankDevice *devs, size_t max, size_t *n_devs)
+{
+        static const char *const keys[] = { "server_id", "device", "host_nic_ip", NULL };
+        char p[PATH_MAX_LEN];
+        const char *id;
+        json_t *devices, *v;
+        size_t i, first = *n_devs;
+        int r = 0;
+
+        if (!json_is_object(server))
+                return ctx_fail(c, path, "expected an object");
+        r = check_keys(c, server, path, keys);
+        if (r < 0)
+                return r;
+        v = need(c, server, path, "server_id", &r);
+        if (!v)
+                return r;
+        (void)snprintf(p, sizeof(p), "%s.server_id", path);
+        r = get_string(c, v, p, RANK_TABLE_ID_MAX - 1, &id);
+        if (r < 0)
+                return r;
+        devices = need(c, server, path, "device", &r);
+        if (!devices)
+                return r;
+        (void)snprintf(p, sizeof(p), "%s.device", path);
+        if (!json_is_array(devices) || json_array_size(devices) == 0)
+                return ctx_fail(c, p, "expected a non-empty array");
+        json_array_foreach(devices, i, v) {
+                RankDevice *d;
+
+                if (*n_devs >= max)
+                        return ctx_fail(c, p, "more than %zu devices in all%s", max,
+                                        with_rank ? " (a comm domain has 2..4 members)"
+                                                  : " (local_comm_res describes one device)");
+                d = &devs[(*n_devs)++];
+                *d = (RankDevice){ 0 };
+                (void)snprintf(d->server_id, sizeof(d->server_id), "%s", id);
+                (void)snprintf(p, sizeof(p), "%s.device[%zu]", path, i);
+                r = parse_device(c, v, p, with_rank, d);
+                if (r < 0)
+                        return r;
+                for (size_t k = first; k + 1 < *n_devs; k++) {
+                        if (devs[k].device_id == d->device_id)
+                                return ctx_fail(c, p, "device_id %" PRId32 " appears twice in "
+                                                "server %s", d->device_id, id);
+                        /* One kvdistd serves every device of a server. */
+                        if (strcmp(devs[k].device_ip, d->device_ip) != 0)
+                                return ctx_fail(c, p, "device_ip %s differs from %s of device %"
+                                                PRId32 ": one kvdistd serves all devices of a "
+                                                "server", d->device_ip, devs[k].device_ip,
+                                                devs[k].device_id);
+                }
+        }
+        return 0;
+}
+
+/* Parses @json into a jansson tree, refusing what is too large or not JSON. */
+static json_t *load(const Ctx *c, const char *json, int *r)
+{
+        json_error_t jerr;
+        json_t *root;
+        size_t len = json ? strlen(json) : 0;
+
+        if (len == 0) {
+                *r = ctx_fail(c, "", "empty");
+                return NULL;
+        }
+        if (len > RANK_TABLE_MAX_BYTES) {
+                *r = ctx_fail(c, "", "%zu bytes, at most %u", len, RANK_TABLE_MAX_BYTES);
+                return NULL;
+        }
+        root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root)
+                *r = json_error_code(&jerr) == json_error_out_of_memory
+                             ? error_set(c->err, KVD_E_OUT_OF_MEMORY, "out of memory")
+                             : ctx_fail(c, "", "line %d, column %d: %s", jerr.line, jerr.column,
+                                        jerr.text);
+        return root;
+}
+
+int rank_table_parse(const char *json, RankTable *ret, Error *err)
+{
+        const Ctx c = { "rank_table", err };
+        _cleanup_(json_decrefp) json_t *root = NULL;
+        RankDevice devs[RANK_TABLE_MAX_RANKS];
+        RankTable t = { 0 };
+        size_t n = 0, i;
+        json_t *servers, *s;
+        int r = 0;
+
+        root = load(&c, json, &r);
+        if (!root)
+                return r;
+        r = parse_header(&c, root, false, &servers);
+        if (r < 0)
+                return r;
+        json_array_foreach(servers, i, s) {
+                char p[PATH_MAX_LEN];
+                size_t first = n;
+
+                (void)snprintf(p, sizeof(p), "server_list[%zu]", i);
+                r = parse_server(&c, s, p, true, devs, RANK_TABLE_MAX_RANKS, &n);
+                if (r < 0)
+                        return r;
+                for (size_t k = 0; k < first; k++) {
+                        if (strcmp(devs[k].server_id, devs[first].server_id) == 0)
+                                return ctx_fail(&c, p, "server_id \"%s\" appears twice",
+                                                devs[first].server_id);
+                        if (strcmp(devs[k].device_ip, devs[first].device_ip) == 0)
+                                return ctx_fail(&c, p, "device_ip %s is also server %s's: each "
+                                                "server has its own kvdistd",
+                                                devs[first].device_ip, devs[k].server_id);
+                }
+        }
+        t.n_servers = (unsigned)json_array_size(servers);
+        t.n_ranks = (unsigned)n;
+        for (size_t k = 0; k < n; k++) {
+                uint32_t rank = devs[k].rank;
+
+                if (rank >= n)
+                        return ctx_fail(&c, "", "rank_id %" PRIu32 " of server %s device %" PRId32
+                                        " is not below the %zu devices listed (ranks are 0..%zu)",
+                                        rank, devs[k].server_id, devs[k].device_id, n, n - 1);
+                if (t.ranks[rank].server_id[0])
+                        return ctx_fail(&c, "", "rank_id %" PRIu32 " appears twice (server %s "
+                                        "device %" PRId32 " and server %s device %" PRId32 ")",
+                                        rank, t.ranks[rank].server_id, t.ranks[rank].device_id,
+                                        devs[k].server_id, devs[k].device_id);
+                t.ranks[rank] = devs[k];
+        }
+        *ret = t;
+        return 0;
+}
+
+int rank_table_parse_fragment(const char *json, RankDevice *ret, Error *err)
+{
+        const Ctx c = { "local_comm_res", err };
+        _cleanup_(json_decrefp) json_t *root = NULL;
+        RankDevice dev;
+        size_t n = 0;
+        json_t *servers;
+        int r = 0;
+
+        root = load(&c, json, &r);
+        if (!root)
+                return r;
+        r = parse_header(&c, root, true, &servers);
+        if (r < 0)
+                return r;
+        if (json_array_size(servers) != 1)
+                return ctx_fail(&c, "server_list", "%zu servers; local_comm_res describes this "
+                                "cluster's one server", json_array_size(servers));
+        r = parse_server(&c, json_array_get(servers, 0), "server_list[0]", false, &dev, 1, &n);
+        if (r < 0)
+                return r;
+        *ret = dev;
+        return 0;
+}

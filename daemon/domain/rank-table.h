@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Rank table: the JSON document (HCCL's "1.0" form, as LLM-DataDist's link() takes it) that
+ * names every member of a comm domain by server, device and rank, and the local_comm_res
+ * fragment a cluster may describe its own device with at init. The only jansson user besides
+ * config.c and status.c; everything past it sees plain structs.
+ *
+ *   { "version": "1.0", "server_count": "2", "status": "completed",
+ *     "server_list": [ { "server_id": "node-a",
+ *                        "device": [ { "device_id": "0", "device_ip": "10.0.0.1",
+ *                                      "rank_id": "0" } ] }, ... ] }
+ *
+ * In kvdist a device_ip is the peer address of the kvdistd that serves the device ("ip" means
+ * port RANK_TABLE_DEFAULT_PORT, "ip:port" or "[v6]:port" name one), so every device of one
+ * server shares it. Numbers may be written as strings (HCCL's way) or as JSON integers. The
+ * parser is strict: an unknown key, a missing one, a wrong type, a value out of range or a
+ * duplicate fails with a message that names the path ("server_list[1].device[0].rank_id: 4 is
+ * not below the 2 devices listed").
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "sockaddr-util.h"
+
+/* Members of a comm domain (LLM-DataDist: at most 4). */
+#define RANK_TABLE_MAX_RANKS 4
+/* The peer port a device_ip without one means. */
+#define RANK_TABLE_DEFAULT_PORT 7400
+/* server_id: 1..63 characters. */
+#define RANK_TABLE_ID_MAX 64
+/* A rank table larger than this is refused before it is parsed. */
+#define RANK_TABLE_MAX_BYTES (64u * 1024u)
+
+typedef struct RankDevice {
+        uint32_t rank;
+        int32_t device_id;
+        char device_ip[SOCKADDR_STR_MAX];       /* canonical "ip:port" */
+        char server_id[RANK_TABLE_ID_MAX];
+} RankDevice;
+
+typedef struct RankTable {
+        unsigned n_servers;
+        unsigned n_ranks;
+        RankDevice ranks[RANK_TABLE_MAX_RANKS]; /* indexed by rank: ranks[r].rank == r */
+} RankTable;
+
+/*
+ * Parses and checks @json (NUL-terminated) into @ret. Returns 0, or KVD_E_PARAM_INVALID with
+ * @err saying what is wrong and where ("rank_table: ..."), KVD_E_OUT_OF_MEMORY.
+ */
+int rank_table_parse(const char *json, RankTable *ret, Error *err);
+
+/*
+ * Parses a local_comm_res fragment: one server with one device, no rank_id; "server_count" may
+ * be given and must then be 1. Returns as rank_table_parse() ("local_comm_res: ...").
+ */
+int rank_table_parse_fragment(const char *json, RankDevice *ret, Error *err);
+
+/*
+ * Parses a device_ip ("ip", "ip:port", "[v6]:port") into the canonical "ip:port" form in @buf
+ * (SOCKADDR_STR_MAX bytes). -EINVAL when it is not a numeric address.
+ */
+int rank_table_parse_address(const char *s, char *buf, size_t size);

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration tests of comm domains: rank tables for nodes, members that call in parallel
+ * threads (every member of a domain operation must call at once), waiting for a domain to form,
+ * and status lookups with array indexes. Failures are Check assertions (in the main thread).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kvdist/kvdist.h>
+
+#include "it-peers.h"
+
+#define RANK_TABLE_MAX 4096
+
+/* A member of a test domain: a cluster attached to a node's daemon. */
+typedef struct DomMember {
+        Node *node;
+        uint64_t cluster_id;
+        int32_t device_id;
+        kvd_client *client;
+        uint64_t comm_id;
+} DomMember;
+
+/*
+ * Writes the rank table of @n members into @buf: rank r is device m[r].device_id of server
+ * "node-<peer address>" at m[r].node's peer address (members on one node share its server).
+ * @form_ip: write device_ip as "ip" alone (the default port) instead of "ip:port".
+ */
+void rank_table_build(char *buf, size_t size, const DomMember *m, unsigned n, bool ip_only);
+
+/* Attaches m->cluster_id to m->node with m->device_id. */
+void dom_member_attach(DomMember *m);
+
+/* kvd_link() of member @k of @m with the rank table @table; returns the call's status. */
+int dom_link(DomMember *m, unsigned n, unsigned k, const char *name, const char *table);
+
+/* dom_link() of every member, asserting each returns KVD_OK. */
+void dom_link_all(DomMember *m, unsigned n, const char *name, const char *table);
+
+/*
+ * Polls kvd_query_register_mem_status() of @m every few ms until it is no longer PREPARING or
+ * @timeout_ms passed; returns the last status.
+ */
+kvd_mem_status dom_wait(DomMember *m, int timeout_ms);
+
+/* dom_wait() of every member, asserting OK. */
+void dom_wait_ok(DomMember *m, unsigned n);
+
+/* Runs @fn(i, @arg) for i in [0, @n) in parallel threads and stores the returns in @rets. */
+void dom_parallel(unsigned n, int (*fn)(unsigned i, void *arg), void *arg, int *rets);
+
+/* The status document of @n at a '/'-separated path (array indexes allowed). */
+char *dom_status_str(const Node *n, const char *path);
+int64_t dom_status_int(const Node *n, const char *path);
+size_t dom_status_len(const Node *n, const char *path);

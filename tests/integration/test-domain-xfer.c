@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration tests, batch send/recv in comm domains: the seed's ring exchange (each rank sends
+ * to the next and receives from the previous) on three and four daemons, sends to self and
+ * between members on one daemon, count 0, mismatched counts and data types (both ends fail, no
+ * byte lands), duplicates, and a timeout after which nothing is written. Every received byte is
+ * checked against its seeded pattern, and the guard bytes around every buffer too.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "it-cache.h"
+#include "it-domain.h"
+#include "it-peers.h"
+
+#define GUARD 4096
+
+/* A buffer in memory from kvd_mem_alloc() with guard bytes on both sides: the guards hold
+ * the stream @seed at their offsets, the payload the start of stream @seed. */
+typedef struct Buf {
+        uint8_t *mem;
+        size_t size;
+        uint8_t *p;
+        size_t len;
+        uint64_t seed;
+} Buf;
+
+static void buf_alloc(Buf *b, kvd_client *c, size_t len, uint64_t seed)
+{
+        void *mem;
+
+        *b = (Buf){ .size = len + 2 * GUARD, .len = len, .seed = seed };
+        expect_ok(c, kvd_mem_alloc(c, b->size, &mem));
+        b->mem = mem;
+        b->p = b->mem + GUARD;
+        harness_fill_pattern(b->mem, b->size, seed);
+        harness_fill_pattern(b->p, b->len, seed);
+}
+
+/* The first @n bytes of the payload hold stream @src, the rest and the guards their own. */
+static void buf_expect_n(const Buf *b, uint64_t src, size_t n)
+{
+        ssize_t at;
+
+        at = harness_check_pattern_at(b->mem, GUARD, b->seed, 0);
+        ck_assert_msg(at < 0, "guard before the buffer changed at %zd", at);
+        at = harness_check_pattern(b->p, n, src);
+        ck_assert_msg(at < 0, "received byte %zd of %zu differs", at, n);
+        at = harness_check_pattern_at(b->p + n, b->len - n, b->seed, n);
+        ck_assert_msg(at < 0, "byte %zd after the %zu received changed", at, n);
+        at = harness_check_pattern_at(b->p + b->len, GUARD, b->seed, GUARD + b->len);
+        ck_assert_msg(at < 0, "guard after the buffer changed at %zd", at);
+}
+
+/* The whole payload holds stream @src. */
+static void buf_expect(const Buf *b, uint64_t src)
+{
+        buf_expect_n(b, src, b->len);
+}
+
+static void buf_untouched(const Buf *b)
+{
+        buf_expect(b, b->seed);
+}
+
+typedef struct Net {
+        Node nodes[4];
+        DomMember m[4];
+        unsigned n;
+        unsigned n_nodes;
+        char table[RANK_TABLE_MAX];
+} Net;
+
+/* @n members; member i on node @on[i] (nodes 0.. started as needed), device @dev[i]. */
+static void net_start(Net *w, unsigned n, const unsigned *on, const int *dev)
+{
+        unsigned n_nodes = 0;
+
+        memset(w, 0, sizeof(*w));
+        w->n = n;
+        for (unsigned i = 0; i < n; i++)
+                n_nodes = on[i] + 1 > n_nodes ? on[i] + 1 : n_nodes;
+        w->n_nodes = n_nodes;
+        for (unsigned k = 0; k < n_nodes; k++)
+                node_start(&w->nodes[k]);
+        for (unsigned i = 0; i < n; i++) {
+                w->m[i] = (DomMember){ &w->nodes[on[i]], 1001 * (i + 1), dev ? dev[i] : 0,
+                                       NULL, 0 };
+                dom_member_attach(&w->m[i]);
+        }
+        rank_table_build(w->table, sizeof(w->table), w->m, n, false);
+        dom_link_all(w->m, n, "xfer", w->table);
+        dom_wait_ok(w->m, n);
+}
+
+static void net_stop(Net *w)
+{
+        for (unsigned i = 0; i < w->n; i++)
+                expect_ok(w->m[i].client, kvd_client_finalize(w->m[i].client));
+        for (unsigned i = 0; i < w->n_nodes; i++)
+                node_stop(&w->nodes[i]);
+}
+
+/* One member's call: items and what it returned. */
+typedef struct Call {
+        kvd_send_recv_item items[8];
+        size_t n;
+        int timeout_ms;
+        int ret;
+        char detail[256];
+} Call;
+
+typedef struct Round {
+        Net *w;
+        Call calls[4];
+} Round;
+
+static int round_member(unsigned i, void *arg)
+{
+        Round *r = arg;
+        DomMember *m = &r->w->m[i];
+        Call *c = &r->calls[i];
+
+        c->ret = kvd_batch_send_recv(m->client, m->comm_id, c->items, c->n, c->timeout_ms);
+        (void)snprintf(c->detail, sizeof(c->detail), "%s", kvd_last_error(m->client));
+        return c->ret;
+}
+
+/* Every member calls with its items at once; returns when all returned. */
+static void round_run(Round *r, unsigned n)
+{
+        int rets[4];
+
+        dom_parallel(n, round_member, r, rets);
+}
+
+static kvd_send_recv_item item(kvd_send_recv_type t, void *buf, uint64_t count, kvd_dtype dt,
+                               uint32_t rank)
+{
+        return (kvd_send_recv_item){ t, buf, count, dt, rank };
+}
+
+/* The seed's example: each rank sends count floats to next and receives from prev. */
+static void ring_exchange(unsigned n, size_t count, unsigned rounds)
+{
+        static const unsigned on[] = { 0, 1, 2, 3 };
+        Buf send[4], recv[4];
+        Round r;
+        Net w;
+
+        net_start(&w, n, on, NULL);
+        for (unsigned i = 0; i < n; i++) {
+                buf_alloc(&send[i], w.m[i].client, count * 4, 100 + i);
+                buf_alloc(&recv[i], w.m[i].client, count * 4, 200 + i);
+        }
+        for (unsigned k = 0; k < rounds; k++) {
+                memset(&r, 0, sizeof(r));
+                r.w = &w;
+                for (unsigned i = 0; i < n; i++) {
+                        uint32_t next = (i + 1) % n, prev = (i + n - 1) % n;
+
+                        /* New bytes every round: the send buffer is the stream of this round. */
+                        harness_fill_pattern(send[i].p, send[i].len, 1000 * k + 100 + i);
+                        r.calls[i].items[0] = item(KVD_SEND, send[i].p, count, KVD_DT_FLOAT, next);
+                        r.calls[i].items[1] = item(KVD_RECV, recv[i].p, count, KVD_DT_FLOAT, prev);
+                        r.calls[i].n = 2;
+                        r.calls[i].timeout_ms = 20000;
+                }
+                round_run(&r, n);
+                for (unsigned i = 0; i < n; i++) {
+                        ck_assert_msg(r.calls[i].ret == KVD_OK, "round %u rank %u: %s: %s", k, i,
+                                      kvd_strerror(r.calls[i].ret), r.calls[i].detail);
+                        buf_expect(&recv[i], 1000 * k + 100 + (i + n - 1) % n);
+                }
+        }
+        ck_assert_int_ge(dom_status_int(&w.nodes[0], "domains/0/calls_ok"), rounds);
+        net_stop(&w);
+}
+
+START_TEST(test_ring_exchange_3)
+{
+        ring_exchange(3, 8192, 3);
+}
+END_TEST
+
+START_TEST(test_ring_exchange_4)
+{
+        ring_exchange(4, 4096, 2);
+}
+END_TEST
+
+/* 16 MiB per rank: split over every data connection. */
+START_TEST(test_ring_exchange_large)
+{
+        ring_exchange(3, 4u << 20, 1);
+}
+END_TEST
+
+/* Send to self (a copy), to and from the other member, an item of count 0, other types. */
+START_TEST(test_self_and_skip)
+{
+        static const unsigned on[] = { 0, 1 };
+        Buf s_self, r_self, s_a, r_a, s_b, r_b, skip;
+        Round r;
+        Net w;
+
+        net_start(&w, 2, on, NULL);
+        buf_alloc(&s_self, w.m[0].client, 1000 * 8, 1);
+        buf_alloc(&r_self, w.m[0].client, 1000 * 8, 2);
+        buf_alloc(&s_a, w.m[0].client, 333 * 2, 3);
+        buf_alloc(&r_a, w.m[0].client, 777, 4);
+        buf_alloc(&skip, w.m[0].client, 64, 5);
+        buf_alloc(&s_b, w.m[1].client, 777, 6);
+        buf_alloc(&r_b, w.m[1].client, 333 * 2, 7);
+        memset(&r, 0, sizeof(r));
+        r.w = &w;
+        r.calls[0].items[0] = item(KVD_RECV, r_self.p, 1000, KVD_DT_INT64, 0);
+        r.calls[0].items[1] = item(KVD_SEND, s_a.p, 333, KVD_DT_BF16, 1);
+        r.calls[0].items[2] = item(KVD_SEND, skip.p, 0, KVD_DT_FLOAT, 0);
+        r.calls[0].items[3] = item(KVD_RECV, r_a.p, 777, KVD_DT_UINT8, 1);
+        r.calls[0].items[4] = item(KVD_SEND, s_self.p, 1000, KVD_DT_INT64, 0);
+        r.calls[0].n = 5;
+        r.calls[0].timeout_ms = 10000;
+        r.calls[1].items[0] = item(KVD_SEND, s_b.p, 777, KVD_DT_UINT8, 0);
+        r.calls[1].items[1] = item(KVD_RECV, r_b.p, 333, KVD_DT_BF16, 0);
+        r.calls[1].n = 2;
+        r.calls[1].timeout_ms = 10000;
+        round_run(&r, 2);
+        ck_assert_msg(r.calls[0].ret == KVD_OK, "%s", r.calls[0].detail);
+        ck_assert_msg(r.calls[1].ret == KVD_OK, "%s", r.calls[1].detail);
+        buf_expect(&r_self, 1);
+        buf_expect(&r_a, 6);
+        buf_expect(&r_b, 3);
+        buf_untouched(&skip);
+        buf_untouched(&s_self);
+        net_stop(&w);
+}
+END_TEST
+
+/* Three members, two of them on one daemon (devices 0 and 1): copies and the network mixed. */
+START_TEST(test_members_on_one_daemon)
+{
+        static const unsigned on[] = { 0, 0, 1 };
+        static const int dev[] = { 0, 1, 0 };
+        Buf send[3], recv[3];
+        Round r;
+        Net w;
+
+        net_start(&w, 3, on, dev);
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 1);
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains/0/local_ranks"), 2);
+        memset(&r, 0, sizeof(r));
+        r.w = &w;
+        for (unsigned i = 0; i < 3; i++) {
+                buf_alloc(&send[i], w.m[i].client, 65536, 10 + i);
+                buf_alloc(&recv[i], w.m[i].client, 65536, 20 + i);
+                r.calls[i].items[0] = item(KVD_RECV, recv[i].p, 32768, KVD_DT_FLOAT16,
+                                           (i + 2) % 3);
+                r.calls[i].items[1] = item(KVD_SEND, send[i].p, 32768, KVD_DT_FLOAT16,
+                                           (i + 1) % 3);
+                r.calls[i].n = 2;
+                r.calls[i].timeout_ms = 10000;
+        }
+        round_run(&r, 3);
+        for (unsigned i = 0; i < 3; i++) {
+                ck_assert_msg(r.calls[i].ret == KVD_OK, "rank %u: %s", i, r.calls[i].detail);
+                buf_expect(&recv[i], 10 + (i + 2) % 3);
+        }
+        net_stop(&w);
+}
+END_TEST
+
+/* Counts or types that differ: both ends fail and say what differs; nothing lands. */
+START_TEST(test_mismatch)
+{
+        static const unsigned on[] = { 0, 1 };
+        Buf s0, r1, r0, s1, ss, rs;
+        Round r;
+        Net w;
+
+        net_start(&w, 2, on, NULL);
+        buf_alloc(&s0, w.m[0].client, 64, 1);
+        buf_alloc(&r0, w.m[0].client, 64, 2);
+        buf_alloc(&ss, w.m[0].client, 64, 3);
+        buf_alloc(&rs, w.m[0].client, 64, 4);
+        buf_alloc(&s1, w.m[1].client, 64, 5);
+        buf_alloc(&r1, w.m[1].client, 64, 6);
+
+        /* 8 float16 against 16 float16 across daemons; int32 against float (same bytes) back. */
+        memset(&r, 0, sizeof(r));
+        r.w = &w;
+        r.calls[0].items[0] = item(KVD_SEND, s0.p, 8, KVD_DT_FLOAT16, 1);
+        r.calls[0].items[1] = item(KVD_RECV, r0.p, 4, KVD_DT_INT32, 1);
+        r.calls[0].n = 2;
+        r.calls[0].timeout_ms = 10000;
+        r.calls[1].items[0] = item(KVD_SEND, s1.p, 4, KVD_DT_FLOAT, 0);
+        r.calls[1].items[1] = item(KVD_RECV, r1.p, 16, KVD_DT_FLOAT16, 0);
+        r.calls[1].n = 2;
+        r.calls[1].timeout_ms = 10000;
+        round_run(&r, 2);
+        ck_assert_int_eq(r.calls[0].ret, KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(r.calls[1].ret, KVD_E_PARAM_INVALID);
+        ck_assert_msg(strstr(r.calls[0].detail, "8 x float16") &&
+                              strstr(r.calls[0].detail, "16 x float16"), "%s", r.calls[0].detail);
+        /* The first item that failed, in list order, is the call's detail. */
+        ck_assert_msg(strstr(r.calls[0].detail, "items[0]"), "%s", r.calls[0].detail);
+        ck_assert_msg(strstr(r.calls[1].detail, "items[0]") &&
+                              strstr(r.calls[1].detail, "4 x float") &&
+                              strstr(r.calls[1].detail, "4 x int32"), "%s", r.calls[1].detail);
+        buf_untouched(&r0);
+        buf_untouched(&r1);
+
+        /* On one daemon: a send to self of 8 elements against a receive of 16. */
+        memset(&r, 0, sizeof(r));
+        r.w = &w;
+        r.calls[0].items[0] = item(KVD_SEND, ss.p, 8, KVD_DT_FLOAT, 0);
+        r.calls[0].items[1] = item(KVD_RECV, rs.p, 16, KVD_DT_FLOAT, 0);
+        r.calls[0].n = 2;
+        r.calls[0].timeout_ms = 10000;
+        round_run(&r, 1);
+        ck_assert_int_eq(r.calls[0].ret, KVD_E_PARAM_INVALID);
+        ck_assert_msg(strstr(r.calls[0].detail, "8 x float"), "%s", r.calls[0].detail);
+        buf_untouched(&rs);
+
+        /* The lanes are still in step: a matching exchange goes through. */
+        memset(&r, 0, sizeof(r));
+        r.w = &w;
+        r.calls[0].items[0] = item(KVD_SEND, s0.p, 16, KVD_DT_FLOAT16, 1);
+        r.calls[0].n = 1;
+        r.calls[0].timeout_ms = 10000;
+        r.calls[1].items[0] = item(KVD_RECV, r1.p, 16, KVD_DT_FLOAT16, 0);
+        r.calls[1].n = 1;
+        r.calls[1].timeout_ms = 10000;
+        round_run(&r, 2);
+        ck_assert_msg(r.calls[0].ret == KVD_OK, "%s", r.calls[0].detail);
+        ck_assert_msg(r.calls[1].ret == KVD_OK, "%s", r.calls[1].detail);
+        buf_expect_n(&r1, 1, 32);
+        net_stop(&w);
+}
+END_TEST
+
+/* Two sends to (or receives from) one rank in one list are refused before anything moves. */
+START_TEST(test_duplicates)
+{
+        static const unsigned on[] = { 0, 1 };
+        kvd_send_recv_item items[3];
+        Buf a, b, c;
+        Net w;
+
+        net_start(&w, 2, on, NULL);
+        buf_alloc(&a, w.m[0].client, 64, 1);
+        buf_alloc(&b, w.m[0].client, 64, 2);
+        buf_alloc(&c, w.m[0].client, 64, 3);
+        items[0] = item(KVD_SEND, a.p, 4, KVD_DT_FLOAT, 1);
+        items[1] = item(KVD_RECV, b.p, 4, KVD_DT_FLOAT, 1);
+        items[2] = item(KVD_SEND, c.p, 4, KVD_DT_FLOAT, 1);
+        expect_status(w.m[0].client, kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 3,
+                                                         1000),
+                      KVD_E_PARAM_INVALID, "items[2]: a second SEND to rank 1 (items[0]");
+        items[2] = item(KVD_RECV, c.p, 4, KVD_DT_FLOAT, 1);
+        expect_status(w.m[0].client, kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 3,
+                                                         1000),
+                      KVD_E_PARAM_INVALID, "a second RECV from rank 1");
+        /* Other refusals name the item too. */
+        items[0] = item(KVD_SEND, a.p, 4, KVD_DT_FLOAT, 2);
+        expect_status(w.m[0].client, kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 1,
+                                                         1000),
+                      KVD_E_PARAM_INVALID, "items[0].remote_rank 2");
+        {
+                uint8_t stack[16];
+
+                items[0] = item(KVD_SEND, stack, 4, KVD_DT_FLOAT, 1);
+                expect_status(w.m[0].client, kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id,
+                                                                 items, 1, 1000),
+                              KVD_E_PARAM_INVALID, "not inside memory from kvd_mem_alloc()");
+        }
+        buf_untouched(&b);
+        buf_untouched(&c);
+        net_stop(&w);
+}
+END_TEST
+
+/* A receive that times out: later bytes never land in it, and the lanes stay in step. */
+START_TEST(test_timeout_nothing_lands)
+{
+        static const unsigned on[] = { 0, 1 };
+        kvd_send_recv_item it;
+        Buf s0, r1, r1b;
+        Round r;
+        Net w;
+
+        net_start(&w, 2, on, NULL);
+        buf_alloc(&s0, w.m[0].client, 1 << 20, 1);
+        buf_alloc(&r1, w.m[1].client, 1 << 20, 2);
+        buf_alloc(&r1b, w.m[1].client, 1 << 20, 3);
+        it = item(KVD_RECV, r1.p, 1 << 18, KVD_DT_FLOAT, 0);
+        expect_status(w.m[1].client, kvd_batch_send_recv(w.m[1].client, w.m[1].comm_id, &it, 1,
+                                                         200),
+                      KVD_E_TIMEOUT, "did not finish");
+        /* The sender comes late: its message fails (the receiver gave up), nothing lands. */
+        it = item(KVD_SEND, s0.p, 1 << 18, KVD_DT_FLOAT, 1);
+        expect_status(w.m[0].client, kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, &it, 1,
+                                                         5000),
+                      KVD_E_TIMEOUT, "gave up");
+        buf_untouched(&r1);
+
+        /* The next messages pair up again. */
+        memset(&r, 0, sizeof(r));
+        r.w = &w;
+        r.calls[0].items[0] = item(KVD_SEND, s0.p, 1 << 18, KVD_DT_FLOAT, 1);
+        r.calls[0].n = 1;
+        r.calls[0].timeout_ms = 10000;
+        r.calls[1].items[0] = item(KVD_RECV, r1b.p, 1 << 18, KVD_DT_FLOAT, 0);
+        r.calls[1].n = 1;
+        r.calls[1].timeout_ms = 10000;
+        round_run(&r, 2);
+        ck_assert_msg(r.calls[0].ret == KVD_OK, "%s", r.calls[0].detail);
+        ck_assert_msg(r.calls[1].ret == KVD_OK, "%s", r.calls[1].detail);
+        buf_expect(&r1b, 1);
+        buf_untouched(&r1);
+        net_stop(&w);
+}
+END_TEST
+
+static Suite *xfer_suite(void)
+{
+        Suite *s = suite_create("domain-xfer");
+        TCase *tc = tcase_create("batch");
+
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_ring_exchange_3);
+        tcase_add_test(tc, test_ring_exchange_4);
+        tcase_add_test(tc, test_ring_exchange_large);
+        tcase_add_test(tc, test_self_and_skip);
+        tcase_add_test(tc, test_members_on_one_daemon);
+        tcase_add_test(tc, test_mismatch);
+        tcase_add_test(tc, test_duplicates);
+        tcase_add_test(tc, test_timeout_nothing_lands);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(xfer_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

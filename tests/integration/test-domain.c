@@ -1,0 +1,672 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration tests, comm domains forming: two, three and four daemons on loopback; the domain
+ * becomes OK on every member, its links carry pulls and pushes like link_clusters links; members
+ * that never call link, rank tables that disagree, the limits (512 domains, 16 set-ups with the
+ * rest queued in order), and many domains formed concurrently in every order.
+ */
+#include <check.h>
+#include <signal.h>
+#include <unistd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "it-cache.h"
+#include "it-domain.h"
+#include "it-peers.h"
+#include "it-world.h"
+
+static const char *const short_link_time[] = { "--link-total-time", "1500", NULL };
+
+/* Nodes P, D (and E, F) with one member cluster each: 1001, 2002, 3003, 4004. */
+typedef struct Net {
+        Node nodes[4];
+        DomMember m[4];
+        unsigned n;
+        char table[RANK_TABLE_MAX];
+} Net;
+
+static void net_start(Net *w, unsigned n, const char *const *extra)
+{
+        memset(w, 0, sizeof(*w));
+        w->n = n;
+        for (unsigned i = 0; i < n; i++) {
+                node_start_full(&w->nodes[i], NULL, NULL, NULL, extra);
+                w->m[i] = (DomMember){ &w->nodes[i], 1001 * (i + 1), 0, NULL, 0 };
+                dom_member_attach(&w->m[i]);
+        }
+        rank_table_build(w->table, sizeof(w->table), w->m, n, false);
+}
+
+static void net_stop(Net *w)
+{
+        for (unsigned i = 0; i < w->n; i++)
+                if (w->m[i].client)
+                        expect_ok(w->m[i].client, kvd_client_finalize(w->m[i].client));
+        for (unsigned i = 0; i < w->n; i++)
+                node_stop(&w->nodes[i]);
+}
+
+/* Two daemons form a domain; its links carry a pull and a push, byte-exact. */
+START_TEST(test_form_two)
+{
+        static const uint64_t sb[] = { 3, 9, 4, 0 }, db[] = { 7, 1, 2, 30 };
+        kvd_cache_key key_a = kvd_key_blocks(1001, 0), key_b = kvd_key_blocks(2002, 0);
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
+        TCache ca, cb;
+        TCopies cp = {}, cpa = {};
+        kvd_mem_status st;
+        char *s;
+        Net w;
+
+        net_start(&w, 2, NULL);
+        /* Memory is registered before the link that exposes it. */
+        expect_ok(w.m[0].client, tcache_register(&ca, w.m[0].client, true, 4, 32, 2048, 11,
+                                                 &key_a, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 4, 32, 2048, 22,
+                                                 &key_b, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[0].client, dom_link(w.m, 2, 0, "prefill-decode", w.table));
+        expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, w.m[0].comm_id,
+                                                               &st));
+        ck_assert_int_eq(st, KVD_MEM_STATUS_PREPARING);
+        /* Before OK nothing goes through. */
+        expect_status(w.m[0].client, kvd_pull_blocks(w.m[0].client, &key_b, ca.id, sb, 4, db, 4,
+                                                     &o),
+                      KVD_E_NOT_YET_LINK, NULL);
+        expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "prefill-decode", w.table));
+        dom_wait_ok(w.m, 2);
+
+        s = dom_status_str(&w.nodes[0], "domains/0/state");
+        ck_assert_str_eq(s, "ok");
+        free(s);
+        ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/0/resources/ring/threads"), 2);
+        ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/0/resources/ring/notifies"), 4);
+        ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/0/resources/mesh/channels"), 1);
+        ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 1);
+        ck_assert_int_eq(dom_status_len(&w.nodes[1], "inbound_links"), 1);
+
+        /* B pulls A's blocks, A pushes into B's: the ordinary paths over the domain's links. */
+        expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 4, db, 4, &o));
+        tcopies_blocks(&cp, &ca, &cb, ALL, ALL, 2, sb, db, 4);
+        tcache_verify(&cb, &cp);
+        expect_ok(w.m[0].client, kvd_push_blocks(w.m[0].client, &key_b, ca.id, db, 4, sb, 4, &o));
+        tcopies_blocks(&cp, &ca, &cb, ALL, ALL, 2, db, sb, 4);
+        tcache_verify(&cb, &cp);
+        tcache_verify(&ca, &cpa);
+
+        /* Memory registered after the link is not exposed by it. */
+        {
+                kvd_cache_key late_key = kvd_key_blocks(2002, 9);
+                TCache late;
+
+                expect_ok(w.m[1].client, tcache_register(&late, w.m[1].client, true, 4, 32, 2048,
+                                                         33, &late_key, 1, KVD_REMOTE_DEFAULT));
+                expect_status(w.m[0].client, kvd_pull_blocks(w.m[0].client, &late_key, ca.id, sb,
+                                                             4, db, 4, &o),
+                              KVD_E_CACHE_NOT_EXIST, "registered before the link");
+                expect_status(w.m[1].client, tcache_register(&late, w.m[1].client, true, 4, 32,
+                                                             2048, 34, NULL, 0, KVD_REMOTE_YES),
+                              KVD_E_PARAM_INVALID, "after a link exists");
+        }
+
+        /* kvdistctl shows the domain, its members and resources. */
+        {
+                const char *argv[] = { getenv("KVDISTCTL"), "--socket", w.nodes[0].d.socket_path,
+                                       "domains", NULL };
+                char *out = NULL;
+
+                ck_assert_ptr_nonnull(argv[0]);
+                ck_assert_int_eq(harness_run(argv, &out, NULL), 0);
+                ck_assert_msg(strstr(out, "prefill-decode") && strstr(out, " ok ") &&
+                                      strstr(out, "ring 2/4/2 mesh 1/2/1") &&
+                                      strstr(out, "0:1001 1:2002@"), "%s", out);
+                free(out);
+        }
+
+        /* Unlinking one member fails the domain on the other. */
+        expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
+        ck_assert_int_eq(dom_wait(&w.m[1], 10000), KVD_MEM_STATUS_FAILED);
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "rank 0"));
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "unlinked"));
+        expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, w.m[1].comm_id));
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
+        ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 0);
+        ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 0);
+
+        /* And it forms again under the same name. */
+        dom_link_all(w.m, 2, "prefill-decode", w.table);
+        dom_wait_ok(w.m, 2);
+        tcopies_free(&cp);
+        net_stop(&w);
+}
+END_TEST
+
+/* A member that never calls link: FAILED after link_total_time, naming it. */
+START_TEST(test_member_never_links)
+{
+        kvd_mem_status st;
+        Net w;
+
+        net_start(&w, 3, short_link_time);
+        expect_ok(w.m[0].client, dom_link(w.m, 3, 0, "lonely", w.table));
+        expect_ok(w.m[1].client, dom_link(w.m, 3, 1, "lonely", w.table));
+        st = dom_wait(&w.m[0], 20000);
+        ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "link_total_time"));
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client),
+                                     "rank 2 (cluster 3003"));
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "did not call link"));
+        ck_assert_int_eq(dom_wait(&w.m[1], 20000), KVD_MEM_STATUS_FAILED);
+        /* Failed domains stay until their members unlink them. */
+        expect_status(w.m[0].client, dom_link(w.m, 3, 0, "lonely", w.table), KVD_E_ALREADY_LINK,
+                      NULL);
+        expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
+        net_stop(&w);
+}
+END_TEST
+
+/* Members whose rank tables differ: both FAILED, the message says what differs. */
+START_TEST(test_rank_tables_disagree)
+{
+        char other[RANK_TABLE_MAX];
+        DomMember swapped[2];
+        Net w;
+
+        net_start(&w, 2, NULL);
+        /* The same daemons, but B's table gives rank 0 device 7. */
+        swapped[0] = w.m[0];
+        swapped[1] = w.m[1];
+        swapped[0].device_id = 7;
+        rank_table_build(other, sizeof(other), swapped, 2, false);
+        expect_ok(w.m[0].client, dom_link(w.m, 2, 0, "disagree", w.table));
+        expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "disagree", other));
+        /* kvd_last_error() is per thread: look right after each query. */
+        ck_assert_int_eq(dom_wait(&w.m[0], 20000), KVD_MEM_STATUS_FAILED);
+        ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "rank tables disagree"), "%s",
+                      kvd_last_error(w.m[0].client));
+        ck_assert_int_eq(dom_wait(&w.m[1], 20000), KVD_MEM_STATUS_FAILED);
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "rank tables disagree"));
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "device 7"));
+        net_stop(&w);
+}
+END_TEST
+
+/* Every argument rule of link, each refused with a status and a message that names it. */
+START_TEST(test_link_rules)
+{
+        char table[RANK_TABLE_MAX], name[200];
+        kvd_cluster_rank info[5];
+        kvd_client *a;
+        uint64_t id;
+        Net w;
+
+        net_start(&w, 2, NULL);
+        a = w.m[0].client;
+        for (unsigned r = 0; r < 5; r++)
+                info[r] = (kvd_cluster_rank){ 1001 * (r + 1), r };
+        expect_status(a, kvd_link(a, "", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "comm_name is empty");
+        memset(name, 'n', 128);
+        name[128] = '\0';
+        expect_status(a, kvd_link(a, name, info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "at most 127");
+        name[127] = '\0';
+        expect_status(a, kvd_link(a, "one", info, 1, w.table, &id), KVD_E_PARAM_INVALID, "2..4");
+        expect_status(a, kvd_link(a, "five", info, 5, w.table, &id), KVD_E_PARAM_INVALID, "2..4");
+        info[1].cluster_id = 1001;
+        expect_status(a, kvd_link(a, "dup", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "cluster 1001 appears twice");
+        info[1] = (kvd_cluster_rank){ 2002, 0 };
+        info[0].rank_id = 1;
+        expect_status(a, kvd_link(a, "order", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "ascending order");
+        info[0] = (kvd_cluster_rank){ 5005, 0 };
+        info[1] = (kvd_cluster_rank){ 2002, 1 };
+        expect_status(a, kvd_link(a, "who", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "calling cluster 1001 is not in cluster_rank_info");
+        info[0] = (kvd_cluster_rank){ 1001, 0 };
+
+        /* The rank table. */
+        expect_status(a, kvd_link(a, "t", info, 2, "{\"server_count\": \"1\"", &id),
+                      KVD_E_PARAM_INVALID, "rank_table: line 1");
+        expect_status(a, kvd_link(a, "t", info, 2, "{\"server_count\": \"1\", \"server_list\": []}",
+                                  &id),
+                      KVD_E_PARAM_INVALID, "\"version\" is missing");
+        (void)snprintf(table, sizeof(table),
+                       "{\"version\": \"1.0\", \"server_count\": \"3\", \"server_list\": "
+                       "[{\"server_id\": \"a\", \"device\": [{\"device_id\": \"0\", "
+                       "\"device_ip\": \"%s\", \"rank_id\": \"0\"}]}]}", w.nodes[0].peer_addr);
+        expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
+                      "server_count: 3, but server_list has 1 entries");
+        (void)snprintf(table, sizeof(table),
+                       "{\"version\": \"1.0\", \"server_count\": \"2\", \"server_list\": "
+                       "[{\"server_id\": \"a\", \"device\": [{\"device_id\": \"0\", "
+                       "\"device_ip\": \"%s\", \"rank_id\": \"0\"}]}, {\"server_id\": \"b\", "
+                       "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"x.x.x.x\", "
+                       "\"rank_id\": \"1\"}]}]}", w.nodes[0].peer_addr);
+        expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
+                      "server_list[1].device[0].device_ip: \"x.x.x.x\" is not a numeric address");
+        (void)snprintf(table, sizeof(table),
+                       "{\"version\": \"1.0\", \"server_count\": \"2\", \"server_list\": "
+                       "[{\"server_id\": \"a\", \"device\": [{\"device_id\": \"0\", "
+                       "\"device_ip\": \"%s\", \"rank_id\": \"1\"}]}, {\"server_id\": \"b\", "
+                       "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
+                       "\"rank_id\": \"1\"}]}]}", w.nodes[0].peer_addr, w.nodes[1].peer_addr);
+        expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
+                      "rank_id 1 appears twice");
+        (void)snprintf(table, sizeof(table),
+                       "{\"version\": \"1.0\", \"server_count\": \"2\", \"server_list\": "
+                       "[{\"server_id\": \"a\", \"device\": [{\"device_id\": \"3\", "
+                       "\"device_ip\": \"%s\", \"rank_id\": \"0\"}]}, {\"server_id\": \"b\", "
+                       "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
+                       "\"rank_id\": \"1\"}]}]}", w.nodes[0].peer_addr, w.nodes[1].peer_addr);
+        expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
+                      "initialised with device_id 0");
+        /* Rank 0 must be this daemon: swap the addresses. */
+        (void)snprintf(table, sizeof(table),
+                       "{\"version\": \"1.0\", \"server_count\": \"2\", \"server_list\": "
+                       "[{\"server_id\": \"a\", \"device\": [{\"device_id\": \"0\", "
+                       "\"device_ip\": \"%s\", \"rank_id\": \"1\"}]}, {\"server_id\": \"b\", "
+                       "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
+                       "\"rank_id\": \"0\"}]}]}", w.nodes[0].peer_addr, w.nodes[1].peer_addr);
+        expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
+                      "is not where this kvdistd accepts peers");
+
+        /* One name, one table per daemon; and once per member. */
+        expect_ok(a, kvd_link(a, "named", info, 2, w.table, &id));
+        info[1].cluster_id = 7007;
+        expect_status(a, kvd_link(a, "named", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "is in use on this daemon");
+        info[1].cluster_id = 2002;
+        expect_status(a, kvd_link(a, "named", info, 2, w.table, &id), KVD_E_ALREADY_LINK,
+                      "rank 0 of comm domain");
+        expect_status(a, kvd_unlink(a, id + 1000), KVD_E_PARAM_INVALID, "no comm domain");
+        expect_status(w.m[1].client, kvd_unlink(w.m[1].client, id), KVD_E_PARAM_INVALID,
+                      "no comm domain");
+        expect_ok(a, kvd_unlink(a, id));
+        net_stop(&w);
+}
+END_TEST
+
+/*
+ * Comm domains across daemons move their bytes over TCP: a cluster whose device is configured
+ * for transport rdma is refused, saying so, rather than falling back silently.
+ */
+START_TEST(test_rdma_device_refused)
+{
+        static const char cfg[] = "{\"devices\": [{\"device_id\": 0, \"transport\": \"rdma\", "
+                                  "\"rdma_device\": \"kvdist-test-none\"}]}\n";
+        char path[] = "/tmp/kvdist-it-domain-cfg-XXXXXX";
+        const char *extra[] = { "--config", path, NULL };
+        kvd_cluster_rank info[2] = { { 1001, 0 }, { 2002, 1 } };
+        uint64_t id = 0;
+        int fd;
+        Net w;
+
+        fd = mkstemp(path);
+        ck_assert_msg(fd >= 0, "mkstemp: %m");
+        ck_assert_int_eq(write(fd, cfg, sizeof(cfg) - 1), (ssize_t)(sizeof(cfg) - 1));
+        close(fd);
+        net_start(&w, 2, extra);
+        expect_status(w.m[0].client, kvd_link(w.m[0].client, "rdma", info, 2, w.table, &id),
+                      KVD_E_FEATURE_NOT_ENABLED, "comm domains move their bytes over TCP");
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
+        net_stop(&w);
+        ck_assert_int_eq(unlink(path), 0);
+}
+END_TEST
+
+/* local_comm_res: checked at init against the client's device and this daemon; kvd_link's
+ * table must agree with it. */
+START_TEST(test_local_comm_res)
+{
+        char res[512], table[RANK_TABLE_MAX];
+        kvd_option opts[3];
+        kvd_cluster_rank info[2] = { { 1001, 0 }, { 2002, 1 } };
+        kvd_client *c = NULL;
+        uint64_t id;
+        Net w;
+
+        net_start(&w, 2, NULL);
+        expect_ok(w.m[0].client, kvd_client_finalize(w.m[0].client));
+        w.m[0].client = NULL;
+        opts[0] = (kvd_option){ "socket_path", w.nodes[0].d.socket_path };
+        opts[1] = (kvd_option){ "device_id", "0" };
+        opts[2] = (kvd_option){ "local_comm_res", res };
+        (void)snprintf(res, sizeof(res), "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
+                       "[{\"device_id\": \"1\", \"device_ip\": \"%s\"}]}]}",
+                       w.nodes[0].peer_addr);
+        ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_E_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "device_id 1"));
+        (void)snprintf(res, sizeof(res), "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
+                       "[{\"device_id\": \"0\", \"device_ip\": \"10.9.9.9\"}]}]}");
+        ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_E_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "is not where this kvdistd"));
+        (void)snprintf(res, sizeof(res), "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
+                       "[{\"device_id\": \"0\", \"device_ip\": \"%s\", \"rank_id\": \"0\"}]}]}",
+                       w.nodes[0].peer_addr);
+        ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_E_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "not in local_comm_res"));
+        (void)snprintf(res, sizeof(res), "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
+                       "[{\"device_id\": \"0\", \"device_ip\": \"%s\"}]}]}",
+                       w.nodes[0].peer_addr);
+        ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_OK);
+        w.m[0].client = c;
+        /* The generated table names server "node-ADDR", not "mine". */
+        expect_status(c, kvd_link(c, "res", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "local_comm_res says server mine");
+        (void)snprintf(table, sizeof(table),
+                       "{\"version\": \"1.0\", \"server_count\": \"2\", \"server_list\": "
+                       "[{\"server_id\": \"mine\", \"device\": [{\"device_id\": \"0\", "
+                       "\"device_ip\": \"%s\", \"rank_id\": \"0\"}]}, {\"server_id\": \"b\", "
+                       "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
+                       "\"rank_id\": \"1\"}]}]}", w.nodes[0].peer_addr, w.nodes[1].peer_addr);
+        expect_ok(c, kvd_link(c, "res", info, 2, table, &w.m[0].comm_id));
+        expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "res", table));
+        dom_wait_ok(w.m, 2);
+        net_stop(&w);
+}
+END_TEST
+
+/* A domain over clusters already linked uses their link, and leaves it when it goes; two
+ * domains between the same clusters share theirs. */
+START_TEST(test_shared_links)
+{
+        static const uint64_t sb[] = { 1, 2 }, db[] = { 5, 6 };
+        kvd_cache_key key_b = kvd_key_blocks(2002, 0);
+        DomMember second[2];
+        TCache ca, cb;
+        TCopies cp = {};
+        Net w;
+
+        net_start(&w, 2, NULL);
+        expect_ok(w.m[0].client, tcache_register(&ca, w.m[0].client, true, 2, 8, 1024, 1, NULL, 0,
+                                                 KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 2, 8, 1024, 2, &key_b,
+                                                 1, KVD_REMOTE_DEFAULT));
+        link_node(w.m[0].client, 2002, &w.nodes[1]);
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "links"), 1);
+        dom_link_all(w.m, 2, "first", w.table);
+        dom_wait_ok(w.m, 2);
+        memcpy(second, w.m, sizeof(second));
+        dom_link_all(second, 2, "second", w.table);
+        dom_wait_ok(second, 2);
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "links"), 1);
+        ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 1);
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 2);
+
+        /* The first domain goes: the link kvd_link_clusters() made stays, so does B's. */
+        expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
+        expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, w.m[1].comm_id));
+        ck_assert_int_eq(dom_wait(&second[0], 100), KVD_MEM_STATUS_OK);
+        expect_ok(w.m[0].client, kvd_check_link_status(w.m[0].client, 2002));
+        expect_ok(w.m[1].client, kvd_check_link_status(w.m[1].client, 1001));
+        expect_ok(w.m[0].client, kvd_pull_blocks(w.m[0].client, &key_b, ca.id, sb, 2, db, 2, NULL));
+        tcopies_blocks(&cp, &cb, &ca, ALL, ALL, 2, sb, db, 2);
+        tcache_verify(&ca, &cp);
+        /* The second goes too: B's link was the domains', A's is still the user's. */
+        expect_ok(second[0].client, kvd_unlink(second[0].client, second[0].comm_id));
+        expect_ok(second[1].client, kvd_unlink(second[1].client, second[1].comm_id));
+        ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 0);
+        tcopies_free(&cp);
+        net_stop(&w);
+}
+END_TEST
+
+/* 512 domains per daemon (a warning above 16), then LIMIT_EXCEEDED. */
+START_TEST(test_domain_limit)
+{
+        DomMember m[2];
+        char table[RANK_TABLE_MAX], name[32];
+        kvd_cluster_rank info[2] = { { 1001, 0 }, { 2002, 1 } };
+        uint64_t ids[513];
+        Node n;
+
+        node_start(&n);
+        /* Two members on one node (devices 0 and 1); the second never calls link. */
+        m[0] = (DomMember){ &n, 1001, 0, NULL, 0 };
+        m[1] = (DomMember){ &n, 2002, 1, NULL, 0 };
+        dom_member_attach(&m[0]);
+        dom_member_attach(&m[1]);
+        rank_table_build(table, sizeof(table), m, 2, false);
+        for (unsigned i = 0; i < 512; i++) {
+                (void)snprintf(name, sizeof(name), "d%u", i);
+                expect_ok(m[0].client, kvd_link(m[0].client, name, info, 2, table, &ids[i]));
+        }
+        expect_status(m[0].client, kvd_link(m[0].client, "d512", info, 2, table, &ids[512]),
+                      KVD_E_LIMIT_EXCEEDED, "512 comm domains on this daemon, at most 512");
+        ck_assert(harness_daemon_log_contains(&n.d, "17 comm domains on this daemon; more than 16"));
+        ck_assert_int_eq(dom_status_len(&n, "domains"), 512);
+        expect_ok(m[0].client, kvd_unlink(m[0].client, ids[100]));
+        expect_ok(m[0].client, kvd_link(m[0].client, "d512", info, 2, table, &ids[512]));
+        expect_ok(m[0].client, kvd_client_finalize(m[0].client));
+        ck_assert_int_eq(dom_status_len(&n, "domains"), 0);
+        expect_ok(m[1].client, kvd_client_finalize(m[1].client));
+        node_stop(&n);
+}
+END_TEST
+
+/* At most 16 set-ups reach out at once; the rest wait in a queue, in the order they came. */
+START_TEST(test_setup_queue)
+{
+        char name[32], *s;
+        uint64_t ids[20];
+        kvd_cluster_rank info[2] = { { 1001, 0 }, { 2002, 1 } };
+        Net w;
+
+        net_start(&w, 2, NULL);
+        for (unsigned i = 0; i < 20; i++) {
+                (void)snprintf(name, sizeof(name), "q%u", i);
+                expect_ok(w.m[0].client, kvd_link(w.m[0].client, name, info, 2, w.table, &ids[i]));
+        }
+        for (unsigned i = 0; i < 20; i++) {
+                char path[64];
+
+                (void)snprintf(path, sizeof(path), "domains/%u/setup", i);
+                s = dom_status_str(&w.nodes[0], path);
+                ck_assert_str_eq(s, i < 16 ? "in_progress" : "queued");
+                free(s);
+                if (i >= 16) {
+                        (void)snprintf(path, sizeof(path), "domains/%u/queue_position", i);
+                        ck_assert_int_eq(dom_status_int(&w.nodes[0], path), i - 15);
+                }
+        }
+        /* A set-up in progress goes: the oldest queued one takes its slot. */
+        expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, ids[3]));
+        s = dom_status_str(&w.nodes[0], "domains/15/comm_name");
+        ck_assert_str_eq(s, "q16");
+        free(s);
+        s = dom_status_str(&w.nodes[0], "domains/15/setup");
+        ck_assert_str_eq(s, "in_progress");
+        free(s);
+        ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/16/queue_position"), 1);
+        ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/18/queue_position"), 3);
+        /* The member that was missing arrives for a queued domain: answering needs no slot. */
+        w.m[1].comm_id = 0;
+        expect_ok(w.m[1].client, kvd_link(w.m[1].client, "q19", info, 2, w.table,
+                                          &w.m[1].comm_id));
+        w.m[0].comm_id = ids[19];
+        dom_wait_ok(w.m, 2);
+        net_stop(&w);
+}
+END_TEST
+
+/* ---- many domains, many clients, every order, all at once ---- */
+
+#define CONC_CLUSTERS 6
+#define CONC_DOMAINS 30
+
+typedef struct Conc {
+        Node nodes[3];
+        DomMember all[CONC_CLUSTERS];
+        unsigned members[CONC_DOMAINS][4];
+        unsigned n_members[CONC_DOMAINS];
+        char tables[CONC_DOMAINS][RANK_TABLE_MAX];
+        unsigned who;
+} Conc;
+
+/* One cluster's process: links each of its domains in its own order, waits for all, tells the
+ * test how that went (0: every one OK) and stays until it is killed, so that no member leaves a
+ * domain another still waits for. */
+static int conc_child(void *p)
+{
+        Conc *c = p;
+        DomMember *me = &c->all[c->who];
+        char dev[8], name[32];
+        kvd_option opts[2] = { { "socket_path", me->node->d.socket_path }, { "device_id", dev } };
+        uint64_t ids[CONC_DOMAINS];
+        unsigned order[CONC_DOMAINS], n = 0;
+        uint64_t verdict = 0;
+
+        (void)snprintf(dev, sizeof(dev), "%d", me->device_id);
+        if (kvd_client_init(&me->client, me->cluster_id, KVD_ROLE_MIX, opts, 2) < 0)
+                verdict = 10;
+        for (unsigned k = 0; k < CONC_DOMAINS; k++) {
+                unsigned d = c->who % 3 == 0 ? k
+                             : c->who % 3 == 1 ? CONC_DOMAINS - 1 - k
+                                               : (k * 7) % CONC_DOMAINS;
+
+                for (unsigned j = 0; j < c->n_members[d]; j++)
+                        if (c->members[d][j] == c->who)
+                                order[n++] = d;
+        }
+        for (unsigned i = 0; i < n && !verdict; i++) {
+                unsigned d = order[i];
+                kvd_cluster_rank info[4];
+
+                for (unsigned j = 0; j < c->n_members[d]; j++)
+                        info[j] = (kvd_cluster_rank){ c->all[c->members[d][j]].cluster_id, j };
+                (void)snprintf(name, sizeof(name), "conc-%u", d);
+                if (kvd_link(me->client, name, info, c->n_members[d], c->tables[d], &ids[i]) < 0) {
+                        fprintf(stderr, "conc: cluster %llu: link %s: %s\n",
+                                (unsigned long long)me->cluster_id, name,
+                                kvd_last_error(me->client));
+                        verdict = 11;
+                }
+        }
+        for (unsigned i = 0; i < n && !verdict; i++) {
+                kvd_mem_status st = KVD_MEM_STATUS_PREPARING;
+
+                while (st == KVD_MEM_STATUS_PREPARING && !verdict) {
+                        if (kvd_query_register_mem_status(me->client, ids[i], &st) < 0)
+                                verdict = 12;
+                        else if (st == KVD_MEM_STATUS_PREPARING)
+                                harness_sleep_ms(5);
+                }
+                if (!verdict && st != KVD_MEM_STATUS_OK) {
+                        fprintf(stderr, "conc: cluster %llu domain %u: %s\n",
+                                (unsigned long long)me->cluster_id, order[i],
+                                kvd_last_error(me->client));
+                        verdict = 13;
+                }
+        }
+        harness_child_ready(verdict);
+        for (;;)
+                pause();
+        return 0;
+}
+
+START_TEST(test_concurrent_any_order)
+{
+        HarnessChild kids[CONC_CLUSTERS];
+        Conc *c = calloc(1, sizeof(*c));
+
+        ck_assert_ptr_nonnull(c);
+        for (unsigned i = 0; i < 3; i++)
+                node_start_full(&c->nodes[i], NULL, NULL, NULL, NULL);
+        for (unsigned i = 0; i < CONC_CLUSTERS; i++)
+                c->all[i] = (DomMember){ &c->nodes[i % 3], 100 + i, (int32_t)(i / 3), NULL, 0 };
+        /* Domains of 2, 3 and 4 members drawn from the six clusters, some with both clusters of
+         * one node. */
+        for (unsigned d = 0; d < CONC_DOMAINS; d++) {
+                DomMember m[4];
+
+                c->n_members[d] = 2 + d % 3;
+                for (unsigned j = 0; j < c->n_members[d]; j++) {
+                        /* Steps coprime with 6: distinct clusters. */
+                        c->members[d][j] = (d + j * (d % 2 ? 5 : 1)) % CONC_CLUSTERS;
+                        m[j] = c->all[c->members[d][j]];
+                }
+                rank_table_build(c->tables[d], sizeof(c->tables[d]), m, c->n_members[d], false);
+        }
+        for (unsigned i = 0; i < CONC_CLUSTERS; i++) {
+                c->who = i;
+                ck_assert_int_eq(harness_fork_client(conc_child, c, &kids[i]), 0);
+        }
+        for (unsigned i = 0; i < CONC_CLUSTERS; i++) {
+                uint64_t verdict = 99;
+                int r = harness_child_wait_ready(&kids[i], 90000, &verdict);
+
+                if (r != 0 || verdict != 0)
+                        for (unsigned k = 0; k < 3; k++)
+                                harness_daemon_dump_log(&c->nodes[k].d, 20000);
+                ck_assert_msg(r == 0 && verdict == 0, "cluster %u: %d, verdict %llu", 100 + i, r,
+                              (unsigned long long)verdict);
+        }
+        /* Every daemon formed every domain it has a member of, and had set-ups queued. */
+        for (unsigned i = 0; i < 3; i++) {
+                size_t n = dom_status_len(&c->nodes[i], "domains");
+
+                for (size_t k = 0; k < n; k++) {
+                        char path[64], *st;
+
+                        (void)snprintf(path, sizeof(path), "domains/%zu/state", k);
+                        st = dom_status_str(&c->nodes[i], path);
+                        ck_assert_str_eq(st, "ok");
+                        free(st);
+                }
+                ck_assert_uint_gt(n, 16);
+        }
+        ck_assert(harness_daemon_log_contains(&c->nodes[0].d, "set-up queued at position") ||
+                  harness_daemon_log_contains(&c->nodes[1].d, "set-up queued at position") ||
+                  harness_daemon_log_contains(&c->nodes[2].d, "set-up queued at position"));
+        for (unsigned i = 0; i < CONC_CLUSTERS; i++)
+                ck_assert_int_eq(harness_child_kill(&kids[i], SIGKILL), 128 + SIGKILL);
+        for (unsigned i = 0; i < 3; i++) {
+                ck_assert_int_eq(dom_status_len(&c->nodes[i], "domains"), 0);
+                node_stop(&c->nodes[i]);
+        }
+        free(c);
+}
+END_TEST
+
+static Suite *domain_suite(void)
+{
+        Suite *s = suite_create("domain");
+        TCase *tc = tcase_create("form");
+
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_form_two);
+        tcase_add_test(tc, test_member_never_links);
+        tcase_add_test(tc, test_rank_tables_disagree);
+        tcase_add_test(tc, test_shared_links);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("rules");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_link_rules);
+        tcase_add_test(tc, test_local_comm_res);
+        tcase_add_test(tc, test_rdma_device_refused);
+        tcase_add_test(tc, test_domain_limit);
+        tcase_add_test(tc, test_setup_queue);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("concurrent");
+        tcase_set_timeout(tc, 180);
+        tcase_add_test(tc, test_concurrent_any_order);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(domain_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? 1 : 0;
+}

@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for the rank-table parser: the "1.0" form, what it accepts and every refusal. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kvdist/kvdist.h>
+
+#include "rank-table.h"
+
+static const char *const two = "{\"version\": \"1.0\", \"server_count\": \"2\", \"status\": "
+                               "\"completed\", \"server_list\": ["
+                               "{\"server_id\": \"p\", \"device\": [{\"device_id\": \"0\", "
+                               "\"device_ip\": \"10.0.0.1\", \"rank_id\": \"1\"}]},"
+                               "{\"server_id\": \"d\", \"device\": [{\"device_id\": \"5\", "
+                               "\"device_ip\": \"10.0.0.2:7401\", \"rank_id\": \"0\"}]}]}";
+
+/* Parses @json and checks it fails with a message containing @want. */
+static void refused(const char *json, const char *want)
+{
+        Error err = ERROR_INIT;
+        RankTable t;
+
+        ck_assert_int_eq(rank_table_parse(json, &t, &err), KVD_E_PARAM_INVALID);
+        ck_assert_msg(strstr(err.msg, want), "wanted \"%s\" in \"%s\"", want, err.msg);
+        ck_assert_ptr_nonnull(strstr(err.msg, "rank_table: "));
+}
+
+/* @two with its first occurrence of @from replaced by @to. */
+static char *variant(const char *from, const char *to)
+{
+        const char *at = strstr(two, from);
+        char *s;
+
+        ck_assert_ptr_nonnull(at);
+        ck_assert_int_ge(asprintf(&s, "%.*s%s%s", (int)(at - two), two, to, at + strlen(from)), 0);
+        return s;
+}
+
+static void refused_variant(const char *from, const char *to, const char *want)
+{
+        char *s = variant(from, to);
+
+        refused(s, want);
+        free(s);
+}
+
+START_TEST(test_parse_two)
+{
+        Error err = ERROR_INIT;
+        RankTable t;
+
+        ck_assert_int_eq(rank_table_parse(two, &t, &err), 0);
+        ck_assert_uint_eq(t.n_ranks, 2);
+        ck_assert_uint_eq(t.n_servers, 2);
+        /* Indexed by rank, whatever order the servers come in. */
+        ck_assert_str_eq(t.ranks[0].server_id, "d");
+        ck_assert_int_eq(t.ranks[0].device_id, 5);
+        ck_assert_str_eq(t.ranks[0].device_ip, "10.0.0.2:7401");
+        ck_assert_str_eq(t.ranks[1].server_id, "p");
+        /* An address alone means the default peer port. */
+        ck_assert_str_eq(t.ranks[1].device_ip, "10.0.0.1:7400");
+}
+END_TEST
+
+START_TEST(test_parse_forms)
+{
+        const char *json = "{\"version\": \"1.0\", \"server_count\": 2, \"server_list\": ["
+                           "{\"server_id\": \"a\", \"host_nic_ip\": \"reserve\", \"device\": ["
+                           "{\"device_id\": 0, \"device_ip\": \"::1\", \"rank_id\": 2},"
+                           "{\"device_id\": 1, \"device_ip\": \"[::1]:7400\", \"rank_id\": 0}]},"
+                           "{\"server_id\": \"b\", \"device\": [{\"device_id\": \"0\", "
+                           "\"device_ip\": \"[fd00::2]:9000\", \"rank_id\": \"1\"}]}]}";
+        Error err = ERROR_INIT;
+        RankTable t;
+
+        /* Numbers as JSON integers, IPv6, two devices of one server sharing its kvdistd. */
+        ck_assert_msg(rank_table_parse(json, &t, &err) == 0, "%s", err.msg);
+        ck_assert_uint_eq(t.n_ranks, 3);
+        ck_assert_str_eq(t.ranks[2].device_ip, "[::1]:7400");
+        ck_assert_str_eq(t.ranks[0].device_ip, "[::1]:7400");
+        ck_assert_int_eq(t.ranks[0].device_id, 1);
+        ck_assert_str_eq(t.ranks[1].device_ip, "[fd00::2]:9000");
+}
+END_TEST
+
+START_TEST(test_refused)
+{
+        char big[RANK_TABLE_MAX_BYTES + 16];
+
+        refused("", "empty");
+        refused("[1, 2]", "expected a JSON object");
+        refused("{\"version\": \"1.0\",", "line 1");
+        /* The seed document's example has trailing commas: not JSON. */
+        refused("{\"server_list\": [{\"device\": [{\"device_id\": \"0\"},]}]}", "line 1");
+        refused("{\"server_count\": \"1\", \"server_list\": []}", "\"version\" is missing");
+        refused("{\"version\": \"1.0\", \"version\": \"1.0\"}", "duplicate");
+        refused_variant("\"version\": \"1.0\"", "\"version\": \"1.2\"", "\"1.0\" form");
+        refused_variant("\"completed\"", "\"initializing\"", "must be \"completed\"");
+        refused_variant("\"server_count\": \"2\"", "\"server_count\": \"3\"",
+                        "server_count: 3, but server_list has 2 entries");
+        refused_variant("\"server_count\": \"2\"", "\"server_count\": \"two\"",
+                        "server_count: \"two\" is not a decimal number");
+        refused_variant("\"server_count\": \"2\", ", "", "\"server_count\" is missing");
+        refused_variant("\"status\"", "\"state\"", "unknown key \"state\"");
+        refused_variant("\"server_id\": \"p\"", "\"server_id\": \"p\", \"rack\": 1",
+                        "server_list[0]: unknown key \"rack\"");
+        refused_variant("\"server_id\": \"p\"", "\"server_id\": \"\"",
+                        "server_list[0].server_id: must be 1..63 characters");
+        refused_variant("\"server_id\": \"d\"", "\"server_id\": \"p\"",
+                        "server_id \"p\" appears twice");
+        refused_variant("\"device_id\": \"0\"", "\"device_id\": \"-1\"",
+                        "server_list[0].device[0].device_id: \"-1\" is not a decimal number");
+        refused_variant("\"device_id\": \"0\", ", "", "\"device_id\" is missing");
+        refused_variant("\"10.0.0.1\"", "\"x.x.x.x\"",
+                        "server_list[0].device[0].device_ip: \"x.x.x.x\" is not a numeric address");
+        refused_variant("\"10.0.0.1\"", "\"node-1:7400\"", "is not a numeric address");
+        refused_variant("\"10.0.0.1\"", "\"10.0.0.1:0\"", "is not a numeric address");
+        refused_variant("\"10.0.0.1\"", "\"10.0.0.2:7401\"",
+                        "device_ip 10.0.0.2:7401 is also server p's");
+        refused_variant("\"rank_id\": \"1\"", "\"rank_id\": \"0\"", "rank_id 0 appears twice");
+        refused_variant("\"rank_id\": \"1\"", "\"rank_id\": \"2\"",
+                        "rank_id 2 of server p device 0 is not below the 2 devices listed");
+        refused_variant(", \"rank_id\": \"1\"", "", "\"rank_id\" is missing");
+        refused("{\"version\": \"1.0\", \"server_count\": \"1\", \"server_list\": "
+                "[{\"server_id\": \"a\", \"device\": []}]}",
+                "server_list[0].device: expected a non-empty array");
+        /* Two devices of one server: one kvdistd, so one address; distinct ids. */
+        refused_variant("\"rank_id\": \"1\"}]",
+                        "\"rank_id\": \"1\"}, {\"device_id\": \"1\", \"device_ip\": \"10.0.0.3\", "
+                        "\"rank_id\": \"2\"}]",
+                        "device_ip 10.0.0.3:7400 differs from 10.0.0.1:7400");
+        refused_variant("\"rank_id\": \"1\"}]",
+                        "\"rank_id\": \"1\"}, {\"device_id\": \"0\", \"device_ip\": \"10.0.0.1\", "
+                        "\"rank_id\": \"2\"}]",
+                        "device_id 0 appears twice in server p");
+        refused("{\"version\": \"1.0\", \"server_count\": \"1\", \"server_list\": [{\"server_id\": "
+                "\"a\", \"device\": [{\"device_id\": 0, \"device_ip\": \"10.0.0.1\", \"rank_id\": 0},"
+                "{\"device_id\": 1, \"device_ip\": \"10.0.0.1\", \"rank_id\": 1},"
+                "{\"device_id\": 2, \"device_ip\": \"10.0.0.1\", \"rank_id\": 2},"
+                "{\"device_id\": 3, \"device_ip\": \"10.0.0.1\", \"rank_id\": 3},"
+                "{\"device_id\": 4, \"device_ip\": \"10.0.0.1\", \"rank_id\": 4}]}]}",
+                "more than 4 devices");
+        refused_variant("\"p\"", "\"p\\u0000q\"", "is not allowed");
+        memset(big, ' ', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        refused(big, "bytes, at most");
+}
+END_TEST
+
+START_TEST(test_fragment)
+{
+        Error err = ERROR_INIT;
+        RankDevice d;
+
+        ck_assert_int_eq(rank_table_parse_fragment(
+                                 "{\"server_list\": [{\"server_id\": \"n\", \"device\": "
+                                 "[{\"device_id\": \"3\", \"device_ip\": \"10.1.1.1\"}]}]}",
+                                 &d, &err),
+                         0);
+        ck_assert_int_eq(d.device_id, 3);
+        ck_assert_str_eq(d.device_ip, "10.1.1.1:7400");
+        ck_assert_str_eq(d.server_id, "n");
+        ck_assert_int_eq(rank_table_parse_fragment(
+                                 "{\"server_count\": \"1\", \"version\": \"1.0\", "
+                                 "\"server_list\": [{\"server_id\": \"n\", \"device\": "
+                                 "[{\"device_id\": \"3\", \"device_ip\": \"10.1.1.1\"}]}]}",
+                                 &d, &err),
+                         0);
+        ck_assert_int_eq(rank_table_parse_fragment(
+                                 "{\"server_list\": [{\"server_id\": \"n\", \"device\": "
+                                 "[{\"device_id\": \"3\", \"device_ip\": \"10.1.1.1\", "
+                                 "\"rank_id\": \"0\"}]}]}",
+                                 &d, &err),
+                         KVD_E_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(err.msg, "local_comm_res: server_list[0].device[0].rank_id"));
+        error_clear(&err);
+        ck_assert_int_eq(rank_table_parse_fragment(
+                                 "{\"server_list\": [{\"server_id\": \"n\", \"device\": "
+                                 "[{\"device_id\": \"3\", \"device_ip\": \"10.1.1.1\"}, "
+                                 "{\"device_id\": \"4\", \"device_ip\": \"10.1.1.1\"}]}]}",
+                                 &d, &err),
+                         KVD_E_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(err.msg, "one device"));
+        error_clear(&err);
+        ck_assert_int_eq(rank_table_parse_fragment("{\"server_count\": \"2\", \"server_list\": "
+                                                   "[{}, {}]}",
+                                                   &d, &err),
+                         KVD_E_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(err.msg, "2 servers; local_comm_res describes"));
+}
+END_TEST
+
+START_TEST(test_address)
+{
+        char buf[SOCKADDR_STR_MAX];
+
+        ck_assert_int_eq(rank_table_parse_address("127.0.0.1", buf, sizeof(buf)), 0);
+        ck_assert_str_eq(buf, "127.0.0.1:7400");
+        ck_assert_int_eq(rank_table_parse_address("127.0.0.1:1", buf, sizeof(buf)), 0);
+        ck_assert_str_eq(buf, "127.0.0.1:1");
+        ck_assert_int_eq(rank_table_parse_address("[::1]:80", buf, sizeof(buf)), 0);
+        ck_assert_str_eq(buf, "[::1]:80");
+        ck_assert_int_eq(rank_table_parse_address("localhost", buf, sizeof(buf)), -EINVAL);
+        ck_assert_int_eq(rank_table_parse_address(NULL, buf, sizeof(buf)), -EINVAL);
+}
+END_TEST
+
+static Suite *rank_table_suite(void)
+{
+        Suite *s = suite_create("rank-table");
+        TCase *tc = tcase_create("parse");
+
+        tcase_add_test(tc, test_parse_two);
+        tcase_add_test(tc, test_parse_forms);
+        tcase_add_test(tc, test_refused);
+        tcase_add_test(tc, test_fragment);
+        tcase_add_test(tc, test_address);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(rank_table_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
