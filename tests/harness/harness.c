@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -86,8 +87,9 @@ static int wait_pid(pid_t pid, int timeout_ms, int *ret_status)
  */
 static _Noreturn void watcher_run(int fd, pid_t daemon_pid, HarnessDaemon *d)
 {
-        char c;
         ssize_t n;
+        int lock;
+        char c;
 
         /* Hold nothing of the test's: a copy of a client socket would hide its close. */
         if (fd != 3) {
@@ -104,10 +106,17 @@ static _Noreturn void watcher_run(int fd, pid_t daemon_pid, HarnessDaemon *d)
                 _exit(0);
 
         (void)kill(daemon_pid, SIGKILL);
+        /* The watchers of a test's daemons all wake at once: one log at a time, whole. */
+        lock = open("/tmp/kvdist-harness-watchers.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (lock >= 0)
+                (void)flock(lock, LOCK_EX);
         fprintf(stderr, "harness: the test ended while kvdistd (pid %d) ran; its log (%s):\n",
                 (int)daemon_pid, d->log_path);
         harness_daemon_dump_log(d, HARNESS_LOG_TAIL);
         fprintf(stderr, "harness: end of the kvdistd log\n");
+        fflush(stderr);
+        if (lock >= 0)
+                (void)close(lock);
         (void)unlink(d->socket_path);
         if (!getenv("KVDIST_TEST_KEEP_LOGS")) {
                 (void)unlink(d->log_path);

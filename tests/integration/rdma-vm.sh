@@ -34,6 +34,13 @@ script='rc=0
 for t in '"${tests[*]}"'; do
         echo "== $t over RDMA ($KVDIST_RDMA_DEVICE)"
         "$t" || rc=1
+        # A failed test leaves its daemons to the harness watchers, which print their logs:
+        # let them finish before the VM powers off.
+        n=0
+        while pgrep -x kvdist-watch >/dev/null 2>&1 && [ $n -lt 150 ]; do
+                sleep 0.2
+                n=$((n + 1))
+        done
 done
 exit $rc'
 
