@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <infiniband/verbs.h>
 
 #include "clist.h"
 #include "log.h"

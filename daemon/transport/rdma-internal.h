@@ -2,7 +2,7 @@
 /*
  * What the two halves of the RDMA transport share: transport-rdma.c (devices, memory
  * registrations, async events) and rdma-endpoint.c (queue pairs, endpoints, jobs, completions).
- * These two files, and this header, are the only ones that see <infiniband/verbs.h>.
+ * This header is the one place <infiniband/verbs.h> is included; only these two files include it.
  */
 #pragma once
 

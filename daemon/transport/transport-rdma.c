@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <infiniband/verbs.h>
 
 #include "cache.h"
 #include "clist.h"
