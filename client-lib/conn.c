@@ -412,6 +412,7 @@ static void cond_wait_until(kvd_client *c, usec_t deadline)
 
 int conn_wait(kvd_client *c, Pending *p, usec_t deadline, Error *err)
 {
+        bool drained = false;
         int r;
 
         pthread_mutex_lock(&c->lock);
@@ -424,7 +425,12 @@ int conn_wait(kvd_client *c, Pending *p, usec_t deadline, Error *err)
                         r = error_set(err, KVD_E_DAEMON_UNAVAILABLE, "%s", c->dead_detail);
                         break;
                 }
-                if (deadline != USEC_INFINITY && now_usec(CLOCK_MONOTONIC) >= deadline) {
+                /*
+                 * Past the deadline (a zero timeout is one from the start), what has arrived is
+                 * still read first: a reply waiting in the socket is an answer, not a timeout.
+                 */
+                if (deadline != USEC_INFINITY && now_usec(CLOCK_MONOTONIC) >= deadline &&
+                    (drained || c->reading)) {
                         r = KVD_E_TIMEOUT;
                         break;
                 }
@@ -444,6 +450,8 @@ int conn_wait(kvd_client *c, Pending *p, usec_t deadline, Error *err)
                                 conn_kill_locked(c, detail);
                         else if (k > 0)
                                 conn_dispatch_locked(c, &f);
+                        else
+                                drained = true;
                         /* Someone else's reply may have arrived, or they may read now. */
                         pthread_cond_broadcast(&c->cond);
                         continue;

@@ -354,6 +354,7 @@ static int rdma_slot_post(RdmaSlot *slot, RdmaJob *job)
         struct ibv_sge sges[RDMA_BATCH][RDMA_MAX_SGE];
         RdmaQp *q = slot->qp;
         unsigned n_wr = 0, n_seg = 0, room;
+        uint64_t bytes = 0;
         int r;
 
         room = RDMA_SQ_DEPTH - q->outstanding;
@@ -377,6 +378,7 @@ static int rdma_slot_post(RdmaSlot *slot, RdmaJob *job)
                                                             .lkey = s->lkey };
                         job->next++;
                         n_seg++;
+                        bytes += s->len;
                 } while (k < RDMA_MAX_SGE && job->next < job->n &&
                          job->segs[job->next].rkey == s->rkey &&
                          job->segs[job->next].remote_addr == s->remote_addr + s->len);
@@ -398,6 +400,7 @@ static int rdma_slot_post(RdmaSlot *slot, RdmaJob *job)
         }
         q->fifo[(q->fifo_head + q->fifo_len) % RDMA_FIFO].wrs = (uint16_t)n_wr;
         q->fifo[(q->fifo_head + q->fifo_len) % RDMA_FIFO].segs = (uint16_t)n_seg;
+        q->fifo[(q->fifo_head + q->fifo_len) % RDMA_FIFO].bytes = bytes;
         q->fifo_len++;
         q->outstanding += n_wr;
         slot->ep->stats.wrs_posted += n_wr;
@@ -484,6 +487,11 @@ int rdma_job_submit(RdmaEndpoint *ep, bool read, const RdmaSegment *segs, size_t
         return 0;
 }
 
+uint64_t rdma_job_bytes_done(const RdmaJob *job)
+{
+        return job ? job->bytes_done : 0;
+}
+
 void rdma_job_cancel(RdmaJob *job)
 {
         if (job->status == 0)
@@ -505,6 +513,7 @@ static void rdma_dispatch_wc(RdmaDevice *dev, const struct ibv_wc *wc)
         RdmaQp *q = (RdmaQp *)(uintptr_t)wc->wr_id;
         RdmaSlot *slot;
         RdmaJob *job;
+        uint64_t bytes;
         unsigned segs;
 
         if (!q)
@@ -531,15 +540,16 @@ static void rdma_dispatch_wc(RdmaDevice *dev, const struct ibv_wc *wc)
         if (q->fifo_len == 0)
                 return;
         segs = q->fifo[q->fifo_head].segs;
+        bytes = q->fifo[q->fifo_head].bytes;
         q->outstanding -= q->fifo[q->fifo_head].wrs;
         q->fifo_head = (q->fifo_head + 1) % RDMA_FIFO;
         q->fifo_len--;
         if (!job)
                 return;
         job->completed += segs;
+        job->bytes_done += bytes;
+        slot->ep->stats.bytes += bytes;
         if (job->completed == job->n) {
-                for (size_t i = 0; i < job->n; i++)
-                        slot->ep->stats.bytes += job->segs[i].len;
                 /* Every request of the job completed: its slots are free again. */
                 for (unsigned i = 0; i < slot->ep->n_slots; i++)
                         if (slot->ep->slots[i].job == job) {

@@ -141,6 +141,11 @@ void rdma_job_cancel(RdmaJob *job)
 {
 }
 
+uint64_t rdma_job_bytes_done(const RdmaJob *job)
+{
+        return 0;
+}
+
 void rdma_endpoint_get_stats(const RdmaEndpoint *ep, RdmaEndpointStats *ret)
 {
         *ret = (RdmaEndpointStats){ 0 };

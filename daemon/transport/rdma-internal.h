@@ -61,10 +61,11 @@ struct RdmaDevice {
 struct RdmaQp {
         RdmaSlot *slot;
         struct ibv_qp *qp;
-        /* Per chained batch in the send queue, oldest first: work requests and segments. */
+        /* Per chained batch in the send queue, oldest first: work requests, segments, bytes. */
         struct {
                 uint16_t wrs;
                 uint16_t segs;
+                uint64_t bytes;
         } fifo[RDMA_FIFO];
         unsigned fifo_head, fifo_len;
         unsigned outstanding;           /* work requests posted, not known complete */
@@ -99,6 +100,7 @@ struct RdmaJob {
         size_t n;
         size_t next;                    /* next segment to post, shared by the job's slots */
         size_t completed;               /* segments known complete */
+        uint64_t bytes_done;            /* their bytes */
         uint32_t slots;                 /* mask of slots held */
         int status;
         bool stopping;

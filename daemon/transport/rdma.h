@@ -176,6 +176,9 @@ int rdma_job_submit(RdmaEndpoint *ep, bool read, const RdmaSegment *segs, size_t
  */
 void rdma_job_cancel(RdmaJob *job);
 
+/* The bytes of @job's READs or WRITEs known complete so far. */
+uint64_t rdma_job_bytes_done(const RdmaJob *job);
+
 /* Counters of @ep for status. */
 typedef struct RdmaEndpointStats {
         uint64_t jobs_done;

@@ -213,6 +213,9 @@ static int conn_rx(Conn *c)
         q = tcp_receiver_step_max(&c->receiver, c->fd, TURN_BYTES);
         atomic_fetch_add_explicit(&c->bytes_received, c->receiver.pos - before,
                                   memory_order_relaxed);
+        if (!c->rx_discarding)
+                atomic_fetch_add_explicit(&c->rx->job->bytes_moved, c->receiver.pos - before,
+                                          memory_order_relaxed);
         switch (q) {
         case TCP_STREAM_BLOCKED:
                 return IO_BLOCKED;
@@ -296,6 +299,9 @@ static int conn_tx(Conn *c)
         before = c->sender.pos;
         q = tcp_sender_step_max(&c->sender, c->fd, TURN_BYTES);
         atomic_fetch_add_explicit(&c->bytes_sent, c->sender.pos - before, memory_order_relaxed);
+        if (!c->tx_aborting)
+                atomic_fetch_add_explicit(&c->tx->job->bytes_moved, c->sender.pos - before,
+                                          memory_order_relaxed);
         switch (q) {
         case TCP_STREAM_BLOCKED:
                 return IO_BLOCKED;

@@ -70,6 +70,7 @@ struct Job {
         unsigned n_busy;                /* ranges that may still touch the job's memory */
         int status;                     /* the first failure */
         atomic_bool stop;               /* cancelled or failed: stop touching memory */
+        _Atomic uint64_t bytes_moved;   /* payload sent or landed, for progress reports */
         bool notify_due;
         bool notified;                  /* the callback ran, or there is none */
         bool finished;

@@ -347,6 +347,7 @@ static Job *job_new(TcpData *td, JobKind kind, uint64_t id, uint64_t total, tcp_
         clist_init(&j->link_table);
         clist_init(&j->link_done);
         atomic_init(&j->stop, false);
+        atomic_init(&j->bytes_moved, 0);
         for (int i = 0; i < n; i++) {
                 j->ranges[i] = (Range){ .job = j, .r = ranges[i] };
                 clist_init(&j->ranges[i].link);
@@ -471,6 +472,20 @@ int tcp_data_send_aborted(TcpData *td, uint64_t job_id, uint64_t total)
         for (unsigned i = 0; i < j->n_ranges; i++)
                 j->ranges[i].abort_only = true;
         return send_submit(td, j);
+}
+
+int tcp_data_progress(TcpData *td, uint64_t job_id, bool send, uint64_t *ret)
+{
+        Job *j;
+
+        if (!td || !ret)
+                return -EINVAL;
+        pthread_mutex_lock(&td->lock);
+        j = table_find(send ? td->send_table : td->recv_table, job_id);
+        if (j)
+                *ret = MIN(atomic_load_explicit(&j->bytes_moved, memory_order_relaxed), j->total);
+        pthread_mutex_unlock(&td->lock);
+        return j ? 0 : -ENOENT;
 }
 
 void tcp_data_cancel_send(TcpData *td, uint64_t job_id)

@@ -151,6 +151,13 @@ int tcp_data_recv_discard(TcpData *td, uint64_t job_id, uint64_t total);
  */
 void tcp_data_cancel_recv(TcpData *td, uint64_t job_id);
 
+/*
+ * The payload bytes job @job_id (a send when @send, else a receive) moved so far, in *@ret:
+ * sent, or landed in its destination. -ENOENT when no such job is in progress (not registered
+ * yet, or over on the wire).
+ */
+int tcp_data_progress(TcpData *td, uint64_t job_id, bool send, uint64_t *ret);
+
 /* Whether the TcpData broke (every later send/recv fails with -EPIPE). */
 bool tcp_data_is_broken(const TcpData *td);
 

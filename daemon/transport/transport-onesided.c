@@ -40,10 +40,20 @@ static void onesided_cancel(Transport *t, Transfer *x)
                 rdma_job_cancel(x->rdma_job);
 }
 
+/* Unknown (-ENOENT) before the job is posted and once it completed. */
+static int onesided_progress(Transport *t, const Transfer *x, uint64_t *ret)
+{
+        if (!x->rdma_job)
+                return -ENOENT;
+        *ret = rdma_job_bytes_done(x->rdma_job);
+        return 0;
+}
+
 static const transport_ops onesided_ops = {
         .name = "rdma",
         .submit = onesided_submit,
         .cancel = onesided_cancel,
+        .progress = onesided_progress,
 };
 
 int transport_rdma_new(Daemon *d, Transport **ret)

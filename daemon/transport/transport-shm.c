@@ -64,9 +64,10 @@ static void shm_cancel(Transport *t, Transfer *x)
                 engine_cancel(x->transport_data);
 }
 
-static uint64_t shm_progress(Transport *t, const Transfer *x)
+static int shm_progress(Transport *t, const Transfer *x, uint64_t *ret)
 {
-        return x->transport_data ? engine_task_bytes_done(x->transport_data) : 0;
+        *ret = x->transport_data ? engine_task_bytes_done(x->transport_data) : 0;
+        return 0;
 }
 
 static const transport_ops shm_ops = {

@@ -43,10 +43,19 @@ static void tcp_cancel(Transport *t, Transfer *x)
                 tcp_data_cancel_send(x->data, x->job_id);
 }
 
+/* Unknown (-ENOENT) before the job is handed to the data plane and once it is over on the wire. */
+static int tcp_progress(Transport *t, const Transfer *x, uint64_t *ret)
+{
+        if (!x->data)
+                return -ENOENT;
+        return tcp_data_progress(x->data, x->job_id, !tcp_is_receive(x), ret);
+}
+
 static const transport_ops tcp_ops = {
         .name = "tcp",
         .submit = tcp_submit,
         .cancel = tcp_cancel,
+        .progress = tcp_progress,
 };
 
 int transport_tcp_new(Daemon *d, Transport **ret)

@@ -16,8 +16,7 @@ int transport_progress(Transport *t, const Transfer *x, uint64_t *ret)
 {
         if (!t || !t->ops->progress)
                 return -EOPNOTSUPP;
-        *ret = t->ops->progress(t, x);
-        return 0;
+        return t->ops->progress(t, x, ret);
 }
 
 void transport_cancel(Transport *t, Transfer *x)

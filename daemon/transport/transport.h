@@ -19,8 +19,11 @@ typedef struct transport_ops {
         /* Asks the transport to stop @x as soon as possible; completion still follows. */
         void (*cancel)(Transport *t, Transfer *x);
         void (*destroy)(Transport *t);
-        /* Bytes of @x's plan that have landed so far, for kvdistctl transfers. */
-        uint64_t (*progress)(Transport *t, const Transfer *x);
+        /*
+         * Bytes of @x's plan moved so far (landed, or for a push sent and acknowledged by the
+         * transport), for kvdistctl transfers; a negative errno when it cannot tell right now.
+         */
+        int (*progress)(Transport *t, const Transfer *x, uint64_t *ret);
 } transport_ops;
 
 struct Transport {
@@ -40,7 +43,7 @@ int transport_tcp_new(Daemon *d, Transport **ret);
 int transport_rdma_new(Daemon *d, Transport **ret);
 
 int transport_submit(Transport *t, Transfer *x);
-/* Bytes of @x moved so far in *@ret; -EOPNOTSUPP when the transport cannot tell. */
+/* Bytes of @x moved so far in *@ret; a negative errno when the transport cannot tell. */
 int transport_progress(Transport *t, const Transfer *x, uint64_t *ret);
 void transport_cancel(Transport *t, Transfer *x);
 /* Accepts NULL; returns NULL. */

@@ -15,6 +15,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "harness.h"
 #include "it-cache.h"
 #include "it-peers.h"
@@ -134,12 +136,46 @@ START_TEST(test_pull_blocks)
 END_TEST
 
 /* A pull larger than a data chunk and split over every data connection. */
+/*
+ * Looks at the transfers in @n's status: each one's bytes_done is null (the transport cannot
+ * tell at this moment) or a number no larger than its bytes. Returns how many had a number.
+ */
+static unsigned transfers_with_progress(const Node *n)
+{
+        char *text = NULL;
+        json_t *root, *xs, *x;
+        json_error_t jerr;
+        unsigned seen = 0;
+        size_t i;
+
+        ck_assert_int_eq(harness_daemon_status(&n->d, &text), KVD_OK);
+        root = json_loads(text, 0, &jerr);
+        ck_assert_msg(root, "status is not JSON: %s", jerr.text);
+        xs = json_object_get(root, "transfers");
+        ck_assert(json_is_array(xs));
+        json_array_foreach(xs, i, x) {
+                json_t *done = json_object_get(x, "bytes_done");
+
+                if (json_is_null(done))
+                        continue;
+                ck_assert_msg(json_is_integer(done), "bytes_done is neither null nor a number");
+                ck_assert_int_le(json_integer_value(done),
+                                 json_integer_value(json_object_get(x, "bytes")));
+                seen++;
+        }
+        json_decref(root);
+        free(text);
+        return seen;
+}
+
 START_TEST(test_pull_large)
 {
         const uint64_t n = 1024;        /* 2 tensors x 1024 x 16 KiB = 32 MiB */
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
         uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
+        kvd_task *tasks[8];
+        unsigned with_progress = 0, running;
         TCache src, dst;
         TCopies cp = {};
         Pair w;
@@ -157,6 +193,23 @@ START_TEST(test_pull_large)
         tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, n);
         tcache_verify(&dst, &cp);
         tcache_verify_untouched(&src);
+
+        /* The same pull eight times at once, watched: the transfers report their progress. */
+        for (int i = 0; i < 8; i++)
+                expect_ok(w.b, kvd_pull_blocks_async(w.b, &key, dst.id, sb, n, db, n, &o,
+                                                     &tasks[i]));
+        do {
+                with_progress += transfers_with_progress(&w.d);
+                running = 0;
+                for (int i = 0; i < 8; i++)
+                        running += kvd_task_wait(tasks[i], 0) == KVD_E_TIMEOUT;
+        } while (running > 0);
+        for (int i = 0; i < 8; i++) {
+                expect_ok(w.b, kvd_task_wait(tasks[i], -1));
+                kvd_task_free(tasks[i]);
+        }
+        ck_assert_msg(with_progress > 0, "no transfer in flight showed its bytes_done");
+        tcache_verify(&dst, &cp);
 
         free(sb);
         free(db);

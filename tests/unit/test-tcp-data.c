@@ -411,6 +411,43 @@ START_TEST(test_late_registration)
 }
 END_TEST
 
+/* Progress: what a job moved so far, on both ends, and nothing for jobs not in progress. */
+START_TEST(test_progress)
+{
+        TcpDataOptions o = { .min_split_bytes = 65536 };
+        World w;
+        Xfer *x = xfer_new(41, 16 * MiB, 0, 0);
+        Done d[2] = { { 0 } };
+        uint64_t p = UINT64_MAX;
+
+        /* Small socket buffers: a sender whose receiver does not know the job yet blocks. */
+        world_init(&w, 2, true, 65536, &o);
+        ck_assert_int_eq(tcp_data_progress(w.a.td, 5, true, &p), -ENOENT);
+        ck_assert_int_eq(tcp_data_send(w.a.td, 5, x->src, x->n_src, on_done, &d[0]), 0);
+        ck_assert_int_eq(tcp_data_progress(w.b.td, 5, false, &p), -ENOENT);
+        run_until_bytes(&w, w.a.td, 1, 0);
+        ck_assert_int_eq(tcp_data_progress(w.a.td, 5, true, &p), 0);
+        ck_assert_uint_gt(p, 0);
+        ck_assert_uint_lt(p, x->total);
+        /* A send is not a receive. */
+        ck_assert_int_eq(tcp_data_progress(w.a.td, 5, false, &p), -ENOENT);
+
+        ck_assert_int_eq(tcp_data_recv(w.b.td, 5, x->dst, x->n_dst, on_done, &d[1]), 0);
+        ck_assert_int_eq(tcp_data_progress(w.b.td, 5, false, &p), 0);
+        ck_assert_uint_le(p, x->total);
+        run_until(&w, &done_total, 2);
+        ck_assert_int_eq(d[0].status, 0);
+        ck_assert_int_eq(d[1].status, 0);
+        xfer_check(x, 0, x->total);
+        /* Over on the wire: no longer in progress. */
+        ck_assert_int_eq(tcp_data_progress(w.a.td, 5, true, &p), -ENOENT);
+        ck_assert_int_eq(tcp_data_progress(w.b.td, 5, false, &p), -ENOENT);
+        ck_assert_int_eq(tcp_data_progress(NULL, 5, false, &p), -EINVAL);
+        world_deinit(&w);
+        xfer_free(x);
+}
+END_TEST
+
 /* ---- cancels, aborts, discards ---- */
 
 /* A job both ends must still be able to run after something failed on the TcpData. */
@@ -665,6 +702,7 @@ static Suite *tcp_data_suite(void)
         tcase_add_loop_test(tc, test_wire_layout, 0, 2);
         tcase_add_loop_test(tc, test_concurrent, 0, 2);
         tcase_add_test(tc, test_late_registration);
+        tcase_add_test(tc, test_progress);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("cancel");
