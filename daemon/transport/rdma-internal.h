@@ -21,6 +21,10 @@
 #define RDMA_MAX_SGE 4                  /* scatter-gather entries per work request we use */
 #define RDMA_BATCH 16                   /* work requests chained per ibv_post_send */
 #define RDMA_POLL_BATCH 32
+/* Completions handled per pass of the event loop. More wait for the next pass, so a long job
+ * (whose completions refill the queue as fast as they are polled) never keeps clients, peers and
+ * heartbeats waiting. */
+#define RDMA_POLL_BUDGET 64
 #define RDMA_ACK_BATCH 64               /* CQ events acknowledged together */
 #define RDMA_FIFO (RDMA_SQ_DEPTH / 1 + 1)
 
@@ -42,6 +46,7 @@ struct RdmaDevice {
         struct ibv_comp_channel *chan;
         struct ibv_cq *cq;
         struct event *ev_cq;
+        struct event *ev_kick;          /* zero timer: runs the CQ handler on the next pass */
         struct event *ev_async;
         uint8_t port;
         int gid_index;
@@ -124,6 +129,7 @@ static inline enum ibv_mtu rdma_mtu_enum(uint32_t bytes)
 
 /* rdma-endpoint.c: the completion channel's callback, on the control loop. */
 void rdma_on_cq(evutil_socket_t fd, short what, void *userdata);
+void rdma_device_kick(RdmaDevice *dev);
 
 /* rdma-endpoint.c: every job on the device fails with @status and its queue pairs go. */
 void rdma_device_fail_endpoints(RdmaDevice *dev, int status);

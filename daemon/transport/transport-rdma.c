@@ -51,6 +51,8 @@ static void rdma_device_close(RdmaDevice *dev)
 {
         if (dev->ev_cq)
                 event_free(dev->ev_cq);
+        if (dev->ev_kick)
+                event_free(dev->ev_kick);
         if (dev->ev_async)
                 event_free(dev->ev_async);
         if (dev->cq) {
@@ -143,9 +145,10 @@ static void rdma_device_open(RdmaDevice *dev, const DeviceConfig *cfg, struct ib
                 return;
         }
         dev->ev_cq = event_new(base, dev->chan->fd, EV_READ | EV_PERSIST, rdma_on_cq, dev);
+        dev->ev_kick = evtimer_new(base, rdma_on_cq, dev);
         dev->ev_async = event_new(base, dev->ibv->async_fd, EV_READ | EV_PERSIST,
                                   rdma_on_async, dev);
-        if (!dev->ev_cq || !dev->ev_async || event_add(dev->ev_cq, NULL) < 0 ||
+        if (!dev->ev_cq || !dev->ev_kick || !dev->ev_async || event_add(dev->ev_cq, NULL) < 0 ||
             event_add(dev->ev_async, NULL) < 0)
                 (void)snprintf(dev->error, sizeof(dev->error), "cannot watch the CQ");
 }
