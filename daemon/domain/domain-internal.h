@@ -25,6 +25,7 @@
 #include "clist.h"
 #include "domain.h"
 #include "error.h"
+#include "link-request.h"
 #include "rank-table.h"
 #include "sha256.h"
 #include "sockaddr-util.h"
@@ -74,7 +75,8 @@ typedef enum DomainSetup {
 
 typedef enum PairLinkState {
         PAIR_LINK_REQUESTING,   /* our PeerLink is in flight */
-        PAIR_LINK_HELD,         /* the peer answered; the link is made when the domain is OK */
+        PAIR_LINK_CONNECTING,   /* the peer answered; our RDMA queue pairs to it connect */
+        PAIR_LINK_HELD,         /* the link is made from the answer when the domain is OK */
         PAIR_LINK_MADE,         /* a Link exists (link_id) */
         PAIR_LINK_FAILED,
 } PairLinkState;
@@ -91,7 +93,10 @@ struct PairLink {
         Peer *peer;             /* remote pairs, while the call runs or the answer is held */
         PairLinkState state;
         PeerCall *call;
-        struct Kvdist__V1__PeerLinkReply *exposed; /* HELD: what the remote cluster exposed */
+        LinkTransport transport;        /* RDMA or TCP, decided as kvd_link_clusters() does */
+        struct Kvdist__V1__PeerLinkReply *exposed; /* CONNECTING, HELD: what the remote
+                                                    * cluster exposed */
+        RdmaEndpoint *rdma_ep;          /* HELD over RDMA */
         uint64_t link_id;       /* MADE */
         bool owned;             /* MADE by us (freed with the last domain), not reused */
         Error err;              /* FAILED */
@@ -106,6 +111,7 @@ typedef struct DomainPair {
         bool joined;            /* both called link with the same table */
         bool out_done;          /* our cluster's link to theirs is held (or made) */
         bool in_done;           /* their daemon said its link to ours is held */
+        bool in_rdma;           /* ... and runs over RDMA: their messages come as WRITEs */
         bool linked_sent;       /* we told them ours is */
         PeerCall *join_call;    /* our PeerDomainJoin in flight */
         usec_t next_join_usec;
