@@ -43,8 +43,14 @@ typedef struct Lane Lane;
 typedef struct PairLink PairLink;
 typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
+typedef struct PeerRdmaWaiter PeerRdmaWaiter;
+typedef struct RdmaEndpoint RdmaEndpoint;
+typedef struct RdmaJob RdmaJob;
+typedef struct RdmaMr RdmaMr;
+typedef struct RdmaSegment RdmaSegment;
 typedef struct Region Region;
 typedef struct TcpData TcpData;
+struct Kvdist__V1__PeerDomainXfer;
 
 #define DOMAIN_MAX_RANKS RANK_TABLE_MAX_RANKS
 #define DOMAIN_NAME_MAX 127
@@ -232,7 +238,15 @@ typedef enum XferKind {
         XFER_RECV_CANCEL = 3,
         XFER_MISMATCH = 4,
         XFER_SEND_CANCEL = 5,
+        XFER_WRITTEN = 6,               /* sender: every RDMA WRITE of the message completed */
 } XferKind;
+
+/* Where one segment of a message lands at the receiver, when its lane runs over RDMA. */
+typedef struct LaneRemoteSeg {
+        uint64_t addr;
+        uint64_t len;
+        uint32_t rkey;
+} LaneRemoteSeg;
 
 /* A word about a lane seq that came before the op it is about. */
 typedef struct LaneWord {
@@ -243,6 +257,9 @@ typedef struct LaneWord {
         int status;
         char msg[ERROR_MSG_MAX];
         Peer *peer;                     /* the connection it came on */
+        bool rdma;                      /* READY: the receiver waits for RDMA WRITEs ... */
+        LaneRemoteSeg *rsegs;           /* ... into these (owned) */
+        size_t n_rsegs;
 } LaneWord;
 
 /* The messages from rank @src to rank @dst, in seq order on both ends. */
@@ -251,13 +268,16 @@ struct Lane {
         uint32_t src;
         uint32_t dst;
         bool local;                     /* both ends on this daemon: copies */
+        bool rdma;                      /* remote: the sender's link runs over RDMA, so its
+                                         * messages move as RDMA WRITEs */
         uint64_t next_send_seq;         /* src local: the next seq a send takes */
         uint64_t next_recv_seq;         /* dst local: the next seq a receive takes */
         CList ops;                      /* DomainOp.link_lane: assigned, not done */
         CList words;                    /* LaneWord.link */
         unsigned n_words;
-        uint64_t n_msgs;                /* completed */
+        uint64_t n_msgs;                /* completed (counted at the local end's op) */
         uint64_t bytes;
+        uint64_t n_rdma_msgs;           /* of which moved as RDMA WRITEs */
 };
 
 typedef enum OpState {
@@ -293,6 +313,20 @@ struct DomainOp {
         bool have_word;                 /* the other end's final word (status in @word_*) */
         int word_status;
         char word_msg[ERROR_MSG_MAX];
+        /* remote over RDMA (domain-lane-rdma.c) */
+        bool rdma;                      /* this message moves as RDMA WRITEs */
+        bool ready_rdma;                /* send: the READY asks for WRITEs into @ready_rsegs */
+        LaneRemoteSeg *ready_rsegs;
+        size_t n_ready_rsegs;
+        RdmaMr **mrs;                   /* our spans, registered while the message runs */
+        size_t n_mrs;
+        uint32_t *seg_keys;             /* per segment: its span's rkey (receive), lkey (send) */
+        RdmaSegment *rdma_segs;         /* send: the WRITEs */
+        size_t n_rdma_segs;
+        RdmaJob *rdma_job;              /* send: running; its callback will run */
+        PeerRdmaWaiter *rdma_waiter;    /* send: the endpoint connects its queue pairs first */
+        Peer *rdma_peer;                /* send: the link's peer, which owns @rdma_ep */
+        RdmaEndpoint *rdma_ep;
         /* local */
         EngineTask *task;
         DomainOp *partner;
@@ -388,6 +422,53 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...) _printf_(3, 4);
 /* Every lane op that runs over @p fails; their data jobs end with the data plane. */
 void lanes_peer_lost(Domain *dom, Peer *p);
 void desc_to_proto(const OpDesc *d, struct Kvdist__V1__DomainOpDesc *m);
+
+/* Sets every remote lane's transport once the links are made: a lane runs over RDMA when the
+ * sender's link does (ours, or as the sender's daemon said in PeerDomainLinked). */
+void lanes_set_transport(Domain *dom);
+
+/*
+ * Walks two segment lists that add up to the same bytes side by side, one piece per call: the
+ * piece starts at offset @z->oi of segment @z->i of the first list and @z->oj of @z->j of the
+ * second, and ends where either segment ends or after @max bytes. Returns its length (0 for a
+ * segment of length 0) and moves on.
+ */
+typedef struct SegZip {
+        size_t i, j;
+        uint64_t oi, oj;
+} SegZip;
+
+static inline uint64_t seg_zip_step(SegZip *z, uint64_t len_i, uint64_t len_j, uint64_t max)
+{
+        uint64_t len = MIN(MIN(len_i - z->oi, len_j - z->oj), max);
+
+        z->oi += len;
+        z->oj += len;
+        if (z->oi == len_i) {
+                z->i++;
+                z->oi = 0;
+        }
+        if (z->oj == len_j) {
+                z->j++;
+                z->oj = 0;
+        }
+        return len;
+}
+
+/* domain-lane-rdma.c */
+/* Registers the destination of receive @op for remote write on its member's device; its READY
+ * names it. FEATURE_NOT_ENABLED or OUT_OF_MEMORY with @err. */
+int lane_rdma_recv_register(DomainOp *op, Error *err);
+/* Fills the RDMA fields of @op's READY (arrays freed with lane_rdma_ready_clear()). */
+int lane_rdma_ready_fill(const DomainOp *op, struct Kvdist__V1__PeerDomainXfer *m);
+void lane_rdma_ready_clear(struct Kvdist__V1__PeerDomainXfer *m);
+/* The RDMA fields of a READY that came in, into @w (0, or PROTOCOL_MISMATCH / OUT_OF_MEMORY). */
+int lane_rdma_word_parse(const struct Kvdist__V1__PeerDomainXfer *m, LaneWord *w);
+/* Registers the source of send @op on @dev and pairs it up with the READY's segments into
+ * WRITEs (op->rdma_segs). PROTOCOL_MISMATCH or OUT_OF_MEMORY with @err. */
+int lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err);
+/* Deregisters @op's spans and frees its RDMA state; no job may run. Idempotent. */
+void lane_rdma_release(DomainOp *op);
 
 /* domain-call.c */
 /* @op reached OP_DONE. */

@@ -356,6 +356,7 @@ void domain_check_ok(Domain *dom)
         domain_make_links(dom);
         if (dom->state != DOMAIN_PREPARING)
                 return;
+        lanes_set_transport(dom);
         domain_set_state(dom, DOMAIN_OK);
         dom->ok_usec = now;
         dom->reg->formed++;
