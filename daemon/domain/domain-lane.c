@@ -596,27 +596,22 @@ static void local_on_copied(EngineTask *task, int status, void *userdata)
 /* Builds the copies of two segment lists that add up to the same bytes. */
 static int local_copies(const DomainOp *s, const DomainOp *r, EngineCopy **ret, size_t *ret_n)
 {
-        size_t cap = s->n_segs + r->n_segs, n = 0, i = 0, j = 0, oi = 0, oj = 0;
+        size_t cap = s->n_segs + r->n_segs, n = 0;
         EngineCopy *c = calloc(cap ? cap : 1, sizeof(*c));
+        SegZip z = { 0 };
 
         if (!c)
                 return -ENOMEM;
-        while (i < s->n_segs && j < r->n_segs) {
-                size_t len = MIN(s->segs[i].len - oi, r->segs[j].len - oj);
+        while (z.i < s->n_segs && z.j < r->n_segs) {
+                size_t i = z.i, j = z.j;
+                uint64_t oi = z.oi, oj = z.oj;
+                uint64_t len = seg_zip_step(&z, s->segs[i].len, r->segs[j].len, UINT64_MAX);
 
+                if (len == 0)
+                        continue;
                 assert(n < cap);
                 c[n++] = (EngineCopy){ (uint8_t *)r->segs[j].dst + oj,
                                        (const uint8_t *)s->segs[i].dst + oi, len };
-                oi += len;
-                oj += len;
-                if (oi == s->segs[i].len) {
-                        i++;
-                        oi = 0;
-                }
-                if (oj == r->segs[j].len) {
-                        j++;
-                        oj = 0;
-                }
         }
         *ret = c;
         *ret_n = n;
