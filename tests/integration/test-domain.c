@@ -86,6 +86,17 @@ START_TEST(test_form_two)
         ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/0/resources/mesh/channels"), 1);
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 1);
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "inbound_links"), 1);
+        /* The domain's links run over the transport kvd_link_clusters() would pick (RDMA in the
+         * soft-RoCE VM), and so do its channels. */
+        for (unsigned i = 0; i < 2; i++) {
+                s = dom_status_str(&w.nodes[i], "links/0/transport");
+                ck_assert_str_eq(s, it_transport());
+                free(s);
+                s = dom_status_str(&w.nodes[i], "links/0/transport_reason");
+                ck_assert_msg(strstr(s, "comm domain, "), "%s", s);
+                free(s);
+                dom_check_channels(&w.nodes[i], false);
+        }
 
         /* B pulls A's blocks, A pushes into B's: the ordinary paths over the domain's links. */
         expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 4, db, 4, &o));
@@ -115,13 +126,15 @@ START_TEST(test_form_two)
         {
                 const char *argv[] = { getenv("KVDISTCTL"), "--socket", w.nodes[0].d.socket_path,
                                        "domains", NULL };
-                char *out = NULL;
+                char *out = NULL, chan[16];
 
                 ck_assert_ptr_nonnull(argv[0]);
                 ck_assert_int_eq(harness_run(argv, &out, NULL), 0);
+                (void)snprintf(chan, sizeof(chan), "1:%s", it_transport());
                 ck_assert_msg(strstr(out, "prefill-decode") && strstr(out, " ok ") &&
                                       strstr(out, "ring 2/4/2 mesh 1/2/1") &&
-                                      strstr(out, "0:1001 1:2002@"), "%s", out);
+                                      strstr(out, "0:1001 1:2002@") && strstr(out, chan) &&
+                                      strstr(out, "CHANNELS"), "%s", out);
                 free(out);
         }
 
@@ -309,7 +322,7 @@ static bool names_missing_device(const char *s)
 /*
  * A domain chooses its transport as kvd_link_clusters() does, without RDMA hardware: a device
  * configured for rdma whose RDMA device does not exist refuses kvd_link() at once, saying why;
- * configured for auto, the domain forms over TCP and its links say why.
+ * configured for auto, the domain forms over TCP and its links and channels say why.
  */
 START_TEST(test_rdma_device_missing)
 {
@@ -346,6 +359,12 @@ START_TEST(test_rdma_device_missing)
                 free(s);
                 s = dom_status_str(&w.nodes[i], "links/0/transport_reason");
                 ck_assert_msg(strstr(s, "comm domain, auto: ") && names_missing_device(s), "%s", s);
+                free(s);
+                s = dom_status_str(&w.nodes[i], "domains/0/channels/0/transport");
+                ck_assert_str_eq(s, "tcp");
+                free(s);
+                s = dom_status_str(&w.nodes[i], "domains/0/channels/0/transport_reason");
+                ck_assert_msg(names_missing_device(s), "%s", s);
                 free(s);
         }
         net_stop(&w);
