@@ -14,7 +14,9 @@
  * the cache is created: local write always, remote read and write only for a cache that peers
  * may reach (remote-accessible). Each tensor is its own memory region, so the remote key a peer
  * learns reaches exactly that tensor's bytes and nothing else of the region around it. The
- * registrations go when the cache is freed, which waits for the last transfer using it.
+ * registrations go when the cache is freed, which waits for the last transfer using it. Comm
+ * domain lanes register a message's own memory for as long as that message runs
+ * (rdma_mr_register()), so a receiver that gives up can take its buffer back at once.
  *
  * Endpoints: a set of RC queue pairs between a device of ours and a device of a peer, connected
  * one slot at a time with the QP numbers, PSNs, GIDs and MTUs exchanged over the peer's control
