@@ -319,6 +319,22 @@ static int job_status(int error)
         return error == -EILSEQ ? KVD_E_FAILED : KVD_E_PEER_LOST;
 }
 
+/*
+ * Completes @op, whose bytes no longer move, with what ended it already: our own failure (a
+ * cancel), else the other end's final word. Returns false, and leaves @op alone, when neither
+ * came yet.
+ */
+static bool op_complete_told(DomainOp *op)
+{
+        if (op->status != KVD_OK)
+                op_complete(op, op->status, "%s", op->err.msg);
+        else if (op->have_word)
+                op_complete(op, op->word_status, "%s", op->word_msg);
+        else
+                return false;
+        return true;
+}
+
 static void op_on_send_done(void *userdata, int error)
 {
         DomainOp *op = userdata;
@@ -327,19 +343,11 @@ static void op_on_send_done(void *userdata, int error)
         op->data = NULL;
         if (error == 0) {
                 op->data_ok = true;
-                if (op->have_word)
-                        op_complete(op, op->word_status, "%s", op->word_msg);
-                else if (op->status != KVD_OK)
-                        op_complete(op, op->status, "%s", op->err.msg);
-                else
+                if (!op_complete_told(op))
                         op->state = OP_WAIT_WORD;
                 return;
         }
-        if (op->status != KVD_OK)
-                op_complete(op, op->status, "%s", op->err.msg);
-        else if (op->have_word)
-                op_complete(op, op->word_status, "%s", op->word_msg);
-        else
+        if (!op_complete_told(op))
                 op_complete(op, job_status(error), "sending to rank %" PRIu32 " failed: %s",
                             op->lane->dst, strerror(-error));
 }
@@ -356,20 +364,17 @@ static void op_on_recv_done(void *userdata, int error)
                 op_complete(op, op->status, "%s", op->err.msg);
                 return;
         }
-        if (op->status != KVD_OK) {
-                op_complete(op, op->status, "%s", op->err.msg);
-        } else if (op->have_word) {
-                op_complete(op, op->word_status, "%s", op->word_msg);
-        } else if (error == -ECANCELED) {
+        if (op_complete_told(op))
+                return;
+        if (error == -ECANCELED) {
                 /* The sender aborted; its word says why. */
                 op->state = OP_WAIT_WORD;
-        } else {
-                lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, job_status(error),
-                               "the bytes did not land");
-                op_complete(op, job_status(error), "receiving from rank %" PRIu32 " failed: %s",
-                            l->src, error == -EILSEQ ? "a chunk failed its CRC32C check"
-                                                     : strerror(-error));
+                return;
         }
+        lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, job_status(error),
+                       "the bytes did not land");
+        op_complete(op, job_status(error), "receiving from rank %" PRIu32 " failed: %s", l->src,
+                    error == -EILSEQ ? "a chunk failed its CRC32C check" : strerror(-error));
 }
 
 /* ---- over RDMA ---- */
@@ -390,17 +395,13 @@ static void op_on_rdma_written(void *userdata, int error)
                 op->data_ok = true;
                 op->ready_spent = true;
                 lane_word_send(l, op->peer, XFER_WRITTEN, op->seq, NULL, KVD_OK, NULL);
-                if (op->have_word)
-                        op_complete(op, op->word_status, "%s", op->word_msg);
-                else
+                if (!op_complete_told(op))
                         op->state = OP_WAIT_WORD;       /* the receiver's DONE completes it */
                 return;
         }
-        if (op->status != KVD_OK) {
-                op_complete(op, op->status, "%s", op->err.msg);
-        } else if (op->have_word) {
-                op_complete(op, op->word_status, "%s", op->word_msg);
-        } else if (error == -EACCES) {
+        if (op_complete_told(op))
+                return;
+        if (error == -EACCES) {
                 /* The receiver took its buffer back, which it does when it gives up: its word
                  * says why. Should it not have, SEND_CANCEL ends its wait. Only this message
                  * fails; the link and the endpoint stay. */
@@ -408,10 +409,10 @@ static void op_on_rdma_written(void *userdata, int error)
                 lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, KVD_E_FAILED,
                                "its RDMA WRITEs were refused (remote access error)");
                 op->state = OP_WAIT_WORD;
-        } else {
-                op_complete(op, KVD_E_PEER_LOST, "RDMA WRITE to rank %" PRIu32 " failed: %s",
-                            l->dst, strerror(-error));
+                return;
         }
+        op_complete(op, KVD_E_PEER_LOST, "RDMA WRITE to rank %" PRIu32 " failed: %s", l->dst,
+                    strerror(-error));
 }
 
 static void op_on_rdma_ready(RdmaEndpoint *ep, int status, const char *reason, void *userdata)
@@ -516,8 +517,7 @@ static void op_rdma_send_stop(DomainOp *op)
         if (op->rdma_waiter) {
                 peer_rdma_waiter_cancel(op->rdma_waiter);
                 op->rdma_waiter = NULL;
-                op_complete(op, op->status ?: op->word_status, "%s",
-                            op->status ? op->err.msg : op->word_msg);
+                (void)op_complete_told(op);
         } else if (op->rdma_job) {
                 /* Flushes its queue pairs: the callback runs before this returns. */
                 rdma_job_cancel(op->rdma_job);
