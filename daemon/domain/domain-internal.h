@@ -58,8 +58,12 @@ struct Kvdist__V1__PeerDomainXfer;
 #define DOMAIN_MAX 512
 #define DOMAIN_WARN 16
 #define DOMAIN_SETUPS_MAX 16
-/* Messages about a lane's future seqs a peer may have us keep. */
+/* Messages about a lane's future seqs a peer may have us keep, and the RDMA segments their
+ * READYs may name in all. */
 #define LANE_MAX_WORDS 1024
+#define LANE_MAX_WORD_SEGS (1 << 20)
+/* Segments one READY over RDMA may name. */
+#define LANE_RDMA_MAX_SEGS (1u << 20)
 /* Retries while forming: the first after this, doubling up to the cap. */
 #define DOMAIN_RETRY_MIN_MS 10
 #define DOMAIN_RETRY_MAX_MS 500
@@ -275,6 +279,7 @@ struct Lane {
         CList ops;                      /* DomainOp.link_lane: assigned, not done */
         CList words;                    /* LaneWord.link */
         unsigned n_words;
+        size_t n_word_segs;             /* the RDMA segments @words hold */
         uint64_t n_msgs;                /* completed (counted at the local end's op) */
         uint64_t bytes;
         uint64_t n_rdma_msgs;           /* of which moved as RDMA WRITEs */

@@ -32,8 +32,6 @@
 /* Holes between a message's segments that one span may cover (they are its own region's bytes,
  * reachable by this peer while the message runs). */
 #define LANE_RDMA_SPAN_GAP (UINT64_C(1) << 20)
-/* Segments one READY may name: the words a peer may keep us holding are bounded by this. */
-#define LANE_RDMA_MAX_SEGS (1u << 20)
 
 typedef struct SegRef {
         uintptr_t addr;
@@ -132,6 +130,10 @@ int lane_rdma_recv_register(DomainOp *op, Error *err)
         RdmaDevice *dev;
         int r;
 
+        if (op->n_segs > LANE_RDMA_MAX_SEGS)
+                return error_set(err, KVD_E_LIMIT_EXCEEDED, "the message has %zu segments, "
+                                 "more than one READY over RDMA names (%u); use larger blocks "
+                                 "or smaller chunks", op->n_segs, LANE_RDMA_MAX_SEGS);
         dev = c ? rdma_device_for(dom->daemon->rdma, c->device_id, &why) : NULL;
         if (!dev)
                 return error_set(err, KVD_E_FEATURE_NOT_ENABLED, "rank %" PRIu32 " sends over "

@@ -105,6 +105,14 @@ static LaneWord *lane_word_free(LaneWord *w)
         return NULL;
 }
 
+/* Takes @w off @l's words it waits with. */
+static void lane_word_unlink(Lane *l, LaneWord *w)
+{
+        clist_unlink(&w->link);
+        l->n_words--;
+        l->n_word_segs -= w->n_rsegs;
+}
+
 void lanes_free(Domain *dom)
 {
         for (uint32_t s = 0; s < DOMAIN_MAX_RANKS; s++)
@@ -663,8 +671,7 @@ void op_assign(DomainOp *op, Lane *lane, bool send)
         clist_link_tail(&lane->ops, &op->link_lane);
         CLIST_FOREACH_SAFE(w, tmp, &lane->words, link)
                 if (w->seq == op->seq) {
-                        clist_unlink(&w->link);
-                        lane->n_words--;
+                        lane_word_unlink(lane, w);
                         op_take_word(op, w);
                         lane_word_free(w);
                 }
@@ -919,15 +926,15 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
                                 if (!r->rdma)
                                         lane_abort_job(l, r->peer, r->seq, r->desc.bytes, false,
                                                        KVD_OK, NULL);
-                                clist_unlink(&r->link);
-                                l->n_words--;
+                                lane_word_unlink(l, r);
                                 lane_word_free(r);
                         }
         }
-        if (l->n_words >= LANE_MAX_WORDS) {
+        if (l->n_words >= LANE_MAX_WORDS || l->n_word_segs + w.n_rsegs > LANE_MAX_WORD_SEGS) {
                 free(w.rsegs);
                 domain_fail(dom, KVD_E_PROTOCOL_MISMATCH, false, "rank %" PRIu32 " sent more "
-                            "than %d messages ahead", remote, LANE_MAX_WORDS);
+                            "than %d messages (or %d RDMA segments) ahead", remote,
+                            LANE_MAX_WORDS, LANE_MAX_WORD_SEGS);
                 return;
         }
         {
@@ -941,6 +948,7 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
                 *copy = w;
                 clist_link_tail(&l->words, &copy->link);
                 l->n_words++;
+                l->n_word_segs += copy->n_rsegs;
         }
         return;
 refuse:
@@ -959,8 +967,7 @@ void lanes_peer_lost(Domain *dom, Peer *p)
                                 continue;
                         CLIST_FOREACH_SAFE(w, wtmp, &l->words, link)
                                 if (w->peer == p) {
-                                        clist_unlink(&w->link);
-                                        l->n_words--;
+                                        lane_word_unlink(l, w);
                                         lane_word_free(w);
                                 }
                         CLIST_FOREACH_SAFE(op, tmp, &l->ops, link_lane) {
