@@ -462,11 +462,98 @@ static int late_member(unsigned i, void *arg)
         return ret;
 }
 
+/* Every byte of @b's payload is its own old one or the stream @sent's; returns how many of the
+ * new ones differ from the old. */
+static size_t buf_old_or_new(const Buf *b, uint64_t sent)
+{
+        size_t landed = 0;
+
+        ck_assert_msg(harness_check_pattern_at(b->mem, GUARD, b->seed, 0) < 0 &&
+                              harness_check_pattern_at(b->p + b->len, GUARD, b->seed,
+                                                       GUARD + b->len) < 0,
+                      "a guard around the receive buffer changed");
+        for (size_t i = 0; i < b->len; i++) {
+                uint8_t old = harness_pattern_byte(b->seed, i);
+                uint8_t new_byte = harness_pattern_byte(sent, i);
+
+                /* Not ck_assert per byte: each one marks a point through a pipe. */
+                if (b->p[i] != old && b->p[i] != new_byte)
+                        ck_abort_msg("receive byte %zu is neither the old one nor the sent one",
+                                     i);
+                landed += b->p[i] == new_byte && new_byte != old;
+        }
+        return landed;
+}
+
 /*
- * A receive that gives up while the bytes are on their way (over RDMA: while the sender's WRITEs
- * run): once its call returned, its buffer never changes again, every byte of it is the old one
- * or the sender's, the guards are untouched, the send fails too, and the lanes pair up again.
- * Several deadlines, so that some land in the middle of the WRITEs; either outcome is checked.
+ * One message of @len bytes from rank 0's @src into rank 1's @dst where rank @short_side's call
+ * has @deadline_ms and the other's 60 s. Checks what either outcome allows: a send succeeds
+ * only with its receive, a receive that failed keeps its buffer as it was when its call returned
+ * (every byte the old one or the sent one, the guards untouched); then the lanes pair up again.
+ */
+static void give_up_while_moving(Net *w, const Buf *src, Buf *dst, Buf *spare,
+                                 unsigned short_side, int deadline_ms)
+{
+        const size_t len = dst->len;
+        LateRound lr = { .watch = dst };
+        size_t landed;
+
+        lr.snapshot = malloc(dst->size);
+        ck_assert_ptr_nonnull(lr.snapshot);
+        buf_reset(dst);
+        lr.r.w = w;
+        lr.r.calls[0].items[0] = item(KVD_SEND, src->p, len, KVD_DT_UINT8, 1);
+        lr.r.calls[0].n = 1;
+        lr.r.calls[1].items[0] = item(KVD_RECV, dst->p, len, KVD_DT_UINT8, 0);
+        lr.r.calls[1].n = 1;
+        lr.r.calls[short_side].timeout_ms = deadline_ms;
+        lr.r.calls[!short_side].timeout_ms = 60000;
+        dom_parallel(2, late_member, &lr, (int[2]){ 0 });
+        ck_assert_msg(lr.r.calls[short_side].ret == KVD_OK ||
+                              lr.r.calls[short_side].ret == KVD_E_TIMEOUT, "%s: %s",
+                      kvd_strerror(lr.r.calls[short_side].ret), lr.r.calls[short_side].detail);
+        /* A send completes only on the receiver's word that every byte landed. */
+        if (lr.r.calls[0].ret == KVD_OK)
+                ck_assert_msg(lr.r.calls[1].ret == KVD_OK, "the send succeeded, the receive "
+                              "said %s", lr.r.calls[1].detail);
+        if (lr.r.calls[1].ret == KVD_OK) {
+                buf_expect(dst, src->seed);
+        } else {
+                /* Time for a late byte to show: nothing in this test waits for one. */
+                harness_sleep_ms(300);
+                ck_assert_msg(memcmp(lr.snapshot, dst->mem, dst->size) == 0,
+                              "the receive buffer changed after its call failed");
+                landed = buf_old_or_new(dst, src->seed);
+                fprintf(stderr, "give_up_while_moving: the %s gave up after %d ms; the receive "
+                        "had about %zu of %zu bytes in place and said: %s\n",
+                        short_side ? "receive" : "send", deadline_ms, landed, len,
+                        lr.r.calls[1].detail);
+        }
+
+        /* The next messages pair up again. */
+        memset(&lr.r, 0, sizeof(lr.r));
+        lr.r.w = w;
+        lr.r.calls[0].items[0] = item(KVD_SEND, src->p, len, KVD_DT_UINT8, 1);
+        lr.r.calls[0].n = 1;
+        lr.r.calls[0].timeout_ms = 60000;
+        lr.r.calls[1].items[0] = item(KVD_RECV, spare->p, len, KVD_DT_UINT8, 0);
+        lr.r.calls[1].n = 1;
+        lr.r.calls[1].timeout_ms = 60000;
+        round_run(&lr.r, 2);
+        ck_assert_msg(lr.r.calls[0].ret == KVD_OK, "%s", lr.r.calls[0].detail);
+        ck_assert_msg(lr.r.calls[1].ret == KVD_OK, "%s", lr.r.calls[1].detail);
+        buf_expect(spare, src->seed);
+        buf_reset(spare);
+        ck_assert_msg(memcmp(lr.snapshot, dst->mem, dst->size) == 0,
+                      "the receive buffer changed after its call returned");
+        free(lr.snapshot);
+}
+
+/*
+ * A receive, then a send, that give up while the bytes are on their way (over RDMA: while the
+ * WRITEs run; the receiver takes its buffer back, the sender flushes its queue pairs): nothing
+ * lands in the receive buffer once its call returned. Several deadlines, so that some land in
+ * the middle of the message; either outcome is checked.
  */
 START_TEST(test_timeout_while_moving)
 {
@@ -474,79 +561,15 @@ START_TEST(test_timeout_while_moving)
         static const int deadlines_ms[] = { 30, 80, 200, 400 };
         const size_t len = 16u << 20;
         Buf s0, r1, r1b;
-        LateRound lr;
         Net w;
 
         net_start(&w, 2, on, NULL);
         buf_alloc(&s0, w.m[0].client, len, 1);
         buf_alloc(&r1, w.m[1].client, len, 2);
         buf_alloc(&r1b, w.m[1].client, len, 3);
-        lr.snapshot = malloc(r1.size);
-        ck_assert_ptr_nonnull(lr.snapshot);
-        for (size_t d = 0; d < sizeof(deadlines_ms) / sizeof(deadlines_ms[0]); d++) {
-                size_t landed = 0;
-
-                buf_reset(&r1);
-                memset(&lr.r, 0, sizeof(lr.r));
-                lr.r.w = &w;
-                lr.watch = &r1;
-                lr.r.calls[0].items[0] = item(KVD_SEND, s0.p, len, KVD_DT_UINT8, 1);
-                lr.r.calls[0].n = 1;
-                lr.r.calls[0].timeout_ms = 60000;
-                lr.r.calls[1].items[0] = item(KVD_RECV, r1.p, len, KVD_DT_UINT8, 0);
-                lr.r.calls[1].n = 1;
-                lr.r.calls[1].timeout_ms = deadlines_ms[d];
-                dom_parallel(2, late_member, &lr, (int[2]){ 0 });
-                if (lr.r.calls[1].ret == KVD_OK) {
-                        ck_assert_msg(lr.r.calls[0].ret == KVD_OK, "%s", lr.r.calls[0].detail);
-                        buf_expect(&r1, 1);
-                        continue;
-                }
-                ck_assert_msg(lr.r.calls[1].ret == KVD_E_TIMEOUT, "%s: %s",
-                              kvd_strerror(lr.r.calls[1].ret), lr.r.calls[1].detail);
-                /* A send completes only on the receiver's word that every byte landed. */
-                ck_assert_msg(lr.r.calls[0].ret != KVD_OK, "the send succeeded, the receive "
-                              "timed out");
-                /* Time for a late byte to show: nothing in this test waits for one. */
-                harness_sleep_ms(300);
-                ck_assert_msg(memcmp(lr.snapshot, r1.mem, r1.size) == 0,
-                              "the receive buffer changed after its call timed out");
-                ck_assert_msg(harness_check_pattern_at(r1.mem, GUARD, r1.seed, 0) < 0 &&
-                                      harness_check_pattern_at(r1.p + len, GUARD, r1.seed,
-                                                               GUARD + len) < 0,
-                              "a guard around the receive buffer changed");
-                for (size_t i = 0; i < len; i++) {
-                        uint8_t old = harness_pattern_byte(r1.seed, i);
-                        uint8_t sent = harness_pattern_byte(1, i);
-
-                        /* Not ck_assert per byte: each one marks a point through a pipe. */
-                        if (r1.p[i] != old && r1.p[i] != sent)
-                                ck_abort_msg("receive byte %zu is neither the old one nor the "
-                                             "sent one", i);
-                        landed += r1.p[i] == sent && sent != old;
-                }
-                fprintf(stderr, "timeout_while_moving: the receive gave up after %d ms with about "
-                        "%zu of %zu bytes in place; the send said: %s\n", deadlines_ms[d],
-                        landed, len, lr.r.calls[0].detail);
-
-                /* The next messages pair up again. */
-                memset(&lr.r, 0, sizeof(lr.r));
-                lr.r.w = &w;
-                lr.r.calls[0].items[0] = item(KVD_SEND, s0.p, len, KVD_DT_UINT8, 1);
-                lr.r.calls[0].n = 1;
-                lr.r.calls[0].timeout_ms = 60000;
-                lr.r.calls[1].items[0] = item(KVD_RECV, r1b.p, len, KVD_DT_UINT8, 0);
-                lr.r.calls[1].n = 1;
-                lr.r.calls[1].timeout_ms = 60000;
-                round_run(&lr.r, 2);
-                ck_assert_msg(lr.r.calls[0].ret == KVD_OK, "%s", lr.r.calls[0].detail);
-                ck_assert_msg(lr.r.calls[1].ret == KVD_OK, "%s", lr.r.calls[1].detail);
-                buf_expect(&r1b, 1);
-                buf_reset(&r1b);
-                ck_assert_msg(memcmp(lr.snapshot, r1.mem, r1.size) == 0,
-                              "the receive buffer changed after its call timed out");
-        }
-        free(lr.snapshot);
+        for (unsigned side = 0; side < 2; side++)
+                for (size_t d = 0; d < sizeof(deadlines_ms) / sizeof(deadlines_ms[0]); d++)
+                        give_up_while_moving(&w, &s0, &r1, &r1b, 1 - side, deadlines_ms[d]);
         net_check_channels(&w);
         net_stop(&w);
 }
