@@ -5,6 +5,7 @@
  *   domain.c          registry, Domain life and state, set-up slots and queue, failures
  *   domain-join.c     forming: PeerDomainJoin/Linked/Ready/Leave, pair links (PeerLink)
  *   domain-lane.c     lanes and ops: one message from one rank to another, matched by seq
+ *   domain-lane-rdma.c  a lane's message over RDMA: registrations, READY's segments, WRITEs
  *   domain-call.c     client requests: link, unlink, query, batch send/recv
  *   domain-coll.c     broadcast and all-gather, ring and mesh
  *   domain-status.c   status JSON and metrics
