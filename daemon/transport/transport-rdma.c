@@ -413,12 +413,16 @@ int rdma_mr_register(RdmaDevice *dev, void *addr, size_t len, bool remote_write,
 
 RdmaMr *rdma_mr_free(RdmaMr *mr)
 {
+        int r;
+
         if (!mr)
                 return NULL;
         mr->dev->mrs--;
         mr->dev->mr_bytes -= mr->mr->length;
-        if (ibv_dereg_mr(mr->mr) != 0)
-                log_error("RDMA device %s: ibv_dereg_mr: %m, ignoring", mr->dev->name);
+        r = ibv_dereg_mr(mr->mr);
+        if (r != 0)
+                log_error("RDMA device %s: ibv_dereg_mr: %s, ignoring", mr->dev->name,
+                          strerror(r));
         free(mr);
         return NULL;
 }
