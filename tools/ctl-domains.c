@@ -6,8 +6,8 @@
 #include "ctl-domains.h"
 
 const char *const domain_cols[N_DOMAIN_COLS] = { "ID",        "NAME",      "RANKS", "MEMBERS",
-                                    "STATE",     "ALGORITHM", "RESOURCES/RANK",
-                                    "CALLS",     "SENT",      "RECEIVED", "AGE" };
+                                    "STATE",     "CHANNELS",  "ALGORITHM", "RESOURCES/RANK",
+                                    "CALLS",     "SENT",      "RECEIVED",  "AGE" };
 
 /* "0:1001 1:2002@10.0.0.2:7400": rank, cluster, and where it is when not here. */
 static void members_cell(const json_t *members, char *buf)
@@ -30,6 +30,27 @@ static void members_cell(const json_t *members, char *buf)
                         break;
                 len += (size_t)n;
         }
+}
+
+/* "1:rdma 2:shm": the transport of the channel to each other rank ("-" until it is decided). */
+static void channels_cell(const json_t *channels, char *buf)
+{
+        size_t len = 0, i;
+        json_t *c;
+
+        buf[0] = '\0';
+        json_array_foreach((json_t *)channels, i, c) {
+                const char *tp = json_string_value(json_object_get(c, "transport"));
+                int n = snprintf(buf + len, CELL_MAX - len, "%s%lld:%s", i ? " " : "",
+                                 (long long)json_integer_value(json_object_get(c, "rank")),
+                                 tp ? tp : "-");
+
+                if (n < 0 || (size_t)n >= CELL_MAX - len)
+                        break;
+                len += (size_t)n;
+        }
+        if (!buf[0])
+                (void)snprintf(buf, CELL_MAX, "-");
 }
 
 void domain_row(const json_t *o, Table *t, size_t r)
@@ -59,21 +80,22 @@ void domain_row(const json_t *o, Table *t, size_t r)
         else if (json_is_string(json_object_get(o, "status")))
                 snprintf(state + strlen(state), CELL_MAX - strlen(state), ": %.40s",
                          json_string_value(json_object_get(o, "reason")));
+        channels_cell(json_object_get(o, "channels"), table_cell(t, r, 5));
         v = json_object_get(o, "last_algorithm");
-        snprintf(table_cell(t, r, 5), CELL_MAX, "%s", json_is_string(v) ? json_string_value(v)
+        snprintf(table_cell(t, r, 6), CELL_MAX, "%s", json_is_string(v) ? json_string_value(v)
                                                                          : "auto");
         /* threads/notifies/channels, per the seed's model of each algorithm. */
-        snprintf(table_cell(t, r, 6), CELL_MAX, "ring %lld/%lld/%lld mesh %lld/%lld/%lld",
+        snprintf(table_cell(t, r, 7), CELL_MAX, "ring %lld/%lld/%lld mesh %lld/%lld/%lld",
                  (long long)json_integer_value(json_object_get(ring, "threads")),
                  (long long)json_integer_value(json_object_get(ring, "notifies")),
                  (long long)json_integer_value(json_object_get(ring, "channels")),
                  (long long)json_integer_value(json_object_get(mesh, "threads")),
                  (long long)json_integer_value(json_object_get(mesh, "notifies")),
                  (long long)json_integer_value(json_object_get(mesh, "channels")));
-        snprintf(table_cell(t, r, 7), CELL_MAX, "%lld ok, %lld failed",
+        snprintf(table_cell(t, r, 8), CELL_MAX, "%lld ok, %lld failed",
                  (long long)json_integer_value(json_object_get(o, "calls_ok")),
                  (long long)json_integer_value(json_object_get(o, "calls_failed")));
-        fmt_bytes(o, "bytes_sent", table_cell(t, r, 8));
-        fmt_bytes(o, "bytes_received", table_cell(t, r, 9));
-        fmt_age(o, "age_s", 1, table_cell(t, r, 10));
+        fmt_bytes(o, "bytes_sent", table_cell(t, r, 9));
+        fmt_bytes(o, "bytes_received", table_cell(t, r, 10));
+        fmt_age(o, "age_s", 1, table_cell(t, r, 11));
 }

@@ -6,7 +6,7 @@
 
 #include "ctl-table.h"
 
-#define N_DOMAIN_COLS 11
+#define N_DOMAIN_COLS 12
 
 extern const char *const domain_cols[N_DOMAIN_COLS];
 

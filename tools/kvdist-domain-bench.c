@@ -4,7 +4,9 @@
  * per member (on loopback, or with --netns as separate hosts in network namespaces on a bridge,
  * each host's link optionally shaped to --rate like a NIC), attaches one cluster per daemon,
  * forms a domain and times broadcast and all-gather of blocks with each algorithm over a range
- * of sizes. Every run is checked byte for byte. Prints one table (or --json).
+ * of sizes. With --rdma-device the daemons map device_id 0 to that RDMA device with transport
+ * rdma, so the lanes move their bytes by RDMA WRITE (checked in the status before timing).
+ * Every run is checked byte for byte. Prints one table (or --json).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -39,6 +41,7 @@ typedef struct Options {
         bool broadcast, all_gather;
         bool netns;
         const char *rate;               /* tc rate of each host's link, "" = unshaped */
+        const char *rdma_device;        /* "" = TCP */
         bool json;
 } Options;
 
@@ -46,6 +49,7 @@ typedef struct Member {
         pid_t daemon;
         char dir[64];
         char socket[128];
+        char config[128];
         char listen[64];
         char netns[32];
         char veth[32];
@@ -181,6 +185,18 @@ static void daemon_start(unsigned i)
                 die("mkdtemp: %m");
         memcpy(m->dir, dir, sizeof(dir));
         (void)snprintf(m->socket, sizeof(m->socket), "%s/kvdist.sock", dir);
+        (void)snprintf(m->config, sizeof(m->config), "%s/kvdistd.json", dir);
+        {
+                FILE *f = fopen(m->config, "we");
+
+                if (!f || (opt.rdma_device[0]
+                                   ? fprintf(f, "{\"devices\": [{\"device_id\": 0, \"transport\": "
+                                                "\"rdma\", \"rdma_device\": \"%s\"}]}\n",
+                                             opt.rdma_device)
+                                   : fprintf(f, "{}\n")) < 0 ||
+                    fclose(f) != 0)
+                        die("cannot write %s: %m", m->config);
+        }
         if (!m->listen[0])
                 (void)snprintf(m->listen, sizeof(m->listen), "127.0.0.1:0");
         m->daemon = fork();
@@ -195,11 +211,11 @@ static void daemon_start(unsigned i)
                 if (m->netns[0])
                         execlp("ip", "ip", "netns", "exec", m->netns, opt.kvdistd, "--socket",
                                m->socket, "--listen", m->listen, "--log-level", "warning",
-                               "--memory-size", "0", (char *)NULL);
+                               "--memory-size", "0", "--config", m->config, (char *)NULL);
                 else
                         execl(opt.kvdistd, opt.kvdistd, "--socket", m->socket, "--listen",
                               m->listen, "--log-level", "warning", "--memory-size", "0",
-                              (char *)NULL);
+                              "--config", m->config, (char *)NULL);
                 _exit(127);
         }
         for (int k = 0; k < 500; k++) {
@@ -276,6 +292,20 @@ static void domain_form(void)
                 }
                 if (st != KVD_MEM_STATUS_OK)
                         die("the domain did not form: %s", kvd_last_error(members[i].client));
+        }
+        for (unsigned i = 0; i < opt.members; i++) {
+                const char *want = opt.rdma_device[0] ? "\"transport\":\"rdma\""
+                                                      : "\"transport\":\"tcp\"";
+                char *json = NULL, *p;
+
+                /* Timing one transport while the daemons use another would mislead. */
+                if (kvd_daemon_status(members[i].client, &json) != KVD_OK)
+                        die("status %u: %s", i, kvd_last_error(members[i].client));
+                p = strstr(json, "\"channels\":");
+                if (!p || !strstr(p, want))
+                        die("the channels of member %u do not run over %s", i,
+                            opt.rdma_device[0] ? "RDMA" : "TCP");
+                free(json);
         }
 }
 
@@ -422,6 +452,8 @@ static void usage(FILE *f)
                    "                        namespace on a bridge (root)\n"
                    "      --rate RATE       with --netns: shape each host's link (tc tbf), e.g.\n"
                    "                        1gbit\n"
+                   "      --rdma-device DEV the daemons move the lanes' bytes by RDMA WRITE on DEV\n"
+                   "                        (device_id 0, transport rdma)\n"
                    "      --kvdistd PATH    the daemon (default $KVDISTD, then next to this tool)\n"
                    "      --json            one JSON object per case\n"
                    "  -h, --help\n");
@@ -429,7 +461,8 @@ static void usage(FILE *f)
 
 static void parse_args(int argc, char **argv)
 {
-        enum { ARG_CHUNK = 256, ARG_OP, ARG_NETNS, ARG_RATE, ARG_KVDISTD, ARG_JSON };
+        enum { ARG_CHUNK = 256, ARG_OP, ARG_NETNS, ARG_RATE, ARG_RDMA_DEVICE, ARG_KVDISTD,
+               ARG_JSON };
         static const struct option options[] = {
                 { "members", required_argument, NULL, 'n' },
                 { "sizes", required_argument, NULL, 's' },
@@ -438,6 +471,7 @@ static void parse_args(int argc, char **argv)
                 { "op", required_argument, NULL, ARG_OP },
                 { "netns", no_argument, NULL, ARG_NETNS },
                 { "rate", required_argument, NULL, ARG_RATE },
+                { "rdma-device", required_argument, NULL, ARG_RDMA_DEVICE },
                 { "kvdistd", required_argument, NULL, ARG_KVDISTD },
                 { "json", no_argument, NULL, ARG_JSON },
                 { "help", no_argument, NULL, 'h' },
@@ -447,7 +481,7 @@ static void parse_args(int argc, char **argv)
         int c;
 
         opt = (Options){ .members = 3, .iterations = 5, .chunk = 1u << 20, .broadcast = true,
-                         .all_gather = true, .rate = "" };
+                         .all_gather = true, .rate = "", .rdma_device = "" };
         opt.sizes[0] = 256u << 10;
         opt.sizes[1] = 1u << 20;
         opt.sizes[2] = 4u << 20;
@@ -492,6 +526,11 @@ static void parse_args(int argc, char **argv)
                         break;
                 case ARG_RATE:
                         opt.rate = optarg;
+                        break;
+                case ARG_RDMA_DEVICE:
+                        if (!optarg[0] || strlen(optarg) > 63 || strpbrk(optarg, "\"\\"))
+                                die("--rdma-device takes a device name");
+                        opt.rdma_device = optarg;
                         break;
                 case ARG_KVDISTD:
                         opt.kvdistd = optarg;
@@ -548,10 +587,12 @@ int main(int argc, char **argv)
                 member_attach(i, max);
         domain_form();
         if (!opt.json)
-                printf("%u members%s%s%s, chunk %" PRIu64 " KiB, median of %u runs, every byte "
-                       "checked\n%-11s %10s %10s %10s %10s %10s %7s\n", opt.members,
+                printf("%u members%s%s%s, %s%s, chunk %" PRIu64 " KiB, median of %u runs, every "
+                       "byte checked\n%-11s %10s %10s %10s %10s %10s %7s\n", opt.members,
                        opt.netns ? " on separate hosts" : " on loopback",
-                       opt.rate[0] ? " at " : "", opt.rate, opt.chunk >> 10, opt.iterations,
+                       opt.rate[0] ? " at " : "", opt.rate,
+                       opt.rdma_device[0] ? "RDMA on " : "TCP", opt.rdma_device,
+                       opt.chunk >> 10, opt.iterations,
                        "op", "bytes", "ring ms", "ring GB/s", "mesh ms", "mesh GB/s", "ring/x");
         for (int op = 0; op < 2; op++) {
                 if ((op == 0 && !opt.broadcast) || (op == 1 && !opt.all_gather))
@@ -570,9 +611,10 @@ int main(int argc, char **argv)
                         if (opt.json)
                                 printf("{\"op\": \"%s\", \"members\": %u, \"bytes\": %" PRIu64
                                        ", \"ring_s\": %.6f, \"mesh_s\": %.6f, \"netns\": %s, "
-                                       "\"rate\": \"%s\"}\n", op_names[op], opt.members,
-                                       opt.sizes[k], med[KVD_ALGO_RING], med[KVD_ALGO_MESH],
-                                       opt.netns ? "true" : "false", opt.rate);
+                                       "\"rate\": \"%s\", \"transport\": \"%s\"}\n", op_names[op],
+                                       opt.members, opt.sizes[k], med[KVD_ALGO_RING],
+                                       med[KVD_ALGO_MESH], opt.netns ? "true" : "false", opt.rate,
+                                       opt.rdma_device[0] ? "rdma" : "tcp");
                         else
                                 printf("%-11s %10" PRIu64 " %10.2f %10.3f %10.2f %10.3f %7.2f\n",
                                        op_names[op], opt.sizes[k], med[KVD_ALGO_RING] * 1e3,

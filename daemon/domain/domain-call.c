@@ -427,7 +427,10 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
                 return error_set(err, KVD_E_PARAM_INVALID, "members are on other daemons, but this "
                                  "kvdistd does not accept peers (set listen_ip_info)");
         if (remote) {
-                r = link_check_domain_transport(c, err);
+                LinkTransport lt;
+
+                /* A device that must use RDMA and cannot fails here, not while forming. */
+                r = link_transport_choose(&lt, c, NULL, err);
                 if (r < 0)
                         return r;
         }

@@ -5,6 +5,7 @@
  *   domain.c          registry, Domain life and state, set-up slots and queue, failures
  *   domain-join.c     forming: PeerDomainJoin/Linked/Ready/Leave, pair links (PeerLink)
  *   domain-lane.c     lanes and ops: one message from one rank to another, matched by seq
+ *   domain-lane-rdma.c  a lane's message over RDMA: registrations, READY's segments, WRITEs
  *   domain-call.c     client requests: link, unlink, query, batch send/recv
  *   domain-coll.c     broadcast and all-gather, ring and mesh
  *   domain-status.c   status JSON and metrics
@@ -25,6 +26,7 @@
 #include "clist.h"
 #include "domain.h"
 #include "error.h"
+#include "link-request.h"
 #include "rank-table.h"
 #include "sha256.h"
 #include "sockaddr-util.h"
@@ -42,8 +44,14 @@ typedef struct Lane Lane;
 typedef struct PairLink PairLink;
 typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
+typedef struct PeerRdmaWaiter PeerRdmaWaiter;
+typedef struct RdmaEndpoint RdmaEndpoint;
+typedef struct RdmaJob RdmaJob;
+typedef struct RdmaMr RdmaMr;
+typedef struct RdmaSegment RdmaSegment;
 typedef struct Region Region;
 typedef struct TcpData TcpData;
+struct Kvdist__V1__PeerDomainXfer;
 
 #define DOMAIN_MAX_RANKS RANK_TABLE_MAX_RANKS
 #define DOMAIN_NAME_MAX 127
@@ -51,8 +59,12 @@ typedef struct TcpData TcpData;
 #define DOMAIN_MAX 512
 #define DOMAIN_WARN 16
 #define DOMAIN_SETUPS_MAX 16
-/* Messages about a lane's future seqs a peer may have us keep. */
+/* Messages about a lane's future seqs a peer may have us keep, and the RDMA segments their
+ * READYs may name in all. */
 #define LANE_MAX_WORDS 1024
+#define LANE_MAX_WORD_SEGS (1 << 20)
+/* Segments one READY over RDMA may name. */
+#define LANE_RDMA_MAX_SEGS (1u << 20)
 /* Retries while forming: the first after this, doubling up to the cap. */
 #define DOMAIN_RETRY_MIN_MS 10
 #define DOMAIN_RETRY_MAX_MS 500
@@ -74,7 +86,8 @@ typedef enum DomainSetup {
 
 typedef enum PairLinkState {
         PAIR_LINK_REQUESTING,   /* our PeerLink is in flight */
-        PAIR_LINK_HELD,         /* the peer answered; the link is made when the domain is OK */
+        PAIR_LINK_CONNECTING,   /* the peer answered; our RDMA queue pairs to it connect */
+        PAIR_LINK_HELD,         /* the link is made from the answer when the domain is OK */
         PAIR_LINK_MADE,         /* a Link exists (link_id) */
         PAIR_LINK_FAILED,
 } PairLinkState;
@@ -91,7 +104,10 @@ struct PairLink {
         Peer *peer;             /* remote pairs, while the call runs or the answer is held */
         PairLinkState state;
         PeerCall *call;
-        struct Kvdist__V1__PeerLinkReply *exposed; /* HELD: what the remote cluster exposed */
+        LinkTransport transport;        /* RDMA or TCP, decided as kvd_link_clusters() does */
+        struct Kvdist__V1__PeerLinkReply *exposed; /* CONNECTING, HELD: what the remote
+                                                    * cluster exposed */
+        RdmaEndpoint *rdma_ep;          /* HELD over RDMA */
         uint64_t link_id;       /* MADE */
         bool owned;             /* MADE by us (freed with the last domain), not reused */
         Error err;              /* FAILED */
@@ -106,6 +122,7 @@ typedef struct DomainPair {
         bool joined;            /* both called link with the same table */
         bool out_done;          /* our cluster's link to theirs is held (or made) */
         bool in_done;           /* their daemon said its link to ours is held */
+        bool in_rdma;           /* ... and runs over RDMA: their messages come as WRITEs */
         bool linked_sent;       /* we told them ours is */
         PeerCall *join_call;    /* our PeerDomainJoin in flight */
         usec_t next_join_usec;
@@ -226,7 +243,15 @@ typedef enum XferKind {
         XFER_RECV_CANCEL = 3,
         XFER_MISMATCH = 4,
         XFER_SEND_CANCEL = 5,
+        XFER_WRITTEN = 6,               /* sender: every RDMA WRITE of the message completed */
 } XferKind;
+
+/* Where one segment of a message lands at the receiver, when its lane runs over RDMA. */
+typedef struct LaneRemoteSeg {
+        uint64_t addr;
+        uint64_t len;
+        uint32_t rkey;
+} LaneRemoteSeg;
 
 /* A word about a lane seq that came before the op it is about. */
 typedef struct LaneWord {
@@ -237,6 +262,9 @@ typedef struct LaneWord {
         int status;
         char msg[ERROR_MSG_MAX];
         Peer *peer;                     /* the connection it came on */
+        bool rdma;                      /* READY: the receiver waits for RDMA WRITEs ... */
+        LaneRemoteSeg *rsegs;           /* ... into these (owned) */
+        size_t n_rsegs;
 } LaneWord;
 
 /* The messages from rank @src to rank @dst, in seq order on both ends. */
@@ -245,13 +273,17 @@ struct Lane {
         uint32_t src;
         uint32_t dst;
         bool local;                     /* both ends on this daemon: copies */
+        bool rdma;                      /* remote: the sender's link runs over RDMA, so its
+                                         * messages move as RDMA WRITEs */
         uint64_t next_send_seq;         /* src local: the next seq a send takes */
         uint64_t next_recv_seq;         /* dst local: the next seq a receive takes */
         CList ops;                      /* DomainOp.link_lane: assigned, not done */
         CList words;                    /* LaneWord.link */
         unsigned n_words;
-        uint64_t n_msgs;                /* completed */
+        size_t n_word_segs;             /* the RDMA segments @words hold */
+        uint64_t n_msgs;                /* completed (counted at the local end's op) */
         uint64_t bytes;
+        uint64_t n_rdma_msgs;           /* of which moved as RDMA WRITEs */
 };
 
 typedef enum OpState {
@@ -287,6 +319,20 @@ struct DomainOp {
         bool have_word;                 /* the other end's final word (status in @word_*) */
         int word_status;
         char word_msg[ERROR_MSG_MAX];
+        /* remote over RDMA (domain-lane-rdma.c) */
+        bool rdma;                      /* this message moves as RDMA WRITEs */
+        bool ready_rdma;                /* send: the READY asks for WRITEs into @ready_rsegs */
+        LaneRemoteSeg *ready_rsegs;
+        size_t n_ready_rsegs;
+        RdmaMr **mrs;                   /* our spans, registered while the message runs */
+        size_t n_mrs;
+        uint32_t *seg_keys;             /* per segment: its span's rkey (receive), lkey (send) */
+        RdmaSegment *rdma_segs;         /* send: the WRITEs */
+        size_t n_rdma_segs;
+        RdmaJob *rdma_job;              /* send: running; its callback will run */
+        PeerRdmaWaiter *rdma_waiter;    /* send: the endpoint connects its queue pairs first */
+        Peer *rdma_peer;                /* send: the link's peer, which owns @rdma_ep */
+        RdmaEndpoint *rdma_ep;
         /* local */
         EngineTask *task;
         DomainOp *partner;
@@ -382,6 +428,53 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...) _printf_(3, 4);
 /* Every lane op that runs over @p fails; their data jobs end with the data plane. */
 void lanes_peer_lost(Domain *dom, Peer *p);
 void desc_to_proto(const OpDesc *d, struct Kvdist__V1__DomainOpDesc *m);
+
+/* Sets every remote lane's transport once the links are made: a lane runs over RDMA when the
+ * sender's link does (ours, or as the sender's daemon said in PeerDomainLinked). */
+void lanes_set_transport(Domain *dom);
+
+/*
+ * Walks two segment lists that add up to the same bytes side by side, one piece per call: the
+ * piece starts at offset @z->oi of segment @z->i of the first list and @z->oj of @z->j of the
+ * second, and ends where either segment ends or after @max bytes. Returns its length (0 for a
+ * segment of length 0) and moves on.
+ */
+typedef struct SegZip {
+        size_t i, j;
+        uint64_t oi, oj;
+} SegZip;
+
+static inline uint64_t seg_zip_step(SegZip *z, uint64_t len_i, uint64_t len_j, uint64_t max)
+{
+        uint64_t len = MIN(MIN(len_i - z->oi, len_j - z->oj), max);
+
+        z->oi += len;
+        z->oj += len;
+        if (z->oi == len_i) {
+                z->i++;
+                z->oi = 0;
+        }
+        if (z->oj == len_j) {
+                z->j++;
+                z->oj = 0;
+        }
+        return len;
+}
+
+/* domain-lane-rdma.c */
+/* Registers the destination of receive @op for remote write on its member's device; its READY
+ * names it. FEATURE_NOT_ENABLED or OUT_OF_MEMORY with @err. */
+int lane_rdma_recv_register(DomainOp *op, Error *err);
+/* Fills the RDMA fields of @op's READY (arrays freed with lane_rdma_ready_clear()). */
+int lane_rdma_ready_fill(const DomainOp *op, struct Kvdist__V1__PeerDomainXfer *m);
+void lane_rdma_ready_clear(struct Kvdist__V1__PeerDomainXfer *m);
+/* The RDMA fields of a READY that came in, into @w (0, or PROTOCOL_MISMATCH / OUT_OF_MEMORY). */
+int lane_rdma_word_parse(const struct Kvdist__V1__PeerDomainXfer *m, LaneWord *w);
+/* Registers the source of send @op on @dev and pairs it up with the READY's segments into
+ * WRITEs (op->rdma_segs). PROTOCOL_MISMATCH or OUT_OF_MEMORY with @err. */
+int lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err);
+/* Deregisters @op's spans and frees its RDMA state; no job may run. Idempotent. */
+void lane_rdma_release(DomainOp *op);
 
 /* domain-call.c */
 /* @op reached OP_DONE. */

@@ -85,6 +85,44 @@ static void pair_link_changed(PairLink *pl)
         }
 }
 
+/* Gives back the link the peer granted (and we will not make). */
+static void pair_link_give_back(PairLink *pl)
+{
+        Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
+
+        if (!pl->peer || pl->peer->state != PEER_READY || !pl->exposed)
+                return;
+        u.src_cluster_id = pl->local_cluster_id;
+        u.dst_cluster_id = pl->remote_cluster_id;
+        u.link_id = pl->exposed->link_id;
+        (void)peer_notice(pl->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &u.base);
+}
+
+static void pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+                                   void *userdata)
+{
+        PairLink *pl = userdata;
+
+        if (!pl->peer || pl->peer->state != PEER_READY) {
+                /* domain_on_peer_lost() fails the domains with the reason. */
+                error_set(&pl->err, KVD_E_PEER_LOST, "the daemon of cluster %" PRIu64 " was lost",
+                          pl->remote_cluster_id);
+                pl->state = PAIR_LINK_FAILED;
+                pl->peer = NULL;
+                return;
+        }
+        if (err) {
+                pair_link_give_back(pl);
+                pl->err = *err;
+                pl->state = PAIR_LINK_FAILED;
+                pl->peer = NULL;
+        } else {
+                pl->rdma_ep = ep;
+                pl->state = PAIR_LINK_HELD;
+        }
+        pair_link_changed(pl);
+}
+
 static void pair_link_on_reply(Peer *p, int status, const Error *err,
                                const ProtobufCMessage *reply, void *userdata)
 {
@@ -102,17 +140,19 @@ static void pair_link_on_reply(Peer *p, int status, const Error *err,
         }
         if (status == KVD_OK && frame_message_dup(reply, &copy) == 0) {
                 pl->exposed = (Kvdist__V1__PeerLinkReply *)copy;
-                pl->state = PAIR_LINK_HELD;
-        } else {
-                error_set(&pl->err, status == KVD_OK ? KVD_E_OUT_OF_MEMORY : KVD_E_LINK_FAILED,
-                          "cannot link cluster %" PRIu64 " to cluster %" PRIu64 ": %s",
-                          pl->local_cluster_id, pl->remote_cluster_id,
-                          status == KVD_OK ? "out of memory"
-                                           : err && err->msg[0] ? err->msg
-                                                                : kvd_strerror(status));
-                pl->state = PAIR_LINK_FAILED;
-                pl->peer = NULL;
+                pl->state = PAIR_LINK_CONNECTING;
+                /* RDMA when both ends can (or must), as for kvd_link_clusters(). */
+                link_transport_connect(&pl->transport, p, pl->remote_cluster_id, pl->exposed,
+                                       pair_link_on_transport, pl);
+                return;
         }
+        error_set(&pl->err, status == KVD_OK ? KVD_E_OUT_OF_MEMORY : KVD_E_LINK_FAILED,
+                  "cannot link cluster %" PRIu64 " to cluster %" PRIu64 ": %s",
+                  pl->local_cluster_id, pl->remote_cluster_id,
+                  status == KVD_OK ? "out of memory"
+                                   : err && err->msg[0] ? err->msg : kvd_strerror(status));
+        pl->state = PAIR_LINK_FAILED;
+        pl->peer = NULL;
         pair_link_changed(pl);
 }
 
@@ -158,16 +198,17 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
                           PRIu64 " with kvd_link_clusters() right now", c->id, remote);
                 return pl;
         }
-        r = link_check_domain_transport(c, &pl->err);
-        if (r < 0)
-                return pl;
         p = domain_rank_peer(dom, o);
         if (!p) {
                 error_set(&pl->err, KVD_E_PEER_LOST, "the daemon of cluster %" PRIu64 " is not "
                           "connected", remote);
                 return pl;
         }
-        r = link_peer_request(c, p, remote, false, pair_link_on_reply, pl, &pl->call);
+        r = link_transport_choose(&pl->transport, c, dom->ranks[o].address, &pl->err);
+        if (r < 0)
+                return pl;
+        r = link_peer_request(c, p, remote, pl->transport.dev != NULL, pair_link_on_reply, pl,
+                              &pl->call);
         if (r < 0) {
                 error_set(&pl->err, KVD_E_LINK_FAILED, "cannot ask for a link of cluster %"
                           PRIu64 " to %" PRIu64 ": %s", c->id, remote, strerror(-r));
@@ -198,17 +239,11 @@ void pair_link_unref(PairLink *pl)
                 peer_call_redirect(pl->call, pair_link_on_orphan_reply, ids);
                 break;
         }
+        case PAIR_LINK_CONNECTING:
         case PAIR_LINK_HELD:
-                if (pl->peer && pl->peer->state == PEER_READY && pl->exposed &&
-                    (!c || !link_find(c, pl->remote_cluster_id))) {
-                        Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
-
-                        u.src_cluster_id = pl->local_cluster_id;
-                        u.dst_cluster_id = pl->remote_cluster_id;
-                        u.link_id = pl->exposed->link_id;
-                        (void)peer_notice(pl->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK,
-                                          &u.base);
-                }
+                link_transport_cancel(&pl->transport);
+                if (!c || !link_find(c, pl->remote_cluster_id))
+                        pair_link_give_back(pl);
                 break;
         case PAIR_LINK_MADE:
                 l = c ? link_find(c, pl->remote_cluster_id) : NULL;
@@ -268,8 +303,11 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
                 /* It reaches what the other member registered before it called link. */
                 l->seq = dom->ranks[o].seq;
         } else {
+                char reason[sizeof(pl->transport.reason) + 16];
+
+                (void)snprintf(reason, sizeof(reason), "comm domain, %s", pl->transport.reason);
                 r = link_make_remote(c, pl->peer, pl->remote_cluster_id, &pl->exposed->base,
-                                     "comm domain (TCP)", &l, &e);
+                                     pl->rdma_ep, reason, &l, &e);
                 if (r < 0) {
                         domain_fail(dom, e.code, false, "%s", e.msg);
                         return;
@@ -277,6 +315,7 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
                 protobuf_c_message_free_unpacked(&pl->exposed->base, NULL);
                 pl->exposed = NULL;
                 pl->peer = NULL;
+                pl->rdma_ep = NULL;
         }
         pl->state = PAIR_LINK_MADE;
         pl->link_id = l->id;
@@ -361,6 +400,17 @@ static void domain_send_ready(Domain *dom, uint32_t rank)
         }
 }
 
+/* Whether the link of pair @pl runs (or will run) over RDMA. */
+static bool pair_link_rdma(const PairLink *pl, Cluster *c)
+{
+        Link *l;
+
+        if (pl->state == PAIR_LINK_HELD)
+                return pl->rdma_ep != NULL;
+        l = pl->state == PAIR_LINK_MADE ? link_find(c, pl->remote_cluster_id) : NULL;
+        return l && l->id == pl->link_id && l->rdma_ep;
+}
+
 static void domain_send_linked(Domain *dom, uint32_t m, uint32_t o)
 {
         Kvdist__V1__PeerDomainLinked msg = KVDIST__V1__PEER_DOMAIN_LINKED__INIT;
@@ -369,6 +419,9 @@ static void domain_send_linked(Domain *dom, uint32_t m, uint32_t o)
         msg.src_domain_id = dom->id;
         msg.src_rank = m;
         msg.dst_rank = o;
+        /* Our member's messages to theirs go as RDMA WRITEs over this link: their receives
+         * register for them. */
+        msg.rdma = pair_link_rdma(dom->ranks[m].pairs[o].pl, dom->ranks[m].cluster);
         domain_notice(dom, o, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, &msg.base);
 }
 
@@ -406,7 +459,7 @@ static bool pair_progress(Domain *dom, uint32_t m, uint32_t o)
         }
         if (o_rank->local)
                 return true;
-        if (pair->pl->state != PAIR_LINK_REQUESTING)
+        if (pair->pl->state == PAIR_LINK_HELD || pair->pl->state == PAIR_LINK_MADE)
                 pair->out_done = true;
         if (pair->out_done && !pair->linked_sent) {
                 pair->linked_sent = true;

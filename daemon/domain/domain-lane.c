@@ -4,15 +4,26 @@
  * on the lane [src][dst]; both ends count the messages of the lane in the order their calls
  * issue them, so the n-th send of rank a to rank b meets the n-th receive of rank b from rank a.
  *
- * Between daemons the receiver registers its data job first (under an id both ends derive from
- * the receiver's domain id, the ranks and the seq) and says READY with its description of the
- * message; the sender compares the descriptions and either sends the bytes on the connection the
- * READY came on, or answers MISMATCH and aborts the job, so a mismatch moves no byte and fails
- * both ends. The receiver says DONE once every byte landed; a send completes on it. An end that
- * gives up (its deadline, its call failing) says so (RECV_CANCEL, SEND_CANCEL), and a READY that
- * comes for a send that is already over is answered by aborting its job: a registered receive
- * job always ends. On one daemon the two ops meet in the lane and the copy engine moves the
- * bytes. No op completes while a byte of it may still move.
+ * Between daemons the receiver readies its side first and says READY with its description of
+ * the message; the sender compares the descriptions and either moves the bytes or answers
+ * MISMATCH, so a mismatch moves no byte and fails both ends. A lane moves its bytes over the
+ * transport of the sender's link to the receiver:
+ *
+ *   TCP   the receiver registers a data job (under an id both ends derive from the receiver's
+ *         domain id, the ranks and the seq) before its READY; the sender sends the bytes on the
+ *         connection the READY came on, or aborts the job; the receiver says DONE once every
+ *         byte landed.
+ *   RDMA  the receiver registers its destination for remote write and names it in its READY
+ *         (domain-lane-rdma.c); the sender WRITEs there and says WRITTEN once every WRITE
+ *         completed; the receiver deregisters and says DONE.
+ *
+ * A send completes on DONE. An end that gives up (its deadline, its call failing) says so
+ * (RECV_CANCEL, SEND_CANCEL), and a READY that comes for a send that is already over is answered
+ * (its TCP job aborted, its RDMA registration told SEND_CANCEL): a readied receive always ends.
+ * A receiver over RDMA deregisters before its op completes, whatever ends it, so a WRITE still on
+ * its way fails at the sender (a remote access error, which fails that message only) and
+ * nothing lands in the caller's buffers afterwards. On one daemon the two ops meet in the lane
+ * and the copy engine moves the bytes. No op completes while a byte of it may still move.
  */
 #include <assert.h>
 #include <errno.h>
@@ -24,13 +35,17 @@
 
 #include <kvdist/kvdist.h>
 
+#include "cluster.h"
 #include "daemon.h"
 #include "domain-internal.h"
 #include "engine.h"
 #include "kvdist.pb-c.h"
+#include "link.h"
 #include "log.h"
 #include "peer-handlers.h"
+#include "peer-rdma.h"
 #include "peer.h"
+#include "rdma.h"
 #include "tcp-data.h"
 
 _Static_assert(sizeof(TcpSrcSegment) == sizeof(TcpDstSegment), "segment layouts differ");
@@ -83,6 +98,21 @@ int lanes_new(Domain *dom)
         return 0;
 }
 
+static LaneWord *lane_word_free(LaneWord *w)
+{
+        free(w->rsegs);
+        free(w);
+        return NULL;
+}
+
+/* Takes @w off @l's words it waits with. */
+static void lane_word_unlink(Lane *l, LaneWord *w)
+{
+        clist_unlink(&w->link);
+        l->n_words--;
+        l->n_word_segs -= w->n_rsegs;
+}
+
 void lanes_free(Domain *dom)
 {
         for (uint32_t s = 0; s < DOMAIN_MAX_RANKS; s++)
@@ -95,10 +125,28 @@ void lanes_free(Domain *dom)
                         assert(clist_is_empty(&l->ops));
                         CLIST_FOREACH_SAFE(w, tmp, &l->words, link) {
                                 clist_unlink(&w->link);
-                                free(w);
+                                lane_word_free(w);
                         }
                         free(l);
                         dom->lanes[s][t] = NULL;
+                }
+}
+
+void lanes_set_transport(Domain *dom)
+{
+        for (uint32_t s = 0; s < dom->n_ranks; s++)
+                for (uint32_t t = 0; t < dom->n_ranks; t++) {
+                        Lane *l = dom->lanes[s][t];
+
+                        if (!l || l->local)
+                                continue;
+                        if (dom->ranks[s].local) {
+                                Cluster *c = dom->ranks[s].cluster;
+                                Link *lk = c ? link_find(c, dom->ranks[t].cluster_id) : NULL;
+
+                                l->rdma = lk && lk->rdma_ep;
+                        } else
+                                l->rdma = dom->ranks[t].pairs[s].in_rdma;
                 }
 }
 
@@ -179,20 +227,25 @@ static int desc_compare(const OpDesc *s, const OpDesc *r, uint32_t src, uint32_t
         return 0;
 }
 
-/* Sends one word about message @seq of @l to the remote end's daemon over @p. */
-static void lane_word_send(Lane *l, Peer *p, XferKind kind, uint64_t seq, const OpDesc *desc,
-                           int status, const char *msg)
+/*
+ * Sends one word about message @seq of @l to the remote end's daemon over @p (NULL: whichever
+ * connection reaches it); a READY of receive @ready_op over RDMA names its registered segments.
+ * Returns what peer_notice() does, -ENOTCONN without a connection.
+ */
+static int lane_word_send_full(Lane *l, Peer *p, XferKind kind, uint64_t seq, const OpDesc *desc,
+                               int status, const char *msg, const DomainOp *ready_op)
 {
         Domain *dom = l->dom;
         Kvdist__V1__PeerDomainXfer m = KVDIST__V1__PEER_DOMAIN_XFER__INIT;
         Kvdist__V1__DomainOpDesc d = KVDIST__V1__DOMAIN_OP_DESC__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
         uint32_t remote = kind <= XFER_RECV_CANCEL ? l->src : l->dst;
+        int r;
 
         if (!p)
                 p = domain_rank_peer(dom, remote);
         if (!p || p->state != PEER_READY)
-                return;
+                return -ENOTCONN;
         m.dst_domain_id = dom->ranks[remote].domain_id;
         m.src_domain_id = dom->id;
         m.kind = kind;
@@ -206,15 +259,31 @@ static void lane_word_send(Lane *l, Peer *p, XferKind kind, uint64_t seq, const 
         st.code = status;
         st.detail = (char *)(msg ?: "");
         m.status = &st;
-        (void)peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, &m.base);
+        if (ready_op && lane_rdma_ready_fill(ready_op, &m) < 0)
+                return -ENOMEM;
+        r = peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, &m.base);
+        lane_rdma_ready_clear(&m);
+        return r;
 }
 
-/* A receive job that nobody will feed: abort it so the receiver's job ends. */
-static void lane_abort_job(Lane *l, Peer *p, uint64_t seq, uint64_t bytes)
+static void lane_word_send(Lane *l, Peer *p, XferKind kind, uint64_t seq, const OpDesc *desc,
+                           int status, const char *msg)
+{
+        (void)lane_word_send_full(l, p, kind, seq, desc, status, msg, NULL);
+}
+
+/*
+ * A readied receive that no bytes of ours will feed: abort its TCP job, or tell its RDMA
+ * registration (SEND_CANCEL) so that the receiver lets go of it.
+ */
+static void lane_abort_job(Lane *l, Peer *p, uint64_t seq, uint64_t bytes, bool rdma, int status,
+                           const char *msg)
 {
         uint64_t id = lane_job_id(l->dom->ranks[l->dst].domain_id, l->src, l->dst, seq);
 
-        if (p && p->state == PEER_READY && p->data && bytes > 0)
+        if (rdma)
+                lane_word_send(l, p, XFER_SEND_CANCEL, seq, NULL, status, msg);
+        else if (p && p->state == PEER_READY && p->data && bytes > 0)
                 (void)tcp_data_send_aborted(p->data, id, bytes);
 }
 
@@ -226,23 +295,28 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
 
         if (op->state == OP_DONE)
                 return;
-        assert(!op->job && !op->task);
-        if (op->send && op->have_ready && !op->ready_spent) {
-                /* The receiver registered a job these bytes will never feed. */
-                op->ready_spent = true;
-                lane_abort_job(l, op->ready_peer, op->seq, op->ready.bytes);
-        }
+        assert(!op->job && !op->task && !op->rdma_job && !op->rdma_waiter);
+        /* A receive's registration goes before anything else: no WRITE lands after this. */
+        lane_rdma_release(op);
         if (op->status == KVD_OK && status != KVD_OK) {
                 op->status = status;
                 va_start(ap, fmt);
                 error_setv(&op->err, status, fmt, ap);
                 va_end(ap);
         }
+        if (op->send && op->have_ready && !op->ready_spent) {
+                /* The receiver readied itself for bytes that will never come. */
+                op->ready_spent = true;
+                lane_abort_job(l, op->ready_peer, op->seq, op->ready.bytes, op->ready_rdma,
+                               op->status ?: KVD_E_FAILED, op->err.msg);
+        }
         op->state = OP_DONE;
         clist_unlink(&op->link_lane);
-        if (op->status == KVD_OK) {
-                l->n_msgs += op->send ? 1 : 0;
+        /* Each message counts once per lane: at the send on one daemon, else at our end. */
+        if (op->status == KVD_OK && (op->send || !l->local)) {
+                l->n_msgs++;
                 l->bytes += op->desc.bytes;
+                l->n_rdma_msgs += op->rdma;
         }
         call_op_done(op);
 }
@@ -253,6 +327,22 @@ static int job_status(int error)
         return error == -EILSEQ ? KVD_E_FAILED : KVD_E_PEER_LOST;
 }
 
+/*
+ * Completes @op, whose bytes no longer move, with what ended it already: our own failure (a
+ * cancel), else the other end's final word. Returns false, and leaves @op alone, when neither
+ * came yet.
+ */
+static bool op_complete_told(DomainOp *op)
+{
+        if (op->status != KVD_OK)
+                op_complete(op, op->status, "%s", op->err.msg);
+        else if (op->have_word)
+                op_complete(op, op->word_status, "%s", op->word_msg);
+        else
+                return false;
+        return true;
+}
+
 static void op_on_send_done(void *userdata, int error)
 {
         DomainOp *op = userdata;
@@ -261,19 +351,11 @@ static void op_on_send_done(void *userdata, int error)
         op->data = NULL;
         if (error == 0) {
                 op->data_ok = true;
-                if (op->have_word)
-                        op_complete(op, op->word_status, "%s", op->word_msg);
-                else if (op->status != KVD_OK)
-                        op_complete(op, op->status, "%s", op->err.msg);
-                else
+                if (!op_complete_told(op))
                         op->state = OP_WAIT_WORD;
                 return;
         }
-        if (op->status != KVD_OK)
-                op_complete(op, op->status, "%s", op->err.msg);
-        else if (op->have_word)
-                op_complete(op, op->word_status, "%s", op->word_msg);
-        else
+        if (!op_complete_told(op))
                 op_complete(op, job_status(error), "sending to rank %" PRIu32 " failed: %s",
                             op->lane->dst, strerror(-error));
 }
@@ -290,19 +372,163 @@ static void op_on_recv_done(void *userdata, int error)
                 op_complete(op, op->status, "%s", op->err.msg);
                 return;
         }
-        if (op->status != KVD_OK) {
-                op_complete(op, op->status, "%s", op->err.msg);
-        } else if (op->have_word) {
-                op_complete(op, op->word_status, "%s", op->word_msg);
-        } else if (error == -ECANCELED) {
+        if (op_complete_told(op))
+                return;
+        if (error == -ECANCELED) {
                 /* The sender aborted; its word says why. */
                 op->state = OP_WAIT_WORD;
-        } else {
-                lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, job_status(error),
-                               "the bytes did not land");
-                op_complete(op, job_status(error), "receiving from rank %" PRIu32 " failed: %s",
-                            l->src, error == -EILSEQ ? "a chunk failed its CRC32C check"
-                                                     : strerror(-error));
+                return;
+        }
+        lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, job_status(error),
+                       "the bytes did not land");
+        op_complete(op, job_status(error), "receiving from rank %" PRIu32 " failed: %s", l->src,
+                    error == -EILSEQ ? "a chunk failed its CRC32C check" : strerror(-error));
+}
+
+/* ---- over RDMA ---- */
+
+static void op_on_rdma_written(void *userdata, int error)
+{
+        DomainOp *op = userdata;
+        Lane *l = op->lane;
+
+        op->rdma_job = NULL;
+        /* Our source registrations: nothing reads through them any more. */
+        lane_rdma_release(op);
+        if (error < 0 && op->rdma_peer && op->rdma_peer->state == PEER_READY)
+                /* A failed or stopped job flushed its queue pairs: connect them again for
+                 * whatever uses the endpoint next (as after a transfer's timeout). */
+                peer_rdma_repair(op->rdma_peer, op->rdma_ep);
+        if (error == 0 && op->status == KVD_OK) {
+                op->data_ok = true;
+                op->ready_spent = true;
+                lane_word_send(l, op->peer, XFER_WRITTEN, op->seq, NULL, KVD_OK, NULL);
+                if (!op_complete_told(op))
+                        op->state = OP_WAIT_WORD;       /* the receiver's DONE completes it */
+                return;
+        }
+        if (op_complete_told(op))
+                return;
+        if (error == -EACCES) {
+                /* The receiver took its buffer back, which it does when it gives up: its word
+                 * says why. Should it not have, SEND_CANCEL ends its wait. Only this message
+                 * fails; the link and the endpoint stay. */
+                op->ready_spent = true;
+                lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, KVD_E_FAILED,
+                               "its RDMA WRITEs were refused (remote access error)");
+                op->state = OP_WAIT_WORD;
+                return;
+        }
+        op_complete(op, KVD_E_PEER_LOST, "RDMA WRITE to rank %" PRIu32 " failed: %s", l->dst,
+                    strerror(-error));
+}
+
+static void op_on_rdma_ready(RdmaEndpoint *ep, int status, const char *reason, void *userdata)
+{
+        DomainOp *op = userdata;
+        int r;
+
+        op->rdma_waiter = NULL;
+        if (status < 0) {
+                op_complete(op, KVD_E_PEER_LOST, "RDMA queue pairs to rank %" PRIu32 " did not "
+                            "connect: %s", op->lane->dst, reason ? reason : strerror(-status));
+                return;
+        }
+        r = rdma_job_submit(ep, false, op->rdma_segs, op->n_rdma_segs, op_on_rdma_written, op,
+                            &op->rdma_job);
+        if (r < 0) {
+                op->rdma_job = NULL;
+                op_complete(op, KVD_E_PEER_LOST, "cannot WRITE to rank %" PRIu32 ": %s",
+                            op->lane->dst, strerror(-r));
+        }
+        /* Nothing of @op past this point: the job may have ended (and the call with it). */
+}
+
+/* A send whose READY asks for RDMA WRITEs: register, pair up, WRITE over our link's endpoint. */
+static void op_rdma_send_start(DomainOp *op)
+{
+        Lane *l = op->lane;
+        Domain *dom = l->dom;
+        Cluster *c = dom->ranks[l->src].cluster;
+        Link *lk = c ? link_find(c, dom->ranks[l->dst].cluster_id) : NULL;
+        Error e = ERROR_INIT;
+        int r;
+
+        if (!lk || lk->state != LINK_UP || !lk->rdma_ep || !lk->peer ||
+            lk->peer->state != PEER_READY) {
+                op_complete(op, KVD_E_LINK_FAILED, "rank %" PRIu32 " waits for RDMA WRITEs, but "
+                            "the link of cluster %" PRIu64 " to %" PRIu64 " %s", l->dst,
+                            dom->ranks[l->src].cluster_id, dom->ranks[l->dst].cluster_id,
+                            !lk                       ? "is gone"
+                            : lk->state != LINK_UP    ? "is down"
+                            : !lk->rdma_ep            ? "runs over TCP"
+                                                      : "lost its daemon");
+                return;
+        }
+        op->rdma = true;
+        op->peer = op->ready_peer;
+        op->rdma_peer = lk->peer;
+        op->rdma_ep = lk->rdma_ep;
+        op->state = OP_DATA;
+        r = lane_rdma_send_prepare(op, rdma_endpoint_device(lk->rdma_ep), &e);
+        if (r < 0) {
+                op_complete(op, e.code, "%s", e.msg);
+                return;
+        }
+        /* Queue pairs flushed by an earlier timeout or error connect again first. */
+        r = peer_rdma_when_ready(lk->peer, lk->rdma_ep, op_on_rdma_ready, op, &op->rdma_waiter);
+        if (r < 0) {
+                op->rdma_waiter = NULL;
+                op_complete(op, KVD_E_PEER_LOST, "no RDMA queue pairs to rank %" PRIu32 ": %s",
+                            l->dst, strerror(-r));
+        }
+}
+
+/* A receive over RDMA: register the destination, then READY with it. */
+static void op_rdma_recv_post(DomainOp *op, Peer *p)
+{
+        Lane *l = op->lane;
+        Error e = ERROR_INIT;
+        int r;
+
+        op->rdma = true;
+        op->peer = p;
+        r = lane_rdma_recv_register(op, &e);
+        if (r >= 0) {
+                op->state = OP_DATA;
+                r = lane_word_send_full(l, p, XFER_READY, op->seq, &op->desc, KVD_OK, NULL, op);
+                if (r < 0)
+                        error_set(&e, r == -EMSGSIZE ? KVD_E_LIMIT_EXCEEDED : KVD_E_PEER_LOST,
+                                  "cannot tell rank %" PRIu32 " where to WRITE: %s%s", l->src,
+                                  strerror(-r), r == -EMSGSIZE ? " (too many segments for one "
+                                  "frame; see limits.max_frame_size)" : "");
+        }
+        if (r < 0) {
+                /* The sender hears that this message will not come, and fails it too. */
+                lane_word_send(l, p, XFER_RECV_CANCEL, op->seq, NULL, e.code, e.msg);
+                op_complete(op, e.code, "%s", e.msg);
+        }
+}
+
+/* The sender says every WRITE completed: the bytes are in place. */
+static void op_rdma_landed(DomainOp *op)
+{
+        /* Deregistered before anyone hears of it. */
+        lane_rdma_release(op);
+        lane_word_send(op->lane, op->peer, XFER_DONE, op->seq, NULL, KVD_OK, NULL);
+        op_complete(op, KVD_OK, "%s", "");
+}
+
+/* Stops the RDMA part of send @op; its completion follows (at once, or from the job's end). */
+static void op_rdma_send_stop(DomainOp *op)
+{
+        if (op->rdma_waiter) {
+                peer_rdma_waiter_cancel(op->rdma_waiter);
+                op->rdma_waiter = NULL;
+                (void)op_complete_told(op);
+        } else if (op->rdma_job) {
+                /* Flushes its queue pairs: the callback runs before this returns. */
+                rdma_job_cancel(op->rdma_job);
         }
 }
 
@@ -318,7 +544,13 @@ static void op_remote_match(DomainOp *op)
         r = desc_compare(&op->desc, &op->ready, l->src, l->dst, buf, sizeof(buf));
         if (r < 0) {
                 lane_word_send(l, p, XFER_MISMATCH, op->seq, &op->desc, r, buf);
+                /* That is all a registration needs to hear; a TCP job still needs its abort. */
+                op->ready_spent = op->ready_rdma;
                 op_complete(op, r, "%s", buf);
+                return;
+        }
+        if (op->ready_rdma) {
+                op_rdma_send_start(op);
                 return;
         }
         if (!p || p->state != PEER_READY || !p->data) {
@@ -372,27 +604,22 @@ static void local_on_copied(EngineTask *task, int status, void *userdata)
 /* Builds the copies of two segment lists that add up to the same bytes. */
 static int local_copies(const DomainOp *s, const DomainOp *r, EngineCopy **ret, size_t *ret_n)
 {
-        size_t cap = s->n_segs + r->n_segs, n = 0, i = 0, j = 0, oi = 0, oj = 0;
+        size_t cap = s->n_segs + r->n_segs, n = 0;
         EngineCopy *c = calloc(cap ? cap : 1, sizeof(*c));
+        SegZip z = { 0 };
 
         if (!c)
                 return -ENOMEM;
-        while (i < s->n_segs && j < r->n_segs) {
-                size_t len = MIN(s->segs[i].len - oi, r->segs[j].len - oj);
+        while (z.i < s->n_segs && z.j < r->n_segs) {
+                size_t i = z.i, j = z.j;
+                uint64_t oi = z.oi, oj = z.oj;
+                uint64_t len = seg_zip_step(&z, s->segs[i].len, r->segs[j].len, UINT64_MAX);
 
+                if (len == 0)
+                        continue;
                 assert(n < cap);
                 c[n++] = (EngineCopy){ (uint8_t *)r->segs[j].dst + oj,
                                        (const uint8_t *)s->segs[i].dst + oi, len };
-                oi += len;
-                oj += len;
-                if (oi == s->segs[i].len) {
-                        i++;
-                        oi = 0;
-                }
-                if (oj == r->segs[j].len) {
-                        j++;
-                        oj = 0;
-                }
         }
         *ret = c;
         *ret_n = n;
@@ -431,7 +658,7 @@ static void op_local_match(DomainOp *s, DomainOp *r)
 
 /* ---- posting and cancelling ---- */
 
-static void op_take_word(DomainOp *op, const LaneWord *w);
+static void op_take_word(DomainOp *op, LaneWord *w);
 
 void op_assign(DomainOp *op, Lane *lane, bool send)
 {
@@ -444,10 +671,9 @@ void op_assign(DomainOp *op, Lane *lane, bool send)
         clist_link_tail(&lane->ops, &op->link_lane);
         CLIST_FOREACH_SAFE(w, tmp, &lane->words, link)
                 if (w->seq == op->seq) {
-                        clist_unlink(&w->link);
-                        lane->n_words--;
+                        lane_word_unlink(lane, w);
                         op_take_word(op, w);
-                        free(w);
+                        lane_word_free(w);
                 }
 }
 
@@ -481,6 +707,10 @@ void op_post(DomainOp *op)
                 return;
         }
         p = domain_rank_peer(dom, l->src);
+        if (p && l->rdma) {
+                op_rdma_recv_post(op, p);
+                return;
+        }
         if (!p || !p->data) {
                 op_complete(op, KVD_E_PEER_LOST, "the daemon of rank %" PRIu32 " is not "
                             "connected", l->src);
@@ -534,16 +764,29 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
                 if (op->send) {
                         lane_word_send(l, op->have_ready ? op->ready_peer : NULL,
                                        XFER_SEND_CANCEL, op->seq, NULL, op->status, op->err.msg);
+                        /* All a registration needs to hear; a TCP job still needs its abort. */
+                        op->ready_spent = op->have_ready && op->ready_rdma;
                 } else
                         lane_word_send(l, NULL, XFER_RECV_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
                 op_complete(op, op->status, "%s", op->err.msg);
                 return;
         case OP_DATA:
-                if (op->send) {
+                if (op->send && op->rdma) {
+                        op->ready_spent = true;
+                        lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, op->status,
+                                       op->err.msg);
+                        op_rdma_send_stop(op);
+                } else if (op->send) {
                         lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
                         tcp_data_cancel_send(op->data, op->job_id);
+                } else if (op->rdma) {
+                        /* Deregistered first: from here on a WRITE fails at the sender. */
+                        lane_rdma_release(op);
+                        lane_word_send(l, op->peer, XFER_RECV_CANCEL, op->seq, NULL, op->status,
+                                       op->err.msg);
+                        op_complete(op, op->status, "%s", op->err.msg);
                 } else {
                         lane_word_send(l, op->peer, XFER_RECV_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
@@ -560,7 +803,8 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
 
 /* ---- words from the other end ---- */
 
-static void op_take_word(DomainOp *op, const LaneWord *w)
+/* Takes the other end's word @w about @op (a READY's segments are moved out of it). */
+static void op_take_word(DomainOp *op, LaneWord *w)
 {
         Lane *l = op->lane;
         const char *who = op->send ? "the receiver" : "the sender";
@@ -571,8 +815,16 @@ static void op_take_word(DomainOp *op, const LaneWord *w)
                 op->have_ready = true;
                 op->ready = w->desc;
                 op->ready_peer = w->peer;
+                op->ready_rdma = w->rdma;
+                op->ready_rsegs = TAKE_PTR(w->rsegs);
+                op->n_ready_rsegs = w->n_rsegs;
                 if (op->state == OP_POSTED)
                         op_remote_match(op);
+                return;
+        }
+        if (w->kind == XFER_WRITTEN) {
+                if (!op->send && op->rdma && op->state == OP_DATA && !op->have_word)
+                        op_rdma_landed(op);
                 return;
         }
         if (op->have_word)
@@ -597,7 +849,13 @@ static void op_take_word(DomainOp *op, const LaneWord *w)
                 op_complete(op, op->word_status, "%s", op->word_msg);
                 return;
         case OP_DATA:
-                if (op->send && w->kind != XFER_DONE)
+                if (op->rdma && op->send) {
+                        /* Our WRITEs stop; the job's end completes the op with the word. */
+                        if (w->kind != XFER_DONE)
+                                op_rdma_send_stop(op);
+                } else if (op->rdma) {
+                        op_complete(op, op->word_status, "%s", op->word_msg);
+                } else if (op->send && w->kind != XFER_DONE)
                         tcp_data_cancel_send(op->data, op->job_id);
                 else if (!op->send)
                         tcp_data_cancel_recv(op->data, op->job_id);
@@ -623,7 +881,7 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
         Lane *l;
 
         dom = reg ? domain_find_id(reg, m->dst_domain_id) : NULL;
-        if (!dom || m->kind < XFER_READY || m->kind > XFER_SEND_CANCEL ||
+        if (!dom || m->kind < XFER_READY || m->kind > XFER_WRITTEN ||
             m->src_rank >= dom->n_ranks || m->dst_rank >= dom->n_ranks)
                 goto refuse;
         remote = from_receiver ? m->dst_rank : m->src_rank;
@@ -637,19 +895,25 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
                            : (m->status && m->status->code == 0 ? KVD_OK : KVD_E_FAILED);
         (void)snprintf(w.msg, sizeof(w.msg), "%.200s",
                        m->status && m->status->detail ? m->status->detail : "");
+        if (lane_rdma_word_parse(m, &w) < 0)
+                goto refuse;
 
         op = lane_find(l, m->seq, from_receiver);
         if (op) {
                 op_take_word(op, &w);
+                free(w.rsegs);
                 return;
         }
         if (m->seq < (from_receiver ? l->next_send_seq : l->next_recv_seq)) {
-                /* About a message already over here; a READY still needs its job aborted. */
+                /* About a message already over here; a READY still needs its job aborted or
+                 * its registration let go. */
                 if (m->kind == XFER_READY)
-                        lane_abort_job(l, p, m->seq, w.desc.bytes);
+                        lane_abort_job(l, p, m->seq, w.desc.bytes, w.rdma, KVD_E_FAILED,
+                                       "the sender gave up on this message");
+                free(w.rsegs);
                 return;
         }
-        if (m->kind == XFER_DONE)
+        if (m->kind == XFER_DONE || m->kind == XFER_WRITTEN)
                 goto refuse;
         if (m->kind == XFER_RECV_CANCEL) {
                 LaneWord *r, *rtmp;
@@ -658,27 +922,33 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
                  * wait for that send. */
                 CLIST_FOREACH_SAFE(r, rtmp, &l->words, link)
                         if (r->kind == XFER_READY && r->seq == m->seq) {
-                                lane_abort_job(l, r->peer, r->seq, r->desc.bytes);
-                                clist_unlink(&r->link);
-                                l->n_words--;
-                                free(r);
+                                /* A registration is let go by the receiver itself. */
+                                if (!r->rdma)
+                                        lane_abort_job(l, r->peer, r->seq, r->desc.bytes, false,
+                                                       KVD_OK, NULL);
+                                lane_word_unlink(l, r);
+                                lane_word_free(r);
                         }
         }
-        if (l->n_words >= LANE_MAX_WORDS) {
+        if (l->n_words >= LANE_MAX_WORDS || l->n_word_segs + w.n_rsegs > LANE_MAX_WORD_SEGS) {
+                free(w.rsegs);
                 domain_fail(dom, KVD_E_PROTOCOL_MISMATCH, false, "rank %" PRIu32 " sent more "
-                            "than %d messages ahead", remote, LANE_MAX_WORDS);
+                            "than %d messages (or %d RDMA segments) ahead", remote,
+                            LANE_MAX_WORDS, LANE_MAX_WORD_SEGS);
                 return;
         }
         {
                 LaneWord *copy = malloc(sizeof(*copy));
 
                 if (!copy) {
+                        free(w.rsegs);
                         domain_fail(dom, KVD_E_OUT_OF_MEMORY, false, "out of memory");
                         return;
                 }
                 *copy = w;
                 clist_link_tail(&l->words, &copy->link);
                 l->n_words++;
+                l->n_word_segs += copy->n_rsegs;
         }
         return;
 refuse:
@@ -697,20 +967,26 @@ void lanes_peer_lost(Domain *dom, Peer *p)
                                 continue;
                         CLIST_FOREACH_SAFE(w, wtmp, &l->words, link)
                                 if (w->peer == p) {
-                                        clist_unlink(&w->link);
-                                        l->n_words--;
-                                        free(w);
+                                        lane_word_unlink(l, w);
+                                        lane_word_free(w);
                                 }
                         CLIST_FOREACH_SAFE(op, tmp, &l->ops, link_lane) {
                                 if (op->ready_peer == p) {
                                         op->ready_peer = NULL;
                                         op->have_ready = false;
+                                        /* Paired up already if it was used. */
+                                        free(op->ready_rsegs);
+                                        op->ready_rsegs = NULL;
+                                        op->n_ready_rsegs = 0;
                                 }
                                 if (op->peer != p)
                                         continue;
-                                /* A job's callback comes with the data plane's end. */
+                                /* A job's callback comes with the data plane's end (an RDMA
+                                 * job's came with the endpoints'); a receive over RDMA waits
+                                 * for nothing but words. */
                                 op->peer = NULL;
-                                if (!op->job && op->state == OP_WAIT_WORD)
+                                if (!op->job && (op->state == OP_WAIT_WORD ||
+                                                 (op->rdma && !op->send && op->state == OP_DATA)))
                                         op_complete(op, KVD_E_PEER_LOST, "the daemon of rank %"
                                                     PRIu32 " was lost", op->send ? t : s);
                         }

@@ -158,6 +158,7 @@ void peer_handle_domain_linked(Peer *p, uint64_t request_id, const ProtobufCMess
                 return;
         }
         dom->ranks[m->dst_rank].pairs[m->src_rank].in_done = true;
+        dom->ranks[m->dst_rank].pairs[m->src_rank].in_rdma = m->rdma;
         domain_join_progress(dom);
 }
 

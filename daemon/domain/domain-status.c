@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <jansson.h>
 #include <kvdist/kvdist.h>
@@ -10,6 +11,7 @@
 #include "cluster.h"
 #include "daemon.h"
 #include "domain-internal.h"
+#include "link.h"
 #include "metrics-text.h"
 #include "peer.h"
 
@@ -66,10 +68,16 @@ static json_t *member_json(const Domain *dom, uint32_t r, bool *ok)
         return o;
 }
 
+static const char *lane_transport(const Lane *l)
+{
+        return l->local ? "shm" : l->rdma ? "rdma" : "tcp";
+}
+
 /* The lanes with rank @o, seen from the local members. */
 static json_t *channel_json(const Domain *dom, uint32_t o, bool *ok)
 {
-        uint64_t sends = 0, recvs = 0, sent = 0, received = 0;
+        uint64_t sends = 0, recvs = 0, sent = 0, received = 0, rdma = 0;
+        const char *send_tp = NULL, *recv_tp = NULL, *reason = "";
         json_t *c = json_object();
 
         for (uint32_t m = 0; m < dom->n_ranks; m++) {
@@ -80,15 +88,35 @@ static json_t *channel_json(const Domain *dom, uint32_t o, bool *ok)
                 if (out) {
                         sends += out->n_msgs;
                         sent += out->bytes;
+                        rdma += out->n_rdma_msgs;
+                        send_tp = lane_transport(out);
                 }
                 if (in) {
                         recvs += in->n_msgs;
                         received += in->bytes;
+                        rdma += in->n_rdma_msgs;
+                        recv_tp = lane_transport(in);
+                }
+                if (dom->state == DOMAIN_OK && dom->ranks[m].cluster && !dom->ranks[o].local) {
+                        const Link *l = link_find(dom->ranks[m].cluster, dom->ranks[o].cluster_id);
+
+                        reason = l ? l->transport_reason : reason;
                 }
         }
         set(c, "rank", json_integer(o), ok);
         set(c, "cluster_id", json_u64(dom->ranks[o].cluster_id), ok);
-        set(c, "transport", json_string(dom->ranks[o].local ? "shm" : "tcp"), ok);
+        /* What carries the messages each way (both lanes' senders' links); until the domain is
+         * OK nothing is decided. */
+        if (dom->state != DOMAIN_OK && !dom->ranks[o].local)
+                send_tp = recv_tp = NULL;
+        set(c, "transport", !send_tp || !recv_tp             ? json_null()
+                            : strcmp(send_tp, recv_tp) == 0 ? json_string(send_tp)
+                                                            : json_string("mixed"),
+            ok);
+        set(c, "send_transport", send_tp ? json_string(send_tp) : json_null(), ok);
+        set(c, "recv_transport", recv_tp ? json_string(recv_tp) : json_null(), ok);
+        set(c, "transport_reason", json_string(dom->ranks[o].local ? "same node" : reason), ok);
+        set(c, "messages_rdma", json_u64(rdma), ok);
         set(c, "messages_sent", json_u64(sends), ok);
         set(c, "messages_received", json_u64(recvs), ok);
         set(c, "bytes_sent", json_u64(sent), ok);

@@ -356,6 +356,7 @@ void domain_check_ok(Domain *dom)
         domain_make_links(dom);
         if (dom->state != DOMAIN_PREPARING)
                 return;
+        lanes_set_transport(dom);
         domain_set_state(dom, DOMAIN_OK);
         dom->ok_usec = now;
         dom->reg->formed++;
@@ -443,7 +444,10 @@ void domain_on_peer_lost(Peer *p, int status)
         CLIST_FOREACH(pl, &reg->pair_links, link_reg)
                 if (pl->peer == p) {
                         pl->peer = NULL;
-                        if (pl->state == PAIR_LINK_HELD) {
+                        /* Its RDMA endpoint went with it. */
+                        pl->rdma_ep = NULL;
+                        if (pl->state == PAIR_LINK_HELD || pl->state == PAIR_LINK_CONNECTING) {
+                                link_transport_cancel(&pl->transport);
                                 error_set(&pl->err, KVD_E_PEER_LOST, "the daemon of cluster %"
                                           PRIu64 " was lost", pl->remote_cluster_id);
                                 pl->state = PAIR_LINK_FAILED;
@@ -477,7 +481,8 @@ bool domain_pair_link_in_progress(const Cluster *c, uint64_t remote_cluster_id)
         if (!c->daemon->domains)
                 return false;
         pl = pair_link_find(c->daemon->domains, c->id, remote_cluster_id);
-        return pl && (pl->state == PAIR_LINK_REQUESTING || pl->state == PAIR_LINK_HELD);
+        return pl && (pl->state == PAIR_LINK_REQUESTING || pl->state == PAIR_LINK_CONNECTING ||
+                      pl->state == PAIR_LINK_HELD);
 }
 
 /* ---- local_comm_res ---- */

@@ -32,11 +32,8 @@ typedef struct LinkSetup {
         Peer *peer;
         PeerWaiter *waiter;
         PeerCall *call;
-        RdmaDevice *rdma_dev;           /* ours, when RDMA is wanted */
-        bool rdma_required;             /* the device map says rdma: no TCP instead */
-        char transport_reason[128];
+        LinkTransport transport;
         Kvdist__V1__PeerLinkReply *reply; /* kept while the RDMA endpoint connects */
-        PeerRdmaWaiter *rdma_waiter;
         Peer *reply_peer;
         bool done;
 } LinkSetup;
@@ -109,8 +106,7 @@ static LinkRequest *link_request_free(LinkRequest *lr)
 
                 peer_waiter_cancel(s->waiter);
                 s->waiter = NULL;
-                peer_rdma_waiter_cancel(s->rdma_waiter);
-                s->rdma_waiter = NULL;
+                link_transport_cancel(&s->transport);
                 if (s->reply)
                         protobuf_c_message_free_unpacked(&s->reply->base, NULL);
                 s->reply = NULL;
@@ -148,8 +144,7 @@ static void link_setup_abandon(LinkSetup *s)
 {
         peer_waiter_cancel(s->waiter);
         s->waiter = NULL;
-        peer_rdma_waiter_cancel(s->rdma_waiter);
-        s->rdma_waiter = NULL;
+        link_transport_cancel(&s->transport);
         if (s->reply) {
                 /* Granted, but nobody waits for it any more: take the link back. */
                 Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
@@ -185,7 +180,7 @@ static void link_setup_finish(LinkSetup *s, const Error *e)
         s->done = true;
         s->waiter = NULL;
         s->call = NULL;
-        s->rdma_waiter = NULL;
+        s->transport.waiter = NULL;
         if (e && e->code != KVD_OK) {
                 log_info("cluster %" PRIu64 ": link to %" PRIu64 " at %s failed: %s",
                          lr->cluster->id, s->remote_cluster_id, s->address, e->msg);
@@ -227,8 +222,8 @@ static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
 }
 
 int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
-                     const ProtobufCMessage *reply, const char *transport_reason, Link **ret,
-                     Error *err)
+                     const ProtobufCMessage *reply, RdmaEndpoint *ep,
+                     const char *transport_reason, Link **ret, Error *err)
 {
         ProtobufCMessage *copy = NULL;
 
@@ -236,7 +231,7 @@ int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
         if (frame_message_dup(reply, &copy) < 0)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
         return link_install_remote(c, p, remote_cluster_id, (Kvdist__V1__PeerLinkReply *)copy,
-                                   NULL, transport_reason, ret, err);
+                                   ep, transport_reason, ret, err);
 }
 
 /* Makes the link out of the peer's kept answer, over @ep (RDMA) or TCP. */
@@ -245,40 +240,105 @@ static void link_setup_complete(LinkSetup *s, RdmaEndpoint *ep)
         Error e = ERROR_INIT;
 
         (void)link_install_remote(s->lr->cluster, s->reply_peer, s->remote_cluster_id,
-                                  TAKE_PTR(s->reply), ep, s->transport_reason, NULL, &e);
+                                  TAKE_PTR(s->reply), ep, s->transport.reason, NULL, &e);
         link_setup_finish(s, &e);
 }
 
-static void link_setup_on_rdma(RdmaEndpoint *ep, int status, const char *reason, void *userdata)
+void link_transport_cancel(LinkTransport *t)
 {
-        LinkSetup *s = userdata;
+        peer_rdma_waiter_cancel(t->waiter);
+        t->waiter = NULL;
+}
+
+static void link_transport_on_rdma(RdmaEndpoint *ep, int status, const char *reason,
+                                   void *userdata)
+{
+        LinkTransport *t = userdata;
         Error e = ERROR_INIT;
 
-        s->rdma_waiter = NULL;
-        if (status < 0 && s->rdma_required) {
+        t->waiter = NULL;
+        if (t->peer->state != PEER_READY) {
+                /* Its endpoints fail as it goes: no link over it, TCP or not. */
+                error_set(&e, KVD_E_LINK_FAILED, "the daemon at %s was lost while RDMA queue "
+                          "pairs connected", t->address);
+                t->fn(t, NULL, &e, t->userdata);
+                return;
+        }
+        if (status < 0 && t->required) {
                 error_set(&e, KVD_E_LINK_FAILED, "cannot connect RDMA queue pairs to the daemon "
-                          "at %s: %s", s->address, reason ? reason : strerror(-status));
-                link_setup_abandon(s);
-                link_setup_finish(s, &e);
+                          "at %s: %s", t->address, reason ? reason : strerror(-status));
+                t->fn(t, NULL, &e, t->userdata);
                 return;
         }
         if (status < 0)
-                (void)snprintf(s->transport_reason, sizeof(s->transport_reason),
+                (void)snprintf(t->reason, sizeof(t->reason),
                                "auto: RDMA queue pairs did not connect: %s",
                                reason ? reason : strerror(-status));
         else
-                (void)snprintf(s->transport_reason, sizeof(s->transport_reason), "%s",
-                               s->rdma_required ? "configured" : "auto: RDMA on both ends");
-        link_setup_complete(s, status < 0 ? NULL : ep);
+                (void)snprintf(t->reason, sizeof(t->reason), "%s",
+                               t->required ? "configured" : "auto: RDMA on both ends");
+        t->fn(t, status < 0 ? NULL : ep, NULL, t->userdata);
+}
+
+void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_id,
+                            const Kvdist__V1__PeerLinkReply *m, link_transport_fn fn,
+                            void *userdata)
+{
+        RdmaDeviceInfo remote = { 0 };
+        Error e = ERROR_INIT;
+        int r;
+
+        t->fn = fn;
+        t->userdata = userdata;
+        t->peer = p;
+        if (!t->dev) {
+                fn(t, NULL, NULL, userdata);
+                return;
+        }
+        if (!m->rdma || m->rdma->gid.len != RDMA_GID_SIZE || !m->rdma->device) {
+                const char *why = m->rdma_reason && m->rdma_reason[0] ? m->rdma_reason
+                                                                     : "it did not say why";
+
+                if (t->required) {
+                        error_set(&e, KVD_E_FEATURE_NOT_ENABLED, "cluster %" PRIu64 " at %s "
+                                  "has no RDMA device: %s", remote_cluster_id, t->address, why);
+                        fn(t, NULL, &e, userdata);
+                        return;
+                }
+                (void)snprintf(t->reason, sizeof(t->reason),
+                               "auto: the peer has no RDMA for cluster %" PRIu64 ": %s",
+                               remote_cluster_id, why);
+                fn(t, NULL, NULL, userdata);
+                return;
+        }
+        (void)snprintf(remote.device, sizeof(remote.device), "%s", m->rdma->device);
+        memcpy(remote.gid, m->rdma->gid.data, RDMA_GID_SIZE);
+        remote.port = (uint8_t)m->rdma->port;
+        remote.mtu = m->rdma->mtu;
+        remote.lid = (uint16_t)m->rdma->lid;
+        r = peer_rdma_get(p, t->dev, &remote, link_transport_on_rdma, t, &t->waiter);
+        if (r < 0)
+                link_transport_on_rdma(NULL, r, NULL, t);
+}
+
+static void link_setup_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+                                    void *userdata)
+{
+        LinkSetup *s = userdata;
+
+        if (err) {
+                link_setup_abandon(s);
+                link_setup_finish(s, err);
+                return;
+        }
+        link_setup_complete(s, ep);
 }
 
 static void link_setup_on_reply(Peer *p, int status, const Error *err,
                                 const ProtobufCMessage *reply, void *userdata)
 {
-        const Kvdist__V1__PeerLinkReply *m = (const Kvdist__V1__PeerLinkReply *)reply;
         LinkSetup *s = userdata;
         ProtobufCMessage *copy = NULL;
-        RdmaDeviceInfo remote = { 0 };
         Error e = ERROR_INIT;
         int r;
 
@@ -299,36 +359,8 @@ static void link_setup_on_reply(Peer *p, int status, const Error *err,
         }
         s->reply = (Kvdist__V1__PeerLinkReply *)copy;
         s->reply_peer = p;
-        if (!s->rdma_dev) {
-                link_setup_complete(s, NULL);
-                return;
-        }
-        if (!m->rdma || m->rdma->gid.len != RDMA_GID_SIZE || !m->rdma->device) {
-                const char *why = m->rdma_reason && m->rdma_reason[0] ? m->rdma_reason
-                                                                     : "it did not say why";
-
-                if (s->rdma_required) {
-                        error_set(&e, KVD_E_FEATURE_NOT_ENABLED, "cluster %" PRIu64 " at %s "
-                                  "has no RDMA device: %s", s->remote_cluster_id, s->address,
-                                  why);
-                        link_setup_abandon(s);
-                        link_setup_finish(s, &e);
-                        return;
-                }
-                (void)snprintf(s->transport_reason, sizeof(s->transport_reason),
-                               "auto: the peer has no RDMA for cluster %" PRIu64 ": %s",
-                               s->remote_cluster_id, why);
-                link_setup_complete(s, NULL);
-                return;
-        }
-        (void)snprintf(remote.device, sizeof(remote.device), "%s", m->rdma->device);
-        memcpy(remote.gid, m->rdma->gid.data, RDMA_GID_SIZE);
-        remote.port = (uint8_t)m->rdma->port;
-        remote.mtu = m->rdma->mtu;
-        remote.lid = (uint16_t)m->rdma->lid;
-        r = peer_rdma_get(p, s->rdma_dev, &remote, link_setup_on_rdma, s, &s->rdma_waiter);
-        if (r < 0)
-                link_setup_on_rdma(NULL, r, NULL, s);
+        link_transport_connect(&s->transport, p, s->remote_cluster_id, s->reply,
+                               link_setup_on_transport, s);
 }
 
 int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma,
@@ -358,7 +390,7 @@ static void link_setup_on_ready(Peer *p, int status, const Error *err, void *use
                 link_setup_finish(s, &e);
                 return;
         }
-        r = link_peer_request(c, p, s->remote_cluster_id, s->rdma_dev != NULL,
+        r = link_peer_request(c, p, s->remote_cluster_id, s->transport.dev != NULL,
                               link_setup_on_reply, s, &s->call);
         if (r < 0) {
                 error_set(&e, KVD_E_LINK_FAILED, "cannot ask the daemon at %s: %s", s->address,
@@ -450,20 +482,16 @@ static int link_local(Cluster *c, Cluster *remote, Link *old, Error *err)
         return KVD_OK;
 }
 
-/*
- * Which transport a link of @c to another node may use, from the device map's choice for the
- * cluster's device: RDMA when it says rdma (FEATURE_NOT_ENABLED when our device cannot) or auto
- * with a working device, else TCP; @s->transport_reason says why. The peer's answer can still
- * turn auto into TCP (and says why then): nothing falls back silently.
- */
-static int link_choose_transport(LinkSetup *s, const Cluster *c, Error *err)
+int link_transport_choose(LinkTransport *t, const Cluster *c, const char *address, Error *err)
 {
         const DeviceConfig *cfg = config_find_device(c->daemon->config, c->device_id);
         const char *why = NULL;
         RdmaDevice *dev;
 
+        *t = (LinkTransport){ 0 };
+        (void)snprintf(t->address, sizeof(t->address), "%s", address ? address : "");
         if (cfg && cfg->transport == TRANSPORT_KIND_TCP) {
-                (void)snprintf(s->transport_reason, sizeof(s->transport_reason), "configured");
+                (void)snprintf(t->reason, sizeof(t->reason), "configured");
                 return 0;
         }
         dev = rdma_device_for(c->daemon->rdma, c->device_id, &why);
@@ -472,24 +500,11 @@ static int link_choose_transport(LinkSetup *s, const Cluster *c, Error *err)
                         return error_set(err, KVD_E_FEATURE_NOT_ENABLED,
                                          "device %" PRId32 " is configured for transport rdma, "
                                          "but: %s", c->device_id, why);
-                s->rdma_required = true;
+                t->required = true;
         }
-        s->rdma_dev = dev;
+        t->dev = dev;
         if (!dev)
-                (void)snprintf(s->transport_reason, sizeof(s->transport_reason), "auto: %s",
-                               why);
-        return 0;
-}
-
-int link_check_domain_transport(const Cluster *c, Error *err)
-{
-        const DeviceConfig *cfg = config_find_device(c->daemon->config, c->device_id);
-
-        if (cfg && cfg->transport == TRANSPORT_KIND_RDMA)
-                return error_set(err, KVD_E_FEATURE_NOT_ENABLED,
-                                 "device %" PRId32 " is configured for transport rdma, but comm "
-                                 "domains move their bytes over TCP; configure \"tcp\" or "
-                                 "\"auto\"", c->device_id);
+                (void)snprintf(t->reason, sizeof(t->reason), "auto: %s", why);
         return 0;
 }
 
@@ -531,13 +546,13 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                                  "remote_ip_info names the daemon it is on",
                                  info->remote_cluster_id);
         *s = (LinkSetup){ .lr = lr, .index = i, .remote_cluster_id = info->remote_cluster_id };
-        r = link_choose_transport(s, c, err);
+        (void)snprintf(s->address, sizeof(s->address), "%.*s", (int)sizeof(s->address) - 1,
+                       address);
+        r = link_transport_choose(&s->transport, c, s->address, err);
         if (r < 0) {
                 s->lr = NULL;
                 return r;
         }
-        (void)snprintf(s->address, sizeof(s->address), "%.*s", (int)sizeof(s->address) - 1,
-                       address);
         r = peer_get(d, address, &s->peer, err);
         if (r < 0) {
                 s->lr = NULL;

@@ -16,10 +16,38 @@
 
 #include "error.h"
 #include "peer.h"
+#include "sockaddr-util.h"
 
 typedef struct Cluster Cluster;
 typedef struct Link Link;
+typedef struct LinkTransport LinkTransport;
+typedef struct PeerRdmaWaiter PeerRdmaWaiter;
+typedef struct RdmaDevice RdmaDevice;
+typedef struct RdmaEndpoint RdmaEndpoint;
 typedef struct Request Request;
+struct Kvdist__V1__PeerLinkReply;
+
+/* The link runs over RDMA on @ep, or over TCP when @ep is NULL (@t->reason says why), or cannot
+ * be made at all (@err). */
+typedef void (*link_transport_fn)(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+                                  void *userdata);
+
+/*
+ * The transport of one link to another daemon being set up, by kvd_link_clusters() or by a comm
+ * domain: both decide the same way. The device map's choice for the cluster's device says rdma
+ * (RDMA or no link), auto (RDMA when both ends have a working device, else TCP) or tcp;
+ * @reason says what was decided and why, so nothing falls back silently.
+ */
+struct LinkTransport {
+        RdmaDevice *dev;                /* ours, when RDMA is wanted */
+        bool required;                  /* the device map says rdma: no TCP instead */
+        char reason[128];               /* for the link's transport_reason */
+        char address[SOCKADDR_STR_MAX]; /* the peer's, for messages */
+        Peer *peer;                     /* link_transport_connect()'s */
+        PeerRdmaWaiter *waiter;         /* the queue pairs connect */
+        link_transport_fn fn;
+        void *userdata;
+};
 
 /*
  * Serves a LinkClusters request of @c. Returns 0 when it answered, HANDLER_PENDING when it keeps
@@ -40,11 +68,23 @@ bool link_request_in_progress(const Cluster *c, uint64_t remote_cluster_id);
 void link_requests_abort(Cluster *c);
 
 /*
- * Whether @c may have comm domain links, which use TCP whatever the device map says: not when
- * its device is configured for transport rdma (FEATURE_NOT_ENABLED; nothing falls back without
- * saying so).
+ * Decides, before asking the peer at @address, what a link of @c may use: fills @t (RDMA wanted
+ * or not, and why). FEATURE_NOT_ENABLED with @err when the device map says rdma and our device
+ * cannot do it.
  */
-int link_check_domain_transport(const Cluster *c, Error *err);
+int link_transport_choose(LinkTransport *t, const Cluster *c, const char *address, Error *err);
+
+/*
+ * Takes the peer's answer @m to link_peer_request() (asked with RDMA when @t->dev): connects the
+ * RDMA queue pairs when both ends can, and calls @fn with the endpoint, with NULL for TCP, or
+ * with an error when rdma was required and cannot be had. @fn may run from inside this call.
+ */
+void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_id,
+                            const struct Kvdist__V1__PeerLinkReply *m, link_transport_fn fn,
+                            void *userdata);
+
+/* Stops waiting for the queue pairs; @t's callback will not run. */
+void link_transport_cancel(LinkTransport *t);
 
 /*
  * Asks READY @p for a link of @c to its cluster @remote_cluster_id (PeerLink), with its RDMA
@@ -55,9 +95,9 @@ int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma
 
 /*
  * Makes the link of @c to @remote_cluster_id behind @p from the peer's answer @reply to
- * link_peer_request() (copied), replacing a link that is down. *@ret (may be NULL) gets it.
- * OUT_OF_MEMORY with @err.
+ * link_peer_request() (copied), over RDMA on @ep or over TCP when @ep is NULL, replacing a link
+ * that is down. *@ret (may be NULL) gets it. OUT_OF_MEMORY with @err.
  */
 int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
-                     const ProtobufCMessage *reply, const char *transport_reason, Link **ret,
-                     Error *err);
+                     const ProtobufCMessage *reply, RdmaEndpoint *ep,
+                     const char *transport_reason, Link **ret, Error *err);

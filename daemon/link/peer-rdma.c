@@ -161,28 +161,13 @@ static int peer_rdma_ep_new(Peer *p, RdmaEndpoint *ep, PeerRdmaEp **ret)
         return 0;
 }
 
-int peer_rdma_get(Peer *p, RdmaDevice *dev, const RdmaDeviceInfo *remote, peer_rdma_ready_fn fn,
-                  void *userdata, PeerRdmaWaiter **ret_waiter)
+/* Runs @fn once every slot of @pep is connected (at once when it is) or the connection failed. */
+static int peer_rdma_wait(PeerRdmaEp *pep, peer_rdma_ready_fn fn, void *userdata,
+                          PeerRdmaWaiter **ret_waiter)
 {
-        PeerRdmaEp *pep;
         PeerRdmaWaiter *w;
-        RdmaEndpoint *ep;
         int r;
 
-        if (ret_waiter)
-                *ret_waiter = NULL;
-        pep = peer_rdma_ep_find(p, true, dev, remote->device, 0);
-        if (!pep) {
-                r = rdma_endpoint_new(dev, daemon_next_id(p->daemon), true, remote,
-                                      p->daemon->config->rdma.qps, &ep);
-                if (r < 0)
-                        return r;
-                r = peer_rdma_ep_new(p, ep, &pep);
-                if (r < 0) {
-                        rdma_endpoint_free(ep);
-                        return r;
-                }
-        }
         if (rdma_endpoint_ready(pep->ep)) {
                 fn(pep->ep, 0, NULL, userdata);
                 return 0;
@@ -201,6 +186,45 @@ int peer_rdma_get(Peer *p, RdmaDevice *dev, const RdmaDeviceInfo *remote, peer_r
         if (ret_waiter)
                 *ret_waiter = w;
         return 0;
+}
+
+int peer_rdma_get(Peer *p, RdmaDevice *dev, const RdmaDeviceInfo *remote, peer_rdma_ready_fn fn,
+                  void *userdata, PeerRdmaWaiter **ret_waiter)
+{
+        PeerRdmaEp *pep;
+        RdmaEndpoint *ep;
+        int r;
+
+        if (ret_waiter)
+                *ret_waiter = NULL;
+        pep = peer_rdma_ep_find(p, true, dev, remote->device, 0);
+        if (!pep) {
+                r = rdma_endpoint_new(dev, daemon_next_id(p->daemon), true, remote,
+                                      p->daemon->config->rdma.qps, &ep);
+                if (r < 0)
+                        return r;
+                r = peer_rdma_ep_new(p, ep, &pep);
+                if (r < 0) {
+                        rdma_endpoint_free(ep);
+                        return r;
+                }
+        }
+        return peer_rdma_wait(pep, fn, userdata, ret_waiter);
+}
+
+int peer_rdma_when_ready(Peer *p, RdmaEndpoint *ep, peer_rdma_ready_fn fn, void *userdata,
+                         PeerRdmaWaiter **ret_waiter)
+{
+        PeerRdmaEp *pep;
+
+        if (ret_waiter)
+                *ret_waiter = NULL;
+        if (p->state != PEER_READY)
+                return -ENOTCONN;
+        CLIST_FOREACH(pep, &p->rdma_eps, link_peer)
+                if (pep->ep == ep)
+                        return peer_rdma_wait(pep, fn, userdata, ret_waiter);
+        return -ENOENT;
 }
 
 void peer_rdma_waiter_cancel(PeerRdmaWaiter *w)

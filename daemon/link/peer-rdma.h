@@ -25,6 +25,14 @@ int peer_rdma_get(Peer *p, RdmaDevice *dev, const RdmaDeviceInfo *remote, peer_r
 /* Forgets a waiter; its callback will not run. Accepts NULL. */
 void peer_rdma_waiter_cancel(PeerRdmaWaiter *w);
 
+/*
+ * The endpoint @ep of READY @p with every slot connected: the slots that were flushed (after a
+ * timeout or an error) are connected again first. @fn runs as with peer_rdma_get(). Returns 0,
+ * -ENOENT when @ep is not one of @p's, -ENOTCONN when @p is not READY, or -errno.
+ */
+int peer_rdma_when_ready(Peer *p, RdmaEndpoint *ep, peer_rdma_ready_fn fn, void *userdata,
+                         PeerRdmaWaiter **ret_waiter);
+
 /* Connects again the slots of @ep that were flushed (after a timeout or an error). */
 void peer_rdma_repair(Peer *p, RdmaEndpoint *ep);
 

@@ -201,9 +201,6 @@ static void transfer_remote_leave_peer(Transfer *x)
         x->peer = NULL;
 }
 
-/* Longest piece of a segment in one RDMA work request (the length field is 31 bits). */
-#define RDMA_SEGMENT_MAX (UINT32_C(1) << 30)
-
 /*
  * Resolves both ends of every planned segment for one-sided RDMA: ours from the local cache's
  * registrations, the peer's from the addresses and remote keys it sent for its tensors.

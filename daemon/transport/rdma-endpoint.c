@@ -103,6 +103,17 @@ static int rdma_qp_to_rts(RdmaEndpoint *ep, RdmaQp *q, uint32_t psn)
                                       IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
+/* Drops the stashed completions that name @q. */
+static void rdma_stash_drop(RdmaDevice *dev, const RdmaQp *q)
+{
+        size_t k = 0;
+
+        for (size_t i = 0; i < dev->n_stash; i++)
+                if ((RdmaQp *)(uintptr_t)dev->stash[i].wr_id != q)
+                        dev->stash[k++] = dev->stash[i];
+        dev->n_stash = k;
+}
+
 /*
  * Destroys a queue pair so that the device touches none of our memory through it any more, then
  * consumes whatever completions it left in the CQ (others are kept for the next dispatch).
@@ -114,18 +125,16 @@ static void rdma_qp_destroy(RdmaQp *q)
         struct ibv_wc wc[RDMA_POLL_BATCH];
         int n;
 
-        size_t k = 0;
-
         (void)ibv_modify_qp(q->qp, &attr, IBV_QP_STATE);
         (void)ibv_destroy_qp(q->qp);
         /* Completions stashed earlier may name @q too: they go with it. */
-        for (size_t i = 0; i < dev->n_stash; i++)
-                if ((RdmaQp *)(uintptr_t)dev->stash[i].wr_id != q)
-                        dev->stash[k++] = dev->stash[i];
-        dev->n_stash = k;
+        rdma_stash_drop(dev, q);
         while ((n = ibv_poll_cq(dev->cq, RDMA_POLL_BATCH, wc)) > 0)
                 for (int i = 0; i < n; i++) {
-                        if ((RdmaQp *)(uintptr_t)wc[i].wr_id == q)
+                        RdmaQp *of = (RdmaQp *)(uintptr_t)wc[i].wr_id;
+
+                        /* Its own go with it, and so do those of queue pairs gone before. */
+                        if (of == q || (of && of->dead))
                                 continue;
                         if (dev->n_stash == dev->cap_stash) {
                                 size_t cap = dev->cap_stash ? dev->cap_stash * 2 : 64;
@@ -143,6 +152,14 @@ static void rdma_qp_destroy(RdmaQp *q)
                 }
         if (dev->n_stash > 0)
                 rdma_device_kick(dev);
+        if (dev->dispatching) {
+                /* rdma_on_cq() may hold more completions of @q, polled in the same batch as the
+                 * one that got it flushed: they find it dead rather than freed. */
+                q->dead = true;
+                q->next_dead = dev->dead;
+                dev->dead = q;
+                return;
+        }
         free(q);
 }
 
@@ -516,7 +533,7 @@ static void rdma_dispatch_wc(RdmaDevice *dev, const struct ibv_wc *wc)
         uint64_t bytes;
         unsigned segs;
 
-        if (!q)
+        if (!q || q->dead)
                 return;
         slot = q->slot;
         job = slot->job;
@@ -586,6 +603,7 @@ void rdma_on_cq(evutil_socket_t fd, short what, void *userdata)
         void *ctx;
         int n = 0;
 
+        dev->dispatching++;
         /* A real event, or a kick (the channel is non-blocking: then there is none to get). */
         if (ibv_get_cq_event(dev->chan, &cq, &ctx) == 0) {
                 if (++dev->unacked >= RDMA_ACK_BATCH) {
@@ -615,6 +633,14 @@ void rdma_on_cq(evutil_socket_t fd, short what, void *userdata)
         /* Out of budget: the rest, which the armed channel may never signal, on the next pass. */
         if (budget == 0 || dev->n_stash > 0)
                 rdma_device_kick(dev);
+        if (--dev->dispatching == 0)
+                while (dev->dead) {
+                        RdmaQp *q = dev->dead;
+
+                        dev->dead = q->next_dead;
+                        rdma_stash_drop(dev, q);
+                        free(q);
+                }
         /* Jobs that wait for slots freed meanwhile. */
         CLIST_FOREACH_SAFE(ep, tmp, &dev->endpoints, link_dev)
                 if (!clist_is_empty(&ep->waiting))

@@ -74,6 +74,26 @@ int rdma_cache_tensor(const Cache *cache, uint32_t t, uint64_t *ret_addr, uint32
         return -EOPNOTSUPP;
 }
 
+int rdma_mr_register(RdmaDevice *dev, void *addr, size_t len, bool remote_write, RdmaMr **ret)
+{
+        return -EOPNOTSUPP;
+}
+
+RdmaMr *rdma_mr_free(RdmaMr *mr)
+{
+        return NULL;
+}
+
+uint32_t rdma_mr_lkey(const RdmaMr *mr)
+{
+        return 0;
+}
+
+uint32_t rdma_mr_rkey(const RdmaMr *mr)
+{
+        return 0;
+}
+
 int rdma_endpoint_new(RdmaDevice *dev, uint64_t id, bool initiator, const RdmaDeviceInfo *remote,
                       unsigned n_slots, RdmaEndpoint **ret)
 {

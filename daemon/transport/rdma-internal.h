@@ -56,6 +56,8 @@ struct RdmaDevice {
         unsigned unacked;               /* CQ events not acknowledged yet */
         struct ibv_wc *stash;           /* completions polled while flushing another QP */
         size_t n_stash, cap_stash;
+        unsigned dispatching;           /* rdma_on_cq() runs completions */
+        RdmaQp *dead;                   /* destroyed meanwhile, freed when it is done */
         CList endpoints;                /* RdmaEndpoint.link_dev */
         uint64_t mrs, mr_bytes, reg_usec, reg_count, wc_errors, async_events;
         const char *last_wc_error;
@@ -74,6 +76,8 @@ struct RdmaQp {
         } fifo[RDMA_FIFO];
         unsigned fifo_head, fifo_len;
         unsigned outstanding;           /* work requests posted, not known complete */
+        bool dead;                      /* destroyed; completions naming it are dropped */
+        RdmaQp *next_dead;
 };
 
 struct RdmaSlot {

@@ -14,7 +14,9 @@
  * the cache is created: local write always, remote read and write only for a cache that peers
  * may reach (remote-accessible). Each tensor is its own memory region, so the remote key a peer
  * learns reaches exactly that tensor's bytes and nothing else of the region around it. The
- * registrations go when the cache is freed, which waits for the last transfer using it.
+ * registrations go when the cache is freed, which waits for the last transfer using it. Comm
+ * domain lanes register a message's own memory for as long as that message runs
+ * (rdma_mr_register()), so a receiver that gives up can take its buffer back at once.
  *
  * Endpoints: a set of RC queue pairs between a device of ours and a device of a peer, connected
  * one slot at a time with the QP numbers, PSNs, GIDs and MTUs exchanged over the peer's control
@@ -32,9 +34,13 @@ typedef struct Daemon Daemon;
 typedef struct RdmaContext RdmaContext;
 typedef struct RdmaDevice RdmaDevice;
 typedef struct RdmaEndpoint RdmaEndpoint;
+typedef struct RdmaMr RdmaMr;
 
 #define RDMA_GID_SIZE 16
 #define RDMA_MAX_SLOTS 8
+/* The longest RdmaSegment: a work request's length field has 31 bits, so longer spans are cut
+ * into pieces of this size before they reach rdma_job_submit(). */
+#define RDMA_SEGMENT_MAX (UINT32_C(1) << 30)
 
 /* What a peer needs to know about one of our devices (and we about one of its). */
 typedef struct RdmaDeviceInfo {
@@ -123,6 +129,23 @@ bool rdma_cache_registered(const Cache *cache, bool remote);
 /* Tensor @t's address in our mapping and its local (lkey) and remote (rkey) keys. */
 int rdma_cache_tensor(const Cache *cache, uint32_t t, uint64_t *ret_addr, uint32_t *ret_lkey,
                       uint32_t *ret_rkey);
+
+/*
+ * Registers [@addr, @addr + @len) on @dev on its own, for as long as one message needs it:
+ * local access only (the source of WRITEs), or also remote write when @remote_write (where a
+ * peer's WRITEs land). Its remote key reaches exactly these bytes, and once rdma_mr_free()
+ * returned the device touches none of them again: a peer's WRITE still on its way fails at the
+ * peer with a remote access error. Returns 0 and the registration in *@ret, or -errno from
+ * ibv_reg_mr (-EOPNOTSUPP without RDMA support).
+ */
+int rdma_mr_register(RdmaDevice *dev, void *addr, size_t len, bool remote_write, RdmaMr **ret);
+
+/* Deregisters @mr. Accepts NULL; returns NULL. */
+RdmaMr *rdma_mr_free(RdmaMr *mr);
+
+/* The local and the remote key of @mr (the remote key is 0 without remote write). */
+uint32_t rdma_mr_lkey(const RdmaMr *mr);
+uint32_t rdma_mr_rkey(const RdmaMr *mr);
 
 /*
  * Creates an endpoint with @n_slots queue pairs on @dev toward the peer device @remote (its

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* RDMA transport, devices half: opening devices, per-tensor memory registrations, async events. */
+/*
+ * RDMA transport, devices half: opening devices, per-tensor memory registrations, ad hoc
+ * registrations of one message, async events.
+ */
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
@@ -376,6 +379,65 @@ int rdma_cache_tensor(const Cache *cache, uint32_t t, uint64_t *ret_addr, uint32
         if (ret_rkey)
                 *ret_rkey = reg->remote ? reg->mrs[t]->rkey : 0;
         return 0;
+}
+
+struct RdmaMr {
+        RdmaDevice *dev;
+        struct ibv_mr *mr;
+};
+
+int rdma_mr_register(RdmaDevice *dev, void *addr, size_t len, bool remote_write, RdmaMr **ret)
+{
+        /* Remote write needs local write; a WRITE's source needs neither. */
+        int access = remote_write ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : 0;
+        usec_t t0 = now_usec(CLOCK_MONOTONIC);
+        RdmaMr *mr;
+
+        if (!rdma_device_usable(dev) || len == 0)
+                return -EINVAL;
+        mr = calloc(1, sizeof(*mr));
+        if (!mr)
+                return -ENOMEM;
+        mr->dev = dev;
+        mr->mr = ibv_reg_mr(dev->pd, addr, len, access);
+        if (!mr->mr) {
+                int r = errno ? -errno : -EIO;
+
+                free(mr);
+                return r;
+        }
+        dev->mrs++;
+        dev->mr_bytes += len;
+        dev->reg_usec += now_usec(CLOCK_MONOTONIC) - t0;
+        dev->reg_count++;
+        *ret = mr;
+        return 0;
+}
+
+RdmaMr *rdma_mr_free(RdmaMr *mr)
+{
+        int r;
+
+        if (!mr)
+                return NULL;
+        mr->dev->mrs--;
+        mr->dev->mr_bytes -= mr->mr->length;
+        r = ibv_dereg_mr(mr->mr);
+        if (r != 0)
+                log_error("RDMA device %s: ibv_dereg_mr: %s, ignoring", mr->dev->name,
+                          strerror(r));
+        free(mr);
+        return NULL;
+}
+
+uint32_t rdma_mr_lkey(const RdmaMr *mr)
+{
+        return mr->mr->lkey;
+}
+
+uint32_t rdma_mr_rkey(const RdmaMr *mr)
+{
+        return mr->mr->rkey;
 }
 
 static void rdma_on_async(evutil_socket_t fd, short what, void *userdata)

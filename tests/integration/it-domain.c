@@ -10,6 +10,7 @@
 #include "harness.h"
 #include "it-cache.h"
 #include "it-domain.h"
+#include "it-peers.h"
 
 void rank_table_build(char *buf, size_t size, const DomMember *m, unsigned n, bool ip_only)
 {
@@ -199,4 +200,42 @@ size_t dom_status_len(const Node *n, const char *path)
         len = json_array_size(v);
         json_decref(root);
         return len;
+}
+
+void dom_check_channels(const Node *n, bool moved)
+{
+        json_t *root = status_of(n), *doms = lookup(root, "domains"), *d, *c;
+        const char *want = it_transport();
+        bool rdma = strcmp(want, "rdma") == 0;
+        int64_t total = 0;
+        size_t i, k;
+
+        json_array_foreach(doms, i, d) {
+                const char *state = json_string_value(json_object_get(d, "state"));
+
+                if (!state || strcmp(state, "ok") != 0)
+                        continue;
+                json_array_foreach(json_object_get(d, "channels"), k, c) {
+                        const char *tp = json_string_value(json_object_get(c, "transport"));
+                        const char *why = json_string_value(json_object_get(c, "transport_reason"));
+                        json_int_t rank = json_integer_value(json_object_get(c, "rank"));
+                        json_int_t msgs = json_integer_value(json_object_get(c, "messages_sent")) +
+                                          json_integer_value(json_object_get(c, "messages_received"));
+                        json_int_t over = json_integer_value(json_object_get(c, "messages_rdma"));
+
+                        if (tp && strcmp(tp, "shm") == 0)
+                                continue;
+                        ck_assert_msg(tp && strcmp(tp, want) == 0, "%s: the channel to rank %lld "
+                                      "runs over %s, not %s (%s)", n->d.socket_path,
+                                      (long long)rank, tp ? tp : "nothing", want, why ? why : "");
+                        ck_assert_msg(over == (rdma ? msgs : 0), "%s: the channel to rank %lld moved "
+                                      "%lld of its %lld messages over RDMA", n->d.socket_path,
+                                      (long long)rank, (long long)over, (long long)msgs);
+                        total += msgs;
+                }
+        }
+        json_decref(root);
+        if (moved)
+                ck_assert_msg(total > 0, "%s: no domain channel to another node moved a message",
+                              n->d.socket_path);
 }

@@ -53,6 +53,14 @@ void dom_wait_ok(DomMember *m, unsigned n);
 /* Runs @fn(i, @arg) for i in [0, @n) in parallel threads and stores the returns in @rets. */
 void dom_parallel(unsigned n, int (*fn)(unsigned i, void *arg), void *arg, int *rets);
 
+/*
+ * Asserts that on @n every channel of an OK domain to a member on another node runs over
+ * it_transport() both ways and that every message it moved went that way (over RDMA: all of them
+ * counted in messages_rdma, none otherwise), so a silent fallback to TCP fails the test. With
+ * @moved, some channel must have moved a message.
+ */
+void dom_check_channels(const Node *n, bool moved);
+
 /* The status document of @n at a '/'-separated path (array indexes allowed). */
 char *dom_status_str(const Node *n, const char *path);
 int64_t dom_status_int(const Node *n, const char *path);

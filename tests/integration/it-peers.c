@@ -82,18 +82,25 @@ const char *it_transport(void)
         return dev && dev[0] ? "rdma" : "tcp";
 }
 
-/* Writes a config file mapping device_id 0 to the RDMA device @dev. */
+/*
+ * Writes a config file mapping device_ids 0..3 to the RDMA device @dev with transport rdma (the
+ * domain suites put members on devices 1..3 too: all of them share the one device there).
+ */
 static void node_write_rdma_config(Node *n, const char *dev)
 {
-        char buf[256];
-        int fd, len;
+        char buf[1024];
+        int fd, len = 0;
 
         (void)snprintf(n->config_path, sizeof(n->config_path), "/tmp/kvdist-cfg-XXXXXX");
         fd = mkstemp(n->config_path);
         ck_assert_msg(fd >= 0, "mkstemp: %m");
-        len = snprintf(buf, sizeof(buf),
-                       "{\"devices\": [{\"device_id\": 0, \"transport\": \"rdma\", "
-                       "\"rdma_device\": \"%s\"}]}\n", dev);
+        len += snprintf(buf + len, sizeof(buf) - (size_t)len, "{\"devices\": [");
+        for (int id = 0; id < 4; id++)
+                len += snprintf(buf + len, sizeof(buf) - (size_t)len,
+                                "%s{\"device_id\": %d, \"transport\": \"rdma\", "
+                                "\"rdma_device\": \"%s\"}", id ? ", " : "", id, dev);
+        len += snprintf(buf + len, sizeof(buf) - (size_t)len, "]}\n");
+        ck_assert_int_lt(len, (int)sizeof(buf));
         ck_assert_int_eq(write(fd, buf, (size_t)len), len);
         close(fd);
 }

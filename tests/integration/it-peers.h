@@ -21,7 +21,7 @@ typedef struct Node {
 
 /*
  * The transport links between nodes use: "rdma" when $KVDIST_RDMA_DEVICE names an RDMA device
- * (every node then maps device_id 0 to it with transport rdma: the suites run unchanged over
+ * (every node then maps device_ids 0..3 to it with transport rdma: the suites run unchanged over
  * RDMA, inside the soft-RoCE VM), else "tcp".
  */
 const char *it_transport(void);

@@ -4,7 +4,8 @@
  * ring and the mesh algorithm on two, three and four daemons (and with two members on one
  * daemon), every byte of every member's cache checked against the seeded patterns (blocks not
  * named and guard bytes untouched); auto's choice; members that disagree on the shape or the
- * algorithm.
+ * algorithm. Run by rdma-vm, every channel across daemons must have moved its messages over
+ * RDMA.
  */
 #include <check.h>
 #include <stdio.h>
@@ -50,6 +51,13 @@ static void net_start(Net *w, unsigned n, const unsigned *on, uint64_t block_byt
         rank_table_build(w->table, sizeof(w->table), w->m, n, false);
         dom_link_all(w->m, n, "coll", w->table);
         dom_wait_ok(w->m, n);
+}
+
+/* Every node's channels to other nodes ran over it_transport() (RDMA in the soft-RoCE VM). */
+static void net_check_channels(const Net *w)
+{
+        for (unsigned k = 0; k < w->n_nodes; k++)
+                dom_check_channels(&w->nodes[k], w->n_nodes > 1);
 }
 
 static void net_stop(Net *w)
@@ -134,6 +142,7 @@ static void broadcast_check(Net *w, uint32_t root, size_t nb, kvd_algorithm algo
                 tcache_verify(&w->cache[i], &cp);
                 tcopies_free(&cp);
         }
+        net_check_channels(w);
 }
 
 /* An all-gather of @k blocks per rank, then every member's cache checked. */
@@ -162,6 +171,7 @@ static void all_gather_check(Net *w, size_t k, kvd_algorithm algo, uint64_t chun
                 tcache_verify(&w->cache[i], &cp);
                 tcopies_free(&cp);
         }
+        net_check_channels(w);
 }
 
 START_TEST(test_broadcast_two)

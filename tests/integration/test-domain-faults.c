@@ -106,6 +106,8 @@ START_TEST(test_member_daemon_killed)
         net_start(&w, 3, NULL, NULL, false);
         dom_link_all(w.m, 3, "doomed", w.table);
         dom_wait_ok(w.m, 3);
+        for (unsigned i = 0; i < 3; i++)
+                dom_check_channels(&w.nodes[i], false);
         b.w = &w;
         b.timeout_ms = 60000;
         /* Both send to rank 2, whose client does not call: the sends wait for it. */
@@ -202,6 +204,7 @@ START_TEST(test_member_process_killed)
         dom_wait_ok(&w.m[0], 1);
         dom_wait_ok(&w.m[2], 1);
         wait_in_flight(&w, 1, 1);
+        dom_check_channels(&w.nodes[2], false);
 
         expect_ok(w.m[2].client, kvd_mem_alloc(w.m[2].client, 1 << 20, &recv_buf));
         harness_fill_pattern(recv_buf, 1 << 20, 99);
@@ -369,6 +372,8 @@ START_TEST(test_hosts_ring_exchange)
                 ck_assert_int_lt(harness_check_pattern(recv[i], len, 300 + (i + HOSTS - 1) % HOSTS),
                                  0);
         }
+        for (unsigned i = 0; i < HOSTS; i++)
+                dom_check_channels(&w.nodes[i], true);
         net_stop(&w);
 }
 END_TEST
@@ -431,6 +436,8 @@ START_TEST(test_hosts_broadcast)
                         tcopies_free(&cp);
                 }
         }
+        for (unsigned i = 0; i < 3; i++)
+                dom_check_channels(&w.nodes[i], true);
         net_stop(&w);
 }
 END_TEST

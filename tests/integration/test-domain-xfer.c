@@ -3,8 +3,10 @@
  * Integration tests, batch send/recv in comm domains: the seed's ring exchange (each rank sends
  * to the next and receives from the previous) on three and four daemons, sends to self and
  * between members on one daemon, count 0, mismatched counts and data types (both ends fail, no
- * byte lands), duplicates, and a timeout after which nothing is written. Every received byte is
- * checked against its seeded pattern, and the guard bytes around every buffer too.
+ * byte lands), duplicates, a timeout after which nothing is written, and receives that give up
+ * while the bytes move. Every received byte is checked against its seeded pattern, and the guard
+ * bytes around every buffer too. Run by rdma-vm, every channel across daemons must have moved
+ * its messages over RDMA.
  */
 #include <check.h>
 #include <stdio.h>
@@ -28,6 +30,13 @@ typedef struct Buf {
         uint64_t seed;
 } Buf;
 
+/* Fills the guards and the payload with their patterns again. */
+static void buf_reset(Buf *b)
+{
+        harness_fill_pattern(b->mem, b->size, b->seed);
+        harness_fill_pattern(b->p, b->len, b->seed);
+}
+
 static void buf_alloc(Buf *b, kvd_client *c, size_t len, uint64_t seed)
 {
         void *mem;
@@ -36,8 +45,7 @@ static void buf_alloc(Buf *b, kvd_client *c, size_t len, uint64_t seed)
         expect_ok(c, kvd_mem_alloc(c, b->size, &mem));
         b->mem = mem;
         b->p = b->mem + GUARD;
-        harness_fill_pattern(b->mem, b->size, seed);
-        harness_fill_pattern(b->p, b->len, seed);
+        buf_reset(b);
 }
 
 /* The first @n bytes of the payload hold stream @src, the rest and the guards their own. */
@@ -94,6 +102,13 @@ static void net_start(Net *w, unsigned n, const unsigned *on, const int *dev)
         rank_table_build(w->table, sizeof(w->table), w->m, n, false);
         dom_link_all(w->m, n, "xfer", w->table);
         dom_wait_ok(w->m, n);
+}
+
+/* Every node's channels to other nodes ran over it_transport() (RDMA in the soft-RoCE VM). */
+static void net_check_channels(const Net *w)
+{
+        for (unsigned k = 0; k < w->n_nodes; k++)
+                dom_check_channels(&w->nodes[k], w->n_nodes > 1);
 }
 
 static void net_stop(Net *w)
@@ -177,6 +192,7 @@ static void ring_exchange(unsigned n, size_t count, unsigned rounds)
                 }
         }
         ck_assert_int_ge(dom_status_int(&w.nodes[0], "domains/0/calls_ok"), rounds);
+        net_check_channels(&w);
         net_stop(&w);
 }
 
@@ -236,6 +252,7 @@ START_TEST(test_self_and_skip)
         buf_expect(&r_b, 3);
         buf_untouched(&skip);
         buf_untouched(&s_self);
+        net_check_channels(&w);
         net_stop(&w);
 }
 END_TEST
@@ -269,6 +286,7 @@ START_TEST(test_members_on_one_daemon)
                 ck_assert_msg(r.calls[i].ret == KVD_OK, "rank %u: %s", i, r.calls[i].detail);
                 buf_expect(&recv[i], 10 + (i + 2) % 3);
         }
+        net_check_channels(&w);
         net_stop(&w);
 }
 END_TEST
@@ -338,6 +356,7 @@ START_TEST(test_mismatch)
         ck_assert_msg(r.calls[0].ret == KVD_OK, "%s", r.calls[0].detail);
         ck_assert_msg(r.calls[1].ret == KVD_OK, "%s", r.calls[1].detail);
         buf_expect_n(&r1, 1, 32);
+        net_check_channels(&w);
         net_stop(&w);
 }
 END_TEST
@@ -421,6 +440,137 @@ START_TEST(test_timeout_nothing_lands)
         ck_assert_msg(r.calls[1].ret == KVD_OK, "%s", r.calls[1].detail);
         buf_expect(&r1b, 1);
         buf_untouched(&r1);
+        net_check_channels(&w);
+        net_stop(&w);
+}
+END_TEST
+
+/* The receiver of a round that times out keeps a copy of its buffer the moment it returned. */
+typedef struct LateRound {
+        Round r;
+        const Buf *watch;
+        uint8_t *snapshot;
+} LateRound;
+
+static int late_member(unsigned i, void *arg)
+{
+        LateRound *lr = arg;
+        int ret = round_member(i, &lr->r);
+
+        if (i == 1)
+                memcpy(lr->snapshot, lr->watch->mem, lr->watch->size);
+        return ret;
+}
+
+/* Every byte of @b's payload is its own old one or the stream @sent's; returns how many of the
+ * new ones differ from the old. */
+static size_t buf_old_or_new(const Buf *b, uint64_t sent)
+{
+        size_t landed = 0;
+
+        ck_assert_msg(harness_check_pattern_at(b->mem, GUARD, b->seed, 0) < 0 &&
+                              harness_check_pattern_at(b->p + b->len, GUARD, b->seed,
+                                                       GUARD + b->len) < 0,
+                      "a guard around the receive buffer changed");
+        for (size_t i = 0; i < b->len; i++) {
+                uint8_t old = harness_pattern_byte(b->seed, i);
+                uint8_t new_byte = harness_pattern_byte(sent, i);
+
+                /* Not ck_assert per byte: each one marks a point through a pipe. */
+                if (b->p[i] != old && b->p[i] != new_byte)
+                        ck_abort_msg("receive byte %zu is neither the old one nor the sent one",
+                                     i);
+                landed += b->p[i] == new_byte && new_byte != old;
+        }
+        return landed;
+}
+
+/*
+ * One message of @len bytes from rank 0's @src into rank 1's @dst where rank @short_side's call
+ * has @deadline_ms and the other's 60 s. Checks what either outcome allows: a send succeeds
+ * only with its receive, a receive that failed keeps its buffer as it was when its call returned
+ * (every byte the old one or the sent one, the guards untouched); then the lanes pair up again.
+ */
+static void give_up_while_moving(Net *w, const Buf *src, Buf *dst, Buf *spare,
+                                 unsigned short_side, int deadline_ms)
+{
+        const size_t len = dst->len;
+        LateRound lr = { .watch = dst };
+        size_t landed;
+
+        lr.snapshot = malloc(dst->size);
+        ck_assert_ptr_nonnull(lr.snapshot);
+        buf_reset(dst);
+        lr.r.w = w;
+        lr.r.calls[0].items[0] = item(KVD_SEND, src->p, len, KVD_DT_UINT8, 1);
+        lr.r.calls[0].n = 1;
+        lr.r.calls[1].items[0] = item(KVD_RECV, dst->p, len, KVD_DT_UINT8, 0);
+        lr.r.calls[1].n = 1;
+        lr.r.calls[short_side].timeout_ms = deadline_ms;
+        lr.r.calls[!short_side].timeout_ms = 60000;
+        dom_parallel(2, late_member, &lr, (int[2]){ 0 });
+        ck_assert_msg(lr.r.calls[short_side].ret == KVD_OK ||
+                              lr.r.calls[short_side].ret == KVD_E_TIMEOUT, "%s: %s",
+                      kvd_strerror(lr.r.calls[short_side].ret), lr.r.calls[short_side].detail);
+        /* A send completes only on the receiver's word that every byte landed. */
+        if (lr.r.calls[0].ret == KVD_OK)
+                ck_assert_msg(lr.r.calls[1].ret == KVD_OK, "the send succeeded, the receive "
+                              "said %s", lr.r.calls[1].detail);
+        if (lr.r.calls[1].ret == KVD_OK) {
+                buf_expect(dst, src->seed);
+        } else {
+                /* Time for a late byte to show: nothing in this test waits for one. */
+                harness_sleep_ms(300);
+                ck_assert_msg(memcmp(lr.snapshot, dst->mem, dst->size) == 0,
+                              "the receive buffer changed after its call failed");
+                landed = buf_old_or_new(dst, src->seed);
+                fprintf(stderr, "give_up_while_moving: the %s gave up after %d ms; the receive "
+                        "had about %zu of %zu bytes in place and said: %s\n",
+                        short_side ? "receive" : "send", deadline_ms, landed, len,
+                        lr.r.calls[1].detail);
+        }
+
+        /* The next messages pair up again. */
+        memset(&lr.r, 0, sizeof(lr.r));
+        lr.r.w = w;
+        lr.r.calls[0].items[0] = item(KVD_SEND, src->p, len, KVD_DT_UINT8, 1);
+        lr.r.calls[0].n = 1;
+        lr.r.calls[0].timeout_ms = 60000;
+        lr.r.calls[1].items[0] = item(KVD_RECV, spare->p, len, KVD_DT_UINT8, 0);
+        lr.r.calls[1].n = 1;
+        lr.r.calls[1].timeout_ms = 60000;
+        round_run(&lr.r, 2);
+        ck_assert_msg(lr.r.calls[0].ret == KVD_OK, "%s", lr.r.calls[0].detail);
+        ck_assert_msg(lr.r.calls[1].ret == KVD_OK, "%s", lr.r.calls[1].detail);
+        buf_expect(spare, src->seed);
+        buf_reset(spare);
+        ck_assert_msg(memcmp(lr.snapshot, dst->mem, dst->size) == 0,
+                      "the receive buffer changed after its call returned");
+        free(lr.snapshot);
+}
+
+/*
+ * A receive, then a send, that give up while the bytes are on their way (over RDMA: while the
+ * WRITEs run; the receiver takes its buffer back, the sender flushes its queue pairs): nothing
+ * lands in the receive buffer once its call returned. Several deadlines, so that some land in
+ * the middle of the message; either outcome is checked.
+ */
+START_TEST(test_timeout_while_moving)
+{
+        static const unsigned on[] = { 0, 1 };
+        static const int deadlines_ms[] = { 30, 80, 200, 400 };
+        const size_t len = 16u << 20;
+        Buf s0, r1, r1b;
+        Net w;
+
+        net_start(&w, 2, on, NULL);
+        buf_alloc(&s0, w.m[0].client, len, 1);
+        buf_alloc(&r1, w.m[1].client, len, 2);
+        buf_alloc(&r1b, w.m[1].client, len, 3);
+        for (unsigned side = 0; side < 2; side++)
+                for (size_t d = 0; d < sizeof(deadlines_ms) / sizeof(deadlines_ms[0]); d++)
+                        give_up_while_moving(&w, &s0, &r1, &r1b, 1 - side, deadlines_ms[d]);
+        net_check_channels(&w);
         net_stop(&w);
 }
 END_TEST
@@ -439,6 +589,7 @@ static Suite *xfer_suite(void)
         tcase_add_test(tc, test_mismatch);
         tcase_add_test(tc, test_duplicates);
         tcase_add_test(tc, test_timeout_nothing_lands);
+        tcase_add_test(tc, test_timeout_while_moving);
         suite_add_tcase(s, tc);
         return s;
 }

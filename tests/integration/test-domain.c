@@ -86,6 +86,17 @@ START_TEST(test_form_two)
         ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/0/resources/mesh/channels"), 1);
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 1);
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "inbound_links"), 1);
+        /* The domain's links run over the transport kvd_link_clusters() would pick (RDMA in the
+         * soft-RoCE VM), and so do its channels. */
+        for (unsigned i = 0; i < 2; i++) {
+                s = dom_status_str(&w.nodes[i], "links/0/transport");
+                ck_assert_str_eq(s, it_transport());
+                free(s);
+                s = dom_status_str(&w.nodes[i], "links/0/transport_reason");
+                ck_assert_msg(strstr(s, "comm domain, "), "%s", s);
+                free(s);
+                dom_check_channels(&w.nodes[i], false);
+        }
 
         /* B pulls A's blocks, A pushes into B's: the ordinary paths over the domain's links. */
         expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 4, db, 4, &o));
@@ -115,13 +126,15 @@ START_TEST(test_form_two)
         {
                 const char *argv[] = { getenv("KVDISTCTL"), "--socket", w.nodes[0].d.socket_path,
                                        "domains", NULL };
-                char *out = NULL;
+                char *out = NULL, chan[16];
 
                 ck_assert_ptr_nonnull(argv[0]);
                 ck_assert_int_eq(harness_run(argv, &out, NULL), 0);
+                (void)snprintf(chan, sizeof(chan), "1:%s", it_transport());
                 ck_assert_msg(strstr(out, "prefill-decode") && strstr(out, " ok ") &&
                                       strstr(out, "ring 2/4/2 mesh 1/2/1") &&
-                                      strstr(out, "0:1001 1:2002@"), "%s", out);
+                                      strstr(out, "0:1001 1:2002@") && strstr(out, chan) &&
+                                      strstr(out, "CHANNELS"), "%s", out);
                 free(out);
         }
 
@@ -290,29 +303,70 @@ START_TEST(test_link_rules)
 }
 END_TEST
 
-/*
- * Comm domains across daemons move their bytes over TCP: a cluster whose device is configured
- * for transport rdma is refused, saying so, rather than falling back silently.
- */
-START_TEST(test_rdma_device_refused)
+/* Writes a config file with @json into @path (a mkstemp() template). */
+static void write_config(char *path, const char *json)
 {
-        static const char cfg[] = "{\"devices\": [{\"device_id\": 0, \"transport\": \"rdma\", "
-                                  "\"rdma_device\": \"kvdist-test-none\"}]}\n";
+        int fd = mkstemp(path);
+
+        ck_assert_msg(fd >= 0, "mkstemp: %m");
+        ck_assert_int_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+        close(fd);
+}
+
+/* The detail names why the device cannot do RDMA: it does not exist (or RDMA is not built). */
+static bool names_missing_device(const char *s)
+{
+        return strstr(s, "kvdist-test-none") || strstr(s, "without libibverbs");
+}
+
+/*
+ * A domain chooses its transport as kvd_link_clusters() does, without RDMA hardware: a device
+ * configured for rdma whose RDMA device does not exist refuses kvd_link() at once, saying why;
+ * configured for auto, the domain forms over TCP and its links and channels say why.
+ */
+START_TEST(test_rdma_device_missing)
+{
+        static const char rdma_cfg[] = "{\"devices\": [{\"device_id\": 0, \"transport\": "
+                                       "\"rdma\", \"rdma_device\": \"kvdist-test-none\"}]}\n";
+        static const char auto_cfg[] = "{\"devices\": [{\"device_id\": 0, \"transport\": "
+                                       "\"auto\", \"rdma_device\": \"kvdist-test-none\"}]}\n";
         char path[] = "/tmp/kvdist-it-domain-cfg-XXXXXX";
         const char *extra[] = { "--config", path, NULL };
         kvd_cluster_rank info[2] = { { 1001, 0 }, { 2002, 1 } };
         uint64_t id = 0;
-        int fd;
+        char *s;
         Net w;
 
-        fd = mkstemp(path);
-        ck_assert_msg(fd >= 0, "mkstemp: %m");
-        ck_assert_int_eq(write(fd, cfg, sizeof(cfg) - 1), (ssize_t)(sizeof(cfg) - 1));
-        close(fd);
+        write_config(path, rdma_cfg);
         net_start(&w, 2, extra);
-        expect_status(w.m[0].client, kvd_link(w.m[0].client, "rdma", info, 2, w.table, &id),
-                      KVD_E_FEATURE_NOT_ENABLED, "comm domains move their bytes over TCP");
+        ck_assert_int_eq(kvd_link(w.m[0].client, "rdma", info, 2, w.table, &id),
+                         KVD_E_FEATURE_NOT_ENABLED);
+        s = (char *)kvd_last_error(w.m[0].client);
+        ck_assert_msg(strstr(s, "configured for transport rdma") && names_missing_device(s), "%s",
+                      s);
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
+        net_stop(&w);
+        ck_assert_int_eq(unlink(path), 0);
+
+        (void)snprintf(path, sizeof(path), "/tmp/kvdist-it-domain-cfg-XXXXXX");
+        write_config(path, auto_cfg);
+        net_start(&w, 2, extra);
+        dom_link_all(w.m, 2, "auto", w.table);
+        dom_wait_ok(w.m, 2);
+        for (unsigned i = 0; i < 2; i++) {
+                s = dom_status_str(&w.nodes[i], "links/0/transport");
+                ck_assert_str_eq(s, "tcp");
+                free(s);
+                s = dom_status_str(&w.nodes[i], "links/0/transport_reason");
+                ck_assert_msg(strstr(s, "comm domain, auto: ") && names_missing_device(s), "%s", s);
+                free(s);
+                s = dom_status_str(&w.nodes[i], "domains/0/channels/0/transport");
+                ck_assert_str_eq(s, "tcp");
+                free(s);
+                s = dom_status_str(&w.nodes[i], "domains/0/channels/0/transport_reason");
+                ck_assert_msg(names_missing_device(s), "%s", s);
+                free(s);
+        }
         net_stop(&w);
         ck_assert_int_eq(unlink(path), 0);
 }
@@ -648,7 +702,7 @@ static Suite *domain_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_link_rules);
         tcase_add_test(tc, test_local_comm_res);
-        tcase_add_test(tc, test_rdma_device_refused);
+        tcase_add_test(tc, test_rdma_device_missing);
         tcase_add_test(tc, test_domain_limit);
         tcase_add_test(tc, test_setup_queue);
         suite_add_tcase(s, tc);

@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Comm domains, lanes over RDMA: the registrations and WRITEs of one message. A lane whose
+ * sender's link runs over RDMA moves its messages as RDMA WRITEs straight from the sender's
+ * memory into the receiver's (domain-lane.c runs the words around them):
+ *
+ *   receiver   registers its destination for remote write, for this one message, and names
+ *              every segment (address, length, remote key) in its READY
+ *   sender     compares the descriptions, registers its source for local access, pairs the two
+ *              segment lists up byte for byte in stream order and posts the WRITEs
+ *
+ * Registrations cover spans: the segments of a message that lie in one region within
+ * LANE_RDMA_SPAN_GAP of each other share one, so a collective over scattered blocks registers a
+ * few spans rather than one per block. A remote key reaches no byte outside its span, and no
+ * span outlives its message: a receiver deregisters before its op completes, so a WRITE still on
+ * its way then fails at the sender (remote access error) and lands nowhere.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kvdist/kvdist.h>
+
+#include "cluster.h"
+#include "daemon.h"
+#include "domain-internal.h"
+#include "kvdist.pb-c.h"
+#include "rdma.h"
+#include "region.h"
+
+/* Holes between a message's segments that one span may cover (they are its own region's bytes,
+ * reachable by this peer while the message runs). */
+#define LANE_RDMA_SPAN_GAP (UINT64_C(1) << 20)
+
+typedef struct SegRef {
+        uintptr_t addr;
+        uint64_t len;
+        size_t index;
+} SegRef;
+
+static int seg_ref_cmp(const void *a, const void *b)
+{
+        const SegRef *x = a, *y = b;
+
+        return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* The region of the call that holds all of [@p, +@len), or NULL. */
+static const Region *call_region_of(const DomainCall *call, uintptr_t p, uint64_t len)
+{
+        for (size_t i = 0; i < call->n_regions; i++) {
+                const Region *r = call->regions[i];
+                uintptr_t base = (uintptr_t)r->data;
+
+                if (p >= base && len <= r->size && p - base <= r->size - len)
+                        return r;
+        }
+        return NULL;
+}
+
+/* Registers the segments of @op on @dev in spans; each segment's key goes to op->seg_keys. */
+static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
+{
+        size_t n = op->n_segs;
+        SegRef *refs;
+        int r = 0;
+
+        refs = calloc(n ? n : 1, sizeof(*refs));
+        op->seg_keys = calloc(n ? n : 1, sizeof(*op->seg_keys));
+        op->mrs = calloc(n ? n : 1, sizeof(*op->mrs));
+        if (!refs || !op->seg_keys || !op->mrs) {
+                free(refs);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++)
+                refs[i] = (SegRef){ (uintptr_t)op->segs[i].dst, op->segs[i].len, i };
+        qsort(refs, n, sizeof(*refs), seg_ref_cmp);
+        for (size_t i = 0, j; i < n; i = j) {
+                const Region *reg = call_region_of(op->call, refs[i].addr, refs[i].len);
+                uintptr_t start = refs[i].addr, end = start + refs[i].len;
+                uint32_t key;
+                RdmaMr *mr;
+
+                if (!reg) {
+                        r = -EFAULT;    /* every segment lies in a region the call holds */
+                        break;
+                }
+                for (j = i + 1; j < n && refs[j].addr <= end + LANE_RDMA_SPAN_GAP &&
+                                call_region_of(op->call, refs[j].addr, refs[j].len) == reg;
+                     j++)
+                        end = MAX(end, (uintptr_t)(refs[j].addr + refs[j].len));
+                if (end == start)
+                        continue;       /* nothing to register for empty segments */
+                r = rdma_mr_register(dev, (void *)start, end - start, remote_write, &mr);
+                if (r < 0)
+                        break;
+                op->mrs[op->n_mrs++] = mr;
+                key = remote_write ? rdma_mr_rkey(mr) : rdma_mr_lkey(mr);
+                for (size_t k = i; k < j; k++)
+                        op->seg_keys[refs[k].index] = key;
+        }
+        free(refs);
+        return r;
+}
+
+void lane_rdma_release(DomainOp *op)
+{
+        for (size_t i = 0; i < op->n_mrs; i++)
+                rdma_mr_free(op->mrs[i]);
+        free(op->mrs);
+        op->mrs = NULL;
+        op->n_mrs = 0;
+        free(op->seg_keys);
+        op->seg_keys = NULL;
+        free(op->rdma_segs);
+        op->rdma_segs = NULL;
+        op->n_rdma_segs = 0;
+        free(op->ready_rsegs);
+        op->ready_rsegs = NULL;
+        op->n_ready_rsegs = 0;
+}
+
+int lane_rdma_recv_register(DomainOp *op, Error *err)
+{
+        Lane *l = op->lane;
+        Domain *dom = l->dom;
+        const Cluster *c = dom->ranks[l->dst].cluster;
+        const char *why = "the member left";
+        RdmaDevice *dev;
+        int r;
+
+        if (op->n_segs > LANE_RDMA_MAX_SEGS)
+                return error_set(err, KVD_E_LIMIT_EXCEEDED, "the message has %zu segments, "
+                                 "more than one READY over RDMA names (%u); use larger blocks "
+                                 "or smaller chunks", op->n_segs, LANE_RDMA_MAX_SEGS);
+        dev = c ? rdma_device_for(dom->daemon->rdma, c->device_id, &why) : NULL;
+        if (!dev)
+                return error_set(err, KVD_E_FEATURE_NOT_ENABLED, "rank %" PRIu32 " sends over "
+                                 "RDMA, but rank %" PRIu32 "'s device cannot take its WRITEs: %s",
+                                 l->src, l->dst, why);
+        r = lane_rdma_register(op, dev, true);
+        if (r < 0) {
+                lane_rdma_release(op);
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot register the receive buffer "
+                                 "for RDMA: %s (is LimitMEMLOCK high enough?)", strerror(-r));
+        }
+        return 0;
+}
+
+int lane_rdma_ready_fill(const DomainOp *op, Kvdist__V1__PeerDomainXfer *m)
+{
+        size_t n = op->n_segs;
+
+        m->rdma_addrs = calloc(n ? n : 1, sizeof(*m->rdma_addrs));
+        m->rdma_lens = calloc(n ? n : 1, sizeof(*m->rdma_lens));
+        m->rdma_rkeys = calloc(n ? n : 1, sizeof(*m->rdma_rkeys));
+        if (!m->rdma_addrs || !m->rdma_lens || !m->rdma_rkeys) {
+                lane_rdma_ready_clear(m);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                m->rdma_addrs[i] = (uint64_t)(uintptr_t)op->segs[i].dst;
+                m->rdma_lens[i] = op->segs[i].len;
+                m->rdma_rkeys[i] = op->seg_keys[i];
+        }
+        m->n_rdma_addrs = m->n_rdma_lens = m->n_rdma_rkeys = n;
+        return 0;
+}
+
+void lane_rdma_ready_clear(Kvdist__V1__PeerDomainXfer *m)
+{
+        free(m->rdma_addrs);
+        free(m->rdma_lens);
+        free(m->rdma_rkeys);
+        m->rdma_addrs = m->rdma_lens = NULL;
+        m->rdma_rkeys = NULL;
+        m->n_rdma_addrs = m->n_rdma_lens = m->n_rdma_rkeys = 0;
+}
+
+int lane_rdma_word_parse(const Kvdist__V1__PeerDomainXfer *m, LaneWord *w)
+{
+        size_t n = m->n_rdma_addrs;
+
+        if (n == 0 && m->n_rdma_lens == 0 && m->n_rdma_rkeys == 0)
+                return 0;
+        if (m->kind != XFER_READY || m->n_rdma_lens != n || m->n_rdma_rkeys != n ||
+            n > LANE_RDMA_MAX_SEGS)
+                return KVD_E_PROTOCOL_MISMATCH;
+        w->rsegs = calloc(n, sizeof(*w->rsegs));
+        if (!w->rsegs)
+                return KVD_E_OUT_OF_MEMORY;
+        for (size_t i = 0; i < n; i++)
+                w->rsegs[i] = (LaneRemoteSeg){ m->rdma_addrs[i], m->rdma_lens[i],
+                                               m->rdma_rkeys[i] };
+        w->n_rsegs = n;
+        w->rdma = true;
+        return 0;
+}
+
+/* Pairs our segments with the READY's into WRITEs; with @out NULL only counts them. */
+static size_t lane_rdma_pair(const DomainOp *op, RdmaSegment *out)
+{
+        const TcpDstSegment *a = op->segs;
+        const LaneRemoteSeg *b = op->ready_rsegs;
+        SegZip z = { 0 };
+        size_t n = 0;
+
+        while (z.i < op->n_segs && z.j < op->n_ready_rsegs) {
+                size_t i = z.i, j = z.j;
+                uint64_t oi = z.oi, oj = z.oj;
+                uint64_t len = seg_zip_step(&z, a[i].len, b[j].len, RDMA_SEGMENT_MAX);
+
+                if (len == 0)
+                        continue;
+                if (out)
+                        out[n] = (RdmaSegment){
+                                .local_addr = (uint64_t)(uintptr_t)a[i].dst + oi,
+                                .lkey = op->seg_keys[i],
+                                .remote_addr = b[j].addr + oj,
+                                .rkey = b[j].rkey,
+                                .len = (uint32_t)len,
+                        };
+                n++;
+        }
+        return n;
+}
+
+int lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err)
+{
+        Lane *l = op->lane;
+        uint64_t mine = 0, theirs = 0;
+        bool overflow = false;
+        size_t n;
+        int r;
+
+        for (size_t i = 0; i < op->n_segs; i++)
+                overflow = overflow || ADD_OVERFLOW(mine, (uint64_t)op->segs[i].len, &mine);
+        for (size_t i = 0; i < op->n_ready_rsegs; i++)
+                overflow = overflow || ADD_OVERFLOW(theirs, op->ready_rsegs[i].len, &theirs);
+        /* Both lists must cover the message exactly: no WRITE may run past what it names. */
+        if (overflow || mine != op->desc.bytes || theirs != op->desc.bytes)
+                return error_set(err, KVD_E_PROTOCOL_MISMATCH, "rank %" PRIu32 " names %" PRIu64
+                                 " bytes to WRITE into for a message of %" PRIu64, l->dst, theirs,
+                                 op->desc.bytes);
+        r = lane_rdma_register(op, dev, false);
+        if (r < 0)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot register the send buffer for "
+                                 "RDMA: %s (is LimitMEMLOCK high enough?)", strerror(-r));
+        n = lane_rdma_pair(op, NULL);
+        op->rdma_segs = calloc(n ? n : 1, sizeof(*op->rdma_segs));
+        if (!op->rdma_segs)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        op->n_rdma_segs = lane_rdma_pair(op, op->rdma_segs);
+        return 0;
+}
