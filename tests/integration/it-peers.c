@@ -124,9 +124,9 @@ void node_start_full(Node *n, const char *netns, const char *listen, const char 
         argv[k++] = listen ? listen : "127.0.0.1:0";
         /*
          * Loss within 2 s, for the tests that cut a wire. Over RDMA the tests run in an emulated
-         * VM whose software RoCE device can keep both daemons off the CPU for seconds while it
-         * moves a large transfer; a heartbeat timeout there would take the link down under
-         * tests that are about something else.
+         * VM, on CPUs that the host may take away for seconds while the software RoCE device
+         * moves a large transfer; a margin there keeps a slow VM from taking links down under
+         * tests that are about something else (none of the RDMA suites cuts a wire).
          */
         argv[k++] = "--heartbeat-interval";
         argv[k++] = rdma && rdma[0] ? "500" : "200";
