@@ -66,6 +66,14 @@ static void format_int_field(const IntField *f, uint64_t v, char *buf, size_t si
                 (void)snprintf(buf, size, "%" PRIu64, v);
 }
 
+/* Whether a reload applies @f of the table named by @prefix ("" for the top level). */
+static bool int_field_is_runtime(const char *prefix, const IntField *f)
+{
+        if (prefix[0])
+                return !in_list(restart_limit_keys, ARRAY_SIZE(restart_limit_keys), f->name);
+        return in_list(runtime_top_keys, ARRAY_SIZE(runtime_top_keys), f->name);
+}
+
 static void diff_int_fields(ChangeList *l, const IntFieldTable *t, const char *prefix,
                             const Config *old, const Config *new)
 {
@@ -73,20 +81,13 @@ static void diff_int_fields(ChangeList *l, const IntFieldTable *t, const char *p
                 const IntField *f = &t->fields[i];
                 uint64_t a = int_field_load(old, f), b = int_field_load(new, f);
                 char key[64], va[32], vb[32];
-                bool runtime;
 
                 if (a == b)
                         continue;
                 (void)snprintf(key, sizeof(key), "%s%s", prefix, f->name);
                 format_int_field(f, a, va, sizeof(va));
                 format_int_field(f, b, vb, sizeof(vb));
-                if (prefix[0])
-                        runtime = !in_list(restart_limit_keys, ARRAY_SIZE(restart_limit_keys),
-                                           f->name);
-                else
-                        runtime = in_list(runtime_top_keys, ARRAY_SIZE(runtime_top_keys),
-                                          f->name);
-                add_change(l, key, va, vb, runtime);
+                add_change(l, key, va, vb, int_field_is_runtime(prefix, f));
         }
 }
 
@@ -199,27 +200,22 @@ int config_diff(const Config *old, const Config *new, ConfigChange **ret, size_t
         return 0;
 }
 
-static int dup_ids(const void *src, size_t n, void **ret)
+/* Copies from @new into @c every integer field of @t that a reload applies. */
+static void apply_int_fields(Config *c, const Config *new, const IntFieldTable *t,
+                             const char *prefix)
 {
-        void *p = NULL;
-
-        if (n > 0) {
-                p = malloc(n * sizeof(uint32_t));
-                if (!p)
-                        return -ENOMEM;
-                memcpy(p, src, n * sizeof(uint32_t));
-        }
-        *ret = p;
-        return 0;
+        for (size_t i = 0; i < t->n_fields; i++)
+                if (int_field_is_runtime(prefix, &t->fields[i]))
+                        int_field_store(c, &t->fields[i], int_field_load(new, &t->fields[i]));
 }
 
+/* Applies what config_diff() marks runtime: the same rules, so none is reported but not done. */
 int config_apply_runtime(Config *c, const Config *new)
 {
         void *uids = NULL, *gids = NULL;
-        uint32_t max_frame_size = c->limits.max_frame_size;
 
-        if (dup_ids(new->allow_uids, new->n_allow_uids, &uids) < 0 ||
-            dup_ids(new->allow_gids, new->n_allow_gids, &gids) < 0) {
+        if (memdup_array(new->allow_uids, new->n_allow_uids, sizeof(uid_t), &uids) < 0 ||
+            memdup_array(new->allow_gids, new->n_allow_gids, sizeof(gid_t), &gids) < 0) {
                 free(uids);
                 return -ENOMEM;
         }
@@ -230,8 +226,10 @@ int config_apply_runtime(Config *c, const Config *new)
         c->allow_gids = gids;
         c->n_allow_gids = new->n_allow_gids;
         c->log_level = new->log_level;
-        c->sync_kv_timeout_ms = new->sync_kv_timeout_ms;
-        c->limits = new->limits;
-        c->limits.max_frame_size = max_frame_size;
+        c->tcp.crc = new->tcp.crc;
+        apply_int_fields(c, new, &config_top_fields, "");
+        apply_int_fields(c, new, &config_tcp_fields, "tcp.");
+        apply_int_fields(c, new, &config_rdma_fields, "rdma.");
+        apply_int_fields(c, new, &config_limit_fields, "limits.");
         return 0;
 }

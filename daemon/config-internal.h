@@ -81,6 +81,9 @@ uint64_t int_field_load(const Config *c, const IntField *f);
 /* Stores @v, already checked against @f's bounds, in @c's field. */
 void int_field_store(Config *c, const IntField *f, uint64_t v);
 
+/* *@ret = a malloc'ed copy of the @n elements of @size bytes at @p; NULL when @n is 0. */
+int memdup_array(const void *p, size_t n, size_t size, void **ret);
+
 /*
  * Records the first error message in *@error (later ones are dropped, the first failure is the
  * one worth reading) and returns @r. Out of memory leaves *@error NULL.

@@ -264,7 +264,7 @@ static int strdup_or_null(const char *s, char **ret)
         return 0;
 }
 
-static int memdup_array(const void *p, size_t n, size_t size, void **ret)
+int memdup_array(const void *p, size_t n, size_t size, void **ret)
 {
         void *d = NULL;
 

@@ -147,6 +147,9 @@ START_TEST(test_apply_runtime)
         _cleanup_(config_freep) Config *running = load("{}");
         _cleanup_(config_freep) Config *new = load(
                 "{\"log_level\": \"error\", \"memory_size\": \"128M\", \"allow_gids\": [5],"
+                " \"heartbeat_interval_ms\": 700, \"heartbeat_timeout_ms\": 9000,"
+                " \"link_total_time_ms\": 3000, \"tcp\": {\"streams\": 2, \"crc\": true},"
+                " \"rdma\": {\"qps\": 2},"
                 " \"limits\": {\"max_clients\": 2, \"max_frame_size\": \"8M\"}}");
         _cleanup_free_ ConfigChange *changes = NULL;
         size_t n = 0;
@@ -156,6 +159,13 @@ START_TEST(test_apply_runtime)
         ck_assert_uint_eq(running->limits.max_clients, 2);
         ck_assert_uint_eq(running->n_allow_gids, 1);
         ck_assert_uint_eq(running->allow_gids[0], 5);
+        ck_assert_uint_eq(running->heartbeat_interval_ms, 700);
+        ck_assert_uint_eq(running->heartbeat_timeout_ms, 9000);
+        ck_assert_uint_eq(running->link_total_time_ms, 3000);
+        /* Peers that connect from now on are offered these. */
+        ck_assert_uint_eq(running->tcp.streams, 2);
+        ck_assert(running->tcp.crc);
+        ck_assert_uint_eq(running->rdma.qps, 2);
         /* What needs a restart stays. */
         ck_assert_uint_eq(running->memory_size, 256u << 20);
         ck_assert_uint_eq(running->limits.max_frame_size, 16u << 20);
