@@ -128,9 +128,9 @@ static void link_setup_on_orphan_reply(Peer *p, int status, const Error *err,
 {
         const Kvdist__V1__PeerLinkReply *m = (const Kvdist__V1__PeerLinkReply *)reply;
         Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
-        uint64_t *ids = userdata;
+        uint64_t *ids = userdata;       /* NULL when it could not be allocated */
 
-        if (status == KVD_OK) {
+        if (status == KVD_OK && ids) {
                 u.src_cluster_id = ids[0];
                 u.dst_cluster_id = ids[1];
                 u.link_id = m->link_id;
@@ -164,9 +164,8 @@ static void link_setup_abandon(LinkSetup *s)
                 if (ids) {
                         ids[0] = s->lr->cluster->id;
                         ids[1] = s->remote_cluster_id;
-                        peer_call_redirect(s->call, link_setup_on_orphan_reply, ids);
-                } else
-                        peer_call_redirect(s->call, link_setup_on_orphan_reply, NULL);
+                }
+                peer_call_redirect(s->call, link_setup_on_orphan_reply, ids);
                 s->call = NULL;
         }
 }
