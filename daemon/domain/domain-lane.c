@@ -970,6 +970,10 @@ void lanes_peer_lost(Domain *dom, Peer *p)
                                         lane_word_unlink(l, w);
                                         lane_word_free(w);
                                 }
+                        /* Completing an op can cancel the rest of its call, other ops of this
+                         * lane among them, and free the call: the saved next op is stale then.
+                         * Start over after each; ops done or cut off do not match again. */
+                restart:
                         CLIST_FOREACH_SAFE(op, tmp, &l->ops, link_lane) {
                                 if (op->ready_peer == p) {
                                         op->ready_peer = NULL;
@@ -986,9 +990,11 @@ void lanes_peer_lost(Domain *dom, Peer *p)
                                  * for nothing but words. */
                                 op->peer = NULL;
                                 if (!op->job && (op->state == OP_WAIT_WORD ||
-                                                 (op->rdma && !op->send && op->state == OP_DATA)))
+                                                 (op->rdma && !op->send && op->state == OP_DATA))) {
                                         op_complete(op, KVD_E_PEER_LOST, "the daemon of rank %"
                                                     PRIu32 " was lost", op->send ? t : s);
+                                        goto restart;
+                                }
                         }
                 }
 }
