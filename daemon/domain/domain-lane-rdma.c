@@ -46,16 +46,20 @@ static int seg_ref_cmp(const void *a, const void *b)
         return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
+/* Whether @r holds all of [@p, +@len). */
+static bool region_holds(const Region *r, uintptr_t p, uint64_t len)
+{
+        uintptr_t base = (uintptr_t)r->data;
+
+        return p >= base && len <= r->size && p - base <= r->size - len;
+}
+
 /* The region of the call that holds all of [@p, +@len), or NULL. */
 static const Region *call_region_of(const DomainCall *call, uintptr_t p, uint64_t len)
 {
-        for (size_t i = 0; i < call->n_regions; i++) {
-                const Region *r = call->regions[i];
-                uintptr_t base = (uintptr_t)r->data;
-
-                if (p >= base && len <= r->size && p - base <= r->size - len)
-                        return r;
-        }
+        for (size_t i = 0; i < call->n_regions; i++)
+                if (region_holds(call->regions[i], p, len))
+                        return call->regions[i];
         return NULL;
 }
 
@@ -76,6 +80,7 @@ static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
         for (size_t i = 0; i < n; i++)
                 refs[i] = (SegRef){ (uintptr_t)op->segs[i].dst, op->segs[i].len, i };
         qsort(refs, n, sizeof(*refs), seg_ref_cmp);
+        /* Regions never overlap: a span grows while its segments stay in the first one's. */
         for (size_t i = 0, j; i < n; i = j) {
                 const Region *reg = call_region_of(op->call, refs[i].addr, refs[i].len);
                 uintptr_t start = refs[i].addr, end = start + refs[i].len;
@@ -87,7 +92,7 @@ static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
                         break;
                 }
                 for (j = i + 1; j < n && refs[j].addr <= end + LANE_RDMA_SPAN_GAP &&
-                                call_region_of(op->call, refs[j].addr, refs[j].len) == reg;
+                                region_holds(reg, refs[j].addr, refs[j].len);
                      j++)
                         end = MAX(end, (uintptr_t)(refs[j].addr + refs[j].len));
                 if (end == start)
