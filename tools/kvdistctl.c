@@ -391,6 +391,12 @@ static int fetch(const Options *o, bool metrics, char **ret)
                 fprintf(stderr, "kvdistctl: no kvdistd at %s (is it running?)\n", o->socket_path);
                 return EXIT_NO_DAEMON;
         }
+        if (r == KVD_E_PERMISSION_DENIED) {
+                /* The allow-lists, or a socket folder that is not safe to use. */
+                fprintf(stderr, "kvdistctl: not allowed to use kvdistd at %s: %s\n",
+                        o->socket_path, kvd_last_error(NULL));
+                return EXIT_DENIED;
+        }
         if (r < 0) {
                 fprintf(stderr, "kvdistctl: cannot talk to kvdistd at %s: %s (%s)\n",
                         o->socket_path, kvd_last_error(NULL), kvd_strerror(r));

@@ -312,6 +312,193 @@ START_TEST(test_partial_frame_deadline)
 }
 END_TEST
 
+/* Processes under other uids. */
+
+static bool need_root(void)
+{
+        if (geteuid() == 0)
+                return true;
+        fprintf(stderr, "skipped: switching to other uids needs root\n");
+        return false;
+}
+
+/* Writes @text to @path. */
+static void write_file(const char *path, const char *text)
+{
+        FILE *f = fopen(path, "w");
+
+        ck_assert_msg(f, "%s: %s", path, strerror(errno));
+        ck_assert_int_ge(fputs(text, f), 0);
+        ck_assert_int_eq(fclose(f), 0);
+}
+
+typedef struct AsUser {
+        uid_t uid;
+        gid_t gid;
+        const gid_t *groups;
+        size_t n_groups;
+        harness_child_fn fn;
+        void *arg;
+} AsUser;
+
+static int drop_privileges(uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups)
+{
+        if (setgroups(n_groups, groups) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+                return -errno;
+        return 0;
+}
+
+static int as_user_main(void *arg)
+{
+        const AsUser *u = arg;
+
+        if (drop_privileges(u->uid, u->gid, u->groups, u->n_groups) < 0) {
+                fprintf(stderr, "cannot become uid %u: %s\n", (unsigned)u->uid, strerror(errno));
+                return 120;
+        }
+        /* Only the default rule for this uid: the fallback folder under /tmp. */
+        unsetenv("XDG_RUNTIME_DIR");
+        unsetenv("KVDIST_SOCKET");
+        return u->fn(u->arg);
+}
+
+/* Runs @fn(@arg) in a child as @uid/@gid with @groups; returns its exit code. */
+static int run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups,
+                  harness_child_fn fn, void *arg)
+{
+        AsUser u = { uid, gid, groups, n_groups, fn, arg };
+        HarnessChild c;
+        int r;
+
+        ck_assert_int_eq(harness_fork_client(as_user_main, &u, &c), 0);
+        r = harness_child_wait(&c, 60000);
+        if (r == -ETIMEDOUT)
+                r = harness_child_kill(&c, SIGKILL);
+        return r;
+}
+
+/* An allow-list refusal says so. */
+
+static const char *const allow_config =
+        "{ \"socket_mode\": \"0666\", \"allow_uids\": [4242], \"allow_gids\": [4343] }\n";
+
+/* Starts a daemon with the allow-lists above whose socket every uid can reach. */
+static void start_allow_daemon(char *config_dir)
+{
+        char path[128];
+        const char *args[] = { "--config", path, NULL };
+
+        ck_assert_ptr_nonnull(mkdtemp(config_dir));
+        ck_assert_int_eq(chmod(config_dir, 0755), 0);
+        snprintf(path, sizeof(path), "%s/kvdistd.json", config_dir);
+        write_file(path, allow_config);
+        start_daemon(args);
+        ck_assert_int_eq(chmod(daemon_.dir, 0755), 0);
+}
+
+static void remove_config_dir(const char *config_dir)
+{
+        char path[128];
+
+        snprintf(path, sizeof(path), "%s/kvdistd.json", config_dir);
+        unlink(path);
+        rmdir(config_dir);
+}
+
+#define CHILD_CHECK(cond, code, ...)                                                               \
+        do {                                                                                       \
+                if (!(cond)) {                                                                     \
+                        fprintf(stderr, __VA_ARGS__);                                              \
+                        fputc('\n', stderr);                                                       \
+                        return (code);                                                             \
+                }                                                                                  \
+        } while (0)
+
+static int denied_main(void *arg)
+{
+        const char *ctl = getenv("KVDISTCTL");
+        const char *argv[] = { ctl, "--socket", daemon_.socket_path, "status", NULL };
+        char *out = NULL, *err = NULL;
+        kvd_client *c = NULL;
+        int r;
+
+        /* Often enough that the refusal comes both before and after Hello went out. */
+        for (int i = 0; i < 20; i++) {
+                r = kvd_client_connect(&c, daemon_.options, 1);
+                CHILD_CHECK(r == KVD_E_PERMISSION_DENIED, 10, "kvd_client_connect: %s (%s)",
+                            kvd_strerror(r), kvd_last_error(NULL));
+                CHILD_CHECK(strstr(kvd_last_error(NULL), "allow_uids"), 11, "detail: %s",
+                            kvd_last_error(NULL));
+        }
+        r = kvd_client_init(&c, 7, KVD_ROLE_MIX, daemon_.options, 2);
+        CHILD_CHECK(r == KVD_E_PERMISSION_DENIED, 12, "kvd_client_init: %s (%s)",
+                    kvd_strerror(r), kvd_last_error(NULL));
+        CHILD_CHECK(strstr(kvd_last_error(NULL), "uid 65534"), 13, "detail: %s",
+                    kvd_last_error(NULL));
+
+        r = harness_run(argv, &out, &err);
+        CHILD_CHECK(r == 4, 14, "kvdistctl exited %d: %s", r, err);
+        CHILD_CHECK(strstr(err, "not allowed") && strstr(err, "allow_uids"), 15,
+                    "kvdistctl: %s", err);
+        free(out);
+        free(err);
+        return 0;
+}
+
+static int allowed_main(void *arg)
+{
+        kvd_client *c = NULL;
+        int r;
+
+        r = kvd_client_init(&c, (uint64_t)(uintptr_t)arg, KVD_ROLE_MIX, daemon_.options, 2);
+        CHILD_CHECK(r == KVD_OK, 10, "kvd_client_init: %s (%s)", kvd_strerror(r),
+                    kvd_last_error(NULL));
+        r = kvd_client_finalize(c);
+        CHILD_CHECK(r == KVD_OK, 11, "kvd_client_finalize: %s", kvd_strerror(r));
+        return 0;
+}
+
+START_TEST(test_allow_list_denied)
+{
+        char config_dir[] = "/tmp/kvdist-it-cfg-XXXXXX";
+        int64_t refused0;
+
+        if (!need_root())
+                return;
+        start_allow_daemon(config_dir);
+        refused0 = counter("connections_refused");
+
+        ck_assert_int_eq(run_as(NOBODY, NOBODY, NULL, 0, denied_main, NULL), 0);
+        ck_assert_int_ge(counter("connections_refused") - refused0, 22);
+        wait_log("uid 65534 gid 65534 is not in the allow-list, refusing");
+        /* The listed uid, and a listed primary gid, still get in. */
+        ck_assert_int_eq(run_as(ALLOWED_UID, NOBODY, NULL, 0, allowed_main, (void *)11), 0);
+        ck_assert_int_eq(run_as(NOBODY, ALLOWED_GID, NULL, 0, allowed_main, (void *)12), 0);
+        stop_daemon();
+        remove_config_dir(config_dir);
+}
+END_TEST
+
+/* allow_gids counts supplementary groups. */
+
+START_TEST(test_allow_gids_supplementary)
+{
+        static const gid_t groups[] = { 100, ALLOWED_GID };
+        char config_dir[] = "/tmp/kvdist-it-cfg-XXXXXX";
+
+        if (!need_root())
+                return;
+        start_allow_daemon(config_dir);
+        /* Primary group not listed, a supplementary one is. */
+        ck_assert_int_eq(run_as(NOBODY, NOBODY, groups, ARRAY_SIZE(groups), allowed_main,
+                                (void *)21), 0);
+        /* Supplementary groups that are not listed do not help. */
+        ck_assert_int_eq(run_as(NOBODY, NOBODY, groups, 1, denied_main, NULL), 0);
+        stop_daemon();
+        remove_config_dir(config_dir);
+}
+END_TEST
+
 static Suite *hostile_client_suite(void)
 {
         Suite *s = suite_create("integration-hostile-client");
@@ -324,6 +511,11 @@ static Suite *hostile_client_suite(void)
         tcase_add_test(tc, test_partial_frame_deadline);
         suite_add_tcase(s, tc);
 
+        tc = tcase_create("access");
+        tcase_set_timeout(tc, 180);
+        tcase_add_test(tc, test_allow_list_denied);
+        tcase_add_test(tc, test_allow_gids_supplementary);
+        suite_add_tcase(s, tc);
 
         return s;
 }
