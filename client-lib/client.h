@@ -126,7 +126,9 @@ int client_parse_listen_ip_info(const kvd_option *options, size_t n, const char 
 
 /*
  * Connects a blocking AF_UNIX stream socket to @path. Returns the fd, or DAEMON_UNAVAILABLE /
- * PERMISSION_DENIED / PARAM_INVALID with a detail in @err.
+ * PERMISSION_DENIED / PARAM_INVALID with a detail in @err. A path in a per-user fallback folder
+ * that someone else could control (socket_path_check_dir()) is refused with PERMISSION_DENIED
+ * before anything connects.
  */
 int conn_connect(const char *path, Error *err);
 

@@ -15,6 +15,7 @@
 #include <sys/un.h>
 
 #include "client.h"
+#include "socket-path.h"
 
 int conn_connect(const char *path, Error *err)
 {
@@ -22,6 +23,7 @@ int conn_connect(const char *path, Error *err)
         struct timeval tv = {.tv_sec = CLIENT_SEND_TIMEOUT_MS / 1000};
         _cleanup_close_ int fd = -1;
         size_t len = strlen(path);
+        char msg[ERROR_MSG_MAX];
         int r;
 
         if (len == 0 || len >= sizeof(sa.sun_path))
@@ -29,6 +31,12 @@ int conn_connect(const char *path, Error *err)
                                  "socket path \"%s\" is empty or longer than %zu bytes", path,
                                  sizeof(sa.sun_path) - 1);
         memcpy(sa.sun_path, path, len + 1);
+
+        /* A missing folder means no daemon: connect() says so below. */
+        r = socket_path_check_dir(path, false, msg, sizeof(msg));
+        if (r < 0 && r != -ENOENT)
+                return error_set(err, KVD_E_PERMISSION_DENIED, "refusing to connect to %s: %s",
+                                 path, msg);
 
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)

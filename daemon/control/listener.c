@@ -262,11 +262,46 @@ static int listener_new_activated(Daemon *d, int fd, Listener **ret)
         return 0;
 }
 
+/*
+ * Makes room for a socket at @path (@sa): nothing there is fine; a socket nobody answers on, left
+ * by a daemon that died, is removed; a live kvdistd's socket and anything that is not a socket
+ * (a file a mistyped --socket names, a folder, a symbolic link) are left alone and refused.
+ * Logs what it refuses.
+ */
+static int listener_clear_path(const char *path, const struct sockaddr_un *sa)
+{
+        _cleanup_close_ int fd = -1;
+        struct stat st;
+
+        if (lstat(path, &st) < 0) {
+                if (errno == ENOENT)
+                        return 0;
+                return log_error_errno(-errno, "cannot inspect %s", path);
+        }
+        if (!S_ISSOCK(st.st_mode))
+                return log_error_errno(-EEXIST, "%s is not a socket, refusing to replace it; "
+                                       "point --socket or socket_path at a socket path", path);
+
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return log_error_errno(-errno, "cannot create a Unix socket");
+        if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0 || errno == EAGAIN)
+                return log_error_errno(-EADDRINUSE, "another kvdistd is listening on %s", path);
+        if (errno != ECONNREFUSED)
+                return log_error_errno(-errno, "cannot tell whether a kvdistd listens on %s, "
+                                       "not replacing it", path);
+        if (unlink(path) < 0 && errno != ENOENT)
+                return log_error_errno(-errno, "cannot remove the stale socket %s", path);
+        log_info("replaced the stale socket %s", path);
+        return 0;
+}
+
 int listener_new(Daemon *d, Listener **ret)
 {
         const Config *cfg = d->config;
         _cleanup_close_ int fd = -1;
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        char msg[256];
         int r;
 
         fd = listener_take_activated();
@@ -280,24 +315,19 @@ int listener_new(Daemon *d, Listener **ret)
                                        cfg->socket_path);
         strcpy(sa.sun_path, cfg->socket_path);
 
+        r = socket_path_check_dir(cfg->socket_path, true, msg, sizeof(msg));
+        if (r < 0)
+                return log_error_errno(r, "cannot listen on %s: %s", cfg->socket_path, msg);
         r = mkdir_parents(cfg->socket_path, 0755);
         if (r < 0)
                 return log_error_errno(r, "cannot create the directory of %s", cfg->socket_path);
+        r = listener_clear_path(cfg->socket_path, &sa);
+        if (r < 0)
+                return r;
 
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return log_error_errno(-errno, "cannot create a Unix socket");
-
-        /* A socket file left by a daemon that died is replaced; a live daemon is not. */
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN)
-                return log_error_errno(-EADDRINUSE, "another kvdistd is listening on %s",
-                                       cfg->socket_path);
-        safe_close(fd);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return log_error_errno(-errno, "cannot create a Unix socket");
-        (void)unlink(cfg->socket_path);
-
         if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
                 return log_error_errno(-errno, "cannot bind %s", cfg->socket_path);
         if (chmod(cfg->socket_path, cfg->socket_mode) < 0) {

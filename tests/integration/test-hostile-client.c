@@ -499,6 +499,376 @@ START_TEST(test_allow_gids_supplementary)
 }
 END_TEST
 
+/* The per-user fallback folder /tmp/kvdist-UID. */
+
+/* Starts kvdistd as @uid (0: as we are) with @extra arguments, its output in @log_path. */
+static pid_t spawn_daemon_as(uid_t uid, const char *log_path, const char *const *extra)
+{
+        const char *bin = getenv("KVDISTD");
+        const char *argv[16] = { bin, "--memory-size", "0", "--log-level", "debug" };
+        size_t n = 5;
+        pid_t pid;
+
+        ck_assert_msg(bin && bin[0], "$KVDISTD is not set");
+        for (size_t i = 0; extra && extra[i]; i++) {
+                ck_assert(n + 1 < ARRAY_SIZE(argv));
+                argv[n++] = extra[i];
+        }
+        argv[n] = NULL;
+        fflush(NULL);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+                (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
+                        _exit(126);
+                unsetenv("XDG_RUNTIME_DIR");
+                if (uid != 0 && drop_privileges(uid, uid, NULL, 0) < 0)
+                        _exit(125);
+                execv(bin, (char *const *)argv);
+                _exit(127);
+        }
+        return pid;
+}
+
+/* Waits up to @timeout_ms for @pid; its exit code, or -ETIMEDOUT after killing it. */
+static int wait_exit(pid_t pid, int timeout_ms)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
+        int status;
+
+        for (;;) {
+                pid_t r = waitpid(pid, &status, WNOHANG);
+
+                ck_assert_int_ge(r, 0);
+                if (r == pid)
+                        return WIFEXITED(status) ? WEXITSTATUS(status)
+                                                 : 128 + WTERMSIG(status);
+                if (harness_now_ms() >= deadline) {
+                        (void)kill(pid, SIGKILL);
+                        (void)waitpid(pid, &status, 0);
+                        return -ETIMEDOUT;
+                }
+                harness_sleep_ms(20);
+        }
+}
+
+static bool socket_accepts(const char *path, int timeout_ms)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
+
+        for (;;) {
+                int fd = harness_raw_connect(path);
+
+                if (fd >= 0) {
+                        close(fd);
+                        return true;
+                }
+                if (harness_now_ms() >= deadline)
+                        return false;
+                harness_sleep_ms(20);
+        }
+}
+
+static char *read_text(const char *path)
+{
+        FILE *f = fopen(path, "r");
+        char *buf = calloc(1, 65536);
+        size_t n;
+
+        ck_assert(f && buf);
+        n = fread(buf, 1, 65535, f);
+        buf[n] = '\0';
+        fclose(f);
+        return buf;
+}
+
+static void expect_text(const char *text, const char *needle, const char *what)
+{
+        ck_assert_msg(strstr(text, needle), "%s lacks \"%s\":\n%s", what, needle, text);
+}
+
+/* Attaches through the default socket path of this uid. */
+static int default_client_main(void *arg)
+{
+        static const kvd_option device = { "device_id", "0" };
+        kvd_client *c = NULL;
+        int r;
+
+        r = kvd_client_init(&c, (uint64_t)(uintptr_t)arg, KVD_ROLE_MIX, &device, 1);
+        CHILD_CHECK(r == KVD_OK, 10, "kvd_client_init: %s (%s)", kvd_strerror(r),
+                    kvd_last_error(NULL));
+        r = kvd_client_finalize(c);
+        CHILD_CHECK(r == KVD_OK, 11, "kvd_client_finalize: %s", kvd_strerror(r));
+        return 0;
+}
+
+/* A uid no account has, per test process: several checkouts may run their tests at once. */
+static uid_t folder_uid(void)
+{
+        return (uid_t)(2000000000u + (unsigned)getpid() % 100000000u);
+}
+
+typedef struct Folder {
+        uid_t uid;
+        char dir[64];           /* /tmp/kvdist-UID */
+        char sock[96];          /* its kvdist.sock */
+        char tmp[64];           /* the test's own scratch folder */
+        char target[96];        /* where a symlink points */
+        char log[96];
+} Folder;
+
+/* Removes /tmp/kvdist-UID (a folder with a socket in it, or a symlink) and the target. */
+static void folder_clear(Folder *f)
+{
+        char path[128];
+
+        unlink(f->sock);
+        if (unlink(f->dir) < 0)
+                rmdir(f->dir);
+        snprintf(path, sizeof(path), "%s/kvdist.sock", f->target);
+        unlink(path);
+        rmdir(f->target);
+}
+
+static void folder_init(Folder *f)
+{
+        f->uid = folder_uid();
+        snprintf(f->dir, sizeof(f->dir), "/tmp/kvdist-%u", (unsigned)f->uid);
+        snprintf(f->sock, sizeof(f->sock), "%s/kvdist.sock", f->dir);
+        snprintf(f->tmp, sizeof(f->tmp), "/tmp/kvdist-it-folder-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(f->tmp));
+        snprintf(f->target, sizeof(f->target), "%s/target", f->tmp);
+        snprintf(f->log, sizeof(f->log), "%s/kvdistd.log", f->tmp);
+        folder_clear(f);
+}
+
+static void folder_done(Folder *f)
+{
+        folder_clear(f);
+        unlink(f->log);
+        rmdir(f->tmp);
+}
+
+static void make_dir(const char *path, uid_t uid, mode_t mode)
+{
+        ck_assert_msg(mkdir(path, 0700) == 0, "mkdir %s: %s", path, strerror(errno));
+        ck_assert_int_eq(chown(path, uid, uid), 0);
+        ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+/* The three ways /tmp/kvdist-UID can be someone else's; returns false after the last. */
+static bool folder_make_hostile(Folder *f, int how, const char **ret_why)
+{
+        folder_clear(f);
+        switch (how) {
+        case 0:
+                make_dir(f->dir, 0, 0777);
+                *ret_why = "owned by uid 0";
+                return true;
+        case 1:
+                make_dir(f->dir, f->uid, 0777);
+                *ret_why = "writable by group or others";
+                return true;
+        case 2:
+                make_dir(f->target, f->uid, 0700);
+                ck_assert_int_eq(symlink(f->target, f->dir), 0);
+                *ret_why = "is a symbolic link";
+                return true;
+        default:
+                return false;
+        }
+}
+
+START_TEST(test_socket_folder_daemon)
+{
+        const char *why;
+        struct stat st;
+        Folder f;
+        pid_t pid;
+
+        if (!need_root())
+                return;
+        folder_init(&f);
+
+        for (int how = 0; folder_make_hostile(&f, how, &why); how++) {
+                char *log;
+                int r;
+
+                pid = spawn_daemon_as(f.uid, f.log, NULL);
+                r = wait_exit(pid, 10000);
+                log = read_text(f.log);
+                ck_assert_msg(r == 1, "kvdistd exited %d with %s %s:\n%s", r, f.dir, why, log);
+                expect_text(log, f.dir, "kvdistd's log");
+                expect_text(log, why, "kvdistd's log");
+                ck_assert_msg(lstat(f.sock, &st) < 0 && errno == ENOENT,
+                              "kvdistd made a socket in %s", f.dir);
+                free(log);
+        }
+
+        /* Missing: made 0700 and served. */
+        folder_clear(&f);
+        pid = spawn_daemon_as(f.uid, f.log, NULL);
+        ck_assert_msg(socket_accepts(f.sock, 10000), "kvdistd does not listen on %s", f.sock);
+        ck_assert_int_eq(lstat(f.dir, &st), 0);
+        ck_assert(S_ISDIR(st.st_mode));
+        ck_assert_uint_eq(st.st_uid, f.uid);
+        ck_assert_uint_eq(st.st_mode & 07777, 0700);
+        ck_assert_int_eq(run_as(f.uid, f.uid, NULL, 0, default_client_main, (void *)31), 0);
+        ck_assert_int_eq(kill(pid, SIGTERM), 0);
+        ck_assert_int_eq(wait_exit(pid, 10000), 0);
+        folder_done(&f);
+}
+END_TEST
+
+typedef struct FolderClient {
+        const Folder *f;
+        const char *why;
+} FolderClient;
+
+static int folder_client_main(void *arg)
+{
+        const FolderClient *fc = arg;
+        const char *ctl = getenv("KVDISTCTL");
+        const char *argv[] = { ctl, "status", NULL };
+        char *out = NULL, *err = NULL;
+        kvd_client *c = NULL;
+        int r;
+
+        r = kvd_client_connect(&c, NULL, 0);
+        CHILD_CHECK(r == KVD_E_PERMISSION_DENIED, 10, "kvd_client_connect: %s (%s)",
+                    kvd_strerror(r), kvd_last_error(NULL));
+        CHILD_CHECK(strstr(kvd_last_error(NULL), fc->f->dir) &&
+                    strstr(kvd_last_error(NULL), fc->why), 11, "detail: %s",
+                    kvd_last_error(NULL));
+        r = harness_run(argv, &out, &err);
+        CHILD_CHECK(r == 4 && strstr(err, fc->why), 12, "kvdistctl exited %d: %s", r, err);
+        free(out);
+        free(err);
+        return 0;
+}
+
+START_TEST(test_socket_folder_client)
+{
+        const char *why;
+        Folder f;
+
+        if (!need_root())
+                return;
+        folder_init(&f);
+
+        for (int how = 0; folder_make_hostile(&f, how, &why); how++) {
+                struct sockaddr_un sa = { .sun_family = AF_UNIX };
+                FolderClient fc = { &f, why };
+                int lfd, cfd, r;
+
+                /* Someone else's socket waits for the client's Hello and memfds. */
+                lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+                ck_assert_int_ge(lfd, 0);
+                snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f.sock);
+                ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+                ck_assert_int_eq(chmod(f.sock, 0777), 0);
+                ck_assert_int_eq(listen(lfd, 16), 0);
+
+                r = run_as(f.uid, f.uid, NULL, 0, folder_client_main, &fc);
+                cfd = accept(lfd, NULL, NULL);
+                ck_assert_msg(cfd < 0, "a client connected to a socket in %s (%s)", f.dir, why);
+                ck_assert_msg(r == 0, "the client as uid %u with %s %s exited %d",
+                              (unsigned)f.uid, f.dir, why, r);
+                close(lfd);
+        }
+        folder_done(&f);
+}
+END_TEST
+
+/* --socket replaces a stale socket and nothing else. */
+
+START_TEST(test_socket_path_not_a_socket)
+{
+        static const char precious[] = "precious data\n";
+        char tmp[] = "/tmp/kvdist-it-path-XXXXXX", file[96], dir[96], link[96], stale[96],
+             log[96];
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        const char *const targets[] = { file, dir, link };
+        pid_t pid;
+        int fd;
+
+        ck_assert_ptr_nonnull(mkdtemp(tmp));
+        snprintf(file, sizeof(file), "%s/file", tmp);
+        snprintf(dir, sizeof(dir), "%s/dir", tmp);
+        snprintf(link, sizeof(link), "%s/link", tmp);
+        snprintf(stale, sizeof(stale), "%s/stale.sock", tmp);
+        snprintf(log, sizeof(log), "%s/kvdistd.log", tmp);
+        write_file(file, precious);
+        ck_assert_int_eq(mkdir(dir, 0755), 0);
+        ck_assert_int_eq(symlink(file, link), 0);
+
+        for (size_t i = 0; i < ARRAY_SIZE(targets); i++) {
+                const char *const args[] = { "--socket", targets[i], NULL };
+                char *text;
+                int r;
+
+                pid = spawn_daemon_as(0, log, args);
+                r = wait_exit(pid, 10000);
+                text = read_text(log);
+                ck_assert_msg(r == 1, "kvdistd --socket %s exited %d:\n%s", targets[i], r, text);
+                expect_text(text, "is not a socket, refusing to replace it", "kvdistd's log");
+                free(text);
+        }
+        {
+                char *got = read_text(file);
+                struct stat st;
+
+                ck_assert_str_eq(got, precious);
+                free(got);
+                ck_assert_int_eq(lstat(dir, &st), 0);
+                ck_assert(S_ISDIR(st.st_mode));
+                ck_assert_int_eq(lstat(link, &st), 0);
+                ck_assert(S_ISLNK(st.st_mode));
+        }
+
+        /* A socket nobody answers on is replaced, and removed at the stop. */
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(fd, 0);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", stale);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        close(fd);
+        {
+                const char *const args[] = { "--socket", stale, NULL };
+                struct stat st;
+
+                pid = spawn_daemon_as(0, log, args);
+                ck_assert_msg(socket_accepts(stale, 10000), "kvdistd did not replace %s", stale);
+                ck_assert_int_eq(kill(pid, SIGTERM), 0);
+                ck_assert_int_eq(wait_exit(pid, 10000), 0);
+                ck_assert(lstat(stale, &st) < 0 && errno == ENOENT);
+        }
+
+        /* A socket a daemon answers on is not taken over. */
+        start_daemon(NULL);
+        {
+                const char *const args[] = { "--socket", daemon_.socket_path, NULL };
+                char *text;
+
+                pid = spawn_daemon_as(0, log, args);
+                ck_assert_int_eq(wait_exit(pid, 10000), 1);
+                text = read_text(log);
+                expect_text(text, "another kvdistd is listening", "kvdistd's log");
+                free(text);
+        }
+        ck_assert(socket_accepts(daemon_.socket_path, 1000));
+        stop_daemon();
+
+        unlink(log);
+        unlink(link);
+        unlink(file);
+        rmdir(dir);
+        rmdir(tmp);
+}
+END_TEST
+
 static Suite *hostile_client_suite(void)
 {
         Suite *s = suite_create("integration-hostile-client");
@@ -517,6 +887,12 @@ static Suite *hostile_client_suite(void)
         tcase_add_test(tc, test_allow_gids_supplementary);
         suite_add_tcase(s, tc);
 
+        tc = tcase_create("paths");
+        tcase_set_timeout(tc, 240);
+        tcase_add_test(tc, test_socket_folder_daemon);
+        tcase_add_test(tc, test_socket_folder_client);
+        tcase_add_test(tc, test_socket_path_not_a_socket);
+        suite_add_tcase(s, tc);
         return s;
 }
 
