@@ -188,10 +188,11 @@ int conn_send(kvd_client *c, uint16_t type, const ProtobufCMessage *msg, const i
         if (n == -EPIPE || n == -ECONNRESET) {
                 /* It may have said why before it closed (the allow-list refusing us). */
                 conn_read_farewell(c);
-                snprintf(detail, sizeof(detail), "kvdistd closed the connection");
+                (void)snprintf(detail, sizeof(detail), "kvdistd closed the connection");
         } else
-                snprintf(detail, sizeof(detail), "kvdistd closed the connection (sending %s: %s)",
-                         conn_type_name(type), strerror((int)-n));
+                (void)snprintf(detail, sizeof(detail),
+                               "kvdistd closed the connection (sending %s: %s)",
+                               conn_type_name(type), strerror((int)-n));
         pthread_mutex_lock(&c->lock);
         conn_kill_locked(c, KVD_E_DAEMON_UNAVAILABLE, detail);
         r = error_set(err, c->dead_code, "%s", c->dead_detail);
