@@ -447,6 +447,31 @@ static void cond_wait_until(kvd_client *c, usec_t deadline)
 }
 
 /*
+ * With c->lock held and no reader: reads one frame as the reader until @deadline, files it or
+ * marks the connection dead, and wakes the waiters. Returns conn_read()'s result.
+ */
+static int conn_read_one_locked(kvd_client *c, usec_t deadline)
+{
+        char detail[ERROR_MSG_MAX] = "";
+        RxFrame f = {};
+        int k;
+
+        c->reading = true;
+        pthread_mutex_unlock(&c->lock);
+        k = conn_read(c, deadline, &f, detail, sizeof(detail));
+        pthread_mutex_lock(&c->lock);
+        c->reading = false;
+
+        if (k < 0)
+                conn_kill_locked(c, KVD_E_DAEMON_UNAVAILABLE, detail);
+        else if (k > 0)
+                conn_dispatch_locked(c, &f);
+        /* Someone else's reply may have arrived, or they may read now. */
+        pthread_cond_broadcast(&c->cond);
+        return k;
+}
+
+/*
  * After the daemon closed the connection under a send: reads what it wrote before, when no other
  * thread is the reader (that one reads it instead), so a farewell it sent marks the connection
  * dead with the daemon's status and detail.
@@ -454,25 +479,9 @@ static void cond_wait_until(kvd_client *c, usec_t deadline)
 static void conn_read_farewell(kvd_client *c)
 {
         pthread_mutex_lock(&c->lock);
-        while (!c->dead && !c->reading) {
-                char detail[ERROR_MSG_MAX] = "";
-                RxFrame f = {};
-                int k;
-
-                c->reading = true;
-                pthread_mutex_unlock(&c->lock);
-                /* Everything is in the socket already: nothing is waited for. */
-                k = conn_read(c, now_usec(CLOCK_MONOTONIC), &f, detail, sizeof(detail));
-                pthread_mutex_lock(&c->lock);
-                c->reading = false;
-                if (k < 0)
-                        conn_kill_locked(c, KVD_E_DAEMON_UNAVAILABLE, detail);
-                else if (k > 0)
-                        conn_dispatch_locked(c, &f);
-                pthread_cond_broadcast(&c->cond);
-                if (k == 0)
-                        break;
-        }
+        /* Everything is in the socket already: nothing is waited for. */
+        while (!c->dead && !c->reading && conn_read_one_locked(c, now_usec(CLOCK_MONOTONIC)) > 0)
+                ;
         pthread_mutex_unlock(&c->lock);
 }
 
@@ -502,24 +511,8 @@ int conn_wait(kvd_client *c, Pending *p, usec_t deadline, Error *err)
                 }
 
                 if (!c->reading) {
-                        char detail[ERROR_MSG_MAX] = "";
-                        RxFrame f = {};
-                        int k;
-
-                        c->reading = true;
-                        pthread_mutex_unlock(&c->lock);
-                        k = conn_read(c, deadline, &f, detail, sizeof(detail));
-                        pthread_mutex_lock(&c->lock);
-                        c->reading = false;
-
-                        if (k < 0)
-                                conn_kill_locked(c, KVD_E_DAEMON_UNAVAILABLE, detail);
-                        else if (k > 0)
-                                conn_dispatch_locked(c, &f);
-                        else
+                        if (conn_read_one_locked(c, deadline) == 0)
                                 drained = true;
-                        /* Someone else's reply may have arrived, or they may read now. */
-                        pthread_cond_broadcast(&c->cond);
                         continue;
                 }
 
