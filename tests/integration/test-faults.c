@@ -70,17 +70,7 @@ static void scatter_lists(uint64_t **sb, uint64_t **db)
 /* The status JSON of the daemon (through a fresh connection), parsed. */
 static json_t *status_json(void)
 {
-        char *text = NULL;
-        json_error_t jerr;
-        json_t *root;
-        int r;
-
-        r = harness_daemon_status(&daemon_, &text);
-        ck_assert_msg(r == KVD_OK, "kvd_daemon_status: %s", kvd_strerror(r));
-        root = json_loads(text, 0, &jerr);
-        ck_assert_msg(root, "status JSON: %s", jerr.text);
-        free(text);
-        return root;
+        return daemon_status_json(&daemon_);
 }
 
 static bool status_has_cluster(json_t *root, uint64_t id)

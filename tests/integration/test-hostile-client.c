@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "it-cache.h"
 #include "kvdist.pb-c.h"
 #include "macro.h"
 
@@ -53,17 +54,7 @@ static void stop_daemon(void)
 
 static json_t *status_json(void)
 {
-        char *text = NULL;
-        json_error_t jerr;
-        json_t *root;
-        int r;
-
-        r = harness_daemon_status(&daemon_, &text);
-        ck_assert_msg(r == KVD_OK, "kvd_daemon_status: %s", kvd_strerror(r));
-        root = json_loads(text, 0, &jerr);
-        ck_assert_msg(root, "status JSON: %s", jerr.text);
-        free(text);
-        return root;
+        return daemon_status_json(&daemon_);
 }
 
 static int64_t counter(const char *name)
