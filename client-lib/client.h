@@ -73,6 +73,8 @@ struct kvd_client {
         CList pending; /* Pending.link */
         bool reading;  /* a thread is the reader; only it touches @rx */
         bool dead;
+        int dead_code; /* what calls fail with once dead: DAEMON_UNAVAILABLE, or the daemon's
+                        * own status when it said why it closed (FRAME_CONNECTION_REQUEST_ID) */
         char dead_detail[ERROR_MSG_MAX];
         RxState rx;
 
@@ -124,7 +126,9 @@ int client_parse_listen_ip_info(const kvd_option *options, size_t n, const char 
 
 /*
  * Connects a blocking AF_UNIX stream socket to @path. Returns the fd, or DAEMON_UNAVAILABLE /
- * PERMISSION_DENIED / PARAM_INVALID with a detail in @err.
+ * PERMISSION_DENIED / PARAM_INVALID with a detail in @err. A path in a per-user fallback folder
+ * that someone else could control (socket_path_check_dir()) is refused with PERMISSION_DENIED
+ * before anything connects.
  */
 int conn_connect(const char *path, Error *err);
 
@@ -136,7 +140,9 @@ void pending_deinit(kvd_client *c, Pending *p);
 
 /*
  * Allocates the next request id, registers @p under it and sends @msg as a frame of @type with
- * @fds attached. A failure that leaves the stream unusable marks the connection dead.
+ * @fds attached. A failure that leaves the stream unusable marks the connection dead; when the
+ * daemon had closed it, what it wrote before is read first, so its own reason for closing is
+ * the status.
  * Returns KVD_OK or a KVD_E_* status with a detail in @err; @p is unregistered on failure.
  */
 int conn_send(kvd_client *c, uint16_t type, const ProtobufCMessage *msg, const int *fds,
@@ -144,7 +150,8 @@ int conn_send(kvd_client *c, uint16_t type, const ProtobufCMessage *msg, const i
 
 /*
  * Waits until @p's reply arrived (KVD_OK), @deadline (CLOCK_MONOTONIC usec, USEC_INFINITY for
- * none) passed (KVD_E_TIMEOUT, no detail set) or the connection died (DAEMON_UNAVAILABLE, with a
+ * none) passed (KVD_E_TIMEOUT, no detail set) or the connection died (DAEMON_UNAVAILABLE, or the
+ * status of the error frame in which the daemon said why it closes the connection, with a
  * detail). The calling thread may act as the reader for every waiter meanwhile.
  */
 int conn_wait(kvd_client *c, Pending *p, usec_t deadline, Error *err);

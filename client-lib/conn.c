@@ -15,6 +15,7 @@
 #include <sys/un.h>
 
 #include "client.h"
+#include "socket-path.h"
 
 int conn_connect(const char *path, Error *err)
 {
@@ -22,6 +23,7 @@ int conn_connect(const char *path, Error *err)
         struct timeval tv = {.tv_sec = CLIENT_SEND_TIMEOUT_MS / 1000};
         _cleanup_close_ int fd = -1;
         size_t len = strlen(path);
+        char msg[ERROR_MSG_MAX];
         int r;
 
         if (len == 0 || len >= sizeof(sa.sun_path))
@@ -29,6 +31,12 @@ int conn_connect(const char *path, Error *err)
                                  "socket path \"%s\" is empty or longer than %zu bytes", path,
                                  sizeof(sa.sun_path) - 1);
         memcpy(sa.sun_path, path, len + 1);
+
+        /* A missing folder means no daemon: connect() says so below. */
+        r = socket_path_check_dir(path, false, msg, sizeof(msg));
+        if (r < 0 && r != -ENOENT)
+                return error_set(err, KVD_E_PERMISSION_DENIED, "refusing to connect to %s: %s",
+                                 path, msg);
 
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
@@ -87,10 +95,11 @@ void pending_deinit(kvd_client *c, Pending *p)
         pending_clear(p);
 }
 
-static void conn_kill_locked(kvd_client *c, const char *detail)
+static void conn_kill_locked(kvd_client *c, int code, const char *detail)
 {
         if (!c->dead) {
                 c->dead = true;
+                c->dead_code = code;
                 (void)snprintf(c->dead_detail, sizeof(c->dead_detail), "%s", detail);
                 /* Wakes a reader blocked in poll(); the fd itself stays until the client goes. */
                 if (c->fd >= 0)
@@ -102,14 +111,17 @@ static void conn_kill_locked(kvd_client *c, const char *detail)
 void conn_kill(kvd_client *c, const char *detail)
 {
         pthread_mutex_lock(&c->lock);
-        conn_kill_locked(c, detail);
+        conn_kill_locked(c, KVD_E_DAEMON_UNAVAILABLE, detail);
         pthread_mutex_unlock(&c->lock);
 }
+
+static void conn_read_farewell(kvd_client *c);
 
 int conn_send(kvd_client *c, uint16_t type, const ProtobufCMessage *msg, const int *fds,
               size_t n_fds, Pending *p, Error *err)
 {
         _cleanup_free_ uint8_t *buf = NULL;
+        char detail[ERROR_MSG_MAX];
         size_t len, off = 0;
         ssize_t n = 0;
         int r;
@@ -130,7 +142,7 @@ int conn_send(kvd_client *c, uint16_t type, const ProtobufCMessage *msg, const i
         pthread_mutex_lock(&c->send_lock);
         pthread_mutex_lock(&c->lock);
         if (c->dead) {
-                r = error_set(err, KVD_E_DAEMON_UNAVAILABLE, "%s", c->dead_detail);
+                r = error_set(err, c->dead_code, "%s", c->dead_detail);
                 pthread_mutex_unlock(&c->lock);
                 pthread_mutex_unlock(&c->send_lock);
                 return r;
@@ -173,14 +185,19 @@ int conn_send(kvd_client *c, uint16_t type, const ProtobufCMessage *msg, const i
                                  "kvdistd did not read the %s request within %u ms",
                                  conn_type_name(type), CLIENT_SEND_TIMEOUT_MS);
 
-        if (n == -EPIPE || n == -ECONNRESET)
-                error_set(err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd closed the connection");
-        else
-                error_set(err, KVD_E_DAEMON_UNAVAILABLE,
-                          "kvdistd closed the connection (sending %s: %s)", conn_type_name(type),
-                          strerror((int)-n));
-        conn_kill(c, err->msg);
-        return KVD_E_DAEMON_UNAVAILABLE;
+        if (n == -EPIPE || n == -ECONNRESET) {
+                /* It may have said why before it closed (the allow-list refusing us). */
+                conn_read_farewell(c);
+                (void)snprintf(detail, sizeof(detail), "kvdistd closed the connection");
+        } else
+                (void)snprintf(detail, sizeof(detail),
+                               "kvdistd closed the connection (sending %s: %s)",
+                               conn_type_name(type), strerror((int)-n));
+        pthread_mutex_lock(&c->lock);
+        conn_kill_locked(c, KVD_E_DAEMON_UNAVAILABLE, detail);
+        r = error_set(err, c->dead_code, "%s", c->dead_detail);
+        pthread_mutex_unlock(&c->lock);
+        return r;
 }
 
 static void rx_reset(RxState *rx)
@@ -196,6 +213,7 @@ typedef struct RxFrame {
         FrameHeader h;
         ProtobufCMessage *msg;
         bool is_error;
+        bool farewell;          /* about the connection, not a request: @msg is its Status */
         int fds[FRAME_MAX_FDS];
         size_t n_fds;
 } RxFrame;
@@ -250,6 +268,16 @@ static int rx_decode(kvd_client *c, RxFrame *ret, char *detail, size_t size)
         if (!(f.h.flags & FRAME_FLAG_REPLY))
                 /* Not an answer to anything we asked: dropped. */
                 goto out;
+
+        if ((f.h.flags & FRAME_FLAG_ERROR) && f.h.request_id == FRAME_CONNECTION_REQUEST_ID) {
+                f.is_error = f.farewell = true;
+                if (frame_unpack(&kvdist__v1__status__descriptor, rx->payload, rx->payload_len,
+                                 &f.msg) < 0) {
+                        (void)snprintf(detail, size, "kvdistd sent a malformed error frame");
+                        r = -1;
+                }
+                goto out;
+        }
 
         ft = frame_type_lookup(f.h.type);
         if (!ft) {
@@ -370,6 +398,14 @@ static void conn_dispatch_locked(kvd_client *c, RxFrame *f)
 
         if (!f->msg)
                 goto drop;
+        if (f->farewell) {
+                const Kvdist__V1__Status *s = (const Kvdist__V1__Status *)f->msg;
+                int code = s->code < 0 ? s->code : KVD_E_DAEMON_UNAVAILABLE;
+
+                conn_kill_locked(c, code, s->detail && s->detail[0] ? s->detail
+                                                                    : kvd_strerror(code));
+                goto drop;
+        }
         p = conn_find_pending(c, f->h.request_id);
         if (!p)
                 goto drop;
@@ -380,7 +416,7 @@ static void conn_dispatch_locked(kvd_client *c, RxFrame *f)
                                "kvdistd answered the %s request %llu with a %s reply",
                                conn_type_name(p->type), (unsigned long long)p->request_id,
                                conn_type_name(f->h.type));
-                conn_kill_locked(c, detail);
+                conn_kill_locked(c, KVD_E_DAEMON_UNAVAILABLE, detail);
                 goto drop;
         }
 
@@ -410,6 +446,45 @@ static void cond_wait_until(kvd_client *c, usec_t deadline)
         (void)pthread_cond_timedwait(&c->cond, &c->lock, &ts);
 }
 
+/*
+ * With c->lock held and no reader: reads one frame as the reader until @deadline, files it or
+ * marks the connection dead, and wakes the waiters. Returns conn_read()'s result.
+ */
+static int conn_read_one_locked(kvd_client *c, usec_t deadline)
+{
+        char detail[ERROR_MSG_MAX] = "";
+        RxFrame f = {};
+        int k;
+
+        c->reading = true;
+        pthread_mutex_unlock(&c->lock);
+        k = conn_read(c, deadline, &f, detail, sizeof(detail));
+        pthread_mutex_lock(&c->lock);
+        c->reading = false;
+
+        if (k < 0)
+                conn_kill_locked(c, KVD_E_DAEMON_UNAVAILABLE, detail);
+        else if (k > 0)
+                conn_dispatch_locked(c, &f);
+        /* Someone else's reply may have arrived, or they may read now. */
+        pthread_cond_broadcast(&c->cond);
+        return k;
+}
+
+/*
+ * After the daemon closed the connection under a send: reads what it wrote before, when no other
+ * thread is the reader (that one reads it instead), so a farewell it sent marks the connection
+ * dead with the daemon's status and detail.
+ */
+static void conn_read_farewell(kvd_client *c)
+{
+        pthread_mutex_lock(&c->lock);
+        /* Everything is in the socket already: nothing is waited for. */
+        while (!c->dead && !c->reading && conn_read_one_locked(c, now_usec(CLOCK_MONOTONIC)) > 0)
+                ;
+        pthread_mutex_unlock(&c->lock);
+}
+
 int conn_wait(kvd_client *c, Pending *p, usec_t deadline, Error *err)
 {
         bool drained = false;
@@ -422,7 +497,7 @@ int conn_wait(kvd_client *c, Pending *p, usec_t deadline, Error *err)
                         break;
                 }
                 if (c->dead) {
-                        r = error_set(err, KVD_E_DAEMON_UNAVAILABLE, "%s", c->dead_detail);
+                        r = error_set(err, c->dead_code, "%s", c->dead_detail);
                         break;
                 }
                 /*
@@ -436,24 +511,8 @@ int conn_wait(kvd_client *c, Pending *p, usec_t deadline, Error *err)
                 }
 
                 if (!c->reading) {
-                        char detail[ERROR_MSG_MAX] = "";
-                        RxFrame f = {};
-                        int k;
-
-                        c->reading = true;
-                        pthread_mutex_unlock(&c->lock);
-                        k = conn_read(c, deadline, &f, detail, sizeof(detail));
-                        pthread_mutex_lock(&c->lock);
-                        c->reading = false;
-
-                        if (k < 0)
-                                conn_kill_locked(c, detail);
-                        else if (k > 0)
-                                conn_dispatch_locked(c, &f);
-                        else
+                        if (conn_read_one_locked(c, deadline) == 0)
                                 drained = true;
-                        /* Someone else's reply may have arrived, or they may read now. */
-                        pthread_cond_broadcast(&c->cond);
                         continue;
                 }
 

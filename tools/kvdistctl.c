@@ -68,7 +68,8 @@ static void help(FILE *f)
                    "Options:\n"
                    "  -s, --socket PATH the daemon's socket (default: $KVDIST_SOCKET, then\n"
                    "                    /run/kvdist/kvdist.sock for root, else\n"
-                   "                    $XDG_RUNTIME_DIR/kvdist/kvdist.sock)\n"
+                   "                    $XDG_RUNTIME_DIR/kvdist/kvdist.sock, else\n"
+                   "                    /tmp/kvdist-UID/kvdist.sock)\n"
                    "  -j, --json        print JSON instead of tables\n"
                    "  -w, --watch[=SEC] print again every SEC seconds (default 2) until\n"
                    "                    interrupted\n"
@@ -390,6 +391,12 @@ static int fetch(const Options *o, bool metrics, char **ret)
         if (r == KVD_E_DAEMON_UNAVAILABLE) {
                 fprintf(stderr, "kvdistctl: no kvdistd at %s (is it running?)\n", o->socket_path);
                 return EXIT_NO_DAEMON;
+        }
+        if (r == KVD_E_PERMISSION_DENIED) {
+                /* The allow-lists, or a socket folder that is not safe to use. */
+                fprintf(stderr, "kvdistctl: not allowed to use kvdistd at %s: %s\n",
+                        o->socket_path, kvd_last_error(NULL));
+                return EXIT_DENIED;
         }
         if (r < 0) {
                 fprintf(stderr, "kvdistctl: cannot talk to kvdistd at %s: %s (%s)\n",

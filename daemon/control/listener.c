@@ -16,12 +16,14 @@
 #include <unistd.h>
 
 #include <event2/event.h>
+#include <kvdist/kvdist.h>
 
 #include "conn.h"
 #include "daemon.h"
 #include "listener.h"
 #include "log.h"
 #include "sd.h"
+#include "socket-path.h"
 
 struct Listener {
         Daemon *daemon;
@@ -58,19 +60,53 @@ static int mkdir_parents(const char *path, mode_t mode)
         return 0;
 }
 
-static bool listener_allows(const Config *cfg, const struct ucred *cred)
+/* Whether @gid is one of the allow-listed groups. */
+static bool listener_gid_allowed(const Config *cfg, gid_t gid)
 {
-        if (cfg->n_allow_uids == 0 && cfg->n_allow_gids == 0)
-                return true;
-        if (cred->uid == 0)
-                return true;
-        for (size_t i = 0; i < cfg->n_allow_uids; i++)
-                if (cfg->allow_uids[i] == cred->uid)
-                        return true;
         for (size_t i = 0; i < cfg->n_allow_gids; i++)
-                if (cfg->allow_gids[i] == cred->gid)
+                if (cfg->allow_gids[i] == gid)
                         return true;
         return false;
+}
+
+/*
+ * Whether the peer of @fd (credentials @cred) passes the allow-lists: root, a listed uid, or a
+ * listed group as its primary group or one of its supplementary groups (SO_PEERGROUPS: the
+ * groups it held when it connected). Returns 1, 0, or a negative errno when its groups cannot be
+ * read.
+ */
+static int listener_allows(const Config *cfg, int fd, const struct ucred *cred)
+{
+        _cleanup_free_ gid_t *groups = NULL;
+        socklen_t len = 0;
+
+        if (cfg->n_allow_uids == 0 && cfg->n_allow_gids == 0)
+                return 1;
+        if (cred->uid == 0)
+                return 1;
+        for (size_t i = 0; i < cfg->n_allow_uids; i++)
+                if (cfg->allow_uids[i] == cred->uid)
+                        return 1;
+        if (cfg->n_allow_gids == 0)
+                return 0;
+        if (listener_gid_allowed(cfg, cred->gid))
+                return 1;
+
+        /* The first call says how much room the groups need (ERANGE); they are few. */
+        for (;;) {
+                if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+                        break;
+                if (errno != ERANGE)
+                        return -errno;
+                free(groups);
+                groups = malloc(MAX(len, (socklen_t)sizeof(gid_t)));
+                if (!groups)
+                        return -ENOMEM;
+        }
+        for (size_t i = 0; i < len / sizeof(gid_t); i++)
+                if (listener_gid_allowed(cfg, groups[i]))
+                        return 1;
+        return 0;
 }
 
 /* Accepts a bounded number of connections per wake-up so a flood cannot starve the loop. */
@@ -83,6 +119,7 @@ static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
                 _cleanup_close_ int cfd = -1;
                 struct ucred cred;
                 socklen_t len = sizeof(cred);
+                char detail[160];
                 Conn *conn;
                 int r;
 
@@ -99,16 +136,35 @@ static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
                         d->counters.conns_refused++;
                         continue;
                 }
-                if (!listener_allows(d->config, &cred)) {
+                r = listener_allows(d->config, cfd, &cred);
+                if (r < 0) {
+                        log_warning_errno(r, "listener %s: cannot read the groups of pid %d uid "
+                                          "%u (SO_PEERGROUPS), refusing", l->path, (int)cred.pid,
+                                          (unsigned)cred.uid);
+                        (void)snprintf(detail, sizeof(detail), "kvdistd cannot read the groups "
+                                       "of uid %u to check allow_gids", (unsigned)cred.uid);
+                        conn_refuse(d, cfd, KVD_E_PERMISSION_DENIED, detail);
+                        d->counters.conns_refused++;
+                        continue;
+                }
+                if (r == 0) {
                         log_warning("listener %s: pid %d uid %u gid %u is not in the allow-list, "
                                     "refusing", l->path, (int)cred.pid, (unsigned)cred.uid,
                                     (unsigned)cred.gid);
+                        (void)snprintf(detail, sizeof(detail), "kvdistd refuses uid %u gid %u: "
+                                       "neither is in its allow_uids or allow_gids, nor any "
+                                       "group of the process", (unsigned)cred.uid,
+                                       (unsigned)cred.gid);
+                        conn_refuse(d, cfd, KVD_E_PERMISSION_DENIED, detail);
                         d->counters.conns_refused++;
                         continue;
                 }
                 if (d->n_conns >= d->config->limits.max_clients * 2) {
                         log_warning("listener %s: %u connections open, refusing pid %d",
                                     l->path, d->n_conns, (int)cred.pid);
+                        (void)snprintf(detail, sizeof(detail), "kvdistd has %u connections "
+                                       "open, twice limits.max_clients", d->n_conns);
+                        conn_refuse(d, cfd, KVD_E_LIMIT_EXCEEDED, detail);
                         d->counters.conns_refused++;
                         continue;
                 }
@@ -206,11 +262,46 @@ static int listener_new_activated(Daemon *d, int fd, Listener **ret)
         return 0;
 }
 
+/*
+ * Makes room for a socket at @path (@sa): nothing there is fine; a socket nobody answers on, left
+ * by a daemon that died, is removed; a live kvdistd's socket and anything that is not a socket
+ * (a file a mistyped --socket names, a folder, a symbolic link) are left alone and refused.
+ * Logs what it refuses.
+ */
+static int listener_clear_path(const char *path, const struct sockaddr_un *sa)
+{
+        _cleanup_close_ int fd = -1;
+        struct stat st;
+
+        if (lstat(path, &st) < 0) {
+                if (errno == ENOENT)
+                        return 0;
+                return log_error_errno(-errno, "cannot inspect %s", path);
+        }
+        if (!S_ISSOCK(st.st_mode))
+                return log_error_errno(-EEXIST, "%s is not a socket, refusing to replace it; "
+                                       "point --socket or socket_path at a socket path", path);
+
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return log_error_errno(-errno, "cannot create a Unix socket");
+        if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0 || errno == EAGAIN)
+                return log_error_errno(-EADDRINUSE, "another kvdistd is listening on %s", path);
+        if (errno != ECONNREFUSED)
+                return log_error_errno(-errno, "cannot tell whether a kvdistd listens on %s, "
+                                       "not replacing it", path);
+        if (unlink(path) < 0 && errno != ENOENT)
+                return log_error_errno(-errno, "cannot remove the stale socket %s", path);
+        log_info("replaced the stale socket %s", path);
+        return 0;
+}
+
 int listener_new(Daemon *d, Listener **ret)
 {
         const Config *cfg = d->config;
         _cleanup_close_ int fd = -1;
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        char msg[256];
         int r;
 
         fd = listener_take_activated();
@@ -224,24 +315,19 @@ int listener_new(Daemon *d, Listener **ret)
                                        cfg->socket_path);
         strcpy(sa.sun_path, cfg->socket_path);
 
+        r = socket_path_check_dir(cfg->socket_path, true, msg, sizeof(msg));
+        if (r < 0)
+                return log_error_errno(r, "cannot listen on %s: %s", cfg->socket_path, msg);
         r = mkdir_parents(cfg->socket_path, 0755);
         if (r < 0)
                 return log_error_errno(r, "cannot create the directory of %s", cfg->socket_path);
+        r = listener_clear_path(cfg->socket_path, &sa);
+        if (r < 0)
+                return r;
 
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return log_error_errno(-errno, "cannot create a Unix socket");
-
-        /* A socket file left by a daemon that died is replaced; a live daemon is not. */
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN)
-                return log_error_errno(-EADDRINUSE, "another kvdistd is listening on %s",
-                                       cfg->socket_path);
-        safe_close(fd);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return log_error_errno(-errno, "cannot create a Unix socket");
-        (void)unlink(cfg->socket_path);
-
         if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
                 return log_error_errno(-errno, "cannot bind %s", cfg->socket_path);
         if (chmod(cfg->socket_path, cfg->socket_mode) < 0) {

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Listener: the daemon's Unix socket. Creates it (mode from config, parent directory made if
- * missing), accepts connections, reads the peer's credentials with SO_PEERCRED and applies the
- * uid/gid allow-list before a connection exists.
+ * missing, a /tmp/kvdist-UID folder made 0700 and checked), accepts connections, reads the
+ * peer's credentials (SO_PEERCRED, SO_PEERGROUPS) and applies the uid/gid allow-list and the
+ * connection limit before a connection exists; a refused peer gets an error frame saying why.
  */
 #pragma once
 
@@ -12,7 +13,8 @@ typedef struct Listener Listener;
 /*
  * Serves the client socket the service manager passed (socket activation: the one named
  * "kvdist", or the only one; checked to be a listening Unix stream socket), else binds and
- * listens on the configured path, replacing a stale socket file. Logs what failed.
+ * listens on the configured path, replacing a stale socket file (one nobody answers on) and
+ * nothing else. Logs what failed.
  */
 int listener_new(Daemon *d, Listener **ret);
 

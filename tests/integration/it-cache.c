@@ -319,6 +319,21 @@ void expect_status_at(kvd_client *c, int r, int want, const char *substr, const 
                               "not say \"%s\"", file, line, what, kvd_strerror(r), detail, substr);
 }
 
+json_t *daemon_status_json(const HarnessDaemon *d)
+{
+        char *text = NULL;
+        json_error_t jerr;
+        json_t *root;
+        int r;
+
+        r = harness_daemon_status(d, &text);
+        ck_assert_msg(r == KVD_OK, "kvd_daemon_status: %s", kvd_strerror(r));
+        root = json_loads(text, 0, &jerr);
+        ck_assert_msg(root, "status JSON: %s", jerr.text);
+        free(text);
+        return root;
+}
+
 int64_t status_json_int(const char *json, const char *path)
 {
         json_error_t jerr;

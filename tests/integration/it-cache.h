@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
 #include <kvdist/kvdist.h>
 
 #include "harness.h"
@@ -110,6 +111,9 @@ void expect_status_at(kvd_client *c, int r, int want, const char *substr, const 
 
 /* An integer at a '/'-separated path ("pool/used", "clusters/0/regions") of a status document. */
 int64_t status_json_int(const char *json, const char *path);
+
+/* The status document of @d through a fresh connection, parsed; json_decref() it. */
+json_t *daemon_status_json(const HarnessDaemon *d);
 
 /* kvd_daemon_status() through @c and status_json_int() of it. */
 int64_t client_status_int(kvd_client *c, const char *path);

@@ -102,6 +102,17 @@ int fake_error(int fd, const FakeFrame *req, int code, const char *detail)
         return fake_send_all(fd, buf, len, NULL, 0);
 }
 
+int fake_farewell(int fd, int code, const char *detail)
+{
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t len;
+
+        if (frame_pack_error(0, FRAME_CONNECTION_REQUEST_ID, code, detail,
+                             FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len) < 0)
+                return -1;
+        return fake_send_all(fd, buf, len, NULL, 0);
+}
+
 int fake_status(int fd, const FakeFrame *req, int code, const char *detail)
 {
         const FrameType *ft = frame_type_lookup(req->h.type);

@@ -74,6 +74,9 @@ int fake_reply(int fd, const FakeFrame *req, const ProtobufCMessage *msg, const 
 /* Answers @req with an error frame (a bare Status). Returns 0 or -1. */
 int fake_error(int fd, const FakeFrame *req, int code, const char *detail);
 
+/* Says why the connection closes: an error frame about the connection, not a request. 0 or -1. */
+int fake_farewell(int fd, int code, const char *detail);
+
 /* Answers @req with its reply type, holding only a Status. Returns 0 or -1. */
 int fake_status(int fd, const FakeFrame *req, int code, const char *detail);
 

@@ -149,6 +149,61 @@ START_TEST(test_hello_denied)
 }
 END_TEST
 
+/* The daemon refuses the connection and says why, after the Hello came in. */
+static void script_farewell_after_hello(FakeDaemon *d, int fd)
+{
+        FakeFrame f;
+
+        EXPECT(d, fake_recv(d, fd, &f) == 1);
+        EXPECT(d, fake_farewell(fd, KVD_E_PERMISSION_DENIED, "kvdistd refuses uid 1234") == 0);
+        fake_frame_done(&f);
+}
+
+START_TEST(test_hello_farewell)
+{
+        FakeDaemon d;
+        kvd_client *c = NULL;
+
+        fake_start(&d, script_farewell_after_hello);
+        ck_assert_int_eq(
+                kvd_client_init(&c, 3, KVD_ROLE_MIX,
+                                (kvd_option[]){{"socket_path", d.path}, {"device_id", "1"}}, 2),
+                KVD_E_PERMISSION_DENIED);
+        ck_assert_ptr_null(c);
+        ck_assert_str_eq(kvd_last_error(NULL), "kvdistd refuses uid 1234");
+        fake_stop(&d);
+}
+END_TEST
+
+/* Hello, then a farewell and the close before the client sends anything else. */
+static void script_farewell_later(FakeDaemon *d, int fd)
+{
+        EXPECT(d, fake_handshake(d, fd, false) == 0);
+        EXPECT(d, fake_farewell(fd, KVD_E_LIMIT_EXCEEDED, "kvdistd has 8 connections open") ==
+                          0);
+}
+
+START_TEST(test_farewell_under_send)
+{
+        FakeDaemon d;
+        kvd_client *c = NULL;
+        char *json = NULL;
+
+        fake_start(&d, script_farewell_later);
+        ck_assert_int_eq(kvd_client_connect(&c, &(kvd_option){"socket_path", d.path}, 1), KVD_OK);
+        /* The fake has closed its end: the request's send fails with EPIPE, and the client reads
+         * what the daemon said before it closed. */
+        fake_stop(&d);
+        ck_assert_int_eq(kvd_daemon_status(c, &json), KVD_E_LIMIT_EXCEEDED);
+        ck_assert_str_eq(kvd_last_error(c), "kvdistd has 8 connections open");
+        /* The connection is dead for good, for the same reason. */
+        ck_assert_int_eq(kvd_daemon_status(c, &json), KVD_E_LIMIT_EXCEEDED);
+        ck_assert_str_eq(kvd_last_error(c), "kvdistd has 8 connections open");
+        ck_assert_ptr_null(json);
+        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
+}
+END_TEST
+
 /* --- options --------------------------------------------------------------------------- */
 
 /* Init with a missing socket: bad options fail with PARAM_INVALID before any connect. */
@@ -677,6 +732,8 @@ static Suite *client_suite(void)
         tcase_add_test(tc, test_hello_mismatch);
         tcase_add_test(tc, test_hello_other_version);
         tcase_add_test(tc, test_hello_denied);
+        tcase_add_test(tc, test_hello_farewell);
+        tcase_add_test(tc, test_farewell_under_send);
         tcase_add_test(tc, test_options);
         tcase_add_test(tc, test_init_and_calls);
         /* Generous for sanitizer builds on a loaded machine; nothing here waits on a clock. */

@@ -93,14 +93,18 @@ typedef struct kvd_option {
  * "device_ip": "10.0.0.1"}]}]}; left out, the daemon generates it from its peer address).
  * On success *@ret_client owns the connection until kvd_client_finalize().
  * Fails with PARAM_INVALID for bad options, CLUSTER_EXISTS for a duplicate id,
- * DAEMON_UNAVAILABLE when nothing listens, PERMISSION_DENIED when the daemon refuses us.
+ * DAEMON_UNAVAILABLE when nothing listens, PERMISSION_DENIED when the daemon refuses us (its
+ * allow_uids / allow_gids; the detail names our uid and gid) or when the socket lies in a
+ * /tmp/kvdist-UID folder that is a symbolic link, belongs to another uid or is writable by
+ * others (nothing is sent there), LIMIT_EXCEEDED when the daemon has as many connections or
+ * clusters as it takes.
  */
 int kvd_client_init(kvd_client **ret_client, uint64_t cluster_id, kvd_role role,
                     const kvd_option *options, size_t n_options);
 
 /*
  * Connects without attaching a cluster: only read-only calls work (kvd_daemon_status()).
- * Options: "socket_path". This is what kvdistctl uses.
+ * Options: "socket_path". This is what kvdistctl uses. Fails as kvd_client_init() does.
  */
 int kvd_client_connect(kvd_client **ret_client, const kvd_option *options, size_t n_options);
 
