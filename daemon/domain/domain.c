@@ -46,6 +46,11 @@ static void domain_set_state(Domain *dom, DomainState state)
         dom->state = state;
 }
 
+static void domain_on_drain(evutil_socket_t fd, short what, void *userdata)
+{
+        call_drain(userdata);
+}
+
 int domain_registry_new(Daemon *d, DomainRegistry **ret)
 {
         DomainRegistry *reg = calloc(1, sizeof(*reg));
@@ -57,6 +62,12 @@ int domain_registry_new(Daemon *d, DomainRegistry **ret)
         clist_init(&reg->queue);
         clist_init(&reg->pair_links);
         clist_init(&reg->local_res);
+        clist_init(&reg->done);
+        reg->drain = event_new(d->base, -1, 0, domain_on_drain, reg);
+        if (!reg->drain) {
+                free(reg);
+                return -ENOMEM;
+        }
         *ret = reg;
         return 0;
 }
@@ -119,16 +130,22 @@ DomainRegistry *domain_registry_free(DomainRegistry *reg)
 
         if (!reg)
                 return NULL;
+        /* The loop runs no more: what the data planes and the copy engine completed last is
+         * told here, then every call still running stops. */
+        call_drain(reg);
         CLIST_FOREACH_SAFE(dom, tmp, &reg->domains, link_reg) {
                 domain_calls_fail(dom, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
                 domain_remove(dom);
         }
+        call_drain(reg);
         CLIST_FOREACH_SAFE(lr, ltmp, &reg->local_res, link) {
                 clist_unlink(&lr->link);
                 free(lr);
         }
         /* Pair links die with their domains; calls with the data planes before us. */
         assert(clist_is_empty(&reg->pair_links));
+        assert(reg->n_calls == 0);
+        event_free(reg->drain);
         free(reg);
         return NULL;
 }

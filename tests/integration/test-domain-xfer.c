@@ -18,62 +18,6 @@
 #include "it-domain.h"
 #include "it-peers.h"
 
-#define GUARD 4096
-
-/* A buffer in memory from kvd_mem_alloc() with guard bytes on both sides: the guards hold
- * the stream @seed at their offsets, the payload the start of stream @seed. */
-typedef struct Buf {
-        uint8_t *mem;
-        size_t size;
-        uint8_t *p;
-        size_t len;
-        uint64_t seed;
-} Buf;
-
-/* Fills the guards and the payload with their patterns again. */
-static void buf_reset(Buf *b)
-{
-        harness_fill_pattern(b->mem, b->size, b->seed);
-        harness_fill_pattern(b->p, b->len, b->seed);
-}
-
-static void buf_alloc(Buf *b, kvd_client *c, size_t len, uint64_t seed)
-{
-        void *mem;
-
-        *b = (Buf){ .size = len + 2 * GUARD, .len = len, .seed = seed };
-        expect_ok(c, kvd_mem_alloc(c, b->size, &mem));
-        b->mem = mem;
-        b->p = b->mem + GUARD;
-        buf_reset(b);
-}
-
-/* The first @n bytes of the payload hold stream @src, the rest and the guards their own. */
-static void buf_expect_n(const Buf *b, uint64_t src, size_t n)
-{
-        ssize_t at;
-
-        at = harness_check_pattern_at(b->mem, GUARD, b->seed, 0);
-        ck_assert_msg(at < 0, "guard before the buffer changed at %zd", at);
-        at = harness_check_pattern(b->p, n, src);
-        ck_assert_msg(at < 0, "received byte %zd of %zu differs", at, n);
-        at = harness_check_pattern_at(b->p + n, b->len - n, b->seed, n);
-        ck_assert_msg(at < 0, "byte %zd after the %zu received changed", at, n);
-        at = harness_check_pattern_at(b->p + b->len, GUARD, b->seed, GUARD + b->len);
-        ck_assert_msg(at < 0, "guard after the buffer changed at %zd", at);
-}
-
-/* The whole payload holds stream @src. */
-static void buf_expect(const Buf *b, uint64_t src)
-{
-        buf_expect_n(b, src, b->len);
-}
-
-static void buf_untouched(const Buf *b)
-{
-        buf_expect(b, b->seed);
-}
-
 typedef struct Net {
         Node nodes[4];
         DomMember m[4];
@@ -460,29 +404,6 @@ static int late_member(unsigned i, void *arg)
         if (i == 1)
                 memcpy(lr->snapshot, lr->watch->mem, lr->watch->size);
         return ret;
-}
-
-/* Every byte of @b's payload is its own old one or the stream @sent's; returns how many of the
- * new ones differ from the old. */
-static size_t buf_old_or_new(const Buf *b, uint64_t sent)
-{
-        size_t landed = 0;
-
-        ck_assert_msg(harness_check_pattern_at(b->mem, GUARD, b->seed, 0) < 0 &&
-                              harness_check_pattern_at(b->p + b->len, GUARD, b->seed,
-                                                       GUARD + b->len) < 0,
-                      "a guard around the receive buffer changed");
-        for (size_t i = 0; i < b->len; i++) {
-                uint8_t old = harness_pattern_byte(b->seed, i);
-                uint8_t new_byte = harness_pattern_byte(sent, i);
-
-                /* Not ck_assert per byte: each one marks a point through a pipe. */
-                if (b->p[i] != old && b->p[i] != new_byte)
-                        ck_abort_msg("receive byte %zu is neither the old one nor the sent one",
-                                     i);
-                landed += b->p[i] == new_byte && new_byte != old;
-        }
-        return landed;
 }
 
 /*
