@@ -674,6 +674,37 @@ static void op_local_match(DomainOp *s, DomainOp *r)
 
 static void op_take_word(DomainOp *op, LaneWord *w);
 
+/*
+ * @op, of a lane on this daemon, gave up before it met the other end of its message: that end
+ * fails with @op's status and reason, as it would hear them from another daemon (a receive that
+ * timed out fails its sender with TIMEOUT, wherever the two are). An end not assigned yet finds
+ * them among the lane's words, as words from a peer wait.
+ */
+static void local_give_up(const DomainOp *op)
+{
+        Lane *l = op->lane;
+        LaneWord w = { .kind = op->send ? XFER_SEND_CANCEL : XFER_RECV_CANCEL, .seq = op->seq,
+                       .status = op->status };
+        DomainOp *partner = lane_find(l, op->seq, !op->send);
+        LaneWord *copy;
+
+        (void)snprintf(w.msg, sizeof(w.msg), "%s", op->err.msg);
+        if (partner) {
+                if (partner->state == OP_ASSIGNED || partner->state == OP_POSTED)
+                        op_take_word(partner, &w);
+                return;
+        }
+        if (op->seq < (op->send ? l->next_recv_seq : l->next_send_seq) ||
+            l->n_words >= LANE_MAX_WORDS)
+                return;
+        copy = malloc(sizeof(*copy));
+        if (!copy)
+                return;
+        *copy = w;
+        clist_link_tail(&l->words, &copy->link);
+        l->n_words++;
+}
+
 void op_assign(DomainOp *op, Lane *lane, bool send)
 {
         LaneWord *w, *tmp;
@@ -702,17 +733,20 @@ void op_post(DomainOp *op)
         if (op->state != OP_ASSIGNED)
                 return;
         op->state = OP_POSTED;
+        if (op->have_word) {
+                /* The other end gave up on this message already. */
+                op_complete(op, op->word_status, "%s", op->word_msg);
+                return;
+        }
         if (l->local) {
                 partner = lane_find(l, op->seq, !op->send);
                 if (partner && partner->state == OP_POSTED)
                         op_local_match(op->send ? op : partner, op->send ? partner : op);
                 else if (!partner && op->seq < (op->send ? l->next_recv_seq : l->next_send_seq))
+                        /* Gave up while more than LANE_MAX_WORDS others waited (or no memory
+                         * to keep why): only that it did is known. */
                         op_complete(op, KVD_E_FAILED, "rank %" PRIu32 " gave up on this message",
                                     op->send ? l->dst : l->src);
-                return;
-        }
-        if (op->have_word) {
-                op_complete(op, op->word_status, "%s", op->word_msg);
                 return;
         }
         if (op->send) {
@@ -747,7 +781,6 @@ void op_post(DomainOp *op)
 void op_cancel(DomainOp *op, int status, const char *fmt, ...)
 {
         Lane *l = op->lane;
-        DomainOp *partner;
         va_list ap;
 
         /* Stopped once: a collective cancels the rest of its ops on every failure of one, and
@@ -768,11 +801,8 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
                                 engine_cancel(s->task);
                         return;
                 }
-                partner = lane_find(l, op->seq, !op->send);
                 op_complete(op, op->status, "%s", op->err.msg);
-                if (partner && partner->state == OP_POSTED)
-                        op_complete(partner, KVD_E_FAILED, "rank %" PRIu32 " gave up on this "
-                                    "message: %s", op->send ? l->src : l->dst, op->err.msg);
+                local_give_up(op);
                 return;
         }
         switch (op->state) {

@@ -346,28 +346,41 @@ START_TEST(test_duplicates)
 }
 END_TEST
 
-/* A receive that times out: later bytes never land in it, and the lanes stay in step. */
+/*
+ * One end of a message times out before the other calls (loop bit 0: the receive, else the
+ * send); loop bit 1: the two members on one daemon (a copy) rather than two. The late end fails
+ * with the cause, TIMEOUT, and says the other end gave up, whichever the placement; nothing lands
+ * in the receive buffer, later bytes neither, and the lanes stay in step.
+ */
 START_TEST(test_timeout_nothing_lands)
 {
-        static const unsigned on[] = { 0, 1 };
-        kvd_send_recv_item it;
+        static const unsigned on_two[] = { 0, 1 }, on_one[] = { 0, 0 };
+        static const int dev_one[] = { 0, 1 };
+        bool recv_gives_up = !(_i & 1), one_daemon = _i & 2;
+        unsigned early = recv_gives_up ? 1 : 0;
+        kvd_send_recv_item its[2];
         Buf s0, r1, r1b;
         Round r;
         Net w;
 
-        net_start(&w, 2, on, NULL);
+        net_start(&w, 2, one_daemon ? on_one : on_two, one_daemon ? dev_one : NULL);
         buf_alloc(&s0, w.m[0].client, 1 << 20, 1);
         buf_alloc(&r1, w.m[1].client, 1 << 20, 2);
         buf_alloc(&r1b, w.m[1].client, 1 << 20, 3);
-        it = item(KVD_RECV, r1.p, 1 << 18, KVD_DT_FLOAT, 0);
-        expect_status(w.m[1].client, kvd_batch_send_recv(w.m[1].client, w.m[1].comm_id, &it, 1,
-                                                         200),
+        its[0] = item(KVD_SEND, s0.p, 1 << 18, KVD_DT_FLOAT, 1);
+        its[1] = item(KVD_RECV, r1.p, 1 << 18, KVD_DT_FLOAT, 0);
+        expect_status(w.m[early].client, kvd_batch_send_recv(w.m[early].client,
+                                                             w.m[early].comm_id, &its[early], 1,
+                                                             200),
                       KVD_E_TIMEOUT, "did not finish");
-        /* The sender comes late: its message fails (the receiver gave up), nothing lands. */
-        it = item(KVD_SEND, s0.p, 1 << 18, KVD_DT_FLOAT, 1);
-        expect_status(w.m[0].client, kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, &it, 1,
-                                                         5000),
-                      KVD_E_TIMEOUT, "gave up");
+        /* The other end comes late: its message fails with why the first gave up. */
+        expect_status(w.m[!early].client, kvd_batch_send_recv(w.m[!early].client,
+                                                              w.m[!early].comm_id, &its[!early],
+                                                              1, 5000),
+                      KVD_E_TIMEOUT, recv_gives_up ? "the receiver (rank 1) gave up"
+                                                   : "the sender (rank 0) gave up");
+        ck_assert_msg(strstr(kvd_last_error(w.m[!early].client), "did not finish within"), "%s",
+                      kvd_last_error(w.m[!early].client));
         buf_untouched(&r1);
 
         /* The next messages pair up again. */
@@ -509,7 +522,7 @@ static Suite *xfer_suite(void)
         tcase_add_test(tc, test_members_on_one_daemon);
         tcase_add_test(tc, test_mismatch);
         tcase_add_test(tc, test_duplicates);
-        tcase_add_test(tc, test_timeout_nothing_lands);
+        tcase_add_loop_test(tc, test_timeout_nothing_lands, 0, 4);
         tcase_add_test(tc, test_timeout_while_moving);
         suite_add_tcase(s, tc);
         return s;

@@ -428,7 +428,8 @@ typedef struct kvd_send_recv_item {
  * SEND to and one RECV from each rank per call. Every item is done, or failed, when the call
  * returns; nothing is written into @items' buffers afterwards. @timeout_ms <= 0: the client's
  * sync_kv_timeout_ms. Returns KVD_OK or the first item's failure (NOT_YET_LINK before the domain
- * is OK, TIMEOUT, PEER_LOST, ...).
+ * is OK, TIMEOUT, PEER_LOST, ...). An item whose other end gave up on it fails with that end's
+ * status: TIMEOUT when the other end's deadline passed.
  */
 int kvd_batch_send_recv(kvd_client *client, uint64_t comm_id, const kvd_send_recv_item *items,
                         size_t n, int timeout_ms);
