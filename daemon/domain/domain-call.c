@@ -362,10 +362,43 @@ static void domain_digest(Domain *dom)
         sha256_final(&h, dom->digest);
 }
 
+/*
+ * Puts the @n entries of cluster_rank_info in rank order into @by_rank: any order is taken (the
+ * seed passes a dict), but each rank of 0..n-1 once and each cluster once.
+ */
+static int cluster_ranks_sort(const Kvdist__V1__DomainLink *m, size_t n,
+                              const Kvdist__V1__ClusterRank **by_rank, Error *err)
+{
+        for (size_t i = 0; i < n; i++)
+                by_rank[i] = NULL;
+        for (size_t i = 0; i < n; i++) {
+                const Kvdist__V1__ClusterRank *e = m->cluster_rank_info[i];
+
+                if (e->rank_id >= n)
+                        return error_set(err, KVD_E_PARAM_INVALID, "cluster_rank_info gives "
+                                         "cluster %" PRIu64 " rank %" PRIu32 "; the ranks of %zu "
+                                         "members are 0..%zu, each once", e->cluster_id,
+                                         e->rank_id, n, n - 1);
+                if (by_rank[e->rank_id])
+                        return error_set(err, KVD_E_PARAM_INVALID, "rank %" PRIu32 " appears "
+                                         "twice in cluster_rank_info (clusters %" PRIu64 " and %"
+                                         PRIu64 ")", e->rank_id,
+                                         by_rank[e->rank_id]->cluster_id, e->cluster_id);
+                for (size_t k = 0; k < i; k++)
+                        if (m->cluster_rank_info[k]->cluster_id == e->cluster_id)
+                                return error_set(err, KVD_E_PARAM_INVALID, "cluster %" PRIu64
+                                                 " appears twice in cluster_rank_info",
+                                                 e->cluster_id);
+                by_rank[e->rank_id] = e;
+        }
+        return 0;
+}
+
 /* Checks the arguments of a link call and fills @ranks (without local state). */
 static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *ranks,
                       uint32_t *ret_me, Error *err)
 {
+        const Kvdist__V1__ClusterRank *by_rank[DOMAIN_MAX_RANKS];
         Daemon *d = c->daemon;
         const RankDevice *own;
         RankDevice res;
@@ -381,21 +414,12 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
         if (n < 2 || n > DOMAIN_MAX_RANKS)
                 return error_set(err, KVD_E_PARAM_INVALID, "cluster_rank_info has %zu entries; a "
                                  "comm domain has 2..%d members", n, DOMAIN_MAX_RANKS);
-        for (size_t i = 0; i < n; i++) {
-                const Kvdist__V1__ClusterRank *e = m->cluster_rank_info[i];
-
-                if (e->rank_id != i)
-                        return error_set(err, KVD_E_PARAM_INVALID, "cluster_rank_info[%zu] has "
-                                         "rank %" PRIu32 "; ranks are 0..%zu in ascending order",
-                                         i, e->rank_id, n - 1);
-                for (size_t k = 0; k < i; k++)
-                        if (m->cluster_rank_info[k]->cluster_id == e->cluster_id)
-                                return error_set(err, KVD_E_PARAM_INVALID, "cluster %" PRIu64
-                                                 " appears twice in cluster_rank_info",
-                                                 e->cluster_id);
-                if (e->cluster_id == c->id)
-                        me = (uint32_t)i;
-        }
+        r = cluster_ranks_sort(m, n, by_rank, err);
+        if (r < 0)
+                return r;
+        for (uint32_t o = 0; o < n; o++)
+                if (by_rank[o]->cluster_id == c->id)
+                        me = o;
         if (me == UINT32_MAX)
                 return error_set(err, KVD_E_PARAM_INVALID, "the calling cluster %" PRIu64 " is not "
                                  "in cluster_rank_info", c->id);
@@ -423,11 +447,11 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
                                  daemon_peer_address(d));
         for (uint32_t o = 0; o < n; o++) {
                 DomainRank *x = &ranks[o];
-                bool attached = daemon_find_cluster(d, m->cluster_rank_info[o]->cluster_id);
+                bool attached = daemon_find_cluster(d, by_rank[o]->cluster_id);
                 bool ours = domain_address_is_ours(d, t.ranks[o].device_ip);
 
                 *x = (DomainRank){ .rank = o };
-                x->cluster_id = m->cluster_rank_info[o]->cluster_id;
+                x->cluster_id = by_rank[o]->cluster_id;
                 (void)snprintf(x->address, sizeof(x->address), "%s", t.ranks[o].device_ip);
                 x->device_id = t.ranks[o].device_id;
                 (void)snprintf(x->server_id, sizeof(x->server_id), "%s", t.ranks[o].server_id);

@@ -231,10 +231,18 @@ START_TEST(test_link_rules)
         info[1].cluster_id = 1001;
         expect_status(a, kvd_link(a, "dup", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "cluster 1001 appears twice");
+        /* Any order of ranks (the seed passes a dict), but each rank once and no gap. */
+        info[0] = (kvd_cluster_rank){ 1001, 0 };
         info[1] = (kvd_cluster_rank){ 2002, 0 };
-        info[0].rank_id = 1;
-        expect_status(a, kvd_link(a, "order", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
-                      "ascending order");
+        expect_status(a, kvd_link(a, "dup-rank", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "rank 0 appears twice in cluster_rank_info (clusters 1001 and 2002)");
+        info[1] = (kvd_cluster_rank){ 2002, 2 };
+        expect_status(a, kvd_link(a, "gap", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "gives cluster 2002 rank 2; the ranks of 2 members are 0..1, each once");
+        info[0] = (kvd_cluster_rank){ 2002, 1 };
+        info[1] = (kvd_cluster_rank){ 1001, 7 };
+        expect_status(a, kvd_link(a, "gap", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "gives cluster 1001 rank 7");
         info[0] = (kvd_cluster_rank){ 5005, 0 };
         info[1] = (kvd_cluster_rank){ 2002, 1 };
         expect_status(a, kvd_link(a, "who", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
@@ -299,6 +307,16 @@ START_TEST(test_link_rules)
         expect_status(w.m[1].client, kvd_unlink(w.m[1].client, id), KVD_E_PARAM_INVALID,
                       "no comm domain");
         expect_ok(a, kvd_unlink(a, id));
+
+        /* Members that list the ranks in different orders form one domain, ranks as given. */
+        info[0] = (kvd_cluster_rank){ 2002, 1 };
+        info[1] = (kvd_cluster_rank){ 1001, 0 };
+        expect_ok(a, kvd_link(a, "any-order", info, 2, w.table, &w.m[0].comm_id));
+        expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "any-order", w.table));
+        dom_wait_ok(w.m, 2);
+        ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/0/members/0/cluster_id"), 1001);
+        ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/0/members/1/cluster_id"), 2002);
+        ck_assert_int_eq(dom_status_int(&w.nodes[1], "domains/0/members/0/cluster_id"), 1001);
         net_stop(&w);
 }
 END_TEST

@@ -378,11 +378,13 @@ typedef struct kvd_cluster_rank {
 
 /*
  * Joins this cluster to comm domain @comm_name (1..KVD_COMM_NAME_MAX characters, unique per
- * daemon). @cluster_rank_info lists the @n members (2..4, ranks 0..n-1 in ascending order, this
- * cluster among them); @rank_table_json is the HCCL "1.0" rank table naming each rank's server,
- * device_id (this cluster's must match its "device_id" option) and device_ip. *@ret_comm_id
- * names the domain in the calls below. Returns at once: PARAM_INVALID (the detail names what is
- * wrong), ALREADY_LINK, LIMIT_EXCEEDED (KVD_MAX_DOMAINS on this daemon), FEATURE_NOT_ENABLED.
+ * daemon). @cluster_rank_info lists the @n members (2..4, this cluster among them) in any order,
+ * as the seed's dict does: ranks 0..n-1, each once, no cluster twice. @rank_table_json is the
+ * HCCL "1.0" rank table naming each rank's server, device_id (this cluster's must match its
+ * "device_id" option) and device_ip. *@ret_comm_id names the domain in the calls below. Returns
+ * at once: PARAM_INVALID (the detail names what is wrong: a rank twice or outside 0..n-1, a
+ * cluster twice, ...), ALREADY_LINK, LIMIT_EXCEEDED (KVD_MAX_DOMAINS on this daemon),
+ * FEATURE_NOT_ENABLED.
  */
 int kvd_link(kvd_client *client, const char *comm_name, const kvd_cluster_rank *cluster_rank_info,
              size_t n, const char *rank_table_json, uint64_t *ret_comm_id);
