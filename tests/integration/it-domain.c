@@ -84,17 +84,29 @@ void dom_link_all(DomMember *m, unsigned n, const char *name, const char *table)
                 expect_ok(m[k].client, dom_link(m, n, k, name, table));
 }
 
-kvd_mem_status dom_wait(DomMember *m, int timeout_ms)
+/* Polls until the status is not PREPARING (@failed: is FAILED) or @timeout_ms passed. */
+static kvd_mem_status dom_poll(DomMember *m, int timeout_ms, bool failed)
 {
         uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
         kvd_mem_status st = KVD_MEM_STATUS_PREPARING;
 
         for (;;) {
                 expect_ok(m->client, kvd_query_register_mem_status(m->client, m->comm_id, &st));
-                if (st != KVD_MEM_STATUS_PREPARING || harness_now_ms() >= deadline)
+                if ((failed ? st == KVD_MEM_STATUS_FAILED : st != KVD_MEM_STATUS_PREPARING) ||
+                    harness_now_ms() >= deadline)
                         return st;
                 harness_sleep_ms(5);
         }
+}
+
+kvd_mem_status dom_wait(DomMember *m, int timeout_ms)
+{
+        return dom_poll(m, timeout_ms, false);
+}
+
+kvd_mem_status dom_wait_failed(DomMember *m, int timeout_ms)
+{
+        return dom_poll(m, timeout_ms, true);
 }
 
 void dom_wait_ok(DomMember *m, unsigned n)

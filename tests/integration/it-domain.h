@@ -47,6 +47,12 @@ void dom_link_all(DomMember *m, unsigned n, const char *name, const char *table)
  */
 kvd_mem_status dom_wait(DomMember *m, int timeout_ms);
 
+/*
+ * Polls kvd_query_register_mem_status() of @m until it says FAILED or @timeout_ms passed; returns
+ * the last status. For a domain that was OK: dom_wait() would return at once.
+ */
+kvd_mem_status dom_wait_failed(DomMember *m, int timeout_ms);
+
 /* dom_wait() of every member, asserting OK. */
 void dom_wait_ok(DomMember *m, unsigned n);
 

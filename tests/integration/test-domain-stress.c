@@ -277,7 +277,7 @@ static void round_unlink(Stress *s, Kind kind, uint32_t root, unsigned absent, u
         else
                 check_broadcast(s, root, false);
         /* It left: it is not waited for as FAILED. */
-        ck_assert_int_eq(dom_wait(&s->m[(absent + 1) % MEMBERS], 10000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait_failed(&s->m[(absent + 1) % MEMBERS], 10000), KVD_MEM_STATUS_FAILED);
         for (unsigned r = 0; r < MEMBERS; r++)
                 if (r != absent)
                         expect_ok(s->m[r].client, kvd_unlink(s->m[r].client, s->m[r].comm_id));
@@ -348,7 +348,7 @@ static void round_kill(Stress *s)
         node_start(&s->nodes[2]);
         stress_attach(s, 3);
         for (unsigned r = 0; r < 3; r++) {
-                ck_assert_int_eq(dom_wait(&s->m[r], 10000), KVD_MEM_STATUS_FAILED);
+                ck_assert_int_eq(dom_wait_failed(&s->m[r], 10000), KVD_MEM_STATUS_FAILED);
                 expect_ok(s->m[r].client, kvd_unlink(s->m[r].client, s->m[r].comm_id));
         }
         stress_form(s);

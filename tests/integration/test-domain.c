@@ -140,7 +140,7 @@ START_TEST(test_form_two)
 
         /* Unlinking one member fails the domain on the other. */
         expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
-        ck_assert_int_eq(dom_wait(&w.m[1], 10000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait_failed(&w.m[1], 10000), KVD_MEM_STATUS_FAILED);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "rank 0"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "unlinked"));
         expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, w.m[1].comm_id));
@@ -526,7 +526,7 @@ START_TEST(test_unlink_leaves_user_link)
         dom_wait_ok(w.m, 2);
 
         expect_ok(w.m[first].client, kvd_unlink(w.m[first].client, w.m[first].comm_id));
-        ck_assert_int_eq(dom_wait(&w.m[!first], 10000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait_failed(&w.m[!first], 10000), KVD_MEM_STATUS_FAILED);
         expect_ok(w.m[!first].client, kvd_unlink(w.m[!first].client, w.m[!first].comm_id));
         for (unsigned i = 0; i < nodes; i++)
                 ck_assert_int_eq(dom_status_len(&w.nodes[i], "domains"), 0);
