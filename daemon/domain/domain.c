@@ -502,6 +502,48 @@ bool domain_pair_link_in_progress(const Cluster *c, uint64_t remote_cluster_id)
                       pl->state == PAIR_LINK_HELD);
 }
 
+/* Member @c's domain that has @remote_cluster_id as another member, PREPARING ones first. */
+static Domain *domain_of_pair(const Cluster *c, uint64_t remote_cluster_id)
+{
+        Domain *dom, *found = NULL;
+
+        CLIST_FOREACH(dom, &c->daemon->domains->domains, link_reg) {
+                bool member = false, other = false;
+
+                for (uint32_t r = 0; r < dom->n_ranks; r++) {
+                        member = member || (dom->ranks[r].local && dom->ranks[r].joined &&
+                                            dom->ranks[r].cluster == c);
+                        other = other || (dom->ranks[r].cluster_id == remote_cluster_id &&
+                                          remote_cluster_id != c->id);
+                }
+                if (!member || !other || dom->state == DOMAIN_OK)
+                        continue;
+                if (dom->state == DOMAIN_PREPARING)
+                        return dom;
+                found = found ?: dom;
+        }
+        return found;
+}
+
+int domain_explain_no_link(const Cluster *c, uint64_t remote_cluster_id, Error *err)
+{
+        Domain *dom;
+
+        if (!c->daemon->domains)
+                return 0;
+        dom = domain_of_pair(c, remote_cluster_id);
+        if (!dom)
+                return 0;
+        if (dom->state == DOMAIN_PREPARING)
+                return error_set(err, KVD_E_NOT_YET_LINK, "cluster %" PRIu64 " has no link to "
+                                 "cluster %" PRIu64 " yet: %s is not ready (PREPARING); its "
+                                 "links are made once kvd_query_register_mem_status() says OK",
+                                 c->id, remote_cluster_id, DOMAIN_NAME(dom));
+        return error_set(err, KVD_E_NOT_YET_LINK, "cluster %" PRIu64 " has no link to cluster %"
+                         PRIu64 ": %s failed (%s); kvd_unlink() it and link again", c->id,
+                         remote_cluster_id, DOMAIN_NAME(dom), dom->reason);
+}
+
 /* ---- local_comm_res ---- */
 
 /* Whether @ip_port (canonical) is where this daemon listens for peers. */

@@ -71,10 +71,16 @@ START_TEST(test_form_two)
         expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, w.m[0].comm_id,
                                                                &st));
         ck_assert_int_eq(st, KVD_MEM_STATUS_PREPARING);
-        /* Before OK nothing goes through. */
+        /* Before OK nothing goes through, and the detail says the domain is not ready. */
         expect_status(w.m[0].client, kvd_pull_blocks(w.m[0].client, &key_b, ca.id, sb, 4, db, 4,
                                                      &o),
-                      KVD_E_NOT_YET_LINK, NULL);
+                      KVD_E_NOT_YET_LINK, "(prefill-decode) is not ready (PREPARING)");
+        ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "kvd_query_register_mem_status()") &&
+                              !strstr(kvd_last_error(w.m[0].client), "kvd_link_clusters"),
+                      "%s", kvd_last_error(w.m[0].client));
+        expect_status(w.m[0].client, kvd_push_blocks(w.m[0].client, &key_b, ca.id, sb, 4, db, 4,
+                                                     &o),
+                      KVD_E_NOT_YET_LINK, "(prefill-decode) is not ready (PREPARING)");
         expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "prefill-decode", w.table));
         dom_wait_ok(w.m, 2);
 
@@ -143,6 +149,9 @@ START_TEST(test_form_two)
         ck_assert_int_eq(dom_wait_failed(&w.m[1], 10000), KVD_MEM_STATUS_FAILED);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "rank 0"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "unlinked"));
+        expect_status(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 4, db, 4,
+                                                     &o),
+                      KVD_E_NOT_YET_LINK, "(prefill-decode) failed (rank 0");
         expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, w.m[1].comm_id));
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 0);
