@@ -456,7 +456,7 @@ static void op_on_rdma_ready(RdmaEndpoint *ep, int status, const char *reason, v
                 op_complete(op, KVD_E_PEER_LOST, "cannot WRITE to rank %" PRIu32 ": %s",
                             op->lane->dst, strerror(-r));
         }
-        /* Nothing of @op past this point: the job may have ended (and the call with it). */
+        /* Nothing of @op past this point: the job may have ended and completed it. */
 }
 
 /* A send whose READY asks for RDMA WRITEs: register, pair up, WRITE over our link's endpoint. */
