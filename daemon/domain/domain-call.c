@@ -57,6 +57,7 @@ int call_new(Domain *dom, uint32_t rank, Cluster *c, Request *req, OpKind kind, 
         for (size_t i = 0; i < n_ops; i++) {
                 call->ops[i].call = call;
                 clist_init(&call->ops[i].link_lane);
+                clist_init(&call->ops[i].link_done);
         }
         domain_ref(dom);
         clist_link_tail(&dom->calls, &call->link_domain);
@@ -74,7 +75,8 @@ DomainCall *call_free(DomainCall *call)
                 return NULL;
         dom = call->dom;
         for (size_t i = 0; i < call->n_ops; i++)
-                assert(call->ops[i].state == OP_DONE || call->ops[i].lane == NULL);
+                assert((call->ops[i].state == OP_DONE || call->ops[i].lane == NULL) &&
+                       !clist_is_linked(&call->ops[i].link_done));
         for (size_t i = 0; i < call->n_regions; i++)
                 region_unref(call->regions[i]);
         if (call->timer)
@@ -166,22 +168,28 @@ static void call_finish(DomainCall *call)
         daemon_check_stopped(d);
 }
 
-/* Stops every op of @call that is not done; the call finishes with the last completion. */
+/* Stops every op of @call that is not done; the drain finishes the call after the last. */
 static void call_cancel(DomainCall *call, int status, const char *reason)
 {
-        DomainOp *op;
-
-        call->n_pending++;      /* the ops may all complete right here */
         for (size_t i = 0; i < call->n_ops; i++) {
-                op = &call->ops[i];
+                DomainOp *op = &call->ops[i];
+
                 if (op->lane && op->state != OP_DONE)
                         op_cancel(op, status, "%s", reason);
         }
-        if (--call->n_pending == 0)
-                call_finish(call);
 }
 
 void call_op_done(DomainOp *op)
+{
+        DomainRegistry *reg = op->call->dom->reg;
+
+        assert(!clist_is_linked(&op->link_done));
+        clist_link_tail(&reg->done, &op->link_done);
+        event_active(reg->drain, EV_TIMEOUT, 1);
+}
+
+/* What completed @op means for its call. */
+static void call_take_op(DomainOp *op)
 {
         DomainCall *call = op->call;
 
@@ -210,16 +218,25 @@ void call_op_done(DomainOp *op)
                 else
                         error_set(&call->err, op->status, "%s", op->err.msg);
         }
-        if (op->status != KVD_OK && call->fail_fast) {
-                call->n_pending++;
+        if (op->status != KVD_OK && call->fail_fast)
                 call_cancel(call, call->status, call->err.msg);
-                call->n_pending--;
-        } else if (op->status == KVD_OK && op->forward && call->status == KVD_OK) {
+        else if (op->status == KVD_OK && op->forward && call->status == KVD_OK)
                 op_post(op->forward);
-        }
         assert(call->n_pending > 0);
         if (--call->n_pending == 0)
                 call_finish(call);
+}
+
+void call_drain(DomainRegistry *reg)
+{
+        /* One op at a time from the head: handling one queues others (a cancel, a forward). A
+         * call is finished with its last op, so none of its ops is queued any more then. */
+        while (!clist_is_empty(&reg->done)) {
+                DomainOp *op = clist_first_entry(&reg->done, DomainOp, link_done);
+
+                clist_unlink(&op->link_done);
+                call_take_op(op);
+        }
 }
 
 static void call_on_deadline(evutil_socket_t fd, short what, void *userdata)
@@ -258,22 +275,23 @@ int call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
         struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
         Request *req = call->req;
 
+        call->n_pending = call->n_ops;
+        if (call->n_ops == 0) {
+                /* Nothing to do (every item had count 0): answered now. */
+                call_finish(call);
+                return HANDLER_PENDING;
+        }
         call->timer = evtimer_new(call->dom->daemon->base, call_on_deadline, call);
         if (!call->timer || evtimer_add(call->timer, &tv) < 0) {
-                /* The seqs are taken: the other ends hear that these messages will not come. */
+                /* The seqs are taken: the other ends hear that these messages will not come.
+                 * The drain frees the call, unanswered. */
                 call->req = NULL;
-                call->n_pending = call->n_ops + 1;
-                for (size_t i = 0; i < call->n_ops; i++)
-                        op_cancel(&call->ops[i], KVD_E_OUT_OF_MEMORY, "out of memory");
-                if (--call->n_pending == 0)
-                        call_finish(call);
+                call_cancel(call, KVD_E_OUT_OF_MEMORY, "out of memory");
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot arm the deadline");
         }
         req->cancel = call_on_request_cancel;
         req->userdata = call;
-        /* Receives first: their jobs exist before any sender looks. The call cannot finish
-         * until every op has been posted. */
-        call->n_pending = call->n_ops + 1;
+        /* Receives first: their jobs exist before any sender looks. */
         for (int pass = 0; pass < 2; pass++)
                 for (size_t i = 0; i < call->n_ops; i++) {
                         DomainOp *op = &call->ops[i];
@@ -281,8 +299,6 @@ int call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
                         if (op->send == (pass == 1) && !op->deferred)
                                 op_post(op);
                 }
-        if (--call->n_pending == 0)
-                call_finish(call);
         return HANDLER_PENDING;
 }
 
@@ -346,10 +362,43 @@ static void domain_digest(Domain *dom)
         sha256_final(&h, dom->digest);
 }
 
+/*
+ * Puts the @n entries of cluster_rank_info in rank order into @by_rank: any order is taken (the
+ * seed passes a dict), but each rank of 0..n-1 once and each cluster once.
+ */
+static int cluster_ranks_sort(const Kvdist__V1__DomainLink *m, size_t n,
+                              const Kvdist__V1__ClusterRank **by_rank, Error *err)
+{
+        for (size_t i = 0; i < n; i++)
+                by_rank[i] = NULL;
+        for (size_t i = 0; i < n; i++) {
+                const Kvdist__V1__ClusterRank *e = m->cluster_rank_info[i];
+
+                if (e->rank_id >= n)
+                        return error_set(err, KVD_E_PARAM_INVALID, "cluster_rank_info gives "
+                                         "cluster %" PRIu64 " rank %" PRIu32 "; the ranks of %zu "
+                                         "members are 0..%zu, each once", e->cluster_id,
+                                         e->rank_id, n, n - 1);
+                if (by_rank[e->rank_id])
+                        return error_set(err, KVD_E_PARAM_INVALID, "rank %" PRIu32 " appears "
+                                         "twice in cluster_rank_info (clusters %" PRIu64 " and %"
+                                         PRIu64 ")", e->rank_id,
+                                         by_rank[e->rank_id]->cluster_id, e->cluster_id);
+                for (size_t k = 0; k < i; k++)
+                        if (m->cluster_rank_info[k]->cluster_id == e->cluster_id)
+                                return error_set(err, KVD_E_PARAM_INVALID, "cluster %" PRIu64
+                                                 " appears twice in cluster_rank_info",
+                                                 e->cluster_id);
+                by_rank[e->rank_id] = e;
+        }
+        return 0;
+}
+
 /* Checks the arguments of a link call and fills @ranks (without local state). */
 static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *ranks,
                       uint32_t *ret_me, Error *err)
 {
+        const Kvdist__V1__ClusterRank *by_rank[DOMAIN_MAX_RANKS];
         Daemon *d = c->daemon;
         const RankDevice *own;
         RankDevice res;
@@ -365,21 +414,12 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
         if (n < 2 || n > DOMAIN_MAX_RANKS)
                 return error_set(err, KVD_E_PARAM_INVALID, "cluster_rank_info has %zu entries; a "
                                  "comm domain has 2..%d members", n, DOMAIN_MAX_RANKS);
-        for (size_t i = 0; i < n; i++) {
-                const Kvdist__V1__ClusterRank *e = m->cluster_rank_info[i];
-
-                if (e->rank_id != i)
-                        return error_set(err, KVD_E_PARAM_INVALID, "cluster_rank_info[%zu] has "
-                                         "rank %" PRIu32 "; ranks are 0..%zu in ascending order",
-                                         i, e->rank_id, n - 1);
-                for (size_t k = 0; k < i; k++)
-                        if (m->cluster_rank_info[k]->cluster_id == e->cluster_id)
-                                return error_set(err, KVD_E_PARAM_INVALID, "cluster %" PRIu64
-                                                 " appears twice in cluster_rank_info",
-                                                 e->cluster_id);
-                if (e->cluster_id == c->id)
-                        me = (uint32_t)i;
-        }
+        r = cluster_ranks_sort(m, n, by_rank, err);
+        if (r < 0)
+                return r;
+        for (uint32_t o = 0; o < n; o++)
+                if (by_rank[o]->cluster_id == c->id)
+                        me = o;
         if (me == UINT32_MAX)
                 return error_set(err, KVD_E_PARAM_INVALID, "the calling cluster %" PRIu64 " is not "
                                  "in cluster_rank_info", c->id);
@@ -407,11 +447,11 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
                                  daemon_peer_address(d));
         for (uint32_t o = 0; o < n; o++) {
                 DomainRank *x = &ranks[o];
-                bool attached = daemon_find_cluster(d, m->cluster_rank_info[o]->cluster_id);
+                bool attached = daemon_find_cluster(d, by_rank[o]->cluster_id);
                 bool ours = domain_address_is_ours(d, t.ranks[o].device_ip);
 
                 *x = (DomainRank){ .rank = o };
-                x->cluster_id = m->cluster_rank_info[o]->cluster_id;
+                x->cluster_id = by_rank[o]->cluster_id;
                 (void)snprintf(x->address, sizeof(x->address), "%s", t.ranks[o].device_ip);
                 x->device_id = t.ranks[o].device_id;
                 (void)snprintf(x->server_id, sizeof(x->server_id), "%s", t.ranks[o].server_id);

@@ -207,6 +207,8 @@ struct DomainRegistry {
         unsigned n_active;
         CList pair_links;               /* PairLink.link_reg */
         CList local_res;                /* LocalRes.link */
+        CList done;                     /* DomainOp.link_done: completed, their calls not told */
+        struct event *drain;            /* tells them, from the event loop (call_drain()) */
         unsigned n_calls;
         uint64_t formed;                /* domains that reached OK */
         uint64_t failed;                /* that failed */
@@ -340,6 +342,7 @@ struct DomainOp {
         DomainOp *forward;              /* receive: the send that passes its bytes on */
         bool deferred;                  /* send: posted when its receive completes */
         CList link_lane;
+        CList link_done;                /* on reg->done between its completion and the drain */
 };
 
 typedef struct DomainCall {
@@ -350,7 +353,7 @@ typedef struct DomainCall {
         OpKind kind;
         DomainOp *ops;
         size_t n_ops;
-        size_t n_pending;
+        size_t n_pending;               /* ops the drain has not handled yet */
         int32_t *rets;                  /* batch: per item */
         size_t n_items;
         TcpDstSegment *segs;            /* storage of every op's segments */
@@ -477,8 +480,15 @@ int lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err);
 void lane_rdma_release(DomainOp *op);
 
 /* domain-call.c */
-/* @op reached OP_DONE. */
+/*
+ * @op reached OP_DONE: queues it for call_drain(), which tells its call. Nothing that completes
+ * an op (a job's end, a word, a cancel, a lost peer) ever runs a call's reaction to it (a
+ * collective's fail-fast cancel, a forward, the answer) or frees an op or a call under its
+ * caller: only the drain does, from its own event, where no other op is being handled.
+ */
 void call_op_done(DomainOp *op);
+/* Tells every call what its queued ops did; finishes and frees calls whose ops are all done. */
+void call_drain(DomainRegistry *reg);
 /* Every call of @dom stops with @code. */
 void domain_calls_fail(Domain *dom, int code, const char *reason);
 /* Validates the caller and @dom for an operation; NOT_YET_LINK while PREPARING. */

@@ -105,6 +105,17 @@ static LaneWord *lane_word_free(LaneWord *w)
         return NULL;
 }
 
+/* The word of @kind about @seq that waits on @l, or NULL. */
+static LaneWord *lane_word_find(Lane *l, XferKind kind, uint64_t seq)
+{
+        LaneWord *w;
+
+        CLIST_FOREACH(w, &l->words, link)
+                if (w->kind == kind && w->seq == seq)
+                        return w;
+        return NULL;
+}
+
 /* Takes @w off @l's words it waits with. */
 static void lane_word_unlink(Lane *l, LaneWord *w)
 {
@@ -291,6 +302,7 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...) _printf_
 static void op_complete(DomainOp *op, int status, const char *fmt, ...)
 {
         Lane *l = op->lane;
+        bool abort_ready;
         va_list ap;
 
         if (op->state == OP_DONE)
@@ -304,12 +316,8 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
                 error_setv(&op->err, status, fmt, ap);
                 va_end(ap);
         }
-        if (op->send && op->have_ready && !op->ready_spent) {
-                /* The receiver readied itself for bytes that will never come. */
-                op->ready_spent = true;
-                lane_abort_job(l, op->ready_peer, op->seq, op->ready.bytes, op->ready_rdma,
-                               op->status ?: KVD_E_FAILED, op->err.msg);
-        }
+        /* Done and off its lane before a word goes out: a send that loses its peer runs
+         * domain_on_peer_lost() right there, which must find this op over. */
         op->state = OP_DONE;
         clist_unlink(&op->link_lane);
         /* Each message counts once per lane: at the send on one daemon, else at our end. */
@@ -317,6 +325,13 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
                 l->n_msgs++;
                 l->bytes += op->desc.bytes;
                 l->n_rdma_msgs += op->rdma;
+        }
+        abort_ready = op->send && op->have_ready && !op->ready_spent;
+        if (abort_ready) {
+                /* The receiver readied itself for bytes that will never come. */
+                op->ready_spent = true;
+                lane_abort_job(l, op->ready_peer, op->seq, op->ready.bytes, op->ready_rdma,
+                               op->status ?: KVD_E_FAILED, op->err.msg);
         }
         call_op_done(op);
 }
@@ -441,7 +456,7 @@ static void op_on_rdma_ready(RdmaEndpoint *ep, int status, const char *reason, v
                 op_complete(op, KVD_E_PEER_LOST, "cannot WRITE to rank %" PRIu32 ": %s",
                             op->lane->dst, strerror(-r));
         }
-        /* Nothing of @op past this point: the job may have ended (and the call with it). */
+        /* Nothing of @op past this point: the job may have ended and completed it. */
 }
 
 /* A send whose READY asks for RDMA WRITEs: register, pair up, WRITE over our link's endpoint. */
@@ -587,18 +602,17 @@ static DomainOp *lane_find(Lane *l, uint64_t seq, bool send)
 static void local_on_copied(EngineTask *task, int status, void *userdata)
 {
         DomainOp *s = userdata, *r = s->partner;
+        /* A cancel (of either end) stopped the copy: each end says what stopped it. */
+        const DomainOp *why = s->status ? s : r;
+        int code = status == 0 ? KVD_OK : why->status ?: KVD_E_FAILED;
+        const char *msg = why->status ? why->err.msg : "the copy stopped";
 
         s->task = NULL;
         s->partner = r->partner = NULL;
-        if (status == 0) {
-                op_complete(s, KVD_OK, "%s", "");
-                op_complete(r, KVD_OK, "%s", "");
-                return;
-        }
-        op_complete(s, s->status ?: r->status ?: KVD_E_FAILED, "%s",
-                    s->status ? s->err.msg : r->err.msg);
-        op_complete(r, r->status ?: s->status ?: KVD_E_FAILED, "%s",
-                    r->status ? r->err.msg : s->err.msg);
+        /* Completing an op never ends its call here (call_op_done() queues it), so both ends
+         * stay valid across both completions. */
+        op_complete(s, code, "%s", msg);
+        op_complete(r, code, "%s", msg);
 }
 
 /* Builds the copies of two segment lists that add up to the same bytes. */
@@ -660,6 +674,37 @@ static void op_local_match(DomainOp *s, DomainOp *r)
 
 static void op_take_word(DomainOp *op, LaneWord *w);
 
+/*
+ * @op, of a lane on this daemon, gave up before it met the other end of its message: that end
+ * fails with @op's status and reason, as it would hear them from another daemon (a receive that
+ * timed out fails its sender with TIMEOUT, wherever the two are). An end not assigned yet finds
+ * them among the lane's words, as words from a peer wait.
+ */
+static void local_give_up(const DomainOp *op)
+{
+        Lane *l = op->lane;
+        LaneWord w = { .kind = op->send ? XFER_SEND_CANCEL : XFER_RECV_CANCEL, .seq = op->seq,
+                       .status = op->status };
+        DomainOp *partner = lane_find(l, op->seq, !op->send);
+        LaneWord *copy;
+
+        (void)snprintf(w.msg, sizeof(w.msg), "%s", op->err.msg);
+        if (partner) {
+                if (partner->state == OP_ASSIGNED || partner->state == OP_POSTED)
+                        op_take_word(partner, &w);
+                return;
+        }
+        if (op->seq < (op->send ? l->next_recv_seq : l->next_send_seq) ||
+            l->n_words >= LANE_MAX_WORDS)
+                return;
+        copy = malloc(sizeof(*copy));
+        if (!copy)
+                return;
+        *copy = w;
+        clist_link_tail(&l->words, &copy->link);
+        l->n_words++;
+}
+
 void op_assign(DomainOp *op, Lane *lane, bool send)
 {
         LaneWord *w, *tmp;
@@ -688,17 +733,20 @@ void op_post(DomainOp *op)
         if (op->state != OP_ASSIGNED)
                 return;
         op->state = OP_POSTED;
+        if (op->have_word) {
+                /* The other end gave up on this message already. */
+                op_complete(op, op->word_status, "%s", op->word_msg);
+                return;
+        }
         if (l->local) {
                 partner = lane_find(l, op->seq, !op->send);
                 if (partner && partner->state == OP_POSTED)
                         op_local_match(op->send ? op : partner, op->send ? partner : op);
                 else if (!partner && op->seq < (op->send ? l->next_recv_seq : l->next_send_seq))
+                        /* Gave up while more than LANE_MAX_WORDS others waited (or no memory
+                         * to keep why): only that it did is known. */
                         op_complete(op, KVD_E_FAILED, "rank %" PRIu32 " gave up on this message",
                                     op->send ? l->dst : l->src);
-                return;
-        }
-        if (op->have_word) {
-                op_complete(op, op->word_status, "%s", op->word_msg);
                 return;
         }
         if (op->send) {
@@ -733,29 +781,28 @@ void op_post(DomainOp *op)
 void op_cancel(DomainOp *op, int status, const char *fmt, ...)
 {
         Lane *l = op->lane;
-        DomainOp *partner;
         va_list ap;
 
-        if (op->state == OP_DONE)
+        /* Stopped once: a collective cancels the rest of its ops on every failure of one, and
+         * an op whose bytes are still being stopped must not tell the other end again each
+         * time (its words would pile up there). Its end completes it with this status. */
+        if (op->state == OP_DONE || op->status != KVD_OK)
                 return;
-        if (op->status == KVD_OK) {
-                op->status = status;
-                va_start(ap, fmt);
-                error_setv(&op->err, status, fmt, ap);
-                va_end(ap);
-        }
+        op->status = status;
+        va_start(ap, fmt);
+        error_setv(&op->err, status, fmt, ap);
+        va_end(ap);
         if (l->local) {
                 if (op->state == OP_DATA) {
                         DomainOp *s = op->send ? op : op->partner;
 
-                        engine_cancel(s->task);
+                        /* The copy's end completes both (local_on_copied()). */
+                        if (s)
+                                engine_cancel(s->task);
                         return;
                 }
-                partner = lane_find(l, op->seq, !op->send);
                 op_complete(op, op->status, "%s", op->err.msg);
-                if (partner && partner->state == OP_POSTED)
-                        op_complete(partner, KVD_E_FAILED, "rank %" PRIu32 " gave up on this "
-                                    "message: %s", op->send ? l->src : l->dst, op->err.msg);
+                local_give_up(op);
                 return;
         }
         switch (op->state) {
@@ -916,19 +963,19 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
         if (m->kind == XFER_DONE || m->kind == XFER_WRITTEN)
                 goto refuse;
         if (m->kind == XFER_RECV_CANCEL) {
-                LaneWord *r, *rtmp;
-
                 /* The receiver gave up before our send was even assigned: its job needs no
-                 * wait for that send. */
-                CLIST_FOREACH_SAFE(r, rtmp, &l->words, link)
-                        if (r->kind == XFER_READY && r->seq == m->seq) {
-                                /* A registration is let go by the receiver itself. */
-                                if (!r->rdma)
-                                        lane_abort_job(l, r->peer, r->seq, r->desc.bytes, false,
-                                                       KVD_OK, NULL);
-                                lane_word_unlink(l, r);
-                                lane_word_free(r);
-                        }
+                 * wait for that send. A seq has one READY; it leaves the list before the abort
+                 * goes out, which may lose a peer and drop that peer's words. */
+                LaneWord *r = lane_word_find(l, XFER_READY, m->seq);
+
+                if (r) {
+                        lane_word_unlink(l, r);
+                        /* A registration is let go by the receiver itself. */
+                        if (!r->rdma)
+                                lane_abort_job(l, r->peer, r->seq, r->desc.bytes, false, KVD_OK,
+                                               NULL);
+                        lane_word_free(r);
+                }
         }
         if (l->n_words >= LANE_MAX_WORDS || l->n_word_segs + w.n_rsegs > LANE_MAX_WORD_SEGS) {
                 free(w.rsegs);
@@ -970,9 +1017,10 @@ void lanes_peer_lost(Domain *dom, Peer *p)
                                         lane_word_unlink(l, w);
                                         lane_word_free(w);
                                 }
-                        /* Completing an op can cancel the rest of its call, other ops of this
-                         * lane among them, and free the call: the saved next op is stale then.
-                         * Start over after each; ops done or cut off do not match again. */
+                        /* Completing an op frees nothing (its call hears of it from the
+                         * drain), but the word it may send can lose another peer, whose ops
+                         * leave this lane: the saved next op is stale then. Start over after
+                         * each; ops done or cut off do not match again. */
                 restart:
                         CLIST_FOREACH_SAFE(op, tmp, &l->ops, link_lane) {
                                 if (op->ready_peer == p) {

@@ -46,6 +46,11 @@ static void domain_set_state(Domain *dom, DomainState state)
         dom->state = state;
 }
 
+static void domain_on_drain(evutil_socket_t fd, short what, void *userdata)
+{
+        call_drain(userdata);
+}
+
 int domain_registry_new(Daemon *d, DomainRegistry **ret)
 {
         DomainRegistry *reg = calloc(1, sizeof(*reg));
@@ -57,6 +62,12 @@ int domain_registry_new(Daemon *d, DomainRegistry **ret)
         clist_init(&reg->queue);
         clist_init(&reg->pair_links);
         clist_init(&reg->local_res);
+        clist_init(&reg->done);
+        reg->drain = event_new(d->base, -1, 0, domain_on_drain, reg);
+        if (!reg->drain) {
+                free(reg);
+                return -ENOMEM;
+        }
         *ret = reg;
         return 0;
 }
@@ -119,16 +130,22 @@ DomainRegistry *domain_registry_free(DomainRegistry *reg)
 
         if (!reg)
                 return NULL;
+        /* The loop runs no more: what the data planes and the copy engine completed last is
+         * told here, then every call still running stops. */
+        call_drain(reg);
         CLIST_FOREACH_SAFE(dom, tmp, &reg->domains, link_reg) {
                 domain_calls_fail(dom, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
                 domain_remove(dom);
         }
+        call_drain(reg);
         CLIST_FOREACH_SAFE(lr, ltmp, &reg->local_res, link) {
                 clist_unlink(&lr->link);
                 free(lr);
         }
         /* Pair links die with their domains; calls with the data planes before us. */
         assert(clist_is_empty(&reg->pair_links));
+        assert(reg->n_calls == 0);
+        event_free(reg->drain);
         free(reg);
         return NULL;
 }
@@ -483,6 +500,48 @@ bool domain_pair_link_in_progress(const Cluster *c, uint64_t remote_cluster_id)
         pl = pair_link_find(c->daemon->domains, c->id, remote_cluster_id);
         return pl && (pl->state == PAIR_LINK_REQUESTING || pl->state == PAIR_LINK_CONNECTING ||
                       pl->state == PAIR_LINK_HELD);
+}
+
+/* Member @c's domain that has @remote_cluster_id as another member, PREPARING ones first. */
+static Domain *domain_of_pair(const Cluster *c, uint64_t remote_cluster_id)
+{
+        Domain *dom, *found = NULL;
+
+        CLIST_FOREACH(dom, &c->daemon->domains->domains, link_reg) {
+                bool member = false, other = false;
+
+                for (uint32_t r = 0; r < dom->n_ranks; r++) {
+                        member = member || (dom->ranks[r].local && dom->ranks[r].joined &&
+                                            dom->ranks[r].cluster == c);
+                        other = other || (dom->ranks[r].cluster_id == remote_cluster_id &&
+                                          remote_cluster_id != c->id);
+                }
+                if (!member || !other || dom->state == DOMAIN_OK)
+                        continue;
+                if (dom->state == DOMAIN_PREPARING)
+                        return dom;
+                found = found ?: dom;
+        }
+        return found;
+}
+
+int domain_explain_no_link(const Cluster *c, uint64_t remote_cluster_id, Error *err)
+{
+        Domain *dom;
+
+        if (!c->daemon->domains)
+                return 0;
+        dom = domain_of_pair(c, remote_cluster_id);
+        if (!dom)
+                return 0;
+        if (dom->state == DOMAIN_PREPARING)
+                return error_set(err, KVD_E_NOT_YET_LINK, "cluster %" PRIu64 " has no link to "
+                                 "cluster %" PRIu64 " yet: %s is not ready (PREPARING); its "
+                                 "links are made once kvd_query_register_mem_status() says OK",
+                                 c->id, remote_cluster_id, DOMAIN_NAME(dom));
+        return error_set(err, KVD_E_NOT_YET_LINK, "cluster %" PRIu64 " has no link to cluster %"
+                         PRIu64 ": %s failed (%s); kvd_unlink() it and link again", c->id,
+                         remote_cluster_id, DOMAIN_NAME(dom), dom->reason);
 }
 
 /* ---- local_comm_res ---- */

@@ -56,6 +56,13 @@ bool domain_cluster_has_domains(const Cluster *c);
 bool domain_pair_link_in_progress(const Cluster *c, uint64_t remote_cluster_id);
 
 /*
+ * @c has no link to @remote_cluster_id: when a comm domain of both on this daemon explains it
+ * (still PREPARING: its links are made once it is OK; or FAILED), sets NOT_YET_LINK with a
+ * detail naming the domain into @err and returns it; else returns 0.
+ */
+int domain_explain_no_link(const Cluster *c, uint64_t remote_cluster_id, Error *err);
+
+/*
  * Takes the local_comm_res of a cluster that is attaching (NULL or "": generated from the
  * daemon's peer address and the cluster's device). PARAM_INVALID with @err for a fragment that
  * does not parse or does not describe this daemon.

@@ -234,17 +234,23 @@ refuse:
         (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, request_id, err.code, &err);
 }
 
-/* The peer's cluster @src and our cluster @dst are no longer linked, in either direction. */
-static void peer_link_forget_pair(Peer *p, uint64_t src, Cluster *dst, int status)
+/*
+ * The peer's cluster @src unlinked from our cluster @dst (@link_id is our inbound link's id), or
+ * dropped the inbound link of our @dst (@link_id is then our link's id, or 0). A nonzero id
+ * tells the two apart when both directions are linked: a comm domain leaving the link it made
+ * must not take down the other direction's link that kvd_link_clusters() made. 0 means either.
+ */
+static void peer_link_forget_pair(Peer *p, uint64_t src, Cluster *dst, uint64_t link_id,
+                                  int status)
 {
         InLink *il;
         Link *l;
 
         il = inlink_find(p, src, dst);
-        if (il)
+        if (il && (link_id == 0 || il->id == link_id))
                 inlink_free(il, status);
         l = link_find(dst, src);
-        if (l && l->peer == p)
+        if (l && l->peer == p && (link_id == 0 || l->id == link_id))
                 link_set_state(l, LINK_DOWN, status);
 }
 
@@ -257,7 +263,7 @@ void peer_handle_unlink(Peer *p, uint64_t request_id, const ProtobufCMessage *ms
 
         c = daemon_find_cluster(p->daemon, m->dst_cluster_id);
         if (c)
-                peer_link_forget_pair(p, m->src_cluster_id, c, KVD_E_NOT_YET_LINK);
+                peer_link_forget_pair(p, m->src_cluster_id, c, m->link_id, KVD_E_NOT_YET_LINK);
         reply.status = &status;
         (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, request_id, &reply.base);
 }

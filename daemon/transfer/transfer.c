@@ -14,6 +14,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "dispatch.h"
+#include "domain.h"
 #include "kvdist.pb-c.h"
 #include "link.h"
 #include "log.h"
@@ -279,10 +280,15 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
         int r;
 
         l = link_find(c, x->key.cluster_id);
-        if (!l)
+        if (!l) {
+                /* A comm domain of both that is not OK (yet) says why, not link_clusters. */
+                r = domain_explain_no_link(c, x->key.cluster_id, err);
+                if (r < 0)
+                        return r;
                 return error_set(err, KVD_E_NOT_YET_LINK,
                                  "cluster %" PRIu64 " has no link to cluster %" PRIu64
                                  "; call kvd_link_clusters() first", c->id, x->key.cluster_id);
+        }
         if (l->state != LINK_UP || (!l->remote && !l->peer))
                 return error_set(err, KVD_E_PEER_LOST,
                                  "link %" PRIu64 " to cluster %" PRIu64 " is down", l->id,

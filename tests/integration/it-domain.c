@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Integration tests of comm domains: rank tables, members in parallel, waiting, status. */
+/* Integration tests of comm domains: rank tables, members in parallel, waiting, guarded buffers,
+ * status. */
 #include <check.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -83,17 +84,29 @@ void dom_link_all(DomMember *m, unsigned n, const char *name, const char *table)
                 expect_ok(m[k].client, dom_link(m, n, k, name, table));
 }
 
-kvd_mem_status dom_wait(DomMember *m, int timeout_ms)
+/* Polls until the status is not PREPARING (@failed: is FAILED) or @timeout_ms passed. */
+static kvd_mem_status dom_poll(DomMember *m, int timeout_ms, bool failed)
 {
         uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
         kvd_mem_status st = KVD_MEM_STATUS_PREPARING;
 
         for (;;) {
                 expect_ok(m->client, kvd_query_register_mem_status(m->client, m->comm_id, &st));
-                if (st != KVD_MEM_STATUS_PREPARING || harness_now_ms() >= deadline)
+                if ((failed ? st == KVD_MEM_STATUS_FAILED : st != KVD_MEM_STATUS_PREPARING) ||
+                    harness_now_ms() >= deadline)
                         return st;
                 harness_sleep_ms(5);
         }
+}
+
+kvd_mem_status dom_wait(DomMember *m, int timeout_ms)
+{
+        return dom_poll(m, timeout_ms, false);
+}
+
+kvd_mem_status dom_wait_failed(DomMember *m, int timeout_ms)
+{
+        return dom_poll(m, timeout_ms, true);
 }
 
 void dom_wait_ok(DomMember *m, unsigned n)
@@ -238,4 +251,66 @@ void dom_check_channels(const Node *n, bool moved)
         if (moved)
                 ck_assert_msg(total > 0, "%s: no domain channel to another node moved a message",
                               n->d.socket_path);
+}
+
+void buf_reset(Buf *b)
+{
+        harness_fill_pattern(b->mem, b->size, b->seed);
+        harness_fill_pattern(b->p, b->len, b->seed);
+}
+
+void buf_alloc(Buf *b, kvd_client *c, size_t len, uint64_t seed)
+{
+        void *mem;
+
+        *b = (Buf){ .size = len + 2 * BUF_GUARD, .len = len, .seed = seed };
+        expect_ok(c, kvd_mem_alloc(c, b->size, &mem));
+        b->mem = mem;
+        b->p = b->mem + BUF_GUARD;
+        buf_reset(b);
+}
+
+void buf_expect_n(const Buf *b, uint64_t src, size_t n)
+{
+        ssize_t at;
+
+        at = harness_check_pattern_at(b->mem, BUF_GUARD, b->seed, 0);
+        ck_assert_msg(at < 0, "guard before the buffer changed at %zd", at);
+        at = harness_check_pattern(b->p, n, src);
+        ck_assert_msg(at < 0, "received byte %zd of %zu differs", at, n);
+        at = harness_check_pattern_at(b->p + n, b->len - n, b->seed, n);
+        ck_assert_msg(at < 0, "byte %zd after the %zu received changed", at, n);
+        at = harness_check_pattern_at(b->p + b->len, BUF_GUARD, b->seed, BUF_GUARD + b->len);
+        ck_assert_msg(at < 0, "guard after the buffer changed at %zd", at);
+}
+
+void buf_expect(const Buf *b, uint64_t src)
+{
+        buf_expect_n(b, src, b->len);
+}
+
+void buf_untouched(const Buf *b)
+{
+        buf_expect(b, b->seed);
+}
+
+size_t buf_old_or_new(const Buf *b, uint64_t sent)
+{
+        size_t landed = 0;
+
+        ck_assert_msg(harness_check_pattern_at(b->mem, BUF_GUARD, b->seed, 0) < 0 &&
+                              harness_check_pattern_at(b->p + b->len, BUF_GUARD, b->seed,
+                                                       BUF_GUARD + b->len) < 0,
+                      "a guard around the receive buffer changed");
+        for (size_t i = 0; i < b->len; i++) {
+                uint8_t old = harness_pattern_byte(b->seed, i);
+                uint8_t new_byte = harness_pattern_byte(sent, i);
+
+                /* Not ck_assert per byte: each one marks a point through a pipe. */
+                if (b->p[i] != old && b->p[i] != new_byte)
+                        ck_abort_msg("receive byte %zu is neither the old one nor the sent one",
+                                     i);
+                landed += b->p[i] == new_byte && new_byte != old;
+        }
+        return landed;
 }

@@ -47,6 +47,12 @@ void dom_link_all(DomMember *m, unsigned n, const char *name, const char *table)
  */
 kvd_mem_status dom_wait(DomMember *m, int timeout_ms);
 
+/*
+ * Polls kvd_query_register_mem_status() of @m until it says FAILED or @timeout_ms passed; returns
+ * the last status. For a domain that was OK: dom_wait() would return at once.
+ */
+kvd_mem_status dom_wait_failed(DomMember *m, int timeout_ms);
+
 /* dom_wait() of every member, asserting OK. */
 void dom_wait_ok(DomMember *m, unsigned n);
 
@@ -60,6 +66,41 @@ void dom_parallel(unsigned n, int (*fn)(unsigned i, void *arg), void *arg, int *
  * @moved, some channel must have moved a message.
  */
 void dom_check_channels(const Node *n, bool moved);
+
+/* Guard bytes on each side of a Buf. */
+#define BUF_GUARD 4096
+
+/*
+ * A buffer in memory from kvd_mem_alloc() with guard bytes on both sides: the guards hold the
+ * stream @seed at their offsets, the payload the start of stream @seed.
+ */
+typedef struct Buf {
+        uint8_t *mem;
+        size_t size;
+        uint8_t *p;
+        size_t len;
+        uint64_t seed;
+} Buf;
+
+/* Allocates @b, @len bytes of payload, through @c and fills it (buf_reset()). */
+void buf_alloc(Buf *b, kvd_client *c, size_t len, uint64_t seed);
+
+/* Fills the guards and the payload with their patterns again. */
+void buf_reset(Buf *b);
+
+/* Asserts that the first @n bytes of the payload hold stream @src, the rest and the guards
+ * their own. */
+void buf_expect_n(const Buf *b, uint64_t src, size_t n);
+
+/* buf_expect_n() of the whole payload. */
+void buf_expect(const Buf *b, uint64_t src);
+
+/* Asserts that nothing of @b changed. */
+void buf_untouched(const Buf *b);
+
+/* Asserts that the guards are untouched and every payload byte is its own old one or the stream
+ * @sent's (a receive that failed midway); returns how many of the new ones differ from the old. */
+size_t buf_old_or_new(const Buf *b, uint64_t sent);
 
 /* The status document of @n at a '/'-separated path (array indexes allowed). */
 char *dom_status_str(const Node *n, const char *path);

@@ -71,10 +71,16 @@ START_TEST(test_form_two)
         expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, w.m[0].comm_id,
                                                                &st));
         ck_assert_int_eq(st, KVD_MEM_STATUS_PREPARING);
-        /* Before OK nothing goes through. */
+        /* Before OK nothing goes through, and the detail says the domain is not ready. */
         expect_status(w.m[0].client, kvd_pull_blocks(w.m[0].client, &key_b, ca.id, sb, 4, db, 4,
                                                      &o),
-                      KVD_E_NOT_YET_LINK, NULL);
+                      KVD_E_NOT_YET_LINK, "(prefill-decode) is not ready (PREPARING)");
+        ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "kvd_query_register_mem_status()") &&
+                              !strstr(kvd_last_error(w.m[0].client), "kvd_link_clusters"),
+                      "%s", kvd_last_error(w.m[0].client));
+        expect_status(w.m[0].client, kvd_push_blocks(w.m[0].client, &key_b, ca.id, sb, 4, db, 4,
+                                                     &o),
+                      KVD_E_NOT_YET_LINK, "(prefill-decode) is not ready (PREPARING)");
         expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "prefill-decode", w.table));
         dom_wait_ok(w.m, 2);
 
@@ -140,9 +146,12 @@ START_TEST(test_form_two)
 
         /* Unlinking one member fails the domain on the other. */
         expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
-        ck_assert_int_eq(dom_wait(&w.m[1], 10000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait_failed(&w.m[1], 10000), KVD_MEM_STATUS_FAILED);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "rank 0"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "unlinked"));
+        expect_status(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 4, db, 4,
+                                                     &o),
+                      KVD_E_NOT_YET_LINK, "(prefill-decode) failed (rank 0");
         expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, w.m[1].comm_id));
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 0);
@@ -231,10 +240,18 @@ START_TEST(test_link_rules)
         info[1].cluster_id = 1001;
         expect_status(a, kvd_link(a, "dup", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "cluster 1001 appears twice");
+        /* Any order of ranks (the seed passes a dict), but each rank once and no gap. */
+        info[0] = (kvd_cluster_rank){ 1001, 0 };
         info[1] = (kvd_cluster_rank){ 2002, 0 };
-        info[0].rank_id = 1;
-        expect_status(a, kvd_link(a, "order", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
-                      "ascending order");
+        expect_status(a, kvd_link(a, "dup-rank", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "rank 0 appears twice in cluster_rank_info (clusters 1001 and 2002)");
+        info[1] = (kvd_cluster_rank){ 2002, 2 };
+        expect_status(a, kvd_link(a, "gap", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "gives cluster 2002 rank 2; the ranks of 2 members are 0..1, each once");
+        info[0] = (kvd_cluster_rank){ 2002, 1 };
+        info[1] = (kvd_cluster_rank){ 1001, 7 };
+        expect_status(a, kvd_link(a, "gap", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+                      "gives cluster 1001 rank 7");
         info[0] = (kvd_cluster_rank){ 5005, 0 };
         info[1] = (kvd_cluster_rank){ 2002, 1 };
         expect_status(a, kvd_link(a, "who", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
@@ -299,6 +316,16 @@ START_TEST(test_link_rules)
         expect_status(w.m[1].client, kvd_unlink(w.m[1].client, id), KVD_E_PARAM_INVALID,
                       "no comm domain");
         expect_ok(a, kvd_unlink(a, id));
+
+        /* Members that list the ranks in different orders form one domain, ranks as given. */
+        info[0] = (kvd_cluster_rank){ 2002, 1 };
+        info[1] = (kvd_cluster_rank){ 1001, 0 };
+        expect_ok(a, kvd_link(a, "any-order", info, 2, w.table, &w.m[0].comm_id));
+        expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "any-order", w.table));
+        dom_wait_ok(w.m, 2);
+        ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/0/members/0/cluster_id"), 1001);
+        ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/0/members/1/cluster_id"), 2002);
+        ck_assert_int_eq(dom_status_int(&w.nodes[1], "domains/0/members/0/cluster_id"), 1001);
         net_stop(&w);
 }
 END_TEST
@@ -466,6 +493,66 @@ START_TEST(test_shared_links)
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 0);
         tcopies_free(&cp);
         net_stop(&w);
+}
+END_TEST
+
+/*
+ * The member of the higher rank linked to the other one-sided before the domain: the domain
+ * makes the other direction itself, uses that link, and when both unlink (loop bit 0: which goes
+ * first) only the link the domain made goes. Across two daemons and on one (loop bit 1): the
+ * one-sided link stays up and carries a pull, byte-exact.
+ */
+START_TEST(test_unlink_leaves_user_link)
+{
+        static const uint64_t sb[] = { 6, 0, 3 }, db[] = { 1, 7, 4 };
+        bool one_daemon = _i & 2;
+        unsigned first = _i & 1, nodes = one_daemon ? 1 : 2;
+        kvd_cache_key key_a = kvd_key_blocks(1001, 0);
+        TCache ca, cb;
+        TCopies cp = {};
+        Net w;
+
+        memset(&w, 0, sizeof(w));
+        w.n = 2;
+        for (unsigned i = 0; i < nodes; i++)
+                node_start(&w.nodes[i]);
+        for (unsigned i = 0; i < 2; i++) {
+                w.m[i] = (DomMember){ &w.nodes[one_daemon ? 0 : i], 1001 * (i + 1),
+                                      one_daemon ? (int32_t)i : 0, NULL, 0 };
+                dom_member_attach(&w.m[i]);
+        }
+        rank_table_build(w.table, sizeof(w.table), w.m, 2, false);
+        expect_ok(w.m[0].client, tcache_register(&ca, w.m[0].client, true, 2, 8, 1024, 31,
+                                                 &key_a, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 2, 8, 1024, 32, NULL,
+                                                 0, KVD_REMOTE_DEFAULT));
+        /* Rank 1 links to rank 0 one-sided, then both form the domain. */
+        if (one_daemon)
+                link_to(w.m[1].client, 1001, KVD_ROLE_MIX);
+        else
+                link_node(w.m[1].client, 1001, &w.nodes[0]);
+        dom_link_all(w.m, 2, "over-a-link", w.table);
+        dom_wait_ok(w.m, 2);
+
+        expect_ok(w.m[first].client, kvd_unlink(w.m[first].client, w.m[first].comm_id));
+        ck_assert_int_eq(dom_wait_failed(&w.m[!first], 10000), KVD_MEM_STATUS_FAILED);
+        expect_ok(w.m[!first].client, kvd_unlink(w.m[!first].client, w.m[!first].comm_id));
+        for (unsigned i = 0; i < nodes; i++)
+                ck_assert_int_eq(dom_status_len(&w.nodes[i], "domains"), 0);
+        /* Only the one-sided link is left (the domain's own, rank 0 to rank 1, went). */
+        expect_ok(w.m[1].client, kvd_check_link_status(w.m[1].client, 1001));
+        expect_status(w.m[0].client, kvd_check_link_status(w.m[0].client, 2002),
+                      KVD_E_NOT_YET_LINK, NULL);
+        expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 3, db, 3,
+                                                 NULL));
+        tcopies_blocks(&cp, &ca, &cb, ALL, ALL, 2, sb, db, 3);
+        tcache_verify(&cb, &cp);
+        tcache_verify_untouched(&ca);
+        tcopies_free(&cp);
+        for (unsigned i = 0; i < 2; i++)
+                expect_ok(w.m[i].client, kvd_client_finalize(w.m[i].client));
+        for (unsigned i = 0; i < nodes; i++)
+                node_stop(&w.nodes[i]);
 }
 END_TEST
 
@@ -696,6 +783,7 @@ static Suite *domain_suite(void)
         tcase_add_test(tc, test_member_never_links);
         tcase_add_test(tc, test_rank_tables_disagree);
         tcase_add_test(tc, test_shared_links);
+        tcase_add_loop_test(tc, test_unlink_leaves_user_link, 0, 4);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("rules");

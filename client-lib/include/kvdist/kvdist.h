@@ -382,11 +382,13 @@ typedef struct kvd_cluster_rank {
 
 /*
  * Joins this cluster to comm domain @comm_name (1..KVD_COMM_NAME_MAX characters, unique per
- * daemon). @cluster_rank_info lists the @n members (2..4, ranks 0..n-1 in ascending order, this
- * cluster among them); @rank_table_json is the HCCL "1.0" rank table naming each rank's server,
- * device_id (this cluster's must match its "device_id" option) and device_ip. *@ret_comm_id
- * names the domain in the calls below. Returns at once: PARAM_INVALID (the detail names what is
- * wrong), ALREADY_LINK, LIMIT_EXCEEDED (KVD_MAX_DOMAINS on this daemon), FEATURE_NOT_ENABLED.
+ * daemon). @cluster_rank_info lists the @n members (2..4, this cluster among them) in any order,
+ * as the seed's dict does: ranks 0..n-1, each once, no cluster twice. @rank_table_json is the
+ * HCCL "1.0" rank table naming each rank's server, device_id (this cluster's must match its
+ * "device_id" option) and device_ip. *@ret_comm_id names the domain in the calls below. Returns
+ * at once: PARAM_INVALID (the detail names what is wrong: a rank twice or outside 0..n-1, a
+ * cluster twice, ...), ALREADY_LINK, LIMIT_EXCEEDED (KVD_MAX_DOMAINS on this daemon),
+ * FEATURE_NOT_ENABLED.
  */
 int kvd_link(kvd_client *client, const char *comm_name, const kvd_cluster_rank *cluster_rank_info,
              size_t n, const char *rank_table_json, uint64_t *ret_comm_id);
@@ -432,7 +434,8 @@ typedef struct kvd_send_recv_item {
  * SEND to and one RECV from each rank per call. Every item is done, or failed, when the call
  * returns; nothing is written into @items' buffers afterwards. @timeout_ms <= 0: the client's
  * sync_kv_timeout_ms. Returns KVD_OK or the first item's failure (NOT_YET_LINK before the domain
- * is OK, TIMEOUT, PEER_LOST, ...).
+ * is OK, TIMEOUT, PEER_LOST, ...). An item whose other end gave up on it fails with that end's
+ * status: TIMEOUT when the other end's deadline passed.
  */
 int kvd_batch_send_recv(kvd_client *client, uint64_t comm_id, const kvd_send_recv_item *items,
                         size_t n, int timeout_ms);
