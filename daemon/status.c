@@ -113,6 +113,13 @@ static json_t *status_cluster(const Cluster *c, bool *ok)
         set(o, "sync_kv_timeout_ms", json_integer(c->sync_kv_timeout_ms), ok);
         set(o, "listen_ip_info", c->listen_ip_info ? json_string(c->listen_ip_info) : json_null(),
             ok);
+        /* Who accepts its peers: a listener of its own, the daemon's, or nobody (a client). */
+        set(o, "listener", !c->listen_ip_info ? json_null()
+                           : json_string(c->listener ? "own" : "daemon"),
+            ok);
+        set(o, "accepts_links", json_boolean(c->listen_ip_info ||
+                                             c->daemon->config->client_clusters_accept_links),
+            ok);
         set(o, "regions", json_integer(c->n_regions), ok);
         set(o, "region_bytes", json_u64(c->region_bytes), ok);
         set(o, "caches", json_integer(c->caches.n_caches), ok);

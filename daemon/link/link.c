@@ -234,6 +234,16 @@ InLink *inlink_find_id(Peer *peer, uint64_t id)
         return NULL;
 }
 
+int link_check_target(const Cluster *target, Error *err)
+{
+        if (target->listen_ip_info || target->daemon->config->client_clusters_accept_links)
+                return 0;
+        return error_set(err, KVD_E_LINK_FAILED,
+                         "cluster %" PRIu64 " is a client: it attached without listen_ip_info, "
+                         "so it accepts no links (kvd_switch_role() with listen_ip_info makes "
+                         "it a server)", target->id);
+}
+
 Link *link_find(Cluster *local, uint64_t remote_cluster_id)
 {
         Link *l;

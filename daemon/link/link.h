@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "clist.h"
+#include "error.h"
 #include "sockaddr-util.h"
 #include "time-util.h"
 
@@ -115,6 +116,13 @@ InLink *inlink_find_id(Peer *peer, uint64_t id);
 
 /* Marks the link down (its remote end is gone) and fails its transfers with @status. */
 void link_set_state(Link *l, LinkState state, int status);
+
+/*
+ * Whether @target takes a kvd_link_clusters() link: a server (attached with listen_ip_info) does,
+ * a client only where the daemon keeps client_clusters_accept_links. LINK_FAILED with @err
+ * otherwise.
+ */
+int link_check_target(const Cluster *target, Error *err);
 
 /* The link @local made to @remote_cluster_id, or NULL. */
 Link *link_find(Cluster *local, uint64_t remote_cluster_id);

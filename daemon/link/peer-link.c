@@ -169,6 +169,9 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
                           "daemon at %s", m->dst_cluster_id, daemon_peer_address(d));
                 goto refuse;
         }
+        /* A comm domain's pair link needs no server: every member called kvd_link. */
+        if (!m->domain && link_check_target(c, &err) < 0)
+                goto refuse;
         if (daemon_find_cluster(d, m->src_cluster_id)) {
                 error_set(&err, KVD_E_LINK_FAILED, "cluster id %" PRIu64 " is attached to both "
                           "daemons; cluster ids must be unique", m->src_cluster_id);

@@ -273,7 +273,7 @@ START_TEST(test_hostile_peer)
 
         node_start_full(&p, NULL, NULL, KEY, extra);
         node_start_full(&d, NULL, NULL, KEY, extra);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         b = node_client(&d, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&src, a, true, 2, 8, 4096, 0xa1, &key, 1, 0));
         expect_ok(a, tcache_register(&hidden, a, true, 2, 8, 4096, 0xa2, &hidden_key, 1,

@@ -42,7 +42,7 @@ static void scene_start(Scene *s)
         memset(s, 0, sizeof(*s));
         r = harness_daemon_start(&s->d, NULL);
         ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
-        expect_ok(NULL, harness_client_init(&s->d, A_ID, KVD_ROLE_PROMPT, &s->a));
+        expect_ok(NULL, harness_server_init(&s->d, A_ID, KVD_ROLE_PROMPT, "127.0.0.1:0", &s->a));
         expect_ok(NULL, harness_client_init(&s->d, B_ID, KVD_ROLE_DECODER, &s->b));
         expect_ok(s->a, tcache_register(&s->cache, s->a, true, 4, 16, 512, 1, &key, 1, 0));
         expect_ok(s->b, kvd_link_clusters(s->b, &info, 1, 0, NULL));

@@ -37,7 +37,7 @@ static void pair_start(Pair *w, const char *const *extra)
         memset(w, 0, sizeof(*w));
         node_start_full(&w->p, NULL, NULL, NULL, extra);
         node_start_full(&w->d, NULL, NULL, NULL, extra);
-        w->a = node_client(&w->p, A_ID, KVD_ROLE_PROMPT);
+        w->a = node_server(&w->p, A_ID, KVD_ROLE_PROMPT);
         w->b = node_client(&w->d, B_ID, KVD_ROLE_DECODER);
 }
 
@@ -433,7 +433,9 @@ START_TEST(test_link_rules)
         for (int i = 0; i < 100 && node_status_len(&w.p, "inbound_links") > 0; i++)
                 harness_sleep_ms(20);
         ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
-        expect_ok(w.a, kvd_switch_role(w.a, KVD_ROLE_MIX, NULL, 0));
+        /* A new role; still a server at its daemon's address. */
+        expect_ok(w.a, kvd_switch_role(w.a, KVD_ROLE_MIX,
+                                       &(kvd_option){ "listen_ip_info", w.p.peer_addr }, 1));
 
         /* A cache registered while a link existed defaults to private: a new link does not
          * reach it either; the caches registered before any link still are. */
@@ -505,7 +507,7 @@ START_TEST(test_many_clusters)
         for (int i = 0; i < N; i++) {
                 kvd_cache_key key = kvd_key_blocks(100 + i, 0);
 
-                pc[i] = node_client(&p, 100 + i, KVD_ROLE_PROMPT);
+                pc[i] = node_server(&p, 100 + i, KVD_ROLE_PROMPT);
                 dc[i] = node_client(&d, 200 + i, KVD_ROLE_DECODER);
                 expect_ok(pc[i], tcache_register(&src[i], pc[i], true, 2, BLOCKS, 4096, 10 + i,
                                                  &key, 1, 0));
@@ -573,8 +575,8 @@ START_TEST(test_three_daemons)
         node_start(&n1);
         node_start(&n2);
         node_start(&n3);
-        a = node_client(&n1, A_ID, KVD_ROLE_PROMPT);
-        c = node_client(&n2, C_ID, KVD_ROLE_PROMPT);
+        a = node_server(&n1, A_ID, KVD_ROLE_PROMPT);
+        c = node_server(&n2, C_ID, KVD_ROLE_PROMPT);
         b = node_client(&n3, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&s1, a, true, 2, 4, 8192, 31, &k1, 1, 0));
         expect_ok(c, tcache_register(&s2, c, true, 2, 4, 8192, 32, &k2, 1, 0));
