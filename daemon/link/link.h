@@ -70,7 +70,6 @@ struct InLink {
         Cluster *local;         /* the cluster linked to */
         uint64_t remote_cluster_id;
         int remote_role;
-        uint64_t remote_link_id; /* the peer's Link id */
         usec_t created_usec;
         uint64_t n_served;      /* transfers served, completed */
         uint64_t bytes;
@@ -103,10 +102,13 @@ Link *link_free(Link *l, int status);
 
 /* Creates the record of @peer's cluster @remote_cluster_id linking to our @local. */
 int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
-               int remote_role, uint64_t remote_link_id, InLink **ret);
+               int remote_role, InLink **ret);
 
-/* Removes an inbound link; the transfers it serves fail with @status. NULL ok; returns NULL. */
-InLink *inlink_free(InLink *il, int status);
+/*
+ * Removes an inbound link; the transfers it serves fail with @status. @why says in the log what
+ * ended it ("unlinked by cluster 7"; NULL: @status's name). NULL ok; returns NULL.
+ */
+InLink *inlink_free(InLink *il, int status, const char *why);
 
 /* The inbound link of @peer's cluster @remote_cluster_id to our @local, or NULL. */
 InLink *inlink_find(Peer *peer, uint64_t remote_cluster_id, const Cluster *local);
@@ -116,6 +118,9 @@ InLink *inlink_find_id(Peer *peer, uint64_t id);
 
 /* Marks the link down (its remote end is gone) and fails its transfers with @status. */
 void link_set_state(Link *l, LinkState state, int status);
+
+/* link_set_state() to DOWN saying in the log what took it down (NULL: @status's name). */
+void link_set_down(Link *l, int status, const char *why);
 
 /*
  * Whether @target takes a kvd_link_clusters() link: a server (attached with listen_ip_info) does,

@@ -158,6 +158,19 @@ static void hostile_connect(Hostile *h, const Node *n)
         peer_auth_deinit(&auth_state);
 }
 
+/* Sends PeerUnlink of our cluster's link to @dst, named by the id @link_id the daemon gave it. */
+static void hostile_unlink(Hostile *h, uint64_t dst, uint64_t link_id)
+{
+        Kvdist__V1__PeerUnlink m = KVDIST__V1__PEER_UNLINK__INIT;
+
+        m.src_cluster_id = HOSTILE_CLUSTER;
+        m.dst_cluster_id = dst;
+        m.link_id = link_id;
+        ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &m.base, NULL,
+                                      NULL, 0),
+                         KVD_OK);
+}
+
 static void hostile_link(Hostile *h, uint64_t dst)
 {
         Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
@@ -167,7 +180,6 @@ static void hostile_link(Hostile *h, uint64_t dst)
         m.src_cluster_id = HOSTILE_CLUSTER;
         m.src_role = KVDIST__V1__ROLE__ROLE_DECODER;
         m.dst_cluster_id = dst;
-        m.src_link_id = 1;
         ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, &reply,
                                       NULL, 0),
                          KVD_OK);
@@ -284,6 +296,20 @@ START_TEST(test_hostile_peer)
         hostile_connect(&h, &p);
         (void)setsockopt(h.ctl, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         hostile_link(&h, A_ID);
+        /* Linking again replaces the link; a late unlink of the old one leaves the new one. */
+        {
+                uint64_t old = h.link_id;
+
+                hostile_link(&h, A_ID);
+                ck_assert_uint_ne(h.link_id, old);
+                hostile_unlink(&h, A_ID, old);
+                ck_assert_int_eq(node_status_len(&p, "inbound_links"), 1);
+                hostile_unlink(&h, A_ID, h.link_id);
+                ck_assert_int_eq(node_status_len(&p, "inbound_links"), 0);
+                ck_assert(harness_daemon_log_contains(&p.d, "removed (unlinked by cluster "
+                                                            "9999)"));
+                hostile_link(&h, A_ID);
+        }
         /* The private cache is not even described. */
         ck_assert_uint_eq(h.n_exposed, 2);
         /* A peer's link counts: nothing new can be made remote-accessible now. */

@@ -433,6 +433,9 @@ START_TEST(test_link_rules)
         for (int i = 0; i < 100 && node_status_len(&w.p, "inbound_links") > 0; i++)
                 harness_sleep_ms(20);
         ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
+        /* The serving side says who ended the link (not a status that reads like an error). */
+        ck_assert(harness_daemon_log_contains(&w.p.d, "): removed (unlinked by cluster 2002)"));
+        ck_assert(!harness_daemon_log_contains(&w.p.d, "removed (KVD_E_NOT_YET_LINK)"));
         /* A new role; still a server at its daemon's address. */
         expect_ok(w.a, kvd_switch_role(w.a, KVD_ROLE_MIX,
                                        &(kvd_option){ "listen_ip_info", w.p.peer_addr }, 1));
@@ -444,6 +447,21 @@ START_TEST(test_link_rules)
         expect_status(w.b, kvd_pull_blocks(w.b, &late_key, dst.id, &b0, 1, &b0, 1, NULL),
                       KVD_E_CACHE_NOT_EXIST, NULL);
         expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL));
+
+        /* An unlink on the linked-to side takes B's end down too, and both logs say who. */
+        expect_ok(w.a, kvd_unlink_clusters(w.a, &(kvd_cluster_info){ B_ID, KVD_ROLE_DECODER,
+                                                                     NULL, NULL },
+                                           1, 1000, false, NULL));
+        ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
+        for (int i = 0; i < 100 && kvd_check_link_status(w.b, A_ID) == KVD_OK; i++)
+                harness_sleep_ms(20);
+        expect_status(w.b, kvd_check_link_status(w.b, A_ID), KVD_E_PEER_LOST, NULL);
+        ck_assert(harness_daemon_log_contains(&w.p.d, "): removed (unlinked by cluster 1001)"));
+        ck_assert(harness_daemon_log_contains(&w.d.d, "): down (unlinked by cluster 1001)"));
+        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
+                                                                     NULL, NULL },
+                                           1, 1000, false, NULL));
+        link_node(w.b, A_ID, &w.p);
 
         /* A forced unlink on the linked-to side drops only its end; B then re-links. */
         expect_ok(w.a, kvd_unlink_clusters(w.a, &(kvd_cluster_info){ B_ID, KVD_ROLE_DECODER,
