@@ -476,6 +476,47 @@ START_TEST(test_bad_data_connections)
 }
 END_TEST
 
+/*
+ * A dialer that takes the listener's proof and closes without sending its own (it holds another
+ * key, or is from before dialers said so): the listener refuses it, logs and counts it.
+ */
+START_TEST(test_dialer_closes_before_its_proof)
+{
+        Kvdist__V1__PeerHello hello = KVDIST__V1__PEER_HELLO__INIT;
+        PeerAuthHello ours;
+        PeerAuth auth_state;
+        Hostile h = { 0 };
+        Node p;
+
+        node_start_full(&p, NULL, NULL, KEY, NULL);
+        h.ctl = tcp_connect(p.peer_addr);
+        ck_assert_int_eq(peer_auth_init(&auth_state, PEER_AUTH_DIALER, 0x4057114, "another-key-"
+                                        "0123456789abcdef", 28),
+                         0);
+        ck_assert_int_eq(peer_auth_hello(&auth_state, &ours), 0);
+        hello.protocol_version = FRAME_VERSION;
+        hello.node_id = ours.node_id;
+        hello.identity = (char *)"silent/1";
+        hello.nonce.data = ours.nonce;
+        hello.nonce.len = sizeof(ours.nonce);
+        hello.has_key = true;
+        hello.tcp_streams = 1;
+        ck_assert_int_eq(hostile_call(&h, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &hello.base, NULL,
+                                      NULL, 0),
+                         KVD_OK);
+        close(h.ctl);
+        peer_auth_deinit(&auth_state);
+
+        for (int i = 0; i < 250 && node_status_int(&p, "counters/peers_refused") < 1; i++)
+                harness_sleep_ms(20);
+        ck_assert_int_eq(node_status_int(&p, "counters/peers_refused"), 1);
+        ck_assert(harness_daemon_log_contains(&p.d, "refused: it closed the connection instead "
+                                                    "of proving it holds the cluster key"));
+        ck_assert_int_eq(node_status_len(&p, "peers"), 0);
+        node_stop(&p);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
         Suite *s = suite_create("integration-hostile-peer");
@@ -485,6 +526,7 @@ static Suite *hostile_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_hostile_peer);
         tcase_add_test(tc, test_bad_data_connections);
+        tcase_add_test(tc, test_dialer_closes_before_its_proof);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -357,6 +357,9 @@ START_TEST(test_own_listener_key)
 
         expect_status(b, link_at(b, A_ID, addr, 5000, &ret), KVD_E_PERMISSION_DENIED,
                       "cluster key");
+        for (int i = 0; i < 100 && node_status_int(&p, "counters/peers_refused") < 1; i++)
+                harness_sleep_ms(20);
+        ck_assert_int_eq(node_status_int(&p, "counters/peers_refused"), 1);
         ck_assert_int_eq(node_status_len(&p, "peers"), 0);
 
         expect_ok(b2, link_at(b2, A_ID, addr, 5000, &ret));

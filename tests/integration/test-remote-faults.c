@@ -334,16 +334,21 @@ START_TEST(test_cluster_keys)
         b3 = node_client(&d_right, B_ID + 2, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&src, a, true, 2, 4, 4096, 1, &key, 1, 0));
 
-        /* Another key: the dialer checks the listener's proof first and refuses it. */
+        /* Another key: the dialer checks the listener's proof first and refuses it; it tells
+         * the listener, which logs and counts the peer too. */
         expect_status(b, link_at(b, A_ID, p.peer_addr, 5000, &ret), KVD_E_PERMISSION_DENIED,
                       "cluster key");
         ck_assert_int_eq(ret, KVD_E_PERMISSION_DENIED);
         ck_assert_int_eq(node_status_int(&d_wrong, "counters/peers_refused"), 1);
         ck_assert(harness_daemon_log_contains(&d_wrong.d, "does not hold our cluster key"));
+        for (int i = 0; i < 250 && node_status_int(&p, "counters/peers_refused") < 1; i++)
+                harness_sleep_ms(20);
+        ck_assert_int_eq(node_status_int(&p, "counters/peers_refused"), 1);
+        ck_assert(harness_daemon_log_contains(&p.d, "refused: it holds another cluster key"));
         /* No key against a key: the listener refuses the dialer and logs it. */
         expect_status(b2, link_at(b2, A_ID, p.peer_addr, 5000, &ret), KVD_E_PERMISSION_DENIED,
                       "cluster key");
-        ck_assert_int_eq(node_status_int(&p, "counters/peers_refused"), 1);
+        ck_assert_int_eq(node_status_int(&p, "counters/peers_refused"), 2);
         ck_assert(harness_daemon_log_contains(&p.d, "refused: cluster key configured"));
         ck_assert_int_eq(node_status_len(&p, "inbound_links"), 0);
         ck_assert_int_eq(node_status_len(&p, "peers"), 0);
