@@ -168,6 +168,7 @@ static json_t *status_link(const Link *l, usec_t now, bool *ok)
         if (!o)
                 return NULL;
         set(o, "link_id", json_u64(l->id), ok);
+        set(o, "direction", json_string("out"), ok);
         set(o, "local_cluster", json_u64(l->local->id), ok);
         set(o, "remote_cluster", json_u64(l->remote_cluster_id), ok);
         set(o, "transport", json_string(transport_name(l->transport)), ok);
@@ -190,11 +191,16 @@ static json_t *status_inlink(const InLink *il, usec_t now, bool *ok)
         if (!o)
                 return NULL;
         set(o, "link_id", json_u64(il->id), ok);
+        set(o, "direction", json_string("in"), ok);
         set(o, "local_cluster", json_u64(il->local->id), ok);
         set(o, "remote_cluster", json_u64(il->remote_cluster_id), ok);
         set(o, "peer", json_string(il->peer->address[0] ? il->peer->address : il->peer->remote),
             ok);
+        set(o, "transport", json_string(il->rdma ? "rdma" : "tcp"), ok);
+        /* An inbound link lives while it is up: a lost peer or an unlink removes it. */
+        set(o, "state", json_string("up"), ok);
         set(o, "age_s", json_real((double)(now - il->created_usec) / USEC_PER_SEC), ok);
+        set(o, "transfers", json_u64(il->n_served), ok);
         set(o, "transfers_served", json_u64(il->n_served), ok);
         set(o, "transfers_in_flight", json_integer(il->n_inflight), ok);
         set(o, "bytes", json_u64(il->bytes), ok);

@@ -70,6 +70,7 @@ struct InLink {
         Cluster *local;         /* the cluster linked to */
         uint64_t remote_cluster_id;
         int remote_role;
+        bool rdma;              /* the peer asked for RDMA and we offered our device */
         usec_t created_usec;
         uint64_t n_served;      /* transfers served, completed */
         uint64_t bytes;

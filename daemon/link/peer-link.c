@@ -218,6 +218,8 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
                         rdma.mtu = rinfo.mtu;
                         rdma.lid = rinfo.lid;
                         reply.rdma = &rdma;
+                        /* What the link runs over unless the queue pairs fail to connect. */
+                        il->rdma = m->rdma;
                 } else
                         reply.rdma_reason = (char *)why;
         }
