@@ -95,6 +95,20 @@ static int hostile_call(Hostile *h, uint16_t type, const ProtobufCMessage *msg,
         return code;
 }
 
+/* A dialer's Hello with a key, from the first step of @ours, asking for one data connection. */
+static void hostile_hello(Kvdist__V1__PeerHello *hello, const PeerAuthHello *ours,
+                          const char *identity)
+{
+        hello->protocol_version = FRAME_VERSION;
+        hello->node_id = ours->node_id;
+        hello->identity = (char *)identity;
+        hello->nonce.data = (uint8_t *)ours->nonce;
+        hello->nonce.len = sizeof(ours->nonce);
+        hello->has_key = true;
+        hello->tcp_streams = 1;
+        hello->chunk_size = 65536;
+}
+
 /* Handshake with the key, one data connection, PeerReady: a READY peer of @n. */
 static void hostile_connect(Hostile *h, const Node *n)
 {
@@ -115,14 +129,7 @@ static void hostile_connect(Hostile *h, const Node *n)
                                         strlen(KEY)),
                          0);
         ck_assert_int_eq(peer_auth_hello(&auth_state, &ours), 0);
-        hello.protocol_version = FRAME_VERSION;
-        hello.node_id = ours.node_id;
-        hello.identity = (char *)"hostile/1";
-        hello.nonce.data = ours.nonce;
-        hello.nonce.len = sizeof(ours.nonce);
-        hello.has_key = true;
-        hello.tcp_streams = 1;
-        hello.chunk_size = 65536;
+        hostile_hello(&hello, &ours, "hostile/1");
         ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &hello.base,
                                       &reply, NULL, 0),
                          KVD_OK);
@@ -494,13 +501,7 @@ START_TEST(test_dialer_closes_before_its_proof)
                                         "0123456789abcdef", 28),
                          0);
         ck_assert_int_eq(peer_auth_hello(&auth_state, &ours), 0);
-        hello.protocol_version = FRAME_VERSION;
-        hello.node_id = ours.node_id;
-        hello.identity = (char *)"silent/1";
-        hello.nonce.data = ours.nonce;
-        hello.nonce.len = sizeof(ours.nonce);
-        hello.has_key = true;
-        hello.tcp_streams = 1;
+        hostile_hello(&hello, &ours, "silent/1");
         ck_assert_int_eq(hostile_call(&h, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &hello.base, NULL,
                                       NULL, 0),
                          KVD_OK);

@@ -114,44 +114,76 @@ static void switch_listen(kvd_client *c, const char *listen)
         expect_ok(c, kvd_switch_role(c, KVD_ROLE_PROMPT, listen ? &o : NULL, listen ? 1 : 0));
 }
 
+/*
+ * Two nodes: P with A (the sources, keyed A_ID) and C, D with B (the destination, 16 blocks:
+ * four rounds of pull_and_verify()).
+ */
+typedef struct Duo {
+        Node p, d;
+        kvd_client *a, *b, *c;
+        TCache src, dst;
+        TCopies cp;
+} Duo;
+
+/* Starts P (with the NULL-terminated flags @extra) and D; A attaches with @listen (NULL: a
+ * client), B and C as clients. */
+static void duo_start(Duo *w, const char *const *extra, const char *listen)
+{
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+
+        memset(w, 0, sizeof(*w));
+        node_start_full(&w->p, NULL, NULL, NULL, extra);
+        node_start(&w->d);
+        if (listen)
+                expect_ok(NULL, attach(&w->p, A_ID, listen, &w->a));
+        else
+                w->a = node_client(&w->p, A_ID, KVD_ROLE_PROMPT);
+        w->b = node_client(&w->d, B_ID, KVD_ROLE_DECODER);
+        w->c = node_client(&w->p, C_ID, KVD_ROLE_DECODER);
+        expect_ok(w->a, tcache_register(&w->src, w->a, true, 2, 8, 4096, 0x51, &key, 1, 0));
+        expect_ok(w->b, tcache_register(&w->dst, w->b, true, 2, 16, 4096, 0x52, NULL, 0, 0));
+}
+
+/* Checks that A's sources were never written, detaches the clusters left and stops both. */
+static void duo_stop(Duo *w)
+{
+        tcopies_free(&w->cp);
+        expect_ok(w->c, kvd_client_finalize(w->c));
+        expect_ok(w->b, kvd_client_finalize(w->b));
+        if (w->a) {
+                tcache_verify_untouched(&w->src);
+                expect_ok(w->a, kvd_client_finalize(w->a));
+        }
+        node_stop(&w->d);
+        node_stop(&w->p);
+}
+
 /* A server on a port of its own: reached there from another daemon; the port goes with it. */
 START_TEST(test_own_listener)
 {
-        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         char addr[64];
-        kvd_client *a, *b;
-        TCache src, dst;
-        TCopies cp = {};
-        Node p, d;
+        Duo w;
         int ret;
 
-        node_start(&p);
-        node_start(&d);
-        expect_ok(NULL, attach(&p, A_ID, "127.0.0.1:0", &a));
-        cluster_listen(&p, A_ID, addr, sizeof(addr), "own");
-        ck_assert_str_ne(addr, p.peer_addr);
+        duo_start(&w, NULL, "127.0.0.1:0");
+        cluster_listen(&w.p, A_ID, addr, sizeof(addr), "own");
+        ck_assert_str_ne(addr, w.p.peer_addr);
         ck_assert(strncmp(addr, "127.0.0.1:", 10) == 0 && strcmp(addr, "127.0.0.1:0") != 0);
-        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
-        expect_ok(a, tcache_register(&src, a, true, 2, 8, 4096, 0x51, &key, 1, 0));
-        expect_ok(b, tcache_register(&dst, b, true, 2, 16, 4096, 0x52, NULL, 0, 0));
 
         /* The link names A's own address, not its daemon's. */
-        expect_ok(b, link_at(b, A_ID, addr, 5000, &ret));
+        expect_ok(w.b, link_at(w.b, A_ID, addr, 5000, &ret));
         ck_assert_int_eq(ret, KVD_OK);
-        pull_and_verify(b, &src, &dst, &cp, 0);
-        ck_assert_int_eq(node_status_len(&p, "inbound_links"), 1);
-        ck_assert_int_eq(node_status_len(&d, "peers"), 1);
-        tcache_verify_untouched(&src);
+        pull_and_verify(w.b, &w.src, &w.dst, &w.cp, 0);
+        ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 1);
+        ck_assert_int_eq(node_status_len(&w.d, "peers"), 1);
 
         /* A finalizes: its port closes with it. */
-        expect_ok(a, kvd_client_finalize(a));
+        tcache_verify_untouched(&w.src);
+        expect_ok(w.a, kvd_client_finalize(w.a));
+        w.a = NULL;
         ck_assert_msg(nothing_listens(addr), "%s still accepts connections", addr);
-        ck_assert(harness_daemon_log_contains(&p.d, "no longer reachable at"));
-
-        tcopies_free(&cp);
-        expect_ok(b, kvd_client_finalize(b));
-        node_stop(&d);
-        node_stop(&p);
+        ck_assert(harness_daemon_log_contains(&w.p.d, "no longer reachable at"));
+        duo_stop(&w);
 }
 END_TEST
 
@@ -159,92 +191,75 @@ END_TEST
  * server; switch_role adds, moves and drops the listener. */
 START_TEST(test_client_and_switch_role)
 {
-        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         kvd_cluster_info info = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
         char first[64], second[64], none[64];
-        kvd_client *a, *b, *c;
-        TCache src, dst;
-        TCopies cp = {};
         json_t *st;
-        Node p, d;
+        Duo w;
         int ret;
 
-        node_start(&p);
-        node_start(&d);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
-        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
-        c = node_client(&p, C_ID, KVD_ROLE_DECODER);
-        cluster_listen(&p, A_ID, first, sizeof(first), NULL);
-        st = cluster_status(&p, A_ID);
+        duo_start(&w, NULL, NULL);
+        cluster_listen(&w.p, A_ID, first, sizeof(first), NULL);
+        st = cluster_status(&w.p, A_ID);
         ck_assert(json_is_false(json_object_get(st, "accepts_links")));
         json_decref(st);
-        expect_ok(a, tcache_register(&src, a, true, 2, 8, 4096, 0x61, &key, 1, 0));
-        expect_ok(b, tcache_register(&dst, b, true, 2, 16, 4096, 0x62, NULL, 0, 0));
 
         /* A client: no link to it, from another daemon or from its own. */
-        expect_status(b, link_at(b, A_ID, p.peer_addr, 5000, &ret), KVD_E_LINK_FAILED,
+        expect_status(w.b, link_at(w.b, A_ID, w.p.peer_addr, 5000, &ret), KVD_E_LINK_FAILED,
                       "is a client");
         ck_assert_int_eq(ret, KVD_E_LINK_FAILED);
-        expect_status(c, kvd_link_clusters(c, &info, 1, 0, &ret), KVD_E_LINK_FAILED,
+        expect_status(w.c, kvd_link_clusters(w.c, &info, 1, 0, &ret), KVD_E_LINK_FAILED,
                       "without listen_ip_info");
-        ck_assert_int_eq(node_status_len(&p, "inbound_links"), 0);
+        ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
 
         /* A server at its daemon's --listen address: no listener of its own. */
-        switch_listen(a, p.peer_addr);
-        cluster_listen(&p, A_ID, first, sizeof(first), "daemon");
-        ck_assert_str_eq(first, p.peer_addr);
-        expect_ok(b, link_at(b, A_ID, p.peer_addr, 5000, &ret));
-        pull_and_verify(b, &src, &dst, &cp, 0);
-        expect_ok(c, kvd_link_clusters(c, &info, 1, 0, &ret));
+        switch_listen(w.a, w.p.peer_addr);
+        cluster_listen(&w.p, A_ID, first, sizeof(first), "daemon");
+        ck_assert_str_eq(first, w.p.peer_addr);
+        expect_ok(w.b, link_at(w.b, A_ID, w.p.peer_addr, 5000, &ret));
+        pull_and_verify(w.b, &w.src, &w.dst, &w.cp, 0);
+        expect_ok(w.c, kvd_link_clusters(w.c, &info, 1, 0, &ret));
 
         /* Links pin it. */
-        expect_status(a, kvd_switch_role(a, KVD_ROLE_PROMPT, NULL, 0), KVD_E_EXIST_LINK,
+        expect_status(w.a, kvd_switch_role(w.a, KVD_ROLE_PROMPT, NULL, 0), KVD_E_EXIST_LINK,
                       "unlink them first");
-        expect_ok(b, kvd_unlink_clusters(b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
-                                                                 p.peer_addr, NULL },
+        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
+                                                                 w.p.peer_addr, NULL },
                                          1, 0, false, NULL));
-        expect_ok(c, kvd_unlink_clusters(c, &info, 1, 0, false, NULL));
-        for (int i = 0; i < 100 && node_status_len(&p, "inbound_links") > 0; i++)
+        expect_ok(w.c, kvd_unlink_clusters(w.c, &info, 1, 0, false, NULL));
+        for (int i = 0; i < 100 && node_status_len(&w.p, "inbound_links") > 0; i++)
                 harness_sleep_ms(20);
 
         /* Onto a port of its own. */
-        switch_listen(a, "127.0.0.1:0");
-        cluster_listen(&p, A_ID, first, sizeof(first), "own");
-        expect_ok(b, link_at(b, A_ID, first, 5000, &ret));
-        pull_and_verify(b, &src, &dst, &cp, 1);
-        expect_ok(b, kvd_unlink_clusters(b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT, first,
+        switch_listen(w.a, "127.0.0.1:0");
+        cluster_listen(&w.p, A_ID, first, sizeof(first), "own");
+        expect_ok(w.b, link_at(w.b, A_ID, first, 5000, &ret));
+        pull_and_verify(w.b, &w.src, &w.dst, &w.cp, 1);
+        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT, first,
                                                                  NULL },
                                          1, 0, false, NULL));
-        for (int i = 0; i < 100 && node_status_len(&p, "inbound_links") > 0; i++)
+        for (int i = 0; i < 100 && node_status_len(&w.p, "inbound_links") > 0; i++)
                 harness_sleep_ms(20);
 
         /* Moving: the old port closes, the new one takes links. */
-        switch_listen(a, "127.0.0.1:0");
-        cluster_listen(&p, A_ID, second, sizeof(second), "own");
+        switch_listen(w.a, "127.0.0.1:0");
+        cluster_listen(&w.p, A_ID, second, sizeof(second), "own");
         ck_assert_str_ne(first, second);
         ck_assert_msg(nothing_listens(first), "%s still accepts connections", first);
-        expect_ok(b, link_at(b, A_ID, second, 5000, &ret));
-        expect_ok(b, kvd_unlink_clusters(b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT, second,
+        expect_ok(w.b, link_at(w.b, A_ID, second, 5000, &ret));
+        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT, second,
                                                                  NULL },
                                          1, 0, false, NULL));
-        for (int i = 0; i < 100 && node_status_len(&p, "inbound_links") > 0; i++)
+        for (int i = 0; i < 100 && node_status_len(&w.p, "inbound_links") > 0; i++)
                 harness_sleep_ms(20);
 
         /* Back to a client: the port closes and links are refused again. */
-        switch_listen(a, NULL);
-        cluster_listen(&p, A_ID, none, sizeof(none), NULL);
+        switch_listen(w.a, NULL);
+        cluster_listen(&w.p, A_ID, none, sizeof(none), NULL);
         ck_assert_str_eq(none, "");
         ck_assert(nothing_listens(first) && nothing_listens(second));
-        expect_status(c, kvd_link_clusters(c, &info, 1, 0, &ret), KVD_E_LINK_FAILED,
+        expect_status(w.c, kvd_link_clusters(w.c, &info, 1, 0, &ret), KVD_E_LINK_FAILED,
                       "is a client");
-        tcache_verify_untouched(&src);
-
-        tcopies_free(&cp);
-        expect_ok(c, kvd_client_finalize(c));
-        expect_ok(b, kvd_client_finalize(b));
-        expect_ok(a, kvd_client_finalize(a));
-        node_stop(&d);
-        node_stop(&p);
+        duo_stop(&w);
 }
 END_TEST
 
@@ -252,36 +267,20 @@ END_TEST
 START_TEST(test_clients_accept_links)
 {
         static const char *const extra[] = { "--client-clusters-accept-links", "on", NULL };
-        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         kvd_cluster_info info = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
-        kvd_client *a, *b, *c;
-        TCache src, dst;
-        TCopies cp = {};
         json_t *st;
-        Node p, d;
+        Duo w;
         int ret;
 
-        node_start_full(&p, NULL, NULL, NULL, extra);
-        node_start(&d);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
-        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
-        c = node_client(&p, C_ID, KVD_ROLE_DECODER);
-        st = cluster_status(&p, A_ID);
+        duo_start(&w, extra, NULL);
+        st = cluster_status(&w.p, A_ID);
         ck_assert(json_is_true(json_object_get(st, "accepts_links")));
         ck_assert(json_is_null(json_object_get(st, "listen_ip_info")));
         json_decref(st);
-        expect_ok(a, tcache_register(&src, a, true, 2, 8, 4096, 0x71, &key, 1, 0));
-        expect_ok(b, tcache_register(&dst, b, true, 2, 16, 4096, 0x72, NULL, 0, 0));
-        expect_ok(b, link_at(b, A_ID, p.peer_addr, 5000, &ret));
-        pull_and_verify(b, &src, &dst, &cp, 0);
-        expect_ok(c, kvd_link_clusters(c, &info, 1, 0, &ret));
-
-        tcopies_free(&cp);
-        expect_ok(c, kvd_client_finalize(c));
-        expect_ok(b, kvd_client_finalize(b));
-        expect_ok(a, kvd_client_finalize(a));
-        node_stop(&d);
-        node_stop(&p);
+        expect_ok(w.b, link_at(w.b, A_ID, w.p.peer_addr, 5000, &ret));
+        pull_and_verify(w.b, &w.src, &w.dst, &w.cp, 0);
+        expect_ok(w.c, kvd_link_clusters(w.c, &info, 1, 0, &ret));
+        duo_stop(&w);
 }
 END_TEST
 
