@@ -148,10 +148,10 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
                 return error_set(err, KVD_E_PARAM_INVALID,
                                  "listen_ip_info \"%.64s\" is not \"ip:port\" or \"[ipv6]:port\" "
                                  "(numeric, with a port)", listen_ip_info);
-        if (c->listener && peer_listener_covers(c->listener, canon)) {
-                /* Where it listens already (switch_role keeping its port). */
+        /* Where it listens already (switch_role keeping its port): nothing to do. */
+        if (c->listener && peer_listener_covers(c->listener, canon))
                 return 0;
-        } else if (!peer_listener_covers(d->peer_listener, canon)) {
+        if (!peer_listener_covers(d->peer_listener, canon)) {
                 o = cluster_listening_at(d, c, canon);
                 if (o)
                         return error_set(err, KVD_E_LINK_FAILED,
@@ -182,6 +182,11 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
                 log_warning("no cluster_key_file: any host that reaches %s can act as a peer "
                             "daemon", c->listen_ip_info);
         return 0;
+}
+
+bool cluster_accepts_links(const Cluster *c)
+{
+        return c->listen_ip_info || c->daemon->config->client_clusters_accept_links;
 }
 
 const char *cluster_role_to_string(ClusterRole role)

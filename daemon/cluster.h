@@ -76,6 +76,12 @@ int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t de
 int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err);
 
 /*
+ * Whether others may link to @c with kvd_link_clusters(): a server does, a client only where
+ * the daemon keeps client_clusters_accept_links.
+ */
+bool cluster_accepts_links(const Cluster *c);
+
+/*
  * Detaches and frees the cluster: fails its transfers and the transfers of others that touch
  * it, tears down every link to and from it, frees its caches (returning pool extents) and drops
  * its regions. Accepts NULL; returns NULL.

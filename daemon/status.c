@@ -117,9 +117,7 @@ static json_t *status_cluster(const Cluster *c, bool *ok)
         set(o, "listener", !c->listen_ip_info ? json_null()
                            : json_string(c->listener ? "own" : "daemon"),
             ok);
-        set(o, "accepts_links", json_boolean(c->listen_ip_info ||
-                                             c->daemon->config->client_clusters_accept_links),
-            ok);
+        set(o, "accepts_links", json_boolean(cluster_accepts_links(c)), ok);
         set(o, "regions", json_integer(c->n_regions), ok);
         set(o, "region_bytes", json_u64(c->region_bytes), ok);
         set(o, "caches", json_integer(c->caches.n_caches), ok);

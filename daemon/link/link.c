@@ -245,7 +245,7 @@ InLink *inlink_find_id(Peer *peer, uint64_t id)
 
 int link_check_target(const Cluster *target, Error *err)
 {
-        if (target->listen_ip_info || target->daemon->config->client_clusters_accept_links)
+        if (cluster_accepts_links(target))
                 return 0;
         return error_set(err, KVD_E_LINK_FAILED,
                          "cluster %" PRIu64 " is a client: it attached without listen_ip_info, "

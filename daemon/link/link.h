@@ -124,9 +124,8 @@ void link_set_state(Link *l, LinkState state, int status);
 void link_set_down(Link *l, int status, const char *why);
 
 /*
- * Whether @target takes a kvd_link_clusters() link: a server (attached with listen_ip_info) does,
- * a client only where the daemon keeps client_clusters_accept_links. LINK_FAILED with @err
- * otherwise.
+ * 0 when @target takes a kvd_link_clusters() link (cluster_accepts_links()), else LINK_FAILED
+ * with @err saying it is a client.
  */
 int link_check_target(const Cluster *target, Error *err);
 

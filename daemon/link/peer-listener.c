@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Peer listener and dialing: where peers come from, the key they must hold, shutting them down. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,7 +27,6 @@ struct PeerListener {
         int fd;
         struct event *ev;
         struct sockaddr_storage sa;     /* as bound: the real port when asked for port 0 */
-        socklen_t sa_len;
         char address[SOCKADDR_STR_MAX];
 };
 
@@ -171,7 +170,6 @@ int peer_listener_open(Daemon *d, const char *address, PeerListener **ret)
                 return -ENOMEM;
         l->daemon = d;
         memcpy(&l->sa, &sa, len);
-        l->sa_len = len;
         (void)sockaddr_format((struct sockaddr *)&sa, len, l->address, sizeof(l->address));
         l->ev = event_new(d->base, fd, EV_READ | EV_PERSIST, peer_listener_on_accept, l);
         if (!l->ev || event_add(l->ev, NULL) < 0) {
