@@ -623,6 +623,8 @@ START_TEST(test_crc)
         static const char *const extra[] = { "--tcp-crc", "on", "--tcp-streams", "2", NULL };
         const uint64_t n = 256;
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        /* 32 MiB through CRC32C on both ends: more than the default second on a busy host. */
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
         uint64_t sb[256], db[256];
         TCache src, dst;
         TCopies cp = {};
@@ -641,7 +643,7 @@ START_TEST(test_crc)
                 sb[i] = i;
                 db[i] = n - 1 - i;
         }
-        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, n, db, n, NULL));
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, n, db, n, &o));
         tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, n);
         tcache_verify(&dst, &cp);
         tcopies_free(&cp);
