@@ -2,6 +2,7 @@
 /* Cluster: an attached inference worker with its regions, caches and links. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,25 +17,19 @@
 #include "log.h"
 #include "notify.h"
 #include "peer-link.h"
+#include "peer.h"
 #include "pool.h"
 #include "region.h"
 #include "transfer.h"
 
 int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t device_id,
-                uint32_t sync_kv_timeout_ms, const char *listen_ip_info, Cluster **ret)
+                uint32_t sync_kv_timeout_ms, Cluster **ret)
 {
         Cluster *c;
 
         c = calloc(1, sizeof(*c));
         if (!c)
                 return -ENOMEM;
-        if (listen_ip_info && listen_ip_info[0]) {
-                c->listen_ip_info = strdup(listen_ip_info);
-                if (!c->listen_ip_info) {
-                        free(c);
-                        return -ENOMEM;
-                }
-        }
         c->daemon = d;
         c->conn = conn;
         c->id = id;
@@ -87,7 +82,7 @@ Cluster *cluster_free(Cluster *c)
         CLIST_FOREACH_SAFE(l, ltmp, &c->links, link_local)
                 link_free_full(l, KVD_E_PEER_LOST, false);
         CLIST_FOREACH_SAFE(il, iltmp, &c->inlinks, link_cluster)
-                inlink_free(il, KVD_E_PEER_LOST);
+                inlink_free(il, KVD_E_PEER_LOST, "the cluster linked to detached");
         /* Links others made to us stay (down) until their owners unlink or re-link. */
         CLIST_FOREACH_SAFE(l, ltmp, &c->links_in, link_remote)
                 link_set_state(l, LINK_DOWN, KVD_E_PEER_LOST);
@@ -106,14 +101,92 @@ Cluster *cluster_free(Cluster *c)
         }
 
         notify_clear(c);
+        (void)cluster_set_listen(c, NULL, NULL);
         log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 " (pid %d): detached",
                    c->id, (int)c->pid);
         clist_unlink(&c->link_daemon);
         c->daemon->n_clusters--;
         daemon_update_status(c->daemon);
-        free(c->listen_ip_info);
         free(c);
         return NULL;
+}
+
+/* The listener of a cluster of @d other than @self that @address would reach, or NULL. */
+static Cluster *cluster_listening_at(Daemon *d, const Cluster *self, const char *address)
+{
+        Cluster *o;
+
+        CLIST_FOREACH(o, &d->clusters, link_daemon)
+                if (o != self && peer_listener_covers(o->listener, address))
+                        return o;
+        return NULL;
+}
+
+int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
+{
+        Daemon *d = c->daemon;
+        _cleanup_free_ char *address = NULL;
+        char canon[SOCKADDR_STR_MAX];
+        struct sockaddr_storage sa;
+        PeerListener *l = NULL;
+        socklen_t len;
+        Cluster *o;
+        int r;
+
+        if (!listen_ip_info || !listen_ip_info[0]) {
+                if (c->listen_ip_info)
+                        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id),
+                                   "cluster %" PRIu64 ": no longer reachable at %s", c->id,
+                                   c->listen_ip_info);
+                c->listener = peer_listener_free(c->listener);
+                free(c->listen_ip_info);
+                c->listen_ip_info = NULL;
+                return 0;
+        }
+        if (sockaddr_parse_listen(listen_ip_info, &sa, &len) < 0 ||
+            sockaddr_format((struct sockaddr *)&sa, len, canon, sizeof(canon)) < 0)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "listen_ip_info \"%.64s\" is not \"ip:port\" or \"[ipv6]:port\" "
+                                 "(numeric, with a port)", listen_ip_info);
+        /* Where it listens already (switch_role keeping its port): nothing to do. */
+        if (c->listener && peer_listener_covers(c->listener, canon))
+                return 0;
+        if (!peer_listener_covers(d->peer_listener, canon)) {
+                o = cluster_listening_at(d, c, canon);
+                if (o)
+                        return error_set(err, KVD_E_LINK_FAILED,
+                                         "listen_ip_info %s: cluster %" PRIu64 " listens there "
+                                         "already; each cluster needs a port of its own", canon,
+                                         o->id);
+                r = peer_listener_open(d, canon, &l);
+                if (r < 0)
+                        return error_set(err, r == -ENOMEM ? KVD_E_OUT_OF_MEMORY
+                                                           : KVD_E_LINK_FAILED,
+                                         "listen_ip_info %s: cannot listen there: %s", canon,
+                                         strerror(-r));
+                (void)snprintf(canon, sizeof(canon), "%s", peer_listener_address(l));
+        }
+        address = strdup(canon);
+        if (!address) {
+                peer_listener_free(l);
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        }
+        peer_listener_free(c->listener);
+        c->listener = l;
+        free(c->listen_ip_info);
+        c->listen_ip_info = TAKE_PTR(address);
+        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 ": reachable at %s%s",
+                   c->id, c->listen_ip_info,
+                   l ? "" : " (the daemon's own peer listener)");
+        if (l && !d->cluster_key)
+                log_warning("no cluster_key_file: any host that reaches %s can act as a peer "
+                            "daemon", c->listen_ip_info);
+        return 0;
+}
+
+bool cluster_accepts_links(const Cluster *c)
+{
+        return c->listen_ip_info || c->daemon->config->client_clusters_accept_links;
 }
 
 const char *cluster_role_to_string(ClusterRole role)

@@ -13,10 +13,12 @@
 
 #include "cache.h"
 #include "clist.h"
+#include "error.h"
 
 typedef struct Conn Conn;
 typedef struct Daemon Daemon;
 typedef struct Cluster Cluster;
+typedef struct PeerListener PeerListener;
 
 typedef enum ClusterRole {
         CLUSTER_ROLE_PROMPT = 1,
@@ -31,7 +33,8 @@ struct Cluster {
         ClusterRole role;
         int32_t device_id;
         uint32_t sync_kv_timeout_ms;
-        char *listen_ip_info;   /* NULL: a client only */
+        char *listen_ip_info;   /* a server reachable here ("ip:port" as bound); NULL: a client */
+        PeerListener *listener; /* its own, or NULL when the daemon's listener serves the address */
         pid_t pid;
         uid_t uid;
 
@@ -54,9 +57,29 @@ struct Cluster {
         CList link_daemon;
 };
 
-/* Creates a cluster and attaches it to @d (the caller checked id uniqueness and limits). */
+/*
+ * Creates a cluster and attaches it to @d (the caller checked id uniqueness and limits). It is a
+ * client until cluster_set_listen() makes it a server.
+ */
 int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t device_id,
-                uint32_t sync_kv_timeout_ms, const char *listen_ip_info, Cluster **ret);
+                uint32_t sync_kv_timeout_ms, Cluster **ret);
+
+/*
+ * Makes @c a server reachable at @listen_ip_info (LLM-DataDist's option: "ip:port" or
+ * "[v6]:port", numeric; port 0 takes any free port), or a client when it is NULL or "". Peers
+ * reach the address through a peer listener that @c owns from now on (one port per cluster,
+ * closed when it moves, is dropped or @c goes), or through the daemon's own listener when that
+ * one is bound there already. On failure @c keeps what it had: PARAM_INVALID for an address that
+ * does not parse, LINK_FAILED when another cluster of this daemon listens there or the address
+ * cannot be bound (in use, not an address of this host); @err says which.
+ */
+int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err);
+
+/*
+ * Whether others may link to @c with kvd_link_clusters(): a server does, a client only where
+ * the daemon keeps client_clusters_accept_links.
+ */
+bool cluster_accepts_links(const Cluster *c);
 
 /*
  * Detaches and frees the cluster: fails its transfers and the transfers of others that touch

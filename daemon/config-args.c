@@ -94,6 +94,7 @@ enum {
         ARG_LINK_TOTAL_TIME,
         ARG_TCP_CRC,
         ARG_METRICS_LISTEN,
+        ARG_CLIENT_CLUSTERS_ACCEPT_LINKS,
 };
 
 static const struct option options[] = {
@@ -114,6 +115,8 @@ static const struct option options[] = {
         { "link-total-time", required_argument, NULL, ARG_LINK_TOTAL_TIME },
         { "tcp-crc", required_argument, NULL, ARG_TCP_CRC },
         { "metrics-listen", required_argument, NULL, ARG_METRICS_LISTEN },
+        { "client-clusters-accept-links", required_argument, NULL,
+          ARG_CLIENT_CLUSTERS_ACCEPT_LINKS },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         {}
@@ -158,6 +161,9 @@ static void print_usage(const char *argv0)
                "      --max-frame-size SIZE  largest frame payload, 4K..256M (16M)\n"
                "      --listen IP:PORT       accept peer daemons here (\"\" = client only)\n"
                "      --cluster-key-file F   pre-shared key that peer daemons must prove\n"
+               "      --client-clusters-accept-links on|off\n"
+               "                             clusters attached without listen_ip_info accept\n"
+               "                             links too, at this daemon's --listen (off)\n"
                "      --heartbeat-interval MS  peer heartbeat period, 10..600000 (1000)\n"
                "      --heartbeat-timeout MS   a silent peer is lost after, 50..3600000 (5000)\n"
                "      --tcp-streams N        TCP data connections per peer, 1..16 (4)\n"
@@ -230,9 +236,13 @@ static int apply_flag(Config *c, const PendingFlag *pf, char **error)
                 c->cluster_key_file = s;
                 return 0;
         case ARG_TCP_CRC:
+        case ARG_CLIENT_CLUSTERS_ACCEPT_LINKS:
                 if (strcmp(pf->arg, "on") != 0 && strcmp(pf->arg, "off") != 0)
                         return config_errorf(error, -EINVAL, "%s: expected on or off", flag);
-                c->tcp.crc = strcmp(pf->arg, "on") == 0;
+                if (pf->opt == ARG_TCP_CRC)
+                        c->tcp.crc = strcmp(pf->arg, "on") == 0;
+                else
+                        c->client_clusters_accept_links = strcmp(pf->arg, "on") == 0;
                 return 0;
         case ARG_COPY_THREADS:
                 if (parse_copy_threads_string(pf->arg, &c->copy_threads) < 0)

@@ -178,6 +178,11 @@ int config_diff(const Config *old, const Config *new, ConfigChange **ret, size_t
         if (!str_same(old->cluster_key_file, new->cluster_key_file))
                 add_change(&l, "cluster_key_file", old->cluster_key_file ?: "",
                            new->cluster_key_file ?: "", false);
+        /* Checked when a link is asked for: links made afterwards follow the new value. */
+        if (old->client_clusters_accept_links != new->client_clusters_accept_links)
+                add_change(&l, "client_clusters_accept_links",
+                           old->client_clusters_accept_links ? "true" : "false",
+                           new->client_clusters_accept_links ? "true" : "false", true);
         /* The TCP settings are offered to each peer when it connects: new peers get them. */
         diff_int_fields(&l, &config_tcp_fields, "tcp.", old, new);
         diff_int_fields(&l, &config_rdma_fields, "rdma.", old, new);
@@ -227,6 +232,7 @@ int config_apply_runtime(Config *c, const Config *new)
         c->n_allow_gids = new->n_allow_gids;
         c->log_level = new->log_level;
         c->tcp.crc = new->tcp.crc;
+        c->client_clusters_accept_links = new->client_clusters_accept_links;
         apply_int_fields(c, new, &config_top_fields, "");
         apply_int_fields(c, new, &config_tcp_fields, "tcp.");
         apply_int_fields(c, new, &config_rdma_fields, "rdma.");

@@ -480,6 +480,15 @@ static int parse_cluster_key_file(Config *c, json_t *v, const char *path, char *
         return 0;
 }
 
+static int parse_client_clusters_accept_links(Config *c, json_t *v, const char *path,
+                                              char **error)
+{
+        if (!json_is_boolean(v))
+                return config_errorf(error, -EINVAL, "%s: expected true or false", path);
+        c->client_clusters_accept_links = json_is_true(v);
+        return 0;
+}
+
 typedef int (*KeyParser)(Config *c, json_t *v, const char *path, char **error);
 
 static const struct {
@@ -496,6 +505,7 @@ static const struct {
         { "devices", parse_devices },
         { "listen_ip_info", parse_listen_ip_info },
         { "cluster_key_file", parse_cluster_key_file },
+        { "client_clusters_accept_links", parse_client_clusters_accept_links },
         { "tcp", parse_tcp },
         { "rdma", parse_rdma },
         { "limits", parse_limits },

@@ -74,6 +74,7 @@ typedef struct Config {
         int log_level;                     /* LOG_ERR .. LOG_DEBUG (syslog numbers) */
         char *listen_ip_info;              /* "ip:port" for peer daemons; NULL = client only */
         char *cluster_key_file;            /* pre-shared key of the peers; NULL = none (warned) */
+        bool client_clusters_accept_links; /* clusters without listen_ip_info accept links too */
         uint32_t heartbeat_interval_ms;    /* a peer heartbeat every so often */
         uint32_t heartbeat_timeout_ms;     /* a peer silent this long is lost */
         uint32_t link_total_time_ms;       /* a comm domain not formed by then fails */

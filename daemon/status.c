@@ -113,6 +113,11 @@ static json_t *status_cluster(const Cluster *c, bool *ok)
         set(o, "sync_kv_timeout_ms", json_integer(c->sync_kv_timeout_ms), ok);
         set(o, "listen_ip_info", c->listen_ip_info ? json_string(c->listen_ip_info) : json_null(),
             ok);
+        /* Who accepts its peers: a listener of its own, the daemon's, or nobody (a client). */
+        set(o, "listener", !c->listen_ip_info ? json_null()
+                           : json_string(c->listener ? "own" : "daemon"),
+            ok);
+        set(o, "accepts_links", json_boolean(cluster_accepts_links(c)), ok);
         set(o, "regions", json_integer(c->n_regions), ok);
         set(o, "region_bytes", json_u64(c->region_bytes), ok);
         set(o, "caches", json_integer(c->caches.n_caches), ok);
@@ -161,6 +166,7 @@ static json_t *status_link(const Link *l, usec_t now, bool *ok)
         if (!o)
                 return NULL;
         set(o, "link_id", json_u64(l->id), ok);
+        set(o, "direction", json_string("out"), ok);
         set(o, "local_cluster", json_u64(l->local->id), ok);
         set(o, "remote_cluster", json_u64(l->remote_cluster_id), ok);
         set(o, "transport", json_string(transport_name(l->transport)), ok);
@@ -183,11 +189,16 @@ static json_t *status_inlink(const InLink *il, usec_t now, bool *ok)
         if (!o)
                 return NULL;
         set(o, "link_id", json_u64(il->id), ok);
+        set(o, "direction", json_string("in"), ok);
         set(o, "local_cluster", json_u64(il->local->id), ok);
         set(o, "remote_cluster", json_u64(il->remote_cluster_id), ok);
         set(o, "peer", json_string(il->peer->address[0] ? il->peer->address : il->peer->remote),
             ok);
+        set(o, "transport", json_string(il->rdma ? "rdma" : "tcp"), ok);
+        /* An inbound link lives while it is up: a lost peer or an unlink removes it. */
+        set(o, "state", json_string("up"), ok);
         set(o, "age_s", json_real((double)(now - il->created_usec) / USEC_PER_SEC), ok);
+        set(o, "transfers", json_u64(il->n_served), ok);
         set(o, "transfers_served", json_u64(il->n_served), ok);
         set(o, "transfers_in_flight", json_integer(il->n_inflight), ok);
         set(o, "bytes", json_u64(il->bytes), ok);

@@ -9,16 +9,19 @@ const char *const domain_cols[N_DOMAIN_COLS] = { "ID",        "NAME",      "RANK
                                     "STATE",     "CHANNELS",  "ALGORITHM", "RESOURCES/RANK",
                                     "CALLS",     "SENT",      "RECEIVED",  "AGE" };
 
+/* Room for a whole list before it is cut to a cell: four members with IPv6 addresses. */
+#define LIST_MAX 512
+
 /* "0:1001 1:2002@10.0.0.2:7400": rank, cluster, and where it is when not here. */
 static void members_cell(const json_t *members, char *buf)
 {
+        char list[LIST_MAX] = "";
         size_t len = 0, i;
         json_t *m;
 
-        buf[0] = '\0';
         json_array_foreach((json_t *)members, i, m) {
                 json_t *local = json_object_get(m, "local");
-                int n = snprintf(buf + len, CELL_MAX - len, "%s%lld:%lld%s%s", i ? " " : "",
+                int n = snprintf(list + len, sizeof(list) - len, "%s%lld:%lld%s%s", i ? " " : "",
                                  (long long)json_integer_value(json_object_get(m, "rank")),
                                  (long long)json_integer_value(json_object_get(m, "cluster_id")),
                                  json_is_true(local) ? "" : "@",
@@ -26,31 +29,31 @@ static void members_cell(const json_t *members, char *buf)
                                          ? ""
                                          : json_string_value(json_object_get(m, "address")) ?: "?");
 
-                if (n < 0 || (size_t)n >= CELL_MAX - len)
+                if (n < 0 || (size_t)n >= sizeof(list) - len)
                         break;
                 len += (size_t)n;
         }
+        cell_printf(buf, "%s", list);
 }
 
 /* "1:rdma 2:shm": the transport of the channel to each other rank ("-" until it is decided). */
 static void channels_cell(const json_t *channels, char *buf)
 {
+        char list[LIST_MAX] = "";
         size_t len = 0, i;
         json_t *c;
 
-        buf[0] = '\0';
         json_array_foreach((json_t *)channels, i, c) {
                 const char *tp = json_string_value(json_object_get(c, "transport"));
-                int n = snprintf(buf + len, CELL_MAX - len, "%s%lld:%s", i ? " " : "",
+                int n = snprintf(list + len, sizeof(list) - len, "%s%lld:%s", i ? " " : "",
                                  (long long)json_integer_value(json_object_get(c, "rank")),
                                  tp ? tp : "-");
 
-                if (n < 0 || (size_t)n >= CELL_MAX - len)
+                if (n < 0 || (size_t)n >= sizeof(list) - len)
                         break;
                 len += (size_t)n;
         }
-        if (!buf[0])
-                (void)snprintf(buf, CELL_MAX, "-");
+        cell_printf(buf, "%s", list[0] ? list : "-");
 }
 
 void domain_row(const json_t *o, Table *t, size_t r)

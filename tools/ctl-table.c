@@ -2,6 +2,7 @@
 /* kvdistctl tables: human units and aligned columns. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,19 @@ void fmt_duration(double s, char *buf)
                 snprintf(buf, CELL_MAX, "%" PRIu64 "d %02" PRIu64 "h", t / 86400, t / 3600 % 24);
 }
 
+void cell_printf(char *buf, const char *fmt, ...)
+{
+        static const char ellipsis[] = "...";
+        va_list ap;
+        int n;
+
+        va_start(ap, fmt);
+        n = vsnprintf(buf, CELL_MAX, fmt, ap);
+        va_end(ap);
+        if (n >= CELL_MAX)
+                memcpy(buf + CELL_MAX - sizeof(ellipsis), ellipsis, sizeof(ellipsis));
+}
+
 bool get_number(const json_t *obj, const char *key, double *ret)
 {
         json_t *v = json_object_get(obj, key);
@@ -73,8 +87,14 @@ const char *fmt_str(const json_t *obj, const char *key, char *buf)
 {
         json_t *v = json_object_get(obj, key);
 
-        snprintf(buf, CELL_MAX, "%s", json_is_string(v) ? json_string_value(v) : "-");
+        cell_printf(buf, "%s", json_is_string(v) ? json_string_value(v) : "-");
         return buf;
+}
+
+const char *fmt_id(const json_t *obj, const char *key, char *buf)
+{
+        return json_is_string(json_object_get(obj, key)) ? fmt_str(obj, key, buf)
+                                                          : fmt_int(obj, key, buf);
 }
 
 const char *fmt_bool(const json_t *obj, const char *key, char *buf)

@@ -19,9 +19,17 @@ void fmt_bytes_value(double v, char *buf);
 /* "12.3s", "4m 05s", "2h 03m", "1d 04h"; "-" for a negative value. */
 void fmt_duration(double s, char *buf);
 
+/*
+ * printf() into a cell; what does not fit is cut and the cell ends in "..." so that a reader sees
+ * it was cut.
+ */
+void cell_printf(char *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 bool get_number(const json_t *obj, const char *key, double *ret);
 const char *fmt_int(const json_t *obj, const char *key, char *buf);
 const char *fmt_str(const json_t *obj, const char *key, char *buf);
+/* An id sent as a string ("00ab34...") or as an integer. */
+const char *fmt_id(const json_t *obj, const char *key, char *buf);
 const char *fmt_bool(const json_t *obj, const char *key, char *buf);
 const char *fmt_bytes(const json_t *obj, const char *key, char *buf);
 /* The number under @key times @scale, as a duration. */

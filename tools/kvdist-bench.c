@@ -192,18 +192,20 @@ static int fail(kvd_client *c, const char *what, int status)
 }
 
 /*
- * Attaches @cluster to the daemon on @socket and gives it a blocks cache of @w's shape in
+ * Attaches @cluster to the daemon on @socket, a server reachable at @listen (the side that is
+ * linked to) or a client when it is NULL, and gives it a blocks cache of @w's shape in
  * kvd_mem_alloc() memory.
  */
 static int side_open(const Args *a, const Workload *w, const char *socket, uint64_t cluster,
-                     kvd_role role, kvd_client **ret_client, uint8_t **ret_mem,
-                     uint64_t *ret_cache_id)
+                     kvd_role role, const char *listen, kvd_client **ret_client,
+                     uint8_t **ret_mem, uint64_t *ret_cache_id)
 {
         char timeout[24];
         kvd_option opts[] = {
                 { "device_id", "0" },
                 { "sync_kv_timeout_ms", timeout },
                 { "socket_path", socket },
+                { "listen_ip_info", listen },
         };
         kvd_cache_desc desc = {
                 .num_tensors = (uint32_t)w->tensors,
@@ -217,7 +219,7 @@ static int side_open(const Args *a, const Workload *w, const char *socket, uint6
         int r;
 
         (void)snprintf(timeout, sizeof(timeout), "%" PRIu64, a->timeout_ms);
-        r = kvd_client_init(ret_client, cluster, role, opts, ARRAY_SIZE(opts));
+        r = kvd_client_init(ret_client, cluster, role, opts, ARRAY_SIZE(opts) - !listen);
         if (r < 0)
                 return fail(NULL, "cannot attach a cluster to kvdistd", r);
         r = kvd_mem_alloc(*ret_client, tensor_bytes * w->tensors, &mem);
@@ -337,11 +339,15 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
 
         if (!lat || !base_ns)
                 return -ENOMEM;
-        r = side_open(a, w, a->prefill_socket, PREFILL_CLUSTER, KVD_ROLE_PROMPT, &pre, &pre_mem,
+        /* The side the other links to is a server: at its daemon's peer address when that is
+         * another daemon, else on a port of its own. */
+        r = side_open(a, w, a->prefill_socket, PREFILL_CLUSTER, KVD_ROLE_PROMPT,
+                      a->push ? NULL : peer.remote_ip_info ?: "127.0.0.1:0", &pre, &pre_mem,
                       &pre_cache);
         if (r < 0)
                 return r;
-        r = side_open(a, w, a->decode_socket, DECODE_CLUSTER, KVD_ROLE_DECODER, &dec, &dec_mem,
+        r = side_open(a, w, a->decode_socket, DECODE_CLUSTER, KVD_ROLE_DECODER,
+                      a->push ? peer.remote_ip_info ?: "127.0.0.1:0" : NULL, &dec, &dec_mem,
                       &dec_cache);
         if (r < 0)
                 return r;

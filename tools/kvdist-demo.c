@@ -77,7 +77,8 @@ typedef struct Options {
         const char *socket_path;    /* NULL: the library's default */
         const char *prefill_socket; /* the prefill worker's daemon; NULL: socket_path */
         const char *decode_socket;  /* the decode worker's daemon; NULL: socket_path */
-        const char *prefill_address; /* "ip:port" decode links to; NULL: same daemon, or ask */
+        const char *prefill_address; /* the prefill cluster's listen_ip_info; NULL: its daemon's
+                                      * peer address, or a port of its own */
         const char *status_cmd;     /* NULL: none */
         uint32_t num_blocks;
         uint32_t prompt_blocks;
@@ -94,7 +95,7 @@ typedef struct HandOff {
         uint64_t model_id;
         uint64_t seed;              /* so that decode can check the bytes it pulls */
         uint64_t spare_block;       /* a free prefill block that decode may push into */
-        char address[ADDRESS_MAX];  /* prefill's daemon's peer address; "" when it has none */
+        char address[ADDRESS_MAX];  /* where the prefill cluster listens (its listen_ip_info) */
 } HandOff;
 
 /* What decode tells prefill after the push: where it wrote and what. */
@@ -255,11 +256,14 @@ static uint8_t *tensor_block(const Worker *w, uint32_t tensor, uint64_t block)
         return w->mem + ((size_t)tensor * w->opts->num_blocks + block) * BLOCK_BYTES;
 }
 
-/* Attaches as a cluster, allocates daemon-shared memory and registers the blocks cache in it. */
-static int worker_setup(Worker *w, uint64_t cluster_id, kvd_role role)
+/*
+ * Attaches as a cluster (a server reachable at @listen, LLM-DataDist's listen_ip_info, or a
+ * client when it is NULL), allocates daemon-shared memory and registers the blocks cache in it.
+ */
+static int worker_setup(Worker *w, uint64_t cluster_id, kvd_role role, const char *listen)
 {
         const Options *o = w->opts;
-        kvd_option options[2] = { { "device_id", "0" } };
+        kvd_option options[3] = { { "device_id", "0" } };
         void *addrs[N_TENSORS], *mem;
         kvd_cache_desc desc = {
                 .num_tensors = N_TENSORS,
@@ -273,6 +277,8 @@ static int worker_setup(Worker *w, uint64_t cluster_id, kvd_role role)
 
         if (w->socket)
                 options[n_options++] = (kvd_option){ "socket_path", w->socket };
+        if (listen)
+                options[n_options++] = (kvd_option){ "listen_ip_info", listen };
         r = kvd_client_init(&w->client, cluster_id, role, options, n_options);
         if (r < 0)
                 return worker_fail(w, "kvd_client_init", r);
@@ -378,25 +384,59 @@ static bool two_daemons(const Options *o)
 }
 
 /*
- * Where the worker's daemon accepts peer daemons ("peer_listen" of its status), into @buf;
- * "" when it accepts none.
+ * From the status of @w's daemon (through @client): where cluster @cluster_id listens (its
+ * listen_ip_info), or with @cluster_id 0 where the daemon accepts peer daemons ("peer_listen"),
+ * into @buf; "" when there is none.
  */
-static int daemon_peer_address(Worker *w, char *buf, size_t size)
+static int status_address(Worker *w, kvd_client *client, uint64_t cluster_id, char *buf,
+                          size_t size)
 {
         _cleanup_free_ char *text = NULL;
-        json_t *root, *v;
+        json_t *root, *v = NULL, *c;
+        size_t i;
         int r;
 
         buf[0] = '\0';
-        r = kvd_daemon_status(w->client, &text);
+        r = kvd_daemon_status(client, &text);
         if (r < 0)
                 return worker_fail(w, "kvd_daemon_status", r);
         root = json_loads(text, 0, NULL);
-        v = json_object_get(root, "peer_listen");
+        if (cluster_id == 0)
+                v = json_object_get(root, "peer_listen");
+        else
+                json_array_foreach(json_object_get(root, "clusters"), i, c)
+                        if ((uint64_t)json_integer_value(json_object_get(c, "cluster_id")) ==
+                            cluster_id)
+                                v = json_object_get(c, "listen_ip_info");
         if (json_is_string(v))
                 (void)snprintf(buf, size, "%s", json_string_value(v));
         json_decref(root);
         return 0;
+}
+
+/*
+ * The listen_ip_info the prefill cluster attaches with: --prefill-address, else its daemon's own
+ * peer address (the daemon serves the cluster there), else a port of its own on loopback (the
+ * decode worker on the same daemon links to it without using the address).
+ */
+static int prefill_listen_address(Worker *w, char *buf, size_t size)
+{
+        kvd_option opt = { "socket_path", w->socket };
+        kvd_client *c = NULL;
+        int r;
+
+        if (w->opts->prefill_address) {
+                (void)snprintf(buf, size, "%s", w->opts->prefill_address);
+                return 0;
+        }
+        r = kvd_client_connect(&c, &opt, w->socket ? 1 : 0);
+        if (r < 0)
+                return worker_fail(w, "kvd_client_connect", r);
+        r = status_address(w, c, 0, buf, size);
+        (void)kvd_client_finalize(c);
+        if (r == 0 && !buf[0])
+                (void)snprintf(buf, size, "127.0.0.1:0");
+        return r;
 }
 
 static int prefill_run(const Options *o, int handoff_fd, int note_fd, int ready_fd, int go_fd)
@@ -411,18 +451,20 @@ static int prefill_run(const Options *o, int handoff_fd, int note_fd, int ready_
                 .model_id = MODEL_ID,
                 .seed = o->seed,
         };
-        char ids[160];
+        char ids[160], listen[ADDRESS_MAX];
         PushNote note;
         usec_t t0;
         int r;
 
-        if (worker_setup(&w, PREFILL_CLUSTER, KVD_ROLE_PROMPT) < 0)
+        /* Prefill is the server decode links to: LLM-DataDist's listen_ip_info. */
+        if (prefill_listen_address(&w, listen, sizeof(listen)) < 0 ||
+            worker_setup(&w, PREFILL_CLUSTER, KVD_ROLE_PROMPT, listen) < 0)
                 goto fail;
-        /* Decode on another node must know where to link to: our daemon's peer address. */
-        if (o->prefill_address)
-                (void)snprintf(h.address, sizeof(h.address), "%s", o->prefill_address);
-        else if (daemon_peer_address(&w, h.address, sizeof(h.address)) < 0)
+        /* Decode must know where to link to: where the cluster listens (the real port, when it
+         * asked for port 0). */
+        if (status_address(&w, w.client, PREFILL_CLUSTER, h.address, sizeof(h.address)) < 0)
                 goto fail;
+        printf("prefill: cluster %" PRIu64 " accepts links at %s\n", PREFILL_CLUSTER, h.address);
 
         perm = block_permutation(o->num_blocks, o->seed);
         if (!perm) {
@@ -531,7 +573,7 @@ static int decode_run(const Options *o, int handoff_fd, int note_fd, int ready_f
         HandOff h;
         usec_t t0;
 
-        if (worker_setup(&w, DECODE_CLUSTER, KVD_ROLE_DECODER) < 0)
+        if (worker_setup(&w, DECODE_CLUSTER, KVD_ROLE_DECODER, NULL) < 0)
                 goto fail;
 
         /* Register first, link second: memory registered after a link is not exposed by it. */
@@ -553,9 +595,9 @@ static int decode_run(const Options *o, int handoff_fd, int note_fd, int ready_f
 
         if (two_daemons(o)) {
                 if (!h.address[0]) {
-                        fprintf(stderr, "decode: prefill's kvdistd accepts no peer daemons (it "
-                                "needs --listen IP:PORT), so cluster %" PRIu64 " cannot be "
-                                "linked from another daemon\n", PREFILL_CLUSTER);
+                        fprintf(stderr, "decode: prefill's cluster %" PRIu64 " does not say "
+                                "where it listens, so it cannot be linked from another "
+                                "daemon\n", PREFILL_CLUSTER);
                         goto fail;
                 }
                 peer.remote_ip_info = h.address;
@@ -668,8 +710,10 @@ static void help(FILE *f)
                 "      --decode-socket PATH   the decode worker's daemon (default: --socket);\n"
                 "                         on another daemon than prefill's, decode links to\n"
                 "                         cluster 1 at the prefill daemon's peer address\n"
-                "      --prefill-address IP:PORT  that address (default: what the prefill\n"
-                "                         daemon reports, its --listen address)\n"
+                "      --prefill-address IP:PORT  the prefill cluster's listen_ip_info, where\n"
+                "                         decode links to (default: the prefill daemon's\n"
+                "                         --listen address, or a port of its own when the\n"
+                "                         daemon has none)\n"
                 "      --status-cmd CMD   run CMD (with /bin/sh -c; $KVDIST_SOCKET,\n"
                 "                         $KVDIST_PREFILL_SOCKET and $KVDIST_DECODE_SOCKET set\n"
                 "                         as given) after the transfers, while both clusters\n"

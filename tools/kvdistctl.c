@@ -100,15 +100,30 @@ static char *default_socket_path(void)
 
 static void cluster_row(const json_t *o, Table *t, size_t r)
 {
+        json_t *listen = json_object_get(o, "listen_ip_info");
+        json_t *listener = json_object_get(o, "listener");
+
         fmt_int(o, "cluster_id", table_cell(t, r, 0));
         fmt_str(o, "role", table_cell(t, r, 1));
         fmt_int(o, "device_id", table_cell(t, r, 2));
         fmt_int(o, "pid", table_cell(t, r, 3));
-        fmt_int(o, "regions", table_cell(t, r, 4));
-        fmt_bytes(o, "region_bytes", table_cell(t, r, 5));
-        fmt_int(o, "caches", table_cell(t, r, 6));
-        fmt_int(o, "links", table_cell(t, r, 7));
-        fmt_int(o, "transfers_in_flight", table_cell(t, r, 8));
+        /* A server: where peers reach it, and whether through the daemon's own listener. */
+        if (json_is_string(listen))
+                cell_printf(table_cell(t, r, 4), "%s%s", json_string_value(listen),
+                            json_is_string(listener) &&
+                                            strcmp(json_string_value(listener), "daemon") == 0
+                                    ? " (daemon)"
+                                    : "");
+        else
+                cell_printf(table_cell(t, r, 4), "%s",
+                            json_is_true(json_object_get(o, "accepts_links"))
+                                    ? "- (accepts links)"
+                                    : "-");
+        fmt_int(o, "regions", table_cell(t, r, 5));
+        fmt_bytes(o, "region_bytes", table_cell(t, r, 6));
+        fmt_int(o, "caches", table_cell(t, r, 7));
+        fmt_int(o, "links", table_cell(t, r, 8));
+        fmt_int(o, "transfers_in_flight", table_cell(t, r, 9));
 }
 
 static void cache_row(const json_t *o, Table *t, size_t r)
@@ -133,18 +148,19 @@ static void link_row(const json_t *o, Table *t, size_t r)
         json_t *peer = json_object_get(o, "peer");
 
         fmt_int(o, "link_id", table_cell(t, r, 0));
-        fmt_int(o, "local_cluster", table_cell(t, r, 1));
-        fmt_int(o, "remote_cluster", table_cell(t, r, 2));
+        fmt_str(o, "direction", table_cell(t, r, 1));
+        fmt_int(o, "local_cluster", table_cell(t, r, 2));
+        fmt_int(o, "remote_cluster", table_cell(t, r, 3));
         /* "" is a link between clusters of this daemon */
-        snprintf(table_cell(t, r, 3), CELL_MAX, "%s",
-                 !json_is_string(peer)             ? "-"
-                 : json_string_value(peer)[0] == 0 ? "local"
-                                                   : json_string_value(peer));
-        fmt_str(o, "transport", table_cell(t, r, 4));
-        fmt_str(o, "state", table_cell(t, r, 5));
-        fmt_age(o, "age_s", 1, table_cell(t, r, 6));
-        fmt_int(o, "transfers", table_cell(t, r, 7));
-        fmt_bytes(o, "bytes", table_cell(t, r, 8));
+        cell_printf(table_cell(t, r, 4), "%s",
+                    !json_is_string(peer)             ? "-"
+                    : json_string_value(peer)[0] == 0 ? "local"
+                                                      : json_string_value(peer));
+        fmt_str(o, "transport", table_cell(t, r, 5));
+        fmt_str(o, "state", table_cell(t, r, 6));
+        fmt_age(o, "age_s", 1, table_cell(t, r, 7));
+        fmt_int(o, "transfers", table_cell(t, r, 8));
+        fmt_bytes(o, "bytes", table_cell(t, r, 9));
 }
 
 static void transfer_row(const json_t *o, Table *t, size_t r)
@@ -172,7 +188,7 @@ static void peer_row(const json_t *o, Table *t, size_t r)
 {
         double rtt;
 
-        fmt_int(o, "node_id", table_cell(t, r, 0));
+        fmt_id(o, "node_id", table_cell(t, r, 0));
         fmt_str(o, "address", table_cell(t, r, 1));
         fmt_str(o, "direction", table_cell(t, r, 2));
         fmt_str(o, "state", table_cell(t, r, 3));
@@ -211,12 +227,12 @@ static void device_row(const json_t *o, Table *t, size_t r)
         fmt_str(o, "error", table_cell(t, r, 11));
 }
 
-static const char *const cluster_cols[] = { "ID",    "ROLE",   "DEVICE", "PID",      "REGIONS",
-                                            "BYTES", "CACHES", "LINKS",  "IN-FLIGHT" };
+static const char *const cluster_cols[] = { "ID",      "ROLE",  "DEVICE", "PID",   "LISTEN",
+                                            "REGIONS", "BYTES", "CACHES", "LINKS", "IN-FLIGHT" };
 static const char *const cache_cols[] = { "ID",    "CLUSTER",     "KIND", "TENSORS", "SHAPE",
                                           "DTYPE", "SIZE/TENSOR", "KEYS", "REMOTE" };
-static const char *const link_cols[] = { "ID",    "LOCAL", "REMOTE",    "PEER", "TRANSPORT",
-                                         "STATE", "AGE",   "TRANSFERS", "BYTES" };
+static const char *const link_cols[] = { "ID",    "DIR",   "LOCAL", "REMOTE",    "PEER",
+                                         "TRANSPORT", "STATE", "AGE",   "TRANSFERS", "BYTES" };
 static const char *const transfer_cols[] = { "ID",        "CLUSTER", "KIND", "REMOTE",
                                              "TRANSPORT", "DONE",    "AGE",  "STATE" };
 static const char *const peer_cols[] = { "NODE",  "ADDRESS",  "DIRECTION", "STATE",
@@ -226,10 +242,14 @@ static const char *const device_cols[] = { "DEVICE", "STATE",  "LINK",     "PORT
                                            "MTU",    "GID",    "MRS",      "REGISTERED",
                                            "REG/MR", "WC-ERR", "LAST-ERR", "ERROR" };
 
-/* A command that shows one array of the status document as a table. */
+/*
+ * A command that shows one array of the status document as a table (@key), followed by the
+ * elements of a second one (@more_key) when set.
+ */
 typedef struct ArrayCommand {
         const char *name;
         const char *key;
+        const char *more_key;
         const char *const *cols;
         size_t n_cols;
         RowFunc row;
@@ -237,16 +257,20 @@ typedef struct ArrayCommand {
 } ArrayCommand;
 
 static const ArrayCommand array_commands[] = {
-        { "clusters", "clusters", cluster_cols, ARRAY_SIZE(cluster_cols), cluster_row,
+        { "clusters", "clusters", NULL, cluster_cols, ARRAY_SIZE(cluster_cols), cluster_row,
           "no clusters" },
-        { "caches", "caches", cache_cols, ARRAY_SIZE(cache_cols), cache_row, "no caches" },
-        { "links", "links", link_cols, ARRAY_SIZE(link_cols), link_row, "no links" },
-        { "transfers", "transfers", transfer_cols, ARRAY_SIZE(transfer_cols), transfer_row,
-          "no transfers in flight" },
-        { "peers", "peers", peer_cols, ARRAY_SIZE(peer_cols), peer_row, "no peers" },
-        { "devices", "rdma_devices", device_cols, ARRAY_SIZE(device_cols), device_row,
+        { "caches", "caches", NULL, cache_cols, ARRAY_SIZE(cache_cols), cache_row,
+          "no caches" },
+        /* The links this node's clusters made, then those peers' clusters made to them. */
+        { "links", "links", "inbound_links", link_cols, ARRAY_SIZE(link_cols), link_row,
+          "no links" },
+        { "transfers", "transfers", NULL, transfer_cols, ARRAY_SIZE(transfer_cols),
+          transfer_row, "no transfers in flight" },
+        { "peers", "peers", NULL, peer_cols, ARRAY_SIZE(peer_cols), peer_row, "no peers" },
+        { "devices", "rdma_devices", NULL, device_cols, ARRAY_SIZE(device_cols), device_row,
           "no RDMA devices" },
-        { "domains", "domains", domain_cols, N_DOMAIN_COLS, domain_row, "no comm domains" },
+        { "domains", "domains", NULL, domain_cols, N_DOMAIN_COLS, domain_row,
+          "no comm domains" },
 };
 
 static const ArrayCommand *find_array_command(const char *name)
@@ -298,7 +322,11 @@ static void print_summary(const json_t *root, const char *socket_path)
         json_array_foreach(links, i, v)
                 up += json_is_string(json_object_get(v, "state")) &&
                       strcmp(json_string_value(json_object_get(v, "state")), "up") == 0;
-        printf("%-13s%zu (%zu up)\n", "links:", array_size_of(root, "links"), up);
+        printf("%-13s%zu (%zu up)", "links:", array_size_of(root, "links"), up);
+        /* Links peers' clusters made to this node's: on a prefill node, usually all of them. */
+        if (array_size_of(root, "inbound_links") > 0)
+                printf(", %zu inbound", array_size_of(root, "inbound_links"));
+        printf("\n");
         printf("%-13s%zu\n", "peers:", array_size_of(root, "peers"));
         /* Only where comm domains exist: the summary of a daemon without any stays as it was. */
         if (array_size_of(root, "domains") > 0)
@@ -492,6 +520,36 @@ static int run_metrics(const Options *o)
         return r < 0 ? EXIT_DAEMON_ERROR : 0;
 }
 
+/*
+ * The elements @ac shows: its array of @root, then those of its second one, each with a
+ * "direction" ("out", "in") where a daemon from before that key did not send one. A new
+ * reference; NULL when out of memory.
+ */
+static json_t *command_array(json_t *root, const ArrayCommand *ac)
+{
+        const char *keys[] = { ac->key, ac->more_key }, *dirs[] = { "out", "in" };
+        json_t *all = json_array(), *v, *e;
+        size_t i;
+
+        for (size_t k = 0; all && k < ARRAY_SIZE(keys) && keys[k]; k++) {
+                v = json_object_get(root, keys[k]);
+                if (!json_is_array(v))
+                        continue;
+                json_array_foreach(v, i, e) {
+                        if (ac->more_key && json_is_object(e) &&
+                            !json_object_get(e, "direction") &&
+                            json_object_set_new(e, "direction", json_string(dirs[k])) < 0)
+                                goto fail;
+                        if (json_array_append(all, e) < 0)
+                                goto fail;
+                }
+        }
+        return all;
+fail:
+        json_decref(all);
+        return NULL;
+}
+
 /* One round of the command; returns the exit code. */
 static int run_once(const Options *o)
 {
@@ -523,14 +581,14 @@ static int run_once(const Options *o)
                 else
                         print_config_value("", v);
         } else {
-                v = json_object_get(root, ac->key);
-                if (o->json) {
-                        json_t *empty = json_array();
-
-                        r = print_json(json_is_array(v) ? v : empty);
-                        json_decref(empty);
-                } else
+                v = command_array(root, ac);
+                if (!v)
+                        r = -ENOMEM;
+                else if (o->json)
+                        r = print_json(v);
+                else
                         r = print_table(v, ac->cols, ac->n_cols, ac->row, ac->empty);
+                json_decref(v);
         }
         json_decref(root);
         if (r < 0 || fflush(stdout) != 0 || ferror(stdout)) {

@@ -67,11 +67,13 @@ int handle_client_init(Request *req, Error *err)
                 return error_set(err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 
         timeout = m->sync_kv_timeout_ms ? m->sync_kv_timeout_ms : cfg->sync_kv_timeout_ms;
-        r = cluster_new(d, conn, m->cluster_id, (ClusterRole)m->role, m->device_id, timeout,
-                        m->listen_ip_info, &c);
+        r = cluster_new(d, conn, m->cluster_id, (ClusterRole)m->role, m->device_id, timeout, &c);
         if (r < 0)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot attach the cluster");
-        r = domain_cluster_attach(c, m->local_comm_res, err);
+        /* With listen_ip_info the cluster is a server that others link to; without, a client. */
+        r = cluster_set_listen(c, m->listen_ip_info, err);
+        if (r >= 0)
+                r = domain_cluster_attach(c, m->local_comm_res, err);
         if (r < 0) {
                 cluster_free(c);
                 return r;
@@ -80,8 +82,10 @@ int handle_client_init(Request *req, Error *err)
         conn_set_state(conn, CONN_CLUSTER);
         log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id),
                    "cluster %" PRIu64 " (pid %d uid %u): attached as %s on device %" PRId32
-                   ", sync_kv_timeout %" PRIu32 " ms", c->id, (int)c->pid, (unsigned)c->uid,
-                   cluster_role_to_string(c->role), c->device_id, timeout);
+                   ", sync_kv_timeout %" PRIu32 " ms, %s%s", c->id, (int)c->pid,
+                   (unsigned)c->uid, cluster_role_to_string(c->role), c->device_id, timeout,
+                   c->listen_ip_info ? "a server at " : "a client",
+                   c->listen_ip_info ?: "");
         daemon_update_status(d);
 
         reply.status = &status;

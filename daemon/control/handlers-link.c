@@ -87,7 +87,7 @@ int handle_switch_role(Request *req, Error *err)
 {
         const Kvdist__V1__SwitchRole *m = (const Kvdist__V1__SwitchRole *)req->msg;
         Cluster *c = req->conn->cluster;
-        char *listen = NULL;
+        int r;
 
         if ((int)m->role < CLUSTER_ROLE_PROMPT || (int)m->role > CLUSTER_ROLE_MIX)
                 return error_set(err, KVD_E_PARAM_INVALID,
@@ -96,15 +96,14 @@ int handle_switch_role(Request *req, Error *err)
                 return error_set(err, KVD_E_EXIST_LINK,
                                  "cluster %" PRIu64 " has %u links; unlink them first", c->id,
                                  c->n_links + c->n_links_in + c->n_inlinks);
-        if (m->listen_ip_info && m->listen_ip_info[0]) {
-                listen = strdup(m->listen_ip_info);
-                if (!listen)
-                        return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
-        }
-        free(c->listen_ip_info);
-        c->listen_ip_info = listen;
+        /* With listen_ip_info it becomes a server there (or moves); without, a client. The role
+         * changes only once the listener is where it was asked to be. */
+        r = cluster_set_listen(c, m->listen_ip_info, err);
+        if (r < 0)
+                return r;
         c->role = (ClusterRole)m->role;
-        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 ": role is now %s", c->id,
-                   cluster_role_to_string(c->role));
+        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 ": role is now %s, %s%s",
+                   c->id, cluster_role_to_string(c->role),
+                   c->listen_ip_info ? "a server at " : "a client", c->listen_ip_info ?: "");
         return request_reply_ok(req), 0;
 }

@@ -362,8 +362,9 @@ static void link_setup_on_reply(Peer *p, int status, const Error *err,
                                link_setup_on_transport, s);
 }
 
-int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma,
-                      peer_reply_fn fn, void *userdata, PeerCall **ret_call)
+/* PeerLink of @c to @remote_cluster_id: kvd_link_clusters()'s, or a comm domain's (@domain). */
+static int link_peer_call(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma,
+                          bool domain, peer_reply_fn fn, void *userdata, PeerCall **ret_call)
 {
         Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
 
@@ -371,7 +372,14 @@ int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma
         m.src_role = (Kvdist__V1__Role)c->role;
         m.dst_cluster_id = remote_cluster_id;
         m.rdma = rdma;
+        m.domain = domain;
         return peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, fn, userdata, ret_call);
+}
+
+int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma,
+                      peer_reply_fn fn, void *userdata, PeerCall **ret_call)
+{
+        return link_peer_call(c, p, remote_cluster_id, rdma, true, fn, userdata, ret_call);
 }
 
 static void link_setup_on_ready(Peer *p, int status, const Error *err, void *userdata)
@@ -389,8 +397,8 @@ static void link_setup_on_ready(Peer *p, int status, const Error *err, void *use
                 link_setup_finish(s, &e);
                 return;
         }
-        r = link_peer_request(c, p, s->remote_cluster_id, s->transport.dev != NULL,
-                              link_setup_on_reply, s, &s->call);
+        r = link_peer_call(c, p, s->remote_cluster_id, s->transport.dev != NULL, false,
+                           link_setup_on_reply, s, &s->call);
         if (r < 0) {
                 error_set(&e, KVD_E_LINK_FAILED, "cannot ask the daemon at %s: %s", s->address,
                           strerror(-r));
@@ -537,8 +545,10 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                                  "cluster %" PRIu64 " has %u links (limits.max_links_per_client)",
                                  c->id, c->n_links);
         remote = daemon_find_cluster(d, info->remote_cluster_id);
-        if (remote)
-                return link_local(c, remote, l, err);
+        if (remote) {
+                r = link_check_target(remote, err);
+                return r < 0 ? r : link_local(c, remote, l, err);
+        }
         if (!address || !address[0])
                 return error_set(err, KVD_E_LINK_FAILED,
                                  "no cluster %" PRIu64 " is attached to this daemon, and no "

@@ -87,8 +87,9 @@ void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_i
 void link_transport_cancel(LinkTransport *t);
 
 /*
- * Asks READY @p for a link of @c to its cluster @remote_cluster_id (PeerLink), with its RDMA
- * endpoint details when @rdma; as peer_call().
+ * Asks READY @p for a comm domain's pair link of @c to its cluster @remote_cluster_id (PeerLink
+ * marked as a domain's: every member called kvd_link, so the cluster needs no listen_ip_info for
+ * it), with its RDMA endpoint details when @rdma; as peer_call().
  */
 int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma,
                       peer_reply_fn fn, void *userdata, PeerCall **ret_call);

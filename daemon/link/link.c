@@ -111,7 +111,7 @@ static void link_detach_remote(Link *l)
         }
 }
 
-void link_set_state(Link *l, LinkState state, int status)
+static void link_set_state_full(Link *l, LinkState state, int status, const char *why)
 {
         assert(state >= 0 && state < _LINK_STATE_MAX);
         /* A down link never comes back: re-linking replaces it. */
@@ -123,10 +123,20 @@ void link_set_state(Link *l, LinkState state, int status)
         if (state == LINK_DOWN) {
                 log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "%s%s): down (%s)",
                          l->id, l->local->id, l->remote_cluster_id, l->peer ? " at " : "",
-                         l->peer ? l->peer_address : "", kvd_strerror(status));
+                         l->peer ? l->peer_address : "", why ?: kvd_strerror(status));
                 link_fail_transfers(l, status);
                 link_detach_remote(l);
         }
+}
+
+void link_set_state(Link *l, LinkState state, int status)
+{
+        link_set_state_full(l, state, status, NULL);
+}
+
+void link_set_down(Link *l, int status, const char *why)
+{
+        link_set_state_full(l, LINK_DOWN, status, why);
 }
 
 Link *link_free_full(Link *l, int status, bool notify_peer)
@@ -139,7 +149,7 @@ Link *link_free_full(Link *l, int status, bool notify_peer)
 
                 m.src_cluster_id = l->local->id;
                 m.dst_cluster_id = l->remote_cluster_id;
-                m.link_id = l->remote_link_id;
+                m.link_id = l->remote_link_id;  /* the peer's id of its inbound link */
                 (void)peer_notice(l->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &m.base);
         }
         link_detach_remote(l);
@@ -162,7 +172,7 @@ Link *link_free(Link *l, int status)
 }
 
 int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
-               int remote_role, uint64_t remote_link_id, InLink **ret)
+               int remote_role, InLink **ret)
 {
         InLink *il;
 
@@ -176,7 +186,6 @@ int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id
         il->local = local;
         il->remote_cluster_id = remote_cluster_id;
         il->remote_role = remote_role;
-        il->remote_link_id = remote_link_id;
         il->created_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&il->served);
         clist_link_tail(&peer->inlinks, &il->link_peer);
@@ -193,7 +202,7 @@ int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id
         return 0;
 }
 
-InLink *inlink_free(InLink *il, int status)
+InLink *inlink_free(InLink *il, int status, const char *why)
 {
         Served *s, *tmp;
 
@@ -208,7 +217,7 @@ InLink *inlink_free(InLink *il, int status)
         clist_unlink(&il->link_daemon);
         il->daemon->n_inlinks--;
         log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): removed (%s)",
-                 il->id, il->remote_cluster_id, il->local->id, kvd_strerror(status));
+                 il->id, il->remote_cluster_id, il->local->id, why ?: kvd_strerror(status));
         daemon_update_status(il->daemon);
         free(il);
         return NULL;
@@ -232,6 +241,16 @@ InLink *inlink_find_id(Peer *peer, uint64_t id)
                 if (il->id == id)
                         return il;
         return NULL;
+}
+
+int link_check_target(const Cluster *target, Error *err)
+{
+        if (cluster_accepts_links(target))
+                return 0;
+        return error_set(err, KVD_E_LINK_FAILED,
+                         "cluster %" PRIu64 " is a client: it attached without listen_ip_info, "
+                         "so it accepts no links (kvd_switch_role() with listen_ip_info makes "
+                         "it a server)", target->id);
 }
 
 Link *link_find(Cluster *local, uint64_t remote_cluster_id)

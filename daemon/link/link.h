@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "clist.h"
+#include "error.h"
 #include "sockaddr-util.h"
 #include "time-util.h"
 
@@ -69,7 +70,7 @@ struct InLink {
         Cluster *local;         /* the cluster linked to */
         uint64_t remote_cluster_id;
         int remote_role;
-        uint64_t remote_link_id; /* the peer's Link id */
+        bool rdma;              /* the peer asked for RDMA and we offered our device */
         usec_t created_usec;
         uint64_t n_served;      /* transfers served, completed */
         uint64_t bytes;
@@ -102,10 +103,13 @@ Link *link_free(Link *l, int status);
 
 /* Creates the record of @peer's cluster @remote_cluster_id linking to our @local. */
 int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
-               int remote_role, uint64_t remote_link_id, InLink **ret);
+               int remote_role, InLink **ret);
 
-/* Removes an inbound link; the transfers it serves fail with @status. NULL ok; returns NULL. */
-InLink *inlink_free(InLink *il, int status);
+/*
+ * Removes an inbound link; the transfers it serves fail with @status. @why says in the log what
+ * ended it ("unlinked by cluster 7"; NULL: @status's name). NULL ok; returns NULL.
+ */
+InLink *inlink_free(InLink *il, int status, const char *why);
 
 /* The inbound link of @peer's cluster @remote_cluster_id to our @local, or NULL. */
 InLink *inlink_find(Peer *peer, uint64_t remote_cluster_id, const Cluster *local);
@@ -115,6 +119,15 @@ InLink *inlink_find_id(Peer *peer, uint64_t id);
 
 /* Marks the link down (its remote end is gone) and fails its transfers with @status. */
 void link_set_state(Link *l, LinkState state, int status);
+
+/* link_set_state() to DOWN saying in the log what took it down (NULL: @status's name). */
+void link_set_down(Link *l, int status, const char *why);
+
+/*
+ * 0 when @target takes a kvd_link_clusters() link (cluster_accepts_links()), else LINK_FAILED
+ * with @err saying it is a client.
+ */
+int link_check_target(const Cluster *target, Error *err);
 
 /* The link @local made to @remote_cluster_id, or NULL. */
 Link *link_find(Cluster *local, uint64_t remote_cluster_id);

@@ -156,6 +156,30 @@ static void peer_on_auth_reply(Peer *p, int status, const Error *err,
         peer_data_dial_all(p);
 }
 
+/* The listener's answer to our refusal, if it comes before the connection closes: nothing to do. */
+static void peer_on_refusal_reply(Peer *p, int status, const Error *err,
+                                  const ProtobufCMessage *reply, void *userdata)
+{
+}
+
+/*
+ * Dialer: the listener's proof does not verify with our key. Tells it so before closing, so
+ * that it too logs and counts a peer holding another key instead of seeing a bare close.
+ */
+static void peer_refuse_listener_proof(Peer *p)
+{
+        Kvdist__V1__PeerAuth refusal = KVDIST__V1__PEER_AUTH__INIT;
+
+        log_warning("%s: does not hold our cluster key, refusing it", PEER_NAME(p));
+        p->daemon->counters.peers_refused++;
+        refusal.refusal = "the listener's proof of the cluster key does not verify with the "
+                          "dialer's key";
+        (void)peer_call_internal(p, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, &refusal.base,
+                                 peer_on_refusal_reply, NULL, NULL);
+        peer_lose(p, KVD_E_PERMISSION_DENIED,
+                  "the peer's proof of the cluster key does not verify");
+}
+
 static void peer_on_hello_reply(Peer *p, int status, const Error *err,
                                 const ProtobufCMessage *reply, void *userdata)
 {
@@ -183,11 +207,7 @@ static void peer_on_hello_reply(Peer *p, int status, const Error *err,
                 memcpy(proof.mac, m->proof.data, PEER_AUTH_MAC_SIZE);
                 r = peer_auth_on_proof(&p->auth, &proof);
                 if (r < 0) {
-                        log_warning("%s: does not hold our cluster key, refusing it",
-                                    PEER_NAME(p));
-                        p->daemon->counters.peers_refused++;
-                        peer_lose(p, KVD_E_PERMISSION_DENIED,
-                                  "the peer's proof of the cluster key does not verify");
+                        peer_refuse_listener_proof(p);
                         return;
                 }
                 r = peer_auth_proof(&p->auth, &proof);
@@ -271,6 +291,12 @@ void peer_on_auth(Peer *p, uint64_t id, const Kvdist__V1__PeerAuth *m)
         PeerAuthProof proof;
         int r;
 
+        if (m->refusal && m->refusal[0]) {
+                error_set(&err, KVD_E_PERMISSION_DENIED, "it holds another cluster key: %.160s",
+                          m->refusal);
+                peer_refuse(p, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, id, &err);
+                return;
+        }
         if (p->auth.has_key) {
                 if (m->proof.len != PEER_AUTH_MAC_SIZE)
                         r = -EACCES;
@@ -432,6 +458,19 @@ void peer_on_data_hello(Peer *tmp, const Kvdist__V1__PeerDataHello *m)
                     PEER_NAME(tmp));
         d->counters.peers_refused++;
         peer_lose(tmp, KVD_E_PERMISSION_DENIED, "bad data connection");
+}
+
+bool peer_on_handshake_closed(Peer *p)
+{
+        if (p->dialed || p->state != PEER_HANDSHAKE ||
+            peer_auth_get_state(&p->auth) != PEER_AUTH_PROOF_AWAITED)
+                return false;
+        /* A dialer that does not accept our proof (another key) and did not say so. */
+        log_warning("%s: refused: it closed the connection instead of proving it holds the "
+                    "cluster key", PEER_NAME(p));
+        p->daemon->counters.peers_refused++;
+        peer_lose(p, KVD_E_PERMISSION_DENIED, "closed before proving the cluster key");
+        return true;
 }
 
 /* Dialer: the listener has every data connection. */

@@ -58,3 +58,10 @@ void peer_on_data_hello(Peer *tmp, const Kvdist__V1__PeerDataHello *m);
 
 /* Dialer: the listener attached every data connection. */
 void peer_on_ready_notice(Peer *p);
+
+/*
+ * Listener: the connection closed during the handshake. A dialer that closes after our proof
+ * instead of sending its own is refused, logged and counted like one whose proof fails; returns
+ * true when it was (@p is lost), false when the caller loses @p as usual.
+ */
+bool peer_on_handshake_closed(Peer *p);

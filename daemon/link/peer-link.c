@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <kvdist/kvdist.h>
@@ -169,6 +170,9 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
                           "daemon at %s", m->dst_cluster_id, daemon_peer_address(d));
                 goto refuse;
         }
+        /* A comm domain's pair link needs no server: every member called kvd_link. */
+        if (!m->domain && link_check_target(c, &err) < 0)
+                goto refuse;
         if (daemon_find_cluster(d, m->src_cluster_id)) {
                 error_set(&err, KVD_E_LINK_FAILED, "cluster id %" PRIu64 " is attached to both "
                           "daemons; cluster ids must be unique", m->src_cluster_id);
@@ -177,20 +181,20 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
         /* A link made again replaces the old one (the peer forgot it: a restart, a force). */
         il = inlink_find(p, m->src_cluster_id, c);
         if (il)
-                inlink_free(il, KVD_E_PEER_LOST);
+                inlink_free(il, KVD_E_PEER_LOST, "replaced by a new link");
         if (c->n_inlinks >= d->config->limits.max_links_per_client) {
                 error_set(&err, KVD_E_LIMIT_EXCEEDED, "cluster %" PRIu64 " has %u inbound links "
                           "(limits.max_links_per_client)", c->id, c->n_inlinks);
                 goto refuse;
         }
-        r = inlink_new(d, p, c, m->src_cluster_id, m->src_role, m->src_link_id, &il);
+        r = inlink_new(d, p, c, m->src_cluster_id, m->src_role, &il);
         if (r < 0) {
                 error_set(&err, KVD_E_OUT_OF_MEMORY, "out of memory");
                 goto refuse;
         }
         r = exposed_build(c, il->seq, &e);
         if (r < 0) {
-                inlink_free(il, KVD_E_OUT_OF_MEMORY);
+                inlink_free(il, KVD_E_OUT_OF_MEMORY, NULL);
                 exposed_free(&e);
                 error_set(&err, KVD_E_OUT_OF_MEMORY, "out of memory");
                 goto refuse;
@@ -214,6 +218,8 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
                         rdma.mtu = rinfo.mtu;
                         rdma.lid = rinfo.lid;
                         reply.rdma = &rdma;
+                        /* What the link runs over unless the queue pairs fail to connect. */
+                        il->rdma = m->rdma;
                 } else
                         reply.rdma_reason = (char *)why;
         }
@@ -221,7 +227,7 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
         exposed_free(&e);
         if (r == -EMSGSIZE) {
                 /* Thousands of caches: too many to describe in one frame. */
-                inlink_free(il, KVD_E_LIMIT_EXCEEDED);
+                inlink_free(il, KVD_E_LIMIT_EXCEEDED, NULL);
                 error_set(&err, KVD_E_LIMIT_EXCEEDED, "cluster %" PRIu64 " exposes more caches "
                           "than one frame describes", c->id);
                 goto refuse;
@@ -235,35 +241,41 @@ refuse:
 }
 
 /*
- * The peer's cluster @src unlinked from our cluster @dst (@link_id is our inbound link's id), or
- * dropped the inbound link of our @dst (@link_id is then our link's id, or 0). A nonzero id
- * tells the two apart when both directions are linked: a comm domain leaving the link it made
- * must not take down the other direction's link that kvd_link_clusters() made. 0 means either.
+ * The peer's cluster @m->src_cluster_id tore down its link with our @m->dst_cluster_id: the one
+ * named by the id the linked side gave it, so that a late notice about a link that is gone
+ * (one whose set-up was abandoned) cannot take down a newer link of the same pair.
  */
-static void peer_link_forget_pair(Peer *p, uint64_t src, Cluster *dst, uint64_t link_id,
-                                  int status)
-{
-        InLink *il;
-        Link *l;
-
-        il = inlink_find(p, src, dst);
-        if (il && (link_id == 0 || il->id == link_id))
-                inlink_free(il, status);
-        l = link_find(dst, src);
-        if (l && l->peer == p && (link_id == 0 || l->id == link_id))
-                link_set_state(l, LINK_DOWN, status);
-}
-
 void peer_handle_unlink(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerUnlink *m = (const Kvdist__V1__PeerUnlink *)msg;
         Kvdist__V1__PeerUnlinkReply reply = KVDIST__V1__PEER_UNLINK_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        Cluster *c;
+        InLink *il = NULL;
+        Link *l = NULL;
+        char why[64];
 
-        c = daemon_find_cluster(p->daemon, m->dst_cluster_id);
-        if (c)
-                peer_link_forget_pair(p, m->src_cluster_id, c, m->link_id, KVD_E_NOT_YET_LINK);
+        (void)snprintf(why, sizeof(why), "unlinked by cluster %" PRIu64, m->src_cluster_id);
+        if (m->from_linked) {
+                /* The cluster we linked to dropped our link (kvd_unlink_clusters on its side). */
+                CLIST_FOREACH(l, &p->links, link_peer)
+                        if (l->remote_link_id == m->link_id &&
+                            l->remote_cluster_id == m->src_cluster_id &&
+                            l->local->id == m->dst_cluster_id)
+                                break;
+                if (l)
+                        link_set_down(l, KVD_E_NOT_YET_LINK, why);
+        } else {
+                il = inlink_find_id(p, m->link_id);
+                if (il && (il->remote_cluster_id != m->src_cluster_id ||
+                           il->local->id != m->dst_cluster_id))
+                        il = NULL;
+                if (il)
+                        inlink_free(il, KVD_E_NOT_YET_LINK, why);
+        }
+        if (!l && !il)
+                log_debug("%s: unlink of cluster %" PRIu64 " and %" PRIu64 " names no link "
+                          "(id %" PRIu64 "), ignoring", peer_name(p, (char[96]){ 0 }, 96),
+                          m->src_cluster_id, m->dst_cluster_id, m->link_id);
         reply.status = &status;
         (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, request_id, &reply.base);
 }
@@ -277,7 +289,8 @@ void peer_handle_cluster_gone(Peer *p, uint64_t request_id, const ProtobufCMessa
         for (size_t i = 0; i < m->n_cluster_ids; i++) {
                 CLIST_FOREACH_SAFE(il, iltmp, &p->inlinks, link_peer)
                         if (il->remote_cluster_id == m->cluster_ids[i])
-                                inlink_free(il, KVD_E_PEER_LOST);
+                                inlink_free(il, KVD_E_PEER_LOST, "the linking cluster went "
+                                            "away");
                 CLIST_FOREACH_SAFE(l, ltmp, &p->links, link_peer)
                         if (l->remote_cluster_id == m->cluster_ids[i])
                                 link_set_state(l, LINK_DOWN, KVD_E_PEER_LOST);
@@ -293,7 +306,7 @@ void peer_link_on_lost(Peer *p, int status)
                 link_set_state(l, LINK_DOWN, status == KVD_E_DAEMON_UNAVAILABLE ? status
                                                                                  : KVD_E_PEER_LOST);
         CLIST_FOREACH_SAFE(il, iltmp, &p->inlinks, link_peer)
-                inlink_free(il, KVD_E_PEER_LOST);
+                inlink_free(il, KVD_E_PEER_LOST, "its daemon was lost");
 }
 
 void peer_link_cluster_gone(Cluster *c)
@@ -325,19 +338,23 @@ int peer_link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force)
 {
         Kvdist__V1__PeerUnlink m = KVDIST__V1__PEER_UNLINK__INIT;
         InLink *il, *tmp;
+        char why[64];
         int n = 0;
 
+        (void)snprintf(why, sizeof(why), "unlinked by cluster %" PRIu64 "%s", c->id,
+                       force ? " with force" : "");
         CLIST_FOREACH_SAFE(il, tmp, &c->inlinks, link_cluster) {
                 if (il->remote_cluster_id != remote_cluster_id)
                         continue;
                 if (!force && il->peer->state == PEER_READY) {
                         m.src_cluster_id = c->id;
                         m.dst_cluster_id = remote_cluster_id;
-                        m.link_id = il->remote_link_id;
+                        m.link_id = il->id;
+                        m.from_linked = true;
                         (void)peer_notice(il->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK,
                                           &m.base);
                 }
-                inlink_free(il, KVD_E_NOT_YET_LINK);
+                inlink_free(il, KVD_E_NOT_YET_LINK, why);
                 n++;
         }
         return n;

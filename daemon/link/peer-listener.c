@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Peer listener and dialing: where peers come from, the key they must hold, shutting them down. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
+#include "cluster.h"
 #include "daemon.h"
 #include "log.h"
 #include "peer-internal.h"
@@ -24,8 +26,20 @@ struct PeerListener {
         Daemon *daemon;
         int fd;
         struct event *ev;
+        struct sockaddr_storage sa;     /* as bound: the real port when asked for port 0 */
         char address[SOCKADDR_STR_MAX];
 };
+
+/* The READY connection to node @node_id that takes new links, or NULL. */
+static Peer *peer_find_node(Daemon *d, uint64_t node_id)
+{
+        Peer *p;
+
+        CLIST_FOREACH(p, &d->peers, link_daemon)
+                if (p->state == PEER_READY && !p->retiring && p->node_id == node_id)
+                        return p;
+        return NULL;
+}
 
 int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
 {
@@ -39,11 +53,21 @@ int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
             sockaddr_format((struct sockaddr *)&sa, len, canon, sizeof(canon)) < 0)
                 return error_set(err, KVD_E_PARAM_INVALID,
                                  "remote_ip_info \"%.64s\" is not ip:port or [ipv6]:port", address);
-        CLIST_FOREACH(p, &d->peers, link_daemon)
-                if (p->state != PEER_CLOSED && !p->retiring && strcmp(p->address, canon) == 0) {
-                        *ret = p;
+        CLIST_FOREACH(p, &d->peers, link_daemon) {
+                Peer *use = p;
+
+                if (p->state == PEER_CLOSED || strcmp(p->address, canon) != 0)
+                        continue;
+                /* A daemon reachable at several addresses (its own, its clusters') is reached
+                 * through the connection that takes its new links, whichever address that one
+                 * was dialed at: no new connection for each address. */
+                if (p->retiring)
+                        use = peer_find_node(d, p->node_id);
+                if (use) {
+                        *ret = use;
                         return 0;
                 }
+        }
         if (d->stopping)
                 return error_set(err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
         if (d->n_peers >= d->config->limits.max_peers)
@@ -120,37 +144,32 @@ static void peer_listener_on_accept(evutil_socket_t lfd, short what, void *userd
         }
 }
 
-int peer_listener_new(Daemon *d, PeerListener **ret)
+int peer_listener_open(Daemon *d, const char *address, PeerListener **ret)
 {
-        const char *address = d->config->listen_ip_info;
         _cleanup_close_ int fd = -1;
         struct sockaddr_storage sa;
         socklen_t len;
         PeerListener *l;
         int one = 1, r;
 
-        *ret = NULL;
-        if (!address)
-                return 0;
         r = sockaddr_parse_listen(address, &sa, &len);
         if (r < 0)
-                return log_error_errno(r, "listen_ip_info %s is not an address", address);
+                return -EINVAL;
         fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
-                return log_error_errno(-errno, "cannot create the peer listener socket");
+                return -errno;
         (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, (struct sockaddr *)&sa, len) < 0)
-                return log_error_errno(-errno, "cannot bind the peer listener to %s", address);
-        if (listen(fd, SOMAXCONN) < 0)
-                return log_error_errno(-errno, "cannot listen on %s", address);
+        if (bind(fd, (struct sockaddr *)&sa, len) < 0 || listen(fd, SOMAXCONN) < 0)
+                return -errno;
         len = sizeof(sa);
         if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
-                return log_error_errno(-errno, "getsockname on the peer listener");
+                return -errno;
 
         l = calloc(1, sizeof(*l));
         if (!l)
                 return -ENOMEM;
         l->daemon = d;
+        memcpy(&l->sa, &sa, len);
         (void)sockaddr_format((struct sockaddr *)&sa, len, l->address, sizeof(l->address));
         l->ev = event_new(d->base, fd, EV_READ | EV_PERSIST, peer_listener_on_accept, l);
         if (!l->ev || event_add(l->ev, NULL) < 0) {
@@ -162,6 +181,62 @@ int peer_listener_new(Daemon *d, PeerListener **ret)
         l->fd = TAKE_FD(fd);
         *ret = l;
         return 0;
+}
+
+int peer_listener_new(Daemon *d, PeerListener **ret)
+{
+        const char *address = d->config->listen_ip_info;
+        int r;
+
+        *ret = NULL;
+        if (!address)
+                return 0;
+        r = peer_listener_open(d, address, ret);
+        if (r == -EINVAL)
+                return log_error_errno(r, "listen_ip_info %s is not an address", address);
+        if (r < 0)
+                return log_error_errno(r, "cannot listen for peers on %s", address);
+        return 0;
+}
+
+/* Whether @a is an unspecified address (0.0.0.0, ::), which a listener binds to every address. */
+static bool sockaddr_is_any(const struct sockaddr_storage *a)
+{
+        if (a->ss_family == AF_INET)
+                return ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_ANY);
+        return a->ss_family == AF_INET6 &&
+               IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)a)->sin6_addr);
+}
+
+static uint16_t sockaddr_port(const struct sockaddr_storage *a)
+{
+        return ntohs(a->ss_family == AF_INET ? ((const struct sockaddr_in *)a)->sin_port
+                                             : ((const struct sockaddr_in6 *)a)->sin6_port);
+}
+
+bool peer_listener_covers(const PeerListener *l, const char *address)
+{
+        const struct sockaddr_in6 *x, *y;
+        struct sockaddr_storage sa;
+        socklen_t len;
+
+        if (!l || sockaddr_parse_listen(address, &sa, &len) < 0)
+                return false;
+        if (sockaddr_port(&sa) == 0 || sockaddr_port(&sa) != sockaddr_port(&l->sa))
+                return false;
+        /* [::] takes IPv4 connections too (unless net.ipv6.bindv6only is set). */
+        if (sockaddr_is_any(&l->sa) && (sa.ss_family == l->sa.ss_family ||
+                                        l->sa.ss_family == AF_INET6))
+                return true;
+        if (sa.ss_family != l->sa.ss_family)
+                return false;
+        if (sa.ss_family == AF_INET)
+                return ((struct sockaddr_in *)&sa)->sin_addr.s_addr ==
+                       ((const struct sockaddr_in *)&l->sa)->sin_addr.s_addr;
+        x = (const struct sockaddr_in6 *)&sa;
+        y = (const struct sockaddr_in6 *)&l->sa;
+        return IN6_ARE_ADDR_EQUAL(&x->sin6_addr, &y->sin6_addr) &&
+               x->sin6_scope_id == y->sin6_scope_id;
 }
 
 PeerListener *peer_listener_free(PeerListener *l)
@@ -181,9 +256,12 @@ const char *peer_listener_address(const PeerListener *l)
 
 void peer_close_all(Daemon *d)
 {
+        Cluster *c;
         Peer *p, *tmp;
 
         d->peer_listener = peer_listener_free(d->peer_listener);
+        CLIST_FOREACH(c, &d->clusters, link_daemon)
+                c->listener = peer_listener_free(c->listener);
         CLIST_FOREACH_SAFE(p, tmp, &d->peers, link_daemon)
                 peer_lose(p, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 }

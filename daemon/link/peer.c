@@ -557,6 +557,8 @@ static void peer_read(Peer *p)
                 if (r < 0) {
                         if (r != -ECONNRESET)
                                 p->daemon->counters.frames_malformed++;
+                        else if (peer_on_handshake_closed(p))
+                                return;
                         peer_lose(p, KVD_E_PEER_LOST, "%s",
                                   r == -ECONNRESET ? "connection closed" : strerror(-r));
                         return;

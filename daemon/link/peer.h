@@ -2,7 +2,8 @@
 /*
  * Peer: another kvdistd, reached over one TCP control connection (the same framing as the
  * client socket) plus the TCP data connections of its TcpData. A daemon dials a peer when one of
- * its clusters links to a cluster there, and accepts peers on listen_ip_info. Every cluster pair
+ * its clusters links to a cluster there, and accepts peers on its listen_ip_info and on those of
+ * its server clusters (one listener each, see cluster_set_listen()). Every cluster pair
  * that links between the two daemons shares the one connection.
  *
  * Life of a connection: CONNECTING (dialer) -> HANDSHAKE (Hello both ways, then the mutual HMAC
@@ -115,8 +116,25 @@ typedef void (*peer_reply_fn)(Peer *p, int status, const Error *err,
 /* The peer reached READY (@status KVD_OK) or was lost first (@status and @err say why). */
 typedef void (*peer_ready_fn)(Peer *p, int status, const Error *err, void *userdata);
 
-/* Opens the peer listener on the configured listen_ip_info (none when it is not set). */
+/*
+ * Opens the daemon's peer listener on the configured listen_ip_info (none when it is not set);
+ * logs what failed.
+ */
 int peer_listener_new(Daemon *d, PeerListener **ret);
+
+/*
+ * Opens a peer listener on @address ("ip:port", "[v6]:port"; port 0: any free port): peers
+ * connect there exactly as to the daemon's own listener (Hello, the cluster key, data
+ * connections). A cluster's listen_ip_info gets one. Returns 0, -EINVAL for an address that does
+ * not parse, or the negative errno of socket(), bind() or listen(); logs nothing.
+ */
+int peer_listener_open(Daemon *d, const char *address, PeerListener **ret);
+
+/*
+ * Whether connections to @address reach @l already: the same port (not 0) and the same address,
+ * or @l bound to every address. False for NULL @l and for an address that does not parse.
+ */
+bool peer_listener_covers(const PeerListener *l, const char *address);
 
 /* Closes the listener. Accepts NULL; returns NULL. */
 PeerListener *peer_listener_free(PeerListener *l);
@@ -168,7 +186,7 @@ int peer_reply_error(Peer *p, uint16_t type, uint64_t request_id, int code, cons
  */
 void peer_lose(Peer *p, int status, const char *fmt, ...) _printf_(3, 4);
 
-/* Tears down every peer and the listener of @d (daemon shutdown). */
+/* Tears down every peer and every peer listener of @d, the clusters' too (daemon shutdown). */
 void peer_close_all(Daemon *d);
 
 /* Frees every closed peer now, data planes first (daemon_free(), after the loop ended). */

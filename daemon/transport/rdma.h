@@ -99,7 +99,8 @@ void rdma_context_foreach_device(RdmaContext *c, void (*fn)(const RdmaDevice *de
 typedef struct RdmaDeviceStatus {
         const char *name;
         const char *state;              /* "active", "down", "error" */
-        const char *link_layer;         /* "Ethernet", "InfiniBand" */
+        const char *link_layer;         /* "Ethernet", "InfiniBand"; "missing" (no such
+                                         * device), "unknown" (its port did not answer) */
         const char *error;              /* "" when fine */
         uint32_t port;
         uint32_t mtu;

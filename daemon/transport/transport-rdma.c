@@ -282,8 +282,12 @@ void rdma_device_get_status(const RdmaDevice *dev, RdmaDeviceStatus *ret)
                 .name = dev->name,
                 .state = dev->error[0] ? "error"
                          : dev->port_attr.state == IBV_PORT_ACTIVE ? "active" : "down",
-                .link_layer = dev->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET
-                                      ? "Ethernet" : "InfiniBand",
+                /* A device that is not there, or whose port never answered, has none. */
+                .link_layer = !dev->ibv                                   ? "missing"
+                              : dev->port_attr.state == IBV_PORT_NOP      ? "unknown"
+                              : dev->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET
+                                      ? "Ethernet"
+                                      : "InfiniBand",
                 .error = dev->error,
                 .port = dev->port,
                 .mtu = rdma_mtu_bytes(dev->port_attr.active_mtu),

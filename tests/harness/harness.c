@@ -447,6 +447,16 @@ int harness_client_init(const HarnessDaemon *d, uint64_t cluster_id, kvd_role ro
         return kvd_client_init(ret, cluster_id, role, d->options, d->n_options);
 }
 
+int harness_server_init(const HarnessDaemon *d, uint64_t cluster_id, kvd_role role,
+                        const char *listen_ip_info, kvd_client **ret)
+{
+        kvd_option options[ARRAY_SIZE(d->options) + 1];
+
+        memcpy(options, d->options, d->n_options * sizeof(options[0]));
+        options[d->n_options] = (kvd_option){ "listen_ip_info", listen_ip_info };
+        return kvd_client_init(ret, cluster_id, role, options, d->n_options + 1);
+}
+
 int harness_daemon_status(const HarnessDaemon *d, char **ret_json)
 {
         kvd_client *c = NULL;

@@ -96,6 +96,14 @@ bool harness_daemon_log_contains(const HarnessDaemon *d, const char *needle);
 int harness_client_init(const HarnessDaemon *d, uint64_t cluster_id, kvd_role role,
                         kvd_client **ret);
 
+/*
+ * harness_client_init() as a server reachable at @listen_ip_info (LLM-DataDist's option; the
+ * daemon's own --listen address, or one of the cluster's own such as "127.0.0.1:0"): the cluster
+ * that others link to.
+ */
+int harness_server_init(const HarnessDaemon *d, uint64_t cluster_id, kvd_role role,
+                        const char *listen_ip_info, kvd_client **ret);
+
 /* kvd_daemon_status() of @d through a fresh read-only connection; *@ret_json is malloc()ed. */
 int harness_daemon_status(const HarnessDaemon *d, char **ret_json);
 

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # The demo across two daemons on loopback, as scripts/demo runs it without network namespaces:
 # starts two $KVDISTD listening for peers on 127.0.0.1 (any port, a shared cluster key), runs
-# "$@" --prefill-socket P --decode-socket D --status-cmd ..., and checks what only a transfer
-# between the two daemons leaves behind: decode's daemon pulled and pushed the demo's bytes over a
+# "$@" --prefill-socket P --decode-socket D --prefill-address 127.0.0.1:0 --status-cmd ... (the
+# prefill cluster listens on a port of its own, the decode cluster links to it there), and checks
+# what only a transfer between the two daemons leaves behind: decode's daemon pulled and pushed the demo's bytes over a
 # tcp link, and prefill's daemon served them. Fails if the command or either daemon failed.
 set -eu
 
@@ -37,15 +38,20 @@ for name in prefill decode; do
         done
 done
 
-# While both workers are attached, decode's daemon has a tcp link and each daemon a ready peer.
+# While both workers are attached, decode's daemon has a tcp link out, prefill's the same link
+# in, each daemon a ready peer, and the prefill cluster a listener of its own.
 status='set -e
 for s in "$KVDIST_PREFILL_SOCKET" "$KVDIST_DECODE_SOCKET"; do
         "$KVDISTCTL" --socket "$s" peers | tee /dev/stderr | grep -q " ready "
 done
-"$KVDISTCTL" --socket "$KVDIST_DECODE_SOCKET" links | tee /dev/stderr | grep -q " tcp  *up "'
+"$KVDISTCTL" --socket "$KVDIST_DECODE_SOCKET" links | tee /dev/stderr | grep -q " out .* tcp  *up "
+"$KVDISTCTL" --socket "$KVDIST_PREFILL_SOCKET" links | tee /dev/stderr | grep -q " in .* tcp  *up "
+"$KVDISTCTL" --socket "$KVDIST_PREFILL_SOCKET" clusters | tee /dev/stderr |
+        grep -q "^1 .* 127\.0\.0\.1:[1-9]"'
 rc=0
 out=$("$DEMO" "$@" --prefill-socket "$dir/prefill/kvdist.sock" \
-        --decode-socket "$dir/decode/kvdist.sock" --status-cmd "$status") || rc=$?
+        --decode-socket "$dir/decode/kvdist.sock" --prefill-address 127.0.0.1:0 \
+        --status-cmd "$status") || rc=$?
 echo "$out"
 
 "$KVDISTCTL" --socket "$dir/prefill/kvdist.sock" status --json >"$dir/prefill.json" || rc=1

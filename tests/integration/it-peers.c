@@ -191,6 +191,18 @@ kvd_client *node_client(Node *n, uint64_t id, kvd_role role)
         return c;
 }
 
+kvd_client *node_server(Node *n, uint64_t id, kvd_role role)
+{
+        kvd_client *c = NULL;
+        int r;
+
+        r = harness_server_init(&n->d, id, role, n->peer_addr, &c);
+        ck_assert_msg(r == KVD_OK, "kvd_client_init(%llu, listen_ip_info %s) = %s: %s",
+                      (unsigned long long)id, n->peer_addr, kvd_strerror(r),
+                      kvd_last_error(NULL));
+        return c;
+}
+
 int link_at(kvd_client *c, uint64_t remote, const char *addr, int timeout_ms, int *ret)
 {
         kvd_cluster_info info = { remote, KVD_ROLE_PROMPT, addr, NULL };

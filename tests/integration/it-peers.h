@@ -40,8 +40,14 @@ void node_start(Node *n);
 /* Stops the daemon, checks it exited cleanly and removes its files. */
 void node_stop(Node *n);
 
-/* Attaches cluster @id to @n's daemon. */
+/* Attaches cluster @id to @n's daemon, a client (no listen_ip_info): it links out only. */
 kvd_client *node_client(Node *n, uint64_t id, kvd_role role);
+
+/*
+ * Attaches cluster @id to @n's daemon as a server reachable at the daemon's own --listen address
+ * (listen_ip_info = @n->peer_addr): what link_node() links to.
+ */
+kvd_client *node_server(Node *n, uint64_t id, kvd_role role);
 
 /* kvd_link_clusters() of @c to @remote at @addr; returns the call's status, *@ret the entry's. */
 int link_at(kvd_client *c, uint64_t remote, const char *addr, int timeout_ms, int *ret);

@@ -13,7 +13,8 @@ void world_start(World *w)
         memset(w, 0, sizeof(*w));
         r = harness_daemon_start(&w->d, NULL);
         ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
-        r = harness_client_init(&w->d, A_ID, KVD_ROLE_PROMPT, &w->a);
+        /* A is a server (a listener of its own, any port): B links to it. */
+        r = harness_server_init(&w->d, A_ID, KVD_ROLE_PROMPT, "127.0.0.1:0", &w->a);
         ck_assert_msg(r == KVD_OK, "kvd_client_init(A) = %s: %s", kvd_strerror(r),
                       kvd_last_error(NULL));
         r = harness_client_init(&w->d, B_ID, KVD_ROLE_DECODER, &w->b);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Integration test world: one kvdistd and two clusters attached to it, A (prompt, owns the
- * sources) and B (decoder, pulls), plus the helpers the tests on it share. Failures are Check
- * assertions.
+ * sources, a server that others link to: attached with listen_ip_info) and B (decoder, a client
+ * that pulls), plus the helpers the tests on it share. Failures are Check assertions.
  */
 #pragma once
 
@@ -25,7 +25,7 @@ typedef struct World {
         kvd_client *b;
 } World;
 
-/* Starts a daemon with its defaults and attaches A and B to it. */
+/* Starts a daemon with its defaults and attaches A (a server, on a port of its own) and B. */
 void world_start(World *w);
 
 /* Finalizes the clients still set, stops the daemon and checks it exited cleanly. */

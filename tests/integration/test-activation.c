@@ -39,7 +39,7 @@ START_TEST(test_activated)
         r = harness_daemon_start_opts(&d, &(HarnessStartOptions){ .launcher = launcher });
         ck_assert_msg(r == 0, "cannot start kvdistd under systemd-socket-activate: %s",
                       strerror(-r));
-        expect_ok(NULL, harness_client_init(&d, A_ID, KVD_ROLE_PROMPT, &a));
+        expect_ok(NULL, harness_server_init(&d, A_ID, KVD_ROLE_PROMPT, "127.0.0.1:0", &a));
         expect_ok(NULL, harness_client_init(&d, B_ID, KVD_ROLE_DECODER, &b));
         expect_ok(a, tcache_register(&src, a, true, 2, 2, 4096, 1, &key, 1, 0));
         expect_ok(b, tcache_register(&dst, b, true, 2, 2, 4096, 2, NULL, 0, 0));

@@ -467,6 +467,11 @@ START_TEST(test_shared_links)
                                                  KVD_REMOTE_DEFAULT));
         expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 2, 8, 1024, 2, &key_b,
                                                  1, KVD_REMOTE_DEFAULT));
+        /* 2002 becomes a server (it attached as a client) for the one-sided link to it. */
+        expect_ok(w.m[1].client, kvd_switch_role(w.m[1].client, KVD_ROLE_MIX,
+                                                 &(kvd_option){ "listen_ip_info",
+                                                                w.nodes[1].peer_addr },
+                                                 1));
         link_node(w.m[0].client, 2002, &w.nodes[1]);
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "links"), 1);
         dom_link_all(w.m, 2, "first", w.table);

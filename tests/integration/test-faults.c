@@ -39,10 +39,13 @@ static void start_daemon(const char *const *extra)
         ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
 }
 
+/* Attaches @id; a prompt cluster is a server (a port of its own) that the others link to. */
 static kvd_client *client(uint64_t id, kvd_role role)
 {
         kvd_client *c = NULL;
-        int r = harness_client_init(&daemon_, id, role, &c);
+        int r = role == KVD_ROLE_PROMPT
+                        ? harness_server_init(&daemon_, id, role, "127.0.0.1:0", &c)
+                        : harness_client_init(&daemon_, id, role, &c);
 
         ck_assert_msg(r == KVD_OK, "kvd_client_init(%llu) = %s: %s", (unsigned long long)id,
                       kvd_strerror(r), kvd_last_error(NULL));
@@ -228,7 +231,7 @@ static int owner_main(void *arg)
         kvd_client *a = NULL;
         TCache src;
 
-        if (harness_client_init(&daemon_, A_ID, KVD_ROLE_PROMPT, &a) != KVD_OK)
+        if (harness_server_init(&daemon_, A_ID, KVD_ROLE_PROMPT, "127.0.0.1:0", &a) != KVD_OK)
                 return 11;
         if (tcache_register(&src, a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, OWNER_SEED, &key, 1,
                             0) != KVD_OK)

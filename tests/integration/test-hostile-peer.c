@@ -95,6 +95,20 @@ static int hostile_call(Hostile *h, uint16_t type, const ProtobufCMessage *msg,
         return code;
 }
 
+/* A dialer's Hello with a key, from the first step of @ours, asking for one data connection. */
+static void hostile_hello(Kvdist__V1__PeerHello *hello, const PeerAuthHello *ours,
+                          const char *identity)
+{
+        hello->protocol_version = FRAME_VERSION;
+        hello->node_id = ours->node_id;
+        hello->identity = (char *)identity;
+        hello->nonce.data = (uint8_t *)ours->nonce;
+        hello->nonce.len = sizeof(ours->nonce);
+        hello->has_key = true;
+        hello->tcp_streams = 1;
+        hello->chunk_size = 65536;
+}
+
 /* Handshake with the key, one data connection, PeerReady: a READY peer of @n. */
 static void hostile_connect(Hostile *h, const Node *n)
 {
@@ -115,14 +129,7 @@ static void hostile_connect(Hostile *h, const Node *n)
                                         strlen(KEY)),
                          0);
         ck_assert_int_eq(peer_auth_hello(&auth_state, &ours), 0);
-        hello.protocol_version = FRAME_VERSION;
-        hello.node_id = ours.node_id;
-        hello.identity = (char *)"hostile/1";
-        hello.nonce.data = ours.nonce;
-        hello.nonce.len = sizeof(ours.nonce);
-        hello.has_key = true;
-        hello.tcp_streams = 1;
-        hello.chunk_size = 65536;
+        hostile_hello(&hello, &ours, "hostile/1");
         ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &hello.base,
                                       &reply, NULL, 0),
                          KVD_OK);
@@ -158,6 +165,19 @@ static void hostile_connect(Hostile *h, const Node *n)
         peer_auth_deinit(&auth_state);
 }
 
+/* Sends PeerUnlink of our cluster's link to @dst, named by the id @link_id the daemon gave it. */
+static void hostile_unlink(Hostile *h, uint64_t dst, uint64_t link_id)
+{
+        Kvdist__V1__PeerUnlink m = KVDIST__V1__PEER_UNLINK__INIT;
+
+        m.src_cluster_id = HOSTILE_CLUSTER;
+        m.dst_cluster_id = dst;
+        m.link_id = link_id;
+        ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &m.base, NULL,
+                                      NULL, 0),
+                         KVD_OK);
+}
+
 static void hostile_link(Hostile *h, uint64_t dst)
 {
         Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
@@ -167,7 +187,6 @@ static void hostile_link(Hostile *h, uint64_t dst)
         m.src_cluster_id = HOSTILE_CLUSTER;
         m.src_role = KVDIST__V1__ROLE__ROLE_DECODER;
         m.dst_cluster_id = dst;
-        m.src_link_id = 1;
         ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, &reply,
                                       NULL, 0),
                          KVD_OK);
@@ -273,7 +292,7 @@ START_TEST(test_hostile_peer)
 
         node_start_full(&p, NULL, NULL, KEY, extra);
         node_start_full(&d, NULL, NULL, KEY, extra);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         b = node_client(&d, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&src, a, true, 2, 8, 4096, 0xa1, &key, 1, 0));
         expect_ok(a, tcache_register(&hidden, a, true, 2, 8, 4096, 0xa2, &hidden_key, 1,
@@ -284,6 +303,20 @@ START_TEST(test_hostile_peer)
         hostile_connect(&h, &p);
         (void)setsockopt(h.ctl, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         hostile_link(&h, A_ID);
+        /* Linking again replaces the link; a late unlink of the old one leaves the new one. */
+        {
+                uint64_t old = h.link_id;
+
+                hostile_link(&h, A_ID);
+                ck_assert_uint_ne(h.link_id, old);
+                hostile_unlink(&h, A_ID, old);
+                ck_assert_int_eq(node_status_len(&p, "inbound_links"), 1);
+                hostile_unlink(&h, A_ID, h.link_id);
+                ck_assert_int_eq(node_status_len(&p, "inbound_links"), 0);
+                ck_assert(harness_daemon_log_contains(&p.d, "removed (unlinked by cluster "
+                                                            "9999)"));
+                hostile_link(&h, A_ID);
+        }
         /* The private cache is not even described. */
         ck_assert_uint_eq(h.n_exposed, 2);
         /* A peer's link counts: nothing new can be made remote-accessible now. */
@@ -450,6 +483,41 @@ START_TEST(test_bad_data_connections)
 }
 END_TEST
 
+/*
+ * A dialer that takes the listener's proof and closes without sending its own (it holds another
+ * key, or is from before dialers said so): the listener refuses it, logs and counts it.
+ */
+START_TEST(test_dialer_closes_before_its_proof)
+{
+        Kvdist__V1__PeerHello hello = KVDIST__V1__PEER_HELLO__INIT;
+        PeerAuthHello ours;
+        PeerAuth auth_state;
+        Hostile h = { 0 };
+        Node p;
+
+        node_start_full(&p, NULL, NULL, KEY, NULL);
+        h.ctl = tcp_connect(p.peer_addr);
+        ck_assert_int_eq(peer_auth_init(&auth_state, PEER_AUTH_DIALER, 0x4057114, "another-key-"
+                                        "0123456789abcdef", 28),
+                         0);
+        ck_assert_int_eq(peer_auth_hello(&auth_state, &ours), 0);
+        hostile_hello(&hello, &ours, "silent/1");
+        ck_assert_int_eq(hostile_call(&h, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &hello.base, NULL,
+                                      NULL, 0),
+                         KVD_OK);
+        close(h.ctl);
+        peer_auth_deinit(&auth_state);
+
+        for (int i = 0; i < 250 && node_status_int(&p, "counters/peers_refused") < 1; i++)
+                harness_sleep_ms(20);
+        ck_assert_int_eq(node_status_int(&p, "counters/peers_refused"), 1);
+        ck_assert(harness_daemon_log_contains(&p.d, "refused: it closed the connection instead "
+                                                    "of proving it holds the cluster key"));
+        ck_assert_int_eq(node_status_len(&p, "peers"), 0);
+        node_stop(&p);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
         Suite *s = suite_create("integration-hostile-peer");
@@ -459,6 +527,7 @@ static Suite *hostile_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_hostile_peer);
         tcase_add_test(tc, test_bad_data_connections);
+        tcase_add_test(tc, test_dialer_closes_before_its_proof);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "it-cache.h"
+#include "it-peers.h"
 
 #define A_ID 1001
 #define B_ID 2002
@@ -42,7 +43,7 @@ static void scene_start(Scene *s)
         memset(s, 0, sizeof(*s));
         r = harness_daemon_start(&s->d, NULL);
         ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
-        expect_ok(NULL, harness_client_init(&s->d, A_ID, KVD_ROLE_PROMPT, &s->a));
+        expect_ok(NULL, harness_server_init(&s->d, A_ID, KVD_ROLE_PROMPT, "127.0.0.1:0", &s->a));
         expect_ok(NULL, harness_client_init(&s->d, B_ID, KVD_ROLE_DECODER, &s->b));
         expect_ok(s->a, tcache_register(&s->cache, s->a, true, 4, 16, 512, 1, &key, 1, 0));
         expect_ok(s->b, kvd_link_clusters(s->b, &info, 1, 0, NULL));
@@ -56,10 +57,10 @@ static void scene_stop(Scene *s)
         harness_daemon_cleanup(&s->d);
 }
 
-/* Runs kvdistctl with @args (NULL-terminated) on @s's daemon; returns stdout, checks exit 0. */
-static char *ctl(const Scene *s, const char *const *args)
+/* Runs kvdistctl with @args (NULL-terminated) on the daemon @d; returns stdout, checks exit 0. */
+static char *ctl_at(const HarnessDaemon *d, const char *const *args)
 {
-        const char *argv[16] = { kvdistctl(), "--socket", s->d.socket_path };
+        const char *argv[16] = { kvdistctl(), "--socket", d->socket_path };
         char *out = NULL, *err = NULL;
         size_t n = 3;
         int r;
@@ -71,6 +72,11 @@ static char *ctl(const Scene *s, const char *const *args)
         ck_assert_msg(r == 0, "kvdistctl %s exited %d: %s", args[0], r, err);
         free(err);
         return out;
+}
+
+static char *ctl(const Scene *s, const char *const *args)
+{
+        return ctl_at(&s->d, args);
 }
 
 static json_t *ctl_json(const Scene *s, const char *command)
@@ -127,6 +133,10 @@ START_TEST(test_tables)
         out = ctl(&s, clusters);
         ck_assert_msg(strncmp(out, "ID  ", 4) == 0 && strstr(out, "\n1001  prompt ") &&
                               strstr(out, "\n2002  decoder "),
+                      "clusters:\n%s", out);
+        /* A (a server on a port of its own) shows where it listens; B is a client. */
+        ck_assert_msg(strstr(out, " LISTEN ") && strstr(out, " 127.0.0.1:") &&
+                              !strstr(out, "127.0.0.1:0 "),
                       "clusters:\n%s", out);
         free(out);
         out = ctl(&s, links);
@@ -245,6 +255,101 @@ START_TEST(test_json_schema)
 }
 END_TEST
 
+/* Two daemons: each side's tables show the other (its node id, the link made to it). */
+START_TEST(test_across_daemons)
+{
+        const char *peers[] = { "peers", NULL }, *links[] = { "links", NULL };
+        const char *links_json[] = { "links", "--json", NULL };
+        char *out, *node;
+        kvd_client *a, *b;
+        json_t *v, *e;
+        json_error_t jerr;
+        Node p, d;
+        size_t i;
+        int in = 0;
+
+        node_start(&p);
+        node_start(&d);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
+        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
+        link_node(b, A_ID, &p);
+
+        /* The peer's node id, as its own status names it. */
+        {
+                char *json = NULL;
+
+                ck_assert_int_eq(harness_daemon_status(&d.d, &json), KVD_OK);
+                node = status_json_str(json, "node_id");
+                free(json);
+        }
+        out = ctl_at(&p.d, peers);
+        ck_assert_msg(strstr(out, "\n") && strncmp(strstr(out, "\n") + 1, node, strlen(node)) == 0,
+                      "peers of the prefill node do not name node %s:\n%s", node, out);
+        free(out);
+        free(node);
+
+        /* The prefill node has no link of its own: it shows the one made to it. */
+        out = ctl_at(&p.d, links);
+        ck_assert_msg(strstr(out, " DIR ") && strstr(out, " in ") && strstr(out, " tcp ") &&
+                              strstr(out, " up ") && !strstr(out, "no links"),
+                      "links of the prefill node:\n%s", out);
+        free(out);
+        out = ctl_at(&p.d, links_json);
+        v = json_loads(out, 0, &jerr);
+        ck_assert_msg(json_is_array(v), "links --json: %s", out);
+        json_array_foreach(v, i, e) {
+                ck_assert_str_eq(json_string_value(json_object_get(e, "direction")), "in");
+                ck_assert_int_eq(json_integer_value(json_object_get(e, "local_cluster")), A_ID);
+                ck_assert_int_eq(json_integer_value(json_object_get(e, "remote_cluster")), B_ID);
+                ck_assert_str_eq(json_string_value(json_object_get(e, "state")), "up");
+                in++;
+        }
+        ck_assert_int_eq(in, 1);
+        json_decref(v);
+        free(out);
+        /* The decode node shows its own, outbound. */
+        out = ctl_at(&d.d, links);
+        ck_assert_msg(strstr(out, " out ") && !strstr(out, " in "), "links of the decode node:\n%s",
+                      out);
+        free(out);
+
+        expect_ok(b, kvd_client_finalize(b));
+        expect_ok(a, kvd_client_finalize(a));
+        node_stop(&d);
+        node_stop(&p);
+}
+END_TEST
+
+/* A device the config names that this host does not have: its link layer is "missing". */
+START_TEST(test_devices_missing)
+{
+        char cfg[] = "/tmp/kvdist-it-ctl-cfg-XXXXXX";
+        const char *devices[] = { "devices", NULL };
+        static const char text[] = "{\"devices\": [{\"device_id\": 0, \"transport\": \"auto\", "
+                                   "\"rdma_device\": \"kvdist-no-such-dev\"}]}\n";
+        HarnessDaemon d;
+        char *out;
+        int fd;
+
+        fd = mkstemp(cfg);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, text, sizeof(text) - 1), (ssize_t)(sizeof(text) - 1));
+        close(fd);
+        ck_assert_int_eq(harness_daemon_start(&d, "--config", cfg, NULL), 0);
+        out = ctl_at(&d, devices);
+        if (strcmp(out, "no RDMA devices\n") == 0)
+                fprintf(stderr, "SKIP test_devices_missing: kvdistd is built without RDMA\n");
+        else
+                ck_assert_msg(strstr(out, "kvdist-no-such-dev") && strstr(out, " missing ") &&
+                                      !strstr(out, "InfiniBand"),
+                              "devices:\n%s", out);
+        free(out);
+        ck_assert_int_eq(harness_daemon_stop(&d), 0);
+        harness_daemon_cleanup(&d);
+        ck_assert_int_eq(unlink(cfg), 0);
+}
+END_TEST
+
 START_TEST(test_watch)
 {
         const char *args[] = { "--watch=0.1", "--count", "3", "status", NULL };
@@ -287,7 +392,8 @@ static char *read_data(const char *name)
 START_TEST(test_snapshots)
 {
         static const char *const commands[] = { "status", "clusters", "caches", "links",
-                                                "transfers", "peers", "config" };
+                                                "transfers", "peers", "config", "domains",
+                                                "devices" };
         char input[512], name[64];
 
         (void)snprintf(input, sizeof(input), "%s/status.json", getenv("KVDIST_TEST_DATA"));
@@ -411,6 +517,8 @@ static Suite *kvdistctl_suite(void)
         tcase_add_test(tc, test_status_summary);
         tcase_add_test(tc, test_tables);
         tcase_add_test(tc, test_json_schema);
+        tcase_add_test(tc, test_across_daemons);
+        tcase_add_test(tc, test_devices_missing);
         tcase_add_test(tc, test_watch);
         tcase_add_test(tc, test_snapshots);
         tcase_add_test(tc, test_peers_absent);

@@ -122,8 +122,8 @@ START_TEST(test_across_hosts)
                 return;
         }
         hosts_start(&p, &d);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
-        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
+        b = node_server(&d, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&src, a, true, 4, n, 16384, 0xe1, &key, 1, 0));
         expect_ok(b, tcache_register(&dst, b, true, 4, n, 16384, 0xe2, NULL, 0, 0));
         expect_ok(b, tcache_register(&inbox, b, true, 4, n, 16384, 0xe3, &inbox_key, 1, 0));
@@ -171,7 +171,7 @@ START_TEST(test_wire_cut)
                 return;
         }
         hosts_start(&p, &d);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         b = node_client(&d, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&src, a, true, 2, n, 32768, 0xf1, &key, 1, 0));
         expect_ok(b, tcache_register(&dst, b, true, 2, n, 32768, 0xf2, NULL, 0, 0));

@@ -61,7 +61,7 @@ START_TEST(test_peer_killed)
         scatter(sb, db, n);
         node_start(&p);
         node_start(&d);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         b = node_client(&d, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&src, a, true, 2, n, 32768, 0x51, &key, 1, 0));
         expect_ok(b, tcache_register(&dst, b, true, 2, n, 32768, 0x52, NULL, 0, 0));
@@ -97,7 +97,7 @@ START_TEST(test_peer_killed)
         kvd_client_finalize(a);
         node_stop(&p);
         node_start(&p);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         expect_ok(a, tcache_register(&src, a, true, 2, n, 32768, 0x53, &key, 1, 0));
         link_node(b, A_ID, &p);
         expect_ok(b, kvd_pull_blocks(b, &key, dst.id, sb, n, db, n, &o));
@@ -125,7 +125,7 @@ START_TEST(test_remote_cluster_finalizes)
 
         node_start(&p);
         node_start(&d);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         b = node_client(&d, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&src, a, true, 2, 4, 4096, 1, &key, 1, 0));
         expect_ok(b, tcache_register(&dst, b, true, 2, 4, 4096, 2, NULL, 0, 0));
@@ -141,7 +141,7 @@ START_TEST(test_remote_cluster_finalizes)
         tcache_verify_untouched(&dst);
 
         /* It comes back under the same id: the decoder links again over the same peer. */
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         expect_ok(a, tcache_register(&src, a, true, 2, 4, 4096, 3, &key, 1, 0));
         link_node(b, A_ID, &p);
         ck_assert_int_eq(node_status_len(&d, "peers"), 1);
@@ -161,7 +161,7 @@ START_TEST(test_remote_cluster_finalizes)
 END_TEST
 
 typedef struct Victim {
-        const HarnessDaemon *d;
+        const Node *n;
 } Victim;
 
 /* A prompt cluster in its own process: registers a destination cache and waits to be killed. */
@@ -172,7 +172,8 @@ static int victim_main(void *arg)
         kvd_client *c = NULL;
         TCache dst;
 
-        if (harness_client_init(v->d, C_ID, KVD_ROLE_PROMPT, &c) != KVD_OK)
+        if (harness_server_init(&v->n->d, C_ID, KVD_ROLE_PROMPT, v->n->peer_addr, &c) !=
+            KVD_OK)
                 return 1;
         if (tcache_register(&dst, c, true, 2, 512, 32768, 0x77, &key, 1, 0) != KVD_OK)
                 return 2;
@@ -202,10 +203,10 @@ START_TEST(test_remote_cluster_crashes)
         scatter(sb, db, n);
         node_start(&p);
         node_start(&d);
-        v.d = &p.d;
+        v.n = &p;
         ck_assert_int_eq(harness_fork_client(victim_main, &v, &child), 0);
         ck_assert_int_eq(harness_child_wait_ready(&child, 10000, NULL), 0);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         b = node_client(&d, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&other, a, true, 2, 8, 4096, 0x78, &akey, 1, 0));
         expect_ok(b, tcache_register(&src, b, true, 2, n, 32768, 0x79, NULL, 0, 0));
@@ -271,7 +272,7 @@ START_TEST(test_timeout_no_late_write)
         scatter(sb, db, n);
         node_start(&p);
         node_start(&d);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         b = node_client(&d, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&src, a, true, 2, n, 32768, 0x61, &key, 1, 0));
         expect_ok(b, tcache_register(&dst, b, true, 2, n, 32768, 0x62, NULL, 0, 0));
@@ -327,22 +328,27 @@ START_TEST(test_cluster_keys)
         node_start_full(&d_wrong, NULL, NULL, KEY_2, NULL);
         node_start_full(&d_none, NULL, NULL, NULL, NULL);
         node_start_full(&d_right, NULL, NULL, KEY_1 "\n", NULL);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         b = node_client(&d_wrong, B_ID, KVD_ROLE_DECODER);
         b2 = node_client(&d_none, B_ID + 1, KVD_ROLE_DECODER);
         b3 = node_client(&d_right, B_ID + 2, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&src, a, true, 2, 4, 4096, 1, &key, 1, 0));
 
-        /* Another key: the dialer checks the listener's proof first and refuses it. */
+        /* Another key: the dialer checks the listener's proof first and refuses it; it tells
+         * the listener, which logs and counts the peer too. */
         expect_status(b, link_at(b, A_ID, p.peer_addr, 5000, &ret), KVD_E_PERMISSION_DENIED,
                       "cluster key");
         ck_assert_int_eq(ret, KVD_E_PERMISSION_DENIED);
         ck_assert_int_eq(node_status_int(&d_wrong, "counters/peers_refused"), 1);
         ck_assert(harness_daemon_log_contains(&d_wrong.d, "does not hold our cluster key"));
+        for (int i = 0; i < 250 && node_status_int(&p, "counters/peers_refused") < 1; i++)
+                harness_sleep_ms(20);
+        ck_assert_int_eq(node_status_int(&p, "counters/peers_refused"), 1);
+        ck_assert(harness_daemon_log_contains(&p.d, "refused: it holds another cluster key"));
         /* No key against a key: the listener refuses the dialer and logs it. */
         expect_status(b2, link_at(b2, A_ID, p.peer_addr, 5000, &ret), KVD_E_PERMISSION_DENIED,
                       "cluster key");
-        ck_assert_int_eq(node_status_int(&p, "counters/peers_refused"), 1);
+        ck_assert_int_eq(node_status_int(&p, "counters/peers_refused"), 2);
         ck_assert(harness_daemon_log_contains(&p.d, "refused: cluster key configured"));
         ck_assert_int_eq(node_status_len(&p, "inbound_links"), 0);
         ck_assert_int_eq(node_status_len(&p, "peers"), 0);

@@ -37,7 +37,7 @@ static void pair_start(Pair *w, const char *const *extra)
         memset(w, 0, sizeof(*w));
         node_start_full(&w->p, NULL, NULL, NULL, extra);
         node_start_full(&w->d, NULL, NULL, NULL, extra);
-        w->a = node_client(&w->p, A_ID, KVD_ROLE_PROMPT);
+        w->a = node_server(&w->p, A_ID, KVD_ROLE_PROMPT);
         w->b = node_client(&w->d, B_ID, KVD_ROLE_DECODER);
 }
 
@@ -433,7 +433,12 @@ START_TEST(test_link_rules)
         for (int i = 0; i < 100 && node_status_len(&w.p, "inbound_links") > 0; i++)
                 harness_sleep_ms(20);
         ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
-        expect_ok(w.a, kvd_switch_role(w.a, KVD_ROLE_MIX, NULL, 0));
+        /* The serving side says who ended the link (not a status that reads like an error). */
+        ck_assert(harness_daemon_log_contains(&w.p.d, "): removed (unlinked by cluster 2002)"));
+        ck_assert(!harness_daemon_log_contains(&w.p.d, "removed (KVD_E_NOT_YET_LINK)"));
+        /* A new role; still a server at its daemon's address. */
+        expect_ok(w.a, kvd_switch_role(w.a, KVD_ROLE_MIX,
+                                       &(kvd_option){ "listen_ip_info", w.p.peer_addr }, 1));
 
         /* A cache registered while a link existed defaults to private: a new link does not
          * reach it either; the caches registered before any link still are. */
@@ -442,6 +447,21 @@ START_TEST(test_link_rules)
         expect_status(w.b, kvd_pull_blocks(w.b, &late_key, dst.id, &b0, 1, &b0, 1, NULL),
                       KVD_E_CACHE_NOT_EXIST, NULL);
         expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL));
+
+        /* An unlink on the linked-to side takes B's end down too, and both logs say who. */
+        expect_ok(w.a, kvd_unlink_clusters(w.a, &(kvd_cluster_info){ B_ID, KVD_ROLE_DECODER,
+                                                                     NULL, NULL },
+                                           1, 1000, false, NULL));
+        ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
+        for (int i = 0; i < 100 && kvd_check_link_status(w.b, A_ID) == KVD_OK; i++)
+                harness_sleep_ms(20);
+        expect_status(w.b, kvd_check_link_status(w.b, A_ID), KVD_E_PEER_LOST, NULL);
+        ck_assert(harness_daemon_log_contains(&w.p.d, "): removed (unlinked by cluster 1001)"));
+        ck_assert(harness_daemon_log_contains(&w.d.d, "): down (unlinked by cluster 1001)"));
+        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
+                                                                     NULL, NULL },
+                                           1, 1000, false, NULL));
+        link_node(w.b, A_ID, &w.p);
 
         /* A forced unlink on the linked-to side drops only its end; B then re-links. */
         expect_ok(w.a, kvd_unlink_clusters(w.a, &(kvd_cluster_info){ B_ID, KVD_ROLE_DECODER,
@@ -505,7 +525,7 @@ START_TEST(test_many_clusters)
         for (int i = 0; i < N; i++) {
                 kvd_cache_key key = kvd_key_blocks(100 + i, 0);
 
-                pc[i] = node_client(&p, 100 + i, KVD_ROLE_PROMPT);
+                pc[i] = node_server(&p, 100 + i, KVD_ROLE_PROMPT);
                 dc[i] = node_client(&d, 200 + i, KVD_ROLE_DECODER);
                 expect_ok(pc[i], tcache_register(&src[i], pc[i], true, 2, BLOCKS, 4096, 10 + i,
                                                  &key, 1, 0));
@@ -573,8 +593,8 @@ START_TEST(test_three_daemons)
         node_start(&n1);
         node_start(&n2);
         node_start(&n3);
-        a = node_client(&n1, A_ID, KVD_ROLE_PROMPT);
-        c = node_client(&n2, C_ID, KVD_ROLE_PROMPT);
+        a = node_server(&n1, A_ID, KVD_ROLE_PROMPT);
+        c = node_server(&n2, C_ID, KVD_ROLE_PROMPT);
         b = node_client(&n3, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&s1, a, true, 2, 4, 8192, 31, &k1, 1, 0));
         expect_ok(c, tcache_register(&s2, c, true, 2, 4, 8192, 32, &k2, 1, 0));
@@ -603,6 +623,8 @@ START_TEST(test_crc)
         static const char *const extra[] = { "--tcp-crc", "on", "--tcp-streams", "2", NULL };
         const uint64_t n = 256;
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        /* 32 MiB through CRC32C on both ends: more than the default second on a busy host. */
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
         uint64_t sb[256], db[256];
         TCache src, dst;
         TCopies cp = {};
@@ -621,7 +643,7 @@ START_TEST(test_crc)
                 sb[i] = i;
                 db[i] = n - 1 - i;
         }
-        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, n, db, n, NULL));
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, n, db, n, &o));
         tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, n);
         tcache_verify(&dst, &cp);
         tcopies_free(&cp);

@@ -459,7 +459,7 @@ START_TEST(test_metrics)
         ck_assert_msg(addr && strncmp(addr, "127.0.0.1:", 10) == 0 && strcmp(addr, "127.0.0.1:0"),
                       "metrics_address %s", addr ? addr : "(none)");
 
-        expect_ok(NULL, harness_client_init(&d, A_ID, KVD_ROLE_PROMPT, &a));
+        expect_ok(NULL, harness_server_init(&d, A_ID, KVD_ROLE_PROMPT, "127.0.0.1:0", &a));
         expect_ok(NULL, harness_client_init(&d, B_ID, KVD_ROLE_DECODER, &b));
         expect_ok(a, tcache_register(&src, a, true, 2, 4, 4096, 1, &key, 1, 0));
         expect_ok(b, tcache_register(&dst, b, true, 2, 4, 4096, 2, NULL, 0, 0));

@@ -286,7 +286,7 @@ START_TEST(test_link_errors)
                       NULL);
         expect_ok(w.b, kvd_switch_role(w.b, KVD_ROLE_MIX, NULL, 0));
         {
-                kvd_option o = { "listen_ip_info", "127.0.0.1:26000" };
+                kvd_option o = { "listen_ip_info", "127.0.0.1:0" };
 
                 expect_ok(w.a, kvd_switch_role(w.a, KVD_ROLE_PROMPT, &o, 1));
         }
@@ -425,7 +425,7 @@ START_TEST(test_request_above_frame_limit)
 
         r = harness_daemon_start(&d, "--max-frame-size", "64K", NULL);
         ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
-        expect_ok(NULL, harness_client_init(&d, A_ID, KVD_ROLE_PROMPT, &a));
+        expect_ok(NULL, harness_server_init(&d, A_ID, KVD_ROLE_PROMPT, "127.0.0.1:0", &a));
         expect_ok(NULL, harness_client_init(&d, B_ID, KVD_ROLE_DECODER, &b));
         expect_ok(a, tcache_register(&src, a, true, 2, N_BIG, 8, 31, &key, 1,
                                      KVD_REMOTE_DEFAULT));

@@ -49,6 +49,7 @@ bool config_equal(const Config *a, const Config *b, bool with_socket_path)
                 return false;
         if (!str_equal(a->listen_ip_info, b->listen_ip_info) ||
             !str_equal(a->cluster_key_file, b->cluster_key_file) ||
+            a->client_clusters_accept_links != b->client_clusters_accept_links ||
             a->heartbeat_interval_ms != b->heartbeat_interval_ms ||
             a->heartbeat_timeout_ms != b->heartbeat_timeout_ms ||
             memcmp(&a->tcp, &b->tcp, sizeof(TcpConfig)) != 0 || a->rdma.qps != b->rdma.qps)

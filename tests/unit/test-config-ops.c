@@ -149,7 +149,7 @@ START_TEST(test_apply_runtime)
                 "{\"log_level\": \"error\", \"memory_size\": \"128M\", \"allow_gids\": [5],"
                 " \"heartbeat_interval_ms\": 700, \"heartbeat_timeout_ms\": 9000,"
                 " \"link_total_time_ms\": 3000, \"tcp\": {\"streams\": 2, \"crc\": true},"
-                " \"rdma\": {\"qps\": 2},"
+                " \"rdma\": {\"qps\": 2}, \"client_clusters_accept_links\": true,"
                 " \"limits\": {\"max_clients\": 2, \"max_frame_size\": \"8M\"}}");
         _cleanup_free_ ConfigChange *changes = NULL;
         size_t n = 0;
@@ -166,6 +166,8 @@ START_TEST(test_apply_runtime)
         ck_assert_uint_eq(running->tcp.streams, 2);
         ck_assert(running->tcp.crc);
         ck_assert_uint_eq(running->rdma.qps, 2);
+        /* Links asked for from now on follow it. */
+        ck_assert(running->client_clusters_accept_links);
         /* What needs a restart stays. */
         ck_assert_uint_eq(running->memory_size, 256u << 20);
         ck_assert_uint_eq(running->limits.max_frame_size, 16u << 20);

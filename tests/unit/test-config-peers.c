@@ -19,6 +19,12 @@ START_TEST(test_peer_keys)
         ck_assert_uint_eq(c->tcp.streams, 4);
         ck_assert(!c->tcp.crc);
         ck_assert_uint_eq(c->tcp.chunk_size, MIB);
+        /* A cluster without listen_ip_info is a client that refuses links, as in the seed. */
+        ck_assert(!c->client_clusters_accept_links);
+        load_ok(c, "{\"client_clusters_accept_links\": true}");
+        ck_assert(c->client_clusters_accept_links);
+        load_fails("{\"client_clusters_accept_links\": \"yes\"}",
+                   "client_clusters_accept_links: expected true or false");
 
         load_ok(c, "{\"listen_ip_info\": \"10.0.0.2:7000\", \"cluster_key_file\": \"/etc/k\","
                    " \"tcp\": {\"streams\": 16, \"crc\": true, \"chunk_size\": \"64K\"},"
@@ -65,6 +71,10 @@ START_TEST(test_peer_keys)
         ck_assert(!c->tcp.crc);
         ck_assert_uint_eq(c->heartbeat_timeout_ms, 100);
         parse_fails("--tcp-crc: expected on or off", "--tcp-crc", "yes", NULL);
+        ck_assert_int_eq(parse(c, &error, "--client-clusters-accept-links", "off", NULL), 0);
+        ck_assert(!c->client_clusters_accept_links);
+        parse_fails("--client-clusters-accept-links: expected on or off",
+                    "--client-clusters-accept-links", "1", NULL);
         parse_fails("--listen: \"x\" is not ip:port or [ipv6]:port (numeric, with a port), or "
                     "\"\" for none",
                     "--listen", "x", NULL);

@@ -87,12 +87,19 @@ typedef struct kvd_option {
 /*
  * Connects to the daemon and attaches this process as cluster @cluster_id with @role.
  * Options: "device_id" (required), "sync_kv_timeout_ms" (default 1000), "listen_ip_info"
- * ("ip:port", "[v6]:port"), "socket_path" (default $KVDIST_SOCKET, then the daemon's default),
+ * ("ip:port", "[v6]:port"; numeric, port 0 = any free port): with it the cluster is a server
+ * that others link to at that address (the daemon listens there for as long as the cluster is
+ * attached, one port per cluster, unless the address is the daemon's own --listen address),
+ * without it a client that links out and whose links from others fail with LINK_FAILED (unless
+ * the daemon is configured with client_clusters_accept_links); "socket_path" (default
+ * $KVDIST_SOCKET, then the daemon's default),
  * "local_comm_res" (a rank-table fragment naming this cluster's server and device, e.g.
  * {"server_list": [{"server_id": "node-a", "device": [{"device_id": "0",
  * "device_ip": "10.0.0.1"}]}]}; left out, the daemon generates it from its peer address).
  * On success *@ret_client owns the connection until kvd_client_finalize().
- * Fails with PARAM_INVALID for bad options, CLUSTER_EXISTS for a duplicate id,
+ * Fails with PARAM_INVALID for bad options (a listen_ip_info that does not parse),
+ * LINK_FAILED for a listen_ip_info the daemon cannot listen on (another cluster's port, an
+ * address in use or not of this host), CLUSTER_EXISTS for a duplicate id,
  * DAEMON_UNAVAILABLE when nothing listens, PERMISSION_DENIED when the daemon refuses us (its
  * allow_uids / allow_gids; the detail names our uid and gid) or when the socket lies in a
  * /tmp/kvdist-UID folder that is a symbolic link, belongs to another uid or is writable by
@@ -242,7 +249,9 @@ int kvd_remove_cache_key(kvd_client *client, const kvd_cache_key *key);
 typedef struct kvd_cluster_info {
         uint64_t remote_cluster_id;
         kvd_role remote_role;
-        const char *remote_ip_info;  /* "ip:port" of the remote daemon; NULL or "" = this node */
+        const char *remote_ip_info;  /* the remote cluster's listen_ip_info ("ip:port"), or any
+                                      * address of its daemon; NULL or "" = a cluster of this
+                                      * node (which must be a server too) */
         const char *local_ip_info;   /* optional */
 } kvd_cluster_info;
 
@@ -251,7 +260,8 @@ typedef struct kvd_cluster_info {
 /*
  * Links this cluster to each of @clusters (at most KVD_MAX_LINK_CLUSTERS). @rets, when not
  * NULL, receives one status per cluster; the return value is KVD_OK when all succeeded, else
- * the first failure. @timeout_ms <= 0 means 3000.
+ * the first failure. @timeout_ms <= 0 means 3000. A remote cluster attached without
+ * listen_ip_info (a client) refuses the link with LINK_FAILED.
  */
 int kvd_link_clusters(kvd_client *client, const kvd_cluster_info *clusters, size_t n,
                       int timeout_ms, int *rets);
@@ -263,7 +273,12 @@ int kvd_unlink_clusters(kvd_client *client, const kvd_cluster_info *clusters, si
 /* KVD_OK when a working link to @remote_cluster_id exists, NOT_YET_LINK when none. */
 int kvd_check_link_status(kvd_client *client, uint64_t remote_cluster_id);
 
-/* Changes the role (and "listen_ip_info"); fails with EXIST_LINK while links exist. */
+/*
+ * Changes the role. With option "listen_ip_info" the cluster becomes a server at that address,
+ * or moves there (the new port opens before the old one closes; on failure the cluster keeps
+ * its role and address: PARAM_INVALID, LINK_FAILED as in kvd_client_init()); without it a server
+ * becomes a client and its port closes. Fails with EXIST_LINK while links exist.
+ */
 int kvd_switch_role(kvd_client *client, kvd_role role, const kvd_option *options,
                     size_t n_options);
 
