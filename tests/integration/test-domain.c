@@ -531,7 +531,12 @@ START_TEST(test_unlink_leaves_user_link)
                                                  &key_a, 1, KVD_REMOTE_DEFAULT));
         expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 2, 8, 1024, 32, NULL,
                                                  0, KVD_REMOTE_DEFAULT));
-        /* Rank 1 links to rank 0 one-sided, then both form the domain. */
+        /* Rank 1 links to rank 0 one-sided (1001 becomes a server for it: it attached as a
+         * client), then both form the domain. */
+        expect_ok(w.m[0].client, kvd_switch_role(w.m[0].client, KVD_ROLE_MIX,
+                                                 &(kvd_option){ "listen_ip_info",
+                                                                w.nodes[0].peer_addr },
+                                                 1));
         if (one_daemon)
                 link_to(w.m[1].client, 1001, KVD_ROLE_MIX);
         else
