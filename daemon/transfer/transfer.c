@@ -176,6 +176,25 @@ static void transfer_deliver_notify(Transfer *x)
                           PRIu64 ", ignoring", x->id, x->remote_cluster_id);
 }
 
+/* Sends the client its answer, once: @status and, on failure, x->err (which is set). */
+static void transfer_answer(Transfer *x, int status)
+{
+        Request *req = TAKE_PTR(x->req);
+
+        if (!req)
+                return;
+        if (status == KVD_OK) {
+                Kvdist__V1__TransferReply reply = KVDIST__V1__TRANSFER_REPLY__INIT;
+                Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+
+                reply.status = &st;
+                reply.bytes = x->plan->total_bytes;
+                reply.segments = (uint32_t)x->plan->n_segments;
+                (void)request_reply(req, &reply.base, -1);
+        } else
+                (void)request_fail(req, status, &x->err);
+}
+
 void transfer_complete(Transfer *x, int status)
 {
         Daemon *d = x->daemon;
@@ -212,20 +231,7 @@ void transfer_complete(Transfer *x, int status)
                           transfer_kind_to_string(x->kind), x->err.msg);
         }
 
-        if (x->req) {
-                Request *req = TAKE_PTR(x->req);
-
-                if (final == KVD_OK) {
-                        Kvdist__V1__TransferReply reply = KVDIST__V1__TRANSFER_REPLY__INIT;
-                        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-
-                        reply.status = &st;
-                        reply.bytes = x->plan->total_bytes;
-                        reply.segments = (uint32_t)x->plan->n_segments;
-                        (void)request_reply(req, &reply.base, -1);
-                } else
-                        (void)request_fail(req, final, &x->err);
-        }
+        transfer_answer(x, final);
         transfer_free(x);
         daemon_update_status(d);
         daemon_check_stopped(d);
@@ -244,6 +250,12 @@ void transfer_fail(Transfer *x, int status, const char *fmt, ...)
         va_end(ap);
         if (x->timer)
                 event_del(x->timer);
+        /* A push only reads the caller's memory, and its regions stay mapped while we hold
+         * them: the caller need not wait for the transport to let go. A sender that must finish
+         * the chunk in progress and end its streams with abort markers waits for the peer to
+         * take them, which a slow link or a stalled peer can make last. */
+        if (!transfer_kind_is_pull(x->kind))
+                transfer_answer(x, status);
         if (x->phase != REMOTE_NONE)
                 transfer_remote_cancel(x);
         else

@@ -3,8 +3,10 @@
  * Transfer: one pull or push in flight. It resolves the caches on both sides, holds references
  * on every region it touches, turns the request into a plan, hands the plan to the link's
  * transport and answers the client when the transport reports the last byte landed, when the
- * deadline passes (KVD_E_TIMEOUT) or when an end goes away (KVD_E_PEER_LOST). The reply is only
- * sent after the transport has stopped touching memory, so nothing lands after it.
+ * deadline passes (KVD_E_TIMEOUT) or when an end goes away (KVD_E_PEER_LOST). The reply to a
+ * pull is only sent after the transport has stopped writing into the caller's memory, so nothing
+ * lands after it. A push only reads the caller's memory: one that fails is answered at once, and
+ * the transfer lives on (holding its regions) until the transport let go of the source.
  */
 #pragma once
 
@@ -122,8 +124,8 @@ int transfer_start(Cluster *cluster, Request *req, Error *err);
 void transfer_complete(Transfer *x, int status);
 
 /*
- * Fails @x with @status (KVD_E_TIMEOUT, KVD_E_PEER_LOST, ...): the transport is asked to stop
- * and the answer follows its completion.
+ * Fails @x with @status (KVD_E_TIMEOUT, KVD_E_PEER_LOST, ...): the transport is asked to stop.
+ * A pull is answered once the transport stopped, a push at once.
  */
 void transfer_fail(Transfer *x, int status, const char *fmt, ...) _printf_(3, 4);
 
