@@ -144,22 +144,24 @@ static Transfer *transfer_free(Transfer *x)
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(Transfer, transfer_free);
 
-/* A pull by ReqKey of a pool cache ends that key's hold once it succeeded. */
-static void transfer_consume_key(Transfer *x)
+bool transfer_pull_ends_key(TransferKind kind, const CacheKey *key, const Cache *cache)
+{
+        return transfer_kind_is_pull(kind) && key->kind == CACHE_KEY_REQ && cache->pool_backed;
+}
+
+void transfer_end_key(Daemon *d, const CacheKey *key, const Cache *read)
 {
         Cluster *owner;
         Cache *cache, *dead = NULL;
         uint32_t index;
 
-        if (!x->consume_key)
-                return;
         /* The key may have been removed, even given to another cache, while the bytes moved:
          * only the hold on the cache this transfer read ends. */
-        owner = daemon_find_cluster(x->daemon, x->key.cluster_id);
-        if (!owner || cache_table_lookup(&owner->caches, &x->key, &cache, &index, NULL) < 0 ||
-            cache != x->caches[0])
+        owner = daemon_find_cluster(d, key->cluster_id);
+        if (!owner || cache_table_lookup(&owner->caches, key, &cache, &index, NULL) < 0 ||
+            cache != read)
                 return;
-        if (cache_table_remove_key(&owner->caches, &x->key, &dead, NULL) == 0)
+        if (cache_table_remove_key(&owner->caches, key, &dead, NULL) == 0)
                 cluster_release_cache(owner, dead);
 }
 
@@ -220,7 +222,8 @@ void transfer_complete(Transfer *x, int status)
                         x->link->bytes += bytes;
                         x->link->n_transfers++;
                 }
-                transfer_consume_key(x);
+                if (x->consume_key)
+                        transfer_end_key(d, &x->key, x->caches[0]);
                 transfer_deliver_notify(x);
         } else {
                 d->counters.transfers_failed++;
@@ -309,23 +312,16 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
                                        err);
                 if (r < 0)
                         return r;
-                if (remote->seq > l->seq)
-                        return error_set(err, KVD_E_CACHE_NOT_EXIST,
-                                         "cache %" PRIu64 " of cluster %" PRIu64 " was "
-                                         "registered after link %" PRIu64 " was made; memory "
-                                         "must be registered before the link that reaches it",
-                                         remote->id, l->remote_cluster_id, l->id);
-                if (!remote->remote_accessible)
-                        return error_set(err, KVD_E_PERMISSION_DENIED,
-                                         "cache %" PRIu64 " of cluster %" PRIu64 " is not "
-                                         "remote-accessible", remote->id, l->remote_cluster_id);
+                r = cache_check_reachable(remote, l->seq, l->id, err);
+                if (r < 0)
+                        return r;
         }
         x->link = l;
         x->transport = l->transport;
         x->caches[0] = transfer_kind_is_pull(x->kind) ? remote : local;
         x->caches[1] = transfer_kind_is_pull(x->kind) ? local : remote;
-        x->consume_key = transfer_kind_is_pull(x->kind) && x->key.kind == CACHE_KEY_REQ &&
-                         remote && remote->pool_backed;
+        /* A peer's cache is the peer's to let go (served.c). */
+        x->consume_key = remote && transfer_pull_ends_key(x->kind, &x->key, remote);
         return 0;
 }
 

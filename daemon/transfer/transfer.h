@@ -81,7 +81,8 @@ struct Transfer {
         void *transport_data;   /* the transport's per-transfer state */
         int status;             /* the first failure, KVD_OK while fine */
         Error err;
-        bool consume_key;       /* a pull by ReqKey ends that key's hold when it succeeds */
+        bool consume_key;       /* a local pull by ReqKey of a pool cache ends the key when it
+                                 * succeeds (a peer's: the peer ends it, served.c) */
         CacheKey key;
         uint8_t notify[TRANSFER_NOTIFY_MAX]; /* push: for the destination cluster */
         size_t notify_len;
@@ -137,11 +138,21 @@ void transfer_detach_link(Transfer *x, int status);
 
 const char *transfer_kind_to_string(TransferKind k);
 
+/* Whether a successful @kind transfer by @key of @cache ends that key: a pull by CacheKey of a
+ * pool cache (LLM-DataDist's pull releases what it pulled). */
+bool transfer_pull_ends_key(TransferKind kind, const CacheKey *key, const Cache *cache);
+
+/*
+ * Ends @key (and its hold) after a pull by it read @read successfully; nothing when the key is
+ * gone or names another cache by now. A cache nothing holds any more is released.
+ */
+void transfer_end_key(Daemon *d, const CacheKey *key, const Cache *read);
+
 /* transfer-remote.c: the parts of a transfer whose other end is behind a peer daemon. */
 
 /*
- * Continues transfer_start() for a link over a peer: checks the request against what the remote
- * cluster exposed when the link was made, then asks the peer. A KVD_E_* status on failure.
+ * Continues transfer_start() for a link over a peer: asks the peer, which resolves the key and
+ * checks the request against what it has now. A KVD_E_* status on failure.
  */
 int transfer_remote_start(Transfer *x, const struct Kvdist__V1__Transfer *m, Error *err);
 

@@ -413,9 +413,9 @@ START_TEST(test_link_rules)
         /* Registered after the link: not reachable through it; a private cache neither. */
         expect_ok(w.a, tcache_register(&late, w.a, true, 2, 4, 1024, 4, &late_key, 1, 0));
         expect_status(w.b, kvd_pull_blocks(w.b, &late_key, dst.id, &b0, 1, &b0, 1, NULL),
-                      KVD_E_CACHE_NOT_EXIST, NULL);
+                      KVD_E_PERMISSION_DENIED, "was registered after link");
         expect_status(w.b, kvd_pull_blocks(w.b, &hidden_key, dst.id, &b0, 1, &b0, 1, NULL),
-                      KVD_E_CACHE_NOT_EXIST, NULL);
+                      KVD_E_PERMISSION_DENIED, "(registered with KVD_REMOTE_NO)");
         /* A block past the end is refused before anything moves. */
         b0 = 4;
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL),
@@ -440,7 +440,8 @@ START_TEST(test_link_rules)
         link_node(w.b, A_ID, &w.p);
         b0 = 1;
         expect_status(w.b, kvd_pull_blocks(w.b, &late_key, dst.id, &b0, 1, &b0, 1, NULL),
-                      KVD_E_CACHE_NOT_EXIST, NULL);
+                      KVD_E_PERMISSION_DENIED, "(registered with KVD_REMOTE_DEFAULT while "
+                      "cluster 1001 had links)");
         expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL));
 
         /* A forced unlink on the linked-to side drops only its end; B then re-links. */
@@ -456,6 +457,35 @@ START_TEST(test_link_rules)
         link_node(w.b, A_ID, &w.p);
         expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL));
 
+        pair_stop(&w);
+}
+END_TEST
+
+static void link_pair(void *userdata)
+{
+        Pair *w = userdata;
+
+        link_node(w->b, A_ID, &w->p);
+}
+
+/* The cache exists over there: PERMISSION_DENIED, with the reason, for pull and push. */
+START_TEST(test_unexposed_caches)
+{
+        Pair w;
+
+        pair_start(&w, NULL);
+        check_unexposed_caches(w.a, w.b, link_pair, &w);
+        pair_stop(&w);
+}
+END_TEST
+
+/* Link once, then allocate per request and pull by key. */
+START_TEST(test_pool_caches_after_link)
+{
+        Pair w;
+
+        pair_start(&w, NULL);
+        check_pool_caches_after_link(w.a, w.b, link_pair, &w);
         pair_stop(&w);
 }
 END_TEST
@@ -647,6 +677,8 @@ static Suite *remote_suite(void)
         tc = tcase_create("links");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_link_rules);
+        tcase_add_test(tc, test_unexposed_caches);
+        tcase_add_test(tc, test_pool_caches_after_link);
         tcase_add_test(tc, test_link_timeout);
         tcase_add_test(tc, test_many_clusters);
         tcase_add_test(tc, test_three_daemons);
