@@ -170,3 +170,82 @@ void check_pool_caches_after_link(kvd_client *a, kvd_client *b, link_fn link, vo
         tcopies_free(&cpb);
         tcopies_free(&cpp);
 }
+
+void check_odd_tensor_counts(kvd_client *a, kvd_client *b, link_fn link, void *userdata)
+{
+        static const uint32_t counts[] = { 1, 3 };
+        static const uint64_t sb[] = { 5, 0, 3 }, db[] = { 1, 6, 2 }, ib[] = { 4, 7 };
+        kvd_transfer_opts init = KVD_TRANSFER_OPTS_INIT, o;
+        TCache sblk[2], tblk[2], scon[2], tcon[2], dblk[2], dcon[2];
+        kvd_cache_key kblk[2], ktblk[2], kcon[2];
+
+        for (int i = 0; i < 2; i++) {
+                uint32_t n = counts[i];
+
+                kblk[i] = kvd_key_blocks(A_ID, 100 + n);
+                ktblk[i] = kvd_key_blocks(A_ID, 200 + n);
+                kcon[i] = kvd_key_req(A_ID, 300 + n, 0);
+                expect_ok(a, tcache_register(&sblk[i], a, true, n, 8, 512, 0x30 + n, &kblk[i],
+                                             1, KVD_REMOTE_DEFAULT));
+                expect_ok(a, tcache_register(&tblk[i], a, true, n, 8, 512, 0x40 + n, &ktblk[i],
+                                             1, KVD_REMOTE_DEFAULT));
+                expect_ok(a, tcache_register(&scon[i], a, false, n, 2, 1024, 0x50 + n, &kcon[i],
+                                             1, KVD_REMOTE_DEFAULT));
+                expect_ok(a, tcache_register(&tcon[i], a, false, n, 2, 1024, 0x60 + n, NULL, 0,
+                                             KVD_REMOTE_DEFAULT));
+                expect_ok(b, tcache_register(&dblk[i], b, true, n, 8, 512, 0x70 + n, NULL, 0,
+                                             KVD_REMOTE_DEFAULT));
+                expect_ok(b, tcache_register(&dcon[i], b, false, n, 2, 1024, 0x80 + n, NULL, 0,
+                                             KVD_REMOTE_DEFAULT));
+        }
+        link(userdata);
+
+        for (int i = 0; i < 2; i++) {
+                kvd_cache_key kid = kvd_key_id_index(A_ID, tcon[i].id, 1);
+                TCopies cpt = {}, cptc = {}, cpd = {}, cpdc = {};
+
+                /* Pushes first, from B's caches while they hold their own pattern. */
+                expect_ok(b, kvd_push_blocks(b, &ktblk[i], dblk[i].id, db, 3, sb, 3, NULL));
+                tcopies_blocks(&cpt, &dblk[i], &tblk[i], ALL, ALL, 2, db, sb, 3);
+                tcache_verify(&tblk[i], &cpt);
+                expect_ok(b, kvd_push_cache(b, &kid, dcon[i].id, 0, -1, &init));
+                tcopies_item(&cptc, &dcon[i], &tcon[i], ALL, ALL, 2, 0, 1, -1);
+                tcache_verify(&tcon[i], &cptc);
+
+                expect_ok(b, kvd_pull_blocks(b, &kblk[i], dblk[i].id, sb, 3, db, 3, &init));
+                tcopies_blocks(&cpd, &sblk[i], &dblk[i], ALL, ALL, 2, sb, db, 3);
+                expect_ok(b, kvd_pull_blocks(b, &kcon[i], dblk[i].id, NULL, 0, ib, 2, NULL));
+                tcopies_item_to_blocks(&cpd, &scon[i], &dblk[i], ALL, ALL, 2, 0, ib, 2);
+                tcache_verify(&dblk[i], &cpd);
+                expect_ok(b, kvd_pull_cache(b, &kcon[i], dcon[i].id, 1, -1, NULL));
+                tcopies_item(&cpdc, &scon[i], &dcon[i], ALL, ALL, 2, 0, 1, -1);
+                tcache_verify(&dcon[i], &cpdc);
+                tcache_verify_untouched(&sblk[i]);
+                tcache_verify_untouched(&scon[i]);
+
+                tcopies_free(&cpt);
+                tcopies_free(&cptc);
+                tcopies_free(&cpd);
+                tcopies_free(&cpdc);
+        }
+
+        /* A layer range counts layers: 2 tensors each do not make a 3-tensor cache... */
+        o = opts_layers(LAYERS(1, 1), LAYERS(1, 1), 0);
+        expect_status(b, kvd_pull_blocks(b, &kblk[1], dblk[1].id, sb, 1, db, 1, &o),
+                      KVD_E_PARAM_INVALID, "tensor_num_per_layer=2 does not divide "
+                      "num_tensors=3");
+        /* ... one tensor each does: layers 1 and 2 of the source into 0 and 1. */
+        {
+                static const uint64_t s1[] = { 2, 7 }, d1[] = { 0, 3 };
+                TCopies cp = {};
+                TCache lr;
+
+                expect_ok(b, tcache_register(&lr, b, true, 3, 8, 512, 0x90, NULL, 0,
+                                             KVD_REMOTE_DEFAULT));
+                o = opts_layers(LAYERS(1, 2), LAYERS(0, 1), 1);
+                expect_ok(b, kvd_pull_blocks(b, &kblk[1], lr.id, s1, 2, d1, 2, &o));
+                tcopies_blocks(&cp, &sblk[1], &lr, LAYERS(1, 2), LAYERS(0, 1), 1, s1, d1, 2);
+                tcache_verify(&lr, &cp);
+                tcopies_free(&cp);
+        }
+}

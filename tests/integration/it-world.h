@@ -58,3 +58,10 @@ void check_unexposed_caches(kvd_client *a, kvd_client *b, link_fn link, void *us
  * allocated around a pushed-into one are untouched.
  */
 void check_pool_caches_after_link(kvd_client *a, kvd_client *b, link_fn link, void *userdata);
+
+/*
+ * Caches of 1 and 3 tensors (MLA, K only) move whole with default options (opts NULL and
+ * KVD_TRANSFER_OPTS_INIT): pull and push, blocks and cache forms. A layer range counts layers
+ * of tensor_num_per_layer tensors, which must divide the caches.
+ */
+void check_odd_tensor_counts(kvd_client *a, kvd_client *b, link_fn link, void *userdata);

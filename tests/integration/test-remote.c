@@ -490,6 +490,16 @@ START_TEST(test_pool_caches_after_link)
 }
 END_TEST
 
+START_TEST(test_odd_tensor_counts)
+{
+        Pair w;
+
+        pair_start(&w, NULL);
+        check_odd_tensor_counts(w.a, w.b, link_pair, &w);
+        pair_stop(&w);
+}
+END_TEST
+
 /* A listener that accepts and never says a word: the link times out. */
 START_TEST(test_link_timeout)
 {
@@ -679,6 +689,7 @@ static Suite *remote_suite(void)
         tcase_add_test(tc, test_link_rules);
         tcase_add_test(tc, test_unexposed_caches);
         tcase_add_test(tc, test_pool_caches_after_link);
+        tcase_add_test(tc, test_odd_tensor_counts);
         tcase_add_test(tc, test_link_timeout);
         tcase_add_test(tc, test_many_clusters);
         tcase_add_test(tc, test_three_daemons);

@@ -3,8 +3,9 @@
  * Integration tests, one daemon, what it refuses: every validation of a transfer, a link, a
  * client, a memory region or a pool cache answered with its status and a detail that names the
  * problem, with nothing moved; which caches a link reaches (remote-accessible ones registered
- * before it, and every pool cache) and PERMISSION_DENIED for the others; and a request above
- * the frame limit refused by the library while the session goes on.
+ * before it, and every pool cache) and PERMISSION_DENIED for the others; caches of any tensor
+ * count moved whole with default options; and a request above the frame limit refused by the
+ * library while the session goes on.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -90,6 +91,16 @@ START_TEST(test_unexposed_caches)
 
         world_start(&w);
         check_unexposed_caches(w.a, w.b, link_b_to_a, w.b);
+        world_stop(&w);
+}
+END_TEST
+
+START_TEST(test_odd_tensor_counts)
+{
+        World w;
+
+        world_start(&w);
+        check_odd_tensor_counts(w.a, w.b, link_b_to_a, w.b);
         world_stop(&w);
 }
 END_TEST
@@ -204,7 +215,7 @@ START_TEST(test_transfer_validation)
         o = opts_layers(LAYERS(1, 0), LAYERS(1, 0), 2);
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
                       KVD_E_PARAM_INVALID, "is not a layer range");
-        o = opts_layers(ALL, ALL, 3);
+        o = opts_layers(LAYERS(0, 0), LAYERS(0, 0), 3);
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
                       KVD_E_PARAM_INVALID, "tensor_num_per_layer=3 does not divide");
         expect_status(w.b, kvd_pull_blocks(w.b, &key, 987654, s3, 3, d3, 3, NULL),
@@ -501,6 +512,7 @@ static Suite *validation_suite(void)
         tc = tcase_create("validation");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_transfer_validation);
+        tcase_add_test(tc, test_odd_tensor_counts);
         tcase_add_test(tc, test_link_errors);
         tcase_add_test(tc, test_client_errors);
         tcase_add_test(tc, test_memory_errors);
