@@ -377,9 +377,8 @@ static int64_t transfer_past_stalled_peer(kvd_client *b, Node *p, bool push, con
         ck_assert_msg(elapsed < STALL_MS, "the %s came back only after the peer ran again "
                       "(%llu ms for a %d ms deadline)", push ? "push" : "pull",
                       (unsigned long long)elapsed, STALL_DEADLINE_MS);
-        /* Over RDMA the device moves the bytes of a stopped daemon: the transfer may end. */
-        ck_assert_msg(r == KVD_E_TIMEOUT || r == KVD_OK, "the %s ended with %s",
-                      push ? "push" : "pull", kvd_strerror(r));
+        ck_assert_msg(r == KVD_E_TIMEOUT, "the %s ended with %s", push ? "push" : "pull",
+                      kvd_strerror(r));
         kvd_task_free(t);
         return (int64_t)elapsed - STALL_DEADLINE_MS;
 }
@@ -404,6 +403,15 @@ START_TEST(test_deadline_peer_stalled)
         TCopies cp = {};
         Node p, d;
 
+        /* A stopped daemon does not stop its RDMA device, which keeps serving READs and WRITEs:
+         * the stall is one of the TCP data plane, whose sender needs the peer to read. */
+        if (strcmp(it_transport(), "rdma") == 0) {
+                fprintf(stderr, "SKIP test_deadline_peer_stalled: over RDMA a stopped peer "
+                        "daemon still moves bytes\n");
+                free(sb);
+                free(db);
+                return;
+        }
         ck_assert(sb && db);
         scatter(sb, db, n);
         node_start(&p);

@@ -74,34 +74,32 @@ static void link_b_to_a(void *userdata)
         link_to(userdata, A_ID, KVD_ROLE_PROMPT);
 }
 
-/* The pool is configured at start: its caches are reachable through links made before them. */
-START_TEST(test_pool_allocated_after_link)
+/* Runs one of the shared checks between A and B on one daemon. */
+static void world_check(void (*check)(kvd_client *a, kvd_client *b, link_fn link, void *userdata))
 {
         World w;
 
         world_start(&w);
-        check_pool_caches_after_link(w.a, w.b, link_b_to_a, w.b);
+        check(w.a, w.b, link_b_to_a, w.b);
         world_stop(&w);
+}
+
+/* The pool is configured at start: its caches are reachable through links made before them. */
+START_TEST(test_pool_allocated_after_link)
+{
+        world_check(check_pool_caches_after_link);
 }
 END_TEST
 
 START_TEST(test_unexposed_caches)
 {
-        World w;
-
-        world_start(&w);
-        check_unexposed_caches(w.a, w.b, link_b_to_a, w.b);
-        world_stop(&w);
+        world_check(check_unexposed_caches);
 }
 END_TEST
 
 START_TEST(test_odd_tensor_counts)
 {
-        World w;
-
-        world_start(&w);
-        check_odd_tensor_counts(w.a, w.b, link_b_to_a, w.b);
-        world_stop(&w);
+        world_check(check_odd_tensor_counts);
 }
 END_TEST
 
