@@ -326,7 +326,8 @@ int kvd_pull_blocks(kvd_client *client, const kvd_cache_key *src_key, uint64_t d
                     const uint64_t *src_blocks, size_t n_src, const uint64_t *dst_blocks,
                     size_t n_dst, const kvd_transfer_opts *opts);
 
-/* Writes batch slot @src_batch_index of local @src_cache_id into the item @dst_key names. */
+/* Writes batch slot @src_batch_index of local @src_cache_id into the item @dst_key names. A
+ * failed push returns at once, as kvd_push_blocks() says. */
 int kvd_push_cache(kvd_client *client, const kvd_cache_key *dst_key, uint64_t src_cache_id,
                    uint32_t src_batch_index, int64_t size, const kvd_transfer_opts *opts);
 
