@@ -2,7 +2,6 @@
 /* Daemon: the control loop and everything it owns. */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/falloc.h>
 #include <string.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -62,7 +61,6 @@ Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id)
 void daemon_release_cache(Daemon *d, Cache *cache)
 {
         uint64_t bytes = cache->tensor_size * cache->desc.num_tensors;
-        Region *pool;
         int r;
 
         if (cache->n_busy > 0) {
@@ -78,10 +76,7 @@ void daemon_release_cache(Daemon *d, Cache *cache)
         if (cache->pool_backed && d->pool) {
                 /* Hand the pages back zeroed: the next cache carved here may belong to another
                  * cluster and must not see these bytes. */
-                pool = pool_region(d->pool);
-                if (fallocate(pool->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                              (off_t)cache->pool_offset, (off_t)bytes) < 0)
-                        memset(pool->data + cache->pool_offset, 0, bytes);
+                pool_scrub(d->pool, cache->pool_offset, bytes);
                 r = pool_release(d->pool, cache->pool_offset);
                 if (r < 0)
                         log_error_errno(r, "cache %" PRIu64 ": no pool extent at %" PRIu64

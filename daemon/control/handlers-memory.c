@@ -267,6 +267,7 @@ int handle_register_cache(Request *req, Error *err)
         _cleanup_free_ CacheTensor *tensors = NULL;
         _cleanup_free_ CacheKey *keys = NULL;
         uint64_t tensor_size;
+        CacheAccess access;
         bool remote;
         CacheDesc desc;
         Cache *cache;
@@ -289,12 +290,15 @@ int handle_register_cache(Request *req, Error *err)
                         return error_set(err, KVD_E_PARAM_INVALID,
                                          "remote_accessible cannot be set after a link exists: "
                                          "register caches before linking");
+                access = CACHE_ACCESS_YES;
                 remote = true;
                 break;
         case KVDIST__V1__REMOTE_ACCESS__REMOTE_NO:
+                access = CACHE_ACCESS_NO;
                 remote = false;
                 break;
         default:
+                access = CACHE_ACCESS_DEFAULT;
                 remote = !cluster_has_links(c);
                 break;
         }
@@ -324,6 +328,7 @@ int handle_register_cache(Request *req, Error *err)
         cache->id = daemon_next_id(d);
         cache->owner_cluster_id = c->id;
         cache->remote_accessible = remote;
+        cache->access = access;
         cache->seq = daemon_next_seq(d);
         r = cluster_add_cache(c, cache, keys, m->n_keys, false, err);
         if (r < 0)
@@ -404,6 +409,7 @@ int handle_allocate_cache(Request *req, Error *err)
         cache->id = daemon_next_id(d);
         cache->owner_cluster_id = c->id;
         cache->remote_accessible = true;
+        cache->access = CACHE_ACCESS_YES;
         cache->seq = daemon_next_seq(d);
         cache->pool_backed = true;
         cache->pool_offset = base;

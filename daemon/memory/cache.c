@@ -131,6 +131,36 @@ Cache *cache_free(Cache *cache)
         return NULL;
 }
 
+int cache_check_reachable(const Cache *cache, uint64_t link_seq, uint64_t link_id, Error *err)
+{
+        assert(cache);
+
+        /* Pool caches are allocated per request, long after the links that will read them: the
+         * pool is configured before any link, so that is what a link is made after. */
+        if (cache->pool_backed) {
+                assert(cache->remote_accessible);
+                return KVD_OK;
+        }
+        if (cache->access == CACHE_ACCESS_NO)
+                return error_set(err, KVD_E_PERMISSION_DENIED,
+                                 "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
+                                 "accessible (registered with KVD_REMOTE_NO)", cache->id,
+                                 cache->owner_cluster_id);
+        if (cache->seq > link_seq)
+                return error_set(err, KVD_E_PERMISSION_DENIED,
+                                 "cache %" PRIu64 " of cluster %" PRIu64 " was registered after "
+                                 "link %" PRIu64 " was made; memory must be registered before "
+                                 "the link that reaches it (or allocated from the pool)",
+                                 cache->id, cache->owner_cluster_id, link_id);
+        if (!cache->remote_accessible)
+                return error_set(err, KVD_E_PERMISSION_DENIED,
+                                 "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
+                                 "accessible (registered with KVD_REMOTE_DEFAULT while cluster %"
+                                 PRIu64 " had links)", cache->id, cache->owner_cluster_id,
+                                 cache->owner_cluster_id);
+        return KVD_OK;
+}
+
 bool cache_key_equal(const CacheKey *a, const CacheKey *b)
 {
         assert(a);

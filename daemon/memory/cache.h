@@ -34,6 +34,15 @@ typedef enum CacheKeyKind {
 
 #define CACHE_ID_NONE UINT64_MAX
 
+/* What the owner asked for when it registered a cache (kvd_remote_access). */
+typedef enum CacheAccess {
+        CACHE_ACCESS_DEFAULT,   /* remote-accessible when the owner had no links then */
+        CACHE_ACCESS_YES,
+        CACHE_ACCESS_NO,
+        _CACHE_ACCESS_MAX,
+        _CACHE_ACCESS_INVALID = -22,
+} CacheAccess;
+
 typedef struct CacheKey {
         CacheKeyKind kind;
         uint64_t cluster_id;
@@ -66,8 +75,10 @@ struct Cache {
         uint64_t units;         /* shape[0]: blocks or batch slots */
         uint64_t stride;        /* tensor_size / units: bytes per block or batch item */
         bool remote_accessible;
+        CacheAccess access;     /* as registered: says why a peer is refused */
         uint64_t seq;           /* registration order; links made before it cannot reach it */
-        bool pool_backed;       /* allocated from the pool (tensors consecutive from pool_offset) */
+        bool pool_backed;       /* allocated from the pool (tensors consecutive from pool_offset);
+                                 * reachable through every link, whenever it was made */
         uint64_t pool_offset;
         bool id_held;           /* pool caches: until deallocate */
         unsigned n_key_holds;   /* pool caches: keys still holding it */
@@ -96,6 +107,15 @@ int cache_desc_validate(const CacheDesc *desc, uint64_t *ret_tensor_size, Error 
 int cache_new(CacheKind kind, const CacheDesc *desc, const CacheTensor *tensors, Cache **ret);
 /* Drops the tensors' region references and frees. Accepts NULL; returns NULL. */
 Cache *cache_free(Cache *cache);
+
+/*
+ * Whether a link made at @link_seq (named @link_id in messages, as its maker knows it) reaches
+ * @cache: a pool cache always (the pool is configured before any link); a registered cache when
+ * it is remote-accessible and was registered before the link. PERMISSION_DENIED otherwise, with
+ * a detail saying why (registered with KVD_REMOTE_NO, registered after the link, or registered
+ * with the default access while its cluster had links).
+ */
+int cache_check_reachable(const Cache *cache, uint64_t link_seq, uint64_t link_id, Error *err);
 
 /* Whether two keys name the same thing (kind and every field that kind uses). */
 bool cache_key_equal(const CacheKey *a, const CacheKey *b);

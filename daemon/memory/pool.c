@@ -6,6 +6,8 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +32,7 @@ struct Pool {
         unsigned page_shift;
         ExtentArray free;       /* disjoint, never adjacent (coalesced), by offset */
         ExtentArray alloc;      /* by offset */
+        bool pinned;            /* a registration holds the pages: never punch them out */
 };
 
 /* Makes room for one more extent, so that a later insert cannot fail. */
@@ -222,6 +225,34 @@ int pool_release(Pool *pool, uint64_t offset)
                 extent_array_insert(&pool->free, j, e);
         }
         return 0;
+}
+
+void pool_pin(Pool *pool)
+{
+        assert(pool);
+        pool->pinned = true;
+}
+
+bool pool_pinned(const Pool *pool)
+{
+        assert(pool);
+        return pool->pinned;
+}
+
+void pool_scrub(Pool *pool, uint64_t offset, uint64_t len)
+{
+        Region *r;
+
+        assert(pool);
+        assert(offset <= pool->size && len <= pool->size - offset);
+
+        r = pool->region;
+        /* A punched-out page is replaced by a fresh one on the next touch, under the mappings
+         * but not under a registration, which keeps the old page: a pinned pool zeroes in
+         * place. Otherwise the pages go back to the system until the next cache needs them. */
+        if (pool->pinned || fallocate(r->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                      (off_t)offset, (off_t)len) < 0)
+                memset(r->data + offset, 0, len);
 }
 
 uint64_t pool_size(const Pool *pool)

@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "region.h"
@@ -32,6 +33,20 @@ int pool_alloc(Pool *pool, uint64_t size, uint64_t *ret_offset);
 
 /* Returns the extent at @offset. -ENOENT when no extent starts there (nothing changes). */
 int pool_release(Pool *pool, uint64_t offset);
+
+/*
+ * Zeroes [@offset, +@len) of the pool, for a freed extent before it is carved again (the next
+ * cache may belong to another cluster): the pages are punched out of the memfd and go back to
+ * the system, or, in a pinned pool, zeroed in place.
+ */
+void pool_scrub(Pool *pool, uint64_t offset, uint64_t len);
+
+/*
+ * Marks the pool pinned: a registration (RDMA) now holds every page of it as it is, so a page
+ * must never be replaced under it; pool_scrub() zeroes in place from now on.
+ */
+void pool_pin(Pool *pool);
+bool pool_pinned(const Pool *pool);
 
 uint64_t pool_size(const Pool *pool);
 uint64_t pool_used(const Pool *pool);

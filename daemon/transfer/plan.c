@@ -558,32 +558,43 @@ int plan_build(const PlanRequest *req, Plan **ret, Error *err)
         if (r < 0)
                 return r;
 
-        tpl = req->tensor_num_per_layer ? req->tensor_num_per_layer : 2;
-        if (src->num_tensors % tpl != 0)
-                return error_set(err, KVD_E_PARAM_INVALID,
-                                 "tensor_num_per_layer=%" PRIu32 " does not divide num_tensors=%"
-                                 PRIu32 " of the source cache",
-                                 tpl, src->num_tensors);
-        if (dst->num_tensors % tpl != 0)
-                return error_set(err, KVD_E_PARAM_INVALID,
-                                 "tensor_num_per_layer=%" PRIu32 " does not divide num_tensors=%"
-                                 PRIu32 " of the destination cache",
-                                 tpl, dst->num_tensors);
-
         ctx = (Ctx){ .req = req, .src = src, .dst = dst };
-        r = resolve_layers(&req->src_layers, src, tpl, &side_src, &ctx.src_first, &src_layers,
-                           err);
-        if (r < 0)
-                return r;
-        r = resolve_layers(&req->dst_layers, dst, tpl, &side_dst, &ctx.dst_first, &dst_layers,
-                           err);
-        if (r < 0)
-                return r;
-        if (src_layers != dst_layers)
-                return error_set(err, KVD_E_PARAM_INVALID,
-                                 "src_layers has %" PRIu32 " layers but dst_layers has %" PRIu32,
-                                 src_layers, dst_layers);
-        ctx.n_tensors = src_layers * tpl; /* <= num_tensors */
+        if (req->src_layers.first == PLAN_LAYERS_ALL && req->dst_layers.first == PLAN_LAYERS_ALL) {
+                /* No layer range: every tensor moves, whatever makes a layer (one tensor per
+                 * layer in MLA caches, K only, ...). */
+                if (src->num_tensors != dst->num_tensors)
+                        return error_set(err, KVD_E_CACHE_INCOMPATIBLE,
+                                         "the source cache has %" PRIu32 " tensors, the "
+                                         "destination %" PRIu32 "; give layer ranges to move "
+                                         "part of a cache", src->num_tensors, dst->num_tensors);
+                ctx.n_tensors = src->num_tensors;
+        } else {
+                /* Layers are what a range counts: they must be whole on both sides. */
+                tpl = req->tensor_num_per_layer ? req->tensor_num_per_layer : 2;
+                if (src->num_tensors % tpl != 0)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "tensor_num_per_layer=%" PRIu32 " does not divide "
+                                         "num_tensors=%" PRIu32 " of the source cache",
+                                         tpl, src->num_tensors);
+                if (dst->num_tensors % tpl != 0)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "tensor_num_per_layer=%" PRIu32 " does not divide "
+                                         "num_tensors=%" PRIu32 " of the destination cache",
+                                         tpl, dst->num_tensors);
+                r = resolve_layers(&req->src_layers, src, tpl, &side_src, &ctx.src_first,
+                                   &src_layers, err);
+                if (r < 0)
+                        return r;
+                r = resolve_layers(&req->dst_layers, dst, tpl, &side_dst, &ctx.dst_first,
+                                   &dst_layers, err);
+                if (r < 0)
+                        return r;
+                if (src_layers != dst_layers)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "src_layers has %" PRIu32 " layers but dst_layers has %"
+                                         PRIu32, src_layers, dst_layers);
+                ctx.n_tensors = src_layers * tpl; /* <= num_tensors */
+        }
 
         switch (req->mode) {
         case PLAN_BLOCKS:

@@ -57,7 +57,7 @@ typedef struct PlanRequest {
         int64_t size;                   /* PLAN_ITEM*: bytes per tensor, -1 = whole item */
         PlanLayers src_layers;
         PlanLayers dst_layers;
-        uint32_t tensor_num_per_layer;  /* 0 = 2 */
+        uint32_t tensor_num_per_layer;  /* 0 = 2; matters only with a layer range */
 } PlanRequest;
 
 typedef struct PlanSegment {
@@ -78,9 +78,11 @@ typedef struct Plan {
  * Validates @req and builds its plan. Every rule gives PARAM_INVALID (or CACHE_INCOMPATIBLE for
  * shapes that cannot match) with a message naming the argument, e.g.
  * "dst_blocks[3]=900 is out of range, cache has 512 blocks": list lengths, block ids in range,
- * no destination block twice, tensor_num_per_layer dividing both caches, layer ranges inside
- * both caches and of equal length, equal block or item sizes, batch slots in range, size in
- * (0, item]. Segments contiguous on both sides are merged. On success *@ret is malloc()ed.
+ * no destination block twice, equal block or item sizes, batch slots in range, size in
+ * (0, item]. Without a layer range on either side every tensor moves and the caches must have
+ * as many (CACHE_INCOMPATIBLE); with one, tensor_num_per_layer must divide both caches and the
+ * ranges must lie inside them and be of equal length. Segments contiguous on both sides are
+ * merged. On success *@ret is malloc()ed.
  */
 int plan_build(const PlanRequest *req, Plan **ret, Error *err);
 

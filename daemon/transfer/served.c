@@ -77,6 +77,8 @@ static void served_finish(Served *s, int status)
         int final = s->status != KVD_OK ? s->status : status;
 
         if (final == KVD_OK) {
+                if (s->end_key)
+                        transfer_end_key(d, &s->key, s->cache);
                 d->counters.transfers_served++;
                 d->counters.bytes_served += s->plan->total_bytes;
                 if (s->inlink) {
@@ -122,9 +124,16 @@ static int served_status_from_errno(int error)
 static void served_on_data_done(void *userdata, int status)
 {
         Served *s = userdata;
+        int st = served_status_from_errno(status);
 
         s->data = NULL;
-        served_finish(s, served_status_from_errno(status));
+        if (st == KVD_OK && s->await_word && s->state == SERVED_RUNNING) {
+                /* Sent is not landed: the initiator's word decides (the timer bounds the wait). */
+                if (!s->word)
+                        return;
+                st = s->word_status;
+        }
+        served_finish(s, st);
 }
 
 static void served_fail(Served *s, int status)
@@ -141,8 +150,11 @@ static void served_fail(Served *s, int status)
                 served_finish(s, status);
                 return;
         }
-        if (!s->data)
+        /* Our bytes are out and we waited for the initiator's word: nothing moves any more. */
+        if (!s->data) {
+                served_finish(s, status);
                 return;
+        }
         if (s->pull)
                 tcp_data_cancel_send(s->data, s->initiator_id);
         else
@@ -205,17 +217,16 @@ static int served_resolve(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         r = cache_table_lookup(&c->caches, &key, &cache, ret_index, err);
         if (r < 0)
                 return r;
-        if (cache->seq > il->seq)
-                return error_set(err, KVD_E_CACHE_NOT_EXIST,
-                                 "cache %" PRIu64 " of cluster %" PRIu64 " was registered after "
-                                 "the link was made; memory must be registered before the link "
-                                 "that reaches it", cache->id, c->id);
-        if (!cache->remote_accessible)
-                return error_set(err, KVD_E_PERMISSION_DENIED,
-                                 "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
-                                 "accessible", cache->id, c->id);
+        /* Named as the peer's cluster knows its link. */
+        r = cache_check_reachable(cache, il->seq, il->remote_link_id, err);
+        if (r < 0)
+                return r;
         s->cache = cache;
         s->cache->n_busy++;
+        s->key = key;
+        s->end_key = transfer_pull_ends_key(s->pull ? TRANSFER_PULL_CACHE : TRANSFER_PUSH_CACHE,
+                                            &key, cache);
+        s->await_word = s->end_key && !s->one_sided;
         return 0;
 }
 
@@ -439,14 +450,28 @@ void peer_handle_rdma_done(Peer *p, uint64_t request_id, const ProtobufCMessage 
 
         if (status > 0 || status < _KVD_E_MIN)
                 status = KVD_E_FAILED;
-        CLIST_FOREACH(s, &p->served, link_peer)
-                if (s->one_sided && s->initiator_id == m->transfer_id) {
-                        if (s->timer)
-                                event_del(s->timer);
-                        /* A push's notification goes out now: every WRITE completed. */
-                        served_finish(s, status);
-                        return;
+        CLIST_FOREACH(s, &p->served, link_peer) {
+                if (s->initiator_id != m->transfer_id || !(s->one_sided || s->await_word))
+                        continue;
+                if (!s->one_sided) {
+                        /* A pull over TCP: every byte landed over there, so the key ends now,
+                         * before the peer's next request can name it, even if the completion
+                         * of our send job has not been seen yet. */
+                        s->word = true;
+                        s->word_status = status;
+                        if (status == KVD_OK && s->end_key && s->state == SERVED_RUNNING) {
+                                transfer_end_key(p->daemon, &s->key, s->cache);
+                                s->end_key = false;
+                        }
+                        if (s->data)
+                                return;
                 }
+                if (s->timer)
+                        event_del(s->timer);
+                /* A push's notification goes out now: every WRITE completed. */
+                served_finish(s, status);
+                return;
+        }
 }
 
 void peer_handle_transfer_cancel(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)

@@ -12,12 +12,17 @@
  * notification and tell the peer (PeerTransferDone). Over RDMA (one-sided) we answer with the
  * addresses and remote keys of the cache's tensors and hold the cache until the peer says its
  * READs or WRITEs completed (PeerRdmaDone); a push's notification is delivered then.
+ *
+ * A pull by CacheKey of a pool cache ends that key once every byte landed, which only the
+ * initiator knows: over TCP too it sends PeerRdmaDone when its receive job finished, and we end
+ * the key when that word says OK.
  */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cache.h"
 #include "clist.h"
 #include "tcp-stream.h"
 #include "time-util.h"
@@ -25,7 +30,6 @@
 #include <kvdist/kvdist.h>
 
 struct event;
-typedef struct Cache Cache;
 typedef struct Daemon Daemon;
 typedef struct InLink InLink;
 typedef struct Peer Peer;
@@ -62,6 +66,12 @@ struct Served {
         TcpDstSegment *segs;    /* our side of the plan in our memory */
         TcpSrcSegment *src_segs; /* the same, for sending */
         int status;             /* first failure */
+        CacheKey key;           /* the peer's key for our cache */
+        bool end_key;           /* a pull by CacheKey of a pool cache: the key ends with it */
+        bool await_word;        /* end_key over TCP: once our bytes are sent, wait for the
+                                 * initiator's word (PeerRdmaDone) that they all landed */
+        bool word;              /* that word came */
+        int word_status;
         uint8_t notify[NOTIFY_MAX_BYTES];
         size_t notify_len;
         bool has_notify;

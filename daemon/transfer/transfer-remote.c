@@ -39,50 +39,6 @@
 #include "transfer.h"
 #include "transport.h"
 
-/* Looks the key up in what the remote cluster exposed when the link was made. */
-static int remote_snapshot_lookup(const Link *l, const CacheKey *key, RemoteDesc *ret_desc,
-                                  uint32_t *ret_index, Error *err)
-{
-        const Kvdist__V1__PeerLinkReply *e = l->exposed;
-        char buf[128];
-
-        for (size_t i = 0; e && i < e->n_caches; i++) {
-                const Kvdist__V1__RemoteCache *rc = e->caches[i];
-                Kvdist__V1__PlanCacheDesc pd = KVDIST__V1__PLAN_CACHE_DESC__INIT;
-                bool match = false;
-                uint32_t index = 0;
-
-                if (key->kind == CACHE_KEY_ID_INDEX) {
-                        match = rc->cache_id == key->cache_id;
-                        index = key->batch_index;
-                } else {
-                        for (size_t k = 0; k < rc->n_keys && !match; k++) {
-                                CacheKey ck;
-
-                                if (cache_key_from_proto(rc->keys[k], &ck, NULL) < 0)
-                                        continue;
-                                match = cache_key_equal(&ck, key);
-                                index = k < rc->n_key_slots ? rc->key_slots[k] : 0;
-                        }
-                }
-                if (!match)
-                        continue;
-                if (!rc->desc || rc->desc->n_shape == 0)
-                        break;
-                pd.blocks = rc->blocks;
-                pd.num_tensors = rc->desc->num_tensors;
-                pd.tensor_size = rc->tensor_size;
-                pd.units = (uint64_t)rc->desc->shape[0];
-                *ret_index = index;
-                return remote_desc_from_proto(&pd, ret_desc, err);
-        }
-        return error_set(err, KVD_E_CACHE_NOT_EXIST,
-                         "%s is not among the caches cluster %" PRIu64 " exposed to link %"
-                         PRIu64 " (registered before the link and remote-accessible)",
-                         cache_key_to_string(key, buf, sizeof(buf)), l->remote_cluster_id,
-                         l->id);
-}
-
 /* The local cache of @x and whether it is the source. */
 static const Cache *transfer_local_cache(const Transfer *x, bool *ret_is_src)
 {
@@ -129,14 +85,10 @@ int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err
 {
         Kvdist__V1__PeerTransfer req = KVDIST__V1__PEER_TRANSFER__INIT;
         Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
-        _cleanup_(plan_freep) Plan *check = NULL;
         CacheKeyStorage ks;
-        RemoteDesc local, remote;
-        TransferArgs args;
-        PlanRequest pr;
+        RemoteDesc local;
         Link *l = x->link;
         Peer *p = l->peer;
-        uint32_t index = 0;
         bool local_is_src;
         int r;
 
@@ -144,19 +96,10 @@ int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err
                 return error_set(err, KVD_E_PEER_LOST, "the daemon of cluster %" PRIu64
                                  " is not connected", l->remote_cluster_id);
 
-        /* Everything the exposed caches tell us is checked here, so that a wrong block id is
-         * answered without a round trip; the peer checks again against what it has now. */
+        /* The peer resolves the key and checks the request against what it has now. What the
+         * remote cluster exposed when the link was made cannot decide it: pool caches allocated
+         * since are reachable, and a key may name another cache by now. */
         remote_desc_from_cache(transfer_local_cache(x, &local_is_src), &local);
-        r = remote_snapshot_lookup(l, &x->key, &remote, &index, err);
-        if (r < 0)
-                return r;
-        transfer_args_from_transfer(m, &args);
-        transfer_args_plan_request(&args, x->key.kind, index, &pr);
-        r = remote_plan_build(&pr, local_is_src ? &local : &remote,
-                              local_is_src ? &remote : &local, &check, err);
-        if (r < 0)
-                return r;
-
         remote_desc_to_proto(&local, &desc);
         req.job_id = x->id;
         req.link_id = l->remote_link_id;
@@ -321,6 +264,12 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
         return 0;
 }
 
+/* Whether the peer hears from us (PeerRdmaDone) how the transfer ended, once its data moved. */
+static bool transfer_remote_tells_done(const Transfer *x)
+{
+        return x->one_sided || !transfer_kind_is_pull(x->kind) || x->key.kind == CACHE_KEY_REQ;
+}
+
 static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
                                      const ProtobufCMessage *reply, void *userdata)
 {
@@ -352,8 +301,9 @@ static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
                 return;
         }
         /* A pull needs nothing more from the peer's control connection; a push waits for the
-         * peer's PeerTransferDone on it; a one-sided transfer tells the peer when it is done. */
-        if (transfer_kind_is_pull(x->kind) && !x->one_sided)
+         * peer's PeerTransferDone on it; a one-sided transfer and a pull by CacheKey (which may
+         * end the key) tell the peer when they are done. */
+        if (!transfer_remote_tells_done(x))
                 transfer_remote_leave_peer(x);
 }
 
@@ -406,8 +356,11 @@ static int transfer_status_from_errno(int error)
         }
 }
 
-/* A one-sided transfer is over: the peer may let go of its cache (and notify, for a push). */
-static void transfer_remote_rdma_done(Transfer *x, int status)
+/*
+ * The data of @x stopped moving: the peer may let go of its cache (and notify, for a one-sided
+ * push; end the key of a pull by CacheKey that landed).
+ */
+static void transfer_remote_tell_done(Transfer *x, int status)
 {
         Kvdist__V1__PeerRdmaDone m = KVDIST__V1__PEER_RDMA_DONE__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
@@ -436,7 +389,7 @@ void transfer_remote_data_done(Transfer *x, int error)
                         error_set(&x->err, status, "RDMA %s failed: %s",
                                   transfer_kind_is_pull(x->kind) ? "READ" : "WRITE",
                                   strerror(-error));
-                transfer_remote_rdma_done(x, status == KVD_OK ? x->status : status);
+                transfer_remote_tell_done(x, status == KVD_OK ? x->status : status);
                 transfer_remote_leave_peer(x);
                 transfer_complete(x, status);
                 if (link_down && l && l->state == LINK_UP)
@@ -450,6 +403,8 @@ void transfer_remote_data_done(Transfer *x, int error)
                                                 : "the data connection to the peer failed");
         if (status != KVD_OK || x->state != TRANSFER_RUNNING || transfer_kind_is_pull(x->kind) ||
             x->remote_done) {
+                if (transfer_kind_is_pull(x->kind))
+                        transfer_remote_tell_done(x, status == KVD_OK ? x->status : status);
                 transfer_remote_leave_peer(x);
                 transfer_complete(x, status != KVD_OK ? status : x->remote_status);
         }

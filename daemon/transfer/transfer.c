@@ -145,22 +145,24 @@ static Transfer *transfer_free(Transfer *x)
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(Transfer, transfer_free);
 
-/* A pull by ReqKey of a pool cache ends that key's hold once it succeeded. */
-static void transfer_consume_key(Transfer *x)
+bool transfer_pull_ends_key(TransferKind kind, const CacheKey *key, const Cache *cache)
+{
+        return transfer_kind_is_pull(kind) && key->kind == CACHE_KEY_REQ && cache->pool_backed;
+}
+
+void transfer_end_key(Daemon *d, const CacheKey *key, const Cache *read)
 {
         Cluster *owner;
         Cache *cache, *dead = NULL;
         uint32_t index;
 
-        if (!x->consume_key)
-                return;
         /* The key may have been removed, even given to another cache, while the bytes moved:
          * only the hold on the cache this transfer read ends. */
-        owner = daemon_find_cluster(x->daemon, x->key.cluster_id);
-        if (!owner || cache_table_lookup(&owner->caches, &x->key, &cache, &index, NULL) < 0 ||
-            cache != x->caches[0])
+        owner = daemon_find_cluster(d, key->cluster_id);
+        if (!owner || cache_table_lookup(&owner->caches, key, &cache, &index, NULL) < 0 ||
+            cache != read)
                 return;
-        if (cache_table_remove_key(&owner->caches, &x->key, &dead, NULL) == 0)
+        if (cache_table_remove_key(&owner->caches, key, &dead, NULL) == 0)
                 cluster_release_cache(owner, dead);
 }
 
@@ -175,6 +177,25 @@ static void transfer_deliver_notify(Transfer *x)
         if (dst && notify_deliver(dst, x->cluster_id, x->notify, x->notify_len) < 0)
                 log_error("transfer %" PRIu64 ": cannot queue the push notification for cluster %"
                           PRIu64 ", ignoring", x->id, x->remote_cluster_id);
+}
+
+/* Sends the client its answer, once: @status and, on failure, x->err (which is set). */
+static void transfer_answer(Transfer *x, int status)
+{
+        Request *req = TAKE_PTR(x->req);
+
+        if (!req)
+                return;
+        if (status == KVD_OK) {
+                Kvdist__V1__TransferReply reply = KVDIST__V1__TRANSFER_REPLY__INIT;
+                Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+
+                reply.status = &st;
+                reply.bytes = x->plan->total_bytes;
+                reply.segments = (uint32_t)x->plan->n_segments;
+                (void)request_reply(req, &reply.base, -1);
+        } else
+                (void)request_fail(req, status, &x->err);
 }
 
 void transfer_complete(Transfer *x, int status)
@@ -202,7 +223,8 @@ void transfer_complete(Transfer *x, int status)
                         x->link->bytes += bytes;
                         x->link->n_transfers++;
                 }
-                transfer_consume_key(x);
+                if (x->consume_key)
+                        transfer_end_key(d, &x->key, x->caches[0]);
                 transfer_deliver_notify(x);
         } else {
                 d->counters.transfers_failed++;
@@ -213,20 +235,7 @@ void transfer_complete(Transfer *x, int status)
                           transfer_kind_to_string(x->kind), x->err.msg);
         }
 
-        if (x->req) {
-                Request *req = TAKE_PTR(x->req);
-
-                if (final == KVD_OK) {
-                        Kvdist__V1__TransferReply reply = KVDIST__V1__TRANSFER_REPLY__INIT;
-                        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-
-                        reply.status = &st;
-                        reply.bytes = x->plan->total_bytes;
-                        reply.segments = (uint32_t)x->plan->n_segments;
-                        (void)request_reply(req, &reply.base, -1);
-                } else
-                        (void)request_fail(req, final, &x->err);
-        }
+        transfer_answer(x, final);
         transfer_free(x);
         daemon_update_status(d);
         daemon_check_stopped(d);
@@ -245,6 +254,12 @@ void transfer_fail(Transfer *x, int status, const char *fmt, ...)
         va_end(ap);
         if (x->timer)
                 event_del(x->timer);
+        /* A push only reads the caller's memory, and its regions stay mapped while we hold
+         * them: the caller need not wait for the transport to let go. A sender that must finish
+         * the chunk in progress and end its streams with abort markers waits for the peer to
+         * take them, which a slow link or a stalled peer can make last. */
+        if (!transfer_kind_is_pull(x->kind))
+                transfer_answer(x, status);
         if (x->phase != REMOTE_NONE)
                 transfer_remote_cancel(x);
         else
@@ -303,23 +318,16 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
                                        err);
                 if (r < 0)
                         return r;
-                if (remote->seq > l->seq)
-                        return error_set(err, KVD_E_CACHE_NOT_EXIST,
-                                         "cache %" PRIu64 " of cluster %" PRIu64 " was "
-                                         "registered after link %" PRIu64 " was made; memory "
-                                         "must be registered before the link that reaches it",
-                                         remote->id, l->remote_cluster_id, l->id);
-                if (!remote->remote_accessible)
-                        return error_set(err, KVD_E_PERMISSION_DENIED,
-                                         "cache %" PRIu64 " of cluster %" PRIu64 " is not "
-                                         "remote-accessible", remote->id, l->remote_cluster_id);
+                r = cache_check_reachable(remote, l->seq, l->id, err);
+                if (r < 0)
+                        return r;
         }
         x->link = l;
         x->transport = l->transport;
         x->caches[0] = transfer_kind_is_pull(x->kind) ? remote : local;
         x->caches[1] = transfer_kind_is_pull(x->kind) ? local : remote;
-        x->consume_key = transfer_kind_is_pull(x->kind) && x->key.kind == CACHE_KEY_REQ &&
-                         remote && remote->pool_backed;
+        /* A peer's cache is the peer's to let go (served.c). */
+        x->consume_key = remote && transfer_pull_ends_key(x->kind, &x->key, remote);
         return 0;
 }
 

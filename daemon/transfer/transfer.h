@@ -3,8 +3,10 @@
  * Transfer: one pull or push in flight. It resolves the caches on both sides, holds references
  * on every region it touches, turns the request into a plan, hands the plan to the link's
  * transport and answers the client when the transport reports the last byte landed, when the
- * deadline passes (KVD_E_TIMEOUT) or when an end goes away (KVD_E_PEER_LOST). The reply is only
- * sent after the transport has stopped touching memory, so nothing lands after it.
+ * deadline passes (KVD_E_TIMEOUT) or when an end goes away (KVD_E_PEER_LOST). The reply to a
+ * pull is only sent after the transport has stopped writing into the caller's memory, so nothing
+ * lands after it. A push only reads the caller's memory: one that fails is answered at once, and
+ * the transfer lives on (holding its regions) until the transport let go of the source.
  */
 #pragma once
 
@@ -79,7 +81,8 @@ struct Transfer {
         void *transport_data;   /* the transport's per-transfer state */
         int status;             /* the first failure, KVD_OK while fine */
         Error err;
-        bool consume_key;       /* a pull by ReqKey ends that key's hold when it succeeds */
+        bool consume_key;       /* a local pull by ReqKey of a pool cache ends the key when it
+                                 * succeeds (a peer's: the peer ends it, served.c) */
         CacheKey key;
         uint8_t notify[TRANSFER_NOTIFY_MAX]; /* push: for the destination cluster */
         size_t notify_len;
@@ -122,8 +125,8 @@ int transfer_start(Cluster *cluster, Request *req, Error *err);
 void transfer_complete(Transfer *x, int status);
 
 /*
- * Fails @x with @status (KVD_E_TIMEOUT, KVD_E_PEER_LOST, ...): the transport is asked to stop
- * and the answer follows its completion.
+ * Fails @x with @status (KVD_E_TIMEOUT, KVD_E_PEER_LOST, ...): the transport is asked to stop.
+ * A pull is answered once the transport stopped, a push at once.
  */
 void transfer_fail(Transfer *x, int status, const char *fmt, ...) _printf_(3, 4);
 
@@ -135,11 +138,21 @@ void transfer_detach_link(Transfer *x, int status);
 
 const char *transfer_kind_to_string(TransferKind k);
 
+/* Whether a successful @kind transfer by @key of @cache ends that key: a pull by CacheKey of a
+ * pool cache (LLM-DataDist's pull releases what it pulled). */
+bool transfer_pull_ends_key(TransferKind kind, const CacheKey *key, const Cache *cache);
+
+/*
+ * Ends @key (and its hold) after a pull by it read @read successfully; nothing when the key is
+ * gone or names another cache by now. A cache nothing holds any more is released.
+ */
+void transfer_end_key(Daemon *d, const CacheKey *key, const Cache *read);
+
 /* transfer-remote.c: the parts of a transfer whose other end is behind a peer daemon. */
 
 /*
- * Continues transfer_start() for a link over a peer: checks the request against what the remote
- * cluster exposed when the link was made, then asks the peer. A KVD_E_* status on failure.
+ * Continues transfer_start() for a link over a peer: asks the peer, which resolves the key and
+ * checks the request against what it has now. A KVD_E_* status on failure.
  */
 int transfer_remote_start(Transfer *x, const struct Kvdist__V1__Transfer *m, Error *err);
 

@@ -14,6 +14,7 @@
 
 #include "clist.h"
 #include "rdma.h"
+#include "region.h"
 
 
 #define RDMA_CQ_SIZE 4096
@@ -58,6 +59,9 @@ struct RdmaDevice {
         size_t n_stash, cap_stash;
         unsigned dispatching;           /* rdma_on_cq() runs completions */
         RdmaQp *dead;                   /* destroyed meanwhile, freed when it is done */
+        struct ibv_mr *pool_mr;         /* the daemon's whole memory pool, remote read/write */
+        const Region *pool_region;      /* the region pool_mr covers */
+        int pool_error;                 /* why the pool is not registered: -errno, 0 when it is */
         CList endpoints;                /* RdmaEndpoint.link_dev */
         uint64_t mrs, mr_bytes, reg_usec, reg_count, wc_errors, async_events;
         const char *last_wc_error;

@@ -10,12 +10,16 @@
  * each is opened once, with one protection domain, one completion queue and its completion
  * channel watched on the control loop (re-arm, then drain in batches, ack in batches).
  *
- * Memory: every tensor of a cache is registered on the device of the cluster that owns it when
- * the cache is created: local write always, remote read and write only for a cache that peers
- * may reach (remote-accessible). Each tensor is its own memory region, so the remote key a peer
- * learns reaches exactly that tensor's bytes and nothing else of the region around it. The
- * registrations go when the cache is freed, which waits for the last transfer using it. Comm
- * domain lanes register a message's own memory for as long as that message runs
+ * Memory: the daemon's memory pool is registered whole on every working device at start (local
+ * write, remote read and write): its caches are carved per request, after the links that reach
+ * them, and share that registration, so the remote key a peer learns for a pool cache reaches
+ * the whole pool (the pool stays pinned: freed extents are zeroed in place). Every tensor of a
+ * cache in client memory (kvd_mem_alloc) is registered on the device of the cluster that owns
+ * it when the cache is created: local write always, remote read and write only for a cache
+ * that peers may reach (remote-accessible). Each such tensor is its own memory region, so the
+ * remote key a peer learns reaches exactly that tensor's bytes and nothing else of the region
+ * around it. These registrations go when the cache is freed, which waits for the last transfer
+ * using it. Comm domain lanes register a message's own memory for as long as that message runs
  * (rdma_mr_register()), so a receiver that gives up can take its buffer back at once.
  *
  * Endpoints: a set of RC queue pairs between a device of ours and a device of a peer, connected
@@ -67,9 +71,11 @@ typedef void (*rdma_done_fn)(void *userdata, int status);
 typedef void (*rdma_ready_fn)(RdmaEndpoint *ep, int status, void *userdata);
 
 /*
- * Opens every RDMA device the config's device map names for transport "rdma" or "auto". A
- * device that cannot be opened is kept with the reason (for status and for the links that would
- * use it); only out-of-memory fails. Without RDMA support it holds no device.
+ * Opens every RDMA device the config's device map names for transport "rdma" or "auto", and
+ * registers the daemon's memory pool (d->pool, made before) on each that works. A device that
+ * cannot be opened is kept with the reason (for status and for the links that would use it), a
+ * pool that cannot be registered is logged; only out-of-memory fails. Without RDMA support it
+ * holds no device.
  */
 int rdma_context_new(Daemon *d, RdmaContext **ret);
 
@@ -120,14 +126,16 @@ void rdma_device_get_status(const RdmaDevice *dev, RdmaDeviceStatus *ret);
 
 /*
  * Registers the tensors of @cache on @dev (local write; remote read and write when @remote).
- * The registrations belong to @cache and go with cache_free(). -errno from ibv_reg_mr.
+ * The registrations belong to @cache and go with cache_free(). A pool cache shares the pool's
+ * registration made at start (its error when that failed). -errno from ibv_reg_mr.
  */
 int rdma_cache_register(RdmaDevice *dev, Cache *cache, bool remote);
 
 /* Whether @cache has registrations, and remote ones. */
 bool rdma_cache_registered(const Cache *cache, bool remote);
 
-/* Tensor @t's address in our mapping and its local (lkey) and remote (rkey) keys. */
+/* Tensor @t's address in our mapping and its local (lkey) and remote (rkey) keys (a pool
+ * cache's are the pool's, which reach all of it). */
 int rdma_cache_tensor(const Cache *cache, uint32_t t, uint64_t *ret_addr, uint32_t *ret_lkey,
                       uint32_t *ret_rkey);
 

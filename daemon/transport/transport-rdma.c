@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * RDMA transport, devices half: opening devices, per-tensor memory registrations, ad hoc
- * registrations of one message, async events.
+ * RDMA transport, devices half: opening devices, memory registrations (the pool as a whole,
+ * the tensors of client memory one by one, one message's ad hoc), async events.
  */
 #include <arpa/inet.h>
 #include <assert.h>
@@ -19,6 +19,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
+#include "pool.h"
 #include "rdma-internal.h"
 #include "region.h"
 #include "time-util.h"
@@ -52,6 +53,11 @@ static void rdma_on_async(evutil_socket_t fd, short what, void *userdata);
 
 static void rdma_device_close(RdmaDevice *dev)
 {
+        if (dev->pool_mr) {
+                dev->mrs--;
+                dev->mr_bytes -= dev->pool_mr->length;
+                (void)ibv_dereg_mr(dev->pool_mr);
+        }
         if (dev->ev_cq)
                 event_free(dev->ev_cq);
         if (dev->ev_kick)
@@ -156,6 +162,40 @@ static void rdma_device_open(RdmaDevice *dev, const DeviceConfig *cfg, struct ib
                 (void)snprintf(dev->error, sizeof(dev->error), "cannot watch the CQ");
 }
 
+/*
+ * Registers the whole memory pool on @dev once, for remote read and write: pool caches are
+ * carved per request, long after the links that reach them, and registering each would pin and
+ * unpin pages on every request. A peer's key for a pool cache is this one, with the cache's own
+ * addresses; every transfer is checked against the cache before its addresses are handed out.
+ */
+static void rdma_device_register_pool(RdmaDevice *dev, Pool *pool)
+{
+        Region *region = pool_region(pool);
+        usec_t t0 = now_usec(CLOCK_MONOTONIC);
+
+        dev->pool_mr = ibv_reg_mr(dev->pd, region->data, region->size,
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                          IBV_ACCESS_REMOTE_WRITE);
+        if (!dev->pool_mr) {
+                dev->pool_error = errno ? -errno : -EIO;
+                log_warning("RDMA device %s: cannot register the memory pool (%" PRIu64 " bytes): "
+                            "%s (is LimitMEMLOCK high enough?); pool caches of its clusters "
+                            "cannot use RDMA", dev->name, region->size,
+                            strerror(-dev->pool_error));
+                return;
+        }
+        dev->pool_region = region;
+        dev->mrs++;
+        dev->mr_bytes += region->size;
+        dev->reg_usec += now_usec(CLOCK_MONOTONIC) - t0;
+        dev->reg_count++;
+        /* The registration holds the pool's pages: they must stay the ones mapped. */
+        pool_pin(pool);
+        log_info("RDMA device %s: memory pool of %" PRIu64 " bytes registered in %" PRIu64 " ms",
+                 dev->name, region->size,
+                 (now_usec(CLOCK_MONOTONIC) - t0) / USEC_PER_MSEC);
+}
+
 int rdma_context_new(Daemon *d, RdmaContext **ret)
 {
         const Config *cfg = d->config;
@@ -198,12 +238,15 @@ int rdma_context_new(Daemon *d, RdmaContext **ret)
                 if (dev->error[0])
                         log_warning("RDMA device %s: %s; links of device_id %" PRId32 " cannot "
                                     "use it", dev->name, dev->error, dc->device_id);
-                else
+                else {
                         log_info("RDMA device %s port %u: %s, MTU %u, GID index %d",
                                  dev->name, dev->port,
                                  dev->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET
                                          ? "RoCE" : "InfiniBand",
                                  rdma_mtu_bytes(dev->port_attr.active_mtu), dev->gid_index);
+                        if (d->pool)
+                                rdma_device_register_pool(dev, d->pool);
+                }
         }
         if (list)
                 ibv_free_device_list(list);
@@ -310,6 +353,7 @@ void rdma_device_get_status(const RdmaDevice *dev, RdmaDeviceStatus *ret)
 typedef struct RdmaCacheReg {
         RdmaDevice *dev;
         bool remote;
+        bool pool;                      /* mrs[] are the device's pool registration (shared) */
         uint32_t n;
         struct ibv_mr *mrs[];
 } RdmaCacheReg;
@@ -318,7 +362,7 @@ static void rdma_cache_reg_free(void *p)
 {
         RdmaCacheReg *reg = p;
 
-        for (uint32_t t = 0; t < reg->n; t++)
+        for (uint32_t t = 0; t < reg->n && !reg->pool; t++)
                 if (reg->mrs[t]) {
                         reg->dev->mrs--;
                         reg->dev->mr_bytes -= reg->mrs[t]->length;
@@ -342,6 +386,19 @@ int rdma_cache_register(RdmaDevice *dev, Cache *cache, bool remote)
         reg->dev = dev;
         reg->remote = remote;
         reg->n = n;
+        if (cache->pool_backed) {
+                /* Registered with the pool, at start. */
+                if (!dev->pool_mr || cache->tensors[0].region != dev->pool_region) {
+                        free(reg);
+                        return dev->pool_error < 0 ? dev->pool_error : -ENODEV;
+                }
+                reg->pool = true;
+                for (uint32_t t = 0; t < n; t++)
+                        reg->mrs[t] = dev->pool_mr;
+                cache->rdma = reg;
+                cache->rdma_free = rdma_cache_reg_free;
+                return 0;
+        }
         for (uint32_t t = 0; t < n; t++) {
                 const CacheTensor *ct = &cache->tensors[t];
 
@@ -377,7 +434,9 @@ int rdma_cache_tensor(const Cache *cache, uint32_t t, uint64_t *ret_addr, uint32
 
         if (!reg || t >= reg->n)
                 return -ENOENT;
-        *ret_addr = (uint64_t)(uintptr_t)reg->mrs[t]->addr;
+        /* The tensor's own bytes, also where a registration covers more (the pool). */
+        *ret_addr = (uint64_t)(uintptr_t)(cache->tensors[t].region->data +
+                                          cache->tensors[t].offset);
         if (ret_lkey)
                 *ret_lkey = reg->mrs[t]->lkey;
         if (ret_rkey)

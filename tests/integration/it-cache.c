@@ -64,28 +64,49 @@ int tcache_register(TCache *tc, kvd_client *c, bool blocks, uint32_t num_tensors
         return r;
 }
 
-int tcache_allocate(TCache *tc, kvd_client *c, uint32_t num_tensors, uint64_t batch,
-                    uint64_t unit_bytes, uint64_t seed, const kvd_cache_key *keys, size_t n_keys)
+/* kvd_allocate_cache() or kvd_allocate_blocks_cache() of a TCache, filled with its pattern. */
+static int tcache_allocate_kind(TCache *tc, kvd_client *c, bool blocks, uint32_t num_tensors,
+                                uint64_t units, uint64_t unit_bytes, uint64_t seed,
+                                const kvd_cache_key *keys, size_t n_keys)
 {
-        kvd_cache_desc desc = tcache_desc(num_tensors, batch, unit_bytes);
+        kvd_cache_desc desc = tcache_desc(num_tensors, units, unit_bytes);
         int r;
 
         memset(tc, 0, sizeof(*tc));
         tc->client = c;
+        tc->blocks = blocks;
         tc->pool = true;
         tc->num_tensors = num_tensors;
-        tc->units = batch;
+        tc->units = units;
         tc->stride = unit_bytes;
-        tc->tensor_size = batch * unit_bytes;
+        tc->tensor_size = units * unit_bytes;
         tc->seed = seed;
         tc->id = UINT64_MAX;
-        r = kvd_allocate_cache(c, &desc, keys, n_keys, &tc->id, tc->addrs);
+        if (blocks)
+                r = kvd_allocate_blocks_cache(c, &desc, n_keys ? keys : NULL, &tc->id,
+                                              tc->addrs);
+        else
+                r = kvd_allocate_cache(c, &desc, keys, n_keys, &tc->id, tc->addrs);
         if (r < 0)
                 return r;
         for (uint32_t t = 0; t < num_tensors; t++)
                 harness_fill_pattern_at(tc->addrs[t], tc->tensor_size, seed,
                                         tcache_tensor_off(tc, t));
         return r;
+}
+
+int tcache_allocate(TCache *tc, kvd_client *c, uint32_t num_tensors, uint64_t batch,
+                    uint64_t unit_bytes, uint64_t seed, const kvd_cache_key *keys, size_t n_keys)
+{
+        return tcache_allocate_kind(tc, c, false, num_tensors, batch, unit_bytes, seed, keys,
+                                    n_keys);
+}
+
+int tcache_allocate_blocks(TCache *tc, kvd_client *c, uint32_t num_tensors, uint64_t num_blocks,
+                           uint64_t block_bytes, uint64_t seed, const kvd_cache_key *blocks_key)
+{
+        return tcache_allocate_kind(tc, c, true, num_tensors, num_blocks, block_bytes, seed,
+                                    blocks_key, blocks_key ? 1 : 0);
 }
 
 void tcopies_free(TCopies *cp)

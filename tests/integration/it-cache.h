@@ -47,6 +47,10 @@ int tcache_register(TCache *tc, kvd_client *c, bool blocks, uint32_t num_tensors
 int tcache_allocate(TCache *tc, kvd_client *c, uint32_t num_tensors, uint64_t batch,
                     uint64_t unit_bytes, uint64_t seed, const kvd_cache_key *keys, size_t n_keys);
 
+/* A blocks cache from the pool (kvd_allocate_blocks_cache), named by @blocks_key (may be NULL). */
+int tcache_allocate_blocks(TCache *tc, kvd_client *c, uint32_t num_tensors, uint64_t num_blocks,
+                           uint64_t block_bytes, uint64_t seed, const kvd_cache_key *blocks_key);
+
 /* Where tensor @t starts in the cache's pattern stream. */
 uint64_t tcache_tensor_off(const TCache *tc, uint32_t t);
 

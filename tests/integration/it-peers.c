@@ -84,7 +84,9 @@ const char *it_transport(void)
 
 /*
  * Writes a config file mapping device_ids 0..3 to the RDMA device @dev with transport rdma (the
- * domain suites put members on devices 1..3 too: all of them share the one device there).
+ * domain suites put members on devices 1..3 too: all of them share the one device there). The
+ * pool is small: a daemon registers (pins) all of it at start, which in the emulated VM takes
+ * about a second per 100 MiB and the VM's memory is shared by every daemon of a test.
  */
 static void node_write_rdma_config(Node *n, const char *dev)
 {
@@ -94,7 +96,8 @@ static void node_write_rdma_config(Node *n, const char *dev)
         (void)snprintf(n->config_path, sizeof(n->config_path), "/tmp/kvdist-cfg-XXXXXX");
         fd = mkstemp(n->config_path);
         ck_assert_msg(fd >= 0, "mkstemp: %m");
-        len += snprintf(buf + len, sizeof(buf) - (size_t)len, "{\"devices\": [");
+        len += snprintf(buf + len, sizeof(buf) - (size_t)len,
+                        "{\"memory_size\": \"32M\", \"devices\": [");
         for (int id = 0; id < 4; id++)
                 len += snprintf(buf + len, sizeof(buf) - (size_t)len,
                                 "%s{\"device_id\": %d, \"transport\": \"rdma\", "

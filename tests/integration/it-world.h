@@ -36,3 +36,32 @@ void link_to(kvd_client *c, uint64_t remote, kvd_role role);
 
 /* Transfer options for a layer range on each side, @tpl tensors per layer, a 10 s timeout. */
 kvd_transfer_opts opts_layers(kvd_layer_range sl, kvd_layer_range dl, uint32_t tpl);
+
+/*
+ * Checks of what a link reaches and how transfers treat caches, shared by the one-daemon and
+ * the cross-daemon suites. @a is cluster A_ID (the prompt side, owning the sources), @b is
+ * cluster B_ID, not linked yet; @link links @b to A when called (with @userdata). Every
+ * destination byte is checked, and the bytes around it.
+ */
+typedef void (*link_fn)(void *userdata);
+
+/*
+ * Caches A registered with KVD_REMOTE_NO, or (default access) after B linked, are refused for
+ * pull and push with PERMISSION_DENIED and a detail saying why; nothing moves.
+ */
+void check_unexposed_caches(kvd_client *a, kvd_client *b, link_fn link, void *userdata);
+
+/*
+ * Pool caches A allocates after B linked (contiguous by CacheKey and by id and index, blocks by
+ * BlocksCacheKey) are reachable through the link; a successful pull by CacheKey ends that key
+ * (a second pull by it is CACHE_NOT_EXIST) while the id still holds the cache, and pool caches
+ * allocated around a pushed-into one are untouched.
+ */
+void check_pool_caches_after_link(kvd_client *a, kvd_client *b, link_fn link, void *userdata);
+
+/*
+ * Caches of 1 and 3 tensors (MLA, K only) move whole with default options (opts NULL and
+ * KVD_TRANSFER_OPTS_INIT): pull and push, blocks and cache forms. A layer range counts layers
+ * of tensor_num_per_layer tensors, which must divide the caches.
+ */
+void check_odd_tensor_counts(kvd_client *a, kvd_client *b, link_fn link, void *userdata);

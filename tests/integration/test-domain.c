@@ -122,7 +122,7 @@ START_TEST(test_form_two)
                                                          33, &late_key, 1, KVD_REMOTE_DEFAULT));
                 expect_status(w.m[0].client, kvd_pull_blocks(w.m[0].client, &late_key, ca.id, sb,
                                                              4, db, 4, &o),
-                              KVD_E_CACHE_NOT_EXIST, "registered before the link");
+                              KVD_E_PERMISSION_DENIED, "was registered after link");
                 expect_status(w.m[1].client, tcache_register(&late, w.m[1].client, true, 4, 32,
                                                              2048, 34, NULL, 0, KVD_REMOTE_YES),
                               KVD_E_PARAM_INVALID, "after a link exists");

@@ -344,7 +344,7 @@ START_TEST(test_hostile_peer)
                          KVD_E_PERMISSION_DENIED);
         ask.model = 2;
         ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
-                         KVD_E_CACHE_NOT_EXIST);
+                         KVD_E_PERMISSION_DENIED);
         ck_assert_ptr_nonnull(strstr(detail, "registered after"));
         ask.model = 0;
         ask.key_cluster = B_ID;

@@ -2,9 +2,11 @@
 /*
  * Integration tests, faults across daemons: a peer daemon killed mid-transfer (and re-linked
  * after it restarts), a remote cluster that finalizes or crashes, a transfer past its deadline
- * (nothing lands after the call returned), and daemons with different cluster keys.
+ * (nothing lands after the call returned; it returns on time even from a stalled peer), and
+ * daemons with different cluster keys.
  */
 #include <check.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include "it-cache.h"
 #include "it-peers.h"
 #include "it-world.h"
+#include "macro.h"
 
 #define SCATTER 7919
 #define KEY_1 "kvdist-test-key-one-0123456789"
@@ -314,6 +317,151 @@ START_TEST(test_timeout_no_late_write)
 }
 END_TEST
 
+/* The bytes the first transfer in flight on @c's daemon moved so far; -1 when none is known. */
+static int64_t first_transfer_bytes_done(kvd_client *c)
+{
+        json_t *root, *v;
+        char *json = NULL;
+        int64_t done = -1;
+
+        expect_ok(c, kvd_daemon_status(c, &json));
+        root = json_loads(json, 0, NULL);
+        ck_assert_ptr_nonnull(root);
+        v = json_object_get(json_array_get(json_object_get(root, "transfers"), 0), "bytes_done");
+        if (json_is_integer(v))
+                done = json_integer_value(v);
+        json_decref(root);
+        free(json);
+        return done;
+}
+
+/*
+ * Runs a pull from A's blocks cache 0 (@push false) or a push into A's blocks cache 1 of @n
+ * blocks of @dst, whose peer daemon @p stops taking bytes
+ * (SIGSTOP) once they flow, for STALL_MS, far longer than the transfer's deadline. Returns how
+ * long after its deadline the call came back; *@ret_exercised says whether the transfer was
+ * still running when the peer stopped (else it proves nothing).
+ */
+#define STALL_MS 2000
+#define STALL_DEADLINE_MS 300
+
+static int64_t transfer_past_stalled_peer(kvd_client *b, Node *p, bool push, const TCache *dst,
+                                          const uint64_t *sb, const uint64_t *db, uint64_t n,
+                                          bool *ret_exercised)
+{
+        kvd_cache_key key = kvd_key_blocks(A_ID, push ? 1 : 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        uint64_t t0, elapsed;
+        kvd_task *t;
+        int r;
+
+        o.timeout_ms = STALL_DEADLINE_MS;
+        t0 = harness_now_ms();
+        if (push)
+                r = kvd_push_blocks_async(b, &key, dst->id, db, n, sb, n, &o, &t);
+        else
+                r = kvd_pull_blocks_async(b, &key, dst->id, sb, n, db, n, &o, &t);
+        expect_ok(b, r);
+        /* Stop the peer once the bytes flow: the transfer is past its handshake. */
+        while (first_transfer_bytes_done(b) <= 0 && harness_now_ms() - t0 < STALL_DEADLINE_MS &&
+               kvd_task_wait(t, 0) == KVD_E_TIMEOUT)
+                harness_sleep_ms(1);
+        ck_assert_int_eq(kill(p->d.pid, SIGSTOP), 0);
+        /* Before its deadline, TIMEOUT from the task means it still runs. */
+        *ret_exercised = kvd_task_wait(t, 0) == KVD_E_TIMEOUT &&
+                         harness_now_ms() - t0 < STALL_DEADLINE_MS;
+        r = kvd_task_wait(t, STALL_MS);
+        elapsed = harness_now_ms() - t0;
+        ck_assert_int_eq(kill(p->d.pid, SIGCONT), 0);
+        /* Once it answers, its overdue heartbeats are out: stops add up to no peer loss. */
+        (void)node_status_len(p, "peers");
+        ck_assert_msg(elapsed < STALL_MS, "the %s came back only after the peer ran again "
+                      "(%llu ms for a %d ms deadline)", push ? "push" : "pull",
+                      (unsigned long long)elapsed, STALL_DEADLINE_MS);
+        ck_assert_msg(r == KVD_E_TIMEOUT, "the %s ended with %s", push ? "push" : "pull",
+                      kvd_strerror(r));
+        kvd_task_free(t);
+        return (int64_t)elapsed - STALL_DEADLINE_MS;
+}
+
+/*
+ * A transfer past its deadline comes back on time even when the peer stops taking its bytes.
+ * A pull stops writing and answers; a push used to wait until the peer took the rest of the
+ * chunk in progress and the abort markers, which a stopped peer (or a slow link, ~100 ms on a
+ * shaped veth) delays: it must answer within the same bound as a pull.
+ */
+START_TEST(test_deadline_peer_stalled)
+{
+        enum { RUNS = 3 };
+        const uint64_t n = 2048;        /* 2 x 2048 x 32 KiB = 128 MiB */
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0), target_key = kvd_key_blocks(A_ID, 1);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
+        int64_t late[2] = { 0, 0 };
+        unsigned exercised[2] = { 0, 0 };
+        kvd_client *a, *b;
+        TCache src, target, dst;
+        TCopies cp = {};
+        Node p, d;
+
+        /* A stopped daemon does not stop its RDMA device, which keeps serving READs and WRITEs:
+         * the stall is one of the TCP data plane, whose sender needs the peer to read. */
+        if (strcmp(it_transport(), "rdma") == 0) {
+                fprintf(stderr, "SKIP test_deadline_peer_stalled: over RDMA a stopped peer "
+                        "daemon still moves bytes\n");
+                free(sb);
+                free(db);
+                return;
+        }
+        ck_assert(sb && db);
+        scatter(sb, db, n);
+        node_start(&p);
+        node_start(&d);
+        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
+        expect_ok(a, tcache_register(&src, a, true, 2, n, 32768, 0x71, &key, 1, 0));
+        expect_ok(a, tcache_register(&target, a, true, 2, n, 32768, 0x73, &target_key, 1, 0));
+        expect_ok(b, tcache_register(&dst, b, true, 2, n, 32768, 0x72, NULL, 0, 0));
+        link_node(b, A_ID, &p);
+
+        for (int i = 0; i < 2 * RUNS; i++) {
+                bool push = i % 2, ran;
+                int64_t l = transfer_past_stalled_peer(b, &p, push, &dst, sb, db, n, &ran);
+
+                late[push] = MAX(late[push], l);
+                exercised[push] += ran;
+        }
+        fprintf(stderr, "deadline %d ms, peer stopped for %d ms: latest pull %lld ms late, "
+                "latest push %lld ms late (%u and %u runs stalled)\n", STALL_DEADLINE_MS,
+                STALL_MS, (long long)late[0], (long long)late[1], exercised[0], exercised[1]);
+        ck_assert_uint_gt(exercised[0], 0);
+        ck_assert_uint_gt(exercised[1], 0);
+        /* Generous for two loaded cores; the old push came back only after STALL_MS. */
+        ck_assert_int_lt(late[0], 1500);
+        ck_assert_int_lt(late[1], 1500);
+        tcache_verify_untouched(&src);
+
+        /* The streams stayed in step: both ways work again, byte for byte. The push sends back
+         * what the pull brought: block sb[i] of the source lands in block sb[i] of the target. */
+        o.timeout_ms = 60000;
+        expect_ok(b, kvd_pull_blocks(b, &key, dst.id, sb, n, db, n, &o));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, n);
+        tcache_verify(&dst, &cp);
+        expect_ok(b, kvd_push_blocks(b, &target_key, dst.id, db, n, sb, n, &o));
+        tcopies_free(&cp);
+        tcopies_blocks(&cp, &src, &target, ALL, ALL, 2, sb, sb, n);
+        tcache_verify(&target, &cp);
+
+        expect_ok(a, kvd_client_finalize(a));
+        expect_ok(b, kvd_client_finalize(b));
+        tcopies_free(&cp);
+        free(sb);
+        free(db);
+        node_stop(&d);
+        node_stop(&p);
+}
+END_TEST
+
 START_TEST(test_cluster_keys)
 {
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
@@ -383,6 +531,7 @@ static Suite *faults_suite(void)
         tcase_add_test(tc, test_remote_cluster_finalizes);
         tcase_add_test(tc, test_remote_cluster_crashes);
         tcase_add_test(tc, test_timeout_no_late_write);
+        tcase_add_test(tc, test_deadline_peer_stalled);
         tcase_add_test(tc, test_cluster_keys);
         suite_add_tcase(s, tc);
         return s;

@@ -120,8 +120,9 @@ START_TEST(test_pull_blocks)
                 ck_assert_int_eq(harness_daemon_status(&w.d.d, &json), KVD_OK);
                 ck_assert_ptr_nonnull(strstr(json, "\"queue_pairs_ready\":"));
                 free(json);
-                /* Both caches' tensors registered, and the time it took counted. */
-                ck_assert_int_eq(node_status_int(&w.d, "rdma_devices/0/memory_regions"), 4);
+                /* Both caches' tensors registered, the pool as a whole, and the time it took
+                 * counted. */
+                ck_assert_int_eq(node_status_int(&w.d, "rdma_devices/0/memory_regions"), 5);
                 ck_assert_int_gt(node_status_int(&w.d, "rdma_devices/0/registration_us_total"),
                                  0);
                 expect_ok(w.b, kvd_daemon_metrics(w.b, &out));
@@ -413,9 +414,9 @@ START_TEST(test_link_rules)
         /* Registered after the link: not reachable through it; a private cache neither. */
         expect_ok(w.a, tcache_register(&late, w.a, true, 2, 4, 1024, 4, &late_key, 1, 0));
         expect_status(w.b, kvd_pull_blocks(w.b, &late_key, dst.id, &b0, 1, &b0, 1, NULL),
-                      KVD_E_CACHE_NOT_EXIST, NULL);
+                      KVD_E_PERMISSION_DENIED, "was registered after link");
         expect_status(w.b, kvd_pull_blocks(w.b, &hidden_key, dst.id, &b0, 1, &b0, 1, NULL),
-                      KVD_E_CACHE_NOT_EXIST, NULL);
+                      KVD_E_PERMISSION_DENIED, "(registered with KVD_REMOTE_NO)");
         /* A block past the end is refused before anything moves. */
         b0 = 4;
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL),
@@ -445,7 +446,8 @@ START_TEST(test_link_rules)
         link_node(w.b, A_ID, &w.p);
         b0 = 1;
         expect_status(w.b, kvd_pull_blocks(w.b, &late_key, dst.id, &b0, 1, &b0, 1, NULL),
-                      KVD_E_CACHE_NOT_EXIST, NULL);
+                      KVD_E_PERMISSION_DENIED, "(registered with KVD_REMOTE_DEFAULT while "
+                      "cluster 1001 had links)");
         expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL));
 
         /* An unlink on the linked-to side takes B's end down too, and both logs say who. */
@@ -477,6 +479,43 @@ START_TEST(test_link_rules)
         expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL));
 
         pair_stop(&w);
+}
+END_TEST
+
+static void link_pair(void *userdata)
+{
+        Pair *w = userdata;
+
+        link_node(w->b, A_ID, &w->p);
+}
+
+/* Runs one of the shared checks between A on P and B on D. */
+static void pair_check(void (*check)(kvd_client *a, kvd_client *b, link_fn link, void *userdata))
+{
+        Pair w;
+
+        pair_start(&w, NULL);
+        check(w.a, w.b, link_pair, &w);
+        pair_stop(&w);
+}
+
+/* The cache exists over there: PERMISSION_DENIED, with the reason, for pull and push. */
+START_TEST(test_unexposed_caches)
+{
+        pair_check(check_unexposed_caches);
+}
+END_TEST
+
+/* Link once, then allocate per request and pull by key. */
+START_TEST(test_pool_caches_after_link)
+{
+        pair_check(check_pool_caches_after_link);
+}
+END_TEST
+
+START_TEST(test_odd_tensor_counts)
+{
+        pair_check(check_odd_tensor_counts);
 }
 END_TEST
 
@@ -669,6 +708,9 @@ static Suite *remote_suite(void)
         tc = tcase_create("links");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_link_rules);
+        tcase_add_test(tc, test_unexposed_caches);
+        tcase_add_test(tc, test_pool_caches_after_link);
+        tcase_add_test(tc, test_odd_tensor_counts);
         tcase_add_test(tc, test_link_timeout);
         tcase_add_test(tc, test_many_clusters);
         tcase_add_test(tc, test_three_daemons);

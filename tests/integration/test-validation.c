@@ -2,9 +2,10 @@
 /*
  * Integration tests, one daemon, what it refuses: every validation of a transfer, a link, a
  * client, a memory region or a pool cache answered with its status and a detail that names the
- * problem, with nothing moved; which caches a link reaches (those registered before it, and
- * only remote-accessible ones); and a request above the frame limit refused by the library
- * while the session goes on.
+ * problem, with nothing moved; which caches a link reaches (remote-accessible ones registered
+ * before it, and every pool cache) and PERMISSION_DENIED for the others; caches of any tensor
+ * count moved whole with default options; and a request above the frame limit refused by the
+ * library while the session goes on.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -14,7 +15,8 @@
 #include "it-cache.h"
 #include "it-world.h"
 
-/* A cache registered after the link that would reach it is not reachable through it. */
+/* A cache registered after the link that would reach it is not reachable through it: it
+ * exists, so the answer is PERMISSION_DENIED, not CACHE_NOT_EXIST. */
 START_TEST(test_registered_after_link)
 {
         static const uint64_t sb[] = { 0 }, db[] = { 0 };
@@ -31,8 +33,11 @@ START_TEST(test_registered_after_link)
                                        KVD_REMOTE_DEFAULT));
 
         expect_status(w.b, kvd_pull_blocks(w.b, &after, dst.id, sb, 1, db, 1, NULL),
-                      KVD_E_CACHE_NOT_EXIST, "registered after");
+                      KVD_E_PERMISSION_DENIED, "was registered after link");
+        expect_status(w.b, kvd_push_blocks(w.b, &after, dst.id, db, 1, sb, 1, NULL),
+                      KVD_E_PERMISSION_DENIED, "was registered after link");
         tcache_verify_untouched(&dst);
+        tcache_verify_untouched(&c_after);
         expect_ok(w.b, kvd_pull_blocks(w.b, &before, dst.id, sb, 1, db, 1, NULL));
         tcopies_blocks(&cp, &c_before, &dst, ALL, ALL, 2, sb, db, 1);
         tcache_verify(&dst, &cp);
@@ -64,20 +69,37 @@ START_TEST(test_local_cache_after_link)
 }
 END_TEST
 
-START_TEST(test_pool_allocated_after_link)
+static void link_b_to_a(void *userdata)
 {
-        kvd_cache_key key = kvd_key_req(A_ID, 9, 0);
-        TCache src, dst;
+        link_to(userdata, A_ID, KVD_ROLE_PROMPT);
+}
+
+/* Runs one of the shared checks between A and B on one daemon. */
+static void world_check(void (*check)(kvd_client *a, kvd_client *b, link_fn link, void *userdata))
+{
         World w;
 
         world_start(&w);
-        expect_ok(w.b, tcache_register(&dst, w.b, false, 2, 1, 4096, 2, NULL, 0, 0));
-        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
-        expect_ok(w.a, tcache_allocate(&src, w.a, 2, 1, 4096, 1, &key, 1));
-        expect_status(w.b, kvd_pull_cache(w.b, &key, dst.id, 0, -1, NULL),
-                      KVD_E_CACHE_NOT_EXIST, "registered after");
-        tcache_verify_untouched(&dst);
+        check(w.a, w.b, link_b_to_a, w.b);
         world_stop(&w);
+}
+
+/* The pool is configured at start: its caches are reachable through links made before them. */
+START_TEST(test_pool_allocated_after_link)
+{
+        world_check(check_pool_caches_after_link);
+}
+END_TEST
+
+START_TEST(test_unexposed_caches)
+{
+        world_check(check_unexposed_caches);
+}
+END_TEST
+
+START_TEST(test_odd_tensor_counts)
+{
+        world_check(check_odd_tensor_counts);
 }
 END_TEST
 
@@ -85,7 +107,8 @@ START_TEST(test_remote_access)
 {
         static const uint64_t sb[] = { 1 }, db[] = { 1 };
         kvd_cache_key kno = kvd_key_blocks(A_ID, 1), kyes = kvd_key_blocks(A_ID, 2);
-        TCache no, yes, late, dst;
+        kvd_cache_key kquiet = kvd_key_blocks(A_ID, 3);
+        TCache no, yes, late, quiet, dst;
         TCopies cp = {};
         World w;
 
@@ -97,7 +120,8 @@ START_TEST(test_remote_access)
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
 
         expect_status(w.b, kvd_pull_blocks(w.b, &kno, dst.id, sb, 1, db, 1, NULL),
-                      KVD_E_PERMISSION_DENIED, "not remote-accessible");
+                      KVD_E_PERMISSION_DENIED, "not remote-accessible (registered with "
+                      "KVD_REMOTE_NO)");
         tcache_verify_untouched(&dst);
         expect_ok(w.b, kvd_pull_blocks(w.b, &kyes, dst.id, sb, 1, db, 1, NULL));
         tcopies_blocks(&cp, &yes, &dst, ALL, ALL, 2, sb, db, 1);
@@ -107,6 +131,18 @@ START_TEST(test_remote_access)
         expect_status(w.a, tcache_register(&late, w.a, true, 2, 2, 256, 4, NULL, 0,
                                            KVD_REMOTE_YES),
                       KVD_E_PARAM_INVALID, "after a link exists");
+
+        /* The default while a link exists is private: a link made later does not reach it. */
+        expect_ok(w.a, tcache_register(&quiet, w.a, true, 2, 2, 256, 5, &kquiet, 1,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
+                                                                     NULL, NULL },
+                                           1, 1000, false, NULL));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        expect_status(w.b, kvd_pull_blocks(w.b, &kquiet, dst.id, sb, 1, db, 1, NULL),
+                      KVD_E_PERMISSION_DENIED, "(registered with KVD_REMOTE_DEFAULT while "
+                      "cluster 1001 had links)");
+        tcache_verify(&dst, &cp);
 
         tcopies_free(&cp);
         world_stop(&w);
@@ -177,7 +213,7 @@ START_TEST(test_transfer_validation)
         o = opts_layers(LAYERS(1, 0), LAYERS(1, 0), 2);
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
                       KVD_E_PARAM_INVALID, "is not a layer range");
-        o = opts_layers(ALL, ALL, 3);
+        o = opts_layers(LAYERS(0, 0), LAYERS(0, 0), 3);
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
                       KVD_E_PARAM_INVALID, "tensor_num_per_layer=3 does not divide");
         expect_status(w.b, kvd_pull_blocks(w.b, &key, 987654, s3, 3, d3, 3, NULL),
@@ -467,12 +503,14 @@ static Suite *validation_suite(void)
         tcase_add_test(tc, test_registered_after_link);
         tcase_add_test(tc, test_local_cache_after_link);
         tcase_add_test(tc, test_pool_allocated_after_link);
+        tcase_add_test(tc, test_unexposed_caches);
         tcase_add_test(tc, test_remote_access);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("validation");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_transfer_validation);
+        tcase_add_test(tc, test_odd_tensor_counts);
         tcase_add_test(tc, test_link_errors);
         tcase_add_test(tc, test_client_errors);
         tcase_add_test(tc, test_memory_errors);

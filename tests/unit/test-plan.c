@@ -193,6 +193,8 @@ START_TEST(test_tensor_num_per_layer)
         cache_init(&dst, true, 16, 8, 64, 1, 0, 0);
         req = blocks_request(&src, &dst, b, 1, b, 1);
         req.tensor_num_per_layer = 3;
+        req.src_layers = (PlanLayers){ 0, 2 };
+        req.dst_layers = (PlanLayers){ 0, 2 };
         assert_plan_error(&req, KVD_E_PARAM_INVALID,
                           "tensor_num_per_layer=3 does not divide num_tensors=16 of the source "
                           "cache");
@@ -206,11 +208,66 @@ START_TEST(test_tensor_num_per_layer)
                           "tensor_num_per_layer=3 does not divide num_tensors=16 of the "
                           "destination cache");
 
-        /* 0 means 2: 3 tensors are not whole layers */
+        /* A range on one side counts layers on both: 0 means 2, and 3 tensors are not whole
+         * layers. */
         cache_init(&src, true, 3, 8, 64, 0, 0, 0);
         cache_init(&dst, true, 3, 8, 64, 1, 0, 0);
         req = blocks_request(&src, &dst, b, 1, b, 1);
+        req.src_layers = (PlanLayers){ 0, 0 };
         assert_plan_error(&req, KVD_E_PARAM_INVALID, "tensor_num_per_layer=2 does not divide");
+}
+END_TEST
+
+/* Without a layer range every tensor moves, whatever tensor_num_per_layer says. */
+START_TEST(test_no_layer_range_moves_every_tensor)
+{
+        static const uint32_t counts[] = { 1, 3, 5 };
+        static const uint32_t tpls[] = { 0, 2, 4 };
+        TestCache src, dst;
+        uint64_t sb[2] = { 2, 5 }, db[2] = { 0, 7 };
+        PlanRequest req;
+        Plan *p;
+
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+                for (size_t t = 0; t < sizeof(tpls) / sizeof(tpls[0]); t++) {
+                        uint32_t n = counts[c];
+
+                        /* blocks: every tensor, its two blocks; gaps keep tensors apart */
+                        cache_init(&src, true, n, 8, 64, 0, 0, 64);
+                        cache_init(&dst, true, n, 8, 64, 1, 0, 64);
+                        req = blocks_request(&src, &dst, sb, 2, db, 2);
+                        req.tensor_num_per_layer = tpls[t];
+                        p = build_ok(&req);
+                        ck_assert_uint_eq(p->n_segments, 2 * n);
+                        ck_assert_uint_eq(p->total_bytes, 2 * n * 64);
+                        for (uint32_t k = 0; k < n; k++) {
+                                assert_segment(p, 2 * k, 0, src.t[k].offset + 2 * 64, 1,
+                                               dst.t[k].offset, 64);
+                                assert_segment(p, 2 * k + 1, 0, src.t[k].offset + 5 * 64, 1,
+                                               dst.t[k].offset + 7 * 64, 64);
+                        }
+                        plan_free(p);
+
+                        /* an item: one segment per tensor */
+                        cache_init(&src, false, n, 2, 128, 0, 0, 64);
+                        cache_init(&dst, false, n, 3, 128, 1, 0, 64);
+                        req = item_request(&src, &dst, 1, 2, -1);
+                        req.tensor_num_per_layer = tpls[t];
+                        p = build_ok(&req);
+                        ck_assert_uint_eq(p->n_segments, n);
+                        ck_assert_uint_eq(p->total_bytes, n * 128);
+                        for (uint32_t k = 0; k < n; k++)
+                                assert_segment(p, k, 0, src.t[k].offset + 128, 1,
+                                               dst.t[k].offset + 256, 128);
+                        plan_free(p);
+                }
+
+        /* Every tensor of one against every tensor of the other: the counts must agree. */
+        cache_init(&src, true, 3, 8, 64, 0, 0, 0);
+        cache_init(&dst, true, 2, 8, 64, 1, 0, 0);
+        req = blocks_request(&src, &dst, sb, 2, db, 2);
+        assert_plan_error(&req, KVD_E_CACHE_INCOMPATIBLE,
+                          "the source cache has 3 tensors, the destination 2");
 }
 END_TEST
 
@@ -244,11 +301,11 @@ START_TEST(test_layer_ranges)
         assert_plan_error(&req, KVD_E_PARAM_INVALID,
                           "src_layers has 3 layers but dst_layers has 2");
 
-        /* all layers of both: 8 against 4 */
+        /* all layers of both: 16 tensors against 8 */
         req.src_layers = (PlanLayers){ PLAN_LAYERS_ALL, 0 };
         req.dst_layers = (PlanLayers){ PLAN_LAYERS_ALL, 0 };
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
-                          "src_layers has 8 layers but dst_layers has 4");
+        assert_plan_error(&req, KVD_E_CACHE_INCOMPATIBLE,
+                          "the source cache has 16 tensors, the destination 8");
 
         /* all layers of a 4-layer destination against 4 source layers; last is ignored */
         req.src_layers = (PlanLayers){ 4, 7 };
@@ -741,6 +798,7 @@ static Suite *plan_suite(void)
         tcase_add_test(tc, test_blocks_repeat_sorted);
         tcase_add_test(tc, test_block_size_mismatch);
         tcase_add_test(tc, test_tensor_num_per_layer);
+        tcase_add_test(tc, test_no_layer_range_moves_every_tensor);
         tcase_add_test(tc, test_layer_ranges);
         tcase_add_test(tc, test_cache_kinds);
         tcase_add_test(tc, test_item_validation);

@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for the pool allocator: rounding, first fit, coalescing, a randomised model check. */
+/*
+ * Unit tests for the pool allocator: rounding, first fit, coalescing, scrubbing freed extents,
+ * a randomised model check.
+ */
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "pool.h"
 
@@ -269,6 +273,49 @@ static void model_check(const Pool *pool, Live *live, size_t n)
         ck_assert_uint_eq(pool_n_free_extents(pool), n_gaps);
 }
 
+/* Bytes of the pool's memfd backed by pages now. */
+static uint64_t pool_resident(const Pool *pool)
+{
+        struct stat st;
+
+        ck_assert_int_eq(fstat(pool_region(pool)->fd, &st), 0);
+        return (uint64_t)st.st_blocks * 512;
+}
+
+/* A freed extent reads zero; its pages go back to the system unless a registration pins them. */
+START_TEST(test_scrub)
+{
+        Pool *pool = make_pool(16 * PAGE);
+        uint8_t *data = pool_region(pool)->data;
+        uint64_t resident;
+
+        memset(data, 0xa5, 16 * PAGE);
+        resident = pool_resident(pool);
+        ck_assert_uint_ge(resident, 16 * PAGE);
+        ck_assert(!pool_pinned(pool));
+        pool_scrub(pool, 4 * PAGE, 8 * PAGE);
+        /* Before reading them: a read brings the pages back. */
+        ck_assert_uint_le(pool_resident(pool), resident - 8 * PAGE);
+        for (uint64_t i = 0; i < 16 * PAGE; i++)
+                if (data[i] != ((i >= 4 * PAGE && i < 12 * PAGE) ? 0 : 0xa5))
+                        ck_abort_msg("byte %llu is 0x%02x after scrubbing pages 4..11",
+                                     (unsigned long long)i, data[i]);
+
+        /* Pinned: the same pages stay, zeroed where they are. */
+        memset(data, 0x5a, 16 * PAGE);
+        pool_pin(pool);
+        ck_assert(pool_pinned(pool));
+        resident = pool_resident(pool);
+        pool_scrub(pool, 0, 3 * PAGE);
+        ck_assert_uint_eq(pool_resident(pool), resident);
+        for (uint64_t i = 0; i < 16 * PAGE; i++)
+                if (data[i] != (i < 3 * PAGE ? 0 : 0x5a))
+                        ck_abort_msg("byte %llu is 0x%02x after scrubbing pinned pages 0..2",
+                                     (unsigned long long)i, data[i]);
+        pool_free(pool);
+}
+END_TEST
+
 START_TEST(test_random_model)
 {
         static Live live[MODEL_MAX];
@@ -349,6 +396,7 @@ static Suite *pool_suite(void)
         tcase_add_test(tc, test_exhaustion);
         tcase_add_test(tc, test_coalesce);
         tcase_add_test(tc, test_release_unknown);
+        tcase_add_test(tc, test_scrub);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("model");

@@ -43,7 +43,7 @@ enum {
         KVD_E_UNSUPPORTED = -21,            /* the daemon does not know the request */
         KVD_E_DAEMON_UNAVAILABLE = -22,     /* no daemon on the socket, or it went away */
         KVD_E_PEER_LOST = -23,              /* the remote cluster or daemon went away */
-        KVD_E_PERMISSION_DENIED = -24,      /* refused: the allow-list, or a cache not remote-accessible */
+        KVD_E_PERMISSION_DENIED = -24,      /* refused: the allow-list, or a cache a link does not reach */
         KVD_E_PROTOCOL_MISMATCH = -25,      /* client and daemon speak different protocols */
         KVD_E_BUSY = -26,                   /* the resource is in use (e.g. a cache mid-transfer) */
         _KVD_E_MIN = -26,
@@ -197,7 +197,14 @@ static inline kvd_cache_key kvd_key_blocks(uint64_t cluster_id, uint64_t model_i
         return k;
 }
 
-/* Whether linked peers may read or write a cache. DEFAULT: yes before any link, no after. */
+/*
+ * Whether linked peers may read or write a registered cache. DEFAULT: yes when the cluster has no
+ * link yet, no afterwards. A link reaches the remote-accessible caches registered before it was
+ * made; a transfer naming another cache of the linked cluster fails with PERMISSION_DENIED, and
+ * kvd_last_error() says why (registered with KVD_REMOTE_NO, registered after link N, registered
+ * by default while links existed). Pool caches (kvd_allocate_cache()) are reachable through
+ * every link, also those made before them.
+ */
 typedef enum kvd_remote_access {
         KVD_REMOTE_DEFAULT = 0,
         KVD_REMOTE_YES = 1,
@@ -228,8 +235,13 @@ int kvd_unregister_cache(kvd_client *client, uint64_t cache_id);
 
 /*
  * Allocates a contiguous cache from the daemon's memory pool; @keys as for kvd_register_cache().
- * The cache stays while its id is held (until kvd_deallocate_cache()) or any key holds it; a
- * key's hold ends when a peer pulls it successfully or on kvd_remove_cache_key().
+ * The pool is configured when the daemon starts, so the cache is reachable through every link
+ * to this cluster, also one made before it (link once, then allocate per request).
+ * The cache stays while its id is held (until kvd_deallocate_cache()) or any key holds it. A
+ * successful pull by one of its keys (KVD_KEY_REQ) ends that key: the key names nothing
+ * afterwards (a second pull by it fails with CACHE_NOT_EXIST), even while the id still holds the
+ * cache, which kvd_deallocate_cache() then releases as usual. kvd_remove_cache_key() ends a key
+ * without a pull.
  * @ret_addrs (num_tensors entries, may be NULL) receives where each tensor is mapped here.
  */
 int kvd_allocate_cache(kvd_client *client, const kvd_cache_desc *desc, const kvd_cache_key *keys,
@@ -270,7 +282,11 @@ int kvd_link_clusters(kvd_client *client, const kvd_cluster_info *clusters, size
 int kvd_unlink_clusters(kvd_client *client, const kvd_cluster_info *clusters, size_t n,
                         int timeout_ms, bool force, int *rets);
 
-/* KVD_OK when a working link to @remote_cluster_id exists, NOT_YET_LINK when none. */
+/*
+ * KVD_OK when a working link to @remote_cluster_id exists, NOT_YET_LINK when none, PEER_LOST when
+ * the link is down because the remote cluster or its daemon went away (transfers over it fail
+ * with PEER_LOST too; unlink it, or link again, which replaces it).
+ */
 int kvd_check_link_status(kvd_client *client, uint64_t remote_cluster_id);
 
 /*
@@ -282,7 +298,7 @@ int kvd_check_link_status(kvd_client *client, uint64_t remote_cluster_id);
 int kvd_switch_role(kvd_client *client, kvd_role role, const kvd_option *options,
                     size_t n_options);
 
-/* Layers [first, last], inclusive; first = -1 selects every layer. */
+/* Layers [first, last], inclusive; first = -1 selects every layer (every tensor). */
 typedef struct kvd_layer_range {
         int32_t first;
         int32_t last;
@@ -293,7 +309,9 @@ typedef struct kvd_layer_range {
 typedef struct kvd_transfer_opts {
         kvd_layer_range src_layers;
         kvd_layer_range dst_layers;
-        uint32_t tensor_num_per_layer; /* 0 = 2 (K and V) */
+        uint32_t tensor_num_per_layer; /* with a layer range: tensors per layer, 0 = 2 (K and V);
+                                        * it must divide both caches' tensors. Without one every
+                                        * tensor moves (caches of 1 or 3 tensors too) */
         int32_t timeout_ms;            /* <= 0: the client's sync_kv_timeout */
         /* Push only: a message (at most KVD_NOTIFY_MAX bytes, copied) that the destination
          * cluster receives (kvd_get_notifies()) once every byte of this push has landed. */
@@ -306,8 +324,14 @@ typedef struct kvd_transfer_opts {
 /*
  * Pulls the remote item named by @src_key (KVD_KEY_REQ or KVD_KEY_ID_INDEX) into batch slot
  * @dst_batch_index of local cache @dst_cache_id. @size is bytes per tensor, -1 for the whole
- * item. A successful pull by KVD_KEY_REQ ends that key's hold on a pool cache.
+ * item. A successful pull by KVD_KEY_REQ of a pool cache ends that key (kvd_allocate_cache()).
  * @opts may be NULL (defaults).
+ *
+ * These transfers fail with NOT_YET_LINK without a link to the key's cluster, PEER_LOST when it
+ * is down, CACHE_NOT_EXIST when no cache is under the key, PERMISSION_DENIED when the link does
+ * not reach it (kvd_remote_access), PARAM_INVALID or CACHE_INCOMPATIBLE for blocks, slots or
+ * shapes that do not fit, TIMEOUT past the deadline. A failed pull writes nothing into the
+ * caller's memory once it returned.
  */
 int kvd_pull_cache(kvd_client *client, const kvd_cache_key *src_key, uint64_t dst_cache_id,
                    uint32_t dst_batch_index, int64_t size, const kvd_transfer_opts *opts);
@@ -321,11 +345,17 @@ int kvd_pull_blocks(kvd_client *client, const kvd_cache_key *src_key, uint64_t d
                     const uint64_t *src_blocks, size_t n_src, const uint64_t *dst_blocks,
                     size_t n_dst, const kvd_transfer_opts *opts);
 
-/* Writes batch slot @src_batch_index of local @src_cache_id into the item @dst_key names. */
+/* Writes batch slot @src_batch_index of local @src_cache_id into the item @dst_key names. A
+ * failed push returns at once, as kvd_push_blocks() says. */
 int kvd_push_cache(kvd_client *client, const kvd_cache_key *dst_key, uint64_t src_cache_id,
                    uint32_t src_batch_index, int64_t size, const kvd_transfer_opts *opts);
 
-/* Writes local blocks src_blocks[i] into remote blocks dst_blocks[i] of @dst_key (BLOCKS). */
+/*
+ * Writes local blocks src_blocks[i] into remote blocks dst_blocks[i] of @dst_key (BLOCKS).
+ * A push that fails (a timeout too) returns at once, without waiting for the peer to take the
+ * bytes in flight: the daemon may read its source a little longer (it keeps the memory mapped)
+ * and never writes into it.
+ */
 int kvd_push_blocks(kvd_client *client, const kvd_cache_key *dst_key, uint64_t src_cache_id,
                     const uint64_t *src_blocks, size_t n_src, const uint64_t *dst_blocks,
                     size_t n_dst, const kvd_transfer_opts *opts);
@@ -384,7 +414,7 @@ int kvd_get_notifies(kvd_client *client, kvd_notify *out, size_t max, size_t *re
  * kvd_query_register_mem_status() says when it is OK; then pulls and pushes between the members'
  * caches work as over kvd_link_clusters() links, and so do kvd_batch_send_recv() and the
  * collectives. Memory must be registered before kvd_link(): what is registered later is not
- * exposed to the other members.
+ * exposed to the other members (pool caches are, as over any link).
  */
 #define KVD_COMM_NAME_MAX 127
 #define KVD_MAX_DOMAIN_MEMBERS 4
