@@ -218,7 +218,7 @@ static int served_resolve(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         if (r < 0)
                 return r;
         /* Named as the peer's cluster knows its link. */
-        r = cache_check_reachable(cache, il->seq, il->remote_link_id, err);
+        r = cache_check_reachable(cache, il->seq, m->initiator_link_id, err);
         if (r < 0)
                 return r;
         s->cache = cache;

@@ -103,6 +103,7 @@ int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err
         remote_desc_to_proto(&local, &desc);
         req.job_id = x->id;
         req.link_id = l->remote_link_id;
+        req.initiator_link_id = l->id;
         req.kind = m->kind;
         req.key = cache_key_to_proto(&x->key, &ks);
         req.local = &desc;

@@ -417,7 +417,7 @@ START_TEST(test_deadline_peer_stalled)
         scatter(sb, db, n);
         node_start(&p);
         node_start(&d);
-        a = node_client(&p, A_ID, KVD_ROLE_PROMPT);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         b = node_client(&d, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&src, a, true, 2, n, 32768, 0x71, &key, 1, 0));
         expect_ok(a, tcache_register(&target, a, true, 2, n, 32768, 0x73, &target_key, 1, 0));
