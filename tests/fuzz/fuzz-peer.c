@@ -1,0 +1,480 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fuzz target for the peer protocol: the daemon's peer connection code (daemon/link) and what a
+ * READY peer may ask of it (links, transfers, data-stream chunks, heartbeats, comm-domain
+ * messages, unlinks), fed by a scripted peer daemon (fuzz-script.h) on socketpairs. The
+ * handshake runs with or without the cluster key, computing the proofs the way
+ * daemon/link/peer-auth.h documents them (and checking the daemon's). fuzz-peer.h says what is
+ * set up before the script. Built for libFuzzer, or with fuzz-main.c to replay a corpus.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "crc32c.h"
+#include "daemon.h"
+#include "fuzz-daemon.h"
+#include "fuzz-peer.h"
+#include "hmac.h"
+#include "kvdist.pb-c.h"
+#include "peer-auth.h"
+#include "peer.h"
+#include "tcp-stream.h"
+
+#define CHECK(x)                                                                           \
+        do {                                                                               \
+                if (!(x)) {                                                                \
+                        fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
+                        abort();                                                           \
+                }                                                                          \
+        } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* What the daemon handed out so far in this run, for the fill-ins of fuzz-peer.h. */
+static struct {
+        bool key;
+        uint64_t link_id;
+        uint64_t job_id;
+        uint64_t domain_id;
+        uint64_t comm_id;               /* of the local cluster's last DomainLinkReply */
+        uint8_t digest[32];             /* of the daemon's last PeerDomainJoin */
+        uint8_t token[PEER_DATA_TOKEN_SIZE];
+        bool ready[FUZZ_ENDPOINTS_MAX];
+} pf;
+
+static char *key_path;
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+        for (unsigned k = 0; k < 8; k++)
+                p[k] = (uint8_t)(v >> (8 * k));
+}
+
+/* A proof as peer-auth.h defines it, computed here from that text, not with peer-auth.c. */
+static void peer_proof(uint8_t role, uint64_t prover, uint64_t verifier, const uint8_t *prover_nonce,
+                       const uint8_t *verifier_nonce, uint8_t out[PEER_AUTH_MAC_SIZE])
+{
+        HmacSha256 h;
+        uint8_t id[8];
+
+        hmac_sha256_init(&h, FUZZ_PEER_KEY, strlen(FUZZ_PEER_KEY));
+        hmac_sha256_update(&h, PEER_AUTH_CONTEXT, strlen(PEER_AUTH_CONTEXT));
+        hmac_sha256_update(&h, &role, 1);
+        put_le64(id, prover);
+        hmac_sha256_update(&h, id, sizeof(id));
+        put_le64(id, verifier);
+        hmac_sha256_update(&h, id, sizeof(id));
+        hmac_sha256_update(&h, prover_nonce, PEER_AUTH_NONCE_SIZE);
+        hmac_sha256_update(&h, verifier_nonce, PEER_AUTH_NONCE_SIZE);
+        hmac_sha256_final(&h, out);
+}
+
+static void peer_tweak(Config *c)
+{
+        free(c->listen_ip_info);
+        c->listen_ip_info = strdup("127.0.0.1:0");
+        CHECK(c->listen_ip_info);
+        if (pf.key) {
+                c->cluster_key_file = strdup(key_path);
+                CHECK(c->cluster_key_file);
+        }
+}
+
+/*
+ * The dialer's side of the handshake on endpoint @i (a peer connection) up to @stage, its data
+ * connections in free endpoints from @data_from on. Whether it got that far.
+ */
+static bool peer_start(FuzzDaemon *f, unsigned i, unsigned stage, uint64_t node_id,
+                       unsigned streams, bool crc, unsigned data_from)
+{
+        Kvdist__V1__PeerHello hello = KVDIST__V1__PEER_HELLO__INIT;
+        Kvdist__V1__PeerAuth auth = KVDIST__V1__PEER_AUTH__INIT;
+        Kvdist__V1__PeerHelloReply *hr;
+        Kvdist__V1__PeerAuthReply *ar;
+        uint8_t nonce[PEER_AUTH_NONCE_SIZE], proof[PEER_AUTH_MAC_SIZE], expected[PEER_AUTH_MAC_SIZE];
+        unsigned n;
+
+        if (stage == 0)
+                return true;
+        for (unsigned k = 0; k < sizeof(nonce); k++)
+                nonce[k] = (uint8_t)(k * 7 + i);
+        hello.protocol_version = FRAME_VERSION;
+        hello.node_id = node_id;
+        hello.identity = (char *)"kvdistd/fuzz";
+        hello.nonce.data = nonce;
+        hello.nonce.len = sizeof(nonce);
+        hello.has_key = pf.key;
+        hello.listen_ip_info = (char *)FUZZ_PEER_ADDRESS;
+        hello.tcp_streams = streams;
+        hello.crc = crc;
+        hello.chunk_size = 64u << 10;
+        hello.max_frame_size = f->daemon->config->limits.max_frame_size;
+        if (!fuzz_send_request(f, i, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, 1, &hello.base, -1))
+                return false;
+        hr = (Kvdist__V1__PeerHelloReply *)fuzz_expect_reply(f, i,
+                                                             KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO);
+        if (!hr || !fuzz_reply_ok(&hr->base) || !hr->hello ||
+            hr->hello->nonce.len != PEER_AUTH_NONCE_SIZE) {
+                if (hr)
+                        protobuf_c_message_free_unpacked(&hr->base, NULL);
+                return false;
+        }
+        if (pf.key) {
+                /* The daemon proves the key as peer-auth.h says, or the peers do not agree. */
+                peer_proof(PEER_AUTH_ROLE_BYTE_LISTENER, hr->hello->node_id, node_id,
+                           hr->hello->nonce.data, nonce, expected);
+                CHECK(hr->proof.len == sizeof(expected));
+                CHECK(memcmp(hr->proof.data, expected, sizeof(expected)) == 0);
+                peer_proof(PEER_AUTH_ROLE_BYTE_DIALER, node_id, hr->hello->node_id, nonce,
+                           hr->hello->nonce.data, proof);
+                auth.proof.data = proof;
+                auth.proof.len = sizeof(proof);
+        } else
+                CHECK(hr->proof.len == 0);
+        protobuf_c_message_free_unpacked(&hr->base, NULL);
+        if (stage == 1)
+                return true;
+
+        if (!fuzz_send_request(f, i, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, 2, &auth.base, -1))
+                return false;
+        ar = (Kvdist__V1__PeerAuthReply *)fuzz_expect_reply(f, i,
+                                                            KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH);
+        if (!ar || !fuzz_reply_ok(&ar->base)) {
+                if (ar)
+                        protobuf_c_message_free_unpacked(&ar->base, NULL);
+                return false;
+        }
+        n = ar->tcp_streams;
+        CHECK(n >= 1 && n <= streams);
+        protobuf_c_message_free_unpacked(&ar->base, NULL);
+        if (stage == 2)
+                return true;
+
+        pf.ready[i] = false;
+        for (unsigned k = 0; k < n; k++) {
+                Kvdist__V1__PeerDataHello dh = KVDIST__V1__PEER_DATA_HELLO__INIT;
+                unsigned slot = fuzz_endpoint_free_slot(f, data_from);
+
+                fuzz_endpoint_peer(f, slot, false);
+                dh.data_token.data = pf.token;
+                dh.data_token.len = sizeof(pf.token);
+                dh.index = k;
+                if (!fuzz_send_request(f, slot, KVDIST__V1__MSG_TYPE__MSG_PEER_DATA_HELLO, 0,
+                                       &dh.base, -1))
+                        return false;
+        }
+        fuzz_settle(f);
+        return pf.ready[i];
+}
+
+static bool local_request(FuzzDaemon *f, uint16_t type, uint64_t id, const ProtobufCMessage *m,
+                          int fd)
+{
+        ProtobufCMessage *reply;
+        bool ok;
+
+        if (!fuzz_send_request(f, FUZZ_PEER_EP_CLIENT, type, id, m, fd))
+                return false;
+        reply = fuzz_expect_reply(f, FUZZ_PEER_EP_CLIENT, type);
+        ok = fuzz_reply_ok(reply);
+        if (reply)
+                protobuf_c_message_free_unpacked(reply, NULL);
+        return ok;
+}
+
+/* The local cluster of fuzz-peer.h, its region and its caches. */
+static void local_cluster(FuzzDaemon *f)
+{
+        const uint64_t tensor = FUZZ_PEER_TENSOR_BLOCKS * FUZZ_PEER_BLOCK_BYTES;
+        Kvdist__V1__Hello hello = KVDIST__V1__HELLO__INIT;
+        Kvdist__V1__ClientInit init = KVDIST__V1__CLIENT_INIT__INIT;
+        Kvdist__V1__RegionAdd region = KVDIST__V1__REGION_ADD__INIT;
+        Kvdist__V1__RegisterCache blocks = KVDIST__V1__REGISTER_CACHE__INIT;
+        Kvdist__V1__RegisterCache contig = KVDIST__V1__REGISTER_CACHE__INIT;
+        Kvdist__V1__CacheDesc bdesc = KVDIST__V1__CACHE_DESC__INIT;
+        Kvdist__V1__CacheDesc cdesc = KVDIST__V1__CACHE_DESC__INIT;
+        Kvdist__V1__BlocksKey bkey = KVDIST__V1__BLOCKS_KEY__INIT;
+        Kvdist__V1__ReqKey req[2] = { KVDIST__V1__REQ_KEY__INIT, KVDIST__V1__REQ_KEY__INIT };
+        Kvdist__V1__CacheKey key[3] = { KVDIST__V1__CACHE_KEY__INIT, KVDIST__V1__CACHE_KEY__INIT,
+                                        KVDIST__V1__CACHE_KEY__INIT };
+        Kvdist__V1__CacheKey *bkeys[] = { &key[0] }, *ckeys[] = { &key[1], &key[2] };
+        int64_t bshape[] = { FUZZ_PEER_TENSOR_BLOCKS, FUZZ_PEER_BLOCK_BYTES / 2 };
+        int64_t cshape[] = { 2, FUZZ_PEER_TENSOR_BLOCKS * FUZZ_PEER_BLOCK_BYTES / 2 / 2 };
+        uint64_t baddrs[] = { FUZZ_PEER_REGION_ADDR, FUZZ_PEER_REGION_ADDR + tensor };
+        uint64_t caddrs[] = { FUZZ_PEER_REGION_ADDR + 2 * tensor,
+                              FUZZ_PEER_REGION_ADDR + 3 * tensor };
+        int fd;
+
+        fuzz_endpoint_client(f, FUZZ_PEER_EP_CLIENT);
+        hello.protocol_version = FRAME_VERSION;
+        CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_HELLO, 1, &hello.base, -1));
+        init.cluster_id = FUZZ_PEER_CLUSTER;
+        init.role = KVDIST__V1__ROLE__ROLE_MIX;
+        CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, 2, &init.base, -1));
+
+        fd = memfd_create("kvdist-fuzz-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        CHECK(fd >= 0);
+        CHECK(ftruncate(fd, FUZZ_MEMFD_SIZE) == 0);
+        CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+        region.size = FUZZ_MEMFD_SIZE;
+        region.client_addr = FUZZ_PEER_REGION_ADDR;
+        CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, 3, &region.base, fd));
+        close(fd);
+
+        /* 2-byte elements: FLOAT16 blocks of FUZZ_PEER_BLOCK_BYTES. */
+        bdesc.num_tensors = 2;
+        bdesc.shape = bshape;
+        bdesc.n_shape = 2;
+        bdesc.data_type = 1;
+        bkey.cluster_id = FUZZ_PEER_CLUSTER;
+        bkey.model_id = FUZZ_PEER_BLOCKS_MODEL;
+        key[0].kind_case = KVDIST__V1__CACHE_KEY__KIND_BLOCKS;
+        key[0].blocks = &bkey;
+        blocks.desc = &bdesc;
+        blocks.addrs = baddrs;
+        blocks.n_addrs = 2;
+        blocks.blocks = true;
+        blocks.keys = bkeys;
+        blocks.n_keys = 1;
+        blocks.remote_access = KVDIST__V1__REMOTE_ACCESS__REMOTE_YES;
+        CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_REGISTER_CACHE, 4, &blocks.base, -1));
+
+        cdesc.num_tensors = 2;
+        cdesc.shape = cshape;
+        cdesc.n_shape = 2;
+        cdesc.data_type = 1;
+        for (unsigned k = 0; k < 2; k++) {
+                req[k].cluster_id = FUZZ_PEER_CLUSTER;
+                req[k].req_id = k + 1;
+                req[k].prefix_id = UINT64_MAX; /* KVD_ID_NONE: a request key */
+                req[k].model_id = FUZZ_PEER_BLOCKS_MODEL;
+                key[1 + k].kind_case = KVDIST__V1__CACHE_KEY__KIND_REQ;
+                key[1 + k].req = &req[k];
+        }
+        contig.desc = &cdesc;
+        contig.addrs = caddrs;
+        contig.n_addrs = 2;
+        contig.keys = ckeys;
+        contig.n_keys = 2;
+        contig.remote_access = KVDIST__V1__REMOTE_ACCESS__REMOTE_YES;
+        CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_REGISTER_CACHE, 5, &contig.base, -1));
+}
+
+static void peer_open_endpoint(FuzzDaemon *f, unsigned i, uint8_t mode)
+{
+        uint64_t node = (mode & 4) ? FUZZ_PEER_NODE_ID : FUZZ_PEER_NODE_ID + i;
+
+        fuzz_endpoint_peer(f, i, true);
+        /* Its data connections are no endpoint a script names; they are only read. */
+        (void)peer_start(f, i, mode & 3, node, FUZZ_PEER_SETUP_STREAMS(mode), false,
+                         FUZZ_MAX_ENDPOINTS);
+}
+
+static void peer_on_frame(FuzzDaemon *f, unsigned i, const FrameHeader *h,
+                          const ProtobufCMessage *msg)
+{
+        bool reply = h->flags & FRAME_FLAG_REPLY, ok;
+
+        if (!msg || (h->flags & FRAME_FLAG_ERROR))
+                return;
+        ok = reply && fuzz_reply_ok(msg);
+        switch (h->type) {
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_READY:
+                pf.ready[i] = !reply;
+                break;
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH:
+                if (ok && ((const Kvdist__V1__PeerAuthReply *)msg)->data_token.len ==
+                                  PEER_DATA_TOKEN_SIZE)
+                        memcpy(pf.token, ((const Kvdist__V1__PeerAuthReply *)msg)->data_token.data,
+                               PEER_DATA_TOKEN_SIZE);
+                break;
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_LINK:
+                if (ok)
+                        pf.link_id = ((const Kvdist__V1__PeerLinkReply *)msg)->link_id;
+                break;
+        case KVDIST__V1__MSG_TYPE__MSG_DOMAIN_LINK:
+                if (ok)
+                        pf.comm_id = ((const Kvdist__V1__DomainLinkReply *)msg)->comm_id;
+                break;
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER:
+                if (ok)
+                        pf.job_id = ((const Kvdist__V1__PeerTransferReply *)msg)->job_id;
+                break;
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN:
+                if (ok && ((const Kvdist__V1__PeerDomainJoinReply *)msg)->dst_domain_id)
+                        pf.domain_id = ((const Kvdist__V1__PeerDomainJoinReply *)msg)->dst_domain_id;
+                else if (!reply) {
+                        const Kvdist__V1__PeerDomainJoin *j = (const Kvdist__V1__PeerDomainJoin *)msg;
+
+                        pf.domain_id = j->src_domain_id;
+                        if (j->digest.len == sizeof(pf.digest))
+                                memcpy(pf.digest, j->digest.data, sizeof(pf.digest));
+                }
+                break;
+        default:
+                break;
+        }
+}
+
+/* Replaces @from with @to in the malloc()ed string *@s; whether it did. */
+static bool replace_string(char **s, const char *from, const char *to)
+{
+        char *at = *s ? strstr(*s, from) : NULL, *n;
+
+        if (!at)
+                return false;
+        CHECK(asprintf(&n, "%.*s%s%s", (int)(at - *s), *s, to, at + strlen(from)) >= 0);
+        free(*s);
+        *s = n;
+        return true;
+}
+
+static bool peer_fixup(FuzzDaemon *f, uint16_t type, ProtobufCMessage *msg)
+{
+        static const uint8_t zeros[PEER_DATA_TOKEN_SIZE];
+        Kvdist__V1__PeerDataHello *dh;
+        Kvdist__V1__PeerDomainJoin *j;
+        uint64_t *domain = NULL, *link = NULL;
+        bool changed = false;
+
+        switch (type) {
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_DATA_HELLO:
+                dh = (Kvdist__V1__PeerDataHello *)msg;
+                if (dh->data_token.len != PEER_DATA_TOKEN_SIZE ||
+                    memcmp(dh->data_token.data, zeros, sizeof(zeros)) != 0)
+                        return false;
+                memcpy(dh->data_token.data, pf.token, PEER_DATA_TOKEN_SIZE);
+                return true;
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER:
+                link = &((Kvdist__V1__PeerTransfer *)msg)->link_id;
+                break;
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK:
+                link = &((Kvdist__V1__PeerUnlink *)msg)->link_id;
+                break;
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED:
+                domain = &((Kvdist__V1__PeerDomainLinked *)msg)->dst_domain_id;
+                break;
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY:
+                domain = &((Kvdist__V1__PeerDomainReady *)msg)->dst_domain_id;
+                break;
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE:
+                domain = &((Kvdist__V1__PeerDomainLeave *)msg)->dst_domain_id;
+                break;
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER:
+                domain = &((Kvdist__V1__PeerDomainXfer *)msg)->dst_domain_id;
+                break;
+        case KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN:
+                j = (Kvdist__V1__PeerDomainJoin *)msg;
+                for (size_t k = 0; k < j->n_members; k++)
+                        changed |= replace_string(&j->members[k]->address, FUZZ_PEER_SELF,
+                                                  daemon_peer_address(f->daemon));
+                if (j->digest.len == sizeof(pf.digest) &&
+                    memcmp(j->digest.data, zeros, sizeof(pf.digest)) == 0) {
+                        memcpy(j->digest.data, pf.digest, sizeof(pf.digest));
+                        changed = true;
+                }
+                return changed;
+        case KVDIST__V1__MSG_TYPE__MSG_DOMAIN_SEND_RECV:
+                if (((Kvdist__V1__DomainSendRecv *)msg)->comm_id != 0 || !pf.comm_id)
+                        return false;
+                ((Kvdist__V1__DomainSendRecv *)msg)->comm_id = pf.comm_id;
+                return true;
+        case KVDIST__V1__MSG_TYPE__MSG_DOMAIN_LINK:
+                while (replace_string(&((Kvdist__V1__DomainLink *)msg)->rank_table,
+                                      FUZZ_PEER_SELF, daemon_peer_address(f->daemon)))
+                        changed = true;
+                return changed;
+        default:
+                return false;
+        }
+        if (link && *link == 0 && pf.link_id) {
+                *link = pf.link_id;
+                return true;
+        }
+        if (domain && *domain == 0 && pf.domain_id) {
+                *domain = pf.domain_id;
+                return true;
+        }
+        return false;
+}
+
+/* FUZZ_OP_CHUNK: u8 flags, u64 job id, u32 offset, u16 length, payload. */
+static size_t peer_chunk(FuzzDaemon *f, uint8_t arg, const uint8_t *data, size_t size)
+{
+        const uint8_t *start = data;
+        uint8_t flags, hdr[TCP_STREAM_HEADER_SIZE], *buf;
+        unsigned i = 1 + arg % 4;
+        uint64_t job;
+        uint32_t offset, crc;
+        uint16_t len;
+
+        if (!fuzz_u8(&data, &size, &flags) || !fuzz_u64(&data, &size, &job) ||
+            !fuzz_u32(&data, &size, &offset) || !fuzz_u16(&data, &size, &len) || size < len)
+                return 0;
+        if (job == 0)
+                job = pf.job_id;
+        crc = (flags & TCP_STREAM_FLAG_CRC) ? crc32c(0, data, len) : 0;
+        for (unsigned k = 0; k < 4; k++) {
+                hdr[k] = (uint8_t)(TCP_STREAM_MAGIC >> (8 * k));
+                hdr[4 + k] = k == 0 ? flags : 0;
+                hdr[24 + k] = (uint8_t)((uint32_t)len >> (8 * k));
+                hdr[28 + k] = (uint8_t)(crc >> (8 * k));
+        }
+        put_le64(hdr + 8, job);
+        put_le64(hdr + 16, offset);
+        buf = malloc(sizeof(hdr) + len);
+        CHECK(buf);
+        memcpy(buf, hdr, sizeof(hdr));
+        memcpy(buf + sizeof(hdr), data, len);
+        /* Only the main peer's data connections; one not attached takes nothing. */
+        if (f->ep[i].opened && !f->ep[i].frames)
+                fuzz_send_raw(f, i, buf, sizeof(hdr) + len);
+        free(buf);
+        return (size_t)(data - start) + len;
+}
+
+static const FuzzTarget peer_target = {
+        .open_endpoint = peer_open_endpoint,
+        .on_frame = peer_on_frame,
+        .fixup = peer_fixup,
+        .chunk = peer_chunk,
+};
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+        uint8_t setup;
+        FuzzDaemon *f;
+
+        if (size == 0)
+                return 0;
+        fuzz_init();
+        if (!key_path) {
+                int fd;
+
+                key_path = fuzz_private_path("cluster.key");
+                fd = open(key_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+                CHECK(fd >= 0);
+                CHECK(write(fd, FUZZ_PEER_KEY, strlen(FUZZ_PEER_KEY)) ==
+                      (ssize_t)strlen(FUZZ_PEER_KEY));
+                close(fd);
+        }
+        setup = data[0];
+        memset(&pf, 0, sizeof(pf));
+        pf.key = setup & FUZZ_PEER_SETUP_KEY;
+        f = fuzz_daemon_new(&peer_target, peer_tweak);
+        local_cluster(f);
+        fuzz_endpoint_peer(f, FUZZ_PEER_EP_PEER, true);
+        if (!peer_start(f, FUZZ_PEER_EP_PEER, FUZZ_PEER_SETUP_STAGE(setup), FUZZ_PEER_NODE_ID,
+                        FUZZ_PEER_SETUP_STREAMS(setup), setup & FUZZ_PEER_SETUP_CRC, 1)) {
+                fprintf(stderr, "fuzz-peer: the handshake stopped short of stage %u\n",
+                        FUZZ_PEER_SETUP_STAGE(setup));
+                abort();
+        }
+        fuzz_run_script(f, data + 1, size - 1);
+        fuzz_daemon_free(f);
+        return 0;
+}
