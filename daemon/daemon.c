@@ -325,17 +325,12 @@ int daemon_run(Daemon *d)
 
 Daemon *daemon_free(Daemon *d)
 {
-        Conn *c, *tmp;
-
         if (!d)
                 return NULL;
         d->stopping = true;
         d->metrics_server = metrics_server_free(d->metrics_server);
         d->listener = listener_free(d->listener);
-        CLIST_FOREACH_SAFE(c, tmp, &d->conns, link_daemon) {
-                conn_flush(c);
-                conn_free(c);
-        }
+        conn_free_all(d);
         peer_close_all(d);
         /* Runs the completions of whatever was still moving over the network. */
         peer_free_all(d);

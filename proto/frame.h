@@ -29,6 +29,14 @@ enum {
         _FRAME_FLAGS_KNOWN = FRAME_FLAG_REPLY | FRAME_FLAG_ERROR,
 };
 
+/*
+ * Requests are numbered from 1. An error frame (REPLY | ERROR) with request id 0 and type 0
+ * answers no request: it is about the connection itself and says why the daemon closes it
+ * (another frame version, the allow-list, too many connections). A client fails whatever call
+ * is under way with its code and detail.
+ */
+#define FRAME_CONNECTION_REQUEST_ID 0
+
 typedef struct FrameHeader {
         uint32_t magic;
         uint16_t version;

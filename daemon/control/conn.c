@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -26,181 +27,11 @@
 /* Replies a client may leave unread before it is disconnected. */
 #define CONN_MAX_OUT_BYTES (64u << 20)
 
-static void conn_on_close_later(evutil_socket_t fd, short what, void *userdata)
-{
-        conn_free(userdata);
-}
-
-void conn_close_later(Conn *c)
-{
-        static const struct timeval now = { 0, 0 };
-
-        if (c->state == CONN_CLOSED)
-                return;
-        c->state = CONN_CLOSED;
-        event_del(c->ev_read);
-        event_del(c->ev_write);
-        if (event_base_once(c->daemon->base, -1, EV_TIMEOUT, conn_on_close_later, c, &now) < 0)
-                log_error("connection %" PRIu64 ": cannot schedule its close", c->id);
-}
-
-/* Writes queued output until the socket is full; returns negative errno when it broke. */
-static int conn_write(Conn *c)
-{
-        int r;
-
-        r = wire_out_write(&c->out, c->fd);
-        if (r < 0)
-                return r;
-        if (wire_out_is_empty(&c->out))
-                event_del(c->ev_write);
-        else if (event_add(c->ev_write, NULL) < 0)
-                return -ENOMEM;
-        return 0;
-}
-
-void conn_flush(Conn *c)
-{
-        if (c->fd >= 0)
-                (void)conn_write(c);
-}
-
-static void conn_on_write(evutil_socket_t fd, short what, void *userdata)
-{
-        Conn *c = userdata;
-        int r;
-
-        r = conn_write(c);
-        if (r < 0) {
-                log_debug_errno(r, "connection %" PRIu64 ": write failed, closing", c->id);
-                conn_free(c);
-        }
-}
-
-/* Queues @buf (taking it) with @fd (dup'ed) and starts writing. */
-static int conn_queue(Conn *c, uint8_t *buf, size_t len, int fd)
-{
-        int r;
-
-        if (c->state == CONN_CLOSED) {
-                free(buf);
-                return -ENOTCONN;
-        }
-        if (c->out.bytes + len > CONN_MAX_OUT_BYTES) {
-                free(buf);
-                log_warning("connection %" PRIu64 ": %zu bytes of replies unread, closing",
-                            c->id, c->out.bytes);
-                conn_close_later(c);
-                return -ENOBUFS;
-        }
-        r = wire_out_queue(&c->out, buf, len, fd);
-        if (r < 0)
-                return r;
-        r = conn_write(c);
-        if (r < 0) {
-                conn_close_later(c);
-                return r;
-        }
-        return 0;
-}
-
-/* Answers a frame that never became a request (bad version, unknown type, wrong fds). */
-static void conn_send_error(Conn *c, uint16_t type, uint64_t id, int code, const char *detail)
-{
-        uint8_t *buf;
-        size_t len;
-
-        daemon_count_error(c->daemon, code);
-        if (frame_pack_error(type, id, code, detail, c->daemon->config->limits.max_frame_size,
-                             &buf, &len) < 0)
-                return;
-        (void)conn_queue(c, buf, len, -1);
-}
-
-/* Reads toward the next complete frame: 1 when one is ready, 0 when the socket is drained. */
-static int conn_read_frame(Conn *c)
-{
-        int r;
-
-        r = wire_in_read(&c->in, c->fd, c->daemon->config->limits.max_frame_size, FRAME_MAX_FDS);
-        if (r == -EPROTONOSUPPORT) {
-                char detail[128];
-
-                (void)snprintf(detail, sizeof(detail), "kvdistd speaks frame version %d",
-                               FRAME_VERSION);
-                conn_send_error(c, 0, 0, KVD_E_PROTOCOL_MISMATCH, detail);
-        }
-        return r;
-}
-
-static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
-{
-        Conn *c = userdata;
-
-        for (int i = 0; i < CONN_FRAMES_PER_WAKEUP; i++) {
-                int r = conn_read_frame(c);
-
-                if (r == 0)
-                        return;
-                if (r < 0) {
-                        if (r != -ECONNRESET) {
-                                c->daemon->counters.frames_malformed++;
-                                log_warning_errno(r, "connection %" PRIu64 " (pid %d): broken "
-                                                  "frame (type %u, %u bytes, %u fds), closing",
-                                                  c->id, (int)c->cred.pid, c->in.frame.type,
-                                                  c->in.frame.length, c->in.frame.n_fds);
-                        } else
-                                log_debug("connection %" PRIu64 " (pid %d): closed by peer",
-                                          c->id, (int)c->cred.pid);
-                        conn_flush(c);
-                        conn_free(c);
-                        return;
-                }
-                dispatch_frame(c);
-                wire_in_reset(&c->in);
-                if (c->state == CONN_CLOSED)
-                        return;
-        }
-}
-
-int conn_new(Daemon *d, int fd, const struct ucred *cred, Conn **ret)
-{
-        Conn *c;
-
-        c = calloc(1, sizeof(*c));
-        if (!c) {
-                safe_close(fd);
-                return -ENOMEM;
-        }
-        c->daemon = d;
-        c->id = daemon_next_id(d);
-        c->fd = fd;
-        c->cred = *cred;
-        c->state = CONN_HELLO;
-        wire_in_init(&c->in);
-        wire_out_init(&c->out);
-        clist_init(&c->requests);
-        clist_init(&c->link_daemon);
-        c->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
-        c->ev_write = event_new(d->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
-        clist_link_tail(&d->conns, &c->link_daemon);
-        d->n_conns++;
-        if (!c->ev_read || !c->ev_write || event_add(c->ev_read, NULL) < 0) {
-                conn_free(c);
-                return -ENOMEM;
-        }
-        log_debug("connection %" PRIu64 ": pid %d uid %u", c->id, (int)cred->pid,
-                  (unsigned)cred->uid);
-        *ret = c;
-        return 0;
-}
-
-Conn *conn_free(Conn *c)
+/* Frees @c: the close event's callback, conn_free_all() and a failed conn_new() only. */
+static void conn_destroy(Conn *c)
 {
         Request *req, *tmp;
 
-        if (!c)
-                return NULL;
         c->state = CONN_CLOSED;
 
         /* Requests in flight first: their owners stop and never answer. */
@@ -225,12 +56,324 @@ Conn *conn_free(Conn *c)
                 event_free(c->ev_read);
         if (c->ev_write)
                 event_free(c->ev_write);
+        if (c->ev_deadline)
+                event_free(c->ev_deadline);
+        if (c->ev_close)
+                event_free(c->ev_close);
         safe_close(c->fd);
         clist_unlink(&c->link_daemon);
         c->daemon->n_conns--;
         daemon_update_status(c->daemon);
         free(c);
-        return NULL;
+}
+
+static void conn_on_close(evutil_socket_t fd, short what, void *userdata)
+{
+        conn_destroy(userdata);
+}
+
+void conn_close_later(Conn *c)
+{
+        if (c->state == CONN_CLOSED)
+                return;
+        c->state = CONN_CLOSED;
+        event_del(c->ev_read);
+        event_del(c->ev_write);
+        event_del(c->ev_deadline);
+        /* The event exists since conn_new(): activating it allocates nothing and cannot fail. */
+        event_active(c->ev_close, EV_TIMEOUT, 0);
+}
+
+void conn_free_all(Daemon *d)
+{
+        Conn *c, *tmp;
+
+        CLIST_FOREACH_SAFE(c, tmp, &d->conns, link_daemon) {
+                conn_flush(c);
+                conn_destroy(c);
+        }
+}
+
+void conn_set_state(Conn *c, ConnState state)
+{
+        if (c->state == CONN_CLOSED)
+                return;
+        assert((c->state == CONN_HELLO && state == CONN_READY) ||
+               (c->state == CONN_READY && state == CONN_CLUSTER) ||
+               (c->state == CONN_CLUSTER && state == CONN_READY));
+        c->state = state;
+}
+
+void conn_flush(Conn *c)
+{
+        (void)wire_out_write(&c->out, c->fd);
+}
+
+/* Writes queued output until the socket is full and waits for room for the rest; returns
+ * negative errno when the socket broke. */
+static int conn_write(Conn *c)
+{
+        int r;
+
+        r = wire_out_write(&c->out, c->fd);
+        if (r < 0)
+                return r;
+        if (wire_out_is_empty(&c->out))
+                event_del(c->ev_write);
+        else if (event_add(c->ev_write, NULL) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+static void conn_on_write(evutil_socket_t fd, short what, void *userdata)
+{
+        Conn *c = userdata;
+        int r;
+
+        r = conn_write(c);
+        if (r < 0) {
+                log_debug_errno(r, "connection %" PRIu64 ": write failed, closing", c->id);
+                conn_close_later(c);
+        }
+}
+
+/* Queues @buf (taking it) with @fd (dup'ed) and starts writing. */
+static int conn_queue(Conn *c, uint8_t *buf, size_t len, int fd)
+{
+        int r;
+
+        if (c->state == CONN_CLOSED) {
+                free(buf);
+                return -ENOTCONN;
+        }
+        if (c->out.bytes + len > CONN_MAX_OUT_BYTES) {
+                free(buf);
+                log_warning("connection %" PRIu64 ": %zu bytes of replies unread, closing",
+                            c->id, c->out.bytes);
+                conn_close_later(c);
+                return -ENOBUFS;
+        }
+        r = wire_out_queue(&c->out, buf, len, fd);
+        if (r < 0)
+                return r;
+        r = conn_write(c);
+        if (r < 0) {
+                log_debug_errno(r, "connection %" PRIu64 ": write failed, closing", c->id);
+                conn_close_later(c);
+                return r;
+        }
+        return 0;
+}
+
+/* Answers a frame that never became a request (bad version, unknown type, wrong fds). */
+static void conn_send_error(Conn *c, uint16_t type, uint64_t id, int code, const char *detail)
+{
+        uint8_t *buf;
+        size_t len;
+
+        daemon_count_error(c->daemon, code);
+        if (frame_pack_error(type, id, code, detail, c->daemon->config->limits.max_frame_size,
+                             &buf, &len) < 0)
+                return;
+        (void)conn_queue(c, buf, len, -1);
+}
+
+void conn_refuse(Daemon *d, int fd, int code, const char *detail)
+{
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t len;
+
+        daemon_count_error(d, code);
+        if (frame_pack_error(0, FRAME_CONNECTION_REQUEST_ID, code, detail,
+                             d->config->limits.max_frame_size, &buf, &len) < 0)
+                return;
+        /* A fresh socket's buffer takes one small frame; if not, the close says enough. */
+        (void)frame_sendmsg(fd, buf, len, NULL, 0);
+}
+
+static const char *file_kind(mode_t mode)
+{
+        switch (mode & S_IFMT) {
+        case S_IFSOCK:
+                return "a socket";
+        case S_IFIFO:
+                return "a pipe";
+        case S_IFDIR:
+                return "a directory";
+        case S_IFCHR:
+                return "a character device";
+        case S_IFBLK:
+                return "a block device";
+        case 0:
+                /* eventfd, epoll, io_uring, pidfd, ...: anonymous inodes have no file type. */
+                return "an anonymous inode";
+        default:
+                return "an unknown kind of file";
+        }
+}
+
+/*
+ * Checks the fds that arrived since the last call. Clients send memfds (regions) and nothing
+ * else, and only regular files are let in: a socket held in a partial frame, above all a dup of
+ * the client's own end, would keep the connection (and its cluster) alive after the client
+ * exits; an io_uring or epoll fd could hold one too. Returns 0, or -EBADFD after logging.
+ */
+static int conn_check_fds(Conn *c)
+{
+        for (; c->n_fds_checked < c->in.n_fds; c->n_fds_checked++) {
+                struct stat st;
+
+                if (fstat(c->in.fds[c->n_fds_checked], &st) < 0)
+                        st.st_mode = 0;
+                if (S_ISREG(st.st_mode))
+                        continue;
+                c->daemon->counters.frames_malformed++;
+                log_warning("connection %" PRIu64 " (pid %d): sent %s as fd %zu of a frame; "
+                            "clients may pass memfds only, closing", c->id, (int)c->cred.pid,
+                            file_kind(st.st_mode), c->n_fds_checked);
+                return -EBADFD;
+        }
+        return 0;
+}
+
+/*
+ * Reads toward the next complete frame: 1 when one is ready, 0 when the socket is drained,
+ * negative errno when the connection must close (-EBADFD: refused fds, logged).
+ */
+static int conn_read_frame(Conn *c)
+{
+        int r, k;
+
+        r = wire_in_read(&c->in, c->fd, c->daemon->config->limits.max_frame_size, FRAME_MAX_FDS);
+        /* Whatever came, fds that must not stay are refused before anything else. */
+        k = conn_check_fds(c);
+        if (k < 0)
+                return k;
+        if (r == -EPROTONOSUPPORT) {
+                char detail[128];
+
+                (void)snprintf(detail, sizeof(detail), "kvdistd speaks frame version %d",
+                               FRAME_VERSION);
+                conn_send_error(c, 0, FRAME_CONNECTION_REQUEST_ID, KVD_E_PROTOCOL_MISMATCH,
+                                detail);
+        }
+        return r;
+}
+
+static bool conn_has_partial_frame(const Conn *c)
+{
+        return c->in.header_len > 0 || c->in.n_fds > 0;
+}
+
+static void conn_on_deadline(evutil_socket_t fd, short what, void *userdata)
+{
+        Conn *c = userdata;
+
+        if (conn_has_partial_frame(c)) {
+                c->daemon->counters.frames_malformed++;
+                log_warning("connection %" PRIu64 " (pid %d): a frame (%zu of %zu header bytes, "
+                            "%zu of %u payload bytes, %zu fds) did not complete within %d s, "
+                            "closing", c->id, (int)c->cred.pid, c->in.header_len,
+                            (size_t)FRAME_HEADER_SIZE, c->in.payload_len,
+                            c->in.header_len == FRAME_HEADER_SIZE ? c->in.frame.length : 0,
+                            c->in.n_fds, CONN_FRAME_TIMEOUT_SEC);
+        } else
+                log_warning("connection %" PRIu64 " (pid %d): no Hello within %d s, closing",
+                            c->id, (int)c->cred.pid, CONN_FRAME_TIMEOUT_SEC);
+        conn_close_later(c);
+}
+
+/*
+ * After a read pass: a partial frame has CONN_FRAME_TIMEOUT_SEC from when it was first seen to
+ * complete; so has Hello from the connect. Otherwise nothing is due.
+ */
+static void conn_update_deadline(Conn *c)
+{
+        static const struct timeval timeout = { CONN_FRAME_TIMEOUT_SEC, 0 };
+
+        if (c->state == CONN_CLOSED)
+                return;
+        if (!conn_has_partial_frame(c) && c->state != CONN_HELLO) {
+                event_del(c->ev_deadline);
+                return;
+        }
+        if (!evtimer_pending(c->ev_deadline, NULL) && evtimer_add(c->ev_deadline, &timeout) < 0) {
+                log_error("connection %" PRIu64 ": cannot arm its frame deadline, closing", c->id);
+                conn_close_later(c);
+        }
+}
+
+static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
+{
+        Conn *c = userdata;
+
+        for (int i = 0; i < CONN_FRAMES_PER_WAKEUP && c->state != CONN_CLOSED; i++) {
+                int r = conn_read_frame(c);
+
+                if (r == 0)
+                        break;
+                if (r < 0) {
+                        if (r == -ECONNRESET)
+                                log_debug("connection %" PRIu64 " (pid %d): closed by peer",
+                                          c->id, (int)c->cred.pid);
+                        else if (r != -EBADFD) {
+                                c->daemon->counters.frames_malformed++;
+                                log_warning_errno(r, "connection %" PRIu64 " (pid %d): broken "
+                                                  "frame (type %u, %u bytes, %u fds), closing",
+                                                  c->id, (int)c->cred.pid, c->in.frame.type,
+                                                  c->in.frame.length, c->in.frame.n_fds);
+                        }
+                        /* The fds of a refused frame go now, not with the connection. */
+                        wire_in_reset(&c->in);
+                        conn_flush(c);
+                        conn_close_later(c);
+                        return;
+                }
+                dispatch_frame(c);
+                wire_in_reset(&c->in);
+                c->n_fds_checked = 0;
+                /* The next frame's time starts when it is first seen. */
+                if (c->state != CONN_HELLO)
+                        event_del(c->ev_deadline);
+        }
+        conn_update_deadline(c);
+}
+
+int conn_new(Daemon *d, int fd, const struct ucred *cred, Conn **ret)
+{
+        Conn *c;
+
+        c = calloc(1, sizeof(*c));
+        if (!c) {
+                safe_close(fd);
+                return -ENOMEM;
+        }
+        c->daemon = d;
+        c->id = daemon_next_id(d);
+        c->fd = fd;
+        c->cred = *cred;
+        c->state = CONN_HELLO;
+        wire_in_init(&c->in);
+        wire_out_init(&c->out);
+        clist_init(&c->requests);
+        clist_init(&c->link_daemon);
+        clist_link_tail(&d->conns, &c->link_daemon);
+        d->n_conns++;
+        c->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
+        c->ev_write = event_new(d->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
+        c->ev_close = event_new(d->base, -1, 0, conn_on_close, c);
+        c->ev_deadline = evtimer_new(d->base, conn_on_deadline, c);
+        if (!c->ev_read || !c->ev_write || !c->ev_close || !c->ev_deadline ||
+            event_add(c->ev_read, NULL) < 0) {
+                conn_destroy(c);
+                return -ENOMEM;
+        }
+        /* Hello has CONN_FRAME_TIMEOUT_SEC from now. */
+        conn_update_deadline(c);
+        log_debug("connection %" PRIu64 ": pid %d uid %u", c->id, (int)cred->pid,
+                  (unsigned)cred->uid);
+        *ret = c;
+        return 0;
 }
 
 Request *request_new(Conn *c)

@@ -1,9 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Conn: one client connection on the Unix socket. It reads frames (header first, checked
- * against the limits before the payload is allocated; fds ride with the header), hands each to
- * the dispatch table and queues replies. The first frame must be Hello. A malformed frame or a
- * broken quota closes this connection only.
+ * against the limits before the payload is allocated; fds ride with the header and must be
+ * regular files, i.e. memfds), hands each to the dispatch table and queues replies. The first
+ * frame must be Hello. A malformed frame, a frame or Hello that does not complete within
+ * CONN_FRAME_TIMEOUT_SEC, or a broken quota closes this connection only.
+ *
+ * A connection is freed in exactly one place: the close event that conn_close_later() makes
+ * active. Whatever notices that it must go (a read or write error, a handler, a reply that
+ * cannot be queued) calls conn_close_later(), so no callback, handler or request reply ever runs
+ * on a freed Conn; until the close event runs, a closing connection reads nothing, writes only
+ * when flushed and drops replies.
  */
 #pragma once
 
@@ -19,6 +26,9 @@
 #include "frame.h"
 #include "wire.h"
 
+/* From a frame's first byte to its last, and from connecting to the end of Hello. */
+#define CONN_FRAME_TIMEOUT_SEC 10
+
 struct event;
 typedef struct Cluster Cluster;
 typedef struct Daemon Daemon;
@@ -29,7 +39,7 @@ typedef enum ConnState {
         CONN_HELLO,     /* waiting for Hello */
         CONN_READY,     /* Hello done; read-only requests allowed, ClientInit makes a cluster */
         CONN_CLUSTER,   /* a cluster is attached */
-        CONN_CLOSED,    /* torn down; waiting for requests in flight to let go */
+        CONN_CLOSED,    /* closing: freed by the close event, never leaves this state */
         _CONN_STATE_MAX,
         _CONN_STATE_INVALID = -22,
 } ConnState;
@@ -40,11 +50,14 @@ struct Conn {
         int fd;
         struct event *ev_read;
         struct event *ev_write;
+        struct event *ev_close;         /* active once closing: the only place a Conn is freed */
+        struct event *ev_deadline;      /* a partial frame, or Hello, took too long */
         struct ucred cred;
         ConnState state;
         Cluster *cluster;       /* CONN_CLUSTER */
 
         WireIn in;              /* the frame being read */
+        size_t n_fds_checked;   /* fds of @in whose kind was checked */
         WireOut out;            /* replies not yet written */
         CList requests;         /* Request.link_conn: requests still waiting for their reply */
         unsigned n_requests;
@@ -72,13 +85,34 @@ struct Request {
 /* Takes ownership of an accepted socket @fd and starts reading. */
 int conn_new(Daemon *d, int fd, const struct ucred *cred, Conn **ret);
 
-/* Closes the connection: its cluster is destroyed, pending requests cancelled. NULL ok. */
-Conn *conn_free(Conn *c);
+/*
+ * Tells a client on the accepted socket @fd, which gets no Conn, why it is refused: an error
+ * frame about the connection (FRAME_CONNECTION_REQUEST_ID) with @code and @detail, written without
+ * blocking and counted in the daemon's errors. The caller closes @fd.
+ */
+void conn_refuse(Daemon *d, int fd, int code, const char *detail);
 
-/* Marks the connection for closing once the event loop is back; safe from handlers. */
+/*
+ * Marks the connection closing: it stops reading and writing, drops later replies, and is freed
+ * (its cluster destroyed, pending requests cancelled) by its close event once the event loop is
+ * back. Safe from anywhere, any number of times.
+ */
 void conn_close_later(Conn *c);
 
-/* Writes as much queued output as the socket takes without blocking (used when stopping). */
+/*
+ * Frees every connection of @d, flushing what it can first. Only for the daemon's teardown,
+ * once the event loop stopped: no callback of a connection can be running.
+ */
+void conn_free_all(Daemon *d);
+
+/*
+ * Moves @c to @state (HELLO -> READY -> CLUSTER <-> READY; CLOSED through conn_close_later()
+ * only). A closing connection stays closing: the call is then ignored.
+ */
+void conn_set_state(Conn *c, ConnState state);
+
+/* Writes as much queued output as the socket takes without blocking (a last word before a
+ * close, or when stopping); arms nothing. */
 void conn_flush(Conn *c);
 
 /*

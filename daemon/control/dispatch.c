@@ -117,7 +117,8 @@ static void dispatch_hello(Conn *c, const Kvdist__V1__Hello *hello)
                 conn_close_later(c);
                 return;
         }
-        c->state = CONN_READY;
+        /* Stays closing if the reply could not be queued. */
+        conn_set_state(c, CONN_READY);
 }
 
 void dispatch_frame(Conn *c)

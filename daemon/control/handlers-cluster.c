@@ -77,7 +77,7 @@ int handle_client_init(Request *req, Error *err)
                 return r;
         }
         conn->cluster = c;
-        conn->state = CONN_CLUSTER;
+        conn_set_state(conn, CONN_CLUSTER);
         log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id),
                    "cluster %" PRIu64 " (pid %d uid %u): attached as %s on device %" PRId32
                    ", sync_kv_timeout %" PRIu32 " ms", c->id, (int)c->pid, (unsigned)c->uid,
@@ -97,7 +97,7 @@ int handle_client_finalize(Request *req, Error *err)
         /* Transfers the cluster asked for fail; their answers follow once their transports have
          * let go of the memory. The connection stays for read-only use. */
         c->conn = NULL;
-        conn->state = CONN_READY;
+        conn_set_state(conn, CONN_READY);
         cluster_free(c);
         return request_reply_ok(req), 0;
 }

@@ -648,11 +648,12 @@ START_TEST(test_malformed_frames)
                     0, NULL, 0, NULL, 0);
         expect_closed(fd, "n_fds = 1 without an fd");
 
-        /* RegionAdd with an unsealed memfd, a pipe, or nothing: PARAM_INVALID. */
+        /* RegionAdd with an unsealed memfd, a file that is no memfd, or nothing: PARAM_INVALID.
+         * (Fds that are no files at all close the connection: test-hostile-client.c.) */
         {
                 Kvdist__V1__ClientInit init = KVDIST__V1__CLIENT_INIT__INIT;
                 Kvdist__V1__RegionAdd add = KVDIST__V1__REGION_ADD__INIT;
-                int mfd = sealed_memfd(4096, false), pfd[2];
+                int mfd = sealed_memfd(4096, false), tfd;
 
                 fd = raw_ready();
                 init.cluster_id = 7777;
@@ -669,13 +670,14 @@ START_TEST(test_malformed_frames)
                              "sealed against shrinking");
                 close(mfd);
 
-                ck_assert_int_eq(pipe(pfd), 0);
+                tfd = open(daemon_.dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+                ck_assert_int_ge(tfd, 0);
+                ck_assert_int_eq(ftruncate(tfd, 4096), 0);
                 ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD,
-                                                        0, 22, &add.base, &pfd[0], 1), 0);
+                                                        0, 22, &add.base, &tfd, 1), 0);
                 expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, true, KVD_E_PARAM_INVALID,
                              "not a memfd");
-                close(pfd[0]);
-                close(pfd[1]);
+                close(tfd);
 
                 ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD,
                                                         0, 23, &add.base, NULL, 0), 0);
