@@ -8,7 +8,9 @@
  *  - every frame the daemon sends decodes: a known header, a payload its type's descriptor
  *    unpacks, a reply with a Status whose code is a KVD_E_* value (an error frame: not OK);
  *  - the loop becomes idle: a daemon that keeps an always-ready event spins (abort);
- *  - after the daemon is freed, no fd and (under LeakSanitizer) no memory is left behind.
+ *  - once our ends are closed the daemon drops every connection, cluster, peer, link and
+ *    transfer they held, and after it is freed no fd and (under LeakSanitizer) no memory is
+ *    left behind.
  *
  * The daemon dials no other host: connect() to an IP address fails with ENETUNREACH in these
  * programs (linked with --wrap=connect), so a script naming an address reaches nobody.
@@ -18,6 +20,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <protobuf-c/protobuf-c.h>
 
@@ -27,6 +31,15 @@
 
 typedef struct Daemon Daemon;
 typedef struct FuzzDaemon FuzzDaemon;
+
+/* A harness assumption or an oracle: when it does not hold, the input found a bug. */
+#define FUZZ_CHECK(x)                                                                      \
+        do {                                                                               \
+                if (!(x)) {                                                                \
+                        fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
+                        abort();                                                           \
+                }                                                                          \
+        } while (0)
 
 /* Endpoints a harness may hold: those a script names, and data connections behind them. */
 #define FUZZ_ENDPOINTS_MAX (FUZZ_MAX_ENDPOINTS + 16)
@@ -47,8 +60,8 @@ typedef struct FuzzTarget {
         /* Opens endpoint @i (named by FUZZ_OP_ENDPOINT for the first time) in @mode. */
         void (*open_endpoint)(FuzzDaemon *f, unsigned i, uint8_t mode);
         /*
-         * Sees each well-formed frame the daemon sent on endpoint @i, decoded as @msg (NULL when
-         * its type is unknown), e.g. to learn ids it hands out. May be NULL.
+         * Sees each well-formed frame the daemon sent on endpoint @i, decoded as @msg (an error
+         * frame as a bare Status), e.g. to learn ids it hands out. May be NULL.
          */
         void (*on_frame)(FuzzDaemon *f, unsigned i, const FrameHeader *h,
                          const ProtobufCMessage *msg);
@@ -93,7 +106,10 @@ FuzzDaemon *fuzz_daemon_new(const FuzzTarget *target, void (*tweak)(Config *c));
 /* A file @name in the private folder (malloc()ed). */
 char *fuzz_private_path(const char *name);
 
-/* Frees the daemon, then closes our ends; aborts when an fd was left open. */
+/*
+ * Closes our ends and checks that the daemon lets go of every connection, cluster, peer, link
+ * and transfer they held, then frees it; aborts when it does not, or when an fd is left open.
+ */
 void fuzz_daemon_free(FuzzDaemon *f);
 
 /* Makes endpoint @i a client connection (conn_new() on the daemon's end). */
