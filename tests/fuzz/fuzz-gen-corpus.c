@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "frame.h"
+#include "fuzz-messages.h"
 #include "fuzz-peer.h"
 #include "fuzz-script.h"
 #include "kvdist.pb-c.h"
@@ -180,9 +181,6 @@ static void emit(const char *target, const char *name, const Script *s)
 
 /* ---- messages ---- */
 
-#define REGION_ADDR UINT64_C(0x100000)
-#define TENSOR_BYTES (FUZZ_MEMFD_SIZE / 4)
-
 static void msg_region_add(Script *s, uint8_t id, uint64_t size, uint64_t addr, unsigned n_fds,
                            uint8_t kind)
 {
@@ -193,64 +191,20 @@ static void msg_region_add(Script *s, uint8_t id, uint64_t size, uint64_t addr, 
         frame_fds(s, MT(REGION_ADD), id, &m.base, n_fds, kind);
 }
 
-/* A remote-accessible blocks cache of 2 tensors of 8 blocks of 2 KiB at the region's start,
- * named BlocksKey {@cluster, @model}. */
 static void msg_register_blocks(Script *s, uint8_t id, uint64_t cluster, uint64_t model)
 {
-        Kvdist__V1__RegisterCache m = KVDIST__V1__REGISTER_CACHE__INIT;
-        Kvdist__V1__CacheDesc desc = KVDIST__V1__CACHE_DESC__INIT;
-        Kvdist__V1__BlocksKey bk = KVDIST__V1__BLOCKS_KEY__INIT;
-        Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT, *keys[] = { &key };
-        int64_t shape[] = { 8, 1024 };
-        uint64_t addrs[] = { REGION_ADDR, REGION_ADDR + TENSOR_BYTES };
+        FuzzBlocksCache c;
 
-        desc.num_tensors = 2;
-        desc.shape = shape;
-        desc.n_shape = 2;
-        desc.data_type = 1; /* FLOAT16 */
-        bk.cluster_id = cluster;
-        bk.model_id = model;
-        key.kind_case = KVDIST__V1__CACHE_KEY__KIND_BLOCKS;
-        key.blocks = &bk;
-        m.desc = &desc;
-        m.addrs = addrs;
-        m.n_addrs = 2;
-        m.blocks = true;
-        m.keys = keys;
-        m.n_keys = 1;
-        m.remote_access = KVDIST__V1__REMOTE_ACCESS__REMOTE_YES;
-        frame(s, MT(REGISTER_CACHE), id, &m.base);
+        fuzz_blocks_cache_init(&c, cluster, model);
+        frame(s, MT(REGISTER_CACHE), id, &c.msg.base);
 }
 
-/* A contiguous cache of 2 tensors of 2 batch slots in the region's second half, with request
- * keys {@cluster, req 1 and 2}. */
 static void msg_register_contiguous(Script *s, uint8_t id, uint64_t cluster)
 {
-        Kvdist__V1__RegisterCache m = KVDIST__V1__REGISTER_CACHE__INIT;
-        Kvdist__V1__CacheDesc desc = KVDIST__V1__CACHE_DESC__INIT;
-        Kvdist__V1__ReqKey rk[2] = { KVDIST__V1__REQ_KEY__INIT, KVDIST__V1__REQ_KEY__INIT };
-        Kvdist__V1__CacheKey key[2] = { KVDIST__V1__CACHE_KEY__INIT, KVDIST__V1__CACHE_KEY__INIT };
-        Kvdist__V1__CacheKey *keys[] = { &key[0], &key[1] };
-        int64_t shape[] = { 2, 8192 };
-        uint64_t addrs[] = { REGION_ADDR + 2 * TENSOR_BYTES, REGION_ADDR + 3 * TENSOR_BYTES };
+        FuzzContiguousCache c;
 
-        desc.num_tensors = 2;
-        desc.shape = shape;
-        desc.n_shape = 2;
-        desc.data_type = 3; /* INT8 */
-        for (unsigned k = 0; k < 2; k++) {
-                rk[k].cluster_id = cluster;
-                rk[k].req_id = k + 1;
-                rk[k].prefix_id = UINT64_MAX;
-                key[k].kind_case = KVDIST__V1__CACHE_KEY__KIND_REQ;
-                key[k].req = &rk[k];
-        }
-        m.desc = &desc;
-        m.addrs = addrs;
-        m.n_addrs = 2;
-        m.keys = keys;
-        m.n_keys = 2;
-        frame(s, MT(REGISTER_CACHE), id, &m.base);
+        fuzz_contiguous_cache_init(&c, cluster, 1);
+        frame(s, MT(REGISTER_CACHE), id, &c.msg.base);
 }
 
 static void msg_empty(Script *s, uint16_t type, uint8_t id)
@@ -374,7 +328,7 @@ static void client_seeds(void)
 
         /* Regions and registered caches, then their removal. */
         script_init(&s, 2);
-        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, REGION_ADDR, 1, FUZZ_FD_MEMFD);
+        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
         msg_register_blocks(&s, 4, 1, 1);
         msg_register_contiguous(&s, 5, 1);
         {
@@ -390,10 +344,10 @@ static void client_seeds(void)
         /* RegionAdd with every kind of fd but a good memfd, then too many fds. */
         script_init(&s, 2);
         for (uint8_t k = FUZZ_FD_MEMFD_UNSEALED; k < _FUZZ_FD_MAX; k++)
-                msg_region_add(&s, (uint8_t)(3 + k), FUZZ_MEMFD_SIZE, REGION_ADDR, 1, k);
-        msg_region_add(&s, 20, 64u << 20, REGION_ADDR, 1, FUZZ_FD_MEMFD);
-        msg_region_add(&s, 21, FUZZ_MEMFD_SIZE, REGION_ADDR, 2, 16 | FUZZ_FD_MEMFD);
-        msg_region_add(&s, 22, FUZZ_MEMFD_SIZE, REGION_ADDR, 7, 16 | FUZZ_FD_PIPE);
+                msg_region_add(&s, (uint8_t)(3 + k), FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, k);
+        msg_region_add(&s, 20, 64u << 20, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
+        msg_region_add(&s, 21, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 2, 16 | FUZZ_FD_MEMFD);
+        msg_region_add(&s, 22, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 7, 16 | FUZZ_FD_PIPE);
         emit("client", "region-odd-fds", &s);
 
         /* Issue 10 item 2: a partial frame carrying a dup of the client's own socket, then exit. */
@@ -402,7 +356,7 @@ static void client_seeds(void)
                 Kvdist__V1__RegionAdd m = KVDIST__V1__REGION_ADD__INIT;
 
                 m.size = FUZZ_MEMFD_SIZE;
-                m.client_addr = REGION_ADDR;
+                m.client_addr = FUZZ_REGION_ADDR;
                 frame_full(&s, MT(REGION_ADD), 0, 3, &m.base, 1, FUZZ_FD_OWN_SOCKET, 10);
         }
         op(&s, FUZZ_OP_CLOSE, 0);
@@ -413,7 +367,7 @@ static void client_seeds(void)
                 Kvdist__V1__RegionAdd m = KVDIST__V1__REGION_ADD__INIT;
 
                 m.size = FUZZ_MEMFD_SIZE;
-                m.client_addr = REGION_ADDR;
+                m.client_addr = FUZZ_REGION_ADDR;
                 frame_full(&s, MT(REGION_ADD), 0, 3, &m.base, 1, FUZZ_FD_DAEMON_SOCKET,
                            FRAME_HEADER_SIZE + 2);
         }
@@ -431,7 +385,7 @@ static void client_seeds(void)
         emit("client", "length-over-limit", &s);
 
         script_init(&s, 2);
-        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, REGION_ADDR, 1, FUZZ_FD_MEMFD);
+        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
         {
                 Kvdist__V1__RegisterCache m = KVDIST__V1__REGISTER_CACHE__INIT;
                 Kvdist__V1__CacheDesc desc = KVDIST__V1__CACHE_DESC__INIT;
@@ -439,7 +393,7 @@ static void client_seeds(void)
                 Kvdist__V1__GetNotifies g = KVDIST__V1__GET_NOTIFIES__INIT;
                 Kvdist__V1__Transfer t = KVDIST__V1__TRANSFER__INIT;
                 int64_t shape[] = { INT64_MAX, INT64_MAX, 3 };
-                uint64_t addrs[] = { REGION_ADDR, UINT64_MAX, 1 }, blocks[512];
+                uint64_t addrs[] = { FUZZ_REGION_ADDR, UINT64_MAX, 1 }, blocks[512];
 
                 desc.num_tensors = UINT32_MAX;
                 desc.shape = shape;
@@ -515,11 +469,11 @@ static void client_seeds(void)
 
         /* Two clusters on this daemon: link, pull, push with a notification, unlink. */
         script_init(&s, 2);
-        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, REGION_ADDR, 1, FUZZ_FD_MEMFD);
+        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
         msg_register_blocks(&s, 4, 1, 1);
         msg_empty(&s, MT(NOTIFY_FD), 5);
         endpoint(&s, 1, 2);
-        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, REGION_ADDR, 1, FUZZ_FD_MEMFD);
+        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
         msg_register_blocks(&s, 4, 2, 1);
         msg_link_local(&s, MT(LINK_CLUSTERS), 5, 1, false);
         {
@@ -550,10 +504,10 @@ static void client_seeds(void)
 
         /* A transfer whose deadline passes, and one whose client leaves while it runs. */
         script_init(&s, 2);
-        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, REGION_ADDR, 1, FUZZ_FD_MEMFD);
+        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
         msg_register_blocks(&s, 4, 1, 1);
         endpoint(&s, 1, 2);
-        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, REGION_ADDR, 1, FUZZ_FD_MEMFD);
+        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
         msg_register_blocks(&s, 4, 2, 1);
         msg_link_local(&s, MT(LINK_CLUSTERS), 5, 1, false);
         msg_transfer_blocks(&s, 6, KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS, 1, 1, NULL);
@@ -614,12 +568,12 @@ static void client_seeds(void)
                 dl.cluster_rank_info = crs;
                 dl.n_cluster_rank_info = 2;
                 dl.rank_table = (char *)table;
-                it[0].addr = REGION_ADDR;
+                it[0].addr = FUZZ_REGION_ADDR;
                 it[0].count = 256;
                 it[0].dtype = 6;
                 it[1] = it[0];
                 it[1].recv = true;
-                it[1].addr = REGION_ADDR + 4096;
+                it[1].addr = FUZZ_REGION_ADDR + 4096;
                 sr.items = its;
                 sr.n_items = 2;
                 sr.timeout_ms = 50;
@@ -631,11 +585,11 @@ static void client_seeds(void)
                 ag.blocks_per_rank = 2;
                 ag.timeout_ms = 50;
 
-                msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, REGION_ADDR, 1, FUZZ_FD_MEMFD);
+                msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
                 msg_register_blocks(&s, 4, 1, 1);
                 frame(&s, MT(DOMAIN_LINK), 5, &dl.base);
                 endpoint(&s, 1, 2);
-                msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, REGION_ADDR, 1, FUZZ_FD_MEMFD);
+                msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
                 msg_register_blocks(&s, 4, 2, 1);
                 frame(&s, MT(DOMAIN_LINK), 5, &dl.base);
                 frame(&s, MT(DOMAIN_QUERY), 6, &q.base);
@@ -698,13 +652,13 @@ static void msg_peer_transfer_blocks(Script *s, uint8_t id, uint64_t job, bool p
         uint64_t src[] = { 0, 1 }, dst[] = { 2, 3 };
 
         bk.cluster_id = FUZZ_PEER_CLUSTER;
-        bk.model_id = FUZZ_PEER_BLOCKS_MODEL;
+        bk.model_id = FUZZ_PEER_MODEL;
         key.kind_case = KVDIST__V1__CACHE_KEY__KIND_BLOCKS;
         key.blocks = &bk;
         local.blocks = true;
         local.num_tensors = 2;
-        local.tensor_size = FUZZ_PEER_TENSOR_BLOCKS * FUZZ_PEER_BLOCK_BYTES;
-        local.units = FUZZ_PEER_TENSOR_BLOCKS;
+        local.tensor_size = FUZZ_TENSOR_BYTES;
+        local.units = FUZZ_CACHE_BLOCKS;
         m.job_id = job;
         m.link_id = 0; /* fuzz-peer fills in the last link */
         m.kind = pull ? KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS
@@ -843,12 +797,12 @@ static void peer_seeds(void)
                 rk.cluster_id = FUZZ_PEER_CLUSTER;
                 rk.req_id = 2;
                 rk.prefix_id = UINT64_MAX;
-                rk.model_id = FUZZ_PEER_BLOCKS_MODEL;
+                rk.model_id = FUZZ_PEER_MODEL;
                 key.kind_case = KVDIST__V1__CACHE_KEY__KIND_REQ;
                 key.req = &rk;
                 local.num_tensors = 2;
-                local.tensor_size = 8192;
-                local.units = 1;
+                local.tensor_size = FUZZ_TENSOR_BYTES;
+                local.units = FUZZ_BATCH_SLOTS;
                 m.job_id = 44;
                 m.kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE;
                 m.key = &key;
@@ -962,7 +916,7 @@ static void peer_seeds(void)
                 /* The local cluster receives 256 bytes from rank 1, which says READY's
                  * counterpart for a message the other way, then gives up. */
                 it.recv = true;
-                it.addr = FUZZ_PEER_REGION_ADDR;
+                it.addr = FUZZ_REGION_ADDR;
                 it.count = 256;
                 it.dtype = 6;
                 it.remote_rank = 1;

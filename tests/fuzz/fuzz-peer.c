@@ -17,20 +17,13 @@
 #include "crc32c.h"
 #include "daemon.h"
 #include "fuzz-daemon.h"
+#include "fuzz-messages.h"
 #include "fuzz-peer.h"
 #include "hmac.h"
 #include "kvdist.pb-c.h"
 #include "peer-auth.h"
 #include "peer.h"
 #include "tcp-stream.h"
-
-#define CHECK(x)                                                                           \
-        do {                                                                               \
-                if (!(x)) {                                                                \
-                        fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
-                        abort();                                                           \
-                }                                                                          \
-        } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -77,10 +70,10 @@ static void peer_tweak(Config *c)
 {
         free(c->listen_ip_info);
         c->listen_ip_info = strdup("127.0.0.1:0");
-        CHECK(c->listen_ip_info);
+        FUZZ_CHECK(c->listen_ip_info);
         if (pf.key) {
                 c->cluster_key_file = strdup(key_path);
-                CHECK(c->cluster_key_file);
+                FUZZ_CHECK(c->cluster_key_file);
         }
 }
 
@@ -127,14 +120,14 @@ static bool peer_start(FuzzDaemon *f, unsigned i, unsigned stage, uint64_t node_
                 /* The daemon proves the key as peer-auth.h says, or the peers do not agree. */
                 peer_proof(PEER_AUTH_ROLE_BYTE_LISTENER, hr->hello->node_id, node_id,
                            hr->hello->nonce.data, nonce, expected);
-                CHECK(hr->proof.len == sizeof(expected));
-                CHECK(memcmp(hr->proof.data, expected, sizeof(expected)) == 0);
+                FUZZ_CHECK(hr->proof.len == sizeof(expected));
+                FUZZ_CHECK(memcmp(hr->proof.data, expected, sizeof(expected)) == 0);
                 peer_proof(PEER_AUTH_ROLE_BYTE_DIALER, node_id, hr->hello->node_id, nonce,
                            hr->hello->nonce.data, proof);
                 auth.proof.data = proof;
                 auth.proof.len = sizeof(proof);
         } else
-                CHECK(hr->proof.len == 0);
+                FUZZ_CHECK(hr->proof.len == 0);
         protobuf_c_message_free_unpacked(&hr->base, NULL);
         if (stage == 1)
                 return true;
@@ -149,7 +142,7 @@ static bool peer_start(FuzzDaemon *f, unsigned i, unsigned stage, uint64_t node_
                 return false;
         }
         n = ar->tcp_streams;
-        CHECK(n >= 1 && n <= streams);
+        FUZZ_CHECK(n >= 1 && n <= streams);
         protobuf_c_message_free_unpacked(&ar->base, NULL);
         if (stage == 2)
                 return true;
@@ -189,79 +182,35 @@ static bool local_request(FuzzDaemon *f, uint16_t type, uint64_t id, const Proto
 /* The local cluster of fuzz-peer.h, its region and its caches. */
 static void local_cluster(FuzzDaemon *f)
 {
-        const uint64_t tensor = FUZZ_PEER_TENSOR_BLOCKS * FUZZ_PEER_BLOCK_BYTES;
         Kvdist__V1__Hello hello = KVDIST__V1__HELLO__INIT;
         Kvdist__V1__ClientInit init = KVDIST__V1__CLIENT_INIT__INIT;
         Kvdist__V1__RegionAdd region = KVDIST__V1__REGION_ADD__INIT;
-        Kvdist__V1__RegisterCache blocks = KVDIST__V1__REGISTER_CACHE__INIT;
-        Kvdist__V1__RegisterCache contig = KVDIST__V1__REGISTER_CACHE__INIT;
-        Kvdist__V1__CacheDesc bdesc = KVDIST__V1__CACHE_DESC__INIT;
-        Kvdist__V1__CacheDesc cdesc = KVDIST__V1__CACHE_DESC__INIT;
-        Kvdist__V1__BlocksKey bkey = KVDIST__V1__BLOCKS_KEY__INIT;
-        Kvdist__V1__ReqKey req[2] = { KVDIST__V1__REQ_KEY__INIT, KVDIST__V1__REQ_KEY__INIT };
-        Kvdist__V1__CacheKey key[3] = { KVDIST__V1__CACHE_KEY__INIT, KVDIST__V1__CACHE_KEY__INIT,
-                                        KVDIST__V1__CACHE_KEY__INIT };
-        Kvdist__V1__CacheKey *bkeys[] = { &key[0] }, *ckeys[] = { &key[1], &key[2] };
-        int64_t bshape[] = { FUZZ_PEER_TENSOR_BLOCKS, FUZZ_PEER_BLOCK_BYTES / 2 };
-        int64_t cshape[] = { 2, FUZZ_PEER_TENSOR_BLOCKS * FUZZ_PEER_BLOCK_BYTES / 2 / 2 };
-        uint64_t baddrs[] = { FUZZ_PEER_REGION_ADDR, FUZZ_PEER_REGION_ADDR + tensor };
-        uint64_t caddrs[] = { FUZZ_PEER_REGION_ADDR + 2 * tensor,
-                              FUZZ_PEER_REGION_ADDR + 3 * tensor };
+        FuzzBlocksCache blocks;
+        FuzzContiguousCache contig;
         int fd;
 
         fuzz_endpoint_client(f, FUZZ_PEER_EP_CLIENT);
         hello.protocol_version = FRAME_VERSION;
-        CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_HELLO, 1, &hello.base, -1));
+        FUZZ_CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_HELLO, 1, &hello.base, -1));
         init.cluster_id = FUZZ_PEER_CLUSTER;
         init.role = KVDIST__V1__ROLE__ROLE_MIX;
-        CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, 2, &init.base, -1));
+        FUZZ_CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, 2, &init.base, -1));
 
         fd = memfd_create("kvdist-fuzz-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        CHECK(fd >= 0);
-        CHECK(ftruncate(fd, FUZZ_MEMFD_SIZE) == 0);
-        CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
+        FUZZ_CHECK(fd >= 0);
+        FUZZ_CHECK(ftruncate(fd, FUZZ_MEMFD_SIZE) == 0);
+        FUZZ_CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0);
         region.size = FUZZ_MEMFD_SIZE;
-        region.client_addr = FUZZ_PEER_REGION_ADDR;
-        CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, 3, &region.base, fd));
+        region.client_addr = FUZZ_REGION_ADDR;
+        FUZZ_CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, 3, &region.base, fd));
         close(fd);
 
-        /* 2-byte elements: FLOAT16 blocks of FUZZ_PEER_BLOCK_BYTES. */
-        bdesc.num_tensors = 2;
-        bdesc.shape = bshape;
-        bdesc.n_shape = 2;
-        bdesc.data_type = 1;
-        bkey.cluster_id = FUZZ_PEER_CLUSTER;
-        bkey.model_id = FUZZ_PEER_BLOCKS_MODEL;
-        key[0].kind_case = KVDIST__V1__CACHE_KEY__KIND_BLOCKS;
-        key[0].blocks = &bkey;
-        blocks.desc = &bdesc;
-        blocks.addrs = baddrs;
-        blocks.n_addrs = 2;
-        blocks.blocks = true;
-        blocks.keys = bkeys;
-        blocks.n_keys = 1;
-        blocks.remote_access = KVDIST__V1__REMOTE_ACCESS__REMOTE_YES;
-        CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_REGISTER_CACHE, 4, &blocks.base, -1));
-
-        cdesc.num_tensors = 2;
-        cdesc.shape = cshape;
-        cdesc.n_shape = 2;
-        cdesc.data_type = 1;
-        for (unsigned k = 0; k < 2; k++) {
-                req[k].cluster_id = FUZZ_PEER_CLUSTER;
-                req[k].req_id = k + 1;
-                req[k].prefix_id = UINT64_MAX; /* KVD_ID_NONE: a request key */
-                req[k].model_id = FUZZ_PEER_BLOCKS_MODEL;
-                key[1 + k].kind_case = KVDIST__V1__CACHE_KEY__KIND_REQ;
-                key[1 + k].req = &req[k];
-        }
-        contig.desc = &cdesc;
-        contig.addrs = caddrs;
-        contig.n_addrs = 2;
-        contig.keys = ckeys;
-        contig.n_keys = 2;
-        contig.remote_access = KVDIST__V1__REMOTE_ACCESS__REMOTE_YES;
-        CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_REGISTER_CACHE, 5, &contig.base, -1));
+        fuzz_blocks_cache_init(&blocks, FUZZ_PEER_CLUSTER, FUZZ_PEER_MODEL);
+        FUZZ_CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_REGISTER_CACHE, 4, &blocks.msg.base,
+                                 -1));
+        fuzz_contiguous_cache_init(&contig, FUZZ_PEER_CLUSTER, FUZZ_PEER_MODEL);
+        FUZZ_CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_REGISTER_CACHE, 5, &contig.msg.base,
+                                 -1));
 }
 
 static void peer_open_endpoint(FuzzDaemon *f, unsigned i, uint8_t mode)
@@ -327,7 +276,7 @@ static bool replace_string(char **s, const char *from, const char *to)
 
         if (!at)
                 return false;
-        CHECK(asprintf(&n, "%.*s%s%s", (int)(at - *s), *s, to, at + strlen(from)) >= 0);
+        FUZZ_CHECK(asprintf(&n, "%.*s%s%s", (int)(at - *s), *s, to, at + strlen(from)) >= 0);
         free(*s);
         *s = n;
         return true;
@@ -427,7 +376,7 @@ static size_t peer_chunk(FuzzDaemon *f, uint8_t arg, const uint8_t *data, size_t
         put_le64(hdr + 8, job);
         put_le64(hdr + 16, offset);
         buf = malloc(sizeof(hdr) + len);
-        CHECK(buf);
+        FUZZ_CHECK(buf);
         memcpy(buf, hdr, sizeof(hdr));
         memcpy(buf + sizeof(hdr), data, len);
         /* Only the main peer's data connections; one not attached takes nothing. */
@@ -457,8 +406,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
                 key_path = fuzz_private_path("cluster.key");
                 fd = open(key_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-                CHECK(fd >= 0);
-                CHECK(write(fd, FUZZ_PEER_KEY, strlen(FUZZ_PEER_KEY)) ==
+                FUZZ_CHECK(fd >= 0);
+                FUZZ_CHECK(write(fd, FUZZ_PEER_KEY, strlen(FUZZ_PEER_KEY)) ==
                       (ssize_t)strlen(FUZZ_PEER_KEY));
                 close(fd);
         }

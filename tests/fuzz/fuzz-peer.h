@@ -5,10 +5,8 @@
  *
  * The daemon listens for peers on 127.0.0.1 (port 0) and, with setup bit FUZZ_PEER_SETUP_KEY,
  * holds FUZZ_PEER_KEY as its cluster key. Endpoint FUZZ_PEER_EP_CLIENT is a client connection of
- * cluster FUZZ_PEER_CLUSTER with one memfd region at FUZZ_PEER_REGION_ADDR and two
- * remote-accessible caches: a blocks cache (BlocksKey {cluster, model 1}; 2 tensors of 8 blocks
- * of 2 KiB) and a contiguous one (ReqKeys {cluster, req 1 and 2, no prefix, model 1}; 2 tensors
- * of 2 batch slots of 8 KiB). Endpoint FUZZ_PEER_EP_PEER is the control connection of a peer
+ * cluster FUZZ_PEER_CLUSTER with the region and the two caches of fuzz-messages.h (model
+ * FUZZ_PEER_MODEL). Endpoint FUZZ_PEER_EP_PEER is the control connection of a peer
  * daemon (node FUZZ_PEER_NODE_ID, listening at FUZZ_PEER_ADDRESS) that dialed us, taken through
  * the handshake as far as the setup byte says; its data connections are endpoints 1, 2, ...
  *
@@ -47,7 +45,4 @@
 #define FUZZ_PEER_ADDRESS "127.0.0.2:7000"
 #define FUZZ_PEER_SELF "127.0.0.1:1"
 #define FUZZ_PEER_CLUSTER 7
-#define FUZZ_PEER_REGION_ADDR UINT64_C(0x100000)
-#define FUZZ_PEER_BLOCKS_MODEL 1
-#define FUZZ_PEER_TENSOR_BLOCKS 8
-#define FUZZ_PEER_BLOCK_BYTES 2048
+#define FUZZ_PEER_MODEL 1

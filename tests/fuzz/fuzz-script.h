@@ -27,8 +27,8 @@
  *
  * After each record the event loop runs until it is idle (fuzz-daemon.h).
  *
- * Fd kinds (FuzzFdKind) name what a frame carries with SCM_RIGHTS; a kind byte K gives fd i the
- * kind (K & 15) when K < 16, else ((K & 15) + i) % _FUZZ_FD_MAX.
+ * Fd kinds (FuzzFdKind) name what a frame carries with SCM_RIGHTS; a kind byte K gives every fd
+ * the kind K % _FUZZ_FD_MAX when K < 16, else fd i the kind ((K & 15) + i) % _FUZZ_FD_MAX.
  */
 #pragma once
 
