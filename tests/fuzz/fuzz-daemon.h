@@ -67,7 +67,8 @@ typedef struct FuzzTarget {
                          const ProtobufCMessage *msg);
         /*
          * May rewrite the request @msg of @type before FUZZ_OP_FRAME packs it (fill in ids the
-         * daemon handed out); returns whether it changed anything. May be NULL.
+         * daemon handed out) and note what it does to the connection; returns whether it
+         * changed @msg. May be NULL.
          */
         bool (*fixup)(FuzzDaemon *f, uint16_t type, ProtobufCMessage *msg);
         /* FUZZ_OP_CHUNK: the record after the op byte; returns the bytes it used, 0 when cut. */

@@ -292,6 +292,8 @@ static bool peer_fixup(FuzzDaemon *f, uint16_t type, ProtobufCMessage *msg)
 
         switch (type) {
         case KVDIST__V1__MSG_TYPE__MSG_PEER_DATA_HELLO:
+                /* The connection carries a data stream from here on (or the daemon closes it). */
+                f->ep[f->cur].frames = false;
                 dh = (Kvdist__V1__PeerDataHello *)msg;
                 if (dh->data_token.len != PEER_DATA_TOKEN_SIZE ||
                     memcmp(dh->data_token.data, zeros, sizeof(zeros)) != 0)
@@ -379,7 +381,7 @@ static size_t peer_chunk(FuzzDaemon *f, uint8_t arg, const uint8_t *data, size_t
         FUZZ_CHECK(buf);
         memcpy(buf, hdr, sizeof(hdr));
         memcpy(buf + sizeof(hdr), data, len);
-        /* Only the main peer's data connections; one not attached takes nothing. */
+        /* Only a data connection takes chunks. */
         if (f->ep[i].opened && !f->ep[i].frames)
                 fuzz_send_raw(f, i, buf, sizeof(hdr) + len);
         free(buf);

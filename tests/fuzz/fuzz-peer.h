@@ -23,7 +23,9 @@
  * of the daemon's last PeerDomainJoin, a PeerDataHello token of zeros the agreed one, and
  * FUZZ_PEER_SELF in a DomainLink's rank table or a PeerDomainJoin's member addresses the
  * daemon's peer address.
- * FUZZ_OP_CHUNK sends a data-stream chunk: job id 0 is the last PeerTransferReply's.
+ * FUZZ_OP_CHUNK sends a data-stream chunk on endpoint 1 + A % 4 when that is a data connection
+ * (one the set-up attached, or one that sent PeerDataHello); job id 0 is the last
+ * PeerTransferReply's.
  */
 #pragma once
 
