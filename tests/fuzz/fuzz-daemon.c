@@ -347,7 +347,7 @@ static void endpoint_drain(FuzzDaemon *f, unsigned i)
         FuzzEndpoint *ep = &f->ep[i];
         static uint8_t tmp[1u << 16];
 
-        while (ep->fd >= 0 && !ep->no_read) {
+        while (ep->fd >= 0 && !ep->no_read && !ep->paused) {
                 union {
                         struct cmsghdr h;
                         char buf[CMSG_SPACE(sizeof(int) * FRAME_MAX_FDS)];
@@ -851,6 +851,9 @@ void fuzz_run_script(FuzzDaemon *f, const uint8_t *data, size_t size)
                         f->wait_left_ms -= ms;
                         if (ms > 0)
                                 fuzz_wait(f, ms);
+                        break;
+                case FUZZ_OP_PAUSE:
+                        ep->paused = !ep->paused;
                         break;
                 case FUZZ_OP_CHUNK:
                         if (!f->target->chunk)

@@ -51,6 +51,7 @@ typedef struct FuzzEndpoint {
         bool opened;            /* set up once (a closed endpoint is not opened again) */
         bool frames;            /* the daemon sends frames here; else a data stream (dropped) */
         bool no_read;           /* we shut our reading side down */
+        bool paused;            /* FUZZ_OP_PAUSE: we do not read for now */
         uint8_t *buf;           /* bytes of frames from the daemon not parsed yet */
         size_t len, cap;
 } FuzzEndpoint;

@@ -612,6 +612,21 @@ static void client_seeds(void)
         }
         emit("client", "domain-local", &s);
 
+        /* A client that stops reading: replies pile up in the socket, then in the daemon,
+         * until it reads again; then one that never does and leaves. */
+        script_init(&s, 1);
+        op(&s, FUZZ_OP_PAUSE, 0);
+        for (unsigned k = 0; k < 64; k++)
+                msg_empty(&s, MT(DAEMON_METRICS), (uint8_t)(3 + k));
+        op(&s, FUZZ_OP_PAUSE, 0);
+        msg_empty(&s, MT(DAEMON_STATUS), 67);
+        endpoint(&s, 1, 1);
+        op(&s, FUZZ_OP_PAUSE, 0);
+        for (unsigned k = 0; k < 64; k++)
+                msg_empty(&s, MT(DAEMON_STATUS), (uint8_t)(3 + k));
+        op(&s, FUZZ_OP_CLOSE, 0);
+        emit("client", "unread-replies", &s);
+
         /* Many connections at once, some closing in every way. */
         script_init(&s, 1);
         for (unsigned i = 1; i < FUZZ_MAX_ENDPOINTS; i++) {
@@ -966,6 +981,29 @@ static void peer_seeds(void)
         chunk(&s, 0, 0x80, 1, 0, data, 16);
         frame_fds(&s, MT(PEER_HEARTBEAT), 6, NULL, 1, FUZZ_FD_MEMFD);
         emit("peer", "forbidden", &s);
+
+        /* The peer reads neither its control nor its data connection for a while, during a
+         * pull and heartbeats. */
+        script_init(&s, FUZZ_PEER_SETUP(false, 3, 1, false));
+        msg_peer_link(&s, 3, 100, false);
+        op(&s, FUZZ_OP_PAUSE, 0);
+        endpoint(&s, 1, -1);
+        op(&s, FUZZ_OP_PAUSE, 0);
+        endpoint(&s, 0, -1);
+        msg_peer_transfer_blocks(&s, 4, 48, true, false);
+        {
+                Kvdist__V1__PeerHeartbeat hb = KVDIST__V1__PEER_HEARTBEAT__INIT;
+
+                for (unsigned k = 0; k < 32; k++) {
+                        hb.seq = k;
+                        frame(&s, MT(PEER_HEARTBEAT), (uint8_t)(5 + k), &hb.base);
+                }
+        }
+        wait_ms(&s, 2);
+        op(&s, FUZZ_OP_PAUSE, 0);
+        endpoint(&s, 1, -1);
+        op(&s, FUZZ_OP_PAUSE, 0);
+        emit("peer", "unread-pull", &s);
 
         /* The peer stops reading while a pull runs, then its data connection goes. */
         script_init(&s, FUZZ_PEER_SETUP(false, 3, 1, false));

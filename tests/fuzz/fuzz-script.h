@@ -24,6 +24,8 @@
  *   FUZZ_OP_CHUNK     fuzz-peer: a data-stream chunk on data connection A % 4: u8 flags,
  *                     u64 job id (0: the job id of the last PeerTransferReply), u32 offset,
  *                     u16 length, payload; the CRC is computed when flags ask for one.
+ *   FUZZ_OP_PAUSE     stops reading what the daemon sends on this endpoint, or starts again:
+ *                     its replies pile up in the socket, then in the daemon.
  *
  * After each record the event loop runs until it is idle (fuzz-daemon.h).
  *
@@ -48,6 +50,7 @@ typedef enum FuzzOp {
         FUZZ_OP_ENDPOINT,
         FUZZ_OP_WAIT,
         FUZZ_OP_CHUNK,
+        FUZZ_OP_PAUSE,
         _FUZZ_OP_MAX,
 } FuzzOp;
 
