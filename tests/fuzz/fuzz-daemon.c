@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -44,9 +45,11 @@ static bool fuzz_trace;
 
 static bool loop_busy(FuzzDaemon *f, int timeout_ms, int *ready);
 
-/* libFuzzer's and the replay driver's programs are linked with --wrap=connect. */
+/* libFuzzer's and the replay driver's programs are linked with --wrap=connect,--wrap=bind. */
 int __real_connect(int fd, const struct sockaddr *sa, socklen_t len);
 int __wrap_connect(int fd, const struct sockaddr *sa, socklen_t len);
+int __real_bind(int fd, const struct sockaddr *sa, socklen_t len);
+int __wrap_bind(int fd, const struct sockaddr *sa, socklen_t len);
 
 int __wrap_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
@@ -57,6 +60,29 @@ int __wrap_connect(int fd, const struct sockaddr *sa, socklen_t len)
                 return -1;
         }
         return __real_connect(fd, sa, len);
+}
+
+int __wrap_bind(int fd, const struct sockaddr *sa, socklen_t len)
+{
+        struct sockaddr_in in;
+        struct sockaddr_in6 in6;
+
+        /* Nor may it take a port a script names, which another program on this host may want:
+         * IP listeners get a free loopback port instead (the daemon reports the one it got). */
+        if (sa && sa->sa_family == AF_INET && len == sizeof(in)) {
+                memcpy(&in, sa, sizeof(in));
+                in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                in.sin_port = 0;
+                return __real_bind(fd, (const struct sockaddr *)&in, len);
+        }
+        if (sa && sa->sa_family == AF_INET6 && len == sizeof(in6)) {
+                memcpy(&in6, sa, sizeof(in6));
+                in6.sin6_addr = in6addr_loopback;
+                in6.sin6_port = 0;
+                in6.sin6_scope_id = 0;
+                return __real_bind(fd, (const struct sockaddr *)&in6, len);
+        }
+        return __real_bind(fd, sa, len);
 }
 
 char *fuzz_private_path(const char *name)

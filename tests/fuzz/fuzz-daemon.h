@@ -12,8 +12,9 @@
  *    transfer they held, and after it is freed no fd and (under LeakSanitizer) no memory is
  *    left behind.
  *
- * The daemon dials no other host: connect() to an IP address fails with ENETUNREACH in these
- * programs (linked with --wrap=connect), so a script naming an address reaches nobody.
+ * The daemon dials no other host and takes no port a script names: in these programs (linked
+ * with --wrap=connect,--wrap=bind) connect() to an IP address fails with ENETUNREACH and bind()
+ * to one gets a free loopback port.
  */
 #pragma once
 
