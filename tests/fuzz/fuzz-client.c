@@ -4,9 +4,10 @@
  * dispatch and handler code (daemon/control) serve scripted clients (fuzz-script.h) on
  * socketpairs: frames of any type with fds of any kind, partial frames, shutdowns, closes,
  * several connections at once. The setup byte says how connection 0 starts: (setup % 3) 0 with
- * nothing sent, 1 after Hello, 2 after Hello and ClientInit as cluster 1 (mix role, device 0).
- * FUZZ_OP_ENDPOINT opens connection i the same way, its mode byte instead of the setup byte,
- * as cluster i + 1 on device i.
+ * nothing sent, 1 after Hello, 2 after Hello and ClientInit as cluster 1 (mix role, device 0,
+ * listen_ip_info FUZZ_LISTEN: a server, which other clusters may link to). FUZZ_OP_ENDPOINT
+ * opens connection i the same way, its mode byte instead of the setup byte, as cluster i + 1 on
+ * device i.
  *
  * Fill-ins, so that a seed can name what the daemon handed out at run time: in a request, a
  * region_id, cache_id, local_cache_id or comm_id of 0 is the last one the daemon gave on that
@@ -54,6 +55,7 @@ static bool client_start(FuzzDaemon *f, unsigned i, unsigned mode)
         init.cluster_id = i + 1;
         init.role = KVDIST__V1__ROLE__ROLE_MIX;
         init.device_id = (int32_t)i;
+        init.listen_ip_info = (char *)FUZZ_LISTEN;
         if (!fuzz_send_request(f, i, KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, 2, &init.base, -1))
                 return false;
         reply = fuzz_expect_reply(f, i, KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT);

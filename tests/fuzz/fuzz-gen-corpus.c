@@ -652,7 +652,6 @@ static void msg_peer_link(Script *s, uint8_t id, uint64_t src, bool rdma)
         m.src_cluster_id = src;
         m.src_role = KVDIST__V1__ROLE__ROLE_MIX;
         m.dst_cluster_id = FUZZ_PEER_CLUSTER;
-        m.src_link_id = 1;
         m.rdma = rdma;
         frame(s, MT(PEER_LINK), id, &m.base);
 }

@@ -194,6 +194,7 @@ static void local_cluster(FuzzDaemon *f)
         FUZZ_CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_HELLO, 1, &hello.base, -1));
         init.cluster_id = FUZZ_PEER_CLUSTER;
         init.role = KVDIST__V1__ROLE__ROLE_MIX;
+        init.listen_ip_info = (char *)FUZZ_LISTEN;
         FUZZ_CHECK(local_request(f, KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, 2, &init.base, -1));
 
         fd = memfd_create("kvdist-fuzz-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);

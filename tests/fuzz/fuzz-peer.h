@@ -5,8 +5,8 @@
  *
  * The daemon listens for peers on 127.0.0.1 (port 0) and, with setup bit FUZZ_PEER_SETUP_KEY,
  * holds FUZZ_PEER_KEY as its cluster key. Endpoint FUZZ_PEER_EP_CLIENT is a client connection of
- * cluster FUZZ_PEER_CLUSTER with the region and the two caches of fuzz-messages.h (model
- * FUZZ_PEER_MODEL). Endpoint FUZZ_PEER_EP_PEER is the control connection of a peer
+ * cluster FUZZ_PEER_CLUSTER (a server: listen_ip_info FUZZ_LISTEN) with the region and the two
+ * caches of fuzz-messages.h (model FUZZ_PEER_MODEL). Endpoint FUZZ_PEER_EP_PEER is the control connection of a peer
  * daemon (node FUZZ_PEER_NODE_ID, listening at FUZZ_PEER_ADDRESS) that dialed us, taken through
  * the handshake as far as the setup byte says; its data connections are endpoints 1, 2, ...
  *

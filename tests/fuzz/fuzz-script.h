@@ -37,6 +37,8 @@
 #include <stdint.h>
 
 #define FUZZ_MAX_ENDPOINTS 8
+/* The listen_ip_info of the clusters the targets set up: servers, on any free loopback port. */
+#define FUZZ_LISTEN "127.0.0.1:0"
 #define FUZZ_WAIT_BUDGET_MS 20
 /* The size of the memfds FUZZ_FD_MEMFD and FUZZ_FD_MEMFD_UNSEALED make. */
 #define FUZZ_MEMFD_SIZE (64u << 10)
