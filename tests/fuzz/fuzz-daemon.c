@@ -350,23 +350,6 @@ static void endpoint_parse(FuzzDaemon *f, unsigned i)
         ep->len -= off;
 }
 
-static void close_passed_fds(struct msghdr *mh)
-{
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
-                size_t n;
-
-                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-                        continue;
-                n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                for (size_t k = 0; k < n; k++) {
-                        int fd;
-
-                        memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-                        safe_close(fd);
-                }
-        }
-}
-
 /* Reads what the daemon sent on endpoint @i; our end closes when the daemon's did. */
 static void endpoint_drain(FuzzDaemon *f, unsigned i)
 {
@@ -374,25 +357,18 @@ static void endpoint_drain(FuzzDaemon *f, unsigned i)
         static uint8_t tmp[1u << 16];
 
         while (ep->fd >= 0 && !ep->no_read && !ep->paused) {
-                union {
-                        struct cmsghdr h;
-                        char buf[CMSG_SPACE(sizeof(int) * FRAME_MAX_FDS)];
-                } control;
-                struct iovec iov = { tmp, sizeof(tmp) };
-                struct msghdr mh = {
-                        .msg_iov = &iov,
-                        .msg_iovlen = 1,
-                        .msg_control = &control,
-                        .msg_controllen = sizeof(control),
-                };
+                int fds[FRAME_MAX_FDS];
+                size_t n_fds = 0;
                 ssize_t n;
 
-                n = recvmsg(ep->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                /* The daemon passes one fd a frame at most; more (-EPROTO) is a bug. */
+                n = frame_recvmsg(ep->fd, tmp, sizeof(tmp), fds, ARRAY_SIZE(fds), &n_fds);
+                if (n == -EAGAIN || n == -EINTR)
                         return;
-                close_passed_fds(&mh);
+                for (size_t k = 0; k < n_fds; k++)
+                        safe_close(fds[k]);
                 if (n <= 0) {
-                        FUZZ_CHECK(n == 0 || errno == ECONNRESET);
+                        FUZZ_CHECK(n == 0 || n == -ECONNRESET);
                         ep->fd = safe_close(ep->fd);
                         return;
                 }
@@ -693,6 +669,21 @@ ProtobufCMessage *fuzz_expect_reply(FuzzDaemon *f, unsigned i, uint16_t type)
         fuzz_settle(f);
         f->want = false;
         return TAKE_PTR(f->wanted);
+}
+
+bool fuzz_request_ok(FuzzDaemon *f, unsigned i, uint16_t type, uint64_t id,
+                     const ProtobufCMessage *msg, int fd)
+{
+        ProtobufCMessage *reply;
+        bool ok;
+
+        if (!fuzz_send_request(f, i, type, id, msg, fd))
+                return false;
+        reply = fuzz_expect_reply(f, i, type);
+        ok = fuzz_reply_ok(reply);
+        if (reply)
+                protobuf_c_message_free_unpacked(reply, NULL);
+        return ok;
 }
 
 bool fuzz_reply_ok(const ProtobufCMessage *reply)

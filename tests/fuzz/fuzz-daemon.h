@@ -142,6 +142,10 @@ bool fuzz_send_request(FuzzDaemon *f, unsigned i, uint16_t type, uint64_t id,
  */
 ProtobufCMessage *fuzz_expect_reply(FuzzDaemon *f, unsigned i, uint16_t type);
 
+/* fuzz_send_request(), then whether its reply came with Status OK. */
+bool fuzz_request_ok(FuzzDaemon *f, unsigned i, uint16_t type, uint64_t id,
+                     const ProtobufCMessage *msg, int fd);
+
 /* Whether @reply, decoded with its type's reply descriptor, carries Status OK. */
 bool fuzz_reply_ok(const ProtobufCMessage *reply);
 

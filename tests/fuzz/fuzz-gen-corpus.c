@@ -542,7 +542,8 @@ static void client_seeds(void)
         script_init(&s, 2);
         {
                 static const char table[] =
-                        "{\"version\": \"1.0\", \"server_count\": \"1\", \"status\": \"completed\", "
+                        "{\"version\": \"1.0\", \"server_count\": \"1\", "
+                        "\"status\": \"completed\", "
                         "\"server_list\": [{\"server_id\": \"a\", \"device\": [{\"device_id\": "
                         "\"0\", \"device_ip\": \"10.0.0.1\", \"rank_id\": \"0\"}, {\"device_id\": "
                         "\"1\", \"device_ip\": \"10.0.0.1\", \"rank_id\": \"1\"}]}]}";
@@ -858,7 +859,8 @@ static void peer_seeds(void)
         script_init(&s, FUZZ_PEER_SETUP(false, 3, 1, false));
         {
                 static const char table[] =
-                        "{\"version\": \"1.0\", \"server_count\": \"2\", \"status\": \"completed\", "
+                        "{\"version\": \"1.0\", \"server_count\": \"2\", "
+                        "\"status\": \"completed\", "
                         "\"server_list\": [{\"server_id\": \"here\", \"device\": [{\"device_id\": "
                         "\"0\", \"device_ip\": \"" FUZZ_PEER_SELF "\", \"rank_id\": \"0\"}]}, "
                         "{\"server_id\": \"there\", \"device\": [{\"device_id\": \"0\", "
