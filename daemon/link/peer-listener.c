@@ -103,6 +103,26 @@ int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
         return 0;
 }
 
+int peer_accept(Daemon *d, int fd, const struct sockaddr *sa, socklen_t len)
+{
+        Peer *p;
+
+        peer_socket_setup(fd);
+        p = peer_new(d, fd, false);
+        if (!p || !p->ev_read || !p->ev_write || !p->timer || event_add(p->ev_read, NULL) < 0 ||
+            peer_arm_timer(p, PEER_HANDSHAKE_TIMEOUT_MS) < 0) {
+                if (p)
+                        peer_free(p);
+                else
+                        safe_close(fd);
+                return -ENOMEM;
+        }
+        if (sa)
+                (void)sockaddr_format(sa, len, p->remote, sizeof(p->remote));
+        log_debug("%s: accepted", PEER_NAME(p));
+        return 0;
+}
+
 static void peer_listener_on_accept(evutil_socket_t lfd, short what, void *userdata)
 {
         PeerListener *l = userdata;
@@ -111,8 +131,7 @@ static void peer_listener_on_accept(evutil_socket_t lfd, short what, void *userd
         for (int n = 0; n < 16; n++) {
                 struct sockaddr_storage sa;
                 socklen_t len = sizeof(sa);
-                Peer *p;
-                int fd;
+                int fd, r;
 
                 fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd < 0) {
@@ -128,19 +147,10 @@ static void peer_listener_on_accept(evutil_socket_t lfd, short what, void *userd
                         safe_close(fd);
                         continue;
                 }
-                peer_socket_setup(fd);
-                p = peer_new(d, fd, false);
-                if (!p || !p->ev_read || !p->ev_write || !p->timer ||
-                    event_add(p->ev_read, NULL) < 0 ||
-                    peer_arm_timer(p, PEER_HANDSHAKE_TIMEOUT_MS) < 0) {
-                        if (p)
-                                peer_free(p);
-                        else
-                                safe_close(fd);
-                        continue;
-                }
-                (void)sockaddr_format((struct sockaddr *)&sa, len, p->remote, sizeof(p->remote));
-                log_debug("%s: accepted", PEER_NAME(p));
+                r = peer_accept(d, fd, (struct sockaddr *)&sa, len);
+                if (r < 0)
+                        log_warning_errno(r, "peer listener %s: cannot set up a connection, "
+                                          "ignoring", l->address);
         }
 }
 

@@ -136,6 +136,14 @@ int peer_listener_open(Daemon *d, const char *address, PeerListener **ret);
  */
 bool peer_listener_covers(const PeerListener *l, const char *address);
 
+/*
+ * Takes @fd, a connected non-blocking stream socket a peer daemon opened to us (from @sa of @len
+ * bytes; NULL when unknown), and waits for its first frame under the handshake deadline: the
+ * listener's accept path, also used by tests that hand the daemon one end of a socketpair.
+ * The fd is the peer's from here on (closed on failure). Returns 0 or -ENOMEM.
+ */
+int peer_accept(Daemon *d, int fd, const struct sockaddr *sa, socklen_t len);
+
 /* Closes the listener. Accepts NULL; returns NULL. */
 PeerListener *peer_listener_free(PeerListener *l);
 

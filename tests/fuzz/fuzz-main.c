@@ -2,10 +2,12 @@
 /*
  * Replay driver shared by the fuzz targets when they are not built for libFuzzer: runs
  * LLVMFuzzerTestOneInput() over the files and folders named on the command line, and over every
- * prefix and single-bit flip of each, so the seed corpus runs as an ordinary test.
+ * prefix and single-bit flip of each, so the seed corpus runs as an ordinary test. With --once
+ * first, each file runs once as it is (for targets whose every run costs a daemon).
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,8 @@
 #include "macro.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static bool once;
 
 static int read_file(const char *path, uint8_t **ret_data, size_t *ret_size)
 {
@@ -55,13 +59,20 @@ static int read_file(const char *path, uint8_t **ret_data, size_t *ret_size)
         return 0;
 }
 
-/* Runs the target over @data, every prefix of it and every single-bit flip of it. */
+/* Runs the target over @data, every prefix of it and every single-bit flip of it (or, --once,
+ * over @data alone). */
 static void run_one(const uint8_t *data, size_t size)
 {
         _cleanup_free_ uint8_t *copy = malloc(size ?: 1);
 
         if (!copy)
                 abort();
+        if (once) {
+                /* An exact-size copy, so that reading past the end is an ASan report. */
+                memcpy(copy, data, size);
+                LLVMFuzzerTestOneInput(copy, size);
+                return;
+        }
         for (size_t l = 0; l <= size; l++) {
                 memcpy(copy, data, l);
                 LLVMFuzzerTestOneInput(copy, l);
@@ -120,12 +131,17 @@ static int run_path(const char *path, unsigned *n_inputs)
 int main(int argc, char **argv)
 {
         unsigned n_inputs = 0;
+        int first = 1;
 
-        if (argc < 2) {
-                fprintf(stderr, "usage: %s FILE|DIR...\n", argv[0]);
+        if (argc > 1 && strcmp(argv[1], "--once") == 0) {
+                once = true;
+                first = 2;
+        }
+        if (argc <= first) {
+                fprintf(stderr, "usage: %s [--once] FILE|DIR...\n", argv[0]);
                 return EXIT_FAILURE;
         }
-        for (int i = 1; i < argc; i++) {
+        for (int i = first; i < argc; i++) {
                 int r = run_path(argv[i], &n_inputs);
 
                 if (r < 0) {
@@ -133,7 +149,8 @@ int main(int argc, char **argv)
                         return EXIT_FAILURE;
                 }
         }
-        printf("%u inputs run (each with every prefix and single-bit flip)\n", n_inputs);
+        printf(once ? "%u inputs run\n" : "%u inputs run (each with every prefix and single-bit "
+               "flip)\n", n_inputs);
         return EXIT_SUCCESS;
 }
 
