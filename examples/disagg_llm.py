@@ -57,16 +57,30 @@ def kv_desc(config):
     return CacheDesc(shape[0], list(shape[1:]), DataType.DT_FLOAT)
 
 
-def attach(role, cluster_id, socket, listen, config):
-    """This worker as a cluster of its node's daemon, with its KV cache in kvdist memory."""
+def warm_up(model, config):
+    """One prefill and a few decode steps on scratch memory, so that torch's first-call costs
+    are not in the timings of the first round."""
+    scratch = torch.zeros(config.kv_shape(blocks_needed(PROMPT_LEN + 4)))
+    table = list(range(scratch.shape[1]))
+    first = model.prefill(prompt_tokens(config, PROMPT_LEN), scratch, table)
+    model.generate(first, PROMPT_LEN, 4, scratch, table)
+
+
+def start_worker(args, role, cluster_id):
+    """A worker: the model (warmed up), and this process as a cluster of its node's daemon
+    with its KV cache in kvdist memory. Returns (model, dd, kv, cache)."""
+    torch.set_num_threads(1)
+    config = Config()
+    model = TinyLLM(config)
+    warm_up(model, config)
     dd = LLMDataDist(role, cluster_id)
     # Other clusters link to this one at its daemon's peer address.
-    dd.init({"ge.exec.deviceId": "0", "socket_path": socket, "llm.listenIpInfo": listen,
-             "llm.SyncKvCacheWaitTime": "30000"})
+    dd.init({"ge.exec.deviceId": "0", "socket_path": args.socket,
+             "llm.listenIpInfo": args.listen, "llm.SyncKvCacheWaitTime": "30000"})
     kv = kvdist.empty_torch(config.kv_shape(POOL_BLOCKS), torch.float32, datadist=dd)
     cache = dd.cache_manager.register_blocks_cache(
         kv_desc(config), [t.data_ptr() for t in kv], BlocksCacheKey(cluster_id))
-    return dd, kv, cache
+    return model, dd, kv, cache
 
 
 def report(**fields):
@@ -91,21 +105,8 @@ class LayerGate(LayerSynchronizer):
         return self.ready[layer_index].wait(STEP_TIMEOUT_S)
 
 
-def warm_up(model, config):
-    """One prefill and a few decode steps on scratch memory, so that torch's first-call costs
-    are not in the timings of the first round."""
-    scratch = torch.zeros(config.kv_shape(blocks_needed(PROMPT_LEN + 4)))
-    table = list(range(scratch.shape[1]))
-    first = model.prefill(prompt_tokens(config, PROMPT_LEN), scratch, table)
-    model.generate(first, PROMPT_LEN, 4, scratch, table)
-
-
 def prefill_worker(args):
-    torch.set_num_threads(1)
-    config = Config()
-    model = TinyLLM(config)
-    warm_up(model, config)
-    dd, kv, cache = attach(LLMRole.PROMPT, PREFILL_ID, args.socket, args.listen, config)
+    model, dd, kv, cache = start_worker(args, LLMRole.PROMPT, PREFILL_ID)
     decode = LLMClusterInfo()
     decode.remote_cluster_id = DECODE_ID
     decode.remote_role_type = LLMRole.DECODER
@@ -116,7 +117,7 @@ def prefill_worker(args):
         raise SystemExit(f"prefill: cannot link to the decode cluster: {ret.name}: "
                          f"{dd.last_error}")
     report(ready=True)
-    tokens = prompt_tokens(config, PROMPT_LEN)
+    tokens = prompt_tokens(model.c, PROMPT_LEN)
     table = list(range(blocks_needed(PROMPT_LEN)))
     cm = dd.cache_manager
     for cmd in commands():
@@ -125,7 +126,7 @@ def prefill_worker(args):
         dst = BlocksCacheKey(DECODE_ID)
         note = json.dumps({"round": cmd["round"]}).encode()
         if cmd["layerwise"]:
-            gate = LayerGate(config.layers)
+            gate = LayerGate(model.c.layers)
             task = cm.transfer_cache_async(cache, gate, [TransferWithCacheKeyConfig(dst)],
                                            table, cmd["dst_blocks"], notify=note)
             start = time.monotonic()
@@ -142,11 +143,7 @@ def prefill_worker(args):
 
 
 def decode_worker(args):
-    torch.set_num_threads(1)
-    config = Config()
-    model = TinyLLM(config)
-    warm_up(model, config)
-    dd, kv, _ = attach(LLMRole.DECODER, DECODE_ID, args.socket, args.listen, config)
+    model, dd, kv, _ = start_worker(args, LLMRole.DECODER, DECODE_ID)
     fd = dd.notify_fd()
     report(ready=True)
     for cmd in commands():

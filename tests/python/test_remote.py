@@ -66,13 +66,21 @@ def test_across_daemons(daemons, attach):
     assert p.unlink_clusters([to_d])[0] == LLMStatusCode.LLM_SUCCESS
 
 
-def test_killed_peer(daemons, attach):
-    P, D = daemons("prefill"), daemons("decode")
+def pulling(daemons, attach, blocks, block_bytes, heartbeat_ms=(200, 2000)):
+    """Prefill P and decode D on daemons of their own, D linked to P to pull from its blocks
+    cache src into dst: (P's daemon, p, d, src, dst)."""
+    P = daemons("prefill", heartbeat_ms=heartbeat_ms)
+    D = daemons("decode", heartbeat_ms=heartbeat_ms)
     p = attach_server(attach, P, LLMRole.PROMPT)
     d = attach(D, LLMRole.DECODER)
-    src = Guarded(p, 2, 1024, 4096, seed=23, key=blocks_key(p))
-    dst = Guarded(d, 2, 1024, 4096, seed=24)
+    src = Guarded(p, 2, blocks, block_bytes, seed=blocks + 1, key=blocks_key(p))
+    dst = Guarded(d, 2, blocks, block_bytes, seed=blocks + 2)
     link(d, p, P)
+    return P, p, d, src, dst
+
+
+def test_killed_peer(daemons, attach):
+    P, p, d, src, dst = pulling(daemons, attach, 1024, 4096)
     ids = np.arange(1024)
     tasks = [d.cache_manager.pull_blocks_async(blocks_key(p), dst.cache, ids, ids[::-1].copy(),
                                                timeout_ms=60000) for _ in range(4)]
@@ -102,13 +110,7 @@ def test_killed_peer(daemons, attach):
 
 def test_timeout_releases_the_gil(daemons, attach):
     # Peers are lost only after 30 s here: the frozen peer must time transfers out, not vanish.
-    P = daemons("prefill", heartbeat_ms=(200, 30000))
-    D = daemons("decode", heartbeat_ms=(200, 30000))
-    p = attach_server(attach, P, LLMRole.PROMPT)
-    d = attach(D, LLMRole.DECODER)
-    src = Guarded(p, 2, 64, 1024, seed=25, key=blocks_key(p))
-    dst = Guarded(d, 2, 64, 1024, seed=26)
-    link(d, p, P)
+    P, p, d, src, dst = pulling(daemons, attach, 64, 1024, heartbeat_ms=(200, 30000))
     ids = np.arange(64)
     cm = d.cache_manager
 

@@ -4,22 +4,32 @@
 
 #include <string.h>
 
+/*
+ * @o as a Python int: anything with __index__ (numpy integers too) but not floats. A new
+ * reference, or NULL with a TypeError naming @what.
+ */
+static PyObject *index_of(PyObject *o, const char *what)
+{
+        PyObject *i;
+
+        i = PyNumber_Index(o);
+        if (!i && PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
+                             Py_TYPE(o)->tp_name);
+        }
+        return i;
+}
+
 int i64_from_object(PyObject *o, int64_t min, int64_t max, int64_t *ret, const char *what)
 {
         PyObject *i;
         long long v;
         int overflow;
 
-        /* Anything with __index__ (numpy integers) but not floats or bools' look-alikes. */
-        i = PyNumber_Index(o);
-        if (!i) {
-                if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-                        PyErr_Clear();
-                        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                                     Py_TYPE(o)->tp_name);
-                }
+        i = index_of(o, what);
+        if (!i)
                 return -1;
-        }
         v = PyLong_AsLongLongAndOverflow(i, &overflow);
         Py_DECREF(i);
         if (v == -1 && PyErr_Occurred())
@@ -38,15 +48,9 @@ int u64_from_object(PyObject *o, uint64_t *ret, const char *what)
         unsigned long long v;
         PyObject *i;
 
-        i = PyNumber_Index(o);
-        if (!i) {
-                if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-                        PyErr_Clear();
-                        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
-                                     Py_TYPE(o)->tp_name);
-                }
+        i = index_of(o, what);
+        if (!i)
                 return -1;
-        }
         v = PyLong_AsUnsignedLongLong(i);
         Py_DECREF(i);
         if (v == (unsigned long long)-1 && PyErr_Occurred()) {
@@ -58,6 +62,40 @@ int u64_from_object(PyObject *o, uint64_t *ret, const char *what)
         }
         *ret = v;
         return 0;
+}
+
+/*
+ * Converts each element of sequence @o with @convert(element, &(*items)[i * size], userdata)
+ * into a new PyMem array *@items of *@ret_n items of @size bytes (zeroed; NULL for none);
+ * @what names the sequence in a TypeError. 0, or -1 with an error set: the caller frees *@items
+ * either way.
+ */
+static int items_from_sequence(PyObject *o, const char *what, size_t size, void **items,
+                               size_t *ret_n,
+                               int (*convert)(PyObject *e, void *item, void *userdata),
+                               void *userdata)
+{
+        PyObject *seq;
+        Py_ssize_t n;
+        int r = 0;
+
+        seq = PySequence_Fast(o, what);
+        if (!seq)
+                return -1;
+        n = PySequence_Fast_GET_SIZE(seq);
+        *ret_n = (size_t)n;
+        if (n > 0) {
+                *items = PyMem_Calloc((size_t)n, size);
+                if (!*items) {
+                        PyErr_NoMemory();
+                        r = -1;
+                }
+        }
+        for (Py_ssize_t i = 0; r == 0 && i < n; i++)
+                r = convert(PySequence_Fast_GET_ITEM(seq, i), (char *)*items + (size_t)i * size,
+                            userdata);
+        Py_DECREF(seq);
+        return r;
 }
 
 /* --- block ids -------------------------------------------------------------------------- */
@@ -153,39 +191,25 @@ static int blocks_from_buffer(PyObject *o, BlockList *b)
         return 0;
 }
 
-static int blocks_from_sequence(PyObject *o, BlockList *b)
+static int block_id_from_object(PyObject *e, void *item, void *userdata)
 {
-        PyObject *seq;
-        Py_ssize_t n;
-        int r = 0;
-
-        seq = PySequence_Fast(o, "block ids must be a sequence of ints or a buffer of integers");
-        if (!seq)
-                return -1;
-        n = PySequence_Fast_GET_SIZE(seq);
-        b->n = (size_t)n;
-        if (n > 0) {
-                b->owned = PyMem_New(uint64_t, (size_t)n);
-                if (!b->owned) {
-                        PyErr_NoMemory();
-                        r = -1;
-                }
-        }
-        for (Py_ssize_t i = 0; r == 0 && i < n; i++)
-                r = u64_from_object(PySequence_Fast_GET_ITEM(seq, i), &b->owned[i], "a block id");
-        b->ids = b->owned;
-        Py_DECREF(seq);
-        return r;
+        return u64_from_object(e, item, "a block id");
 }
 
 int blocks_from_object(PyObject *o, BlockList *b)
 {
+        int r;
+
         *b = (BlockList){};
         if (o == Py_None)
                 return 0;
         if (PyObject_CheckBuffer(o))
                 return blocks_from_buffer(o, b);
-        return blocks_from_sequence(o, b);
+        r = items_from_sequence(o, "block ids must be a sequence of ints or a buffer of integers",
+                                sizeof(uint64_t), (void **)&b->owned, &b->n,
+                                block_id_from_object, NULL);
+        b->ids = b->owned;
+        return r;
 }
 
 void blocks_done(BlockList *b)
@@ -198,11 +222,16 @@ void blocks_done(BlockList *b)
 
 /* --- caches and keys -------------------------------------------------------------------- */
 
+static int dim_from_object(PyObject *e, void *item, void *userdata)
+{
+        return i64_from_object(e, INT64_MIN, INT64_MAX, item, "a shape dimension");
+}
+
 int desc_from_object(PyObject *o, kvd_cache_desc *d)
 {
-        PyObject *shape, *seq;
-        int64_t num_tensors, dtype, v;
-        Py_ssize_t n;
+        int64_t num_tensors, dtype, *dims = NULL;
+        PyObject *shape;
+        size_t n = 0;
 
         if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 3) {
                 PyErr_SetString(PyExc_TypeError,
@@ -215,25 +244,19 @@ int desc_from_object(PyObject *o, kvd_cache_desc *d)
             i64_from_object(PyTuple_GET_ITEM(o, 2), 0, INT32_MAX, &dtype, "data_type") < 0)
                 return -1;
         shape = PyTuple_GET_ITEM(o, 1);
-        seq = PySequence_Fast(shape, "shape must be a sequence of ints");
-        if (!seq)
+        if (items_from_sequence(shape, "shape must be a sequence of ints", sizeof(int64_t),
+                                (void **)&dims, &n, dim_from_object, NULL) < 0) {
+                PyMem_Free(dims);
                 return -1;
-        n = PySequence_Fast_GET_SIZE(seq);
+        }
         if (n < 1 || n > KVD_MAX_DIMS) {
-                Py_DECREF(seq);
-                PyErr_Format(PyExc_ValueError, "shape has %zd dimensions, not 1 to %d", n,
+                PyMem_Free(dims);
+                PyErr_Format(PyExc_ValueError, "shape has %zu dimensions, not 1 to %d", n,
                              KVD_MAX_DIMS);
                 return -1;
         }
-        for (Py_ssize_t i = 0; i < n; i++) {
-                if (i64_from_object(PySequence_Fast_GET_ITEM(seq, i), INT64_MIN, INT64_MAX, &v,
-                                    "a shape dimension") < 0) {
-                        Py_DECREF(seq);
-                        return -1;
-                }
-                d->shape[i] = v;
-        }
-        Py_DECREF(seq);
+        memcpy(d->shape, dims, n * sizeof(int64_t));
+        PyMem_Free(dims);
         d->num_tensors = (uint32_t)num_tensors;
         d->n_dims = (uint32_t)n;
         d->data_type = (kvd_dtype)dtype;
@@ -276,29 +299,16 @@ int key_from_object(PyObject *o, kvd_cache_key *k)
         return 0;
 }
 
+static int key_item(PyObject *e, void *item, void *userdata)
+{
+        return key_from_object(e, item);
+}
+
 int keys_from_object(PyObject *o, KeyList *l)
 {
-        PyObject *seq;
-        Py_ssize_t n;
-        int r = 0;
-
         *l = (KeyList){};
-        seq = PySequence_Fast(o, "cache keys must be a sequence");
-        if (!seq)
-                return -1;
-        n = PySequence_Fast_GET_SIZE(seq);
-        if (n > 0) {
-                l->keys = PyMem_New(kvd_cache_key, (size_t)n);
-                if (!l->keys) {
-                        PyErr_NoMemory();
-                        r = -1;
-                }
-        }
-        for (Py_ssize_t i = 0; r == 0 && i < n; i++)
-                r = key_from_object(PySequence_Fast_GET_ITEM(seq, i), &l->keys[i]);
-        l->n = (size_t)n;
-        Py_DECREF(seq);
-        return r;
+        return items_from_sequence(o, "cache keys must be a sequence", sizeof(kvd_cache_key),
+                                   (void **)&l->keys, &l->n, key_item, NULL);
 }
 
 void keys_done(KeyList *l)
@@ -307,38 +317,25 @@ void keys_done(KeyList *l)
         *l = (KeyList){};
 }
 
+static int addr_item(PyObject *e, void *item, void *userdata)
+{
+        uint64_t a;
+
+        if (u64_from_object(e, &a, "an address") < 0)
+                return -1;
+        if (a > UINTPTR_MAX) {
+                PyErr_SetString(PyExc_ValueError, "an address does not fit a pointer");
+                return -1;
+        }
+        *(void **)item = (void *)(uintptr_t)a;
+        return 0;
+}
+
 int addrs_from_object(PyObject *o, AddrList *l)
 {
-        PyObject *seq;
-        Py_ssize_t n;
-        int r = 0;
-
         *l = (AddrList){};
-        seq = PySequence_Fast(o, "addrs must be a sequence of addresses (ints)");
-        if (!seq)
-                return -1;
-        n = PySequence_Fast_GET_SIZE(seq);
-        if (n > 0) {
-                l->addrs = PyMem_New(void *, (size_t)n);
-                if (!l->addrs) {
-                        PyErr_NoMemory();
-                        r = -1;
-                }
-        }
-        for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
-                uint64_t a;
-
-                r = u64_from_object(PySequence_Fast_GET_ITEM(seq, i), &a, "an address");
-                if (r == 0 && a > UINTPTR_MAX) {
-                        PyErr_SetString(PyExc_ValueError, "an address does not fit a pointer");
-                        r = -1;
-                }
-                if (r == 0)
-                        l->addrs[i] = (void *)(uintptr_t)a;
-        }
-        l->n = (size_t)n;
-        Py_DECREF(seq);
-        return r;
+        return items_from_sequence(o, "addrs must be a sequence of addresses (ints)",
+                                   sizeof(void *), (void **)&l->addrs, &l->n, addr_item, NULL);
 }
 
 void addrs_done(AddrList *l)
@@ -393,51 +390,28 @@ void strpool_done(StrPool *pool)
         *pool = (StrPool){};
 }
 
-/* Allocates *@items: @n zeroed items of @size bytes, none when @n is 0. 0 or -1. */
-static int alloc_items(void **items, size_t size, Py_ssize_t n)
+static int option_item(PyObject *pair, void *item, void *userdata)
 {
-        if (n == 0)
-                return 0;
-        *items = PyMem_Calloc((size_t)n, size);
-        if (!*items) {
-                PyErr_NoMemory();
+        kvd_option *opt = item;
+        StrPool *strs = userdata;
+
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                PyErr_SetString(PyExc_TypeError, "an option is a (key, value) tuple");
                 return -1;
         }
-        return 0;
+        opt->key = strpool_add(strs, PyTuple_GET_ITEM(pair, 0), false, "an option key");
+        if (!opt->key)
+                return -1;
+        opt->value = strpool_add(strs, PyTuple_GET_ITEM(pair, 1), false, "an option value");
+        return opt->value ? 0 : -1;
 }
 
 int options_from_object(PyObject *o, OptionList *l)
 {
-        PyObject *seq;
-        Py_ssize_t n;
-        int r;
-
         *l = (OptionList){};
-        seq = PySequence_Fast(o, "options must be a sequence of (key, value) pairs");
-        if (!seq)
-                return -1;
-        n = PySequence_Fast_GET_SIZE(seq);
-        r = alloc_items((void **)&l->options, sizeof(kvd_option), n);
-        for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
-                PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
-
-                if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-                        PyErr_SetString(PyExc_TypeError, "an option is a (key, value) tuple");
-                        r = -1;
-                        break;
-                }
-                l->options[i].key = strpool_add(&l->strs, PyTuple_GET_ITEM(pair, 0), false,
-                                                "an option key");
-                l->options[i].value = l->options[i].key ?
-                                              strpool_add(&l->strs, PyTuple_GET_ITEM(pair, 1),
-                                                          false, "an option value") :
-                                              NULL;
-                if (!l->options[i].value)
-                        r = -1;
-                l->n = (size_t)i + 1;
-        }
-        Py_DECREF(seq);
-        return r;
+        return items_from_sequence(o, "options must be a sequence of (key, value) pairs",
+                                   sizeof(kvd_option), (void **)&l->options, &l->n, option_item,
+                                   &l->strs);
 }
 
 void options_done(OptionList *l)
@@ -447,54 +421,40 @@ void options_done(OptionList *l)
         *l = (OptionList){};
 }
 
+/* An address of a cluster tuple: NULL for None, a copy for a str. 0 or -1. */
+static int ip_item(PyObject *ip, StrPool *strs, const char **ret, const char *what)
+{
+        *ret = strpool_add(strs, ip, true, what);
+        return *ret || ip == Py_None ? 0 : -1;
+}
+
+static int cluster_item(PyObject *t, void *item, void *userdata)
+{
+        kvd_cluster_info *info = item;
+        int64_t role;
+
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) {
+                PyErr_SetString(PyExc_TypeError, "a cluster is a tuple (remote_cluster_id, role, "
+                                                 "remote_ip_info, local_ip_info)");
+                return -1;
+        }
+        if (u64_from_object(PyTuple_GET_ITEM(t, 0), &info->remote_cluster_id,
+                            "remote_cluster_id") < 0 ||
+            i64_from_object(PyTuple_GET_ITEM(t, 1), INT32_MIN, INT32_MAX, &role,
+                            "remote_role") < 0)
+                return -1;
+        info->remote_role = (kvd_role)role;
+        if (ip_item(PyTuple_GET_ITEM(t, 2), userdata, &info->remote_ip_info,
+                    "remote_ip_info") < 0)
+                return -1;
+        return ip_item(PyTuple_GET_ITEM(t, 3), userdata, &info->local_ip_info, "local_ip_info");
+}
+
 int clusters_from_object(PyObject *o, ClusterList *l)
 {
-        PyObject *seq;
-        Py_ssize_t n;
-        int r;
-
         *l = (ClusterList){};
-        seq = PySequence_Fast(o, "clusters must be a sequence");
-        if (!seq)
-                return -1;
-        n = PySequence_Fast_GET_SIZE(seq);
-        r = alloc_items((void **)&l->infos, sizeof(kvd_cluster_info), n);
-        for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
-                PyObject *t = PySequence_Fast_GET_ITEM(seq, i), *ip;
-                kvd_cluster_info *info = &l->infos[i];
-                int64_t role;
-
-                if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) {
-                        PyErr_SetString(PyExc_TypeError,
-                                        "a cluster is a tuple (remote_cluster_id, role, "
-                                        "remote_ip_info, local_ip_info)");
-                        r = -1;
-                        break;
-                }
-                if (u64_from_object(PyTuple_GET_ITEM(t, 0), &info->remote_cluster_id,
-                                    "remote_cluster_id") < 0 ||
-                    i64_from_object(PyTuple_GET_ITEM(t, 1), INT32_MIN, INT32_MAX, &role,
-                                    "remote_role") < 0) {
-                        r = -1;
-                        break;
-                }
-                info->remote_role = (kvd_role)role;
-                ip = PyTuple_GET_ITEM(t, 2);
-                info->remote_ip_info = strpool_add(&l->strs, ip, true, "remote_ip_info");
-                if (!info->remote_ip_info && ip != Py_None) {
-                        r = -1;
-                        break;
-                }
-                ip = PyTuple_GET_ITEM(t, 3);
-                info->local_ip_info = strpool_add(&l->strs, ip, true, "local_ip_info");
-                if (!info->local_ip_info && ip != Py_None) {
-                        r = -1;
-                        break;
-                }
-        }
-        l->n = (size_t)n;
-        Py_DECREF(seq);
-        return r;
+        return items_from_sequence(o, "clusters must be a sequence", sizeof(kvd_cluster_info),
+                                   (void **)&l->infos, &l->n, cluster_item, &l->strs);
 }
 
 void clusters_done(ClusterList *l)
@@ -502,6 +462,36 @@ void clusters_done(ClusterList *l)
         strpool_done(&l->strs);
         PyMem_Free(l->infos);
         *l = (ClusterList){};
+}
+
+static int rank_item(PyObject *t, void *item, void *userdata)
+{
+        kvd_cluster_rank *rank = item;
+        int64_t id;
+
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2) {
+                PyErr_SetString(PyExc_TypeError, "a member is a (cluster_id, rank) tuple");
+                return -1;
+        }
+        if (u64_from_object(PyTuple_GET_ITEM(t, 0), &rank->cluster_id, "a cluster id") < 0 ||
+            i64_from_object(PyTuple_GET_ITEM(t, 1), 0, UINT32_MAX, &id, "a rank id") < 0)
+                return -1;
+        rank->rank_id = (uint32_t)id;
+        return 0;
+}
+
+int ranks_from_object(PyObject *o, RankList *l)
+{
+        *l = (RankList){};
+        return items_from_sequence(o, "cluster_rank_info must be a sequence of (cluster, rank)",
+                                   sizeof(kvd_cluster_rank), (void **)&l->ranks, &l->n,
+                                   rank_item, NULL);
+}
+
+void ranks_done(RankList *l)
+{
+        PyMem_Free(l->ranks);
+        *l = (RankList){};
 }
 
 /* --- transfer options ------------------------------------------------------------------- */

@@ -621,11 +621,10 @@ static PyObject *client_get_notifies(ClientObject *self, PyObject *arg)
 static PyObject *client_link(ClientObject *self, PyObject *args)
 {
         _cleanup_(strpool_done) StrPool strs = {};
-        PyObject *name_o, *ranks_o, *table_o, *seq;
-        kvd_cluster_rank *ranks = NULL;
+        _cleanup_(ranks_done) RankList ranks = {};
+        PyObject *name_o, *ranks_o, *table_o;
         const char *name, *table;
         uint64_t comm_id = 0;
-        Py_ssize_t n;
         Call k;
         int r = KVD_OK;
 
@@ -633,43 +632,12 @@ static PyObject *client_link(ClientObject *self, PyObject *args)
                 return NULL;
         name = strpool_add(&strs, name_o, false, "comm_name");
         table = name ? strpool_add(&strs, table_o, false, "rank_table") : NULL;
-        if (!table)
+        if (!table || ranks_from_object(ranks_o, &ranks) < 0)
                 return NULL;
-        seq = PySequence_Fast(ranks_o, "cluster_rank_info must be a sequence of (cluster, rank)");
-        if (!seq)
-                return NULL;
-        n = PySequence_Fast_GET_SIZE(seq);
-        ranks = PyMem_New(kvd_cluster_rank, (size_t)n + 1);
-        if (!ranks) {
-                Py_DECREF(seq);
-                return PyErr_NoMemory();
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-                PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
-                int64_t rank;
-
-                if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2) {
-                        PyErr_SetString(PyExc_TypeError, "a member is a (cluster_id, rank) tuple");
-                        r = -1;
-                } else if (u64_from_object(PyTuple_GET_ITEM(t, 0), &ranks[i].cluster_id,
-                                           "a cluster id") < 0 ||
-                           i64_from_object(PyTuple_GET_ITEM(t, 1), 0, UINT32_MAX, &rank,
-                                           "a rank id") < 0)
-                        r = -1;
-                else
-                        ranks[i].rank_id = (uint32_t)rank;
-                if (r < 0) {
-                        Py_DECREF(seq);
-                        PyMem_Free(ranks);
-                        return NULL;
-                }
-        }
-        Py_DECREF(seq);
 
         if (call_begin(&k, self))
-                r = kvd_link(k.c, name, ranks, (size_t)n, table, &comm_id);
+                r = kvd_link(k.c, name, ranks.ranks, ranks.n, table, &comm_id);
         r = call_end(&k, r);
-        PyMem_Free(ranks);
         if (r != KVD_OK)
                 return kvdpy_raise(r, k.detail);
         return PyLong_FromUnsignedLongLong(comm_id);

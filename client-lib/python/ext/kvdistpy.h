@@ -182,6 +182,15 @@ typedef struct ClusterList {
 int clusters_from_object(PyObject *o, ClusterList *l);
 void clusters_done(ClusterList *l);
 
+/* A sequence of (cluster_id, rank_id) tuples: a comm domain's members. */
+typedef struct RankList {
+        kvd_cluster_rank *ranks;
+        size_t n;
+} RankList;
+
+int ranks_from_object(PyObject *o, RankList *l);
+void ranks_done(RankList *l);
+
 /*
  * Transfer options: None (the defaults) or a tuple (src_first, src_last, dst_first, dst_last,
  * tensor_num_per_layer, timeout_ms, notify), notify a bytes-like object or None.
