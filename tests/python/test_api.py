@@ -298,6 +298,14 @@ def test_link_refusals(daemon, attach):
                                                [LLMStatusCode.LLM_SUCCESS])
     with raises(LLMStatusCode.LLM_NOT_YET_LINK):
         b.check_link_status(a.cluster_id)
+    # After a fault a side drops its own end (force); the pair links again.
+    b.link_clusters([cluster(a)])
+    assert b.unlink_clusters([cluster(a)], 3000, force=True) == (LLMStatusCode.LLM_SUCCESS,
+                                                                  [LLMStatusCode.LLM_SUCCESS])
+    with raises(LLMStatusCode.LLM_NOT_YET_LINK):
+        b.check_link_status(a.cluster_id)
+    assert b.link_clusters([cluster(a)])[0] == LLMStatusCode.LLM_SUCCESS
+    b.unlink_clusters([cluster(a)])
     b.switch_role(LLMRole.MIX, {"llm.listenIpInfo": daemon.peer_addr})
     assert b.role == LLMRole.MIX
     with pytest.raises(ValueError):

@@ -16,11 +16,6 @@ from kvdist import LLMClusterInfo, LLMException, LLMRole, LLMStatusCode
 from conftest import Guarded, blocks_key, copy_blocks
 
 
-def attach_server(attach, daemon, role):
-    """A cluster that others link to: it listens where its daemon accepts peers."""
-    return attach(daemon, role, **{"llm.listenIpInfo": daemon.peer_addr})
-
-
 def remote(dd, daemon):
     info = LLMClusterInfo()
     info.remote_cluster_id = dd.cluster_id
@@ -38,8 +33,8 @@ def link(dd, other, daemon):
 
 def test_across_daemons(daemons, attach):
     P, D = daemons("prefill"), daemons("decode")
-    p = attach_server(attach, P, LLMRole.PROMPT)
-    d = attach_server(attach, D, LLMRole.DECODER)
+    p = attach(P, LLMRole.PROMPT)
+    d = attach(D, LLMRole.DECODER)
     src = Guarded(p, 4, 96, 2048, seed=21, key=blocks_key(p))
     dst = Guarded(d, 4, 64, 2048, seed=22, key=blocks_key(d))
     to_p = link(d, p, P)
@@ -71,7 +66,7 @@ def pulling(daemons, attach, blocks, block_bytes, heartbeat_ms=(200, 2000)):
     cache src into dst: (P's daemon, p, d, src, dst)."""
     P = daemons("prefill", heartbeat_ms=heartbeat_ms)
     D = daemons("decode", heartbeat_ms=heartbeat_ms)
-    p = attach_server(attach, P, LLMRole.PROMPT)
+    p = attach(P, LLMRole.PROMPT)
     d = attach(D, LLMRole.DECODER)
     src = Guarded(p, 2, blocks, block_bytes, seed=blocks + 1, key=blocks_key(p))
     dst = Guarded(d, 2, blocks, block_bytes, seed=blocks + 2)

@@ -16,7 +16,7 @@ from kvdist import (CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType, LayerSy
                     LLMClusterInfo, LLMException, LLMRole, LLMStatusCode,
                     TransferWithCacheKeyConfig)
 
-from conftest import Guarded, blocks_key, copy_blocks, pattern
+from conftest import NOT_THERE, Guarded, blocks_key, copy_blocks, pattern
 
 
 def link(dd, remote):
@@ -109,7 +109,7 @@ def test_pull_and_push_cache(pair):
     dst.check(copy_blocks(expected, dst, src, [0], [0], [(0, 0)]))
     with pytest.raises(LLMException) as e:
         cm.pull_cache(CacheKey(p.cluster_id, req_id=99), dst.cache)
-    assert e.value.status_code == LLMStatusCode.LLM_KV_CACHE_NOT_EXIST
+    assert e.value.status_code in NOT_THERE
 
     # And back: P writes its item 0 into D's item 1.
     link(p, d)
@@ -161,7 +161,7 @@ def test_pool_caches(pair):
     # The pull ended key1's hold; the prompt side ends key0's.
     with pytest.raises(LLMException) as e:
         d.cache_manager.pull_blocks(key1, dst, (), [3])
-    assert e.value.status_code == LLMStatusCode.LLM_KV_CACHE_NOT_EXIST
+    assert e.value.status_code in NOT_THERE
     p.cache_manager.remove_cache_key(key0)
     p.cache_manager.deallocate_cache(src)
     d.cache_manager.deallocate_cache(dst.cache_id)
@@ -175,6 +175,10 @@ def test_async(pair):
     src = Guarded(p, 2, 64, 256, seed=11, key=blocks_key(p))
     dst = Guarded(d, 2, 64, 256, seed=12)
     item = Guarded(d, 2, 1, 256, seed=13, blocks=False)
+    src_item = Guarded(p, 2, 1, 256, seed=19, blocks=False,
+                       cache_keys=[CacheKey(p.cluster_id, req_id=5)])
+    # Registered before any link of D: remote-accessible (it would not be after one).
+    dst_keyed = Guarded(d, 2, 4, 256, seed=20, key=blocks_key(d, 4))
     link(d, p)
     cm = d.cache_manager
     ids = np.arange(64)
@@ -194,8 +198,14 @@ def test_async(pair):
         bad.wait()
     assert e.value.status_code == LLMStatusCode.LLM_PARAM_INVALID
     assert bad.done() and bad.get_results() == [LLMStatusCode.LLM_PARAM_INVALID]
-    src_item = Guarded(p, 2, 1, 256, seed=19, blocks=False)
+    t = cm.pull_cache_async(CacheKey(p.cluster_id, req_id=5), item.cache, 0, timeout_ms=30000)
+    t.wait(30000)
+    item.check(copy_blocks(item.expected(), item, src_item, [0], [0]))
     link(p, d)
+    t = p.cache_manager.push_blocks_async(blocks_key(d, 4), src.cache, np.array([63]),
+                                          np.array([1]))
+    assert t.get_results() == [LLMStatusCode.LLM_SUCCESS]
+    dst_keyed.check(copy_blocks(dst_keyed.expected(), dst_keyed, src, [63], [1]))
     t = p.cache_manager.push_cache_async(CacheKeyByIdAndIndex(d.cluster_id, item.cache.cache_id),
                                          src_item.cache, 0)
     assert t.synchronize() == LLMStatusCode.LLM_SUCCESS
@@ -281,7 +291,7 @@ def test_transfer_cache_async_layers_and_refusals(pair):
     assert results[0] == LLMStatusCode.LLM_SUCCESS and results[1] == LLMStatusCode.LLM_SUCCESS
     # Layer 3 was refused by the synchronizer; the last destination does not exist.
     assert results[2] == LLMStatusCode.LLM_TIMEOUT
-    assert results[3] == LLMStatusCode.LLM_KV_CACHE_NOT_EXIST
+    assert results[3] in NOT_THERE
     with pytest.raises(LLMException):
         task.wait()
     dst_a.check(copy_blocks(dst_a.expected(), dst_a, src, [0, 1], [3, 2],
