@@ -87,7 +87,7 @@ kvd_client *client_unref(kvd_client *c)
                 return NULL;
 
         /* Whoever dropped the last reference had no task left, so nothing waits. */
-        memory_unmap_all(c);
+        memory_unmap_all(c, false);
         free(c->rx.payload);
         for (size_t i = 0; i < c->rx.n_fds; i++)
                 safe_close(c->rx.fds[i]);
@@ -383,7 +383,7 @@ _public_ int kvd_client_connect(kvd_client **ret_client, const kvd_option *optio
         return client_return(NULL, &err, r);
 }
 
-_public_ int kvd_client_finalize(kvd_client *client)
+static int client_finalize(kvd_client *client, bool keep_memory)
 {
         Error err = ERROR_INIT;
         bool dead;
@@ -409,9 +409,19 @@ _public_ int kvd_client_finalize(kvd_client *client)
         client->fd = safe_close(client->fd);
         client->notify_fd = safe_close(client->notify_fd);
         pthread_mutex_unlock(&client->lock);
-        memory_unmap_all(client);
+        memory_unmap_all(client, keep_memory);
 
         r = client_return(client, &err, r);
         client_unref(client);
         return r;
+}
+
+_public_ int kvd_client_finalize(kvd_client *client)
+{
+        return client_finalize(client, false);
+}
+
+_public_ int kvd_client_finalize_keep_memory(kvd_client *client)
+{
+        return client_finalize(client, true);
 }

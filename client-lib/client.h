@@ -215,5 +215,8 @@ int cache_key_to_pb(const kvd_cache_key *key, KeyStorage *storage, const char *w
  */
 int memory_map_pool(kvd_client *c, Error *err);
 
-/* Unmaps every region and the pool; for kvd_client_finalize(), which runs alone. */
-void memory_unmap_all(kvd_client *c);
+/*
+ * Unmaps the pool and every region, or with @keep_regions forgets the regions and leaves their
+ * mappings to the caller; for kvd_client_finalize(), which runs alone.
+ */
+void memory_unmap_all(kvd_client *c, bool keep_regions);

@@ -184,13 +184,14 @@ out:
         return r;
 }
 
-void memory_unmap_all(kvd_client *c)
+void memory_unmap_all(kvd_client *c, bool keep_regions)
 {
         ClientRegion *region, *tmp;
 
         CLIST_FOREACH_SAFE (region, tmp, &c->regions, link) {
                 clist_unlink(&region->link);
-                (void)munmap(region->addr, region->size);
+                if (!keep_regions)
+                        (void)munmap(region->addr, region->size);
                 free(region);
         }
         if (c->pool_base)

@@ -265,6 +265,22 @@ done:
         return client_return(c, &err, r);
 }
 
+_public_ int kvd_task_done(kvd_task *task, bool *ret_done)
+{
+        Error err = ERROR_INIT;
+
+        if (!task)
+                return client_return(NULL, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "task is NULL"));
+        if (!ret_done)
+                return client_return(task->client, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "ret_done is NULL"));
+        pthread_mutex_lock(&task->client->lock);
+        *ret_done = task->completed;
+        pthread_mutex_unlock(&task->client->lock);
+        return KVD_OK;
+}
+
 _public_ void kvd_task_free(kvd_task *task)
 {
         /* A reply that arrives later finds no request waiting for it and is dropped. */

@@ -4,12 +4,15 @@
 # issue lists, in the usual places, and an out-of-tree program builds against it with
 # `pkg-config kvdist` and talks to the installed kvdistd.
 #   test-install.sh BUILD_DIR PREFIX BINDIR SBINDIR LIBDIR INCLUDEDIR SYSCONFDIR MANDIR CC SANITIZE
+#                   [PYTHON_PACKAGE_DIR]
 # The directories are meson's options (relative to PREFIX or absolute); SANITIZE is b_sanitize,
-# whose flags the test program needs when the library was built with them.
+# whose flags the test program needs when the library was built with them. PYTHON_PACKAGE_DIR,
+# where the kvdist Python package goes (absolute; empty when it is not built), is checked too:
+# /usr/bin/python3 imports the installed package and talks to the installed kvdistd.
 set -eu
 
 build=$1 prefix=$2 bindir=$3 sbindir=$4 libdir=$5 includedir=$6 sysconfdir=$7 mandir=$8
-cc=$9 sanitize=${10}
+cc=$9 sanitize=${10} pydir=${11:-}
 
 tmp=$(mktemp -d)
 daemon_pid=
@@ -49,6 +52,18 @@ for f in "$lib/libkvdist.so.0.1.0" "$(under "$includedir")/kvdist/kvdist.h" \
         [ -f "$f" ] || fail "not installed: ${f#"$tmp/dest"}"
 done
 [ "$(readlink "$lib/libkvdist.so.0")" = libkvdist.so.0.1.0 ] || fail "libkvdist.so.0 link"
+if [ -n "$pydir" ]; then
+        for f in __init__.py _datadist.py _memory.py _status.py _types.py; do
+                [ -f "$tmp/dest$pydir/$f" ] || fail "not installed: $pydir/$f"
+        done
+        set -- "$tmp/dest$pydir"/_kvdist.*.so
+        [ -f "$1" ] || fail "not installed: $pydir/_kvdist.*.so"
+        # The installed extension finds libkvdist where it was installed, not in the build tree.
+        runpath=$(objdump -p "$1" | awk '$1 == "RUNPATH" || $1 == "RPATH" { print $2 }')
+        case $runpath in
+        *"$build"*) fail "the installed _kvdist points into the build tree: $runpath" ;;
+        esac
+fi
 [ "$(readlink "$lib/libkvdist.so")" = libkvdist.so.0 ] || fail "libkvdist.so link"
 echo "test-install: every file is in place"
 
@@ -128,6 +143,20 @@ until [ -S "$tmp/kvdist.sock" ]; do
 done
 out=$(LD_LIBRARY_PATH="$lib" "$tmp/prog" "$tmp/kvdist.sock") || fail "the program failed: $out"
 [ "$out" = "status ok" ] || fail "the program printed: $out"
+if [ -n "$pydir" ]; then
+        preload=
+        case $sanitize in
+        # As tests/python/meson.build says: the ASan runtime first, no leak report of CPython's.
+        *address*) preload=$("$cc" -print-file-name=libasan.so) ;;
+        esac
+        out=$(cd "$tmp" && LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0 \
+                PYTHONPATH="$(dirname "$tmp/dest$pydir")" LD_LIBRARY_PATH="$lib" /usr/bin/python3 -c '
+import sys, kvdist
+print(kvdist.__file__.startswith(sys.argv[2]) and "version" in kvdist.daemon_status(sys.argv[1]))
+' "$tmp/kvdist.sock" "$tmp/dest") || fail "the installed Python package failed: $out"
+        [ "$out" = True ] || fail "the installed Python package printed: $out"
+        echo "test-install: /usr/bin/python3 imports the installed kvdist package"
+fi
 kill "$daemon_pid"
 wait "$daemon_pid" || fail "the installed kvdistd exited with status $?"
 daemon_pid=

@@ -2,14 +2,18 @@
 /*
  * Integration tests, one daemon: clusters on one kvdistd moving blocks and caches over the
  * shared-memory transport, every byte of every destination checked; pool caches and their
- * holds; and what happens to a transfer when its deadline passes or its source, link or client
- * goes away while it runs. What the daemon refuses is in test-validation.c.
+ * holds; memory that outlives its client; and what happens to a transfer when its deadline
+ * passes or its source, link or client goes away while it runs. What the daemon refuses is in
+ * test-validation.c.
  */
 #include <check.h>
+#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "it-cache.h"
@@ -675,6 +679,51 @@ START_TEST(test_finalize_during_transfer)
 }
 END_TEST
 
+/*
+ * kvd_client_finalize_keep_memory() detaches the cluster like kvd_client_finalize() but leaves
+ * kvd_mem_alloc() memory mapped, bytes intact, for the caller to unmap; kvd_client_finalize()
+ * unmaps it.
+ */
+START_TEST(test_finalize_keep_memory)
+{
+        kvd_cache_desc desc = { .num_tensors = 1, .n_dims = 2, .shape = { 4, 1024 },
+                                .data_type = KVD_DT_UINT8 };
+        size_t page = (size_t)sysconf(_SC_PAGESIZE), size = 3 * page + 5;
+        size_t mapped = (size + page - 1) / page * page;
+        void *kept = NULL, *gone = NULL;
+        uint8_t *bytes;
+        uint64_t id;
+        char *json = NULL;
+        World w;
+
+        world_start(&w);
+        expect_ok(w.b, kvd_mem_alloc(w.b, size, &kept));
+        harness_fill_pattern(kept, mapped, 0x6b);
+        /* A cache still registered in it: finalizing unregisters it; the memory stays. */
+        expect_ok(w.b, kvd_register_blocks_cache(w.b, &desc, &kept, 1, NULL, KVD_REMOTE_DEFAULT,
+                                                 &id));
+        expect_ok(w.a, kvd_mem_alloc(w.a, size, &gone));
+
+        expect_ok(NULL, kvd_client_finalize_keep_memory(w.b));
+        w.b = NULL;
+        bytes = kept;
+        for (size_t i = 0; i < mapped; i++)
+                ck_assert_uint_eq(bytes[i], harness_pattern_byte(0x6b, i));
+        bytes[mapped - 1] ^= 0xff; /* still writable */
+        ck_assert_int_eq(msync(kept, mapped, MS_ASYNC), 0);
+        expect_ok(w.a, kvd_daemon_status(w.a, &json));
+        ck_assert_msg(!strstr(json, "\"cluster_id\":2002"), "B is still attached: %s", json);
+        free(json);
+        ck_assert_int_eq(munmap(kept, mapped), 0);
+
+        expect_ok(NULL, kvd_client_finalize(w.a));
+        w.a = NULL;
+        ck_assert_int_eq(msync(gone, mapped, MS_ASYNC), -1);
+        ck_assert_int_eq(errno, ENOMEM);
+        world_stop(&w);
+}
+END_TEST
+
 /* A pull by ReqKey ends the hold of the cache it read, not of one the key names later. */
 START_TEST(test_key_moved_during_pull)
 {
@@ -819,6 +868,7 @@ static Suite *local_suite(void)
         tcase_add_test(tc, test_pool_cache_holds);
         tcase_add_test(tc, test_pool_cache_dealloc_after_pull);
         tcase_add_test(tc, test_pool_reuse_zeroed);
+        tcase_add_test(tc, test_finalize_keep_memory);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("in-flight");

@@ -2,7 +2,8 @@
 /*
  * libkvdist against a fake kvdistd (fake-daemon.c), waiting: replies that come out of order,
  * several threads waiting on one connection, tasks waited on with a timeout and freed before
- * their answer, and a daemon that closes the connection or sends garbage while calls wait.
+ * their answer, tasks polled until done, and a daemon that closes the connection or sends
+ * garbage while calls wait.
  */
 #include <check.h>
 #include <pthread.h>
@@ -221,6 +222,68 @@ START_TEST(test_task_wait_timeout)
 }
 END_TEST
 
+/* Polls @t with zero timeouts until kvd_task_done() says it has its status; returns that. */
+static int poll_until_done(kvd_task *t)
+{
+        bool done = false;
+        int r = KVD_E_TIMEOUT;
+
+        for (int i = 0; i < 10000 && !done; i++) {
+                r = kvd_task_wait(t, 0);
+                ck_assert_int_eq(kvd_task_done(t, &done), KVD_OK);
+                if (!done) {
+                        ck_assert_int_eq(r, KVD_E_TIMEOUT);
+                        (void)usleep(1000);
+                }
+        }
+        ck_assert_msg(done, "the task never completed");
+        return r;
+}
+
+/*
+ * kvd_task_done() tells a task still running from one whose transfer failed with TIMEOUT, which
+ * kvd_task_wait(t, 0) returns for both.
+ */
+START_TEST(test_task_done)
+{
+        kvd_cache_key key = kvd_key_blocks(2, 0);
+        kvd_task *ta = NULL, *tb = NULL;
+        bool done = true;
+        FakeDaemon d;
+        kvd_client *c;
+
+        /* The first transfer's answer is TIMEOUT (it ran past its deadline), the second OK. */
+        fake_start(&d, script_late_replies);
+        c = fake_client_init(&d);
+
+        ck_assert_int_eq(kvd_push_blocks_async(c, &key, 1, (uint64_t[]){0}, 1, (uint64_t[]){1}, 1,
+                                               NULL, &ta),
+                         KVD_OK);
+        ck_assert_int_eq(kvd_pull_blocks_async(c, &key, 1, (uint64_t[]){0}, 1, (uint64_t[]){1}, 1,
+                                               NULL, &tb),
+                         KVD_OK);
+        ck_assert_int_eq(kvd_task_wait(ta, 0), KVD_E_TIMEOUT);
+        ck_assert_int_eq(kvd_task_done(ta, &done), KVD_OK);
+        ck_assert(!done);
+        fake_go(&d);
+
+        ck_assert_int_eq(poll_until_done(ta), KVD_E_TIMEOUT);
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(c), "for a freed task"));
+        ck_assert_int_eq(poll_until_done(tb), KVD_OK);
+        /* Done stays done, with the same status. */
+        ck_assert_int_eq(kvd_task_wait(ta, 0), KVD_E_TIMEOUT);
+        ck_assert_int_eq(kvd_task_done(ta, &done), KVD_OK);
+        ck_assert(done);
+
+        ck_assert_int_eq(kvd_task_done(NULL, &done), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(kvd_task_done(ta, NULL), KVD_E_PARAM_INVALID);
+        kvd_task_free(ta);
+        kvd_task_free(tb);
+        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
+        fake_stop(&d);
+}
+END_TEST
+
 /* --- a daemon that goes away ----------------------------------------------------------- */
 
 static void script_close_mid_wait(FakeDaemon *d, int fd)
@@ -302,6 +365,7 @@ static Suite *client_wait_suite(void)
         tcase_add_test(tc, test_out_of_order_replies);
         tcase_add_test(tc, test_two_threads_waiting);
         tcase_add_test(tc, test_task_wait_timeout);
+        tcase_add_test(tc, test_task_done);
         tcase_add_test(tc, test_daemon_closes);
         tcase_add_test(tc, test_malformed_frame);
         /* Generous for sanitizer builds on a loaded machine; nothing here waits on a clock. */

@@ -124,6 +124,15 @@ int kvd_client_connect(kvd_client **ret_client, const kvd_option *options, size_
 int kvd_client_finalize(kvd_client *client);
 
 /*
+ * As kvd_client_finalize(), except that memory from kvd_mem_alloc() stays mapped in this
+ * process: the daemon forgets it as usual, and each allocation becomes plain shared memory that
+ * the caller unmaps with munmap(ptr, size rounded up to the page size) once nothing uses it
+ * (kvd_mem_free() no longer applies). For language bindings whose arrays over that memory may
+ * outlive the client. The daemon's pool is unmapped as by kvd_client_finalize().
+ */
+int kvd_client_finalize_keep_memory(kvd_client *client);
+
+/*
  * The detail of the last failure on @client (thread-local per client), "" if none. With NULL:
  * the detail of the last failed kvd_client_init() or kvd_client_connect() on this thread.
  */
@@ -383,6 +392,15 @@ int kvd_push_blocks_async(kvd_client *client, const kvd_cache_key *dst_key, uint
  * keeps its status for later waits.
  */
 int kvd_task_wait(kvd_task *task, int timeout_ms);
+
+/*
+ * Whether @task has its final status, in *@ret_done: true once a kvd_task_wait() on it returned
+ * the transfer's status (which may itself be KVD_E_TIMEOUT: the transfer ran past its deadline),
+ * false while kvd_task_wait() would say it is still running. Does not read from the daemon: call
+ * kvd_task_wait(task, 0) first to take an answer that arrived since. For callers that poll
+ * (language bindings, event loops), where KVD_E_TIMEOUT alone cannot tell the two apart.
+ */
+int kvd_task_done(kvd_task *task, bool *ret_done);
 
 /* Frees @task; a transfer still running goes on, and its result is discarded. Accepts NULL. */
 void kvd_task_free(kvd_task *task);

@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: MIT
+"""Arrays and tensors over kvdist memory: what register_cache() and register_blocks_cache()
+take the addresses of. The memory comes from kvd_mem_alloc(): shared with kvdistd, zero-filled,
+never copied; an array keeps it alive and it is freed with the last array (or tensor) over it."""
+
+import math
+
+from . import _datadist
+from ._types import DataType
+
+# DataType -> the numpy dtype name holding it (bfloat16 has none: its bits as uint16).
+_NUMPY_NAMES = {
+    DataType.DT_FLOAT: "float32", DataType.DT_FLOAT16: "float16", DataType.DT_BF16: "uint16",
+    DataType.DT_INT8: "int8", DataType.DT_INT16: "int16", DataType.DT_UINT16: "uint16",
+    DataType.DT_UINT8: "uint8", DataType.DT_INT32: "int32", DataType.DT_INT64: "int64",
+    DataType.DT_UINT32: "uint32", DataType.DT_UINT64: "uint64", DataType.DT_BOOL: "bool",
+    DataType.DT_DOUBLE: "float64",
+}
+
+
+def _owner(datadist):
+    if datadist is not None:
+        return datadist
+    alive = list(_datadist._initialized)
+    if len(alive) != 1:
+        raise ValueError(f"{len(alive)} LLMDataDist are initialized in this process; "
+                         "pass datadist= to say whose memory this is")
+    return alive[0]
+
+
+def _shape(shape):
+    if isinstance(shape, int):
+        return (shape,)
+    return tuple(int(d) for d in shape)
+
+
+def empty(shape, dtype="float32", *, datadist=None):
+    """A numpy array of shape and dtype (numpy's, or a DataType) over new kvdist memory of the
+    initialized LLMDataDist (datadist=, or the only one in this process). Zero-filled."""
+    import numpy
+
+    dt = numpy.dtype(_NUMPY_NAMES[dtype] if isinstance(dtype, DataType) else dtype)
+    shape = _shape(shape)
+    count = math.prod(shape)
+    if count < 0 or any(d < 0 for d in shape):
+        raise ValueError(f"negative dimensions in {shape}")
+    mem = _owner(datadist)._c().mem_alloc(max(count * dt.itemsize, 1))
+    return numpy.frombuffer(mem, dtype=dt, count=count).reshape(shape)
+
+
+def empty_torch(shape, dtype=None, *, datadist=None):
+    """As empty(), a torch.Tensor (dtype a torch.dtype or a DataType; float32 by default). The
+    tensor shares the array's memory (torch.from_numpy) and keeps it alive."""
+    import torch
+
+    if dtype is None:
+        dtype = torch.float32
+    if isinstance(dtype, DataType):
+        if dtype not in _torch_dtypes():
+            raise TypeError(f"torch has no dtype for {dtype.name}")
+        dtype = _torch_dtypes()[dtype]
+    if dtype == torch.bfloat16:
+        # numpy has no bfloat16 and torch.from_numpy() no uint16: the bits travel as int16.
+        return torch.from_numpy(empty(shape, "int16", datadist=datadist)).view(torch.bfloat16)
+    numpy_name = str(dtype).removeprefix("torch.")
+    if numpy_name not in _NUMPY_NAMES.values():
+        raise TypeError(f"kvdist has no data type for {dtype}")
+    return torch.from_numpy(empty(shape, numpy_name, datadist=datadist))
+
+
+def _torch_dtypes():
+    import torch
+
+    return {
+        DataType.DT_FLOAT: torch.float32, DataType.DT_FLOAT16: torch.float16,
+        DataType.DT_BF16: torch.bfloat16, DataType.DT_INT8: torch.int8,
+        DataType.DT_INT16: torch.int16, DataType.DT_UINT8: torch.uint8,
+        DataType.DT_INT32: torch.int32, DataType.DT_INT64: torch.int64,
+        DataType.DT_BOOL: torch.bool, DataType.DT_DOUBLE: torch.float64,
+    }
