@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "client.h"
+#include "client-lib/client.h"
 
 int cache_key_to_pb(const kvd_cache_key *key, KeyStorage *s, const char *what, Error *err)
 {

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "socket-path.h"
+#include "client-lib/client.h"
+#include "common/socket-path.h"
 
 /* The last failure on this thread, and the client it was about (NULL: init/connect). */
 static __thread struct {

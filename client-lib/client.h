@@ -11,14 +11,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "clist.h"
-#include "error.h"
-#include "frame.h"
+#include "common/clist.h"
+#include "common/error.h"
+#include "proto/frame.h"
 #include "kvdist-config.h"
-#include "kvdist.pb-c.h"
-#include "kvdist/kvdist.h"
-#include "macro.h"
-#include "time-util.h"
+#include "proto/kvdist.pb-c.h"
+#include <kvdist/kvdist.h>
+#include "common/macro.h"
+#include "common/time-util.h"
 
 #define CLIENT_IDENTITY "libkvdist/" KVDIST_VERSION
 #define CLIENT_PROTOCOL_VERSION 1

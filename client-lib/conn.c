@@ -14,8 +14,8 @@
 #include <sys/time.h>
 #include <sys/un.h>
 
-#include "client.h"
-#include "socket-path.h"
+#include "client-lib/client.h"
+#include "common/socket-path.h"
 
 int conn_connect(const char *path, Error *err)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client.h"
+#include "client-lib/client.h"
 
 #define DOMAIN_LINK_TIMEOUT_MS CLIENT_CALL_TIMEOUT_MS
 

@@ -2,7 +2,7 @@
 /* libkvdist links: linking to and unlinking from remote clusters, link status, role changes. */
 #include <stdlib.h>
 
-#include "client.h"
+#include "client-lib/client.h"
 
 #define LINK_DEFAULT_TIMEOUT_MS 3000
 

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "client-lib/client.h"
 
 static int mem_alloc(kvd_client *c, size_t size, void **ret_ptr, Error *err)
 {

@@ -2,7 +2,7 @@
 /* libkvdist push notifications: the eventfd to poll and taking what waits. */
 #include <string.h>
 
-#include "client.h"
+#include "client-lib/client.h"
 
 static int notify_fd(kvd_client *c, int *ret_fd, Error *err)
 {

@@ -2,7 +2,7 @@
 /* libkvdist introspection: the daemon's state as JSON and its metrics, for kvdistctl. */
 #include <string.h>
 
-#include "client.h"
+#include "client-lib/client.h"
 
 static int daemon_status(kvd_client *c, char **ret_json, Error *err)
 {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* libkvdist status names; kvdistd builds this file too, so it needs only the public header. */
-#include "kvdist/kvdist.h"
-#include "macro.h"
+#include <kvdist/kvdist.h>
+#include "common/macro.h"
 
 static const char *const status_names[] = {
         [-KVD_OK] = "KVD_OK",

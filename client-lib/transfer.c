@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client.h"
+#include "client-lib/client.h"
 
 typedef struct TransferArgs {
         Kvdist__V1__TransferKind kind;

@@ -4,8 +4,8 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "crc32c-internal.h"
-#include "crc32c.h"
+#include "common/crc32c-internal.h"
+#include "common/crc32c.h"
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>

@@ -2,7 +2,7 @@
 /* Error: a kvd status code plus a human-readable detail. */
 #include <stdio.h>
 
-#include "error.h"
+#include "common/error.h"
 
 int error_setv(Error *err, int code, const char *fmt, va_list ap)
 {

@@ -4,7 +4,7 @@
 
 #include <stdarg.h>
 
-#include "macro.h"
+#include "common/macro.h"
 
 #define ERROR_MSG_MAX 256
 

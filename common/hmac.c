@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "hmac.h"
+#include "common/hmac.h"
 
 #define IPAD 0x36
 #define OPAD 0x5c

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sha256.h"
+#include "common/sha256.h"
 
 #define HMAC_SHA256_SIZE SHA256_DIGEST_SIZE
 

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <sys/random.h>
 
-#include "random-util.h"
+#include "common/random-util.h"
 
 int random_bytes(void *buf, size_t n)
 {

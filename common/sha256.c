@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "sha256.h"
+#include "common/sha256.h"
 
 /* FIPS 180-4 4.2.2: the fractional parts of the cube roots of the first 64 primes, 32 bits. */
 static const uint32_t K[64] = {

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sockaddr-util.h"
+#include "common/sockaddr-util.h"
 
 /* An IPv6 address, '%', an interface name or index, and the NUL. */
 #define HOST_MAX (INET6_ADDRSTRLEN + IF_NAMESIZE)

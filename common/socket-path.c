@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "socket-path.h"
+#include "common/socket-path.h"
 
 int socket_path_default(char *buf, size_t size)
 {

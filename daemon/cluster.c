@@ -8,19 +8,19 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "conn.h"
-#include "daemon.h"
-#include "domain.h"
-#include "link-request.h"
-#include "link.h"
-#include "log.h"
-#include "notify.h"
-#include "peer-link.h"
-#include "peer.h"
-#include "pool.h"
-#include "region.h"
-#include "transfer.h"
+#include "daemon/cluster.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/domain/domain.h"
+#include "daemon/link/link-request.h"
+#include "daemon/link/link.h"
+#include "daemon/log.h"
+#include "daemon/notify.h"
+#include "daemon/link/peer-link.h"
+#include "daemon/link/peer.h"
+#include "daemon/memory/pool.h"
+#include "daemon/memory/region.h"
+#include "daemon/transfer/transfer.h"
 
 int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t device_id,
                 uint32_t sync_kv_timeout_ms, Cluster **ret)

@@ -11,9 +11,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "cache.h"
-#include "clist.h"
-#include "error.h"
+#include "daemon/memory/cache.h"
+#include "common/clist.h"
+#include "common/error.h"
 
 typedef struct Conn Conn;
 typedef struct Daemon Daemon;

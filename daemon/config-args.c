@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config-internal.h"
-#include "config.h"
-#include "log.h"
+#include "daemon/config-internal.h"
+#include "daemon/config.h"
+#include "daemon/log.h"
 #include "kvdist-config.h"
-#include "macro.h"
+#include "common/macro.h"
 
 /* Parses a whole decimal integer; leading blanks and trailing text are errors. */
 static int parse_int64(const char *s, int64_t *ret)

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config-diff.h"
-#include "config-internal.h"
-#include "log.h"
+#include "daemon/config-diff.h"
+#include "daemon/config-internal.h"
+#include "daemon/log.h"
 
 /* Settings a reload applies; every other setting needs a restart. */
 static const char *const runtime_top_keys[] = { "sync_kv_timeout_ms", "heartbeat_interval_ms",

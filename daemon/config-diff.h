@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "config.h"
+#include "daemon/config.h"
 
 typedef struct ConfigChange {
         char key[64];           /* "log_level", "limits.max_clients" */

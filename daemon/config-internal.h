@@ -12,8 +12,8 @@
 #include <string.h>
 #include <sys/un.h>
 
-#include "config.h"
-#include "macro.h"
+#include "daemon/config.h"
+#include "common/macro.h"
 
 /* sun_path less its terminating NUL. */
 #define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *)NULL)->sun_path) - 1)

@@ -6,9 +6,9 @@
 
 #include <jansson.h>
 
-#include "config-internal.h"
-#include "config-json.h"
-#include "log.h"
+#include "daemon/config-internal.h"
+#include "daemon/config-json.h"
+#include "daemon/log.h"
 
 static void set(json_t *o, const char *key, json_t *v, bool *ok)
 {

@@ -2,7 +2,7 @@
 /* Config as JSON: the effective configuration, as `kvdistctl config` shows it. */
 #pragma once
 
-#include "config.h"
+#include "daemon/config.h"
 
 struct json_t;
 

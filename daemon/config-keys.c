@@ -11,12 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config-internal.h"
-#include "config-keys.h"
-#include "config.h"
-#include "log.h"
-#include "macro.h"
-#include "sockaddr-util.h"
+#include "daemon/config-internal.h"
+#include "daemon/config-keys.h"
+#include "daemon/config.h"
+#include "daemon/log.h"
+#include "common/macro.h"
+#include "common/sockaddr-util.h"
 
 /* A bound on the device map keeps the duplicate check cheap whatever the input. */
 #define DEVICES_MAX 1024

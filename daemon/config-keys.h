@@ -4,7 +4,7 @@
 
 #include <jansson.h>
 
-#include "config.h"
+#include "daemon/config.h"
 
 /*
  * Applies every key of @root over @c, which is a scratch copy: it may be left half-written on

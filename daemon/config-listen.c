@@ -5,8 +5,8 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "config.h"
-#include "sockaddr-util.h"
+#include "daemon/config.h"
+#include "common/sockaddr-util.h"
 
 /* The port of "a:0" is set after parsing "a": sockaddr_parse() takes ports 1..65535 only. */
 static bool strip_port_zero(const char *s, char *buf, size_t size)

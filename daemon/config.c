@@ -15,13 +15,13 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#include "config-internal.h"
-#include "config-keys.h"
-#include "config.h"
-#include "sockaddr-util.h"
-#include "socket-path.h"
-#include "log.h"
-#include "macro.h"
+#include "daemon/config-internal.h"
+#include "daemon/config-keys.h"
+#include "daemon/config.h"
+#include "common/sockaddr-util.h"
+#include "common/socket-path.h"
+#include "daemon/log.h"
+#include "common/macro.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)

@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include "macro.h"
+#include "common/macro.h"
 
 typedef enum TransportKind {
         TRANSPORT_KIND_AUTO,

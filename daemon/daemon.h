@@ -11,9 +11,9 @@
 
 #include <kvdist/kvdist.h>
 
-#include "clist.h"
-#include "config.h"
-#include "time-util.h"
+#include "common/clist.h"
+#include "daemon/config.h"
+#include "common/time-util.h"
 
 struct event_base;
 struct event;

@@ -11,8 +11,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "log-journal.h"
-#include "macro.h"
+#include "daemon/log-journal.h"
+#include "common/macro.h"
 
 #define MAX_FIELDS 12
 

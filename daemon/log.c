@@ -14,9 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "log-journal.h"
-#include "log.h"
-#include "time-util.h"
+#include "daemon/log-journal.h"
+#include "daemon/log.h"
+#include "common/time-util.h"
 
 /* A line longer than this is cut; journald's own line limit is larger, syslog's smaller. */
 #define LOG_LINE_MAX 2048

@@ -10,8 +10,8 @@
 #include <stdarg.h>
 #include <syslog.h>
 
-#include "log-journal.h"
-#include "macro.h"
+#include "daemon/log-journal.h"
+#include "common/macro.h"
 
 /* Per call site: at most LOG_RATELIMIT_BURST warnings and errors per LOG_RATELIMIT_INTERVAL. */
 #define LOG_RATELIMIT_INTERVAL (10ULL * 1000000ULL)

@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "config.h"
-#include "daemon.h"
-#include "log.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/log.h"
 
 int main(int argc, char **argv)
 {

@@ -10,12 +10,12 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "conn.h"
-#include "daemon.h"
-#include "dispatch.h"
-#include "kvdist.pb-c.h"
-#include "notify.h"
+#include "daemon/cluster.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/control/dispatch.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/notify.h"
 
 #define NOTIFY_DATA_MAX 256
 

@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config-diff.h"
-#include "config.h"
-#include "daemon.h"
-#include "log.h"
-#include "reload.h"
-#include "service.h"
+#include "daemon/config-diff.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/log.h"
+#include "daemon/reload.h"
+#include "daemon/service.h"
 
 int daemon_reload(Daemon *d)
 {

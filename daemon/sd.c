@@ -13,8 +13,8 @@
 #include <time.h>
 
 #include "kvdist-config.h"
-#include "macro.h"
-#include "sd.h"
+#include "common/macro.h"
+#include "daemon/sd.h"
 
 #if HAVE_LIBSYSTEMD
 #include <systemd/sd-daemon.h>

@@ -8,9 +8,9 @@
 
 #include <event2/event.h>
 
-#include "log.h"
-#include "sd.h"
-#include "service.h"
+#include "daemon/log.h"
+#include "daemon/sd.h"
+#include "daemon/service.h"
 
 #define SERVICE_STATUS_MAX 256
 

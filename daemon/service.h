@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "time-util.h"
+#include "common/time-util.h"
 
 struct event_base;
 typedef struct Service Service;

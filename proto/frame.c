@@ -8,9 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "frame.h"
-#include "kvdist.pb-c.h"
-#include "macro.h"
+#include "proto/frame.h"
+#include "proto/kvdist.pb-c.h"
+#include "common/macro.h"
 
 static void put_le16(uint8_t *p, uint16_t v)
 {

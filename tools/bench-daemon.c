@@ -12,9 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench-daemon.h"
-#include "kvdist/kvdist.h"
-#include "macro.h"
+#include "tools/bench-daemon.h"
+#include <kvdist/kvdist.h>
+#include "common/macro.h"
 
 #define DAEMON_START_MS 10000
 #define DAEMON_STOP_MS 5000

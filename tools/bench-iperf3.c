@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench-iperf3.h"
-#include "macro.h"
-#include "time-util.h"
+#include "tools/bench-iperf3.h"
+#include "common/macro.h"
+#include "common/time-util.h"
 
 #define SERVER_START_MS 5000
 #define SERVER_EXIT_MS 5000

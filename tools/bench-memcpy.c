@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench-memcpy.h"
+#include "tools/bench-memcpy.h"
 
 static double now_ns(void)
 {

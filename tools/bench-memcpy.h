@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "macro.h"
+#include "common/macro.h"
 
 #define BENCH_MEMCPY_MAX_THREADS 64
 

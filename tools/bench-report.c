@@ -3,8 +3,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "bench-report.h"
-#include "macro.h"
+#include "tools/bench-report.h"
+#include "common/macro.h"
 
 const char *const baseline_names[_BASELINE_MAX] = {
         [BASELINE_MEMCPY] = "memcpy",

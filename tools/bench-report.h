@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "bench.h"
+#include "tools/bench.h"
 
 /* Prints what the run measures and the table's column heads. */
 void bench_report_header(const Args *a);

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl-domains.h"
+#include "tools/ctl-domains.h"
 
 const char *const domain_cols[N_DOMAIN_COLS] = { "ID",        "NAME",      "RANKS", "MEMBERS",
                                     "STATE",     "CHANNELS",  "ALGORITHM", "RESOURCES/RANK",

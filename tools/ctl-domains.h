@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "ctl-table.h"
+#include "tools/ctl-table.h"
 
 #define N_DOMAIN_COLS 12
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl-prom.h"
-#include "macro.h"
+#include "tools/ctl-prom.h"
+#include "common/macro.h"
 
 static bool is_name_char(char c, bool first)
 {

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl-table.h"
-#include "macro.h"
+#include "tools/ctl-table.h"
+#include "common/macro.h"
 
 void fmt_bytes_value(double v, char *buf)
 {

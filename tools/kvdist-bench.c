@@ -15,13 +15,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench-daemon.h"
-#include "bench-iperf3.h"
-#include "bench-memcpy.h"
-#include "bench-report.h"
-#include "bench.h"
-#include "kvdist/kvdist.h"
-#include "macro.h"
+#include "tools/bench-daemon.h"
+#include "tools/bench-iperf3.h"
+#include "tools/bench-memcpy.h"
+#include "tools/bench-report.h"
+#include "tools/bench.h"
+#include <kvdist/kvdist.h>
+#include "common/macro.h"
 
 #define PREFILL_CLUSTER 1
 #define DECODE_CLUSTER 2

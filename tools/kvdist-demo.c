@@ -32,9 +32,9 @@
 #include <jansson.h>
 
 #include "kvdist-config.h"
-#include "kvdist/kvdist.h"
-#include "macro.h"
-#include "time-util.h"
+#include <kvdist/kvdist.h>
+#include "common/macro.h"
+#include "common/time-util.h"
 
 /* llama3-8b: 32 layers of K and V; 16-token blocks of 8 kv heads x 128 dims in fp16. */
 #define MODEL_NAME "llama3-8b"

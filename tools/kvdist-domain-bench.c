@@ -23,8 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kvdist/kvdist.h"
-#include "macro.h"
+#include <kvdist/kvdist.h>
+#include "common/macro.h"
 
 #define MAX_MEMBERS KVD_MAX_DOMAIN_MEMBERS
 #define TENSORS 2

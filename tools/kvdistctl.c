@@ -16,13 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl-domains.h"
-#include "ctl-prom.h"
-#include "ctl-table.h"
+#include "tools/ctl-domains.h"
+#include "tools/ctl-prom.h"
+#include "tools/ctl-table.h"
 #include "kvdist-config.h"
-#include "kvdist/kvdist.h"
-#include "macro.h"
-#include "socket-path.h"
+#include <kvdist/kvdist.h>
+#include "common/macro.h"
+#include "common/socket-path.h"
 
 enum {
         EXIT_DAEMON_ERROR = 1,

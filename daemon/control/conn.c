@@ -14,13 +14,13 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "conn.h"
-#include "daemon.h"
-#include "dispatch.h"
-#include "kvdist.pb-c.h"
-#include "log.h"
-#include "wire.h"
+#include "daemon/cluster.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/control/dispatch.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/log.h"
+#include "daemon/control/wire.h"
 
 /* Frames served per wake-up: one busy client cannot starve the others. */
 #define CONN_FRAMES_PER_WAKEUP 16

@@ -21,10 +21,10 @@
 
 #include <protobuf-c/protobuf-c.h>
 
-#include "clist.h"
-#include "error.h"
-#include "frame.h"
-#include "wire.h"
+#include "common/clist.h"
+#include "common/error.h"
+#include "proto/frame.h"
+#include "daemon/control/wire.h"
 
 /* From a frame's first byte to its last, and from connecting to the end of Hello. */
 #define CONN_FRAME_TIMEOUT_SEC 10

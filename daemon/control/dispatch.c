@@ -7,14 +7,14 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "conn.h"
-#include "daemon.h"
-#include "dispatch.h"
-#include "domain.h"
+#include "daemon/cluster.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/control/dispatch.h"
+#include "daemon/domain/domain.h"
 #include "kvdist-config.h"
-#include "kvdist.pb-c.h"
-#include "log.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/log.h"
 
 static const DispatchEntry dispatch_table[] = {
         { KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, DISPATCH_NO_CLUSTER, 0, handle_client_init },

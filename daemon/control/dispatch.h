@@ -8,9 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache-proto.h"
-#include "conn.h"
-#include "error.h"
+#include "daemon/memory/cache-proto.h"
+#include "daemon/control/conn.h"
+#include "common/error.h"
 
 /* A handler returns 0 (it replied), HANDLER_PENDING (it keeps the request), or a KVD_E_* status
  * with @err filled (dispatch answers with it). */

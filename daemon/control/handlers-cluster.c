@@ -7,14 +7,14 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "conn.h"
-#include "daemon.h"
-#include "dispatch.h"
-#include "domain.h"
-#include "kvdist.pb-c.h"
-#include "log.h"
-#include "status.h"
+#include "daemon/cluster.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/control/dispatch.h"
+#include "daemon/domain/domain.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/log.h"
+#include "daemon/status.h"
 
 /* Lists the device map's ids into @buf for an error message. */
 static const char *device_ids_to_string(const Config *cfg, char *buf, size_t size)

@@ -4,10 +4,10 @@
 
 #include <kvdist/kvdist.h>
 
-#include "conn.h"
-#include "dispatch.h"
-#include "kvdist.pb-c.h"
-#include "metrics.h"
+#include "daemon/control/conn.h"
+#include "daemon/control/dispatch.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/metrics/metrics.h"
 
 int handle_daemon_metrics(Request *req, Error *err)
 {

@@ -8,15 +8,15 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "conn.h"
-#include "daemon.h"
-#include "dispatch.h"
-#include "kvdist.pb-c.h"
-#include "link-request.h"
-#include "link.h"
-#include "peer-link.h"
-#include "log.h"
+#include "daemon/cluster.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/control/dispatch.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/link/link-request.h"
+#include "daemon/link/link.h"
+#include "daemon/link/peer-link.h"
+#include "daemon/log.h"
 
 static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool force, Error *err)
 {

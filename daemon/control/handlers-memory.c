@@ -8,17 +8,17 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "conn.h"
-#include "daemon.h"
-#include "dispatch.h"
-#include "domain.h"
-#include "cache-proto.h"
-#include "kvdist.pb-c.h"
-#include "log.h"
-#include "pool.h"
-#include "rdma.h"
-#include "region.h"
+#include "daemon/cluster.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/control/dispatch.h"
+#include "daemon/domain/domain.h"
+#include "daemon/memory/cache-proto.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/log.h"
+#include "daemon/memory/pool.h"
+#include "daemon/transport/rdma.h"
+#include "daemon/memory/region.h"
 
 static int cache_desc_from_proto(const Kvdist__V1__CacheDesc *m, CacheDesc *ret,
                                  uint64_t *ret_tensor_size, Error *err)

@@ -2,9 +2,9 @@
 /* Handlers: pull and push of caches and blocks. */
 #include <kvdist/kvdist.h>
 
-#include "conn.h"
-#include "dispatch.h"
-#include "transfer.h"
+#include "daemon/control/conn.h"
+#include "daemon/control/dispatch.h"
+#include "daemon/transfer/transfer.h"
 
 int handle_transfer(Request *req, Error *err)
 {

@@ -18,12 +18,12 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "conn.h"
-#include "daemon.h"
-#include "listener.h"
-#include "log.h"
-#include "sd.h"
-#include "socket-path.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/control/listener.h"
+#include "daemon/log.h"
+#include "daemon/sd.h"
+#include "common/socket-path.h"
 
 struct Listener {
         Daemon *daemon;

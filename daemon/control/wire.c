@@ -4,8 +4,8 @@
 #include <fcntl.h>
 #include <stdlib.h>
 
-#include "macro.h"
-#include "wire.h"
+#include "common/macro.h"
+#include "daemon/control/wire.h"
 
 typedef struct WireFrame {
         CList link;

@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "clist.h"
-#include "frame.h"
+#include "common/clist.h"
+#include "proto/frame.h"
 
 typedef struct WireIn {
         uint8_t header[FRAME_HEADER_SIZE];

@@ -13,15 +13,15 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "conn.h"
-#include "daemon.h"
-#include "dispatch.h"
-#include "domain-internal.h"
-#include "kvdist.pb-c.h"
-#include "link-request.h"
-#include "log.h"
-#include "region.h"
+#include "daemon/cluster.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/control/dispatch.h"
+#include "daemon/domain/domain-internal.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/link/link-request.h"
+#include "daemon/log.h"
+#include "daemon/memory/region.h"
 
 static const uint8_t dtype_sizes[] = {
         [KVD_DT_FLOAT] = 4,  [KVD_DT_FLOAT16] = 2, [KVD_DT_BF16] = 2,   [KVD_DT_INT8] = 1,

@@ -19,13 +19,13 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "conn.h"
-#include "daemon.h"
-#include "dispatch.h"
-#include "domain-internal.h"
-#include "kvdist.pb-c.h"
-#include "region.h"
+#include "daemon/cluster.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/control/dispatch.h"
+#include "daemon/domain/domain-internal.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/memory/region.h"
 
 #define CHUNK_DEFAULT (UINT64_C(1) << 20)
 #define CHUNK_MIN (UINT64_C(4) << 10)

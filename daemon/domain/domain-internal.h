@@ -23,15 +23,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "clist.h"
-#include "domain.h"
-#include "error.h"
-#include "link-request.h"
-#include "rank-table.h"
-#include "sha256.h"
-#include "sockaddr-util.h"
-#include "tcp-stream.h"
-#include "time-util.h"
+#include "common/clist.h"
+#include "daemon/domain/domain.h"
+#include "common/error.h"
+#include "daemon/link/link-request.h"
+#include "daemon/domain/rank-table.h"
+#include "common/sha256.h"
+#include "common/sockaddr-util.h"
+#include "daemon/transport/tcp-stream.h"
+#include "common/time-util.h"
 
 struct event;
 struct Kvdist__V1__PeerLinkReply;

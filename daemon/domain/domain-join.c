@@ -21,15 +21,15 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "daemon.h"
-#include "domain-internal.h"
-#include "kvdist.pb-c.h"
-#include "link-request.h"
-#include "link.h"
-#include "log.h"
-#include "peer-handlers.h"
-#include "peer.h"
+#include "daemon/cluster.h"
+#include "daemon/daemon.h"
+#include "daemon/domain/domain-internal.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/link/link-request.h"
+#include "daemon/link/link.h"
+#include "daemon/log.h"
+#include "daemon/link/peer-handlers.h"
+#include "daemon/link/peer.h"
 
 #define NEVER UINT64_MAX
 

@@ -22,12 +22,12 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "daemon.h"
-#include "domain-internal.h"
-#include "kvdist.pb-c.h"
-#include "rdma.h"
-#include "region.h"
+#include "daemon/cluster.h"
+#include "daemon/daemon.h"
+#include "daemon/domain/domain-internal.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/transport/rdma.h"
+#include "daemon/memory/region.h"
 
 /* Holes between a message's segments that one span may cover (they are its own region's bytes,
  * reachable by this peer while the message runs). */

@@ -35,18 +35,18 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "daemon.h"
-#include "domain-internal.h"
-#include "engine.h"
-#include "kvdist.pb-c.h"
-#include "link.h"
-#include "log.h"
-#include "peer-handlers.h"
-#include "peer-rdma.h"
-#include "peer.h"
-#include "rdma.h"
-#include "tcp-data.h"
+#include "daemon/cluster.h"
+#include "daemon/daemon.h"
+#include "daemon/domain/domain-internal.h"
+#include "daemon/transfer/engine.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/link/link.h"
+#include "daemon/log.h"
+#include "daemon/link/peer-handlers.h"
+#include "daemon/link/peer-rdma.h"
+#include "daemon/link/peer.h"
+#include "daemon/transport/rdma.h"
+#include "daemon/transport/tcp-data.h"
 
 _Static_assert(sizeof(TcpSrcSegment) == sizeof(TcpDstSegment), "segment layouts differ");
 

@@ -11,12 +11,12 @@
 
 #include <kvdist/kvdist.h>
 
-#include "daemon.h"
-#include "domain-internal.h"
-#include "kvdist.pb-c.h"
-#include "log.h"
-#include "peer-handlers.h"
-#include "peer.h"
+#include "daemon/daemon.h"
+#include "daemon/domain/domain-internal.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/log.h"
+#include "daemon/link/peer-handlers.h"
+#include "daemon/link/peer.h"
 
 static int sanitize_code(int code)
 {

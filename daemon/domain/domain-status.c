@@ -8,12 +8,12 @@
 #include <jansson.h>
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "daemon.h"
-#include "domain-internal.h"
-#include "link.h"
-#include "metrics-text.h"
-#include "peer.h"
+#include "daemon/cluster.h"
+#include "daemon/daemon.h"
+#include "daemon/domain/domain-internal.h"
+#include "daemon/link/link.h"
+#include "daemon/metrics/metrics-text.h"
+#include "daemon/link/peer.h"
 
 static void set(json_t *o, const char *key, json_t *v, bool *ok)
 {

@@ -14,12 +14,12 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "daemon.h"
-#include "domain-internal.h"
-#include "log.h"
-#include "peer-handlers.h"
-#include "peer.h"
+#include "daemon/cluster.h"
+#include "daemon/daemon.h"
+#include "daemon/domain/domain-internal.h"
+#include "daemon/log.h"
+#include "daemon/link/peer-handlers.h"
+#include "daemon/link/peer.h"
 
 const char *domain_state_to_string(DomainState s)
 {

@@ -10,7 +10,7 @@
 #include <jansson.h>
 #include <kvdist/kvdist.h>
 
-#include "rank-table.h"
+#include "daemon/domain/rank-table.h"
 
 #define PATH_MAX_LEN 96
 

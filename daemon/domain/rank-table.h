@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
-#include "sockaddr-util.h"
+#include "common/error.h"
+#include "common/sockaddr-util.h"
 
 /* Members of a comm domain (LLM-DataDist: at most 4). */
 #define RANK_TABLE_MAX_RANKS 4

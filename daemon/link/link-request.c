@@ -9,18 +9,18 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "conn.h"
-#include "daemon.h"
-#include "dispatch.h"
-#include "domain.h"
-#include "kvdist.pb-c.h"
-#include "link-request.h"
-#include "link.h"
-#include "log.h"
-#include "peer-rdma.h"
-#include "peer.h"
-#include "rdma.h"
+#include "daemon/cluster.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/control/dispatch.h"
+#include "daemon/domain/domain.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/link/link-request.h"
+#include "daemon/link/link.h"
+#include "daemon/log.h"
+#include "daemon/link/peer-rdma.h"
+#include "daemon/link/peer.h"
+#include "daemon/transport/rdma.h"
 
 typedef struct LinkRequest LinkRequest;
 

@@ -14,9 +14,9 @@
 
 #include <protobuf-c/protobuf-c.h>
 
-#include "error.h"
-#include "peer.h"
-#include "sockaddr-util.h"
+#include "common/error.h"
+#include "daemon/link/peer.h"
+#include "common/sockaddr-util.h"
 
 typedef struct Cluster Cluster;
 typedef struct Link Link;

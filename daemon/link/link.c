@@ -8,15 +8,15 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "daemon.h"
-#include "kvdist.pb-c.h"
-#include "link.h"
-#include "log.h"
-#include "peer.h"
-#include "served.h"
-#include "transfer.h"
-#include "transport.h"
+#include "daemon/cluster.h"
+#include "daemon/daemon.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/link/link.h"
+#include "daemon/log.h"
+#include "daemon/link/peer.h"
+#include "daemon/transfer/served.h"
+#include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport.h"
 
 /* A new UP link of @local to @remote_cluster_id, on every list but the remote end's. */
 static Link *link_alloc(Daemon *d, Cluster *local, uint64_t remote_cluster_id,

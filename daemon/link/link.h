@@ -12,10 +12,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "clist.h"
-#include "error.h"
-#include "sockaddr-util.h"
-#include "time-util.h"
+#include "common/clist.h"
+#include "common/error.h"
+#include "common/sockaddr-util.h"
+#include "common/time-util.h"
 
 typedef struct Cluster Cluster;
 typedef struct Daemon Daemon;

@@ -4,10 +4,10 @@
 #include <assert.h>
 #include <string.h>
 
-#include "macro.h"
-#include "peer-auth.h"
-#include "random-util.h"
-#include "sha256.h"
+#include "common/macro.h"
+#include "daemon/link/peer-auth.h"
+#include "common/random-util.h"
+#include "common/sha256.h"
 
 /* The MAC input: context, role byte, two node ids, two nonces. */
 #define PEER_AUTH_MAC_INPUT_SIZE \

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hmac.h"
+#include "common/hmac.h"
 
 #define PEER_AUTH_NONCE_SIZE 32
 #define PEER_AUTH_MAC_SIZE HMAC_SHA256_SIZE

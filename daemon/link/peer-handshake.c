@@ -15,12 +15,12 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon.h"
-#include "kvdist.pb-c.h"
-#include "log.h"
-#include "peer-internal.h"
-#include "peer.h"
-#include "random-util.h"
+#include "daemon/daemon.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/log.h"
+#include "daemon/link/peer-internal.h"
+#include "daemon/link/peer.h"
+#include "common/random-util.h"
 
 static void peer_data_dial_all(Peer *p);
 static void peer_on_data_connected(evutil_socket_t fd, short what, void *userdata);

@@ -11,8 +11,8 @@
 
 #include <event2/util.h>
 
-#include "kvdist.pb-c.h"
-#include "peer.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/link/peer.h"
 
 /* A connection that has not become READY by then is given up. */
 #define PEER_HANDSHAKE_TIMEOUT_MS 10000

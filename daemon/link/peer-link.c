@@ -11,16 +11,16 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cache-proto.h"
-#include "cluster.h"
-#include "daemon.h"
-#include "kvdist.pb-c.h"
-#include "link.h"
-#include "log.h"
-#include "peer-handlers.h"
-#include "peer-link.h"
-#include "peer.h"
-#include "rdma.h"
+#include "daemon/memory/cache-proto.h"
+#include "daemon/cluster.h"
+#include "daemon/daemon.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/link/link.h"
+#include "daemon/log.h"
+#include "daemon/link/peer-handlers.h"
+#include "daemon/link/peer-link.h"
+#include "daemon/link/peer.h"
+#include "daemon/transport/rdma.h"
 
 /* The exposed caches of one cluster as wire messages, with the storage they point into. */
 typedef struct Exposed {

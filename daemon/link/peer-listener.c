@@ -13,11 +13,11 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "daemon.h"
-#include "log.h"
-#include "peer-internal.h"
-#include "peer.h"
+#include "daemon/cluster.h"
+#include "daemon/daemon.h"
+#include "daemon/log.h"
+#include "daemon/link/peer-internal.h"
+#include "daemon/link/peer.h"
 
 #define PEER_KEY_MAX (64u << 10)
 #define PEER_KEY_MIN 16

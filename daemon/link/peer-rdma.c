@@ -14,13 +14,13 @@
 
 #include <kvdist/kvdist.h>
 
-#include "daemon.h"
-#include "kvdist.pb-c.h"
-#include "log.h"
-#include "peer-handlers.h"
-#include "peer-rdma.h"
-#include "peer.h"
-#include "rdma.h"
+#include "daemon/daemon.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/log.h"
+#include "daemon/link/peer-handlers.h"
+#include "daemon/link/peer-rdma.h"
+#include "daemon/link/peer.h"
+#include "daemon/transport/rdma.h"
 
 struct PeerRdmaWaiter {
         CList link;

@@ -4,7 +4,7 @@
 
 #include <stdbool.h>
 
-#include "rdma.h"
+#include "daemon/transport/rdma.h"
 
 typedef struct Peer Peer;
 typedef struct PeerRdmaEp PeerRdmaEp;

@@ -15,14 +15,14 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 #include "kvdist-config.h"
-#include "kvdist.pb-c.h"
-#include "log.h"
-#include "peer-handlers.h"
-#include "peer-internal.h"
-#include "peer-rdma.h"
-#include "peer.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/log.h"
+#include "daemon/link/peer-handlers.h"
+#include "daemon/link/peer-internal.h"
+#include "daemon/link/peer-rdma.h"
+#include "daemon/link/peer.h"
 
 /* Frames served per wake-up, so one busy peer cannot starve the loop. */
 #define PEER_FRAMES_PER_WAKEUP 16

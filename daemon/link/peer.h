@@ -22,13 +22,13 @@
 
 #include <protobuf-c/protobuf-c.h>
 
-#include "clist.h"
-#include "error.h"
-#include "peer-auth.h"
-#include "sockaddr-util.h"
-#include "tcp-data.h"
-#include "time-util.h"
-#include "wire.h"
+#include "common/clist.h"
+#include "common/error.h"
+#include "daemon/link/peer-auth.h"
+#include "common/sockaddr-util.h"
+#include "daemon/transport/tcp-data.h"
+#include "common/time-util.h"
+#include "daemon/control/wire.h"
 
 struct event;
 typedef struct Daemon Daemon;

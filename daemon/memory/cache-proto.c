@@ -2,7 +2,7 @@
 /* Cache keys between their wire form and the daemon's CacheKey. */
 #include <kvdist/kvdist.h>
 
-#include "cache-proto.h"
+#include "daemon/memory/cache-proto.h"
 
 int cache_key_from_proto(const Kvdist__V1__CacheKey *k, CacheKey *ret, Error *err)
 {

@@ -2,9 +2,9 @@
 /* Cache keys between their wire form (kvdist.v1.CacheKey) and the daemon's CacheKey. */
 #pragma once
 
-#include "cache.h"
-#include "error.h"
-#include "kvdist.pb-c.h"
+#include "daemon/memory/cache.h"
+#include "common/error.h"
+#include "proto/kvdist.pb-c.h"
 
 /* Room for one wire CacheKey and whichever key message its oneof points at. */
 typedef struct CacheKeyStorage {

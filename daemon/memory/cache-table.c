@@ -7,9 +7,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "cache.h"
-#include "kvdist/kvdist.h"
-#include "macro.h"
+#include "daemon/memory/cache.h"
+#include <kvdist/kvdist.h>
+#include "common/macro.h"
 
 #define KEY_STR_MAX 128
 

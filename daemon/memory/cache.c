@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
-#include "kvdist/kvdist.h"
-#include "macro.h"
+#include "daemon/memory/cache.h"
+#include <kvdist/kvdist.h>
+#include "common/macro.h"
 
 static const unsigned dtype_sizes[_KVD_DT_MAX] = {
         [KVD_DT_FLOAT] = 4,

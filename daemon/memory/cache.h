@@ -13,9 +13,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "clist.h"
-#include "error.h"
-#include "region.h"
+#include "common/clist.h"
+#include "common/error.h"
+#include "daemon/memory/region.h"
 
 #define CACHE_MAX_DIMS 8
 

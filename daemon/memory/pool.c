@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "macro.h"
-#include "pool.h"
+#include "common/macro.h"
+#include "daemon/memory/pool.h"
 
 typedef struct Extent {
         uint64_t offset;

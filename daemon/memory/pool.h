@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "region.h"
+#include "daemon/memory/region.h"
 
 typedef struct Pool Pool;
 

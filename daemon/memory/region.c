@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "macro.h"
-#include "region.h"
+#include "common/macro.h"
+#include "daemon/memory/region.h"
 
 static int region_new_mapped(int fd, uint64_t size, uint64_t id, RegionKind kind,
                              uint64_t client_addr, Region **ret)

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "clist.h"
+#include "common/clist.h"
 
 typedef struct Region Region;
 

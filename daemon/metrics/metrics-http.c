@@ -11,11 +11,11 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
-#include "config.h"
-#include "log.h"
-#include "macro.h"
-#include "metrics-http.h"
-#include "sockaddr-util.h"
+#include "daemon/config.h"
+#include "daemon/log.h"
+#include "common/macro.h"
+#include "daemon/metrics/metrics-http.h"
+#include "common/sockaddr-util.h"
 
 /* Prometheus scrapes send a few headers and no body; anything bigger is not a scraper. */
 #define METRICS_MAX_HEADERS_SIZE 8192

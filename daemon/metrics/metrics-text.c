@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "metrics-text.h"
+#include "daemon/metrics/metrics-text.h"
 
 int metrics_writer_init(MetricsWriter *w)
 {

@@ -8,19 +8,19 @@
 
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "daemon.h"
-#include "domain.h"
+#include "daemon/cluster.h"
+#include "daemon/daemon.h"
+#include "daemon/domain/domain.h"
 #include "kvdist-config.h"
-#include "link.h"
-#include "metrics-text.h"
-#include "metrics.h"
-#include "peer.h"
-#include "plan.h"
-#include "pool.h"
-#include "rdma.h"
-#include "transfer.h"
-#include "transport.h"
+#include "daemon/link/link.h"
+#include "daemon/metrics/metrics-text.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/link/peer.h"
+#include "daemon/transfer/plan.h"
+#include "daemon/memory/pool.h"
+#include "daemon/transport/rdma.h"
+#include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport.h"
 
 /* Transports seen so far; the shm, tcp and rdma transports leave room to spare. */
 #define METRICS_MAX_TRANSPORTS 8

@@ -13,9 +13,9 @@
 
 #include <event2/event.h>
 
-#include "clist.h"
-#include "engine.h"
-#include "macro.h"
+#include "common/clist.h"
+#include "daemon/transfer/engine.h"
+#include "common/macro.h"
 
 #define ENGINE_MAX_THREADS 64
 #define ENGINE_DEFAULT_SLICE ((size_t)1 << 20)

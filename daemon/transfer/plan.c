@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvdist/kvdist.h"
-#include "plan.h"
+#include <kvdist/kvdist.h>
+#include "daemon/transfer/plan.h"
 
 /* Above this many destination units per listed block, duplicates are found by sorting. */
 #define PLAN_BITMAP_UNITS_PER_BLOCK 64

@@ -6,9 +6,9 @@
 
 #include <kvdist/kvdist.h>
 
-#include "kvdist.pb-c.h"
-#include "region.h"
-#include "remote-plan.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/memory/region.h"
+#include "daemon/transfer/remote-plan.h"
 
 static PlanLayers layers_from_proto(const Kvdist__V1__LayerRange *r)
 {

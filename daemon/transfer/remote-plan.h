@@ -16,11 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache.h"
-#include "error.h"
-#include "plan.h"
-#include "tcp-stream.h"
-#include "transfer.h"
+#include "daemon/memory/cache.h"
+#include "common/error.h"
+#include "daemon/transfer/plan.h"
+#include "daemon/transport/tcp-stream.h"
+#include "daemon/transfer/transfer.h"
 
 struct Kvdist__V1__Transfer;
 struct Kvdist__V1__PeerTransfer;

@@ -9,21 +9,21 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "cache-proto.h"
-#include "cluster.h"
-#include "daemon.h"
-#include "kvdist.pb-c.h"
-#include "link.h"
-#include "log.h"
-#include "notify.h"
-#include "peer-handlers.h"
-#include "peer.h"
-#include "plan.h"
-#include "rdma.h"
-#include "region.h"
-#include "remote-plan.h"
-#include "served.h"
-#include "tcp-data.h"
+#include "daemon/memory/cache-proto.h"
+#include "daemon/cluster.h"
+#include "daemon/daemon.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/link/link.h"
+#include "daemon/log.h"
+#include "daemon/notify.h"
+#include "daemon/link/peer-handlers.h"
+#include "daemon/link/peer.h"
+#include "daemon/transfer/plan.h"
+#include "daemon/transport/rdma.h"
+#include "daemon/memory/region.h"
+#include "daemon/transfer/remote-plan.h"
+#include "daemon/transfer/served.h"
+#include "daemon/transport/tcp-data.h"
 
 /* How long past the peer's own deadline a served transfer may wait for its bytes. */
 #define SERVED_GRACE_MS 5000

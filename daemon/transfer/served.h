@@ -22,10 +22,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cache.h"
-#include "clist.h"
-#include "tcp-stream.h"
-#include "time-util.h"
+#include "daemon/memory/cache.h"
+#include "common/clist.h"
+#include "daemon/transport/tcp-stream.h"
+#include "common/time-util.h"
 
 #include <kvdist/kvdist.h>
 

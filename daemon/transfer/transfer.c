@@ -10,22 +10,22 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "cluster.h"
-#include "conn.h"
-#include "daemon.h"
-#include "dispatch.h"
-#include "domain.h"
-#include "kvdist.pb-c.h"
-#include "link.h"
-#include "log.h"
-#include "metrics.h"
-#include "notify.h"
-#include "peer.h"
-#include "plan.h"
-#include "region.h"
-#include "remote-plan.h"
-#include "transfer.h"
-#include "transport.h"
+#include "daemon/cluster.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "daemon/control/dispatch.h"
+#include "daemon/domain/domain.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/link/link.h"
+#include "daemon/log.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/notify.h"
+#include "daemon/link/peer.h"
+#include "daemon/transfer/plan.h"
+#include "daemon/memory/region.h"
+#include "daemon/transfer/remote-plan.h"
+#include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport.h"
 
 const char *transfer_kind_to_string(TransferKind k)
 {

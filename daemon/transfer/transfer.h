@@ -13,10 +13,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cache.h"
-#include "clist.h"
-#include "error.h"
-#include "time-util.h"
+#include "daemon/memory/cache.h"
+#include "common/clist.h"
+#include "common/error.h"
+#include "common/time-util.h"
 
 struct Kvdist__V1__Transfer;
 

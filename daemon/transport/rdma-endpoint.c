@@ -8,10 +8,10 @@
 
 #include <event2/event.h>
 
-#include "clist.h"
-#include "log.h"
-#include "random-util.h"
-#include "rdma-internal.h"
+#include "common/clist.h"
+#include "daemon/log.h"
+#include "common/random-util.h"
+#include "daemon/transport/rdma-internal.h"
 
 static void rdma_job_finish(RdmaJob *job);
 static void rdma_job_pump(RdmaJob *job);

@@ -3,8 +3,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon.h"
-#include "rdma.h"
+#include "daemon/daemon.h"
+#include "daemon/transport/rdma.h"
 
 struct RdmaContext {
         Daemon *daemon;

@@ -12,9 +12,9 @@
 #include <event2/util.h>
 #include <infiniband/verbs.h>
 
-#include "clist.h"
-#include "rdma.h"
-#include "region.h"
+#include "common/clist.h"
+#include "daemon/transport/rdma.h"
+#include "daemon/memory/region.h"
 
 
 #define RDMA_CQ_SIZE 4096

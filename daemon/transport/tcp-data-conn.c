@@ -8,8 +8,8 @@
 #include <stdatomic.h>
 #include <sys/socket.h>
 
-#include "log.h"
-#include "tcp-data-internal.h"
+#include "daemon/log.h"
+#include "daemon/transport/tcp-data-internal.h"
 
 /* What one direction of a connection thread asks for after its turn (0 is no answer). */
 enum {

@@ -11,10 +11,10 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#include "clist.h"
-#include "macro.h"
-#include "tcp-data.h"
-#include "time-util.h"
+#include "common/clist.h"
+#include "common/macro.h"
+#include "daemon/transport/tcp-data.h"
+#include "common/time-util.h"
 
 struct event;
 

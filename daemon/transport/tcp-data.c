@@ -17,7 +17,7 @@
 
 #include <event2/event.h>
 
-#include "tcp-data-internal.h"
+#include "daemon/transport/tcp-data-internal.h"
 
 void tcp_data_job_check_locked(TcpData *td, Job *j)
 {

@@ -44,7 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tcp-stream.h"
+#include "daemon/transport/tcp-stream.h"
 
 struct event_base;
 

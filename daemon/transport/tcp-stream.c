@@ -7,9 +7,9 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "crc32c.h"
-#include "macro.h"
-#include "tcp-stream.h"
+#include "common/crc32c.h"
+#include "common/macro.h"
+#include "daemon/transport/tcp-stream.h"
 
 /*
  * iovec entries per system call, on the stack. A chunk that spans more segments than this is

@@ -9,11 +9,11 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon.h"
-#include "plan.h"
-#include "rdma.h"
-#include "transfer.h"
-#include "transport.h"
+#include "daemon/daemon.h"
+#include "daemon/transfer/plan.h"
+#include "daemon/transport/rdma.h"
+#include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport.h"
 
 static void onesided_on_done(void *userdata, int status)
 {

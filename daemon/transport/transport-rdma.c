@@ -14,15 +14,15 @@
 
 #include <event2/event.h>
 
-#include "cache.h"
-#include "clist.h"
-#include "config.h"
-#include "daemon.h"
-#include "log.h"
-#include "pool.h"
-#include "rdma-internal.h"
-#include "region.h"
-#include "time-util.h"
+#include "daemon/memory/cache.h"
+#include "common/clist.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/log.h"
+#include "daemon/memory/pool.h"
+#include "daemon/transport/rdma-internal.h"
+#include "daemon/memory/region.h"
+#include "common/time-util.h"
 
 /* ---- devices ---- */
 

@@ -8,12 +8,12 @@
 
 #include <kvdist/kvdist.h>
 
-#include "daemon.h"
-#include "engine.h"
-#include "plan.h"
-#include "region.h"
-#include "transfer.h"
-#include "transport.h"
+#include "daemon/daemon.h"
+#include "daemon/transfer/engine.h"
+#include "daemon/transfer/plan.h"
+#include "daemon/memory/region.h"
+#include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport.h"
 
 static void shm_on_done(EngineTask *task, int status, void *userdata)
 {

@@ -7,11 +7,11 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon.h"
-#include "plan.h"
-#include "tcp-data.h"
-#include "transfer.h"
-#include "transport.h"
+#include "daemon/daemon.h"
+#include "daemon/transfer/plan.h"
+#include "daemon/transport/tcp-data.h"
+#include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport.h"
 
 static bool tcp_is_receive(const Transfer *x)
 {

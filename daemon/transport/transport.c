@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "transport.h"
+#include "daemon/transport/transport.h"
 
 int transport_submit(Transport *t, Transfer *x)
 {

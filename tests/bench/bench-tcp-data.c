@@ -24,9 +24,9 @@
 
 #include <event2/event.h>
 
-#include "macro.h"
-#include "tcp-data.h"
-#include "time-util.h"
+#include "common/macro.h"
+#include "daemon/transport/tcp-data.h"
+#include "common/time-util.h"
 
 #define PIECE ((size_t)1 << 20)
 #define MAX_RUNS 64

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz-daemon.h"
-#include "kvdist.pb-c.h"
+#include "tests/fuzz/fuzz-daemon.h"
+#include "proto/kvdist.pb-c.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <syslog.h>
 
-#include "config.h"
-#include "macro.h"
+#include "daemon/config.h"
+#include "common/macro.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

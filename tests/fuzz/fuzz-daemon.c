@@ -20,13 +20,13 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "conn.h"
-#include "daemon.h"
-#include "fuzz-daemon.h"
-#include "kvdist.pb-c.h"
-#include "log.h"
-#include "peer.h"
-#include "time-util.h"
+#include "daemon/control/conn.h"
+#include "daemon/daemon.h"
+#include "tests/fuzz/fuzz-daemon.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/log.h"
+#include "daemon/link/peer.h"
+#include "common/time-util.h"
 
 /* A loop still busy after this many passes (or this long) spins: a daemon bug. */
 #define FUZZ_SETTLE_PASSES_MAX 100000

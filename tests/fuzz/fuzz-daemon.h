@@ -26,9 +26,9 @@
 
 #include <protobuf-c/protobuf-c.h>
 
-#include "config.h"
-#include "frame.h"
-#include "fuzz-script.h"
+#include "daemon/config.h"
+#include "proto/frame.h"
+#include "tests/fuzz/fuzz-script.h"
 
 typedef struct Daemon Daemon;
 typedef struct FuzzDaemon FuzzDaemon;

@@ -15,9 +15,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "frame.h"
-#include "kvdist.pb-c.h"
-#include "macro.h"
+#include "proto/frame.h"
+#include "proto/kvdist.pb-c.h"
+#include "common/macro.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

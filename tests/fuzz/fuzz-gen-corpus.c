@@ -17,12 +17,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "frame.h"
-#include "fuzz-messages.h"
-#include "fuzz-peer.h"
-#include "fuzz-script.h"
-#include "kvdist.pb-c.h"
-#include "macro.h"
+#include "proto/frame.h"
+#include "tests/fuzz/fuzz-messages.h"
+#include "tests/fuzz/fuzz-peer.h"
+#include "tests/fuzz/fuzz-script.h"
+#include "proto/kvdist.pb-c.h"
+#include "common/macro.h"
 
 #define MT(x) KVDIST__V1__MSG_TYPE__MSG_##x
 

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "macro.h"
+#include "common/macro.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -2,7 +2,7 @@
 /* Requests shared by the socket-level fuzz targets and their seed generator. */
 #include <stdbool.h>
 
-#include "fuzz-messages.h"
+#include "tests/fuzz/fuzz-messages.h"
 
 /* kvd_dtype FLOAT16: 2 bytes an element. */
 #define FUZZ_DTYPE 1

@@ -10,8 +10,8 @@
 
 #include <stdint.h>
 
-#include "fuzz-script.h"
-#include "kvdist.pb-c.h"
+#include "tests/fuzz/fuzz-script.h"
+#include "proto/kvdist.pb-c.h"
 
 #define FUZZ_REGION_ADDR UINT64_C(0x100000)
 #define FUZZ_CACHE_BLOCKS 8

@@ -14,16 +14,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "crc32c.h"
-#include "daemon.h"
-#include "fuzz-daemon.h"
-#include "fuzz-messages.h"
-#include "fuzz-peer.h"
-#include "hmac.h"
-#include "kvdist.pb-c.h"
-#include "peer-auth.h"
-#include "peer.h"
-#include "tcp-stream.h"
+#include "common/crc32c.h"
+#include "daemon/daemon.h"
+#include "tests/fuzz/fuzz-daemon.h"
+#include "tests/fuzz/fuzz-messages.h"
+#include "tests/fuzz/fuzz-peer.h"
+#include "common/hmac.h"
+#include "proto/kvdist.pb-c.h"
+#include "daemon/link/peer-auth.h"
+#include "daemon/link/peer.h"
+#include "daemon/transport/tcp-stream.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -10,8 +10,8 @@
 
 #include <kvdist/kvdist.h>
 
-#include "macro.h"
-#include "rank-table.h"
+#include "common/macro.h"
+#include "daemon/domain/rank-table.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

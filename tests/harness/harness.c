@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "kvdist.pb-c.h"
-#include "macro.h"
-#include "time-util.h"
+#include "tests/harness/harness.h"
+#include "proto/kvdist.pb-c.h"
+#include "common/macro.h"
+#include "common/time-util.h"
 
 #define HARNESS_MAX_ARGS 64
 #define HARNESS_STOP_TIMEOUT_MS 10000

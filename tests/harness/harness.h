@@ -19,7 +19,7 @@
 
 #include <kvdist/kvdist.h>
 
-#include "frame.h"
+#include "proto/frame.h"
 
 #define HARNESS_PATH_MAX 108   /* sun_path */
 #define HARNESS_START_TIMEOUT_MS 5000

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "it-cache.h"
-#include "macro.h"
+#include "tests/integration/it-cache.h"
+#include "common/macro.h"
 
 static kvd_cache_desc tcache_desc(uint32_t num_tensors, uint64_t units, uint64_t unit_bytes)
 {

@@ -13,7 +13,7 @@
 #include <jansson.h>
 #include <kvdist/kvdist.h>
 
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 /* Bytes before, between and after the tensors of a registered cache. */
 #define TC_GUARD 320

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "it-domain.h"
-#include "it-peers.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-domain.h"
+#include "tests/integration/it-peers.h"
 
 void rank_table_build(char *buf, size_t size, const DomMember *m, unsigned n, bool ip_only)
 {

@@ -12,7 +12,7 @@
 
 #include <kvdist/kvdist.h>
 
-#include "it-peers.h"
+#include "tests/integration/it-peers.h"
 
 #define RANK_TABLE_MAX 4096
 

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "it-cache.h"
-#include "it-peers.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-peers.h"
 
 #define NODE_MAX_ARGS 32
 

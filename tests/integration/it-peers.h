@@ -10,7 +10,7 @@
 
 #include <kvdist/kvdist.h>
 
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 typedef struct Node {
         HarnessDaemon d;

@@ -3,8 +3,8 @@
 #include <check.h>
 #include <string.h>
 
-#include "it-cache.h"
-#include "it-world.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-world.h"
 
 void world_start(World *w)
 {

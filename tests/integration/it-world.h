@@ -10,7 +10,7 @@
 
 #include <kvdist/kvdist.h>
 
-#include "harness.h"
+#include "tests/harness/harness.h"
 
 #define A_ID 1001
 #define B_ID 2002

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "it-cache.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
 
 #define ALL ((kvd_layer_range){ -1, -1 })
 #define A_ID 1001

@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "it-domain.h"
-#include "it-peers.h"
-#include "it-world.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-domain.h"
+#include "tests/integration/it-peers.h"
+#include "tests/integration/it-world.h"
 
 #define MEMBERS 4
 #define TENSORS 2

@@ -15,9 +15,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "kvdist.pb-c.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "proto/kvdist.pb-c.h"
 
 #define A_ID 1001
 #define B_ID 2002

@@ -24,10 +24,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "kvdist.pb-c.h"
-#include "macro.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "proto/kvdist.pb-c.h"
+#include "common/macro.h"
 
 /* An unprivileged uid and gid every system has. */
 #define NOBODY 65534

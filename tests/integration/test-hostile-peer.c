@@ -18,13 +18,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "it-peers.h"
-#include "it-world.h"
-#include "kvdist.pb-c.h"
-#include "macro.h"
-#include "peer-auth.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-peers.h"
+#include "tests/integration/it-world.h"
+#include "proto/kvdist.pb-c.h"
+#include "common/macro.h"
+#include "daemon/link/peer-auth.h"
 
 #define KEY "kvdist-hostile-test-key-0123456789"
 #define HOSTILE_CLUSTER 9999

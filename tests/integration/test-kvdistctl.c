@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "it-peers.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-peers.h"
 
 #define A_ID 1001
 #define B_ID 2002

@@ -16,10 +16,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "it-peers.h"
-#include "it-world.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-peers.h"
+#include "tests/integration/it-world.h"
 
 #define KEY_1 "kvdist-test-key-one-0123456789"
 #define KEY_2 "kvdist-test-key-two-9876543210"

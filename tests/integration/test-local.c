@@ -15,9 +15,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "it-world.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-world.h"
 
 START_TEST(test_pull_blocks)
 {

@@ -15,10 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "it-peers.h"
-#include "it-world.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-peers.h"
+#include "tests/integration/it-world.h"
 
 static char ns_a[32], ns_b[32], veth_a[16], veth_b[16], addr_a[32], addr_b[32];
 static const char *skip_reason;

@@ -13,11 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "it-peers.h"
-#include "it-world.h"
-#include "macro.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-peers.h"
+#include "tests/integration/it-world.h"
+#include "common/macro.h"
 
 #define SCATTER 7919
 #define KEY_1 "kvdist-test-key-one-0123456789"

@@ -17,11 +17,11 @@
 
 #include <jansson.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "it-peers.h"
-#include "it-world.h"
-#include "macro.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-peers.h"
+#include "tests/integration/it-world.h"
+#include "common/macro.h"
 
 /* Multiplier that scatters block ids: no two neighbours stay neighbours. */
 #define SCATTER 7919

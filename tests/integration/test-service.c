@@ -17,9 +17,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "sockaddr-util.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "common/sockaddr-util.h"
 
 #define A_ID 1001
 #define B_ID 2002

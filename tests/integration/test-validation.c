@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
-#include "it-cache.h"
-#include "it-world.h"
+#include "tests/harness/harness.h"
+#include "tests/integration/it-cache.h"
+#include "tests/integration/it-world.h"
 
 /* A cache registered after the link that would reach it is not reachable through it: it
  * exists, so the answer is PERMISSION_DENIED, not CACHE_NOT_EXIST. */

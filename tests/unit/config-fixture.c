@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config-fixture.h"
-#include "macro.h"
+#include "tests/unit/config-fixture.h"
+#include "common/macro.h"
 
 Config *new_config(void)
 {

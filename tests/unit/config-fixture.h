@@ -4,7 +4,7 @@
 
 #include <stdbool.h>
 
-#include "config.h"
+#include "daemon/config.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)

@@ -10,8 +10,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "fake-daemon.h"
-#include "macro.h"
+#include "tests/unit/fake-daemon.h"
+#include "common/macro.h"
 
 void fake_frame_done(FakeFrame *f)
 {

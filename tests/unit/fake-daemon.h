@@ -12,9 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "frame.h"
-#include "kvdist/kvdist.h"
-#include "kvdist.pb-c.h"
+#include "proto/frame.h"
+#include <kvdist/kvdist.h>
+#include "proto/kvdist.pb-c.h"
 
 typedef struct FakeDaemon FakeDaemon;
 

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "plan.h"
+#include "daemon/transfer/plan.h"
 
 #define MAX_TENSORS 64
 

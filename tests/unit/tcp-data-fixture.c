@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "macro.h"
-#include "tcp-data-fixture.h"
+#include "common/macro.h"
+#include "tests/unit/tcp-data-fixture.h"
 
 unsigned done_total;
 

@@ -12,7 +12,7 @@
 
 #include <event2/event.h>
 
-#include "tcp-data.h"
+#include "daemon/transport/tcp-data.h"
 
 #define GUARD 64
 #define GUARD_BYTE 0xa5

@@ -15,9 +15,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "crc32c.h"
-#include "macro.h"
-#include "tcp-stream-fixture.h"
+#include "common/crc32c.h"
+#include "common/macro.h"
+#include "tests/unit/tcp-stream-fixture.h"
 
 /* ---- seeded data ---- */
 

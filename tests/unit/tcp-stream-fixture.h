@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tcp-stream.h"
+#include "daemon/transport/tcp-stream.h"
 
 #define GUARD 24
 #define GUARD_BYTE 0xa5

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
-#include "kvdist/kvdist.h"
+#include "daemon/memory/cache.h"
+#include <kvdist/kvdist.h>
 
 #define OWNER 7
 

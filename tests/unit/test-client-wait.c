@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fake-daemon.h"
-#include "kvdist/kvdist.h"
+#include "tests/unit/fake-daemon.h"
+#include <kvdist/kvdist.h>
 
 /* --- transfers and waiting ------------------------------------------------------------- */
 

@@ -15,9 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fake-daemon.h"
-#include "kvdist/kvdist.h"
-#include "macro.h"
+#include "tests/unit/fake-daemon.h"
+#include <kvdist/kvdist.h>
+#include "common/macro.h"
 
 /* --- status names ---------------------------------------------------------------------- */
 

@@ -14,10 +14,10 @@
 #include <string.h>
 #include <syslog.h>
 
-#include "config-diff.h"
-#include "config-json.h"
-#include "config.h"
-#include "macro.h"
+#include "daemon/config-diff.h"
+#include "daemon/config-json.h"
+#include "daemon/config.h"
+#include "common/macro.h"
 
 static Config *load(const char *json)
 {

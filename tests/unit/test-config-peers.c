@@ -3,9 +3,9 @@
 #include <check.h>
 #include <stdlib.h>
 
-#include "config-fixture.h"
-#include "config.h"
-#include "macro.h"
+#include "tests/unit/config-fixture.h"
+#include "daemon/config.h"
+#include "common/macro.h"
 
 START_TEST(test_peer_keys)
 {

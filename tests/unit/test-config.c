@@ -13,11 +13,11 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#include "config-fixture.h"
-#include "config.h"
-#include "log.h"
+#include "tests/unit/config-fixture.h"
+#include "daemon/config.h"
+#include "daemon/log.h"
 #include "kvdist-config.h"
-#include "macro.h"
+#include "common/macro.h"
 
 
 

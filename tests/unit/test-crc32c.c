@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32c-internal.h"
-#include "crc32c.h"
-#include "macro.h"
+#include "common/crc32c-internal.h"
+#include "common/crc32c.h"
+#include "common/macro.h"
 
 typedef uint32_t (*crc_fn)(uint32_t crc, const void *data, size_t len);
 

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hmac.h"
-#include "macro.h"
-#include "sha256.h"
+#include "common/hmac.h"
+#include "common/macro.h"
+#include "common/sha256.h"
 
 static void hex(const uint8_t *p, size_t n, char *out)
 {

@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "frame.h"
-#include "kvdist.pb-c.h"
-#include "macro.h"
+#include "proto/frame.h"
+#include "proto/kvdist.pb-c.h"
+#include "common/macro.h"
 
 static const FrameHeader sample_header = {
         .magic = FRAME_MAGIC,

@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "kvdist-config.h"
-#include "log.h"
-#include "macro.h"
-#include "sd.h"
+#include "daemon/log.h"
+#include "common/macro.h"
+#include "daemon/sd.h"
 
 /*
  * stderr redirected into a pipe between capture_begin() and capture_end(), as under a service

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hmac.h"
-#include "macro.h"
-#include "peer-auth.h"
+#include "common/hmac.h"
+#include "common/macro.h"
+#include "daemon/link/peer-auth.h"
 
 static const char KEY[] = "kvdist-test-cluster-key";
 static const char OTHER_KEY[] = "kvdist-test-cluster-kez";

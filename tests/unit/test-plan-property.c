@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan-fixture.h"
-#include "plan.h"
+#include "tests/unit/plan-fixture.h"
+#include "daemon/transfer/plan.h"
 
 /* ---- property test: the plan applied to real buffers equals a naive per-block copy ---- */
 

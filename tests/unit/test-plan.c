@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvdist/kvdist.h"
-#include "plan-fixture.h"
-#include "plan.h"
+#include <kvdist/kvdist.h>
+#include "tests/unit/plan-fixture.h"
+#include "daemon/transfer/plan.h"
 
 static PlanRequest blocks_request(const TestCache *src, const TestCache *dst, const uint64_t *sb,
                                   size_t n_sb, const uint64_t *db, size_t n_db)

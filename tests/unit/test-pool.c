@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "pool.h"
+#include "daemon/memory/pool.h"
 
 #define PAGE UINT64_C(4096)
 

@@ -7,7 +7,7 @@
 
 #include <kvdist/kvdist.h>
 
-#include "rank-table.h"
+#include "daemon/domain/rank-table.h"
 
 static const char *const two = "{\"version\": \"1.0\", \"server_count\": \"2\", \"status\": "
                                "\"completed\", \"server_list\": ["

@@ -12,8 +12,8 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "macro.h"
-#include "region.h"
+#include "common/macro.h"
+#include "daemon/memory/region.h"
 
 #define PAGE 4096u
 

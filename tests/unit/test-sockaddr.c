@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/un.h>
 
-#include "macro.h"
-#include "sockaddr-util.h"
+#include "common/macro.h"
+#include "common/sockaddr-util.h"
 
 /* Parses @s, formats the result, and asserts that the text comes back as @want. */
 static void assert_round_trip(const char *s, uint16_t default_port, const char *want)

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "macro.h"
-#include "socket-path.h"
+#include "common/macro.h"
+#include "common/socket-path.h"
 
 START_TEST(test_default)
 {

@@ -13,9 +13,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "crc32c.h"
-#include "macro.h"
-#include "tcp-data-fixture.h"
+#include "common/crc32c.h"
+#include "common/macro.h"
+#include "tests/unit/tcp-data-fixture.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define CHUNK 65536

@@ -15,8 +15,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "macro.h"
-#include "tcp-stream-fixture.h"
+#include "common/macro.h"
+#include "tests/unit/tcp-stream-fixture.h"
 
 /* Reads whatever is on @fd now (non-blocking) into @buf; returns the count. */
 static size_t drain(int fd, uint8_t *buf, size_t cap)

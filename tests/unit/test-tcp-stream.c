@@ -15,8 +15,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "macro.h"
-#include "tcp-stream-fixture.h"
+#include "common/macro.h"
+#include "tests/unit/tcp-stream-fixture.h"
 
 typedef struct Stats {
         unsigned send_blocked;  /* sender steps that returned 0 */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* kvdist._kvdist arguments: Python objects into the structures libkvdist takes. */
-#include "kvdistpy.h"
+#include "client-lib/python/ext/kvdistpy.h"
 
 #include <string.h>
 

@@ -5,7 +5,7 @@
  * client's lock (shared; finalize() takes it exclusively, since libkvdist's finalize must run
  * alone), then the result becomes Python objects. Failures raise through kvdpy_raise().
  */
-#include "kvdistpy.h"
+#include "client-lib/python/ext/kvdistpy.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
 
 #include <kvdist/kvdist.h>
 
-#include "macro.h"
+#include "common/macro.h"
 
 /* Room for kvd_last_error() (libkvdist keeps 256 bytes) and a prefix. */
 #define KVDPY_DETAIL_MAX 512

@@ -6,7 +6,7 @@
  * when a cache still lies in it), munmap() once the client was finalized (which left the mapping
  * to us: kvd_client_finalize_keep_memory()).
  */
-#include "kvdistpy.h"
+#include "client-lib/python/ext/kvdistpy.h"
 
 #include <sys/mman.h>
 

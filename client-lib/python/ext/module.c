@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* kvdist._kvdist module: statuses and exceptions, read-only daemon queries, the module itself. */
-#include "kvdistpy.h"
+#include "client-lib/python/ext/kvdistpy.h"
 
 #include <stdio.h>
 #include <stdlib.h>

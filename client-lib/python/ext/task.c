@@ -4,7 +4,7 @@
  * on after its client was finalized (it then fails with KVD_E_DAEMON_UNAVAILABLE), since the
  * kvd_task keeps its own reference to the connection.
  */
-#include "kvdistpy.h"
+#include "client-lib/python/ext/kvdistpy.h"
 
 #include <stdio.h>
 
