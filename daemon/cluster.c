@@ -14,7 +14,7 @@
 #include "daemon/domain/domain.h"
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/notify.h"
 #include "daemon/link/peer-link.h"
 #include "daemon/link/peer.h"

@@ -13,7 +13,7 @@
 
 #include "daemon/config-internal.h"
 #include "daemon/config.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "kvdist-config.h"
 #include "common/macro.h"
 

@@ -8,7 +8,7 @@
 
 #include "daemon/config-diff.h"
 #include "daemon/config-internal.h"
-#include "daemon/log.h"
+#include "common/log.h"
 
 /* Settings a reload applies; every other setting needs a restart. */
 static const char *const runtime_top_keys[] = { "sync_kv_timeout_ms", "heartbeat_interval_ms",

@@ -8,7 +8,7 @@
 
 #include "daemon/config-internal.h"
 #include "daemon/config-json.h"
-#include "daemon/log.h"
+#include "common/log.h"
 
 static void set(json_t *o, const char *key, json_t *v, bool *ok)
 {

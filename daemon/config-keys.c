@@ -14,7 +14,7 @@
 #include "daemon/config-internal.h"
 #include "daemon/config-keys.h"
 #include "daemon/config.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "common/macro.h"
 #include "common/sockaddr-util.h"
 

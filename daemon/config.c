@@ -20,7 +20,7 @@
 #include "daemon/config.h"
 #include "common/sockaddr-util.h"
 #include "common/socket-path.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "common/macro.h"
 
 #define KIB (UINT64_C(1) << 10)

@@ -20,7 +20,7 @@
 #include "kvdist-config.h"
 #include "daemon/transfer/engine.h"
 #include "daemon/control/listener.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/metrics/metrics-http.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/link/peer.h"

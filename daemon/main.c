@@ -5,7 +5,7 @@
 
 #include "daemon/config.h"
 #include "daemon/daemon.h"
-#include "daemon/log.h"
+#include "common/log.h"
 
 int main(int argc, char **argv)
 {

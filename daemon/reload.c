@@ -7,7 +7,7 @@
 #include "daemon/config-diff.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/reload.h"
 #include "daemon/service.h"
 

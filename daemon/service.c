@@ -8,7 +8,7 @@
 
 #include <event2/event.h>
 
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/sd.h"
 #include "daemon/service.h"
 

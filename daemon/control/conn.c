@@ -19,7 +19,7 @@
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"
 #include "proto/kvdist.pb-c.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/control/wire.h"
 
 /* Frames served per wake-up: one busy client cannot starve the others. */

@@ -14,7 +14,7 @@
 #include "daemon/domain/domain.h"
 #include "kvdist-config.h"
 #include "proto/kvdist.pb-c.h"
-#include "daemon/log.h"
+#include "common/log.h"
 
 static const DispatchEntry dispatch_table[] = {
         { KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, DISPATCH_NO_CLUSTER, 0, handle_client_init },

@@ -13,7 +13,7 @@
 #include "daemon/control/dispatch.h"
 #include "daemon/domain/domain.h"
 #include "proto/kvdist.pb-c.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/status.h"
 
 /* Lists the device map's ids into @buf for an error message. */

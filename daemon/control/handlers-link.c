@@ -16,7 +16,7 @@
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
 #include "daemon/link/peer-link.h"
-#include "daemon/log.h"
+#include "common/log.h"
 
 static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool force, Error *err)
 {

@@ -15,7 +15,7 @@
 #include "daemon/domain/domain.h"
 #include "daemon/memory/cache-proto.h"
 #include "proto/kvdist.pb-c.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/memory/pool.h"
 #include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"

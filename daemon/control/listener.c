@@ -21,7 +21,7 @@
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/control/listener.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/sd.h"
 #include "common/socket-path.h"
 

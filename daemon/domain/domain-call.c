@@ -20,7 +20,7 @@
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-request.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/memory/region.h"
 
 static const uint8_t dtype_sizes[] = {

@@ -41,7 +41,7 @@
 #include "daemon/transfer/engine.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"

@@ -14,7 +14,7 @@
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
 

@@ -17,7 +17,7 @@
 #include "daemon/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
 

@@ -12,7 +12,7 @@
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/link/peer.h"
 #include "daemon/transfer/served.h"
 #include "daemon/transfer/transfer.h"

@@ -17,7 +17,7 @@
 
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer.h"
 #include "common/random-util.h"

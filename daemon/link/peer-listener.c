@@ -15,7 +15,7 @@
 
 #include "daemon/cluster.h"
 #include "daemon/daemon.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer.h"
 

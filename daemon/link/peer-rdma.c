@@ -16,7 +16,7 @@
 
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"

@@ -18,7 +18,7 @@
 #include "daemon/daemon.h"
 #include "kvdist-config.h"
 #include "proto/kvdist.pb-c.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer-rdma.h"

@@ -12,7 +12,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "daemon/config.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "common/macro.h"
 #include "daemon/metrics/metrics-http.h"
 #include "common/sockaddr-util.h"

@@ -27,7 +27,7 @@
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
 #include "daemon/link/peer-rdma.h"

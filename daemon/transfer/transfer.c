@@ -17,7 +17,7 @@
 #include "daemon/domain/domain.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/link/peer.h"

@@ -9,7 +9,7 @@
 #include <event2/event.h>
 
 #include "common/clist.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "common/random-util.h"
 #include "daemon/transport/rdma-internal.h"
 

@@ -8,7 +8,7 @@
 #include <stdatomic.h>
 #include <sys/socket.h>
 
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/transport/tcp-data-internal.h"
 
 /* What one direction of a connection thread asks for after its turn (0 is no answer). */

@@ -18,7 +18,7 @@
 #include "common/clist.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/memory/pool.h"
 #include "daemon/transport/rdma-internal.h"
 #include "daemon/memory/region.h"

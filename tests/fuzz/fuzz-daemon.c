@@ -24,7 +24,7 @@
 #include "daemon/daemon.h"
 #include "tests/fuzz/fuzz-daemon.h"
 #include "proto/kvdist.pb-c.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/link/peer.h"
 #include "common/time-util.h"
 

@@ -15,7 +15,7 @@
 
 #include "tests/unit/config-fixture.h"
 #include "daemon/config.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "kvdist-config.h"
 #include "common/macro.h"
 

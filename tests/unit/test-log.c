@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "kvdist-config.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "common/macro.h"
 #include "daemon/sd.h"
 

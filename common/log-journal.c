@@ -11,7 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "daemon/log-journal.h"
+#include "common/log-journal.h"
 #include "common/macro.h"
 
 #define MAX_FIELDS 12

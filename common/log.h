@@ -10,7 +10,7 @@
 #include <stdarg.h>
 #include <syslog.h>
 
-#include "daemon/log-journal.h"
+#include "common/log-journal.h"
 #include "common/macro.h"
 
 /* Per call site: at most LOG_RATELIMIT_BURST warnings and errors per LOG_RATELIMIT_INTERVAL. */

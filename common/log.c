@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/log-journal.h"
-#include "daemon/log.h"
+#include "common/log-journal.h"
+#include "common/log.h"
 #include "common/time-util.h"
 
 /* A line longer than this is cut; journald's own line limit is larger, syslog's smaller. */
