@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* Error: a kvd status code plus the human detail a client gets from kvd_last_error(). */
+/* Error: a status plus the human detail a client gets from kvd_last_error(). */
 #pragma once
 
 #include <stdarg.h>
 
 #include "common/macro.h"
+#include "common/status.h"
 
 #define ERROR_MSG_MAX 256
 
 typedef struct Error {
-        int code;                 /* KVD_OK or a negative KVD_E_* status */
+        int code;                 /* 0, or a negative status: STATUS_* in kvdistd, KVD_E_* in
+                                   * libkvdist */
         char msg[ERROR_MSG_MAX];  /* "" when there is nothing to add */
 } Error;
 

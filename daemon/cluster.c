@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
@@ -21,6 +19,7 @@
 #include "daemon/memory/pool.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/transfer.h"
+#include "common/status.h"
 
 int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t device_id,
                 uint32_t sync_kv_timeout_ms, Cluster **ret)
@@ -80,12 +79,12 @@ Cluster *cluster_free(Cluster *c)
         /* Peers hear it once per cluster, not once per link. */
         peer_link_cluster_gone(c);
         CLIST_FOREACH_SAFE(l, ltmp, &c->links, link_local)
-                link_free_full(l, KVD_E_PEER_LOST, false);
+                link_free_full(l, STATUS_PEER_LOST, false);
         CLIST_FOREACH_SAFE(il, iltmp, &c->inlinks, link_cluster)
-                inlink_free(il, KVD_E_PEER_LOST, "the cluster linked to detached");
+                inlink_free(il, STATUS_PEER_LOST, "the cluster linked to detached");
         /* Links others made to us stay (down) until their owners unlink or re-link. */
         CLIST_FOREACH_SAFE(l, ltmp, &c->links_in, link_remote)
-                link_set_state(l, LINK_DOWN, KVD_E_PEER_LOST);
+                link_set_state(l, LINK_DOWN, STATUS_PEER_LOST);
 
         CLIST_FOREACH_SAFE(cache, ctmp, &c->caches.caches, link_table) {
                 Cache *dead = NULL;
@@ -145,7 +144,7 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
         }
         if (sockaddr_parse_listen(listen_ip_info, &sa, &len) < 0 ||
             sockaddr_format((struct sockaddr *)&sa, len, canon, sizeof(canon)) < 0)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "listen_ip_info \"%.64s\" is not \"ip:port\" or \"[ipv6]:port\" "
                                  "(numeric, with a port)", listen_ip_info);
         /* Where it listens already (switch_role keeping its port): nothing to do. */
@@ -154,14 +153,14 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
         if (!peer_listener_covers(d->peer_listener, canon)) {
                 o = cluster_listening_at(d, c, canon);
                 if (o)
-                        return error_set(err, KVD_E_LINK_FAILED,
+                        return error_set(err, STATUS_LINK_FAILED,
                                          "listen_ip_info %s: cluster %" PRIu64 " listens there "
                                          "already; each cluster needs a port of its own", canon,
                                          o->id);
                 r = peer_listener_open(d, canon, &l);
                 if (r < 0)
-                        return error_set(err, r == -ENOMEM ? KVD_E_OUT_OF_MEMORY
-                                                           : KVD_E_LINK_FAILED,
+                        return error_set(err, r == -ENOMEM ? STATUS_OUT_OF_MEMORY
+                                                           : STATUS_LINK_FAILED,
                                          "listen_ip_info %s: cannot listen there: %s", canon,
                                          strerror(-r));
                 (void)snprintf(canon, sizeof(canon), "%s", peer_listener_address(l));
@@ -169,7 +168,7 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
         address = strdup(canon);
         if (!address) {
                 peer_listener_free(l);
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         peer_listener_free(c->listener);
         c->listener = l;

@@ -34,6 +34,8 @@
 #include "daemon/service.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
+#include "common/status.h"
+#include "proto/status-wire.h"
 
 /* How long an orderly stop waits for transports to let go of memory before exiting anyway. */
 #define DAEMON_STOP_GRACE_SEC 5
@@ -92,8 +94,10 @@ const char *daemon_peer_address(const Daemon *d)
 
 void daemon_count_error(Daemon *d, int status)
 {
-        if (status < 0 && status >= _KVD_E_MIN)
-                d->counters.errors[-status]++;
+        int32_t code = status_wire_encode(status);
+
+        if (code < 0)
+                d->counters.errors[-code]++;
 }
 
 void daemon_format_status(Daemon *d, char *buf, size_t size)
@@ -158,8 +162,8 @@ void daemon_stop(Daemon *d, int exit_code)
         listener_pause(d->listener);
 
         CLIST_FOREACH_SAFE(x, tmp, &d->transfers, link_daemon)
-                transfer_fail(x, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
-        served_stop_all(d, KVD_E_DAEMON_UNAVAILABLE);
+                transfer_fail(x, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+        served_stop_all(d, STATUS_DAEMON_UNAVAILABLE);
         domain_stop_all(d);
         /* Peers hear it now rather than from a heartbeat timeout. */
         peer_close_all(d);

@@ -8,12 +8,12 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-
 #include <kvdist/kvdist.h>
 
 #include "common/clist.h"
 #include "daemon/config.h"
 #include "common/time-util.h"
+#include "common/status.h"
 
 struct event_base;
 struct event;
@@ -36,7 +36,7 @@ typedef struct DaemonCounters {
         uint64_t transfers_failed;
         uint64_t bytes_pulled;
         uint64_t bytes_pushed;
-        uint64_t errors[-_KVD_E_MIN + 1]; /* indexed by -status, see daemon_count_error() */
+        uint64_t errors[-_KVD_E_MIN + 1]; /* by -public code, see daemon_count_error() */
         uint64_t conns_accepted;
         uint64_t conns_refused;
         uint64_t frames_malformed;
@@ -110,7 +110,7 @@ int daemon_run(Daemon *d);
 
 /*
  * Begins an orderly stop: no new connections, in-flight transfers fail with
- * KVD_E_DAEMON_UNAVAILABLE, then the loop exits.
+ * STATUS_DAEMON_UNAVAILABLE, then the loop exits.
  */
 void daemon_stop(Daemon *d, int exit_code);
 
@@ -138,7 +138,7 @@ void daemon_release_cache(Daemon *d, Cache *cache);
 /* Where peers reach this daemon ("ip:port"), "" when it does not listen for them. */
 const char *daemon_peer_address(const Daemon *d);
 
-/* Counts a failed request under its status (KVD_E_*). */
+/* Counts a failed request under its status (STATUS_*). */
 void daemon_count_error(Daemon *d, int status);
 
 /*

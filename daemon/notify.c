@@ -8,14 +8,13 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/notify.h"
+#include "common/status.h"
 
 #define NOTIFY_DATA_MAX 256
 
@@ -31,7 +30,7 @@ int notify_check_room(const Cluster *c, Error *err)
         uint32_t max = c->daemon->config->limits.max_notifies_per_client;
 
         if (c->n_notifies >= max)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u notifications it has not taken "
                                  "(limits.max_notifies_per_client)", c->id, c->n_notifies);
         return 0;
@@ -90,7 +89,7 @@ int handle_notify_fd(Request *req, Error *err)
         if (c->notify_fd < 0) {
                 c->notify_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
                 if (c->notify_fd < 0)
-                        return error_set(err, KVD_E_OUT_OF_MEMORY, "eventfd: %s",
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "eventfd: %s",
                                          strerror(errno));
                 notify_signal(c);
         }
@@ -116,7 +115,7 @@ int handle_get_notifies(Request *req, Error *err)
                 items = calloc(n, sizeof(*items));
                 ptrs = calloc(n, sizeof(*ptrs));
                 if (!items || !ptrs)
-                        return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         CLIST_FOREACH_SAFE(e, tmp, &c->notifies, link) {
                 if (i == n)

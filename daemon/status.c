@@ -28,6 +28,8 @@
 #include "daemon/status.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
+#include "proto/status-wire.h"
+#include "common/status.h"
 
 static const char *const dtype_names[] = {
         [KVD_DT_FLOAT] = "float",   [KVD_DT_FLOAT16] = "float16", [KVD_DT_BF16] = "bf16",

@@ -12,8 +12,6 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <kvdist/kvdist.h>
-
 #include "daemon/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
@@ -21,6 +19,8 @@
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/control/wire.h"
+#include "common/status.h"
+#include "proto/status-wire.h"
 
 /* Frames served per wake-up: one busy client cannot starve the others. */
 #define CONN_FRAMES_PER_WAKEUP 16
@@ -172,7 +172,8 @@ static void conn_send_error(Conn *c, uint16_t type, uint64_t id, int code, const
         size_t len;
 
         daemon_count_error(c->daemon, code);
-        if (frame_pack_error(type, id, code, detail, c->daemon->config->limits.max_frame_size,
+        if (frame_pack_error(type, id, status_wire_encode(code), detail,
+                             c->daemon->config->limits.max_frame_size,
                              &buf, &len) < 0)
                 return;
         (void)conn_queue(c, buf, len, -1);
@@ -184,7 +185,7 @@ void conn_refuse(Daemon *d, int fd, int code, const char *detail)
         size_t len;
 
         daemon_count_error(d, code);
-        if (frame_pack_error(0, FRAME_CONNECTION_REQUEST_ID, code, detail,
+        if (frame_pack_error(0, FRAME_CONNECTION_REQUEST_ID, status_wire_encode(code), detail,
                              d->config->limits.max_frame_size, &buf, &len) < 0)
                 return;
         /* A fresh socket's buffer takes one small frame; if not, the close says enough. */
@@ -254,7 +255,7 @@ static int conn_read_frame(Conn *c)
 
                 (void)snprintf(detail, sizeof(detail), "kvdistd speaks frame version %d",
                                FRAME_VERSION);
-                conn_send_error(c, 0, FRAME_CONNECTION_REQUEST_ID, KVD_E_PROTOCOL_MISMATCH,
+                conn_send_error(c, 0, FRAME_CONNECTION_REQUEST_ID, STATUS_PROTOCOL_MISMATCH,
                                 detail);
         }
         return r;

@@ -4,7 +4,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-
 #include <kvdist/kvdist.h>
 
 #include "daemon/cluster.h"
@@ -15,6 +14,7 @@
 #include "kvdist-config.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
+#include "common/status.h"
 
 static const DispatchEntry dispatch_table[] = {
         { KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, DISPATCH_NO_CLUSTER, 0, handle_client_init },
@@ -142,7 +142,7 @@ void dispatch_frame(Conn *c)
         ft = frame_type_lookup(h->type);
         if (c->state == CONN_HELLO) {
                 if (h->type != KVDIST__V1__MSG_TYPE__MSG_HELLO || h->n_fds > 0) {
-                        dispatch_refuse(c, KVD_E_PROTOCOL_MISMATCH,
+                        dispatch_refuse(c, STATUS_PROTOCOL_MISMATCH,
                                         "the first frame must be Hello, got type %u", h->type);
                         conn_flush(c);
                         conn_close_later(c);
@@ -162,22 +162,22 @@ void dispatch_frame(Conn *c)
 
         entry = dispatch_lookup(h->type);
         if (!entry || !ft) {
-                dispatch_refuse(c, KVD_E_UNSUPPORTED, "request type %u is not supported by "
+                dispatch_refuse(c, STATUS_UNSUPPORTED, "request type %u is not supported by "
                                 "kvdistd " KVDIST_VERSION, h->type);
                 return;
         }
         if (h->n_fds > entry->max_fds) {
-                dispatch_refuse(c, KVD_E_PARAM_INVALID, "%s carries %u fds, it takes at most %u",
+                dispatch_refuse(c, STATUS_PARAM_INVALID, "%s carries %u fds, it takes at most %u",
                                 ft->name, h->n_fds, entry->max_fds);
                 return;
         }
         if ((entry->flags & DISPATCH_NEEDS_CLUSTER) && !c->cluster) {
-                dispatch_refuse(c, KVD_E_NOT_INITIALIZED,
+                dispatch_refuse(c, STATUS_NOT_INITIALIZED,
                                 "%s needs an initialised client (kvd_client_init)", ft->name);
                 return;
         }
         if ((entry->flags & DISPATCH_NO_CLUSTER) && c->cluster) {
-                dispatch_refuse(c, KVD_E_PARAM_INVALID,
+                dispatch_refuse(c, STATUS_PARAM_INVALID,
                                 "%s: this connection is cluster %" PRIu64 " already", ft->name,
                                 c->cluster->id);
                 return;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Dispatch table: what each message type needs (an attached cluster, fds) and the handler that
- * serves it. A type the table does not know gets KVD_E_UNSUPPORTED and the connection stays up.
+ * serves it. A type the table does not know gets STATUS_UNSUPPORTED and the connection stays up.
  */
 #pragma once
 
@@ -12,7 +12,7 @@
 #include "daemon/control/conn.h"
 #include "common/error.h"
 
-/* A handler returns 0 (it replied), HANDLER_PENDING (it keeps the request), or a KVD_E_* status
+/* A handler returns 0 (it replied), HANDLER_PENDING (it keeps the request), or a STATUS_* status
  * with @err filled (dispatch answers with it). */
 #define HANDLER_PENDING 1
 

@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
@@ -15,6 +13,7 @@
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/status.h"
+#include "common/status.h"
 
 /* Lists the device map's ids into @buf for an error message. */
 static const char *device_ids_to_string(const Config *cfg, char *buf, size_t size)
@@ -42,34 +41,34 @@ int handle_client_init(Request *req, Error *err)
         int r;
 
         if ((int)m->role < CLUSTER_ROLE_PROMPT || (int)m->role > CLUSTER_ROLE_MIX)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "role %d is not prompt (1), decoder (2) or mix (3)", m->role);
         if (m->device_id < 0)
-                return error_set(err, KVD_E_PARAM_INVALID, "device_id %" PRId32 " is negative",
+                return error_set(err, STATUS_PARAM_INVALID, "device_id %" PRId32 " is negative",
                                  m->device_id);
         if (cfg->n_devices > 0 && !config_find_device(cfg, m->device_id))
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "device_id %" PRId32 " is not in the daemon's device map (%s)",
                                  m->device_id, device_ids_to_string(cfg, ids, sizeof(ids)));
         if (m->sync_kv_timeout_ms > INT32_MAX)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "sync_kv_timeout_ms %" PRIu32 " does not fit int32",
                                  m->sync_kv_timeout_ms);
         if (daemon_find_cluster(d, m->cluster_id))
-                return error_set(err, KVD_E_CLUSTER_EXISTS,
+                return error_set(err, STATUS_CLUSTER_EXISTS,
                                  "cluster %" PRIu64 " is attached to this daemon already",
                                  m->cluster_id);
         if (d->n_clusters >= cfg->limits.max_clients)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "the daemon serves %u clusters already (limits.max_clients)",
                                  d->n_clusters);
         if (d->stopping)
-                return error_set(err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+                return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 
         timeout = m->sync_kv_timeout_ms ? m->sync_kv_timeout_ms : cfg->sync_kv_timeout_ms;
         r = cluster_new(d, conn, m->cluster_id, (ClusterRole)m->role, m->device_id, timeout, &c);
         if (r < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot attach the cluster");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot attach the cluster");
         /* With listen_ip_info the cluster is a server that others link to; without, a client. */
         r = cluster_set_listen(c, m->listen_ip_info, err);
         if (r >= 0)
@@ -113,7 +112,7 @@ int handle_daemon_status(Request *req, Error *err)
         _cleanup_free_ char *json = NULL;
 
         if (status_to_json(req->conn->daemon, &json) < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot build the status document");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot build the status document");
         reply.status = &status;
         reply.json = json;
         return request_reply(req, &reply.base, -1), 0;

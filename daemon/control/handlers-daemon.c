@@ -2,12 +2,11 @@
 /* Handlers: read-only requests about the daemon itself (its metrics). */
 #include <stdlib.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/control/conn.h"
 #include "daemon/control/dispatch.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/metrics/metrics.h"
+#include "common/status.h"
 
 int handle_daemon_metrics(Request *req, Error *err)
 {
@@ -17,7 +16,7 @@ int handle_daemon_metrics(Request *req, Error *err)
         size_t len;
 
         if (metrics_render(req->conn->daemon, &text, &len) < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot build the metrics document");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot build the metrics document");
         reply.status = &status;
         reply.text = text;
         return request_reply(req, &reply.base, -1), 0;

@@ -17,6 +17,7 @@
 #include "daemon/link/link.h"
 #include "daemon/link/peer-link.h"
 #include "common/log.h"
+#include "common/status.h"
 
 static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool force, Error *err)
 {
@@ -26,18 +27,18 @@ static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool forc
         if (!l) {
                 /* The side that was linked to may drop the links made to it (after a fault). */
                 if (peer_link_unlink_inbound(c, info->remote_cluster_id, force) > 0)
-                        return KVD_OK;
-                return error_set(err, KVD_E_NOT_YET_LINK,
+                        return STATUS_OK;
+                return error_set(err, STATUS_NOT_YET_LINK,
                                  "cluster %" PRIu64 " has no link to %" PRIu64, c->id,
                                  info->remote_cluster_id);
         }
         if (l->n_inflight > 0 && !force)
-                return error_set(err, KVD_E_LINK_BUSY,
+                return error_set(err, STATUS_LINK_BUSY,
                                  "link %" PRIu64 " has %u transfers in flight; wait for them or "
                                  "unlink with force", l->id, l->n_inflight);
         /* With force only this end goes: the peer is not told (LLM-DataDist's rule). */
-        link_free_full(l, KVD_E_NOT_YET_LINK, !force);
-        return KVD_OK;
+        link_free_full(l, STATUS_NOT_YET_LINK, !force);
+        return STATUS_OK;
 }
 
 int handle_link_clusters(Request *req, Error *err)
@@ -60,7 +61,7 @@ int handle_unlink_clusters(Request *req, Error *err)
                 Error e = ERROR_INIT;
 
                 rets[i] = unlink_one(c, m->clusters[i], m->force, &e);
-                if (rets[i] != KVD_OK)
+                if (rets[i] != STATUS_OK)
                         error_set(&first, e.code, "clusters[%zu]: %s", i, e.msg);
         }
         return link_reply_send(req, rets, m->n_clusters, &first), 0;
@@ -74,10 +75,10 @@ int handle_check_link_status(Request *req, Error *err)
 
         l = link_find(c, m->remote_cluster_id);
         if (!l)
-                return error_set(err, KVD_E_NOT_YET_LINK, "cluster %" PRIu64 " has no link to %"
+                return error_set(err, STATUS_NOT_YET_LINK, "cluster %" PRIu64 " has no link to %"
                                  PRIu64, c->id, m->remote_cluster_id);
         if (l->state != LINK_UP)
-                return error_set(err, KVD_E_PEER_LOST, "link %" PRIu64 " to cluster %" PRIu64
+                return error_set(err, STATUS_PEER_LOST, "link %" PRIu64 " to cluster %" PRIu64
                                  " is down: the remote cluster%s went away; unlink or re-link",
                                  l->id, m->remote_cluster_id, l->exposed ? " or its daemon" : "");
         return request_reply_ok(req), 0;
@@ -90,10 +91,10 @@ int handle_switch_role(Request *req, Error *err)
         int r;
 
         if ((int)m->role < CLUSTER_ROLE_PROMPT || (int)m->role > CLUSTER_ROLE_MIX)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "role %d is not prompt (1), decoder (2) or mix (3)", m->role);
         if (c->n_links > 0 || c->n_links_in > 0 || c->n_inlinks > 0)
-                return error_set(err, KVD_E_EXIST_LINK,
+                return error_set(err, STATUS_EXIST_LINK,
                                  "cluster %" PRIu64 " has %u links; unlink them first", c->id,
                                  c->n_links + c->n_links_in + c->n_inlinks);
         /* With listen_ip_info it becomes a server there (or moves); without, a client. The role

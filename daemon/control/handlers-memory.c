@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
@@ -19,6 +17,7 @@
 #include "daemon/memory/pool.h"
 #include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
+#include "common/status.h"
 
 static int cache_desc_from_proto(const Kvdist__V1__CacheDesc *m, CacheDesc *ret,
                                  uint64_t *ret_tensor_size, Error *err)
@@ -27,9 +26,9 @@ static int cache_desc_from_proto(const Kvdist__V1__CacheDesc *m, CacheDesc *ret,
         int r;
 
         if (!m)
-                return error_set(err, KVD_E_PARAM_INVALID, "the cache descriptor is missing");
+                return error_set(err, STATUS_PARAM_INVALID, "the cache descriptor is missing");
         if (m->n_shape == 0 || m->n_shape > CACHE_MAX_DIMS)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "desc.shape has %zu dimensions, it takes 1 to %d", m->n_shape,
                                  CACHE_MAX_DIMS);
         desc.num_tensors = m->num_tensors;
@@ -54,24 +53,24 @@ static int cache_keys_from_proto(Cluster *c, Kvdist__V1__CacheKey *const *keys, 
         int r;
 
         if (blocks && n > 1)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "a blocks cache takes at most one BlocksCacheKey, got %zu", n);
         if (c->caches.n_keys + n > lim->max_keys_per_client)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u cache keys, %zu more exceed "
                                  "limits.max_keys_per_client", c->id, c->caches.n_keys, n);
         out = calloc(n ? n : 1, sizeof(*out));
         if (!out)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         for (size_t i = 0; i < n; i++) {
                 r = cache_key_from_proto(keys[i], &out[i], err);
                 if (r < 0)
                         return r;
                 if (blocks && out[i].kind != CACHE_KEY_BLOCKS)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "a blocks cache is named by a BlocksCacheKey");
                 if (!blocks && out[i].kind != CACHE_KEY_REQ)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "keys[%zu]: a contiguous cache is named by CacheKeys "
                                          "(req_id or prefix_id)", i);
         }
@@ -85,11 +84,11 @@ static int cluster_check_cache_quota(const Cluster *c, uint32_t num_tensors, Err
         const Limits *lim = &c->daemon->config->limits;
 
         if (c->caches.n_caches >= lim->max_caches_per_client)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u caches (limits.max_caches_per_"
                                  "client)", c->id, c->caches.n_caches);
         if (c->caches.n_addrs + num_tensors > lim->max_tensor_addrs)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "cluster %" PRIu64 " has %u tensor addresses registered, %"
                                  PRIu32 " more exceed the limit of %" PRIu32, c->id,
                                  c->caches.n_addrs, num_tensors, lim->max_tensor_addrs);
@@ -117,23 +116,23 @@ int handle_region_add(Request *req, Error *err)
 
         fd = request_take_fd(req, 0);
         if (fd < 0)
-                return error_set(err, KVD_E_PARAM_INVALID, "RegionAdd carries no memfd");
+                return error_set(err, STATUS_PARAM_INVALID, "RegionAdd carries no memfd");
         if (m->size == 0 || m->size > lim->max_region_size)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "region size %" PRIu64 " is outside [1, %" PRIu64 "] "
                                  "(limits.max_region_size)", m->size, lim->max_region_size);
         if (m->client_addr == 0 || ADD_OVERFLOW(m->client_addr, m->size, &end))
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "region address 0x%" PRIx64 " + %" PRIu64 " is not valid",
                                  m->client_addr, m->size);
         if (c->n_regions >= lim->max_regions_per_client)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u regions (limits.max_regions_per_"
                                  "client)", c->id, c->n_regions);
         CLIST_FOREACH(other, &c->regions, link_owner)
                 if (m->client_addr < other->client_addr + other->size &&
                     other->client_addr < end)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "region 0x%" PRIx64 "+%" PRIu64 " overlaps region %"
                                          PRIu64, m->client_addr, m->size, other->id);
 
@@ -143,17 +142,17 @@ int handle_region_add(Request *req, Error *err)
                 fd = -1; /* the region owns it */
                 break;
         case -EPERM:
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "the memfd must be sealed against shrinking (F_SEAL_SHRINK) "
                                  "and writable (no F_SEAL_WRITE)");
         case -EBADF:
-                return error_set(err, KVD_E_PARAM_INVALID, "the fd is not a memfd");
+                return error_set(err, STATUS_PARAM_INVALID, "the fd is not a memfd");
         case -EINVAL:
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "the memfd is smaller than the %" PRIu64 " bytes announced",
                                  m->size);
         default:
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot map the region: %s",
+                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot map the region: %s",
                                  strerror(-k));
         }
         clist_link_tail(&c->regions, &r->link_owner);
@@ -176,12 +175,12 @@ int handle_region_remove(Request *req, Error *err)
 
         r = cluster_find_region(c, m->region_id);
         if (!r)
-                return error_set(err, KVD_E_PARAM_INVALID, "region %" PRIu64 " is not one of "
+                return error_set(err, STATUS_PARAM_INVALID, "region %" PRIu64 " is not one of "
                                  "cluster %" PRIu64 "'s", m->region_id, c->id);
         CLIST_FOREACH(cache, &c->caches.caches, link_table)
                 for (uint32_t t = 0; t < cache->desc.num_tensors; t++)
                         if (cache->tensors[t].region == r)
-                                return error_set(err, KVD_E_BUSY,
+                                return error_set(err, STATUS_BUSY,
                                                  "cache %" PRIu64 " lies in region %" PRIu64
                                                  "; unregister it first", cache->id, r->id);
         clist_unlink(&r->link_owner);
@@ -199,7 +198,7 @@ int handle_pool_map(Request *req, Error *err)
         Pool *pool = req->conn->daemon->pool;
 
         if (!pool)
-                return error_set(err, KVD_E_FEATURE_NOT_ENABLED,
+                return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "kvdistd runs without a memory pool (memory_size is 0)");
         reply.status = &status;
         reply.size = pool_size(pool);
@@ -226,7 +225,7 @@ static int cluster_register_rdma(Cluster *c, Cache *cache, Error *err)
         if (r >= 0)
                 return 0;
         if (cfg && cfg->transport == TRANSPORT_KIND_RDMA)
-                return error_set(err, KVD_E_OUT_OF_MEMORY,
+                return error_set(err, STATUS_OUT_OF_MEMORY,
                                  "cannot register cache %" PRIu64 " for RDMA: %s (is "
                                  "LimitMEMLOCK high enough?)", cache->id, strerror(-r));
         log_warning("cluster %" PRIu64 ": cannot register cache %" PRIu64 " for RDMA: %s; it "
@@ -277,7 +276,7 @@ int handle_register_cache(Request *req, Error *err)
         if (r < 0)
                 return r;
         if (m->n_addrs != desc.num_tensors)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "%zu addresses for %" PRIu32 " tensors", m->n_addrs,
                                  desc.num_tensors);
         r = cluster_check_cache_quota(c, desc.num_tensors, err);
@@ -287,7 +286,7 @@ int handle_register_cache(Request *req, Error *err)
         switch (m->remote_access) {
         case KVDIST__V1__REMOTE_ACCESS__REMOTE_YES:
                 if (cluster_has_links(c))
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "remote_accessible cannot be set after a link exists: "
                                          "register caches before linking");
                 access = CACHE_ACCESS_YES;
@@ -305,14 +304,14 @@ int handle_register_cache(Request *req, Error *err)
 
         tensors = calloc(desc.num_tensors, sizeof(*tensors));
         if (!tensors)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         for (uint32_t t = 0; t < desc.num_tensors; t++) {
                 if (m->addrs[t] == 0)
-                        return error_set(err, KVD_E_PARAM_INVALID, "addrs[%" PRIu32 "] is 0", t);
+                        return error_set(err, STATUS_PARAM_INVALID, "addrs[%" PRIu32 "] is 0", t);
                 tensors[t].region = region_find(&c->regions, m->addrs[t], tensor_size,
                                                 &tensors[t].offset);
                 if (!tensors[t].region)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "addrs[%" PRIu32 "]=0x%" PRIx64 ": its %" PRIu64
                                          " bytes are not inside memory shared with kvdistd; "
                                          "allocate it with kvd_mem_alloc() or use "
@@ -324,7 +323,7 @@ int handle_register_cache(Request *req, Error *err)
                 return r;
         r = cache_new(m->blocks ? CACHE_BLOCKS : CACHE_CONTIGUOUS, &desc, tensors, &cache);
         if (r < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         cache->id = daemon_next_id(d);
         cache->owner_cluster_id = c->id;
         cache->remote_accessible = remote;
@@ -369,7 +368,7 @@ int handle_allocate_cache(Request *req, Error *err)
         int r;
 
         if (!d->pool)
-                return error_set(err, KVD_E_FEATURE_NOT_ENABLED,
+                return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "kvdistd runs without a memory pool (memory_size is 0)");
         r = cache_desc_from_proto(m->desc, &desc, &tensor_size, err);
         if (r < 0)
@@ -378,14 +377,14 @@ int handle_allocate_cache(Request *req, Error *err)
         if (r < 0)
                 return r;
         if (MUL_OVERFLOW(tensor_size, (uint64_t)desc.num_tensors, &total))
-                return error_set(err, KVD_E_PARAM_INVALID, "the cache size overflows");
+                return error_set(err, STATUS_PARAM_INVALID, "the cache size overflows");
         r = cache_keys_from_proto(c, m->keys, m->n_keys, m->blocks, &keys, err);
         if (r < 0)
                 return r;
 
         r = pool_alloc(d->pool, total, &base);
         if (r < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY,
+                return error_set(err, STATUS_OUT_OF_MEMORY,
                                  "the pool cannot hold %" PRIu64 " bytes: %" PRIu64 " of %"
                                  PRIu64 " used, largest free extent %" PRIu64, total,
                                  pool_used(d->pool), pool_size(d->pool),
@@ -395,7 +394,7 @@ int handle_allocate_cache(Request *req, Error *err)
         offsets = calloc(desc.num_tensors, sizeof(*offsets));
         if (!tensors || !offsets) {
                 (void)pool_release(d->pool, base);
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         for (uint32_t t = 0; t < desc.num_tensors; t++) {
                 tensors[t].region = pool_region(d->pool);
@@ -404,7 +403,7 @@ int handle_allocate_cache(Request *req, Error *err)
         r = cache_new(m->blocks ? CACHE_BLOCKS : CACHE_CONTIGUOUS, &desc, tensors, &cache);
         if (r < 0) {
                 (void)pool_release(d->pool, base);
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         cache->id = daemon_next_id(d);
         cache->owner_cluster_id = c->id;

@@ -1,7 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* Handlers: pull and push of caches and blocks. */
-#include <kvdist/kvdist.h>
-
 #include "daemon/control/conn.h"
 #include "daemon/control/dispatch.h"
 #include "daemon/transfer/transfer.h"

@@ -16,14 +16,13 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <kvdist/kvdist.h>
-
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/control/listener.h"
 #include "common/log.h"
 #include "daemon/sd.h"
 #include "common/socket-path.h"
+#include "common/status.h"
 
 struct Listener {
         Daemon *daemon;
@@ -143,7 +142,7 @@ static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
                                           (unsigned)cred.uid);
                         (void)snprintf(detail, sizeof(detail), "kvdistd cannot read the groups "
                                        "of uid %u to check allow_gids", (unsigned)cred.uid);
-                        conn_refuse(d, cfd, KVD_E_PERMISSION_DENIED, detail);
+                        conn_refuse(d, cfd, STATUS_PERMISSION_DENIED, detail);
                         d->counters.conns_refused++;
                         continue;
                 }
@@ -155,7 +154,7 @@ static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
                                        "neither is in its allow_uids or allow_gids, nor any "
                                        "group of the process", (unsigned)cred.uid,
                                        (unsigned)cred.gid);
-                        conn_refuse(d, cfd, KVD_E_PERMISSION_DENIED, detail);
+                        conn_refuse(d, cfd, STATUS_PERMISSION_DENIED, detail);
                         d->counters.conns_refused++;
                         continue;
                 }
@@ -164,7 +163,7 @@ static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
                                     l->path, d->n_conns, (int)cred.pid);
                         (void)snprintf(detail, sizeof(detail), "kvdistd has %u connections "
                                        "open, twice limits.max_clients", d->n_conns);
-                        conn_refuse(d, cfd, KVD_E_LIMIT_EXCEEDED, detail);
+                        conn_refuse(d, cfd, STATUS_LIMIT_EXCEEDED, detail);
                         d->counters.conns_refused++;
                         continue;
                 }

@@ -22,6 +22,8 @@
 #include "daemon/link/link-request.h"
 #include "common/log.h"
 #include "daemon/memory/region.h"
+#include "common/status.h"
+#include "proto/status-wire.h"
 
 static const uint8_t dtype_sizes[] = {
         [KVD_DT_FLOAT] = 4,  [KVD_DT_FLOAT16] = 2, [KVD_DT_BF16] = 2,   [KVD_DT_INT8] = 1,
@@ -122,7 +124,7 @@ static void call_finish(DomainCall *call)
         Domain *dom = call->dom;
         Daemon *d = dom->daemon;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-        bool ok = call->status == KVD_OK;
+        bool ok = call->status == STATUS_OK;
 
         dom->reg->calls[call->kind - 1][!ok]++;
         if (ok) {
@@ -137,13 +139,15 @@ static void call_finish(DomainCall *call)
                 Request *req = TAKE_PTR(call->req);
 
                 req->cancel = NULL;
-                st.code = call->status;
+                st.code = status_wire_encode(call->status);
                 st.detail = call->err.msg;
                 if (call->kind == OP_BATCH) {
                         Kvdist__V1__DomainSendRecvReply reply =
                                 KVDIST__V1__DOMAIN_SEND_RECV_REPLY__INIT;
 
                         reply.status = &st;
+                        for (size_t i = 0; i < call->n_items; i++)
+                                call->rets[i] = status_wire_encode(call->rets[i]);
                         reply.rets = call->rets;
                         reply.n_rets = call->n_items;
                         if (!ok)
@@ -193,7 +197,7 @@ static void call_take_op(DomainOp *op)
 {
         DomainCall *call = op->call;
 
-        if (op->status == KVD_OK) {
+        if (op->status == STATUS_OK) {
                 call->bytes += op->desc.bytes;
                 if (op->send)
                         call->dom->counters.bytes_sent += op->desc.bytes,
@@ -206,8 +210,8 @@ static void call_take_op(DomainOp *op)
                 call->rets[op->item] = op->status;
         /* The call says what the first item that failed, in list order, says (collectives: the
          * first failure, which stopped the rest). */
-        if (op->status != KVD_OK &&
-            (call->status == KVD_OK || (call->kind == OP_BATCH && op->item < call->err_item))) {
+        if (op->status != STATUS_OK &&
+            (call->status == STATUS_OK || (call->kind == OP_BATCH && op->item < call->err_item))) {
                 call->status = op->status;
                 call->err_item = op->item;
                 error_clear(&call->err);
@@ -218,9 +222,9 @@ static void call_take_op(DomainOp *op)
                 else
                         error_set(&call->err, op->status, "%s", op->err.msg);
         }
-        if (op->status != KVD_OK && call->fail_fast)
+        if (op->status != STATUS_OK && call->fail_fast)
                 call_cancel(call, call->status, call->err.msg);
-        else if (op->status == KVD_OK && op->forward && call->status == KVD_OK)
+        else if (op->status == STATUS_OK && op->forward && call->status == STATUS_OK)
                 op_post(op->forward);
         assert(call->n_pending > 0);
         if (--call->n_pending == 0)
@@ -247,7 +251,7 @@ static void call_on_deadline(evutil_socket_t fd, short what, void *userdata)
         (void)snprintf(reason, sizeof(reason), "%s did not finish within %" PRIu64 " ms",
                        call_kind_name(call->kind),
                        (now_usec(CLOCK_MONOTONIC) - call->start_usec) / USEC_PER_MSEC);
-        call_cancel(call, KVD_E_TIMEOUT, reason);
+        call_cancel(call, STATUS_TIMEOUT, reason);
 }
 
 static void call_on_request_cancel(Request *req, void *userdata)
@@ -255,7 +259,7 @@ static void call_on_request_cancel(Request *req, void *userdata)
         DomainCall *call = userdata;
 
         call->req = request_free(req);
-        call_cancel(call, KVD_E_PEER_LOST, "the client went away");
+        call_cancel(call, STATUS_PEER_LOST, "the client went away");
 }
 
 void domain_calls_fail(Domain *dom, int code, const char *reason)
@@ -286,8 +290,8 @@ int call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
                 /* The seqs are taken: the other ends hear that these messages will not come.
                  * The drain frees the call, unanswered. */
                 call->req = NULL;
-                call_cancel(call, KVD_E_OUT_OF_MEMORY, "out of memory");
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot arm the deadline");
+                call_cancel(call, STATUS_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot arm the deadline");
         }
         req->cancel = call_on_request_cancel;
         req->userdata = call;
@@ -305,13 +309,13 @@ int call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
 int call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err)
 {
         if (!dom)
-                return error_set(err, KVD_E_PARAM_INVALID, "no comm domain with that comm_id on "
+                return error_set(err, STATUS_PARAM_INVALID, "no comm domain with that comm_id on "
                                  "this daemon");
         for (uint32_t r = 0; r < dom->n_ranks; r++)
                 if (dom->ranks[r].local && dom->ranks[r].joined && dom->ranks[r].cluster == c) {
                         *ret_rank = r;
                         if (dom->state == DOMAIN_PREPARING)
-                                return error_set(err, KVD_E_NOT_YET_LINK,
+                                return error_set(err, STATUS_NOT_YET_LINK,
                                                  "%s is still PREPARING; wait until "
                                                  "kvd_query_register_mem_status() says OK",
                                                  DOMAIN_NAME(dom));
@@ -320,7 +324,7 @@ int call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *
                                                  DOMAIN_NAME(dom), dom->reason);
                         return 0;
                 }
-        return error_set(err, KVD_E_PARAM_INVALID, "cluster %" PRIu64 " is not a member of %s",
+        return error_set(err, STATUS_PARAM_INVALID, "cluster %" PRIu64 " is not a member of %s",
                          c->id, DOMAIN_NAME(dom));
 }
 
@@ -331,13 +335,13 @@ static int check_comm_name(const char *name, Error *err)
         size_t len = name ? strlen(name) : 0;
 
         if (len == 0)
-                return error_set(err, KVD_E_PARAM_INVALID, "comm_name is empty");
+                return error_set(err, STATUS_PARAM_INVALID, "comm_name is empty");
         if (len > DOMAIN_NAME_MAX)
-                return error_set(err, KVD_E_PARAM_INVALID, "comm_name is %zu characters, at most "
+                return error_set(err, STATUS_PARAM_INVALID, "comm_name is %zu characters, at most "
                                  "%d", len, DOMAIN_NAME_MAX);
         for (size_t i = 0; i < len; i++)
                 if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
-                        return error_set(err, KVD_E_PARAM_INVALID, "comm_name contains a control "
+                        return error_set(err, STATUS_PARAM_INVALID, "comm_name contains a control "
                                          "character at %zu", i);
         return 0;
 }
@@ -375,18 +379,18 @@ static int cluster_ranks_sort(const Kvdist__V1__DomainLink *m, size_t n,
                 const Kvdist__V1__ClusterRank *e = m->cluster_rank_info[i];
 
                 if (e->rank_id >= n)
-                        return error_set(err, KVD_E_PARAM_INVALID, "cluster_rank_info gives "
+                        return error_set(err, STATUS_PARAM_INVALID, "cluster_rank_info gives "
                                          "cluster %" PRIu64 " rank %" PRIu32 "; the ranks of %zu "
                                          "members are 0..%zu, each once", e->cluster_id,
                                          e->rank_id, n, n - 1);
                 if (by_rank[e->rank_id])
-                        return error_set(err, KVD_E_PARAM_INVALID, "rank %" PRIu32 " appears "
+                        return error_set(err, STATUS_PARAM_INVALID, "rank %" PRIu32 " appears "
                                          "twice in cluster_rank_info (clusters %" PRIu64 " and %"
                                          PRIu64 ")", e->rank_id,
                                          by_rank[e->rank_id]->cluster_id, e->cluster_id);
                 for (size_t k = 0; k < i; k++)
                         if (m->cluster_rank_info[k]->cluster_id == e->cluster_id)
-                                return error_set(err, KVD_E_PARAM_INVALID, "cluster %" PRIu64
+                                return error_set(err, STATUS_PARAM_INVALID, "cluster %" PRIu64
                                                  " appears twice in cluster_rank_info",
                                                  e->cluster_id);
                 by_rank[e->rank_id] = e;
@@ -412,7 +416,7 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
         if (r < 0)
                 return r;
         if (n < 2 || n > DOMAIN_MAX_RANKS)
-                return error_set(err, KVD_E_PARAM_INVALID, "cluster_rank_info has %zu entries; a "
+                return error_set(err, STATUS_PARAM_INVALID, "cluster_rank_info has %zu entries; a "
                                  "comm domain has 2..%d members", n, DOMAIN_MAX_RANKS);
         r = cluster_ranks_sort(m, n, by_rank, err);
         if (r < 0)
@@ -421,28 +425,28 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
                 if (by_rank[o]->cluster_id == c->id)
                         me = o;
         if (me == UINT32_MAX)
-                return error_set(err, KVD_E_PARAM_INVALID, "the calling cluster %" PRIu64 " is not "
+                return error_set(err, STATUS_PARAM_INVALID, "the calling cluster %" PRIu64 " is not "
                                  "in cluster_rank_info", c->id);
         r = rank_table_parse(m->rank_table, &t, err);
         if (r < 0)
                 return r;
         if (t.n_ranks != n)
-                return error_set(err, KVD_E_PARAM_INVALID, "the rank table lists %u devices, "
+                return error_set(err, STATUS_PARAM_INVALID, "the rank table lists %u devices, "
                                  "cluster_rank_info %zu members", t.n_ranks, n);
         own = &t.ranks[me];
         if (own->device_id != c->device_id)
-                return error_set(err, KVD_E_PARAM_INVALID, "rank %" PRIu32 " is device %" PRId32
+                return error_set(err, STATUS_PARAM_INVALID, "rank %" PRIu32 " is device %" PRId32
                                  " of server %s in the rank table, but cluster %" PRIu64 " was "
                                  "initialised with device_id %" PRId32, me, own->device_id,
                                  own->server_id, c->id, c->device_id);
         domain_local_res(d, c, &res, &given);
         if (given && (strcmp(res.device_ip, own->device_ip) != 0 ||
                       strcmp(res.server_id, own->server_id) != 0))
-                return error_set(err, KVD_E_PARAM_INVALID, "rank %" PRIu32 " is server %s at %s "
+                return error_set(err, STATUS_PARAM_INVALID, "rank %" PRIu32 " is server %s at %s "
                                  "in the rank table, but local_comm_res says server %s at %s", me,
                                  own->server_id, own->device_ip, res.server_id, res.device_ip);
         if (daemon_peer_address(d)[0] && !domain_address_is_ours(d, own->device_ip))
-                return error_set(err, KVD_E_PARAM_INVALID, "rank %" PRIu32 "'s device_ip %s is "
+                return error_set(err, STATUS_PARAM_INVALID, "rank %" PRIu32 "'s device_ip %s is "
                                  "not where this kvdistd accepts peers (%s)", me, own->device_ip,
                                  daemon_peer_address(d));
         for (uint32_t o = 0; o < n; o++) {
@@ -458,13 +462,13 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
                 x->local = o == me || attached || ours ||
                            strcmp(t.ranks[o].device_ip, own->device_ip) == 0;
                 if (attached && !ours && daemon_peer_address(d)[0])
-                        return error_set(err, KVD_E_PARAM_INVALID, "cluster %" PRIu64 " (rank %"
+                        return error_set(err, STATUS_PARAM_INVALID, "cluster %" PRIu64 " (rank %"
                                          PRIu32 ") is attached to this kvdistd, but the rank "
                                          "table puts it at %s", x->cluster_id, o, x->address);
                 remote = remote || !x->local;
         }
         if (remote && !daemon_peer_address(d)[0])
-                return error_set(err, KVD_E_PARAM_INVALID, "members are on other daemons, but this "
+                return error_set(err, STATUS_PARAM_INVALID, "members are on other daemons, but this "
                                  "kvdistd does not accept peers (set listen_ip_info)");
         if (remote) {
                 LinkTransport lt;
@@ -501,27 +505,27 @@ int handle_domain_link(Request *req, Error *err)
         dom = domain_find_name(reg, m->comm_name);
         if (dom) {
                 if (memcmp(dom->digest, probe.digest, sizeof(probe.digest)) != 0)
-                        return error_set(err, KVD_E_PARAM_INVALID, "comm_name %s is in use on this "
+                        return error_set(err, STATUS_PARAM_INVALID, "comm_name %s is in use on this "
                                          "daemon by comm domain %" PRIu64 ", with another rank "
                                          "table or cluster ranks", dom->name, dom->id);
                 if (dom->ranks[me].joined)
-                        return error_set(err, KVD_E_ALREADY_LINK, "cluster %" PRIu64 " is rank %"
+                        return error_set(err, STATUS_ALREADY_LINK, "cluster %" PRIu64 " is rank %"
                                          PRIu32 " of %s already", c->id, me, DOMAIN_NAME(dom));
                 if (!dom->ranks[me].local)
-                        return error_set(err, KVD_E_PARAM_INVALID, "%s was linked here expecting "
+                        return error_set(err, STATUS_PARAM_INVALID, "%s was linked here expecting "
                                          "rank %" PRIu32 " (cluster %" PRIu64 ") on another "
                                          "daemon", DOMAIN_NAME(dom), me, c->id);
                 if (dom->state == DOMAIN_FAILED || dom->ranks[me].left)
-                        return error_set(err, KVD_E_LINK_FAILED, "%s failed (%s); every member "
+                        return error_set(err, STATUS_LINK_FAILED, "%s failed (%s); every member "
                                          "here must kvd_unlink() it before it is linked again",
                                          DOMAIN_NAME(dom), dom->reason);
         } else {
                 if (reg->n_domains >= DOMAIN_MAX)
-                        return error_set(err, KVD_E_LIMIT_EXCEEDED, "%u comm domains on this "
+                        return error_set(err, STATUS_LIMIT_EXCEEDED, "%u comm domains on this "
                                          "daemon, at most %d", reg->n_domains, DOMAIN_MAX);
                 r = domain_new(reg, &dom);
                 if (r < 0)
-                        return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 memcpy(dom->name, probe.name, sizeof(dom->name));
                 memcpy(dom->digest, probe.digest, sizeof(dom->digest));
                 dom->n_ranks = probe.n_ranks;
@@ -541,8 +545,8 @@ int handle_domain_link(Request *req, Error *err)
         if (!dom->deadline) {
                 r = domain_start(dom);
                 if (r < 0) {
-                        domain_member_leave(dom, me, KVD_E_OUT_OF_MEMORY, "could not start");
-                        return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                        domain_member_leave(dom, me, STATUS_OUT_OF_MEMORY, "could not start");
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 }
         }
         reply.status = &st;
@@ -560,7 +564,7 @@ static int domain_member(Cluster *c, uint64_t comm_id, Domain **ret, uint32_t *r
         Domain *dom = domain_find_id(c->daemon->domains, comm_id);
 
         if (!dom)
-                return error_set(err, KVD_E_PARAM_INVALID, "no comm domain %" PRIu64 " on this "
+                return error_set(err, STATUS_PARAM_INVALID, "no comm domain %" PRIu64 " on this "
                                  "daemon", comm_id);
         for (uint32_t r = 0; r < dom->n_ranks; r++)
                 if (dom->ranks[r].local && dom->ranks[r].joined && dom->ranks[r].cluster == c) {
@@ -568,7 +572,7 @@ static int domain_member(Cluster *c, uint64_t comm_id, Domain **ret, uint32_t *r
                         *ret_rank = r;
                         return 0;
                 }
-        return error_set(err, KVD_E_PARAM_INVALID, "cluster %" PRIu64 " is not a member of %s",
+        return error_set(err, STATUS_PARAM_INVALID, "cluster %" PRIu64 " is not a member of %s",
                          c->id, DOMAIN_NAME(dom));
 }
 
@@ -586,12 +590,12 @@ int handle_domain_unlink(Request *req, Error *err)
                 return r;
         CLIST_FOREACH(call, &dom->calls, link_domain)
                 if (call->rank == me)
-                        return error_set(err, KVD_E_LINK_BUSY, "%s has a %s of cluster %" PRIu64
+                        return error_set(err, STATUS_LINK_BUSY, "%s has a %s of cluster %" PRIu64
                                          " in flight", DOMAIN_NAME(dom),
                                          call_kind_name(call->kind), c->id);
         log_info("%s: cluster %" PRIu64 " (rank %" PRIu32 ") unlinks", DOMAIN_NAME(dom), c->id,
                  me);
-        domain_member_leave(dom, me, KVD_E_LINK_FAILED, "unlinked");
+        domain_member_leave(dom, me, STATUS_LINK_FAILED, "unlinked");
         return request_reply_ok(req), 0;
 }
 
@@ -613,7 +617,7 @@ int handle_domain_query(Request *req, Error *err)
                            : dom->state == DOMAIN_PREPARING ? KVD_MEM_STATUS_PREPARING
                                                             : KVD_MEM_STATUS_FAILED;
         if (dom->state == DOMAIN_FAILED) {
-                reply.failure = dom->fail_code;
+                reply.failure = status_wire_encode(dom->fail_code);
                 reply.reason = dom->reason;
         }
         return request_reply(req, &reply.base, -1), 0;
@@ -639,10 +643,10 @@ int handle_domain_send_recv(Request *req, Error *err)
         if (r < 0)
                 return r;
         if (m->n_items > 2 * DOMAIN_MAX_RANKS)
-                return error_set(err, KVD_E_PARAM_INVALID, "%zu items; at most one SEND to and "
+                return error_set(err, STATUS_PARAM_INVALID, "%zu items; at most one SEND to and "
                                  "one RECV from each of the %u ranks", m->n_items, dom->n_ranks);
         if (dom->n_calls >= lim->max_inflight_per_client)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED, "%s has %u operations in flight "
+                return error_set(err, STATUS_LIMIT_EXCEEDED, "%s has %u operations in flight "
                                  "(limits.max_inflight_per_client)", DOMAIN_NAME(dom),
                                  dom->n_calls);
         for (uint32_t o = 0; o < DOMAIN_MAX_RANKS; o++)
@@ -653,17 +657,17 @@ int handle_domain_send_recv(Request *req, Error *err)
                 uint64_t bytes;
 
                 if (it->dtype >= _KVD_DT_MAX)
-                        return error_set(err, KVD_E_PARAM_INVALID, "items[%zu].dtype %" PRIu32
+                        return error_set(err, STATUS_PARAM_INVALID, "items[%zu].dtype %" PRIu32
                                          " is not a kvd_dtype", i, it->dtype);
                 if (it->remote_rank >= dom->n_ranks)
-                        return error_set(err, KVD_E_PARAM_INVALID, "items[%zu].remote_rank %"
+                        return error_set(err, STATUS_PARAM_INVALID, "items[%zu].remote_rank %"
                                          PRIu32 " is not below the %u members", i,
                                          it->remote_rank, dom->n_ranks);
                 if (it->count == 0)
                         continue;       /* skipped, as HCCL does */
                 seen = it->recv ? &recv_item[it->remote_rank] : &send_item[it->remote_rank];
                 if (*seen >= 0)
-                        return error_set(err, KVD_E_PARAM_INVALID, "items[%zu]: a second %s rank %"
+                        return error_set(err, STATUS_PARAM_INVALID, "items[%zu]: a second %s rank %"
                                          PRIu32 " (items[%d] is the first); one SEND to and one "
                                          "RECV from each rank per call", i,
                                          it->recv ? "RECV from" : "SEND to", it->remote_rank,
@@ -671,24 +675,24 @@ int handle_domain_send_recv(Request *req, Error *err)
                 *seen = (int)i;
                 if (MUL_OVERFLOW(it->count, (uint64_t)dtype_sizes[it->dtype], &bytes) ||
                     bytes > lim->max_region_size)
-                        return error_set(err, KVD_E_PARAM_INVALID, "items[%zu]: %" PRIu64 " elements"
+                        return error_set(err, STATUS_PARAM_INVALID, "items[%zu]: %" PRIu64 " elements"
                                          " are more than one region holds", i, it->count);
                 regions[n_ops] = region_find(&c->regions, it->addr, bytes, &offsets[n_ops]);
                 if (!regions[n_ops])
-                        return error_set(err, KVD_E_PARAM_INVALID, "items[%zu]: the %" PRIu64
+                        return error_set(err, STATUS_PARAM_INVALID, "items[%zu]: the %" PRIu64
                                          " bytes at 0x%" PRIx64 " are not inside memory from "
                                          "kvd_mem_alloc()", i, bytes, it->addr);
                 n_ops++;
         }
         r = call_new(dom, me, c, req, OP_BATCH, n_ops, n_ops, &call);
         if (r < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         call->n_items = m->n_items;
         call->rets = calloc(m->n_items ? m->n_items : 1, sizeof(*call->rets));
         if (!call->rets) {
                 call->req = NULL;
                 call_free(call);
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         for (size_t i = 0; i < m->n_items; i++) {
                 const Kvdist__V1__SendRecvItem *it = m->items[i];
@@ -709,7 +713,7 @@ int handle_domain_send_recv(Request *req, Error *err)
                                 call->ops[j].state = OP_DONE;
                         call->req = NULL;
                         call_free(call);
-                        return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 }
                 k++;
         }

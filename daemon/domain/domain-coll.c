@@ -26,6 +26,7 @@
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/memory/region.h"
+#include "common/status.h"
 
 #define CHUNK_DEFAULT (UINT64_C(1) << 20)
 #define CHUNK_MIN (UINT64_C(4) << 10)
@@ -208,20 +209,20 @@ static int stream_check(Cluster *c, uint64_t cache_id, const uint64_t *blocks, s
         uint64_t total;
 
         if (!cache)
-                return error_set(err, KVD_E_CACHE_NOT_EXIST, "cluster %" PRIu64 " has no cache %"
+                return error_set(err, STATUS_CACHE_NOT_EXIST, "cluster %" PRIu64 " has no cache %"
                                  PRIu64, c->id, cache_id);
         if (cache->kind != CACHE_BLOCKS)
-                return error_set(err, KVD_E_PARAM_INVALID, "cache %" PRIu64 " is contiguous; "
+                return error_set(err, STATUS_PARAM_INVALID, "cache %" PRIu64 " is contiguous; "
                                  "collectives move the blocks of a blocks cache", cache_id);
         if (n_blocks == 0)
-                return error_set(err, KVD_E_PARAM_INVALID, "no blocks given");
+                return error_set(err, STATUS_PARAM_INVALID, "no blocks given");
         if (n_blocks > c->daemon->config->limits.max_blocks_per_transfer)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED, "%zu blocks, at most %" PRIu32
+                return error_set(err, STATUS_LIMIT_EXCEEDED, "%zu blocks, at most %" PRIu32
                                  " (limits.max_blocks_per_transfer)", n_blocks,
                                  c->daemon->config->limits.max_blocks_per_transfer);
         for (size_t i = 0; i < n_blocks; i++)
                 if (blocks[i] >= cache->units)
-                        return error_set(err, KVD_E_PARAM_INVALID, "blocks[%zu]=%" PRIu64 " is out "
+                        return error_set(err, STATUS_PARAM_INVALID, "blocks[%zu]=%" PRIu64 " is out "
                                          "of range, cache %" PRIu64 " has %" PRIu64 " blocks", i,
                                          blocks[i], cache_id, cache->units);
         {
@@ -229,7 +230,7 @@ static int stream_check(Cluster *c, uint64_t cache_id, const uint64_t *blocks, s
                 uint64_t *sorted = malloc(n_blocks * sizeof(*sorted));
 
                 if (!sorted)
-                        return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 memcpy(sorted, blocks, n_blocks * sizeof(*sorted));
                 qsort(sorted, n_blocks, sizeof(*sorted), cmp_u64);
                 for (size_t i = 1; i < n_blocks; i++)
@@ -237,13 +238,13 @@ static int stream_check(Cluster *c, uint64_t cache_id, const uint64_t *blocks, s
                                 uint64_t b = sorted[i];
 
                                 free(sorted);
-                                return error_set(err, KVD_E_PARAM_INVALID, "block %" PRIu64
+                                return error_set(err, STATUS_PARAM_INVALID, "block %" PRIu64
                                                  " appears twice in blocks", b);
                         }
                 free(sorted);
         }
         if (MUL_OVERFLOW((uint64_t)n_blocks * cache->desc.num_tensors, cache->stride, &total))
-                return error_set(err, KVD_E_PARAM_INVALID, "too many bytes");
+                return error_set(err, STATUS_PARAM_INVALID, "too many bytes");
         *s = (Stream){ cache, blocks, n_blocks, total };
         return 0;
 }
@@ -263,14 +264,14 @@ static int coll_start(Request *req, Cluster *c, Domain *dom, uint32_t me, OpKind
                                        plan->v[i].len, NULL);
         r = call_new(dom, me, c, req, kind, plan->n, n_segs, &call);
         if (r < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         call->fail_fast = true;
         call->algorithm = algorithm;
         for (uint32_t t = 0; t < s->cache->desc.num_tensors; t++)
                 if (call_hold_region(call, s->cache->tensors[t].region) < 0) {
                         call->req = NULL;
                         call_free(call);
-                        return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 }
         for (size_t i = 0; i < plan->n; i++) {
                 const Msg *m = &plan->v[i];
@@ -300,10 +301,10 @@ static int coll_args(Domain *dom, uint32_t algorithm, uint64_t chunk_bytes, uint
                      bool broadcast, uint32_t *ret_algorithm, uint64_t *ret_chunk, Error *err)
 {
         if (algorithm > KVD_ALGO_MESH)
-                return error_set(err, KVD_E_PARAM_INVALID, "algorithm %" PRIu32 " is not auto (0), "
+                return error_set(err, STATUS_PARAM_INVALID, "algorithm %" PRIu32 " is not auto (0), "
                                  "ring (1) or mesh (2)", algorithm);
         if (chunk_bytes && (chunk_bytes < CHUNK_MIN || chunk_bytes > CHUNK_MAX))
-                return error_set(err, KVD_E_PARAM_INVALID, "chunk_bytes %" PRIu64 " is outside [%"
+                return error_set(err, STATUS_PARAM_INVALID, "chunk_bytes %" PRIu64 " is outside [%"
                                  PRIu64 ", %" PRIu64 "]", chunk_bytes, CHUNK_MIN, CHUNK_MAX);
         if (algorithm == KVD_ALGO_AUTO)
                 algorithm = broadcast && dom->n_ranks >= 3 && bytes >= RING_MIN_BYTES
@@ -330,7 +331,7 @@ int handle_domain_broadcast(Request *req, Error *err)
         if (r < 0)
                 return r;
         if (m->root_rank >= dom->n_ranks)
-                return error_set(err, KVD_E_PARAM_INVALID, "root_rank %" PRIu32 " is not below "
+                return error_set(err, STATUS_PARAM_INVALID, "root_rank %" PRIu32 " is not below "
                                  "the %u members", m->root_rank, dom->n_ranks);
         r = stream_check(c, m->cache_id, m->blocks, m->n_blocks, &s, err);
         if (r < 0)
@@ -348,7 +349,7 @@ int handle_domain_broadcast(Request *req, Error *err)
                 r = coll_start(req, c, dom, me, OP_BROADCAST, &s, &plan, algorithm,
                                m->timeout_ms, err);
         else
-                r = error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                r = error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         free(plan.v);
         return r;
 }
@@ -369,7 +370,7 @@ int handle_domain_all_gather(Request *req, Error *err)
         if (r < 0)
                 return r;
         if (m->blocks_per_rank == 0 || m->n_blocks != (size_t)m->blocks_per_rank * dom->n_ranks)
-                return error_set(err, KVD_E_PARAM_INVALID, "%zu blocks for %u members of %" PRIu32
+                return error_set(err, STATUS_PARAM_INVALID, "%zu blocks for %u members of %" PRIu32
                                  " blocks each", m->n_blocks, dom->n_ranks, m->blocks_per_rank);
         r = stream_check(c, m->cache_id, m->blocks, m->n_blocks, &s, err);
         if (r < 0)
@@ -391,7 +392,7 @@ int handle_domain_all_gather(Request *req, Error *err)
                 r = coll_start(req, c, dom, me, OP_ALL_GATHER, parts, &plan, algorithm,
                                m->timeout_ms, err);
         else
-                r = error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                r = error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         free(plan.v);
         return r;
 }

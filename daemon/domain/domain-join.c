@@ -19,8 +19,6 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <kvdist/kvdist.h>
-
 #include "daemon/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
@@ -30,6 +28,8 @@
 #include "common/log.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
+#include "proto/status-wire.h"
+#include "common/status.h"
 
 #define NEVER UINT64_MAX
 
@@ -57,7 +57,7 @@ static void pair_link_on_orphan_reply(Peer *p, int status, const Error *err,
         uint64_t *ids = userdata;
         Cluster *c;
 
-        if (status == KVD_OK && ids) {
+        if (status == STATUS_OK && ids) {
                 c = daemon_find_cluster(p->daemon, ids[0]);
                 if (!c || !link_find(c, ids[1])) {
                         u.src_cluster_id = ids[0];
@@ -105,7 +105,7 @@ static void pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Err
 
         if (!pl->peer || pl->peer->state != PEER_READY) {
                 /* domain_on_peer_lost() fails the domains with the reason. */
-                error_set(&pl->err, KVD_E_PEER_LOST, "the daemon of cluster %" PRIu64 " was lost",
+                error_set(&pl->err, STATUS_PEER_LOST, "the daemon of cluster %" PRIu64 " was lost",
                           pl->remote_cluster_id);
                 pl->state = PAIR_LINK_FAILED;
                 pl->peer = NULL;
@@ -130,15 +130,15 @@ static void pair_link_on_reply(Peer *p, int status, const Error *err,
         ProtobufCMessage *copy = NULL;
 
         pl->call = NULL;
-        if (status != KVD_OK && p->state == PEER_CLOSED) {
+        if (status != STATUS_OK && p->state == PEER_CLOSED) {
                 /* domain_on_peer_lost() fails the domains with the reason. */
-                error_set(&pl->err, KVD_E_PEER_LOST, "the daemon of cluster %" PRIu64 " was lost",
+                error_set(&pl->err, STATUS_PEER_LOST, "the daemon of cluster %" PRIu64 " was lost",
                           pl->remote_cluster_id);
                 pl->state = PAIR_LINK_FAILED;
                 pl->peer = NULL;
                 return;
         }
-        if (status == KVD_OK && frame_message_dup(reply, &copy) == 0) {
+        if (status == STATUS_OK && frame_message_dup(reply, &copy) == 0) {
                 pl->exposed = (Kvdist__V1__PeerLinkReply *)copy;
                 pl->state = PAIR_LINK_CONNECTING;
                 /* RDMA when both ends can (or must), as for kvd_link_clusters(). */
@@ -146,11 +146,11 @@ static void pair_link_on_reply(Peer *p, int status, const Error *err,
                                        pair_link_on_transport, pl);
                 return;
         }
-        error_set(&pl->err, status == KVD_OK ? KVD_E_OUT_OF_MEMORY : KVD_E_LINK_FAILED,
+        error_set(&pl->err, status == STATUS_OK ? STATUS_OUT_OF_MEMORY : STATUS_LINK_FAILED,
                   "cannot link cluster %" PRIu64 " to cluster %" PRIu64 ": %s",
                   pl->local_cluster_id, pl->remote_cluster_id,
-                  status == KVD_OK ? "out of memory"
-                                   : err && err->msg[0] ? err->msg : kvd_strerror(status));
+                  status == STATUS_OK ? "out of memory"
+                                   : err && err->msg[0] ? err->msg : status_wire_name(status));
         pl->state = PAIR_LINK_FAILED;
         pl->peer = NULL;
         pair_link_changed(pl);
@@ -194,13 +194,13 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
         }
         pl->state = PAIR_LINK_FAILED;
         if (link_request_in_progress(c, remote)) {
-                error_set(&pl->err, KVD_E_PROCESSING_LINK, "cluster %" PRIu64 " is linking to %"
+                error_set(&pl->err, STATUS_PROCESSING_LINK, "cluster %" PRIu64 " is linking to %"
                           PRIu64 " with kvd_link_clusters() right now", c->id, remote);
                 return pl;
         }
         p = domain_rank_peer(dom, o);
         if (!p) {
-                error_set(&pl->err, KVD_E_PEER_LOST, "the daemon of cluster %" PRIu64 " is not "
+                error_set(&pl->err, STATUS_PEER_LOST, "the daemon of cluster %" PRIu64 " is not "
                           "connected", remote);
                 return pl;
         }
@@ -210,7 +210,7 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
         r = link_peer_request(c, p, remote, pl->transport.dev != NULL, pair_link_on_reply, pl,
                               &pl->call);
         if (r < 0) {
-                error_set(&pl->err, KVD_E_LINK_FAILED, "cannot ask for a link of cluster %"
+                error_set(&pl->err, STATUS_LINK_FAILED, "cannot ask for a link of cluster %"
                           PRIu64 " to %" PRIu64 ": %s", c->id, remote, strerror(-r));
                 return pl;
         }
@@ -248,7 +248,7 @@ void pair_link_unref(PairLink *pl)
         case PAIR_LINK_MADE:
                 l = c ? link_find(c, pl->remote_cluster_id) : NULL;
                 if (pl->owned && l && l->id == pl->link_id)
-                        link_free(l, KVD_E_NOT_YET_LINK);
+                        link_free(l, STATUS_NOT_YET_LINK);
                 break;
         case PAIR_LINK_FAILED:
                 break;
@@ -275,13 +275,13 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
         case PAIR_LINK_MADE:
                 if (l && l->id == pl->link_id && l->state == LINK_UP)
                         return;
-                domain_fail(dom, KVD_E_PEER_LOST, false, "the link of cluster %" PRIu64 " to %"
+                domain_fail(dom, STATUS_PEER_LOST, false, "the link of cluster %" PRIu64 " to %"
                             PRIu64 " went away", c->id, pl->remote_cluster_id);
                 return;
         case PAIR_LINK_HELD:
                 break;
         default:
-                domain_fail(dom, pl->err.code ?: KVD_E_LINK_FAILED, false, "%s", pl->err.msg);
+                domain_fail(dom, pl->err.code ?: STATUS_LINK_FAILED, false, "%s", pl->err.msg);
                 return;
         }
         if (l && l->state == LINK_UP) {
@@ -293,10 +293,10 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
         if (dom->ranks[o].local) {
                 remote = dom->ranks[o].cluster;
                 if (l)
-                        link_free(l, KVD_E_PEER_LOST);
+                        link_free(l, STATUS_PEER_LOST);
                 r = link_new_local(d, c, remote, d->shm, &l);
                 if (r < 0) {
-                        domain_fail(dom, KVD_E_OUT_OF_MEMORY, false, "cannot create a link");
+                        domain_fail(dom, STATUS_OUT_OF_MEMORY, false, "cannot create a link");
                         return;
                 }
                 (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "same node");
@@ -373,7 +373,7 @@ void domain_send_leave(Domain *dom, uint32_t rank, int code, const char *reason)
         Kvdist__V1__PeerDomainLeave m = KVDIST__V1__PEER_DOMAIN_LEAVE__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
 
-        st.code = code;
+        st.code = status_wire_encode(code);
         st.detail = (char *)reason;
         m.src_domain_id = dom->id;
         m.rank = rank;
@@ -442,7 +442,7 @@ static bool pair_progress(Domain *dom, uint32_t m, uint32_t o)
                 PairLink *pl = pair_link_get(dom, m, o);
 
                 if (!pl) {
-                        domain_fail(dom, KVD_E_OUT_OF_MEMORY, false, "out of memory");
+                        domain_fail(dom, STATUS_OUT_OF_MEMORY, false, "out of memory");
                         return false;
                 }
                 /* Asking may have lost a peer, and the domain with it. */
@@ -453,7 +453,7 @@ static bool pair_progress(Domain *dom, uint32_t m, uint32_t o)
                 pair->pl = pl;
         }
         if (pair->pl->state == PAIR_LINK_FAILED) {
-                domain_fail(dom, pair->pl->err.code ?: KVD_E_LINK_FAILED, false, "%s",
+                domain_fail(dom, pair->pl->err.code ?: STATUS_LINK_FAILED, false, "%s",
                             pair->pl->err.msg);
                 return false;
         }
@@ -517,17 +517,17 @@ static void join_on_reply(Peer *p, int status, const Error *err, const ProtobufC
         usec_t now = now_usec(CLOCK_MONOTONIC);
 
         pair->join_call = NULL;
-        if (status != KVD_OK && p->state == PEER_CLOSED) {
+        if (status != STATUS_OK && p->state == PEER_CLOSED) {
                 /* The connection went: dial again later (the loss itself is handled there). */
                 pair->join_backoff_ms = backoff_next(pair->join_backoff_ms, DOMAIN_RETRY_MAX_MS);
                 pair->next_join_usec = now + (usec_t)pair->join_backoff_ms * USEC_PER_MSEC;
                 domain_join_progress(dom);
                 return;
         }
-        if (status != KVD_OK) {
+        if (status != STATUS_OK) {
                 domain_fail(dom, status, false, "the daemon of rank %" PRIu32 " (%s) refused: %s",
                             pair->o, o->address, err && err->msg[0] ? err->msg
-                                                                    : kvd_strerror(status));
+                                                                    : status_wire_name(status));
                 return;
         }
         if (!m->joined) {
@@ -537,7 +537,7 @@ static void join_on_reply(Peer *p, int status, const Error *err, const ProtobufC
                 return;
         }
         if (m->dst_domain_id == 0 || (o->domain_id && o->domain_id != m->dst_domain_id)) {
-                domain_fail(dom, KVD_E_PROTOCOL_MISMATCH, false, "the daemon of rank %" PRIu32
+                domain_fail(dom, STATUS_PROTOCOL_MISMATCH, false, "the daemon of rank %" PRIu32
                             " answered for another incarnation of the domain", pair->o);
                 return;
         }
@@ -584,7 +584,7 @@ static void rank_on_ready(Peer *p, int status, const Error *err, void *userdata)
         Domain *dom = r->dom;
 
         r->waiter = NULL;
-        if (status != KVD_OK) {
+        if (status != STATUS_OK) {
                 log_debug("%s: cannot reach the daemon of rank %" PRIu32 " at %s yet: %s",
                           DOMAIN_NAME(dom), r->rank, r->address, err ? err->msg : "");
                 r->peer = NULL;
@@ -619,7 +619,7 @@ static void rank_dial(Domain *dom, uint32_t o, usec_t now, usec_t *next)
                 /* A READY peer answers from inside, and progress runs from there. */
                 if (peer_when_ready(p, rank_on_ready, r, &r->waiter) == 0)
                         return;
-                error_set(&e, KVD_E_OUT_OF_MEMORY, "out of memory");
+                error_set(&e, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         log_debug("%s: cannot dial rank %" PRIu32 " at %s: %s", DOMAIN_NAME(dom), o, r->address,
                   e.msg);
@@ -715,8 +715,8 @@ void domain_join_peer_lost(Domain *dom, Peer *p, int status, const char *why)
                 if (domain_rank_peer(dom, o))
                         continue;
                 if (r->ever_joined && dom->state != DOMAIN_FAILED) {
-                        domain_fail(dom, status == KVD_E_DAEMON_UNAVAILABLE ? status
-                                                                            : KVD_E_PEER_LOST,
+                        domain_fail(dom, status == STATUS_DAEMON_UNAVAILABLE ? status
+                                                                            : STATUS_PEER_LOST,
                                     false, "the daemon of rank %" PRIu32 " (cluster %" PRIu64
                                     " at %s) is gone: %s", o, r->cluster_id, r->address, why);
                         return;

@@ -20,14 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
+#include "common/status.h"
 
 /* Holes between a message's segments that one span may cover (they are its own region's bytes,
  * reachable by this peer while the message runs). */
@@ -136,18 +135,18 @@ int lane_rdma_recv_register(DomainOp *op, Error *err)
         int r;
 
         if (op->n_segs > LANE_RDMA_MAX_SEGS)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED, "the message has %zu segments, "
+                return error_set(err, STATUS_LIMIT_EXCEEDED, "the message has %zu segments, "
                                  "more than one READY over RDMA names (%u); use larger blocks "
                                  "or smaller chunks", op->n_segs, LANE_RDMA_MAX_SEGS);
         dev = c ? rdma_device_for(dom->daemon->rdma, c->device_id, &why) : NULL;
         if (!dev)
-                return error_set(err, KVD_E_FEATURE_NOT_ENABLED, "rank %" PRIu32 " sends over "
+                return error_set(err, STATUS_FEATURE_NOT_ENABLED, "rank %" PRIu32 " sends over "
                                  "RDMA, but rank %" PRIu32 "'s device cannot take its WRITEs: %s",
                                  l->src, l->dst, why);
         r = lane_rdma_register(op, dev, true);
         if (r < 0) {
                 lane_rdma_release(op);
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot register the receive buffer "
+                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot register the receive buffer "
                                  "for RDMA: %s (is LimitMEMLOCK high enough?)", strerror(-r));
         }
         return 0;
@@ -191,10 +190,10 @@ int lane_rdma_word_parse(const Kvdist__V1__PeerDomainXfer *m, LaneWord *w)
                 return 0;
         if (m->kind != XFER_READY || m->n_rdma_lens != n || m->n_rdma_rkeys != n ||
             n > LANE_RDMA_MAX_SEGS)
-                return KVD_E_PROTOCOL_MISMATCH;
+                return STATUS_PROTOCOL_MISMATCH;
         w->rsegs = calloc(n, sizeof(*w->rsegs));
         if (!w->rsegs)
-                return KVD_E_OUT_OF_MEMORY;
+                return STATUS_OUT_OF_MEMORY;
         for (size_t i = 0; i < n; i++)
                 w->rsegs[i] = (LaneRemoteSeg){ m->rdma_addrs[i], m->rdma_lens[i],
                                                m->rdma_rkeys[i] };
@@ -245,17 +244,17 @@ int lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err)
                 overflow = overflow || ADD_OVERFLOW(theirs, op->ready_rsegs[i].len, &theirs);
         /* Both lists must cover the message exactly: no WRITE may run past what it names. */
         if (overflow || mine != op->desc.bytes || theirs != op->desc.bytes)
-                return error_set(err, KVD_E_PROTOCOL_MISMATCH, "rank %" PRIu32 " names %" PRIu64
+                return error_set(err, STATUS_PROTOCOL_MISMATCH, "rank %" PRIu32 " names %" PRIu64
                                  " bytes to WRITE into for a message of %" PRIu64, l->dst, theirs,
                                  op->desc.bytes);
         r = lane_rdma_register(op, dev, false);
         if (r < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot register the send buffer for "
+                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot register the send buffer for "
                                  "RDMA: %s (is LimitMEMLOCK high enough?)", strerror(-r));
         n = lane_rdma_pair(op, NULL);
         op->rdma_segs = calloc(n ? n : 1, sizeof(*op->rdma_segs));
         if (!op->rdma_segs)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         op->n_rdma_segs = lane_rdma_pair(op, op->rdma_segs);
         return 0;
 }

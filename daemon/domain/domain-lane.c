@@ -47,6 +47,8 @@
 #include "daemon/link/peer.h"
 #include "daemon/transport/rdma.h"
 #include "daemon/transport/tcp-data.h"
+#include "common/status.h"
+#include "proto/status-wire.h"
 
 _Static_assert(sizeof(TcpSrcSegment) == sizeof(TcpDstSegment), "segment layouts differ");
 
@@ -204,7 +206,7 @@ static int desc_compare(const OpDesc *s, const OpDesc *r, uint32_t src, uint32_t
         if (s->op != r->op)
                 return snprintf(buf, size, "rank %" PRIu32 " is in %s, rank %" PRIu32 " in %s",
                                 src, op_name(s->op), dst, op_name(r->op)),
-                       KVD_E_PARAM_INVALID;
+                       STATUS_PARAM_INVALID;
         if (s->op == OP_BATCH) {
                 if (s->count == r->count && s->dtype == r->dtype && s->bytes == r->bytes)
                         return 0;
@@ -212,7 +214,7 @@ static int desc_compare(const OpDesc *s, const OpDesc *r, uint32_t src, uint32_t
                                " bytes), rank %" PRIu32 " receives %" PRIu64 " x %s (%" PRIu64
                                " bytes)", src, s->count, dtype_name(s->dtype), s->bytes, dst,
                                r->count, dtype_name(r->dtype), r->bytes);
-                return KVD_E_PARAM_INVALID;
+                return STATUS_PARAM_INVALID;
         }
         if (s->algorithm != r->algorithm || s->root != r->root || s->part != r->part ||
             s->chunk != r->chunk || s->n_chunks != r->n_chunks) {
@@ -223,7 +225,7 @@ static int desc_compare(const OpDesc *s, const OpDesc *r, uint32_t src, uint32_t
                                src, op_name(s->op), s->algorithm == 1 ? "ring" : "mesh", s->root,
                                s->chunk, s->n_chunks, dst, r->algorithm == 1 ? "ring" : "mesh",
                                r->root, r->chunk, r->n_chunks);
-                return KVD_E_PARAM_INVALID;
+                return STATUS_PARAM_INVALID;
         }
         if (s->num_tensors != r->num_tensors || s->block_bytes != r->block_bytes ||
             s->n_blocks != r->n_blocks || s->dtype != r->dtype || s->bytes != r->bytes) {
@@ -233,7 +235,7 @@ static int desc_compare(const OpDesc *s, const OpDesc *r, uint32_t src, uint32_t
                                PRIu64 " blocks", src, s->num_tensors, dtype_name(s->dtype),
                                s->block_bytes, s->n_blocks, dst, r->num_tensors,
                                dtype_name(r->dtype), r->block_bytes, r->n_blocks);
-                return KVD_E_CACHE_INCOMPATIBLE;
+                return STATUS_CACHE_INCOMPATIBLE;
         }
         return 0;
 }
@@ -267,7 +269,7 @@ static int lane_word_send_full(Lane *l, Peer *p, XferKind kind, uint64_t seq, co
                 desc_to_proto(desc, &d);
                 m.desc = &d;
         }
-        st.code = status;
+        st.code = status_wire_encode(status);
         st.detail = (char *)(msg ?: "");
         m.status = &st;
         if (ready_op && lane_rdma_ready_fill(ready_op, &m) < 0)
@@ -310,7 +312,7 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
         assert(!op->job && !op->task && !op->rdma_job && !op->rdma_waiter);
         /* A receive's registration goes before anything else: no WRITE lands after this. */
         lane_rdma_release(op);
-        if (op->status == KVD_OK && status != KVD_OK) {
+        if (op->status == STATUS_OK && status != STATUS_OK) {
                 op->status = status;
                 va_start(ap, fmt);
                 error_setv(&op->err, status, fmt, ap);
@@ -321,7 +323,7 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
         op->state = OP_DONE;
         clist_unlink(&op->link_lane);
         /* Each message counts once per lane: at the send on one daemon, else at our end. */
-        if (op->status == KVD_OK && (op->send || !l->local)) {
+        if (op->status == STATUS_OK && (op->send || !l->local)) {
                 l->n_msgs++;
                 l->bytes += op->desc.bytes;
                 l->n_rdma_msgs += op->rdma;
@@ -331,7 +333,7 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
                 /* The receiver readied itself for bytes that will never come. */
                 op->ready_spent = true;
                 lane_abort_job(l, op->ready_peer, op->seq, op->ready.bytes, op->ready_rdma,
-                               op->status ?: KVD_E_FAILED, op->err.msg);
+                               op->status ?: STATUS_FAILED, op->err.msg);
         }
         call_op_done(op);
 }
@@ -339,7 +341,7 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
 /* The status a failed data job stands for when nobody said why. */
 static int job_status(int error)
 {
-        return error == -EILSEQ ? KVD_E_FAILED : KVD_E_PEER_LOST;
+        return error == -EILSEQ ? STATUS_FAILED : STATUS_PEER_LOST;
 }
 
 /*
@@ -349,7 +351,7 @@ static int job_status(int error)
  */
 static bool op_complete_told(DomainOp *op)
 {
-        if (op->status != KVD_OK)
+        if (op->status != STATUS_OK)
                 op_complete(op, op->status, "%s", op->err.msg);
         else if (op->have_word)
                 op_complete(op, op->word_status, "%s", op->word_msg);
@@ -383,7 +385,7 @@ static void op_on_recv_done(void *userdata, int error)
         op->job = false;
         op->data = NULL;
         if (error == 0) {
-                lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, KVD_OK, NULL);
+                lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, STATUS_OK, NULL);
                 op_complete(op, op->status, "%s", op->err.msg);
                 return;
         }
@@ -414,10 +416,10 @@ static void op_on_rdma_written(void *userdata, int error)
                 /* A failed or stopped job flushed its queue pairs: connect them again for
                  * whatever uses the endpoint next (as after a transfer's timeout). */
                 peer_rdma_repair(op->rdma_peer, op->rdma_ep);
-        if (error == 0 && op->status == KVD_OK) {
+        if (error == 0 && op->status == STATUS_OK) {
                 op->data_ok = true;
                 op->ready_spent = true;
-                lane_word_send(l, op->peer, XFER_WRITTEN, op->seq, NULL, KVD_OK, NULL);
+                lane_word_send(l, op->peer, XFER_WRITTEN, op->seq, NULL, STATUS_OK, NULL);
                 if (!op_complete_told(op))
                         op->state = OP_WAIT_WORD;       /* the receiver's DONE completes it */
                 return;
@@ -429,12 +431,12 @@ static void op_on_rdma_written(void *userdata, int error)
                  * says why. Should it not have, SEND_CANCEL ends its wait. Only this message
                  * fails; the link and the endpoint stay. */
                 op->ready_spent = true;
-                lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, KVD_E_FAILED,
+                lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, STATUS_FAILED,
                                "its RDMA WRITEs were refused (remote access error)");
                 op->state = OP_WAIT_WORD;
                 return;
         }
-        op_complete(op, KVD_E_PEER_LOST, "RDMA WRITE to rank %" PRIu32 " failed: %s", l->dst,
+        op_complete(op, STATUS_PEER_LOST, "RDMA WRITE to rank %" PRIu32 " failed: %s", l->dst,
                     strerror(-error));
 }
 
@@ -445,7 +447,7 @@ static void op_on_rdma_ready(RdmaEndpoint *ep, int status, const char *reason, v
 
         op->rdma_waiter = NULL;
         if (status < 0) {
-                op_complete(op, KVD_E_PEER_LOST, "RDMA queue pairs to rank %" PRIu32 " did not "
+                op_complete(op, STATUS_PEER_LOST, "RDMA queue pairs to rank %" PRIu32 " did not "
                             "connect: %s", op->lane->dst, reason ? reason : strerror(-status));
                 return;
         }
@@ -453,7 +455,7 @@ static void op_on_rdma_ready(RdmaEndpoint *ep, int status, const char *reason, v
                             &op->rdma_job);
         if (r < 0) {
                 op->rdma_job = NULL;
-                op_complete(op, KVD_E_PEER_LOST, "cannot WRITE to rank %" PRIu32 ": %s",
+                op_complete(op, STATUS_PEER_LOST, "cannot WRITE to rank %" PRIu32 ": %s",
                             op->lane->dst, strerror(-r));
         }
         /* Nothing of @op past this point: the job may have ended and completed it. */
@@ -471,7 +473,7 @@ static void op_rdma_send_start(DomainOp *op)
 
         if (!lk || lk->state != LINK_UP || !lk->rdma_ep || !lk->peer ||
             lk->peer->state != PEER_READY) {
-                op_complete(op, KVD_E_LINK_FAILED, "rank %" PRIu32 " waits for RDMA WRITEs, but "
+                op_complete(op, STATUS_LINK_FAILED, "rank %" PRIu32 " waits for RDMA WRITEs, but "
                             "the link of cluster %" PRIu64 " to %" PRIu64 " %s", l->dst,
                             dom->ranks[l->src].cluster_id, dom->ranks[l->dst].cluster_id,
                             !lk                       ? "is gone"
@@ -494,7 +496,7 @@ static void op_rdma_send_start(DomainOp *op)
         r = peer_rdma_when_ready(lk->peer, lk->rdma_ep, op_on_rdma_ready, op, &op->rdma_waiter);
         if (r < 0) {
                 op->rdma_waiter = NULL;
-                op_complete(op, KVD_E_PEER_LOST, "no RDMA queue pairs to rank %" PRIu32 ": %s",
+                op_complete(op, STATUS_PEER_LOST, "no RDMA queue pairs to rank %" PRIu32 ": %s",
                             l->dst, strerror(-r));
         }
 }
@@ -511,9 +513,9 @@ static void op_rdma_recv_post(DomainOp *op, Peer *p)
         r = lane_rdma_recv_register(op, &e);
         if (r >= 0) {
                 op->state = OP_DATA;
-                r = lane_word_send_full(l, p, XFER_READY, op->seq, &op->desc, KVD_OK, NULL, op);
+                r = lane_word_send_full(l, p, XFER_READY, op->seq, &op->desc, STATUS_OK, NULL, op);
                 if (r < 0)
-                        error_set(&e, r == -EMSGSIZE ? KVD_E_LIMIT_EXCEEDED : KVD_E_PEER_LOST,
+                        error_set(&e, r == -EMSGSIZE ? STATUS_LIMIT_EXCEEDED : STATUS_PEER_LOST,
                                   "cannot tell rank %" PRIu32 " where to WRITE: %s%s", l->src,
                                   strerror(-r), r == -EMSGSIZE ? " (too many segments for one "
                                   "frame; see limits.max_frame_size)" : "");
@@ -530,8 +532,8 @@ static void op_rdma_landed(DomainOp *op)
 {
         /* Deregistered before anyone hears of it. */
         lane_rdma_release(op);
-        lane_word_send(op->lane, op->peer, XFER_DONE, op->seq, NULL, KVD_OK, NULL);
-        op_complete(op, KVD_OK, "%s", "");
+        lane_word_send(op->lane, op->peer, XFER_DONE, op->seq, NULL, STATUS_OK, NULL);
+        op_complete(op, STATUS_OK, "%s", "");
 }
 
 /* Stops the RDMA part of send @op; its completion follows (at once, or from the job's end). */
@@ -569,14 +571,14 @@ static void op_remote_match(DomainOp *op)
                 return;
         }
         if (!p || p->state != PEER_READY || !p->data) {
-                op_complete(op, KVD_E_PEER_LOST, "the daemon of rank %" PRIu32 " is gone", l->dst);
+                op_complete(op, STATUS_PEER_LOST, "the daemon of rank %" PRIu32 " is gone", l->dst);
                 return;
         }
         op->job_id = lane_job_id(dom->ranks[l->dst].domain_id, l->src, l->dst, op->seq);
         r = tcp_data_send(p->data, op->job_id, (const TcpSrcSegment *)op->segs, op->n_segs,
                           op_on_send_done, op);
         if (r < 0) {
-                op_complete(op, KVD_E_PEER_LOST, "cannot send to rank %" PRIu32 ": %s", l->dst,
+                op_complete(op, STATUS_PEER_LOST, "cannot send to rank %" PRIu32 ": %s", l->dst,
                             strerror(-r));
                 return;
         }
@@ -604,7 +606,7 @@ static void local_on_copied(EngineTask *task, int status, void *userdata)
         DomainOp *s = userdata, *r = s->partner;
         /* A cancel (of either end) stopped the copy: each end says what stopped it. */
         const DomainOp *why = s->status ? s : r;
-        int code = status == 0 ? KVD_OK : why->status ?: KVD_E_FAILED;
+        int code = status == 0 ? STATUS_OK : why->status ?: STATUS_FAILED;
         const char *msg = why->status ? why->err.msg : "the copy stopped";
 
         s->task = NULL;
@@ -660,8 +662,8 @@ static void op_local_match(DomainOp *s, DomainOp *r)
                 k = engine_submit(l->dom->daemon->engine, copies, n, 0, local_on_copied, s, &task);
         free(copies);
         if (k < 0) {
-                op_complete(s, KVD_E_OUT_OF_MEMORY, "cannot start the copy: %s", strerror(-k));
-                op_complete(r, KVD_E_OUT_OF_MEMORY, "cannot start the copy: %s", strerror(-k));
+                op_complete(s, STATUS_OUT_OF_MEMORY, "cannot start the copy: %s", strerror(-k));
+                op_complete(r, STATUS_OUT_OF_MEMORY, "cannot start the copy: %s", strerror(-k));
                 return;
         }
         s->task = task;
@@ -745,7 +747,7 @@ void op_post(DomainOp *op)
                 else if (!partner && op->seq < (op->send ? l->next_recv_seq : l->next_send_seq))
                         /* Gave up while more than LANE_MAX_WORDS others waited (or no memory
                          * to keep why): only that it did is known. */
-                        op_complete(op, KVD_E_FAILED, "rank %" PRIu32 " gave up on this message",
+                        op_complete(op, STATUS_FAILED, "rank %" PRIu32 " gave up on this message",
                                     op->send ? l->dst : l->src);
                 return;
         }
@@ -760,14 +762,14 @@ void op_post(DomainOp *op)
                 return;
         }
         if (!p || !p->data) {
-                op_complete(op, KVD_E_PEER_LOST, "the daemon of rank %" PRIu32 " is not "
+                op_complete(op, STATUS_PEER_LOST, "the daemon of rank %" PRIu32 " is not "
                             "connected", l->src);
                 return;
         }
         op->job_id = lane_job_id(dom->id, l->src, l->dst, op->seq);
         r = tcp_data_recv(p->data, op->job_id, op->segs, op->n_segs, op_on_recv_done, op);
         if (r < 0) {
-                op_complete(op, KVD_E_PEER_LOST, "cannot receive from rank %" PRIu32 ": %s",
+                op_complete(op, STATUS_PEER_LOST, "cannot receive from rank %" PRIu32 ": %s",
                             l->src, strerror(-r));
                 return;
         }
@@ -775,7 +777,7 @@ void op_post(DomainOp *op)
         op->data = p->data;
         op->peer = p;
         op->state = OP_DATA;
-        lane_word_send(l, p, XFER_READY, op->seq, &op->desc, KVD_OK, NULL);
+        lane_word_send(l, p, XFER_READY, op->seq, &op->desc, STATUS_OK, NULL);
 }
 
 void op_cancel(DomainOp *op, int status, const char *fmt, ...)
@@ -786,7 +788,7 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
         /* Stopped once: a collective cancels the rest of its ops on every failure of one, and
          * an op whose bytes are still being stopped must not tell the other end again each
          * time (its words would pile up there). Its end completes it with this status. */
-        if (op->state == OP_DONE || op->status != KVD_OK)
+        if (op->state == OP_DONE || op->status != STATUS_OK)
                 return;
         op->status = status;
         va_start(ap, fmt);
@@ -879,8 +881,8 @@ static void op_take_word(DomainOp *op, LaneWord *w)
         op->have_word = true;
         op->word_status = w->kind == XFER_DONE ? w->status
                           : w->status < 0      ? w->status
-                                               : KVD_E_FAILED;
-        if (w->kind == XFER_DONE && w->status == KVD_OK)
+                                               : STATUS_FAILED;
+        if (w->kind == XFER_DONE && w->status == STATUS_OK)
                 op->word_msg[0] = '\0';
         else
                 (void)snprintf(op->word_msg, sizeof(op->word_msg), "%s (rank %" PRIu32 ") %s: %.160s",
@@ -937,9 +939,7 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
             dom->ranks[remote].domain_id != m->src_domain_id)
                 goto refuse;
         desc_from_proto(m->desc, &w.desc);
-        w.status = m->status && m->status->code < 0 && m->status->code >= _KVD_E_MIN
-                           ? m->status->code
-                           : (m->status && m->status->code == 0 ? KVD_OK : KVD_E_FAILED);
+        w.status = m->status ? status_wire_decode(m->status->code) : STATUS_FAILED;
         (void)snprintf(w.msg, sizeof(w.msg), "%.200s",
                        m->status && m->status->detail ? m->status->detail : "");
         if (lane_rdma_word_parse(m, &w) < 0)
@@ -955,7 +955,7 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
                 /* About a message already over here; a READY still needs its job aborted or
                  * its registration let go. */
                 if (m->kind == XFER_READY)
-                        lane_abort_job(l, p, m->seq, w.desc.bytes, w.rdma, KVD_E_FAILED,
+                        lane_abort_job(l, p, m->seq, w.desc.bytes, w.rdma, STATUS_FAILED,
                                        "the sender gave up on this message");
                 free(w.rsegs);
                 return;
@@ -972,14 +972,14 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
                         lane_word_unlink(l, r);
                         /* A registration is let go by the receiver itself. */
                         if (!r->rdma)
-                                lane_abort_job(l, r->peer, r->seq, r->desc.bytes, false, KVD_OK,
+                                lane_abort_job(l, r->peer, r->seq, r->desc.bytes, false, STATUS_OK,
                                                NULL);
                         lane_word_free(r);
                 }
         }
         if (l->n_words >= LANE_MAX_WORDS || l->n_word_segs + w.n_rsegs > LANE_MAX_WORD_SEGS) {
                 free(w.rsegs);
-                domain_fail(dom, KVD_E_PROTOCOL_MISMATCH, false, "rank %" PRIu32 " sent more "
+                domain_fail(dom, STATUS_PROTOCOL_MISMATCH, false, "rank %" PRIu32 " sent more "
                             "than %d messages (or %d RDMA segments) ahead", remote,
                             LANE_MAX_WORDS, LANE_MAX_WORD_SEGS);
                 return;
@@ -989,7 +989,7 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
 
                 if (!copy) {
                         free(w.rsegs);
-                        domain_fail(dom, KVD_E_OUT_OF_MEMORY, false, "out of memory");
+                        domain_fail(dom, STATUS_OUT_OF_MEMORY, false, "out of memory");
                         return;
                 }
                 *copy = w;
@@ -1039,7 +1039,7 @@ void lanes_peer_lost(Domain *dom, Peer *p)
                                 op->peer = NULL;
                                 if (!op->job && (op->state == OP_WAIT_WORD ||
                                                  (op->rdma && !op->send && op->state == OP_DATA))) {
-                                        op_complete(op, KVD_E_PEER_LOST, "the daemon of rank %"
+                                        op_complete(op, STATUS_PEER_LOST, "the daemon of rank %"
                                                     PRIu32 " was lost", op->send ? t : s);
                                         goto restart;
                                 }

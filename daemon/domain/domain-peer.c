@@ -9,19 +9,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
-
-static int sanitize_code(int code)
-{
-        return code < 0 && code >= _KVD_E_MIN ? code : KVD_E_FAILED;
-}
+#include "common/status.h"
+#include "proto/status-wire.h"
 
 /* Names the first difference between our members and the peer's, into @buf. */
 static void members_diff(const Domain *dom, const Kvdist__V1__PeerDomainJoin *m, char *buf,
@@ -69,7 +64,7 @@ void peer_handle_domain_join(Peer *p, uint64_t request_id, const ProtobufCMessag
         if (!m->comm_name || strlen(m->comm_name) == 0 || strlen(m->comm_name) > DOMAIN_NAME_MAX ||
             m->src_rank >= DOMAIN_MAX_RANKS || m->dst_rank >= DOMAIN_MAX_RANKS ||
             m->src_rank == m->dst_rank || m->src_domain_id == 0) {
-                error_set(&err, KVD_E_PROTOCOL_MISMATCH, "a malformed PeerDomainJoin");
+                error_set(&err, STATUS_PROTOCOL_MISMATCH, "a malformed PeerDomainJoin");
                 goto refuse;
         }
         dom = reg ? domain_find_name(reg, m->comm_name) : NULL;
@@ -87,20 +82,20 @@ void peer_handle_domain_join(Peer *p, uint64_t request_id, const ProtobufCMessag
         if (m->digest.len != sizeof(dom->digest) ||
             memcmp(m->digest.data, dom->digest, sizeof(dom->digest)) != 0) {
                 members_diff(dom, m, diff, sizeof(diff));
-                domain_fail(dom, KVD_E_PARAM_INVALID, false, "the rank tables disagree: %s",
+                domain_fail(dom, STATUS_PARAM_INVALID, false, "the rank tables disagree: %s",
                             diff);
-                error_set(&err, KVD_E_PARAM_INVALID, "the rank tables disagree: %s", diff);
+                error_set(&err, STATUS_PARAM_INVALID, "the rank tables disagree: %s", diff);
                 goto refuse;
         }
         if (m->dst_rank >= dom->n_ranks || m->src_rank >= dom->n_ranks ||
             !dom->ranks[m->dst_rank].local || dom->ranks[m->src_rank].local) {
-                error_set(&err, KVD_E_PROTOCOL_MISMATCH, "rank %" PRIu32 " is not a member here "
+                error_set(&err, STATUS_PROTOCOL_MISMATCH, "rank %" PRIu32 " is not a member here "
                           "or rank %" PRIu32 " is", m->dst_rank, m->src_rank);
                 goto refuse;
         }
         src = &dom->ranks[m->src_rank];
         if (src->domain_id && src->domain_id != m->src_domain_id) {
-                error_set(&err, KVD_E_PROTOCOL_MISMATCH, "rank %" PRIu32 " joined as another "
+                error_set(&err, STATUS_PROTOCOL_MISMATCH, "rank %" PRIu32 " joined as another "
                           "incarnation of the domain", m->src_rank);
                 goto refuse;
         }
@@ -189,7 +184,7 @@ void peer_handle_domain_leave(Peer *p, uint64_t request_id, const ProtobufCMessa
                 return;
         }
         r = &dom->ranks[m->rank];
-        domain_fail(dom, sanitize_code(m->status ? m->status->code : KVD_E_FAILED), false,
+        domain_fail(dom, m->status ? status_wire_decode(m->status->code) : STATUS_FAILED, false,
                     "rank %" PRIu32 " (cluster %" PRIu64 " at %s) left: %.160s", m->rank,
                     r->cluster_id, r->address,
                     m->status && m->status->detail ? m->status->detail : "");

@@ -14,6 +14,7 @@
 #include "daemon/link/link.h"
 #include "daemon/metrics/metrics-text.h"
 #include "daemon/link/peer.h"
+#include "proto/status-wire.h"
 
 static void set(json_t *o, const char *key, json_t *v, bool *ok)
 {
@@ -139,7 +140,7 @@ static json_t *domain_json(const Domain *dom, usec_t now, unsigned queue_pos, bo
                                                                    : "waiting"),
             ok);
         set(o, "queue_position", queue_pos ? json_integer(queue_pos) : json_null(), ok);
-        set(o, "status", dom->state == DOMAIN_FAILED ? json_string(kvd_strerror(dom->fail_code))
+        set(o, "status", dom->state == DOMAIN_FAILED ? json_string(status_wire_name(dom->fail_code))
                                                      : json_null(),
             ok);
         set(o, "reason", json_string(dom->reason), ok);

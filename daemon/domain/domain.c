@@ -12,14 +12,14 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <kvdist/kvdist.h>
-
 #include "daemon/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
 #include "common/log.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
+#include "proto/status-wire.h"
+#include "common/status.h"
 
 const char *domain_state_to_string(DomainState s)
 {
@@ -134,7 +134,7 @@ DomainRegistry *domain_registry_free(DomainRegistry *reg)
          * told here, then every call still running stops. */
         call_drain(reg);
         CLIST_FOREACH_SAFE(dom, tmp, &reg->domains, link_reg) {
-                domain_calls_fail(dom, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+                domain_calls_fail(dom, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
                 domain_remove(dom);
         }
         call_drain(reg);
@@ -306,7 +306,7 @@ static void domain_on_deadline(evutil_socket_t fd, short what, void *userdata)
         char missing[ERROR_MSG_MAX];
 
         domain_format_missing(dom, missing, sizeof(missing));
-        domain_fail(dom, KVD_E_TIMEOUT, false, "not formed within link_total_time (%" PRIu32
+        domain_fail(dom, STATUS_TIMEOUT, false, "not formed within link_total_time (%" PRIu32
                     " ms): %s", dom->daemon->config->link_total_time_ms, missing);
 }
 
@@ -339,12 +339,12 @@ void domain_fail(Domain *dom, int code, bool quiet, const char *fmt, ...)
         if (dom->state == DOMAIN_FAILED || dom->removed)
                 return;
         domain_set_state(dom, DOMAIN_FAILED);
-        dom->fail_code = code < 0 && code >= _KVD_E_MIN ? code : KVD_E_FAILED;
+        dom->fail_code = status_is_valid(code) && code != STATUS_OK ? code : STATUS_FAILED;
         va_start(ap, fmt);
         (void)vsnprintf(dom->reason, sizeof(dom->reason), fmt, ap);
         va_end(ap);
         dom->reg->failed++;
-        log_warning("%s: failed (%s): %s", DOMAIN_NAME(dom), kvd_strerror(dom->fail_code),
+        log_warning("%s: failed (%s): %s", DOMAIN_NAME(dom), status_wire_name(dom->fail_code),
                     dom->reason);
         if (dom->deadline)
                 event_del(dom->deadline);
@@ -417,7 +417,7 @@ void domain_stop_all(Daemon *d)
         if (!d->domains)
                 return;
         CLIST_FOREACH(dom, &d->domains->domains, link_reg)
-                domain_calls_fail(dom, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+                domain_calls_fail(dom, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 }
 
 unsigned domain_calls_in_flight(const Daemon *d)
@@ -436,7 +436,7 @@ void domain_cluster_gone(Cluster *c)
         CLIST_FOREACH_SAFE(dom, tmp, &reg->domains, link_reg)
                 for (uint32_t r = 0; r < dom->n_ranks; r++)
                         if (dom->ranks[r].local && dom->ranks[r].cluster == c) {
-                                domain_member_leave(dom, r, KVD_E_PEER_LOST, "detached");
+                                domain_member_leave(dom, r, STATUS_PEER_LOST, "detached");
                                 break;
                         }
         CLIST_FOREACH_SAFE(lr, ltmp, &reg->local_res, link)
@@ -456,7 +456,7 @@ void domain_on_peer_lost(Peer *p, int status)
         if (!reg)
                 return;
         (void)snprintf(why, sizeof(why), "%s",
-                       status == KVD_E_DAEMON_UNAVAILABLE ? "kvdistd is stopping"
+                       status == STATUS_DAEMON_UNAVAILABLE ? "kvdistd is stopping"
                                                           : "the connection to it was lost");
         CLIST_FOREACH(pl, &reg->pair_links, link_reg)
                 if (pl->peer == p) {
@@ -465,7 +465,7 @@ void domain_on_peer_lost(Peer *p, int status)
                         pl->rdma_ep = NULL;
                         if (pl->state == PAIR_LINK_HELD || pl->state == PAIR_LINK_CONNECTING) {
                                 link_transport_cancel(&pl->transport);
-                                error_set(&pl->err, KVD_E_PEER_LOST, "the daemon of cluster %"
+                                error_set(&pl->err, STATUS_PEER_LOST, "the daemon of cluster %"
                                           PRIu64 " was lost", pl->remote_cluster_id);
                                 pl->state = PAIR_LINK_FAILED;
                         }
@@ -535,11 +535,11 @@ int domain_explain_no_link(const Cluster *c, uint64_t remote_cluster_id, Error *
         if (!dom)
                 return 0;
         if (dom->state == DOMAIN_PREPARING)
-                return error_set(err, KVD_E_NOT_YET_LINK, "cluster %" PRIu64 " has no link to "
+                return error_set(err, STATUS_NOT_YET_LINK, "cluster %" PRIu64 " has no link to "
                                  "cluster %" PRIu64 " yet: %s is not ready (PREPARING); its "
                                  "links are made once kvd_query_register_mem_status() says OK",
                                  c->id, remote_cluster_id, DOMAIN_NAME(dom));
-        return error_set(err, KVD_E_NOT_YET_LINK, "cluster %" PRIu64 " has no link to cluster %"
+        return error_set(err, STATUS_NOT_YET_LINK, "cluster %" PRIu64 " has no link to cluster %"
                          PRIu64 ": %s failed (%s); kvd_unlink() it and link again", c->id,
                          remote_cluster_id, DOMAIN_NAME(dom), dom->reason);
 }
@@ -607,14 +607,14 @@ int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err)
                 return 0;
         lr = calloc(1, sizeof(*lr));
         if (!lr)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         r = rank_table_parse_fragment(local_comm_res, &lr->dev, err);
         if (r < 0) {
                 free(lr);
                 return r;
         }
         if (lr->dev.device_id != c->device_id) {
-                r = error_set(err, KVD_E_PARAM_INVALID, "local_comm_res: device_id %" PRId32
+                r = error_set(err, STATUS_PARAM_INVALID, "local_comm_res: device_id %" PRId32
                               " is not this client's device_id %" PRId32, lr->dev.device_id,
                               c->device_id);
                 free(lr);
@@ -622,7 +622,7 @@ int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err)
         }
         if (daemon_peer_address(c->daemon)[0] &&
             !domain_address_is_ours(c->daemon, lr->dev.device_ip)) {
-                r = error_set(err, KVD_E_PARAM_INVALID, "local_comm_res: device_ip %s is not "
+                r = error_set(err, STATUS_PARAM_INVALID, "local_comm_res: device_ip %s is not "
                               "where this kvdistd accepts peers (%s)", lr->dev.device_ip,
                               daemon_peer_address(c->daemon));
                 free(lr);

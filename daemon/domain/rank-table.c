@@ -8,9 +8,8 @@
 #include <string.h>
 
 #include <jansson.h>
-#include <kvdist/kvdist.h>
-
 #include "daemon/domain/rank-table.h"
+#include "common/status.h"
 
 #define PATH_MAX_LEN 96
 
@@ -28,7 +27,7 @@ static int ctx_fail(const Ctx *c, const char *path, const char *fmt, ...)
         va_start(ap, fmt);
         (void)vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
-        return error_set(c->err, KVD_E_PARAM_INVALID, "%s: %s%s%s", c->what, path,
+        return error_set(c->err, STATUS_PARAM_INVALID, "%s: %s%s%s", c->what, path,
                          path[0] ? ": " : "", msg);
 }
 
@@ -287,7 +286,7 @@ static json_t *load(const Ctx *c, const char *json, int *r)
         root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
         if (!root)
                 *r = json_error_code(&jerr) == json_error_out_of_memory
-                             ? error_set(c->err, KVD_E_OUT_OF_MEMORY, "out of memory")
+                             ? error_set(c->err, STATUS_OUT_OF_MEMORY, "out of memory")
                              : ctx_fail(c, "", "line %d, column %d: %s", jerr.line, jerr.column,
                                         jerr.text);
         return root;

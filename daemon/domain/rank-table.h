@@ -48,8 +48,8 @@ typedef struct RankTable {
 } RankTable;
 
 /*
- * Parses and checks @json (NUL-terminated) into @ret. Returns 0, or KVD_E_PARAM_INVALID with
- * @err saying what is wrong and where ("rank_table: ..."), KVD_E_OUT_OF_MEMORY.
+ * Parses and checks @json (NUL-terminated) into @ret. Returns 0, or STATUS_PARAM_INVALID with
+ * @err saying what is wrong and where ("rank_table: ..."), STATUS_OUT_OF_MEMORY.
  */
 int rank_table_parse(const char *json, RankTable *ret, Error *err);
 

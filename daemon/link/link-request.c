@@ -21,6 +21,8 @@
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/rdma.h"
+#include "proto/status-wire.h"
+#include "common/status.h"
 
 typedef struct LinkRequest LinkRequest;
 
@@ -66,14 +68,18 @@ int link_reply_send(Request *req, const int32_t *rets, size_t n, const Error *fi
 {
         Kvdist__V1__LinkClustersReply reply = KVDIST__V1__LINK_CLUSTERS_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        int32_t wire_rets[KVD_MAX_LINK_CLUSTERS];
 
+        assert(n <= KVD_MAX_LINK_CLUSTERS);
         /* LinkClustersReply and UnlinkClustersReply are the same message on the wire. */
         static_assert(sizeof(Kvdist__V1__LinkClustersReply) ==
                       sizeof(Kvdist__V1__UnlinkClustersReply), "reply layouts differ");
-        status.code = first->code;
+        status.code = status_wire_encode(first->code);
         status.detail = (char *)first->msg;
         reply.status = &status;
-        reply.rets = (int32_t *)rets;
+        for (size_t i = 0; i < n; i++)
+                wire_rets[i] = status_wire_encode(rets[i]);
+        reply.rets = wire_rets;
         reply.n_rets = n;
         return request_reply(req, &reply.base, -1);
 }
@@ -81,9 +87,9 @@ int link_reply_send(Request *req, const int32_t *rets, size_t n, const Error *fi
 int link_check_cluster_list(size_t n, Error *err)
 {
         if (n == 0)
-                return error_set(err, KVD_E_PARAM_INVALID, "no clusters given");
+                return error_set(err, STATUS_PARAM_INVALID, "no clusters given");
         if (n > KVD_MAX_LINK_CLUSTERS)
-                return error_set(err, KVD_E_CLUSTER_NUM_EXCEED_LIMIT,
+                return error_set(err, STATUS_CLUSTER_NUM_EXCEED_LIMIT,
                                  "%zu clusters in one call, at most %d", n,
                                  KVD_MAX_LINK_CLUSTERS);
         return 0;
@@ -130,7 +136,7 @@ static void link_setup_on_orphan_reply(Peer *p, int status, const Error *err,
         Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
         uint64_t *ids = userdata;       /* NULL when it could not be allocated */
 
-        if (status == KVD_OK && ids) {
+        if (status == STATUS_OK && ids) {
                 u.src_cluster_id = ids[0];
                 u.dst_cluster_id = ids[1];
                 u.link_id = m->link_id;
@@ -180,12 +186,12 @@ static void link_setup_finish(LinkSetup *s, const Error *e)
         s->waiter = NULL;
         s->call = NULL;
         s->transport.waiter = NULL;
-        if (e && e->code != KVD_OK) {
+        if (e && e->code != STATUS_OK) {
                 log_info("cluster %" PRIu64 ": link to %" PRIu64 " at %s failed: %s",
                          lr->cluster->id, s->remote_cluster_id, s->address, e->msg);
                 link_request_set_error(lr, s->index, e);
         } else
-                lr->rets[s->index] = KVD_OK;
+                lr->rets[s->index] = STATUS_OK;
         if (--lr->n_pending == 0) {
                 link_request_reply(lr);
                 link_request_free(lr);
@@ -206,12 +212,12 @@ static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
 
         l = link_find(c, remote_cluster_id);
         if (l)
-                link_free_full(l, KVD_E_PEER_LOST, false);
+                link_free_full(l, STATUS_PEER_LOST, false);
         r = link_new_remote(d, c, p, remote_cluster_id, reply, ep ? d->rdma_transport : d->tcp,
                             &l);
         if (r < 0) {
                 protobuf_c_message_free_unpacked(&reply->base, NULL);
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot create the link");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot create the link");
         }
         l->rdma_ep = ep;
         (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "%s", transport_reason);
@@ -228,7 +234,7 @@ int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
 
         /* The reply is the peer's to free; the link keeps its own copy of what was exposed. */
         if (frame_message_dup(reply, &copy) < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         return link_install_remote(c, p, remote_cluster_id, (Kvdist__V1__PeerLinkReply *)copy,
                                    ep, transport_reason, ret, err);
 }
@@ -258,13 +264,13 @@ static void link_transport_on_rdma(RdmaEndpoint *ep, int status, const char *rea
         t->waiter = NULL;
         if (t->peer->state != PEER_READY) {
                 /* Its endpoints fail as it goes: no link over it, TCP or not. */
-                error_set(&e, KVD_E_LINK_FAILED, "the daemon at %s was lost while RDMA queue "
+                error_set(&e, STATUS_LINK_FAILED, "the daemon at %s was lost while RDMA queue "
                           "pairs connected", t->address);
                 t->fn(t, NULL, &e, t->userdata);
                 return;
         }
         if (status < 0 && t->required) {
-                error_set(&e, KVD_E_LINK_FAILED, "cannot connect RDMA queue pairs to the daemon "
+                error_set(&e, STATUS_LINK_FAILED, "cannot connect RDMA queue pairs to the daemon "
                           "at %s: %s", t->address, reason ? reason : strerror(-status));
                 t->fn(t, NULL, &e, t->userdata);
                 return;
@@ -299,7 +305,7 @@ void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_i
                                                                      : "it did not say why";
 
                 if (t->required) {
-                        error_set(&e, KVD_E_FEATURE_NOT_ENABLED, "cluster %" PRIu64 " at %s "
+                        error_set(&e, STATUS_FEATURE_NOT_ENABLED, "cluster %" PRIu64 " at %s "
                                   "has no RDMA device: %s", remote_cluster_id, t->address, why);
                         fn(t, NULL, &e, userdata);
                         return;
@@ -342,17 +348,17 @@ static void link_setup_on_reply(Peer *p, int status, const Error *err,
         int r;
 
         s->call = NULL;
-        if (status != KVD_OK) {
-                error_set(&e, status == KVD_E_PEER_LOST ? KVD_E_LINK_FAILED : status,
+        if (status != STATUS_OK) {
+                error_set(&e, status == STATUS_PEER_LOST ? STATUS_LINK_FAILED : status,
                           "the daemon at %s refused: %s", s->address,
-                          err ? err->msg : kvd_strerror(status));
+                          err ? err->msg : status_wire_name(status));
                 link_setup_finish(s, &e);
                 return;
         }
         /* The reply is the peer's to free; the link keeps its own copy of what was exposed. */
         r = frame_message_dup(reply, &copy);
         if (r < 0) {
-                error_set(&e, KVD_E_OUT_OF_MEMORY, "out of memory");
+                error_set(&e, STATUS_OUT_OF_MEMORY, "out of memory");
                 link_setup_finish(s, &e);
                 return;
         }
@@ -390,17 +396,17 @@ static void link_setup_on_ready(Peer *p, int status, const Error *err, void *use
         int r;
 
         s->waiter = NULL;
-        if (status != KVD_OK) {
-                error_set(&e, status == KVD_E_PERMISSION_DENIED ? status : KVD_E_LINK_FAILED,
+        if (status != STATUS_OK) {
+                error_set(&e, status == STATUS_PERMISSION_DENIED ? status : STATUS_LINK_FAILED,
                           "cannot reach the daemon at %s: %s", s->address,
-                          err ? err->msg : kvd_strerror(status));
+                          err ? err->msg : status_wire_name(status));
                 link_setup_finish(s, &e);
                 return;
         }
         r = link_peer_call(c, p, s->remote_cluster_id, s->transport.dev != NULL, false,
                            link_setup_on_reply, s, &s->call);
         if (r < 0) {
-                error_set(&e, KVD_E_LINK_FAILED, "cannot ask the daemon at %s: %s", s->address,
+                error_set(&e, STATUS_LINK_FAILED, "cannot ask the daemon at %s: %s", s->address,
                           strerror(-r));
                 link_setup_finish(s, &e);
         }
@@ -421,7 +427,7 @@ static void link_request_on_timeout(evutil_socket_t fd, short what, void *userda
 
                 link_setup_abandon(s);
                 error_clear(&e);
-                error_set(&e, KVD_E_TIMEOUT, "no link to cluster %" PRIu64 " at %s within the "
+                error_set(&e, STATUS_TIMEOUT, "no link to cluster %" PRIu64 " at %s within the "
                           "call's timeout", s->remote_cluster_id, s->address);
                 /* The last set-up to finish answers the client and frees @lr. */
                 link_setup_finish(s, &e);
@@ -446,7 +452,7 @@ void link_requests_abort(Cluster *c)
         LinkRequest *lr, *tmp;
         Error e = ERROR_INIT;
 
-        error_set(&e, KVD_E_PEER_LOST, "cluster %" PRIu64 " detached while linking", c->id);
+        error_set(&e, STATUS_PEER_LOST, "cluster %" PRIu64 " detached while linking", c->id);
         CLIST_FOREACH_SAFE(lr, tmp, &c->link_requests, link_cluster) {
                 for (size_t i = 0; i < lr->n; i++)
                         if (lr->setups[i].lr && !lr->setups[i].done)
@@ -455,7 +461,7 @@ void link_requests_abort(Cluster *c)
                         Request *req = TAKE_PTR(lr->req);
 
                         req->cancel = NULL;
-                        request_fail(req, KVD_E_PEER_LOST, &e);
+                        request_fail(req, STATUS_PEER_LOST, &e);
                 }
                 link_request_free(lr);
         }
@@ -481,12 +487,12 @@ static int link_local(Cluster *c, Cluster *remote, Link *old, Error *err)
 
         /* A link whose remote end went away is replaced by the new one. */
         if (old)
-                link_free(old, KVD_E_PEER_LOST);
+                link_free(old, STATUS_PEER_LOST);
         r = link_new_local(c->daemon, c, remote, c->daemon->shm, &l);
         if (r < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot create the link");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot create the link");
         (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "same node");
-        return KVD_OK;
+        return STATUS_OK;
 }
 
 int link_transport_choose(LinkTransport *t, const Cluster *c, const char *address, Error *err)
@@ -504,7 +510,7 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
         dev = rdma_device_for(c->daemon->rdma, c->device_id, &why);
         if (cfg && cfg->transport == TRANSPORT_KIND_RDMA) {
                 if (!dev)
-                        return error_set(err, KVD_E_FEATURE_NOT_ENABLED,
+                        return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                          "device %" PRId32 " is configured for transport rdma, "
                                          "but: %s", c->device_id, why);
                 t->required = true;
@@ -528,20 +534,20 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
         int r;
 
         if (info->remote_cluster_id == c->id)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "cluster %" PRIu64 " cannot link to itself", c->id);
         l = link_find(c, info->remote_cluster_id);
         if (l && l->state == LINK_UP)
-                return error_set(err, KVD_E_ALREADY_LINK, "cluster %" PRIu64 " is linked to %"
+                return error_set(err, STATUS_ALREADY_LINK, "cluster %" PRIu64 " is linked to %"
                                  PRIu64 " already (link %" PRIu64 ")", c->id,
                                  info->remote_cluster_id, l->id);
         if (link_request_in_progress(c, info->remote_cluster_id) ||
             domain_pair_link_in_progress(c, info->remote_cluster_id))
-                return error_set(err, KVD_E_PROCESSING_LINK,
+                return error_set(err, STATUS_PROCESSING_LINK,
                                  "a link from cluster %" PRIu64 " to %" PRIu64 " is being set up",
                                  c->id, info->remote_cluster_id);
         if (c->n_links >= d->config->limits.max_links_per_client)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u links (limits.max_links_per_client)",
                                  c->id, c->n_links);
         remote = daemon_find_cluster(d, info->remote_cluster_id);
@@ -550,7 +556,7 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                 return r < 0 ? r : link_local(c, remote, l, err);
         }
         if (!address || !address[0])
-                return error_set(err, KVD_E_LINK_FAILED,
+                return error_set(err, STATUS_LINK_FAILED,
                                  "no cluster %" PRIu64 " is attached to this daemon, and no "
                                  "remote_ip_info names the daemon it is on",
                                  info->remote_cluster_id);
@@ -574,7 +580,7 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                 s->done = true;
                 lr->n_pending--;
                 s->lr = NULL;
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         return LINK_SETUP_RUNNING;
 }
@@ -593,7 +599,7 @@ int link_request_start(Cluster *c, Request *req, Error *err)
                 return r;
         lr = calloc(1, sizeof(*lr));
         if (!lr)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         lr->daemon = d;
         lr->cluster = c;
         lr->n = m->n_clusters;
@@ -609,7 +615,7 @@ int link_request_start(Cluster *c, Request *req, Error *err)
                 if (r == LINK_SETUP_RUNNING)
                         continue;
                 lr->rets[i] = r;
-                if (r != KVD_OK) {
+                if (r != STATUS_OK) {
                         log_info("cluster %" PRIu64 ": link to %" PRIu64 " failed: %s", c->id,
                                  m->clusters[i]->remote_cluster_id, e.msg);
                         link_request_set_error(lr, i, &e);
@@ -631,7 +637,7 @@ int link_request_start(Cluster *c, Request *req, Error *err)
                                 Error e = ERROR_INIT;
 
                                 link_setup_abandon(&lr->setups[i]);
-                                error_set(&e, KVD_E_OUT_OF_MEMORY, "cannot arm the timeout");
+                                error_set(&e, STATUS_OUT_OF_MEMORY, "cannot arm the timeout");
                                 link_setup_finish(&lr->setups[i], &e);
                         }
         }

@@ -51,7 +51,7 @@ struct LinkTransport {
 
 /*
  * Serves a LinkClusters request of @c. Returns 0 when it answered, HANDLER_PENDING when it keeps
- * @req and answers later, or a KVD_E_* status with @err for a request refused as a whole.
+ * @req and answers later, or a STATUS_* status with @err for a request refused as a whole.
  */
 int link_request_start(Cluster *c, Request *req, Error *err);
 

@@ -6,8 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/cluster.h"
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
@@ -17,6 +15,8 @@
 #include "daemon/transfer/served.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
+#include "proto/status-wire.h"
+#include "common/status.h"
 
 /* A new UP link of @local to @remote_cluster_id, on every list but the remote end's. */
 static Link *link_alloc(Daemon *d, Cluster *local, uint64_t remote_cluster_id,
@@ -123,7 +123,7 @@ static void link_set_state_full(Link *l, LinkState state, int status, const char
         if (state == LINK_DOWN) {
                 log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "%s%s): down (%s)",
                          l->id, l->local->id, l->remote_cluster_id, l->peer ? " at " : "",
-                         l->peer ? l->peer_address : "", why ?: kvd_strerror(status));
+                         l->peer ? l->peer_address : "", why ?: status_wire_name(status));
                 link_fail_transfers(l, status);
                 link_detach_remote(l);
         }
@@ -217,7 +217,7 @@ InLink *inlink_free(InLink *il, int status, const char *why)
         clist_unlink(&il->link_daemon);
         il->daemon->n_inlinks--;
         log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): removed (%s)",
-                 il->id, il->remote_cluster_id, il->local->id, why ?: kvd_strerror(status));
+                 il->id, il->remote_cluster_id, il->local->id, why ?: status_wire_name(status));
         daemon_update_status(il->daemon);
         free(il);
         return NULL;
@@ -247,7 +247,7 @@ int link_check_target(const Cluster *target, Error *err)
 {
         if (cluster_accepts_links(target))
                 return 0;
-        return error_set(err, KVD_E_LINK_FAILED,
+        return error_set(err, STATUS_LINK_FAILED,
                          "cluster %" PRIu64 " is a client: it attached without listen_ip_info, "
                          "so it accepts no links (kvd_switch_role() with listen_ip_info makes "
                          "it a server)", target->id);

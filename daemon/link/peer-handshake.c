@@ -13,14 +13,13 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <kvdist/kvdist.h>
-
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer.h"
 #include "common/random-util.h"
+#include "common/status.h"
 
 static void peer_data_dial_all(Peer *p);
 static void peer_on_data_connected(evutil_socket_t fd, short what, void *userdata);
@@ -29,7 +28,7 @@ static void peer_on_data_broken(TcpData *td, int error, void *userdata)
 {
         Peer *p = userdata;
 
-        peer_lose(p, KVD_E_PEER_LOST, "data connection failed: %s", strerror(-error));
+        peer_lose(p, STATUS_PEER_LOST, "data connection failed: %s", strerror(-error));
 }
 
 /* Hands the data connections to a TcpData: the last step before READY. */
@@ -84,29 +83,29 @@ static int peer_take_hello(Peer *p, const Kvdist__V1__PeerHello *m, Error *err)
         int r;
 
         if (!m)
-                return error_set(err, KVD_E_PROTOCOL_MISMATCH, "Hello without a body");
+                return error_set(err, STATUS_PROTOCOL_MISMATCH, "Hello without a body");
         if (m->protocol_version != FRAME_VERSION)
-                return error_set(err, KVD_E_PROTOCOL_MISMATCH,
+                return error_set(err, STATUS_PROTOCOL_MISMATCH,
                                  "peer speaks protocol %" PRIu32 ", we speak %d",
                                  m->protocol_version, FRAME_VERSION);
         if (m->node_id == 0)
-                return error_set(err, KVD_E_PROTOCOL_MISMATCH, "Hello without a node id");
+                return error_set(err, STATUS_PROTOCOL_MISMATCH, "Hello without a node id");
         if (m->nonce.len != PEER_AUTH_NONCE_SIZE)
-                return error_set(err, KVD_E_PROTOCOL_MISMATCH, "Hello nonce of %zu bytes",
+                return error_set(err, STATUS_PROTOCOL_MISMATCH, "Hello nonce of %zu bytes",
                                  m->nonce.len);
         ah.node_id = m->node_id;
         ah.has_key = m->has_key;
         memcpy(ah.nonce, m->nonce.data, PEER_AUTH_NONCE_SIZE);
         r = peer_auth_on_hello(&p->auth, &ah);
         if (r == -EALREADY)
-                return error_set(err, KVD_E_LINK_FAILED,
+                return error_set(err, STATUS_LINK_FAILED,
                                  "the address is this daemon's own listener");
         if (r == -EPERM)
-                return error_set(err, KVD_E_PERMISSION_DENIED,
+                return error_set(err, STATUS_PERMISSION_DENIED,
                                  "cluster key configured on %s side only",
                                  p->daemon->cluster_key_len ? "our" : "the peer's");
         if (r < 0)
-                return error_set(err, KVD_E_PROTOCOL_MISMATCH, "unexpected Hello");
+                return error_set(err, STATUS_PROTOCOL_MISMATCH, "unexpected Hello");
         p->node_id = m->node_id;
         p->offer_streams = m->tcp_streams;
         p->offer_crc = m->crc;
@@ -138,13 +137,13 @@ static void peer_on_auth_reply(Peer *p, int status, const Error *err,
 {
         const Kvdist__V1__PeerAuthReply *m = (const Kvdist__V1__PeerAuthReply *)reply;
 
-        if (status != KVD_OK) {
+        if (status != STATUS_OK) {
                 peer_lose(p, status, "authentication: %s", err ? err->msg : "refused");
                 return;
         }
         if (m->data_token.len != PEER_DATA_TOKEN_SIZE || m->tcp_streams < 1 ||
             m->tcp_streams > TCP_DATA_MAX_CONNS || m->tcp_streams > p->daemon->config->tcp.streams) {
-                peer_lose(p, KVD_E_PROTOCOL_MISMATCH, "bad data connection terms");
+                peer_lose(p, STATUS_PROTOCOL_MISMATCH, "bad data connection terms");
                 return;
         }
         memcpy(p->data_token, m->data_token.data, PEER_DATA_TOKEN_SIZE);
@@ -176,7 +175,7 @@ static void peer_refuse_listener_proof(Peer *p)
                           "dialer's key";
         (void)peer_call_internal(p, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, &refusal.base,
                                  peer_on_refusal_reply, NULL, NULL);
-        peer_lose(p, KVD_E_PERMISSION_DENIED,
+        peer_lose(p, STATUS_PERMISSION_DENIED,
                   "the peer's proof of the cluster key does not verify");
 }
 
@@ -189,8 +188,8 @@ static void peer_on_hello_reply(Peer *p, int status, const Error *err,
         Error e = ERROR_INIT;
         int r;
 
-        if (status != KVD_OK) {
-                peer_lose(p, status == KVD_E_PEER_LOST ? KVD_E_LINK_FAILED : status,
+        if (status != STATUS_OK) {
+                peer_lose(p, status == STATUS_PEER_LOST ? STATUS_LINK_FAILED : status,
                           "handshake: %s", err ? err->msg : "refused");
                 return;
         }
@@ -200,7 +199,7 @@ static void peer_on_hello_reply(Peer *p, int status, const Error *err,
         }
         if (p->auth.has_key) {
                 if (m->proof.len != PEER_AUTH_MAC_SIZE) {
-                        peer_lose(p, KVD_E_PERMISSION_DENIED, "the peer sent no proof of the "
+                        peer_lose(p, STATUS_PERMISSION_DENIED, "the peer sent no proof of the "
                                   "cluster key");
                         return;
                 }
@@ -218,7 +217,7 @@ static void peer_on_hello_reply(Peer *p, int status, const Error *err,
         r = peer_call_internal(p, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, &auth.base,
                                peer_on_auth_reply, NULL, NULL);
         if (r < 0)
-                peer_lose(p, KVD_E_LINK_FAILED, "cannot send PeerAuth: %s", strerror(-r));
+                peer_lose(p, STATUS_LINK_FAILED, "cannot send PeerAuth: %s", strerror(-r));
 }
 
 /* Dialer: the TCP connection is up; start the handshake. */
@@ -234,14 +233,14 @@ void peer_send_hello(Peer *p)
         if (r >= 0)
                 r = peer_auth_hello(&p->auth, &ah);
         if (r < 0) {
-                peer_lose(p, KVD_E_LINK_FAILED, "cannot start the handshake: %s", strerror(-r));
+                peer_lose(p, STATUS_LINK_FAILED, "cannot start the handshake: %s", strerror(-r));
                 return;
         }
         peer_hello_fill(p, &ah, &m);
         r = peer_call_internal(p, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &m.base,
                                peer_on_hello_reply, NULL, NULL);
         if (r < 0)
-                peer_lose(p, KVD_E_LINK_FAILED, "cannot send Hello: %s", strerror(-r));
+                peer_lose(p, STATUS_LINK_FAILED, "cannot send Hello: %s", strerror(-r));
 }
 
 /* Listener: the dialer's Hello. */
@@ -259,7 +258,7 @@ void peer_on_hello(Peer *p, uint64_t id, const Kvdist__V1__PeerHello *m)
         r = peer_auth_init(&p->auth, PEER_AUTH_LISTENER, d->node_id, d->cluster_key,
                            d->cluster_key_len);
         if (r < 0) {
-                error_set(&err, KVD_E_FAILED, "cannot start the handshake: %s", strerror(-r));
+                error_set(&err, STATUS_FAILED, "cannot start the handshake: %s", strerror(-r));
                 peer_refuse(p, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, id, &err);
                 return;
         }
@@ -292,7 +291,7 @@ void peer_on_auth(Peer *p, uint64_t id, const Kvdist__V1__PeerAuth *m)
         int r;
 
         if (m->refusal && m->refusal[0]) {
-                error_set(&err, KVD_E_PERMISSION_DENIED, "it holds another cluster key: %.160s",
+                error_set(&err, STATUS_PERMISSION_DENIED, "it holds another cluster key: %.160s",
                           m->refusal);
                 peer_refuse(p, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, id, &err);
                 return;
@@ -305,20 +304,20 @@ void peer_on_auth(Peer *p, uint64_t id, const Kvdist__V1__PeerAuth *m)
                         r = peer_auth_on_proof(&p->auth, &proof);
                 }
                 if (r < 0) {
-                        error_set(&err, KVD_E_PERMISSION_DENIED,
+                        error_set(&err, STATUS_PERMISSION_DENIED,
                                   "the proof of the cluster key does not verify");
                         peer_refuse(p, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, id, &err);
                         return;
                 }
         }
         if (!peer_auth_is_done(&p->auth)) {
-                error_set(&err, KVD_E_PROTOCOL_MISMATCH, "PeerAuth out of turn");
+                error_set(&err, STATUS_PROTOCOL_MISMATCH, "PeerAuth out of turn");
                 peer_refuse(p, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, id, &err);
                 return;
         }
         r = random_bytes(p->data_token, sizeof(p->data_token));
         if (r < 0) {
-                error_set(&err, KVD_E_FAILED, "no random bytes: %s", strerror(-r));
+                error_set(&err, STATUS_FAILED, "no random bytes: %s", strerror(-r));
                 peer_refuse(p, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, id, &err);
                 return;
         }
@@ -346,21 +345,21 @@ static void peer_data_dial_all(Peer *p)
 
                 fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
                 if (fd < 0) {
-                        peer_lose(p, KVD_E_LINK_FAILED, "cannot open a data connection: %m");
+                        peer_lose(p, STATUS_LINK_FAILED, "cannot open a data connection: %m");
                         return;
                 }
                 p->data_fds[i] = fd;
                 peer_socket_setup(fd);
                 if (connect(fd, (struct sockaddr *)&p->sa, p->sa_len) < 0 &&
                     errno != EINPROGRESS) {
-                        peer_lose(p, KVD_E_LINK_FAILED, "data connection %u: connect: %m", i);
+                        peer_lose(p, STATUS_LINK_FAILED, "data connection %u: connect: %m", i);
                         return;
                 }
                 p->data_ev[i] = event_new(p->daemon->base, fd, EV_WRITE,
                                           peer_on_data_connected, p);
                 r = p->data_ev[i] ? event_add(p->data_ev[i], NULL) : -1;
                 if (r < 0) {
-                        peer_lose(p, KVD_E_OUT_OF_MEMORY, "cannot watch a data connection");
+                        peer_lose(p, STATUS_OUT_OF_MEMORY, "cannot watch a data connection");
                         return;
                 }
         }
@@ -383,7 +382,7 @@ static void peer_on_data_connected(evutil_socket_t fd, short what, void *userdat
         if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) < 0)
                 e = errno;
         if (e != 0) {
-                peer_lose(p, KVD_E_LINK_FAILED, "data connection %u: %s", index, strerror(e));
+                peer_lose(p, STATUS_LINK_FAILED, "data connection %u: %s", index, strerror(e));
                 return;
         }
         m.data_token.data = p->data_token;
@@ -392,13 +391,13 @@ static void peer_on_data_connected(evutil_socket_t fd, short what, void *userdat
         r = frame_pack(KVDIST__V1__MSG_TYPE__MSG_PEER_DATA_HELLO, 0, 0, 0, &m.base, p->max_frame,
                        &buf, &len);
         if (r < 0) {
-                peer_lose(p, KVD_E_LINK_FAILED, "cannot pack PeerDataHello");
+                peer_lose(p, STATUS_LINK_FAILED, "cannot pack PeerDataHello");
                 return;
         }
         /* A few dozen bytes into a fresh socket's empty buffer: all or nothing. */
         n = send(fd, buf, len, MSG_NOSIGNAL);
         if (n != (ssize_t)len) {
-                peer_lose(p, KVD_E_LINK_FAILED, "data connection %u: cannot send its hello",
+                peer_lose(p, STATUS_LINK_FAILED, "data connection %u: cannot send its hello",
                           index);
                 return;
         }
@@ -419,7 +418,7 @@ static void peer_attach_data(Peer *p, unsigned index, int fd)
                 return;
         r = peer_start_data(p);
         if (r < 0) {
-                peer_lose(p, KVD_E_LINK_FAILED, "cannot start the data connections: %s",
+                peer_lose(p, STATUS_LINK_FAILED, "cannot start the data connections: %s",
                           strerror(-r));
                 return;
         }
@@ -457,7 +456,7 @@ void peer_on_data_hello(Peer *tmp, const Kvdist__V1__PeerDataHello *m)
         log_warning("%s: data connection with an unknown token or index, refusing",
                     PEER_NAME(tmp));
         d->counters.peers_refused++;
-        peer_lose(tmp, KVD_E_PERMISSION_DENIED, "bad data connection");
+        peer_lose(tmp, STATUS_PERMISSION_DENIED, "bad data connection");
 }
 
 bool peer_on_handshake_closed(Peer *p)
@@ -469,7 +468,7 @@ bool peer_on_handshake_closed(Peer *p)
         log_warning("%s: refused: it closed the connection instead of proving it holds the "
                     "cluster key", PEER_NAME(p));
         p->daemon->counters.peers_refused++;
-        peer_lose(p, KVD_E_PERMISSION_DENIED, "closed before proving the cluster key");
+        peer_lose(p, STATUS_PERMISSION_DENIED, "closed before proving the cluster key");
         return true;
 }
 
@@ -479,12 +478,12 @@ void peer_on_ready_notice(Peer *p)
         int r;
 
         if (!p->dialed || p->state != PEER_DATA || p->n_data_fds < p->n_streams) {
-                peer_lose(p, KVD_E_PROTOCOL_MISMATCH, "PeerReady out of turn");
+                peer_lose(p, STATUS_PROTOCOL_MISMATCH, "PeerReady out of turn");
                 return;
         }
         r = peer_start_data(p);
         if (r < 0) {
-                peer_lose(p, KVD_E_LINK_FAILED, "cannot start the data connections: %s",
+                peer_lose(p, STATUS_LINK_FAILED, "cannot start the data connections: %s",
                           strerror(-r));
                 return;
         }

@@ -9,8 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/memory/cache-proto.h"
 #include "daemon/cluster.h"
 #include "daemon/daemon.h"
@@ -21,6 +19,7 @@
 #include "daemon/link/peer-link.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/rdma.h"
+#include "common/status.h"
 
 /* The exposed caches of one cluster as wire messages, with the storage they point into. */
 typedef struct Exposed {
@@ -166,7 +165,7 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
 
         c = daemon_find_cluster(d, m->dst_cluster_id);
         if (!c) {
-                error_set(&err, KVD_E_LINK_FAILED, "no cluster %" PRIu64 " is attached to the "
+                error_set(&err, STATUS_LINK_FAILED, "no cluster %" PRIu64 " is attached to the "
                           "daemon at %s", m->dst_cluster_id, daemon_peer_address(d));
                 goto refuse;
         }
@@ -174,29 +173,29 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
         if (!m->domain && link_check_target(c, &err) < 0)
                 goto refuse;
         if (daemon_find_cluster(d, m->src_cluster_id)) {
-                error_set(&err, KVD_E_LINK_FAILED, "cluster id %" PRIu64 " is attached to both "
+                error_set(&err, STATUS_LINK_FAILED, "cluster id %" PRIu64 " is attached to both "
                           "daemons; cluster ids must be unique", m->src_cluster_id);
                 goto refuse;
         }
         /* A link made again replaces the old one (the peer forgot it: a restart, a force). */
         il = inlink_find(p, m->src_cluster_id, c);
         if (il)
-                inlink_free(il, KVD_E_PEER_LOST, "replaced by a new link");
+                inlink_free(il, STATUS_PEER_LOST, "replaced by a new link");
         if (c->n_inlinks >= d->config->limits.max_links_per_client) {
-                error_set(&err, KVD_E_LIMIT_EXCEEDED, "cluster %" PRIu64 " has %u inbound links "
+                error_set(&err, STATUS_LIMIT_EXCEEDED, "cluster %" PRIu64 " has %u inbound links "
                           "(limits.max_links_per_client)", c->id, c->n_inlinks);
                 goto refuse;
         }
         r = inlink_new(d, p, c, m->src_cluster_id, m->src_role, &il);
         if (r < 0) {
-                error_set(&err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                error_set(&err, STATUS_OUT_OF_MEMORY, "out of memory");
                 goto refuse;
         }
         r = exposed_build(c, il->seq, &e);
         if (r < 0) {
-                inlink_free(il, KVD_E_OUT_OF_MEMORY, NULL);
+                inlink_free(il, STATUS_OUT_OF_MEMORY, NULL);
                 exposed_free(&e);
-                error_set(&err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                error_set(&err, STATUS_OUT_OF_MEMORY, "out of memory");
                 goto refuse;
         }
         reply.status = &status;
@@ -227,8 +226,8 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
         exposed_free(&e);
         if (r == -EMSGSIZE) {
                 /* Thousands of caches: too many to describe in one frame. */
-                inlink_free(il, KVD_E_LIMIT_EXCEEDED, NULL);
-                error_set(&err, KVD_E_LIMIT_EXCEEDED, "cluster %" PRIu64 " exposes more caches "
+                inlink_free(il, STATUS_LIMIT_EXCEEDED, NULL);
+                error_set(&err, STATUS_LIMIT_EXCEEDED, "cluster %" PRIu64 " exposes more caches "
                           "than one frame describes", c->id);
                 goto refuse;
         }
@@ -263,14 +262,14 @@ void peer_handle_unlink(Peer *p, uint64_t request_id, const ProtobufCMessage *ms
                             l->local->id == m->dst_cluster_id)
                                 break;
                 if (l)
-                        link_set_down(l, KVD_E_NOT_YET_LINK, why);
+                        link_set_down(l, STATUS_NOT_YET_LINK, why);
         } else {
                 il = inlink_find_id(p, m->link_id);
                 if (il && (il->remote_cluster_id != m->src_cluster_id ||
                            il->local->id != m->dst_cluster_id))
                         il = NULL;
                 if (il)
-                        inlink_free(il, KVD_E_NOT_YET_LINK, why);
+                        inlink_free(il, STATUS_NOT_YET_LINK, why);
         }
         if (!l && !il)
                 log_debug("%s: unlink of cluster %" PRIu64 " and %" PRIu64 " names no link "
@@ -289,11 +288,11 @@ void peer_handle_cluster_gone(Peer *p, uint64_t request_id, const ProtobufCMessa
         for (size_t i = 0; i < m->n_cluster_ids; i++) {
                 CLIST_FOREACH_SAFE(il, iltmp, &p->inlinks, link_peer)
                         if (il->remote_cluster_id == m->cluster_ids[i])
-                                inlink_free(il, KVD_E_PEER_LOST, "the linking cluster went "
+                                inlink_free(il, STATUS_PEER_LOST, "the linking cluster went "
                                             "away");
                 CLIST_FOREACH_SAFE(l, ltmp, &p->links, link_peer)
                         if (l->remote_cluster_id == m->cluster_ids[i])
-                                link_set_state(l, LINK_DOWN, KVD_E_PEER_LOST);
+                                link_set_state(l, LINK_DOWN, STATUS_PEER_LOST);
         }
 }
 
@@ -303,10 +302,10 @@ void peer_link_on_lost(Peer *p, int status)
         Link *l, *ltmp;
 
         CLIST_FOREACH_SAFE(l, ltmp, &p->links, link_peer)
-                link_set_state(l, LINK_DOWN, status == KVD_E_DAEMON_UNAVAILABLE ? status
-                                                                                 : KVD_E_PEER_LOST);
+                link_set_state(l, LINK_DOWN, status == STATUS_DAEMON_UNAVAILABLE ? status
+                                                                                 : STATUS_PEER_LOST);
         CLIST_FOREACH_SAFE(il, iltmp, &p->inlinks, link_peer)
-                inlink_free(il, KVD_E_PEER_LOST, "its daemon was lost");
+                inlink_free(il, STATUS_PEER_LOST, "its daemon was lost");
 }
 
 void peer_link_cluster_gone(Cluster *c)
@@ -354,7 +353,7 @@ int peer_link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force)
                         (void)peer_notice(il->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK,
                                           &m.base);
                 }
-                inlink_free(il, KVD_E_NOT_YET_LINK, why);
+                inlink_free(il, STATUS_NOT_YET_LINK, why);
                 n++;
         }
         return n;

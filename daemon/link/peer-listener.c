@@ -11,13 +11,12 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <kvdist/kvdist.h>
-
 #include "daemon/cluster.h"
 #include "daemon/daemon.h"
 #include "common/log.h"
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer.h"
+#include "common/status.h"
 
 #define PEER_KEY_MAX (64u << 10)
 #define PEER_KEY_MIN 16
@@ -51,7 +50,7 @@ int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
 
         if (sockaddr_parse(address, 0, &sa, &len) < 0 ||
             sockaddr_format((struct sockaddr *)&sa, len, canon, sizeof(canon)) < 0)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "remote_ip_info \"%.64s\" is not ip:port or [ipv6]:port", address);
         CLIST_FOREACH(p, &d->peers, link_daemon) {
                 Peer *use = p;
@@ -69,20 +68,20 @@ int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
                 }
         }
         if (d->stopping)
-                return error_set(err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+                return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
         if (d->n_peers >= d->config->limits.max_peers)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "%u peer connections open (limits.max_peers)", d->n_peers);
 
         fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
-                return error_set(err, KVD_E_LINK_FAILED, "cannot open a socket: %s",
+                return error_set(err, STATUS_LINK_FAILED, "cannot open a socket: %s",
                                  strerror(errno));
         peer_socket_setup(fd);
         if (connect(fd, (struct sockaddr *)&sa, len) < 0 && errno != EINPROGRESS) {
                 r = errno;
                 safe_close(fd);
-                return error_set(err, KVD_E_LINK_FAILED, "cannot connect to %s: %s", canon,
+                return error_set(err, STATUS_LINK_FAILED, "cannot connect to %s: %s", canon,
                                  strerror(r));
         }
         p = peer_new(d, fd, true);
@@ -92,7 +91,7 @@ int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
                         peer_free(p);
                 else
                         safe_close(fd);
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot set up a peer connection");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot set up a peer connection");
         }
         memcpy(&p->sa, &sa, len);
         p->sa_len = len;
@@ -273,7 +272,7 @@ void peer_close_all(Daemon *d)
         CLIST_FOREACH(c, &d->clusters, link_daemon)
                 c->listener = peer_listener_free(c->listener);
         CLIST_FOREACH_SAFE(p, tmp, &d->peers, link_daemon)
-                peer_lose(p, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+                peer_lose(p, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 }
 
 void peer_free_all(Daemon *d)

@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
@@ -21,6 +19,7 @@
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/rdma.h"
+#include "common/status.h"
 
 struct PeerRdmaWaiter {
         CList link;
@@ -61,7 +60,7 @@ static void peer_rdma_on_connect_reply(Peer *p, int status, const Error *err,
         SlotCall *sc = userdata;
         PeerRdmaEp *pep = sc->pep;
         unsigned slot = sc->slot;
-        int r = status == KVD_OK ? 0 : -ECONNREFUSED;
+        int r = status == STATUS_OK ? 0 : -ECONNREFUSED;
 
         free(sc);
         if (!pep)
@@ -71,7 +70,7 @@ static void peer_rdma_on_connect_reply(Peer *p, int status, const Error *err,
                 r = rdma_endpoint_slot_connect(pep->ep, slot, m->qpn, m->psn);
         if (r < 0) {
                 (void)snprintf(pep->error, sizeof(pep->error), "slot %u: %.200s", slot,
-                               status != KVD_OK && err ? err->msg : strerror(-r));
+                               status != STATUS_OK && err ? err->msg : strerror(-r));
                 log_warning("%s: RDMA queue pair %u toward %s: %s",
                             peer_name(p, (char[96]){ 0 }, 96), slot,
                             rdma_endpoint_remote_device(pep->ep), pep->error);
@@ -263,13 +262,13 @@ void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessa
 
         dev = m->remote_device ? rdma_device_find(p->daemon->rdma, m->remote_device) : NULL;
         if (!rdma_device_usable(dev)) {
-                error_set(&err, KVD_E_FEATURE_NOT_ENABLED, "no working RDMA device %s here",
+                error_set(&err, STATUS_FEATURE_NOT_ENABLED, "no working RDMA device %s here",
                           m->remote_device ? m->remote_device : "");
                 goto refuse;
         }
         if (!m->local || m->local->gid.len != RDMA_GID_SIZE || m->n_slots == 0 ||
             m->n_slots > RDMA_MAX_SLOTS || m->slot >= m->n_slots) {
-                error_set(&err, KVD_E_PARAM_INVALID, "bad RDMA endpoint description");
+                error_set(&err, STATUS_PARAM_INVALID, "bad RDMA endpoint description");
                 goto refuse;
         }
         pep = peer_rdma_ep_find(p, false, NULL, NULL, m->endpoint_id);
@@ -287,13 +286,13 @@ void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessa
                                 rdma_endpoint_free(ep);
                 }
                 if (r < 0) {
-                        error_set(&err, KVD_E_FAILED, "cannot create an RDMA endpoint: %s",
+                        error_set(&err, STATUS_FAILED, "cannot create an RDMA endpoint: %s",
                                   strerror(-r));
                         goto refuse;
                 }
         }
         if (m->n_slots != rdma_endpoint_n_slots(pep->ep)) {
-                error_set(&err, KVD_E_PARAM_INVALID, "endpoint %" PRIu64 " has %u slots",
+                error_set(&err, STATUS_PARAM_INVALID, "endpoint %" PRIu64 " has %u slots",
                           m->endpoint_id, rdma_endpoint_n_slots(pep->ep));
                 goto refuse;
         }
@@ -302,7 +301,7 @@ void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessa
         if (r >= 0)
                 r = rdma_endpoint_slot_connect(pep->ep, m->slot, m->qpn, m->psn);
         if (r < 0) {
-                error_set(&err, KVD_E_FAILED, "cannot connect RDMA queue pair %u: %s", m->slot,
+                error_set(&err, STATUS_FAILED, "cannot connect RDMA queue pair %u: %s", m->slot,
                           strerror(-r));
                 goto refuse;
         }

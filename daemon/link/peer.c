@@ -13,8 +13,6 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <kvdist/kvdist.h>
-
 #include "daemon/daemon.h"
 #include "kvdist-config.h"
 #include "proto/kvdist.pb-c.h"
@@ -23,6 +21,8 @@
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
+#include "common/status.h"
+#include "proto/status-wire.h"
 
 /* Frames served per wake-up, so one busy peer cannot starve the loop. */
 #define PEER_FRAMES_PER_WAKEUP 16
@@ -217,7 +217,7 @@ static void peer_write(Peer *p)
 
         r = wire_out_write(&p->out, p->fd);
         if (r < 0) {
-                peer_lose(p, KVD_E_PEER_LOST, "write failed: %s", strerror(-r));
+                peer_lose(p, STATUS_PEER_LOST, "write failed: %s", strerror(-r));
                 return;
         }
         if (wire_out_is_empty(&p->out))
@@ -240,7 +240,7 @@ static int peer_send_frame(Peer *p, uint16_t type, uint16_t flags, uint64_t id,
                 return r;
         if (p->out.bytes + len > PEER_MAX_OUT_BYTES) {
                 free(buf);
-                peer_lose(p, KVD_E_PEER_LOST, "%zu bytes unread by the peer", p->out.bytes);
+                peer_lose(p, STATUS_PEER_LOST, "%zu bytes unread by the peer", p->out.bytes);
                 return -ENOBUFS;
         }
         r = wire_out_queue(&p->out, buf, len, -1);
@@ -310,7 +310,7 @@ int peer_reply_error(Peer *p, uint16_t type, uint64_t request_id, int code, cons
         p->daemon->counters.peer_requests_refused++;
         if (request_id == 0)
                 return 0;
-        status.code = code;
+        status.code = status_wire_encode(code);
         status.detail = (char *)(err ? err->msg : "");
         return peer_send_frame(p, type, FRAME_FLAG_REPLY | FRAME_FLAG_ERROR, request_id,
                                &status.base);
@@ -323,7 +323,7 @@ int peer_when_ready(Peer *p, peer_ready_fn fn, void *userdata, PeerWaiter **ret_
         if (p->state == PEER_READY) {
                 if (ret_waiter)
                         *ret_waiter = NULL;
-                fn(p, KVD_OK, NULL, userdata);
+                fn(p, STATUS_OK, NULL, userdata);
                 return 0;
         }
         w = calloc(1, sizeof(*w));
@@ -384,7 +384,7 @@ void peer_become_ready(Peer *p)
         while (!clist_is_empty(&p->waiters) && p->state == PEER_READY) {
                 w = clist_first_entry(&p->waiters, PeerWaiter, link);
                 clist_unlink(&w->link);
-                w->fn(p, KVD_OK, NULL, w->userdata);
+                w->fn(p, STATUS_OK, NULL, w->userdata);
                 free(w);
         }
 }
@@ -436,7 +436,7 @@ static void peer_dispatch_reply(Peer *p, const FrameType *ft)
                         break;
                 }
         if (!call || call->type != h->type) {
-                peer_lose(p, KVD_E_PROTOCOL_MISMATCH, "a reply to no request (type %u, id %"
+                peer_lose(p, STATUS_PROTOCOL_MISMATCH, "a reply to no request (type %u, id %"
                           PRIu64 ")", h->type, h->request_id);
                 return;
         }
@@ -444,7 +444,7 @@ static void peer_dispatch_reply(Peer *p, const FrameType *ft)
                                                        : ft->reply,
                          p->in.payload, p->in.payload_len, &msg);
         if (r < 0) {
-                peer_lose(p, KVD_E_PROTOCOL_MISMATCH, "undecodable %s reply", ft->name);
+                peer_lose(p, STATUS_PROTOCOL_MISMATCH, "undecodable %s reply", ft->name);
                 return;
         }
         /* Every reply has Status as field 1; an error frame is a bare Status. */
@@ -455,11 +455,11 @@ static void peer_dispatch_reply(Peer *p, const FrameType *ft)
         clist_unlink(&call->link);
         if (!st || st->code >= 0) {
                 if (h->flags & FRAME_FLAG_ERROR)
-                        error_set(&err, KVD_E_PROTOCOL_MISMATCH, "an error reply without error");
-                call->fn(p, (h->flags & FRAME_FLAG_ERROR) ? KVD_E_PROTOCOL_MISMATCH : KVD_OK,
+                        error_set(&err, STATUS_PROTOCOL_MISMATCH, "an error reply without error");
+                call->fn(p, (h->flags & FRAME_FLAG_ERROR) ? STATUS_PROTOCOL_MISMATCH : STATUS_OK,
                          &err, (h->flags & FRAME_FLAG_ERROR) ? NULL : msg, call->userdata);
         } else {
-                int code = st->code < _KVD_E_MIN ? KVD_E_FAILED : st->code;
+                int code = status_wire_decode(st->code);
 
                 error_set(&err, code, "%s", st->detail ? st->detail : "");
                 call->fn(p, code, &err, NULL, call->userdata);
@@ -478,17 +478,17 @@ static void peer_dispatch_frame(Peer *p)
 
         if (!ft) {
                 if (h->flags & FRAME_FLAG_REPLY) {
-                        peer_lose(p, KVD_E_PROTOCOL_MISMATCH, "reply of unknown type %u",
+                        peer_lose(p, STATUS_PROTOCOL_MISMATCH, "reply of unknown type %u",
                                   h->type);
                         return;
                 }
-                error_set(&err, KVD_E_UNSUPPORTED, "request type %u is not supported by "
+                error_set(&err, STATUS_UNSUPPORTED, "request type %u is not supported by "
                           "kvdistd " KVDIST_VERSION, h->type);
-                (void)peer_reply_error(p, h->type, h->request_id, KVD_E_UNSUPPORTED, &err);
+                (void)peer_reply_error(p, h->type, h->request_id, STATUS_UNSUPPORTED, &err);
                 return;
         }
         if (h->n_fds > 0) {
-                peer_lose(p, KVD_E_PROTOCOL_MISMATCH, "fds on a TCP connection");
+                peer_lose(p, STATUS_PROTOCOL_MISMATCH, "fds on a TCP connection");
                 return;
         }
         if (h->flags & FRAME_FLAG_REPLY) {
@@ -497,7 +497,7 @@ static void peer_dispatch_frame(Peer *p)
         }
         r = frame_unpack(ft->request, p->in.payload, p->in.payload_len, &msg);
         if (r < 0) {
-                peer_lose(p, KVD_E_PROTOCOL_MISMATCH, "undecodable %s", ft->name);
+                peer_lose(p, STATUS_PROTOCOL_MISMATCH, "undecodable %s", ft->name);
                 return;
         }
 
@@ -535,13 +535,13 @@ static void peer_dispatch_frame(Peer *p)
                                 peer_handlers[i].fn(p, h->request_id, msg);
                                 goto out;
                         }
-                error_set(&err, KVD_E_UNSUPPORTED, "%s is not a peer request", ft->name);
-                (void)peer_reply_error(p, h->type, h->request_id, KVD_E_UNSUPPORTED, &err);
+                error_set(&err, STATUS_UNSUPPORTED, "%s is not a peer request", ft->name);
+                (void)peer_reply_error(p, h->type, h->request_id, STATUS_UNSUPPORTED, &err);
                 goto out;
         default:
                 break;
         }
-        peer_lose(p, KVD_E_PROTOCOL_MISMATCH, "%s in state %s", ft->name,
+        peer_lose(p, STATUS_PROTOCOL_MISMATCH, "%s in state %s", ft->name,
                   peer_state_to_string(p->state));
 out:
         protobuf_c_message_free_unpacked(msg, NULL);
@@ -559,7 +559,7 @@ static void peer_read(Peer *p)
                                 p->daemon->counters.frames_malformed++;
                         else if (peer_on_handshake_closed(p))
                                 return;
-                        peer_lose(p, KVD_E_PEER_LOST, "%s",
+                        peer_lose(p, STATUS_PEER_LOST, "%s",
                                   r == -ECONNRESET ? "connection closed" : strerror(-r));
                         return;
                 }
@@ -577,13 +577,13 @@ static void peer_on_connected(Peer *p)
         if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &e, &len) < 0)
                 e = errno;
         if (e != 0) {
-                peer_lose(p, KVD_E_LINK_FAILED, "connect: %s", strerror(e));
+                peer_lose(p, STATUS_LINK_FAILED, "connect: %s", strerror(e));
                 return;
         }
         peer_set_state(p, PEER_HANDSHAKE);
         event_del(p->ev_write);
         if (event_add(p->ev_read, NULL) < 0) {
-                peer_lose(p, KVD_E_OUT_OF_MEMORY, "cannot watch the connection");
+                peer_lose(p, STATUS_OUT_OF_MEMORY, "cannot watch the connection");
                 return;
         }
         peer_send_hello(p);
@@ -609,7 +609,7 @@ static void peer_on_heartbeat_reply(Peer *p, int status, const Error *err,
 {
         const Kvdist__V1__PeerHeartbeatReply *m = (const Kvdist__V1__PeerHeartbeatReply *)reply;
 
-        if (status == KVD_OK && m->seq == p->heartbeat_seq)
+        if (status == STATUS_OK && m->seq == p->heartbeat_seq)
                 p->rtt_usec = now_usec(CLOCK_MONOTONIC) - p->heartbeat_sent_usec;
 }
 
@@ -621,13 +621,13 @@ static void peer_on_timer(evutil_socket_t fd, short what, void *userdata)
         usec_t now = now_usec(CLOCK_MONOTONIC), silent = now - p->last_rx_usec;
 
         if (p->state != PEER_READY) {
-                peer_lose(p, KVD_E_TIMEOUT, "no %s within %d ms",
+                peer_lose(p, STATUS_TIMEOUT, "no %s within %d ms",
                           p->state == PEER_CONNECTING ? "connection" : "handshake",
                           PEER_HANDSHAKE_TIMEOUT_MS);
                 return;
         }
         if (silent > (usec_t)cfg->heartbeat_timeout_ms * USEC_PER_MSEC) {
-                peer_lose(p, KVD_E_PEER_LOST, "nothing heard for %" PRIu64 " ms (heartbeat "
+                peer_lose(p, STATUS_PEER_LOST, "nothing heard for %" PRIu64 " ms (heartbeat "
                           "timeout %" PRIu32 " ms)", silent / USEC_PER_MSEC,
                           cfg->heartbeat_timeout_ms);
                 return;

@@ -108,12 +108,12 @@ struct Peer {
 
 /*
  * A reply to a call, or its failure: @reply is the decoded reply message on success (borrowed
- * for the callback), NULL when @status (a KVD_E_* code, with @err) says why there is none.
+ * for the callback), NULL when @status (a STATUS_* code, with @err) says why there is none.
  */
 typedef void (*peer_reply_fn)(Peer *p, int status, const Error *err,
                               const ProtobufCMessage *reply, void *userdata);
 
-/* The peer reached READY (@status KVD_OK) or was lost first (@status and @err say why). */
+/* The peer reached READY (@status STATUS_OK) or was lost first (@status and @err say why). */
 typedef void (*peer_ready_fn)(Peer *p, int status, const Error *err, void *userdata);
 
 /*
@@ -188,7 +188,7 @@ int peer_reply(Peer *p, uint16_t type, uint64_t request_id, const ProtobufCMessa
 int peer_reply_error(Peer *p, uint16_t type, uint64_t request_id, int code, const Error *err);
 
 /*
- * Declares @p lost with @status (KVD_E_PEER_LOST, ...) and a reason: every link over it goes
+ * Declares @p lost with @status (STATUS_PEER_LOST, ...) and a reason: every link over it goes
  * down, every transfer and call over it fails, the connections close. Idempotent; @p is freed
  * once the loop is back.
  */

@@ -1,15 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* Cache keys between their wire form and the daemon's CacheKey. */
-#include <kvdist/kvdist.h>
-
 #include "daemon/memory/cache-proto.h"
+#include "common/status.h"
 
 int cache_key_from_proto(const Kvdist__V1__CacheKey *k, CacheKey *ret, Error *err)
 {
         CacheKey key = { 0 };
 
         if (!k)
-                return error_set(err, KVD_E_PARAM_INVALID, "a cache key is missing");
+                return error_set(err, STATUS_PARAM_INVALID, "a cache key is missing");
         switch (k->kind_case) {
         case KVDIST__V1__CACHE_KEY__KIND_REQ:
                 key.kind = CACHE_KEY_REQ;
@@ -30,7 +29,7 @@ int cache_key_from_proto(const Kvdist__V1__CacheKey *k, CacheKey *ret, Error *er
                 key.model_id = k->blocks->model_id;
                 break;
         default:
-                return error_set(err, KVD_E_PARAM_INVALID, "a cache key has no kind");
+                return error_set(err, STATUS_PARAM_INVALID, "a cache key has no kind");
         }
         *ret = key;
         return 0;

@@ -10,6 +10,7 @@
 #include "daemon/memory/cache.h"
 #include <kvdist/kvdist.h>
 #include "common/macro.h"
+#include "common/status.h"
 
 #define KEY_STR_MAX 128
 
@@ -132,11 +133,11 @@ static int cache_table_check_keys(const CacheTable *t, const Cache *cache, const
         char buf[KEY_STR_MAX];
 
         if (cache->kind == CACHE_CONTIGUOUS && n_keys > cache->units)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "%zu keys for a cache of %" PRIu64 " batch slots", n_keys,
                                  cache->units);
         if (cache->kind == CACHE_BLOCKS && n_keys > 1)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "%zu keys for a blocks cache, which takes at most one", n_keys);
 
         for (size_t i = 0; i < n_keys; i++) {
@@ -144,41 +145,41 @@ static int cache_table_check_keys(const CacheTable *t, const Cache *cache, const
                 CacheKeyEntry *e;
 
                 if (cache->kind == CACHE_CONTIGUOUS && k->kind != CACHE_KEY_REQ)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "keys[%zu]: kind %d is not a CacheKey (a contiguous "
                                          "cache is named by request keys)", i, (int)k->kind);
                 if (cache->kind == CACHE_BLOCKS && k->kind != CACHE_KEY_BLOCKS)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "keys[%zu]: kind %d is not a BlocksCacheKey (a blocks "
                                          "cache is named by a blocks key)", i, (int)k->kind);
                 /* An empty slot names nothing, so its other fields do not matter. */
                 if (k->kind == CACHE_KEY_REQ && req_key_is_empty(k))
                         continue;
                 if (k->cluster_id != cache->owner_cluster_id)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "keys[%zu]: key cluster_id %" PRIu64
                                          " is not this cluster (%" PRIu64 ")", i,
                                          k->cluster_id, cache->owner_cluster_id);
                 if (k->kind != CACHE_KEY_REQ)
                         continue;
                 if (!req_key_is_valid(k))
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "keys[%zu]: %s sets both req_id and prefix_id", i,
                                          cache_key_to_string(k, buf, sizeof(buf)));
 
                 e = cache_table_find_key(t, k);
                 if (e)
-                        return error_set(err, KVD_E_CACHE_KEY_ALREADY_EXIST,
+                        return error_set(err, STATUS_CACHE_KEY_ALREADY_EXIST,
                                          "keys[%zu]: %s names cache %" PRIu64 " already", i,
                                          cache_key_to_string(k, buf, sizeof(buf)),
                                          e->cache->id);
                 for (size_t j = 0; j < i; j++)
                         if (cache_key_equal(&keys[j], k))
-                                return error_set(err, KVD_E_CACHE_KEY_ALREADY_EXIST,
+                                return error_set(err, STATUS_CACHE_KEY_ALREADY_EXIST,
                                                  "keys[%zu]: %s repeats keys[%zu]", i,
                                                  cache_key_to_string(k, buf, sizeof(buf)), j);
         }
-        return KVD_OK;
+        return STATUS_OK;
 }
 
 int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_keys,
@@ -195,19 +196,19 @@ int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_
         assert(!clist_is_linked(&cache->link_table));
 
         if (cache->kind != CACHE_CONTIGUOUS && cache->kind != CACHE_BLOCKS)
-                return error_set(err, KVD_E_PARAM_INVALID, "cache kind %d is not known",
+                return error_set(err, STATUS_PARAM_INVALID, "cache kind %d is not known",
                                  (int)cache->kind);
         if (cache_table_find(t, cache->id))
-                return error_set(err, KVD_E_CACHE_ID_ALREADY_EXIST,
+                return error_set(err, STATUS_CACHE_ID_ALREADY_EXIST,
                                  "cache id %" PRIu64 " is registered already", cache->id);
         if (t->n_addrs + cache->desc.num_tensors > KVD_MAX_TENSORS)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "%u tensor addresses are registered already, %" PRIu32
                                  " more exceed the limit of %d", t->n_addrs,
                                  cache->desc.num_tensors, KVD_MAX_TENSORS);
 
         r = cache_table_check_keys(t, cache, keys, n_keys, err);
-        if (r != KVD_OK)
+        if (r != STATUS_OK)
                 return r;
 
         /* Allocate every entry before the table changes, so that failing leaves it as it was. */
@@ -218,7 +219,7 @@ int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_
                 if (!e) {
                         CLIST_FOREACH_SAFE(e, tmp, &pending, link_table)
                                 cache_key_entry_free(e);
-                        return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory for cache keys");
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory for cache keys");
                 }
                 e->key = keys[i];
                 e->cache = cache;
@@ -248,7 +249,7 @@ int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_
 
         cache->id_held = cache->pool_backed;
         cache->n_key_holds = n_holds;
-        return KVD_OK;
+        return STATUS_OK;
 }
 
 unsigned cache_table_count_keys(const CacheTable *t, const Cache *cache)
@@ -276,26 +277,26 @@ int cache_table_lookup(const CacheTable *t, const CacheKey *key, Cache **ret_cac
         case CACHE_KEY_REQ:
         case CACHE_KEY_BLOCKS:
                 if (key->kind == CACHE_KEY_REQ && !req_key_is_valid(key))
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "%s must set exactly one of req_id and prefix_id",
                                          cache_key_to_string(key, buf, sizeof(buf)));
                 e = cache_table_find_key(t, key);
                 if (!e)
-                        return error_set(err, KVD_E_CACHE_NOT_EXIST, "no cache under %s",
+                        return error_set(err, STATUS_CACHE_NOT_EXIST, "no cache under %s",
                                          cache_key_to_string(key, buf, sizeof(buf)));
                 c = e->cache;
                 if (ret_cache)
                         *ret_cache = c;
                 if (ret_index)
                         *ret_index = e->index;
-                return KVD_OK;
+                return STATUS_OK;
         case CACHE_KEY_ID_INDEX:
                 c = cache_table_find(t, key->cache_id);
                 if (!c || c->owner_cluster_id != key->cluster_id)
-                        return error_set(err, KVD_E_CACHE_NOT_EXIST, "no cache under %s",
+                        return error_set(err, STATUS_CACHE_NOT_EXIST, "no cache under %s",
                                          cache_key_to_string(key, buf, sizeof(buf)));
                 if (c->kind == CACHE_CONTIGUOUS && key->batch_index >= c->units)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "batch_index %" PRIu32 " is out of range, cache %"
                                          PRIu64 " has %" PRIu64 " batch slots",
                                          key->batch_index, c->id, c->units);
@@ -303,9 +304,9 @@ int cache_table_lookup(const CacheTable *t, const CacheKey *key, Cache **ret_cac
                         *ret_cache = c;
                 if (ret_index)
                         *ret_index = c->kind == CACHE_CONTIGUOUS ? key->batch_index : 0;
-                return KVD_OK;
+                return STATUS_OK;
         }
-        return error_set(err, KVD_E_PARAM_INVALID, "key kind %d is not known", (int)key->kind);
+        return error_set(err, STATUS_PARAM_INVALID, "key kind %d is not known", (int)key->kind);
 }
 
 int cache_table_remove_key(CacheTable *t, const CacheKey *key, Cache **ret_dead, Error *err)
@@ -319,13 +320,13 @@ int cache_table_remove_key(CacheTable *t, const CacheKey *key, Cache **ret_dead,
         assert(ret_dead);
 
         if (key->kind != CACHE_KEY_REQ && key->kind != CACHE_KEY_BLOCKS)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "%s cannot be removed: only request and blocks keys are "
                                  "registered", cache_key_to_string(key, buf, sizeof(buf)));
 
         e = cache_table_find_key(t, key);
         if (!e)
-                return error_set(err, KVD_E_CACHE_NOT_EXIST, "no cache under %s",
+                return error_set(err, STATUS_CACHE_NOT_EXIST, "no cache under %s",
                                  cache_key_to_string(key, buf, sizeof(buf)));
 
         c = e->cache;
@@ -337,7 +338,7 @@ int cache_table_remove_key(CacheTable *t, const CacheKey *key, Cache **ret_dead,
         t->n_keys--;
 
         *ret_dead = cache_is_dead(c) ? cache_table_unlink_cache(t, c) : NULL;
-        return KVD_OK;
+        return STATUS_OK;
 }
 
 int cache_table_release_id(CacheTable *t, uint64_t cache_id, Cache **ret_dead, Error *err)
@@ -349,18 +350,18 @@ int cache_table_release_id(CacheTable *t, uint64_t cache_id, Cache **ret_dead, E
 
         c = cache_table_find(t, cache_id);
         if (!c)
-                return error_set(err, KVD_E_CACHE_NOT_EXIST, "no cache %" PRIu64, cache_id);
+                return error_set(err, STATUS_CACHE_NOT_EXIST, "no cache %" PRIu64, cache_id);
         if (!c->pool_backed)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "cache %" PRIu64 " was registered, not allocated from the pool",
                                  cache_id);
         if (!c->id_held)
-                return error_set(err, KVD_E_CACHE_NOT_EXIST,
+                return error_set(err, STATUS_CACHE_NOT_EXIST,
                                  "cache %" PRIu64 " was deallocated already", cache_id);
 
         c->id_held = false;
         *ret_dead = cache_is_dead(c) ? cache_table_unlink_cache(t, c) : NULL;
-        return KVD_OK;
+        return STATUS_OK;
 }
 
 int cache_table_remove(CacheTable *t, uint64_t cache_id, Cache **ret_dead, Error *err)
@@ -372,5 +373,5 @@ int cache_table_remove(CacheTable *t, uint64_t cache_id, Cache **ret_dead, Error
 
         c = cache_table_find(t, cache_id);
         *ret_dead = c ? cache_table_unlink_cache(t, c) : NULL;
-        return KVD_OK;
+        return STATUS_OK;
 }

@@ -10,6 +10,7 @@
 #include "daemon/memory/cache.h"
 #include <kvdist/kvdist.h>
 #include "common/macro.h"
+#include "common/status.h"
 
 static const unsigned dtype_sizes[_KVD_DT_MAX] = {
         [KVD_DT_FLOAT] = 4,
@@ -42,47 +43,47 @@ int cache_desc_validate(const CacheDesc *desc, uint64_t *ret_tensor_size, Error 
         assert(desc);
 
         if (desc->num_tensors == 0)
-                return error_set(err, KVD_E_PARAM_INVALID, "desc.num_tensors=0 must be positive");
+                return error_set(err, STATUS_PARAM_INVALID, "desc.num_tensors=0 must be positive");
         if (desc->num_tensors > KVD_MAX_TENSORS)
-                return error_set(err, KVD_E_PARAM_INVALID, "desc.num_tensors=%" PRIu32
+                return error_set(err, STATUS_PARAM_INVALID, "desc.num_tensors=%" PRIu32
                                  " exceeds %d", desc->num_tensors, KVD_MAX_TENSORS);
         if (desc->n_dims == 0 || desc->n_dims > CACHE_MAX_DIMS)
-                return error_set(err, KVD_E_PARAM_INVALID, "desc.n_dims=%" PRIu32
+                return error_set(err, STATUS_PARAM_INVALID, "desc.n_dims=%" PRIu32
                                  " must be 1..%d", desc->n_dims, CACHE_MAX_DIMS);
 
         elem = cache_dtype_size(desc->data_type);
         if (elem == 0)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "desc.data_type=%" PRIu32 " is not a known data type",
                                  desc->data_type);
 
         size = elem;
         for (uint32_t i = 0; i < desc->n_dims; i++) {
                 if (desc->shape[i] <= 0)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "desc.shape[%" PRIu32 "]=%" PRId64 " must be positive",
                                          i, desc->shape[i]);
                 if (MUL_OVERFLOW(size, (uint64_t)desc->shape[i], &size))
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "desc.shape[%" PRIu32 "]=%" PRId64
                                          " makes the tensor size overflow", i, desc->shape[i]);
         }
 
         /* Callers size pool allocations as num_tensors * tensor size. */
         if (MUL_OVERFLOW(size, (uint64_t)desc->num_tensors, &total))
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "desc.num_tensors=%" PRIu32 " of %" PRIu64
                                  " bytes each overflows", desc->num_tensors, size);
 
         /* Always true while the size is the product of the shape; kept as the contract says. */
         if (size % (uint64_t)desc->shape[0] != 0)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "desc.shape[0]=%" PRId64 " does not divide the tensor size %"
                                  PRIu64, desc->shape[0], size);
 
         if (ret_tensor_size)
                 *ret_tensor_size = size;
-        return KVD_OK;
+        return STATUS_OK;
 }
 
 int cache_new(CacheKind kind, const CacheDesc *desc, const CacheTensor *tensors, Cache **ret)
@@ -96,7 +97,7 @@ int cache_new(CacheKind kind, const CacheDesc *desc, const CacheTensor *tensors,
 
         if (kind != CACHE_CONTIGUOUS && kind != CACHE_BLOCKS)
                 return -EINVAL;
-        if (cache_desc_validate(desc, &tensor_size, NULL) != KVD_OK)
+        if (cache_desc_validate(desc, &tensor_size, NULL) != STATUS_OK)
                 return -EINVAL;
 
         cache = calloc(1, offsetof(Cache, tensors) + desc->num_tensors * sizeof(CacheTensor));
@@ -139,26 +140,26 @@ int cache_check_reachable(const Cache *cache, uint64_t link_seq, uint64_t link_i
          * pool is configured before any link, so that is what a link is made after. */
         if (cache->pool_backed) {
                 assert(cache->remote_accessible);
-                return KVD_OK;
+                return STATUS_OK;
         }
         if (cache->access == CACHE_ACCESS_NO)
-                return error_set(err, KVD_E_PERMISSION_DENIED,
+                return error_set(err, STATUS_PERMISSION_DENIED,
                                  "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
                                  "accessible (registered with KVD_REMOTE_NO)", cache->id,
                                  cache->owner_cluster_id);
         if (cache->seq > link_seq)
-                return error_set(err, KVD_E_PERMISSION_DENIED,
+                return error_set(err, STATUS_PERMISSION_DENIED,
                                  "cache %" PRIu64 " of cluster %" PRIu64 " was registered after "
                                  "link %" PRIu64 " was made; memory must be registered before "
                                  "the link that reaches it (or allocated from the pool)",
                                  cache->id, cache->owner_cluster_id, link_id);
         if (!cache->remote_accessible)
-                return error_set(err, KVD_E_PERMISSION_DENIED,
+                return error_set(err, STATUS_PERMISSION_DENIED,
                                  "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
                                  "accessible (registered with KVD_REMOTE_DEFAULT while cluster %"
                                  PRIu64 " had links)", cache->id, cache->owner_cluster_id,
                                  cache->owner_cluster_id);
-        return KVD_OK;
+        return STATUS_OK;
 }
 
 bool cache_key_equal(const CacheKey *a, const CacheKey *b)

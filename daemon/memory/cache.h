@@ -6,7 +6,7 @@
  * ReqKeys per batch slot, BlocksKeys (last registration wins), and the holds that keep pool
  * caches alive (the id's hold until deallocate, each key's until pulled or removed).
  *
- * Functions that validate client input take an Error and return a KVD_E_* status.
+ * Functions that validate client input take an Error and return a STATUS_* status.
  */
 #pragma once
 

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <kvdist/kvdist.h>
 
 #include "daemon/cluster.h"
@@ -21,6 +20,8 @@
 #include "daemon/transport/rdma.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
+#include "proto/status-wire.h"
+#include "common/status.h"
 
 /* Transports seen so far; the shm, tcp and rdma transports leave room to spare. */
 #define METRICS_MAX_TRANSPORTS 8
@@ -37,7 +38,7 @@ static const double latency_bounds[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
 #define N_BOUNDS (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
 
 typedef struct TransferStats {
-        uint64_t by_status[-_KVD_E_MIN + 1];    /* [0] = KVD_OK, [-status] otherwise */
+        uint64_t by_status[-_KVD_E_MIN + 1];     /* by -public code: [0] = KVD_OK */
         uint64_t bytes;                         /* of the successful ones */
         uint64_t buckets[N_BOUNDS];             /* latency of the successful ones */
         uint64_t count;
@@ -95,10 +96,8 @@ void metrics_transfer_done(Metrics *m, const Transfer *x, int status)
         if (t < 0)
                 return;
         s = &m->stats[direction_of(x->kind)][t];
-        if (status > 0 || status < _KVD_E_MIN)
-                status = KVD_E_FAILED;
-        s->by_status[-status]++;
-        if (status != KVD_OK)
+        s->by_status[-status_wire_encode(status)]++;
+        if (status != STATUS_OK)
                 return;
         s->bytes += x->plan ? x->plan->total_bytes : 0;
         seconds = (double)(now_usec(CLOCK_MONOTONIC) - x->start_usec) / USEC_PER_SEC;

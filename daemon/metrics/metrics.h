@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/status.h"
+
 typedef struct Daemon Daemon;
 typedef struct Metrics Metrics;
 typedef struct Transfer Transfer;
@@ -21,7 +23,7 @@ int metrics_new(Metrics **ret);
 Metrics *metrics_free(Metrics *m);
 
 /*
- * Records that @x completed with @status (KVD_OK or KVD_E_*): its count, and for a success its
+ * Records that @x completed with @status (STATUS_OK or STATUS_*): its count, and for a success its
  * bytes and its latency. Call before @x is freed. @m may be NULL.
  */
 void metrics_transfer_done(Metrics *m, const Transfer *x, int status);

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kvdist/kvdist.h>
 #include "daemon/transfer/plan.h"
+#include "common/status.h"
 
 /* Above this many destination units per listed block, duplicates are found by sorting. */
 #define PLAN_BITMAP_UNITS_PER_BLOCK 64
@@ -59,12 +59,12 @@ static int builder_add(Builder *b, uint32_t src_region, uint32_t dst_region, uin
         PlanSegment seg;
 
         if (ADD_OVERFLOW(src_offset, len, &src_end) || ADD_OVERFLOW(dst_offset, len, &dst_end))
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "a copy of %" PRIu64 " bytes at offset %" PRIu64 " -> %" PRIu64
                                  " overflows",
                                  len, src_offset, dst_offset);
         if (ADD_OVERFLOW(b->total, len, &total))
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "the transfer is larger than 2^64 bytes");
         b->total = total;
 
@@ -88,7 +88,7 @@ static int builder_add(Builder *b, uint32_t src_region, uint32_t dst_region, uin
         if (b->plan) {
                 /* the counting pass saw the same copies */
                 if (b->n >= b->cap)
-                        return error_set(err, KVD_E_FAILED, "transfer plan miscounted");
+                        return error_set(err, STATUS_FAILED, "transfer plan miscounted");
                 b->plan->segments[b->n] = seg;
         }
         b->last = seg;
@@ -111,10 +111,10 @@ static int build_plan(const Ctx *ctx, Plan **ret, Error *err)
                 return r;
         if (MUL_OVERFLOW(b.n, sizeof(PlanSegment), &bytes) ||
             ADD_OVERFLOW(bytes, sizeof(Plan), &bytes))
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "transfer plan too large");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "transfer plan too large");
         p = malloc(bytes);
         if (!p)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory for a transfer plan");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory for a transfer plan");
 
         b = (Builder){ .plan = p, .cap = b.n };
         r = emit_plan(ctx, &b, err);
@@ -133,15 +133,15 @@ static int check_cache(const PlanCache *c, const Side *side, Error *err)
         uint64_t span;
 
         if (!c)
-                return error_set(err, KVD_E_PARAM_INVALID, "no %s cache", side->name);
+                return error_set(err, STATUS_PARAM_INVALID, "no %s cache", side->name);
         if (c->num_tensors == 0 || !c->tensors)
-                return error_set(err, KVD_E_PARAM_INVALID, "the %s cache has no tensors",
+                return error_set(err, STATUS_PARAM_INVALID, "the %s cache has no tensors",
                                  side->name);
         if (c->units == 0 || c->stride == 0)
-                return error_set(err, KVD_E_PARAM_INVALID, "the %s cache has no %s", side->name,
+                return error_set(err, STATUS_PARAM_INVALID, "the %s cache has no %s", side->name,
                                  c->blocks ? "blocks" : "batch items");
         if (MUL_OVERFLOW(c->units, c->stride, &span) || span > c->tensor_size)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "the %s cache has %" PRIu64 " units of %" PRIu64
                                  " bytes, more than its tensor size of %" PRIu64 " bytes",
                                  side->name, c->units, c->stride, c->tensor_size);
@@ -149,7 +149,7 @@ static int check_cache(const PlanCache *c, const Side *side, Error *err)
                 uint64_t end;
 
                 if (ADD_OVERFLOW(c->tensors[t].offset, c->tensor_size, &end))
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "tensor %" PRIu32 " of the %s cache ends past 2^64",
                                          t, side->name);
         }
@@ -160,7 +160,7 @@ static int check_kind(const PlanCache *c, bool want_blocks, const Side *side, Er
 {
         if (c->blocks == want_blocks)
                 return 0;
-        return error_set(err, KVD_E_PARAM_INVALID,
+        return error_set(err, STATUS_PARAM_INVALID,
                          "the %s cache is %s but this transfer needs %s", side->name,
                          c->blocks ? "a blocks cache" : "contiguous",
                          want_blocks ? "a blocks cache" : "a contiguous cache");
@@ -178,12 +178,12 @@ static int resolve_layers(const PlanLayers *l, const PlanCache *c, uint32_t tpl,
                 return 0;
         }
         if (l->first < 0 || l->last < l->first)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "%s [%" PRId32 ", %" PRId32 "] is not a layer range: give "
                                  "0 <= first <= last, or first = -1 for all layers",
                                  side->layers_arg, l->first, l->last);
         if ((uint32_t)l->last >= n_layers)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "%s [%" PRId32 ", %" PRId32 "] is outside the %" PRIu32
                                  " layers of the %s cache",
                                  side->layers_arg, l->first, l->last, n_layers, side->name);
@@ -196,7 +196,7 @@ static int check_blocks_empty(size_t n, const Side *side, Error *err)
 {
         if (n == 0)
                 return 0;
-        return error_set(err, KVD_E_PARAM_INVALID,
+        return error_set(err, STATUS_PARAM_INVALID,
                          "%s has %zu entries but must be empty when the %s cache is contiguous",
                          side->blocks_arg, n, side->name);
 }
@@ -205,7 +205,7 @@ static int check_index(uint64_t index, const PlanCache *c, const Side *side, Err
 {
         if (index < c->units)
                 return 0;
-        return error_set(err, KVD_E_PARAM_INVALID,
+        return error_set(err, STATUS_PARAM_INVALID,
                          "%s=%" PRIu64 " is out of range, the %s cache has batch size %" PRIu64,
                          side->index_arg, index, side->name, c->units);
 }
@@ -215,7 +215,7 @@ static int check_blocks_in_range(const uint64_t *blocks, size_t n, const PlanCac
 {
         for (size_t i = 0; i < n; i++)
                 if (blocks[i] >= c->units)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "%s[%zu]=%" PRIu64 " is out of range, cache has %" PRIu64
                                          " blocks",
                                          side->blocks_arg, i, blocks[i], c->units);
@@ -228,7 +228,7 @@ static int report_repeat(const uint64_t *blocks, size_t j, const Side *side, Err
 
         while (blocks[i] != blocks[j])
                 i++;
-        return error_set(err, KVD_E_PARAM_INVALID, "%s[%zu]=%" PRIu64 " repeats %s[%zu]",
+        return error_set(err, STATUS_PARAM_INVALID, "%s[%zu]=%" PRIu64 " repeats %s[%zu]",
                          side->blocks_arg, j, blocks[j], side->blocks_arg, i);
 }
 
@@ -265,7 +265,7 @@ static int check_blocks_unique(const uint64_t *blocks, size_t n, const PlanCache
                                                        sizeof(uint64_t));
 
                 if (!bits)
-                        return error_set(err, KVD_E_OUT_OF_MEMORY,
+                        return error_set(err, STATUS_OUT_OF_MEMORY,
                                          "out of memory checking %s", side->blocks_arg);
                 for (size_t j = 0; j < n; j++) {
                         uint64_t b = blocks[j], mask = UINT64_C(1) << (b % 64);
@@ -280,7 +280,7 @@ static int check_blocks_unique(const uint64_t *blocks, size_t n, const PlanCache
 
                 sorted = calloc(n, sizeof(IndexedBlock));
                 if (!sorted)
-                        return error_set(err, KVD_E_OUT_OF_MEMORY,
+                        return error_set(err, STATUS_OUT_OF_MEMORY,
                                          "out of memory checking %s", side->blocks_arg);
                 for (size_t i = 0; i < n; i++)
                         sorted[i] = (IndexedBlock){ blocks[i], i };
@@ -301,9 +301,9 @@ static int check_block_list(const uint64_t *blocks, size_t n, const PlanCache *c
         int r;
 
         if (n == 0)
-                return error_set(err, KVD_E_PARAM_INVALID, "%s is empty", side->blocks_arg);
+                return error_set(err, STATUS_PARAM_INVALID, "%s is empty", side->blocks_arg);
         if (!blocks)
-                return error_set(err, KVD_E_PARAM_INVALID, "%s is missing", side->blocks_arg);
+                return error_set(err, STATUS_PARAM_INVALID, "%s is missing", side->blocks_arg);
         r = check_blocks_in_range(blocks, n, c, side, err);
         if (r < 0)
                 return r;
@@ -318,7 +318,7 @@ static int resolve_size(int64_t size, const PlanCache *src, const PlanCache *dst
 {
         if (size == -1) {
                 if (dst && src->stride != dst->stride)
-                        return error_set(err, KVD_E_CACHE_INCOMPATIBLE,
+                        return error_set(err, STATUS_CACHE_INCOMPATIBLE,
                                          "item size differs: source %" PRIu64
                                          " bytes, destination %" PRIu64,
                                          src->stride, dst->stride);
@@ -326,17 +326,17 @@ static int resolve_size(int64_t size, const PlanCache *src, const PlanCache *dst
                 return 0;
         }
         if (size <= 0)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "size=%" PRId64 " is invalid: give the bytes to copy per tensor, "
                                  "or -1 for the whole item",
                                  size);
         if ((uint64_t)size > src->stride)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "size=%" PRId64 " is larger than the source item (%" PRIu64
                                  " bytes)",
                                  size, src->stride);
         if (dst && (uint64_t)size > dst->stride)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "size=%" PRId64 " is larger than the destination item (%" PRIu64
                                  " bytes)",
                                  size, dst->stride);
@@ -351,11 +351,11 @@ static int validate_blocks(Ctx *ctx, Error *err)
         int r;
 
         if (req->n_src_blocks != req->n_dst_blocks)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "src_blocks has %zu entries but dst_blocks has %zu",
                                  req->n_src_blocks, req->n_dst_blocks);
         if (src->stride != dst->stride)
-                return error_set(err, KVD_E_CACHE_INCOMPATIBLE,
+                return error_set(err, STATUS_CACHE_INCOMPATIBLE,
                                  "block size differs: source %" PRIu64
                                  " bytes, destination %" PRIu64,
                                  src->stride, dst->stride);
@@ -408,7 +408,7 @@ static int validate_item_to_blocks(Ctx *ctx, Error *err)
         /* (n-1)*stride < size <= n*stride, i.e. n = ceil(size / stride); the last may be partial */
         need = ctx->size / dst->stride + (ctx->size % dst->stride != 0);
         if (n != need)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "dst_blocks has %" PRIu64 " blocks of %" PRIu64
                                  " bytes but the source item is %" PRIu64
                                  " bytes, which fills %" PRIu64,
@@ -452,10 +452,10 @@ static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
 
         if (MUL_OVERFLOW(n_runs, sizeof(PlanSegment), &bytes) ||
             ADD_OVERFLOW(bytes, sizeof(Plan), &bytes))
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "transfer plan too large");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "transfer plan too large");
         p = malloc(bytes);
         if (!p)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory for a transfer plan");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory for a transfer plan");
 
         for (size_t i = 1; i <= n; i++) {
                 uint64_t so, dof, len, end;
@@ -487,7 +487,7 @@ static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
                 }
                 if (!ok || ADD_OVERFLOW(total, len, &total)) {
                         free(p);
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "entry %zu of the transfer overflows", start);
                 }
                 p->segments[k++] = (PlanSegment){
@@ -519,7 +519,7 @@ static int emit_plan(const Ctx *ctx, Builder *b, Error *err)
 
                         if (ADD_OVERFLOW(st->offset, s->src_offset, &so) ||
                             ADD_OVERFLOW(dt->offset, s->dst_offset, &dof))
-                                return error_set(err, KVD_E_PARAM_INVALID,
+                                return error_set(err, STATUS_PARAM_INVALID,
                                                  "tensor %" PRIu32 " of the transfer overflows",
                                                  k);
                         r = builder_add(b, st->region, dt->region, so, dof, s->len, err);
@@ -539,9 +539,9 @@ int plan_build(const PlanRequest *req, Plan **ret, Error *err)
         int r;
 
         if (!req || !ret)
-                return error_set(err, KVD_E_PARAM_INVALID, "no transfer request");
+                return error_set(err, STATUS_PARAM_INVALID, "no transfer request");
         if (req->mode < 0 || req->mode >= _PLAN_MODE_MAX)
-                return error_set(err, KVD_E_PARAM_INVALID, "unknown transfer mode %d",
+                return error_set(err, STATUS_PARAM_INVALID, "unknown transfer mode %d",
                                  (int)req->mode);
         src = req->src;
         dst = req->dst;
@@ -563,7 +563,7 @@ int plan_build(const PlanRequest *req, Plan **ret, Error *err)
                 /* No layer range: every tensor moves, whatever makes a layer (one tensor per
                  * layer in MLA caches, K only, ...). */
                 if (src->num_tensors != dst->num_tensors)
-                        return error_set(err, KVD_E_CACHE_INCOMPATIBLE,
+                        return error_set(err, STATUS_CACHE_INCOMPATIBLE,
                                          "the source cache has %" PRIu32 " tensors, the "
                                          "destination %" PRIu32 "; give layer ranges to move "
                                          "part of a cache", src->num_tensors, dst->num_tensors);
@@ -572,12 +572,12 @@ int plan_build(const PlanRequest *req, Plan **ret, Error *err)
                 /* Layers are what a range counts: they must be whole on both sides. */
                 tpl = req->tensor_num_per_layer ? req->tensor_num_per_layer : 2;
                 if (src->num_tensors % tpl != 0)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "tensor_num_per_layer=%" PRIu32 " does not divide "
                                          "num_tensors=%" PRIu32 " of the source cache",
                                          tpl, src->num_tensors);
                 if (dst->num_tensors % tpl != 0)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "tensor_num_per_layer=%" PRIu32 " does not divide "
                                          "num_tensors=%" PRIu32 " of the destination cache",
                                          tpl, dst->num_tensors);
@@ -590,7 +590,7 @@ int plan_build(const PlanRequest *req, Plan **ret, Error *err)
                 if (r < 0)
                         return r;
                 if (src_layers != dst_layers)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "src_layers has %" PRIu32 " layers but dst_layers has %"
                                          PRIu32, src_layers, dst_layers);
                 ctx.n_tensors = src_layers * tpl; /* <= num_tensors */

@@ -9,6 +9,7 @@
 #include "proto/kvdist.pb-c.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
+#include "common/status.h"
 
 static PlanLayers layers_from_proto(const Kvdist__V1__LayerRange *r)
 {
@@ -53,27 +54,27 @@ int transfer_args_check(const TransferArgs *a, CacheKeyKind key_kind, Error *err
         case TRANSFER_PULL_CACHE:
         case TRANSFER_PUSH_CACHE:
                 if (key_kind == CACHE_KEY_BLOCKS)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "a cache transfer names its item with a CacheKey or a "
                                          "CacheKeyByIdAndIndex, not a BlocksCacheKey");
                 if (a->n_src_blocks > 0 || a->n_dst_blocks > 0)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "a cache transfer takes no block lists");
                 return 0;
         case TRANSFER_PULL_BLOCKS:
                 if (key_kind != CACHE_KEY_BLOCKS && a->n_src_blocks > 0)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "src_blocks must be empty when the source is a "
                                          "contiguous cache item");
                 return 0;
         case TRANSFER_PUSH_BLOCKS:
                 if (key_kind != CACHE_KEY_BLOCKS)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "push_blocks writes into a cache named by a "
                                          "BlocksCacheKey");
                 return 0;
         }
-        return error_set(err, KVD_E_PARAM_INVALID, "transfer kind %d is not valid", a->kind);
+        return error_set(err, STATUS_PARAM_INVALID, "transfer kind %d is not valid", a->kind);
 }
 
 void transfer_args_plan_request(const TransferArgs *a, CacheKeyKind key_kind,
@@ -124,13 +125,13 @@ void remote_desc_from_cache(const Cache *cache, RemoteDesc *ret)
 int remote_desc_from_proto(const Kvdist__V1__PlanCacheDesc *m, RemoteDesc *ret, Error *err)
 {
         if (!m)
-                return error_set(err, KVD_E_PARAM_INVALID, "the peer's cache shape is missing");
+                return error_set(err, STATUS_PARAM_INVALID, "the peer's cache shape is missing");
         if (m->num_tensors == 0 || m->num_tensors > KVD_MAX_TENSORS)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "the peer's cache has %" PRIu32 " tensors, 1..%d are possible",
                                  m->num_tensors, KVD_MAX_TENSORS);
         if (m->units == 0 || m->tensor_size == 0 || m->tensor_size % m->units != 0)
-                return error_set(err, KVD_E_PARAM_INVALID,
+                return error_set(err, STATUS_PARAM_INVALID,
                                  "the peer's cache has %" PRIu64 " units in %" PRIu64
                                  " bytes per tensor", m->units, m->tensor_size);
         *ret = (RemoteDesc){
@@ -174,7 +175,7 @@ int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *
 
         if (src->num_tensors > KVD_MAX_TENSORS || dst->num_tensors > KVD_MAX_TENSORS ||
             src->units == 0 || dst->units == 0)
-                return error_set(err, KVD_E_PARAM_INVALID, "a cache shape is not valid");
+                return error_set(err, STATUS_PARAM_INVALID, "a cache shape is not valid");
         remote_plan_cache(src, 0, src_tensors, &psrc);
         remote_plan_cache(dst, src->num_tensors, dst_tensors, &pdst);
         pr->src = &psrc;

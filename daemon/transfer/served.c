@@ -24,6 +24,8 @@
 #include "daemon/transfer/remote-plan.h"
 #include "daemon/transfer/served.h"
 #include "daemon/transport/tcp-data.h"
+#include "proto/status-wire.h"
+#include "common/status.h"
 
 /* How long past the peer's own deadline a served transfer may wait for its bytes. */
 #define SERVED_GRACE_MS 5000
@@ -74,9 +76,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Served, served_free);
 static void served_finish(Served *s, int status)
 {
         Daemon *d = s->daemon;
-        int final = s->status != KVD_OK ? s->status : status;
+        int final = s->status != STATUS_OK ? s->status : status;
 
-        if (final == KVD_OK) {
+        if (final == STATUS_OK) {
                 if (s->end_key)
                         transfer_end_key(d, &s->key, s->cache);
                 d->counters.transfers_served++;
@@ -93,14 +95,14 @@ static void served_finish(Served *s, int status)
         } else
                 log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %s",
                           s->id, s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
-                          kvd_strerror(final));
+                          status_wire_name(final));
 
         if (!s->pull && !s->one_sided && s->peer && s->peer->state == PEER_READY) {
                 Kvdist__V1__PeerTransferDone m = KVDIST__V1__PEER_TRANSFER_DONE__INIT;
                 Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
 
-                st.code = final;
-                st.detail = (char *)(final == KVD_OK ? "" : kvd_strerror(final));
+                st.code = status_wire_encode(final);
+                st.detail = (char *)(final == STATUS_OK ? "" : status_wire_name(final));
                 m.transfer_id = s->initiator_id;
                 m.status = &st;
                 (void)peer_notice(s->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, &m.base);
@@ -113,11 +115,11 @@ static int served_status_from_errno(int error)
 {
         switch (error) {
         case 0:
-                return KVD_OK;
+                return STATUS_OK;
         case -EILSEQ:
-                return KVD_E_FAILED;
+                return STATUS_FAILED;
         default:
-                return KVD_E_PEER_LOST;
+                return STATUS_PEER_LOST;
         }
 }
 
@@ -127,7 +129,7 @@ static void served_on_data_done(void *userdata, int status)
         int st = served_status_from_errno(status);
 
         s->data = NULL;
-        if (st == KVD_OK && s->await_word && s->state == SERVED_RUNNING) {
+        if (st == STATUS_OK && s->await_word && s->state == SERVED_RUNNING) {
                 /* Sent is not landed: the initiator's word decides (the timer bounds the wait). */
                 if (!s->word)
                         return;
@@ -167,7 +169,7 @@ static void served_on_deadline(evutil_socket_t fd, short what, void *userdata)
 
         log_info("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): the peer's bytes did "
                  "not come in time, giving up", s->id, s->remote_cluster_id, s->cluster_id);
-        served_fail(s, KVD_E_TIMEOUT);
+        served_fail(s, STATUS_TIMEOUT);
 }
 
 void served_detach_inlink(Served *s, int status)
@@ -186,7 +188,7 @@ void served_on_peer_lost(Peer *p)
                 clist_unlink(&s->link_peer);
                 p->n_served--;
                 s->peer = NULL;
-                served_fail(s, KVD_E_PEER_LOST);
+                served_fail(s, STATUS_PEER_LOST);
         }
 }
 
@@ -211,7 +213,7 @@ static int served_resolve(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         if (r < 0)
                 return r;
         if (key.cluster_id != c->id)
-                return error_set(err, KVD_E_CACHE_NOT_EXIST,
+                return error_set(err, STATUS_CACHE_NOT_EXIST,
                                  "the key names cluster %" PRIu64 ", inbound link %" PRIu64
                                  " reaches cluster %" PRIu64, key.cluster_id, il->id, c->id);
         r = cache_table_lookup(&c->caches, &key, &cache, ret_index, err);
@@ -250,20 +252,20 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
                 return r;
         if (m->n_src_blocks > lim->max_blocks_per_transfer ||
             m->n_dst_blocks > lim->max_blocks_per_transfer)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "%zu blocks in one transfer, at most %" PRIu32,
                                  MAX(m->n_src_blocks, m->n_dst_blocks),
                                  lim->max_blocks_per_transfer);
         if (il->n_inflight >= lim->max_inflight_per_client)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "inbound link %" PRIu64 " has %u transfers in flight", il->id,
                                  il->n_inflight);
         if (m->notify.len > 0) {
                 if (s->pull)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "only a push carries a notification");
                 if (m->notify.len > NOTIFY_MAX_BYTES)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "a notification of %zu bytes, at most %d",
                                          m->notify.len, NOTIFY_MAX_BYTES);
                 r = notify_check_room(il->local, err);
@@ -286,24 +288,24 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         if (r < 0)
                 return r;
         if (s->plan->total_bytes == 0)
-                return error_set(err, KVD_E_PARAM_INVALID, "the transfer moves no bytes");
+                return error_set(err, STATUS_PARAM_INVALID, "the transfer moves no bytes");
 
         if (s->one_sided && !rdma_cache_registered(s->cache, true))
-                return error_set(err, KVD_E_FEATURE_NOT_ENABLED,
+                return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "cache %" PRIu64 " is not registered for RDMA here", s->cache->id);
         s->segs = calloc(s->plan->n_segments, sizeof(TcpDstSegment));
         if (!s->segs)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         r = remote_plan_map(s->plan, s->cache, s->pull, s->pull ? ours.num_tensors
                                                                 : theirs.num_tensors,
                             s->segs, s->regions, &s->n_regions);
         if (r < 0)
-                return error_set(err, KVD_E_FAILED, "the plan does not fit cache %" PRIu64,
+                return error_set(err, STATUS_FAILED, "the plan does not fit cache %" PRIu64,
                                  s->cache->id);
         if (s->pull && !s->one_sided) {
                 s->src_segs = calloc(s->plan->n_segments, sizeof(TcpSrcSegment));
                 if (!s->src_segs)
-                        return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 for (size_t i = 0; i < s->plan->n_segments; i++)
                         s->src_segs[i] = (TcpSrcSegment){ .src = s->segs[i].dst,
                                                           .len = s->segs[i].len };
@@ -345,7 +347,7 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         }
         s = calloc(1, sizeof(*s));
         if (!s) {
-                error_set(&err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                error_set(&err, STATUS_OUT_OF_MEMORY, "out of memory");
                 goto refuse;
         }
         s->daemon = d;
@@ -360,12 +362,12 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         clist_init(&s->link_daemon);
 
         if (d->stopping) {
-                error_set(&err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+                error_set(&err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
                 goto refuse;
         }
         il = inlink_find_id(p, m->link_id);
         if (!il) {
-                error_set(&err, KVD_E_NOT_YET_LINK, "no inbound link %" PRIu64 " from this peer; "
+                error_set(&err, STATUS_NOT_YET_LINK, "no inbound link %" PRIu64 " from this peer; "
                           "link again", m->link_id);
                 goto refuse;
         }
@@ -381,7 +383,7 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
                                .tv_usec = (timeout_ms % 1000) * 1000 };
         s->timer = evtimer_new(d->base, served_on_deadline, s);
         if (!s->timer || evtimer_add(s->timer, &tv) < 0) {
-                error_set(&err, KVD_E_OUT_OF_MEMORY, "cannot arm a deadline");
+                error_set(&err, STATUS_OUT_OF_MEMORY, "cannot arm a deadline");
                 goto refuse;
         }
 
@@ -400,7 +402,7 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         }
         if (r < 0) {
                 s->data = NULL;
-                error_set(&err, r == -EEXIST ? KVD_E_PARAM_INVALID : KVD_E_PEER_LOST,
+                error_set(&err, r == -EEXIST ? STATUS_PARAM_INVALID : STATUS_PEER_LOST,
                           "cannot start data job %" PRIu64 ": %s",
                           s->pull ? s->initiator_id : s->id, strerror(-r));
                 goto refuse;
@@ -445,11 +447,9 @@ refuse:
 void peer_handle_rdma_done(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerRdmaDone *m = (const Kvdist__V1__PeerRdmaDone *)msg;
-        int status = m->status ? m->status->code : KVD_E_PROTOCOL_MISMATCH;
+        int status = m->status ? status_wire_decode(m->status->code) : STATUS_PROTOCOL_MISMATCH;
         Served *s;
 
-        if (status > 0 || status < _KVD_E_MIN)
-                status = KVD_E_FAILED;
         CLIST_FOREACH(s, &p->served, link_peer) {
                 if (s->initiator_id != m->transfer_id || !(s->one_sided || s->await_word))
                         continue;
@@ -459,7 +459,7 @@ void peer_handle_rdma_done(Peer *p, uint64_t request_id, const ProtobufCMessage 
                          * of our send job has not been seen yet. */
                         s->word = true;
                         s->word_status = status;
-                        if (status == KVD_OK && s->end_key && s->state == SERVED_RUNNING) {
+                        if (status == STATUS_OK && s->end_key && s->state == SERVED_RUNNING) {
                                 transfer_end_key(p->daemon, &s->key, s->cache);
                                 s->end_key = false;
                         }
@@ -481,7 +481,7 @@ void peer_handle_transfer_cancel(Peer *p, uint64_t request_id, const ProtobufCMe
 
         CLIST_FOREACH(s, &p->served, link_peer)
                 if (s->initiator_id == m->transfer_id) {
-                        served_fail(s, KVD_E_TIMEOUT);
+                        served_fail(s, STATUS_TIMEOUT);
                         return;
                 }
 }

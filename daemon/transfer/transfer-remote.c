@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/memory/cache-proto.h"
 #include "daemon/cluster.h"
 #include "daemon/control/conn.h"
@@ -38,6 +36,8 @@
 #include "daemon/transport/tcp-data.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
+#include "proto/status-wire.h"
+#include "common/status.h"
 
 /* The local cache of @x and whether it is the source. */
 static const Cache *transfer_local_cache(const Transfer *x, bool *ret_is_src)
@@ -73,7 +73,7 @@ static void transfer_remote_on_orphan_reply(Peer *p, int status, const Error *er
         unsigned flags = (unsigned)(uintptr_t)userdata;
         bool pull = flags & ORPHAN_PULL;
 
-        if (status != KVD_OK || !p->data || m->total_bytes == 0 || (flags & ORPHAN_ONE_SIDED))
+        if (status != STATUS_OK || !p->data || m->total_bytes == 0 || (flags & ORPHAN_ONE_SIDED))
                 return;
         if (pull)
                 (void)tcp_data_recv_discard(p->data, m->job_id, m->total_bytes);
@@ -93,7 +93,7 @@ int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err
         int r;
 
         if (p->state != PEER_READY)
-                return error_set(err, KVD_E_PEER_LOST, "the daemon of cluster %" PRIu64
+                return error_set(err, STATUS_PEER_LOST, "the daemon of cluster %" PRIu64
                                  " is not connected", l->remote_cluster_id);
 
         /* The peer resolves the key and checks the request against what it has now. What the
@@ -127,7 +127,7 @@ int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err
         r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, &req.base,
                       transfer_remote_on_reply, x, &x->call);
         if (r < 0)
-                return error_set(err, r == -EMSGSIZE ? KVD_E_LIMIT_EXCEEDED : KVD_E_PEER_LOST,
+                return error_set(err, r == -EMSGSIZE ? STATUS_LIMIT_EXCEEDED : STATUS_PEER_LOST,
                                  "cannot ask the daemon of cluster %" PRIu64 ": %s",
                                  l->remote_cluster_id, strerror(-r));
         x->phase = REMOTE_REQUESTED;
@@ -158,16 +158,16 @@ static int transfer_remote_rdma_segments(Transfer *x, const Cache *cache, bool l
         size_t n = 0, k = 0;
 
         if (!rdma_cache_registered(cache, false))
-                return error_set(err, KVD_E_FEATURE_NOT_ENABLED, "cache %" PRIu64 " is not "
+                return error_set(err, STATUS_FEATURE_NOT_ENABLED, "cache %" PRIu64 " is not "
                                  "registered for RDMA", cache->id);
         if (m->n_rdma_addrs != n_remote || m->n_rdma_rkeys != n_remote)
-                return error_set(err, KVD_E_PROTOCOL_MISMATCH, "the peer sent %zu RDMA keys for "
+                return error_set(err, STATUS_PROTOCOL_MISMATCH, "the peer sent %zu RDMA keys for "
                                  "%" PRIu32 " tensors", m->n_rdma_rkeys, n_remote);
         for (size_t i = 0; i < plan->n_segments; i++)
                 n += (plan->segments[i].len + RDMA_SEGMENT_MAX - 1) / RDMA_SEGMENT_MAX;
         x->rdma_segs = calloc(MAX(n, (size_t)1), sizeof(RdmaSegment));
         if (!x->rdma_segs)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         for (size_t i = 0; i < plan->n_segments; i++) {
                 const PlanSegment *s = &plan->segments[i];
                 uint32_t lt = local_is_src ? s->src_region : s->dst_region - n_src_tensors;
@@ -176,7 +176,7 @@ static int transfer_remote_rdma_segments(Transfer *x, const Cache *cache, bool l
                 uint32_t lkey;
 
                 if (rt >= n_remote || rdma_cache_tensor(cache, lt, &base, &lkey, NULL) < 0)
-                        return error_set(err, KVD_E_FAILED, "segment %zu names no tensor", i);
+                        return error_set(err, STATUS_FAILED, "segment %zu names no tensor", i);
                 while (done < s->len) {
                         uint32_t len = (uint32_t)MIN(s->len - done, (uint64_t)RDMA_SEGMENT_MAX);
 
@@ -218,20 +218,20 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
         if (r < 0)
                 return r;
         if (x->plan->total_bytes != m->total_bytes || x->plan->n_segments != m->segments)
-                return error_set(err, KVD_E_PROTOCOL_MISMATCH,
+                return error_set(err, STATUS_PROTOCOL_MISMATCH,
                                  "the peer planned %" PRIu64 " bytes in %" PRIu64 " segments, we "
                                  "planned %" PRIu64 " in %zu", m->total_bytes, m->segments,
                                  x->plan->total_bytes, x->plan->n_segments);
 
         segs = calloc(MAX(x->plan->n_segments, (size_t)1), sizeof(TcpDstSegment));
         if (!segs)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         x->segs = segs;
         r = remote_plan_map(x->plan, cache, local_is_src,
                             local_is_src ? local.num_tensors : remote.num_tensors, segs,
                             x->regions, &x->n_regions);
         if (r < 0)
-                return error_set(err, KVD_E_FAILED, "the plan does not fit cache %" PRIu64,
+                return error_set(err, STATUS_FAILED, "the plan does not fit cache %" PRIu64,
                                  cache->id);
         if (x->one_sided) {
                 r = transfer_remote_rdma_segments(x, cache, local_is_src,
@@ -258,7 +258,7 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
         r = transport_submit(x->transport, x);
         if (r < 0) {
                 x->data = NULL;
-                return error_set(err, KVD_E_PEER_LOST, "cannot start data job %" PRIu64 ": %s",
+                return error_set(err, STATUS_PEER_LOST, "cannot start data job %" PRIu64 ": %s",
                                  x->job_id, strerror(-r));
         }
         x->phase = REMOTE_DATA;
@@ -280,12 +280,12 @@ static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
         int r;
 
         x->call = NULL;
-        if (status != KVD_OK) {
+        if (status != STATUS_OK) {
                 transfer_remote_leave_peer(x);
                 x->phase = REMOTE_FINISHED;
-                if (x->status == KVD_OK) {
+                if (x->status == STATUS_OK) {
                         x->status = status;
-                        error_set(&x->err, status, "%s", err ? err->msg : kvd_strerror(status));
+                        error_set(&x->err, status, "%s", err ? err->msg : status_wire_name(status));
                 }
                 transfer_complete(x, status);
                 return;
@@ -293,7 +293,7 @@ static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
         r = transfer_remote_begin_data(x, p, m, &e);
         if (r < 0) {
                 /* The peer is sending (pull) or waiting (push): keep its stream in step. */
-                transfer_remote_on_orphan_reply(p, KVD_OK, NULL, reply, orphan_flags(x));
+                transfer_remote_on_orphan_reply(p, STATUS_OK, NULL, reply, orphan_flags(x));
                 transfer_remote_leave_peer(x);
                 x->phase = REMOTE_FINISHED;
                 x->status = r;
@@ -348,12 +348,12 @@ static int transfer_status_from_errno(int error)
 {
         switch (error) {
         case 0:
-                return KVD_OK;
+                return STATUS_OK;
         case -EILSEQ:
-                return KVD_E_FAILED;
+                return STATUS_FAILED;
         case -ECANCELED:
         default:
-                return KVD_E_PEER_LOST;
+                return STATUS_PEER_LOST;
         }
 }
 
@@ -368,7 +368,7 @@ static void transfer_remote_tell_done(Transfer *x, int status)
 
         if (!x->peer || x->peer->state != PEER_READY)
                 return;
-        st.code = status;
+        st.code = status_wire_encode(status);
         m.transfer_id = x->id;
         m.status = &st;
         (void)peer_notice(x->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, &m.base);
@@ -386,28 +386,28 @@ void transfer_remote_data_done(Transfer *x, int error)
                 Link *l = x->link;
                 bool link_down = error != 0 && error != -ECANCELED;
 
-                if (status != KVD_OK && x->status == KVD_OK)
+                if (status != STATUS_OK && x->status == STATUS_OK)
                         error_set(&x->err, status, "RDMA %s failed: %s",
                                   transfer_kind_is_pull(x->kind) ? "READ" : "WRITE",
                                   strerror(-error));
-                transfer_remote_tell_done(x, status == KVD_OK ? x->status : status);
+                transfer_remote_tell_done(x, status == STATUS_OK ? x->status : status);
                 transfer_remote_leave_peer(x);
                 transfer_complete(x, status);
                 if (link_down && l && l->state == LINK_UP)
-                        link_set_state(l, LINK_DOWN, KVD_E_PEER_LOST);
+                        link_set_state(l, LINK_DOWN, STATUS_PEER_LOST);
                 return;
         }
-        if (status != KVD_OK && x->status == KVD_OK)
+        if (status != STATUS_OK && x->status == STATUS_OK)
                 error_set(&x->err, status, "%s",
                           error == -EILSEQ ? "a data chunk failed its CRC32C check"
                           : error == -ECANCELED ? "the peer aborted the transfer"
                                                 : "the data connection to the peer failed");
-        if (status != KVD_OK || x->state != TRANSFER_RUNNING || transfer_kind_is_pull(x->kind) ||
+        if (status != STATUS_OK || x->state != TRANSFER_RUNNING || transfer_kind_is_pull(x->kind) ||
             x->remote_done) {
                 if (transfer_kind_is_pull(x->kind))
-                        transfer_remote_tell_done(x, status == KVD_OK ? x->status : status);
+                        transfer_remote_tell_done(x, status == STATUS_OK ? x->status : status);
                 transfer_remote_leave_peer(x);
-                transfer_complete(x, status != KVD_OK ? status : x->remote_status);
+                transfer_complete(x, status != STATUS_OK ? status : x->remote_status);
         }
         /* Else a push whose bytes are all sent: the peer's PeerTransferDone completes it. */
 }
@@ -415,24 +415,22 @@ void transfer_remote_data_done(Transfer *x, int error)
 void peer_handle_transfer_done(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerTransferDone *m = (const Kvdist__V1__PeerTransferDone *)msg;
-        int status = m->status ? m->status->code : KVD_E_PROTOCOL_MISMATCH;
+        int status = m->status ? status_wire_decode(m->status->code) : STATUS_PROTOCOL_MISMATCH;
         Transfer *x;
 
-        if (status > 0 || status < _KVD_E_MIN)
-                status = KVD_E_FAILED;
         CLIST_FOREACH(x, &p->transfers, link_peer) {
                 if (x->id != m->transfer_id || transfer_kind_is_pull(x->kind) ||
                     x->phase == REMOTE_REQUESTED)
                         continue;
                 x->remote_done = true;
                 x->remote_status = status;
-                if (status != KVD_OK && x->status == KVD_OK)
+                if (status != STATUS_OK && x->status == STATUS_OK)
                         error_set(&x->err, status, "the peer could not land the bytes: %s",
                                   m->status && m->status->detail ? m->status->detail : "");
                 if (x->phase == REMOTE_FINISHED) {
                         transfer_remote_leave_peer(x);
                         transfer_complete(x, status);
-                } else if (status != KVD_OK)
+                } else if (status != STATUS_OK)
                         transfer_fail(x, status, "the peer could not land the bytes");
                 return;
         }

@@ -8,8 +8,6 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <kvdist/kvdist.h>
-
 #include "daemon/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
@@ -26,6 +24,7 @@
 #include "daemon/transfer/remote-plan.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
+#include "common/status.h"
 
 const char *transfer_kind_to_string(TransferKind k)
 {
@@ -92,7 +91,7 @@ static void transfer_on_deadline(evutil_socket_t fd, short what, void *userdata)
 {
         Transfer *x = userdata;
 
-        transfer_fail(x, KVD_E_TIMEOUT, "transfer %" PRIu64 " (%s) did not finish within %" PRIu64
+        transfer_fail(x, STATUS_TIMEOUT, "transfer %" PRIu64 " (%s) did not finish within %" PRIu64
                       " ms", x->id, transfer_kind_to_string(x->kind),
                       (x->deadline_usec - x->start_usec) / USEC_PER_MSEC);
 }
@@ -102,7 +101,7 @@ static void transfer_on_request_cancel(Request *req, void *userdata)
         Transfer *x = userdata;
 
         x->req = request_free(req);
-        transfer_fail(x, KVD_E_PEER_LOST, "the client went away");
+        transfer_fail(x, STATUS_PEER_LOST, "the client went away");
 }
 
 static Transfer *transfer_free(Transfer *x)
@@ -186,7 +185,7 @@ static void transfer_answer(Transfer *x, int status)
 
         if (!req)
                 return;
-        if (status == KVD_OK) {
+        if (status == STATUS_OK) {
                 Kvdist__V1__TransferReply reply = KVDIST__V1__TRANSFER_REPLY__INIT;
                 Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
 
@@ -202,12 +201,12 @@ void transfer_complete(Transfer *x, int status)
 {
         Daemon *d = x->daemon;
         /* A failure recorded first (timeout, a lost end) wins over what the transport says. */
-        int final = x->status != KVD_OK ? x->status : status;
+        int final = x->status != STATUS_OK ? x->status : status;
 
         transfer_set_state(x, TRANSFER_DONE);
         metrics_transfer_done(d->metrics, x, final);
 
-        if (final == KVD_OK) {
+        if (final == STATUS_OK) {
                 uint64_t bytes = x->plan->total_bytes;
 
                 d->counters.transfers_ok++;
@@ -272,7 +271,7 @@ void transfer_detach_cluster(Transfer *x)
 
         clist_unlink(&x->link_cluster);
         c->n_transfers--;
-        transfer_fail(x, KVD_E_PEER_LOST, "cluster %" PRIu64 " detached while transfer %" PRIu64
+        transfer_fail(x, STATUS_PEER_LOST, "cluster %" PRIu64 " detached while transfer %" PRIu64
                       " ran", c->id, x->id);
 }
 
@@ -300,17 +299,17 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
                 r = domain_explain_no_link(c, x->key.cluster_id, err);
                 if (r < 0)
                         return r;
-                return error_set(err, KVD_E_NOT_YET_LINK,
+                return error_set(err, STATUS_NOT_YET_LINK,
                                  "cluster %" PRIu64 " has no link to cluster %" PRIu64
                                  "; call kvd_link_clusters() first", c->id, x->key.cluster_id);
         }
         if (l->state != LINK_UP || (!l->remote && !l->peer))
-                return error_set(err, KVD_E_PEER_LOST,
+                return error_set(err, STATUS_PEER_LOST,
                                  "link %" PRIu64 " to cluster %" PRIu64 " is down", l->id,
                                  x->key.cluster_id);
         local = cache_table_find(&c->caches, m->local_cache_id);
         if (!local)
-                return error_set(err, KVD_E_CACHE_NOT_EXIST,
+                return error_set(err, STATUS_CACHE_NOT_EXIST,
                                  "cluster %" PRIu64 " has no cache %" PRIu64, c->id,
                                  m->local_cache_id);
         if (l->remote) {
@@ -344,10 +343,10 @@ static int transfer_build_plan(Transfer *x, const Kvdist__V1__Transfer *m, uint3
         src_tensors = calloc(src->desc.num_tensors, sizeof(PlanTensor));
         dst_tensors = calloc(dst->desc.num_tensors, sizeof(PlanTensor));
         if (!src_tensors || !dst_tensors)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         if (transfer_plan_cache(x, src, src_tensors, &psrc) < 0 ||
             transfer_plan_cache(x, dst, dst_tensors, &pdst) < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "too many regions in one transfer");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "too many regions in one transfer");
 
         transfer_args_from_transfer(m, &args);
         transfer_args_plan_request(&args, x->key.kind, remote_index, &pr);
@@ -368,14 +367,14 @@ int transfer_start(Cluster *c, Request *req, Error *err)
         int r;
 
         if (d->stopping)
-                return error_set(err, KVD_E_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+                return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
         if (c->n_transfers >= lim->max_inflight_per_client)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u transfers in flight "
                                  "(limits.max_inflight_per_client)", c->id, c->n_transfers);
         if (m->n_src_blocks > lim->max_blocks_per_transfer ||
             m->n_dst_blocks > lim->max_blocks_per_transfer)
-                return error_set(err, KVD_E_LIMIT_EXCEEDED,
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "%zu blocks in one transfer, at most %" PRIu32
                                  " (limits.max_blocks_per_transfer)",
                                  MAX(m->n_src_blocks, m->n_dst_blocks),
@@ -383,7 +382,7 @@ int transfer_start(Cluster *c, Request *req, Error *err)
 
         x = calloc(1, sizeof(*x));
         if (!x)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         x->daemon = d;
         x->state = TRANSFER_RUNNING;
         x->kind = (TransferKind)m->kind;
@@ -403,10 +402,10 @@ int transfer_start(Cluster *c, Request *req, Error *err)
                 return r;
         if (m->notify.len > 0) {
                 if (transfer_kind_is_pull(x->kind))
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "only a push carries a notification");
                 if (m->notify.len > TRANSFER_NOTIFY_MAX)
-                        return error_set(err, KVD_E_PARAM_INVALID,
+                        return error_set(err, STATUS_PARAM_INVALID,
                                          "a notification of %zu bytes, at most %d",
                                          m->notify.len, TRANSFER_NOTIFY_MAX);
                 memcpy(x->notify, m->notify.data, m->notify.len);
@@ -449,7 +448,7 @@ int transfer_start(Cluster *c, Request *req, Error *err)
         tv.tv_sec = timeout_ms / 1000;
         tv.tv_usec = (timeout_ms % 1000) * 1000;
         if (!x->timer || evtimer_add(x->timer, &tv) < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot arm the transfer's deadline");
+                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot arm the transfer's deadline");
 
         if (x->link->peer) {
                 r = transfer_remote_start(x, m, err);
@@ -458,7 +457,7 @@ int transfer_start(Cluster *c, Request *req, Error *err)
         } else {
                 r = transport_submit(x->transport, x);
                 if (r < 0)
-                        return error_set(err, KVD_E_FAILED,
+                        return error_set(err, STATUS_FAILED,
                                          "transport %s refused transfer %" PRIu64 ": %s",
                                          transport_name(x->transport), x->id, strerror(-r));
         }

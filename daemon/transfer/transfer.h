@@ -3,7 +3,7 @@
  * Transfer: one pull or push in flight. It resolves the caches on both sides, holds references
  * on every region it touches, turns the request into a plan, hands the plan to the link's
  * transport and answers the client when the transport reports the last byte landed, when the
- * deadline passes (KVD_E_TIMEOUT) or when an end goes away (KVD_E_PEER_LOST). The reply to a
+ * deadline passes (STATUS_TIMEOUT) or when an end goes away (STATUS_PEER_LOST). The reply to a
  * pull is only sent after the transport has stopped writing into the caller's memory, so nothing
  * lands after it. A push only reads the caller's memory: one that fails is answered at once, and
  * the transfer lives on (holding its regions) until the transport let go of the source.
@@ -79,7 +79,7 @@ struct Transfer {
         uint32_t n_regions;
         Plan *plan;
         void *transport_data;   /* the transport's per-transfer state */
-        int status;             /* the first failure, KVD_OK while fine */
+        int status;             /* the first failure, STATUS_OK while fine */
         Error err;
         bool consume_key;       /* a local pull by ReqKey of a pool cache ends the key when it
                                  * succeeds (a peer's: the peer ends it, served.c) */
@@ -113,7 +113,7 @@ struct Transfer {
 
 /*
  * Validates and starts the transfer @req asks for (a kvdist.v1.Transfer from @cluster). On
- * success the transfer owns @req and answers it later. On failure returns a KVD_E_* status with
+ * success the transfer owns @req and answers it later. On failure returns a STATUS_* status with
  * @err filled; @req is still the caller's.
  */
 int transfer_start(Cluster *cluster, Request *req, Error *err);
@@ -125,7 +125,7 @@ int transfer_start(Cluster *cluster, Request *req, Error *err);
 void transfer_complete(Transfer *x, int status);
 
 /*
- * Fails @x with @status (KVD_E_TIMEOUT, KVD_E_PEER_LOST, ...): the transport is asked to stop.
+ * Fails @x with @status (STATUS_TIMEOUT, STATUS_PEER_LOST, ...): the transport is asked to stop.
  * A pull is answered once the transport stopped, a push at once.
  */
 void transfer_fail(Transfer *x, int status, const char *fmt, ...) _printf_(3, 4);
@@ -152,7 +152,7 @@ void transfer_end_key(Daemon *d, const CacheKey *key, const Cache *read);
 
 /*
  * Continues transfer_start() for a link over a peer: asks the peer, which resolves the key and
- * checks the request against what it has now. A KVD_E_* status on failure.
+ * checks the request against what it has now. A STATUS_* status on failure.
  */
 int transfer_remote_start(Transfer *x, const struct Kvdist__V1__Transfer *m, Error *err);
 

@@ -6,21 +6,20 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include <kvdist/kvdist.h>
-
 #include "daemon/daemon.h"
 #include "daemon/transfer/engine.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
+#include "common/status.h"
 
 static void shm_on_done(EngineTask *task, int status, void *userdata)
 {
         Transfer *x = userdata;
 
         x->transport_data = NULL;
-        transfer_complete(x, status == 0 ? KVD_OK : KVD_E_FAILED);
+        transfer_complete(x, status == 0 ? STATUS_OK : STATUS_FAILED);
 }
 
 /* Resolves the plan into copies; every segment is checked against its regions once more, so a

@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                       (strcmp(t.ranks[k].device_ip, t.ranks[i].device_ip) == 0));
                 }
         } else {
-                CHECK(r == KVD_E_PARAM_INVALID || r == KVD_E_OUT_OF_MEMORY);
+                CHECK(r == STATUS_PARAM_INVALID || r == STATUS_OUT_OF_MEMORY);
                 CHECK(err.code == r && err.msg[0]);
         }
 

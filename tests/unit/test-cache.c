@@ -98,7 +98,7 @@ static void check_lookup(const CacheTable *t, CacheKey key, const Cache *want,
         Cache *c = NULL;
         uint32_t index = 12345;
 
-        ck_assert_int_eq(cache_table_lookup(t, &key, &c, &index, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_lookup(t, &key, &c, &index, &err), STATUS_OK);
         ck_assert_ptr_eq(c, want);
         ck_assert_uint_eq(index, want_index);
         ck_assert_int_eq(err.code, 0);
@@ -142,8 +142,8 @@ static void check_desc_invalid(const CacheDesc *d, const char *field)
         Error err = ERROR_INIT;
         uint64_t size = 999;
 
-        ck_assert_int_eq(cache_desc_validate(d, &size, &err), KVD_E_PARAM_INVALID);
-        ck_assert_int_eq(err.code, KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(cache_desc_validate(d, &size, &err), STATUS_PARAM_INVALID);
+        ck_assert_int_eq(err.code, STATUS_PARAM_INVALID);
         ck_assert_msg(strstr(err.msg, field), "message \"%s\" does not name %s", err.msg, field);
         ck_assert_uint_eq(size, 999);
 }
@@ -155,18 +155,18 @@ START_TEST(test_desc_validate)
         uint64_t size = 0;
 
         d = desc_of(4, 32);
-        ck_assert_int_eq(cache_desc_validate(&d, &size, &err), KVD_OK);
+        ck_assert_int_eq(cache_desc_validate(&d, &size, &err), STATUS_OK);
         ck_assert_uint_eq(size, 32 * 16 * 8 * 2);
         ck_assert_int_eq(err.code, 0);
 
         d.n_dims = 1;
         d.shape[0] = 5;
         d.data_type = KVD_DT_DOUBLE;
-        ck_assert_int_eq(cache_desc_validate(&d, &size, NULL), KVD_OK);
+        ck_assert_int_eq(cache_desc_validate(&d, &size, NULL), STATUS_OK);
         ck_assert_uint_eq(size, 40);
 
         d = desc_of(KVD_MAX_TENSORS, 1);
-        ck_assert_int_eq(cache_desc_validate(&d, NULL, NULL), KVD_OK);
+        ck_assert_int_eq(cache_desc_validate(&d, NULL, NULL), STATUS_OK);
 
         d = desc_of(0, 32);
         check_desc_invalid(&d, "desc.num_tensors=0");
@@ -192,7 +192,7 @@ START_TEST(test_desc_validate)
         check_desc_invalid(&d, "desc.shape[3]=0");
         /* Entries past n_dims are not looked at. */
         d.n_dims = 3;
-        ck_assert_int_eq(cache_desc_validate(&d, NULL, NULL), KVD_OK);
+        ck_assert_int_eq(cache_desc_validate(&d, NULL, NULL), STATUS_OK);
 
         d = desc_of(2, 32);
         d.data_type = _KVD_DT_MAX;
@@ -204,7 +204,7 @@ START_TEST(test_desc_validate)
         d = desc_of(2, INT64_MAX / 2);
         d.n_dims = 1;
         d.data_type = KVD_DT_UINT8;
-        ck_assert_int_eq(cache_desc_validate(&d, &size, NULL), KVD_OK);
+        ck_assert_int_eq(cache_desc_validate(&d, &size, NULL), STATUS_OK);
         /* ... or only once multiplied by the tensor count. */
         d.num_tensors = 5;
         check_desc_invalid(&d, "desc.num_tensors=5");
@@ -212,7 +212,7 @@ START_TEST(test_desc_validate)
         /* The first failure is the one reported. */
         error_clear(&err);
         d = desc_of(0, 0);
-        ck_assert_int_eq(cache_desc_validate(&d, NULL, &err), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(cache_desc_validate(&d, NULL, &err), STATUS_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(err.msg, "desc.num_tensors"));
 }
 END_TEST
@@ -317,7 +317,7 @@ START_TEST(test_contiguous_keys)
         check_counts(&t, 0, 0, 0);
 
         c = make_cache(CACHE_CONTIGUOUS, 1, 2, 4, false);
-        ck_assert_int_eq(cache_table_add(&t, c, keys, 4, false, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, c, keys, 4, false, &err), STATUS_OK);
         ck_assert_int_eq(err.code, 0);
         ck_assert_ptr_eq(cache_table_find(&t, 1), c);
         ck_assert_ptr_null(cache_table_find(&t, 2));
@@ -330,31 +330,31 @@ START_TEST(test_contiguous_keys)
         check_lookup(&t, req(100), c, 0);
         check_lookup(&t, prefix(200), c, 2);
         check_lookup(&t, req(101), c, 3);
-        check_lookup_fails(&t, req(102), KVD_E_CACHE_NOT_EXIST);
-        check_lookup_fails(&t, prefix(100), KVD_E_CACHE_NOT_EXIST);
-        check_lookup_fails(&t, empty_slot(), KVD_E_PARAM_INVALID);
+        check_lookup_fails(&t, req(102), STATUS_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, prefix(100), STATUS_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, empty_slot(), STATUS_PARAM_INVALID);
         {
                 CacheKey other_model = req(100), other_cluster = req(100);
 
                 other_model.model_id = 1;
                 other_cluster.cluster_id = 8;
-                check_lookup_fails(&t, other_model, KVD_E_CACHE_NOT_EXIST);
-                check_lookup_fails(&t, other_cluster, KVD_E_CACHE_NOT_EXIST);
+                check_lookup_fails(&t, other_model, STATUS_CACHE_NOT_EXIST);
+                check_lookup_fails(&t, other_cluster, STATUS_CACHE_NOT_EXIST);
         }
 
         /* By id and index: the index is checked against the batch size. */
         check_lookup(&t, id_index(1, 0), c, 0);
         check_lookup(&t, id_index(1, 3), c, 3);
-        check_lookup_fails(&t, id_index(1, 4), KVD_E_PARAM_INVALID);
-        check_lookup_fails(&t, id_index(2, 0), KVD_E_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, id_index(1, 4), STATUS_PARAM_INVALID);
+        check_lookup_fails(&t, id_index(2, 0), STATUS_CACHE_NOT_EXIST);
         {
                 CacheKey k = id_index(1, 0);
 
                 k.cluster_id = 8;
-                check_lookup_fails(&t, k, KVD_E_CACHE_NOT_EXIST);
+                check_lookup_fails(&t, k, STATUS_CACHE_NOT_EXIST);
                 k = req(100);
                 k.kind = 9;
-                check_lookup_fails(&t, k, KVD_E_PARAM_INVALID);
+                check_lookup_fails(&t, k, STATUS_PARAM_INVALID);
         }
 
         cache_table_deinit(&t);
@@ -387,23 +387,23 @@ START_TEST(test_contiguous_invalid_keys)
 
         /* More keys than batch slots. */
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), keys, 5,
-                        KVD_E_PARAM_INVALID, "5 keys");
+                        STATUS_PARAM_INVALID, "5 keys");
 
         k[0] = req(1);
         k[1] = blocks(0);
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2,
-                        KVD_E_PARAM_INVALID, "keys[1]");
+                        STATUS_PARAM_INVALID, "keys[1]");
         k[1] = id_index(1, 0);
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2,
-                        KVD_E_PARAM_INVALID, "keys[1]");
+                        STATUS_PARAM_INVALID, "keys[1]");
         k[1] = req(2);
         k[1].prefix_id = 3;
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2,
-                        KVD_E_PARAM_INVALID, "keys[1]");
+                        STATUS_PARAM_INVALID, "keys[1]");
         k[1] = req(2);
         k[1].cluster_id = 9;
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2,
-                        KVD_E_PARAM_INVALID, "key cluster_id 9 is not this cluster (7)");
+                        STATUS_PARAM_INVALID, "key cluster_id 9 is not this cluster (7)");
 
         /* An empty slot names nothing, whatever its other fields say. */
         k[1] = empty_slot();
@@ -412,7 +412,7 @@ START_TEST(test_contiguous_invalid_keys)
                 Error err = ERROR_INIT;
                 Cache *c = make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true);
 
-                ck_assert_int_eq(cache_table_add(&t, c, k, 2, true, &err), KVD_OK);
+                ck_assert_int_eq(cache_table_add(&t, c, k, 2, true, &err), STATUS_OK);
                 check_counts(&t, 1, 1, 2);
                 ck_assert_uint_eq(c->n_key_holds, 1);
         }
@@ -433,29 +433,29 @@ START_TEST(test_duplicate_req_key)
 
         cache_table_init(&t);
         a = make_cache(CACHE_CONTIGUOUS, 1, 2, 2, true);
-        ck_assert_int_eq(cache_table_add(&t, a, first, 2, true, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, a, first, 2, true, &err), STATUS_OK);
 
         /* prefix(2) names cache 1 already: none of the second cache is added, not even req 10. */
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 2, 2, 4, true), second, 3,
-                        KVD_E_CACHE_KEY_ALREADY_EXIST, "names cache 1 already");
-        check_lookup_fails(&t, req(10), KVD_E_CACHE_NOT_EXIST);
+                        STATUS_CACHE_KEY_ALREADY_EXIST, "names cache 1 already");
+        check_lookup_fails(&t, req(10), STATUS_CACHE_NOT_EXIST);
         check_lookup(&t, prefix(2), a, 1);
         ck_assert_uint_eq(a->n_key_holds, 2);
 
         /* The same key twice in one call. */
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 2, 2, 4, true), twice, 2,
-                        KVD_E_CACHE_KEY_ALREADY_EXIST, "keys[1]");
-        check_lookup_fails(&t, req(20), KVD_E_CACHE_NOT_EXIST);
+                        STATUS_CACHE_KEY_ALREADY_EXIST, "keys[1]");
+        check_lookup_fails(&t, req(20), STATUS_CACHE_NOT_EXIST);
 
         /* A cache id that is in the table already. */
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), NULL, 0,
-                        KVD_E_CACHE_ID_ALREADY_EXIST, "cache id 1");
+                        STATUS_CACHE_ID_ALREADY_EXIST, "cache id 1");
 
         /* Same request, another model: a different key. */
         other_model[0].model_id = 1;
         b = make_cache(CACHE_CONTIGUOUS, 2, 2, 1, false);
         error_clear(&err);
-        ck_assert_int_eq(cache_table_add(&t, b, other_model, 1, false, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, b, other_model, 1, false, &err), STATUS_OK);
         check_lookup(&t, req(1), a, 0);
         check_lookup(&t, other_model[0], b, 0);
         check_counts(&t, 2, 3, 4);
@@ -474,13 +474,13 @@ START_TEST(test_blocks_keys)
 
         cache_table_init(&t);
         a = make_cache(CACHE_BLOCKS, 1, 2, 64, false);
-        ck_assert_int_eq(cache_table_add(&t, a, &k0, 1, false, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, a, &k0, 1, false, &err), STATUS_OK);
         check_lookup(&t, k0, a, 0);
-        check_lookup_fails(&t, k1, KVD_E_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, k1, STATUS_CACHE_NOT_EXIST);
 
         /* Last wins: the key moves to b; a stays registered, reachable by id. */
         b = make_cache(CACHE_BLOCKS, 2, 2, 64, false);
-        ck_assert_int_eq(cache_table_add(&t, b, &k0, 1, false, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, b, &k0, 1, false, &err), STATUS_OK);
         check_lookup(&t, k0, b, 0);
         check_counts(&t, 2, 1, 4);
         ck_assert_ptr_eq(cache_table_find(&t, 1), a);
@@ -491,7 +491,7 @@ START_TEST(test_blocks_keys)
 
         /* Another model's key is another key. */
         c = make_cache(CACHE_BLOCKS, 3, 2, 64, true);
-        ck_assert_int_eq(cache_table_add(&t, c, &k1, 1, true, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, c, &k1, 1, true, &err), STATUS_OK);
         check_lookup(&t, k0, b, 0);
         check_lookup(&t, k1, c, 0);
         check_counts(&t, 3, 2, 6);
@@ -501,32 +501,32 @@ START_TEST(test_blocks_keys)
 
         /* At most one key, and only a blocks key. */
         check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 2,
-                        KVD_E_PARAM_INVALID, "2 keys");
+                        STATUS_PARAM_INVALID, "2 keys");
         two[0] = req(5);
         check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 1,
-                        KVD_E_PARAM_INVALID, "keys[0]");
+                        STATUS_PARAM_INVALID, "keys[0]");
         two[0] = id_index(1, 0);
         check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 1,
-                        KVD_E_PARAM_INVALID, "keys[0]");
+                        STATUS_PARAM_INVALID, "keys[0]");
         two[0] = blocks(0);
         two[0].cluster_id = 9;
         check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 1,
-                        KVD_E_PARAM_INVALID, "key cluster_id 9 is not this cluster (7)");
+                        STATUS_PARAM_INVALID, "key cluster_id 9 is not this cluster (7)");
         check_lookup(&t, k0, b, 0);
 
         /* Removing the key leaves the registered cache. */
         error_clear(&err);
-        ck_assert_int_eq(cache_table_remove_key(&t, &k0, &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_remove_key(&t, &k0, &dead, &err), STATUS_OK);
         ck_assert_ptr_null(dead);
-        check_lookup_fails(&t, k0, KVD_E_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, k0, STATUS_CACHE_NOT_EXIST);
         ck_assert_ptr_eq(cache_table_find(&t, 2), b);
-        ck_assert_int_eq(cache_table_remove_key(&t, &k0, &dead, &err), KVD_E_CACHE_NOT_EXIST);
+        ck_assert_int_eq(cache_table_remove_key(&t, &k0, &dead, &err), STATUS_CACHE_NOT_EXIST);
 
         /* The pool cache dies with its id hold, taking its key along. */
         error_clear(&err);
-        ck_assert_int_eq(cache_table_release_id(&t, 3, &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_release_id(&t, 3, &dead, &err), STATUS_OK);
         ck_assert_ptr_eq(dead, c);
-        check_lookup_fails(&t, k1, KVD_E_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, k1, STATUS_CACHE_NOT_EXIST);
         check_counts(&t, 2, 0, 4);
         cache_free(dead);
 
@@ -542,28 +542,28 @@ START_TEST(test_tensor_limit)
 
         cache_table_init(&t);
         a = make_cache(CACHE_CONTIGUOUS, 1, 100, 1, false);
-        ck_assert_int_eq(cache_table_add(&t, a, NULL, 0, false, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, a, NULL, 0, false, &err), STATUS_OK);
         b = make_cache(CACHE_BLOCKS, 2, 100, 8, false);
-        ck_assert_int_eq(cache_table_add(&t, b, NULL, 0, false, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, b, NULL, 0, false, &err), STATUS_OK);
         check_counts(&t, 2, 0, 200);
 
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 3, 41, 1, false), NULL, 0,
-                        KVD_E_PARAM_INVALID, "200 tensor addresses are registered already");
+                        STATUS_PARAM_INVALID, "200 tensor addresses are registered already");
         ck_assert_int_eq(cache_table_add(&t, make_cache(CACHE_CONTIGUOUS, 3, 40, 1, false), NULL,
                                          0, false, &err),
-                         KVD_OK);
+                         STATUS_OK);
         check_counts(&t, 3, 0, 240);
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 4, 1, 1, false), NULL, 0,
-                        KVD_E_PARAM_INVALID, "240 tensor addresses");
+                        STATUS_PARAM_INVALID, "240 tensor addresses");
 
         /* Removing a cache gives its addresses back. */
-        ck_assert_int_eq(cache_table_remove(&t, 1, &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_remove(&t, 1, &dead, &err), STATUS_OK);
         ck_assert_ptr_eq(dead, a);
         cache_free(dead);
         check_counts(&t, 2, 0, 140);
         ck_assert_int_eq(cache_table_add(&t, make_cache(CACHE_CONTIGUOUS, 4, 100, 1, false), NULL,
                                          0, false, &err),
-                         KVD_OK);
+                         STATUS_OK);
         check_counts(&t, 3, 0, 240);
 
         cache_table_deinit(&t);
@@ -579,56 +579,56 @@ START_TEST(test_pool_holds_keys_last)
 
         cache_table_init(&t);
         c = make_cache(CACHE_CONTIGUOUS, 5, 2, 4, true);
-        ck_assert_int_eq(cache_table_add(&t, c, keys, 4, true, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, c, keys, 4, true, &err), STATUS_OK);
         ck_assert(c->id_held);
         ck_assert_uint_eq(c->n_key_holds, 3);
 
         /* The id's hold ends first: the keys keep it alive. */
-        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), STATUS_OK);
         ck_assert_ptr_null(dead);
         ck_assert(!c->id_held);
-        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), KVD_E_CACHE_NOT_EXIST);
+        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), STATUS_CACHE_NOT_EXIST);
         ck_assert_ptr_nonnull(strstr(err.msg, "cache 5"));
         error_clear(&err);
         check_lookup(&t, req(2), c, 2);
 
         dead = c;
-        ck_assert_int_eq(cache_table_remove_key(&t, &keys[2], &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_remove_key(&t, &keys[2], &dead, &err), STATUS_OK);
         ck_assert_ptr_null(dead);
         ck_assert_uint_eq(c->n_key_holds, 2);
-        check_lookup_fails(&t, req(2), KVD_E_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, req(2), STATUS_CACHE_NOT_EXIST);
         ck_assert_int_eq(cache_table_remove_key(&t, &keys[2], &dead, &err),
-                         KVD_E_CACHE_NOT_EXIST);
+                         STATUS_CACHE_NOT_EXIST);
         error_clear(&err);
         ck_assert_uint_eq(c->n_key_holds, 2);
 
         /* An empty slot or an id key is not a registered key. */
         ck_assert_int_eq(cache_table_remove_key(&t, &keys[1], &dead, &err),
-                         KVD_E_CACHE_NOT_EXIST);
+                         STATUS_CACHE_NOT_EXIST);
         error_clear(&err);
         {
                 CacheKey k = id_index(5, 0);
 
                 ck_assert_int_eq(cache_table_remove_key(&t, &k, &dead, &err),
-                                 KVD_E_PARAM_INVALID);
+                                 STATUS_PARAM_INVALID);
                 error_clear(&err);
         }
 
         dead = c;
-        ck_assert_int_eq(cache_table_remove_key(&t, &keys[3], &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_remove_key(&t, &keys[3], &dead, &err), STATUS_OK);
         ck_assert_ptr_null(dead);
         ck_assert_uint_eq(c->n_key_holds, 1);
         check_counts(&t, 1, 1, 2);
 
         /* The last hold goes: the cache is handed back, unlinked, keys and all. */
-        ck_assert_int_eq(cache_table_remove_key(&t, &keys[0], &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_remove_key(&t, &keys[0], &dead, &err), STATUS_OK);
         ck_assert_ptr_eq(dead, c);
         ck_assert(!clist_is_linked(&c->link_table));
         ck_assert_uint_eq(c->n_key_holds, 0);
         check_counts(&t, 0, 0, 0);
         ck_assert_ptr_null(cache_table_find(&t, 5));
-        check_lookup_fails(&t, id_index(5, 0), KVD_E_CACHE_NOT_EXIST);
-        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), KVD_E_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, id_index(5, 0), STATUS_CACHE_NOT_EXIST);
+        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), STATUS_CACHE_NOT_EXIST);
         cache_free(c);
 
         cache_table_deinit(&t);
@@ -644,31 +644,31 @@ START_TEST(test_pool_holds_id_last)
 
         cache_table_init(&t);
         c = make_cache(CACHE_CONTIGUOUS, 5, 2, 2, true);
-        ck_assert_int_eq(cache_table_add(&t, c, keys, 2, true, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, c, keys, 2, true, &err), STATUS_OK);
         other = make_cache(CACHE_CONTIGUOUS, 6, 2, 1, true);
-        ck_assert_int_eq(cache_table_add(&t, other, NULL, 0, true, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, other, NULL, 0, true, &err), STATUS_OK);
 
         for (unsigned i = 0; i < 2; i++) {
                 dead = c;
-                ck_assert_int_eq(cache_table_remove_key(&t, &keys[i], &dead, &err), KVD_OK);
+                ck_assert_int_eq(cache_table_remove_key(&t, &keys[i], &dead, &err), STATUS_OK);
                 ck_assert_ptr_null(dead);
         }
         ck_assert_uint_eq(c->n_key_holds, 0);
         ck_assert_ptr_eq(cache_table_find(&t, 5), c);
         check_lookup(&t, id_index(5, 1), c, 1);
 
-        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), STATUS_OK);
         ck_assert_ptr_eq(dead, c);
         check_counts(&t, 1, 0, 2);
         cache_free(dead);
 
         /* A pool cache without keys dies with its id. */
-        ck_assert_int_eq(cache_table_release_id(&t, 6, &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_release_id(&t, 6, &dead, &err), STATUS_OK);
         ck_assert_ptr_eq(dead, other);
         check_counts(&t, 0, 0, 0);
         cache_free(dead);
 
-        ck_assert_int_eq(cache_table_release_id(&t, 6, &dead, &err), KVD_E_CACHE_NOT_EXIST);
+        ck_assert_int_eq(cache_table_release_id(&t, 6, &dead, &err), STATUS_CACHE_NOT_EXIST);
         cache_table_deinit(&t);
 }
 END_TEST
@@ -683,12 +683,12 @@ START_TEST(test_pool_without_key_holds)
         /* Keys that do not hold: the id's release ends the cache and its keys go with it. */
         cache_table_init(&t);
         c = make_cache(CACHE_CONTIGUOUS, 5, 2, 2, true);
-        ck_assert_int_eq(cache_table_add(&t, c, keys, 2, false, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, c, keys, 2, false, &err), STATUS_OK);
         ck_assert_uint_eq(c->n_key_holds, 0);
-        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), STATUS_OK);
         ck_assert_ptr_eq(dead, c);
         check_counts(&t, 0, 0, 0);
-        check_lookup_fails(&t, req(1), KVD_E_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, req(1), STATUS_CACHE_NOT_EXIST);
         cache_free(dead);
         cache_table_deinit(&t);
 }
@@ -703,20 +703,20 @@ START_TEST(test_registered_cache)
 
         cache_table_init(&t);
         c = make_cache(CACHE_CONTIGUOUS, 5, 2, 2, false);
-        ck_assert_int_eq(cache_table_add(&t, c, keys, 2, false, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, c, keys, 2, false, &err), STATUS_OK);
         ck_assert(!c->id_held);
 
         /* Not from the pool: there is no id hold to release. */
-        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(cache_table_release_id(&t, 5, &dead, &err), STATUS_PARAM_INVALID);
         ck_assert_ptr_null(dead);
         error_clear(&err);
-        ck_assert_int_eq(cache_table_release_id(&t, 99, &dead, &err), KVD_E_CACHE_NOT_EXIST);
+        ck_assert_int_eq(cache_table_release_id(&t, 99, &dead, &err), STATUS_CACHE_NOT_EXIST);
         error_clear(&err);
 
         /* Losing every key does not end a registered cache. */
         for (unsigned i = 0; i < 2; i++) {
                 dead = c;
-                ck_assert_int_eq(cache_table_remove_key(&t, &keys[i], &dead, &err), KVD_OK);
+                ck_assert_int_eq(cache_table_remove_key(&t, &keys[i], &dead, &err), STATUS_OK);
                 ck_assert_ptr_null(dead);
         }
         ck_assert_ptr_eq(cache_table_find(&t, 5), c);
@@ -735,33 +735,33 @@ START_TEST(test_remove)
 
         cache_table_init(&t);
         a = make_cache(CACHE_CONTIGUOUS, 1, 2, 2, true);
-        ck_assert_int_eq(cache_table_add(&t, a, keys, 2, true, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, a, keys, 2, true, &err), STATUS_OK);
         b = make_cache(CACHE_BLOCKS, 2, 3, 16, false);
-        ck_assert_int_eq(cache_table_add(&t, b, &bk, 1, false, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, b, &bk, 1, false, &err), STATUS_OK);
         check_counts(&t, 2, 3, 5);
 
         /* Unknown id: success, nothing returned. */
-        ck_assert_int_eq(cache_table_remove(&t, 42, &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_remove(&t, 42, &dead, &err), STATUS_OK);
         ck_assert_ptr_null(dead);
 
         /* A held pool cache goes anyway, with its keys. */
-        ck_assert_int_eq(cache_table_remove(&t, 1, &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_remove(&t, 1, &dead, &err), STATUS_OK);
         ck_assert_ptr_eq(dead, a);
         ck_assert(!clist_is_linked(&a->link_table));
         check_counts(&t, 1, 1, 3);
-        check_lookup_fails(&t, req(1), KVD_E_CACHE_NOT_EXIST);
-        check_lookup_fails(&t, req(2), KVD_E_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, req(1), STATUS_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, req(2), STATUS_CACHE_NOT_EXIST);
         check_lookup(&t, bk, b, 0);
         cache_free(dead);
 
         /* The key is free for a new cache. */
         a = make_cache(CACHE_CONTIGUOUS, 1, 2, 2, true);
-        ck_assert_int_eq(cache_table_add(&t, a, keys, 2, true, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_add(&t, a, keys, 2, true, &err), STATUS_OK);
         check_lookup(&t, req(2), a, 1);
 
-        ck_assert_int_eq(cache_table_remove(&t, 2, &dead, &err), KVD_OK);
+        ck_assert_int_eq(cache_table_remove(&t, 2, &dead, &err), STATUS_OK);
         ck_assert_ptr_eq(dead, b);
-        check_lookup_fails(&t, bk, KVD_E_CACHE_NOT_EXIST);
+        check_lookup_fails(&t, bk, STATUS_CACHE_NOT_EXIST);
         check_counts(&t, 1, 2, 2);
         cache_free(dead);
 

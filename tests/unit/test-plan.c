@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kvdist/kvdist.h>
 #include "tests/unit/plan-fixture.h"
 #include "daemon/transfer/plan.h"
 
@@ -98,12 +97,12 @@ START_TEST(test_blocks_list_lengths)
         cache_init(&dst, true, 4, 512, 4096, 1, 0, 0);
 
         req = blocks_request(&src, &dst, sb, 4, db, 5);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "src_blocks has 4 entries but dst_blocks has 5");
         req = blocks_request(&src, &dst, sb, 0, db, 0);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "src_blocks is empty");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "src_blocks is empty");
         req = blocks_request(&src, &dst, NULL, 2, NULL, 2);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "src_blocks is missing");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "src_blocks is missing");
 }
 END_TEST
 
@@ -117,11 +116,11 @@ START_TEST(test_blocks_out_of_range)
         cache_init(&dst, true, 4, 512, 4096, 1, 0, 0);
 
         req = blocks_request(&src, &dst, sb, 4, db, 4);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "src_blocks[1]=512 is out of range, cache has 512 blocks");
         sb[1] = 511;
         req = blocks_request(&src, &dst, sb, 4, db, 4);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "dst_blocks[3]=900 is out of range, cache has 512 blocks");
         db[3] = 511;
         Plan *p = build_ok(&req);
@@ -143,11 +142,11 @@ static void check_repeats(uint64_t dst_units)
         cache_init(&dst, true, 2, dst_units, 1, 1, 0, 0);
 
         req = blocks_request(&src, &dst, sb, 8, db, 8);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "dst_blocks[7]=12 repeats dst_blocks[2]");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "dst_blocks[7]=12 repeats dst_blocks[2]");
         req = blocks_request(&src, &dst, sb, 5, db2, 5);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "dst_blocks[2]=5 repeats dst_blocks[0]");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "dst_blocks[2]=5 repeats dst_blocks[0]");
         req = blocks_request(&src, &dst, sb, 4, db3, 4);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "dst_blocks[2]=5 repeats dst_blocks[1]");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "dst_blocks[2]=5 repeats dst_blocks[1]");
 
         db[7] = 13;
         req = blocks_request(&src, &dst, sb, 8, db, 8);
@@ -178,7 +177,7 @@ START_TEST(test_block_size_mismatch)
         cache_init(&src, true, 4, 16, 4096, 0, 0, 0);
         cache_init(&dst, true, 4, 16, 8192, 1, 0, 0);
         req = blocks_request(&src, &dst, b, 1, b, 1);
-        assert_plan_error(&req, KVD_E_CACHE_INCOMPATIBLE,
+        assert_plan_error(&req, STATUS_CACHE_INCOMPATIBLE,
                           "block size differs: source 4096 bytes, destination 8192");
 }
 END_TEST
@@ -195,7 +194,7 @@ START_TEST(test_tensor_num_per_layer)
         req.tensor_num_per_layer = 3;
         req.src_layers = (PlanLayers){ 0, 2 };
         req.dst_layers = (PlanLayers){ 0, 2 };
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "tensor_num_per_layer=3 does not divide num_tensors=16 of the source "
                           "cache");
 
@@ -204,7 +203,7 @@ START_TEST(test_tensor_num_per_layer)
         req.tensor_num_per_layer = 3;
         req.src_layers = (PlanLayers){ 0, 2 };
         req.dst_layers = (PlanLayers){ 0, 2 };
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "tensor_num_per_layer=3 does not divide num_tensors=16 of the "
                           "destination cache");
 
@@ -214,7 +213,7 @@ START_TEST(test_tensor_num_per_layer)
         cache_init(&dst, true, 3, 8, 64, 1, 0, 0);
         req = blocks_request(&src, &dst, b, 1, b, 1);
         req.src_layers = (PlanLayers){ 0, 0 };
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "tensor_num_per_layer=2 does not divide");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "tensor_num_per_layer=2 does not divide");
 }
 END_TEST
 
@@ -266,7 +265,7 @@ START_TEST(test_no_layer_range_moves_every_tensor)
         cache_init(&src, true, 3, 8, 64, 0, 0, 0);
         cache_init(&dst, true, 2, 8, 64, 1, 0, 0);
         req = blocks_request(&src, &dst, sb, 2, db, 2);
-        assert_plan_error(&req, KVD_E_CACHE_INCOMPATIBLE,
+        assert_plan_error(&req, STATUS_CACHE_INCOMPATIBLE,
                           "the source cache has 3 tensors, the destination 2");
 }
 END_TEST
@@ -283,28 +282,28 @@ START_TEST(test_layer_ranges)
         req = blocks_request(&src, &dst, b, 1, b, 1);
         req.src_layers = (PlanLayers){ 2, 9 };
         req.dst_layers = (PlanLayers){ 0, 3 };
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "src_layers [2, 9] is outside the 8 layers of the source cache");
 
         req.src_layers = (PlanLayers){ 2, 5 };
         req.dst_layers = (PlanLayers){ 1, 4 };
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "dst_layers [1, 4] is outside the 4 layers of the destination cache");
 
         req.src_layers = (PlanLayers){ 5, 2 };
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "src_layers [5, 2] is not a layer range");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "src_layers [5, 2] is not a layer range");
         req.src_layers = (PlanLayers){ -2, 3 };
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "src_layers [-2, 3] is not a layer range");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "src_layers [-2, 3] is not a layer range");
 
         req.src_layers = (PlanLayers){ 0, 2 };
         req.dst_layers = (PlanLayers){ 2, 3 };
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "src_layers has 3 layers but dst_layers has 2");
 
         /* all layers of both: 16 tensors against 8 */
         req.src_layers = (PlanLayers){ PLAN_LAYERS_ALL, 0 };
         req.dst_layers = (PlanLayers){ PLAN_LAYERS_ALL, 0 };
-        assert_plan_error(&req, KVD_E_CACHE_INCOMPATIBLE,
+        assert_plan_error(&req, STATUS_CACHE_INCOMPATIBLE,
                           "the source cache has 16 tensors, the destination 8");
 
         /* all layers of a 4-layer destination against 4 source layers; last is ignored */
@@ -326,26 +325,26 @@ START_TEST(test_cache_kinds)
         cache_init(&cont, false, 2, 4, 64, 1, 0, 0);
 
         req = blocks_request(&cont, &blk, b, 1, b, 1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "the source cache is contiguous but this transfer needs a blocks cache");
         req = blocks_request(&blk, &cont, b, 1, b, 1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "the destination cache is contiguous but this transfer needs a blocks "
                           "cache");
         req = item_request(&blk, &cont, 0, 0, -1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "the source cache is a blocks cache but this transfer needs a "
                           "contiguous cache");
         req = item_request(&cont, &blk, 0, 0, -1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "the destination cache is a blocks cache but this transfer needs a "
                           "contiguous cache");
         req = item_to_blocks_request(&blk, &blk, 0, b, 1, -1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "the source cache is a blocks cache but this transfer needs a "
                           "contiguous cache");
         req = item_to_blocks_request(&cont, &cont, 0, b, 1, -1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "the destination cache is contiguous but this transfer needs a blocks "
                           "cache");
 }
@@ -362,33 +361,33 @@ START_TEST(test_item_validation)
         cache_init(&dst_small, false, 2, 4, 2048, 1, 0, 0);
 
         req = item_request(&src, &dst, 4, 0, -1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "src_index=4 is out of range, the source cache has batch size 4");
         req = item_request(&src, &dst, 0, 7, -1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "dst_index=7 is out of range, the destination cache has batch size 4");
         req = item_request(&src, &dst, 0, 0, 0);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "size=0 is invalid");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "size=0 is invalid");
         req = item_request(&src, &dst, 0, 0, -5);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "size=-5 is invalid");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "size=-5 is invalid");
         req = item_request(&src, &dst, 0, 0, 5000);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "size=5000 is larger than the source item (4096 bytes)");
         req = item_request(&src, &dst_small, 0, 0, 3000);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "size=3000 is larger than the destination item (2048 bytes)");
         req = item_request(&src, &dst_small, 0, 0, -1);
-        assert_plan_error(&req, KVD_E_CACHE_INCOMPATIBLE,
+        assert_plan_error(&req, STATUS_CACHE_INCOMPATIBLE,
                           "item size differs: source 4096 bytes, destination 2048");
         req = item_request(&src, &dst, 0, 0, -1);
         req.src_blocks = b;
         req.n_src_blocks = 2;
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "src_blocks has 2 entries but must be empty");
         req = item_request(&src, &dst, 0, 0, -1);
         req.dst_blocks = b;
         req.n_dst_blocks = 1;
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "dst_blocks has 1 entries but must be empty");
 
         /* a smaller size fits a smaller destination item */
@@ -412,37 +411,37 @@ START_TEST(test_item_to_blocks_validation)
         cache_init(&dst, true, 2, 16, 4096, 1, 0, 0);
 
         req = item_to_blocks_request(&src, &dst, 0, b, 3, -1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "dst_blocks has 3 blocks of 4096 bytes but the source item is 16384 "
                           "bytes, which fills 4");
         req = item_to_blocks_request(&src, &dst, 0, b, 5, -1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "dst_blocks has 5 blocks of 4096 bytes but the source item is 16384 "
                           "bytes, which fills 4");
         req = item_to_blocks_request(&src, &dst, 0, b, 1, 4097);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "which fills 2");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "which fills 2");
         req = item_to_blocks_request(&src, &dst, 0, b, 0, -1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "dst_blocks is empty");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "dst_blocks is empty");
         req = item_to_blocks_request(&src, &dst, 2, b, 4, -1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "src_index=2 is out of range, the source cache has batch size 2");
         req = item_to_blocks_request(&src, &dst, 0, b, 4, 16385);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "size=16385 is larger than the source item (16384 bytes)");
         req = item_to_blocks_request(&src, &dst, 0, b, 4, 0);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "size=0 is invalid");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "size=0 is invalid");
         req = item_to_blocks_request(&src, &dst, 0, b, 4, -1);
         req.src_blocks = b;
         req.n_src_blocks = 1;
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "src_blocks has 1 entries but must be empty when the source cache is "
                           "contiguous");
         b[3] = 16;
         req = item_to_blocks_request(&src, &dst, 0, b, 4, -1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "dst_blocks[3]=16 is out of range, cache has 16 blocks");
         b[3] = 1;
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "dst_blocks[3]=1 repeats dst_blocks[1]");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "dst_blocks[3]=1 repeats dst_blocks[1]");
 }
 END_TEST
 
@@ -457,37 +456,37 @@ START_TEST(test_malformed_request)
         cache_init(&src, true, 2, 4, 64, 0, 0, 0);
         cache_init(&dst, true, 2, 4, 64, 1, 0, 0);
 
-        ck_assert_int_eq(plan_build(NULL, &p, &err), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(plan_build(NULL, &p, &err), STATUS_PARAM_INVALID);
         ck_assert_ptr_eq(p, SENTINEL);
 
         req = blocks_request(&src, &dst, b, 1, b, 1);
         req.mode = _PLAN_MODE_MAX;
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "unknown transfer mode 3");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "unknown transfer mode 3");
         req.mode = _PLAN_MODE_INVALID;
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "unknown transfer mode -22");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "unknown transfer mode -22");
 
         req = blocks_request(&src, &dst, b, 1, b, 1);
         req.src = NULL;
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "no source cache");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "no source cache");
         req = blocks_request(&src, &dst, b, 1, b, 1);
         req.dst = NULL;
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "no destination cache");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "no destination cache");
 
         dst.c.tensor_size = 100; /* 4 blocks of 64 do not fit */
         req = blocks_request(&src, &dst, b, 1, b, 1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "the destination cache has 4 units of 64 bytes, more than its tensor "
                           "size of 100 bytes");
         cache_init(&dst, true, 2, 4, 64, 1, 0, 0);
         dst.t[1].offset = UINT64_MAX - 100;
         req = blocks_request(&src, &dst, b, 1, b, 1);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID,
+        assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "tensor 1 of the destination cache ends past 2^64");
         cache_init(&dst, true, 2, 4, 64, 1, 0, 0);
         dst.c.stride = 0;
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "the destination cache has no blocks");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "the destination cache has no blocks");
         cache_init(&dst, true, 0, 4, 64, 1, 0, 0);
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "the destination cache has no tensors");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "the destination cache has no tensors");
 }
 END_TEST
 
@@ -503,9 +502,9 @@ START_TEST(test_null_error)
         cache_init(&dst, true, 2, 4, 64, 1, 0, 0);
         req = blocks_request(&src, &dst, b, 1, b, 1);
         /* a NULL Error is allowed */
-        ck_assert_int_eq(plan_build(&req, &p, NULL), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(plan_build(&req, &p, NULL), STATUS_PARAM_INVALID);
         ck_assert_ptr_null(p);
-        ck_assert_int_eq(plan_build(&req, &p, &err), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(plan_build(&req, &p, &err), STATUS_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(err.msg, "src_blocks[0]=9"));
 }
 END_TEST
@@ -780,7 +779,7 @@ START_TEST(test_large_request)
         plan_free(p);
 
         db[n - 1] = db[0];
-        assert_plan_error(&req, KVD_E_PARAM_INVALID, "dst_blocks[9999]=0 repeats dst_blocks[0]");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "dst_blocks[9999]=0 repeats dst_blocks[0]");
         free(sb);
         free(db);
 }

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kvdist/kvdist.h>
 
 #include "daemon/domain/rank-table.h"
 
@@ -22,7 +21,7 @@ static void refused(const char *json, const char *want)
         Error err = ERROR_INIT;
         RankTable t;
 
-        ck_assert_int_eq(rank_table_parse(json, &t, &err), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(rank_table_parse(json, &t, &err), STATUS_PARAM_INVALID);
         ck_assert_msg(strstr(err.msg, want), "wanted \"%s\" in \"%s\"", want, err.msg);
         ck_assert_ptr_nonnull(strstr(err.msg, "rank_table: "));
 }
@@ -173,7 +172,7 @@ START_TEST(test_fragment)
                                  "[{\"device_id\": \"3\", \"device_ip\": \"10.1.1.1\", "
                                  "\"rank_id\": \"0\"}]}]}",
                                  &d, &err),
-                         KVD_E_PARAM_INVALID);
+                         STATUS_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(err.msg, "local_comm_res: server_list[0].device[0].rank_id"));
         error_clear(&err);
         ck_assert_int_eq(rank_table_parse_fragment(
@@ -181,13 +180,13 @@ START_TEST(test_fragment)
                                  "[{\"device_id\": \"3\", \"device_ip\": \"10.1.1.1\"}, "
                                  "{\"device_id\": \"4\", \"device_ip\": \"10.1.1.1\"}]}]}",
                                  &d, &err),
-                         KVD_E_PARAM_INVALID);
+                         STATUS_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(err.msg, "one device"));
         error_clear(&err);
         ck_assert_int_eq(rank_table_parse_fragment("{\"server_count\": \"2\", \"server_list\": "
                                                    "[{}, {}]}",
                                                    &d, &err),
-                         KVD_E_PARAM_INVALID);
+                         STATUS_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(err.msg, "2 servers; local_comm_res describes"));
 }
 END_TEST
