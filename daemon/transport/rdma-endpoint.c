@@ -445,7 +445,6 @@ static int rdma_slot_post(RdmaSlot *slot, RdmaJob *job)
         /* Only the last request of a chain asks for a completion; it accounts for the chain. */
         post->wrs[n_wr - 1].send_flags = IBV_SEND_SIGNALED;
         post->wrs[n_wr - 1].wr_id = (uint64_t)(uintptr_t)q;
-        post->n_wr = n_wr;
         /* Counted as in the send queue from now on: the thread posts a queue pair's chains in
          * order, and one it cannot post fails the job (rdma_qp_refused()). */
         at = (q->fifo_head + q->fifo_len) % RDMA_FIFO;

@@ -41,7 +41,6 @@ typedef struct RdmaPost {
         RdmaQp *q;                      /* whose chain it is (the thread only compares it) */
         struct ibv_qp *qp;              /* where the thread posts it */
         int error;                      /* ibv_post_send()'s errno, on RdmaPoster.refused */
-        unsigned n_wr;                  /* work requests in @wrs, chained */
         struct ibv_send_wr wrs[RDMA_BATCH];
         struct ibv_sge sges[RDMA_BATCH][RDMA_MAX_SGE];
 } RdmaPost;

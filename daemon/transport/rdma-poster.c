@@ -60,9 +60,8 @@ static void *rdma_poster_thread(void *userdata)
 
         pthread_mutex_lock(&p->lock);
         for (;;) {
-                CList batch = CLIST_INIT(batch);
                 struct ibv_send_wr *bad = NULL;
-                RdmaPost *first, *last = NULL, *post, *tmp;
+                RdmaPost *post;
                 bool wake;
                 int r;
 
@@ -73,44 +72,29 @@ static void *rdma_poster_thread(void *userdata)
                 p->idle = false;
                 if (p->stop)
                         break;
-                /* Every chain queued for the first one's queue pair goes in one call (one
-                 * doorbell), in the order they were queued. */
-                first = clist_first_entry(&p->queue, RdmaPost, link);
-                CLIST_FOREACH_SAFE(post, tmp, &p->queue, link) {
-                        if (post->q != first->q)
-                                continue;
-                        clist_unlink(&post->link);
-                        clist_link_tail(&batch, &post->link);
-                        if (last)
-                                last->wrs[last->n_wr - 1].next = post->wrs;
-                        last = post;
-                }
-                p->busy = first->q;
+                post = clist_first_entry(&p->queue, RdmaPost, link);
+                clist_unlink(&post->link);
+                p->busy = post->q;
                 pthread_mutex_unlock(&p->lock);
 
-                r = ibv_post_send(first->qp, first->wrs, &bad);
+                r = ibv_post_send(post->qp, post->wrs, &bad);
 
                 pthread_mutex_lock(&p->lock);
                 p->busy = NULL;
                 if (p->waiting)
                         pthread_cond_broadcast(&p->left);
-                if (r != 0) {
-                        /* Later chains of the queue pair would run ahead of the refused
-                         * requests: they go too, and the loop fails the job and flushes the
-                         * queue pair. */
-                        rdma_post_drop_locked(p, &p->queue, first->q);
-                        clist_unlink(&first->link);
-                        first->error = r;
-                        wake = clist_is_empty(&p->refused);
-                        clist_link_tail(&p->refused, &first->link);
-                        if (wake && eventfd_write(p->efd, 1) < 0)
-                                log_error("RDMA device %s: cannot wake the control loop: %m",
-                                          dev->name);
-                }
-                CLIST_FOREACH_SAFE(post, tmp, &batch, link) {
-                        clist_unlink(&post->link);
+                if (r == 0) {
                         rdma_post_recycle_locked(p, post);
+                        continue;
                 }
+                /* The queue pair's later chains would run ahead of this one's requests: they
+                 * go, and the loop fails the job and flushes the queue pair. */
+                rdma_post_drop_locked(p, &p->queue, post->q);
+                post->error = r;
+                wake = clist_is_empty(&p->refused);
+                clist_link_tail(&p->refused, &post->link);
+                if (wake && eventfd_write(p->efd, 1) < 0)
+                        log_error("RDMA device %s: cannot wake the control loop: %m", dev->name);
         }
         pthread_mutex_unlock(&p->lock);
         return NULL;
