@@ -415,7 +415,8 @@ static int rdma_slot_post(RdmaSlot *slot, RdmaJob *job)
                 return -ENOMEM;
         post->q = q;
         post->qp = q->qp;
-        while (n_wr < RDMA_BATCH && n_wr < room && job->next < job->n) {
+        while (n_wr < RDMA_BATCH && n_wr < room && job->next < job->n &&
+               bytes < RDMA_CHAIN_BYTES) {
                 const RdmaSegment *s = &job->segs[job->next];
                 struct ibv_send_wr *wr = &post->wrs[n_wr];
                 unsigned k = 0;

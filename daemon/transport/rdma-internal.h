@@ -21,7 +21,14 @@
 #define RDMA_CQ_SIZE 4096
 #define RDMA_SQ_DEPTH 256               /* work requests queued per queue pair */
 #define RDMA_MAX_SGE 4                  /* scatter-gather entries per work request we use */
-#define RDMA_BATCH 16                   /* work requests chained per ibv_post_send */
+/*
+ * A chain (one ibv_post_send, one signalled request) ends at RDMA_BATCH requests or once it
+ * carries RDMA_CHAIN_BYTES. Long chains of small requests keep completions, and the wake-ups of
+ * the loop and the posting thread that come with each, few; the byte bound keeps one call short
+ * where posting moves the bytes (soft-RoCE does it inside the call, in the kernel).
+ */
+#define RDMA_BATCH 64
+#define RDMA_CHAIN_BYTES (UINT64_C(2) << 20)
 #define RDMA_POLL_BATCH 32
 /* Completions handled per pass of the event loop. More wait for the next pass, so a long job
  * (whose completions refill the queue as fast as they are polled) never keeps clients, peers and
