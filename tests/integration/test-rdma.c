@@ -238,62 +238,60 @@ static void check_settled(const TCache *tc, const char *what)
         free(snap);
 }
 
+/* A 64 MiB pull of A's blocks into B's @dst, or push of B's @psrc into A's blocks. */
+static int transfer(Pair *x, bool push, int timeout_ms)
+{
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+
+        o.timeout_ms = timeout_ms;
+        if (push)
+                return kvd_push_blocks(x->b, &x->key, x->psrc.id, x->sb, BLOCKS, x->db, BLOCKS,
+                                       &o);
+        return kvd_pull_blocks(x->b, &x->key, x->dst.id, x->sb, BLOCKS, x->db, BLOCKS, &o);
+}
+
+/*
+ * transfer() with a 100 ms deadline: TIMEOUT on time, part of the bytes may have landed but
+ * nothing lands afterwards, and the link then moves the same bytes exactly.
+ */
+static void check_deadline(Pair *x, bool push)
+{
+        const char *what = push ? "push" : "pull";
+        const TCache *src = push ? &x->psrc : &x->src, *dst = push ? &x->src : &x->dst;
+        TCopies cp = {};
+        uint64_t t0, ms;
+        int r;
+
+        tcopies_blocks(&cp, src, dst, ALL, ALL, 2, x->sb, x->db, BLOCKS);
+        t0 = harness_now_ms();
+        r = transfer(x, push, 100);
+        ms = harness_now_ms() - t0;
+        printf("%s of 64 MiB, deadline 100 ms: %s after %llu ms\n", what, kvd_strerror(r),
+               (unsigned long long)ms);
+        expect_status(x->b, r, KVD_E_TIMEOUT, "did not finish within 100 ms");
+        ck_assert_msg(ms < 100 + DEADLINE_SLACK_MS, "the %s returned after %llu ms", what,
+                      (unsigned long long)ms);
+        check_settled(dst, what);
+        tcache_verify_old_or_new(dst, &cp);
+        tcache_verify_untouched(src);
+
+        /* The link survives a deadline; with time to finish the same transfer is exact. */
+        expect_ok(x->b, kvd_check_link_status(x->b, A_ID));
+        expect_ok(x->b, transfer(x, push, 120000));
+        tcache_verify(dst, &cp);
+        tcache_verify_untouched(src);
+        tcopies_free(&cp);
+}
+
 /* A 64 MiB pull and push with a 100 ms deadline end with TIMEOUT on time; the link goes on. */
 START_TEST(test_deadline_honoured)
 {
-        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
-        TCopies cp = {};
-        uint64_t t0, ms;
         Pair *x = calloc(1, sizeof(*x));
-        int r;
 
         ck_assert(x);
         pair_start(x);
-        tcopies_blocks(&cp, &x->src, &x->dst, ALL, ALL, 2, x->sb, x->db, BLOCKS);
-
-        o.timeout_ms = 100;
-        t0 = harness_now_ms();
-        r = kvd_pull_blocks(x->b, &x->key, x->dst.id, x->sb, BLOCKS, x->db, BLOCKS, &o);
-        ms = harness_now_ms() - t0;
-        printf("pull of 64 MiB, deadline 100 ms: %s after %llu ms\n", kvd_strerror(r),
-               (unsigned long long)ms);
-        expect_status(x->b, r, KVD_E_TIMEOUT, "did not finish within 100 ms");
-        ck_assert_msg(ms < 100 + DEADLINE_SLACK_MS, "the pull returned after %llu ms",
-                      (unsigned long long)ms);
-        check_settled(&x->dst, "pull");
-        tcache_verify_old_or_new(&x->dst, &cp);
-        tcache_verify_untouched(&x->src);
-
-        /* The link survives a deadline; with time to finish the same pull is exact. */
-        expect_ok(x->b, kvd_check_link_status(x->b, A_ID));
-        o.timeout_ms = 120000;
-        expect_ok(x->b, kvd_pull_blocks(x->b, &x->key, x->dst.id, x->sb, BLOCKS, x->db, BLOCKS,
-                                        &o));
-        tcache_verify(&x->dst, &cp);
-        tcopies_free(&cp);
-
-        /* A push past its deadline: part of it may land in A's cache, nothing afterwards. */
-        tcopies_blocks(&cp, &x->psrc, &x->src, ALL, ALL, 2, x->sb, x->db, BLOCKS);
-        o.timeout_ms = 100;
-        t0 = harness_now_ms();
-        r = kvd_push_blocks(x->b, &x->key, x->psrc.id, x->sb, BLOCKS, x->db, BLOCKS, &o);
-        ms = harness_now_ms() - t0;
-        printf("push of 64 MiB, deadline 100 ms: %s after %llu ms\n", kvd_strerror(r),
-               (unsigned long long)ms);
-        expect_status(x->b, r, KVD_E_TIMEOUT, "did not finish within 100 ms");
-        ck_assert_msg(ms < 100 + DEADLINE_SLACK_MS, "the push returned after %llu ms",
-                      (unsigned long long)ms);
-        check_settled(&x->src, "push");
-        tcache_verify_old_or_new(&x->src, &cp);
-
-        expect_ok(x->b, kvd_check_link_status(x->b, A_ID));
-        o.timeout_ms = 120000;
-        expect_ok(x->b, kvd_push_blocks(x->b, &x->key, x->psrc.id, x->sb, BLOCKS, x->db,
-                                        BLOCKS, &o));
-        tcache_verify(&x->src, &cp);
-        tcache_verify_untouched(&x->psrc);
-        tcopies_free(&cp);
-
+        check_deadline(x, false);
+        check_deadline(x, true);
         pair_stop(x);
         free(x);
 }
