@@ -82,7 +82,7 @@ static void pair_start(Pair *x)
         scatter(x->sb, x->db, BLOCKS);
         node_start(&x->p);
         node_start(&x->d);
-        x->a = node_client(&x->p, A_ID, KVD_ROLE_PROMPT);
+        x->a = node_server(&x->p, A_ID, KVD_ROLE_PROMPT);
         x->b = node_client(&x->d, B_ID, KVD_ROLE_DECODER);
         expect_ok(x->a, tcache_register(&x->src, x->a, true, 2, BLOCKS, BLOCK_BYTES, 0x71,
                                         &x->key, 1, 0));
