@@ -48,6 +48,7 @@ struct PeerWaiter {
 
 static void peer_on_io(evutil_socket_t fd, short what, void *userdata);
 static void peer_on_timer(evutil_socket_t fd, short what, void *userdata);
+static void peer_on_lose(evutil_socket_t fd, short what, void *userdata);
 
 const char *peer_state_to_string(PeerState s)
 {
@@ -124,6 +125,7 @@ Peer *peer_new(Daemon *d, int fd, bool dialed)
         p->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, peer_on_io, p);
         p->ev_write = event_new(d->base, fd, EV_WRITE | EV_PERSIST, peer_on_io, p);
         p->timer = evtimer_new(d->base, peer_on_timer, p);
+        p->ev_lose = evtimer_new(d->base, peer_on_lose, p);
         return p;
 }
 
@@ -144,6 +146,8 @@ void peer_free(Peer *p)
                 event_free(p->ev_write);
         if (p->timer)
                 event_free(p->timer);
+        if (p->ev_lose)
+                event_free(p->ev_lose);
         safe_close(p->fd);
         clist_unlink(&p->link_daemon);
         p->daemon->n_peers--;
@@ -182,6 +186,7 @@ void peer_lose(Peer *p, int status, const char *fmt, ...)
         event_del(p->ev_read);
         event_del(p->ev_write);
         event_del(p->timer);
+        event_del(p->ev_lose);
         if (p->fd >= 0)
                 (void)shutdown(p->fd, SHUT_RDWR);
 
@@ -210,20 +215,47 @@ void peer_lose(Peer *p, int status, const char *fmt, ...)
                 log_error("%s: cannot schedule its release", PEER_NAME(p));
 }
 
-/* Writes what the socket takes; loses the peer when it broke. */
-static void peer_write(Peer *p)
+static void peer_on_lose(evutil_socket_t fd, short what, void *userdata)
+{
+        Peer *p = userdata;
+
+        peer_lose(p, p->loss.code, "%s", p->loss.msg);
+}
+
+/*
+ * Loses @p on the next turn of the loop. A sender's callers hold links, transfers and domains
+ * that a loss tears down, so a loss found while sending never runs under them; until it runs,
+ * the peer reads nothing and takes no more frames (peer_send_frame() answers -ENOTCONN).
+ */
+_printf_(3, 4) static void peer_lose_later(Peer *p, int status, const char *fmt, ...)
+{
+        static const struct timeval now = { 0, 0 };
+        va_list ap;
+
+        if (p->state == PEER_CLOSED || p->loss.code != 0)
+                return;
+        va_start(ap, fmt);
+        error_setv(&p->loss, status, fmt, ap);
+        va_end(ap);
+        event_del(p->ev_read);
+        event_del(p->ev_write);
+        if (event_add(p->ev_lose, &now) < 0)
+                log_error("%s: cannot schedule its loss (%s)", PEER_NAME(p), p->loss.msg);
+}
+
+/* Writes what the socket takes; returns a negative errno when the connection broke. */
+static int peer_write(Peer *p)
 {
         int r;
 
         r = wire_out_write(&p->out, p->fd);
-        if (r < 0) {
-                peer_lose(p, STATUS_PEER_LOST, "write failed: %s", strerror(-r));
-                return;
-        }
+        if (r < 0)
+                return r;
         if (wire_out_is_empty(&p->out))
                 event_del(p->ev_write);
         else
                 (void)event_add(p->ev_write, NULL);
+        return 0;
 }
 
 static int peer_send_frame(Peer *p, uint16_t type, uint16_t flags, uint64_t id,
@@ -233,21 +265,26 @@ static int peer_send_frame(Peer *p, uint16_t type, uint16_t flags, uint64_t id,
         size_t len;
         int r;
 
-        if (p->state == PEER_CLOSED || p->state == PEER_CONNECTING)
+        if (p->state == PEER_CLOSED || p->state == PEER_CONNECTING || p->loss.code != 0)
                 return -ENOTCONN;
         r = frame_pack(type, flags, id, 0, msg, p->max_frame, &buf, &len);
         if (r < 0)
                 return r;
         if (p->out.bytes + len > PEER_MAX_OUT_BYTES) {
                 free(buf);
-                peer_lose(p, STATUS_PEER_LOST, "%zu bytes unread by the peer", p->out.bytes);
+                peer_lose_later(p, STATUS_PEER_LOST, "%zu bytes unread by the peer",
+                                p->out.bytes);
                 return -ENOBUFS;
         }
         r = wire_out_queue(&p->out, buf, len, -1);
         if (r < 0)
                 return r;
-        peer_write(p);
-        return p->state == PEER_CLOSED ? -ENOTCONN : 0;
+        r = peer_write(p);
+        if (r < 0) {
+                peer_lose_later(p, STATUS_PEER_LOST, "write failed: %s", strerror(-r));
+                return -ENOTCONN;
+        }
+        return 0;
 }
 
 /* A call in any state but CLOSED: the handshake uses calls too. */
@@ -549,7 +586,8 @@ out:
 
 static void peer_read(Peer *p)
 {
-        for (int i = 0; i < PEER_FRAMES_PER_WAKEUP && p->state != PEER_CLOSED; i++) {
+        for (int i = 0; i < PEER_FRAMES_PER_WAKEUP && p->state != PEER_CLOSED && p->loss.code == 0;
+             i++) {
                 int r = wire_in_read(&p->in, p->fd, p->max_frame, 0);
 
                 if (r == 0)
@@ -592,6 +630,7 @@ static void peer_on_connected(Peer *p)
 static void peer_on_io(evutil_socket_t fd, short what, void *userdata)
 {
         Peer *p = userdata;
+        int r;
 
         if (p->state == PEER_CONNECTING) {
                 peer_on_connected(p);
@@ -600,8 +639,11 @@ static void peer_on_io(evutil_socket_t fd, short what, void *userdata)
         /* Input first: a reply in the buffer may free room for what is queued. */
         if (what & EV_READ)
                 peer_read(p);
-        if ((what & EV_WRITE) && p->state != PEER_CLOSED)
-                peer_write(p);
+        if ((what & EV_WRITE) && p->state != PEER_CLOSED && p->loss.code == 0) {
+                r = peer_write(p);
+                if (r < 0)
+                        peer_lose(p, STATUS_PEER_LOST, "write failed: %s", strerror(-r));
+        }
 }
 
 static void peer_on_heartbeat_reply(Peer *p, int status, const Error *err,

@@ -69,6 +69,8 @@ struct Peer {
         struct event *ev_read;
         struct event *ev_write;
         struct event *timer;            /* handshake deadline, then heartbeats */
+        struct event *ev_lose;          /* runs a loss found while sending */
+        Error loss;                     /* that loss, while ev_lose is pending */
         WireIn in;
         WireOut out;
         uint32_t max_frame;
