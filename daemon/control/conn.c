@@ -18,7 +18,7 @@
 #include "daemon/control/dispatch.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
-#include "daemon/control/wire.h"
+#include "proto/wire.h"
 #include "common/status.h"
 #include "proto/status-wire.h"
 
