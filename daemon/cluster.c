@@ -56,8 +56,7 @@ int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t de
 
 void cluster_release_cache(Cluster *c, Cache *cache)
 {
-        if (cache)
-                daemon_release_cache(c->daemon, cache);
+        memory_release_cache(&c->daemon->memory, cache);
 }
 
 Cluster *cluster_free(Cluster *c)

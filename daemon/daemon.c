@@ -42,12 +42,12 @@
 
 uint64_t daemon_next_id(Daemon *d)
 {
-        return ++d->next_id;
+        return id_source_next(&d->ids);
 }
 
 uint64_t daemon_next_seq(Daemon *d)
 {
-        return ++d->seq;
+        return id_source_next_seq(&d->ids);
 }
 
 Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id)
@@ -58,33 +58,6 @@ Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id)
                 if (c->id == cluster_id)
                         return c;
         return NULL;
-}
-
-void daemon_release_cache(Daemon *d, Cache *cache)
-{
-        uint64_t bytes = cache->tensor_size * cache->desc.num_tensors;
-        int r;
-
-        if (cache->n_busy > 0) {
-                cache->released = true;
-                return;
-        }
-        /* Registrations go before the pages they pin are handed back. */
-        if (cache->rdma_free) {
-                cache->rdma_free(cache->rdma);
-                cache->rdma_free = NULL;
-                cache->rdma = NULL;
-        }
-        if (cache->pool_backed && d->pool) {
-                /* Hand the pages back zeroed: the next cache carved here may belong to another
-                 * cluster and must not see these bytes. */
-                pool_scrub(d->pool, cache->pool_offset, bytes);
-                r = pool_release(d->pool, cache->pool_offset);
-                if (r < 0)
-                        log_error_errno(r, "cache %" PRIu64 ": no pool extent at %" PRIu64
-                                        ", ignoring", cache->id, cache->pool_offset);
-        }
-        cache_free(cache);
 }
 
 const char *daemon_peer_address(const Daemon *d)
@@ -231,14 +204,11 @@ int daemon_new(Config *config, Daemon **ret)
                 goto fail;
         }
 
-        if (config->memory_size > 0) {
-                r = pool_new(config->memory_size, config->page_shift, daemon_next_id(d),
-                             &d->pool);
-                if (r < 0) {
-                        log_error_errno(r, "cannot create the memory pool of %" PRIu64 " bytes",
-                                        config->memory_size);
-                        goto fail;
-                }
+        r = memory_init(&d->memory, &d->ids, config->memory_size, config->page_shift);
+        if (r < 0) {
+                log_error_errno(r, "cannot create the memory pool of %" PRIu64 " bytes",
+                                config->memory_size);
+                goto fail;
         }
 
         r = engine_new(d->base, config->copy_threads, &d->engine);
@@ -343,7 +313,7 @@ Daemon *daemon_free(Daemon *d)
         if (d->cluster_key)
                 explicit_bzero(d->cluster_key, d->cluster_key_len);
         free(d->cluster_key);
-        d->pool = pool_free(d->pool);
+        memory_deinit(&d->memory);
         if (d->sig_term)
                 event_free(d->sig_term);
         if (d->sig_int)

@@ -63,11 +63,11 @@ static json_t *status_pool(Daemon *d, bool *ok)
 
         if (!o)
                 return NULL;
-        set(o, "size", json_u64(d->pool ? pool_size(d->pool) : 0), ok);
-        set(o, "used", json_u64(d->pool ? pool_used(d->pool) : 0), ok);
-        set(o, "page_size", json_u64(d->pool ? UINT64_C(1) << pool_page_shift(d->pool) : 0),
+        set(o, "size", json_u64(d->memory.pool ? pool_size(d->memory.pool) : 0), ok);
+        set(o, "used", json_u64(d->memory.pool ? pool_used(d->memory.pool) : 0), ok);
+        set(o, "page_size", json_u64(d->memory.pool ? UINT64_C(1) << pool_page_shift(d->memory.pool) : 0),
             ok);
-        set(o, "allocations", json_u64(d->pool ? pool_n_allocated(d->pool) : 0), ok);
+        set(o, "allocations", json_u64(d->memory.pool ? pool_n_allocated(d->memory.pool) : 0), ok);
         return o;
 }
 

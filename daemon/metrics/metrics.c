@@ -173,12 +173,12 @@ static void family_memory(MetricsWriter *w, Daemon *d)
 static void family_pool(MetricsWriter *w, Daemon *d)
 {
         metrics_family(w, "kvdist_pool_size_bytes", "gauge", "Size of the memory pool");
-        metrics_sample_u64(w, "kvdist_pool_size_bytes", NULL, d->pool ? pool_size(d->pool) : 0);
+        metrics_sample_u64(w, "kvdist_pool_size_bytes", NULL, d->memory.pool ? pool_size(d->memory.pool) : 0);
         metrics_family(w, "kvdist_pool_used_bytes", "gauge", "Bytes of the pool given to caches");
-        metrics_sample_u64(w, "kvdist_pool_used_bytes", NULL, d->pool ? pool_used(d->pool) : 0);
+        metrics_sample_u64(w, "kvdist_pool_used_bytes", NULL, d->memory.pool ? pool_used(d->memory.pool) : 0);
         metrics_family(w, "kvdist_pool_allocations", "gauge", "Caches carved from the pool");
         metrics_sample_u64(w, "kvdist_pool_allocations", NULL,
-                           d->pool ? pool_n_allocated(d->pool) : 0);
+                           d->memory.pool ? pool_n_allocated(d->memory.pool) : 0);
 }
 
 static void family_links(MetricsWriter *w, Daemon *d)

@@ -47,7 +47,7 @@ static Served *served_free(Served *s)
         if (s->cache) {
                 s->cache->n_busy--;
                 if (s->cache->released && s->cache->n_busy == 0)
-                        daemon_release_cache(d, s->cache);
+                        memory_release_cache(&d->memory, s->cache);
         }
         if (s->peer) {
                 clist_unlink(&s->link_peer);

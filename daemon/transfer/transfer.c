@@ -118,7 +118,7 @@ static Transfer *transfer_free(Transfer *x)
                                 continue;
                         x->caches[i]->n_busy--;
                         if (x->caches[i]->released && x->caches[i]->n_busy == 0)
-                                daemon_release_cache(d, x->caches[i]);
+                                memory_release_cache(&d->memory, x->caches[i]);
                 }
                 if (x->cluster) {
                         clist_unlink(&x->link_cluster);

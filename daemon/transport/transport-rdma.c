@@ -244,8 +244,8 @@ int rdma_context_new(Daemon *d, RdmaContext **ret)
                                  dev->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET
                                          ? "RoCE" : "InfiniBand",
                                  rdma_mtu_bytes(dev->port_attr.active_mtu), dev->gid_index);
-                        if (d->pool)
-                                rdma_device_register_pool(dev, d->pool);
+                        if (d->memory.pool)
+                                rdma_device_register_pool(dev, d->memory.pool);
                 }
         }
         if (list)
