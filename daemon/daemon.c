@@ -211,28 +211,19 @@ int daemon_new(Config *config, Daemon **ret)
                 goto fail;
         }
 
-        r = engine_new(d->base, config->copy_threads, &d->engine);
+        r = engine_new(d->base, config->copy_threads, &d->transports.engine);
         if (r < 0) {
                 log_error_errno(r, "cannot start %u copy threads", config->copy_threads);
                 goto fail;
         }
-        r = transport_shm_new(d, &d->shm);
-        if (r < 0) {
-                log_error_errno(r, "cannot set up the shared-memory transport");
+        d->transports.base = d->base;
+        d->transports.devices = config->devices;
+        d->transports.n_devices = config->n_devices;
+        d->transports.tcp_config = &config->tcp;
+        d->transports.rdma_config = &config->rdma;
+        r = transport_set_init(&d->transports, d->memory.pool);
+        if (r < 0)
                 goto fail;
-        }
-        r = transport_tcp_new(d, &d->tcp);
-        if (r < 0) {
-                log_error_errno(r, "cannot set up the TCP transport");
-                goto fail;
-        }
-        r = rdma_context_new(d, &d->rdma);
-        if (r >= 0)
-                r = transport_rdma_new(d, &d->rdma_transport);
-        if (r < 0) {
-                log_error_errno(r, "cannot set up the RDMA transport");
-                goto fail;
-        }
 
         d->sig_term = evsignal_new(d->base, SIGTERM, daemon_on_signal, d);
         d->sig_int = evsignal_new(d->base, SIGINT, daemon_on_signal, d);
@@ -282,7 +273,7 @@ int daemon_run(Daemon *d)
         log_info("kvdistd %s listening on %s%s%s, pool %" PRIu64 " bytes, %u copy threads, "
                  "node %016" PRIx64 "%s", KVDIST_VERSION, listener_path(d->listener),
                  d->peer_listener ? ", peers on " : "", daemon_peer_address(d),
-                 d->config->memory_size, engine_n_threads(d->engine), d->node_id,
+                 d->config->memory_size, engine_n_threads(d->transports.engine), d->node_id,
                  d->cluster_key ? ", cluster key loaded" : "");
         /* Every listener accepts connections by now: listen() ran in daemon_new(). */
         service_ready(d->service);
@@ -304,12 +295,9 @@ Daemon *daemon_free(Daemon *d)
         /* Runs the completions of whatever was still moving over the network. */
         peer_free_all(d);
         /* Runs the completions of whatever was still copying. */
-        d->engine = engine_free(d->engine);
+        d->transports.engine = engine_free(d->transports.engine);
         d->domains = domain_registry_free(d->domains);
-        d->shm = transport_free(d->shm);
-        d->tcp = transport_free(d->tcp);
-        d->rdma_transport = transport_free(d->rdma_transport);
-        d->rdma = rdma_context_free(d->rdma);
+        transport_set_deinit(&d->transports);
         if (d->cluster_key)
                 explicit_bzero(d->cluster_key, d->cluster_key_len);
         free(d->cluster_key);

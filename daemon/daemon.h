@@ -13,6 +13,7 @@
 #include "common/clist.h"
 #include "common/id-source.h"
 #include "daemon/memory/memory.h"
+#include "daemon/transport/transport-set.h"
 #include "daemon/config.h"
 #include "common/time-util.h"
 #include "common/status.h"
@@ -56,11 +57,7 @@ typedef struct Daemon {
         Listener *listener;
         IdSource ids;           /* ids of everything, registration sequence numbers */
         Memory memory;          /* the pool; releasing caches */
-        Engine *engine;
-        Transport *shm;         /* moves bytes between clusters of this daemon */
-        Transport *tcp;         /* moves bytes to and from peer daemons over TcpData */
-        Transport *rdma_transport; /* one-sided READ/WRITE over RDMA endpoints */
-        RdmaContext *rdma;      /* the RDMA devices of the device map (none without verbs) */
+        TransportSet transports; /* the copy engine, the transports, the RDMA devices */
 
         uint64_t node_id;       /* random, never 0: how peers tell daemons apart */
         char identity[96];      /* "kvdistd/0.1.0 hostname" */

@@ -365,7 +365,7 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "pid", json_integer(getpid()), &ok);
         set(root, "uptime_s", json_real((double)(now - d->start_usec) / USEC_PER_SEC), &ok);
         set(root, "socket", json_string(listener_path(d->listener)), &ok);
-        set(root, "copy_threads", json_integer(engine_n_threads(d->engine)), &ok);
+        set(root, "copy_threads", json_integer(engine_n_threads(d->transports.engine)), &ok);
         set(root, "stopping", json_boolean(d->stopping), &ok);
         set(root, "pool", status_pool(d, &ok), &ok);
         set(root, "counters", status_counters(d, &ok), &ok);
@@ -403,7 +403,7 @@ int status_to_json(Daemon *d, char **ret)
 
                 if (!ctx.array)
                         ok = false;
-                rdma_context_foreach_device(d->rdma, status_rdma_device, &ctx);
+                rdma_context_foreach_device(d->transports.rdma, status_rdma_device, &ctx);
                 set(root, "rdma_devices", ctx.array, &ok);
         }
 

@@ -218,7 +218,7 @@ static int cluster_register_rdma(Cluster *c, Cache *cache, Error *err)
         RdmaDevice *dev;
         int r;
 
-        dev = rdma_device_for(c->daemon->rdma, c->device_id, &why);
+        dev = rdma_device_for(c->daemon->transports.rdma, c->device_id, &why);
         if (!dev)
                 return 0;
         r = rdma_cache_register(dev, cache, cache->remote_accessible);

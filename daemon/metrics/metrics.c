@@ -434,7 +434,7 @@ static void family_rdma(MetricsWriter *w, Daemon *d)
 
                 metrics_family(w, rdma_metrics[i].name, rdma_metrics[i].type,
                                rdma_metrics[i].help);
-                rdma_context_foreach_device(d->rdma, rdma_device_sample, &ctx);
+                rdma_context_foreach_device(d->transports.rdma, rdma_device_sample, &ctx);
         }
 }
 

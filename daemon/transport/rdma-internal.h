@@ -33,7 +33,7 @@ typedef struct RdmaQp RdmaQp;
 typedef struct RdmaSlot RdmaSlot;
 
 struct RdmaContext {
-        Daemon *daemon;
+        TransportSet *set;
         RdmaDevice **devs;
         size_t n_devs;
 };
