@@ -13,7 +13,7 @@
 #include <event2/thread.h>
 
 #include "daemon/memory/cache.h"
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"

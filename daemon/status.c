@@ -10,7 +10,7 @@
 #include <jansson.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/config-json.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"

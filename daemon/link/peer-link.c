@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "daemon/memory/cache-proto.h"
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"

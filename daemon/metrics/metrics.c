@@ -7,7 +7,7 @@
 #include <string.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
 #include "kvdist-config.h"
