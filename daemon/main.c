@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* kvdistd: the per-node kvdist daemon. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -12,6 +13,7 @@ int main(int argc, char **argv)
         _cleanup_free_ char *error = NULL;
         Config *config = NULL;
         Daemon *d = NULL;
+        sigset_t stop_signals;
         int r;
 
         r = config_new(&config);
@@ -35,6 +37,16 @@ int main(int argc, char **argv)
         d->argc = argc;
         d->argv = argv;
         r = daemon_run(d);
+        /*
+         * Freeing the signal events puts the default actions back; a second
+         * SIGTERM during teardown must not turn a clean stop into a death by
+         * signal. Blocked signals stay pending and die with the process.
+         */
+        sigemptyset(&stop_signals);
+        sigaddset(&stop_signals, SIGTERM);
+        sigaddset(&stop_signals, SIGINT);
+        sigaddset(&stop_signals, SIGHUP);
+        (void)sigprocmask(SIG_BLOCK, &stop_signals, NULL);
         daemon_free(d);
         log_info("stopped");
         return r;

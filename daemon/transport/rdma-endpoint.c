@@ -115,17 +115,45 @@ static void rdma_stash_drop(RdmaDevice *dev, const RdmaQp *q)
 }
 
 /*
+ * Stops a queue pair on its way to rdma_qp_destroy(): the chains the posting thread did not post
+ * yet go, and the error state ends the work requests in its send queue (and a post in progress)
+ * without moving more bytes. Stopping every queue pair of a job before destroying the first
+ * keeps the others from moving bytes, and the device busy, while it goes.
+ */
+static void rdma_qp_stop(RdmaQp *q)
+{
+        struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+
+        if (q->stopped)
+                return;
+        q->stopped = true;
+        /* No job takes the slot before it is connected again. */
+        q->slot->connected = false;
+        rdma_poster_take_back(q->slot->ep->dev, q);
+        (void)ibv_modify_qp(q->qp, &attr, IBV_QP_STATE);
+}
+
+/* rdma_qp_stop() on each queue pair of the slots in @mask. */
+static void rdma_endpoint_stop_slots(RdmaEndpoint *ep, uint32_t mask)
+{
+        for (unsigned i = 0; i < ep->n_slots; i++)
+                if ((mask & (UINT32_C(1) << i)) && ep->slots[i].qp)
+                        rdma_qp_stop(ep->slots[i].qp);
+}
+
+/*
  * Destroys a queue pair so that the device touches none of our memory through it any more, then
  * consumes whatever completions it left in the CQ (others are kept for the next dispatch).
  */
 static void rdma_qp_destroy(RdmaQp *q)
 {
         RdmaDevice *dev = q->slot->ep->dev;
-        struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
         struct ibv_wc wc[RDMA_POLL_BATCH];
         int n;
 
-        (void)ibv_modify_qp(q->qp, &attr, IBV_QP_STATE);
+        /* In the error state and out of the posting thread's hands: then it can go. */
+        rdma_qp_stop(q);
+        rdma_poster_wait_out(dev, q);
         (void)ibv_destroy_qp(q->qp);
         /* Completions stashed earlier may name @q too: they go with it. */
         rdma_stash_drop(dev, q);
@@ -202,6 +230,7 @@ RdmaEndpoint *rdma_endpoint_free(RdmaEndpoint *ep)
                 job->status = -ECONNRESET;
                 rdma_job_finish(job);
         }
+        rdma_endpoint_stop_slots(ep, UINT32_MAX);
         for (unsigned i = 0; i < ep->n_slots; i++) {
                 RdmaSlot *slot = &ep->slots[i];
 
@@ -359,40 +388,50 @@ static void rdma_job_flush_slots(RdmaJob *job)
         RdmaEndpoint *ep = job->ep;
         uint32_t mask = job->slots;
 
+        rdma_endpoint_stop_slots(ep, mask);
         for (unsigned i = 0; i < ep->n_slots; i++)
                 if (mask & (UINT32_C(1) << i))
                         rdma_slot_flush(&ep->slots[i]);
 }
 
-/* Builds and posts one chain of work requests on @slot from the job's cursor. */
+/*
+ * Builds one chain of work requests on @slot from the job's cursor and hands it to the posting
+ * thread. Returns the requests queued (0: the send queue is full or the job has no more), or
+ * -ENOMEM.
+ */
 static int rdma_slot_post(RdmaSlot *slot, RdmaJob *job)
 {
-        struct ibv_send_wr wrs[RDMA_BATCH], *bad = NULL;
-        struct ibv_sge sges[RDMA_BATCH][RDMA_MAX_SGE];
+        RdmaDevice *dev = slot->ep->dev;
         RdmaQp *q = slot->qp;
-        unsigned n_wr = 0, n_seg = 0, room;
+        unsigned n_wr = 0, n_seg = 0, room, at;
         uint64_t bytes = 0;
-        int r;
+        RdmaPost *post;
 
         room = RDMA_SQ_DEPTH - q->outstanding;
-        if (q->fifo_len == RDMA_FIFO)
+        if (q->fifo_len == RDMA_FIFO || room == 0 || job->next == job->n)
                 return 0;
-        while (n_wr < RDMA_BATCH && n_wr < room && job->next < job->n) {
+        post = rdma_post_new(dev);
+        if (!post)
+                return -ENOMEM;
+        post->q = q;
+        post->qp = q->qp;
+        while (n_wr < RDMA_BATCH && n_wr < room && job->next < job->n &&
+               bytes < RDMA_CHAIN_BYTES) {
                 const RdmaSegment *s = &job->segs[job->next];
-                struct ibv_send_wr *wr = &wrs[n_wr];
+                struct ibv_send_wr *wr = &post->wrs[n_wr];
                 unsigned k = 0;
 
                 *wr = (struct ibv_send_wr){
                         .opcode = job->read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
-                        .sg_list = sges[n_wr],
+                        .sg_list = post->sges[n_wr],
                         .wr.rdma = { .remote_addr = s->remote_addr, .rkey = s->rkey },
                 };
                 /* Segments that continue one another on the peer's side share a request. */
                 do {
                         s = &job->segs[job->next];
-                        sges[n_wr][k++] = (struct ibv_sge){ .addr = s->local_addr,
-                                                            .length = s->len,
-                                                            .lkey = s->lkey };
+                        post->sges[n_wr][k++] = (struct ibv_sge){ .addr = s->local_addr,
+                                                                  .length = s->len,
+                                                                  .lkey = s->lkey };
                         job->next++;
                         n_seg++;
                         bytes += s->len;
@@ -401,26 +440,22 @@ static int rdma_slot_post(RdmaSlot *slot, RdmaJob *job)
                          job->segs[job->next].remote_addr == s->remote_addr + s->len);
                 wr->num_sge = (int)k;
                 if (n_wr > 0)
-                        wrs[n_wr - 1].next = wr;
+                        post->wrs[n_wr - 1].next = wr;
                 n_wr++;
         }
-        if (n_wr == 0)
-                return 0;
         /* Only the last request of a chain asks for a completion; it accounts for the chain. */
-        wrs[n_wr - 1].send_flags = IBV_SEND_SIGNALED;
-        wrs[n_wr - 1].wr_id = (uint64_t)(uintptr_t)q;
-        r = ibv_post_send(q->qp, wrs, &bad);
-        if (r != 0) {
-                /* Nothing of a refused chain counts; the slot is flushed by the caller. */
-                job->next -= n_seg;
-                return -r;
-        }
-        q->fifo[(q->fifo_head + q->fifo_len) % RDMA_FIFO].wrs = (uint16_t)n_wr;
-        q->fifo[(q->fifo_head + q->fifo_len) % RDMA_FIFO].segs = (uint16_t)n_seg;
-        q->fifo[(q->fifo_head + q->fifo_len) % RDMA_FIFO].bytes = bytes;
+        post->wrs[n_wr - 1].send_flags = IBV_SEND_SIGNALED;
+        post->wrs[n_wr - 1].wr_id = (uint64_t)(uintptr_t)q;
+        /* Counted as in the send queue from now on: the thread posts a queue pair's chains in
+         * order, and one it cannot post fails the job (rdma_qp_refused()). */
+        at = (q->fifo_head + q->fifo_len) % RDMA_FIFO;
+        q->fifo[at].wrs = (uint16_t)n_wr;
+        q->fifo[at].segs = (uint16_t)n_seg;
+        q->fifo[at].bytes = bytes;
         q->fifo_len++;
         q->outstanding += n_wr;
         slot->ep->stats.wrs_posted += n_wr;
+        rdma_post_queue(dev, post);
         return (int)n_wr;
 }
 
@@ -440,13 +475,15 @@ static void rdma_job_fill(RdmaJob *job)
                         if (r == 0)
                                 break;
                         if (r < 0) {
-                                log_warning("RDMA device %s: ibv_post_send: %s, flushing slot %u",
-                                            ep->dev->name, strerror(-r), i);
+                                log_warning("RDMA device %s: cannot queue work requests: %s, "
+                                            "failing the transfer", ep->dev->name, strerror(-r));
                                 job->status = r;
                                 job->stopping = true;
                                 break;
                         }
                 }
+                if (job->stopping)
+                        break;
         }
         if (job->stopping)
                 rdma_job_flush_slots(job);
@@ -520,6 +557,23 @@ void rdma_job_cancel(RdmaJob *job)
                 return;
         }
         /* Flushing destroys the queue pairs: no request of this job runs afterwards. */
+        rdma_job_flush_slots(job);
+}
+
+void rdma_qp_refused(RdmaQp *q, int error)
+{
+        RdmaSlot *slot = q->slot;
+        RdmaJob *job = slot->job;
+
+        log_warning("RDMA device %s: ibv_post_send on slot %u: %s, flushing the transfer's queue "
+                    "pairs", slot->ep->dev->name, slot->index, strerror(-error));
+        if (!job) {
+                rdma_slot_flush(slot);
+                return;
+        }
+        if (job->status == 0)
+                job->status = error;
+        job->stopping = true;
         rdma_job_flush_slots(job);
 }
 
@@ -651,6 +705,8 @@ void rdma_device_fail_endpoints(RdmaDevice *dev, int status)
 {
         RdmaEndpoint *ep, *tmp;
 
+        CLIST_FOREACH(ep, &dev->endpoints, link_dev)
+                rdma_endpoint_stop_slots(ep, UINT32_MAX);
         CLIST_FOREACH_SAFE(ep, tmp, &dev->endpoints, link_dev)
                 for (unsigned i = 0; i < ep->n_slots; i++) {
                         RdmaSlot *slot = &ep->slots[i];

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the two halves of the RDMA transport share: transport-rdma.c (devices, memory
- * registrations, async events) and rdma-endpoint.c (queue pairs, endpoints, jobs, completions).
- * This header is the one place <infiniband/verbs.h> is included; only these two files include it.
+ * What the parts of the RDMA transport share: transport-rdma.c (devices, memory registrations,
+ * async events), rdma-endpoint.c (queue pairs, endpoints, jobs, completions) and rdma-poster.c
+ * (each device's posting thread). This header is the one place <infiniband/verbs.h> is included;
+ * only these three files include it.
  */
 #pragma once
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -20,7 +22,14 @@
 #define RDMA_CQ_SIZE 4096
 #define RDMA_SQ_DEPTH 256               /* work requests queued per queue pair */
 #define RDMA_MAX_SGE 4                  /* scatter-gather entries per work request we use */
-#define RDMA_BATCH 16                   /* work requests chained per ibv_post_send */
+/*
+ * A chain (one ibv_post_send, one signalled request) ends at RDMA_BATCH requests or once it
+ * carries RDMA_CHAIN_BYTES. Long chains of small requests keep completions, and the wake-ups of
+ * the loop and the posting thread that come with each, few; the byte bound keeps one call short
+ * where posting moves the bytes (soft-RoCE does it inside the call, in the kernel).
+ */
+#define RDMA_BATCH 64
+#define RDMA_CHAIN_BYTES (UINT64_C(2) << 20)
 #define RDMA_POLL_BATCH 32
 /* Completions handled per pass of the event loop. More wait for the next pass, so a long job
  * (whose completions refill the queue as fast as they are polled) never keeps clients, peers and
@@ -29,8 +38,42 @@
 #define RDMA_ACK_BATCH 64               /* CQ events acknowledged together */
 #define RDMA_FIFO (RDMA_SQ_DEPTH / 1 + 1)
 
+struct event;
+struct event_base;
 typedef struct RdmaQp RdmaQp;
 typedef struct RdmaSlot RdmaSlot;
+
+/* One chain of work requests, built on the loop and posted by the device's posting thread. */
+typedef struct RdmaPost {
+        CList link;                     /* on RdmaPoster.queue, .refused or .spare */
+        RdmaQp *q;                      /* whose chain it is (the thread only compares it) */
+        struct ibv_qp *qp;              /* where the thread posts it */
+        int error;                      /* ibv_post_send()'s errno, on RdmaPoster.refused */
+        struct ibv_send_wr wrs[RDMA_BATCH];
+        struct ibv_sge sges[RDMA_BATCH][RDMA_MAX_SGE];
+} RdmaPost;
+
+/*
+ * A device's posting thread and what it shares with the loop: everything below @lock is read
+ * and written under it.
+ */
+typedef struct RdmaPoster {
+        pthread_t thread;
+        bool started, lock_init, cond_init;
+        int efd;                        /* eventfd: chains were refused (-1 when none) */
+        struct event *ev;               /* the loop's watch on @efd */
+        pthread_mutex_t lock;
+        pthread_cond_t wake;            /* for the thread: a chain was queued, or stop */
+        pthread_cond_t left;            /* for the loop: the thread left @busy */
+        CList queue;                    /* RdmaPost.link: to post, oldest first */
+        CList refused;                  /* RdmaPost.link: refused, for the loop */
+        CList spare;                    /* RdmaPost.link: posted, for reuse */
+        unsigned n_spare;
+        RdmaQp *busy;                   /* the queue pair inside ibv_post_send() now */
+        bool idle;                      /* the thread waits on @wake */
+        bool waiting;                   /* the loop waits on @left */
+        bool stop;
+} RdmaPoster;
 
 struct RdmaContext {
         TransportSet *set;
@@ -63,6 +106,7 @@ struct RdmaDevice {
         const Region *pool_region;      /* the region pool_mr covers */
         int pool_error;                 /* why the pool is not registered: -errno, 0 when it is */
         CList endpoints;                /* RdmaEndpoint.link_dev */
+        RdmaPoster poster;
         uint64_t mrs, mr_bytes, reg_usec, reg_count, wc_errors, async_events;
         const char *last_wc_error;
         const char *last_async_event;
@@ -80,6 +124,7 @@ struct RdmaQp {
         } fifo[RDMA_FIFO];
         unsigned fifo_head, fifo_len;
         unsigned outstanding;           /* work requests posted, not known complete */
+        bool stopped;                   /* in the error state, nothing of it left to post */
         bool dead;                      /* destroyed; completions naming it are dropped */
         RdmaQp *next_dead;
 };
@@ -141,3 +186,28 @@ void rdma_device_kick(RdmaDevice *dev);
 
 /* rdma-endpoint.c: every job on the device fails with @status and its queue pairs go. */
 void rdma_device_fail_endpoints(RdmaDevice *dev, int status);
+
+/* rdma-endpoint.c, on the loop: ibv_post_send() refused a chain of @q with -errno @error. */
+void rdma_qp_refused(RdmaQp *q, int error);
+
+/* rdma-poster.c: starts @dev's posting thread and watches its refusals on @base; -errno. */
+int rdma_poster_start(RdmaDevice *dev, struct event_base *base);
+
+/* rdma-poster.c: stops and joins the thread (no queue pair may be left) and frees its state. */
+void rdma_poster_stop(RdmaDevice *dev);
+
+/* rdma-poster.c: a chain to fill (a spare one or a new one); NULL when out of memory. */
+RdmaPost *rdma_post_new(RdmaDevice *dev);
+
+/* rdma-poster.c: hands @post (its fields set, @wrs chained) to the posting thread. */
+void rdma_post_queue(RdmaDevice *dev, RdmaPost *post);
+
+/* rdma-poster.c: drops the chains of @q that the thread did not take yet. */
+void rdma_poster_take_back(RdmaDevice *dev, const RdmaQp *q);
+
+/*
+ * rdma-poster.c: returns once the thread is out of ibv_post_send() on @q (the loop moved @q to
+ * the error state first, which ends such a post soon) and holds nothing of it; then @q may be
+ * destroyed.
+ */
+void rdma_poster_wait_out(RdmaDevice *dev, const RdmaQp *q);

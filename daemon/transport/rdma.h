@@ -8,7 +8,11 @@
  *
  * Devices: the config's device map names an RDMA device, port and GID index per device_id;
  * each is opened once, with one protection domain, one completion queue and its completion
- * channel watched on the control loop (re-arm, then drain in batches, ack in batches).
+ * channel watched on the control loop (re-arm, then drain in batches, ack in batches), and one
+ * posting thread: the loop builds chains of work requests and queues them, the thread alone
+ * calls ibv_post_send(). Posting can take long (soft-RoCE moves the bytes inside it; a loaded
+ * NIC can be slow to take a doorbell) and never holds the loop. Jobs, queue pairs' accounting
+ * and every callback below stay on the loop; only refused posts come back from the thread.
  *
  * Memory: the daemon's memory pool is registered whole on every working device at start (local
  * write, remote read and write): its caches are carved per request, after the links that reach
@@ -26,6 +30,9 @@
  * one slot at a time with the QP numbers, PSNs, GIDs and MTUs exchanged over the peer's control
  * connection (peer-rdma.c). A job takes whole queue pairs while it runs, so flushing them after a
  * timeout or an error touches no other transfer; flushed queue pairs are rebuilt on next use.
+ * Flushing moves a job's queue pairs to the error state, takes back the chains the posting thread
+ * has not posted, waits until the thread is out of ibv_post_send() on them (the error state ends
+ * such a call soon) and destroys them: after that the device touches none of the job's memory.
  */
 #pragma once
 
@@ -65,7 +72,10 @@ typedef struct RdmaSegment {
         uint32_t len;                   /* a segment over 2 GiB is cut before it gets here */
 } RdmaSegment;
 
-/* Runs on the control loop once every work request of a job completed (0), or failed. */
+/*
+ * Runs on the control loop once every work request of a job completed (0), or failed (the job's
+ * queue pairs are destroyed by then: nothing of it moves any more).
+ */
 typedef void (*rdma_done_fn)(void *userdata, int status);
 
 /* Runs on the control loop when an endpoint's slot is connected (0) or failed to. */
@@ -194,18 +204,20 @@ uint32_t rdma_endpoint_broken_slots(const RdmaEndpoint *ep);
 /*
  * Starts a job: every segment of @segs (@n, borrowed until @done runs) becomes an RDMA READ
  * (@read, the peer's bytes into ours) or WRITE. The job takes the free, connected queue pairs it
- * needs (up to all of them) and waits for them when none is free. Returns a handle for
- * rdma_job_cancel() in *@ret (valid until @done runs), -ENOTCONN when the endpoint has no
- * connected queue pair, -EINVAL, -ENOMEM.
+ * needs (up to all of them) and waits for them when none is free; its work requests are queued
+ * for the device's posting thread, so this returns without waiting for the device. Returns a
+ * handle for rdma_job_cancel() in *@ret (valid until @done runs), -ENOTCONN when the endpoint
+ * has no connected queue pair, -EINVAL, -ENOMEM.
  */
 typedef struct RdmaJob RdmaJob;
 int rdma_job_submit(RdmaEndpoint *ep, bool read, const RdmaSegment *segs, size_t n,
                     rdma_done_fn done, void *userdata, RdmaJob **ret);
 
 /*
- * Stops @job: its queue pairs are moved to the error state, so every work request still queued
- * is flushed and no byte moves after @done (status -ECANCELED) runs; the slots are rebuilt on the
- * next use. A job that has not started yet ends at once.
+ * Stops @job before this returns: its queue pairs are moved to the error state and destroyed
+ * (chains not posted yet are dropped, a post in progress is waited for), so no byte moves after
+ * @done (status -ECANCELED) runs, which it does before this returns; the slots are rebuilt on
+ * the next use. A job that has not started yet ends at once.
  */
 void rdma_job_cancel(RdmaJob *job);
 
@@ -217,7 +229,7 @@ typedef struct RdmaEndpointStats {
         uint64_t jobs_done;
         uint64_t jobs_failed;
         uint64_t bytes;
-        uint64_t wrs_posted;
+        uint64_t wrs_posted;            /* work requests handed to the posting thread */
         unsigned jobs_in_flight;
         unsigned slots_ready;
 } RdmaEndpointStats;

@@ -52,6 +52,8 @@ static void rdma_on_async(evutil_socket_t fd, short what, void *userdata);
 
 static void rdma_device_close(RdmaDevice *dev)
 {
+        /* Before the verbs objects: the thread may post until it stops. */
+        rdma_poster_stop(dev);
         if (dev->pool_mr) {
                 dev->mrs--;
                 dev->mr_bytes -= dev->pool_mr->length;
@@ -157,8 +159,14 @@ static void rdma_device_open(RdmaDevice *dev, const DeviceConfig *cfg, struct ib
         dev->ev_async = event_new(base, dev->ibv->async_fd, EV_READ | EV_PERSIST,
                                   rdma_on_async, dev);
         if (!dev->ev_cq || !dev->ev_kick || !dev->ev_async || event_add(dev->ev_cq, NULL) < 0 ||
-            event_add(dev->ev_async, NULL) < 0)
+            event_add(dev->ev_async, NULL) < 0) {
                 (void)snprintf(dev->error, sizeof(dev->error), "cannot watch the CQ");
+                return;
+        }
+        r = rdma_poster_start(dev, base);
+        if (r < 0)
+                (void)snprintf(dev->error, sizeof(dev->error),
+                               "cannot start the posting thread: %s", strerror(-r));
 }
 
 /*
@@ -228,6 +236,7 @@ int rdma_context_new(TransportSet *ts, Pool *pool, RdmaContext **ret)
                 c->devs = devs;
                 c->devs[c->n_devs++] = dev;
                 dev->ctx = c;
+                dev->poster.efd = -1;
                 clist_init(&dev->endpoints);
                 (void)snprintf(dev->name, sizeof(dev->name), "%s", dc->rdma_device);
                 dev->port = dc->port;

@@ -86,7 +86,10 @@ const char *it_transport(void)
  * Writes a config file mapping device_ids 0..3 to the RDMA device @dev with transport rdma (the
  * domain suites put members on devices 1..3 too: all of them share the one device there). The
  * pool is small: a daemon registers (pins) all of it at start, which in the emulated VM takes
- * about a second per 100 MiB and the VM's memory is shared by every daemon of a test.
+ * about a second per 100 MiB and the VM's memory is shared by every daemon of a test. The
+ * soft-RoCE VM moves 30-80 MB/s on emulated CPUs, so a transfer of a few tens of MiB can take
+ * longer than the default sync_kv_timeout (1 s), and RDMA transfers honour their deadlines:
+ * clusters that set no timeout of their own get 60 s there.
  */
 static void node_write_rdma_config(Node *n, const char *dev)
 {
@@ -97,7 +100,8 @@ static void node_write_rdma_config(Node *n, const char *dev)
         fd = mkstemp(n->config_path);
         ck_assert_msg(fd >= 0, "mkstemp: %m");
         len += snprintf(buf + len, sizeof(buf) - (size_t)len,
-                        "{\"memory_size\": \"32M\", \"devices\": [");
+                        "{\"memory_size\": \"32M\", \"sync_kv_timeout_ms\": 60000, "
+                        "\"devices\": [");
         for (int id = 0; id < 4; id++)
                 len += snprintf(buf + len, sizeof(buf) - (size_t)len,
                                 "%s{\"device_id\": %d, \"transport\": \"rdma\", "

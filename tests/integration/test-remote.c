@@ -177,6 +177,7 @@ START_TEST(test_pull_large)
         uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
         kvd_task *tasks[8];
         unsigned with_progress = 0, running;
+        uint64_t t0;
         TCache src, dst;
         TCopies cp = {};
         Pair w;
@@ -195,7 +196,14 @@ START_TEST(test_pull_large)
         tcache_verify(&dst, &cp);
         tcache_verify_untouched(&src);
 
-        /* The same pull eight times at once, watched: the transfers report their progress. */
+        /*
+         * The same pull eight times at once, watched: the transfers report their progress. They
+         * queue behind each other where the link is slow (over RDMA in the soft-RoCE VM, 256 MiB
+         * take 3-10 s), so each has a minute. A task that failed with TIMEOUT looks running to
+         * kvd_task_wait(): the watch ends with the deadline, and the waits below say so.
+         */
+        o.timeout_ms = 60000;
+        t0 = harness_now_ms();
         for (int i = 0; i < 8; i++)
                 expect_ok(w.b, kvd_pull_blocks_async(w.b, &key, dst.id, sb, n, db, n, &o,
                                                      &tasks[i]));
@@ -204,7 +212,7 @@ START_TEST(test_pull_large)
                 running = 0;
                 for (int i = 0; i < 8; i++)
                         running += kvd_task_wait(tasks[i], 0) == KVD_E_TIMEOUT;
-        } while (running > 0);
+        } while (running > 0 && harness_now_ms() - t0 < (uint64_t)o.timeout_ms + 5000);
         for (int i = 0; i < 8; i++) {
                 expect_ok(w.b, kvd_task_wait(tasks[i], -1));
                 kvd_task_free(tasks[i]);
