@@ -29,9 +29,6 @@ static inline bool streq(const char *a, const char *b)
 /* Formats a key path for messages into @buf (PATH_BUF bytes), ending in "..." when cut. */
 void config_pathf(char *buf, const char *fmt, ...) _printf_(2, 3);
 
-/* The TransportKind named @s ("auto", "tcp", "rdma"), or _TRANSPORT_KIND_INVALID. */
-TransportKind transport_kind_from_string(const char *s);
-
 /* Frees @n device entries and the array. */
 void config_devices_free(DeviceConfig *devices, size_t n);
 /* The longest metrics_listen value: "[" IPv6 "%" interface "]:" port. */

@@ -141,27 +141,6 @@ int config_parse_size(const char *s, uint64_t *ret)
         return 0;
 }
 
-const char *transport_kind_to_string(TransportKind k)
-{
-        static const char *const names[_TRANSPORT_KIND_MAX] = {
-                [TRANSPORT_KIND_AUTO] = "auto",
-                [TRANSPORT_KIND_TCP] = "tcp",
-                [TRANSPORT_KIND_RDMA] = "rdma",
-        };
-
-        if (k < 0 || k >= _TRANSPORT_KIND_MAX)
-                return NULL;
-        return names[k];
-}
-
-TransportKind transport_kind_from_string(const char *s)
-{
-        for (int k = 0; k < _TRANSPORT_KIND_MAX; k++)
-                if (streq(s, transport_kind_to_string(k)))
-                        return k;
-        return _TRANSPORT_KIND_INVALID;
-}
-
 char *config_default_socket_path(void)
 {
         char buf[SOCKET_PATH_MAX + 1];
@@ -352,10 +331,7 @@ void config_replace(Config *c, Config *scratch)
 
 const DeviceConfig *config_find_device(const Config *c, int32_t device_id)
 {
-        for (size_t i = 0; i < c->n_devices; i++)
-                if (c->devices[i].device_id == device_id)
-                        return &c->devices[i];
-        return NULL;
+        return transport_config_find_device(c->devices, c->n_devices, device_id);
 }
 
 #define INT_FIELD(n, member, k, lo, hi)                                                   \

@@ -11,52 +11,9 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "common/limits.h"
 #include "common/macro.h"
-
-typedef enum TransportKind {
-        TRANSPORT_KIND_AUTO,
-        TRANSPORT_KIND_TCP,
-        TRANSPORT_KIND_RDMA,
-        _TRANSPORT_KIND_MAX,
-        _TRANSPORT_KIND_INVALID = -22,
-} TransportKind;
-
-/* One entry of "devices": which NIC / RDMA device a client's device_id uses. */
-typedef struct DeviceConfig {
-        int32_t device_id;
-        char *rdma_device;      /* "mlx5_0", NULL = none */
-        uint8_t port;           /* RDMA port, default 1 */
-        int gid_index;          /* -1 = choose the RoCE v2 IPv4 GID */
-        char *netdev;           /* "eth0", NULL = any */
-        TransportKind transport;
-} DeviceConfig;
-
-typedef struct Limits {
-        uint32_t max_clients;
-        uint32_t max_regions_per_client;
-        uint64_t max_region_size;          /* bytes */
-        uint32_t max_caches_per_client;
-        uint32_t max_keys_per_client;
-        uint32_t max_tensor_addrs;         /* per cluster, LLM-DataDist's 240 */
-        uint32_t max_inflight_per_client;  /* transfers in flight */
-        uint32_t max_frame_size;           /* bytes of one frame's payload */
-        uint32_t max_blocks_per_transfer;
-        uint32_t max_links_per_client;     /* links one cluster makes, and inbound links to it */
-        uint32_t max_peers;                /* peer daemons connected or connecting at once */
-        uint32_t max_notifies_per_client;  /* push notifications waiting for one cluster */
-} Limits;
-
-/* The TCP data transport between daemons ("tcp" object). */
-typedef struct TcpConfig {
-        uint32_t streams;                  /* data connections per peer (the smaller offer wins) */
-        bool crc;                          /* CRC32C over every chunk (either side asking wins) */
-        uint32_t chunk_size;               /* bytes per chunk header */
-} TcpConfig;
-
-/* The RDMA transport between daemons ("rdma" object). */
-typedef struct RdmaConfig {
-        uint32_t qps;                      /* RC queue pairs per peer device pair */
-} RdmaConfig;
+#include "daemon/transport/transport-config.h"
 
 typedef struct Config {
         char *socket_path;
@@ -126,6 +83,4 @@ char *config_default_socket_path(void);
 int config_parse_metrics_listen(const char *s, struct sockaddr_storage *ret_addr,
                                 socklen_t *ret_len);
 
-/* "auto", "tcp", "rdma"; NULL for a value out of range. */
-const char *transport_kind_to_string(TransportKind k);
 /* "error", "warning", "notice", "info", "debug" to LOG_ERR..LOG_DEBUG; -EINVAL otherwise. */

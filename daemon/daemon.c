@@ -13,7 +13,7 @@
 #include <event2/thread.h>
 
 #include "daemon/memory/cache.h"
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
@@ -42,12 +42,12 @@
 
 uint64_t daemon_next_id(Daemon *d)
 {
-        return ++d->next_id;
+        return id_source_next(&d->ids);
 }
 
 uint64_t daemon_next_seq(Daemon *d)
 {
-        return ++d->seq;
+        return id_source_next_seq(&d->ids);
 }
 
 Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id)
@@ -58,33 +58,6 @@ Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id)
                 if (c->id == cluster_id)
                         return c;
         return NULL;
-}
-
-void daemon_release_cache(Daemon *d, Cache *cache)
-{
-        uint64_t bytes = cache->tensor_size * cache->desc.num_tensors;
-        int r;
-
-        if (cache->n_busy > 0) {
-                cache->released = true;
-                return;
-        }
-        /* Registrations go before the pages they pin are handed back. */
-        if (cache->rdma_free) {
-                cache->rdma_free(cache->rdma);
-                cache->rdma_free = NULL;
-                cache->rdma = NULL;
-        }
-        if (cache->pool_backed && d->pool) {
-                /* Hand the pages back zeroed: the next cache carved here may belong to another
-                 * cluster and must not see these bytes. */
-                pool_scrub(d->pool, cache->pool_offset, bytes);
-                r = pool_release(d->pool, cache->pool_offset);
-                if (r < 0)
-                        log_error_errno(r, "cache %" PRIu64 ": no pool extent at %" PRIu64
-                                        ", ignoring", cache->id, cache->pool_offset);
-        }
-        cache_free(cache);
 }
 
 const char *daemon_peer_address(const Daemon *d)
@@ -231,38 +204,26 @@ int daemon_new(Config *config, Daemon **ret)
                 goto fail;
         }
 
-        if (config->memory_size > 0) {
-                r = pool_new(config->memory_size, config->page_shift, daemon_next_id(d),
-                             &d->pool);
-                if (r < 0) {
-                        log_error_errno(r, "cannot create the memory pool of %" PRIu64 " bytes",
-                                        config->memory_size);
-                        goto fail;
-                }
+        r = memory_init(&d->memory, &d->ids, config->memory_size, config->page_shift);
+        if (r < 0) {
+                log_error_errno(r, "cannot create the memory pool of %" PRIu64 " bytes",
+                                config->memory_size);
+                goto fail;
         }
 
-        r = engine_new(d->base, config->copy_threads, &d->engine);
+        r = engine_new(d->base, config->copy_threads, &d->transports.engine);
         if (r < 0) {
                 log_error_errno(r, "cannot start %u copy threads", config->copy_threads);
                 goto fail;
         }
-        r = transport_shm_new(d, &d->shm);
-        if (r < 0) {
-                log_error_errno(r, "cannot set up the shared-memory transport");
+        d->transports.base = d->base;
+        d->transports.devices = config->devices;
+        d->transports.n_devices = config->n_devices;
+        d->transports.tcp_config = &config->tcp;
+        d->transports.rdma_config = &config->rdma;
+        r = transport_set_init(&d->transports, d->memory.pool);
+        if (r < 0)
                 goto fail;
-        }
-        r = transport_tcp_new(d, &d->tcp);
-        if (r < 0) {
-                log_error_errno(r, "cannot set up the TCP transport");
-                goto fail;
-        }
-        r = rdma_context_new(d, &d->rdma);
-        if (r >= 0)
-                r = transport_rdma_new(d, &d->rdma_transport);
-        if (r < 0) {
-                log_error_errno(r, "cannot set up the RDMA transport");
-                goto fail;
-        }
 
         d->sig_term = evsignal_new(d->base, SIGTERM, daemon_on_signal, d);
         d->sig_int = evsignal_new(d->base, SIGINT, daemon_on_signal, d);
@@ -312,7 +273,7 @@ int daemon_run(Daemon *d)
         log_info("kvdistd %s listening on %s%s%s, pool %" PRIu64 " bytes, %u copy threads, "
                  "node %016" PRIx64 "%s", KVDIST_VERSION, listener_path(d->listener),
                  d->peer_listener ? ", peers on " : "", daemon_peer_address(d),
-                 d->config->memory_size, engine_n_threads(d->engine), d->node_id,
+                 d->config->memory_size, engine_n_threads(d->transports.engine), d->node_id,
                  d->cluster_key ? ", cluster key loaded" : "");
         /* Every listener accepts connections by now: listen() ran in daemon_new(). */
         service_ready(d->service);
@@ -334,16 +295,13 @@ Daemon *daemon_free(Daemon *d)
         /* Runs the completions of whatever was still moving over the network. */
         peer_free_all(d);
         /* Runs the completions of whatever was still copying. */
-        d->engine = engine_free(d->engine);
+        d->transports.engine = engine_free(d->transports.engine);
         d->domains = domain_registry_free(d->domains);
-        d->shm = transport_free(d->shm);
-        d->tcp = transport_free(d->tcp);
-        d->rdma_transport = transport_free(d->rdma_transport);
-        d->rdma = rdma_context_free(d->rdma);
+        transport_set_deinit(&d->transports);
         if (d->cluster_key)
                 explicit_bzero(d->cluster_key, d->cluster_key_len);
         free(d->cluster_key);
-        d->pool = pool_free(d->pool);
+        memory_deinit(&d->memory);
         if (d->sig_term)
                 event_free(d->sig_term);
         if (d->sig_int)

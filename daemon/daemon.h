@@ -11,6 +11,9 @@
 #include <kvdist/kvdist.h>
 
 #include "common/clist.h"
+#include "common/id-source.h"
+#include "daemon/memory/memory.h"
+#include "daemon/transport/transport-set.h"
 #include "daemon/config.h"
 #include "common/time-util.h"
 #include "common/status.h"
@@ -52,12 +55,9 @@ typedef struct Daemon {
         struct event_base *base;
         Config *config;
         Listener *listener;
-        Pool *pool;             /* NULL when memory_size is 0 */
-        Engine *engine;
-        Transport *shm;         /* moves bytes between clusters of this daemon */
-        Transport *tcp;         /* moves bytes to and from peer daemons over TcpData */
-        Transport *rdma_transport; /* one-sided READ/WRITE over RDMA endpoints */
-        RdmaContext *rdma;      /* the RDMA devices of the device map (none without verbs) */
+        IdSource ids;           /* ids of everything, registration sequence numbers */
+        Memory memory;          /* the pool; releasing caches */
+        TransportSet transports; /* the copy engine, the transports, the RDMA devices */
 
         uint64_t node_id;       /* random, never 0: how peers tell daemons apart */
         char identity[96];      /* "kvdistd/0.1.0 hostname" */
@@ -81,8 +81,6 @@ typedef struct Daemon {
         CList transfers;        /* Transfer.link_daemon, in flight */
         unsigned n_transfers;
 
-        uint64_t next_id;       /* ids of regions, caches, links and transfers */
-        uint64_t seq;           /* orders registrations against links */
         DaemonCounters counters;
         usec_t start_usec;      /* CLOCK_MONOTONIC */
 
@@ -127,13 +125,6 @@ uint64_t daemon_next_id(Daemon *d);
 uint64_t daemon_next_seq(Daemon *d);
 
 Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id);
-
-/*
- * Frees a cache that left its cluster's table. Its pool extent (zeroed) goes back to the pool,
- * but only once no transfer uses it any more: until then the cache is marked released and the
- * last transfer frees it, so nothing can land in memory that was handed to someone else.
- */
-void daemon_release_cache(Daemon *d, Cache *cache);
 
 /* Where peers reach this daemon ("ip:port"), "" when it does not listen for them. */
 const char *daemon_peer_address(const Daemon *d);

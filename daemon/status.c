@@ -10,7 +10,7 @@
 #include <jansson.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/config-json.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
@@ -63,11 +63,11 @@ static json_t *status_pool(Daemon *d, bool *ok)
 
         if (!o)
                 return NULL;
-        set(o, "size", json_u64(d->pool ? pool_size(d->pool) : 0), ok);
-        set(o, "used", json_u64(d->pool ? pool_used(d->pool) : 0), ok);
-        set(o, "page_size", json_u64(d->pool ? UINT64_C(1) << pool_page_shift(d->pool) : 0),
+        set(o, "size", json_u64(d->memory.pool ? pool_size(d->memory.pool) : 0), ok);
+        set(o, "used", json_u64(d->memory.pool ? pool_used(d->memory.pool) : 0), ok);
+        set(o, "page_size", json_u64(d->memory.pool ? UINT64_C(1) << pool_page_shift(d->memory.pool) : 0),
             ok);
-        set(o, "allocations", json_u64(d->pool ? pool_n_allocated(d->pool) : 0), ok);
+        set(o, "allocations", json_u64(d->memory.pool ? pool_n_allocated(d->memory.pool) : 0), ok);
         return o;
 }
 
@@ -365,7 +365,7 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "pid", json_integer(getpid()), &ok);
         set(root, "uptime_s", json_real((double)(now - d->start_usec) / USEC_PER_SEC), &ok);
         set(root, "socket", json_string(listener_path(d->listener)), &ok);
-        set(root, "copy_threads", json_integer(engine_n_threads(d->engine)), &ok);
+        set(root, "copy_threads", json_integer(engine_n_threads(d->transports.engine)), &ok);
         set(root, "stopping", json_boolean(d->stopping), &ok);
         set(root, "pool", status_pool(d, &ok), &ok);
         set(root, "counters", status_counters(d, &ok), &ok);
@@ -403,7 +403,7 @@ int status_to_json(Daemon *d, char **ret)
 
                 if (!ctx.array)
                         ok = false;
-                rdma_context_foreach_device(d->rdma, status_rdma_device, &ctx);
+                rdma_context_foreach_device(d->transports.rdma, status_rdma_device, &ctx);
                 set(root, "rdma_devices", ctx.array, &ok);
         }
 

@@ -12,13 +12,13 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
-#include "daemon/control/wire.h"
+#include "proto/wire.h"
 #include "common/status.h"
 #include "proto/status-wire.h"
 

@@ -24,7 +24,7 @@
 #include "common/clist.h"
 #include "common/error.h"
 #include "proto/frame.h"
-#include "daemon/control/wire.h"
+#include "proto/wire.h"
 
 /* From a frame's first byte to its last, and from connecting to the end of Hello. */
 #define CONN_FRAME_TIMEOUT_SEC 10

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"

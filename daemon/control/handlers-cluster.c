@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"

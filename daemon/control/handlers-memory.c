@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"
@@ -195,7 +195,7 @@ int handle_pool_map(Request *req, Error *err)
 {
         Kvdist__V1__PoolMapReply reply = KVDIST__V1__POOL_MAP_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        Pool *pool = req->conn->daemon->pool;
+        Pool *pool = req->conn->daemon->memory.pool;
 
         if (!pool)
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
@@ -218,7 +218,7 @@ static int cluster_register_rdma(Cluster *c, Cache *cache, Error *err)
         RdmaDevice *dev;
         int r;
 
-        dev = rdma_device_for(c->daemon->rdma, c->device_id, &why);
+        dev = rdma_device_for(c->daemon->transports.rdma, c->device_id, &why);
         if (!dev)
                 return 0;
         r = rdma_cache_register(dev, cache, cache->remote_accessible);
@@ -367,7 +367,7 @@ int handle_allocate_cache(Request *req, Error *err)
         Cache *cache;
         int r;
 
-        if (!d->pool)
+        if (!d->memory.pool)
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "kvdistd runs without a memory pool (memory_size is 0)");
         r = cache_desc_from_proto(m->desc, &desc, &tensor_size, err);
@@ -382,27 +382,27 @@ int handle_allocate_cache(Request *req, Error *err)
         if (r < 0)
                 return r;
 
-        r = pool_alloc(d->pool, total, &base);
+        r = pool_alloc(d->memory.pool, total, &base);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY,
                                  "the pool cannot hold %" PRIu64 " bytes: %" PRIu64 " of %"
                                  PRIu64 " used, largest free extent %" PRIu64, total,
-                                 pool_used(d->pool), pool_size(d->pool),
-                                 pool_largest_free(d->pool));
+                                 pool_used(d->memory.pool), pool_size(d->memory.pool),
+                                 pool_largest_free(d->memory.pool));
 
         tensors = calloc(desc.num_tensors, sizeof(*tensors));
         offsets = calloc(desc.num_tensors, sizeof(*offsets));
         if (!tensors || !offsets) {
-                (void)pool_release(d->pool, base);
+                (void)pool_release(d->memory.pool, base);
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         for (uint32_t t = 0; t < desc.num_tensors; t++) {
-                tensors[t].region = pool_region(d->pool);
+                tensors[t].region = pool_region(d->memory.pool);
                 tensors[t].offset = offsets[t] = base + t * tensor_size;
         }
         r = cache_new(m->blocks ? CACHE_BLOCKS : CACHE_CONTIGUOUS, &desc, tensors, &cache);
         if (r < 0) {
-                (void)pool_release(d->pool, base);
+                (void)pool_release(d->memory.pool, base);
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         cache->id = daemon_next_id(d);
@@ -415,7 +415,7 @@ int handle_allocate_cache(Request *req, Error *err)
         cache->id_held = true;
         r = cluster_add_cache(c, cache, keys, m->n_keys, true, err);
         if (r < 0) {
-                (void)pool_release(d->pool, base);
+                (void)pool_release(d->memory.pool, base);
                 return r;
         }
 

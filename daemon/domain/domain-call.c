@@ -13,7 +13,7 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
@@ -294,7 +294,7 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
                 remote = dom->ranks[o].cluster;
                 if (l)
                         link_free(l, STATUS_PEER_LOST);
-                r = link_new_local(d, c, remote, d->shm, &l);
+                r = link_new_local(d, c, remote, d->transports.shm, &l);
                 if (r < 0) {
                         domain_fail(dom, STATUS_OUT_OF_MEMORY, false, "cannot create a link");
                         return;

@@ -35,7 +35,7 @@
 
 #include <kvdist/kvdist.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
 #include "daemon/transfer/engine.h"
@@ -659,7 +659,7 @@ static void op_local_match(DomainOp *s, DomainOp *r)
         }
         k = local_copies(s, r, &copies, &n);
         if (k >= 0)
-                k = engine_submit(l->dom->daemon->engine, copies, n, 0, local_on_copied, s, &task);
+                k = engine_submit(l->dom->daemon->transports.engine, copies, n, 0, local_on_copied, s, &task);
         free(copies);
         if (k < 0) {
                 op_complete(s, STATUS_OUT_OF_MEMORY, "cannot start the copy: %s", strerror(-k));

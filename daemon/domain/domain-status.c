@@ -8,7 +8,7 @@
 #include <jansson.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
 #include "daemon/link/link.h"

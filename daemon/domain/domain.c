@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
 #include "common/log.h"

@@ -9,7 +9,7 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"
@@ -213,7 +213,7 @@ static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
         l = link_find(c, remote_cluster_id);
         if (l)
                 link_free_full(l, STATUS_PEER_LOST, false);
-        r = link_new_remote(d, c, p, remote_cluster_id, reply, ep ? d->rdma_transport : d->tcp,
+        r = link_new_remote(d, c, p, remote_cluster_id, reply, ep ? d->transports.rdma_transport : d->transports.tcp,
                             &l);
         if (r < 0) {
                 protobuf_c_message_free_unpacked(&reply->base, NULL);
@@ -488,7 +488,7 @@ static int link_local(Cluster *c, Cluster *remote, Link *old, Error *err)
         /* A link whose remote end went away is replaced by the new one. */
         if (old)
                 link_free(old, STATUS_PEER_LOST);
-        r = link_new_local(c->daemon, c, remote, c->daemon->shm, &l);
+        r = link_new_local(c->daemon, c, remote, c->daemon->transports.shm, &l);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot create the link");
         (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "same node");
@@ -507,7 +507,7 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
                 (void)snprintf(t->reason, sizeof(t->reason), "configured");
                 return 0;
         }
-        dev = rdma_device_for(c->daemon->rdma, c->device_id, &why);
+        dev = rdma_device_for(c->daemon->transports.rdma, c->device_id, &why);
         if (cfg && cfg->transport == TRANSPORT_KIND_RDMA) {
                 if (!dev)
                         return error_set(err, STATUS_FEATURE_NOT_ENABLED,

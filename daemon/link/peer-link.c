@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "daemon/memory/cache-proto.h"
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
@@ -206,7 +206,7 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
         /* The linked cluster's RDMA device, for the peer to connect queue pairs to. */
         {
                 const char *why = NULL;
-                RdmaDevice *dev = rdma_device_for(d->rdma, c->device_id, &why);
+                RdmaDevice *dev = rdma_device_for(d->transports.rdma, c->device_id, &why);
 
                 if (dev) {
                         rdma_device_get_info(dev, &rinfo);

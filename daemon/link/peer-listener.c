@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "common/log.h"
 #include "daemon/link/peer-internal.h"

@@ -260,7 +260,7 @@ void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessa
         RdmaEndpoint *ep;
         int r;
 
-        dev = m->remote_device ? rdma_device_find(p->daemon->rdma, m->remote_device) : NULL;
+        dev = m->remote_device ? rdma_device_find(p->daemon->transports.rdma, m->remote_device) : NULL;
         if (!rdma_device_usable(dev)) {
                 error_set(&err, STATUS_FEATURE_NOT_ENABLED, "no working RDMA device %s here",
                           m->remote_device ? m->remote_device : "");

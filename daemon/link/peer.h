@@ -28,7 +28,7 @@
 #include "common/sockaddr-util.h"
 #include "daemon/transport/tcp-data.h"
 #include "common/time-util.h"
-#include "daemon/control/wire.h"
+#include "proto/wire.h"
 
 struct event;
 typedef struct Daemon Daemon;

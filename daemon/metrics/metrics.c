@@ -7,7 +7,7 @@
 #include <string.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
 #include "kvdist-config.h"
@@ -173,12 +173,12 @@ static void family_memory(MetricsWriter *w, Daemon *d)
 static void family_pool(MetricsWriter *w, Daemon *d)
 {
         metrics_family(w, "kvdist_pool_size_bytes", "gauge", "Size of the memory pool");
-        metrics_sample_u64(w, "kvdist_pool_size_bytes", NULL, d->pool ? pool_size(d->pool) : 0);
+        metrics_sample_u64(w, "kvdist_pool_size_bytes", NULL, d->memory.pool ? pool_size(d->memory.pool) : 0);
         metrics_family(w, "kvdist_pool_used_bytes", "gauge", "Bytes of the pool given to caches");
-        metrics_sample_u64(w, "kvdist_pool_used_bytes", NULL, d->pool ? pool_used(d->pool) : 0);
+        metrics_sample_u64(w, "kvdist_pool_used_bytes", NULL, d->memory.pool ? pool_used(d->memory.pool) : 0);
         metrics_family(w, "kvdist_pool_allocations", "gauge", "Caches carved from the pool");
         metrics_sample_u64(w, "kvdist_pool_allocations", NULL,
-                           d->pool ? pool_n_allocated(d->pool) : 0);
+                           d->memory.pool ? pool_n_allocated(d->memory.pool) : 0);
 }
 
 static void family_links(MetricsWriter *w, Daemon *d)
@@ -434,7 +434,7 @@ static void family_rdma(MetricsWriter *w, Daemon *d)
 
                 metrics_family(w, rdma_metrics[i].name, rdma_metrics[i].type,
                                rdma_metrics[i].help);
-                rdma_context_foreach_device(d->rdma, rdma_device_sample, &ctx);
+                rdma_context_foreach_device(d->transports.rdma, rdma_device_sample, &ctx);
         }
 }
 

@@ -10,12 +10,12 @@
 #include <kvdist/kvdist.h>
 
 #include "daemon/memory/cache-proto.h"
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
-#include "daemon/notify.h"
+#include "daemon/link/notify.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
 #include "daemon/transfer/plan.h"
@@ -47,7 +47,7 @@ static Served *served_free(Served *s)
         if (s->cache) {
                 s->cache->n_busy--;
                 if (s->cache->released && s->cache->n_busy == 0)
-                        daemon_release_cache(d, s->cache);
+                        memory_release_cache(&d->memory, s->cache);
         }
         if (s->peer) {
                 clist_unlink(&s->link_peer);

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "daemon/memory/cache-proto.h"
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"
@@ -17,7 +17,7 @@
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/metrics/metrics.h"
-#include "daemon/notify.h"
+#include "daemon/link/notify.h"
 #include "daemon/link/peer.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/memory/region.h"
@@ -118,7 +118,7 @@ static Transfer *transfer_free(Transfer *x)
                                 continue;
                         x->caches[i]->n_busy--;
                         if (x->caches[i]->released && x->caches[i]->n_busy == 0)
-                                daemon_release_cache(d, x->caches[i]);
+                                memory_release_cache(&d->memory, x->caches[i]);
                 }
                 if (x->cluster) {
                         clist_unlink(&x->link_cluster);

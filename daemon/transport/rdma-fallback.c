@@ -3,20 +3,19 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon/daemon.h"
 #include "daemon/transport/rdma.h"
 
 struct RdmaContext {
-        Daemon *daemon;
+        TransportSet *set;
 };
 
-int rdma_context_new(Daemon *d, RdmaContext **ret)
+int rdma_context_new(TransportSet *ts, Pool *pool, RdmaContext **ret)
 {
         RdmaContext *c = calloc(1, sizeof(*c));
 
         if (!c)
                 return -ENOMEM;
-        c->daemon = d;
+        c->set = ts;
         *ret = c;
         return 0;
 }

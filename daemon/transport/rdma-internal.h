@@ -76,7 +76,7 @@ typedef struct RdmaPoster {
 } RdmaPoster;
 
 struct RdmaContext {
-        Daemon *daemon;
+        TransportSet *set;
         RdmaDevice **devs;
         size_t n_devs;
 };

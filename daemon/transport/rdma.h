@@ -41,11 +41,12 @@
 #include <stdint.h>
 
 typedef struct Cache Cache;
-typedef struct Daemon Daemon;
+typedef struct Pool Pool;
 typedef struct RdmaContext RdmaContext;
 typedef struct RdmaDevice RdmaDevice;
 typedef struct RdmaEndpoint RdmaEndpoint;
 typedef struct RdmaMr RdmaMr;
+typedef struct TransportSet TransportSet;
 
 #define RDMA_GID_SIZE 16
 #define RDMA_MAX_SLOTS 8
@@ -81,13 +82,13 @@ typedef void (*rdma_done_fn)(void *userdata, int status);
 typedef void (*rdma_ready_fn)(RdmaEndpoint *ep, int status, void *userdata);
 
 /*
- * Opens every RDMA device the config's device map names for transport "rdma" or "auto", and
- * registers the daemon's memory pool (d->pool, made before) on each that works. A device that
+ * Opens every RDMA device @ts's device map names for transport "rdma" or "auto" (events on
+ * @ts's loop), and registers the daemon's memory pool @pool (NULL: none) on each that works. A device that
  * cannot be opened is kept with the reason (for status and for the links that would use it), a
  * pool that cannot be registered is logged; only out-of-memory fails. Without RDMA support it
  * holds no device.
  */
-int rdma_context_new(Daemon *d, RdmaContext **ret);
+int rdma_context_new(TransportSet *ts, Pool *pool, RdmaContext **ret);
 
 /* Closes every device; endpoints must be gone. Accepts NULL; returns NULL. */
 RdmaContext *rdma_context_free(RdmaContext *c);

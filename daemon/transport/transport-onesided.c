@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon/daemon.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/transport/rdma.h"
 #include "daemon/transfer/transfer.h"
@@ -56,7 +55,7 @@ static const transport_ops onesided_ops = {
         .progress = onesided_progress,
 };
 
-int transport_rdma_new(Daemon *d, Transport **ret)
+int transport_rdma_new(TransportSet *ts, Transport **ret)
 {
         Transport *t;
 
@@ -64,7 +63,7 @@ int transport_rdma_new(Daemon *d, Transport **ret)
         if (!t)
                 return -ENOMEM;
         t->ops = &onesided_ops;
-        t->daemon = d;
+        t->set = ts;
         *ret = t;
         return 0;
 }

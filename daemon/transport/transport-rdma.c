@@ -16,11 +16,10 @@
 
 #include "daemon/memory/cache.h"
 #include "common/clist.h"
-#include "daemon/config.h"
-#include "daemon/daemon.h"
 #include "common/log.h"
 #include "daemon/memory/pool.h"
 #include "daemon/transport/rdma-internal.h"
+#include "daemon/transport/transport-set.h"
 #include "daemon/memory/region.h"
 #include "common/time-util.h"
 
@@ -204,9 +203,8 @@ static void rdma_device_register_pool(RdmaDevice *dev, Pool *pool)
                  (now_usec(CLOCK_MONOTONIC) - t0) / USEC_PER_MSEC);
 }
 
-int rdma_context_new(Daemon *d, RdmaContext **ret)
+int rdma_context_new(TransportSet *ts, Pool *pool, RdmaContext **ret)
 {
-        const Config *cfg = d->config;
         struct ibv_device **list = NULL;
         RdmaContext *c;
         int n_list = 0;
@@ -214,9 +212,9 @@ int rdma_context_new(Daemon *d, RdmaContext **ret)
         c = calloc(1, sizeof(*c));
         if (!c)
                 return -ENOMEM;
-        c->daemon = d;
-        for (size_t i = 0; i < cfg->n_devices; i++) {
-                const DeviceConfig *dc = &cfg->devices[i];
+        c->set = ts;
+        for (size_t i = 0; i < ts->n_devices; i++) {
+                const DeviceConfig *dc = &ts->devices[i];
                 RdmaDevice *dev, **devs;
 
                 if (!dc->rdma_device || dc->transport == TRANSPORT_KIND_TCP ||
@@ -243,7 +241,7 @@ int rdma_context_new(Daemon *d, RdmaContext **ret)
                 (void)snprintf(dev->name, sizeof(dev->name), "%s", dc->rdma_device);
                 dev->port = dc->port;
                 dev->last_wc_error = dev->last_async_event = "";
-                rdma_device_open(dev, dc, list, n_list, d->base);
+                rdma_device_open(dev, dc, list, n_list, ts->base);
                 if (dev->error[0])
                         log_warning("RDMA device %s: %s; links of device_id %" PRId32 " cannot "
                                     "use it", dev->name, dev->error, dc->device_id);
@@ -253,8 +251,8 @@ int rdma_context_new(Daemon *d, RdmaContext **ret)
                                  dev->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET
                                          ? "RoCE" : "InfiniBand",
                                  rdma_mtu_bytes(dev->port_attr.active_mtu), dev->gid_index);
-                        if (d->pool)
-                                rdma_device_register_pool(dev, d->pool);
+                        if (pool)
+                                rdma_device_register_pool(dev, pool);
                 }
         }
         if (list)
@@ -291,7 +289,7 @@ bool rdma_device_usable(const RdmaDevice *dev)
 
 RdmaDevice *rdma_device_for(RdmaContext *c, int32_t device_id, const char **ret_reason)
 {
-        const DeviceConfig *dc = c ? config_find_device(c->daemon->config, device_id) : NULL;
+        const DeviceConfig *dc = c ? transport_set_find_device(c->set, device_id) : NULL;
         RdmaDevice *dev;
 
         if (!dc || !dc->rdma_device) {

@@ -6,11 +6,11 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon/daemon.h"
 #include "daemon/transfer/engine.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
 #include "common/status.h"
 
@@ -50,7 +50,7 @@ static int shm_submit(Transport *t, Transfer *x)
                 copies[i].src = src->data + s->src_offset;
                 copies[i].len = s->len;
         }
-        r = engine_submit(t->daemon->engine, copies, plan->n_segments, 0, shm_on_done, x, &task);
+        r = engine_submit(t->set->engine, copies, plan->n_segments, 0, shm_on_done, x, &task);
         if (r < 0)
                 return r;
         x->transport_data = task;
@@ -76,7 +76,7 @@ static const transport_ops shm_ops = {
         .progress = shm_progress,
 };
 
-int transport_shm_new(Daemon *d, Transport **ret)
+int transport_shm_new(TransportSet *ts, Transport **ret)
 {
         Transport *t;
 
@@ -84,7 +84,7 @@ int transport_shm_new(Daemon *d, Transport **ret)
         if (!t)
                 return -ENOMEM;
         t->ops = &shm_ops;
-        t->daemon = d;
+        t->set = ts;
         *ret = t;
         return 0;
 }

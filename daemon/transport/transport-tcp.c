@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon/daemon.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/transport/tcp-data.h"
 #include "daemon/transfer/transfer.h"
@@ -58,7 +57,7 @@ static const transport_ops tcp_ops = {
         .progress = tcp_progress,
 };
 
-int transport_tcp_new(Daemon *d, Transport **ret)
+int transport_tcp_new(TransportSet *ts, Transport **ret)
 {
         Transport *t;
 
@@ -66,7 +65,7 @@ int transport_tcp_new(Daemon *d, Transport **ret)
         if (!t)
                 return -ENOMEM;
         t->ops = &tcp_ops;
-        t->daemon = d;
+        t->set = ts;
         *ret = t;
         return 0;
 }

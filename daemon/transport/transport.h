@@ -8,9 +8,9 @@
 
 #include <stdint.h>
 
-typedef struct Daemon Daemon;
 typedef struct Transfer Transfer;
 typedef struct Transport Transport;
+typedef struct TransportSet TransportSet;
 
 typedef struct transport_ops {
         const char *name;
@@ -28,19 +28,19 @@ typedef struct transport_ops {
 
 struct Transport {
         const transport_ops *ops;
-        Daemon *daemon;
+        TransportSet *set;
         uint64_t bytes;         /* moved, for status */
         uint64_t n_transfers;
 };
 
 /* The shared-memory transport: copies between regions of this daemon on the copy engine. */
-int transport_shm_new(Daemon *d, Transport **ret);
+int transport_shm_new(TransportSet *ts, Transport **ret);
 
 /* The TCP transport: data jobs on the TcpData of a transfer's peer. */
-int transport_tcp_new(Daemon *d, Transport **ret);
+int transport_tcp_new(TransportSet *ts, Transport **ret);
 
 /* The RDMA transport: one-sided READ (pull) / WRITE (push) jobs on a link's endpoint. */
-int transport_rdma_new(Daemon *d, Transport **ret);
+int transport_rdma_new(TransportSet *ts, Transport **ret);
 
 int transport_submit(Transport *t, Transfer *x);
 /* Bytes of @x moved so far in *@ret; a negative errno when the transport cannot tell. */

@@ -8,12 +8,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"
 #include "proto/kvdist.pb-c.h"
-#include "daemon/notify.h"
+#include "daemon/link/notify.h"
 #include "common/status.h"
 
 #define NOTIFY_DATA_MAX 256

@@ -6,14 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/cluster.h"
+#include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
-#include "daemon/notify.h"
+#include "daemon/link/notify.h"
 #include "daemon/link/peer-link.h"
 #include "daemon/link/peer.h"
 #include "daemon/memory/pool.h"
@@ -56,8 +56,7 @@ int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t de
 
 void cluster_release_cache(Cluster *c, Cache *cache)
 {
-        if (cache)
-                daemon_release_cache(c->daemon, cache);
+        memory_release_cache(&c->daemon->memory, cache);
 }
 
 Cluster *cluster_free(Cluster *c)

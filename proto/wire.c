@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "common/macro.h"
-#include "daemon/control/wire.h"
+#include "proto/wire.h"
 
 typedef struct WireFrame {
         CList link;

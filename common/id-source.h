@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * IdSource: the daemon's ids (of regions, caches, peers, links, transfers, connections, ...:
+ * unique for the daemon's life, never 0) and the sequence numbers that order registrations
+ * against links. One source serves every layer, so an id names one object whatever its kind.
+ */
+#pragma once
+
+#include <stdint.h>
+
+typedef struct IdSource {
+        uint64_t last_id;
+        uint64_t last_seq;
+} IdSource;
+
+/* A new id. */
+static inline uint64_t id_source_next(IdSource *s)
+{
+        return ++s->last_id;
+}
+
+/* The next registration/link sequence number. */
+static inline uint64_t id_source_next_seq(IdSource *s)
+{
+        return ++s->last_seq;
+}

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* Transport config: the device map's lookup and the names of the transport kinds. */
+#include <string.h>
+
+#include "daemon/transport/transport-config.h"
+
+const DeviceConfig *transport_config_find_device(const DeviceConfig *devices, size_t n_devices,
+                                                 int32_t device_id)
+{
+        for (size_t i = 0; i < n_devices; i++)
+                if (devices[i].device_id == device_id)
+                        return &devices[i];
+        return NULL;
+}
+
+const char *transport_kind_to_string(TransportKind k)
+{
+        static const char *const names[_TRANSPORT_KIND_MAX] = {
+                [TRANSPORT_KIND_AUTO] = "auto",
+                [TRANSPORT_KIND_TCP] = "tcp",
+                [TRANSPORT_KIND_RDMA] = "rdma",
+        };
+
+        if (k < 0 || k >= _TRANSPORT_KIND_MAX)
+                return NULL;
+        return names[k];
+}
+
+TransportKind transport_kind_from_string(const char *s)
+{
+        for (int k = 0; k < _TRANSPORT_KIND_MAX; k++)
+                if (strcmp(s, transport_kind_to_string(k)) == 0)
+                        return k;
+        return _TRANSPORT_KIND_INVALID;
+}
