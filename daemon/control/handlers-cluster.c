@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Handlers: attaching and detaching a cluster, and the daemon's status. */
+/* Handlers: attaching and detaching a cluster, its notifications, and the daemon's status. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"
 #include "daemon/domain/domain.h"
+#include "daemon/link/notify.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/status.h"
@@ -116,4 +117,16 @@ int handle_daemon_status(Request *req, Error *err)
         reply.status = &status;
         reply.json = json;
         return request_reply(req, &reply.base, -1), 0;
+}
+
+int handle_notify_fd(Request *req, Error *err)
+{
+        return notify_handle_fd(req->conn->cluster, &req->done, err);
+}
+
+int handle_get_notifies(Request *req, Error *err)
+{
+        const Kvdist__V1__GetNotifies *m = (const Kvdist__V1__GetNotifies *)req->msg;
+
+        return notify_handle_get(req->conn->cluster, m->max, &req->done, err);
 }

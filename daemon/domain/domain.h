@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/completion.h"
 #include "common/error.h"
 
 struct json_t;
@@ -23,7 +24,12 @@ typedef struct Daemon Daemon;
 typedef struct DomainRegistry DomainRegistry;
 typedef struct MetricsWriter MetricsWriter;
 typedef struct Peer Peer;
-typedef struct Request Request;
+struct Kvdist__V1__DomainLink;
+struct Kvdist__V1__DomainUnlink;
+struct Kvdist__V1__DomainQuery;
+struct Kvdist__V1__DomainSendRecv;
+struct Kvdist__V1__DomainBroadcast;
+struct Kvdist__V1__DomainAllGather;
 
 /* Creates the daemon's (empty) set of domains. -ENOMEM. */
 int domain_registry_new(Daemon *d, DomainRegistry **ret);
@@ -75,10 +81,20 @@ struct json_t *domain_status_json(Daemon *d);
 /* The kvdist_domain* metric families. */
 void domain_metrics_family(MetricsWriter *w, Daemon *d);
 
-/* Client requests (dispatch.c). */
-int handle_domain_link(Request *req, Error *err);
-int handle_domain_unlink(Request *req, Error *err);
-int handle_domain_query(Request *req, Error *err);
-int handle_domain_send_recv(Request *req, Error *err);
-int handle_domain_broadcast(Request *req, Error *err);
-int handle_domain_all_gather(Request *req, Error *err);
+/*
+ * Client requests of the cluster @c (control/handlers-domain.c hands them down). Each returns 0
+ * when it answered @done, COMPLETION_PENDING when it keeps @done to answer later, or a STATUS_*
+ * status with @err filled (@done is still the caller's).
+ */
+int domain_handle_link(Cluster *c, const struct Kvdist__V1__DomainLink *m, Completion *done,
+                       Error *err);
+int domain_handle_unlink(Cluster *c, const struct Kvdist__V1__DomainUnlink *m, Completion *done,
+                         Error *err);
+int domain_handle_query(Cluster *c, const struct Kvdist__V1__DomainQuery *m, Completion *done,
+                        Error *err);
+int domain_handle_send_recv(Cluster *c, const struct Kvdist__V1__DomainSendRecv *m,
+                            Completion *done, Error *err);
+int domain_handle_broadcast(Cluster *c, const struct Kvdist__V1__DomainBroadcast *m,
+                            Completion *done, Error *err);
+int domain_handle_all_gather(Cluster *c, const struct Kvdist__V1__DomainAllGather *m,
+                             Completion *done, Error *err);

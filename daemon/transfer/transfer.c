@@ -8,10 +8,9 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include "daemon/memory/cache-proto.h"
 #include "daemon/link/cluster.h"
-#include "daemon/control/conn.h"
 #include "daemon/daemon.h"
-#include "daemon/control/dispatch.h"
 #include "daemon/domain/domain.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
@@ -96,11 +95,12 @@ static void transfer_on_deadline(evutil_socket_t fd, short what, void *userdata)
                       (x->deadline_usec - x->start_usec) / USEC_PER_MSEC);
 }
 
-static void transfer_on_request_cancel(Request *req, void *userdata)
+static void transfer_on_request_cancel(Completion *done, void *userdata)
 {
         Transfer *x = userdata;
 
-        x->req = request_free(req);
+        x->done = NULL;
+        x->msg = NULL;
         transfer_fail(x, STATUS_PEER_LOST, "the client went away");
 }
 
@@ -136,8 +136,7 @@ static Transfer *transfer_free(Transfer *x)
         plan_free(x->plan);
         free(x->segs);
         free(x->rdma_segs);
-        if (x->req)
-                request_free(x->req);
+        completion_drop(x->done);
         free(x);
         return NULL;
 }
@@ -181,9 +180,10 @@ static void transfer_deliver_notify(Transfer *x)
 /* Sends the client its answer, once: @status and, on failure, x->err (which is set). */
 static void transfer_answer(Transfer *x, int status)
 {
-        Request *req = TAKE_PTR(x->req);
+        Completion *done = TAKE_PTR(x->done);
 
-        if (!req)
+        x->msg = NULL;
+        if (!done)
                 return;
         if (status == STATUS_OK) {
                 Kvdist__V1__TransferReply reply = KVDIST__V1__TRANSFER_REPLY__INIT;
@@ -192,9 +192,9 @@ static void transfer_answer(Transfer *x, int status)
                 reply.status = &st;
                 reply.bytes = x->plan->total_bytes;
                 reply.segments = (uint32_t)x->plan->n_segments;
-                (void)request_reply(req, &reply.base, -1);
+                (void)completion_reply(done, &reply.base, -1);
         } else
-                (void)request_fail(req, status, &x->err);
+                (void)completion_fail(done, status, &x->err);
 }
 
 void transfer_complete(Transfer *x, int status)
@@ -355,9 +355,8 @@ static int transfer_build_plan(Transfer *x, const Kvdist__V1__Transfer *m, uint3
         return plan_build(&pr, &x->plan, err);
 }
 
-int transfer_start(Cluster *c, Request *req, Error *err)
+int transfer_start(Cluster *c, const Kvdist__V1__Transfer *m, Completion *done, Error *err)
 {
-        const Kvdist__V1__Transfer *m = (const Kvdist__V1__Transfer *)req->msg;
         Daemon *d = c->daemon;
         const Limits *lim = &d->config->limits;
         _cleanup_(transfer_freep) Transfer *x = NULL;
@@ -462,9 +461,9 @@ int transfer_start(Cluster *c, Request *req, Error *err)
                                          transport_name(x->transport), x->id, strerror(-r));
         }
 
-        x->req = req;
-        req->cancel = transfer_on_request_cancel;
-        req->userdata = x;
+        x->done = done;
+        x->msg = m;
+        completion_set_cancel(done, transfer_on_request_cancel, x);
         log_debug("transfer %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
                   " bytes in %zu segments over %s", x->id, c->id, x->remote_cluster_id,
                   transfer_kind_to_string(x->kind), x->plan ? x->plan->total_bytes : 0,
