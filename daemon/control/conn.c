@@ -43,12 +43,7 @@ static void conn_destroy(Conn *c)
                         req->done.cancel(&req->done, req->done.userdata);
                 request_free(req);
         }
-        if (c->cluster) {
-                Cluster *cl = TAKE_PTR(c->cluster);
-
-                cl->conn = NULL;
-                cluster_free(cl);
-        }
+        cluster_free(TAKE_PTR(c->cluster));
         wire_out_clear(&c->out);
         wire_in_reset(&c->in);
         if (c->ev_read)

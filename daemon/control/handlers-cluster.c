@@ -67,7 +67,7 @@ int handle_client_init(Request *req, Error *err)
                 return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 
         timeout = m->sync_kv_timeout_ms ? m->sync_kv_timeout_ms : cfg->sync_kv_timeout_ms;
-        r = cluster_new(d, conn, m->cluster_id, (ClusterRole)m->role, m->device_id, timeout, &c);
+        r = cluster_new(d, &conn->cred, m->cluster_id, (ClusterRole)m->role, m->device_id, timeout, &c);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot attach the cluster");
         /* With listen_ip_info the cluster is a server that others link to; without, a client. */
@@ -100,7 +100,6 @@ int handle_client_finalize(Request *req, Error *err)
 
         /* Transfers the cluster asked for fail; their answers follow once their transports have
          * let go of the memory. The connection stays for read-only use. */
-        c->conn = NULL;
         conn_set_state(conn, CONN_READY);
         cluster_free(c);
         return request_reply_ok(req), 0;

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
 #include "daemon/link/link-request.h"
@@ -21,8 +21,8 @@
 #include "daemon/transfer/transfer.h"
 #include "common/status.h"
 
-int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t device_id,
-                uint32_t sync_kv_timeout_ms, Cluster **ret)
+int cluster_new(Daemon *d, const struct ucred *cred, uint64_t id, ClusterRole role,
+                int32_t device_id, uint32_t sync_kv_timeout_ms, Cluster **ret)
 {
         Cluster *c;
 
@@ -30,14 +30,13 @@ int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t de
         if (!c)
                 return -ENOMEM;
         c->daemon = d;
-        c->conn = conn;
         c->id = id;
         c->role = role;
         c->device_id = device_id;
         c->sync_kv_timeout_ms = sync_kv_timeout_ms;
-        if (conn) {
-                c->pid = conn->cred.pid;
-                c->uid = conn->cred.uid;
+        if (cred) {
+                c->pid = cred->pid;
+                c->uid = cred->uid;
         }
         clist_init(&c->regions);
         cache_table_init(&c->caches);
