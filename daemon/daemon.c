@@ -175,6 +175,7 @@ int daemon_new(Config *config, Daemon **ret)
         clist_init(&d->peers);
         clist_init(&d->inlinks);
         clist_init(&d->served);
+        hook_list_init(&d->link_events);
         do {
                 r = random_bytes(&d->node_id, sizeof(d->node_id));
                 if (r < 0) {
@@ -247,6 +248,7 @@ int daemon_new(Config *config, Daemon **ret)
         r = domain_registry_new(d, &d->domains);
         if (r < 0)
                 goto fail;
+        transfer_listen(d);
 
         r = listener_new(d, &d->listener);
         if (r < 0)

@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/hook.h"
 #include "common/clist.h"
 #include "daemon/domain/domain.h"
 #include "common/error.h"
@@ -200,6 +201,7 @@ typedef struct LocalRes {
 
 struct DomainRegistry {
         Daemon *daemon;
+        Hook link_hook;                 /* on the daemon's link events */
         CList domains;                  /* Domain.link_reg */
         unsigned n_domains;
         CList queue;                    /* Domain.link_queue, SETUP_QUEUED, oldest first */

@@ -9,7 +9,7 @@
 
 #include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
-#include "daemon/domain/domain.h"
+#include "daemon/link/link-events.h"
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
@@ -18,7 +18,6 @@
 #include "daemon/link/peer.h"
 #include "daemon/memory/pool.h"
 #include "daemon/memory/region.h"
-#include "daemon/transfer/transfer.h"
 #include "common/status.h"
 
 int cluster_new(Daemon *d, const struct ucred *cred, uint64_t id, ClusterRole role,
@@ -60,7 +59,6 @@ void cluster_release_cache(Cluster *c, Cache *cache)
 
 Cluster *cluster_free(Cluster *c)
 {
-        Transfer *x, *xtmp;
         InLink *il, *iltmp;
         Link *l, *ltmp;
         Cache *cache, *ctmp;
@@ -69,11 +67,11 @@ Cluster *cluster_free(Cluster *c)
         if (!c)
                 return NULL;
 
-        /* Domains first: their members elsewhere hear it while the links are still up. */
-        domain_cluster_gone(c);
+        /* The layers above first (domain/ registers before transfer/): members of the
+         * cluster's domains elsewhere hear it while the links are still up, and the transfers
+         * the cluster asked for fail. */
+        hook_list_emit(&c->daemon->link_events, LinkEvents, cluster_gone, c);
         link_requests_abort(c);
-        CLIST_FOREACH_SAFE(x, xtmp, &c->transfers, link_cluster)
-                transfer_detach_cluster(x);
         /* Peers hear it once per cluster, not once per link. */
         peer_link_cluster_gone(c);
         CLIST_FOREACH_SAFE(l, ltmp, &c->links, link_local)

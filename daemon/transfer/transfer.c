@@ -11,8 +11,8 @@
 #include "daemon/memory/cache-proto.h"
 #include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
-#include "daemon/domain/domain.h"
 #include "proto/kvdist.pb-c.h"
+#include "daemon/link/link-events.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/metrics/metrics.h"
@@ -21,6 +21,7 @@
 #include "daemon/transfer/plan.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
+#include "daemon/transfer/served.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
 #include "common/status.h"
@@ -285,6 +286,41 @@ void transfer_detach_link(Transfer *x, int status)
                       "transfer %" PRIu64 " ran", l->id, l->remote_cluster_id, x->id);
 }
 
+static void transfer_on_cluster_gone(void *userdata, Cluster *c)
+{
+        Transfer *x, *tmp;
+
+        CLIST_FOREACH_SAFE(x, tmp, &c->transfers, link_cluster)
+                transfer_detach_cluster(x);
+}
+
+static void transfer_on_link_down(void *userdata, Link *l, int status)
+{
+        Transfer *x, *tmp;
+
+        CLIST_FOREACH_SAFE(x, tmp, &l->transfers, link_link)
+                transfer_detach_link(x, status);
+}
+
+static void transfer_on_inlink_gone(void *userdata, InLink *il, int status)
+{
+        Served *s, *tmp;
+
+        CLIST_FOREACH_SAFE(s, tmp, &il->served, link_inlink)
+                served_detach_inlink(s, status);
+}
+
+static const LinkEvents transfer_link_events = {
+        .cluster_gone = transfer_on_cluster_gone,
+        .link_down = transfer_on_link_down,
+        .inlink_gone = transfer_on_inlink_gone,
+};
+
+void transfer_listen(Daemon *d)
+{
+        link_events_listen(d, &d->transfer_link_hook, &transfer_link_events, d);
+}
+
 /* Finds the link and, for a local one, the remote cache, which must be reachable through it. */
 static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer *m,
                             uint32_t *ret_remote_index, Error *err)
@@ -296,7 +332,7 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
         l = link_find(c, x->key.cluster_id);
         if (!l) {
                 /* A comm domain of both that is not OK (yet) says why, not link_clusters. */
-                r = domain_explain_no_link(c, x->key.cluster_id, err);
+                r = link_explain_no_link(c, x->key.cluster_id, err);
                 if (r < 0)
                         return r;
                 return error_set(err, STATUS_NOT_YET_LINK,

@@ -138,6 +138,13 @@ void transfer_detach_cluster(Transfer *x);
 /* The link of @x is going away. */
 void transfer_detach_link(Transfer *x, int status);
 
+/*
+ * Makes transfer/ listen to link/'s events: a cluster going away, a link going down, a peer's
+ * link to our cluster going away fail the transfers over them. Once, at start, after
+ * domain/ (whose members hear of a cluster going away first).
+ */
+void transfer_listen(Daemon *d);
+
 const char *transfer_kind_to_string(TransferKind k);
 
 /* Whether a successful @kind transfer by @key of @cache ends that key: a pull by CacheKey of a
