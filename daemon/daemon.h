@@ -83,6 +83,7 @@ typedef struct Daemon {
         unsigned n_transfers;
         HookList link_events;   /* listeners of link/'s events (link/link-events.h) */
         Hook transfer_link_hook; /* transfer/'s listener on @link_events */
+        HookList transfer_events; /* listeners of transfer/'s (transfer/transfer-events.h) */
 
         DaemonCounters counters;
         usec_t start_usec;      /* CLOCK_MONOTONIC */

@@ -16,6 +16,7 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/link/peer.h"
 #include "daemon/transfer/plan.h"
+#include "daemon/transfer/transfer-events.h"
 #include "daemon/memory/pool.h"
 #include "daemon/transport/rdma.h"
 #include "daemon/transfer/transfer.h"
@@ -49,6 +50,7 @@ struct Metrics {
         char transports[METRICS_MAX_TRANSPORTS][METRICS_TRANSPORT_NAME_MAX];
         size_t n_transports;
         TransferStats stats[_DIR_MAX][METRICS_MAX_TRANSPORTS];
+        Hook transfer_hook;     /* on the daemon's transfer events */
 };
 
 int metrics_new(Metrics **ret)
@@ -63,6 +65,8 @@ int metrics_new(Metrics **ret)
 
 Metrics *metrics_free(Metrics *m)
 {
+        if (m)
+                hook_remove(&m->transfer_hook);
         free(m);
         return NULL;
 }
@@ -84,14 +88,14 @@ static int transport_index(Metrics *m, const char *name)
         return (int)m->n_transports++;
 }
 
-void metrics_transfer_done(Metrics *m, const Transfer *x, int status)
+/* Records that @x completed with @status: its count, and for a success its bytes and latency. */
+static void metrics_on_transfer_done(void *userdata, const Transfer *x, int status)
 {
+        Metrics *m = userdata;
         TransferStats *s;
         double seconds;
         int t;
 
-        if (!m)
-                return;
         t = transport_index(m, transport_name(x->transport));
         if (t < 0)
                 return;
@@ -108,6 +112,15 @@ void metrics_transfer_done(Metrics *m, const Transfer *x, int status)
                 }
         s->count++;
         s->sum += seconds;
+}
+
+static const TransferEvents metrics_transfer_events = {
+        .transfer_done = metrics_on_transfer_done,
+};
+
+void metrics_listen(Metrics *m, Daemon *d)
+{
+        transfer_events_listen(d, &m->transfer_hook, &metrics_transfer_events, m);
 }
 
 /* One family: its HELP/TYPE header and samples, from the daemon's state and @d->metrics. */

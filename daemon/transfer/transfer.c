@@ -15,13 +15,13 @@
 #include "daemon/link/link-events.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
-#include "daemon/metrics/metrics.h"
 #include "daemon/link/notify.h"
 #include "daemon/link/peer.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
 #include "daemon/transfer/served.h"
+#include "daemon/transfer/transfer-events.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
 #include "common/status.h"
@@ -205,7 +205,7 @@ void transfer_complete(Transfer *x, int status)
         int final = x->status != STATUS_OK ? x->status : status;
 
         transfer_set_state(x, TRANSFER_DONE);
-        metrics_transfer_done(d->metrics, x, final);
+        hook_list_emit(&d->transfer_events, TransferEvents, transfer_done, x, final);
 
         if (final == STATUS_OK) {
                 uint64_t bytes = x->plan->total_bytes;
@@ -319,6 +319,11 @@ static const LinkEvents transfer_link_events = {
 void transfer_listen(Daemon *d)
 {
         link_events_listen(d, &d->transfer_link_hook, &transfer_link_events, d);
+}
+
+void transfer_events_listen(Daemon *d, Hook *h, const TransferEvents *events, void *userdata)
+{
+        hook_list_append(&d->transfer_events, h, events, userdata);
 }
 
 /* Finds the link and, for a local one, the remote cache, which must be reachable through it. */
