@@ -63,10 +63,16 @@ static int domain_on_explain_no_link(void *userdata, Cluster *c, uint64_t remote
         return domain_explain_no_link(c, remote_cluster_id, err);
 }
 
+static bool domain_on_linking(void *userdata, const Cluster *c, uint64_t remote_cluster_id)
+{
+        return domain_pair_link_in_progress(c, remote_cluster_id);
+}
+
 /* What domain/ hears from link/. */
 static const LinkEvents domain_link_events = {
         .cluster_gone = domain_on_cluster_gone,
         .explain_no_link = domain_on_explain_no_link,
+        .linking = domain_on_linking,
 };
 
 int domain_registry_new(Daemon *d, DomainRegistry **ret)

@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -27,6 +28,9 @@ typedef struct LinkEvents {
          * domain still being set up) fills @err and returns its status, others return 0. */
         int (*explain_no_link)(void *userdata, Cluster *c, uint64_t remote_cluster_id,
                                Error *err);
+        /* Whether the listener is setting up a link from @c to @remote_cluster_id itself (a
+         * comm domain's pair): link_clusters() for it then answers PROCESSING_LINK. */
+        bool (*linking)(void *userdata, const Cluster *c, uint64_t remote_cluster_id);
 } LinkEvents;
 
 /* Adds @h with @events (and @userdata) to @d's listeners of link events. */
@@ -37,3 +41,6 @@ void link_events_listen(Daemon *d, Hook *h, const LinkEvents *events, void *user
  * filled), or 0 when none knows more than that the link is missing.
  */
 int link_explain_no_link(Cluster *c, uint64_t remote_cluster_id, Error *err);
+
+/* Whether a listener is setting up a link from @c to @remote_cluster_id (LinkEvents.linking). */
+bool link_linking_elsewhere(const Cluster *c, uint64_t remote_cluster_id);

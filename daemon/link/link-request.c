@@ -11,8 +11,8 @@
 
 #include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
-#include "daemon/domain/domain.h"
 #include "proto/kvdist.pb-c.h"
+#include "daemon/link/link-events.h"
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
@@ -532,7 +532,7 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                                  PRIu64 " already (link %" PRIu64 ")", c->id,
                                  info->remote_cluster_id, l->id);
         if (link_request_in_progress(c, info->remote_cluster_id) ||
-            domain_pair_link_in_progress(c, info->remote_cluster_id))
+            link_linking_elsewhere(c, info->remote_cluster_id))
                 return error_set(err, STATUS_PROCESSING_LINK,
                                  "a link from cluster %" PRIu64 " to %" PRIu64 " is being set up",
                                  c->id, info->remote_cluster_id);

@@ -114,6 +114,19 @@ int link_explain_no_link(Cluster *c, uint64_t remote_cluster_id, Error *err)
         return 0;
 }
 
+bool link_linking_elsewhere(const Cluster *c, uint64_t remote_cluster_id)
+{
+        Hook *h;
+
+        CLIST_FOREACH(h, &c->daemon->link_events.hooks, link) {
+                const LinkEvents *e = h->events;
+
+                if (e->linking && e->linking(h->userdata, c, remote_cluster_id))
+                        return true;
+        }
+        return false;
+}
+
 /* Leaves the remote cluster's list of incoming links, or the peer's list of links. */
 static void link_detach_remote(Link *l)
 {
