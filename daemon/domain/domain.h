@@ -22,7 +22,6 @@ struct json_t;
 typedef struct Cluster Cluster;
 typedef struct Daemon Daemon;
 typedef struct DomainRegistry DomainRegistry;
-typedef struct MetricsWriter MetricsWriter;
 typedef struct Peer Peer;
 struct Kvdist__V1__DomainLink;
 struct Kvdist__V1__DomainUnlink;
@@ -78,8 +77,24 @@ int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err);
 /* The status document's "domains" array (status.c). NULL when out of memory. */
 struct json_t *domain_status_json(Daemon *d);
 
-/* The kvdist_domain* metric families. */
-void domain_metrics_family(MetricsWriter *w, Daemon *d);
+/* Domain states (PREPARING, OK, FAILED) that DomainStats counts. */
+#define DOMAIN_STATS_STATES 3
+
+/* What a registry counts, for metrics/ to read when it builds a document. */
+typedef struct DomainStats {
+        const char *state_names[DOMAIN_STATS_STATES]; /* "preparing", ... */
+        uint64_t by_state[DOMAIN_STATS_STATES];       /* domains now, by state */
+        uint64_t setups_active;         /* set-ups reaching out to other daemons */
+        uint64_t setups_queued;
+        uint64_t formed;                /* domains that reached OK */
+        uint64_t failed;                /* that failed */
+        uint64_t calls[3][2];           /* [batch send/recv, broadcast, all-gather][failed] */
+        uint64_t bytes_sent;
+        uint64_t bytes_received;
+} DomainStats;
+
+/* Fills @ret with what @reg counts. */
+void domain_registry_stats(const DomainRegistry *reg, DomainStats *ret);
 
 /*
  * Client requests of the cluster @c (control/handlers-domain.c hands them down). Each returns 0

@@ -451,6 +451,45 @@ static void family_rdma(MetricsWriter *w, Daemon *d)
         }
 }
 
+static void family_domains(MetricsWriter *w, Daemon *d)
+{
+        static const char *const ops[] = { "batch_send_recv", "broadcast", "all_gather" };
+        DomainStats st;
+
+        if (!d->domains)
+                return;
+        domain_registry_stats(d->domains, &st);
+        metrics_family(w, "kvdist_domains", "gauge", "Comm domains, by state");
+        for (int s = 0; s < DOMAIN_STATS_STATES; s++)
+                metrics_sample_u64(w, "kvdist_domains",
+                                   METRICS_LABELS({ "state", st.state_names[s] }),
+                                   st.by_state[s]);
+        metrics_family(w, "kvdist_domain_setups", "gauge",
+                       "Comm domain set-ups reaching out to other daemons, and queued ones");
+        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({ "phase", "in_progress" }),
+                           st.setups_active);
+        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({ "phase", "queued" }),
+                           st.setups_queued);
+        metrics_family(w, "kvdist_domains_formed_total", "counter", "Comm domains that became OK");
+        metrics_sample_u64(w, "kvdist_domains_formed_total", NULL, st.formed);
+        metrics_family(w, "kvdist_domains_failed_total", "counter", "Comm domains that failed");
+        metrics_sample_u64(w, "kvdist_domains_failed_total", NULL, st.failed);
+        metrics_family(w, "kvdist_domain_operations_total", "counter",
+                       "Batch send/recv and collective calls completed, by outcome");
+        for (int op = 0; op < 3; op++)
+                for (int f = 0; f < 2; f++)
+                        metrics_sample_u64(w, "kvdist_domain_operations_total",
+                                           METRICS_LABELS({ "op", ops[op] },
+                                                          { "result", f ? "failed" : "ok" }),
+                                           st.calls[op][f]);
+        metrics_family(w, "kvdist_domain_bytes_total", "counter",
+                       "Bytes domain operations sent and received");
+        metrics_sample_u64(w, "kvdist_domain_bytes_total", METRICS_LABELS({ "direction", "sent" }),
+                           st.bytes_sent);
+        metrics_sample_u64(w, "kvdist_domain_bytes_total",
+                           METRICS_LABELS({ "direction", "received" }), st.bytes_received);
+}
+
 /* The families, in the order they are written. Add one here and write its function above. */
 static const MetricsFamilyFn families[] = {
         family_build_info,
@@ -468,7 +507,7 @@ static const MetricsFamilyFn families[] = {
         family_peer_heartbeat,
         family_served,
         family_rdma,
-        domain_metrics_family,
+        family_domains,
 };
 
 int metrics_render(Daemon *d, char **ret, size_t *ret_len)
