@@ -175,6 +175,8 @@ int daemon_new(Config *config, Daemon **ret)
         clist_init(&d->peers);
         clist_init(&d->inlinks);
         clist_init(&d->served);
+        hook_list_init(&d->link_events);
+        hook_list_init(&d->transfer_events);
         do {
                 r = random_bytes(&d->node_id, sizeof(d->node_id));
                 if (r < 0) {
@@ -244,9 +246,11 @@ int daemon_new(Config *config, Daemon **ret)
         r = metrics_new(&d->metrics);
         if (r < 0)
                 goto fail;
+        metrics_listen(d->metrics, d);
         r = domain_registry_new(d, &d->domains);
         if (r < 0)
                 goto fail;
+        transfer_listen(d);
 
         r = listener_new(d, &d->listener);
         if (r < 0)

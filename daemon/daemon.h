@@ -11,6 +11,7 @@
 #include <kvdist/kvdist.h>
 
 #include "common/clist.h"
+#include "common/hook.h"
 #include "common/id-source.h"
 #include "daemon/memory/memory.h"
 #include "daemon/transport/transport-set.h"
@@ -80,6 +81,9 @@ typedef struct Daemon {
         unsigned n_links;
         CList transfers;        /* Transfer.link_daemon, in flight */
         unsigned n_transfers;
+        HookList link_events;   /* listeners of link/'s events (link/link-events.h) */
+        Hook transfer_link_hook; /* transfer/'s listener on @link_events */
+        HookList transfer_events; /* listeners of transfer/'s (transfer/transfer-events.h) */
 
         DaemonCounters counters;
         usec_t start_usec;      /* CLOCK_MONOTONIC */

@@ -39,17 +39,11 @@ static void conn_destroy(Conn *c)
                 clist_unlink(&req->link_conn);
                 c->n_requests--;
                 req->conn = NULL;
-                if (req->cancel)
-                        req->cancel(req, req->userdata);
-                else
-                        request_free(req);
+                if (req->done.cancel)
+                        req->done.cancel(&req->done, req->done.userdata);
+                request_free(req);
         }
-        if (c->cluster) {
-                Cluster *cl = TAKE_PTR(c->cluster);
-
-                cl->conn = NULL;
-                cluster_free(cl);
-        }
+        cluster_free(TAKE_PTR(c->cluster));
         wire_out_clear(&c->out);
         wire_in_reset(&c->in);
         if (c->ev_read)
@@ -377,6 +371,30 @@ int conn_new(Daemon *d, int fd, const struct ucred *cred, Conn **ret)
         return 0;
 }
 
+static int request_done_reply(Completion *cpl, const ProtobufCMessage *reply, int fd)
+{
+        Request *req = container_of(cpl, Request, done);
+
+        return reply ? request_reply(req, reply, fd) : request_reply_ok_fd(req, fd);
+}
+
+static int request_done_fail(Completion *cpl, int status, const Error *err)
+{
+        return request_fail(container_of(cpl, Request, done), status, err);
+}
+
+static void request_done_drop(Completion *cpl)
+{
+        request_free(container_of(cpl, Request, done));
+}
+
+/* How a layer below control/ answers a request it was handed. */
+static const CompletionOps request_done_ops = {
+        .reply = request_done_reply,
+        .fail = request_done_fail,
+        .drop = request_done_drop,
+};
+
 Request *request_new(Conn *c)
 {
         Request *req;
@@ -387,6 +405,7 @@ Request *request_new(Conn *c)
         req->conn = c;
         req->type = c->in.frame.type;
         req->id = c->in.frame.request_id;
+        req->done.ops = &request_done_ops;
         for (size_t i = 0; i < FRAME_MAX_FDS; i++)
                 req->fds[i] = -1;
         clist_link_tail(&c->requests, &req->link_conn);

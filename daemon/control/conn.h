@@ -22,6 +22,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "common/clist.h"
+#include "common/completion.h"
 #include "common/error.h"
 #include "proto/frame.h"
 #include "proto/wire.h"
@@ -66,9 +67,9 @@ struct Conn {
 
 /*
  * A request being served. Synchronous handlers reply before returning; a handler that returns
- * HANDLER_PENDING keeps the request and answers later with request_reply() or request_fail().
- * If the connection goes first, the request's cancel callback runs and later replies are
- * dropped.
+ * HANDLER_PENDING keeps the request and answers later with request_reply() or request_fail(),
+ * or, below control/, through @done. If the connection goes first, @done's cancel callback runs
+ * and the request is freed.
  */
 struct Request {
         Conn *conn;             /* NULL once the connection is gone */
@@ -77,8 +78,7 @@ struct Request {
         ProtobufCMessage *msg;  /* the decoded request */
         int fds[FRAME_MAX_FDS]; /* taken by the handler (set to -1) or closed with the request */
         size_t n_fds;
-        void (*cancel)(Request *req, void *userdata);
-        void *userdata;
+        Completion done;        /* how a lower layer answers (request_reply() and the rest) */
         CList link_conn;
 };
 

@@ -14,7 +14,7 @@
 
 /* A handler returns 0 (it replied), HANDLER_PENDING (it keeps the request), or a STATUS_* status
  * with @err filled (dispatch answers with it). */
-#define HANDLER_PENDING 1
+#define HANDLER_PENDING COMPLETION_PENDING
 
 typedef int (*handler_fn)(Request *req, Error *err);
 
@@ -58,3 +58,9 @@ int handle_switch_role(Request *req, Error *err);
 int handle_transfer(Request *req, Error *err);
 int handle_notify_fd(Request *req, Error *err);
 int handle_get_notifies(Request *req, Error *err);
+int handle_domain_link(Request *req, Error *err);
+int handle_domain_unlink(Request *req, Error *err);
+int handle_domain_query(Request *req, Error *err);
+int handle_domain_send_recv(Request *req, Error *err);
+int handle_domain_broadcast(Request *req, Error *err);
+int handle_domain_all_gather(Request *req, Error *err);

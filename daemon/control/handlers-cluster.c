@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Handlers: attaching and detaching a cluster, and the daemon's status. */
+/* Handlers: attaching and detaching a cluster, its notifications, and the daemon's status. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"
 #include "daemon/domain/domain.h"
+#include "daemon/link/notify.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/status.h"
@@ -66,7 +67,7 @@ int handle_client_init(Request *req, Error *err)
                 return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 
         timeout = m->sync_kv_timeout_ms ? m->sync_kv_timeout_ms : cfg->sync_kv_timeout_ms;
-        r = cluster_new(d, conn, m->cluster_id, (ClusterRole)m->role, m->device_id, timeout, &c);
+        r = cluster_new(d, &conn->cred, m->cluster_id, (ClusterRole)m->role, m->device_id, timeout, &c);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot attach the cluster");
         /* With listen_ip_info the cluster is a server that others link to; without, a client. */
@@ -99,7 +100,6 @@ int handle_client_finalize(Request *req, Error *err)
 
         /* Transfers the cluster asked for fail; their answers follow once their transports have
          * let go of the memory. The connection stays for read-only use. */
-        c->conn = NULL;
         conn_set_state(conn, CONN_READY);
         cluster_free(c);
         return request_reply_ok(req), 0;
@@ -116,4 +116,16 @@ int handle_daemon_status(Request *req, Error *err)
         reply.status = &status;
         reply.json = json;
         return request_reply(req, &reply.base, -1), 0;
+}
+
+int handle_notify_fd(Request *req, Error *err)
+{
+        return notify_handle_fd(req->conn->cluster, &req->done, err);
+}
+
+int handle_get_notifies(Request *req, Error *err)
+{
+        const Kvdist__V1__GetNotifies *m = (const Kvdist__V1__GetNotifies *)req->msg;
+
+        return notify_handle_get(req->conn->cluster, m->max, &req->done, err);
 }

@@ -43,7 +43,8 @@ static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool forc
 
 int handle_link_clusters(Request *req, Error *err)
 {
-        return link_request_start(req->conn->cluster, req, err);
+        return link_request_start(req->conn->cluster, (const Kvdist__V1__LinkClusters *)req->msg,
+                                  &req->done, err);
 }
 
 int handle_unlink_clusters(Request *req, Error *err)
@@ -64,7 +65,7 @@ int handle_unlink_clusters(Request *req, Error *err)
                 if (rets[i] != STATUS_OK)
                         error_set(&first, e.code, "clusters[%zu]: %s", i, e.msg);
         }
-        return link_reply_send(req, rets, m->n_clusters, &first), 0;
+        return link_reply_send(&req->done, rets, m->n_clusters, &first), 0;
 }
 
 int handle_check_link_status(Request *req, Error *err)

@@ -14,9 +14,7 @@
 #include <kvdist/kvdist.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/control/conn.h"
 #include "daemon/daemon.h"
-#include "daemon/control/dispatch.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-request.h"
@@ -34,7 +32,7 @@ static const uint8_t dtype_sizes[] = {
 
 /* ---- calls ---- */
 
-int call_new(Domain *dom, uint32_t rank, Cluster *c, Request *req, OpKind kind, size_t n_ops,
+int call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind, size_t n_ops,
              size_t n_segs, DomainCall **ret)
 {
         DomainCall *call = calloc(1, sizeof(*call));
@@ -52,7 +50,7 @@ int call_new(Domain *dom, uint32_t rank, Cluster *c, Request *req, OpKind kind, 
         call->dom = dom;
         call->rank = rank;
         call->cluster_id = c->id;
-        call->req = req;
+        call->done = done;
         call->kind = kind;
         call->n_ops = n_ops;
         call->start_usec = now_usec(CLOCK_MONOTONIC);
@@ -83,10 +81,7 @@ DomainCall *call_free(DomainCall *call)
                 region_unref(call->regions[i]);
         if (call->timer)
                 event_free(call->timer);
-        if (call->req) {
-                call->req->cancel = NULL;
-                request_free(call->req);
-        }
+        completion_drop(call->done);
         clist_unlink(&call->link_domain);
         dom->n_calls--;
         dom->reg->n_calls--;
@@ -135,10 +130,9 @@ static void call_finish(DomainCall *call)
                 log_debug("%s: %s of rank %" PRIu32 " failed: %s", DOMAIN_NAME(dom),
                           call_kind_name(call->kind), call->rank, call->err.msg);
         }
-        if (call->req) {
-                Request *req = TAKE_PTR(call->req);
+        if (call->done) {
+                Completion *done = TAKE_PTR(call->done);
 
-                req->cancel = NULL;
                 st.code = status_wire_encode(call->status);
                 st.detail = call->err.msg;
                 if (call->kind == OP_BATCH) {
@@ -152,9 +146,9 @@ static void call_finish(DomainCall *call)
                         reply.n_rets = call->n_items;
                         if (!ok)
                                 daemon_count_error(d, call->status);
-                        (void)request_reply(req, &reply.base, -1);
+                        (void)completion_reply(done, &reply.base, -1);
                 } else if (!ok) {
-                        (void)request_fail(req, call->status, &call->err);
+                        (void)completion_fail(done, call->status, &call->err);
                 } else {
                         Kvdist__V1__DomainBroadcastReply reply =
                                 KVDIST__V1__DOMAIN_BROADCAST_REPLY__INIT;
@@ -165,7 +159,7 @@ static void call_finish(DomainCall *call)
                         reply.status = &st;
                         reply.algorithm = call->algorithm;
                         reply.bytes = call->bytes;
-                        (void)request_reply(req, &reply.base, -1);
+                        (void)completion_reply(done, &reply.base, -1);
                 }
         }
         call_free(call);
@@ -254,11 +248,11 @@ static void call_on_deadline(evutil_socket_t fd, short what, void *userdata)
         call_cancel(call, STATUS_TIMEOUT, reason);
 }
 
-static void call_on_request_cancel(Request *req, void *userdata)
+static void call_on_request_cancel(Completion *done, void *userdata)
 {
         DomainCall *call = userdata;
 
-        call->req = request_free(req);
+        call->done = NULL;
         call_cancel(call, STATUS_PEER_LOST, "the client went away");
 }
 
@@ -277,24 +271,21 @@ void domain_calls_fail(Domain *dom, int code, const char *reason)
 int call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
 {
         struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
-        Request *req = call->req;
-
         call->n_pending = call->n_ops;
         if (call->n_ops == 0) {
                 /* Nothing to do (every item had count 0): answered now. */
                 call_finish(call);
-                return HANDLER_PENDING;
+                return COMPLETION_PENDING;
         }
         call->timer = evtimer_new(call->dom->daemon->base, call_on_deadline, call);
         if (!call->timer || evtimer_add(call->timer, &tv) < 0) {
                 /* The seqs are taken: the other ends hear that these messages will not come.
                  * The drain frees the call, unanswered. */
-                call->req = NULL;
+                call->done = NULL;
                 call_cancel(call, STATUS_OUT_OF_MEMORY, "out of memory");
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot arm the deadline");
         }
-        req->cancel = call_on_request_cancel;
-        req->userdata = call;
+        completion_set_cancel(call->done, call_on_request_cancel, call);
         /* Receives first: their jobs exist before any sender looks. */
         for (int pass = 0; pass < 2; pass++)
                 for (size_t i = 0; i < call->n_ops; i++) {
@@ -303,7 +294,7 @@ int call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
                         if (op->send == (pass == 1) && !op->deferred)
                                 op_post(op);
                 }
-        return HANDLER_PENDING;
+        return COMPLETION_PENDING;
 }
 
 int call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err)
@@ -482,12 +473,10 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
         return 0;
 }
 
-int handle_domain_link(Request *req, Error *err)
+int domain_handle_link(Cluster *c, const Kvdist__V1__DomainLink *m, Completion *done, Error *err)
 {
-        const Kvdist__V1__DomainLink *m = (const Kvdist__V1__DomainLink *)req->msg;
         Kvdist__V1__DomainLinkReply reply = KVDIST__V1__DOMAIN_LINK_REPLY__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-        Cluster *c = req->conn->cluster;
         DomainRegistry *reg = c->daemon->domains;
         DomainRank ranks[DOMAIN_MAX_RANKS];
         Domain probe = { 0 }, *dom;
@@ -551,7 +540,7 @@ int handle_domain_link(Request *req, Error *err)
         }
         reply.status = &st;
         reply.comm_id = dom->id;
-        (void)request_reply(req, &reply.base, -1);
+        (void)completion_reply(done, &reply.base, -1);
         /* Pairs with members that joined already (here or elsewhere) move on. */
         domain_join_progress(dom);
         return 0;
@@ -576,10 +565,9 @@ static int domain_member(Cluster *c, uint64_t comm_id, Domain **ret, uint32_t *r
                          c->id, DOMAIN_NAME(dom));
 }
 
-int handle_domain_unlink(Request *req, Error *err)
+int domain_handle_unlink(Cluster *c, const Kvdist__V1__DomainUnlink *m, Completion *done,
+                         Error *err)
 {
-        const Kvdist__V1__DomainUnlink *m = (const Kvdist__V1__DomainUnlink *)req->msg;
-        Cluster *c = req->conn->cluster;
         DomainCall *call;
         Domain *dom;
         uint32_t me = 0;
@@ -596,15 +584,14 @@ int handle_domain_unlink(Request *req, Error *err)
         log_info("%s: cluster %" PRIu64 " (rank %" PRIu32 ") unlinks", DOMAIN_NAME(dom), c->id,
                  me);
         domain_member_leave(dom, me, STATUS_LINK_FAILED, "unlinked");
-        return request_reply_ok(req), 0;
+        return completion_reply_ok(done, -1), 0;
 }
 
-int handle_domain_query(Request *req, Error *err)
+int domain_handle_query(Cluster *c, const Kvdist__V1__DomainQuery *m, Completion *done,
+                        Error *err)
 {
-        const Kvdist__V1__DomainQuery *m = (const Kvdist__V1__DomainQuery *)req->msg;
         Kvdist__V1__DomainQueryReply reply = KVDIST__V1__DOMAIN_QUERY_REPLY__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-        Cluster *c = req->conn->cluster;
         Domain *dom;
         uint32_t me = 0;
         int r;
@@ -620,15 +607,14 @@ int handle_domain_query(Request *req, Error *err)
                 reply.failure = status_wire_encode(dom->fail_code);
                 reply.reason = dom->reason;
         }
-        return request_reply(req, &reply.base, -1), 0;
+        return completion_reply(done, &reply.base, -1), 0;
 }
 
 /* ---- batch send/recv ---- */
 
-int handle_domain_send_recv(Request *req, Error *err)
+int domain_handle_send_recv(Cluster *c, const Kvdist__V1__DomainSendRecv *m, Completion *done,
+                            Error *err)
 {
-        const Kvdist__V1__DomainSendRecv *m = (const Kvdist__V1__DomainSendRecv *)req->msg;
-        Cluster *c = req->conn->cluster;
         const Limits *lim = &c->daemon->config->limits;
         Domain *dom = domain_find_id(c->daemon->domains, m->comm_id);
         int send_item[DOMAIN_MAX_RANKS], recv_item[DOMAIN_MAX_RANKS];
@@ -684,13 +670,13 @@ int handle_domain_send_recv(Request *req, Error *err)
                                          "kvd_mem_alloc()", i, bytes, it->addr);
                 n_ops++;
         }
-        r = call_new(dom, me, c, req, OP_BATCH, n_ops, n_ops, &call);
+        r = call_new(dom, me, c, done, OP_BATCH, n_ops, n_ops, &call);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         call->n_items = m->n_items;
         call->rets = calloc(m->n_items ? m->n_items : 1, sizeof(*call->rets));
         if (!call->rets) {
-                call->req = NULL;
+                call->done = NULL;
                 call_free(call);
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
@@ -711,7 +697,7 @@ int handle_domain_send_recv(Request *req, Error *err)
                         /* Nothing was assigned yet: no seq is taken. */
                         for (size_t j = 0; j < call->n_ops; j++)
                                 call->ops[j].state = OP_DONE;
-                        call->req = NULL;
+                        call->done = NULL;
                         call_free(call);
                         return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 }

@@ -20,9 +20,7 @@
 #include <kvdist/kvdist.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/control/conn.h"
 #include "daemon/daemon.h"
-#include "daemon/control/dispatch.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/memory/region.h"
@@ -250,7 +248,7 @@ static int stream_check(Cluster *c, uint64_t cache_id, const uint64_t *blocks, s
 }
 
 /* Turns @plan into the ops of a new call and starts it. */
-static int coll_start(Request *req, Cluster *c, Domain *dom, uint32_t me, OpKind kind,
+static int coll_start(Completion *done, Cluster *c, Domain *dom, uint32_t me, OpKind kind,
                       const Stream *streams, const Plan *plan, uint32_t algorithm,
                       uint32_t timeout_ms, Error *err)
 {
@@ -262,14 +260,14 @@ static int coll_start(Request *req, Cluster *c, Domain *dom, uint32_t me, OpKind
         for (size_t i = 0; i < plan->n; i++)
                 n_segs += stream_slice(&streams[plan->v[i].stream], plan->v[i].off,
                                        plan->v[i].len, NULL);
-        r = call_new(dom, me, c, req, kind, plan->n, n_segs, &call);
+        r = call_new(dom, me, c, done, kind, plan->n, n_segs, &call);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         call->fail_fast = true;
         call->algorithm = algorithm;
         for (uint32_t t = 0; t < s->cache->desc.num_tensors; t++)
                 if (call_hold_region(call, s->cache->tensors[t].region) < 0) {
-                        call->req = NULL;
+                        call->done = NULL;
                         call_free(call);
                         return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 }
@@ -315,10 +313,9 @@ static int coll_args(Domain *dom, uint32_t algorithm, uint64_t chunk_bytes, uint
         return 0;
 }
 
-int handle_domain_broadcast(Request *req, Error *err)
+int domain_handle_broadcast(Cluster *c, const Kvdist__V1__DomainBroadcast *m, Completion *done,
+                            Error *err)
 {
-        const Kvdist__V1__DomainBroadcast *m = (const Kvdist__V1__DomainBroadcast *)req->msg;
-        Cluster *c = req->conn->cluster;
         Domain *dom = domain_find_id(c->daemon->domains, m->comm_id);
         uint32_t me = 0, algorithm;
         uint64_t chunk;
@@ -346,7 +343,7 @@ int handle_domain_broadcast(Request *req, Error *err)
         r = plan_broadcast(&plan, dom->n_ranks, me, m->root_rank, algorithm == KVD_ALGO_RING,
                            s.bytes, chunk, &base);
         if (r >= 0)
-                r = coll_start(req, c, dom, me, OP_BROADCAST, &s, &plan, algorithm,
+                r = coll_start(done, c, dom, me, OP_BROADCAST, &s, &plan, algorithm,
                                m->timeout_ms, err);
         else
                 r = error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
@@ -354,10 +351,9 @@ int handle_domain_broadcast(Request *req, Error *err)
         return r;
 }
 
-int handle_domain_all_gather(Request *req, Error *err)
+int domain_handle_all_gather(Cluster *c, const Kvdist__V1__DomainAllGather *m,
+                             Completion *done, Error *err)
 {
-        const Kvdist__V1__DomainAllGather *m = (const Kvdist__V1__DomainAllGather *)req->msg;
-        Cluster *c = req->conn->cluster;
         Domain *dom = domain_find_id(c->daemon->domains, m->comm_id);
         uint32_t me = 0, algorithm;
         uint64_t chunk, part;
@@ -389,7 +385,7 @@ int handle_domain_all_gather(Request *req, Error *err)
         r = plan_all_gather(&plan, dom->n_ranks, me, algorithm == KVD_ALGO_RING, part, chunk,
                             &base);
         if (r >= 0)
-                r = coll_start(req, c, dom, me, OP_ALL_GATHER, parts, &plan, algorithm,
+                r = coll_start(done, c, dom, me, OP_ALL_GATHER, parts, &plan, algorithm,
                                m->timeout_ms, err);
         else
                 r = error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");

@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/hook.h"
 #include "common/clist.h"
 #include "daemon/domain/domain.h"
 #include "common/error.h"
@@ -200,6 +201,7 @@ typedef struct LocalRes {
 
 struct DomainRegistry {
         Daemon *daemon;
+        Hook link_hook;                 /* on the daemon's link events */
         CList domains;                  /* Domain.link_reg */
         unsigned n_domains;
         CList queue;                    /* Domain.link_queue, SETUP_QUEUED, oldest first */
@@ -349,7 +351,7 @@ typedef struct DomainCall {
         Domain *dom;
         uint32_t rank;                  /* the caller's */
         uint64_t cluster_id;
-        Request *req;                   /* NULL once answered or gone */
+        Completion *done;               /* NULL once answered or gone */
         OpKind kind;
         DomainOp *ops;
         size_t n_ops;
@@ -493,11 +495,12 @@ void call_drain(DomainRegistry *reg);
 void domain_calls_fail(Domain *dom, int code, const char *reason);
 /* Validates the caller and @dom for an operation; NOT_YET_LINK while PREPARING. */
 int call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err);
-/* Allocates a call of @n_ops ops and @n_segs segments for @req. */
-int call_new(Domain *dom, uint32_t rank, Cluster *c, Request *req, OpKind kind, size_t n_ops,
+/* Allocates a call of @n_ops ops and @n_segs segments that answers @done. */
+int call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind, size_t n_ops,
              size_t n_segs, DomainCall **ret);
 DomainCall *call_free(DomainCall *call);
 /* Takes a reference on @r for the call's life (deduplicated). */
 int call_hold_region(DomainCall *call, Region *r);
-/* Arms the deadline, posts the ops and keeps @req. Returns HANDLER_PENDING, or fails. */
+/* Arms the deadline, posts the ops and keeps the call's Completion. Returns COMPLETION_PENDING,
+ * or fails. */
 int call_start(DomainCall *call, uint32_t timeout_ms, Error *err);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Comm domains as kvdistctl and Prometheus see them. */
+/* Comm domains as kvdistctl sees them, and the numbers metrics/ reads. */
+#include <assert.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,7 +13,6 @@
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
 #include "daemon/link/link.h"
-#include "daemon/metrics/metrics-text.h"
 #include "daemon/link/peer.h"
 #include "proto/status-wire.h"
 
@@ -215,44 +215,23 @@ json_t *domain_status_json(Daemon *d)
         return a;
 }
 
-void domain_metrics_family(MetricsWriter *w, Daemon *d)
+void domain_registry_stats(const DomainRegistry *reg, DomainStats *ret)
 {
-        static const char *const ops[] = { "batch_send_recv", "broadcast", "all_gather" };
-        DomainRegistry *reg = d->domains;
-        uint64_t by_state[_DOMAIN_STATE_MAX] = { 0 };
         const Domain *dom;
 
-        if (!reg)
-                return;
-        CLIST_FOREACH(dom, &reg->domains, link_reg)
-                by_state[dom->state]++;
-        metrics_family(w, "kvdist_domains", "gauge", "Comm domains, by state");
+        static_assert(DOMAIN_STATS_STATES == _DOMAIN_STATE_MAX, "DomainStats.by_state");
+        static_assert(sizeof(ret->calls) == sizeof(reg->calls), "DomainStats.calls");
+        *ret = (DomainStats){
+                .setups_active = reg->n_active,
+                .setups_queued = reg->n_queued,
+                .formed = reg->formed,
+                .failed = reg->failed,
+                .bytes_sent = reg->bytes_sent,
+                .bytes_received = reg->bytes_received,
+        };
         for (int s = 0; s < _DOMAIN_STATE_MAX; s++)
-                metrics_sample_u64(w, "kvdist_domains",
-                                   METRICS_LABELS({ "state", domain_state_to_string(s) }),
-                                   by_state[s]);
-        metrics_family(w, "kvdist_domain_setups", "gauge",
-                       "Comm domain set-ups reaching out to other daemons, and queued ones");
-        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({ "phase", "in_progress" }),
-                           reg->n_active);
-        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({ "phase", "queued" }),
-                           reg->n_queued);
-        metrics_family(w, "kvdist_domains_formed_total", "counter", "Comm domains that became OK");
-        metrics_sample_u64(w, "kvdist_domains_formed_total", NULL, reg->formed);
-        metrics_family(w, "kvdist_domains_failed_total", "counter", "Comm domains that failed");
-        metrics_sample_u64(w, "kvdist_domains_failed_total", NULL, reg->failed);
-        metrics_family(w, "kvdist_domain_operations_total", "counter",
-                       "Batch send/recv and collective calls completed, by outcome");
-        for (int op = 0; op < 3; op++)
-                for (int f = 0; f < 2; f++)
-                        metrics_sample_u64(w, "kvdist_domain_operations_total",
-                                           METRICS_LABELS({ "op", ops[op] },
-                                                          { "result", f ? "failed" : "ok" }),
-                                           reg->calls[op][f]);
-        metrics_family(w, "kvdist_domain_bytes_total", "counter",
-                       "Bytes domain operations sent and received");
-        metrics_sample_u64(w, "kvdist_domain_bytes_total", METRICS_LABELS({ "direction", "sent" }),
-                           reg->bytes_sent);
-        metrics_sample_u64(w, "kvdist_domain_bytes_total",
-                           METRICS_LABELS({ "direction", "received" }), reg->bytes_received);
+                ret->state_names[s] = domain_state_to_string(s);
+        CLIST_FOREACH(dom, &reg->domains, link_reg)
+                ret->by_state[dom->state]++;
+        memcpy(ret->calls, reg->calls, sizeof(ret->calls));
 }

@@ -15,6 +15,7 @@
 #include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
+#include "daemon/link/link-events.h"
 #include "common/log.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
@@ -51,6 +52,29 @@ static void domain_on_drain(evutil_socket_t fd, short what, void *userdata)
         call_drain(userdata);
 }
 
+static void domain_on_cluster_gone(void *userdata, Cluster *c)
+{
+        domain_cluster_gone(c);
+}
+
+static int domain_on_explain_no_link(void *userdata, Cluster *c, uint64_t remote_cluster_id,
+                                     Error *err)
+{
+        return domain_explain_no_link(c, remote_cluster_id, err);
+}
+
+static bool domain_on_linking(void *userdata, const Cluster *c, uint64_t remote_cluster_id)
+{
+        return domain_pair_link_in_progress(c, remote_cluster_id);
+}
+
+/* What domain/ hears from link/. */
+static const LinkEvents domain_link_events = {
+        .cluster_gone = domain_on_cluster_gone,
+        .explain_no_link = domain_on_explain_no_link,
+        .linking = domain_on_linking,
+};
+
 int domain_registry_new(Daemon *d, DomainRegistry **ret)
 {
         DomainRegistry *reg = calloc(1, sizeof(*reg));
@@ -68,6 +92,7 @@ int domain_registry_new(Daemon *d, DomainRegistry **ret)
                 free(reg);
                 return -ENOMEM;
         }
+        link_events_listen(d, &reg->link_hook, &domain_link_events, reg);
         *ret = reg;
         return 0;
 }
@@ -146,6 +171,7 @@ DomainRegistry *domain_registry_free(DomainRegistry *reg)
         assert(clist_is_empty(&reg->pair_links));
         assert(reg->n_calls == 0);
         event_free(reg->drain);
+        hook_remove(&reg->link_hook);
         free(reg);
         return NULL;
 }

@@ -15,15 +15,20 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/completion.h"
 #include "common/error.h"
 
 struct json_t;
 typedef struct Cluster Cluster;
 typedef struct Daemon Daemon;
 typedef struct DomainRegistry DomainRegistry;
-typedef struct MetricsWriter MetricsWriter;
 typedef struct Peer Peer;
-typedef struct Request Request;
+struct Kvdist__V1__DomainLink;
+struct Kvdist__V1__DomainUnlink;
+struct Kvdist__V1__DomainQuery;
+struct Kvdist__V1__DomainSendRecv;
+struct Kvdist__V1__DomainBroadcast;
+struct Kvdist__V1__DomainAllGather;
 
 /* Creates the daemon's (empty) set of domains. -ENOMEM. */
 int domain_registry_new(Daemon *d, DomainRegistry **ret);
@@ -72,13 +77,39 @@ int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err);
 /* The status document's "domains" array (status.c). NULL when out of memory. */
 struct json_t *domain_status_json(Daemon *d);
 
-/* The kvdist_domain* metric families. */
-void domain_metrics_family(MetricsWriter *w, Daemon *d);
+/* Domain states (PREPARING, OK, FAILED) that DomainStats counts. */
+#define DOMAIN_STATS_STATES 3
 
-/* Client requests (dispatch.c). */
-int handle_domain_link(Request *req, Error *err);
-int handle_domain_unlink(Request *req, Error *err);
-int handle_domain_query(Request *req, Error *err);
-int handle_domain_send_recv(Request *req, Error *err);
-int handle_domain_broadcast(Request *req, Error *err);
-int handle_domain_all_gather(Request *req, Error *err);
+/* What a registry counts, for metrics/ to read when it builds a document. */
+typedef struct DomainStats {
+        const char *state_names[DOMAIN_STATS_STATES]; /* "preparing", ... */
+        uint64_t by_state[DOMAIN_STATS_STATES];       /* domains now, by state */
+        uint64_t setups_active;         /* set-ups reaching out to other daemons */
+        uint64_t setups_queued;
+        uint64_t formed;                /* domains that reached OK */
+        uint64_t failed;                /* that failed */
+        uint64_t calls[3][2];           /* [batch send/recv, broadcast, all-gather][failed] */
+        uint64_t bytes_sent;
+        uint64_t bytes_received;
+} DomainStats;
+
+/* Fills @ret with what @reg counts. */
+void domain_registry_stats(const DomainRegistry *reg, DomainStats *ret);
+
+/*
+ * Client requests of the cluster @c (control/handlers-domain.c hands them down). Each returns 0
+ * when it answered @done, COMPLETION_PENDING when it keeps @done to answer later, or a STATUS_*
+ * status with @err filled (@done is still the caller's).
+ */
+int domain_handle_link(Cluster *c, const struct Kvdist__V1__DomainLink *m, Completion *done,
+                       Error *err);
+int domain_handle_unlink(Cluster *c, const struct Kvdist__V1__DomainUnlink *m, Completion *done,
+                         Error *err);
+int domain_handle_query(Cluster *c, const struct Kvdist__V1__DomainQuery *m, Completion *done,
+                        Error *err);
+int domain_handle_send_recv(Cluster *c, const struct Kvdist__V1__DomainSendRecv *m,
+                            Completion *done, Error *err);
+int domain_handle_broadcast(Cluster *c, const struct Kvdist__V1__DomainBroadcast *m,
+                            Completion *done, Error *err);
+int domain_handle_all_gather(Cluster *c, const struct Kvdist__V1__DomainAllGather *m,
+                             Completion *done, Error *err);

@@ -5,11 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/control/conn.h"
 #include "daemon/daemon.h"
-#include "daemon/domain/domain.h"
+#include "daemon/link/link-events.h"
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
@@ -18,11 +18,10 @@
 #include "daemon/link/peer.h"
 #include "daemon/memory/pool.h"
 #include "daemon/memory/region.h"
-#include "daemon/transfer/transfer.h"
 #include "common/status.h"
 
-int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t device_id,
-                uint32_t sync_kv_timeout_ms, Cluster **ret)
+int cluster_new(Daemon *d, const struct ucred *cred, uint64_t id, ClusterRole role,
+                int32_t device_id, uint32_t sync_kv_timeout_ms, Cluster **ret)
 {
         Cluster *c;
 
@@ -30,14 +29,13 @@ int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t de
         if (!c)
                 return -ENOMEM;
         c->daemon = d;
-        c->conn = conn;
         c->id = id;
         c->role = role;
         c->device_id = device_id;
         c->sync_kv_timeout_ms = sync_kv_timeout_ms;
-        if (conn) {
-                c->pid = conn->cred.pid;
-                c->uid = conn->cred.uid;
+        if (cred) {
+                c->pid = cred->pid;
+                c->uid = cred->uid;
         }
         clist_init(&c->regions);
         cache_table_init(&c->caches);
@@ -61,7 +59,6 @@ void cluster_release_cache(Cluster *c, Cache *cache)
 
 Cluster *cluster_free(Cluster *c)
 {
-        Transfer *x, *xtmp;
         InLink *il, *iltmp;
         Link *l, *ltmp;
         Cache *cache, *ctmp;
@@ -70,11 +67,11 @@ Cluster *cluster_free(Cluster *c)
         if (!c)
                 return NULL;
 
-        /* Domains first: their members elsewhere hear it while the links are still up. */
-        domain_cluster_gone(c);
+        /* The layers above first (domain/ registers before transfer/): members of the
+         * cluster's domains elsewhere hear it while the links are still up, and the transfers
+         * the cluster asked for fail. */
+        hook_list_emit(&c->daemon->link_events, LinkEvents, cluster_gone, c);
         link_requests_abort(c);
-        CLIST_FOREACH_SAFE(x, xtmp, &c->transfers, link_cluster)
-                transfer_detach_cluster(x);
         /* Peers hear it once per cluster, not once per link. */
         peer_link_cluster_gone(c);
         CLIST_FOREACH_SAFE(l, ltmp, &c->links, link_local)

@@ -15,7 +15,7 @@
 #include "common/clist.h"
 #include "common/error.h"
 
-typedef struct Conn Conn;
+struct ucred;
 typedef struct Daemon Daemon;
 typedef struct Cluster Cluster;
 typedef struct PeerListener PeerListener;
@@ -28,7 +28,6 @@ typedef enum ClusterRole {
 
 struct Cluster {
         Daemon *daemon;
-        Conn *conn;
         uint64_t id;
         ClusterRole role;
         int32_t device_id;
@@ -58,11 +57,12 @@ struct Cluster {
 };
 
 /*
- * Creates a cluster and attaches it to @d (the caller checked id uniqueness and limits). It is a
- * client until cluster_set_listen() makes it a server.
+ * Creates a cluster and attaches it to @d (the caller checked id uniqueness and limits), owned
+ * by the process @cred names (NULL: unknown). It is a client until cluster_set_listen() makes it
+ * a server.
  */
-int cluster_new(Daemon *d, Conn *conn, uint64_t id, ClusterRole role, int32_t device_id,
-                uint32_t sync_kv_timeout_ms, Cluster **ret);
+int cluster_new(Daemon *d, const struct ucred *cred, uint64_t id, ClusterRole role,
+                int32_t device_id, uint32_t sync_kv_timeout_ms, Cluster **ret);
 
 /*
  * Makes @c a server reachable at @listen_ip_info (LLM-DataDist's option: "ip:port" or

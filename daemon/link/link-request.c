@@ -10,11 +10,9 @@
 #include <kvdist/kvdist.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/control/conn.h"
 #include "daemon/daemon.h"
-#include "daemon/control/dispatch.h"
-#include "daemon/domain/domain.h"
 #include "proto/kvdist.pb-c.h"
+#include "daemon/link/link-events.h"
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
@@ -42,7 +40,7 @@ typedef struct LinkSetup {
 
 struct LinkRequest {
         Daemon *daemon;
-        Request *req;                   /* NULL once answered or gone */
+        Completion *done;               /* NULL once answered or gone */
         Cluster *cluster;
         size_t n;
         int32_t rets[KVD_MAX_LINK_CLUSTERS];
@@ -64,7 +62,7 @@ static void link_request_set_error(LinkRequest *lr, size_t i, const Error *e)
                 error_set(&lr->first, e->code, "clusters[%zu]: %s", i, e->msg);
 }
 
-int link_reply_send(Request *req, const int32_t *rets, size_t n, const Error *first)
+int link_reply_send(Completion *done, const int32_t *rets, size_t n, const Error *first)
 {
         Kvdist__V1__LinkClustersReply reply = KVDIST__V1__LINK_CLUSTERS_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
@@ -81,7 +79,7 @@ int link_reply_send(Request *req, const int32_t *rets, size_t n, const Error *fi
                 wire_rets[i] = status_wire_encode(rets[i]);
         reply.rets = wire_rets;
         reply.n_rets = n;
-        return request_reply(req, &reply.base, -1);
+        return completion_reply(done, &reply.base, -1);
 }
 
 int link_check_cluster_list(size_t n, Error *err)
@@ -97,12 +95,11 @@ int link_check_cluster_list(size_t n, Error *err)
 
 static void link_request_reply(LinkRequest *lr)
 {
-        Request *req = TAKE_PTR(lr->req);
+        Completion *done = TAKE_PTR(lr->done);
 
-        if (!req)
+        if (!done)
                 return;
-        req->cancel = NULL;
-        (void)link_reply_send(req, lr->rets, lr->n, &lr->first);
+        (void)link_reply_send(done, lr->rets, lr->n, &lr->first);
 }
 
 static LinkRequest *link_request_free(LinkRequest *lr)
@@ -120,10 +117,7 @@ static LinkRequest *link_request_free(LinkRequest *lr)
         if (lr->timer)
                 event_free(lr->timer);
         clist_unlink(&lr->link_cluster);
-        if (lr->req) {
-                lr->req->cancel = NULL;
-                request_free(lr->req);
-        }
+        completion_drop(lr->done);
         free(lr);
         return NULL;
 }
@@ -436,11 +430,11 @@ static void link_request_on_timeout(evutil_socket_t fd, short what, void *userda
         }
 }
 
-static void link_request_on_cancel(Request *req, void *userdata)
+static void link_request_on_cancel(Completion *done, void *userdata)
 {
         LinkRequest *lr = userdata;
 
-        lr->req = request_free(req);
+        lr->done = NULL;
         for (size_t i = 0; i < lr->n; i++)
                 if (lr->setups[i].lr && !lr->setups[i].done)
                         link_setup_abandon(&lr->setups[i]);
@@ -457,12 +451,8 @@ void link_requests_abort(Cluster *c)
                 for (size_t i = 0; i < lr->n; i++)
                         if (lr->setups[i].lr && !lr->setups[i].done)
                                 link_setup_abandon(&lr->setups[i]);
-                if (lr->req) {
-                        Request *req = TAKE_PTR(lr->req);
-
-                        req->cancel = NULL;
-                        request_fail(req, STATUS_PEER_LOST, &e);
-                }
+                if (lr->done)
+                        completion_fail(TAKE_PTR(lr->done), STATUS_PEER_LOST, &e);
                 link_request_free(lr);
         }
 }
@@ -542,7 +532,7 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                                  PRIu64 " already (link %" PRIu64 ")", c->id,
                                  info->remote_cluster_id, l->id);
         if (link_request_in_progress(c, info->remote_cluster_id) ||
-            domain_pair_link_in_progress(c, info->remote_cluster_id))
+            link_linking_elsewhere(c, info->remote_cluster_id))
                 return error_set(err, STATUS_PROCESSING_LINK,
                                  "a link from cluster %" PRIu64 " to %" PRIu64 " is being set up",
                                  c->id, info->remote_cluster_id);
@@ -585,9 +575,9 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
         return LINK_SETUP_RUNNING;
 }
 
-int link_request_start(Cluster *c, Request *req, Error *err)
+int link_request_start(Cluster *c, const Kvdist__V1__LinkClusters *m, Completion *done,
+                       Error *err)
 {
-        const Kvdist__V1__LinkClusters *m = (const Kvdist__V1__LinkClusters *)req->msg;
         Daemon *d = c->daemon;
         LinkRequest *lr;
         uint32_t timeout_ms;
@@ -603,7 +593,7 @@ int link_request_start(Cluster *c, Request *req, Error *err)
         lr->daemon = d;
         lr->cluster = c;
         lr->n = m->n_clusters;
-        lr->req = req;
+        lr->done = done;
         clist_link_tail(&c->link_requests, &lr->link_cluster);
         /* Counts as pending until every entry was looked at, so nothing answers early. */
         lr->n_pending = 1;
@@ -627,10 +617,9 @@ int link_request_start(Cluster *c, Request *req, Error *err)
                                        .tv_usec = (timeout_ms % 1000) * 1000 };
                 lr->timer = evtimer_new(d->base, link_request_on_timeout, lr);
                 if (lr->timer && evtimer_add(lr->timer, &tv) == 0) {
-                        req->cancel = link_request_on_cancel;
-                        req->userdata = lr;
+                        completion_set_cancel(done, link_request_on_cancel, lr);
                         lr->n_pending--;
-                        return HANDLER_PENDING;
+                        return COMPLETION_PENDING;
                 }
                 for (size_t i = 0; i < lr->n; i++)
                         if (lr->setups[i].lr && !lr->setups[i].done) {

@@ -14,6 +14,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "common/completion.h"
 #include "common/error.h"
 #include "daemon/link/peer.h"
 #include "common/sockaddr-util.h"
@@ -24,7 +25,7 @@ typedef struct LinkTransport LinkTransport;
 typedef struct PeerRdmaWaiter PeerRdmaWaiter;
 typedef struct RdmaDevice RdmaDevice;
 typedef struct RdmaEndpoint RdmaEndpoint;
-typedef struct Request Request;
+struct Kvdist__V1__LinkClusters;
 struct Kvdist__V1__PeerLinkReply;
 
 /* The link runs over RDMA on @ep, or over TCP when @ep is NULL (@t->reason says why), or cannot
@@ -50,16 +51,18 @@ struct LinkTransport {
 };
 
 /*
- * Serves a LinkClusters request of @c. Returns 0 when it answered, HANDLER_PENDING when it keeps
- * @req and answers later, or a STATUS_* status with @err for a request refused as a whole.
+ * Serves the LinkClusters request @m of @c, answered through @done (which keeps @m). Returns 0
+ * when it answered, COMPLETION_PENDING when it keeps @done and answers later, or a STATUS_*
+ * status with @err for a request refused as a whole (@done is still the caller's).
  */
-int link_request_start(Cluster *c, Request *req, Error *err);
+int link_request_start(Cluster *c, const struct Kvdist__V1__LinkClusters *m, Completion *done,
+                       Error *err);
 
 /* PARAM_INVALID for an empty list, CLUSTER_NUM_EXCEED_LIMIT above KVD_MAX_LINK_CLUSTERS. */
 int link_check_cluster_list(size_t n, Error *err);
 
 /* Answers a (Un)LinkClusters request: one status per cluster, @first the overall failure. */
-int link_reply_send(Request *req, const int32_t *rets, size_t n, const Error *first);
+int link_reply_send(Completion *done, const int32_t *rets, size_t n, const Error *first);
 
 /* Whether a set-up of a link from @c to @remote_cluster_id is under way. */
 bool link_request_in_progress(const Cluster *c, uint64_t remote_cluster_id);

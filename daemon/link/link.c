@@ -9,11 +9,10 @@
 #include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
+#include "daemon/link/link-events.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/link/peer.h"
-#include "daemon/transfer/served.h"
-#include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
@@ -87,13 +86,45 @@ int link_new_remote(Daemon *d, Cluster *local, Peer *peer, uint64_t remote_clust
         return 0;
 }
 
-/* Fails every transfer in flight on @l with @status and forgets them. */
+/* Tells the listeners (transfer/ fails every transfer in flight on @l) that @l is down. */
 static void link_fail_transfers(Link *l, int status)
 {
-        Transfer *x, *tmp;
+        hook_list_emit(&l->daemon->link_events, LinkEvents, link_down, l, status);
+}
 
-        CLIST_FOREACH_SAFE(x, tmp, &l->transfers, link_link)
-                transfer_detach_link(x, status);
+void link_events_listen(Daemon *d, Hook *h, const LinkEvents *events, void *userdata)
+{
+        hook_list_append(&d->link_events, h, events, userdata);
+}
+
+int link_explain_no_link(Cluster *c, uint64_t remote_cluster_id, Error *err)
+{
+        Hook *h;
+
+        CLIST_FOREACH(h, &c->daemon->link_events.hooks, link) {
+                const LinkEvents *e = h->events;
+                int r;
+
+                if (!e->explain_no_link)
+                        continue;
+                r = e->explain_no_link(h->userdata, c, remote_cluster_id, err);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+bool link_linking_elsewhere(const Cluster *c, uint64_t remote_cluster_id)
+{
+        Hook *h;
+
+        CLIST_FOREACH(h, &c->daemon->link_events.hooks, link) {
+                const LinkEvents *e = h->events;
+
+                if (e->linking && e->linking(h->userdata, c, remote_cluster_id))
+                        return true;
+        }
+        return false;
 }
 
 /* Leaves the remote cluster's list of incoming links, or the peer's list of links. */
@@ -204,12 +235,10 @@ int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id
 
 InLink *inlink_free(InLink *il, int status, const char *why)
 {
-        Served *s, *tmp;
-
         if (!il)
                 return NULL;
-        CLIST_FOREACH_SAFE(s, tmp, &il->served, link_inlink)
-                served_detach_inlink(s, status);
+        /* transfer/ fails the peer's transfers it serves over @il. */
+        hook_list_emit(&il->daemon->link_events, LinkEvents, inlink_gone, il, status);
         clist_unlink(&il->link_peer);
         il->peer->n_inlinks--;
         clist_unlink(&il->link_cluster);

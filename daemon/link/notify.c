@@ -9,9 +9,7 @@
 #include <unistd.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/control/conn.h"
 #include "daemon/daemon.h"
-#include "daemon/control/dispatch.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/notify.h"
 #include "common/status.h"
@@ -82,9 +80,8 @@ void notify_clear(Cluster *c)
         c->notify_fd = safe_close(c->notify_fd);
 }
 
-int handle_notify_fd(Request *req, Error *err)
+int notify_handle_fd(Cluster *c, Completion *done, Error *err)
 {
-        Cluster *c = req->conn->cluster;
 
         if (c->notify_fd < 0) {
                 c->notify_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -94,18 +91,16 @@ int handle_notify_fd(Request *req, Error *err)
                 notify_signal(c);
         }
         /* The client gets its own duplicate; both name the same eventfd. */
-        return request_reply_ok_fd(req, c->notify_fd), 0;
+        return completion_reply_ok(done, c->notify_fd), 0;
 }
 
-int handle_get_notifies(Request *req, Error *err)
+int notify_handle_get(Cluster *c, uint32_t max, Completion *done, Error *err)
 {
-        const Kvdist__V1__GetNotifies *m = (const Kvdist__V1__GetNotifies *)req->msg;
         Kvdist__V1__GetNotifiesReply reply = KVDIST__V1__GET_NOTIFIES_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        Cluster *c = req->conn->cluster;
         _cleanup_free_ Kvdist__V1__Notify *items = NULL;
         _cleanup_free_ Kvdist__V1__Notify **ptrs = NULL;
-        size_t n = MIN((size_t)m->max, (size_t)c->n_notifies), i = 0;
+        size_t n = MIN((size_t)max, (size_t)c->n_notifies), i = 0;
         CList taken = CLIST_INIT(taken);
         Notify *e, *tmp;
 
@@ -137,7 +132,7 @@ int handle_get_notifies(Request *req, Error *err)
         reply.n_notifies = n;
         reply.remaining = c->n_notifies;
         /* A reply that cannot be sent means the connection, and the cluster with it, is gone. */
-        (void)request_reply(req, &reply.base, -1);
+        (void)completion_reply(done, &reply.base, -1);
         CLIST_FOREACH_SAFE(e, tmp, &taken, link) {
                 clist_unlink(&e->link);
                 free(e);

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/completion.h"
 #include "common/error.h"
 
 typedef struct Cluster Cluster;
@@ -22,3 +23,11 @@ int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t
 
 /* Drops @c's queue and its eventfd (the cluster is going away). */
 void notify_clear(Cluster *c);
+
+/*
+ * The client requests about notifications of @c: NotifyFd answers @done with the cluster's
+ * eventfd, GetNotifies with up to @max queued notifications (taken off the queue). Each returns
+ * 0 when it answered, or a STATUS_* status with @err filled (@done is still the caller's).
+ */
+int notify_handle_fd(Cluster *c, Completion *done, Error *err);
+int notify_handle_get(Cluster *c, uint32_t max, Completion *done, Error *err);

@@ -16,6 +16,7 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/link/peer.h"
 #include "daemon/transfer/plan.h"
+#include "daemon/transfer/transfer-events.h"
 #include "daemon/memory/pool.h"
 #include "daemon/transport/rdma.h"
 #include "daemon/transfer/transfer.h"
@@ -49,6 +50,7 @@ struct Metrics {
         char transports[METRICS_MAX_TRANSPORTS][METRICS_TRANSPORT_NAME_MAX];
         size_t n_transports;
         TransferStats stats[_DIR_MAX][METRICS_MAX_TRANSPORTS];
+        Hook transfer_hook;     /* on the daemon's transfer events */
 };
 
 int metrics_new(Metrics **ret)
@@ -63,6 +65,8 @@ int metrics_new(Metrics **ret)
 
 Metrics *metrics_free(Metrics *m)
 {
+        if (m)
+                hook_remove(&m->transfer_hook);
         free(m);
         return NULL;
 }
@@ -84,14 +88,14 @@ static int transport_index(Metrics *m, const char *name)
         return (int)m->n_transports++;
 }
 
-void metrics_transfer_done(Metrics *m, const Transfer *x, int status)
+/* Records that @x completed with @status: its count, and for a success its bytes and latency. */
+static void metrics_on_transfer_done(void *userdata, const Transfer *x, int status)
 {
+        Metrics *m = userdata;
         TransferStats *s;
         double seconds;
         int t;
 
-        if (!m)
-                return;
         t = transport_index(m, transport_name(x->transport));
         if (t < 0)
                 return;
@@ -108,6 +112,15 @@ void metrics_transfer_done(Metrics *m, const Transfer *x, int status)
                 }
         s->count++;
         s->sum += seconds;
+}
+
+static const TransferEvents metrics_transfer_events = {
+        .transfer_done = metrics_on_transfer_done,
+};
+
+void metrics_listen(Metrics *m, Daemon *d)
+{
+        transfer_events_listen(d, &m->transfer_hook, &metrics_transfer_events, m);
 }
 
 /* One family: its HELP/TYPE header and samples, from the daemon's state and @d->metrics. */
@@ -438,6 +451,45 @@ static void family_rdma(MetricsWriter *w, Daemon *d)
         }
 }
 
+static void family_domains(MetricsWriter *w, Daemon *d)
+{
+        static const char *const ops[] = { "batch_send_recv", "broadcast", "all_gather" };
+        DomainStats st;
+
+        if (!d->domains)
+                return;
+        domain_registry_stats(d->domains, &st);
+        metrics_family(w, "kvdist_domains", "gauge", "Comm domains, by state");
+        for (int s = 0; s < DOMAIN_STATS_STATES; s++)
+                metrics_sample_u64(w, "kvdist_domains",
+                                   METRICS_LABELS({ "state", st.state_names[s] }),
+                                   st.by_state[s]);
+        metrics_family(w, "kvdist_domain_setups", "gauge",
+                       "Comm domain set-ups reaching out to other daemons, and queued ones");
+        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({ "phase", "in_progress" }),
+                           st.setups_active);
+        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({ "phase", "queued" }),
+                           st.setups_queued);
+        metrics_family(w, "kvdist_domains_formed_total", "counter", "Comm domains that became OK");
+        metrics_sample_u64(w, "kvdist_domains_formed_total", NULL, st.formed);
+        metrics_family(w, "kvdist_domains_failed_total", "counter", "Comm domains that failed");
+        metrics_sample_u64(w, "kvdist_domains_failed_total", NULL, st.failed);
+        metrics_family(w, "kvdist_domain_operations_total", "counter",
+                       "Batch send/recv and collective calls completed, by outcome");
+        for (int op = 0; op < 3; op++)
+                for (int f = 0; f < 2; f++)
+                        metrics_sample_u64(w, "kvdist_domain_operations_total",
+                                           METRICS_LABELS({ "op", ops[op] },
+                                                          { "result", f ? "failed" : "ok" }),
+                                           st.calls[op][f]);
+        metrics_family(w, "kvdist_domain_bytes_total", "counter",
+                       "Bytes domain operations sent and received");
+        metrics_sample_u64(w, "kvdist_domain_bytes_total", METRICS_LABELS({ "direction", "sent" }),
+                           st.bytes_sent);
+        metrics_sample_u64(w, "kvdist_domain_bytes_total",
+                           METRICS_LABELS({ "direction", "received" }), st.bytes_received);
+}
+
 /* The families, in the order they are written. Add one here and write its function above. */
 static const MetricsFamilyFn families[] = {
         family_build_info,
@@ -455,7 +507,7 @@ static const MetricsFamilyFn families[] = {
         family_peer_heartbeat,
         family_served,
         family_rdma,
-        domain_metrics_family,
+        family_domains,
 };
 
 int metrics_render(Daemon *d, char **ret, size_t *ret_len)

@@ -23,10 +23,10 @@ int metrics_new(Metrics **ret);
 Metrics *metrics_free(Metrics *m);
 
 /*
- * Records that @x completed with @status (STATUS_OK or STATUS_*): its count, and for a success its
- * bytes and its latency. Call before @x is freed. @m may be NULL.
+ * Makes @m record the transfers of @d as they complete (transfer/transfer-events.h): their
+ * count by status, and for a success their bytes and latency. Once, at start.
  */
-void metrics_transfer_done(Metrics *m, const Transfer *x, int status);
+void metrics_listen(Metrics *m, Daemon *d);
 
 /*
  * Builds the Prometheus text document of @d into *@ret (malloc()ed, NUL-terminated) and

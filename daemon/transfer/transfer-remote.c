@@ -21,7 +21,6 @@
 
 #include "daemon/memory/cache-proto.h"
 #include "daemon/link/cluster.h"
-#include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
@@ -198,7 +197,7 @@ static int transfer_remote_rdma_segments(Transfer *x, const Cache *cache, bool l
 static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__PeerTransferReply *m,
                                       Error *err)
 {
-        const Kvdist__V1__Transfer *req = (const Kvdist__V1__Transfer *)x->req->msg;
+        const Kvdist__V1__Transfer *req = x->msg;
         RemoteDesc local, remote;
         TransferArgs args;
         PlanRequest pr;

@@ -8,20 +8,20 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include "daemon/memory/cache-proto.h"
 #include "daemon/link/cluster.h"
-#include "daemon/control/conn.h"
 #include "daemon/daemon.h"
-#include "daemon/control/dispatch.h"
-#include "daemon/domain/domain.h"
 #include "proto/kvdist.pb-c.h"
+#include "daemon/link/link-events.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
-#include "daemon/metrics/metrics.h"
 #include "daemon/link/notify.h"
 #include "daemon/link/peer.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
+#include "daemon/transfer/served.h"
+#include "daemon/transfer/transfer-events.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
 #include "common/status.h"
@@ -96,11 +96,12 @@ static void transfer_on_deadline(evutil_socket_t fd, short what, void *userdata)
                       (x->deadline_usec - x->start_usec) / USEC_PER_MSEC);
 }
 
-static void transfer_on_request_cancel(Request *req, void *userdata)
+static void transfer_on_request_cancel(Completion *done, void *userdata)
 {
         Transfer *x = userdata;
 
-        x->req = request_free(req);
+        x->done = NULL;
+        x->msg = NULL;
         transfer_fail(x, STATUS_PEER_LOST, "the client went away");
 }
 
@@ -136,8 +137,7 @@ static Transfer *transfer_free(Transfer *x)
         plan_free(x->plan);
         free(x->segs);
         free(x->rdma_segs);
-        if (x->req)
-                request_free(x->req);
+        completion_drop(x->done);
         free(x);
         return NULL;
 }
@@ -181,9 +181,10 @@ static void transfer_deliver_notify(Transfer *x)
 /* Sends the client its answer, once: @status and, on failure, x->err (which is set). */
 static void transfer_answer(Transfer *x, int status)
 {
-        Request *req = TAKE_PTR(x->req);
+        Completion *done = TAKE_PTR(x->done);
 
-        if (!req)
+        x->msg = NULL;
+        if (!done)
                 return;
         if (status == STATUS_OK) {
                 Kvdist__V1__TransferReply reply = KVDIST__V1__TRANSFER_REPLY__INIT;
@@ -192,9 +193,9 @@ static void transfer_answer(Transfer *x, int status)
                 reply.status = &st;
                 reply.bytes = x->plan->total_bytes;
                 reply.segments = (uint32_t)x->plan->n_segments;
-                (void)request_reply(req, &reply.base, -1);
+                (void)completion_reply(done, &reply.base, -1);
         } else
-                (void)request_fail(req, status, &x->err);
+                (void)completion_fail(done, status, &x->err);
 }
 
 void transfer_complete(Transfer *x, int status)
@@ -204,7 +205,7 @@ void transfer_complete(Transfer *x, int status)
         int final = x->status != STATUS_OK ? x->status : status;
 
         transfer_set_state(x, TRANSFER_DONE);
-        metrics_transfer_done(d->metrics, x, final);
+        hook_list_emit(&d->transfer_events, TransferEvents, transfer_done, x, final);
 
         if (final == STATUS_OK) {
                 uint64_t bytes = x->plan->total_bytes;
@@ -285,6 +286,46 @@ void transfer_detach_link(Transfer *x, int status)
                       "transfer %" PRIu64 " ran", l->id, l->remote_cluster_id, x->id);
 }
 
+static void transfer_on_cluster_gone(void *userdata, Cluster *c)
+{
+        Transfer *x, *tmp;
+
+        CLIST_FOREACH_SAFE(x, tmp, &c->transfers, link_cluster)
+                transfer_detach_cluster(x);
+}
+
+static void transfer_on_link_down(void *userdata, Link *l, int status)
+{
+        Transfer *x, *tmp;
+
+        CLIST_FOREACH_SAFE(x, tmp, &l->transfers, link_link)
+                transfer_detach_link(x, status);
+}
+
+static void transfer_on_inlink_gone(void *userdata, InLink *il, int status)
+{
+        Served *s, *tmp;
+
+        CLIST_FOREACH_SAFE(s, tmp, &il->served, link_inlink)
+                served_detach_inlink(s, status);
+}
+
+static const LinkEvents transfer_link_events = {
+        .cluster_gone = transfer_on_cluster_gone,
+        .link_down = transfer_on_link_down,
+        .inlink_gone = transfer_on_inlink_gone,
+};
+
+void transfer_listen(Daemon *d)
+{
+        link_events_listen(d, &d->transfer_link_hook, &transfer_link_events, d);
+}
+
+void transfer_events_listen(Daemon *d, Hook *h, const TransferEvents *events, void *userdata)
+{
+        hook_list_append(&d->transfer_events, h, events, userdata);
+}
+
 /* Finds the link and, for a local one, the remote cache, which must be reachable through it. */
 static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer *m,
                             uint32_t *ret_remote_index, Error *err)
@@ -296,7 +337,7 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
         l = link_find(c, x->key.cluster_id);
         if (!l) {
                 /* A comm domain of both that is not OK (yet) says why, not link_clusters. */
-                r = domain_explain_no_link(c, x->key.cluster_id, err);
+                r = link_explain_no_link(c, x->key.cluster_id, err);
                 if (r < 0)
                         return r;
                 return error_set(err, STATUS_NOT_YET_LINK,
@@ -355,9 +396,8 @@ static int transfer_build_plan(Transfer *x, const Kvdist__V1__Transfer *m, uint3
         return plan_build(&pr, &x->plan, err);
 }
 
-int transfer_start(Cluster *c, Request *req, Error *err)
+int transfer_start(Cluster *c, const Kvdist__V1__Transfer *m, Completion *done, Error *err)
 {
-        const Kvdist__V1__Transfer *m = (const Kvdist__V1__Transfer *)req->msg;
         Daemon *d = c->daemon;
         const Limits *lim = &d->config->limits;
         _cleanup_(transfer_freep) Transfer *x = NULL;
@@ -462,9 +502,9 @@ int transfer_start(Cluster *c, Request *req, Error *err)
                                          transport_name(x->transport), x->id, strerror(-r));
         }
 
-        x->req = req;
-        req->cancel = transfer_on_request_cancel;
-        req->userdata = x;
+        x->done = done;
+        x->msg = m;
+        completion_set_cancel(done, transfer_on_request_cancel, x);
         log_debug("transfer %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
                   " bytes in %zu segments over %s", x->id, c->id, x->remote_cluster_id,
                   transfer_kind_to_string(x->kind), x->plan ? x->plan->total_bytes : 0,

@@ -15,6 +15,7 @@
 
 #include "daemon/memory/cache.h"
 #include "common/clist.h"
+#include "common/completion.h"
 #include "common/error.h"
 #include "common/time-util.h"
 
@@ -32,7 +33,6 @@ typedef struct RdmaJob RdmaJob;
 typedef struct RdmaSegment RdmaSegment;
 typedef struct TcpData TcpData;
 typedef struct Region Region;
-typedef struct Request Request;
 typedef struct Transfer Transfer;
 typedef struct Transport Transport;
 
@@ -68,7 +68,8 @@ struct Transfer {
         TransferKind kind;
         TransferState state;
         bool started;           /* accounted on its cluster, link, caches and the daemon */
-        Request *req;           /* the client's request; NULL once the client is gone */
+        Completion *done;       /* answers the client; NULL once answered or the client is gone */
+        const struct Kvdist__V1__Transfer *msg; /* the request, kept by @done; NULL with it */
         Cluster *cluster;       /* the requesting cluster; NULL once it is gone */
         uint64_t cluster_id;
         Link *link;             /* NULL once the link is gone */
@@ -112,11 +113,12 @@ struct Transfer {
 };
 
 /*
- * Validates and starts the transfer @req asks for (a kvdist.v1.Transfer from @cluster). On
- * success the transfer owns @req and answers it later. On failure returns a STATUS_* status with
- * @err filled; @req is still the caller's.
+ * Validates and starts the transfer @m asks for (a kvdist.v1.Transfer from @cluster, kept by
+ * @done until it is answered). On success the transfer holds @done and answers it later. On
+ * failure returns a STATUS_* status with @err filled; @done is still the caller's.
  */
-int transfer_start(Cluster *cluster, Request *req, Error *err);
+int transfer_start(Cluster *cluster, const struct Kvdist__V1__Transfer *m, Completion *done,
+                   Error *err);
 
 /*
  * Called by a transport when it has stopped touching @x's memory: @status is 0 when every byte
@@ -135,6 +137,13 @@ void transfer_detach_cluster(Transfer *x);
 
 /* The link of @x is going away. */
 void transfer_detach_link(Transfer *x, int status);
+
+/*
+ * Makes transfer/ listen to link/'s events: a cluster going away, a link going down, a peer's
+ * link to our cluster going away fail the transfers over them. Once, at start, after
+ * domain/ (whose members hear of a cluster going away first).
+ */
+void transfer_listen(Daemon *d);
 
 const char *transfer_kind_to_string(TransferKind k);
 
