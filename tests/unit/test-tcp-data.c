@@ -493,9 +493,17 @@ START_TEST(test_cancel_send)
         ck_assert_int_eq(d[1].status, -ECANCELED);
         landed = xfer_check_prefixes(x, ranges, 2);
         ck_assert_uint_lt(landed, x->total);
-        if (_i == 1)
-                /* The chunk in progress was finished. */
-                ck_assert_uint_ge(landed, 65536);
+        if (_i == 1) {
+                /*
+                 * The chunk in progress was finished on the wire. Whether the receiver keeps it
+                 * depends on which connection it reads first: the other range's ABORT stops the
+                 * job, and a range opened after that is read and dropped.
+                 */
+                TcpDataStats st;
+
+                tcp_data_get_stats(w.a.td, &st);
+                ck_assert_uint_ge(st.bytes_sent, 65536);
+        }
 
         assert_still_works(&w, 4, 42);
         world_deinit(&w);
