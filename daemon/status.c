@@ -14,7 +14,7 @@
 #include "daemon/config-json.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
-#include "daemon/transfer/engine.h"
+#include "daemon/transport/engine.h"
 #include "kvdist-config.h"
 #include "daemon/link/link.h"
 #include "proto/kvdist.pb-c.h"

@@ -38,7 +38,7 @@
 #include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
-#include "daemon/transfer/engine.h"
+#include "daemon/transport/engine.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"

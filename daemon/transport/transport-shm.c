@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon/transfer/engine.h"
+#include "daemon/transport/engine.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/transfer.h"
