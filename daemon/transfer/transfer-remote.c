@@ -189,7 +189,6 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
         PlanRequest pr;
         bool local_is_src;
         const Cache *cache = transfer_local_cache(x, &local_is_src);
-        _cleanup_free_ TcpDstSegment *segs = NULL;
         int r;
 
         remote_desc_from_cache(cache, &local);
@@ -208,18 +207,15 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
                                  "planned %" PRIu64 " in %zu", m->total_bytes, m->segments,
                                  x->plan->total_bytes, x->plan->n_segments);
 
-        segs = calloc(MAX(x->plan->n_segments, (size_t)1), sizeof(TcpDstSegment));
         x->segs = calloc(MAX(x->plan->n_segments, (size_t)1), sizeof(TransportSegment));
-        if (!segs || !x->segs)
+        if (!x->segs)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         r = remote_plan_map(x->plan, cache, local_is_src,
-                            local_is_src ? local.num_tensors : remote.num_tensors, segs,
+                            local_is_src ? local.num_tensors : remote.num_tensors, x->segs,
                             x->regions, &x->n_regions);
         if (r < 0)
                 return error_set(err, STATUS_FAILED, "the plan does not fit cache %" PRIu64,
                                  cache->id);
-        for (size_t i = 0; i < x->plan->n_segments; i++)
-                x->segs[i] = (TransportSegment){ .local = segs[i].dst, .len = segs[i].len };
         if (x->one_sided) {
                 r = transfer_remote_rdma_keys(x, cache, local_is_src,
                                               local_is_src ? local.num_tensors
