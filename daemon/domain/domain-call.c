@@ -279,6 +279,7 @@ int call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
         struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
         Request *req = call->req;
 
+        call->deadline_usec = call->start_usec + (usec_t)timeout_ms * USEC_PER_MSEC;
         call->n_pending = call->n_ops;
         if (call->n_ops == 0) {
                 /* Nothing to do (every item had count 0): answered now. */

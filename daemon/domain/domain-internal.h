@@ -31,6 +31,7 @@
 #include "common/sha256.h"
 #include "common/sockaddr-util.h"
 #include "daemon/transport/tcp-stream.h"
+#include "daemon/transport/transport.h"
 #include "common/time-util.h"
 
 struct event;
@@ -39,7 +40,6 @@ struct Kvdist__V1__DomainOpDesc;
 typedef struct Domain Domain;
 typedef struct DomainCall DomainCall;
 typedef struct DomainOp DomainOp;
-typedef struct EngineTask EngineTask;
 typedef struct Lane Lane;
 typedef struct PairLink PairLink;
 typedef struct PeerCall PeerCall;
@@ -336,7 +336,9 @@ struct DomainOp {
         Peer *rdma_peer;                /* send: the link's peer, which owns @rdma_ep */
         RdmaEndpoint *rdma_ep;
         /* local */
-        EngineTask *task;
+        bool copying;                   /* send: @copy runs; its callback will run */
+        TransportJob copy;              /* send: the copy into the partner's segments */
+        TransportSegment *copy_segs;    /* its segments, until its callback */
         DomainOp *partner;
         /* collectives */
         DomainOp *forward;              /* receive: the send that passes its bytes on */
@@ -366,6 +368,7 @@ typedef struct DomainCall {
         uint32_t algorithm;
         uint64_t bytes;
         usec_t start_usec;
+        usec_t deadline_usec;           /* when @timer fires */
         struct event *timer;
         CList link_domain;
 } DomainCall;

@@ -38,7 +38,6 @@
 #include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
-#include "daemon/transport/engine.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
@@ -47,6 +46,7 @@
 #include "daemon/link/peer.h"
 #include "daemon/transport/rdma.h"
 #include "daemon/transport/tcp-data.h"
+#include "daemon/transport/transport-set.h"
 #include "common/status.h"
 #include "proto/status-wire.h"
 
@@ -309,7 +309,7 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
 
         if (op->state == OP_DONE)
                 return;
-        assert(!op->job && !op->task && !op->rdma_job && !op->rdma_waiter);
+        assert(!op->job && !op->copying && !op->rdma_job && !op->rdma_waiter);
         /* A receive's registration goes before anything else: no WRITE lands after this. */
         lane_rdma_release(op);
         if (op->status == STATUS_OK && status != STATUS_OK) {
@@ -601,15 +601,17 @@ static DomainOp *lane_find(Lane *l, uint64_t seq, bool send)
         return NULL;
 }
 
-static void local_on_copied(EngineTask *task, int status, void *userdata)
+static void local_on_copied(TransportJob *job, int status)
 {
-        DomainOp *s = userdata, *r = s->partner;
+        DomainOp *s = job->userdata, *r = s->partner;
         /* A cancel (of either end) stopped the copy: each end says what stopped it. */
         const DomainOp *why = s->status ? s : r;
-        int code = status == 0 ? STATUS_OK : why->status ?: STATUS_FAILED;
+        int code = status == STATUS_OK ? STATUS_OK : why->status ?: STATUS_FAILED;
         const char *msg = why->status ? why->err.msg : "the copy stopped";
 
-        s->task = NULL;
+        s->copying = false;
+        free(s->copy_segs);
+        s->copy_segs = NULL;
         s->partner = r->partner = NULL;
         /* Completing an op never ends its call here (call_op_done() queues it), so both ends
          * stay valid across both completions. */
@@ -617,11 +619,15 @@ static void local_on_copied(EngineTask *task, int status, void *userdata)
         op_complete(r, code, "%s", msg);
 }
 
-/* Builds the copies of two segment lists that add up to the same bytes. */
-static int local_copies(const DomainOp *s, const DomainOp *r, EngineCopy **ret, size_t *ret_n)
+/*
+ * Builds the copies of two segment lists that add up to the same bytes, as the segments of a job
+ * that reads @s's bytes into @r's.
+ */
+static int local_copies(const DomainOp *s, const DomainOp *r, TransportSegment **ret,
+                        size_t *ret_n)
 {
         size_t cap = s->n_segs + r->n_segs, n = 0;
-        EngineCopy *c = calloc(cap ? cap : 1, sizeof(*c));
+        TransportSegment *c = calloc(cap ? cap : 1, sizeof(*c));
         SegZip z = { 0 };
 
         if (!c)
@@ -634,8 +640,11 @@ static int local_copies(const DomainOp *s, const DomainOp *r, EngineCopy **ret, 
                 if (len == 0)
                         continue;
                 assert(n < cap);
-                c[n++] = (EngineCopy){ (uint8_t *)r->segs[j].dst + oj,
-                                       (const uint8_t *)s->segs[i].dst + oi, len };
+                c[n++] = (TransportSegment){
+                        .local = (uint8_t *)r->segs[j].dst + oj,
+                        .len = len,
+                        .remote = (uint64_t)(uintptr_t)((const uint8_t *)s->segs[i].dst + oi),
+                };
         }
         *ret = c;
         *ret_n = n;
@@ -646,8 +655,7 @@ static void op_local_match(DomainOp *s, DomainOp *r)
 {
         Lane *l = s->lane;
         char buf[ERROR_MSG_MAX];
-        EngineCopy *copies = NULL;
-        EngineTask *task;
+        TransportSegment *copies = NULL;
         size_t n = 0;
         int k;
 
@@ -658,15 +666,25 @@ static void op_local_match(DomainOp *s, DomainOp *r)
                 return;
         }
         k = local_copies(s, r, &copies, &n);
-        if (k >= 0)
-                k = engine_submit(l->dom->daemon->transports.engine, copies, n, 0, local_on_copied, s, &task);
-        free(copies);
+        if (k >= 0) {
+                s->copy = (TransportJob){
+                        .dir = TRANSPORT_READ,
+                        .segs = copies,
+                        .n_segs = n,
+                        .deadline_usec = s->call->deadline_usec,
+                        .done = local_on_copied,
+                        .userdata = s,
+                };
+                k = transport_submit(l->dom->daemon->transports.shm, &s->copy);
+        }
         if (k < 0) {
+                free(copies);
                 op_complete(s, STATUS_OUT_OF_MEMORY, "cannot start the copy: %s", strerror(-k));
                 op_complete(r, STATUS_OUT_OF_MEMORY, "cannot start the copy: %s", strerror(-k));
                 return;
         }
-        s->task = task;
+        s->copying = true;
+        s->copy_segs = copies;
         s->partner = r;
         r->partner = s;
         s->state = r->state = OP_DATA;
@@ -800,7 +818,7 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
 
                         /* The copy's end completes both (local_on_copied()). */
                         if (s)
-                                engine_cancel(s->task);
+                                transport_cancel(l->dom->daemon->transports.shm, &s->copy);
                         return;
                 }
                 op_complete(op, op->status, "%s", op->err.msg);
