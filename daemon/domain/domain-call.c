@@ -707,7 +707,8 @@ int handle_domain_send_recv(Request *req, Error *err)
                                      .bytes = it->count * dtype_sizes[it->dtype] };
                 op->segs = &call->segs[k];
                 op->n_segs = 1;
-                call->segs[k] = (TcpDstSegment){ regions[k]->data + offsets[k], op->desc.bytes };
+                call->segs[k] = (TransportSegment){ .local = regions[k]->data + offsets[k],
+                                                    .len = op->desc.bytes };
                 if (call_hold_region(call, regions[k]) < 0) {
                         /* Nothing was assigned yet: no seq is taken. */
                         for (size_t j = 0; j < call->n_ops; j++)

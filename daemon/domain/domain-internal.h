@@ -30,7 +30,6 @@
 #include "daemon/domain/rank-table.h"
 #include "common/sha256.h"
 #include "common/sockaddr-util.h"
-#include "daemon/transport/tcp-stream.h"
 #include "daemon/transport/transport.h"
 #include "common/time-util.h"
 
@@ -50,7 +49,6 @@ typedef struct RdmaJob RdmaJob;
 typedef struct RdmaMr RdmaMr;
 typedef struct RdmaSegment RdmaSegment;
 typedef struct Region Region;
-typedef struct TcpData TcpData;
 struct Kvdist__V1__PeerDomainXfer;
 
 #define DOMAIN_MAX_RANKS RANK_TABLE_MAX_RANKS
@@ -303,16 +301,15 @@ struct DomainOp {
         bool send;
         uint64_t seq;
         OpDesc desc;
-        TcpDstSegment *segs;            /* into the call's storage; a send reads them */
+        TransportSegment *segs;         /* into the call's storage; a send reads them */
         size_t n_segs;
         OpState state;
         int status;
         Error err;
         /* remote */
         Peer *peer;                     /* where the job runs and the words go */
-        TcpData *data;                  /* while a job is registered */
-        uint64_t job_id;
-        bool job;                       /* a data job is registered; its callback will run */
+        TransportJob data_job;          /* over TCP: our side of the message's stream */
+        bool job;                       /* @data_job runs; its callback will run */
         bool data_ok;                   /* our side moved every byte */
         bool have_ready;                /* send: the receiver's READY, in @ready */
         bool ready_spent;               /* its job got our bytes or our abort (exactly once) */
@@ -358,7 +355,7 @@ typedef struct DomainCall {
         size_t n_pending;               /* ops the drain has not handled yet */
         int32_t *rets;                  /* batch: per item */
         size_t n_items;
-        TcpDstSegment *segs;            /* storage of every op's segments */
+        TransportSegment *segs;         /* storage of every op's segments */
         Region **regions;               /* referenced */
         size_t n_regions;
         bool fail_fast;                 /* collectives: the first failure stops the rest */

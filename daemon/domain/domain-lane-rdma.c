@@ -77,7 +77,7 @@ static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++)
-                refs[i] = (SegRef){ (uintptr_t)op->segs[i].dst, op->segs[i].len, i };
+                refs[i] = (SegRef){ (uintptr_t)op->segs[i].local, op->segs[i].len, i };
         qsort(refs, n, sizeof(*refs), seg_ref_cmp);
         /* Regions never overlap: a span grows while its segments stay in the first one's. */
         for (size_t i = 0, j; i < n; i = j) {
@@ -164,7 +164,7 @@ int lane_rdma_ready_fill(const DomainOp *op, Kvdist__V1__PeerDomainXfer *m)
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++) {
-                m->rdma_addrs[i] = (uint64_t)(uintptr_t)op->segs[i].dst;
+                m->rdma_addrs[i] = (uint64_t)(uintptr_t)op->segs[i].local;
                 m->rdma_lens[i] = op->segs[i].len;
                 m->rdma_rkeys[i] = op->seg_keys[i];
         }
@@ -205,7 +205,7 @@ int lane_rdma_word_parse(const Kvdist__V1__PeerDomainXfer *m, LaneWord *w)
 /* Pairs our segments with the READY's into WRITEs; with @out NULL only counts them. */
 static size_t lane_rdma_pair(const DomainOp *op, RdmaSegment *out)
 {
-        const TcpDstSegment *a = op->segs;
+        const TransportSegment *a = op->segs;
         const LaneRemoteSeg *b = op->ready_rsegs;
         SegZip z = { 0 };
         size_t n = 0;
@@ -219,7 +219,7 @@ static size_t lane_rdma_pair(const DomainOp *op, RdmaSegment *out)
                         continue;
                 if (out)
                         out[n] = (RdmaSegment){
-                                .local_addr = (uint64_t)(uintptr_t)a[i].dst + oi,
+                                .local_addr = (uint64_t)(uintptr_t)a[i].local + oi,
                                 .lkey = op->seg_keys[i],
                                 .remote_addr = b[j].addr + oj,
                                 .rkey = b[j].rkey,

@@ -50,8 +50,6 @@
 #include "common/status.h"
 #include "proto/status-wire.h"
 
-_Static_assert(sizeof(TcpSrcSegment) == sizeof(TcpDstSegment), "segment layouts differ");
-
 static const char *const dtype_names[] = {
         [KVD_DT_FLOAT] = "float",   [KVD_DT_FLOAT16] = "float16", [KVD_DT_BF16] = "bf16",
         [KVD_DT_INT8] = "int8",     [KVD_DT_INT16] = "int16",     [KVD_DT_UINT16] = "uint16",
@@ -300,6 +298,28 @@ static void lane_abort_job(Lane *l, Peer *p, uint64_t seq, uint64_t bytes, bool 
                 (void)tcp_data_send_aborted(p->data, id, bytes);
 }
 
+/* Starts @op's side of its message's stream on @p's data connections, as job @id. */
+static int lane_data_job_submit(DomainOp *op, Peer *p, TransportDir dir, uint64_t id,
+                                transport_done_fn done)
+{
+        int r;
+
+        op->data_job = (TransportJob){
+                .dir = dir,
+                .segs = op->segs,
+                .n_segs = op->n_segs,
+                .channel = p->data,
+                .id = id,
+                .deadline_usec = op->call->deadline_usec,
+                .done = done,
+                .userdata = op,
+        };
+        r = transport_submit(op->lane->dom->daemon->transports.tcp, &op->data_job);
+        if (r >= 0)
+                op->job = true;
+        return r;
+}
+
 static void op_complete(DomainOp *op, int status, const char *fmt, ...) _printf_(3, 4);
 static void op_complete(DomainOp *op, int status, const char *fmt, ...)
 {
@@ -338,12 +358,6 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
         call_op_done(op);
 }
 
-/* The status a failed data job stands for when nobody said why. */
-static int job_status(int error)
-{
-        return error == -EILSEQ ? STATUS_FAILED : STATUS_PEER_LOST;
-}
-
 /*
  * Completes @op, whose bytes no longer move, with what ended it already: our own failure (a
  * cancel), else the other end's final word. Returns false, and leaves @op alone, when neither
@@ -360,12 +374,12 @@ static bool op_complete_told(DomainOp *op)
         return true;
 }
 
-static void op_on_send_done(void *userdata, int error)
+static void op_on_send_done(TransportJob *job, int status)
 {
-        DomainOp *op = userdata;
+        DomainOp *op = job->userdata;
+        int error = job->error;
 
         op->job = false;
-        op->data = NULL;
         if (error == 0) {
                 op->data_ok = true;
                 if (!op_complete_told(op))
@@ -373,17 +387,17 @@ static void op_on_send_done(void *userdata, int error)
                 return;
         }
         if (!op_complete_told(op))
-                op_complete(op, job_status(error), "sending to rank %" PRIu32 " failed: %s",
+                op_complete(op, status, "sending to rank %" PRIu32 " failed: %s",
                             op->lane->dst, strerror(-error));
 }
 
-static void op_on_recv_done(void *userdata, int error)
+static void op_on_recv_done(TransportJob *job, int status)
 {
-        DomainOp *op = userdata;
+        DomainOp *op = job->userdata;
         Lane *l = op->lane;
+        int error = job->error;
 
         op->job = false;
-        op->data = NULL;
         if (error == 0) {
                 lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, STATUS_OK, NULL);
                 op_complete(op, op->status, "%s", op->err.msg);
@@ -396,9 +410,8 @@ static void op_on_recv_done(void *userdata, int error)
                 op->state = OP_WAIT_WORD;
                 return;
         }
-        lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, job_status(error),
-                       "the bytes did not land");
-        op_complete(op, job_status(error), "receiving from rank %" PRIu32 " failed: %s", l->src,
+        lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, status, "the bytes did not land");
+        op_complete(op, status, "receiving from rank %" PRIu32 " failed: %s", l->src,
                     error == -EILSEQ ? "a chunk failed its CRC32C check" : strerror(-error));
 }
 
@@ -574,17 +587,15 @@ static void op_remote_match(DomainOp *op)
                 op_complete(op, STATUS_PEER_LOST, "the daemon of rank %" PRIu32 " is gone", l->dst);
                 return;
         }
-        op->job_id = lane_job_id(dom->ranks[l->dst].domain_id, l->src, l->dst, op->seq);
-        r = tcp_data_send(p->data, op->job_id, (const TcpSrcSegment *)op->segs, op->n_segs,
-                          op_on_send_done, op);
+        r = lane_data_job_submit(op, p, TRANSPORT_WRITE,
+                                 lane_job_id(dom->ranks[l->dst].domain_id, l->src, l->dst,
+                                             op->seq), op_on_send_done);
         if (r < 0) {
                 op_complete(op, STATUS_PEER_LOST, "cannot send to rank %" PRIu32 ": %s", l->dst,
                             strerror(-r));
                 return;
         }
         op->ready_spent = true;
-        op->job = true;
-        op->data = p->data;
         op->peer = p;
         op->state = OP_DATA;
 }
@@ -641,9 +652,9 @@ static int local_copies(const DomainOp *s, const DomainOp *r, TransportSegment *
                         continue;
                 assert(n < cap);
                 c[n++] = (TransportSegment){
-                        .local = (uint8_t *)r->segs[j].dst + oj,
+                        .local = (uint8_t *)r->segs[j].local + oj,
                         .len = len,
-                        .remote = (uint64_t)(uintptr_t)((const uint8_t *)s->segs[i].dst + oi),
+                        .remote = (uint64_t)(uintptr_t)((const uint8_t *)s->segs[i].local + oi),
                 };
         }
         *ret = c;
@@ -784,15 +795,13 @@ void op_post(DomainOp *op)
                             "connected", l->src);
                 return;
         }
-        op->job_id = lane_job_id(dom->id, l->src, l->dst, op->seq);
-        r = tcp_data_recv(p->data, op->job_id, op->segs, op->n_segs, op_on_recv_done, op);
+        r = lane_data_job_submit(op, p, TRANSPORT_READ, lane_job_id(dom->id, l->src, l->dst,
+                                                                    op->seq), op_on_recv_done);
         if (r < 0) {
                 op_complete(op, STATUS_PEER_LOST, "cannot receive from rank %" PRIu32 ": %s",
                             l->src, strerror(-r));
                 return;
         }
-        op->job = true;
-        op->data = p->data;
         op->peer = p;
         op->state = OP_DATA;
         lane_word_send(l, p, XFER_READY, op->seq, &op->desc, STATUS_OK, NULL);
@@ -847,7 +856,7 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
                 } else if (op->send) {
                         lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
-                        tcp_data_cancel_send(op->data, op->job_id);
+                        transport_cancel(l->dom->daemon->transports.tcp, &op->data_job);
                 } else if (op->rdma) {
                         /* Deregistered first: from here on a WRITE fails at the sender. */
                         lane_rdma_release(op);
@@ -857,7 +866,7 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
                 } else {
                         lane_word_send(l, op->peer, XFER_RECV_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
-                        tcp_data_cancel_recv(op->data, op->job_id);
+                        transport_cancel(l->dom->daemon->transports.tcp, &op->data_job);
                 }
                 return;
         case OP_WAIT_WORD:
@@ -922,10 +931,8 @@ static void op_take_word(DomainOp *op, LaneWord *w)
                                 op_rdma_send_stop(op);
                 } else if (op->rdma) {
                         op_complete(op, op->word_status, "%s", op->word_msg);
-                } else if (op->send && w->kind != XFER_DONE)
-                        tcp_data_cancel_send(op->data, op->job_id);
-                else if (!op->send)
-                        tcp_data_cancel_recv(op->data, op->job_id);
+                } else if (!op->send || w->kind != XFER_DONE)
+                        transport_cancel(op->lane->dom->daemon->transports.tcp, &op->data_job);
                 return;
         case OP_WAIT_WORD:
                 op_complete(op, op->word_status, "%s", op->word_msg);
