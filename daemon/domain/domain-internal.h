@@ -45,9 +45,7 @@ typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
 typedef struct PeerRdmaWaiter PeerRdmaWaiter;
 typedef struct RdmaEndpoint RdmaEndpoint;
-typedef struct RdmaJob RdmaJob;
 typedef struct RdmaMr RdmaMr;
-typedef struct RdmaSegment RdmaSegment;
 typedef struct Region Region;
 struct Kvdist__V1__PeerDomainXfer;
 
@@ -308,7 +306,8 @@ struct DomainOp {
         Error err;
         /* remote */
         Peer *peer;                     /* where the job runs and the words go */
-        TransportJob data_job;          /* over TCP: our side of the message's stream */
+        TransportJob data_job;          /* our side of the message's stream (TCP), or the
+                                         * WRITEs of a send over RDMA */
         bool job;                       /* @data_job runs; its callback will run */
         bool data_ok;                   /* our side moved every byte */
         bool have_ready;                /* send: the receiver's READY, in @ready */
@@ -326,9 +325,9 @@ struct DomainOp {
         RdmaMr **mrs;                   /* our spans, registered while the message runs */
         size_t n_mrs;
         uint32_t *seg_keys;             /* per segment: its span's rkey (receive), lkey (send) */
-        RdmaSegment *rdma_segs;         /* send: the WRITEs */
+        TransportSegment *rdma_segs;    /* send: the WRITEs */
         size_t n_rdma_segs;
-        RdmaJob *rdma_job;              /* send: running; its callback will run */
+        bool rdma_writing;              /* send: @data_job WRITEs them; its callback will run */
         PeerRdmaWaiter *rdma_waiter;    /* send: the endpoint connects its queue pairs first */
         Peer *rdma_peer;                /* send: the link's peer, which owns @rdma_ep */
         RdmaEndpoint *rdma_ep;

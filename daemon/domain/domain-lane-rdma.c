@@ -203,7 +203,7 @@ int lane_rdma_word_parse(const Kvdist__V1__PeerDomainXfer *m, LaneWord *w)
 }
 
 /* Pairs our segments with the READY's into WRITEs; with @out NULL only counts them. */
-static size_t lane_rdma_pair(const DomainOp *op, RdmaSegment *out)
+static size_t lane_rdma_pair(const DomainOp *op, TransportSegment *out)
 {
         const TransportSegment *a = op->segs;
         const LaneRemoteSeg *b = op->ready_rsegs;
@@ -218,12 +218,12 @@ static size_t lane_rdma_pair(const DomainOp *op, RdmaSegment *out)
                 if (len == 0)
                         continue;
                 if (out)
-                        out[n] = (RdmaSegment){
-                                .local_addr = (uint64_t)(uintptr_t)a[i].local + oi,
+                        out[n] = (TransportSegment){
+                                .local = (uint8_t *)a[i].local + oi,
+                                .len = len,
+                                .remote = b[j].addr + oj,
                                 .lkey = op->seg_keys[i],
-                                .remote_addr = b[j].addr + oj,
                                 .rkey = b[j].rkey,
-                                .len = (uint32_t)len,
                         };
                 n++;
         }

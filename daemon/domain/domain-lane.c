@@ -329,7 +329,7 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
 
         if (op->state == OP_DONE)
                 return;
-        assert(!op->job && !op->copying && !op->rdma_job && !op->rdma_waiter);
+        assert(!op->job && !op->copying && !op->rdma_writing && !op->rdma_waiter);
         /* A receive's registration goes before anything else: no WRITE lands after this. */
         lane_rdma_release(op);
         if (op->status == STATUS_OK && status != STATUS_OK) {
@@ -417,12 +417,13 @@ static void op_on_recv_done(TransportJob *job, int status)
 
 /* ---- over RDMA ---- */
 
-static void op_on_rdma_written(void *userdata, int error)
+static void op_on_rdma_written(TransportJob *job, int status)
 {
-        DomainOp *op = userdata;
+        DomainOp *op = job->userdata;
         Lane *l = op->lane;
+        int error = job->error;
 
-        op->rdma_job = NULL;
+        op->rdma_writing = false;
         /* Our source registrations: nothing reads through them any more. */
         lane_rdma_release(op);
         if (error < 0 && op->rdma_peer && op->rdma_peer->state == PEER_READY)
@@ -464,10 +465,19 @@ static void op_on_rdma_ready(RdmaEndpoint *ep, int status, const char *reason, v
                             "connect: %s", op->lane->dst, reason ? reason : strerror(-status));
                 return;
         }
-        r = rdma_job_submit(ep, false, op->rdma_segs, op->n_rdma_segs, op_on_rdma_written, op,
-                            &op->rdma_job);
+        op->data_job = (TransportJob){
+                .dir = TRANSPORT_WRITE,
+                .segs = op->rdma_segs,
+                .n_segs = op->n_rdma_segs,
+                .channel = ep,
+                .deadline_usec = op->call->deadline_usec,
+                .done = op_on_rdma_written,
+                .userdata = op,
+        };
+        op->rdma_writing = true;
+        r = transport_submit(op->lane->dom->daemon->transports.rdma_transport, &op->data_job);
         if (r < 0) {
-                op->rdma_job = NULL;
+                op->rdma_writing = false;
                 op_complete(op, STATUS_PEER_LOST, "cannot WRITE to rank %" PRIu32 ": %s",
                             op->lane->dst, strerror(-r));
         }
@@ -556,9 +566,10 @@ static void op_rdma_send_stop(DomainOp *op)
                 peer_rdma_waiter_cancel(op->rdma_waiter);
                 op->rdma_waiter = NULL;
                 (void)op_complete_told(op);
-        } else if (op->rdma_job) {
+        } else if (op->rdma_writing) {
                 /* Flushes its queue pairs: the callback runs before this returns. */
-                rdma_job_cancel(op->rdma_job);
+                transport_cancel(op->lane->dom->daemon->transports.rdma_transport,
+                                 &op->data_job);
         }
 }
 
