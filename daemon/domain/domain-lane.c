@@ -45,7 +45,6 @@
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/rdma.h"
-#include "daemon/transport/tcp-data.h"
 #include "daemon/transport/transport-set.h"
 #include "common/status.h"
 #include "proto/status-wire.h"
@@ -295,7 +294,8 @@ static void lane_abort_job(Lane *l, Peer *p, uint64_t seq, uint64_t bytes, bool 
         if (rdma)
                 lane_word_send(l, p, XFER_SEND_CANCEL, seq, NULL, status, msg);
         else if (p && p->state == PEER_READY && p->data && bytes > 0)
-                (void)tcp_data_send_aborted(p->data, id, bytes);
+                (void)transport_abandon(l->dom->daemon->transports.tcp, p->data,
+                                        TRANSPORT_WRITE, id, bytes);
 }
 
 /* Starts @op's side of its message's stream on @p's data connections, as job @id. */

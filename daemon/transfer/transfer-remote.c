@@ -33,8 +33,8 @@
 #include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
-#include "daemon/transport/tcp-data.h"
 #include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
@@ -75,10 +75,9 @@ static void transfer_remote_on_orphan_reply(Peer *p, int status, const Error *er
 
         if (status != STATUS_OK || !p->data || m->total_bytes == 0 || (flags & ORPHAN_ONE_SIDED))
                 return;
-        if (pull)
-                (void)tcp_data_recv_discard(p->data, m->job_id, m->total_bytes);
-        else
-                (void)tcp_data_send_aborted(p->data, m->job_id, m->total_bytes);
+        (void)transport_abandon(p->daemon->transports.tcp, p->data,
+                                pull ? TRANSPORT_READ : TRANSPORT_WRITE, m->job_id,
+                                m->total_bytes);
 }
 
 int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err)

@@ -65,6 +65,16 @@ static void tcp_cancel(Transport *t, TransportJob *job)
                 tcp_data_cancel_send(tj->data, job->id);
 }
 
+static int tcp_abandon(Transport *t, void *channel, TransportDir dir, uint64_t id,
+                       uint64_t bytes)
+{
+        if (!channel)
+                return -ENOTCONN;
+        if (dir == TRANSPORT_READ)
+                return tcp_data_recv_discard(channel, id, bytes);
+        return tcp_data_send_aborted(channel, id, bytes);
+}
+
 /* Unknown (-ENOENT) before the job is handed to the data plane and once it is over on the wire. */
 static int tcp_progress(Transport *t, const TransportJob *job, uint64_t *ret)
 {
@@ -79,6 +89,7 @@ static const transport_ops tcp_ops = {
         .name = "tcp",
         .submit = tcp_submit,
         .cancel = tcp_cancel,
+        .abandon = tcp_abandon,
         .progress = tcp_progress,
 };
 

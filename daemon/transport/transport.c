@@ -28,6 +28,14 @@ void transport_cancel(Transport *t, TransportJob *job)
                 t->ops->cancel(t, job);
 }
 
+int transport_abandon(Transport *t, void *channel, TransportDir dir, uint64_t id,
+                      uint64_t bytes)
+{
+        if (!t->ops->abandon)
+                return -EOPNOTSUPP;
+        return t->ops->abandon(t, channel, dir, id, bytes);
+}
+
 Transport *transport_free(Transport *t)
 {
         if (!t)

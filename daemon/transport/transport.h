@@ -64,6 +64,13 @@ typedef struct transport_ops {
         int (*submit)(Transport *t, TransportJob *job);
         /* Asks the transport to stop @job as soon as possible; completion still follows. */
         void (*cancel)(Transport *t, TransportJob *job);
+        /*
+         * The other end expects job @id of @bytes on @channel, which this end will not run:
+         * settles it without moving a byte (a WRITE goes out as aborted, the bytes of a READ are
+         * dropped as they come), so the channel stays in step. No callback.
+         */
+        int (*abandon)(Transport *t, void *channel, TransportDir dir, uint64_t id,
+                       uint64_t bytes);
         void (*destroy)(Transport *t);
         /*
          * Bytes of @job moved so far (landed, or for a WRITE sent and acknowledged by the
@@ -92,6 +99,9 @@ int transport_submit(Transport *t, TransportJob *job);
 /* Bytes of @job moved so far in *@ret; a negative errno when the transport cannot tell. */
 int transport_progress(Transport *t, const TransportJob *job, uint64_t *ret);
 void transport_cancel(Transport *t, TransportJob *job);
+/* Settles job @id that the other end expects and this end will not run (see transport_ops). */
+int transport_abandon(Transport *t, void *channel, TransportDir dir, uint64_t id,
+                      uint64_t bytes);
 /* Accepts NULL; returns NULL. */
 Transport *transport_free(Transport *t);
 
