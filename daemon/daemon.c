@@ -18,7 +18,7 @@
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
 #include "kvdist-config.h"
-#include "daemon/transfer/engine.h"
+#include "daemon/transport/engine.h"
 #include "daemon/control/listener.h"
 #include "common/log.h"
 #include "daemon/metrics/metrics-http.h"

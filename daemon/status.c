@@ -14,7 +14,7 @@
 #include "daemon/config-json.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
-#include "daemon/transfer/engine.h"
+#include "daemon/transport/engine.h"
 #include "kvdist-config.h"
 #include "daemon/link/link.h"
 #include "proto/kvdist.pb-c.h"
@@ -321,7 +321,7 @@ static json_t *status_transfer(const Transfer *x, usec_t now, bool *ok)
         set(o, "remote_cluster", json_u64(x->remote_cluster_id), ok);
         set(o, "transport", json_string(transport_name(x->transport)), ok);
         set(o, "bytes", json_u64(x->plan ? x->plan->total_bytes : 0), ok);
-        set(o, "bytes_done", transport_progress(x->transport, x, &done) == 0 ? json_u64(done)
+        set(o, "bytes_done", transport_progress(x->transport, &x->job, &done) == 0 ? json_u64(done)
                                                                              : json_null(),
             ok);
         set(o, "age_ms", json_u64((now - x->start_usec) / USEC_PER_MSEC), ok);

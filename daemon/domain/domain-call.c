@@ -271,6 +271,8 @@ void domain_calls_fail(Domain *dom, int code, const char *reason)
 int call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
 {
         struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
+
+        call->deadline_usec = call->start_usec + (usec_t)timeout_ms * USEC_PER_MSEC;
         call->n_pending = call->n_ops;
         if (call->n_ops == 0) {
                 /* Nothing to do (every item had count 0): answered now. */
@@ -692,7 +694,8 @@ int domain_handle_send_recv(Cluster *c, const Kvdist__V1__DomainSendRecv *m, Com
                                      .bytes = it->count * dtype_sizes[it->dtype] };
                 op->segs = &call->segs[k];
                 op->n_segs = 1;
-                call->segs[k] = (TcpDstSegment){ regions[k]->data + offsets[k], op->desc.bytes };
+                call->segs[k] = (TransportSegment){ .local = regions[k]->data + offsets[k],
+                                                    .len = op->desc.bytes };
                 if (call_hold_region(call, regions[k]) < 0) {
                         /* Nothing was assigned yet: no seq is taken. */
                         for (size_t j = 0; j < call->n_ops; j++)

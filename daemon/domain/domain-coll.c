@@ -46,7 +46,7 @@ typedef struct Stream {
 
 /* The segments of [@off, @off + @len) of @s, merged where they touch; returns how many, and
  * writes them to @out unless it is NULL. */
-static size_t stream_slice(const Stream *s, uint64_t off, uint64_t len, TcpDstSegment *out)
+static size_t stream_slice(const Stream *s, uint64_t off, uint64_t len, TransportSegment *out)
 {
         const Cache *c = s->cache;
         uint64_t stride = c->stride, i = off / stride, skip = off % stride;
@@ -65,7 +65,7 @@ static size_t stream_slice(const Stream *s, uint64_t off, uint64_t len, TcpDstSe
                                 out[n - 1].len += take;
                 } else {
                         if (out)
-                                out[n] = (TcpDstSegment){ p, take };
+                                out[n] = (TransportSegment){ .local = p, .len = take };
                         n++;
                 }
                 end = p + take;

@@ -31,7 +31,7 @@
 #include "daemon/domain/rank-table.h"
 #include "common/sha256.h"
 #include "common/sockaddr-util.h"
-#include "daemon/transport/tcp-stream.h"
+#include "daemon/transport/transport.h"
 #include "common/time-util.h"
 
 struct event;
@@ -40,18 +40,14 @@ struct Kvdist__V1__DomainOpDesc;
 typedef struct Domain Domain;
 typedef struct DomainCall DomainCall;
 typedef struct DomainOp DomainOp;
-typedef struct EngineTask EngineTask;
 typedef struct Lane Lane;
 typedef struct PairLink PairLink;
 typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
 typedef struct PeerRdmaWaiter PeerRdmaWaiter;
 typedef struct RdmaEndpoint RdmaEndpoint;
-typedef struct RdmaJob RdmaJob;
 typedef struct RdmaMr RdmaMr;
-typedef struct RdmaSegment RdmaSegment;
 typedef struct Region Region;
-typedef struct TcpData TcpData;
 struct Kvdist__V1__PeerDomainXfer;
 
 #define DOMAIN_MAX_RANKS RANK_TABLE_MAX_RANKS
@@ -305,16 +301,16 @@ struct DomainOp {
         bool send;
         uint64_t seq;
         OpDesc desc;
-        TcpDstSegment *segs;            /* into the call's storage; a send reads them */
+        TransportSegment *segs;         /* into the call's storage; a send reads them */
         size_t n_segs;
         OpState state;
         int status;
         Error err;
         /* remote */
         Peer *peer;                     /* where the job runs and the words go */
-        TcpData *data;                  /* while a job is registered */
-        uint64_t job_id;
-        bool job;                       /* a data job is registered; its callback will run */
+        TransportJob data_job;          /* our side of the message's stream (TCP), or the
+                                         * WRITEs of a send over RDMA */
+        bool job;                       /* @data_job runs; its callback will run */
         bool data_ok;                   /* our side moved every byte */
         bool have_ready;                /* send: the receiver's READY, in @ready */
         bool ready_spent;               /* its job got our bytes or our abort (exactly once) */
@@ -331,14 +327,16 @@ struct DomainOp {
         RdmaMr **mrs;                   /* our spans, registered while the message runs */
         size_t n_mrs;
         uint32_t *seg_keys;             /* per segment: its span's rkey (receive), lkey (send) */
-        RdmaSegment *rdma_segs;         /* send: the WRITEs */
+        TransportSegment *rdma_segs;    /* send: the WRITEs */
         size_t n_rdma_segs;
-        RdmaJob *rdma_job;              /* send: running; its callback will run */
+        bool rdma_writing;              /* send: @data_job WRITEs them; its callback will run */
         PeerRdmaWaiter *rdma_waiter;    /* send: the endpoint connects its queue pairs first */
         Peer *rdma_peer;                /* send: the link's peer, which owns @rdma_ep */
         RdmaEndpoint *rdma_ep;
         /* local */
-        EngineTask *task;
+        bool copying;                   /* send: @copy runs; its callback will run */
+        TransportJob copy;              /* send: the copy into the partner's segments */
+        TransportSegment *copy_segs;    /* its segments, until its callback */
         DomainOp *partner;
         /* collectives */
         DomainOp *forward;              /* receive: the send that passes its bytes on */
@@ -358,7 +356,7 @@ typedef struct DomainCall {
         size_t n_pending;               /* ops the drain has not handled yet */
         int32_t *rets;                  /* batch: per item */
         size_t n_items;
-        TcpDstSegment *segs;            /* storage of every op's segments */
+        TransportSegment *segs;         /* storage of every op's segments */
         Region **regions;               /* referenced */
         size_t n_regions;
         bool fail_fast;                 /* collectives: the first failure stops the rest */
@@ -368,6 +366,7 @@ typedef struct DomainCall {
         uint32_t algorithm;
         uint64_t bytes;
         usec_t start_usec;
+        usec_t deadline_usec;           /* when @timer fires */
         struct event *timer;
         CList link_domain;
 } DomainCall;

@@ -77,7 +77,7 @@ static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++)
-                refs[i] = (SegRef){ (uintptr_t)op->segs[i].dst, op->segs[i].len, i };
+                refs[i] = (SegRef){ (uintptr_t)op->segs[i].local, op->segs[i].len, i };
         qsort(refs, n, sizeof(*refs), seg_ref_cmp);
         /* Regions never overlap: a span grows while its segments stay in the first one's. */
         for (size_t i = 0, j; i < n; i = j) {
@@ -164,7 +164,7 @@ int lane_rdma_ready_fill(const DomainOp *op, Kvdist__V1__PeerDomainXfer *m)
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++) {
-                m->rdma_addrs[i] = (uint64_t)(uintptr_t)op->segs[i].dst;
+                m->rdma_addrs[i] = (uint64_t)(uintptr_t)op->segs[i].local;
                 m->rdma_lens[i] = op->segs[i].len;
                 m->rdma_rkeys[i] = op->seg_keys[i];
         }
@@ -203,9 +203,9 @@ int lane_rdma_word_parse(const Kvdist__V1__PeerDomainXfer *m, LaneWord *w)
 }
 
 /* Pairs our segments with the READY's into WRITEs; with @out NULL only counts them. */
-static size_t lane_rdma_pair(const DomainOp *op, RdmaSegment *out)
+static size_t lane_rdma_pair(const DomainOp *op, TransportSegment *out)
 {
-        const TcpDstSegment *a = op->segs;
+        const TransportSegment *a = op->segs;
         const LaneRemoteSeg *b = op->ready_rsegs;
         SegZip z = { 0 };
         size_t n = 0;
@@ -218,12 +218,12 @@ static size_t lane_rdma_pair(const DomainOp *op, RdmaSegment *out)
                 if (len == 0)
                         continue;
                 if (out)
-                        out[n] = (RdmaSegment){
-                                .local_addr = (uint64_t)(uintptr_t)a[i].dst + oi,
+                        out[n] = (TransportSegment){
+                                .local = (uint8_t *)a[i].local + oi,
+                                .len = len,
+                                .remote = b[j].addr + oj,
                                 .lkey = op->seg_keys[i],
-                                .remote_addr = b[j].addr + oj,
                                 .rkey = b[j].rkey,
-                                .len = (uint32_t)len,
                         };
                 n++;
         }

@@ -38,7 +38,6 @@
 #include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain-internal.h"
-#include "daemon/transfer/engine.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
@@ -46,11 +45,9 @@
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/rdma.h"
-#include "daemon/transport/tcp-data.h"
+#include "daemon/transport/transport-set.h"
 #include "common/status.h"
 #include "proto/status-wire.h"
-
-_Static_assert(sizeof(TcpSrcSegment) == sizeof(TcpDstSegment), "segment layouts differ");
 
 static const char *const dtype_names[] = {
         [KVD_DT_FLOAT] = "float",   [KVD_DT_FLOAT16] = "float16", [KVD_DT_BF16] = "bf16",
@@ -297,7 +294,30 @@ static void lane_abort_job(Lane *l, Peer *p, uint64_t seq, uint64_t bytes, bool 
         if (rdma)
                 lane_word_send(l, p, XFER_SEND_CANCEL, seq, NULL, status, msg);
         else if (p && p->state == PEER_READY && p->data && bytes > 0)
-                (void)tcp_data_send_aborted(p->data, id, bytes);
+                (void)transport_abandon(l->dom->daemon->transports.tcp, p->data,
+                                        TRANSPORT_WRITE, id, bytes);
+}
+
+/* Starts @op's side of its message's stream on @p's data connections, as job @id. */
+static int lane_data_job_submit(DomainOp *op, Peer *p, TransportDir dir, uint64_t id,
+                                transport_done_fn done)
+{
+        int r;
+
+        op->data_job = (TransportJob){
+                .dir = dir,
+                .segs = op->segs,
+                .n_segs = op->n_segs,
+                .channel = p->data,
+                .id = id,
+                .deadline_usec = op->call->deadline_usec,
+                .done = done,
+                .userdata = op,
+        };
+        r = transport_submit(op->lane->dom->daemon->transports.tcp, &op->data_job);
+        if (r >= 0)
+                op->job = true;
+        return r;
 }
 
 static void op_complete(DomainOp *op, int status, const char *fmt, ...) _printf_(3, 4);
@@ -309,7 +329,7 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
 
         if (op->state == OP_DONE)
                 return;
-        assert(!op->job && !op->task && !op->rdma_job && !op->rdma_waiter);
+        assert(!op->job && !op->copying && !op->rdma_writing && !op->rdma_waiter);
         /* A receive's registration goes before anything else: no WRITE lands after this. */
         lane_rdma_release(op);
         if (op->status == STATUS_OK && status != STATUS_OK) {
@@ -338,12 +358,6 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
         call_op_done(op);
 }
 
-/* The status a failed data job stands for when nobody said why. */
-static int job_status(int error)
-{
-        return error == -EILSEQ ? STATUS_FAILED : STATUS_PEER_LOST;
-}
-
 /*
  * Completes @op, whose bytes no longer move, with what ended it already: our own failure (a
  * cancel), else the other end's final word. Returns false, and leaves @op alone, when neither
@@ -360,12 +374,12 @@ static bool op_complete_told(DomainOp *op)
         return true;
 }
 
-static void op_on_send_done(void *userdata, int error)
+static void op_on_send_done(TransportJob *job, int status)
 {
-        DomainOp *op = userdata;
+        DomainOp *op = job->userdata;
+        int error = job->error;
 
         op->job = false;
-        op->data = NULL;
         if (error == 0) {
                 op->data_ok = true;
                 if (!op_complete_told(op))
@@ -373,17 +387,17 @@ static void op_on_send_done(void *userdata, int error)
                 return;
         }
         if (!op_complete_told(op))
-                op_complete(op, job_status(error), "sending to rank %" PRIu32 " failed: %s",
+                op_complete(op, status, "sending to rank %" PRIu32 " failed: %s",
                             op->lane->dst, strerror(-error));
 }
 
-static void op_on_recv_done(void *userdata, int error)
+static void op_on_recv_done(TransportJob *job, int status)
 {
-        DomainOp *op = userdata;
+        DomainOp *op = job->userdata;
         Lane *l = op->lane;
+        int error = job->error;
 
         op->job = false;
-        op->data = NULL;
         if (error == 0) {
                 lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, STATUS_OK, NULL);
                 op_complete(op, op->status, "%s", op->err.msg);
@@ -396,20 +410,20 @@ static void op_on_recv_done(void *userdata, int error)
                 op->state = OP_WAIT_WORD;
                 return;
         }
-        lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, job_status(error),
-                       "the bytes did not land");
-        op_complete(op, job_status(error), "receiving from rank %" PRIu32 " failed: %s", l->src,
+        lane_word_send(l, op->peer, XFER_DONE, op->seq, NULL, status, "the bytes did not land");
+        op_complete(op, status, "receiving from rank %" PRIu32 " failed: %s", l->src,
                     error == -EILSEQ ? "a chunk failed its CRC32C check" : strerror(-error));
 }
 
 /* ---- over RDMA ---- */
 
-static void op_on_rdma_written(void *userdata, int error)
+static void op_on_rdma_written(TransportJob *job, int status)
 {
-        DomainOp *op = userdata;
+        DomainOp *op = job->userdata;
         Lane *l = op->lane;
+        int error = job->error;
 
-        op->rdma_job = NULL;
+        op->rdma_writing = false;
         /* Our source registrations: nothing reads through them any more. */
         lane_rdma_release(op);
         if (error < 0 && op->rdma_peer && op->rdma_peer->state == PEER_READY)
@@ -451,10 +465,19 @@ static void op_on_rdma_ready(RdmaEndpoint *ep, int status, const char *reason, v
                             "connect: %s", op->lane->dst, reason ? reason : strerror(-status));
                 return;
         }
-        r = rdma_job_submit(ep, false, op->rdma_segs, op->n_rdma_segs, op_on_rdma_written, op,
-                            &op->rdma_job);
+        op->data_job = (TransportJob){
+                .dir = TRANSPORT_WRITE,
+                .segs = op->rdma_segs,
+                .n_segs = op->n_rdma_segs,
+                .channel = ep,
+                .deadline_usec = op->call->deadline_usec,
+                .done = op_on_rdma_written,
+                .userdata = op,
+        };
+        op->rdma_writing = true;
+        r = transport_submit(op->lane->dom->daemon->transports.rdma_transport, &op->data_job);
         if (r < 0) {
-                op->rdma_job = NULL;
+                op->rdma_writing = false;
                 op_complete(op, STATUS_PEER_LOST, "cannot WRITE to rank %" PRIu32 ": %s",
                             op->lane->dst, strerror(-r));
         }
@@ -543,9 +566,10 @@ static void op_rdma_send_stop(DomainOp *op)
                 peer_rdma_waiter_cancel(op->rdma_waiter);
                 op->rdma_waiter = NULL;
                 (void)op_complete_told(op);
-        } else if (op->rdma_job) {
+        } else if (op->rdma_writing) {
                 /* Flushes its queue pairs: the callback runs before this returns. */
-                rdma_job_cancel(op->rdma_job);
+                transport_cancel(op->lane->dom->daemon->transports.rdma_transport,
+                                 &op->data_job);
         }
 }
 
@@ -574,17 +598,15 @@ static void op_remote_match(DomainOp *op)
                 op_complete(op, STATUS_PEER_LOST, "the daemon of rank %" PRIu32 " is gone", l->dst);
                 return;
         }
-        op->job_id = lane_job_id(dom->ranks[l->dst].domain_id, l->src, l->dst, op->seq);
-        r = tcp_data_send(p->data, op->job_id, (const TcpSrcSegment *)op->segs, op->n_segs,
-                          op_on_send_done, op);
+        r = lane_data_job_submit(op, p, TRANSPORT_WRITE,
+                                 lane_job_id(dom->ranks[l->dst].domain_id, l->src, l->dst,
+                                             op->seq), op_on_send_done);
         if (r < 0) {
                 op_complete(op, STATUS_PEER_LOST, "cannot send to rank %" PRIu32 ": %s", l->dst,
                             strerror(-r));
                 return;
         }
         op->ready_spent = true;
-        op->job = true;
-        op->data = p->data;
         op->peer = p;
         op->state = OP_DATA;
 }
@@ -601,15 +623,17 @@ static DomainOp *lane_find(Lane *l, uint64_t seq, bool send)
         return NULL;
 }
 
-static void local_on_copied(EngineTask *task, int status, void *userdata)
+static void local_on_copied(TransportJob *job, int status)
 {
-        DomainOp *s = userdata, *r = s->partner;
+        DomainOp *s = job->userdata, *r = s->partner;
         /* A cancel (of either end) stopped the copy: each end says what stopped it. */
         const DomainOp *why = s->status ? s : r;
-        int code = status == 0 ? STATUS_OK : why->status ?: STATUS_FAILED;
+        int code = status == STATUS_OK ? STATUS_OK : why->status ?: STATUS_FAILED;
         const char *msg = why->status ? why->err.msg : "the copy stopped";
 
-        s->task = NULL;
+        s->copying = false;
+        free(s->copy_segs);
+        s->copy_segs = NULL;
         s->partner = r->partner = NULL;
         /* Completing an op never ends its call here (call_op_done() queues it), so both ends
          * stay valid across both completions. */
@@ -617,11 +641,15 @@ static void local_on_copied(EngineTask *task, int status, void *userdata)
         op_complete(r, code, "%s", msg);
 }
 
-/* Builds the copies of two segment lists that add up to the same bytes. */
-static int local_copies(const DomainOp *s, const DomainOp *r, EngineCopy **ret, size_t *ret_n)
+/*
+ * Builds the copies of two segment lists that add up to the same bytes, as the segments of a job
+ * that reads @s's bytes into @r's.
+ */
+static int local_copies(const DomainOp *s, const DomainOp *r, TransportSegment **ret,
+                        size_t *ret_n)
 {
         size_t cap = s->n_segs + r->n_segs, n = 0;
-        EngineCopy *c = calloc(cap ? cap : 1, sizeof(*c));
+        TransportSegment *c = calloc(cap ? cap : 1, sizeof(*c));
         SegZip z = { 0 };
 
         if (!c)
@@ -634,8 +662,11 @@ static int local_copies(const DomainOp *s, const DomainOp *r, EngineCopy **ret, 
                 if (len == 0)
                         continue;
                 assert(n < cap);
-                c[n++] = (EngineCopy){ (uint8_t *)r->segs[j].dst + oj,
-                                       (const uint8_t *)s->segs[i].dst + oi, len };
+                c[n++] = (TransportSegment){
+                        .local = (uint8_t *)r->segs[j].local + oj,
+                        .len = len,
+                        .remote = (uint64_t)(uintptr_t)((const uint8_t *)s->segs[i].local + oi),
+                };
         }
         *ret = c;
         *ret_n = n;
@@ -646,8 +677,7 @@ static void op_local_match(DomainOp *s, DomainOp *r)
 {
         Lane *l = s->lane;
         char buf[ERROR_MSG_MAX];
-        EngineCopy *copies = NULL;
-        EngineTask *task;
+        TransportSegment *copies = NULL;
         size_t n = 0;
         int k;
 
@@ -658,15 +688,25 @@ static void op_local_match(DomainOp *s, DomainOp *r)
                 return;
         }
         k = local_copies(s, r, &copies, &n);
-        if (k >= 0)
-                k = engine_submit(l->dom->daemon->transports.engine, copies, n, 0, local_on_copied, s, &task);
-        free(copies);
+        if (k >= 0) {
+                s->copy = (TransportJob){
+                        .dir = TRANSPORT_READ,
+                        .segs = copies,
+                        .n_segs = n,
+                        .deadline_usec = s->call->deadline_usec,
+                        .done = local_on_copied,
+                        .userdata = s,
+                };
+                k = transport_submit(l->dom->daemon->transports.shm, &s->copy);
+        }
         if (k < 0) {
+                free(copies);
                 op_complete(s, STATUS_OUT_OF_MEMORY, "cannot start the copy: %s", strerror(-k));
                 op_complete(r, STATUS_OUT_OF_MEMORY, "cannot start the copy: %s", strerror(-k));
                 return;
         }
-        s->task = task;
+        s->copying = true;
+        s->copy_segs = copies;
         s->partner = r;
         r->partner = s;
         s->state = r->state = OP_DATA;
@@ -766,15 +806,13 @@ void op_post(DomainOp *op)
                             "connected", l->src);
                 return;
         }
-        op->job_id = lane_job_id(dom->id, l->src, l->dst, op->seq);
-        r = tcp_data_recv(p->data, op->job_id, op->segs, op->n_segs, op_on_recv_done, op);
+        r = lane_data_job_submit(op, p, TRANSPORT_READ, lane_job_id(dom->id, l->src, l->dst,
+                                                                    op->seq), op_on_recv_done);
         if (r < 0) {
                 op_complete(op, STATUS_PEER_LOST, "cannot receive from rank %" PRIu32 ": %s",
                             l->src, strerror(-r));
                 return;
         }
-        op->job = true;
-        op->data = p->data;
         op->peer = p;
         op->state = OP_DATA;
         lane_word_send(l, p, XFER_READY, op->seq, &op->desc, STATUS_OK, NULL);
@@ -800,7 +838,7 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
 
                         /* The copy's end completes both (local_on_copied()). */
                         if (s)
-                                engine_cancel(s->task);
+                                transport_cancel(l->dom->daemon->transports.shm, &s->copy);
                         return;
                 }
                 op_complete(op, op->status, "%s", op->err.msg);
@@ -829,7 +867,7 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
                 } else if (op->send) {
                         lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
-                        tcp_data_cancel_send(op->data, op->job_id);
+                        transport_cancel(l->dom->daemon->transports.tcp, &op->data_job);
                 } else if (op->rdma) {
                         /* Deregistered first: from here on a WRITE fails at the sender. */
                         lane_rdma_release(op);
@@ -839,7 +877,7 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
                 } else {
                         lane_word_send(l, op->peer, XFER_RECV_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
-                        tcp_data_cancel_recv(op->data, op->job_id);
+                        transport_cancel(l->dom->daemon->transports.tcp, &op->data_job);
                 }
                 return;
         case OP_WAIT_WORD:
@@ -904,10 +942,8 @@ static void op_take_word(DomainOp *op, LaneWord *w)
                                 op_rdma_send_stop(op);
                 } else if (op->rdma) {
                         op_complete(op, op->word_status, "%s", op->word_msg);
-                } else if (op->send && w->kind != XFER_DONE)
-                        tcp_data_cancel_send(op->data, op->job_id);
-                else if (!op->send)
-                        tcp_data_cancel_recv(op->data, op->job_id);
+                } else if (!op->send || w->kind != XFER_DONE)
+                        transport_cancel(op->lane->dom->daemon->transports.tcp, &op->data_job);
                 return;
         case OP_WAIT_WORD:
                 op_complete(op, op->word_status, "%s", op->word_msg);

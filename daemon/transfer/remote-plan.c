@@ -184,7 +184,7 @@ int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *
 }
 
 int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src,
-                    uint32_t n_src_tensors, TcpDstSegment *ret_segs, Region **regions,
+                    uint32_t n_src_tensors, TransportSegment *ret_segs, Region **regions,
                     uint32_t *n_regions)
 {
         for (size_t i = 0; i < plan->n_segments; i++) {
@@ -200,8 +200,8 @@ int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src,
                 if (ADD_OVERFLOW(ct->offset, off, &start) || ADD_OVERFLOW(start, s->len, &end) ||
                     end > ct->region->size || off + s->len > cache->tensor_size)
                         return -EFAULT;
-                ret_segs[i] = (TcpDstSegment){ .dst = ct->region->data + start,
-                                               .len = (size_t)s->len };
+                ret_segs[i] = (TransportSegment){ .local = ct->region->data + start,
+                                                  .len = s->len };
                 for (uint32_t k = 0; k < *n_regions && !known; k++)
                         known = regions[k] == ct->region;
                 if (!known) {

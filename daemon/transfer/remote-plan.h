@@ -19,8 +19,8 @@
 #include "daemon/memory/cache.h"
 #include "common/error.h"
 #include "daemon/transfer/plan.h"
-#include "daemon/transport/tcp-stream.h"
 #include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport.h"
 
 struct Kvdist__V1__Transfer;
 struct Kvdist__V1__PeerTransfer;
@@ -89,10 +89,10 @@ int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *
 /*
  * Maps one side of canonical @plan onto @cache: the source side when @cache_is_src, else the
  * destination side (whose tensors follow the @n_src_tensors source tensors). Writes
- * plan->n_segments entries to @ret_segs (the daemon's mapping of each segment) and adds every
+ * plan->n_segments entries to @ret_segs (the daemon's mapping of each segment: local and len) and adds every
  * region it touches, referenced, to @regions (room for KVD_MAX_TENSORS; *@n_regions counts).
  * -EFAULT when a segment falls outside its tensor's region (a planner bug, never a byte moved).
  */
 int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src,
-                    uint32_t n_src_tensors, TcpDstSegment *ret_segs, Region **regions,
+                    uint32_t n_src_tensors, TransportSegment *ret_segs, Region **regions,
                     uint32_t *n_regions);

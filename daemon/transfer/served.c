@@ -23,7 +23,7 @@
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
 #include "daemon/transfer/served.h"
-#include "daemon/transport/tcp-data.h"
+#include "daemon/transport/transport-set.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
 
@@ -65,7 +65,6 @@ static Served *served_free(Served *s)
                 region_unref(s->regions[i]);
         plan_free(s->plan);
         free(s->segs);
-        free(s->src_segs);
         free(s);
         return NULL;
 }
@@ -111,24 +110,11 @@ static void served_finish(Served *s, int status)
         daemon_check_stopped(d);
 }
 
-static int served_status_from_errno(int error)
+static void served_on_data_done(TransportJob *job, int st)
 {
-        switch (error) {
-        case 0:
-                return STATUS_OK;
-        case -EILSEQ:
-                return STATUS_FAILED;
-        default:
-                return STATUS_PEER_LOST;
-        }
-}
+        Served *s = job->userdata;
 
-static void served_on_data_done(void *userdata, int status)
-{
-        Served *s = userdata;
-        int st = served_status_from_errno(status);
-
-        s->data = NULL;
+        s->moving = false;
         if (st == STATUS_OK && s->await_word && s->state == SERVED_RUNNING) {
                 /* Sent is not landed: the initiator's word decides (the timer bounds the wait). */
                 if (!s->word)
@@ -153,14 +139,11 @@ static void served_fail(Served *s, int status)
                 return;
         }
         /* Our bytes are out and we waited for the initiator's word: nothing moves any more. */
-        if (!s->data) {
+        if (!s->moving) {
                 served_finish(s, status);
                 return;
         }
-        if (s->pull)
-                tcp_data_cancel_send(s->data, s->initiator_id);
-        else
-                tcp_data_cancel_recv(s->data, s->id);
+        transport_cancel(s->daemon->transports.tcp, &s->job);
 }
 
 static void served_on_deadline(evutil_socket_t fd, short what, void *userdata)
@@ -293,7 +276,7 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         if (s->one_sided && !rdma_cache_registered(s->cache, true))
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "cache %" PRIu64 " is not registered for RDMA here", s->cache->id);
-        s->segs = calloc(s->plan->n_segments, sizeof(TcpDstSegment));
+        s->segs = calloc(s->plan->n_segments, sizeof(TransportSegment));
         if (!s->segs)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         r = remote_plan_map(s->plan, s->cache, s->pull, s->pull ? ours.num_tensors
@@ -302,14 +285,6 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         if (r < 0)
                 return error_set(err, STATUS_FAILED, "the plan does not fit cache %" PRIu64,
                                  s->cache->id);
-        if (s->pull && !s->one_sided) {
-                s->src_segs = calloc(s->plan->n_segments, sizeof(TcpSrcSegment));
-                if (!s->src_segs)
-                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-                for (size_t i = 0; i < s->plan->n_segments; i++)
-                        s->src_segs[i] = (TcpSrcSegment){ .src = s->segs[i].dst,
-                                                          .len = s->segs[i].len };
-        }
         return 0;
 }
 
@@ -392,16 +367,21 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         if (s->one_sided)
                 r = served_rdma_keys(s, rdma_addrs, rdma_rkeys);
         else {
-                s->data = p->data;
-                if (s->pull)
-                        r = tcp_data_send(p->data, s->initiator_id, s->src_segs,
-                                          s->plan->n_segments, served_on_data_done, s);
-                else
-                        r = tcp_data_recv(p->data, s->id, s->segs, s->plan->n_segments,
-                                          served_on_data_done, s);
+                s->job = (TransportJob){
+                        .dir = s->pull ? TRANSPORT_WRITE : TRANSPORT_READ,
+                        .segs = s->segs,
+                        .n_segs = s->plan->n_segments,
+                        .channel = p->data,
+                        .id = s->pull ? s->initiator_id : s->id,
+                        .deadline_usec = s->start_usec + (usec_t)timeout_ms * USEC_PER_MSEC,
+                        .done = served_on_data_done,
+                        .userdata = s,
+                };
+                s->moving = true;
+                r = transport_submit(d->transports.tcp, &s->job);
         }
         if (r < 0) {
-                s->data = NULL;
+                s->moving = false;
                 error_set(&err, r == -EEXIST ? STATUS_PARAM_INVALID : STATUS_PEER_LOST,
                           "cannot start data job %" PRIu64 ": %s",
                           s->pull ? s->initiator_id : s->id, strerror(-r));
@@ -463,7 +443,7 @@ void peer_handle_rdma_done(Peer *p, uint64_t request_id, const ProtobufCMessage 
                                 transfer_end_key(p->daemon, &s->key, s->cache);
                                 s->end_key = false;
                         }
-                        if (s->data)
+                        if (s->moving)
                                 return;
                 }
                 if (s->timer)

@@ -24,8 +24,8 @@
 
 #include "daemon/memory/cache.h"
 #include "common/clist.h"
-#include "daemon/transport/tcp-stream.h"
 #include "common/time-util.h"
+#include "daemon/transport/transport.h"
 
 #include <kvdist/kvdist.h>
 
@@ -36,7 +36,6 @@ typedef struct Peer Peer;
 typedef struct Plan Plan;
 typedef struct Region Region;
 typedef struct Served Served;
-typedef struct TcpData TcpData;
 
 #define NOTIFY_MAX_BYTES 256
 
@@ -55,7 +54,7 @@ struct Served {
         bool one_sided;         /* over RDMA: the peer reads or writes the cache itself */
         Peer *peer;             /* NULL once lost */
         InLink *inlink;         /* NULL once gone */
-        TcpData *data;          /* the data plane the job is on, until its callback */
+        bool moving;            /* the data job runs: its callback is still to come */
         uint64_t initiator_id;  /* the peer's transfer id (pull: also its receive job) */
         uint64_t cluster_id;    /* ours */
         uint64_t remote_cluster_id;
@@ -63,8 +62,8 @@ struct Served {
         Region *regions[KVD_MAX_TENSORS];
         uint32_t n_regions;
         Plan *plan;
-        TcpDstSegment *segs;    /* our side of the plan in our memory */
-        TcpSrcSegment *src_segs; /* the same, for sending */
+        TransportSegment *segs; /* our side of the plan in our memory */
+        TransportJob job;       /* over TCP: sends (pull) or receives (push) our side */
         int status;             /* first failure */
         CacheKey key;           /* the peer's key for our cache */
         bool end_key;           /* a pull by CacheKey of a pool cache: the key ends with it */

@@ -32,8 +32,8 @@
 #include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
-#include "daemon/transport/tcp-data.h"
 #include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
@@ -74,10 +74,9 @@ static void transfer_remote_on_orphan_reply(Peer *p, int status, const Error *er
 
         if (status != STATUS_OK || !p->data || m->total_bytes == 0 || (flags & ORPHAN_ONE_SIDED))
                 return;
-        if (pull)
-                (void)tcp_data_recv_discard(p->data, m->job_id, m->total_bytes);
-        else
-                (void)tcp_data_send_aborted(p->data, m->job_id, m->total_bytes);
+        (void)transport_abandon(p->daemon->transports.tcp, p->data,
+                                pull ? TRANSPORT_READ : TRANSPORT_WRITE, m->job_id,
+                                m->total_bytes);
 }
 
 int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err)
@@ -145,16 +144,14 @@ static void transfer_remote_leave_peer(Transfer *x)
 }
 
 /*
- * Resolves both ends of every planned segment for one-sided RDMA: ours from the local cache's
- * registrations, the peer's from the addresses and remote keys it sent for its tensors.
+ * Adds the peer's end of every planned segment for one-sided RDMA: our keys from the local
+ * cache's registrations, the peer's addresses and keys from what it sent for its tensors.
  */
-static int transfer_remote_rdma_segments(Transfer *x, const Cache *cache, bool local_is_src,
-                                         uint32_t n_src_tensors, uint32_t n_remote,
-                                         const Kvdist__V1__PeerTransferReply *m, Error *err)
+static int transfer_remote_rdma_keys(Transfer *x, const Cache *cache, bool local_is_src,
+                                     uint32_t n_src_tensors, uint32_t n_remote,
+                                     const Kvdist__V1__PeerTransferReply *m, Error *err)
 {
-        const TcpDstSegment *local = x->segs;
         const Plan *plan = x->plan;
-        size_t n = 0, k = 0;
 
         if (!rdma_cache_registered(cache, false))
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED, "cache %" PRIu64 " is not "
@@ -162,36 +159,23 @@ static int transfer_remote_rdma_segments(Transfer *x, const Cache *cache, bool l
         if (m->n_rdma_addrs != n_remote || m->n_rdma_rkeys != n_remote)
                 return error_set(err, STATUS_PROTOCOL_MISMATCH, "the peer sent %zu RDMA keys for "
                                  "%" PRIu32 " tensors", m->n_rdma_rkeys, n_remote);
-        for (size_t i = 0; i < plan->n_segments; i++)
-                n += (plan->segments[i].len + RDMA_SEGMENT_MAX - 1) / RDMA_SEGMENT_MAX;
-        x->rdma_segs = calloc(MAX(n, (size_t)1), sizeof(RdmaSegment));
-        if (!x->rdma_segs)
-                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         for (size_t i = 0; i < plan->n_segments; i++) {
                 const PlanSegment *s = &plan->segments[i];
                 uint32_t lt = local_is_src ? s->src_region : s->dst_region - n_src_tensors;
                 uint32_t rt = local_is_src ? s->dst_region - n_src_tensors : s->src_region;
-                uint64_t roff = local_is_src ? s->dst_offset : s->src_offset, base, done = 0;
+                uint64_t roff = local_is_src ? s->dst_offset : s->src_offset, base;
                 uint32_t lkey;
 
                 if (rt >= n_remote || rdma_cache_tensor(cache, lt, &base, &lkey, NULL) < 0)
                         return error_set(err, STATUS_FAILED, "segment %zu names no tensor", i);
-                while (done < s->len) {
-                        uint32_t len = (uint32_t)MIN(s->len - done, (uint64_t)RDMA_SEGMENT_MAX);
-
-                        x->rdma_segs[k++] = (RdmaSegment){
-                                .local_addr = (uint64_t)(uintptr_t)local[i].dst + done,
-                                .lkey = lkey,
-                                .remote_addr = m->rdma_addrs[rt] + roff + done,
-                                .rkey = m->rdma_rkeys[rt],
-                                .len = len,
-                        };
-                        done += len;
-                }
+                x->segs[i].lkey = lkey;
+                x->segs[i].remote = m->rdma_addrs[rt] + roff;
+                x->segs[i].rkey = m->rdma_rkeys[rt];
         }
-        x->n_rdma_segs = k;
         return 0;
 }
+
+static void transfer_remote_on_data_done(TransportJob *job, int status);
 
 /* The peer's answer: build the same plan, map our side, start the data job. */
 static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__PeerTransferReply *m,
@@ -203,7 +187,6 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
         PlanRequest pr;
         bool local_is_src;
         const Cache *cache = transfer_local_cache(x, &local_is_src);
-        TcpDstSegment *segs;
         int r;
 
         remote_desc_from_cache(cache, &local);
@@ -222,44 +205,37 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
                                  "planned %" PRIu64 " in %zu", m->total_bytes, m->segments,
                                  x->plan->total_bytes, x->plan->n_segments);
 
-        segs = calloc(MAX(x->plan->n_segments, (size_t)1), sizeof(TcpDstSegment));
-        if (!segs)
+        x->segs = calloc(MAX(x->plan->n_segments, (size_t)1), sizeof(TransportSegment));
+        if (!x->segs)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        x->segs = segs;
         r = remote_plan_map(x->plan, cache, local_is_src,
-                            local_is_src ? local.num_tensors : remote.num_tensors, segs,
+                            local_is_src ? local.num_tensors : remote.num_tensors, x->segs,
                             x->regions, &x->n_regions);
         if (r < 0)
                 return error_set(err, STATUS_FAILED, "the plan does not fit cache %" PRIu64,
                                  cache->id);
         if (x->one_sided) {
-                r = transfer_remote_rdma_segments(x, cache, local_is_src,
-                                                  local_is_src ? local.num_tensors
-                                                               : remote.num_tensors,
-                                                  remote.num_tensors, m, err);
+                r = transfer_remote_rdma_keys(x, cache, local_is_src,
+                                              local_is_src ? local.num_tensors
+                                                           : remote.num_tensors,
+                                              remote.num_tensors, m, err);
                 if (r < 0)
                         return r;
-                x->rdma_ep = x->link->rdma_ep;
-        } else if (local_is_src) {
-                /* Same layout, read-only view: the sender takes TcpSrcSegment. */
-                TcpSrcSegment *src = (TcpSrcSegment *)segs;
-
-                _Static_assert(sizeof(TcpSrcSegment) == sizeof(TcpDstSegment),
-                               "segment layouts differ");
-                for (size_t i = 0; i < x->plan->n_segments; i++) {
-                        TcpDstSegment d = segs[i];
-
-                        src[i] = (TcpSrcSegment){ .src = d.dst, .len = d.len };
-                }
         }
-        x->job_id = m->job_id;
-        x->data = p->data;
-        r = transport_submit(x->transport, x);
-        if (r < 0) {
-                x->data = NULL;
+        x->job = (TransportJob){
+                .dir = local_is_src ? TRANSPORT_WRITE : TRANSPORT_READ,
+                .segs = x->segs,
+                .n_segs = x->plan->n_segments,
+                .channel = x->one_sided ? (void *)x->link->rdma_ep : (void *)p->data,
+                .id = m->job_id,
+                .deadline_usec = x->deadline_usec,
+                .done = transfer_remote_on_data_done,
+                .userdata = x,
+        };
+        r = transport_submit(x->transport, &x->job);
+        if (r < 0)
                 return error_set(err, STATUS_PEER_LOST, "cannot start data job %" PRIu64 ": %s",
-                                 x->job_id, strerror(-r));
-        }
+                                 x->job.id, strerror(-r));
         x->phase = REMOTE_DATA;
         return 0;
 }
@@ -331,7 +307,7 @@ void transfer_remote_cancel(Transfer *x)
                         (void)peer_notice(x->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL,
                                           &m.base);
                 }
-                transport_cancel(x->transport, x);
+                transport_cancel(x->transport, &x->job);
                 return;
         case REMOTE_FINISHED:
                 /* A push whose bytes are out, waiting for the peer's word: stop waiting. */
@@ -340,19 +316,6 @@ void transfer_remote_cancel(Transfer *x)
                 return;
         case REMOTE_NONE:
                 break;
-        }
-}
-
-static int transfer_status_from_errno(int error)
-{
-        switch (error) {
-        case 0:
-                return STATUS_OK;
-        case -EILSEQ:
-                return STATUS_FAILED;
-        case -ECANCELED:
-        default:
-                return STATUS_PEER_LOST;
         }
 }
 
@@ -373,11 +336,12 @@ static void transfer_remote_tell_done(Transfer *x, int status)
         (void)peer_notice(x->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, &m.base);
 }
 
-void transfer_remote_data_done(Transfer *x, int error)
+/* The data plane is done with @x's memory. */
+static void transfer_remote_on_data_done(TransportJob *job, int status)
 {
-        int status = transfer_status_from_errno(error);
+        Transfer *x = job->userdata;
+        int error = job->error;
 
-        x->data = NULL;
         x->phase = REMOTE_FINISHED;
         if (x->one_sided) {
                 /* Every READ or WRITE completed (or was flushed): nothing more moves. An RDMA

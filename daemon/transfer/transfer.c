@@ -136,7 +136,6 @@ static Transfer *transfer_free(Transfer *x)
                 region_unref(x->regions[i]);
         plan_free(x->plan);
         free(x->segs);
-        free(x->rdma_segs);
         completion_drop(x->done);
         free(x);
         return NULL;
@@ -196,6 +195,53 @@ static void transfer_answer(Transfer *x, int status)
                 (void)completion_reply(done, &reply.base, -1);
         } else
                 (void)completion_fail(done, status, &x->err);
+}
+
+/* The copy of a transfer between two clusters of this daemon is over. */
+static void transfer_on_copied(TransportJob *job, int status)
+{
+        transfer_complete(job->userdata, status);
+}
+
+/*
+ * Resolves the plan of a transfer between two clusters of this daemon into copies and starts
+ * them. Every segment is checked against its regions once more, so a planner bug can fail a
+ * transfer but never move a byte outside a region.
+ */
+static int transfer_local_submit(Transfer *x)
+{
+        const Plan *plan = x->plan;
+
+        x->segs = calloc(plan->n_segments ? plan->n_segments : 1, sizeof(*x->segs));
+        if (!x->segs)
+                return -ENOMEM;
+        for (size_t i = 0; i < plan->n_segments; i++) {
+                const PlanSegment *s = &plan->segments[i];
+                Region *src, *dst;
+                uint64_t end;
+
+                if (s->src_region >= x->n_regions || s->dst_region >= x->n_regions)
+                        return -EFAULT;
+                src = x->regions[s->src_region];
+                dst = x->regions[s->dst_region];
+                if (ADD_OVERFLOW(s->src_offset, s->len, &end) || end > src->size ||
+                    ADD_OVERFLOW(s->dst_offset, s->len, &end) || end > dst->size)
+                        return -EFAULT;
+                x->segs[i] = (TransportSegment){
+                        .local = dst->data + s->dst_offset,
+                        .len = s->len,
+                        .remote = (uint64_t)(uintptr_t)(src->data + s->src_offset),
+                };
+        }
+        x->job = (TransportJob){
+                .dir = TRANSPORT_READ,
+                .segs = x->segs,
+                .n_segs = plan->n_segments,
+                .deadline_usec = x->deadline_usec,
+                .done = transfer_on_copied,
+                .userdata = x,
+        };
+        return transport_submit(x->transport, &x->job);
 }
 
 void transfer_complete(Transfer *x, int status)
@@ -263,7 +309,7 @@ void transfer_fail(Transfer *x, int status, const char *fmt, ...)
         if (x->phase != REMOTE_NONE)
                 transfer_remote_cancel(x);
         else
-                transport_cancel(x->transport, x);
+                transport_cancel(x->transport, &x->job);
 }
 
 void transfer_detach_cluster(Transfer *x)
@@ -495,7 +541,7 @@ int transfer_start(Cluster *c, const Kvdist__V1__Transfer *m, Completion *done, 
                 if (r < 0)
                         return r;
         } else {
-                r = transport_submit(x->transport, x);
+                r = transfer_local_submit(x);
                 if (r < 0)
                         return error_set(err, STATUS_FAILED,
                                          "transport %s refused transfer %" PRIu64 ": %s",

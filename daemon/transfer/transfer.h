@@ -18,6 +18,7 @@
 #include "common/completion.h"
 #include "common/error.h"
 #include "common/time-util.h"
+#include "daemon/transport/transport.h"
 
 struct Kvdist__V1__Transfer;
 
@@ -28,13 +29,8 @@ typedef struct Link Link;
 typedef struct Peer Peer;
 typedef struct PeerCall PeerCall;
 typedef struct Plan Plan;
-typedef struct RdmaEndpoint RdmaEndpoint;
-typedef struct RdmaJob RdmaJob;
-typedef struct RdmaSegment RdmaSegment;
-typedef struct TcpData TcpData;
 typedef struct Region Region;
 typedef struct Transfer Transfer;
-typedef struct Transport Transport;
 
 typedef enum TransferKind {
         TRANSFER_PULL_CACHE = 1,
@@ -79,7 +75,8 @@ struct Transfer {
         Region *regions[TRANSFER_MAX_REGIONS]; /* referenced; plan segments index these */
         uint32_t n_regions;
         Plan *plan;
-        void *transport_data;   /* the transport's per-transfer state */
+        TransportSegment *segs; /* our side of the plan, resolved */
+        TransportJob job;       /* the data job, once submitted */
         int status;             /* the first failure, STATUS_OK while fine */
         Error err;
         bool consume_key;       /* a local pull by ReqKey of a pool cache ends the key when it
@@ -93,16 +90,9 @@ struct Transfer {
         RemotePhase phase;
         Peer *peer;             /* the peer, while on its list of transfers */
         PeerCall *call;         /* REMOTE_REQUESTED: our PeerTransfer */
-        TcpData *data;          /* REMOTE_DATA: the data plane of the job */
-        uint64_t job_id;        /* pull: our receive job (= id); push: the peer's */
-        void *segs;             /* our side of the plan: TcpDstSegment (pull) / TcpSrcSegment */
         bool remote_done;       /* push: the peer said every byte landed (or failed) */
         int remote_status;
         bool one_sided;         /* over RDMA: we read or write the peer's memory ourselves */
-        RdmaEndpoint *rdma_ep;  /* the link's endpoint */
-        RdmaSegment *rdma_segs; /* both ends of every segment, resolved */
-        size_t n_rdma_segs;
-        RdmaJob *rdma_job;      /* REMOTE_DATA over RDMA */
         CList link_peer;
         usec_t start_usec;
         usec_t deadline_usec;
@@ -121,8 +111,8 @@ int transfer_start(Cluster *cluster, const struct Kvdist__V1__Transfer *m, Compl
                    Error *err);
 
 /*
- * Called by a transport when it has stopped touching @x's memory: @status is 0 when every byte
- * landed. Answers the client, updates counters and frees @x.
+ * Called once nothing moves @x's bytes any more: @status is STATUS_OK when every byte landed.
+ * Answers the client, updates counters and frees @x.
  */
 void transfer_complete(Transfer *x, int status);
 
@@ -168,5 +158,3 @@ int transfer_remote_start(Transfer *x, const struct Kvdist__V1__Transfer *m, Err
 /* Stops a remote transfer (transfer_fail() calls it instead of the transport's cancel). */
 void transfer_remote_cancel(Transfer *x);
 
-/* Called by the TCP transport when the data plane is done with @x's memory. */
-void transfer_remote_data_done(Transfer *x, int error);

@@ -1,50 +1,90 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * One-sided transport: the ops table of transfers over RDMA. By the time a transfer is submitted
- * both daemons agreed on its plan and the peer named its tensors' addresses and remote keys
- * (transfer-remote.c built x->rdma_segs); this hands the segments to the link's RDMA endpoint as
- * one job of READs (pull) or WRITEs (push). Built with or without libibverbs: without, the
- * endpoint calls report -EOPNOTSUPP and no link ever chooses this transport.
+ * One-sided transport: the ops table of jobs over RDMA. By the time a job is submitted both
+ * daemons agreed on its plan and the peer named its memory's addresses and remote keys; this
+ * cuts the segments to what a work request can carry and hands them to the link's RDMA endpoint
+ * (the job's channel) as one job of READs (pull) or WRITEs (push). Built with or without
+ * libibverbs: without, the endpoint calls report -EOPNOTSUPP and no link ever chooses this
+ * transport.
  */
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon/transfer/plan.h"
 #include "daemon/transport/rdma.h"
-#include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
+#include "common/macro.h"
+
+/* A running job: the endpoint borrows its segments until the job's callback. */
+typedef struct OnesidedJob {
+        RdmaJob *job;
+        size_t n_segs;
+        RdmaSegment segs[];
+} OnesidedJob;
 
 static void onesided_on_done(void *userdata, int status)
 {
-        Transfer *x = userdata;
+        TransportJob *job = userdata;
 
-        x->rdma_job = NULL;
-        transfer_remote_data_done(x, status);
+        free(job->priv);
+        transport_job_done(job, status);
 }
 
-static int onesided_submit(Transport *t, Transfer *x)
+static int onesided_submit(Transport *t, TransportJob *job)
 {
-        bool read = x->kind == TRANSFER_PULL_CACHE || x->kind == TRANSFER_PULL_BLOCKS;
+        OnesidedJob *oj;
+        size_t n = 0;
+        int r;
 
-        if (!x->rdma_ep || !x->rdma_segs)
+        if (!job->channel || !job->segs)
                 return -ENOTCONN;
-        return rdma_job_submit(x->rdma_ep, read, x->rdma_segs, x->n_rdma_segs, onesided_on_done,
-                               x, &x->rdma_job);
+        for (size_t i = 0; i < job->n_segs; i++)
+                n += (job->segs[i].len + RDMA_SEGMENT_MAX - 1) / RDMA_SEGMENT_MAX;
+        oj = calloc(1, sizeof(*oj) + MAX(n, (size_t)1) * sizeof(oj->segs[0]));
+        if (!oj)
+                return -ENOMEM;
+        for (size_t i = 0; i < job->n_segs; i++) {
+                const TransportSegment *s = &job->segs[i];
+
+                for (uint64_t done = 0; done < s->len;) {
+                        uint32_t len = (uint32_t)MIN(s->len - done, (uint64_t)RDMA_SEGMENT_MAX);
+
+                        oj->segs[oj->n_segs++] = (RdmaSegment){
+                                .local_addr = (uint64_t)(uintptr_t)s->local + done,
+                                .lkey = s->lkey,
+                                .remote_addr = s->remote + done,
+                                .rkey = s->rkey,
+                                .len = len,
+                        };
+                        done += len;
+                }
+        }
+        job->priv = oj;
+        r = rdma_job_submit(job->channel, job->dir == TRANSPORT_READ, oj->segs, oj->n_segs,
+                            onesided_on_done, job, &oj->job);
+        if (r < 0) {
+                job->priv = NULL;
+                free(oj);
+        }
+        return r;
 }
 
-static void onesided_cancel(Transport *t, Transfer *x)
+static void onesided_cancel(Transport *t, TransportJob *job)
 {
+        OnesidedJob *oj = job->priv;
+
         /* The job's queue pairs are flushed; its callback runs before this returns. */
-        if (x->rdma_job)
-                rdma_job_cancel(x->rdma_job);
+        if (oj && oj->job)
+                rdma_job_cancel(oj->job);
 }
 
 /* Unknown (-ENOENT) before the job is posted and once it completed. */
-static int onesided_progress(Transport *t, const Transfer *x, uint64_t *ret)
+static int onesided_progress(Transport *t, const TransportJob *job, uint64_t *ret)
 {
-        if (!x->rdma_job)
+        const OnesidedJob *oj = job->priv;
+
+        if (!oj || !oj->job)
                 return -ENOENT;
-        *ret = rdma_job_bytes_done(x->rdma_job);
+        *ret = rdma_job_bytes_done(oj->job);
         return 0;
 }
 

@@ -1,71 +1,57 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Shared-memory transport: both ends of the link live on this daemon, so a transfer is a set of
- * memcpy()s between regions the daemon has mapped, run on the copy engine's threads.
+ * Shared-memory transport: both ends of the link live on this daemon, so a job is a set of
+ * memcpy()s between memory the daemon has mapped, run on the copy engine's threads. A READ
+ * copies each segment's remote address into its local one, a WRITE the other way.
  */
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon/transfer/engine.h"
-#include "daemon/transfer/plan.h"
-#include "daemon/memory/region.h"
-#include "daemon/transfer/transfer.h"
+#include "daemon/transport/engine.h"
 #include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
-#include "common/status.h"
+#include "common/macro.h"
 
 static void shm_on_done(EngineTask *task, int status, void *userdata)
 {
-        Transfer *x = userdata;
-
-        x->transport_data = NULL;
-        transfer_complete(x, status == 0 ? STATUS_OK : STATUS_FAILED);
+        transport_job_done(userdata, status);
 }
 
-/* Resolves the plan into copies; every segment is checked against its regions once more, so a
- * planner bug can fail a transfer but never move a byte outside a region. */
-static int shm_submit(Transport *t, Transfer *x)
+static int shm_submit(Transport *t, TransportJob *job)
 {
-        const Plan *plan = x->plan;
         _cleanup_free_ EngineCopy *copies = NULL;
         EngineTask *task;
         int r;
 
-        copies = calloc(plan->n_segments ? plan->n_segments : 1, sizeof(*copies));
+        copies = calloc(job->n_segs ? job->n_segs : 1, sizeof(*copies));
         if (!copies)
                 return -ENOMEM;
-        for (size_t i = 0; i < plan->n_segments; i++) {
-                const PlanSegment *s = &plan->segments[i];
-                Region *src, *dst;
-                uint64_t end;
+        for (size_t i = 0; i < job->n_segs; i++) {
+                const TransportSegment *s = &job->segs[i];
+                void *other = (void *)(uintptr_t)s->remote;
 
-                if (s->src_region >= x->n_regions || s->dst_region >= x->n_regions)
-                        return -EFAULT;
-                src = x->regions[s->src_region];
-                dst = x->regions[s->dst_region];
-                if (ADD_OVERFLOW(s->src_offset, s->len, &end) || end > src->size ||
-                    ADD_OVERFLOW(s->dst_offset, s->len, &end) || end > dst->size)
-                        return -EFAULT;
-                copies[i].dst = dst->data + s->dst_offset;
-                copies[i].src = src->data + s->src_offset;
-                copies[i].len = s->len;
+                copies[i] = (EngineCopy){
+                        .dst = job->dir == TRANSPORT_READ ? s->local : other,
+                        .src = job->dir == TRANSPORT_READ ? other : s->local,
+                        .len = s->len,
+                };
         }
-        r = engine_submit(t->set->engine, copies, plan->n_segments, 0, shm_on_done, x, &task);
+        r = engine_submit(t->set->engine, copies, job->n_segs, 0, shm_on_done, job, &task);
         if (r < 0)
                 return r;
-        x->transport_data = task;
+        job->priv = task;
         return 0;
 }
 
-static void shm_cancel(Transport *t, Transfer *x)
+static void shm_cancel(Transport *t, TransportJob *job)
 {
-        if (x->transport_data)
-                engine_cancel(x->transport_data);
+        if (job->priv)
+                engine_cancel(job->priv);
 }
 
-static int shm_progress(Transport *t, const Transfer *x, uint64_t *ret)
+static int shm_progress(Transport *t, const TransportJob *job, uint64_t *ret)
 {
-        *ret = x->transport_data ? engine_task_bytes_done(x->transport_data) : 0;
+        *ret = job->priv ? engine_task_bytes_done(job->priv) : 0;
         return 0;
 }
 

@@ -9,7 +9,7 @@
 
 #include <event2/event.h>
 
-#include "daemon/transfer/engine.h"
+#include "daemon/transport/engine.h"
 
 #define GUARD 4096
 #define GUARD_BYTE 0xa5

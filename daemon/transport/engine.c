@@ -14,7 +14,7 @@
 #include <event2/event.h>
 
 #include "common/clist.h"
-#include "daemon/transfer/engine.h"
+#include "daemon/transport/engine.h"
 #include "common/macro.h"
 
 #define ENGINE_MAX_THREADS 64
