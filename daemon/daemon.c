@@ -52,17 +52,12 @@ uint64_t daemon_next_seq(Daemon *d)
 
 Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id)
 {
-        Cluster *c;
-
-        CLIST_FOREACH(c, &d->clusters, link_daemon)
-                if (c->id == cluster_id)
-                        return c;
-        return NULL;
+        return link_root_find_cluster(&d->link, cluster_id);
 }
 
 const char *daemon_peer_address(const Daemon *d)
 {
-        return peer_listener_address(d->peer_listener);
+        return link_root_peer_address(&d->link);
 }
 
 void daemon_count_error(Daemon *d, int status)
@@ -78,10 +73,10 @@ void daemon_format_status(Daemon *d, char *buf, size_t size)
         unsigned ready = 0;
         Peer *p;
 
-        CLIST_FOREACH(p, &d->peers, link_daemon)
+        CLIST_FOREACH(p, &d->link.peers, link_daemon)
                 ready += p->state == PEER_READY;
         (void)snprintf(buf, size, "%s%u clusters, %u links, %u peers, %u transfers in flight",
-                       d->stopping ? "stopping: " : "", d->n_clusters, d->n_links, ready,
+                       d->stopping ? "stopping: " : "", d->link.n_clusters, d->link.n_links, ready,
                        d->n_transfers + d->n_served);
 }
 
@@ -98,6 +93,11 @@ static void daemon_format_status_cb(void *userdata, char *buf, size_t size)
 void daemon_update_status(Daemon *d)
 {
         service_status_changed(d->service);
+}
+
+static void daemon_on_link_changed(void *userdata)
+{
+        daemon_update_status(userdata);
 }
 
 static void daemon_on_signal(evutil_socket_t sig, short what, void *userdata)
@@ -130,6 +130,7 @@ void daemon_stop(Daemon *d, int exit_code)
         if (d->stopping)
                 return;
         d->stopping = true;
+        d->link.stopping = true;
         d->exit_code = exit_code;
         service_stopping(d->service);
         listener_pause(d->listener);
@@ -139,7 +140,7 @@ void daemon_stop(Daemon *d, int exit_code)
         served_stop_all(d, STATUS_DAEMON_UNAVAILABLE);
         domain_stop_all(d);
         /* Peers hear it now rather than from a heartbeat timeout. */
-        peer_close_all(d);
+        peer_close_all(&d->link);
         daemon_check_stopped(d);
         if (d->stopping && (d->n_transfers > 0 || d->n_served > 0 || domain_calls_in_flight(d) > 0))
                 (void)event_base_once(d->base, -1, EV_TIMEOUT, daemon_on_stop_grace, d, &grace);
@@ -169,29 +170,40 @@ int daemon_new(Config *config, Daemon **ret)
         d->config = config;
         d->start_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&d->conns);
-        clist_init(&d->clusters);
-        clist_init(&d->links);
         clist_init(&d->transfers);
-        clist_init(&d->peers);
-        clist_init(&d->inlinks);
         clist_init(&d->served);
-        hook_list_init(&d->link_events);
+        link_root_init(&d->link);
+        d->link.options = (LinkOptions) {
+                .limits = &config->limits,
+                .tcp = &config->tcp,
+                .rdma = &config->rdma,
+                .heartbeat_interval_ms = &config->heartbeat_interval_ms,
+                .heartbeat_timeout_ms = &config->heartbeat_timeout_ms,
+                .client_clusters_accept_links = &config->client_clusters_accept_links,
+                .listen_ip_info = config->listen_ip_info,
+                .cluster_key_file = config->cluster_key_file,
+        };
+        d->link.ids = &d->ids;
+        d->link.memory = &d->memory;
+        d->link.transports = &d->transports;
+        d->link.changed = daemon_on_link_changed;
+        d->link.changed_userdata = d;
         hook_list_init(&d->transfer_events);
         do {
-                r = random_bytes(&d->node_id, sizeof(d->node_id));
+                r = random_bytes(&d->link.node_id, sizeof(d->link.node_id));
                 if (r < 0) {
                         log_error_errno(r, "cannot draw a node id");
                         goto fail;
                 }
-        } while (d->node_id == 0);
+        } while (d->link.node_id == 0);
         {
                 char host[64] = "";
 
                 (void)gethostname(host, sizeof(host) - 1);
-                (void)snprintf(d->identity, sizeof(d->identity), "kvdistd/%s %s",
+                (void)snprintf(d->link.identity, sizeof(d->link.identity), "kvdistd/%s %s",
                                KVDIST_VERSION, host);
         }
-        r = peer_load_cluster_key(d);
+        r = peer_load_cluster_key(&d->link);
         if (r < 0)
                 goto fail;
 
@@ -205,6 +217,7 @@ int daemon_new(Config *config, Daemon **ret)
                 r = log_error_errno(-ENOMEM, "cannot create the event loop");
                 goto fail;
         }
+        d->link.base = d->base;
 
         r = memory_init(&d->memory, &d->ids, config->memory_size, config->page_shift);
         if (r < 0) {
@@ -255,7 +268,7 @@ int daemon_new(Config *config, Daemon **ret)
         r = listener_new(d, &d->listener);
         if (r < 0)
                 goto fail;
-        r = peer_listener_new(d, &d->peer_listener);
+        r = peer_listener_new(&d->link, &d->link.peer_listener);
         if (r < 0)
                 goto fail;
         if (config->metrics_listen) {
@@ -276,9 +289,9 @@ int daemon_run(Daemon *d)
 {
         log_info("kvdistd %s listening on %s%s%s, pool %" PRIu64 " bytes, %u copy threads, "
                  "node %016" PRIx64 "%s", KVDIST_VERSION, listener_path(d->listener),
-                 d->peer_listener ? ", peers on " : "", daemon_peer_address(d),
-                 d->config->memory_size, engine_n_threads(d->transports.engine), d->node_id,
-                 d->cluster_key ? ", cluster key loaded" : "");
+                 d->link.peer_listener ? ", peers on " : "", daemon_peer_address(d),
+                 d->config->memory_size, engine_n_threads(d->transports.engine), d->link.node_id,
+                 d->link.cluster_key ? ", cluster key loaded" : "");
         /* Every listener accepts connections by now: listen() ran in daemon_new(). */
         service_ready(d->service);
 
@@ -292,19 +305,18 @@ Daemon *daemon_free(Daemon *d)
         if (!d)
                 return NULL;
         d->stopping = true;
+        d->link.stopping = true;
         d->metrics_server = metrics_server_free(d->metrics_server);
         d->listener = listener_free(d->listener);
         conn_free_all(d);
-        peer_close_all(d);
+        peer_close_all(&d->link);
         /* Runs the completions of whatever was still moving over the network. */
-        peer_free_all(d);
+        peer_free_all(&d->link);
         /* Runs the completions of whatever was still copying. */
         d->transports.engine = engine_free(d->transports.engine);
         d->domains = domain_registry_free(d->domains);
         transport_set_deinit(&d->transports);
-        if (d->cluster_key)
-                explicit_bzero(d->cluster_key, d->cluster_key_len);
-        free(d->cluster_key);
+        link_root_done(&d->link);
         memory_deinit(&d->memory);
         if (d->sig_term)
                 event_free(d->sig_term);

@@ -15,6 +15,7 @@
 #include "common/id-source.h"
 #include "daemon/memory/memory.h"
 #include "daemon/transport/transport-set.h"
+#include "daemon/link/link-root.h"
 #include "daemon/config.h"
 #include "common/time-util.h"
 #include "common/status.h"
@@ -43,13 +44,9 @@ typedef struct DaemonCounters {
         uint64_t errors[-_KVD_E_MIN + 1]; /* by -public code, see daemon_count_error() */
         uint64_t conns_accepted;
         uint64_t conns_refused;
-        uint64_t frames_malformed;
-        uint64_t peers_lost;            /* READY peers that went away */
-        uint64_t peers_refused;         /* connections refused: key, token, limits */
-        uint64_t peer_requests_refused; /* peer requests answered with an error */
+        uint64_t frames_malformed;      /* clients' frames (peers' in LinkCounters) */
         uint64_t transfers_served;      /* peers' transfers of our clusters' caches */
         uint64_t bytes_served;
-        uint64_t notifies_delivered;
 } DaemonCounters;
 
 typedef struct Daemon {
@@ -60,28 +57,15 @@ typedef struct Daemon {
         Memory memory;          /* the pool; releasing caches */
         TransportSet transports; /* the copy engine, the transports, the RDMA devices */
 
-        uint64_t node_id;       /* random, never 0: how peers tell daemons apart */
-        char identity[96];      /* "kvdistd/0.1.0 hostname" */
-        uint8_t *cluster_key;   /* pre-shared peer key; NULL when none */
-        size_t cluster_key_len;
-        PeerListener *peer_listener; /* NULL when listen_ip_info is not set */
-        CList peers;            /* Peer.link_daemon */
-        unsigned n_peers;
-        CList inlinks;          /* InLink.link_daemon: peers' clusters linked to ours */
-        unsigned n_inlinks;
+        LinkRoot link;          /* node id, peers, clusters, links (daemon/link/) */
         CList served;           /* Served.link_daemon: peers' transfers in flight here */
         unsigned n_served;
         DomainRegistry *domains; /* comm domains (daemon/domain/) */
 
         CList conns;            /* Conn.link_daemon */
         unsigned n_conns;
-        CList clusters;         /* Cluster.link_daemon */
-        unsigned n_clusters;
-        CList links;            /* Link.link_daemon */
-        unsigned n_links;
         CList transfers;        /* Transfer.link_daemon, in flight */
         unsigned n_transfers;
-        HookList link_events;   /* listeners of link/'s events (link/link-events.h) */
         Hook transfer_link_hook; /* transfer/'s listener on @link_events */
         HookList transfer_events; /* listeners of transfer/'s (transfer/transfer-events.h) */
 
@@ -129,6 +113,12 @@ uint64_t daemon_next_id(Daemon *d);
 uint64_t daemon_next_seq(Daemon *d);
 
 Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id);
+
+/* The daemon that built @root: for the layers above link/ that still take the whole Daemon. */
+static inline Daemon *daemon_from_link(LinkRoot *root)
+{
+        return container_of(root, Daemon, link);
+}
 
 /* Where peers reach this daemon ("ip:port"), "" when it does not listen for them. */
 const char *daemon_peer_address(const Daemon *d);

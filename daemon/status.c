@@ -74,6 +74,7 @@ static json_t *status_pool(Daemon *d, bool *ok)
 static json_t *status_counters(Daemon *d, bool *ok)
 {
         const DaemonCounters *k = &d->counters;
+        const LinkCounters *lk = &d->link.counters;
         json_t *o = json_object(), *errors = json_object();
 
         if (!o || !errors) {
@@ -87,13 +88,13 @@ static json_t *status_counters(Daemon *d, bool *ok)
         set(o, "bytes_pushed", json_u64(k->bytes_pushed), ok);
         set(o, "connections_accepted", json_u64(k->conns_accepted), ok);
         set(o, "connections_refused", json_u64(k->conns_refused), ok);
-        set(o, "frames_malformed", json_u64(k->frames_malformed), ok);
-        set(o, "peers_lost", json_u64(k->peers_lost), ok);
-        set(o, "peers_refused", json_u64(k->peers_refused), ok);
-        set(o, "peer_requests_refused", json_u64(k->peer_requests_refused), ok);
+        set(o, "frames_malformed", json_u64(k->frames_malformed + lk->frames_malformed), ok);
+        set(o, "peers_lost", json_u64(lk->peers_lost), ok);
+        set(o, "peers_refused", json_u64(lk->peers_refused), ok);
+        set(o, "peer_requests_refused", json_u64(lk->peer_requests_refused), ok);
         set(o, "transfers_served", json_u64(k->transfers_served), ok);
         set(o, "bytes_served", json_u64(k->bytes_served), ok);
-        set(o, "notifies_delivered", json_u64(k->notifies_delivered), ok);
+        set(o, "notifies_delivered", json_u64(lk->notifies_delivered), ok);
         for (int s = 1; s <= -_KVD_E_MIN; s++)
                 if (k->errors[s] > 0)
                         set(errors, kvd_strerror(-s), json_u64(k->errors[s]), ok);
@@ -374,29 +375,29 @@ int status_to_json(Daemon *d, char **ret)
         {
                 char node[24];
 
-                (void)snprintf(node, sizeof(node), "%016" PRIx64, d->node_id);
+                (void)snprintf(node, sizeof(node), "%016" PRIx64, d->link.node_id);
                 set(root, "node_id", json_string(node), &ok);
         }
         set(root, "peer_listen", json_string(daemon_peer_address(d)), &ok);
-        set(root, "cluster_key", json_boolean(d->cluster_key != NULL), &ok);
+        set(root, "cluster_key", json_boolean(d->link.cluster_key != NULL), &ok);
         set(root, "config", config_to_json(d->config), &ok);
         set(root, "metrics_address", d->metrics_server
                                             ? json_string(metrics_server_address(d->metrics_server))
                                             : json_null(), &ok);
 
-        CLIST_FOREACH(c, &d->clusters, link_daemon) {
+        CLIST_FOREACH(c, &d->link.clusters, link_daemon) {
                 append(clusters, status_cluster(c, &ok), &ok);
                 CLIST_FOREACH(cache, &c->caches.caches, link_table)
                         append(caches, status_cache(&c->caches, cache, &ok), &ok);
         }
-        CLIST_FOREACH(l, &d->links, link_daemon)
+        CLIST_FOREACH(l, &d->link.links, link_daemon)
                 append(links, status_link(l, now, &ok), &ok);
         CLIST_FOREACH(x, &d->transfers, link_daemon)
                 append(transfers, status_transfer(x, now, &ok), &ok);
-        CLIST_FOREACH(p, &d->peers, link_daemon)
+        CLIST_FOREACH(p, &d->link.peers, link_daemon)
                 if (p->state != PEER_CLOSED && (p->dialed || p->node_id != 0))
                         append(peers, status_peer(p, now, &ok), &ok);
-        CLIST_FOREACH(il, &d->inlinks, link_daemon)
+        CLIST_FOREACH(il, &d->link.inlinks, link_daemon)
                 append(inlinks, status_inlink(il, now, &ok), &ok);
         {
                 DeviceCtx ctx = { json_array(), &ok };

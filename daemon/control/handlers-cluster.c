@@ -59,15 +59,16 @@ int handle_client_init(Request *req, Error *err)
                 return error_set(err, STATUS_CLUSTER_EXISTS,
                                  "cluster %" PRIu64 " is attached to this daemon already",
                                  m->cluster_id);
-        if (d->n_clusters >= cfg->limits.max_clients)
+        if (d->link.n_clusters >= cfg->limits.max_clients)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "the daemon serves %u clusters already (limits.max_clients)",
-                                 d->n_clusters);
+                                 d->link.n_clusters);
         if (d->stopping)
                 return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 
         timeout = m->sync_kv_timeout_ms ? m->sync_kv_timeout_ms : cfg->sync_kv_timeout_ms;
-        r = cluster_new(d, &conn->cred, m->cluster_id, (ClusterRole)m->role, m->device_id, timeout, &c);
+        r = cluster_new(&d->link, &conn->cred, m->cluster_id, (ClusterRole)m->role, m->device_id,
+                        timeout, &c);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot attach the cluster");
         /* With listen_ip_info the cluster is a server that others link to; without, a client. */

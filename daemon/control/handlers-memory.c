@@ -49,7 +49,7 @@ static int cache_keys_from_proto(Cluster *c, Kvdist__V1__CacheKey *const *keys, 
                                  bool blocks, CacheKey **ret_keys, Error *err)
 {
         _cleanup_free_ CacheKey *out = NULL;
-        const Limits *lim = &c->daemon->config->limits;
+        const Limits *lim = c->root->options.limits;
         int r;
 
         if (blocks && n > 1)
@@ -81,7 +81,7 @@ static int cache_keys_from_proto(Cluster *c, Kvdist__V1__CacheKey *const *keys, 
 /* Whether @c may add a cache of @num_tensors tensors (LLM-DataDist's 240-address limit). */
 static int cluster_check_cache_quota(const Cluster *c, uint32_t num_tensors, Error *err)
 {
-        const Limits *lim = &c->daemon->config->limits;
+        const Limits *lim = c->root->options.limits;
 
         if (c->caches.n_caches >= lim->max_caches_per_client)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
@@ -107,7 +107,7 @@ int handle_region_add(Request *req, Error *err)
         Kvdist__V1__RegionAddReply reply = KVDIST__V1__REGION_ADD_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Cluster *c = req->conn->cluster;
-        Daemon *d = c->daemon;
+        Daemon *d = daemon_from_link(c->root);
         const Limits *lim = &d->config->limits;
         _cleanup_close_ int fd = -1;
         uint64_t end;
@@ -213,12 +213,14 @@ int handle_pool_map(Request *req, Error *err)
  */
 static int cluster_register_rdma(Cluster *c, Cache *cache, Error *err)
 {
-        const DeviceConfig *cfg = config_find_device(c->daemon->config, c->device_id);
+        const DeviceConfig *cfg = transport_config_find_device(c->root->transports->devices,
+                                                               c->root->transports->n_devices,
+                                                               c->device_id);
         const char *why;
         RdmaDevice *dev;
         int r;
 
-        dev = rdma_device_for(c->daemon->transports.rdma, c->device_id, &why);
+        dev = rdma_device_for(c->root->transports->rdma, c->device_id, &why);
         if (!dev)
                 return 0;
         r = rdma_cache_register(dev, cache, cache->remote_accessible);
@@ -262,7 +264,7 @@ int handle_register_cache(Request *req, Error *err)
         Kvdist__V1__RegisterCacheReply reply = KVDIST__V1__REGISTER_CACHE_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Cluster *c = req->conn->cluster;
-        Daemon *d = c->daemon;
+        Daemon *d = daemon_from_link(c->root);
         _cleanup_free_ CacheTensor *tensors = NULL;
         _cleanup_free_ CacheKey *keys = NULL;
         uint64_t tensor_size;
@@ -358,7 +360,7 @@ int handle_allocate_cache(Request *req, Error *err)
         Kvdist__V1__AllocateCacheReply reply = KVDIST__V1__ALLOCATE_CACHE_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Cluster *c = req->conn->cluster;
-        Daemon *d = c->daemon;
+        Daemon *d = daemon_from_link(c->root);
         _cleanup_free_ CacheTensor *tensors = NULL;
         _cleanup_free_ CacheKey *keys = NULL;
         _cleanup_free_ uint64_t *offsets = NULL;

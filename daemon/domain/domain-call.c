@@ -396,7 +396,7 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
                       uint32_t *ret_me, Error *err)
 {
         const Kvdist__V1__ClusterRank *by_rank[DOMAIN_MAX_RANKS];
-        Daemon *d = c->daemon;
+        Daemon *d = daemon_from_link(c->root);
         const RankDevice *own;
         RankDevice res;
         RankTable t;
@@ -479,7 +479,7 @@ int domain_handle_link(Cluster *c, const Kvdist__V1__DomainLink *m, Completion *
 {
         Kvdist__V1__DomainLinkReply reply = KVDIST__V1__DOMAIN_LINK_REPLY__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-        DomainRegistry *reg = c->daemon->domains;
+        DomainRegistry *reg = daemon_from_link(c->root)->domains;
         DomainRank ranks[DOMAIN_MAX_RANKS];
         Domain probe = { 0 }, *dom;
         uint32_t me = 0;
@@ -530,7 +530,7 @@ int domain_handle_link(Cluster *c, const Kvdist__V1__DomainLink *m, Completion *
         }
         dom->ranks[me].joined = true;
         dom->ranks[me].cluster = c;
-        dom->ranks[me].seq = daemon_next_seq(c->daemon);
+        dom->ranks[me].seq = id_source_next_seq(c->root->ids);
         log_info("%s: cluster %" PRIu64 " joined as rank %" PRIu32 " of %u", DOMAIN_NAME(dom),
                  c->id, me, dom->n_ranks);
         if (!dom->deadline) {
@@ -552,7 +552,7 @@ int domain_handle_link(Cluster *c, const Kvdist__V1__DomainLink *m, Completion *
 static int domain_member(Cluster *c, uint64_t comm_id, Domain **ret, uint32_t *ret_rank,
                          Error *err)
 {
-        Domain *dom = domain_find_id(c->daemon->domains, comm_id);
+        Domain *dom = domain_find_id(daemon_from_link(c->root)->domains, comm_id);
 
         if (!dom)
                 return error_set(err, STATUS_PARAM_INVALID, "no comm domain %" PRIu64 " on this "
@@ -617,8 +617,8 @@ int domain_handle_query(Cluster *c, const Kvdist__V1__DomainQuery *m, Completion
 int domain_handle_send_recv(Cluster *c, const Kvdist__V1__DomainSendRecv *m, Completion *done,
                             Error *err)
 {
-        const Limits *lim = &c->daemon->config->limits;
-        Domain *dom = domain_find_id(c->daemon->domains, m->comm_id);
+        const Limits *lim = c->root->options.limits;
+        Domain *dom = domain_find_id(daemon_from_link(c->root)->domains, m->comm_id);
         int send_item[DOMAIN_MAX_RANKS], recv_item[DOMAIN_MAX_RANKS];
         Region *regions[2 * DOMAIN_MAX_RANKS];
         uint64_t offsets[2 * DOMAIN_MAX_RANKS];

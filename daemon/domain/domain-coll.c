@@ -214,10 +214,10 @@ static int stream_check(Cluster *c, uint64_t cache_id, const uint64_t *blocks, s
                                  "collectives move the blocks of a blocks cache", cache_id);
         if (n_blocks == 0)
                 return error_set(err, STATUS_PARAM_INVALID, "no blocks given");
-        if (n_blocks > c->daemon->config->limits.max_blocks_per_transfer)
+        if (n_blocks > c->root->options.limits->max_blocks_per_transfer)
                 return error_set(err, STATUS_LIMIT_EXCEEDED, "%zu blocks, at most %" PRIu32
                                  " (limits.max_blocks_per_transfer)", n_blocks,
-                                 c->daemon->config->limits.max_blocks_per_transfer);
+                                 c->root->options.limits->max_blocks_per_transfer);
         for (size_t i = 0; i < n_blocks; i++)
                 if (blocks[i] >= cache->units)
                         return error_set(err, STATUS_PARAM_INVALID, "blocks[%zu]=%" PRIu64 " is out "
@@ -316,7 +316,7 @@ static int coll_args(Domain *dom, uint32_t algorithm, uint64_t chunk_bytes, uint
 int domain_handle_broadcast(Cluster *c, const Kvdist__V1__DomainBroadcast *m, Completion *done,
                             Error *err)
 {
-        Domain *dom = domain_find_id(c->daemon->domains, m->comm_id);
+        Domain *dom = domain_find_id(daemon_from_link(c->root)->domains, m->comm_id);
         uint32_t me = 0, algorithm;
         uint64_t chunk;
         Plan plan = { 0 };
@@ -354,7 +354,7 @@ int domain_handle_broadcast(Cluster *c, const Kvdist__V1__DomainBroadcast *m, Co
 int domain_handle_all_gather(Cluster *c, const Kvdist__V1__DomainAllGather *m,
                              Completion *done, Error *err)
 {
-        Domain *dom = domain_find_id(c->daemon->domains, m->comm_id);
+        Domain *dom = domain_find_id(daemon_from_link(c->root)->domains, m->comm_id);
         uint32_t me = 0, algorithm;
         uint64_t chunk, part;
         Stream s, parts[DOMAIN_MAX_RANKS];

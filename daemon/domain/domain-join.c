@@ -58,7 +58,7 @@ static void pair_link_on_orphan_reply(Peer *p, int status, const Error *err,
         Cluster *c;
 
         if (status == STATUS_OK && ids) {
-                c = daemon_find_cluster(p->daemon, ids[0]);
+                c = link_root_find_cluster(p->root, ids[0]);
                 if (!c || !link_find(c, ids[1])) {
                         u.src_cluster_id = ids[0];
                         u.dst_cluster_id = ids[1];
@@ -294,7 +294,7 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
                 remote = dom->ranks[o].cluster;
                 if (l)
                         link_free(l, STATUS_PEER_LOST);
-                r = link_new_local(d, c, remote, d->transports.shm, &l);
+                r = link_new_local(&d->link, c, remote, d->transports.shm, &l);
                 if (r < 0) {
                         domain_fail(dom, STATUS_OUT_OF_MEMORY, false, "cannot create a link");
                         return;
@@ -613,7 +613,7 @@ static void rank_dial(Domain *dom, uint32_t o, usec_t now, usec_t *next)
                 *next = MIN(*next, r->next_dial_usec);
                 return;
         }
-        k = peer_get(dom->daemon, r->address, &p, &e);
+        k = peer_get(&dom->daemon->link, r->address, &p, &e);
         if (k == 0) {
                 r->peer = p;
                 /* A READY peer answers from inside, and progress runs from there. */

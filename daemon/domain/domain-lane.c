@@ -956,7 +956,7 @@ static void op_take_word(DomainOp *op, LaneWord *w)
 void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainXfer *m = (const Kvdist__V1__PeerDomainXfer *)msg;
-        DomainRegistry *reg = p->daemon->domains;
+        DomainRegistry *reg = daemon_from_link(p->root)->domains;
         bool from_receiver = m->kind == XFER_READY || m->kind == XFER_DONE ||
                              m->kind == XFER_RECV_CANCEL;
         uint32_t remote;
@@ -1035,7 +1035,7 @@ void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessag
         }
         return;
 refuse:
-        p->daemon->counters.peer_requests_refused++;
+        p->root->counters.peer_requests_refused++;
 }
 
 void lanes_peer_lost(Domain *dom, Peer *p)

@@ -54,7 +54,7 @@ void peer_handle_domain_join(Peer *p, uint64_t request_id, const ProtobufCMessag
         const Kvdist__V1__PeerDomainJoin *m = (const Kvdist__V1__PeerDomainJoin *)msg;
         Kvdist__V1__PeerDomainJoinReply reply = KVDIST__V1__PEER_DOMAIN_JOIN_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        DomainRegistry *reg = p->daemon->domains;
+        DomainRegistry *reg = daemon_from_link(p->root)->domains;
         Error err = ERROR_INIT;
         char diff[ERROR_MSG_MAX];
         DomainRank *src;
@@ -76,7 +76,7 @@ void peer_handle_domain_join(Peer *p, uint64_t request_id, const ProtobufCMessag
         }
         if (dom->state == DOMAIN_FAILED) {
                 error_set(&err, dom->fail_code, "comm domain %s failed at %s: %s", dom->name,
-                          daemon_peer_address(p->daemon), dom->reason);
+                          link_root_peer_address(p->root), dom->reason);
                 goto refuse;
         }
         if (m->digest.len != sizeof(dom->digest) ||
@@ -129,7 +129,7 @@ refuse:
 /* The domain @dst_id names, if remote rank @rank of it is the peer's domain @src_id. */
 static Domain *domain_for_notice(Peer *p, uint64_t dst_id, uint64_t src_id, uint32_t rank)
 {
-        DomainRegistry *reg = p->daemon->domains;
+        DomainRegistry *reg = daemon_from_link(p->root)->domains;
         Domain *dom = reg ? domain_find_id(reg, dst_id) : NULL;
         DomainRank *r;
 
@@ -149,7 +149,7 @@ void peer_handle_domain_linked(Peer *p, uint64_t request_id, const ProtobufCMess
 
         if (!dom || dom->state != DOMAIN_PREPARING || m->dst_rank >= dom->n_ranks ||
             !dom->ranks[m->dst_rank].local) {
-                p->daemon->counters.peer_requests_refused++;
+                p->root->counters.peer_requests_refused++;
                 return;
         }
         dom->ranks[m->dst_rank].pairs[m->src_rank].in_done = true;
@@ -163,7 +163,7 @@ void peer_handle_domain_ready(Peer *p, uint64_t request_id, const ProtobufCMessa
         Domain *dom = domain_for_notice(p, m->dst_domain_id, m->src_domain_id, m->rank);
 
         if (!dom) {
-                p->daemon->counters.peer_requests_refused++;
+                p->root->counters.peer_requests_refused++;
                 return;
         }
         if (dom->state != DOMAIN_PREPARING)
@@ -180,7 +180,7 @@ void peer_handle_domain_leave(Peer *p, uint64_t request_id, const ProtobufCMessa
         const DomainRank *r;
 
         if (!dom) {
-                p->daemon->counters.peer_requests_refused++;
+                p->root->counters.peer_requests_refused++;
                 return;
         }
         r = &dom->ranks[m->rank];

@@ -92,7 +92,7 @@ int domain_registry_new(Daemon *d, DomainRegistry **ret)
                 free(reg);
                 return -ENOMEM;
         }
-        link_events_listen(d, &reg->link_hook, &domain_link_events, reg);
+        link_events_listen(&d->link, &reg->link_hook, &domain_link_events, reg);
         *ret = reg;
         return 0;
 }
@@ -207,7 +207,7 @@ Peer *domain_rank_peer(Domain *dom, uint32_t rank)
                 return r->peer;
         /* Two daemons that dialed each other at once keep one connection for new work. */
         if (r->node_id)
-                CLIST_FOREACH(p, &dom->daemon->peers, link_daemon)
+                CLIST_FOREACH(p, &dom->daemon->link.peers, link_daemon)
                         if (p->state == PEER_READY && !p->retiring && p->node_id == r->node_id) {
                                 r->peer = p;
                                 return p;
@@ -453,7 +453,7 @@ unsigned domain_calls_in_flight(const Daemon *d)
 
 void domain_cluster_gone(Cluster *c)
 {
-        DomainRegistry *reg = c->daemon->domains;
+        DomainRegistry *reg = daemon_from_link(c->root)->domains;
         Domain *dom, *tmp;
         LocalRes *lr, *ltmp;
 
@@ -474,7 +474,7 @@ void domain_cluster_gone(Cluster *c)
 
 void domain_on_peer_lost(Peer *p, int status)
 {
-        DomainRegistry *reg = p->daemon->domains;
+        DomainRegistry *reg = daemon_from_link(p->root)->domains;
         char why[ERROR_MSG_MAX];
         Domain *dom, *tmp;
         PairLink *pl;
@@ -504,7 +504,7 @@ void domain_on_peer_lost(Peer *p, int status)
 
 bool domain_cluster_has_domains(const Cluster *c)
 {
-        DomainRegistry *reg = c->daemon->domains;
+        DomainRegistry *reg = daemon_from_link(c->root)->domains;
         Domain *dom;
 
         if (!reg)
@@ -521,9 +521,9 @@ bool domain_pair_link_in_progress(const Cluster *c, uint64_t remote_cluster_id)
 {
         PairLink *pl;
 
-        if (!c->daemon->domains)
+        if (!daemon_from_link(c->root)->domains)
                 return false;
-        pl = pair_link_find(c->daemon->domains, c->id, remote_cluster_id);
+        pl = pair_link_find(daemon_from_link(c->root)->domains, c->id, remote_cluster_id);
         return pl && (pl->state == PAIR_LINK_REQUESTING || pl->state == PAIR_LINK_CONNECTING ||
                       pl->state == PAIR_LINK_HELD);
 }
@@ -533,7 +533,7 @@ static Domain *domain_of_pair(const Cluster *c, uint64_t remote_cluster_id)
 {
         Domain *dom, *found = NULL;
 
-        CLIST_FOREACH(dom, &c->daemon->domains->domains, link_reg) {
+        CLIST_FOREACH(dom, &daemon_from_link(c->root)->domains->domains, link_reg) {
                 bool member = false, other = false;
 
                 for (uint32_t r = 0; r < dom->n_ranks; r++) {
@@ -555,7 +555,7 @@ int domain_explain_no_link(const Cluster *c, uint64_t remote_cluster_id, Error *
 {
         Domain *dom;
 
-        if (!c->daemon->domains)
+        if (!daemon_from_link(c->root)->domains)
                 return 0;
         dom = domain_of_pair(c, remote_cluster_id);
         if (!dom)
@@ -625,7 +625,7 @@ bool domain_address_is_ours(Daemon *d, const char *ip_port)
 
 int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err)
 {
-        DomainRegistry *reg = c->daemon->domains;
+        DomainRegistry *reg = daemon_from_link(c->root)->domains;
         LocalRes *lr;
         int r;
 
@@ -646,11 +646,11 @@ int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err)
                 free(lr);
                 return r;
         }
-        if (daemon_peer_address(c->daemon)[0] &&
-            !domain_address_is_ours(c->daemon, lr->dev.device_ip)) {
+        if (link_root_peer_address(c->root)[0] &&
+            !domain_address_is_ours(daemon_from_link(c->root), lr->dev.device_ip)) {
                 r = error_set(err, STATUS_PARAM_INVALID, "local_comm_res: device_ip %s is not "
                               "where this kvdistd accepts peers (%s)", lr->dev.device_ip,
-                              daemon_peer_address(c->daemon));
+                              link_root_peer_address(c->root));
                 free(lr);
                 return r;
         }

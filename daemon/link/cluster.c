@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "daemon/link/link-events.h"
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
@@ -20,7 +20,7 @@
 #include "daemon/memory/region.h"
 #include "common/status.h"
 
-int cluster_new(Daemon *d, const struct ucred *cred, uint64_t id, ClusterRole role,
+int cluster_new(LinkRoot *root, const struct ucred *cred, uint64_t id, ClusterRole role,
                 int32_t device_id, uint32_t sync_kv_timeout_ms, Cluster **ret)
 {
         Cluster *c;
@@ -28,7 +28,7 @@ int cluster_new(Daemon *d, const struct ucred *cred, uint64_t id, ClusterRole ro
         c = calloc(1, sizeof(*c));
         if (!c)
                 return -ENOMEM;
-        c->daemon = d;
+        c->root = root;
         c->id = id;
         c->role = role;
         c->device_id = device_id;
@@ -46,15 +46,15 @@ int cluster_new(Daemon *d, const struct ucred *cred, uint64_t id, ClusterRole ro
         clist_init(&c->notifies);
         c->notify_fd = -1;
         clist_init(&c->transfers);
-        clist_link_tail(&d->clusters, &c->link_daemon);
-        d->n_clusters++;
+        clist_link_tail(&root->clusters, &c->link_daemon);
+        root->n_clusters++;
         *ret = c;
         return 0;
 }
 
 void cluster_release_cache(Cluster *c, Cache *cache)
 {
-        memory_release_cache(&c->daemon->memory, cache);
+        memory_release_cache(c->root->memory, cache);
 }
 
 Cluster *cluster_free(Cluster *c)
@@ -70,7 +70,7 @@ Cluster *cluster_free(Cluster *c)
         /* The layers above first (domain/ registers before transfer/): members of the
          * cluster's domains elsewhere hear it while the links are still up, and the transfers
          * the cluster asked for fail. */
-        hook_list_emit(&c->daemon->link_events, LinkEvents, cluster_gone, c);
+        hook_list_emit(&c->root->events, LinkEvents, cluster_gone, c);
         link_requests_abort(c);
         /* Peers hear it once per cluster, not once per link. */
         peer_link_cluster_gone(c);
@@ -100,18 +100,18 @@ Cluster *cluster_free(Cluster *c)
         log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 " (pid %d): detached",
                    c->id, (int)c->pid);
         clist_unlink(&c->link_daemon);
-        c->daemon->n_clusters--;
-        daemon_update_status(c->daemon);
+        c->root->n_clusters--;
+        link_root_changed(c->root);
         free(c);
         return NULL;
 }
 
-/* The listener of a cluster of @d other than @self that @address would reach, or NULL. */
-static Cluster *cluster_listening_at(Daemon *d, const Cluster *self, const char *address)
+/* The listener of a cluster of @root other than @self that @address would reach, or NULL. */
+static Cluster *cluster_listening_at(LinkRoot *root, const Cluster *self, const char *address)
 {
         Cluster *o;
 
-        CLIST_FOREACH(o, &d->clusters, link_daemon)
+        CLIST_FOREACH(o, &root->clusters, link_daemon)
                 if (o != self && peer_listener_covers(o->listener, address))
                         return o;
         return NULL;
@@ -119,7 +119,7 @@ static Cluster *cluster_listening_at(Daemon *d, const Cluster *self, const char 
 
 int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
 {
-        Daemon *d = c->daemon;
+        LinkRoot *root = c->root;
         _cleanup_free_ char *address = NULL;
         char canon[SOCKADDR_STR_MAX];
         struct sockaddr_storage sa;
@@ -146,14 +146,14 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
         /* Where it listens already (switch_role keeping its port): nothing to do. */
         if (c->listener && peer_listener_covers(c->listener, canon))
                 return 0;
-        if (!peer_listener_covers(d->peer_listener, canon)) {
-                o = cluster_listening_at(d, c, canon);
+        if (!peer_listener_covers(root->peer_listener, canon)) {
+                o = cluster_listening_at(root, c, canon);
                 if (o)
                         return error_set(err, STATUS_LINK_FAILED,
                                          "listen_ip_info %s: cluster %" PRIu64 " listens there "
                                          "already; each cluster needs a port of its own", canon,
                                          o->id);
-                r = peer_listener_open(d, canon, &l);
+                r = peer_listener_open(root, canon, &l);
                 if (r < 0)
                         return error_set(err, r == -ENOMEM ? STATUS_OUT_OF_MEMORY
                                                            : STATUS_LINK_FAILED,
@@ -173,7 +173,7 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
         log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 ": reachable at %s%s",
                    c->id, c->listen_ip_info,
                    l ? "" : " (the daemon's own peer listener)");
-        if (l && !d->cluster_key)
+        if (l && !root->cluster_key)
                 log_warning("no cluster_key_file: any host that reaches %s can act as a peer "
                             "daemon", c->listen_ip_info);
         return 0;
@@ -181,7 +181,7 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
 
 bool cluster_accepts_links(const Cluster *c)
 {
-        return c->listen_ip_info || c->daemon->config->client_clusters_accept_links;
+        return c->listen_ip_info || *c->root->options.client_clusters_accept_links;
 }
 
 const char *cluster_role_to_string(ClusterRole role)

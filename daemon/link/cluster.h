@@ -16,7 +16,7 @@
 #include "common/error.h"
 
 struct ucred;
-typedef struct Daemon Daemon;
+typedef struct LinkRoot LinkRoot;
 typedef struct Cluster Cluster;
 typedef struct PeerListener PeerListener;
 
@@ -27,7 +27,7 @@ typedef enum ClusterRole {
 } ClusterRole;
 
 struct Cluster {
-        Daemon *daemon;
+        LinkRoot *root;
         uint64_t id;
         ClusterRole role;
         int32_t device_id;
@@ -57,11 +57,11 @@ struct Cluster {
 };
 
 /*
- * Creates a cluster and attaches it to @d (the caller checked id uniqueness and limits), owned
+ * Creates a cluster and attaches it to @root (the caller checked id uniqueness and limits), owned
  * by the process @cred names (NULL: unknown). It is a client until cluster_set_listen() makes it
  * a server.
  */
-int cluster_new(Daemon *d, const struct ucred *cred, uint64_t id, ClusterRole role,
+int cluster_new(LinkRoot *root, const struct ucred *cred, uint64_t id, ClusterRole role,
                 int32_t device_id, uint32_t sync_kv_timeout_ms, Cluster **ret);
 
 /*

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * LinkEvents: what link/ announces to the layers above it (transfer/, domain/), which add their
- * Hook to the daemon's list at start (common/hook.h). link/ never names them.
+ * Hook to LinkRoot.events at start (common/hook.h). link/ never names them.
  */
 #pragma once
 
@@ -12,7 +12,7 @@
 #include "common/hook.h"
 
 typedef struct Cluster Cluster;
-typedef struct Daemon Daemon;
+typedef struct LinkRoot LinkRoot;
 typedef struct InLink InLink;
 typedef struct Link Link;
 
@@ -33,8 +33,8 @@ typedef struct LinkEvents {
         bool (*linking)(void *userdata, const Cluster *c, uint64_t remote_cluster_id);
 } LinkEvents;
 
-/* Adds @h with @events (and @userdata) to @d's listeners of link events. */
-void link_events_listen(Daemon *d, Hook *h, const LinkEvents *events, void *userdata);
+/* Adds @h with @events (and @userdata) to @root's listeners of link events. */
+void link_events_listen(LinkRoot *root, Hook *h, const LinkEvents *events, void *userdata);
 
 /*
  * Why @c has no link to @remote_cluster_id: the first listener's explanation (its status, @err

@@ -10,7 +10,7 @@
 #include <kvdist/kvdist.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-events.h"
 #include "daemon/link/link-request.h"
@@ -39,7 +39,7 @@ typedef struct LinkSetup {
 } LinkSetup;
 
 struct LinkRequest {
-        Daemon *daemon;
+        LinkRoot *root;
         Completion *done;               /* NULL once answered or gone */
         Cluster *cluster;
         size_t n;
@@ -200,14 +200,15 @@ static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
                                Kvdist__V1__PeerLinkReply *reply, RdmaEndpoint *ep,
                                const char *transport_reason, Link **ret, Error *err)
 {
-        Daemon *d = c->daemon;
+        LinkRoot *root = c->root;
         Link *l;
         int r;
 
         l = link_find(c, remote_cluster_id);
         if (l)
                 link_free_full(l, STATUS_PEER_LOST, false);
-        r = link_new_remote(d, c, p, remote_cluster_id, reply, ep ? d->transports.rdma_transport : d->transports.tcp,
+        r = link_new_remote(root, c, p, remote_cluster_id, reply,
+                            ep ? root->transports->rdma_transport : root->transports->tcp,
                             &l);
         if (r < 0) {
                 protobuf_c_message_free_unpacked(&reply->base, NULL);
@@ -478,7 +479,7 @@ static int link_local(Cluster *c, Cluster *remote, Link *old, Error *err)
         /* A link whose remote end went away is replaced by the new one. */
         if (old)
                 link_free(old, STATUS_PEER_LOST);
-        r = link_new_local(c->daemon, c, remote, c->daemon->transports.shm, &l);
+        r = link_new_local(c->root, c, remote, c->root->transports->shm, &l);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot create the link");
         (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "same node");
@@ -487,7 +488,9 @@ static int link_local(Cluster *c, Cluster *remote, Link *old, Error *err)
 
 int link_transport_choose(LinkTransport *t, const Cluster *c, const char *address, Error *err)
 {
-        const DeviceConfig *cfg = config_find_device(c->daemon->config, c->device_id);
+        const DeviceConfig *cfg = transport_config_find_device(c->root->transports->devices,
+                                                               c->root->transports->n_devices,
+                                                               c->device_id);
         const char *why = NULL;
         RdmaDevice *dev;
 
@@ -497,7 +500,7 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
                 (void)snprintf(t->reason, sizeof(t->reason), "configured");
                 return 0;
         }
-        dev = rdma_device_for(c->daemon->transports.rdma, c->device_id, &why);
+        dev = rdma_device_for(c->root->transports->rdma, c->device_id, &why);
         if (cfg && cfg->transport == TRANSPORT_KIND_RDMA) {
                 if (!dev)
                         return error_set(err, STATUS_FEATURE_NOT_ENABLED,
@@ -516,7 +519,7 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                             Error *err)
 {
         Cluster *c = lr->cluster;
-        Daemon *d = c->daemon;
+        LinkRoot *root = c->root;
         LinkSetup *s = &lr->setups[i];
         const char *address = info->remote_ip_info;
         Cluster *remote;
@@ -536,11 +539,11 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                 return error_set(err, STATUS_PROCESSING_LINK,
                                  "a link from cluster %" PRIu64 " to %" PRIu64 " is being set up",
                                  c->id, info->remote_cluster_id);
-        if (c->n_links >= d->config->limits.max_links_per_client)
+        if (c->n_links >= root->options.limits->max_links_per_client)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u links (limits.max_links_per_client)",
                                  c->id, c->n_links);
-        remote = daemon_find_cluster(d, info->remote_cluster_id);
+        remote = link_root_find_cluster(root, info->remote_cluster_id);
         if (remote) {
                 r = link_check_target(remote, err);
                 return r < 0 ? r : link_local(c, remote, l, err);
@@ -558,7 +561,7 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                 s->lr = NULL;
                 return r;
         }
-        r = peer_get(d, address, &s->peer, err);
+        r = peer_get(root, address, &s->peer, err);
         if (r < 0) {
                 s->lr = NULL;
                 return r;
@@ -578,7 +581,7 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
 int link_request_start(Cluster *c, const Kvdist__V1__LinkClusters *m, Completion *done,
                        Error *err)
 {
-        Daemon *d = c->daemon;
+        LinkRoot *root = c->root;
         LinkRequest *lr;
         uint32_t timeout_ms;
         struct timeval tv;
@@ -590,7 +593,7 @@ int link_request_start(Cluster *c, const Kvdist__V1__LinkClusters *m, Completion
         lr = calloc(1, sizeof(*lr));
         if (!lr)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        lr->daemon = d;
+        lr->root = root;
         lr->cluster = c;
         lr->n = m->n_clusters;
         lr->done = done;
@@ -615,7 +618,7 @@ int link_request_start(Cluster *c, const Kvdist__V1__LinkClusters *m, Completion
                 timeout_ms = m->timeout_ms ? m->timeout_ms : LINK_DEFAULT_TIMEOUT_MS;
                 tv = (struct timeval){ .tv_sec = timeout_ms / 1000,
                                        .tv_usec = (timeout_ms % 1000) * 1000 };
-                lr->timer = evtimer_new(d->base, link_request_on_timeout, lr);
+                lr->timer = evtimer_new(root->base, link_request_on_timeout, lr);
                 if (lr->timer && evtimer_add(lr->timer, &tv) == 0) {
                         completion_set_cancel(done, link_request_on_cancel, lr);
                         lr->n_pending--;

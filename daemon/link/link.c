@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-events.h"
 #include "daemon/link/link.h"
@@ -18,7 +18,7 @@
 #include "common/status.h"
 
 /* A new UP link of @local to @remote_cluster_id, on every list but the remote end's. */
-static Link *link_alloc(Daemon *d, Cluster *local, uint64_t remote_cluster_id,
+static Link *link_alloc(LinkRoot *root, Cluster *local, uint64_t remote_cluster_id,
                         Transport *transport)
 {
         Link *l;
@@ -26,9 +26,9 @@ static Link *link_alloc(Daemon *d, Cluster *local, uint64_t remote_cluster_id,
         l = calloc(1, sizeof(*l));
         if (!l)
                 return NULL;
-        l->daemon = d;
-        l->id = daemon_next_id(d);
-        l->seq = daemon_next_seq(d);
+        l->root = root;
+        l->id = id_source_next(root->ids);
+        l->seq = id_source_next_seq(root->ids);
         l->state = LINK_UP;
         l->local = local;
         l->remote_cluster_id = remote_cluster_id;
@@ -39,16 +39,17 @@ static Link *link_alloc(Daemon *d, Cluster *local, uint64_t remote_cluster_id,
         clist_init(&l->link_peer);
         clist_link_tail(&local->links, &l->link_local);
         local->n_links++;
-        clist_link_tail(&d->links, &l->link_daemon);
-        d->n_links++;
+        clist_link_tail(&root->links, &l->link_daemon);
+        root->n_links++;
         return l;
 }
 
-int link_new_local(Daemon *d, Cluster *local, Cluster *remote, Transport *transport, Link **ret)
+int link_new_local(LinkRoot *root, Cluster *local, Cluster *remote, Transport *transport,
+                   Link **ret)
 {
         Link *l;
 
-        l = link_alloc(d, local, remote->id, transport);
+        l = link_alloc(root, local, remote->id, transport);
         if (!l)
                 return -ENOMEM;
         l->remote = remote;
@@ -57,17 +58,17 @@ int link_new_local(Daemon *d, Cluster *local, Cluster *remote, Transport *transp
         remote->n_links_in++;
         log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): up over %s", l->id,
                  local->id, remote->id, transport_name(transport));
-        daemon_update_status(d);
+        link_root_changed(root);
         *ret = l;
         return 0;
 }
 
-int link_new_remote(Daemon *d, Cluster *local, Peer *peer, uint64_t remote_cluster_id,
+int link_new_remote(LinkRoot *root, Cluster *local, Peer *peer, uint64_t remote_cluster_id,
                     Kvdist__V1__PeerLinkReply *exposed, Transport *transport, Link **ret)
 {
         Link *l;
 
-        l = link_alloc(d, local, remote_cluster_id, transport);
+        l = link_alloc(root, local, remote_cluster_id, transport);
         if (!l)
                 return -ENOMEM;
         l->peer = peer;
@@ -81,7 +82,7 @@ int link_new_remote(Daemon *d, Cluster *local, Peer *peer, uint64_t remote_clust
         log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 " at %s): up over %s, %zu "
                  "caches exposed", l->id, local->id, remote_cluster_id, l->peer_address,
                  transport_name(transport), exposed->n_caches);
-        daemon_update_status(d);
+        link_root_changed(root);
         *ret = l;
         return 0;
 }
@@ -89,19 +90,19 @@ int link_new_remote(Daemon *d, Cluster *local, Peer *peer, uint64_t remote_clust
 /* Tells the listeners (transfer/ fails every transfer in flight on @l) that @l is down. */
 static void link_fail_transfers(Link *l, int status)
 {
-        hook_list_emit(&l->daemon->link_events, LinkEvents, link_down, l, status);
+        hook_list_emit(&l->root->events, LinkEvents, link_down, l, status);
 }
 
-void link_events_listen(Daemon *d, Hook *h, const LinkEvents *events, void *userdata)
+void link_events_listen(LinkRoot *root, Hook *h, const LinkEvents *events, void *userdata)
 {
-        hook_list_append(&d->link_events, h, events, userdata);
+        hook_list_append(&root->events, h, events, userdata);
 }
 
 int link_explain_no_link(Cluster *c, uint64_t remote_cluster_id, Error *err)
 {
         Hook *h;
 
-        CLIST_FOREACH(h, &c->daemon->link_events.hooks, link) {
+        CLIST_FOREACH(h, &c->root->events.hooks, link) {
                 const LinkEvents *e = h->events;
                 int r;
 
@@ -118,7 +119,7 @@ bool link_linking_elsewhere(const Cluster *c, uint64_t remote_cluster_id)
 {
         Hook *h;
 
-        CLIST_FOREACH(h, &c->daemon->link_events.hooks, link) {
+        CLIST_FOREACH(h, &c->root->events.hooks, link) {
                 const LinkEvents *e = h->events;
 
                 if (e->linking && e->linking(h->userdata, c, remote_cluster_id))
@@ -187,10 +188,10 @@ Link *link_free_full(Link *l, int status, bool notify_peer)
         clist_unlink(&l->link_local);
         l->local->n_links--;
         clist_unlink(&l->link_daemon);
-        l->daemon->n_links--;
+        l->root->n_links--;
         log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): removed", l->id,
                  l->local->id, l->remote_cluster_id);
-        daemon_update_status(l->daemon);
+        link_root_changed(l->root);
         if (l->exposed)
                 protobuf_c_message_free_unpacked(&l->exposed->base, NULL);
         free(l);
@@ -202,7 +203,7 @@ Link *link_free(Link *l, int status)
         return link_free_full(l, status, true);
 }
 
-int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
+int inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
                int remote_role, InLink **ret)
 {
         InLink *il;
@@ -210,9 +211,9 @@ int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id
         il = calloc(1, sizeof(*il));
         if (!il)
                 return -ENOMEM;
-        il->daemon = d;
-        il->id = daemon_next_id(d);
-        il->seq = daemon_next_seq(d);
+        il->root = root;
+        il->id = id_source_next(root->ids);
+        il->seq = id_source_next_seq(root->ids);
         il->peer = peer;
         il->local = local;
         il->remote_cluster_id = remote_cluster_id;
@@ -223,12 +224,12 @@ int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id
         peer->n_inlinks++;
         clist_link_tail(&local->inlinks, &il->link_cluster);
         local->n_inlinks++;
-        clist_link_tail(&d->inlinks, &il->link_daemon);
-        d->n_inlinks++;
+        clist_link_tail(&root->inlinks, &il->link_daemon);
+        root->n_inlinks++;
         log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " at %s -> %" PRIu64 "): up",
                  il->id, remote_cluster_id, peer->address[0] ? peer->address : peer->remote,
                  local->id);
-        daemon_update_status(d);
+        link_root_changed(root);
         *ret = il;
         return 0;
 }
@@ -238,16 +239,16 @@ InLink *inlink_free(InLink *il, int status, const char *why)
         if (!il)
                 return NULL;
         /* transfer/ fails the peer's transfers it serves over @il. */
-        hook_list_emit(&il->daemon->link_events, LinkEvents, inlink_gone, il, status);
+        hook_list_emit(&il->root->events, LinkEvents, inlink_gone, il, status);
         clist_unlink(&il->link_peer);
         il->peer->n_inlinks--;
         clist_unlink(&il->link_cluster);
         il->local->n_inlinks--;
         clist_unlink(&il->link_daemon);
-        il->daemon->n_inlinks--;
+        il->root->n_inlinks--;
         log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): removed (%s)",
                  il->id, il->remote_cluster_id, il->local->id, why ?: status_wire_name(status));
-        daemon_update_status(il->daemon);
+        link_root_changed(il->root);
         free(il);
         return NULL;
 }

@@ -18,7 +18,7 @@
 #include "common/time-util.h"
 
 typedef struct Cluster Cluster;
-typedef struct Daemon Daemon;
+typedef struct LinkRoot LinkRoot;
 typedef struct Peer Peer;
 typedef struct RdmaEndpoint RdmaEndpoint;
 typedef struct InLink InLink;
@@ -34,7 +34,7 @@ typedef enum LinkState {
 } LinkState;
 
 struct Link {
-        Daemon *daemon;
+        LinkRoot *root;
         uint64_t id;
         uint64_t seq;           /* caches registered later (higher seq) are not reachable */
         LinkState state;
@@ -63,7 +63,7 @@ struct Link {
 
 /* A peer's cluster linked to one of ours: what that peer may reach, and since when. */
 struct InLink {
-        Daemon *daemon;
+        LinkRoot *root;
         uint64_t id;
         uint64_t seq;           /* our caches registered later are out of its reach */
         Peer *peer;
@@ -82,14 +82,14 @@ struct InLink {
 };
 
 /* Creates an UP link from @local to the cluster @remote of this daemon over @transport. */
-int link_new_local(Daemon *d, Cluster *local, Cluster *remote, Transport *transport,
+int link_new_local(LinkRoot *root, Cluster *local, Cluster *remote, Transport *transport,
                    Link **ret);
 
 /*
  * Creates an UP link from @local to cluster @remote_cluster_id behind @peer, which answered our
  * PeerLink with @exposed (taken; freed with protobuf_c_message_free_unpacked()).
  */
-int link_new_remote(Daemon *d, Cluster *local, Peer *peer, uint64_t remote_cluster_id,
+int link_new_remote(LinkRoot *root, Cluster *local, Peer *peer, uint64_t remote_cluster_id,
                     struct Kvdist__V1__PeerLinkReply *exposed, Transport *transport, Link **ret);
 
 /*
@@ -102,7 +102,7 @@ Link *link_free_full(Link *l, int status, bool notify_peer);
 Link *link_free(Link *l, int status);
 
 /* Creates the record of @peer's cluster @remote_cluster_id linking to our @local. */
-int inlink_new(Daemon *d, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
+int inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
                int remote_role, InLink **ret);
 
 /*

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/notify.h"
 #include "common/status.h"
@@ -25,7 +25,7 @@ typedef struct Notify {
 
 int notify_check_room(const Cluster *c, Error *err)
 {
-        uint32_t max = c->daemon->config->limits.max_notifies_per_client;
+        uint32_t max = c->root->options.limits->max_notifies_per_client;
 
         if (c->n_notifies >= max)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
@@ -63,7 +63,7 @@ int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t
         memcpy(n->data, data, len);
         clist_link_tail(&c->notifies, &n->link);
         c->n_notifies++;
-        c->daemon->counters.notifies_delivered++;
+        c->root->counters.notifies_delivered++;
         notify_signal(c);
         return 0;
 }

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/link/peer-internal.h"
@@ -36,7 +36,7 @@ static int peer_start_data(Peer *p)
 {
         char name[SOCKADDR_STR_MAX + 32];
         TcpDataOptions o = {
-                .base = p->daemon->base,
+                .base = p->root->base,
                 .fds = p->data_fds,
                 .n_fds = p->n_streams,
                 .chunk_size = p->chunk_size,
@@ -61,19 +61,19 @@ static int peer_start_data(Peer *p)
 
 static void peer_hello_fill(Peer *p, const PeerAuthHello *ah, Kvdist__V1__PeerHello *m)
 {
-        Daemon *d = p->daemon;
+        LinkRoot *root = p->root;
 
         m->protocol_version = FRAME_VERSION;
         m->node_id = ah->node_id;
-        m->identity = d->identity;
+        m->identity = root->identity;
         m->nonce.data = (uint8_t *)ah->nonce;
         m->nonce.len = sizeof(ah->nonce);
         m->has_key = ah->has_key;
-        m->listen_ip_info = (char *)daemon_peer_address(d);
-        m->tcp_streams = d->config->tcp.streams;
-        m->crc = d->config->tcp.crc;
-        m->chunk_size = d->config->tcp.chunk_size;
-        m->max_frame_size = d->config->limits.max_frame_size;
+        m->listen_ip_info = (char *)link_root_peer_address(root);
+        m->tcp_streams = root->options.tcp->streams;
+        m->crc = root->options.tcp->crc;
+        m->chunk_size = root->options.tcp->chunk_size;
+        m->max_frame_size = root->options.limits->max_frame_size;
 }
 
 /* Takes the other side's Hello; fills @err when it is refused. */
@@ -103,7 +103,7 @@ static int peer_take_hello(Peer *p, const Kvdist__V1__PeerHello *m, Error *err)
         if (r == -EPERM)
                 return error_set(err, STATUS_PERMISSION_DENIED,
                                  "cluster key configured on %s side only",
-                                 p->daemon->cluster_key_len ? "our" : "the peer's");
+                                 p->root->cluster_key_len ? "our" : "the peer's");
         if (r < 0)
                 return error_set(err, STATUS_PROTOCOL_MISMATCH, "unexpected Hello");
         p->node_id = m->node_id;
@@ -127,7 +127,7 @@ static int peer_take_hello(Peer *p, const Kvdist__V1__PeerHello *m, Error *err)
 static void peer_refuse(Peer *p, uint16_t type, uint64_t id, const Error *err)
 {
         log_warning("%s: refused: %s", PEER_NAME(p), err->msg);
-        p->daemon->counters.peers_refused++;
+        p->root->counters.peers_refused++;
         (void)peer_reply_error(p, type, id, err->code, err);
         peer_lose(p, err->code, "%s", err->msg);
 }
@@ -142,7 +142,7 @@ static void peer_on_auth_reply(Peer *p, int status, const Error *err,
                 return;
         }
         if (m->data_token.len != PEER_DATA_TOKEN_SIZE || m->tcp_streams < 1 ||
-            m->tcp_streams > TCP_DATA_MAX_CONNS || m->tcp_streams > p->daemon->config->tcp.streams) {
+            m->tcp_streams > TCP_DATA_MAX_CONNS || m->tcp_streams > p->root->options.tcp->streams) {
                 peer_lose(p, STATUS_PROTOCOL_MISMATCH, "bad data connection terms");
                 return;
         }
@@ -170,7 +170,7 @@ static void peer_refuse_listener_proof(Peer *p)
         Kvdist__V1__PeerAuth refusal = KVDIST__V1__PEER_AUTH__INIT;
 
         log_warning("%s: does not hold our cluster key, refusing it", PEER_NAME(p));
-        p->daemon->counters.peers_refused++;
+        p->root->counters.peers_refused++;
         refusal.refusal = "the listener's proof of the cluster key does not verify with the "
                           "dialer's key";
         (void)peer_call_internal(p, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, &refusal.base,
@@ -223,13 +223,13 @@ static void peer_on_hello_reply(Peer *p, int status, const Error *err,
 /* Dialer: the TCP connection is up; start the handshake. */
 void peer_send_hello(Peer *p)
 {
-        Daemon *d = p->daemon;
+        LinkRoot *root = p->root;
         Kvdist__V1__PeerHello m = KVDIST__V1__PEER_HELLO__INIT;
         PeerAuthHello ah;
         int r;
 
-        r = peer_auth_init(&p->auth, PEER_AUTH_DIALER, d->node_id, d->cluster_key,
-                           d->cluster_key_len);
+        r = peer_auth_init(&p->auth, PEER_AUTH_DIALER, root->node_id, root->cluster_key,
+                           root->cluster_key_len);
         if (r >= 0)
                 r = peer_auth_hello(&p->auth, &ah);
         if (r < 0) {
@@ -246,7 +246,7 @@ void peer_send_hello(Peer *p)
 /* Listener: the dialer's Hello. */
 void peer_on_hello(Peer *p, uint64_t id, const Kvdist__V1__PeerHello *m)
 {
-        Daemon *d = p->daemon;
+        LinkRoot *root = p->root;
         Kvdist__V1__PeerHelloReply reply = KVDIST__V1__PEER_HELLO_REPLY__INIT;
         Kvdist__V1__PeerHello hello = KVDIST__V1__PEER_HELLO__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
@@ -255,8 +255,8 @@ void peer_on_hello(Peer *p, uint64_t id, const Kvdist__V1__PeerHello *m)
         PeerAuthProof proof;
         int r;
 
-        r = peer_auth_init(&p->auth, PEER_AUTH_LISTENER, d->node_id, d->cluster_key,
-                           d->cluster_key_len);
+        r = peer_auth_init(&p->auth, PEER_AUTH_LISTENER, root->node_id, root->cluster_key,
+                           root->cluster_key_len);
         if (r < 0) {
                 error_set(&err, STATUS_FAILED, "cannot start the handshake: %s", strerror(-r));
                 peer_refuse(p, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, id, &err);
@@ -283,7 +283,7 @@ void peer_on_hello(Peer *p, uint64_t id, const Kvdist__V1__PeerHello *m)
 /* Listener: the dialer's proof (or its empty PeerAuth without keys). */
 void peer_on_auth(Peer *p, uint64_t id, const Kvdist__V1__PeerAuth *m)
 {
-        const TcpConfig *tcp = &p->daemon->config->tcp;
+        const TcpConfig *tcp = p->root->options.tcp;
         Kvdist__V1__PeerAuthReply reply = KVDIST__V1__PEER_AUTH_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Error err = ERROR_INIT;
@@ -355,7 +355,7 @@ static void peer_data_dial_all(Peer *p)
                         peer_lose(p, STATUS_LINK_FAILED, "data connection %u: connect: %m", i);
                         return;
                 }
-                p->data_ev[i] = event_new(p->daemon->base, fd, EV_WRITE,
+                p->data_ev[i] = event_new(p->root->base, fd, EV_WRITE,
                                           peer_on_data_connected, p);
                 r = p->data_ev[i] ? event_add(p->data_ev[i], NULL) : -1;
                 if (r < 0) {
@@ -432,11 +432,11 @@ static void peer_attach_data(Peer *p, unsigned index, int fd)
 /* A connection whose first frame is PeerDataHello: it joins the peer whose token it shows. */
 void peer_on_data_hello(Peer *tmp, const Kvdist__V1__PeerDataHello *m)
 {
-        Daemon *d = tmp->daemon;
+        LinkRoot *root = tmp->root;
         Peer *p;
 
         if (m->data_token.len == PEER_DATA_TOKEN_SIZE)
-                CLIST_FOREACH(p, &d->peers, link_daemon) {
+                CLIST_FOREACH(p, &root->peers, link_daemon) {
                         if (p->state != PEER_DATA || p->dialed ||
                             !memeq_consttime(p->data_token, m->data_token.data,
                                              PEER_DATA_TOKEN_SIZE))
@@ -449,13 +449,13 @@ void peer_on_data_hello(Peer *tmp, const Kvdist__V1__PeerDataHello *m)
                         event_del(tmp->timer);
                         peer_attach_data(p, m->index, TAKE_FD(tmp->fd));
                         tmp->state = PEER_CLOSED;
-                        (void)event_base_once(d->base, -1, EV_TIMEOUT, peer_on_free_later, tmp,
+                        (void)event_base_once(root->base, -1, EV_TIMEOUT, peer_on_free_later, tmp,
                                               &(struct timeval){ 0, 0 });
                         return;
                 }
         log_warning("%s: data connection with an unknown token or index, refusing",
                     PEER_NAME(tmp));
-        d->counters.peers_refused++;
+        root->counters.peers_refused++;
         peer_lose(tmp, STATUS_PERMISSION_DENIED, "bad data connection");
 }
 
@@ -467,7 +467,7 @@ bool peer_on_handshake_closed(Peer *p)
         /* A dialer that does not accept our proof (another key) and did not say so. */
         log_warning("%s: refused: it closed the connection instead of proving it holds the "
                     "cluster key", PEER_NAME(p));
-        p->daemon->counters.peers_refused++;
+        p->root->counters.peers_refused++;
         peer_lose(p, STATUS_PERMISSION_DENIED, "closed before proving the cluster key");
         return true;
 }

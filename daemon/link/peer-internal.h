@@ -22,7 +22,7 @@
 
 /* A new peer on connected (or connecting, @dialed) socket @fd, on the daemon's list; NULL when
  * out of memory (the caller checks its events too). */
-Peer *peer_new(Daemon *d, int fd, bool dialed);
+Peer *peer_new(LinkRoot *root, int fd, bool dialed);
 
 /* Frees @p at once: its events, buffers, fds (the data plane must be gone). */
 void peer_free(Peer *p);

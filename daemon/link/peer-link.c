@@ -11,7 +11,7 @@
 
 #include "daemon/memory/cache-proto.h"
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
@@ -156,23 +156,23 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Kvdist__V1__RdmaDeviceInfo rdma = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
         RdmaDeviceInfo rinfo;
-        Daemon *d = p->daemon;
+        LinkRoot *root = p->root;
         Exposed e = { 0 };
         Error err = ERROR_INIT;
         InLink *il;
         Cluster *c;
         int r;
 
-        c = daemon_find_cluster(d, m->dst_cluster_id);
+        c = link_root_find_cluster(root, m->dst_cluster_id);
         if (!c) {
                 error_set(&err, STATUS_LINK_FAILED, "no cluster %" PRIu64 " is attached to the "
-                          "daemon at %s", m->dst_cluster_id, daemon_peer_address(d));
+                          "daemon at %s", m->dst_cluster_id, link_root_peer_address(root));
                 goto refuse;
         }
         /* A comm domain's pair link needs no server: every member called kvd_link. */
         if (!m->domain && link_check_target(c, &err) < 0)
                 goto refuse;
-        if (daemon_find_cluster(d, m->src_cluster_id)) {
+        if (link_root_find_cluster(root, m->src_cluster_id)) {
                 error_set(&err, STATUS_LINK_FAILED, "cluster id %" PRIu64 " is attached to both "
                           "daemons; cluster ids must be unique", m->src_cluster_id);
                 goto refuse;
@@ -181,12 +181,12 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
         il = inlink_find(p, m->src_cluster_id, c);
         if (il)
                 inlink_free(il, STATUS_PEER_LOST, "replaced by a new link");
-        if (c->n_inlinks >= d->config->limits.max_links_per_client) {
+        if (c->n_inlinks >= root->options.limits->max_links_per_client) {
                 error_set(&err, STATUS_LIMIT_EXCEEDED, "cluster %" PRIu64 " has %u inbound links "
                           "(limits.max_links_per_client)", c->id, c->n_inlinks);
                 goto refuse;
         }
-        r = inlink_new(d, p, c, m->src_cluster_id, m->src_role, &il);
+        r = inlink_new(root, p, c, m->src_cluster_id, m->src_role, &il);
         if (r < 0) {
                 error_set(&err, STATUS_OUT_OF_MEMORY, "out of memory");
                 goto refuse;
@@ -206,7 +206,7 @@ void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
         /* The linked cluster's RDMA device, for the peer to connect queue pairs to. */
         {
                 const char *why = NULL;
-                RdmaDevice *dev = rdma_device_for(d->transports.rdma, c->device_id, &why);
+                RdmaDevice *dev = rdma_device_for(root->transports->rdma, c->device_id, &why);
 
                 if (dev) {
                         rdma_device_get_info(dev, &rinfo);
@@ -310,7 +310,7 @@ void peer_link_on_lost(Peer *p, int status)
 
 void peer_link_cluster_gone(Cluster *c)
 {
-        Daemon *d = c->daemon;
+        LinkRoot *root = c->root;
         Kvdist__V1__PeerClusterGone m = KVDIST__V1__PEER_CLUSTER_GONE__INIT;
         uint64_t id = c->id;
         InLink *il;
@@ -319,7 +319,7 @@ void peer_link_cluster_gone(Cluster *c)
 
         m.cluster_ids = &id;
         m.n_cluster_ids = 1;
-        CLIST_FOREACH(p, &d->peers, link_daemon) {
+        CLIST_FOREACH(p, &root->peers, link_daemon) {
                 bool involved = false;
 
                 if (p->state != PEER_READY)

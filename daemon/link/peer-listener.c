@@ -12,7 +12,7 @@
 
 #include <event2/event.h>
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "common/log.h"
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer.h"
@@ -22,7 +22,7 @@
 #define PEER_KEY_MIN 16
 
 struct PeerListener {
-        Daemon *daemon;
+        LinkRoot *root;
         int fd;
         struct event *ev;
         struct sockaddr_storage sa;     /* as bound: the real port when asked for port 0 */
@@ -30,17 +30,17 @@ struct PeerListener {
 };
 
 /* The READY connection to node @node_id that takes new links, or NULL. */
-static Peer *peer_find_node(Daemon *d, uint64_t node_id)
+static Peer *peer_find_node(LinkRoot *root, uint64_t node_id)
 {
         Peer *p;
 
-        CLIST_FOREACH(p, &d->peers, link_daemon)
+        CLIST_FOREACH(p, &root->peers, link_daemon)
                 if (p->state == PEER_READY && !p->retiring && p->node_id == node_id)
                         return p;
         return NULL;
 }
 
-int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
+int peer_get(LinkRoot *root, const char *address, Peer **ret, Error *err)
 {
         char canon[SOCKADDR_STR_MAX];
         struct sockaddr_storage sa;
@@ -52,7 +52,7 @@ int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
             sockaddr_format((struct sockaddr *)&sa, len, canon, sizeof(canon)) < 0)
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "remote_ip_info \"%.64s\" is not ip:port or [ipv6]:port", address);
-        CLIST_FOREACH(p, &d->peers, link_daemon) {
+        CLIST_FOREACH(p, &root->peers, link_daemon) {
                 Peer *use = p;
 
                 if (p->state == PEER_CLOSED || strcmp(p->address, canon) != 0)
@@ -61,17 +61,17 @@ int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
                  * through the connection that takes its new links, whichever address that one
                  * was dialed at: no new connection for each address. */
                 if (p->retiring)
-                        use = peer_find_node(d, p->node_id);
+                        use = peer_find_node(root, p->node_id);
                 if (use) {
                         *ret = use;
                         return 0;
                 }
         }
-        if (d->stopping)
+        if (root->stopping)
                 return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
-        if (d->n_peers >= d->config->limits.max_peers)
+        if (root->n_peers >= root->options.limits->max_peers)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
-                                 "%u peer connections open (limits.max_peers)", d->n_peers);
+                                 "%u peer connections open (limits.max_peers)", root->n_peers);
 
         fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
@@ -84,7 +84,7 @@ int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
                 return error_set(err, STATUS_LINK_FAILED, "cannot connect to %s: %s", canon,
                                  strerror(r));
         }
-        p = peer_new(d, fd, true);
+        p = peer_new(root, fd, true);
         if (!p || !p->ev_read || !p->ev_write || !p->timer || event_add(p->ev_write, NULL) < 0 ||
             peer_arm_timer(p, PEER_HANDSHAKE_TIMEOUT_MS) < 0) {
                 if (p)
@@ -102,12 +102,12 @@ int peer_get(Daemon *d, const char *address, Peer **ret, Error *err)
         return 0;
 }
 
-int peer_accept(Daemon *d, int fd, const struct sockaddr *sa, socklen_t len)
+int peer_accept(LinkRoot *root, int fd, const struct sockaddr *sa, socklen_t len)
 {
         Peer *p;
 
         peer_socket_setup(fd);
-        p = peer_new(d, fd, false);
+        p = peer_new(root, fd, false);
         if (!p || !p->ev_read || !p->ev_write || !p->timer || event_add(p->ev_read, NULL) < 0 ||
             peer_arm_timer(p, PEER_HANDSHAKE_TIMEOUT_MS) < 0) {
                 if (p)
@@ -125,7 +125,7 @@ int peer_accept(Daemon *d, int fd, const struct sockaddr *sa, socklen_t len)
 static void peer_listener_on_accept(evutil_socket_t lfd, short what, void *userdata)
 {
         PeerListener *l = userdata;
-        Daemon *d = l->daemon;
+        LinkRoot *root = l->root;
 
         for (int n = 0; n < 16; n++) {
                 struct sockaddr_storage sa;
@@ -140,20 +140,20 @@ static void peer_listener_on_accept(evutil_socket_t lfd, short what, void *userd
                         return;
                 }
                 /* Data connections count too: a peer uses up to 17 sockets. */
-                if (d->stopping ||
-                    d->n_peers >= d->config->limits.max_peers * (TCP_DATA_MAX_CONNS + 1)) {
-                        d->counters.peers_refused++;
+                if (root->stopping ||
+                    root->n_peers >= root->options.limits->max_peers * (TCP_DATA_MAX_CONNS + 1)) {
+                        root->counters.peers_refused++;
                         safe_close(fd);
                         continue;
                 }
-                r = peer_accept(d, fd, (struct sockaddr *)&sa, len);
+                r = peer_accept(root, fd, (struct sockaddr *)&sa, len);
                 if (r < 0)
                         log_warning_errno(r, "peer listener %s: cannot set up a connection, "
                                           "ignoring", l->address);
         }
 }
 
-int peer_listener_open(Daemon *d, const char *address, PeerListener **ret)
+int peer_listener_open(LinkRoot *root, const char *address, PeerListener **ret)
 {
         _cleanup_close_ int fd = -1;
         struct sockaddr_storage sa;
@@ -177,10 +177,10 @@ int peer_listener_open(Daemon *d, const char *address, PeerListener **ret)
         l = calloc(1, sizeof(*l));
         if (!l)
                 return -ENOMEM;
-        l->daemon = d;
+        l->root = root;
         memcpy(&l->sa, &sa, len);
         (void)sockaddr_format((struct sockaddr *)&sa, len, l->address, sizeof(l->address));
-        l->ev = event_new(d->base, fd, EV_READ | EV_PERSIST, peer_listener_on_accept, l);
+        l->ev = event_new(root->base, fd, EV_READ | EV_PERSIST, peer_listener_on_accept, l);
         if (!l->ev || event_add(l->ev, NULL) < 0) {
                 if (l->ev)
                         event_free(l->ev);
@@ -192,15 +192,15 @@ int peer_listener_open(Daemon *d, const char *address, PeerListener **ret)
         return 0;
 }
 
-int peer_listener_new(Daemon *d, PeerListener **ret)
+int peer_listener_new(LinkRoot *root, PeerListener **ret)
 {
-        const char *address = d->config->listen_ip_info;
+        const char *address = root->options.listen_ip_info;
         int r;
 
         *ret = NULL;
         if (!address)
                 return 0;
-        r = peer_listener_open(d, address, ret);
+        r = peer_listener_open(root, address, ret);
         if (r == -EINVAL)
                 return log_error_errno(r, "listen_ip_info %s is not an address", address);
         if (r < 0)
@@ -263,38 +263,38 @@ const char *peer_listener_address(const PeerListener *l)
         return l ? l->address : "";
 }
 
-void peer_close_all(Daemon *d)
+void peer_close_all(LinkRoot *root)
 {
         Cluster *c;
         Peer *p, *tmp;
 
-        d->peer_listener = peer_listener_free(d->peer_listener);
-        CLIST_FOREACH(c, &d->clusters, link_daemon)
+        root->peer_listener = peer_listener_free(root->peer_listener);
+        CLIST_FOREACH(c, &root->clusters, link_daemon)
                 c->listener = peer_listener_free(c->listener);
-        CLIST_FOREACH_SAFE(p, tmp, &d->peers, link_daemon)
+        CLIST_FOREACH_SAFE(p, tmp, &root->peers, link_daemon)
                 peer_lose(p, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 }
 
-void peer_free_all(Daemon *d)
+void peer_free_all(LinkRoot *root)
 {
         Peer *p, *tmp;
 
-        CLIST_FOREACH_SAFE(p, tmp, &d->peers, link_daemon)
+        CLIST_FOREACH_SAFE(p, tmp, &root->peers, link_daemon)
                 peer_on_free_later(-1, 0, p);
 }
 
-int peer_load_cluster_key(Daemon *d)
+int peer_load_cluster_key(LinkRoot *root)
 {
-        const char *path = d->config->cluster_key_file;
+        const char *path = root->options.cluster_key_file;
         _cleanup_close_ int fd = -1;
         _cleanup_free_ uint8_t *key = NULL;
         struct stat st;
         size_t len = 0;
 
         if (!path) {
-                if (d->config->listen_ip_info)
+                if (root->options.listen_ip_info)
                         log_warning("no cluster_key_file: any host that reaches %s can act as "
-                                    "a peer daemon", d->config->listen_ip_info);
+                                    "a peer daemon", root->options.listen_ip_info);
                 return 0;
         }
         fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
@@ -329,7 +329,7 @@ int peer_load_cluster_key(Daemon *d)
                 return log_error_errno(-EINVAL, "cluster_key_file %s: the key must be at least "
                                        "%d bytes", path, PEER_KEY_MIN);
         }
-        d->cluster_key = TAKE_PTR(key);
-        d->cluster_key_len = len;
+        root->cluster_key = TAKE_PTR(key);
+        root->cluster_key_len = len;
         return 0;
 }

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/link/peer-handlers.h"
@@ -198,8 +198,8 @@ int peer_rdma_get(Peer *p, RdmaDevice *dev, const RdmaDeviceInfo *remote, peer_r
                 *ret_waiter = NULL;
         pep = peer_rdma_ep_find(p, true, dev, remote->device, 0);
         if (!pep) {
-                r = rdma_endpoint_new(dev, daemon_next_id(p->daemon), true, remote,
-                                      p->daemon->config->rdma.qps, &ep);
+                r = rdma_endpoint_new(dev, id_source_next(p->root->ids), true, remote,
+                                      p->root->options.rdma->qps, &ep);
                 if (r < 0)
                         return r;
                 r = peer_rdma_ep_new(p, ep, &pep);
@@ -260,7 +260,7 @@ void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessa
         RdmaEndpoint *ep;
         int r;
 
-        dev = m->remote_device ? rdma_device_find(p->daemon->transports.rdma, m->remote_device) : NULL;
+        dev = m->remote_device ? rdma_device_find(p->root->transports->rdma, m->remote_device) : NULL;
         if (!rdma_device_usable(dev)) {
                 error_set(&err, STATUS_FEATURE_NOT_ENABLED, "no working RDMA device %s here",
                           m->remote_device ? m->remote_device : "");

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "kvdist-config.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
@@ -94,21 +94,21 @@ void peer_socket_setup(int fd)
         (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
 }
 
-Peer *peer_new(Daemon *d, int fd, bool dialed)
+Peer *peer_new(LinkRoot *root, int fd, bool dialed)
 {
         Peer *p;
 
         p = calloc(1, sizeof(*p));
         if (!p)
                 return NULL;
-        p->daemon = d;
-        p->id = daemon_next_id(d);
+        p->root = root;
+        p->id = id_source_next(root->ids);
         p->state = dialed ? PEER_CONNECTING : PEER_HANDSHAKE;
         p->dialed = dialed;
         p->fd = fd;
         for (size_t i = 0; i < ARRAY_SIZE(p->data_fds); i++)
                 p->data_fds[i] = -1;
-        p->max_frame = d->config->limits.max_frame_size + PEER_FRAME_SLACK;
+        p->max_frame = root->options.limits->max_frame_size + PEER_FRAME_SLACK;
         p->created_usec = p->last_rx_usec = now_usec(CLOCK_MONOTONIC);
         p->next_call_id = 1;
         wire_in_init(&p->in);
@@ -120,12 +120,12 @@ Peer *peer_new(Daemon *d, int fd, bool dialed)
         clist_init(&p->transfers);
         clist_init(&p->served);
         clist_init(&p->rdma_eps);
-        clist_link_tail(&d->peers, &p->link_daemon);
-        d->n_peers++;
-        p->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, peer_on_io, p);
-        p->ev_write = event_new(d->base, fd, EV_WRITE | EV_PERSIST, peer_on_io, p);
-        p->timer = evtimer_new(d->base, peer_on_timer, p);
-        p->ev_lose = evtimer_new(d->base, peer_on_lose, p);
+        clist_link_tail(&root->peers, &p->link_daemon);
+        root->n_peers++;
+        p->ev_read = event_new(root->base, fd, EV_READ | EV_PERSIST, peer_on_io, p);
+        p->ev_write = event_new(root->base, fd, EV_WRITE | EV_PERSIST, peer_on_io, p);
+        p->timer = evtimer_new(root->base, peer_on_timer, p);
+        p->ev_lose = evtimer_new(root->base, peer_on_lose, p);
         return p;
 }
 
@@ -150,7 +150,7 @@ void peer_free(Peer *p)
                 event_free(p->ev_lose);
         safe_close(p->fd);
         clist_unlink(&p->link_daemon);
-        p->daemon->n_peers--;
+        p->root->n_peers--;
         free(p);
 }
 
@@ -208,10 +208,10 @@ void peer_lose(Peer *p, int status, const char *fmt, ...)
         peer_rdma_on_lost(p);
         domain_on_peer_lost(p, status);
         if (was_ready)
-                p->daemon->counters.peers_lost++;
-        daemon_update_status(p->daemon);
+                p->root->counters.peers_lost++;
+        link_root_changed(p->root);
 
-        if (event_base_once(p->daemon->base, -1, EV_TIMEOUT, peer_on_free_later, p, &now) < 0)
+        if (event_base_once(p->root->base, -1, EV_TIMEOUT, peer_on_free_later, p, &now) < 0)
                 log_error("%s: cannot schedule its release", PEER_NAME(p));
 }
 
@@ -344,7 +344,7 @@ int peer_reply_error(Peer *p, uint16_t type, uint64_t request_id, int code, cons
 {
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
 
-        p->daemon->counters.peer_requests_refused++;
+        p->root->counters.peer_requests_refused++;
         if (request_id == 0)
                 return 0;
         status.code = status_wire_encode(code);
@@ -386,23 +386,23 @@ void peer_waiter_cancel(PeerWaiter *w)
 /* The daemon that dialed @p's connection: ties between two connections go to the lower one. */
 static uint64_t peer_dialer_node_id(const Peer *p)
 {
-        return p->dialed ? p->daemon->node_id : p->node_id;
+        return p->dialed ? p->root->node_id : p->node_id;
 }
 
 void peer_become_ready(Peer *p)
 {
-        Daemon *d = p->daemon;
+        LinkRoot *root = p->root;
         PeerWaiter *w;
         Peer *q;
 
         peer_set_state(p, PEER_READY);
         p->last_rx_usec = now_usec(CLOCK_MONOTONIC);
         event_del(p->timer);
-        (void)peer_arm_timer(p, d->config->heartbeat_interval_ms);
+        (void)peer_arm_timer(p, *root->options.heartbeat_interval_ms);
 
         /* Two daemons that dialed each other at once end up with two connections: both keep
          * the one dialed by the lower node id for new links; the other serves what it has. */
-        CLIST_FOREACH(q, &d->peers, link_daemon) {
+        CLIST_FOREACH(q, &root->peers, link_daemon) {
                 if (q == p || q->state != PEER_READY || q->node_id != p->node_id || q->retiring)
                         continue;
                 if (peer_dialer_node_id(p) > peer_dialer_node_id(q))
@@ -417,7 +417,7 @@ void peer_become_ready(Peer *p)
                  p->identity, p->node_id,
                  p->authenticated ? "authenticated with the cluster key" : "NOT authenticated",
                  p->n_streams, p->crc ? ", CRC32C on" : "");
-        daemon_update_status(d);
+        link_root_changed(root);
         while (!clist_is_empty(&p->waiters) && p->state == PEER_READY) {
                 w = clist_first_entry(&p->waiters, PeerWaiter, link);
                 clist_unlink(&w->link);
@@ -594,7 +594,7 @@ static void peer_read(Peer *p)
                         return;
                 if (r < 0) {
                         if (r != -ECONNRESET)
-                                p->daemon->counters.frames_malformed++;
+                                p->root->counters.frames_malformed++;
                         else if (peer_on_handshake_closed(p))
                                 return;
                         peer_lose(p, STATUS_PEER_LOST, "%s",
@@ -658,7 +658,7 @@ static void peer_on_heartbeat_reply(Peer *p, int status, const Error *err,
 static void peer_on_timer(evutil_socket_t fd, short what, void *userdata)
 {
         Peer *p = userdata;
-        const Config *cfg = p->daemon->config;
+        uint32_t timeout_ms = *p->root->options.heartbeat_timeout_ms;
         Kvdist__V1__PeerHeartbeat hb = KVDIST__V1__PEER_HEARTBEAT__INIT;
         usec_t now = now_usec(CLOCK_MONOTONIC), silent = now - p->last_rx_usec;
 
@@ -668,10 +668,10 @@ static void peer_on_timer(evutil_socket_t fd, short what, void *userdata)
                           PEER_HANDSHAKE_TIMEOUT_MS);
                 return;
         }
-        if (silent > (usec_t)cfg->heartbeat_timeout_ms * USEC_PER_MSEC) {
+        if (silent > (usec_t)timeout_ms * USEC_PER_MSEC) {
                 peer_lose(p, STATUS_PEER_LOST, "nothing heard for %" PRIu64 " ms (heartbeat "
                           "timeout %" PRIu32 " ms)", silent / USEC_PER_MSEC,
-                          cfg->heartbeat_timeout_ms);
+                          timeout_ms);
                 return;
         }
         hb.seq = ++p->heartbeat_seq;
@@ -679,5 +679,5 @@ static void peer_on_timer(evutil_socket_t fd, short what, void *userdata)
         (void)peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_HEARTBEAT, &hb.base,
                         peer_on_heartbeat_reply, NULL, NULL);
         if (p->state == PEER_READY)
-                (void)peer_arm_timer(p, cfg->heartbeat_interval_ms);
+                (void)peer_arm_timer(p, *p->root->options.heartbeat_interval_ms);
 }

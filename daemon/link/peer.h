@@ -31,7 +31,7 @@
 #include "proto/wire.h"
 
 struct event;
-typedef struct Daemon Daemon;
+typedef struct LinkRoot LinkRoot;
 typedef struct Peer Peer;
 typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
@@ -50,7 +50,7 @@ typedef enum PeerState {
 } PeerState;
 
 struct Peer {
-        Daemon *daemon;
+        LinkRoot *root;
         uint64_t id;                    /* local, for logs and status */
         PeerState state;
         bool dialed;                    /* we opened the connection */
@@ -122,7 +122,7 @@ typedef void (*peer_ready_fn)(Peer *p, int status, const Error *err, void *userd
  * Opens the daemon's peer listener on the configured listen_ip_info (none when it is not set);
  * logs what failed.
  */
-int peer_listener_new(Daemon *d, PeerListener **ret);
+int peer_listener_new(LinkRoot *root, PeerListener **ret);
 
 /*
  * Opens a peer listener on @address ("ip:port", "[v6]:port"; port 0: any free port): peers
@@ -130,7 +130,7 @@ int peer_listener_new(Daemon *d, PeerListener **ret);
  * connections). A cluster's listen_ip_info gets one. Returns 0, -EINVAL for an address that does
  * not parse, or the negative errno of socket(), bind() or listen(); logs nothing.
  */
-int peer_listener_open(Daemon *d, const char *address, PeerListener **ret);
+int peer_listener_open(LinkRoot *root, const char *address, PeerListener **ret);
 
 /*
  * Whether connections to @address reach @l already: the same port (not 0) and the same address,
@@ -144,7 +144,7 @@ bool peer_listener_covers(const PeerListener *l, const char *address);
  * listener's accept path, also used by tests that hand the daemon one end of a socketpair.
  * The fd is the peer's from here on (closed on failure). Returns 0 or -ENOMEM.
  */
-int peer_accept(Daemon *d, int fd, const struct sockaddr *sa, socklen_t len);
+int peer_accept(LinkRoot *root, int fd, const struct sockaddr *sa, socklen_t len);
 
 /* Closes the listener. Accepts NULL; returns NULL. */
 PeerListener *peer_listener_free(PeerListener *l);
@@ -158,7 +158,7 @@ const char *peer_listener_address(const PeerListener *l);
  * address that does not parse, LIMIT_EXCEEDED when limits.max_peers are connected, LINK_FAILED
  * when the connection cannot even start; @err says which.
  */
-int peer_get(Daemon *d, const char *address, Peer **ret, Error *err);
+int peer_get(LinkRoot *root, const char *address, Peer **ret, Error *err);
 
 /*
  * Calls @fn once @p is READY (at once, from inside this call, if it is) or lost. *@ret_waiter (may
@@ -196,11 +196,11 @@ int peer_reply_error(Peer *p, uint16_t type, uint64_t request_id, int code, cons
  */
 void peer_lose(Peer *p, int status, const char *fmt, ...) _printf_(3, 4);
 
-/* Tears down every peer and every peer listener of @d, the clusters' too (daemon shutdown). */
-void peer_close_all(Daemon *d);
+/* Tears down every peer and every peer listener of @root, the clusters' too (daemon shutdown). */
+void peer_close_all(LinkRoot *root);
 
 /* Frees every closed peer now, data planes first (daemon_free(), after the loop ended). */
-void peer_free_all(Daemon *d);
+void peer_free_all(LinkRoot *root);
 
 /* "ready", "handshake", ... */
 const char *peer_state_to_string(PeerState s);
@@ -208,5 +208,5 @@ const char *peer_state_to_string(PeerState s);
 /* A name for logs: "peer 3 (10.0.0.2:7000)". Returns @buf. */
 const char *peer_name(const Peer *p, char *buf, size_t size);
 
-/* Loads the cluster key named by the config into @d (NULL/0 when none). Logs what is wrong. */
-int peer_load_cluster_key(Daemon *d);
+/* Loads the cluster key named by the options into @root (NULL/0 when none). Logs what is wrong. */
+int peer_load_cluster_key(LinkRoot *root);

@@ -144,7 +144,7 @@ static void family_uptime(MetricsWriter *w, Daemon *d)
 static void family_clusters(MetricsWriter *w, Daemon *d)
 {
         metrics_family(w, "kvdist_clusters", "gauge", "Clusters (workers) attached");
-        metrics_sample_u64(w, "kvdist_clusters", NULL, d->n_clusters);
+        metrics_sample_u64(w, "kvdist_clusters", NULL, d->link.n_clusters);
 }
 
 static void family_connections(MetricsWriter *w, Daemon *d)
@@ -162,7 +162,7 @@ static void family_connections(MetricsWriter *w, Daemon *d)
         metrics_family(w, "kvdist_frames_malformed_total", "counter",
                        "Malformed frames that closed a connection");
         metrics_sample_u64(w, "kvdist_frames_malformed_total", NULL,
-                           d->counters.frames_malformed);
+                           d->counters.frames_malformed + d->link.counters.frames_malformed);
 }
 
 static void family_memory(MetricsWriter *w, Daemon *d)
@@ -170,7 +170,7 @@ static void family_memory(MetricsWriter *w, Daemon *d)
         uint64_t regions = 0, region_bytes = 0, caches = 0;
         const Cluster *c;
 
-        CLIST_FOREACH(c, &d->clusters, link_daemon) {
+        CLIST_FOREACH(c, &d->link.clusters, link_daemon) {
                 regions += c->n_regions;
                 region_bytes += c->region_bytes;
                 caches += c->caches.n_caches;
@@ -204,7 +204,7 @@ static void family_links(MetricsWriter *w, Daemon *d)
 
         metrics_family(w, "kvdist_links", "gauge",
                        "Links between clusters, by transport and state");
-        CLIST_FOREACH(l, &d->links, link_daemon) {
+        CLIST_FOREACH(l, &d->link.links, link_daemon) {
                 const char *t = transport_name(l->transport);
                 size_t i;
 
@@ -307,7 +307,7 @@ static void family_peers(MetricsWriter *w, Daemon *d)
         const Peer *p;
 
         metrics_family(w, "kvdist_peers", "gauge", "Peer daemons, by connection state");
-        CLIST_FOREACH(p, &d->peers, link_daemon)
+        CLIST_FOREACH(p, &d->link.peers, link_daemon)
                 if (p->state >= 0 && p->state < _PEER_STATE_MAX && (p->dialed || p->node_id))
                         counts[p->state]++;
         for (int s = 0; s < _PEER_STATE_MAX; s++)
@@ -317,14 +317,14 @@ static void family_peers(MetricsWriter *w, Daemon *d)
                                            counts[s]);
         metrics_family(w, "kvdist_peers_lost_total", "counter",
                        "Ready peers lost (closed connection, heartbeat timeout, data error)");
-        metrics_sample_u64(w, "kvdist_peers_lost_total", NULL, d->counters.peers_lost);
+        metrics_sample_u64(w, "kvdist_peers_lost_total", NULL, d->link.counters.peers_lost);
         metrics_family(w, "kvdist_peers_refused_total", "counter",
                        "Peer connections refused (cluster key, data token, limits)");
-        metrics_sample_u64(w, "kvdist_peers_refused_total", NULL, d->counters.peers_refused);
+        metrics_sample_u64(w, "kvdist_peers_refused_total", NULL, d->link.counters.peers_refused);
         metrics_family(w, "kvdist_peer_requests_refused_total", "counter",
                        "Peer requests answered with an error");
         metrics_sample_u64(w, "kvdist_peer_requests_refused_total", NULL,
-                           d->counters.peer_requests_refused);
+                           d->link.counters.peer_requests_refused);
 }
 
 static void family_peer_heartbeat(MetricsWriter *w, Daemon *d)
@@ -333,7 +333,7 @@ static void family_peer_heartbeat(MetricsWriter *w, Daemon *d)
 
         metrics_family(w, "kvdist_peer_heartbeat_rtt_seconds", "gauge",
                        "Round trip of the last heartbeat to each ready peer");
-        CLIST_FOREACH(p, &d->peers, link_daemon) {
+        CLIST_FOREACH(p, &d->link.peers, link_daemon) {
                 char name[SOCKADDR_STR_MAX];
 
                 if (p->state != PEER_READY)
@@ -349,7 +349,7 @@ static void family_served(MetricsWriter *w, Daemon *d)
 {
         metrics_family(w, "kvdist_inbound_links", "gauge",
                        "Links peers' clusters made to clusters of this daemon");
-        metrics_sample_u64(w, "kvdist_inbound_links", NULL, d->n_inlinks);
+        metrics_sample_u64(w, "kvdist_inbound_links", NULL, d->link.n_inlinks);
         metrics_family(w, "kvdist_served_in_flight", "gauge",
                        "Peers' transfers of this daemon's caches running now");
         metrics_sample_u64(w, "kvdist_served_in_flight", NULL, d->n_served);
@@ -362,7 +362,7 @@ static void family_served(MetricsWriter *w, Daemon *d)
         metrics_family(w, "kvdist_notifies_delivered_total", "counter",
                        "Push notifications queued for clusters of this daemon");
         metrics_sample_u64(w, "kvdist_notifies_delivered_total", NULL,
-                           d->counters.notifies_delivered);
+                           d->link.counters.notifies_delivered);
 }
 
 /* One RDMA metric: its name, type and help, and how to read it off a device's status. */

@@ -306,7 +306,7 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         Kvdist__V1__PeerTransferReply reply = KVDIST__V1__PEER_TRANSFER_REPLY__INIT;
         Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        Daemon *d = p->daemon;
+        Daemon *d = daemon_from_link(p->root);
         _cleanup_(served_freep) Served *s = NULL;
         Error err = ERROR_INIT;
         uint32_t index = 0, timeout_ms, rdma_rkeys[KVD_MAX_TENSORS];
@@ -317,7 +317,7 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         int r;
 
         if (request_id == 0) {
-                d->counters.peer_requests_refused++;
+                d->link.counters.peer_requests_refused++;
                 return;
         }
         s = calloc(1, sizeof(*s));
@@ -440,7 +440,7 @@ void peer_handle_rdma_done(Peer *p, uint64_t request_id, const ProtobufCMessage 
                         s->word = true;
                         s->word_status = status;
                         if (status == STATUS_OK && s->end_key && s->state == SERVED_RUNNING) {
-                                transfer_end_key(p->daemon, &s->key, s->cache);
+                                transfer_end_key(daemon_from_link(p->root), &s->key, s->cache);
                                 s->end_key = false;
                         }
                         if (s->moving)

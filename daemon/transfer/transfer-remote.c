@@ -74,7 +74,7 @@ static void transfer_remote_on_orphan_reply(Peer *p, int status, const Error *er
 
         if (status != STATUS_OK || !p->data || m->total_bytes == 0 || (flags & ORPHAN_ONE_SIDED))
                 return;
-        (void)transport_abandon(p->daemon->transports.tcp, p->data,
+        (void)transport_abandon(p->root->transports->tcp, p->data,
                                 pull ? TRANSPORT_READ : TRANSPORT_WRITE, m->job_id,
                                 m->total_bytes);
 }

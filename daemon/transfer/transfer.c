@@ -364,7 +364,7 @@ static const LinkEvents transfer_link_events = {
 
 void transfer_listen(Daemon *d)
 {
-        link_events_listen(d, &d->transfer_link_hook, &transfer_link_events, d);
+        link_events_listen(&d->link, &d->transfer_link_hook, &transfer_link_events, d);
 }
 
 void transfer_events_listen(Daemon *d, Hook *h, const TransferEvents *events, void *userdata)
@@ -444,7 +444,7 @@ static int transfer_build_plan(Transfer *x, const Kvdist__V1__Transfer *m, uint3
 
 int transfer_start(Cluster *c, const Kvdist__V1__Transfer *m, Completion *done, Error *err)
 {
-        Daemon *d = c->daemon;
+        Daemon *d = daemon_from_link(c->root);
         const Limits *lim = &d->config->limits;
         _cleanup_(transfer_freep) Transfer *x = NULL;
         uint32_t remote_index = 0, timeout_ms;

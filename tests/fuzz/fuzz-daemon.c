@@ -199,8 +199,8 @@ static void check_released(FuzzDaemon *f)
                 f->ep[i].fd = safe_close(f->ep[i].fd);
         for (;;) {
                 fuzz_settle(f);
-                if (d->n_conns == 0 && d->n_clusters == 0 && d->n_peers == 0 &&
-                    d->n_inlinks == 0 && d->n_links == 0 && d->n_transfers == 0 &&
+                if (d->n_conns == 0 && d->link.n_clusters == 0 && d->link.n_peers == 0 &&
+                    d->link.n_inlinks == 0 && d->link.n_links == 0 && d->n_transfers == 0 &&
                     d->n_served == 0)
                         return;
                 if (now_usec(CLOCK_MONOTONIC) > deadline)
@@ -210,8 +210,8 @@ static void check_released(FuzzDaemon *f)
         }
         fprintf(stderr, "fuzz: with every socket closed on our side the daemon still holds %u "
                 "connections, %u clusters, %u peers, %u inbound links, %u links, %u transfers, "
-                "%u served transfers\n", d->n_conns, d->n_clusters, d->n_peers, d->n_inlinks,
-                d->n_links, d->n_transfers, d->n_served);
+                "%u served transfers\n", d->n_conns, d->link.n_clusters, d->link.n_peers,
+                d->link.n_inlinks, d->link.n_links, d->n_transfers, d->n_served);
         abort();
 }
 
@@ -269,7 +269,7 @@ void fuzz_endpoint_peer(FuzzDaemon *f, unsigned i, bool frames)
 {
         FuzzEndpoint *ep = endpoint_init(f, i, frames);
 
-        FUZZ_CHECK(peer_accept(f->daemon, ep->daemon_fd, NULL, 0) == 0);
+        FUZZ_CHECK(peer_accept(&f->daemon->link, ep->daemon_fd, NULL, 0) == 0);
 }
 
 unsigned fuzz_endpoint_free_slot(FuzzDaemon *f, unsigned from)

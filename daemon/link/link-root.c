@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/* LinkRoot: the link layer's root object (see link-root.h). */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/link/cluster.h"
+#include "daemon/link/link-root.h"
+#include "daemon/link/peer.h"
+
+void link_root_init(LinkRoot *root)
+{
+        clist_init(&root->peers);
+        clist_init(&root->inlinks);
+        clist_init(&root->clusters);
+        clist_init(&root->links);
+        hook_list_init(&root->events);
+}
+
+void link_root_done(LinkRoot *root)
+{
+        if (root->cluster_key)
+                explicit_bzero(root->cluster_key, root->cluster_key_len);
+        free(root->cluster_key);
+        root->cluster_key = NULL;
+        root->cluster_key_len = 0;
+}
+
+void link_root_changed(LinkRoot *root)
+{
+        if (root->changed)
+                root->changed(root->changed_userdata);
+}
+
+Cluster *link_root_find_cluster(LinkRoot *root, uint64_t cluster_id)
+{
+        Cluster *c;
+
+        CLIST_FOREACH(c, &root->clusters, link_daemon)
+                if (c->id == cluster_id)
+                        return c;
+        return NULL;
+}
+
+const char *link_root_peer_address(const LinkRoot *root)
+{
+        return peer_listener_address(root->peer_listener);
+}
