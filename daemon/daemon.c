@@ -77,7 +77,7 @@ void daemon_format_status(Daemon *d, char *buf, size_t size)
                 ready += p->state == PEER_READY;
         (void)snprintf(buf, size, "%s%u clusters, %u links, %u peers, %u transfers in flight",
                        d->stopping ? "stopping: " : "", d->link.n_clusters, d->link.n_links, ready,
-                       d->n_transfers + d->n_served);
+                       d->transfer.n_transfers + d->transfer.n_served);
 }
 
 static int daemon_render_metrics(void *userdata, char **ret, size_t *ret_len)
@@ -95,9 +95,14 @@ void daemon_update_status(Daemon *d)
         service_status_changed(d->service);
 }
 
-static void daemon_on_link_changed(void *userdata)
+static void daemon_on_changed(void *userdata)
 {
         daemon_update_status(userdata);
+}
+
+static void daemon_on_transfer_ended(void *userdata)
+{
+        daemon_check_stopped(userdata);
 }
 
 static void daemon_on_signal(evutil_socket_t sig, short what, void *userdata)
@@ -117,7 +122,7 @@ static void daemon_on_stop_grace(evutil_socket_t fd, short what, void *userdata)
 {
         Daemon *d = userdata;
 
-        log_warning("%u transfers still running after %d s, exiting anyway", d->n_transfers,
+        log_warning("%u transfers still running after %d s, exiting anyway", d->transfer.n_transfers,
                     DAEMON_STOP_GRACE_SEC);
         event_base_loopexit(d->base, NULL);
 }
@@ -135,14 +140,14 @@ void daemon_stop(Daemon *d, int exit_code)
         service_stopping(d->service);
         listener_pause(d->listener);
 
-        CLIST_FOREACH_SAFE(x, tmp, &d->transfers, link_daemon)
+        CLIST_FOREACH_SAFE(x, tmp, &d->transfer.transfers, link_daemon)
                 transfer_fail(x, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
-        served_stop_all(d, STATUS_DAEMON_UNAVAILABLE);
+        served_stop_all(&d->transfer, STATUS_DAEMON_UNAVAILABLE);
         domain_stop_all(d);
         /* Peers hear it now rather than from a heartbeat timeout. */
         peer_close_all(&d->link);
         daemon_check_stopped(d);
-        if (d->stopping && (d->n_transfers > 0 || d->n_served > 0 || domain_calls_in_flight(d) > 0))
+        if (d->stopping && (d->transfer.n_transfers > 0 || d->transfer.n_served > 0 || domain_calls_in_flight(d) > 0))
                 (void)event_base_once(d->base, -1, EV_TIMEOUT, daemon_on_stop_grace, d, &grace);
 }
 
@@ -150,7 +155,7 @@ void daemon_check_stopped(Daemon *d)
 {
         Conn *c;
 
-        if (!d->stopping || d->n_transfers > 0 || d->n_served > 0 || domain_calls_in_flight(d) > 0)
+        if (!d->stopping || d->transfer.n_transfers > 0 || d->transfer.n_served > 0 || domain_calls_in_flight(d) > 0)
                 return;
         CLIST_FOREACH(c, &d->conns, link_daemon)
                 conn_flush(c);
@@ -170,8 +175,6 @@ int daemon_new(Config *config, Daemon **ret)
         d->config = config;
         d->start_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&d->conns);
-        clist_init(&d->transfers);
-        clist_init(&d->served);
         link_root_init(&d->link);
         d->link.options = (LinkOptions) {
                 .limits = &config->limits,
@@ -186,9 +189,19 @@ int daemon_new(Config *config, Daemon **ret)
         d->link.ids = &d->ids;
         d->link.memory = &d->memory;
         d->link.transports = &d->transports;
-        d->link.changed = daemon_on_link_changed;
+        d->link.changed = daemon_on_changed;
         d->link.changed_userdata = d;
-        hook_list_init(&d->transfer_events);
+        transfer_root_init(&d->transfer);
+        d->transfer.link = &d->link;
+        d->transfer.memory = &d->memory;
+        d->transfer.transports = &d->transports;
+        d->transfer.options = (TransferOptions) {
+                .limits = &config->limits,
+                .sync_kv_timeout_ms = &config->sync_kv_timeout_ms,
+        };
+        d->transfer.changed = daemon_on_changed;
+        d->transfer.ended = daemon_on_transfer_ended;
+        d->transfer.userdata = d;
         do {
                 r = random_bytes(&d->link.node_id, sizeof(d->link.node_id));
                 if (r < 0) {
@@ -263,7 +276,7 @@ int daemon_new(Config *config, Daemon **ret)
         r = domain_registry_new(d, &d->domains);
         if (r < 0)
                 goto fail;
-        transfer_listen(d);
+        transfer_listen(&d->transfer);
 
         r = listener_new(d, &d->listener);
         if (r < 0)

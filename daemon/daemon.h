@@ -16,6 +16,7 @@
 #include "daemon/memory/memory.h"
 #include "daemon/transport/transport-set.h"
 #include "daemon/link/link-root.h"
+#include "daemon/transfer/transfer-root.h"
 #include "daemon/config.h"
 #include "common/time-util.h"
 #include "common/status.h"
@@ -37,16 +38,10 @@ typedef struct Transport Transport;
 
 /* Counters reported by kvdistctl; only the control loop writes them. */
 typedef struct DaemonCounters {
-        uint64_t transfers_ok;
-        uint64_t transfers_failed;
-        uint64_t bytes_pulled;
-        uint64_t bytes_pushed;
         uint64_t errors[-_KVD_E_MIN + 1]; /* by -public code, see daemon_count_error() */
         uint64_t conns_accepted;
         uint64_t conns_refused;
         uint64_t frames_malformed;      /* clients' frames (peers' in LinkCounters) */
-        uint64_t transfers_served;      /* peers' transfers of our clusters' caches */
-        uint64_t bytes_served;
 } DaemonCounters;
 
 typedef struct Daemon {
@@ -58,16 +53,11 @@ typedef struct Daemon {
         TransportSet transports; /* the copy engine, the transports, the RDMA devices */
 
         LinkRoot link;          /* node id, peers, clusters, links (daemon/link/) */
-        CList served;           /* Served.link_daemon: peers' transfers in flight here */
-        unsigned n_served;
+        TransferRoot transfer;  /* transfers, served transfers (daemon/transfer/) */
         DomainRegistry *domains; /* comm domains (daemon/domain/) */
 
         CList conns;            /* Conn.link_daemon */
         unsigned n_conns;
-        CList transfers;        /* Transfer.link_daemon, in flight */
-        unsigned n_transfers;
-        Hook transfer_link_hook; /* transfer/'s listener on @link_events */
-        HookList transfer_events; /* listeners of transfer/'s (transfer/transfer-events.h) */
 
         DaemonCounters counters;
         usec_t start_usec;      /* CLOCK_MONOTONIC */

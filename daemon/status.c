@@ -75,6 +75,7 @@ static json_t *status_counters(Daemon *d, bool *ok)
 {
         const DaemonCounters *k = &d->counters;
         const LinkCounters *lk = &d->link.counters;
+        const TransferCounters *tk = &d->transfer.counters;
         json_t *o = json_object(), *errors = json_object();
 
         if (!o || !errors) {
@@ -82,18 +83,18 @@ static json_t *status_counters(Daemon *d, bool *ok)
                 json_decref(errors);
                 return NULL;
         }
-        set(o, "transfers_ok", json_u64(k->transfers_ok), ok);
-        set(o, "transfers_failed", json_u64(k->transfers_failed), ok);
-        set(o, "bytes_pulled", json_u64(k->bytes_pulled), ok);
-        set(o, "bytes_pushed", json_u64(k->bytes_pushed), ok);
+        set(o, "transfers_ok", json_u64(tk->transfers_ok), ok);
+        set(o, "transfers_failed", json_u64(tk->transfers_failed), ok);
+        set(o, "bytes_pulled", json_u64(tk->bytes_pulled), ok);
+        set(o, "bytes_pushed", json_u64(tk->bytes_pushed), ok);
         set(o, "connections_accepted", json_u64(k->conns_accepted), ok);
         set(o, "connections_refused", json_u64(k->conns_refused), ok);
         set(o, "frames_malformed", json_u64(k->frames_malformed + lk->frames_malformed), ok);
         set(o, "peers_lost", json_u64(lk->peers_lost), ok);
         set(o, "peers_refused", json_u64(lk->peers_refused), ok);
         set(o, "peer_requests_refused", json_u64(lk->peer_requests_refused), ok);
-        set(o, "transfers_served", json_u64(k->transfers_served), ok);
-        set(o, "bytes_served", json_u64(k->bytes_served), ok);
+        set(o, "transfers_served", json_u64(tk->transfers_served), ok);
+        set(o, "bytes_served", json_u64(tk->bytes_served), ok);
         set(o, "notifies_delivered", json_u64(lk->notifies_delivered), ok);
         for (int s = 1; s <= -_KVD_E_MIN; s++)
                 if (k->errors[s] > 0)
@@ -370,8 +371,8 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "stopping", json_boolean(d->stopping), &ok);
         set(root, "pool", status_pool(d, &ok), &ok);
         set(root, "counters", status_counters(d, &ok), &ok);
-        set(root, "transfers_in_flight", json_integer(d->n_transfers), &ok);
-        set(root, "transfers_served_in_flight", json_integer(d->n_served), &ok);
+        set(root, "transfers_in_flight", json_integer(d->transfer.n_transfers), &ok);
+        set(root, "transfers_served_in_flight", json_integer(d->transfer.n_served), &ok);
         {
                 char node[24];
 
@@ -392,7 +393,7 @@ int status_to_json(Daemon *d, char **ret)
         }
         CLIST_FOREACH(l, &d->link.links, link_daemon)
                 append(links, status_link(l, now, &ok), &ok);
-        CLIST_FOREACH(x, &d->transfers, link_daemon)
+        CLIST_FOREACH(x, &d->transfer.transfers, link_daemon)
                 append(transfers, status_transfer(x, now, &ok), &ok);
         CLIST_FOREACH(p, &d->link.peers, link_daemon)
                 if (p->state != PEER_CLOSED && (p->dialed || p->node_id != 0))

@@ -88,6 +88,11 @@ void conn_free_all(Daemon *d)
         }
 }
 
+TransferRoot *conn_transfer_root(Conn *c)
+{
+        return &c->daemon->transfer;
+}
+
 void conn_set_state(Conn *c, ConnState state)
 {
         if (c->state == CONN_CLOSED)

@@ -35,6 +35,7 @@ typedef struct Cluster Cluster;
 typedef struct Daemon Daemon;
 typedef struct Conn Conn;
 typedef struct Request Request;
+typedef struct TransferRoot TransferRoot;
 
 typedef enum ConnState {
         CONN_HELLO,     /* waiting for Hello */
@@ -110,6 +111,9 @@ void conn_free_all(Daemon *d);
  * only). A closing connection stays closing: the call is then ignored.
  */
 void conn_set_state(Conn *c, ConnState state);
+
+/* The transfer layer @c's requests start transfers in. */
+TransferRoot *conn_transfer_root(Conn *c);
 
 /* Writes as much queued output as the socket takes without blocking (a last word before a
  * close, or when stopping); arms nothing. */

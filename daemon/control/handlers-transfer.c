@@ -9,8 +9,8 @@ int handle_transfer(Request *req, Error *err)
 {
         int r;
 
-        r = transfer_start(req->conn->cluster, (const Kvdist__V1__Transfer *)req->msg, &req->done,
-                           err);
+        r = transfer_start(conn_transfer_root(req->conn), req->conn->cluster,
+                           (const Kvdist__V1__Transfer *)req->msg, &req->done, err);
         if (r < 0)
                 return r;
         return HANDLER_PENDING;

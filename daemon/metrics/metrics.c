@@ -120,7 +120,7 @@ static const TransferEvents metrics_transfer_events = {
 
 void metrics_listen(Metrics *m, Daemon *d)
 {
-        transfer_events_listen(d, &m->transfer_hook, &metrics_transfer_events, m);
+        transfer_events_listen(&d->transfer, &m->transfer_hook, &metrics_transfer_events, m);
 }
 
 /* One family: its HELP/TYPE header and samples, from the daemon's state and @d->metrics. */
@@ -231,7 +231,7 @@ static void family_transfers_in_flight(MetricsWriter *w, Daemon *d)
         uint64_t counts[_DIR_MAX] = {};
         const Transfer *x;
 
-        CLIST_FOREACH(x, &d->transfers, link_daemon)
+        CLIST_FOREACH(x, &d->transfer.transfers, link_daemon)
                 counts[direction_of(x->kind)]++;
         metrics_family(w, "kvdist_transfers_in_flight", "gauge",
                        "Transfers running now, by direction");
@@ -352,13 +352,13 @@ static void family_served(MetricsWriter *w, Daemon *d)
         metrics_sample_u64(w, "kvdist_inbound_links", NULL, d->link.n_inlinks);
         metrics_family(w, "kvdist_served_in_flight", "gauge",
                        "Peers' transfers of this daemon's caches running now");
-        metrics_sample_u64(w, "kvdist_served_in_flight", NULL, d->n_served);
+        metrics_sample_u64(w, "kvdist_served_in_flight", NULL, d->transfer.n_served);
         metrics_family(w, "kvdist_served_total", "counter",
                        "Peers' transfers of this daemon's caches completed");
-        metrics_sample_u64(w, "kvdist_served_total", NULL, d->counters.transfers_served);
+        metrics_sample_u64(w, "kvdist_served_total", NULL, d->transfer.counters.transfers_served);
         metrics_family(w, "kvdist_served_bytes_total", "counter",
                        "Bytes of this daemon's caches that peers pulled or pushed");
-        metrics_sample_u64(w, "kvdist_served_bytes_total", NULL, d->counters.bytes_served);
+        metrics_sample_u64(w, "kvdist_served_bytes_total", NULL, d->transfer.counters.bytes_served);
         metrics_family(w, "kvdist_notifies_delivered_total", "counter",
                        "Push notifications queued for clusters of this daemon");
         metrics_sample_u64(w, "kvdist_notifies_delivered_total", NULL,

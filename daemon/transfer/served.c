@@ -12,6 +12,7 @@
 #include "daemon/memory/cache-proto.h"
 #include "daemon/link/cluster.h"
 #include "daemon/daemon.h"
+#include "daemon/transfer/transfer-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
@@ -40,14 +41,14 @@ static void served_set_state(Served *s, ServedState state)
 
 static Served *served_free(Served *s)
 {
-        Daemon *d = s->daemon;
+        TransferRoot *root = s->root;
 
         if (s->timer)
                 event_free(s->timer);
         if (s->cache) {
                 s->cache->n_busy--;
                 if (s->cache->released && s->cache->n_busy == 0)
-                        memory_release_cache(&d->memory, s->cache);
+                        memory_release_cache(root->memory, s->cache);
         }
         if (s->peer) {
                 clist_unlink(&s->link_peer);
@@ -59,7 +60,7 @@ static Served *served_free(Served *s)
         }
         if (clist_is_linked(&s->link_daemon)) {
                 clist_unlink(&s->link_daemon);
-                d->n_served--;
+                root->n_served--;
         }
         for (uint32_t i = 0; i < s->n_regions; i++)
                 region_unref(s->regions[i]);
@@ -74,14 +75,14 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Served, served_free);
 /* The data plane let go of our memory: account, notify, tell the peer (push), free. */
 static void served_finish(Served *s, int status)
 {
-        Daemon *d = s->daemon;
+        TransferRoot *root = s->root;
         int final = s->status != STATUS_OK ? s->status : status;
 
         if (final == STATUS_OK) {
                 if (s->end_key)
-                        transfer_end_key(d, &s->key, s->cache);
-                d->counters.transfers_served++;
-                d->counters.bytes_served += s->plan->total_bytes;
+                        transfer_end_key(root->link, &s->key, s->cache);
+                root->counters.transfers_served++;
+                root->counters.bytes_served += s->plan->total_bytes;
                 if (s->inlink) {
                         s->inlink->n_served++;
                         s->inlink->bytes += s->plan->total_bytes;
@@ -107,7 +108,7 @@ static void served_finish(Served *s, int status)
                 (void)peer_notice(s->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, &m.base);
         }
         served_free(s);
-        daemon_check_stopped(d);
+        transfer_root_ended(root);
 }
 
 static void served_on_data_done(TransportJob *job, int st)
@@ -143,7 +144,7 @@ static void served_fail(Served *s, int status)
                 served_finish(s, status);
                 return;
         }
-        transport_cancel(s->daemon->transports.tcp, &s->job);
+        transport_cancel(s->root->transports->tcp, &s->job);
 }
 
 static void served_on_deadline(evutil_socket_t fd, short what, void *userdata)
@@ -175,11 +176,11 @@ void served_on_peer_lost(Peer *p)
         }
 }
 
-void served_stop_all(Daemon *d, int status)
+void served_stop_all(TransferRoot *root, int status)
 {
         Served *s, *tmp;
 
-        CLIST_FOREACH_SAFE(s, tmp, &d->served, link_daemon)
+        CLIST_FOREACH_SAFE(s, tmp, &root->served, link_daemon)
                 served_fail(s, status);
 }
 
@@ -219,7 +220,7 @@ static int served_resolve(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
 static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer *m,
                           uint32_t *ret_index, Error *err)
 {
-        const Limits *lim = &s->daemon->config->limits;
+        const Limits *lim = s->root->options.limits;
         RemoteDesc ours, theirs;
         TransferArgs args;
         PlanRequest pr;
@@ -306,7 +307,7 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         Kvdist__V1__PeerTransferReply reply = KVDIST__V1__PEER_TRANSFER_REPLY__INIT;
         Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        Daemon *d = daemon_from_link(p->root);
+        TransferRoot *root = &daemon_from_link(p->root)->transfer;
         _cleanup_(served_freep) Served *s = NULL;
         Error err = ERROR_INIT;
         uint32_t index = 0, timeout_ms, rdma_rkeys[KVD_MAX_TENSORS];
@@ -317,7 +318,7 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         int r;
 
         if (request_id == 0) {
-                d->link.counters.peer_requests_refused++;
+                root->link->counters.peer_requests_refused++;
                 return;
         }
         s = calloc(1, sizeof(*s));
@@ -325,8 +326,8 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
                 error_set(&err, STATUS_OUT_OF_MEMORY, "out of memory");
                 goto refuse;
         }
-        s->daemon = d;
-        s->id = daemon_next_id(d);
+        s->root = root;
+        s->id = id_source_next(root->link->ids);
         s->state = SERVED_RUNNING;
         s->pull = transfer_kind_is_pull((TransferKind)m->kind);
         s->one_sided = m->rdma;
@@ -336,7 +337,7 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         clist_init(&s->link_inlink);
         clist_init(&s->link_daemon);
 
-        if (d->stopping) {
+        if (root->link->stopping) {
                 error_set(&err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
                 goto refuse;
         }
@@ -352,11 +353,11 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         if (r < 0)
                 goto refuse;
 
-        timeout_ms = MIN(m->timeout_ms ? m->timeout_ms : d->config->sync_kv_timeout_ms,
+        timeout_ms = MIN(m->timeout_ms ? m->timeout_ms : *root->options.sync_kv_timeout_ms,
                          SERVED_TIMEOUT_MAX_MS) + SERVED_GRACE_MS;
         tv = (struct timeval){ .tv_sec = timeout_ms / 1000,
                                .tv_usec = (timeout_ms % 1000) * 1000 };
-        s->timer = evtimer_new(d->base, served_on_deadline, s);
+        s->timer = evtimer_new(root->link->base, served_on_deadline, s);
         if (!s->timer || evtimer_add(s->timer, &tv) < 0) {
                 error_set(&err, STATUS_OUT_OF_MEMORY, "cannot arm a deadline");
                 goto refuse;
@@ -378,7 +379,7 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
                         .userdata = s,
                 };
                 s->moving = true;
-                r = transport_submit(d->transports.tcp, &s->job);
+                r = transport_submit(root->transports->tcp, &s->job);
         }
         if (r < 0) {
                 s->moving = false;
@@ -393,8 +394,8 @@ void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *
         clist_link_tail(&il->served, &s->link_inlink);
         il->n_inflight++;
         s->inlink = il;
-        clist_link_tail(&d->served, &s->link_daemon);
-        d->n_served++;
+        clist_link_tail(&root->served, &s->link_daemon);
+        root->n_served++;
 
         remote_desc_from_cache(s->cache, &ours);
         remote_desc_to_proto(&ours, &desc);
@@ -440,7 +441,7 @@ void peer_handle_rdma_done(Peer *p, uint64_t request_id, const ProtobufCMessage 
                         s->word = true;
                         s->word_status = status;
                         if (status == STATUS_OK && s->end_key && s->state == SERVED_RUNNING) {
-                                transfer_end_key(daemon_from_link(p->root), &s->key, s->cache);
+                                transfer_end_key(p->root, &s->key, s->cache);
                                 s->end_key = false;
                         }
                         if (s->moving)

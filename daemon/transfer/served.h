@@ -30,7 +30,7 @@
 #include <kvdist/kvdist.h>
 
 struct event;
-typedef struct Daemon Daemon;
+typedef struct TransferRoot TransferRoot;
 typedef struct InLink InLink;
 typedef struct Peer Peer;
 typedef struct Plan Plan;
@@ -47,7 +47,7 @@ typedef enum ServedState {
 } ServedState;
 
 struct Served {
-        Daemon *daemon;
+        TransferRoot *root;
         uint64_t id;            /* push: the data job id the peer sends under */
         ServedState state;
         bool pull;              /* the peer pulls: we send */
@@ -85,4 +85,4 @@ struct Served {
 void served_detach_inlink(Served *s, int status);
 
 /* Stops every served transfer (daemon shutdown). */
-void served_stop_all(Daemon *d, int status);
+void served_stop_all(TransferRoot *root, int status);

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * TransferEvents: what transfer/ announces to the layers above it (metrics/), which add their
- * Hook to the daemon's list at start (common/hook.h). transfer/ never names them.
+ * Hook to TransferRoot.events at start (common/hook.h). transfer/ never names them.
  */
 #pragma once
 
 #include "common/hook.h"
 
-typedef struct Daemon Daemon;
+typedef struct TransferRoot TransferRoot;
 typedef struct Transfer Transfer;
 
 typedef struct TransferEvents {
@@ -15,5 +15,5 @@ typedef struct TransferEvents {
         void (*transfer_done)(void *userdata, const Transfer *x, int status);
 } TransferEvents;
 
-/* Adds @h with @events (and @userdata) to @d's listeners of transfer events. */
-void transfer_events_listen(Daemon *d, Hook *h, const TransferEvents *events, void *userdata);
+/* Adds @h with @events (and @userdata) to @root's listeners of transfer events. */
+void transfer_events_listen(TransferRoot *root, Hook *h, const TransferEvents *events, void *userdata);

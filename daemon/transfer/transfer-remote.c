@@ -21,7 +21,7 @@
 
 #include "daemon/memory/cache-proto.h"
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"

@@ -10,7 +10,7 @@
 #include <event2/event.h>
 #include "daemon/memory/cache-proto.h"
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/transfer/transfer-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-events.h"
 #include "daemon/link/link.h"
@@ -107,7 +107,7 @@ static void transfer_on_request_cancel(Completion *done, void *userdata)
 
 static Transfer *transfer_free(Transfer *x)
 {
-        Daemon *d = x->daemon;
+        TransferRoot *root = x->root;
 
         if (x->timer)
                 event_free(x->timer);
@@ -119,7 +119,7 @@ static Transfer *transfer_free(Transfer *x)
                                 continue;
                         x->caches[i]->n_busy--;
                         if (x->caches[i]->released && x->caches[i]->n_busy == 0)
-                                memory_release_cache(&d->memory, x->caches[i]);
+                                memory_release_cache(root->memory, x->caches[i]);
                 }
                 if (x->cluster) {
                         clist_unlink(&x->link_cluster);
@@ -130,7 +130,7 @@ static Transfer *transfer_free(Transfer *x)
                         x->link->n_inflight--;
                 }
                 clist_unlink(&x->link_daemon);
-                d->n_transfers--;
+                root->n_transfers--;
         }
         for (uint32_t i = 0; i < x->n_regions; i++)
                 region_unref(x->regions[i]);
@@ -148,7 +148,7 @@ bool transfer_pull_ends_key(TransferKind kind, const CacheKey *key, const Cache 
         return transfer_kind_is_pull(kind) && key->kind == CACHE_KEY_REQ && cache->pool_backed;
 }
 
-void transfer_end_key(Daemon *d, const CacheKey *key, const Cache *read)
+void transfer_end_key(LinkRoot *link, const CacheKey *key, const Cache *read)
 {
         Cluster *owner;
         Cache *cache, *dead = NULL;
@@ -156,7 +156,7 @@ void transfer_end_key(Daemon *d, const CacheKey *key, const Cache *read)
 
         /* The key may have been removed, even given to another cache, while the bytes moved:
          * only the hold on the cache this transfer read ends. */
-        owner = daemon_find_cluster(d, key->cluster_id);
+        owner = link_root_find_cluster(link, key->cluster_id);
         if (!owner || cache_table_lookup(&owner->caches, key, &cache, &index, NULL) < 0 ||
             cache != read)
                 return;
@@ -171,7 +171,7 @@ static void transfer_deliver_notify(Transfer *x)
 
         if (!x->has_notify || x->phase != REMOTE_NONE)
                 return;
-        dst = daemon_find_cluster(x->daemon, x->remote_cluster_id);
+        dst = link_root_find_cluster(x->root->link, x->remote_cluster_id);
         if (dst && notify_deliver(dst, x->cluster_id, x->notify, x->notify_len) < 0)
                 log_error("transfer %" PRIu64 ": cannot queue the push notification for cluster %"
                           PRIu64 ", ignoring", x->id, x->remote_cluster_id);
@@ -246,21 +246,21 @@ static int transfer_local_submit(Transfer *x)
 
 void transfer_complete(Transfer *x, int status)
 {
-        Daemon *d = x->daemon;
+        TransferRoot *root = x->root;
         /* A failure recorded first (timeout, a lost end) wins over what the transport says. */
         int final = x->status != STATUS_OK ? x->status : status;
 
         transfer_set_state(x, TRANSFER_DONE);
-        hook_list_emit(&d->transfer_events, TransferEvents, transfer_done, x, final);
+        hook_list_emit(&root->events, TransferEvents, transfer_done, x, final);
 
         if (final == STATUS_OK) {
                 uint64_t bytes = x->plan->total_bytes;
 
-                d->counters.transfers_ok++;
+                root->counters.transfers_ok++;
                 if (transfer_kind_is_pull(x->kind))
-                        d->counters.bytes_pulled += bytes;
+                        root->counters.bytes_pulled += bytes;
                 else
-                        d->counters.bytes_pushed += bytes;
+                        root->counters.bytes_pushed += bytes;
                 if (x->transport) {
                         x->transport->bytes += bytes;
                         x->transport->n_transfers++;
@@ -270,10 +270,10 @@ void transfer_complete(Transfer *x, int status)
                         x->link->n_transfers++;
                 }
                 if (x->consume_key)
-                        transfer_end_key(d, &x->key, x->caches[0]);
+                        transfer_end_key(root->link, &x->key, x->caches[0]);
                 transfer_deliver_notify(x);
         } else {
-                d->counters.transfers_failed++;
+                root->counters.transfers_failed++;
                 if (x->err.code == 0)
                         error_set(&x->err, final, "transfer %" PRIu64 " failed", x->id);
                 log_debug("transfer %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %s",
@@ -283,8 +283,8 @@ void transfer_complete(Transfer *x, int status)
 
         transfer_answer(x, final);
         transfer_free(x);
-        daemon_update_status(d);
-        daemon_check_stopped(d);
+        transfer_root_changed(root);
+        transfer_root_ended(root);
 }
 
 void transfer_fail(Transfer *x, int status, const char *fmt, ...)
@@ -362,14 +362,14 @@ static const LinkEvents transfer_link_events = {
         .inlink_gone = transfer_on_inlink_gone,
 };
 
-void transfer_listen(Daemon *d)
+void transfer_listen(TransferRoot *root)
 {
-        link_events_listen(&d->link, &d->transfer_link_hook, &transfer_link_events, d);
+        link_events_listen(root->link, &root->link_hook, &transfer_link_events, root);
 }
 
-void transfer_events_listen(Daemon *d, Hook *h, const TransferEvents *events, void *userdata)
+void transfer_events_listen(TransferRoot *root, Hook *h, const TransferEvents *events, void *userdata)
 {
-        hook_list_append(&d->transfer_events, h, events, userdata);
+        hook_list_append(&root->events, h, events, userdata);
 }
 
 /* Finds the link and, for a local one, the remote cache, which must be reachable through it. */
@@ -442,17 +442,17 @@ static int transfer_build_plan(Transfer *x, const Kvdist__V1__Transfer *m, uint3
         return plan_build(&pr, &x->plan, err);
 }
 
-int transfer_start(Cluster *c, const Kvdist__V1__Transfer *m, Completion *done, Error *err)
+int transfer_start(TransferRoot *root, Cluster *c, const Kvdist__V1__Transfer *m, Completion *done,
+                   Error *err)
 {
-        Daemon *d = daemon_from_link(c->root);
-        const Limits *lim = &d->config->limits;
+        const Limits *lim = root->options.limits;
         _cleanup_(transfer_freep) Transfer *x = NULL;
         uint32_t remote_index = 0, timeout_ms;
         TransferArgs args;
         struct timeval tv;
         int r;
 
-        if (d->stopping)
+        if (root->link->stopping)
                 return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
         if (c->n_transfers >= lim->max_inflight_per_client)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
@@ -469,7 +469,7 @@ int transfer_start(Cluster *c, const Kvdist__V1__Transfer *m, Completion *done, 
         x = calloc(1, sizeof(*x));
         if (!x)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        x->daemon = d;
+        x->root = root;
         x->state = TRANSFER_RUNNING;
         x->kind = (TransferKind)m->kind;
         x->cluster_id = c->id;
@@ -514,7 +514,7 @@ int transfer_start(Cluster *c, const Kvdist__V1__Transfer *m, Completion *done, 
         }
 
         /* From here on the transfer is accounted everywhere it is listed. */
-        x->id = daemon_next_id(d);
+        x->id = id_source_next(root->link->ids);
         x->started = true;
         for (size_t i = 0; i < ARRAY_SIZE(x->caches); i++)
                 if (x->caches[i])
@@ -524,13 +524,13 @@ int transfer_start(Cluster *c, const Kvdist__V1__Transfer *m, Completion *done, 
         c->n_transfers++;
         clist_link_tail(&x->link->transfers, &x->link_link);
         x->link->n_inflight++;
-        clist_link_tail(&d->transfers, &x->link_daemon);
-        d->n_transfers++;
+        clist_link_tail(&root->transfers, &x->link_daemon);
+        root->n_transfers++;
 
         timeout_ms = m->timeout_ms ? m->timeout_ms : c->sync_kv_timeout_ms;
         x->start_usec = now_usec(CLOCK_MONOTONIC);
         x->deadline_usec = x->start_usec + (usec_t)timeout_ms * USEC_PER_MSEC;
-        x->timer = evtimer_new(d->base, transfer_on_deadline, x);
+        x->timer = evtimer_new(root->link->base, transfer_on_deadline, x);
         tv.tv_sec = timeout_ms / 1000;
         tv.tv_usec = (timeout_ms % 1000) * 1000;
         if (!x->timer || evtimer_add(x->timer, &tv) < 0)
@@ -555,7 +555,7 @@ int transfer_start(Cluster *c, const Kvdist__V1__Transfer *m, Completion *done, 
                   " bytes in %zu segments over %s", x->id, c->id, x->remote_cluster_id,
                   transfer_kind_to_string(x->kind), x->plan ? x->plan->total_bytes : 0,
                   x->plan ? x->plan->n_segments : 0, transport_name(x->transport));
-        daemon_update_status(d);
+        transfer_root_changed(root);
         TAKE_PTR(x);
         return 0;
 }

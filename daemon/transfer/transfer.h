@@ -24,7 +24,8 @@ struct Kvdist__V1__Transfer;
 
 struct event;
 typedef struct Cluster Cluster;
-typedef struct Daemon Daemon;
+typedef struct LinkRoot LinkRoot;
+typedef struct TransferRoot TransferRoot;
 typedef struct Link Link;
 typedef struct Peer Peer;
 typedef struct PeerCall PeerCall;
@@ -59,7 +60,7 @@ typedef enum RemotePhase {
 } RemotePhase;
 
 struct Transfer {
-        Daemon *daemon;
+        TransferRoot *root;
         uint64_t id;
         TransferKind kind;
         TransferState state;
@@ -103,12 +104,12 @@ struct Transfer {
 };
 
 /*
- * Validates and starts the transfer @m asks for (a kvdist.v1.Transfer from @cluster, kept by
- * @done until it is answered). On success the transfer holds @done and answers it later. On
+ * Validates and starts in @root the transfer @m asks for (a kvdist.v1.Transfer from @cluster,
+ * kept by @done until it is answered). On success the transfer holds @done and answers it later. On
  * failure returns a STATUS_* status with @err filled; @done is still the caller's.
  */
-int transfer_start(Cluster *cluster, const struct Kvdist__V1__Transfer *m, Completion *done,
-                   Error *err);
+int transfer_start(TransferRoot *root, Cluster *cluster, const struct Kvdist__V1__Transfer *m,
+                   Completion *done, Error *err);
 
 /*
  * Called once nothing moves @x's bytes any more: @status is STATUS_OK when every byte landed.
@@ -133,7 +134,7 @@ void transfer_detach_link(Transfer *x, int status);
  * link to our cluster going away fail the transfers over them. Once, at start, after
  * domain/ (whose members hear of a cluster going away first).
  */
-void transfer_listen(Daemon *d);
+void transfer_listen(TransferRoot *root);
 
 const char *transfer_kind_to_string(TransferKind k);
 
@@ -145,7 +146,7 @@ bool transfer_pull_ends_key(TransferKind kind, const CacheKey *key, const Cache 
  * Ends @key (and its hold) after a pull by it read @read successfully; nothing when the key is
  * gone or names another cache by now. A cache nothing holds any more is released.
  */
-void transfer_end_key(Daemon *d, const CacheKey *key, const Cache *read);
+void transfer_end_key(LinkRoot *link, const CacheKey *key, const Cache *read);
 
 /* transfer-remote.c: the parts of a transfer whose other end is behind a peer daemon. */
 

@@ -200,8 +200,8 @@ static void check_released(FuzzDaemon *f)
         for (;;) {
                 fuzz_settle(f);
                 if (d->n_conns == 0 && d->link.n_clusters == 0 && d->link.n_peers == 0 &&
-                    d->link.n_inlinks == 0 && d->link.n_links == 0 && d->n_transfers == 0 &&
-                    d->n_served == 0)
+                    d->link.n_inlinks == 0 && d->link.n_links == 0 && d->transfer.n_transfers == 0 &&
+                    d->transfer.n_served == 0)
                         return;
                 if (now_usec(CLOCK_MONOTONIC) > deadline)
                         break;
@@ -211,7 +211,7 @@ static void check_released(FuzzDaemon *f)
         fprintf(stderr, "fuzz: with every socket closed on our side the daemon still holds %u "
                 "connections, %u clusters, %u peers, %u inbound links, %u links, %u transfers, "
                 "%u served transfers\n", d->n_conns, d->link.n_clusters, d->link.n_peers,
-                d->link.n_inlinks, d->link.n_links, d->n_transfers, d->n_served);
+                d->link.n_inlinks, d->link.n_links, d->transfer.n_transfers, d->transfer.n_served);
         abort();
 }
 
@@ -494,7 +494,7 @@ void fuzz_settle(FuzzDaemon *f)
                         continue;
                 }
                 /* Copies and data connections run on threads and report through eventfds. */
-                if ((d->n_transfers > 0 || d->n_served > 0) &&
+                if ((d->transfer.n_transfers > 0 || d->transfer.n_served > 0) &&
                     grace++ < FUZZ_SETTLE_GRACE_POLLS && loop_busy(f, 1, NULL))
                         continue;
                 return;
