@@ -285,8 +285,17 @@ int daemon_new(Config *config, Daemon **ret)
         if (r < 0)
                 goto fail;
         if (config->metrics_listen) {
-                r = metrics_server_new(d->base, config->metrics_listen, daemon_render_metrics, d,
-                                       &d->metrics_server);
+                struct sockaddr_storage sa;
+                socklen_t len;
+
+                r = config_parse_metrics_listen(config->metrics_listen, &sa, &len);
+                if (r < 0) {
+                        r = log_error_errno(-EINVAL, "metrics_listen %s is not a numeric address",
+                                            config->metrics_listen);
+                        goto fail;
+                }
+                r = metrics_server_new(d->base, &sa, len, config->metrics_listen,
+                                       daemon_render_metrics, d, &d->metrics_server);
                 if (r < 0)
                         goto fail;
         }

@@ -11,7 +11,6 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
-#include "daemon/config.h"
 #include "common/log.h"
 #include "common/macro.h"
 #include "daemon/metrics/metrics-http.h"
@@ -63,19 +62,15 @@ static void metrics_on_request(struct evhttp_request *req, void *userdata)
         evbuffer_free(body);
 }
 
-int metrics_server_new(struct event_base *base, const char *listen_addr,
-                       metrics_render_fn render, void *userdata, MetricsServer **ret)
+int metrics_server_new(struct event_base *base, const struct sockaddr_storage *addr,
+                       socklen_t len, const char *listen_addr, metrics_render_fn render,
+                       void *userdata, MetricsServer **ret)
 {
         _cleanup_close_ int fd = -1;
-        struct sockaddr_storage sa;
-        socklen_t len;
+        struct sockaddr_storage sa = *addr;
         MetricsServer *s;
-        int r, one = 1;
+        int one = 1;
 
-        r = config_parse_metrics_listen(listen_addr, &sa, &len);
-        if (r < 0)
-                return log_error_errno(-EINVAL, "metrics_listen %s is not a numeric address",
-                                       listen_addr);
         fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return log_error_errno(-errno, "metrics: cannot create a socket");

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <sys/socket.h>
 
 struct event_base;
 typedef struct MetricsServer MetricsServer;
@@ -15,11 +16,11 @@ typedef struct MetricsServer MetricsServer;
 typedef int (*metrics_render_fn)(void *userdata, char **ret, size_t *ret_len);
 
 /*
- * Listens on @listen (a metrics_listen value, see config.h) on @base and serves what @render
- * builds. Logs what failed. Returns 0, -EINVAL for a bad address, or the errno of socket(),
- * bind() or listen().
+ * Listens on @addr (@len bytes; @listen_addr names it in logs) on @base and serves what @render
+ * builds. Logs what failed. Returns 0 or the errno of socket(), bind() or listen().
  */
-int metrics_server_new(struct event_base *base, const char *listen, metrics_render_fn render,
+int metrics_server_new(struct event_base *base, const struct sockaddr_storage *addr,
+                       socklen_t len, const char *listen_addr, metrics_render_fn render,
                        void *userdata, MetricsServer **ret);
 
 /* Closes the listener and the connections. Accepts NULL; returns NULL. */
