@@ -100,9 +100,14 @@ static void daemon_on_changed(void *userdata)
         daemon_update_status(userdata);
 }
 
-static void daemon_on_transfer_ended(void *userdata)
+static void daemon_on_ended(void *userdata)
 {
         daemon_check_stopped(userdata);
+}
+
+static void daemon_on_error(void *userdata, int status)
+{
+        daemon_count_error(userdata, status);
 }
 
 static void daemon_on_signal(evutil_socket_t sig, short what, void *userdata)
@@ -143,11 +148,12 @@ void daemon_stop(Daemon *d, int exit_code)
         CLIST_FOREACH_SAFE(x, tmp, &d->transfer.transfers, link_daemon)
                 transfer_fail(x, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
         served_stop_all(&d->transfer, STATUS_DAEMON_UNAVAILABLE);
-        domain_stop_all(d);
+        domain_stop_all(d->domains);
         /* Peers hear it now rather than from a heartbeat timeout. */
         peer_close_all(&d->link);
         daemon_check_stopped(d);
-        if (d->stopping && (d->transfer.n_transfers > 0 || d->transfer.n_served > 0 || domain_calls_in_flight(d) > 0))
+        if (d->stopping && (d->transfer.n_transfers > 0 || d->transfer.n_served > 0 ||
+                            domain_calls_in_flight(d->domains) > 0))
                 (void)event_base_once(d->base, -1, EV_TIMEOUT, daemon_on_stop_grace, d, &grace);
 }
 
@@ -155,7 +161,8 @@ void daemon_check_stopped(Daemon *d)
 {
         Conn *c;
 
-        if (!d->stopping || d->transfer.n_transfers > 0 || d->transfer.n_served > 0 || domain_calls_in_flight(d) > 0)
+        if (!d->stopping || d->transfer.n_transfers > 0 || d->transfer.n_served > 0 ||
+            domain_calls_in_flight(d->domains) > 0)
                 return;
         CLIST_FOREACH(c, &d->conns, link_daemon)
                 conn_flush(c);
@@ -200,7 +207,7 @@ int daemon_new(Config *config, Daemon **ret)
                 .sync_kv_timeout_ms = &config->sync_kv_timeout_ms,
         };
         d->transfer.changed = daemon_on_changed;
-        d->transfer.ended = daemon_on_transfer_ended;
+        d->transfer.ended = daemon_on_ended;
         d->transfer.userdata = d;
         do {
                 r = random_bytes(&d->link.node_id, sizeof(d->link.node_id));
@@ -273,7 +280,16 @@ int daemon_new(Config *config, Daemon **ret)
         if (r < 0)
                 goto fail;
         metrics_listen(d->metrics, d);
-        r = domain_registry_new(d, &d->domains);
+        r = domain_registry_new(&(DomainRoots) {
+                                        .link = &d->link,
+                                        .transports = &d->transports,
+                                        .link_total_time_ms = &config->link_total_time_ms,
+                                        .changed = daemon_on_changed,
+                                        .call_ended = daemon_on_ended,
+                                        .count_error = daemon_on_error,
+                                        .userdata = d,
+                                },
+                                &d->domains);
         if (r < 0)
                 goto fail;
         transfer_listen(&d->transfer);

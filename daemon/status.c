@@ -357,7 +357,7 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "caches", caches, &ok);
         set(root, "links", links, &ok);
         set(root, "transfers", transfers, &ok);
-        set(root, "domains", domain_status_json(d), &ok);
+        set(root, "domains", domain_status_json(d->domains), &ok);
         if (!root || !ok) {
                 json_decref(root);
                 return -ENOMEM;

@@ -117,7 +117,7 @@ static const char *call_kind_name(OpKind k)
 static void call_finish(DomainCall *call)
 {
         Domain *dom = call->dom;
-        Daemon *d = dom->daemon;
+        DomainRegistry *reg = dom->reg;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
         bool ok = call->status == STATUS_OK;
 
@@ -145,7 +145,7 @@ static void call_finish(DomainCall *call)
                         reply.rets = call->rets;
                         reply.n_rets = call->n_items;
                         if (!ok)
-                                daemon_count_error(d, call->status);
+                                domain_registry_count_error(reg, call->status);
                         (void)completion_reply(done, &reply.base, -1);
                 } else if (!ok) {
                         (void)completion_fail(done, call->status, &call->err);
@@ -163,7 +163,7 @@ static void call_finish(DomainCall *call)
                 }
         }
         call_free(call);
-        daemon_check_stopped(d);
+        domain_registry_call_ended(reg);
 }
 
 /* Stops every op of @call that is not done; the drain finishes the call after the last. */
@@ -279,7 +279,7 @@ int call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
                 call_finish(call);
                 return COMPLETION_PENDING;
         }
-        call->timer = evtimer_new(call->dom->daemon->base, call_on_deadline, call);
+        call->timer = evtimer_new(call->dom->reg->roots.link->base, call_on_deadline, call);
         if (!call->timer || evtimer_add(call->timer, &tv) < 0) {
                 /* The seqs are taken: the other ends hear that these messages will not come.
                  * The drain frees the call, unanswered. */
@@ -396,7 +396,7 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
                       uint32_t *ret_me, Error *err)
 {
         const Kvdist__V1__ClusterRank *by_rank[DOMAIN_MAX_RANKS];
-        Daemon *d = daemon_from_link(c->root);
+        LinkRoot *link = c->root;
         const RankDevice *own;
         RankDevice res;
         RankTable t;
@@ -432,20 +432,20 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
                                  " of server %s in the rank table, but cluster %" PRIu64 " was "
                                  "initialised with device_id %" PRId32, me, own->device_id,
                                  own->server_id, c->id, c->device_id);
-        domain_local_res(d, c, &res, &given);
+        domain_local_res(daemon_from_link(c->root)->domains, c, &res, &given);
         if (given && (strcmp(res.device_ip, own->device_ip) != 0 ||
                       strcmp(res.server_id, own->server_id) != 0))
                 return error_set(err, STATUS_PARAM_INVALID, "rank %" PRIu32 " is server %s at %s "
                                  "in the rank table, but local_comm_res says server %s at %s", me,
                                  own->server_id, own->device_ip, res.server_id, res.device_ip);
-        if (daemon_peer_address(d)[0] && !domain_address_is_ours(d, own->device_ip))
+        if (link_root_peer_address(link)[0] && !domain_address_is_ours(link, own->device_ip))
                 return error_set(err, STATUS_PARAM_INVALID, "rank %" PRIu32 "'s device_ip %s is "
                                  "not where this kvdistd accepts peers (%s)", me, own->device_ip,
-                                 daemon_peer_address(d));
+                                 link_root_peer_address(link));
         for (uint32_t o = 0; o < n; o++) {
                 DomainRank *x = &ranks[o];
-                bool attached = daemon_find_cluster(d, by_rank[o]->cluster_id);
-                bool ours = domain_address_is_ours(d, t.ranks[o].device_ip);
+                bool attached = link_root_find_cluster(link, by_rank[o]->cluster_id);
+                bool ours = domain_address_is_ours(link, t.ranks[o].device_ip);
 
                 *x = (DomainRank){ .rank = o };
                 x->cluster_id = by_rank[o]->cluster_id;
@@ -454,13 +454,13 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
                 (void)snprintf(x->server_id, sizeof(x->server_id), "%s", t.ranks[o].server_id);
                 x->local = o == me || attached || ours ||
                            strcmp(t.ranks[o].device_ip, own->device_ip) == 0;
-                if (attached && !ours && daemon_peer_address(d)[0])
+                if (attached && !ours && link_root_peer_address(link)[0])
                         return error_set(err, STATUS_PARAM_INVALID, "cluster %" PRIu64 " (rank %"
                                          PRIu32 ") is attached to this kvdistd, but the rank "
                                          "table puts it at %s", x->cluster_id, o, x->address);
                 remote = remote || !x->local;
         }
-        if (remote && !daemon_peer_address(d)[0])
+        if (remote && !link_root_peer_address(link)[0])
                 return error_set(err, STATUS_PARAM_INVALID, "members are on other daemons, but this "
                                  "kvdistd does not accept peers (set listen_ip_info)");
         if (remote) {

@@ -163,7 +163,6 @@ typedef struct DomainCounters {
 
 struct Domain {
         DomainRegistry *reg;
-        Daemon *daemon;
         uint64_t id;                    /* the comm_id clients get */
         char name[DOMAIN_NAME_MAX + 1];
         uint8_t digest[SHA256_DIGEST_SIZE];
@@ -196,8 +195,8 @@ typedef struct LocalRes {
 } LocalRes;
 
 struct DomainRegistry {
-        Daemon *daemon;
-        Hook link_hook;                 /* on the daemon's link events */
+        DomainRoots roots;
+        Hook link_hook;                 /* on the link root's events */
         CList domains;                  /* Domain.link_reg */
         unsigned n_domains;
         CList queue;                    /* Domain.link_queue, SETUP_QUEUED, oldest first */
@@ -395,9 +394,14 @@ void domain_member_leave(Domain *dom, uint32_t rank, int code, const char *why);
 Peer *domain_rank_peer(Domain *dom, uint32_t rank);
 /* Whether canonical @ip_port is where this daemon accepts peers (a wildcard listener: any
  * address of this host with its port). */
-bool domain_address_is_ours(Daemon *d, const char *ip_port);
+bool domain_address_is_ours(LinkRoot *link, const char *ip_port);
+/* Tell the daemon (DomainRoots): the count of domains changed, a call was answered, a call
+ * failed with @status. */
+void domain_registry_changed(DomainRegistry *reg);
+void domain_registry_call_ended(DomainRegistry *reg);
+void domain_registry_count_error(DomainRegistry *reg, int status);
 /* The local_comm_res of @c: the one it gave at init, or one generated for it. */
-void domain_local_res(Daemon *d, const Cluster *c, RankDevice *ret, bool *ret_given);
+void domain_local_res(DomainRegistry *reg, const Cluster *c, RankDevice *ret, bool *ret_given);
 /* "comm domain 7 (name)" into @buf. */
 const char *domain_name(const Domain *dom, char *buf, size_t size);
 #define DOMAIN_NAME(dom) domain_name((dom), (char[DOMAIN_NAME_MAX + 64]){ 0 }, DOMAIN_NAME_MAX + 64)

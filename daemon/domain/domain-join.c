@@ -20,7 +20,7 @@
 
 #include <event2/event.h>
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-request.h"
@@ -221,13 +221,12 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
 
 void pair_link_unref(PairLink *pl)
 {
-        Daemon *d = pl->reg->daemon;
         Cluster *c;
         Link *l;
 
         if (--pl->n_refs > 0)
                 return;
-        c = daemon_find_cluster(d, pl->local_cluster_id);
+        c = link_root_find_cluster(pl->reg->roots.link, pl->local_cluster_id);
         switch (pl->state) {
         case PAIR_LINK_REQUESTING: {
                 uint64_t *ids = malloc(2 * sizeof(uint64_t));
@@ -262,7 +261,7 @@ void pair_link_unref(PairLink *pl)
 /* Makes (or finds) the link of a pair of OK @dom; fails the domain when it cannot. */
 static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
 {
-        Daemon *d = dom->daemon;
+        LinkRoot *link = dom->reg->roots.link;
         PairLink *pl = dom->ranks[m].pairs[o].pl;
         Cluster *c = dom->ranks[m].cluster;
         Cluster *remote;
@@ -294,7 +293,7 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
                 remote = dom->ranks[o].cluster;
                 if (l)
                         link_free(l, STATUS_PEER_LOST);
-                r = link_new_local(&d->link, c, remote, d->transports.shm, &l);
+                r = link_new_local(link, c, remote, dom->reg->roots.transports->shm, &l);
                 if (r < 0) {
                         domain_fail(dom, STATUS_OUT_OF_MEMORY, false, "cannot create a link");
                         return;
@@ -613,7 +612,7 @@ static void rank_dial(Domain *dom, uint32_t o, usec_t now, usec_t *next)
                 *next = MIN(*next, r->next_dial_usec);
                 return;
         }
-        k = peer_get(&dom->daemon->link, r->address, &p, &e);
+        k = peer_get(dom->reg->roots.link, r->address, &p, &e);
         if (k == 0) {
                 r->peer = p;
                 /* A READY peer answers from inside, and progress runs from there. */

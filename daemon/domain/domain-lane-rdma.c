@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/transport/rdma.h"
@@ -138,7 +138,7 @@ int lane_rdma_recv_register(DomainOp *op, Error *err)
                 return error_set(err, STATUS_LIMIT_EXCEEDED, "the message has %zu segments, "
                                  "more than one READY over RDMA names (%u); use larger blocks "
                                  "or smaller chunks", op->n_segs, LANE_RDMA_MAX_SEGS);
-        dev = c ? rdma_device_for(dom->daemon->transports.rdma, c->device_id, &why) : NULL;
+        dev = c ? rdma_device_for(dom->reg->roots.transports->rdma, c->device_id, &why) : NULL;
         if (!dev)
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED, "rank %" PRIu32 " sends over "
                                  "RDMA, but rank %" PRIu32 "'s device cannot take its WRITEs: %s",

@@ -10,7 +10,7 @@
 #include <kvdist/kvdist.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
 #include "daemon/link/link.h"
 #include "daemon/link/peer.h"
@@ -186,10 +186,9 @@ static json_t *domain_json(const Domain *dom, usec_t now, unsigned queue_pos, bo
         return o;
 }
 
-json_t *domain_status_json(Daemon *d)
+json_t *domain_status_json(DomainRegistry *reg)
 {
         usec_t now = now_usec(CLOCK_MONOTONIC);
-        DomainRegistry *reg = d->domains;
         json_t *a = json_array();
         const Domain *dom;
         bool ok = a != NULL;

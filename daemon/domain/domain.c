@@ -75,24 +75,24 @@ static const LinkEvents domain_link_events = {
         .linking = domain_on_linking,
 };
 
-int domain_registry_new(Daemon *d, DomainRegistry **ret)
+int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret)
 {
         DomainRegistry *reg = calloc(1, sizeof(*reg));
 
         if (!reg)
                 return -ENOMEM;
-        reg->daemon = d;
+        reg->roots = *roots;
         clist_init(&reg->domains);
         clist_init(&reg->queue);
         clist_init(&reg->pair_links);
         clist_init(&reg->local_res);
         clist_init(&reg->done);
-        reg->drain = event_new(d->base, -1, 0, domain_on_drain, reg);
+        reg->drain = event_new(roots->link->base, -1, 0, domain_on_drain, reg);
         if (!reg->drain) {
                 free(reg);
                 return -ENOMEM;
         }
-        link_events_listen(&d->link, &reg->link_hook, &domain_link_events, reg);
+        link_events_listen(roots->link, &reg->link_hook, &domain_link_events, reg);
         *ret = reg;
         return 0;
 }
@@ -144,7 +144,7 @@ static void domain_remove(Domain *dom)
         reg->n_domains--;
         log_info("%s: removed", DOMAIN_NAME(dom));
         domain_pump(reg);
-        daemon_update_status(dom->daemon);
+        domain_registry_changed(dom->reg);
         domain_unref(dom);
 }
 
@@ -207,7 +207,7 @@ Peer *domain_rank_peer(Domain *dom, uint32_t rank)
                 return r->peer;
         /* Two daemons that dialed each other at once keep one connection for new work. */
         if (r->node_id)
-                CLIST_FOREACH(p, &dom->daemon->link.peers, link_daemon)
+                CLIST_FOREACH(p, &dom->reg->roots.link->peers, link_daemon)
                         if (p->state == PEER_READY && !p->retiring && p->node_id == r->node_id) {
                                 r->peer = p;
                                 return p;
@@ -279,8 +279,7 @@ int domain_new(DomainRegistry *reg, Domain **ret)
         if (!dom)
                 return -ENOMEM;
         dom->reg = reg;
-        dom->daemon = reg->daemon;
-        dom->id = daemon_next_id(reg->daemon);
+        dom->id = id_source_next(reg->roots.link->ids);
         dom->state = DOMAIN_PREPARING;
         dom->created_usec = now_usec(CLOCK_MONOTONIC);
         dom->refs = 1;          /* the registry's */
@@ -333,20 +332,20 @@ static void domain_on_deadline(evutil_socket_t fd, short what, void *userdata)
 
         domain_format_missing(dom, missing, sizeof(missing));
         domain_fail(dom, STATUS_TIMEOUT, false, "not formed within link_total_time (%" PRIu32
-                    " ms): %s", dom->daemon->config->link_total_time_ms, missing);
+                    " ms): %s", *dom->reg->roots.link_total_time_ms, missing);
 }
 
 int domain_start(Domain *dom)
 {
-        uint32_t ms = dom->daemon->config->link_total_time_ms;
+        uint32_t ms = *dom->reg->roots.link_total_time_ms;
         struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
         int r;
 
         r = lanes_new(dom);
         if (r < 0)
                 return r;
-        dom->deadline = evtimer_new(dom->daemon->base, domain_on_deadline, dom);
-        dom->tick = evtimer_new(dom->daemon->base, domain_on_tick, dom);
+        dom->deadline = evtimer_new(dom->reg->roots.link->base, domain_on_deadline, dom);
+        dom->tick = evtimer_new(dom->reg->roots.link->base, domain_on_tick, dom);
         if (!dom->deadline || !dom->tick || evtimer_add(dom->deadline, &tv) < 0)
                 return -ENOMEM;
         if (dom->reg->n_domains > DOMAIN_WARN)
@@ -354,7 +353,7 @@ int domain_start(Domain *dom)
                             "of memory and slows transfers down (at most %d)", DOMAIN_NAME(dom),
                             dom->reg->n_domains, DOMAIN_WARN, DOMAIN_MAX);
         domain_setup_update(dom);
-        daemon_update_status(dom->daemon);
+        domain_registry_changed(dom->reg);
         return 0;
 }
 
@@ -383,7 +382,7 @@ void domain_fail(Domain *dom, int code, bool quiet, const char *fmt, ...)
                 domain_join_release(dom, r);
         }
         domain_setup_update(dom);
-        daemon_update_status(dom->daemon);
+        domain_registry_changed(dom->reg);
 }
 
 void domain_check_ok(Domain *dom)
@@ -412,7 +411,7 @@ void domain_check_ok(Domain *dom)
                  DOMAIN_NAME(dom), (now - dom->created_usec) / USEC_PER_MSEC, n, n - 1,
                  2 * (n - 1), n - 1);
         domain_setup_update(dom);
-        daemon_update_status(dom->daemon);
+        domain_registry_changed(dom->reg);
 }
 
 void domain_member_leave(Domain *dom, uint32_t rank, int code, const char *why)
@@ -434,21 +433,39 @@ void domain_member_leave(Domain *dom, uint32_t rank, int code, const char *why)
                 domain_remove(dom);
 }
 
+void domain_registry_changed(DomainRegistry *reg)
+{
+        if (reg->roots.changed)
+                reg->roots.changed(reg->roots.userdata);
+}
+
+void domain_registry_call_ended(DomainRegistry *reg)
+{
+        if (reg->roots.call_ended)
+                reg->roots.call_ended(reg->roots.userdata);
+}
+
+void domain_registry_count_error(DomainRegistry *reg, int status)
+{
+        if (reg->roots.count_error)
+                reg->roots.count_error(reg->roots.userdata, status);
+}
+
 /* ---- what the rest of the daemon calls ---- */
 
-void domain_stop_all(Daemon *d)
+void domain_stop_all(DomainRegistry *reg)
 {
         Domain *dom;
 
-        if (!d->domains)
+        if (!reg)
                 return;
-        CLIST_FOREACH(dom, &d->domains->domains, link_reg)
+        CLIST_FOREACH(dom, &reg->domains, link_reg)
                 domain_calls_fail(dom, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 }
 
-unsigned domain_calls_in_flight(const Daemon *d)
+unsigned domain_calls_in_flight(const DomainRegistry *reg)
 {
-        return d->domains ? d->domains->n_calls : 0;
+        return reg ? reg->n_calls : 0;
 }
 
 void domain_cluster_gone(Cluster *c)
@@ -573,9 +590,9 @@ int domain_explain_no_link(const Cluster *c, uint64_t remote_cluster_id, Error *
 /* ---- local_comm_res ---- */
 
 /* Whether @ip_port (canonical) is where this daemon listens for peers. */
-bool domain_address_is_ours(Daemon *d, const char *ip_port)
+bool domain_address_is_ours(LinkRoot *link, const char *ip_port)
 {
-        const char *ours = daemon_peer_address(d);
+        const char *ours = link_root_peer_address(link);
         struct sockaddr_storage a, b;
         struct ifaddrs *ifs = NULL, *i;
         socklen_t alen, blen;
@@ -647,7 +664,7 @@ int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err)
                 return r;
         }
         if (link_root_peer_address(c->root)[0] &&
-            !domain_address_is_ours(daemon_from_link(c->root), lr->dev.device_ip)) {
+            !domain_address_is_ours(c->root, lr->dev.device_ip)) {
                 r = error_set(err, STATUS_PARAM_INVALID, "local_comm_res: device_ip %s is not "
                               "where this kvdistd accepts peers (%s)", lr->dev.device_ip,
                               link_root_peer_address(c->root));
@@ -660,12 +677,12 @@ int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err)
         return 0;
 }
 
-void domain_local_res(Daemon *d, const Cluster *c, RankDevice *ret, bool *ret_given)
+void domain_local_res(DomainRegistry *reg, const Cluster *c, RankDevice *ret, bool *ret_given)
 {
         LocalRes *lr;
 
-        if (d->domains)
-                CLIST_FOREACH(lr, &d->domains->local_res, link)
+        if (reg)
+                CLIST_FOREACH(lr, &reg->local_res, link)
                         if (lr->cluster_id == c->id) {
                                 *ret = lr->dev;
                                 *ret_given = true;
@@ -673,6 +690,7 @@ void domain_local_res(Daemon *d, const Cluster *c, RankDevice *ret, bool *ret_gi
                         }
         *ret = (RankDevice){ .device_id = c->device_id };
         (void)gethostname(ret->server_id, sizeof(ret->server_id) - 1);
-        (void)snprintf(ret->device_ip, sizeof(ret->device_ip), "%s", daemon_peer_address(d));
+        (void)snprintf(ret->device_ip, sizeof(ret->device_ip), "%s",
+                       link_root_peer_address(c->root));
         *ret_given = false;
 }

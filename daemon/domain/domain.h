@@ -20,7 +20,8 @@
 
 struct json_t;
 typedef struct Cluster Cluster;
-typedef struct Daemon Daemon;
+typedef struct LinkRoot LinkRoot;
+typedef struct TransportSet TransportSet;
 typedef struct DomainRegistry DomainRegistry;
 typedef struct Peer Peer;
 struct Kvdist__V1__DomainLink;
@@ -30,8 +31,19 @@ struct Kvdist__V1__DomainSendRecv;
 struct Kvdist__V1__DomainBroadcast;
 struct Kvdist__V1__DomainAllGather;
 
-/* Creates the daemon's (empty) set of domains. -ENOMEM. */
-int domain_registry_new(Daemon *d, DomainRegistry **ret);
+/* What the daemon hands the domain registry: the roots below it and how it tells the daemon. */
+typedef struct DomainRoots {
+        LinkRoot *link;                 /* clusters, peers, the event loop, ids, our address */
+        TransportSet *transports;       /* what the lanes move bytes with */
+        const uint32_t *link_total_time_ms; /* a domain not formed by then fails (config) */
+        void (*changed)(void *userdata);    /* the count of domains changed (status line) */
+        void (*call_ended)(void *userdata); /* a call answered: a stopping daemon may exit */
+        void (*count_error)(void *userdata, int status); /* a call failed with @status */
+        void *userdata;
+} DomainRoots;
+
+/* Creates the daemon's (empty) set of domains over @roots (copied). -ENOMEM. */
+int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret);
 
 /*
  * Frees every domain (daemon_free(), after the data planes and the copy engine ran their
@@ -40,10 +52,10 @@ int domain_registry_new(Daemon *d, DomainRegistry **ret);
 DomainRegistry *domain_registry_free(DomainRegistry *reg);
 
 /* The daemon is stopping: domain operations in flight fail with DAEMON_UNAVAILABLE. */
-void domain_stop_all(Daemon *d);
+void domain_stop_all(DomainRegistry *reg);
 
 /* Domain operations still answering a client (daemon_check_stopped() waits for them). */
-unsigned domain_calls_in_flight(const Daemon *d);
+unsigned domain_calls_in_flight(const DomainRegistry *reg);
 
 /*
  * @c is detaching (finalize or crash): every domain it is a member of fails, here and on the
@@ -75,7 +87,7 @@ int domain_explain_no_link(const Cluster *c, uint64_t remote_cluster_id, Error *
 int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err);
 
 /* The status document's "domains" array (status.c). NULL when out of memory. */
-struct json_t *domain_status_json(Daemon *d);
+struct json_t *domain_status_json(DomainRegistry *reg);
 
 /* Domain states (PREPARING, OK, FAILED) that DomainStats counts. */
 #define DOMAIN_STATS_STATES 3
