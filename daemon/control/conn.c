@@ -93,6 +93,11 @@ TransferRoot *conn_transfer_root(Conn *c)
         return &c->daemon->transfer;
 }
 
+DomainRegistry *conn_domain_registry(Conn *c)
+{
+        return c->daemon->domains;
+}
+
 void conn_set_state(Conn *c, ConnState state)
 {
         if (c->state == CONN_CLOSED)

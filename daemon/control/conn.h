@@ -36,6 +36,7 @@ typedef struct Daemon Daemon;
 typedef struct Conn Conn;
 typedef struct Request Request;
 typedef struct TransferRoot TransferRoot;
+typedef struct DomainRegistry DomainRegistry;
 
 typedef enum ConnState {
         CONN_HELLO,     /* waiting for Hello */
@@ -114,6 +115,9 @@ void conn_set_state(Conn *c, ConnState state);
 
 /* The transfer layer @c's requests start transfers in. */
 TransferRoot *conn_transfer_root(Conn *c);
+
+/* The comm domains @c's requests join and run operations in. */
+DomainRegistry *conn_domain_registry(Conn *c);
 
 /* Writes as much queued output as the socket takes without blocking (a last word before a
  * close, or when stopping); arms nothing. */

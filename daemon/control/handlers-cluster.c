@@ -74,7 +74,7 @@ int handle_client_init(Request *req, Error *err)
         /* With listen_ip_info the cluster is a server that others link to; without, a client. */
         r = cluster_set_listen(c, m->listen_ip_info, err);
         if (r >= 0)
-                r = domain_cluster_attach(c, m->local_comm_res, err);
+                r = domain_cluster_attach(d->domains, c, m->local_comm_res, err);
         if (r < 0) {
                 cluster_free(c);
                 return r;

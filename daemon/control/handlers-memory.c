@@ -98,7 +98,7 @@ static int cluster_check_cache_quota(const Cluster *c, uint32_t num_tensors, Err
 static bool cluster_has_links(const Cluster *c)
 {
         return c->n_links > 0 || c->n_links_in > 0 || c->n_inlinks > 0 ||
-               domain_cluster_has_domains(c);
+               domain_cluster_has_domains(daemon_from_link(c->root)->domains, c);
 }
 
 int handle_region_add(Request *req, Error *err)

@@ -14,7 +14,7 @@
 #include <kvdist/kvdist.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-request.h"
@@ -392,8 +392,8 @@ static int cluster_ranks_sort(const Kvdist__V1__DomainLink *m, size_t n,
 }
 
 /* Checks the arguments of a link call and fills @ranks (without local state). */
-static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *ranks,
-                      uint32_t *ret_me, Error *err)
+static int link_check(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainLink *m,
+                      DomainRank *ranks, uint32_t *ret_me, Error *err)
 {
         const Kvdist__V1__ClusterRank *by_rank[DOMAIN_MAX_RANKS];
         LinkRoot *link = c->root;
@@ -432,7 +432,7 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
                                  " of server %s in the rank table, but cluster %" PRIu64 " was "
                                  "initialised with device_id %" PRId32, me, own->device_id,
                                  own->server_id, c->id, c->device_id);
-        domain_local_res(daemon_from_link(c->root)->domains, c, &res, &given);
+        domain_local_res(reg, c, &res, &given);
         if (given && (strcmp(res.device_ip, own->device_ip) != 0 ||
                       strcmp(res.server_id, own->server_id) != 0))
                 return error_set(err, STATUS_PARAM_INVALID, "rank %" PRIu32 " is server %s at %s "
@@ -475,17 +475,17 @@ static int link_check(Cluster *c, const Kvdist__V1__DomainLink *m, DomainRank *r
         return 0;
 }
 
-int domain_handle_link(Cluster *c, const Kvdist__V1__DomainLink *m, Completion *done, Error *err)
+int domain_handle_link(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainLink *m,
+                       Completion *done, Error *err)
 {
         Kvdist__V1__DomainLinkReply reply = KVDIST__V1__DOMAIN_LINK_REPLY__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-        DomainRegistry *reg = daemon_from_link(c->root)->domains;
         DomainRank ranks[DOMAIN_MAX_RANKS];
         Domain probe = { 0 }, *dom;
         uint32_t me = 0;
         int r;
 
-        r = link_check(c, m, ranks, &me, err);
+        r = link_check(reg, c, m, ranks, &me, err);
         if (r < 0)
                 return r;
         (void)snprintf(probe.name, sizeof(probe.name), "%s", m->comm_name);
@@ -549,10 +549,10 @@ int domain_handle_link(Cluster *c, const Kvdist__V1__DomainLink *m, Completion *
 }
 
 /* The domain @comm_id and the caller's rank in it (joined or not yet left). */
-static int domain_member(Cluster *c, uint64_t comm_id, Domain **ret, uint32_t *ret_rank,
-                         Error *err)
+static int domain_member(DomainRegistry *reg, Cluster *c, uint64_t comm_id, Domain **ret,
+                         uint32_t *ret_rank, Error *err)
 {
-        Domain *dom = domain_find_id(daemon_from_link(c->root)->domains, comm_id);
+        Domain *dom = domain_find_id(reg, comm_id);
 
         if (!dom)
                 return error_set(err, STATUS_PARAM_INVALID, "no comm domain %" PRIu64 " on this "
@@ -567,15 +567,15 @@ static int domain_member(Cluster *c, uint64_t comm_id, Domain **ret, uint32_t *r
                          c->id, DOMAIN_NAME(dom));
 }
 
-int domain_handle_unlink(Cluster *c, const Kvdist__V1__DomainUnlink *m, Completion *done,
-                         Error *err)
+int domain_handle_unlink(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainUnlink *m,
+                         Completion *done, Error *err)
 {
         DomainCall *call;
         Domain *dom;
         uint32_t me = 0;
         int r;
 
-        r = domain_member(c, m->comm_id, &dom, &me, err);
+        r = domain_member(reg, c, m->comm_id, &dom, &me, err);
         if (r < 0)
                 return r;
         CLIST_FOREACH(call, &dom->calls, link_domain)
@@ -589,8 +589,8 @@ int domain_handle_unlink(Cluster *c, const Kvdist__V1__DomainUnlink *m, Completi
         return completion_reply_ok(done, -1), 0;
 }
 
-int domain_handle_query(Cluster *c, const Kvdist__V1__DomainQuery *m, Completion *done,
-                        Error *err)
+int domain_handle_query(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainQuery *m,
+                        Completion *done, Error *err)
 {
         Kvdist__V1__DomainQueryReply reply = KVDIST__V1__DOMAIN_QUERY_REPLY__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
@@ -598,7 +598,7 @@ int domain_handle_query(Cluster *c, const Kvdist__V1__DomainQuery *m, Completion
         uint32_t me = 0;
         int r;
 
-        r = domain_member(c, m->comm_id, &dom, &me, err);
+        r = domain_member(reg, c, m->comm_id, &dom, &me, err);
         if (r < 0)
                 return r;
         reply.status = &st;
@@ -614,11 +614,11 @@ int domain_handle_query(Cluster *c, const Kvdist__V1__DomainQuery *m, Completion
 
 /* ---- batch send/recv ---- */
 
-int domain_handle_send_recv(Cluster *c, const Kvdist__V1__DomainSendRecv *m, Completion *done,
-                            Error *err)
+int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainSendRecv *m,
+                            Completion *done, Error *err)
 {
         const Limits *lim = c->root->options.limits;
-        Domain *dom = domain_find_id(daemon_from_link(c->root)->domains, m->comm_id);
+        Domain *dom = domain_find_id(reg, m->comm_id);
         int send_item[DOMAIN_MAX_RANKS], recv_item[DOMAIN_MAX_RANKS];
         Region *regions[2 * DOMAIN_MAX_RANKS];
         uint64_t offsets[2 * DOMAIN_MAX_RANKS];

@@ -20,7 +20,7 @@
 #include <kvdist/kvdist.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/memory/region.h"
@@ -313,10 +313,10 @@ static int coll_args(Domain *dom, uint32_t algorithm, uint64_t chunk_bytes, uint
         return 0;
 }
 
-int domain_handle_broadcast(Cluster *c, const Kvdist__V1__DomainBroadcast *m, Completion *done,
-                            Error *err)
+int domain_handle_broadcast(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainBroadcast *m,
+                            Completion *done, Error *err)
 {
-        Domain *dom = domain_find_id(daemon_from_link(c->root)->domains, m->comm_id);
+        Domain *dom = domain_find_id(reg, m->comm_id);
         uint32_t me = 0, algorithm;
         uint64_t chunk;
         Plan plan = { 0 };
@@ -351,10 +351,10 @@ int domain_handle_broadcast(Cluster *c, const Kvdist__V1__DomainBroadcast *m, Co
         return r;
 }
 
-int domain_handle_all_gather(Cluster *c, const Kvdist__V1__DomainAllGather *m,
+int domain_handle_all_gather(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainAllGather *m,
                              Completion *done, Error *err)
 {
-        Domain *dom = domain_find_id(daemon_from_link(c->root)->domains, m->comm_id);
+        Domain *dom = domain_find_id(reg, m->comm_id);
         uint32_t me = 0, algorithm;
         uint64_t chunk, part;
         Stream s, parts[DOMAIN_MAX_RANKS];

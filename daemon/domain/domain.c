@@ -54,18 +54,18 @@ static void domain_on_drain(evutil_socket_t fd, short what, void *userdata)
 
 static void domain_on_cluster_gone(void *userdata, Cluster *c)
 {
-        domain_cluster_gone(c);
+        domain_cluster_gone(userdata, c);
 }
 
 static int domain_on_explain_no_link(void *userdata, Cluster *c, uint64_t remote_cluster_id,
                                      Error *err)
 {
-        return domain_explain_no_link(c, remote_cluster_id, err);
+        return domain_explain_no_link(userdata, c, remote_cluster_id, err);
 }
 
 static bool domain_on_linking(void *userdata, const Cluster *c, uint64_t remote_cluster_id)
 {
-        return domain_pair_link_in_progress(c, remote_cluster_id);
+        return domain_pair_link_in_progress(userdata, c, remote_cluster_id);
 }
 
 /* What domain/ hears from link/. */
@@ -468,9 +468,8 @@ unsigned domain_calls_in_flight(const DomainRegistry *reg)
         return reg ? reg->n_calls : 0;
 }
 
-void domain_cluster_gone(Cluster *c)
+void domain_cluster_gone(DomainRegistry *reg, Cluster *c)
 {
-        DomainRegistry *reg = daemon_from_link(c->root)->domains;
         Domain *dom, *tmp;
         LocalRes *lr, *ltmp;
 
@@ -519,9 +518,8 @@ void domain_on_peer_lost(Peer *p, int status)
         }
 }
 
-bool domain_cluster_has_domains(const Cluster *c)
+bool domain_cluster_has_domains(const DomainRegistry *reg, const Cluster *c)
 {
-        DomainRegistry *reg = daemon_from_link(c->root)->domains;
         Domain *dom;
 
         if (!reg)
@@ -534,23 +532,24 @@ bool domain_cluster_has_domains(const Cluster *c)
         return false;
 }
 
-bool domain_pair_link_in_progress(const Cluster *c, uint64_t remote_cluster_id)
+bool domain_pair_link_in_progress(DomainRegistry *reg, const Cluster *c,
+                                  uint64_t remote_cluster_id)
 {
         PairLink *pl;
 
-        if (!daemon_from_link(c->root)->domains)
+        if (!reg)
                 return false;
-        pl = pair_link_find(daemon_from_link(c->root)->domains, c->id, remote_cluster_id);
+        pl = pair_link_find(reg, c->id, remote_cluster_id);
         return pl && (pl->state == PAIR_LINK_REQUESTING || pl->state == PAIR_LINK_CONNECTING ||
                       pl->state == PAIR_LINK_HELD);
 }
 
 /* Member @c's domain that has @remote_cluster_id as another member, PREPARING ones first. */
-static Domain *domain_of_pair(const Cluster *c, uint64_t remote_cluster_id)
+static Domain *domain_of_pair(DomainRegistry *reg, const Cluster *c, uint64_t remote_cluster_id)
 {
         Domain *dom, *found = NULL;
 
-        CLIST_FOREACH(dom, &daemon_from_link(c->root)->domains->domains, link_reg) {
+        CLIST_FOREACH(dom, &reg->domains, link_reg) {
                 bool member = false, other = false;
 
                 for (uint32_t r = 0; r < dom->n_ranks; r++) {
@@ -568,13 +567,14 @@ static Domain *domain_of_pair(const Cluster *c, uint64_t remote_cluster_id)
         return found;
 }
 
-int domain_explain_no_link(const Cluster *c, uint64_t remote_cluster_id, Error *err)
+int domain_explain_no_link(DomainRegistry *reg, const Cluster *c, uint64_t remote_cluster_id,
+                           Error *err)
 {
         Domain *dom;
 
-        if (!daemon_from_link(c->root)->domains)
+        if (!reg)
                 return 0;
-        dom = domain_of_pair(c, remote_cluster_id);
+        dom = domain_of_pair(reg, c, remote_cluster_id);
         if (!dom)
                 return 0;
         if (dom->state == DOMAIN_PREPARING)
@@ -640,9 +640,8 @@ bool domain_address_is_ours(LinkRoot *link, const char *ip_port)
         return found;
 }
 
-int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err)
+int domain_cluster_attach(DomainRegistry *reg, Cluster *c, const char *local_comm_res, Error *err)
 {
-        DomainRegistry *reg = daemon_from_link(c->root)->domains;
         LocalRes *lr;
         int r;
 

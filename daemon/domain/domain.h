@@ -61,30 +61,32 @@ unsigned domain_calls_in_flight(const DomainRegistry *reg);
  * @c is detaching (finalize or crash): every domain it is a member of fails, here and on the
  * other members' daemons, and its operations stop. Call before its links are torn down.
  */
-void domain_cluster_gone(Cluster *c);
+void domain_cluster_gone(DomainRegistry *reg, Cluster *c);
 
 /* @p is being lost: domains with a member behind it fail; their operations over it stop. */
 void domain_on_peer_lost(Peer *p, int status);
 
 /* Whether @c joined a domain (memory it registers afterwards is not exposed by default). */
-bool domain_cluster_has_domains(const Cluster *c);
+bool domain_cluster_has_domains(const DomainRegistry *reg, const Cluster *c);
 
 /* Whether a domain is linking @c to @remote_cluster_id right now (link_clusters waits). */
-bool domain_pair_link_in_progress(const Cluster *c, uint64_t remote_cluster_id);
+bool domain_pair_link_in_progress(DomainRegistry *reg, const Cluster *c,
+                                  uint64_t remote_cluster_id);
 
 /*
  * @c has no link to @remote_cluster_id: when a comm domain of both on this daemon explains it
  * (still PREPARING: its links are made once it is OK; or FAILED), sets NOT_YET_LINK with a
  * detail naming the domain into @err and returns it; else returns 0.
  */
-int domain_explain_no_link(const Cluster *c, uint64_t remote_cluster_id, Error *err);
+int domain_explain_no_link(DomainRegistry *reg, const Cluster *c, uint64_t remote_cluster_id,
+                           Error *err);
 
 /*
  * Takes the local_comm_res of a cluster that is attaching (NULL or "": generated from the
  * daemon's peer address and the cluster's device). PARAM_INVALID with @err for a fragment that
  * does not parse or does not describe this daemon.
  */
-int domain_cluster_attach(Cluster *c, const char *local_comm_res, Error *err);
+int domain_cluster_attach(DomainRegistry *reg, Cluster *c, const char *local_comm_res, Error *err);
 
 /* The status document's "domains" array (status.c). NULL when out of memory. */
 struct json_t *domain_status_json(DomainRegistry *reg);
@@ -113,15 +115,18 @@ void domain_registry_stats(const DomainRegistry *reg, DomainStats *ret);
  * when it answered @done, COMPLETION_PENDING when it keeps @done to answer later, or a STATUS_*
  * status with @err filled (@done is still the caller's).
  */
-int domain_handle_link(Cluster *c, const struct Kvdist__V1__DomainLink *m, Completion *done,
-                       Error *err);
-int domain_handle_unlink(Cluster *c, const struct Kvdist__V1__DomainUnlink *m, Completion *done,
-                         Error *err);
-int domain_handle_query(Cluster *c, const struct Kvdist__V1__DomainQuery *m, Completion *done,
-                        Error *err);
-int domain_handle_send_recv(Cluster *c, const struct Kvdist__V1__DomainSendRecv *m,
-                            Completion *done, Error *err);
-int domain_handle_broadcast(Cluster *c, const struct Kvdist__V1__DomainBroadcast *m,
-                            Completion *done, Error *err);
-int domain_handle_all_gather(Cluster *c, const struct Kvdist__V1__DomainAllGather *m,
-                             Completion *done, Error *err);
+int domain_handle_link(DomainRegistry *reg, Cluster *c, const struct Kvdist__V1__DomainLink *m,
+                       Completion *done, Error *err);
+int domain_handle_unlink(DomainRegistry *reg, Cluster *c, const struct Kvdist__V1__DomainUnlink *m,
+                         Completion *done, Error *err);
+int domain_handle_query(DomainRegistry *reg, Cluster *c, const struct Kvdist__V1__DomainQuery *m,
+                        Completion *done, Error *err);
+int domain_handle_send_recv(DomainRegistry *reg, Cluster *c,
+                            const struct Kvdist__V1__DomainSendRecv *m, Completion *done,
+                            Error *err);
+int domain_handle_broadcast(DomainRegistry *reg, Cluster *c,
+                            const struct Kvdist__V1__DomainBroadcast *m, Completion *done,
+                            Error *err);
+int domain_handle_all_gather(DomainRegistry *reg, Cluster *c,
+                             const struct Kvdist__V1__DomainAllGather *m, Completion *done,
+                             Error *err);
