@@ -5,6 +5,7 @@
 #include <string.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -108,6 +109,51 @@ static void daemon_on_ended(void *userdata)
 static void daemon_on_error(void *userdata, int status)
 {
         daemon_count_error(userdata, status);
+}
+
+/* The FileDescriptorName= of the client socket under socket activation. */
+#define DAEMON_LISTEN_FD_NAME "kvdist"
+
+/*
+ * Picks the client socket among those the service manager passed: the one named
+ * DAEMON_LISTEN_FD_NAME, or the only one, checked to be a listening Unix stream socket. The
+ * others are closed. Returns the fd, -ENOENT when none fits (nothing was passed, or only sockets
+ * with other names), or another negative errno (logged).
+ */
+static int daemon_take_activated(void)
+{
+        _cleanup_free_ SdListenFd *fds = NULL;
+        size_t n = 0;
+        int fd = -1, r;
+
+        r = sd_service_listen_fds(&fds, &n);
+        if (r < 0)
+                return log_error_errno(r, "cannot read the sockets the service manager passed");
+        for (size_t i = 0; i < n; i++) {
+                if (fd < 0 && (strcmp(fds[i].name, DAEMON_LISTEN_FD_NAME) == 0 || n == 1)) {
+                        fd = fds[i].fd;
+                        continue;
+                }
+                log_warning("socket activation: fd %d named \"%s\" is not the client socket "
+                            "(FileDescriptorName=%s), closing it", fds[i].fd, fds[i].name,
+                            DAEMON_LISTEN_FD_NAME);
+                safe_close(fds[i].fd);
+        }
+        if (fd < 0)
+                return -ENOENT;
+
+        r = sd_service_is_stream_listener(fd, AF_UNIX);
+        if (r < 0)
+                r = log_error_errno(r, "socket activation: cannot inspect fd %d", fd);
+        else if (r == 0)
+                r = log_error_errno(-ENOTSOCK, "socket activation: fd %d is not a listening "
+                                    "Unix stream socket (check ListenStream= of the socket "
+                                    "unit)", fd);
+        if (r <= 0) {
+                safe_close(fd);
+                return r;
+        }
+        return fd;
 }
 
 static void daemon_on_signal(evutil_socket_t sig, short what, void *userdata)
@@ -294,7 +340,10 @@ int daemon_new(Config *config, Daemon **ret)
                 goto fail;
         transfer_listen(&d->transfer);
 
-        r = listener_new(d, &d->listener);
+        r = daemon_take_activated();
+        if (r < 0 && r != -ENOENT)
+                goto fail;
+        r = listener_new(d, r, &d->listener);
         if (r < 0)
                 goto fail;
         r = peer_listener_new(&d->link, &d->link.peer_listener);

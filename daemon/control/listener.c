@@ -20,7 +20,6 @@
 #include "daemon/daemon.h"
 #include "daemon/control/listener.h"
 #include "common/log.h"
-#include "daemon/sd.h"
 #include "common/socket-path.h"
 #include "common/status.h"
 
@@ -33,7 +32,6 @@ struct Listener {
 };
 
 /* The FileDescriptorName= of the client socket in kvdistd.socket. */
-#define LISTENER_FD_NAME "kvdist"
 
 static int mkdir_parents(const char *path, mode_t mode)
 {
@@ -200,33 +198,6 @@ static int listener_wrap(Daemon *d, int fd, const char *path, bool activated, Li
         return 0;
 }
 
-/*
- * Picks the client socket among those the service manager passed: the one named
- * LISTENER_FD_NAME, or the only one. The others are closed. Returns the fd, -ENOENT when none
- * fits (nothing was passed, or only sockets with other names), or another negative errno.
- */
-static int listener_take_activated(void)
-{
-        _cleanup_free_ SdListenFd *fds = NULL;
-        size_t n = 0;
-        int fd = -1, r;
-
-        r = sd_service_listen_fds(&fds, &n);
-        if (r < 0)
-                return log_error_errno(r, "cannot read the sockets the service manager passed");
-        for (size_t i = 0; i < n; i++) {
-                if (fd < 0 && (strcmp(fds[i].name, LISTENER_FD_NAME) == 0 || n == 1)) {
-                        fd = fds[i].fd;
-                        continue;
-                }
-                log_warning("socket activation: fd %d named \"%s\" is not the client socket "
-                            "(FileDescriptorName=%s), closing it", fds[i].fd, fds[i].name,
-                            LISTENER_FD_NAME);
-                safe_close(fds[i].fd);
-        }
-        return fd >= 0 ? fd : -ENOENT;
-}
-
 static int listener_new_activated(Daemon *d, int fd, Listener **ret)
 {
         _cleanup_close_ int owned = fd;
@@ -234,13 +205,6 @@ static int listener_new_activated(Daemon *d, int fd, Listener **ret)
         socklen_t len = sizeof(sa);
         int r, flags;
 
-        r = sd_service_is_stream_listener(fd, AF_UNIX);
-        if (r < 0)
-                return log_error_errno(r, "socket activation: cannot inspect fd %d", fd);
-        if (r == 0)
-                return log_error_errno(-ENOTSOCK, "socket activation: fd %d is not a listening "
-                                       "Unix stream socket (check ListenStream= of the socket "
-                                       "unit)", fd);
         if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
                 return log_error_errno(-errno, "socket activation: getsockname() on fd %d", fd);
         if (len <= offsetof(struct sockaddr_un, sun_path) || sa.sun_path[0] == '\0')
@@ -295,7 +259,7 @@ static int listener_clear_path(const char *path, const struct sockaddr_un *sa)
         return 0;
 }
 
-int listener_new(Daemon *d, Listener **ret)
+int listener_new(Daemon *d, int activated_fd, Listener **ret)
 {
         const Config *cfg = d->config;
         _cleanup_close_ int fd = -1;
@@ -303,11 +267,8 @@ int listener_new(Daemon *d, Listener **ret)
         char msg[256];
         int r;
 
-        fd = listener_take_activated();
-        if (fd >= 0)
-                return listener_new_activated(d, TAKE_FD(fd), ret);
-        if (fd != -ENOENT)
-                return fd;
+        if (activated_fd >= 0)
+                return listener_new_activated(d, activated_fd, ret);
 
         if (strlen(cfg->socket_path) >= sizeof(sa.sun_path))
                 return log_error_errno(-ENAMETOOLONG, "socket path %s is too long",

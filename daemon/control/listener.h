@@ -11,12 +11,12 @@ typedef struct Daemon Daemon;
 typedef struct Listener Listener;
 
 /*
- * Serves the client socket the service manager passed (socket activation: the one named
- * "kvdist", or the only one; checked to be a listening Unix stream socket), else binds and
- * listens on the configured path, replacing a stale socket file (one nobody answers on) and
- * nothing else. Logs what failed.
+ * Serves @activated_fd, the listening Unix stream socket the service manager passed (socket
+ * activation; the listener owns it), or when it is negative binds and listens on the configured
+ * path, replacing a stale socket file (one nobody answers on) and nothing else. Logs what
+ * failed.
  */
-int listener_new(Daemon *d, Listener **ret);
+int listener_new(Daemon *d, int activated_fd, Listener **ret);
 
 /*
  * Stops accepting and unlinks the socket file (not one the service manager made). Accepts NULL;
