@@ -10,7 +10,6 @@
 
 #include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
-#include "daemon/daemon.h"
 #include "daemon/control/dispatch.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-request.h"
