@@ -18,6 +18,7 @@
 #include "daemon/link/link-events.h"
 #include "common/log.h"
 #include "daemon/link/peer-handlers.h"
+#include "proto/kvdist.pb-c.h"
 #include "daemon/link/peer.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
@@ -75,6 +76,15 @@ static const LinkEvents domain_link_events = {
         .linking = domain_on_linking,
 };
 
+/* What domain/ handles of what peers send: members joining, linking, leaving; lane words. */
+static const PeerHandler domain_peer_handlers[] = {
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, peer_handle_domain_join },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, peer_handle_domain_linked },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, peer_handle_domain_ready },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, peer_handle_domain_leave },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, peer_handle_domain_xfer },
+};
+
 int domain_registry_new(Daemon *d, DomainRegistry **ret)
 {
         DomainRegistry *reg = calloc(1, sizeof(*reg));
@@ -93,6 +103,7 @@ int domain_registry_new(Daemon *d, DomainRegistry **ret)
                 return -ENOMEM;
         }
         link_events_listen(d, &reg->link_hook, &domain_link_events, reg);
+        peer_handlers_register(d, domain_peer_handlers, ARRAY_SIZE(domain_peer_handlers));
         *ret = reg;
         return 0;
 }

@@ -8,7 +8,8 @@
  * all-gather collectives then run between the members over the TCP data plane (or as copies
  * between members on one daemon).
  *
- * This header is what the rest of the daemon calls; the peer handlers are in peer-handlers.h.
+ * This header is what the rest of the daemon calls; the peer handlers, which
+ * domain_registry_new() registers with link/, are declared in domain-internal.h.
  */
 #pragma once
 

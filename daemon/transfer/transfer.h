@@ -26,6 +26,7 @@ typedef struct Cluster Cluster;
 typedef struct Daemon Daemon;
 typedef struct Link Link;
 typedef struct Peer Peer;
+struct ProtobufCMessage;
 typedef struct PeerCall PeerCall;
 typedef struct Plan Plan;
 typedef struct RdmaEndpoint RdmaEndpoint;
@@ -164,6 +165,10 @@ void transfer_end_key(Daemon *d, const CacheKey *key, const Cache *read);
  * checks the request against what it has now. A STATUS_* status on failure.
  */
 int transfer_remote_start(Transfer *x, const struct Kvdist__V1__Transfer *m, Error *err);
+
+/* A peer says one of our transfers it served is over (transfer_listen() registers it). */
+void peer_handle_transfer_done(Peer *p, uint64_t request_id,
+                               const struct ProtobufCMessage *msg);
 
 /* Stops a remote transfer (transfer_fail() calls it instead of the transport's cancel). */
 void transfer_remote_cancel(Transfer *x);
