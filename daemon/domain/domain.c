@@ -69,11 +69,18 @@ static bool domain_on_linking(void *userdata, const Cluster *c, uint64_t remote_
         return domain_pair_link_in_progress(c, remote_cluster_id);
 }
 
+/* After the peer's RDMA endpoints went: a pair link that held one finds it gone. */
+static void domain_on_peer_flushed(void *userdata, Peer *p, int status)
+{
+        domain_on_peer_lost(p, status);
+}
+
 /* What domain/ hears from link/. */
 static const LinkEvents domain_link_events = {
         .cluster_gone = domain_on_cluster_gone,
         .explain_no_link = domain_on_explain_no_link,
         .linking = domain_on_linking,
+        .peer_flushed = domain_on_peer_flushed,
 };
 
 /* What domain/ handles of what peers send: members joining, linking, leaving; lane words. */

@@ -52,8 +52,7 @@ void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessa
 
 /*
  * @p is being lost with @status: links over it go down, inbound links from it go away with the
- * transfers they serve. Called once, before the peer's connections close.
+ * transfers they serve. Called once, before the peer's connections close and before the
+ * LinkEvents.peer_lost listeners.
  */
 void peer_link_on_lost(Peer *p, int status);
-void served_on_peer_lost(Peer *p);
-void domain_on_peer_lost(Peer *p, int status);

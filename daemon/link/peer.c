@@ -17,6 +17,7 @@
 #include "kvdist-config.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
+#include "daemon/link/link-events.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer-rdma.h"
@@ -204,9 +205,9 @@ void peer_lose(Peer *p, int status, const char *fmt, ...)
                 free(call);
         }
         peer_link_on_lost(p, status);
-        served_on_peer_lost(p);
+        hook_list_emit(&p->daemon->link_events, LinkEvents, peer_lost, p, status);
         peer_rdma_on_lost(p);
-        domain_on_peer_lost(p, status);
+        hook_list_emit(&p->daemon->link_events, LinkEvents, peer_flushed, p, status);
         if (was_ready)
                 p->daemon->counters.peers_lost++;
         daemon_update_status(p->daemon);

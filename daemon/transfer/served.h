@@ -89,6 +89,10 @@ void served_detach_inlink(Served *s, int status);
 /* Stops every served transfer (daemon shutdown). */
 void served_stop_all(Daemon *d, int status);
 
+/* @p is lost (LinkEvents.peer_lost): the transfers it asked of us fail, before its RDMA
+ * endpoints are flushed. */
+void served_on_peer_lost(Peer *p);
+
 /* The peer messages served transfers handle (transfer_listen() registers them with link/):
  * a peer's transfer, its cancel, and the end of an RDMA transfer the peer ran on our memory. */
 void peer_handle_transfer(Peer *p, uint64_t request_id,

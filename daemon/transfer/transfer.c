@@ -311,10 +311,16 @@ static void transfer_on_inlink_gone(void *userdata, InLink *il, int status)
                 served_detach_inlink(s, status);
 }
 
+static void transfer_on_peer_lost(void *userdata, Peer *p, int status)
+{
+        served_on_peer_lost(p);
+}
+
 static const LinkEvents transfer_link_events = {
         .cluster_gone = transfer_on_cluster_gone,
         .link_down = transfer_on_link_down,
         .inlink_gone = transfer_on_inlink_gone,
+        .peer_lost = transfer_on_peer_lost,
 };
 
 /* What transfer/ handles of what peers send: their transfers here, the end of ours there. */

@@ -141,8 +141,9 @@ void transfer_detach_link(Transfer *x, int status);
 
 /*
  * Makes transfer/ listen to link/'s events: a cluster going away, a link going down, a peer's
- * link to our cluster going away fail the transfers over them. Once, at start, after
- * domain/ (whose members hear of a cluster going away first).
+ * link to our cluster going away, a peer lost fail the transfers over them. Registers the
+ * handlers of the peer messages about transfers. Once, at start, after domain/ (whose members
+ * hear of a cluster going away first).
  */
 void transfer_listen(Daemon *d);
 
