@@ -177,6 +177,7 @@ int daemon_new(Config *config, Daemon **ret)
         clist_init(&d->served);
         hook_list_init(&d->link_events);
         hook_list_init(&d->transfer_events);
+        peer_handlers_init(d);
         do {
                 r = random_bytes(&d->node_id, sizeof(d->node_id));
                 if (r < 0) {

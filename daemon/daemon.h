@@ -16,6 +16,7 @@
 #include "daemon/memory/memory.h"
 #include "daemon/transport/transport-set.h"
 #include "daemon/config.h"
+#include "daemon/link/peer-handlers.h"
 #include "common/time-util.h"
 #include "common/status.h"
 
@@ -83,6 +84,7 @@ typedef struct Daemon {
         unsigned n_transfers;
         HookList link_events;   /* listeners of link/'s events (link/link-events.h) */
         Hook transfer_link_hook; /* transfer/'s listener on @link_events */
+        PeerHandlers peer_handlers; /* what handles each message a READY peer sends */
         HookList transfer_events; /* listeners of transfer/'s (transfer/transfer-events.h) */
 
         DaemonCounters counters;
