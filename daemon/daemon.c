@@ -244,6 +244,7 @@ int daemon_new(Config *config, Daemon **ret)
         d->link.transports = &d->transports;
         d->link.changed = daemon_on_changed;
         d->link.changed_userdata = d;
+        peer_handlers_init(&d->link);
         transfer_root_init(&d->transfer);
         d->transfer.link = &d->link;
         d->transfer.memory = &d->memory;

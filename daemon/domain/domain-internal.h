@@ -37,6 +37,7 @@
 struct event;
 struct Kvdist__V1__PeerLinkReply;
 struct Kvdist__V1__DomainOpDesc;
+struct ProtobufCMessage;
 typedef struct Domain Domain;
 typedef struct DomainCall DomainCall;
 typedef struct DomainOp DomainOp;
@@ -421,6 +422,16 @@ void domain_join_peer_lost(Domain *dom, Peer *p, int status, const char *why);
 void domain_make_links(Domain *dom);
 void pair_link_unref(PairLink *pl);
 PairLink *pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote);
+
+/* The peer messages of comm domains (domain_registry_new() registers them with link/):
+ * domain-peer.c for members joining, linking, becoming ready and leaving, domain-lane.c for
+ * the words of a lane's messages. */
+void peer_handle_domain_join(Peer *p, uint64_t request_id, const struct ProtobufCMessage *msg);
+void peer_handle_domain_linked(Peer *p, uint64_t request_id,
+                               const struct ProtobufCMessage *msg);
+void peer_handle_domain_ready(Peer *p, uint64_t request_id, const struct ProtobufCMessage *msg);
+void peer_handle_domain_leave(Peer *p, uint64_t request_id, const struct ProtobufCMessage *msg);
+void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const struct ProtobufCMessage *msg);
 
 /* domain-lane.c */
 int lanes_new(Domain *dom);

@@ -26,7 +26,6 @@
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
-#include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
 #include "proto/status-wire.h"
 #include "common/status.h"

@@ -41,7 +41,6 @@
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
-#include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/rdma.h"

@@ -13,7 +13,6 @@
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
-#include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
 #include "common/status.h"
 #include "proto/status-wire.h"

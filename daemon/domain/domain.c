@@ -18,6 +18,7 @@
 #include "daemon/link/link-events.h"
 #include "common/log.h"
 #include "daemon/link/peer-handlers.h"
+#include "proto/kvdist.pb-c.h"
 #include "daemon/link/peer.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
@@ -68,11 +69,27 @@ static bool domain_on_linking(void *userdata, const Cluster *c, uint64_t remote_
         return domain_pair_link_in_progress(userdata, c, remote_cluster_id);
 }
 
+/* After the peer's RDMA endpoints went: a pair link that held one finds it gone. */
+static void domain_on_peer_flushed(void *userdata, Peer *p, int status)
+{
+        domain_on_peer_lost(p, status);
+}
+
 /* What domain/ hears from link/. */
 static const LinkEvents domain_link_events = {
         .cluster_gone = domain_on_cluster_gone,
         .explain_no_link = domain_on_explain_no_link,
         .linking = domain_on_linking,
+        .peer_flushed = domain_on_peer_flushed,
+};
+
+/* What domain/ handles of what peers send: members joining, linking, leaving; lane words. */
+static const PeerHandler domain_peer_handlers[] = {
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, peer_handle_domain_join },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, peer_handle_domain_linked },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, peer_handle_domain_ready },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, peer_handle_domain_leave },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, peer_handle_domain_xfer },
 };
 
 int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret)
@@ -93,6 +110,8 @@ int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret)
                 return -ENOMEM;
         }
         link_events_listen(roots->link, &reg->link_hook, &domain_link_events, reg);
+        peer_handlers_register(roots->link, domain_peer_handlers,
+                               ARRAY_SIZE(domain_peer_handlers));
         *ret = reg;
         return 0;
 }

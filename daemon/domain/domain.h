@@ -8,7 +8,8 @@
  * all-gather collectives then run between the members over the TCP data plane (or as copies
  * between members on one daemon).
  *
- * This header is what the rest of the daemon calls; the peer handlers are in peer-handlers.h.
+ * This header is what the rest of the daemon calls; the peer handlers, which
+ * domain_registry_new() registers with link/, are declared in domain-internal.h.
  */
 #pragma once
 
@@ -42,7 +43,11 @@ typedef struct DomainRoots {
         void *userdata;
 } DomainRoots;
 
-/* Creates the daemon's (empty) set of domains over @roots (copied). -ENOMEM. */
+/*
+ * Creates the daemon's (empty) set of domains over @roots (copied), listening to link/'s events
+ * (clusters going away, peers lost) and registering the handlers of the domain peer messages.
+ * -ENOMEM.
+ */
 int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret);
 
 /*
@@ -63,7 +68,8 @@ unsigned domain_calls_in_flight(const DomainRegistry *reg);
  */
 void domain_cluster_gone(DomainRegistry *reg, Cluster *c);
 
-/* @p is being lost: domains with a member behind it fail; their operations over it stop. */
+/* @p is being lost, its RDMA endpoints already gone (LinkEvents.peer_flushed): domains with a
+ * member behind it fail; their operations over it stop. */
 void domain_on_peer_lost(Peer *p, int status);
 
 /* Whether @c joined a domain (memory it registers afterwards is not exposed by default). */

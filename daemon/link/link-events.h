@@ -15,6 +15,7 @@ typedef struct Cluster Cluster;
 typedef struct LinkRoot LinkRoot;
 typedef struct InLink InLink;
 typedef struct Link Link;
+typedef struct Peer Peer;
 
 typedef struct LinkEvents {
         /* @c is being destroyed (finalize or a dropped connection), before its links go: what
@@ -31,6 +32,13 @@ typedef struct LinkEvents {
         /* Whether the listener is setting up a link from @c to @remote_cluster_id itself (a
          * comm domain's pair): link_clusters() for it then answers PROCESSING_LINK. */
         bool (*linking)(void *userdata, const Cluster *c, uint64_t remote_cluster_id);
+        /* @p is being lost with @status: its links are down, its RDMA endpoints still up.
+         * What runs on them stops before they are flushed (transfer/ ends the transfers it
+         * serves for @p). */
+        void (*peer_lost)(void *userdata, Peer *p, int status);
+        /* Then @p's RDMA endpoints are flushed and freed: what else needs @p gives up
+         * (domain/ fails the domains with a member behind it). */
+        void (*peer_flushed)(void *userdata, Peer *p, int status);
 } LinkEvents;
 
 /* Adds @h with @events (and @userdata) to @root's listeners of link events. */

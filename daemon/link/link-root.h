@@ -16,6 +16,7 @@
 #include "common/hook.h"
 #include "common/id-source.h"
 #include "common/limits.h"
+#include "daemon/link/peer-handlers.h"
 #include "daemon/memory/memory.h"
 #include "daemon/transport/transport-config.h"
 #include "daemon/transport/transport-set.h"
@@ -69,6 +70,7 @@ typedef struct LinkRoot {
         CList links;            /* Link.link_daemon */
         unsigned n_links;
         HookList events;        /* listeners of link/'s events (link/link-events.h) */
+        PeerHandlers handlers;  /* what handles each message a READY peer sends */
 
         LinkCounters counters;
         bool stopping;          /* the daemon is stopping: no new peers */

@@ -1,48 +1,58 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What a READY peer may ask of us, and what the rest of the daemon does when a peer is lost. The
- * handlers are spread over the modules that own the objects (links in peer-link.c, served
- * transfers in served.c); peer.c decodes the frame and calls them. A handler answers a request
- * with peer_reply() / peer_reply_error() when @request_id is not 0 (a notice gets no answer).
+ * What a READY peer may ask of us. peer.c decodes the frame and knows which types a READY peer
+ * may send; the layers that own the objects register the handlers of those types at start
+ * (link/ its own here, transfer/ and domain/ theirs), so link/ names none of theirs. A type
+ * without a handler is answered as an unknown one. A handler answers a request with
+ * peer_reply() / peer_reply_error() when @request_id is not 0 (a notice gets no answer).
  * Whatever a peer sends is checked as input from an untrusted party.
  */
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <protobuf-c/protobuf-c.h>
 
+typedef struct LinkRoot LinkRoot;
 typedef struct Peer Peer;
 
 typedef void (*peer_handler_fn)(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+
+/* One message type a READY peer may send and what handles it. */
+typedef struct PeerHandler {
+        uint16_t type;          /* KVDIST__V1__MSG_TYPE__MSG_PEER_* */
+        peer_handler_fn fn;
+} PeerHandler;
+
+/* How many message types a READY peer may send (besides heartbeats, which peer.c answers). */
+#define PEER_N_HANDLERS 13
+
+/* The registry: the handler of each type peer.c's table lists, at the same index. */
+typedef struct PeerHandlers {
+        peer_handler_fn fn[PEER_N_HANDLERS];
+} PeerHandlers;
+
+/*
+ * Makes @handlers (@n of them) handle their types from @d's READY peers. Once per type, at start;
+ * a type a READY peer may not send, or one registered twice, is a programming error (asserted).
+ */
+void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t n);
+
+/* Registers link/'s own handlers (links, RDMA endpoints). Once, at start. */
+void peer_handlers_init(LinkRoot *root);
 
 /* peer-link.c */
 void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
 void peer_handle_unlink(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
 void peer_handle_cluster_gone(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
 
-/* served.c */
-void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
-void peer_handle_transfer_cancel(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
-void peer_handle_rdma_done(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
-
 /* peer-rdma.c */
 void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
 
-/* transfer-remote.c */
-void peer_handle_transfer_done(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
-
-/* domain-peer.c, domain-lane.c */
-void peer_handle_domain_join(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
-void peer_handle_domain_linked(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
-void peer_handle_domain_ready(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
-void peer_handle_domain_leave(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
-void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
-
 /*
  * @p is being lost with @status: links over it go down, inbound links from it go away with the
- * transfers they serve. Called once, before the peer's connections close.
+ * transfers they serve. Called once, before the peer's connections close and before the
+ * LinkEvents.peer_lost listeners.
  */
 void peer_link_on_lost(Peer *p, int status);
-void served_on_peer_lost(Peer *p);
-void domain_on_peer_lost(Peer *p, int status);

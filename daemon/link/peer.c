@@ -17,6 +17,7 @@
 #include "kvdist-config.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
+#include "daemon/link/link-events.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer-rdma.h"
@@ -204,9 +205,9 @@ void peer_lose(Peer *p, int status, const char *fmt, ...)
                 free(call);
         }
         peer_link_on_lost(p, status);
-        served_on_peer_lost(p);
+        hook_list_emit(&p->root->events, LinkEvents, peer_lost, p, status);
         peer_rdma_on_lost(p);
-        domain_on_peer_lost(p, status);
+        hook_list_emit(&p->root->events, LinkEvents, peer_flushed, p, status);
         if (was_ready)
                 p->root->counters.peers_lost++;
         link_root_changed(p->root);
@@ -428,24 +429,59 @@ void peer_become_ready(Peer *p)
 
 /* ---- input ---- */
 
-static const struct {
-        uint16_t type;
-        peer_handler_fn fn;
-} peer_handlers[] = {
+/* The types a READY peer may send besides heartbeats; their handlers are registered at start,
+ * at the same index of LinkRoot.handlers. */
+static const uint16_t peer_ready_types[] = {
+        KVDIST__V1__MSG_TYPE__MSG_PEER_LINK,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_CLUSTER_GONE,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER,
+};
+
+_Static_assert(ARRAY_SIZE(peer_ready_types) == PEER_N_HANDLERS,
+               "PeerHandlers has one slot per type a READY peer may send");
+
+/* The index of @type in peer_ready_types, or -1 when a READY peer may not send it. */
+static int peer_ready_type_index(uint16_t type)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(peer_ready_types); i++)
+                if (peer_ready_types[i] == type)
+                        return (int)i;
+        return -1;
+}
+
+void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                int k = peer_ready_type_index(handlers[i].type);
+
+                assert(k >= 0 && handlers[i].fn);
+                assert(!root->handlers.fn[k]);
+                root->handlers.fn[k] = handlers[i].fn;
+        }
+}
+
+/* link/'s own: links to our clusters and the RDMA endpoints under them. */
+static const PeerHandler peer_link_handlers[] = {
         { KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, peer_handle_link },
         { KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, peer_handle_unlink },
         { KVDIST__V1__MSG_TYPE__MSG_PEER_CLUSTER_GONE, peer_handle_cluster_gone },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, peer_handle_transfer },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, peer_handle_transfer_done },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL, peer_handle_transfer_cancel },
         { KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, peer_handle_rdma_connect },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, peer_handle_rdma_done },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, peer_handle_domain_join },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, peer_handle_domain_linked },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, peer_handle_domain_ready },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, peer_handle_domain_leave },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, peer_handle_domain_xfer },
 };
+
+void peer_handlers_init(LinkRoot *root)
+{
+        peer_handlers_register(root, peer_link_handlers, ARRAY_SIZE(peer_link_handlers));
+}
 
 static void peer_on_heartbeat(Peer *p, uint64_t id, const Kvdist__V1__PeerHeartbeat *m)
 {
@@ -511,7 +547,7 @@ static void peer_dispatch_frame(Peer *p)
         const FrameType *ft = frame_type_lookup(h->type);
         ProtobufCMessage *msg = NULL;
         Error err = ERROR_INIT;
-        int r;
+        int r, k;
 
         if (!ft) {
                 if (h->flags & FRAME_FLAG_REPLY) {
@@ -567,11 +603,11 @@ static void peer_dispatch_frame(Peer *p)
                         peer_on_heartbeat(p, h->request_id, (Kvdist__V1__PeerHeartbeat *)msg);
                         goto out;
                 }
-                for (size_t i = 0; i < ARRAY_SIZE(peer_handlers); i++)
-                        if (peer_handlers[i].type == h->type) {
-                                peer_handlers[i].fn(p, h->request_id, msg);
-                                goto out;
-                        }
+                k = peer_ready_type_index(h->type);
+                if (k >= 0 && p->root->handlers.fn[k]) {
+                        p->root->handlers.fn[k](p, h->request_id, msg);
+                        goto out;
+                }
                 error_set(&err, STATUS_UNSUPPORTED, "%s is not a peer request", ft->name);
                 (void)peer_reply_error(p, h->type, h->request_id, STATUS_UNSUPPORTED, &err);
                 goto out;

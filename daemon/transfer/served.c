@@ -17,7 +17,6 @@
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/link/notify.h"
-#include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/transport/rdma.h"

@@ -33,6 +33,7 @@ struct event;
 typedef struct TransferRoot TransferRoot;
 typedef struct InLink InLink;
 typedef struct Peer Peer;
+struct ProtobufCMessage;
 typedef struct Plan Plan;
 typedef struct Region Region;
 typedef struct Served Served;
@@ -86,3 +87,16 @@ void served_detach_inlink(Served *s, int status);
 
 /* Stops every served transfer (daemon shutdown). */
 void served_stop_all(TransferRoot *root, int status);
+
+/* @p is lost (LinkEvents.peer_lost): the transfers it asked of us fail, before its RDMA
+ * endpoints are flushed. */
+void served_on_peer_lost(Peer *p);
+
+/* The peer messages served transfers handle (transfer_listen() registers them with link/):
+ * a peer's transfer, its cancel, and the end of an RDMA transfer the peer ran on our memory. */
+void peer_handle_transfer(Peer *p, uint64_t request_id,
+                          const struct ProtobufCMessage *msg);
+void peer_handle_transfer_cancel(Peer *p, uint64_t request_id,
+                                 const struct ProtobufCMessage *msg);
+void peer_handle_rdma_done(Peer *p, uint64_t request_id,
+                           const struct ProtobufCMessage *msg);

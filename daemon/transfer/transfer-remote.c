@@ -25,7 +25,6 @@
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
-#include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/transfer/plan.h"

@@ -16,6 +16,7 @@
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/link/notify.h"
+#include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/memory/region.h"
@@ -356,15 +357,31 @@ static void transfer_on_inlink_gone(void *userdata, InLink *il, int status)
                 served_detach_inlink(s, status);
 }
 
+static void transfer_on_peer_lost(void *userdata, Peer *p, int status)
+{
+        served_on_peer_lost(p);
+}
+
 static const LinkEvents transfer_link_events = {
         .cluster_gone = transfer_on_cluster_gone,
         .link_down = transfer_on_link_down,
         .inlink_gone = transfer_on_inlink_gone,
+        .peer_lost = transfer_on_peer_lost,
+};
+
+/* What transfer/ handles of what peers send: their transfers here, the end of ours there. */
+static const PeerHandler transfer_peer_handlers[] = {
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, peer_handle_transfer },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, peer_handle_transfer_done },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL, peer_handle_transfer_cancel },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, peer_handle_rdma_done },
 };
 
 void transfer_listen(TransferRoot *root)
 {
         link_events_listen(root->link, &root->link_hook, &transfer_link_events, root);
+        peer_handlers_register(root->link, transfer_peer_handlers,
+                               ARRAY_SIZE(transfer_peer_handlers));
 }
 
 void transfer_events_listen(TransferRoot *root, Hook *h, const TransferEvents *events, void *userdata)

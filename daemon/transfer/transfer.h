@@ -28,6 +28,7 @@ typedef struct LinkRoot LinkRoot;
 typedef struct TransferRoot TransferRoot;
 typedef struct Link Link;
 typedef struct Peer Peer;
+struct ProtobufCMessage;
 typedef struct PeerCall PeerCall;
 typedef struct Plan Plan;
 typedef struct Region Region;
@@ -131,8 +132,9 @@ void transfer_detach_link(Transfer *x, int status);
 
 /*
  * Makes transfer/ listen to link/'s events: a cluster going away, a link going down, a peer's
- * link to our cluster going away fail the transfers over them. Once, at start, after
- * domain/ (whose members hear of a cluster going away first).
+ * link to our cluster going away, a peer lost fail the transfers over them. Registers the
+ * handlers of the peer messages about transfers. Once, at start, after domain/ (whose members
+ * hear of a cluster going away first).
  */
 void transfer_listen(TransferRoot *root);
 
@@ -155,6 +157,10 @@ void transfer_end_key(LinkRoot *link, const CacheKey *key, const Cache *read);
  * checks the request against what it has now. A STATUS_* status on failure.
  */
 int transfer_remote_start(Transfer *x, const struct Kvdist__V1__Transfer *m, Error *err);
+
+/* A peer says one of our transfers it served is over (transfer_listen() registers it). */
+void peer_handle_transfer_done(Peer *p, uint64_t request_id,
+                               const struct ProtobufCMessage *msg);
 
 /* Stops a remote transfer (transfer_fail() calls it instead of the transport's cancel). */
 void transfer_remote_cancel(Transfer *x);
