@@ -426,12 +426,16 @@ PairLink *pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote);
 /* The peer messages of comm domains (domain_registry_new() registers them with link/):
  * domain-peer.c for members joining, linking, becoming ready and leaving, domain-lane.c for
  * the words of a lane's messages. */
-void peer_handle_domain_join(Peer *p, uint64_t request_id, const struct ProtobufCMessage *msg);
-void peer_handle_domain_linked(Peer *p, uint64_t request_id,
+void peer_handle_domain_join(void *userdata, Peer *p, uint64_t request_id,
+                             const struct ProtobufCMessage *msg);
+void peer_handle_domain_linked(void *userdata, Peer *p, uint64_t request_id,
                                const struct ProtobufCMessage *msg);
-void peer_handle_domain_ready(Peer *p, uint64_t request_id, const struct ProtobufCMessage *msg);
-void peer_handle_domain_leave(Peer *p, uint64_t request_id, const struct ProtobufCMessage *msg);
-void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const struct ProtobufCMessage *msg);
+void peer_handle_domain_ready(void *userdata, Peer *p, uint64_t request_id,
+                              const struct ProtobufCMessage *msg);
+void peer_handle_domain_leave(void *userdata, Peer *p, uint64_t request_id,
+                              const struct ProtobufCMessage *msg);
+void peer_handle_domain_xfer(void *userdata, Peer *p, uint64_t request_id,
+                             const struct ProtobufCMessage *msg);
 
 /* domain-lane.c */
 int lanes_new(Domain *dom);

@@ -36,7 +36,7 @@
 #include <kvdist/kvdist.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
@@ -952,10 +952,11 @@ static void op_take_word(DomainOp *op, LaneWord *w)
         }
 }
 
-void peer_handle_domain_xfer(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_domain_xfer(void *userdata, Peer *p, uint64_t request_id,
+                             const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainXfer *m = (const Kvdist__V1__PeerDomainXfer *)msg;
-        DomainRegistry *reg = daemon_from_link(p->root)->domains;
+        DomainRegistry *reg = userdata;
         bool from_receiver = m->kind == XFER_READY || m->kind == XFER_DONE ||
                              m->kind == XFER_RECV_CANCEL;
         uint32_t remote;

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
@@ -48,12 +48,13 @@ static void members_diff(const Domain *dom, const Kvdist__V1__PeerDomainJoin *m,
         }
 }
 
-void peer_handle_domain_join(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_domain_join(void *userdata, Peer *p, uint64_t request_id,
+                             const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainJoin *m = (const Kvdist__V1__PeerDomainJoin *)msg;
         Kvdist__V1__PeerDomainJoinReply reply = KVDIST__V1__PEER_DOMAIN_JOIN_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        DomainRegistry *reg = daemon_from_link(p->root)->domains;
+        DomainRegistry *reg = userdata;
         Error err = ERROR_INIT;
         char diff[ERROR_MSG_MAX];
         DomainRank *src;
@@ -125,10 +126,10 @@ refuse:
                                err.code, &err);
 }
 
-/* The domain @dst_id names, if remote rank @rank of it is the peer's domain @src_id. */
-static Domain *domain_for_notice(Peer *p, uint64_t dst_id, uint64_t src_id, uint32_t rank)
+/* The domain of @reg @dst_id names, if remote rank @rank of it is the peer's domain @src_id. */
+static Domain *domain_for_notice(DomainRegistry *reg, Peer *p, uint64_t dst_id, uint64_t src_id,
+                                 uint32_t rank)
 {
-        DomainRegistry *reg = daemon_from_link(p->root)->domains;
         Domain *dom = reg ? domain_find_id(reg, dst_id) : NULL;
         DomainRank *r;
 
@@ -141,10 +142,12 @@ static Domain *domain_for_notice(Peer *p, uint64_t dst_id, uint64_t src_id, uint
         return dom;
 }
 
-void peer_handle_domain_linked(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_domain_linked(void *userdata, Peer *p, uint64_t request_id,
+                               const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainLinked *m = (const Kvdist__V1__PeerDomainLinked *)msg;
-        Domain *dom = domain_for_notice(p, m->dst_domain_id, m->src_domain_id, m->src_rank);
+        Domain *dom = domain_for_notice(userdata, p, m->dst_domain_id, m->src_domain_id,
+                                        m->src_rank);
 
         if (!dom || dom->state != DOMAIN_PREPARING || m->dst_rank >= dom->n_ranks ||
             !dom->ranks[m->dst_rank].local) {
@@ -156,10 +159,11 @@ void peer_handle_domain_linked(Peer *p, uint64_t request_id, const ProtobufCMess
         domain_join_progress(dom);
 }
 
-void peer_handle_domain_ready(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_domain_ready(void *userdata, Peer *p, uint64_t request_id,
+                              const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainReady *m = (const Kvdist__V1__PeerDomainReady *)msg;
-        Domain *dom = domain_for_notice(p, m->dst_domain_id, m->src_domain_id, m->rank);
+        Domain *dom = domain_for_notice(userdata, p, m->dst_domain_id, m->src_domain_id, m->rank);
 
         if (!dom) {
                 p->root->counters.peer_requests_refused++;
@@ -172,10 +176,11 @@ void peer_handle_domain_ready(Peer *p, uint64_t request_id, const ProtobufCMessa
         domain_check_ok(dom);
 }
 
-void peer_handle_domain_leave(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_domain_leave(void *userdata, Peer *p, uint64_t request_id,
+                              const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainLeave *m = (const Kvdist__V1__PeerDomainLeave *)msg;
-        Domain *dom = domain_for_notice(p, m->dst_domain_id, m->src_domain_id, m->rank);
+        Domain *dom = domain_for_notice(userdata, p, m->dst_domain_id, m->src_domain_id, m->rank);
         const DomainRank *r;
 
         if (!dom) {

@@ -13,7 +13,7 @@
 
 #include <event2/event.h>
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
+#include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
 #include "daemon/link/link-events.h"
 #include "common/log.h"
@@ -72,7 +72,7 @@ static bool domain_on_linking(void *userdata, const Cluster *c, uint64_t remote_
 /* After the peer's RDMA endpoints went: a pair link that held one finds it gone. */
 static void domain_on_peer_flushed(void *userdata, Peer *p, int status)
 {
-        domain_on_peer_lost(p, status);
+        domain_on_peer_lost(userdata, p, status);
 }
 
 /* What domain/ hears from link/. */
@@ -111,7 +111,7 @@ int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret)
         }
         link_events_listen(roots->link, &reg->link_hook, &domain_link_events, reg);
         peer_handlers_register(roots->link, domain_peer_handlers,
-                               ARRAY_SIZE(domain_peer_handlers));
+                               ARRAY_SIZE(domain_peer_handlers), reg);
         *ret = reg;
         return 0;
 }
@@ -507,9 +507,8 @@ void domain_cluster_gone(DomainRegistry *reg, Cluster *c)
                 }
 }
 
-void domain_on_peer_lost(Peer *p, int status)
+void domain_on_peer_lost(DomainRegistry *reg, Peer *p, int status)
 {
-        DomainRegistry *reg = daemon_from_link(p->root)->domains;
         char why[ERROR_MSG_MAX];
         Domain *dom, *tmp;
         PairLink *pl;

@@ -70,7 +70,7 @@ void domain_cluster_gone(DomainRegistry *reg, Cluster *c);
 
 /* @p is being lost, its RDMA endpoints already gone (LinkEvents.peer_flushed): domains with a
  * member behind it fail; their operations over it stop. */
-void domain_on_peer_lost(Peer *p, int status);
+void domain_on_peer_lost(DomainRegistry *reg, Peer *p, int status);
 
 /* Whether @c joined a domain (memory it registers afterwards is not exposed by default). */
 bool domain_cluster_has_domains(const DomainRegistry *reg, const Cluster *c);

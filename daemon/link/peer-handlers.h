@@ -17,7 +17,9 @@
 typedef struct LinkRoot LinkRoot;
 typedef struct Peer Peer;
 
-typedef void (*peer_handler_fn)(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+/* Handles @msg from @p; @userdata is what the handler was registered with. */
+typedef void (*peer_handler_fn)(void *userdata, Peer *p, uint64_t request_id,
+                                const ProtobufCMessage *msg);
 
 /* One message type a READY peer may send and what handles it. */
 typedef struct PeerHandler {
@@ -31,24 +33,29 @@ typedef struct PeerHandler {
 /* The registry: the handler of each type peer.c's table lists, at the same index. */
 typedef struct PeerHandlers {
         peer_handler_fn fn[PEER_N_HANDLERS];
+        void *userdata[PEER_N_HANDLERS];
 } PeerHandlers;
 
 /*
- * Makes @handlers (@n of them) handle their types from @d's READY peers. Once per type, at start;
- * a type a READY peer may not send, or one registered twice, is a programming error (asserted).
+ * Makes @handlers (@n of them) handle their types from @root's READY peers, each called with
+ * @userdata (the registering layer's root). Once per type, at start; a type a READY peer may not
+ * send, or one registered twice, is a programming error (asserted).
  */
-void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t n);
+void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t n,
+                            void *userdata);
 
 /* Registers link/'s own handlers (links, RDMA endpoints). Once, at start. */
 void peer_handlers_init(LinkRoot *root);
 
 /* peer-link.c */
-void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
-void peer_handle_unlink(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
-void peer_handle_cluster_gone(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+void peer_handle_unlink(void *userdata, Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+void peer_handle_cluster_gone(void *userdata, Peer *p, uint64_t request_id,
+                              const ProtobufCMessage *msg);
 
 /* peer-rdma.c */
-void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessage *msg);
+void peer_handle_rdma_connect(void *userdata, Peer *p, uint64_t request_id,
+                              const ProtobufCMessage *msg);
 
 /*
  * @p is being lost with @status: links over it go down, inbound links from it go away with the

@@ -149,7 +149,7 @@ static int exposed_build(const Cluster *c, uint64_t seq, Exposed *e)
         return 0;
 }
 
-void peer_handle_link(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerLink *m = (const Kvdist__V1__PeerLink *)msg;
         Kvdist__V1__PeerLinkReply reply = KVDIST__V1__PEER_LINK_REPLY__INIT;
@@ -244,7 +244,7 @@ refuse:
  * named by the id the linked side gave it, so that a late notice about a link that is gone
  * (one whose set-up was abandoned) cannot take down a newer link of the same pair.
  */
-void peer_handle_unlink(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_unlink(void *userdata, Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerUnlink *m = (const Kvdist__V1__PeerUnlink *)msg;
         Kvdist__V1__PeerUnlinkReply reply = KVDIST__V1__PEER_UNLINK_REPLY__INIT;
@@ -279,7 +279,8 @@ void peer_handle_unlink(Peer *p, uint64_t request_id, const ProtobufCMessage *ms
         (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, request_id, &reply.base);
 }
 
-void peer_handle_cluster_gone(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_cluster_gone(void *userdata, Peer *p, uint64_t request_id,
+                              const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerClusterGone *m = (const Kvdist__V1__PeerClusterGone *)msg;
         InLink *il, *iltmp;

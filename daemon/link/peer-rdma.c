@@ -247,7 +247,8 @@ void peer_rdma_repair(Peer *p, RdmaEndpoint *ep)
                 }
 }
 
-void peer_handle_rdma_connect(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_rdma_connect(void *userdata, Peer *p, uint64_t request_id,
+                              const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerRdmaConnect *m = (const Kvdist__V1__PeerRdmaConnect *)msg;
         Kvdist__V1__PeerRdmaConnectReply reply = KVDIST__V1__PEER_RDMA_CONNECT_REPLY__INIT;

@@ -459,7 +459,8 @@ static int peer_ready_type_index(uint16_t type)
         return -1;
 }
 
-void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t n)
+void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t n,
+                            void *userdata)
 {
         for (size_t i = 0; i < n; i++) {
                 int k = peer_ready_type_index(handlers[i].type);
@@ -467,6 +468,7 @@ void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t 
                 assert(k >= 0 && handlers[i].fn);
                 assert(!root->handlers.fn[k]);
                 root->handlers.fn[k] = handlers[i].fn;
+                root->handlers.userdata[k] = userdata;
         }
 }
 
@@ -480,7 +482,7 @@ static const PeerHandler peer_link_handlers[] = {
 
 void peer_handlers_init(LinkRoot *root)
 {
-        peer_handlers_register(root, peer_link_handlers, ARRAY_SIZE(peer_link_handlers));
+        peer_handlers_register(root, peer_link_handlers, ARRAY_SIZE(peer_link_handlers), root);
 }
 
 static void peer_on_heartbeat(Peer *p, uint64_t id, const Kvdist__V1__PeerHeartbeat *m)
@@ -605,7 +607,8 @@ static void peer_dispatch_frame(Peer *p)
                 }
                 k = peer_ready_type_index(h->type);
                 if (k >= 0 && p->root->handlers.fn[k]) {
-                        p->root->handlers.fn[k](p, h->request_id, msg);
+                        p->root->handlers.fn[k](p->root->handlers.userdata[k], p, h->request_id,
+                                                msg);
                         goto out;
                 }
                 error_set(&err, STATUS_UNSUPPORTED, "%s is not a peer request", ft->name);

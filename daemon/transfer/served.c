@@ -11,7 +11,6 @@
 
 #include "daemon/memory/cache-proto.h"
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
 #include "daemon/transfer/transfer-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
@@ -300,13 +299,13 @@ static int served_rdma_keys(Served *s, uint64_t *addrs, uint32_t *rkeys)
         return 0;
 }
 
-void peer_handle_transfer(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_transfer(void *userdata, Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerTransfer *m = (const Kvdist__V1__PeerTransfer *)msg;
         Kvdist__V1__PeerTransferReply reply = KVDIST__V1__PEER_TRANSFER_REPLY__INIT;
         Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        TransferRoot *root = &daemon_from_link(p->root)->transfer;
+        TransferRoot *root = userdata;
         _cleanup_(served_freep) Served *s = NULL;
         Error err = ERROR_INIT;
         uint32_t index = 0, timeout_ms, rdma_rkeys[KVD_MAX_TENSORS];
@@ -424,7 +423,8 @@ refuse:
                                &err);
 }
 
-void peer_handle_rdma_done(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
+                           const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerRdmaDone *m = (const Kvdist__V1__PeerRdmaDone *)msg;
         int status = m->status ? status_wire_decode(m->status->code) : STATUS_PROTOCOL_MISMATCH;
@@ -454,7 +454,8 @@ void peer_handle_rdma_done(Peer *p, uint64_t request_id, const ProtobufCMessage 
         }
 }
 
-void peer_handle_transfer_cancel(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_transfer_cancel(void *userdata, Peer *p, uint64_t request_id,
+                                 const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerTransferCancel *m = (const Kvdist__V1__PeerTransferCancel *)msg;
         Served *s;

@@ -374,7 +374,8 @@ static void transfer_remote_on_data_done(TransportJob *job, int status)
         /* Else a push whose bytes are all sent: the peer's PeerTransferDone completes it. */
 }
 
-void peer_handle_transfer_done(Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void peer_handle_transfer_done(void *userdata, Peer *p, uint64_t request_id,
+                               const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerTransferDone *m = (const Kvdist__V1__PeerTransferDone *)msg;
         int status = m->status ? status_wire_decode(m->status->code) : STATUS_PROTOCOL_MISMATCH;

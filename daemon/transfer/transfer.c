@@ -381,7 +381,7 @@ void transfer_listen(TransferRoot *root)
 {
         link_events_listen(root->link, &root->link_hook, &transfer_link_events, root);
         peer_handlers_register(root->link, transfer_peer_handlers,
-                               ARRAY_SIZE(transfer_peer_handlers));
+                               ARRAY_SIZE(transfer_peer_handlers), root);
 }
 
 void transfer_events_listen(TransferRoot *root, Hook *h, const TransferEvents *events, void *userdata)
