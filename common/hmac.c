@@ -58,7 +58,7 @@ void hmac_sha256(const void *key, size_t key_len, const void *data, size_t len,
         hmac_sha256_final(&ctx, out);
 }
 
-bool memeq_consttime(const void *a, const void *b, size_t n)
+bool hmac_memeq(const void *a, const void *b, size_t n)
 {
         const volatile uint8_t *x = a, *y = b;
         uint8_t diff = 0;

@@ -39,4 +39,4 @@ void hmac_sha256(const void *key, size_t key_len, const void *data, size_t len,
  * Whether the @n bytes at @a and @b are equal, taking the same time whatever they hold (it depends
  * on @n only), so that checking a received tag tells an attacker nothing about the expected one.
  */
-bool memeq_consttime(const void *a, const void *b, size_t n);
+bool hmac_memeq(const void *a, const void *b, size_t n);

@@ -73,7 +73,7 @@ static int apply_int_field_arg(Config *c, const IntField *f, const char *flag, c
                                              flag, f->min, f->max);
                 u = (uint64_t)i;
         }
-        int_field_store(c, f, u);
+        config_int_field_store(c, f, u);
         return 0;
 }
 
@@ -281,7 +281,7 @@ static int apply_flag(Config *c, const PendingFlag *pf, char **error)
                 for (size_t i = 0; i < ARRAY_SIZE(int_flags); i++)
                         if (int_flags[i].opt == pf->opt)
                                 return apply_int_field_arg(
-                                        c, int_field_find(int_flags[i].table, int_flags[i].field),
+                                        c, config_int_field_find(int_flags[i].table, int_flags[i].field),
                                         flag, pf->arg, error);
                 return config_errorf(error, -EINVAL, "%s: not handled", flag);
         }

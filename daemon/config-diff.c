@@ -79,7 +79,7 @@ static void diff_int_fields(ChangeList *l, const IntFieldTable *t, const char *p
 {
         for (size_t i = 0; i < t->n_fields; i++) {
                 const IntField *f = &t->fields[i];
-                uint64_t a = int_field_load(old, f), b = int_field_load(new, f);
+                uint64_t a = config_int_field_load(old, f), b = config_int_field_load(new, f);
                 char key[64], va[32], vb[32];
 
                 if (a == b)
@@ -211,7 +211,7 @@ static void apply_int_fields(Config *c, const Config *new, const IntFieldTable *
 {
         for (size_t i = 0; i < t->n_fields; i++)
                 if (int_field_is_runtime(prefix, &t->fields[i]))
-                        int_field_store(c, &t->fields[i], int_field_load(new, &t->fields[i]));
+                        config_int_field_store(c, &t->fields[i], config_int_field_load(new, &t->fields[i]));
 }
 
 /* Applies what config_diff() marks runtime: the same rules, so none is reported but not done. */
@@ -219,8 +219,8 @@ int config_apply_runtime(Config *c, const Config *new)
 {
         void *uids = NULL, *gids = NULL;
 
-        if (memdup_array(new->allow_uids, new->n_allow_uids, sizeof(uid_t), &uids) < 0 ||
-            memdup_array(new->allow_gids, new->n_allow_gids, sizeof(gid_t), &gids) < 0) {
+        if (config_memdup_array(new->allow_uids, new->n_allow_uids, sizeof(uid_t), &uids) < 0 ||
+            config_memdup_array(new->allow_gids, new->n_allow_gids, sizeof(gid_t), &gids) < 0) {
                 free(uids);
                 return -ENOMEM;
         }

@@ -70,16 +70,16 @@ extern const IntFieldTable config_rdma_fields;
 int config_parse_listen(const char *s, char **ret);
 
 /* The entry of @t named @name; NULL when there is none. */
-const IntField *int_field_find(const IntFieldTable *t, const char *name);
+const IntField *config_int_field_find(const IntFieldTable *t, const char *name);
 
 /* The value of @f in @c. */
-uint64_t int_field_load(const Config *c, const IntField *f);
+uint64_t config_int_field_load(const Config *c, const IntField *f);
 
 /* Stores @v, already checked against @f's bounds, in @c's field. */
-void int_field_store(Config *c, const IntField *f, uint64_t v);
+void config_int_field_store(Config *c, const IntField *f, uint64_t v);
 
 /* *@ret = a malloc'ed copy of the @n elements of @size bytes at @p; NULL when @n is 0. */
-int memdup_array(const void *p, size_t n, size_t size, void **ret);
+int config_memdup_array(const void *p, size_t n, size_t size, void **ret);
 
 /*
  * Records the first error message in *@error (later ones are dropped, the first failure is the

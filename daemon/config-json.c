@@ -20,7 +20,7 @@ static void set_int_fields(json_t *o, const Config *c, const IntFieldTable *t, b
 {
         for (size_t i = 0; i < t->n_fields; i++)
                 set(o, t->fields[i].name,
-                    json_integer((json_int_t)int_field_load(c, &t->fields[i])), ok);
+                    json_integer((json_int_t)config_int_field_load(c, &t->fields[i])), ok);
 }
 
 static json_t *ids_to_json(const uint32_t *ids, size_t n, bool *ok)

@@ -73,7 +73,7 @@ static int apply_int_field_json(Config *c, const IntField *f, json_t *v, const c
         } else {
                 return config_errorf(error, -EINVAL, "%s: expected an integer", path);
         }
-        int_field_store(c, f, u);
+        config_int_field_store(c, f, u);
         return 0;
 }
 
@@ -388,7 +388,7 @@ static int parse_int_object(Config *c, json_t *v, const char *path, const IntFie
         if (!json_is_object(v))
                 return config_errorf(error, -EINVAL, "%s: expected an object", path);
         json_object_foreach(v, key, e) {
-                const IntField *f = int_field_find(t, key);
+                const IntField *f = config_int_field_find(t, key);
 
                 config_pathf(p, "%s.%s", path, key);
                 if (f)
@@ -531,7 +531,7 @@ int config_apply_json(Config *c, json_t *root, char **error)
                 if (parse) {
                         r = parse(c, v, p, error);
                 } else {
-                        f = int_field_find(&config_top_fields, key);
+                        f = config_int_field_find(&config_top_fields, key);
                         if (!f)
                                 return unknown_key(p, error);
                         r = apply_int_field_json(c, f, v, p, error);

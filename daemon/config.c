@@ -243,7 +243,7 @@ static int strdup_or_null(const char *s, char **ret)
         return 0;
 }
 
-int memdup_array(const void *p, size_t n, size_t size, void **ret)
+int config_memdup_array(const void *p, size_t n, size_t size, void **ret)
 {
         void *d = NULL;
 
@@ -288,12 +288,12 @@ int config_dup(const Config *c, Config **ret)
         r = strdup_or_null(c->metrics_listen, &d->metrics_listen);
         if (r < 0)
                 return r;
-        r = memdup_array(c->allow_uids, c->n_allow_uids, sizeof(uid_t), &p);
+        r = config_memdup_array(c->allow_uids, c->n_allow_uids, sizeof(uid_t), &p);
         if (r < 0)
                 return r;
         d->allow_uids = p;
         d->n_allow_uids = c->n_allow_uids;
-        r = memdup_array(c->allow_gids, c->n_allow_gids, sizeof(gid_t), &p);
+        r = config_memdup_array(c->allow_gids, c->n_allow_gids, sizeof(gid_t), &p);
         if (r < 0)
                 return r;
         d->allow_gids = p;
@@ -387,7 +387,7 @@ const IntFieldTable config_limit_fields = { limit_fields, ARRAY_SIZE(limit_field
 const IntFieldTable config_tcp_fields = { tcp_fields, ARRAY_SIZE(tcp_fields) };
 const IntFieldTable config_rdma_fields = { rdma_fields, ARRAY_SIZE(rdma_fields) };
 
-const IntField *int_field_find(const IntFieldTable *t, const char *name)
+const IntField *config_int_field_find(const IntFieldTable *t, const char *name)
 {
         for (size_t i = 0; i < t->n_fields; i++)
                 if (streq(t->fields[i].name, name))
@@ -395,7 +395,7 @@ const IntField *int_field_find(const IntFieldTable *t, const char *name)
         return NULL;
 }
 
-void int_field_store(Config *c, const IntField *f, uint64_t v)
+void config_int_field_store(Config *c, const IntField *f, uint64_t v)
 {
         char *p = (char *)c + f->offset;
 
@@ -408,7 +408,7 @@ void int_field_store(Config *c, const IntField *f, uint64_t v)
         }
 }
 
-uint64_t int_field_load(const Config *c, const IntField *f)
+uint64_t config_int_field_load(const Config *c, const IntField *f)
 {
         const char *p = (const char *)c + f->offset;
         uint32_t v32;

@@ -162,7 +162,7 @@ static void daemon_on_signal(evutil_socket_t sig, short what, void *userdata)
 
         if (sig == SIGHUP) {
                 log_info("received SIGHUP, reloading the configuration");
-                (void)daemon_reload(d);
+                (void)reload_daemon(d);
                 return;
         }
         log_info("received %s, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -11,7 +11,7 @@
 #include "daemon/reload.h"
 #include "daemon/service.h"
 
-int daemon_reload(Daemon *d)
+int reload_daemon(Daemon *d)
 {
         _cleanup_(config_freep) Config *new = NULL;
         _cleanup_free_ ConfigChange *changes = NULL;

@@ -12,4 +12,4 @@ typedef struct Daemon Daemon;
  * Reloads @d's configuration from @d->argv. Returns the number of changes applied, -EINVAL when
  * the new configuration is invalid (logged; the running one stays), -ENOMEM.
  */
-int daemon_reload(Daemon *d);
+int reload_daemon(Daemon *d);

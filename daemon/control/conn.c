@@ -41,7 +41,7 @@ static void conn_destroy(Conn *c)
                 req->conn = NULL;
                 if (req->done.cancel)
                         req->done.cancel(&req->done, req->done.userdata);
-                request_free(req);
+                conn_request_free(req);
         }
         cluster_free(TAKE_PTR(c->cluster));
         wire_out_clear(&c->out);
@@ -385,17 +385,17 @@ static int request_done_reply(Completion *cpl, const ProtobufCMessage *reply, in
 {
         Request *req = container_of(cpl, Request, done);
 
-        return reply ? request_reply(req, reply, fd) : request_reply_ok_fd(req, fd);
+        return reply ? conn_request_reply(req, reply, fd) : conn_request_reply_ok_fd(req, fd);
 }
 
 static int request_done_fail(Completion *cpl, int status, const Error *err)
 {
-        return request_fail(container_of(cpl, Request, done), status, err);
+        return conn_request_fail(container_of(cpl, Request, done), status, err);
 }
 
 static void request_done_drop(Completion *cpl)
 {
-        request_free(container_of(cpl, Request, done));
+        conn_request_free(container_of(cpl, Request, done));
 }
 
 /* How a layer below control/ answers a request it was handed. */
@@ -405,7 +405,7 @@ static const CompletionOps request_done_ops = {
         .drop = request_done_drop,
 };
 
-Request *request_new(Conn *c)
+Request *conn_request_new(Conn *c)
 {
         Request *req;
 
@@ -423,7 +423,7 @@ Request *request_new(Conn *c)
         return req;
 }
 
-Request *request_free(Request *req)
+Request *conn_request_free(Request *req)
 {
         if (!req)
                 return NULL;
@@ -439,14 +439,14 @@ Request *request_free(Request *req)
         return NULL;
 }
 
-int request_take_fd(Request *req, size_t i)
+int conn_request_take_fd(Request *req, size_t i)
 {
         if (i >= req->n_fds)
                 return -1;
         return TAKE_FD(req->fds[i]);
 }
 
-int request_reply(Request *req, const ProtobufCMessage *reply, int fd)
+int conn_request_reply(Request *req, const ProtobufCMessage *reply, int fd)
 {
         Conn *c = req->conn;
         uint8_t *buf;
@@ -464,16 +464,16 @@ int request_reply(Request *req, const ProtobufCMessage *reply, int fd)
                 } else
                         r = conn_queue(c, buf, len, fd);
         }
-        request_free(req);
+        conn_request_free(req);
         return r;
 }
 
-int request_reply_ok(Request *req)
+int conn_request_reply_ok(Request *req)
 {
-        return request_reply_ok_fd(req, -1);
+        return conn_request_reply_ok_fd(req, -1);
 }
 
-int request_reply_ok_fd(Request *req, int fd)
+int conn_request_reply_ok_fd(Request *req, int fd)
 {
         const FrameType *ft = frame_type_lookup(req->type);
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
@@ -488,15 +488,15 @@ int request_reply_ok_fd(Request *req, int fd)
         if (!reply) {
                 if (req->conn)
                         conn_close_later(req->conn);
-                request_free(req);
+                conn_request_free(req);
                 return -ENOMEM;
         }
         protobuf_c_message_init(ft->reply, reply);
         *(Kvdist__V1__Status **)((uint8_t *)reply + field->offset) = &status;
-        return request_reply(req, reply, fd);
+        return conn_request_reply(req, reply, fd);
 }
 
-int request_fail(Request *req, int code, const Error *err)
+int conn_request_fail(Request *req, int code, const Error *err)
 {
         Conn *c = req->conn;
 
@@ -504,6 +504,6 @@ int request_fail(Request *req, int code, const Error *err)
                 conn_send_error(c, req->type, req->id, code, err ? err->msg : NULL);
         else if (c)
                 daemon_count_error(c->daemon, code);
-        request_free(req);
+        conn_request_free(req);
         return 0;
 }

@@ -69,7 +69,7 @@ struct Conn {
 
 /*
  * A request being served. Synchronous handlers reply before returning; a handler that returns
- * HANDLER_PENDING keeps the request and answers later with request_reply() or request_fail(),
+ * HANDLER_PENDING keeps the request and answers later with conn_request_reply() or conn_request_fail(),
  * or, below control/, through @done. If the connection goes first, @done's cancel callback runs
  * and the request is freed.
  */
@@ -80,7 +80,7 @@ struct Request {
         ProtobufCMessage *msg;  /* the decoded request */
         int fds[FRAME_MAX_FDS]; /* taken by the handler (set to -1) or closed with the request */
         size_t n_fds;
-        Completion done;        /* how a lower layer answers (request_reply() and the rest) */
+        Completion done;        /* how a lower layer answers (conn_request_reply() and the rest) */
         CList link_conn;
 };
 
@@ -128,25 +128,25 @@ void conn_flush(Conn *c);
  * the fd stays the caller's) and frees the request. Returns 0 or negative errno (the reply could
  * not be queued: the connection is closed).
  */
-int request_reply(Request *req, const ProtobufCMessage *reply, int fd);
+int conn_request_reply(Request *req, const ProtobufCMessage *reply, int fd);
 
 /* Answers @req with its type's reply message carrying only an OK status; frees the request. */
-int request_reply_ok(Request *req);
+int conn_request_reply_ok(Request *req);
 
 /* The same with @fd (not -1) attached; the fd stays the caller's. */
-int request_reply_ok_fd(Request *req, int fd);
+int conn_request_reply_ok_fd(Request *req, int fd);
 
 /* Answers @req with a bare Status carrying @code (< 0) and @err's message; frees the request. */
-int request_fail(Request *req, int code, const Error *err);
+int conn_request_fail(Request *req, int code, const Error *err);
 
 /*
  * A request for the frame @c has just read (its type and id), on @c's list of requests.
  * NULL when out of memory.
  */
-Request *request_new(Conn *c);
+Request *conn_request_new(Conn *c);
 
 /* Frees a request without answering. Accepts NULL; returns NULL. */
-Request *request_free(Request *req);
+Request *conn_request_free(Request *req);
 
 /* Takes fd number @i of the request (the request no longer closes it); -1 when absent. */
-int request_take_fd(Request *req, size_t i);
+int conn_request_take_fd(Request *req, size_t i);

@@ -76,13 +76,13 @@ static void dispatch_refuse(Conn *c, int code, const char *fmt, ...)
         Request *req;
         va_list ap;
 
-        req = request_new(c);
+        req = conn_request_new(c);
         if (!req)
                 return;
         va_start(ap, fmt);
         error_setv(&err, code, fmt, ap);
         va_end(ap);
-        request_fail(req, code, &err);
+        conn_request_fail(req, code, &err);
 }
 
 static void dispatch_hello(Conn *c, const Kvdist__V1__Hello *hello)
@@ -106,12 +106,12 @@ static void dispatch_hello(Conn *c, const Kvdist__V1__Hello *hello)
         reply.identity = (char *)"kvdistd/" KVDIST_VERSION;
         reply.max_frame_size = c->daemon->config->limits.max_frame_size;
 
-        req = request_new(c);
+        req = conn_request_new(c);
         if (!req) {
                 conn_close_later(c);
                 return;
         }
-        (void)request_reply(req, &reply.base, -1);
+        (void)conn_request_reply(req, &reply.base, -1);
         if (status.code != KVD_OK) {
                 conn_flush(c);
                 conn_close_later(c);
@@ -192,7 +192,7 @@ void dispatch_frame(Conn *c)
                 return;
         }
 
-        req = request_new(c);
+        req = conn_request_new(c);
         if (!req) {
                 protobuf_c_message_free_unpacked(msg, NULL);
                 conn_close_later(c);
@@ -209,6 +209,6 @@ void dispatch_frame(Conn *c)
                 if (err.code == 0)
                         error_set(&err, r, NULL);
                 log_debug("connection %" PRIu64 ": %s failed: %s", c->id, ft->name, err.msg);
-                request_fail(req, r, &err);
+                conn_request_fail(req, r, &err);
         }
 }

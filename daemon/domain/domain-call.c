@@ -32,7 +32,7 @@ static const uint8_t dtype_sizes[] = {
 
 /* ---- calls ---- */
 
-int call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind, size_t n_ops,
+int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind, size_t n_ops,
              size_t n_segs, DomainCall **ret)
 {
         DomainCall *call = calloc(1, sizeof(*call));
@@ -67,7 +67,7 @@ int call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind ki
         return 0;
 }
 
-DomainCall *call_free(DomainCall *call)
+DomainCall *domain_call_free(DomainCall *call)
 {
         Domain *dom;
 
@@ -94,7 +94,7 @@ DomainCall *call_free(DomainCall *call)
         return NULL;
 }
 
-int call_hold_region(DomainCall *call, Region *r)
+int domain_call_hold_region(DomainCall *call, Region *r)
 {
         Region **v;
 
@@ -162,7 +162,7 @@ static void call_finish(DomainCall *call)
                         (void)completion_reply(done, &reply.base, -1);
                 }
         }
-        call_free(call);
+        domain_call_free(call);
         domain_registry_call_ended(reg);
 }
 
@@ -173,11 +173,11 @@ static void call_cancel(DomainCall *call, int status, const char *reason)
                 DomainOp *op = &call->ops[i];
 
                 if (op->lane && op->state != OP_DONE)
-                        op_cancel(op, status, "%s", reason);
+                        domain_op_cancel(op, status, "%s", reason);
         }
 }
 
-void call_op_done(DomainOp *op)
+void domain_call_op_done(DomainOp *op)
 {
         DomainRegistry *reg = op->call->dom->reg;
 
@@ -219,13 +219,13 @@ static void call_take_op(DomainOp *op)
         if (op->status != STATUS_OK && call->fail_fast)
                 call_cancel(call, call->status, call->err.msg);
         else if (op->status == STATUS_OK && op->forward && call->status == STATUS_OK)
-                op_post(op->forward);
+                domain_op_post(op->forward);
         assert(call->n_pending > 0);
         if (--call->n_pending == 0)
                 call_finish(call);
 }
 
-void call_drain(DomainRegistry *reg)
+void domain_call_drain(DomainRegistry *reg)
 {
         /* One op at a time from the head: handling one queues others (a cancel, a forward). A
          * call is finished with its last op, so none of its ops is queued any more then. */
@@ -268,7 +268,7 @@ void domain_calls_fail(Domain *dom, int code, const char *reason)
         domain_unref(dom);
 }
 
-int call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
+int domain_call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
 {
         struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
 
@@ -294,12 +294,12 @@ int call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
                         DomainOp *op = &call->ops[i];
 
                         if (op->send == (pass == 1) && !op->deferred)
-                                op_post(op);
+                                domain_op_post(op);
                 }
         return COMPLETION_PENDING;
 }
 
-int call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err)
+int domain_call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err)
 {
         if (!dom)
                 return error_set(err, STATUS_PARAM_INVALID, "no comm domain with that comm_id on "
@@ -627,7 +627,7 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
         uint32_t me = 0;
         int r;
 
-        r = call_check_domain(dom, c, &me, err);
+        r = domain_call_check_domain(dom, c, &me, err);
         if (r < 0)
                 return r;
         if (m->n_items > 2 * DOMAIN_MAX_RANKS)
@@ -672,14 +672,14 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
                                          "kvd_mem_alloc()", i, bytes, it->addr);
                 n_ops++;
         }
-        r = call_new(dom, me, c, done, OP_BATCH, n_ops, n_ops, &call);
+        r = domain_call_new(dom, me, c, done, OP_BATCH, n_ops, n_ops, &call);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         call->n_items = m->n_items;
         call->rets = calloc(m->n_items ? m->n_items : 1, sizeof(*call->rets));
         if (!call->rets) {
                 call->done = NULL;
-                call_free(call);
+                domain_call_free(call);
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         for (size_t i = 0; i < m->n_items; i++) {
@@ -696,12 +696,12 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
                 op->n_segs = 1;
                 call->segs[k] = (TransportSegment){ .local = regions[k]->data + offsets[k],
                                                     .len = op->desc.bytes };
-                if (call_hold_region(call, regions[k]) < 0) {
+                if (domain_call_hold_region(call, regions[k]) < 0) {
                         /* Nothing was assigned yet: no seq is taken. */
                         for (size_t j = 0; j < call->n_ops; j++)
                                 call->ops[j].state = OP_DONE;
                         call->done = NULL;
-                        call_free(call);
+                        domain_call_free(call);
                         return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 }
                 k++;
@@ -711,9 +711,9 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
                 uint32_t o = m->items[op->item]->remote_rank;
 
                 if (m->items[op->item]->recv)
-                        op_assign(op, dom->lanes[o][me], false);
+                        domain_op_assign(op, dom->lanes[o][me], false);
                 else
-                        op_assign(op, dom->lanes[me][o], true);
+                        domain_op_assign(op, dom->lanes[me][o], true);
         }
-        return call_start(call, m->timeout_ms ? m->timeout_ms : c->sync_kv_timeout_ms, err);
+        return domain_call_start(call, m->timeout_ms ? m->timeout_ms : c->sync_kv_timeout_ms, err);
 }

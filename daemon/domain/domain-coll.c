@@ -260,15 +260,15 @@ static int coll_start(Completion *done, Cluster *c, Domain *dom, uint32_t me, Op
         for (size_t i = 0; i < plan->n; i++)
                 n_segs += stream_slice(&streams[plan->v[i].stream], plan->v[i].off,
                                        plan->v[i].len, NULL);
-        r = call_new(dom, me, c, done, kind, plan->n, n_segs, &call);
+        r = domain_call_new(dom, me, c, done, kind, plan->n, n_segs, &call);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         call->fail_fast = true;
         call->algorithm = algorithm;
         for (uint32_t t = 0; t < s->cache->desc.num_tensors; t++)
-                if (call_hold_region(call, s->cache->tensors[t].region) < 0) {
+                if (domain_call_hold_region(call, s->cache->tensors[t].region) < 0) {
                         call->done = NULL;
-                        call_free(call);
+                        domain_call_free(call);
                         return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 }
         for (size_t i = 0; i < plan->n; i++) {
@@ -289,10 +289,10 @@ static int coll_start(Completion *done, Cluster *c, Domain *dom, uint32_t me, Op
         for (size_t i = 0; i < plan->n; i++) {
                 const Msg *m = &plan->v[i];
 
-                op_assign(&call->ops[i], m->send ? dom->lanes[me][m->peer] : dom->lanes[m->peer][me],
+                domain_op_assign(&call->ops[i], m->send ? dom->lanes[me][m->peer] : dom->lanes[m->peer][me],
                           m->send);
         }
-        return call_start(call, timeout_ms ? timeout_ms : c->sync_kv_timeout_ms, err);
+        return domain_call_start(call, timeout_ms ? timeout_ms : c->sync_kv_timeout_ms, err);
 }
 
 static int coll_args(Domain *dom, uint32_t algorithm, uint64_t chunk_bytes, uint64_t bytes,
@@ -324,7 +324,7 @@ int domain_handle_broadcast(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
         Stream s;
         int r;
 
-        r = call_check_domain(dom, c, &me, err);
+        r = domain_call_check_domain(dom, c, &me, err);
         if (r < 0)
                 return r;
         if (m->root_rank >= dom->n_ranks)
@@ -362,7 +362,7 @@ int domain_handle_all_gather(DomainRegistry *reg, Cluster *c, const Kvdist__V1__
         OpDesc base;
         int r;
 
-        r = call_check_domain(dom, c, &me, err);
+        r = domain_call_check_domain(dom, c, &me, err);
         if (r < 0)
                 return r;
         if (m->blocks_per_rank == 0 || m->n_blocks != (size_t)m->blocks_per_rank * dom->n_ranks)

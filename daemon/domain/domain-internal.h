@@ -206,7 +206,7 @@ struct DomainRegistry {
         CList pair_links;               /* PairLink.link_reg */
         CList local_res;                /* LocalRes.link */
         CList done;                     /* DomainOp.link_done: completed, their calls not told */
-        struct event *drain;            /* tells them, from the event loop (call_drain()) */
+        struct event *drain;            /* tells them, from the event loop (domain_call_drain()) */
         unsigned n_calls;
         uint64_t formed;                /* domains that reached OK */
         uint64_t failed;                /* that failed */
@@ -420,41 +420,41 @@ void domain_send_leave(Domain *dom, uint32_t rank, int code, const char *reason)
 void domain_join_peer_lost(Domain *dom, Peer *p, int status, const char *why);
 /* Makes the links of OK @dom from what the pairs hold. */
 void domain_make_links(Domain *dom);
-void pair_link_unref(PairLink *pl);
-PairLink *pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote);
+void domain_pair_link_unref(PairLink *pl);
+PairLink *domain_pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote);
 
 /* The peer messages of comm domains (domain_registry_new() registers them with link/):
  * domain-peer.c for members joining, linking, becoming ready and leaving, domain-lane.c for
  * the words of a lane's messages. */
-void peer_handle_domain_join(void *userdata, Peer *p, uint64_t request_id,
+void domain_peer_handle_join(void *userdata, Peer *p, uint64_t request_id,
                              const struct ProtobufCMessage *msg);
-void peer_handle_domain_linked(void *userdata, Peer *p, uint64_t request_id,
+void domain_peer_handle_linked(void *userdata, Peer *p, uint64_t request_id,
                                const struct ProtobufCMessage *msg);
-void peer_handle_domain_ready(void *userdata, Peer *p, uint64_t request_id,
+void domain_peer_handle_ready(void *userdata, Peer *p, uint64_t request_id,
                               const struct ProtobufCMessage *msg);
-void peer_handle_domain_leave(void *userdata, Peer *p, uint64_t request_id,
+void domain_peer_handle_leave(void *userdata, Peer *p, uint64_t request_id,
                               const struct ProtobufCMessage *msg);
-void peer_handle_domain_xfer(void *userdata, Peer *p, uint64_t request_id,
+void domain_lane_handle_xfer(void *userdata, Peer *p, uint64_t request_id,
                              const struct ProtobufCMessage *msg);
 
 /* domain-lane.c */
-int lanes_new(Domain *dom);
-void lanes_free(Domain *dom);
+int domain_lanes_new(Domain *dom);
+void domain_lanes_free(Domain *dom);
 /* The job id a receiving daemon registers message @seq of @src -> @dst under. */
-uint64_t lane_job_id(uint64_t recv_domain_id, uint32_t src, uint32_t dst, uint64_t seq);
+uint64_t domain_lane_job_id(uint64_t recv_domain_id, uint32_t src, uint32_t dst, uint64_t seq);
 /* Gives @op its lane and seq (in call order). */
-void op_assign(DomainOp *op, Lane *lane, bool send);
+void domain_op_assign(DomainOp *op, Lane *lane, bool send);
 /* Starts @op (a receive registers its job; a send looks for the READY). */
-void op_post(DomainOp *op);
+void domain_op_post(DomainOp *op);
 /* Stops @op with @status; its completion follows once no byte of it moves. */
-void op_cancel(DomainOp *op, int status, const char *fmt, ...) _printf_(3, 4);
+void domain_op_cancel(DomainOp *op, int status, const char *fmt, ...) _printf_(3, 4);
 /* Every lane op that runs over @p fails; their data jobs end with the data plane. */
-void lanes_peer_lost(Domain *dom, Peer *p);
-void desc_to_proto(const OpDesc *d, struct Kvdist__V1__DomainOpDesc *m);
+void domain_lanes_peer_lost(Domain *dom, Peer *p);
+void domain_lane_desc_to_proto(const OpDesc *d, struct Kvdist__V1__DomainOpDesc *m);
 
 /* Sets every remote lane's transport once the links are made: a lane runs over RDMA when the
  * sender's link does (ours, or as the sender's daemon said in PeerDomainLinked). */
-void lanes_set_transport(Domain *dom);
+void domain_lanes_set_transport(Domain *dom);
 
 /*
  * Walks two segment lists that add up to the same bytes side by side, one piece per call: the
@@ -487,38 +487,38 @@ static inline uint64_t seg_zip_step(SegZip *z, uint64_t len_i, uint64_t len_j, u
 /* domain-lane-rdma.c */
 /* Registers the destination of receive @op for remote write on its member's device; its READY
  * names it. FEATURE_NOT_ENABLED or OUT_OF_MEMORY with @err. */
-int lane_rdma_recv_register(DomainOp *op, Error *err);
-/* Fills the RDMA fields of @op's READY (arrays freed with lane_rdma_ready_clear()). */
-int lane_rdma_ready_fill(const DomainOp *op, struct Kvdist__V1__PeerDomainXfer *m);
-void lane_rdma_ready_clear(struct Kvdist__V1__PeerDomainXfer *m);
+int domain_lane_rdma_recv_register(DomainOp *op, Error *err);
+/* Fills the RDMA fields of @op's READY (arrays freed with domain_lane_rdma_ready_clear()). */
+int domain_lane_rdma_ready_fill(const DomainOp *op, struct Kvdist__V1__PeerDomainXfer *m);
+void domain_lane_rdma_ready_clear(struct Kvdist__V1__PeerDomainXfer *m);
 /* The RDMA fields of a READY that came in, into @w (0, or PROTOCOL_MISMATCH / OUT_OF_MEMORY). */
-int lane_rdma_word_parse(const struct Kvdist__V1__PeerDomainXfer *m, LaneWord *w);
+int domain_lane_rdma_word_parse(const struct Kvdist__V1__PeerDomainXfer *m, LaneWord *w);
 /* Registers the source of send @op on @dev and pairs it up with the READY's segments into
  * WRITEs (op->rdma_segs). PROTOCOL_MISMATCH or OUT_OF_MEMORY with @err. */
-int lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err);
+int domain_lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err);
 /* Deregisters @op's spans and frees its RDMA state; no job may run. Idempotent. */
-void lane_rdma_release(DomainOp *op);
+void domain_lane_rdma_release(DomainOp *op);
 
 /* domain-call.c */
 /*
- * @op reached OP_DONE: queues it for call_drain(), which tells its call. Nothing that completes
+ * @op reached OP_DONE: queues it for domain_call_drain(), which tells its call. Nothing that completes
  * an op (a job's end, a word, a cancel, a lost peer) ever runs a call's reaction to it (a
  * collective's fail-fast cancel, a forward, the answer) or frees an op or a call under its
  * caller: only the drain does, from its own event, where no other op is being handled.
  */
-void call_op_done(DomainOp *op);
+void domain_call_op_done(DomainOp *op);
 /* Tells every call what its queued ops did; finishes and frees calls whose ops are all done. */
-void call_drain(DomainRegistry *reg);
+void domain_call_drain(DomainRegistry *reg);
 /* Every call of @dom stops with @code. */
 void domain_calls_fail(Domain *dom, int code, const char *reason);
 /* Validates the caller and @dom for an operation; NOT_YET_LINK while PREPARING. */
-int call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err);
+int domain_call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err);
 /* Allocates a call of @n_ops ops and @n_segs segments that answers @done. */
-int call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind, size_t n_ops,
+int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind, size_t n_ops,
              size_t n_segs, DomainCall **ret);
-DomainCall *call_free(DomainCall *call);
+DomainCall *domain_call_free(DomainCall *call);
 /* Takes a reference on @r for the call's life (deduplicated). */
-int call_hold_region(DomainCall *call, Region *r);
+int domain_call_hold_region(DomainCall *call, Region *r);
 /* Arms the deadline, posts the ops and keeps the call's Completion. Returns COMPLETION_PENDING,
  * or fails. */
-int call_start(DomainCall *call, uint32_t timeout_ms, Error *err);
+int domain_call_start(DomainCall *call, uint32_t timeout_ms, Error *err);

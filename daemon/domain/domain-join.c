@@ -34,7 +34,7 @@
 
 /* ---- pair links ---- */
 
-PairLink *pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote)
+PairLink *domain_pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote)
 {
         PairLink *pl;
 
@@ -166,7 +166,7 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
         Peer *p;
         int r;
 
-        pl = pair_link_find(reg, c->id, remote);
+        pl = domain_pair_link_find(reg, c->id, remote);
         if (pl) {
                 pl->n_refs++;
                 return pl;
@@ -218,7 +218,7 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
         return pl;
 }
 
-void pair_link_unref(PairLink *pl)
+void domain_pair_link_unref(PairLink *pl)
 {
         Cluster *c;
         Link *l;
@@ -445,7 +445,7 @@ static bool pair_progress(Domain *dom, uint32_t m, uint32_t o)
                 }
                 /* Asking may have lost a peer, and the domain with it. */
                 if (dom->state != DOMAIN_PREPARING) {
-                        pair_link_unref(pl);
+                        domain_pair_link_unref(pl);
                         return false;
                 }
                 pair->pl = pl;
@@ -688,7 +688,7 @@ void domain_join_release(Domain *dom, uint32_t m)
                         pair->join_call = NULL;
                 }
                 if (pair->pl) {
-                        pair_link_unref(pair->pl);
+                        domain_pair_link_unref(pair->pl);
                         pair->pl = NULL;
                 }
         }

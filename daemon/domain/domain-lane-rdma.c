@@ -108,7 +108,7 @@ static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
         return r;
 }
 
-void lane_rdma_release(DomainOp *op)
+void domain_lane_rdma_release(DomainOp *op)
 {
         for (size_t i = 0; i < op->n_mrs; i++)
                 rdma_mr_free(op->mrs[i]);
@@ -125,7 +125,7 @@ void lane_rdma_release(DomainOp *op)
         op->n_ready_rsegs = 0;
 }
 
-int lane_rdma_recv_register(DomainOp *op, Error *err)
+int domain_lane_rdma_recv_register(DomainOp *op, Error *err)
 {
         Lane *l = op->lane;
         Domain *dom = l->dom;
@@ -145,14 +145,14 @@ int lane_rdma_recv_register(DomainOp *op, Error *err)
                                  l->src, l->dst, why);
         r = lane_rdma_register(op, dev, true);
         if (r < 0) {
-                lane_rdma_release(op);
+                domain_lane_rdma_release(op);
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot register the receive buffer "
                                  "for RDMA: %s (is LimitMEMLOCK high enough?)", strerror(-r));
         }
         return 0;
 }
 
-int lane_rdma_ready_fill(const DomainOp *op, Kvdist__V1__PeerDomainXfer *m)
+int domain_lane_rdma_ready_fill(const DomainOp *op, Kvdist__V1__PeerDomainXfer *m)
 {
         size_t n = op->n_segs;
 
@@ -160,7 +160,7 @@ int lane_rdma_ready_fill(const DomainOp *op, Kvdist__V1__PeerDomainXfer *m)
         m->rdma_lens = calloc(n ? n : 1, sizeof(*m->rdma_lens));
         m->rdma_rkeys = calloc(n ? n : 1, sizeof(*m->rdma_rkeys));
         if (!m->rdma_addrs || !m->rdma_lens || !m->rdma_rkeys) {
-                lane_rdma_ready_clear(m);
+                domain_lane_rdma_ready_clear(m);
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++) {
@@ -172,7 +172,7 @@ int lane_rdma_ready_fill(const DomainOp *op, Kvdist__V1__PeerDomainXfer *m)
         return 0;
 }
 
-void lane_rdma_ready_clear(Kvdist__V1__PeerDomainXfer *m)
+void domain_lane_rdma_ready_clear(Kvdist__V1__PeerDomainXfer *m)
 {
         free(m->rdma_addrs);
         free(m->rdma_lens);
@@ -182,7 +182,7 @@ void lane_rdma_ready_clear(Kvdist__V1__PeerDomainXfer *m)
         m->n_rdma_addrs = m->n_rdma_lens = m->n_rdma_rkeys = 0;
 }
 
-int lane_rdma_word_parse(const Kvdist__V1__PeerDomainXfer *m, LaneWord *w)
+int domain_lane_rdma_word_parse(const Kvdist__V1__PeerDomainXfer *m, LaneWord *w)
 {
         size_t n = m->n_rdma_addrs;
 
@@ -230,7 +230,7 @@ static size_t lane_rdma_pair(const DomainOp *op, TransportSegment *out)
         return n;
 }
 
-int lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err)
+int domain_lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err)
 {
         Lane *l = op->lane;
         uint64_t mine = 0, theirs = 0;

@@ -74,7 +74,7 @@ static const char *op_name(uint32_t op)
         return "unknown operation";
 }
 
-int lanes_new(Domain *dom)
+int domain_lanes_new(Domain *dom)
 {
         for (uint32_t s = 0; s < dom->n_ranks; s++)
                 for (uint32_t t = 0; t < dom->n_ranks; t++) {
@@ -122,7 +122,7 @@ static void lane_word_unlink(Lane *l, LaneWord *w)
         l->n_word_segs -= w->n_rsegs;
 }
 
-void lanes_free(Domain *dom)
+void domain_lanes_free(Domain *dom)
 {
         for (uint32_t s = 0; s < DOMAIN_MAX_RANKS; s++)
                 for (uint32_t t = 0; t < DOMAIN_MAX_RANKS; t++) {
@@ -141,7 +141,7 @@ void lanes_free(Domain *dom)
                 }
 }
 
-void lanes_set_transport(Domain *dom)
+void domain_lanes_set_transport(Domain *dom)
 {
         for (uint32_t s = 0; s < dom->n_ranks; s++)
                 for (uint32_t t = 0; t < dom->n_ranks; t++) {
@@ -159,7 +159,7 @@ void lanes_set_transport(Domain *dom)
                 }
 }
 
-uint64_t lane_job_id(uint64_t recv_domain_id, uint32_t src, uint32_t dst, uint64_t seq)
+uint64_t domain_lane_job_id(uint64_t recv_domain_id, uint32_t src, uint32_t dst, uint64_t seq)
 {
         /* The top bit keeps these apart from transfer ids (daemon_next_id() never gets there). */
         return UINT64_C(1) << 63 | (recv_domain_id & ((UINT64_C(1) << 37) - 1)) << 26 |
@@ -167,7 +167,7 @@ uint64_t lane_job_id(uint64_t recv_domain_id, uint32_t src, uint32_t dst, uint64
                (seq & ((UINT64_C(1) << 22) - 1));
 }
 
-void desc_to_proto(const OpDesc *d, Kvdist__V1__DomainOpDesc *m)
+void domain_lane_desc_to_proto(const OpDesc *d, Kvdist__V1__DomainOpDesc *m)
 {
         m->op = d->op;
         m->bytes = d->bytes;
@@ -262,16 +262,16 @@ static int lane_word_send_full(Lane *l, Peer *p, XferKind kind, uint64_t seq, co
         m.dst_rank = l->dst;
         m.seq = seq;
         if (desc) {
-                desc_to_proto(desc, &d);
+                domain_lane_desc_to_proto(desc, &d);
                 m.desc = &d;
         }
         st.code = status_wire_encode(status);
         st.detail = (char *)(msg ?: "");
         m.status = &st;
-        if (ready_op && lane_rdma_ready_fill(ready_op, &m) < 0)
+        if (ready_op && domain_lane_rdma_ready_fill(ready_op, &m) < 0)
                 return -ENOMEM;
         r = peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, &m.base);
-        lane_rdma_ready_clear(&m);
+        domain_lane_rdma_ready_clear(&m);
         return r;
 }
 
@@ -288,7 +288,7 @@ static void lane_word_send(Lane *l, Peer *p, XferKind kind, uint64_t seq, const 
 static void lane_abort_job(Lane *l, Peer *p, uint64_t seq, uint64_t bytes, bool rdma, int status,
                            const char *msg)
 {
-        uint64_t id = lane_job_id(l->dom->ranks[l->dst].domain_id, l->src, l->dst, seq);
+        uint64_t id = domain_lane_job_id(l->dom->ranks[l->dst].domain_id, l->src, l->dst, seq);
 
         if (rdma)
                 lane_word_send(l, p, XFER_SEND_CANCEL, seq, NULL, status, msg);
@@ -330,7 +330,7 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
                 return;
         assert(!op->job && !op->copying && !op->rdma_writing && !op->rdma_waiter);
         /* A receive's registration goes before anything else: no WRITE lands after this. */
-        lane_rdma_release(op);
+        domain_lane_rdma_release(op);
         if (op->status == STATUS_OK && status != STATUS_OK) {
                 op->status = status;
                 va_start(ap, fmt);
@@ -354,7 +354,7 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
                 lane_abort_job(l, op->ready_peer, op->seq, op->ready.bytes, op->ready_rdma,
                                op->status ?: STATUS_FAILED, op->err.msg);
         }
-        call_op_done(op);
+        domain_call_op_done(op);
 }
 
 /*
@@ -424,7 +424,7 @@ static void op_on_rdma_written(TransportJob *job, int status)
 
         op->rdma_writing = false;
         /* Our source registrations: nothing reads through them any more. */
-        lane_rdma_release(op);
+        domain_lane_rdma_release(op);
         if (error < 0 && op->rdma_peer && op->rdma_peer->state == PEER_READY)
                 /* A failed or stopped job flushed its queue pairs: connect them again for
                  * whatever uses the endpoint next (as after a transfer's timeout). */
@@ -509,7 +509,7 @@ static void op_rdma_send_start(DomainOp *op)
         op->rdma_peer = lk->peer;
         op->rdma_ep = lk->rdma_ep;
         op->state = OP_DATA;
-        r = lane_rdma_send_prepare(op, rdma_endpoint_device(lk->rdma_ep), &e);
+        r = domain_lane_rdma_send_prepare(op, rdma_endpoint_device(lk->rdma_ep), &e);
         if (r < 0) {
                 op_complete(op, e.code, "%s", e.msg);
                 return;
@@ -532,7 +532,7 @@ static void op_rdma_recv_post(DomainOp *op, Peer *p)
 
         op->rdma = true;
         op->peer = p;
-        r = lane_rdma_recv_register(op, &e);
+        r = domain_lane_rdma_recv_register(op, &e);
         if (r >= 0) {
                 op->state = OP_DATA;
                 r = lane_word_send_full(l, p, XFER_READY, op->seq, &op->desc, STATUS_OK, NULL, op);
@@ -553,7 +553,7 @@ static void op_rdma_recv_post(DomainOp *op, Peer *p)
 static void op_rdma_landed(DomainOp *op)
 {
         /* Deregistered before anyone hears of it. */
-        lane_rdma_release(op);
+        domain_lane_rdma_release(op);
         lane_word_send(op->lane, op->peer, XFER_DONE, op->seq, NULL, STATUS_OK, NULL);
         op_complete(op, STATUS_OK, "%s", "");
 }
@@ -598,7 +598,7 @@ static void op_remote_match(DomainOp *op)
                 return;
         }
         r = lane_data_job_submit(op, p, TRANSPORT_WRITE,
-                                 lane_job_id(dom->ranks[l->dst].domain_id, l->src, l->dst,
+                                 domain_lane_job_id(dom->ranks[l->dst].domain_id, l->src, l->dst,
                                              op->seq), op_on_send_done);
         if (r < 0) {
                 op_complete(op, STATUS_PEER_LOST, "cannot send to rank %" PRIu32 ": %s", l->dst,
@@ -634,7 +634,7 @@ static void local_on_copied(TransportJob *job, int status)
         free(s->copy_segs);
         s->copy_segs = NULL;
         s->partner = r->partner = NULL;
-        /* Completing an op never ends its call here (call_op_done() queues it), so both ends
+        /* Completing an op never ends its call here (domain_call_op_done() queues it), so both ends
          * stay valid across both completions. */
         op_complete(s, code, "%s", msg);
         op_complete(r, code, "%s", msg);
@@ -746,7 +746,7 @@ static void local_give_up(const DomainOp *op)
         l->n_words++;
 }
 
-void op_assign(DomainOp *op, Lane *lane, bool send)
+void domain_op_assign(DomainOp *op, Lane *lane, bool send)
 {
         LaneWord *w, *tmp;
 
@@ -763,7 +763,7 @@ void op_assign(DomainOp *op, Lane *lane, bool send)
                 }
 }
 
-void op_post(DomainOp *op)
+void domain_op_post(DomainOp *op)
 {
         Lane *l = op->lane;
         Domain *dom = l->dom;
@@ -805,7 +805,7 @@ void op_post(DomainOp *op)
                             "connected", l->src);
                 return;
         }
-        r = lane_data_job_submit(op, p, TRANSPORT_READ, lane_job_id(dom->id, l->src, l->dst,
+        r = lane_data_job_submit(op, p, TRANSPORT_READ, domain_lane_job_id(dom->id, l->src, l->dst,
                                                                     op->seq), op_on_recv_done);
         if (r < 0) {
                 op_complete(op, STATUS_PEER_LOST, "cannot receive from rank %" PRIu32 ": %s",
@@ -817,7 +817,7 @@ void op_post(DomainOp *op)
         lane_word_send(l, p, XFER_READY, op->seq, &op->desc, STATUS_OK, NULL);
 }
 
-void op_cancel(DomainOp *op, int status, const char *fmt, ...)
+void domain_op_cancel(DomainOp *op, int status, const char *fmt, ...)
 {
         Lane *l = op->lane;
         va_list ap;
@@ -869,7 +869,7 @@ void op_cancel(DomainOp *op, int status, const char *fmt, ...)
                         transport_cancel(l->dom->reg->roots.transports->tcp, &op->data_job);
                 } else if (op->rdma) {
                         /* Deregistered first: from here on a WRITE fails at the sender. */
-                        lane_rdma_release(op);
+                        domain_lane_rdma_release(op);
                         lane_word_send(l, op->peer, XFER_RECV_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
                         op_complete(op, op->status, "%s", op->err.msg);
@@ -952,7 +952,7 @@ static void op_take_word(DomainOp *op, LaneWord *w)
         }
 }
 
-void peer_handle_domain_xfer(void *userdata, Peer *p, uint64_t request_id,
+void domain_lane_handle_xfer(void *userdata, Peer *p, uint64_t request_id,
                              const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainXfer *m = (const Kvdist__V1__PeerDomainXfer *)msg;
@@ -978,7 +978,7 @@ void peer_handle_domain_xfer(void *userdata, Peer *p, uint64_t request_id,
         w.status = m->status ? status_wire_decode(m->status->code) : STATUS_FAILED;
         (void)snprintf(w.msg, sizeof(w.msg), "%.200s",
                        m->status && m->status->detail ? m->status->detail : "");
-        if (lane_rdma_word_parse(m, &w) < 0)
+        if (domain_lane_rdma_word_parse(m, &w) < 0)
                 goto refuse;
 
         op = lane_find(l, m->seq, from_receiver);
@@ -1038,7 +1038,7 @@ refuse:
         p->root->counters.peer_requests_refused++;
 }
 
-void lanes_peer_lost(Domain *dom, Peer *p)
+void domain_lanes_peer_lost(Domain *dom, Peer *p)
 {
         for (uint32_t s = 0; s < dom->n_ranks; s++)
                 for (uint32_t t = 0; t < dom->n_ranks; t++) {

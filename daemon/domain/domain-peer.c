@@ -48,7 +48,7 @@ static void members_diff(const Domain *dom, const Kvdist__V1__PeerDomainJoin *m,
         }
 }
 
-void peer_handle_domain_join(void *userdata, Peer *p, uint64_t request_id,
+void domain_peer_handle_join(void *userdata, Peer *p, uint64_t request_id,
                              const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainJoin *m = (const Kvdist__V1__PeerDomainJoin *)msg;
@@ -142,7 +142,7 @@ static Domain *domain_for_notice(DomainRegistry *reg, Peer *p, uint64_t dst_id, 
         return dom;
 }
 
-void peer_handle_domain_linked(void *userdata, Peer *p, uint64_t request_id,
+void domain_peer_handle_linked(void *userdata, Peer *p, uint64_t request_id,
                                const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainLinked *m = (const Kvdist__V1__PeerDomainLinked *)msg;
@@ -159,7 +159,7 @@ void peer_handle_domain_linked(void *userdata, Peer *p, uint64_t request_id,
         domain_join_progress(dom);
 }
 
-void peer_handle_domain_ready(void *userdata, Peer *p, uint64_t request_id,
+void domain_peer_handle_ready(void *userdata, Peer *p, uint64_t request_id,
                               const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainReady *m = (const Kvdist__V1__PeerDomainReady *)msg;
@@ -176,7 +176,7 @@ void peer_handle_domain_ready(void *userdata, Peer *p, uint64_t request_id,
         domain_check_ok(dom);
 }
 
-void peer_handle_domain_leave(void *userdata, Peer *p, uint64_t request_id,
+void domain_peer_handle_leave(void *userdata, Peer *p, uint64_t request_id,
                               const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainLeave *m = (const Kvdist__V1__PeerDomainLeave *)msg;

@@ -50,7 +50,7 @@ static void domain_set_state(Domain *dom, DomainState state)
 
 static void domain_on_drain(evutil_socket_t fd, short what, void *userdata)
 {
-        call_drain(userdata);
+        domain_call_drain(userdata);
 }
 
 static void domain_on_cluster_gone(void *userdata, Cluster *c)
@@ -85,11 +85,11 @@ static const LinkEvents domain_link_events = {
 
 /* What domain/ handles of what peers send: members joining, linking, leaving; lane words. */
 static const PeerHandler domain_peer_handlers[] = {
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, peer_handle_domain_join },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, peer_handle_domain_linked },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, peer_handle_domain_ready },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, peer_handle_domain_leave },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, peer_handle_domain_xfer },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, domain_peer_handle_join },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, domain_peer_handle_linked },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, domain_peer_handle_ready },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, domain_peer_handle_leave },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, domain_lane_handle_xfer },
 };
 
 int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret)
@@ -120,7 +120,7 @@ static void domain_pump(DomainRegistry *reg);
 
 static void domain_free(Domain *dom)
 {
-        lanes_free(dom);
+        domain_lanes_free(dom);
         free(dom);
 }
 
@@ -176,12 +176,12 @@ DomainRegistry *domain_registry_free(DomainRegistry *reg)
                 return NULL;
         /* The loop runs no more: what the data planes and the copy engine completed last is
          * told here, then every call still running stops. */
-        call_drain(reg);
+        domain_call_drain(reg);
         CLIST_FOREACH_SAFE(dom, tmp, &reg->domains, link_reg) {
                 domain_calls_fail(dom, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
                 domain_remove(dom);
         }
-        call_drain(reg);
+        domain_call_drain(reg);
         CLIST_FOREACH_SAFE(lr, ltmp, &reg->local_res, link) {
                 clist_unlink(&lr->link);
                 free(lr);
@@ -360,7 +360,7 @@ int domain_start(Domain *dom)
         struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
         int r;
 
-        r = lanes_new(dom);
+        r = domain_lanes_new(dom);
         if (r < 0)
                 return r;
         dom->deadline = evtimer_new(dom->reg->roots.link->base, domain_on_deadline, dom);
@@ -417,7 +417,7 @@ void domain_check_ok(Domain *dom)
         domain_make_links(dom);
         if (dom->state != DOMAIN_PREPARING)
                 return;
-        lanes_set_transport(dom);
+        domain_lanes_set_transport(dom);
         domain_set_state(dom, DOMAIN_OK);
         dom->ok_usec = now;
         dom->reg->formed++;
@@ -531,7 +531,7 @@ void domain_on_peer_lost(DomainRegistry *reg, Peer *p, int status)
                         }
                 }
         CLIST_FOREACH_SAFE(dom, tmp, &reg->domains, link_reg) {
-                lanes_peer_lost(dom, p);
+                domain_lanes_peer_lost(dom, p);
                 domain_join_peer_lost(dom, p, status, why);
         }
 }
@@ -557,7 +557,7 @@ bool domain_pair_link_in_progress(DomainRegistry *reg, const Cluster *c,
 
         if (!reg)
                 return false;
-        pl = pair_link_find(reg, c->id, remote_cluster_id);
+        pl = domain_pair_link_find(reg, c->id, remote_cluster_id);
         return pl && (pl->state == PAIR_LINK_REQUESTING || pl->state == PAIR_LINK_CONNECTING ||
                       pl->state == PAIR_LINK_HELD);
 }

@@ -117,7 +117,7 @@ typedef struct DomainStats {
 void domain_registry_stats(const DomainRegistry *reg, DomainStats *ret);
 
 /*
- * Client requests of the cluster @c (control/handlers-domain.c hands them down). Each returns 0
+ * Client requests of the cluster @c (control/handle-domain.c hands them down). Each returns 0
  * when it answered @done, COMPLETION_PENDING when it keeps @done to answer later, or a STATUS_*
  * status with @err filled (@done is still the caller's).
  */

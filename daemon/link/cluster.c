@@ -77,7 +77,7 @@ Cluster *cluster_free(Cluster *c)
         CLIST_FOREACH_SAFE(l, ltmp, &c->links, link_local)
                 link_free_full(l, STATUS_PEER_LOST, false);
         CLIST_FOREACH_SAFE(il, iltmp, &c->inlinks, link_cluster)
-                inlink_free(il, STATUS_PEER_LOST, "the cluster linked to detached");
+                link_inlink_free(il, STATUS_PEER_LOST, "the cluster linked to detached");
         /* Links others made to us stay (down) until their owners unlink or re-link. */
         CLIST_FOREACH_SAFE(l, ltmp, &c->links_in, link_remote)
                 link_set_state(l, LINK_DOWN, STATUS_PEER_LOST);

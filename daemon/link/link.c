@@ -203,7 +203,7 @@ Link *link_free(Link *l, int status)
         return link_free_full(l, status, true);
 }
 
-int inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
+int link_inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
                int remote_role, InLink **ret)
 {
         InLink *il;
@@ -234,7 +234,7 @@ int inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_clust
         return 0;
 }
 
-InLink *inlink_free(InLink *il, int status, const char *why)
+InLink *link_inlink_free(InLink *il, int status, const char *why)
 {
         if (!il)
                 return NULL;
@@ -253,7 +253,7 @@ InLink *inlink_free(InLink *il, int status, const char *why)
         return NULL;
 }
 
-InLink *inlink_find(Peer *peer, uint64_t remote_cluster_id, const Cluster *local)
+InLink *link_inlink_find(Peer *peer, uint64_t remote_cluster_id, const Cluster *local)
 {
         InLink *il;
 
@@ -263,7 +263,7 @@ InLink *inlink_find(Peer *peer, uint64_t remote_cluster_id, const Cluster *local
         return NULL;
 }
 
-InLink *inlink_find_id(Peer *peer, uint64_t id)
+InLink *link_inlink_find_id(Peer *peer, uint64_t id)
 {
         InLink *il;
 

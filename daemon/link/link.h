@@ -102,20 +102,20 @@ Link *link_free_full(Link *l, int status, bool notify_peer);
 Link *link_free(Link *l, int status);
 
 /* Creates the record of @peer's cluster @remote_cluster_id linking to our @local. */
-int inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
+int link_inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
                int remote_role, InLink **ret);
 
 /*
  * Removes an inbound link; the transfers it serves fail with @status. @why says in the log what
  * ended it ("unlinked by cluster 7"; NULL: @status's name). NULL ok; returns NULL.
  */
-InLink *inlink_free(InLink *il, int status, const char *why);
+InLink *link_inlink_free(InLink *il, int status, const char *why);
 
 /* The inbound link of @peer's cluster @remote_cluster_id to our @local, or NULL. */
-InLink *inlink_find(Peer *peer, uint64_t remote_cluster_id, const Cluster *local);
+InLink *link_inlink_find(Peer *peer, uint64_t remote_cluster_id, const Cluster *local);
 
 /* The inbound link with id @id that came over @peer, or NULL. */
-InLink *inlink_find_id(Peer *peer, uint64_t id);
+InLink *link_inlink_find_id(Peer *peer, uint64_t id);
 
 /* Marks the link down (its remote end is gone) and fails its transfers with @status. */
 void link_set_state(Link *l, LinkState state, int status);

@@ -258,7 +258,7 @@ int peer_auth_on_proof(PeerAuth *a, const PeerAuthProof *proof)
                 return peer_auth_fail(a, -EPROTO);
 
         peer_auth_mac(a, false, want);
-        ok = memeq_consttime(want, proof->mac, sizeof(want));
+        ok = hmac_memeq(want, proof->mac, sizeof(want));
         explicit_bzero(want, sizeof(want));
         if (!ok)
                 return peer_auth_fail(a, -EACCES);

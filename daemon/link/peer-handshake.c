@@ -438,7 +438,7 @@ void peer_on_data_hello(Peer *tmp, const Kvdist__V1__PeerDataHello *m)
         if (m->data_token.len == PEER_DATA_TOKEN_SIZE)
                 CLIST_FOREACH(p, &root->peers, link_daemon) {
                         if (p->state != PEER_DATA || p->dialed ||
-                            !memeq_consttime(p->data_token, m->data_token.data,
+                            !hmac_memeq(p->data_token, m->data_token.data,
                                              PEER_DATA_TOKEN_SIZE))
                                 continue;
                         if (m->index >= p->n_streams || p->data_fds[m->index] >= 0)

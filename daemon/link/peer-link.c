@@ -178,22 +178,22 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
                 goto refuse;
         }
         /* A link made again replaces the old one (the peer forgot it: a restart, a force). */
-        il = inlink_find(p, m->src_cluster_id, c);
+        il = link_inlink_find(p, m->src_cluster_id, c);
         if (il)
-                inlink_free(il, STATUS_PEER_LOST, "replaced by a new link");
+                link_inlink_free(il, STATUS_PEER_LOST, "replaced by a new link");
         if (c->n_inlinks >= root->options.limits->max_links_per_client) {
                 error_set(&err, STATUS_LIMIT_EXCEEDED, "cluster %" PRIu64 " has %u inbound links "
                           "(limits.max_links_per_client)", c->id, c->n_inlinks);
                 goto refuse;
         }
-        r = inlink_new(root, p, c, m->src_cluster_id, m->src_role, &il);
+        r = link_inlink_new(root, p, c, m->src_cluster_id, m->src_role, &il);
         if (r < 0) {
                 error_set(&err, STATUS_OUT_OF_MEMORY, "out of memory");
                 goto refuse;
         }
         r = exposed_build(c, il->seq, &e);
         if (r < 0) {
-                inlink_free(il, STATUS_OUT_OF_MEMORY, NULL);
+                link_inlink_free(il, STATUS_OUT_OF_MEMORY, NULL);
                 exposed_free(&e);
                 error_set(&err, STATUS_OUT_OF_MEMORY, "out of memory");
                 goto refuse;
@@ -226,7 +226,7 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
         exposed_free(&e);
         if (r == -EMSGSIZE) {
                 /* Thousands of caches: too many to describe in one frame. */
-                inlink_free(il, STATUS_LIMIT_EXCEEDED, NULL);
+                link_inlink_free(il, STATUS_LIMIT_EXCEEDED, NULL);
                 error_set(&err, STATUS_LIMIT_EXCEEDED, "cluster %" PRIu64 " exposes more caches "
                           "than one frame describes", c->id);
                 goto refuse;
@@ -264,12 +264,12 @@ void peer_handle_unlink(void *userdata, Peer *p, uint64_t request_id, const Prot
                 if (l)
                         link_set_down(l, STATUS_NOT_YET_LINK, why);
         } else {
-                il = inlink_find_id(p, m->link_id);
+                il = link_inlink_find_id(p, m->link_id);
                 if (il && (il->remote_cluster_id != m->src_cluster_id ||
                            il->local->id != m->dst_cluster_id))
                         il = NULL;
                 if (il)
-                        inlink_free(il, STATUS_NOT_YET_LINK, why);
+                        link_inlink_free(il, STATUS_NOT_YET_LINK, why);
         }
         if (!l && !il)
                 log_debug("%s: unlink of cluster %" PRIu64 " and %" PRIu64 " names no link "
@@ -289,7 +289,7 @@ void peer_handle_cluster_gone(void *userdata, Peer *p, uint64_t request_id,
         for (size_t i = 0; i < m->n_cluster_ids; i++) {
                 CLIST_FOREACH_SAFE(il, iltmp, &p->inlinks, link_peer)
                         if (il->remote_cluster_id == m->cluster_ids[i])
-                                inlink_free(il, STATUS_PEER_LOST, "the linking cluster went "
+                                link_inlink_free(il, STATUS_PEER_LOST, "the linking cluster went "
                                             "away");
                 CLIST_FOREACH_SAFE(l, ltmp, &p->links, link_peer)
                         if (l->remote_cluster_id == m->cluster_ids[i])
@@ -306,7 +306,7 @@ void peer_link_on_lost(Peer *p, int status)
                 link_set_state(l, LINK_DOWN, status == STATUS_DAEMON_UNAVAILABLE ? status
                                                                                  : STATUS_PEER_LOST);
         CLIST_FOREACH_SAFE(il, iltmp, &p->inlinks, link_peer)
-                inlink_free(il, STATUS_PEER_LOST, "its daemon was lost");
+                link_inlink_free(il, STATUS_PEER_LOST, "its daemon was lost");
 }
 
 void peer_link_cluster_gone(Cluster *c)
@@ -354,7 +354,7 @@ int peer_link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force)
                         (void)peer_notice(il->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK,
                                           &m.base);
                 }
-                inlink_free(il, STATUS_NOT_YET_LINK, why);
+                link_inlink_free(il, STATUS_NOT_YET_LINK, why);
                 n++;
         }
         return n;

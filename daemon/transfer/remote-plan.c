@@ -33,22 +33,22 @@ static PlanLayers layers_from_proto(const Kvdist__V1__LayerRange *r)
                 .tensor_num_per_layer = (m)->tensor_num_per_layer,                           \
         })
 
-void transfer_args_from_transfer(const Kvdist__V1__Transfer *m, TransferArgs *ret)
+void remote_plan_args_from_transfer(const Kvdist__V1__Transfer *m, TransferArgs *ret)
 {
         *ret = TRANSFER_ARGS_FROM(m);
 }
 
-void transfer_args_from_peer(const Kvdist__V1__PeerTransfer *m, TransferArgs *ret)
+void remote_plan_args_from_peer(const Kvdist__V1__PeerTransfer *m, TransferArgs *ret)
 {
         *ret = TRANSFER_ARGS_FROM(m);
 }
 
-bool transfer_kind_is_pull(TransferKind k)
+bool remote_plan_kind_is_pull(TransferKind k)
 {
         return k == TRANSFER_PULL_CACHE || k == TRANSFER_PULL_BLOCKS;
 }
 
-int transfer_args_check(const TransferArgs *a, CacheKeyKind key_kind, Error *err)
+int remote_plan_args_check(const TransferArgs *a, CacheKeyKind key_kind, Error *err)
 {
         switch (a->kind) {
         case TRANSFER_PULL_CACHE:
@@ -77,10 +77,10 @@ int transfer_args_check(const TransferArgs *a, CacheKeyKind key_kind, Error *err
         return error_set(err, STATUS_PARAM_INVALID, "transfer kind %d is not valid", a->kind);
 }
 
-void transfer_args_plan_request(const TransferArgs *a, CacheKeyKind key_kind,
+void remote_plan_args_plan_request(const TransferArgs *a, CacheKeyKind key_kind,
                                 uint32_t remote_index, PlanRequest *pr)
 {
-        bool pull = transfer_kind_is_pull(a->kind);
+        bool pull = remote_plan_kind_is_pull(a->kind);
 
         *pr = (PlanRequest){
                 .src_layers = a->src_layers,

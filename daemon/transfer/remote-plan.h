@@ -47,25 +47,25 @@ typedef struct TransferArgs {
 } TransferArgs;
 
 /* The plan-shaping fields of a client's Transfer (borrowed). */
-void transfer_args_from_transfer(const struct Kvdist__V1__Transfer *m, TransferArgs *ret);
+void remote_plan_args_from_transfer(const struct Kvdist__V1__Transfer *m, TransferArgs *ret);
 
 /* The plan-shaping fields of a peer's PeerTransfer (borrowed). */
-void transfer_args_from_peer(const struct Kvdist__V1__PeerTransfer *m, TransferArgs *ret);
+void remote_plan_args_from_peer(const struct Kvdist__V1__PeerTransfer *m, TransferArgs *ret);
 
 /* Whether the initiator reads from the remote cache (pull) or writes into it (push). */
-bool transfer_kind_is_pull(TransferKind k);
+bool remote_plan_kind_is_pull(TransferKind k);
 
 /*
  * Checks the request against the key kinds each kind of transfer takes; PARAM_INVALID with a
  * message. -1 from @kind is already excluded by the caller's decoding.
  */
-int transfer_args_check(const TransferArgs *a, CacheKeyKind key_kind, Error *err);
+int remote_plan_args_check(const TransferArgs *a, CacheKeyKind key_kind, Error *err);
 
 /*
  * Fills @pr (caches not set) for a transfer whose remote item was resolved to batch slot
  * @remote_index; @key_kind is the kind of the key naming the remote cache.
  */
-void transfer_args_plan_request(const TransferArgs *a, CacheKeyKind key_kind,
+void remote_plan_args_plan_request(const TransferArgs *a, CacheKeyKind key_kind,
                                 uint32_t remote_index, PlanRequest *pr);
 
 /* Describes a local cache's shape. */

@@ -225,11 +225,11 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         CacheKey key;
         int r;
 
-        transfer_args_from_peer(m, &args);
+        remote_plan_args_from_peer(m, &args);
         r = cache_key_from_proto(m->key, &key, err);
         if (r < 0)
                 return r;
-        r = transfer_args_check(&args, key.kind, err);
+        r = remote_plan_args_check(&args, key.kind, err);
         if (r < 0)
                 return r;
         if (m->n_src_blocks > lim->max_blocks_per_transfer ||
@@ -264,7 +264,7 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         if (r < 0)
                 return r;
         remote_desc_from_cache(s->cache, &ours);
-        transfer_args_plan_request(&args, key.kind, *ret_index, &pr);
+        remote_plan_args_plan_request(&args, key.kind, *ret_index, &pr);
         r = remote_plan_build(&pr, s->pull ? &ours : &theirs, s->pull ? &theirs : &ours,
                               &s->plan, err);
         if (r < 0)
@@ -299,7 +299,7 @@ static int served_rdma_keys(Served *s, uint64_t *addrs, uint32_t *rkeys)
         return 0;
 }
 
-void peer_handle_transfer(void *userdata, Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerTransfer *m = (const Kvdist__V1__PeerTransfer *)msg;
         Kvdist__V1__PeerTransferReply reply = KVDIST__V1__PEER_TRANSFER_REPLY__INIT;
@@ -327,7 +327,7 @@ void peer_handle_transfer(void *userdata, Peer *p, uint64_t request_id, const Pr
         s->root = root;
         s->id = id_source_next(root->link->ids);
         s->state = SERVED_RUNNING;
-        s->pull = transfer_kind_is_pull((TransferKind)m->kind);
+        s->pull = remote_plan_kind_is_pull((TransferKind)m->kind);
         s->one_sided = m->rdma;
         s->initiator_id = m->job_id;
         s->start_usec = now_usec(CLOCK_MONOTONIC);
@@ -339,7 +339,7 @@ void peer_handle_transfer(void *userdata, Peer *p, uint64_t request_id, const Pr
                 error_set(&err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
                 goto refuse;
         }
-        il = inlink_find_id(p, m->link_id);
+        il = link_inlink_find_id(p, m->link_id);
         if (!il) {
                 error_set(&err, STATUS_NOT_YET_LINK, "no inbound link %" PRIu64 " from this peer; "
                           "link again", m->link_id);
@@ -423,7 +423,7 @@ refuse:
                                &err);
 }
 
-void peer_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
+void served_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
                            const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerRdmaDone *m = (const Kvdist__V1__PeerRdmaDone *)msg;
@@ -454,7 +454,7 @@ void peer_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
         }
 }
 
-void peer_handle_transfer_cancel(void *userdata, Peer *p, uint64_t request_id,
+void served_handle_transfer_cancel(void *userdata, Peer *p, uint64_t request_id,
                                  const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerTransferCancel *m = (const Kvdist__V1__PeerTransferCancel *)msg;

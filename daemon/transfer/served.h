@@ -94,9 +94,9 @@ void served_on_peer_lost(Peer *p);
 
 /* The peer messages served transfers handle (transfer_listen() registers them with link/):
  * a peer's transfer, its cancel, and the end of an RDMA transfer the peer ran on our memory. */
-void peer_handle_transfer(void *userdata, Peer *p, uint64_t request_id,
+void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id,
                           const struct ProtobufCMessage *msg);
-void peer_handle_transfer_cancel(void *userdata, Peer *p, uint64_t request_id,
+void served_handle_transfer_cancel(void *userdata, Peer *p, uint64_t request_id,
                                  const struct ProtobufCMessage *msg);
-void peer_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
+void served_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
                            const struct ProtobufCMessage *msg);

@@ -40,7 +40,7 @@
 /* The local cache of @x and whether it is the source. */
 static const Cache *transfer_local_cache(const Transfer *x, bool *ret_is_src)
 {
-        *ret_is_src = !transfer_kind_is_pull(x->kind);
+        *ret_is_src = !remote_plan_kind_is_pull(x->kind);
         return *ret_is_src ? x->caches[0] : x->caches[1];
 }
 
@@ -55,7 +55,7 @@ enum {
 
 static void *orphan_flags(const Transfer *x)
 {
-        return (void *)(uintptr_t)((transfer_kind_is_pull(x->kind) ? ORPHAN_PULL : 0) |
+        return (void *)(uintptr_t)((remote_plan_kind_is_pull(x->kind) ? ORPHAN_PULL : 0) |
                                    (x->one_sided ? ORPHAN_ONE_SIDED : 0));
 }
 
@@ -192,8 +192,8 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
         r = remote_desc_from_proto(m->remote, &remote, err);
         if (r < 0)
                 return r;
-        transfer_args_from_transfer(req, &args);
-        transfer_args_plan_request(&args, x->key.kind, m->remote_index, &pr);
+        remote_plan_args_from_transfer(req, &args);
+        remote_plan_args_plan_request(&args, x->key.kind, m->remote_index, &pr);
         r = remote_plan_build(&pr, local_is_src ? &local : &remote,
                               local_is_src ? &remote : &local, &x->plan, err);
         if (r < 0)
@@ -242,7 +242,7 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
 /* Whether the peer hears from us (PeerRdmaDone) how the transfer ended, once its data moved. */
 static bool transfer_remote_tells_done(const Transfer *x)
 {
-        return x->one_sided || !transfer_kind_is_pull(x->kind) || x->key.kind == CACHE_KEY_REQ;
+        return x->one_sided || !remote_plan_kind_is_pull(x->kind) || x->key.kind == CACHE_KEY_REQ;
 }
 
 static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
@@ -350,7 +350,7 @@ static void transfer_remote_on_data_done(TransportJob *job, int status)
 
                 if (status != STATUS_OK && x->status == STATUS_OK)
                         error_set(&x->err, status, "RDMA %s failed: %s",
-                                  transfer_kind_is_pull(x->kind) ? "READ" : "WRITE",
+                                  remote_plan_kind_is_pull(x->kind) ? "READ" : "WRITE",
                                   strerror(-error));
                 transfer_remote_tell_done(x, status == STATUS_OK ? x->status : status);
                 transfer_remote_leave_peer(x);
@@ -364,9 +364,9 @@ static void transfer_remote_on_data_done(TransportJob *job, int status)
                           error == -EILSEQ ? "a data chunk failed its CRC32C check"
                           : error == -ECANCELED ? "the peer aborted the transfer"
                                                 : "the data connection to the peer failed");
-        if (status != STATUS_OK || x->state != TRANSFER_RUNNING || transfer_kind_is_pull(x->kind) ||
+        if (status != STATUS_OK || x->state != TRANSFER_RUNNING || remote_plan_kind_is_pull(x->kind) ||
             x->remote_done) {
-                if (transfer_kind_is_pull(x->kind))
+                if (remote_plan_kind_is_pull(x->kind))
                         transfer_remote_tell_done(x, status == STATUS_OK ? x->status : status);
                 transfer_remote_leave_peer(x);
                 transfer_complete(x, status != STATUS_OK ? status : x->remote_status);
@@ -374,7 +374,7 @@ static void transfer_remote_on_data_done(TransportJob *job, int status)
         /* Else a push whose bytes are all sent: the peer's PeerTransferDone completes it. */
 }
 
-void peer_handle_transfer_done(void *userdata, Peer *p, uint64_t request_id,
+void transfer_remote_handle_done(void *userdata, Peer *p, uint64_t request_id,
                                const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerTransferDone *m = (const Kvdist__V1__PeerTransferDone *)msg;
@@ -382,7 +382,7 @@ void peer_handle_transfer_done(void *userdata, Peer *p, uint64_t request_id,
         Transfer *x;
 
         CLIST_FOREACH(x, &p->transfers, link_peer) {
-                if (x->id != m->transfer_id || transfer_kind_is_pull(x->kind) ||
+                if (x->id != m->transfer_id || remote_plan_kind_is_pull(x->kind) ||
                     x->phase == REMOTE_REQUESTED)
                         continue;
                 x->remote_done = true;

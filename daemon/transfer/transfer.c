@@ -146,7 +146,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Transfer, transfer_free);
 
 bool transfer_pull_ends_key(TransferKind kind, const CacheKey *key, const Cache *cache)
 {
-        return transfer_kind_is_pull(kind) && key->kind == CACHE_KEY_REQ && cache->pool_backed;
+        return remote_plan_kind_is_pull(kind) && key->kind == CACHE_KEY_REQ && cache->pool_backed;
 }
 
 void transfer_end_key(LinkRoot *link, const CacheKey *key, const Cache *read)
@@ -258,7 +258,7 @@ void transfer_complete(Transfer *x, int status)
                 uint64_t bytes = x->plan->total_bytes;
 
                 root->counters.transfers_ok++;
-                if (transfer_kind_is_pull(x->kind))
+                if (remote_plan_kind_is_pull(x->kind))
                         root->counters.bytes_pulled += bytes;
                 else
                         root->counters.bytes_pushed += bytes;
@@ -305,7 +305,7 @@ void transfer_fail(Transfer *x, int status, const char *fmt, ...)
          * them: the caller need not wait for the transport to let go. A sender that must finish
          * the chunk in progress and end its streams with abort markers waits for the peer to
          * take them, which a slow link or a stalled peer can make last. */
-        if (!transfer_kind_is_pull(x->kind))
+        if (!remote_plan_kind_is_pull(x->kind))
                 transfer_answer(x, status);
         if (x->phase != REMOTE_NONE)
                 transfer_remote_cancel(x);
@@ -371,10 +371,10 @@ static const LinkEvents transfer_link_events = {
 
 /* What transfer/ handles of what peers send: their transfers here, the end of ours there. */
 static const PeerHandler transfer_peer_handlers[] = {
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, peer_handle_transfer },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, peer_handle_transfer_done },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL, peer_handle_transfer_cancel },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, peer_handle_rdma_done },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, served_handle_transfer },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, transfer_remote_handle_done },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL, served_handle_transfer_cancel },
+        { KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, served_handle_rdma_done },
 };
 
 void transfer_listen(TransferRoot *root)
@@ -427,8 +427,8 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
         }
         x->link = l;
         x->transport = l->transport;
-        x->caches[0] = transfer_kind_is_pull(x->kind) ? remote : local;
-        x->caches[1] = transfer_kind_is_pull(x->kind) ? local : remote;
+        x->caches[0] = remote_plan_kind_is_pull(x->kind) ? remote : local;
+        x->caches[1] = remote_plan_kind_is_pull(x->kind) ? local : remote;
         /* A peer's cache is the peer's to let go (served.c). */
         x->consume_key = remote && transfer_pull_ends_key(x->kind, &x->key, remote);
         return 0;
@@ -452,8 +452,8 @@ static int transfer_build_plan(Transfer *x, const Kvdist__V1__Transfer *m, uint3
             transfer_plan_cache(x, dst, dst_tensors, &pdst) < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "too many regions in one transfer");
 
-        transfer_args_from_transfer(m, &args);
-        transfer_args_plan_request(&args, x->key.kind, remote_index, &pr);
+        remote_plan_args_from_transfer(m, &args);
+        remote_plan_args_plan_request(&args, x->key.kind, remote_index, &pr);
         pr.src = &psrc;
         pr.dst = &pdst;
         return plan_build(&pr, &x->plan, err);
@@ -499,12 +499,12 @@ int transfer_start(TransferRoot *root, Cluster *c, const Kvdist__V1__Transfer *m
         r = cache_key_from_proto(m->remote_key, &x->key, err);
         if (r < 0)
                 return r;
-        transfer_args_from_transfer(m, &args);
-        r = transfer_args_check(&args, x->key.kind, err);
+        remote_plan_args_from_transfer(m, &args);
+        r = remote_plan_args_check(&args, x->key.kind, err);
         if (r < 0)
                 return r;
         if (m->notify.len > 0) {
-                if (transfer_kind_is_pull(x->kind))
+                if (remote_plan_kind_is_pull(x->kind))
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "only a push carries a notification");
                 if (m->notify.len > TRANSFER_NOTIFY_MAX)

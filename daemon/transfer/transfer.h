@@ -159,7 +159,7 @@ void transfer_end_key(LinkRoot *link, const CacheKey *key, const Cache *read);
 int transfer_remote_start(Transfer *x, const struct Kvdist__V1__Transfer *m, Error *err);
 
 /* A peer says one of our transfers it served is over (transfer_listen() registers it). */
-void peer_handle_transfer_done(void *userdata, Peer *p, uint64_t request_id,
+void transfer_remote_handle_done(void *userdata, Peer *p, uint64_t request_id,
                                const struct ProtobufCMessage *msg);
 
 /* Stops a remote transfer (transfer_fail() calls it instead of the transport's cancel). */

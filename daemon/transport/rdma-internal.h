@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the parts of the RDMA transport share: transport-rdma.c (devices, memory registrations,
+ * What the parts of the RDMA transport share: rdma.c (devices, memory registrations,
  * async events), rdma-endpoint.c (queue pairs, endpoints, jobs, completions) and rdma-poster.c
  * (each device's posting thread). This header is the one place <infiniband/verbs.h> is included;
  * only these three files include it.

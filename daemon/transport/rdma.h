@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * RDMA transport: one-sided RDMA READ (pull) and WRITE (push) between the registered memory of
- * two daemons, over RC queue pairs. transport-rdma.c (devices, registrations) and
+ * two daemons, over RC queue pairs. rdma.c (devices, registrations) and
  * rdma-endpoint.c (queue pairs, jobs), through rdma-internal.h, are the only files that see
  * <infiniband/verbs.h>; everything here is plain C, and built without libibverbs the functions
  * report -EOPNOTSUPP (rdma_context_new() gives a context with no devices).

@@ -81,7 +81,7 @@ int handle_check_link_status(Request *req, Error *err)
                 return error_set(err, STATUS_PEER_LOST, "link %" PRIu64 " to cluster %" PRIu64
                                  " is down: the remote cluster%s went away; unlink or re-link",
                                  l->id, m->remote_cluster_id, l->exposed ? " or its daemon" : "");
-        return request_reply_ok(req), 0;
+        return conn_request_reply_ok(req), 0;
 }
 
 int handle_switch_role(Request *req, Error *err)
@@ -106,5 +106,5 @@ int handle_switch_role(Request *req, Error *err)
         log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 ": role is now %s, %s%s",
                    c->id, cluster_role_to_string(c->role),
                    c->listen_ip_info ? "a server at " : "a client", c->listen_ip_info ?: "");
-        return request_reply_ok(req), 0;
+        return conn_request_reply_ok(req), 0;
 }

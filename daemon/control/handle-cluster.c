@@ -91,7 +91,7 @@ int handle_client_init(Request *req, Error *err)
 
         reply.status = &status;
         reply.sync_kv_timeout_ms = timeout;
-        return request_reply(req, &reply.base, -1), 0;
+        return conn_request_reply(req, &reply.base, -1), 0;
 }
 
 int handle_client_finalize(Request *req, Error *err)
@@ -103,7 +103,7 @@ int handle_client_finalize(Request *req, Error *err)
          * let go of the memory. The connection stays for read-only use. */
         conn_set_state(conn, CONN_READY);
         cluster_free(c);
-        return request_reply_ok(req), 0;
+        return conn_request_reply_ok(req), 0;
 }
 
 int handle_daemon_status(Request *req, Error *err)
@@ -116,7 +116,7 @@ int handle_daemon_status(Request *req, Error *err)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot build the status document");
         reply.status = &status;
         reply.json = json;
-        return request_reply(req, &reply.base, -1), 0;
+        return conn_request_reply(req, &reply.base, -1), 0;
 }
 
 int handle_notify_fd(Request *req, Error *err)

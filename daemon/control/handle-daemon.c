@@ -19,5 +19,5 @@ int handle_daemon_metrics(Request *req, Error *err)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot build the metrics document");
         reply.status = &status;
         reply.text = text;
-        return request_reply(req, &reply.base, -1), 0;
+        return conn_request_reply(req, &reply.base, -1), 0;
 }

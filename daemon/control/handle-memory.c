@@ -114,7 +114,7 @@ int handle_region_add(Request *req, Error *err)
         Region *r, *other;
         int k;
 
-        fd = request_take_fd(req, 0);
+        fd = conn_request_take_fd(req, 0);
         if (fd < 0)
                 return error_set(err, STATUS_PARAM_INVALID, "RegionAdd carries no memfd");
         if (m->size == 0 || m->size > lim->max_region_size)
@@ -163,7 +163,7 @@ int handle_region_add(Request *req, Error *err)
 
         reply.status = &status;
         reply.region_id = r->id;
-        return request_reply(req, &reply.base, -1), 0;
+        return conn_request_reply(req, &reply.base, -1), 0;
 }
 
 int handle_region_remove(Request *req, Error *err)
@@ -188,7 +188,7 @@ int handle_region_remove(Request *req, Error *err)
         c->region_bytes -= r->size;
         region_unref(r);
 
-        return request_reply_ok(req), 0;
+        return conn_request_reply_ok(req), 0;
 }
 
 int handle_pool_map(Request *req, Error *err)
@@ -203,7 +203,7 @@ int handle_pool_map(Request *req, Error *err)
         reply.status = &status;
         reply.size = pool_size(pool);
         reply.page_shift = pool_page_shift(pool);
-        return request_reply(req, &reply.base, pool_region(pool)->fd), 0;
+        return conn_request_reply(req, &reply.base, pool_region(pool)->fd), 0;
 }
 
 /*
@@ -337,7 +337,7 @@ int handle_register_cache(Request *req, Error *err)
 
         reply.status = &status;
         reply.cache_id = cache->id;
-        return request_reply(req, &reply.base, -1), 0;
+        return conn_request_reply(req, &reply.base, -1), 0;
 }
 
 int handle_unregister_cache(Request *req, Error *err)
@@ -351,7 +351,7 @@ int handle_unregister_cache(Request *req, Error *err)
         if (r < 0)
                 return r;
         cluster_release_cache(c, dead);
-        return request_reply_ok(req), 0;
+        return conn_request_reply_ok(req), 0;
 }
 
 int handle_allocate_cache(Request *req, Error *err)
@@ -425,7 +425,7 @@ int handle_allocate_cache(Request *req, Error *err)
         reply.cache_id = cache->id;
         reply.pool_offsets = offsets;
         reply.n_pool_offsets = desc.num_tensors;
-        return request_reply(req, &reply.base, -1), 0;
+        return conn_request_reply(req, &reply.base, -1), 0;
 }
 
 int handle_deallocate_cache(Request *req, Error *err)
@@ -439,7 +439,7 @@ int handle_deallocate_cache(Request *req, Error *err)
         if (r < 0)
                 return r;
         cluster_release_cache(c, dead);
-        return request_reply_ok(req), 0;
+        return conn_request_reply_ok(req), 0;
 }
 
 int handle_remove_cache_key(Request *req, Error *err)
@@ -457,5 +457,5 @@ int handle_remove_cache_key(Request *req, Error *err)
         if (r < 0)
                 return r;
         cluster_release_cache(c, dead);
-        return request_reply_ok(req), 0;
+        return conn_request_reply_ok(req), 0;
 }
