@@ -79,7 +79,7 @@ struct kvd_client {
         RxState rx;
 
         uint32_t max_payload; /* the daemon's frame limit (HelloReply), CLIENT_MAX_PAYLOAD before */
-        bool initialized; /* attached as a cluster (kvd_client_init) */
+        bool initialized;     /* attached as a cluster (kvd_client_init) */
         uint32_t sync_kv_timeout_ms;
         CList regions; /* ClientRegion.link */
         int notify_fd; /* the daemon's eventfd for our notifications; -1 until asked for */

@@ -132,8 +132,8 @@ int conn_send(kvd_client *c, uint16_t type, const ProtobufCMessage *msg, const i
                 return error_set(err, KVD_E_LIMIT_EXCEEDED,
                                  "the %s request is %zu bytes, larger than the %" PRIu32
                                  " bytes kvdistd accepts (limits.max_frame_size)",
-                                 conn_type_name(type),
-                                 protobuf_c_message_get_packed_size(msg), c->max_payload);
+                                 conn_type_name(type), protobuf_c_message_get_packed_size(msg),
+                                 c->max_payload);
         if (r < 0)
                 return error_set(err, r == -ENOMEM ? KVD_E_OUT_OF_MEMORY : KVD_E_FAILED,
                                  "cannot pack the %s request: %s", conn_type_name(type),
@@ -213,7 +213,7 @@ typedef struct RxFrame {
         FrameHeader h;
         ProtobufCMessage *msg;
         bool is_error;
-        bool farewell;          /* about the connection, not a request: @msg is its Status */
+        bool farewell; /* about the connection, not a request: @msg is its Status */
         int fds[FRAME_MAX_FDS];
         size_t n_fds;
 } RxFrame;
@@ -402,8 +402,8 @@ static void conn_dispatch_locked(kvd_client *c, RxFrame *f)
                 const Kvdist__V1__Status *s = (const Kvdist__V1__Status *)f->msg;
                 int code = s->code < 0 ? s->code : KVD_E_DAEMON_UNAVAILABLE;
 
-                conn_kill_locked(c, code, s->detail && s->detail[0] ? s->detail
-                                                                    : kvd_strerror(code));
+                conn_kill_locked(c, code,
+                                 s->detail && s->detail[0] ? s->detail : kvd_strerror(code));
                 goto drop;
         }
         p = conn_find_pending(c, f->h.request_id);

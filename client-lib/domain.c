@@ -11,8 +11,8 @@
 
 #define DOMAIN_LINK_TIMEOUT_MS CLIENT_CALL_TIMEOUT_MS
 
-static int domain_link(kvd_client *c, const char *comm_name, const kvd_cluster_rank *info,
-                       size_t n, const char *rank_table, uint64_t *ret_comm_id, Error *err)
+static int domain_link(kvd_client *c, const char *comm_name, const kvd_cluster_rank *info, size_t n,
+                       const char *rank_table, uint64_t *ret_comm_id, Error *err)
 {
         Kvdist__V1__DomainLink m = KVDIST__V1__DOMAIN_LINK__INIT;
         Kvdist__V1__ClusterRank ranks[KVD_MAX_DOMAIN_MEMBERS], *ptrs[KVD_MAX_DOMAIN_MEMBERS];
@@ -22,11 +22,14 @@ static int domain_link(kvd_client *c, const char *comm_name, const kvd_cluster_r
         if (!comm_name || !comm_name[0])
                 return error_set(err, KVD_E_PARAM_INVALID, "comm_name is empty");
         if (strlen(comm_name) > KVD_COMM_NAME_MAX)
-                return error_set(err, KVD_E_PARAM_INVALID, "comm_name is %zu characters, at most %d",
-                                 strlen(comm_name), KVD_COMM_NAME_MAX);
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "comm_name is %zu characters, at most %d", strlen(comm_name),
+                                 KVD_COMM_NAME_MAX);
         if (n < 2 || n > KVD_MAX_DOMAIN_MEMBERS)
-                return error_set(err, KVD_E_PARAM_INVALID, "cluster_rank_info has %zu entries; a "
-                                 "comm domain has 2..%d members", n, KVD_MAX_DOMAIN_MEMBERS);
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "cluster_rank_info has %zu entries; a "
+                                 "comm domain has 2..%d members",
+                                 n, KVD_MAX_DOMAIN_MEMBERS);
         if (!info)
                 return error_set(err, KVD_E_PARAM_INVALID, "cluster_rank_info is NULL");
         if (!rank_table)
@@ -92,8 +95,8 @@ _public_ int kvd_query_register_mem_status(kvd_client *client, uint64_t comm_id,
                                                q->mem_status));
         *ret_status = (kvd_mem_status)q->mem_status;
         if (*ret_status == KVD_MEM_STATUS_FAILED)
-                client_set_detail(client, q->reason && q->reason[0] ? q->reason
-                                                                     : kvd_strerror(q->failure));
+                client_set_detail(client,
+                                  q->reason && q->reason[0] ? q->reason : kvd_strerror(q->failure));
         return KVD_OK;
 }
 
@@ -133,17 +136,23 @@ static int batch_send_recv(kvd_client *c, uint64_t comm_id, const kvd_send_recv_
         if (n > 0 && !items)
                 return error_set(err, KVD_E_PARAM_INVALID, "items is NULL but n is %zu", n);
         if (n > 2 * KVD_MAX_DOMAIN_MEMBERS)
-                return error_set(err, KVD_E_PARAM_INVALID, "%zu items; at most one SEND to and one "
-                                 "RECV from each member", n);
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "%zu items; at most one SEND to and one "
+                                 "RECV from each member",
+                                 n);
         for (size_t i = 0; i < n; i++) {
                 if (items[i].type != KVD_SEND && items[i].type != KVD_RECV)
-                        return error_set(err, KVD_E_PARAM_INVALID, "items[%zu].type %d is neither "
-                                         "KVD_SEND nor KVD_RECV", i, (int)items[i].type);
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "items[%zu].type %d is neither "
+                                         "KVD_SEND nor KVD_RECV",
+                                         i, (int)items[i].type);
                 if (items[i].count > 0 && !items[i].buf)
                         return error_set(err, KVD_E_PARAM_INVALID, "items[%zu].buf is NULL", i);
                 if ((unsigned)items[i].data_type >= _KVD_DT_MAX)
-                        return error_set(err, KVD_E_PARAM_INVALID, "items[%zu].data_type %d is not "
-                                         "a kvd_dtype", i, (int)items[i].data_type);
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "items[%zu].data_type %d is not "
+                                         "a kvd_dtype",
+                                         i, (int)items[i].data_type);
                 kvdist__v1__send_recv_item__init(&its[i]);
                 its[i].recv = items[i].type == KVD_RECV;
                 its[i].addr = (uint64_t)(uintptr_t)items[i].buf;
@@ -183,7 +192,8 @@ static int collective_opts(const kvd_client *c, const kvd_collective_opts *opts,
         if (!blocks)
                 return error_set(err, KVD_E_PARAM_INVALID, "blocks is NULL");
         if (opts && (unsigned)opts->algorithm > KVD_ALGO_MESH)
-                return error_set(err, KVD_E_PARAM_INVALID, "opts.algorithm %d is not "
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "opts.algorithm %d is not "
                                  "KVD_ALGO_AUTO, KVD_ALGO_RING or KVD_ALGO_MESH",
                                  (int)opts->algorithm);
         *ret_timeout = op_timeout(c, opts ? opts->timeout_ms : 0);
@@ -209,8 +219,8 @@ _public_ int kvd_domain_broadcast(kvd_client *client, uint64_t comm_id, uint32_t
         int r;
 
         if (!client)
-                return client_return(NULL, &err, error_set(&err, KVD_E_PARAM_INVALID,
-                                                           "client is NULL"));
+                return client_return(NULL, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "client is NULL"));
         r = collective_opts(client, opts, blocks, n_blocks, &timeout, &err);
         if (r == KVD_OK) {
                 m.comm_id = comm_id;
@@ -228,9 +238,8 @@ _public_ int kvd_domain_broadcast(kvd_client *client, uint64_t comm_id, uint32_t
 }
 
 _public_ int kvd_domain_all_gather(kvd_client *client, uint64_t comm_id, uint64_t cache_id,
-                                   const uint64_t *blocks, size_t n_blocks,
-                                   size_t blocks_per_rank, const kvd_collective_opts *opts,
-                                   kvd_algorithm *ret_algorithm)
+                                   const uint64_t *blocks, size_t n_blocks, size_t blocks_per_rank,
+                                   const kvd_collective_opts *opts, kvd_algorithm *ret_algorithm)
 {
         Kvdist__V1__DomainAllGather m = KVDIST__V1__DOMAIN_ALL_GATHER__INIT;
         _cleanup_pb_ ProtobufCMessage *reply = NULL;
@@ -239,13 +248,15 @@ _public_ int kvd_domain_all_gather(kvd_client *client, uint64_t comm_id, uint64_
         int r;
 
         if (!client)
-                return client_return(NULL, &err, error_set(&err, KVD_E_PARAM_INVALID,
-                                                           "client is NULL"));
+                return client_return(NULL, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "client is NULL"));
         r = collective_opts(client, opts, blocks, n_blocks, &timeout, &err);
         if (r == KVD_OK && (blocks_per_rank == 0 || blocks_per_rank > UINT32_MAX ||
                             n_blocks % blocks_per_rank != 0))
-                r = error_set(&err, KVD_E_PARAM_INVALID, "%zu blocks are not a whole number of "
-                              "parts of %zu blocks", n_blocks, blocks_per_rank);
+                r = error_set(&err, KVD_E_PARAM_INVALID,
+                              "%zu blocks are not a whole number of "
+                              "parts of %zu blocks",
+                              n_blocks, blocks_per_rank);
         if (r == KVD_OK) {
                 m.comm_id = comm_id;
                 m.cache_id = cache_id;

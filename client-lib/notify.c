@@ -56,8 +56,8 @@ static int get_notifies(kvd_client *c, kvd_notify *out, size_t max, size_t *ret_
         m = (const Kvdist__V1__GetNotifiesReply *)reply;
         if (m->n_notifies > max)
                 return error_set(err, KVD_E_PROTOCOL_MISMATCH,
-                                 "the daemon sent %zu notifications for %zu places",
-                                 m->n_notifies, max);
+                                 "the daemon sent %zu notifications for %zu places", m->n_notifies,
+                                 max);
         for (size_t i = 0; i < m->n_notifies; i++) {
                 const Kvdist__V1__Notify *n = m->notifies[i];
 

@@ -176,10 +176,10 @@ static int cache_transfer(kvd_client *c, Kvdist__V1__TransferKind kind, const kv
 }
 
 /* The blocks forms: blocks of local cache @cache_id against the blocks cache @key names. */
-static int blocks_transfer(kvd_client *c, Kvdist__V1__TransferKind kind,
-                           const kvd_cache_key *key, uint64_t cache_id,
-                           const uint64_t *src_blocks, size_t n_src, const uint64_t *dst_blocks,
-                           size_t n_dst, const kvd_transfer_opts *opts, kvd_task **ret_task)
+static int blocks_transfer(kvd_client *c, Kvdist__V1__TransferKind kind, const kvd_cache_key *key,
+                           uint64_t cache_id, const uint64_t *src_blocks, size_t n_src,
+                           const uint64_t *dst_blocks, size_t n_dst, const kvd_transfer_opts *opts,
+                           kvd_task **ret_task)
 {
         TransferArgs a = {
                 .kind = kind,
@@ -301,8 +301,7 @@ _public_ int kvd_pull_blocks_async(kvd_client *client, const kvd_cache_key *src_
                                    const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
         return blocks_transfer(client, KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS, src_key,
-                               dst_cache_id, src_blocks, n_src, dst_blocks, n_dst, opts,
-                               ret_task);
+                               dst_cache_id, src_blocks, n_src, dst_blocks, n_dst, opts, ret_task);
 }
 
 _public_ int kvd_push_cache_async(kvd_client *client, const kvd_cache_key *dst_key,
@@ -319,8 +318,7 @@ _public_ int kvd_push_blocks_async(kvd_client *client, const kvd_cache_key *dst_
                                    const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
         return blocks_transfer(client, KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS, dst_key,
-                               src_cache_id, src_blocks, n_src, dst_blocks, n_dst, opts,
-                               ret_task);
+                               src_cache_id, src_blocks, n_src, dst_blocks, n_dst, opts, ret_task);
 }
 
 /* The synchronous forms: the async form, then a wait until the transfer's own deadline. */

@@ -13,7 +13,10 @@ struct CList {
         CList *prev;
 };
 
-#define CLIST_INIT(name) { &(name), &(name) }
+#define CLIST_INIT(name)                                                                           \
+        {                                                                                          \
+                &(name), &(name)                                                                   \
+        }
 
 static inline void clist_init(CList *l)
 {
@@ -67,16 +70,15 @@ static inline size_t clist_length(const CList *l)
 }
 
 #define clist_entry(node, type, member) container_of(node, type, member)
-#define clist_first_entry(list, type, member) \
+#define clist_first_entry(list, type, member)                                                      \
         (clist_is_empty(list) ? NULL : clist_entry((list)->next, type, member))
 
-#define CLIST_FOREACH(var, list, member)                                          \
-        for (var = clist_entry((list)->next, __typeof__(*var), member);           \
-             &var->member != (list);                                              \
+#define CLIST_FOREACH(var, list, member)                                                           \
+        for (var = clist_entry((list)->next, __typeof__(*var), member); &var->member != (list);    \
              var = clist_entry(var->member.next, __typeof__(*var), member))
 
-#define CLIST_FOREACH_SAFE(var, tmp, list, member)                                \
-        for (var = clist_entry((list)->next, __typeof__(*var), member),           \
-            tmp = clist_entry(var->member.next, __typeof__(*var), member);        \
-             &var->member != (list);                                              \
+#define CLIST_FOREACH_SAFE(var, tmp, list, member)                                                 \
+        for (var = clist_entry((list)->next, __typeof__(*var), member),                            \
+            tmp = clist_entry(var->member.next, __typeof__(*var), member);                         \
+             &var->member != (list);                                                               \
              var = tmp, tmp = clist_entry(var->member.next, __typeof__(*var), member))

@@ -31,7 +31,7 @@ typedef struct CompletionOps {
 } CompletionOps;
 
 struct Completion {
-        const CompletionOps *ops;       /* the asker's */
+        const CompletionOps *ops; /* the asker's */
         /* The holder's: runs when the asker goes away first. */
         void (*cancel)(Completion *cpl, void *userdata);
         void *userdata;

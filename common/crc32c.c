@@ -52,9 +52,8 @@ uint32_t crc32c_sw(uint32_t crc, const void *data, size_t len)
                 uint32_t lo = load_le32(p) ^ r;
                 uint32_t hi = load_le32(p + 4);
 
-                r = table[7][lo & 0xff] ^ table[6][(lo >> 8) & 0xff] ^
-                    table[5][(lo >> 16) & 0xff] ^ table[4][lo >> 24] ^
-                    table[3][hi & 0xff] ^ table[2][(hi >> 8) & 0xff] ^
+                r = table[7][lo & 0xff] ^ table[6][(lo >> 8) & 0xff] ^ table[5][(lo >> 16) & 0xff] ^
+                    table[4][lo >> 24] ^ table[3][hi & 0xff] ^ table[2][(hi >> 8) & 0xff] ^
                     table[1][(hi >> 16) & 0xff] ^ table[0][hi >> 24];
         }
         for (; len > 0; len--, p++)

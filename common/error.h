@@ -10,12 +10,15 @@
 #define ERROR_MSG_MAX 256
 
 typedef struct Error {
-        int code;                 /* 0, or a negative status: STATUS_* in kvdistd, KVD_E_* in
-                                   * libkvdist */
-        char msg[ERROR_MSG_MAX];  /* "" when there is nothing to add */
+        int code;                /* 0, or a negative status: STATUS_* in kvdistd, KVD_E_* in
+                                  * libkvdist */
+        char msg[ERROR_MSG_MAX]; /* "" when there is nothing to add */
 } Error;
 
-#define ERROR_INIT { 0, "" }
+#define ERROR_INIT                                                                                 \
+        {                                                                                          \
+                0, ""                                                                              \
+        }
 
 /*
  * Records @code with a printf-style detail in @err (which may be NULL) and returns @code, so a

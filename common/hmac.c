@@ -10,7 +10,7 @@
 
 void hmac_sha256_init(HmacSha256 *ctx, const void *key, size_t key_len)
 {
-        uint8_t k0[SHA256_BLOCK_SIZE] = { 0 };
+        uint8_t k0[SHA256_BLOCK_SIZE] = {0};
         uint8_t pad[SHA256_BLOCK_SIZE];
 
         /* K0: the key, or its digest when it is longer than a block, zero-padded to a block. */

@@ -10,9 +10,9 @@
 #include "common/clist.h"
 
 typedef struct Hook {
-        CList link;             /* on HookList.hooks */
-        const void *events;     /* the list's struct of callbacks */
-        void *userdata;         /* the first argument of every callback */
+        CList link;         /* on HookList.hooks */
+        const void *events; /* the list's struct of callbacks */
+        void *userdata;     /* the first argument of every callback */
 } Hook;
 
 typedef struct HookList {
@@ -43,12 +43,12 @@ static inline void hook_remove(Hook *h)
  * Calls @method of every listener of @l whose @type struct has it, with the listener's userdata
  * and the arguments that follow. A callback may remove its own hook, not another one.
  */
-#define hook_list_emit(l, type, method, ...)                                            \
-        do {                                                                            \
-                Hook *_h, *_tmp;                                                        \
-                CLIST_FOREACH_SAFE(_h, _tmp, &(l)->hooks, link) {                       \
-                        const type *_e = _h->events;                                    \
-                        if (_e->method)                                                 \
-                                _e->method(_h->userdata, ##__VA_ARGS__);                \
-                }                                                                       \
+#define hook_list_emit(l, type, method, ...)                                                       \
+        do {                                                                                       \
+                Hook *_h, *_tmp;                                                                   \
+                CLIST_FOREACH_SAFE (_h, _tmp, &(l)->hooks, link) {                                 \
+                        const type *_e = _h->events;                                               \
+                        if (_e->method)                                                            \
+                                _e->method(_h->userdata, ##__VA_ARGS__);                           \
+                }                                                                                  \
         } while (0)

@@ -36,7 +36,7 @@ static int journal_prepare(struct sockaddr_un *sa, socklen_t *len)
         if (journal_fd < 0)
                 journal_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         fd = journal_fd;
-        *sa = (struct sockaddr_un){ .sun_family = AF_UNIX };
+        *sa = (struct sockaddr_un){.sun_family = AF_UNIX};
         memcpy(sa->sun_path, journal_path, sizeof(journal_path));
         *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(sa->sun_path) + 1);
         pthread_mutex_unlock(&journal_lock);
@@ -60,7 +60,7 @@ int log_journal_send(int level, int error, const char *file, int line, const cha
         if (fd < 0)
                 return fd;
 
-#define ADD(buf, len) iov[n++] = (struct iovec){ .iov_base = (void *)(buf), .iov_len = (len) }
+#define ADD(buf, len) iov[n++] = (struct iovec){.iov_base = (void *)(buf), .iov_len = (len)}
 #define ADD_STR(s) ADD((s), strlen(s))
         (void)snprintf(head[0], sizeof(head[0]), "PRIORITY=%d\n", level);
         ADD_STR(head[0]);

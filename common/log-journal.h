@@ -17,7 +17,7 @@ typedef struct LogFields {
         uint64_t cluster;
         bool has_link;
         uint64_t link;
-        const char *peer;       /* "10.0.0.2:26001", a node name; NULL = none */
+        const char *peer; /* "10.0.0.2:26001", a node name; NULL = none */
 } LogFields;
 
 /* Sends to @path instead of LOG_JOURNAL_SOCKET (NULL: back to it). For tests. */

@@ -51,14 +51,9 @@ static usec_t ratelimit_interval = LOG_RATELIMIT_INTERVAL;
 static unsigned ratelimit_burst = LOG_RATELIMIT_BURST;
 
 static const char *const log_level_names[] = {
-        [LOG_EMERG] = "emerg",
-        [LOG_ALERT] = "alert",
-        [LOG_CRIT] = "crit",
-        [LOG_ERR] = "error",
-        [LOG_WARNING] = "warning",
-        [LOG_NOTICE] = "notice",
-        [LOG_INFO] = "info",
-        [LOG_DEBUG] = "debug",
+        [LOG_EMERG] = "emerg", [LOG_ALERT] = "alert",     [LOG_CRIT] = "crit",
+        [LOG_ERR] = "error",   [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
+        [LOG_INFO] = "info",   [LOG_DEBUG] = "debug",
 };
 
 int log_level_from_string(const char *s)
@@ -122,7 +117,7 @@ static bool ratelimit_pass(const char *file, int line, unsigned *ret_suppressed)
         }
         if (!site) {
                 site = oldest;
-                *site = (LogRateSite){ .file = file, .line = line, .begin = now };
+                *site = (LogRateSite){.file = file, .line = line, .begin = now};
         }
         if (now - site->begin >= ratelimit_interval) {
                 site->begin = now;
@@ -235,9 +230,8 @@ int log_internalv(int level, int error, const char *file, int line, const char *
                 return error;
         }
         if (suppressed > 0) {
-                (void)snprintf(msg, sizeof(msg),
-                               "%u similar messages from %s:%d were suppressed", suppressed,
-                               file ? file : "?", line);
+                (void)snprintf(msg, sizeof(msg), "%u similar messages from %s:%d were suppressed",
+                               suppressed, file ? file : "?", line);
                 log_write(level, 0, file, line, func, fields, msg);
         }
 

@@ -52,17 +52,19 @@ int log_internalv(int level, int error, const char *file, int line, const char *
 void log_set_ratelimit(unsigned long long interval_usec, unsigned burst);
 
 /* Fields for log_fields(): LOG_CLUSTER(7), LOG_LINK(3, 7), LOG_PEER("10.0.0.2:26001"). */
-#define LOG_CLUSTER(id) (&(const LogFields){ .has_cluster = true, .cluster = (id) })
-#define LOG_LINK(link_id, cluster_id)                                                      \
-        (&(const LogFields){ .has_link = true, .link = (link_id), .has_cluster = true,     \
-                             .cluster = (cluster_id) })
-#define LOG_PEER(p) (&(const LogFields){ .peer = (p) })
+#define LOG_CLUSTER(id) (&(const LogFields){.has_cluster = true, .cluster = (id)})
+#define LOG_LINK(link_id, cluster_id)                                                              \
+        (&(const LogFields){.has_link = true,                                                      \
+                            .link = (link_id),                                                     \
+                            .has_cluster = true,                                                   \
+                            .cluster = (cluster_id)})
+#define LOG_PEER(p) (&(const LogFields){.peer = (p)})
 
 /* log_full_errno() with structured fields: log_fields(LOG_INFO, 0, LOG_CLUSTER(7), "..."). */
-#define log_fields(level, error, fields, ...) \
+#define log_fields(level, error, fields, ...)                                                      \
         log_internal_fields(level, error, __FILE__, __LINE__, __func__, fields, __VA_ARGS__)
 
-#define log_full_errno(level, error, ...) \
+#define log_full_errno(level, error, ...)                                                          \
         log_internal(level, error, __FILE__, __LINE__, __func__, __VA_ARGS__)
 #define log_debug(...) log_full_errno(LOG_DEBUG, 0, __VA_ARGS__)
 #define log_info(...) log_full_errno(LOG_INFO, 0, __VA_ARGS__)

@@ -17,27 +17,26 @@
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-#define container_of(ptr, type, member) \
-        ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+#define container_of(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* Round @x up to a multiple of @a, a power of two. */
-#define ALIGN_POW2(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+#define ALIGN_POW2(x, a) (((x) + ((a)-1)) & ~((__typeof__(x))(a)-1))
 
 /* Hand a pointer or fd on: returns the value and leaves NULL / -1 behind. */
-#define TAKE_PTR(p)                          \
-        ({                                   \
-                __typeof__(p) _p_ = (p);     \
-                (p) = NULL;                  \
-                _p_;                         \
+#define TAKE_PTR(p)                                                                                \
+        ({                                                                                         \
+                __typeof__(p) _p_ = (p);                                                           \
+                (p) = NULL;                                                                        \
+                _p_;                                                                               \
         })
-#define TAKE_FD(fd)                          \
-        ({                                   \
-                int _fd_ = (fd);             \
-                (fd) = -1;                   \
-                _fd_;                        \
+#define TAKE_FD(fd)                                                                                \
+        ({                                                                                         \
+                int _fd_ = (fd);                                                                   \
+                (fd) = -1;                                                                         \
+                _fd_;                                                                              \
         })
 
 static inline void freep(void *p)
@@ -63,11 +62,11 @@ static inline void closep(int *fd)
 #define _cleanup_close_ _cleanup_(closep)
 
 /* Defines name##p(type **) calling func on a non-NULL pointer, for _cleanup_(). */
-#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)   \
-        static inline void func##p(type **p)      \
-        {                                         \
-                if (*p)                           \
-                        (void)func(*p);           \
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)                                                    \
+        static inline void func##p(type **p)                                                       \
+        {                                                                                          \
+                if (*p)                                                                            \
+                        (void)func(*p);                                                            \
         }
 
 /* Multiplication and addition that report overflow instead of wrapping. */

@@ -62,7 +62,7 @@ static int scope_parse(const char *s, uint32_t *ret)
 static int parse_v4(const char *host, uint16_t port, struct sockaddr_storage *ret_addr,
                     socklen_t *ret_len)
 {
-        struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port) };
+        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
 
         if (inet_pton(AF_INET, host, &sin.sin_addr) != 1)
                 return -EINVAL;
@@ -76,7 +76,7 @@ static int parse_v4(const char *host, uint16_t port, struct sockaddr_storage *re
 static int parse_v6(char *host, uint16_t port, struct sockaddr_storage *ret_addr,
                     socklen_t *ret_len)
 {
-        struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
+        struct sockaddr_in6 sin6 = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
         char *pct = strchr(host, '%');
         int r;
 

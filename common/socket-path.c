@@ -80,8 +80,10 @@ int socket_path_check_dir(const char *path, bool create, char *msg, size_t size)
                 return r;
         }
         if (S_ISLNK(st.st_mode)) {
-                (void)snprintf(msg, size, "%s is a symbolic link; it must be a folder of uid %u, "
-                               "not a link to one", dir, (unsigned)uid);
+                (void)snprintf(msg, size,
+                               "%s is a symbolic link; it must be a folder of uid %u, "
+                               "not a link to one",
+                               dir, (unsigned)uid);
                 return -ELOOP;
         }
         if (!S_ISDIR(st.st_mode)) {
@@ -89,14 +91,17 @@ int socket_path_check_dir(const char *path, bool create, char *msg, size_t size)
                 return -ENOTDIR;
         }
         if (st.st_uid != uid) {
-                (void)snprintf(msg, size, "%s is owned by uid %u, not %u: another user may have "
-                               "made it to take the socket over", dir, (unsigned)st.st_uid,
-                               (unsigned)uid);
+                (void)snprintf(msg, size,
+                               "%s is owned by uid %u, not %u: another user may have "
+                               "made it to take the socket over",
+                               dir, (unsigned)st.st_uid, (unsigned)uid);
                 return -EPERM;
         }
         if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-                (void)snprintf(msg, size, "%s is writable by group or others (mode %04o); make "
-                               "it 0700", dir, (unsigned)(st.st_mode & 07777));
+                (void)snprintf(msg, size,
+                               "%s is writable by group or others (mode %04o); make "
+                               "it 0700",
+                               dir, (unsigned)(st.st_mode & 07777));
                 return -EACCES;
         }
         return 0;

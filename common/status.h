@@ -14,9 +14,9 @@
 enum {
         STATUS_OK = 0,
         _STATUS_BASE = -4096,
-        STATUS_FAILED = _STATUS_BASE - 1,            /* unclassified failure */
-        STATUS_PARAM_INVALID = _STATUS_BASE - 2,     /* an argument is wrong */
-        STATUS_TIMEOUT = _STATUS_BASE - 3,           /* the deadline passed */
+        STATUS_FAILED = _STATUS_BASE - 1,        /* unclassified failure */
+        STATUS_PARAM_INVALID = _STATUS_BASE - 2, /* an argument is wrong */
+        STATUS_TIMEOUT = _STATUS_BASE - 3,       /* the deadline passed */
         STATUS_CACHE_NOT_EXIST = _STATUS_BASE - 4,
         STATUS_NOT_YET_LINK = _STATUS_BASE - 5,
         STATUS_ALREADY_LINK = _STATUS_BASE - 6,

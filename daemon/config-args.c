@@ -68,8 +68,8 @@ static int apply_int_field_arg(Config *c, const IntField *f, const char *flag, c
                 i = 0;
                 if (parse_int64(arg, &i) < 0 || i < f->min || i > f->max)
                         return config_errorf(error, -EINVAL,
-                                             "%s: expected an integer in [%" PRIi64
-                                             ", %" PRIi64 "]",
+                                             "%s: expected an integer in [%" PRIi64 ", %" PRIi64
+                                             "]",
                                              flag, f->min, f->max);
                 u = (uint64_t)i;
         }
@@ -98,29 +98,27 @@ enum {
 };
 
 static const struct option options[] = {
-        { "config", required_argument, NULL, 'c' },
-        { "socket", required_argument, NULL, ARG_SOCKET },
-        { "memory-size", required_argument, NULL, ARG_MEMORY_SIZE },
-        { "page-shift", required_argument, NULL, ARG_PAGE_SHIFT },
-        { "sync-kv-timeout", required_argument, NULL, ARG_SYNC_KV_TIMEOUT },
-        { "copy-threads", required_argument, NULL, ARG_COPY_THREADS },
-        { "log-level", required_argument, NULL, ARG_LOG_LEVEL },
-        { "max-clients", required_argument, NULL, ARG_MAX_CLIENTS },
-        { "max-frame-size", required_argument, NULL, ARG_MAX_FRAME_SIZE },
-        { "listen", required_argument, NULL, ARG_LISTEN },
-        { "cluster-key-file", required_argument, NULL, ARG_CLUSTER_KEY_FILE },
-        { "heartbeat-interval", required_argument, NULL, ARG_HEARTBEAT_INTERVAL },
-        { "heartbeat-timeout", required_argument, NULL, ARG_HEARTBEAT_TIMEOUT },
-        { "tcp-streams", required_argument, NULL, ARG_TCP_STREAMS },
-        { "link-total-time", required_argument, NULL, ARG_LINK_TOTAL_TIME },
-        { "tcp-crc", required_argument, NULL, ARG_TCP_CRC },
-        { "metrics-listen", required_argument, NULL, ARG_METRICS_LISTEN },
-        { "client-clusters-accept-links", required_argument, NULL,
-          ARG_CLIENT_CLUSTERS_ACCEPT_LINKS },
-        { "help", no_argument, NULL, 'h' },
-        { "version", no_argument, NULL, 'V' },
-        {}
-};
+        {"config", required_argument, NULL, 'c'},
+        {"socket", required_argument, NULL, ARG_SOCKET},
+        {"memory-size", required_argument, NULL, ARG_MEMORY_SIZE},
+        {"page-shift", required_argument, NULL, ARG_PAGE_SHIFT},
+        {"sync-kv-timeout", required_argument, NULL, ARG_SYNC_KV_TIMEOUT},
+        {"copy-threads", required_argument, NULL, ARG_COPY_THREADS},
+        {"log-level", required_argument, NULL, ARG_LOG_LEVEL},
+        {"max-clients", required_argument, NULL, ARG_MAX_CLIENTS},
+        {"max-frame-size", required_argument, NULL, ARG_MAX_FRAME_SIZE},
+        {"listen", required_argument, NULL, ARG_LISTEN},
+        {"cluster-key-file", required_argument, NULL, ARG_CLUSTER_KEY_FILE},
+        {"heartbeat-interval", required_argument, NULL, ARG_HEARTBEAT_INTERVAL},
+        {"heartbeat-timeout", required_argument, NULL, ARG_HEARTBEAT_TIMEOUT},
+        {"tcp-streams", required_argument, NULL, ARG_TCP_STREAMS},
+        {"link-total-time", required_argument, NULL, ARG_LINK_TOTAL_TIME},
+        {"tcp-crc", required_argument, NULL, ARG_TCP_CRC},
+        {"metrics-listen", required_argument, NULL, ARG_METRICS_LISTEN},
+        {"client-clusters-accept-links", required_argument, NULL, ARG_CLIENT_CLUSTERS_ACCEPT_LINKS},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {}};
 
 static const char *option_name(int val)
 {
@@ -190,15 +188,15 @@ static int apply_flag(Config *c, const PendingFlag *pf, char **error)
                 const IntFieldTable *table;
                 const char *field;
         } int_flags[] = {
-                { ARG_MEMORY_SIZE, &config_top_fields, "memory_size" },
-                { ARG_PAGE_SHIFT, &config_top_fields, "page_shift" },
-                { ARG_SYNC_KV_TIMEOUT, &config_top_fields, "sync_kv_timeout_ms" },
-                { ARG_MAX_CLIENTS, &config_limit_fields, "max_clients" },
-                { ARG_MAX_FRAME_SIZE, &config_limit_fields, "max_frame_size" },
-                { ARG_HEARTBEAT_INTERVAL, &config_top_fields, "heartbeat_interval_ms" },
-                { ARG_HEARTBEAT_TIMEOUT, &config_top_fields, "heartbeat_timeout_ms" },
-                { ARG_TCP_STREAMS, &config_tcp_fields, "streams" },
-                { ARG_LINK_TOTAL_TIME, &config_top_fields, "link_total_time_ms" },
+                {ARG_MEMORY_SIZE, &config_top_fields, "memory_size"},
+                {ARG_PAGE_SHIFT, &config_top_fields, "page_shift"},
+                {ARG_SYNC_KV_TIMEOUT, &config_top_fields, "sync_kv_timeout_ms"},
+                {ARG_MAX_CLIENTS, &config_limit_fields, "max_clients"},
+                {ARG_MAX_FRAME_SIZE, &config_limit_fields, "max_frame_size"},
+                {ARG_HEARTBEAT_INTERVAL, &config_top_fields, "heartbeat_interval_ms"},
+                {ARG_HEARTBEAT_TIMEOUT, &config_top_fields, "heartbeat_timeout_ms"},
+                {ARG_TCP_STREAMS, &config_tcp_fields, "streams"},
+                {ARG_LINK_TOTAL_TIME, &config_top_fields, "link_total_time_ms"},
         };
         char flag[64];
         int level, r;
@@ -254,9 +252,8 @@ static int apply_flag(Config *c, const PendingFlag *pf, char **error)
                 struct sockaddr_storage sa;
                 socklen_t len;
 
-                if (pf->arg[0] != '\0' &&
-                    (strlen(pf->arg) > METRICS_LISTEN_MAX ||
-                     config_parse_metrics_listen(pf->arg, &sa, &len) < 0))
+                if (pf->arg[0] != '\0' && (strlen(pf->arg) > METRICS_LISTEN_MAX ||
+                                           config_parse_metrics_listen(pf->arg, &sa, &len) < 0))
                         return config_errorf(error, -EINVAL,
                                              "%s: expected a numeric address with an optional "
                                              "port, like 127.0.0.1:%d, or \"\" for off",
@@ -281,7 +278,9 @@ static int apply_flag(Config *c, const PendingFlag *pf, char **error)
                 for (size_t i = 0; i < ARRAY_SIZE(int_flags); i++)
                         if (int_flags[i].opt == pf->opt)
                                 return apply_int_field_arg(
-                                        c, config_int_field_find(int_flags[i].table, int_flags[i].field),
+                                        c,
+                                        config_int_field_find(int_flags[i].table,
+                                                              int_flags[i].field),
                                         flag, pf->arg, error);
                 return config_errorf(error, -EINVAL, "%s: not handled", flag);
         }
@@ -333,7 +332,7 @@ static int parse_argv(Config *c, int argc, char **argv, char **error)
                                                      name);
                         return config_errorf(error, -EINVAL, "unknown option '-%c'", optopt);
                 default:
-                        pending[n_pending++] = (PendingFlag){ .opt = opt, .arg = optarg };
+                        pending[n_pending++] = (PendingFlag){.opt = opt, .arg = optarg};
                         break;
                 }
         }

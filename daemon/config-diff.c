@@ -11,10 +11,10 @@
 #include "common/log.h"
 
 /* Settings a reload applies; every other setting needs a restart. */
-static const char *const runtime_top_keys[] = { "sync_kv_timeout_ms", "heartbeat_interval_ms",
-                                                "heartbeat_timeout_ms", "link_total_time_ms" };
+static const char *const runtime_top_keys[] = {"sync_kv_timeout_ms", "heartbeat_interval_ms",
+                                               "heartbeat_timeout_ms", "link_total_time_ms"};
 /* Clients learned the frame limit at Hello: lowering it under them would cut their sessions. */
-static const char *const restart_limit_keys[] = { "max_frame_size" };
+static const char *const restart_limit_keys[] = {"max_frame_size"};
 
 typedef struct ChangeList {
         ConfigChange *items;
@@ -31,8 +31,8 @@ static bool in_list(const char *const *list, size_t n, const char *key)
         return false;
 }
 
-static void add_change(ChangeList *l, const char *key, const char *old_value,
-                       const char *new_value, bool runtime)
+static void add_change(ChangeList *l, const char *key, const char *old_value, const char *new_value,
+                       bool runtime)
 {
         ConfigChange *c;
 
@@ -211,7 +211,8 @@ static void apply_int_fields(Config *c, const Config *new, const IntFieldTable *
 {
         for (size_t i = 0; i < t->n_fields; i++)
                 if (int_field_is_runtime(prefix, &t->fields[i]))
-                        config_int_field_store(c, &t->fields[i], config_int_field_load(new, &t->fields[i]));
+                        config_int_field_store(c, &t->fields[i],
+                                               config_int_field_load(new, &t->fields[i]));
 }
 
 /* Applies what config_diff() marks runtime: the same rules, so none is reported but not done. */

@@ -13,10 +13,10 @@
 #include "daemon/config.h"
 
 typedef struct ConfigChange {
-        char key[64];           /* "log_level", "limits.max_clients" */
-        char old_value[96];     /* as the config file would spell it; cut at 95 bytes */
+        char key[64];       /* "log_level", "limits.max_clients" */
+        char old_value[96]; /* as the config file would spell it; cut at 95 bytes */
         char new_value[96];
-        bool runtime;           /* true: a reload applies it; false: it needs a restart */
+        bool runtime; /* true: a reload applies it; false: it needs a restart */
 } ConfigChange;
 
 /*

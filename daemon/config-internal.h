@@ -45,8 +45,8 @@ typedef enum FieldKind {
 
 typedef struct IntField {
         const char *name;
-        size_t offset;          /* in Config */
-        size_t size;            /* 4 or 8 */
+        size_t offset; /* in Config */
+        size_t size;   /* 4 or 8 */
         FieldKind kind;
         int64_t min;
         int64_t max;

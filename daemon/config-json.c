@@ -78,8 +78,7 @@ json_t *config_to_json(const Config *c)
         set(o, "metrics_listen", json_string(c->metrics_listen ?: ""), &ok);
         set(o, "listen_ip_info", json_string(c->listen_ip_info ?: ""), &ok);
         set(o, "cluster_key_file", json_string(c->cluster_key_file ?: ""), &ok);
-        set(o, "client_clusters_accept_links", json_boolean(c->client_clusters_accept_links),
-            &ok);
+        set(o, "client_clusters_accept_links", json_boolean(c->client_clusters_accept_links), &ok);
         set_int_fields(tcp, c, &config_tcp_fields, &ok);
         set(tcp, "crc", json_boolean(c->tcp.crc), &ok);
         set(o, "tcp", tcp, &ok);

@@ -95,8 +95,8 @@ static int json_get_int(json_t *v, const char *path, int64_t min, int64_t max, i
 }
 
 /* A string of @min_len..@max_len characters, duplicated into *@ret (replacing what was there). */
-static int json_get_string(json_t *v, const char *path, size_t min_len, size_t max_len,
-                           char **ret, char **error)
+static int json_get_string(json_t *v, const char *path, size_t min_len, size_t max_len, char **ret,
+                           char **error)
 {
         size_t len;
         char *s;
@@ -187,8 +187,7 @@ static int parse_socket_mode(Config *c, json_t *v, const char *path, char **erro
 }
 
 /* allow_uids / allow_gids: uid_t and gid_t are both 32-bit, (uid_t)-1 means "none". */
-static int parse_id_array(json_t *v, const char *path, uint32_t **ret, size_t *ret_n,
-                          char **error)
+static int parse_id_array(json_t *v, const char *path, uint32_t **ret, size_t *ret_n, char **error)
 {
         _cleanup_free_ uint32_t *ids = NULL;
         char p[PATH_BUF];
@@ -204,7 +203,8 @@ static int parse_id_array(json_t *v, const char *path, uint32_t **ret, size_t *r
                 if (!ids)
                         return -ENOMEM;
         }
-        json_array_foreach(v, i, e) {
+        json_array_foreach(v, i, e)
+        {
                 int64_t id = 0;
 
                 config_pathf(p, "%s[%zu]", path, i);
@@ -274,7 +274,8 @@ static int parse_device(json_t *obj, const char *path, DeviceConfig *d, char **e
 
         if (!json_is_object(obj))
                 return config_errorf(error, -EINVAL, "%s: expected an object", path);
-        json_object_foreach(obj, key, v) {
+        json_object_foreach(obj, key, v)
+        {
                 config_pathf(p, "%s.%s", path, key);
                 if (streq(key, "device_id")) {
                         r = json_get_int(v, p, 0, INT32_MAX, &i, error);
@@ -294,8 +295,7 @@ static int parse_device(json_t *obj, const char *path, DeviceConfig *d, char **e
                                                      p);
                         d->transport = k;
                 } else if (streq(key, "rdma_device")) {
-                        r = json_get_string(v, p, 1, RDMA_DEVICE_NAME_MAX, &d->rdma_device,
-                                            error);
+                        r = json_get_string(v, p, 1, RDMA_DEVICE_NAME_MAX, &d->rdma_device, error);
                         if (r < 0)
                                 return r;
                 } else if (streq(key, "port")) {
@@ -348,7 +348,8 @@ static int parse_devices(Config *c, json_t *v, const char *path, char **error)
                         .transport = TRANSPORT_KIND_AUTO,
                 };
         }
-        json_array_foreach(v, i, e) {
+        json_array_foreach(v, i, e)
+        {
                 config_pathf(p, "%s[%zu]", path, i);
                 r = parse_device(e, p, &devices[i], error);
                 if (r < 0)
@@ -387,7 +388,8 @@ static int parse_int_object(Config *c, json_t *v, const char *path, const IntFie
 
         if (!json_is_object(v))
                 return config_errorf(error, -EINVAL, "%s: expected an object", path);
-        json_object_foreach(v, key, e) {
+        json_object_foreach(v, key, e)
+        {
                 const IntField *f = config_int_field_find(t, key);
 
                 config_pathf(p, "%s.%s", path, key);
@@ -480,8 +482,7 @@ static int parse_cluster_key_file(Config *c, json_t *v, const char *path, char *
         return 0;
 }
 
-static int parse_client_clusters_accept_links(Config *c, json_t *v, const char *path,
-                                              char **error)
+static int parse_client_clusters_accept_links(Config *c, json_t *v, const char *path, char **error)
 {
         if (!json_is_boolean(v))
                 return config_errorf(error, -EINVAL, "%s: expected true or false", path);
@@ -495,20 +496,20 @@ static const struct {
         const char *name;
         KeyParser parse;
 } top_keys[] = {
-        { "socket_path", parse_socket_path },
-        { "socket_mode", parse_socket_mode },
-        { "allow_uids", parse_allow_uids },
-        { "allow_gids", parse_allow_gids },
-        { "copy_threads", parse_copy_threads },
-        { "log_level", parse_log_level },
-        { "metrics_listen", parse_metrics_listen },
-        { "devices", parse_devices },
-        { "listen_ip_info", parse_listen_ip_info },
-        { "cluster_key_file", parse_cluster_key_file },
-        { "client_clusters_accept_links", parse_client_clusters_accept_links },
-        { "tcp", parse_tcp },
-        { "rdma", parse_rdma },
-        { "limits", parse_limits },
+        {"socket_path", parse_socket_path},
+        {"socket_mode", parse_socket_mode},
+        {"allow_uids", parse_allow_uids},
+        {"allow_gids", parse_allow_gids},
+        {"copy_threads", parse_copy_threads},
+        {"log_level", parse_log_level},
+        {"metrics_listen", parse_metrics_listen},
+        {"devices", parse_devices},
+        {"listen_ip_info", parse_listen_ip_info},
+        {"cluster_key_file", parse_cluster_key_file},
+        {"client_clusters_accept_links", parse_client_clusters_accept_links},
+        {"tcp", parse_tcp},
+        {"rdma", parse_rdma},
+        {"limits", parse_limits},
 };
 
 int config_apply_json(Config *c, json_t *root, char **error)
@@ -519,7 +520,8 @@ int config_apply_json(Config *c, json_t *root, char **error)
 
         if (!json_is_object(root))
                 return config_errorf(error, -EINVAL, "expected a JSON object at the top level");
-        json_object_foreach(root, key, v) {
+        json_object_foreach(root, key, v)
+        {
                 const IntField *f;
                 KeyParser parse = NULL;
                 char p[PATH_BUF];
@@ -541,4 +543,3 @@ int config_apply_json(Config *c, json_t *root, char **error)
         }
         return 0;
 }
-

@@ -41,7 +41,6 @@
 #define FRAME_SIZE_MAX (256 * MIB)
 #define TCP_STREAMS_MAX 16
 
-
 static inline void fclosep(FILE **f)
 {
         if (*f)
@@ -86,7 +85,7 @@ const char *config_format_size(uint64_t v, char buf[static 32])
         static const struct {
                 uint64_t factor;
                 char suffix;
-        } units[] = { { TIB, 'T' }, { GIB, 'G' }, { MIB, 'M' }, { KIB, 'K' } };
+        } units[] = {{TIB, 'T'}, {GIB, 'G'}, {MIB, 'M'}, {KIB, 'K'}};
 
         for (size_t i = 0; i < ARRAY_SIZE(units); i++)
                 if (v != 0 && v % units[i].factor == 0) {
@@ -204,7 +203,7 @@ int config_new(Config **ret)
         };
         c->heartbeat_interval_ms = 1000;
         c->heartbeat_timeout_ms = 5000;
-        c->rdma = (RdmaConfig){ .qps = 4 };
+        c->rdma = (RdmaConfig){.qps = 4};
         c->link_total_time_ms = 120000;
         c->tcp = (TcpConfig){
                 .streams = 4,
@@ -334,11 +333,10 @@ const DeviceConfig *config_find_device(const Config *c, int32_t device_id)
         return transport_config_find_device(c->devices, c->n_devices, device_id);
 }
 
-#define INT_FIELD(n, member, k, lo, hi)                                                   \
-        {                                                                                 \
-                .name = (n), .offset = offsetof(Config, member),                          \
-                .size = sizeof(((Config *)NULL)->member), .kind = (k), .min = (lo),       \
-                .max = (hi)                                                               \
+#define INT_FIELD(n, member, k, lo, hi)                                                            \
+        {                                                                                          \
+                .name = (n), .offset = offsetof(Config, member),                                   \
+                .size = sizeof(((Config *)NULL)->member), .kind = (k), .min = (lo), .max = (hi)    \
         }
 
 static const IntField top_fields[] = {
@@ -364,8 +362,7 @@ static const IntField limit_fields[] = {
         INT_FIELD("max_regions_per_client", limits.max_regions_per_client, FIELD_INT, 1,
                   UINT32_MAX),
         INT_FIELD("max_region_size", limits.max_region_size, FIELD_SIZE, 1, TIB),
-        INT_FIELD("max_caches_per_client", limits.max_caches_per_client, FIELD_INT, 1,
-                  UINT32_MAX),
+        INT_FIELD("max_caches_per_client", limits.max_caches_per_client, FIELD_INT, 1, UINT32_MAX),
         INT_FIELD("max_keys_per_client", limits.max_keys_per_client, FIELD_INT, 1, UINT32_MAX),
         INT_FIELD("max_tensor_addrs", limits.max_tensor_addrs, FIELD_INT, 1, TENSOR_ADDRS_MAX),
         INT_FIELD("max_inflight_per_client", limits.max_inflight_per_client, FIELD_INT, 1,
@@ -376,16 +373,15 @@ static const IntField limit_fields[] = {
                   UINT32_MAX),
         INT_FIELD("max_links_per_client", limits.max_links_per_client, FIELD_INT, 1, 65536),
         INT_FIELD("max_peers", limits.max_peers, FIELD_INT, 1, 4096),
-        INT_FIELD("max_notifies_per_client", limits.max_notifies_per_client, FIELD_INT, 1,
-                  1048576),
+        INT_FIELD("max_notifies_per_client", limits.max_notifies_per_client, FIELD_INT, 1, 1048576),
 };
 
 _Static_assert(sizeof(unsigned) == sizeof(uint32_t), "IntField stores unsigned as 4 bytes");
 
-const IntFieldTable config_top_fields = { top_fields, ARRAY_SIZE(top_fields) };
-const IntFieldTable config_limit_fields = { limit_fields, ARRAY_SIZE(limit_fields) };
-const IntFieldTable config_tcp_fields = { tcp_fields, ARRAY_SIZE(tcp_fields) };
-const IntFieldTable config_rdma_fields = { rdma_fields, ARRAY_SIZE(rdma_fields) };
+const IntFieldTable config_top_fields = {top_fields, ARRAY_SIZE(top_fields)};
+const IntFieldTable config_limit_fields = {limit_fields, ARRAY_SIZE(limit_fields)};
+const IntFieldTable config_tcp_fields = {tcp_fields, ARRAY_SIZE(tcp_fields)};
+const IntFieldTable config_rdma_fields = {rdma_fields, ARRAY_SIZE(rdma_fields)};
 
 const IntField *config_int_field_find(const IntFieldTable *t, const char *name)
 {

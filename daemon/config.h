@@ -17,16 +17,16 @@
 
 typedef struct Config {
         char *socket_path;
-        uint32_t socket_mode;              /* permission bits of the socket, default 0660 */
-        uid_t *allow_uids;                 /* empty = any uid that can open the socket */
+        uint32_t socket_mode; /* permission bits of the socket, default 0660 */
+        uid_t *allow_uids;    /* empty = any uid that can open the socket */
         size_t n_allow_uids;
         gid_t *allow_gids;
         size_t n_allow_gids;
-        uint64_t memory_size;              /* pool bytes; 0 = no pool */
-        unsigned page_shift;               /* pool page size 1 << page_shift */
+        uint64_t memory_size; /* pool bytes; 0 = no pool */
+        unsigned page_shift;  /* pool page size 1 << page_shift */
         DeviceConfig *devices;
         size_t n_devices;
-        uint32_t sync_kv_timeout_ms;       /* default transfer timeout */
+        uint32_t sync_kv_timeout_ms; /* default transfer timeout */
         unsigned copy_threads;
         int log_level;                     /* LOG_ERR .. LOG_DEBUG (syslog numbers) */
         char *listen_ip_info;              /* "ip:port" for peer daemons; NULL = client only */
@@ -37,7 +37,7 @@ typedef struct Config {
         uint32_t link_total_time_ms;       /* a comm domain not formed by then fails */
         TcpConfig tcp;
         RdmaConfig rdma;
-        char *metrics_listen;              /* "ip:port" of the /metrics listener; NULL = off */
+        char *metrics_listen; /* "ip:port" of the /metrics listener; NULL = off */
         Limits limits;
 } Config;
 

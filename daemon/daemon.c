@@ -74,7 +74,7 @@ void daemon_format_status(Daemon *d, char *buf, size_t size)
         unsigned ready = 0;
         Peer *p;
 
-        CLIST_FOREACH(p, &d->link.peers, link_daemon)
+        CLIST_FOREACH (p, &d->link.peers, link_daemon)
                 ready += p->state == PEER_READY;
         (void)snprintf(buf, size, "%s%u clusters, %u links, %u peers, %u transfers in flight",
                        d->stopping ? "stopping: " : "", d->link.n_clusters, d->link.n_links, ready,
@@ -135,8 +135,8 @@ static int daemon_take_activated(void)
                         continue;
                 }
                 log_warning("socket activation: fd %d named \"%s\" is not the client socket "
-                            "(FileDescriptorName=%s), closing it", fds[i].fd, fds[i].name,
-                            DAEMON_LISTEN_FD_NAME);
+                            "(FileDescriptorName=%s), closing it",
+                            fds[i].fd, fds[i].name, DAEMON_LISTEN_FD_NAME);
                 safe_close(fds[i].fd);
         }
         if (fd < 0)
@@ -146,9 +146,11 @@ static int daemon_take_activated(void)
         if (r < 0)
                 r = log_error_errno(r, "socket activation: cannot inspect fd %d", fd);
         else if (r == 0)
-                r = log_error_errno(-ENOTSOCK, "socket activation: fd %d is not a listening "
+                r = log_error_errno(-ENOTSOCK,
+                                    "socket activation: fd %d is not a listening "
                                     "Unix stream socket (check ListenStream= of the socket "
-                                    "unit)", fd);
+                                    "unit)",
+                                    fd);
         if (r <= 0) {
                 safe_close(fd);
                 return r;
@@ -173,14 +175,14 @@ static void daemon_on_stop_grace(evutil_socket_t fd, short what, void *userdata)
 {
         Daemon *d = userdata;
 
-        log_warning("%u transfers still running after %d s, exiting anyway", d->transfer.n_transfers,
-                    DAEMON_STOP_GRACE_SEC);
+        log_warning("%u transfers still running after %d s, exiting anyway",
+                    d->transfer.n_transfers, DAEMON_STOP_GRACE_SEC);
         event_base_loopexit(d->base, NULL);
 }
 
 void daemon_stop(Daemon *d, int exit_code)
 {
-        static const struct timeval grace = { DAEMON_STOP_GRACE_SEC, 0 };
+        static const struct timeval grace = {DAEMON_STOP_GRACE_SEC, 0};
         Transfer *x, *tmp;
 
         if (d->stopping)
@@ -191,7 +193,7 @@ void daemon_stop(Daemon *d, int exit_code)
         service_stopping(d->service);
         listener_pause(d->listener);
 
-        CLIST_FOREACH_SAFE(x, tmp, &d->transfer.transfers, link_daemon)
+        CLIST_FOREACH_SAFE (x, tmp, &d->transfer.transfers, link_daemon)
                 transfer_fail(x, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
         served_stop_all(&d->transfer, STATUS_DAEMON_UNAVAILABLE);
         domain_stop_all(d->domains);
@@ -210,7 +212,7 @@ void daemon_check_stopped(Daemon *d)
         if (!d->stopping || d->transfer.n_transfers > 0 || d->transfer.n_served > 0 ||
             domain_calls_in_flight(d->domains) > 0)
                 return;
-        CLIST_FOREACH(c, &d->conns, link_daemon)
+        CLIST_FOREACH (c, &d->conns, link_daemon)
                 conn_flush(c);
         event_base_loopexit(d->base, NULL);
 }
@@ -229,7 +231,7 @@ int daemon_new(Config *config, Daemon **ret)
         d->start_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&d->conns);
         link_root_init(&d->link);
-        d->link.options = (LinkOptions) {
+        d->link.options = (LinkOptions){
                 .limits = &config->limits,
                 .tcp = &config->tcp,
                 .rdma = &config->rdma,
@@ -249,7 +251,7 @@ int daemon_new(Config *config, Daemon **ret)
         d->transfer.link = &d->link;
         d->transfer.memory = &d->memory;
         d->transfer.transports = &d->transports;
-        d->transfer.options = (TransferOptions) {
+        d->transfer.options = (TransferOptions){
                 .limits = &config->limits,
                 .sync_kv_timeout_ms = &config->sync_kv_timeout_ms,
         };
@@ -327,16 +329,17 @@ int daemon_new(Config *config, Daemon **ret)
         if (r < 0)
                 goto fail;
         metrics_listen(d->metrics, d);
-        r = domain_registry_new(&(DomainRoots) {
-                                        .link = &d->link,
-                                        .transports = &d->transports,
-                                        .link_total_time_ms = &config->link_total_time_ms,
-                                        .changed = daemon_on_changed,
-                                        .call_ended = daemon_on_ended,
-                                        .count_error = daemon_on_error,
-                                        .userdata = d,
-                                },
-                                &d->domains);
+        r = domain_registry_new(
+                &(DomainRoots){
+                        .link = &d->link,
+                        .transports = &d->transports,
+                        .link_total_time_ms = &config->link_total_time_ms,
+                        .changed = daemon_on_changed,
+                        .call_ended = daemon_on_ended,
+                        .count_error = daemon_on_error,
+                        .userdata = d,
+                },
+                &d->domains);
         if (r < 0)
                 goto fail;
         transfer_listen(&d->transfer);
@@ -376,7 +379,8 @@ fail:
 int daemon_run(Daemon *d)
 {
         log_info("kvdistd %s listening on %s%s%s, pool %" PRIu64 " bytes, %u copy threads, "
-                 "node %016" PRIx64 "%s", KVDIST_VERSION, listener_path(d->listener),
+                 "node %016" PRIx64 "%s",
+                 KVDIST_VERSION, listener_path(d->listener),
                  d->link.peer_listener ? ", peers on " : "", daemon_peer_address(d),
                  d->config->memory_size, engine_n_threads(d->transports.engine), d->link.node_id,
                  d->link.cluster_key ? ", cluster key loaded" : "");

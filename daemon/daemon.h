@@ -41,31 +41,31 @@ typedef struct DaemonCounters {
         uint64_t errors[-_KVD_E_MIN + 1]; /* by -public code, see daemon_count_error() */
         uint64_t conns_accepted;
         uint64_t conns_refused;
-        uint64_t frames_malformed;      /* clients' frames (peers' in LinkCounters) */
+        uint64_t frames_malformed; /* clients' frames (peers' in LinkCounters) */
 } DaemonCounters;
 
 typedef struct Daemon {
         struct event_base *base;
         Config *config;
         Listener *listener;
-        IdSource ids;           /* ids of everything, registration sequence numbers */
-        Memory memory;          /* the pool; releasing caches */
+        IdSource ids;            /* ids of everything, registration sequence numbers */
+        Memory memory;           /* the pool; releasing caches */
         TransportSet transports; /* the copy engine, the transports, the RDMA devices */
 
-        LinkRoot link;          /* node id, peers, clusters, links (daemon/link/) */
-        TransferRoot transfer;  /* transfers, served transfers (daemon/transfer/) */
+        LinkRoot link;           /* node id, peers, clusters, links (daemon/link/) */
+        TransferRoot transfer;   /* transfers, served transfers (daemon/transfer/) */
         DomainRegistry *domains; /* comm domains (daemon/domain/) */
 
-        CList conns;            /* Conn.link_daemon */
+        CList conns; /* Conn.link_daemon */
         unsigned n_conns;
 
         DaemonCounters counters;
-        usec_t start_usec;      /* CLOCK_MONOTONIC */
+        usec_t start_usec; /* CLOCK_MONOTONIC */
 
-        Service *service;       /* READY/STATUS/WATCHDOG/STOPPING for the service manager */
-        Metrics *metrics;       /* transfer outcomes for /metrics and kvdistctl metrics */
-        MetricsServer *metrics_server;  /* NULL unless metrics_listen is set */
-        int argc;               /* the command line, read again on SIGHUP (see reload.h) */
+        Service *service;              /* READY/STATUS/WATCHDOG/STOPPING for the service manager */
+        Metrics *metrics;              /* transfer outcomes for /metrics and kvdistctl metrics */
+        MetricsServer *metrics_server; /* NULL unless metrics_listen is set */
+        int argc;                      /* the command line, read again on SIGHUP (see reload.h) */
         char **argv;
 
         struct event *sig_term;

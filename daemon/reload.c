@@ -24,7 +24,7 @@ int reload_daemon(Daemon *d)
         if (r >= 0)
                 r = config_parse_argv(new, d->argc, d->argv, &error);
         if (r > 0)
-                r = -EINVAL;    /* --help or --version: not a configuration */
+                r = -EINVAL; /* --help or --version: not a configuration */
         if (r < 0) {
                 log_error("reload: %s; keeping the running configuration",
                           error ? error : "cannot read the configuration");

@@ -24,7 +24,7 @@ unsigned long long sd_service_watchdog_usec(void);
 /* One socket passed by the service manager, with the FileDescriptorName= its unit gave it. */
 typedef struct SdListenFd {
         int fd;
-        char name[256];         /* "unknown" when the manager named none */
+        char name[256]; /* "unknown" when the manager named none */
 } SdListenFd;
 
 /*

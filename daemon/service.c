@@ -20,8 +20,8 @@ struct Service {
         void *userdata;
         usec_t status_interval;
 
-        struct event *status_timer;     /* armed while an update waits for its interval */
-        usec_t last_status_usec;        /* CLOCK_MONOTONIC of the last STATUS= */
+        struct event *status_timer; /* armed while an update waits for its interval */
+        usec_t last_status_usec;    /* CLOCK_MONOTONIC of the last STATUS= */
         char last_status[SERVICE_STATUS_MAX];
         uint64_t n_status_sent;
         bool ready;
@@ -33,8 +33,8 @@ struct Service {
 
 static struct timeval timeval_from_usec(usec_t u)
 {
-        return (struct timeval){ .tv_sec = (time_t)(u / USEC_PER_SEC),
-                                 .tv_usec = (suseconds_t)(u % USEC_PER_SEC) };
+        return (struct timeval){.tv_sec = (time_t)(u / USEC_PER_SEC),
+                                .tv_usec = (suseconds_t)(u % USEC_PER_SEC)};
 }
 
 /* Sends the current summary unless the manager has it already; with READY=1 when @ready. */

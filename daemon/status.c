@@ -65,8 +65,8 @@ static json_t *status_pool(Daemon *d, bool *ok)
                 return NULL;
         set(o, "size", json_u64(d->memory.pool ? pool_size(d->memory.pool) : 0), ok);
         set(o, "used", json_u64(d->memory.pool ? pool_used(d->memory.pool) : 0), ok);
-        set(o, "page_size", json_u64(d->memory.pool ? UINT64_C(1) << pool_page_shift(d->memory.pool) : 0),
-            ok);
+        set(o, "page_size",
+            json_u64(d->memory.pool ? UINT64_C(1) << pool_page_shift(d->memory.pool) : 0), ok);
         set(o, "allocations", json_u64(d->memory.pool ? pool_n_allocated(d->memory.pool) : 0), ok);
         return o;
 }
@@ -118,9 +118,8 @@ static json_t *status_cluster(const Cluster *c, bool *ok)
         set(o, "listen_ip_info", c->listen_ip_info ? json_string(c->listen_ip_info) : json_null(),
             ok);
         /* Who accepts its peers: a listener of its own, the daemon's, or nobody (a client). */
-        set(o, "listener", !c->listen_ip_info ? json_null()
-                           : json_string(c->listener ? "own" : "daemon"),
-            ok);
+        set(o, "listener",
+            !c->listen_ip_info ? json_null() : json_string(c->listener ? "own" : "daemon"), ok);
         set(o, "accepts_links", json_boolean(cluster_accepts_links(c)), ok);
         set(o, "regions", json_integer(c->n_regions), ok);
         set(o, "region_bytes", json_u64(c->region_bytes), ok);
@@ -150,9 +149,9 @@ static json_t *status_cache(const CacheTable *t, const Cache *cache, bool *ok)
         set(o, "kind", json_string(cache->kind == CACHE_BLOCKS ? "blocks" : "contiguous"), ok);
         set(o, "num_tensors", json_integer(cache->desc.num_tensors), ok);
         set(o, "shape", shape, ok);
-        set(o, "dtype", json_string(cache->desc.data_type < _KVD_DT_MAX
-                                            ? dtype_names[cache->desc.data_type]
-                                            : "unknown"),
+        set(o, "dtype",
+            json_string(cache->desc.data_type < _KVD_DT_MAX ? dtype_names[cache->desc.data_type]
+                                                            : "unknown"),
             ok);
         set(o, "tensor_size", json_u64(cache->tensor_size), ok);
         set(o, "pool", json_boolean(cache->pool_backed), ok);
@@ -270,7 +269,7 @@ static void status_rdma_endpoint(RdmaEndpoint *ep, void *userdata)
 
 static json_t *status_rdma_endpoints(Peer *p, bool *ok)
 {
-        DeviceCtx ctx = { json_array(), ok };
+        DeviceCtx ctx = {json_array(), ok};
 
         if (ctx.array)
                 peer_rdma_foreach(p, status_rdma_endpoint, &ctx);
@@ -279,7 +278,7 @@ static json_t *status_rdma_endpoints(Peer *p, bool *ok)
 
 static json_t *status_peer(Peer *p, usec_t now, bool *ok)
 {
-        TcpDataStats st = { 0 };
+        TcpDataStats st = {0};
         char node[24];
         json_t *o = json_object();
 
@@ -323,8 +322,8 @@ static json_t *status_transfer(const Transfer *x, usec_t now, bool *ok)
         set(o, "remote_cluster", json_u64(x->remote_cluster_id), ok);
         set(o, "transport", json_string(transport_name(x->transport)), ok);
         set(o, "bytes", json_u64(x->plan ? x->plan->total_bytes : 0), ok);
-        set(o, "bytes_done", transport_progress(x->transport, &x->job, &done) == 0 ? json_u64(done)
-                                                                             : json_null(),
+        set(o, "bytes_done",
+            transport_progress(x->transport, &x->job, &done) == 0 ? json_u64(done) : json_null(),
             ok);
         set(o, "age_ms", json_u64((now - x->start_usec) / USEC_PER_MSEC), ok);
         set(o, "state", json_string(x->state == TRANSFER_RUNNING ? "running" : "stopping"), ok);
@@ -382,26 +381,27 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "peer_listen", json_string(daemon_peer_address(d)), &ok);
         set(root, "cluster_key", json_boolean(d->link.cluster_key != NULL), &ok);
         set(root, "config", config_to_json(d->config), &ok);
-        set(root, "metrics_address", d->metrics_server
-                                            ? json_string(metrics_server_address(d->metrics_server))
-                                            : json_null(), &ok);
+        set(root, "metrics_address",
+            d->metrics_server ? json_string(metrics_server_address(d->metrics_server))
+                              : json_null(),
+            &ok);
 
-        CLIST_FOREACH(c, &d->link.clusters, link_daemon) {
+        CLIST_FOREACH (c, &d->link.clusters, link_daemon) {
                 append(clusters, status_cluster(c, &ok), &ok);
-                CLIST_FOREACH(cache, &c->caches.caches, link_table)
+                CLIST_FOREACH (cache, &c->caches.caches, link_table)
                         append(caches, status_cache(&c->caches, cache, &ok), &ok);
         }
-        CLIST_FOREACH(l, &d->link.links, link_daemon)
+        CLIST_FOREACH (l, &d->link.links, link_daemon)
                 append(links, status_link(l, now, &ok), &ok);
-        CLIST_FOREACH(x, &d->transfer.transfers, link_daemon)
+        CLIST_FOREACH (x, &d->transfer.transfers, link_daemon)
                 append(transfers, status_transfer(x, now, &ok), &ok);
-        CLIST_FOREACH(p, &d->link.peers, link_daemon)
+        CLIST_FOREACH (p, &d->link.peers, link_daemon)
                 if (p->state != PEER_CLOSED && (p->dialed || p->node_id != 0))
                         append(peers, status_peer(p, now, &ok), &ok);
-        CLIST_FOREACH(il, &d->link.inlinks, link_daemon)
+        CLIST_FOREACH (il, &d->link.inlinks, link_daemon)
                 append(inlinks, status_inlink(il, now, &ok), &ok);
         {
-                DeviceCtx ctx = { json_array(), &ok };
+                DeviceCtx ctx = {json_array(), &ok};
 
                 if (!ctx.array)
                         ok = false;

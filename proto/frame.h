@@ -20,12 +20,12 @@
 #define FRAME_MAGIC UINT32_C(0x3144564b) /* "KVD1" read as little-endian u32 */
 #define FRAME_VERSION 1
 #define FRAME_HEADER_SIZE 24
-#define FRAME_MAX_FDS 4                   /* fds one frame may carry */
+#define FRAME_MAX_FDS 4 /* fds one frame may carry */
 #define FRAME_MAX_PAYLOAD_DEFAULT (16u << 20)
 
 enum {
-        FRAME_FLAG_REPLY = 1u << 0,  /* answers the request with the same id and type */
-        FRAME_FLAG_ERROR = 1u << 1,  /* payload is a bare kvdist.v1.Status */
+        FRAME_FLAG_REPLY = 1u << 0, /* answers the request with the same id and type */
+        FRAME_FLAG_ERROR = 1u << 1, /* payload is a bare kvdist.v1.Status */
         _FRAME_FLAGS_KNOWN = FRAME_FLAG_REPLY | FRAME_FLAG_ERROR,
 };
 
@@ -60,8 +60,8 @@ int frame_header_decode(const uint8_t in[FRAME_HEADER_SIZE], uint32_t max_payloa
 
 /* What the registry knows of one message type. */
 typedef struct FrameType {
-        uint16_t type;                                  /* a kvdist.v1.MsgType value */
-        const char *name;                               /* "LinkClusters" */
+        uint16_t type;    /* a kvdist.v1.MsgType value */
+        const char *name; /* "LinkClusters" */
         const ProtobufCMessageDescriptor *request;
         const ProtobufCMessageDescriptor *reply;
 } FrameType;
@@ -108,5 +108,4 @@ ssize_t frame_sendmsg(int sock, const void *buf, size_t len, const int *fds, siz
  * Returns bytes read, 0 at EOF, or a negative errno (-EAGAIN; -EPROTO when the control data
  * was truncated or was not SCM_RIGHTS; any fds received then are closed).
  */
-ssize_t frame_recvmsg(int sock, void *buf, size_t len, int *fds, size_t max_fds,
-                      size_t *ret_n_fds);
+ssize_t frame_recvmsg(int sock, void *buf, size_t len, int *fds, size_t max_fds, size_t *ret_n_fds);

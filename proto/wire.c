@@ -12,7 +12,7 @@ typedef struct WireFrame {
         uint8_t *buf;
         size_t len;
         size_t off;
-        int fd;                 /* sent with the first byte, then closed */
+        int fd; /* sent with the first byte, then closed */
 } WireFrame;
 
 static WireFrame *wire_frame_free(WireFrame *f)
@@ -105,7 +105,7 @@ void wire_out_clear(WireOut *out)
 {
         WireFrame *f, *tmp;
 
-        CLIST_FOREACH_SAFE(f, tmp, &out->frames, link)
+        CLIST_FOREACH_SAFE (f, tmp, &out->frames, link)
                 wire_frame_free(f);
         out->bytes = 0;
 }

@@ -17,7 +17,7 @@
 typedef struct WireIn {
         uint8_t header[FRAME_HEADER_SIZE];
         size_t header_len;
-        FrameHeader frame;      /* valid once the header is complete */
+        FrameHeader frame; /* valid once the header is complete */
         uint8_t *payload;
         size_t payload_len;
         int fds[FRAME_MAX_FDS];
@@ -25,8 +25,8 @@ typedef struct WireIn {
 } WireIn;
 
 typedef struct WireOut {
-        CList frames;           /* WireFrame, oldest first */
-        size_t bytes;           /* queued and not yet written */
+        CList frames; /* WireFrame, oldest first */
+        size_t bytes; /* queued and not yet written */
 } WireOut;
 
 /* Prepares an empty input buffer. */

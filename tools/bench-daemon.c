@@ -69,8 +69,7 @@ static int read_peer_listen(kvd_client *c, BenchDaemon *d)
         v = json_object_get(root, "peer_listen");
         if (json_is_string(v) && json_string_value(v)[0] &&
             strlen(json_string_value(v)) < sizeof(d->peer_listen)) {
-                (void)snprintf(d->peer_listen, sizeof(d->peer_listen), "%s",
-                               json_string_value(v));
+                (void)snprintf(d->peer_listen, sizeof(d->peer_listen), "%s", json_string_value(v));
                 r = 0;
         }
         json_decref(root);
@@ -131,7 +130,7 @@ static _Noreturn void exec_daemon(const BenchDaemonOptions *o, const BenchDaemon
 int bench_daemon_start(const BenchDaemonOptions *o, BenchDaemon *d)
 {
         const char *tmp = getenv("TMPDIR");
-        kvd_option opt = { "socket_path", d->socket };
+        kvd_option opt = {"socket_path", d->socket};
         int r;
 
         *d = (BenchDaemon){};
@@ -155,7 +154,8 @@ int bench_daemon_start(const BenchDaemonOptions *o, BenchDaemon *d)
 
                 (void)snprintf(cfg, sizeof(cfg),
                                "{\"devices\": [{\"device_id\": 0, \"transport\": \"rdma\", "
-                               "\"rdma_device\": \"%.64s\"}]}\n", o->rdma_device);
+                               "\"rdma_device\": \"%.64s\"}]}\n",
+                               o->rdma_device);
                 (void)snprintf(d->config_path, sizeof(d->config_path), "%s/kvdistd.json", d->dir);
                 r = write_key(d->config_path, cfg);
                 if (r < 0)
@@ -209,8 +209,10 @@ int bench_daemon_stop(BenchDaemon *d, bool want_log)
                         (void)usleep(10 * 1000);
                 }
                 if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                        fprintf(stderr, "kvdist-bench: kvdistd on %s did not exit cleanly "
-                                "(%s %d)\n", d->socket, WIFEXITED(status) ? "status" : "signal",
+                        fprintf(stderr,
+                                "kvdist-bench: kvdistd on %s did not exit cleanly "
+                                "(%s %d)\n",
+                                d->socket, WIFEXITED(status) ? "status" : "signal",
                                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
                         r = -ECHILD;
                 }

@@ -12,20 +12,20 @@ typedef struct BenchDaemon {
         pid_t pid;
         char dir[PATH_MAX - 32];
         char socket[PATH_MAX];
-        char key_path[PATH_MAX];        /* "" when it has no cluster key */
-        char config_path[PATH_MAX];     /* "" when it has no config file (RDMA device map) */
-        char log_path[PATH_MAX];        /* its stdout and stderr */
-        char peer_listen[64];           /* "127.0.0.1:40123"; "" when it does not listen */
+        char key_path[PATH_MAX];    /* "" when it has no cluster key */
+        char config_path[PATH_MAX]; /* "" when it has no config file (RDMA device map) */
+        char log_path[PATH_MAX];    /* its stdout and stderr */
+        char peer_listen[64];       /* "127.0.0.1:40123"; "" when it does not listen */
 } BenchDaemon;
 
 typedef struct BenchDaemonOptions {
-        const char *path;               /* the kvdistd to run */
+        const char *path; /* the kvdistd to run */
         uint64_t copy_threads;
-        const char *listen;             /* --listen, e.g. "127.0.0.1:0"; NULL: no peers */
-        const char *cluster_key;        /* written to a 0600 file for --cluster-key-file; NULL */
-        uint64_t tcp_streams;           /* 0: the daemon's default */
-        int tcp_crc;                    /* -1: the daemon's default, else off (0) or on (1) */
-        const char *rdma_device;        /* device_id 0 on this RDMA device (transport rdma) */
+        const char *listen;      /* --listen, e.g. "127.0.0.1:0"; NULL: no peers */
+        const char *cluster_key; /* written to a 0600 file for --cluster-key-file; NULL */
+        uint64_t tcp_streams;    /* 0: the daemon's default */
+        int tcp_crc;             /* -1: the daemon's default, else off (0) or on (1) */
+        const char *rdma_device; /* device_id 0 on this RDMA device (transport rdma) */
 } BenchDaemonOptions;
 
 /*

@@ -86,8 +86,8 @@ static bool port_listening(uint16_t port)
         if (!f)
                 return false;
         while (fgets(line, sizeof(line), f))
-                if (sscanf(line, " %*u: %x:%x %*x:%*x %x", &addr, &p, &state) == 3 &&
-                    p == port && state == 0x0A && (addr == htonl(INADDR_LOOPBACK) || addr == 0))
+                if (sscanf(line, " %*u: %x:%x %*x:%*x %x", &addr, &p, &state) == 3 && p == port &&
+                    state == 0x0A && (addr == htonl(INADDR_LOOPBACK) || addr == 0))
                         return true;
         return false;
 }
@@ -136,7 +136,7 @@ static int server_start(const char *path, pid_t *ret_pid, uint16_t *ret_port)
 {
         for (unsigned attempt = 0; attempt < PORT_TRIES; attempt++) {
                 char port_s[8];
-                char *argv[] = { (char *)path, "-s", "-1", "-B", "127.0.0.1", "-p", port_s, NULL };
+                char *argv[] = {(char *)path, "-s", "-1", "-B", "127.0.0.1", "-p", port_s, NULL};
                 uint16_t port = 0;
                 pid_t pid;
                 int r;
@@ -166,8 +166,7 @@ static int server_start(const char *path, pid_t *ret_pid, uint16_t *ret_port)
                         return -ETIMEDOUT;
                 }
         }
-        fprintf(stderr, "kvdist-bench: iperf3 -s exited %u times before it listened\n",
-                PORT_TRIES);
+        fprintf(stderr, "kvdist-bench: iperf3 -s exited %u times before it listened\n", PORT_TRIES);
         return -EIO;
 }
 
@@ -178,7 +177,7 @@ static int read_report(int fd, usec_t deadline, char **ret)
         size_t len = 0, size = 0;
 
         for (;;) {
-                struct pollfd pfd = { .fd = fd, .events = POLLIN };
+                struct pollfd pfd = {.fd = fd, .events = POLLIN};
                 usec_t now = now_usec(CLOCK_MONOTONIC);
                 ssize_t n;
 
@@ -235,7 +234,7 @@ static int parse_report(const char *text, double *ret_gbps)
                 fprintf(stderr, "kvdist-bench: iperf3: %s\n", json_string_value(err));
         else if (!json_is_number(bps) || json_number_value(bps) <= 0)
                 fprintf(stderr, "kvdist-bench: iperf3's report has no "
-                        "end.sum_received.bits_per_second\n");
+                                "end.sum_received.bits_per_second\n");
         else {
                 *ret_gbps = json_number_value(bps) / 8e9;
                 r = 0;
@@ -249,8 +248,8 @@ int bench_iperf3_run(const char *path, unsigned seconds, unsigned streams, unsig
 {
         usec_t deadline = now_usec(CLOCK_MONOTONIC) + (usec_t)timeout_ms * USEC_PER_MSEC;
         char port_s[8], seconds_s[12], streams_s[12];
-        char *argv[] = { (char *)path, "-c", "127.0.0.1", "-p", port_s, "-t", seconds_s, "-P",
-                         streams_s, "--json", NULL };
+        char *argv[] = {(char *)path, "-c", "127.0.0.1", "-p",     port_s, "-t",
+                        seconds_s,    "-P", streams_s,   "--json", NULL};
         _cleanup_free_ char *report = NULL;
         _cleanup_close_ int out = -1;
         int pipefd[2], status, r;

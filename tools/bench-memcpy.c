@@ -31,8 +31,8 @@ typedef struct CopyPart {
 struct BenchMemcpy {
         pthread_mutex_t lock;
         pthread_cond_t wake, done;
-        uint64_t round;         /* bumped to start a round */
-        unsigned copying;       /* parts of the round not finished yet */
+        uint64_t round;   /* bumped to start a round */
+        unsigned copying; /* parts of the round not finished yet */
         bool stop;
         uint8_t *src, *dst;
         uint64_t bytes;
@@ -117,8 +117,8 @@ int bench_memcpy_new(uint64_t bytes, unsigned n_threads, BenchMemcpy **ret)
         for (; b->n_started < n_threads; b->n_started++) {
                 unsigned k = b->n_started;
 
-                b->parts[k] = (CopyPart){ b, 0, b->dst + k * part, b->src + k * part,
-                                          k + 1 == n_threads ? bytes - k * part : part };
+                b->parts[k] = (CopyPart){b, 0, b->dst + k * part, b->src + k * part,
+                                         k + 1 == n_threads ? bytes - k * part : part};
                 r = -pthread_create(&b->parts[k].thread, NULL, copy_thread, &b->parts[k]);
                 if (r < 0)
                         return r;
@@ -140,4 +140,3 @@ double bench_memcpy_round(BenchMemcpy *b)
         pthread_mutex_unlock(&b->lock);
         return now_ns() - t0;
 }
-

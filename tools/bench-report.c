@@ -14,7 +14,7 @@ const char *const baseline_names[_BASELINE_MAX] = {
 
 static const char *fmt_bytes(uint64_t v, char buf[static 32])
 {
-        static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+        static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
         double d = (double)v;
         size_t u = 0;
 
@@ -55,17 +55,17 @@ void bench_report_header(const Args *a)
         if (a->remote)
                 printf("kvdist %s across two kvdistd over TCP (%" PRIu64 " streams, CRC %s) vs "
                        "%s, median of %" PRIu64 " iterations after %" PRIu64 " warm-up, "
-                       "GB/s = 1e9 bytes/s\n", a->push ? "push" : "pull", a->tcp_streams,
-                       a->tcp_crc ? "on" : "off", baseline_desc(a, desc), a->iterations,
-                       a->warmup);
+                       "GB/s = 1e9 bytes/s\n",
+                       a->push ? "push" : "pull", a->tcp_streams, a->tcp_crc ? "on" : "off",
+                       baseline_desc(a, desc), a->iterations, a->warmup);
         else
                 printf("kvdist %s vs %s, %" PRIu64 " iterations after %" PRIu64 " warm-up, "
-                       "GB/s = 1e9 bytes/s\n", a->push ? "push" : "pull",
-                       baseline_desc(a, desc), a->iterations, a->warmup);
+                       "GB/s = 1e9 bytes/s\n",
+                       a->push ? "push" : "pull", baseline_desc(a, desc), a->iterations, a->warmup);
         if (!a->suite)
-                printf("%s: %" PRIu64 " tensors x %" PRIu64 " blocks x %s (%s per side), %"
-                       PRIu64 " %s blocks per request\n", a->w.name, a->w.tensors, a->w.blocks,
-                       fmt_bytes(a->w.block_size, b1),
+                printf("%s: %" PRIu64 " tensors x %" PRIu64 " blocks x %s (%s per side), %" PRIu64
+                       " %s blocks per request\n",
+                       a->w.name, a->w.tensors, a->w.blocks, fmt_bytes(a->w.block_size, b1),
                        fmt_bytes(a->w.tensors * a->w.blocks * a->w.block_size, b2),
                        a->w.pull_blocks, a->w.scattered ? "scattered" : "contiguous");
         (void)snprintf(col, sizeof(col), "%s GB/s",
@@ -86,8 +86,7 @@ void bench_report_row(const Args *a, const Result *r)
                 printf("%11s %6s", "-", "-");
         else
                 printf("%11.2f %6.2f", base, kvdist / base);
-        printf(" %9.1f %8.2f %8.2f\n", r->requests_per_s, r->lat_p50_us / 1e3,
-               r->lat_p99_us / 1e3);
+        printf(" %9.1f %8.2f %8.2f\n", r->requests_per_s, r->lat_p50_us / 1e3, r->lat_p99_us / 1e3);
         (void)fflush(stdout);
 }
 
@@ -101,30 +100,32 @@ static void json_baseline(const Args *a, const Result *r)
                 return;
         }
         printf(", \"%s_gbps\": %.4f, \"%s_gbps_median\": %.4f, \"ratio\": %.4f, "
-               "\"ratio_median\": %.4f", name, r->baseline_gbps, name, r->baseline_gbps_median,
-               r->kvdist_gbps / r->baseline_gbps,
-               r->kvdist_gbps_median / r->baseline_gbps_median);
+               "\"ratio_median\": %.4f",
+               name, r->baseline_gbps, name, r->baseline_gbps_median,
+               r->kvdist_gbps / r->baseline_gbps, r->kvdist_gbps_median / r->baseline_gbps_median);
 }
 
 void bench_report_json(const Args *a, const Result *res, size_t n)
 {
-        printf("{\"mode\": \"%s\", \"remote\": %s, \"baseline\": \"%s\", \"copy_threads\": %"
-               PRIu64, a->push ? "push" : "pull", a->remote ? "true" : "false",
-               baseline_names[a->baseline], a->copy_threads);
+        printf("{\"mode\": \"%s\", \"remote\": %s, \"baseline\": \"%s\", \"copy_threads\": "
+               "%" PRIu64,
+               a->push ? "push" : "pull", a->remote ? "true" : "false", baseline_names[a->baseline],
+               a->copy_threads);
         if (a->remote)
                 printf(", \"tcp_streams\": %" PRIu64 ", \"tcp_crc\": %s", a->tcp_streams,
                        a->tcp_crc ? "true" : "false");
         if (a->baseline == BASELINE_IPERF3)
                 printf(", \"iperf3_streams\": %" PRIu64 ", \"iperf3_seconds\": %" PRIu64
-                       ", \"iperf3_runs\": %" PRIu64, a->iperf3_streams, a->iperf3_time,
-                       MIN(a->iterations, IPERF3_RUNS));
+                       ", \"iperf3_runs\": %" PRIu64,
+                       a->iperf3_streams, a->iperf3_time, MIN(a->iterations, IPERF3_RUNS));
         printf(", \"iterations\": %" PRIu64 ", \"warmup\": %" PRIu64 ", \"seed\": %" PRIu64
-               ", \"cases\": [", a->iterations, a->warmup, a->seed);
+               ", \"cases\": [",
+               a->iterations, a->warmup, a->seed);
         for (size_t i = 0; i < n; i++) {
                 const Result *r = &res[i];
 
-                printf("%s\n  {\"case\": \"%s\", \"block_size\": %" PRIu64 ", \"tensors\": %"
-                       PRIu64 ", \"blocks\": %" PRIu64 ", \"pull_blocks\": %" PRIu64
+                printf("%s\n  {\"case\": \"%s\", \"block_size\": %" PRIu64 ", \"tensors\": %" PRIu64
+                       ", \"blocks\": %" PRIu64 ", \"pull_blocks\": %" PRIu64
                        ", \"pattern\": \"%s\", \"bytes_per_request\": %" PRIu64
                        ", \"segments\": %" PRIu64 ", \"kvdist_gbps\": %.4f, "
                        "\"kvdist_gbps_median\": %.4f",
@@ -133,9 +134,8 @@ void bench_report_json(const Args *a, const Result *res, size_t n)
                        r->segments, r->kvdist_gbps, r->kvdist_gbps_median);
                 json_baseline(a, r);
                 printf(", \"requests_per_s\": %.3f, \"latency_us\": {\"mean\": %.1f, \"p50\": "
-                       "%.1f, \"p99\": %.1f}, \"verified\": true}", r->requests_per_s,
-                       r->lat_mean_us, r->lat_p50_us, r->lat_p99_us);
+                       "%.1f, \"p99\": %.1f}, \"verified\": true}",
+                       r->requests_per_s, r->lat_mean_us, r->lat_p50_us, r->lat_p99_us);
         }
         printf("\n]}\n");
 }
-

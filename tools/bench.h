@@ -6,11 +6,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define IPERF3_RUNS 3           /* iperf3 tests per case, spread over its timed requests */
+#define IPERF3_RUNS 3 /* iperf3 tests per case, spread over its timed requests */
 
 typedef enum BaselineKind {
-        BASELINE_MEMCPY,        /* the bytes of a request copied by --copy-threads threads */
-        BASELINE_IPERF3,        /* iperf3 tests of whole seconds over loopback TCP */
+        BASELINE_MEMCPY, /* the bytes of a request copied by --copy-threads threads */
+        BASELINE_IPERF3, /* iperf3 tests of whole seconds over loopback TCP */
         BASELINE_NONE,
         _BASELINE_MAX,
         _BASELINE_INVALID = -EINVAL,
@@ -21,22 +21,22 @@ extern const char *const baseline_names[_BASELINE_MAX];
 
 typedef struct Workload {
         char name[32];
-        uint64_t block_size;    /* bytes of one block of one tensor */
+        uint64_t block_size; /* bytes of one block of one tensor */
         uint64_t tensors;
-        uint64_t blocks;        /* blocks per tensor in each cache */
-        uint64_t pull_blocks;   /* block ids in one request */
+        uint64_t blocks;      /* blocks per tensor in each cache */
+        uint64_t pull_blocks; /* block ids in one request */
         bool scattered;
 } Workload;
 
 typedef struct Args {
         const char *daemon_path;
         const char *socket_path;
-        const char *iperf3;             /* --iperf3: a name on $PATH or a path */
+        const char *iperf3; /* --iperf3: a name on $PATH or a path */
         uint64_t copy_threads, iterations, warmup, seed, timeout_ms;
-        uint64_t tcp_streams;           /* --remote: data connections per peer */
+        uint64_t tcp_streams; /* --remote: data connections per peer */
         uint64_t iperf3_streams, iperf3_time;
-        int tcp_crc;                    /* --remote: CRC32C on data chunks (0 or 1) */
-        const char *rdma_device;        /* --remote: both daemons move blocks over this device */
+        int tcp_crc;             /* --remote: CRC32C on data chunks (0 or 1) */
+        const char *rdma_device; /* --remote: both daemons move blocks over this device */
         bool push, json, suite, remote;
         BaselineKind baseline;
         Workload w;
@@ -48,8 +48,8 @@ typedef struct Args {
 
 typedef struct Result {
         Workload w;
-        uint64_t bytes;         /* per request */
-        uint64_t segments;      /* copies after merging runs, as the daemon's planner counts */
+        uint64_t bytes;    /* per request */
+        uint64_t segments; /* copies after merging runs, as the daemon's planner counts */
         /* Rates over all timed iterations (total bytes / total time) and their medians. */
         double kvdist_gbps, kvdist_gbps_median;
         double baseline_gbps, baseline_gbps_median;

@@ -5,9 +5,9 @@
 
 #include "tools/ctl-domains.h"
 
-const char *const domain_cols[N_DOMAIN_COLS] = { "ID",        "NAME",      "RANKS", "MEMBERS",
-                                    "STATE",     "CHANNELS",  "ALGORITHM", "RESOURCES/RANK",
-                                    "CALLS",     "SENT",      "RECEIVED",  "AGE" };
+const char *const domain_cols[N_DOMAIN_COLS] = {"ID",    "NAME",     "RANKS",     "MEMBERS",
+                                                "STATE", "CHANNELS", "ALGORITHM", "RESOURCES/RANK",
+                                                "CALLS", "SENT",     "RECEIVED",  "AGE"};
 
 /* Room for a whole list before it is cut to a cell: four members with IPv6 addresses. */
 #define LIST_MAX 512
@@ -19,7 +19,8 @@ static void members_cell(const json_t *members, char *buf)
         size_t len = 0, i;
         json_t *m;
 
-        json_array_foreach((json_t *)members, i, m) {
+        json_array_foreach((json_t *)members, i, m)
+        {
                 json_t *local = json_object_get(m, "local");
                 int n = snprintf(list + len, sizeof(list) - len, "%s%lld:%lld%s%s", i ? " " : "",
                                  (long long)json_integer_value(json_object_get(m, "rank")),
@@ -43,7 +44,8 @@ static void channels_cell(const json_t *channels, char *buf)
         size_t len = 0, i;
         json_t *c;
 
-        json_array_foreach((json_t *)channels, i, c) {
+        json_array_foreach((json_t *)channels, i, c)
+        {
                 const char *tp = json_string_value(json_object_get(c, "transport"));
                 int n = snprintf(list + len, sizeof(list) - len, "%s%lld:%s", i ? " " : "",
                                  (long long)json_integer_value(json_object_get(c, "rank")),
@@ -67,9 +69,9 @@ void domain_row(const json_t *o, Table *t, size_t r)
         fmt_str(o, "comm_name", table_cell(t, r, 1));
         local = json_object_get(o, "local_ranks");
         ranks[0] = '\0';
-        json_array_foreach((json_t *)local, i, v)
-                len += (size_t)snprintf(ranks + len, len < CELL_MAX ? CELL_MAX - len : 0, "%s%lld",
-                                        i ? "," : "", (long long)json_integer_value(v));
+        json_array_foreach((json_t *)local, i, v) len +=
+                (size_t)snprintf(ranks + len, len < CELL_MAX ? CELL_MAX - len : 0, "%s%lld",
+                                 i ? "," : "", (long long)json_integer_value(v));
         if (!ranks[0])
                 snprintf(ranks, CELL_MAX, "-");
         (void)snprintf(table_cell(t, r, 2) + strlen(ranks), CELL_MAX - strlen(ranks), " of %lld",
@@ -85,8 +87,8 @@ void domain_row(const json_t *o, Table *t, size_t r)
                          json_string_value(json_object_get(o, "reason")));
         channels_cell(json_object_get(o, "channels"), table_cell(t, r, 5));
         v = json_object_get(o, "last_algorithm");
-        snprintf(table_cell(t, r, 6), CELL_MAX, "%s", json_is_string(v) ? json_string_value(v)
-                                                                         : "auto");
+        snprintf(table_cell(t, r, 6), CELL_MAX, "%s",
+                 json_is_string(v) ? json_string_value(v) : "auto");
         /* threads/notifies/channels, per the seed's model of each algorithm. */
         snprintf(table_cell(t, r, 7), CELL_MAX, "ring %lld/%lld/%lld mesh %lld/%lld/%lld",
                  (long long)json_integer_value(json_object_get(ring, "threads")),

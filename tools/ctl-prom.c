@@ -87,7 +87,7 @@ static json_t *parse_value(const char *s)
 /* The family a sample belongs to: histogram samples carry _bucket, _sum or _count. */
 static const char *family_type(json_t *types, const char *name)
 {
-        static const char *const suffixes[] = { "_bucket", "_sum", "_count" };
+        static const char *const suffixes[] = {"_bucket", "_sum", "_count"};
         json_t *t = json_object_get(types, name);
         char base[256];
 
@@ -132,8 +132,8 @@ static bool parse_sample(const char *line, json_t *types, json_t *samples)
         }
         ok = ok && json_object_set_new(o, "name", json_string(name)) == 0 &&
              json_object_set_new(o, "type", json_string(family_type(types, name))) == 0 &&
-             json_object_set(o, "labels", labels) == 0 &&
-             json_object_set(o, "value", value) == 0 && json_array_append(samples, o) == 0;
+             json_object_set(o, "labels", labels) == 0 && json_object_set(o, "value", value) == 0 &&
+             json_array_append(samples, o) == 0;
         json_decref(value);
         json_decref(labels);
         json_decref(o);

@@ -12,7 +12,7 @@
 
 void fmt_bytes_value(double v, char *buf)
 {
-        static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+        static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
         size_t u = 0;
 
         if (v < 1024) {
@@ -94,7 +94,7 @@ const char *fmt_str(const json_t *obj, const char *key, char *buf)
 const char *fmt_id(const json_t *obj, const char *key, char *buf)
 {
         return json_is_string(json_object_get(obj, key)) ? fmt_str(obj, key, buf)
-                                                          : fmt_int(obj, key, buf);
+                                                         : fmt_int(obj, key, buf);
 }
 
 const char *fmt_bool(const json_t *obj, const char *key, char *buf)
@@ -136,7 +136,8 @@ const char *fmt_shape(const json_t *obj, const char *key, char *buf)
                 snprintf(buf, CELL_MAX, "-");
                 return buf;
         }
-        json_array_foreach(shape, i, dim) {
+        json_array_foreach(shape, i, dim)
+        {
                 int n = snprintf(buf + off, CELL_MAX - off, "%s%" JSON_INTEGER_FORMAT,
                                  i > 0 ? "x" : "", json_integer_value(dim));
 
@@ -151,7 +152,7 @@ int table_init(Table *t, const char *const *headers, size_t n_cols, size_t n_row
 {
         if (n_cols > TABLE_MAX_COLS)
                 return -EINVAL;
-        *t = (Table){ .n_cols = n_cols, .n_rows = n_rows, .headers = headers };
+        *t = (Table){.n_cols = n_cols, .n_rows = n_rows, .headers = headers};
         t->cells = calloc(MAX(n_rows, 1u) * n_cols, CELL_MAX);
         return t->cells ? 0 : -ENOMEM;
 }
@@ -197,7 +198,7 @@ void table_print(Table *t)
         }
         print_row(width, t->n_cols, header_cell, t);
         for (size_t r = 0; r < t->n_rows; r++)
-                print_row(width, t->n_cols, body_cell, &(RowRef){ t, r });
+                print_row(width, t->n_cols, body_cell, &(RowRef){t, r});
 }
 
 void table_free(Table *t)
@@ -221,8 +222,7 @@ int print_table(const json_t *array, const char *const *headers, size_t n_cols, 
         r = table_init(&t, headers, n_cols, n);
         if (r < 0)
                 return r;
-        json_array_foreach(array, i, o)
-                row(o, &t, i);
+        json_array_foreach(array, i, o) row(o, &t, i);
         table_print(&t);
         table_free(&t);
         return 0;

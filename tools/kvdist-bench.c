@@ -26,30 +26,30 @@
 #define PREFILL_CLUSTER 1
 #define DECODE_CLUSTER 2
 #define KIB UINT64_C(1024)
-#define BLOCK_TOKENS 16         /* tokens per paged-attention block */
-#define PROMPT_BLOCKS 32        /* one 512-token prompt */
+#define BLOCK_TOKENS 16  /* tokens per paged-attention block */
+#define PROMPT_BLOCKS 32 /* one 512-token prompt */
 #define MAX_COPY_THREADS BENCH_MEMCPY_MAX_THREADS
-#define MAX_TCP_STREAMS 16      /* the daemon's limit for --tcp-streams */
+#define MAX_TCP_STREAMS 16 /* the daemon's limit for --tcp-streams */
 #define SUITE_CASES 5
-#define IPERF3_SLACK_MS 10000   /* an iperf3 test may take this much longer than asked */
+#define IPERF3_SLACK_MS 10000 /* an iperf3 test may take this much longer than asked */
 
 enum {
-        EXIT_BENCH_FAILED = 1,  /* a call failed, bytes landed wrong, or the daemon crashed */
+        EXIT_BENCH_FAILED = 1, /* a call failed, bytes landed wrong, or the daemon crashed */
         EXIT_USAGE = 2,
-        EXIT_NO_BASELINE = 3,   /* iperf3 is missing or failed: nothing to compare with */
+        EXIT_NO_BASELINE = 3, /* iperf3 is missing or failed: nothing to compare with */
 };
 
 typedef struct Model {
         const char *name;
         uint32_t layers, kv_heads, head_dim;
-        uint64_t blocks;        /* cache depth that keeps one side near 512 MiB */
+        uint64_t blocks; /* cache depth that keeps one side near 512 MiB */
 } Model;
 
 static const Model models[] = {
-        { "llama3-8b", 32, 8, 128, 256 },
-        { "llama3-70b", 80, 8, 128, 128 },
-        { "qwen2.5-7b", 28, 4, 128, 512 },
-        { "mistral-7b", 32, 8, 128, 256 },
+        {"llama3-8b", 32, 8, 128, 256},
+        {"llama3-70b", 80, 8, 128, 128},
+        {"qwen2.5-7b", 28, 4, 128, 512},
+        {"mistral-7b", 32, 8, 128, 256},
 };
 
 static double now_ns(void)
@@ -149,10 +149,12 @@ static uint64_t verify_cache(const Workload *w, const uint8_t *mem, const uint64
                                    w->block_size) == 0)
                                 continue;
                         if (bad++ == 0)
-                                fprintf(stderr, "kvdist-bench: %s: %s tensor %" PRIu64 " block %"
-                                        PRIu64 " should hold %s\n", w->name, side, t, b,
-                                        want == zero ? "zeros (it is no destination)" :
-                                        "its source block");
+                                fprintf(stderr,
+                                        "kvdist-bench: %s: %s tensor %" PRIu64 " block %" PRIu64
+                                        " should hold %s\n",
+                                        w->name, side, t, b,
+                                        want == zero ? "zeros (it is no destination)"
+                                                     : "its source block");
                 }
         return bad;
 }
@@ -197,20 +199,20 @@ static int fail(kvd_client *c, const char *what, int status)
  * kvd_mem_alloc() memory.
  */
 static int side_open(const Args *a, const Workload *w, const char *socket, uint64_t cluster,
-                     kvd_role role, const char *listen, kvd_client **ret_client,
-                     uint8_t **ret_mem, uint64_t *ret_cache_id)
+                     kvd_role role, const char *listen, kvd_client **ret_client, uint8_t **ret_mem,
+                     uint64_t *ret_cache_id)
 {
         char timeout[24];
         kvd_option opts[] = {
-                { "device_id", "0" },
-                { "sync_kv_timeout_ms", timeout },
-                { "socket_path", socket },
-                { "listen_ip_info", listen },
+                {"device_id", "0"},
+                {"sync_kv_timeout_ms", timeout},
+                {"socket_path", socket},
+                {"listen_ip_info", listen},
         };
         kvd_cache_desc desc = {
                 .num_tensors = (uint32_t)w->tensors,
                 .n_dims = 2,
-                .shape = { (int64_t)w->blocks, (int64_t)w->block_size },
+                .shape = {(int64_t)w->blocks, (int64_t)w->block_size},
                 .data_type = KVD_DT_UINT8,
         };
         kvd_cache_key key = kvd_key_blocks(cluster, 0);
@@ -323,13 +325,14 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         _cleanup_(bench_memcpy_freep) BenchMemcpy *base = NULL;
         _cleanup_free_ double *lat = calloc(a->iterations, sizeof(double));
         _cleanup_free_ double *base_ns = calloc(a->iterations, sizeof(double));
-        uint64_t n_base = 0, base_runs = a->baseline == BASELINE_IPERF3 ?
-                          MIN(a->iterations, IPERF3_RUNS) : a->baseline == BASELINE_MEMCPY ?
-                          a->iterations : 0;
+        uint64_t n_base = 0, base_runs = a->baseline == BASELINE_IPERF3
+                                                 ? MIN(a->iterations, IPERF3_RUNS)
+                                         : a->baseline == BASELINE_MEMCPY ? a->iterations
+                                                                          : 0;
         kvd_transfer_opts opts = KVD_TRANSFER_OPTS_INIT;
-        kvd_cluster_info peer = { a->push ? DECODE_CLUSTER : PREFILL_CLUSTER,
-                                  a->push ? KVD_ROLE_DECODER : KVD_ROLE_PROMPT,
-                                  a->push ? a->decode_addr : a->prefill_addr, NULL };
+        kvd_cluster_info peer = {a->push ? DECODE_CLUSTER : PREFILL_CLUSTER,
+                                 a->push ? KVD_ROLE_DECODER : KVD_ROLE_PROMPT,
+                                 a->push ? a->decode_addr : a->prefill_addr, NULL};
         kvd_cache_key key = kvd_key_blocks(peer.remote_cluster_id, 0);
         const char *call = a->push ? "kvd_push_blocks" : "kvd_pull_blocks";
         uint64_t pre_cache, dec_cache;
@@ -509,41 +512,59 @@ static void workload_from_model(const Model *m, Workload *w)
 }
 
 enum {
-        ARG_DAEMON = 0x100, ARG_SOCKET, ARG_COPY_THREADS, ARG_TIMEOUT, ARG_MODEL, ARG_BLOCK_SIZE,
-        ARG_TENSORS, ARG_BLOCKS, ARG_PULL_BLOCKS, ARG_PATTERN, ARG_PUSH, ARG_ITERATIONS,
-        ARG_WARMUP, ARG_SEED, ARG_SUITE, ARG_JSON, ARG_REMOTE, ARG_TCP_STREAMS, ARG_TCP_CRC,
+        ARG_DAEMON = 0x100,
+        ARG_SOCKET,
+        ARG_COPY_THREADS,
+        ARG_TIMEOUT,
+        ARG_MODEL,
+        ARG_BLOCK_SIZE,
+        ARG_TENSORS,
+        ARG_BLOCKS,
+        ARG_PULL_BLOCKS,
+        ARG_PATTERN,
+        ARG_PUSH,
+        ARG_ITERATIONS,
+        ARG_WARMUP,
+        ARG_SEED,
+        ARG_SUITE,
+        ARG_JSON,
+        ARG_REMOTE,
+        ARG_TCP_STREAMS,
+        ARG_TCP_CRC,
         ARG_RDMA_DEVICE,
-        ARG_BASELINE, ARG_IPERF3, ARG_IPERF3_STREAMS, ARG_IPERF3_TIME,
+        ARG_BASELINE,
+        ARG_IPERF3,
+        ARG_IPERF3_STREAMS,
+        ARG_IPERF3_TIME,
 };
 
 static const struct option options[] = {
-        { "daemon", required_argument, NULL, ARG_DAEMON },
-        { "socket", required_argument, NULL, ARG_SOCKET },
-        { "copy-threads", required_argument, NULL, ARG_COPY_THREADS },
-        { "timeout", required_argument, NULL, ARG_TIMEOUT },
-        { "model", required_argument, NULL, ARG_MODEL },
-        { "block-size", required_argument, NULL, ARG_BLOCK_SIZE },
-        { "tensors", required_argument, NULL, ARG_TENSORS },
-        { "blocks", required_argument, NULL, ARG_BLOCKS },
-        { "pull-blocks", required_argument, NULL, ARG_PULL_BLOCKS },
-        { "pattern", required_argument, NULL, ARG_PATTERN },
-        { "push", no_argument, NULL, ARG_PUSH },
-        { "iterations", required_argument, NULL, ARG_ITERATIONS },
-        { "warmup", required_argument, NULL, ARG_WARMUP },
-        { "seed", required_argument, NULL, ARG_SEED },
-        { "suite", no_argument, NULL, ARG_SUITE },
-        { "json", no_argument, NULL, ARG_JSON },
-        { "remote", no_argument, NULL, ARG_REMOTE },
-        { "tcp-streams", required_argument, NULL, ARG_TCP_STREAMS },
-        { "tcp-crc", required_argument, NULL, ARG_TCP_CRC },
-        { "rdma-device", required_argument, NULL, ARG_RDMA_DEVICE },
-        { "baseline", required_argument, NULL, ARG_BASELINE },
-        { "iperf3", required_argument, NULL, ARG_IPERF3 },
-        { "iperf3-streams", required_argument, NULL, ARG_IPERF3_STREAMS },
-        { "iperf3-time", required_argument, NULL, ARG_IPERF3_TIME },
-        { "help", no_argument, NULL, 'h' },
-        {}
-};
+        {"daemon", required_argument, NULL, ARG_DAEMON},
+        {"socket", required_argument, NULL, ARG_SOCKET},
+        {"copy-threads", required_argument, NULL, ARG_COPY_THREADS},
+        {"timeout", required_argument, NULL, ARG_TIMEOUT},
+        {"model", required_argument, NULL, ARG_MODEL},
+        {"block-size", required_argument, NULL, ARG_BLOCK_SIZE},
+        {"tensors", required_argument, NULL, ARG_TENSORS},
+        {"blocks", required_argument, NULL, ARG_BLOCKS},
+        {"pull-blocks", required_argument, NULL, ARG_PULL_BLOCKS},
+        {"pattern", required_argument, NULL, ARG_PATTERN},
+        {"push", no_argument, NULL, ARG_PUSH},
+        {"iterations", required_argument, NULL, ARG_ITERATIONS},
+        {"warmup", required_argument, NULL, ARG_WARMUP},
+        {"seed", required_argument, NULL, ARG_SEED},
+        {"suite", no_argument, NULL, ARG_SUITE},
+        {"json", no_argument, NULL, ARG_JSON},
+        {"remote", no_argument, NULL, ARG_REMOTE},
+        {"tcp-streams", required_argument, NULL, ARG_TCP_STREAMS},
+        {"tcp-crc", required_argument, NULL, ARG_TCP_CRC},
+        {"rdma-device", required_argument, NULL, ARG_RDMA_DEVICE},
+        {"baseline", required_argument, NULL, ARG_BASELINE},
+        {"iperf3", required_argument, NULL, ARG_IPERF3},
+        {"iperf3-streams", required_argument, NULL, ARG_IPERF3_STREAMS},
+        {"iperf3-time", required_argument, NULL, ARG_IPERF3_TIME},
+        {"help", no_argument, NULL, 'h'},
+        {}};
 
 static int usage_error(const char *msg, const char *arg)
 {
@@ -559,26 +580,33 @@ static int parse_args(int argc, char **argv, Args *a)
                 int val;
                 uint64_t *dst, min, max;
         } numbers[] = {
-                { ARG_COPY_THREADS, &a->copy_threads, 1, MAX_COPY_THREADS },
-                { ARG_TIMEOUT, &a->timeout_ms, 1, INT32_MAX },
-                { ARG_BLOCK_SIZE, &given.block_size, 8, UINT32_MAX },
-                { ARG_TENSORS, &given.tensors, 1, KVD_MAX_TENSORS },
-                { ARG_BLOCKS, &given.blocks, 1, UINT32_MAX },
-                { ARG_PULL_BLOCKS, &given.pull_blocks, 1, UINT32_MAX },
-                { ARG_ITERATIONS, &a->iterations, 1, 1000000 },
-                { ARG_WARMUP, &a->warmup, 0, 1000000 },
-                { ARG_SEED, &a->seed, 0, UINT64_MAX },
-                { ARG_TCP_STREAMS, &a->tcp_streams, 1, MAX_TCP_STREAMS },
-                { ARG_IPERF3_STREAMS, &a->iperf3_streams, 1, 128 },
-                { ARG_IPERF3_TIME, &a->iperf3_time, 1, 60 },
+                {ARG_COPY_THREADS, &a->copy_threads, 1, MAX_COPY_THREADS},
+                {ARG_TIMEOUT, &a->timeout_ms, 1, INT32_MAX},
+                {ARG_BLOCK_SIZE, &given.block_size, 8, UINT32_MAX},
+                {ARG_TENSORS, &given.tensors, 1, KVD_MAX_TENSORS},
+                {ARG_BLOCKS, &given.blocks, 1, UINT32_MAX},
+                {ARG_PULL_BLOCKS, &given.pull_blocks, 1, UINT32_MAX},
+                {ARG_ITERATIONS, &a->iterations, 1, 1000000},
+                {ARG_WARMUP, &a->warmup, 0, 1000000},
+                {ARG_SEED, &a->seed, 0, UINT64_MAX},
+                {ARG_TCP_STREAMS, &a->tcp_streams, 1, MAX_TCP_STREAMS},
+                {ARG_IPERF3_STREAMS, &a->iperf3_streams, 1, 128},
+                {ARG_IPERF3_TIME, &a->iperf3_time, 1, 60},
         };
         const char *pattern = NULL;
         bool model = false, tcp_set = false;
         int c, baseline = _BASELINE_INVALID;
 
-        *a = (Args){ .copy_threads = 2, .iterations = 20, .warmup = 2, .seed = 1,
-                     .timeout_ms = 10000, .tcp_streams = 4, .tcp_crc = 0, .iperf3 = "iperf3",
-                     .iperf3_streams = 1, .iperf3_time = 1 };
+        *a = (Args){.copy_threads = 2,
+                    .iterations = 20,
+                    .warmup = 2,
+                    .seed = 1,
+                    .timeout_ms = 10000,
+                    .tcp_streams = 4,
+                    .tcp_crc = 0,
+                    .iperf3 = "iperf3",
+                    .iperf3_streams = 1,
+                    .iperf3_time = 1};
         workload_from_model(&models[0], &a->w);
         while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0) {
                 size_t i;
@@ -659,13 +687,15 @@ static int parse_args(int argc, char **argv, Args *a)
         if (!a->remote && tcp_set)
                 return usage_error("--tcp-streams, --tcp-crc and --rdma-device are for --remote",
                                    "");
-        a->baseline = baseline >= 0 ? (BaselineKind)baseline :
-                      a->remote ? BASELINE_IPERF3 : BASELINE_MEMCPY;
+        a->baseline = baseline >= 0 ? (BaselineKind)baseline
+                      : a->remote   ? BASELINE_IPERF3
+                                    : BASELINE_MEMCPY;
 
         if (a->suite && (model || pattern || given.block_size || given.tensors || given.blocks ||
                          given.pull_blocks))
                 return usage_error("--suite runs its own workloads, without --model, "
-                                   "--pattern or sizes", "");
+                                   "--pattern or sizes",
+                                   "");
         if (given.block_size || given.tensors)
                 (void)snprintf(a->w.name, sizeof(a->w.name), "custom");
         a->w.block_size = given.block_size ?: a->w.block_size;
@@ -686,9 +716,9 @@ static int parse_args(int argc, char **argv, Args *a)
 /* The standard set on one node: large runs, large scattered, small scattered, two models. */
 static void suite_workloads(Workload *w)
 {
-        w[0] = (Workload){ "large", 64 * KIB, 8, 1024, 512, false };
-        w[1] = (Workload){ "large-scattered", 64 * KIB, 8, 1024, 512, true };
-        w[2] = (Workload){ "small-scattered", 4 * KIB, 2, 16384, 10000, true };
+        w[0] = (Workload){"large", 64 * KIB, 8, 1024, 512, false};
+        w[1] = (Workload){"large-scattered", 64 * KIB, 8, 1024, 512, true};
+        w[2] = (Workload){"small-scattered", 4 * KIB, 2, 16384, 10000, true};
         workload_from_model(&models[0], &w[3]);
         workload_from_model(&models[1], &w[4]);
 }
@@ -699,9 +729,9 @@ static void suite_workloads(Workload *w)
  */
 static void remote_suite_workloads(Workload *w)
 {
-        w[0] = (Workload){ "large", 64 * KIB, 2, 2048, 2048, false };
-        w[1] = (Workload){ "large-scattered", 64 * KIB, 2, 2048, 2048, true };
-        w[2] = (Workload){ "small-scattered", 4 * KIB, 2, 16384, 8192, true };
+        w[0] = (Workload){"large", 64 * KIB, 2, 2048, 2048, false};
+        w[1] = (Workload){"large-scattered", 64 * KIB, 2, 2048, 2048, true};
+        w[2] = (Workload){"small-scattered", 4 * KIB, 2, 16384, 8192, true};
         workload_from_model(&models[0], &w[3]);
         workload_from_model(&models[1], &w[4]);
 }
@@ -749,8 +779,9 @@ static int start_daemons(Args *a, BenchDaemon d[static 2])
                 r = bench_daemon_start(&o, &d[i]);
                 if (r < 0) {
                         fprintf(stderr, "kvdist-bench: cannot start %s: %s\n", path,
-                                r == -ECHILD ? "it exited" : r == -EPROTO ?
-                                "its status names no peer address" : strerror(-r));
+                                r == -ECHILD   ? "it exited"
+                                : r == -EPROTO ? "its status names no peer address"
+                                               : strerror(-r));
                         return r;
                 }
         }
@@ -788,10 +819,11 @@ int main(int argc, char **argv)
         if (a.baseline == BASELINE_IPERF3) {
                 r = bench_iperf3_find(a.iperf3, &a.iperf3_path);
                 if (r < 0) {
-                        fprintf(stderr, "kvdist-bench: %s: iperf3 not found%s; the %s baseline "
+                        fprintf(stderr,
+                                "kvdist-bench: %s: iperf3 not found%s; the %s baseline "
                                 "needs it (Debian package iperf3, which scripts/setup-deps "
-                                "installs), or run with --baseline none\n", a.iperf3,
-                                strchr(a.iperf3, '/') ? "" : " on $PATH",
+                                "installs), or run with --baseline none\n",
+                                a.iperf3, strchr(a.iperf3, '/') ? "" : " on $PATH",
                                 baseline_names[a.baseline]);
                         return r == -ENOENT ? EXIT_NO_BASELINE : EXIT_BENCH_FAILED;
                 }

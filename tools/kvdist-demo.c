@@ -74,12 +74,12 @@ enum {
 };
 
 typedef struct Options {
-        const char *socket_path;    /* NULL: the library's default */
-        const char *prefill_socket; /* the prefill worker's daemon; NULL: socket_path */
-        const char *decode_socket;  /* the decode worker's daemon; NULL: socket_path */
+        const char *socket_path;     /* NULL: the library's default */
+        const char *prefill_socket;  /* the prefill worker's daemon; NULL: socket_path */
+        const char *decode_socket;   /* the decode worker's daemon; NULL: socket_path */
         const char *prefill_address; /* the prefill cluster's listen_ip_info; NULL: its daemon's
                                       * peer address, or a port of its own */
-        const char *status_cmd;     /* NULL: none */
+        const char *status_cmd;      /* NULL: none */
         uint32_t num_blocks;
         uint32_t prompt_blocks;
         uint64_t seed;
@@ -90,12 +90,12 @@ typedef struct Options {
 /* What prefill tells decode, out of band: which blocks hold the prompt, and where. */
 typedef struct HandOff {
         uint32_t magic;
-        uint32_t n_blocks;          /* block ids that follow the header */
+        uint32_t n_blocks; /* block ids that follow the header */
         uint64_t cluster_id;
         uint64_t model_id;
-        uint64_t seed;              /* so that decode can check the bytes it pulls */
-        uint64_t spare_block;       /* a free prefill block that decode may push into */
-        char address[ADDRESS_MAX];  /* where the prefill cluster listens (its listen_ip_info) */
+        uint64_t seed;             /* so that decode can check the bytes it pulls */
+        uint64_t spare_block;      /* a free prefill block that decode may push into */
+        char address[ADDRESS_MAX]; /* where the prefill cluster listens (its listen_ip_info) */
 } HandOff;
 
 /* What decode tells prefill after the push: where it wrote and what. */
@@ -109,20 +109,20 @@ typedef struct PushNote {
 /* One block's expected content in a worker's cache: a pattern in its first tensors, then 0. */
 typedef struct Expect {
         uint64_t seed;
-        uint32_t index;             /* pattern index (the prompt's block number) */
-        uint32_t n_tensors;         /* tensors that hold the pattern; 0 = all zero */
+        uint32_t index;     /* pattern index (the prompt's block number) */
+        uint32_t n_tensors; /* tensors that hold the pattern; 0 = all zero */
 } Expect;
 
 typedef struct Worker {
         const char *name;
         const Options *opts;
-        const char *socket;         /* its daemon; NULL: the library's default */
+        const char *socket; /* its daemon; NULL: the library's default */
         kvd_client *client;
         uint8_t *mem;
         size_t mem_size;
         uint64_t cache_id;
         bool registered;
-        Expect *expect;             /* num_blocks entries */
+        Expect *expect; /* num_blocks entries */
 } Worker;
 
 static const uint8_t zero_block[BLOCK_BYTES];
@@ -263,12 +263,12 @@ static uint8_t *tensor_block(const Worker *w, uint32_t tensor, uint64_t block)
 static int worker_setup(Worker *w, uint64_t cluster_id, kvd_role role, const char *listen)
 {
         const Options *o = w->opts;
-        kvd_option options[3] = { { "device_id", "0" } };
+        kvd_option options[3] = {{"device_id", "0"}};
         void *addrs[N_TENSORS], *mem;
         kvd_cache_desc desc = {
                 .num_tensors = N_TENSORS,
                 .n_dims = 4,
-                .shape = { o->num_blocks, BLOCK_TOKENS, KV_HEADS, HEAD_DIM },
+                .shape = {o->num_blocks, BLOCK_TOKENS, KV_HEADS, HEAD_DIM},
                 .data_type = KVD_DT_FLOAT16,
         };
         kvd_cache_key key = kvd_key_blocks(cluster_id, MODEL_ID);
@@ -276,9 +276,9 @@ static int worker_setup(Worker *w, uint64_t cluster_id, kvd_role role, const cha
         int r;
 
         if (w->socket)
-                options[n_options++] = (kvd_option){ "socket_path", w->socket };
+                options[n_options++] = (kvd_option){"socket_path", w->socket};
         if (listen)
-                options[n_options++] = (kvd_option){ "listen_ip_info", listen };
+                options[n_options++] = (kvd_option){"listen_ip_info", listen};
         r = kvd_client_init(&w->client, cluster_id, role, options, n_options);
         if (r < 0)
                 return worker_fail(w, "kvd_client_init", r);
@@ -299,16 +299,16 @@ static int worker_setup(Worker *w, uint64_t cluster_id, kvd_role role, const cha
 
         for (uint32_t t = 0; t < N_TENSORS; t++)
                 addrs[t] = tensor_block(w, t, 0);
-        r = kvd_register_blocks_cache(w->client, &desc, addrs, N_TENSORS, &key,
-                                      KVD_REMOTE_DEFAULT, &w->cache_id);
+        r = kvd_register_blocks_cache(w->client, &desc, addrs, N_TENSORS, &key, KVD_REMOTE_DEFAULT,
+                                      &w->cache_id);
         if (r < 0)
                 return worker_fail(w, "kvd_register_blocks_cache", r);
         w->registered = true;
 
         printf("%s: cluster %" PRIu64 " (%s): registered %u tensors x %u blocks (%.0f MiB) "
-               "as cache %" PRIu64 "\n", w->name, cluster_id,
-               role == KVD_ROLE_PROMPT ? "prompt" : "decoder", N_TENSORS, o->num_blocks,
-               mib(w->mem_size), w->cache_id);
+               "as cache %" PRIu64 "\n",
+               w->name, cluster_id, role == KVD_ROLE_PROMPT ? "prompt" : "decoder", N_TENSORS,
+               o->num_blocks, mib(w->mem_size), w->cache_id);
         return 0;
 }
 
@@ -364,10 +364,11 @@ static int worker_verify(Worker *w)
                                 continue;
                         for (i = 0; have[i] == exp[i]; i++)
                                 ;
-                        fprintf(stderr, "%s: verify failed: tensor %u (layer %u %s) block %u, "
-                                "byte %zu is 0x%02x, expected 0x%02x (%s)\n", w->name, t,
-                                t / TENSORS_PER_LAYER, t % TENSORS_PER_LAYER ? "V" : "K", b, i,
-                                have[i], exp[i],
+                        fprintf(stderr,
+                                "%s: verify failed: tensor %u (layer %u %s) block %u, "
+                                "byte %zu is 0x%02x, expected 0x%02x (%s)\n",
+                                w->name, t, t / TENSORS_PER_LAYER,
+                                t % TENSORS_PER_LAYER ? "V" : "K", b, i, have[i], exp[i],
                                 t < e->n_tensors ? "pattern" : "an untouched zero block");
                         return -1;
                 }
@@ -404,10 +405,10 @@ static int status_address(Worker *w, kvd_client *client, uint64_t cluster_id, ch
         if (cluster_id == 0)
                 v = json_object_get(root, "peer_listen");
         else
-                json_array_foreach(json_object_get(root, "clusters"), i, c)
-                        if ((uint64_t)json_integer_value(json_object_get(c, "cluster_id")) ==
-                            cluster_id)
-                                v = json_object_get(c, "listen_ip_info");
+                json_array_foreach(
+                        json_object_get(root, "clusters"), i,
+                        c) if ((uint64_t)json_integer_value(json_object_get(c, "cluster_id")) ==
+                               cluster_id) v = json_object_get(c, "listen_ip_info");
         if (json_is_string(v))
                 (void)snprintf(buf, size, "%s", json_string_value(v));
         json_decref(root);
@@ -421,7 +422,7 @@ static int status_address(Worker *w, kvd_client *client, uint64_t cluster_id, ch
  */
 static int prefill_listen_address(Worker *w, char *buf, size_t size)
 {
-        kvd_option opt = { "socket_path", w->socket };
+        kvd_option opt = {"socket_path", w->socket};
         kvd_client *c = NULL;
         int r;
 
@@ -441,7 +442,7 @@ static int prefill_listen_address(Worker *w, char *buf, size_t size)
 
 static int prefill_run(const Options *o, int handoff_fd, int note_fd, int ready_fd, int go_fd)
 {
-        Worker w = { .name = "prefill", .opts = o, .socket = o->prefill_socket };
+        Worker w = {.name = "prefill", .opts = o, .socket = o->prefill_socket};
         _cleanup_free_ uint64_t *perm = NULL;
         uint32_t n = o->prompt_blocks;
         HandOff h = {
@@ -477,13 +478,12 @@ static int prefill_run(const Options *o, int handoff_fd, int note_fd, int ready_
         for (uint32_t j = 0; j < n; j++) {
                 for (uint32_t t = 0; t < N_TENSORS; t++)
                         pattern_fill(tensor_block(&w, t, perm[j]), o->seed, t, j);
-                w.expect[perm[j]] = (Expect){ .seed = o->seed, .index = j,
-                                              .n_tensors = N_TENSORS };
+                w.expect[perm[j]] = (Expect){.seed = o->seed, .index = j, .n_tensors = N_TENSORS};
         }
         format_ids(perm, n, ids, sizeof(ids));
         printf("prefill: computed the KV of a %u-token prompt into %u scattered blocks "
-               "(%.0f MiB) in %.1f ms: %s\n", n * BLOCK_TOKENS, n,
-               mib((size_t)n * N_TENSORS * BLOCK_BYTES),
+               "(%.0f MiB) in %.1f ms: %s\n",
+               n * BLOCK_TOKENS, n, mib((size_t)n * N_TENSORS * BLOCK_BYTES),
                (double)(now_usec(CLOCK_MONOTONIC) - t0) / 1000.0, ids);
 
         r = write_all(handoff_fd, &h, sizeof(h));
@@ -501,11 +501,12 @@ static int prefill_run(const Options *o, int handoff_fd, int note_fd, int ready_
                         r < 0 ? "it went away" : "bad message");
                 goto fail;
         }
-        w.expect[note.dst_block] = (Expect){ .seed = note.seed, .n_tensors = N_TENSORS };
+        w.expect[note.dst_block] = (Expect){.seed = note.seed, .n_tensors = N_TENSORS};
         if (worker_verify(&w) < 0)
                 goto fail;
         printf("prefill: block %" PRIu64 " holds the block decode pushed back; the prompt's "
-               "blocks are intact and the rest untouched, verified\n", note.dst_block);
+               "blocks are intact and the rest untouched, verified\n",
+               note.dst_block);
 
         /* Done: the parent may show the daemon's state while we are still attached. */
         if (write_all(ready_fd, "p", 1) < 0)
@@ -535,8 +536,8 @@ static int decode_pull(Worker *w, const uint64_t *src, const uint64_t *dst, uint
         int r;
 
         if (layer_range) {
-                opts.src_layers = (kvd_layer_range){ 0, RANGE_LAST_LAYER };
-                opts.dst_layers = (kvd_layer_range){ 0, RANGE_LAST_LAYER };
+                opts.src_layers = (kvd_layer_range){0, RANGE_LAST_LAYER};
+                opts.dst_layers = (kvd_layer_range){0, RANGE_LAST_LAYER};
         }
         t0 = now_usec(CLOCK_MONOTONIC);
         r = kvd_pull_blocks(w->client, &key, w->cache_id, src, n, dst, n, &opts);
@@ -555,7 +556,7 @@ static void print_rate(size_t bytes, double ms)
 
 static int decode_run(const Options *o, int handoff_fd, int note_fd, int ready_fd, int go_fd)
 {
-        Worker w = { .name = "decode", .opts = o, .socket = o->decode_socket };
+        Worker w = {.name = "decode", .opts = o, .socket = o->decode_socket};
         _cleanup_free_ uint64_t *src = NULL, *perm = NULL;
         kvd_cluster_info peer = {
                 .remote_cluster_id = PREFILL_CLUSTER,
@@ -590,14 +591,16 @@ static int decode_run(const Options *o, int handoff_fd, int note_fd, int ready_f
         }
         format_ids(src, n, ids, sizeof(ids));
         h.address[sizeof(h.address) - 1] = '\0';
-        printf("decode: received %u block ids of cluster %" PRIu64 "%s%s: %s\n", n,
-               h.cluster_id, h.address[0] ? " at " : "", h.address, ids);
+        printf("decode: received %u block ids of cluster %" PRIu64 "%s%s: %s\n", n, h.cluster_id,
+               h.address[0] ? " at " : "", h.address, ids);
 
         if (two_daemons(o)) {
                 if (!h.address[0]) {
-                        fprintf(stderr, "decode: prefill's cluster %" PRIu64 " does not say "
+                        fprintf(stderr,
+                                "decode: prefill's cluster %" PRIu64 " does not say "
                                 "where it listens, so it cannot be linked from another "
-                                "daemon\n", PREFILL_CLUSTER);
+                                "daemon\n",
+                                PREFILL_CLUSTER);
                         goto fail;
                 }
                 peer.remote_ip_info = h.address;
@@ -610,8 +613,8 @@ static int decode_run(const Options *o, int handoff_fd, int note_fd, int ready_f
         linked = true;
         if (peer.remote_ip_info)
                 printf("decode: linked cluster %" PRIu64 " -> cluster %" PRIu64 " on the kvdistd "
-                       "at %s: the blocks cross between the daemons over TCP\n", DECODE_CLUSTER,
-                       PREFILL_CLUSTER, peer.remote_ip_info);
+                       "at %s: the blocks cross between the daemons over TCP\n",
+                       DECODE_CLUSTER, PREFILL_CLUSTER, peer.remote_ip_info);
         else
                 printf("decode: linked cluster %" PRIu64 " -> cluster %" PRIu64 " (same node)\n",
                        DECODE_CLUSTER, PREFILL_CLUSTER);
@@ -629,7 +632,7 @@ static int decode_run(const Options *o, int handoff_fd, int note_fd, int ready_f
         if (decode_pull(&w, src, dst, n, false, &ms) < 0)
                 goto fail;
         for (uint32_t j = 0; j < n; j++)
-                w.expect[dst[j]] = (Expect){ .seed = h.seed, .index = j, .n_tensors = N_TENSORS };
+                w.expect[dst[j]] = (Expect){.seed = h.seed, .index = j, .n_tensors = N_TENSORS};
         if (worker_verify(&w) < 0)
                 goto fail;
         printf("decode: pulled %u blocks x %u tensors", n, N_TENSORS);
@@ -639,8 +642,8 @@ static int decode_run(const Options *o, int handoff_fd, int note_fd, int ready_f
         if (decode_pull(&w, src, dst2, n, true, &ms) < 0)
                 goto fail;
         for (uint32_t j = 0; j < n; j++)
-                w.expect[dst2[j]] = (Expect){ .seed = h.seed, .index = j,
-                                              .n_tensors = range_tensors };
+                w.expect[dst2[j]] =
+                        (Expect){.seed = h.seed, .index = j, .n_tensors = range_tensors};
         if (worker_verify(&w) < 0)
                 goto fail;
         printf("decode: pulled layers 0-%u of %u blocks (%u of %u tensors)", RANGE_LAST_LAYER, n,
@@ -651,10 +654,9 @@ static int decode_run(const Options *o, int handoff_fd, int note_fd, int ready_f
         /* A block decode produced (say, the first generated tokens), pushed to prefill's cache. */
         for (uint32_t t = 0; t < N_TENSORS; t++)
                 pattern_fill(tensor_block(&w, t, push_src), push_seed, t, 0);
-        w.expect[push_src] = (Expect){ .seed = push_seed, .n_tensors = N_TENSORS };
+        w.expect[push_src] = (Expect){.seed = push_seed, .n_tensors = N_TENSORS};
         t0 = now_usec(CLOCK_MONOTONIC);
-        r = kvd_push_blocks(w.client, &push_key, w.cache_id, &push_src, 1, &h.spare_block, 1,
-                            NULL);
+        r = kvd_push_blocks(w.client, &push_key, w.cache_id, &push_src, 1, &h.spare_block, 1, NULL);
         ms = (double)(now_usec(CLOCK_MONOTONIC) - t0) / 1000.0;
         if (r < 0) {
                 worker_fail(&w, "kvd_push_blocks", r);
@@ -665,7 +667,7 @@ static int decode_run(const Options *o, int handoff_fd, int note_fd, int ready_f
         print_rate((size_t)N_TENSORS * BLOCK_BYTES, ms);
         printf("\n");
 
-        note = (PushNote){ .magic = PUSH_MAGIC, .dst_block = h.spare_block, .seed = push_seed };
+        note = (PushNote){.magic = PUSH_MAGIC, .dst_block = h.spare_block, .seed = push_seed};
         if (write_all(note_fd, &note, sizeof(note)) < 0) {
                 fprintf(stderr, "decode: cannot tell prefill about the push\n");
                 goto fail;
@@ -747,28 +749,34 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
 static int parse_args(int argc, char *argv[], Options *o)
 {
         enum {
-                ARG_STATUS_CMD = 0x100, ARG_BLOCKS, ARG_NUM_BLOCKS, ARG_SEED, ARG_VERSION,
-                ARG_PREFILL_SOCKET, ARG_DECODE_SOCKET, ARG_PREFILL_ADDRESS,
+                ARG_STATUS_CMD = 0x100,
+                ARG_BLOCKS,
+                ARG_NUM_BLOCKS,
+                ARG_SEED,
+                ARG_VERSION,
+                ARG_PREFILL_SOCKET,
+                ARG_DECODE_SOCKET,
+                ARG_PREFILL_ADDRESS,
         };
         static const struct option options[] = {
-                { "socket", required_argument, NULL, 's' },
-                { "prefill-socket", required_argument, NULL, ARG_PREFILL_SOCKET },
-                { "decode-socket", required_argument, NULL, ARG_DECODE_SOCKET },
-                { "prefill-address", required_argument, NULL, ARG_PREFILL_ADDRESS },
-                { "status-cmd", required_argument, NULL, ARG_STATUS_CMD },
-                { "blocks", required_argument, NULL, ARG_BLOCKS },
-                { "num-blocks", required_argument, NULL, ARG_NUM_BLOCKS },
-                { "seed", required_argument, NULL, ARG_SEED },
-                { "help", no_argument, NULL, 'h' },
-                { "version", no_argument, NULL, ARG_VERSION },
-                {}
-        };
+                {"socket", required_argument, NULL, 's'},
+                {"prefill-socket", required_argument, NULL, ARG_PREFILL_SOCKET},
+                {"decode-socket", required_argument, NULL, ARG_DECODE_SOCKET},
+                {"prefill-address", required_argument, NULL, ARG_PREFILL_ADDRESS},
+                {"status-cmd", required_argument, NULL, ARG_STATUS_CMD},
+                {"blocks", required_argument, NULL, ARG_BLOCKS},
+                {"num-blocks", required_argument, NULL, ARG_NUM_BLOCKS},
+                {"seed", required_argument, NULL, ARG_SEED},
+                {"help", no_argument, NULL, 'h'},
+                {"version", no_argument, NULL, ARG_VERSION},
+                {}};
         bool blocks_set = false;
         uint64_t v;
         int c;
 
-        *o = (Options){ .num_blocks = DEFAULT_NUM_BLOCKS, .prompt_blocks = DEFAULT_PROMPT_BLOCKS,
-                        .seed = DEFAULT_SEED };
+        *o = (Options){.num_blocks = DEFAULT_NUM_BLOCKS,
+                       .prompt_blocks = DEFAULT_PROMPT_BLOCKS,
+                       .seed = DEFAULT_SEED};
         while ((c = getopt_long(argc, argv, "s:h", options, NULL)) >= 0)
                 switch (c) {
                 case 's':
@@ -790,8 +798,10 @@ static int parse_args(int argc, char *argv[], Options *o)
                         break;
                 case ARG_PREFILL_ADDRESS:
                         if (!optarg[0] || strlen(optarg) >= ADDRESS_MAX) {
-                                fprintf(stderr, "kvdist-demo: --prefill-address needs an "
-                                        "IP:PORT of fewer than %d characters\n", ADDRESS_MAX);
+                                fprintf(stderr,
+                                        "kvdist-demo: --prefill-address needs an "
+                                        "IP:PORT of fewer than %d characters\n",
+                                        ADDRESS_MAX);
                                 return -EINVAL;
                         }
                         o->prefill_address = optarg;
@@ -801,8 +811,10 @@ static int parse_args(int argc, char *argv[], Options *o)
                         break;
                 case ARG_BLOCKS:
                         if (parse_u64(optarg, 1, MAX_NUM_BLOCKS, &v) < 0) {
-                                fprintf(stderr, "kvdist-demo: --blocks: \"%s\" is not in "
-                                        "1..%u\n", optarg, MAX_NUM_BLOCKS);
+                                fprintf(stderr,
+                                        "kvdist-demo: --blocks: \"%s\" is not in "
+                                        "1..%u\n",
+                                        optarg, MAX_NUM_BLOCKS);
                                 return -EINVAL;
                         }
                         o->prompt_blocks = (uint32_t)v;
@@ -810,8 +822,10 @@ static int parse_args(int argc, char *argv[], Options *o)
                         break;
                 case ARG_NUM_BLOCKS:
                         if (parse_u64(optarg, 3, MAX_NUM_BLOCKS, &v) < 0) {
-                                fprintf(stderr, "kvdist-demo: --num-blocks: \"%s\" is not in "
-                                        "3..%u\n", optarg, MAX_NUM_BLOCKS);
+                                fprintf(stderr,
+                                        "kvdist-demo: --num-blocks: \"%s\" is not in "
+                                        "3..%u\n",
+                                        optarg, MAX_NUM_BLOCKS);
                                 return -EINVAL;
                         }
                         o->num_blocks = (uint32_t)v;
@@ -887,8 +901,10 @@ static int run_status_cmd(const Options *o)
         r = system(o->status_cmd);
         if (r == -1 || !WIFEXITED(r) || WEXITSTATUS(r) != 0) {
                 fprintf(stderr, "demo: the status command failed (%s %d)\n",
-                        r != -1 && WIFEXITED(r) ? "exit status" : "wait status", r == -1 ? -1 :
-                        WIFEXITED(r) ? WEXITSTATUS(r) : r);
+                        r != -1 && WIFEXITED(r) ? "exit status" : "wait status",
+                        r == -1        ? -1
+                        : WIFEXITED(r) ? WEXITSTATUS(r)
+                                       : r);
                 return -1;
         }
         return 0;
@@ -907,8 +923,7 @@ static bool reap(pid_t pid, const char *name)
                 return true;
         if (WIFSIGNALED(status))
                 fprintf(stderr, "demo: the %s worker was killed by signal %d%s\n", name,
-                        WTERMSIG(status),
-                        WTERMSIG(status) == SIGALRM ? " (it timed out)" : "");
+                        WTERMSIG(status), WTERMSIG(status) == SIGALRM ? " (it timed out)" : "");
         else
                 fprintf(stderr, "demo: the %s worker failed (exit status %d)\n", name,
                         WEXITSTATUS(status));
@@ -919,8 +934,7 @@ int main(int argc, char *argv[])
 {
         /* handoff: prefill -> decode; note: decode -> prefill; ready: workers -> us; go: us ->
          * workers (closed to say go). */
-        int handoff[2] = { -1, -1 }, note[2] = { -1, -1 }, ready[2] = { -1, -1 },
-            go[2] = { -1, -1 };
+        int handoff[2] = {-1, -1}, note[2] = {-1, -1}, ready[2] = {-1, -1}, go[2] = {-1, -1};
         int fds[8];
         pid_t prefill = -1, decode = -1;
         bool ok = true, prefill_ok, decode_ok;
@@ -946,17 +960,18 @@ int main(int argc, char *argv[])
         memcpy(fds + 6, go, sizeof(go));
 
         printf("demo: %s KV cache: %u layers x (K,V) = %u tensors; %u-token blocks of %u kv "
-               "heads x %u dims fp16 = %zu KiB per tensor block\n", MODEL_NAME, N_LAYERS,
-               N_TENSORS, BLOCK_TOKENS, KV_HEADS, HEAD_DIM, BLOCK_BYTES / 1024);
+               "heads x %u dims fp16 = %zu KiB per tensor block\n",
+               MODEL_NAME, N_LAYERS, N_TENSORS, BLOCK_TOKENS, KV_HEADS, HEAD_DIM,
+               BLOCK_BYTES / 1024);
 
         prefill = spawn_worker(prefill_run, &o, fds, ARRAY_SIZE(fds),
-                               (const int[4]){ handoff[1], note[0], ready[1], go[0] });
+                               (const int[4]){handoff[1], note[0], ready[1], go[0]});
         if (prefill < 0) {
                 fprintf(stderr, "demo: cannot fork the prefill worker: %m\n");
                 return EXIT_FAILED;
         }
         decode = spawn_worker(decode_run, &o, fds, ARRAY_SIZE(fds),
-                              (const int[4]){ handoff[0], note[1], ready[1], go[0] });
+                              (const int[4]){handoff[0], note[1], ready[1], go[0]});
         if (decode < 0) {
                 fprintf(stderr, "demo: cannot fork the decode worker: %m\n");
                 (void)kill(prefill, SIGTERM);

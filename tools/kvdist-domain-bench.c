@@ -40,8 +40,8 @@ typedef struct Options {
         uint64_t chunk;
         bool broadcast, all_gather;
         bool netns;
-        const char *rate;               /* tc rate of each host's link, "" = unshaped */
-        const char *rdma_device;        /* "" = TCP */
+        const char *rate;        /* tc rate of each host's link, "" = unshaped */
+        const char *rdma_device; /* "" = TCP */
         bool json;
 } Options;
 
@@ -146,7 +146,8 @@ static void netns_setup(void)
                 /* The host's NIC: what it sends is shaped to the rate. */
                 if (opt.rate[0] &&
                     run("ip netns exec %s tc qdisc add dev %s root tbf rate %s burst 256kb "
-                        "latency 100ms", m->netns, m->veth, opt.rate) != 0)
+                        "latency 100ms",
+                        m->netns, m->veth, opt.rate) != 0)
                         die("cannot shape %s to %s", m->veth, opt.rate);
         }
 }
@@ -189,11 +190,13 @@ static void daemon_start(unsigned i)
         {
                 FILE *f = fopen(m->config, "we");
 
-                if (!f || (opt.rdma_device[0]
-                                   ? fprintf(f, "{\"devices\": [{\"device_id\": 0, \"transport\": "
-                                                "\"rdma\", \"rdma_device\": \"%s\"}]}\n",
-                                             opt.rdma_device)
-                                   : fprintf(f, "{}\n")) < 0 ||
+                if (!f ||
+                    (opt.rdma_device[0]
+                             ? fprintf(f,
+                                       "{\"devices\": [{\"device_id\": 0, \"transport\": "
+                                       "\"rdma\", \"rdma_device\": \"%s\"}]}\n",
+                                       opt.rdma_device)
+                             : fprintf(f, "{}\n")) < 0 ||
                     fclose(f) != 0)
                         die("cannot write %s: %m", m->config);
         }
@@ -214,13 +217,12 @@ static void daemon_start(unsigned i)
                                "--memory-size", "0", "--config", m->config, (char *)NULL);
                 else
                         execl(opt.kvdistd, opt.kvdistd, "--socket", m->socket, "--listen",
-                              m->listen, "--log-level", "warning", "--memory-size", "0",
-                              "--config", m->config, (char *)NULL);
+                              m->listen, "--log-level", "warning", "--memory-size", "0", "--config",
+                              m->config, (char *)NULL);
                 _exit(127);
         }
         for (int k = 0; k < 500; k++) {
-                if (kvd_client_connect(&c, &(kvd_option){ "socket_path", m->socket }, 1) ==
-                    KVD_OK)
+                if (kvd_client_connect(&c, &(kvd_option){"socket_path", m->socket}, 1) == KVD_OK)
                         break;
                 usleep(10000);
         }
@@ -239,11 +241,12 @@ static void daemon_start(unsigned i)
 static void member_attach(unsigned i, uint64_t max_size)
 {
         Member *m = &members[i];
-        kvd_option o[2] = { { "socket_path", m->socket }, { "device_id", "0" } };
+        kvd_option o[2] = {{"socket_path", m->socket}, {"device_id", "0"}};
         uint64_t n_blocks = max_size / (TENSORS * BLOCK_BYTES);
-        kvd_cache_desc desc = { .num_tensors = TENSORS, .n_dims = 2,
-                                .shape = { (int64_t)n_blocks, BLOCK_BYTES / 2 },
-                                .data_type = KVD_DT_FLOAT16 };
+        kvd_cache_desc desc = {.num_tensors = TENSORS,
+                               .n_dims = 2,
+                               .shape = {(int64_t)n_blocks, BLOCK_BYTES / 2},
+                               .data_type = KVD_DT_FLOAT16};
         void *addrs[TENSORS], *mem;
 
         if (kvd_client_init(&m->client, 1000 + i, KVD_ROLE_MIX, o, 2) != KVD_OK)
@@ -267,13 +270,14 @@ static void domain_form(void)
 
         len += (size_t)snprintf(table + len, sizeof(table) - len,
                                 "{\"version\": \"1.0\", \"server_count\": \"%u\", "
-                                "\"status\": \"completed\", \"server_list\": [", opt.members);
+                                "\"status\": \"completed\", \"server_list\": [",
+                                opt.members);
         for (unsigned i = 0; i < opt.members; i++) {
                 len += (size_t)snprintf(table + len, sizeof(table) - len,
                                         "%s{\"server_id\": \"host%u\", \"device\": [{\"device_id\":"
                                         " \"0\", \"device_ip\": \"%s\", \"rank_id\": \"%u\"}]}",
                                         i ? ", " : "", i, members[i].listen, i);
-                info[i] = (kvd_cluster_rank){ 1000 + i, i };
+                info[i] = (kvd_cluster_rank){1000 + i, i};
         }
         (void)snprintf(table + len, sizeof(table) - len, "]}");
         for (unsigned i = 0; i < opt.members; i++)
@@ -294,8 +298,8 @@ static void domain_form(void)
                         die("the domain did not form: %s", kvd_last_error(members[i].client));
         }
         for (unsigned i = 0; i < opt.members; i++) {
-                const char *want = opt.rdma_device[0] ? "\"transport\":\"rdma\""
-                                                      : "\"transport\":\"tcp\"";
+                const char *want =
+                        opt.rdma_device[0] ? "\"transport\":\"rdma\"" : "\"transport\":\"tcp\"";
                 char *json = NULL, *p;
 
                 /* Timing one transport while the daemons use another would mislead. */
@@ -313,7 +317,7 @@ static void domain_form(void)
 typedef struct Run {
         bool gather;
         kvd_algorithm algo;
-        size_t n_blocks;        /* broadcast: blocks; all-gather: per rank */
+        size_t n_blocks; /* broadcast: blocks; all-gather: per rank */
         pthread_barrier_t barrier;
         double end[MAX_MEMBERS];
 } Run;
@@ -328,7 +332,7 @@ static void *member_run(void *p)
         RunArg *a = p;
         Run *r = a->run;
         Member *m = &members[a->i];
-        kvd_collective_opts o = { r->algo, 60000, opt.chunk };
+        kvd_collective_opts o = {r->algo, 60000, opt.chunk};
 
         pthread_barrier_wait(&r->barrier);
         if (r->gather)
@@ -350,7 +354,7 @@ static double run_once(bool gather, kvd_algorithm algo, uint64_t size)
         size_t total = gather ? per * opt.members : per;
         pthread_t threads[MAX_MEMBERS];
         RunArg args[MAX_MEMBERS];
-        Run r = { .gather = gather, .algo = algo, .n_blocks = per };
+        Run r = {.gather = gather, .algo = algo, .n_blocks = per};
         double start, end = 0;
 
         for (unsigned i = 0; i < opt.members; i++) {
@@ -363,7 +367,7 @@ static double run_once(bool gather, kvd_algorithm algo, uint64_t size)
         }
         pthread_barrier_init(&r.barrier, NULL, opt.members + 1);
         for (unsigned i = 0; i < opt.members; i++) {
-                args[i] = (RunArg){ &r, i };
+                args[i] = (RunArg){&r, i};
                 pthread_create(&threads[i], NULL, member_run, &args[i]);
         }
         start = now_s();
@@ -388,12 +392,12 @@ static double run_once(bool gather, kvd_algorithm algo, uint64_t size)
                         for (size_t k = 0; k < per; k++)
                                 for (unsigned t = 0; t < TENSORS; t++) {
                                         size_t kk = (gather ? q * per : 0) + k;
-                                        const uint8_t *got = members[i].mem +
-                                                             (t * nb + members[i].blocks[kk]) *
-                                                                     BLOCK_BYTES;
-                                        const uint8_t *want = members[src].mem +
-                                                              (t * nb + members[src].blocks[kk]) *
-                                                                      BLOCK_BYTES;
+                                        const uint8_t *got =
+                                                members[i].mem +
+                                                (t * nb + members[i].blocks[kk]) * BLOCK_BYTES;
+                                        const uint8_t *want =
+                                                members[src].mem +
+                                                (t * nb + members[src].blocks[kk]) * BLOCK_BYTES;
 
                                         if (memcmp(got, want, BLOCK_BYTES) != 0)
                                                 die("rank %u holds wrong bytes in block %" PRIu64,
@@ -417,15 +421,18 @@ static int parse_size(const char *s, uint64_t *ret)
         unsigned long long v = strtoull(s, &end, 10);
 
         switch (*end) {
-        case 'K': case 'k':
+        case 'K':
+        case 'k':
                 v <<= 10;
                 end++;
                 break;
-        case 'M': case 'm':
+        case 'M':
+        case 'm':
                 v <<= 20;
                 end++;
                 break;
-        case 'G': case 'g':
+        case 'G':
+        case 'g':
                 v <<= 30;
                 end++;
                 break;
@@ -438,50 +445,62 @@ static int parse_size(const char *s, uint64_t *ret)
 
 static void usage(FILE *f)
 {
-        fprintf(f, "Usage: kvdist-domain-bench [OPTIONS]\n"
-                   "\n"
-                   "Times broadcast and all-gather of blocks in a comm domain, ring against mesh,\n"
-                   "with one kvdistd per member. Every run is checked byte for byte.\n"
-                   "\n"
-                   "  -n, --members N       members (daemons), 2..4 (3)\n"
-                   "  -s, --sizes LIST      bytes per operation, e.g. 256K,4M,32M (256K,1M,4M,16M)\n"
-                   "  -i, --iterations N    runs per case; the median is shown (5)\n"
-                   "      --chunk SIZE      ring pipeline chunk (1M)\n"
-                   "      --op OP           broadcast, all-gather or both (both)\n"
-                   "      --netns           run each daemon as a host in its own network\n"
-                   "                        namespace on a bridge (root)\n"
-                   "      --rate RATE       with --netns: shape each host's link (tc tbf), e.g.\n"
-                   "                        1gbit\n"
-                   "      --rdma-device DEV the daemons move the lanes' bytes by RDMA WRITE on DEV\n"
-                   "                        (device_id 0, transport rdma)\n"
-                   "      --kvdistd PATH    the daemon (default $KVDISTD, then next to this tool)\n"
-                   "      --json            one JSON object per case\n"
-                   "  -h, --help\n");
+        fprintf(f,
+                "Usage: kvdist-domain-bench [OPTIONS]\n"
+                "\n"
+                "Times broadcast and all-gather of blocks in a comm domain, ring against mesh,\n"
+                "with one kvdistd per member. Every run is checked byte for byte.\n"
+                "\n"
+                "  -n, --members N       members (daemons), 2..4 (3)\n"
+                "  -s, --sizes LIST      bytes per operation, e.g. 256K,4M,32M (256K,1M,4M,16M)\n"
+                "  -i, --iterations N    runs per case; the median is shown (5)\n"
+                "      --chunk SIZE      ring pipeline chunk (1M)\n"
+                "      --op OP           broadcast, all-gather or both (both)\n"
+                "      --netns           run each daemon as a host in its own network\n"
+                "                        namespace on a bridge (root)\n"
+                "      --rate RATE       with --netns: shape each host's link (tc tbf), e.g.\n"
+                "                        1gbit\n"
+                "      --rdma-device DEV the daemons move the lanes' bytes by RDMA WRITE on DEV\n"
+                "                        (device_id 0, transport rdma)\n"
+                "      --kvdistd PATH    the daemon (default $KVDISTD, then next to this tool)\n"
+                "      --json            one JSON object per case\n"
+                "  -h, --help\n");
 }
 
 static void parse_args(int argc, char **argv)
 {
-        enum { ARG_CHUNK = 256, ARG_OP, ARG_NETNS, ARG_RATE, ARG_RDMA_DEVICE, ARG_KVDISTD,
-               ARG_JSON };
-        static const struct option options[] = {
-                { "members", required_argument, NULL, 'n' },
-                { "sizes", required_argument, NULL, 's' },
-                { "iterations", required_argument, NULL, 'i' },
-                { "chunk", required_argument, NULL, ARG_CHUNK },
-                { "op", required_argument, NULL, ARG_OP },
-                { "netns", no_argument, NULL, ARG_NETNS },
-                { "rate", required_argument, NULL, ARG_RATE },
-                { "rdma-device", required_argument, NULL, ARG_RDMA_DEVICE },
-                { "kvdistd", required_argument, NULL, ARG_KVDISTD },
-                { "json", no_argument, NULL, ARG_JSON },
-                { "help", no_argument, NULL, 'h' },
-                {}
+        enum {
+                ARG_CHUNK = 256,
+                ARG_OP,
+                ARG_NETNS,
+                ARG_RATE,
+                ARG_RDMA_DEVICE,
+                ARG_KVDISTD,
+                ARG_JSON
         };
+        static const struct option options[] = {
+                {"members", required_argument, NULL, 'n'},
+                {"sizes", required_argument, NULL, 's'},
+                {"iterations", required_argument, NULL, 'i'},
+                {"chunk", required_argument, NULL, ARG_CHUNK},
+                {"op", required_argument, NULL, ARG_OP},
+                {"netns", no_argument, NULL, ARG_NETNS},
+                {"rate", required_argument, NULL, ARG_RATE},
+                {"rdma-device", required_argument, NULL, ARG_RDMA_DEVICE},
+                {"kvdistd", required_argument, NULL, ARG_KVDISTD},
+                {"json", no_argument, NULL, ARG_JSON},
+                {"help", no_argument, NULL, 'h'},
+                {}};
         static char self_kvdistd[4096];
         int c;
 
-        opt = (Options){ .members = 3, .iterations = 5, .chunk = 1u << 20, .broadcast = true,
-                         .all_gather = true, .rate = "", .rdma_device = "" };
+        opt = (Options){.members = 3,
+                        .iterations = 5,
+                        .chunk = 1u << 20,
+                        .broadcast = true,
+                        .all_gather = true,
+                        .rate = "",
+                        .rdma_device = ""};
         opt.sizes[0] = 256u << 10;
         opt.sizes[1] = 1u << 20;
         opt.sizes[2] = 4u << 20;
@@ -515,8 +534,8 @@ static void parse_args(int argc, char **argv)
                                 die("--chunk: \"%s\" is not a size", optarg);
                         break;
                 case ARG_OP:
-                        if (strcmp(optarg, "broadcast") != 0 &&
-                            strcmp(optarg, "all-gather") != 0 && strcmp(optarg, "both") != 0)
+                        if (strcmp(optarg, "broadcast") != 0 && strcmp(optarg, "all-gather") != 0 &&
+                            strcmp(optarg, "both") != 0)
                                 die("--op takes broadcast, all-gather or both");
                         opt.broadcast = strcmp(optarg, "all-gather") != 0;
                         opt.all_gather = strcmp(optarg, "broadcast") != 0;
@@ -566,13 +585,14 @@ static void parse_args(int argc, char **argv)
         for (unsigned k = 0; k < opt.n_sizes; k++)
                 if (opt.sizes[k] < (uint64_t)TENSORS * BLOCK_BYTES * opt.members ||
                     opt.sizes[k] / (TENSORS * BLOCK_BYTES) > 4096 / opt.members)
-                        die("sizes run from %u KiB to %u MiB here", TENSORS * BLOCK_BYTES *
-                            opt.members >> 10, (4096 / opt.members) * TENSORS * BLOCK_BYTES >> 20);
+                        die("sizes run from %u KiB to %u MiB here",
+                            TENSORS * BLOCK_BYTES * opt.members >> 10,
+                            (4096 / opt.members) * TENSORS * BLOCK_BYTES >> 20);
 }
 
 int main(int argc, char **argv)
 {
-        static const char *const op_names[] = { "broadcast", "all-gather" };
+        static const char *const op_names[] = {"broadcast", "all-gather"};
         uint64_t max = 0;
 
         parse_args(argc, argv);
@@ -588,12 +608,11 @@ int main(int argc, char **argv)
         domain_form();
         if (!opt.json)
                 printf("%u members%s%s%s, %s%s, chunk %" PRIu64 " KiB, median of %u runs, every "
-                       "byte checked\n%-11s %10s %10s %10s %10s %10s %7s\n", opt.members,
-                       opt.netns ? " on separate hosts" : " on loopback",
-                       opt.rate[0] ? " at " : "", opt.rate,
-                       opt.rdma_device[0] ? "RDMA on " : "TCP", opt.rdma_device,
-                       opt.chunk >> 10, opt.iterations,
-                       "op", "bytes", "ring ms", "ring GB/s", "mesh ms", "mesh GB/s", "ring/x");
+                       "byte checked\n%-11s %10s %10s %10s %10s %10s %7s\n",
+                       opt.members, opt.netns ? " on separate hosts" : " on loopback",
+                       opt.rate[0] ? " at " : "", opt.rate, opt.rdma_device[0] ? "RDMA on " : "TCP",
+                       opt.rdma_device, opt.chunk >> 10, opt.iterations, "op", "bytes", "ring ms",
+                       "ring GB/s", "mesh ms", "mesh GB/s", "ring/x");
         for (int op = 0; op < 2; op++) {
                 if ((op == 0 && !opt.broadcast) || (op == 1 && !opt.all_gather))
                         continue;
@@ -611,8 +630,8 @@ int main(int argc, char **argv)
                         if (opt.json)
                                 printf("{\"op\": \"%s\", \"members\": %u, \"bytes\": %" PRIu64
                                        ", \"ring_s\": %.6f, \"mesh_s\": %.6f, \"netns\": %s, "
-                                       "\"rate\": \"%s\", \"transport\": \"%s\"}\n", op_names[op],
-                                       opt.members, opt.sizes[k], med[KVD_ALGO_RING],
+                                       "\"rate\": \"%s\", \"transport\": \"%s\"}\n",
+                                       op_names[op], opt.members, opt.sizes[k], med[KVD_ALGO_RING],
                                        med[KVD_ALGO_MESH], opt.netns ? "true" : "false", opt.rate,
                                        opt.rdma_device[0] ? "rdma" : "tcp");
                         else

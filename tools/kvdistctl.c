@@ -37,10 +37,10 @@ enum {
 typedef struct Options {
         const char *command;
         char *socket_path;
-        const char *input;      /* a saved status document instead of the daemon */
+        const char *input; /* a saved status document instead of the daemon */
         bool json;
-        double watch;           /* seconds between rounds; 0 = once */
-        long count;             /* rounds with --watch; 0 = until interrupted */
+        double watch; /* seconds between rounds; 0 = once */
+        long count;   /* rounds with --watch; 0 = until interrupted */
 } Options;
 
 static volatile sig_atomic_t interrupted;
@@ -116,9 +116,8 @@ static void cluster_row(const json_t *o, Table *t, size_t r)
                                     : "");
         else
                 cell_printf(table_cell(t, r, 4), "%s",
-                            json_is_true(json_object_get(o, "accepts_links"))
-                                    ? "- (accepts links)"
-                                    : "-");
+                            json_is_true(json_object_get(o, "accepts_links")) ? "- (accepts links)"
+                                                                              : "-");
         fmt_int(o, "regions", table_cell(t, r, 5));
         fmt_bytes(o, "region_bytes", table_cell(t, r, 6));
         fmt_int(o, "caches", table_cell(t, r, 7));
@@ -217,8 +216,8 @@ static void device_row(const json_t *o, Table *t, size_t r)
         fmt_str(o, "gid", table_cell(t, r, 5));
         fmt_int(o, "memory_regions", table_cell(t, r, 6));
         fmt_bytes(o, "registered_bytes", table_cell(t, r, 7));
-        if (get_number(o, "registration_us_total", &us) &&
-            get_number(o, "registrations", &n) && n > 0)
+        if (get_number(o, "registration_us_total", &us) && get_number(o, "registrations", &n) &&
+            n > 0)
                 snprintf(table_cell(t, r, 8), CELL_MAX, "%.1f us", us / n);
         else
                 snprintf(table_cell(t, r, 8), CELL_MAX, "-");
@@ -227,20 +226,20 @@ static void device_row(const json_t *o, Table *t, size_t r)
         fmt_str(o, "error", table_cell(t, r, 11));
 }
 
-static const char *const cluster_cols[] = { "ID",      "ROLE",  "DEVICE", "PID",   "LISTEN",
-                                            "REGIONS", "BYTES", "CACHES", "LINKS", "IN-FLIGHT" };
-static const char *const cache_cols[] = { "ID",    "CLUSTER",     "KIND", "TENSORS", "SHAPE",
-                                          "DTYPE", "SIZE/TENSOR", "KEYS", "REMOTE" };
-static const char *const link_cols[] = { "ID",    "DIR",   "LOCAL", "REMOTE",    "PEER",
-                                         "TRANSPORT", "STATE", "AGE",   "TRANSFERS", "BYTES" };
-static const char *const transfer_cols[] = { "ID",        "CLUSTER", "KIND", "REMOTE",
-                                             "TRANSPORT", "DONE",    "AGE",  "STATE" };
-static const char *const peer_cols[] = { "NODE",  "ADDRESS",  "DIRECTION", "STATE",
-                                         "AUTH",  "LINKS",    "IN-LINKS",  "DATA",
-                                         "RTT",   "SENT",     "RECEIVED",  "AGE" };
-static const char *const device_cols[] = { "DEVICE", "STATE",  "LINK",     "PORT",
-                                           "MTU",    "GID",    "MRS",      "REGISTERED",
-                                           "REG/MR", "WC-ERR", "LAST-ERR", "ERROR" };
+static const char *const cluster_cols[] = {"ID",      "ROLE",  "DEVICE", "PID",   "LISTEN",
+                                           "REGIONS", "BYTES", "CACHES", "LINKS", "IN-FLIGHT"};
+static const char *const cache_cols[] = {"ID",    "CLUSTER",     "KIND", "TENSORS", "SHAPE",
+                                         "DTYPE", "SIZE/TENSOR", "KEYS", "REMOTE"};
+static const char *const link_cols[] = {"ID",        "DIR",   "LOCAL", "REMOTE",    "PEER",
+                                        "TRANSPORT", "STATE", "AGE",   "TRANSFERS", "BYTES"};
+static const char *const transfer_cols[] = {"ID",        "CLUSTER", "KIND", "REMOTE",
+                                            "TRANSPORT", "DONE",    "AGE",  "STATE"};
+static const char *const peer_cols[] = {"NODE", "ADDRESS", "DIRECTION", "STATE",
+                                        "AUTH", "LINKS",   "IN-LINKS",  "DATA",
+                                        "RTT",  "SENT",    "RECEIVED",  "AGE"};
+static const char *const device_cols[] = {"DEVICE", "STATE",  "LINK",     "PORT",
+                                          "MTU",    "GID",    "MRS",      "REGISTERED",
+                                          "REG/MR", "WC-ERR", "LAST-ERR", "ERROR"};
 
 /*
  * A command that shows one array of the status document as a table (@key), followed by the
@@ -257,20 +256,17 @@ typedef struct ArrayCommand {
 } ArrayCommand;
 
 static const ArrayCommand array_commands[] = {
-        { "clusters", "clusters", NULL, cluster_cols, ARRAY_SIZE(cluster_cols), cluster_row,
-          "no clusters" },
-        { "caches", "caches", NULL, cache_cols, ARRAY_SIZE(cache_cols), cache_row,
-          "no caches" },
+        {"clusters", "clusters", NULL, cluster_cols, ARRAY_SIZE(cluster_cols), cluster_row,
+         "no clusters"},
+        {"caches", "caches", NULL, cache_cols, ARRAY_SIZE(cache_cols), cache_row, "no caches"},
         /* The links this node's clusters made, then those peers' clusters made to them. */
-        { "links", "links", "inbound_links", link_cols, ARRAY_SIZE(link_cols), link_row,
-          "no links" },
-        { "transfers", "transfers", NULL, transfer_cols, ARRAY_SIZE(transfer_cols),
-          transfer_row, "no transfers in flight" },
-        { "peers", "peers", NULL, peer_cols, ARRAY_SIZE(peer_cols), peer_row, "no peers" },
-        { "devices", "rdma_devices", NULL, device_cols, ARRAY_SIZE(device_cols), device_row,
-          "no RDMA devices" },
-        { "domains", "domains", NULL, domain_cols, N_DOMAIN_COLS, domain_row,
-          "no comm domains" },
+        {"links", "links", "inbound_links", link_cols, ARRAY_SIZE(link_cols), link_row, "no links"},
+        {"transfers", "transfers", NULL, transfer_cols, ARRAY_SIZE(transfer_cols), transfer_row,
+         "no transfers in flight"},
+        {"peers", "peers", NULL, peer_cols, ARRAY_SIZE(peer_cols), peer_row, "no peers"},
+        {"devices", "rdma_devices", NULL, device_cols, ARRAY_SIZE(device_cols), device_row,
+         "no RDMA devices"},
+        {"domains", "domains", NULL, domain_cols, N_DOMAIN_COLS, domain_row, "no comm domains"},
 };
 
 static const ArrayCommand *find_array_command(const char *name)
@@ -319,9 +315,9 @@ static void print_summary(const json_t *root, const char *socket_path)
                json_is_string(metrics) ? "/metrics" : "");
         printf("%-13s%zu\n", "clusters:", array_size_of(root, "clusters"));
         links = json_object_get(root, "links");
-        json_array_foreach(links, i, v)
-                up += json_is_string(json_object_get(v, "state")) &&
-                      strcmp(json_string_value(json_object_get(v, "state")), "up") == 0;
+        json_array_foreach(links, i, v) up +=
+                json_is_string(json_object_get(v, "state")) &&
+                strcmp(json_string_value(json_object_get(v, "state")), "up") == 0;
         printf("%-13s%zu (%zu up)", "links:", array_size_of(root, "links"), up);
         /* Links peers' clusters made to this node's: on a prefill node, usually all of them. */
         if (array_size_of(root, "inbound_links") > 0)
@@ -344,11 +340,12 @@ static void print_summary(const json_t *root, const char *socket_path)
                fmt_int(counters, "transfers_failed", b));
         printf("%-13s%s pulled, %s pushed\n", "bytes:", fmt_bytes(counters, "bytes_pulled", a),
                fmt_bytes(counters, "bytes_pushed", b));
-        printf("%-13s%s accepted, %s refused\n", "connections:",
-               fmt_int(counters, "connections_accepted", a),
+        printf("%-13s%s accepted, %s refused\n",
+               "connections:", fmt_int(counters, "connections_accepted", a),
                fmt_int(counters, "connections_refused", b));
 
-        json_object_foreach(errors, key, v) {
+        json_object_foreach(errors, key, v)
+        {
                 if (!json_is_integer(v) || json_integer_value(v) == 0)
                         continue;
                 printf("%s%s %" JSON_INTEGER_FORMAT, first ? "errors:      " : ", ", key,
@@ -366,7 +363,8 @@ static void print_config_value(const char *path, const json_t *v)
         size_t i;
 
         if (json_is_object(v)) {
-                json_object_foreach((json_t *)v, key, e) {
+                json_object_foreach((json_t *)v, key, e)
+                {
                         char sub[256];
 
                         snprintf(sub, sizeof(sub), "%s%s%s", path, path[0] ? "." : "", key);
@@ -375,7 +373,8 @@ static void print_config_value(const char *path, const json_t *v)
                 return;
         }
         if (json_is_array(v) && json_array_size(v) > 0 && json_is_object(json_array_get(v, 0))) {
-                json_array_foreach((json_t *)v, i, e) {
+                json_array_foreach((json_t *)v, i, e)
+                {
                         char sub[256];
 
                         snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
@@ -415,15 +414,15 @@ static int fetch(const Options *o, bool metrics, char **ret)
         kvd_client *client = NULL;
         int r;
 
-        r = kvd_client_connect(&client, &(kvd_option){ "socket_path", o->socket_path }, 1);
+        r = kvd_client_connect(&client, &(kvd_option){"socket_path", o->socket_path}, 1);
         if (r == KVD_E_DAEMON_UNAVAILABLE) {
                 fprintf(stderr, "kvdistctl: no kvdistd at %s (is it running?)\n", o->socket_path);
                 return EXIT_NO_DAEMON;
         }
         if (r == KVD_E_PERMISSION_DENIED) {
                 /* The allow-lists, or a socket folder that is not safe to use. */
-                fprintf(stderr, "kvdistctl: not allowed to use kvdistd at %s: %s\n",
-                        o->socket_path, kvd_last_error(NULL));
+                fprintf(stderr, "kvdistctl: not allowed to use kvdistd at %s: %s\n", o->socket_path,
+                        kvd_last_error(NULL));
                 return EXIT_DENIED;
         }
         if (r < 0) {
@@ -527,7 +526,7 @@ static int run_metrics(const Options *o)
  */
 static json_t *command_array(json_t *root, const ArrayCommand *ac)
 {
-        const char *keys[] = { ac->key, ac->more_key }, *dirs[] = { "out", "in" };
+        const char *keys[] = {ac->key, ac->more_key}, *dirs[] = {"out", "in"};
         json_t *all = json_array(), *v, *e;
         size_t i;
 
@@ -535,9 +534,9 @@ static json_t *command_array(json_t *root, const ArrayCommand *ac)
                 v = json_object_get(root, keys[k]);
                 if (!json_is_array(v))
                         continue;
-                json_array_foreach(v, i, e) {
-                        if (ac->more_key && json_is_object(e) &&
-                            !json_object_get(e, "direction") &&
+                json_array_foreach(v, i, e)
+                {
+                        if (ac->more_key && json_is_object(e) && !json_object_get(e, "direction") &&
                             json_object_set_new(e, "direction", json_string(dirs[k])) < 0)
                                 goto fail;
                         if (json_array_append(all, e) < 0)
@@ -605,8 +604,7 @@ static void on_interrupt(int sig)
 
 static void sleep_seconds(double s)
 {
-        struct timespec ts = { .tv_sec = (time_t)s,
-                               .tv_nsec = (long)((s - floor(s)) * 1e9) };
+        struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - floor(s)) * 1e9)};
 
         /* SIGINT ends the sleep (no SA_RESTART) and the loop. */
         while (!interrupted && nanosleep(&ts, &ts) < 0 && errno == EINTR)
@@ -615,7 +613,7 @@ static void sleep_seconds(double s)
 
 static int run_watch(const Options *o)
 {
-        struct sigaction sa = { .sa_handler = on_interrupt };
+        struct sigaction sa = {.sa_handler = on_interrupt};
         bool tty = isatty(STDOUT_FILENO);
         int r = 0;
 
@@ -662,17 +660,15 @@ static int parse_watch(const char *arg, double *ret)
 int main(int argc, char *argv[])
 {
         enum { ARG_VERSION = 0x100, ARG_INPUT };
-        static const struct option options[] = {
-                { "socket", required_argument, NULL, 's' },
-                { "json", no_argument, NULL, 'j' },
-                { "watch", optional_argument, NULL, 'w' },
-                { "count", required_argument, NULL, 'n' },
-                { "input", required_argument, NULL, ARG_INPUT },
-                { "help", no_argument, NULL, 'h' },
-                { "version", no_argument, NULL, ARG_VERSION },
-                {}
-        };
-        Options o = { .command = "status" };
+        static const struct option options[] = {{"socket", required_argument, NULL, 's'},
+                                                {"json", no_argument, NULL, 'j'},
+                                                {"watch", optional_argument, NULL, 'w'},
+                                                {"count", required_argument, NULL, 'n'},
+                                                {"input", required_argument, NULL, ARG_INPUT},
+                                                {"help", no_argument, NULL, 'h'},
+                                                {"version", no_argument, NULL, ARG_VERSION},
+                                                {}};
+        Options o = {.command = "status"};
         char *end;
         int c, r;
 
@@ -687,8 +683,10 @@ int main(int argc, char *argv[])
                         break;
                 case 'w':
                         if (parse_watch(optarg, &o.watch) < 0) {
-                                fprintf(stderr, "kvdistctl: --watch takes seconds, %.1f to "
-                                                "86400\n", WATCH_MIN_SEC);
+                                fprintf(stderr,
+                                        "kvdistctl: --watch takes seconds, %.1f to "
+                                        "86400\n",
+                                        WATCH_MIN_SEC);
                                 return EXIT_USAGE;
                         }
                         break;

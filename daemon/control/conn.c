@@ -35,7 +35,7 @@ static void conn_destroy(Conn *c)
         c->state = CONN_CLOSED;
 
         /* Requests in flight first: their owners stop and never answer. */
-        CLIST_FOREACH_SAFE(req, tmp, &c->requests, link_conn) {
+        CLIST_FOREACH_SAFE (req, tmp, &c->requests, link_conn) {
                 clist_unlink(&req->link_conn);
                 c->n_requests--;
                 req->conn = NULL;
@@ -82,7 +82,7 @@ void conn_free_all(Daemon *d)
 {
         Conn *c, *tmp;
 
-        CLIST_FOREACH_SAFE(c, tmp, &d->conns, link_daemon) {
+        CLIST_FOREACH_SAFE (c, tmp, &d->conns, link_daemon) {
                 conn_flush(c);
                 conn_destroy(c);
         }
@@ -152,8 +152,8 @@ static int conn_queue(Conn *c, uint8_t *buf, size_t len, int fd)
         }
         if (c->out.bytes + len > CONN_MAX_OUT_BYTES) {
                 free(buf);
-                log_warning("connection %" PRIu64 ": %zu bytes of replies unread, closing",
-                            c->id, c->out.bytes);
+                log_warning("connection %" PRIu64 ": %zu bytes of replies unread, closing", c->id,
+                            c->out.bytes);
                 conn_close_later(c);
                 return -ENOBUFS;
         }
@@ -177,8 +177,7 @@ static void conn_send_error(Conn *c, uint16_t type, uint64_t id, int code, const
 
         daemon_count_error(c->daemon, code);
         if (frame_pack_error(type, id, status_wire_encode(code), detail,
-                             c->daemon->config->limits.max_frame_size,
-                             &buf, &len) < 0)
+                             c->daemon->config->limits.max_frame_size, &buf, &len) < 0)
                 return;
         (void)conn_queue(c, buf, len, -1);
 }
@@ -234,8 +233,8 @@ static int conn_check_fds(Conn *c)
                         continue;
                 c->daemon->counters.frames_malformed++;
                 log_warning("connection %" PRIu64 " (pid %d): sent %s as fd %zu of a frame; "
-                            "clients may pass memfds only, closing", c->id, (int)c->cred.pid,
-                            file_kind(st.st_mode), c->n_fds_checked);
+                            "clients may pass memfds only, closing",
+                            c->id, (int)c->cred.pid, file_kind(st.st_mode), c->n_fds_checked);
                 return -EBADFD;
         }
         return 0;
@@ -278,13 +277,14 @@ static void conn_on_deadline(evutil_socket_t fd, short what, void *userdata)
                 c->daemon->counters.frames_malformed++;
                 log_warning("connection %" PRIu64 " (pid %d): a frame (%zu of %zu header bytes, "
                             "%zu of %u payload bytes, %zu fds) did not complete within %d s, "
-                            "closing", c->id, (int)c->cred.pid, c->in.header_len,
-                            (size_t)FRAME_HEADER_SIZE, c->in.payload_len,
+                            "closing",
+                            c->id, (int)c->cred.pid, c->in.header_len, (size_t)FRAME_HEADER_SIZE,
+                            c->in.payload_len,
                             c->in.header_len == FRAME_HEADER_SIZE ? c->in.frame.length : 0,
                             c->in.n_fds, CONN_FRAME_TIMEOUT_SEC);
         } else
-                log_warning("connection %" PRIu64 " (pid %d): no Hello within %d s, closing",
-                            c->id, (int)c->cred.pid, CONN_FRAME_TIMEOUT_SEC);
+                log_warning("connection %" PRIu64 " (pid %d): no Hello within %d s, closing", c->id,
+                            (int)c->cred.pid, CONN_FRAME_TIMEOUT_SEC);
         conn_close_later(c);
 }
 
@@ -294,7 +294,7 @@ static void conn_on_deadline(evutil_socket_t fd, short what, void *userdata)
  */
 static void conn_update_deadline(Conn *c)
 {
-        static const struct timeval timeout = { CONN_FRAME_TIMEOUT_SEC, 0 };
+        static const struct timeval timeout = {CONN_FRAME_TIMEOUT_SEC, 0};
 
         if (c->state == CONN_CLOSED)
                 return;
@@ -319,11 +319,12 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
                         break;
                 if (r < 0) {
                         if (r == -ECONNRESET)
-                                log_debug("connection %" PRIu64 " (pid %d): closed by peer",
-                                          c->id, (int)c->cred.pid);
+                                log_debug("connection %" PRIu64 " (pid %d): closed by peer", c->id,
+                                          (int)c->cred.pid);
                         else if (r != -EBADFD) {
                                 c->daemon->counters.frames_malformed++;
-                                log_warning_errno(r, "connection %" PRIu64 " (pid %d): broken "
+                                log_warning_errno(r,
+                                                  "connection %" PRIu64 " (pid %d): broken "
                                                   "frame (type %u, %u bytes, %u fds), closing",
                                                   c->id, (int)c->cred.pid, c->in.frame.type,
                                                   c->in.frame.length, c->in.frame.n_fds);
@@ -457,9 +458,10 @@ int conn_request_reply(Request *req, const ProtobufCMessage *reply, int fd)
                 r = frame_pack(req->type, FRAME_FLAG_REPLY, req->id, fd >= 0 ? 1 : 0, reply,
                                c->daemon->config->limits.max_frame_size, &buf, &len);
                 if (r < 0) {
-                        log_error_errno(r, "connection %" PRIu64 ": cannot pack a reply of %zu "
-                                        "bytes, closing", c->id,
-                                        protobuf_c_message_get_packed_size(reply));
+                        log_error_errno(r,
+                                        "connection %" PRIu64 ": cannot pack a reply of %zu "
+                                        "bytes, closing",
+                                        c->id, protobuf_c_message_get_packed_size(reply));
                         conn_close_later(c);
                 } else
                         r = conn_queue(c, buf, len, fd);

@@ -39,10 +39,10 @@ typedef struct TransferRoot TransferRoot;
 typedef struct DomainRegistry DomainRegistry;
 
 typedef enum ConnState {
-        CONN_HELLO,     /* waiting for Hello */
-        CONN_READY,     /* Hello done; read-only requests allowed, ClientInit makes a cluster */
-        CONN_CLUSTER,   /* a cluster is attached */
-        CONN_CLOSED,    /* closing: freed by the close event, never leaves this state */
+        CONN_HELLO,   /* waiting for Hello */
+        CONN_READY,   /* Hello done; read-only requests allowed, ClientInit makes a cluster */
+        CONN_CLUSTER, /* a cluster is attached */
+        CONN_CLOSED,  /* closing: freed by the close event, never leaves this state */
         _CONN_STATE_MAX,
         _CONN_STATE_INVALID = -22,
 } ConnState;
@@ -53,34 +53,34 @@ struct Conn {
         int fd;
         struct event *ev_read;
         struct event *ev_write;
-        struct event *ev_close;         /* active once closing: the only place a Conn is freed */
-        struct event *ev_deadline;      /* a partial frame, or Hello, took too long */
+        struct event *ev_close;    /* active once closing: the only place a Conn is freed */
+        struct event *ev_deadline; /* a partial frame, or Hello, took too long */
         struct ucred cred;
         ConnState state;
-        Cluster *cluster;       /* CONN_CLUSTER */
+        Cluster *cluster; /* CONN_CLUSTER */
 
-        WireIn in;              /* the frame being read */
-        size_t n_fds_checked;   /* fds of @in whose kind was checked */
-        WireOut out;            /* replies not yet written */
-        CList requests;         /* Request.link_conn: requests still waiting for their reply */
+        WireIn in;            /* the frame being read */
+        size_t n_fds_checked; /* fds of @in whose kind was checked */
+        WireOut out;          /* replies not yet written */
+        CList requests;       /* Request.link_conn: requests still waiting for their reply */
         unsigned n_requests;
         CList link_daemon;
 };
 
 /*
  * A request being served. Synchronous handlers reply before returning; a handler that returns
- * HANDLER_PENDING keeps the request and answers later with conn_request_reply() or conn_request_fail(),
- * or, below control/, through @done. If the connection goes first, @done's cancel callback runs
- * and the request is freed.
+ * HANDLER_PENDING keeps the request and answers later with conn_request_reply() or
+ * conn_request_fail(), or, below control/, through @done. If the connection goes first, @done's
+ * cancel callback runs and the request is freed.
  */
 struct Request {
-        Conn *conn;             /* NULL once the connection is gone */
+        Conn *conn; /* NULL once the connection is gone */
         uint16_t type;
         uint64_t id;
         ProtobufCMessage *msg;  /* the decoded request */
         int fds[FRAME_MAX_FDS]; /* taken by the handler (set to -1) or closed with the request */
         size_t n_fds;
-        Completion done;        /* how a lower layer answers (conn_request_reply() and the rest) */
+        Completion done; /* how a lower layer answers (conn_request_reply() and the rest) */
         CList link_conn;
 };
 

@@ -17,47 +17,42 @@
 #include "common/status.h"
 
 static const DispatchEntry dispatch_table[] = {
-        { KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, DISPATCH_NO_CLUSTER, 0, handle_client_init },
-        { KVDIST__V1__MSG_TYPE__MSG_CLIENT_FINALIZE, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_client_finalize },
-        { KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, DISPATCH_NEEDS_CLUSTER, 1, handle_region_add },
-        { KVDIST__V1__MSG_TYPE__MSG_REGION_REMOVE, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_region_remove },
-        { KVDIST__V1__MSG_TYPE__MSG_POOL_MAP, DISPATCH_NEEDS_CLUSTER, 0, handle_pool_map },
-        { KVDIST__V1__MSG_TYPE__MSG_REGISTER_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_register_cache },
-        { KVDIST__V1__MSG_TYPE__MSG_UNREGISTER_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_unregister_cache },
-        { KVDIST__V1__MSG_TYPE__MSG_ALLOCATE_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_allocate_cache },
-        { KVDIST__V1__MSG_TYPE__MSG_DEALLOCATE_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_deallocate_cache },
-        { KVDIST__V1__MSG_TYPE__MSG_REMOVE_CACHE_KEY, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_remove_cache_key },
-        { KVDIST__V1__MSG_TYPE__MSG_LINK_CLUSTERS, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_link_clusters },
-        { KVDIST__V1__MSG_TYPE__MSG_UNLINK_CLUSTERS, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_unlink_clusters },
-        { KVDIST__V1__MSG_TYPE__MSG_CHECK_LINK_STATUS, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_check_link_status },
-        { KVDIST__V1__MSG_TYPE__MSG_SWITCH_ROLE, DISPATCH_NEEDS_CLUSTER, 0, handle_switch_role },
-        { KVDIST__V1__MSG_TYPE__MSG_TRANSFER, DISPATCH_NEEDS_CLUSTER, 0, handle_transfer },
-        { KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, DISPATCH_READ_ONLY, 0, handle_daemon_status },
-        { KVDIST__V1__MSG_TYPE__MSG_NOTIFY_FD, DISPATCH_NEEDS_CLUSTER, 0, handle_notify_fd },
-        { KVDIST__V1__MSG_TYPE__MSG_GET_NOTIFIES, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_get_notifies },
-        { KVDIST__V1__MSG_TYPE__MSG_DAEMON_METRICS, DISPATCH_READ_ONLY, 0,
-          handle_daemon_metrics },
-        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_LINK, DISPATCH_NEEDS_CLUSTER, 0, handle_domain_link },
-        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_UNLINK, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_domain_unlink },
-        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_QUERY, DISPATCH_NEEDS_CLUSTER, 0, handle_domain_query },
-        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_SEND_RECV, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_domain_send_recv },
-        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_BROADCAST, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_domain_broadcast },
-        { KVDIST__V1__MSG_TYPE__MSG_DOMAIN_ALL_GATHER, DISPATCH_NEEDS_CLUSTER, 0,
-          handle_domain_all_gather },
+        {KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, DISPATCH_NO_CLUSTER, 0, handle_client_init},
+        {KVDIST__V1__MSG_TYPE__MSG_CLIENT_FINALIZE, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_client_finalize},
+        {KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, DISPATCH_NEEDS_CLUSTER, 1, handle_region_add},
+        {KVDIST__V1__MSG_TYPE__MSG_REGION_REMOVE, DISPATCH_NEEDS_CLUSTER, 0, handle_region_remove},
+        {KVDIST__V1__MSG_TYPE__MSG_POOL_MAP, DISPATCH_NEEDS_CLUSTER, 0, handle_pool_map},
+        {KVDIST__V1__MSG_TYPE__MSG_REGISTER_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_register_cache},
+        {KVDIST__V1__MSG_TYPE__MSG_UNREGISTER_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_unregister_cache},
+        {KVDIST__V1__MSG_TYPE__MSG_ALLOCATE_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_allocate_cache},
+        {KVDIST__V1__MSG_TYPE__MSG_DEALLOCATE_CACHE, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_deallocate_cache},
+        {KVDIST__V1__MSG_TYPE__MSG_REMOVE_CACHE_KEY, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_remove_cache_key},
+        {KVDIST__V1__MSG_TYPE__MSG_LINK_CLUSTERS, DISPATCH_NEEDS_CLUSTER, 0, handle_link_clusters},
+        {KVDIST__V1__MSG_TYPE__MSG_UNLINK_CLUSTERS, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_unlink_clusters},
+        {KVDIST__V1__MSG_TYPE__MSG_CHECK_LINK_STATUS, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_check_link_status},
+        {KVDIST__V1__MSG_TYPE__MSG_SWITCH_ROLE, DISPATCH_NEEDS_CLUSTER, 0, handle_switch_role},
+        {KVDIST__V1__MSG_TYPE__MSG_TRANSFER, DISPATCH_NEEDS_CLUSTER, 0, handle_transfer},
+        {KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, DISPATCH_READ_ONLY, 0, handle_daemon_status},
+        {KVDIST__V1__MSG_TYPE__MSG_NOTIFY_FD, DISPATCH_NEEDS_CLUSTER, 0, handle_notify_fd},
+        {KVDIST__V1__MSG_TYPE__MSG_GET_NOTIFIES, DISPATCH_NEEDS_CLUSTER, 0, handle_get_notifies},
+        {KVDIST__V1__MSG_TYPE__MSG_DAEMON_METRICS, DISPATCH_READ_ONLY, 0, handle_daemon_metrics},
+        {KVDIST__V1__MSG_TYPE__MSG_DOMAIN_LINK, DISPATCH_NEEDS_CLUSTER, 0, handle_domain_link},
+        {KVDIST__V1__MSG_TYPE__MSG_DOMAIN_UNLINK, DISPATCH_NEEDS_CLUSTER, 0, handle_domain_unlink},
+        {KVDIST__V1__MSG_TYPE__MSG_DOMAIN_QUERY, DISPATCH_NEEDS_CLUSTER, 0, handle_domain_query},
+        {KVDIST__V1__MSG_TYPE__MSG_DOMAIN_SEND_RECV, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_domain_send_recv},
+        {KVDIST__V1__MSG_TYPE__MSG_DOMAIN_BROADCAST, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_domain_broadcast},
+        {KVDIST__V1__MSG_TYPE__MSG_DOMAIN_ALL_GATHER, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_domain_all_gather},
 };
 
 const DispatchEntry *dispatch_lookup(uint16_t type)
@@ -98,8 +93,8 @@ static void dispatch_hello(Conn *c, const Kvdist__V1__Hello *hello)
                                "kvdistd speaks protocol %d, the client speaks %" PRIu32,
                                FRAME_VERSION, hello->protocol_version);
                 status.detail = detail;
-                log_warning("connection %" PRIu64 " (pid %d): %s, closing", c->id,
-                            (int)c->cred.pid, detail);
+                log_warning("connection %" PRIu64 " (pid %d): %s, closing", c->id, (int)c->cred.pid,
+                            detail);
         }
         reply.status = &status;
         reply.protocol_version = FRAME_VERSION;
@@ -132,8 +127,8 @@ void dispatch_frame(Conn *c)
         int r;
 
         if (h->flags & FRAME_FLAG_REPLY) {
-                log_warning("connection %" PRIu64 " (pid %d): sent a reply frame, closing",
-                            c->id, (int)c->cred.pid);
+                log_warning("connection %" PRIu64 " (pid %d): sent a reply frame, closing", c->id,
+                            (int)c->cred.pid);
                 c->daemon->counters.frames_malformed++;
                 conn_close_later(c);
                 return;
@@ -162,8 +157,10 @@ void dispatch_frame(Conn *c)
 
         entry = dispatch_lookup(h->type);
         if (!entry || !ft) {
-                dispatch_refuse(c, STATUS_UNSUPPORTED, "request type %u is not supported by "
-                                "kvdistd " KVDIST_VERSION, h->type);
+                dispatch_refuse(c, STATUS_UNSUPPORTED,
+                                "request type %u is not supported by "
+                                "kvdistd " KVDIST_VERSION,
+                                h->type);
                 return;
         }
         if (h->n_fds > entry->max_fds) {
@@ -186,7 +183,8 @@ void dispatch_frame(Conn *c)
         r = frame_unpack(ft->request, c->in.payload, c->in.payload_len, &msg);
         if (r < 0) {
                 log_warning("connection %" PRIu64 " (pid %d): undecodable %s payload of %zu "
-                            "bytes, closing", c->id, (int)c->cred.pid, ft->name, c->in.payload_len);
+                            "bytes, closing",
+                            c->id, (int)c->cred.pid, ft->name, c->in.payload_len);
                 c->daemon->counters.frames_malformed++;
                 conn_close_later(c);
                 return;

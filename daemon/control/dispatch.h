@@ -19,9 +19,9 @@
 typedef int (*handler_fn)(Request *req, Error *err);
 
 enum {
-        DISPATCH_NEEDS_CLUSTER = 1u << 0,   /* only after ClientInit */
-        DISPATCH_NO_CLUSTER = 1u << 1,      /* only before ClientInit */
-        DISPATCH_READ_ONLY = 1u << 2,       /* changes nothing (allowed without a cluster) */
+        DISPATCH_NEEDS_CLUSTER = 1u << 0, /* only after ClientInit */
+        DISPATCH_NO_CLUSTER = 1u << 1,    /* only before ClientInit */
+        DISPATCH_READ_ONLY = 1u << 2,     /* changes nothing (allowed without a cluster) */
 };
 
 typedef struct DispatchEntry {
@@ -36,7 +36,6 @@ const DispatchEntry *dispatch_lookup(uint16_t type);
 
 /* Serves one decoded frame of @c (header in c->frame, payload and fds in @c). */
 void dispatch_frame(Conn *c);
-
 
 /* Handlers, one per request type (handlers-*.c). */
 int handle_client_init(Request *req, Error *err);

@@ -83,9 +83,9 @@ int handle_client_init(Request *req, Error *err)
         conn_set_state(conn, CONN_CLUSTER);
         log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id),
                    "cluster %" PRIu64 " (pid %d uid %u): attached as %s on device %" PRId32
-                   ", sync_kv_timeout %" PRIu32 " ms, %s%s", c->id, (int)c->pid,
-                   (unsigned)c->uid, cluster_role_to_string(c->role), c->device_id, timeout,
-                   c->listen_ip_info ? "a server at " : "a client",
+                   ", sync_kv_timeout %" PRIu32 " ms, %s%s",
+                   c->id, (int)c->pid, (unsigned)c->uid, cluster_role_to_string(c->role),
+                   c->device_id, timeout, c->listen_ip_info ? "a server at " : "a client",
                    c->listen_ip_info ?: "");
         daemon_update_status(d);
 

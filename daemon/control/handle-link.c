@@ -34,7 +34,8 @@ static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool forc
         if (l->n_inflight > 0 && !force)
                 return error_set(err, STATUS_LINK_BUSY,
                                  "link %" PRIu64 " has %u transfers in flight; wait for them or "
-                                 "unlink with force", l->id, l->n_inflight);
+                                 "unlink with force",
+                                 l->id, l->n_inflight);
         /* With force only this end goes: the peer is not told (LLM-DataDist's rule). */
         link_free_full(l, STATUS_NOT_YET_LINK, !force);
         return STATUS_OK;
@@ -75,10 +76,12 @@ int handle_check_link_status(Request *req, Error *err)
 
         l = link_find(c, m->remote_cluster_id);
         if (!l)
-                return error_set(err, STATUS_NOT_YET_LINK, "cluster %" PRIu64 " has no link to %"
-                                 PRIu64, c->id, m->remote_cluster_id);
+                return error_set(err, STATUS_NOT_YET_LINK,
+                                 "cluster %" PRIu64 " has no link to %" PRIu64, c->id,
+                                 m->remote_cluster_id);
         if (l->state != LINK_UP)
-                return error_set(err, STATUS_PEER_LOST, "link %" PRIu64 " to cluster %" PRIu64
+                return error_set(err, STATUS_PEER_LOST,
+                                 "link %" PRIu64 " to cluster %" PRIu64
                                  " is down: the remote cluster%s went away; unlink or re-link",
                                  l->id, m->remote_cluster_id, l->exposed ? " or its daemon" : "");
         return conn_request_reply_ok(req), 0;

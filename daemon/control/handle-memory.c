@@ -22,7 +22,7 @@
 static int cache_desc_from_proto(const Kvdist__V1__CacheDesc *m, CacheDesc *ret,
                                  uint64_t *ret_tensor_size, Error *err)
 {
-        CacheDesc desc = { 0 };
+        CacheDesc desc = {0};
         int r;
 
         if (!m)
@@ -58,7 +58,8 @@ static int cache_keys_from_proto(Cluster *c, Kvdist__V1__CacheKey *const *keys, 
         if (c->caches.n_keys + n > lim->max_keys_per_client)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u cache keys, %zu more exceed "
-                                 "limits.max_keys_per_client", c->id, c->caches.n_keys, n);
+                                 "limits.max_keys_per_client",
+                                 c->id, c->caches.n_keys, n);
         out = calloc(n ? n : 1, sizeof(*out));
         if (!out)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
@@ -72,7 +73,8 @@ static int cache_keys_from_proto(Cluster *c, Kvdist__V1__CacheKey *const *keys, 
                 if (!blocks && out[i].kind != CACHE_KEY_REQ)
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "keys[%zu]: a contiguous cache is named by CacheKeys "
-                                         "(req_id or prefix_id)", i);
+                                         "(req_id or prefix_id)",
+                                         i);
         }
         *ret_keys = TAKE_PTR(out);
         return 0;
@@ -86,12 +88,13 @@ static int cluster_check_cache_quota(const Cluster *c, uint32_t num_tensors, Err
         if (c->caches.n_caches >= lim->max_caches_per_client)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u caches (limits.max_caches_per_"
-                                 "client)", c->id, c->caches.n_caches);
+                                 "client)",
+                                 c->id, c->caches.n_caches);
         if (c->caches.n_addrs + num_tensors > lim->max_tensor_addrs)
                 return error_set(err, STATUS_PARAM_INVALID,
-                                 "cluster %" PRIu64 " has %u tensor addresses registered, %"
-                                 PRIu32 " more exceed the limit of %" PRIu32, c->id,
-                                 c->caches.n_addrs, num_tensors, lim->max_tensor_addrs);
+                                 "cluster %" PRIu64 " has %u tensor addresses registered, %" PRIu32
+                                 " more exceed the limit of %" PRIu32,
+                                 c->id, c->caches.n_addrs, num_tensors, lim->max_tensor_addrs);
         return 0;
 }
 
@@ -120,7 +123,8 @@ int handle_region_add(Request *req, Error *err)
         if (m->size == 0 || m->size > lim->max_region_size)
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "region size %" PRIu64 " is outside [1, %" PRIu64 "] "
-                                 "(limits.max_region_size)", m->size, lim->max_region_size);
+                                 "(limits.max_region_size)",
+                                 m->size, lim->max_region_size);
         if (m->client_addr == 0 || ADD_OVERFLOW(m->client_addr, m->size, &end))
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "region address 0x%" PRIx64 " + %" PRIu64 " is not valid",
@@ -128,13 +132,14 @@ int handle_region_add(Request *req, Error *err)
         if (c->n_regions >= lim->max_regions_per_client)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u regions (limits.max_regions_per_"
-                                 "client)", c->id, c->n_regions);
-        CLIST_FOREACH(other, &c->regions, link_owner)
-                if (m->client_addr < other->client_addr + other->size &&
-                    other->client_addr < end)
+                                 "client)",
+                                 c->id, c->n_regions);
+        CLIST_FOREACH (other, &c->regions, link_owner)
+                if (m->client_addr < other->client_addr + other->size && other->client_addr < end)
                         return error_set(err, STATUS_PARAM_INVALID,
-                                         "region 0x%" PRIx64 "+%" PRIu64 " overlaps region %"
-                                         PRIu64, m->client_addr, m->size, other->id);
+                                         "region 0x%" PRIx64 "+%" PRIu64
+                                         " overlaps region %" PRIu64,
+                                         m->client_addr, m->size, other->id);
 
         k = region_new_from_fd(fd, m->size, m->client_addr, daemon_next_id(d), &r);
         switch (k) {
@@ -175,14 +180,17 @@ int handle_region_remove(Request *req, Error *err)
 
         r = cluster_find_region(c, m->region_id);
         if (!r)
-                return error_set(err, STATUS_PARAM_INVALID, "region %" PRIu64 " is not one of "
-                                 "cluster %" PRIu64 "'s", m->region_id, c->id);
-        CLIST_FOREACH(cache, &c->caches.caches, link_table)
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "region %" PRIu64 " is not one of "
+                                 "cluster %" PRIu64 "'s",
+                                 m->region_id, c->id);
+        CLIST_FOREACH (cache, &c->caches.caches, link_table)
                 for (uint32_t t = 0; t < cache->desc.num_tensors; t++)
                         if (cache->tensors[t].region == r)
                                 return error_set(err, STATUS_BUSY,
                                                  "cache %" PRIu64 " lies in region %" PRIu64
-                                                 "; unregister it first", cache->id, r->id);
+                                                 "; unregister it first",
+                                                 cache->id, r->id);
         clist_unlink(&r->link_owner);
         c->n_regions--;
         c->region_bytes -= r->size;
@@ -213,9 +221,8 @@ int handle_pool_map(Request *req, Error *err)
  */
 static int cluster_register_rdma(Cluster *c, Cache *cache, Error *err)
 {
-        const DeviceConfig *cfg = transport_config_find_device(c->root->transports->devices,
-                                                               c->root->transports->n_devices,
-                                                               c->device_id);
+        const DeviceConfig *cfg = transport_config_find_device(
+                c->root->transports->devices, c->root->transports->n_devices, c->device_id);
         const char *why;
         RdmaDevice *dev;
         int r;
@@ -229,9 +236,11 @@ static int cluster_register_rdma(Cluster *c, Cache *cache, Error *err)
         if (cfg && cfg->transport == TRANSPORT_KIND_RDMA)
                 return error_set(err, STATUS_OUT_OF_MEMORY,
                                  "cannot register cache %" PRIu64 " for RDMA: %s (is "
-                                 "LimitMEMLOCK high enough?)", cache->id, strerror(-r));
+                                 "LimitMEMLOCK high enough?)",
+                                 cache->id, strerror(-r));
         log_warning("cluster %" PRIu64 ": cannot register cache %" PRIu64 " for RDMA: %s; it "
-                    "moves over TCP only", c->id, cache->id, strerror(-r));
+                    "moves over TCP only",
+                    c->id, cache->id, strerror(-r));
         return 0;
 }
 
@@ -252,8 +261,8 @@ static int cluster_add_cache(Cluster *c, Cache *cache, const CacheKey *keys, siz
                 return r;
         }
         log_debug("cluster %" PRIu64 ": cache %" PRIu64 " (%s, %" PRIu32 " tensors of %" PRIu64
-                  " bytes, %zu keys)", c->id, cache->id,
-                  cache->kind == CACHE_BLOCKS ? "blocks" : "contiguous",
+                  " bytes, %zu keys)",
+                  c->id, cache->id, cache->kind == CACHE_BLOCKS ? "blocks" : "contiguous",
                   cache->desc.num_tensors, cache->tensor_size, n_keys);
         return 0;
 }
@@ -278,9 +287,8 @@ int handle_register_cache(Request *req, Error *err)
         if (r < 0)
                 return r;
         if (m->n_addrs != desc.num_tensors)
-                return error_set(err, STATUS_PARAM_INVALID,
-                                 "%zu addresses for %" PRIu32 " tensors", m->n_addrs,
-                                 desc.num_tensors);
+                return error_set(err, STATUS_PARAM_INVALID, "%zu addresses for %" PRIu32 " tensors",
+                                 m->n_addrs, desc.num_tensors);
         r = cluster_check_cache_quota(c, desc.num_tensors, err);
         if (r < 0)
                 return r;
@@ -310,14 +318,15 @@ int handle_register_cache(Request *req, Error *err)
         for (uint32_t t = 0; t < desc.num_tensors; t++) {
                 if (m->addrs[t] == 0)
                         return error_set(err, STATUS_PARAM_INVALID, "addrs[%" PRIu32 "] is 0", t);
-                tensors[t].region = region_find(&c->regions, m->addrs[t], tensor_size,
-                                                &tensors[t].offset);
+                tensors[t].region =
+                        region_find(&c->regions, m->addrs[t], tensor_size, &tensors[t].offset);
                 if (!tensors[t].region)
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "addrs[%" PRIu32 "]=0x%" PRIx64 ": its %" PRIu64
                                          " bytes are not inside memory shared with kvdistd; "
                                          "allocate it with kvd_mem_alloc() or use "
-                                         "kvd_allocate_cache()", t, m->addrs[t], tensor_size);
+                                         "kvd_allocate_cache()",
+                                         t, m->addrs[t], tensor_size);
         }
 
         r = cache_keys_from_proto(c, m->keys, m->n_keys, m->blocks, &keys, err);
@@ -387,9 +396,9 @@ int handle_allocate_cache(Request *req, Error *err)
         r = pool_alloc(d->memory.pool, total, &base);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY,
-                                 "the pool cannot hold %" PRIu64 " bytes: %" PRIu64 " of %"
-                                 PRIu64 " used, largest free extent %" PRIu64, total,
-                                 pool_used(d->memory.pool), pool_size(d->memory.pool),
+                                 "the pool cannot hold %" PRIu64 " bytes: %" PRIu64 " of %" PRIu64
+                                 " used, largest free extent %" PRIu64,
+                                 total, pool_used(d->memory.pool), pool_size(d->memory.pool),
                                  pool_largest_free(d->memory.pool));
 
         tensors = calloc(desc.num_tensors, sizeof(*tensors));

@@ -27,7 +27,7 @@ struct Listener {
         Daemon *daemon;
         int fd;
         char *path;
-        bool activated;         /* the service manager's socket: its file is not ours */
+        bool activated; /* the service manager's socket: its file is not ours */
         struct event *ev;
 };
 
@@ -135,32 +135,38 @@ static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
                 }
                 r = listener_allows(d->config, cfd, &cred);
                 if (r < 0) {
-                        log_warning_errno(r, "listener %s: cannot read the groups of pid %d uid "
-                                          "%u (SO_PEERGROUPS), refusing", l->path, (int)cred.pid,
-                                          (unsigned)cred.uid);
-                        (void)snprintf(detail, sizeof(detail), "kvdistd cannot read the groups "
-                                       "of uid %u to check allow_gids", (unsigned)cred.uid);
+                        log_warning_errno(r,
+                                          "listener %s: cannot read the groups of pid %d uid "
+                                          "%u (SO_PEERGROUPS), refusing",
+                                          l->path, (int)cred.pid, (unsigned)cred.uid);
+                        (void)snprintf(detail, sizeof(detail),
+                                       "kvdistd cannot read the groups "
+                                       "of uid %u to check allow_gids",
+                                       (unsigned)cred.uid);
                         conn_refuse(d, cfd, STATUS_PERMISSION_DENIED, detail);
                         d->counters.conns_refused++;
                         continue;
                 }
                 if (r == 0) {
                         log_warning("listener %s: pid %d uid %u gid %u is not in the allow-list, "
-                                    "refusing", l->path, (int)cred.pid, (unsigned)cred.uid,
-                                    (unsigned)cred.gid);
-                        (void)snprintf(detail, sizeof(detail), "kvdistd refuses uid %u gid %u: "
+                                    "refusing",
+                                    l->path, (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
+                        (void)snprintf(detail, sizeof(detail),
+                                       "kvdistd refuses uid %u gid %u: "
                                        "neither is in its allow_uids or allow_gids, nor any "
-                                       "group of the process", (unsigned)cred.uid,
-                                       (unsigned)cred.gid);
+                                       "group of the process",
+                                       (unsigned)cred.uid, (unsigned)cred.gid);
                         conn_refuse(d, cfd, STATUS_PERMISSION_DENIED, detail);
                         d->counters.conns_refused++;
                         continue;
                 }
                 if (d->n_conns >= d->config->limits.max_clients * 2) {
-                        log_warning("listener %s: %u connections open, refusing pid %d",
-                                    l->path, d->n_conns, (int)cred.pid);
-                        (void)snprintf(detail, sizeof(detail), "kvdistd has %u connections "
-                                       "open, twice limits.max_clients", d->n_conns);
+                        log_warning("listener %s: %u connections open, refusing pid %d", l->path,
+                                    d->n_conns, (int)cred.pid);
+                        (void)snprintf(detail, sizeof(detail),
+                                       "kvdistd has %u connections "
+                                       "open, twice limits.max_clients",
+                                       d->n_conns);
                         conn_refuse(d, cfd, STATUS_LIMIT_EXCEEDED, detail);
                         d->counters.conns_refused++;
                         continue;
@@ -208,16 +214,21 @@ static int listener_new_activated(Daemon *d, int fd, Listener **ret)
         if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
                 return log_error_errno(-errno, "socket activation: getsockname() on fd %d", fd);
         if (len <= offsetof(struct sockaddr_un, sun_path) || sa.sun_path[0] == '\0')
-                return log_error_errno(-EINVAL, "socket activation: fd %d is not bound to a "
-                                       "path", fd);
+                return log_error_errno(-EINVAL,
+                                       "socket activation: fd %d is not bound to a "
+                                       "path",
+                                       fd);
         sa.sun_path[sizeof(sa.sun_path) - 1] = '\0';
         flags = fcntl(fd, F_GETFL);
         if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
-                return log_error_errno(-errno, "socket activation: cannot make fd %d "
-                                       "non-blocking", fd);
+                return log_error_errno(-errno,
+                                       "socket activation: cannot make fd %d "
+                                       "non-blocking",
+                                       fd);
         if (strcmp(sa.sun_path, d->config->socket_path) != 0)
                 log_notice("socket activation: serving %s, which the service manager passed; "
-                           "socket_path %s is not used", sa.sun_path, d->config->socket_path);
+                           "socket_path %s is not used",
+                           sa.sun_path, d->config->socket_path);
         r = listener_wrap(d, TAKE_FD(owned), sa.sun_path, true, ret);
         if (r < 0)
                 return log_error_errno(r, "cannot watch the socket %s", sa.sun_path);
@@ -242,8 +253,10 @@ static int listener_clear_path(const char *path, const struct sockaddr_un *sa)
                 return log_error_errno(-errno, "cannot inspect %s", path);
         }
         if (!S_ISSOCK(st.st_mode))
-                return log_error_errno(-EEXIST, "%s is not a socket, refusing to replace it; "
-                                       "point --socket or socket_path at a socket path", path);
+                return log_error_errno(-EEXIST,
+                                       "%s is not a socket, refusing to replace it; "
+                                       "point --socket or socket_path at a socket path",
+                                       path);
 
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
@@ -251,8 +264,10 @@ static int listener_clear_path(const char *path, const struct sockaddr_un *sa)
         if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0 || errno == EAGAIN)
                 return log_error_errno(-EADDRINUSE, "another kvdistd is listening on %s", path);
         if (errno != ECONNREFUSED)
-                return log_error_errno(-errno, "cannot tell whether a kvdistd listens on %s, "
-                                       "not replacing it", path);
+                return log_error_errno(-errno,
+                                       "cannot tell whether a kvdistd listens on %s, "
+                                       "not replacing it",
+                                       path);
         if (unlink(path) < 0 && errno != ENOENT)
                 return log_error_errno(-errno, "cannot remove the stale socket %s", path);
         log_info("replaced the stale socket %s", path);
@@ -263,7 +278,7 @@ int listener_new(Daemon *d, int activated_fd, Listener **ret)
 {
         const Config *cfg = d->config;
         _cleanup_close_ int fd = -1;
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
         char msg[256];
         int r;
 

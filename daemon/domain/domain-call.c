@@ -32,8 +32,8 @@ static const uint8_t dtype_sizes[] = {
 
 /* ---- calls ---- */
 
-int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind, size_t n_ops,
-             size_t n_segs, DomainCall **ret)
+int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind,
+                    size_t n_ops, size_t n_segs, DomainCall **ret)
 {
         DomainCall *call = calloc(1, sizeof(*call));
 
@@ -155,7 +155,8 @@ static void call_finish(DomainCall *call)
 
                         /* DomainAllGatherReply has the same fields. */
                         static_assert(sizeof(Kvdist__V1__DomainBroadcastReply) ==
-                                      sizeof(Kvdist__V1__DomainAllGatherReply), "reply layouts");
+                                              sizeof(Kvdist__V1__DomainAllGatherReply),
+                                      "reply layouts");
                         reply.status = &st;
                         reply.algorithm = call->algorithm;
                         reply.bytes = call->bytes;
@@ -263,14 +264,14 @@ void domain_calls_fail(Domain *dom, int code, const char *reason)
 
         (void)snprintf(msg, sizeof(msg), "%s: %s", DOMAIN_NAME(dom), reason);
         domain_ref(dom);
-        CLIST_FOREACH_SAFE(call, tmp, &dom->calls, link_domain)
+        CLIST_FOREACH_SAFE (call, tmp, &dom->calls, link_domain)
                 call_cancel(call, code, msg);
         domain_unref(dom);
 }
 
 int domain_call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
 {
-        struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
+        struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
 
         call->deadline_usec = call->start_usec + (usec_t)timeout_ms * USEC_PER_MSEC;
         call->n_pending = call->n_ops;
@@ -302,7 +303,8 @@ int domain_call_start(DomainCall *call, uint32_t timeout_ms, Error *err)
 int domain_call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err)
 {
         if (!dom)
-                return error_set(err, STATUS_PARAM_INVALID, "no comm domain with that comm_id on "
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "no comm domain with that comm_id on "
                                  "this daemon");
         for (uint32_t r = 0; r < dom->n_ranks; r++)
                 if (dom->ranks[r].local && dom->ranks[r].joined && dom->ranks[r].cluster == c) {
@@ -330,12 +332,16 @@ static int check_comm_name(const char *name, Error *err)
         if (len == 0)
                 return error_set(err, STATUS_PARAM_INVALID, "comm_name is empty");
         if (len > DOMAIN_NAME_MAX)
-                return error_set(err, STATUS_PARAM_INVALID, "comm_name is %zu characters, at most "
-                                 "%d", len, DOMAIN_NAME_MAX);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "comm_name is %zu characters, at most "
+                                 "%d",
+                                 len, DOMAIN_NAME_MAX);
         for (size_t i = 0; i < len; i++)
                 if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
-                        return error_set(err, STATUS_PARAM_INVALID, "comm_name contains a control "
-                                         "character at %zu", i);
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "comm_name contains a control "
+                                         "character at %zu",
+                                         i);
         return 0;
 }
 
@@ -352,8 +358,8 @@ static void domain_digest(Domain *dom)
                 char line[SOCKADDR_STR_MAX + RANK_TABLE_ID_MAX + 64];
                 int n;
 
-                n = snprintf(line, sizeof(line), "%" PRIu32 " %" PRIu64 " %s %" PRId32 " %s",
-                             r, x->cluster_id, x->address, x->device_id, x->server_id);
+                n = snprintf(line, sizeof(line), "%" PRIu32 " %" PRIu64 " %s %" PRId32 " %s", r,
+                             x->cluster_id, x->address, x->device_id, x->server_id);
                 sha256_update(&h, line, (size_t)n + 1);
         }
         sha256_final(&h, dom->digest);
@@ -372,18 +378,21 @@ static int cluster_ranks_sort(const Kvdist__V1__DomainLink *m, size_t n,
                 const Kvdist__V1__ClusterRank *e = m->cluster_rank_info[i];
 
                 if (e->rank_id >= n)
-                        return error_set(err, STATUS_PARAM_INVALID, "cluster_rank_info gives "
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "cluster_rank_info gives "
                                          "cluster %" PRIu64 " rank %" PRIu32 "; the ranks of %zu "
-                                         "members are 0..%zu, each once", e->cluster_id,
-                                         e->rank_id, n, n - 1);
+                                         "members are 0..%zu, each once",
+                                         e->cluster_id, e->rank_id, n, n - 1);
                 if (by_rank[e->rank_id])
-                        return error_set(err, STATUS_PARAM_INVALID, "rank %" PRIu32 " appears "
-                                         "twice in cluster_rank_info (clusters %" PRIu64 " and %"
-                                         PRIu64 ")", e->rank_id,
-                                         by_rank[e->rank_id]->cluster_id, e->cluster_id);
+                        return error_set(
+                                err, STATUS_PARAM_INVALID,
+                                "rank %" PRIu32 " appears "
+                                "twice in cluster_rank_info (clusters %" PRIu64 " and %" PRIu64 ")",
+                                e->rank_id, by_rank[e->rank_id]->cluster_id, e->cluster_id);
                 for (size_t k = 0; k < i; k++)
                         if (m->cluster_rank_info[k]->cluster_id == e->cluster_id)
-                                return error_set(err, STATUS_PARAM_INVALID, "cluster %" PRIu64
+                                return error_set(err, STATUS_PARAM_INVALID,
+                                                 "cluster %" PRIu64
                                                  " appears twice in cluster_rank_info",
                                                  e->cluster_id);
                 by_rank[e->rank_id] = e;
@@ -409,8 +418,10 @@ static int link_check(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainL
         if (r < 0)
                 return r;
         if (n < 2 || n > DOMAIN_MAX_RANKS)
-                return error_set(err, STATUS_PARAM_INVALID, "cluster_rank_info has %zu entries; a "
-                                 "comm domain has 2..%d members", n, DOMAIN_MAX_RANKS);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "cluster_rank_info has %zu entries; a "
+                                 "comm domain has 2..%d members",
+                                 n, DOMAIN_MAX_RANKS);
         r = cluster_ranks_sort(m, n, by_rank, err);
         if (r < 0)
                 return r;
@@ -418,36 +429,43 @@ static int link_check(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainL
                 if (by_rank[o]->cluster_id == c->id)
                         me = o;
         if (me == UINT32_MAX)
-                return error_set(err, STATUS_PARAM_INVALID, "the calling cluster %" PRIu64 " is not "
-                                 "in cluster_rank_info", c->id);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "the calling cluster %" PRIu64 " is not "
+                                 "in cluster_rank_info",
+                                 c->id);
         r = rank_table_parse(m->rank_table, &t, err);
         if (r < 0)
                 return r;
         if (t.n_ranks != n)
-                return error_set(err, STATUS_PARAM_INVALID, "the rank table lists %u devices, "
-                                 "cluster_rank_info %zu members", t.n_ranks, n);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "the rank table lists %u devices, "
+                                 "cluster_rank_info %zu members",
+                                 t.n_ranks, n);
         own = &t.ranks[me];
         if (own->device_id != c->device_id)
-                return error_set(err, STATUS_PARAM_INVALID, "rank %" PRIu32 " is device %" PRId32
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "rank %" PRIu32 " is device %" PRId32
                                  " of server %s in the rank table, but cluster %" PRIu64 " was "
-                                 "initialised with device_id %" PRId32, me, own->device_id,
-                                 own->server_id, c->id, c->device_id);
+                                 "initialised with device_id %" PRId32,
+                                 me, own->device_id, own->server_id, c->id, c->device_id);
         domain_local_res(reg, c, &res, &given);
         if (given && (strcmp(res.device_ip, own->device_ip) != 0 ||
                       strcmp(res.server_id, own->server_id) != 0))
-                return error_set(err, STATUS_PARAM_INVALID, "rank %" PRIu32 " is server %s at %s "
-                                 "in the rank table, but local_comm_res says server %s at %s", me,
-                                 own->server_id, own->device_ip, res.server_id, res.device_ip);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "rank %" PRIu32 " is server %s at %s "
+                                 "in the rank table, but local_comm_res says server %s at %s",
+                                 me, own->server_id, own->device_ip, res.server_id, res.device_ip);
         if (link_root_peer_address(link)[0] && !domain_address_is_ours(link, own->device_ip))
-                return error_set(err, STATUS_PARAM_INVALID, "rank %" PRIu32 "'s device_ip %s is "
-                                 "not where this kvdistd accepts peers (%s)", me, own->device_ip,
-                                 link_root_peer_address(link));
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "rank %" PRIu32 "'s device_ip %s is "
+                                 "not where this kvdistd accepts peers (%s)",
+                                 me, own->device_ip, link_root_peer_address(link));
         for (uint32_t o = 0; o < n; o++) {
                 DomainRank *x = &ranks[o];
                 bool attached = link_root_find_cluster(link, by_rank[o]->cluster_id);
                 bool ours = domain_address_is_ours(link, t.ranks[o].device_ip);
 
-                *x = (DomainRank){ .rank = o };
+                *x = (DomainRank){.rank = o};
                 x->cluster_id = by_rank[o]->cluster_id;
                 (void)snprintf(x->address, sizeof(x->address), "%s", t.ranks[o].device_ip);
                 x->device_id = t.ranks[o].device_id;
@@ -455,13 +473,16 @@ static int link_check(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainL
                 x->local = o == me || attached || ours ||
                            strcmp(t.ranks[o].device_ip, own->device_ip) == 0;
                 if (attached && !ours && link_root_peer_address(link)[0])
-                        return error_set(err, STATUS_PARAM_INVALID, "cluster %" PRIu64 " (rank %"
-                                         PRIu32 ") is attached to this kvdistd, but the rank "
-                                         "table puts it at %s", x->cluster_id, o, x->address);
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "cluster %" PRIu64 " (rank %" PRIu32
+                                         ") is attached to this kvdistd, but the rank "
+                                         "table puts it at %s",
+                                         x->cluster_id, o, x->address);
                 remote = remote || !x->local;
         }
         if (remote && !link_root_peer_address(link)[0])
-                return error_set(err, STATUS_PARAM_INVALID, "members are on other daemons, but this "
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "members are on other daemons, but this "
                                  "kvdistd does not accept peers (set listen_ip_info)");
         if (remote) {
                 LinkTransport lt;
@@ -481,7 +502,7 @@ int domain_handle_link(DomainRegistry *reg, Cluster *c, const Kvdist__V1__Domain
         Kvdist__V1__DomainLinkReply reply = KVDIST__V1__DOMAIN_LINK_REPLY__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
         DomainRank ranks[DOMAIN_MAX_RANKS];
-        Domain probe = { 0 }, *dom;
+        Domain probe = {0}, *dom;
         uint32_t me = 0;
         int r;
 
@@ -496,24 +517,32 @@ int domain_handle_link(DomainRegistry *reg, Cluster *c, const Kvdist__V1__Domain
         dom = domain_find_name(reg, m->comm_name);
         if (dom) {
                 if (memcmp(dom->digest, probe.digest, sizeof(probe.digest)) != 0)
-                        return error_set(err, STATUS_PARAM_INVALID, "comm_name %s is in use on this "
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "comm_name %s is in use on this "
                                          "daemon by comm domain %" PRIu64 ", with another rank "
-                                         "table or cluster ranks", dom->name, dom->id);
+                                         "table or cluster ranks",
+                                         dom->name, dom->id);
                 if (dom->ranks[me].joined)
-                        return error_set(err, STATUS_ALREADY_LINK, "cluster %" PRIu64 " is rank %"
-                                         PRIu32 " of %s already", c->id, me, DOMAIN_NAME(dom));
+                        return error_set(err, STATUS_ALREADY_LINK,
+                                         "cluster %" PRIu64 " is rank %" PRIu32 " of %s already",
+                                         c->id, me, DOMAIN_NAME(dom));
                 if (!dom->ranks[me].local)
-                        return error_set(err, STATUS_PARAM_INVALID, "%s was linked here expecting "
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "%s was linked here expecting "
                                          "rank %" PRIu32 " (cluster %" PRIu64 ") on another "
-                                         "daemon", DOMAIN_NAME(dom), me, c->id);
+                                         "daemon",
+                                         DOMAIN_NAME(dom), me, c->id);
                 if (dom->state == DOMAIN_FAILED || dom->ranks[me].left)
-                        return error_set(err, STATUS_LINK_FAILED, "%s failed (%s); every member "
+                        return error_set(err, STATUS_LINK_FAILED,
+                                         "%s failed (%s); every member "
                                          "here must kvd_unlink() it before it is linked again",
                                          DOMAIN_NAME(dom), dom->reason);
         } else {
                 if (reg->n_domains >= DOMAIN_MAX)
-                        return error_set(err, STATUS_LIMIT_EXCEEDED, "%u comm domains on this "
-                                         "daemon, at most %d", reg->n_domains, DOMAIN_MAX);
+                        return error_set(err, STATUS_LIMIT_EXCEEDED,
+                                         "%u comm domains on this "
+                                         "daemon, at most %d",
+                                         reg->n_domains, DOMAIN_MAX);
                 r = domain_new(reg, &dom);
                 if (r < 0)
                         return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
@@ -524,8 +553,7 @@ int domain_handle_link(DomainRegistry *reg, Cluster *c, const Kvdist__V1__Domain
                         dom->ranks[o] = ranks[o];
                         dom->ranks[o].dom = dom;
                         for (uint32_t k = 0; k < dom->n_ranks; k++)
-                                dom->ranks[o].pairs[k] =
-                                        (DomainPair){ .dom = dom, .m = o, .o = k };
+                                dom->ranks[o].pairs[k] = (DomainPair){.dom = dom, .m = o, .o = k};
                 }
         }
         dom->ranks[me].joined = true;
@@ -555,8 +583,10 @@ static int domain_member(DomainRegistry *reg, Cluster *c, uint64_t comm_id, Doma
         Domain *dom = domain_find_id(reg, comm_id);
 
         if (!dom)
-                return error_set(err, STATUS_PARAM_INVALID, "no comm domain %" PRIu64 " on this "
-                                 "daemon", comm_id);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "no comm domain %" PRIu64 " on this "
+                                 "daemon",
+                                 comm_id);
         for (uint32_t r = 0; r < dom->n_ranks; r++)
                 if (dom->ranks[r].local && dom->ranks[r].joined && dom->ranks[r].cluster == c) {
                         *ret = dom;
@@ -578,13 +608,12 @@ int domain_handle_unlink(DomainRegistry *reg, Cluster *c, const Kvdist__V1__Doma
         r = domain_member(reg, c, m->comm_id, &dom, &me, err);
         if (r < 0)
                 return r;
-        CLIST_FOREACH(call, &dom->calls, link_domain)
+        CLIST_FOREACH (call, &dom->calls, link_domain)
                 if (call->rank == me)
-                        return error_set(err, STATUS_LINK_BUSY, "%s has a %s of cluster %" PRIu64
-                                         " in flight", DOMAIN_NAME(dom),
-                                         call_kind_name(call->kind), c->id);
-        log_info("%s: cluster %" PRIu64 " (rank %" PRIu32 ") unlinks", DOMAIN_NAME(dom), c->id,
-                 me);
+                        return error_set(err, STATUS_LINK_BUSY,
+                                         "%s has a %s of cluster %" PRIu64 " in flight",
+                                         DOMAIN_NAME(dom), call_kind_name(call->kind), c->id);
+        log_info("%s: cluster %" PRIu64 " (rank %" PRIu32 ") unlinks", DOMAIN_NAME(dom), c->id, me);
         domain_member_leave(dom, me, STATUS_LINK_FAILED, "unlinked");
         return completion_reply_ok(done, -1), 0;
 }
@@ -631,12 +660,15 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
         if (r < 0)
                 return r;
         if (m->n_items > 2 * DOMAIN_MAX_RANKS)
-                return error_set(err, STATUS_PARAM_INVALID, "%zu items; at most one SEND to and "
-                                 "one RECV from each of the %u ranks", m->n_items, dom->n_ranks);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "%zu items; at most one SEND to and "
+                                 "one RECV from each of the %u ranks",
+                                 m->n_items, dom->n_ranks);
         if (dom->n_calls >= lim->max_inflight_per_client)
-                return error_set(err, STATUS_LIMIT_EXCEEDED, "%s has %u operations in flight "
-                                 "(limits.max_inflight_per_client)", DOMAIN_NAME(dom),
-                                 dom->n_calls);
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
+                                 "%s has %u operations in flight "
+                                 "(limits.max_inflight_per_client)",
+                                 DOMAIN_NAME(dom), dom->n_calls);
         for (uint32_t o = 0; o < DOMAIN_MAX_RANKS; o++)
                 send_item[o] = recv_item[o] = -1;
         for (size_t i = 0; i < m->n_items; i++) {
@@ -645,31 +677,38 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
                 uint64_t bytes;
 
                 if (it->dtype >= _KVD_DT_MAX)
-                        return error_set(err, STATUS_PARAM_INVALID, "items[%zu].dtype %" PRIu32
-                                         " is not a kvd_dtype", i, it->dtype);
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "items[%zu].dtype %" PRIu32 " is not a kvd_dtype", i,
+                                         it->dtype);
                 if (it->remote_rank >= dom->n_ranks)
-                        return error_set(err, STATUS_PARAM_INVALID, "items[%zu].remote_rank %"
-                                         PRIu32 " is not below the %u members", i,
-                                         it->remote_rank, dom->n_ranks);
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "items[%zu].remote_rank %" PRIu32
+                                         " is not below the %u members",
+                                         i, it->remote_rank, dom->n_ranks);
                 if (it->count == 0)
-                        continue;       /* skipped, as HCCL does */
+                        continue; /* skipped, as HCCL does */
                 seen = it->recv ? &recv_item[it->remote_rank] : &send_item[it->remote_rank];
                 if (*seen >= 0)
-                        return error_set(err, STATUS_PARAM_INVALID, "items[%zu]: a second %s rank %"
-                                         PRIu32 " (items[%d] is the first); one SEND to and one "
-                                         "RECV from each rank per call", i,
-                                         it->recv ? "RECV from" : "SEND to", it->remote_rank,
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "items[%zu]: a second %s rank %" PRIu32
+                                         " (items[%d] is the first); one SEND to and one "
+                                         "RECV from each rank per call",
+                                         i, it->recv ? "RECV from" : "SEND to", it->remote_rank,
                                          *seen);
                 *seen = (int)i;
                 if (MUL_OVERFLOW(it->count, (uint64_t)dtype_sizes[it->dtype], &bytes) ||
                     bytes > lim->max_region_size)
-                        return error_set(err, STATUS_PARAM_INVALID, "items[%zu]: %" PRIu64 " elements"
-                                         " are more than one region holds", i, it->count);
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "items[%zu]: %" PRIu64 " elements"
+                                         " are more than one region holds",
+                                         i, it->count);
                 regions[n_ops] = region_find(&c->regions, it->addr, bytes, &offsets[n_ops]);
                 if (!regions[n_ops])
-                        return error_set(err, STATUS_PARAM_INVALID, "items[%zu]: the %" PRIu64
-                                         " bytes at 0x%" PRIx64 " are not inside memory from "
-                                         "kvd_mem_alloc()", i, bytes, it->addr);
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "items[%zu]: the %" PRIu64 " bytes at 0x%" PRIx64
+                                         " are not inside memory from "
+                                         "kvd_mem_alloc()",
+                                         i, bytes, it->addr);
                 n_ops++;
         }
         r = domain_call_new(dom, me, c, done, OP_BATCH, n_ops, n_ops, &call);
@@ -690,12 +729,14 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
                         continue;
                 op = &call->ops[k];
                 op->item = i;
-                op->desc = (OpDesc){ .op = OP_BATCH, .count = it->count, .dtype = it->dtype,
-                                     .bytes = it->count * dtype_sizes[it->dtype] };
+                op->desc = (OpDesc){.op = OP_BATCH,
+                                    .count = it->count,
+                                    .dtype = it->dtype,
+                                    .bytes = it->count * dtype_sizes[it->dtype]};
                 op->segs = &call->segs[k];
                 op->n_segs = 1;
-                call->segs[k] = (TransportSegment){ .local = regions[k]->data + offsets[k],
-                                                    .len = op->desc.bytes };
+                call->segs[k] = (TransportSegment){.local = regions[k]->data + offsets[k],
+                                                   .len = op->desc.bytes};
                 if (domain_call_hold_region(call, regions[k]) < 0) {
                         /* Nothing was assigned yet: no seq is taken. */
                         for (size_t j = 0; j < call->n_ops; j++)

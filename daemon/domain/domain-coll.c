@@ -41,7 +41,7 @@ typedef struct Stream {
         const Cache *cache;
         const uint64_t *blocks;
         size_t n_blocks;
-        uint64_t bytes;         /* num_tensors * n_blocks * stride */
+        uint64_t bytes; /* num_tensors * n_blocks * stride */
 } Stream;
 
 /* The segments of [@off, @off + @len) of @s, merged where they touch; returns how many, and
@@ -56,8 +56,8 @@ static size_t stream_slice(const Stream *s, uint64_t off, uint64_t len, Transpor
         while (len > 0) {
                 uint32_t t = (uint32_t)(i / s->n_blocks);
                 const CacheTensor *ct = &c->tensors[t];
-                uint8_t *p = ct->region->data + ct->offset + s->blocks[i % s->n_blocks] * stride +
-                             skip;
+                uint8_t *p =
+                        ct->region->data + ct->offset + s->blocks[i % s->n_blocks] * stride + skip;
                 uint64_t take = MIN(stride - skip, len);
 
                 if (n > 0 && p == end) {
@@ -65,7 +65,7 @@ static size_t stream_slice(const Stream *s, uint64_t off, uint64_t len, Transpor
                                 out[n - 1].len += take;
                 } else {
                         if (out)
-                                out[n] = (TransportSegment){ .local = p, .len = take };
+                                out[n] = (TransportSegment){.local = p, .len = take};
                         n++;
                 }
                 end = p + take;
@@ -79,11 +79,11 @@ static size_t stream_slice(const Stream *s, uint64_t off, uint64_t len, Transpor
 /* One planned message: which lane end, which bytes of the stream, and its description. */
 typedef struct Msg {
         bool send;
-        uint32_t peer;          /* the other rank */
-        uint32_t stream;        /* all-gather: the part; broadcast: 0 */
+        uint32_t peer;   /* the other rank */
+        uint32_t stream; /* all-gather: the part; broadcast: 0 */
         uint64_t off, len;
         OpDesc desc;
-        int forward_from;       /* a send passing on the receive with this index, or -1 */
+        int forward_from; /* a send passing on the receive with this index, or -1 */
 } Msg;
 
 typedef struct Plan {
@@ -115,10 +115,13 @@ static int plan_chunks(Plan *p, bool send, uint32_t peer, uint32_t stream, uint6
 
         *ret_first = (int)p->n;
         for (uint32_t c = 0; c < n; c++) {
-                Msg m = { .send = send, .peer = peer, .stream = stream,
-                          .off = (uint64_t)c * chunk,
-                          .len = MIN(chunk, len - (uint64_t)c * chunk), .desc = *base,
-                          .forward_from = forward_base < 0 ? -1 : forward_base + (int)c };
+                Msg m = {.send = send,
+                         .peer = peer,
+                         .stream = stream,
+                         .off = (uint64_t)c * chunk,
+                         .len = MIN(chunk, len - (uint64_t)c * chunk),
+                         .desc = *base,
+                         .forward_from = forward_base < 0 ? -1 : forward_base + (int)c};
 
                 m.desc.chunk = c;
                 m.desc.n_chunks = n;
@@ -185,8 +188,8 @@ static int plan_all_gather(Plan *p, uint32_t n, uint32_t me, bool ring, uint64_t
                 uint32_t q = (me + n - s) % n;
 
                 d.part = q;
-                if (plan_chunks(p, true, next, q, part, chunk, &d,
-                                s == 0 ? -1 : recvs[s - 1], &first) < 0)
+                if (plan_chunks(p, true, next, q, part, chunk, &d, s == 0 ? -1 : recvs[s - 1],
+                                &first) < 0)
                         return -ENOMEM;
         }
         return 0;
@@ -207,22 +210,25 @@ static int stream_check(Cluster *c, uint64_t cache_id, const uint64_t *blocks, s
         uint64_t total;
 
         if (!cache)
-                return error_set(err, STATUS_CACHE_NOT_EXIST, "cluster %" PRIu64 " has no cache %"
-                                 PRIu64, c->id, cache_id);
+                return error_set(err, STATUS_CACHE_NOT_EXIST,
+                                 "cluster %" PRIu64 " has no cache %" PRIu64, c->id, cache_id);
         if (cache->kind != CACHE_BLOCKS)
-                return error_set(err, STATUS_PARAM_INVALID, "cache %" PRIu64 " is contiguous; "
-                                 "collectives move the blocks of a blocks cache", cache_id);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "cache %" PRIu64 " is contiguous; "
+                                 "collectives move the blocks of a blocks cache",
+                                 cache_id);
         if (n_blocks == 0)
                 return error_set(err, STATUS_PARAM_INVALID, "no blocks given");
         if (n_blocks > c->root->options.limits->max_blocks_per_transfer)
-                return error_set(err, STATUS_LIMIT_EXCEEDED, "%zu blocks, at most %" PRIu32
-                                 " (limits.max_blocks_per_transfer)", n_blocks,
-                                 c->root->options.limits->max_blocks_per_transfer);
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
+                                 "%zu blocks, at most %" PRIu32 " (limits.max_blocks_per_transfer)",
+                                 n_blocks, c->root->options.limits->max_blocks_per_transfer);
         for (size_t i = 0; i < n_blocks; i++)
                 if (blocks[i] >= cache->units)
-                        return error_set(err, STATUS_PARAM_INVALID, "blocks[%zu]=%" PRIu64 " is out "
-                                         "of range, cache %" PRIu64 " has %" PRIu64 " blocks", i,
-                                         blocks[i], cache_id, cache->units);
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "blocks[%zu]=%" PRIu64 " is out "
+                                         "of range, cache %" PRIu64 " has %" PRIu64 " blocks",
+                                         i, blocks[i], cache_id, cache->units);
         {
                 /* A block named twice would be written twice. */
                 uint64_t *sorted = malloc(n_blocks * sizeof(*sorted));
@@ -236,14 +242,14 @@ static int stream_check(Cluster *c, uint64_t cache_id, const uint64_t *blocks, s
                                 uint64_t b = sorted[i];
 
                                 free(sorted);
-                                return error_set(err, STATUS_PARAM_INVALID, "block %" PRIu64
-                                                 " appears twice in blocks", b);
+                                return error_set(err, STATUS_PARAM_INVALID,
+                                                 "block %" PRIu64 " appears twice in blocks", b);
                         }
                 free(sorted);
         }
         if (MUL_OVERFLOW((uint64_t)n_blocks * cache->desc.num_tensors, cache->stride, &total))
                 return error_set(err, STATUS_PARAM_INVALID, "too many bytes");
-        *s = (Stream){ cache, blocks, n_blocks, total };
+        *s = (Stream){cache, blocks, n_blocks, total};
         return 0;
 }
 
@@ -258,8 +264,8 @@ static int coll_start(Completion *done, Cluster *c, Domain *dom, uint32_t me, Op
         int r;
 
         for (size_t i = 0; i < plan->n; i++)
-                n_segs += stream_slice(&streams[plan->v[i].stream], plan->v[i].off,
-                                       plan->v[i].len, NULL);
+                n_segs += stream_slice(&streams[plan->v[i].stream], plan->v[i].off, plan->v[i].len,
+                                       NULL);
         r = domain_call_new(dom, me, c, done, kind, plan->n, n_segs, &call);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
@@ -289,8 +295,9 @@ static int coll_start(Completion *done, Cluster *c, Domain *dom, uint32_t me, Op
         for (size_t i = 0; i < plan->n; i++) {
                 const Msg *m = &plan->v[i];
 
-                domain_op_assign(&call->ops[i], m->send ? dom->lanes[me][m->peer] : dom->lanes[m->peer][me],
-                          m->send);
+                domain_op_assign(&call->ops[i],
+                                 m->send ? dom->lanes[me][m->peer] : dom->lanes[m->peer][me],
+                                 m->send);
         }
         return domain_call_start(call, timeout_ms ? timeout_ms : c->sync_kv_timeout_ms, err);
 }
@@ -299,11 +306,14 @@ static int coll_args(Domain *dom, uint32_t algorithm, uint64_t chunk_bytes, uint
                      bool broadcast, uint32_t *ret_algorithm, uint64_t *ret_chunk, Error *err)
 {
         if (algorithm > KVD_ALGO_MESH)
-                return error_set(err, STATUS_PARAM_INVALID, "algorithm %" PRIu32 " is not auto (0), "
-                                 "ring (1) or mesh (2)", algorithm);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "algorithm %" PRIu32 " is not auto (0), "
+                                 "ring (1) or mesh (2)",
+                                 algorithm);
         if (chunk_bytes && (chunk_bytes < CHUNK_MIN || chunk_bytes > CHUNK_MAX))
-                return error_set(err, STATUS_PARAM_INVALID, "chunk_bytes %" PRIu64 " is outside [%"
-                                 PRIu64 ", %" PRIu64 "]", chunk_bytes, CHUNK_MIN, CHUNK_MAX);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "chunk_bytes %" PRIu64 " is outside [%" PRIu64 ", %" PRIu64 "]",
+                                 chunk_bytes, CHUNK_MIN, CHUNK_MAX);
         if (algorithm == KVD_ALGO_AUTO)
                 algorithm = broadcast && dom->n_ranks >= 3 && bytes >= RING_MIN_BYTES
                                     ? KVD_ALGO_RING
@@ -319,7 +329,7 @@ int domain_handle_broadcast(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
         Domain *dom = domain_find_id(reg, m->comm_id);
         uint32_t me = 0, algorithm;
         uint64_t chunk;
-        Plan plan = { 0 };
+        Plan plan = {0};
         OpDesc base;
         Stream s;
         int r;
@@ -328,23 +338,28 @@ int domain_handle_broadcast(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
         if (r < 0)
                 return r;
         if (m->root_rank >= dom->n_ranks)
-                return error_set(err, STATUS_PARAM_INVALID, "root_rank %" PRIu32 " is not below "
-                                 "the %u members", m->root_rank, dom->n_ranks);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "root_rank %" PRIu32 " is not below "
+                                 "the %u members",
+                                 m->root_rank, dom->n_ranks);
         r = stream_check(c, m->cache_id, m->blocks, m->n_blocks, &s, err);
         if (r < 0)
                 return r;
         r = coll_args(dom, m->algorithm, m->chunk_bytes, s.bytes, true, &algorithm, &chunk, err);
         if (r < 0)
                 return r;
-        base = (OpDesc){ .op = OP_BROADCAST, .dtype = s.cache->desc.data_type,
-                         .algorithm = algorithm, .root = m->root_rank,
-                         .num_tensors = s.cache->desc.num_tensors,
-                         .block_bytes = s.cache->stride, .n_blocks = s.n_blocks };
+        base = (OpDesc){.op = OP_BROADCAST,
+                        .dtype = s.cache->desc.data_type,
+                        .algorithm = algorithm,
+                        .root = m->root_rank,
+                        .num_tensors = s.cache->desc.num_tensors,
+                        .block_bytes = s.cache->stride,
+                        .n_blocks = s.n_blocks};
         r = plan_broadcast(&plan, dom->n_ranks, me, m->root_rank, algorithm == KVD_ALGO_RING,
                            s.bytes, chunk, &base);
         if (r >= 0)
-                r = coll_start(done, c, dom, me, OP_BROADCAST, &s, &plan, algorithm,
-                               m->timeout_ms, err);
+                r = coll_start(done, c, dom, me, OP_BROADCAST, &s, &plan, algorithm, m->timeout_ms,
+                               err);
         else
                 r = error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         free(plan.v);
@@ -358,7 +373,7 @@ int domain_handle_all_gather(DomainRegistry *reg, Cluster *c, const Kvdist__V1__
         uint32_t me = 0, algorithm;
         uint64_t chunk, part;
         Stream s, parts[DOMAIN_MAX_RANKS];
-        Plan plan = { 0 };
+        Plan plan = {0};
         OpDesc base;
         int r;
 
@@ -366,22 +381,26 @@ int domain_handle_all_gather(DomainRegistry *reg, Cluster *c, const Kvdist__V1__
         if (r < 0)
                 return r;
         if (m->blocks_per_rank == 0 || m->n_blocks != (size_t)m->blocks_per_rank * dom->n_ranks)
-                return error_set(err, STATUS_PARAM_INVALID, "%zu blocks for %u members of %" PRIu32
-                                 " blocks each", m->n_blocks, dom->n_ranks, m->blocks_per_rank);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "%zu blocks for %u members of %" PRIu32 " blocks each",
+                                 m->n_blocks, dom->n_ranks, m->blocks_per_rank);
         r = stream_check(c, m->cache_id, m->blocks, m->n_blocks, &s, err);
         if (r < 0)
                 return r;
         /* Part q is its own stream: blocks[q*k .. (q+1)*k) of every tensor. */
         part = (uint64_t)m->blocks_per_rank * s.cache->desc.num_tensors * s.cache->stride;
         for (uint32_t q = 0; q < dom->n_ranks; q++)
-                parts[q] = (Stream){ s.cache, m->blocks + (size_t)q * m->blocks_per_rank,
-                                     m->blocks_per_rank, part };
+                parts[q] = (Stream){s.cache, m->blocks + (size_t)q * m->blocks_per_rank,
+                                    m->blocks_per_rank, part};
         r = coll_args(dom, m->algorithm, m->chunk_bytes, part, false, &algorithm, &chunk, err);
         if (r < 0)
                 return r;
-        base = (OpDesc){ .op = OP_ALL_GATHER, .dtype = s.cache->desc.data_type,
-                         .algorithm = algorithm, .num_tensors = s.cache->desc.num_tensors,
-                         .block_bytes = s.cache->stride, .n_blocks = m->blocks_per_rank };
+        base = (OpDesc){.op = OP_ALL_GATHER,
+                        .dtype = s.cache->desc.data_type,
+                        .algorithm = algorithm,
+                        .num_tensors = s.cache->desc.num_tensors,
+                        .block_bytes = s.cache->stride,
+                        .n_blocks = m->blocks_per_rank};
         r = plan_all_gather(&plan, dom->n_ranks, me, algorithm == KVD_ALGO_RING, part, chunk,
                             &base);
         if (r >= 0)

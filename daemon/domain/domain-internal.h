@@ -77,16 +77,16 @@ typedef enum DomainState {
 } DomainState;
 
 typedef enum DomainSetup {
-        SETUP_NONE,             /* nothing to reach out for: local members only, or done */
-        SETUP_QUEUED,           /* waits for a slot */
-        SETUP_ACTIVE,           /* holds a slot: dials and asks */
+        SETUP_NONE,   /* nothing to reach out for: local members only, or done */
+        SETUP_QUEUED, /* waits for a slot */
+        SETUP_ACTIVE, /* holds a slot: dials and asks */
 } DomainSetup;
 
 typedef enum PairLinkState {
-        PAIR_LINK_REQUESTING,   /* our PeerLink is in flight */
-        PAIR_LINK_CONNECTING,   /* the peer answered; our RDMA queue pairs to it connect */
-        PAIR_LINK_HELD,         /* the link is made from the answer when the domain is OK */
-        PAIR_LINK_MADE,         /* a Link exists (link_id) */
+        PAIR_LINK_REQUESTING, /* our PeerLink is in flight */
+        PAIR_LINK_CONNECTING, /* the peer answered; our RDMA queue pairs to it connect */
+        PAIR_LINK_HELD,       /* the link is made from the answer when the domain is OK */
+        PAIR_LINK_MADE,       /* a Link exists (link_id) */
         PAIR_LINK_FAILED,
 } PairLinkState;
 
@@ -99,16 +99,16 @@ struct PairLink {
         DomainRegistry *reg;
         uint64_t local_cluster_id;
         uint64_t remote_cluster_id;
-        Peer *peer;             /* remote pairs, while the call runs or the answer is held */
+        Peer *peer; /* remote pairs, while the call runs or the answer is held */
         PairLinkState state;
         PeerCall *call;
-        LinkTransport transport;        /* RDMA or TCP, decided as kvd_link_clusters() does */
+        LinkTransport transport; /* RDMA or TCP, decided as kvd_link_clusters() does */
         struct Kvdist__V1__PeerLinkReply *exposed; /* CONNECTING, HELD: what the remote
                                                     * cluster exposed */
-        RdmaEndpoint *rdma_ep;          /* HELD over RDMA */
-        uint64_t link_id;       /* MADE */
-        bool owned;             /* MADE by us (freed with the last domain), not reused */
-        Error err;              /* FAILED */
+        RdmaEndpoint *rdma_ep;                     /* HELD over RDMA */
+        uint64_t link_id;                          /* MADE */
+        bool owned; /* MADE by us (freed with the last domain), not reused */
+        Error err;  /* FAILED */
         unsigned n_refs;
         CList link_reg;
 };
@@ -116,16 +116,16 @@ struct PairLink {
 /* A local member's pair with another member. */
 typedef struct DomainPair {
         Domain *dom;
-        uint32_t m, o;          /* ranks[m].pairs[o] */
-        bool joined;            /* both called link with the same table */
-        bool out_done;          /* our cluster's link to theirs is held (or made) */
-        bool in_done;           /* their daemon said its link to ours is held */
-        bool in_rdma;           /* ... and runs over RDMA: their messages come as WRITEs */
-        bool linked_sent;       /* we told them ours is */
-        PeerCall *join_call;    /* our PeerDomainJoin in flight */
+        uint32_t m, o;       /* ranks[m].pairs[o] */
+        bool joined;         /* both called link with the same table */
+        bool out_done;       /* our cluster's link to theirs is held (or made) */
+        bool in_done;        /* their daemon said its link to ours is held */
+        bool in_rdma;        /* ... and runs over RDMA: their messages come as WRITEs */
+        bool linked_sent;    /* we told them ours is */
+        PeerCall *join_call; /* our PeerDomainJoin in flight */
         usec_t next_join_usec;
         unsigned join_backoff_ms;
-        PairLink *pl;           /* referenced */
+        PairLink *pl; /* referenced */
 } DomainPair;
 
 typedef struct DomainRank {
@@ -135,22 +135,22 @@ typedef struct DomainRank {
         char address[SOCKADDR_STR_MAX];
         int32_t device_id;
         char server_id[RANK_TABLE_ID_MAX];
-        bool local;             /* its cluster attaches to this daemon */
-        bool ready;             /* linked both ways with every other member */
+        bool local; /* its cluster attaches to this daemon */
+        bool ready; /* linked both ways with every other member */
 
         /* local members */
-        Cluster *cluster;       /* while joined */
-        bool joined;            /* called link (and did not leave) */
-        bool left;              /* unlinked or detached */
-        uint64_t seq;           /* registrations up to here are what link exposes */
+        Cluster *cluster; /* while joined */
+        bool joined;      /* called link (and did not leave) */
+        bool left;        /* unlinked or detached */
+        uint64_t seq;     /* registrations up to here are what link exposes */
         DomainPair pairs[DOMAIN_MAX_RANKS];
 
         /* remote members */
-        Peer *peer;             /* a connection to its daemon, READY or being made */
+        Peer *peer; /* a connection to its daemon, READY or being made */
         PeerWaiter *waiter;
         uint64_t node_id;
-        uint64_t domain_id;     /* its daemon's id for this domain; 0 until known */
-        bool ever_joined;       /* a pair with it joined: losing its daemon fails us */
+        uint64_t domain_id; /* its daemon's id for this domain; 0 until known */
+        bool ever_joined;   /* a pair with it joined: losing its daemon fails us */
         usec_t next_dial_usec;
         unsigned dial_backoff_ms;
 } DomainRank;
@@ -164,7 +164,7 @@ typedef struct DomainCounters {
 
 struct Domain {
         DomainRegistry *reg;
-        uint64_t id;                    /* the comm_id clients get */
+        uint64_t id; /* the comm_id clients get */
         char name[DOMAIN_NAME_MAX + 1];
         uint8_t digest[SHA256_DIGEST_SIZE];
         unsigned n_ranks;
@@ -175,15 +175,15 @@ struct Domain {
         DomainSetup setup;
         usec_t created_usec;
         usec_t ok_usec;
-        struct event *deadline;         /* link_total_time */
-        struct event *tick;             /* retries while SETUP_ACTIVE */
+        struct event *deadline;                          /* link_total_time */
+        struct event *tick;                              /* retries while SETUP_ACTIVE */
         Lane *lanes[DOMAIN_MAX_RANKS][DOMAIN_MAX_RANKS]; /* [src][dst], where one end is local */
-        CList calls;                    /* DomainCall.link_domain */
+        CList calls;                                     /* DomainCall.link_domain */
         unsigned n_calls;
         DomainCounters counters;
-        int last_algorithm;             /* kvd_algorithm of the last collective, 0 none */
-        unsigned refs;                  /* calls and callbacks that keep it after removal */
-        bool removed;                   /* off the registry; freed when @refs drops to 0 */
+        int last_algorithm; /* kvd_algorithm of the last collective, 0 none */
+        unsigned refs;      /* calls and callbacks that keep it after removal */
+        bool removed;       /* off the registry; freed when @refs drops to 0 */
         CList link_reg;
         CList link_queue;
 };
@@ -191,26 +191,26 @@ struct Domain {
 typedef struct LocalRes {
         uint64_t cluster_id;
         RankDevice dev;
-        bool given;                     /* from the client, not generated */
+        bool given; /* from the client, not generated */
         CList link;
 } LocalRes;
 
 struct DomainRegistry {
         DomainRoots roots;
-        Hook link_hook;                 /* on the link root's events */
-        CList domains;                  /* Domain.link_reg */
+        Hook link_hook; /* on the link root's events */
+        CList domains;  /* Domain.link_reg */
         unsigned n_domains;
-        CList queue;                    /* Domain.link_queue, SETUP_QUEUED, oldest first */
+        CList queue; /* Domain.link_queue, SETUP_QUEUED, oldest first */
         unsigned n_queued;
         unsigned n_active;
-        CList pair_links;               /* PairLink.link_reg */
-        CList local_res;                /* LocalRes.link */
-        CList done;                     /* DomainOp.link_done: completed, their calls not told */
-        struct event *drain;            /* tells them, from the event loop (domain_call_drain()) */
+        CList pair_links;    /* PairLink.link_reg */
+        CList local_res;     /* LocalRes.link */
+        CList done;          /* DomainOp.link_done: completed, their calls not told */
+        struct event *drain; /* tells them, from the event loop (domain_call_drain()) */
         unsigned n_calls;
-        uint64_t formed;                /* domains that reached OK */
-        uint64_t failed;                /* that failed */
-        uint64_t calls[3][2];           /* [op - 1][failed] */
+        uint64_t formed;      /* domains that reached OK */
+        uint64_t failed;      /* that failed */
+        uint64_t calls[3][2]; /* [op - 1][failed] */
         uint64_t bytes_sent;
         uint64_t bytes_received;
 };
@@ -243,7 +243,7 @@ typedef enum XferKind {
         XFER_RECV_CANCEL = 3,
         XFER_MISMATCH = 4,
         XFER_SEND_CANCEL = 5,
-        XFER_WRITTEN = 6,               /* sender: every RDMA WRITE of the message completed */
+        XFER_WRITTEN = 6, /* sender: every RDMA WRITE of the message completed */
 } XferKind;
 
 /* Where one segment of a message lands at the receiver, when its lane runs over RDMA. */
@@ -261,9 +261,9 @@ typedef struct LaneWord {
         OpDesc desc;
         int status;
         char msg[ERROR_MSG_MAX];
-        Peer *peer;                     /* the connection it came on */
-        bool rdma;                      /* READY: the receiver waits for RDMA WRITEs ... */
-        LaneRemoteSeg *rsegs;           /* ... into these (owned) */
+        Peer *peer;           /* the connection it came on */
+        bool rdma;            /* READY: the receiver waits for RDMA WRITEs ... */
+        LaneRemoteSeg *rsegs; /* ... into these (owned) */
         size_t n_rsegs;
 } LaneWord;
 
@@ -272,101 +272,101 @@ struct Lane {
         Domain *dom;
         uint32_t src;
         uint32_t dst;
-        bool local;                     /* both ends on this daemon: copies */
-        bool rdma;                      /* remote: the sender's link runs over RDMA, so its
-                                         * messages move as RDMA WRITEs */
-        uint64_t next_send_seq;         /* src local: the next seq a send takes */
-        uint64_t next_recv_seq;         /* dst local: the next seq a receive takes */
-        CList ops;                      /* DomainOp.link_lane: assigned, not done */
-        CList words;                    /* LaneWord.link */
+        bool local;             /* both ends on this daemon: copies */
+        bool rdma;              /* remote: the sender's link runs over RDMA, so its
+                                 * messages move as RDMA WRITEs */
+        uint64_t next_send_seq; /* src local: the next seq a send takes */
+        uint64_t next_recv_seq; /* dst local: the next seq a receive takes */
+        CList ops;              /* DomainOp.link_lane: assigned, not done */
+        CList words;            /* LaneWord.link */
         unsigned n_words;
-        size_t n_word_segs;             /* the RDMA segments @words hold */
-        uint64_t n_msgs;                /* completed (counted at the local end's op) */
+        size_t n_word_segs; /* the RDMA segments @words hold */
+        uint64_t n_msgs;    /* completed (counted at the local end's op) */
         uint64_t bytes;
-        uint64_t n_rdma_msgs;           /* of which moved as RDMA WRITEs */
+        uint64_t n_rdma_msgs; /* of which moved as RDMA WRITEs */
 };
 
 typedef enum OpState {
-        OP_ASSIGNED,            /* has its seq; not started (a forward waits for its data) */
-        OP_POSTED,              /* started; waits for the other end */
-        OP_DATA,                /* bytes moving (data job or copy) */
-        OP_WAIT_WORD,           /* our side is done; waits for the other end's word */
+        OP_ASSIGNED,  /* has its seq; not started (a forward waits for its data) */
+        OP_POSTED,    /* started; waits for the other end */
+        OP_DATA,      /* bytes moving (data job or copy) */
+        OP_WAIT_WORD, /* our side is done; waits for the other end's word */
         OP_DONE,
 } OpState;
 
 struct DomainOp {
         DomainCall *call;
         Lane *lane;
-        size_t item;                    /* batch: the item; collectives: unused */
+        size_t item; /* batch: the item; collectives: unused */
         bool send;
         uint64_t seq;
         OpDesc desc;
-        TransportSegment *segs;         /* into the call's storage; a send reads them */
+        TransportSegment *segs; /* into the call's storage; a send reads them */
         size_t n_segs;
         OpState state;
         int status;
         Error err;
         /* remote */
-        Peer *peer;                     /* where the job runs and the words go */
-        TransportJob data_job;          /* our side of the message's stream (TCP), or the
-                                         * WRITEs of a send over RDMA */
-        bool job;                       /* @data_job runs; its callback will run */
-        bool data_ok;                   /* our side moved every byte */
-        bool have_ready;                /* send: the receiver's READY, in @ready */
-        bool ready_spent;               /* its job got our bytes or our abort (exactly once) */
+        Peer *peer;            /* where the job runs and the words go */
+        TransportJob data_job; /* our side of the message's stream (TCP), or the
+                                * WRITEs of a send over RDMA */
+        bool job;              /* @data_job runs; its callback will run */
+        bool data_ok;          /* our side moved every byte */
+        bool have_ready;       /* send: the receiver's READY, in @ready */
+        bool ready_spent;      /* its job got our bytes or our abort (exactly once) */
         OpDesc ready;
         Peer *ready_peer;
-        bool have_word;                 /* the other end's final word (status in @word_*) */
+        bool have_word; /* the other end's final word (status in @word_*) */
         int word_status;
         char word_msg[ERROR_MSG_MAX];
         /* remote over RDMA (domain-lane-rdma.c) */
-        bool rdma;                      /* this message moves as RDMA WRITEs */
-        bool ready_rdma;                /* send: the READY asks for WRITEs into @ready_rsegs */
+        bool rdma;       /* this message moves as RDMA WRITEs */
+        bool ready_rdma; /* send: the READY asks for WRITEs into @ready_rsegs */
         LaneRemoteSeg *ready_rsegs;
         size_t n_ready_rsegs;
-        RdmaMr **mrs;                   /* our spans, registered while the message runs */
+        RdmaMr **mrs; /* our spans, registered while the message runs */
         size_t n_mrs;
-        uint32_t *seg_keys;             /* per segment: its span's rkey (receive), lkey (send) */
-        TransportSegment *rdma_segs;    /* send: the WRITEs */
+        uint32_t *seg_keys;          /* per segment: its span's rkey (receive), lkey (send) */
+        TransportSegment *rdma_segs; /* send: the WRITEs */
         size_t n_rdma_segs;
-        bool rdma_writing;              /* send: @data_job WRITEs them; its callback will run */
-        PeerRdmaWaiter *rdma_waiter;    /* send: the endpoint connects its queue pairs first */
-        Peer *rdma_peer;                /* send: the link's peer, which owns @rdma_ep */
+        bool rdma_writing;           /* send: @data_job WRITEs them; its callback will run */
+        PeerRdmaWaiter *rdma_waiter; /* send: the endpoint connects its queue pairs first */
+        Peer *rdma_peer;             /* send: the link's peer, which owns @rdma_ep */
         RdmaEndpoint *rdma_ep;
         /* local */
-        bool copying;                   /* send: @copy runs; its callback will run */
-        TransportJob copy;              /* send: the copy into the partner's segments */
-        TransportSegment *copy_segs;    /* its segments, until its callback */
+        bool copying;                /* send: @copy runs; its callback will run */
+        TransportJob copy;           /* send: the copy into the partner's segments */
+        TransportSegment *copy_segs; /* its segments, until its callback */
         DomainOp *partner;
         /* collectives */
-        DomainOp *forward;              /* receive: the send that passes its bytes on */
-        bool deferred;                  /* send: posted when its receive completes */
+        DomainOp *forward; /* receive: the send that passes its bytes on */
+        bool deferred;     /* send: posted when its receive completes */
         CList link_lane;
-        CList link_done;                /* on reg->done between its completion and the drain */
+        CList link_done; /* on reg->done between its completion and the drain */
 };
 
 typedef struct DomainCall {
         Domain *dom;
-        uint32_t rank;                  /* the caller's */
+        uint32_t rank; /* the caller's */
         uint64_t cluster_id;
-        Completion *done;               /* NULL once answered or gone */
+        Completion *done; /* NULL once answered or gone */
         OpKind kind;
         DomainOp *ops;
         size_t n_ops;
-        size_t n_pending;               /* ops the drain has not handled yet */
-        int32_t *rets;                  /* batch: per item */
+        size_t n_pending; /* ops the drain has not handled yet */
+        int32_t *rets;    /* batch: per item */
         size_t n_items;
-        TransportSegment *segs;         /* storage of every op's segments */
-        Region **regions;               /* referenced */
+        TransportSegment *segs; /* storage of every op's segments */
+        Region **regions;       /* referenced */
         size_t n_regions;
-        bool fail_fast;                 /* collectives: the first failure stops the rest */
+        bool fail_fast; /* collectives: the first failure stops the rest */
         int status;
         Error err;
-        size_t err_item;                /* batch: the item @err is about */
+        size_t err_item; /* batch: the item @err is about */
         uint32_t algorithm;
         uint64_t bytes;
         usec_t start_usec;
-        usec_t deadline_usec;           /* when @timer fires */
+        usec_t deadline_usec; /* when @timer fires */
         struct event *timer;
         CList link_domain;
 } DomainCall;
@@ -405,7 +405,7 @@ void domain_registry_count_error(DomainRegistry *reg, int status);
 void domain_local_res(DomainRegistry *reg, const Cluster *c, RankDevice *ret, bool *ret_given);
 /* "comm domain 7 (name)" into @buf. */
 const char *domain_name(const Domain *dom, char *buf, size_t size);
-#define DOMAIN_NAME(dom) domain_name((dom), (char[DOMAIN_NAME_MAX + 64]){ 0 }, DOMAIN_NAME_MAX + 64)
+#define DOMAIN_NAME(dom) domain_name((dom), (char[DOMAIN_NAME_MAX + 64]){0}, DOMAIN_NAME_MAX + 64)
 
 /* domain-join.c */
 /* Looks at every pair of every joined local member: asks, links, says so. */
@@ -501,8 +501,8 @@ void domain_lane_rdma_release(DomainOp *op);
 
 /* domain-call.c */
 /*
- * @op reached OP_DONE: queues it for domain_call_drain(), which tells its call. Nothing that completes
- * an op (a job's end, a word, a cancel, a lost peer) ever runs a call's reaction to it (a
+ * @op reached OP_DONE: queues it for domain_call_drain(), which tells its call. Nothing that
+ * completes an op (a job's end, a word, a cancel, a lost peer) ever runs a call's reaction to it (a
  * collective's fail-fast cancel, a forward, the answer) or frees an op or a call under its
  * caller: only the drain does, from its own event, where no other op is being handled.
  */
@@ -514,8 +514,8 @@ void domain_calls_fail(Domain *dom, int code, const char *reason);
 /* Validates the caller and @dom for an operation; NOT_YET_LINK while PREPARING. */
 int domain_call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err);
 /* Allocates a call of @n_ops ops and @n_segs segments that answers @done. */
-int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind, size_t n_ops,
-             size_t n_segs, DomainCall **ret);
+int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind,
+                    size_t n_ops, size_t n_segs, DomainCall **ret);
 DomainCall *domain_call_free(DomainCall *call);
 /* Takes a reference on @r for the call's life (deduplicated). */
 int domain_call_hold_region(DomainCall *call, Region *r);

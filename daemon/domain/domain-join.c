@@ -39,7 +39,7 @@ PairLink *domain_pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t re
         PairLink *pl;
 
         /* A failed one stays while its domains do; a new attempt is another. */
-        CLIST_FOREACH(pl, &reg->pair_links, link_reg)
+        CLIST_FOREACH (pl, &reg->pair_links, link_reg)
                 if (pl->local_cluster_id == local && pl->remote_cluster_id == remote &&
                     pl->state != PAIR_LINK_FAILED)
                         return pl;
@@ -73,7 +73,7 @@ static void pair_link_changed(PairLink *pl)
 {
         Domain *dom, *tmp;
 
-        CLIST_FOREACH_SAFE(dom, tmp, &pl->reg->domains, link_reg) {
+        CLIST_FOREACH_SAFE (dom, tmp, &pl->reg->domains, link_reg) {
                 bool uses = false;
 
                 for (uint32_t m = 0; m < dom->n_ranks && !uses; m++)
@@ -122,8 +122,8 @@ static void pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Err
         pair_link_changed(pl);
 }
 
-static void pair_link_on_reply(Peer *p, int status, const Error *err,
-                               const ProtobufCMessage *reply, void *userdata)
+static void pair_link_on_reply(Peer *p, int status, const Error *err, const ProtobufCMessage *reply,
+                               void *userdata)
 {
         PairLink *pl = userdata;
         ProtobufCMessage *copy = NULL;
@@ -148,8 +148,9 @@ static void pair_link_on_reply(Peer *p, int status, const Error *err,
         error_set(&pl->err, status == STATUS_OK ? STATUS_OUT_OF_MEMORY : STATUS_LINK_FAILED,
                   "cannot link cluster %" PRIu64 " to cluster %" PRIu64 ": %s",
                   pl->local_cluster_id, pl->remote_cluster_id,
-                  status == STATUS_OK ? "out of memory"
-                                   : err && err->msg[0] ? err->msg : status_wire_name(status));
+                  status == STATUS_OK  ? "out of memory"
+                  : err && err->msg[0] ? err->msg
+                                       : status_wire_name(status));
         pl->state = PAIR_LINK_FAILED;
         pl->peer = NULL;
         pair_link_changed(pl);
@@ -193,14 +194,18 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
         }
         pl->state = PAIR_LINK_FAILED;
         if (link_request_in_progress(c, remote)) {
-                error_set(&pl->err, STATUS_PROCESSING_LINK, "cluster %" PRIu64 " is linking to %"
-                          PRIu64 " with kvd_link_clusters() right now", c->id, remote);
+                error_set(&pl->err, STATUS_PROCESSING_LINK,
+                          "cluster %" PRIu64 " is linking to %" PRIu64
+                          " with kvd_link_clusters() right now",
+                          c->id, remote);
                 return pl;
         }
         p = domain_rank_peer(dom, o);
         if (!p) {
-                error_set(&pl->err, STATUS_PEER_LOST, "the daemon of cluster %" PRIu64 " is not "
-                          "connected", remote);
+                error_set(&pl->err, STATUS_PEER_LOST,
+                          "the daemon of cluster %" PRIu64 " is not "
+                          "connected",
+                          remote);
                 return pl;
         }
         r = link_transport_choose(&pl->transport, c, dom->ranks[o].address, &pl->err);
@@ -209,8 +214,9 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
         r = link_peer_request(c, p, remote, pl->transport.dev != NULL, pair_link_on_reply, pl,
                               &pl->call);
         if (r < 0) {
-                error_set(&pl->err, STATUS_LINK_FAILED, "cannot ask for a link of cluster %"
-                          PRIu64 " to %" PRIu64 ": %s", c->id, remote, strerror(-r));
+                error_set(&pl->err, STATUS_LINK_FAILED,
+                          "cannot ask for a link of cluster %" PRIu64 " to %" PRIu64 ": %s", c->id,
+                          remote, strerror(-r));
                 return pl;
         }
         pl->state = PAIR_LINK_REQUESTING;
@@ -273,8 +279,9 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
         case PAIR_LINK_MADE:
                 if (l && l->id == pl->link_id && l->state == LINK_UP)
                         return;
-                domain_fail(dom, STATUS_PEER_LOST, false, "the link of cluster %" PRIu64 " to %"
-                            PRIu64 " went away", c->id, pl->remote_cluster_id);
+                domain_fail(dom, STATUS_PEER_LOST, false,
+                            "the link of cluster %" PRIu64 " to %" PRIu64 " went away", c->id,
+                            pl->remote_cluster_id);
                 return;
         case PAIR_LINK_HELD:
                 break;
@@ -524,8 +531,8 @@ static void join_on_reply(Peer *p, int status, const Error *err, const ProtobufC
         }
         if (status != STATUS_OK) {
                 domain_fail(dom, status, false, "the daemon of rank %" PRIu32 " (%s) refused: %s",
-                            pair->o, o->address, err && err->msg[0] ? err->msg
-                                                                    : status_wire_name(status));
+                            pair->o, o->address,
+                            err && err->msg[0] ? err->msg : status_wire_name(status));
                 return;
         }
         if (!m->joined) {
@@ -535,8 +542,10 @@ static void join_on_reply(Peer *p, int status, const Error *err, const ProtobufC
                 return;
         }
         if (m->dst_domain_id == 0 || (o->domain_id && o->domain_id != m->dst_domain_id)) {
-                domain_fail(dom, STATUS_PROTOCOL_MISMATCH, false, "the daemon of rank %" PRIu32
-                            " answered for another incarnation of the domain", pair->o);
+                domain_fail(dom, STATUS_PROTOCOL_MISMATCH, false,
+                            "the daemon of rank %" PRIu32
+                            " answered for another incarnation of the domain",
+                            pair->o);
                 return;
         }
         o->domain_id = m->dst_domain_id;
@@ -571,8 +580,8 @@ static void join_send(Domain *dom, uint32_t m, uint32_t o, Peer *p)
         if (r < 0) {
                 pair->join_call = NULL;
                 pair->join_backoff_ms = backoff_next(pair->join_backoff_ms, DOMAIN_RETRY_MAX_MS);
-                pair->next_join_usec = now_usec(CLOCK_MONOTONIC) +
-                                       (usec_t)pair->join_backoff_ms * USEC_PER_MSEC;
+                pair->next_join_usec =
+                        now_usec(CLOCK_MONOTONIC) + (usec_t)pair->join_backoff_ms * USEC_PER_MSEC;
         }
 }
 
@@ -587,8 +596,8 @@ static void rank_on_ready(Peer *p, int status, const Error *err, void *userdata)
                           DOMAIN_NAME(dom), r->rank, r->address, err ? err->msg : "");
                 r->peer = NULL;
                 r->dial_backoff_ms = backoff_next(r->dial_backoff_ms, DOMAIN_DIAL_MAX_MS);
-                r->next_dial_usec = now_usec(CLOCK_MONOTONIC) +
-                                    (usec_t)r->dial_backoff_ms * USEC_PER_MSEC;
+                r->next_dial_usec =
+                        now_usec(CLOCK_MONOTONIC) + (usec_t)r->dial_backoff_ms * USEC_PER_MSEC;
         } else {
                 r->peer = p;
                 r->node_id = p->node_id;
@@ -670,8 +679,8 @@ void domain_join_tick(Domain *dom)
         if (next == NEVER)
                 return;
         next = next > now ? next - now : 0;
-        tv = (struct timeval){ .tv_sec = (time_t)(next / USEC_PER_SEC),
-                               .tv_usec = (suseconds_t)(next % USEC_PER_SEC) };
+        tv = (struct timeval){.tv_sec = (time_t)(next / USEC_PER_SEC),
+                              .tv_usec = (suseconds_t)(next % USEC_PER_SEC)};
         (void)evtimer_add(dom->tick, &tv);
 }
 
@@ -713,10 +722,12 @@ void domain_join_peer_lost(Domain *dom, Peer *p, int status, const char *why)
                 if (domain_rank_peer(dom, o))
                         continue;
                 if (r->ever_joined && dom->state != DOMAIN_FAILED) {
-                        domain_fail(dom, status == STATUS_DAEMON_UNAVAILABLE ? status
-                                                                            : STATUS_PEER_LOST,
-                                    false, "the daemon of rank %" PRIu32 " (cluster %" PRIu64
-                                    " at %s) is gone: %s", o, r->cluster_id, r->address, why);
+                        domain_fail(dom,
+                                    status == STATUS_DAEMON_UNAVAILABLE ? status : STATUS_PEER_LOST,
+                                    false,
+                                    "the daemon of rank %" PRIu32 " (cluster %" PRIu64
+                                    " at %s) is gone: %s",
+                                    o, r->cluster_id, r->address, why);
                         return;
                 }
         }

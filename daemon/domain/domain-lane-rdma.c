@@ -77,7 +77,7 @@ static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++)
-                refs[i] = (SegRef){ (uintptr_t)op->segs[i].local, op->segs[i].len, i };
+                refs[i] = (SegRef){(uintptr_t)op->segs[i].local, op->segs[i].len, i};
         qsort(refs, n, sizeof(*refs), seg_ref_cmp);
         /* Regions never overlap: a span grows while its segments stay in the first one's. */
         for (size_t i = 0, j; i < n; i = j) {
@@ -87,7 +87,7 @@ static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
                 RdmaMr *mr;
 
                 if (!reg) {
-                        r = -EFAULT;    /* every segment lies in a region the call holds */
+                        r = -EFAULT; /* every segment lies in a region the call holds */
                         break;
                 }
                 for (j = i + 1; j < n && refs[j].addr <= end + LANE_RDMA_SPAN_GAP &&
@@ -95,7 +95,7 @@ static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
                      j++)
                         end = MAX(end, (uintptr_t)(refs[j].addr + refs[j].len));
                 if (end == start)
-                        continue;       /* nothing to register for empty segments */
+                        continue; /* nothing to register for empty segments */
                 r = rdma_mr_register(dev, (void *)start, end - start, remote_write, &mr);
                 if (r < 0)
                         break;
@@ -135,19 +135,24 @@ int domain_lane_rdma_recv_register(DomainOp *op, Error *err)
         int r;
 
         if (op->n_segs > LANE_RDMA_MAX_SEGS)
-                return error_set(err, STATUS_LIMIT_EXCEEDED, "the message has %zu segments, "
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
+                                 "the message has %zu segments, "
                                  "more than one READY over RDMA names (%u); use larger blocks "
-                                 "or smaller chunks", op->n_segs, LANE_RDMA_MAX_SEGS);
+                                 "or smaller chunks",
+                                 op->n_segs, LANE_RDMA_MAX_SEGS);
         dev = c ? rdma_device_for(dom->reg->roots.transports->rdma, c->device_id, &why) : NULL;
         if (!dev)
-                return error_set(err, STATUS_FEATURE_NOT_ENABLED, "rank %" PRIu32 " sends over "
+                return error_set(err, STATUS_FEATURE_NOT_ENABLED,
+                                 "rank %" PRIu32 " sends over "
                                  "RDMA, but rank %" PRIu32 "'s device cannot take its WRITEs: %s",
                                  l->src, l->dst, why);
         r = lane_rdma_register(op, dev, true);
         if (r < 0) {
                 domain_lane_rdma_release(op);
-                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot register the receive buffer "
-                                 "for RDMA: %s (is LimitMEMLOCK high enough?)", strerror(-r));
+                return error_set(err, STATUS_OUT_OF_MEMORY,
+                                 "cannot register the receive buffer "
+                                 "for RDMA: %s (is LimitMEMLOCK high enough?)",
+                                 strerror(-r));
         }
         return 0;
 }
@@ -195,8 +200,7 @@ int domain_lane_rdma_word_parse(const Kvdist__V1__PeerDomainXfer *m, LaneWord *w
         if (!w->rsegs)
                 return STATUS_OUT_OF_MEMORY;
         for (size_t i = 0; i < n; i++)
-                w->rsegs[i] = (LaneRemoteSeg){ m->rdma_addrs[i], m->rdma_lens[i],
-                                               m->rdma_rkeys[i] };
+                w->rsegs[i] = (LaneRemoteSeg){m->rdma_addrs[i], m->rdma_lens[i], m->rdma_rkeys[i]};
         w->n_rsegs = n;
         w->rdma = true;
         return 0;
@@ -207,7 +211,7 @@ static size_t lane_rdma_pair(const DomainOp *op, TransportSegment *out)
 {
         const TransportSegment *a = op->segs;
         const LaneRemoteSeg *b = op->ready_rsegs;
-        SegZip z = { 0 };
+        SegZip z = {0};
         size_t n = 0;
 
         while (z.i < op->n_segs && z.j < op->n_ready_rsegs) {
@@ -244,13 +248,16 @@ int domain_lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err)
                 overflow = overflow || ADD_OVERFLOW(theirs, op->ready_rsegs[i].len, &theirs);
         /* Both lists must cover the message exactly: no WRITE may run past what it names. */
         if (overflow || mine != op->desc.bytes || theirs != op->desc.bytes)
-                return error_set(err, STATUS_PROTOCOL_MISMATCH, "rank %" PRIu32 " names %" PRIu64
-                                 " bytes to WRITE into for a message of %" PRIu64, l->dst, theirs,
-                                 op->desc.bytes);
+                return error_set(err, STATUS_PROTOCOL_MISMATCH,
+                                 "rank %" PRIu32 " names %" PRIu64
+                                 " bytes to WRITE into for a message of %" PRIu64,
+                                 l->dst, theirs, op->desc.bytes);
         r = lane_rdma_register(op, dev, false);
         if (r < 0)
-                return error_set(err, STATUS_OUT_OF_MEMORY, "cannot register the send buffer for "
-                                 "RDMA: %s (is LimitMEMLOCK high enough?)", strerror(-r));
+                return error_set(err, STATUS_OUT_OF_MEMORY,
+                                 "cannot register the send buffer for "
+                                 "RDMA: %s (is LimitMEMLOCK high enough?)",
+                                 strerror(-r));
         n = lane_rdma_pair(op, NULL);
         op->rdma_segs = calloc(n ? n : 1, sizeof(*op->rdma_segs));
         if (!op->rdma_segs)

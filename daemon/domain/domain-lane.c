@@ -108,7 +108,7 @@ static LaneWord *lane_word_find(Lane *l, XferKind kind, uint64_t seq)
 {
         LaneWord *w;
 
-        CLIST_FOREACH(w, &l->words, link)
+        CLIST_FOREACH (w, &l->words, link)
                 if (w->kind == kind && w->seq == seq)
                         return w;
         return NULL;
@@ -132,7 +132,7 @@ void domain_lanes_free(Domain *dom)
                         if (!l)
                                 continue;
                         assert(clist_is_empty(&l->ops));
-                        CLIST_FOREACH_SAFE(w, tmp, &l->words, link) {
+                        CLIST_FOREACH_SAFE (w, tmp, &l->words, link) {
                                 clist_unlink(&w->link);
                                 lane_word_free(w);
                         }
@@ -185,11 +185,11 @@ void domain_lane_desc_to_proto(const OpDesc *d, Kvdist__V1__DomainOpDesc *m)
 
 static void desc_from_proto(const Kvdist__V1__DomainOpDesc *m, OpDesc *d)
 {
-        *d = (OpDesc){ 0 };
+        *d = (OpDesc){0};
         if (!m)
                 return;
-        *d = (OpDesc){ m->op, m->bytes, m->count, m->dtype, m->algorithm, m->root, m->part,
-                       m->chunk, m->n_chunks, m->num_tensors, m->block_bytes, m->n_blocks };
+        *d = (OpDesc){m->op,   m->bytes, m->count,    m->dtype,       m->algorithm,   m->root,
+                      m->part, m->chunk, m->n_chunks, m->num_tensors, m->block_bytes, m->n_blocks};
 }
 
 /*
@@ -200,23 +200,26 @@ static int desc_compare(const OpDesc *s, const OpDesc *r, uint32_t src, uint32_t
                         size_t size)
 {
         if (s->op != r->op)
-                return snprintf(buf, size, "rank %" PRIu32 " is in %s, rank %" PRIu32 " in %s",
-                                src, op_name(s->op), dst, op_name(r->op)),
+                return snprintf(buf, size, "rank %" PRIu32 " is in %s, rank %" PRIu32 " in %s", src,
+                                op_name(s->op), dst, op_name(r->op)),
                        STATUS_PARAM_INVALID;
         if (s->op == OP_BATCH) {
                 if (s->count == r->count && s->dtype == r->dtype && s->bytes == r->bytes)
                         return 0;
-                (void)snprintf(buf, size, "rank %" PRIu32 " sends %" PRIu64 " x %s (%" PRIu64
+                (void)snprintf(buf, size,
+                               "rank %" PRIu32 " sends %" PRIu64 " x %s (%" PRIu64
                                " bytes), rank %" PRIu32 " receives %" PRIu64 " x %s (%" PRIu64
-                               " bytes)", src, s->count, dtype_name(s->dtype), s->bytes, dst,
-                               r->count, dtype_name(r->dtype), r->bytes);
+                               " bytes)",
+                               src, s->count, dtype_name(s->dtype), s->bytes, dst, r->count,
+                               dtype_name(r->dtype), r->bytes);
                 return STATUS_PARAM_INVALID;
         }
         if (s->algorithm != r->algorithm || s->root != r->root || s->part != r->part ||
             s->chunk != r->chunk || s->n_chunks != r->n_chunks) {
-                (void)snprintf(buf, size, "rank %" PRIu32 " runs %s with %s, root %" PRIu32
-                               ", chunk %" PRIu32 "/%" PRIu32 "; rank %" PRIu32 " with %s, root %"
-                               PRIu32 ", chunk %" PRIu32 "/%" PRIu32 " (every member must pass "
+                (void)snprintf(buf, size,
+                               "rank %" PRIu32 " runs %s with %s, root %" PRIu32 ", chunk %" PRIu32
+                               "/%" PRIu32 "; rank %" PRIu32 " with %s, root %" PRIu32
+                               ", chunk %" PRIu32 "/%" PRIu32 " (every member must pass "
                                "the same root, algorithm, chunk size and blocks)",
                                src, op_name(s->op), s->algorithm == 1 ? "ring" : "mesh", s->root,
                                s->chunk, s->n_chunks, dst, r->algorithm == 1 ? "ring" : "mesh",
@@ -225,12 +228,14 @@ static int desc_compare(const OpDesc *s, const OpDesc *r, uint32_t src, uint32_t
         }
         if (s->num_tensors != r->num_tensors || s->block_bytes != r->block_bytes ||
             s->n_blocks != r->n_blocks || s->dtype != r->dtype || s->bytes != r->bytes) {
-                (void)snprintf(buf, size, "rank %" PRIu32 "'s cache has %" PRIu32 " tensors of %s"
-                               " with %" PRIu64 "-byte blocks, %" PRIu64 " blocks given; rank %"
-                               PRIu32 "'s %" PRIu32 " tensors of %s with %" PRIu64 "-byte blocks, %"
-                               PRIu64 " blocks", src, s->num_tensors, dtype_name(s->dtype),
-                               s->block_bytes, s->n_blocks, dst, r->num_tensors,
-                               dtype_name(r->dtype), r->block_bytes, r->n_blocks);
+                (void)snprintf(buf, size,
+                               "rank %" PRIu32 "'s cache has %" PRIu32 " tensors of %s"
+                               " with %" PRIu64 "-byte blocks, %" PRIu64
+                               " blocks given; rank %" PRIu32 "'s %" PRIu32
+                               " tensors of %s with %" PRIu64 "-byte blocks, %" PRIu64 " blocks",
+                               src, s->num_tensors, dtype_name(s->dtype), s->block_bytes,
+                               s->n_blocks, dst, r->num_tensors, dtype_name(r->dtype),
+                               r->block_bytes, r->n_blocks);
                 return STATUS_CACHE_INCOMPATIBLE;
         }
         return 0;
@@ -386,8 +391,8 @@ static void op_on_send_done(TransportJob *job, int status)
                 return;
         }
         if (!op_complete_told(op))
-                op_complete(op, status, "sending to rank %" PRIu32 " failed: %s",
-                            op->lane->dst, strerror(-error));
+                op_complete(op, status, "sending to rank %" PRIu32 " failed: %s", op->lane->dst,
+                            strerror(-error));
 }
 
 static void op_on_recv_done(TransportJob *job, int status)
@@ -434,7 +439,7 @@ static void op_on_rdma_written(TransportJob *job, int status)
                 op->ready_spent = true;
                 lane_word_send(l, op->peer, XFER_WRITTEN, op->seq, NULL, STATUS_OK, NULL);
                 if (!op_complete_told(op))
-                        op->state = OP_WAIT_WORD;       /* the receiver's DONE completes it */
+                        op->state = OP_WAIT_WORD; /* the receiver's DONE completes it */
                 return;
         }
         if (op_complete_told(op))
@@ -460,8 +465,10 @@ static void op_on_rdma_ready(RdmaEndpoint *ep, int status, const char *reason, v
 
         op->rdma_waiter = NULL;
         if (status < 0) {
-                op_complete(op, STATUS_PEER_LOST, "RDMA queue pairs to rank %" PRIu32 " did not "
-                            "connect: %s", op->lane->dst, reason ? reason : strerror(-status));
+                op_complete(op, STATUS_PEER_LOST,
+                            "RDMA queue pairs to rank %" PRIu32 " did not "
+                            "connect: %s",
+                            op->lane->dst, reason ? reason : strerror(-status));
                 return;
         }
         op->data_job = (TransportJob){
@@ -495,13 +502,14 @@ static void op_rdma_send_start(DomainOp *op)
 
         if (!lk || lk->state != LINK_UP || !lk->rdma_ep || !lk->peer ||
             lk->peer->state != PEER_READY) {
-                op_complete(op, STATUS_LINK_FAILED, "rank %" PRIu32 " waits for RDMA WRITEs, but "
-                            "the link of cluster %" PRIu64 " to %" PRIu64 " %s", l->dst,
-                            dom->ranks[l->src].cluster_id, dom->ranks[l->dst].cluster_id,
-                            !lk                       ? "is gone"
-                            : lk->state != LINK_UP    ? "is down"
-                            : !lk->rdma_ep            ? "runs over TCP"
-                                                      : "lost its daemon");
+                op_complete(op, STATUS_LINK_FAILED,
+                            "rank %" PRIu32 " waits for RDMA WRITEs, but "
+                            "the link of cluster %" PRIu64 " to %" PRIu64 " %s",
+                            l->dst, dom->ranks[l->src].cluster_id, dom->ranks[l->dst].cluster_id,
+                            !lk                    ? "is gone"
+                            : lk->state != LINK_UP ? "is down"
+                            : !lk->rdma_ep         ? "runs over TCP"
+                                                   : "lost its daemon");
                 return;
         }
         op->rdma = true;
@@ -539,8 +547,10 @@ static void op_rdma_recv_post(DomainOp *op, Peer *p)
                 if (r < 0)
                         error_set(&e, r == -EMSGSIZE ? STATUS_LIMIT_EXCEEDED : STATUS_PEER_LOST,
                                   "cannot tell rank %" PRIu32 " where to WRITE: %s%s", l->src,
-                                  strerror(-r), r == -EMSGSIZE ? " (too many segments for one "
-                                  "frame; see limits.max_frame_size)" : "");
+                                  strerror(-r),
+                                  r == -EMSGSIZE ? " (too many segments for one "
+                                                   "frame; see limits.max_frame_size)"
+                                                 : "");
         }
         if (r < 0) {
                 /* The sender hears that this message will not come, and fails it too. */
@@ -597,9 +607,10 @@ static void op_remote_match(DomainOp *op)
                 op_complete(op, STATUS_PEER_LOST, "the daemon of rank %" PRIu32 " is gone", l->dst);
                 return;
         }
-        r = lane_data_job_submit(op, p, TRANSPORT_WRITE,
-                                 domain_lane_job_id(dom->ranks[l->dst].domain_id, l->src, l->dst,
-                                             op->seq), op_on_send_done);
+        r = lane_data_job_submit(
+                op, p, TRANSPORT_WRITE,
+                domain_lane_job_id(dom->ranks[l->dst].domain_id, l->src, l->dst, op->seq),
+                op_on_send_done);
         if (r < 0) {
                 op_complete(op, STATUS_PEER_LOST, "cannot send to rank %" PRIu32 ": %s", l->dst,
                             strerror(-r));
@@ -616,7 +627,7 @@ static DomainOp *lane_find(Lane *l, uint64_t seq, bool send)
 {
         DomainOp *op;
 
-        CLIST_FOREACH(op, &l->ops, link_lane)
+        CLIST_FOREACH (op, &l->ops, link_lane)
                 if (op->seq == seq && op->send == send)
                         return op;
         return NULL;
@@ -644,12 +655,11 @@ static void local_on_copied(TransportJob *job, int status)
  * Builds the copies of two segment lists that add up to the same bytes, as the segments of a job
  * that reads @s's bytes into @r's.
  */
-static int local_copies(const DomainOp *s, const DomainOp *r, TransportSegment **ret,
-                        size_t *ret_n)
+static int local_copies(const DomainOp *s, const DomainOp *r, TransportSegment **ret, size_t *ret_n)
 {
         size_t cap = s->n_segs + r->n_segs, n = 0;
         TransportSegment *c = calloc(cap ? cap : 1, sizeof(*c));
-        SegZip z = { 0 };
+        SegZip z = {0};
 
         if (!c)
                 return -ENOMEM;
@@ -724,8 +734,9 @@ static void op_take_word(DomainOp *op, LaneWord *w);
 static void local_give_up(const DomainOp *op)
 {
         Lane *l = op->lane;
-        LaneWord w = { .kind = op->send ? XFER_SEND_CANCEL : XFER_RECV_CANCEL, .seq = op->seq,
-                       .status = op->status };
+        LaneWord w = {.kind = op->send ? XFER_SEND_CANCEL : XFER_RECV_CANCEL,
+                      .seq = op->seq,
+                      .status = op->status};
         DomainOp *partner = lane_find(l, op->seq, !op->send);
         LaneWord *copy;
 
@@ -755,7 +766,7 @@ void domain_op_assign(DomainOp *op, Lane *lane, bool send)
         op->seq = send ? lane->next_send_seq++ : lane->next_recv_seq++;
         op->state = OP_ASSIGNED;
         clist_link_tail(&lane->ops, &op->link_lane);
-        CLIST_FOREACH_SAFE(w, tmp, &lane->words, link)
+        CLIST_FOREACH_SAFE (w, tmp, &lane->words, link)
                 if (w->seq == op->seq) {
                         lane_word_unlink(lane, w);
                         op_take_word(op, w);
@@ -801,12 +812,15 @@ void domain_op_post(DomainOp *op)
                 return;
         }
         if (!p || !p->data) {
-                op_complete(op, STATUS_PEER_LOST, "the daemon of rank %" PRIu32 " is not "
-                            "connected", l->src);
+                op_complete(op, STATUS_PEER_LOST,
+                            "the daemon of rank %" PRIu32 " is not "
+                            "connected",
+                            l->src);
                 return;
         }
-        r = lane_data_job_submit(op, p, TRANSPORT_READ, domain_lane_job_id(dom->id, l->src, l->dst,
-                                                                    op->seq), op_on_recv_done);
+        r = lane_data_job_submit(op, p, TRANSPORT_READ,
+                                 domain_lane_job_id(dom->id, l->src, l->dst, op->seq),
+                                 op_on_recv_done);
         if (r < 0) {
                 op_complete(op, STATUS_PEER_LOST, "cannot receive from rank %" PRIu32 ": %s",
                             l->src, strerror(-r));
@@ -848,8 +862,8 @@ void domain_op_cancel(DomainOp *op, int status, const char *fmt, ...)
         case OP_ASSIGNED:
         case OP_POSTED:
                 if (op->send) {
-                        lane_word_send(l, op->have_ready ? op->ready_peer : NULL,
-                                       XFER_SEND_CANCEL, op->seq, NULL, op->status, op->err.msg);
+                        lane_word_send(l, op->have_ready ? op->ready_peer : NULL, XFER_SEND_CANCEL,
+                                       op->seq, NULL, op->status, op->err.msg);
                         /* All a registration needs to hear; a TCP job still needs its abort. */
                         op->ready_spent = op->have_ready && op->ready_rdma;
                 } else
@@ -922,15 +936,15 @@ static void op_take_word(DomainOp *op, LaneWord *w)
         if (w->kind == XFER_DONE && w->status == STATUS_OK)
                 op->word_msg[0] = '\0';
         else
-                (void)snprintf(op->word_msg, sizeof(op->word_msg), "%s (rank %" PRIu32 ") %s: %.160s",
-                               who, op->send ? l->dst : l->src,
+                (void)snprintf(op->word_msg, sizeof(op->word_msg),
+                               "%s (rank %" PRIu32 ") %s: %.160s", who, op->send ? l->dst : l->src,
                                w->kind == XFER_MISMATCH ? "describes the message differently"
                                : w->kind == XFER_DONE   ? "could not land the bytes"
                                                         : "gave up",
                                w->msg);
         switch (op->state) {
         case OP_ASSIGNED:
-                return;         /* fails when it is posted */
+                return; /* fails when it is posted */
         case OP_POSTED:
                 op_complete(op, op->word_status, "%s", op->word_msg);
                 return;
@@ -957,17 +971,17 @@ void domain_lane_handle_xfer(void *userdata, Peer *p, uint64_t request_id,
 {
         const Kvdist__V1__PeerDomainXfer *m = (const Kvdist__V1__PeerDomainXfer *)msg;
         DomainRegistry *reg = userdata;
-        bool from_receiver = m->kind == XFER_READY || m->kind == XFER_DONE ||
-                             m->kind == XFER_RECV_CANCEL;
+        bool from_receiver =
+                m->kind == XFER_READY || m->kind == XFER_DONE || m->kind == XFER_RECV_CANCEL;
         uint32_t remote;
-        LaneWord w = { .kind = (XferKind)m->kind, .seq = m->seq, .peer = p };
+        LaneWord w = {.kind = (XferKind)m->kind, .seq = m->seq, .peer = p};
         Domain *dom;
         DomainOp *op;
         Lane *l;
 
         dom = reg ? domain_find_id(reg, m->dst_domain_id) : NULL;
-        if (!dom || m->kind < XFER_READY || m->kind > XFER_WRITTEN ||
-            m->src_rank >= dom->n_ranks || m->dst_rank >= dom->n_ranks)
+        if (!dom || m->kind < XFER_READY || m->kind > XFER_WRITTEN || m->src_rank >= dom->n_ranks ||
+            m->dst_rank >= dom->n_ranks)
                 goto refuse;
         remote = from_receiver ? m->dst_rank : m->src_rank;
         l = dom->lanes[m->src_rank][m->dst_rank];
@@ -1015,9 +1029,10 @@ void domain_lane_handle_xfer(void *userdata, Peer *p, uint64_t request_id,
         }
         if (l->n_words >= LANE_MAX_WORDS || l->n_word_segs + w.n_rsegs > LANE_MAX_WORD_SEGS) {
                 free(w.rsegs);
-                domain_fail(dom, STATUS_PROTOCOL_MISMATCH, false, "rank %" PRIu32 " sent more "
-                            "than %d messages (or %d RDMA segments) ahead", remote,
-                            LANE_MAX_WORDS, LANE_MAX_WORD_SEGS);
+                domain_fail(dom, STATUS_PROTOCOL_MISMATCH, false,
+                            "rank %" PRIu32 " sent more "
+                            "than %d messages (or %d RDMA segments) ahead",
+                            remote, LANE_MAX_WORDS, LANE_MAX_WORD_SEGS);
                 return;
         }
         {
@@ -1048,7 +1063,7 @@ void domain_lanes_peer_lost(Domain *dom, Peer *p)
 
                         if (!l || l->local)
                                 continue;
-                        CLIST_FOREACH_SAFE(w, wtmp, &l->words, link)
+                        CLIST_FOREACH_SAFE (w, wtmp, &l->words, link)
                                 if (w->peer == p) {
                                         lane_word_unlink(l, w);
                                         lane_word_free(w);
@@ -1058,7 +1073,7 @@ void domain_lanes_peer_lost(Domain *dom, Peer *p)
                          * leave this lane: the saved next op is stale then. Start over after
                          * each; ops done or cut off do not match again. */
                 restart:
-                        CLIST_FOREACH_SAFE(op, tmp, &l->ops, link_lane) {
+                        CLIST_FOREACH_SAFE (op, tmp, &l->ops, link_lane) {
                                 if (op->ready_peer == p) {
                                         op->ready_peer = NULL;
                                         op->have_ready = false;
@@ -1075,8 +1090,9 @@ void domain_lanes_peer_lost(Domain *dom, Peer *p)
                                 op->peer = NULL;
                                 if (!op->job && (op->state == OP_WAIT_WORD ||
                                                  (op->rdma && !op->send && op->state == OP_DATA))) {
-                                        op_complete(op, STATUS_PEER_LOST, "the daemon of rank %"
-                                                    PRIu32 " was lost", op->send ? t : s);
+                                        op_complete(op, STATUS_PEER_LOST,
+                                                    "the daemon of rank %" PRIu32 " was lost",
+                                                    op->send ? t : s);
                                         goto restart;
                                 }
                         }

@@ -38,12 +38,13 @@ static void members_diff(const Domain *dom, const Kvdist__V1__PeerDomainJoin *m,
                     strcmp(x->address ?: "", r->address) == 0 &&
                     strcmp(x->server_id ?: "", r->server_id) == 0)
                         continue;
-                (void)snprintf(buf, size, "rank %" PRIu32 " is cluster %" PRIu64 " at %s (server %s, "
+                (void)snprintf(buf, size,
+                               "rank %" PRIu32 " is cluster %" PRIu64 " at %s (server %s, "
                                "device %" PRId32 ") here, cluster %" PRIu64 " at %.64s (server "
                                "%.64s, device %" PRId32 ") at the daemon of rank %" PRIu32,
                                x->rank, r->cluster_id, r->address, r->server_id, r->device_id,
-                               x->cluster_id, x->address ?: "", x->server_id ?: "",
-                               x->device_id, m->src_rank);
+                               x->cluster_id, x->address ?: "", x->server_id ?: "", x->device_id,
+                               m->src_rank);
                 return;
         }
 }
@@ -82,21 +83,24 @@ void domain_peer_handle_join(void *userdata, Peer *p, uint64_t request_id,
         if (m->digest.len != sizeof(dom->digest) ||
             memcmp(m->digest.data, dom->digest, sizeof(dom->digest)) != 0) {
                 members_diff(dom, m, diff, sizeof(diff));
-                domain_fail(dom, STATUS_PARAM_INVALID, false, "the rank tables disagree: %s",
-                            diff);
+                domain_fail(dom, STATUS_PARAM_INVALID, false, "the rank tables disagree: %s", diff);
                 error_set(&err, STATUS_PARAM_INVALID, "the rank tables disagree: %s", diff);
                 goto refuse;
         }
         if (m->dst_rank >= dom->n_ranks || m->src_rank >= dom->n_ranks ||
             !dom->ranks[m->dst_rank].local || dom->ranks[m->src_rank].local) {
-                error_set(&err, STATUS_PROTOCOL_MISMATCH, "rank %" PRIu32 " is not a member here "
-                          "or rank %" PRIu32 " is", m->dst_rank, m->src_rank);
+                error_set(&err, STATUS_PROTOCOL_MISMATCH,
+                          "rank %" PRIu32 " is not a member here "
+                          "or rank %" PRIu32 " is",
+                          m->dst_rank, m->src_rank);
                 goto refuse;
         }
         src = &dom->ranks[m->src_rank];
         if (src->domain_id && src->domain_id != m->src_domain_id) {
-                error_set(&err, STATUS_PROTOCOL_MISMATCH, "rank %" PRIu32 " joined as another "
-                          "incarnation of the domain", m->src_rank);
+                error_set(&err, STATUS_PROTOCOL_MISMATCH,
+                          "rank %" PRIu32 " joined as another "
+                          "incarnation of the domain",
+                          m->src_rank);
                 goto refuse;
         }
         if (!dom->ranks[m->dst_rank].joined) {
@@ -117,13 +121,13 @@ void domain_peer_handle_join(void *userdata, Peer *p, uint64_t request_id,
                 dom->ranks[m->dst_rank].pairs[m->src_rank].joined = true;
                 log_debug("%s: rank %" PRIu32 " and rank %" PRIu32 " joined (asked by %s)",
                           DOMAIN_NAME(dom), m->dst_rank, m->src_rank,
-                          peer_name(p, (char[96]){ 0 }, 96));
+                          peer_name(p, (char[96]){0}, 96));
                 domain_join_progress(dom);
         }
         return;
 refuse:
-        (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, request_id,
-                               err.code, &err);
+        (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, request_id, err.code,
+                               &err);
 }
 
 /* The domain of @reg @dst_id names, if remote rank @rank of it is the peer's domain @src_id. */
@@ -146,8 +150,8 @@ void domain_peer_handle_linked(void *userdata, Peer *p, uint64_t request_id,
                                const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainLinked *m = (const Kvdist__V1__PeerDomainLinked *)msg;
-        Domain *dom = domain_for_notice(userdata, p, m->dst_domain_id, m->src_domain_id,
-                                        m->src_rank);
+        Domain *dom =
+                domain_for_notice(userdata, p, m->dst_domain_id, m->src_domain_id, m->src_rank);
 
         if (!dom || dom->state != DOMAIN_PREPARING || m->dst_rank >= dom->n_ranks ||
             !dom->ranks[m->dst_rank].local) {

@@ -62,9 +62,9 @@ static json_t *member_json(const Domain *dom, uint32_t r, bool *ok)
         set(o, "local", json_boolean(x->local), ok);
         set(o, "joined", json_boolean(x->local ? x->joined : x->ever_joined), ok);
         set(o, "ready", json_boolean(x->ready), ok);
-        set(o, "peer", p && p->state == PEER_READY ? json_string(p->address[0] ? p->address
-                                                                              : p->remote)
-                                                 : json_null(),
+        set(o, "peer",
+            p && p->state == PEER_READY ? json_string(p->address[0] ? p->address : p->remote)
+                                        : json_null(),
             ok);
         return o;
 }
@@ -110,9 +110,10 @@ static json_t *channel_json(const Domain *dom, uint32_t o, bool *ok)
          * OK nothing is decided. */
         if (dom->state != DOMAIN_OK && !dom->ranks[o].local)
                 send_tp = recv_tp = NULL;
-        set(c, "transport", !send_tp || !recv_tp             ? json_null()
-                            : strcmp(send_tp, recv_tp) == 0 ? json_string(send_tp)
-                                                            : json_string("mixed"),
+        set(c, "transport",
+            !send_tp || !recv_tp            ? json_null()
+            : strcmp(send_tp, recv_tp) == 0 ? json_string(send_tp)
+                                            : json_string("mixed"),
             ok);
         set(c, "send_transport", send_tp ? json_string(send_tp) : json_null(), ok);
         set(c, "recv_transport", recv_tp ? json_string(recv_tp) : json_null(), ok);
@@ -134,14 +135,16 @@ static json_t *domain_json(const Domain *dom, usec_t now, unsigned queue_pos, bo
         set(o, "comm_id", json_u64(dom->id), ok);
         set(o, "comm_name", json_string(dom->name), ok);
         set(o, "state", json_string(domain_state_to_string(dom->state)), ok);
-        set(o, "setup", json_string(dom->state != DOMAIN_PREPARING ? "done"
-                                    : dom->setup == SETUP_QUEUED   ? "queued"
-                                    : dom->setup == SETUP_ACTIVE   ? "in_progress"
-                                                                   : "waiting"),
+        set(o, "setup",
+            json_string(dom->state != DOMAIN_PREPARING ? "done"
+                        : dom->setup == SETUP_QUEUED   ? "queued"
+                        : dom->setup == SETUP_ACTIVE   ? "in_progress"
+                                                       : "waiting"),
             ok);
         set(o, "queue_position", queue_pos ? json_integer(queue_pos) : json_null(), ok);
-        set(o, "status", dom->state == DOMAIN_FAILED ? json_string(status_wire_name(dom->fail_code))
-                                                     : json_null(),
+        set(o, "status",
+            dom->state == DOMAIN_FAILED ? json_string(status_wire_name(dom->fail_code))
+                                        : json_null(),
             ok);
         set(o, "reason", json_string(dom->reason), ok);
         set(o, "ranks", json_integer(n), ok);
@@ -153,11 +156,12 @@ static json_t *domain_json(const Domain *dom, usec_t now, unsigned queue_pos, bo
         set(o, "members", members, ok);
         set(o, "local_ranks", local, ok);
         /* auto picks ring for broadcasts of 1 MiB and more among 3 or more members. */
-        set(o, "algorithm", json_string(n >= 3 ? "auto: ring for broadcasts from 1 MiB, else mesh"
-                                               : "auto: mesh (2 members)"),
+        set(o, "algorithm",
+            json_string(n >= 3 ? "auto: ring for broadcasts from 1 MiB, else mesh"
+                               : "auto: mesh (2 members)"),
             ok);
-        set(o, "last_algorithm", dom->last_algorithm ? json_string(algorithm_name(dom->last_algorithm))
-                                                     : json_null(),
+        set(o, "last_algorithm",
+            dom->last_algorithm ? json_string(algorithm_name(dom->last_algorithm)) : json_null(),
             ok);
         /* Acquired when the domain formed: per rank, the seed's model of each algorithm. */
         set(o, "resources_acquired", json_boolean(dom->state == DOMAIN_OK), ok);
@@ -179,9 +183,9 @@ static json_t *domain_json(const Domain *dom, usec_t now, unsigned queue_pos, bo
         set(o, "bytes_sent", json_u64(dom->counters.bytes_sent), ok);
         set(o, "bytes_received", json_u64(dom->counters.bytes_received), ok);
         set(o, "age_s", json_real((double)(now - dom->created_usec) / USEC_PER_SEC), ok);
-        set(o, "formed_ms", dom->ok_usec ? json_u64((dom->ok_usec - dom->created_usec) /
-                                                    USEC_PER_MSEC)
-                                         : json_null(),
+        set(o, "formed_ms",
+            dom->ok_usec ? json_u64((dom->ok_usec - dom->created_usec) / USEC_PER_MSEC)
+                         : json_null(),
             ok);
         return o;
 }
@@ -195,12 +199,12 @@ json_t *domain_status_json(DomainRegistry *reg)
 
         if (!reg)
                 return a;
-        CLIST_FOREACH(dom, &reg->domains, link_reg) {
+        CLIST_FOREACH (dom, &reg->domains, link_reg) {
                 unsigned pos = 0, i = 0;
                 const Domain *q;
 
                 if (dom->setup == SETUP_QUEUED)
-                        CLIST_FOREACH(q, &reg->queue, link_queue) {
+                        CLIST_FOREACH (q, &reg->queue, link_queue) {
                                 i++;
                                 if (q == dom)
                                         pos = i;
@@ -230,7 +234,7 @@ void domain_registry_stats(const DomainRegistry *reg, DomainStats *ret)
         };
         for (int s = 0; s < _DOMAIN_STATE_MAX; s++)
                 ret->state_names[s] = domain_state_to_string(s);
-        CLIST_FOREACH(dom, &reg->domains, link_reg)
+        CLIST_FOREACH (dom, &reg->domains, link_reg)
                 ret->by_state[dom->state]++;
         memcpy(ret->calls, reg->calls, sizeof(ret->calls));
 }

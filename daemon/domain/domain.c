@@ -85,11 +85,11 @@ static const LinkEvents domain_link_events = {
 
 /* What domain/ handles of what peers send: members joining, linking, leaving; lane words. */
 static const PeerHandler domain_peer_handlers[] = {
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, domain_peer_handle_join },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, domain_peer_handle_linked },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, domain_peer_handle_ready },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, domain_peer_handle_leave },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, domain_lane_handle_xfer },
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, domain_peer_handle_join},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, domain_peer_handle_linked},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, domain_peer_handle_ready},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, domain_peer_handle_leave},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, domain_lane_handle_xfer},
 };
 
 int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret)
@@ -110,8 +110,8 @@ int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret)
                 return -ENOMEM;
         }
         link_events_listen(roots->link, &reg->link_hook, &domain_link_events, reg);
-        peer_handlers_register(roots->link, domain_peer_handlers,
-                               ARRAY_SIZE(domain_peer_handlers), reg);
+        peer_handlers_register(roots->link, domain_peer_handlers, ARRAY_SIZE(domain_peer_handlers),
+                               reg);
         *ret = reg;
         return 0;
 }
@@ -177,12 +177,12 @@ DomainRegistry *domain_registry_free(DomainRegistry *reg)
         /* The loop runs no more: what the data planes and the copy engine completed last is
          * told here, then every call still running stops. */
         domain_call_drain(reg);
-        CLIST_FOREACH_SAFE(dom, tmp, &reg->domains, link_reg) {
+        CLIST_FOREACH_SAFE (dom, tmp, &reg->domains, link_reg) {
                 domain_calls_fail(dom, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
                 domain_remove(dom);
         }
         domain_call_drain(reg);
-        CLIST_FOREACH_SAFE(lr, ltmp, &reg->local_res, link) {
+        CLIST_FOREACH_SAFE (lr, ltmp, &reg->local_res, link) {
                 clist_unlink(&lr->link);
                 free(lr);
         }
@@ -199,7 +199,7 @@ Domain *domain_find_id(DomainRegistry *reg, uint64_t id)
 {
         Domain *dom;
 
-        CLIST_FOREACH(dom, &reg->domains, link_reg)
+        CLIST_FOREACH (dom, &reg->domains, link_reg)
                 if (dom->id == id)
                         return dom;
         return NULL;
@@ -209,7 +209,7 @@ Domain *domain_find_name(DomainRegistry *reg, const char *name)
 {
         Domain *dom;
 
-        CLIST_FOREACH(dom, &reg->domains, link_reg)
+        CLIST_FOREACH (dom, &reg->domains, link_reg)
                 if (strcmp(dom->name, name) == 0)
                         return dom;
         return NULL;
@@ -226,7 +226,7 @@ Peer *domain_rank_peer(Domain *dom, uint32_t rank)
                 return r->peer;
         /* Two daemons that dialed each other at once keep one connection for new work. */
         if (r->node_id)
-                CLIST_FOREACH(p, &dom->reg->roots.link->peers, link_daemon)
+                CLIST_FOREACH (p, &dom->reg->roots.link->peers, link_daemon)
                         if (p->state == PEER_READY && !p->retiring && p->node_id == r->node_id) {
                                 r->peer = p;
                                 return p;
@@ -266,7 +266,6 @@ static void domain_pump(DomainRegistry *reg)
         }
 }
 
-
 void domain_setup_update(Domain *dom)
 {
         DomainRegistry *reg = dom->reg;
@@ -301,7 +300,7 @@ int domain_new(DomainRegistry *reg, Domain **ret)
         dom->id = id_source_next(reg->roots.link->ids);
         dom->state = DOMAIN_PREPARING;
         dom->created_usec = now_usec(CLOCK_MONOTONIC);
-        dom->refs = 1;          /* the registry's */
+        dom->refs = 1; /* the registry's */
         clist_init(&dom->calls);
         clist_init(&dom->link_queue);
         clist_link_tail(&reg->domains, &dom->link_reg);
@@ -350,14 +349,15 @@ static void domain_on_deadline(evutil_socket_t fd, short what, void *userdata)
         char missing[ERROR_MSG_MAX];
 
         domain_format_missing(dom, missing, sizeof(missing));
-        domain_fail(dom, STATUS_TIMEOUT, false, "not formed within link_total_time (%" PRIu32
-                    " ms): %s", *dom->reg->roots.link_total_time_ms, missing);
+        domain_fail(dom, STATUS_TIMEOUT, false,
+                    "not formed within link_total_time (%" PRIu32 " ms): %s",
+                    *dom->reg->roots.link_total_time_ms, missing);
 }
 
 int domain_start(Domain *dom)
 {
         uint32_t ms = *dom->reg->roots.link_total_time_ms;
-        struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+        struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
         int r;
 
         r = domain_lanes_new(dom);
@@ -369,8 +369,8 @@ int domain_start(Domain *dom)
                 return -ENOMEM;
         if (dom->reg->n_domains > DOMAIN_WARN)
                 log_warning("%s: %u comm domains on this daemon; more than %d risks running out "
-                            "of memory and slows transfers down (at most %d)", DOMAIN_NAME(dom),
-                            dom->reg->n_domains, DOMAIN_WARN, DOMAIN_MAX);
+                            "of memory and slows transfers down (at most %d)",
+                            DOMAIN_NAME(dom), dom->reg->n_domains, DOMAIN_WARN, DOMAIN_MAX);
         domain_setup_update(dom);
         domain_registry_changed(dom->reg);
         return 0;
@@ -427,8 +427,8 @@ void domain_check_ok(Domain *dom)
          * 2(n-1), n-1. Lanes to and from every other rank carry both. */
         log_info("%s: OK after %" PRIu64 " ms, %u members; resources per rank: ring 2 threads, "
                  "4 notifies, 2 channels; mesh %u threads, %u notifies, %u channels",
-                 DOMAIN_NAME(dom), (now - dom->created_usec) / USEC_PER_MSEC, n, n - 1,
-                 2 * (n - 1), n - 1);
+                 DOMAIN_NAME(dom), (now - dom->created_usec) / USEC_PER_MSEC, n, n - 1, 2 * (n - 1),
+                 n - 1);
         domain_setup_update(dom);
         domain_registry_changed(dom->reg);
 }
@@ -478,7 +478,7 @@ void domain_stop_all(DomainRegistry *reg)
 
         if (!reg)
                 return;
-        CLIST_FOREACH(dom, &reg->domains, link_reg)
+        CLIST_FOREACH (dom, &reg->domains, link_reg)
                 domain_calls_fail(dom, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 }
 
@@ -494,13 +494,13 @@ void domain_cluster_gone(DomainRegistry *reg, Cluster *c)
 
         if (!reg)
                 return;
-        CLIST_FOREACH_SAFE(dom, tmp, &reg->domains, link_reg)
+        CLIST_FOREACH_SAFE (dom, tmp, &reg->domains, link_reg)
                 for (uint32_t r = 0; r < dom->n_ranks; r++)
                         if (dom->ranks[r].local && dom->ranks[r].cluster == c) {
                                 domain_member_leave(dom, r, STATUS_PEER_LOST, "detached");
                                 break;
                         }
-        CLIST_FOREACH_SAFE(lr, ltmp, &reg->local_res, link)
+        CLIST_FOREACH_SAFE (lr, ltmp, &reg->local_res, link)
                 if (lr->cluster_id == c->id) {
                         clist_unlink(&lr->link);
                         free(lr);
@@ -517,20 +517,21 @@ void domain_on_peer_lost(DomainRegistry *reg, Peer *p, int status)
                 return;
         (void)snprintf(why, sizeof(why), "%s",
                        status == STATUS_DAEMON_UNAVAILABLE ? "kvdistd is stopping"
-                                                          : "the connection to it was lost");
-        CLIST_FOREACH(pl, &reg->pair_links, link_reg)
+                                                           : "the connection to it was lost");
+        CLIST_FOREACH (pl, &reg->pair_links, link_reg)
                 if (pl->peer == p) {
                         pl->peer = NULL;
                         /* Its RDMA endpoint went with it. */
                         pl->rdma_ep = NULL;
                         if (pl->state == PAIR_LINK_HELD || pl->state == PAIR_LINK_CONNECTING) {
                                 link_transport_cancel(&pl->transport);
-                                error_set(&pl->err, STATUS_PEER_LOST, "the daemon of cluster %"
-                                          PRIu64 " was lost", pl->remote_cluster_id);
+                                error_set(&pl->err, STATUS_PEER_LOST,
+                                          "the daemon of cluster %" PRIu64 " was lost",
+                                          pl->remote_cluster_id);
                                 pl->state = PAIR_LINK_FAILED;
                         }
                 }
-        CLIST_FOREACH_SAFE(dom, tmp, &reg->domains, link_reg) {
+        CLIST_FOREACH_SAFE (dom, tmp, &reg->domains, link_reg) {
                 domain_lanes_peer_lost(dom, p);
                 domain_join_peer_lost(dom, p, status, why);
         }
@@ -542,7 +543,7 @@ bool domain_cluster_has_domains(const DomainRegistry *reg, const Cluster *c)
 
         if (!reg)
                 return false;
-        CLIST_FOREACH(dom, &reg->domains, link_reg)
+        CLIST_FOREACH (dom, &reg->domains, link_reg)
                 for (uint32_t r = 0; r < dom->n_ranks; r++)
                         if (dom->ranks[r].local && dom->ranks[r].joined &&
                             dom->ranks[r].cluster == c)
@@ -550,8 +551,7 @@ bool domain_cluster_has_domains(const DomainRegistry *reg, const Cluster *c)
         return false;
 }
 
-bool domain_pair_link_in_progress(DomainRegistry *reg, const Cluster *c,
-                                  uint64_t remote_cluster_id)
+bool domain_pair_link_in_progress(DomainRegistry *reg, const Cluster *c, uint64_t remote_cluster_id)
 {
         PairLink *pl;
 
@@ -567,7 +567,7 @@ static Domain *domain_of_pair(DomainRegistry *reg, const Cluster *c, uint64_t re
 {
         Domain *dom, *found = NULL;
 
-        CLIST_FOREACH(dom, &reg->domains, link_reg) {
+        CLIST_FOREACH (dom, &reg->domains, link_reg) {
                 bool member = false, other = false;
 
                 for (uint32_t r = 0; r < dom->n_ranks; r++) {
@@ -596,13 +596,15 @@ int domain_explain_no_link(DomainRegistry *reg, const Cluster *c, uint64_t remot
         if (!dom)
                 return 0;
         if (dom->state == DOMAIN_PREPARING)
-                return error_set(err, STATUS_NOT_YET_LINK, "cluster %" PRIu64 " has no link to "
+                return error_set(err, STATUS_NOT_YET_LINK,
+                                 "cluster %" PRIu64 " has no link to "
                                  "cluster %" PRIu64 " yet: %s is not ready (PREPARING); its "
                                  "links are made once kvd_query_register_mem_status() says OK",
                                  c->id, remote_cluster_id, DOMAIN_NAME(dom));
-        return error_set(err, STATUS_NOT_YET_LINK, "cluster %" PRIu64 " has no link to cluster %"
-                         PRIu64 ": %s failed (%s); kvd_unlink() it and link again", c->id,
-                         remote_cluster_id, DOMAIN_NAME(dom), dom->reason);
+        return error_set(err, STATUS_NOT_YET_LINK,
+                         "cluster %" PRIu64 " has no link to cluster %" PRIu64
+                         ": %s failed (%s); kvd_unlink() it and link again",
+                         c->id, remote_cluster_id, DOMAIN_NAME(dom), dom->reason);
 }
 
 /* ---- local_comm_res ---- */
@@ -674,17 +676,19 @@ int domain_cluster_attach(DomainRegistry *reg, Cluster *c, const char *local_com
                 return r;
         }
         if (lr->dev.device_id != c->device_id) {
-                r = error_set(err, STATUS_PARAM_INVALID, "local_comm_res: device_id %" PRId32
-                              " is not this client's device_id %" PRId32, lr->dev.device_id,
-                              c->device_id);
+                r = error_set(err, STATUS_PARAM_INVALID,
+                              "local_comm_res: device_id %" PRId32
+                              " is not this client's device_id %" PRId32,
+                              lr->dev.device_id, c->device_id);
                 free(lr);
                 return r;
         }
         if (link_root_peer_address(c->root)[0] &&
             !domain_address_is_ours(c->root, lr->dev.device_ip)) {
-                r = error_set(err, STATUS_PARAM_INVALID, "local_comm_res: device_ip %s is not "
-                              "where this kvdistd accepts peers (%s)", lr->dev.device_ip,
-                              link_root_peer_address(c->root));
+                r = error_set(err, STATUS_PARAM_INVALID,
+                              "local_comm_res: device_ip %s is not "
+                              "where this kvdistd accepts peers (%s)",
+                              lr->dev.device_ip, link_root_peer_address(c->root));
                 free(lr);
                 return r;
         }
@@ -699,13 +703,13 @@ void domain_local_res(DomainRegistry *reg, const Cluster *c, RankDevice *ret, bo
         LocalRes *lr;
 
         if (reg)
-                CLIST_FOREACH(lr, &reg->local_res, link)
+                CLIST_FOREACH (lr, &reg->local_res, link)
                         if (lr->cluster_id == c->id) {
                                 *ret = lr->dev;
                                 *ret_given = true;
                                 return;
                         }
-        *ret = (RankDevice){ .device_id = c->device_id };
+        *ret = (RankDevice){.device_id = c->device_id};
         (void)gethostname(ret->server_id, sizeof(ret->server_id) - 1);
         (void)snprintf(ret->device_ip, sizeof(ret->device_ip), "%s",
                        link_root_peer_address(c->root));

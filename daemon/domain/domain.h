@@ -34,8 +34,8 @@ struct Kvdist__V1__DomainAllGather;
 
 /* What the daemon hands the domain registry: the roots below it and how it tells the daemon. */
 typedef struct DomainRoots {
-        LinkRoot *link;                 /* clusters, peers, the event loop, ids, our address */
-        TransportSet *transports;       /* what the lanes move bytes with */
+        LinkRoot *link;                     /* clusters, peers, the event loop, ids, our address */
+        TransportSet *transports;           /* what the lanes move bytes with */
         const uint32_t *link_total_time_ms; /* a domain not formed by then fails (config) */
         void (*changed)(void *userdata);    /* the count of domains changed (status line) */
         void (*call_ended)(void *userdata); /* a call answered: a stopping daemon may exit */
@@ -104,11 +104,11 @@ struct json_t *domain_status_json(DomainRegistry *reg);
 typedef struct DomainStats {
         const char *state_names[DOMAIN_STATS_STATES]; /* "preparing", ... */
         uint64_t by_state[DOMAIN_STATS_STATES];       /* domains now, by state */
-        uint64_t setups_active;         /* set-ups reaching out to other daemons */
+        uint64_t setups_active;                       /* set-ups reaching out to other daemons */
         uint64_t setups_queued;
-        uint64_t formed;                /* domains that reached OK */
-        uint64_t failed;                /* that failed */
-        uint64_t calls[3][2];           /* [batch send/recv, broadcast, all-gather][failed] */
+        uint64_t formed;      /* domains that reached OK */
+        uint64_t failed;      /* that failed */
+        uint64_t calls[3][2]; /* [batch send/recv, broadcast, all-gather][failed] */
         uint64_t bytes_sent;
         uint64_t bytes_received;
 } DomainStats;

@@ -14,7 +14,7 @@
 #define PATH_MAX_LEN 96
 
 typedef struct Ctx {
-        const char *what;       /* "rank_table", "local_comm_res" */
+        const char *what; /* "rank_table", "local_comm_res" */
         Error *err;
 } Ctx;
 
@@ -48,8 +48,9 @@ static int get_uint(const Ctx *c, json_t *v, const char *path, uint64_t max, uin
 
         if (json_is_integer(v)) {
                 if (json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
-                        return ctx_fail(c, path, "%" JSON_INTEGER_FORMAT " is outside [0, %"
-                                        PRIu64 "]", json_integer_value(v), max);
+                        return ctx_fail(c, path,
+                                        "%" JSON_INTEGER_FORMAT " is outside [0, %" PRIu64 "]",
+                                        json_integer_value(v), max);
                 *ret = (uint64_t)json_integer_value(v);
                 return 0;
         }
@@ -67,8 +68,7 @@ static int get_uint(const Ctx *c, json_t *v, const char *path, uint64_t max, uin
                         n = n * 10 + (uint64_t)(s[i] - '0');
                 }
                 if (n > max)
-                        return ctx_fail(c, path, "%" PRIu64 " is outside [0, %" PRIu64 "]", n,
-                                        max);
+                        return ctx_fail(c, path, "%" PRIu64 " is outside [0, %" PRIu64 "]", n, max);
         }
         *ret = n;
         return 0;
@@ -98,7 +98,8 @@ static int check_keys(const Ctx *c, json_t *obj, const char *path, const char *c
         const char *key;
         json_t *v;
 
-        json_object_foreach(obj, key, v) {
+        json_object_foreach(obj, key, v)
+        {
                 bool ok = false;
 
                 for (size_t i = 0; known[i] && !ok; i++)
@@ -120,8 +121,8 @@ static json_t *need(const Ctx *c, json_t *obj, const char *path, const char *key
 
 static int parse_header(const Ctx *c, json_t *root, bool fragment, json_t **ret_servers)
 {
-        static const char *const keys[] = { "version", "server_count", "server_list", "status",
-                                            NULL };
+        static const char *const keys[] = {"version", "server_count", "server_list", "status",
+                                           NULL};
         json_t *v, *servers;
         uint64_t count;
         int r = 0;
@@ -138,7 +139,8 @@ static int parse_header(const Ctx *c, json_t *root, bool fragment, json_t **ret_
                 return ctx_fail(c, "version", "only the \"1.0\" form is supported");
         v = json_object_get(root, "status");
         if (v && (!json_is_string(v) || strcmp(json_string_value(v), "completed") != 0))
-                return ctx_fail(c, "status", "must be \"completed\" (a table still being filled "
+                return ctx_fail(c, "status",
+                                "must be \"completed\" (a table still being filled "
                                 "in cannot form a domain)");
         servers = need(c, root, "", "server_list", &r);
         if (!servers)
@@ -153,8 +155,10 @@ static int parse_header(const Ctx *c, json_t *root, bool fragment, json_t **ret_
                 if (r < 0)
                         return r;
                 if (count != json_array_size(servers))
-                        return ctx_fail(c, "server_count", "%" PRIu64 ", but server_list "
-                                        "has %zu entries", count, json_array_size(servers));
+                        return ctx_fail(c, "server_count",
+                                        "%" PRIu64 ", but server_list "
+                                        "has %zu entries",
+                                        count, json_array_size(servers));
         }
         *ret_servers = servers;
         return 0;
@@ -164,7 +168,7 @@ static int parse_header(const Ctx *c, json_t *root, bool fragment, json_t **ret_
 static int parse_device(const Ctx *c, json_t *dev, const char *path, bool with_rank,
                         RankDevice *ret)
 {
-        static const char *const keys[] = { "device_id", "device_ip", "rank_id", NULL };
+        static const char *const keys[] = {"device_id", "device_ip", "rank_id", NULL};
         char p[PATH_MAX_LEN + 16];
         const char *ip;
         uint64_t n;
@@ -192,13 +196,16 @@ static int parse_device(const Ctx *c, json_t *dev, const char *path, bool with_r
         if (r < 0)
                 return r;
         if (rank_table_parse_address(ip, ret->device_ip, sizeof(ret->device_ip)) < 0)
-                return ctx_fail(c, p, "\"%.48s\" is not a numeric address (\"ip\", \"ip:port\" or "
-                                "\"[v6]:port\" of the member's kvdistd)", ip);
+                return ctx_fail(c, p,
+                                "\"%.48s\" is not a numeric address (\"ip\", \"ip:port\" or "
+                                "\"[v6]:port\" of the member's kvdistd)",
+                                ip);
         v = json_object_get(dev, "rank_id");
         (void)snprintf(p, sizeof(p), "%.*s.rank_id", PATH_MAX_LEN - 1, path);
         if (!with_rank) {
                 if (v)
-                        return ctx_fail(c, p, "belongs in the rank table given to link, not in "
+                        return ctx_fail(c, p,
+                                        "belongs in the rank table given to link, not in "
                                         "local_comm_res");
                 return 0;
         }
@@ -214,7 +221,7 @@ static int parse_device(const Ctx *c, json_t *dev, const char *path, bool with_r
 static int parse_server(const Ctx *c, json_t *server, const char *path, bool with_rank,
                         RankDevice *devs, size_t max, size_t *n_devs)
 {
-        static const char *const keys[] = { "server_id", "device", "host_nic_ip", NULL };
+        static const char *const keys[] = {"server_id", "device", "host_nic_ip", NULL};
         char p[PATH_MAX_LEN];
         const char *id;
         json_t *devices, *v;
@@ -239,7 +246,8 @@ static int parse_server(const Ctx *c, json_t *server, const char *path, bool wit
         (void)snprintf(p, sizeof(p), "%s.device", path);
         if (!json_is_array(devices) || json_array_size(devices) == 0)
                 return ctx_fail(c, p, "expected a non-empty array");
-        json_array_foreach(devices, i, v) {
+        json_array_foreach(devices, i, v)
+        {
                 RankDevice *d;
 
                 if (*n_devs >= max)
@@ -247,7 +255,7 @@ static int parse_server(const Ctx *c, json_t *server, const char *path, bool wit
                                         with_rank ? " (a comm domain has 2..4 members)"
                                                   : " (local_comm_res describes one device)");
                 d = &devs[(*n_devs)++];
-                *d = (RankDevice){ 0 };
+                *d = (RankDevice){0};
                 (void)snprintf(d->server_id, sizeof(d->server_id), "%s", id);
                 (void)snprintf(p, sizeof(p), "%s.device[%zu]", path, i);
                 r = parse_device(c, v, p, with_rank, d);
@@ -255,14 +263,17 @@ static int parse_server(const Ctx *c, json_t *server, const char *path, bool wit
                         return r;
                 for (size_t k = first; k + 1 < *n_devs; k++) {
                         if (devs[k].device_id == d->device_id)
-                                return ctx_fail(c, p, "device_id %" PRId32 " appears twice in "
-                                                "server %s", d->device_id, id);
+                                return ctx_fail(c, p,
+                                                "device_id %" PRId32 " appears twice in "
+                                                "server %s",
+                                                d->device_id, id);
                         /* One kvdistd serves every device of a server. */
                         if (strcmp(devs[k].device_ip, d->device_ip) != 0)
-                                return ctx_fail(c, p, "device_ip %s differs from %s of device %"
-                                                PRId32 ": one kvdistd serves all devices of a "
-                                                "server", d->device_ip, devs[k].device_ip,
-                                                devs[k].device_id);
+                                return ctx_fail(c, p,
+                                                "device_ip %s differs from %s of device %" PRId32
+                                                ": one kvdistd serves all devices of a "
+                                                "server",
+                                                d->device_ip, devs[k].device_ip, devs[k].device_id);
                 }
         }
         return 0;
@@ -294,10 +305,10 @@ static json_t *load(const Ctx *c, const char *json, int *r)
 
 int rank_table_parse(const char *json, RankTable *ret, Error *err)
 {
-        const Ctx c = { "rank_table", err };
+        const Ctx c = {"rank_table", err};
         _cleanup_(json_decrefp) json_t *root = NULL;
         RankDevice devs[RANK_TABLE_MAX_RANKS];
-        RankTable t = { 0 };
+        RankTable t = {0};
         size_t n = 0, i;
         json_t *servers, *s;
         int r = 0;
@@ -308,7 +319,8 @@ int rank_table_parse(const char *json, RankTable *ret, Error *err)
         r = parse_header(&c, root, false, &servers);
         if (r < 0)
                 return r;
-        json_array_foreach(servers, i, s) {
+        json_array_foreach(servers, i, s)
+        {
                 char p[PATH_MAX_LEN];
                 size_t first = n;
 
@@ -321,7 +333,8 @@ int rank_table_parse(const char *json, RankTable *ret, Error *err)
                                 return ctx_fail(&c, p, "server_id \"%s\" appears twice",
                                                 devs[first].server_id);
                         if (strcmp(devs[k].device_ip, devs[first].device_ip) == 0)
-                                return ctx_fail(&c, p, "device_ip %s is also server %s's: each "
+                                return ctx_fail(&c, p,
+                                                "device_ip %s is also server %s's: each "
                                                 "server has its own kvdistd",
                                                 devs[first].device_ip, devs[k].server_id);
                 }
@@ -332,11 +345,13 @@ int rank_table_parse(const char *json, RankTable *ret, Error *err)
                 uint32_t rank = devs[k].rank;
 
                 if (rank >= n)
-                        return ctx_fail(&c, "", "rank_id %" PRIu32 " of server %s device %" PRId32
+                        return ctx_fail(&c, "",
+                                        "rank_id %" PRIu32 " of server %s device %" PRId32
                                         " is not below the %zu devices listed (ranks are 0..%zu)",
                                         rank, devs[k].server_id, devs[k].device_id, n, n - 1);
                 if (t.ranks[rank].server_id[0])
-                        return ctx_fail(&c, "", "rank_id %" PRIu32 " appears twice (server %s "
+                        return ctx_fail(&c, "",
+                                        "rank_id %" PRIu32 " appears twice (server %s "
                                         "device %" PRId32 " and server %s device %" PRId32 ")",
                                         rank, t.ranks[rank].server_id, t.ranks[rank].device_id,
                                         devs[k].server_id, devs[k].device_id);
@@ -348,7 +363,7 @@ int rank_table_parse(const char *json, RankTable *ret, Error *err)
 
 int rank_table_parse_fragment(const char *json, RankDevice *ret, Error *err)
 {
-        const Ctx c = { "local_comm_res", err };
+        const Ctx c = {"local_comm_res", err};
         _cleanup_(json_decrefp) json_t *root = NULL;
         RankDevice dev;
         size_t n = 0;
@@ -362,8 +377,10 @@ int rank_table_parse_fragment(const char *json, RankDevice *ret, Error *err)
         if (r < 0)
                 return r;
         if (json_array_size(servers) != 1)
-                return ctx_fail(&c, "server_list", "%zu servers; local_comm_res describes this "
-                                "cluster's one server", json_array_size(servers));
+                return ctx_fail(&c, "server_list",
+                                "%zu servers; local_comm_res describes this "
+                                "cluster's one server",
+                                json_array_size(servers));
         r = parse_server(&c, json_array_get(servers, 0), "server_list[0]", false, &dev, 1, &n);
         if (r < 0)
                 return r;

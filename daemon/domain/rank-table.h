@@ -37,7 +37,7 @@
 typedef struct RankDevice {
         uint32_t rank;
         int32_t device_id;
-        char device_ip[SOCKADDR_STR_MAX];       /* canonical "ip:port" */
+        char device_ip[SOCKADDR_STR_MAX]; /* canonical "ip:port" */
         char server_id[RANK_TABLE_ID_MAX];
 } RankDevice;
 

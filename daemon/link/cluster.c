@@ -74,15 +74,15 @@ Cluster *cluster_free(Cluster *c)
         link_requests_abort(c);
         /* Peers hear it once per cluster, not once per link. */
         peer_link_cluster_gone(c);
-        CLIST_FOREACH_SAFE(l, ltmp, &c->links, link_local)
+        CLIST_FOREACH_SAFE (l, ltmp, &c->links, link_local)
                 link_free_full(l, STATUS_PEER_LOST, false);
-        CLIST_FOREACH_SAFE(il, iltmp, &c->inlinks, link_cluster)
+        CLIST_FOREACH_SAFE (il, iltmp, &c->inlinks, link_cluster)
                 link_inlink_free(il, STATUS_PEER_LOST, "the cluster linked to detached");
         /* Links others made to us stay (down) until their owners unlink or re-link. */
-        CLIST_FOREACH_SAFE(l, ltmp, &c->links_in, link_remote)
+        CLIST_FOREACH_SAFE (l, ltmp, &c->links_in, link_remote)
                 link_set_state(l, LINK_DOWN, STATUS_PEER_LOST);
 
-        CLIST_FOREACH_SAFE(cache, ctmp, &c->caches.caches, link_table) {
+        CLIST_FOREACH_SAFE (cache, ctmp, &c->caches.caches, link_table) {
                 Cache *dead = NULL;
 
                 (void)cache_table_remove(&c->caches, cache->id, &dead, NULL);
@@ -90,15 +90,15 @@ Cluster *cluster_free(Cluster *c)
         }
         cache_table_deinit(&c->caches);
 
-        CLIST_FOREACH_SAFE(r, rtmp, &c->regions, link_owner) {
+        CLIST_FOREACH_SAFE (r, rtmp, &c->regions, link_owner) {
                 clist_unlink(&r->link_owner);
                 region_unref(r);
         }
 
         notify_clear(c);
         (void)cluster_set_listen(c, NULL, NULL);
-        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 " (pid %d): detached",
-                   c->id, (int)c->pid);
+        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 " (pid %d): detached", c->id,
+                   (int)c->pid);
         clist_unlink(&c->link_daemon);
         c->root->n_clusters--;
         link_root_changed(c->root);
@@ -111,7 +111,7 @@ static Cluster *cluster_listening_at(LinkRoot *root, const Cluster *self, const 
 {
         Cluster *o;
 
-        CLIST_FOREACH(o, &root->clusters, link_daemon)
+        CLIST_FOREACH (o, &root->clusters, link_daemon)
                 if (o != self && peer_listener_covers(o->listener, address))
                         return o;
         return NULL;
@@ -142,7 +142,8 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
             sockaddr_format((struct sockaddr *)&sa, len, canon, sizeof(canon)) < 0)
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "listen_ip_info \"%.64s\" is not \"ip:port\" or \"[ipv6]:port\" "
-                                 "(numeric, with a port)", listen_ip_info);
+                                 "(numeric, with a port)",
+                                 listen_ip_info);
         /* Where it listens already (switch_role keeping its port): nothing to do. */
         if (c->listener && peer_listener_covers(c->listener, canon))
                 return 0;
@@ -151,14 +152,13 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
                 if (o)
                         return error_set(err, STATUS_LINK_FAILED,
                                          "listen_ip_info %s: cluster %" PRIu64 " listens there "
-                                         "already; each cluster needs a port of its own", canon,
-                                         o->id);
+                                         "already; each cluster needs a port of its own",
+                                         canon, o->id);
                 r = peer_listener_open(root, canon, &l);
                 if (r < 0)
-                        return error_set(err, r == -ENOMEM ? STATUS_OUT_OF_MEMORY
-                                                           : STATUS_LINK_FAILED,
-                                         "listen_ip_info %s: cannot listen there: %s", canon,
-                                         strerror(-r));
+                        return error_set(
+                                err, r == -ENOMEM ? STATUS_OUT_OF_MEMORY : STATUS_LINK_FAILED,
+                                "listen_ip_info %s: cannot listen there: %s", canon, strerror(-r));
                 (void)snprintf(canon, sizeof(canon), "%s", peer_listener_address(l));
         }
         address = strdup(canon);
@@ -170,12 +170,12 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
         c->listener = l;
         free(c->listen_ip_info);
         c->listen_ip_info = TAKE_PTR(address);
-        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 ": reachable at %s%s",
-                   c->id, c->listen_ip_info,
-                   l ? "" : " (the daemon's own peer listener)");
+        log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 ": reachable at %s%s", c->id,
+                   c->listen_ip_info, l ? "" : " (the daemon's own peer listener)");
         if (l && !root->cluster_key)
                 log_warning("no cluster_key_file: any host that reaches %s can act as a peer "
-                            "daemon", c->listen_ip_info);
+                            "daemon",
+                            c->listen_ip_info);
         return 0;
 }
 
@@ -201,7 +201,7 @@ Region *cluster_find_region(Cluster *c, uint64_t region_id)
 {
         Region *r;
 
-        CLIST_FOREACH(r, &c->regions, link_owner)
+        CLIST_FOREACH (r, &c->regions, link_owner)
                 if (r->id == region_id)
                         return r;
         return NULL;

@@ -37,21 +37,21 @@ struct Cluster {
         pid_t pid;
         uid_t uid;
 
-        CList regions;          /* Region.link_owner */
+        CList regions; /* Region.link_owner */
         unsigned n_regions;
         uint64_t region_bytes;
         CacheTable caches;
-        CList links;            /* Link.link_local: links this cluster made */
-        CList links_in;         /* Link.link_remote: links other clusters made to this one */
+        CList links;    /* Link.link_local: links this cluster made */
+        CList links_in; /* Link.link_remote: links other clusters made to this one */
         unsigned n_links;
         unsigned n_links_in;
-        CList inlinks;          /* InLink.link_cluster: links peers' clusters made to this one */
+        CList inlinks; /* InLink.link_cluster: links peers' clusters made to this one */
         unsigned n_inlinks;
-        CList link_requests;    /* LinkRequest.link_cluster: kvd_link_clusters() in progress */
-        CList notifies;         /* Notify.link: push notifications not yet taken */
+        CList link_requests; /* LinkRequest.link_cluster: kvd_link_clusters() in progress */
+        CList notifies;      /* Notify.link: push notifications not yet taken */
         unsigned n_notifies;
-        int notify_fd;          /* eventfd readable while @notifies is not empty; -1 = none */
-        CList transfers;        /* Transfer.link_cluster: transfers this cluster asked for */
+        int notify_fd;   /* eventfd readable while @notifies is not empty; -1 = none */
+        CList transfers; /* Transfer.link_cluster: transfers this cluster asked for */
         unsigned n_transfers;
         CList link_daemon;
 };

@@ -27,8 +27,7 @@ typedef struct LinkEvents {
         void (*inlink_gone)(void *userdata, InLink *il, int status);
         /* There is no link from @c to @remote_cluster_id: a listener that knows why (a comm
          * domain still being set up) fills @err and returns its status, others return 0. */
-        int (*explain_no_link)(void *userdata, Cluster *c, uint64_t remote_cluster_id,
-                               Error *err);
+        int (*explain_no_link)(void *userdata, Cluster *c, uint64_t remote_cluster_id, Error *err);
         /* Whether the listener is setting up a link from @c to @remote_cluster_id itself (a
          * comm domain's pair): link_clusters() for it then answers PROCESSING_LINK. */
         bool (*linking)(void *userdata, const Cluster *c, uint64_t remote_cluster_id);

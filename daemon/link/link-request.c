@@ -40,7 +40,7 @@ typedef struct LinkSetup {
 
 struct LinkRequest {
         LinkRoot *root;
-        Completion *done;               /* NULL once answered or gone */
+        Completion *done; /* NULL once answered or gone */
         Cluster *cluster;
         size_t n;
         int32_t rets[KVD_MAX_LINK_CLUSTERS];
@@ -48,7 +48,7 @@ struct LinkRequest {
         LinkSetup setups[KVD_MAX_LINK_CLUSTERS];
         unsigned n_pending;
         struct event *timer;
-        CList link_cluster;             /* on cluster->link_requests */
+        CList link_cluster; /* on cluster->link_requests */
 };
 
 #define LINK_DEFAULT_TIMEOUT_MS 3000
@@ -71,7 +71,8 @@ int link_reply_send(Completion *done, const int32_t *rets, size_t n, const Error
         assert(n <= KVD_MAX_LINK_CLUSTERS);
         /* LinkClustersReply and UnlinkClustersReply are the same message on the wire. */
         static_assert(sizeof(Kvdist__V1__LinkClustersReply) ==
-                      sizeof(Kvdist__V1__UnlinkClustersReply), "reply layouts differ");
+                              sizeof(Kvdist__V1__UnlinkClustersReply),
+                      "reply layouts differ");
         status.code = status_wire_encode(first->code);
         status.detail = (char *)first->msg;
         reply.status = &status;
@@ -88,8 +89,7 @@ int link_check_cluster_list(size_t n, Error *err)
                 return error_set(err, STATUS_PARAM_INVALID, "no clusters given");
         if (n > KVD_MAX_LINK_CLUSTERS)
                 return error_set(err, STATUS_CLUSTER_NUM_EXCEED_LIMIT,
-                                 "%zu clusters in one call, at most %d", n,
-                                 KVD_MAX_LINK_CLUSTERS);
+                                 "%zu clusters in one call, at most %d", n, KVD_MAX_LINK_CLUSTERS);
         return 0;
 }
 
@@ -128,7 +128,7 @@ static void link_setup_on_orphan_reply(Peer *p, int status, const Error *err,
 {
         const Kvdist__V1__PeerLinkReply *m = (const Kvdist__V1__PeerLinkReply *)reply;
         Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
-        uint64_t *ids = userdata;       /* NULL when it could not be allocated */
+        uint64_t *ids = userdata; /* NULL when it could not be allocated */
 
         if (status == STATUS_OK && ids) {
                 u.src_cluster_id = ids[0];
@@ -208,8 +208,7 @@ static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
         if (l)
                 link_free_full(l, STATUS_PEER_LOST, false);
         r = link_new_remote(root, c, p, remote_cluster_id, reply,
-                            ep ? root->transports->rdma_transport : root->transports->tcp,
-                            &l);
+                            ep ? root->transports->rdma_transport : root->transports->tcp, &l);
         if (r < 0) {
                 protobuf_c_message_free_unpacked(&reply->base, NULL);
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot create the link");
@@ -221,17 +220,16 @@ static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
         return 0;
 }
 
-int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
-                     const ProtobufCMessage *reply, RdmaEndpoint *ep,
-                     const char *transport_reason, Link **ret, Error *err)
+int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, const ProtobufCMessage *reply,
+                     RdmaEndpoint *ep, const char *transport_reason, Link **ret, Error *err)
 {
         ProtobufCMessage *copy = NULL;
 
         /* The reply is the peer's to free; the link keeps its own copy of what was exposed. */
         if (frame_message_dup(reply, &copy) < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        return link_install_remote(c, p, remote_cluster_id, (Kvdist__V1__PeerLinkReply *)copy,
-                                   ep, transport_reason, ret, err);
+        return link_install_remote(c, p, remote_cluster_id, (Kvdist__V1__PeerLinkReply *)copy, ep,
+                                   transport_reason, ret, err);
 }
 
 /* Makes the link out of the peer's kept answer, over @ep (RDMA) or TCP. */
@@ -250,8 +248,7 @@ void link_transport_cancel(LinkTransport *t)
         t->waiter = NULL;
 }
 
-static void link_transport_on_rdma(RdmaEndpoint *ep, int status, const char *reason,
-                                   void *userdata)
+static void link_transport_on_rdma(RdmaEndpoint *ep, int status, const char *reason, void *userdata)
 {
         LinkTransport *t = userdata;
         Error e = ERROR_INIT;
@@ -259,14 +256,18 @@ static void link_transport_on_rdma(RdmaEndpoint *ep, int status, const char *rea
         t->waiter = NULL;
         if (t->peer->state != PEER_READY) {
                 /* Its endpoints fail as it goes: no link over it, TCP or not. */
-                error_set(&e, STATUS_LINK_FAILED, "the daemon at %s was lost while RDMA queue "
-                          "pairs connected", t->address);
+                error_set(&e, STATUS_LINK_FAILED,
+                          "the daemon at %s was lost while RDMA queue "
+                          "pairs connected",
+                          t->address);
                 t->fn(t, NULL, &e, t->userdata);
                 return;
         }
         if (status < 0 && t->required) {
-                error_set(&e, STATUS_LINK_FAILED, "cannot connect RDMA queue pairs to the daemon "
-                          "at %s: %s", t->address, reason ? reason : strerror(-status));
+                error_set(&e, STATUS_LINK_FAILED,
+                          "cannot connect RDMA queue pairs to the daemon "
+                          "at %s: %s",
+                          t->address, reason ? reason : strerror(-status));
                 t->fn(t, NULL, &e, t->userdata);
                 return;
         }
@@ -284,7 +285,7 @@ void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_i
                             const Kvdist__V1__PeerLinkReply *m, link_transport_fn fn,
                             void *userdata)
 {
-        RdmaDeviceInfo remote = { 0 };
+        RdmaDeviceInfo remote = {0};
         Error e = ERROR_INIT;
         int r;
 
@@ -296,12 +297,14 @@ void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_i
                 return;
         }
         if (!m->rdma || m->rdma->gid.len != RDMA_GID_SIZE || !m->rdma->device) {
-                const char *why = m->rdma_reason && m->rdma_reason[0] ? m->rdma_reason
-                                                                     : "it did not say why";
+                const char *why =
+                        m->rdma_reason && m->rdma_reason[0] ? m->rdma_reason : "it did not say why";
 
                 if (t->required) {
-                        error_set(&e, STATUS_FEATURE_NOT_ENABLED, "cluster %" PRIu64 " at %s "
-                                  "has no RDMA device: %s", remote_cluster_id, t->address, why);
+                        error_set(&e, STATUS_FEATURE_NOT_ENABLED,
+                                  "cluster %" PRIu64 " at %s "
+                                  "has no RDMA device: %s",
+                                  remote_cluster_id, t->address, why);
                         fn(t, NULL, &e, userdata);
                         return;
                 }
@@ -364,8 +367,8 @@ static void link_setup_on_reply(Peer *p, int status, const Error *err,
 }
 
 /* PeerLink of @c to @remote_cluster_id: kvd_link_clusters()'s, or a comm domain's (@domain). */
-static int link_peer_call(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma,
-                          bool domain, peer_reply_fn fn, void *userdata, PeerCall **ret_call)
+static int link_peer_call(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma, bool domain,
+                          peer_reply_fn fn, void *userdata, PeerCall **ret_call)
 {
         Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
 
@@ -377,8 +380,8 @@ static int link_peer_call(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool 
         return peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, fn, userdata, ret_call);
 }
 
-int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma,
-                      peer_reply_fn fn, void *userdata, PeerCall **ret_call)
+int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma, peer_reply_fn fn,
+                      void *userdata, PeerCall **ret_call)
 {
         return link_peer_call(c, p, remote_cluster_id, rdma, true, fn, userdata, ret_call);
 }
@@ -422,8 +425,10 @@ static void link_request_on_timeout(evutil_socket_t fd, short what, void *userda
 
                 link_setup_abandon(s);
                 error_clear(&e);
-                error_set(&e, STATUS_TIMEOUT, "no link to cluster %" PRIu64 " at %s within the "
-                          "call's timeout", s->remote_cluster_id, s->address);
+                error_set(&e, STATUS_TIMEOUT,
+                          "no link to cluster %" PRIu64 " at %s within the "
+                          "call's timeout",
+                          s->remote_cluster_id, s->address);
                 /* The last set-up to finish answers the client and frees @lr. */
                 link_setup_finish(s, &e);
                 if (last)
@@ -448,7 +453,7 @@ void link_requests_abort(Cluster *c)
         Error e = ERROR_INIT;
 
         error_set(&e, STATUS_PEER_LOST, "cluster %" PRIu64 " detached while linking", c->id);
-        CLIST_FOREACH_SAFE(lr, tmp, &c->link_requests, link_cluster) {
+        CLIST_FOREACH_SAFE (lr, tmp, &c->link_requests, link_cluster) {
                 for (size_t i = 0; i < lr->n; i++)
                         if (lr->setups[i].lr && !lr->setups[i].done)
                                 link_setup_abandon(&lr->setups[i]);
@@ -462,7 +467,7 @@ bool link_request_in_progress(const Cluster *c, uint64_t remote_cluster_id)
 {
         LinkRequest *lr;
 
-        CLIST_FOREACH(lr, &c->link_requests, link_cluster)
+        CLIST_FOREACH (lr, &c->link_requests, link_cluster)
                 for (size_t i = 0; i < lr->n; i++)
                         if (lr->setups[i].lr && !lr->setups[i].done &&
                             lr->setups[i].remote_cluster_id == remote_cluster_id)
@@ -488,13 +493,12 @@ static int link_local(Cluster *c, Cluster *remote, Link *old, Error *err)
 
 int link_transport_choose(LinkTransport *t, const Cluster *c, const char *address, Error *err)
 {
-        const DeviceConfig *cfg = transport_config_find_device(c->root->transports->devices,
-                                                               c->root->transports->n_devices,
-                                                               c->device_id);
+        const DeviceConfig *cfg = transport_config_find_device(
+                c->root->transports->devices, c->root->transports->n_devices, c->device_id);
         const char *why = NULL;
         RdmaDevice *dev;
 
-        *t = (LinkTransport){ 0 };
+        *t = (LinkTransport){0};
         (void)snprintf(t->address, sizeof(t->address), "%s", address ? address : "");
         if (cfg && cfg->transport == TRANSPORT_KIND_TCP) {
                 (void)snprintf(t->reason, sizeof(t->reason), "configured");
@@ -505,7 +509,8 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
                 if (!dev)
                         return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                          "device %" PRId32 " is configured for transport rdma, "
-                                         "but: %s", c->device_id, why);
+                                         "but: %s",
+                                         c->device_id, why);
                 t->required = true;
         }
         t->dev = dev;
@@ -531,9 +536,10 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                                  "cluster %" PRIu64 " cannot link to itself", c->id);
         l = link_find(c, info->remote_cluster_id);
         if (l && l->state == LINK_UP)
-                return error_set(err, STATUS_ALREADY_LINK, "cluster %" PRIu64 " is linked to %"
-                                 PRIu64 " already (link %" PRIu64 ")", c->id,
-                                 info->remote_cluster_id, l->id);
+                return error_set(err, STATUS_ALREADY_LINK,
+                                 "cluster %" PRIu64 " is linked to %" PRIu64
+                                 " already (link %" PRIu64 ")",
+                                 c->id, info->remote_cluster_id, l->id);
         if (link_request_in_progress(c, info->remote_cluster_id) ||
             link_linking_elsewhere(c, info->remote_cluster_id))
                 return error_set(err, STATUS_PROCESSING_LINK,
@@ -553,7 +559,7 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                                  "no cluster %" PRIu64 " is attached to this daemon, and no "
                                  "remote_ip_info names the daemon it is on",
                                  info->remote_cluster_id);
-        *s = (LinkSetup){ .lr = lr, .index = i, .remote_cluster_id = info->remote_cluster_id };
+        *s = (LinkSetup){.lr = lr, .index = i, .remote_cluster_id = info->remote_cluster_id};
         (void)snprintf(s->address, sizeof(s->address), "%.*s", (int)sizeof(s->address) - 1,
                        address);
         r = link_transport_choose(&s->transport, c, s->address, err);
@@ -578,8 +584,7 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
         return LINK_SETUP_RUNNING;
 }
 
-int link_request_start(Cluster *c, const Kvdist__V1__LinkClusters *m, Completion *done,
-                       Error *err)
+int link_request_start(Cluster *c, const Kvdist__V1__LinkClusters *m, Completion *done, Error *err)
 {
         LinkRoot *root = c->root;
         LinkRequest *lr;
@@ -616,8 +621,8 @@ int link_request_start(Cluster *c, const Kvdist__V1__LinkClusters *m, Completion
         }
         if (lr->n_pending > 1) {
                 timeout_ms = m->timeout_ms ? m->timeout_ms : LINK_DEFAULT_TIMEOUT_MS;
-                tv = (struct timeval){ .tv_sec = timeout_ms / 1000,
-                                       .tv_usec = (timeout_ms % 1000) * 1000 };
+                tv = (struct timeval){.tv_sec = timeout_ms / 1000,
+                                      .tv_usec = (timeout_ms % 1000) * 1000};
                 lr->timer = evtimer_new(root->base, link_request_on_timeout, lr);
                 if (lr->timer && evtimer_add(lr->timer, &tv) == 0) {
                         completion_set_cancel(done, link_request_on_cancel, lr);

@@ -94,14 +94,13 @@ void link_transport_cancel(LinkTransport *t);
  * marked as a domain's: every member called kvd_link, so the cluster needs no listen_ip_info for
  * it), with its RDMA endpoint details when @rdma; as peer_call().
  */
-int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma,
-                      peer_reply_fn fn, void *userdata, PeerCall **ret_call);
+int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma, peer_reply_fn fn,
+                      void *userdata, PeerCall **ret_call);
 
 /*
  * Makes the link of @c to @remote_cluster_id behind @p from the peer's answer @reply to
  * link_peer_request() (copied), over RDMA on @ep or over TCP when @ep is NULL, replacing a link
  * that is down. *@ret (may be NULL) gets it. OUT_OF_MEMORY with @err.
  */
-int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
-                     const ProtobufCMessage *reply, RdmaEndpoint *ep,
-                     const char *transport_reason, Link **ret, Error *err);
+int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, const ProtobufCMessage *reply,
+                     RdmaEndpoint *ep, const char *transport_reason, Link **ret, Error *err);

@@ -36,7 +36,7 @@ Cluster *link_root_find_cluster(LinkRoot *root, uint64_t cluster_id)
 {
         Cluster *c;
 
-        CLIST_FOREACH(c, &root->clusters, link_daemon)
+        CLIST_FOREACH (c, &root->clusters, link_daemon)
                 if (c->id == cluster_id)
                         return c;
         return NULL;

@@ -33,11 +33,11 @@ typedef struct LinkOptions {
         const Limits *limits;
         const TcpConfig *tcp;
         const RdmaConfig *rdma;
-        const uint32_t *heartbeat_interval_ms;      /* a peer heartbeat every so often */
-        const uint32_t *heartbeat_timeout_ms;       /* a peer silent this long is lost */
-        const bool *client_clusters_accept_links;   /* clusters without listen_ip_info do too */
-        const char *listen_ip_info;                 /* "ip:port" for peers; NULL = none */
-        const char *cluster_key_file;               /* NULL = no key (warned) */
+        const uint32_t *heartbeat_interval_ms;    /* a peer heartbeat every so often */
+        const uint32_t *heartbeat_timeout_ms;     /* a peer silent this long is lost */
+        const bool *client_clusters_accept_links; /* clusters without listen_ip_info do too */
+        const char *listen_ip_info;               /* "ip:port" for peers; NULL = none */
+        const char *cluster_key_file;             /* NULL = no key (warned) */
 } LinkOptions;
 
 /* What link/ counts (and the layers above it for their peer requests); status reads them. */
@@ -52,28 +52,28 @@ typedef struct LinkCounters {
 typedef struct LinkRoot {
         struct event_base *base;
         LinkOptions options;
-        IdSource *ids;                  /* ids of peers, links, endpoints; link sequence numbers */
-        Memory *memory;                 /* releases the caches of a cluster that goes */
-        TransportSet *transports;       /* the transports links run over, the RDMA devices */
+        IdSource *ids;            /* ids of peers, links, endpoints; link sequence numbers */
+        Memory *memory;           /* releases the caches of a cluster that goes */
+        TransportSet *transports; /* the transports links run over, the RDMA devices */
 
-        uint64_t node_id;       /* random, never 0: how peers tell daemons apart */
-        char identity[96];      /* "kvdistd/0.1.0 hostname" */
-        uint8_t *cluster_key;   /* pre-shared peer key; NULL when none */
+        uint64_t node_id;     /* random, never 0: how peers tell daemons apart */
+        char identity[96];    /* "kvdistd/0.1.0 hostname" */
+        uint8_t *cluster_key; /* pre-shared peer key; NULL when none */
         size_t cluster_key_len;
         PeerListener *peer_listener; /* NULL when listen_ip_info is not set */
-        CList peers;            /* Peer.link_daemon */
+        CList peers;                 /* Peer.link_daemon */
         unsigned n_peers;
-        CList inlinks;          /* InLink.link_daemon: peers' clusters linked to ours */
+        CList inlinks; /* InLink.link_daemon: peers' clusters linked to ours */
         unsigned n_inlinks;
-        CList clusters;         /* Cluster.link_daemon */
+        CList clusters; /* Cluster.link_daemon */
         unsigned n_clusters;
-        CList links;            /* Link.link_daemon */
+        CList links; /* Link.link_daemon */
         unsigned n_links;
-        HookList events;        /* listeners of link/'s events (link/link-events.h) */
-        PeerHandlers handlers;  /* what handles each message a READY peer sends */
+        HookList events;       /* listeners of link/'s events (link/link-events.h) */
+        PeerHandlers handlers; /* what handles each message a READY peer sends */
 
         LinkCounters counters;
-        bool stopping;          /* the daemon is stopping: no new peers */
+        bool stopping; /* the daemon is stopping: no new peers */
 
         /* Called when the count of clusters, links or ready peers changed (the daemon's status
          * line says them). */

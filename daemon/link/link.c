@@ -80,8 +80,9 @@ int link_new_remote(LinkRoot *root, Cluster *local, Peer *peer, uint64_t remote_
         clist_link_tail(&peer->links, &l->link_peer);
         peer->n_links++;
         log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 " at %s): up over %s, %zu "
-                 "caches exposed", l->id, local->id, remote_cluster_id, l->peer_address,
-                 transport_name(transport), exposed->n_caches);
+                 "caches exposed",
+                 l->id, local->id, remote_cluster_id, l->peer_address, transport_name(transport),
+                 exposed->n_caches);
         link_root_changed(root);
         *ret = l;
         return 0;
@@ -102,7 +103,7 @@ int link_explain_no_link(Cluster *c, uint64_t remote_cluster_id, Error *err)
 {
         Hook *h;
 
-        CLIST_FOREACH(h, &c->root->events.hooks, link) {
+        CLIST_FOREACH (h, &c->root->events.hooks, link) {
                 const LinkEvents *e = h->events;
                 int r;
 
@@ -119,7 +120,7 @@ bool link_linking_elsewhere(const Cluster *c, uint64_t remote_cluster_id)
 {
         Hook *h;
 
-        CLIST_FOREACH(h, &c->root->events.hooks, link) {
+        CLIST_FOREACH (h, &c->root->events.hooks, link) {
                 const LinkEvents *e = h->events;
 
                 if (e->linking && e->linking(h->userdata, c, remote_cluster_id))
@@ -181,7 +182,7 @@ Link *link_free_full(Link *l, int status, bool notify_peer)
 
                 m.src_cluster_id = l->local->id;
                 m.dst_cluster_id = l->remote_cluster_id;
-                m.link_id = l->remote_link_id;  /* the peer's id of its inbound link */
+                m.link_id = l->remote_link_id; /* the peer's id of its inbound link */
                 (void)peer_notice(l->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &m.base);
         }
         link_detach_remote(l);
@@ -204,7 +205,7 @@ Link *link_free(Link *l, int status)
 }
 
 int link_inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
-               int remote_role, InLink **ret)
+                    int remote_role, InLink **ret)
 {
         InLink *il;
 
@@ -226,9 +227,8 @@ int link_inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_
         local->n_inlinks++;
         clist_link_tail(&root->inlinks, &il->link_daemon);
         root->n_inlinks++;
-        log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " at %s -> %" PRIu64 "): up",
-                 il->id, remote_cluster_id, peer->address[0] ? peer->address : peer->remote,
-                 local->id);
+        log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " at %s -> %" PRIu64 "): up", il->id,
+                 remote_cluster_id, peer->address[0] ? peer->address : peer->remote, local->id);
         link_root_changed(root);
         *ret = il;
         return 0;
@@ -257,7 +257,7 @@ InLink *link_inlink_find(Peer *peer, uint64_t remote_cluster_id, const Cluster *
 {
         InLink *il;
 
-        CLIST_FOREACH(il, &peer->inlinks, link_peer)
+        CLIST_FOREACH (il, &peer->inlinks, link_peer)
                 if (il->remote_cluster_id == remote_cluster_id && il->local == local)
                         return il;
         return NULL;
@@ -267,7 +267,7 @@ InLink *link_inlink_find_id(Peer *peer, uint64_t id)
 {
         InLink *il;
 
-        CLIST_FOREACH(il, &peer->inlinks, link_peer)
+        CLIST_FOREACH (il, &peer->inlinks, link_peer)
                 if (il->id == id)
                         return il;
         return NULL;
@@ -280,14 +280,15 @@ int link_check_target(const Cluster *target, Error *err)
         return error_set(err, STATUS_LINK_FAILED,
                          "cluster %" PRIu64 " is a client: it attached without listen_ip_info, "
                          "so it accepts no links (kvd_switch_role() with listen_ip_info makes "
-                         "it a server)", target->id);
+                         "it a server)",
+                         target->id);
 }
 
 Link *link_find(Cluster *local, uint64_t remote_cluster_id)
 {
         Link *l;
 
-        CLIST_FOREACH(l, &local->links, link_local)
+        CLIST_FOREACH (l, &local->links, link_local)
                 if (l->remote_cluster_id == remote_cluster_id)
                         return l;
         return NULL;

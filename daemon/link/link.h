@@ -28,7 +28,7 @@ typedef struct Link Link;
 
 typedef enum LinkState {
         LINK_UP,
-        LINK_DOWN,      /* the remote end went away; transfers fail, unlink to clear */
+        LINK_DOWN, /* the remote end went away; transfers fail, unlink to clear */
         _LINK_STATE_MAX,
         _LINK_STATE_INVALID = -22,
 } LinkState;
@@ -36,28 +36,28 @@ typedef enum LinkState {
 struct Link {
         LinkRoot *root;
         uint64_t id;
-        uint64_t seq;           /* caches registered later (higher seq) are not reachable */
+        uint64_t seq; /* caches registered later (higher seq) are not reachable */
         LinkState state;
-        Cluster *local;         /* the cluster that made the link */
+        Cluster *local; /* the cluster that made the link */
         uint64_t remote_cluster_id;
-        Cluster *remote;        /* the remote cluster when it lives on this daemon */
-        Peer *peer;             /* or the peer daemon it lives behind (NULL once lost) */
+        Cluster *remote;         /* the remote cluster when it lives on this daemon */
+        Peer *peer;              /* or the peer daemon it lives behind (NULL once lost) */
         uint64_t remote_link_id; /* the peer's InLink id */
-        int remote_role;        /* ClusterRole the peer reported */
-        char peer_address[SOCKADDR_STR_MAX]; /* remote links: the peer, kept after a loss */
+        int remote_role;         /* ClusterRole the peer reported */
+        char peer_address[SOCKADDR_STR_MAX];       /* remote links: the peer, kept after a loss */
         struct Kvdist__V1__PeerLinkReply *exposed; /* remote links: the caches the remote
                                                     * cluster exposed when the link was made */
         Transport *transport;
         char transport_reason[128]; /* why this transport, for status */
-        RdmaEndpoint *rdma_ep;  /* RDMA links: the queue pairs to the peer's device */
+        RdmaEndpoint *rdma_ep;      /* RDMA links: the queue pairs to the peer's device */
         usec_t created_usec;
-        uint64_t n_transfers;   /* completed */
+        uint64_t n_transfers; /* completed */
         uint64_t bytes;
-        CList transfers;        /* Transfer.link_link, in flight */
+        CList transfers; /* Transfer.link_link, in flight */
         unsigned n_inflight;
-        CList link_local;       /* on local->links */
-        CList link_remote;      /* on remote->links_in */
-        CList link_peer;        /* on peer->links */
+        CList link_local;  /* on local->links */
+        CList link_remote; /* on remote->links_in */
+        CList link_peer;   /* on peer->links */
         CList link_daemon;
 };
 
@@ -65,19 +65,19 @@ struct Link {
 struct InLink {
         LinkRoot *root;
         uint64_t id;
-        uint64_t seq;           /* our caches registered later are out of its reach */
+        uint64_t seq; /* our caches registered later are out of its reach */
         Peer *peer;
-        Cluster *local;         /* the cluster linked to */
+        Cluster *local; /* the cluster linked to */
         uint64_t remote_cluster_id;
         int remote_role;
-        bool rdma;              /* the peer asked for RDMA and we offered our device */
+        bool rdma; /* the peer asked for RDMA and we offered our device */
         usec_t created_usec;
-        uint64_t n_served;      /* transfers served, completed */
+        uint64_t n_served; /* transfers served, completed */
         uint64_t bytes;
-        CList served;           /* Served.link_inlink, in flight */
+        CList served; /* Served.link_inlink, in flight */
         unsigned n_inflight;
-        CList link_peer;        /* on peer->inlinks */
-        CList link_cluster;     /* on local->inlinks */
+        CList link_peer;    /* on peer->inlinks */
+        CList link_cluster; /* on local->inlinks */
         CList link_daemon;
 };
 
@@ -103,7 +103,7 @@ Link *link_free(Link *l, int status);
 
 /* Creates the record of @peer's cluster @remote_cluster_id linking to our @local. */
 int link_inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_cluster_id,
-               int remote_role, InLink **ret);
+                    int remote_role, InLink **ret);
 
 /*
  * Removes an inbound link; the transfers it serves fail with @status. @why says in the log what

@@ -17,7 +17,7 @@
 #define NOTIFY_DATA_MAX 256
 
 typedef struct Notify {
-        CList link;             /* on Cluster.notifies, oldest first */
+        CList link; /* on Cluster.notifies, oldest first */
         uint64_t src_cluster_id;
         size_t len;
         uint8_t data[NOTIFY_DATA_MAX];
@@ -30,7 +30,8 @@ int notify_check_room(const Cluster *c, Error *err)
         if (c->n_notifies >= max)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u notifications it has not taken "
-                                 "(limits.max_notifies_per_client)", c->id, c->n_notifies);
+                                 "(limits.max_notifies_per_client)",
+                                 c->id, c->n_notifies);
         return 0;
 }
 
@@ -72,7 +73,7 @@ void notify_clear(Cluster *c)
 {
         Notify *n, *tmp;
 
-        CLIST_FOREACH_SAFE(n, tmp, &c->notifies, link) {
+        CLIST_FOREACH_SAFE (n, tmp, &c->notifies, link) {
                 clist_unlink(&n->link);
                 free(n);
         }
@@ -86,8 +87,7 @@ int notify_handle_fd(Cluster *c, Completion *done, Error *err)
         if (c->notify_fd < 0) {
                 c->notify_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
                 if (c->notify_fd < 0)
-                        return error_set(err, STATUS_OUT_OF_MEMORY, "eventfd: %s",
-                                         strerror(errno));
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "eventfd: %s", strerror(errno));
                 notify_signal(c);
         }
         /* The client gets its own duplicate; both name the same eventfd. */
@@ -112,7 +112,7 @@ int notify_handle_get(Cluster *c, uint32_t max, Completion *done, Error *err)
                 if (!items || !ptrs)
                         return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
-        CLIST_FOREACH_SAFE(e, tmp, &c->notifies, link) {
+        CLIST_FOREACH_SAFE (e, tmp, &c->notifies, link) {
                 if (i == n)
                         break;
                 kvdist__v1__notify__init(&items[i]);
@@ -133,7 +133,7 @@ int notify_handle_get(Cluster *c, uint32_t max, Completion *done, Error *err)
         reply.remaining = c->n_notifies;
         /* A reply that cannot be sent means the connection, and the cluster with it, is gone. */
         (void)completion_reply(done, &reply.base, -1);
-        CLIST_FOREACH_SAFE(e, tmp, &taken, link) {
+        CLIST_FOREACH_SAFE (e, tmp, &taken, link) {
                 clist_unlink(&e->link);
                 free(e);
         }

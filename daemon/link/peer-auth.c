@@ -10,7 +10,7 @@
 #include "common/sha256.h"
 
 /* The MAC input: context, role byte, two node ids, two nonces. */
-#define PEER_AUTH_MAC_INPUT_SIZE \
+#define PEER_AUTH_MAC_INPUT_SIZE                                                                   \
         (sizeof(PEER_AUTH_CONTEXT) - 1 + 1 + 2 * 8 + 2 * PEER_AUTH_NONCE_SIZE)
 
 const char *peer_auth_state_to_string(PeerAuthState s)
@@ -241,8 +241,8 @@ int peer_auth_proof(PeerAuth *a, PeerAuthProof *ret)
                 return peer_auth_fail(a, -EPROTO);
 
         peer_auth_mac(a, true, ret->mac);
-        peer_auth_set_state(a, a->role == PEER_AUTH_DIALER ? PEER_AUTH_DONE
-                                                           : PEER_AUTH_PROOF_AWAITED);
+        peer_auth_set_state(a,
+                            a->role == PEER_AUTH_DIALER ? PEER_AUTH_DONE : PEER_AUTH_PROOF_AWAITED);
         return 0;
 }
 
@@ -263,8 +263,7 @@ int peer_auth_on_proof(PeerAuth *a, const PeerAuthProof *proof)
         if (!ok)
                 return peer_auth_fail(a, -EACCES);
 
-        peer_auth_set_state(a, a->role == PEER_AUTH_DIALER ? PEER_AUTH_PROOF_DUE
-                                                           : PEER_AUTH_DONE);
+        peer_auth_set_state(a, a->role == PEER_AUTH_DIALER ? PEER_AUTH_PROOF_DUE : PEER_AUTH_DONE);
         return 0;
 }
 

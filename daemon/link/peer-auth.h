@@ -44,8 +44,8 @@
 #define PEER_AUTH_ROLE_BYTE_LISTENER 'L'
 
 typedef enum PeerAuthRole {
-        PEER_AUTH_DIALER,       /* opened the connection; speaks first */
-        PEER_AUTH_LISTENER,     /* accepted it */
+        PEER_AUTH_DIALER,   /* opened the connection; speaks first */
+        PEER_AUTH_LISTENER, /* accepted it */
         _PEER_AUTH_ROLE_MAX,
         _PEER_AUTH_ROLE_INVALID = -EINVAL,
 } PeerAuthRole;

@@ -23,7 +23,7 @@ typedef void (*peer_handler_fn)(void *userdata, Peer *p, uint64_t request_id,
 
 /* One message type a READY peer may send and what handles it. */
 typedef struct PeerHandler {
-        uint16_t type;          /* KVDIST__V1__MSG_TYPE__MSG_PEER_* */
+        uint16_t type; /* KVDIST__V1__MSG_TYPE__MSG_PEER_* */
         peer_handler_fn fn;
 } PeerHandler;
 
@@ -41,8 +41,7 @@ typedef struct PeerHandlers {
  * @userdata (the registering layer's root). Once per type, at start; a type a READY peer may not
  * send, or one registered twice, is a programming error (asserted).
  */
-void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t n,
-                            void *userdata);
+void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t n, void *userdata);
 
 /* Registers link/'s own handlers (links, RDMA endpoints). Once, at start. */
 void peer_handlers_init(LinkRoot *root);

@@ -79,7 +79,7 @@ static void peer_hello_fill(Peer *p, const PeerAuthHello *ah, Kvdist__V1__PeerHe
 /* Takes the other side's Hello; fills @err when it is refused. */
 static int peer_take_hello(Peer *p, const Kvdist__V1__PeerHello *m, Error *err)
 {
-        PeerAuthHello ah = { 0 };
+        PeerAuthHello ah = {0};
         int r;
 
         if (!m)
@@ -132,8 +132,8 @@ static void peer_refuse(Peer *p, uint16_t type, uint64_t id, const Error *err)
         peer_lose(p, err->code, "%s", err->msg);
 }
 
-static void peer_on_auth_reply(Peer *p, int status, const Error *err,
-                               const ProtobufCMessage *reply, void *userdata)
+static void peer_on_auth_reply(Peer *p, int status, const Error *err, const ProtobufCMessage *reply,
+                               void *userdata)
 {
         const Kvdist__V1__PeerAuthReply *m = (const Kvdist__V1__PeerAuthReply *)reply;
 
@@ -199,7 +199,8 @@ static void peer_on_hello_reply(Peer *p, int status, const Error *err,
         }
         if (p->auth.has_key) {
                 if (m->proof.len != PEER_AUTH_MAC_SIZE) {
-                        peer_lose(p, STATUS_PERMISSION_DENIED, "the peer sent no proof of the "
+                        peer_lose(p, STATUS_PERMISSION_DENIED,
+                                  "the peer sent no proof of the "
                                   "cluster key");
                         return;
                 }
@@ -324,8 +325,7 @@ void peer_on_auth(Peer *p, uint64_t id, const Kvdist__V1__PeerAuth *m)
         p->authenticated = peer_auth_is_authenticated(&p->auth);
         p->n_streams = MAX(MIN(p->offer_streams, tcp->streams), 1u);
         p->crc = p->offer_crc || tcp->crc;
-        p->chunk_size = MIN(p->offer_chunk ? p->offer_chunk : tcp->chunk_size,
-                            tcp->chunk_size);
+        p->chunk_size = MIN(p->offer_chunk ? p->offer_chunk : tcp->chunk_size, tcp->chunk_size);
         peer_set_state(p, PEER_DATA);
 
         reply.status = &status;
@@ -350,13 +350,11 @@ static void peer_data_dial_all(Peer *p)
                 }
                 p->data_fds[i] = fd;
                 peer_socket_setup(fd);
-                if (connect(fd, (struct sockaddr *)&p->sa, p->sa_len) < 0 &&
-                    errno != EINPROGRESS) {
+                if (connect(fd, (struct sockaddr *)&p->sa, p->sa_len) < 0 && errno != EINPROGRESS) {
                         peer_lose(p, STATUS_LINK_FAILED, "data connection %u: connect: %m", i);
                         return;
                 }
-                p->data_ev[i] = event_new(p->root->base, fd, EV_WRITE,
-                                          peer_on_data_connected, p);
+                p->data_ev[i] = event_new(p->root->base, fd, EV_WRITE, peer_on_data_connected, p);
                 r = p->data_ev[i] ? event_add(p->data_ev[i], NULL) : -1;
                 if (r < 0) {
                         peer_lose(p, STATUS_OUT_OF_MEMORY, "cannot watch a data connection");
@@ -436,10 +434,9 @@ void peer_on_data_hello(Peer *tmp, const Kvdist__V1__PeerDataHello *m)
         Peer *p;
 
         if (m->data_token.len == PEER_DATA_TOKEN_SIZE)
-                CLIST_FOREACH(p, &root->peers, link_daemon) {
+                CLIST_FOREACH (p, &root->peers, link_daemon) {
                         if (p->state != PEER_DATA || p->dialed ||
-                            !hmac_memeq(p->data_token, m->data_token.data,
-                                             PEER_DATA_TOKEN_SIZE))
+                            !hmac_memeq(p->data_token, m->data_token.data, PEER_DATA_TOKEN_SIZE))
                                 continue;
                         if (m->index >= p->n_streams || p->data_fds[m->index] >= 0)
                                 break;
@@ -450,11 +447,10 @@ void peer_on_data_hello(Peer *tmp, const Kvdist__V1__PeerDataHello *m)
                         peer_attach_data(p, m->index, TAKE_FD(tmp->fd));
                         tmp->state = PEER_CLOSED;
                         (void)event_base_once(root->base, -1, EV_TIMEOUT, peer_on_free_later, tmp,
-                                              &(struct timeval){ 0, 0 });
+                                              &(struct timeval){0, 0});
                         return;
                 }
-        log_warning("%s: data connection with an unknown token or index, refusing",
-                    PEER_NAME(tmp));
+        log_warning("%s: data connection with an unknown token or index, refusing", PEER_NAME(tmp));
         root->counters.peers_refused++;
         peer_lose(tmp, STATUS_PERMISSION_DENIED, "bad data connection");
 }
@@ -466,7 +462,8 @@ bool peer_on_handshake_closed(Peer *p)
                 return false;
         /* A dialer that does not accept our proof (another key) and did not say so. */
         log_warning("%s: refused: it closed the connection instead of proving it holds the "
-                    "cluster key", PEER_NAME(p));
+                    "cluster key",
+                    PEER_NAME(p));
         p->root->counters.peers_refused++;
         peer_lose(p, STATUS_PERMISSION_DENIED, "closed before proving the cluster key");
         return true;

@@ -18,7 +18,7 @@
 #define PEER_HANDSHAKE_TIMEOUT_MS 10000
 
 /* "peer 3 (10.0.0.2:7000)" for a log line. */
-#define PEER_NAME(p) peer_name((p), (char[SOCKADDR_STR_MAX + 32]){ 0 }, SOCKADDR_STR_MAX + 32)
+#define PEER_NAME(p) peer_name((p), (char[SOCKADDR_STR_MAX + 32]){0}, SOCKADDR_STR_MAX + 32)
 
 /* A new peer on connected (or connecting, @dialed) socket @fd, on the daemon's list; NULL when
  * out of memory (the caller checks its events too). */

@@ -27,10 +27,10 @@ typedef struct Exposed {
         Kvdist__V1__RemoteCache *caches;
         Kvdist__V1__RemoteCache **ptrs;
         Kvdist__V1__CacheDesc *descs;
-        Kvdist__V1__CacheKey ***keys;           /* per cache: pointers into key_storage */
-        CacheKeyStorage **key_storage;          /* per cache */
-        uint32_t **slots;                       /* per cache */
-        uint64_t **rdma_addrs;                  /* per cache, when registered for RDMA */
+        Kvdist__V1__CacheKey ***keys;  /* per cache: pointers into key_storage */
+        CacheKeyStorage **key_storage; /* per cache */
+        uint32_t **slots;              /* per cache */
+        uint64_t **rdma_addrs;         /* per cache, when registered for RDMA */
         uint32_t **rdma_rkeys;
 } Exposed;
 
@@ -77,8 +77,8 @@ static int exposed_build(const Cluster *c, uint64_t seq, Exposed *e)
         Cache *cache;
         size_t n = 0;
 
-        *e = (Exposed){ 0 };
-        CLIST_FOREACH(cache, &t->caches, link_table)
+        *e = (Exposed){0};
+        CLIST_FOREACH (cache, &t->caches, link_table)
                 if (cache->seq <= seq && cache->remote_accessible)
                         n++;
         if (n == 0)
@@ -95,7 +95,7 @@ static int exposed_build(const Cluster *c, uint64_t seq, Exposed *e)
             !e->rdma_addrs || !e->rdma_rkeys)
                 return -ENOMEM;
 
-        CLIST_FOREACH(cache, &t->caches, link_table) {
+        CLIST_FOREACH (cache, &t->caches, link_table) {
                 Kvdist__V1__RemoteCache *rc;
                 unsigned n_keys;
                 KeyCollect kc;
@@ -141,7 +141,7 @@ static int exposed_build(const Cluster *c, uint64_t seq, Exposed *e)
                 e->slots[i] = calloc(n_keys, sizeof(*e->slots[i]));
                 if (!e->keys[i] || !e->key_storage[i] || !e->slots[i])
                         return -ENOMEM;
-                kc = (KeyCollect){ rc, e->key_storage[i], e->keys[i], e->slots[i] };
+                kc = (KeyCollect){rc, e->key_storage[i], e->keys[i], e->slots[i]};
                 rc->keys = e->keys[i];
                 rc->key_slots = e->slots[i];
                 cache_table_foreach_key(t, cache, exposed_add_key, &kc);
@@ -157,7 +157,7 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
         Kvdist__V1__RdmaDeviceInfo rdma = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
         RdmaDeviceInfo rinfo;
         LinkRoot *root = p->root;
-        Exposed e = { 0 };
+        Exposed e = {0};
         Error err = ERROR_INIT;
         InLink *il;
         Cluster *c;
@@ -165,16 +165,20 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
 
         c = link_root_find_cluster(root, m->dst_cluster_id);
         if (!c) {
-                error_set(&err, STATUS_LINK_FAILED, "no cluster %" PRIu64 " is attached to the "
-                          "daemon at %s", m->dst_cluster_id, link_root_peer_address(root));
+                error_set(&err, STATUS_LINK_FAILED,
+                          "no cluster %" PRIu64 " is attached to the "
+                          "daemon at %s",
+                          m->dst_cluster_id, link_root_peer_address(root));
                 goto refuse;
         }
         /* A comm domain's pair link needs no server: every member called kvd_link. */
         if (!m->domain && link_check_target(c, &err) < 0)
                 goto refuse;
         if (link_root_find_cluster(root, m->src_cluster_id)) {
-                error_set(&err, STATUS_LINK_FAILED, "cluster id %" PRIu64 " is attached to both "
-                          "daemons; cluster ids must be unique", m->src_cluster_id);
+                error_set(&err, STATUS_LINK_FAILED,
+                          "cluster id %" PRIu64 " is attached to both "
+                          "daemons; cluster ids must be unique",
+                          m->src_cluster_id);
                 goto refuse;
         }
         /* A link made again replaces the old one (the peer forgot it: a restart, a force). */
@@ -182,8 +186,10 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
         if (il)
                 link_inlink_free(il, STATUS_PEER_LOST, "replaced by a new link");
         if (c->n_inlinks >= root->options.limits->max_links_per_client) {
-                error_set(&err, STATUS_LIMIT_EXCEEDED, "cluster %" PRIu64 " has %u inbound links "
-                          "(limits.max_links_per_client)", c->id, c->n_inlinks);
+                error_set(&err, STATUS_LIMIT_EXCEEDED,
+                          "cluster %" PRIu64 " has %u inbound links "
+                          "(limits.max_links_per_client)",
+                          c->id, c->n_inlinks);
                 goto refuse;
         }
         r = link_inlink_new(root, p, c, m->src_cluster_id, m->src_role, &il);
@@ -227,15 +233,16 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
         if (r == -EMSGSIZE) {
                 /* Thousands of caches: too many to describe in one frame. */
                 link_inlink_free(il, STATUS_LIMIT_EXCEEDED, NULL);
-                error_set(&err, STATUS_LIMIT_EXCEEDED, "cluster %" PRIu64 " exposes more caches "
-                          "than one frame describes", c->id);
+                error_set(&err, STATUS_LIMIT_EXCEEDED,
+                          "cluster %" PRIu64 " exposes more caches "
+                          "than one frame describes",
+                          c->id);
                 goto refuse;
         }
         return;
 refuse:
         log_info("%s: link from cluster %" PRIu64 " to %" PRIu64 " refused: %s",
-                 peer_name(p, (char[96]){ 0 }, 96), m->src_cluster_id, m->dst_cluster_id,
-                 err.msg);
+                 peer_name(p, (char[96]){0}, 96), m->src_cluster_id, m->dst_cluster_id, err.msg);
         (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, request_id, err.code, &err);
 }
 
@@ -256,7 +263,7 @@ void peer_handle_unlink(void *userdata, Peer *p, uint64_t request_id, const Prot
         (void)snprintf(why, sizeof(why), "unlinked by cluster %" PRIu64, m->src_cluster_id);
         if (m->from_linked) {
                 /* The cluster we linked to dropped our link (kvd_unlink_clusters on its side). */
-                CLIST_FOREACH(l, &p->links, link_peer)
+                CLIST_FOREACH (l, &p->links, link_peer)
                         if (l->remote_link_id == m->link_id &&
                             l->remote_cluster_id == m->src_cluster_id &&
                             l->local->id == m->dst_cluster_id)
@@ -273,8 +280,9 @@ void peer_handle_unlink(void *userdata, Peer *p, uint64_t request_id, const Prot
         }
         if (!l && !il)
                 log_debug("%s: unlink of cluster %" PRIu64 " and %" PRIu64 " names no link "
-                          "(id %" PRIu64 "), ignoring", peer_name(p, (char[96]){ 0 }, 96),
-                          m->src_cluster_id, m->dst_cluster_id, m->link_id);
+                          "(id %" PRIu64 "), ignoring",
+                          peer_name(p, (char[96]){0}, 96), m->src_cluster_id, m->dst_cluster_id,
+                          m->link_id);
         reply.status = &status;
         (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, request_id, &reply.base);
 }
@@ -287,11 +295,12 @@ void peer_handle_cluster_gone(void *userdata, Peer *p, uint64_t request_id,
         Link *l, *ltmp;
 
         for (size_t i = 0; i < m->n_cluster_ids; i++) {
-                CLIST_FOREACH_SAFE(il, iltmp, &p->inlinks, link_peer)
+                CLIST_FOREACH_SAFE (il, iltmp, &p->inlinks, link_peer)
                         if (il->remote_cluster_id == m->cluster_ids[i])
-                                link_inlink_free(il, STATUS_PEER_LOST, "the linking cluster went "
-                                            "away");
-                CLIST_FOREACH_SAFE(l, ltmp, &p->links, link_peer)
+                                link_inlink_free(il, STATUS_PEER_LOST,
+                                                 "the linking cluster went "
+                                                 "away");
+                CLIST_FOREACH_SAFE (l, ltmp, &p->links, link_peer)
                         if (l->remote_cluster_id == m->cluster_ids[i])
                                 link_set_state(l, LINK_DOWN, STATUS_PEER_LOST);
         }
@@ -302,10 +311,10 @@ void peer_link_on_lost(Peer *p, int status)
         InLink *il, *iltmp;
         Link *l, *ltmp;
 
-        CLIST_FOREACH_SAFE(l, ltmp, &p->links, link_peer)
-                link_set_state(l, LINK_DOWN, status == STATUS_DAEMON_UNAVAILABLE ? status
-                                                                                 : STATUS_PEER_LOST);
-        CLIST_FOREACH_SAFE(il, iltmp, &p->inlinks, link_peer)
+        CLIST_FOREACH_SAFE (l, ltmp, &p->links, link_peer)
+                link_set_state(l, LINK_DOWN,
+                               status == STATUS_DAEMON_UNAVAILABLE ? status : STATUS_PEER_LOST);
+        CLIST_FOREACH_SAFE (il, iltmp, &p->inlinks, link_peer)
                 link_inlink_free(il, STATUS_PEER_LOST, "its daemon was lost");
 }
 
@@ -320,14 +329,14 @@ void peer_link_cluster_gone(Cluster *c)
 
         m.cluster_ids = &id;
         m.n_cluster_ids = 1;
-        CLIST_FOREACH(p, &root->peers, link_daemon) {
+        CLIST_FOREACH (p, &root->peers, link_daemon) {
                 bool involved = false;
 
                 if (p->state != PEER_READY)
                         continue;
-                CLIST_FOREACH(l, &p->links, link_peer)
+                CLIST_FOREACH (l, &p->links, link_peer)
                         involved = involved || l->local == c;
-                CLIST_FOREACH(il, &p->inlinks, link_peer)
+                CLIST_FOREACH (il, &p->inlinks, link_peer)
                         involved = involved || il->local == c;
                 if (involved)
                         (void)peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_CLUSTER_GONE, &m.base);
@@ -343,7 +352,7 @@ int peer_link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force)
 
         (void)snprintf(why, sizeof(why), "unlinked by cluster %" PRIu64 "%s", c->id,
                        force ? " with force" : "");
-        CLIST_FOREACH_SAFE(il, tmp, &c->inlinks, link_cluster) {
+        CLIST_FOREACH_SAFE (il, tmp, &c->inlinks, link_cluster) {
                 if (il->remote_cluster_id != remote_cluster_id)
                         continue;
                 if (!force && il->peer->state == PEER_READY) {
@@ -351,8 +360,7 @@ int peer_link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force)
                         m.dst_cluster_id = remote_cluster_id;
                         m.link_id = il->id;
                         m.from_linked = true;
-                        (void)peer_notice(il->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK,
-                                          &m.base);
+                        (void)peer_notice(il->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &m.base);
                 }
                 link_inlink_free(il, STATUS_NOT_YET_LINK, why);
                 n++;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* What clusters do to their links with peers' clusters (the peer handlers are in peer-handlers.h). */
+/* What clusters do to their links with peers' clusters (the peer handlers are in peer-handlers.h).
+ */
 #pragma once
 
 #include <stdbool.h>

@@ -25,7 +25,7 @@ struct PeerListener {
         LinkRoot *root;
         int fd;
         struct event *ev;
-        struct sockaddr_storage sa;     /* as bound: the real port when asked for port 0 */
+        struct sockaddr_storage sa; /* as bound: the real port when asked for port 0 */
         char address[SOCKADDR_STR_MAX];
 };
 
@@ -34,7 +34,7 @@ static Peer *peer_find_node(LinkRoot *root, uint64_t node_id)
 {
         Peer *p;
 
-        CLIST_FOREACH(p, &root->peers, link_daemon)
+        CLIST_FOREACH (p, &root->peers, link_daemon)
                 if (p->state == PEER_READY && !p->retiring && p->node_id == node_id)
                         return p;
         return NULL;
@@ -52,7 +52,7 @@ int peer_get(LinkRoot *root, const char *address, Peer **ret, Error *err)
             sockaddr_format((struct sockaddr *)&sa, len, canon, sizeof(canon)) < 0)
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "remote_ip_info \"%.64s\" is not ip:port or [ipv6]:port", address);
-        CLIST_FOREACH(p, &root->peers, link_daemon) {
+        CLIST_FOREACH (p, &root->peers, link_daemon) {
                 Peer *use = p;
 
                 if (p->state == PEER_CLOSED || strcmp(p->address, canon) != 0)
@@ -135,8 +135,10 @@ static void peer_listener_on_accept(evutil_socket_t lfd, short what, void *userd
                 fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd < 0) {
                         if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                                log_warning_errno(-errno, "peer listener %s: accept failed, "
-                                                  "ignoring", l->address);
+                                log_warning_errno(-errno,
+                                                  "peer listener %s: accept failed, "
+                                                  "ignoring",
+                                                  l->address);
                         return;
                 }
                 /* Data connections count too: a peer uses up to 17 sockets. */
@@ -148,8 +150,10 @@ static void peer_listener_on_accept(evutil_socket_t lfd, short what, void *userd
                 }
                 r = peer_accept(root, fd, (struct sockaddr *)&sa, len);
                 if (r < 0)
-                        log_warning_errno(r, "peer listener %s: cannot set up a connection, "
-                                          "ignoring", l->address);
+                        log_warning_errno(r,
+                                          "peer listener %s: cannot set up a connection, "
+                                          "ignoring",
+                                          l->address);
         }
 }
 
@@ -234,8 +238,8 @@ bool peer_listener_covers(const PeerListener *l, const char *address)
         if (sockaddr_port(&sa) == 0 || sockaddr_port(&sa) != sockaddr_port(&l->sa))
                 return false;
         /* [::] takes IPv4 connections too (unless net.ipv6.bindv6only is set). */
-        if (sockaddr_is_any(&l->sa) && (sa.ss_family == l->sa.ss_family ||
-                                        l->sa.ss_family == AF_INET6))
+        if (sockaddr_is_any(&l->sa) &&
+            (sa.ss_family == l->sa.ss_family || l->sa.ss_family == AF_INET6))
                 return true;
         if (sa.ss_family != l->sa.ss_family)
                 return false;
@@ -269,9 +273,9 @@ void peer_close_all(LinkRoot *root)
         Peer *p, *tmp;
 
         root->peer_listener = peer_listener_free(root->peer_listener);
-        CLIST_FOREACH(c, &root->clusters, link_daemon)
+        CLIST_FOREACH (c, &root->clusters, link_daemon)
                 c->listener = peer_listener_free(c->listener);
-        CLIST_FOREACH_SAFE(p, tmp, &root->peers, link_daemon)
+        CLIST_FOREACH_SAFE (p, tmp, &root->peers, link_daemon)
                 peer_lose(p, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 }
 
@@ -279,7 +283,7 @@ void peer_free_all(LinkRoot *root)
 {
         Peer *p, *tmp;
 
-        CLIST_FOREACH_SAFE(p, tmp, &root->peers, link_daemon)
+        CLIST_FOREACH_SAFE (p, tmp, &root->peers, link_daemon)
                 peer_on_free_later(-1, 0, p);
 }
 
@@ -294,7 +298,8 @@ int peer_load_cluster_key(LinkRoot *root)
         if (!path) {
                 if (root->options.listen_ip_info)
                         log_warning("no cluster_key_file: any host that reaches %s can act as "
-                                    "a peer daemon", root->options.listen_ip_info);
+                                    "a peer daemon",
+                                    root->options.listen_ip_info);
                 return 0;
         }
         fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
@@ -303,8 +308,10 @@ int peer_load_cluster_key(LinkRoot *root)
         if (fstat(fd, &st) < 0)
                 return log_error_errno(-errno, "cluster_key_file %s", path);
         if (!S_ISREG(st.st_mode) || st.st_size > (off_t)PEER_KEY_MAX)
-                return log_error_errno(-EINVAL, "cluster_key_file %s: not a regular file of at "
-                                       "most %u bytes", path, PEER_KEY_MAX);
+                return log_error_errno(-EINVAL,
+                                       "cluster_key_file %s: not a regular file of at "
+                                       "most %u bytes",
+                                       path, PEER_KEY_MAX);
         if (st.st_mode & 0077)
                 log_warning("cluster_key_file %s can be read by others (mode %04o)", path,
                             (unsigned)(st.st_mode & 07777));
@@ -317,8 +324,7 @@ int peer_load_cluster_key(LinkRoot *root)
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n <= 0)
-                        return log_error_errno(n < 0 ? -errno : -EIO, "cluster_key_file %s",
-                                               path);
+                        return log_error_errno(n < 0 ? -errno : -EIO, "cluster_key_file %s", path);
                 len += (size_t)n;
         }
         /* A key written with echo ends in a newline that is not part of it. */
@@ -326,8 +332,10 @@ int peer_load_cluster_key(LinkRoot *root)
                 len--;
         if (len < PEER_KEY_MIN) {
                 explicit_bzero(key, (size_t)st.st_size);
-                return log_error_errno(-EINVAL, "cluster_key_file %s: the key must be at least "
-                                       "%d bytes", path, PEER_KEY_MIN);
+                return log_error_errno(-EINVAL,
+                                       "cluster_key_file %s: the key must be at least "
+                                       "%d bytes",
+                                       path, PEER_KEY_MIN);
         }
         root->cluster_key = TAKE_PTR(key);
         root->cluster_key_len = len;

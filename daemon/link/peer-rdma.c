@@ -31,10 +31,10 @@ struct PeerRdmaWaiter {
 struct PeerRdmaEp {
         Peer *peer;
         RdmaEndpoint *ep;
-        uint32_t connecting;            /* slots with a PeerRdmaConnect in flight */
-        char error[ERROR_MSG_MAX];      /* the last connect failure */
-        CList waiters;                  /* PeerRdmaWaiter.link */
-        CList link_peer;                /* on Peer.rdma_eps */
+        uint32_t connecting;       /* slots with a PeerRdmaConnect in flight */
+        char error[ERROR_MSG_MAX]; /* the last connect failure */
+        CList waiters;             /* PeerRdmaWaiter.link */
+        CList link_peer;           /* on Peer.rdma_eps */
 };
 
 typedef struct SlotCall {
@@ -71,13 +71,13 @@ static void peer_rdma_on_connect_reply(Peer *p, int status, const Error *err,
         if (r < 0) {
                 (void)snprintf(pep->error, sizeof(pep->error), "slot %u: %.200s", slot,
                                status != STATUS_OK && err ? err->msg : strerror(-r));
-                log_warning("%s: RDMA queue pair %u toward %s: %s",
-                            peer_name(p, (char[96]){ 0 }, 96), slot,
-                            rdma_endpoint_remote_device(pep->ep), pep->error);
+                log_warning("%s: RDMA queue pair %u toward %s: %s", peer_name(p, (char[96]){0}, 96),
+                            slot, rdma_endpoint_remote_device(pep->ep), pep->error);
         }
         if (pep->connecting != 0)
                 return;
-        if (rdma_endpoint_broken_slots(pep->ep) == (UINT32_C(1) << rdma_endpoint_n_slots(pep->ep)) - 1)
+        if (rdma_endpoint_broken_slots(pep->ep) ==
+            (UINT32_C(1) << rdma_endpoint_n_slots(pep->ep)) - 1)
                 peer_rdma_notify(pep, -ECONNREFUSED, pep->error);
         else
                 peer_rdma_notify(pep, 0, NULL);
@@ -116,7 +116,7 @@ static int peer_rdma_connect_slots(PeerRdmaEp *pep)
                 sc = malloc(sizeof(*sc));
                 if (!sc)
                         return -ENOMEM;
-                *sc = (SlotCall){ pep, i };
+                *sc = (SlotCall){pep, i};
                 m.slot = i;
                 r = peer_call(pep->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, &m.base,
                               peer_rdma_on_connect_reply, sc, NULL);
@@ -134,7 +134,7 @@ static PeerRdmaEp *peer_rdma_ep_find(Peer *p, bool initiator, RdmaDevice *dev,
 {
         PeerRdmaEp *pep;
 
-        CLIST_FOREACH(pep, &p->rdma_eps, link_peer) {
+        CLIST_FOREACH (pep, &p->rdma_eps, link_peer) {
                 if (rdma_endpoint_initiator(pep->ep) != initiator)
                         continue;
                 if (initiator && rdma_endpoint_device(pep->ep) == dev &&
@@ -174,7 +174,7 @@ static int peer_rdma_wait(PeerRdmaEp *pep, peer_rdma_ready_fn fn, void *userdata
         w = calloc(1, sizeof(*w));
         if (!w)
                 return -ENOMEM;
-        *w = (PeerRdmaWaiter){ .pep = pep, .fn = fn, .userdata = userdata };
+        *w = (PeerRdmaWaiter){.pep = pep, .fn = fn, .userdata = userdata};
         clist_link_tail(&pep->waiters, &w->link);
         r = peer_rdma_connect_slots(pep);
         if (r < 0) {
@@ -220,7 +220,7 @@ int peer_rdma_when_ready(Peer *p, RdmaEndpoint *ep, peer_rdma_ready_fn fn, void 
                 *ret_waiter = NULL;
         if (p->state != PEER_READY)
                 return -ENOTCONN;
-        CLIST_FOREACH(pep, &p->rdma_eps, link_peer)
+        CLIST_FOREACH (pep, &p->rdma_eps, link_peer)
                 if (pep->ep == ep)
                         return peer_rdma_wait(pep, fn, userdata, ret_waiter);
         return -ENOENT;
@@ -238,11 +238,11 @@ void peer_rdma_repair(Peer *p, RdmaEndpoint *ep)
 {
         PeerRdmaEp *pep;
 
-        CLIST_FOREACH(pep, &p->rdma_eps, link_peer)
+        CLIST_FOREACH (pep, &p->rdma_eps, link_peer)
                 if (pep->ep == ep) {
                         if (peer_rdma_connect_slots(pep) < 0)
                                 log_warning("%s: cannot reconnect RDMA queue pairs, ignoring",
-                                            peer_name(p, (char[96]){ 0 }, 96));
+                                            peer_name(p, (char[96]){0}, 96));
                         return;
                 }
 }
@@ -254,14 +254,15 @@ void peer_handle_rdma_connect(void *userdata, Peer *p, uint64_t request_id,
         Kvdist__V1__PeerRdmaConnectReply reply = KVDIST__V1__PEER_RDMA_CONNECT_REPLY__INIT;
         Kvdist__V1__RdmaDeviceInfo info = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        RdmaDeviceInfo remote = { 0 }, local;
+        RdmaDeviceInfo remote = {0}, local;
         Error err = ERROR_INIT;
         RdmaDevice *dev;
         PeerRdmaEp *pep;
         RdmaEndpoint *ep;
         int r;
 
-        dev = m->remote_device ? rdma_device_find(p->root->transports->rdma, m->remote_device) : NULL;
+        dev = m->remote_device ? rdma_device_find(p->root->transports->rdma, m->remote_device)
+                               : NULL;
         if (!rdma_device_usable(dev)) {
                 error_set(&err, STATUS_FEATURE_NOT_ENABLED, "no working RDMA device %s here",
                           m->remote_device ? m->remote_device : "");
@@ -318,15 +319,15 @@ void peer_handle_rdma_connect(void *userdata, Peer *p, uint64_t request_id,
         (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, request_id, &reply.base);
         return;
 refuse:
-        (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, request_id,
-                               err.code, &err);
+        (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, request_id, err.code,
+                               &err);
 }
 
 void peer_rdma_foreach(Peer *p, void (*fn)(RdmaEndpoint *ep, void *userdata), void *userdata)
 {
         PeerRdmaEp *pep;
 
-        CLIST_FOREACH(pep, &p->rdma_eps, link_peer)
+        CLIST_FOREACH (pep, &p->rdma_eps, link_peer)
                 fn(pep->ep, userdata);
 }
 

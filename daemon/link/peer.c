@@ -33,7 +33,7 @@
 #define PEER_FRAME_SLACK (64u << 10)
 
 struct PeerCall {
-        CList link;                     /* on Peer.calls */
+        CList link; /* on Peer.calls */
         uint64_t id;
         uint16_t type;
         peer_reply_fn fn;
@@ -41,7 +41,7 @@ struct PeerCall {
 };
 
 struct PeerWaiter {
-        CList link;                     /* on Peer.waiters */
+        CList link; /* on Peer.waiters */
         Peer *peer;
         peer_ready_fn fn;
         void *userdata;
@@ -54,8 +54,10 @@ static void peer_on_lose(evutil_socket_t fd, short what, void *userdata);
 const char *peer_state_to_string(PeerState s)
 {
         static const char *const names[_PEER_STATE_MAX] = {
-                [PEER_CONNECTING] = "connecting", [PEER_HANDSHAKE] = "handshake",
-                [PEER_DATA] = "data",             [PEER_READY] = "ready",
+                [PEER_CONNECTING] = "connecting",
+                [PEER_HANDSHAKE] = "handshake",
+                [PEER_DATA] = "data",
+                [PEER_READY] = "ready",
                 [PEER_CLOSED] = "closed",
         };
 
@@ -69,7 +71,6 @@ const char *peer_name(const Peer *p, char *buf, size_t size)
         return buf;
 }
 
-
 void peer_set_state(Peer *p, PeerState state)
 {
         assert(state >= 0 && state < _PEER_STATE_MAX);
@@ -80,8 +81,8 @@ void peer_set_state(Peer *p, PeerState state)
 
 int peer_arm_timer(Peer *p, uint64_t ms)
 {
-        struct timeval tv = { .tv_sec = (time_t)(ms / 1000),
-                              .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+        struct timeval tv = {.tv_sec = (time_t)(ms / 1000),
+                             .tv_usec = (suseconds_t)(ms % 1000) * 1000};
 
         return evtimer_add(p->timer, &tv) < 0 ? -ENOMEM : 0;
 }
@@ -166,7 +167,7 @@ void peer_on_free_later(evutil_socket_t fd, short what, void *userdata)
 
 void peer_lose(Peer *p, int status, const char *fmt, ...)
 {
-        static const struct timeval now = { 0, 0 };
+        static const struct timeval now = {0, 0};
         PeerCall *call;
         PeerWaiter *w;
         Error err = ERROR_INIT;
@@ -230,7 +231,7 @@ static void peer_on_lose(evutil_socket_t fd, short what, void *userdata)
  */
 _printf_(3, 4) static void peer_lose_later(Peer *p, int status, const char *fmt, ...)
 {
-        static const struct timeval now = { 0, 0 };
+        static const struct timeval now = {0, 0};
         va_list ap;
 
         if (p->state == PEER_CLOSED || p->loss.code != 0)
@@ -273,8 +274,7 @@ static int peer_send_frame(Peer *p, uint16_t type, uint16_t flags, uint64_t id,
                 return r;
         if (p->out.bytes + len > PEER_MAX_OUT_BYTES) {
                 free(buf);
-                peer_lose_later(p, STATUS_PEER_LOST, "%zu bytes unread by the peer",
-                                p->out.bytes);
+                peer_lose_later(p, STATUS_PEER_LOST, "%zu bytes unread by the peer", p->out.bytes);
                 return -ENOBUFS;
         }
         r = wire_out_queue(&p->out, buf, len, -1);
@@ -289,8 +289,8 @@ static int peer_send_frame(Peer *p, uint16_t type, uint16_t flags, uint64_t id,
 }
 
 /* A call in any state but CLOSED: the handshake uses calls too. */
-int peer_call_internal(Peer *p, uint16_t type, const ProtobufCMessage *msg,
-                              peer_reply_fn fn, void *userdata, PeerCall **ret_call)
+int peer_call_internal(Peer *p, uint16_t type, const ProtobufCMessage *msg, peer_reply_fn fn,
+                       void *userdata, PeerCall **ret_call)
 {
         PeerCall *call;
         int r;
@@ -313,8 +313,8 @@ int peer_call_internal(Peer *p, uint16_t type, const ProtobufCMessage *msg,
         return 0;
 }
 
-int peer_call(Peer *p, uint16_t type, const ProtobufCMessage *msg, peer_reply_fn fn,
-              void *userdata, PeerCall **ret_call)
+int peer_call(Peer *p, uint16_t type, const ProtobufCMessage *msg, peer_reply_fn fn, void *userdata,
+              PeerCall **ret_call)
 {
         if (p->state != PEER_READY)
                 return -ENOTCONN;
@@ -403,15 +403,15 @@ void peer_become_ready(Peer *p)
 
         /* Two daemons that dialed each other at once end up with two connections: both keep
          * the one dialed by the lower node id for new links; the other serves what it has. */
-        CLIST_FOREACH(q, &root->peers, link_daemon) {
+        CLIST_FOREACH (q, &root->peers, link_daemon) {
                 if (q == p || q->state != PEER_READY || q->node_id != p->node_id || q->retiring)
                         continue;
                 if (peer_dialer_node_id(p) > peer_dialer_node_id(q))
                         p->retiring = true;
                 else
                         q->retiring = true;
-                log_info("%s and %s reach the same daemon; %s takes new links",
-                         PEER_NAME(p), PEER_NAME(q), PEER_NAME(p->retiring ? q : p));
+                log_info("%s and %s reach the same daemon; %s takes new links", PEER_NAME(p),
+                         PEER_NAME(q), PEER_NAME(p->retiring ? q : p));
         }
 
         log_info("%s: ready: %s, node %016" PRIx64 ", %s, %u data connections%s", PEER_NAME(p),
@@ -459,8 +459,7 @@ static int peer_ready_type_index(uint16_t type)
         return -1;
 }
 
-void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t n,
-                            void *userdata)
+void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t n, void *userdata)
 {
         for (size_t i = 0; i < n; i++) {
                 int k = peer_ready_type_index(handlers[i].type);
@@ -474,10 +473,10 @@ void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t 
 
 /* link/'s own: links to our clusters and the RDMA endpoints under them. */
 static const PeerHandler peer_link_handlers[] = {
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, peer_handle_link },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, peer_handle_unlink },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_CLUSTER_GONE, peer_handle_cluster_gone },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, peer_handle_rdma_connect },
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, peer_handle_link},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, peer_handle_unlink},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_CLUSTER_GONE, peer_handle_cluster_gone},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, peer_handle_rdma_connect},
 };
 
 void peer_handlers_init(LinkRoot *root)
@@ -505,14 +504,15 @@ static void peer_dispatch_reply(Peer *p, const FrameType *ft)
         PeerCall *call = NULL, *c;
         int r;
 
-        CLIST_FOREACH(c, &p->calls, link)
+        CLIST_FOREACH (c, &p->calls, link)
                 if (c->id == h->request_id) {
                         call = c;
                         break;
                 }
         if (!call || call->type != h->type) {
-                peer_lose(p, STATUS_PROTOCOL_MISMATCH, "a reply to no request (type %u, id %"
-                          PRIu64 ")", h->type, h->request_id);
+                peer_lose(p, STATUS_PROTOCOL_MISMATCH,
+                          "a reply to no request (type %u, id %" PRIu64 ")", h->type,
+                          h->request_id);
                 return;
         }
         r = frame_unpack((h->flags & FRAME_FLAG_ERROR) ? &kvdist__v1__status__descriptor
@@ -553,12 +553,13 @@ static void peer_dispatch_frame(Peer *p)
 
         if (!ft) {
                 if (h->flags & FRAME_FLAG_REPLY) {
-                        peer_lose(p, STATUS_PROTOCOL_MISMATCH, "reply of unknown type %u",
-                                  h->type);
+                        peer_lose(p, STATUS_PROTOCOL_MISMATCH, "reply of unknown type %u", h->type);
                         return;
                 }
-                error_set(&err, STATUS_UNSUPPORTED, "request type %u is not supported by "
-                          "kvdistd " KVDIST_VERSION, h->type);
+                error_set(&err, STATUS_UNSUPPORTED,
+                          "request type %u is not supported by "
+                          "kvdistd " KVDIST_VERSION,
+                          h->type);
                 (void)peer_reply_error(p, h->type, h->request_id, STATUS_UNSUPPORTED, &err);
                 return;
         }
@@ -708,9 +709,10 @@ static void peer_on_timer(evutil_socket_t fd, short what, void *userdata)
                 return;
         }
         if (silent > (usec_t)timeout_ms * USEC_PER_MSEC) {
-                peer_lose(p, STATUS_PEER_LOST, "nothing heard for %" PRIu64 " ms (heartbeat "
-                          "timeout %" PRIu32 " ms)", silent / USEC_PER_MSEC,
-                          timeout_ms);
+                peer_lose(p, STATUS_PEER_LOST,
+                          "nothing heard for %" PRIu64 " ms (heartbeat "
+                          "timeout %" PRIu32 " ms)",
+                          silent / USEC_PER_MSEC, timeout_ms);
                 return;
         }
         hb.seq = ++p->heartbeat_seq;

@@ -40,18 +40,18 @@ typedef struct PeerListener PeerListener;
 #define PEER_DATA_TOKEN_SIZE 32
 
 typedef enum PeerState {
-        PEER_CONNECTING,        /* dialer: connect() in progress */
-        PEER_HANDSHAKE,         /* Hello and proofs */
-        PEER_DATA,              /* authenticated; data connections being attached */
+        PEER_CONNECTING, /* dialer: connect() in progress */
+        PEER_HANDSHAKE,  /* Hello and proofs */
+        PEER_DATA,       /* authenticated; data connections being attached */
         PEER_READY,
-        PEER_CLOSED,            /* lost or refused; freed once the loop is back */
+        PEER_CLOSED, /* lost or refused; freed once the loop is back */
         _PEER_STATE_MAX,
         _PEER_STATE_INVALID = -22,
 } PeerState;
 
 struct Peer {
         LinkRoot *root;
-        uint64_t id;                    /* local, for logs and status */
+        uint64_t id; /* local, for logs and status */
         PeerState state;
         bool dialed;                    /* we opened the connection */
         bool retiring;                  /* a second connection to the same daemon won */
@@ -60,31 +60,31 @@ struct Peer {
         char remote[SOCKADDR_STR_MAX];  /* the connection's other end */
         struct sockaddr_storage sa;     /* dialed: the address, for the data connections */
         socklen_t sa_len;
-        uint64_t node_id;               /* the peer's, once its Hello came */
+        uint64_t node_id; /* the peer's, once its Hello came */
         char identity[96];
-        bool authenticated;             /* proved the cluster key both ways */
+        bool authenticated; /* proved the cluster key both ways */
         PeerAuth auth;
 
         int fd;
         struct event *ev_read;
         struct event *ev_write;
-        struct event *timer;            /* handshake deadline, then heartbeats */
-        struct event *ev_lose;          /* runs a loss found while sending */
-        Error loss;                     /* that loss, while ev_lose is pending */
+        struct event *timer;   /* handshake deadline, then heartbeats */
+        struct event *ev_lose; /* runs a loss found while sending */
+        Error loss;            /* that loss, while ev_lose is pending */
         WireIn in;
         WireOut out;
         uint32_t max_frame;
 
         /* data connections */
-        unsigned offer_streams;         /* what the peer's Hello asked for */
+        unsigned offer_streams; /* what the peer's Hello asked for */
         bool offer_crc;
         uint32_t offer_chunk;
         uint8_t data_token[PEER_DATA_TOKEN_SIZE];
-        unsigned n_streams;             /* agreed */
+        unsigned n_streams; /* agreed */
         bool crc;
         uint32_t chunk_size;
         int data_fds[TCP_DATA_MAX_CONNS];
-        unsigned n_data_fds;            /* attached (listener) or connected (dialer) */
+        unsigned n_data_fds;                       /* attached (listener) or connected (dialer) */
         struct event *data_ev[TCP_DATA_MAX_CONNS]; /* dialer: connect in progress */
         TcpData *data;
 
@@ -92,18 +92,18 @@ struct Peer {
         usec_t last_rx_usec;
         uint64_t heartbeat_seq;
         usec_t heartbeat_sent_usec;
-        uint64_t rtt_usec;              /* of the last heartbeat */
+        uint64_t rtt_usec; /* of the last heartbeat */
         uint64_t next_call_id;
-        CList calls;                    /* PeerCall.link: our requests without a reply yet */
-        CList waiters;                  /* PeerWaiter.link: waiting for READY */
+        CList calls;   /* PeerCall.link: our requests without a reply yet */
+        CList waiters; /* PeerWaiter.link: waiting for READY */
 
-        CList links;                    /* Link.link_peer: our clusters' links to its clusters */
+        CList links; /* Link.link_peer: our clusters' links to its clusters */
         unsigned n_links;
-        CList inlinks;                  /* InLink.link_peer: its clusters' links to ours */
+        CList inlinks; /* InLink.link_peer: its clusters' links to ours */
         unsigned n_inlinks;
-        CList transfers;                /* Transfer.link_peer: ours, waiting for its reply */
-        CList served;                   /* Served.link_peer: its transfers we serve */
-        CList rdma_eps;                 /* PeerRdmaEp.link_peer: RDMA queue pairs to it */
+        CList transfers; /* Transfer.link_peer: ours, waiting for its reply */
+        CList served;    /* Served.link_peer: its transfers we serve */
+        CList rdma_eps;  /* PeerRdmaEp.link_peer: RDMA queue pairs to it */
         unsigned n_served;
         CList link_daemon;
 };
@@ -112,8 +112,8 @@ struct Peer {
  * A reply to a call, or its failure: @reply is the decoded reply message on success (borrowed
  * for the callback), NULL when @status (a STATUS_* code, with @err) says why there is none.
  */
-typedef void (*peer_reply_fn)(Peer *p, int status, const Error *err,
-                              const ProtobufCMessage *reply, void *userdata);
+typedef void (*peer_reply_fn)(Peer *p, int status, const Error *err, const ProtobufCMessage *reply,
+                              void *userdata);
 
 /* The peer reached READY (@status STATUS_OK) or was lost first (@status and @err say why). */
 typedef void (*peer_ready_fn)(Peer *p, int status, const Error *err, void *userdata);
@@ -174,8 +174,8 @@ void peer_waiter_cancel(PeerWaiter *w);
  * (may be NULL) can detach the callback. Returns 0 or a negative errno (not READY: -ENOTCONN;
  * the message does not fit a frame: -EMSGSIZE); @fn is not called on failure.
  */
-int peer_call(Peer *p, uint16_t type, const ProtobufCMessage *msg, peer_reply_fn fn,
-              void *userdata, PeerCall **ret_call);
+int peer_call(Peer *p, uint16_t type, const ProtobufCMessage *msg, peer_reply_fn fn, void *userdata,
+              PeerCall **ret_call);
 
 /* Replaces a call's callback (e.g. when its owner goes away before the reply). */
 void peer_call_redirect(PeerCall *call, peer_reply_fn fn, void *userdata);

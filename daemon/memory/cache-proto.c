@@ -5,7 +5,7 @@
 
 int cache_key_from_proto(const Kvdist__V1__CacheKey *k, CacheKey *ret, Error *err)
 {
-        CacheKey key = { 0 };
+        CacheKey key = {0};
 
         if (!k)
                 return error_set(err, STATUS_PARAM_INVALID, "a cache key is missing");

@@ -17,9 +17,9 @@
 typedef struct CacheKeyEntry {
         CacheKey key;
         Cache *cache;
-        uint32_t index;         /* REQ: the batch slot it names; BLOCKS: 0 */
-        bool holds;             /* counted in cache->n_key_holds */
-        CList link_table;       /* on CacheTable.keys */
+        uint32_t index;   /* REQ: the batch slot it names; BLOCKS: 0 */
+        bool holds;       /* counted in cache->n_key_holds */
+        CList link_table; /* on CacheTable.keys */
 } CacheKeyEntry;
 
 static CacheKeyEntry *cache_key_entry_free(CacheKeyEntry *e)
@@ -34,7 +34,7 @@ static CacheKeyEntry *cache_key_entry_free(CacheKeyEntry *e)
 void cache_table_init(CacheTable *t)
 {
         assert(t);
-        *t = (CacheTable){ 0 };
+        *t = (CacheTable){0};
         clist_init(&t->caches);
         clist_init(&t->keys);
 }
@@ -46,9 +46,9 @@ void cache_table_deinit(CacheTable *t)
 
         assert(t);
 
-        CLIST_FOREACH_SAFE(e, etmp, &t->keys, link_table)
+        CLIST_FOREACH_SAFE (e, etmp, &t->keys, link_table)
                 cache_key_entry_free(e);
-        CLIST_FOREACH_SAFE(c, ctmp, &t->caches, link_table) {
+        CLIST_FOREACH_SAFE (c, ctmp, &t->caches, link_table) {
                 clist_unlink(&c->link_table);
                 cache_free(c);
         }
@@ -63,7 +63,7 @@ Cache *cache_table_find(const CacheTable *t, uint64_t cache_id)
 
         assert(t);
 
-        CLIST_FOREACH(c, &t->caches, link_table)
+        CLIST_FOREACH (c, &t->caches, link_table)
                 if (c->id == cache_id)
                         return c;
         return NULL;
@@ -75,7 +75,7 @@ void cache_table_foreach_key(const CacheTable *t, const Cache *cache,
 {
         CacheKeyEntry *e;
 
-        CLIST_FOREACH(e, &t->keys, link_table)
+        CLIST_FOREACH (e, &t->keys, link_table)
                 if (e->cache == cache)
                         fn(&e->key, e->index, userdata);
 }
@@ -84,7 +84,7 @@ static CacheKeyEntry *cache_table_find_key(const CacheTable *t, const CacheKey *
 {
         CacheKeyEntry *e;
 
-        CLIST_FOREACH(e, &t->keys, link_table)
+        CLIST_FOREACH (e, &t->keys, link_table)
                 if (cache_key_equal(&e->key, key))
                         return e;
         return NULL;
@@ -106,7 +106,7 @@ static Cache *cache_table_unlink_cache(CacheTable *t, Cache *cache)
 {
         CacheKeyEntry *e, *tmp;
 
-        CLIST_FOREACH_SAFE(e, tmp, &t->keys, link_table) {
+        CLIST_FOREACH_SAFE (e, tmp, &t->keys, link_table) {
                 if (e->cache != cache)
                         continue;
                 if (e->holds)
@@ -147,19 +147,21 @@ static int cache_table_check_keys(const CacheTable *t, const Cache *cache, const
                 if (cache->kind == CACHE_CONTIGUOUS && k->kind != CACHE_KEY_REQ)
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "keys[%zu]: kind %d is not a CacheKey (a contiguous "
-                                         "cache is named by request keys)", i, (int)k->kind);
+                                         "cache is named by request keys)",
+                                         i, (int)k->kind);
                 if (cache->kind == CACHE_BLOCKS && k->kind != CACHE_KEY_BLOCKS)
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "keys[%zu]: kind %d is not a BlocksCacheKey (a blocks "
-                                         "cache is named by a blocks key)", i, (int)k->kind);
+                                         "cache is named by a blocks key)",
+                                         i, (int)k->kind);
                 /* An empty slot names nothing, so its other fields do not matter. */
                 if (k->kind == CACHE_KEY_REQ && req_key_is_empty(k))
                         continue;
                 if (k->cluster_id != cache->owner_cluster_id)
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "keys[%zu]: key cluster_id %" PRIu64
-                                         " is not this cluster (%" PRIu64 ")", i,
-                                         k->cluster_id, cache->owner_cluster_id);
+                                         " is not this cluster (%" PRIu64 ")",
+                                         i, k->cluster_id, cache->owner_cluster_id);
                 if (k->kind != CACHE_KEY_REQ)
                         continue;
                 if (!req_key_is_valid(k))
@@ -171,8 +173,7 @@ static int cache_table_check_keys(const CacheTable *t, const Cache *cache, const
                 if (e)
                         return error_set(err, STATUS_CACHE_KEY_ALREADY_EXIST,
                                          "keys[%zu]: %s names cache %" PRIu64 " already", i,
-                                         cache_key_to_string(k, buf, sizeof(buf)),
-                                         e->cache->id);
+                                         cache_key_to_string(k, buf, sizeof(buf)), e->cache->id);
                 for (size_t j = 0; j < i; j++)
                         if (cache_key_equal(&keys[j], k))
                                 return error_set(err, STATUS_CACHE_KEY_ALREADY_EXIST,
@@ -204,8 +205,8 @@ int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_
         if (t->n_addrs + cache->desc.num_tensors > KVD_MAX_TENSORS)
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "%u tensor addresses are registered already, %" PRIu32
-                                 " more exceed the limit of %d", t->n_addrs,
-                                 cache->desc.num_tensors, KVD_MAX_TENSORS);
+                                 " more exceed the limit of %d",
+                                 t->n_addrs, cache->desc.num_tensors, KVD_MAX_TENSORS);
 
         r = cache_table_check_keys(t, cache, keys, n_keys, err);
         if (r != STATUS_OK)
@@ -217,7 +218,7 @@ int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_
                         continue;
                 e = calloc(1, sizeof(*e));
                 if (!e) {
-                        CLIST_FOREACH_SAFE(e, tmp, &pending, link_table)
+                        CLIST_FOREACH_SAFE (e, tmp, &pending, link_table)
                                 cache_key_entry_free(e);
                         return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory for cache keys");
                 }
@@ -232,7 +233,7 @@ int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_
         t->n_caches++;
         t->n_addrs += cache->desc.num_tensors;
 
-        CLIST_FOREACH_SAFE(e, tmp, &pending, link_table) {
+        CLIST_FOREACH_SAFE (e, tmp, &pending, link_table) {
                 /* Last wins: a blocks key moves from whichever cache held it. */
                 old = cache_table_find_key(t, &e->key);
                 if (old) {
@@ -257,7 +258,7 @@ unsigned cache_table_count_keys(const CacheTable *t, const Cache *cache)
         const CacheKeyEntry *e;
         unsigned n = 0;
 
-        CLIST_FOREACH(e, &t->keys, link_table)
+        CLIST_FOREACH (e, &t->keys, link_table)
                 if (e->cache == cache)
                         n++;
         return n;
@@ -297,8 +298,8 @@ int cache_table_lookup(const CacheTable *t, const CacheKey *key, Cache **ret_cac
                                          cache_key_to_string(key, buf, sizeof(buf)));
                 if (c->kind == CACHE_CONTIGUOUS && key->batch_index >= c->units)
                         return error_set(err, STATUS_PARAM_INVALID,
-                                         "batch_index %" PRIu32 " is out of range, cache %"
-                                         PRIu64 " has %" PRIu64 " batch slots",
+                                         "batch_index %" PRIu32 " is out of range, cache %" PRIu64
+                                         " has %" PRIu64 " batch slots",
                                          key->batch_index, c->id, c->units);
                 if (ret_cache)
                         *ret_cache = c;
@@ -322,7 +323,8 @@ int cache_table_remove_key(CacheTable *t, const CacheKey *key, Cache **ret_dead,
         if (key->kind != CACHE_KEY_REQ && key->kind != CACHE_KEY_BLOCKS)
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "%s cannot be removed: only request and blocks keys are "
-                                 "registered", cache_key_to_string(key, buf, sizeof(buf)));
+                                 "registered",
+                                 cache_key_to_string(key, buf, sizeof(buf)));
 
         e = cache_table_find_key(t, key);
         if (!e)

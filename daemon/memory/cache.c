@@ -13,18 +13,9 @@
 #include "common/status.h"
 
 static const unsigned dtype_sizes[_KVD_DT_MAX] = {
-        [KVD_DT_FLOAT] = 4,
-        [KVD_DT_FLOAT16] = 2,
-        [KVD_DT_BF16] = 2,
-        [KVD_DT_INT8] = 1,
-        [KVD_DT_INT16] = 2,
-        [KVD_DT_UINT16] = 2,
-        [KVD_DT_UINT8] = 1,
-        [KVD_DT_INT32] = 4,
-        [KVD_DT_INT64] = 8,
-        [KVD_DT_UINT32] = 4,
-        [KVD_DT_UINT64] = 8,
-        [KVD_DT_BOOL] = 1,
+        [KVD_DT_FLOAT] = 4,  [KVD_DT_FLOAT16] = 2, [KVD_DT_BF16] = 2,   [KVD_DT_INT8] = 1,
+        [KVD_DT_INT16] = 2,  [KVD_DT_UINT16] = 2,  [KVD_DT_UINT8] = 1,  [KVD_DT_INT32] = 4,
+        [KVD_DT_INT64] = 8,  [KVD_DT_UINT32] = 4,  [KVD_DT_UINT64] = 8, [KVD_DT_BOOL] = 1,
         [KVD_DT_DOUBLE] = 8,
 };
 
@@ -45,11 +36,12 @@ int cache_desc_validate(const CacheDesc *desc, uint64_t *ret_tensor_size, Error 
         if (desc->num_tensors == 0)
                 return error_set(err, STATUS_PARAM_INVALID, "desc.num_tensors=0 must be positive");
         if (desc->num_tensors > KVD_MAX_TENSORS)
-                return error_set(err, STATUS_PARAM_INVALID, "desc.num_tensors=%" PRIu32
-                                 " exceeds %d", desc->num_tensors, KVD_MAX_TENSORS);
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "desc.num_tensors=%" PRIu32 " exceeds %d", desc->num_tensors,
+                                 KVD_MAX_TENSORS);
         if (desc->n_dims == 0 || desc->n_dims > CACHE_MAX_DIMS)
-                return error_set(err, STATUS_PARAM_INVALID, "desc.n_dims=%" PRIu32
-                                 " must be 1..%d", desc->n_dims, CACHE_MAX_DIMS);
+                return error_set(err, STATUS_PARAM_INVALID, "desc.n_dims=%" PRIu32 " must be 1..%d",
+                                 desc->n_dims, CACHE_MAX_DIMS);
 
         elem = cache_dtype_size(desc->data_type);
         if (elem == 0)
@@ -61,25 +53,27 @@ int cache_desc_validate(const CacheDesc *desc, uint64_t *ret_tensor_size, Error 
         for (uint32_t i = 0; i < desc->n_dims; i++) {
                 if (desc->shape[i] <= 0)
                         return error_set(err, STATUS_PARAM_INVALID,
-                                         "desc.shape[%" PRIu32 "]=%" PRId64 " must be positive",
-                                         i, desc->shape[i]);
+                                         "desc.shape[%" PRIu32 "]=%" PRId64 " must be positive", i,
+                                         desc->shape[i]);
                 if (MUL_OVERFLOW(size, (uint64_t)desc->shape[i], &size))
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "desc.shape[%" PRIu32 "]=%" PRId64
-                                         " makes the tensor size overflow", i, desc->shape[i]);
+                                         " makes the tensor size overflow",
+                                         i, desc->shape[i]);
         }
 
         /* Callers size pool allocations as num_tensors * tensor size. */
         if (MUL_OVERFLOW(size, (uint64_t)desc->num_tensors, &total))
                 return error_set(err, STATUS_PARAM_INVALID,
-                                 "desc.num_tensors=%" PRIu32 " of %" PRIu64
-                                 " bytes each overflows", desc->num_tensors, size);
+                                 "desc.num_tensors=%" PRIu32 " of %" PRIu64 " bytes each overflows",
+                                 desc->num_tensors, size);
 
         /* Always true while the size is the product of the shape; kept as the contract says. */
         if (size % (uint64_t)desc->shape[0] != 0)
                 return error_set(err, STATUS_PARAM_INVALID,
-                                 "desc.shape[0]=%" PRId64 " does not divide the tensor size %"
-                                 PRIu64, desc->shape[0], size);
+                                 "desc.shape[0]=%" PRId64
+                                 " does not divide the tensor size %" PRIu64,
+                                 desc->shape[0], size);
 
         if (ret_tensor_size)
                 *ret_tensor_size = size;
@@ -145,8 +139,8 @@ int cache_check_reachable(const Cache *cache, uint64_t link_seq, uint64_t link_i
         if (cache->access == CACHE_ACCESS_NO)
                 return error_set(err, STATUS_PERMISSION_DENIED,
                                  "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
-                                 "accessible (registered with KVD_REMOTE_NO)", cache->id,
-                                 cache->owner_cluster_id);
+                                 "accessible (registered with KVD_REMOTE_NO)",
+                                 cache->id, cache->owner_cluster_id);
         if (cache->seq > link_seq)
                 return error_set(err, STATUS_PERMISSION_DENIED,
                                  "cache %" PRIu64 " of cluster %" PRIu64 " was registered after "
@@ -154,11 +148,12 @@ int cache_check_reachable(const Cache *cache, uint64_t link_seq, uint64_t link_i
                                  "the link that reaches it (or allocated from the pool)",
                                  cache->id, cache->owner_cluster_id, link_id);
         if (!cache->remote_accessible)
-                return error_set(err, STATUS_PERMISSION_DENIED,
-                                 "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
-                                 "accessible (registered with KVD_REMOTE_DEFAULT while cluster %"
-                                 PRIu64 " had links)", cache->id, cache->owner_cluster_id,
-                                 cache->owner_cluster_id);
+                return error_set(
+                        err, STATUS_PERMISSION_DENIED,
+                        "cache %" PRIu64 " of cluster %" PRIu64 " is not remote-"
+                        "accessible (registered with KVD_REMOTE_DEFAULT while cluster %" PRIu64
+                        " had links)",
+                        cache->id, cache->owner_cluster_id, cache->owner_cluster_id);
         return STATUS_OK;
 }
 
@@ -197,8 +192,7 @@ const char *cache_key_to_string(const CacheKey *key, char *buf, size_t size)
                         (void)snprintf(buf, size,
                                        "CacheKey{cluster %" PRIu64 ", req %" PRIu64
                                        ", prefix %" PRIu64 ", model %" PRIu64 "}",
-                                       key->cluster_id, key->req_id, key->prefix_id,
-                                       key->model_id);
+                                       key->cluster_id, key->req_id, key->prefix_id, key->model_id);
                 else if (key->req_id != CACHE_ID_NONE)
                         (void)snprintf(buf, size,
                                        "CacheKey{cluster %" PRIu64 ", req %" PRIu64

@@ -36,7 +36,7 @@ typedef enum CacheKeyKind {
 
 /* What the owner asked for when it registered a cache (kvd_remote_access). */
 typedef enum CacheAccess {
-        CACHE_ACCESS_DEFAULT,   /* remote-accessible when the owner had no links then */
+        CACHE_ACCESS_DEFAULT, /* remote-accessible when the owner had no links then */
         CACHE_ACCESS_YES,
         CACHE_ACCESS_NO,
         _CACHE_ACCESS_MAX,
@@ -46,22 +46,22 @@ typedef enum CacheAccess {
 typedef struct CacheKey {
         CacheKeyKind kind;
         uint64_t cluster_id;
-        uint64_t req_id;        /* REQ: request id or CACHE_ID_NONE */
-        uint64_t prefix_id;     /* REQ: prefix id or CACHE_ID_NONE */
-        uint64_t model_id;      /* REQ, BLOCKS */
-        uint64_t cache_id;      /* ID_INDEX */
-        uint32_t batch_index;   /* ID_INDEX */
+        uint64_t req_id;      /* REQ: request id or CACHE_ID_NONE */
+        uint64_t prefix_id;   /* REQ: prefix id or CACHE_ID_NONE */
+        uint64_t model_id;    /* REQ, BLOCKS */
+        uint64_t cache_id;    /* ID_INDEX */
+        uint32_t batch_index; /* ID_INDEX */
 } CacheKey;
 
 typedef struct CacheDesc {
         uint32_t num_tensors;
         uint32_t n_dims;
         int64_t shape[CACHE_MAX_DIMS];
-        uint32_t data_type;     /* kvd_dtype */
+        uint32_t data_type; /* kvd_dtype */
 } CacheDesc;
 
 typedef struct CacheTensor {
-        Region *region;         /* holds a reference */
+        Region *region; /* holds a reference */
         uint64_t offset;
 } CacheTensor;
 
@@ -71,23 +71,23 @@ struct Cache {
         uint64_t owner_cluster_id;
         CacheKind kind;
         CacheDesc desc;
-        uint64_t tensor_size;   /* bytes per tensor */
-        uint64_t units;         /* shape[0]: blocks or batch slots */
-        uint64_t stride;        /* tensor_size / units: bytes per block or batch item */
+        uint64_t tensor_size; /* bytes per tensor */
+        uint64_t units;       /* shape[0]: blocks or batch slots */
+        uint64_t stride;      /* tensor_size / units: bytes per block or batch item */
         bool remote_accessible;
-        CacheAccess access;     /* as registered: says why a peer is refused */
-        uint64_t seq;           /* registration order; links made before it cannot reach it */
-        bool pool_backed;       /* allocated from the pool (tensors consecutive from pool_offset);
-                                 * reachable through every link, whenever it was made */
+        CacheAccess access; /* as registered: says why a peer is refused */
+        uint64_t seq;       /* registration order; links made before it cannot reach it */
+        bool pool_backed;   /* allocated from the pool (tensors consecutive from pool_offset);
+                             * reachable through every link, whenever it was made */
         uint64_t pool_offset;
-        bool id_held;           /* pool caches: until deallocate */
-        unsigned n_key_holds;   /* pool caches: keys still holding it */
-        unsigned n_busy;        /* transfers in flight that use it */
-        bool released;          /* left its table while busy: freed when n_busy drops to 0 */
-        void *rdma;             /* the transport's registrations of the tensors (rdma.h) */
+        bool id_held;         /* pool caches: until deallocate */
+        unsigned n_key_holds; /* pool caches: keys still holding it */
+        unsigned n_busy;      /* transfers in flight that use it */
+        bool released;        /* left its table while busy: freed when n_busy drops to 0 */
+        void *rdma;           /* the transport's registrations of the tensors (rdma.h) */
         void (*rdma_free)(void *rdma);
-        CList link_table;       /* on CacheTable.caches */
-        CacheTensor tensors[];  /* desc.num_tensors */
+        CList link_table;      /* on CacheTable.caches */
+        CacheTensor tensors[]; /* desc.num_tensors */
 };
 
 /* Bytes per element of @data_type, 0 for an unknown type. */
@@ -125,10 +125,10 @@ const char *cache_key_to_string(const CacheKey *key, char *buf, size_t size);
 
 typedef struct CacheTable {
         CList caches;
-        CList keys;             /* CacheKeyEntry */
+        CList keys; /* CacheKeyEntry */
         unsigned n_caches;
         unsigned n_keys;
-        unsigned n_addrs;       /* tensor addresses over all caches (LLM-DataDist's 240) */
+        unsigned n_addrs; /* tensor addresses over all caches (LLM-DataDist's 240) */
 } CacheTable;
 
 /* Initialises an empty table. */

@@ -9,7 +9,7 @@
 
 int memory_init(Memory *m, IdSource *ids, uint64_t pool_size, unsigned page_shift)
 {
-        *m = (Memory){ .ids = ids };
+        *m = (Memory){.ids = ids};
         if (pool_size == 0)
                 return 0;
         return pool_new(pool_size, page_shift, id_source_next(ids), &m->pool);
@@ -44,8 +44,9 @@ void memory_release_cache(Memory *m, Cache *cache)
                 pool_scrub(m->pool, cache->pool_offset, bytes);
                 r = pool_release(m->pool, cache->pool_offset);
                 if (r < 0)
-                        log_error_errno(r, "cache %" PRIu64 ": no pool extent at %" PRIu64
-                                        ", ignoring", cache->id, cache->pool_offset);
+                        log_error_errno(
+                                r, "cache %" PRIu64 ": no pool extent at %" PRIu64 ", ignoring",
+                                cache->id, cache->pool_offset);
         }
         cache_free(cache);
 }

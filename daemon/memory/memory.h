@@ -15,7 +15,7 @@ typedef struct Pool Pool;
 
 typedef struct Memory {
         IdSource *ids;
-        Pool *pool;             /* NULL when memory_size is 0 */
+        Pool *pool; /* NULL when memory_size is 0 */
 } Memory;
 
 /*

@@ -30,9 +30,9 @@ struct Pool {
         uint64_t size;
         uint64_t used;
         unsigned page_shift;
-        ExtentArray free;       /* disjoint, never adjacent (coalesced), by offset */
-        ExtentArray alloc;      /* by offset */
-        bool pinned;            /* a registration holds the pages: never punch them out */
+        ExtentArray free;  /* disjoint, never adjacent (coalesced), by offset */
+        ExtentArray alloc; /* by offset */
+        bool pinned;       /* a registration holds the pages: never punch them out */
 };
 
 /* Makes room for one more extent, so that a later insert cannot fail. */
@@ -130,7 +130,7 @@ int pool_new(uint64_t size, unsigned page_shift, uint64_t region_id, Pool **ret)
         r = extent_array_reserve(&pool->free);
         if (r < 0)
                 return r;
-        extent_array_insert(&pool->free, 0, (Extent){ .offset = 0, .size = rounded });
+        extent_array_insert(&pool->free, 0, (Extent){.offset = 0, .size = rounded});
 
         r = region_new_memfd("kvdist-pool", rounded, region_id, &pool->region);
         if (r < 0)
@@ -171,7 +171,7 @@ int pool_alloc(Pool *pool, uint64_t size, uint64_t *ret_offset)
         if (r < 0)
                 return r;
 
-        e = (Extent){ .offset = pool->free.items[i].offset, .size = rounded };
+        e = (Extent){.offset = pool->free.items[i].offset, .size = rounded};
         if (pool->free.items[i].size == rounded) {
                 extent_array_remove(&pool->free, i);
         } else {
@@ -209,8 +209,8 @@ int pool_release(Pool *pool, uint64_t offset)
         pool->used -= e.size;
 
         j = extent_array_lower_bound(&pool->free, e.offset);
-        merge_prev = j > 0 &&
-                     pool->free.items[j - 1].offset + pool->free.items[j - 1].size == e.offset;
+        merge_prev =
+                j > 0 && pool->free.items[j - 1].offset + pool->free.items[j - 1].size == e.offset;
         merge_next = j < pool->free.n && e.offset + e.size == pool->free.items[j].offset;
 
         if (merge_prev && merge_next) {

@@ -135,14 +135,13 @@ bool region_contains(const Region *r, uint64_t client_addr, uint64_t len, uint64
         return true;
 }
 
-Region *region_find(const CList *regions, uint64_t client_addr, uint64_t len,
-                    uint64_t *ret_offset)
+Region *region_find(const CList *regions, uint64_t client_addr, uint64_t len, uint64_t *ret_offset)
 {
         Region *r;
 
         assert(regions);
 
-        CLIST_FOREACH(r, regions, link_owner)
+        CLIST_FOREACH (r, regions, link_owner)
                 if (region_contains(r, client_addr, len, ret_offset))
                         return r;
         return NULL;

@@ -15,8 +15,8 @@
 typedef struct Region Region;
 
 typedef enum RegionKind {
-        REGION_CLIENT,  /* a client's memfd, mapped by that client at client_addr */
-        REGION_POOL,    /* the daemon's memory pool */
+        REGION_CLIENT, /* a client's memfd, mapped by that client at client_addr */
+        REGION_POOL,   /* the daemon's memory pool */
         _REGION_KIND_MAX,
         _REGION_KIND_INVALID = -22,
 } RegionKind;
@@ -26,10 +26,10 @@ struct Region {
         uint64_t id;
         RegionKind kind;
         int fd;
-        uint8_t *data;          /* the daemon's mapping of all @size bytes */
+        uint8_t *data; /* the daemon's mapping of all @size bytes */
         uint64_t size;
-        uint64_t client_addr;   /* REGION_CLIENT: the owner's mapping address */
-        CList link_owner;       /* on the owning cluster's region list (owner's business) */
+        uint64_t client_addr; /* REGION_CLIENT: the owner's mapping address */
+        CList link_owner;     /* on the owning cluster's region list (owner's business) */
 };
 
 /*
@@ -65,5 +65,4 @@ bool region_contains(const Region *r, uint64_t client_addr, uint64_t len, uint64
  * [@client_addr, +@len); NULL when none does (the span is outside shareable memory or straddles
  * two regions).
  */
-Region *region_find(const CList *regions, uint64_t client_addr, uint64_t len,
-                    uint64_t *ret_offset);
+Region *region_find(const CList *regions, uint64_t client_addr, uint64_t len, uint64_t *ret_offset);

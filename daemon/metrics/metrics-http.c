@@ -62,9 +62,9 @@ static void metrics_on_request(struct evhttp_request *req, void *userdata)
         evbuffer_free(body);
 }
 
-int metrics_server_new(struct event_base *base, const struct sockaddr_storage *addr,
-                       socklen_t len, const char *listen_addr, metrics_render_fn render,
-                       void *userdata, MetricsServer **ret)
+int metrics_server_new(struct event_base *base, const struct sockaddr_storage *addr, socklen_t len,
+                       const char *listen_addr, metrics_render_fn render, void *userdata,
+                       MetricsServer **ret)
 {
         _cleanup_close_ int fd = -1;
         struct sockaddr_storage sa = *addr;

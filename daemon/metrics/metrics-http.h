@@ -19,9 +19,9 @@ typedef int (*metrics_render_fn)(void *userdata, char **ret, size_t *ret_len);
  * Listens on @addr (@len bytes; @listen_addr names it in logs) on @base and serves what @render
  * builds. Logs what failed. Returns 0 or the errno of socket(), bind() or listen().
  */
-int metrics_server_new(struct event_base *base, const struct sockaddr_storage *addr,
-                       socklen_t len, const char *listen_addr, metrics_render_fn render,
-                       void *userdata, MetricsServer **ret);
+int metrics_server_new(struct event_base *base, const struct sockaddr_storage *addr, socklen_t len,
+                       const char *listen_addr, metrics_render_fn render, void *userdata,
+                       MetricsServer **ret);
 
 /* Closes the listener and the connections. Accepts NULL; returns NULL. */
 MetricsServer *metrics_server_free(MetricsServer *s);

@@ -80,8 +80,7 @@ void metrics_family(MetricsWriter *w, const char *name, const char *type, const 
 }
 
 /* "name{a="x",le="0.5"}": @labels (may be NULL) plus an optional le="@le". */
-static void put_name(MetricsWriter *w, const char *name, const MetricsLabel *labels,
-                     const char *le)
+static void put_name(MetricsWriter *w, const char *name, const MetricsLabel *labels, const char *le)
 {
         bool first = true;
 

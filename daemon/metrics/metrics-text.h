@@ -16,7 +16,7 @@ typedef struct MetricsLabel {
 } MetricsLabel;
 
 /* A NULL-terminated label list for one sample: METRICS_LABELS({ "transport", "shm" }). */
-#define METRICS_LABELS(...) ((const MetricsLabel[]){ __VA_ARGS__, { NULL, NULL } })
+#define METRICS_LABELS(...) ((const MetricsLabel[]){__VA_ARGS__, {NULL, NULL}})
 
 typedef struct MetricsWriter {
         FILE *f;

@@ -30,18 +30,17 @@
 
 enum { DIR_PULL, DIR_PUSH, _DIR_MAX };
 
-static const char *const direction_names[_DIR_MAX] = { "pull", "push" };
+static const char *const direction_names[_DIR_MAX] = {"pull", "push"};
 
 /* Upper bounds of the latency buckets in seconds: 100 us (a small local copy) to 10 s. */
-static const double latency_bounds[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                         0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
-                                         1,      2.5,     5,      10 };
+static const double latency_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                        0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
 #define N_BOUNDS (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
 
 typedef struct TransferStats {
-        uint64_t by_status[-_KVD_E_MIN + 1];     /* by -public code: [0] = KVD_OK */
-        uint64_t bytes;                         /* of the successful ones */
-        uint64_t buckets[N_BOUNDS];             /* latency of the successful ones */
+        uint64_t by_status[-_KVD_E_MIN + 1]; /* by -public code: [0] = KVD_OK */
+        uint64_t bytes;                      /* of the successful ones */
+        uint64_t buckets[N_BOUNDS];          /* latency of the successful ones */
         uint64_t count;
         double sum;
 } TransferStats;
@@ -50,7 +49,7 @@ struct Metrics {
         char transports[METRICS_MAX_TRANSPORTS][METRICS_TRANSPORT_NAME_MAX];
         size_t n_transports;
         TransferStats stats[_DIR_MAX][METRICS_MAX_TRANSPORTS];
-        Hook transfer_hook;     /* on the daemon's transfer events */
+        Hook transfer_hook; /* on the daemon's transfer events */
 };
 
 int metrics_new(Metrics **ret)
@@ -129,16 +128,14 @@ typedef void (*MetricsFamilyFn)(MetricsWriter *w, Daemon *d);
 static void family_build_info(MetricsWriter *w, Daemon *d)
 {
         metrics_family(w, "kvdist_build_info", "gauge", "kvdistd version (always 1)");
-        metrics_sample_u64(w, "kvdist_build_info",
-                           METRICS_LABELS({ "version", KVDIST_VERSION }), 1);
+        metrics_sample_u64(w, "kvdist_build_info", METRICS_LABELS({"version", KVDIST_VERSION}), 1);
 }
 
 static void family_uptime(MetricsWriter *w, Daemon *d)
 {
         metrics_family(w, "kvdist_uptime_seconds", "gauge", "Seconds since kvdistd started");
         metrics_sample_double(w, "kvdist_uptime_seconds", NULL,
-                              (double)(now_usec(CLOCK_MONOTONIC) - d->start_usec) /
-                                      USEC_PER_SEC);
+                              (double)(now_usec(CLOCK_MONOTONIC) - d->start_usec) / USEC_PER_SEC);
 }
 
 static void family_clusters(MetricsWriter *w, Daemon *d)
@@ -157,8 +154,7 @@ static void family_connections(MetricsWriter *w, Daemon *d)
                            d->counters.conns_accepted);
         metrics_family(w, "kvdist_connections_refused_total", "counter",
                        "Client connections refused (allow-lists, limits)");
-        metrics_sample_u64(w, "kvdist_connections_refused_total", NULL,
-                           d->counters.conns_refused);
+        metrics_sample_u64(w, "kvdist_connections_refused_total", NULL, d->counters.conns_refused);
         metrics_family(w, "kvdist_frames_malformed_total", "counter",
                        "Malformed frames that closed a connection");
         metrics_sample_u64(w, "kvdist_frames_malformed_total", NULL,
@@ -170,7 +166,7 @@ static void family_memory(MetricsWriter *w, Daemon *d)
         uint64_t regions = 0, region_bytes = 0, caches = 0;
         const Cluster *c;
 
-        CLIST_FOREACH(c, &d->link.clusters, link_daemon) {
+        CLIST_FOREACH (c, &d->link.clusters, link_daemon) {
                 regions += c->n_regions;
                 region_bytes += c->region_bytes;
                 caches += c->caches.n_caches;
@@ -186,9 +182,11 @@ static void family_memory(MetricsWriter *w, Daemon *d)
 static void family_pool(MetricsWriter *w, Daemon *d)
 {
         metrics_family(w, "kvdist_pool_size_bytes", "gauge", "Size of the memory pool");
-        metrics_sample_u64(w, "kvdist_pool_size_bytes", NULL, d->memory.pool ? pool_size(d->memory.pool) : 0);
+        metrics_sample_u64(w, "kvdist_pool_size_bytes", NULL,
+                           d->memory.pool ? pool_size(d->memory.pool) : 0);
         metrics_family(w, "kvdist_pool_used_bytes", "gauge", "Bytes of the pool given to caches");
-        metrics_sample_u64(w, "kvdist_pool_used_bytes", NULL, d->memory.pool ? pool_used(d->memory.pool) : 0);
+        metrics_sample_u64(w, "kvdist_pool_used_bytes", NULL,
+                           d->memory.pool ? pool_used(d->memory.pool) : 0);
         metrics_family(w, "kvdist_pool_allocations", "gauge", "Caches carved from the pool");
         metrics_sample_u64(w, "kvdist_pool_allocations", NULL,
                            d->memory.pool ? pool_n_allocated(d->memory.pool) : 0);
@@ -204,7 +202,7 @@ static void family_links(MetricsWriter *w, Daemon *d)
 
         metrics_family(w, "kvdist_links", "gauge",
                        "Links between clusters, by transport and state");
-        CLIST_FOREACH(l, &d->link.links, link_daemon) {
+        CLIST_FOREACH (l, &d->link.links, link_daemon) {
                 const char *t = transport_name(l->transport);
                 size_t i;
 
@@ -221,8 +219,8 @@ static void family_links(MetricsWriter *w, Daemon *d)
         for (size_t i = 0; i < n; i++)
                 for (int s = 0; s < _LINK_STATE_MAX; s++)
                         metrics_sample_u64(w, "kvdist_links",
-                                           METRICS_LABELS({ "transport", names[i] },
-                                                          { "state", link_state_to_string(s) }),
+                                           METRICS_LABELS({"transport", names[i]},
+                                                          {"state", link_state_to_string(s)}),
                                            counts[i][s]);
 }
 
@@ -231,13 +229,13 @@ static void family_transfers_in_flight(MetricsWriter *w, Daemon *d)
         uint64_t counts[_DIR_MAX] = {};
         const Transfer *x;
 
-        CLIST_FOREACH(x, &d->transfer.transfers, link_daemon)
+        CLIST_FOREACH (x, &d->transfer.transfers, link_daemon)
                 counts[direction_of(x->kind)]++;
         metrics_family(w, "kvdist_transfers_in_flight", "gauge",
                        "Transfers running now, by direction");
         for (int dir = 0; dir < _DIR_MAX; dir++)
                 metrics_sample_u64(w, "kvdist_transfers_in_flight",
-                                   METRICS_LABELS({ "direction", direction_names[dir] }),
+                                   METRICS_LABELS({"direction", direction_names[dir]}),
                                    counts[dir]);
 }
 
@@ -257,9 +255,9 @@ static void family_transfers(MetricsWriter *w, Daemon *d)
                                         continue;
                                 metrics_sample_u64(
                                         w, "kvdist_transfers_total",
-                                        METRICS_LABELS({ "direction", direction_names[dir] },
-                                                       { "transport", m->transports[t] },
-                                                       { "status", kvd_strerror(-s) }),
+                                        METRICS_LABELS({"direction", direction_names[dir]},
+                                                       {"transport", m->transports[t]},
+                                                       {"status", kvd_strerror(-s)}),
                                         v);
                         }
         metrics_family(w, "kvdist_transfer_bytes_total", "counter",
@@ -267,8 +265,8 @@ static void family_transfers(MetricsWriter *w, Daemon *d)
         for (size_t t = 0; m && t < m->n_transports; t++)
                 for (int dir = 0; dir < _DIR_MAX; dir++)
                         metrics_sample_u64(w, "kvdist_transfer_bytes_total",
-                                           METRICS_LABELS({ "direction", direction_names[dir] },
-                                                          { "transport", m->transports[t] }),
+                                           METRICS_LABELS({"direction", direction_names[dir]},
+                                                          {"transport", m->transports[t]}),
                                            m->stats[dir][t].bytes);
 }
 
@@ -283,10 +281,9 @@ static void family_transfer_latency(MetricsWriter *w, Daemon *d)
                         const TransferStats *s = &m->stats[dir][t];
 
                         metrics_histogram(w, "kvdist_transfer_duration_seconds",
-                                          METRICS_LABELS({ "direction", direction_names[dir] },
-                                                         { "transport", m->transports[t] }),
-                                          latency_bounds, s->buckets, N_BOUNDS, s->count,
-                                          s->sum);
+                                          METRICS_LABELS({"direction", direction_names[dir]},
+                                                         {"transport", m->transports[t]}),
+                                          latency_bounds, s->buckets, N_BOUNDS, s->count, s->sum);
                 }
 }
 
@@ -297,7 +294,7 @@ static void family_errors(MetricsWriter *w, Daemon *d)
         for (int s = 1; s <= -_KVD_E_MIN; s++)
                 if (d->counters.errors[s] > 0)
                         metrics_sample_u64(w, "kvdist_request_errors_total",
-                                           METRICS_LABELS({ "status", kvd_strerror(-s) }),
+                                           METRICS_LABELS({"status", kvd_strerror(-s)}),
                                            d->counters.errors[s]);
 }
 
@@ -307,13 +304,13 @@ static void family_peers(MetricsWriter *w, Daemon *d)
         const Peer *p;
 
         metrics_family(w, "kvdist_peers", "gauge", "Peer daemons, by connection state");
-        CLIST_FOREACH(p, &d->link.peers, link_daemon)
+        CLIST_FOREACH (p, &d->link.peers, link_daemon)
                 if (p->state >= 0 && p->state < _PEER_STATE_MAX && (p->dialed || p->node_id))
                         counts[p->state]++;
         for (int s = 0; s < _PEER_STATE_MAX; s++)
                 if (s != PEER_CLOSED)
                         metrics_sample_u64(w, "kvdist_peers",
-                                           METRICS_LABELS({ "state", peer_state_to_string(s) }),
+                                           METRICS_LABELS({"state", peer_state_to_string(s)}),
                                            counts[s]);
         metrics_family(w, "kvdist_peers_lost_total", "counter",
                        "Ready peers lost (closed connection, heartbeat timeout, data error)");
@@ -333,14 +330,14 @@ static void family_peer_heartbeat(MetricsWriter *w, Daemon *d)
 
         metrics_family(w, "kvdist_peer_heartbeat_rtt_seconds", "gauge",
                        "Round trip of the last heartbeat to each ready peer");
-        CLIST_FOREACH(p, &d->link.peers, link_daemon) {
+        CLIST_FOREACH (p, &d->link.peers, link_daemon) {
                 char name[SOCKADDR_STR_MAX];
 
                 if (p->state != PEER_READY)
                         continue;
                 (void)snprintf(name, sizeof(name), "%s", p->address[0] ? p->address : p->remote);
                 metrics_sample_double(w, "kvdist_peer_heartbeat_rtt_seconds",
-                                      METRICS_LABELS({ "peer", name }),
+                                      METRICS_LABELS({"peer", name}),
                                       (double)p->rtt_usec / USEC_PER_SEC);
         }
 }
@@ -409,20 +406,19 @@ static double rdma_async(const RdmaDeviceStatus *st)
 }
 
 static const RdmaMetric rdma_metrics[] = {
-        { "kvdist_rdma_device_up", "gauge",
-          "RDMA devices of the device map: 1 when open with an active port", rdma_up },
-        { "kvdist_rdma_memory_regions", "gauge", "Memory regions registered on the device now",
-          rdma_mrs },
-        { "kvdist_rdma_registered_bytes", "gauge", "Bytes registered on the device now",
-          rdma_bytes },
-        { "kvdist_rdma_registration_seconds_total", "counter",
-          "Time spent registering memory (ibv_reg_mr)", rdma_reg_seconds },
-        { "kvdist_rdma_registrations_total", "counter", "Memory regions registered since start",
-          rdma_regs },
-        { "kvdist_rdma_completion_errors_total", "counter",
-          "Work completions with an error status", rdma_wc_errors },
-        { "kvdist_rdma_async_events_total", "counter",
-          "Asynchronous device events (port down, fatal errors)", rdma_async },
+        {"kvdist_rdma_device_up", "gauge",
+         "RDMA devices of the device map: 1 when open with an active port", rdma_up},
+        {"kvdist_rdma_memory_regions", "gauge", "Memory regions registered on the device now",
+         rdma_mrs},
+        {"kvdist_rdma_registered_bytes", "gauge", "Bytes registered on the device now", rdma_bytes},
+        {"kvdist_rdma_registration_seconds_total", "counter",
+         "Time spent registering memory (ibv_reg_mr)", rdma_reg_seconds},
+        {"kvdist_rdma_registrations_total", "counter", "Memory regions registered since start",
+         rdma_regs},
+        {"kvdist_rdma_completion_errors_total", "counter", "Work completions with an error status",
+         rdma_wc_errors},
+        {"kvdist_rdma_async_events_total", "counter",
+         "Asynchronous device events (port down, fatal errors)", rdma_async},
 };
 
 typedef struct RdmaSampleCtx {
@@ -436,24 +432,23 @@ static void rdma_device_sample(const RdmaDevice *dev, void *userdata)
         RdmaDeviceStatus st;
 
         rdma_device_get_status(dev, &st);
-        metrics_sample_double(ctx->w, ctx->m->name, METRICS_LABELS({ "device", st.name }),
+        metrics_sample_double(ctx->w, ctx->m->name, METRICS_LABELS({"device", st.name}),
                               ctx->m->value(&st));
 }
 
 static void family_rdma(MetricsWriter *w, Daemon *d)
 {
         for (size_t i = 0; i < ARRAY_SIZE(rdma_metrics); i++) {
-                RdmaSampleCtx ctx = { w, &rdma_metrics[i] };
+                RdmaSampleCtx ctx = {w, &rdma_metrics[i]};
 
-                metrics_family(w, rdma_metrics[i].name, rdma_metrics[i].type,
-                               rdma_metrics[i].help);
+                metrics_family(w, rdma_metrics[i].name, rdma_metrics[i].type, rdma_metrics[i].help);
                 rdma_context_foreach_device(d->transports.rdma, rdma_device_sample, &ctx);
         }
 }
 
 static void family_domains(MetricsWriter *w, Daemon *d)
 {
-        static const char *const ops[] = { "batch_send_recv", "broadcast", "all_gather" };
+        static const char *const ops[] = {"batch_send_recv", "broadcast", "all_gather"};
         DomainStats st;
 
         if (!d->domains)
@@ -462,13 +457,12 @@ static void family_domains(MetricsWriter *w, Daemon *d)
         metrics_family(w, "kvdist_domains", "gauge", "Comm domains, by state");
         for (int s = 0; s < DOMAIN_STATS_STATES; s++)
                 metrics_sample_u64(w, "kvdist_domains",
-                                   METRICS_LABELS({ "state", st.state_names[s] }),
-                                   st.by_state[s]);
+                                   METRICS_LABELS({"state", st.state_names[s]}), st.by_state[s]);
         metrics_family(w, "kvdist_domain_setups", "gauge",
                        "Comm domain set-ups reaching out to other daemons, and queued ones");
-        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({ "phase", "in_progress" }),
+        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({"phase", "in_progress"}),
                            st.setups_active);
-        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({ "phase", "queued" }),
+        metrics_sample_u64(w, "kvdist_domain_setups", METRICS_LABELS({"phase", "queued"}),
                            st.setups_queued);
         metrics_family(w, "kvdist_domains_formed_total", "counter", "Comm domains that became OK");
         metrics_sample_u64(w, "kvdist_domains_formed_total", NULL, st.formed);
@@ -478,36 +472,28 @@ static void family_domains(MetricsWriter *w, Daemon *d)
                        "Batch send/recv and collective calls completed, by outcome");
         for (int op = 0; op < 3; op++)
                 for (int f = 0; f < 2; f++)
-                        metrics_sample_u64(w, "kvdist_domain_operations_total",
-                                           METRICS_LABELS({ "op", ops[op] },
-                                                          { "result", f ? "failed" : "ok" }),
-                                           st.calls[op][f]);
+                        metrics_sample_u64(
+                                w, "kvdist_domain_operations_total",
+                                METRICS_LABELS({"op", ops[op]}, {"result", f ? "failed" : "ok"}),
+                                st.calls[op][f]);
         metrics_family(w, "kvdist_domain_bytes_total", "counter",
                        "Bytes domain operations sent and received");
-        metrics_sample_u64(w, "kvdist_domain_bytes_total", METRICS_LABELS({ "direction", "sent" }),
+        metrics_sample_u64(w, "kvdist_domain_bytes_total", METRICS_LABELS({"direction", "sent"}),
                            st.bytes_sent);
         metrics_sample_u64(w, "kvdist_domain_bytes_total",
-                           METRICS_LABELS({ "direction", "received" }), st.bytes_received);
+                           METRICS_LABELS({"direction", "received"}), st.bytes_received);
 }
 
 /* The families, in the order they are written. Add one here and write its function above. */
 static const MetricsFamilyFn families[] = {
-        family_build_info,
-        family_uptime,
-        family_clusters,
-        family_connections,
-        family_memory,
-        family_pool,
-        family_links,
-        family_transfers_in_flight,
-        family_transfers,
-        family_transfer_latency,
-        family_errors,
-        family_peers,
-        family_peer_heartbeat,
-        family_served,
-        family_rdma,
-        family_domains,
+        family_build_info,     family_uptime,
+        family_clusters,       family_connections,
+        family_memory,         family_pool,
+        family_links,          family_transfers_in_flight,
+        family_transfers,      family_transfer_latency,
+        family_errors,         family_peers,
+        family_peer_heartbeat, family_served,
+        family_rdma,           family_domains,
 };
 
 int metrics_render(Daemon *d, char **ret, size_t *ret_len)

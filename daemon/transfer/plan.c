@@ -17,11 +17,11 @@
  * size, with no reallocation and no slack.
  */
 typedef struct Builder {
-        Plan *plan;             /* NULL while counting */
-        size_t cap;             /* entries in plan->segments */
+        Plan *plan; /* NULL while counting */
+        size_t cap; /* entries in plan->segments */
         size_t n;
         uint64_t total;
-        PlanSegment last;       /* the newest segment, when n > 0 */
+        PlanSegment last; /* the newest segment, when n > 0 */
 } Builder;
 
 typedef struct Side {
@@ -31,19 +31,19 @@ typedef struct Side {
         const char *index_arg;  /* "src_index" */
 } Side;
 
-static const Side side_src = { "source", "src_blocks", "src_layers", "src_index" };
-static const Side side_dst = { "destination", "dst_blocks", "dst_layers", "dst_index" };
+static const Side side_src = {"source", "src_blocks", "src_layers", "src_index"};
+static const Side side_dst = {"destination", "dst_blocks", "dst_layers", "dst_index"};
 
 /* A validated request, resolved to tensor ranges and a size. */
 typedef struct Ctx {
         const PlanRequest *req;
         const PlanCache *src;
         const PlanCache *dst;
-        uint32_t src_first;     /* first tensor of each range */
+        uint32_t src_first; /* first tensor of each range */
         uint32_t dst_first;
-        uint32_t n_tensors;     /* tensors in each range */
-        uint64_t size;          /* item modes: bytes per tensor */
-        const Plan *pattern;    /* copies relative to the start of a tensor, the same for all */
+        uint32_t n_tensors;  /* tensors in each range */
+        uint64_t size;       /* item modes: bytes per tensor */
+        const Plan *pattern; /* copies relative to the start of a tensor, the same for all */
 } Ctx;
 
 Plan *plan_free(Plan *plan)
@@ -116,7 +116,7 @@ static int build_plan(const Ctx *ctx, Plan **ret, Error *err)
         if (!p)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory for a transfer plan");
 
-        b = (Builder){ .plan = p, .cap = b.n };
+        b = (Builder){.plan = p, .cap = b.n};
         r = emit_plan(ctx, &b, err);
         if (r < 0) {
                 free(p);
@@ -150,8 +150,8 @@ static int check_cache(const PlanCache *c, const Side *side, Error *err)
 
                 if (ADD_OVERFLOW(c->tensors[t].offset, c->tensor_size, &end))
                         return error_set(err, STATUS_PARAM_INVALID,
-                                         "tensor %" PRIu32 " of the %s cache ends past 2^64",
-                                         t, side->name);
+                                         "tensor %" PRIu32 " of the %s cache ends past 2^64", t,
+                                         side->name);
         }
         return 0;
 }
@@ -160,9 +160,8 @@ static int check_kind(const PlanCache *c, bool want_blocks, const Side *side, Er
 {
         if (c->blocks == want_blocks)
                 return 0;
-        return error_set(err, STATUS_PARAM_INVALID,
-                         "the %s cache is %s but this transfer needs %s", side->name,
-                         c->blocks ? "a blocks cache" : "contiguous",
+        return error_set(err, STATUS_PARAM_INVALID, "the %s cache is %s but this transfer needs %s",
+                         side->name, c->blocks ? "a blocks cache" : "contiguous",
                          want_blocks ? "a blocks cache" : "a contiguous cache");
 }
 
@@ -261,12 +260,12 @@ static int check_blocks_unique(const uint64_t *blocks, size_t n, const PlanCache
         bitmap_units = MAX(bitmap_units, PLAN_BITMAP_MIN_UNITS);
 
         if (c->units <= bitmap_units) {
-                _cleanup_free_ uint64_t *bits = calloc((size_t)((c->units + 63) / 64),
-                                                       sizeof(uint64_t));
+                _cleanup_free_ uint64_t *bits =
+                        calloc((size_t)((c->units + 63) / 64), sizeof(uint64_t));
 
                 if (!bits)
-                        return error_set(err, STATUS_OUT_OF_MEMORY,
-                                         "out of memory checking %s", side->blocks_arg);
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory checking %s",
+                                         side->blocks_arg);
                 for (size_t j = 0; j < n; j++) {
                         uint64_t b = blocks[j], mask = UINT64_C(1) << (b % 64);
 
@@ -280,10 +279,10 @@ static int check_blocks_unique(const uint64_t *blocks, size_t n, const PlanCache
 
                 sorted = calloc(n, sizeof(IndexedBlock));
                 if (!sorted)
-                        return error_set(err, STATUS_OUT_OF_MEMORY,
-                                         "out of memory checking %s", side->blocks_arg);
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory checking %s",
+                                         side->blocks_arg);
                 for (size_t i = 0; i < n; i++)
-                        sorted[i] = (IndexedBlock){ blocks[i], i };
+                        sorted[i] = (IndexedBlock){blocks[i], i};
                 qsort(sorted, n, sizeof(IndexedBlock), indexed_block_cmp);
                 /* The repeat reported is the earliest entry that repeats an earlier one. */
                 for (size_t i = 1; i < n; i++)
@@ -313,8 +312,8 @@ static int check_block_list(const uint64_t *blocks, size_t n, const PlanCache *c
 }
 
 /* Bytes per tensor for the item modes: @size, or the whole source item for -1. */
-static int resolve_size(int64_t size, const PlanCache *src, const PlanCache *dst,
-                        uint64_t *ret, Error *err)
+static int resolve_size(int64_t size, const PlanCache *src, const PlanCache *dst, uint64_t *ret,
+                        Error *err)
 {
         if (size == -1) {
                 if (dst && src->stride != dst->stride)
@@ -520,8 +519,7 @@ static int emit_plan(const Ctx *ctx, Builder *b, Error *err)
                         if (ADD_OVERFLOW(st->offset, s->src_offset, &so) ||
                             ADD_OVERFLOW(dt->offset, s->dst_offset, &dof))
                                 return error_set(err, STATUS_PARAM_INVALID,
-                                                 "tensor %" PRIu32 " of the transfer overflows",
-                                                 k);
+                                                 "tensor %" PRIu32 " of the transfer overflows", k);
                         r = builder_add(b, st->region, dt->region, so, dof, s->len, err);
                         if (r < 0)
                                 return r;
@@ -558,7 +556,7 @@ int plan_build(const PlanRequest *req, Plan **ret, Error *err)
         if (r < 0)
                 return r;
 
-        ctx = (Ctx){ .req = req, .src = src, .dst = dst };
+        ctx = (Ctx){.req = req, .src = src, .dst = dst};
         if (req->src_layers.first == PLAN_LAYERS_ALL && req->dst_layers.first == PLAN_LAYERS_ALL) {
                 /* No layer range: every tensor moves, whatever makes a layer (one tensor per
                  * layer in MLA caches, K only, ...). */
@@ -566,7 +564,8 @@ int plan_build(const PlanRequest *req, Plan **ret, Error *err)
                         return error_set(err, STATUS_CACHE_INCOMPATIBLE,
                                          "the source cache has %" PRIu32 " tensors, the "
                                          "destination %" PRIu32 "; give layer ranges to move "
-                                         "part of a cache", src->num_tensors, dst->num_tensors);
+                                         "part of a cache",
+                                         src->num_tensors, dst->num_tensors);
                 ctx.n_tensors = src->num_tensors;
         } else {
                 /* Layers are what a range counts: they must be whole on both sides. */
@@ -591,8 +590,9 @@ int plan_build(const PlanRequest *req, Plan **ret, Error *err)
                         return r;
                 if (src_layers != dst_layers)
                         return error_set(err, STATUS_PARAM_INVALID,
-                                         "src_layers has %" PRIu32 " layers but dst_layers has %"
-                                         PRIu32, src_layers, dst_layers);
+                                         "src_layers has %" PRIu32
+                                         " layers but dst_layers has %" PRIu32,
+                                         src_layers, dst_layers);
                 ctx.n_tensors = src_layers * tpl; /* <= num_tensors */
         }
 

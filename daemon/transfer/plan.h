@@ -23,23 +23,23 @@ typedef struct PlanTensor {
 } PlanTensor;
 
 typedef struct PlanCache {
-        bool blocks;                    /* blocks cache (else contiguous) */
+        bool blocks; /* blocks cache (else contiguous) */
         uint32_t num_tensors;
-        uint64_t tensor_size;           /* bytes per tensor */
-        uint64_t units;                 /* num_blocks or batch size */
-        uint64_t stride;                /* tensor_size / units */
-        const PlanTensor *tensors;      /* num_tensors entries */
+        uint64_t tensor_size;      /* bytes per tensor */
+        uint64_t units;            /* num_blocks or batch size */
+        uint64_t stride;           /* tensor_size / units */
+        const PlanTensor *tensors; /* num_tensors entries */
 } PlanCache;
 
 typedef struct PlanLayers {
-        int32_t first;                  /* PLAN_LAYERS_ALL or a layer index */
-        int32_t last;                   /* inclusive; ignored when first is PLAN_LAYERS_ALL */
+        int32_t first; /* PLAN_LAYERS_ALL or a layer index */
+        int32_t last;  /* inclusive; ignored when first is PLAN_LAYERS_ALL */
 } PlanLayers;
 
 typedef enum PlanMode {
-        PLAN_BLOCKS,            /* blocks cache -> blocks cache: src_blocks[i] -> dst_blocks[i] */
-        PLAN_ITEM,              /* contiguous item -> contiguous item (pull_cache / push_cache) */
-        PLAN_ITEM_TO_BLOCKS,    /* contiguous item -> dst_blocks in order (pull_blocks) */
+        PLAN_BLOCKS,         /* blocks cache -> blocks cache: src_blocks[i] -> dst_blocks[i] */
+        PLAN_ITEM,           /* contiguous item -> contiguous item (pull_cache / push_cache) */
+        PLAN_ITEM_TO_BLOCKS, /* contiguous item -> dst_blocks in order (pull_blocks) */
         _PLAN_MODE_MAX,
         _PLAN_MODE_INVALID = -22,
 } PlanMode;
@@ -48,16 +48,16 @@ typedef struct PlanRequest {
         PlanMode mode;
         const PlanCache *src;
         const PlanCache *dst;
-        const uint64_t *src_blocks;     /* PLAN_BLOCKS */
+        const uint64_t *src_blocks; /* PLAN_BLOCKS */
         size_t n_src_blocks;
-        const uint64_t *dst_blocks;     /* PLAN_BLOCKS, PLAN_ITEM_TO_BLOCKS */
+        const uint64_t *dst_blocks; /* PLAN_BLOCKS, PLAN_ITEM_TO_BLOCKS */
         size_t n_dst_blocks;
-        uint64_t src_index;             /* PLAN_ITEM*: source batch slot */
-        uint64_t dst_index;             /* PLAN_ITEM: destination batch slot */
-        int64_t size;                   /* PLAN_ITEM*: bytes per tensor, -1 = whole item */
+        uint64_t src_index; /* PLAN_ITEM*: source batch slot */
+        uint64_t dst_index; /* PLAN_ITEM: destination batch slot */
+        int64_t size;       /* PLAN_ITEM*: bytes per tensor, -1 = whole item */
         PlanLayers src_layers;
         PlanLayers dst_layers;
-        uint32_t tensor_num_per_layer;  /* 0 = 2; matters only with a layer range */
+        uint32_t tensor_num_per_layer; /* 0 = 2; matters only with a layer range */
 } PlanRequest;
 
 typedef struct PlanSegment {

@@ -14,23 +14,23 @@
 static PlanLayers layers_from_proto(const Kvdist__V1__LayerRange *r)
 {
         if (!r)
-                return (PlanLayers){ PLAN_LAYERS_ALL, PLAN_LAYERS_ALL };
-        return (PlanLayers){ r->first, r->last };
+                return (PlanLayers){PLAN_LAYERS_ALL, PLAN_LAYERS_ALL};
+        return (PlanLayers){r->first, r->last};
 }
 
 /* Transfer and PeerTransfer name their plan-shaping fields alike: one initialiser for both. */
-#define TRANSFER_ARGS_FROM(m)                                                                \
-        ((TransferArgs){                                                                     \
-                .kind = (TransferKind)(m)->kind,                                             \
-                .src_blocks = (m)->src_blocks,                                               \
-                .n_src_blocks = (m)->n_src_blocks,                                           \
-                .dst_blocks = (m)->dst_blocks,                                               \
-                .n_dst_blocks = (m)->n_dst_blocks,                                           \
-                .local_batch_index = (m)->local_batch_index,                                 \
-                .size = (m)->size,                                                           \
-                .src_layers = layers_from_proto((m)->src_layers),                            \
-                .dst_layers = layers_from_proto((m)->dst_layers),                            \
-                .tensor_num_per_layer = (m)->tensor_num_per_layer,                           \
+#define TRANSFER_ARGS_FROM(m)                                                                      \
+        ((TransferArgs){                                                                           \
+                .kind = (TransferKind)(m)->kind,                                                   \
+                .src_blocks = (m)->src_blocks,                                                     \
+                .n_src_blocks = (m)->n_src_blocks,                                                 \
+                .dst_blocks = (m)->dst_blocks,                                                     \
+                .n_dst_blocks = (m)->n_dst_blocks,                                                 \
+                .local_batch_index = (m)->local_batch_index,                                       \
+                .size = (m)->size,                                                                 \
+                .src_layers = layers_from_proto((m)->src_layers),                                  \
+                .dst_layers = layers_from_proto((m)->dst_layers),                                  \
+                .tensor_num_per_layer = (m)->tensor_num_per_layer,                                 \
         })
 
 void remote_plan_args_from_transfer(const Kvdist__V1__Transfer *m, TransferArgs *ret)
@@ -78,7 +78,7 @@ int remote_plan_args_check(const TransferArgs *a, CacheKeyKind key_kind, Error *
 }
 
 void remote_plan_args_plan_request(const TransferArgs *a, CacheKeyKind key_kind,
-                                uint32_t remote_index, PlanRequest *pr)
+                                   uint32_t remote_index, PlanRequest *pr)
 {
         bool pull = remote_plan_kind_is_pull(a->kind);
 
@@ -133,7 +133,8 @@ int remote_desc_from_proto(const Kvdist__V1__PlanCacheDesc *m, RemoteDesc *ret, 
         if (m->units == 0 || m->tensor_size == 0 || m->tensor_size % m->units != 0)
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "the peer's cache has %" PRIu64 " units in %" PRIu64
-                                 " bytes per tensor", m->units, m->tensor_size);
+                                 " bytes per tensor",
+                                 m->units, m->tensor_size);
         *ret = (RemoteDesc){
                 .blocks = m->blocks,
                 .num_tensors = m->num_tensors,
@@ -156,7 +157,7 @@ static void remote_plan_cache(const RemoteDesc *desc, uint32_t base, PlanTensor 
                               PlanCache *ret)
 {
         for (uint32_t t = 0; t < desc->num_tensors; t++)
-                tensors[t] = (PlanTensor){ .region = base + t, .offset = 0 };
+                tensors[t] = (PlanTensor){.region = base + t, .offset = 0};
         *ret = (PlanCache){
                 .blocks = desc->blocks,
                 .num_tensors = desc->num_tensors,
@@ -183,9 +184,8 @@ int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *
         return plan_build(pr, ret, err);
 }
 
-int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src,
-                    uint32_t n_src_tensors, TransportSegment *ret_segs, Region **regions,
-                    uint32_t *n_regions)
+int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src, uint32_t n_src_tensors,
+                    TransportSegment *ret_segs, Region **regions, uint32_t *n_regions)
 {
         for (size_t i = 0; i < plan->n_segments; i++) {
                 const PlanSegment *s = &plan->segments[i];
@@ -200,8 +200,7 @@ int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src,
                 if (ADD_OVERFLOW(ct->offset, off, &start) || ADD_OVERFLOW(start, s->len, &end) ||
                     end > ct->region->size || off + s->len > cache->tensor_size)
                         return -EFAULT;
-                ret_segs[i] = (TransportSegment){ .local = ct->region->data + start,
-                                                  .len = s->len };
+                ret_segs[i] = (TransportSegment){.local = ct->region->data + start, .len = s->len};
                 for (uint32_t k = 0; k < *n_regions && !known; k++)
                         known = regions[k] == ct->region;
                 if (!known) {

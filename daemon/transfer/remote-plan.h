@@ -39,7 +39,7 @@ typedef struct TransferArgs {
         size_t n_src_blocks;
         const uint64_t *dst_blocks;
         size_t n_dst_blocks;
-        uint32_t local_batch_index;     /* *_CACHE: the initiator's batch slot */
+        uint32_t local_batch_index; /* *_CACHE: the initiator's batch slot */
         int64_t size;
         PlanLayers src_layers;
         PlanLayers dst_layers;
@@ -66,7 +66,7 @@ int remote_plan_args_check(const TransferArgs *a, CacheKeyKind key_kind, Error *
  * @remote_index; @key_kind is the kind of the key naming the remote cache.
  */
 void remote_plan_args_plan_request(const TransferArgs *a, CacheKeyKind key_kind,
-                                uint32_t remote_index, PlanRequest *pr);
+                                   uint32_t remote_index, PlanRequest *pr);
 
 /* Describes a local cache's shape. */
 void remote_desc_from_cache(const Cache *cache, RemoteDesc *ret);
@@ -76,23 +76,22 @@ void remote_desc_from_cache(const Cache *cache, RemoteDesc *ret);
  * have (no tensors or more than KVD_MAX_TENSORS, no units, a tensor size the units do not
  * divide).
  */
-int remote_desc_from_proto(const struct Kvdist__V1__PlanCacheDesc *m, RemoteDesc *ret,
-                           Error *err);
+int remote_desc_from_proto(const struct Kvdist__V1__PlanCacheDesc *m, RemoteDesc *ret, Error *err);
 
 /* Writes @desc into @m (which the caller initialised). */
 void remote_desc_to_proto(const RemoteDesc *desc, struct Kvdist__V1__PlanCacheDesc *m);
 
 /* Builds the canonical plan of @pr between caches shaped @src and @dst (plan_build()'s rules). */
-int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst,
-                      Plan **ret, Error *err);
+int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst, Plan **ret,
+                      Error *err);
 
 /*
  * Maps one side of canonical @plan onto @cache: the source side when @cache_is_src, else the
  * destination side (whose tensors follow the @n_src_tensors source tensors). Writes
- * plan->n_segments entries to @ret_segs (the daemon's mapping of each segment: local and len) and adds every
- * region it touches, referenced, to @regions (room for KVD_MAX_TENSORS; *@n_regions counts).
- * -EFAULT when a segment falls outside its tensor's region (a planner bug, never a byte moved).
+ * plan->n_segments entries to @ret_segs (the daemon's mapping of each segment: local and len) and
+ * adds every region it touches, referenced, to @regions (room for KVD_MAX_TENSORS; *@n_regions
+ * counts). -EFAULT when a segment falls outside its tensor's region (a planner bug, never a byte
+ * moved).
  */
-int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src,
-                    uint32_t n_src_tensors, TransportSegment *ret_segs, Region **regions,
-                    uint32_t *n_regions);
+int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src, uint32_t n_src_tensors,
+                    TransportSegment *ret_segs, Region **regions, uint32_t *n_regions);

@@ -89,10 +89,11 @@ static void served_finish(Served *s, int status)
                     notify_deliver(s->inlink->local, s->remote_cluster_id, s->notify,
                                    s->notify_len) < 0)
                         log_error("served %" PRIu64 ": cannot queue the push notification for "
-                                  "cluster %" PRIu64 ", ignoring", s->id, s->cluster_id);
+                                  "cluster %" PRIu64 ", ignoring",
+                                  s->id, s->cluster_id);
         } else
-                log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %s",
-                          s->id, s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
+                log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %s", s->id,
+                          s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
                           status_wire_name(final));
 
         if (!s->pull && !s->one_sided && s->peer && s->peer->state == PEER_READY) {
@@ -150,7 +151,8 @@ static void served_on_deadline(evutil_socket_t fd, short what, void *userdata)
         Served *s = userdata;
 
         log_info("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): the peer's bytes did "
-                 "not come in time, giving up", s->id, s->remote_cluster_id, s->cluster_id);
+                 "not come in time, giving up",
+                 s->id, s->remote_cluster_id, s->cluster_id);
         served_fail(s, STATUS_TIMEOUT);
 }
 
@@ -166,7 +168,7 @@ void served_on_peer_lost(Peer *p)
 {
         Served *s, *tmp;
 
-        CLIST_FOREACH_SAFE(s, tmp, &p->served, link_peer) {
+        CLIST_FOREACH_SAFE (s, tmp, &p->served, link_peer) {
                 clist_unlink(&s->link_peer);
                 p->n_served--;
                 s->peer = NULL;
@@ -178,7 +180,7 @@ void served_stop_all(TransferRoot *root, int status)
 {
         Served *s, *tmp;
 
-        CLIST_FOREACH_SAFE(s, tmp, &root->served, link_daemon)
+        CLIST_FOREACH_SAFE (s, tmp, &root->served, link_daemon)
                 served_fail(s, status);
 }
 
@@ -197,7 +199,8 @@ static int served_resolve(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         if (key.cluster_id != c->id)
                 return error_set(err, STATUS_CACHE_NOT_EXIST,
                                  "the key names cluster %" PRIu64 ", inbound link %" PRIu64
-                                 " reaches cluster %" PRIu64, key.cluster_id, il->id, c->id);
+                                 " reaches cluster %" PRIu64,
+                                 key.cluster_id, il->id, c->id);
         r = cache_table_lookup(&c->caches, &key, &cache, ret_index, err);
         if (r < 0)
                 return r;
@@ -234,10 +237,9 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
                 return r;
         if (m->n_src_blocks > lim->max_blocks_per_transfer ||
             m->n_dst_blocks > lim->max_blocks_per_transfer)
-                return error_set(err, STATUS_LIMIT_EXCEEDED,
-                                 "%zu blocks in one transfer, at most %" PRIu32,
-                                 MAX(m->n_src_blocks, m->n_dst_blocks),
-                                 lim->max_blocks_per_transfer);
+                return error_set(
+                        err, STATUS_LIMIT_EXCEEDED, "%zu blocks in one transfer, at most %" PRIu32,
+                        MAX(m->n_src_blocks, m->n_dst_blocks), lim->max_blocks_per_transfer);
         if (il->n_inflight >= lim->max_inflight_per_client)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "inbound link %" PRIu64 " has %u transfers in flight", il->id,
@@ -248,8 +250,8 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
                                          "only a push carries a notification");
                 if (m->notify.len > NOTIFY_MAX_BYTES)
                         return error_set(err, STATUS_PARAM_INVALID,
-                                         "a notification of %zu bytes, at most %d",
-                                         m->notify.len, NOTIFY_MAX_BYTES);
+                                         "a notification of %zu bytes, at most %d", m->notify.len,
+                                         NOTIFY_MAX_BYTES);
                 r = notify_check_room(il->local, err);
                 if (r < 0)
                         return r;
@@ -265,8 +267,8 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
                 return r;
         remote_desc_from_cache(s->cache, &ours);
         remote_plan_args_plan_request(&args, key.kind, *ret_index, &pr);
-        r = remote_plan_build(&pr, s->pull ? &ours : &theirs, s->pull ? &theirs : &ours,
-                              &s->plan, err);
+        r = remote_plan_build(&pr, s->pull ? &ours : &theirs, s->pull ? &theirs : &ours, &s->plan,
+                              err);
         if (r < 0)
                 return r;
         if (s->plan->total_bytes == 0)
@@ -278,9 +280,9 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         s->segs = calloc(s->plan->n_segments, sizeof(TransportSegment));
         if (!s->segs)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        r = remote_plan_map(s->plan, s->cache, s->pull, s->pull ? ours.num_tensors
-                                                                : theirs.num_tensors,
-                            s->segs, s->regions, &s->n_regions);
+        r = remote_plan_map(s->plan, s->cache, s->pull,
+                            s->pull ? ours.num_tensors : theirs.num_tensors, s->segs, s->regions,
+                            &s->n_regions);
         if (r < 0)
                 return error_set(err, STATUS_FAILED, "the plan does not fit cache %" PRIu64,
                                  s->cache->id);
@@ -299,7 +301,8 @@ static int served_rdma_keys(Served *s, uint64_t *addrs, uint32_t *rkeys)
         return 0;
 }
 
-void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
+void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id,
+                            const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerTransfer *m = (const Kvdist__V1__PeerTransfer *)msg;
         Kvdist__V1__PeerTransferReply reply = KVDIST__V1__PEER_TRANSFER_REPLY__INIT;
@@ -341,8 +344,10 @@ void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id, const 
         }
         il = link_inlink_find_id(p, m->link_id);
         if (!il) {
-                error_set(&err, STATUS_NOT_YET_LINK, "no inbound link %" PRIu64 " from this peer; "
-                          "link again", m->link_id);
+                error_set(&err, STATUS_NOT_YET_LINK,
+                          "no inbound link %" PRIu64 " from this peer; "
+                          "link again",
+                          m->link_id);
                 goto refuse;
         }
         s->cluster_id = il->local->id;
@@ -352,9 +357,9 @@ void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id, const 
                 goto refuse;
 
         timeout_ms = MIN(m->timeout_ms ? m->timeout_ms : *root->options.sync_kv_timeout_ms,
-                         SERVED_TIMEOUT_MAX_MS) + SERVED_GRACE_MS;
-        tv = (struct timeval){ .tv_sec = timeout_ms / 1000,
-                               .tv_usec = (timeout_ms % 1000) * 1000 };
+                         SERVED_TIMEOUT_MAX_MS) +
+                     SERVED_GRACE_MS;
+        tv = (struct timeval){.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
         s->timer = evtimer_new(root->link->base, served_on_deadline, s);
         if (!s->timer || evtimer_add(s->timer, &tv) < 0) {
                 error_set(&err, STATUS_OUT_OF_MEMORY, "cannot arm a deadline");
@@ -410,27 +415,28 @@ void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id, const 
                 reply.n_rdma_rkeys = s->cache->desc.num_tensors;
         }
         log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
-                  " bytes in %zu segments", s->id, s->remote_cluster_id, s->cluster_id,
-                  s->pull ? "pull" : "push", s->plan->total_bytes, s->plan->n_segments);
+                  " bytes in %zu segments",
+                  s->id, s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
+                  s->plan->total_bytes, s->plan->n_segments);
         TAKE_PTR(s);
         (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, request_id, &reply.base);
         return;
 
 refuse:
-        log_debug("%s: transfer %" PRIu64 " refused: %s",
-                  peer_name(p, (char[96]){ 0 }, 96), m->job_id, err.msg);
+        log_debug("%s: transfer %" PRIu64 " refused: %s", peer_name(p, (char[96]){0}, 96),
+                  m->job_id, err.msg);
         (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, request_id, err.code,
                                &err);
 }
 
 void served_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
-                           const ProtobufCMessage *msg)
+                             const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerRdmaDone *m = (const Kvdist__V1__PeerRdmaDone *)msg;
         int status = m->status ? status_wire_decode(m->status->code) : STATUS_PROTOCOL_MISMATCH;
         Served *s;
 
-        CLIST_FOREACH(s, &p->served, link_peer) {
+        CLIST_FOREACH (s, &p->served, link_peer) {
                 if (s->initiator_id != m->transfer_id || !(s->one_sided || s->await_word))
                         continue;
                 if (!s->one_sided) {
@@ -455,12 +461,12 @@ void served_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
 }
 
 void served_handle_transfer_cancel(void *userdata, Peer *p, uint64_t request_id,
-                                 const ProtobufCMessage *msg)
+                                   const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerTransferCancel *m = (const Kvdist__V1__PeerTransferCancel *)msg;
         Served *s;
 
-        CLIST_FOREACH(s, &p->served, link_peer)
+        CLIST_FOREACH (s, &p->served, link_peer)
                 if (s->initiator_id == m->transfer_id) {
                         served_fail(s, STATUS_TIMEOUT);
                         return;

@@ -41,25 +41,25 @@ typedef struct Served Served;
 #define NOTIFY_MAX_BYTES 256
 
 typedef enum ServedState {
-        SERVED_RUNNING,         /* the data plane moves the bytes */
-        SERVED_STOPPING,        /* failed; waiting for the data plane to let go */
+        SERVED_RUNNING,  /* the data plane moves the bytes */
+        SERVED_STOPPING, /* failed; waiting for the data plane to let go */
         _SERVED_STATE_MAX,
         _SERVED_STATE_INVALID = -22,
 } ServedState;
 
 struct Served {
         TransferRoot *root;
-        uint64_t id;            /* push: the data job id the peer sends under */
+        uint64_t id; /* push: the data job id the peer sends under */
         ServedState state;
-        bool pull;              /* the peer pulls: we send */
-        bool one_sided;         /* over RDMA: the peer reads or writes the cache itself */
-        Peer *peer;             /* NULL once lost */
-        InLink *inlink;         /* NULL once gone */
-        bool moving;            /* the data job runs: its callback is still to come */
-        uint64_t initiator_id;  /* the peer's transfer id (pull: also its receive job) */
-        uint64_t cluster_id;    /* ours */
+        bool pull;             /* the peer pulls: we send */
+        bool one_sided;        /* over RDMA: the peer reads or writes the cache itself */
+        Peer *peer;            /* NULL once lost */
+        InLink *inlink;        /* NULL once gone */
+        bool moving;           /* the data job runs: its callback is still to come */
+        uint64_t initiator_id; /* the peer's transfer id (pull: also its receive job) */
+        uint64_t cluster_id;   /* ours */
         uint64_t remote_cluster_id;
-        Cache *cache;           /* n_busy counts this */
+        Cache *cache; /* n_busy counts this */
         Region *regions[KVD_MAX_TENSORS];
         uint32_t n_regions;
         Plan *plan;
@@ -76,7 +76,7 @@ struct Served {
         size_t notify_len;
         bool has_notify;
         usec_t start_usec;
-        struct event *timer;    /* a bound on how long the peer may take */
+        struct event *timer; /* a bound on how long the peer may take */
         CList link_peer;
         CList link_inlink;
         CList link_daemon;
@@ -95,8 +95,8 @@ void served_on_peer_lost(Peer *p);
 /* The peer messages served transfers handle (transfer_listen() registers them with link/):
  * a peer's transfer, its cancel, and the end of an RDMA transfer the peer ran on our memory. */
 void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id,
-                          const struct ProtobufCMessage *msg);
+                            const struct ProtobufCMessage *msg);
 void served_handle_transfer_cancel(void *userdata, Peer *p, uint64_t request_id,
-                                 const struct ProtobufCMessage *msg);
+                                   const struct ProtobufCMessage *msg);
 void served_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
-                           const struct ProtobufCMessage *msg);
+                             const struct ProtobufCMessage *msg);

@@ -16,4 +16,5 @@ typedef struct TransferEvents {
 } TransferEvents;
 
 /* Adds @h with @events (and @userdata) to @root's listeners of transfer events. */
-void transfer_events_listen(TransferRoot *root, Hook *h, const TransferEvents *events, void *userdata);
+void transfer_events_listen(TransferRoot *root, Hook *h, const TransferEvents *events,
+                            void *userdata);

@@ -74,8 +74,7 @@ static void transfer_remote_on_orphan_reply(Peer *p, int status, const Error *er
         if (status != STATUS_OK || !p->data || m->total_bytes == 0 || (flags & ORPHAN_ONE_SIDED))
                 return;
         (void)transport_abandon(p->root->transports->tcp, p->data,
-                                pull ? TRANSPORT_READ : TRANSPORT_WRITE, m->job_id,
-                                m->total_bytes);
+                                pull ? TRANSPORT_READ : TRANSPORT_WRITE, m->job_id, m->total_bytes);
 }
 
 int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err)
@@ -90,8 +89,9 @@ int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err
         int r;
 
         if (p->state != PEER_READY)
-                return error_set(err, STATUS_PEER_LOST, "the daemon of cluster %" PRIu64
-                                 " is not connected", l->remote_cluster_id);
+                return error_set(err, STATUS_PEER_LOST,
+                                 "the daemon of cluster %" PRIu64 " is not connected",
+                                 l->remote_cluster_id);
 
         /* The peer resolves the key and checks the request against what it has now. What the
          * remote cluster exposed when the link was made cannot decide it: pool caches allocated
@@ -153,11 +153,15 @@ static int transfer_remote_rdma_keys(Transfer *x, const Cache *cache, bool local
         const Plan *plan = x->plan;
 
         if (!rdma_cache_registered(cache, false))
-                return error_set(err, STATUS_FEATURE_NOT_ENABLED, "cache %" PRIu64 " is not "
-                                 "registered for RDMA", cache->id);
+                return error_set(err, STATUS_FEATURE_NOT_ENABLED,
+                                 "cache %" PRIu64 " is not "
+                                 "registered for RDMA",
+                                 cache->id);
         if (m->n_rdma_addrs != n_remote || m->n_rdma_rkeys != n_remote)
-                return error_set(err, STATUS_PROTOCOL_MISMATCH, "the peer sent %zu RDMA keys for "
-                                 "%" PRIu32 " tensors", m->n_rdma_rkeys, n_remote);
+                return error_set(err, STATUS_PROTOCOL_MISMATCH,
+                                 "the peer sent %zu RDMA keys for "
+                                 "%" PRIu32 " tensors",
+                                 m->n_rdma_rkeys, n_remote);
         for (size_t i = 0; i < plan->n_segments; i++) {
                 const PlanSegment *s = &plan->segments[i];
                 uint32_t lt = local_is_src ? s->src_region : s->dst_region - n_src_tensors;
@@ -194,15 +198,16 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
                 return r;
         remote_plan_args_from_transfer(req, &args);
         remote_plan_args_plan_request(&args, x->key.kind, m->remote_index, &pr);
-        r = remote_plan_build(&pr, local_is_src ? &local : &remote,
-                              local_is_src ? &remote : &local, &x->plan, err);
+        r = remote_plan_build(&pr, local_is_src ? &local : &remote, local_is_src ? &remote : &local,
+                              &x->plan, err);
         if (r < 0)
                 return r;
         if (x->plan->total_bytes != m->total_bytes || x->plan->n_segments != m->segments)
                 return error_set(err, STATUS_PROTOCOL_MISMATCH,
                                  "the peer planned %" PRIu64 " bytes in %" PRIu64 " segments, we "
-                                 "planned %" PRIu64 " in %zu", m->total_bytes, m->segments,
-                                 x->plan->total_bytes, x->plan->n_segments);
+                                 "planned %" PRIu64 " in %zu",
+                                 m->total_bytes, m->segments, x->plan->total_bytes,
+                                 x->plan->n_segments);
 
         x->segs = calloc(MAX(x->plan->n_segments, (size_t)1), sizeof(TransportSegment));
         if (!x->segs)
@@ -215,8 +220,7 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
                                  cache->id);
         if (x->one_sided) {
                 r = transfer_remote_rdma_keys(x, cache, local_is_src,
-                                              local_is_src ? local.num_tensors
-                                                           : remote.num_tensors,
+                                              local_is_src ? local.num_tensors : remote.num_tensors,
                                               remote.num_tensors, m, err);
                 if (r < 0)
                         return r;
@@ -361,11 +365,11 @@ static void transfer_remote_on_data_done(TransportJob *job, int status)
         }
         if (status != STATUS_OK && x->status == STATUS_OK)
                 error_set(&x->err, status, "%s",
-                          error == -EILSEQ ? "a data chunk failed its CRC32C check"
+                          error == -EILSEQ      ? "a data chunk failed its CRC32C check"
                           : error == -ECANCELED ? "the peer aborted the transfer"
                                                 : "the data connection to the peer failed");
-        if (status != STATUS_OK || x->state != TRANSFER_RUNNING || remote_plan_kind_is_pull(x->kind) ||
-            x->remote_done) {
+        if (status != STATUS_OK || x->state != TRANSFER_RUNNING ||
+            remote_plan_kind_is_pull(x->kind) || x->remote_done) {
                 if (remote_plan_kind_is_pull(x->kind))
                         transfer_remote_tell_done(x, status == STATUS_OK ? x->status : status);
                 transfer_remote_leave_peer(x);
@@ -375,13 +379,13 @@ static void transfer_remote_on_data_done(TransportJob *job, int status)
 }
 
 void transfer_remote_handle_done(void *userdata, Peer *p, uint64_t request_id,
-                               const ProtobufCMessage *msg)
+                                 const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerTransferDone *m = (const Kvdist__V1__PeerTransferDone *)msg;
         int status = m->status ? status_wire_decode(m->status->code) : STATUS_PROTOCOL_MISMATCH;
         Transfer *x;
 
-        CLIST_FOREACH(x, &p->transfers, link_peer) {
+        CLIST_FOREACH (x, &p->transfers, link_peer) {
                 if (x->id != m->transfer_id || remote_plan_kind_is_pull(x->kind) ||
                     x->phase == REMOTE_REQUESTED)
                         continue;

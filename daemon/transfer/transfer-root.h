@@ -23,7 +23,7 @@
  */
 typedef struct TransferOptions {
         const Limits *limits;
-        const uint32_t *sync_kv_timeout_ms;     /* a transfer's timeout when its request has none */
+        const uint32_t *sync_kv_timeout_ms; /* a transfer's timeout when its request has none */
 } TransferOptions;
 
 /* What transfer/ counts; status and metrics read them. */
@@ -32,22 +32,22 @@ typedef struct TransferCounters {
         uint64_t transfers_failed;
         uint64_t bytes_pulled;
         uint64_t bytes_pushed;
-        uint64_t transfers_served;      /* peers' transfers of our clusters' caches */
+        uint64_t transfers_served; /* peers' transfers of our clusters' caches */
         uint64_t bytes_served;
 } TransferCounters;
 
 typedef struct TransferRoot {
-        LinkRoot *link;                 /* clusters, peers, the event loop, ids; its stopping */
-        Memory *memory;                 /* releases the caches a transfer held the last ref of */
+        LinkRoot *link; /* clusters, peers, the event loop, ids; its stopping */
+        Memory *memory; /* releases the caches a transfer held the last ref of */
         TransportSet *transports;
         TransferOptions options;
 
-        CList transfers;        /* Transfer.link_daemon, in flight */
+        CList transfers; /* Transfer.link_daemon, in flight */
         unsigned n_transfers;
-        CList served;           /* Served.link_daemon: peers' transfers in flight here */
+        CList served; /* Served.link_daemon: peers' transfers in flight here */
         unsigned n_served;
-        HookList events;        /* listeners of transfer/'s events (transfer/transfer-events.h) */
-        Hook link_hook;         /* transfer/'s listener on the link root's events */
+        HookList events; /* listeners of transfer/'s events (transfer/transfer-events.h) */
+        Hook link_hook;  /* transfer/'s listener on the link root's events */
         TransferCounters counters;
 
         /* Called when the count of transfers in flight changed (the daemon's status line says

@@ -66,8 +66,7 @@ static int transfer_region_index(Transfer *x, Region *r, uint32_t *ret)
 }
 
 /* Describes @cache to the planner; tensors land in @tensors (num_tensors entries). */
-static int transfer_plan_cache(Transfer *x, const Cache *cache, PlanTensor *tensors,
-                               PlanCache *ret)
+static int transfer_plan_cache(Transfer *x, const Cache *cache, PlanTensor *tensors, PlanCache *ret)
 {
         int r;
 
@@ -92,8 +91,9 @@ static void transfer_on_deadline(evutil_socket_t fd, short what, void *userdata)
 {
         Transfer *x = userdata;
 
-        transfer_fail(x, STATUS_TIMEOUT, "transfer %" PRIu64 " (%s) did not finish within %" PRIu64
-                      " ms", x->id, transfer_kind_to_string(x->kind),
+        transfer_fail(x, STATUS_TIMEOUT,
+                      "transfer %" PRIu64 " (%s) did not finish within %" PRIu64 " ms", x->id,
+                      transfer_kind_to_string(x->kind),
                       (x->deadline_usec - x->start_usec) / USEC_PER_MSEC);
 }
 
@@ -174,8 +174,9 @@ static void transfer_deliver_notify(Transfer *x)
                 return;
         dst = link_root_find_cluster(x->root->link, x->remote_cluster_id);
         if (dst && notify_deliver(dst, x->cluster_id, x->notify, x->notify_len) < 0)
-                log_error("transfer %" PRIu64 ": cannot queue the push notification for cluster %"
-                          PRIu64 ", ignoring", x->id, x->remote_cluster_id);
+                log_error("transfer %" PRIu64
+                          ": cannot queue the push notification for cluster %" PRIu64 ", ignoring",
+                          x->id, x->remote_cluster_id);
 }
 
 /* Sends the client its answer, once: @status and, on failure, x->err (which is set). */
@@ -319,8 +320,8 @@ void transfer_detach_cluster(Transfer *x)
 
         clist_unlink(&x->link_cluster);
         c->n_transfers--;
-        transfer_fail(x, STATUS_PEER_LOST, "cluster %" PRIu64 " detached while transfer %" PRIu64
-                      " ran", c->id, x->id);
+        transfer_fail(x, STATUS_PEER_LOST,
+                      "cluster %" PRIu64 " detached while transfer %" PRIu64 " ran", c->id, x->id);
 }
 
 void transfer_detach_link(Transfer *x, int status)
@@ -329,15 +330,17 @@ void transfer_detach_link(Transfer *x, int status)
 
         clist_unlink(&x->link_link);
         l->n_inflight--;
-        transfer_fail(x, status, "link %" PRIu64 " to cluster %" PRIu64 " went down while "
-                      "transfer %" PRIu64 " ran", l->id, l->remote_cluster_id, x->id);
+        transfer_fail(x, status,
+                      "link %" PRIu64 " to cluster %" PRIu64 " went down while "
+                      "transfer %" PRIu64 " ran",
+                      l->id, l->remote_cluster_id, x->id);
 }
 
 static void transfer_on_cluster_gone(void *userdata, Cluster *c)
 {
         Transfer *x, *tmp;
 
-        CLIST_FOREACH_SAFE(x, tmp, &c->transfers, link_cluster)
+        CLIST_FOREACH_SAFE (x, tmp, &c->transfers, link_cluster)
                 transfer_detach_cluster(x);
 }
 
@@ -345,7 +348,7 @@ static void transfer_on_link_down(void *userdata, Link *l, int status)
 {
         Transfer *x, *tmp;
 
-        CLIST_FOREACH_SAFE(x, tmp, &l->transfers, link_link)
+        CLIST_FOREACH_SAFE (x, tmp, &l->transfers, link_link)
                 transfer_detach_link(x, status);
 }
 
@@ -353,7 +356,7 @@ static void transfer_on_inlink_gone(void *userdata, InLink *il, int status)
 {
         Served *s, *tmp;
 
-        CLIST_FOREACH_SAFE(s, tmp, &il->served, link_inlink)
+        CLIST_FOREACH_SAFE (s, tmp, &il->served, link_inlink)
                 served_detach_inlink(s, status);
 }
 
@@ -371,10 +374,10 @@ static const LinkEvents transfer_link_events = {
 
 /* What transfer/ handles of what peers send: their transfers here, the end of ours there. */
 static const PeerHandler transfer_peer_handlers[] = {
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, served_handle_transfer },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, transfer_remote_handle_done },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL, served_handle_transfer_cancel },
-        { KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, served_handle_rdma_done },
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, served_handle_transfer},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, transfer_remote_handle_done},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL, served_handle_transfer_cancel},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, served_handle_rdma_done},
 };
 
 void transfer_listen(TransferRoot *root)
@@ -384,7 +387,8 @@ void transfer_listen(TransferRoot *root)
                                ARRAY_SIZE(transfer_peer_handlers), root);
 }
 
-void transfer_events_listen(TransferRoot *root, Hook *h, const TransferEvents *events, void *userdata)
+void transfer_events_listen(TransferRoot *root, Hook *h, const TransferEvents *events,
+                            void *userdata)
 {
         hook_list_append(&root->events, h, events, userdata);
 }
@@ -405,7 +409,8 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
                         return r;
                 return error_set(err, STATUS_NOT_YET_LINK,
                                  "cluster %" PRIu64 " has no link to cluster %" PRIu64
-                                 "; call kvd_link_clusters() first", c->id, x->key.cluster_id);
+                                 "; call kvd_link_clusters() first",
+                                 c->id, x->key.cluster_id);
         }
         if (l->state != LINK_UP || (!l->remote && !l->peer))
                 return error_set(err, STATUS_PEER_LOST,
@@ -417,8 +422,7 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
                                  "cluster %" PRIu64 " has no cache %" PRIu64, c->id,
                                  m->local_cache_id);
         if (l->remote) {
-                r = cache_table_lookup(&l->remote->caches, &x->key, &remote, ret_remote_index,
-                                       err);
+                r = cache_table_lookup(&l->remote->caches, &x->key, &remote, ret_remote_index, err);
                 if (r < 0)
                         return r;
                 r = cache_check_reachable(remote, l->seq, l->id, err);
@@ -474,7 +478,8 @@ int transfer_start(TransferRoot *root, Cluster *c, const Kvdist__V1__Transfer *m
         if (c->n_transfers >= lim->max_inflight_per_client)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "cluster %" PRIu64 " has %u transfers in flight "
-                                 "(limits.max_inflight_per_client)", c->id, c->n_transfers);
+                                 "(limits.max_inflight_per_client)",
+                                 c->id, c->n_transfers);
         if (m->n_src_blocks > lim->max_blocks_per_transfer ||
             m->n_dst_blocks > lim->max_blocks_per_transfer)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
@@ -509,8 +514,8 @@ int transfer_start(TransferRoot *root, Cluster *c, const Kvdist__V1__Transfer *m
                                          "only a push carries a notification");
                 if (m->notify.len > TRANSFER_NOTIFY_MAX)
                         return error_set(err, STATUS_PARAM_INVALID,
-                                         "a notification of %zu bytes, at most %d",
-                                         m->notify.len, TRANSFER_NOTIFY_MAX);
+                                         "a notification of %zu bytes, at most %d", m->notify.len,
+                                         TRANSFER_NOTIFY_MAX);
                 memcpy(x->notify, m->notify.data, m->notify.len);
                 x->notify_len = m->notify.len;
                 x->has_notify = true;
@@ -569,9 +574,10 @@ int transfer_start(TransferRoot *root, Cluster *c, const Kvdist__V1__Transfer *m
         x->msg = m;
         completion_set_cancel(done, transfer_on_request_cancel, x);
         log_debug("transfer %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
-                  " bytes in %zu segments over %s", x->id, c->id, x->remote_cluster_id,
-                  transfer_kind_to_string(x->kind), x->plan ? x->plan->total_bytes : 0,
-                  x->plan ? x->plan->n_segments : 0, transport_name(x->transport));
+                  " bytes in %zu segments over %s",
+                  x->id, c->id, x->remote_cluster_id, transfer_kind_to_string(x->kind),
+                  x->plan ? x->plan->total_bytes : 0, x->plan ? x->plan->n_segments : 0,
+                  transport_name(x->transport));
         transfer_root_changed(root);
         TAKE_PTR(x);
         return 0;

@@ -42,8 +42,8 @@ typedef enum TransferKind {
 } TransferKind;
 
 typedef enum TransferState {
-        TRANSFER_RUNNING,       /* the transport moves bytes */
-        TRANSFER_STOPPING,      /* failed or cancelled; waiting for the transport to let go */
+        TRANSFER_RUNNING,  /* the transport moves bytes */
+        TRANSFER_STOPPING, /* failed or cancelled; waiting for the transport to let go */
         TRANSFER_DONE,
         _TRANSFER_STATE_MAX,
         _TRANSFER_STATE_INVALID = -22,
@@ -54,10 +54,10 @@ typedef enum TransferState {
 
 /* Where a transfer to or from a peer daemon stands. */
 typedef enum RemotePhase {
-        REMOTE_NONE,            /* a local transfer */
-        REMOTE_REQUESTED,       /* PeerTransfer sent, waiting for the peer's answer */
-        REMOTE_DATA,            /* the data plane moves the bytes */
-        REMOTE_FINISHED,        /* the data plane let go; a push may wait for the peer's word */
+        REMOTE_NONE,      /* a local transfer */
+        REMOTE_REQUESTED, /* PeerTransfer sent, waiting for the peer's answer */
+        REMOTE_DATA,      /* the data plane moves the bytes */
+        REMOTE_FINISHED,  /* the data plane let go; a push may wait for the peer's word */
 } RemotePhase;
 
 struct Transfer {
@@ -65,15 +65,15 @@ struct Transfer {
         uint64_t id;
         TransferKind kind;
         TransferState state;
-        bool started;           /* accounted on its cluster, link, caches and the daemon */
-        Completion *done;       /* answers the client; NULL once answered or the client is gone */
+        bool started;     /* accounted on its cluster, link, caches and the daemon */
+        Completion *done; /* answers the client; NULL once answered or the client is gone */
         const struct Kvdist__V1__Transfer *msg; /* the request, kept by @done; NULL with it */
-        Cluster *cluster;       /* the requesting cluster; NULL once it is gone */
+        Cluster *cluster;                       /* the requesting cluster; NULL once it is gone */
         uint64_t cluster_id;
-        Link *link;             /* NULL once the link is gone */
+        Link *link; /* NULL once the link is gone */
         uint64_t remote_cluster_id;
         Transport *transport;
-        Cache *caches[2];       /* source and destination (NULL: the peer's); n_busy counts us */
+        Cache *caches[2]; /* source and destination (NULL: the peer's); n_busy counts us */
         Region *regions[TRANSFER_MAX_REGIONS]; /* referenced; plan segments index these */
         uint32_t n_regions;
         Plan *plan;
@@ -81,8 +81,8 @@ struct Transfer {
         TransportJob job;       /* the data job, once submitted */
         int status;             /* the first failure, STATUS_OK while fine */
         Error err;
-        bool consume_key;       /* a local pull by ReqKey of a pool cache ends the key when it
-                                 * succeeds (a peer's: the peer ends it, served.c) */
+        bool consume_key; /* a local pull by ReqKey of a pool cache ends the key when it
+                           * succeeds (a peer's: the peer ends it, served.c) */
         CacheKey key;
         uint8_t notify[TRANSFER_NOTIFY_MAX]; /* push: for the destination cluster */
         size_t notify_len;
@@ -90,11 +90,11 @@ struct Transfer {
 
         /* transfers to and from a peer daemon (transfer-remote.c) */
         RemotePhase phase;
-        Peer *peer;             /* the peer, while on its list of transfers */
-        PeerCall *call;         /* REMOTE_REQUESTED: our PeerTransfer */
-        bool remote_done;       /* push: the peer said every byte landed (or failed) */
+        Peer *peer;       /* the peer, while on its list of transfers */
+        PeerCall *call;   /* REMOTE_REQUESTED: our PeerTransfer */
+        bool remote_done; /* push: the peer said every byte landed (or failed) */
         int remote_status;
-        bool one_sided;         /* over RDMA: we read or write the peer's memory ourselves */
+        bool one_sided; /* over RDMA: we read or write the peer's memory ourselves */
         CList link_peer;
         usec_t start_usec;
         usec_t deadline_usec;
@@ -160,8 +160,7 @@ int transfer_remote_start(Transfer *x, const struct Kvdist__V1__Transfer *m, Err
 
 /* A peer says one of our transfers it served is over (transfer_listen() registers it). */
 void transfer_remote_handle_done(void *userdata, Peer *p, uint64_t request_id,
-                               const struct ProtobufCMessage *msg);
+                                 const struct ProtobufCMessage *msg);
 
 /* Stops a remote transfer (transfer_fail() calls it instead of the transport's cancel). */
 void transfer_remote_cancel(Transfer *x);
-

@@ -26,7 +26,7 @@
 
 /* A run of bytes of one task: @bytes bytes of the copy list, from copy @copy at @offset. */
 typedef struct EngineJob {
-        CList link;             /* on Engine.jobs while queued */
+        CList link; /* on Engine.jobs while queued */
         EngineTask *task;
         size_t copy;
         size_t offset;
@@ -35,11 +35,11 @@ typedef struct EngineJob {
 
 struct EngineTask {
         Engine *engine;
-        CList link_done;        /* on Engine.done once no job is queued or running */
+        CList link_done; /* on Engine.done once no job is queued or running */
         atomic_bool cancel;
-        atomic_size_t bytes_done;       /* copied so far, for progress reports */
-        size_t n_pending;       /* jobs queued or running; under Engine.lock */
-        bool incomplete;        /* some byte was left uncopied; under Engine.lock */
+        atomic_size_t bytes_done; /* copied so far, for progress reports */
+        size_t n_pending;         /* jobs queued or running; under Engine.lock */
+        bool incomplete;          /* some byte was left uncopied; under Engine.lock */
         engine_done_fn done;
         void *userdata;
         size_t slice;
@@ -59,8 +59,8 @@ struct Engine {
 
         pthread_mutex_t lock;
         pthread_cond_t cond;
-        CList jobs;             /* EngineJob.link, in submission order */
-        CList done;             /* EngineTask.link_done, waiting for their callback */
+        CList jobs; /* EngineJob.link, in submission order */
+        CList done; /* EngineTask.link_done, waiting for their callback */
         bool stopping;
         bool held;
 };
@@ -321,8 +321,8 @@ static void task_make_jobs(EngineTask *t, size_t total, size_t job_bytes)
         }
 }
 
-int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice,
-                  engine_done_fn done, void *userdata, EngineTask **ret)
+int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, engine_done_fn done,
+                  void *userdata, EngineTask **ret)
 {
         EngineTask *t;
         size_t total = 0, job_bytes = 0, n_jobs = 0, per_thread;

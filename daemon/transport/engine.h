@@ -42,8 +42,8 @@ Engine *engine_free(Engine *e);
  * Copies are split into slices of at most @slice bytes (0 = default, 1 MiB) for cancellation
  * and spread over the threads. -ENOMEM, -ESHUTDOWN when the engine is stopping.
  */
-int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice,
-                  engine_done_fn done, void *userdata, EngineTask **ret);
+int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, engine_done_fn done,
+                  void *userdata, EngineTask **ret);
 
 /* Asks @task to stop; its callback reports -ECANCELED unless it had already finished. */
 void engine_cancel(EngineTask *task);

@@ -26,8 +26,10 @@ static RdmaQp *rdma_qp_new(RdmaSlot *slot)
         struct ibv_qp_init_attr init = {
                 .send_cq = ep->dev->cq,
                 .recv_cq = ep->dev->cq,
-                .cap = { .max_send_wr = RDMA_SQ_DEPTH, .max_recv_wr = 1,
-                         .max_send_sge = RDMA_MAX_SGE, .max_recv_sge = 1 },
+                .cap = {.max_send_wr = RDMA_SQ_DEPTH,
+                        .max_recv_wr = 1,
+                        .max_send_sge = RDMA_MAX_SGE,
+                        .max_recv_sge = 1},
                 .qp_type = IBV_QPT_RC,
                 .sq_sig_all = 0,
         };
@@ -70,12 +72,13 @@ static int rdma_qp_to_rtr(RdmaEndpoint *ep, RdmaQp *q, uint32_t qpn, uint32_t ps
                 .rq_psn = psn,
                 .max_dest_rd_atomic = (uint8_t)MIN(16, ep->dev->attr.max_qp_rd_atom),
                 .min_rnr_timer = 12,
-                .ah_attr = {
-                        .is_global = 1,
-                        .dlid = ep->remote.lid,
-                        .port_num = ep->dev->port,
-                        .grh = { .hop_limit = 64, .sgid_index = (uint8_t)ep->dev->gid_index },
-                },
+                .ah_attr =
+                        {
+                                .is_global = 1,
+                                .dlid = ep->remote.lid,
+                                .port_num = ep->dev->port,
+                                .grh = {.hop_limit = 64, .sgid_index = (uint8_t)ep->dev->gid_index},
+                        },
         };
 
         memcpy(attr.ah_attr.grh.dgid.raw, ep->remote.gid, RDMA_GID_SIZE);
@@ -98,9 +101,8 @@ static int rdma_qp_to_rts(RdmaEndpoint *ep, RdmaQp *q, uint32_t psn)
         };
 
         return -ibv_modify_qp(q->qp, &attr,
-                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                      IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                      IBV_QP_MAX_QP_RD_ATOMIC);
+                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                      IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 /* Drops the stashed completions that name @q. */
@@ -122,7 +124,7 @@ static void rdma_stash_drop(RdmaDevice *dev, const RdmaQp *q)
  */
 static void rdma_qp_stop(RdmaQp *q)
 {
-        struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+        struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
 
         if (q->stopped)
                 return;
@@ -170,7 +172,8 @@ static void rdma_qp_destroy(RdmaQp *q)
 
                                 if (!s) {
                                         log_error("RDMA device %s: out of memory keeping a "
-                                                  "completion, dropping it", dev->name);
+                                                  "completion, dropping it",
+                                                  dev->name);
                                         continue;
                                 }
                                 dev->stash = s;
@@ -211,7 +214,7 @@ int rdma_endpoint_new(RdmaDevice *dev, uint64_t id, bool initiator, const RdmaDe
         ep->mtu = rdma_mtu_enum(MIN(remote->mtu, rdma_mtu_bytes(dev->port_attr.active_mtu)));
         ep->n_slots = n_slots;
         for (unsigned i = 0; i < n_slots; i++)
-                ep->slots[i] = (RdmaSlot){ .ep = ep, .index = i };
+                ep->slots[i] = (RdmaSlot){.ep = ep, .index = i};
         clist_init(&ep->waiting);
         clist_link_tail(&dev->endpoints, &ep->link_dev);
         *ret = ep;
@@ -225,7 +228,7 @@ RdmaEndpoint *rdma_endpoint_free(RdmaEndpoint *ep)
         if (!ep)
                 return NULL;
         /* Jobs that never started: nothing to flush. */
-        CLIST_FOREACH_SAFE(job, tmp, &ep->waiting, link_wait) {
+        CLIST_FOREACH_SAFE (job, tmp, &ep->waiting, link_wait) {
                 clist_unlink(&job->link_wait);
                 job->status = -ECONNRESET;
                 rdma_job_finish(job);
@@ -415,8 +418,7 @@ static int rdma_slot_post(RdmaSlot *slot, RdmaJob *job)
                 return -ENOMEM;
         post->q = q;
         post->qp = q->qp;
-        while (n_wr < RDMA_BATCH && n_wr < room && job->next < job->n &&
-               bytes < RDMA_CHAIN_BYTES) {
+        while (n_wr < RDMA_BATCH && n_wr < room && job->next < job->n && bytes < RDMA_CHAIN_BYTES) {
                 const RdmaSegment *s = &job->segs[job->next];
                 struct ibv_send_wr *wr = &post->wrs[n_wr];
                 unsigned k = 0;
@@ -424,14 +426,13 @@ static int rdma_slot_post(RdmaSlot *slot, RdmaJob *job)
                 *wr = (struct ibv_send_wr){
                         .opcode = job->read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
                         .sg_list = post->sges[n_wr],
-                        .wr.rdma = { .remote_addr = s->remote_addr, .rkey = s->rkey },
+                        .wr.rdma = {.remote_addr = s->remote_addr, .rkey = s->rkey},
                 };
                 /* Segments that continue one another on the peer's side share a request. */
                 do {
                         s = &job->segs[job->next];
-                        post->sges[n_wr][k++] = (struct ibv_sge){ .addr = s->local_addr,
-                                                                  .length = s->len,
-                                                                  .lkey = s->lkey };
+                        post->sges[n_wr][k++] = (struct ibv_sge){
+                                .addr = s->local_addr, .length = s->len, .lkey = s->lkey};
                         job->next++;
                         n_seg++;
                         bytes += s->len;
@@ -476,7 +477,8 @@ static void rdma_job_fill(RdmaJob *job)
                                 break;
                         if (r < 0) {
                                 log_warning("RDMA device %s: cannot queue work requests: %s, "
-                                            "failing the transfer", ep->dev->name, strerror(-r));
+                                            "failing the transfer",
+                                            ep->dev->name, strerror(-r));
                                 job->status = r;
                                 job->stopping = true;
                                 break;
@@ -566,7 +568,8 @@ void rdma_qp_refused(RdmaQp *q, int error)
         RdmaJob *job = slot->job;
 
         log_warning("RDMA device %s: ibv_post_send on slot %u: %s, flushing the transfer's queue "
-                    "pairs", slot->ep->dev->name, slot->index, strerror(-error));
+                    "pairs",
+                    slot->ep->dev->name, slot->index, strerror(-error));
         if (!job) {
                 rdma_slot_flush(slot);
                 return;
@@ -595,13 +598,12 @@ static void rdma_dispatch_wc(RdmaDevice *dev, const struct ibv_wc *wc)
                 dev->wc_errors++;
                 dev->last_wc_error = ibv_wc_status_str(wc->status);
                 log_warning("RDMA device %s: %s completion failed: %s (QP %u), flushing the "
-                            "transfer's queue pairs", dev->name,
-                            wc->opcode == IBV_WC_RDMA_READ ? "READ" : "WRITE",
+                            "transfer's queue pairs",
+                            dev->name, wc->opcode == IBV_WC_RDMA_READ ? "READ" : "WRITE",
                             ibv_wc_status_str(wc->status), wc->qp_num);
                 if (job) {
                         if (job->status == 0)
-                                job->status = wc->status == IBV_WC_REM_ACCESS_ERR ? -EACCES
-                                                                                  : -EIO;
+                                job->status = wc->status == IBV_WC_REM_ACCESS_ERR ? -EACCES : -EIO;
                         job->stopping = true;
                         rdma_job_flush_slots(job);
                 } else
@@ -641,7 +643,7 @@ static void rdma_dispatch_wc(RdmaDevice *dev, const struct ibv_wc *wc)
  */
 void rdma_device_kick(RdmaDevice *dev)
 {
-        static const struct timeval now = { 0, 0 };
+        static const struct timeval now = {0, 0};
 
         if (evtimer_add(dev->ev_kick, &now) < 0)
                 log_error("RDMA device %s: cannot schedule the completion handler", dev->name);
@@ -677,7 +679,7 @@ void rdma_on_cq(evutil_socket_t fd, short what, void *userdata)
         }
         while (budget > 0 && dev->n_stash == 0 &&
                (n = ibv_poll_cq(dev->cq, budget < RDMA_POLL_BATCH ? (int)budget : RDMA_POLL_BATCH,
-                                 wc)) > 0) {
+                                wc)) > 0) {
                 for (int i = 0; i < n; i++)
                         rdma_dispatch_wc(dev, &wc[i]);
                 budget -= (unsigned)n;
@@ -696,7 +698,7 @@ void rdma_on_cq(evutil_socket_t fd, short what, void *userdata)
                         free(q);
                 }
         /* Jobs that wait for slots freed meanwhile. */
-        CLIST_FOREACH_SAFE(ep, tmp, &dev->endpoints, link_dev)
+        CLIST_FOREACH_SAFE (ep, tmp, &dev->endpoints, link_dev)
                 if (!clist_is_empty(&ep->waiting))
                         rdma_job_pump(clist_first_entry(&ep->waiting, RdmaJob, link_wait));
 }
@@ -705,9 +707,9 @@ void rdma_device_fail_endpoints(RdmaDevice *dev, int status)
 {
         RdmaEndpoint *ep, *tmp;
 
-        CLIST_FOREACH(ep, &dev->endpoints, link_dev)
+        CLIST_FOREACH (ep, &dev->endpoints, link_dev)
                 rdma_endpoint_stop_slots(ep, UINT32_MAX);
-        CLIST_FOREACH_SAFE(ep, tmp, &dev->endpoints, link_dev)
+        CLIST_FOREACH_SAFE (ep, tmp, &dev->endpoints, link_dev)
                 for (unsigned i = 0; i < ep->n_slots; i++) {
                         RdmaSlot *slot = &ep->slots[i];
 

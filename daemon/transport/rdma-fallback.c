@@ -44,7 +44,7 @@ bool rdma_device_usable(const RdmaDevice *dev)
 
 void rdma_device_get_info(const RdmaDevice *dev, RdmaDeviceInfo *ret)
 {
-        *ret = (RdmaDeviceInfo){ 0 };
+        *ret = (RdmaDeviceInfo){0};
 }
 
 void rdma_context_foreach_device(RdmaContext *c, void (*fn)(const RdmaDevice *dev, void *ud),
@@ -54,7 +54,7 @@ void rdma_context_foreach_device(RdmaContext *c, void (*fn)(const RdmaDevice *de
 
 void rdma_device_get_status(const RdmaDevice *dev, RdmaDeviceStatus *ret)
 {
-        *ret = (RdmaDeviceStatus){ 0 };
+        *ret = (RdmaDeviceStatus){0};
 }
 
 int rdma_cache_register(RdmaDevice *dev, Cache *cache, bool remote)
@@ -104,8 +104,7 @@ RdmaEndpoint *rdma_endpoint_free(RdmaEndpoint *ep)
         return NULL;
 }
 
-int rdma_endpoint_slot_local(RdmaEndpoint *ep, unsigned slot, uint32_t *ret_qpn,
-                             uint32_t *ret_psn)
+int rdma_endpoint_slot_local(RdmaEndpoint *ep, unsigned slot, uint32_t *ret_qpn, uint32_t *ret_psn)
 {
         return -EOPNOTSUPP;
 }
@@ -167,5 +166,5 @@ uint64_t rdma_job_bytes_done(const RdmaJob *job)
 
 void rdma_endpoint_get_stats(const RdmaEndpoint *ep, RdmaEndpointStats *ret)
 {
-        *ret = (RdmaEndpointStats){ 0 };
+        *ret = (RdmaEndpointStats){0};
 }

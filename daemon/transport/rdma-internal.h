@@ -18,10 +18,9 @@
 #include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
 
-
 #define RDMA_CQ_SIZE 4096
-#define RDMA_SQ_DEPTH 256               /* work requests queued per queue pair */
-#define RDMA_MAX_SGE 4                  /* scatter-gather entries per work request we use */
+#define RDMA_SQ_DEPTH 256 /* work requests queued per queue pair */
+#define RDMA_MAX_SGE 4    /* scatter-gather entries per work request we use */
 /*
  * A chain (one ibv_post_send, one signalled request) ends at RDMA_BATCH requests or once it
  * carries RDMA_CHAIN_BYTES. Long chains of small requests keep completions, and the wake-ups of
@@ -35,7 +34,7 @@
  * (whose completions refill the queue as fast as they are polled) never keeps clients, peers and
  * heartbeats waiting. */
 #define RDMA_POLL_BUDGET 64
-#define RDMA_ACK_BATCH 64               /* CQ events acknowledged together */
+#define RDMA_ACK_BATCH 64 /* CQ events acknowledged together */
 #define RDMA_FIFO (RDMA_SQ_DEPTH / 1 + 1)
 
 struct event;
@@ -45,10 +44,10 @@ typedef struct RdmaSlot RdmaSlot;
 
 /* One chain of work requests, built on the loop and posted by the device's posting thread. */
 typedef struct RdmaPost {
-        CList link;                     /* on RdmaPoster.queue, .refused or .spare */
-        RdmaQp *q;                      /* whose chain it is (the thread only compares it) */
-        struct ibv_qp *qp;              /* where the thread posts it */
-        int error;                      /* ibv_post_send()'s errno, on RdmaPoster.refused */
+        CList link;        /* on RdmaPoster.queue, .refused or .spare */
+        RdmaQp *q;         /* whose chain it is (the thread only compares it) */
+        struct ibv_qp *qp; /* where the thread posts it */
+        int error;         /* ibv_post_send()'s errno, on RdmaPoster.refused */
         struct ibv_send_wr wrs[RDMA_BATCH];
         struct ibv_sge sges[RDMA_BATCH][RDMA_MAX_SGE];
 } RdmaPost;
@@ -60,18 +59,18 @@ typedef struct RdmaPost {
 typedef struct RdmaPoster {
         pthread_t thread;
         bool started, lock_init, cond_init;
-        int efd;                        /* eventfd: chains were refused (-1 when none) */
-        struct event *ev;               /* the loop's watch on @efd */
+        int efd;          /* eventfd: chains were refused (-1 when none) */
+        struct event *ev; /* the loop's watch on @efd */
         pthread_mutex_t lock;
-        pthread_cond_t wake;            /* for the thread: a chain was queued, or stop */
-        pthread_cond_t left;            /* for the loop: the thread left @busy */
-        CList queue;                    /* RdmaPost.link: to post, oldest first */
-        CList refused;                  /* RdmaPost.link: refused, for the loop */
-        CList spare;                    /* RdmaPost.link: posted, for reuse */
+        pthread_cond_t wake; /* for the thread: a chain was queued, or stop */
+        pthread_cond_t left; /* for the loop: the thread left @busy */
+        CList queue;         /* RdmaPost.link: to post, oldest first */
+        CList refused;       /* RdmaPost.link: refused, for the loop */
+        CList spare;         /* RdmaPost.link: posted, for reuse */
         unsigned n_spare;
-        RdmaQp *busy;                   /* the queue pair inside ibv_post_send() now */
-        bool idle;                      /* the thread waits on @wake */
-        bool waiting;                   /* the loop waits on @left */
+        RdmaQp *busy; /* the queue pair inside ibv_post_send() now */
+        bool idle;    /* the thread waits on @wake */
+        bool waiting; /* the loop waits on @left */
         bool stop;
 } RdmaPoster;
 
@@ -84,28 +83,28 @@ struct RdmaContext {
 struct RdmaDevice {
         RdmaContext *ctx;
         char name[64];
-        char error[160];                /* why it cannot be used; "" when it can */
+        char error[160]; /* why it cannot be used; "" when it can */
         struct ibv_context *ibv;
         struct ibv_pd *pd;
         struct ibv_comp_channel *chan;
         struct ibv_cq *cq;
         struct event *ev_cq;
-        struct event *ev_kick;          /* zero timer: runs the CQ handler on the next pass */
+        struct event *ev_kick; /* zero timer: runs the CQ handler on the next pass */
         struct event *ev_async;
         uint8_t port;
         int gid_index;
         union ibv_gid gid;
         struct ibv_port_attr port_attr;
         struct ibv_device_attr attr;
-        unsigned unacked;               /* CQ events not acknowledged yet */
-        struct ibv_wc *stash;           /* completions polled while flushing another QP */
+        unsigned unacked;     /* CQ events not acknowledged yet */
+        struct ibv_wc *stash; /* completions polled while flushing another QP */
         size_t n_stash, cap_stash;
-        unsigned dispatching;           /* rdma_on_cq() runs completions */
-        RdmaQp *dead;                   /* destroyed meanwhile, freed when it is done */
-        struct ibv_mr *pool_mr;         /* the daemon's whole memory pool, remote read/write */
-        const Region *pool_region;      /* the region pool_mr covers */
-        int pool_error;                 /* why the pool is not registered: -errno, 0 when it is */
-        CList endpoints;                /* RdmaEndpoint.link_dev */
+        unsigned dispatching;      /* rdma_on_cq() runs completions */
+        RdmaQp *dead;              /* destroyed meanwhile, freed when it is done */
+        struct ibv_mr *pool_mr;    /* the daemon's whole memory pool, remote read/write */
+        const Region *pool_region; /* the region pool_mr covers */
+        int pool_error;            /* why the pool is not registered: -errno, 0 when it is */
+        CList endpoints;           /* RdmaEndpoint.link_dev */
         RdmaPoster poster;
         uint64_t mrs, mr_bytes, reg_usec, reg_count, wc_errors, async_events;
         const char *last_wc_error;
@@ -123,19 +122,19 @@ struct RdmaQp {
                 uint64_t bytes;
         } fifo[RDMA_FIFO];
         unsigned fifo_head, fifo_len;
-        unsigned outstanding;           /* work requests posted, not known complete */
-        bool stopped;                   /* in the error state, nothing of it left to post */
-        bool dead;                      /* destroyed; completions naming it are dropped */
+        unsigned outstanding; /* work requests posted, not known complete */
+        bool stopped;         /* in the error state, nothing of it left to post */
+        bool dead;            /* destroyed; completions naming it are dropped */
         RdmaQp *next_dead;
 };
 
 struct RdmaSlot {
         RdmaEndpoint *ep;
         unsigned index;
-        RdmaQp *qp;                     /* NULL when none exists */
+        RdmaQp *qp; /* NULL when none exists */
         uint32_t psn;
         bool connected;
-        RdmaJob *job;                   /* the job using this slot */
+        RdmaJob *job; /* the job using this slot */
 };
 
 struct RdmaEndpoint {
@@ -146,7 +145,7 @@ struct RdmaEndpoint {
         enum ibv_mtu mtu;
         unsigned n_slots;
         RdmaSlot slots[RDMA_MAX_SLOTS];
-        CList waiting;                  /* RdmaJob.link_wait: jobs waiting for slots */
+        CList waiting; /* RdmaJob.link_wait: jobs waiting for slots */
         CList link_dev;
         RdmaEndpointStats stats;
 };
@@ -156,10 +155,10 @@ struct RdmaJob {
         bool read;
         const RdmaSegment *segs;
         size_t n;
-        size_t next;                    /* next segment to post, shared by the job's slots */
-        size_t completed;               /* segments known complete */
-        uint64_t bytes_done;            /* their bytes */
-        uint32_t slots;                 /* mask of slots held */
+        size_t next;         /* next segment to post, shared by the job's slots */
+        size_t completed;    /* segments known complete */
+        uint64_t bytes_done; /* their bytes */
+        uint32_t slots;      /* mask of slots held */
         int status;
         bool stopping;
         rdma_done_fn done;

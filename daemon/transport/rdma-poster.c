@@ -46,7 +46,7 @@ static void rdma_post_drop_locked(RdmaPoster *p, CList *list, const RdmaQp *q)
 {
         RdmaPost *post, *tmp;
 
-        CLIST_FOREACH_SAFE(post, tmp, list, link)
+        CLIST_FOREACH_SAFE (post, tmp, list, link)
                 if (post->q == q) {
                         clist_unlink(&post->link);
                         rdma_post_recycle_locked(p, post);
@@ -193,7 +193,7 @@ void rdma_poster_stop(RdmaDevice *dev)
         p->ev = NULL;
         /* Every queue pair is gone by now, and with them their chains: only spares are left. */
         if (p->lock_init) {
-                CLIST_FOREACH_SAFE(post, tmp, &p->spare, link) {
+                CLIST_FOREACH_SAFE (post, tmp, &p->spare, link) {
                         clist_unlink(&post->link);
                         free(post);
                 }

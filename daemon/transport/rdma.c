@@ -27,7 +27,7 @@
 
 static bool gid_is_roce_v2_ipv4(const struct ibv_gid_entry *e)
 {
-        static const uint8_t prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+        static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
         return e->gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(e->gid.raw, prefix, 12) == 0;
 }
@@ -100,8 +100,10 @@ static void rdma_device_open(RdmaDevice *dev, const DeviceConfig *cfg, struct ib
                 if (strcmp(ibv_get_device_name(list[i]), cfg->rdma_device) == 0)
                         found = list[i];
         if (!found) {
-                (void)snprintf(dev->error, sizeof(dev->error), "no RDMA device %s on this host "
-                               "(ibv_get_device_list found %d)", cfg->rdma_device, n_list);
+                (void)snprintf(dev->error, sizeof(dev->error),
+                               "no RDMA device %s on this host "
+                               "(ibv_get_device_list found %d)",
+                               cfg->rdma_device, n_list);
                 return;
         }
         dev->ibv = ibv_open_device(found);
@@ -111,8 +113,8 @@ static void rdma_device_open(RdmaDevice *dev, const DeviceConfig *cfg, struct ib
         }
         r = ibv_query_port(dev->ibv, dev->port, &dev->port_attr);
         if (r != 0) {
-                (void)snprintf(dev->error, sizeof(dev->error), "ibv_query_port %u: %s",
-                               dev->port, strerror(r));
+                (void)snprintf(dev->error, sizeof(dev->error), "ibv_query_port %u: %s", dev->port,
+                               strerror(r));
                 return;
         }
         if (dev->port_attr.state != IBV_PORT_ACTIVE)
@@ -132,8 +134,7 @@ static void rdma_device_open(RdmaDevice *dev, const DeviceConfig *cfg, struct ib
         }
         r = ibv_query_device(dev->ibv, &dev->attr);
         if (r != 0) {
-                (void)snprintf(dev->error, sizeof(dev->error), "ibv_query_device: %s",
-                               strerror(r));
+                (void)snprintf(dev->error, sizeof(dev->error), "ibv_query_device: %s", strerror(r));
                 return;
         }
         dev->pd = ibv_alloc_pd(dev->ibv);
@@ -156,8 +157,8 @@ static void rdma_device_open(RdmaDevice *dev, const DeviceConfig *cfg, struct ib
         }
         dev->ev_cq = event_new(base, dev->chan->fd, EV_READ | EV_PERSIST, rdma_on_cq, dev);
         dev->ev_kick = evtimer_new(base, rdma_on_cq, dev);
-        dev->ev_async = event_new(base, dev->ibv->async_fd, EV_READ | EV_PERSIST,
-                                  rdma_on_async, dev);
+        dev->ev_async =
+                event_new(base, dev->ibv->async_fd, EV_READ | EV_PERSIST, rdma_on_async, dev);
         if (!dev->ev_cq || !dev->ev_kick || !dev->ev_async || event_add(dev->ev_cq, NULL) < 0 ||
             event_add(dev->ev_async, NULL) < 0) {
                 (void)snprintf(dev->error, sizeof(dev->error), "cannot watch the CQ");
@@ -187,8 +188,8 @@ static void rdma_device_register_pool(RdmaDevice *dev, Pool *pool)
                 dev->pool_error = errno ? -errno : -EIO;
                 log_warning("RDMA device %s: cannot register the memory pool (%" PRIu64 " bytes): "
                             "%s (is LimitMEMLOCK high enough?); pool caches of its clusters "
-                            "cannot use RDMA", dev->name, region->size,
-                            strerror(-dev->pool_error));
+                            "cannot use RDMA",
+                            dev->name, region->size, strerror(-dev->pool_error));
                 return;
         }
         dev->pool_region = region;
@@ -199,8 +200,7 @@ static void rdma_device_register_pool(RdmaDevice *dev, Pool *pool)
         /* The registration holds the pool's pages: they must stay the ones mapped. */
         pool_pin(pool);
         log_info("RDMA device %s: memory pool of %" PRIu64 " bytes registered in %" PRIu64 " ms",
-                 dev->name, region->size,
-                 (now_usec(CLOCK_MONOTONIC) - t0) / USEC_PER_MSEC);
+                 dev->name, region->size, (now_usec(CLOCK_MONOTONIC) - t0) / USEC_PER_MSEC);
 }
 
 int rdma_context_new(TransportSet *ts, Pool *pool, RdmaContext **ret)
@@ -244,12 +244,14 @@ int rdma_context_new(TransportSet *ts, Pool *pool, RdmaContext **ret)
                 rdma_device_open(dev, dc, list, n_list, ts->base);
                 if (dev->error[0])
                         log_warning("RDMA device %s: %s; links of device_id %" PRId32 " cannot "
-                                    "use it", dev->name, dev->error, dc->device_id);
+                                    "use it",
+                                    dev->name, dev->error, dc->device_id);
                 else {
-                        log_info("RDMA device %s port %u: %s, MTU %u, GID index %d",
-                                 dev->name, dev->port,
+                        log_info("RDMA device %s port %u: %s, MTU %u, GID index %d", dev->name,
+                                 dev->port,
                                  dev->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET
-                                         ? "RoCE" : "InfiniBand",
+                                         ? "RoCE"
+                                         : "InfiniBand",
                                  rdma_mtu_bytes(dev->port_attr.active_mtu), dev->gid_index);
                         if (pool)
                                 rdma_device_register_pool(dev, pool);
@@ -330,14 +332,14 @@ void rdma_device_get_status(const RdmaDevice *dev, RdmaDeviceStatus *ret)
 {
         *ret = (RdmaDeviceStatus){
                 .name = dev->name,
-                .state = dev->error[0] ? "error"
-                         : dev->port_attr.state == IBV_PORT_ACTIVE ? "active" : "down",
+                .state = dev->error[0]                             ? "error"
+                         : dev->port_attr.state == IBV_PORT_ACTIVE ? "active"
+                                                                   : "down",
                 /* A device that is not there, or whose port never answered, has none. */
-                .link_layer = !dev->ibv                                   ? "missing"
-                              : dev->port_attr.state == IBV_PORT_NOP      ? "unknown"
-                              : dev->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET
-                                      ? "Ethernet"
-                                      : "InfiniBand",
+                .link_layer = !dev->ibv                                              ? "missing"
+                              : dev->port_attr.state == IBV_PORT_NOP                 ? "unknown"
+                              : dev->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet"
+                                                                                     : "InfiniBand",
                 .error = dev->error,
                 .port = dev->port,
                 .mtu = rdma_mtu_bytes(dev->port_attr.active_mtu),
@@ -360,7 +362,7 @@ void rdma_device_get_status(const RdmaDevice *dev, RdmaDeviceStatus *ret)
 typedef struct RdmaCacheReg {
         RdmaDevice *dev;
         bool remote;
-        bool pool;                      /* mrs[] are the device's pool registration (shared) */
+        bool pool; /* mrs[] are the device's pool registration (shared) */
         uint32_t n;
         struct ibv_mr *mrs[];
 } RdmaCacheReg;
@@ -409,8 +411,8 @@ int rdma_cache_register(RdmaDevice *dev, Cache *cache, bool remote)
         for (uint32_t t = 0; t < n; t++) {
                 const CacheTensor *ct = &cache->tensors[t];
 
-                reg->mrs[t] = ibv_reg_mr(dev->pd, ct->region->data + ct->offset,
-                                         cache->tensor_size, access);
+                reg->mrs[t] = ibv_reg_mr(dev->pd, ct->region->data + ct->offset, cache->tensor_size,
+                                         access);
                 if (!reg->mrs[t]) {
                         int r = -errno;
 
@@ -442,8 +444,8 @@ int rdma_cache_tensor(const Cache *cache, uint32_t t, uint64_t *ret_addr, uint32
         if (!reg || t >= reg->n)
                 return -ENOENT;
         /* The tensor's own bytes, also where a registration covers more (the pool). */
-        *ret_addr = (uint64_t)(uintptr_t)(cache->tensors[t].region->data +
-                                          cache->tensors[t].offset);
+        *ret_addr =
+                (uint64_t)(uintptr_t)(cache->tensors[t].region->data + cache->tensors[t].offset);
         if (ret_lkey)
                 *ret_lkey = reg->mrs[t]->lkey;
         if (ret_rkey)
@@ -494,8 +496,7 @@ RdmaMr *rdma_mr_free(RdmaMr *mr)
         mr->dev->mr_bytes -= mr->mr->length;
         r = ibv_dereg_mr(mr->mr);
         if (r != 0)
-                log_error("RDMA device %s: ibv_dereg_mr: %s, ignoring", mr->dev->name,
-                          strerror(r));
+                log_error("RDMA device %s: ibv_dereg_mr: %s, ignoring", mr->dev->name, strerror(r));
         free(mr);
         return NULL;
 }
@@ -521,8 +522,7 @@ static void rdma_on_async(evutil_socket_t fd, short what, void *userdata)
                 ibv_ack_async_event(&ev);
                 dev->async_events++;
                 dev->last_async_event = ibv_event_type_str(type);
-                log_warning("RDMA device %s: async event %s", dev->name,
-                            ibv_event_type_str(type));
+                log_warning("RDMA device %s: async event %s", dev->name, ibv_event_type_str(type));
                 if (type == IBV_EVENT_PORT_ERR || type == IBV_EVENT_DEVICE_FATAL) {
                         (void)ibv_query_port(dev->ibv, dev->port, &dev->port_attr);
                         /* Every transfer on this device fails; the queue pairs go. */

@@ -59,7 +59,7 @@ typedef struct RdmaDeviceInfo {
         char device[64];
         uint8_t gid[RDMA_GID_SIZE];
         uint8_t port;
-        uint32_t mtu;                   /* active MTU in bytes: 256..4096 */
+        uint32_t mtu; /* active MTU in bytes: 256..4096 */
         uint16_t lid;
 } RdmaDeviceInfo;
 
@@ -69,7 +69,7 @@ typedef struct RdmaSegment {
         uint32_t lkey;
         uint64_t remote_addr;
         uint32_t rkey;
-        uint32_t len;                   /* a segment over 2 GiB is cut before it gets here */
+        uint32_t len; /* a segment over 2 GiB is cut before it gets here */
 } RdmaSegment;
 
 /*
@@ -83,10 +83,10 @@ typedef void (*rdma_ready_fn)(RdmaEndpoint *ep, int status, void *userdata);
 
 /*
  * Opens every RDMA device @ts's device map names for transport "rdma" or "auto" (events on
- * @ts's loop), and registers the daemon's memory pool @pool (NULL: none) on each that works. A device that
- * cannot be opened is kept with the reason (for status and for the links that would use it), a
- * pool that cannot be registered is logged; only out-of-memory fails. Without RDMA support it
- * holds no device.
+ * @ts's loop), and registers the daemon's memory pool @pool (NULL: none) on each that works. A
+ * device that cannot be opened is kept with the reason (for status and for the links that would use
+ * it), a pool that cannot be registered is logged; only out-of-memory fails. Without RDMA support
+ * it holds no device.
  */
 int rdma_context_new(TransportSet *ts, Pool *pool, RdmaContext **ret);
 
@@ -115,20 +115,20 @@ void rdma_context_foreach_device(RdmaContext *c, void (*fn)(const RdmaDevice *de
 /* For status: state words, numbers and the last error of @dev. */
 typedef struct RdmaDeviceStatus {
         const char *name;
-        const char *state;              /* "active", "down", "error" */
-        const char *link_layer;         /* "Ethernet", "InfiniBand"; "missing" (no such
-                                         * device), "unknown" (its port did not answer) */
-        const char *error;              /* "" when fine */
+        const char *state;      /* "active", "down", "error" */
+        const char *link_layer; /* "Ethernet", "InfiniBand"; "missing" (no such
+                                 * device), "unknown" (its port did not answer) */
+        const char *error;      /* "" when fine */
         uint32_t port;
         uint32_t mtu;
         int gid_index;
-        char gid[48];                   /* "fe80:0000:..." */
-        uint64_t mrs;                   /* memory regions registered now */
+        char gid[48]; /* "fe80:0000:..." */
+        uint64_t mrs; /* memory regions registered now */
         uint64_t mr_bytes;
-        uint64_t reg_usec_total;        /* time spent in ibv_reg_mr */
+        uint64_t reg_usec_total; /* time spent in ibv_reg_mr */
         uint64_t reg_count;
         uint64_t wc_errors;
-        const char *last_wc_error;      /* ibv_wc_status_str() of the last failed completion */
+        const char *last_wc_error; /* ibv_wc_status_str() of the last failed completion */
         uint64_t async_events;
         const char *last_async_event;
 } RdmaDeviceStatus;
@@ -182,8 +182,7 @@ int rdma_endpoint_new(RdmaDevice *dev, uint64_t id, bool initiator, const RdmaDe
 RdmaEndpoint *rdma_endpoint_free(RdmaEndpoint *ep);
 
 /* (Re)creates slot @slot's queue pair in INIT and returns its QP number and a fresh PSN. */
-int rdma_endpoint_slot_local(RdmaEndpoint *ep, unsigned slot, uint32_t *ret_qpn,
-                             uint32_t *ret_psn);
+int rdma_endpoint_slot_local(RdmaEndpoint *ep, unsigned slot, uint32_t *ret_qpn, uint32_t *ret_psn);
 
 /* Moves slot @slot to RTR and RTS toward the peer's @qpn / @psn (MTU: the smaller port MTU). */
 int rdma_endpoint_slot_connect(RdmaEndpoint *ep, unsigned slot, uint32_t qpn, uint32_t psn);
@@ -229,7 +228,7 @@ typedef struct RdmaEndpointStats {
         uint64_t jobs_done;
         uint64_t jobs_failed;
         uint64_t bytes;
-        uint64_t wrs_posted;            /* work requests handed to the posting thread */
+        uint64_t wrs_posted; /* work requests handed to the posting thread */
         unsigned jobs_in_flight;
         unsigned slots_ready;
 } RdmaEndpointStats;

@@ -13,10 +13,10 @@
 
 /* What one direction of a connection thread asks for after its turn (0 is no answer). */
 enum {
-        IO_IDLE = 1,                    /* nothing to do on this direction */
-        IO_BLOCKED,                     /* the socket would block: poll for it */
-        IO_MORE,                        /* more to do right away */
-        IO_WAIT,                        /* a header names a job that is not registered yet */
+        IO_IDLE = 1, /* nothing to do on this direction */
+        IO_BLOCKED,  /* the socket would block: poll for it */
+        IO_MORE,     /* more to do right away */
+        IO_WAIT,     /* a header names a job that is not registered yet */
 };
 
 /* Tells the loop that the TcpData broke, once, and every thread to leave. */
@@ -361,12 +361,12 @@ void *tcp_data_conn_thread(void *userdata)
                 if (rx == IO_MORE || tx == IO_MORE)
                         continue;
 
-                p[0] = (struct pollfd){ .fd = c->fd };
+                p[0] = (struct pollfd){.fd = c->fd};
                 if (rx == IO_BLOCKED)
                         p[0].events |= POLLIN;
                 if (tx == IO_BLOCKED)
                         p[0].events |= POLLOUT;
-                p[1] = (struct pollfd){ .fd = c->wake_fd, .events = POLLIN };
+                p[1] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
                 if (rx == IO_WAIT) {
                         usec_t now = now_usec(CLOCK_MONOTONIC);
 

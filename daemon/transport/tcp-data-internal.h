@@ -39,13 +39,13 @@ typedef struct Job Job;
  */
 typedef struct Range {
         Job *job;
-        CList link;                     /* send: on Conn.queue until taken */
+        CList link; /* send: on Conn.queue until taken */
         TcpStreamRange r;
         unsigned conn;
-        uint64_t weight;                /* send: what it adds to Conn.queued_bytes */
-        bool started;                   /* send: taken by the thread; receive: claimed */
-        bool abort_only;                /* send: goes out as one ABORT chunk, reads no memory */
-        bool busy;                      /* counted in Job.n_busy */
+        uint64_t weight; /* send: what it adds to Conn.queued_bytes */
+        bool started;    /* send: taken by the thread; receive: claimed */
+        bool abort_only; /* send: goes out as one ABORT chunk, reads no memory */
+        bool busy;       /* counted in Job.n_busy */
 } Range;
 
 /*
@@ -59,20 +59,20 @@ struct Job {
         uint64_t id;
         uint64_t total;
         CList link_table;
-        CList link_done;                /* on TcpData.done while its callback or freeing is due */
-        tcp_data_done_fn done;          /* immutable */
+        CList link_done;       /* on TcpData.done while its callback or freeing is due */
+        tcp_data_done_fn done; /* immutable */
         void *userdata;
-        const TcpSrcSegment *src;       /* immutable; NULL for an aborted send */
-        const TcpDstSegment *dst;       /* immutable; NULL for a discarded receive */
+        const TcpSrcSegment *src; /* immutable; NULL for an aborted send */
+        const TcpDstSegment *dst; /* immutable; NULL for a discarded receive */
         size_t n_segs;
-        unsigned n_ranges;              /* immutable */
-        unsigned n_finished;            /* ranges over on the wire */
-        unsigned n_busy;                /* ranges that may still touch the job's memory */
-        int status;                     /* the first failure */
-        atomic_bool stop;               /* cancelled or failed: stop touching memory */
-        _Atomic uint64_t bytes_moved;   /* payload sent or landed, for progress reports */
+        unsigned n_ranges;            /* immutable */
+        unsigned n_finished;          /* ranges over on the wire */
+        unsigned n_busy;              /* ranges that may still touch the job's memory */
+        int status;                   /* the first failure */
+        atomic_bool stop;             /* cancelled or failed: stop touching memory */
+        _Atomic uint64_t bytes_moved; /* payload sent or landed, for progress reports */
         bool notify_due;
-        bool notified;                  /* the callback ran, or there is none */
+        bool notified; /* the callback ran, or there is none */
         bool finished;
         Range ranges[];
 };
@@ -81,16 +81,16 @@ typedef struct Conn {
         TcpData *td;
         unsigned idx;
         int fd;
-        int wake_fd;                    /* eventfd: new ranges, a cancel, a new job, stop */
+        int wake_fd; /* eventfd: new ranges, a cancel, a new job, stop */
         pthread_t thread;
-        atomic_bool kick;               /* ranges were queued since the thread last looked */
+        atomic_bool kick; /* ranges were queued since the thread last looked */
         _Atomic uint64_t bytes_sent;
         _Atomic uint64_t bytes_received;
 
         /* Under TcpData.lock. */
-        CList queue;                    /* Range.link of send ranges, in order */
-        uint64_t queued_bytes;          /* of ranges queued or in progress: how busy it is */
-        bool waiting;                   /* its receive side waits for an unknown job */
+        CList queue;           /* Range.link of send ranges, in order */
+        uint64_t queued_bytes; /* of ranges queued or in progress: how busy it is */
+        bool waiting;          /* its receive side waits for an unknown job */
 
         /* The thread's own. */
         Range *tx;
@@ -111,7 +111,7 @@ typedef struct Conn {
 struct TcpData {
         struct event_base *base;
         struct event *event;
-        int efd;                        /* completions and breakage: wakes the loop */
+        int efd; /* completions and breakage: wakes the loop */
         char *name;
         uint32_t chunk_size;
         bool crc;
@@ -120,9 +120,9 @@ struct TcpData {
         tcp_data_broken_fn broken;
         void *userdata;
 
-        atomic_int error;               /* what broke it, 0 while sound */
-        atomic_bool stop;               /* tcp_data_free(): the threads leave */
-        atomic_uint recv_gen;           /* bumped on every receive job registered */
+        atomic_int error;     /* what broke it, 0 while sound */
+        atomic_bool stop;     /* tcp_data_free(): the threads leave */
+        atomic_uint recv_gen; /* bumped on every receive job registered */
 
         /* The loop's own. */
         bool broken_reported;
@@ -134,7 +134,7 @@ struct TcpData {
         pthread_mutex_t lock;
         CList send_table[TABLE_BUCKETS];
         CList recv_table[TABLE_BUCKETS];
-        CList done;                     /* Job.link_done */
+        CList done; /* Job.link_done */
 
         unsigned n_conns;
         unsigned n_started;
@@ -170,7 +170,7 @@ static inline Job *table_find(CList *table, uint64_t id)
         CList *b = table_bucket(table, id);
         Job *j;
 
-        CLIST_FOREACH(j, b, link_table)
+        CLIST_FOREACH (j, b, link_table)
                 if (j->id == id)
                         return j;
         return NULL;

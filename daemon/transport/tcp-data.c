@@ -138,7 +138,7 @@ TcpData *tcp_data_free(TcpData *td)
                  * stopped reading would otherwise keep the socket (and our data) alive, and
                  * not see the end until it read all of it. Not a TCP socket: ignored.
                  */
-                struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+                struct linger lg = {.l_onoff = 1, .l_linger = 0};
 
                 (void)setsockopt(td->conns[i].fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
                 td->conns[i].fd = safe_close(td->conns[i].fd);
@@ -149,7 +149,7 @@ TcpData *tcp_data_free(TcpData *td)
 
         pthread_mutex_lock(&td->lock);
         for (unsigned b = 0; b < TABLE_BUCKETS; b++) {
-                CList *tables[2] = { &td->send_table[b], &td->recv_table[b] };
+                CList *tables[2] = {&td->send_table[b], &td->recv_table[b]};
 
                 for (unsigned t = 0; t < 2; t++)
                         while (!clist_is_empty(tables[t])) {
@@ -349,7 +349,7 @@ static Job *job_new(TcpData *td, JobKind kind, uint64_t id, uint64_t total, tcp_
         atomic_init(&j->stop, false);
         atomic_init(&j->bytes_moved, 0);
         for (int i = 0; i < n; i++) {
-                j->ranges[i] = (Range){ .job = j, .r = ranges[i] };
+                j->ranges[i] = (Range){.job = j, .r = ranges[i]};
                 clist_init(&j->ranges[i].link);
         }
         return j;

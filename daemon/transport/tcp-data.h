@@ -68,26 +68,26 @@ typedef void (*tcp_data_done_fn)(void *userdata, int status);
 typedef void (*tcp_data_broken_fn)(TcpData *td, int error, void *userdata);
 
 typedef struct TcpDataOptions {
-        struct event_base *base;        /* the control loop */
-        const int *fds;                 /* connected stream sockets; taken (closed on failure) */
-        unsigned n_fds;                 /* 1..TCP_DATA_MAX_CONNS, equal on both ends */
-        uint32_t chunk_size;            /* 0: TCP_STREAM_CHUNK_DEFAULT */
-        bool crc;                       /* CRC32C per chunk; both ends must agree */
-        uint64_t min_split_bytes;       /* 0: TCP_DATA_MIN_SPLIT_DEFAULT; equal on both ends */
+        struct event_base *base;  /* the control loop */
+        const int *fds;           /* connected stream sockets; taken (closed on failure) */
+        unsigned n_fds;           /* 1..TCP_DATA_MAX_CONNS, equal on both ends */
+        uint32_t chunk_size;      /* 0: TCP_STREAM_CHUNK_DEFAULT */
+        bool crc;                 /* CRC32C per chunk; both ends must agree */
+        uint64_t min_split_bytes; /* 0: TCP_DATA_MIN_SPLIT_DEFAULT; equal on both ends */
         tcp_data_broken_fn broken;
         void *userdata;
-        const char *name;               /* "peer 10.0.0.2:7000", for debug logs; copied */
-        unsigned unknown_job_wait_ms;   /* 0: TCP_DATA_UNKNOWN_JOB_WAIT_MS; tests make it short */
+        const char *name;             /* "peer 10.0.0.2:7000", for debug logs; copied */
+        unsigned unknown_job_wait_ms; /* 0: TCP_DATA_UNKNOWN_JOB_WAIT_MS; tests make it short */
 } TcpDataOptions;
 
 /* Counters, read on the loop thread. */
 typedef struct TcpDataStats {
-        uint64_t bytes_sent;            /* payload bytes */
+        uint64_t bytes_sent; /* payload bytes */
         uint64_t bytes_received;
-        uint64_t jobs_sent;             /* completed with status 0 */
+        uint64_t jobs_sent; /* completed with status 0 */
         uint64_t jobs_received;
         uint64_t jobs_failed;
-        unsigned jobs_in_flight;        /* registered, done not yet called */
+        unsigned jobs_in_flight; /* registered, done not yet called */
 } TcpDataStats;
 
 /*

@@ -94,7 +94,7 @@ static void cursor_normalize(const SegList *l, TcpStreamCursor *c)
 /* The cursor of job-global offset @pos, which the caller checked is within the job. */
 static TcpStreamCursor cursor_seek(const SegList *l, uint64_t pos)
 {
-        TcpStreamCursor c = { .seg = 0, .off = 0 };
+        TcpStreamCursor c = {.seg = 0, .off = 0};
 
         while (c.seg < l->n && pos >= seg_len(l, c.seg)) {
                 pos -= seg_len(l, c.seg);
@@ -132,8 +132,8 @@ static void cursor_advance(const SegList *l, TcpStreamCursor *c, uint64_t n)
 }
 
 /* Fills @iov with up to @max_iov entries covering at most @max_bytes from @c; returns the count. */
-static size_t cursor_iov(const SegList *l, TcpStreamCursor c, uint64_t max_bytes,
-                         struct iovec *iov, size_t max_iov)
+static size_t cursor_iov(const SegList *l, TcpStreamCursor c, uint64_t max_bytes, struct iovec *iov,
+                         size_t max_iov)
 {
         size_t k = 0;
 
@@ -182,7 +182,7 @@ int tcp_stream_split(uint64_t total_bytes, unsigned n_streams, uint64_t min_byte
         for (uint64_t i = 0; i < n; i++) {
                 uint64_t len = base + (i < extra ? 1 : 0);
 
-                ret_ranges[i] = (TcpStreamRange){ .start = pos, .end = pos + len };
+                ret_ranges[i] = (TcpStreamRange){.start = pos, .end = pos + len};
                 pos += len;
         }
         return (int)n;
@@ -220,32 +220,32 @@ int tcp_stream_header_parse(const uint8_t *buf, bool crc, TcpStreamHeader *ret)
 
 int tcp_stream_src_total(const TcpSrcSegment *segs, size_t n, uint64_t *ret_total)
 {
-        SegList l = { .src = segs, .n = n };
+        SegList l = {.src = segs, .n = n};
 
         return seg_total(&l, ret_total);
 }
 
 int tcp_stream_dst_total(const TcpDstSegment *segs, size_t n, uint64_t *ret_total)
 {
-        SegList l = { .dst = segs, .n = n };
+        SegList l = {.dst = segs, .n = n};
 
         return seg_total(&l, ret_total);
 }
 
 static SegList sender_list(const TcpSender *s)
 {
-        return (SegList){ .src = s->segs, .n = s->n_segs };
+        return (SegList){.src = s->segs, .n = s->n_segs};
 }
 
 static SegList receiver_list(const TcpReceiver *r)
 {
-        return (SegList){ .dst = r->segs, .n = r->n_segs };
+        return (SegList){.dst = r->segs, .n = r->n_segs};
 }
 
-int tcp_sender_init_range(TcpSender *s, uint64_t transfer_id, const TcpSrcSegment *segs,
-                          size_t n, uint64_t start, uint64_t end, uint32_t chunk_size, bool crc)
+int tcp_sender_init_range(TcpSender *s, uint64_t transfer_id, const TcpSrcSegment *segs, size_t n,
+                          uint64_t start, uint64_t end, uint32_t chunk_size, bool crc)
 {
-        SegList l = { .src = segs, .n = n };
+        SegList l = {.src = segs, .n = n};
         TcpStreamCursor cur;
         int r;
 
@@ -271,7 +271,7 @@ int tcp_sender_init_range(TcpSender *s, uint64_t transfer_id, const TcpSrcSegmen
 int tcp_sender_init(TcpSender *s, uint64_t transfer_id, const TcpSrcSegment *segs, size_t n,
                     uint32_t chunk_size, bool crc)
 {
-        SegList l = { .src = segs, .n = n };
+        SegList l = {.src = segs, .n = n};
         uint64_t total;
         int r;
 
@@ -342,7 +342,7 @@ int tcp_sender_step_max(TcpSender *s, int fd, uint64_t max_bytes)
 
         for (;;) {
                 struct iovec iov[IOV_BATCH];
-                struct msghdr msg = { .msg_iov = iov };
+                struct msghdr msg = {.msg_iov = iov};
                 size_t k = 0;
                 ssize_t n;
                 uint64_t done;
@@ -400,7 +400,7 @@ int tcp_sender_step(TcpSender *s, int fd)
 int tcp_receiver_init_range(TcpReceiver *r, uint64_t transfer_id, const TcpDstSegment *segs,
                             size_t n, uint64_t start, uint64_t end, bool crc)
 {
-        SegList l = { .dst = segs, .n = n };
+        SegList l = {.dst = segs, .n = n};
         TcpStreamCursor cur;
         int k;
 
@@ -423,7 +423,7 @@ int tcp_receiver_init_range(TcpReceiver *r, uint64_t transfer_id, const TcpDstSe
 int tcp_receiver_init(TcpReceiver *r, uint64_t transfer_id, const TcpDstSegment *segs, size_t n,
                       bool crc)
 {
-        SegList l = { .dst = segs, .n = n };
+        SegList l = {.dst = segs, .n = n};
         uint64_t total;
         int k;
 
@@ -459,7 +459,7 @@ int tcp_receiver_discard(TcpReceiver *r, void *scratch, size_t scratch_len)
         r->scratch_len = scratch_len;
         r->segs = NULL;
         r->n_segs = 0;
-        r->cur = (TcpStreamCursor){ .seg = 0, .off = 0 };
+        r->cur = (TcpStreamCursor){.seg = 0, .off = 0};
         if (r->error == -EILSEQ)
                 r->error = 0;
         return 0;

@@ -51,7 +51,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TCP_STREAM_MAGIC UINT32_C(0x5344564b)        /* "KVDS" as a little-endian u32 */
+#define TCP_STREAM_MAGIC UINT32_C(0x5344564b) /* "KVDS" as a little-endian u32 */
 #define TCP_STREAM_FLAG_CRC UINT32_C(0x1)
 #define TCP_STREAM_FLAG_ABORT UINT32_C(0x2)
 #define TCP_STREAM_FLAGS_KNOWN (TCP_STREAM_FLAG_CRC | TCP_STREAM_FLAG_ABORT)
@@ -61,9 +61,9 @@
 
 /* What the step functions return besides a negative errno. */
 enum {
-        TCP_STREAM_BLOCKED = 0,         /* the socket would block: call again once it is ready */
-        TCP_STREAM_DONE = 1,            /* the range is finished */
-        TCP_STREAM_MORE = 2,            /* the byte budget is spent: call again, no need to wait */
+        TCP_STREAM_BLOCKED = 0, /* the socket would block: call again once it is ready */
+        TCP_STREAM_DONE = 1,    /* the range is finished */
+        TCP_STREAM_MORE = 2,    /* the byte budget is spent: call again, no need to wait */
 };
 
 /* A chunk header as it stands on the wire, after tcp_stream_header_parse() checked it. */
@@ -104,17 +104,17 @@ typedef struct TcpSender {
         uint64_t transfer_id;
         const TcpSrcSegment *segs;
         size_t n_segs;
-        uint64_t end;                   /* job-global end of this sender's range */
-        uint64_t pos;                   /* job-global offset of the next payload byte to send */
-        TcpStreamCursor cur;            /* segment position of @pos */
+        uint64_t end;        /* job-global end of this sender's range */
+        uint64_t pos;        /* job-global offset of the next payload byte to send */
+        TcpStreamCursor cur; /* segment position of @pos */
         uint32_t chunk_size;
         bool crc;
-        bool in_chunk;                  /* a header was built and not all of its chunk sent */
-        bool abort;                     /* end the range with an ABORT chunk at the next boundary */
-        bool aborted;                   /* the ABORT chunk's header was built */
+        bool in_chunk; /* a header was built and not all of its chunk sent */
+        bool abort;    /* end the range with an ABORT chunk at the next boundary */
+        bool aborted;  /* the ABORT chunk's header was built */
         uint32_t hdr_sent;
-        uint64_t chunk_end;             /* job-global end of the current chunk */
-        int error;                      /* sticky: once a step failed, it keeps failing */
+        uint64_t chunk_end; /* job-global end of the current chunk */
+        int error;          /* sticky: once a step failed, it keeps failing */
         uint8_t hdr[TCP_STREAM_HEADER_SIZE];
 } TcpSender;
 
@@ -123,18 +123,18 @@ typedef struct TcpReceiver {
         uint64_t transfer_id;
         const TcpDstSegment *segs;
         size_t n_segs;
-        uint64_t end;                   /* job-global end of this receiver's range */
-        uint64_t pos;                   /* job-global offset of the next payload byte expected */
-        TcpStreamCursor cur;            /* segment position of @pos */
+        uint64_t end;        /* job-global end of this receiver's range */
+        uint64_t pos;        /* job-global offset of the next payload byte expected */
+        TcpStreamCursor cur; /* segment position of @pos */
         bool crc;
-        bool in_chunk;                  /* a header was accepted and its payload is arriving */
+        bool in_chunk; /* a header was accepted and its payload is arriving */
         uint32_t hdr_got;
         uint64_t chunk_end;
-        uint32_t chunk_crc;             /* the header's CRC */
-        uint32_t crc_run;               /* CRC32C of the chunk's payload landed so far */
-        uint8_t *scratch;               /* discard mode: payload lands here and is dropped */
+        uint32_t chunk_crc; /* the header's CRC */
+        uint32_t crc_run;   /* CRC32C of the chunk's payload landed so far */
+        uint8_t *scratch;   /* discard mode: payload lands here and is dropped */
         size_t scratch_len;
-        int error;                      /* sticky */
+        int error; /* sticky */
         uint8_t hdr[TCP_STREAM_HEADER_SIZE];
 } TcpReceiver;
 
@@ -175,8 +175,8 @@ int tcp_sender_init(TcpSender *s, uint64_t transfer_id, const TcpSrcSegment *seg
  * As tcp_sender_init(), for the job-global byte range [@start, @end) only (one of several
  * parallel streams); chunk offsets stay job-global. -EINVAL unless start <= end <= job size.
  */
-int tcp_sender_init_range(TcpSender *s, uint64_t transfer_id, const TcpSrcSegment *segs,
-                          size_t n, uint64_t start, uint64_t end, uint32_t chunk_size, bool crc);
+int tcp_sender_init_range(TcpSender *s, uint64_t transfer_id, const TcpSrcSegment *segs, size_t n,
+                          uint64_t start, uint64_t end, uint32_t chunk_size, bool crc);
 
 /*
  * Prepares @s to send nothing of the job's range [@start, @end) but one ABORT chunk at @start,

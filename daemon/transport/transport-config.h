@@ -22,23 +22,23 @@ typedef enum TransportKind {
 /* One entry of "devices": which NIC / RDMA device a client's device_id uses. */
 typedef struct DeviceConfig {
         int32_t device_id;
-        char *rdma_device;      /* "mlx5_0", NULL = none */
-        uint8_t port;           /* RDMA port, default 1 */
-        int gid_index;          /* -1 = choose the RoCE v2 IPv4 GID */
-        char *netdev;           /* "eth0", NULL = any */
+        char *rdma_device; /* "mlx5_0", NULL = none */
+        uint8_t port;      /* RDMA port, default 1 */
+        int gid_index;     /* -1 = choose the RoCE v2 IPv4 GID */
+        char *netdev;      /* "eth0", NULL = any */
         TransportKind transport;
 } DeviceConfig;
 
 /* The TCP data transport between daemons ("tcp" object). */
 typedef struct TcpConfig {
-        uint32_t streams;                  /* data connections per peer (the smaller offer wins) */
-        bool crc;                          /* CRC32C over every chunk (either side asking wins) */
-        uint32_t chunk_size;               /* bytes per chunk header */
+        uint32_t streams;    /* data connections per peer (the smaller offer wins) */
+        bool crc;            /* CRC32C over every chunk (either side asking wins) */
+        uint32_t chunk_size; /* bytes per chunk header */
 } TcpConfig;
 
 /* The RDMA transport between daemons ("rdma" object). */
 typedef struct RdmaConfig {
-        uint32_t qps;                      /* RC queue pairs per peer device pair */
+        uint32_t qps; /* RC queue pairs per peer device pair */
 } RdmaConfig;
 
 /* The entry of the @n_devices long device map @devices for @device_id; NULL when none names it. */

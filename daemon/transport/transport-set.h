@@ -19,16 +19,16 @@ typedef struct Transport Transport;
 
 typedef struct TransportSet {
         struct event_base *base;
-        Engine *engine;                 /* the copy threads of same-node transfers */
-        const DeviceConfig *devices;    /* the device map (fixed until a restart) */
+        Engine *engine;              /* the copy threads of same-node transfers */
+        const DeviceConfig *devices; /* the device map (fixed until a restart) */
         size_t n_devices;
         const TcpConfig *tcp_config;
         const RdmaConfig *rdma_config;
-        Transport *shm;                 /* moves bytes between clusters of this daemon */
-        Transport *tcp;                 /* moves bytes to and from peer daemons over TcpData */
-        Transport *rdma_transport;      /* one-sided READ/WRITE over RDMA endpoints */
-        RdmaContext *rdma;              /* the RDMA devices of the device map (none without
-                                         * verbs) */
+        Transport *shm;            /* moves bytes between clusters of this daemon */
+        Transport *tcp;            /* moves bytes to and from peer daemons over TcpData */
+        Transport *rdma_transport; /* one-sided READ/WRITE over RDMA endpoints */
+        RdmaContext *rdma;         /* the RDMA devices of the device map (none without
+                                    * verbs) */
 } TransportSet;
 
 /*

@@ -15,7 +15,7 @@ _Static_assert(sizeof(TcpSrcSegment) == sizeof(TcpDstSegment), "segment layouts 
 /* A running job: the data plane borrows its segments until the job's callback. */
 typedef struct TcpJob {
         TcpData *data;
-        TcpDstSegment segs[];   /* a send reads them as TcpSrcSegment */
+        TcpDstSegment segs[]; /* a send reads them as TcpSrcSegment */
 } TcpJob;
 
 static void tcp_on_done(void *userdata, int status)
@@ -38,14 +38,14 @@ static int tcp_submit(Transport *t, TransportJob *job)
                 return -ENOMEM;
         tj->data = job->channel;
         for (size_t i = 0; i < job->n_segs; i++)
-                tj->segs[i] = (TcpDstSegment){ .dst = job->segs[i].local,
-                                               .len = (size_t)job->segs[i].len };
+                tj->segs[i] =
+                        (TcpDstSegment){.dst = job->segs[i].local, .len = (size_t)job->segs[i].len};
         job->priv = tj;
         if (job->dir == TRANSPORT_READ)
                 r = tcp_data_recv(tj->data, job->id, tj->segs, job->n_segs, tcp_on_done, job);
         else
-                r = tcp_data_send(tj->data, job->id, (const TcpSrcSegment *)tj->segs,
-                                  job->n_segs, tcp_on_done, job);
+                r = tcp_data_send(tj->data, job->id, (const TcpSrcSegment *)tj->segs, job->n_segs,
+                                  tcp_on_done, job);
         if (r < 0) {
                 job->priv = NULL;
                 free(tj);
@@ -65,8 +65,7 @@ static void tcp_cancel(Transport *t, TransportJob *job)
                 tcp_data_cancel_send(tj->data, job->id);
 }
 
-static int tcp_abandon(Transport *t, void *channel, TransportDir dir, uint64_t id,
-                       uint64_t bytes)
+static int tcp_abandon(Transport *t, void *channel, TransportDir dir, uint64_t id, uint64_t bytes)
 {
         if (!channel)
                 return -ENOTCONN;

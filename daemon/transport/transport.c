@@ -28,8 +28,7 @@ void transport_cancel(Transport *t, TransportJob *job)
                 t->ops->cancel(t, job);
 }
 
-int transport_abandon(Transport *t, void *channel, TransportDir dir, uint64_t id,
-                      uint64_t bytes)
+int transport_abandon(Transport *t, void *channel, TransportDir dir, uint64_t id, uint64_t bytes)
 {
         if (!t->ops->abandon)
                 return -EOPNOTSUPP;

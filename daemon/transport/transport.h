@@ -18,8 +18,8 @@ typedef struct TransportJob TransportJob;
 typedef struct TransportSet TransportSet;
 
 typedef enum TransportDir {
-        TRANSPORT_READ,         /* bytes land in our segments (a pull) */
-        TRANSPORT_WRITE,        /* bytes leave our segments (a push) */
+        TRANSPORT_READ,  /* bytes land in our segments (a pull) */
+        TRANSPORT_WRITE, /* bytes leave our segments (a push) */
 } TransportDir;
 
 /* One span of a job: @len bytes of ours at @local and where they come from or go to. */
@@ -30,8 +30,8 @@ typedef struct TransportSegment {
          * (WRITE) in this process; over RDMA the peer's address. Unused over TCP, where the
          * peer lays out its own end of the stream. */
         uint64_t remote;
-        uint32_t lkey;          /* RDMA: the key of the registration @local lies in */
-        uint32_t rkey;          /* RDMA: the peer's key of @remote */
+        uint32_t lkey; /* RDMA: the key of the registration @local lies in */
+        uint32_t rkey; /* RDMA: the peer's key of @remote */
 } TransportSegment;
 
 /*
@@ -43,19 +43,19 @@ typedef void (*transport_done_fn)(TransportJob *job, int status);
 
 struct TransportJob {
         TransportDir dir;
-        const TransportSegment *segs;   /* borrowed, with the memory they name, until @done */
+        const TransportSegment *segs; /* borrowed, with the memory they name, until @done */
         size_t n_segs;
         /* The connection to the other end, as the link made it: NULL on the same node, the
          * peer's data connections (TCP) or the link's endpoint (RDMA). */
         void *channel;
-        uint64_t id;                    /* TCP: the job id the receiving daemon chose */
+        uint64_t id; /* TCP: the job id the receiving daemon chose */
         /* When the submitter gives up on the job (it cancels it then; the transport does not
          * time jobs itself), for descriptions. */
         usec_t deadline_usec;
         transport_done_fn done;
         void *userdata;
-        int error;                      /* set before @done: 0 or the negative errno */
-        void *priv;                     /* the transport's, while the job runs */
+        int error;  /* set before @done: 0 or the negative errno */
+        void *priv; /* the transport's, while the job runs */
 };
 
 typedef struct transport_ops {
@@ -69,8 +69,7 @@ typedef struct transport_ops {
          * settles it without moving a byte (a WRITE goes out as aborted, the bytes of a READ are
          * dropped as they come), so the channel stays in step. No callback.
          */
-        int (*abandon)(Transport *t, void *channel, TransportDir dir, uint64_t id,
-                       uint64_t bytes);
+        int (*abandon)(Transport *t, void *channel, TransportDir dir, uint64_t id, uint64_t bytes);
         void (*destroy)(Transport *t);
         /*
          * Bytes of @job moved so far (landed, or for a WRITE sent and acknowledged by the
@@ -82,7 +81,7 @@ typedef struct transport_ops {
 struct Transport {
         const transport_ops *ops;
         TransportSet *set;
-        uint64_t bytes;         /* moved, for status */
+        uint64_t bytes; /* moved, for status */
         uint64_t n_transfers;
 };
 
@@ -100,8 +99,7 @@ int transport_submit(Transport *t, TransportJob *job);
 int transport_progress(Transport *t, const TransportJob *job, uint64_t *ret);
 void transport_cancel(Transport *t, TransportJob *job);
 /* Settles job @id that the other end expects and this end will not run (see transport_ops). */
-int transport_abandon(Transport *t, void *channel, TransportDir dir, uint64_t id,
-                      uint64_t bytes);
+int transport_abandon(Transport *t, void *channel, TransportDir dir, uint64_t id, uint64_t bytes);
 /* Accepts NULL; returns NULL. */
 Transport *transport_free(Transport *t);
 

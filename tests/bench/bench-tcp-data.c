@@ -49,7 +49,7 @@ static void die(const char *what, int err)
 /* A connected loopback TCP pair with default (autotuned) buffers, blocking. */
 static void tcp_pair(int fds[2])
 {
-        struct sockaddr_in sin = { .sin_family = AF_INET };
+        struct sockaddr_in sin = {.sin_family = AF_INET};
         socklen_t len = sizeof(sin);
         int l;
 
@@ -99,8 +99,8 @@ static double run_plain(uint8_t *src, uint8_t *dst, size_t size)
         int fds[2];
 
         tcp_pair(fds);
-        w = (Plain){ .fd = fds[0], .buf = src, .size = size };
-        r = (Plain){ .fd = fds[1], .buf = dst, .size = size };
+        w = (Plain){.fd = fds[0], .buf = src, .size = size};
+        r = (Plain){.fd = fds[1], .buf = dst, .size = size};
         start = now_usec(CLOCK_MONOTONIC);
         if (pthread_create(&t, NULL, plain_writer, &w) != 0)
                 die("pthread_create", errno);
@@ -157,7 +157,7 @@ static void bench_init(Bench *b, const Opts *o)
                 .broken = on_broken,
         };
 
-        *b = (Bench){ .base = event_base_new() };
+        *b = (Bench){.base = event_base_new()};
         if (!b->base)
                 die("event_base_new", ENOMEM);
         to.base = b->base;
@@ -218,17 +218,17 @@ static double median(double *v, unsigned n)
 static void parse(int argc, char **argv, Opts *o)
 {
         static const struct option longopts[] = {
-                { "size", required_argument, NULL, 's' },
-                { "block", required_argument, NULL, 'b' },
-                { "conns", required_argument, NULL, 'n' },
-                { "chunk", required_argument, NULL, 'c' },
-                { "crc", no_argument, NULL, 'C' },
-                { "runs", required_argument, NULL, 'r' },
+                {"size", required_argument, NULL, 's'},
+                {"block", required_argument, NULL, 'b'},
+                {"conns", required_argument, NULL, 'n'},
+                {"chunk", required_argument, NULL, 'c'},
+                {"crc", no_argument, NULL, 'C'},
+                {"runs", required_argument, NULL, 'r'},
                 {},
         };
         int c;
 
-        *o = (Opts){ .size = 256 << 20, .block = 64 << 10, .conns = 4, .runs = 7 };
+        *o = (Opts){.size = 256 << 20, .block = 64 << 10, .conns = 4, .runs = 7};
         while ((c = getopt_long(argc, argv, "", longopts, NULL)) >= 0) {
                 switch (c) {
                 case 's':
@@ -298,8 +298,8 @@ int main(int argc, char **argv)
                 perm[k] = t;
         }
         for (size_t i = 0; i < n; i++) {
-                ss[i] = (TcpSrcSegment){ .src = src + perm[i] * o.block, .len = o.block };
-                ds[i] = (TcpDstSegment){ .dst = dst + perm[n - 1 - i] * o.block, .len = o.block };
+                ss[i] = (TcpSrcSegment){.src = src + perm[i] * o.block, .len = o.block};
+                ds[i] = (TcpDstSegment){.dst = dst + perm[n - 1 - i] * o.block, .len = o.block};
         }
 
         bench_init(&b, &o);

@@ -19,10 +19,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(x)                \
-        do {                    \
-                if (!(x))       \
-                        abort(); \
+#define CHECK(x)                                                                                   \
+        do {                                                                                       \
+                if (!(x))                                                                          \
+                        abort();                                                                   \
         } while (0)
 
 static bool str_eq_null(const char *a, const char *b)
@@ -35,9 +35,8 @@ static bool config_same(const Config *a, const Config *b)
 {
         if (!str_eq_null(a->socket_path, b->socket_path) || a->socket_mode != b->socket_mode ||
             a->memory_size != b->memory_size || a->page_shift != b->page_shift ||
-            a->sync_kv_timeout_ms != b->sync_kv_timeout_ms ||
-            a->copy_threads != b->copy_threads || a->log_level != b->log_level ||
-            !str_eq_null(a->metrics_listen, b->metrics_listen) ||
+            a->sync_kv_timeout_ms != b->sync_kv_timeout_ms || a->copy_threads != b->copy_threads ||
+            a->log_level != b->log_level || !str_eq_null(a->metrics_listen, b->metrics_listen) ||
             memcmp(&a->limits, &b->limits, sizeof(Limits)) != 0 ||
             a->n_allow_uids != b->n_allow_uids || a->n_allow_gids != b->n_allow_gids ||
             a->n_devices != b->n_devices)

@@ -200,18 +200,20 @@ static void check_released(FuzzDaemon *f)
         for (;;) {
                 fuzz_settle(f);
                 if (d->n_conns == 0 && d->link.n_clusters == 0 && d->link.n_peers == 0 &&
-                    d->link.n_inlinks == 0 && d->link.n_links == 0 && d->transfer.n_transfers == 0 &&
-                    d->transfer.n_served == 0)
+                    d->link.n_inlinks == 0 && d->link.n_links == 0 &&
+                    d->transfer.n_transfers == 0 && d->transfer.n_served == 0)
                         return;
                 if (now_usec(CLOCK_MONOTONIC) > deadline)
                         break;
                 /* Work on other threads may still have to come back. */
                 (void)loop_busy(f, 1, NULL);
         }
-        fprintf(stderr, "fuzz: with every socket closed on our side the daemon still holds %u "
+        fprintf(stderr,
+                "fuzz: with every socket closed on our side the daemon still holds %u "
                 "connections, %u clusters, %u peers, %u inbound links, %u links, %u transfers, "
-                "%u served transfers\n", d->n_conns, d->link.n_clusters, d->link.n_peers,
-                d->link.n_inlinks, d->link.n_links, d->transfer.n_transfers, d->transfer.n_served);
+                "%u served transfers\n",
+                d->n_conns, d->link.n_clusters, d->link.n_peers, d->link.n_inlinks, d->link.n_links,
+                d->transfer.n_transfers, d->transfer.n_served);
         abort();
 }
 
@@ -303,8 +305,7 @@ static ProtobufCMessage *frame_check(const FrameHeader *h, const uint8_t *payloa
         if (h->flags & FRAME_FLAG_ERROR)
                 st = (const Kvdist__V1__Status *)msg;
         else if (h->flags & FRAME_FLAG_REPLY)
-                st = *(Kvdist__V1__Status *const *)((const uint8_t *)msg +
-                                                     desc->fields[0].offset);
+                st = *(Kvdist__V1__Status *const *)((const uint8_t *)msg + desc->fields[0].offset);
         if (h->flags & FRAME_FLAG_REPLY) {
                 /* Every answer says how it went, with a status of the public header. */
                 FUZZ_CHECK(st);
@@ -403,8 +404,7 @@ typedef struct LoopScan {
 } LoopScan;
 
 /* Runs under the base's lock, which event_pending() would take again: it only collects. */
-static int loop_collect_event(const struct event_base *base, const struct event *ev,
-                              void *userdata)
+static int loop_collect_event(const struct event_base *base, const struct event *ev, void *userdata)
 {
         LoopScan *s = userdata;
 
@@ -511,7 +511,7 @@ static void fuzz_wait(FuzzDaemon *f, unsigned ms)
         usec_t end = now_usec(CLOCK_MONOTONIC) + ms * USEC_PER_MSEC;
 
         for (;;) {
-                static const struct timeval tick = { 0, 1000 };
+                static const struct timeval tick = {0, 1000};
                 usec_t now = now_usec(CLOCK_MONOTONIC);
 
                 if (now >= end)
@@ -598,8 +598,8 @@ static int fd_make(FuzzEndpoint *ep, FuzzFdKind kind)
  * Sends @len bytes on endpoint @i with @n_fds fds of kind byte @kind (see fuzz-script.h) riding
  * on the first byte; settles while the socket is full, and gives up on a broken one.
  */
-static void endpoint_send(FuzzDaemon *f, unsigned i, const uint8_t *buf, size_t len,
-                          uint8_t kind, unsigned n_fds)
+static void endpoint_send(FuzzDaemon *f, unsigned i, const uint8_t *buf, size_t len, uint8_t kind,
+                          unsigned n_fds)
 {
         FuzzEndpoint *ep = &f->ep[i];
         int fds[8];
@@ -617,8 +617,8 @@ static void endpoint_send(FuzzDaemon *f, unsigned i, const uint8_t *buf, size_t 
                         struct cmsghdr h;
                         char buf[CMSG_SPACE(sizeof(fds))];
                 } control;
-                struct iovec iov = { (void *)(buf + off), len - off };
-                struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+                struct iovec iov = {(void *)(buf + off), len - off};
+                struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
                 ssize_t n;
 
                 if (off == 0 && n_fds > 0) {
@@ -693,7 +693,7 @@ bool fuzz_reply_ok(const ProtobufCMessage *reply)
         if (!reply)
                 return false;
         st = *(Kvdist__V1__Status *const *)((const uint8_t *)reply +
-                                             reply->descriptor->fields[0].offset);
+                                            reply->descriptor->fields[0].offset);
         return st && st->code == KVD_OK;
 }
 
@@ -768,8 +768,7 @@ static bool script_frame(FuzzDaemon *f, uint8_t arg, const uint8_t **data, size_
 
         if (!fuzz_u16(data, size, &type) || !fuzz_u8(data, size, &flags) ||
             !fuzz_u8(data, size, &id) || !fuzz_u8(data, size, &kind) ||
-            ((arg & 8) && !fuzz_u8(data, size, &cut)) || !fuzz_u16(data, size, &len) ||
-            *size < len)
+            ((arg & 8) && !fuzz_u8(data, size, &cut)) || !fuzz_u16(data, size, &len) || *size < len)
                 return false;
         payload = *data;
         plen = len;

@@ -34,26 +34,26 @@ typedef struct Daemon Daemon;
 typedef struct FuzzDaemon FuzzDaemon;
 
 /* A harness assumption or an oracle: when it does not hold, the input found a bug. */
-#define FUZZ_CHECK(x)                                                                      \
-        do {                                                                               \
-                if (!(x)) {                                                                \
-                        fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
-                        abort();                                                           \
-                }                                                                          \
+#define FUZZ_CHECK(x)                                                                              \
+        do {                                                                                       \
+                if (!(x)) {                                                                        \
+                        fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);      \
+                        abort();                                                                   \
+                }                                                                                  \
         } while (0)
 
 /* Endpoints a harness may hold: those a script names, and data connections behind them. */
 #define FUZZ_ENDPOINTS_MAX (FUZZ_MAX_ENDPOINTS + 16)
 
 typedef struct FuzzEndpoint {
-        int fd;                 /* our end; -1 when not open or closed */
-        int daemon_fd;          /* the number of the daemon's end (the daemon owns it) */
-        uint64_t daemon_ino;    /* its inode, to tell whether daemon_fd still names it */
-        bool opened;            /* set up once (a closed endpoint is not opened again) */
-        bool frames;            /* the daemon sends frames here; else a data stream (dropped) */
-        bool no_read;           /* we shut our reading side down */
-        bool paused;            /* FUZZ_OP_PAUSE: we do not read for now */
-        uint8_t *buf;           /* bytes of frames from the daemon not parsed yet */
+        int fd;              /* our end; -1 when not open or closed */
+        int daemon_fd;       /* the number of the daemon's end (the daemon owns it) */
+        uint64_t daemon_ino; /* its inode, to tell whether daemon_fd still names it */
+        bool opened;         /* set up once (a closed endpoint is not opened again) */
+        bool frames;         /* the daemon sends frames here; else a data stream (dropped) */
+        bool no_read;        /* we shut our reading side down */
+        bool paused;         /* FUZZ_OP_PAUSE: we do not read for now */
+        uint8_t *buf;        /* bytes of frames from the daemon not parsed yet */
         size_t len, cap;
 } FuzzEndpoint;
 
@@ -82,9 +82,9 @@ struct FuzzDaemon {
         Daemon *daemon;
         const FuzzTarget *target;
         FuzzEndpoint ep[FUZZ_ENDPOINTS_MAX];
-        unsigned cur;           /* the endpoint the script acts on */
+        unsigned cur; /* the endpoint the script acts on */
         unsigned wait_left_ms;
-        unsigned n_fds;         /* fds open before the daemon was made */
+        unsigned n_fds; /* fds open before the daemon was made */
 
         /* fuzz_expect_reply(): the reply it waits for */
         bool want;

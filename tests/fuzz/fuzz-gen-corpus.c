@@ -113,7 +113,7 @@ static void raw(Script *s, const void *p, size_t len, unsigned n_fds, uint8_t ki
 static void raw_header(Script *s, uint16_t version, uint16_t type, uint16_t flags, uint16_t n_fds,
                        uint32_t length, unsigned pass_fds, uint8_t kind)
 {
-        Script h = { .len = 0 };
+        Script h = {.len = 0};
 
         put_le(&h, FRAME_MAGIC, 4);
         put_le(&h, version, 2);
@@ -214,7 +214,7 @@ static void msg_empty(Script *s, uint16_t type, uint8_t id)
 
 static void msg_link_local(Script *s, uint16_t type, uint8_t id, uint64_t remote, bool force)
 {
-        Kvdist__V1__ClusterInfo ci = KVDIST__V1__CLUSTER_INFO__INIT, *cis[] = { &ci };
+        Kvdist__V1__ClusterInfo ci = KVDIST__V1__CLUSTER_INFO__INIT, *cis[] = {&ci};
         Kvdist__V1__LinkClusters link = KVDIST__V1__LINK_CLUSTERS__INIT;
         Kvdist__V1__UnlinkClusters unlink = KVDIST__V1__UNLINK_CLUSTERS__INIT;
 
@@ -242,7 +242,7 @@ static void msg_transfer_blocks(Script *s, uint8_t id, Kvdist__V1__TransferKind 
         Kvdist__V1__Transfer m = KVDIST__V1__TRANSFER__INIT;
         Kvdist__V1__BlocksKey bk = KVDIST__V1__BLOCKS_KEY__INIT;
         Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT;
-        uint64_t src[] = { 0, 1, 2, 7 }, dst[] = { 4, 5, 6, 3 };
+        uint64_t src[] = {0, 1, 2, 7}, dst[] = {4, 5, 6, 3};
 
         bk.cluster_id = remote;
         bk.model_id = 1;
@@ -392,8 +392,8 @@ static void client_seeds(void)
                 Kvdist__V1__AllocateCache a = KVDIST__V1__ALLOCATE_CACHE__INIT;
                 Kvdist__V1__GetNotifies g = KVDIST__V1__GET_NOTIFIES__INIT;
                 Kvdist__V1__Transfer t = KVDIST__V1__TRANSFER__INIT;
-                int64_t shape[] = { INT64_MAX, INT64_MAX, 3 };
-                uint64_t addrs[] = { FUZZ_REGION_ADDR, UINT64_MAX, 1 }, blocks[512];
+                int64_t shape[] = {INT64_MAX, INT64_MAX, 3};
+                uint64_t addrs[] = {FUZZ_REGION_ADDR, UINT64_MAX, 1}, blocks[512];
 
                 desc.num_tensors = UINT32_MAX;
                 desc.shape = shape;
@@ -434,10 +434,10 @@ static void client_seeds(void)
                 Kvdist__V1__CacheDesc desc = KVDIST__V1__CACHE_DESC__INIT;
                 Kvdist__V1__ReqKey rk = KVDIST__V1__REQ_KEY__INIT;
                 Kvdist__V1__BlocksKey bk = KVDIST__V1__BLOCKS_KEY__INIT;
-                Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT, *keys[] = { &key };
+                Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT, *keys[] = {&key};
                 Kvdist__V1__RemoveCacheKey rm = KVDIST__V1__REMOVE_CACHE_KEY__INIT;
                 Kvdist__V1__DeallocateCache d = KVDIST__V1__DEALLOCATE_CACHE__INIT;
-                int64_t shape[] = { 4, 1024 };
+                int64_t shape[] = {4, 1024};
 
                 desc.num_tensors = 2;
                 desc.shape = shape;
@@ -548,18 +548,18 @@ static void client_seeds(void)
                         "\"0\", \"device_ip\": \"10.0.0.1\", \"rank_id\": \"0\"}, {\"device_id\": "
                         "\"1\", \"device_ip\": \"10.0.0.1\", \"rank_id\": \"1\"}]}]}";
                 Kvdist__V1__DomainLink dl = KVDIST__V1__DOMAIN_LINK__INIT;
-                Kvdist__V1__ClusterRank cr[2] = { KVDIST__V1__CLUSTER_RANK__INIT,
-                                                  KVDIST__V1__CLUSTER_RANK__INIT };
-                Kvdist__V1__ClusterRank *crs[] = { &cr[0], &cr[1] };
+                Kvdist__V1__ClusterRank cr[2] = {KVDIST__V1__CLUSTER_RANK__INIT,
+                                                 KVDIST__V1__CLUSTER_RANK__INIT};
+                Kvdist__V1__ClusterRank *crs[] = {&cr[0], &cr[1]};
                 Kvdist__V1__DomainQuery q = KVDIST__V1__DOMAIN_QUERY__INIT;
-                Kvdist__V1__SendRecvItem it[2] = { KVDIST__V1__SEND_RECV_ITEM__INIT,
-                                                   KVDIST__V1__SEND_RECV_ITEM__INIT };
-                Kvdist__V1__SendRecvItem *its[] = { &it[0], &it[1] };
+                Kvdist__V1__SendRecvItem it[2] = {KVDIST__V1__SEND_RECV_ITEM__INIT,
+                                                  KVDIST__V1__SEND_RECV_ITEM__INIT};
+                Kvdist__V1__SendRecvItem *its[] = {&it[0], &it[1]};
                 Kvdist__V1__DomainSendRecv sr = KVDIST__V1__DOMAIN_SEND_RECV__INIT;
                 Kvdist__V1__DomainBroadcast bc = KVDIST__V1__DOMAIN_BROADCAST__INIT;
                 Kvdist__V1__DomainAllGather ag = KVDIST__V1__DOMAIN_ALL_GATHER__INIT;
                 Kvdist__V1__DomainUnlink ul = KVDIST__V1__DOMAIN_UNLINK__INIT;
-                uint64_t blocks[] = { 0, 1, 2, 3 };
+                uint64_t blocks[] = {0, 1, 2, 3};
 
                 for (unsigned k = 0; k < 2; k++) {
                         cr[k].cluster_id = k + 1;
@@ -664,7 +664,7 @@ static void msg_peer_transfer_blocks(Script *s, uint8_t id, uint64_t job, bool p
         Kvdist__V1__PlanCacheDesc local = KVDIST__V1__PLAN_CACHE_DESC__INIT;
         Kvdist__V1__BlocksKey bk = KVDIST__V1__BLOCKS_KEY__INIT;
         Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT;
-        uint64_t src[] = { 0, 1 }, dst[] = { 2, 3 };
+        uint64_t src[] = {0, 1}, dst[] = {2, 3};
 
         bk.cluster_id = FUZZ_PEER_CLUSTER;
         bk.model_id = FUZZ_PEER_MODEL;
@@ -712,7 +712,7 @@ static void peer_seeds(void)
                 Kvdist__V1__PeerHello h = KVDIST__V1__PEER_HELLO__INIT;
                 Kvdist__V1__PeerAuth a = KVDIST__V1__PEER_AUTH__INIT;
                 Kvdist__V1__PeerDataHello dh = KVDIST__V1__PEER_DATA_HELLO__INIT;
-                uint8_t nonce[32] = { 1, 2, 3 }, token[32] = { 0 };
+                uint8_t nonce[32] = {1, 2, 3}, token[32] = {0};
 
                 h.protocol_version = FRAME_VERSION;
                 h.node_id = FUZZ_PEER_NODE_ID + 50;
@@ -737,7 +737,7 @@ static void peer_seeds(void)
         script_init(&s, FUZZ_PEER_SETUP(true, 1, 1, false));
         {
                 Kvdist__V1__PeerAuth a = KVDIST__V1__PEER_AUTH__INIT;
-                uint8_t proof[32] = { 0 };
+                uint8_t proof[32] = {0};
 
                 a.proof.data = proof;
                 a.proof.len = sizeof(proof);
@@ -807,7 +807,7 @@ static void peer_seeds(void)
                 Kvdist__V1__ReqKey rk = KVDIST__V1__REQ_KEY__INIT;
                 Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT;
                 Kvdist__V1__PeerClusterGone g = KVDIST__V1__PEER_CLUSTER_GONE__INIT;
-                uint64_t gone[] = { 101, 7 };
+                uint64_t gone[] = {101, 7};
 
                 rk.cluster_id = FUZZ_PEER_CLUSTER;
                 rk.req_id = 2;
@@ -837,7 +837,7 @@ static void peer_seeds(void)
         {
                 Kvdist__V1__PeerRdmaConnect m = KVDIST__V1__PEER_RDMA_CONNECT__INIT;
                 Kvdist__V1__RdmaDeviceInfo dev = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
-                uint8_t gid[16] = { 0xfe, 0x80, [15] = 1 };
+                uint8_t gid[16] = {0xfe, 0x80, [15] = 1};
 
                 dev.device = (char *)"rxe0";
                 dev.gid.data = gid;
@@ -866,24 +866,24 @@ static void peer_seeds(void)
                         "{\"server_id\": \"there\", \"device\": [{\"device_id\": \"0\", "
                         "\"device_ip\": \"" FUZZ_PEER_ADDRESS "\", \"rank_id\": \"1\"}]}]}";
                 Kvdist__V1__DomainLink dl = KVDIST__V1__DOMAIN_LINK__INIT;
-                Kvdist__V1__ClusterRank cr[2] = { KVDIST__V1__CLUSTER_RANK__INIT,
-                                                  KVDIST__V1__CLUSTER_RANK__INIT };
-                Kvdist__V1__ClusterRank *crs[] = { &cr[0], &cr[1] };
+                Kvdist__V1__ClusterRank cr[2] = {KVDIST__V1__CLUSTER_RANK__INIT,
+                                                 KVDIST__V1__CLUSTER_RANK__INIT};
+                Kvdist__V1__ClusterRank *crs[] = {&cr[0], &cr[1]};
                 Kvdist__V1__PeerDomainJoin j = KVDIST__V1__PEER_DOMAIN_JOIN__INIT;
                 Kvdist__V1__PeerDomainJoinReply jr = KVDIST__V1__PEER_DOMAIN_JOIN_REPLY__INIT;
                 Kvdist__V1__PeerLinkReply lr = KVDIST__V1__PEER_LINK_REPLY__INIT;
-                Kvdist__V1__SendRecvItem it = KVDIST__V1__SEND_RECV_ITEM__INIT, *its[] = { &it };
+                Kvdist__V1__SendRecvItem it = KVDIST__V1__SEND_RECV_ITEM__INIT, *its[] = {&it};
                 Kvdist__V1__DomainSendRecv sr = KVDIST__V1__DOMAIN_SEND_RECV__INIT;
-                Kvdist__V1__DomainMember dm[2] = { KVDIST__V1__DOMAIN_MEMBER__INIT,
-                                                   KVDIST__V1__DOMAIN_MEMBER__INIT };
-                Kvdist__V1__DomainMember *dms[] = { &dm[0], &dm[1] };
+                Kvdist__V1__DomainMember dm[2] = {KVDIST__V1__DOMAIN_MEMBER__INIT,
+                                                  KVDIST__V1__DOMAIN_MEMBER__INIT};
+                Kvdist__V1__DomainMember *dms[] = {&dm[0], &dm[1]};
                 Kvdist__V1__PeerDomainLinked ln = KVDIST__V1__PEER_DOMAIN_LINKED__INIT;
                 Kvdist__V1__PeerDomainReady rd = KVDIST__V1__PEER_DOMAIN_READY__INIT;
                 Kvdist__V1__PeerDomainXfer x = KVDIST__V1__PEER_DOMAIN_XFER__INIT;
                 Kvdist__V1__DomainOpDesc od = KVDIST__V1__DOMAIN_OP_DESC__INIT;
                 Kvdist__V1__PeerDomainLeave lv = KVDIST__V1__PEER_DOMAIN_LEAVE__INIT;
                 Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-                uint8_t digest[32] = { 0 };
+                uint8_t digest[32] = {0};
 
                 cr[0].cluster_id = FUZZ_PEER_CLUSTER;
                 cr[1].cluster_id = 100;
@@ -1033,8 +1033,7 @@ int main(int argc, char **argv)
                 char path[4096];
 
                 for (unsigned k = 0; k < 2; k++) {
-                        (void)snprintf(path, sizeof(path), "%s/%s", out_dir,
-                                       k ? "peer" : "client");
+                        (void)snprintf(path, sizeof(path), "%s/%s", out_dir, k ? "peer" : "client");
                         if (mkdir(path, 0755) < 0 && errno != EEXIST) {
                                 fprintf(stderr, "%s: %s\n", path, strerror(errno));
                                 return EXIT_FAILURE;
@@ -1045,8 +1044,8 @@ int main(int argc, char **argv)
         peer_seeds();
         if (check) {
                 if (n_differ > 0) {
-                        fprintf(stderr, "%u of %u seeds differ: run fuzz-gen-corpus %s\n",
-                                n_differ, n_seeds, out_dir);
+                        fprintf(stderr, "%u of %u seeds differ: run fuzz-gen-corpus %s\n", n_differ,
+                                n_seeds, out_dir);
                         return EXIT_FAILURE;
                 }
                 printf("%u seeds are current\n", n_seeds);

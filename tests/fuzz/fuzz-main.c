@@ -149,8 +149,9 @@ int main(int argc, char **argv)
                         return EXIT_FAILURE;
                 }
         }
-        printf(once ? "%u inputs run\n" : "%u inputs run (each with every prefix and single-bit "
-               "flip)\n", n_inputs);
+        printf(once ? "%u inputs run\n"
+                    : "%u inputs run (each with every prefix and single-bit "
+                      "flip)\n",
+               n_inputs);
         return EXIT_SUCCESS;
 }
-

@@ -15,8 +15,8 @@ void fuzz_blocks_cache_init(FuzzBlocksCache *c, uint64_t cluster, uint64_t model
                 .desc = KVDIST__V1__CACHE_DESC__INIT,
                 .blocks_key = KVDIST__V1__BLOCKS_KEY__INIT,
                 .key = KVDIST__V1__CACHE_KEY__INIT,
-                .shape = { FUZZ_CACHE_BLOCKS, FUZZ_CACHE_BLOCK_BYTES / FUZZ_DTYPE_BYTES },
-                .addrs = { FUZZ_REGION_ADDR, FUZZ_REGION_ADDR + FUZZ_TENSOR_BYTES },
+                .shape = {FUZZ_CACHE_BLOCKS, FUZZ_CACHE_BLOCK_BYTES / FUZZ_DTYPE_BYTES},
+                .addrs = {FUZZ_REGION_ADDR, FUZZ_REGION_ADDR + FUZZ_TENSOR_BYTES},
         };
         c->desc.num_tensors = 2;
         c->desc.shape = c->shape;
@@ -41,10 +41,10 @@ void fuzz_contiguous_cache_init(FuzzContiguousCache *c, uint64_t cluster, uint64
         *c = (FuzzContiguousCache){
                 .msg = KVDIST__V1__REGISTER_CACHE__INIT,
                 .desc = KVDIST__V1__CACHE_DESC__INIT,
-                .shape = { FUZZ_BATCH_SLOTS,
-                           FUZZ_TENSOR_BYTES / FUZZ_BATCH_SLOTS / FUZZ_DTYPE_BYTES },
-                .addrs = { FUZZ_REGION_ADDR + 2 * FUZZ_TENSOR_BYTES,
-                           FUZZ_REGION_ADDR + 3 * FUZZ_TENSOR_BYTES },
+                .shape = {FUZZ_BATCH_SLOTS,
+                          FUZZ_TENSOR_BYTES / FUZZ_BATCH_SLOTS / FUZZ_DTYPE_BYTES},
+                .addrs = {FUZZ_REGION_ADDR + 2 * FUZZ_TENSOR_BYTES,
+                          FUZZ_REGION_ADDR + 3 * FUZZ_TENSOR_BYTES},
         };
         c->desc.num_tensors = 2;
         c->desc.shape = c->shape;

@@ -33,8 +33,8 @@ static struct {
         uint64_t link_id;
         uint64_t job_id;
         uint64_t domain_id;
-        uint64_t comm_id;               /* of the local cluster's last DomainLinkReply */
-        uint8_t digest[32];             /* of the daemon's last PeerDomainJoin */
+        uint64_t comm_id;   /* of the local cluster's last DomainLinkReply */
+        uint8_t digest[32]; /* of the daemon's last PeerDomainJoin */
         uint8_t token[PEER_DATA_TOKEN_SIZE];
         bool ready[FUZZ_ENDPOINTS_MAX];
 } pf;
@@ -331,8 +331,8 @@ static bool peer_fixup(FuzzDaemon *f, uint16_t type, ProtobufCMessage *msg)
                 ((Kvdist__V1__DomainSendRecv *)msg)->comm_id = pf.comm_id;
                 return true;
         case KVDIST__V1__MSG_TYPE__MSG_DOMAIN_LINK:
-                while (replace_string(&((Kvdist__V1__DomainLink *)msg)->rank_table,
-                                      FUZZ_PEER_SELF, daemon_peer_address(f->daemon)))
+                while (replace_string(&((Kvdist__V1__DomainLink *)msg)->rank_table, FUZZ_PEER_SELF,
+                                      daemon_peer_address(f->daemon)))
                         changed = true;
                 return changed;
         default:
@@ -406,7 +406,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 fd = open(key_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
                 FUZZ_CHECK(fd >= 0);
                 FUZZ_CHECK(write(fd, FUZZ_PEER_KEY, strlen(FUZZ_PEER_KEY)) ==
-                      (ssize_t)strlen(FUZZ_PEER_KEY));
+                           (ssize_t)strlen(FUZZ_PEER_KEY));
                 close(fd);
         }
         setup = data[0];

@@ -35,9 +35,9 @@
 #define FUZZ_PEER_SETUP_STAGE(s) (((s) >> 1) & 3)
 #define FUZZ_PEER_SETUP_STREAMS(s) ((((s) >> 3) & 3) + 1)
 #define FUZZ_PEER_SETUP_CRC 0x20
-#define FUZZ_PEER_SETUP(key, stage, streams, crc)                                      \
-        ((uint8_t)(((key) ? FUZZ_PEER_SETUP_KEY : 0) | ((stage) << 1) |                \
-                   (((streams) - 1) << 3) | ((crc) ? FUZZ_PEER_SETUP_CRC : 0)))
+#define FUZZ_PEER_SETUP(key, stage, streams, crc)                                                  \
+        ((uint8_t)(((key) ? FUZZ_PEER_SETUP_KEY : 0) | ((stage) << 1) | (((streams)-1) << 3) |     \
+                   ((crc) ? FUZZ_PEER_SETUP_CRC : 0)))
 
 #define FUZZ_PEER_EP_PEER 0
 #define FUZZ_PEER_EP_CLIENT 5

@@ -15,10 +15,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(x)                \
-        do {                    \
-                if (!(x))       \
-                        abort(); \
+#define CHECK(x)                                                                                   \
+        do {                                                                                       \
+                if (!(x))                                                                          \
+                        abort();                                                                   \
         } while (0)
 
 /* A device as the parser promises it: an id, a canonical address that reads back the same. */

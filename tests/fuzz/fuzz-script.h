@@ -57,17 +57,17 @@ typedef enum FuzzOp {
 } FuzzOp;
 
 typedef enum FuzzFdKind {
-        FUZZ_FD_MEMFD,          /* FUZZ_MEMFD_SIZE bytes, sealed against shrinking: a region */
+        FUZZ_FD_MEMFD, /* FUZZ_MEMFD_SIZE bytes, sealed against shrinking: a region */
         FUZZ_FD_MEMFD_UNSEALED,
-        FUZZ_FD_MEMFD_EMPTY,    /* 0 bytes, sealed */
+        FUZZ_FD_MEMFD_EMPTY,        /* 0 bytes, sealed */
         FUZZ_FD_MEMFD_SEALED_WRITE, /* sealed against writing too */
-        FUZZ_FD_MEMFD_SPARSE,   /* 64 MiB of holes, sealed */
-        FUZZ_FD_OWN_SOCKET,     /* a dup of our own end of the connection */
-        FUZZ_FD_DAEMON_SOCKET,  /* a dup of the daemon's end of it */
-        FUZZ_FD_PIPE,           /* the read end of a pipe whose write end is closed */
+        FUZZ_FD_MEMFD_SPARSE,       /* 64 MiB of holes, sealed */
+        FUZZ_FD_OWN_SOCKET,         /* a dup of our own end of the connection */
+        FUZZ_FD_DAEMON_SOCKET,      /* a dup of the daemon's end of it */
+        FUZZ_FD_PIPE,               /* the read end of a pipe whose write end is closed */
         FUZZ_FD_DEV_NULL,
         FUZZ_FD_EVENTFD,
-        FUZZ_FD_DIRECTORY,      /* an O_PATH fd of / */
-        FUZZ_FD_SOCKETPAIR,     /* one end of a fresh socketpair, the other closed */
+        FUZZ_FD_DIRECTORY,  /* an O_PATH fd of / */
+        FUZZ_FD_SOCKETPAIR, /* one end of a fresh socketpair, the other closed */
         _FUZZ_FD_MAX,
 } FuzzFdKind;

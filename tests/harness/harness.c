@@ -37,7 +37,7 @@ uint64_t harness_now_ms(void)
 
 void harness_sleep_ms(unsigned ms)
 {
-        struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                 ;
@@ -173,8 +173,8 @@ static bool socket_accepts(const char *path)
 
 /* In the forked child: becomes kvdistd (or its launcher) with stdout and stderr in the log, in
  * network namespace @netns when it is not NULL. */
-static _Noreturn void exec_daemon(const char *bin, char **argv, const char *log_path,
-                                  pid_t parent, const char *const *env, const char *netns)
+static _Noreturn void exec_daemon(const char *bin, char **argv, const char *log_path, pid_t parent,
+                                  const char *const *env, const char *netns)
 {
         int fd;
 
@@ -191,8 +191,8 @@ static _Noreturn void exec_daemon(const char *bin, char **argv, const char *log_
                 (void)snprintf(path, sizeof(path), "/run/netns/%s", netns);
                 fd = open(path, O_RDONLY | O_CLOEXEC);
                 if (fd < 0 || setns(fd, CLONE_NEWNET) < 0) {
-                        fprintf(stderr, "harness: cannot enter network namespace %s: %s\n",
-                                netns, strerror(errno));
+                        fprintf(stderr, "harness: cannot enter network namespace %s: %s\n", netns,
+                                strerror(errno));
                         _exit(127);
                 }
                 safe_close(fd);
@@ -212,7 +212,7 @@ static _Noreturn void exec_daemon(const char *bin, char **argv, const char *log_
 
 int harness_daemon_startv(HarnessDaemon *d, const char *const *extra_args)
 {
-        return harness_daemon_start_opts(d, &(HarnessStartOptions){ .extra_args = extra_args });
+        return harness_daemon_start_opts(d, &(HarnessStartOptions){.extra_args = extra_args});
 }
 
 int harness_daemon_start_opts(HarnessDaemon *d, const HarnessStartOptions *o)
@@ -235,8 +235,8 @@ int harness_daemon_start_opts(HarnessDaemon *d, const HarnessStartOptions *o)
                 return -errno;
         (void)snprintf(d->socket_path, sizeof(d->socket_path), "%s/kvdist.sock", d->dir);
         (void)snprintf(d->log_path, sizeof(d->log_path), "%s/kvdistd.log", d->dir);
-        d->options[0] = (kvd_option){ "socket_path", d->socket_path };
-        d->options[1] = (kvd_option){ "device_id", "0" };
+        d->options[0] = (kvd_option){"socket_path", d->socket_path};
+        d->options[1] = (kvd_option){"device_id", "0"};
         d->n_options = 2;
 
         for (size_t i = 0; o->launcher && o->launcher[i]; i++) {
@@ -453,7 +453,7 @@ int harness_server_init(const HarnessDaemon *d, uint64_t cluster_id, kvd_role ro
         kvd_option options[ARRAY_SIZE(d->options) + 1];
 
         memcpy(options, d->options, d->n_options * sizeof(options[0]));
-        options[d->n_options] = (kvd_option){ "listen_ip_info", listen_ip_info };
+        options[d->n_options] = (kvd_option){"listen_ip_info", listen_ip_info};
         return kvd_client_init(ret, cluster_id, role, options, d->n_options + 1);
 }
 
@@ -570,7 +570,7 @@ int harness_fork_client(harness_child_fn fn, void *arg, HarnessChild *ret)
                 _exit(fn(arg) & 0xff);
         }
         safe_close(pipefd[1]);
-        *ret = (HarnessChild){ .pid = pid, .ready_fd = pipefd[0], .status = -1 };
+        *ret = (HarnessChild){.pid = pid, .ready_fd = pipefd[0], .status = -1};
         return 0;
 }
 
@@ -584,7 +584,7 @@ void harness_child_ready(uint64_t value)
 
 int harness_child_wait_ready(HarnessChild *c, int timeout_ms, uint64_t *ret_value)
 {
-        struct pollfd pfd = { .fd = c->ready_fd, .events = POLLIN };
+        struct pollfd pfd = {.fd = c->ready_fd, .events = POLLIN};
         uint64_t value;
         ssize_t n;
         int r;
@@ -632,7 +632,7 @@ int harness_child_kill(HarnessChild *c, int sig)
 
 int harness_raw_connect(const char *path)
 {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
         int fd;
 
         if (strlen(path) >= sizeof(sa.sun_path))
@@ -691,13 +691,13 @@ void harness_frame_deinit(HarnessFrame *f)
 }
 
 /* Reads exactly @len bytes by @deadline: 1, 0 at EOF/reset, -ETIMEDOUT. */
-static int read_full(int fd, uint8_t *buf, size_t len, uint64_t deadline, int *fds,
-                     size_t max_fds, size_t *n_fds)
+static int read_full(int fd, uint8_t *buf, size_t len, uint64_t deadline, int *fds, size_t max_fds,
+                     size_t *n_fds)
 {
         size_t off = 0;
 
         while (off < len) {
-                struct pollfd pfd = { .fd = fd, .events = POLLIN };
+                struct pollfd pfd = {.fd = fd, .events = POLLIN};
                 uint64_t now = harness_now_ms();
                 size_t got = 0;
                 ssize_t n;
@@ -807,8 +807,7 @@ int harness_raw_hello(int fd)
 
         hello.protocol_version = FRAME_VERSION;
         hello.identity = (char *)"kvdist-harness";
-        r = harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 1, &hello.base, NULL,
-                                   0);
+        r = harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 1, &hello.base, NULL, 0);
         if (r < 0)
                 return r;
         r = harness_raw_read_frame(fd, 5000, &f);
@@ -831,7 +830,7 @@ int harness_raw_wait_closed(int fd, int timeout_ms)
         uint64_t deadline = harness_now_ms() + (uint64_t)MAX(timeout_ms, 0);
 
         for (;;) {
-                struct pollfd pfd = { .fd = fd, .events = POLLIN };
+                struct pollfd pfd = {.fd = fd, .events = POLLIN};
                 uint64_t now = harness_now_ms();
                 uint8_t buf[4096];
                 ssize_t n;
@@ -916,8 +915,8 @@ int harness_run(const char *const *argv, char **ret_stdout, char **ret_stderr)
         ebuf = strdup("");
         while (o_open || e_open) {
                 struct pollfd pfd[2] = {
-                        { .fd = o_open ? out[0] : -1, .events = POLLIN },
-                        { .fd = e_open ? err[0] : -1, .events = POLLIN },
+                        {.fd = o_open ? out[0] : -1, .events = POLLIN},
+                        {.fd = e_open ? err[0] : -1, .events = POLLIN},
                 };
 
                 if (poll(pfd, 2, -1) < 0 && errno != EINTR)

@@ -21,17 +21,17 @@
 
 #include "proto/frame.h"
 
-#define HARNESS_PATH_MAX 108   /* sun_path */
+#define HARNESS_PATH_MAX 108 /* sun_path */
 #define HARNESS_START_TIMEOUT_MS 5000
 
 typedef struct HarnessDaemon {
-        pid_t pid;                          /* 0 once stopped or killed */
-        char dir[64];                       /* the daemon's own temporary directory */
+        pid_t pid;    /* 0 once stopped or killed */
+        char dir[64]; /* the daemon's own temporary directory */
         char socket_path[HARNESS_PATH_MAX];
         char log_path[HARNESS_PATH_MAX];
-        kvd_option options[2];              /* socket_path, device_id "0": for kvd_client_init */
+        kvd_option options[2]; /* socket_path, device_id "0": for kvd_client_init */
         size_t n_options;
-        pid_t watcher_pid;                  /* reports the log if the test dies first */
+        pid_t watcher_pid; /* reports the log if the test dies first */
         int watcher_fd;
 } HarnessDaemon;
 
@@ -48,8 +48,8 @@ int harness_daemon_startv(HarnessDaemon *d, const char *const *extra_args);
 
 /* How harness_daemon_start_opts() starts the daemon; every list is NULL-terminated or NULL. */
 typedef struct HarnessStartOptions {
-        const char *const *extra_args;  /* after --socket and --log-level */
-        const char *const *env;         /* "NAME=value" added to the daemon's environment */
+        const char *const *extra_args; /* after --socket and --log-level */
+        const char *const *env;        /* "NAME=value" added to the daemon's environment */
         /*
          * A program that runs the daemon (a socket-activation launcher): these arguments come
          * first (looked up in $PATH), then $KVDISTD and its arguments. "@SOCKET@" in them is
@@ -136,9 +136,9 @@ ssize_t harness_check_pattern(const void *buf, size_t len, uint64_t seed);
 
 /* A forked child process (see harness_fork_client()). */
 typedef struct HarnessChild {
-        pid_t pid;              /* 0 once reaped */
-        int ready_fd;           /* read end of the readiness pipe */
-        int status;             /* exit code, or 128 + signal, once reaped */
+        pid_t pid;    /* 0 once reaped */
+        int ready_fd; /* read end of the readiness pipe */
+        int status;   /* exit code, or 128 + signal, once reaped */
 } HarnessChild;
 
 typedef int (*harness_child_fn)(void *arg);

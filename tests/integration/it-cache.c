@@ -10,7 +10,7 @@
 
 static kvd_cache_desc tcache_desc(uint32_t num_tensors, uint64_t units, uint64_t unit_bytes)
 {
-        kvd_cache_desc desc = { 0 };
+        kvd_cache_desc desc = {0};
 
         ck_assert_msg(unit_bytes % 2 == 0, "unit_bytes %llu is odd",
                       (unsigned long long)unit_bytes);
@@ -83,8 +83,7 @@ static int tcache_allocate_kind(TCache *tc, kvd_client *c, bool blocks, uint32_t
         tc->seed = seed;
         tc->id = UINT64_MAX;
         if (blocks)
-                r = kvd_allocate_blocks_cache(c, &desc, n_keys ? keys : NULL, &tc->id,
-                                              tc->addrs);
+                r = kvd_allocate_blocks_cache(c, &desc, n_keys ? keys : NULL, &tc->id, tc->addrs);
         else
                 r = kvd_allocate_cache(c, &desc, keys, n_keys, &tc->id, tc->addrs);
         if (r < 0)
@@ -123,11 +122,10 @@ static void tcopies_add(TCopies *cp, uint64_t dst, uint64_t src, uint64_t len, u
                 if (!cp->v)
                         ck_abort_msg("out of memory");
         }
-        cp->v[cp->n++] = (TCopy){ dst, src, len, seed };
+        cp->v[cp->n++] = (TCopy){dst, src, len, seed};
 }
 
-void tcache_layers(const TCache *tc, kvd_layer_range l, uint32_t tpl, uint32_t *first,
-                   uint32_t *n)
+void tcache_layers(const TCache *tc, kvd_layer_range l, uint32_t tpl, uint32_t *first, uint32_t *n)
 {
         tpl = tpl ? tpl : 2;
         if (l.first < 0) {
@@ -175,9 +173,9 @@ void tcopies_item(TCopies *cp, const TCache *src, const TCache *dst, kvd_layer_r
                             tcache_tensor_off(src, sf + t) + si * src->stride, len, src->seed);
 }
 
-void tcopies_item_to_blocks(TCopies *cp, const TCache *src, const TCache *dst,
-                            kvd_layer_range sl, kvd_layer_range dl, uint32_t tpl, uint64_t si,
-                            const uint64_t *db, size_t n)
+void tcopies_item_to_blocks(TCopies *cp, const TCache *src, const TCache *dst, kvd_layer_range sl,
+                            kvd_layer_range dl, uint32_t tpl, uint64_t si, const uint64_t *db,
+                            size_t n)
 {
         uint32_t sf, df, k = tensor_pairs(src, dst, sl, dl, tpl, &sf, &df);
 
@@ -187,8 +185,8 @@ void tcopies_item_to_blocks(TCopies *cp, const TCache *src, const TCache *dst,
                         uint64_t len = MIN(dst->stride, src->stride - chunk);
 
                         tcopies_add(cp, tcache_tensor_off(dst, df + t) + db[i] * dst->stride,
-                                    tcache_tensor_off(src, sf + t) + si * src->stride + chunk,
-                                    len, src->seed);
+                                    tcache_tensor_off(src, sf + t) + si * src->stride + chunk, len,
+                                    src->seed);
                 }
 }
 
@@ -209,11 +207,11 @@ typedef struct Span {
 static size_t tcache_spans(const TCache *tc, Span *spans)
 {
         if (!tc->pool) {
-                spans[0] = (Span){ 0, tc->mem_size, tc->mem };
+                spans[0] = (Span){0, tc->mem_size, tc->mem};
                 return 1;
         }
         for (uint32_t t = 0; t < tc->num_tensors; t++)
-                spans[t] = (Span){ tcache_tensor_off(tc, t), tc->tensor_size, tc->addrs[t] };
+                spans[t] = (Span){tcache_tensor_off(tc, t), tc->tensor_size, tc->addrs[t]};
         return tc->num_tensors;
 }
 
@@ -253,11 +251,10 @@ static void check_range(const TCache *tc, const Span *spans, size_t n_spans, uin
                                      "%llu bytes) is 0x%02x, want 0x%02x",
                                      (unsigned long long)tc->id,
                                      (unsigned long long)(a + (uint64_t)bad),
-                                     (unsigned long long)copy->src,
-                                     (unsigned long long)copy->len, p[bad],
-                                     harness_pattern_byte(copy->seed,
-                                                          copy->src + (a - copy->dst) +
-                                                                  (uint64_t)bad));
+                                     (unsigned long long)copy->src, (unsigned long long)copy->len,
+                                     p[bad],
+                                     harness_pattern_byte(copy->seed, copy->src + (a - copy->dst) +
+                                                                              (uint64_t)bad));
                 /* Alternating runs of new and old bytes; a byte that is neither is garbage. */
                 pos = (uint64_t)bad;
                 for (;;) {
@@ -265,13 +262,13 @@ static void check_range(const TCache *tc, const Span *spans, size_t n_spans, uin
                         if (bad < 0)
                                 break;
                         if (bad == 0)
-                                ck_abort_msg("cache %llu: byte %llu is 0x%02x, neither its old "
-                                             "pattern (0x%02x) nor the copied one (0x%02x)",
-                                             (unsigned long long)tc->id,
-                                             (unsigned long long)(a + pos), p[pos],
-                                             harness_pattern_byte(tc->seed, a + pos),
-                                             harness_pattern_byte(copy->seed, copy->src +
-                                                                  (a - copy->dst) + pos));
+                                ck_abort_msg(
+                                        "cache %llu: byte %llu is 0x%02x, neither its old "
+                                        "pattern (0x%02x) nor the copied one (0x%02x)",
+                                        (unsigned long long)tc->id, (unsigned long long)(a + pos),
+                                        p[pos], harness_pattern_byte(tc->seed, a + pos),
+                                        harness_pattern_byte(copy->seed,
+                                                             copy->src + (a - copy->dst) + pos));
                         pos += (uint64_t)bad;
                         bad = harness_check_pattern_at(p + pos, b - a - pos, copy->seed,
                                                        copy->src + (a - copy->dst) + pos);
@@ -303,7 +300,8 @@ static void verify(const TCache *tc, const TCopies *cp, bool either)
                 /* The tests never expect two copies into one byte. */
                 if (c->dst < pos || c->dst + c->len > end)
                         ck_abort_msg("test bug: expected copy to %llu overlaps another or ends "
-                                     "past the cache", (unsigned long long)c->dst);
+                                     "past the cache",
+                                     (unsigned long long)c->dst);
                 check_range(tc, spans, n_spans, pos, c->dst - pos, NULL, false);
                 check_range(tc, spans, n_spans, c->dst, c->len, c, either);
                 pos = c->dst + c->len;
@@ -337,7 +335,8 @@ void expect_status_at(kvd_client *c, int r, int want, const char *substr, const 
         if (substr)
                 ck_assert_msg(strstr(detail, substr),
                               "%s:%d: %s failed with %s as expected, but its detail \"%s\" does "
-                              "not say \"%s\"", file, line, what, kvd_strerror(r), detail, substr);
+                              "not say \"%s\"",
+                              file, line, what, kvd_strerror(r), detail, substr);
 }
 
 json_t *daemon_status_json(const HarnessDaemon *d)

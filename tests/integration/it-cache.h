@@ -22,13 +22,13 @@ typedef struct TCache {
         kvd_client *client;
         uint64_t id;
         bool blocks;
-        bool pool;                      /* allocated from the daemon's pool */
+        bool pool; /* allocated from the daemon's pool */
         uint32_t num_tensors;
-        uint64_t units;                 /* blocks, or batch slots */
-        uint64_t stride;                /* bytes per block or item */
+        uint64_t units;  /* blocks, or batch slots */
+        uint64_t stride; /* bytes per block or item */
         uint64_t tensor_size;
-        uint64_t seed;                  /* the region is one stream of this seed */
-        uint8_t *mem;                   /* kvd_mem_alloc() region; NULL for pool caches */
+        uint64_t seed; /* the region is one stream of this seed */
+        uint8_t *mem;  /* kvd_mem_alloc() region; NULL for pool caches */
         size_t mem_size;
         void *addrs[KVD_MAX_TENSORS];
 } TCache;
@@ -72,8 +72,7 @@ typedef struct TCopies {
 void tcopies_free(TCopies *cp);
 
 /* The tensors a layer range selects: *@first tensor and *@n tensors. */
-void tcache_layers(const TCache *tc, kvd_layer_range l, uint32_t tpl, uint32_t *first,
-                   uint32_t *n);
+void tcache_layers(const TCache *tc, kvd_layer_range l, uint32_t tpl, uint32_t *first, uint32_t *n);
 
 /* src_blocks[i] -> dst_blocks[i] for the selected tensors. */
 void tcopies_blocks(TCopies *cp, const TCache *src, const TCache *dst, kvd_layer_range sl,
@@ -85,9 +84,9 @@ void tcopies_item(TCopies *cp, const TCache *src, const TCache *dst, kvd_layer_r
                   kvd_layer_range dl, uint32_t tpl, uint64_t si, uint64_t di, int64_t size);
 
 /* Item @si of @src fills dst_blocks in order (the last one possibly in part). */
-void tcopies_item_to_blocks(TCopies *cp, const TCache *src, const TCache *dst,
-                            kvd_layer_range sl, kvd_layer_range dl, uint32_t tpl, uint64_t si,
-                            const uint64_t *db, size_t n);
+void tcopies_item_to_blocks(TCopies *cp, const TCache *src, const TCache *dst, kvd_layer_range sl,
+                            kvd_layer_range dl, uint32_t tpl, uint64_t si, const uint64_t *db,
+                            size_t n);
 
 /*
  * Checks every byte of @tc's region (every tensor of a pool cache): inside the copies the
@@ -105,7 +104,7 @@ void tcache_verify_untouched(const TCache *tc);
 void tcache_verify_old_or_new(const TCache *tc, const TCopies *cp);
 
 /* Asserts @r is @want and, when @substr is not NULL, that kvd_last_error(@c) contains it. */
-#define expect_status(c, r, want, substr) \
+#define expect_status(c, r, want, substr)                                                          \
         expect_status_at((c), (r), (want), (substr), #r, __FILE__, __LINE__)
 void expect_status_at(kvd_client *c, int r, int want, const char *substr, const char *what,
                       const char *file, int line);

@@ -19,10 +19,10 @@ void rank_table_build(char *buf, size_t size, const DomMember *m, unsigned n, bo
         unsigned n_servers = 0;
         size_t len = 0;
 
-#define PUT(...)                                                                   \
-        do {                                                                       \
-                len += (size_t)snprintf(buf + len, size - len, __VA_ARGS__);       \
-                ck_assert_uint_lt(len, size);                                      \
+#define PUT(...)                                                                                   \
+        do {                                                                                       \
+                len += (size_t)snprintf(buf + len, size - len, __VA_ARGS__);                       \
+                ck_assert_uint_lt(len, size);                                                      \
         } while (0)
 
         for (unsigned r = 0; r < n; r++) {
@@ -34,7 +34,8 @@ void rank_table_build(char *buf, size_t size, const DomMember *m, unsigned n, bo
                         servers[n_servers++] = m[r].node;
         }
         PUT("{\"version\": \"1.0\", \"server_count\": \"%u\", \"status\": \"completed\", "
-            "\"server_list\": [", n_servers);
+            "\"server_list\": [",
+            n_servers);
         for (unsigned s = 0; s < n_servers; s++) {
                 const char *addr = servers[s]->peer_addr;
                 char ip[64];
@@ -60,7 +61,7 @@ void rank_table_build(char *buf, size_t size, const DomMember *m, unsigned n, bo
 void dom_member_attach(DomMember *m)
 {
         char dev[16];
-        kvd_option opts[2] = { { "socket_path", m->node->d.socket_path }, { "device_id", dev } };
+        kvd_option opts[2] = {{"socket_path", m->node->d.socket_path}, {"device_id", dev}};
         int r;
 
         (void)snprintf(dev, sizeof(dev), "%d", m->device_id);
@@ -74,7 +75,7 @@ int dom_link(DomMember *m, unsigned n, unsigned k, const char *name, const char 
         kvd_cluster_rank info[KVD_MAX_DOMAIN_MEMBERS];
 
         for (unsigned r = 0; r < n; r++)
-                info[r] = (kvd_cluster_rank){ m[r].cluster_id, r };
+                info[r] = (kvd_cluster_rank){m[r].cluster_id, r};
         return kvd_link(m[k].client, name, info, n, table, &m[k].comm_id);
 }
 
@@ -116,9 +117,8 @@ void dom_wait_ok(DomMember *m, unsigned n)
 
                 if (st != KVD_MEM_STATUS_OK)
                         harness_daemon_dump_log(&m[k].node->d, 0);
-                ck_assert_msg(st == KVD_MEM_STATUS_OK, "member %u (cluster %llu): status %d: %s",
-                              k, (unsigned long long)m[k].cluster_id, st,
-                              kvd_last_error(m[k].client));
+                ck_assert_msg(st == KVD_MEM_STATUS_OK, "member %u (cluster %llu): status %d: %s", k,
+                              (unsigned long long)m[k].cluster_id, st, kvd_last_error(m[k].client));
         }
 }
 
@@ -144,7 +144,7 @@ void dom_parallel(unsigned n, int (*fn)(unsigned i, void *arg), void *arg, int *
 
         ck_assert_uint_le(n, 16);
         for (unsigned i = 0; i < n; i++) {
-                a[i] = (ParallelArg){ i, fn, arg, 0 };
+                a[i] = (ParallelArg){i, fn, arg, 0};
                 ck_assert_int_eq(pthread_create(&t[i], NULL, parallel_main, &a[i]), 0);
         }
         for (unsigned i = 0; i < n; i++) {
@@ -223,27 +223,34 @@ void dom_check_channels(const Node *n, bool moved)
         int64_t total = 0;
         size_t i, k;
 
-        json_array_foreach(doms, i, d) {
+        json_array_foreach(doms, i, d)
+        {
                 const char *state = json_string_value(json_object_get(d, "state"));
 
                 if (!state || strcmp(state, "ok") != 0)
                         continue;
-                json_array_foreach(json_object_get(d, "channels"), k, c) {
+                json_array_foreach(json_object_get(d, "channels"), k, c)
+                {
                         const char *tp = json_string_value(json_object_get(c, "transport"));
                         const char *why = json_string_value(json_object_get(c, "transport_reason"));
                         json_int_t rank = json_integer_value(json_object_get(c, "rank"));
-                        json_int_t msgs = json_integer_value(json_object_get(c, "messages_sent")) +
-                                          json_integer_value(json_object_get(c, "messages_received"));
+                        json_int_t msgs =
+                                json_integer_value(json_object_get(c, "messages_sent")) +
+                                json_integer_value(json_object_get(c, "messages_received"));
                         json_int_t over = json_integer_value(json_object_get(c, "messages_rdma"));
 
                         if (tp && strcmp(tp, "shm") == 0)
                                 continue;
-                        ck_assert_msg(tp && strcmp(tp, want) == 0, "%s: the channel to rank %lld "
-                                      "runs over %s, not %s (%s)", n->d.socket_path,
-                                      (long long)rank, tp ? tp : "nothing", want, why ? why : "");
-                        ck_assert_msg(over == (rdma ? msgs : 0), "%s: the channel to rank %lld moved "
-                                      "%lld of its %lld messages over RDMA", n->d.socket_path,
-                                      (long long)rank, (long long)over, (long long)msgs);
+                        ck_assert_msg(tp && strcmp(tp, want) == 0,
+                                      "%s: the channel to rank %lld "
+                                      "runs over %s, not %s (%s)",
+                                      n->d.socket_path, (long long)rank, tp ? tp : "nothing", want,
+                                      why ? why : "");
+                        ck_assert_msg(over == (rdma ? msgs : 0),
+                                      "%s: the channel to rank %lld moved "
+                                      "%lld of its %lld messages over RDMA",
+                                      n->d.socket_path, (long long)rank, (long long)over,
+                                      (long long)msgs);
                         total += msgs;
                 }
         }
@@ -263,7 +270,7 @@ void buf_alloc(Buf *b, kvd_client *c, size_t len, uint64_t seed)
 {
         void *mem;
 
-        *b = (Buf){ .size = len + 2 * BUF_GUARD, .len = len, .seed = seed };
+        *b = (Buf){.size = len + 2 * BUF_GUARD, .len = len, .seed = seed};
         expect_ok(c, kvd_mem_alloc(c, b->size, &mem));
         b->mem = mem;
         b->p = b->mem + BUF_GUARD;
@@ -308,8 +315,7 @@ size_t buf_old_or_new(const Buf *b, uint64_t sent)
 
                 /* Not ck_assert per byte: each one marks a point through a pipe. */
                 if (b->p[i] != old && b->p[i] != new_byte)
-                        ck_abort_msg("receive byte %zu is neither the old one nor the sent one",
-                                     i);
+                        ck_abort_msg("receive byte %zu is neither the old one nor the sent one", i);
                 landed += b->p[i] == new_byte && new_byte != old;
         }
         return landed;

@@ -105,7 +105,8 @@ static void node_write_rdma_config(Node *n, const char *dev)
         for (int id = 0; id < 4; id++)
                 len += snprintf(buf + len, sizeof(buf) - (size_t)len,
                                 "%s{\"device_id\": %d, \"transport\": \"rdma\", "
-                                "\"rdma_device\": \"%s\"}", id ? ", " : "", id, dev);
+                                "\"rdma_device\": \"%s\"}",
+                                id ? ", " : "", id, dev);
         len += snprintf(buf + len, sizeof(buf) - (size_t)len, "]}\n");
         ck_assert_int_lt(len, (int)sizeof(buf));
         ck_assert_int_eq(write(fd, buf, (size_t)len), len);
@@ -155,8 +156,8 @@ void node_start_full(Node *n, const char *netns, const char *listen, const char 
                 argv[k++] = extra[i];
         }
         argv[k] = NULL;
-        r = harness_daemon_start_opts(&n->d, &(HarnessStartOptions){ .extra_args = argv,
-                                                                     .netns = netns });
+        r = harness_daemon_start_opts(&n->d,
+                                      &(HarnessStartOptions){.extra_args = argv, .netns = netns});
         ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
         r = harness_daemon_status(&n->d, &json);
         ck_assert_msg(r == KVD_OK, "status: %s", kvd_strerror(r));
@@ -205,14 +206,13 @@ kvd_client *node_server(Node *n, uint64_t id, kvd_role role)
 
         r = harness_server_init(&n->d, id, role, n->peer_addr, &c);
         ck_assert_msg(r == KVD_OK, "kvd_client_init(%llu, listen_ip_info %s) = %s: %s",
-                      (unsigned long long)id, n->peer_addr, kvd_strerror(r),
-                      kvd_last_error(NULL));
+                      (unsigned long long)id, n->peer_addr, kvd_strerror(r), kvd_last_error(NULL));
         return c;
 }
 
 int link_at(kvd_client *c, uint64_t remote, const char *addr, int timeout_ms, int *ret)
 {
-        kvd_cluster_info info = { remote, KVD_ROLE_PROMPT, addr, NULL };
+        kvd_cluster_info info = {remote, KVD_ROLE_PROMPT, addr, NULL};
 
         *ret = 1;
         return kvd_link_clusters(c, &info, 1, timeout_ms, ret);

@@ -14,9 +14,9 @@
 
 typedef struct Node {
         HarnessDaemon d;
-        char peer_addr[64];             /* where it accepts peers, "127.0.0.1:40123" */
-        char key_path[96];              /* its cluster key file, "" for none */
-        char config_path[96];           /* its config file (RDMA device map), "" for none */
+        char peer_addr[64];   /* where it accepts peers, "127.0.0.1:40123" */
+        char key_path[96];    /* its cluster key file, "" for none */
+        char config_path[96]; /* its config file (RDMA device map), "" for none */
 } Node;
 
 /*

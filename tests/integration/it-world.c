@@ -38,7 +38,7 @@ void world_stop(World *w)
 
 void link_to(kvd_client *c, uint64_t remote, kvd_role role)
 {
-        kvd_cluster_info info = { remote, role, NULL, NULL };
+        kvd_cluster_info info = {remote, role, NULL, NULL};
         int ret = 1;
 
         expect_ok(c, kvd_link_clusters(c, &info, 1, 0, &ret));
@@ -58,25 +58,25 @@ kvd_transfer_opts opts_layers(kvd_layer_range sl, kvd_layer_range dl, uint32_t t
 
 void check_unexposed_caches(kvd_client *a, kvd_client *b, link_fn link, void *userdata)
 {
-        static const uint64_t sb[] = { 3, 0 }, db[] = { 1, 2 };
+        static const uint64_t sb[] = {3, 0}, db[] = {1, 2};
         kvd_cache_key kopen = kvd_key_blocks(A_ID, 1), khidden = kvd_key_blocks(A_ID, 2);
         kvd_cache_key klate = kvd_key_blocks(A_ID, 3);
         TCache open, hidden, late, dst;
         TCopies cp = {};
 
-        expect_ok(a, tcache_register(&open, a, true, 2, 4, 1024, 0x11, &kopen, 1,
-                                     KVD_REMOTE_DEFAULT));
-        expect_ok(a, tcache_register(&hidden, a, true, 2, 4, 1024, 0x12, &khidden, 1,
-                                     KVD_REMOTE_NO));
-        expect_ok(b, tcache_register(&dst, b, true, 2, 4, 1024, 0x13, NULL, 0,
-                                     KVD_REMOTE_DEFAULT));
+        expect_ok(a,
+                  tcache_register(&open, a, true, 2, 4, 1024, 0x11, &kopen, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(a,
+                  tcache_register(&hidden, a, true, 2, 4, 1024, 0x12, &khidden, 1, KVD_REMOTE_NO));
+        expect_ok(b, tcache_register(&dst, b, true, 2, 4, 1024, 0x13, NULL, 0, KVD_REMOTE_DEFAULT));
         link(userdata);
-        expect_ok(a, tcache_register(&late, a, true, 2, 4, 1024, 0x14, &klate, 1,
-                                     KVD_REMOTE_DEFAULT));
+        expect_ok(a,
+                  tcache_register(&late, a, true, 2, 4, 1024, 0x14, &klate, 1, KVD_REMOTE_DEFAULT));
 
         /* Both exist: not "no cache" (which reads as "not registered yet, retry"). */
         expect_status(b, kvd_pull_blocks(b, &khidden, dst.id, sb, 2, db, 2, NULL),
-                      KVD_E_PERMISSION_DENIED, "is not remote-accessible (registered with "
+                      KVD_E_PERMISSION_DENIED,
+                      "is not remote-accessible (registered with "
                       "KVD_REMOTE_NO)");
         expect_status(b, kvd_push_blocks(b, &khidden, dst.id, db, 2, sb, 2, NULL),
                       KVD_E_PERMISSION_DENIED, "(registered with KVD_REMOTE_NO)");
@@ -97,20 +97,20 @@ void check_unexposed_caches(kvd_client *a, kvd_client *b, link_fn link, void *us
 
 void check_pool_caches_after_link(kvd_client *a, kvd_client *b, link_fn link, void *userdata)
 {
-        static const uint64_t sb[] = { 6, 1, 2 }, db[] = { 0, 5, 3 };
-        static const uint64_t pb[] = { 7, 4 }, ptb[] = { 2, 6 };
+        static const uint64_t sb[] = {6, 1, 2}, db[] = {0, 5, 3};
+        static const uint64_t pb[] = {7, 4}, ptb[] = {2, 6};
         kvd_cache_key kreq = kvd_key_req(A_ID, 4242, 0), kblk = kvd_key_blocks(A_ID, 42);
         kvd_cache_key kid;
         TCache dcon, dblk, bsrc, guard0, creq, cid, blk, guard1;
         TCopies cpc = {}, cpb = {}, cpp = {};
         int64_t used0;
 
-        expect_ok(b, tcache_register(&dcon, b, false, 2, 2, 4096, 0x21, NULL, 0,
-                                     KVD_REMOTE_DEFAULT));
-        expect_ok(b, tcache_register(&dblk, b, true, 2, 8, 4096, 0x22, NULL, 0,
-                                     KVD_REMOTE_DEFAULT));
-        expect_ok(b, tcache_register(&bsrc, b, true, 2, 8, 4096, 0x23, NULL, 0,
-                                     KVD_REMOTE_DEFAULT));
+        expect_ok(b,
+                  tcache_register(&dcon, b, false, 2, 2, 4096, 0x21, NULL, 0, KVD_REMOTE_DEFAULT));
+        expect_ok(b,
+                  tcache_register(&dblk, b, true, 2, 8, 4096, 0x22, NULL, 0, KVD_REMOTE_DEFAULT));
+        expect_ok(b,
+                  tcache_register(&bsrc, b, true, 2, 8, 4096, 0x23, NULL, 0, KVD_REMOTE_DEFAULT));
         used0 = client_status_int(a, "pool/used");
         link(userdata);
 
@@ -157,7 +157,7 @@ void check_pool_caches_after_link(kvd_client *a, kvd_client *b, link_fn link, vo
         /* Pages handed back and carved again: what the owner writes now is what moves (the
          * pool's pages stay the ones its RDMA registration covers). */
         {
-                static const uint64_t rb[] = { 0, 7 }, rdb[] = { 1, 2 };
+                static const uint64_t rb[] = {0, 7}, rdb[] = {1, 2};
                 kvd_cache_key kagain = kvd_key_blocks(A_ID, 43);
                 TCache again;
 
@@ -174,8 +174,8 @@ void check_pool_caches_after_link(kvd_client *a, kvd_client *b, link_fn link, vo
 
 void check_odd_tensor_counts(kvd_client *a, kvd_client *b, link_fn link, void *userdata)
 {
-        static const uint32_t counts[] = { 1, 3 };
-        static const uint64_t sb[] = { 5, 0, 3 }, db[] = { 1, 6, 2 }, ib[] = { 4, 7 };
+        static const uint32_t counts[] = {1, 3};
+        static const uint64_t sb[] = {5, 0, 3}, db[] = {1, 6, 2}, ib[] = {4, 7};
         kvd_transfer_opts init = KVD_TRANSFER_OPTS_INIT, o;
         TCache sblk[2], tblk[2], scon[2], tcon[2], dblk[2], dcon[2];
         kvd_cache_key kblk[2], ktblk[2], kcon[2];
@@ -186,12 +186,12 @@ void check_odd_tensor_counts(kvd_client *a, kvd_client *b, link_fn link, void *u
                 kblk[i] = kvd_key_blocks(A_ID, 100 + n);
                 ktblk[i] = kvd_key_blocks(A_ID, 200 + n);
                 kcon[i] = kvd_key_req(A_ID, 300 + n, 0);
-                expect_ok(a, tcache_register(&sblk[i], a, true, n, 8, 512, 0x30 + n, &kblk[i],
-                                             1, KVD_REMOTE_DEFAULT));
-                expect_ok(a, tcache_register(&tblk[i], a, true, n, 8, 512, 0x40 + n, &ktblk[i],
-                                             1, KVD_REMOTE_DEFAULT));
-                expect_ok(a, tcache_register(&scon[i], a, false, n, 2, 1024, 0x50 + n, &kcon[i],
-                                             1, KVD_REMOTE_DEFAULT));
+                expect_ok(a, tcache_register(&sblk[i], a, true, n, 8, 512, 0x30 + n, &kblk[i], 1,
+                                             KVD_REMOTE_DEFAULT));
+                expect_ok(a, tcache_register(&tblk[i], a, true, n, 8, 512, 0x40 + n, &ktblk[i], 1,
+                                             KVD_REMOTE_DEFAULT));
+                expect_ok(a, tcache_register(&scon[i], a, false, n, 2, 1024, 0x50 + n, &kcon[i], 1,
+                                             KVD_REMOTE_DEFAULT));
                 expect_ok(a, tcache_register(&tcon[i], a, false, n, 2, 1024, 0x60 + n, NULL, 0,
                                              KVD_REMOTE_DEFAULT));
                 expect_ok(b, tcache_register(&dblk[i], b, true, n, 8, 512, 0x70 + n, NULL, 0,
@@ -233,11 +233,12 @@ void check_odd_tensor_counts(kvd_client *a, kvd_client *b, link_fn link, void *u
         /* A layer range counts layers: 2 tensors each do not make a 3-tensor cache... */
         o = opts_layers(LAYERS(1, 1), LAYERS(1, 1), 0);
         expect_status(b, kvd_pull_blocks(b, &kblk[1], dblk[1].id, sb, 1, db, 1, &o),
-                      KVD_E_PARAM_INVALID, "tensor_num_per_layer=2 does not divide "
+                      KVD_E_PARAM_INVALID,
+                      "tensor_num_per_layer=2 does not divide "
                       "num_tensors=3");
         /* ... one tensor each does: layers 1 and 2 of the source into 0 and 1. */
         {
-                static const uint64_t s1[] = { 2, 7 }, d1[] = { 0, 3 };
+                static const uint64_t s1[] = {2, 7}, d1[] = {0, 3};
                 TCopies cp = {};
                 TCache lr;
 

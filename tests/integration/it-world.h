@@ -16,8 +16,8 @@
 #define B_ID 2002
 #define C_ID 3003
 
-#define ALL ((kvd_layer_range){ -1, -1 })
-#define LAYERS(a, b) ((kvd_layer_range){ (a), (b) })
+#define ALL ((kvd_layer_range){-1, -1})
+#define LAYERS(a, b) ((kvd_layer_range){(a), (b)})
 
 typedef struct World {
         HarnessDaemon d;

@@ -16,17 +16,17 @@
 #include "tests/harness/harness.h"
 #include "tests/integration/it-cache.h"
 
-#define ALL ((kvd_layer_range){ -1, -1 })
+#define ALL ((kvd_layer_range){-1, -1})
 #define A_ID 1001
 #define B_ID 2002
 
 START_TEST(test_activated)
 {
-        static const char *const launcher[] = { "systemd-socket-activate", "-l", "@SOCKET@",
-                                                "--fdname=kvdist", NULL };
+        static const char *const launcher[] = {"systemd-socket-activate", "-l", "@SOCKET@",
+                                               "--fdname=kvdist", NULL};
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
-        kvd_cluster_info info = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
-        uint64_t sb[] = { 1 }, db[] = { 0 };
+        kvd_cluster_info info = {A_ID, KVD_ROLE_PROMPT, NULL, NULL};
+        uint64_t sb[] = {1}, db[] = {0};
         kvd_client *a = NULL, *b = NULL;
         TCache src, dst;
         TCopies cp = {};
@@ -36,7 +36,7 @@ START_TEST(test_activated)
         struct stat st;
         int r;
 
-        r = harness_daemon_start_opts(&d, &(HarnessStartOptions){ .launcher = launcher });
+        r = harness_daemon_start_opts(&d, &(HarnessStartOptions){.launcher = launcher});
         ck_assert_msg(r == 0, "cannot start kvdistd under systemd-socket-activate: %s",
                       strerror(-r));
         expect_ok(NULL, harness_server_init(&d, A_ID, KVD_ROLE_PROMPT, "127.0.0.1:0", &a));

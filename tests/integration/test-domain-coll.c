@@ -41,8 +41,8 @@ static void net_start(Net *w, unsigned n, const unsigned *on, uint64_t block_byt
         for (unsigned k = 0; k < w->n_nodes; k++)
                 node_start(&w->nodes[k]);
         for (unsigned i = 0; i < n; i++) {
-                w->m[i] = (DomMember){ &w->nodes[on ? on[i] : i], 1001 * (i + 1), (int32_t)i,
-                                       NULL, 0 };
+                w->m[i] =
+                        (DomMember){&w->nodes[on ? on[i] : i], 1001 * (i + 1), (int32_t)i, NULL, 0};
                 dom_member_attach(&w->m[i]);
                 expect_ok(w->m[i].client,
                           tcache_register(&w->cache[i], w->m[i].client, true, TENSORS, BLOCKS,
@@ -92,9 +92,9 @@ static int coll_member(unsigned i, void *arg)
                                                   c->blocks[i], c->n_blocks, c->per_rank,
                                                   &c->opts[i], &c->algo[i]);
         else
-                c->ret[i] = kvd_domain_broadcast(m->client, m->comm_id, c->root,
-                                                 c->w->cache[i].id, c->blocks[i], c->n_blocks,
-                                                 &c->opts[i], &c->algo[i]);
+                c->ret[i] =
+                        kvd_domain_broadcast(m->client, m->comm_id, c->root, c->w->cache[i].id,
+                                             c->blocks[i], c->n_blocks, &c->opts[i], &c->algo[i]);
         (void)snprintf(c->detail[i], sizeof(c->detail[i]), "%s", kvd_last_error(m->client));
         return c->ret[i];
 }
@@ -112,7 +112,7 @@ static void coll_init(Coll *c, Net *w, kvd_algorithm algo, uint64_t chunk)
         memset(c, 0, sizeof(*c));
         c->w = w;
         for (unsigned i = 0; i < w->n; i++) {
-                c->opts[i] = (kvd_collective_opts){ algo, 20000, chunk };
+                c->opts[i] = (kvd_collective_opts){algo, 20000, chunk};
                 harness_fill_pattern(w->cache[i].mem, w->cache[i].mem_size, w->cache[i].seed);
         }
 }
@@ -211,7 +211,7 @@ END_TEST
 /* Two of three members on one daemon: the ring passes through a copy between them. */
 START_TEST(test_broadcast_members_on_one_daemon)
 {
-        static const unsigned on[] = { 0, 0, 1 };
+        static const unsigned on[] = {0, 0, 1};
         Net w;
 
         net_start(&w, 3, on, BLOCK_BYTES);
@@ -235,7 +235,7 @@ END_TEST
 
 START_TEST(test_all_gather_four)
 {
-        static const unsigned on[] = { 0, 1, 1, 2 };
+        static const unsigned on[] = {0, 1, 1, 2};
         Net w;
 
         net_start(&w, 4, on, BLOCK_BYTES);
@@ -254,7 +254,7 @@ START_TEST(test_auto)
 
         net_start(&w, 3, NULL, 65536);
         coll_init(&c, &w, KVD_ALGO_AUTO, 0);
-        c.n_blocks = 2;         /* 4 tensors x 2 x 64 KiB = 512 KiB */
+        c.n_blocks = 2; /* 4 tensors x 2 x 64 KiB = 512 KiB */
         for (unsigned i = 0; i < 3; i++)
                 scattered(c.blocks[i], c.n_blocks, i);
         dom_parallel(3, coll_member, &c, rets);
@@ -262,7 +262,7 @@ START_TEST(test_auto)
                 ck_assert_msg(c.ret[i] == KVD_OK, "%s", c.detail[i]);
                 ck_assert_int_eq(c.algo[i], KVD_ALGO_MESH);
         }
-        c.n_blocks = 32;        /* 8 MiB */
+        c.n_blocks = 32; /* 8 MiB */
         for (unsigned i = 0; i < 3; i++)
                 scattered(c.blocks[i], c.n_blocks, i);
         dom_parallel(3, coll_member, &c, rets);
@@ -294,14 +294,14 @@ START_TEST(test_disagree)
         /* A different length for rank 1 only: coll_member() passes c.n_blocks to all, so give
          * rank 1 a cache of another block size instead. */
         expect_ok(w.m[1].client, kvd_unregister_cache(w.m[1].client, w.cache[1].id));
-        expect_ok(w.m[1].client, tcache_register(&w.cache[1], w.m[1].client, true, TENSORS,
-                                                 BLOCKS, BLOCK_BYTES / 2, 77, NULL, 0,
-                                                 KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[1].client, tcache_register(&w.cache[1], w.m[1].client, true, TENSORS, BLOCKS,
+                                                 BLOCK_BYTES / 2, 77, NULL, 0, KVD_REMOTE_DEFAULT));
         dom_parallel(3, coll_member, &c, rets);
         ck_assert_msg(c.ret[0] == KVD_E_CACHE_INCOMPATIBLE, "%s", c.detail[0]);
         ck_assert_msg(c.ret[1] == KVD_E_CACHE_INCOMPATIBLE, "%s", c.detail[1]);
         ck_assert_msg(strstr(c.detail[1], "3072-byte blocks") &&
-                              strstr(c.detail[1], "1536-byte blocks"), "%s", c.detail[1]);
+                              strstr(c.detail[1], "1536-byte blocks"),
+                      "%s", c.detail[1]);
         tcache_verify_untouched(&w.cache[1]);
         tcopies_blocks(&cp, &w.cache[0], &w.cache[2], ALL, ALL, 2, c.blocks[0], c.blocks[2], 12);
         tcache_verify_old_or_new(&w.cache[2], &cp);

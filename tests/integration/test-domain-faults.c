@@ -40,7 +40,7 @@ static void net_start(Net *w, unsigned n, char (*netns)[32], char (*listen)[48],
         for (unsigned i = 0; i < n; i++) {
                 node_start_full(&w->nodes[i], netns ? netns[i] : NULL, listen ? listen[i] : NULL,
                                 NULL, NULL);
-                w->m[i] = (DomMember){ &w->nodes[i], 1001 * (i + 1), 0, NULL, 0 };
+                w->m[i] = (DomMember){&w->nodes[i], 1001 * (i + 1), 0, NULL, 0};
                 dom_member_attach(&w->m[i]);
         }
         rank_table_build(w->table, sizeof(w->table), w->m, n, ip_only);
@@ -76,15 +76,15 @@ static void *batch_main(void *p)
         Batch *b = a->b;
         DomMember *m = &b->w->m[a->i];
 
-        b->ret[a->i] = kvd_batch_send_recv(m->client, m->comm_id, b->items[a->i],
-                                           b->n_items[a->i], b->timeout_ms);
+        b->ret[a->i] = kvd_batch_send_recv(m->client, m->comm_id, b->items[a->i], b->n_items[a->i],
+                                           b->timeout_ms);
         (void)snprintf(b->detail[a->i], sizeof(b->detail[a->i]), "%s", kvd_last_error(m->client));
         return NULL;
 }
 
 static void batch_start(Batch *b, unsigned i)
 {
-        b->args[i] = (struct BatchArg){ b, i };
+        b->args[i] = (struct BatchArg){b, i};
         ck_assert_int_eq(pthread_create(&b->threads[i], NULL, batch_main, &b->args[i]), 0);
 }
 
@@ -100,7 +100,7 @@ static void wait_in_flight(Net *w, unsigned i, int64_t n)
 START_TEST(test_member_daemon_killed)
 {
         void *buf[2];
-        Batch b = { 0 };
+        Batch b = {0};
         Net w;
 
         net_start(&w, 3, NULL, NULL, false);
@@ -113,7 +113,7 @@ START_TEST(test_member_daemon_killed)
         /* Both send to rank 2, whose client does not call: the sends wait for it. */
         for (unsigned i = 0; i < 2; i++) {
                 expect_ok(w.m[i].client, kvd_mem_alloc(w.m[i].client, 1 << 20, &buf[i]));
-                b.items[i][0] = (kvd_send_recv_item){ KVD_SEND, buf[i], 1 << 18, KVD_DT_FLOAT, 2 };
+                b.items[i][0] = (kvd_send_recv_item){KVD_SEND, buf[i], 1 << 18, KVD_DT_FLOAT, 2};
                 b.n_items[i] = 1;
                 batch_start(&b, i);
         }
@@ -149,7 +149,7 @@ static int member_child(void *p)
         ChildArg *a = p;
         DomMember *m = &a->w->m[a->rank];
         kvd_cluster_rank info[HOSTS];
-        kvd_option opts[2] = { { "socket_path", m->node->d.socket_path }, { "device_id", "0" } };
+        kvd_option opts[2] = {{"socket_path", m->node->d.socket_path}, {"device_id", "0"}};
         kvd_send_recv_item it;
         kvd_mem_status st = KVD_MEM_STATUS_PREPARING;
         void *buf;
@@ -157,7 +157,7 @@ static int member_child(void *p)
         if (kvd_client_init(&m->client, m->cluster_id, KVD_ROLE_MIX, opts, 2) < 0)
                 return 10;
         for (unsigned r = 0; r < a->w->n; r++)
-                info[r] = (kvd_cluster_rank){ a->w->m[r].cluster_id, r };
+                info[r] = (kvd_cluster_rank){a->w->m[r].cluster_id, r};
         if (kvd_link(m->client, "crash", info, a->w->n, a->w->table, &m->comm_id) < 0)
                 return 11;
         while (st == KVD_MEM_STATUS_PREPARING) {
@@ -168,7 +168,7 @@ static int member_child(void *p)
         if (st != KVD_MEM_STATUS_OK || kvd_mem_alloc(m->client, 1 << 20, &buf) < 0)
                 return 13;
         harness_child_ready(0);
-        it = (kvd_send_recv_item){ KVD_RECV, buf, 1 << 18, KVD_DT_FLOAT, 0 };
+        it = (kvd_send_recv_item){KVD_RECV, buf, 1 << 18, KVD_DT_FLOAT, 0};
         (void)kvd_batch_send_recv(m->client, m->comm_id, &it, 1, 60000);
         return 14;
 }
@@ -179,7 +179,7 @@ START_TEST(test_member_process_killed)
 {
         ChildArg arg;
         HarnessChild child;
-        Batch b = { 0 };
+        Batch b = {0};
         void *recv_buf;
         Net w;
 
@@ -187,10 +187,10 @@ START_TEST(test_member_process_killed)
         w.n = w.n_nodes = 3;
         for (unsigned i = 0; i < 3; i++) {
                 node_start(&w.nodes[i]);
-                w.m[i] = (DomMember){ &w.nodes[i], 1001 * (i + 1), 0, NULL, 0 };
+                w.m[i] = (DomMember){&w.nodes[i], 1001 * (i + 1), 0, NULL, 0};
         }
         rank_table_build(w.table, sizeof(w.table), w.m, 3, false);
-        arg = (ChildArg){ &w, 1 };
+        arg = (ChildArg){&w, 1};
         ck_assert_int_eq(harness_fork_client(member_child, &arg, &child), 0);
         for (unsigned i = 0; i < 3; i += 2) {
                 dom_member_attach(&w.m[i]);
@@ -210,19 +210,18 @@ START_TEST(test_member_process_killed)
         harness_fill_pattern(recv_buf, 1 << 20, 99);
         b.w = &w;
         b.timeout_ms = 60000;
-        b.items[2][0] = (kvd_send_recv_item){ KVD_RECV, recv_buf, 1 << 18, KVD_DT_FLOAT, 1 };
+        b.items[2][0] = (kvd_send_recv_item){KVD_RECV, recv_buf, 1 << 18, KVD_DT_FLOAT, 1};
         b.n_items[2] = 1;
         batch_start(&b, 2);
         wait_in_flight(&w, 2, 1);
         ck_assert_int_eq(harness_child_kill(&child, SIGKILL), 128 + SIGKILL);
         pthread_join(b.threads[2], NULL);
-        ck_assert_msg(b.ret[2] == KVD_E_PEER_LOST, "%s: %s", kvd_strerror(b.ret[2]),
-                      b.detail[2]);
+        ck_assert_msg(b.ret[2] == KVD_E_PEER_LOST, "%s: %s", kvd_strerror(b.ret[2]), b.detail[2]);
         ck_assert_int_lt(harness_check_pattern(recv_buf, 1 << 20, 99), 0);
         ck_assert_int_eq(dom_wait_failed(&w.m[0], 10000), KVD_MEM_STATUS_FAILED);
         ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "rank 1 (cluster 2002") &&
-                              strstr(kvd_last_error(w.m[0].client), "detached"), "%s",
-                      kvd_last_error(w.m[0].client));
+                              strstr(kvd_last_error(w.m[0].client), "detached"),
+                      "%s", kvd_last_error(w.m[0].client));
         /* Its daemon dropped the member: nothing of the domain is left there. */
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 0);
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 0);
@@ -255,7 +254,7 @@ static const char *skip_reason;
 
 static int ip(const char *first, ...)
 {
-        const char *argv[24] = { "/usr/sbin/ip", first };
+        const char *argv[24] = {"/usr/sbin/ip", first};
         char *out = NULL, *err = NULL;
         size_t n = 2;
         va_list ap;
@@ -341,7 +340,7 @@ START_TEST(test_hosts_ring_exchange)
 {
         void *send[HOSTS], *recv[HOSTS];
         const size_t len = 4 << 20;
-        Batch b = { 0 };
+        Batch b = {0};
         Net w;
 
         if (skip_reason) {
@@ -359,10 +358,10 @@ START_TEST(test_hosts_ring_exchange)
                 expect_ok(w.m[i].client, kvd_mem_alloc(w.m[i].client, len, &recv[i]));
                 harness_fill_pattern(send[i], len, 300 + i);
                 harness_fill_pattern(recv[i], len, 400 + i);
-                b.items[i][0] = (kvd_send_recv_item){ KVD_SEND, send[i], len / 2, KVD_DT_BF16,
-                                                      (i + 1) % HOSTS };
-                b.items[i][1] = (kvd_send_recv_item){ KVD_RECV, recv[i], len / 2, KVD_DT_BF16,
-                                                      (i + HOSTS - 1) % HOSTS };
+                b.items[i][0] = (kvd_send_recv_item){KVD_SEND, send[i], len / 2, KVD_DT_BF16,
+                                                     (i + 1) % HOSTS};
+                b.items[i][1] = (kvd_send_recv_item){KVD_RECV, recv[i], len / 2, KVD_DT_BF16,
+                                                     (i + HOSTS - 1) % HOSTS};
                 b.n_items[i] = 2;
                 batch_start(&b, i);
         }
@@ -389,10 +388,10 @@ typedef struct Bcast {
 static int bcast_member(unsigned i, void *arg)
 {
         Bcast *c = arg;
-        kvd_collective_opts o = { c->algo, 30000, 65536 };
+        kvd_collective_opts o = {c->algo, 30000, 65536};
 
-        c->ret[i] = kvd_domain_broadcast(c->w->m[i].client, c->w->m[i].comm_id, 0,
-                                         c->cache[i].id, c->blocks, 64, &o, NULL);
+        c->ret[i] = kvd_domain_broadcast(c->w->m[i].client, c->w->m[i].comm_id, 0, c->cache[i].id,
+                                         c->blocks, 64, &o, NULL);
         return c->ret[i];
 }
 
@@ -400,7 +399,7 @@ static int bcast_member(unsigned i, void *arg)
 START_TEST(test_hosts_broadcast)
 {
         int rets[HOSTS];
-        Bcast c = { 0 };
+        Bcast c = {0};
         Net w;
 
         if (skip_reason) {
@@ -410,9 +409,9 @@ START_TEST(test_hosts_broadcast)
         net_start(&w, 3, ns_host, listen_at, true);
         c.w = &w;
         for (unsigned i = 0; i < 3; i++)
-                expect_ok(w.m[i].client, tcache_register(&c.cache[i], w.m[i].client, true, 4, 128,
-                                                         16384, 500 + i, NULL, 0,
-                                                         KVD_REMOTE_DEFAULT));
+                expect_ok(w.m[i].client,
+                          tcache_register(&c.cache[i], w.m[i].client, true, 4, 128, 16384, 500 + i,
+                                          NULL, 0, KVD_REMOTE_DEFAULT));
         dom_link_all(w.m, 3, "hosts-bcast", w.table);
         dom_wait_ok(w.m, 3);
         for (unsigned k = 0; k < 64; k++)
@@ -420,8 +419,7 @@ START_TEST(test_hosts_broadcast)
         for (int a = KVD_ALGO_RING; a <= KVD_ALGO_MESH; a++) {
                 c.algo = (kvd_algorithm)a;
                 for (unsigned i = 0; i < 3; i++)
-                        harness_fill_pattern(c.cache[i].mem, c.cache[i].mem_size,
-                                             c.cache[i].seed);
+                        harness_fill_pattern(c.cache[i].mem, c.cache[i].mem_size, c.cache[i].seed);
                 dom_parallel(3, bcast_member, &c, rets);
                 for (unsigned i = 0; i < 3; i++) {
                         TCopies cp = {};
@@ -430,8 +428,8 @@ START_TEST(test_hosts_broadcast)
                                       a == KVD_ALGO_RING ? "ring" : "mesh", i,
                                       kvd_strerror(c.ret[i]));
                         if (i > 0)
-                                tcopies_blocks(&cp, &c.cache[0], &c.cache[i], ALL, ALL, 2,
-                                               c.blocks, c.blocks, 64);
+                                tcopies_blocks(&cp, &c.cache[0], &c.cache[i], ALL, ALL, 2, c.blocks,
+                                               c.blocks, 64);
                         tcache_verify(&c.cache[i], &cp);
                         tcopies_free(&cp);
                 }

@@ -27,14 +27,14 @@
 #define TENSORS 2
 #define BLOCKS 64
 #define BLOCK_BYTES (16u << 10)
-#define NB 48                           /* blocks a broadcast moves: 1.5 MiB */
-#define CHUNK (32u << 10)               /* ring chunks: 48 messages per lane */
+#define NB 48             /* blocks a broadcast moves: 1.5 MiB */
+#define CHUNK (32u << 10) /* ring chunks: 48 messages per lane */
 #define BATCH_BYTES (64u << 10)
 #define ROUNDS 3
 #define LONG_MS 20000
 
 /* Ranks 0 and 1 on node 0, rank 2 on node 1, rank 3 on node 2. */
-static const unsigned member_node[MEMBERS] = { 0, 0, 1, 2 };
+static const unsigned member_node[MEMBERS] = {0, 0, 1, 2};
 
 typedef enum Kind {
         BROADCAST,
@@ -72,13 +72,13 @@ static void *job_main(void *p)
         Job *j = p;
         Stress *s = j->s;
         DomMember *m = &s->m[j->rank];
-        kvd_collective_opts o = { KVD_ALGO_RING, j->timeout_ms, j->chunk };
+        kvd_collective_opts o = {KVD_ALGO_RING, j->timeout_ms, j->chunk};
         uint32_t r = j->rank, next = (r + 1) % MEMBERS, prev = (r + MEMBERS - 1) % MEMBERS;
         kvd_send_recv_item it[4] = {
-                { KVD_SEND, s->send[r].p, BATCH_BYTES / 2, KVD_DT_FLOAT16, next },
-                { KVD_RECV, s->recv[r].p, BATCH_BYTES / 2, KVD_DT_FLOAT16, prev },
-                { KVD_SEND, s->self[r].p, BATCH_BYTES / 4, KVD_DT_INT32, r },
-                { KVD_RECV, s->recv_self[r].p, BATCH_BYTES / 4, KVD_DT_INT32, r },
+                {KVD_SEND, s->send[r].p, BATCH_BYTES / 2, KVD_DT_FLOAT16, next},
+                {KVD_RECV, s->recv[r].p, BATCH_BYTES / 2, KVD_DT_FLOAT16, prev},
+                {KVD_SEND, s->self[r].p, BATCH_BYTES / 4, KVD_DT_INT32, r},
+                {KVD_RECV, s->recv_self[r].p, BATCH_BYTES / 4, KVD_DT_INT32, r},
         };
 
         switch (j->kind) {
@@ -87,8 +87,8 @@ static void *job_main(void *p)
                                               s->blocks[r], NB, &o, NULL);
                 break;
         case ALL_GATHER:
-                j->ret = kvd_domain_all_gather(m->client, m->comm_id, s->cache[r].id,
-                                               s->blocks[r], BLOCKS, BLOCKS / MEMBERS, &o, NULL);
+                j->ret = kvd_domain_all_gather(m->client, m->comm_id, s->cache[r].id, s->blocks[r],
+                                               BLOCKS, BLOCKS / MEMBERS, &o, NULL);
                 break;
         case BATCH:
                 j->ret = kvd_batch_send_recv(m->client, m->comm_id, it, 4, j->timeout_ms);
@@ -126,8 +126,7 @@ static void jobs_start(Stress *s, Job *jobs, unsigned mask)
 
                         /* The calls of this node's members that did not return yet. */
                         for (unsigned q = 0; q <= r; q++)
-                                running += (mask & (1u << q)) &&
-                                           member_node[q] == member_node[r] &&
+                                running += (mask & (1u << q)) && member_node[q] == member_node[r] &&
                                            !atomic_load(&jobs[q].done);
                         if (atomic_load(&j->done) || calls_in_flight(s, r) >= running)
                                 break;
@@ -148,19 +147,18 @@ static void jobs_join(Job *jobs, unsigned mask, int want, unsigned ok, const cha
                         continue;
                 pthread_join(j->thread, NULL);
                 ck_assert_msg(j->ret == want || (j->ret == KVD_OK && (ok & (1u << r))),
-                              "%s: rank %u returned %s, want %s: %s", what, r,
-                              kvd_strerror(j->ret), kvd_strerror(want), j->detail);
+                              "%s: rank %u returned %s, want %s: %s", what, r, kvd_strerror(j->ret),
+                              kvd_strerror(want), j->detail);
         }
 }
 
 static void stress_attach(Stress *s, unsigned r)
 {
-        s->m[r] = (DomMember){ &s->nodes[member_node[r]], 1001 * (r + 1), r == 1 ? 1 : 0, NULL,
-                               0 };
+        s->m[r] = (DomMember){&s->nodes[member_node[r]], 1001 * (r + 1), r == 1 ? 1 : 0, NULL, 0};
         dom_member_attach(&s->m[r]);
-        expect_ok(s->m[r].client, tcache_register(&s->cache[r], s->m[r].client, true, TENSORS,
-                                                  BLOCKS, BLOCK_BYTES, 60 + r, NULL, 0,
-                                                  KVD_REMOTE_DEFAULT));
+        expect_ok(s->m[r].client,
+                  tcache_register(&s->cache[r], s->m[r].client, true, TENSORS, BLOCKS, BLOCK_BYTES,
+                                  60 + r, NULL, 0, KVD_REMOTE_DEFAULT));
         buf_alloc(&s->send[r], s->m[r].client, BATCH_BYTES, 100 + r);
         buf_alloc(&s->self[r], s->m[r].client, BATCH_BYTES, 200 + r);
         buf_alloc(&s->recv[r], s->m[r].client, BATCH_BYTES, 300 + r);
@@ -261,12 +259,11 @@ static void check_batch(Stress *s, const Job *jobs, unsigned mask)
 static void round_unlink(Stress *s, Kind kind, uint32_t root, unsigned absent, unsigned ok)
 {
         unsigned mask = 0xf & ~(1u << absent);
-        Job jobs[MEMBERS] = { 0 };
+        Job jobs[MEMBERS] = {0};
 
         stress_reset(s);
         for (unsigned r = 0; r < MEMBERS; r++)
-                jobs[r] = (Job){ .kind = kind, .root = root, .timeout_ms = LONG_MS,
-                                 .chunk = CHUNK };
+                jobs[r] = (Job){.kind = kind, .root = root, .timeout_ms = LONG_MS, .chunk = CHUNK};
         jobs_start(s, jobs, mask);
         expect_ok(s->m[absent].client, kvd_unlink(s->m[absent].client, s->m[absent].comm_id));
         jobs_join(jobs, mask, KVD_E_LINK_FAILED, ok, "unlink");
@@ -277,7 +274,8 @@ static void round_unlink(Stress *s, Kind kind, uint32_t root, unsigned absent, u
         else
                 check_broadcast(s, root, false);
         /* It left: it is not waited for as FAILED. */
-        ck_assert_int_eq(dom_wait_failed(&s->m[(absent + 1) % MEMBERS], 10000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait_failed(&s->m[(absent + 1) % MEMBERS], 10000),
+                         KVD_MEM_STATUS_FAILED);
         for (unsigned r = 0; r < MEMBERS; r++)
                 if (r != absent)
                         expect_ok(s->m[r].client, kvd_unlink(s->m[r].client, s->m[r].comm_id));
@@ -289,12 +287,12 @@ static void round_unlink(Stress *s, Kind kind, uint32_t root, unsigned absent, u
 static void round_timeout(Stress *s, Kind kind)
 {
         const unsigned mask = 0x7;
-        Job jobs[MEMBERS] = { 0 };
+        Job jobs[MEMBERS] = {0};
 
         stress_reset(s);
         for (unsigned r = 0; r < MEMBERS; r++)
-                jobs[r] = (Job){ .kind = kind, .root = 3, .timeout_ms = 250 + 40 * (int)r,
-                                 .chunk = CHUNK };
+                jobs[r] = (Job){
+                        .kind = kind, .root = 3, .timeout_ms = 250 + 40 * (int)r, .chunk = CHUNK};
         jobs_start(s, jobs, mask);
         /* Rank 1's batch needs nobody but ranks 0 and 2. */
         jobs_join(jobs, mask, KVD_E_TIMEOUT, kind == BATCH ? 0x2 : 0, "timeout");
@@ -316,12 +314,13 @@ static void round_timeout(Stress *s, Kind kind)
  * than its neighbours, so their lanes are out of step: the domain is formed anew. */
 static void round_disagree(Stress *s)
 {
-        Job jobs[MEMBERS] = { 0 };
+        Job jobs[MEMBERS] = {0};
 
         stress_reset(s);
         for (unsigned r = 0; r < MEMBERS; r++)
-                jobs[r] = (Job){ .kind = ALL_GATHER, .timeout_ms = LONG_MS,
-                                 .chunk = r == 2 ? 2 * CHUNK : CHUNK };
+                jobs[r] = (Job){.kind = ALL_GATHER,
+                                .timeout_ms = LONG_MS,
+                                .chunk = r == 2 ? 2 * CHUNK : CHUNK};
         jobs_start(s, jobs, 0xf);
         jobs_join(jobs, 0xf, KVD_E_PARAM_INVALID, 0, "disagree");
         check_all_gather(s, false);
@@ -333,12 +332,12 @@ static void round_disagree(Stress *s)
 static void round_kill(Stress *s)
 {
         const unsigned mask = 0x7;
-        Job jobs[MEMBERS] = { 0 };
+        Job jobs[MEMBERS] = {0};
 
         stress_reset(s);
         for (unsigned r = 0; r < MEMBERS; r++)
-                jobs[r] = (Job){ .kind = BROADCAST, .root = 3, .timeout_ms = LONG_MS,
-                                 .chunk = CHUNK };
+                jobs[r] =
+                        (Job){.kind = BROADCAST, .root = 3, .timeout_ms = LONG_MS, .chunk = CHUNK};
         jobs_start(s, jobs, mask);
         ck_assert_int_eq(harness_daemon_kill(&s->nodes[2].d), 0);
         jobs_join(jobs, mask, KVD_E_PEER_LOST, 0, "kill");
@@ -361,14 +360,15 @@ static void round_kill(Stress *s)
  */
 static void round_deadline(Stress *s, unsigned short_rank, int deadline_ms)
 {
-        Job jobs[MEMBERS] = { 0 };
+        Job jobs[MEMBERS] = {0};
         bool all_ok = true;
 
         stress_reset(s);
         for (unsigned r = 0; r < MEMBERS; r++)
-                jobs[r] = (Job){ .kind = BROADCAST, .root = 0,
-                                 .timeout_ms = r == short_rank ? deadline_ms : LONG_MS,
-                                 .chunk = CHUNK };
+                jobs[r] = (Job){.kind = BROADCAST,
+                                .root = 0,
+                                .timeout_ms = r == short_rank ? deadline_ms : LONG_MS,
+                                .chunk = CHUNK};
         /* Rank 0 last: the bytes start moving when every other member waits for them. */
         jobs_start(s, jobs, 0xe);
         jobs_start(s, jobs, 0x1);
@@ -381,12 +381,12 @@ static void round_deadline(Stress *s, unsigned short_rank, int deadline_ms)
 /* Every member, nothing in the way: a broadcast, an all-gather and a batch, byte-exact. */
 static void round_ok(Stress *s)
 {
-        Job jobs[MEMBERS] = { 0 };
+        Job jobs[MEMBERS] = {0};
 
         stress_reset(s);
         for (unsigned r = 0; r < MEMBERS; r++)
-                jobs[r] = (Job){ .kind = BROADCAST, .root = 3, .timeout_ms = LONG_MS,
-                                 .chunk = CHUNK };
+                jobs[r] =
+                        (Job){.kind = BROADCAST, .root = 3, .timeout_ms = LONG_MS, .chunk = CHUNK};
         jobs_start(s, jobs, 0xf);
         jobs_join(jobs, 0xf, KVD_OK, 0, "broadcast");
         check_broadcast(s, 3, true);

@@ -39,8 +39,7 @@ static void net_start(Net *w, unsigned n, const unsigned *on, const int *dev)
         for (unsigned k = 0; k < n_nodes; k++)
                 node_start(&w->nodes[k]);
         for (unsigned i = 0; i < n; i++) {
-                w->m[i] = (DomMember){ &w->nodes[on[i]], 1001 * (i + 1), dev ? dev[i] : 0,
-                                       NULL, 0 };
+                w->m[i] = (DomMember){&w->nodes[on[i]], 1001 * (i + 1), dev ? dev[i] : 0, NULL, 0};
                 dom_member_attach(&w->m[i]);
         }
         rank_table_build(w->table, sizeof(w->table), w->m, n, false);
@@ -99,13 +98,13 @@ static void round_run(Round *r, unsigned n)
 static kvd_send_recv_item item(kvd_send_recv_type t, void *buf, uint64_t count, kvd_dtype dt,
                                uint32_t rank)
 {
-        return (kvd_send_recv_item){ t, buf, count, dt, rank };
+        return (kvd_send_recv_item){t, buf, count, dt, rank};
 }
 
 /* The seed's example: each rank sends count floats to next and receives from prev. */
 static void ring_exchange(unsigned n, size_t count, unsigned rounds)
 {
-        static const unsigned on[] = { 0, 1, 2, 3 };
+        static const unsigned on[] = {0, 1, 2, 3};
         Buf send[4], recv[4];
         Round r;
         Net w;
@@ -162,7 +161,7 @@ END_TEST
 /* Send to self (a copy), to and from the other member, an item of count 0, other types. */
 START_TEST(test_self_and_skip)
 {
-        static const unsigned on[] = { 0, 1 };
+        static const unsigned on[] = {0, 1};
         Buf s_self, r_self, s_a, r_a, s_b, r_b, skip;
         Round r;
         Net w;
@@ -204,8 +203,8 @@ END_TEST
 /* Three members, two of them on one daemon (devices 0 and 1): copies and the network mixed. */
 START_TEST(test_members_on_one_daemon)
 {
-        static const unsigned on[] = { 0, 0, 1 };
-        static const int dev[] = { 0, 1, 0 };
+        static const unsigned on[] = {0, 0, 1};
+        static const int dev[] = {0, 1, 0};
         Buf send[3], recv[3];
         Round r;
         Net w;
@@ -218,10 +217,8 @@ START_TEST(test_members_on_one_daemon)
         for (unsigned i = 0; i < 3; i++) {
                 buf_alloc(&send[i], w.m[i].client, 65536, 10 + i);
                 buf_alloc(&recv[i], w.m[i].client, 65536, 20 + i);
-                r.calls[i].items[0] = item(KVD_RECV, recv[i].p, 32768, KVD_DT_FLOAT16,
-                                           (i + 2) % 3);
-                r.calls[i].items[1] = item(KVD_SEND, send[i].p, 32768, KVD_DT_FLOAT16,
-                                           (i + 1) % 3);
+                r.calls[i].items[0] = item(KVD_RECV, recv[i].p, 32768, KVD_DT_FLOAT16, (i + 2) % 3);
+                r.calls[i].items[1] = item(KVD_SEND, send[i].p, 32768, KVD_DT_FLOAT16, (i + 1) % 3);
                 r.calls[i].n = 2;
                 r.calls[i].timeout_ms = 10000;
         }
@@ -238,7 +235,7 @@ END_TEST
 /* Counts or types that differ: both ends fail and say what differs; nothing lands. */
 START_TEST(test_mismatch)
 {
-        static const unsigned on[] = { 0, 1 };
+        static const unsigned on[] = {0, 1};
         Buf s0, r1, r0, s1, ss, rs;
         Round r;
         Net w;
@@ -266,12 +263,14 @@ START_TEST(test_mismatch)
         ck_assert_int_eq(r.calls[0].ret, KVD_E_PARAM_INVALID);
         ck_assert_int_eq(r.calls[1].ret, KVD_E_PARAM_INVALID);
         ck_assert_msg(strstr(r.calls[0].detail, "8 x float16") &&
-                              strstr(r.calls[0].detail, "16 x float16"), "%s", r.calls[0].detail);
+                              strstr(r.calls[0].detail, "16 x float16"),
+                      "%s", r.calls[0].detail);
         /* The first item that failed, in list order, is the call's detail. */
         ck_assert_msg(strstr(r.calls[0].detail, "items[0]"), "%s", r.calls[0].detail);
         ck_assert_msg(strstr(r.calls[1].detail, "items[0]") &&
                               strstr(r.calls[1].detail, "4 x float") &&
-                              strstr(r.calls[1].detail, "4 x int32"), "%s", r.calls[1].detail);
+                              strstr(r.calls[1].detail, "4 x int32"),
+                      "%s", r.calls[1].detail);
         buf_untouched(&r0);
         buf_untouched(&r1);
 
@@ -308,7 +307,7 @@ END_TEST
 /* Two sends to (or receives from) one rank in one list are refused before anything moves. */
 START_TEST(test_duplicates)
 {
-        static const unsigned on[] = { 0, 1 };
+        static const unsigned on[] = {0, 1};
         kvd_send_recv_item items[3];
         Buf a, b, c;
         Net w;
@@ -320,24 +319,24 @@ START_TEST(test_duplicates)
         items[0] = item(KVD_SEND, a.p, 4, KVD_DT_FLOAT, 1);
         items[1] = item(KVD_RECV, b.p, 4, KVD_DT_FLOAT, 1);
         items[2] = item(KVD_SEND, c.p, 4, KVD_DT_FLOAT, 1);
-        expect_status(w.m[0].client, kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 3,
-                                                         1000),
+        expect_status(w.m[0].client,
+                      kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 3, 1000),
                       KVD_E_PARAM_INVALID, "items[2]: a second SEND to rank 1 (items[0]");
         items[2] = item(KVD_RECV, c.p, 4, KVD_DT_FLOAT, 1);
-        expect_status(w.m[0].client, kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 3,
-                                                         1000),
+        expect_status(w.m[0].client,
+                      kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 3, 1000),
                       KVD_E_PARAM_INVALID, "a second RECV from rank 1");
         /* Other refusals name the item too. */
         items[0] = item(KVD_SEND, a.p, 4, KVD_DT_FLOAT, 2);
-        expect_status(w.m[0].client, kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 1,
-                                                         1000),
+        expect_status(w.m[0].client,
+                      kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 1, 1000),
                       KVD_E_PARAM_INVALID, "items[0].remote_rank 2");
         {
                 uint8_t stack[16];
 
                 items[0] = item(KVD_SEND, stack, 4, KVD_DT_FLOAT, 1);
-                expect_status(w.m[0].client, kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id,
-                                                                 items, 1, 1000),
+                expect_status(w.m[0].client,
+                              kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 1, 1000),
                               KVD_E_PARAM_INVALID, "not inside memory from kvd_mem_alloc()");
         }
         buf_untouched(&b);
@@ -354,8 +353,8 @@ END_TEST
  */
 START_TEST(test_timeout_nothing_lands)
 {
-        static const unsigned on_two[] = { 0, 1 }, on_one[] = { 0, 0 };
-        static const int dev_one[] = { 0, 1 };
+        static const unsigned on_two[] = {0, 1}, on_one[] = {0, 0};
+        static const int dev_one[] = {0, 1};
         bool recv_gives_up = !(_i & 1), one_daemon = _i & 2;
         unsigned early = recv_gives_up ? 1 : 0;
         kvd_send_recv_item its[2];
@@ -369,16 +368,16 @@ START_TEST(test_timeout_nothing_lands)
         buf_alloc(&r1b, w.m[1].client, 1 << 20, 3);
         its[0] = item(KVD_SEND, s0.p, 1 << 18, KVD_DT_FLOAT, 1);
         its[1] = item(KVD_RECV, r1.p, 1 << 18, KVD_DT_FLOAT, 0);
-        expect_status(w.m[early].client, kvd_batch_send_recv(w.m[early].client,
-                                                             w.m[early].comm_id, &its[early], 1,
-                                                             200),
-                      KVD_E_TIMEOUT, "did not finish");
+        expect_status(
+                w.m[early].client,
+                kvd_batch_send_recv(w.m[early].client, w.m[early].comm_id, &its[early], 1, 200),
+                KVD_E_TIMEOUT, "did not finish");
         /* The other end comes late: its message fails with why the first gave up. */
-        expect_status(w.m[!early].client, kvd_batch_send_recv(w.m[!early].client,
-                                                              w.m[!early].comm_id, &its[!early],
-                                                              1, 5000),
-                      KVD_E_TIMEOUT, recv_gives_up ? "the receiver (rank 1) gave up"
-                                                   : "the sender (rank 0) gave up");
+        expect_status(
+                w.m[!early].client,
+                kvd_batch_send_recv(w.m[!early].client, w.m[!early].comm_id, &its[!early], 1, 5000),
+                KVD_E_TIMEOUT,
+                recv_gives_up ? "the receiver (rank 1) gave up" : "the sender (rank 0) gave up");
         ck_assert_msg(strstr(kvd_last_error(w.m[!early].client), "did not finish within"), "%s",
                       kvd_last_error(w.m[!early].client));
         buf_untouched(&r1);
@@ -425,11 +424,11 @@ static int late_member(unsigned i, void *arg)
  * only with its receive, a receive that failed keeps its buffer as it was when its call returned
  * (every byte the old one or the sent one, the guards untouched); then the lanes pair up again.
  */
-static void give_up_while_moving(Net *w, const Buf *src, Buf *dst, Buf *spare,
-                                 unsigned short_side, int deadline_ms)
+static void give_up_while_moving(Net *w, const Buf *src, Buf *dst, Buf *spare, unsigned short_side,
+                                 int deadline_ms)
 {
         const size_t len = dst->len;
-        LateRound lr = { .watch = dst };
+        LateRound lr = {.watch = dst};
         size_t landed;
 
         lr.snapshot = malloc(dst->size);
@@ -442,14 +441,16 @@ static void give_up_while_moving(Net *w, const Buf *src, Buf *dst, Buf *spare,
         lr.r.calls[1].n = 1;
         lr.r.calls[short_side].timeout_ms = deadline_ms;
         lr.r.calls[!short_side].timeout_ms = 60000;
-        dom_parallel(2, late_member, &lr, (int[2]){ 0 });
-        ck_assert_msg(lr.r.calls[short_side].ret == KVD_OK ||
-                              lr.r.calls[short_side].ret == KVD_E_TIMEOUT, "%s: %s",
-                      kvd_strerror(lr.r.calls[short_side].ret), lr.r.calls[short_side].detail);
+        dom_parallel(2, late_member, &lr, (int[2]){0});
+        ck_assert_msg(
+                lr.r.calls[short_side].ret == KVD_OK || lr.r.calls[short_side].ret == KVD_E_TIMEOUT,
+                "%s: %s", kvd_strerror(lr.r.calls[short_side].ret), lr.r.calls[short_side].detail);
         /* A send completes only on the receiver's word that every byte landed. */
         if (lr.r.calls[0].ret == KVD_OK)
-                ck_assert_msg(lr.r.calls[1].ret == KVD_OK, "the send succeeded, the receive "
-                              "said %s", lr.r.calls[1].detail);
+                ck_assert_msg(lr.r.calls[1].ret == KVD_OK,
+                              "the send succeeded, the receive "
+                              "said %s",
+                              lr.r.calls[1].detail);
         if (lr.r.calls[1].ret == KVD_OK) {
                 buf_expect(dst, src->seed);
         } else {
@@ -458,7 +459,8 @@ static void give_up_while_moving(Net *w, const Buf *src, Buf *dst, Buf *spare,
                 ck_assert_msg(memcmp(lr.snapshot, dst->mem, dst->size) == 0,
                               "the receive buffer changed after its call failed");
                 landed = buf_old_or_new(dst, src->seed);
-                fprintf(stderr, "give_up_while_moving: the %s gave up after %d ms; the receive "
+                fprintf(stderr,
+                        "give_up_while_moving: the %s gave up after %d ms; the receive "
                         "had about %zu of %zu bytes in place and said: %s\n",
                         short_side ? "receive" : "send", deadline_ms, landed, len,
                         lr.r.calls[1].detail);
@@ -491,8 +493,8 @@ static void give_up_while_moving(Net *w, const Buf *src, Buf *dst, Buf *spare,
  */
 START_TEST(test_timeout_while_moving)
 {
-        static const unsigned on[] = { 0, 1 };
-        static const int deadlines_ms[] = { 30, 80, 200, 400 };
+        static const unsigned on[] = {0, 1};
+        static const int deadlines_ms[] = {30, 80, 200, 400};
         const size_t len = 16u << 20;
         Buf s0, r1, r1b;
         Net w;

@@ -18,7 +18,7 @@
 #include "tests/integration/it-peers.h"
 #include "tests/integration/it-world.h"
 
-static const char *const short_link_time[] = { "--link-total-time", "1500", NULL };
+static const char *const short_link_time[] = {"--link-total-time", "1500", NULL};
 
 /* Nodes P, D (and E, F) with one member cluster each: 1001, 2002, 3003, 4004. */
 typedef struct Net {
@@ -34,7 +34,7 @@ static void net_start(Net *w, unsigned n, const char *const *extra)
         w->n = n;
         for (unsigned i = 0; i < n; i++) {
                 node_start_full(&w->nodes[i], NULL, NULL, NULL, extra);
-                w->m[i] = (DomMember){ &w->nodes[i], 1001 * (i + 1), 0, NULL, 0 };
+                w->m[i] = (DomMember){&w->nodes[i], 1001 * (i + 1), 0, NULL, 0};
                 dom_member_attach(&w->m[i]);
         }
         rank_table_build(w->table, sizeof(w->table), w->m, n, false);
@@ -52,7 +52,7 @@ static void net_stop(Net *w)
 /* Two daemons form a domain; its links carry a pull and a push, byte-exact. */
 START_TEST(test_form_two)
 {
-        static const uint64_t sb[] = { 3, 9, 4, 0 }, db[] = { 7, 1, 2, 30 };
+        static const uint64_t sb[] = {3, 9, 4, 0}, db[] = {7, 1, 2, 30};
         kvd_cache_key key_a = kvd_key_blocks(1001, 0), key_b = kvd_key_blocks(2002, 0);
         kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
         TCache ca, cb;
@@ -63,23 +63,22 @@ START_TEST(test_form_two)
 
         net_start(&w, 2, NULL);
         /* Memory is registered before the link that exposes it. */
-        expect_ok(w.m[0].client, tcache_register(&ca, w.m[0].client, true, 4, 32, 2048, 11,
-                                                 &key_a, 1, KVD_REMOTE_DEFAULT));
-        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 4, 32, 2048, 22,
-                                                 &key_b, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[0].client, tcache_register(&ca, w.m[0].client, true, 4, 32, 2048, 11, &key_a,
+                                                 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 4, 32, 2048, 22, &key_b,
+                                                 1, KVD_REMOTE_DEFAULT));
         expect_ok(w.m[0].client, dom_link(w.m, 2, 0, "prefill-decode", w.table));
-        expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, w.m[0].comm_id,
-                                                               &st));
+        expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, w.m[0].comm_id, &st));
         ck_assert_int_eq(st, KVD_MEM_STATUS_PREPARING);
         /* Before OK nothing goes through, and the detail says the domain is not ready. */
-        expect_status(w.m[0].client, kvd_pull_blocks(w.m[0].client, &key_b, ca.id, sb, 4, db, 4,
-                                                     &o),
+        expect_status(w.m[0].client,
+                      kvd_pull_blocks(w.m[0].client, &key_b, ca.id, sb, 4, db, 4, &o),
                       KVD_E_NOT_YET_LINK, "(prefill-decode) is not ready (PREPARING)");
         ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "kvd_query_register_mem_status()") &&
                               !strstr(kvd_last_error(w.m[0].client), "kvd_link_clusters"),
                       "%s", kvd_last_error(w.m[0].client));
-        expect_status(w.m[0].client, kvd_push_blocks(w.m[0].client, &key_b, ca.id, sb, 4, db, 4,
-                                                     &o),
+        expect_status(w.m[0].client,
+                      kvd_push_blocks(w.m[0].client, &key_b, ca.id, sb, 4, db, 4, &o),
                       KVD_E_NOT_YET_LINK, "(prefill-decode) is not ready (PREPARING)");
         expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "prefill-decode", w.table));
         dom_wait_ok(w.m, 2);
@@ -120,18 +119,19 @@ START_TEST(test_form_two)
 
                 expect_ok(w.m[1].client, tcache_register(&late, w.m[1].client, true, 4, 32, 2048,
                                                          33, &late_key, 1, KVD_REMOTE_DEFAULT));
-                expect_status(w.m[0].client, kvd_pull_blocks(w.m[0].client, &late_key, ca.id, sb,
-                                                             4, db, 4, &o),
+                expect_status(w.m[0].client,
+                              kvd_pull_blocks(w.m[0].client, &late_key, ca.id, sb, 4, db, 4, &o),
                               KVD_E_PERMISSION_DENIED, "was registered after link");
-                expect_status(w.m[1].client, tcache_register(&late, w.m[1].client, true, 4, 32,
-                                                             2048, 34, NULL, 0, KVD_REMOTE_YES),
+                expect_status(w.m[1].client,
+                              tcache_register(&late, w.m[1].client, true, 4, 32, 2048, 34, NULL, 0,
+                                              KVD_REMOTE_YES),
                               KVD_E_PARAM_INVALID, "after a link exists");
         }
 
         /* kvdistctl shows the domain, its members and resources. */
         {
-                const char *argv[] = { getenv("KVDISTCTL"), "--socket", w.nodes[0].d.socket_path,
-                                       "domains", NULL };
+                const char *argv[] = {getenv("KVDISTCTL"), "--socket", w.nodes[0].d.socket_path,
+                                      "domains", NULL};
                 char *out = NULL, chan[16];
 
                 ck_assert_ptr_nonnull(argv[0]);
@@ -140,7 +140,8 @@ START_TEST(test_form_two)
                 ck_assert_msg(strstr(out, "prefill-decode") && strstr(out, " ok ") &&
                                       strstr(out, "ring 2/4/2 mesh 1/2/1") &&
                                       strstr(out, "0:1001 1:2002@") && strstr(out, chan) &&
-                                      strstr(out, "CHANNELS"), "%s", out);
+                                      strstr(out, "CHANNELS"),
+                              "%s", out);
                 free(out);
         }
 
@@ -149,8 +150,8 @@ START_TEST(test_form_two)
         ck_assert_int_eq(dom_wait_failed(&w.m[1], 10000), KVD_MEM_STATUS_FAILED);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "rank 0"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "unlinked"));
-        expect_status(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 4, db, 4,
-                                                     &o),
+        expect_status(w.m[1].client,
+                      kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 4, db, 4, &o),
                       KVD_E_NOT_YET_LINK, "(prefill-decode) failed (rank 0");
         expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, w.m[1].comm_id));
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
@@ -177,8 +178,7 @@ START_TEST(test_member_never_links)
         st = dom_wait(&w.m[0], 20000);
         ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "link_total_time"));
-        ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client),
-                                     "rank 2 (cluster 3003"));
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "rank 2 (cluster 3003"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "did not call link"));
         ck_assert_int_eq(dom_wait(&w.m[1], 20000), KVD_MEM_STATUS_FAILED);
         /* Failed domains stay until their members unlink them. */
@@ -227,7 +227,7 @@ START_TEST(test_link_rules)
         net_start(&w, 2, NULL);
         a = w.m[0].client;
         for (unsigned r = 0; r < 5; r++)
-                info[r] = (kvd_cluster_rank){ 1001 * (r + 1), r };
+                info[r] = (kvd_cluster_rank){1001 * (r + 1), r};
         expect_status(a, kvd_link(a, "", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "comm_name is empty");
         memset(name, 'n', 128);
@@ -241,33 +241,34 @@ START_TEST(test_link_rules)
         expect_status(a, kvd_link(a, "dup", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "cluster 1001 appears twice");
         /* Any order of ranks (the seed passes a dict), but each rank once and no gap. */
-        info[0] = (kvd_cluster_rank){ 1001, 0 };
-        info[1] = (kvd_cluster_rank){ 2002, 0 };
+        info[0] = (kvd_cluster_rank){1001, 0};
+        info[1] = (kvd_cluster_rank){2002, 0};
         expect_status(a, kvd_link(a, "dup-rank", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "rank 0 appears twice in cluster_rank_info (clusters 1001 and 2002)");
-        info[1] = (kvd_cluster_rank){ 2002, 2 };
+        info[1] = (kvd_cluster_rank){2002, 2};
         expect_status(a, kvd_link(a, "gap", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "gives cluster 2002 rank 2; the ranks of 2 members are 0..1, each once");
-        info[0] = (kvd_cluster_rank){ 2002, 1 };
-        info[1] = (kvd_cluster_rank){ 1001, 7 };
+        info[0] = (kvd_cluster_rank){2002, 1};
+        info[1] = (kvd_cluster_rank){1001, 7};
         expect_status(a, kvd_link(a, "gap", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "gives cluster 1001 rank 7");
-        info[0] = (kvd_cluster_rank){ 5005, 0 };
-        info[1] = (kvd_cluster_rank){ 2002, 1 };
+        info[0] = (kvd_cluster_rank){5005, 0};
+        info[1] = (kvd_cluster_rank){2002, 1};
         expect_status(a, kvd_link(a, "who", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "calling cluster 1001 is not in cluster_rank_info");
-        info[0] = (kvd_cluster_rank){ 1001, 0 };
+        info[0] = (kvd_cluster_rank){1001, 0};
 
         /* The rank table. */
         expect_status(a, kvd_link(a, "t", info, 2, "{\"server_count\": \"1\"", &id),
                       KVD_E_PARAM_INVALID, "rank_table: line 1");
-        expect_status(a, kvd_link(a, "t", info, 2, "{\"server_count\": \"1\", \"server_list\": []}",
-                                  &id),
-                      KVD_E_PARAM_INVALID, "\"version\" is missing");
+        expect_status(
+                a, kvd_link(a, "t", info, 2, "{\"server_count\": \"1\", \"server_list\": []}", &id),
+                KVD_E_PARAM_INVALID, "\"version\" is missing");
         (void)snprintf(table, sizeof(table),
                        "{\"version\": \"1.0\", \"server_count\": \"3\", \"server_list\": "
                        "[{\"server_id\": \"a\", \"device\": [{\"device_id\": \"0\", "
-                       "\"device_ip\": \"%s\", \"rank_id\": \"0\"}]}]}", w.nodes[0].peer_addr);
+                       "\"device_ip\": \"%s\", \"rank_id\": \"0\"}]}]}",
+                       w.nodes[0].peer_addr);
         expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "server_count: 3, but server_list has 1 entries");
         (void)snprintf(table, sizeof(table),
@@ -275,7 +276,8 @@ START_TEST(test_link_rules)
                        "[{\"server_id\": \"a\", \"device\": [{\"device_id\": \"0\", "
                        "\"device_ip\": \"%s\", \"rank_id\": \"0\"}]}, {\"server_id\": \"b\", "
                        "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"x.x.x.x\", "
-                       "\"rank_id\": \"1\"}]}]}", w.nodes[0].peer_addr);
+                       "\"rank_id\": \"1\"}]}]}",
+                       w.nodes[0].peer_addr);
         expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "server_list[1].device[0].device_ip: \"x.x.x.x\" is not a numeric address");
         (void)snprintf(table, sizeof(table),
@@ -283,7 +285,8 @@ START_TEST(test_link_rules)
                        "[{\"server_id\": \"a\", \"device\": [{\"device_id\": \"0\", "
                        "\"device_ip\": \"%s\", \"rank_id\": \"1\"}]}, {\"server_id\": \"b\", "
                        "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
-                       "\"rank_id\": \"1\"}]}]}", w.nodes[0].peer_addr, w.nodes[1].peer_addr);
+                       "\"rank_id\": \"1\"}]}]}",
+                       w.nodes[0].peer_addr, w.nodes[1].peer_addr);
         expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "rank_id 1 appears twice");
         (void)snprintf(table, sizeof(table),
@@ -291,7 +294,8 @@ START_TEST(test_link_rules)
                        "[{\"server_id\": \"a\", \"device\": [{\"device_id\": \"3\", "
                        "\"device_ip\": \"%s\", \"rank_id\": \"0\"}]}, {\"server_id\": \"b\", "
                        "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
-                       "\"rank_id\": \"1\"}]}]}", w.nodes[0].peer_addr, w.nodes[1].peer_addr);
+                       "\"rank_id\": \"1\"}]}]}",
+                       w.nodes[0].peer_addr, w.nodes[1].peer_addr);
         expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "initialised with device_id 0");
         /* Rank 0 must be this daemon: swap the addresses. */
@@ -300,7 +304,8 @@ START_TEST(test_link_rules)
                        "[{\"server_id\": \"a\", \"device\": [{\"device_id\": \"0\", "
                        "\"device_ip\": \"%s\", \"rank_id\": \"1\"}]}, {\"server_id\": \"b\", "
                        "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
-                       "\"rank_id\": \"0\"}]}]}", w.nodes[0].peer_addr, w.nodes[1].peer_addr);
+                       "\"rank_id\": \"0\"}]}]}",
+                       w.nodes[0].peer_addr, w.nodes[1].peer_addr);
         expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "is not where this kvdistd accepts peers");
 
@@ -318,8 +323,8 @@ START_TEST(test_link_rules)
         expect_ok(a, kvd_unlink(a, id));
 
         /* Members that list the ranks in different orders form one domain, ranks as given. */
-        info[0] = (kvd_cluster_rank){ 2002, 1 };
-        info[1] = (kvd_cluster_rank){ 1001, 0 };
+        info[0] = (kvd_cluster_rank){2002, 1};
+        info[1] = (kvd_cluster_rank){1001, 0};
         expect_ok(a, kvd_link(a, "any-order", info, 2, w.table, &w.m[0].comm_id));
         expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "any-order", w.table));
         dom_wait_ok(w.m, 2);
@@ -358,8 +363,8 @@ START_TEST(test_rdma_device_missing)
         static const char auto_cfg[] = "{\"devices\": [{\"device_id\": 0, \"transport\": "
                                        "\"auto\", \"rdma_device\": \"kvdist-test-none\"}]}\n";
         char path[] = "/tmp/kvdist-it-domain-cfg-XXXXXX";
-        const char *extra[] = { "--config", path, NULL };
-        kvd_cluster_rank info[2] = { { 1001, 0 }, { 2002, 1 } };
+        const char *extra[] = {"--config", path, NULL};
+        kvd_cluster_rank info[2] = {{1001, 0}, {2002, 1}};
         uint64_t id = 0;
         char *s;
         Net w;
@@ -405,7 +410,7 @@ START_TEST(test_local_comm_res)
 {
         char res[512], table[RANK_TABLE_MAX];
         kvd_option opts[3];
-        kvd_cluster_rank info[2] = { { 1001, 0 }, { 2002, 1 } };
+        kvd_cluster_rank info[2] = {{1001, 0}, {2002, 1}};
         kvd_client *c = NULL;
         uint64_t id;
         Net w;
@@ -413,24 +418,28 @@ START_TEST(test_local_comm_res)
         net_start(&w, 2, NULL);
         expect_ok(w.m[0].client, kvd_client_finalize(w.m[0].client));
         w.m[0].client = NULL;
-        opts[0] = (kvd_option){ "socket_path", w.nodes[0].d.socket_path };
-        opts[1] = (kvd_option){ "device_id", "0" };
-        opts[2] = (kvd_option){ "local_comm_res", res };
-        (void)snprintf(res, sizeof(res), "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
+        opts[0] = (kvd_option){"socket_path", w.nodes[0].d.socket_path};
+        opts[1] = (kvd_option){"device_id", "0"};
+        opts[2] = (kvd_option){"local_comm_res", res};
+        (void)snprintf(res, sizeof(res),
+                       "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
                        "[{\"device_id\": \"1\", \"device_ip\": \"%s\"}]}]}",
                        w.nodes[0].peer_addr);
         ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_E_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "device_id 1"));
-        (void)snprintf(res, sizeof(res), "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
+        (void)snprintf(res, sizeof(res),
+                       "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
                        "[{\"device_id\": \"0\", \"device_ip\": \"10.9.9.9\"}]}]}");
         ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_E_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "is not where this kvdistd"));
-        (void)snprintf(res, sizeof(res), "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
+        (void)snprintf(res, sizeof(res),
+                       "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
                        "[{\"device_id\": \"0\", \"device_ip\": \"%s\", \"rank_id\": \"0\"}]}]}",
                        w.nodes[0].peer_addr);
         ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_E_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "not in local_comm_res"));
-        (void)snprintf(res, sizeof(res), "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
+        (void)snprintf(res, sizeof(res),
+                       "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
                        "[{\"device_id\": \"0\", \"device_ip\": \"%s\"}]}]}",
                        w.nodes[0].peer_addr);
         ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_OK);
@@ -443,7 +452,8 @@ START_TEST(test_local_comm_res)
                        "[{\"server_id\": \"mine\", \"device\": [{\"device_id\": \"0\", "
                        "\"device_ip\": \"%s\", \"rank_id\": \"0\"}]}, {\"server_id\": \"b\", "
                        "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
-                       "\"rank_id\": \"1\"}]}]}", w.nodes[0].peer_addr, w.nodes[1].peer_addr);
+                       "\"rank_id\": \"1\"}]}]}",
+                       w.nodes[0].peer_addr, w.nodes[1].peer_addr);
         expect_ok(c, kvd_link(c, "res", info, 2, table, &w.m[0].comm_id));
         expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "res", table));
         dom_wait_ok(w.m, 2);
@@ -455,7 +465,7 @@ END_TEST
  * domains between the same clusters share theirs. */
 START_TEST(test_shared_links)
 {
-        static const uint64_t sb[] = { 1, 2 }, db[] = { 5, 6 };
+        static const uint64_t sb[] = {1, 2}, db[] = {5, 6};
         kvd_cache_key key_b = kvd_key_blocks(2002, 0);
         DomMember second[2];
         TCache ca, cb;
@@ -465,13 +475,12 @@ START_TEST(test_shared_links)
         net_start(&w, 2, NULL);
         expect_ok(w.m[0].client, tcache_register(&ca, w.m[0].client, true, 2, 8, 1024, 1, NULL, 0,
                                                  KVD_REMOTE_DEFAULT));
-        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 2, 8, 1024, 2, &key_b,
-                                                 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 2, 8, 1024, 2, &key_b, 1,
+                                                 KVD_REMOTE_DEFAULT));
         /* 2002 becomes a server (it attached as a client) for the one-sided link to it. */
-        expect_ok(w.m[1].client, kvd_switch_role(w.m[1].client, KVD_ROLE_MIX,
-                                                 &(kvd_option){ "listen_ip_info",
-                                                                w.nodes[1].peer_addr },
-                                                 1));
+        expect_ok(w.m[1].client,
+                  kvd_switch_role(w.m[1].client, KVD_ROLE_MIX,
+                                  &(kvd_option){"listen_ip_info", w.nodes[1].peer_addr}, 1));
         link_node(w.m[0].client, 2002, &w.nodes[1]);
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "links"), 1);
         dom_link_all(w.m, 2, "first", w.table);
@@ -509,7 +518,7 @@ END_TEST
  */
 START_TEST(test_unlink_leaves_user_link)
 {
-        static const uint64_t sb[] = { 6, 0, 3 }, db[] = { 1, 7, 4 };
+        static const uint64_t sb[] = {6, 0, 3}, db[] = {1, 7, 4};
         bool one_daemon = _i & 2;
         unsigned first = _i & 1, nodes = one_daemon ? 1 : 2;
         kvd_cache_key key_a = kvd_key_blocks(1001, 0);
@@ -522,21 +531,20 @@ START_TEST(test_unlink_leaves_user_link)
         for (unsigned i = 0; i < nodes; i++)
                 node_start(&w.nodes[i]);
         for (unsigned i = 0; i < 2; i++) {
-                w.m[i] = (DomMember){ &w.nodes[one_daemon ? 0 : i], 1001 * (i + 1),
-                                      one_daemon ? (int32_t)i : 0, NULL, 0 };
+                w.m[i] = (DomMember){&w.nodes[one_daemon ? 0 : i], 1001 * (i + 1),
+                                     one_daemon ? (int32_t)i : 0, NULL, 0};
                 dom_member_attach(&w.m[i]);
         }
         rank_table_build(w.table, sizeof(w.table), w.m, 2, false);
-        expect_ok(w.m[0].client, tcache_register(&ca, w.m[0].client, true, 2, 8, 1024, 31,
-                                                 &key_a, 1, KVD_REMOTE_DEFAULT));
-        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 2, 8, 1024, 32, NULL,
-                                                 0, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[0].client, tcache_register(&ca, w.m[0].client, true, 2, 8, 1024, 31, &key_a,
+                                                 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 2, 8, 1024, 32, NULL, 0,
+                                                 KVD_REMOTE_DEFAULT));
         /* Rank 1 links to rank 0 one-sided (1001 becomes a server for it: it attached as a
          * client), then both form the domain. */
-        expect_ok(w.m[0].client, kvd_switch_role(w.m[0].client, KVD_ROLE_MIX,
-                                                 &(kvd_option){ "listen_ip_info",
-                                                                w.nodes[0].peer_addr },
-                                                 1));
+        expect_ok(w.m[0].client,
+                  kvd_switch_role(w.m[0].client, KVD_ROLE_MIX,
+                                  &(kvd_option){"listen_ip_info", w.nodes[0].peer_addr}, 1));
         if (one_daemon)
                 link_to(w.m[1].client, 1001, KVD_ROLE_MIX);
         else
@@ -551,10 +559,9 @@ START_TEST(test_unlink_leaves_user_link)
                 ck_assert_int_eq(dom_status_len(&w.nodes[i], "domains"), 0);
         /* Only the one-sided link is left (the domain's own, rank 0 to rank 1, went). */
         expect_ok(w.m[1].client, kvd_check_link_status(w.m[1].client, 1001));
-        expect_status(w.m[0].client, kvd_check_link_status(w.m[0].client, 2002),
-                      KVD_E_NOT_YET_LINK, NULL);
-        expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 3, db, 3,
-                                                 NULL));
+        expect_status(w.m[0].client, kvd_check_link_status(w.m[0].client, 2002), KVD_E_NOT_YET_LINK,
+                      NULL);
+        expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 3, db, 3, NULL));
         tcopies_blocks(&cp, &ca, &cb, ALL, ALL, 2, sb, db, 3);
         tcache_verify(&cb, &cp);
         tcache_verify_untouched(&ca);
@@ -571,14 +578,14 @@ START_TEST(test_domain_limit)
 {
         DomMember m[2];
         char table[RANK_TABLE_MAX], name[32];
-        kvd_cluster_rank info[2] = { { 1001, 0 }, { 2002, 1 } };
+        kvd_cluster_rank info[2] = {{1001, 0}, {2002, 1}};
         uint64_t ids[513];
         Node n;
 
         node_start(&n);
         /* Two members on one node (devices 0 and 1); the second never calls link. */
-        m[0] = (DomMember){ &n, 1001, 0, NULL, 0 };
-        m[1] = (DomMember){ &n, 2002, 1, NULL, 0 };
+        m[0] = (DomMember){&n, 1001, 0, NULL, 0};
+        m[1] = (DomMember){&n, 2002, 1, NULL, 0};
         dom_member_attach(&m[0]);
         dom_member_attach(&m[1]);
         rank_table_build(table, sizeof(table), m, 2, false);
@@ -588,7 +595,8 @@ START_TEST(test_domain_limit)
         }
         expect_status(m[0].client, kvd_link(m[0].client, "d512", info, 2, table, &ids[512]),
                       KVD_E_LIMIT_EXCEEDED, "512 comm domains on this daemon, at most 512");
-        ck_assert(harness_daemon_log_contains(&n.d, "17 comm domains on this daemon; more than 16"));
+        ck_assert(
+                harness_daemon_log_contains(&n.d, "17 comm domains on this daemon; more than 16"));
         ck_assert_int_eq(dom_status_len(&n, "domains"), 512);
         expect_ok(m[0].client, kvd_unlink(m[0].client, ids[100]));
         expect_ok(m[0].client, kvd_link(m[0].client, "d512", info, 2, table, &ids[512]));
@@ -604,7 +612,7 @@ START_TEST(test_setup_queue)
 {
         char name[32], *s;
         uint64_t ids[20];
-        kvd_cluster_rank info[2] = { { 1001, 0 }, { 2002, 1 } };
+        kvd_cluster_rank info[2] = {{1001, 0}, {2002, 1}};
         Net w;
 
         net_start(&w, 2, NULL);
@@ -636,8 +644,7 @@ START_TEST(test_setup_queue)
         ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/18/queue_position"), 3);
         /* The member that was missing arrives for a queued domain: answering needs no slot. */
         w.m[1].comm_id = 0;
-        expect_ok(w.m[1].client, kvd_link(w.m[1].client, "q19", info, 2, w.table,
-                                          &w.m[1].comm_id));
+        expect_ok(w.m[1].client, kvd_link(w.m[1].client, "q19", info, 2, w.table, &w.m[1].comm_id));
         w.m[0].comm_id = ids[19];
         dom_wait_ok(w.m, 2);
         net_stop(&w);
@@ -666,7 +673,7 @@ static int conc_child(void *p)
         Conc *c = p;
         DomMember *me = &c->all[c->who];
         char dev[8], name[32];
-        kvd_option opts[2] = { { "socket_path", me->node->d.socket_path }, { "device_id", dev } };
+        kvd_option opts[2] = {{"socket_path", me->node->d.socket_path}, {"device_id", dev}};
         uint64_t ids[CONC_DOMAINS];
         unsigned order[CONC_DOMAINS], n = 0;
         uint64_t verdict = 0;
@@ -675,7 +682,7 @@ static int conc_child(void *p)
         if (kvd_client_init(&me->client, me->cluster_id, KVD_ROLE_MIX, opts, 2) < 0)
                 verdict = 10;
         for (unsigned k = 0; k < CONC_DOMAINS; k++) {
-                unsigned d = c->who % 3 == 0 ? k
+                unsigned d = c->who % 3 == 0   ? k
                              : c->who % 3 == 1 ? CONC_DOMAINS - 1 - k
                                                : (k * 7) % CONC_DOMAINS;
 
@@ -688,7 +695,7 @@ static int conc_child(void *p)
                 kvd_cluster_rank info[4];
 
                 for (unsigned j = 0; j < c->n_members[d]; j++)
-                        info[j] = (kvd_cluster_rank){ c->all[c->members[d][j]].cluster_id, j };
+                        info[j] = (kvd_cluster_rank){c->all[c->members[d][j]].cluster_id, j};
                 (void)snprintf(name, sizeof(name), "conc-%u", d);
                 if (kvd_link(me->client, name, info, c->n_members[d], c->tables[d], &ids[i]) < 0) {
                         fprintf(stderr, "conc: cluster %llu: link %s: %s\n",
@@ -728,7 +735,7 @@ START_TEST(test_concurrent_any_order)
         for (unsigned i = 0; i < 3; i++)
                 node_start_full(&c->nodes[i], NULL, NULL, NULL, NULL);
         for (unsigned i = 0; i < CONC_CLUSTERS; i++)
-                c->all[i] = (DomMember){ &c->nodes[i % 3], 100 + i, (int32_t)(i / 3), NULL, 0 };
+                c->all[i] = (DomMember){&c->nodes[i % 3], 100 + i, (int32_t)(i / 3), NULL, 0};
         /* Domains of 2, 3 and 4 members drawn from the six clusters, some with both clusters of
          * one node. */
         for (unsigned d = 0; d < CONC_DOMAINS; d++) {

@@ -23,7 +23,7 @@
 #define B_ID 2002
 #define C_ID 3003
 
-#define ALL ((kvd_layer_range){ -1, -1 })
+#define ALL ((kvd_layer_range){-1, -1})
 
 /* Big transfers: 2 tensors x 8192 blocks x 4 KiB = 64 MiB, scattered. */
 #define BIG_BLOCKS 8192
@@ -43,9 +43,8 @@ static void start_daemon(const char *const *extra)
 static kvd_client *client(uint64_t id, kvd_role role)
 {
         kvd_client *c = NULL;
-        int r = role == KVD_ROLE_PROMPT
-                        ? harness_server_init(&daemon_, id, role, "127.0.0.1:0", &c)
-                        : harness_client_init(&daemon_, id, role, &c);
+        int r = role == KVD_ROLE_PROMPT ? harness_server_init(&daemon_, id, role, "127.0.0.1:0", &c)
+                                        : harness_client_init(&daemon_, id, role, &c);
 
         ck_assert_msg(r == KVD_OK, "kvd_client_init(%llu) = %s: %s", (unsigned long long)id,
                       kvd_strerror(r), kvd_last_error(NULL));
@@ -54,7 +53,7 @@ static kvd_client *client(uint64_t id, kvd_role role)
 
 static void link_to(kvd_client *c, uint64_t remote)
 {
-        kvd_cluster_info info = { remote, KVD_ROLE_PROMPT, NULL, NULL };
+        kvd_cluster_info info = {remote, KVD_ROLE_PROMPT, NULL, NULL};
 
         expect_ok(c, kvd_link_clusters(c, &info, 1, 0, NULL));
 }
@@ -81,9 +80,8 @@ static bool status_has_cluster(json_t *root, uint64_t id)
         json_t *clusters = json_object_get(root, "clusters"), *c;
         size_t i;
 
-        json_array_foreach(clusters, i, c)
-                if ((uint64_t)json_integer_value(json_object_get(c, "cluster_id")) == id)
-                        return true;
+        json_array_foreach(clusters, i, c) if ((uint64_t)json_integer_value(json_object_get(
+                                                       c, "cluster_id")) == id) return true;
         return false;
 }
 
@@ -110,11 +108,12 @@ static bool wait_cluster_gone(uint64_t id, int timeout_ms)
 static int puller_main(void *arg)
 {
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
-        kvd_cluster_info info = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
+        kvd_cluster_info info = {A_ID, KVD_ROLE_PROMPT, NULL, NULL};
         kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
-        kvd_cache_desc desc = { .num_tensors = 2, .n_dims = 2,
-                                .shape = { BIG_BLOCKS, BIG_BLOCK_BYTES / 2 },
-                                .data_type = KVD_DT_FLOAT16 };
+        kvd_cache_desc desc = {.num_tensors = 2,
+                               .n_dims = 2,
+                               .shape = {BIG_BLOCKS, BIG_BLOCK_BYTES / 2},
+                               .data_type = KVD_DT_FLOAT16};
         size_t tensor = (size_t)BIG_BLOCKS * BIG_BLOCK_BYTES;
         uint64_t *sb = calloc(BIG_BLOCKS, sizeof(*sb)), *db = calloc(BIG_BLOCKS, sizeof(*db));
         kvd_client *c = NULL;
@@ -164,8 +163,8 @@ START_TEST(test_client_killed_mid_transfer)
 
         start_daemon(NULL);
         a = client(A_ID, KVD_ROLE_PROMPT);
-        expect_ok(a, tcache_register(&src, a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 0xa1, &key, 1,
-                                     0));
+        expect_ok(a,
+                  tcache_register(&src, a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 0xa1, &key, 1, 0));
         ck_assert_int_eq(harness_fork_client(puller_main, NULL, &child), 0);
         r = harness_child_wait_ready(&child, 60000, NULL);
         ck_assert_msg(r == 0, "the puller never finished a pull: %s (exit %d)", strerror(-r),
@@ -195,8 +194,8 @@ START_TEST(test_client_killed_mid_transfer)
         /* A's memory is intact and another cluster can pull from it. */
         tcache_verify_untouched(&src);
         c = client(C_ID, KVD_ROLE_DECODER);
-        expect_ok(c, tcache_register(&dst, c, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 0xc1, NULL, 0,
-                                     0));
+        expect_ok(c,
+                  tcache_register(&dst, c, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 0xc1, NULL, 0, 0));
         link_to(c, A_ID);
         scatter_lists(&sb, &db);
         o.timeout_ms = 30000;
@@ -303,8 +302,10 @@ START_TEST(test_owner_killed_mid_transfer)
         fprintf(stderr, "owner killed mid-transfer: %u pulls OK, %u PEER_LOST\n", n_ok, n_lost);
         ck_assert_msg(harness_now_ms() - t0 < 10000, "the pulls took %llu ms to fail",
                       (unsigned long long)(harness_now_ms() - t0));
-        ck_assert_msg(n_lost > 0, "all %u pulls finished before the owner died: the test did not "
-                      "kill it mid-transfer (%u OK)", N_PULLS, n_ok);
+        ck_assert_msg(n_lost > 0,
+                      "all %u pulls finished before the owner died: the test did not "
+                      "kill it mid-transfer (%u OK)",
+                      N_PULLS, n_ok);
 
         /* The link is down and says so; new transfers fail at once. */
         {
@@ -315,16 +316,17 @@ START_TEST(test_owner_killed_mid_transfer)
                         harness_sleep_ms(20);
         }
         expect_status(b, r, KVD_E_PEER_LOST, "went away");
-        expect_status(b, kvd_pull_blocks(b, &key, dst[0].id, sb, 1, db, 1, NULL),
-                      KVD_E_PEER_LOST, "is down");
+        expect_status(b, kvd_pull_blocks(b, &key, dst[0].id, sb, 1, db, 1, NULL), KVD_E_PEER_LOST,
+                      "is down");
         {
                 json_t *root = status_json();
                 json_t *links = json_object_get(root, "links");
 
                 ck_assert(!status_has_cluster(root, A_ID));
                 ck_assert_int_eq(json_array_size(links), 1);
-                ck_assert_str_eq(json_string_value(json_object_get(json_array_get(links, 0),
-                                                                   "state")), "down");
+                ck_assert_str_eq(
+                        json_string_value(json_object_get(json_array_get(links, 0), "state")),
+                        "down");
                 json_decref(root);
         }
 
@@ -337,14 +339,14 @@ START_TEST(test_owner_killed_mid_transfer)
         {
                 TCopies cp = {};
 
-                expect_ok(b, kvd_pull_blocks(b, &key, dst[0].id, sb, BIG_BLOCKS, db, BIG_BLOCKS,
-                                             &o));
+                expect_ok(b,
+                          kvd_pull_blocks(b, &key, dst[0].id, sb, BIG_BLOCKS, db, BIG_BLOCKS, &o));
                 tcopies_blocks(&cp, &src, &dst[0], ALL, ALL, 2, sb, db, BIG_BLOCKS);
                 tcache_verify(&dst[0], &cp);
                 tcopies_free(&cp);
         }
         {
-                kvd_cluster_info info = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
+                kvd_cluster_info info = {A_ID, KVD_ROLE_PROMPT, NULL, NULL};
 
                 expect_ok(b, kvd_unlink_clusters(b, &info, 1, 0, false, NULL));
                 expect_status(b, kvd_check_link_status(b, A_ID), KVD_E_NOT_YET_LINK, NULL);
@@ -374,10 +376,8 @@ static void daemon_gone_under_waiter(int sig)
         start_daemon(NULL);
         a = client(A_ID, KVD_ROLE_PROMPT);
         b = client(B_ID, KVD_ROLE_DECODER);
-        expect_ok(a, tcache_register(&src, a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 1, &key, 1,
-                                     0));
-        expect_ok(b, tcache_register(&dst, b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 2, NULL, 0,
-                                     0));
+        expect_ok(a, tcache_register(&src, a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 1, &key, 1, 0));
+        expect_ok(b, tcache_register(&dst, b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 2, NULL, 0, 0));
         link_to(b, A_ID);
         scatter_lists(&sb, &db);
 
@@ -460,7 +460,7 @@ static void send_header(int fd, uint32_t magic, uint16_t version, uint16_t type,
                         uint16_t n_fds, uint32_t length, const void *payload, size_t payload_len,
                         const int *fds, size_t n_send_fds)
 {
-        FrameHeader h = { magic, version, type, flags, n_fds, length, 77 };
+        FrameHeader h = {magic, version, type, flags, n_fds, length, 77};
         uint8_t buf[FRAME_HEADER_SIZE + 256];
         int r;
 
@@ -490,8 +490,7 @@ static void expect_reply(int fd, uint16_t type, bool error, int code, const char
         ck_assert_msg(got == code, "type %u answered %s (%s), want %s", type, kvd_strerror(got),
                       detail, kvd_strerror(code));
         if (substr)
-                ck_assert_msg(strstr(detail, substr), "detail \"%s\" lacks \"%s\"", detail,
-                              substr);
+                ck_assert_msg(strstr(detail, substr), "detail \"%s\" lacks \"%s\"", detail, substr);
         harness_frame_deinit(&f);
 }
 
@@ -525,8 +524,8 @@ static int sealed_memfd(size_t size, bool seal)
 
 START_TEST(test_malformed_frames)
 {
-        static const char *const args[] = { "--max-frame-size", "64K", NULL };
-        static const uint8_t garbage[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+        static const char *const args[] = {"--max-frame-size", "64K", NULL};
+        static const uint8_t garbage[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
         int64_t malformed0;
         long peak0, peak1;
         int fd;
@@ -535,8 +534,8 @@ START_TEST(test_malformed_frames)
         {
                 json_t *root = status_json();
 
-                malformed0 = json_integer_value(json_object_get(json_object_get(root, "counters"),
-                                                                "frames_malformed"));
+                malformed0 = json_integer_value(
+                        json_object_get(json_object_get(root, "counters"), "frames_malformed"));
                 json_decref(root);
         }
 
@@ -550,8 +549,8 @@ START_TEST(test_malformed_frames)
         peak0 = harness_proc_status_kib(daemon_.pid, "VmPeak");
         ck_assert_int_gt(peak0, 0);
         fd = raw_connect();
-        send_header(fd, FRAME_MAGIC, FRAME_VERSION, KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 0,
-                    1u << 30, NULL, 0, NULL, 0);
+        send_header(fd, FRAME_MAGIC, FRAME_VERSION, KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 0, 1u << 30,
+                    NULL, 0, NULL, 0);
         expect_closed(fd, "1 GiB frame before Hello");
         fd = raw_ready();
         send_header(fd, FRAME_MAGIC, FRAME_VERSION, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, 0, 0,
@@ -562,13 +561,16 @@ START_TEST(test_malformed_frames)
                     (64u << 10) + 1, NULL, 0, NULL, 0);
         expect_closed(fd, "frame one byte above --max-frame-size");
         peak1 = harness_proc_status_kib(daemon_.pid, "VmPeak");
-        ck_assert_msg(peak1 - peak0 < 256 * 1024, "kvdistd's VmPeak grew by %ld KiB on a frame "
-                      "that claimed 1 GiB", peak1 - peak0);
+        ck_assert_msg(peak1 - peak0 < 256 * 1024,
+                      "kvdistd's VmPeak grew by %ld KiB on a frame "
+                      "that claimed 1 GiB",
+                      peak1 - peak0);
 
         /* A request before Hello: an error reply, then the close. */
         fd = raw_connect();
         ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, 0, 3,
-                                                NULL, NULL, 0), 0);
+                                                NULL, NULL, 0),
+                         0);
         expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, true, KVD_E_PROTOCOL_MISMATCH,
                      "must be Hello");
         expect_closed(fd, "request before Hello");
@@ -580,7 +582,8 @@ START_TEST(test_malformed_frames)
                 fd = raw_connect();
                 hello.protocol_version = 99;
                 ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 1,
-                                                        &hello.base, NULL, 0), 0);
+                                                        &hello.base, NULL, 0),
+                                 0);
                 expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_HELLO, false, KVD_E_PROTOCOL_MISMATCH,
                              "99");
                 expect_closed(fd, "Hello with protocol 99");
@@ -603,11 +606,11 @@ START_TEST(test_malformed_frames)
         {
                 int mfd = sealed_memfd(4096, true);
 
-                ck_assert_int_eq(harness_raw_send_frame(fd,
-                                                        KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS,
-                                                        0, 10, NULL, &mfd, 1), 0);
-                expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, true,
-                             KVD_E_PARAM_INVALID, "fds");
+                ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS,
+                                                        0, 10, NULL, &mfd, 1),
+                                 0);
+                expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, true, KVD_E_PARAM_INVALID,
+                             "fds");
                 expect_still_works(fd);
                 close(mfd);
         }
@@ -618,7 +621,8 @@ START_TEST(test_malformed_frames)
 
                 ck_assert_int_eq(harness_raw_send_frame(fd,
                                                         KVDIST__V1__MSG_TYPE__MSG_CHECK_LINK_STATUS,
-                                                        0, 11, &m.base, NULL, 0), 0);
+                                                        0, 11, &m.base, NULL, 0),
+                                 0);
                 expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_CHECK_LINK_STATUS, true,
                              KVD_E_NOT_INITIALIZED, "kvd_client_init");
                 expect_still_works(fd);
@@ -632,7 +636,8 @@ START_TEST(test_malformed_frames)
         /* A client that sends a reply frame: closed. */
         fd = raw_ready();
         ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS,
-                                                FRAME_FLAG_REPLY, 12, NULL, NULL, 0), 0);
+                                                FRAME_FLAG_REPLY, 12, NULL, NULL, 0),
+                         0);
         expect_closed(fd, "reply frame from a client");
 
         /* A header announcing an fd that does not come: closed. */
@@ -652,13 +657,15 @@ START_TEST(test_malformed_frames)
                 init.cluster_id = 7777;
                 init.role = KVDIST__V1__ROLE__ROLE_MIX;
                 ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT,
-                                                        0, 20, &init.base, NULL, 0), 0);
+                                                        0, 20, &init.base, NULL, 0),
+                                 0);
                 expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, false, KVD_OK, NULL);
 
                 add.size = 4096;
                 add.client_addr = 0x100000;
-                ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD,
-                                                        0, 21, &add.base, &mfd, 1), 0);
+                ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, 0,
+                                                        21, &add.base, &mfd, 1),
+                                 0);
                 expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, true, KVD_E_PARAM_INVALID,
                              "sealed against shrinking");
                 close(mfd);
@@ -666,33 +673,38 @@ START_TEST(test_malformed_frames)
                 tfd = open(daemon_.dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
                 ck_assert_int_ge(tfd, 0);
                 ck_assert_int_eq(ftruncate(tfd, 4096), 0);
-                ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD,
-                                                        0, 22, &add.base, &tfd, 1), 0);
+                ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, 0,
+                                                        22, &add.base, &tfd, 1),
+                                 0);
                 expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, true, KVD_E_PARAM_INVALID,
                              "not a memfd");
                 close(tfd);
 
-                ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD,
-                                                        0, 23, &add.base, NULL, 0), 0);
+                ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, 0,
+                                                        23, &add.base, NULL, 0),
+                                 0);
                 expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, true, KVD_E_PARAM_INVALID,
                              "no memfd");
 
                 /* A sealed memfd smaller than announced. */
                 mfd = sealed_memfd(4096, true);
                 add.size = 8192;
-                ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD,
-                                                        0, 24, &add.base, &mfd, 1), 0);
+                ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, 0,
+                                                        24, &add.base, &mfd, 1),
+                                 0);
                 expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, true, KVD_E_PARAM_INVALID,
                              "smaller");
                 /* The right size works, on the same connection. */
                 add.size = 4096;
-                ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD,
-                                                        0, 25, &add.base, &mfd, 1), 0);
+                ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, 0,
+                                                        25, &add.base, &mfd, 1),
+                                 0);
                 expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, false, KVD_OK, NULL);
                 close(mfd);
                 /* A second ClientInit on a cluster connection. */
                 ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT,
-                                                        0, 26, &init.base, NULL, 0), 0);
+                                                        0, 26, &init.base, NULL, 0),
+                                 0);
                 expect_reply(fd, KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, true, KVD_E_PARAM_INVALID,
                              "already");
                 close(fd);
@@ -705,8 +717,10 @@ START_TEST(test_malformed_frames)
                         json_object_get(json_object_get(root, "counters"), "frames_malformed"));
 
                 /* bad magic, 3 oversized, garbage, reply frame, missing fd */
-                ck_assert_msg(malformed - malformed0 >= 7, "frames_malformed went from %lld to "
-                              "%lld", (long long)malformed0, (long long)malformed);
+                ck_assert_msg(malformed - malformed0 >= 7,
+                              "frames_malformed went from %lld to "
+                              "%lld",
+                              (long long)malformed0, (long long)malformed);
                 /* The raw cluster went away with its connection. */
                 ck_assert(wait_cluster_gone(7777, 5000));
                 json_decref(root);
@@ -714,10 +728,10 @@ START_TEST(test_malformed_frames)
 
         /* After all that, a normal client works end to end, and kvdistctl does too. */
         {
-                static const uint64_t sb[] = { 0, 2 }, db[] = { 3, 1 };
+                static const uint64_t sb[] = {0, 2}, db[] = {3, 1};
                 kvd_cache_key key = kvd_key_blocks(A_ID, 0);
                 const char *ctl = getenv("KVDISTCTL");
-                const char *argv[] = { ctl, "--socket", daemon_.socket_path, "clusters", NULL };
+                const char *argv[] = {ctl, "--socket", daemon_.socket_path, "clusters", NULL};
                 char *out = NULL, *err = NULL;
                 kvd_client *a = client(A_ID, KVD_ROLE_PROMPT), *b = client(B_ID, KVD_ROLE_DECODER);
                 TCache src, dst;

@@ -105,7 +105,7 @@ static void wait_log(const char *needle)
 static void send_header(int fd, uint16_t version, uint16_t type, uint16_t n_fds, uint32_t length,
                         size_t send_bytes, const int *fds, size_t n_send_fds)
 {
-        FrameHeader h = { FRAME_MAGIC, version, type, 0, n_fds, length, 77 };
+        FrameHeader h = {FRAME_MAGIC, version, type, 0, n_fds, length, 77};
         uint8_t buf[FRAME_HEADER_SIZE];
         int r;
 
@@ -173,8 +173,8 @@ END_TEST
 
 typedef struct Attacker {
         uint64_t cluster_id;
-        bool split_header;      /* the fd rides on a header that never completes */
-        int kind;               /* 0: a dup of its own socket, 1: a pipe, 2: an eventfd */
+        bool split_header; /* the fd rides on a header that never completes */
+        int kind;          /* 0: a dup of its own socket, 1: a pipe, 2: an eventfd */
 } Attacker;
 
 /* Attaches, then leaves a partial RegionAdd that carries a forbidden fd, and exits. */
@@ -210,9 +210,12 @@ static int attacker_main(void *arg)
 
 START_TEST(test_socket_fd_cycle)
 {
-        static const char *const args[] = { "--max-clients", "4", NULL };
+        static const char *const args[] = {"--max-clients", "4", NULL};
         static const Attacker attackers[] = {
-                { 101, false, 0 }, { 102, true, 0 }, { 103, false, 1 }, { 104, true, 2 },
+                {101, false, 0},
+                {102, true, 0},
+                {103, false, 1},
+                {104, true, 2},
         };
         HarnessChild kids[ARRAY_SIZE(attackers)];
         kvd_client *worker = NULL;
@@ -222,8 +225,8 @@ START_TEST(test_socket_fd_cycle)
         start_daemon(args);
         malformed0 = counter("frames_malformed");
         for (size_t i = 0; i < ARRAY_SIZE(attackers); i++)
-                ck_assert_int_eq(harness_fork_client(attacker_main, (void *)&attackers[i],
-                                                     &kids[i]), 0);
+                ck_assert_int_eq(
+                        harness_fork_client(attacker_main, (void *)&attackers[i], &kids[i]), 0);
         for (size_t i = 0; i < ARRAY_SIZE(attackers); i++)
                 ck_assert_int_eq(harness_child_wait(&kids[i], 10000), 0);
 
@@ -247,7 +250,7 @@ END_TEST
 
 START_TEST(test_partial_frame_deadline)
 {
-        static const char *const args[] = { "--max-clients", "4", NULL };
+        static const char *const args[] = {"--max-clients", "4", NULL};
         int half, with_fd, silent, mfd;
         kvd_client *idle = NULL, *worker = NULL;
         uint64_t t0;
@@ -354,10 +357,10 @@ static int as_user_main(void *arg)
 }
 
 /* Runs @fn(@arg) in a child as @uid/@gid with @groups; returns its exit code. */
-static int run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups,
-                  harness_child_fn fn, void *arg)
+static int run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, harness_child_fn fn,
+                  void *arg)
 {
-        AsUser u = { uid, gid, groups, n_groups, fn, arg };
+        AsUser u = {uid, gid, groups, n_groups, fn, arg};
         HarnessChild c;
         int r;
 
@@ -377,7 +380,7 @@ static const char *const allow_config =
 static void start_allow_daemon(char *config_dir)
 {
         char path[128];
-        const char *args[] = { "--config", path, NULL };
+        const char *args[] = {"--config", path, NULL};
 
         ck_assert_ptr_nonnull(mkdtemp(config_dir));
         ck_assert_int_eq(chmod(config_dir, 0755), 0);
@@ -408,7 +411,7 @@ static void remove_config_dir(const char *config_dir)
 static int denied_main(void *arg)
 {
         const char *ctl = getenv("KVDISTCTL");
-        const char *argv[] = { ctl, "--socket", daemon_.socket_path, "status", NULL };
+        const char *argv[] = {ctl, "--socket", daemon_.socket_path, "status", NULL};
         char *out = NULL, *err = NULL;
         kvd_client *c = NULL;
         int r;
@@ -422,15 +425,15 @@ static int denied_main(void *arg)
                             kvd_last_error(NULL));
         }
         r = kvd_client_init(&c, 7, KVD_ROLE_MIX, daemon_.options, 2);
-        CHILD_CHECK(r == KVD_E_PERMISSION_DENIED, 12, "kvd_client_init: %s (%s)",
-                    kvd_strerror(r), kvd_last_error(NULL));
+        CHILD_CHECK(r == KVD_E_PERMISSION_DENIED, 12, "kvd_client_init: %s (%s)", kvd_strerror(r),
+                    kvd_last_error(NULL));
         CHILD_CHECK(strstr(kvd_last_error(NULL), "uid 65534"), 13, "detail: %s",
                     kvd_last_error(NULL));
 
         r = harness_run(argv, &out, &err);
         CHILD_CHECK(r == 4, 14, "kvdistctl exited %d: %s", r, err);
-        CHILD_CHECK(strstr(err, "not allowed") && strstr(err, "allow_uids"), 15,
-                    "kvdistctl: %s", err);
+        CHILD_CHECK(strstr(err, "not allowed") && strstr(err, "allow_uids"), 15, "kvdistctl: %s",
+                    err);
         free(out);
         free(err);
         return 0;
@@ -474,15 +477,15 @@ END_TEST
 
 START_TEST(test_allow_gids_supplementary)
 {
-        static const gid_t groups[] = { 100, ALLOWED_GID };
+        static const gid_t groups[] = {100, ALLOWED_GID};
         char config_dir[] = "/tmp/kvdist-it-cfg-XXXXXX";
 
         if (!need_root())
                 return;
         start_allow_daemon(config_dir);
         /* Primary group not listed, a supplementary one is. */
-        ck_assert_int_eq(run_as(NOBODY, NOBODY, groups, ARRAY_SIZE(groups), allowed_main,
-                                (void *)21), 0);
+        ck_assert_int_eq(
+                run_as(NOBODY, NOBODY, groups, ARRAY_SIZE(groups), allowed_main, (void *)21), 0);
         /* Supplementary groups that are not listed do not help. */
         ck_assert_int_eq(run_as(NOBODY, NOBODY, groups, 1, denied_main, NULL), 0);
         stop_daemon();
@@ -496,7 +499,7 @@ END_TEST
 static pid_t spawn_daemon_as(uid_t uid, const char *log_path, const char *const *extra)
 {
         const char *bin = getenv("KVDISTD");
-        const char *argv[16] = { bin, "--memory-size", "0", "--log-level", "debug" };
+        const char *argv[16] = {bin, "--memory-size", "0", "--log-level", "debug"};
         size_t n = 5;
         pid_t pid;
 
@@ -535,8 +538,7 @@ static int wait_exit(pid_t pid, int timeout_ms)
 
                 ck_assert_int_ge(r, 0);
                 if (r == pid)
-                        return WIFEXITED(status) ? WEXITSTATUS(status)
-                                                 : 128 + WTERMSIG(status);
+                        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
                 if (harness_now_ms() >= deadline) {
                         (void)kill(pid, SIGKILL);
                         (void)waitpid(pid, &status, 0);
@@ -584,7 +586,7 @@ static void expect_text(const char *text, const char *needle, const char *what)
 /* Attaches through the default socket path of this uid. */
 static int default_client_main(void *arg)
 {
-        static const kvd_option device = { "device_id", "0" };
+        static const kvd_option device = {"device_id", "0"};
         kvd_client *c = NULL;
         int r;
 
@@ -604,10 +606,10 @@ static uid_t folder_uid(void)
 
 typedef struct Folder {
         uid_t uid;
-        char dir[64];           /* /tmp/kvdist-UID */
-        char sock[96];          /* its kvdist.sock */
-        char tmp[64];           /* the test's own scratch folder */
-        char target[96];        /* where a symlink points */
+        char dir[64];    /* /tmp/kvdist-UID */
+        char sock[96];   /* its kvdist.sock */
+        char tmp[64];    /* the test's own scratch folder */
+        char target[96]; /* where a symlink points */
         char log[96];
 } Folder;
 
@@ -723,7 +725,7 @@ static int folder_client_main(void *arg)
 {
         const FolderClient *fc = arg;
         const char *ctl = getenv("KVDISTCTL");
-        const char *argv[] = { ctl, "status", NULL };
+        const char *argv[] = {ctl, "status", NULL};
         char *out = NULL, *err = NULL;
         kvd_client *c = NULL;
         int r;
@@ -732,8 +734,8 @@ static int folder_client_main(void *arg)
         CHILD_CHECK(r == KVD_E_PERMISSION_DENIED, 10, "kvd_client_connect: %s (%s)",
                     kvd_strerror(r), kvd_last_error(NULL));
         CHILD_CHECK(strstr(kvd_last_error(NULL), fc->f->dir) &&
-                    strstr(kvd_last_error(NULL), fc->why), 11, "detail: %s",
-                    kvd_last_error(NULL));
+                            strstr(kvd_last_error(NULL), fc->why),
+                    11, "detail: %s", kvd_last_error(NULL));
         r = harness_run(argv, &out, &err);
         CHILD_CHECK(r == 4 && strstr(err, fc->why), 12, "kvdistctl exited %d: %s", r, err);
         free(out);
@@ -751,8 +753,8 @@ START_TEST(test_socket_folder_client)
         folder_init(&f);
 
         for (int how = 0; folder_make_hostile(&f, how, &why); how++) {
-                struct sockaddr_un sa = { .sun_family = AF_UNIX };
-                FolderClient fc = { &f, why };
+                struct sockaddr_un sa = {.sun_family = AF_UNIX};
+                FolderClient fc = {&f, why};
                 int lfd, cfd, r;
 
                 /* Someone else's socket waits for the client's Hello and memfds. */
@@ -766,8 +768,8 @@ START_TEST(test_socket_folder_client)
                 r = run_as(f.uid, f.uid, NULL, 0, folder_client_main, &fc);
                 cfd = accept(lfd, NULL, NULL);
                 ck_assert_msg(cfd < 0, "a client connected to a socket in %s (%s)", f.dir, why);
-                ck_assert_msg(r == 0, "the client as uid %u with %s %s exited %d",
-                              (unsigned)f.uid, f.dir, why, r);
+                ck_assert_msg(r == 0, "the client as uid %u with %s %s exited %d", (unsigned)f.uid,
+                              f.dir, why, r);
                 close(lfd);
         }
         folder_done(&f);
@@ -779,10 +781,9 @@ END_TEST
 START_TEST(test_socket_path_not_a_socket)
 {
         static const char precious[] = "precious data\n";
-        char tmp[] = "/tmp/kvdist-it-path-XXXXXX", file[96], dir[96], link[96], stale[96],
-             log[96];
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        const char *const targets[] = { file, dir, link };
+        char tmp[] = "/tmp/kvdist-it-path-XXXXXX", file[96], dir[96], link[96], stale[96], log[96];
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        const char *const targets[] = {file, dir, link};
         pid_t pid;
         int fd;
 
@@ -797,7 +798,7 @@ START_TEST(test_socket_path_not_a_socket)
         ck_assert_int_eq(symlink(file, link), 0);
 
         for (size_t i = 0; i < ARRAY_SIZE(targets); i++) {
-                const char *const args[] = { "--socket", targets[i], NULL };
+                const char *const args[] = {"--socket", targets[i], NULL};
                 char *text;
                 int r;
 
@@ -827,7 +828,7 @@ START_TEST(test_socket_path_not_a_socket)
         ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
         close(fd);
         {
-                const char *const args[] = { "--socket", stale, NULL };
+                const char *const args[] = {"--socket", stale, NULL};
                 struct stat st;
 
                 pid = spawn_daemon_as(0, log, args);
@@ -840,7 +841,7 @@ START_TEST(test_socket_path_not_a_socket)
         /* A socket a daemon answers on is not taken over. */
         start_daemon(NULL);
         {
-                const char *const args[] = { "--socket", daemon_.socket_path, NULL };
+                const char *const args[] = {"--socket", daemon_.socket_path, NULL};
                 char *text;
 
                 pid = spawn_daemon_as(0, log, args);

@@ -42,7 +42,7 @@ static int tcp_connect(const char *addr)
 {
         char host[64];
         const char *colon = strrchr(addr, ':');
-        struct sockaddr_in sa = { .sin_family = AF_INET };
+        struct sockaddr_in sa = {.sin_family = AF_INET};
         int fd;
 
         ck_assert_ptr_nonnull(colon);
@@ -73,10 +73,8 @@ static int hostile_call(Hostile *h, uint16_t type, const ProtobufCMessage *msg,
                         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
 
                         hb.status = &st;
-                        ck_assert_int_eq(harness_raw_send_frame(h->ctl, f.h.type,
-                                                                FRAME_FLAG_REPLY,
-                                                                f.h.request_id, &hb.base, NULL,
-                                                                0),
+                        ck_assert_int_eq(harness_raw_send_frame(h->ctl, f.h.type, FRAME_FLAG_REPLY,
+                                                                f.h.request_id, &hb.base, NULL, 0),
                                          0);
                         harness_frame_deinit(&f);
                         continue;
@@ -118,21 +116,20 @@ static void hostile_connect(Hostile *h, const Node *n)
         Kvdist__V1__PeerHelloReply *hr;
         Kvdist__V1__PeerAuthReply *ar;
         ProtobufCMessage *reply;
-        PeerAuthHello ours, theirs = { 0 };
+        PeerAuthHello ours, theirs = {0};
         PeerAuthProof proof;
         PeerAuth auth_state;
         HarnessFrame f;
 
         memset(h, 0, sizeof(*h));
         h->ctl = tcp_connect(n->peer_addr);
-        ck_assert_int_eq(peer_auth_init(&auth_state, PEER_AUTH_DIALER, 0x4057113, KEY,
-                                        strlen(KEY)),
+        ck_assert_int_eq(peer_auth_init(&auth_state, PEER_AUTH_DIALER, 0x4057113, KEY, strlen(KEY)),
                          0);
         ck_assert_int_eq(peer_auth_hello(&auth_state, &ours), 0);
         hostile_hello(&hello, &ours, "hostile/1");
-        ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &hello.base,
-                                      &reply, NULL, 0),
-                         KVD_OK);
+        ck_assert_int_eq(
+                hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &hello.base, &reply, NULL, 0),
+                KVD_OK);
         hr = (Kvdist__V1__PeerHelloReply *)reply;
         theirs.node_id = hr->hello->node_id;
         theirs.has_key = hr->hello->has_key;
@@ -145,9 +142,9 @@ static void hostile_connect(Hostile *h, const Node *n)
         ck_assert_int_eq(peer_auth_proof(&auth_state, &proof), 0);
         auth.proof.data = proof.mac;
         auth.proof.len = sizeof(proof.mac);
-        ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, &auth.base,
-                                      &reply, NULL, 0),
-                         KVD_OK);
+        ck_assert_int_eq(
+                hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, &auth.base, &reply, NULL, 0),
+                KVD_OK);
         ar = (Kvdist__V1__PeerAuthReply *)reply;
         ck_assert_uint_eq(ar->tcp_streams, 1);
         ck_assert_uint_eq(ar->data_token.len, 32);
@@ -173,9 +170,9 @@ static void hostile_unlink(Hostile *h, uint64_t dst, uint64_t link_id)
         m.src_cluster_id = HOSTILE_CLUSTER;
         m.dst_cluster_id = dst;
         m.link_id = link_id;
-        ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &m.base, NULL,
-                                      NULL, 0),
-                         KVD_OK);
+        ck_assert_int_eq(
+                hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &m.base, NULL, NULL, 0),
+                KVD_OK);
 }
 
 static void hostile_link(Hostile *h, uint64_t dst)
@@ -187,9 +184,9 @@ static void hostile_link(Hostile *h, uint64_t dst)
         m.src_cluster_id = HOSTILE_CLUSTER;
         m.src_role = KVDIST__V1__ROLE__ROLE_DECODER;
         m.dst_cluster_id = dst;
-        ck_assert_int_eq(hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, &reply,
-                                      NULL, 0),
-                         KVD_OK);
+        ck_assert_int_eq(
+                hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, &reply, NULL, 0),
+                KVD_OK);
         r = (Kvdist__V1__PeerLinkReply *)reply;
         h->link_id = r->link_id;
         h->n_exposed = r->n_caches;
@@ -275,10 +272,10 @@ static void hostile_read_chunks(Hostile *h, uint64_t job, uint8_t *out, uint64_t
 
 START_TEST(test_hostile_peer)
 {
-        static const char *const extra[] = { "--tcp-streams", "1", NULL };
+        static const char *const extra[] = {"--tcp-streams", "1", NULL};
         kvd_cache_key key = kvd_key_blocks(A_ID, 0), hidden_key = kvd_key_blocks(A_ID, 1);
         kvd_cache_key late_key = kvd_key_blocks(A_ID, 2), target_key = kvd_key_blocks(A_ID, 3);
-        uint64_t in_range[] = { 1 }, far[] = { 8 }, huge[] = { UINT64_MAX }, zero[] = { 0 };
+        uint64_t in_range[] = {1}, far[] = {8}, huge[] = {UINT64_MAX}, zero[] = {0};
         Kvdist__V1__PeerTransferReply *rep;
         TCache src, hidden, late, target, dst;
         kvd_client *a, *b;
@@ -320,14 +317,24 @@ START_TEST(test_hostile_peer)
         /* The private cache is not even described. */
         ck_assert_uint_eq(h.n_exposed, 2);
         /* A peer's link counts: nothing new can be made remote-accessible now. */
-        expect_status(a, tcache_register(&late, a, true, 2, 8, 4096, 0xa4, &late_key, 1,
-                                         KVD_REMOTE_YES),
-                      KVD_E_PARAM_INVALID, NULL);
+        expect_status(
+                a, tcache_register(&late, a, true, 2, 8, 4096, 0xa4, &late_key, 1, KVD_REMOTE_YES),
+                KVD_E_PARAM_INVALID, NULL);
         expect_ok(a, tcache_register(&late, a, true, 2, 8, 4096, 0xa4, &late_key, 1, 0));
 
         /* Every one of these is refused with a status that names the problem. */
-        ask = (Ask){ KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS, h.link_id, A_ID, 0,
-                     far, zero, 1, 1, 2, 8 * 4096, 8, 0 };
+        ask = (Ask){KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS,
+                    h.link_id,
+                    A_ID,
+                    0,
+                    far,
+                    zero,
+                    1,
+                    1,
+                    2,
+                    8 * 4096,
+                    8,
+                    0};
         ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
                          KVD_E_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(detail, "out of range"));
@@ -392,14 +399,24 @@ START_TEST(test_hostile_peer)
 
                 ck_assert_int_eq(hostile_call(&h, 999, &m.base, NULL, detail, sizeof(detail)),
                                  KVD_E_UNSUPPORTED);
-                ck_assert_int_eq(hostile_call(&h, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS,
-                                              &m.base, NULL, detail, sizeof(detail)),
+                ck_assert_int_eq(hostile_call(&h, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, &m.base,
+                                              NULL, detail, sizeof(detail)),
                                  KVD_E_UNSUPPORTED);
         }
 
         /* A well-formed pull: exactly the exposed bytes arrive on the data connection. */
-        ask = (Ask){ KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS, h.link_id, A_ID, 0,
-                     in_range, zero, 1, 1, 2, 8 * 4096, 8, 0 };
+        ask = (Ask){KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS,
+                    h.link_id,
+                    A_ID,
+                    0,
+                    in_range,
+                    zero,
+                    1,
+                    1,
+                    2,
+                    8 * 4096,
+                    8,
+                    0};
         ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), &rep), KVD_OK);
         ck_assert_uint_eq(rep->total_bytes, 2 * 4096);
         if (strcmp(it_transport(), "rdma") == 0) {
@@ -414,8 +431,8 @@ START_TEST(test_hostile_peer)
                 done.transfer_id = rep->job_id;
                 done.status = &st;
                 ck_assert_int_eq(harness_raw_send_frame(h.ctl,
-                                                        KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE,
-                                                        0, 0, &done.base, NULL, 0),
+                                                        KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, 0,
+                                                        0, &done.base, NULL, 0),
                                  0);
         } else {
                 stream = malloc(2 * 4096);
@@ -461,7 +478,7 @@ END_TEST
 START_TEST(test_bad_data_connections)
 {
         Kvdist__V1__PeerDataHello dh = KVDIST__V1__PEER_DATA_HELLO__INIT;
-        uint8_t token[32] = { 1, 2, 3 };
+        uint8_t token[32] = {1, 2, 3};
         Node p;
         int fd;
 
@@ -469,8 +486,8 @@ START_TEST(test_bad_data_connections)
         fd = tcp_connect(p.peer_addr);
         dh.data_token.data = token;
         dh.data_token.len = sizeof(token);
-        ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_PEER_DATA_HELLO, 0,
-                                                0, &dh.base, NULL, 0),
+        ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_PEER_DATA_HELLO, 0, 0,
+                                                &dh.base, NULL, 0),
                          0);
         ck_assert_int_eq(harness_raw_wait_closed(fd, 5000), 1);
         close(fd);
@@ -492,19 +509,21 @@ START_TEST(test_dialer_closes_before_its_proof)
         Kvdist__V1__PeerHello hello = KVDIST__V1__PEER_HELLO__INIT;
         PeerAuthHello ours;
         PeerAuth auth_state;
-        Hostile h = { 0 };
+        Hostile h = {0};
         Node p;
 
         node_start_full(&p, NULL, NULL, KEY, NULL);
         h.ctl = tcp_connect(p.peer_addr);
-        ck_assert_int_eq(peer_auth_init(&auth_state, PEER_AUTH_DIALER, 0x4057114, "another-key-"
-                                        "0123456789abcdef", 28),
+        ck_assert_int_eq(peer_auth_init(&auth_state, PEER_AUTH_DIALER, 0x4057114,
+                                        "another-key-"
+                                        "0123456789abcdef",
+                                        28),
                          0);
         ck_assert_int_eq(peer_auth_hello(&auth_state, &ours), 0);
         hostile_hello(&hello, &ours, "silent/1");
-        ck_assert_int_eq(hostile_call(&h, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &hello.base, NULL,
-                                      NULL, 0),
-                         KVD_OK);
+        ck_assert_int_eq(
+                hostile_call(&h, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &hello.base, NULL, NULL, 0),
+                KVD_OK);
         close(h.ctl);
         peer_auth_deinit(&auth_state);
 

@@ -37,7 +37,7 @@ typedef struct Scene {
 static void scene_start(Scene *s)
 {
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
-        kvd_cluster_info info = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
+        kvd_cluster_info info = {A_ID, KVD_ROLE_PROMPT, NULL, NULL};
         int r;
 
         memset(s, 0, sizeof(*s));
@@ -60,7 +60,7 @@ static void scene_stop(Scene *s)
 /* Runs kvdistctl with @args (NULL-terminated) on the daemon @d; returns stdout, checks exit 0. */
 static char *ctl_at(const HarnessDaemon *d, const char *const *args)
 {
-        const char *argv[16] = { kvdistctl(), "--socket", d->socket_path };
+        const char *argv[16] = {kvdistctl(), "--socket", d->socket_path};
         char *out = NULL, *err = NULL;
         size_t n = 3;
         int r;
@@ -81,7 +81,7 @@ static char *ctl(const Scene *s, const char *const *args)
 
 static json_t *ctl_json(const Scene *s, const char *command)
 {
-        const char *args[] = { command, "--json", NULL };
+        const char *args[] = {command, "--json", NULL};
         char *out = ctl(s, args);
         json_error_t jerr;
         json_t *v = json_loads(out, JSON_DECODE_ANY, &jerr);
@@ -100,7 +100,7 @@ static void expect_keys(const json_t *o, const char *what, const char *const *ke
 
 START_TEST(test_status_summary)
 {
-        const char *args[] = { "status", NULL }, *none[] = { NULL };
+        const char *args[] = {"status", NULL}, *none[] = {NULL};
         char *out;
         Scene s;
 
@@ -123,9 +123,9 @@ END_TEST
 
 START_TEST(test_tables)
 {
-        const char *clusters[] = { "clusters", NULL }, *links[] = { "links", NULL };
-        const char *caches[] = { "caches", NULL }, *transfers[] = { "transfers", NULL };
-        const char *peers[] = { "peers", NULL }, *config[] = { "config", NULL };
+        const char *clusters[] = {"clusters", NULL}, *links[] = {"links", NULL};
+        const char *caches[] = {"caches", NULL}, *transfers[] = {"transfers", NULL};
+        const char *peers[] = {"peers", NULL}, *config[] = {"config", NULL};
         char *out, want[160];
         Scene s;
 
@@ -165,25 +165,44 @@ END_TEST
 
 START_TEST(test_json_schema)
 {
-        static const char *const root_keys[] = { "version", "pid", "uptime_s", "socket", "pool",
-                                                 "counters", "clusters", "caches", "links",
-                                                 "transfers", "config", "metrics_address",
-                                                 "transfers_in_flight", NULL };
-        static const char *const cluster_keys[] = { "cluster_id", "role", "device_id", "pid",
-                                                    "regions", "region_bytes", "caches",
-                                                    "links", "transfers_in_flight", NULL };
-        static const char *const cache_keys[] = { "cache_id", "cluster_id", "kind",
-                                                  "num_tensors", "shape", "dtype", "tensor_size",
-                                                  "pool", "remote_accessible", "keys", NULL };
-        static const char *const link_keys[] = { "link_id", "local_cluster", "remote_cluster",
-                                                 "transport", "state", "age_s", "transfers",
-                                                 "bytes", NULL };
-        static const char *const config_keys[] = { "socket_path", "socket_mode", "allow_uids",
-                                                   "allow_gids", "memory_size", "page_shift",
-                                                   "sync_kv_timeout_ms", "copy_threads",
-                                                   "log_level", "metrics_listen", "devices",
-                                                   "limits", NULL };
-        static const char *const sample_keys[] = { "name", "type", "labels", "value", NULL };
+        static const char *const root_keys[] = {"version",
+                                                "pid",
+                                                "uptime_s",
+                                                "socket",
+                                                "pool",
+                                                "counters",
+                                                "clusters",
+                                                "caches",
+                                                "links",
+                                                "transfers",
+                                                "config",
+                                                "metrics_address",
+                                                "transfers_in_flight",
+                                                NULL};
+        static const char *const cluster_keys[] = {
+                "cluster_id", "role",  "device_id",           "pid", "regions", "region_bytes",
+                "caches",     "links", "transfers_in_flight", NULL};
+        static const char *const cache_keys[] = {"cache_id",    "cluster_id", "kind",
+                                                 "num_tensors", "shape",      "dtype",
+                                                 "tensor_size", "pool",       "remote_accessible",
+                                                 "keys",        NULL};
+        static const char *const link_keys[] = {"link_id",   "local_cluster", "remote_cluster",
+                                                "transport", "state",         "age_s",
+                                                "transfers", "bytes",         NULL};
+        static const char *const config_keys[] = {"socket_path",
+                                                  "socket_mode",
+                                                  "allow_uids",
+                                                  "allow_gids",
+                                                  "memory_size",
+                                                  "page_shift",
+                                                  "sync_kv_timeout_ms",
+                                                  "copy_threads",
+                                                  "log_level",
+                                                  "metrics_listen",
+                                                  "devices",
+                                                  "limits",
+                                                  NULL};
+        static const char *const sample_keys[] = {"name", "type", "labels", "value", NULL};
         json_t *root, *v, *e;
         bool seen_a = false, seen_b = false, seen_clusters = false;
         size_t i;
@@ -199,7 +218,8 @@ START_TEST(test_json_schema)
 
         v = ctl_json(&s, "clusters");
         ck_assert_int_eq(json_array_size(v), 2);
-        json_array_foreach(v, i, e) {
+        json_array_foreach(v, i, e)
+        {
                 json_int_t id = json_integer_value(json_object_get(e, "cluster_id"));
 
                 expect_keys(e, "clusters[]", cluster_keys);
@@ -234,14 +254,15 @@ START_TEST(test_json_schema)
 
         v = ctl_json(&s, "config");
         expect_keys(v, "config", config_keys);
-        ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(v, "limits"),
-                                                            "max_clients")),
-                         64);
+        ck_assert_int_eq(
+                json_integer_value(json_object_get(json_object_get(v, "limits"), "max_clients")),
+                64);
         json_decref(v);
 
         v = ctl_json(&s, "metrics");
         ck_assert(json_is_array(v) && json_array_size(v) > 0);
-        json_array_foreach(v, i, e) {
+        json_array_foreach(v, i, e)
+        {
                 expect_keys(e, "metrics[]", sample_keys);
                 if (strcmp(json_string_value(json_object_get(e, "name")), "kvdist_clusters") == 0) {
                         ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "gauge");
@@ -258,8 +279,8 @@ END_TEST
 /* Two daemons: each side's tables show the other (its node id, the link made to it). */
 START_TEST(test_across_daemons)
 {
-        const char *peers[] = { "peers", NULL }, *links[] = { "links", NULL };
-        const char *links_json[] = { "links", "--json", NULL };
+        const char *peers[] = {"peers", NULL}, *links[] = {"links", NULL};
+        const char *links_json[] = {"links", "--json", NULL};
         char *out, *node;
         kvd_client *a, *b;
         json_t *v, *e;
@@ -297,7 +318,8 @@ START_TEST(test_across_daemons)
         out = ctl_at(&p.d, links_json);
         v = json_loads(out, 0, &jerr);
         ck_assert_msg(json_is_array(v), "links --json: %s", out);
-        json_array_foreach(v, i, e) {
+        json_array_foreach(v, i, e)
+        {
                 ck_assert_str_eq(json_string_value(json_object_get(e, "direction")), "in");
                 ck_assert_int_eq(json_integer_value(json_object_get(e, "local_cluster")), A_ID);
                 ck_assert_int_eq(json_integer_value(json_object_get(e, "remote_cluster")), B_ID);
@@ -324,7 +346,7 @@ END_TEST
 START_TEST(test_devices_missing)
 {
         char cfg[] = "/tmp/kvdist-it-ctl-cfg-XXXXXX";
-        const char *devices[] = { "devices", NULL };
+        const char *devices[] = {"devices", NULL};
         static const char text[] = "{\"devices\": [{\"device_id\": 0, \"transport\": \"auto\", "
                                    "\"rdma_device\": \"kvdist-no-such-dev\"}]}\n";
         HarnessDaemon d;
@@ -352,7 +374,7 @@ END_TEST
 
 START_TEST(test_watch)
 {
-        const char *args[] = { "--watch=0.1", "--count", "3", "status", NULL };
+        const char *args[] = {"--watch=0.1", "--count", "3", "status", NULL};
         char *out, *p;
         int rounds = 0;
         Scene s;
@@ -391,14 +413,14 @@ static char *read_data(const char *name)
 
 START_TEST(test_snapshots)
 {
-        static const char *const commands[] = { "status", "clusters", "caches", "links",
-                                                "transfers", "peers", "config", "domains",
-                                                "devices" };
+        static const char *const commands[] = {"status", "clusters",  "caches",
+                                               "links",  "transfers", "peers",
+                                               "config", "domains",   "devices"};
         char input[512], name[64];
 
         (void)snprintf(input, sizeof(input), "%s/status.json", getenv("KVDIST_TEST_DATA"));
         for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
-                const char *argv[] = { kvdistctl(), "--input", input, commands[i], NULL };
+                const char *argv[] = {kvdistctl(), "--input", input, commands[i], NULL};
                 char *out = NULL, *err = NULL, *want;
                 int r;
 
@@ -418,9 +440,9 @@ END_TEST
 START_TEST(test_peers_absent)
 {
         char dir[] = "/tmp/kvdist-it-ctl-XXXXXX", path[128];
-        const char *argv[] = { kvdistctl(), "--input", path, "peers", NULL };
-        const char *argv_json[] = { kvdistctl(), "--input", path, "--json", "peers", NULL };
-        const char *argv_status[] = { kvdistctl(), "--input", path, "status", NULL };
+        const char *argv[] = {kvdistctl(), "--input", path, "peers", NULL};
+        const char *argv_json[] = {kvdistctl(), "--input", path, "--json", "peers", NULL};
+        const char *argv_status[] = {kvdistctl(), "--input", path, "status", NULL};
         char *out = NULL, *err = NULL;
         FILE *f;
 
@@ -452,9 +474,9 @@ END_TEST
 START_TEST(test_no_daemon)
 {
         char dir[] = "/tmp/kvdist-it-ctl-XXXXXX", path[128];
-        const char *argv[] = { kvdistctl(), "--socket", path, "status", NULL };
-        const char *argv_json[] = { kvdistctl(), "--json", "--socket", path, NULL };
-        const char *argv_metrics[] = { kvdistctl(), "--socket", path, "metrics", NULL };
+        const char *argv[] = {kvdistctl(), "--socket", path, "status", NULL};
+        const char *argv_json[] = {kvdistctl(), "--json", "--socket", path, NULL};
+        const char *argv_metrics[] = {kvdistctl(), "--socket", path, "metrics", NULL};
         char *out = NULL, *err = NULL;
         int r;
 
@@ -463,8 +485,7 @@ START_TEST(test_no_daemon)
         r = harness_run(argv, &out, &err);
         ck_assert_msg(r == 3, "kvdistctl without a daemon exited %d, want 3; stderr: %s", r, err);
         ck_assert_msg(strstr(err, path), "the message does not name the socket: %s", err);
-        ck_assert_msg(strstr(err, "no kvdistd"), "the message does not say what is wrong: %s",
-                      err);
+        ck_assert_msg(strstr(err, "no kvdistd"), "the message does not say what is wrong: %s", err);
         ck_assert_str_eq(out, "");
         free(out);
         free(err);
@@ -484,16 +505,12 @@ END_TEST
 START_TEST(test_usage)
 {
         static const char *const bad[][4] = {
-                { "frobnicate" },
-                { "--count", "2", "status" },
-                { "--watch=0", "status" },
-                { "--watch=x" },
-                { "status", "links" },
-                { "--input", "/dev/null", "metrics" },
+                {"frobnicate"}, {"--count", "2", "status"}, {"--watch=0", "status"},
+                {"--watch=x"},  {"status", "links"},        {"--input", "/dev/null", "metrics"},
         };
 
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-                const char *argv[6] = { kvdistctl() };
+                const char *argv[6] = {kvdistctl()};
                 char *out = NULL, *err = NULL;
                 int r;
 

@@ -35,9 +35,9 @@ static json_t *cluster_status(const Node *n, uint64_t id)
         ck_assert_int_eq(harness_daemon_status(&n->d, &text), KVD_OK);
         root = json_loads(text, 0, &jerr);
         ck_assert_msg(root, "status: %s", jerr.text);
-        json_array_foreach(json_object_get(root, "clusters"), i, e)
-                if ((uint64_t)json_integer_value(json_object_get(e, "cluster_id")) == id)
-                        ret = json_incref(e);
+        json_array_foreach(json_object_get(root, "clusters"), i,
+                           e) if ((uint64_t)json_integer_value(json_object_get(e, "cluster_id")) ==
+                                  id) ret = json_incref(e);
         json_decref(root);
         free(text);
         ck_assert_msg(ret, "no cluster %llu in the status", (unsigned long long)id);
@@ -56,8 +56,8 @@ static void cluster_listen(const Node *n, uint64_t id, char *buf, size_t size,
         if (want_listener)
                 ck_assert_msg(json_is_string(listener) &&
                                       strcmp(json_string_value(listener), want_listener) == 0,
-                              "cluster %llu: listener is not %s",
-                              (unsigned long long)id, want_listener);
+                              "cluster %llu: listener is not %s", (unsigned long long)id,
+                              want_listener);
         else
                 ck_assert(json_is_null(listener) && json_is_null(listen));
         json_decref(c);
@@ -66,8 +66,7 @@ static void cluster_listen(const Node *n, uint64_t id, char *buf, size_t size,
 /* Whether a TCP connection to @addr ("127.0.0.1:port") is refused (nothing listens there). */
 static bool nothing_listens(const char *addr)
 {
-        struct sockaddr_in sin = { .sin_family = AF_INET,
-                                   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         unsigned port = 0;
         int fd, r;
 
@@ -94,8 +93,8 @@ static int attach(Node *n, uint64_t id, const char *listen, kvd_client **ret)
 static void pull_and_verify(kvd_client *b, const TCache *src, const TCache *dst, TCopies *cp,
                             unsigned round)
 {
-        static const uint64_t sb[] = { 5, 0, 3 };
-        uint64_t db[] = { 1, 3, 0 };
+        static const uint64_t sb[] = {5, 0, 3};
+        uint64_t db[] = {1, 3, 0};
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
 
         ck_assert_uint_lt(round, 4);
@@ -109,7 +108,7 @@ static void pull_and_verify(kvd_client *b, const TCache *src, const TCache *dst,
 
 static void switch_listen(kvd_client *c, const char *listen)
 {
-        kvd_option o = { "listen_ip_info", listen };
+        kvd_option o = {"listen_ip_info", listen};
 
         expect_ok(c, kvd_switch_role(c, KVD_ROLE_PROMPT, listen ? &o : NULL, listen ? 1 : 0));
 }
@@ -191,7 +190,7 @@ END_TEST
  * server; switch_role adds, moves and drops the listener. */
 START_TEST(test_client_and_switch_role)
 {
-        kvd_cluster_info info = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
+        kvd_cluster_info info = {A_ID, KVD_ROLE_PROMPT, NULL, NULL};
         char first[64], second[64], none[64];
         json_t *st;
         Duo w;
@@ -222,9 +221,9 @@ START_TEST(test_client_and_switch_role)
         /* Links pin it. */
         expect_status(w.a, kvd_switch_role(w.a, KVD_ROLE_PROMPT, NULL, 0), KVD_E_EXIST_LINK,
                       "unlink them first");
-        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
-                                                                 w.p.peer_addr, NULL },
-                                         1, 0, false, NULL));
+        expect_ok(w.b, kvd_unlink_clusters(
+                               w.b, &(kvd_cluster_info){A_ID, KVD_ROLE_PROMPT, w.p.peer_addr, NULL},
+                               1, 0, false, NULL));
         expect_ok(w.c, kvd_unlink_clusters(w.c, &info, 1, 0, false, NULL));
         for (int i = 0; i < 100 && node_status_len(&w.p, "inbound_links") > 0; i++)
                 harness_sleep_ms(20);
@@ -234,9 +233,9 @@ START_TEST(test_client_and_switch_role)
         cluster_listen(&w.p, A_ID, first, sizeof(first), "own");
         expect_ok(w.b, link_at(w.b, A_ID, first, 5000, &ret));
         pull_and_verify(w.b, &w.src, &w.dst, &w.cp, 1);
-        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT, first,
-                                                                 NULL },
-                                         1, 0, false, NULL));
+        expect_ok(w.b,
+                  kvd_unlink_clusters(w.b, &(kvd_cluster_info){A_ID, KVD_ROLE_PROMPT, first, NULL},
+                                      1, 0, false, NULL));
         for (int i = 0; i < 100 && node_status_len(&w.p, "inbound_links") > 0; i++)
                 harness_sleep_ms(20);
 
@@ -246,9 +245,9 @@ START_TEST(test_client_and_switch_role)
         ck_assert_str_ne(first, second);
         ck_assert_msg(nothing_listens(first), "%s still accepts connections", first);
         expect_ok(w.b, link_at(w.b, A_ID, second, 5000, &ret));
-        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT, second,
-                                                                 NULL },
-                                         1, 0, false, NULL));
+        expect_ok(w.b,
+                  kvd_unlink_clusters(w.b, &(kvd_cluster_info){A_ID, KVD_ROLE_PROMPT, second, NULL},
+                                      1, 0, false, NULL));
         for (int i = 0; i < 100 && node_status_len(&w.p, "inbound_links") > 0; i++)
                 harness_sleep_ms(20);
 
@@ -266,8 +265,8 @@ END_TEST
 /* client_clusters_accept_links keeps the behaviour from before clusters' listen_ip_info. */
 START_TEST(test_clients_accept_links)
 {
-        static const char *const extra[] = { "--client-clusters-accept-links", "on", NULL };
-        kvd_cluster_info info = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
+        static const char *const extra[] = {"--client-clusters-accept-links", "on", NULL};
+        kvd_cluster_info info = {A_ID, KVD_ROLE_PROMPT, NULL, NULL};
         json_t *st;
         Duo w;
         int ret;
@@ -288,8 +287,7 @@ END_TEST
 START_TEST(test_listen_errors)
 {
         char addr[64], taken[64];
-        struct sockaddr_in sin = { .sin_family = AF_INET,
-                                   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         socklen_t len = sizeof(sin);
         kvd_client *a, *x = NULL;
         int fd;
@@ -301,11 +299,9 @@ START_TEST(test_listen_errors)
 
         expect_status(NULL, attach(&p, B_ID, "localhost:7000", &x), KVD_E_PARAM_INVALID,
                       "is not \"ip:port\"");
-        expect_status(NULL, attach(&p, B_ID, "127.0.0.1", &x), KVD_E_PARAM_INVALID,
-                      "with a port");
+        expect_status(NULL, attach(&p, B_ID, "127.0.0.1", &x), KVD_E_PARAM_INVALID, "with a port");
         /* One port per cluster: another cluster's is taken. */
-        expect_status(NULL, attach(&p, B_ID, addr, &x), KVD_E_LINK_FAILED,
-                      "listens there already");
+        expect_status(NULL, attach(&p, B_ID, addr, &x), KVD_E_LINK_FAILED, "listens there already");
         /* Not an address of this host (TEST-NET-1), and a port another process holds. */
         expect_status(NULL, attach(&p, B_ID, "192.0.2.1:7000", &x), KVD_E_LINK_FAILED,
                       "cannot listen there");
@@ -321,8 +317,9 @@ START_TEST(test_listen_errors)
         ck_assert_int_eq(node_status_len(&p, "clusters"), 1);
 
         /* A failed move keeps the listener the cluster had. */
-        expect_status(a, kvd_switch_role(a, KVD_ROLE_MIX,
-                                         &(kvd_option){ "listen_ip_info", "192.0.2.1:7000" }, 1),
+        expect_status(a,
+                      kvd_switch_role(a, KVD_ROLE_MIX,
+                                      &(kvd_option){"listen_ip_info", "192.0.2.1:7000"}, 1),
                       KVD_E_LINK_FAILED, "cannot listen there");
         cluster_listen(&p, A_ID, taken, sizeof(taken), "own");
         ck_assert_str_eq(taken, addr);

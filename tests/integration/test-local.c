@@ -21,10 +21,10 @@
 
 START_TEST(test_pull_blocks)
 {
-        static const uint64_t sb1[] = { 3, 17, 5, 31, 0, 30 };
-        static const uint64_t db1[] = { 39, 1, 22, 7, 8, 23 };
-        static const uint64_t sb2[] = { 8, 9, 10, 11, 12, 13, 14, 15 };
-        static const uint64_t db2[] = { 24, 25, 26, 27, 28, 29, 30, 31 };
+        static const uint64_t sb1[] = {3, 17, 5, 31, 0, 30};
+        static const uint64_t db1[] = {39, 1, 22, 7, 8, 23};
+        static const uint64_t sb2[] = {8, 9, 10, 11, 12, 13, 14, 15};
+        static const uint64_t db2[] = {24, 25, 26, 27, 28, 29, 30, 31};
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
         TCache src, dst;
@@ -32,10 +32,10 @@ START_TEST(test_pull_blocks)
         World w;
 
         world_start(&w);
-        expect_ok(w.a, tcache_register(&src, w.a, true, 4, 32, 256, 11, &key, 1,
-                                       KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, tcache_register(&dst, w.b, true, 4, 40, 256, 22, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.a,
+                  tcache_register(&src, w.a, true, 4, 32, 256, 11, &key, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, true, 4, 40, 256, 22, NULL, 0, KVD_REMOTE_DEFAULT));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
 
         /* Scattered: no two blocks adjacent on both sides. */
@@ -56,8 +56,8 @@ END_TEST
 
 START_TEST(test_pull_blocks_layers)
 {
-        static const uint64_t sb[] = { 2, 9, 4, 5 };
-        static const uint64_t db[] = { 0, 11, 6, 7 };
+        static const uint64_t sb[] = {2, 9, 4, 5};
+        static const uint64_t db[] = {0, 11, 6, 7};
         kvd_cache_key key = kvd_key_blocks(A_ID, 3);
         TCache src, dst, dst3;
         TCopies cp = {}, cp3 = {};
@@ -66,12 +66,12 @@ START_TEST(test_pull_blocks_layers)
 
         world_start(&w);
         /* Source: 3 layers of K,V; destination: 2 layers. */
-        expect_ok(w.a, tcache_register(&src, w.a, true, 6, 10, 512, 33, &key, 1,
-                                       KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, tcache_register(&dst, w.b, true, 4, 12, 512, 44, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, tcache_register(&dst3, w.b, true, 3, 12, 512, 45, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.a,
+                  tcache_register(&src, w.a, true, 6, 10, 512, 33, &key, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, true, 4, 12, 512, 44, NULL, 0, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&dst3, w.b, true, 3, 12, 512, 45, NULL, 0, KVD_REMOTE_DEFAULT));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
 
         /* Layers 1..2 of the source into layers 0..1 of the destination. */
@@ -82,7 +82,7 @@ START_TEST(test_pull_blocks_layers)
 
         /* Source layer 2 (tensors 4, 5) into destination layer 1 (tensors 2, 3), other blocks. */
         {
-                static const uint64_t sb2[] = { 0 }, db2[] = { 1 };
+                static const uint64_t sb2[] = {0}, db2[] = {1};
 
                 o = opts_layers(LAYERS(2, 2), LAYERS(1, 1), 2);
                 expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb2, 1, db2, 1, &o));
@@ -105,10 +105,10 @@ END_TEST
 
 START_TEST(test_push_blocks)
 {
-        static const uint64_t sb1[] = { 0, 7, 3, 12 };
-        static const uint64_t db1[] = { 15, 2, 9, 4 };
-        static const uint64_t sb2[] = { 4, 5, 6 };
-        static const uint64_t db2[] = { 10, 11, 12 };
+        static const uint64_t sb1[] = {0, 7, 3, 12};
+        static const uint64_t db1[] = {15, 2, 9, 4};
+        static const uint64_t sb2[] = {4, 5, 6};
+        static const uint64_t db2[] = {10, 11, 12};
         kvd_cache_key key = kvd_key_blocks(A_ID, 1);
         kvd_transfer_opts o = opts_layers(ALL, ALL, 0);
         TCache src, dst;
@@ -117,10 +117,10 @@ START_TEST(test_push_blocks)
 
         world_start(&w);
         /* A owns the destination; B pushes into it. */
-        expect_ok(w.a, tcache_register(&dst, w.a, true, 4, 16, 1024, 55, &key, 1,
-                                       KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, tcache_register(&src, w.b, true, 4, 13, 1024, 66, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.a,
+                  tcache_register(&dst, w.a, true, 4, 16, 1024, 55, &key, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&src, w.b, true, 4, 13, 1024, 66, NULL, 0, KVD_REMOTE_DEFAULT));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
 
         expect_ok(w.b, kvd_push_blocks(w.b, &key, src.id, sb1, 4, db1, 4, &o));
@@ -135,7 +135,7 @@ START_TEST(test_push_blocks)
 
         /* One tensor per layer: source tensor 3 into destination tensor 0, other blocks. */
         {
-                static const uint64_t sb3[] = { 1 }, db3[] = { 0 };
+                static const uint64_t sb3[] = {1}, db3[] = {0};
 
                 o = opts_layers(LAYERS(3, 3), LAYERS(0, 0), 1);
                 expect_ok(w.b, kvd_push_blocks(w.b, &key, src.id, sb3, 1, db3, 1, &o));
@@ -154,7 +154,7 @@ START_TEST(test_pull_cache)
         kvd_cache_key keys[4] = {
                 kvd_key_req(A_ID, 100, 0),
                 kvd_key_req(A_ID, 101, 0),
-                kvd_key_req(A_ID, KVD_ID_NONE, 0),   /* an empty slot */
+                kvd_key_req(A_ID, KVD_ID_NONE, 0), /* an empty slot */
                 kvd_key_prefix(A_ID, 7, 0),
         };
         kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
@@ -164,10 +164,10 @@ START_TEST(test_pull_cache)
         World w;
 
         world_start(&w);
-        expect_ok(w.a, tcache_register(&src, w.a, false, 4, 4, 1024, 77, keys, 4,
-                                       KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, tcache_register(&dst, w.b, false, 4, 5, 1024, 88, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.a,
+                  tcache_register(&src, w.a, false, 4, 4, 1024, 77, keys, 4, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, false, 4, 5, 1024, 88, NULL, 0, KVD_REMOTE_DEFAULT));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
 
         /* By CacheKey (req_id): slot 1 -> slot 2, whole item. */
@@ -200,7 +200,7 @@ END_TEST
 
 START_TEST(test_push_cache)
 {
-        kvd_cache_key keys[2] = { kvd_key_req(A_ID, 500, 9), kvd_key_req(A_ID, 501, 9) };
+        kvd_cache_key keys[2] = {kvd_key_req(A_ID, 500, 9), kvd_key_req(A_ID, 501, 9)};
         kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
         kvd_cache_key k;
         TCache src, dst;
@@ -208,10 +208,10 @@ START_TEST(test_push_cache)
         World w;
 
         world_start(&w);
-        expect_ok(w.a, tcache_register(&dst, w.a, false, 2, 3, 2048, 99, keys, 2,
-                                       KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, tcache_register(&src, w.b, false, 2, 2, 2048, 111, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.a,
+                  tcache_register(&dst, w.a, false, 2, 3, 2048, 99, keys, 2, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&src, w.b, false, 2, 2, 2048, 111, NULL, 0, KVD_REMOTE_DEFAULT));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
 
         /* Slot 1 into the item CacheKeyByIdAndIndex names (slot 2, which has no key). */
@@ -233,9 +233,9 @@ END_TEST
 
 START_TEST(test_pull_blocks_from_item)
 {
-        kvd_cache_key keys[2] = { kvd_key_req(A_ID, 1, 0), kvd_key_req(A_ID, 2, 0) };
-        static const uint64_t db[] = { 9, 2, 14, 5 };
-        static const uint64_t db2[] = { 0, 1, 3, 4 };
+        kvd_cache_key keys[2] = {kvd_key_req(A_ID, 1, 0), kvd_key_req(A_ID, 2, 0)};
+        static const uint64_t db[] = {9, 2, 14, 5};
+        static const uint64_t db2[] = {0, 1, 3, 4};
         TCache src, dst;
         TCopies cp = {};
         kvd_cache_key k;
@@ -243,10 +243,10 @@ START_TEST(test_pull_blocks_from_item)
 
         world_start(&w);
         /* Items of 1000 bytes fill 4 blocks of 256: the last holds 232 bytes. */
-        expect_ok(w.a, tcache_register(&src, w.a, false, 2, 2, 1000, 123, keys, 2,
-                                       KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, 16, 256, 321, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.a,
+                  tcache_register(&src, w.a, false, 2, 2, 1000, 123, keys, 2, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, true, 2, 16, 256, 321, NULL, 0, KVD_REMOTE_DEFAULT));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
 
         expect_ok(w.b, kvd_pull_blocks(w.b, &keys[1], dst.id, NULL, 0, db, 4, NULL));
@@ -271,7 +271,7 @@ END_TEST
 
 START_TEST(test_pool_cache_holds)
 {
-        kvd_cache_key keys[2] = { kvd_key_req(A_ID, 40, 0), kvd_key_req(A_ID, 41, 0) };
+        kvd_cache_key keys[2] = {kvd_key_req(A_ID, 40, 0), kvd_key_req(A_ID, 41, 0)};
         kvd_cache_key k3 = kvd_key_req(A_ID, 42, 0);
         int64_t used0, used;
         TCache src, dst, src2;
@@ -282,8 +282,10 @@ START_TEST(test_pool_cache_holds)
         used0 = client_status_int(w.a, "pool/used");
         expect_ok(w.a, tcache_allocate(&src, w.a, 2, 2, 4096, 0xabc, keys, 2));
         used = client_status_int(w.a, "pool/used");
-        ck_assert_msg(used >= used0 + 2 * 2 * 4096, "pool used %lld after allocating 16 KiB, "
-                      "%lld before", (long long)used, (long long)used0);
+        ck_assert_msg(used >= used0 + 2 * 2 * 4096,
+                      "pool used %lld after allocating 16 KiB, "
+                      "%lld before",
+                      (long long)used, (long long)used0);
         expect_ok(w.b, tcache_register(&dst, w.b, false, 2, 2, 4096, 0xdef, NULL, 0,
                                        KVD_REMOTE_DEFAULT));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
@@ -333,8 +335,8 @@ START_TEST(test_pool_cache_dealloc_after_pull)
         world_start(&w);
         used0 = client_status_int(w.a, "pool/used");
         expect_ok(w.a, tcache_allocate(&src, w.a, 4, 1, 8192, 0x77, &key, 1));
-        expect_ok(w.b, tcache_register(&dst, w.b, false, 4, 1, 8192, 0x78, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, false, 4, 1, 8192, 0x78, NULL, 0, KVD_REMOTE_DEFAULT));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
         expect_ok(w.b, kvd_pull_cache(w.b, &key, dst.id, 0, -1, NULL));
         tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 0, 0, -1);
@@ -351,9 +353,9 @@ END_TEST
 START_TEST(test_async)
 {
         kvd_cache_key ka = kvd_key_blocks(A_ID, 0), kd = kvd_key_blocks(A_ID, 1);
-        kvd_cache_key rk[2] = { kvd_key_req(A_ID, 10, 0), kvd_key_req(A_ID, 11, 0) };
-        kvd_cache_key dk[2] = { kvd_key_req(A_ID, 20, 0), kvd_key_req(A_ID, 21, 0) };
-        static const uint64_t sb[] = { 1, 3, 5, 7 }, db[] = { 6, 4, 2, 0 };
+        kvd_cache_key rk[2] = {kvd_key_req(A_ID, 10, 0), kvd_key_req(A_ID, 11, 0)};
+        kvd_cache_key dk[2] = {kvd_key_req(A_ID, 20, 0), kvd_key_req(A_ID, 21, 0)};
+        static const uint64_t sb[] = {1, 3, 5, 7}, db[] = {6, 4, 2, 0};
         TCache a_src_b, a_src_c, a_dst_b, a_dst_c, b_dst_b, b_dst_c, b_src_b, b_src_c;
         TCopies c1 = {}, c2 = {}, c3 = {}, c4 = {};
         kvd_task *t[4] = {};
@@ -399,7 +401,7 @@ START_TEST(test_async)
 
         /* An async request the daemon refuses reports the refusal through its task. */
         {
-                static const uint64_t bad[] = { 99 };
+                static const uint64_t bad[] = {99};
                 kvd_task *bt = NULL;
                 int r;
 
@@ -422,7 +424,7 @@ END_TEST
 
 START_TEST(test_blocks_key_last_wins)
 {
-        static const uint64_t sb[] = { 0, 1, 2, 3 }, db[] = { 3, 2, 1, 0 };
+        static const uint64_t sb[] = {0, 1, 2, 3}, db[] = {3, 2, 1, 0};
         kvd_cache_key key = kvd_key_blocks(A_ID, 5);
         TCache first, second, dst;
         TCopies cp = {};
@@ -527,10 +529,10 @@ START_TEST(test_unregister_during_transfer)
         int r;
 
         world_start(&w);
-        expect_ok(w.a, tcache_register(&src, w.a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 1, &key, 1,
-                                       0));
-        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 2, NULL, 0,
-                                       0));
+        expect_ok(w.a,
+                  tcache_register(&src, w.a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 1, &key, 1, 0));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 2, NULL, 0, 0));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
         big_lists(&sb, &db);
         o.timeout_ms = 60000;
@@ -564,7 +566,7 @@ END_TEST
 START_TEST(test_unlink_during_transfer)
 {
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
-        kvd_cluster_info info = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
+        kvd_cluster_info info = {A_ID, KVD_ROLE_PROMPT, NULL, NULL};
         kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
         kvd_task *task = NULL;
         uint64_t *sb, *db;
@@ -574,12 +576,12 @@ START_TEST(test_unlink_during_transfer)
         int r, ru;
 
         world_start(&w);
-        expect_ok(w.a, tcache_register(&src, w.a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 1, &key, 1,
-                                       0));
-        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 2, NULL, 0,
-                                       0));
-        expect_ok(w.b, tcache_register(&dst2, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 3, NULL,
-                                       0, 0));
+        expect_ok(w.a,
+                  tcache_register(&src, w.a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 1, &key, 1, 0));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 2, NULL, 0, 0));
+        expect_ok(w.b,
+                  tcache_register(&dst2, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 3, NULL, 0, 0));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
         big_lists(&sb, &db);
         tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, BIG_BLOCKS);
@@ -601,8 +603,8 @@ START_TEST(test_unlink_during_transfer)
         expect_ok(w.b, kvd_check_link_status(w.b, A_ID));
 
         /* With force the link goes at once; the pull fails or had finished, never garbage. */
-        expect_ok(w.b, kvd_pull_blocks_async(w.b, &key, dst2.id, sb, BIG_BLOCKS, db, BIG_BLOCKS,
-                                             &o, &task));
+        expect_ok(w.b, kvd_pull_blocks_async(w.b, &key, dst2.id, sb, BIG_BLOCKS, db, BIG_BLOCKS, &o,
+                                             &task));
         expect_ok(w.b, kvd_unlink_clusters(w.b, &info, 1, 0, true, NULL));
         r = kvd_task_wait(task, 30000);
         kvd_task_free(task);
@@ -637,10 +639,10 @@ START_TEST(test_finalize_during_transfer)
         int r;
 
         world_start(&w);
-        expect_ok(w.a, tcache_register(&src, w.a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 1, &key, 1,
-                                       0));
-        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 2, NULL, 0,
-                                       0));
+        expect_ok(w.a,
+                  tcache_register(&src, w.a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 1, &key, 1, 0));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 2, NULL, 0, 0));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
         big_lists(&sb, &db);
         o.timeout_ms = 60000;
@@ -686,8 +688,8 @@ END_TEST
  */
 START_TEST(test_finalize_keep_memory)
 {
-        kvd_cache_desc desc = { .num_tensors = 1, .n_dims = 2, .shape = { 4, 1024 },
-                                .data_type = KVD_DT_UINT8 };
+        kvd_cache_desc desc = {
+                .num_tensors = 1, .n_dims = 2, .shape = {4, 1024}, .data_type = KVD_DT_UINT8};
         size_t page = (size_t)sysconf(_SC_PAGESIZE), size = 3 * page + 5;
         size_t mapped = (size + page - 1) / page * page;
         void *kept = NULL, *gone = NULL;
@@ -700,8 +702,8 @@ START_TEST(test_finalize_keep_memory)
         expect_ok(w.b, kvd_mem_alloc(w.b, size, &kept));
         harness_fill_pattern(kept, mapped, 0x6b);
         /* A cache still registered in it: finalizing unregisters it; the memory stays. */
-        expect_ok(w.b, kvd_register_blocks_cache(w.b, &desc, &kept, 1, NULL, KVD_REMOTE_DEFAULT,
-                                                 &id));
+        expect_ok(w.b,
+                  kvd_register_blocks_cache(w.b, &desc, &kept, 1, NULL, KVD_REMOTE_DEFAULT, &id));
         expect_ok(w.a, kvd_mem_alloc(w.a, size, &gone));
 
         expect_ok(NULL, kvd_client_finalize_keep_memory(w.b));
@@ -763,7 +765,7 @@ END_TEST
 /* A push's notification reaches its destination cluster once the bytes landed, in order. */
 START_TEST(test_push_notify)
 {
-        static const uint64_t sb[] = { 1, 2 }, db[] = { 5, 0 };
+        static const uint64_t sb[] = {1, 2}, db[] = {5, 0};
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
         kvd_notify got[3];
@@ -781,7 +783,7 @@ START_TEST(test_push_notify)
         expect_ok(w.a, kvd_notify_fd(w.a, &fd));
         expect_ok(w.a, kvd_notify_fd(w.a, &fd2));
         ck_assert_int_eq(fd, fd2);
-        pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+        pfd = (struct pollfd){.fd = fd, .events = POLLIN};
         ck_assert_int_eq(poll(&pfd, 1, 0), 0);
 
         o.notify = "first";
@@ -821,8 +823,8 @@ END_TEST
 /* Pool pages come back zeroed: a cache never sees what an earlier one held. */
 START_TEST(test_pool_reuse_zeroed)
 {
-        kvd_cache_desc desc = { .num_tensors = 2, .n_dims = 2, .shape = { 2, 32768 },
-                                .data_type = KVD_DT_UINT8 };
+        kvd_cache_desc desc = {
+                .num_tensors = 2, .n_dims = 2, .shape = {2, 32768}, .data_type = KVD_DT_UINT8};
         void *addrs[2];
         uint64_t id;
         TCache tc;
@@ -838,7 +840,8 @@ START_TEST(test_pool_reuse_zeroed)
                 for (size_t i = 0; i < 2 * 32768; i++)
                         if (p[i] != 0)
                                 ck_abort_msg("byte %zu of tensor %d of a fresh pool cache is "
-                                             "0x%02x, not 0", i, t, p[i]);
+                                             "0x%02x, not 0",
+                                             i, t, p[i]);
         }
         expect_ok(w.b, kvd_deallocate_cache(w.b, id));
         world_stop(&w);

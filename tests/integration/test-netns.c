@@ -26,7 +26,7 @@ static const char *skip_reason;
 /* Runs `ip ARGS...` (NULL-terminated), quietly; returns its exit code. */
 static int ip(const char *first, ...)
 {
-        const char *argv[24] = { "/usr/sbin/ip", first };
+        const char *argv[24] = {"/usr/sbin/ip", first};
         char *out = NULL, *err = NULL;
         size_t n = 2;
         va_list ap;
@@ -182,8 +182,7 @@ START_TEST(test_wire_cut)
         }
         o.timeout_ms = 60000;
         for (int i = 0; i < TASKS; i++)
-                expect_ok(b, kvd_pull_blocks_async(b, &key, dst.id, sb, n, db, n, &o,
-                                                   &tasks[i]));
+                expect_ok(b, kvd_pull_blocks_async(b, &key, dst.id, sb, n, db, n, &o, &tasks[i]));
         harness_sleep_ms(20);
         /* Pull the cable: no RST, no FIN, only silence. */
         ck_assert_int_eq(ip("-n", ns_a, "link", "set", veth_a, "down", NULL), 0);

@@ -18,7 +18,7 @@
 #include "tests/integration/it-world.h"
 
 #define SCATTER 7919
-#define BLOCKS 1024                     /* 2 tensors x 1024 blocks x 32 KiB = 64 MiB */
+#define BLOCKS 1024 /* 2 tensors x 1024 blocks x 32 KiB = 64 MiB */
 #define BLOCK_BYTES 32768
 
 /*
@@ -84,12 +84,12 @@ static void pair_start(Pair *x)
         node_start(&x->d);
         x->a = node_server(&x->p, A_ID, KVD_ROLE_PROMPT);
         x->b = node_client(&x->d, B_ID, KVD_ROLE_DECODER);
-        expect_ok(x->a, tcache_register(&x->src, x->a, true, 2, BLOCKS, BLOCK_BYTES, 0x71,
-                                        &x->key, 1, 0));
-        expect_ok(x->b, tcache_register(&x->dst, x->b, true, 2, BLOCKS, BLOCK_BYTES, 0x72,
-                                        NULL, 0, 0));
-        expect_ok(x->b, tcache_register(&x->psrc, x->b, true, 2, BLOCKS, BLOCK_BYTES, 0x73,
-                                        NULL, 0, 0));
+        expect_ok(x->a, tcache_register(&x->src, x->a, true, 2, BLOCKS, BLOCK_BYTES, 0x71, &x->key,
+                                        1, 0));
+        expect_ok(x->b,
+                  tcache_register(&x->dst, x->b, true, 2, BLOCKS, BLOCK_BYTES, 0x72, NULL, 0, 0));
+        expect_ok(x->b,
+                  tcache_register(&x->psrc, x->b, true, 2, BLOCKS, BLOCK_BYTES, 0x73, NULL, 0, 0));
         link_node(x->b, A_ID, &x->p);
 }
 
@@ -140,7 +140,7 @@ static int check_status_until_done(Pair *x, kvd_task *task, const char *what)
 {
         enum { MAX_CALLS = 4096 };
         static uint64_t ms[2][MAX_CALLS];
-        static const char *const node[2] = { "posting", "serving" };
+        static const char *const node[2] = {"posting", "serving"};
         kvd_client *c[2] = {};
         unsigned n[2] = {};
         Sleeper sl = {};
@@ -175,15 +175,16 @@ static int check_status_until_done(Pair *x, kvd_task *task, const char *what)
         }
         for (unsigned k = 0; k < 2; k++) {
                 ck_assert_msg(n[k] > 0, "%s: no status call to the %s node", what, node[k]);
-                ck_assert_msg(ms[k][n[k] / 2] < STATUS_MEDIAN_MS, "%s: the %s node answered "
-                              "status calls in %llu ms at the median", what, node[k],
-                              (unsigned long long)ms[k][n[k] / 2]);
-                ck_assert_msg(ms[k][n[k] * 9 / 10] < STATUS_P90_MS, "%s: the %s node answered "
-                              "one status call in ten after %llu ms or more", what, node[k],
-                              (unsigned long long)ms[k][n[k] * 9 / 10]);
+                ck_assert_msg(ms[k][n[k] / 2] < STATUS_MEDIAN_MS,
+                              "%s: the %s node answered "
+                              "status calls in %llu ms at the median",
+                              what, node[k], (unsigned long long)ms[k][n[k] / 2]);
+                ck_assert_msg(ms[k][n[k] * 9 / 10] < STATUS_P90_MS,
+                              "%s: the %s node answered "
+                              "one status call in ten after %llu ms or more",
+                              what, node[k], (unsigned long long)ms[k][n[k] * 9 / 10]);
                 /* Enough calls to have seen the transfer from start to end. */
-                ck_assert_msg(n[k] >= 5, "%s: %u status calls to the %s node", what, n[k],
-                              node[k]);
+                ck_assert_msg(n[k] >= 5, "%s: %u status calls to the %s node", what, n[k], node[k]);
         }
         return r;
 }
@@ -245,8 +246,7 @@ static int transfer(Pair *x, bool push, int timeout_ms)
 
         o.timeout_ms = timeout_ms;
         if (push)
-                return kvd_push_blocks(x->b, &x->key, x->psrc.id, x->sb, BLOCKS, x->db, BLOCKS,
-                                       &o);
+                return kvd_push_blocks(x->b, &x->key, x->psrc.id, x->sb, BLOCKS, x->db, BLOCKS, &o);
         return kvd_pull_blocks(x->b, &x->key, x->dst.id, x->sb, BLOCKS, x->db, BLOCKS, &o);
 }
 

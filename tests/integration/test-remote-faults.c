@@ -47,7 +47,7 @@ static void scatter(uint64_t *sb, uint64_t *db, uint64_t n)
 START_TEST(test_peer_killed)
 {
         enum { TASKS = 12 };
-        const uint64_t n = 512;         /* 2 x 512 x 32 KiB = 32 MiB per pull */
+        const uint64_t n = 512; /* 2 x 512 x 32 KiB = 32 MiB per pull */
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
         uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
@@ -72,16 +72,15 @@ START_TEST(test_peer_killed)
 
         o.timeout_ms = 60000;
         for (int i = 0; i < TASKS; i++)
-                expect_ok(b, kvd_pull_blocks_async(b, &key, dst.id, sb, n, db, n, &o,
-                                                   &tasks[i]));
+                expect_ok(b, kvd_pull_blocks_async(b, &key, dst.id, sb, n, db, n, &o, &tasks[i]));
         harness_sleep_ms(30);
         t0 = harness_now_ms();
         ck_assert_int_eq(harness_daemon_kill(&p.d), 0);
         for (int i = 0; i < TASKS; i++) {
                 /* Long before the 60 s deadline: the peer is known to be gone at once. */
                 r = kvd_task_wait(tasks[i], 20000);
-                ck_assert_msg(r == KVD_OK || r == KVD_E_PEER_LOST,
-                              "pull %d ended with %s", i, kvd_strerror(r));
+                ck_assert_msg(r == KVD_OK || r == KVD_E_PEER_LOST, "pull %d ended with %s", i,
+                              kvd_strerror(r));
                 lost += r == KVD_E_PEER_LOST;
                 kvd_task_free(tasks[i]);
         }
@@ -139,8 +138,8 @@ START_TEST(test_remote_cluster_finalizes)
         expect_ok(a, kvd_client_finalize(a));
         ck_assert_int_eq(wait_link_status(b, A_ID, KVD_E_PEER_LOST, 5000), KVD_E_PEER_LOST);
         ck_assert_int_eq(node_status_len(&p, "inbound_links"), 0);
-        expect_status(b, kvd_pull_blocks(b, &key, dst.id, &b0, 1, &b0, 1, NULL),
-                      KVD_E_PEER_LOST, NULL);
+        expect_status(b, kvd_pull_blocks(b, &key, dst.id, &b0, 1, &b0, 1, NULL), KVD_E_PEER_LOST,
+                      NULL);
         tcache_verify_untouched(&dst);
 
         /* It comes back under the same id: the decoder links again over the same peer. */
@@ -175,8 +174,7 @@ static int victim_main(void *arg)
         kvd_client *c = NULL;
         TCache dst;
 
-        if (harness_server_init(&v->n->d, C_ID, KVD_ROLE_PROMPT, v->n->peer_addr, &c) !=
-            KVD_OK)
+        if (harness_server_init(&v->n->d, C_ID, KVD_ROLE_PROMPT, v->n->peer_addr, &c) != KVD_OK)
                 return 1;
         if (tcache_register(&dst, c, true, 2, 512, 32768, 0x77, &key, 1, 0) != KVD_OK)
                 return 2;
@@ -219,14 +217,13 @@ START_TEST(test_remote_cluster_crashes)
 
         o.timeout_ms = 60000;
         for (int i = 0; i < TASKS; i++)
-                expect_ok(b, kvd_push_blocks_async(b, &key, src.id, sb, n, db, n, &o,
-                                                   &tasks[i]));
+                expect_ok(b, kvd_push_blocks_async(b, &key, src.id, sb, n, db, n, &o, &tasks[i]));
         harness_sleep_ms(20);
         ck_assert_int_eq(harness_child_kill(&child, SIGKILL), 128 + SIGKILL);
         for (int i = 0; i < TASKS; i++) {
                 r = kvd_task_wait(tasks[i], 30000);
-                ck_assert_msg(r == KVD_OK || r == KVD_E_PEER_LOST,
-                              "push %d ended with %s", i, kvd_strerror(r));
+                ck_assert_msg(r == KVD_OK || r == KVD_E_PEER_LOST, "push %d ended with %s", i,
+                              kvd_strerror(r));
                 kvd_task_free(tasks[i]);
         }
         ck_assert_int_eq(wait_link_status(b, C_ID, KVD_E_PEER_LOST, 5000), KVD_E_PEER_LOST);
@@ -260,7 +257,7 @@ END_TEST
 /* A pull past its deadline: nothing lands in the caller's memory once the call returned. */
 START_TEST(test_timeout_no_late_write)
 {
-        const uint64_t n = 2048;        /* 2 x 2048 x 32 KiB = 128 MiB */
+        const uint64_t n = 2048; /* 2 x 2048 x 32 KiB = 128 MiB */
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
         uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
@@ -301,8 +298,7 @@ START_TEST(test_timeout_no_late_write)
 
         /* A push past its deadline: the caller gets TIMEOUT, the link stays usable. */
         o.timeout_ms = 2;
-        expect_status(b, kvd_push_blocks(b, &key, dst.id, sb, n, db, n, &o), KVD_E_TIMEOUT,
-                      NULL);
+        expect_status(b, kvd_push_blocks(b, &key, dst.id, sb, n, db, n, &o), KVD_E_TIMEOUT, NULL);
         o.timeout_ms = 60000;
         expect_ok(b, kvd_pull_blocks(b, &key, dst.id, sb, 4, db, 4, &o));
 
@@ -368,16 +364,17 @@ static int64_t transfer_past_stalled_peer(kvd_client *b, Node *p, bool push, con
                 harness_sleep_ms(1);
         ck_assert_int_eq(kill(p->d.pid, SIGSTOP), 0);
         /* Before its deadline, TIMEOUT from the task means it still runs. */
-        *ret_exercised = kvd_task_wait(t, 0) == KVD_E_TIMEOUT &&
-                         harness_now_ms() - t0 < STALL_DEADLINE_MS;
+        *ret_exercised =
+                kvd_task_wait(t, 0) == KVD_E_TIMEOUT && harness_now_ms() - t0 < STALL_DEADLINE_MS;
         r = kvd_task_wait(t, STALL_MS);
         elapsed = harness_now_ms() - t0;
         ck_assert_int_eq(kill(p->d.pid, SIGCONT), 0);
         /* Once it answers, its overdue heartbeats are out: stops add up to no peer loss. */
         (void)node_status_len(p, "peers");
-        ck_assert_msg(elapsed < STALL_MS, "the %s came back only after the peer ran again "
-                      "(%llu ms for a %d ms deadline)", push ? "push" : "pull",
-                      (unsigned long long)elapsed, STALL_DEADLINE_MS);
+        ck_assert_msg(elapsed < STALL_MS,
+                      "the %s came back only after the peer ran again "
+                      "(%llu ms for a %d ms deadline)",
+                      push ? "push" : "pull", (unsigned long long)elapsed, STALL_DEADLINE_MS);
         ck_assert_msg(r == KVD_E_TIMEOUT, "the %s ended with %s", push ? "push" : "pull",
                       kvd_strerror(r));
         kvd_task_free(t);
@@ -393,12 +390,12 @@ static int64_t transfer_past_stalled_peer(kvd_client *b, Node *p, bool push, con
 START_TEST(test_deadline_peer_stalled)
 {
         enum { RUNS = 3 };
-        const uint64_t n = 2048;        /* 2 x 2048 x 32 KiB = 128 MiB */
+        const uint64_t n = 2048; /* 2 x 2048 x 32 KiB = 128 MiB */
         kvd_cache_key key = kvd_key_blocks(A_ID, 0), target_key = kvd_key_blocks(A_ID, 1);
         kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
         uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
-        int64_t late[2] = { 0, 0 };
-        unsigned exercised[2] = { 0, 0 };
+        int64_t late[2] = {0, 0};
+        unsigned exercised[2] = {0, 0};
         kvd_client *a, *b;
         TCache src, target, dst;
         TCopies cp = {};
@@ -408,7 +405,7 @@ START_TEST(test_deadline_peer_stalled)
          * the stall is one of the TCP data plane, whose sender needs the peer to read. */
         if (strcmp(it_transport(), "rdma") == 0) {
                 fprintf(stderr, "SKIP test_deadline_peer_stalled: over RDMA a stopped peer "
-                        "daemon still moves bytes\n");
+                                "daemon still moves bytes\n");
                 free(sb);
                 free(db);
                 return;
@@ -431,9 +428,11 @@ START_TEST(test_deadline_peer_stalled)
                 late[push] = MAX(late[push], l);
                 exercised[push] += ran;
         }
-        fprintf(stderr, "deadline %d ms, peer stopped for %d ms: latest pull %lld ms late, "
-                "latest push %lld ms late (%u and %u runs stalled)\n", STALL_DEADLINE_MS,
-                STALL_MS, (long long)late[0], (long long)late[1], exercised[0], exercised[1]);
+        fprintf(stderr,
+                "deadline %d ms, peer stopped for %d ms: latest pull %lld ms late, "
+                "latest push %lld ms late (%u and %u runs stalled)\n",
+                STALL_DEADLINE_MS, STALL_MS, (long long)late[0], (long long)late[1], exercised[0],
+                exercised[1]);
         ck_assert_uint_gt(exercised[0], 0);
         ck_assert_uint_gt(exercised[1], 0);
         /* Generous for two loaded cores; the old push came back only after STALL_MS. */

@@ -53,11 +53,11 @@ static void pair_stop(Pair *w)
 
 START_TEST(test_pull_blocks)
 {
-        static const uint64_t sb1[] = { 3, 17, 5, 31, 0, 30 };
-        static const uint64_t db1[] = { 39, 1, 22, 7, 8, 23 };
-        static const uint64_t sb2[] = { 8, 9, 10, 11, 12, 13, 14, 15 };
-        static const uint64_t db2[] = { 24, 25, 26, 27, 28, 29, 30, 31 };
-        static const uint64_t db3[] = { 32, 33, 34, 35, 36, 37 };
+        static const uint64_t sb1[] = {3, 17, 5, 31, 0, 30};
+        static const uint64_t db1[] = {39, 1, 22, 7, 8, 23};
+        static const uint64_t sb2[] = {8, 9, 10, 11, 12, 13, 14, 15};
+        static const uint64_t db2[] = {24, 25, 26, 27, 28, 29, 30, 31};
+        static const uint64_t db3[] = {32, 33, 34, 35, 36, 37};
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
         TCache src, dst;
@@ -65,10 +65,10 @@ START_TEST(test_pull_blocks)
         Pair w;
 
         pair_start(&w, NULL);
-        expect_ok(w.a, tcache_register(&src, w.a, true, 4, 32, 4096, 11, &key, 1,
-                                       KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, tcache_register(&dst, w.b, true, 4, 40, 4096, 22, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.a,
+                  tcache_register(&src, w.a, true, 4, 32, 4096, 11, &key, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, true, 4, 40, 4096, 22, NULL, 0, KVD_REMOTE_DEFAULT));
         link_node(w.b, A_ID, &w.p);
         ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 1);
         ck_assert_int_eq(node_status_len(&w.d, "peers"), 1);
@@ -96,8 +96,10 @@ START_TEST(test_pull_blocks)
                 expect_ok(w.b, kvd_daemon_metrics(w.b, &text));
                 ck_assert_ptr_nonnull(strstr(text, "kvdist_peers{state=\"ready\"} 1\n"));
                 ck_assert_ptr_nonnull(strstr(text, "kvdist_peer_heartbeat_rtt_seconds{peer=\""));
-                (void)snprintf(want, sizeof(want), "kvdist_transfers_total{direction=\"pull\","
-                               "transport=\"%s\",status=\"KVD_OK\"} 3\n", it_transport());
+                (void)snprintf(want, sizeof(want),
+                               "kvdist_transfers_total{direction=\"pull\","
+                               "transport=\"%s\",status=\"KVD_OK\"} 3\n",
+                               it_transport());
                 ck_assert_ptr_nonnull(strstr(text, want));
                 free(text);
                 expect_ok(w.a, kvd_daemon_metrics(w.a, &text));
@@ -107,7 +109,7 @@ START_TEST(test_pull_blocks)
         }
         if (strcmp(it_transport(), "rdma") == 0) {
                 const char *ctl = getenv("KVDISTCTL");
-                const char *argv[] = { ctl, "--socket", w.d.d.socket_path, "devices", NULL };
+                const char *argv[] = {ctl, "--socket", w.d.d.socket_path, "devices", NULL};
                 char *out = NULL, *json = NULL, want[128];
 
                 /* The device, its port and registrations, as operators see them. */
@@ -123,8 +125,7 @@ START_TEST(test_pull_blocks)
                 /* Both caches' tensors registered, the pool as a whole, and the time it took
                  * counted. */
                 ck_assert_int_eq(node_status_int(&w.d, "rdma_devices/0/memory_regions"), 5);
-                ck_assert_int_gt(node_status_int(&w.d, "rdma_devices/0/registration_us_total"),
-                                 0);
+                ck_assert_int_gt(node_status_int(&w.d, "rdma_devices/0/registration_us_total"), 0);
                 expect_ok(w.b, kvd_daemon_metrics(w.b, &out));
                 (void)snprintf(want, sizeof(want), "kvdist_rdma_device_up{device=\"%s\"} 1\n",
                                getenv("KVDIST_RDMA_DEVICE"));
@@ -154,7 +155,8 @@ static unsigned transfers_with_progress(const Node *n)
         ck_assert_msg(root, "status is not JSON: %s", jerr.text);
         xs = json_object_get(root, "transfers");
         ck_assert(json_is_array(xs));
-        json_array_foreach(xs, i, x) {
+        json_array_foreach(xs, i, x)
+        {
                 json_t *done = json_object_get(x, "bytes_done");
 
                 if (json_is_null(done))
@@ -171,7 +173,7 @@ static unsigned transfers_with_progress(const Node *n)
 
 START_TEST(test_pull_large)
 {
-        const uint64_t n = 1024;        /* 2 tensors x 1024 x 16 KiB = 32 MiB */
+        const uint64_t n = 1024; /* 2 tensors x 1024 x 16 KiB = 32 MiB */
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
         uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
@@ -205,8 +207,8 @@ START_TEST(test_pull_large)
         o.timeout_ms = 60000;
         t0 = harness_now_ms();
         for (int i = 0; i < 8; i++)
-                expect_ok(w.b, kvd_pull_blocks_async(w.b, &key, dst.id, sb, n, db, n, &o,
-                                                     &tasks[i]));
+                expect_ok(w.b,
+                          kvd_pull_blocks_async(w.b, &key, dst.id, sb, n, db, n, &o, &tasks[i]));
         do {
                 with_progress += transfers_with_progress(&w.d);
                 running = 0;
@@ -230,9 +232,9 @@ END_TEST
 /* Blocks from 4 KiB to 4 MiB, scattered and contiguous, pulled and pushed. */
 START_TEST(test_block_sizes)
 {
-        static const uint64_t sizes[] = { 4096, 65536, 1 << 20, 4 << 20 };
-        static const uint64_t scattered[] = { 5, 0, 7, 2 }, contiguous[] = { 3, 4, 5, 6 };
-        static const uint64_t dst_a[] = { 1, 6, 3, 4 }, dst_b[] = { 0, 2, 5, 7 };
+        static const uint64_t sizes[] = {4096, 65536, 1 << 20, 4 << 20};
+        static const uint64_t scattered[] = {5, 0, 7, 2}, contiguous[] = {3, 4, 5, 6};
+        static const uint64_t dst_a[] = {1, 6, 3, 4}, dst_b[] = {0, 2, 5, 7};
         Pair w;
 
         pair_start(&w, NULL);
@@ -241,12 +243,12 @@ START_TEST(test_block_sizes)
                 TCache src, dst, inbox;
                 TCopies cp = {}, cpi = {};
 
-                expect_ok(w.a, tcache_register(&src, w.a, true, 2, 8, sizes[i], 0x100 + i, &k, 1,
-                                               0));
-                expect_ok(w.a, tcache_register(&inbox, w.a, true, 2, 8, sizes[i], 0x200 + i,
-                                               &kb, 1, 0));
-                expect_ok(w.b, tcache_register(&dst, w.b, true, 2, 8, sizes[i], 0x300 + i, NULL,
-                                               0, 0));
+                expect_ok(w.a,
+                          tcache_register(&src, w.a, true, 2, 8, sizes[i], 0x100 + i, &k, 1, 0));
+                expect_ok(w.a,
+                          tcache_register(&inbox, w.a, true, 2, 8, sizes[i], 0x200 + i, &kb, 1, 0));
+                expect_ok(w.b,
+                          tcache_register(&dst, w.b, true, 2, 8, sizes[i], 0x300 + i, NULL, 0, 0));
                 /* Caches registered before the link: link once per size. */
                 link_node(w.b, A_ID, &w.p);
                 expect_ok(w.b, kvd_pull_blocks(w.b, &k, dst.id, scattered, 4, dst_a, 4, NULL));
@@ -258,8 +260,9 @@ START_TEST(test_block_sizes)
                 tcopies_blocks(&cpi, &src, &inbox, ALL, ALL, 2, scattered, contiguous, 4);
                 tcache_verify(&inbox, &cpi);
                 tcache_verify_untouched(&src);
-                expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID,
-                                                   KVD_ROLE_PROMPT, w.p.peer_addr, NULL },
+                expect_ok(w.b, kvd_unlink_clusters(w.b,
+                                                   &(kvd_cluster_info){A_ID, KVD_ROLE_PROMPT,
+                                                                       w.p.peer_addr, NULL},
                                                    1, 1000, false, NULL));
                 tcopies_free(&cp);
                 tcopies_free(&cpi);
@@ -276,8 +279,8 @@ END_TEST
 
 START_TEST(test_push_blocks_notify)
 {
-        static const uint64_t sb[] = { 0, 7, 3, 12, 4, 5, 6 };
-        static const uint64_t db[] = { 15, 2, 9, 4, 10, 11, 12 };
+        static const uint64_t sb[] = {0, 7, 3, 12, 4, 5, 6};
+        static const uint64_t db[] = {15, 2, 9, 4, 10, 11, 12};
         static const char msg[] = "request 42: blocks 15 2 9 4 10 11 12";
         kvd_cache_key key = kvd_key_blocks(A_ID, 1);
         kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
@@ -291,13 +294,13 @@ START_TEST(test_push_blocks_notify)
 
         pair_start(&w, NULL);
         /* A owns the destination; B pushes into it and tells A. */
-        expect_ok(w.a, tcache_register(&dst, w.a, true, 4, 16, 2048, 55, &key, 1,
-                                       KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, tcache_register(&src, w.b, true, 4, 13, 2048, 66, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.a,
+                  tcache_register(&dst, w.a, true, 4, 16, 2048, 55, &key, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&src, w.b, true, 4, 13, 2048, 66, NULL, 0, KVD_REMOTE_DEFAULT));
         link_node(w.b, A_ID, &w.p);
         expect_ok(w.a, kvd_notify_fd(w.a, &fd));
-        pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+        pfd = (struct pollfd){.fd = fd, .events = POLLIN};
         ck_assert_int_eq(poll(&pfd, 1, 0), 0);
 
         o.notify = msg;
@@ -333,7 +336,7 @@ START_TEST(test_caches)
                 kvd_key_req(A_ID, 101, 0),
                 kvd_key_prefix(A_ID, 7, 0),
         };
-        static const uint64_t db[] = { 5, 1, 6 };
+        static const uint64_t db[] = {5, 1, 6};
         kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
         kvd_cache_key k;
         TCache src, dst, blocks, pushed;
@@ -341,14 +344,14 @@ START_TEST(test_caches)
         Pair w;
 
         pair_start(&w, NULL);
-        expect_ok(w.a, tcache_register(&src, w.a, false, 4, 3, 1024, 77, keys, 3,
-                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.a,
+                  tcache_register(&src, w.a, false, 4, 3, 1024, 77, keys, 3, KVD_REMOTE_DEFAULT));
         expect_ok(w.a, tcache_register(&pushed, w.a, false, 4, 2, 1024, 78, NULL, 0,
                                        KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, tcache_register(&dst, w.b, false, 4, 5, 1024, 88, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, tcache_register(&blocks, w.b, true, 4, 8, 512, 89, NULL, 0,
-                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, false, 4, 5, 1024, 88, NULL, 0, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&blocks, w.b, true, 4, 8, 512, 89, NULL, 0, KVD_REMOTE_DEFAULT));
         link_node(w.b, A_ID, &w.p);
 
         /* By CacheKey, whole item; by id and index; by prefix, part of each tensor. */
@@ -401,22 +404,20 @@ START_TEST(test_link_rules)
         expect_status(w.b, link_at(w.b, 777, w.p.peer_addr, 5000, &ret), KVD_E_LINK_FAILED,
                       "no cluster 777");
         ck_assert_int_eq(ret, KVD_E_LINK_FAILED);
-        expect_status(w.b, link_at(w.b, A_ID, "127.0.0.1:1", 5000, &ret), KVD_E_LINK_FAILED,
-                      NULL);
-        expect_status(w.b, link_at(w.b, A_ID, "peer.example:7000", 5000, &ret),
-                      KVD_E_PARAM_INVALID, "not ip:port");
+        expect_status(w.b, link_at(w.b, A_ID, "127.0.0.1:1", 5000, &ret), KVD_E_LINK_FAILED, NULL);
+        expect_status(w.b, link_at(w.b, A_ID, "peer.example:7000", 5000, &ret), KVD_E_PARAM_INVALID,
+                      "not ip:port");
         ck_assert_int_eq(kvd_check_link_status(w.b, A_ID), KVD_E_NOT_YET_LINK);
 
         /* At most 16 clusters per call. */
         for (size_t i = 0; i < ARRAY_SIZE(many); i++)
-                many[i] = (kvd_cluster_info){ 5000 + i, KVD_ROLE_PROMPT, w.p.peer_addr, NULL };
+                many[i] = (kvd_cluster_info){5000 + i, KVD_ROLE_PROMPT, w.p.peer_addr, NULL};
         expect_status(w.b, kvd_link_clusters(w.b, many, ARRAY_SIZE(many), 1000, NULL),
                       KVD_E_CLUSTER_NUM_EXCEED_LIMIT, NULL);
 
         link_node(w.b, A_ID, &w.p);
         expect_ok(w.b, kvd_check_link_status(w.b, A_ID));
-        expect_status(w.b, link_at(w.b, A_ID, w.p.peer_addr, 5000, &ret), KVD_E_ALREADY_LINK,
-                      NULL);
+        expect_status(w.b, link_at(w.b, A_ID, w.p.peer_addr, 5000, &ret), KVD_E_ALREADY_LINK, NULL);
         ck_assert_int_eq(ret, KVD_E_ALREADY_LINK);
 
         /* Registered after the link: not reachable through it; a private cache neither. */
@@ -435,9 +436,9 @@ START_TEST(test_link_rules)
         expect_status(w.a, kvd_switch_role(w.a, KVD_ROLE_MIX, NULL, 0), KVD_E_EXIST_LINK, NULL);
 
         /* Unlink tears down both ends. */
-        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
-                                                                     w.p.peer_addr, NULL },
-                                           1, 1000, false, NULL));
+        expect_ok(w.b, kvd_unlink_clusters(
+                               w.b, &(kvd_cluster_info){A_ID, KVD_ROLE_PROMPT, w.p.peer_addr, NULL},
+                               1, 1000, false, NULL));
         ck_assert_int_eq(kvd_check_link_status(w.b, A_ID), KVD_E_NOT_YET_LINK);
         for (int i = 0; i < 100 && node_status_len(&w.p, "inbound_links") > 0; i++)
                 harness_sleep_ms(20);
@@ -447,42 +448,43 @@ START_TEST(test_link_rules)
         ck_assert(!harness_daemon_log_contains(&w.p.d, "removed (KVD_E_NOT_YET_LINK)"));
         /* A new role; still a server at its daemon's address. */
         expect_ok(w.a, kvd_switch_role(w.a, KVD_ROLE_MIX,
-                                       &(kvd_option){ "listen_ip_info", w.p.peer_addr }, 1));
+                                       &(kvd_option){"listen_ip_info", w.p.peer_addr}, 1));
 
         /* A cache registered while a link existed defaults to private: a new link does not
          * reach it either; the caches registered before any link still are. */
         link_node(w.b, A_ID, &w.p);
         b0 = 1;
         expect_status(w.b, kvd_pull_blocks(w.b, &late_key, dst.id, &b0, 1, &b0, 1, NULL),
-                      KVD_E_PERMISSION_DENIED, "(registered with KVD_REMOTE_DEFAULT while "
+                      KVD_E_PERMISSION_DENIED,
+                      "(registered with KVD_REMOTE_DEFAULT while "
                       "cluster 1001 had links)");
         expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL));
 
         /* An unlink on the linked-to side takes B's end down too, and both logs say who. */
-        expect_ok(w.a, kvd_unlink_clusters(w.a, &(kvd_cluster_info){ B_ID, KVD_ROLE_DECODER,
-                                                                     NULL, NULL },
-                                           1, 1000, false, NULL));
+        expect_ok(w.a,
+                  kvd_unlink_clusters(w.a, &(kvd_cluster_info){B_ID, KVD_ROLE_DECODER, NULL, NULL},
+                                      1, 1000, false, NULL));
         ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
         for (int i = 0; i < 100 && kvd_check_link_status(w.b, A_ID) == KVD_OK; i++)
                 harness_sleep_ms(20);
         expect_status(w.b, kvd_check_link_status(w.b, A_ID), KVD_E_PEER_LOST, NULL);
         ck_assert(harness_daemon_log_contains(&w.p.d, "): removed (unlinked by cluster 1001)"));
         ck_assert(harness_daemon_log_contains(&w.d.d, "): down (unlinked by cluster 1001)"));
-        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
-                                                                     NULL, NULL },
-                                           1, 1000, false, NULL));
+        expect_ok(w.b,
+                  kvd_unlink_clusters(w.b, &(kvd_cluster_info){A_ID, KVD_ROLE_PROMPT, NULL, NULL},
+                                      1, 1000, false, NULL));
         link_node(w.b, A_ID, &w.p);
 
         /* A forced unlink on the linked-to side drops only its end; B then re-links. */
-        expect_ok(w.a, kvd_unlink_clusters(w.a, &(kvd_cluster_info){ B_ID, KVD_ROLE_DECODER,
-                                                                     NULL, NULL },
-                                           1, 1000, true, NULL));
+        expect_ok(w.a,
+                  kvd_unlink_clusters(w.a, &(kvd_cluster_info){B_ID, KVD_ROLE_DECODER, NULL, NULL},
+                                      1, 1000, true, NULL));
         ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL),
                       KVD_E_NOT_YET_LINK, NULL);
-        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
-                                                                     NULL, NULL },
-                                           1, 1000, true, NULL));
+        expect_ok(w.b,
+                  kvd_unlink_clusters(w.b, &(kvd_cluster_info){A_ID, KVD_ROLE_PROMPT, NULL, NULL},
+                                      1, 1000, true, NULL));
         link_node(w.b, A_ID, &w.p);
         expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL));
 
@@ -530,7 +532,7 @@ END_TEST
 /* A listener that accepts and never says a word: the link times out. */
 START_TEST(test_link_timeout)
 {
-        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
         socklen_t len = sizeof(sa);
         char addr[64];
         int lfd, ret = 1;
@@ -576,16 +578,15 @@ START_TEST(test_many_clusters)
                 dc[i] = node_client(&d, 200 + i, KVD_ROLE_DECODER);
                 expect_ok(pc[i], tcache_register(&src[i], pc[i], true, 2, BLOCKS, 4096, 10 + i,
                                                  &key, 1, 0));
-                expect_ok(dc[i], tcache_register(&dst[i], dc[i], true, 2, N * BLOCKS, 4096,
-                                                 20 + i, NULL, 0, 0));
+                expect_ok(dc[i], tcache_register(&dst[i], dc[i], true, 2, N * BLOCKS, 4096, 20 + i,
+                                                 NULL, 0, 0));
         }
         for (int i = 0; i < N; i++) {
                 kvd_cluster_info infos[N];
                 int rets[N];
 
                 for (int j = 0; j < N; j++)
-                        infos[j] = (kvd_cluster_info){ 100 + j, KVD_ROLE_PROMPT, p.peer_addr,
-                                                       NULL };
+                        infos[j] = (kvd_cluster_info){100 + j, KVD_ROLE_PROMPT, p.peer_addr, NULL};
                 expect_ok(dc[i], kvd_link_clusters(dc[i], infos, N, 5000, rets));
                 for (int j = 0; j < N; j++)
                         ck_assert_int_eq(rets[j], KVD_OK);
@@ -602,9 +603,8 @@ START_TEST(test_many_clusters)
 
                         for (int b = 0; b < BLOCKS; b++)
                                 db[j][b] = (uint64_t)(j * BLOCKS + b);
-                        expect_ok(dc[i], kvd_pull_blocks_async(dc[i], &key, dst[i].id, sb,
-                                                               BLOCKS, db[j], BLOCKS, NULL,
-                                                               &tasks[i][j]));
+                        expect_ok(dc[i], kvd_pull_blocks_async(dc[i], &key, dst[i].id, sb, BLOCKS,
+                                                               db[j], BLOCKS, NULL, &tasks[i][j]));
                 }
         for (int i = 0; i < N; i++) {
                 TCopies cp = {};
@@ -630,7 +630,7 @@ END_TEST
 /* A decode cluster on a third daemon pulls from two prompt daemons. */
 START_TEST(test_three_daemons)
 {
-        static const uint64_t sb[] = { 1, 0, 3 }, db1[] = { 0, 1, 2 }, db2[] = { 5, 4, 3 };
+        static const uint64_t sb[] = {1, 0, 3}, db1[] = {0, 1, 2}, db2[] = {5, 4, 3};
         kvd_cache_key k1 = kvd_key_blocks(A_ID, 0), k2 = kvd_key_blocks(C_ID, 0);
         kvd_client *a, *c, *b;
         TCache s1, s2, dst;
@@ -667,7 +667,7 @@ END_TEST
 /* Both daemons ask for CRC32C on the data streams: the same bytes land. */
 START_TEST(test_crc)
 {
-        static const char *const extra[] = { "--tcp-crc", "on", "--tcp-streams", "2", NULL };
+        static const char *const extra[] = {"--tcp-crc", "on", "--tcp-streams", "2", NULL};
         const uint64_t n = 256;
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         /* 32 MiB through CRC32C on both ends: more than the default second on a busy host. */

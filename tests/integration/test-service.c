@@ -35,7 +35,7 @@ typedef struct Manager {
 
 static void manager_start(Manager *m)
 {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
 
         strcpy(m->dir, "/tmp/kvdist-it-notify-XXXXXX");
         ck_assert_ptr_nonnull(mkdtemp(m->dir));
@@ -57,7 +57,7 @@ static void manager_stop(Manager *m)
 /* The next message within @timeout_ms, malloc()ed; NULL when none came. */
 static char *manager_recv(Manager *m, int timeout_ms)
 {
-        struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
+        struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
         char buf[4096];
         ssize_t n;
 
@@ -140,7 +140,7 @@ static bool manager_wait_status(Manager *m, Heard *h, const char *needle, int ti
 
 START_TEST(test_notify)
 {
-        const char *env[3] = { NULL, "WATCHDOG_USEC=200000", NULL };
+        const char *env[3] = {NULL, "WATCHDOG_USEC=200000", NULL};
         HarnessDaemon d;
         kvd_client *a = NULL, *c = NULL;
         Heard h = {}, burst = {};
@@ -150,7 +150,7 @@ START_TEST(test_notify)
 
         manager_start(&m);
         env[0] = m.env;
-        r = harness_daemon_start_opts(&d, &(HarnessStartOptions){ .env = env });
+        r = harness_daemon_start_opts(&d, &(HarnessStartOptions){.env = env});
         ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
 
         /* READY=1 comes with the first summary, once the socket accepts (the harness saw it). */
@@ -174,8 +174,10 @@ START_TEST(test_notify)
                 ck_assert_msg(manager_wait_for(&m, &h, "WATCHDOG=1", 10000),
                               "the watchdog pings stopped after %u", h.watchdog);
         elapsed = h.last_watchdog_ms - h.first_watchdog_ms;
-        ck_assert_msg(elapsed >= 5 * PING_MS * 9 / 10, "6 pings in %llu ms: faster than every "
-                      "%d ms", (unsigned long long)elapsed, PING_MS);
+        ck_assert_msg(elapsed >= 5 * PING_MS * 9 / 10,
+                      "6 pings in %llu ms: faster than every "
+                      "%d ms",
+                      (unsigned long long)elapsed, PING_MS);
 
         /*
          * Fifty attach/detach cycles, then one more attach: STATUS= at most once a second, not
@@ -216,14 +218,14 @@ END_TEST
 /* Without WATCHDOG_USEC there is no watchdog timer and no ping. */
 START_TEST(test_no_watchdog)
 {
-        const char *env[2] = { NULL, NULL };
+        const char *env[2] = {NULL, NULL};
         HarnessDaemon d;
         Heard h = {};
         Manager m;
 
         manager_start(&m);
         env[0] = m.env;
-        ck_assert_int_eq(harness_daemon_start_opts(&d, &(HarnessStartOptions){ .env = env }), 0);
+        ck_assert_int_eq(harness_daemon_start_opts(&d, &(HarnessStartOptions){.env = env}), 0);
         ck_assert(manager_wait_for(&m, &h, "READY=1", 10000));
         (void)manager_wait_for(&m, &h, NULL, 3 * PING_MS);
         ck_assert_uint_eq(h.watchdog, 0);
@@ -283,7 +285,7 @@ static json_int_t config_int(json_t *config, const char *a, const char *b)
 START_TEST(test_reload)
 {
         char dir[] = "/tmp/kvdist-it-reload-XXXXXX", path[128];
-        const char *args[] = { "--config", path, NULL };
+        const char *args[] = {"--config", path, NULL};
         kvd_client *a = NULL, *b = NULL;
         HarnessDaemon d;
         json_t *config;
@@ -317,8 +319,7 @@ START_TEST(test_reload)
 
         /* The new limit holds: one cluster, not two. */
         expect_ok(NULL, harness_client_init(&d, A_ID, KVD_ROLE_PROMPT, &a));
-        ck_assert_int_eq(harness_client_init(&d, B_ID, KVD_ROLE_DECODER, &b),
-                         KVD_E_LIMIT_EXCEEDED);
+        ck_assert_int_eq(harness_client_init(&d, B_ID, KVD_ROLE_DECODER, &b), KVD_E_LIMIT_EXCEEDED);
         expect_ok(a, kvd_client_finalize(a));
 
         /* A broken file changes nothing and the daemon goes on. */
@@ -336,9 +337,8 @@ START_TEST(test_reload)
         ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
         wait_log(&d, "reload: allow_gids: [] -> [4242] (for new connections)");
         config = daemon_config(&d);
-        ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(config, "allow_gids"),
-                                                           0)),
-                         4242);
+        ck_assert_int_eq(
+                json_integer_value(json_array_get(json_object_get(config, "allow_gids"), 0)), 4242);
         json_decref(config);
 
         ck_assert_int_eq(harness_daemon_stop(&d), 0);
@@ -362,8 +362,7 @@ static char *http_request(const char *addr, const char *method, const char *path
         fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         ck_assert_int_ge(fd, 0);
         ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, len), 0);
-        (void)snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: %s\r\n\r\n", method, path,
-                       addr);
+        (void)snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: %s\r\n\r\n", method, path, addr);
         ck_assert_int_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
         f = open_memstream(&resp, &size);
         ck_assert_ptr_nonnull(f);
@@ -407,16 +406,27 @@ static void check_prometheus(const char *text)
         ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
         close(fd);
         {
-                const char *argv[] = { "/usr/bin/env", "python3", checker,
-                                       "--expect", "kvdist_transfers_total",
-                                       "--expect", "kvdist_transfer_duration_seconds",
-                                       "--expect", "kvdist_transfers_in_flight",
-                                       "--expect", "kvdist_request_errors_total",
-                                       "--expect", "kvdist_pool_used_bytes",
-                                       "--expect", "kvdist_region_bytes",
-                                       "--expect", "kvdist_clusters",
-                                       "--expect", "kvdist_links",
-                                       path, NULL };
+                const char *argv[] = {"/usr/bin/env",
+                                      "python3",
+                                      checker,
+                                      "--expect",
+                                      "kvdist_transfers_total",
+                                      "--expect",
+                                      "kvdist_transfer_duration_seconds",
+                                      "--expect",
+                                      "kvdist_transfers_in_flight",
+                                      "--expect",
+                                      "kvdist_request_errors_total",
+                                      "--expect",
+                                      "kvdist_pool_used_bytes",
+                                      "--expect",
+                                      "kvdist_region_bytes",
+                                      "--expect",
+                                      "kvdist_clusters",
+                                      "--expect",
+                                      "kvdist_links",
+                                      path,
+                                      NULL};
 
                 r = harness_run(argv, &out, &err);
                 ck_assert_msg(r == 0, "check-prometheus rejected the metrics: %s%s", out, err);
@@ -425,7 +435,7 @@ static void check_prometheus(const char *text)
         }
         if (promtool && promtool[0]) {
                 char cmd[512];
-                const char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+                const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
 
                 (void)snprintf(cmd, sizeof(cmd), "'%s' check metrics < '%s'", promtool, path);
                 r = harness_run(argv, &out, &err);
@@ -440,10 +450,10 @@ static void check_prometheus(const char *text)
 
 START_TEST(test_metrics)
 {
-        const char *args[] = { "--metrics-listen", "127.0.0.1:0", NULL };
+        const char *args[] = {"--metrics-listen", "127.0.0.1:0", NULL};
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
-        kvd_cluster_info info = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
-        uint64_t sb[] = { 3, 1 }, db[] = { 0, 2 };
+        kvd_cluster_info info = {A_ID, KVD_ROLE_PROMPT, NULL, NULL};
+        uint64_t sb[] = {3, 1}, db[] = {0, 2};
         kvd_client *a = NULL, *b = NULL;
         char *text = NULL, *resp, *body, want[256];
         const char *addr;
@@ -467,8 +477,8 @@ START_TEST(test_metrics)
         expect_ok(b, kvd_pull_blocks(b, &key, dst.id, sb, 2, db, 2, NULL));
         /* One failure, counted by status: block 9 is out of range. */
         sb[0] = 9;
-        expect_status(b, kvd_pull_blocks(b, &key, dst.id, sb, 2, db, 2, NULL),
-                      KVD_E_PARAM_INVALID, NULL);
+        expect_status(b, kvd_pull_blocks(b, &key, dst.id, sb, 2, db, 2, NULL), KVD_E_PARAM_INVALID,
+                      NULL);
 
         resp = http_request(addr, "GET", "/metrics");
         ck_assert_msg(http_status(resp) == 200, "response:\n%.400s", resp);
@@ -518,7 +528,7 @@ END_TEST
 
 START_TEST(test_metrics_bad_address)
 {
-        const char *argv[] = { getenv("KVDISTD"), "--metrics-listen", "localhost:9477", NULL };
+        const char *argv[] = {getenv("KVDISTD"), "--metrics-listen", "localhost:9477", NULL};
         char *out = NULL, *err = NULL;
 
         ck_assert_int_eq(harness_run(argv, &out, &err), 2);

@@ -19,7 +19,7 @@
  * exists, so the answer is PERMISSION_DENIED, not CACHE_NOT_EXIST. */
 START_TEST(test_registered_after_link)
 {
-        static const uint64_t sb[] = { 0 }, db[] = { 0 };
+        static const uint64_t sb[] = {0}, db[] = {0};
         kvd_cache_key before = kvd_key_blocks(A_ID, 1), after = kvd_key_blocks(A_ID, 2);
         TCache c_before, c_after, dst;
         TCopies cp = {};
@@ -50,7 +50,7 @@ END_TEST
 /* The rule is about the remote side: the puller's own caches may come after its link. */
 START_TEST(test_local_cache_after_link)
 {
-        static const uint64_t sb[] = { 1, 0 }, db[] = { 0, 1 };
+        static const uint64_t sb[] = {1, 0}, db[] = {0, 1};
         kvd_cache_key key = kvd_key_blocks(A_ID, 1);
         TCache src, dst;
         TCopies cp = {};
@@ -105,7 +105,7 @@ END_TEST
 
 START_TEST(test_remote_access)
 {
-        static const uint64_t sb[] = { 1 }, db[] = { 1 };
+        static const uint64_t sb[] = {1}, db[] = {1};
         kvd_cache_key kno = kvd_key_blocks(A_ID, 1), kyes = kvd_key_blocks(A_ID, 2);
         kvd_cache_key kquiet = kvd_key_blocks(A_ID, 3);
         TCache no, yes, late, quiet, dst;
@@ -114,13 +114,13 @@ START_TEST(test_remote_access)
 
         world_start(&w);
         expect_ok(w.a, tcache_register(&no, w.a, true, 2, 2, 256, 1, &kno, 1, KVD_REMOTE_NO));
-        expect_ok(w.a, tcache_register(&yes, w.a, true, 2, 2, 256, 2, &kyes, 1,
-                                       KVD_REMOTE_YES));
+        expect_ok(w.a, tcache_register(&yes, w.a, true, 2, 2, 256, 2, &kyes, 1, KVD_REMOTE_YES));
         expect_ok(w.b, tcache_register(&dst, w.b, true, 2, 2, 256, 3, NULL, 0, 0));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
 
         expect_status(w.b, kvd_pull_blocks(w.b, &kno, dst.id, sb, 1, db, 1, NULL),
-                      KVD_E_PERMISSION_DENIED, "not remote-accessible (registered with "
+                      KVD_E_PERMISSION_DENIED,
+                      "not remote-accessible (registered with "
                       "KVD_REMOTE_NO)");
         tcache_verify_untouched(&dst);
         expect_ok(w.b, kvd_pull_blocks(w.b, &kyes, dst.id, sb, 1, db, 1, NULL));
@@ -128,19 +128,19 @@ START_TEST(test_remote_access)
         tcache_verify(&dst, &cp);
 
         /* Asking for remote access once a link exists is an error. */
-        expect_status(w.a, tcache_register(&late, w.a, true, 2, 2, 256, 4, NULL, 0,
-                                           KVD_REMOTE_YES),
+        expect_status(w.a, tcache_register(&late, w.a, true, 2, 2, 256, 4, NULL, 0, KVD_REMOTE_YES),
                       KVD_E_PARAM_INVALID, "after a link exists");
 
         /* The default while a link exists is private: a link made later does not reach it. */
-        expect_ok(w.a, tcache_register(&quiet, w.a, true, 2, 2, 256, 5, &kquiet, 1,
-                                       KVD_REMOTE_DEFAULT));
-        expect_ok(w.b, kvd_unlink_clusters(w.b, &(kvd_cluster_info){ A_ID, KVD_ROLE_PROMPT,
-                                                                     NULL, NULL },
-                                           1, 1000, false, NULL));
+        expect_ok(w.a,
+                  tcache_register(&quiet, w.a, true, 2, 2, 256, 5, &kquiet, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  kvd_unlink_clusters(w.b, &(kvd_cluster_info){A_ID, KVD_ROLE_PROMPT, NULL, NULL},
+                                      1, 1000, false, NULL));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
         expect_status(w.b, kvd_pull_blocks(w.b, &kquiet, dst.id, sb, 1, db, 1, NULL),
-                      KVD_E_PERMISSION_DENIED, "(registered with KVD_REMOTE_DEFAULT while "
+                      KVD_E_PERMISSION_DENIED,
+                      "(registered with KVD_REMOTE_DEFAULT while "
                       "cluster 1001 had links)");
         tcache_verify(&dst, &cp);
 
@@ -151,7 +151,7 @@ END_TEST
 
 START_TEST(test_transfer_validation)
 {
-        static const uint64_t s3[] = { 0, 1, 2 }, d3[] = { 0, 1, 2 }, d2[] = { 0, 1 };
+        static const uint64_t s3[] = {0, 1, 2}, d3[] = {0, 1, 2}, d2[] = {0, 1};
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         kvd_cache_key rkey = kvd_key_req(A_ID, 5, 0);
         kvd_cache_key unknown = kvd_key_blocks(A_ID, 99);
@@ -196,7 +196,7 @@ START_TEST(test_transfer_validation)
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d2, 2, NULL),
                       KVD_E_PARAM_INVALID, "src_blocks has 3 entries but dst_blocks has 2");
         {
-                static const uint64_t dup[] = { 5, 6, 5 };
+                static const uint64_t dup[] = {5, 6, 5};
 
                 expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, dup, 3, NULL),
                               KVD_E_PARAM_INVALID, "dst_blocks[2]=5 repeats dst_blocks[0]");
@@ -232,23 +232,23 @@ START_TEST(test_transfer_validation)
                 expect_status(w.b, kvd_pull_cache(w.b, &k, cdst.id, 0, -1, NULL),
                               KVD_E_PARAM_INVALID, "batch_index 2 is out of range");
         }
-        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 2, -1, NULL),
-                      KVD_E_PARAM_INVALID, "dst_index=2 is out of range");
-        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 0, 513, NULL),
-                      KVD_E_PARAM_INVALID, "larger than the source item");
-        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 0, 0, NULL),
-                      KVD_E_PARAM_INVALID, "size=0 is invalid");
-        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 0, -2, NULL),
-                      KVD_E_PARAM_INVALID, "size");
-        expect_status(w.b, kvd_pull_cache(w.b, &key, cdst.id, 0, -1, NULL),
-                      KVD_E_PARAM_INVALID, "not a BlocksCacheKey");
+        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 2, -1, NULL), KVD_E_PARAM_INVALID,
+                      "dst_index=2 is out of range");
+        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 0, 513, NULL), KVD_E_PARAM_INVALID,
+                      "larger than the source item");
+        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 0, 0, NULL), KVD_E_PARAM_INVALID,
+                      "size=0 is invalid");
+        expect_status(w.b, kvd_pull_cache(w.b, &rkey, cdst.id, 0, -2, NULL), KVD_E_PARAM_INVALID,
+                      "size");
+        expect_status(w.b, kvd_pull_cache(w.b, &key, cdst.id, 0, -1, NULL), KVD_E_PARAM_INVALID,
+                      "not a BlocksCacheKey");
         expect_status(w.b, kvd_pull_blocks(w.b, &rkey, dst.id, s3, 3, d3, 3, NULL),
                       KVD_E_PARAM_INVALID, "src_blocks must be empty");
         expect_status(w.b, kvd_push_blocks(w.b, &rkey, dst.id, s3, 3, d3, 3, NULL),
                       KVD_E_PARAM_INVALID, "BlocksCacheKey");
         /* A blocks cache where a contiguous one is needed, and the reverse. */
-        expect_status(w.b, kvd_pull_cache(w.b, &rkey, dst.id, 0, -1, NULL),
-                      KVD_E_PARAM_INVALID, "destination cache is a blocks cache");
+        expect_status(w.b, kvd_pull_cache(w.b, &rkey, dst.id, 0, -1, NULL), KVD_E_PARAM_INVALID,
+                      "destination cache is a blocks cache");
         expect_status(w.b, kvd_pull_blocks(w.b, &key, cdst.id, s3, 3, d3, 3, NULL),
                       KVD_E_PARAM_INVALID, "destination cache is contiguous");
 
@@ -267,14 +267,14 @@ START_TEST(test_link_errors)
 {
         kvd_cluster_info infos[17];
         int rets[17];
-        kvd_cluster_info self = { B_ID, KVD_ROLE_DECODER, NULL, NULL };
-        kvd_cluster_info a = { A_ID, KVD_ROLE_PROMPT, NULL, NULL };
-        kvd_cluster_info nobody = { 4242, KVD_ROLE_PROMPT, NULL, NULL };
+        kvd_cluster_info self = {B_ID, KVD_ROLE_DECODER, NULL, NULL};
+        kvd_cluster_info a = {A_ID, KVD_ROLE_PROMPT, NULL, NULL};
+        kvd_cluster_info nobody = {4242, KVD_ROLE_PROMPT, NULL, NULL};
         World w;
 
         world_start(&w);
         for (size_t i = 0; i < 17; i++)
-                infos[i] = (kvd_cluster_info){ 5000 + i, KVD_ROLE_PROMPT, NULL, NULL };
+                infos[i] = (kvd_cluster_info){5000 + i, KVD_ROLE_PROMPT, NULL, NULL};
 
         expect_status(w.b, kvd_link_clusters(w.b, infos, 17, 0, rets),
                       KVD_E_CLUSTER_NUM_EXCEED_LIMIT, "at most 16");
@@ -285,8 +285,7 @@ START_TEST(test_link_errors)
         expect_status(w.b, kvd_link_clusters(w.b, &self, 1, 0, rets), KVD_E_PARAM_INVALID,
                       "cannot link to itself");
         ck_assert_int_eq(rets[0], KVD_E_PARAM_INVALID);
-        expect_status(w.b, kvd_link_clusters(w.b, &nobody, 1, 0, rets), KVD_E_LINK_FAILED,
-                      "4242");
+        expect_status(w.b, kvd_link_clusters(w.b, &nobody, 1, 0, rets), KVD_E_LINK_FAILED, "4242");
         ck_assert_int_eq(rets[0], KVD_E_LINK_FAILED);
 
         expect_status(w.b, kvd_check_link_status(w.b, A_ID), KVD_E_NOT_YET_LINK, "has no link");
@@ -296,12 +295,11 @@ START_TEST(test_link_errors)
 
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
         expect_ok(w.b, kvd_check_link_status(w.b, A_ID));
-        expect_status(w.b, kvd_link_clusters(w.b, &a, 1, 0, rets), KVD_E_ALREADY_LINK,
-                      "already");
+        expect_status(w.b, kvd_link_clusters(w.b, &a, 1, 0, rets), KVD_E_ALREADY_LINK, "already");
         ck_assert_int_eq(rets[0], KVD_E_ALREADY_LINK);
         /* One call with a good and a bad cluster: per-cluster statuses. */
         {
-                kvd_cluster_info two[2] = { a, nobody };
+                kvd_cluster_info two[2] = {a, nobody};
 
                 expect_status(w.b, kvd_link_clusters(w.b, two, 2, 0, rets), KVD_E_ALREADY_LINK,
                               NULL);
@@ -322,7 +320,7 @@ START_TEST(test_link_errors)
                       NULL);
         expect_ok(w.b, kvd_switch_role(w.b, KVD_ROLE_MIX, NULL, 0));
         {
-                kvd_option o = { "listen_ip_info", "127.0.0.1:0" };
+                kvd_option o = {"listen_ip_info", "127.0.0.1:0"};
 
                 expect_ok(w.a, kvd_switch_role(w.a, KVD_ROLE_PROMPT, &o, 1));
         }
@@ -355,8 +353,8 @@ END_TEST
 
 START_TEST(test_memory_errors)
 {
-        kvd_cache_desc desc = { .num_tensors = 1, .n_dims = 2, .shape = { 4, 64 },
-                                .data_type = KVD_DT_FLOAT16 };
+        kvd_cache_desc desc = {
+                .num_tensors = 1, .n_dims = 2, .shape = {4, 64}, .data_type = KVD_DT_FLOAT16};
         void *addrs[KVD_MAX_TENSORS];
         uint64_t id, ids[3];
         uint8_t *mem = NULL, *heap;
@@ -393,8 +391,7 @@ START_TEST(test_memory_errors)
 
         /* 240 tensor addresses per cluster. */
         for (int i = 0; i < 3; i++) {
-                expect_ok(w.b, tcache_register(&tc, w.b, true, 80, 2, 64, (uint64_t)i, NULL, 0,
-                                               0));
+                expect_ok(w.b, tcache_register(&tc, w.b, true, 80, 2, 64, (uint64_t)i, NULL, 0, 0));
                 ids[i] = tc.id;
         }
         expect_status(w.b, tcache_register(&tc, w.b, true, 1, 2, 64, 9, NULL, 0, 0),
@@ -410,8 +407,8 @@ END_TEST
 
 START_TEST(test_pool_limits)
 {
-        kvd_cache_desc desc = { .num_tensors = 2, .n_dims = 2, .shape = { 1, 64 << 20 },
-                                .data_type = KVD_DT_FLOAT };
+        kvd_cache_desc desc = {
+                .num_tensors = 2, .n_dims = 2, .shape = {1, 64 << 20}, .data_type = KVD_DT_FLOAT};
         kvd_cache_key k1 = kvd_key_req(A_ID, 1, 0);
         HarnessDaemon nopool;
         kvd_client *c = NULL;
@@ -422,8 +419,8 @@ START_TEST(test_pool_limits)
 
         world_start(&w);
         /* 2 x 256 MiB does not fit the default 256 MiB pool. */
-        expect_status(w.a, kvd_allocate_cache(w.a, &desc, NULL, 0, &id, NULL),
-                      KVD_E_OUT_OF_MEMORY, "the pool cannot hold");
+        expect_status(w.a, kvd_allocate_cache(w.a, &desc, NULL, 0, &id, NULL), KVD_E_OUT_OF_MEMORY,
+                      "the pool cannot hold");
         ck_assert_int_eq(client_status_int(w.a, "pool/used"), 0);
         /* A key names one cache. */
         expect_ok(w.a, tcache_allocate(&tc, w.a, 2, 1, 4096, 1, &k1, 1));
@@ -449,8 +446,8 @@ END_TEST
 START_TEST(test_request_above_frame_limit)
 {
         enum { N_BIG = 30000 };
-        static const uint64_t sb[] = { 5, 6, 7, 100 };
-        static const uint64_t db[] = { 9, 1, 2, 3 };
+        static const uint64_t sb[] = {5, 6, 7, 100};
+        static const uint64_t db[] = {9, 1, 2, 3};
         kvd_cache_key key = kvd_key_blocks(A_ID, 0);
         uint64_t *ids;
         kvd_client *a = NULL, *b = NULL;
@@ -463,10 +460,8 @@ START_TEST(test_request_above_frame_limit)
         ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
         expect_ok(NULL, harness_server_init(&d, A_ID, KVD_ROLE_PROMPT, "127.0.0.1:0", &a));
         expect_ok(NULL, harness_client_init(&d, B_ID, KVD_ROLE_DECODER, &b));
-        expect_ok(a, tcache_register(&src, a, true, 2, N_BIG, 8, 31, &key, 1,
-                                     KVD_REMOTE_DEFAULT));
-        expect_ok(b, tcache_register(&dst, b, true, 2, N_BIG, 8, 32, NULL, 0,
-                                     KVD_REMOTE_DEFAULT));
+        expect_ok(a, tcache_register(&src, a, true, 2, N_BIG, 8, 31, &key, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(b, tcache_register(&dst, b, true, 2, N_BIG, 8, 32, NULL, 0, KVD_REMOTE_DEFAULT));
         link_to(b, A_ID, KVD_ROLE_PROMPT);
 
         ids = calloc(N_BIG, sizeof(*ids));

@@ -30,8 +30,8 @@ void load_ok(Config *c, const char *json)
 
 static bool devices_equal(const DeviceConfig *a, const DeviceConfig *b)
 {
-        return a->device_id == b->device_id && a->port == b->port &&
-               a->gid_index == b->gid_index && a->transport == b->transport &&
+        return a->device_id == b->device_id && a->port == b->port && a->gid_index == b->gid_index &&
+               a->transport == b->transport &&
                (a->rdma_device ? b->rdma_device && strcmp(a->rdma_device, b->rdma_device) == 0
                                : !b->rdma_device) &&
                (a->netdev ? b->netdev && strcmp(a->netdev, b->netdev) == 0 : !b->netdev);
@@ -89,8 +89,7 @@ void load_fails(const char *json, const char *message)
         ck_assert_msg(r == -EINVAL, "loading %s: expected -EINVAL, got %d", json, r);
         ck_assert_ptr_nonnull(error);
         ck_assert_msg(strcmp(error, message) == 0,
-                      "loading %s:\n  got      \"%s\"\n  expected \"%s\"",
-                      json, error, message);
+                      "loading %s:\n  got      \"%s\"\n  expected \"%s\"", json, error, message);
         ck_assert(config_equal(c, ref, true));
 }
 
@@ -110,7 +109,7 @@ void load_fails_with(const char *json, const char *part)
 /* Runs config_parse_argv() on a NULL-terminated list of arguments after "kvdistd". */
 int parse(Config *c, char **ret_error, ...)
 {
-        char *argv[32] = { (char *)"kvdistd" };
+        char *argv[32] = {(char *)"kvdistd"};
         int argc = 1;
         va_list ap;
         char *a;
@@ -129,7 +128,7 @@ void parse_fails(const char *message, ...)
         _cleanup_(config_freep) Config *c = new_config();
         _cleanup_(config_freep) Config *ref = new_config();
         _cleanup_free_ char *error = NULL;
-        char *argv[16] = { (char *)"kvdistd" };
+        char *argv[16] = {(char *)"kvdistd"};
         int argc = 1, r;
         va_list ap;
         char *a;

@@ -32,7 +32,7 @@ static inline void cache_init(TestCache *tc, bool blocks, uint32_t n_tensors, ui
         tc->c.tensor_size = units * stride;
         tc->c.tensors = tc->t;
         for (uint32_t i = 0; i < n_tensors; i++)
-                tc->t[i] = (PlanTensor){ region, base + i * (tc->c.tensor_size + gap) };
+                tc->t[i] = (PlanTensor){region, base + i * (tc->c.tensor_size + gap)};
 }
 
 /* plan_build() of @req, asserted to succeed; the caller frees the plan. */

@@ -75,7 +75,7 @@ Xfer *xfer_new(uint64_t seed, uint64_t total, size_t src_seg, size_t dst_seg)
         for (size_t i = 0; i < x->n_src; i++) {
                 pos += (size_t)(rnd_next(&s) % 16);
                 memcpy(x->src_buf + pos, x->expect + logical, src_lens[i]);
-                x->src[i] = (TcpSrcSegment){ .src = x->src_buf + pos, .len = src_lens[i] };
+                x->src[i] = (TcpSrcSegment){.src = x->src_buf + pos, .len = src_lens[i]};
                 pos += src_lens[i];
                 logical += src_lens[i];
         }
@@ -105,7 +105,7 @@ Xfer *xfer_new(uint64_t seed, uint64_t total, size_t src_seg, size_t dst_seg)
         ck_assert_ptr_nonnull(x->dst_buf);
         memset(x->dst_buf, GUARD_BYTE, x->dst_buf_len);
         for (size_t i = 0; i < x->n_dst; i++) {
-                x->dst[i] = (TcpDstSegment){ .dst = x->dst_buf + slot[i], .len = dst_lens[i] };
+                x->dst[i] = (TcpDstSegment){.dst = x->dst_buf + slot[i], .len = dst_lens[i]};
                 memset(x->dst_buf + slot[i], FILL_BYTE, dst_lens[i]);
         }
         return x;
@@ -233,7 +233,7 @@ static void set_bufs(int fd, int bufsize)
 /* A connected pair, both ends blocking: TCP on loopback (fds[0] connected) or a socketpair. */
 static void make_pair(int fds[2], bool tcp, int bufsize)
 {
-        struct sockaddr_in sin = { .sin_family = AF_INET };
+        struct sockaddr_in sin = {.sin_family = AF_INET};
         socklen_t len = sizeof(sin);
         _cleanup_close_ int l = -1;
 
@@ -262,7 +262,7 @@ static void make_pair(int fds[2], bool tcp, int bufsize)
 static void peer_new(World *w, Peer *p, const int *fds, const TcpDataOptions *tmpl,
                      const char *name)
 {
-        TcpDataOptions o = { 0 };
+        TcpDataOptions o = {0};
 
         if (tmpl)
                 o = *tmpl;
@@ -280,7 +280,7 @@ static void world_base(World *w, unsigned n)
 {
         /* Counts from 0 for each world, also when Check runs the tests in one process. */
         done_total = 0;
-        *w = (World){ .n = n };
+        *w = (World){.n = n};
         for (unsigned i = 0; i < TCP_DATA_MAX_CONNS; i++)
                 w->raw[i] = -1;
         w->base = event_base_new();
@@ -343,7 +343,7 @@ static void on_tick(evutil_socket_t fd, short what, void *userdata)
 
 void run_until_cond(World *w, bool (*cond)(void *userdata), void *userdata)
 {
-        struct timeval ms = { .tv_sec = 0, .tv_usec = 1000 };
+        struct timeval ms = {.tv_sec = 0, .tv_usec = 1000};
         struct event *tick = event_new(w->base, -1, EV_PERSIST, on_tick, NULL);
 
         ck_assert_ptr_nonnull(tick);
@@ -423,8 +423,8 @@ void raw_read(int fd, void *buf, size_t len)
 void put_header(uint8_t *buf, uint32_t magic, uint32_t flags, uint64_t id, uint64_t offset,
                 uint32_t len, uint32_t crc)
 {
-        uint64_t f[6] = { magic, flags, id, offset, len, crc };
-        unsigned w[6] = { 4, 4, 8, 8, 4, 4 };
+        uint64_t f[6] = {magic, flags, id, offset, len, crc};
+        unsigned w[6] = {4, 4, 8, 8, 4, 4};
         size_t p = 0;
 
         for (unsigned i = 0; i < 6; i++)

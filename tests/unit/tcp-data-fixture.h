@@ -16,7 +16,7 @@
 
 #define GUARD 64
 #define GUARD_BYTE 0xa5
-#define FILL_BYTE 0x00          /* destination before anything lands; pattern bytes are never 0 */
+#define FILL_BYTE 0x00 /* destination before anything lands; pattern bytes are never 0 */
 
 /*
  * One transfer's memory: the logical byte stream, source segments scattered in a buffer, and
@@ -60,7 +60,7 @@ uint8_t *xfer_snapshot(const Xfer *x);
 typedef struct Done {
         unsigned calls;
         int status;
-        const Xfer *snapshot_of;        /* when set, the callback copies its destination */
+        const Xfer *snapshot_of; /* when set, the callback copies its destination */
         uint8_t *snapshot;
 } Done;
 
@@ -75,14 +75,14 @@ typedef struct Peer {
         TcpData *td;
         unsigned broken_calls;
         int broken_error;
-        bool free_on_broken;            /* the broken callback frees td, as an owner would */
+        bool free_on_broken; /* the broken callback frees td, as an owner would */
 } Peer;
 
 typedef struct World {
         struct event_base *base;
         unsigned n;
         Peer a, b;
-        int raw[TCP_DATA_MAX_CONNS];    /* world_init_raw(): the other ends of a's sockets */
+        int raw[TCP_DATA_MAX_CONNS]; /* world_init_raw(): the other ends of a's sockets */
 } World;
 
 /*

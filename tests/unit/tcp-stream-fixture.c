@@ -81,7 +81,7 @@ Job *job_new(uint64_t seed, uint64_t total, size_t max_src_seg, size_t max_dst_s
         for (size_t i = 0; i < j->n_src; i++) {
                 pos += (size_t)(rnd_next(&s) % 13);
                 memcpy(j->src_buf + pos, j->expect + logical, src_lens[i]);
-                j->src[i] = (TcpSrcSegment){ .src = j->src_buf + pos, .len = src_lens[i] };
+                j->src[i] = (TcpSrcSegment){.src = j->src_buf + pos, .len = src_lens[i]};
                 pos += src_lens[i];
                 logical += src_lens[i];
         }
@@ -97,7 +97,7 @@ Job *job_new(uint64_t seed, uint64_t total, size_t max_src_seg, size_t max_dst_s
         memset(j->dst_buf, GUARD_BYTE, j->dst_buf_len);
         pos = GUARD;
         for (size_t i = 0; i < j->n_dst; i++) {
-                j->dst[i] = (TcpDstSegment){ .dst = j->dst_buf + pos, .len = dst_lens[i] };
+                j->dst[i] = (TcpDstSegment){.dst = j->dst_buf + pos, .len = dst_lens[i]};
                 memset(j->dst_buf + pos, FILL_BYTE, dst_lens[i]);
                 pos += dst_lens[i] + GUARD;
         }
@@ -235,7 +235,7 @@ void unix_pair(int fds[2], int bufsize)
 /* A connected loopback TCP pair on an ephemeral port: fds[0] connects, fds[1] was accepted. */
 void tcp_pair(int fds[2], int bufsize)
 {
-        struct sockaddr_in sin = { .sin_family = AF_INET };
+        struct sockaddr_in sin = {.sin_family = AF_INET};
         socklen_t len = sizeof(sin);
         _cleanup_close_ int l = -1;
         int one = 1;
@@ -313,7 +313,7 @@ int feed(TcpReceiver *r, const uint8_t *buf, size_t len, bool eof)
         a = fds[0];
         b = fds[1];
         for (;;) {
-                struct pollfd p = { .fd = b, .events = POLLIN };
+                struct pollfd p = {.fd = b, .events = POLLIN};
 
                 while (off < len) {
                         ssize_t n = write(a, buf + off, len - off);
@@ -339,8 +339,8 @@ int feed(TcpReceiver *r, const uint8_t *buf, size_t len, bool eof)
 size_t put_header(uint8_t *buf, uint32_t magic, uint32_t flags, uint64_t id, uint64_t offset,
                   uint32_t len, uint32_t crc)
 {
-        uint64_t f[6] = { magic, flags, id, offset, len, crc };
-        unsigned w[6] = { 4, 4, 8, 8, 4, 4 };
+        uint64_t f[6] = {magic, flags, id, offset, len, crc};
+        unsigned w[6] = {4, 4, 8, 8, 4, 4};
         size_t p = 0;
 
         for (unsigned i = 0; i < 6; i++)

@@ -13,13 +13,13 @@
 
 #define GUARD 24
 #define GUARD_BYTE 0xa5
-#define FILL_BYTE 0x00          /* destination before anything lands; payload bytes are never 0 */
+#define FILL_BYTE 0x00 /* destination before anything lands; payload bytes are never 0 */
 #define POLL_TIMEOUT_MS 10000
 
 /* A job: scattered source segments, scattered destination segments with guards around each. */
 typedef struct Job {
         uint64_t total;
-        uint8_t *expect;                /* the logical byte stream, total bytes, none of them 0 */
+        uint8_t *expect; /* the logical byte stream, total bytes, none of them 0 */
         uint8_t *src_buf;
         TcpSrcSegment *src;
         size_t n_src;

@@ -30,7 +30,7 @@ static CacheDesc desc_of(uint32_t num_tensors, int64_t units)
         CacheDesc d = {
                 .num_tensors = num_tensors,
                 .n_dims = 3,
-                .shape = { units, 16, 8 },
+                .shape = {units, 16, 8},
                 .data_type = KVD_DT_FLOAT16,
         };
         return d;
@@ -45,7 +45,7 @@ static Cache *make_cache(CacheKind kind, uint64_t id, uint32_t num_tensors, int6
         Cache *c = NULL;
 
         for (uint32_t i = 0; i < num_tensors; i++)
-                tensors[i] = (CacheTensor){ test_region, i * 4096 };
+                tensors[i] = (CacheTensor){test_region, i * 4096};
         ck_assert_int_eq(cache_new(kind, &d, tensors, &c), 0);
         c->id = id;
         c->owner_cluster_id = OWNER;
@@ -55,33 +55,32 @@ static Cache *make_cache(CacheKind kind, uint64_t id, uint32_t num_tensors, int6
 
 static CacheKey req(uint64_t req_id)
 {
-        return (CacheKey){ CACHE_KEY_REQ, OWNER, req_id, CACHE_ID_NONE, 0, 0, 0 };
+        return (CacheKey){CACHE_KEY_REQ, OWNER, req_id, CACHE_ID_NONE, 0, 0, 0};
 }
 
 static CacheKey prefix(uint64_t prefix_id)
 {
-        return (CacheKey){ CACHE_KEY_REQ, OWNER, CACHE_ID_NONE, prefix_id, 0, 0, 0 };
+        return (CacheKey){CACHE_KEY_REQ, OWNER, CACHE_ID_NONE, prefix_id, 0, 0, 0};
 }
 
 static CacheKey empty_slot(void)
 {
-        return (CacheKey){ CACHE_KEY_REQ, OWNER, CACHE_ID_NONE, CACHE_ID_NONE, 0, 0, 0 };
+        return (CacheKey){CACHE_KEY_REQ, OWNER, CACHE_ID_NONE, CACHE_ID_NONE, 0, 0, 0};
 }
 
 static CacheKey blocks(uint64_t model_id)
 {
-        return (CacheKey){ CACHE_KEY_BLOCKS, OWNER, CACHE_ID_NONE, CACHE_ID_NONE, model_id, 0, 0 };
+        return (CacheKey){CACHE_KEY_BLOCKS, OWNER, CACHE_ID_NONE, CACHE_ID_NONE, model_id, 0, 0};
 }
 
 static CacheKey id_index(uint64_t cache_id, uint32_t index)
 {
-        return (CacheKey){ CACHE_KEY_ID_INDEX, OWNER, CACHE_ID_NONE, CACHE_ID_NONE, 0, cache_id,
-                           index };
+        return (CacheKey){CACHE_KEY_ID_INDEX, OWNER, CACHE_ID_NONE, CACHE_ID_NONE, 0,
+                          cache_id,           index};
 }
 
 /* Asserts the table has what the counters say, then returns nothing. */
-static void check_counts(const CacheTable *t, unsigned n_caches, unsigned n_keys,
-                         unsigned n_addrs)
+static void check_counts(const CacheTable *t, unsigned n_caches, unsigned n_keys, unsigned n_addrs)
 {
         ck_assert_uint_eq(t->n_caches, n_caches);
         ck_assert_uint_eq(clist_length(&t->caches), n_caches);
@@ -91,8 +90,7 @@ static void check_counts(const CacheTable *t, unsigned n_caches, unsigned n_keys
 }
 
 /* Looks @key up and asserts it names @want at @want_index. */
-static void check_lookup(const CacheTable *t, CacheKey key, const Cache *want,
-                         uint32_t want_index)
+static void check_lookup(const CacheTable *t, CacheKey key, const Cache *want, uint32_t want_index)
 {
         Error err = ERROR_INIT;
         Cache *c = NULL;
@@ -122,11 +120,10 @@ START_TEST(test_dtype_size)
                 uint32_t dtype;
                 unsigned size;
         } table[] = {
-                { KVD_DT_FLOAT, 4 },  { KVD_DT_FLOAT16, 2 }, { KVD_DT_BF16, 2 },
-                { KVD_DT_INT8, 1 },   { KVD_DT_INT16, 2 },   { KVD_DT_UINT16, 2 },
-                { KVD_DT_UINT8, 1 },  { KVD_DT_INT32, 4 },   { KVD_DT_INT64, 8 },
-                { KVD_DT_UINT32, 4 }, { KVD_DT_UINT64, 8 },  { KVD_DT_BOOL, 1 },
-                { KVD_DT_DOUBLE, 8 },
+                {KVD_DT_FLOAT, 4},  {KVD_DT_FLOAT16, 2}, {KVD_DT_BF16, 2},   {KVD_DT_INT8, 1},
+                {KVD_DT_INT16, 2},  {KVD_DT_UINT16, 2},  {KVD_DT_UINT8, 1},  {KVD_DT_INT32, 4},
+                {KVD_DT_INT64, 8},  {KVD_DT_UINT32, 4},  {KVD_DT_UINT64, 8}, {KVD_DT_BOOL, 1},
+                {KVD_DT_DOUBLE, 8},
         };
 
         for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
@@ -219,8 +216,7 @@ END_TEST
 
 START_TEST(test_cache_new)
 {
-        CacheTensor tensors[3] = { { test_region, 0 }, { test_region, 8192 },
-                                   { test_region, 65536 } };
+        CacheTensor tensors[3] = {{test_region, 0}, {test_region, 8192}, {test_region, 65536}};
         CacheDesc d = desc_of(3, 4);
         Cache *c = NULL;
 
@@ -310,7 +306,7 @@ START_TEST(test_contiguous_keys)
 {
         CacheTable t;
         Error err = ERROR_INIT;
-        CacheKey keys[4] = { req(100), empty_slot(), prefix(200), req(101) };
+        CacheKey keys[4] = {req(100), empty_slot(), prefix(200), req(101)};
         Cache *c;
 
         cache_table_init(&t);
@@ -363,8 +359,8 @@ START_TEST(test_contiguous_keys)
 END_TEST
 
 /* Adds a cache that must be refused with @code and a message containing @what. */
-static void check_add_fails(CacheTable *t, Cache *c, const CacheKey *keys, size_t n_keys,
-                            int code, const char *what)
+static void check_add_fails(CacheTable *t, Cache *c, const CacheKey *keys, size_t n_keys, int code,
+                            const char *what)
 {
         unsigned n_caches = t->n_caches, n_keys_before = t->n_keys, n_addrs = t->n_addrs;
         Error err = ERROR_INIT;
@@ -380,7 +376,7 @@ static void check_add_fails(CacheTable *t, Cache *c, const CacheKey *keys, size_
 START_TEST(test_contiguous_invalid_keys)
 {
         CacheTable t;
-        CacheKey keys[5] = { req(1), req(2), req(3), req(4), req(5) };
+        CacheKey keys[5] = {req(1), req(2), req(3), req(4), req(5)};
         CacheKey k[2];
 
         cache_table_init(&t);
@@ -391,19 +387,19 @@ START_TEST(test_contiguous_invalid_keys)
 
         k[0] = req(1);
         k[1] = blocks(0);
-        check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2,
-                        STATUS_PARAM_INVALID, "keys[1]");
+        check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2, STATUS_PARAM_INVALID,
+                        "keys[1]");
         k[1] = id_index(1, 0);
-        check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2,
-                        STATUS_PARAM_INVALID, "keys[1]");
+        check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2, STATUS_PARAM_INVALID,
+                        "keys[1]");
         k[1] = req(2);
         k[1].prefix_id = 3;
-        check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2,
-                        STATUS_PARAM_INVALID, "keys[1]");
+        check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2, STATUS_PARAM_INVALID,
+                        "keys[1]");
         k[1] = req(2);
         k[1].cluster_id = 9;
-        check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2,
-                        STATUS_PARAM_INVALID, "key cluster_id 9 is not this cluster (7)");
+        check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 1, 2, 4, true), k, 2, STATUS_PARAM_INVALID,
+                        "key cluster_id 9 is not this cluster (7)");
 
         /* An empty slot names nothing, whatever its other fields say. */
         k[1] = empty_slot();
@@ -425,10 +421,10 @@ START_TEST(test_duplicate_req_key)
 {
         CacheTable t;
         Error err = ERROR_INIT;
-        CacheKey first[2] = { req(1), prefix(2) };
-        CacheKey second[3] = { req(10), empty_slot(), prefix(2) };
-        CacheKey twice[2] = { req(20), req(20) };
-        CacheKey other_model[1] = { req(1) };
+        CacheKey first[2] = {req(1), prefix(2)};
+        CacheKey second[3] = {req(10), empty_slot(), prefix(2)};
+        CacheKey twice[2] = {req(20), req(20)};
+        CacheKey other_model[1] = {req(1)};
         Cache *a, *b;
 
         cache_table_init(&t);
@@ -469,7 +465,7 @@ START_TEST(test_blocks_keys)
         CacheTable t;
         Error err = ERROR_INIT;
         CacheKey k0 = blocks(0), k1 = blocks(1);
-        CacheKey two[2] = { blocks(2), blocks(3) };
+        CacheKey two[2] = {blocks(2), blocks(3)};
         Cache *a, *b, *c, *dead = (Cache *)&err;
 
         cache_table_init(&t);
@@ -500,18 +496,18 @@ START_TEST(test_blocks_keys)
         ck_assert_uint_eq(c->n_key_holds, 0);
 
         /* At most one key, and only a blocks key. */
-        check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 2,
-                        STATUS_PARAM_INVALID, "2 keys");
+        check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 2, STATUS_PARAM_INVALID,
+                        "2 keys");
         two[0] = req(5);
-        check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 1,
-                        STATUS_PARAM_INVALID, "keys[0]");
+        check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 1, STATUS_PARAM_INVALID,
+                        "keys[0]");
         two[0] = id_index(1, 0);
-        check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 1,
-                        STATUS_PARAM_INVALID, "keys[0]");
+        check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 1, STATUS_PARAM_INVALID,
+                        "keys[0]");
         two[0] = blocks(0);
         two[0].cluster_id = 9;
-        check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 1,
-                        STATUS_PARAM_INVALID, "key cluster_id 9 is not this cluster (7)");
+        check_add_fails(&t, make_cache(CACHE_BLOCKS, 4, 2, 64, false), two, 1, STATUS_PARAM_INVALID,
+                        "key cluster_id 9 is not this cluster (7)");
         check_lookup(&t, k0, b, 0);
 
         /* Removing the key leaves the registered cache. */
@@ -549,8 +545,8 @@ START_TEST(test_tensor_limit)
 
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 3, 41, 1, false), NULL, 0,
                         STATUS_PARAM_INVALID, "200 tensor addresses are registered already");
-        ck_assert_int_eq(cache_table_add(&t, make_cache(CACHE_CONTIGUOUS, 3, 40, 1, false), NULL,
-                                         0, false, &err),
+        ck_assert_int_eq(cache_table_add(&t, make_cache(CACHE_CONTIGUOUS, 3, 40, 1, false), NULL, 0,
+                                         false, &err),
                          STATUS_OK);
         check_counts(&t, 3, 0, 240);
         check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, 4, 1, 1, false), NULL, 0,
@@ -574,7 +570,7 @@ START_TEST(test_pool_holds_keys_last)
 {
         CacheTable t;
         Error err = ERROR_INIT;
-        CacheKey keys[4] = { req(1), empty_slot(), req(2), prefix(3) };
+        CacheKey keys[4] = {req(1), empty_slot(), req(2), prefix(3)};
         Cache *c, *dead = NULL;
 
         cache_table_init(&t);
@@ -597,20 +593,17 @@ START_TEST(test_pool_holds_keys_last)
         ck_assert_ptr_null(dead);
         ck_assert_uint_eq(c->n_key_holds, 2);
         check_lookup_fails(&t, req(2), STATUS_CACHE_NOT_EXIST);
-        ck_assert_int_eq(cache_table_remove_key(&t, &keys[2], &dead, &err),
-                         STATUS_CACHE_NOT_EXIST);
+        ck_assert_int_eq(cache_table_remove_key(&t, &keys[2], &dead, &err), STATUS_CACHE_NOT_EXIST);
         error_clear(&err);
         ck_assert_uint_eq(c->n_key_holds, 2);
 
         /* An empty slot or an id key is not a registered key. */
-        ck_assert_int_eq(cache_table_remove_key(&t, &keys[1], &dead, &err),
-                         STATUS_CACHE_NOT_EXIST);
+        ck_assert_int_eq(cache_table_remove_key(&t, &keys[1], &dead, &err), STATUS_CACHE_NOT_EXIST);
         error_clear(&err);
         {
                 CacheKey k = id_index(5, 0);
 
-                ck_assert_int_eq(cache_table_remove_key(&t, &k, &dead, &err),
-                                 STATUS_PARAM_INVALID);
+                ck_assert_int_eq(cache_table_remove_key(&t, &k, &dead, &err), STATUS_PARAM_INVALID);
                 error_clear(&err);
         }
 
@@ -639,7 +632,7 @@ START_TEST(test_pool_holds_id_last)
 {
         CacheTable t;
         Error err = ERROR_INIT;
-        CacheKey keys[2] = { req(1), req(2) };
+        CacheKey keys[2] = {req(1), req(2)};
         Cache *c, *other, *dead = NULL;
 
         cache_table_init(&t);
@@ -677,7 +670,7 @@ START_TEST(test_pool_without_key_holds)
 {
         CacheTable t;
         Error err = ERROR_INIT;
-        CacheKey keys[2] = { req(1), req(2) };
+        CacheKey keys[2] = {req(1), req(2)};
         Cache *c, *dead = NULL;
 
         /* Keys that do not hold: the id's release ends the cache and its keys go with it. */
@@ -698,7 +691,7 @@ START_TEST(test_registered_cache)
 {
         CacheTable t;
         Error err = ERROR_INIT;
-        CacheKey keys[2] = { req(1), req(2) };
+        CacheKey keys[2] = {req(1), req(2)};
         Cache *c, *dead = NULL;
 
         cache_table_init(&t);
@@ -729,7 +722,7 @@ START_TEST(test_remove)
 {
         CacheTable t;
         Error err = ERROR_INIT;
-        CacheKey keys[2] = { req(1), req(2) };
+        CacheKey keys[2] = {req(1), req(2)};
         CacheKey bk = blocks(0);
         Cache *a, *b, *dead = (Cache *)&err;
 

@@ -179,8 +179,7 @@ END_TEST
 static void script_farewell_later(FakeDaemon *d, int fd)
 {
         EXPECT(d, fake_handshake(d, fd, false) == 0);
-        EXPECT(d, fake_farewell(fd, KVD_E_LIMIT_EXCEEDED, "kvdistd has 8 connections open") ==
-                          0);
+        EXPECT(d, fake_farewell(fd, KVD_E_LIMIT_EXCEEDED, "kvdistd has 8 connections open") == 0);
 }
 
 START_TEST(test_farewell_under_send)

@@ -65,7 +65,7 @@ START_TEST(test_metrics_listen_key)
 {
         _cleanup_(config_freep) Config *c = load("{\"metrics_listen\": \"127.0.0.1:9100\"}");
         _cleanup_free_ char *error = NULL;
-        char *argv[] = { (char *)"kvdistd", (char *)"--metrics-listen", (char *)"", NULL };
+        char *argv[] = {(char *)"kvdistd", (char *)"--metrics-listen", (char *)"", NULL};
 
         ck_assert_str_eq(c->metrics_listen, "127.0.0.1:9100");
         /* "" turns it off again. */
@@ -97,15 +97,15 @@ static const ConfigChange *find_change(const ConfigChange *changes, size_t n, co
 
 START_TEST(test_diff)
 {
-        static const char *const restart_keys[] = { "copy_threads", "socket_path",
-                                                    "metrics_listen", "devices" };
+        static const char *const restart_keys[] = {"copy_threads", "socket_path", "metrics_listen",
+                                                   "devices"};
         _cleanup_(config_freep) Config *old = load("{}");
-        _cleanup_(config_freep) Config *new = load(
-                "{\"log_level\": \"debug\", \"memory_size\": \"128M\", \"allow_uids\": [7, 8],"
-                " \"copy_threads\": 3, \"socket_path\": \"/tmp/other.sock\","
-                " \"metrics_listen\": \"127.0.0.1:1\", \"devices\": [{\"device_id\": 1}],"
-                " \"sync_kv_timeout_ms\": 2000,"
-                " \"limits\": {\"max_clients\": 2, \"max_frame_size\": \"8M\"}}");
+        _cleanup_(config_freep) Config *new =
+                load("{\"log_level\": \"debug\", \"memory_size\": \"128M\", \"allow_uids\": [7, 8],"
+                     " \"copy_threads\": 3, \"socket_path\": \"/tmp/other.sock\","
+                     " \"metrics_listen\": \"127.0.0.1:1\", \"devices\": [{\"device_id\": 1}],"
+                     " \"sync_kv_timeout_ms\": 2000,"
+                     " \"limits\": {\"max_clients\": 2, \"max_frame_size\": \"8M\"}}");
         _cleanup_free_ ConfigChange *changes = NULL;
         const ConfigChange *ch;
         size_t n = 0;
@@ -145,12 +145,12 @@ END_TEST
 START_TEST(test_apply_runtime)
 {
         _cleanup_(config_freep) Config *running = load("{}");
-        _cleanup_(config_freep) Config *new = load(
-                "{\"log_level\": \"error\", \"memory_size\": \"128M\", \"allow_gids\": [5],"
-                " \"heartbeat_interval_ms\": 700, \"heartbeat_timeout_ms\": 9000,"
-                " \"link_total_time_ms\": 3000, \"tcp\": {\"streams\": 2, \"crc\": true},"
-                " \"rdma\": {\"qps\": 2}, \"client_clusters_accept_links\": true,"
-                " \"limits\": {\"max_clients\": 2, \"max_frame_size\": \"8M\"}}");
+        _cleanup_(config_freep) Config *new =
+                load("{\"log_level\": \"error\", \"memory_size\": \"128M\", \"allow_gids\": [5],"
+                     " \"heartbeat_interval_ms\": 700, \"heartbeat_timeout_ms\": 9000,"
+                     " \"link_total_time_ms\": 3000, \"tcp\": {\"streams\": 2, \"crc\": true},"
+                     " \"rdma\": {\"qps\": 2}, \"client_clusters_accept_links\": true,"
+                     " \"limits\": {\"max_clients\": 2, \"max_frame_size\": \"8M\"}}");
         _cleanup_free_ ConfigChange *changes = NULL;
         size_t n = 0;
 
@@ -182,13 +182,13 @@ END_TEST
 
 START_TEST(test_json_round_trip)
 {
-        _cleanup_(config_freep) Config *c = load(
-                "{\"socket_path\": \"/tmp/k.sock\", \"socket_mode\": \"0600\","
-                " \"memory_size\": \"1G\", \"allow_uids\": [1, 2], \"log_level\": \"notice\","
-                " \"metrics_listen\": \"[::1]:9100\", \"copy_threads\": 3,"
-                " \"devices\": [{\"device_id\": 4, \"transport\": \"rdma\","
-                " \"rdma_device\": \"mlx5_0\", \"port\": 2, \"netdev\": \"eth1\"}],"
-                " \"limits\": {\"max_clients\": 9, \"max_region_size\": \"2G\"}}");
+        _cleanup_(config_freep) Config *c =
+                load("{\"socket_path\": \"/tmp/k.sock\", \"socket_mode\": \"0600\","
+                     " \"memory_size\": \"1G\", \"allow_uids\": [1, 2], \"log_level\": \"notice\","
+                     " \"metrics_listen\": \"[::1]:9100\", \"copy_threads\": 3,"
+                     " \"devices\": [{\"device_id\": 4, \"transport\": \"rdma\","
+                     " \"rdma_device\": \"mlx5_0\", \"port\": 2, \"netdev\": \"eth1\"}],"
+                     " \"limits\": {\"max_clients\": 9, \"max_region_size\": \"2G\"}}");
         _cleanup_(config_freep) Config *back = NULL;
         _cleanup_free_ ConfigChange *changes = NULL;
         _cleanup_free_ char *text = NULL, *error = NULL;
@@ -199,9 +199,9 @@ START_TEST(test_json_round_trip)
         ck_assert_ptr_nonnull(j);
         ck_assert_str_eq(json_string_value(json_object_get(j, "socket_mode")), "0600");
         ck_assert_int_eq(json_integer_value(json_object_get(j, "memory_size")), 1 << 30);
-        ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "limits"),
-                                                            "max_clients")),
-                         9);
+        ck_assert_int_eq(
+                json_integer_value(json_object_get(json_object_get(j, "limits"), "max_clients")),
+                9);
         text = json_dumps(j, 0);
         json_decref(j);
         ck_assert_ptr_nonnull(text);

@@ -19,14 +19,6 @@
 #include "kvdist-config.h"
 #include "common/macro.h"
 
-
-
-
-
-
-
-
-
 START_TEST(test_defaults)
 {
         _cleanup_(config_freep) Config *c = new_config();
@@ -74,9 +66,8 @@ START_TEST(test_default_socket_path)
                 ck_assert_str_eq(without, "/run/kvdist/kvdist.sock");
         } else {
                 ck_assert_str_eq(with_xdg, "/run/user/4242/kvdist/kvdist.sock");
-                ck_assert_int_ge(asprintf(&expect, "/tmp/kvdist-%u/kvdist.sock",
-                                          (unsigned)geteuid()),
-                                 0);
+                ck_assert_int_ge(
+                        asprintf(&expect, "/tmp/kvdist-%u/kvdist.sock", (unsigned)geteuid()), 0);
                 ck_assert_str_eq(without, expect);
         }
 }
@@ -248,22 +239,22 @@ START_TEST(test_size_strings)
                 const char *s;
                 uint64_t v;
         } good[] = {
-                { "0", 0 },
-                { "4096", 4096 },
-                { "1K", 1024 },
-                { "4k", 4096 },
-                { "256M", 256 * MIB },
-                { "256m", 256 * MIB },
-                { "2G", 2 * GIB },
-                { "1T", TIB },
-                { "1GiB", GIB },
-                { "64KiB", 64 * 1024 },
-                { "1024G", TIB },
-                { "007M", 7 * MIB },
+                {"0", 0},
+                {"4096", 4096},
+                {"1K", 1024},
+                {"4k", 4096},
+                {"256M", 256 * MIB},
+                {"256m", 256 * MIB},
+                {"2G", 2 * GIB},
+                {"1T", TIB},
+                {"1GiB", GIB},
+                {"64KiB", 64 * 1024},
+                {"1024G", TIB},
+                {"007M", 7 * MIB},
         };
         static const char *const bad[] = {
-                "", "M", "-1", "+1", " 1M", "1M ", "1.5G", "1X", "1MB", "1Mi", "1KK", "0x10",
-                "1 M", "1e6",
+                "",   "M",   "-1",  "+1",  " 1M",  "1M ", "1.5G",
+                "1X", "1MB", "1Mi", "1KK", "0x10", "1 M", "1e6",
         };
         _cleanup_(config_freep) Config *c = new_config();
 
@@ -460,15 +451,15 @@ START_TEST(test_json_syntax)
         _cleanup_(config_freep) Config *c = new_config();
         _cleanup_free_ char *error = NULL, *error2 = NULL, *error3 = NULL;
 
-        ck_assert_int_eq(config_load_string(c, "{\n  \"page_shift\": 16,\n  \"copy_threads\" 2\n}",
-                                            &error),
-                         -EINVAL);
+        ck_assert_int_eq(
+                config_load_string(c, "{\n  \"page_shift\": 16,\n  \"copy_threads\" 2\n}", &error),
+                -EINVAL);
         ck_assert_ptr_nonnull(error);
         ck_assert_msg(strncmp(error, "line 3, column ", 15) == 0, "got \"%s\"", error);
 
-        ck_assert_int_eq(config_load_string(c, "{\"page_shift\": 14,\n\"page_shift\": 15}",
-                                            &error2),
-                         -EINVAL);
+        ck_assert_int_eq(
+                config_load_string(c, "{\"page_shift\": 14,\n\"page_shift\": 15}", &error2),
+                -EINVAL);
         ck_assert_ptr_nonnull(error2);
         ck_assert_msg(strncmp(error2, "line 2, column ", 15) == 0 && strstr(error2, "duplicate"),
                       "got \"%s\"", error2);
@@ -598,9 +589,9 @@ static char *default_config_path(void)
         free(file);
         file = strdup(__FILE__);
         ck_assert_ptr_nonnull(file);
-        ck_assert_int_ge(asprintf(&p, "%s/../../%s/../../config/kvdistd.json", dirname(exe),
-                                  dirname(file)),
-                         0);
+        ck_assert_int_ge(
+                asprintf(&p, "%s/../../%s/../../config/kvdistd.json", dirname(exe), dirname(file)),
+                0);
         return p;
 }
 
@@ -633,7 +624,6 @@ START_TEST(test_shipped_config_is_defaults)
 }
 END_TEST
 
-
 START_TEST(test_argv_flags)
 {
         _cleanup_(config_freep) Config *c = new_config();
@@ -641,9 +631,9 @@ START_TEST(test_argv_flags)
 
         ck_assert_int_eq(parse(c, &error, NULL), 0);
         ck_assert_int_eq(parse(c, &error, "--socket", "/tmp/s.sock", "--memory-size", "1G",
-                               "--page-shift", "20", "--sync-kv-timeout", "2500",
-                               "--copy-threads", "3", "--log-level", "debug", "--max-clients",
-                               "100", "--max-frame-size=64M", NULL),
+                               "--page-shift", "20", "--sync-kv-timeout", "2500", "--copy-threads",
+                               "3", "--log-level", "debug", "--max-clients", "100",
+                               "--max-frame-size=64M", NULL),
                          0);
         ck_assert_ptr_null(error);
         ck_assert_str_eq(c->socket_path, "/tmp/s.sock");
@@ -726,11 +716,12 @@ START_TEST(test_argv_help_version)
         _cleanup_(config_freep) Config *ref = new_config();
         _cleanup_free_ char *help = NULL, *h = NULL, *version = NULL, *out = NULL;
         _cleanup_free_ char *error = NULL;
-        char *help_argv[] = { (char *)"kvdistd", (char *)"--help" };
-        char *h_argv[] = { (char *)"kvdistd", (char *)"-h" };
-        char *version_argv[] = { (char *)"kvdistd", (char *)"--version" };
-        char *mixed_argv[] = { (char *)"kvdistd", (char *)"--config", (char *)"/nonexistent.json",
-                               (char *)"--memory-size", (char *)"1G", (char *)"--help" };
+        char *help_argv[] = {(char *)"kvdistd", (char *)"--help"};
+        char *h_argv[] = {(char *)"kvdistd", (char *)"-h"};
+        char *version_argv[] = {(char *)"kvdistd", (char *)"--version"};
+        char *mixed_argv[] = {
+                (char *)"kvdistd",       (char *)"--config", (char *)"/nonexistent.json",
+                (char *)"--memory-size", (char *)"1G",       (char *)"--help"};
         int r;
 
         help = parse_capture_stdout(c, &r, &error, 2, help_argv);
@@ -754,11 +745,10 @@ START_TEST(test_argv_help_version)
 }
 END_TEST
 
-
 START_TEST(test_argv_errors)
 {
-        parse_fails("--copy-threads: expected an integer in [1, 64] or auto", "--copy-threads",
-                    "0", NULL);
+        parse_fails("--copy-threads: expected an integer in [1, 64] or auto", "--copy-threads", "0",
+                    NULL);
         parse_fails("--copy-threads: expected an integer in [1, 64] or auto", "--copy-threads",
                     "65", NULL);
         parse_fails("--copy-threads: expected an integer in [1, 64] or auto", "--copy-threads",
@@ -817,7 +807,6 @@ START_TEST(test_argv_config_errors)
         unlink(path);
 }
 END_TEST
-
 
 START_TEST(test_strings)
 {

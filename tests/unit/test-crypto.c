@@ -19,11 +19,11 @@ static void hex(const uint8_t *p, size_t n, char *out)
 }
 
 /* Asserts that the @n bytes at @digest print as @want, so that a failure shows both. */
-#define assert_hex(digest, n, want)                                  \
-        do {                                                         \
-                char _h_[2 * 64 + 1];                                \
-                hex((digest), (n), _h_);                             \
-                ck_assert_str_eq(_h_, (want));                       \
+#define assert_hex(digest, n, want)                                                                \
+        do {                                                                                       \
+                char _h_[2 * 64 + 1];                                                              \
+                hex((digest), (n), _h_);                                                           \
+                ck_assert_str_eq(_h_, (want));                                                     \
         } while (0)
 
 /* A fixed, cheap pseudo-random sequence (xorshift64), so that failures reproduce. */
@@ -98,14 +98,14 @@ START_TEST(test_sha256_boundaries)
                 size_t len;
                 const char *want;
         } v[] = {
-                { 55, "463eb28e72f82e0a96c0a4cc53690c571281131f672aa229e0d45ae59b598b59" },
-                { 56, "da2ae4d6b36748f2a318f23e7ab1dfdf45acdc9d049bd80e59de82a60895f562" },
-                { 63, "29af2686fd53374a36b0846694cc342177e428d1647515f078784d69cdb9e488" },
-                { 64, "fdeab9acf3710362bd2658cdc9a29e8f9c757fcf9811603a8c447cd1d9151108" },
-                { 65, "4bfd2c8b6f1eec7a2afeb48b934ee4b2694182027e6d0fc075074f2fabb31781" },
-                { 119, "da18797ed7c3a777f0847f429724a2d8cd5138e6ed2895c3fa1a6d39d18f7ec6" },
-                { 120, "f52b23db1fbb6ded89ef42a23ce0c8922c45f25c50b568a93bf1c075420bbb7c" },
-                { 128, "471fb943aa23c511f6f72f8d1652d9c880cfa392ad80503120547703e56a2be5" },
+                {55, "463eb28e72f82e0a96c0a4cc53690c571281131f672aa229e0d45ae59b598b59"},
+                {56, "da2ae4d6b36748f2a318f23e7ab1dfdf45acdc9d049bd80e59de82a60895f562"},
+                {63, "29af2686fd53374a36b0846694cc342177e428d1647515f078784d69cdb9e488"},
+                {64, "fdeab9acf3710362bd2658cdc9a29e8f9c757fcf9811603a8c447cd1d9151108"},
+                {65, "4bfd2c8b6f1eec7a2afeb48b934ee4b2694182027e6d0fc075074f2fabb31781"},
+                {119, "da18797ed7c3a777f0847f429724a2d8cd5138e6ed2895c3fa1a6d39d18f7ec6"},
+                {120, "f52b23db1fbb6ded89ef42a23ce0c8922c45f25c50b568a93bf1c075420bbb7c"},
+                {128, "471fb943aa23c511f6f72f8d1652d9c880cfa392ad80503120547703e56a2be5"},
         };
         uint8_t msg[128], d[SHA256_DIGEST_SIZE];
 
@@ -300,8 +300,7 @@ START_TEST(test_memeq_consttime)
         for (size_t i = 0; i < sizeof(a); i++) {
                 for (unsigned bit = 0; bit < 8; bit++) {
                         b[i] ^= (uint8_t)(1u << bit);
-                        ck_assert_msg(!hmac_memeq(a, b, sizeof(a)), "byte %zu bit %u", i,
-                                      bit);
+                        ck_assert_msg(!hmac_memeq(a, b, sizeof(a)), "byte %zu bit %u", i, bit);
                         ck_assert(hmac_memeq(a, b, i));
                         b[i] ^= (uint8_t)(1u << bit);
                 }

@@ -83,7 +83,7 @@ typedef struct Done {
         unsigned calls;
         int status;
         EngineTask *task;
-        Engine *engine;         /* for the submit-while-stopping check */
+        Engine *engine; /* for the submit-while-stopping check */
         int submit_r;
         unsigned *counter;
 } Done;
@@ -99,7 +99,7 @@ static void on_done(EngineTask *task, int status, void *userdata)
         if (d->counter)
                 (*d->counter)++;
         if (d->engine) {
-                EngineCopy c = { NULL, NULL, 0 };
+                EngineCopy c = {NULL, NULL, 0};
 
                 d->submit_r = engine_submit(d->engine, &c, 1, 0, on_done, d, NULL);
         }
@@ -127,7 +127,7 @@ START_TEST(test_new_arguments)
         ck_assert_uint_eq(engine_n_threads(e), 3);
         ck_assert_int_eq(engine_submit(e, NULL, 1, 0, on_done, NULL, NULL), -EINVAL);
         {
-                EngineCopy c = { NULL, "x", 1 };
+                EngineCopy c = {NULL, "x", 1};
                 Done d = {};
 
                 ck_assert_int_eq(engine_submit(e, &c, 1, 0, on_done, &d, NULL), -EINVAL);
@@ -158,13 +158,12 @@ START_TEST(test_big_and_small_tasks)
         /* big: three pieces, moved around, with an empty copy in the middle */
         big_src = pattern_new(BIG, 1);
         buf_init(&big_dst, BIG);
-        copies[0] = (EngineCopy){ buf_data(&big_dst) + 16 * (1 << 20), big_src, 8 << 20 };
-        copies[1] = (EngineCopy){ NULL, NULL, 0 };
-        copies[2] = (EngineCopy){ buf_data(&big_dst), big_src + (8 << 20), 16 << 20 };
-        copies[3] = (EngineCopy){ buf_data(&big_dst) + (24 << 20) - 1, big_src, 0 };
+        copies[0] = (EngineCopy){buf_data(&big_dst) + 16 * (1 << 20), big_src, 8 << 20};
+        copies[1] = (EngineCopy){NULL, NULL, 0};
+        copies[2] = (EngineCopy){buf_data(&big_dst), big_src + (8 << 20), 16 << 20};
+        copies[3] = (EngineCopy){buf_data(&big_dst) + (24 << 20) - 1, big_src, 0};
         big_done.counter = &counter;
-        ck_assert_int_eq(engine_submit(e, copies, 4, 64 << 10, on_done, &big_done,
-                                       &big_done.task),
+        ck_assert_int_eq(engine_submit(e, copies, 4, 64 << 10, on_done, &big_done, &big_done.task),
                          0);
         ck_assert_ptr_nonnull(big_done.task);
         /* the engine keeps its own copy of the array */
@@ -176,11 +175,11 @@ START_TEST(test_big_and_small_tasks)
                 small_size[i] = 1 + (size_t)i * 997 + (i % 7 == 0 ? 300000 : 0);
                 small_src[i] = pattern_new(small_size[i], 100 + i);
                 buf_init(&small_dst[i], small_size[i]);
-                c = (EngineCopy){ buf_data(&small_dst[i]), small_src[i], small_size[i] };
+                c = (EngineCopy){buf_data(&small_dst[i]), small_src[i], small_size[i]};
                 small_done[i].counter = &counter;
-                ck_assert_int_eq(engine_submit(e, &c, 1, 0, on_done, &small_done[i],
-                                               &small_done[i].task),
-                                 0);
+                ck_assert_int_eq(
+                        engine_submit(e, &c, 1, 0, on_done, &small_done[i], &small_done[i].task),
+                        0);
         }
 
         run_until(base, &counter, N_SMALL + 1);
@@ -193,8 +192,7 @@ START_TEST(test_big_and_small_tasks)
         for (int i = 0; i < N_SMALL; i++) {
                 ck_assert_uint_eq(small_done[i].calls, 1);
                 ck_assert_int_eq(small_done[i].status, 0);
-                ck_assert_int_eq(memcmp(buf_data(&small_dst[i]), small_src[i], small_size[i]),
-                                 0);
+                ck_assert_int_eq(memcmp(buf_data(&small_dst[i]), small_src[i], small_size[i]), 0);
                 assert_guards(&small_dst[i]);
                 buf_deinit(&small_dst[i]);
                 free(small_src[i]);
@@ -230,8 +228,7 @@ START_TEST(test_many_small_copies)
 
         /* block i goes to slot N-1-i: every copy scattered, no two adjacent in order */
         for (size_t i = 0; i < N; i++)
-                copies[i] = (EngineCopy){ buf_data(&dst) + (N - 1 - i) * LEN, src + i * LEN,
-                                          LEN };
+                copies[i] = (EngineCopy){buf_data(&dst) + (N - 1 - i) * LEN, src + i * LEN, LEN};
         d.counter = &counter;
         ck_assert_int_eq(engine_submit(e, copies, N, 0, on_done, &d, &d.task), 0);
         free(copies);
@@ -268,9 +265,9 @@ START_TEST(test_many_tasks)
                 EngineCopy c[2];
 
                 buf_init(&dst[i], len);
-                c[0] = (EngineCopy){ buf_data(&dst[i]), src + off, len / 2 };
-                c[1] = (EngineCopy){ buf_data(&dst[i]) + len / 2, src + off + len / 2,
-                                     len - len / 2 };
+                c[0] = (EngineCopy){buf_data(&dst[i]), src + off, len / 2};
+                c[1] = (EngineCopy){buf_data(&dst[i]) + len / 2, src + off + len / 2,
+                                    len - len / 2};
                 d[i].counter = &counter;
                 ck_assert_int_eq(engine_submit(e, c, 2, 4096, on_done, &d[i], &d[i].task), 0);
                 /* drain now and then so completions interleave with submissions */
@@ -300,7 +297,7 @@ START_TEST(test_empty_task)
         Engine *e = NULL;
         Done d1 = {}, d2 = {};
         unsigned counter = 0;
-        EngineCopy none = { NULL, NULL, 0 };
+        EngineCopy none = {NULL, NULL, 0};
 
         ck_assert_int_eq(engine_new(base, 1, &e), 0);
         d1.counter = d2.counter = &counter;
@@ -334,8 +331,8 @@ START_TEST(test_cancel_before_start)
         ck_assert_int_eq(engine_new(base, 1, &e), 0);
         buf_init(&a, LEN);
         buf_init(&b, LEN);
-        ca = (EngineCopy){ buf_data(&a), src, LEN };
-        cb = (EngineCopy){ buf_data(&b), src, LEN };
+        ca = (EngineCopy){buf_data(&a), src, LEN};
+        cb = (EngineCopy){buf_data(&b), src, LEN};
         da.counter = db.counter = &counter;
 
         /* held: neither task can have started when b is cancelled */
@@ -381,7 +378,7 @@ START_TEST(test_cancel_running)
 
         ck_assert_int_eq(engine_new(base, 2, &e), 0);
         buf_init(&dst, LEN);
-        c = (EngineCopy){ buf_data(&dst), src, LEN };
+        c = (EngineCopy){buf_data(&dst), src, LEN};
         d.counter = &counter;
         ck_assert_int_eq(engine_submit(e, &c, 1, SLICE, on_done, &d, &d.task), 0);
         engine_cancel(d.task);
@@ -431,7 +428,7 @@ START_TEST(test_free_with_queued_tasks)
                 EngineCopy c;
 
                 buf_init(&dst[i], LEN);
-                c = (EngineCopy){ buf_data(&dst[i]), src, LEN };
+                c = (EngineCopy){buf_data(&dst[i]), src, LEN};
                 d[i].counter = &counter;
                 d[i].engine = e; /* the callback tries to submit: the engine is stopping */
                 d[i].submit_r = 1;
@@ -471,7 +468,7 @@ START_TEST(test_free_with_running_tasks)
                 EngineCopy c;
 
                 buf_init(&dst[i], LEN);
-                c = (EngineCopy){ buf_data(&dst[i]), src, LEN };
+                c = (EngineCopy){buf_data(&dst[i]), src, LEN};
                 d[i].counter = &counter;
                 ck_assert_int_eq(engine_submit(e, &c, 1, 8192, on_done, &d[i], &d[i].task), 0);
         }

@@ -58,7 +58,7 @@ static void *capture_reader(void *arg)
 
 static void capture_begin(Capture *cap)
 {
-        *cap = (Capture){ .buf = NULL };
+        *cap = (Capture){.buf = NULL};
         ck_assert_int_eq(pipe2(cap->pipe, O_CLOEXEC), 0);
         ck_assert_int_eq(pthread_create(&cap->reader, NULL, capture_reader, cap), 0);
         fflush(stderr);
@@ -297,8 +297,8 @@ START_TEST(test_journal_fields)
 {
         _cleanup_free_ char *env = NULL;
         char dir[] = "/tmp/kvdist-test-journal-XXXXXX", path[128], d[4096];
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        struct timeval tv = { .tv_sec = 5 };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct timeval tv = {.tv_sec = 5};
         struct stat st;
         Capture cap;
         ssize_t n;
@@ -321,9 +321,9 @@ START_TEST(test_journal_fields)
                          0);
         ck_assert_int_eq(setenv("JOURNAL_STREAM", env, 1), 0);
         log_open();
-        ck_assert_int_eq(log_fields(LOG_WARNING, -ENOENT, LOG_LINK(3, 7), "link %d: gone\nreally",
-                                    3),
-                         -ENOENT);
+        ck_assert_int_eq(
+                log_fields(LOG_WARNING, -ENOENT, LOG_LINK(3, 7), "link %d: gone\nreally", 3),
+                -ENOENT);
         log_fields(LOG_INFO, 0, LOG_PEER("10.0.0.2:26001"), "peer up");
         log_info("plain");
         free(capture_end(&cap));
@@ -468,9 +468,9 @@ START_TEST(test_threads)
                 int i, end = 0;
 
                 ck_assert_msg(strncmp(line, pfx, strlen(pfx)) == 0, "bad line: %s", line);
-                ck_assert_int_eq(sscanf(line + strlen(pfx), "thread %ld line %d %*200[0]%n", &id,
-                                        &i, &end),
-                                 2);
+                ck_assert_int_eq(
+                        sscanf(line + strlen(pfx), "thread %ld line %d %*200[0]%n", &id, &i, &end),
+                        2);
                 ck_assert_msg(line[strlen(pfx) + (size_t)end] == '\0', "bad line: %s", line);
                 ck_assert(id >= 0 && id < N_THREADS && i >= 0 && i < N_LINES);
                 ck_assert(!seen[id][i]);
@@ -508,8 +508,8 @@ typedef struct FakeManager {
 
 static void manager_start(FakeManager *m)
 {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        struct timeval tv = { .tv_sec = 5 };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct timeval tv = {.tv_sec = 5};
 
         strcpy(m->dir, "/tmp/kvdist-test-sd-XXXXXX");
         ck_assert_ptr_nonnull(mkdtemp(m->dir));

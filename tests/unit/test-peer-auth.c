@@ -25,11 +25,11 @@ static void hex(const uint8_t *p, size_t n, char *out)
         out[2 * n] = '\0';
 }
 
-#define assert_hex(bytes, n, want)                                   \
-        do {                                                         \
-                char _h_[2 * 64 + 1];                                \
-                hex((bytes), (n), _h_);                              \
-                ck_assert_str_eq(_h_, (want));                       \
+#define assert_hex(bytes, n, want)                                                                 \
+        do {                                                                                       \
+                char _h_[2 * 64 + 1];                                                              \
+                hex((bytes), (n), _h_);                                                            \
+                ck_assert_str_eq(_h_, (want));                                                     \
         } while (0)
 
 /* A nonce whose bytes are @base, @base + 1, ... */
@@ -115,8 +115,7 @@ START_TEST(test_same_key_completes)
         Transcript t;
 
         ck_assert_int_eq(peer_auth_init(&d, PEER_AUTH_DIALER, DIALER_ID, KEY, strlen(KEY)), 0);
-        ck_assert_int_eq(peer_auth_init(&l, PEER_AUTH_LISTENER, LISTENER_ID, KEY, strlen(KEY)),
-                         0);
+        ck_assert_int_eq(peer_auth_init(&l, PEER_AUTH_LISTENER, LISTENER_ID, KEY, strlen(KEY)), 0);
         run_keyed(&d, &l, &t);
 
         ck_assert_uint_eq(t.dialer_hello.node_id, DIALER_ID);
@@ -252,7 +251,7 @@ START_TEST(test_replay_from_earlier_session)
         init_fixed(&l2, PEER_AUTH_LISTENER, LISTENER_ID, 0x40, KEY, strlen(KEY));
         ck_assert_int_eq(peer_auth_on_hello(&l2, &t.dialer_hello), 0);
         ck_assert_int_eq(peer_auth_hello(&l2, &h), 0);
-        ck_assert_int_eq(peer_auth_proof(&l2, &(PeerAuthProof){ 0 }), 0);
+        ck_assert_int_eq(peer_auth_proof(&l2, &(PeerAuthProof){0}), 0);
         ck_assert_int_eq(peer_auth_on_proof(&l2, &t.dialer_proof), -EACCES);
         ck_assert(!peer_auth_is_authenticated(&l2));
 
@@ -314,7 +313,7 @@ START_TEST(test_key_on_one_side)
         ck_assert_int_eq(peer_auth_hello(&l, &lh), -EPROTO);
 
         /* The dialer refuses a Hello without a key, too. */
-        lh = (PeerAuthHello){ .node_id = LISTENER_ID, .has_key = false };
+        lh = (PeerAuthHello){.node_id = LISTENER_ID, .has_key = false};
         ck_assert_int_eq(peer_auth_on_hello(&d, &lh), -EPERM);
         ck_assert_int_eq(peer_auth_get_state(&d), PEER_AUTH_FAILED);
 
@@ -324,7 +323,7 @@ START_TEST(test_key_on_one_side)
         ck_assert_int_eq(peer_auth_hello(&d, &dh), 0);
         ck_assert(!dh.has_key);
         ck_assert_int_eq(peer_auth_on_hello(&l, &dh), -EPERM);
-        lh = (PeerAuthHello){ .node_id = LISTENER_ID, .has_key = true };
+        lh = (PeerAuthHello){.node_id = LISTENER_ID, .has_key = true};
         ck_assert_int_eq(peer_auth_on_hello(&d, &lh), -EPERM);
         ck_assert(!peer_auth_is_done(&d));
         ck_assert(!peer_auth_is_done(&l));
@@ -334,7 +333,7 @@ END_TEST
 START_TEST(test_no_keys_completes_unauthenticated)
 {
         PeerAuthHello dh, lh;
-        PeerAuthProof p = { 0 };
+        PeerAuthProof p = {0};
         PeerAuth d, l;
 
         ck_assert_int_eq(peer_auth_init(&d, PEER_AUTH_DIALER, DIALER_ID, NULL, 0), 0);
@@ -389,7 +388,7 @@ END_TEST
 START_TEST(test_out_of_order)
 {
         PeerAuthHello dh, lh;
-        PeerAuthProof p = { 0 };
+        PeerAuthProof p = {0};
         PeerAuth d, l;
 
         /* Listener: a Proof before any Hello, then nothing more goes. */
@@ -451,7 +450,7 @@ START_TEST(test_long_key)
 {
         uint8_t key[200], other[200], want[PEER_AUTH_MAC_SIZE];
         uint8_t dn[PEER_AUTH_NONCE_SIZE], ln[PEER_AUTH_NONCE_SIZE];
-        static const size_t lens[] = { 1, 63, 64, 65, 100, 200 };
+        static const size_t lens[] = {1, 63, 64, 65, 100, 200};
         PeerAuthHello dh, lh;
         PeerAuthProof lp;
         PeerAuth d, l;
@@ -501,17 +500,14 @@ END_TEST
 
 START_TEST(test_init_and_deinit)
 {
-        uint8_t nonce[PEER_AUTH_NONCE_SIZE] = { 0 };
+        uint8_t nonce[PEER_AUTH_NONCE_SIZE] = {0};
         char key[] = "kvdist-test-cluster-key";
         PeerAuthHello h;
         PeerAuth a;
 
-        ck_assert_int_eq(peer_auth_init(&a, (PeerAuthRole)2, DIALER_ID, KEY, strlen(KEY)),
-                         -EINVAL);
-        ck_assert_int_eq(peer_auth_init(&a, _PEER_AUTH_ROLE_INVALID, DIALER_ID, NULL, 0),
-                         -EINVAL);
-        ck_assert_int_eq(peer_auth_init_with_nonce(&a, PEER_AUTH_DIALER, DIALER_ID, nonce, NULL,
-                                                   4),
+        ck_assert_int_eq(peer_auth_init(&a, (PeerAuthRole)2, DIALER_ID, KEY, strlen(KEY)), -EINVAL);
+        ck_assert_int_eq(peer_auth_init(&a, _PEER_AUTH_ROLE_INVALID, DIALER_ID, NULL, 0), -EINVAL);
+        ck_assert_int_eq(peer_auth_init_with_nonce(&a, PEER_AUTH_DIALER, DIALER_ID, nonce, NULL, 4),
                          -EINVAL);
 
         /* The key is copied: changing the caller's buffer afterwards changes nothing. */

@@ -39,10 +39,10 @@ typedef struct Layout {
 } Layout;
 
 /* Tensors split over two regions, each with random gaps (often none, so tensors can merge). */
-static void layout_init(Layout *l, bool blocks, uint32_t n_tensors, uint64_t units,
-                        uint64_t stride, uint32_t region_base)
+static void layout_init(Layout *l, bool blocks, uint32_t n_tensors, uint64_t units, uint64_t stride,
+                        uint32_t region_base)
 {
-        uint64_t off[2] = { rng_range(0, 3) * stride, rng_range(0, 3) * stride };
+        uint64_t off[2] = {rng_range(0, 3) * stride, rng_range(0, 3) * stride};
 
         cache_init(&l->tc, blocks, n_tensors, units, stride, 0, 0, 0);
         l->region_base = region_base;
@@ -51,7 +51,7 @@ static void layout_init(Layout *l, bool blocks, uint32_t n_tensors, uint64_t uni
 
                 if (rng() % 3 == 0)
                         off[r] += rng_range(1, 2 * stride + 1);
-                l->tc.t[t] = (PlanTensor){ region_base + r, off[r] };
+                l->tc.t[t] = (PlanTensor){region_base + r, off[r]};
                 off[r] += l->tc.c.tensor_size;
         }
         for (int r = 0; r < 2; r++) {
@@ -112,9 +112,9 @@ static PlanLayers random_layers(uint32_t n_layers, uint32_t len, bool all)
         int32_t first;
 
         if (all)
-                return (PlanLayers){ PLAN_LAYERS_ALL, (int32_t)rng_range(0, 5) - 1 };
+                return (PlanLayers){PLAN_LAYERS_ALL, (int32_t)rng_range(0, 5) - 1};
         first = (int32_t)rng_range(0, n_layers - len);
-        return (PlanLayers){ first, first + (int32_t)len - 1 };
+        return (PlanLayers){first, first + (int32_t)len - 1};
 }
 
 static void property_round(unsigned round)
@@ -257,8 +257,8 @@ static void property_round(unsigned round)
                     seg->dst_offset + seg->len > dst.region_size[seg->dst_region - 2])
                         ck_abort_msg("round %u: segment %zu (%u:%" PRIu64 " -> %u:%" PRIu64
                                      ", %" PRIu64 ") is outside its regions",
-                                     round, i, seg->src_region, seg->src_offset,
-                                     seg->dst_region, seg->dst_offset, seg->len);
+                                     round, i, seg->src_region, seg->src_offset, seg->dst_region,
+                                     seg->dst_offset, seg->len);
                 memcpy(dst.regions[seg->dst_region - 2] + seg->dst_offset,
                        src.regions[seg->src_region] + seg->src_offset, seg->len);
 

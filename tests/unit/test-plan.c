@@ -20,8 +20,8 @@ static PlanRequest blocks_request(const TestCache *src, const TestCache *dst, co
                 .dst_blocks = db,
                 .n_dst_blocks = n_db,
                 .size = -1,
-                .src_layers = { PLAN_LAYERS_ALL, 0 },
-                .dst_layers = { PLAN_LAYERS_ALL, 0 },
+                .src_layers = {PLAN_LAYERS_ALL, 0},
+                .dst_layers = {PLAN_LAYERS_ALL, 0},
         };
 }
 
@@ -35,8 +35,8 @@ static PlanRequest item_request(const TestCache *src, const TestCache *dst, uint
                 .src_index = si,
                 .dst_index = di,
                 .size = size,
-                .src_layers = { PLAN_LAYERS_ALL, 0 },
-                .dst_layers = { PLAN_LAYERS_ALL, 0 },
+                .src_layers = {PLAN_LAYERS_ALL, 0},
+                .dst_layers = {PLAN_LAYERS_ALL, 0},
         };
 }
 
@@ -51,24 +51,24 @@ static PlanRequest item_to_blocks_request(const TestCache *src, const TestCache 
                 .dst_blocks = db,
                 .n_dst_blocks = n_db,
                 .size = size,
-                .src_layers = { PLAN_LAYERS_ALL, 0 },
-                .dst_layers = { PLAN_LAYERS_ALL, 0 },
+                .src_layers = {PLAN_LAYERS_ALL, 0},
+                .dst_layers = {PLAN_LAYERS_ALL, 0},
         };
 }
 
 #define SENTINEL ((Plan *)(uintptr_t)0x5a5a)
 
 /* plan_build must fail with @code, a message holding @substr, and leave *ret alone. */
-#define assert_plan_error(req, want_code, substr)                                              \
-        do {                                                                                   \
-                Error _err = ERROR_INIT;                                                       \
-                Plan *_p = SENTINEL;                                                           \
-                int _r = plan_build((req), &_p, &_err);                                        \
-                ck_assert_int_eq(_r, (want_code));                                             \
-                ck_assert_int_eq(_err.code, (want_code));                                      \
-                ck_assert_ptr_eq(_p, SENTINEL);                                                \
-                ck_assert_msg(strstr(_err.msg, (substr)) != NULL,                              \
-                              "message \"%s\" lacks \"%s\"", _err.msg, (substr));              \
+#define assert_plan_error(req, want_code, substr)                                                  \
+        do {                                                                                       \
+                Error _err = ERROR_INIT;                                                           \
+                Plan *_p = SENTINEL;                                                               \
+                int _r = plan_build((req), &_p, &_err);                                            \
+                ck_assert_int_eq(_r, (want_code));                                                 \
+                ck_assert_int_eq(_err.code, (want_code));                                          \
+                ck_assert_ptr_eq(_p, SENTINEL);                                                    \
+                ck_assert_msg(strstr(_err.msg, (substr)) != NULL, "message \"%s\" lacks \"%s\"",   \
+                              _err.msg, (substr));                                                 \
         } while (0)
 
 static void assert_segment(const Plan *p, size_t i, uint32_t sr, uint64_t so, uint32_t dr,
@@ -90,7 +90,7 @@ static void assert_segment(const Plan *p, size_t i, uint32_t sr, uint64_t so, ui
 START_TEST(test_blocks_list_lengths)
 {
         TestCache src, dst;
-        uint64_t sb[5] = { 0, 1, 2, 3, 4 }, db[5] = { 0, 1, 2, 3, 4 };
+        uint64_t sb[5] = {0, 1, 2, 3, 4}, db[5] = {0, 1, 2, 3, 4};
         PlanRequest req;
 
         cache_init(&src, true, 4, 512, 4096, 0, 0, 0);
@@ -109,7 +109,7 @@ END_TEST
 START_TEST(test_blocks_out_of_range)
 {
         TestCache src, dst;
-        uint64_t sb[4] = { 0, 512, 2, 3 }, db[4] = { 0, 1, 2, 900 };
+        uint64_t sb[4] = {0, 512, 2, 3}, db[4] = {0, 1, 2, 900};
         PlanRequest req;
 
         cache_init(&src, true, 4, 512, 4096, 0, 0, 0);
@@ -131,10 +131,10 @@ END_TEST
 static void check_repeats(uint64_t dst_units)
 {
         TestCache src, dst;
-        uint64_t sb[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }; /* a source block twice is fine */
-        uint64_t db[8] = { 40, 41, 12, 43, 44, 45, 46, 12 };
-        uint64_t db2[5] = { 5, 7, 5, 7, 5 };
-        uint64_t db3[4] = { 7, 5, 5, 7 };
+        uint64_t sb[8] = {1, 1, 1, 1, 1, 1, 1, 1}; /* a source block twice is fine */
+        uint64_t db[8] = {40, 41, 12, 43, 44, 45, 46, 12};
+        uint64_t db2[5] = {5, 7, 5, 7, 5};
+        uint64_t db3[4] = {7, 5, 5, 7};
         PlanRequest req;
         Plan *p;
 
@@ -171,7 +171,7 @@ END_TEST
 START_TEST(test_block_size_mismatch)
 {
         TestCache src, dst;
-        uint64_t b[1] = { 0 };
+        uint64_t b[1] = {0};
         PlanRequest req;
 
         cache_init(&src, true, 4, 16, 4096, 0, 0, 0);
@@ -185,15 +185,15 @@ END_TEST
 START_TEST(test_tensor_num_per_layer)
 {
         TestCache src, dst;
-        uint64_t b[1] = { 0 };
+        uint64_t b[1] = {0};
         PlanRequest req;
 
         cache_init(&src, true, 16, 8, 64, 0, 0, 0);
         cache_init(&dst, true, 16, 8, 64, 1, 0, 0);
         req = blocks_request(&src, &dst, b, 1, b, 1);
         req.tensor_num_per_layer = 3;
-        req.src_layers = (PlanLayers){ 0, 2 };
-        req.dst_layers = (PlanLayers){ 0, 2 };
+        req.src_layers = (PlanLayers){0, 2};
+        req.dst_layers = (PlanLayers){0, 2};
         assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "tensor_num_per_layer=3 does not divide num_tensors=16 of the source "
                           "cache");
@@ -201,8 +201,8 @@ START_TEST(test_tensor_num_per_layer)
         cache_init(&src, true, 12, 8, 64, 0, 0, 0);
         req = blocks_request(&src, &dst, b, 1, b, 1);
         req.tensor_num_per_layer = 3;
-        req.src_layers = (PlanLayers){ 0, 2 };
-        req.dst_layers = (PlanLayers){ 0, 2 };
+        req.src_layers = (PlanLayers){0, 2};
+        req.dst_layers = (PlanLayers){0, 2};
         assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "tensor_num_per_layer=3 does not divide num_tensors=16 of the "
                           "destination cache");
@@ -212,7 +212,7 @@ START_TEST(test_tensor_num_per_layer)
         cache_init(&src, true, 3, 8, 64, 0, 0, 0);
         cache_init(&dst, true, 3, 8, 64, 1, 0, 0);
         req = blocks_request(&src, &dst, b, 1, b, 1);
-        req.src_layers = (PlanLayers){ 0, 0 };
+        req.src_layers = (PlanLayers){0, 0};
         assert_plan_error(&req, STATUS_PARAM_INVALID, "tensor_num_per_layer=2 does not divide");
 }
 END_TEST
@@ -220,10 +220,10 @@ END_TEST
 /* Without a layer range every tensor moves, whatever tensor_num_per_layer says. */
 START_TEST(test_no_layer_range_moves_every_tensor)
 {
-        static const uint32_t counts[] = { 1, 3, 5 };
-        static const uint32_t tpls[] = { 0, 2, 4 };
+        static const uint32_t counts[] = {1, 3, 5};
+        static const uint32_t tpls[] = {0, 2, 4};
         TestCache src, dst;
-        uint64_t sb[2] = { 2, 5 }, db[2] = { 0, 7 };
+        uint64_t sb[2] = {2, 5}, db[2] = {0, 7};
         PlanRequest req;
         Plan *p;
 
@@ -273,42 +273,42 @@ END_TEST
 START_TEST(test_layer_ranges)
 {
         TestCache src, dst;
-        uint64_t b[1] = { 0 };
+        uint64_t b[1] = {0};
         PlanRequest req;
 
         cache_init(&src, true, 16, 8, 64, 0, 0, 0); /* 8 layers */
         cache_init(&dst, true, 8, 8, 64, 1, 0, 0);  /* 4 layers */
 
         req = blocks_request(&src, &dst, b, 1, b, 1);
-        req.src_layers = (PlanLayers){ 2, 9 };
-        req.dst_layers = (PlanLayers){ 0, 3 };
+        req.src_layers = (PlanLayers){2, 9};
+        req.dst_layers = (PlanLayers){0, 3};
         assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "src_layers [2, 9] is outside the 8 layers of the source cache");
 
-        req.src_layers = (PlanLayers){ 2, 5 };
-        req.dst_layers = (PlanLayers){ 1, 4 };
+        req.src_layers = (PlanLayers){2, 5};
+        req.dst_layers = (PlanLayers){1, 4};
         assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "dst_layers [1, 4] is outside the 4 layers of the destination cache");
 
-        req.src_layers = (PlanLayers){ 5, 2 };
+        req.src_layers = (PlanLayers){5, 2};
         assert_plan_error(&req, STATUS_PARAM_INVALID, "src_layers [5, 2] is not a layer range");
-        req.src_layers = (PlanLayers){ -2, 3 };
+        req.src_layers = (PlanLayers){-2, 3};
         assert_plan_error(&req, STATUS_PARAM_INVALID, "src_layers [-2, 3] is not a layer range");
 
-        req.src_layers = (PlanLayers){ 0, 2 };
-        req.dst_layers = (PlanLayers){ 2, 3 };
+        req.src_layers = (PlanLayers){0, 2};
+        req.dst_layers = (PlanLayers){2, 3};
         assert_plan_error(&req, STATUS_PARAM_INVALID,
                           "src_layers has 3 layers but dst_layers has 2");
 
         /* all layers of both: 16 tensors against 8 */
-        req.src_layers = (PlanLayers){ PLAN_LAYERS_ALL, 0 };
-        req.dst_layers = (PlanLayers){ PLAN_LAYERS_ALL, 0 };
+        req.src_layers = (PlanLayers){PLAN_LAYERS_ALL, 0};
+        req.dst_layers = (PlanLayers){PLAN_LAYERS_ALL, 0};
         assert_plan_error(&req, STATUS_CACHE_INCOMPATIBLE,
                           "the source cache has 16 tensors, the destination 8");
 
         /* all layers of a 4-layer destination against 4 source layers; last is ignored */
-        req.src_layers = (PlanLayers){ 4, 7 };
-        req.dst_layers = (PlanLayers){ PLAN_LAYERS_ALL, 99 };
+        req.src_layers = (PlanLayers){4, 7};
+        req.dst_layers = (PlanLayers){PLAN_LAYERS_ALL, 99};
         Plan *p = build_ok(&req);
         ck_assert_uint_eq(p->total_bytes, 8 * 64);
         plan_free(p);
@@ -318,7 +318,7 @@ END_TEST
 START_TEST(test_cache_kinds)
 {
         TestCache blk, cont;
-        uint64_t b[1] = { 0 };
+        uint64_t b[1] = {0};
         PlanRequest req;
 
         cache_init(&blk, true, 2, 4, 64, 0, 0, 0);
@@ -353,7 +353,7 @@ END_TEST
 START_TEST(test_item_validation)
 {
         TestCache src, dst, dst_small;
-        uint64_t b[2] = { 0, 1 };
+        uint64_t b[2] = {0, 1};
         PlanRequest req;
 
         cache_init(&src, false, 2, 4, 4096, 0, 0, 0);
@@ -382,13 +382,11 @@ START_TEST(test_item_validation)
         req = item_request(&src, &dst, 0, 0, -1);
         req.src_blocks = b;
         req.n_src_blocks = 2;
-        assert_plan_error(&req, STATUS_PARAM_INVALID,
-                          "src_blocks has 2 entries but must be empty");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "src_blocks has 2 entries but must be empty");
         req = item_request(&src, &dst, 0, 0, -1);
         req.dst_blocks = b;
         req.n_dst_blocks = 1;
-        assert_plan_error(&req, STATUS_PARAM_INVALID,
-                          "dst_blocks has 1 entries but must be empty");
+        assert_plan_error(&req, STATUS_PARAM_INVALID, "dst_blocks has 1 entries but must be empty");
 
         /* a smaller size fits a smaller destination item */
         req = item_request(&src, &dst_small, 3, 1, 2048);
@@ -404,7 +402,7 @@ END_TEST
 START_TEST(test_item_to_blocks_validation)
 {
         TestCache src, dst;
-        uint64_t b[5] = { 0, 1, 2, 3, 4 };
+        uint64_t b[5] = {0, 1, 2, 3, 4};
         PlanRequest req;
 
         cache_init(&src, false, 2, 2, 16384, 0, 0, 0);
@@ -448,7 +446,7 @@ END_TEST
 START_TEST(test_malformed_request)
 {
         TestCache src, dst;
-        uint64_t b[1] = { 0 };
+        uint64_t b[1] = {0};
         PlanRequest req;
         Error err = ERROR_INIT;
         Plan *p = SENTINEL;
@@ -493,7 +491,7 @@ END_TEST
 START_TEST(test_null_error)
 {
         TestCache src, dst;
-        uint64_t b[1] = { 9 };
+        uint64_t b[1] = {9};
         PlanRequest req;
         Error err = ERROR_INIT;
         Plan *p = NULL;
@@ -529,8 +527,7 @@ START_TEST(test_merge_contiguous_run)
         p = build_ok(&req);
         ck_assert_uint_eq(p->n_segments, 2);
         assert_segment(p, 0, 3, 10 * 16, 4, 500 + 100 * 16, 160);
-        assert_segment(p, 1, 3, 64 * 16 + 1000 + 10 * 16, 4, 500 + 128 * 16 + 1000 + 100 * 16,
-                       160);
+        assert_segment(p, 1, 3, 64 * 16 + 1000 + 10 * 16, 4, 500 + 128 * 16 + 1000 + 100 * 16, 160);
         ck_assert_uint_eq(p->total_bytes, 320);
         plan_free(p);
 }
@@ -539,10 +536,10 @@ END_TEST
 START_TEST(test_merge_scattered_and_reversed)
 {
         TestCache src, dst;
-        uint64_t sb[4] = { 1, 3, 5, 7 }, db[4] = { 2, 4, 6, 8 };
-        uint64_t rev[3] = { 5, 4, 3 };
-        uint64_t mix_s[5] = { 1, 2, 3, 10, 11 }, mix_d[5] = { 20, 21, 22, 5, 6 };
-        uint64_t half_s[2] = { 1, 2 }, half_d[2] = { 5, 7 };
+        uint64_t sb[4] = {1, 3, 5, 7}, db[4] = {2, 4, 6, 8};
+        uint64_t rev[3] = {5, 4, 3};
+        uint64_t mix_s[5] = {1, 2, 3, 10, 11}, mix_d[5] = {20, 21, 22, 5, 6};
+        uint64_t half_s[2] = {1, 2}, half_d[2] = {5, 7};
         PlanRequest req;
         Plan *p;
 
@@ -605,8 +602,8 @@ START_TEST(test_merge_adjacent_tensors)
         plan_free(p);
 
         /* the same with a layer range: layers 1..2 of both */
-        req.src_layers = (PlanLayers){ 1, 2 };
-        req.dst_layers = (PlanLayers){ 1, 2 };
+        req.src_layers = (PlanLayers){1, 2};
+        req.dst_layers = (PlanLayers){1, 2};
         p = build_ok(&req);
         ck_assert_uint_eq(p->n_segments, 1);
         assert_segment(p, 0, 0, 2 * 512, 1, 4096 + 2 * 512, 4 * 512);
@@ -635,21 +632,21 @@ END_TEST
 START_TEST(test_layer_mapping)
 {
         TestCache src, dst;
-        uint64_t b[1] = { 3 };
+        uint64_t b[1] = {3};
         PlanRequest req;
         Plan *p;
 
         /* every tensor in its own region so the pairing is visible */
         cache_init(&src, true, 16, 8, 64, 0, 0, 0);
         for (uint32_t i = 0; i < 16; i++)
-                src.t[i] = (PlanTensor){ 100 + i, 1000 * i };
+                src.t[i] = (PlanTensor){100 + i, 1000 * i};
         cache_init(&dst, true, 8, 4, 64, 0, 0, 0);
         for (uint32_t i = 0; i < 8; i++)
-                dst.t[i] = (PlanTensor){ 200 + i, 300 * i };
+                dst.t[i] = (PlanTensor){200 + i, 300 * i};
 
         req = blocks_request(&src, &dst, b, 1, b, 1);
-        req.src_layers = (PlanLayers){ 4, 6 };
-        req.dst_layers = (PlanLayers){ 1, 3 };
+        req.src_layers = (PlanLayers){4, 6};
+        req.dst_layers = (PlanLayers){1, 3};
         p = build_ok(&req);
         ck_assert_uint_eq(p->n_segments, 6);
         for (uint32_t k = 0; k < 6; k++)
@@ -659,8 +656,8 @@ START_TEST(test_layer_mapping)
 
         /* tensor_num_per_layer=4: layer 1 of the source is tensors 4..7 */
         req.tensor_num_per_layer = 4;
-        req.src_layers = (PlanLayers){ 1, 1 };
-        req.dst_layers = (PlanLayers){ 0, 0 };
+        req.src_layers = (PlanLayers){1, 1};
+        req.dst_layers = (PlanLayers){0, 0};
         p = build_ok(&req);
         ck_assert_uint_eq(p->n_segments, 4);
         for (uint32_t k = 0; k < 4; k++)
@@ -669,8 +666,8 @@ START_TEST(test_layer_mapping)
 
         /* tensor_num_per_layer=1 */
         req.tensor_num_per_layer = 1;
-        req.src_layers = (PlanLayers){ 15, 15 };
-        req.dst_layers = (PlanLayers){ 0, 0 };
+        req.src_layers = (PlanLayers){15, 15};
+        req.dst_layers = (PlanLayers){0, 0};
         p = build_ok(&req);
         ck_assert_uint_eq(p->n_segments, 1);
         assert_segment(p, 0, 115, 15000 + 192, 200, 192, 64);
@@ -681,8 +678,8 @@ END_TEST
 START_TEST(test_item_to_blocks_chunks)
 {
         TestCache src, dst;
-        uint64_t db[3] = { 7, 2, 3 };
-        uint64_t one[1] = { 5 };
+        uint64_t db[3] = {7, 2, 3};
+        uint64_t one[1] = {5};
         PlanRequest req;
         Plan *p;
 

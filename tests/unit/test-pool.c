@@ -58,7 +58,7 @@ START_TEST(test_new_rounds)
         /* A 64 KiB page: 100 KiB becomes two pages. */
         ck_assert_int_eq(pool_new(100 * 1024, 16, 1, &pool), 0);
         ck_assert_uint_eq(pool_size(pool), 128 * 1024);
-        ck_assert_int_eq(pool_alloc(pool, 1, &(uint64_t){ 0 }), 0);
+        ck_assert_int_eq(pool_alloc(pool, 1, &(uint64_t){0}), 0);
         ck_assert_uint_eq(pool_used(pool), 64 * 1024);
         pool_free(pool);
 
@@ -363,7 +363,7 @@ START_TEST(test_random_model)
                                 ck_assert_uint_eq(off % PAGE, 0);
                                 ck_assert_uint_le(off + rounded, total);
                                 ck_assert_uint_lt(n, MODEL_MAX);
-                                live[n++] = (Live){ off, rounded };
+                                live[n++] = (Live){off, rounded};
                                 n_ok++;
                         }
                 }

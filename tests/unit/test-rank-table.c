@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #include "daemon/domain/rank-table.h"
 
 static const char *const two = "{\"version\": \"1.0\", \"server_count\": \"2\", \"status\": "
@@ -135,7 +134,8 @@ START_TEST(test_refused)
                         "\"rank_id\": \"2\"}]",
                         "device_id 0 appears twice in server p");
         refused("{\"version\": \"1.0\", \"server_count\": \"1\", \"server_list\": [{\"server_id\": "
-                "\"a\", \"device\": [{\"device_id\": 0, \"device_ip\": \"10.0.0.1\", \"rank_id\": 0},"
+                "\"a\", \"device\": [{\"device_id\": 0, \"device_ip\": \"10.0.0.1\", \"rank_id\": "
+                "0},"
                 "{\"device_id\": 1, \"device_ip\": \"10.0.0.1\", \"rank_id\": 1},"
                 "{\"device_id\": 2, \"device_ip\": \"10.0.0.1\", \"rank_id\": 2},"
                 "{\"device_id\": 3, \"device_ip\": \"10.0.0.1\", \"rank_id\": 3},"
@@ -167,20 +167,20 @@ START_TEST(test_fragment)
                                  "[{\"device_id\": \"3\", \"device_ip\": \"10.1.1.1\"}]}]}",
                                  &d, &err),
                          0);
-        ck_assert_int_eq(rank_table_parse_fragment(
-                                 "{\"server_list\": [{\"server_id\": \"n\", \"device\": "
-                                 "[{\"device_id\": \"3\", \"device_ip\": \"10.1.1.1\", "
-                                 "\"rank_id\": \"0\"}]}]}",
-                                 &d, &err),
-                         STATUS_PARAM_INVALID);
+        ck_assert_int_eq(
+                rank_table_parse_fragment("{\"server_list\": [{\"server_id\": \"n\", \"device\": "
+                                          "[{\"device_id\": \"3\", \"device_ip\": \"10.1.1.1\", "
+                                          "\"rank_id\": \"0\"}]}]}",
+                                          &d, &err),
+                STATUS_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(err.msg, "local_comm_res: server_list[0].device[0].rank_id"));
         error_clear(&err);
-        ck_assert_int_eq(rank_table_parse_fragment(
-                                 "{\"server_list\": [{\"server_id\": \"n\", \"device\": "
-                                 "[{\"device_id\": \"3\", \"device_ip\": \"10.1.1.1\"}, "
-                                 "{\"device_id\": \"4\", \"device_ip\": \"10.1.1.1\"}]}]}",
-                                 &d, &err),
-                         STATUS_PARAM_INVALID);
+        ck_assert_int_eq(
+                rank_table_parse_fragment("{\"server_list\": [{\"server_id\": \"n\", \"device\": "
+                                          "[{\"device_id\": \"3\", \"device_ip\": \"10.1.1.1\"}, "
+                                          "{\"device_id\": \"4\", \"device_ip\": \"10.1.1.1\"}]}]}",
+                                          &d, &err),
+                STATUS_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(err.msg, "one device"));
         error_clear(&err);
         ck_assert_int_eq(rank_table_parse_fragment("{\"server_count\": \"2\", \"server_list\": "

@@ -157,8 +157,7 @@ START_TEST(test_shared_mapping)
         /* The region owns the fd it gets; keep our own for the mapping's sake only. */
         dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
         ck_assert_int_ge(dup_fd, 0);
-        ck_assert_int_eq(region_new_from_fd(dup_fd, 4 * PAGE, (uint64_t)(uintptr_t)mine, 7, &r),
-                         0);
+        ck_assert_int_eq(region_new_from_fd(dup_fd, 4 * PAGE, (uint64_t)(uintptr_t)mine, 7, &r), 0);
 
         for (unsigned i = 0; i < 4 * PAGE; i++)
                 mine[i] = (uint8_t)(i * 31 + 7);
@@ -290,7 +289,7 @@ START_TEST(test_find_boundaries)
         Region *a, *b, *top;
         uint64_t off;
         const uint64_t a_addr = 0x10000, a_size = PAGE;
-        const uint64_t b_addr = 0x11000, b_size = 2 * PAGE;   /* right after a */
+        const uint64_t b_addr = 0x11000, b_size = 2 * PAGE; /* right after a */
         const uint64_t top_addr = UINT64_MAX - 2 * PAGE, top_size = PAGE;
 
         a = make_region_at(a_addr, a_size, 1);
@@ -331,8 +330,8 @@ START_TEST(test_find_boundaries)
         /* Lengths whose end wraps to inside a region are never contained. */
         ck_assert_ptr_null(region_find(&regions, top_addr + 1, UINT64_MAX, &off));
         ck_assert_ptr_null(region_find(&regions, a_addr + 1, UINT64_MAX, &off));
-        ck_assert_ptr_null(region_find(&regions, top_addr, UINT64_MAX - top_addr + a_addr + 2,
-                                       &off));
+        ck_assert_ptr_null(
+                region_find(&regions, top_addr, UINT64_MAX - top_addr + a_addr + 2, &off));
 
         clist_unlink(&a->link_owner);
         ck_assert_ptr_null(region_find(&regions, a_addr, 1, &off));

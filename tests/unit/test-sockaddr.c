@@ -80,7 +80,7 @@ END_TEST
 
 START_TEST(test_parse_v6)
 {
-        static const uint8_t db8_1[16] = { 0x20, 0x01, 0x0d, 0xb8, [15] = 1 };
+        static const uint8_t db8_1[16] = {0x20, 0x01, 0x0d, 0xb8, [15] = 1};
         struct sockaddr_storage ss;
         struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
         socklen_t len;
@@ -151,16 +151,55 @@ END_TEST
 START_TEST(test_parse_rejects)
 {
         static const char *const junk[] = {
-                "", ":", ":::", "[]", "[]:80", ":80", "1.2.3.4:", "1.2.3.4:0", "1.2.3.4:65536",
-                "1.2.3.4:99999", "1.2.3.4:123456", "1.2.3.4:8a", "1.2.3.4:-1", "1.2.3.4:+80",
-                "1.2.3.4: 80", " 1.2.3.4:80", "1.2.3.4:80 ", "1.2.3.4 ", "1.2.3.4:80:90",
-                "1.2.3.4.5:80", "1.2.3.256:80", "1.2.3:80", "127.1:80", "0x7f000001:80",
-                "017.0.0.1:80", "1.2.3.4%lo:80", "localhost:80", "localhost", "example.com:443",
-                "[::1", "[::1:80", "::1]:80", "[::1]80", "[::1]:", "[::1]]:80", "[[::1]:80",
-                "[::1]:0", "[::1]:65536", "[1.2.3.4]:80", "[localhost]:80", "[::1] :80",
-                "[:::1]:80", "[1::2::3]:80", "[fe80::1%]:80",
-                "[fe80::1%0]:80", "[fe80::1%4294967296]:80", "[2001:db8::1%lo]:80",
-                "[::1%lo]:80", "[::1%1]:80",
+                "",
+                ":",
+                ":::",
+                "[]",
+                "[]:80",
+                ":80",
+                "1.2.3.4:",
+                "1.2.3.4:0",
+                "1.2.3.4:65536",
+                "1.2.3.4:99999",
+                "1.2.3.4:123456",
+                "1.2.3.4:8a",
+                "1.2.3.4:-1",
+                "1.2.3.4:+80",
+                "1.2.3.4: 80",
+                " 1.2.3.4:80",
+                "1.2.3.4:80 ",
+                "1.2.3.4 ",
+                "1.2.3.4:80:90",
+                "1.2.3.4.5:80",
+                "1.2.3.256:80",
+                "1.2.3:80",
+                "127.1:80",
+                "0x7f000001:80",
+                "017.0.0.1:80",
+                "1.2.3.4%lo:80",
+                "localhost:80",
+                "localhost",
+                "example.com:443",
+                "[::1",
+                "[::1:80",
+                "::1]:80",
+                "[::1]80",
+                "[::1]:",
+                "[::1]]:80",
+                "[[::1]:80",
+                "[::1]:0",
+                "[::1]:65536",
+                "[1.2.3.4]:80",
+                "[localhost]:80",
+                "[::1] :80",
+                "[:::1]:80",
+                "[1::2::3]:80",
+                "[fe80::1%]:80",
+                "[fe80::1%0]:80",
+                "[fe80::1%4294967296]:80",
+                "[2001:db8::1%lo]:80",
+                "[::1%lo]:80",
+                "[::1%1]:80",
                 "[fe80::1%averyveryverylongname]:80",
         };
 
@@ -214,7 +253,7 @@ START_TEST(test_round_trip_binary)
         uint64_t s = 0x853c49e6748fea9bu;
 
         for (unsigned round = 0; round < 500; round++) {
-                struct sockaddr_storage a = { 0 }, b;
+                struct sockaddr_storage a = {0}, b;
                 socklen_t alen, blen;
                 char buf[SOCKADDR_STR_MAX];
                 uint16_t port;
@@ -237,16 +276,15 @@ START_TEST(test_round_trip_binary)
                         sin6->sin6_family = AF_INET6;
                         sin6->sin6_port = htons(port);
                         for (unsigned i = 0; i < 16; i++)
-                                sin6->sin6_addr.s6_addr[i] = (uint8_t)(s >> (i % 8 * 8)) ^
-                                                             (uint8_t)(i * 31 * round);
+                                sin6->sin6_addr.s6_addr[i] =
+                                        (uint8_t)(s >> (i % 8 * 8)) ^ (uint8_t)(i * 31 * round);
                         /* Runs of zeros, which print as "::". */
                         if (round % 3 == 0)
                                 memset(sin6->sin6_addr.s6_addr + 2, 0, round % 14);
                         alen = sizeof(*sin6);
                 }
 
-                ck_assert_int_eq(sockaddr_format((struct sockaddr *)&a, alen, buf, sizeof(buf)),
-                                 0);
+                ck_assert_int_eq(sockaddr_format((struct sockaddr *)&a, alen, buf, sizeof(buf)), 0);
                 ck_assert_msg(sockaddr_parse(buf, 0, &b, &blen) == 0, "\"%s\"", buf);
                 ck_assert_int_eq(blen, alen);
                 ck_assert_msg(memcmp(&a, &b, alen) == 0, "\"%s\"", buf);
@@ -258,7 +296,7 @@ START_TEST(test_format_errors)
 {
         struct sockaddr_storage ss;
         struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-        struct sockaddr_un sun = { .sun_family = AF_UNIX };
+        struct sockaddr_un sun = {.sun_family = AF_UNIX};
         socklen_t len;
         char buf[SOCKADDR_STR_MAX], small[8];
 

@@ -37,7 +37,7 @@ static bool bytes_in(void *userdata)
 
 static void run_until_received(World *w, const TcpData *td, uint64_t received)
 {
-        Bytes b = { .td = td, .received = received };
+        Bytes b = {.td = td, .received = received};
 
         run_until_cond(w, bytes_in, &b);
 }
@@ -122,10 +122,10 @@ START_TEST(test_hostile)
         World w;
         Xfer *x = xfer_new(1, MiB, 0, 0), *y = xfer_new(2, MiB, 0, 0);
         Xfer *s = xfer_new(3, 16 * MiB, 0, 0);
-        TcpStreamRange ranges[2] = { { 0, HALF }, { HALF, MiB } };
+        TcpStreamRange ranges[2] = {{0, HALF}, {HALF, MiB}};
         uint8_t hdr[TCP_STREAM_HEADER_SIZE];
-        Done d[3] = { { 0 } };
-        Xfer *xs[2] = { x, y };
+        Done d[3] = {{0}};
+        Xfer *xs[2] = {x, y};
 
         world_init_raw(&w, 2, _i % 3 == 0, 65536, &o);
         w.a.free_on_broken = _i % 2 == 1;
@@ -226,12 +226,12 @@ END_TEST
  */
 START_TEST(test_crc_mismatch)
 {
-        TcpDataOptions o = { .crc = true, .chunk_size = CHUNK, .min_split_bytes = HALF };
+        TcpDataOptions o = {.crc = true, .chunk_size = CHUNK, .min_split_bytes = HALF};
         World w;
         Xfer *x = xfer_new(11, MiB, 0, 0), *y = xfer_new(12, MiB, 0, 0);
-        TcpStreamRange ranges[2] = { { 0, HALF }, { HALF, MiB } };
+        TcpStreamRange ranges[2] = {{0, HALF}, {HALF, MiB}};
         size_t bad_chunk = _i == 0 ? 2 : HALF / CHUNK - 1, len;
-        Done d[2] = { { 0 } };
+        Done d[2] = {{0}};
 
         world_init_raw(&w, 2, true, 0, &o);
         ck_assert_int_eq(tcp_data_recv(w.a.td, 1, x->dst, x->n_dst, on_done, &d[0]), 0);
@@ -270,7 +270,7 @@ START_TEST(test_free_in_flight)
 {
         World w;
         Xfer *x = xfer_new(21, 16 * MiB, 0, 0), *y = xfer_new(22, MiB, 0, 0);
-        Done d[2] = { { 0 } };
+        Done d[2] = {{0}};
         TcpDataStats st;
 
         world_init(&w, 2, _i == 0, 128 * 1024, NULL);
@@ -320,8 +320,8 @@ START_TEST(test_free_from_done)
 {
         World w;
         Xfer *x = xfer_new(31, 1000, 0, 0), *big = xfer_new(32, 16 * MiB, 0, 0);
-        Done d[2] = { { 0 } };
-        FreeFromDone f = { .td = &w.a.td, .other = &d[1] };
+        Done d[2] = {{0}};
+        FreeFromDone f = {.td = &w.a.td, .other = &d[1]};
 
         world_init(&w, 1, true, 65536, NULL);
         ck_assert_int_eq(tcp_data_recv(w.b.td, 1, x->dst, x->n_dst, on_done, &d[0]), 0);
@@ -344,9 +344,9 @@ END_TEST
 START_TEST(test_peer_gone)
 {
         World w;
-        uint8_t buf[10] = { 0 };
-        TcpSrcSegment src = { buf, sizeof(buf) };
-        Done d = { 0 };
+        uint8_t buf[10] = {0};
+        TcpSrcSegment src = {buf, sizeof(buf)};
+        Done d = {0};
 
         world_init(&w, 3, _i == 0, 0, NULL);
         w.b.td = tcp_data_free(w.b.td);

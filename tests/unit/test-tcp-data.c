@@ -24,7 +24,7 @@
 
 typedef struct Bytes {
         const TcpData *td;
-        uint64_t sent, received;        /* wait until at least this much moved */
+        uint64_t sent, received; /* wait until at least this much moved */
 } Bytes;
 
 static bool bytes_moved(void *userdata)
@@ -39,7 +39,7 @@ static bool bytes_moved(void *userdata)
 /* Runs the loop until @td sent at least @sent and received at least @received payload bytes. */
 static void run_until_bytes(World *w, const TcpData *td, uint64_t sent, uint64_t received)
 {
-        Bytes b = { .td = td, .sent = sent, .received = received };
+        Bytes b = {.td = td, .sent = sent, .received = received};
 
         run_until_cond(w, bytes_moved, &b);
 }
@@ -82,7 +82,7 @@ static int raw_recv_range(int fd, const Xfer *x, uint64_t id, bool crc,
 /* Whether the raw socket @fd has anything to read right now. */
 static bool raw_readable(int fd)
 {
-        struct pollfd p = { .fd = fd, .events = POLLIN };
+        struct pollfd p = {.fd = fd, .events = POLLIN};
 
         return poll(&p, 1, 0) > 0;
 }
@@ -105,22 +105,21 @@ START_TEST(test_new_invalid)
 
         /* Each failure closes the sockets it was given. */
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
-        o = (TcpDataOptions){ .fds = fds, .n_fds = 2 };
+        o = (TcpDataOptions){.fds = fds, .n_fds = 2};
         ck_assert_int_eq(tcp_data_new(&o, &td), -EINVAL);
         ck_assert(!fd_is_open(fds[0]) && !fd_is_open(fds[1]));
 
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
-        o = (TcpDataOptions){ .base = base, .fds = fds, .n_fds = 0 };
+        o = (TcpDataOptions){.base = base, .fds = fds, .n_fds = 0};
         ck_assert_int_eq(tcp_data_new(&o, &td), -EINVAL);
         close(fds[0]);
         close(fds[1]);
-        o = (TcpDataOptions){ .base = base, .fds = fds, .n_fds = TCP_DATA_MAX_CONNS + 1 };
+        o = (TcpDataOptions){.base = base, .fds = fds, .n_fds = TCP_DATA_MAX_CONNS + 1};
         ck_assert_int_eq(tcp_data_new(&o, &td), -EINVAL);
 
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
         o = (TcpDataOptions){
-                .base = base, .fds = fds, .n_fds = 2, .chunk_size = TCP_STREAM_CHUNK_MAX + 1
-        };
+                .base = base, .fds = fds, .n_fds = 2, .chunk_size = TCP_STREAM_CHUNK_MAX + 1};
         ck_assert_int_eq(tcp_data_new(&o, &td), -EINVAL);
         ck_assert(!fd_is_open(fds[0]) && !fd_is_open(fds[1]));
 
@@ -128,9 +127,9 @@ START_TEST(test_new_invalid)
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, dgram), 0);
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
         {
-                int mixed[2] = { fds[0], dgram[0] };
+                int mixed[2] = {fds[0], dgram[0]};
 
-                o = (TcpDataOptions){ .base = base, .fds = mixed, .n_fds = 2 };
+                o = (TcpDataOptions){.base = base, .fds = mixed, .n_fds = 2};
                 ck_assert_int_eq(tcp_data_new(&o, &td), -EINVAL);
                 ck_assert(!fd_is_open(mixed[0]) && !fd_is_open(mixed[1]));
         }
@@ -145,10 +144,10 @@ END_TEST
 START_TEST(test_submit_invalid)
 {
         World w;
-        uint8_t buf[16] = "0123456789abcdef", out[16] = { 0 };
-        TcpSrcSegment src[2] = { { buf, 16 }, { NULL, 0 } }, bad_src[1] = { { NULL, 4 } };
-        TcpDstSegment dst[1] = { { out, 16 } }, bad_dst[1] = { { NULL, 4 } };
-        Done d[4] = { { 0 } };
+        uint8_t buf[16] = "0123456789abcdef", out[16] = {0};
+        TcpSrcSegment src[2] = {{buf, 16}, {NULL, 0}}, bad_src[1] = {{NULL, 4}};
+        TcpDstSegment dst[1] = {{out, 16}}, bad_dst[1] = {{NULL, 4}};
+        Done d[4] = {{0}};
         Xfer *big = xfer_new(8, 8 * MiB, 0, 0);
 
         world_init(&w, 2, false, 65536, NULL);
@@ -199,19 +198,19 @@ static const struct {
         unsigned n;
         bool tcp, crc;
         uint64_t total;
-        size_t src_seg, dst_seg;        /* 0: random lengths up to 64 KiB */
+        size_t src_seg, dst_seg; /* 0: random lengths up to 64 KiB */
         uint32_t chunk;
         uint64_t min_split;
         int bufsize;
 } rt[] = {
-        { 1, false, true, 1, 1, 1, 0, 0, 0 },
-        { 1, true, false, 1000, 7, 0, 0, 0, 0 },
-        { 2, false, true, 300001, 0, 0, 4096, 4096, 0 },
-        { 3, true, false, 5 * MiB + 3, 0, 0, 0, 0, 0 },
-        { 4, true, true, 8 * MiB, 65536, 65536, 0, 0, 0 },
-        { 4, true, true, 2 * MiB + 1, 0, 0, 65536, 65536, 16384 }, /* tiny socket buffers */
-        { 16, true, false, 4 * MiB, 0, 4096, 100000, 1, 0 },
-        { 2, false, false, 100003, 0, 0, 1, 50000, 0 }, /* one-byte chunks */
+        {1, false, true, 1, 1, 1, 0, 0, 0},
+        {1, true, false, 1000, 7, 0, 0, 0, 0},
+        {2, false, true, 300001, 0, 0, 4096, 4096, 0},
+        {3, true, false, 5 * MiB + 3, 0, 0, 0, 0, 0},
+        {4, true, true, 8 * MiB, 65536, 65536, 0, 0, 0},
+        {4, true, true, 2 * MiB + 1, 0, 0, 65536, 65536, 16384}, /* tiny socket buffers */
+        {16, true, false, 4 * MiB, 0, 4096, 100000, 1, 0},
+        {2, false, false, 100003, 0, 0, 1, 50000, 0}, /* one-byte chunks */
 };
 
 START_TEST(test_round_trip)
@@ -224,7 +223,7 @@ START_TEST(test_round_trip)
         World w;
         Xfer *ab = xfer_new(10 + (uint64_t)_i, rt[_i].total, rt[_i].src_seg, rt[_i].dst_seg);
         Xfer *ba = xfer_new(50 + (uint64_t)_i, rt[_i].total, rt[_i].dst_seg, rt[_i].src_seg);
-        Done d[4] = { { 0 } };
+        Done d[4] = {{0}};
         TcpDataStats st;
 
         world_init(&w, rt[_i].n, rt[_i].tcp, rt[_i].bufsize, &o);
@@ -258,10 +257,10 @@ END_TEST
 /* Thousands of 4 KiB segments, scattered on both ends. */
 START_TEST(test_many_segments)
 {
-        TcpDataOptions o = { .crc = true };
+        TcpDataOptions o = {.crc = true};
         World w;
         Xfer *x = xfer_new(7, 4099 * 4096, 4096, 4096);
-        Done d[2] = { { 0 } };
+        Done d[2] = {{0}};
 
         ck_assert_uint_eq(x->n_src, 4099);
         world_init(&w, 3, true, 0, &o);
@@ -279,12 +278,12 @@ END_TEST
 /* On the wire: a large job takes every connection, one range each; a small one takes one. */
 START_TEST(test_wire_layout)
 {
-        TcpDataOptions o = { .crc = _i == 1, .chunk_size = 65536 };
+        TcpDataOptions o = {.crc = _i == 1, .chunk_size = 65536};
         World w;
         Xfer *big = xfer_new(3, 4 * MiB + 5, 0, 0), *small = xfer_new(4, 1000, 0, 0);
         TcpStreamRange ranges[4];
-        Done d[2] = { { 0 } };
-        bool seen[4] = { false };
+        Done d[2] = {{0}};
+        bool seen[4] = {false};
         int n, carrier = -1;
 
         world_init_raw(&w, 4, true, 0, &o);
@@ -307,7 +306,7 @@ START_TEST(test_wire_layout)
                 struct pollfd p[4];
 
                 for (unsigned c = 0; c < 4; c++)
-                        p[c] = (struct pollfd){ .fd = w.raw[c], .events = POLLIN };
+                        p[c] = (struct pollfd){.fd = w.raw[c], .events = POLLIN};
                 ck_assert_int_gt(poll(p, 4, -1), 0);
                 for (int c = 0; c < 4; c++)
                         if (p[c].revents & POLLIN)
@@ -331,10 +330,10 @@ END_TEST
 /* Many jobs of many sizes in both directions at once, over four connections. */
 START_TEST(test_concurrent)
 {
-        TcpDataOptions o = { .crc = _i == 1, .min_split_bytes = 256 * 1024, .chunk_size = 0 };
+        TcpDataOptions o = {.crc = _i == 1, .min_split_bytes = 256 * 1024, .chunk_size = 0};
         World w;
         Xfer *ab[N_CONCURRENT], *ba[N_CONCURRENT];
-        Done d[4 * N_CONCURRENT] = { { 0 } };
+        Done d[4 * N_CONCURRENT] = {{0}};
         uint64_t seed = 99;
 
         world_init(&w, 4, true, 0, &o);
@@ -392,10 +391,10 @@ END_TEST
 /* A chunk that arrives before its job is registered waits for it. */
 START_TEST(test_late_registration)
 {
-        TcpDataOptions o = { .crc = true, .min_split_bytes = 65536 };
+        TcpDataOptions o = {.crc = true, .min_split_bytes = 65536};
         World w;
         Xfer *x = xfer_new(31, 3 * MiB, 0, 0);
-        Done d[2] = { { 0 } };
+        Done d[2] = {{0}};
 
         world_init(&w, 2, true, 0, &o);
         ck_assert_int_eq(tcp_data_send(w.a.td, 77, x->src, x->n_src, on_done, &d[0]), 0);
@@ -414,10 +413,10 @@ END_TEST
 /* Progress: what a job moved so far, on both ends, and nothing for jobs not in progress. */
 START_TEST(test_progress)
 {
-        TcpDataOptions o = { .min_split_bytes = 65536 };
+        TcpDataOptions o = {.min_split_bytes = 65536};
         World w;
         Xfer *x = xfer_new(41, 16 * MiB, 0, 0);
-        Done d[2] = { { 0 } };
+        Done d[2] = {{0}};
         uint64_t p = UINT64_MAX;
 
         /* Small socket buffers: a sender whose receiver does not know the job yet blocks. */
@@ -454,7 +453,7 @@ END_TEST
 static void assert_still_works(World *w, uint64_t id, uint64_t seed)
 {
         Xfer *x = xfer_new(seed, 3 * MiB + 11, 0, 0);
-        Done d[2] = { { 0 } };
+        Done d[2] = {{0}};
         unsigned want = done_total + 2;
 
         ck_assert_int_eq(tcp_data_recv(w->b.td, id, x->dst, x->n_dst, on_done, &d[0]), 0);
@@ -473,11 +472,11 @@ static void assert_still_works(World *w, uint64_t id, uint64_t seed)
  */
 START_TEST(test_cancel_send)
 {
-        TcpDataOptions o = { .crc = true, .chunk_size = 65536, .min_split_bytes = MiB };
+        TcpDataOptions o = {.crc = true, .chunk_size = 65536, .min_split_bytes = MiB};
         World w;
         Xfer *x = xfer_new(41, 32 * MiB, 0, 0);
         TcpStreamRange ranges[2];
-        Done d[2] = { { 0 } };
+        Done d[2] = {{0}};
         uint64_t landed;
 
         world_init(&w, 2, true, 256 * 1024, &o);
@@ -514,12 +513,12 @@ END_TEST
 /* On the wire, a cancelled send finishes its chunk in progress, then sends one ABORT. */
 START_TEST(test_cancel_send_wire)
 {
-        TcpDataOptions o = { .chunk_size = 65536 };
+        TcpDataOptions o = {.chunk_size = 65536};
         World w;
         Xfer *x = xfer_new(43, 16 * MiB, 0, 0);
         uint8_t hdr[TCP_STREAM_HEADER_SIZE];
         _cleanup_free_ uint8_t *payload = malloc(65536);
-        Done d = { 0 };
+        Done d = {0};
         uint64_t pos = 0;
 
         ck_assert_ptr_nonnull(payload);
@@ -558,12 +557,12 @@ END_TEST
  */
 START_TEST(test_cancel_recv)
 {
-        TcpDataOptions o = { .crc = true, .chunk_size = 65536, .min_split_bytes = 512 * 1024 };
+        TcpDataOptions o = {.crc = true, .chunk_size = 65536, .min_split_bytes = 512 * 1024};
         World w;
         unsigned n = (unsigned)_i + 1;
         Xfer *x = xfer_new(51, MiB, 0, 0), *y = xfer_new(52, MiB, 0, 0);
         TcpStreamRange rx[2], ry[2];
-        Done dx = { .snapshot_of = x }, dy = { 0 };
+        Done dx = {.snapshot_of = x}, dy = {0};
         _cleanup_free_ uint8_t *wire = NULL;
         size_t len, part;
 
@@ -616,7 +615,7 @@ START_TEST(test_cancel_recv_early)
 {
         World w;
         Xfer *x = xfer_new(53, 3 * MiB, 0, 0);
-        Done d[2] = { { 0 } };
+        Done d[2] = {{0}};
 
         world_init(&w, 2, true, 0, NULL);
         ck_assert_int_eq(tcp_data_recv(w.b.td, 5, x->dst, x->n_dst, on_done, &d[0]), 0);
@@ -639,10 +638,10 @@ END_TEST
 /* A job the sender will not send after all: its receiver fails without a byte landing. */
 START_TEST(test_send_aborted)
 {
-        TcpDataOptions o = { .crc = _i == 1 };
+        TcpDataOptions o = {.crc = _i == 1};
         World w;
         Xfer *x = xfer_new(61, 5 * MiB, 0, 0);
-        Done d = { 0 };
+        Done d = {0};
 
         world_init(&w, 3, true, 0, &o);
         ck_assert_int_eq(tcp_data_recv(w.b.td, 11, x->dst, x->n_dst, on_done, &d), 0);
@@ -663,10 +662,10 @@ END_TEST
 /* A job nobody wants: read and dropped, and then its id is free again. */
 START_TEST(test_recv_discard)
 {
-        TcpDataOptions o = { .crc = true, .min_split_bytes = 65536 };
+        TcpDataOptions o = {.crc = true, .min_split_bytes = 65536};
         World w;
         Xfer *x = xfer_new(71, 2 * MiB + 1, 0, 0);
-        Done d[3] = { { 0 } };
+        Done d[3] = {{0}};
         TcpDataStats st;
 
         world_init(&w, 4, true, 0, &o);

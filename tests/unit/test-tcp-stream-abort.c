@@ -50,7 +50,7 @@ static void assert_abort_header(const uint8_t *p, uint64_t id, uint64_t offset, 
 START_TEST(test_header_parse)
 {
         uint8_t b[TCP_STREAM_HEADER_SIZE];
-        TcpStreamHeader h = { 0 };
+        TcpStreamHeader h = {0};
         const uint32_t A = TCP_STREAM_FLAG_ABORT, C = TCP_STREAM_FLAG_CRC;
 
         put_header(b, TCP_STREAM_MAGIC, C, 7, 4096, 100, 0xdeadbeef);
@@ -68,7 +68,7 @@ START_TEST(test_header_parse)
         ck_assert_int_eq(tcp_stream_header_parse(b, true, &h), 0);
 
         /* ret is written only on success */
-        h = (TcpStreamHeader){ .transfer_id = 99 };
+        h = (TcpStreamHeader){.transfer_id = 99};
         put_header(b, TCP_STREAM_MAGIC + 1, 0, 7, 0, 1, 0);
         ck_assert_int_eq(tcp_stream_header_parse(b, false, &h), -EBADMSG);
         ck_assert_uint_eq(h.transfer_id, 99);
@@ -385,8 +385,8 @@ START_TEST(test_step_budget)
         ck_assert_uint_gt(s.hdr_sent, 0);
         while (!sdone || !rdone) {
                 struct pollfd p[2] = {
-                        { .fd = fds[0], .events = POLLOUT },
-                        { .fd = fds[1], .events = POLLIN },
+                        {.fd = fds[0], .events = POLLOUT},
+                        {.fd = fds[1], .events = POLLIN},
                 };
                 int q;
 

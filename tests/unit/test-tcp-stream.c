@@ -19,8 +19,8 @@
 #include "tests/unit/tcp-stream-fixture.h"
 
 typedef struct Stats {
-        unsigned send_blocked;  /* sender steps that returned 0 */
-        unsigned recv_blocked;  /* receiver steps that returned 0 */
+        unsigned send_blocked; /* sender steps that returned 0 */
+        unsigned recv_blocked; /* receiver steps that returned 0 */
 } Stats;
 
 /*
@@ -30,7 +30,7 @@ typedef struct Stats {
  */
 static int drive(TcpSender *snd, TcpReceiver *rcv, int (*fds)[2], size_t n, Stats *st)
 {
-        bool sdone[8] = { false }, rdone[8] = { false };
+        bool sdone[8] = {false}, rdone[8] = {false};
 
         ck_assert_uint_le(n, 8);
         for (;;) {
@@ -58,9 +58,9 @@ static int drive(TcpSender *snd, TcpReceiver *rcv, int (*fds)[2], size_t n, Stat
                 }
                 for (size_t i = 0; i < n; i++) {
                         if (!sdone[i])
-                                p[np++] = (struct pollfd){ .fd = fds[i][0], .events = POLLOUT };
+                                p[np++] = (struct pollfd){.fd = fds[i][0], .events = POLLOUT};
                         if (!rdone[i])
-                                p[np++] = (struct pollfd){ .fd = fds[i][1], .events = POLLIN };
+                                p[np++] = (struct pollfd){.fd = fds[i][1], .events = POLLIN};
                         open += !sdone[i] + !rdone[i];
                 }
                 if (open == 0)
@@ -81,10 +81,9 @@ START_TEST(test_split)
                 uint64_t min;
                 int want;
         } cases[] = {
-                { 0, 4, 1, 0 },       { 1, 4, 1, 1 },         { 10, 4, 1, 4 },
-                { 10, 4, 3, 3 },      { 10, 4, 11, 1 },       { 10, 4, 0, 4 },
-                { 1000003, 4, 1024, 4 }, { 4096, 8, 1024, 4 }, { 3, 8, 1, 3 },
-                { UINT64_MAX, 8, 1, 8 },
+                {0, 4, 1, 0},   {1, 4, 1, 1},          {10, 4, 1, 4},         {10, 4, 3, 3},
+                {10, 4, 11, 1}, {10, 4, 0, 4},         {1000003, 4, 1024, 4}, {4096, 8, 1024, 4},
+                {3, 8, 1, 3},   {UINT64_MAX, 8, 1, 8},
         };
 
         ck_assert_int_eq(tcp_stream_split(10, 0, 1, r), -EINVAL);
@@ -115,11 +114,11 @@ END_TEST
 START_TEST(test_init_invalid)
 {
         uint8_t a[10], b[10];
-        TcpSrcSegment src[2] = { { a, 10 }, { NULL, 0 } };
-        TcpSrcSegment bad_src[1] = { { NULL, 5 } };
-        TcpSrcSegment huge[2] = { { a, SIZE_MAX }, { a, 2 } };
-        TcpDstSegment dst[2] = { { b, 10 }, { NULL, 0 } };
-        TcpDstSegment bad_dst[1] = { { NULL, 5 } };
+        TcpSrcSegment src[2] = {{a, 10}, {NULL, 0}};
+        TcpSrcSegment bad_src[1] = {{NULL, 5}};
+        TcpSrcSegment huge[2] = {{a, SIZE_MAX}, {a, 2}};
+        TcpDstSegment dst[2] = {{b, 10}, {NULL, 0}};
+        TcpDstSegment bad_dst[1] = {{NULL, 5}};
         uint64_t total = 0;
         TcpSender s;
         TcpReceiver r;
@@ -127,8 +126,7 @@ START_TEST(test_init_invalid)
         ck_assert_int_eq(tcp_sender_init(&s, 1, src, 2, 0, true), 0);
         ck_assert_uint_eq(s.chunk_size, TCP_STREAM_CHUNK_DEFAULT);
         ck_assert_int_eq(tcp_sender_init(&s, 1, bad_src, 1, 0, true), -EINVAL);
-        ck_assert_int_eq(tcp_sender_init(&s, 1, src, 2, TCP_STREAM_CHUNK_MAX + 1, true),
-                         -EINVAL);
+        ck_assert_int_eq(tcp_sender_init(&s, 1, src, 2, TCP_STREAM_CHUNK_MAX + 1, true), -EINVAL);
         ck_assert_int_eq(tcp_sender_init_range(&s, 1, src, 2, 4, 3, 0, true), -EINVAL);
         ck_assert_int_eq(tcp_sender_init_range(&s, 1, src, 2, 0, 11, 0, true), -EINVAL);
         ck_assert_int_eq(tcp_stream_src_total(huge, 2, &total), -EOVERFLOW);
@@ -156,15 +154,15 @@ static const struct {
         uint32_t chunk;
         bool crc;
 } rt_cases[] = {
-        { 300001, 5000, 7000, 0, true },
-        { 300001, 5000, 7000, 0, false },
-        { 5003, 37, 11, 1, true },
-        { 5003, 37, 11, 1, false },
-        { 200003, 1, 9000, 4097, true },        /* one-byte source segments: IOV_BATCH splits */
-        { 200003, 9000, 1, 4097, false },       /* one-byte destination segments */
-        { 1 << 20, 65536 + 3, 100003, 65537, true },
-        { 3000017, 300007, 250001, 0, true },
-        { 1, 1, 1, 0, true },
+        {300001, 5000, 7000, 0, true},
+        {300001, 5000, 7000, 0, false},
+        {5003, 37, 11, 1, true},
+        {5003, 37, 11, 1, false},
+        {200003, 1, 9000, 4097, true},  /* one-byte source segments: IOV_BATCH splits */
+        {200003, 9000, 1, 4097, false}, /* one-byte destination segments */
+        {1 << 20, 65536 + 3, 100003, 65537, true},
+        {3000017, 300007, 250001, 0, true},
+        {1, 1, 1, 0, true},
 };
 
 static void round_trip(int idx, bool tcp, int bufsize)
@@ -174,15 +172,15 @@ static void round_trip(int idx, bool tcp, int bufsize)
         TcpSender s;
         TcpReceiver r;
         int fds[1][2];
-        Stats st = { 0 };
+        Stats st = {0};
 
         if (tcp)
                 tcp_pair(fds[0], bufsize);
         else
                 unix_pair(fds[0], bufsize);
-        ck_assert_int_eq(tcp_sender_init(&s, 42, j->src, j->n_src, rt_cases[idx].chunk,
-                                         rt_cases[idx].crc),
-                         0);
+        ck_assert_int_eq(
+                tcp_sender_init(&s, 42, j->src, j->n_src, rt_cases[idx].chunk, rt_cases[idx].crc),
+                0);
         ck_assert_int_eq(tcp_receiver_init(&r, 42, j->dst, j->n_dst, rt_cases[idx].crc), 0);
         ck_assert_int_eq(drive(&s, &r, fds, 1, &st), 1);
         job_check(j, 0, j->total);
@@ -226,12 +224,12 @@ END_TEST
 /* Every send and receive stops after a few bytes: resuming inside headers and payloads. */
 START_TEST(test_round_trip_dribble)
 {
-        static const size_t caps[] = { 1, 5, 31, 33, 100, 4099 };
+        static const size_t caps[] = {1, 5, 31, 33, 100, 4099};
         Job *j = job_new(200 + (uint64_t)_i, 30011, 300, 500);
         TcpSender s;
         TcpReceiver r;
         int fds[1][2];
-        Stats st = { 0 };
+        Stats st = {0};
         bool crc = _i % 2 == 1;
 
         unix_pair(fds[0], 0);
@@ -288,7 +286,7 @@ START_TEST(test_crc_mismatch)
         wire[2 * chunk_len + TCP_STREAM_HEADER_SIZE + 517] ^= 0x10;
         ck_assert_int_eq(tcp_receiver_init(&r, 5, j->dst, j->n_dst, true), 0);
         ck_assert_int_eq(feed(&r, wire, len, true), -EILSEQ);
-        ck_assert_int_eq(tcp_receiver_step(&r, -1), -EILSEQ);        /* sticky */
+        ck_assert_int_eq(tcp_receiver_step(&r, -1), -EILSEQ); /* sticky */
         /* The bad chunk landed as sent (and is not to be trusted); nothing else was written. */
         j->expect[2517] ^= 0x10;
         job_check(j, 0, 3000);
@@ -346,8 +344,7 @@ START_TEST(test_bad_header_rejected)
         assert_header_rejected(j, wire, n + 100, false, -EPROTO);
         n = put_chunk(wire, j, TCP_STREAM_MAGIC, TCP_STREAM_FLAG_CRC, 77, 1, 100, true);
         assert_header_rejected(j, wire, n, true, -EPROTO);
-        n = put_chunk(wire, j, TCP_STREAM_MAGIC, TCP_STREAM_FLAG_CRC, 77, 0, (uint32_t)T + 1,
-                      true);
+        n = put_chunk(wire, j, TCP_STREAM_MAGIC, TCP_STREAM_FLAG_CRC, 77, 0, (uint32_t)T + 1, true);
         assert_header_rejected(j, wire, n, true, -EPROTO);
         n = put_header(wire, TCP_STREAM_MAGIC, 0, 77, 0, UINT32_MAX, 0);
         memcpy(wire + n, j->expect, 100);
@@ -442,7 +439,7 @@ START_TEST(test_sender_peer_closed)
         unix_pair(fds, 0);
         close(fds[1]);
         ck_assert_int_eq(tcp_sender_init(&s, 1, j->src, j->n_src, 0, true), 0);
-        r = tcp_sender_step(&s, fds[0]);     /* no SIGPIPE, or the test would die here */
+        r = tcp_sender_step(&s, fds[0]); /* no SIGPIPE, or the test would die here */
         ck_assert_int_eq(r, -EPIPE);
         ck_assert_int_eq(tcp_sender_step(&s, fds[0]), -EPIPE);
         close(fds[0]);
@@ -492,9 +489,8 @@ START_TEST(test_parallel_streams)
         ck_assert_int_eq(n, 4);
         for (int i = 0; i < n; i++) {
                 tcp_pair(fds[i], _i == 1 ? 8192 : 0);
-                ck_assert_int_eq(tcp_sender_init_range(&s[i], 99, j->src, j->n_src,
-                                                       ranges[i].start, ranges[i].end, 100000,
-                                                       crc),
+                ck_assert_int_eq(tcp_sender_init_range(&s[i], 99, j->src, j->n_src, ranges[i].start,
+                                                       ranges[i].end, 100000, crc),
                                  0);
                 ck_assert_int_eq(tcp_receiver_init_range(&r[i], 99, j->dst, j->n_dst,
                                                          ranges[i].start, ranges[i].end, crc),

@@ -26,9 +26,9 @@ typedef struct Fixture {
         struct event_base *base;
         TransportSet set;
         Transport *shm;
-        uint8_t *src;                   /* the seeded pattern */
-        uint8_t *expect;                /* a copy of it that no job touches */
-        uint8_t *mem;                   /* GUARD, SIZE destination bytes, GUARD */
+        uint8_t *src;    /* the seeded pattern */
+        uint8_t *expect; /* a copy of it that no job touches */
+        uint8_t *mem;    /* GUARD, SIZE destination bytes, GUARD */
         TransportSegment segs[3];
         TransportJob job;
         unsigned calls;
@@ -44,7 +44,7 @@ static void fixture_init(Fixture *f)
 {
         uint32_t x = 2654435761u;
 
-        *f = (Fixture){ 0 };
+        *f = (Fixture){0};
         f->base = event_base_new();
         ck_assert_ptr_nonnull(f->base);
         f->set.base = f->base;
@@ -114,20 +114,20 @@ static void fixture_job(Fixture *f, TransportDir dir)
                 const uint8_t *src;
                 uint64_t len;
         } pieces[3] = {
-                { dst, f->src + 2 * third, last },
-                { dst + last, f->src + third, third },
-                { dst + last + third, f->src, third },
+                {dst, f->src + 2 * third, last},
+                {dst + last, f->src + third, third},
+                {dst + last + third, f->src, third},
         };
 
         for (size_t i = 0; i < 3; i++) {
                 uint8_t *local = dir == TRANSPORT_READ ? pieces[i].dst : (uint8_t *)pieces[i].src;
                 const uint8_t *other = dir == TRANSPORT_READ ? pieces[i].src : pieces[i].dst;
 
-                f->segs[i] = (TransportSegment){ .local = local, .len = pieces[i].len,
-                                                 .remote = (uint64_t)(uintptr_t)other };
+                f->segs[i] = (TransportSegment){
+                        .local = local, .len = pieces[i].len, .remote = (uint64_t)(uintptr_t)other};
         }
-        f->job = (TransportJob){ .dir = dir, .segs = f->segs, .n_segs = 3, .done = on_done,
-                                 .userdata = f };
+        f->job = (TransportJob){
+                .dir = dir, .segs = f->segs, .n_segs = 3, .done = on_done, .userdata = f};
 }
 
 static void assert_moved(Fixture *f)
@@ -155,7 +155,7 @@ END_TEST
 
 START_TEST(test_shm_read_and_write)
 {
-        static const TransportDir dirs[] = { TRANSPORT_READ, TRANSPORT_WRITE };
+        static const TransportDir dirs[] = {TRANSPORT_READ, TRANSPORT_WRITE};
         Fixture f;
 
         for (size_t d = 0; d < 2; d++) {
@@ -204,9 +204,9 @@ END_TEST
 
 START_TEST(test_tcp_without_channel)
 {
-        TransportSet set = { 0 };
-        TransportSegment seg = { .local = &set, .len = 1 };
-        TransportJob job = { .dir = TRANSPORT_WRITE, .segs = &seg, .n_segs = 1 };
+        TransportSet set = {0};
+        TransportSegment seg = {.local = &set, .len = 1};
+        TransportJob job = {.dir = TRANSPORT_WRITE, .segs = &seg, .n_segs = 1};
         Transport *t = NULL;
         uint64_t done;
 

@@ -20,32 +20,33 @@ extern "C" {
 /* Status codes. The meanings follow LLM-DataDist's LLMStatusCode, plus what a daemon adds. */
 enum {
         KVD_OK = 0,
-        KVD_E_FAILED = -1,                  /* unclassified failure */
-        KVD_E_PARAM_INVALID = -2,           /* an argument is wrong; kvd_last_error() says which */
-        KVD_E_TIMEOUT = -3,                 /* the deadline passed; nothing lands after this */
-        KVD_E_CACHE_NOT_EXIST = -4,         /* no cache under that id or key */
-        KVD_E_NOT_YET_LINK = -5,            /* no link to the cluster named by the key */
-        KVD_E_ALREADY_LINK = -6,            /* that link exists already */
-        KVD_E_LINK_FAILED = -7,             /* the link could not be made */
-        KVD_E_UNLINK_FAILED = -8,           /* the link could not be torn down */
+        KVD_E_FAILED = -1,                   /* unclassified failure */
+        KVD_E_PARAM_INVALID = -2,            /* an argument is wrong; kvd_last_error() says which */
+        KVD_E_TIMEOUT = -3,                  /* the deadline passed; nothing lands after this */
+        KVD_E_CACHE_NOT_EXIST = -4,          /* no cache under that id or key */
+        KVD_E_NOT_YET_LINK = -5,             /* no link to the cluster named by the key */
+        KVD_E_ALREADY_LINK = -6,             /* that link exists already */
+        KVD_E_LINK_FAILED = -7,              /* the link could not be made */
+        KVD_E_UNLINK_FAILED = -8,            /* the link could not be torn down */
         KVD_E_CLUSTER_NUM_EXCEED_LIMIT = -9, /* more than 16 clusters in one call */
-        KVD_E_PROCESSING_LINK = -10,        /* a link set-up for that cluster is under way */
-        KVD_E_OUT_OF_MEMORY = -11,          /* pool, region or process memory exhausted */
-        KVD_E_EXIST_LINK = -12,             /* refused while links exist */
-        KVD_E_FEATURE_NOT_ENABLED = -13,    /* configured off, or not built */
-        KVD_E_LINK_BUSY = -14,              /* conflicting concurrent calls on one link */
+        KVD_E_PROCESSING_LINK = -10,         /* a link set-up for that cluster is under way */
+        KVD_E_OUT_OF_MEMORY = -11,           /* pool, region or process memory exhausted */
+        KVD_E_EXIST_LINK = -12,              /* refused while links exist */
+        KVD_E_FEATURE_NOT_ENABLED = -13,     /* configured off, or not built */
+        KVD_E_LINK_BUSY = -14,               /* conflicting concurrent calls on one link */
         KVD_E_CACHE_KEY_ALREADY_EXIST = -15, /* the key names another cache already */
         KVD_E_CACHE_ID_ALREADY_EXIST = -16,
-        KVD_E_NOT_INITIALIZED = -17,        /* the client is not a cluster (kvd_client_init) */
-        KVD_E_CLUSTER_EXISTS = -18,         /* the cluster id is attached to the daemon already */
-        KVD_E_CACHE_INCOMPATIBLE = -19,     /* source and destination shapes do not match */
-        KVD_E_LIMIT_EXCEEDED = -20,         /* a configured quota (regions, caches, ...) is full */
-        KVD_E_UNSUPPORTED = -21,            /* the daemon does not know the request */
-        KVD_E_DAEMON_UNAVAILABLE = -22,     /* no daemon on the socket, or it went away */
-        KVD_E_PEER_LOST = -23,              /* the remote cluster or daemon went away */
-        KVD_E_PERMISSION_DENIED = -24,      /* refused: the allow-list, or a cache a link does not reach */
-        KVD_E_PROTOCOL_MISMATCH = -25,      /* client and daemon speak different protocols */
-        KVD_E_BUSY = -26,                   /* the resource is in use (e.g. a cache mid-transfer) */
+        KVD_E_NOT_INITIALIZED = -17,    /* the client is not a cluster (kvd_client_init) */
+        KVD_E_CLUSTER_EXISTS = -18,     /* the cluster id is attached to the daemon already */
+        KVD_E_CACHE_INCOMPATIBLE = -19, /* source and destination shapes do not match */
+        KVD_E_LIMIT_EXCEEDED = -20,     /* a configured quota (regions, caches, ...) is full */
+        KVD_E_UNSUPPORTED = -21,        /* the daemon does not know the request */
+        KVD_E_DAEMON_UNAVAILABLE = -22, /* no daemon on the socket, or it went away */
+        KVD_E_PEER_LOST = -23,          /* the remote cluster or daemon went away */
+        KVD_E_PERMISSION_DENIED =
+                -24, /* refused: the allow-list, or a cache a link does not reach */
+        KVD_E_PROTOCOL_MISMATCH = -25, /* client and daemon speak different protocols */
+        KVD_E_BUSY = -26,              /* the resource is in use (e.g. a cache mid-transfer) */
         _KVD_E_MIN = -26,
 };
 
@@ -155,54 +156,54 @@ int kvd_mem_free(kvd_client *client, void *ptr);
 #define KVD_MAX_TENSORS 240
 
 typedef struct kvd_cache_desc {
-        uint32_t num_tensors;      /* tensors of equal shape (K,V,K,V,... per layer) */
-        uint32_t n_dims;           /* entries used in shape[] */
+        uint32_t num_tensors;        /* tensors of equal shape (K,V,K,V,... per layer) */
+        uint32_t n_dims;             /* entries used in shape[] */
         int64_t shape[KVD_MAX_DIMS]; /* shape[0]: num_blocks (blocks cache) or batch size */
         kvd_dtype data_type;
 } kvd_cache_desc;
 
 typedef enum kvd_key_kind {
-        KVD_KEY_REQ = 1,            /* CacheKey{cluster_id, req_id | prefix_id, model_id} */
-        KVD_KEY_ID_INDEX = 2,       /* CacheKeyByIdAndIndex{cluster_id, cache_id, batch_index} */
-        KVD_KEY_BLOCKS = 3,         /* BlocksCacheKey{cluster_id, model_id} */
+        KVD_KEY_REQ = 1,      /* CacheKey{cluster_id, req_id | prefix_id, model_id} */
+        KVD_KEY_ID_INDEX = 2, /* CacheKeyByIdAndIndex{cluster_id, cache_id, batch_index} */
+        KVD_KEY_BLOCKS = 3,   /* BlocksCacheKey{cluster_id, model_id} */
 } kvd_key_kind;
 
 #define KVD_ID_NONE UINT64_MAX
 
 typedef struct kvd_cache_key {
         kvd_key_kind kind;
-        uint64_t cluster_id;        /* the cluster that owns the cache */
-        uint64_t req_id;            /* KVD_KEY_REQ: request id, or KVD_ID_NONE */
-        uint64_t prefix_id;         /* KVD_KEY_REQ: prefix id, or KVD_ID_NONE */
-        uint64_t model_id;          /* KVD_KEY_REQ, KVD_KEY_BLOCKS */
-        uint64_t cache_id;          /* KVD_KEY_ID_INDEX */
-        uint32_t batch_index;       /* KVD_KEY_ID_INDEX */
+        uint64_t cluster_id;  /* the cluster that owns the cache */
+        uint64_t req_id;      /* KVD_KEY_REQ: request id, or KVD_ID_NONE */
+        uint64_t prefix_id;   /* KVD_KEY_REQ: prefix id, or KVD_ID_NONE */
+        uint64_t model_id;    /* KVD_KEY_REQ, KVD_KEY_BLOCKS */
+        uint64_t cache_id;    /* KVD_KEY_ID_INDEX */
+        uint32_t batch_index; /* KVD_KEY_ID_INDEX */
 } kvd_cache_key;
 
 static inline kvd_cache_key kvd_key_req(uint64_t cluster_id, uint64_t req_id, uint64_t model_id)
 {
-        kvd_cache_key k = { KVD_KEY_REQ, cluster_id, req_id, KVD_ID_NONE, model_id, 0, 0 };
+        kvd_cache_key k = {KVD_KEY_REQ, cluster_id, req_id, KVD_ID_NONE, model_id, 0, 0};
         return k;
 }
 
 static inline kvd_cache_key kvd_key_prefix(uint64_t cluster_id, uint64_t prefix_id,
                                            uint64_t model_id)
 {
-        kvd_cache_key k = { KVD_KEY_REQ, cluster_id, KVD_ID_NONE, prefix_id, model_id, 0, 0 };
+        kvd_cache_key k = {KVD_KEY_REQ, cluster_id, KVD_ID_NONE, prefix_id, model_id, 0, 0};
         return k;
 }
 
 static inline kvd_cache_key kvd_key_id_index(uint64_t cluster_id, uint64_t cache_id,
                                              uint32_t batch_index)
 {
-        kvd_cache_key k = { KVD_KEY_ID_INDEX, cluster_id, KVD_ID_NONE, KVD_ID_NONE, 0, cache_id,
-                            batch_index };
+        kvd_cache_key k = {KVD_KEY_ID_INDEX, cluster_id, KVD_ID_NONE, KVD_ID_NONE, 0,
+                           cache_id,         batch_index};
         return k;
 }
 
 static inline kvd_cache_key kvd_key_blocks(uint64_t cluster_id, uint64_t model_id)
 {
-        kvd_cache_key k = { KVD_KEY_BLOCKS, cluster_id, KVD_ID_NONE, KVD_ID_NONE, model_id, 0, 0 };
+        kvd_cache_key k = {KVD_KEY_BLOCKS, cluster_id, KVD_ID_NONE, KVD_ID_NONE, model_id, 0, 0};
         return k;
 }
 
@@ -270,10 +271,10 @@ int kvd_remove_cache_key(kvd_client *client, const kvd_cache_key *key);
 typedef struct kvd_cluster_info {
         uint64_t remote_cluster_id;
         kvd_role remote_role;
-        const char *remote_ip_info;  /* the remote cluster's listen_ip_info ("ip:port"), or any
-                                      * address of its daemon; NULL or "" = a cluster of this
-                                      * node (which must be a server too) */
-        const char *local_ip_info;   /* optional */
+        const char *remote_ip_info; /* the remote cluster's listen_ip_info ("ip:port"), or any
+                                     * address of its daemon; NULL or "" = a cluster of this
+                                     * node (which must be a server too) */
+        const char *local_ip_info;  /* optional */
 } kvd_cluster_info;
 
 #define KVD_MAX_LINK_CLUSTERS 16
@@ -304,8 +305,7 @@ int kvd_check_link_status(kvd_client *client, uint64_t remote_cluster_id);
  * its role and address: PARAM_INVALID, LINK_FAILED as in kvd_client_init()); without it a server
  * becomes a client and its port closes. Fails with EXIST_LINK while links exist.
  */
-int kvd_switch_role(kvd_client *client, kvd_role role, const kvd_option *options,
-                    size_t n_options);
+int kvd_switch_role(kvd_client *client, kvd_role role, const kvd_option *options, size_t n_options);
 
 /* Layers [first, last], inclusive; first = -1 selects every layer (every tensor). */
 typedef struct kvd_layer_range {
@@ -328,7 +328,10 @@ typedef struct kvd_transfer_opts {
         size_t notify_len;
 } kvd_transfer_opts;
 
-#define KVD_TRANSFER_OPTS_INIT { { -1, -1 }, { -1, -1 }, 2, 0, NULL, 0 }
+#define KVD_TRANSFER_OPTS_INIT                                                                     \
+        {                                                                                          \
+                {-1, -1}, {-1, -1}, 2, 0, NULL, 0                                                  \
+        }
 
 /*
  * Pulls the remote item named by @src_key (KVD_KEY_REQ or KVD_KEY_ID_INDEX) into batch slot
@@ -407,7 +410,7 @@ void kvd_task_free(kvd_task *task);
 
 /* A notification a push delivered to this cluster. */
 typedef struct kvd_notify {
-        uint64_t src_cluster_id;        /* the cluster that pushed */
+        uint64_t src_cluster_id; /* the cluster that pushed */
         size_t len;
         uint8_t data[KVD_NOTIFY_MAX];
 } kvd_notify;
@@ -457,19 +460,18 @@ int kvd_link(kvd_client *client, const char *comm_name, const kvd_cluster_rank *
              size_t n, const char *rank_table_json, uint64_t *ret_comm_id);
 
 typedef enum kvd_mem_status {
-        KVD_MEM_STATUS_OK = 0,          /* every member's caches are known to every other */
-        KVD_MEM_STATUS_PREPARING = 1,   /* members are joining and exchanging descriptors */
-        KVD_MEM_STATUS_FAILED = 2,      /* see kvd_last_error(): a member did not call link within
-                                         * link_total_time, the rank tables disagree, a member
-                                         * left or was lost */
+        KVD_MEM_STATUS_OK = 0,        /* every member's caches are known to every other */
+        KVD_MEM_STATUS_PREPARING = 1, /* members are joining and exchanging descriptors */
+        KVD_MEM_STATUS_FAILED = 2,    /* see kvd_last_error(): a member did not call link within
+                                       * link_total_time, the rank tables disagree, a member
+                                       * left or was lost */
 } kvd_mem_status;
 
 /*
  * Where domain @comm_id stands, in *@ret_status. When it is FAILED the call still returns
  * KVD_OK, and kvd_last_error(client) gives the reason.
  */
-int kvd_query_register_mem_status(kvd_client *client, uint64_t comm_id,
-                                  kvd_mem_status *ret_status);
+int kvd_query_register_mem_status(kvd_client *client, uint64_t comm_id, kvd_mem_status *ret_status);
 
 /*
  * Leaves domain @comm_id; it fails on every other member (they unlink it too). LINK_BUSY while an
@@ -484,10 +486,10 @@ typedef enum kvd_send_recv_type {
 
 typedef struct kvd_send_recv_item {
         kvd_send_recv_type type;
-        void *buf;              /* inside memory from kvd_mem_alloc() */
-        uint64_t count;         /* elements; 0 = the item is skipped */
+        void *buf;      /* inside memory from kvd_mem_alloc() */
+        uint64_t count; /* elements; 0 = the item is skipped */
         kvd_dtype data_type;
-        uint32_t remote_rank;   /* this cluster's own rank: a local copy (pair SEND with RECV) */
+        uint32_t remote_rank; /* this cluster's own rank: a local copy (pair SEND with RECV) */
 } kvd_send_recv_item;
 
 /*
@@ -504,18 +506,21 @@ int kvd_batch_send_recv(kvd_client *client, uint64_t comm_id, const kvd_send_rec
                         size_t n, int timeout_ms);
 
 typedef enum kvd_algorithm {
-        KVD_ALGO_AUTO = 0,      /* ring for large broadcasts among 3 or more members, else mesh */
-        KVD_ALGO_RING = 1,      /* neighbours only, pipelined chunk by chunk */
-        KVD_ALGO_MESH = 2,      /* straight to every member */
+        KVD_ALGO_AUTO = 0, /* ring for large broadcasts among 3 or more members, else mesh */
+        KVD_ALGO_RING = 1, /* neighbours only, pipelined chunk by chunk */
+        KVD_ALGO_MESH = 2, /* straight to every member */
 } kvd_algorithm;
 
 typedef struct kvd_collective_opts {
         kvd_algorithm algorithm;
-        int32_t timeout_ms;     /* <= 0: the client's sync_kv_timeout_ms */
-        uint64_t chunk_bytes;   /* ring pipeline chunk, 4 KiB..256 MiB; 0 = 1 MiB */
+        int32_t timeout_ms;   /* <= 0: the client's sync_kv_timeout_ms */
+        uint64_t chunk_bytes; /* ring pipeline chunk, 4 KiB..256 MiB; 0 = 1 MiB */
 } kvd_collective_opts;
 
-#define KVD_COLLECTIVE_OPTS_INIT { KVD_ALGO_AUTO, 0, 0 }
+#define KVD_COLLECTIVE_OPTS_INIT                                                                   \
+        {                                                                                          \
+                KVD_ALGO_AUTO, 0, 0                                                                \
+        }
 
 /*
  * Broadcast of blocks in domain @comm_id: blocks[i] of every tensor of the root's blocks cache

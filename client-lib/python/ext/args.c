@@ -107,19 +107,44 @@ static int buffer_item(const Py_buffer *v, char fmt, Py_ssize_t i, uint64_t *ret
         int64_t s;
 
         switch (fmt) {
-        case 'b': s = *(const signed char *)p; break;
-        case 'h': s = *(const short *)p; break;
-        case 'i': s = *(const int *)p; break;
-        case 'l': s = *(const long *)p; break;
-        case 'q': s = *(const long long *)p; break;
-        case 'n': s = *(const Py_ssize_t *)p; break;
-        case 'B': *ret = *(const unsigned char *)p; return 0;
-        case 'H': *ret = *(const unsigned short *)p; return 0;
-        case 'I': *ret = *(const unsigned int *)p; return 0;
-        case 'L': *ret = *(const unsigned long *)p; return 0;
-        case 'Q': *ret = *(const unsigned long long *)p; return 0;
-        case 'N': *ret = *(const size_t *)p; return 0;
-        default: return -1;
+        case 'b':
+                s = *(const signed char *)p;
+                break;
+        case 'h':
+                s = *(const short *)p;
+                break;
+        case 'i':
+                s = *(const int *)p;
+                break;
+        case 'l':
+                s = *(const long *)p;
+                break;
+        case 'q':
+                s = *(const long long *)p;
+                break;
+        case 'n':
+                s = *(const Py_ssize_t *)p;
+                break;
+        case 'B':
+                *ret = *(const unsigned char *)p;
+                return 0;
+        case 'H':
+                *ret = *(const unsigned short *)p;
+                return 0;
+        case 'I':
+                *ret = *(const unsigned int *)p;
+                return 0;
+        case 'L':
+                *ret = *(const unsigned long *)p;
+                return 0;
+        case 'Q':
+                *ret = *(const unsigned long long *)p;
+                return 0;
+        case 'N':
+                *ret = *(const size_t *)p;
+                return 0;
+        default:
+                return -1;
         }
         if (s < 0) {
                 PyErr_Format(PyExc_ValueError, "block ids must not be negative (item %zd is %lld)",
@@ -206,8 +231,8 @@ int blocks_from_object(PyObject *o, BlockList *b)
         if (PyObject_CheckBuffer(o))
                 return blocks_from_buffer(o, b);
         r = items_from_sequence(o, "block ids must be a sequence of ints or a buffer of integers",
-                                sizeof(uint64_t), (void **)&b->owned, &b->n,
-                                block_id_from_object, NULL);
+                                sizeof(uint64_t), (void **)&b->owned, &b->n, block_id_from_object,
+                                NULL);
         b->ids = b->owned;
         return r;
 }
@@ -239,8 +264,8 @@ int desc_from_object(PyObject *o, kvd_cache_desc *d)
                 return -1;
         }
         *d = (kvd_cache_desc){};
-        if (i64_from_object(PyTuple_GET_ITEM(o, 0), 0, UINT32_MAX, &num_tensors,
-                            "num_tensors") < 0 ||
+        if (i64_from_object(PyTuple_GET_ITEM(o, 0), 0, UINT32_MAX, &num_tensors, "num_tensors") <
+                    0 ||
             i64_from_object(PyTuple_GET_ITEM(o, 2), 0, INT32_MAX, &dtype, "data_type") < 0)
                 return -1;
         shape = PyTuple_GET_ITEM(o, 1);
@@ -265,8 +290,8 @@ int desc_from_object(PyObject *o, kvd_cache_desc *d)
 
 int key_from_object(PyObject *o, kvd_cache_key *k)
 {
-        static const char *const names[] = { "key kind", "cluster_id", "req_id", "prefix_id",
-                                             "model_id", "cache_id" };
+        static const char *const names[] = {"key kind",  "cluster_id", "req_id",
+                                            "prefix_id", "model_id",   "cache_id"};
         uint64_t v[6];
         int64_t batch_index;
 
@@ -279,8 +304,7 @@ int key_from_object(PyObject *o, kvd_cache_key *k)
         for (size_t i = 0; i < ARRAY_SIZE(v); i++)
                 if (u64_from_object(PyTuple_GET_ITEM(o, (Py_ssize_t)i), &v[i], names[i]) < 0)
                         return -1;
-        if (i64_from_object(PyTuple_GET_ITEM(o, 6), 0, UINT32_MAX, &batch_index,
-                            "batch_index") < 0)
+        if (i64_from_object(PyTuple_GET_ITEM(o, 6), 0, UINT32_MAX, &batch_index, "batch_index") < 0)
                 return -1;
         if (v[0] > INT32_MAX) {
                 PyErr_Format(PyExc_ValueError, "key kind %llu is unknown",
@@ -438,14 +462,12 @@ static int cluster_item(PyObject *t, void *item, void *userdata)
                                                  "remote_ip_info, local_ip_info)");
                 return -1;
         }
-        if (u64_from_object(PyTuple_GET_ITEM(t, 0), &info->remote_cluster_id,
-                            "remote_cluster_id") < 0 ||
-            i64_from_object(PyTuple_GET_ITEM(t, 1), INT32_MIN, INT32_MAX, &role,
-                            "remote_role") < 0)
+        if (u64_from_object(PyTuple_GET_ITEM(t, 0), &info->remote_cluster_id, "remote_cluster_id") <
+                    0 ||
+            i64_from_object(PyTuple_GET_ITEM(t, 1), INT32_MIN, INT32_MAX, &role, "remote_role") < 0)
                 return -1;
         info->remote_role = (kvd_role)role;
-        if (ip_item(PyTuple_GET_ITEM(t, 2), userdata, &info->remote_ip_info,
-                    "remote_ip_info") < 0)
+        if (ip_item(PyTuple_GET_ITEM(t, 2), userdata, &info->remote_ip_info, "remote_ip_info") < 0)
                 return -1;
         return ip_item(PyTuple_GET_ITEM(t, 3), userdata, &info->local_ip_info, "local_ip_info");
 }
@@ -484,8 +506,8 @@ int ranks_from_object(PyObject *o, RankList *l)
 {
         *l = (RankList){};
         return items_from_sequence(o, "cluster_rank_info must be a sequence of (cluster, rank)",
-                                   sizeof(kvd_cluster_rank), (void **)&l->ranks, &l->n,
-                                   rank_item, NULL);
+                                   sizeof(kvd_cluster_rank), (void **)&l->ranks, &l->n, rank_item,
+                                   NULL);
 }
 
 void ranks_done(RankList *l)
@@ -498,13 +520,13 @@ void ranks_done(RankList *l)
 
 int opts_from_object(PyObject *o, TransferOpts *t)
 {
-        static const char *const names[] = { "src_layers first", "src_layers last",
-                                             "dst_layers first", "dst_layers last" };
+        static const char *const names[] = {"src_layers first", "src_layers last",
+                                            "dst_layers first", "dst_layers last"};
         int64_t v[4], tpl, timeout;
         PyObject *notify;
         Py_buffer view;
 
-        *t = (TransferOpts){ .opts = KVD_TRANSFER_OPTS_INIT };
+        *t = (TransferOpts){.opts = KVD_TRANSFER_OPTS_INIT};
         if (o == Py_None)
                 return 0;
         if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 7) {
@@ -514,16 +536,16 @@ int opts_from_object(PyObject *o, TransferOpts *t)
                 return -1;
         }
         for (size_t i = 0; i < ARRAY_SIZE(v); i++)
-                if (i64_from_object(PyTuple_GET_ITEM(o, (Py_ssize_t)i), INT32_MIN, INT32_MAX,
-                                    &v[i], names[i]) < 0)
+                if (i64_from_object(PyTuple_GET_ITEM(o, (Py_ssize_t)i), INT32_MIN, INT32_MAX, &v[i],
+                                    names[i]) < 0)
                         return -1;
-        if (i64_from_object(PyTuple_GET_ITEM(o, 4), 0, UINT32_MAX, &tpl,
-                            "tensor_num_per_layer") < 0 ||
-            i64_from_object(PyTuple_GET_ITEM(o, 5), INT32_MIN, INT32_MAX, &timeout,
-                            "timeout_ms") < 0)
+        if (i64_from_object(PyTuple_GET_ITEM(o, 4), 0, UINT32_MAX, &tpl, "tensor_num_per_layer") <
+                    0 ||
+            i64_from_object(PyTuple_GET_ITEM(o, 5), INT32_MIN, INT32_MAX, &timeout, "timeout_ms") <
+                    0)
                 return -1;
-        t->opts.src_layers = (kvd_layer_range){ (int32_t)v[0], (int32_t)v[1] };
-        t->opts.dst_layers = (kvd_layer_range){ (int32_t)v[2], (int32_t)v[3] };
+        t->opts.src_layers = (kvd_layer_range){(int32_t)v[0], (int32_t)v[1]};
+        t->opts.dst_layers = (kvd_layer_range){(int32_t)v[2], (int32_t)v[3]};
         t->opts.tensor_num_per_layer = (uint32_t)tpl;
         t->opts.timeout_ms = (int32_t)timeout;
         t->given = true;

@@ -19,7 +19,7 @@ void client_add_orphan(ClientObject *self, void *ptr, size_t size)
         if (!o)
                 /* Nothing better to do: the mapping stays until the process ends. */
                 return;
-        *o = (Orphan){ .ptr = ptr, .size = size };
+        *o = (Orphan){.ptr = ptr, .size = size};
         (void)pthread_mutex_lock(&self->orphans_lock);
         o->next = self->orphans;
         self->orphans = o;
@@ -78,7 +78,7 @@ static int client_finalize_nogil(ClientObject *self, char *detail, size_t size)
 
 static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-        static char *kwlist[] = { "cluster_id", "role", "options", NULL };
+        static char *kwlist[] = {"cluster_id", "role", "options", NULL};
         _cleanup_(options_done) OptionList opts = {};
         PyObject *id_o, *role_o, *opts_o;
         char detail[KVDPY_DETAIL_MAX] = "";
@@ -106,13 +106,14 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         (void)pthread_rwlockattr_destroy(&attr);
         (void)pthread_mutex_init(&self->orphans_lock, NULL);
 
-        Py_BEGIN_ALLOW_THREADS
-        r = kvd_client_init(&c, cluster_id, (kvd_role)role, opts.options, opts.n);
+        Py_BEGIN_ALLOW_THREADS r =
+                kvd_client_init(&c, cluster_id, (kvd_role)role, opts.options, opts.n);
         if (r != KVD_OK)
                 (void)snprintf(detail, sizeof(detail), "%s", kvd_last_error(NULL));
         Py_END_ALLOW_THREADS
 
-        if (r != KVD_OK) {
+                if (r != KVD_OK)
+        {
                 Py_DECREF(self);
                 return kvdpy_raise(r, detail);
         }
@@ -125,10 +126,8 @@ static void client_dealloc(ClientObject *self)
         char detail[KVDPY_DETAIL_MAX];
 
         /* No Memory or Task is left (each holds a reference): nothing else uses the client. */
-        Py_BEGIN_ALLOW_THREADS
-        (void)client_finalize_nogil(self, detail, sizeof(detail));
-        Py_END_ALLOW_THREADS
-        (void)pthread_mutex_destroy(&self->orphans_lock);
+        Py_BEGIN_ALLOW_THREADS(void) client_finalize_nogil(self, detail, sizeof(detail));
+        Py_END_ALLOW_THREADS(void) pthread_mutex_destroy(&self->orphans_lock);
         (void)pthread_rwlock_destroy(&self->lock);
         Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -138,12 +137,10 @@ static PyObject *client_finalize(ClientObject *self, PyObject *unused)
         char detail[KVDPY_DETAIL_MAX] = "";
         int r;
 
-        Py_BEGIN_ALLOW_THREADS
-        r = client_finalize_nogil(self, detail, sizeof(detail));
+        Py_BEGIN_ALLOW_THREADS r = client_finalize_nogil(self, detail, sizeof(detail));
         Py_END_ALLOW_THREADS
-        /* The daemon refused the orderly detach; the connection is closed all the same. */
-        if (r != KVD_OK)
-                return kvdpy_raise(r, detail);
+                /* The daemon refused the orderly detach; the connection is closed all the same. */
+                if (r != KVD_OK) return kvdpy_raise(r, detail);
         Py_RETURN_NONE;
 }
 
@@ -151,12 +148,10 @@ static PyObject *client_get_finalized(ClientObject *self, void *closure)
 {
         bool finalized;
 
-        Py_BEGIN_ALLOW_THREADS
-        (void)pthread_rwlock_rdlock(&self->lock);
+        Py_BEGIN_ALLOW_THREADS(void) pthread_rwlock_rdlock(&self->lock);
         finalized = !self->client;
         (void)pthread_rwlock_unlock(&self->lock);
-        Py_END_ALLOW_THREADS
-        return PyBool_FromLong(finalized);
+        Py_END_ALLOW_THREADS return PyBool_FromLong(finalized);
 }
 
 /* --- memory and caches ------------------------------------------------------------------ */
@@ -363,8 +358,7 @@ static PyObject *link_or_unlink(ClientObject *self, PyObject *args, bool unlink)
         if (call_begin(&k, self))
                 r = unlink ? kvd_unlink_clusters(k.c, clusters.infos, clusters.n, (int)timeout,
                                                  force, rets)
-                           : kvd_link_clusters(k.c, clusters.infos, clusters.n, (int)timeout,
-                                               rets);
+                           : kvd_link_clusters(k.c, clusters.infos, clusters.n, (int)timeout, rets);
         r = call_end(&k, r);
         if (r == KVDPY_FINALIZED) {
                 PyMem_Free(rets);
@@ -513,8 +507,7 @@ static PyObject *blocks_transfer(ClientObject *self, PyObject *args, bool push, 
                                  : kvd_pull_blocks_async(k.c, &key, id, src.ids, src.n, dst.ids,
                                                          dst.n, o, &task);
                 else
-                        r = push ? kvd_push_blocks(k.c, &key, id, src.ids, src.n, dst.ids, dst.n,
-                                                   o)
+                        r = push ? kvd_push_blocks(k.c, &key, id, src.ids, src.n, dst.ids, dst.n, o)
                                  : kvd_pull_blocks(k.c, &key, id, src.ids, src.n, dst.ids, dst.n,
                                                    o);
         }
@@ -710,83 +703,82 @@ static PyObject *client_daemon_metrics(ClientObject *self, PyObject *unused)
 }
 
 static PyMethodDef client_methods[] = {
-        { "finalize", (PyCFunction)client_finalize, METH_NOARGS,
-          "finalize()\n--\n\nDetaches the cluster; Memory objects stay usable until they go." },
-        { "mem_alloc", (PyCFunction)client_mem_alloc, METH_O,
-          "mem_alloc(size)\n--\n\nkvd_mem_alloc(): a Memory object over zeroed shared memory." },
-        { "register_cache", (PyCFunction)client_register_cache, METH_VARARGS,
-          "register_cache(desc, addrs, keys, access)\n--\n\nkvd_register_cache(); the cache id." },
-        { "register_blocks_cache", (PyCFunction)client_register_blocks_cache, METH_VARARGS,
-          "register_blocks_cache(desc, addrs, key, access)\n--\n\n"
-          "kvd_register_blocks_cache(); the cache id." },
-        { "unregister_cache", (PyCFunction)client_unregister_cache, METH_O,
-          "unregister_cache(cache_id)\n--\n\nkvd_unregister_cache()." },
-        { "allocate_cache", (PyCFunction)client_allocate_cache, METH_VARARGS,
-          "allocate_cache(desc, keys)\n--\n\nkvd_allocate_cache(): (cache_id, [addresses])." },
-        { "allocate_blocks_cache", (PyCFunction)client_allocate_blocks_cache, METH_VARARGS,
-          "allocate_blocks_cache(desc, key)\n--\n\n"
-          "kvd_allocate_blocks_cache(): (cache_id, [addresses])." },
-        { "deallocate_cache", (PyCFunction)client_deallocate_cache, METH_O,
-          "deallocate_cache(cache_id)\n--\n\nkvd_deallocate_cache()." },
-        { "remove_cache_key", (PyCFunction)client_remove_cache_key, METH_O,
-          "remove_cache_key(key)\n--\n\nkvd_remove_cache_key()." },
-        { "link_clusters", (PyCFunction)client_link_clusters, METH_VARARGS,
-          "link_clusters(clusters, timeout_ms)\n--\n\n"
-          "kvd_link_clusters(): (status, [status per cluster], detail)." },
-        { "unlink_clusters", (PyCFunction)client_unlink_clusters, METH_VARARGS,
-          "unlink_clusters(clusters, timeout_ms, force)\n--\n\n"
-          "kvd_unlink_clusters(): (status, [status per cluster], detail)." },
-        { "check_link_status", (PyCFunction)client_check_link_status, METH_O,
-          "check_link_status(remote_cluster_id)\n--\n\nkvd_check_link_status()." },
-        { "switch_role", (PyCFunction)client_switch_role, METH_VARARGS,
-          "switch_role(role, options)\n--\n\nkvd_switch_role()." },
-        { "pull_cache", (PyCFunction)client_pull_cache, METH_VARARGS,
-          "pull_cache(key, cache_id, batch_index, size, opts=None)\n--\n\nkvd_pull_cache()." },
-        { "pull_cache_async", (PyCFunction)client_pull_cache_async, METH_VARARGS,
-          "pull_cache_async(key, cache_id, batch_index, size, opts=None)\n--\n\n"
-          "kvd_pull_cache_async(): a Task." },
-        { "push_cache", (PyCFunction)client_push_cache, METH_VARARGS,
-          "push_cache(key, cache_id, batch_index, size, opts=None)\n--\n\nkvd_push_cache()." },
-        { "push_cache_async", (PyCFunction)client_push_cache_async, METH_VARARGS,
-          "push_cache_async(key, cache_id, batch_index, size, opts=None)\n--\n\n"
-          "kvd_push_cache_async(): a Task." },
-        { "pull_blocks", (PyCFunction)client_pull_blocks, METH_VARARGS,
-          "pull_blocks(key, cache_id, src_blocks, dst_blocks, opts=None)\n--\n\n"
-          "kvd_pull_blocks()." },
-        { "pull_blocks_async", (PyCFunction)client_pull_blocks_async, METH_VARARGS,
-          "pull_blocks_async(key, cache_id, src_blocks, dst_blocks, opts=None)\n--\n\n"
-          "kvd_pull_blocks_async(): a Task." },
-        { "push_blocks", (PyCFunction)client_push_blocks, METH_VARARGS,
-          "push_blocks(key, cache_id, src_blocks, dst_blocks, opts=None)\n--\n\n"
-          "kvd_push_blocks()." },
-        { "push_blocks_async", (PyCFunction)client_push_blocks_async, METH_VARARGS,
-          "push_blocks_async(key, cache_id, src_blocks, dst_blocks, opts=None)\n--\n\n"
-          "kvd_push_blocks_async(): a Task." },
-        { "notify_fd", (PyCFunction)client_notify_fd, METH_NOARGS,
-          "notify_fd()\n--\n\nkvd_notify_fd(): readable while notifications wait." },
-        { "get_notifies", (PyCFunction)client_get_notifies, METH_O,
-          "get_notifies(max)\n--\n\nkvd_get_notifies(): [(src_cluster_id, bytes)]." },
-        { "link", (PyCFunction)client_link, METH_VARARGS,
-          "link(comm_name, [(cluster_id, rank)], rank_table)\n--\n\nkvd_link(): the comm id." },
-        { "query_register_mem_status", (PyCFunction)client_query_register_mem_status, METH_O,
-          "query_register_mem_status(comm_id)\n--\n\n"
-          "kvd_query_register_mem_status(): (status, reason when FAILED)." },
-        { "unlink", (PyCFunction)client_unlink, METH_O, "unlink(comm_id)\n--\n\nkvd_unlink()." },
-        { "daemon_status", (PyCFunction)client_daemon_status, METH_NOARGS,
-          "daemon_status()\n--\n\nkvd_daemon_status(): JSON text." },
-        { "daemon_metrics", (PyCFunction)client_daemon_metrics, METH_NOARGS,
-          "daemon_metrics()\n--\n\nkvd_daemon_metrics(): Prometheus text." },
+        {"finalize", (PyCFunction)client_finalize, METH_NOARGS,
+         "finalize()\n--\n\nDetaches the cluster; Memory objects stay usable until they go."},
+        {"mem_alloc", (PyCFunction)client_mem_alloc, METH_O,
+         "mem_alloc(size)\n--\n\nkvd_mem_alloc(): a Memory object over zeroed shared memory."},
+        {"register_cache", (PyCFunction)client_register_cache, METH_VARARGS,
+         "register_cache(desc, addrs, keys, access)\n--\n\nkvd_register_cache(); the cache id."},
+        {"register_blocks_cache", (PyCFunction)client_register_blocks_cache, METH_VARARGS,
+         "register_blocks_cache(desc, addrs, key, access)\n--\n\n"
+         "kvd_register_blocks_cache(); the cache id."},
+        {"unregister_cache", (PyCFunction)client_unregister_cache, METH_O,
+         "unregister_cache(cache_id)\n--\n\nkvd_unregister_cache()."},
+        {"allocate_cache", (PyCFunction)client_allocate_cache, METH_VARARGS,
+         "allocate_cache(desc, keys)\n--\n\nkvd_allocate_cache(): (cache_id, [addresses])."},
+        {"allocate_blocks_cache", (PyCFunction)client_allocate_blocks_cache, METH_VARARGS,
+         "allocate_blocks_cache(desc, key)\n--\n\n"
+         "kvd_allocate_blocks_cache(): (cache_id, [addresses])."},
+        {"deallocate_cache", (PyCFunction)client_deallocate_cache, METH_O,
+         "deallocate_cache(cache_id)\n--\n\nkvd_deallocate_cache()."},
+        {"remove_cache_key", (PyCFunction)client_remove_cache_key, METH_O,
+         "remove_cache_key(key)\n--\n\nkvd_remove_cache_key()."},
+        {"link_clusters", (PyCFunction)client_link_clusters, METH_VARARGS,
+         "link_clusters(clusters, timeout_ms)\n--\n\n"
+         "kvd_link_clusters(): (status, [status per cluster], detail)."},
+        {"unlink_clusters", (PyCFunction)client_unlink_clusters, METH_VARARGS,
+         "unlink_clusters(clusters, timeout_ms, force)\n--\n\n"
+         "kvd_unlink_clusters(): (status, [status per cluster], detail)."},
+        {"check_link_status", (PyCFunction)client_check_link_status, METH_O,
+         "check_link_status(remote_cluster_id)\n--\n\nkvd_check_link_status()."},
+        {"switch_role", (PyCFunction)client_switch_role, METH_VARARGS,
+         "switch_role(role, options)\n--\n\nkvd_switch_role()."},
+        {"pull_cache", (PyCFunction)client_pull_cache, METH_VARARGS,
+         "pull_cache(key, cache_id, batch_index, size, opts=None)\n--\n\nkvd_pull_cache()."},
+        {"pull_cache_async", (PyCFunction)client_pull_cache_async, METH_VARARGS,
+         "pull_cache_async(key, cache_id, batch_index, size, opts=None)\n--\n\n"
+         "kvd_pull_cache_async(): a Task."},
+        {"push_cache", (PyCFunction)client_push_cache, METH_VARARGS,
+         "push_cache(key, cache_id, batch_index, size, opts=None)\n--\n\nkvd_push_cache()."},
+        {"push_cache_async", (PyCFunction)client_push_cache_async, METH_VARARGS,
+         "push_cache_async(key, cache_id, batch_index, size, opts=None)\n--\n\n"
+         "kvd_push_cache_async(): a Task."},
+        {"pull_blocks", (PyCFunction)client_pull_blocks, METH_VARARGS,
+         "pull_blocks(key, cache_id, src_blocks, dst_blocks, opts=None)\n--\n\n"
+         "kvd_pull_blocks()."},
+        {"pull_blocks_async", (PyCFunction)client_pull_blocks_async, METH_VARARGS,
+         "pull_blocks_async(key, cache_id, src_blocks, dst_blocks, opts=None)\n--\n\n"
+         "kvd_pull_blocks_async(): a Task."},
+        {"push_blocks", (PyCFunction)client_push_blocks, METH_VARARGS,
+         "push_blocks(key, cache_id, src_blocks, dst_blocks, opts=None)\n--\n\n"
+         "kvd_push_blocks()."},
+        {"push_blocks_async", (PyCFunction)client_push_blocks_async, METH_VARARGS,
+         "push_blocks_async(key, cache_id, src_blocks, dst_blocks, opts=None)\n--\n\n"
+         "kvd_push_blocks_async(): a Task."},
+        {"notify_fd", (PyCFunction)client_notify_fd, METH_NOARGS,
+         "notify_fd()\n--\n\nkvd_notify_fd(): readable while notifications wait."},
+        {"get_notifies", (PyCFunction)client_get_notifies, METH_O,
+         "get_notifies(max)\n--\n\nkvd_get_notifies(): [(src_cluster_id, bytes)]."},
+        {"link", (PyCFunction)client_link, METH_VARARGS,
+         "link(comm_name, [(cluster_id, rank)], rank_table)\n--\n\nkvd_link(): the comm id."},
+        {"query_register_mem_status", (PyCFunction)client_query_register_mem_status, METH_O,
+         "query_register_mem_status(comm_id)\n--\n\n"
+         "kvd_query_register_mem_status(): (status, reason when FAILED)."},
+        {"unlink", (PyCFunction)client_unlink, METH_O, "unlink(comm_id)\n--\n\nkvd_unlink()."},
+        {"daemon_status", (PyCFunction)client_daemon_status, METH_NOARGS,
+         "daemon_status()\n--\n\nkvd_daemon_status(): JSON text."},
+        {"daemon_metrics", (PyCFunction)client_daemon_metrics, METH_NOARGS,
+         "daemon_metrics()\n--\n\nkvd_daemon_metrics(): Prometheus text."},
         {},
 };
 
 static PyGetSetDef client_getset[] = {
-        { "finalized", (getter)client_get_finalized, NULL, "Whether finalize() ran.", NULL },
+        {"finalized", (getter)client_get_finalized, NULL, "Whether finalize() ran.", NULL},
         {},
 };
 
 PyTypeObject ClientType = {
-        PyVarObject_HEAD_INIT(NULL, 0)
-        .tp_name = "kvdist._kvdist.Client",
+        PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvdist._kvdist.Client",
         .tp_doc = "Client(cluster_id, role, options)\n--\n\n"
                   "kvd_client_init(): this process attached to kvdistd as a cluster. options is a "
                   "sequence of (key, value) strings.",

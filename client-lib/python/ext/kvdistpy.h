@@ -34,28 +34,26 @@ typedef struct Orphan {
 
 /* kvdist._kvdist.Client: one kvd_client attached as a cluster. */
 typedef struct ClientObject {
-        PyObject_HEAD
-        kvd_client *client;          /* NULL once finalized; changes under @lock held exclusively */
-        pthread_rwlock_t lock;       /* library calls hold it shared, finalizing exclusively */
+        PyObject_HEAD kvd_client
+                *client;       /* NULL once finalized; changes under @lock held exclusively */
+        pthread_rwlock_t lock; /* library calls hold it shared, finalizing exclusively */
         pthread_mutex_t orphans_lock;
         Orphan *orphans;
 } ClientObject;
 
 /* kvdist._kvdist.Memory: memory from kvd_mem_alloc(), exported through the buffer protocol. */
 typedef struct MemoryObject {
-        PyObject_HEAD
-        ClientObject *owner; /* strong reference: the client outlives its memory */
+        PyObject_HEAD ClientObject *owner; /* strong reference: the client outlives its memory */
         void *ptr;
-        size_t size;         /* what is mapped: the size asked for, rounded up to the page size */
-        Py_ssize_t exports;  /* buffers handed out and not yet released */
+        size_t size;        /* what is mapped: the size asked for, rounded up to the page size */
+        Py_ssize_t exports; /* buffers handed out and not yet released */
 } MemoryObject;
 
 /* kvdist._kvdist.Task: one asynchronous transfer (kvd_task). */
 typedef struct TaskObject {
-        PyObject_HEAD
-        ClientObject *owner; /* strong reference */
+        PyObject_HEAD ClientObject *owner; /* strong reference */
         kvd_task *task;
-        kvd_client *c;       /* the task's client, for kvd_last_error(); the task holds it */
+        kvd_client *c; /* the task's client, for kvd_last_error(); the task holds it */
 } TaskObject;
 
 extern PyTypeObject ClientType;
@@ -116,9 +114,9 @@ PyObject *task_new(ClientObject *owner, kvd_task *task, kvd_client *c);
 typedef struct BlockList {
         const uint64_t *ids; /* NULL when n == 0 */
         size_t n;
-        Py_buffer view;      /* the caller's buffer when @ids points into it */
+        Py_buffer view; /* the caller's buffer when @ids points into it */
         bool has_view;
-        uint64_t *owned;     /* PyMem_Malloc()ed copy otherwise */
+        uint64_t *owned; /* PyMem_Malloc()ed copy otherwise */
 } BlockList;
 
 /* Fills @b from @o; zero copy for a contiguous buffer of 8-byte integers. 0 or -1 with an error. */

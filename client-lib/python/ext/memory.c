@@ -63,9 +63,9 @@ static PyObject *memory_repr(MemoryObject *self)
 }
 
 static PyGetSetDef memory_getset[] = {
-        { "address", (getter)memory_get_address, NULL, "Where the memory starts (an int).", NULL },
-        { "size", (getter)memory_get_size, NULL, "Its size in bytes (a multiple of the page).",
-          NULL },
+        {"address", (getter)memory_get_address, NULL, "Where the memory starts (an int).", NULL},
+        {"size", (getter)memory_get_size, NULL, "Its size in bytes (a multiple of the page).",
+         NULL},
         {},
 };
 
@@ -74,8 +74,7 @@ static PyBufferProcs memory_as_buffer = {
 };
 
 PyTypeObject MemoryType = {
-        PyVarObject_HEAD_INIT(NULL, 0)
-        .tp_name = "kvdist._kvdist.Memory",
+        PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvdist._kvdist.Memory",
         .tp_doc = "Memory from kvd_mem_alloc() (Client.mem_alloc()), shared with kvdistd; a "
                   "writable buffer.",
         .tp_basicsize = sizeof(MemoryObject),

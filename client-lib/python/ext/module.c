@@ -111,10 +111,10 @@ static PyObject *module_statuses(PyObject *module, PyObject *unused)
 /* kvd_daemon_status() or kvd_daemon_metrics() over a read-only connection to @socket_path. */
 static PyObject *daemon_query(PyObject *args, PyObject *kwds, bool metrics)
 {
-        static char *kwlist[] = { "socket_path", NULL };
+        static char *kwlist[] = {"socket_path", NULL};
         PyObject *path = Py_None, *ret;
         _cleanup_(strpool_done) StrPool strs = {};
-        kvd_option opt = { "socket_path", NULL };
+        kvd_option opt = {"socket_path", NULL};
         char detail[KVDPY_DETAIL_MAX] = "";
         kvd_client *c = NULL;
         char *text = NULL;
@@ -126,8 +126,7 @@ static PyObject *daemon_query(PyObject *args, PyObject *kwds, bool metrics)
         if (!opt.value && PyErr_Occurred())
                 return NULL;
 
-        Py_BEGIN_ALLOW_THREADS
-        r = kvd_client_connect(&c, &opt, opt.value ? 1 : 0);
+        Py_BEGIN_ALLOW_THREADS r = kvd_client_connect(&c, &opt, opt.value ? 1 : 0);
         if (r == KVD_OK)
                 r = metrics ? kvd_daemon_metrics(c, &text) : kvd_daemon_status(c, &text);
         if (r != KVD_OK)
@@ -135,8 +134,7 @@ static PyObject *daemon_query(PyObject *args, PyObject *kwds, bool metrics)
         (void)kvd_client_finalize(c);
         Py_END_ALLOW_THREADS
 
-        if (r != KVD_OK)
-                return kvdpy_raise(r, detail);
+                if (r != KVD_OK) return kvdpy_raise(r, detail);
         ret = kvdpy_str(text);
         free(text);
         return ret;
@@ -153,21 +151,21 @@ static PyObject *module_daemon_metrics(PyObject *module, PyObject *args, PyObjec
 }
 
 static PyMethodDef module_methods[] = {
-        { "_set_error_factory", module_set_error_factory, METH_O,
-          "_set_error_factory(factory)\n--\n\n"
-          "factory(status, detail) builds the exception every failure raises." },
-        { "strerror", module_strerror, METH_O,
-          "strerror(status)\n--\n\nThe name of a KVD_E_* status (\"KVD_E_TIMEOUT\")." },
-        { "statuses", module_statuses, METH_NOARGS,
-          "statuses()\n--\n\n{status: name} for KVD_OK and every KVD_E_* status." },
-        { "daemon_status", (PyCFunction)(void (*)(void))module_daemon_status,
-          METH_VARARGS | METH_KEYWORDS,
-          "daemon_status(socket_path=None)\n--\n\n"
-          "The daemon's state as a JSON document (kvdistctl status --json)." },
-        { "daemon_metrics", (PyCFunction)(void (*)(void))module_daemon_metrics,
-          METH_VARARGS | METH_KEYWORDS,
-          "daemon_metrics(socket_path=None)\n--\n\n"
-          "The daemon's metrics in the Prometheus text format." },
+        {"_set_error_factory", module_set_error_factory, METH_O,
+         "_set_error_factory(factory)\n--\n\n"
+         "factory(status, detail) builds the exception every failure raises."},
+        {"strerror", module_strerror, METH_O,
+         "strerror(status)\n--\n\nThe name of a KVD_E_* status (\"KVD_E_TIMEOUT\")."},
+        {"statuses", module_statuses, METH_NOARGS,
+         "statuses()\n--\n\n{status: name} for KVD_OK and every KVD_E_* status."},
+        {"daemon_status", (PyCFunction)(void (*)(void))module_daemon_status,
+         METH_VARARGS | METH_KEYWORDS,
+         "daemon_status(socket_path=None)\n--\n\n"
+         "The daemon's state as a JSON document (kvdistctl status --json)."},
+        {"daemon_metrics", (PyCFunction)(void (*)(void))module_daemon_metrics,
+         METH_VARARGS | METH_KEYWORDS,
+         "daemon_metrics(socket_path=None)\n--\n\n"
+         "The daemon's metrics in the Prometheus text format."},
         {},
 };
 
@@ -185,18 +183,12 @@ static int add_constants(PyObject *m)
                 const char *name;
                 long value;
         } ints[] = {
-                { "FINALIZED", KVDPY_FINALIZED },
-                { "MAX_DIMS", KVD_MAX_DIMS },
-                { "MAX_TENSORS", KVD_MAX_TENSORS },
-                { "MAX_LINK_CLUSTERS", KVD_MAX_LINK_CLUSTERS },
-                { "NOTIFY_MAX", KVD_NOTIFY_MAX },
-                { "COMM_NAME_MAX", KVD_COMM_NAME_MAX },
-                { "KEY_REQ", KVD_KEY_REQ },
-                { "KEY_ID_INDEX", KVD_KEY_ID_INDEX },
-                { "KEY_BLOCKS", KVD_KEY_BLOCKS },
-                { "REMOTE_DEFAULT", KVD_REMOTE_DEFAULT },
-                { "REMOTE_YES", KVD_REMOTE_YES },
-                { "REMOTE_NO", KVD_REMOTE_NO },
+                {"FINALIZED", KVDPY_FINALIZED},   {"MAX_DIMS", KVD_MAX_DIMS},
+                {"MAX_TENSORS", KVD_MAX_TENSORS}, {"MAX_LINK_CLUSTERS", KVD_MAX_LINK_CLUSTERS},
+                {"NOTIFY_MAX", KVD_NOTIFY_MAX},   {"COMM_NAME_MAX", KVD_COMM_NAME_MAX},
+                {"KEY_REQ", KVD_KEY_REQ},         {"KEY_ID_INDEX", KVD_KEY_ID_INDEX},
+                {"KEY_BLOCKS", KVD_KEY_BLOCKS},   {"REMOTE_DEFAULT", KVD_REMOTE_DEFAULT},
+                {"REMOTE_YES", KVD_REMOTE_YES},   {"REMOTE_NO", KVD_REMOTE_NO},
         };
 
         PyObject *id_none;

@@ -26,18 +26,16 @@ static void task_dealloc(TaskObject *self)
         ClientObject *owner = self->owner;
 
         /* Not while the client is being finalized, which must run alone. */
-        Py_BEGIN_ALLOW_THREADS
-        (void)pthread_rwlock_rdlock(&owner->lock);
+        Py_BEGIN_ALLOW_THREADS(void) pthread_rwlock_rdlock(&owner->lock);
         kvd_task_free(self->task);
         (void)pthread_rwlock_unlock(&owner->lock);
-        Py_END_ALLOW_THREADS
-        Py_DECREF(owner);
+        Py_END_ALLOW_THREADS Py_DECREF(owner);
         Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *task_wait(TaskObject *self, PyObject *args, PyObject *kwds)
 {
-        static char *kwlist[] = { "timeout_ms", NULL };
+        static char *kwlist[] = {"timeout_ms", NULL};
         char detail[KVDPY_DETAIL_MAX] = "";
         PyObject *timeout_o = NULL;
         int64_t timeout = -1;
@@ -49,45 +47,42 @@ static PyObject *task_wait(TaskObject *self, PyObject *args, PyObject *kwds)
             i64_from_object(timeout_o, -1, INT32_MAX, &timeout, "timeout_ms") < 0)
                 return NULL;
 
-        Py_BEGIN_ALLOW_THREADS
-        (void)pthread_rwlock_rdlock(&self->owner->lock);
+        Py_BEGIN_ALLOW_THREADS(void) pthread_rwlock_rdlock(&self->owner->lock);
         r = kvd_task_wait(self->task, (int)timeout);
         if (r != KVD_OK)
                 (void)snprintf(detail, sizeof(detail), "%s", kvd_last_error(self->c));
         (void)pthread_rwlock_unlock(&self->owner->lock);
         Py_END_ALLOW_THREADS
 
-        return Py_BuildValue("(iN)", r, kvdpy_str(detail));
+                return Py_BuildValue("(iN)", r, kvdpy_str(detail));
 }
 
 static PyObject *task_done(TaskObject *self, PyObject *unused)
 {
         bool done = false;
 
-        Py_BEGIN_ALLOW_THREADS
-        (void)pthread_rwlock_rdlock(&self->owner->lock);
+        Py_BEGIN_ALLOW_THREADS(void) pthread_rwlock_rdlock(&self->owner->lock);
         /* Takes an answer that arrived meanwhile; then asks whether there is one. */
         (void)kvd_task_wait(self->task, 0);
         (void)kvd_task_done(self->task, &done);
         (void)pthread_rwlock_unlock(&self->owner->lock);
         Py_END_ALLOW_THREADS
 
-        return PyBool_FromLong(done);
+                return PyBool_FromLong(done);
 }
 
 static PyMethodDef task_methods[] = {
-        { "wait", (PyCFunction)(void (*)(void))task_wait, METH_VARARGS | METH_KEYWORDS,
-          "wait(timeout_ms=-1)\n--\n\n"
-          "Waits up to timeout_ms (-1: until the transfer's own deadline) and returns\n"
-          "(status, detail): KVD_OK, the transfer's failure, or KVD_E_TIMEOUT while it runs." },
-        { "done", (PyCFunction)task_done, METH_NOARGS,
-          "done()\n--\n\nWhether the transfer has its final status; does not wait." },
+        {"wait", (PyCFunction)(void (*)(void))task_wait, METH_VARARGS | METH_KEYWORDS,
+         "wait(timeout_ms=-1)\n--\n\n"
+         "Waits up to timeout_ms (-1: until the transfer's own deadline) and returns\n"
+         "(status, detail): KVD_OK, the transfer's failure, or KVD_E_TIMEOUT while it runs."},
+        {"done", (PyCFunction)task_done, METH_NOARGS,
+         "done()\n--\n\nWhether the transfer has its final status; does not wait."},
         {},
 };
 
 PyTypeObject TaskType = {
-        PyVarObject_HEAD_INIT(NULL, 0)
-        .tp_name = "kvdist._kvdist.Task",
+        PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvdist._kvdist.Task",
         .tp_doc = "An asynchronous transfer (kvd_task).",
         .tp_basicsize = sizeof(TaskObject),
         .tp_flags = Py_TPFLAGS_DEFAULT,
