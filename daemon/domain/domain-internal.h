@@ -463,7 +463,8 @@ typedef struct DomainCall {
         Domain *dom;
         uint32_t rank; /* the caller's */
         uint64_t cluster_id;
-        Completion *done; /* NULL once answered or gone */
+        Completion *done;      /* NULL once answered or gone */
+        domain_reply_fn reply; /* answers @done with values */
         OpKind kind;
         DomainOp *ops;
         size_t n_ops;
@@ -638,9 +639,9 @@ void domain_call_drain(DomainRegistry *reg);
 void domain_calls_fail(Domain *dom, int code, const char *reason);
 /* Validates the caller and @dom for an operation; NOT_YET_LINK while PREPARING. */
 int domain_call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err);
-/* Allocates a call of @n_ops ops and @n_segs segments that answers @done. */
-int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind,
-                    size_t n_ops, size_t n_segs, DomainCall **ret);
+/* Allocates a call of @n_ops ops and @n_segs segments that answers @done through @reply. */
+int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, domain_reply_fn reply,
+                    OpKind kind, size_t n_ops, size_t n_segs, DomainCall **ret);
 DomainCall *domain_call_free(DomainCall *call);
 /* Takes a reference on @r for the call's life (deduplicated). */
 int domain_call_hold_region(DomainCall *call, Region *r);
