@@ -8,8 +8,10 @@
  * all-gather collectives then run between the members over the TCP data plane (or as copies
  * between members on one daemon).
  *
- * This header is what the rest of the daemon calls; the peer handlers, which
- * domain_registry_new() registers with link/, are declared in domain-internal.h.
+ * This header is what the rest of the daemon calls, in plain C values: control/ decodes the
+ * client's requests into the arguments below and builds the replies. The domain peer messages
+ * are decoded and encoded in domain-codec.c only, which domain_registry_new() has register
+ * their handlers with link/ (see domain-internal.h).
  */
 #pragma once
 
