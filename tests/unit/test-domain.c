@@ -795,7 +795,8 @@ static int call_reply(Completion *done, const DomainReply *r)
         replies++;
         last_reply = *r;
         ck_assert_uint_le(r->n_rets, 4);
-        memcpy(last_rets, r->rets, r->n_rets * sizeof(*r->rets));
+        if (r->n_rets > 0)
+                memcpy(last_rets, r->rets, r->n_rets * sizeof(*r->rets));
         last_reply.rets = last_rets;
         last_reply.detail = NULL;
         return 0;
@@ -918,6 +919,74 @@ START_TEST(test_send_mismatch)
 }
 END_TEST
 
+/* Two clusters of this daemon: devices 4 and 0 of one server. */
+static const char *const local_table =
+        "{\"version\": \"1.0\", \"server_count\": \"1\", \"status\": \"completed\", "
+        "\"server_list\": [{\"server_id\": \"s\", \"device\": ["
+        "{\"device_id\": \"4\", \"device_ip\": \"127.0.0.1\", \"rank_id\": \"0\"},"
+        "{\"device_id\": \"0\", \"device_ip\": \"127.0.0.1\", \"rank_id\": \"1\"}]}]}";
+
+/* kvd_link() of @c with @ranks; returns what domain_handle_link() did, the comm id in @ret. */
+static int link_call(Cluster *c, const DomainClusterRank *ranks, size_t n, uint64_t *ret)
+{
+        Completion done = {.ops = &cpl_ops};
+        Error err = ERROR_INIT;
+        int r;
+
+        replies = 0;
+        r = domain_handle_link(reg, c, &(DomainLinkArgs){"pair", ranks, n, local_table}, &done,
+                               call_reply, &err);
+        ck_assert_int_eq(replies, r == 0);
+        if (r == 0)
+                *ret = last_reply.comm_id;
+        return r;
+}
+
+/* A domain of two clusters of this daemon, through the client's kvd_link() arguments. */
+START_TEST(test_link_local)
+{
+        Cluster *c0 = cluster(100), *c1 = cluster(200);
+        DomainClusterRank ranks[] = {{100, 0}, {200, 1}}, swapped[] = {{200, 1}, {100, 0}};
+        DomainClusterRank twice[] = {{100, 0}, {200, 0}}, stranger[] = {{300, 0}, {200, 1}};
+        DomainQueryResult q;
+        Error err = ERROR_INIT;
+        uint64_t id0 = 0, id1 = 0, unused;
+        Domain *dom;
+
+        ck_assert_int_eq(link_call(c0, ranks, 2, &id0), 0);
+        dom = domain_find_id(reg, id0);
+        ck_assert_ptr_nonnull(dom);
+        ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
+        ck_assert(dom->ranks[0].local && dom->ranks[1].local);
+        ck_assert_int_eq(dom->setup, SETUP_NONE);
+        ck_assert_int_eq(domain_handle_query(reg, c0, id0, &q, &err), 0);
+        ck_assert_uint_eq(q.mem_status, KVD_MEM_STATUS_PREPARING);
+
+        /* The second member (ranks in another order) forms the domain at once. */
+        ck_assert_int_eq(link_call(c1, swapped, 2, &id1), 0);
+        ck_assert_uint_eq(id1, id0);
+        ck_assert_int_eq(dom->state, DOMAIN_OK);
+        ck_assert_ptr_nonnull(link_find(c0, 200));
+        ck_assert_ptr_nonnull(link_find(c1, 100));
+
+        /* Refused, changing nothing: linking twice, a rank twice, a stranger's table. */
+        ck_assert_int_eq(link_call(c0, ranks, 2, &unused), STATUS_ALREADY_LINK);
+        ck_assert_int_eq(link_call(c0, twice, 2, &unused), STATUS_PARAM_INVALID);
+        ck_assert_int_eq(link_call(c0, stranger, 2, &unused), STATUS_PARAM_INVALID);
+        ck_assert_int_eq(link_call(c0, ranks, 1, &unused), STATUS_PARAM_INVALID);
+        ck_assert_int_eq(dom->state, DOMAIN_OK);
+        ck_assert_uint_eq(reg->n_domains, 1);
+
+        /* One member unlinks: the domain fails for the other, nobody else is told. */
+        ck_assert_int_eq(domain_handle_unlink(reg, c1, id0, &err), 0);
+        ck_assert_int_eq(domain_handle_query(reg, c0, id0, &q, &err), 0);
+        ck_assert_uint_eq(q.mem_status, KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(q.failure, STATUS_LINK_FAILED);
+        ck_assert_int_eq(domain_handle_query(reg, c1, id0, &q, &err), STATUS_PARAM_INVALID);
+        ck_assert_uint_eq(n_sent, 0);
+}
+END_TEST
+
 static Suite *domain_suite(void)
 {
         Suite *s = suite_create("domain");
@@ -928,6 +997,7 @@ static Suite *domain_suite(void)
         tcase_add_test(tc, test_form_two);
         tcase_add_test(tc, test_form_three);
         tcase_add_test(tc, test_answer_join);
+        tcase_add_test(tc, test_link_local);
         tcase_add_test(tc, test_formation_deadline);
         suite_add_tcase(s, tc);
 
