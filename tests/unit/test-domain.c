@@ -610,6 +610,30 @@ START_TEST(test_their_leave)
 }
 END_TEST
 
+/* A member leaves while our pair link is granted but not made: it is given back. */
+START_TEST(test_leave_while_linking)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom = domain_make("two", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+
+        answer_join(0);
+        grant_link(0);
+        ck_assert_uint_eq(sent_count(SENT_LINK_GIVE_BACK), 0);
+        domain_peer_on_leave(reg, them,
+                             &(DomainLeaveMsg){.dst_domain_id = dom->id,
+                                               .src_domain_id = THEIR_DOMAIN,
+                                               .rank = 1,
+                                               .status = STATUS_PEER_LOST,
+                                               .detail = "detached"});
+        ck_assert_int_eq(dom->state, DOMAIN_FAILED);
+        ck_assert_int_eq(dom->fail_code, STATUS_PEER_LOST);
+        ck_assert_uint_eq(sent_count(SENT_LINK_GIVE_BACK), 1);
+        ck_assert_ptr_eq(sent_nth(SENT_LINK_GIVE_BACK, 0)->peer, them);
+        ck_assert_uint_eq(sent_count(SENT_LINK_MAKE), 0);
+        ck_assert_ptr_null(link_find(c0, 200));
+}
+END_TEST
+
 START_TEST(test_our_unlink)
 {
         Domain *dom = form_two();
@@ -1004,6 +1028,7 @@ static Suite *domain_suite(void)
         tc = tcase_create("leave");
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_their_leave);
+        tcase_add_test(tc, test_leave_while_linking);
         tcase_add_test(tc, test_our_unlink);
         tcase_add_test(tc, test_peer_lost);
         tcase_add_test(tc, test_peer_lost_before_join);
