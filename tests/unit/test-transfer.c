@@ -250,6 +250,41 @@ START_TEST(test_local_pull_link_down)
 }
 END_TEST
 
+START_TEST(test_local_push_notifies)
+{
+        _cleanup_free_ uint8_t *image = NULL;
+        Cluster *a = transfer_fixture_cluster(&fx, 1), *b = transfer_fixture_cluster(&fx, 2);
+        Cache *src =
+                transfer_fixture_cache(&fx, a, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, SRC_SEED);
+        Cache *dst =
+                transfer_fixture_cache(&fx, b, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, DST_SEED);
+        uint64_t offsets[TENSORS];
+        TransferRequest req;
+        ClientAnswer answer;
+        Error err = ERROR_INIT;
+        Link *l;
+
+        ck_assert_int_eq(link_new_local(&fx.link, a, b, &fx.shm->transport, &l), 0);
+        /* Our slot 0 into slot 3 of cluster 2's cache, telling cluster 2 once it landed. */
+        req = item_request(TRANSFER_PUSH_CACHE, transfer_fixture_id_index(2, dst->id, 3), src->id,
+                           0);
+        req.notify = (uint8_t *)strdup("ready");
+        req.notify_len = 5;
+        transfer_fixture_answer_init(&answer);
+        ck_assert_int_eq(transfer_start(&fx.root, a, &req, &answer.cpl, &answer.result, &err), 0);
+        ck_assert_uint_eq(b->n_notifies, 0);
+        fake_transport_complete(fx.shm, fake_transport_job(fx.shm, 0), 0);
+        ck_assert_uint_eq(answer.n_replies, 1);
+        ck_assert_uint_eq(b->n_notifies, 1);
+        ck_assert_uint_eq(fx.root.counters.bytes_pushed, ITEM_BYTES);
+
+        image = transfer_fixture_image(dst, DST_SEED);
+        item_offsets(src, 0, offsets);
+        image_put_item(image, dst, 3, SRC_SEED, offsets);
+        transfer_fixture_check_image(dst, image);
+}
+END_TEST
+
 typedef struct RemoteTransfer {
         Cluster *a;
         Cache *cache; /* ours: the destination of a pull, the source of a push */
@@ -523,6 +558,44 @@ START_TEST(test_remote_link_down_while_moving)
 }
 END_TEST
 
+START_TEST(test_remote_pull_by_req_key_tells_peer)
+{
+        TransferPeerAnswer ans;
+        TransportJob *job;
+        RemoteDesc remote;
+        RemoteTransfer t;
+        uint8_t stream[ITEM_BYTES] = {0};
+        TransferRequest req;
+        Error err = ERROR_INIT;
+        CacheKey key = {CACHE_KEY_REQ, REMOTE_CLUSTER, 12, CACHE_ID_NONE, 0, 0, 0};
+
+        /* A pull by CacheKey may end the key over there: the peer hears how it ended. */
+        t.a = transfer_fixture_cluster(&fx, 1);
+        t.cache =
+                transfer_fixture_cache(&fx, t.a, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, DST_SEED);
+        t.link = transfer_fixture_remote_link(&fx, t.a, REMOTE_CLUSTER);
+        req = item_request(TRANSFER_PULL_CACHE, key, t.cache->id, 0);
+        transfer_fixture_answer_init(&t.answer);
+        ck_assert_int_eq(transfer_start(&fx.root, t.a, &req, &t.answer.cpl, &t.answer.result, &err),
+                         0);
+        t.x = transfer_fixture_last(&fx);
+        ck_assert_int_eq(fx.rec.request.key.kind, CACHE_KEY_REQ);
+        ck_assert_uint_eq(fx.rec.request.key.req_id, 12);
+
+        ans = remote_answer(&remote, 0);
+        transfer_remote_on_answer(t.x, fx.peer, STATUS_OK, NULL, &ans);
+        job = fake_transport_job(fx.tcp, 0);
+        ck_assert_ptr_nonnull(job);
+        ck_assert_int_eq(fake_transport_feed(job, stream, sizeof(stream)), 0);
+        fake_transport_complete(fx.tcp, job, 0);
+        ck_assert_uint_eq(t.answer.n_replies, 1);
+        ck_assert_uint_eq(fx.rec.n_data_done, 1);
+        ck_assert_uint_eq(fx.rec.data_done_id, fx.rec.request.job_id);
+        ck_assert_int_eq(fx.rec.data_done_status, STATUS_OK);
+        ck_assert(clist_is_empty(&fx.peer->transfers));
+}
+END_TEST
+
 START_TEST(test_remote_push_client_gone)
 {
         TransferPeerAnswer ans;
@@ -589,6 +662,7 @@ static Suite *transfer_suite(void)
         tcase_add_test(tc, test_local_pull_deadline);
         tcase_add_test(tc, test_local_pull_client_gone);
         tcase_add_test(tc, test_local_pull_link_down);
+        tcase_add_test(tc, test_local_push_notifies);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("remote");
@@ -600,6 +674,7 @@ static Suite *transfer_suite(void)
         tcase_add_test(tc, test_remote_answer_mismatch);
         tcase_add_test(tc, test_remote_deadline_before_answer);
         tcase_add_test(tc, test_remote_link_down_while_moving);
+        tcase_add_test(tc, test_remote_pull_by_req_key_tells_peer);
         tcase_add_test(tc, test_remote_push_client_gone);
         tcase_add_test(tc, test_remote_request_fails);
         suite_add_tcase(s, tc);
