@@ -33,6 +33,7 @@
 #include "daemon/sd.h"
 #include "daemon/transfer/served.h"
 #include "daemon/service.h"
+#include "daemon/status.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
 #include "common/status.h"
@@ -41,32 +42,9 @@
 /* How long an orderly stop waits for transports to let go of memory before exiting anyway. */
 #define DAEMON_STOP_GRACE_SEC 5
 
-uint64_t daemon_next_id(Daemon *d)
-{
-        return id_source_next(&d->ids);
-}
-
-uint64_t daemon_next_seq(Daemon *d)
-{
-        return id_source_next_seq(&d->ids);
-}
-
-Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id)
-{
-        return link_root_find_cluster(&d->link, cluster_id);
-}
-
 const char *daemon_peer_address(const Daemon *d)
 {
         return link_root_peer_address(&d->link);
-}
-
-void daemon_count_error(Daemon *d, int status)
-{
-        int32_t code = status_wire_encode(status);
-
-        if (code < 0)
-                d->counters.errors[-code]++;
 }
 
 void daemon_format_status(Daemon *d, char *buf, size_t size)
@@ -83,7 +61,14 @@ void daemon_format_status(Daemon *d, char *buf, size_t size)
 
 static int daemon_render_metrics(void *userdata, char **ret, size_t *ret_len)
 {
-        return metrics_render(userdata, ret, ret_len);
+        Daemon *d = userdata;
+
+        return metrics_render(d->metrics, ret, ret_len);
+}
+
+static int daemon_status_json(void *userdata, char **ret)
+{
+        return status_to_json(userdata, ret);
 }
 
 static void daemon_format_status_cb(void *userdata, char *buf, size_t size)
@@ -108,7 +93,9 @@ static void daemon_on_ended(void *userdata)
 
 static void daemon_on_error(void *userdata, int status)
 {
-        daemon_count_error(userdata, status);
+        Daemon *d = userdata;
+
+        control_root_count_error(&d->control, status);
 }
 
 /* The FileDescriptorName= of the client socket under socket activation. */
@@ -189,9 +176,10 @@ void daemon_stop(Daemon *d, int exit_code)
                 return;
         d->stopping = true;
         d->link.stopping = true;
+        d->control.stopping = true;
         d->exit_code = exit_code;
         service_stopping(d->service);
-        listener_pause(d->listener);
+        listener_pause(d->control.listener);
 
         CLIST_FOREACH_SAFE (x, tmp, &d->transfer.transfers, link_daemon)
                 transfer_fail(x, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
@@ -207,13 +195,10 @@ void daemon_stop(Daemon *d, int exit_code)
 
 void daemon_check_stopped(Daemon *d)
 {
-        Conn *c;
-
         if (!d->stopping || d->transfer.n_transfers > 0 || d->transfer.n_served > 0 ||
             domain_calls_in_flight(d->domains) > 0)
                 return;
-        CLIST_FOREACH (c, &d->conns, link_daemon)
-                conn_flush(c);
+        conn_flush_all(&d->control);
         event_base_loopexit(d->base, NULL);
 }
 
@@ -229,7 +214,7 @@ int daemon_new(Config *config, Daemon **ret)
         }
         d->config = config;
         d->start_usec = now_usec(CLOCK_MONOTONIC);
-        clist_init(&d->conns);
+        control_root_init(&d->control);
         link_root_init(&d->link);
         d->link.options = (LinkOptions){
                 .limits = &config->limits,
@@ -325,10 +310,6 @@ int daemon_new(Config *config, Daemon **ret)
                 goto fail;
         }
 
-        r = metrics_new(&d->metrics);
-        if (r < 0)
-                goto fail;
-        metrics_listen(d->metrics, d);
         r = domain_registry_new(
                 &(DomainRoots){
                         .link = &d->link,
@@ -342,12 +323,46 @@ int daemon_new(Config *config, Daemon **ret)
                 &d->domains);
         if (r < 0)
                 goto fail;
+        r = metrics_new(
+                &(MetricsSources){
+                        .start_usec = d->start_usec,
+                        .link = &d->link,
+                        .transfer = &d->transfer,
+                        .domains = d->domains,
+                        .memory = &d->memory,
+                        .transports = &d->transports,
+                        .clients = &d->control.counters,
+                },
+                &d->metrics);
+        if (r < 0)
+                goto fail;
         transfer_listen(&d->transfer);
 
+        d->control.base = d->base;
+        d->control.options = (ControlOptions){
+                .limits = &config->limits,
+                .sync_kv_timeout_ms = &config->sync_kv_timeout_ms,
+                .socket_path = config->socket_path,
+                .socket_mode = &config->socket_mode,
+                .allow_uids = &config->allow_uids,
+                .n_allow_uids = &config->n_allow_uids,
+                .allow_gids = &config->allow_gids,
+                .n_allow_gids = &config->n_allow_gids,
+        };
+        d->control.ids = &d->ids;
+        d->control.memory = &d->memory;
+        d->control.transports = &d->transports;
+        d->control.link = &d->link;
+        d->control.transfer = &d->transfer;
+        d->control.domains = d->domains;
+        d->control.metrics = d->metrics;
+        d->control.changed = daemon_on_changed;
+        d->control.status_json = daemon_status_json;
+        d->control.userdata = d;
         r = daemon_take_activated();
         if (r < 0 && r != -ENOENT)
                 goto fail;
-        r = listener_new(d, r, &d->listener);
+        r = listener_new(&d->control, r, &d->control.listener);
         if (r < 0)
                 goto fail;
         r = peer_listener_new(&d->link, &d->link.peer_listener);
@@ -380,7 +395,7 @@ int daemon_run(Daemon *d)
 {
         log_info("kvdistd %s listening on %s%s%s, pool %" PRIu64 " bytes, %u copy threads, "
                  "node %016" PRIx64 "%s",
-                 KVDIST_VERSION, listener_path(d->listener),
+                 KVDIST_VERSION, listener_path(d->control.listener),
                  d->link.peer_listener ? ", peers on " : "", daemon_peer_address(d),
                  d->config->memory_size, engine_n_threads(d->transports.engine), d->link.node_id,
                  d->link.cluster_key ? ", cluster key loaded" : "");
@@ -399,8 +414,8 @@ Daemon *daemon_free(Daemon *d)
         d->stopping = true;
         d->link.stopping = true;
         d->metrics_server = metrics_server_free(d->metrics_server);
-        d->listener = listener_free(d->listener);
-        conn_free_all(d);
+        d->control.listener = listener_free(d->control.listener);
+        conn_free_all(&d->control);
         peer_close_all(&d->link);
         /* Runs the completions of whatever was still moving over the network. */
         peer_free_all(&d->link);

@@ -1,18 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Daemon: the one object that owns everything kvdistd runs: the control event loop, the client
- * listener and connections, clusters, the memory pool, links, transfers in flight, the copy
- * engine and the transports.
+ * Daemon: the one object that owns everything kvdistd runs: the control event loop and the root
+ * object of each layer (memory, transports, links, transfers, comm domains, control), which it
+ * builds, points at the layers below and wires to each other; signals, reload, the service
+ * manager and metrics.
  */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <kvdist/kvdist.h>
 
 #include "common/clist.h"
 #include "common/hook.h"
 #include "common/id-source.h"
+#include "daemon/control/control-root.h"
 #include "daemon/memory/memory.h"
 #include "daemon/transport/transport-set.h"
 #include "daemon/link/link-root.h"
@@ -27,7 +28,6 @@ typedef struct Cache Cache;
 typedef struct Cluster Cluster;
 typedef struct DomainRegistry DomainRegistry;
 typedef struct Engine Engine;
-typedef struct Listener Listener;
 typedef struct PeerListener PeerListener;
 typedef struct RdmaContext RdmaContext;
 typedef struct Metrics Metrics;
@@ -36,18 +36,9 @@ typedef struct Pool Pool;
 typedef struct Service Service;
 typedef struct Transport Transport;
 
-/* Counters reported by kvdistctl; only the control loop writes them. */
-typedef struct DaemonCounters {
-        uint64_t errors[-_KVD_E_MIN + 1]; /* by -public code, see daemon_count_error() */
-        uint64_t conns_accepted;
-        uint64_t conns_refused;
-        uint64_t frames_malformed; /* clients' frames (peers' in LinkCounters) */
-} DaemonCounters;
-
 typedef struct Daemon {
         struct event_base *base;
         Config *config;
-        Listener *listener;
         IdSource ids;            /* ids of everything, registration sequence numbers */
         Memory memory;           /* the pool; releasing caches */
         TransportSet transports; /* the copy engine, the transports, the RDMA devices */
@@ -55,11 +46,8 @@ typedef struct Daemon {
         LinkRoot link;           /* node id, peers, clusters, links (daemon/link/) */
         TransferRoot transfer;   /* transfers, served transfers (daemon/transfer/) */
         DomainRegistry *domains; /* comm domains (daemon/domain/) */
+        ControlRoot control;     /* client listener, connections (daemon/control/) */
 
-        CList conns; /* Conn.link_daemon */
-        unsigned n_conns;
-
-        DaemonCounters counters;
         usec_t start_usec; /* CLOCK_MONOTONIC */
 
         Service *service;              /* READY/STATUS/WATCHDOG/STOPPING for the service manager */
@@ -96,25 +84,8 @@ void daemon_check_stopped(Daemon *d);
 /* Tears everything down (the socket file is unlinked). Accepts NULL; returns NULL. */
 Daemon *daemon_free(Daemon *d);
 
-/* A new id for a region, cache, link or transfer (unique for the daemon's life, never 0). */
-uint64_t daemon_next_id(Daemon *d);
-
-/* The next registration/link sequence number. */
-uint64_t daemon_next_seq(Daemon *d);
-
-Cluster *daemon_find_cluster(Daemon *d, uint64_t cluster_id);
-
-/* The daemon that built @root: for the layers above link/ that still take the whole Daemon. */
-static inline Daemon *daemon_from_link(LinkRoot *root)
-{
-        return container_of(root, Daemon, link);
-}
-
 /* Where peers reach this daemon ("ip:port"), "" when it does not listen for them. */
 const char *daemon_peer_address(const Daemon *d);
-
-/* Counts a failed request under its status (STATUS_*). */
-void daemon_count_error(Daemon *d, int status);
 
 /*
  * The one-line summary (clusters, links, transfers) changed: the service manager hears of it

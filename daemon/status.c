@@ -73,7 +73,7 @@ static json_t *status_pool(Daemon *d, bool *ok)
 
 static json_t *status_counters(Daemon *d, bool *ok)
 {
-        const DaemonCounters *k = &d->counters;
+        const ClientCounters *k = &d->control.counters;
         const LinkCounters *lk = &d->link.counters;
         const TransferCounters *tk = &d->transfer.counters;
         json_t *o = json_object(), *errors = json_object();
@@ -365,7 +365,7 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "version", json_string(KVDIST_VERSION), &ok);
         set(root, "pid", json_integer(getpid()), &ok);
         set(root, "uptime_s", json_real((double)(now - d->start_usec) / USEC_PER_SEC), &ok);
-        set(root, "socket", json_string(listener_path(d->listener)), &ok);
+        set(root, "socket", json_string(listener_path(d->control.listener)), &ok);
         set(root, "copy_threads", json_integer(engine_n_threads(d->transports.engine)), &ok);
         set(root, "stopping", json_boolean(d->stopping), &ok);
         set(root, "pool", status_pool(d, &ok), &ok);

@@ -14,7 +14,7 @@
 #include <event2/event.h>
 #include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
-#include "daemon/daemon.h"
+#include "daemon/control/control-root.h"
 #include "daemon/control/dispatch.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
@@ -55,9 +55,9 @@ static void conn_destroy(Conn *c)
         if (c->ev_close)
                 event_free(c->ev_close);
         safe_close(c->fd);
-        clist_unlink(&c->link_daemon);
-        c->daemon->n_conns--;
-        daemon_update_status(c->daemon);
+        clist_unlink(&c->link_root);
+        c->root->counters.conns_open--;
+        control_root_changed(c->root);
         free(c);
 }
 
@@ -78,24 +78,22 @@ void conn_close_later(Conn *c)
         event_active(c->ev_close, EV_TIMEOUT, 0);
 }
 
-void conn_free_all(Daemon *d)
+void conn_free_all(ControlRoot *root)
 {
         Conn *c, *tmp;
 
-        CLIST_FOREACH_SAFE (c, tmp, &d->conns, link_daemon) {
+        CLIST_FOREACH_SAFE (c, tmp, &root->conns, link_root) {
                 conn_flush(c);
                 conn_destroy(c);
         }
 }
 
-TransferRoot *conn_transfer_root(Conn *c)
+void conn_flush_all(ControlRoot *root)
 {
-        return &c->daemon->transfer;
-}
+        Conn *c;
 
-DomainRegistry *conn_domain_registry(Conn *c)
-{
-        return c->daemon->domains;
+        CLIST_FOREACH (c, &root->conns, link_root)
+                conn_flush(c);
 }
 
 void conn_set_state(Conn *c, ConnState state)
@@ -175,21 +173,21 @@ static void conn_send_error(Conn *c, uint16_t type, uint64_t id, int code, const
         uint8_t *buf;
         size_t len;
 
-        daemon_count_error(c->daemon, code);
+        control_root_count_error(c->root, code);
         if (frame_pack_error(type, id, status_wire_encode(code), detail,
-                             c->daemon->config->limits.max_frame_size, &buf, &len) < 0)
+                             c->root->options.limits->max_frame_size, &buf, &len) < 0)
                 return;
         (void)conn_queue(c, buf, len, -1);
 }
 
-void conn_refuse(Daemon *d, int fd, int code, const char *detail)
+void conn_refuse(ControlRoot *root, int fd, int code, const char *detail)
 {
         _cleanup_free_ uint8_t *buf = NULL;
         size_t len;
 
-        daemon_count_error(d, code);
+        control_root_count_error(root, code);
         if (frame_pack_error(0, FRAME_CONNECTION_REQUEST_ID, status_wire_encode(code), detail,
-                             d->config->limits.max_frame_size, &buf, &len) < 0)
+                             root->options.limits->max_frame_size, &buf, &len) < 0)
                 return;
         /* A fresh socket's buffer takes one small frame; if not, the close says enough. */
         (void)frame_sendmsg(fd, buf, len, NULL, 0);
@@ -231,7 +229,7 @@ static int conn_check_fds(Conn *c)
                         st.st_mode = 0;
                 if (S_ISREG(st.st_mode))
                         continue;
-                c->daemon->counters.frames_malformed++;
+                c->root->counters.frames_malformed++;
                 log_warning("connection %" PRIu64 " (pid %d): sent %s as fd %zu of a frame; "
                             "clients may pass memfds only, closing",
                             c->id, (int)c->cred.pid, file_kind(st.st_mode), c->n_fds_checked);
@@ -248,7 +246,7 @@ static int conn_read_frame(Conn *c)
 {
         int r, k;
 
-        r = wire_in_read(&c->in, c->fd, c->daemon->config->limits.max_frame_size, FRAME_MAX_FDS);
+        r = wire_in_read(&c->in, c->fd, c->root->options.limits->max_frame_size, FRAME_MAX_FDS);
         /* Whatever came, fds that must not stay are refused before anything else. */
         k = conn_check_fds(c);
         if (k < 0)
@@ -274,7 +272,7 @@ static void conn_on_deadline(evutil_socket_t fd, short what, void *userdata)
         Conn *c = userdata;
 
         if (conn_has_partial_frame(c)) {
-                c->daemon->counters.frames_malformed++;
+                c->root->counters.frames_malformed++;
                 log_warning("connection %" PRIu64 " (pid %d): a frame (%zu of %zu header bytes, "
                             "%zu of %u payload bytes, %zu fds) did not complete within %d s, "
                             "closing",
@@ -322,7 +320,7 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
                                 log_debug("connection %" PRIu64 " (pid %d): closed by peer", c->id,
                                           (int)c->cred.pid);
                         else if (r != -EBADFD) {
-                                c->daemon->counters.frames_malformed++;
+                                c->root->counters.frames_malformed++;
                                 log_warning_errno(r,
                                                   "connection %" PRIu64 " (pid %d): broken "
                                                   "frame (type %u, %u bytes, %u fds), closing",
@@ -345,7 +343,7 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
         conn_update_deadline(c);
 }
 
-int conn_new(Daemon *d, int fd, const struct ucred *cred, Conn **ret)
+int conn_new(ControlRoot *root, int fd, const struct ucred *cred, Conn **ret)
 {
         Conn *c;
 
@@ -354,21 +352,21 @@ int conn_new(Daemon *d, int fd, const struct ucred *cred, Conn **ret)
                 safe_close(fd);
                 return -ENOMEM;
         }
-        c->daemon = d;
-        c->id = daemon_next_id(d);
+        c->root = root;
+        c->id = id_source_next(root->ids);
         c->fd = fd;
         c->cred = *cred;
         c->state = CONN_HELLO;
         wire_in_init(&c->in);
         wire_out_init(&c->out);
         clist_init(&c->requests);
-        clist_init(&c->link_daemon);
-        clist_link_tail(&d->conns, &c->link_daemon);
-        d->n_conns++;
-        c->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
-        c->ev_write = event_new(d->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
-        c->ev_close = event_new(d->base, -1, 0, conn_on_close, c);
-        c->ev_deadline = evtimer_new(d->base, conn_on_deadline, c);
+        clist_init(&c->link_root);
+        clist_link_tail(&root->conns, &c->link_root);
+        root->counters.conns_open++;
+        c->ev_read = event_new(root->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
+        c->ev_write = event_new(root->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
+        c->ev_close = event_new(root->base, -1, 0, conn_on_close, c);
+        c->ev_deadline = evtimer_new(root->base, conn_on_deadline, c);
         if (!c->ev_read || !c->ev_write || !c->ev_close || !c->ev_deadline ||
             event_add(c->ev_read, NULL) < 0) {
                 conn_destroy(c);
@@ -456,7 +454,7 @@ int conn_request_reply(Request *req, const ProtobufCMessage *reply, int fd)
 
         if (c && c->state != CONN_CLOSED) {
                 r = frame_pack(req->type, FRAME_FLAG_REPLY, req->id, fd >= 0 ? 1 : 0, reply,
-                               c->daemon->config->limits.max_frame_size, &buf, &len);
+                               c->root->options.limits->max_frame_size, &buf, &len);
                 if (r < 0) {
                         log_error_errno(r,
                                         "connection %" PRIu64 ": cannot pack a reply of %zu "
@@ -505,7 +503,7 @@ int conn_request_fail(Request *req, int code, const Error *err)
         if (c && c->state != CONN_CLOSED)
                 conn_send_error(c, req->type, req->id, code, err ? err->msg : NULL);
         else if (c)
-                daemon_count_error(c->daemon, code);
+                control_root_count_error(c->root, code);
         conn_request_free(req);
         return 0;
 }

@@ -32,11 +32,9 @@
 
 struct event;
 typedef struct Cluster Cluster;
-typedef struct Daemon Daemon;
 typedef struct Conn Conn;
+typedef struct ControlRoot ControlRoot;
 typedef struct Request Request;
-typedef struct TransferRoot TransferRoot;
-typedef struct DomainRegistry DomainRegistry;
 
 typedef enum ConnState {
         CONN_HELLO,   /* waiting for Hello */
@@ -48,7 +46,7 @@ typedef enum ConnState {
 } ConnState;
 
 struct Conn {
-        Daemon *daemon;
+        ControlRoot *root;
         uint64_t id;
         int fd;
         struct event *ev_read;
@@ -64,7 +62,7 @@ struct Conn {
         WireOut out;          /* replies not yet written */
         CList requests;       /* Request.link_conn: requests still waiting for their reply */
         unsigned n_requests;
-        CList link_daemon;
+        CList link_root; /* ControlRoot.conns */
 };
 
 /*
@@ -85,14 +83,14 @@ struct Request {
 };
 
 /* Takes ownership of an accepted socket @fd and starts reading. */
-int conn_new(Daemon *d, int fd, const struct ucred *cred, Conn **ret);
+int conn_new(ControlRoot *root, int fd, const struct ucred *cred, Conn **ret);
 
 /*
  * Tells a client on the accepted socket @fd, which gets no Conn, why it is refused: an error
  * frame about the connection (FRAME_CONNECTION_REQUEST_ID) with @code and @detail, written without
- * blocking and counted in the daemon's errors. The caller closes @fd.
+ * blocking and counted in @root's errors. The caller closes @fd.
  */
-void conn_refuse(Daemon *d, int fd, int code, const char *detail);
+void conn_refuse(ControlRoot *root, int fd, int code, const char *detail);
 
 /*
  * Marks the connection closing: it stops reading and writing, drops later replies, and is freed
@@ -102,22 +100,20 @@ void conn_refuse(Daemon *d, int fd, int code, const char *detail);
 void conn_close_later(Conn *c);
 
 /*
- * Frees every connection of @d, flushing what it can first. Only for the daemon's teardown,
+ * Frees every connection of @root, flushing what it can first. Only for the daemon's teardown,
  * once the event loop stopped: no callback of a connection can be running.
  */
-void conn_free_all(Daemon *d);
+void conn_free_all(ControlRoot *root);
+
+/* Writes what every connection of @root has queued, as far as the sockets take it now (a
+ * stopping daemon's last word). */
+void conn_flush_all(ControlRoot *root);
 
 /*
  * Moves @c to @state (HELLO -> READY -> CLUSTER <-> READY; CLOSED through conn_close_later()
  * only). A closing connection stays closing: the call is then ignored.
  */
 void conn_set_state(Conn *c, ConnState state);
-
-/* The transfer layer @c's requests start transfers in. */
-TransferRoot *conn_transfer_root(Conn *c);
-
-/* The comm domains @c's requests join and run operations in. */
-DomainRegistry *conn_domain_registry(Conn *c);
 
 /* Writes as much queued output as the socket takes without blocking (a last word before a
  * close, or when stopping); arms nothing. */

@@ -8,7 +8,7 @@
 
 #include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
-#include "daemon/daemon.h"
+#include "daemon/control/control-root.h"
 #include "daemon/control/dispatch.h"
 #include "daemon/domain/domain.h"
 #include "kvdist-config.h"
@@ -99,7 +99,7 @@ static void dispatch_hello(Conn *c, const Kvdist__V1__Hello *hello)
         reply.status = &status;
         reply.protocol_version = FRAME_VERSION;
         reply.identity = (char *)"kvdistd/" KVDIST_VERSION;
-        reply.max_frame_size = c->daemon->config->limits.max_frame_size;
+        reply.max_frame_size = c->root->options.limits->max_frame_size;
 
         req = conn_request_new(c);
         if (!req) {
@@ -129,7 +129,7 @@ void dispatch_frame(Conn *c)
         if (h->flags & FRAME_FLAG_REPLY) {
                 log_warning("connection %" PRIu64 " (pid %d): sent a reply frame, closing", c->id,
                             (int)c->cred.pid);
-                c->daemon->counters.frames_malformed++;
+                c->root->counters.frames_malformed++;
                 conn_close_later(c);
                 return;
         }
@@ -146,7 +146,7 @@ void dispatch_frame(Conn *c)
                 r = frame_unpack(ft->request, c->in.payload, c->in.payload_len, &msg);
                 if (r < 0) {
                         log_warning("connection %" PRIu64 ": undecodable Hello, closing", c->id);
-                        c->daemon->counters.frames_malformed++;
+                        c->root->counters.frames_malformed++;
                         conn_close_later(c);
                         return;
                 }
@@ -185,7 +185,7 @@ void dispatch_frame(Conn *c)
                 log_warning("connection %" PRIu64 " (pid %d): undecodable %s payload of %zu "
                             "bytes, closing",
                             c->id, (int)c->cred.pid, ft->name, c->in.payload_len);
-                c->daemon->counters.frames_malformed++;
+                c->root->counters.frames_malformed++;
                 conn_close_later(c);
                 return;
         }

@@ -7,24 +7,23 @@
 
 #include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
-#include "daemon/daemon.h"
+#include "daemon/control/control-root.h"
 #include "daemon/control/dispatch.h"
 #include "daemon/domain/domain.h"
 #include "daemon/link/notify.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
-#include "daemon/status.h"
 #include "common/status.h"
 
 /* Lists the device map's ids into @buf for an error message. */
-static const char *device_ids_to_string(const Config *cfg, char *buf, size_t size)
+static const char *device_ids_to_string(const TransportSet *ts, char *buf, size_t size)
 {
         size_t n = 0;
 
         buf[0] = '\0';
-        for (size_t i = 0; i < cfg->n_devices && n < size; i++)
+        for (size_t i = 0; i < ts->n_devices && n < size; i++)
                 n += (size_t)snprintf(buf + n, size - n, "%s%" PRId32, i ? ", " : "",
-                                      cfg->devices[i].device_id);
+                                      ts->devices[i].device_id);
         return buf;
 }
 
@@ -34,8 +33,9 @@ int handle_client_init(Request *req, Error *err)
         Kvdist__V1__ClientInitReply reply = KVDIST__V1__CLIENT_INIT_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Conn *conn = req->conn;
-        Daemon *d = conn->daemon;
-        const Config *cfg = d->config;
+        ControlRoot *root = conn->root;
+        const TransportSet *ts = root->transports;
+        const Limits *lim = root->options.limits;
         uint32_t timeout;
         Cluster *c;
         char ids[128];
@@ -47,34 +47,35 @@ int handle_client_init(Request *req, Error *err)
         if (m->device_id < 0)
                 return error_set(err, STATUS_PARAM_INVALID, "device_id %" PRId32 " is negative",
                                  m->device_id);
-        if (cfg->n_devices > 0 && !config_find_device(cfg, m->device_id))
+        if (ts->n_devices > 0 &&
+            !transport_config_find_device(ts->devices, ts->n_devices, m->device_id))
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "device_id %" PRId32 " is not in the daemon's device map (%s)",
-                                 m->device_id, device_ids_to_string(cfg, ids, sizeof(ids)));
+                                 m->device_id, device_ids_to_string(ts, ids, sizeof(ids)));
         if (m->sync_kv_timeout_ms > INT32_MAX)
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "sync_kv_timeout_ms %" PRIu32 " does not fit int32",
                                  m->sync_kv_timeout_ms);
-        if (daemon_find_cluster(d, m->cluster_id))
+        if (link_root_find_cluster(root->link, m->cluster_id))
                 return error_set(err, STATUS_CLUSTER_EXISTS,
                                  "cluster %" PRIu64 " is attached to this daemon already",
                                  m->cluster_id);
-        if (d->link.n_clusters >= cfg->limits.max_clients)
+        if (root->link->n_clusters >= lim->max_clients)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "the daemon serves %u clusters already (limits.max_clients)",
-                                 d->link.n_clusters);
-        if (d->stopping)
+                                 root->link->n_clusters);
+        if (root->stopping)
                 return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
 
-        timeout = m->sync_kv_timeout_ms ? m->sync_kv_timeout_ms : cfg->sync_kv_timeout_ms;
-        r = cluster_new(&d->link, &conn->cred, m->cluster_id, (ClusterRole)m->role, m->device_id,
+        timeout = m->sync_kv_timeout_ms ? m->sync_kv_timeout_ms : *root->options.sync_kv_timeout_ms;
+        r = cluster_new(root->link, &conn->cred, m->cluster_id, (ClusterRole)m->role, m->device_id,
                         timeout, &c);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot attach the cluster");
         /* With listen_ip_info the cluster is a server that others link to; without, a client. */
         r = cluster_set_listen(c, m->listen_ip_info, err);
         if (r >= 0)
-                r = domain_cluster_attach(d->domains, c, m->local_comm_res, err);
+                r = domain_cluster_attach(root->domains, c, m->local_comm_res, err);
         if (r < 0) {
                 cluster_free(c);
                 return r;
@@ -87,7 +88,7 @@ int handle_client_init(Request *req, Error *err)
                    c->id, (int)c->pid, (unsigned)c->uid, cluster_role_to_string(c->role),
                    c->device_id, timeout, c->listen_ip_info ? "a server at " : "a client",
                    c->listen_ip_info ?: "");
-        daemon_update_status(d);
+        control_root_changed(root);
 
         reply.status = &status;
         reply.sync_kv_timeout_ms = timeout;
@@ -108,11 +109,12 @@ int handle_client_finalize(Request *req, Error *err)
 
 int handle_daemon_status(Request *req, Error *err)
 {
+        ControlRoot *root = req->conn->root;
         Kvdist__V1__DaemonStatusReply reply = KVDIST__V1__DAEMON_STATUS_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         _cleanup_free_ char *json = NULL;
 
-        if (status_to_json(req->conn->daemon, &json) < 0)
+        if (root->status_json(root->userdata, &json) < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot build the status document");
         reply.status = &status;
         reply.json = json;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "daemon/control/conn.h"
+#include "daemon/control/control-root.h"
 #include "daemon/control/dispatch.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/metrics/metrics.h"
@@ -15,7 +16,7 @@ int handle_daemon_metrics(Request *req, Error *err)
         _cleanup_free_ char *text = NULL;
         size_t len;
 
-        if (metrics_render(req->conn->daemon, &text, &len) < 0)
+        if (metrics_render(req->conn->root->metrics, &text, &len) < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot build the metrics document");
         reply.status = &status;
         reply.text = text;

@@ -9,6 +9,7 @@
 #include "common/macro.h"
 #include "common/status.h"
 #include "daemon/control/conn.h"
+#include "daemon/control/control-root.h"
 #include "daemon/control/dispatch.h"
 #include "daemon/domain/domain.h"
 #include "proto/kvdist.pb-c.h"
@@ -43,7 +44,7 @@ int handle_domain_link(Request *req, Error *err)
                         .rank_id = m->cluster_rank_info[i]->rank_id,
                 };
         args.ranks = ranks;
-        return domain_handle_link(conn_domain_registry(req->conn), req->conn->cluster, &args,
+        return domain_handle_link(req->conn->root->domains, req->conn->cluster, &args,
                                   &req->done, domain_link_reply, err);
 }
 
@@ -52,7 +53,7 @@ int handle_domain_unlink(Request *req, Error *err)
         const Kvdist__V1__DomainUnlink *m = (const Kvdist__V1__DomainUnlink *)req->msg;
         int r;
 
-        r = domain_handle_unlink(conn_domain_registry(req->conn), req->conn->cluster, m->comm_id,
+        r = domain_handle_unlink(req->conn->root->domains, req->conn->cluster, m->comm_id,
                                  err);
         if (r < 0)
                 return r;
@@ -67,7 +68,7 @@ int handle_domain_query(Request *req, Error *err)
         DomainQueryResult res;
         int r;
 
-        r = domain_handle_query(conn_domain_registry(req->conn), req->conn->cluster, m->comm_id,
+        r = domain_handle_query(req->conn->root->domains, req->conn->cluster, m->comm_id,
                                 &res, err);
         if (r < 0)
                 return r;
@@ -121,7 +122,7 @@ int handle_domain_send_recv(Request *req, Error *err)
                         .remote_rank = m->items[i]->remote_rank,
                 };
         args.items = items;
-        return domain_handle_send_recv(conn_domain_registry(req->conn), req->conn->cluster, &args,
+        return domain_handle_send_recv(req->conn->root->domains, req->conn->cluster, &args,
                                        &req->done, domain_send_recv_reply, err);
 }
 
@@ -154,7 +155,7 @@ int handle_domain_broadcast(Request *req, Error *err)
                 .chunk_bytes = m->chunk_bytes,
         };
 
-        return domain_handle_broadcast(conn_domain_registry(req->conn), req->conn->cluster, &args,
+        return domain_handle_broadcast(req->conn->root->domains, req->conn->cluster, &args,
                                        &req->done, domain_coll_reply, err);
 }
 
@@ -172,6 +173,6 @@ int handle_domain_all_gather(Request *req, Error *err)
                 .chunk_bytes = m->chunk_bytes,
         };
 
-        return domain_handle_all_gather(conn_domain_registry(req->conn), req->conn->cluster, &args,
+        return domain_handle_all_gather(req->conn->root->domains, req->conn->cluster, &args,
                                         &req->done, domain_coll_reply, err);
 }

@@ -8,7 +8,7 @@
 
 #include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
-#include "daemon/daemon.h"
+#include "daemon/control/control-root.h"
 #include "daemon/control/dispatch.h"
 #include "daemon/domain/domain.h"
 #include "daemon/memory/cache-proto.h"
@@ -98,10 +98,10 @@ static int cluster_check_cache_quota(const Cluster *c, uint32_t num_tensors, Err
         return 0;
 }
 
-static bool cluster_has_links(const Cluster *c)
+static bool cluster_has_links(ControlRoot *root, const Cluster *c)
 {
         return c->n_links > 0 || c->n_links_in > 0 || c->n_inlinks > 0 ||
-               domain_cluster_has_domains(daemon_from_link(c->root)->domains, c);
+               domain_cluster_has_domains(root->domains, c);
 }
 
 int handle_region_add(Request *req, Error *err)
@@ -109,9 +109,9 @@ int handle_region_add(Request *req, Error *err)
         const Kvdist__V1__RegionAdd *m = (const Kvdist__V1__RegionAdd *)req->msg;
         Kvdist__V1__RegionAddReply reply = KVDIST__V1__REGION_ADD_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        ControlRoot *root = req->conn->root;
         Cluster *c = req->conn->cluster;
-        Daemon *d = daemon_from_link(c->root);
-        const Limits *lim = &d->config->limits;
+        const Limits *lim = root->options.limits;
         _cleanup_close_ int fd = -1;
         uint64_t end;
         Region *r, *other;
@@ -141,7 +141,7 @@ int handle_region_add(Request *req, Error *err)
                                          " overlaps region %" PRIu64,
                                          m->client_addr, m->size, other->id);
 
-        k = region_new_from_fd(fd, m->size, m->client_addr, daemon_next_id(d), &r);
+        k = region_new_from_fd(fd, m->size, m->client_addr, id_source_next(root->ids), &r);
         switch (k) {
         case 0:
                 fd = -1; /* the region owns it */
@@ -203,7 +203,7 @@ int handle_pool_map(Request *req, Error *err)
 {
         Kvdist__V1__PoolMapReply reply = KVDIST__V1__POOL_MAP_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        Pool *pool = req->conn->daemon->memory.pool;
+        Pool *pool = req->conn->root->memory->pool;
 
         if (!pool)
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
@@ -272,8 +272,8 @@ int handle_register_cache(Request *req, Error *err)
         const Kvdist__V1__RegisterCache *m = (const Kvdist__V1__RegisterCache *)req->msg;
         Kvdist__V1__RegisterCacheReply reply = KVDIST__V1__REGISTER_CACHE_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        ControlRoot *root = req->conn->root;
         Cluster *c = req->conn->cluster;
-        Daemon *d = daemon_from_link(c->root);
         _cleanup_free_ CacheTensor *tensors = NULL;
         _cleanup_free_ CacheKey *keys = NULL;
         uint64_t tensor_size;
@@ -295,7 +295,7 @@ int handle_register_cache(Request *req, Error *err)
 
         switch (m->remote_access) {
         case KVDIST__V1__REMOTE_ACCESS__REMOTE_YES:
-                if (cluster_has_links(c))
+                if (cluster_has_links(root, c))
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "remote_accessible cannot be set after a link exists: "
                                          "register caches before linking");
@@ -308,7 +308,7 @@ int handle_register_cache(Request *req, Error *err)
                 break;
         default:
                 access = CACHE_ACCESS_DEFAULT;
-                remote = !cluster_has_links(c);
+                remote = !cluster_has_links(root, c);
                 break;
         }
 
@@ -335,11 +335,11 @@ int handle_register_cache(Request *req, Error *err)
         r = cache_new(m->blocks ? CACHE_BLOCKS : CACHE_CONTIGUOUS, &desc, tensors, &cache);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        cache->id = daemon_next_id(d);
+        cache->id = id_source_next(root->ids);
         cache->owner_cluster_id = c->id;
         cache->remote_accessible = remote;
         cache->access = access;
-        cache->seq = daemon_next_seq(d);
+        cache->seq = id_source_next_seq(root->ids);
         r = cluster_add_cache(c, cache, keys, m->n_keys, false, err);
         if (r < 0)
                 return r;
@@ -368,8 +368,9 @@ int handle_allocate_cache(Request *req, Error *err)
         const Kvdist__V1__AllocateCache *m = (const Kvdist__V1__AllocateCache *)req->msg;
         Kvdist__V1__AllocateCacheReply reply = KVDIST__V1__ALLOCATE_CACHE_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        ControlRoot *root = req->conn->root;
         Cluster *c = req->conn->cluster;
-        Daemon *d = daemon_from_link(c->root);
+        Pool *pool = root->memory->pool;
         _cleanup_free_ CacheTensor *tensors = NULL;
         _cleanup_free_ CacheKey *keys = NULL;
         _cleanup_free_ uint64_t *offsets = NULL;
@@ -378,7 +379,7 @@ int handle_allocate_cache(Request *req, Error *err)
         Cache *cache;
         int r;
 
-        if (!d->memory.pool)
+        if (!pool)
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "kvdistd runs without a memory pool (memory_size is 0)");
         r = cache_desc_from_proto(m->desc, &desc, &tensor_size, err);
@@ -393,40 +394,39 @@ int handle_allocate_cache(Request *req, Error *err)
         if (r < 0)
                 return r;
 
-        r = pool_alloc(d->memory.pool, total, &base);
+        r = pool_alloc(pool, total, &base);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY,
                                  "the pool cannot hold %" PRIu64 " bytes: %" PRIu64 " of %" PRIu64
                                  " used, largest free extent %" PRIu64,
-                                 total, pool_used(d->memory.pool), pool_size(d->memory.pool),
-                                 pool_largest_free(d->memory.pool));
+                                 total, pool_used(pool), pool_size(pool), pool_largest_free(pool));
 
         tensors = calloc(desc.num_tensors, sizeof(*tensors));
         offsets = calloc(desc.num_tensors, sizeof(*offsets));
         if (!tensors || !offsets) {
-                (void)pool_release(d->memory.pool, base);
+                (void)pool_release(pool, base);
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         for (uint32_t t = 0; t < desc.num_tensors; t++) {
-                tensors[t].region = pool_region(d->memory.pool);
+                tensors[t].region = pool_region(pool);
                 tensors[t].offset = offsets[t] = base + t * tensor_size;
         }
         r = cache_new(m->blocks ? CACHE_BLOCKS : CACHE_CONTIGUOUS, &desc, tensors, &cache);
         if (r < 0) {
-                (void)pool_release(d->memory.pool, base);
+                (void)pool_release(pool, base);
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
-        cache->id = daemon_next_id(d);
+        cache->id = id_source_next(root->ids);
         cache->owner_cluster_id = c->id;
         cache->remote_accessible = true;
         cache->access = CACHE_ACCESS_YES;
-        cache->seq = daemon_next_seq(d);
+        cache->seq = id_source_next_seq(root->ids);
         cache->pool_backed = true;
         cache->pool_offset = base;
         cache->id_held = true;
         r = cluster_add_cache(c, cache, keys, m->n_keys, true, err);
         if (r < 0) {
-                (void)pool_release(d->memory.pool, base);
+                (void)pool_release(pool, base);
                 return r;
         }
 

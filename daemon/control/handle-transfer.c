@@ -6,6 +6,7 @@
 
 #include "common/macro.h"
 #include "daemon/control/conn.h"
+#include "daemon/control/control-root.h"
 #include "daemon/control/dispatch.h"
 #include "daemon/memory/cache-proto.h"
 #include "daemon/transfer/plan.h"
@@ -141,7 +142,7 @@ int handle_transfer(Request *req, Error *err)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         call->cpl.ops = &transfer_call_ops;
         call->client = &req->done;
-        r = transfer_start(conn_transfer_root(req->conn), req->conn->cluster, &tr, &call->cpl,
+        r = transfer_start(req->conn->root->transfer, req->conn->cluster, &tr, &call->cpl,
                            &call->result, err);
         if (r < 0) {
                 free(call);

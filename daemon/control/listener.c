@@ -17,14 +17,14 @@
 
 #include <event2/event.h>
 #include "daemon/control/conn.h"
-#include "daemon/daemon.h"
+#include "daemon/control/control-root.h"
 #include "daemon/control/listener.h"
 #include "common/log.h"
 #include "common/socket-path.h"
 #include "common/status.h"
 
 struct Listener {
-        Daemon *daemon;
+        ControlRoot *root;
         int fd;
         char *path;
         bool activated; /* the service manager's socket: its file is not ours */
@@ -58,10 +58,10 @@ static int mkdir_parents(const char *path, mode_t mode)
 }
 
 /* Whether @gid is one of the allow-listed groups. */
-static bool listener_gid_allowed(const Config *cfg, gid_t gid)
+static bool listener_gid_allowed(const ControlOptions *o, gid_t gid)
 {
-        for (size_t i = 0; i < cfg->n_allow_gids; i++)
-                if (cfg->allow_gids[i] == gid)
+        for (size_t i = 0; i < *o->n_allow_gids; i++)
+                if ((*o->allow_gids)[i] == gid)
                         return true;
         return false;
 }
@@ -72,21 +72,21 @@ static bool listener_gid_allowed(const Config *cfg, gid_t gid)
  * groups it held when it connected). Returns 1, 0, or a negative errno when its groups cannot be
  * read.
  */
-static int listener_allows(const Config *cfg, int fd, const struct ucred *cred)
+static int listener_allows(const ControlOptions *o, int fd, const struct ucred *cred)
 {
         _cleanup_free_ gid_t *groups = NULL;
         socklen_t len = 0;
 
-        if (cfg->n_allow_uids == 0 && cfg->n_allow_gids == 0)
+        if (*o->n_allow_uids == 0 && *o->n_allow_gids == 0)
                 return 1;
         if (cred->uid == 0)
                 return 1;
-        for (size_t i = 0; i < cfg->n_allow_uids; i++)
-                if (cfg->allow_uids[i] == cred->uid)
+        for (size_t i = 0; i < *o->n_allow_uids; i++)
+                if ((*o->allow_uids)[i] == cred->uid)
                         return 1;
-        if (cfg->n_allow_gids == 0)
+        if (*o->n_allow_gids == 0)
                 return 0;
-        if (listener_gid_allowed(cfg, cred->gid))
+        if (listener_gid_allowed(o, cred->gid))
                 return 1;
 
         /* The first call says how much room the groups need (ERANGE); they are few. */
@@ -101,7 +101,7 @@ static int listener_allows(const Config *cfg, int fd, const struct ucred *cred)
                         return -ENOMEM;
         }
         for (size_t i = 0; i < len / sizeof(gid_t); i++)
-                if (listener_gid_allowed(cfg, groups[i]))
+                if (listener_gid_allowed(o, groups[i]))
                         return 1;
         return 0;
 }
@@ -110,7 +110,7 @@ static int listener_allows(const Config *cfg, int fd, const struct ucred *cred)
 static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
 {
         Listener *l = userdata;
-        Daemon *d = l->daemon;
+        ControlRoot *root = l->root;
 
         for (int n = 0; n < 16; n++) {
                 _cleanup_close_ int cfd = -1;
@@ -130,10 +130,10 @@ static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
                 if (getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
                         log_warning_errno(-errno, "listener %s: SO_PEERCRED failed, refusing",
                                           l->path);
-                        d->counters.conns_refused++;
+                        root->counters.conns_refused++;
                         continue;
                 }
-                r = listener_allows(d->config, cfd, &cred);
+                r = listener_allows(&root->options, cfd, &cred);
                 if (r < 0) {
                         log_warning_errno(r,
                                           "listener %s: cannot read the groups of pid %d uid "
@@ -143,8 +143,8 @@ static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
                                        "kvdistd cannot read the groups "
                                        "of uid %u to check allow_gids",
                                        (unsigned)cred.uid);
-                        conn_refuse(d, cfd, STATUS_PERMISSION_DENIED, detail);
-                        d->counters.conns_refused++;
+                        conn_refuse(root, cfd, STATUS_PERMISSION_DENIED, detail);
+                        root->counters.conns_refused++;
                         continue;
                 }
                 if (r == 0) {
@@ -156,33 +156,34 @@ static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
                                        "neither is in its allow_uids or allow_gids, nor any "
                                        "group of the process",
                                        (unsigned)cred.uid, (unsigned)cred.gid);
-                        conn_refuse(d, cfd, STATUS_PERMISSION_DENIED, detail);
-                        d->counters.conns_refused++;
+                        conn_refuse(root, cfd, STATUS_PERMISSION_DENIED, detail);
+                        root->counters.conns_refused++;
                         continue;
                 }
-                if (d->n_conns >= d->config->limits.max_clients * 2) {
+                if (root->counters.conns_open >= root->options.limits->max_clients * 2) {
                         log_warning("listener %s: %u connections open, refusing pid %d", l->path,
-                                    d->n_conns, (int)cred.pid);
+                                    root->counters.conns_open, (int)cred.pid);
                         (void)snprintf(detail, sizeof(detail),
                                        "kvdistd has %u connections "
                                        "open, twice limits.max_clients",
-                                       d->n_conns);
-                        conn_refuse(d, cfd, STATUS_LIMIT_EXCEEDED, detail);
-                        d->counters.conns_refused++;
+                                       root->counters.conns_open);
+                        conn_refuse(root, cfd, STATUS_LIMIT_EXCEEDED, detail);
+                        root->counters.conns_refused++;
                         continue;
                 }
-                r = conn_new(d, TAKE_FD(cfd), &cred, &conn);
+                r = conn_new(root, TAKE_FD(cfd), &cred, &conn);
                 if (r < 0) {
                         log_warning_errno(r, "listener %s: cannot set up connection, ignoring",
                                           l->path);
                         continue;
                 }
-                d->counters.conns_accepted++;
+                root->counters.conns_accepted++;
         }
 }
 
 /* Wraps the listening @fd (owned from here on) at @path into a Listener on the loop. */
-static int listener_wrap(Daemon *d, int fd, const char *path, bool activated, Listener **ret)
+static int listener_wrap(ControlRoot *root, int fd, const char *path, bool activated,
+                         Listener **ret)
 {
         _cleanup_close_ int owned = fd;
         Listener *l;
@@ -190,11 +191,11 @@ static int listener_wrap(Daemon *d, int fd, const char *path, bool activated, Li
         l = calloc(1, sizeof(*l));
         if (!l)
                 return -ENOMEM;
-        l->daemon = d;
+        l->root = root;
         l->fd = -1;
         l->activated = activated;
         l->path = strdup(path);
-        l->ev = event_new(d->base, fd, EV_READ | EV_PERSIST, listener_on_accept, l);
+        l->ev = event_new(root->base, fd, EV_READ | EV_PERSIST, listener_on_accept, l);
         if (!l->path || !l->ev || event_add(l->ev, NULL) < 0) {
                 listener_free(l);
                 return -ENOMEM;
@@ -204,7 +205,7 @@ static int listener_wrap(Daemon *d, int fd, const char *path, bool activated, Li
         return 0;
 }
 
-static int listener_new_activated(Daemon *d, int fd, Listener **ret)
+static int listener_new_activated(ControlRoot *root, int fd, Listener **ret)
 {
         _cleanup_close_ int owned = fd;
         struct sockaddr_un sa = {};
@@ -225,11 +226,11 @@ static int listener_new_activated(Daemon *d, int fd, Listener **ret)
                                        "socket activation: cannot make fd %d "
                                        "non-blocking",
                                        fd);
-        if (strcmp(sa.sun_path, d->config->socket_path) != 0)
+        if (strcmp(sa.sun_path, root->options.socket_path) != 0)
                 log_notice("socket activation: serving %s, which the service manager passed; "
                            "socket_path %s is not used",
-                           sa.sun_path, d->config->socket_path);
-        r = listener_wrap(d, TAKE_FD(owned), sa.sun_path, true, ret);
+                           sa.sun_path, root->options.socket_path);
+        r = listener_wrap(root, TAKE_FD(owned), sa.sun_path, true, ret);
         if (r < 0)
                 return log_error_errno(r, "cannot watch the socket %s", sa.sun_path);
         log_info("socket activation: listening on %s", sa.sun_path);
@@ -274,29 +275,29 @@ static int listener_clear_path(const char *path, const struct sockaddr_un *sa)
         return 0;
 }
 
-int listener_new(Daemon *d, int activated_fd, Listener **ret)
+int listener_new(ControlRoot *root, int activated_fd, Listener **ret)
 {
-        const Config *cfg = d->config;
+        const char *path = root->options.socket_path;
+        uint32_t mode = *root->options.socket_mode;
         _cleanup_close_ int fd = -1;
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
         char msg[256];
         int r;
 
         if (activated_fd >= 0)
-                return listener_new_activated(d, activated_fd, ret);
+                return listener_new_activated(root, activated_fd, ret);
 
-        if (strlen(cfg->socket_path) >= sizeof(sa.sun_path))
-                return log_error_errno(-ENAMETOOLONG, "socket path %s is too long",
-                                       cfg->socket_path);
-        strcpy(sa.sun_path, cfg->socket_path);
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return log_error_errno(-ENAMETOOLONG, "socket path %s is too long", path);
+        strcpy(sa.sun_path, path);
 
-        r = socket_path_check_dir(cfg->socket_path, true, msg, sizeof(msg));
+        r = socket_path_check_dir(path, true, msg, sizeof(msg));
         if (r < 0)
-                return log_error_errno(r, "cannot listen on %s: %s", cfg->socket_path, msg);
-        r = mkdir_parents(cfg->socket_path, 0755);
+                return log_error_errno(r, "cannot listen on %s: %s", path, msg);
+        r = mkdir_parents(path, 0755);
         if (r < 0)
-                return log_error_errno(r, "cannot create the directory of %s", cfg->socket_path);
-        r = listener_clear_path(cfg->socket_path, &sa);
+                return log_error_errno(r, "cannot create the directory of %s", path);
+        r = listener_clear_path(path, &sa);
         if (r < 0)
                 return r;
 
@@ -304,22 +305,21 @@ int listener_new(Daemon *d, int activated_fd, Listener **ret)
         if (fd < 0)
                 return log_error_errno(-errno, "cannot create a Unix socket");
         if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-                return log_error_errno(-errno, "cannot bind %s", cfg->socket_path);
-        if (chmod(cfg->socket_path, cfg->socket_mode) < 0) {
+                return log_error_errno(-errno, "cannot bind %s", path);
+        if (chmod(path, mode) < 0) {
                 r = -errno;
-                (void)unlink(cfg->socket_path);
-                return log_error_errno(r, "cannot set mode %04o on %s", cfg->socket_mode,
-                                       cfg->socket_path);
+                (void)unlink(path);
+                return log_error_errno(r, "cannot set mode %04o on %s", mode, path);
         }
         if (listen(fd, SOMAXCONN) < 0) {
                 r = -errno;
-                (void)unlink(cfg->socket_path);
-                return log_error_errno(r, "cannot listen on %s", cfg->socket_path);
+                (void)unlink(path);
+                return log_error_errno(r, "cannot listen on %s", path);
         }
 
-        r = listener_wrap(d, TAKE_FD(fd), cfg->socket_path, false, ret);
+        r = listener_wrap(root, TAKE_FD(fd), path, false, ret);
         if (r < 0)
-                (void)unlink(cfg->socket_path);
+                (void)unlink(path);
         return r;
 }
 

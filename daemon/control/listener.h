@@ -7,16 +7,16 @@
  */
 #pragma once
 
-typedef struct Daemon Daemon;
+typedef struct ControlRoot ControlRoot;
 typedef struct Listener Listener;
 
 /*
  * Serves @activated_fd, the listening Unix stream socket the service manager passed (socket
- * activation; the listener owns it), or when it is negative binds and listens on the configured
+ * activation; the listener owns it), or when it is negative binds and listens on @root's socket
  * path, replacing a stale socket file (one nobody answers on) and nothing else. Logs what
  * failed.
  */
-int listener_new(Daemon *d, int activated_fd, Listener **ret);
+int listener_new(ControlRoot *root, int activated_fd, Listener **ret);
 
 /*
  * Stops accepting and unlinks the socket file (not one the service manager made). Accepts NULL;

@@ -160,7 +160,7 @@ void domain_lanes_set_transport(Domain *dom)
 
 uint64_t domain_lane_job_id(uint64_t recv_domain_id, uint32_t src, uint32_t dst, uint64_t seq)
 {
-        /* The top bit keeps these apart from transfer ids (daemon_next_id() never gets there). */
+        /* The top bit keeps these apart from transfer ids (id_source_next() never gets there). */
         return UINT64_C(1) << 63 | (recv_domain_id & ((UINT64_C(1) << 37) - 1)) << 26 |
                (uint64_t)(src & 3) << 24 | (uint64_t)(dst & 3) << 22 |
                (seq & ((UINT64_C(1) << 22) - 1));

@@ -8,10 +8,11 @@
 #include <kvdist/kvdist.h>
 
 #include "daemon/link/cluster.h"
-#include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
 #include "kvdist-config.h"
+#include "daemon/link/link-root.h"
 #include "daemon/link/link.h"
+#include "daemon/memory/memory.h"
 #include "daemon/metrics/metrics-text.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/link/peer.h"
@@ -19,7 +20,9 @@
 #include "daemon/transfer/transfer-events.h"
 #include "daemon/memory/pool.h"
 #include "daemon/transport/rdma.h"
+#include "daemon/transfer/transfer-root.h"
 #include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
@@ -49,18 +52,9 @@ struct Metrics {
         char transports[METRICS_MAX_TRANSPORTS][METRICS_TRANSPORT_NAME_MAX];
         size_t n_transports;
         TransferStats stats[_DIR_MAX][METRICS_MAX_TRANSPORTS];
-        Hook transfer_hook; /* on the daemon's transfer events */
+        MetricsSources src;
+        Hook transfer_hook; /* on the transfer layer's events */
 };
-
-int metrics_new(Metrics **ret)
-{
-        Metrics *m = calloc(1, sizeof(*m));
-
-        if (!m)
-                return -ENOMEM;
-        *ret = m;
-        return 0;
-}
 
 Metrics *metrics_free(Metrics *m)
 {
@@ -117,56 +111,66 @@ static const TransferEvents metrics_transfer_events = {
         .transfer_done = metrics_on_transfer_done,
 };
 
-void metrics_listen(Metrics *m, Daemon *d)
+int metrics_new(const MetricsSources *sources, Metrics **ret)
 {
-        transfer_events_listen(&d->transfer, &m->transfer_hook, &metrics_transfer_events, m);
+        Metrics *m = calloc(1, sizeof(*m));
+
+        if (!m)
+                return -ENOMEM;
+        m->src = *sources;
+        transfer_events_listen(m->src.transfer, &m->transfer_hook, &metrics_transfer_events, m);
+        *ret = m;
+        return 0;
 }
 
-/* One family: its HELP/TYPE header and samples, from the daemon's state and @d->metrics. */
-typedef void (*MetricsFamilyFn)(MetricsWriter *w, Daemon *d);
+/* One family: its HELP/TYPE header and samples, from the layers' state and what @m recorded. */
+typedef void (*MetricsFamilyFn)(MetricsWriter *w, const Metrics *m);
 
-static void family_build_info(MetricsWriter *w, Daemon *d)
+static void family_build_info(MetricsWriter *w, const Metrics *m)
 {
         metrics_family(w, "kvdist_build_info", "gauge", "kvdistd version (always 1)");
         metrics_sample_u64(w, "kvdist_build_info", METRICS_LABELS({"version", KVDIST_VERSION}), 1);
 }
 
-static void family_uptime(MetricsWriter *w, Daemon *d)
+static void family_uptime(MetricsWriter *w, const Metrics *m)
 {
         metrics_family(w, "kvdist_uptime_seconds", "gauge", "Seconds since kvdistd started");
         metrics_sample_double(w, "kvdist_uptime_seconds", NULL,
-                              (double)(now_usec(CLOCK_MONOTONIC) - d->start_usec) / USEC_PER_SEC);
+                              (double)(now_usec(CLOCK_MONOTONIC) - m->src.start_usec) /
+                                      USEC_PER_SEC);
 }
 
-static void family_clusters(MetricsWriter *w, Daemon *d)
+static void family_clusters(MetricsWriter *w, const Metrics *m)
 {
         metrics_family(w, "kvdist_clusters", "gauge", "Clusters (workers) attached");
-        metrics_sample_u64(w, "kvdist_clusters", NULL, d->link.n_clusters);
+        metrics_sample_u64(w, "kvdist_clusters", NULL, m->src.link->n_clusters);
 }
 
-static void family_connections(MetricsWriter *w, Daemon *d)
+static void family_connections(MetricsWriter *w, const Metrics *m)
 {
         metrics_family(w, "kvdist_connections", "gauge", "Client connections open");
-        metrics_sample_u64(w, "kvdist_connections", NULL, d->n_conns);
+        metrics_sample_u64(w, "kvdist_connections", NULL, m->src.clients->conns_open);
         metrics_family(w, "kvdist_connections_accepted_total", "counter",
                        "Client connections accepted");
         metrics_sample_u64(w, "kvdist_connections_accepted_total", NULL,
-                           d->counters.conns_accepted);
+                           m->src.clients->conns_accepted);
         metrics_family(w, "kvdist_connections_refused_total", "counter",
                        "Client connections refused (allow-lists, limits)");
-        metrics_sample_u64(w, "kvdist_connections_refused_total", NULL, d->counters.conns_refused);
+        metrics_sample_u64(w, "kvdist_connections_refused_total", NULL,
+                           m->src.clients->conns_refused);
         metrics_family(w, "kvdist_frames_malformed_total", "counter",
                        "Malformed frames that closed a connection");
         metrics_sample_u64(w, "kvdist_frames_malformed_total", NULL,
-                           d->counters.frames_malformed + d->link.counters.frames_malformed);
+                           m->src.clients->frames_malformed +
+                                   m->src.link->counters.frames_malformed);
 }
 
-static void family_memory(MetricsWriter *w, Daemon *d)
+static void family_memory(MetricsWriter *w, const Metrics *m)
 {
         uint64_t regions = 0, region_bytes = 0, caches = 0;
         const Cluster *c;
 
-        CLIST_FOREACH (c, &d->link.clusters, link_daemon) {
+        CLIST_FOREACH (c, &m->src.link->clusters, link_daemon) {
                 regions += c->n_regions;
                 region_bytes += c->region_bytes;
                 caches += c->caches.n_caches;
@@ -179,20 +183,20 @@ static void family_memory(MetricsWriter *w, Daemon *d)
         metrics_sample_u64(w, "kvdist_caches", NULL, caches);
 }
 
-static void family_pool(MetricsWriter *w, Daemon *d)
+static void family_pool(MetricsWriter *w, const Metrics *m)
 {
         metrics_family(w, "kvdist_pool_size_bytes", "gauge", "Size of the memory pool");
         metrics_sample_u64(w, "kvdist_pool_size_bytes", NULL,
-                           d->memory.pool ? pool_size(d->memory.pool) : 0);
+                           m->src.memory->pool ? pool_size(m->src.memory->pool) : 0);
         metrics_family(w, "kvdist_pool_used_bytes", "gauge", "Bytes of the pool given to caches");
         metrics_sample_u64(w, "kvdist_pool_used_bytes", NULL,
-                           d->memory.pool ? pool_used(d->memory.pool) : 0);
+                           m->src.memory->pool ? pool_used(m->src.memory->pool) : 0);
         metrics_family(w, "kvdist_pool_allocations", "gauge", "Caches carved from the pool");
         metrics_sample_u64(w, "kvdist_pool_allocations", NULL,
-                           d->memory.pool ? pool_n_allocated(d->memory.pool) : 0);
+                           m->src.memory->pool ? pool_n_allocated(m->src.memory->pool) : 0);
 }
 
-static void family_links(MetricsWriter *w, Daemon *d)
+static void family_links(MetricsWriter *w, const Metrics *m)
 {
         /* Counted per (transport, state): few distinct transports, two states. */
         const char *names[METRICS_MAX_TRANSPORTS];
@@ -202,7 +206,7 @@ static void family_links(MetricsWriter *w, Daemon *d)
 
         metrics_family(w, "kvdist_links", "gauge",
                        "Links between clusters, by transport and state");
-        CLIST_FOREACH (l, &d->link.links, link_daemon) {
+        CLIST_FOREACH (l, &m->src.link->links, link_daemon) {
                 const char *t = transport_name(l->transport);
                 size_t i;
 
@@ -224,12 +228,12 @@ static void family_links(MetricsWriter *w, Daemon *d)
                                            counts[i][s]);
 }
 
-static void family_transfers_in_flight(MetricsWriter *w, Daemon *d)
+static void family_transfers_in_flight(MetricsWriter *w, const Metrics *m)
 {
         uint64_t counts[_DIR_MAX] = {};
         const Transfer *x;
 
-        CLIST_FOREACH (x, &d->transfer.transfers, link_daemon)
+        CLIST_FOREACH (x, &m->src.transfer->transfers, link_daemon)
                 counts[direction_of(x->kind)]++;
         metrics_family(w, "kvdist_transfers_in_flight", "gauge",
                        "Transfers running now, by direction");
@@ -239,13 +243,11 @@ static void family_transfers_in_flight(MetricsWriter *w, Daemon *d)
                                    counts[dir]);
 }
 
-static void family_transfers(MetricsWriter *w, Daemon *d)
+static void family_transfers(MetricsWriter *w, const Metrics *m)
 {
-        const Metrics *m = d->metrics;
-
         metrics_family(w, "kvdist_transfers_total", "counter",
                        "Transfers completed, by direction, transport and status");
-        for (size_t t = 0; m && t < m->n_transports; t++)
+        for (size_t t = 0; t < m->n_transports; t++)
                 for (int dir = 0; dir < _DIR_MAX; dir++)
                         for (int s = 0; s <= -_KVD_E_MIN; s++) {
                                 uint64_t v = m->stats[dir][t].by_status[s];
@@ -262,7 +264,7 @@ static void family_transfers(MetricsWriter *w, Daemon *d)
                         }
         metrics_family(w, "kvdist_transfer_bytes_total", "counter",
                        "Bytes moved by successful transfers, by direction and transport");
-        for (size_t t = 0; m && t < m->n_transports; t++)
+        for (size_t t = 0; t < m->n_transports; t++)
                 for (int dir = 0; dir < _DIR_MAX; dir++)
                         metrics_sample_u64(w, "kvdist_transfer_bytes_total",
                                            METRICS_LABELS({"direction", direction_names[dir]},
@@ -270,13 +272,11 @@ static void family_transfers(MetricsWriter *w, Daemon *d)
                                            m->stats[dir][t].bytes);
 }
 
-static void family_transfer_latency(MetricsWriter *w, Daemon *d)
+static void family_transfer_latency(MetricsWriter *w, const Metrics *m)
 {
-        const Metrics *m = d->metrics;
-
         metrics_family(w, "kvdist_transfer_duration_seconds", "histogram",
                        "Time from request to the last byte of successful transfers");
-        for (size_t t = 0; m && t < m->n_transports; t++)
+        for (size_t t = 0; t < m->n_transports; t++)
                 for (int dir = 0; dir < _DIR_MAX; dir++) {
                         const TransferStats *s = &m->stats[dir][t];
 
@@ -287,24 +287,24 @@ static void family_transfer_latency(MetricsWriter *w, Daemon *d)
                 }
 }
 
-static void family_errors(MetricsWriter *w, Daemon *d)
+static void family_errors(MetricsWriter *w, const Metrics *m)
 {
         metrics_family(w, "kvdist_request_errors_total", "counter",
                        "Client requests answered with an error, by status");
         for (int s = 1; s <= -_KVD_E_MIN; s++)
-                if (d->counters.errors[s] > 0)
+                if (m->src.clients->errors[s] > 0)
                         metrics_sample_u64(w, "kvdist_request_errors_total",
                                            METRICS_LABELS({"status", kvd_strerror(-s)}),
-                                           d->counters.errors[s]);
+                                           m->src.clients->errors[s]);
 }
 
-static void family_peers(MetricsWriter *w, Daemon *d)
+static void family_peers(MetricsWriter *w, const Metrics *m)
 {
         uint64_t counts[_PEER_STATE_MAX] = {};
         const Peer *p;
 
         metrics_family(w, "kvdist_peers", "gauge", "Peer daemons, by connection state");
-        CLIST_FOREACH (p, &d->link.peers, link_daemon)
+        CLIST_FOREACH (p, &m->src.link->peers, link_daemon)
                 if (p->state >= 0 && p->state < _PEER_STATE_MAX && (p->dialed || p->node_id))
                         counts[p->state]++;
         for (int s = 0; s < _PEER_STATE_MAX; s++)
@@ -314,23 +314,24 @@ static void family_peers(MetricsWriter *w, Daemon *d)
                                            counts[s]);
         metrics_family(w, "kvdist_peers_lost_total", "counter",
                        "Ready peers lost (closed connection, heartbeat timeout, data error)");
-        metrics_sample_u64(w, "kvdist_peers_lost_total", NULL, d->link.counters.peers_lost);
+        metrics_sample_u64(w, "kvdist_peers_lost_total", NULL, m->src.link->counters.peers_lost);
         metrics_family(w, "kvdist_peers_refused_total", "counter",
                        "Peer connections refused (cluster key, data token, limits)");
-        metrics_sample_u64(w, "kvdist_peers_refused_total", NULL, d->link.counters.peers_refused);
+        metrics_sample_u64(w, "kvdist_peers_refused_total", NULL,
+                           m->src.link->counters.peers_refused);
         metrics_family(w, "kvdist_peer_requests_refused_total", "counter",
                        "Peer requests answered with an error");
         metrics_sample_u64(w, "kvdist_peer_requests_refused_total", NULL,
-                           d->link.counters.peer_requests_refused);
+                           m->src.link->counters.peer_requests_refused);
 }
 
-static void family_peer_heartbeat(MetricsWriter *w, Daemon *d)
+static void family_peer_heartbeat(MetricsWriter *w, const Metrics *m)
 {
         const Peer *p;
 
         metrics_family(w, "kvdist_peer_heartbeat_rtt_seconds", "gauge",
                        "Round trip of the last heartbeat to each ready peer");
-        CLIST_FOREACH (p, &d->link.peers, link_daemon) {
+        CLIST_FOREACH (p, &m->src.link->peers, link_daemon) {
                 char name[SOCKADDR_STR_MAX];
 
                 if (p->state != PEER_READY)
@@ -342,24 +343,26 @@ static void family_peer_heartbeat(MetricsWriter *w, Daemon *d)
         }
 }
 
-static void family_served(MetricsWriter *w, Daemon *d)
+static void family_served(MetricsWriter *w, const Metrics *m)
 {
         metrics_family(w, "kvdist_inbound_links", "gauge",
                        "Links peers' clusters made to clusters of this daemon");
-        metrics_sample_u64(w, "kvdist_inbound_links", NULL, d->link.n_inlinks);
+        metrics_sample_u64(w, "kvdist_inbound_links", NULL, m->src.link->n_inlinks);
         metrics_family(w, "kvdist_served_in_flight", "gauge",
                        "Peers' transfers of this daemon's caches running now");
-        metrics_sample_u64(w, "kvdist_served_in_flight", NULL, d->transfer.n_served);
+        metrics_sample_u64(w, "kvdist_served_in_flight", NULL, m->src.transfer->n_served);
         metrics_family(w, "kvdist_served_total", "counter",
                        "Peers' transfers of this daemon's caches completed");
-        metrics_sample_u64(w, "kvdist_served_total", NULL, d->transfer.counters.transfers_served);
+        metrics_sample_u64(w, "kvdist_served_total", NULL,
+                           m->src.transfer->counters.transfers_served);
         metrics_family(w, "kvdist_served_bytes_total", "counter",
                        "Bytes of this daemon's caches that peers pulled or pushed");
-        metrics_sample_u64(w, "kvdist_served_bytes_total", NULL, d->transfer.counters.bytes_served);
+        metrics_sample_u64(w, "kvdist_served_bytes_total", NULL,
+                           m->src.transfer->counters.bytes_served);
         metrics_family(w, "kvdist_notifies_delivered_total", "counter",
                        "Push notifications queued for clusters of this daemon");
         metrics_sample_u64(w, "kvdist_notifies_delivered_total", NULL,
-                           d->link.counters.notifies_delivered);
+                           m->src.link->counters.notifies_delivered);
 }
 
 /* One RDMA metric: its name, type and help, and how to read it off a device's status. */
@@ -436,24 +439,24 @@ static void rdma_device_sample(const RdmaDevice *dev, void *userdata)
                               ctx->m->value(&st));
 }
 
-static void family_rdma(MetricsWriter *w, Daemon *d)
+static void family_rdma(MetricsWriter *w, const Metrics *m)
 {
         for (size_t i = 0; i < ARRAY_SIZE(rdma_metrics); i++) {
                 RdmaSampleCtx ctx = {w, &rdma_metrics[i]};
 
                 metrics_family(w, rdma_metrics[i].name, rdma_metrics[i].type, rdma_metrics[i].help);
-                rdma_context_foreach_device(d->transports.rdma, rdma_device_sample, &ctx);
+                rdma_context_foreach_device(m->src.transports->rdma, rdma_device_sample, &ctx);
         }
 }
 
-static void family_domains(MetricsWriter *w, Daemon *d)
+static void family_domains(MetricsWriter *w, const Metrics *m)
 {
         static const char *const ops[] = {"batch_send_recv", "broadcast", "all_gather"};
         DomainStats st;
 
-        if (!d->domains)
+        if (!m->src.domains)
                 return;
-        domain_registry_stats(d->domains, &st);
+        domain_registry_stats(m->src.domains, &st);
         metrics_family(w, "kvdist_domains", "gauge", "Comm domains, by state");
         for (int s = 0; s < DOMAIN_STATS_STATES; s++)
                 metrics_sample_u64(w, "kvdist_domains",
@@ -496,7 +499,7 @@ static const MetricsFamilyFn families[] = {
         family_rdma,           family_domains,
 };
 
-int metrics_render(Daemon *d, char **ret, size_t *ret_len)
+int metrics_render(const Metrics *m, char **ret, size_t *ret_len)
 {
         MetricsWriter w;
         int r;
@@ -505,6 +508,6 @@ int metrics_render(Daemon *d, char **ret, size_t *ret_len)
         if (r < 0)
                 return r;
         for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
-                families[i](&w, d);
+                families[i](&w, m);
         return metrics_writer_finish(&w, ret, ret_len);
 }

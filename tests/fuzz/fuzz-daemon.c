@@ -199,8 +199,8 @@ static void check_released(FuzzDaemon *f)
                 f->ep[i].fd = safe_close(f->ep[i].fd);
         for (;;) {
                 fuzz_settle(f);
-                if (d->n_conns == 0 && d->link.n_clusters == 0 && d->link.n_peers == 0 &&
-                    d->link.n_inlinks == 0 && d->link.n_links == 0 &&
+                if (d->control.counters.conns_open == 0 && d->link.n_clusters == 0 &&
+                    d->link.n_peers == 0 && d->link.n_inlinks == 0 && d->link.n_links == 0 &&
                     d->transfer.n_transfers == 0 && d->transfer.n_served == 0)
                         return;
                 if (now_usec(CLOCK_MONOTONIC) > deadline)
@@ -212,8 +212,8 @@ static void check_released(FuzzDaemon *f)
                 "fuzz: with every socket closed on our side the daemon still holds %u "
                 "connections, %u clusters, %u peers, %u inbound links, %u links, %u transfers, "
                 "%u served transfers\n",
-                d->n_conns, d->link.n_clusters, d->link.n_peers, d->link.n_inlinks, d->link.n_links,
-                d->transfer.n_transfers, d->transfer.n_served);
+                d->control.counters.conns_open, d->link.n_clusters, d->link.n_peers,
+                d->link.n_inlinks, d->link.n_links, d->transfer.n_transfers, d->transfer.n_served);
         abort();
 }
 
@@ -264,7 +264,7 @@ void fuzz_endpoint_client(FuzzDaemon *f, unsigned i)
         Conn *c;
 
         FUZZ_CHECK(getsockopt(ep->daemon_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0);
-        FUZZ_CHECK(conn_new(f->daemon, ep->daemon_fd, &cred, &c) == 0);
+        FUZZ_CHECK(conn_new(&f->daemon->control, ep->daemon_fd, &cred, &c) == 0);
 }
 
 void fuzz_endpoint_peer(FuzzDaemon *f, unsigned i, bool frames)
