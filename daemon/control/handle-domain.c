@@ -44,8 +44,8 @@ int handle_domain_link(Request *req, Error *err)
                         .rank_id = m->cluster_rank_info[i]->rank_id,
                 };
         args.ranks = ranks;
-        return domain_handle_link(req->conn->root->domains, req->conn->cluster, &args,
-                                  &req->done, domain_link_reply, err);
+        return domain_handle_link(req->conn->root->domains, req->conn->cluster, &args, &req->done,
+                                  domain_link_reply, err);
 }
 
 int handle_domain_unlink(Request *req, Error *err)
@@ -53,8 +53,7 @@ int handle_domain_unlink(Request *req, Error *err)
         const Kvdist__V1__DomainUnlink *m = (const Kvdist__V1__DomainUnlink *)req->msg;
         int r;
 
-        r = domain_handle_unlink(req->conn->root->domains, req->conn->cluster, m->comm_id,
-                                 err);
+        r = domain_handle_unlink(req->conn->root->domains, req->conn->cluster, m->comm_id, err);
         if (r < 0)
                 return r;
         return completion_reply_ok(&req->done, -1), 0;
@@ -68,8 +67,8 @@ int handle_domain_query(Request *req, Error *err)
         DomainQueryResult res;
         int r;
 
-        r = domain_handle_query(req->conn->root->domains, req->conn->cluster, m->comm_id,
-                                &res, err);
+        r = domain_handle_query(req->conn->root->domains, req->conn->cluster, m->comm_id, &res,
+                                err);
         if (r < 0)
                 return r;
         reply.status = &st;
