@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "daemon/memory/cache-proto.h"
+#include "daemon/link/peer-cache-key.h"
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
@@ -27,10 +27,10 @@ typedef struct Exposed {
         Kvdist__V1__RemoteCache *caches;
         Kvdist__V1__RemoteCache **ptrs;
         Kvdist__V1__CacheDesc *descs;
-        Kvdist__V1__CacheKey ***keys;  /* per cache: pointers into key_storage */
-        CacheKeyStorage **key_storage; /* per cache */
-        uint32_t **slots;              /* per cache */
-        uint64_t **rdma_addrs;         /* per cache, when registered for RDMA */
+        Kvdist__V1__CacheKey ***keys;      /* per cache: pointers into key_storage */
+        PeerCacheKeyStorage **key_storage; /* per cache */
+        uint32_t **slots;                  /* per cache */
+        uint64_t **rdma_addrs;             /* per cache, when registered for RDMA */
         uint32_t **rdma_rkeys;
 } Exposed;
 
@@ -55,7 +55,7 @@ static void exposed_free(Exposed *e)
 
 typedef struct KeyCollect {
         Kvdist__V1__RemoteCache *rc;
-        CacheKeyStorage *storage;
+        PeerCacheKeyStorage *storage;
         Kvdist__V1__CacheKey **keys;
         uint32_t *slots;
 } KeyCollect;
@@ -65,7 +65,7 @@ static void exposed_add_key(const CacheKey *key, uint32_t index, void *userdata)
         KeyCollect *kc = userdata;
         size_t k = kc->rc->n_keys++;
 
-        kc->keys[k] = cache_key_to_proto(key, &kc->storage[k]);
+        kc->keys[k] = peer_cache_key_to_proto(key, &kc->storage[k]);
         kc->slots[k] = index;
         kc->rc->n_key_slots = kc->rc->n_keys;
 }

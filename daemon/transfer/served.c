@@ -9,7 +9,7 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon/memory/cache-proto.h"
+#include "daemon/link/peer-cache-key.h"
 #include "daemon/link/cluster.h"
 #include "daemon/transfer/transfer-root.h"
 #include "proto/kvdist.pb-c.h"
@@ -193,7 +193,7 @@ static int served_resolve(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         Cache *cache;
         int r;
 
-        r = cache_key_from_proto(m->key, &key, err);
+        r = peer_cache_key_from_proto(m->key, &key, err);
         if (r < 0)
                 return r;
         if (key.cluster_id != c->id)
@@ -229,7 +229,7 @@ static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
         int r;
 
         remote_plan_args_from_peer(m, &args);
-        r = cache_key_from_proto(m->key, &key, err);
+        r = peer_cache_key_from_proto(m->key, &key, err);
         if (r < 0)
                 return r;
         r = remote_plan_args_check(&args, key.kind, err);

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/memory/cache-proto.h"
+#include "daemon/link/peer-cache-key.h"
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
@@ -81,7 +81,7 @@ int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err
 {
         Kvdist__V1__PeerTransfer req = KVDIST__V1__PEER_TRANSFER__INIT;
         Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
-        CacheKeyStorage ks;
+        PeerCacheKeyStorage ks;
         RemoteDesc local;
         Link *l = x->link;
         Peer *p = l->peer;
@@ -102,7 +102,7 @@ int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err
         req.link_id = l->remote_link_id;
         req.initiator_link_id = l->id;
         req.kind = m->kind;
-        req.key = cache_key_to_proto(&x->key, &ks);
+        req.key = peer_cache_key_to_proto(&x->key, &ks);
         req.local = &desc;
         req.n_src_blocks = m->n_src_blocks;
         req.src_blocks = m->src_blocks;

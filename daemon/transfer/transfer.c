@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include "daemon/memory/cache-proto.h"
+#include "daemon/link/peer-cache-key.h"
 #include "daemon/link/cluster.h"
 #include "daemon/transfer/transfer-root.h"
 #include "proto/kvdist.pb-c.h"
@@ -501,7 +501,7 @@ int transfer_start(TransferRoot *root, Cluster *c, const Kvdist__V1__Transfer *m
 
         clist_init(&x->link_peer);
 
-        r = cache_key_from_proto(m->remote_key, &x->key, err);
+        r = peer_cache_key_from_proto(m->remote_key, &x->key, err);
         if (r < 0)
                 return r;
         remote_plan_args_from_transfer(m, &args);
