@@ -35,7 +35,6 @@
 #include "common/time-util.h"
 
 struct event;
-struct Kvdist__V1__PeerLinkReply;
 struct Kvdist__V1__DomainOpDesc;
 struct ProtobufCMessage;
 typedef struct Domain Domain;
@@ -103,12 +102,11 @@ struct PairLink {
         PairLinkState state;
         PeerCall *call;
         LinkTransport transport; /* RDMA or TCP, decided as kvd_link_clusters() does */
-        struct Kvdist__V1__PeerLinkReply *exposed; /* CONNECTING, HELD: what the remote
-                                                    * cluster exposed */
-        RdmaEndpoint *rdma_ep;                     /* HELD over RDMA */
-        uint64_t link_id;                          /* MADE */
-        bool owned; /* MADE by us (freed with the last domain), not reused */
-        Error err;  /* FAILED */
+        LinkGrant *exposed;      /* CONNECTING, HELD: what the remote cluster exposed */
+        RdmaEndpoint *rdma_ep;   /* HELD over RDMA */
+        uint64_t link_id;        /* MADE */
+        bool owned;              /* MADE by us (freed with the last domain), not reused */
+        Error err;               /* FAILED */
         unsigned n_refs;
         CList link_reg;
 };

@@ -46,28 +46,6 @@ PairLink *domain_pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t re
         return NULL;
 }
 
-/* The peer granted a link after its last domain went: take it back, unless a link of the same
- * pair was made meanwhile (the peer's inbound link is that one's now). */
-static void pair_link_on_orphan_reply(Peer *p, int status, const Error *err,
-                                      const ProtobufCMessage *reply, void *userdata)
-{
-        const Kvdist__V1__PeerLinkReply *m = (const Kvdist__V1__PeerLinkReply *)reply;
-        Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
-        uint64_t *ids = userdata;
-        Cluster *c;
-
-        if (status == STATUS_OK && ids) {
-                c = link_root_find_cluster(p->root, ids[0]);
-                if (!c || !link_find(c, ids[1])) {
-                        u.src_cluster_id = ids[0];
-                        u.dst_cluster_id = ids[1];
-                        u.link_id = m->link_id;
-                        (void)peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &u.base);
-                }
-        }
-        free(ids);
-}
-
 /* Every domain whose pairs use @pl looks again. */
 static void pair_link_changed(PairLink *pl)
 {
@@ -87,14 +65,10 @@ static void pair_link_changed(PairLink *pl)
 /* Gives back the link the peer granted (and we will not make). */
 static void pair_link_give_back(PairLink *pl)
 {
-        Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
-
-        if (!pl->peer || pl->peer->state != PEER_READY || !pl->exposed)
+        if (!pl->exposed)
                 return;
-        u.src_cluster_id = pl->local_cluster_id;
-        u.dst_cluster_id = pl->remote_cluster_id;
-        u.link_id = pl->exposed->link_id;
-        (void)peer_notice(pl->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &u.base);
+        link_give_back(pl->reg->roots.link, pl->peer, pl->local_cluster_id, pl->remote_cluster_id,
+                       pl->exposed->link_id);
 }
 
 static void pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
@@ -122,11 +96,9 @@ static void pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Err
         pair_link_changed(pl);
 }
 
-static void pair_link_on_reply(Peer *p, int status, const Error *err, const ProtobufCMessage *reply,
-                               void *userdata)
+static void pair_link_on_reply(Peer *p, int status, const Error *err, LinkGrant *g, void *userdata)
 {
         PairLink *pl = userdata;
-        ProtobufCMessage *copy = NULL;
 
         pl->call = NULL;
         if (status != STATUS_OK && p->state == PEER_CLOSED) {
@@ -137,20 +109,18 @@ static void pair_link_on_reply(Peer *p, int status, const Error *err, const Prot
                 pl->peer = NULL;
                 return;
         }
-        if (status == STATUS_OK && frame_message_dup(reply, &copy) == 0) {
-                pl->exposed = (Kvdist__V1__PeerLinkReply *)copy;
+        if (status == STATUS_OK) {
+                pl->exposed = g;
                 pl->state = PAIR_LINK_CONNECTING;
                 /* RDMA when both ends can (or must), as for kvd_link_clusters(). */
                 link_transport_connect(&pl->transport, p, pl->remote_cluster_id, pl->exposed,
                                        pair_link_on_transport, pl);
                 return;
         }
-        error_set(&pl->err, status == STATUS_OK ? STATUS_OUT_OF_MEMORY : STATUS_LINK_FAILED,
+        error_set(&pl->err, status == STATUS_OUT_OF_MEMORY ? status : STATUS_LINK_FAILED,
                   "cannot link cluster %" PRIu64 " to cluster %" PRIu64 ": %s",
                   pl->local_cluster_id, pl->remote_cluster_id,
-                  status == STATUS_OK  ? "out of memory"
-                  : err && err->msg[0] ? err->msg
-                                       : status_wire_name(status));
+                  err && err->msg[0] ? err->msg : status_wire_name(status));
         pl->state = PAIR_LINK_FAILED;
         pl->peer = NULL;
         pair_link_changed(pl);
@@ -233,16 +203,10 @@ void domain_pair_link_unref(PairLink *pl)
                 return;
         c = link_root_find_cluster(pl->reg->roots.link, pl->local_cluster_id);
         switch (pl->state) {
-        case PAIR_LINK_REQUESTING: {
-                uint64_t *ids = malloc(2 * sizeof(uint64_t));
-
-                if (ids) {
-                        ids[0] = pl->local_cluster_id;
-                        ids[1] = pl->remote_cluster_id;
-                }
-                peer_call_redirect(pl->call, pair_link_on_orphan_reply, ids);
+        case PAIR_LINK_REQUESTING:
+                link_peer_abandon(pl->reg->roots.link, pl->call, pl->local_cluster_id,
+                                  pl->remote_cluster_id, true);
                 break;
-        }
         case PAIR_LINK_CONNECTING:
         case PAIR_LINK_HELD:
                 link_transport_cancel(&pl->transport);
@@ -257,8 +221,7 @@ void domain_pair_link_unref(PairLink *pl)
         case PAIR_LINK_FAILED:
                 break;
         }
-        if (pl->exposed)
-                protobuf_c_message_free_unpacked(&pl->exposed->base, NULL);
+        link_grant_free(pl->exposed);
         clist_unlink(&pl->link_reg);
         free(pl);
 }
@@ -311,14 +274,13 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
                 char reason[sizeof(pl->transport.reason) + 16];
 
                 (void)snprintf(reason, sizeof(reason), "comm domain, %s", pl->transport.reason);
-                r = link_make_remote(c, pl->peer, pl->remote_cluster_id, &pl->exposed->base,
-                                     pl->rdma_ep, reason, &l, &e);
+                r = link_make_remote(c, pl->peer, pl->remote_cluster_id, pl->exposed, pl->rdma_ep,
+                                     reason, &l, &e);
                 if (r < 0) {
                         domain_fail(dom, e.code, false, "%s", e.msg);
                         return;
                 }
-                protobuf_c_message_free_unpacked(&pl->exposed->base, NULL);
-                pl->exposed = NULL;
+                pl->exposed = NULL; /* the link's now */
                 pl->peer = NULL;
                 pl->rdma_ep = NULL;
         }
