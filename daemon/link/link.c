@@ -488,12 +488,18 @@ void link_peer_unlinked(Peer *p, const LinkPeerUnlink *u)
 
         (void)snprintf(why, sizeof(why), "unlinked by cluster %" PRIu64, u->src_cluster_id);
         if (u->from_linked) {
-                /* The cluster we linked to dropped our link (kvd_unlink_clusters on its side). */
-                CLIST_FOREACH (l, &p->links, link_peer)
-                        if (l->remote_link_id == u->link_id &&
-                            l->remote_cluster_id == u->src_cluster_id &&
-                            l->local->id == u->dst_cluster_id)
+                Link *i;
+
+                /* The cluster we linked to dropped our link (kvd_unlink_clusters on its side).
+                 * A loop that ends without a match leaves its cursor on the list head, not
+                 * NULL: only a match is taken down. */
+                CLIST_FOREACH (i, &p->links, link_peer)
+                        if (i->remote_link_id == u->link_id &&
+                            i->remote_cluster_id == u->src_cluster_id &&
+                            i->local->id == u->dst_cluster_id) {
+                                l = i;
                                 break;
+                        }
                 if (l)
                         link_set_down(l, STATUS_NOT_YET_LINK, why);
         } else {
