@@ -63,7 +63,11 @@ struct LinkTransport {
  * Serves kvd_link_clusters() of @c to the @n clusters @targets (read during the call only)
  * within @timeout_ms (0: the default, 3 s), answered through @reply on @done. Returns 0 when it
  * answered, COMPLETION_PENDING when it keeps @done and answers later, or a STATUS_* status with
- * @err for a request refused as a whole (@done is still the caller's).
+ * @err for a request refused as a whole (@done is still the caller's). An entry behind a peer
+ * answers OK once linked; the peer's status when it refuses (LINK_FAILED for a client cluster),
+ * LINK_FAILED when the peer is lost or cannot be reached first (PERMISSION_DENIED when it
+ * refused our cluster key), TIMEOUT when the deadline passes first. When @c goes away
+ * meanwhile, @done fails with PEER_LOST (link_requests_abort()).
  */
 int link_request_start(Cluster *c, const LinkTarget *targets, size_t n, uint32_t timeout_ms,
                        Completion *done, link_reply_fn reply, Error *err);
