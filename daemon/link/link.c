@@ -348,43 +348,51 @@ static void link_exposed_add_key(const CacheKey *key, uint32_t index, void *user
         e->n_keys++;
 }
 
+int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_rdma, size_t n_keys)
+{
+        if (n_shape > 0) {
+                e->shape = calloc(n_shape, sizeof(*e->shape));
+                if (!e->shape)
+                        return -ENOMEM;
+                e->n_shape = n_shape;
+        }
+        if (n_rdma > 0) {
+                e->rdma_addrs = calloc(n_rdma, sizeof(*e->rdma_addrs));
+                e->rdma_rkeys = calloc(n_rdma, sizeof(*e->rdma_rkeys));
+                if (!e->rdma_addrs || !e->rdma_rkeys)
+                        return -ENOMEM;
+                e->n_rdma = n_rdma;
+        }
+        if (n_keys > 0) {
+                e->keys = calloc(n_keys, sizeof(*e->keys));
+                e->key_slots = calloc(n_keys, sizeof(*e->key_slots));
+                if (!e->keys || !e->key_slots)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
 /* Describes one cache that a link reaches into @e. */
 static int link_exposed_fill(const CacheTable *t, const Cache *cache, LinkExposedCache *e)
 {
-        unsigned n_keys;
+        bool rdma = rdma_cache_registered(cache, true);
+        int r;
 
+        r = link_exposed_cache_alloc(e, cache->desc.n_dims, rdma ? cache->desc.num_tensors : 0,
+                                     cache_table_count_keys(t, cache));
+        if (r < 0)
+                return r;
         e->cache_id = cache->id;
         e->blocks = cache->kind == CACHE_BLOCKS;
         e->tensor_size = cache->tensor_size;
         e->num_tensors = cache->desc.num_tensors;
         e->data_type = cache->desc.data_type;
-        if (cache->desc.n_dims > 0) {
-                e->shape = calloc(cache->desc.n_dims, sizeof(*e->shape));
-                if (!e->shape)
-                        return -ENOMEM;
-                memcpy(e->shape, cache->desc.shape, cache->desc.n_dims * sizeof(*e->shape));
-                e->n_shape = cache->desc.n_dims;
-        }
-        if (rdma_cache_registered(cache, true)) {
-                uint32_t nt = cache->desc.num_tensors;
-
-                e->rdma_addrs = calloc(nt, sizeof(*e->rdma_addrs));
-                e->rdma_rkeys = calloc(nt, sizeof(*e->rdma_rkeys));
-                if (!e->rdma_addrs || !e->rdma_rkeys)
-                        return -ENOMEM;
-                for (uint32_t k = 0; k < nt; k++)
-                        (void)rdma_cache_tensor(cache, k, &e->rdma_addrs[k], NULL,
-                                                &e->rdma_rkeys[k]);
-                e->n_rdma = nt;
-        }
-        n_keys = cache_table_count_keys(t, cache);
-        if (n_keys == 0)
-                return 0;
-        e->keys = calloc(n_keys, sizeof(*e->keys));
-        e->key_slots = calloc(n_keys, sizeof(*e->key_slots));
-        if (!e->keys || !e->key_slots)
-                return -ENOMEM;
-        cache_table_foreach_key(t, cache, link_exposed_add_key, e);
+        if (e->n_shape > 0)
+                memcpy(e->shape, cache->desc.shape, e->n_shape * sizeof(*e->shape));
+        for (size_t k = 0; k < e->n_rdma; k++)
+                (void)rdma_cache_tensor(cache, k, &e->rdma_addrs[k], NULL, &e->rdma_rkeys[k]);
+        if (e->keys)
+                cache_table_foreach_key(t, cache, link_exposed_add_key, e);
         return 0;
 }
 

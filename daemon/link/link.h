@@ -177,6 +177,13 @@ int link_new_local(LinkRoot *root, Cluster *local, Cluster *remote, Transport *t
 int link_new_remote(LinkRoot *root, Cluster *local, Peer *peer, uint64_t remote_cluster_id,
                     LinkGrant *exposed, Transport *transport, Link **ret);
 
+/*
+ * Allocates @e's arrays: a shape of @n_shape dimensions and @n_rdma tensors' RDMA addresses and
+ * keys (their counts set), room for @n_keys keys and slots (n_keys stays 0 for the caller to
+ * fill). -ENOMEM; what was allocated is freed with the grant.
+ */
+int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_rdma, size_t n_keys);
+
 /* Frees a grant and what it holds. Accepts NULL; returns NULL. */
 LinkGrant *link_grant_free(LinkGrant *g);
 

@@ -118,36 +118,26 @@ static int grant_wire_build(const LinkGrant *g, GrantWire *w)
 static int exposed_cache_from_wire(const Kvdist__V1__RemoteCache *rc, LinkExposedCache *e)
 {
         size_t n_keys = MIN(rc->n_keys, rc->n_key_slots);
+        size_t n_shape = rc->desc ? rc->desc->n_shape : 0;
+        size_t n_rdma = rc->n_rdma_addrs == rc->n_rdma_rkeys ? rc->n_rdma_addrs : 0;
+        int r;
 
+        r = link_exposed_cache_alloc(e, n_shape, n_rdma, n_keys);
+        if (r < 0)
+                return r;
         e->cache_id = rc->cache_id;
         e->blocks = rc->blocks;
         e->tensor_size = rc->tensor_size;
         if (rc->desc) {
                 e->num_tensors = rc->desc->num_tensors;
                 e->data_type = rc->desc->data_type;
-                if (rc->desc->n_shape > 0) {
-                        e->shape = calloc(rc->desc->n_shape, sizeof(*e->shape));
-                        if (!e->shape)
-                                return -ENOMEM;
-                        memcpy(e->shape, rc->desc->shape, rc->desc->n_shape * sizeof(*e->shape));
-                        e->n_shape = rc->desc->n_shape;
-                }
         }
-        if (rc->n_rdma_addrs > 0 && rc->n_rdma_addrs == rc->n_rdma_rkeys) {
-                e->rdma_addrs = calloc(rc->n_rdma_addrs, sizeof(*e->rdma_addrs));
-                e->rdma_rkeys = calloc(rc->n_rdma_addrs, sizeof(*e->rdma_rkeys));
-                if (!e->rdma_addrs || !e->rdma_rkeys)
-                        return -ENOMEM;
-                memcpy(e->rdma_addrs, rc->rdma_addrs, rc->n_rdma_addrs * sizeof(*e->rdma_addrs));
-                memcpy(e->rdma_rkeys, rc->rdma_rkeys, rc->n_rdma_addrs * sizeof(*e->rdma_rkeys));
-                e->n_rdma = rc->n_rdma_addrs;
+        if (n_shape > 0)
+                memcpy(e->shape, rc->desc->shape, n_shape * sizeof(*e->shape));
+        if (n_rdma > 0) {
+                memcpy(e->rdma_addrs, rc->rdma_addrs, n_rdma * sizeof(*e->rdma_addrs));
+                memcpy(e->rdma_rkeys, rc->rdma_rkeys, n_rdma * sizeof(*e->rdma_rkeys));
         }
-        if (n_keys == 0)
-                return 0;
-        e->keys = calloc(n_keys, sizeof(*e->keys));
-        e->key_slots = calloc(n_keys, sizeof(*e->key_slots));
-        if (!e->keys || !e->key_slots)
-                return -ENOMEM;
         for (size_t k = 0; k < n_keys; k++) {
                 /* A key of no kind names nothing: it is left out, as a lookup would ignore it. */
                 if (peer_cache_key_from_proto(rc->keys[k], &e->keys[e->n_keys], NULL) < 0)
