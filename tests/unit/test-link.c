@@ -5,6 +5,7 @@
  * answer the recorded calls with grants, refusals and losses, and check the links, the client's
  * answer, the notices sent and what the LinkEvents listeners heard.
  */
+#include <errno.h>
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "daemon/link/link-request.h"
 #include "daemon/link/link-root.h"
 #include "daemon/link/link.h"
+#include "daemon/link/notify.h"
 #include "daemon/link/peer.h"
 #include "daemon/memory/region.h"
 
@@ -799,6 +801,45 @@ START_TEST(test_peer_cluster_gone)
 }
 END_TEST
 
+START_TEST(test_notify_take)
+{
+        Cluster *c = make_cluster(LOCAL_ID, CLUSTER_ROLE_DECODER);
+        CList taken = CLIST_INIT(taken);
+        Error err = ERROR_INIT;
+        NotifyEvent *e;
+        uint8_t data[NOTIFY_DATA_MAX + 1] = {0};
+        uint64_t src = 10;
+
+        for (uint8_t i = 0; i < 3; i++) {
+                data[0] = i;
+                ck_assert_int_eq(notify_deliver(c, 10 + i, data, 1 + i), 0);
+        }
+        ck_assert_int_eq(notify_deliver(c, 13, data, sizeof(data)), -EINVAL);
+        ck_assert_uint_eq(c->n_notifies, 3);
+        ck_assert_uint_eq(notify_count_takeable(c, 2), 2);
+
+        /* The two oldest, in order, as the client gets them. */
+        ck_assert_uint_eq(notify_take(c, 2, &taken), 2);
+        ck_assert_uint_eq(c->n_notifies, 1);
+        CLIST_FOREACH (e, &taken, link) {
+                ck_assert_uint_eq(e->src_cluster_id, src);
+                ck_assert_uint_eq(e->len, 1 + src - 10);
+                ck_assert_uint_eq(e->data[0], src - 10);
+                src++;
+        }
+        ck_assert_uint_eq(src, 12);
+        notify_list_free(&taken);
+        ck_assert(clist_is_empty(&taken));
+
+        /* limits.max_notifies_per_client: room while below it. */
+        ck_assert_int_eq(notify_check_room(c, &err), 0);
+        for (uint64_t i = 0; i < 3; i++)
+                ck_assert_int_eq(notify_deliver(c, 20 + i, data, 1), 0);
+        ck_assert_int_eq(notify_check_room(c, &err), STATUS_LIMIT_EXCEEDED);
+        ck_assert_uint_eq(notify_count_takeable(c, UINT32_MAX), 4);
+}
+END_TEST
+
 static Suite *link_suite(void)
 {
         Suite *s = suite_create("link");
@@ -824,6 +865,7 @@ static Suite *link_suite(void)
         tcase_add_test(tc, test_cluster_gone);
         tcase_add_test(tc, test_cluster_gone_while_linking);
         tcase_add_test(tc, test_peer_cluster_gone);
+        tcase_add_test(tc, test_notify_take);
         suite_add_tcase(s, tc);
         return s;
 }
