@@ -16,12 +16,10 @@
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-request.h"
 #include "common/log.h"
 #include "daemon/memory/region.h"
 #include "common/status.h"
-#include "proto/status-wire.h"
 
 static const uint8_t dtype_sizes[] = {
         [KVD_DT_FLOAT] = 4,  [KVD_DT_FLOAT16] = 2, [KVD_DT_BF16] = 2,   [KVD_DT_INT8] = 1,
@@ -32,8 +30,8 @@ static const uint8_t dtype_sizes[] = {
 
 /* ---- calls ---- */
 
-int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind,
-                    size_t n_ops, size_t n_segs, DomainCall **ret)
+int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, domain_reply_fn reply,
+                    OpKind kind, size_t n_ops, size_t n_segs, DomainCall **ret)
 {
         DomainCall *call = calloc(1, sizeof(*call));
 
@@ -51,6 +49,7 @@ int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, Op
         call->rank = rank;
         call->cluster_id = c->id;
         call->done = done;
+        call->reply = reply;
         call->kind = kind;
         call->n_ops = n_ops;
         call->start_usec = now_usec(CLOCK_MONOTONIC);
@@ -118,7 +117,6 @@ static void call_finish(DomainCall *call)
 {
         Domain *dom = call->dom;
         DomainRegistry *reg = dom->reg;
-        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
         bool ok = call->status == STATUS_OK;
 
         dom->reg->calls[call->kind - 1][!ok]++;
@@ -133,34 +131,22 @@ static void call_finish(DomainCall *call)
         if (call->done) {
                 Completion *done = TAKE_PTR(call->done);
 
-                st.code = status_wire_encode(call->status);
-                st.detail = call->err.msg;
                 if (call->kind == OP_BATCH) {
-                        Kvdist__V1__DomainSendRecvReply reply =
-                                KVDIST__V1__DOMAIN_SEND_RECV_REPLY__INIT;
-
-                        reply.status = &st;
-                        for (size_t i = 0; i < call->n_items; i++)
-                                call->rets[i] = status_wire_encode(call->rets[i]);
-                        reply.rets = call->rets;
-                        reply.n_rets = call->n_items;
                         if (!ok)
                                 domain_registry_count_error(reg, call->status);
-                        (void)completion_reply(done, &reply.base, -1);
+                        (void)call->reply(done, &(DomainReply){
+                                                        .status = call->status,
+                                                        .detail = call->err.msg,
+                                                        .rets = call->rets,
+                                                        .n_rets = call->n_items,
+                                                });
                 } else if (!ok) {
                         (void)completion_fail(done, call->status, &call->err);
                 } else {
-                        Kvdist__V1__DomainBroadcastReply reply =
-                                KVDIST__V1__DOMAIN_BROADCAST_REPLY__INIT;
-
-                        /* DomainAllGatherReply has the same fields. */
-                        static_assert(sizeof(Kvdist__V1__DomainBroadcastReply) ==
-                                              sizeof(Kvdist__V1__DomainAllGatherReply),
-                                      "reply layouts");
-                        reply.status = &st;
-                        reply.algorithm = call->algorithm;
-                        reply.bytes = call->bytes;
-                        (void)completion_reply(done, &reply.base, -1);
+                        (void)call->reply(done, &(DomainReply){
+                                                        .algorithm = call->algorithm,
+                                                        .bytes = call->bytes,
+                                                });
                 }
         }
         domain_call_free(call);
@@ -369,13 +355,13 @@ static void domain_digest(Domain *dom)
  * Puts the @n entries of cluster_rank_info in rank order into @by_rank: any order is taken (the
  * seed passes a dict), but each rank of 0..n-1 once and each cluster once.
  */
-static int cluster_ranks_sort(const Kvdist__V1__DomainLink *m, size_t n,
-                              const Kvdist__V1__ClusterRank **by_rank, Error *err)
+static int cluster_ranks_sort(const DomainLinkArgs *m, size_t n, const DomainClusterRank **by_rank,
+                              Error *err)
 {
         for (size_t i = 0; i < n; i++)
                 by_rank[i] = NULL;
         for (size_t i = 0; i < n; i++) {
-                const Kvdist__V1__ClusterRank *e = m->cluster_rank_info[i];
+                const DomainClusterRank *e = &m->ranks[i];
 
                 if (e->rank_id >= n)
                         return error_set(err, STATUS_PARAM_INVALID,
@@ -390,7 +376,7 @@ static int cluster_ranks_sort(const Kvdist__V1__DomainLink *m, size_t n,
                                 "twice in cluster_rank_info (clusters %" PRIu64 " and %" PRIu64 ")",
                                 e->rank_id, by_rank[e->rank_id]->cluster_id, e->cluster_id);
                 for (size_t k = 0; k < i; k++)
-                        if (m->cluster_rank_info[k]->cluster_id == e->cluster_id)
+                        if (m->ranks[k].cluster_id == e->cluster_id)
                                 return error_set(err, STATUS_PARAM_INVALID,
                                                  "cluster %" PRIu64
                                                  " appears twice in cluster_rank_info",
@@ -401,15 +387,15 @@ static int cluster_ranks_sort(const Kvdist__V1__DomainLink *m, size_t n,
 }
 
 /* Checks the arguments of a link call and fills @ranks (without local state). */
-static int link_check(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainLink *m,
-                      DomainRank *ranks, uint32_t *ret_me, Error *err)
+static int link_check(DomainRegistry *reg, Cluster *c, const DomainLinkArgs *m, DomainRank *ranks,
+                      uint32_t *ret_me, Error *err)
 {
-        const Kvdist__V1__ClusterRank *by_rank[DOMAIN_MAX_RANKS];
+        const DomainClusterRank *by_rank[DOMAIN_MAX_RANKS];
         LinkRoot *link = c->root;
         const RankDevice *own;
         RankDevice res;
         RankTable t;
-        size_t n = m->n_cluster_rank_info;
+        size_t n = m->n_ranks;
         uint32_t me = UINT32_MAX;
         bool given, remote = false;
         int r;
@@ -496,11 +482,9 @@ static int link_check(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainL
         return 0;
 }
 
-int domain_handle_link(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainLink *m,
-                       Completion *done, Error *err)
+int domain_handle_link(DomainRegistry *reg, Cluster *c, const DomainLinkArgs *m, Completion *done,
+                       domain_reply_fn reply, Error *err)
 {
-        Kvdist__V1__DomainLinkReply reply = KVDIST__V1__DOMAIN_LINK_REPLY__INIT;
-        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
         DomainRank ranks[DOMAIN_MAX_RANKS];
         Domain probe = {0}, *dom;
         uint32_t me = 0;
@@ -510,7 +494,7 @@ int domain_handle_link(DomainRegistry *reg, Cluster *c, const Kvdist__V1__Domain
         if (r < 0)
                 return r;
         (void)snprintf(probe.name, sizeof(probe.name), "%s", m->comm_name);
-        probe.n_ranks = (unsigned)m->n_cluster_rank_info;
+        probe.n_ranks = (unsigned)m->n_ranks;
         memcpy(probe.ranks, ranks, sizeof(ranks));
         domain_digest(&probe);
 
@@ -568,9 +552,7 @@ int domain_handle_link(DomainRegistry *reg, Cluster *c, const Kvdist__V1__Domain
                         return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 }
         }
-        reply.status = &st;
-        reply.comm_id = dom->id;
-        (void)completion_reply(done, &reply.base, -1);
+        (void)reply(done, &(DomainReply){.comm_id = dom->id});
         /* Pairs with members that joined already (here or elsewhere) move on. */
         domain_join_progress(dom);
         return 0;
@@ -597,15 +579,14 @@ static int domain_member(DomainRegistry *reg, Cluster *c, uint64_t comm_id, Doma
                          c->id, DOMAIN_NAME(dom));
 }
 
-int domain_handle_unlink(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainUnlink *m,
-                         Completion *done, Error *err)
+int domain_handle_unlink(DomainRegistry *reg, Cluster *c, uint64_t comm_id, Error *err)
 {
         DomainCall *call;
         Domain *dom;
         uint32_t me = 0;
         int r;
 
-        r = domain_member(reg, c, m->comm_id, &dom, &me, err);
+        r = domain_member(reg, c, comm_id, &dom, &me, err);
         if (r < 0)
                 return r;
         CLIST_FOREACH (call, &dom->calls, link_domain)
@@ -615,36 +596,35 @@ int domain_handle_unlink(DomainRegistry *reg, Cluster *c, const Kvdist__V1__Doma
                                          DOMAIN_NAME(dom), call_kind_name(call->kind), c->id);
         log_info("%s: cluster %" PRIu64 " (rank %" PRIu32 ") unlinks", DOMAIN_NAME(dom), c->id, me);
         domain_member_leave(dom, me, STATUS_LINK_FAILED, "unlinked");
-        return completion_reply_ok(done, -1), 0;
+        return 0;
 }
 
-int domain_handle_query(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainQuery *m,
-                        Completion *done, Error *err)
+int domain_handle_query(DomainRegistry *reg, Cluster *c, uint64_t comm_id, DomainQueryResult *ret,
+                        Error *err)
 {
-        Kvdist__V1__DomainQueryReply reply = KVDIST__V1__DOMAIN_QUERY_REPLY__INIT;
-        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
         Domain *dom;
         uint32_t me = 0;
         int r;
 
-        r = domain_member(reg, c, m->comm_id, &dom, &me, err);
+        r = domain_member(reg, c, comm_id, &dom, &me, err);
         if (r < 0)
                 return r;
-        reply.status = &st;
-        reply.mem_status = dom->state == DOMAIN_OK          ? KVD_MEM_STATUS_OK
-                           : dom->state == DOMAIN_PREPARING ? KVD_MEM_STATUS_PREPARING
-                                                            : KVD_MEM_STATUS_FAILED;
+        *ret = (DomainQueryResult){
+                .mem_status = dom->state == DOMAIN_OK          ? KVD_MEM_STATUS_OK
+                              : dom->state == DOMAIN_PREPARING ? KVD_MEM_STATUS_PREPARING
+                                                               : KVD_MEM_STATUS_FAILED,
+        };
         if (dom->state == DOMAIN_FAILED) {
-                reply.failure = status_wire_encode(dom->fail_code);
-                reply.reason = dom->reason;
+                ret->failure = dom->fail_code;
+                ret->reason = dom->reason;
         }
-        return completion_reply(done, &reply.base, -1), 0;
+        return 0;
 }
 
 /* ---- batch send/recv ---- */
 
-int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainSendRecv *m,
-                            Completion *done, Error *err)
+int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const DomainSendRecvArgs *m,
+                            Completion *done, domain_reply_fn reply, Error *err)
 {
         const Limits *lim = c->root->options.limits;
         Domain *dom = domain_find_id(reg, m->comm_id);
@@ -672,7 +652,7 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
         for (uint32_t o = 0; o < DOMAIN_MAX_RANKS; o++)
                 send_item[o] = recv_item[o] = -1;
         for (size_t i = 0; i < m->n_items; i++) {
-                const Kvdist__V1__SendRecvItem *it = m->items[i];
+                const DomainSendRecvItem *it = &m->items[i];
                 int *seen;
                 uint64_t bytes;
 
@@ -711,7 +691,7 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
                                          i, bytes, it->addr);
                 n_ops++;
         }
-        r = domain_call_new(dom, me, c, done, OP_BATCH, n_ops, n_ops, &call);
+        r = domain_call_new(dom, me, c, done, reply, OP_BATCH, n_ops, n_ops, &call);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         call->n_items = m->n_items;
@@ -722,7 +702,7 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
         for (size_t i = 0; i < m->n_items; i++) {
-                const Kvdist__V1__SendRecvItem *it = m->items[i];
+                const DomainSendRecvItem *it = &m->items[i];
                 DomainOp *op;
 
                 if (it->count == 0)
@@ -749,9 +729,9 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
         }
         for (k = 0; k < n_ops; k++) {
                 DomainOp *op = &call->ops[k];
-                uint32_t o = m->items[op->item]->remote_rank;
+                uint32_t o = m->items[op->item].remote_rank;
 
-                if (m->items[op->item]->recv)
+                if (m->items[op->item].recv)
                         domain_op_assign(op, dom->lanes[o][me], false);
                 else
                         domain_op_assign(op, dom->lanes[me][o], true);

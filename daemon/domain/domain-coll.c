@@ -22,7 +22,6 @@
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/memory/region.h"
 #include "common/status.h"
 
@@ -254,8 +253,8 @@ static int stream_check(Cluster *c, uint64_t cache_id, const uint64_t *blocks, s
 }
 
 /* Turns @plan into the ops of a new call and starts it. */
-static int coll_start(Completion *done, Cluster *c, Domain *dom, uint32_t me, OpKind kind,
-                      const Stream *streams, const Plan *plan, uint32_t algorithm,
+static int coll_start(Completion *done, domain_reply_fn reply, Cluster *c, Domain *dom, uint32_t me,
+                      OpKind kind, const Stream *streams, const Plan *plan, uint32_t algorithm,
                       uint32_t timeout_ms, Error *err)
 {
         const Stream *s = &streams[0];
@@ -266,7 +265,7 @@ static int coll_start(Completion *done, Cluster *c, Domain *dom, uint32_t me, Op
         for (size_t i = 0; i < plan->n; i++)
                 n_segs += stream_slice(&streams[plan->v[i].stream], plan->v[i].off, plan->v[i].len,
                                        NULL);
-        r = domain_call_new(dom, me, c, done, kind, plan->n, n_segs, &call);
+        r = domain_call_new(dom, me, c, done, reply, kind, plan->n, n_segs, &call);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         call->fail_fast = true;
@@ -323,8 +322,8 @@ static int coll_args(Domain *dom, uint32_t algorithm, uint64_t chunk_bytes, uint
         return 0;
 }
 
-int domain_handle_broadcast(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainBroadcast *m,
-                            Completion *done, Error *err)
+int domain_handle_broadcast(DomainRegistry *reg, Cluster *c, const DomainCollArgs *m,
+                            Completion *done, domain_reply_fn reply, Error *err)
 {
         Domain *dom = domain_find_id(reg, m->comm_id);
         uint32_t me = 0, algorithm;
@@ -358,16 +357,16 @@ int domain_handle_broadcast(DomainRegistry *reg, Cluster *c, const Kvdist__V1__D
         r = plan_broadcast(&plan, dom->n_ranks, me, m->root_rank, algorithm == KVD_ALGO_RING,
                            s.bytes, chunk, &base);
         if (r >= 0)
-                r = coll_start(done, c, dom, me, OP_BROADCAST, &s, &plan, algorithm, m->timeout_ms,
-                               err);
+                r = coll_start(done, reply, c, dom, me, OP_BROADCAST, &s, &plan, algorithm,
+                               m->timeout_ms, err);
         else
                 r = error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         free(plan.v);
         return r;
 }
 
-int domain_handle_all_gather(DomainRegistry *reg, Cluster *c, const Kvdist__V1__DomainAllGather *m,
-                             Completion *done, Error *err)
+int domain_handle_all_gather(DomainRegistry *reg, Cluster *c, const DomainCollArgs *m,
+                             Completion *done, domain_reply_fn reply, Error *err)
 {
         Domain *dom = domain_find_id(reg, m->comm_id);
         uint32_t me = 0, algorithm;
@@ -404,7 +403,7 @@ int domain_handle_all_gather(DomainRegistry *reg, Cluster *c, const Kvdist__V1__
         r = plan_all_gather(&plan, dom->n_ranks, me, algorithm == KVD_ALGO_RING, part, chunk,
                             &base);
         if (r >= 0)
-                r = coll_start(done, c, dom, me, OP_ALL_GATHER, parts, &plan, algorithm,
+                r = coll_start(done, reply, c, dom, me, OP_ALL_GATHER, parts, &plan, algorithm,
                                m->timeout_ms, err);
         else
                 r = error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");

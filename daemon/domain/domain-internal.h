@@ -9,6 +9,7 @@
  *   domain-call.c     client requests: link, unlink, query, batch send/recv
  *   domain-coll.c     broadcast and all-gather, ring and mesh
  *   domain-status.c   status JSON and metrics
+ *   domain-codec.c    the peer messages on the wire, the peer handlers, DomainPeerOps
  *
  * A Domain is this daemon's record of one comm domain (one per comm_name): the members from the
  * rank table, which of them are local (their clusters attach here), and per local member the
@@ -35,11 +36,12 @@
 #include "common/time-util.h"
 
 struct event;
-struct Kvdist__V1__DomainOpDesc;
-struct ProtobufCMessage;
 typedef struct Domain Domain;
 typedef struct DomainCall DomainCall;
+typedef struct DomainLinkOffer DomainLinkOffer;
 typedef struct DomainOp DomainOp;
+typedef struct DomainPair DomainPair;
+typedef struct DomainPeerOps DomainPeerOps;
 typedef struct Lane Lane;
 typedef struct PairLink PairLink;
 typedef struct PeerCall PeerCall;
@@ -48,7 +50,6 @@ typedef struct PeerRdmaWaiter PeerRdmaWaiter;
 typedef struct RdmaEndpoint RdmaEndpoint;
 typedef struct RdmaMr RdmaMr;
 typedef struct Region Region;
-struct Kvdist__V1__PeerDomainXfer;
 
 #define DOMAIN_MAX_RANKS RANK_TABLE_MAX_RANKS
 #define DOMAIN_NAME_MAX 127
@@ -101,18 +102,19 @@ struct PairLink {
         Peer *peer; /* remote pairs, while the call runs or the answer is held */
         PairLinkState state;
         PeerCall *call;
-        LinkTransport transport; /* RDMA or TCP, decided as kvd_link_clusters() does */
-        LinkGrant *exposed;      /* CONNECTING, HELD: what the remote cluster exposed */
-        RdmaEndpoint *rdma_ep;   /* HELD over RDMA */
-        uint64_t link_id;        /* MADE */
-        bool owned;              /* MADE by us (freed with the last domain), not reused */
-        Error err;               /* FAILED */
+        LinkTransport transport;  /* RDMA or TCP, decided as kvd_link_clusters() does */
+        DomainLinkOffer *exposed; /* CONNECTING, HELD: the peer's answer, what the remote
+                                   * cluster exposed (domain-codec.c's) */
+        RdmaEndpoint *rdma_ep;    /* HELD over RDMA */
+        uint64_t link_id;         /* MADE */
+        bool owned;               /* MADE by us (freed with the last domain), not reused */
+        Error err;                /* FAILED */
         unsigned n_refs;
         CList link_reg;
 };
 
 /* A local member's pair with another member. */
-typedef struct DomainPair {
+struct DomainPair {
         Domain *dom;
         uint32_t m, o;       /* ranks[m].pairs[o] */
         bool joined;         /* both called link with the same table */
@@ -124,7 +126,7 @@ typedef struct DomainPair {
         usec_t next_join_usec;
         unsigned join_backoff_ms;
         PairLink *pl; /* referenced */
-} DomainPair;
+};
 
 typedef struct DomainRank {
         Domain *dom;
@@ -195,8 +197,9 @@ typedef struct LocalRes {
 
 struct DomainRegistry {
         DomainRoots roots;
-        Hook link_hook; /* on the link root's events */
-        CList domains;  /* Domain.link_reg */
+        const DomainPeerOps *peer; /* how the state machines reach other daemons */
+        Hook link_hook;            /* on the link root's events */
+        CList domains;             /* Domain.link_reg */
         unsigned n_domains;
         CList queue; /* Domain.link_queue, SETUP_QUEUED, oldest first */
         unsigned n_queued;
@@ -264,6 +267,119 @@ typedef struct LaneWord {
         LaneRemoteSeg *rsegs; /* ... into these (owned) */
         size_t n_rsegs;
 } LaneWord;
+
+/*
+ * The domain peer messages, decoded: domain-codec.c turns them into frames and back, so the
+ * state machines see plain values. Strings borrow from the frame for the handler's call.
+ */
+
+/* A member as PeerDomainJoin lists it. */
+typedef struct DomainMemberMsg {
+        uint32_t rank;
+        uint64_t cluster_id;
+        const char *address;
+        int32_t device_id;
+        const char *server_id;
+} DomainMemberMsg;
+
+/* PeerDomainJoin: whether member @dst_rank called link with the same table, asked by the daemon
+ * of @src_rank. */
+typedef struct DomainJoinMsg {
+        const char *comm_name;
+        const uint8_t *digest;
+        size_t digest_len;
+        size_t n_members;                          /* as many as the sender listed ... */
+        DomainMemberMsg members[DOMAIN_MAX_RANKS]; /* ... of which the first DOMAIN_MAX_RANKS */
+        uint32_t src_rank;
+        uint32_t dst_rank;
+        uint64_t src_domain_id;
+} DomainJoinMsg;
+
+/* Its answer when it is not an error. */
+typedef struct DomainJoinAnswer {
+        bool joined;            /* false: ask again */
+        uint64_t dst_domain_id; /* the answering daemon's id of the domain */
+} DomainJoinAnswer;
+
+/* PeerDomainLinked: the sender holds the link of @src_rank's cluster to @dst_rank's. */
+typedef struct DomainLinkedMsg {
+        uint64_t dst_domain_id;
+        uint64_t src_domain_id;
+        uint32_t src_rank;
+        uint32_t dst_rank;
+        bool rdma; /* that link runs over RDMA */
+} DomainLinkedMsg;
+
+/* PeerDomainReady: member @rank is linked both ways with every other member. */
+typedef struct DomainReadyMsg {
+        uint64_t dst_domain_id;
+        uint64_t src_domain_id;
+        uint32_t rank;
+} DomainReadyMsg;
+
+/* PeerDomainLeave: member @rank left with @status (STATUS_*) and @detail. */
+typedef struct DomainLeaveMsg {
+        uint64_t dst_domain_id;
+        uint64_t src_domain_id;
+        uint32_t rank;
+        int status;
+        const char *detail;
+} DomainLeaveMsg;
+
+/* PeerDomainXfer: a word about message @seq of lane @src_rank -> @dst_rank. */
+typedef struct DomainXferMsg {
+        uint64_t dst_domain_id;
+        uint64_t src_domain_id;
+        uint32_t kind; /* XferKind, as the peer sent it */
+        uint32_t src_rank;
+        uint32_t dst_rank;
+        uint64_t seq;
+        const OpDesc *desc; /* NULL: none */
+        int status;         /* STATUS_* */
+        const char *detail;
+        bool rdma;            /* READY: the receiver waits for RDMA WRITEs into @rsegs */
+        LaneRemoteSeg *rsegs; /* (received: the handler's to free) */
+        size_t n_rsegs;
+} DomainXferMsg;
+
+typedef void (*domain_ready_fn)(Peer *p, int status, const Error *err, void *userdata);
+
+/*
+ * How the domain state machines reach other daemons: domain-codec.c fills it with what puts
+ * the messages on the wire (domain_codec_ops), a unit test with a recorder. Notices return 0 or
+ * a negative errno; a call's answer comes to the domain_*_on_reply() function it names.
+ */
+struct DomainPeerOps {
+        /* A connection to the daemon at @address (peer_get()), and waiting for it to be READY
+         * (peer_when_ready(): @fn may run from inside). */
+        int (*dial)(LinkRoot *link, const char *address, Peer **ret, Error *err);
+        int (*when_ready)(Peer *p, domain_ready_fn fn, void *userdata, PeerWaiter **ret_waiter);
+        void (*waiter_cancel)(PeerWaiter *w);
+        /* PeerDomainJoin for @pair, answered to domain_join_on_reply(); forgetting it makes the
+         * answer find nobody. */
+        int (*join_ask)(Peer *p, const DomainJoinMsg *m, DomainPair *pair, PeerCall **ret_call);
+        void (*join_forget)(PeerCall *call);
+        /* The answers to a PeerDomainJoin that came in. */
+        void (*join_answer)(Peer *p, uint64_t request_id, const DomainJoinAnswer *a);
+        void (*join_refuse)(Peer *p, uint64_t request_id, const Error *err);
+        int (*linked)(Peer *p, const DomainLinkedMsg *m);
+        int (*ready)(Peer *p, const DomainReadyMsg *m);
+        int (*leave)(Peer *p, const DomainLeaveMsg *m);
+        int (*xfer)(Peer *p, const DomainXferMsg *m);
+        /*
+         * The pair link of @pl: asks @p for it (PeerLink of @c, answered to
+         * domain_pair_link_on_reply()); forgets the question (a link granted later is given
+         * back); connects its transport from the answer (domain_pair_link_on_transport());
+         * gives the granted link back (PeerUnlink); makes the Link from the answer; frees an
+         * answer.
+         */
+        int (*link_ask)(PairLink *pl, Cluster *c, Peer *p, PeerCall **ret_call);
+        void (*link_forget)(PairLink *pl);
+        void (*link_connect)(PairLink *pl, Peer *p);
+        void (*link_give_back)(PairLink *pl);
+        int (*link_make)(PairLink *pl, Cluster *c, const char *reason, Link **ret, Error *err);
+        void (*offer_free)(DomainLinkOffer *offer);
+};
 
 /* The messages from rank @src to rank @dst, in seq order on both ends. */
 struct Lane {
@@ -347,7 +463,8 @@ typedef struct DomainCall {
         Domain *dom;
         uint32_t rank; /* the caller's */
         uint64_t cluster_id;
-        Completion *done; /* NULL once answered or gone */
+        Completion *done;      /* NULL once answered or gone */
+        domain_reply_fn reply; /* answers @done with values */
         OpKind kind;
         DomainOp *ops;
         size_t n_ops;
@@ -421,19 +538,32 @@ void domain_make_links(Domain *dom);
 void domain_pair_link_unref(PairLink *pl);
 PairLink *domain_pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote);
 
-/* The peer messages of comm domains (domain_registry_new() registers them with link/):
- * domain-peer.c for members joining, linking, becoming ready and leaving, domain-lane.c for
- * the words of a lane's messages. */
-void domain_peer_handle_join(void *userdata, Peer *p, uint64_t request_id,
-                             const struct ProtobufCMessage *msg);
-void domain_peer_handle_linked(void *userdata, Peer *p, uint64_t request_id,
-                               const struct ProtobufCMessage *msg);
-void domain_peer_handle_ready(void *userdata, Peer *p, uint64_t request_id,
-                              const struct ProtobufCMessage *msg);
-void domain_peer_handle_leave(void *userdata, Peer *p, uint64_t request_id,
-                              const struct ProtobufCMessage *msg);
-void domain_lane_handle_xfer(void *userdata, Peer *p, uint64_t request_id,
-                             const struct ProtobufCMessage *msg);
+/* The peer messages the handlers take, decoded (domain-codec.c): domain-peer.c for members
+ * joining, linking, becoming ready and leaving, domain-lane.c for the words of a lane's messages.
+ * Each takes a message as a READY peer sent it and checks it as untrusted input. */
+void domain_peer_on_join(DomainRegistry *reg, Peer *p, uint64_t request_id, const DomainJoinMsg *m);
+void domain_peer_on_linked(DomainRegistry *reg, Peer *p, const DomainLinkedMsg *m);
+void domain_peer_on_ready(DomainRegistry *reg, Peer *p, const DomainReadyMsg *m);
+void domain_peer_on_leave(DomainRegistry *reg, Peer *p, const DomainLeaveMsg *m);
+/* Takes @m->rsegs. */
+void domain_lane_on_xfer(DomainRegistry *reg, Peer *p, DomainXferMsg *m);
+
+/* The answers to what domain/ asked through DomainPeerOps (domain-join.c). */
+/* The answer to join_ask(): @a on STATUS_OK, else @status and @err say why there is none. */
+void domain_join_on_reply(DomainPair *pair, Peer *p, int status, const Error *err,
+                          const DomainJoinAnswer *a);
+/* The answer to link_ask(): @offer (taken; NULL when it could not be kept) on STATUS_OK. */
+void domain_pair_link_on_reply(PairLink *pl, Peer *p, int status, const Error *err,
+                               DomainLinkOffer *offer);
+/* What link_connect() found: RDMA on @ep, TCP when @ep is NULL, or no link (@err). */
+void domain_pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+                                   void *userdata);
+
+/* domain-codec.c */
+/* What reaches other daemons in the daemon. */
+extern const DomainPeerOps domain_codec_ops;
+/* Registers the handlers of the domain peer messages with @reg's link root. */
+void domain_codec_register(DomainRegistry *reg);
 
 /* domain-lane.c */
 int domain_lanes_new(Domain *dom);
@@ -448,7 +578,6 @@ void domain_op_post(DomainOp *op);
 void domain_op_cancel(DomainOp *op, int status, const char *fmt, ...) _printf_(3, 4);
 /* Every lane op that runs over @p fails; their data jobs end with the data plane. */
 void domain_lanes_peer_lost(Domain *dom, Peer *p);
-void domain_lane_desc_to_proto(const OpDesc *d, struct Kvdist__V1__DomainOpDesc *m);
 
 /* Sets every remote lane's transport once the links are made: a lane runs over RDMA when the
  * sender's link does (ours, or as the sender's daemon said in PeerDomainLinked). */
@@ -486,11 +615,10 @@ static inline uint64_t seg_zip_step(SegZip *z, uint64_t len_i, uint64_t len_j, u
 /* Registers the destination of receive @op for remote write on its member's device; its READY
  * names it. FEATURE_NOT_ENABLED or OUT_OF_MEMORY with @err. */
 int domain_lane_rdma_recv_register(DomainOp *op, Error *err);
-/* Fills the RDMA fields of @op's READY (arrays freed with domain_lane_rdma_ready_clear()). */
-int domain_lane_rdma_ready_fill(const DomainOp *op, struct Kvdist__V1__PeerDomainXfer *m);
-void domain_lane_rdma_ready_clear(struct Kvdist__V1__PeerDomainXfer *m);
-/* The RDMA fields of a READY that came in, into @w (0, or PROTOCOL_MISMATCH / OUT_OF_MEMORY). */
-int domain_lane_rdma_word_parse(const struct Kvdist__V1__PeerDomainXfer *m, LaneWord *w);
+/* The segments @op's READY names for the sender's WRITEs, into @m (freed with
+ * domain_lane_rdma_ready_clear()). -ENOMEM. */
+int domain_lane_rdma_ready_fill(const DomainOp *op, DomainXferMsg *m);
+void domain_lane_rdma_ready_clear(DomainXferMsg *m);
 /* Registers the source of send @op on @dev and pairs it up with the READY's segments into
  * WRITEs (op->rdma_segs). PROTOCOL_MISMATCH or OUT_OF_MEMORY with @err. */
 int domain_lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err);
@@ -511,9 +639,9 @@ void domain_call_drain(DomainRegistry *reg);
 void domain_calls_fail(Domain *dom, int code, const char *reason);
 /* Validates the caller and @dom for an operation; NOT_YET_LINK while PREPARING. */
 int domain_call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, Error *err);
-/* Allocates a call of @n_ops ops and @n_segs segments that answers @done. */
-int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, OpKind kind,
-                    size_t n_ops, size_t n_segs, DomainCall **ret);
+/* Allocates a call of @n_ops ops and @n_segs segments that answers @done through @reply. */
+int domain_call_new(Domain *dom, uint32_t rank, Cluster *c, Completion *done, domain_reply_fn reply,
+                    OpKind kind, size_t n_ops, size_t n_segs, DomainCall **ret);
 DomainCall *domain_call_free(DomainCall *call);
 /* Takes a reference on @r for the call's life (deduplicated). */
 int domain_call_hold_region(DomainCall *call, Region *r);

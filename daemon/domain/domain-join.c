@@ -22,7 +22,6 @@
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
@@ -62,16 +61,7 @@ static void pair_link_changed(PairLink *pl)
         }
 }
 
-/* Gives back the link the peer granted (and we will not make). */
-static void pair_link_give_back(PairLink *pl)
-{
-        if (!pl->exposed)
-                return;
-        link_give_back(pl->reg->roots.link, pl->peer, pl->local_cluster_id, pl->remote_cluster_id,
-                       pl->exposed->link_id);
-}
-
-static void pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+void domain_pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
                                    void *userdata)
 {
         PairLink *pl = userdata;
@@ -85,7 +75,7 @@ static void pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Err
                 return;
         }
         if (err) {
-                pair_link_give_back(pl);
+                pl->reg->peer->link_give_back(pl);
                 pl->err = *err;
                 pl->state = PAIR_LINK_FAILED;
                 pl->peer = NULL;
@@ -96,10 +86,9 @@ static void pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Err
         pair_link_changed(pl);
 }
 
-static void pair_link_on_reply(Peer *p, int status, const Error *err, LinkGrant *g, void *userdata)
+void domain_pair_link_on_reply(PairLink *pl, Peer *p, int status, const Error *err,
+                               DomainLinkOffer *offer)
 {
-        PairLink *pl = userdata;
-
         pl->call = NULL;
         if (status != STATUS_OK && p->state == PEER_CLOSED) {
                 /* domain_on_peer_lost() fails the domains with the reason. */
@@ -109,18 +98,19 @@ static void pair_link_on_reply(Peer *p, int status, const Error *err, LinkGrant 
                 pl->peer = NULL;
                 return;
         }
-        if (status == STATUS_OK) {
-                pl->exposed = g;
+        if (status == STATUS_OK && offer) {
+                pl->exposed = offer;
                 pl->state = PAIR_LINK_CONNECTING;
                 /* RDMA when both ends can (or must), as for kvd_link_clusters(). */
-                link_transport_connect(&pl->transport, p, pl->remote_cluster_id, pl->exposed,
-                                       pair_link_on_transport, pl);
+                pl->reg->peer->link_connect(pl, p);
                 return;
         }
-        error_set(&pl->err, status == STATUS_OUT_OF_MEMORY ? status : STATUS_LINK_FAILED,
+        error_set(&pl->err, status == STATUS_OK ? STATUS_OUT_OF_MEMORY : STATUS_LINK_FAILED,
                   "cannot link cluster %" PRIu64 " to cluster %" PRIu64 ": %s",
                   pl->local_cluster_id, pl->remote_cluster_id,
-                  err && err->msg[0] ? err->msg : status_wire_name(status));
+                  status == STATUS_OK  ? "out of memory"
+                  : err && err->msg[0] ? err->msg
+                                       : status_wire_name(status));
         pl->state = PAIR_LINK_FAILED;
         pl->peer = NULL;
         pair_link_changed(pl);
@@ -181,8 +171,7 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
         r = link_transport_choose(&pl->transport, c, dom->ranks[o].address, &pl->err);
         if (r < 0)
                 return pl;
-        r = link_peer_request(c, p, remote, pl->transport.dev != NULL, pair_link_on_reply, pl,
-                              &pl->call);
+        r = reg->peer->link_ask(pl, c, p, &pl->call);
         if (r < 0) {
                 error_set(&pl->err, STATUS_LINK_FAILED,
                           "cannot ask for a link of cluster %" PRIu64 " to %" PRIu64 ": %s", c->id,
@@ -204,14 +193,13 @@ void domain_pair_link_unref(PairLink *pl)
         c = link_root_find_cluster(pl->reg->roots.link, pl->local_cluster_id);
         switch (pl->state) {
         case PAIR_LINK_REQUESTING:
-                link_peer_abandon(pl->reg->roots.link, pl->call, pl->local_cluster_id,
-                                  pl->remote_cluster_id, true);
+                pl->reg->peer->link_forget(pl);
                 break;
         case PAIR_LINK_CONNECTING:
         case PAIR_LINK_HELD:
                 link_transport_cancel(&pl->transport);
                 if (!c || !link_find(c, pl->remote_cluster_id))
-                        pair_link_give_back(pl);
+                        pl->reg->peer->link_give_back(pl);
                 break;
         case PAIR_LINK_MADE:
                 l = c ? link_find(c, pl->remote_cluster_id) : NULL;
@@ -221,7 +209,8 @@ void domain_pair_link_unref(PairLink *pl)
         case PAIR_LINK_FAILED:
                 break;
         }
-        link_grant_free(pl->exposed);
+        if (pl->exposed)
+                pl->reg->peer->offer_free(pl->exposed);
         clist_unlink(&pl->link_reg);
         free(pl);
 }
@@ -274,13 +263,13 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
                 char reason[sizeof(pl->transport.reason) + 16];
 
                 (void)snprintf(reason, sizeof(reason), "comm domain, %s", pl->transport.reason);
-                r = link_make_remote(c, pl->peer, pl->remote_cluster_id, pl->exposed, pl->rdma_ep,
-                                     reason, &l, &e);
+                r = dom->reg->peer->link_make(pl, c, reason, &l, &e);
                 if (r < 0) {
                         domain_fail(dom, e.code, false, "%s", e.msg);
                         return;
                 }
-                pl->exposed = NULL; /* the link's now */
+                dom->reg->peer->offer_free(pl->exposed);
+                pl->exposed = NULL;
                 pl->peer = NULL;
                 pl->rdma_ep = NULL;
         }
@@ -302,29 +291,6 @@ void domain_make_links(Domain *dom)
 
 /* ---- messages ---- */
 
-static void fill_members(const Domain *dom, Kvdist__V1__DomainMember *mem,
-                         Kvdist__V1__DomainMember **ptrs)
-{
-        for (uint32_t r = 0; r < dom->n_ranks; r++) {
-                kvdist__v1__domain_member__init(&mem[r]);
-                mem[r].rank = r;
-                mem[r].cluster_id = dom->ranks[r].cluster_id;
-                mem[r].address = (char *)dom->ranks[r].address;
-                mem[r].device_id = dom->ranks[r].device_id;
-                mem[r].server_id = (char *)dom->ranks[r].server_id;
-                ptrs[r] = &mem[r];
-        }
-}
-
-/* Tells @o's daemon a notice about @dom; quietly nothing when it is not connected. */
-static void domain_notice(Domain *dom, uint32_t o, uint16_t type, const ProtobufCMessage *msg)
-{
-        Peer *p = domain_rank_peer(dom, o);
-
-        if (p)
-                (void)peer_notice(p, type, msg);
-}
-
 /* Whether an earlier remote rank than @o lives on the same daemon (one notice per daemon). */
 static bool rank_daemon_seen(const Domain *dom, uint32_t o)
 {
@@ -337,33 +303,35 @@ static bool rank_daemon_seen(const Domain *dom, uint32_t o)
 
 void domain_send_leave(Domain *dom, uint32_t rank, int code, const char *reason)
 {
-        Kvdist__V1__PeerDomainLeave m = KVDIST__V1__PEER_DOMAIN_LEAVE__INIT;
-        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        DomainLeaveMsg m = {
+                .src_domain_id = dom->id, .rank = rank, .status = code, .detail = reason};
 
-        st.code = status_wire_encode(code);
-        st.detail = (char *)reason;
-        m.src_domain_id = dom->id;
-        m.rank = rank;
-        m.status = &st;
         for (uint32_t o = 0; o < dom->n_ranks; o++) {
+                Peer *p;
+
                 if (dom->ranks[o].local || !dom->ranks[o].domain_id || rank_daemon_seen(dom, o))
                         continue;
                 m.dst_domain_id = dom->ranks[o].domain_id;
-                domain_notice(dom, o, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, &m.base);
+                /* Quietly nothing when it is not connected. */
+                p = domain_rank_peer(dom, o);
+                if (p)
+                        (void)dom->reg->peer->leave(p, &m);
         }
 }
 
 static void domain_send_ready(Domain *dom, uint32_t rank)
 {
-        Kvdist__V1__PeerDomainReady m = KVDIST__V1__PEER_DOMAIN_READY__INIT;
+        DomainReadyMsg m = {.src_domain_id = dom->id, .rank = rank};
 
-        m.src_domain_id = dom->id;
-        m.rank = rank;
         for (uint32_t o = 0; o < dom->n_ranks; o++) {
+                Peer *p;
+
                 if (dom->ranks[o].local || rank_daemon_seen(dom, o))
                         continue;
                 m.dst_domain_id = dom->ranks[o].domain_id;
-                domain_notice(dom, o, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, &m.base);
+                p = domain_rank_peer(dom, o);
+                if (p)
+                        (void)dom->reg->peer->ready(p, &m);
         }
 }
 
@@ -380,16 +348,19 @@ static bool pair_link_rdma(const PairLink *pl, Cluster *c)
 
 static void domain_send_linked(Domain *dom, uint32_t m, uint32_t o)
 {
-        Kvdist__V1__PeerDomainLinked msg = KVDIST__V1__PEER_DOMAIN_LINKED__INIT;
+        DomainLinkedMsg msg = {
+                .dst_domain_id = dom->ranks[o].domain_id,
+                .src_domain_id = dom->id,
+                .src_rank = m,
+                .dst_rank = o,
+                /* Our member's messages to theirs go as RDMA WRITEs over this link: their
+                 * receives register for them. */
+                .rdma = pair_link_rdma(dom->ranks[m].pairs[o].pl, dom->ranks[m].cluster),
+        };
+        Peer *p = domain_rank_peer(dom, o);
 
-        msg.dst_domain_id = dom->ranks[o].domain_id;
-        msg.src_domain_id = dom->id;
-        msg.src_rank = m;
-        msg.dst_rank = o;
-        /* Our member's messages to theirs go as RDMA WRITEs over this link: their receives
-         * register for them. */
-        msg.rdma = pair_link_rdma(dom->ranks[m].pairs[o].pl, dom->ranks[m].cluster);
-        domain_notice(dom, o, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, &msg.base);
+        if (p)
+                (void)dom->reg->peer->linked(p, &msg);
 }
 
 /* ---- progress ---- */
@@ -469,16 +440,9 @@ static unsigned backoff_next(unsigned ms, unsigned max)
         return ms == 0 ? DOMAIN_RETRY_MIN_MS : MIN(ms * 2, max);
 }
 
-static void join_on_orphan_reply(Peer *p, int status, const Error *err,
-                                 const ProtobufCMessage *reply, void *userdata)
+void domain_join_on_reply(DomainPair *pair, Peer *p, int status, const Error *err,
+                          const DomainJoinAnswer *m)
 {
-}
-
-static void join_on_reply(Peer *p, int status, const Error *err, const ProtobufCMessage *reply,
-                          void *userdata)
-{
-        const Kvdist__V1__PeerDomainJoinReply *m = (const Kvdist__V1__PeerDomainJoinReply *)reply;
-        DomainPair *pair = userdata;
         Domain *dom = pair->dom;
         DomainRank *o = &dom->ranks[pair->o];
         usec_t now = now_usec(CLOCK_MONOTONIC);
@@ -523,22 +487,27 @@ static void join_on_reply(Peer *p, int status, const Error *err, const ProtobufC
 
 static void join_send(Domain *dom, uint32_t m, uint32_t o, Peer *p)
 {
-        Kvdist__V1__PeerDomainJoin msg = KVDIST__V1__PEER_DOMAIN_JOIN__INIT;
-        Kvdist__V1__DomainMember mem[DOMAIN_MAX_RANKS], *ptrs[DOMAIN_MAX_RANKS];
+        DomainJoinMsg msg = {
+                .comm_name = dom->name,
+                .digest = dom->digest,
+                .digest_len = sizeof(dom->digest),
+                .n_members = dom->n_ranks,
+                .src_rank = m,
+                .dst_rank = o,
+                .src_domain_id = dom->id,
+        };
         DomainPair *pair = &dom->ranks[m].pairs[o];
         int r;
 
-        fill_members(dom, mem, ptrs);
-        msg.comm_name = dom->name;
-        msg.digest.data = dom->digest;
-        msg.digest.len = sizeof(dom->digest);
-        msg.n_members = dom->n_ranks;
-        msg.members = ptrs;
-        msg.src_rank = m;
-        msg.dst_rank = o;
-        msg.src_domain_id = dom->id;
-        r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, &msg.base, join_on_reply, pair,
-                      &pair->join_call);
+        for (uint32_t k = 0; k < dom->n_ranks; k++)
+                msg.members[k] = (DomainMemberMsg){
+                        .rank = k,
+                        .cluster_id = dom->ranks[k].cluster_id,
+                        .address = dom->ranks[k].address,
+                        .device_id = dom->ranks[k].device_id,
+                        .server_id = dom->ranks[k].server_id,
+                };
+        r = dom->reg->peer->join_ask(p, &msg, pair, &pair->join_call);
         if (r < 0) {
                 pair->join_call = NULL;
                 pair->join_backoff_ms = backoff_next(pair->join_backoff_ms, DOMAIN_RETRY_MAX_MS);
@@ -582,11 +551,11 @@ static void rank_dial(Domain *dom, uint32_t o, usec_t now, usec_t *next)
                 *next = MIN(*next, r->next_dial_usec);
                 return;
         }
-        k = peer_get(dom->reg->roots.link, r->address, &p, &e);
+        k = dom->reg->peer->dial(dom->reg->roots.link, r->address, &p, &e);
         if (k == 0) {
                 r->peer = p;
                 /* A READY peer answers from inside, and progress runs from there. */
-                if (peer_when_ready(p, rank_on_ready, r, &r->waiter) == 0)
+                if (dom->reg->peer->when_ready(p, rank_on_ready, r, &r->waiter) == 0)
                         return;
                 error_set(&e, STATUS_OUT_OF_MEMORY, "out of memory");
         }
@@ -655,7 +624,7 @@ void domain_join_release(Domain *dom, uint32_t m)
 
                 if (pair->join_call) {
                         /* The reply finds nobody; free its reference to us. */
-                        peer_call_redirect(pair->join_call, join_on_orphan_reply, NULL);
+                        dom->reg->peer->join_forget(pair->join_call);
                         pair->join_call = NULL;
                 }
                 if (pair->pl) {
@@ -667,7 +636,7 @@ void domain_join_release(Domain *dom, uint32_t m)
                 return;
         for (uint32_t o = 0; o < dom->n_ranks; o++)
                 if (dom->ranks[o].waiter) {
-                        peer_waiter_cancel(dom->ranks[o].waiter);
+                        dom->reg->peer->waiter_cancel(dom->ranks[o].waiter);
                         dom->ranks[o].waiter = NULL;
                 }
 }

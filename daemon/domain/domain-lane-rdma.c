@@ -23,7 +23,6 @@
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
 #include "common/status.h"
@@ -157,53 +156,30 @@ int domain_lane_rdma_recv_register(DomainOp *op, Error *err)
         return 0;
 }
 
-int domain_lane_rdma_ready_fill(const DomainOp *op, Kvdist__V1__PeerDomainXfer *m)
+int domain_lane_rdma_ready_fill(const DomainOp *op, DomainXferMsg *m)
 {
         size_t n = op->n_segs;
 
-        m->rdma_addrs = calloc(n ? n : 1, sizeof(*m->rdma_addrs));
-        m->rdma_lens = calloc(n ? n : 1, sizeof(*m->rdma_lens));
-        m->rdma_rkeys = calloc(n ? n : 1, sizeof(*m->rdma_rkeys));
-        if (!m->rdma_addrs || !m->rdma_lens || !m->rdma_rkeys) {
-                domain_lane_rdma_ready_clear(m);
+        m->rsegs = calloc(n ? n : 1, sizeof(*m->rsegs));
+        if (!m->rsegs)
                 return -ENOMEM;
-        }
-        for (size_t i = 0; i < n; i++) {
-                m->rdma_addrs[i] = (uint64_t)(uintptr_t)op->segs[i].local;
-                m->rdma_lens[i] = op->segs[i].len;
-                m->rdma_rkeys[i] = op->seg_keys[i];
-        }
-        m->n_rdma_addrs = m->n_rdma_lens = m->n_rdma_rkeys = n;
-        return 0;
-}
-
-void domain_lane_rdma_ready_clear(Kvdist__V1__PeerDomainXfer *m)
-{
-        free(m->rdma_addrs);
-        free(m->rdma_lens);
-        free(m->rdma_rkeys);
-        m->rdma_addrs = m->rdma_lens = NULL;
-        m->rdma_rkeys = NULL;
-        m->n_rdma_addrs = m->n_rdma_lens = m->n_rdma_rkeys = 0;
-}
-
-int domain_lane_rdma_word_parse(const Kvdist__V1__PeerDomainXfer *m, LaneWord *w)
-{
-        size_t n = m->n_rdma_addrs;
-
-        if (n == 0 && m->n_rdma_lens == 0 && m->n_rdma_rkeys == 0)
-                return 0;
-        if (m->kind != XFER_READY || m->n_rdma_lens != n || m->n_rdma_rkeys != n ||
-            n > LANE_RDMA_MAX_SEGS)
-                return STATUS_PROTOCOL_MISMATCH;
-        w->rsegs = calloc(n, sizeof(*w->rsegs));
-        if (!w->rsegs)
-                return STATUS_OUT_OF_MEMORY;
         for (size_t i = 0; i < n; i++)
-                w->rsegs[i] = (LaneRemoteSeg){m->rdma_addrs[i], m->rdma_lens[i], m->rdma_rkeys[i]};
-        w->n_rsegs = n;
-        w->rdma = true;
+                m->rsegs[i] = (LaneRemoteSeg){
+                        .addr = (uint64_t)(uintptr_t)op->segs[i].local,
+                        .len = op->segs[i].len,
+                        .rkey = op->seg_keys[i],
+                };
+        m->n_rsegs = n;
+        m->rdma = true;
         return 0;
+}
+
+void domain_lane_rdma_ready_clear(DomainXferMsg *m)
+{
+        free(m->rsegs);
+        m->rsegs = NULL;
+        m->n_rsegs = 0;
+        m->rdma = false;
 }
 
 /* Pairs our segments with the READY's into WRITEs; with @out NULL only counts them. */

@@ -38,7 +38,6 @@
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/link/peer-rdma.h"
@@ -167,31 +166,6 @@ uint64_t domain_lane_job_id(uint64_t recv_domain_id, uint32_t src, uint32_t dst,
                (seq & ((UINT64_C(1) << 22) - 1));
 }
 
-void domain_lane_desc_to_proto(const OpDesc *d, Kvdist__V1__DomainOpDesc *m)
-{
-        m->op = d->op;
-        m->bytes = d->bytes;
-        m->count = d->count;
-        m->dtype = d->dtype;
-        m->algorithm = d->algorithm;
-        m->root = d->root;
-        m->part = d->part;
-        m->chunk = d->chunk;
-        m->n_chunks = d->n_chunks;
-        m->num_tensors = d->num_tensors;
-        m->block_bytes = d->block_bytes;
-        m->n_blocks = d->n_blocks;
-}
-
-static void desc_from_proto(const Kvdist__V1__DomainOpDesc *m, OpDesc *d)
-{
-        *d = (OpDesc){0};
-        if (!m)
-                return;
-        *d = (OpDesc){m->op,   m->bytes, m->count,    m->dtype,       m->algorithm,   m->root,
-                      m->part, m->chunk, m->n_chunks, m->num_tensors, m->block_bytes, m->n_blocks};
-}
-
 /*
  * Compares what the sender (rank @src) and the receiver (@dst) say of one message; 0 when they
  * agree, else a status and, in @buf, what differs.
@@ -250,10 +224,17 @@ static int lane_word_send_full(Lane *l, Peer *p, XferKind kind, uint64_t seq, co
                                int status, const char *msg, const DomainOp *ready_op)
 {
         Domain *dom = l->dom;
-        Kvdist__V1__PeerDomainXfer m = KVDIST__V1__PEER_DOMAIN_XFER__INIT;
-        Kvdist__V1__DomainOpDesc d = KVDIST__V1__DOMAIN_OP_DESC__INIT;
-        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
         uint32_t remote = kind <= XFER_RECV_CANCEL ? l->src : l->dst;
+        DomainXferMsg m = {
+                .src_domain_id = dom->id,
+                .kind = kind,
+                .src_rank = l->src,
+                .dst_rank = l->dst,
+                .seq = seq,
+                .desc = desc,
+                .status = status,
+                .detail = msg ?: "",
+        };
         int r;
 
         if (!p)
@@ -261,21 +242,9 @@ static int lane_word_send_full(Lane *l, Peer *p, XferKind kind, uint64_t seq, co
         if (!p || p->state != PEER_READY)
                 return -ENOTCONN;
         m.dst_domain_id = dom->ranks[remote].domain_id;
-        m.src_domain_id = dom->id;
-        m.kind = kind;
-        m.src_rank = l->src;
-        m.dst_rank = l->dst;
-        m.seq = seq;
-        if (desc) {
-                domain_lane_desc_to_proto(desc, &d);
-                m.desc = &d;
-        }
-        st.code = status_wire_encode(status);
-        st.detail = (char *)(msg ?: "");
-        m.status = &st;
         if (ready_op && domain_lane_rdma_ready_fill(ready_op, &m) < 0)
                 return -ENOMEM;
-        r = peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, &m.base);
+        r = dom->reg->peer->xfer(p, &m);
         domain_lane_rdma_ready_clear(&m);
         return r;
 }
@@ -966,11 +935,8 @@ static void op_take_word(DomainOp *op, LaneWord *w)
         }
 }
 
-void domain_lane_handle_xfer(void *userdata, Peer *p, uint64_t request_id,
-                             const ProtobufCMessage *msg)
+void domain_lane_on_xfer(DomainRegistry *reg, Peer *p, DomainXferMsg *m)
 {
-        const Kvdist__V1__PeerDomainXfer *m = (const Kvdist__V1__PeerDomainXfer *)msg;
-        DomainRegistry *reg = userdata;
         bool from_receiver =
                 m->kind == XFER_READY || m->kind == XFER_DONE || m->kind == XFER_RECV_CANCEL;
         uint32_t remote;
@@ -979,7 +945,7 @@ void domain_lane_handle_xfer(void *userdata, Peer *p, uint64_t request_id,
         DomainOp *op;
         Lane *l;
 
-        dom = reg ? domain_find_id(reg, m->dst_domain_id) : NULL;
+        dom = domain_find_id(reg, m->dst_domain_id);
         if (!dom || m->kind < XFER_READY || m->kind > XFER_WRITTEN || m->src_rank >= dom->n_ranks ||
             m->dst_rank >= dom->n_ranks)
                 goto refuse;
@@ -988,12 +954,13 @@ void domain_lane_handle_xfer(void *userdata, Peer *p, uint64_t request_id,
         if (!l || l->local || dom->ranks[remote].local ||
             dom->ranks[remote].domain_id != m->src_domain_id)
                 goto refuse;
-        desc_from_proto(m->desc, &w.desc);
-        w.status = m->status ? status_wire_decode(m->status->code) : STATUS_FAILED;
-        (void)snprintf(w.msg, sizeof(w.msg), "%.200s",
-                       m->status && m->status->detail ? m->status->detail : "");
-        if (domain_lane_rdma_word_parse(m, &w) < 0)
-                goto refuse;
+        if (m->desc)
+                w.desc = *m->desc;
+        w.status = m->status;
+        (void)snprintf(w.msg, sizeof(w.msg), "%.200s", m->detail);
+        w.rdma = m->rdma;
+        w.rsegs = TAKE_PTR(m->rsegs);
+        w.n_rsegs = m->n_rsegs;
 
         op = lane_find(l, m->seq, from_receiver);
         if (op) {
@@ -1050,6 +1017,8 @@ void domain_lane_handle_xfer(void *userdata, Peer *p, uint64_t request_id,
         }
         return;
 refuse:
+        free(m->rsegs);
+        m->rsegs = NULL;
         p->root->counters.peer_requests_refused++;
 }
 

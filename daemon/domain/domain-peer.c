@@ -11,15 +11,12 @@
 
 #include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
-#include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/link/peer.h"
 #include "common/status.h"
-#include "proto/status-wire.h"
 
 /* Names the first difference between our members and the peer's, into @buf. */
-static void members_diff(const Domain *dom, const Kvdist__V1__PeerDomainJoin *m, char *buf,
-                         size_t size)
+static void members_diff(const Domain *dom, const DomainJoinMsg *m, char *buf, size_t size)
 {
         (void)snprintf(buf, size, "the rank tables or cluster ranks differ");
         if (m->n_members != dom->n_ranks) {
@@ -28,10 +25,10 @@ static void members_diff(const Domain *dom, const Kvdist__V1__PeerDomainJoin *m,
                 return;
         }
         for (size_t i = 0; i < m->n_members; i++) {
-                const Kvdist__V1__DomainMember *x = m->members[i];
+                const DomainMemberMsg *x = &m->members[i];
                 const DomainRank *r;
 
-                if (!x || x->rank >= dom->n_ranks)
+                if (x->rank >= dom->n_ranks)
                         continue;
                 r = &dom->ranks[x->rank];
                 if (x->cluster_id == r->cluster_id && x->device_id == r->device_id &&
@@ -49,30 +46,24 @@ static void members_diff(const Domain *dom, const Kvdist__V1__PeerDomainJoin *m,
         }
 }
 
-void domain_peer_handle_join(void *userdata, Peer *p, uint64_t request_id,
-                             const ProtobufCMessage *msg)
+void domain_peer_on_join(DomainRegistry *reg, Peer *p, uint64_t request_id, const DomainJoinMsg *m)
 {
-        const Kvdist__V1__PeerDomainJoin *m = (const Kvdist__V1__PeerDomainJoin *)msg;
-        Kvdist__V1__PeerDomainJoinReply reply = KVDIST__V1__PEER_DOMAIN_JOIN_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        DomainRegistry *reg = userdata;
+        DomainJoinAnswer answer = {0};
         Error err = ERROR_INIT;
         char diff[ERROR_MSG_MAX];
         DomainRank *src;
         Domain *dom;
 
-        reply.status = &status;
         if (!m->comm_name || strlen(m->comm_name) == 0 || strlen(m->comm_name) > DOMAIN_NAME_MAX ||
             m->src_rank >= DOMAIN_MAX_RANKS || m->dst_rank >= DOMAIN_MAX_RANKS ||
             m->src_rank == m->dst_rank || m->src_domain_id == 0) {
                 error_set(&err, STATUS_PROTOCOL_MISMATCH, "a malformed PeerDomainJoin");
                 goto refuse;
         }
-        dom = reg ? domain_find_name(reg, m->comm_name) : NULL;
+        dom = domain_find_name(reg, m->comm_name);
         if (!dom) {
                 /* Nobody here called link for it yet: the asker asks again. */
-                (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, request_id,
-                                 &reply.base);
+                reg->peer->join_answer(p, request_id, &answer);
                 return;
         }
         if (dom->state == DOMAIN_FAILED) {
@@ -80,8 +71,8 @@ void domain_peer_handle_join(void *userdata, Peer *p, uint64_t request_id,
                           link_root_peer_address(p->root), dom->reason);
                 goto refuse;
         }
-        if (m->digest.len != sizeof(dom->digest) ||
-            memcmp(m->digest.data, dom->digest, sizeof(dom->digest)) != 0) {
+        if (m->digest_len != sizeof(dom->digest) ||
+            memcmp(m->digest, dom->digest, sizeof(dom->digest)) != 0) {
                 members_diff(dom, m, diff, sizeof(diff));
                 domain_fail(dom, STATUS_PARAM_INVALID, false, "the rank tables disagree: %s", diff);
                 error_set(&err, STATUS_PARAM_INVALID, "the rank tables disagree: %s", diff);
@@ -104,8 +95,7 @@ void domain_peer_handle_join(void *userdata, Peer *p, uint64_t request_id,
                 goto refuse;
         }
         if (!dom->ranks[m->dst_rank].joined) {
-                (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, request_id,
-                                 &reply.base);
+                reg->peer->join_answer(p, request_id, &answer);
                 return;
         }
         src->domain_id = m->src_domain_id;
@@ -113,10 +103,10 @@ void domain_peer_handle_join(void *userdata, Peer *p, uint64_t request_id,
         src->ever_joined = true;
         if (!src->peer || src->peer->state != PEER_READY)
                 src->peer = p;
-        reply.joined = true;
-        reply.dst_domain_id = dom->id;
+        answer.joined = true;
+        answer.dst_domain_id = dom->id;
         /* The answer goes first: what progress sends next names our domain id. */
-        (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, request_id, &reply.base);
+        reg->peer->join_answer(p, request_id, &answer);
         if (!dom->ranks[m->dst_rank].pairs[m->src_rank].joined) {
                 dom->ranks[m->dst_rank].pairs[m->src_rank].joined = true;
                 log_debug("%s: rank %" PRIu32 " and rank %" PRIu32 " joined (asked by %s)",
@@ -126,15 +116,14 @@ void domain_peer_handle_join(void *userdata, Peer *p, uint64_t request_id,
         }
         return;
 refuse:
-        (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, request_id, err.code,
-                               &err);
+        reg->peer->join_refuse(p, request_id, &err);
 }
 
 /* The domain of @reg @dst_id names, if remote rank @rank of it is the peer's domain @src_id. */
 static Domain *domain_for_notice(DomainRegistry *reg, Peer *p, uint64_t dst_id, uint64_t src_id,
                                  uint32_t rank)
 {
-        Domain *dom = reg ? domain_find_id(reg, dst_id) : NULL;
+        Domain *dom = domain_find_id(reg, dst_id);
         DomainRank *r;
 
         if (!dom || rank >= dom->n_ranks)
@@ -146,12 +135,9 @@ static Domain *domain_for_notice(DomainRegistry *reg, Peer *p, uint64_t dst_id, 
         return dom;
 }
 
-void domain_peer_handle_linked(void *userdata, Peer *p, uint64_t request_id,
-                               const ProtobufCMessage *msg)
+void domain_peer_on_linked(DomainRegistry *reg, Peer *p, const DomainLinkedMsg *m)
 {
-        const Kvdist__V1__PeerDomainLinked *m = (const Kvdist__V1__PeerDomainLinked *)msg;
-        Domain *dom =
-                domain_for_notice(userdata, p, m->dst_domain_id, m->src_domain_id, m->src_rank);
+        Domain *dom = domain_for_notice(reg, p, m->dst_domain_id, m->src_domain_id, m->src_rank);
 
         if (!dom || dom->state != DOMAIN_PREPARING || m->dst_rank >= dom->n_ranks ||
             !dom->ranks[m->dst_rank].local) {
@@ -163,11 +149,9 @@ void domain_peer_handle_linked(void *userdata, Peer *p, uint64_t request_id,
         domain_join_progress(dom);
 }
 
-void domain_peer_handle_ready(void *userdata, Peer *p, uint64_t request_id,
-                              const ProtobufCMessage *msg)
+void domain_peer_on_ready(DomainRegistry *reg, Peer *p, const DomainReadyMsg *m)
 {
-        const Kvdist__V1__PeerDomainReady *m = (const Kvdist__V1__PeerDomainReady *)msg;
-        Domain *dom = domain_for_notice(userdata, p, m->dst_domain_id, m->src_domain_id, m->rank);
+        Domain *dom = domain_for_notice(reg, p, m->dst_domain_id, m->src_domain_id, m->rank);
 
         if (!dom) {
                 p->root->counters.peer_requests_refused++;
@@ -180,11 +164,9 @@ void domain_peer_handle_ready(void *userdata, Peer *p, uint64_t request_id,
         domain_check_ok(dom);
 }
 
-void domain_peer_handle_leave(void *userdata, Peer *p, uint64_t request_id,
-                              const ProtobufCMessage *msg)
+void domain_peer_on_leave(DomainRegistry *reg, Peer *p, const DomainLeaveMsg *m)
 {
-        const Kvdist__V1__PeerDomainLeave *m = (const Kvdist__V1__PeerDomainLeave *)msg;
-        Domain *dom = domain_for_notice(userdata, p, m->dst_domain_id, m->src_domain_id, m->rank);
+        Domain *dom = domain_for_notice(reg, p, m->dst_domain_id, m->src_domain_id, m->rank);
         const DomainRank *r;
 
         if (!dom) {
@@ -192,8 +174,7 @@ void domain_peer_handle_leave(void *userdata, Peer *p, uint64_t request_id,
                 return;
         }
         r = &dom->ranks[m->rank];
-        domain_fail(dom, m->status ? status_wire_decode(m->status->code) : STATUS_FAILED, false,
+        domain_fail(dom, m->status, false,
                     "rank %" PRIu32 " (cluster %" PRIu64 " at %s) left: %.160s", m->rank,
-                    r->cluster_id, r->address,
-                    m->status && m->status->detail ? m->status->detail : "");
+                    r->cluster_id, r->address, m->detail);
 }

@@ -17,8 +17,6 @@
 #include "daemon/domain/domain-internal.h"
 #include "daemon/link/link-events.h"
 #include "common/log.h"
-#include "daemon/link/peer-handlers.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/link/peer.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
@@ -83,15 +81,6 @@ static const LinkEvents domain_link_events = {
         .peer_flushed = domain_on_peer_flushed,
 };
 
-/* What domain/ handles of what peers send: members joining, linking, leaving; lane words. */
-static const PeerHandler domain_peer_handlers[] = {
-        {KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN, domain_peer_handle_join},
-        {KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, domain_peer_handle_linked},
-        {KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_READY, domain_peer_handle_ready},
-        {KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LEAVE, domain_peer_handle_leave},
-        {KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, domain_lane_handle_xfer},
-};
-
 int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret)
 {
         DomainRegistry *reg = calloc(1, sizeof(*reg));
@@ -99,6 +88,7 @@ int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret)
         if (!reg)
                 return -ENOMEM;
         reg->roots = *roots;
+        reg->peer = &domain_codec_ops;
         clist_init(&reg->domains);
         clist_init(&reg->queue);
         clist_init(&reg->pair_links);
@@ -110,8 +100,7 @@ int domain_registry_new(const DomainRoots *roots, DomainRegistry **ret)
                 return -ENOMEM;
         }
         link_events_listen(roots->link, &reg->link_hook, &domain_link_events, reg);
-        peer_handlers_register(roots->link, domain_peer_handlers, ARRAY_SIZE(domain_peer_handlers),
-                               reg);
+        domain_codec_register(reg);
         *ret = reg;
         return 0;
 }

@@ -8,8 +8,10 @@
  * all-gather collectives then run between the members over the TCP data plane (or as copies
  * between members on one daemon).
  *
- * This header is what the rest of the daemon calls; the peer handlers, which
- * domain_registry_new() registers with link/, are declared in domain-internal.h.
+ * This header is what the rest of the daemon calls, in plain C values: control/ decodes the
+ * client's requests into the arguments below and builds the replies. The domain peer messages
+ * are decoded and encoded in domain-codec.c only, which domain_registry_new() has register
+ * their handlers with link/ (see domain-internal.h).
  */
 #pragma once
 
@@ -25,12 +27,6 @@ typedef struct LinkRoot LinkRoot;
 typedef struct TransportSet TransportSet;
 typedef struct DomainRegistry DomainRegistry;
 typedef struct Peer Peer;
-struct Kvdist__V1__DomainLink;
-struct Kvdist__V1__DomainUnlink;
-struct Kvdist__V1__DomainQuery;
-struct Kvdist__V1__DomainSendRecv;
-struct Kvdist__V1__DomainBroadcast;
-struct Kvdist__V1__DomainAllGather;
 
 /* What the daemon hands the domain registry: the roots below it and how it tells the daemon. */
 typedef struct DomainRoots {
@@ -116,23 +112,89 @@ typedef struct DomainStats {
 /* Fills @ret with what @reg counts. */
 void domain_registry_stats(const DomainRegistry *reg, DomainStats *ret);
 
+/* ---- client requests (control/handle-domain.c decodes them and builds the replies) ---- */
+
+/* kvd_link(): cluster @cluster_id is rank @rank_id. */
+typedef struct DomainClusterRank {
+        uint64_t cluster_id;
+        uint32_t rank_id;
+} DomainClusterRank;
+
+/* kvd_link(comm_name, cluster_rank_info, rank_table). */
+typedef struct DomainLinkArgs {
+        const char *comm_name;
+        const DomainClusterRank *ranks; /* cluster_rank_info, in any order */
+        size_t n_ranks;
+        const char *rank_table; /* JSON */
+} DomainLinkArgs;
+
+/* One item of kvd_batch_send_recv(). */
+typedef struct DomainSendRecvItem {
+        bool recv;
+        uint64_t addr; /* the client's, inside memory from kvd_mem_alloc() */
+        uint64_t count;
+        uint32_t dtype; /* kvd_dtype */
+        uint32_t remote_rank;
+} DomainSendRecvItem;
+
+typedef struct DomainSendRecvArgs {
+        uint64_t comm_id;
+        const DomainSendRecvItem *items;
+        size_t n_items;
+        uint32_t timeout_ms; /* 0: the cluster's sync_kv_timeout */
+} DomainSendRecvArgs;
+
+/* kvd_broadcast() (@root_rank) and kvd_all_gather() (@blocks_per_rank) over a blocks cache. */
+typedef struct DomainCollArgs {
+        uint64_t comm_id;
+        uint32_t root_rank;
+        uint64_t cache_id;
+        const uint64_t *blocks;
+        size_t n_blocks;
+        uint32_t blocks_per_rank;
+        uint32_t algorithm; /* kvd_algorithm */
+        uint32_t timeout_ms;
+        uint64_t chunk_bytes; /* 0: the default */
+} DomainCollArgs;
+
+/* What kvd_query_register_mem_status() answers. */
+typedef struct DomainQueryResult {
+        uint32_t mem_status; /* kvd_mem_status */
+        int failure;         /* FAILED: the STATUS_* it failed with */
+        const char *reason;  /* FAILED: why (borrowed for the call); NULL otherwise */
+} DomainQueryResult;
+
+/* What a link, a batch send/recv or a collective answers with. */
+typedef struct DomainReply {
+        uint64_t comm_id;    /* link */
+        int status;          /* batch send/recv: the call's STATUS_*, with @detail */
+        const char *detail;  /* (borrowed for the call) */
+        const int32_t *rets; /* batch send/recv: per item, STATUS_* */
+        size_t n_rets;
+        uint32_t algorithm; /* collectives: the one that ran */
+        uint64_t bytes;     /* collectives: bytes this member sent and received */
+} DomainReply;
+
 /*
- * Client requests of the cluster @c (control/handle-domain.c hands them down). Each returns 0
- * when it answered @done, COMPLETION_PENDING when it keeps @done to answer later, or a STATUS_*
- * status with @err filled (@done is still the caller's).
+ * Builds the client's reply of the request's type from @reply and answers @done with it (see
+ * completion_reply()): control/ passes it down with each request that answers with values.
  */
-int domain_handle_link(DomainRegistry *reg, Cluster *c, const struct Kvdist__V1__DomainLink *m,
-                       Completion *done, Error *err);
-int domain_handle_unlink(DomainRegistry *reg, Cluster *c, const struct Kvdist__V1__DomainUnlink *m,
-                         Completion *done, Error *err);
-int domain_handle_query(DomainRegistry *reg, Cluster *c, const struct Kvdist__V1__DomainQuery *m,
-                        Completion *done, Error *err);
-int domain_handle_send_recv(DomainRegistry *reg, Cluster *c,
-                            const struct Kvdist__V1__DomainSendRecv *m, Completion *done,
-                            Error *err);
-int domain_handle_broadcast(DomainRegistry *reg, Cluster *c,
-                            const struct Kvdist__V1__DomainBroadcast *m, Completion *done,
-                            Error *err);
-int domain_handle_all_gather(DomainRegistry *reg, Cluster *c,
-                             const struct Kvdist__V1__DomainAllGather *m, Completion *done,
-                             Error *err);
+typedef int (*domain_reply_fn)(Completion *done, const DomainReply *reply);
+
+/*
+ * Client requests of the cluster @c. Those with @done return 0 when they answered it (through
+ * @reply where they answer with values), COMPLETION_PENDING when they keep @done to answer
+ * later, or a STATUS_* status with @err filled (@done is still the caller's). The others return
+ * 0 (the caller answers) or a STATUS_* status with @err.
+ */
+int domain_handle_link(DomainRegistry *reg, Cluster *c, const DomainLinkArgs *args,
+                       Completion *done, domain_reply_fn reply, Error *err);
+int domain_handle_unlink(DomainRegistry *reg, Cluster *c, uint64_t comm_id, Error *err);
+int domain_handle_query(DomainRegistry *reg, Cluster *c, uint64_t comm_id, DomainQueryResult *ret,
+                        Error *err);
+int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const DomainSendRecvArgs *args,
+                            Completion *done, domain_reply_fn reply, Error *err);
+int domain_handle_broadcast(DomainRegistry *reg, Cluster *c, const DomainCollArgs *args,
+                            Completion *done, domain_reply_fn reply, Error *err);
+int domain_handle_all_gather(DomainRegistry *reg, Cluster *c, const DomainCollArgs *args,
+                             Completion *done, domain_reply_fn reply, Error *err);

@@ -6,42 +6,9 @@
 
 #include <kvdist/kvdist.h>
 
-#include "proto/kvdist.pb-c.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
 #include "common/status.h"
-
-static PlanLayers layers_from_proto(const Kvdist__V1__LayerRange *r)
-{
-        if (!r)
-                return (PlanLayers){PLAN_LAYERS_ALL, PLAN_LAYERS_ALL};
-        return (PlanLayers){r->first, r->last};
-}
-
-/* Transfer and PeerTransfer name their plan-shaping fields alike: one initialiser for both. */
-#define TRANSFER_ARGS_FROM(m)                                                                      \
-        ((TransferArgs){                                                                           \
-                .kind = (TransferKind)(m)->kind,                                                   \
-                .src_blocks = (m)->src_blocks,                                                     \
-                .n_src_blocks = (m)->n_src_blocks,                                                 \
-                .dst_blocks = (m)->dst_blocks,                                                     \
-                .n_dst_blocks = (m)->n_dst_blocks,                                                 \
-                .local_batch_index = (m)->local_batch_index,                                       \
-                .size = (m)->size,                                                                 \
-                .src_layers = layers_from_proto((m)->src_layers),                                  \
-                .dst_layers = layers_from_proto((m)->dst_layers),                                  \
-                .tensor_num_per_layer = (m)->tensor_num_per_layer,                                 \
-        })
-
-void remote_plan_args_from_transfer(const Kvdist__V1__Transfer *m, TransferArgs *ret)
-{
-        *ret = TRANSFER_ARGS_FROM(m);
-}
-
-void remote_plan_args_from_peer(const Kvdist__V1__PeerTransfer *m, TransferArgs *ret)
-{
-        *ret = TRANSFER_ARGS_FROM(m);
-}
 
 bool remote_plan_kind_is_pull(TransferKind k)
 {
@@ -122,7 +89,7 @@ void remote_desc_from_cache(const Cache *cache, RemoteDesc *ret)
         };
 }
 
-int remote_desc_from_proto(const Kvdist__V1__PlanCacheDesc *m, RemoteDesc *ret, Error *err)
+int remote_desc_check(const RemoteDesc *m, RemoteDesc *ret, Error *err)
 {
         if (!m)
                 return error_set(err, STATUS_PARAM_INVALID, "the peer's cache shape is missing");
@@ -135,21 +102,8 @@ int remote_desc_from_proto(const Kvdist__V1__PlanCacheDesc *m, RemoteDesc *ret, 
                                  "the peer's cache has %" PRIu64 " units in %" PRIu64
                                  " bytes per tensor",
                                  m->units, m->tensor_size);
-        *ret = (RemoteDesc){
-                .blocks = m->blocks,
-                .num_tensors = m->num_tensors,
-                .tensor_size = m->tensor_size,
-                .units = m->units,
-        };
+        *ret = *m;
         return 0;
-}
-
-void remote_desc_to_proto(const RemoteDesc *desc, Kvdist__V1__PlanCacheDesc *m)
-{
-        m->blocks = desc->blocks;
-        m->num_tensors = desc->num_tensors;
-        m->tensor_size = desc->tensor_size;
-        m->units = desc->units;
 }
 
 /* Describes a cache shape to the planner with its tensors as regions @base, @base + 1, ... */

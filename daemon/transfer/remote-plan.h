@@ -7,8 +7,8 @@
  * so the two ends compute the same segments in the same order from the same request; then each
  * maps its own side of every segment onto its real memory, bounds-checked.
  *
- * TransferArgs are the request fields that shape a plan, whether they came from a client
- * (kvdist.v1.Transfer) or from a peer (kvdist.v1.PeerTransfer).
+ * TransferArgs (transfer.h) are the request fields that shape a plan, whether they came from a
+ * client or from a peer.
  */
 #pragma once
 
@@ -22,35 +22,12 @@
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
 
-struct Kvdist__V1__Transfer;
-struct Kvdist__V1__PeerTransfer;
-struct Kvdist__V1__PlanCacheDesc;
-
 typedef struct RemoteDesc {
         bool blocks;
         uint32_t num_tensors;
         uint64_t tensor_size;
         uint64_t units;
 } RemoteDesc;
-
-typedef struct TransferArgs {
-        TransferKind kind;
-        const uint64_t *src_blocks;
-        size_t n_src_blocks;
-        const uint64_t *dst_blocks;
-        size_t n_dst_blocks;
-        uint32_t local_batch_index; /* *_CACHE: the initiator's batch slot */
-        int64_t size;
-        PlanLayers src_layers;
-        PlanLayers dst_layers;
-        uint32_t tensor_num_per_layer;
-} TransferArgs;
-
-/* The plan-shaping fields of a client's Transfer (borrowed). */
-void remote_plan_args_from_transfer(const struct Kvdist__V1__Transfer *m, TransferArgs *ret);
-
-/* The plan-shaping fields of a peer's PeerTransfer (borrowed). */
-void remote_plan_args_from_peer(const struct Kvdist__V1__PeerTransfer *m, TransferArgs *ret);
 
 /* Whether the initiator reads from the remote cache (pull) or writes into it (push). */
 bool remote_plan_kind_is_pull(TransferKind k);
@@ -72,14 +49,11 @@ void remote_plan_args_plan_request(const TransferArgs *a, CacheKeyKind key_kind,
 void remote_desc_from_cache(const Cache *cache, RemoteDesc *ret);
 
 /*
- * Takes a peer's description of its cache. PARAM_INVALID for a shape no cache of ours could
- * have (no tensors or more than KVD_MAX_TENSORS, no units, a tensor size the units do not
- * divide).
+ * Takes a peer's description @desc of its cache (NULL: the peer sent none) into @ret.
+ * PARAM_INVALID for a missing one or a shape no cache of ours could have (no tensors or more
+ * than KVD_MAX_TENSORS, no units, a tensor size the units do not divide).
  */
-int remote_desc_from_proto(const struct Kvdist__V1__PlanCacheDesc *m, RemoteDesc *ret, Error *err);
-
-/* Writes @desc into @m (which the caller initialised). */
-void remote_desc_to_proto(const RemoteDesc *desc, struct Kvdist__V1__PlanCacheDesc *m);
+int remote_desc_check(const RemoteDesc *desc, RemoteDesc *ret, Error *err);
 
 /* Builds the canonical plan of @pr between caches shaped @src and @dst (plan_build()'s rules). */
 int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst, Plan **ret,

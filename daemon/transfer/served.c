@@ -9,10 +9,8 @@
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 
-#include "daemon/link/peer-cache-key.h"
 #include "daemon/link/cluster.h"
 #include "daemon/transfer/transfer-root.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/link/notify.h"
@@ -22,6 +20,7 @@
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
 #include "daemon/transfer/served.h"
+#include "daemon/transfer/transfer-codec.h"
 #include "daemon/transport/transport-set.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
@@ -96,16 +95,8 @@ static void served_finish(Served *s, int status)
                           s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
                           status_wire_name(final));
 
-        if (!s->pull && !s->one_sided && s->peer && s->peer->state == PEER_READY) {
-                Kvdist__V1__PeerTransferDone m = KVDIST__V1__PEER_TRANSFER_DONE__INIT;
-                Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-
-                st.code = status_wire_encode(final);
-                st.detail = (char *)(final == STATUS_OK ? "" : status_wire_name(final));
-                m.transfer_id = s->initiator_id;
-                m.status = &st;
-                (void)peer_notice(s->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, &m.base);
-        }
+        if (!s->pull && !s->one_sided && s->peer && s->peer->state == PEER_READY)
+                (void)root->peer_ops->push_done(s->peer, s->initiator_id, final);
         served_free(s);
         transfer_root_ended(root);
 }
@@ -185,17 +176,14 @@ void served_stop_all(TransferRoot *root, int status)
 }
 
 /* Finds and checks the cache the peer names: ours, linked, reachable. */
-static int served_resolve(Served *s, InLink *il, const Kvdist__V1__PeerTransfer *m,
-                          uint32_t *ret_index, Error *err)
+static int served_resolve(Served *s, InLink *il, const TransferPeerRequest *m, uint32_t *ret_index,
+                          Error *err)
 {
+        const CacheKey key = m->key;
         Cluster *c = il->local;
-        CacheKey key;
         Cache *cache;
         int r;
 
-        r = peer_cache_key_from_proto(m->key, &key, err);
-        if (r < 0)
-                return r;
         if (key.cluster_id != c->id)
                 return error_set(err, STATUS_CACHE_NOT_EXIST,
                                  "the key names cluster %" PRIu64 ", inbound link %" PRIu64
@@ -218,55 +206,54 @@ static int served_resolve(Served *s, InLink *il, const Kvdist__V1__PeerTransfer 
 }
 
 /* Validates the peer's request into @s: key, link, sizes, plan, our memory. */
-static int served_prepare(Served *s, InLink *il, const Kvdist__V1__PeerTransfer *m,
-                          uint32_t *ret_index, Error *err)
+static int served_prepare(Served *s, InLink *il, const TransferPeerRequest *m, uint32_t *ret_index,
+                          Error *err)
 {
         const Limits *lim = s->root->options.limits;
+        const TransferArgs *args = &m->args;
         RemoteDesc ours, theirs;
-        TransferArgs args;
         PlanRequest pr;
-        CacheKey key;
         int r;
 
-        remote_plan_args_from_peer(m, &args);
-        r = peer_cache_key_from_proto(m->key, &key, err);
+        if (m->key_err.code != 0) {
+                *err = m->key_err;
+                return err->code;
+        }
+        r = remote_plan_args_check(args, m->key.kind, err);
         if (r < 0)
                 return r;
-        r = remote_plan_args_check(&args, key.kind, err);
-        if (r < 0)
-                return r;
-        if (m->n_src_blocks > lim->max_blocks_per_transfer ||
-            m->n_dst_blocks > lim->max_blocks_per_transfer)
+        if (args->n_src_blocks > lim->max_blocks_per_transfer ||
+            args->n_dst_blocks > lim->max_blocks_per_transfer)
                 return error_set(
                         err, STATUS_LIMIT_EXCEEDED, "%zu blocks in one transfer, at most %" PRIu32,
-                        MAX(m->n_src_blocks, m->n_dst_blocks), lim->max_blocks_per_transfer);
+                        MAX(args->n_src_blocks, args->n_dst_blocks), lim->max_blocks_per_transfer);
         if (il->n_inflight >= lim->max_inflight_per_client)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "inbound link %" PRIu64 " has %u transfers in flight", il->id,
                                  il->n_inflight);
-        if (m->notify.len > 0) {
+        if (m->notify_len > 0) {
                 if (s->pull)
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "only a push carries a notification");
-                if (m->notify.len > NOTIFY_MAX_BYTES)
+                if (m->notify_len > NOTIFY_MAX_BYTES)
                         return error_set(err, STATUS_PARAM_INVALID,
-                                         "a notification of %zu bytes, at most %d", m->notify.len,
+                                         "a notification of %zu bytes, at most %d", m->notify_len,
                                          NOTIFY_MAX_BYTES);
                 r = notify_check_room(il->local, err);
                 if (r < 0)
                         return r;
-                memcpy(s->notify, m->notify.data, m->notify.len);
-                s->notify_len = m->notify.len;
+                memcpy(s->notify, m->notify, m->notify_len);
+                s->notify_len = m->notify_len;
                 s->has_notify = true;
         }
-        r = remote_desc_from_proto(m->local, &theirs, err);
+        r = remote_desc_check(m->local, &theirs, err);
         if (r < 0)
                 return r;
         r = served_resolve(s, il, m, ret_index, err);
         if (r < 0)
                 return r;
         remote_desc_from_cache(s->cache, &ours);
-        remote_plan_args_plan_request(&args, key.kind, *ret_index, &pr);
+        remote_plan_args_plan_request(args, m->key.kind, *ret_index, &pr);
         r = remote_plan_build(&pr, s->pull ? &ours : &theirs, s->pull ? &theirs : &ours, &s->plan,
                               err);
         if (r < 0)
@@ -301,15 +288,11 @@ static int served_rdma_keys(Served *s, uint64_t *addrs, uint32_t *rkeys)
         return 0;
 }
 
-void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id,
-                            const ProtobufCMessage *msg)
+void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
+                            const TransferPeerRequest *m)
 {
-        const Kvdist__V1__PeerTransfer *m = (const Kvdist__V1__PeerTransfer *)msg;
-        Kvdist__V1__PeerTransferReply reply = KVDIST__V1__PEER_TRANSFER_REPLY__INIT;
-        Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        TransferRoot *root = userdata;
         _cleanup_(served_freep) Served *s = NULL;
+        TransferPeerAnswer answer;
         Error err = ERROR_INIT;
         uint32_t index = 0, timeout_ms, rdma_rkeys[KVD_MAX_TENSORS];
         uint64_t rdma_addrs[KVD_MAX_TENSORS];
@@ -330,7 +313,7 @@ void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id,
         s->root = root;
         s->id = id_source_next(root->link->ids);
         s->state = SERVED_RUNNING;
-        s->pull = remote_plan_kind_is_pull((TransferKind)m->kind);
+        s->pull = remote_plan_kind_is_pull(m->args.kind);
         s->one_sided = m->rdma;
         s->initiator_id = m->job_id;
         s->start_usec = now_usec(CLOCK_MONOTONIC);
@@ -401,43 +384,39 @@ void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id,
         root->n_served++;
 
         remote_desc_from_cache(s->cache, &ours);
-        remote_desc_to_proto(&ours, &desc);
-        reply.status = &status;
-        reply.remote = &desc;
-        reply.remote_index = index;
-        reply.total_bytes = s->plan->total_bytes;
-        reply.segments = s->plan->n_segments;
-        reply.job_id = s->pull ? s->initiator_id : s->id;
+        answer = (TransferPeerAnswer){
+                .remote = &ours,
+                .remote_index = index,
+                .total_bytes = s->plan->total_bytes,
+                .segments = s->plan->n_segments,
+                .job_id = s->pull ? s->initiator_id : s->id,
+        };
         if (s->one_sided) {
-                reply.rdma_addrs = rdma_addrs;
-                reply.n_rdma_addrs = s->cache->desc.num_tensors;
-                reply.rdma_rkeys = rdma_rkeys;
-                reply.n_rdma_rkeys = s->cache->desc.num_tensors;
+                answer.rdma_addrs = rdma_addrs;
+                answer.n_rdma_addrs = s->cache->desc.num_tensors;
+                answer.rdma_rkeys = rdma_rkeys;
+                answer.n_rdma_rkeys = s->cache->desc.num_tensors;
         }
         log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
                   " bytes in %zu segments",
                   s->id, s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
                   s->plan->total_bytes, s->plan->n_segments);
         TAKE_PTR(s);
-        (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, request_id, &reply.base);
+        (void)root->peer_ops->answer(p, request_id, &answer);
         return;
 
 refuse:
         log_debug("%s: transfer %" PRIu64 " refused: %s", peer_name(p, (char[96]){0}, 96),
                   m->job_id, err.msg);
-        (void)peer_reply_error(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, request_id, err.code,
-                               &err);
+        (void)root->peer_ops->refuse(p, request_id, &err);
 }
 
-void served_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
-                             const ProtobufCMessage *msg)
+void served_handle_rdma_done(TransferRoot *root, Peer *p, uint64_t transfer_id, int status)
 {
-        const Kvdist__V1__PeerRdmaDone *m = (const Kvdist__V1__PeerRdmaDone *)msg;
-        int status = m->status ? status_wire_decode(m->status->code) : STATUS_PROTOCOL_MISMATCH;
         Served *s;
 
         CLIST_FOREACH (s, &p->served, link_peer) {
-                if (s->initiator_id != m->transfer_id || !(s->one_sided || s->await_word))
+                if (s->initiator_id != transfer_id || !(s->one_sided || s->await_word))
                         continue;
                 if (!s->one_sided) {
                         /* A pull over TCP: every byte landed over there, so the key ends now,
@@ -446,7 +425,7 @@ void served_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
                         s->word = true;
                         s->word_status = status;
                         if (status == STATUS_OK && s->end_key && s->state == SERVED_RUNNING) {
-                                transfer_end_key(p->root, &s->key, s->cache);
+                                transfer_end_key(root->link, &s->key, s->cache);
                                 s->end_key = false;
                         }
                         if (s->moving)
@@ -460,14 +439,12 @@ void served_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
         }
 }
 
-void served_handle_transfer_cancel(void *userdata, Peer *p, uint64_t request_id,
-                                   const ProtobufCMessage *msg)
+void served_handle_transfer_cancel(TransferRoot *root, Peer *p, uint64_t transfer_id)
 {
-        const Kvdist__V1__PeerTransferCancel *m = (const Kvdist__V1__PeerTransferCancel *)msg;
         Served *s;
 
         CLIST_FOREACH (s, &p->served, link_peer)
-                if (s->initiator_id == m->transfer_id) {
+                if (s->initiator_id == transfer_id) {
                         served_fail(s, STATUS_TIMEOUT);
                         return;
                 }

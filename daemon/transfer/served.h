@@ -33,7 +33,6 @@ struct event;
 typedef struct TransferRoot TransferRoot;
 typedef struct InLink InLink;
 typedef struct Peer Peer;
-struct ProtobufCMessage;
 typedef struct Plan Plan;
 typedef struct Region Region;
 typedef struct Served Served;
@@ -92,11 +91,5 @@ void served_stop_all(TransferRoot *root, int status);
  * endpoints are flushed. */
 void served_on_peer_lost(Peer *p);
 
-/* The peer messages served transfers handle (transfer_listen() registers them with link/):
- * a peer's transfer, its cancel, and the end of an RDMA transfer the peer ran on our memory. */
-void served_handle_transfer(void *userdata, Peer *p, uint64_t request_id,
-                            const struct ProtobufCMessage *msg);
-void served_handle_transfer_cancel(void *userdata, Peer *p, uint64_t request_id,
-                                   const struct ProtobufCMessage *msg);
-void served_handle_rdma_done(void *userdata, Peer *p, uint64_t request_id,
-                             const struct ProtobufCMessage *msg);
+/* The peer messages served transfers handle (a peer's transfer, its cancel, the end of an RDMA
+ * transfer the peer ran on our memory) are declared in transfer-codec.h, whose codec calls them. */

@@ -19,10 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/link/peer-cache-key.h"
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/link/peer.h"
@@ -31,6 +29,8 @@
 #include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
+#include "daemon/transfer/transfer-codec.h"
+#include "daemon/transfer/transfer-root.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
@@ -44,19 +44,11 @@ static const Cache *transfer_local_cache(const Transfer *x, bool *ret_is_src)
         return *ret_is_src ? x->caches[0] : x->caches[1];
 }
 
-static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
-                                     const ProtobufCMessage *reply, void *userdata);
-
-/* What an orphaned call needs to know of its transfer, in the callback's userdata. */
-enum {
-        ORPHAN_PULL = 1u << 0,
-        ORPHAN_ONE_SIDED = 1u << 1,
-};
-
-static void *orphan_flags(const Transfer *x)
+/* What an orphaned request needs to know of its transfer. */
+static unsigned orphan_flags(const Transfer *x)
 {
-        return (void *)(uintptr_t)((remote_plan_kind_is_pull(x->kind) ? ORPHAN_PULL : 0) |
-                                   (x->one_sided ? ORPHAN_ONE_SIDED : 0));
+        return (remote_plan_kind_is_pull(x->kind) ? TRANSFER_ORPHAN_PULL : 0) |
+               (x->one_sided ? TRANSFER_ORPHAN_ONE_SIDED : 0);
 }
 
 /*
@@ -64,24 +56,23 @@ static void *orphan_flags(const Transfer *x)
  * sided transfer moved nothing through the streams, and the cancel notice already let the peer
  * release its cache.
  */
-static void transfer_remote_on_orphan_reply(Peer *p, int status, const Error *err,
-                                            const ProtobufCMessage *reply, void *userdata)
+void transfer_remote_on_orphan_answer(Peer *p, int status, const TransferPeerAnswer *answer,
+                                      unsigned flags)
 {
-        const Kvdist__V1__PeerTransferReply *m = (const Kvdist__V1__PeerTransferReply *)reply;
-        unsigned flags = (unsigned)(uintptr_t)userdata;
-        bool pull = flags & ORPHAN_PULL;
+        bool pull = flags & TRANSFER_ORPHAN_PULL;
 
-        if (status != STATUS_OK || !p->data || m->total_bytes == 0 || (flags & ORPHAN_ONE_SIDED))
+        if (status != STATUS_OK || !p->data || answer->total_bytes == 0 ||
+            (flags & TRANSFER_ORPHAN_ONE_SIDED))
                 return;
         (void)transport_abandon(p->root->transports->tcp, p->data,
-                                pull ? TRANSPORT_READ : TRANSPORT_WRITE, m->job_id, m->total_bytes);
+                                pull ? TRANSPORT_READ : TRANSPORT_WRITE, answer->job_id,
+                                answer->total_bytes);
 }
 
-int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err)
+int transfer_remote_start(Transfer *x, Error *err)
 {
-        Kvdist__V1__PeerTransfer req = KVDIST__V1__PEER_TRANSFER__INIT;
-        Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
-        PeerCacheKeyStorage ks;
+        const TransferRequest *m = &x->req;
+        TransferPeerRequest req;
         RemoteDesc local;
         Link *l = x->link;
         Peer *p = l->peer;
@@ -97,32 +88,25 @@ int transfer_remote_start(Transfer *x, const Kvdist__V1__Transfer *m, Error *err
          * remote cluster exposed when the link was made cannot decide it: pool caches allocated
          * since are reachable, and a key may name another cache by now. */
         remote_desc_from_cache(transfer_local_cache(x, &local_is_src), &local);
-        remote_desc_to_proto(&local, &desc);
-        req.job_id = x->id;
-        req.link_id = l->remote_link_id;
-        req.initiator_link_id = l->id;
-        req.kind = m->kind;
-        req.key = peer_cache_key_to_proto(&x->key, &ks);
-        req.local = &desc;
-        req.n_src_blocks = m->n_src_blocks;
-        req.src_blocks = m->src_blocks;
-        req.n_dst_blocks = m->n_dst_blocks;
-        req.dst_blocks = m->dst_blocks;
-        req.local_batch_index = m->local_batch_index;
-        req.size = m->size;
-        req.src_layers = m->src_layers;
-        req.dst_layers = m->dst_layers;
-        req.tensor_num_per_layer = m->tensor_num_per_layer;
-        req.timeout_ms = m->timeout_ms ? m->timeout_ms : x->cluster->sync_kv_timeout_ms;
-        req.notify.data = x->notify;
-        req.notify.len = x->has_notify ? x->notify_len : 0;
         x->one_sided = l->rdma_ep != NULL;
-        req.rdma = x->one_sided;
+        req = (TransferPeerRequest){
+                .job_id = x->id,
+                .link_id = l->remote_link_id,
+                .initiator_link_id = l->id,
+                .key = m->key,
+                .local = &local,
+                .args = m->args,
+                .src_layers_set = m->src_layers_set,
+                .dst_layers_set = m->dst_layers_set,
+                .timeout_ms = m->timeout_ms ? m->timeout_ms : x->cluster->sync_kv_timeout_ms,
+                .notify = m->notify,
+                .notify_len = m->notify_len,
+                .rdma = x->one_sided,
+        };
         /* Queue pairs flushed by an earlier timeout or error connect again before they serve. */
         if (x->one_sided && !rdma_endpoint_ready(l->rdma_ep))
                 peer_rdma_repair(p, l->rdma_ep);
-        r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, &req.base,
-                      transfer_remote_on_reply, x, &x->call);
+        r = x->root->peer_ops->request(p, &req, x, &x->call);
         if (r < 0)
                 return error_set(err, r == -EMSGSIZE ? STATUS_LIMIT_EXCEEDED : STATUS_PEER_LOST,
                                  "cannot ask the daemon of cluster %" PRIu64 ": %s",
@@ -148,7 +132,7 @@ static void transfer_remote_leave_peer(Transfer *x)
  */
 static int transfer_remote_rdma_keys(Transfer *x, const Cache *cache, bool local_is_src,
                                      uint32_t n_src_tensors, uint32_t n_remote,
-                                     const Kvdist__V1__PeerTransferReply *m, Error *err)
+                                     const TransferPeerAnswer *m, Error *err)
 {
         const Plan *plan = x->plan;
 
@@ -181,23 +165,19 @@ static int transfer_remote_rdma_keys(Transfer *x, const Cache *cache, bool local
 static void transfer_remote_on_data_done(TransportJob *job, int status);
 
 /* The peer's answer: build the same plan, map our side, start the data job. */
-static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__PeerTransferReply *m,
-                                      Error *err)
+static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAnswer *m, Error *err)
 {
-        const Kvdist__V1__Transfer *req = x->msg;
         RemoteDesc local, remote;
-        TransferArgs args;
         PlanRequest pr;
         bool local_is_src;
         const Cache *cache = transfer_local_cache(x, &local_is_src);
         int r;
 
         remote_desc_from_cache(cache, &local);
-        r = remote_desc_from_proto(m->remote, &remote, err);
+        r = remote_desc_check(m->remote, &remote, err);
         if (r < 0)
                 return r;
-        remote_plan_args_from_transfer(req, &args);
-        remote_plan_args_plan_request(&args, x->key.kind, m->remote_index, &pr);
+        remote_plan_args_plan_request(&x->req.args, x->req.key.kind, m->remote_index, &pr);
         r = remote_plan_build(&pr, local_is_src ? &local : &remote, local_is_src ? &remote : &local,
                               &x->plan, err);
         if (r < 0)
@@ -246,14 +226,13 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const Kvdist__V1__Pe
 /* Whether the peer hears from us (PeerRdmaDone) how the transfer ended, once its data moved. */
 static bool transfer_remote_tells_done(const Transfer *x)
 {
-        return x->one_sided || !remote_plan_kind_is_pull(x->kind) || x->key.kind == CACHE_KEY_REQ;
+        return x->one_sided || !remote_plan_kind_is_pull(x->kind) ||
+               x->req.key.kind == CACHE_KEY_REQ;
 }
 
-static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
-                                     const ProtobufCMessage *reply, void *userdata)
+void transfer_remote_on_answer(Transfer *x, Peer *p, int status, const Error *err,
+                               const TransferPeerAnswer *m)
 {
-        const Kvdist__V1__PeerTransferReply *m = (const Kvdist__V1__PeerTransferReply *)reply;
-        Transfer *x = userdata;
         Error e = ERROR_INIT;
         int r;
 
@@ -271,7 +250,7 @@ static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
         r = transfer_remote_begin_data(x, p, m, &e);
         if (r < 0) {
                 /* The peer is sending (pull) or waiting (push): keep its stream in step. */
-                transfer_remote_on_orphan_reply(p, STATUS_OK, NULL, reply, orphan_flags(x));
+                transfer_remote_on_orphan_answer(p, STATUS_OK, m, orphan_flags(x));
                 transfer_remote_leave_peer(x);
                 x->phase = REMOTE_FINISHED;
                 x->status = r;
@@ -288,28 +267,23 @@ static void transfer_remote_on_reply(Peer *p, int status, const Error *err,
 
 void transfer_remote_cancel(Transfer *x)
 {
-        Kvdist__V1__PeerTransferCancel m = KVDIST__V1__PEER_TRANSFER_CANCEL__INIT;
+        const TransferPeerOps *ops = x->root->peer_ops;
 
         switch (x->phase) {
         case REMOTE_REQUESTED:
                 /* No byte of ours moves until the answer: answer the client now. */
                 assert(x->call);
-                peer_call_redirect(x->call, transfer_remote_on_orphan_reply, orphan_flags(x));
+                ops->orphan(x->call, orphan_flags(x));
                 x->call = NULL;
-                m.transfer_id = x->id;
                 if (x->peer && x->peer->state == PEER_READY)
-                        (void)peer_notice(x->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL,
-                                          &m.base);
+                        (void)ops->cancel(x->peer, x->id);
                 transfer_remote_leave_peer(x);
                 x->phase = REMOTE_FINISHED;
                 transfer_complete(x, x->status);
                 return;
         case REMOTE_DATA:
-                if (x->peer && x->peer->state == PEER_READY) {
-                        m.transfer_id = x->id;
-                        (void)peer_notice(x->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL,
-                                          &m.base);
-                }
+                if (x->peer && x->peer->state == PEER_READY)
+                        (void)ops->cancel(x->peer, x->id);
                 transport_cancel(x->transport, &x->job);
                 return;
         case REMOTE_FINISHED:
@@ -328,15 +302,9 @@ void transfer_remote_cancel(Transfer *x)
  */
 static void transfer_remote_tell_done(Transfer *x, int status)
 {
-        Kvdist__V1__PeerRdmaDone m = KVDIST__V1__PEER_RDMA_DONE__INIT;
-        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-
         if (!x->peer || x->peer->state != PEER_READY)
                 return;
-        st.code = status_wire_encode(status);
-        m.transfer_id = x->id;
-        m.status = &st;
-        (void)peer_notice(x->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, &m.base);
+        (void)x->root->peer_ops->data_done(x->peer, x->id, status);
 }
 
 /* The data plane is done with @x's memory. */
@@ -378,22 +346,19 @@ static void transfer_remote_on_data_done(TransportJob *job, int status)
         /* Else a push whose bytes are all sent: the peer's PeerTransferDone completes it. */
 }
 
-void transfer_remote_handle_done(void *userdata, Peer *p, uint64_t request_id,
-                                 const ProtobufCMessage *msg)
+void transfer_remote_handle_done(TransferRoot *root, Peer *p, uint64_t transfer_id, int status,
+                                 const char *detail)
 {
-        const Kvdist__V1__PeerTransferDone *m = (const Kvdist__V1__PeerTransferDone *)msg;
-        int status = m->status ? status_wire_decode(m->status->code) : STATUS_PROTOCOL_MISMATCH;
         Transfer *x;
 
         CLIST_FOREACH (x, &p->transfers, link_peer) {
-                if (x->id != m->transfer_id || remote_plan_kind_is_pull(x->kind) ||
+                if (x->id != transfer_id || remote_plan_kind_is_pull(x->kind) ||
                     x->phase == REMOTE_REQUESTED)
                         continue;
                 x->remote_done = true;
                 x->remote_status = status;
                 if (status != STATUS_OK && x->status == STATUS_OK)
-                        error_set(&x->err, status, "the peer could not land the bytes: %s",
-                                  m->status && m->status->detail ? m->status->detail : "");
+                        error_set(&x->err, status, "the peer could not land the bytes: %s", detail);
                 if (x->phase == REMOTE_FINISHED) {
                         transfer_remote_leave_peer(x);
                         transfer_complete(x, status);

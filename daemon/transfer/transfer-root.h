@@ -17,6 +17,8 @@
 #include "daemon/memory/memory.h"
 #include "daemon/transport/transport-set.h"
 
+typedef struct TransferPeerOps TransferPeerOps;
+
 /*
  * The configuration values transfer/ reads. They point into the daemon's configuration, which a
  * reload changes in place.
@@ -41,6 +43,8 @@ typedef struct TransferRoot {
         Memory *memory; /* releases the caches a transfer held the last ref of */
         TransportSet *transports;
         TransferOptions options;
+        /* How transfer/ speaks to peers: the codec's (transfer_codec_listen()), or a test's. */
+        const TransferPeerOps *peer_ops;
 
         CList transfers; /* Transfer.link_daemon, in flight */
         unsigned n_transfers;

@@ -8,20 +8,18 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include "daemon/link/peer-cache-key.h"
 #include "daemon/link/cluster.h"
 #include "daemon/transfer/transfer-root.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-events.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/link/notify.h"
-#include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
 #include "daemon/transfer/served.h"
+#include "daemon/transfer/transfer-codec.h"
 #include "daemon/transfer/transfer-events.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
@@ -102,7 +100,6 @@ static void transfer_on_request_cancel(Completion *done, void *userdata)
         Transfer *x = userdata;
 
         x->done = NULL;
-        x->msg = NULL;
         transfer_fail(x, STATUS_PEER_LOST, "the client went away");
 }
 
@@ -137,12 +134,20 @@ static Transfer *transfer_free(Transfer *x)
                 region_unref(x->regions[i]);
         plan_free(x->plan);
         free(x->segs);
+        transfer_request_done(&x->req);
         completion_drop(x->done);
         free(x);
         return NULL;
 }
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(Transfer, transfer_free);
+
+void transfer_request_done(TransferRequest *req)
+{
+        free(req->blocks);
+        free(req->notify);
+        *req = (TransferRequest){};
+}
 
 bool transfer_pull_ends_key(TransferKind kind, const CacheKey *key, const Cache *cache)
 {
@@ -170,10 +175,10 @@ static void transfer_deliver_notify(Transfer *x)
 {
         Cluster *dst;
 
-        if (!x->has_notify || x->phase != REMOTE_NONE)
+        if (x->req.notify_len == 0 || x->phase != REMOTE_NONE)
                 return;
         dst = link_root_find_cluster(x->root->link, x->remote_cluster_id);
-        if (dst && notify_deliver(dst, x->cluster_id, x->notify, x->notify_len) < 0)
+        if (dst && notify_deliver(dst, x->cluster_id, x->req.notify, x->req.notify_len) < 0)
                 log_error("transfer %" PRIu64
                           ": cannot queue the push notification for cluster %" PRIu64 ", ignoring",
                           x->id, x->remote_cluster_id);
@@ -184,17 +189,14 @@ static void transfer_answer(Transfer *x, int status)
 {
         Completion *done = TAKE_PTR(x->done);
 
-        x->msg = NULL;
         if (!done)
                 return;
         if (status == STATUS_OK) {
-                Kvdist__V1__TransferReply reply = KVDIST__V1__TRANSFER_REPLY__INIT;
-                Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-
-                reply.status = &st;
-                reply.bytes = x->plan->total_bytes;
-                reply.segments = (uint32_t)x->plan->n_segments;
-                (void)completion_reply(done, &reply.base, -1);
+                *x->result = (TransferResult){
+                        .bytes = x->plan->total_bytes,
+                        .segments = (uint32_t)x->plan->n_segments,
+                };
+                (void)completion_reply_ok(done, -1);
         } else
                 (void)completion_fail(done, status, &x->err);
 }
@@ -272,7 +274,7 @@ void transfer_complete(Transfer *x, int status)
                         x->link->n_transfers++;
                 }
                 if (x->consume_key)
-                        transfer_end_key(root->link, &x->key, x->caches[0]);
+                        transfer_end_key(root->link, &x->req.key, x->caches[0]);
                 transfer_deliver_notify(x);
         } else {
                 root->counters.transfers_failed++;
@@ -372,19 +374,10 @@ static const LinkEvents transfer_link_events = {
         .peer_lost = transfer_on_peer_lost,
 };
 
-/* What transfer/ handles of what peers send: their transfers here, the end of ours there. */
-static const PeerHandler transfer_peer_handlers[] = {
-        {KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, served_handle_transfer},
-        {KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, transfer_remote_handle_done},
-        {KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL, served_handle_transfer_cancel},
-        {KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, served_handle_rdma_done},
-};
-
 void transfer_listen(TransferRoot *root)
 {
         link_events_listen(root->link, &root->link_hook, &transfer_link_events, root);
-        peer_handlers_register(root->link, transfer_peer_handlers,
-                               ARRAY_SIZE(transfer_peer_handlers), root);
+        transfer_codec_listen(root);
 }
 
 void transfer_events_listen(TransferRoot *root, Hook *h, const TransferEvents *events,
@@ -394,35 +387,35 @@ void transfer_events_listen(TransferRoot *root, Hook *h, const TransferEvents *e
 }
 
 /* Finds the link and, for a local one, the remote cache, which must be reachable through it. */
-static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer *m,
-                            uint32_t *ret_remote_index, Error *err)
+static int transfer_resolve(Transfer *x, Cluster *c, uint32_t *ret_remote_index, Error *err)
 {
         Link *l;
         Cache *remote = NULL, *local;
         int r;
 
-        l = link_find(c, x->key.cluster_id);
+        l = link_find(c, x->req.key.cluster_id);
         if (!l) {
                 /* A comm domain of both that is not OK (yet) says why, not link_clusters. */
-                r = link_explain_no_link(c, x->key.cluster_id, err);
+                r = link_explain_no_link(c, x->req.key.cluster_id, err);
                 if (r < 0)
                         return r;
                 return error_set(err, STATUS_NOT_YET_LINK,
                                  "cluster %" PRIu64 " has no link to cluster %" PRIu64
                                  "; call kvd_link_clusters() first",
-                                 c->id, x->key.cluster_id);
+                                 c->id, x->req.key.cluster_id);
         }
         if (l->state != LINK_UP || (!l->remote && !l->peer))
                 return error_set(err, STATUS_PEER_LOST,
                                  "link %" PRIu64 " to cluster %" PRIu64 " is down", l->id,
-                                 x->key.cluster_id);
-        local = cache_table_find(&c->caches, m->local_cache_id);
+                                 x->req.key.cluster_id);
+        local = cache_table_find(&c->caches, x->req.local_cache_id);
         if (!local)
                 return error_set(err, STATUS_CACHE_NOT_EXIST,
                                  "cluster %" PRIu64 " has no cache %" PRIu64, c->id,
-                                 m->local_cache_id);
+                                 x->req.local_cache_id);
         if (l->remote) {
-                r = cache_table_lookup(&l->remote->caches, &x->key, &remote, ret_remote_index, err);
+                r = cache_table_lookup(&l->remote->caches, &x->req.key, &remote, ret_remote_index,
+                                       err);
                 if (r < 0)
                         return r;
                 r = cache_check_reachable(remote, l->seq, l->id, err);
@@ -434,19 +427,17 @@ static int transfer_resolve(Transfer *x, Cluster *c, const Kvdist__V1__Transfer 
         x->caches[0] = remote_plan_kind_is_pull(x->kind) ? remote : local;
         x->caches[1] = remote_plan_kind_is_pull(x->kind) ? local : remote;
         /* A peer's cache is the peer's to let go (served.c). */
-        x->consume_key = remote && transfer_pull_ends_key(x->kind, &x->key, remote);
+        x->consume_key = remote && transfer_pull_ends_key(x->kind, &x->req.key, remote);
         return 0;
 }
 
 /* Turns a local request into a plan over the transfer's region table. */
-static int transfer_build_plan(Transfer *x, const Kvdist__V1__Transfer *m, uint32_t remote_index,
-                               Error *err)
+static int transfer_build_plan(Transfer *x, uint32_t remote_index, Error *err)
 {
         _cleanup_free_ PlanTensor *src_tensors = NULL, *dst_tensors = NULL;
         const Cache *src = x->caches[0], *dst = x->caches[1];
         PlanCache psrc, pdst;
         PlanRequest pr;
-        TransferArgs args;
 
         src_tensors = calloc(src->desc.num_tensors, sizeof(PlanTensor));
         dst_tensors = calloc(dst->desc.num_tensors, sizeof(PlanTensor));
@@ -456,22 +447,39 @@ static int transfer_build_plan(Transfer *x, const Kvdist__V1__Transfer *m, uint3
             transfer_plan_cache(x, dst, dst_tensors, &pdst) < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "too many regions in one transfer");
 
-        remote_plan_args_from_transfer(m, &args);
-        remote_plan_args_plan_request(&args, x->key.kind, remote_index, &pr);
+        remote_plan_args_plan_request(&x->req.args, x->req.key.kind, remote_index, &pr);
         pr.src = &psrc;
         pr.dst = &pdst;
         return plan_build(&pr, &x->plan, err);
 }
 
-int transfer_start(TransferRoot *root, Cluster *c, const Kvdist__V1__Transfer *m, Completion *done,
-                   Error *err)
+int transfer_start(TransferRoot *root, Cluster *c, TransferRequest *req, Completion *done,
+                   TransferResult *ret_result, Error *err)
 {
         const Limits *lim = root->options.limits;
         _cleanup_(transfer_freep) Transfer *x = NULL;
         uint32_t remote_index = 0, timeout_ms;
-        TransferArgs args;
+        const TransferArgs *args;
         struct timeval tv;
         int r;
+
+        x = calloc(1, sizeof(*x));
+        if (!x) {
+                transfer_request_done(req);
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
+        }
+        x->req = *req;
+        *req = (TransferRequest){};
+        args = &x->req.args;
+        x->root = root;
+        x->state = TRANSFER_RUNNING;
+        x->kind = args->kind;
+        x->cluster_id = c->id;
+        x->result = ret_result;
+        clist_init(&x->link_daemon);
+        clist_init(&x->link_cluster);
+        clist_init(&x->link_link);
+        clist_init(&x->link_peer);
 
         if (root->link->stopping)
                 return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
@@ -480,57 +488,41 @@ int transfer_start(TransferRoot *root, Cluster *c, const Kvdist__V1__Transfer *m
                                  "cluster %" PRIu64 " has %u transfers in flight "
                                  "(limits.max_inflight_per_client)",
                                  c->id, c->n_transfers);
-        if (m->n_src_blocks > lim->max_blocks_per_transfer ||
-            m->n_dst_blocks > lim->max_blocks_per_transfer)
+        if (args->n_src_blocks > lim->max_blocks_per_transfer ||
+            args->n_dst_blocks > lim->max_blocks_per_transfer)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
                                  "%zu blocks in one transfer, at most %" PRIu32
                                  " (limits.max_blocks_per_transfer)",
-                                 MAX(m->n_src_blocks, m->n_dst_blocks),
+                                 MAX(args->n_src_blocks, args->n_dst_blocks),
                                  lim->max_blocks_per_transfer);
 
-        x = calloc(1, sizeof(*x));
-        if (!x)
-                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        x->root = root;
-        x->state = TRANSFER_RUNNING;
-        x->kind = (TransferKind)m->kind;
-        x->cluster_id = c->id;
-        clist_init(&x->link_daemon);
-        clist_init(&x->link_cluster);
-        clist_init(&x->link_link);
-
-        clist_init(&x->link_peer);
-
-        r = peer_cache_key_from_proto(m->remote_key, &x->key, err);
+        if (x->req.key_err.code != 0) {
+                *err = x->req.key_err;
+                return err->code;
+        }
+        r = remote_plan_args_check(args, x->req.key.kind, err);
         if (r < 0)
                 return r;
-        remote_plan_args_from_transfer(m, &args);
-        r = remote_plan_args_check(&args, x->key.kind, err);
-        if (r < 0)
-                return r;
-        if (m->notify.len > 0) {
+        if (x->req.notify_len > 0) {
                 if (remote_plan_kind_is_pull(x->kind))
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "only a push carries a notification");
-                if (m->notify.len > TRANSFER_NOTIFY_MAX)
+                if (x->req.notify_len > TRANSFER_NOTIFY_MAX)
                         return error_set(err, STATUS_PARAM_INVALID,
-                                         "a notification of %zu bytes, at most %d", m->notify.len,
-                                         TRANSFER_NOTIFY_MAX);
-                memcpy(x->notify, m->notify.data, m->notify.len);
-                x->notify_len = m->notify.len;
-                x->has_notify = true;
+                                         "a notification of %zu bytes, at most %d",
+                                         x->req.notify_len, TRANSFER_NOTIFY_MAX);
         }
-        x->remote_cluster_id = x->key.cluster_id;
-        r = transfer_resolve(x, c, m, &remote_index, err);
+        x->remote_cluster_id = x->req.key.cluster_id;
+        r = transfer_resolve(x, c, &remote_index, err);
         if (r < 0)
                 return r;
         if (x->link->remote) {
-                if (x->has_notify) {
+                if (x->req.notify_len > 0) {
                         r = notify_check_room(x->link->remote, err);
                         if (r < 0)
                                 return r;
                 }
-                r = transfer_build_plan(x, m, remote_index, err);
+                r = transfer_build_plan(x, remote_index, err);
                 if (r < 0)
                         return r;
         }
@@ -549,7 +541,7 @@ int transfer_start(TransferRoot *root, Cluster *c, const Kvdist__V1__Transfer *m
         clist_link_tail(&root->transfers, &x->link_daemon);
         root->n_transfers++;
 
-        timeout_ms = m->timeout_ms ? m->timeout_ms : c->sync_kv_timeout_ms;
+        timeout_ms = x->req.timeout_ms ? x->req.timeout_ms : c->sync_kv_timeout_ms;
         x->start_usec = now_usec(CLOCK_MONOTONIC);
         x->deadline_usec = x->start_usec + (usec_t)timeout_ms * USEC_PER_MSEC;
         x->timer = evtimer_new(root->link->base, transfer_on_deadline, x);
@@ -559,7 +551,7 @@ int transfer_start(TransferRoot *root, Cluster *c, const Kvdist__V1__Transfer *m
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot arm the transfer's deadline");
 
         if (x->link->peer) {
-                r = transfer_remote_start(x, m, err);
+                r = transfer_remote_start(x, err);
                 if (r < 0)
                         return r;
         } else {
@@ -571,7 +563,6 @@ int transfer_start(TransferRoot *root, Cluster *c, const Kvdist__V1__Transfer *m
         }
 
         x->done = done;
-        x->msg = m;
         completion_set_cancel(done, transfer_on_request_cancel, x);
         log_debug("transfer %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
                   " bytes in %zu segments over %s",

@@ -18,9 +18,8 @@
 #include "common/completion.h"
 #include "common/error.h"
 #include "common/time-util.h"
+#include "daemon/transfer/plan.h"
 #include "daemon/transport/transport.h"
-
-struct Kvdist__V1__Transfer;
 
 struct event;
 typedef struct Cluster Cluster;
@@ -28,9 +27,7 @@ typedef struct LinkRoot LinkRoot;
 typedef struct TransferRoot TransferRoot;
 typedef struct Link Link;
 typedef struct Peer Peer;
-struct ProtobufCMessage;
 typedef struct PeerCall PeerCall;
-typedef struct Plan Plan;
 typedef struct Region Region;
 typedef struct Transfer Transfer;
 
@@ -52,6 +49,47 @@ typedef enum TransferState {
 #define TRANSFER_MAX_REGIONS (2 * 240)
 #define TRANSFER_NOTIFY_MAX 256
 
+/* The fields of a request that shape its plan, whether a client or a peer asked (borrowed). */
+typedef struct TransferArgs {
+        TransferKind kind;
+        const uint64_t *src_blocks;
+        size_t n_src_blocks;
+        const uint64_t *dst_blocks;
+        size_t n_dst_blocks;
+        uint32_t local_batch_index; /* *_CACHE: the initiator's batch slot */
+        int64_t size;
+        PlanLayers src_layers;
+        PlanLayers dst_layers;
+        uint32_t tensor_num_per_layer;
+} TransferArgs;
+
+/*
+ * A client's pull or push as control/ decoded it, once: the transfer keeps it to the end.
+ * Nothing in it is checked yet (transfer_start() does); it owns its block lists and
+ * notification (transfer_request_done() frees them).
+ */
+typedef struct TransferRequest {
+        TransferArgs args; /* the block lists point into @blocks */
+        CacheKey key;      /* the remote cache: pull the source, push the destination */
+        Error key_err;     /* code != 0: the key did not decode, and why */
+        uint64_t local_cache_id;
+        bool src_layers_set; /* the client named the layer ranges (a peer is told as much) */
+        bool dst_layers_set;
+        uint32_t timeout_ms; /* 0: the cluster's sync_kv_timeout */
+        uint8_t *notify;     /* a push's notification for the destination cluster */
+        size_t notify_len;
+        uint64_t *blocks; /* src_blocks, then dst_blocks */
+} TransferRequest;
+
+/* What a transfer that succeeded moved: the client's answer says it. */
+typedef struct TransferResult {
+        uint64_t bytes;
+        uint32_t segments; /* copy operations after merging */
+} TransferResult;
+
+/* Frees what @req owns and clears it. */
+void transfer_request_done(TransferRequest *req);
+
 /* Where a transfer to or from a peer daemon stands. */
 typedef enum RemotePhase {
         REMOTE_NONE,      /* a local transfer */
@@ -65,10 +103,11 @@ struct Transfer {
         uint64_t id;
         TransferKind kind;
         TransferState state;
-        bool started;     /* accounted on its cluster, link, caches and the daemon */
-        Completion *done; /* answers the client; NULL once answered or the client is gone */
-        const struct Kvdist__V1__Transfer *msg; /* the request, kept by @done; NULL with it */
-        Cluster *cluster;                       /* the requesting cluster; NULL once it is gone */
+        bool started;           /* accounted on its cluster, link, caches and the daemon */
+        Completion *done;       /* answers the client; NULL once answered or the client is gone */
+        TransferRequest req;    /* as the client asked it, decoded */
+        TransferResult *result; /* filled before @done is answered OK */
+        Cluster *cluster;       /* the requesting cluster; NULL once it is gone */
         uint64_t cluster_id;
         Link *link; /* NULL once the link is gone */
         uint64_t remote_cluster_id;
@@ -83,10 +122,6 @@ struct Transfer {
         Error err;
         bool consume_key; /* a local pull by ReqKey of a pool cache ends the key when it
                            * succeeds (a peer's: the peer ends it, served.c) */
-        CacheKey key;
-        uint8_t notify[TRANSFER_NOTIFY_MAX]; /* push: for the destination cluster */
-        size_t notify_len;
-        bool has_notify;
 
         /* transfers to and from a peer daemon (transfer-remote.c) */
         RemotePhase phase;
@@ -105,12 +140,14 @@ struct Transfer {
 };
 
 /*
- * Validates and starts in @root the transfer @m asks for (a kvdist.v1.Transfer from @cluster,
- * kept by @done until it is answered). On success the transfer holds @done and answers it later. On
- * failure returns a STATUS_* status with @err filled; @done is still the caller's.
+ * Validates and starts in @root the transfer @req asks for (from @cluster), taking what @req owns
+ * either way (it is left empty). On success the transfer holds @done and answers it later: on
+ * success with completion_reply_ok() once *@ret_result (which the caller keeps as long as @done)
+ * says what moved. On failure returns a STATUS_* status with @err filled; @done is still the
+ * caller's.
  */
-int transfer_start(TransferRoot *root, Cluster *cluster, const struct Kvdist__V1__Transfer *m,
-                   Completion *done, Error *err);
+int transfer_start(TransferRoot *root, Cluster *cluster, TransferRequest *req, Completion *done,
+                   TransferResult *ret_result, Error *err);
 
 /*
  * Called once nothing moves @x's bytes any more: @status is STATUS_OK when every byte landed.
@@ -156,11 +193,7 @@ void transfer_end_key(LinkRoot *link, const CacheKey *key, const Cache *read);
  * Continues transfer_start() for a link over a peer: asks the peer, which resolves the key and
  * checks the request against what it has now. A STATUS_* status on failure.
  */
-int transfer_remote_start(Transfer *x, const struct Kvdist__V1__Transfer *m, Error *err);
-
-/* A peer says one of our transfers it served is over (transfer_listen() registers it). */
-void transfer_remote_handle_done(void *userdata, Peer *p, uint64_t request_id,
-                                 const struct ProtobufCMessage *msg);
+int transfer_remote_start(Transfer *x, Error *err);
 
 /* Stops a remote transfer (transfer_fail() calls it instead of the transport's cancel). */
 void transfer_remote_cancel(Transfer *x);

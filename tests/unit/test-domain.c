@@ -1,0 +1,1060 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests for comm domains: the membership state machine and the calls, driven by hand. A
+ * DomainRegistry is built over a bare LinkRoot and an event base; what it sends to other
+ * daemons goes to a recorder (its DomainPeerOps), and what other daemons send comes in as the
+ * decoded messages domain-codec.c would hand over. No sockets, no threads, no sleeps: timers
+ * are fired by making their events active.
+ */
+#include <event2/event.h>
+#include <kvdist/kvdist.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/status.h"
+#include "daemon/domain/domain-internal.h"
+#include "daemon/link/cluster.h"
+#include "daemon/link/link-root.h"
+#include "daemon/link/link.h"
+#include "daemon/link/peer.h"
+#include "daemon/memory/region.h"
+
+/* After the daemon's headers: Check defines a macro named fail (CompletionOps has a member). */
+#include <check.h>
+
+/* The node ids and domain id of the other daemon in these tests. */
+#define THEIR_NODE 900
+#define THEIR_DOMAIN 77
+
+/* What the registry sent, as the recorder saw it. */
+typedef enum SentKind {
+        SENT_DIAL,
+        SENT_JOIN,
+        SENT_JOIN_ANSWER,
+        SENT_JOIN_REFUSE,
+        SENT_LINKED,
+        SENT_READY,
+        SENT_LEAVE,
+        SENT_XFER,
+        SENT_LINK_ASK,
+        SENT_LINK_CONNECT,
+        SENT_LINK_MAKE,
+        SENT_LINK_GIVE_BACK,
+} SentKind;
+
+typedef struct Sent {
+        SentKind kind;
+        Peer *peer;
+        uint64_t dst_domain_id;
+        uint64_t src_domain_id;
+        uint32_t src_rank; /* JOIN, LINKED, XFER; READY and LEAVE: the rank */
+        uint32_t dst_rank;
+        int status; /* LEAVE, XFER, JOIN_REFUSE */
+        char detail[ERROR_MSG_MAX];
+        bool flag;        /* JOIN_ANSWER: joined; LINKED: rdma */
+        uint32_t xfer;    /* XFER: the kind */
+        DomainPair *pair; /* JOIN: to answer */
+        PairLink *pl;     /* LINK_*: to answer */
+} Sent;
+
+/* A pair link's answer: the recorder's stand-in for the peer's PeerLinkReply. */
+struct DomainLinkOffer {
+        uint64_t link_id;
+};
+
+static struct event_base *base;
+static IdSource ids;
+static Limits limits;
+static TransportSet transports;
+static LinkRoot root;
+static uint32_t link_total_time_ms = 60000;
+static DomainRegistry *reg;
+static Peer *them; /* the other daemon, READY */
+static Sent sent[64];
+static size_t n_sent;
+static Link *made[8]; /* the links link_make() "made" */
+static size_t n_made;
+static char call_token; /* what a PeerCall handle points at */
+
+static Sent *record(SentKind kind, Peer *p)
+{
+        ck_assert_uint_lt(n_sent, sizeof(sent) / sizeof(sent[0]));
+        sent[n_sent] = (Sent){.kind = kind, .peer = p};
+        return &sent[n_sent++];
+}
+
+/* The @n-th (0-based) recorded message of @kind, or NULL. */
+static Sent *sent_nth(SentKind kind, size_t n)
+{
+        for (size_t i = 0; i < n_sent; i++)
+                if (sent[i].kind == kind && n-- == 0)
+                        return &sent[i];
+        return NULL;
+}
+
+static size_t sent_count(SentKind kind)
+{
+        size_t n = 0;
+
+        for (size_t i = 0; i < n_sent; i++)
+                n += sent[i].kind == kind;
+        return n;
+}
+
+/* ---- the recorder (DomainPeerOps) ---- */
+
+static int rec_dial(LinkRoot *link, const char *address, Peer **ret, Error *err)
+{
+        record(SENT_DIAL, them);
+        *ret = them;
+        return 0;
+}
+
+static char waiter_token; /* what a PeerWaiter handle points at */
+
+static int rec_when_ready(Peer *p, domain_ready_fn fn, void *userdata, PeerWaiter **ret_waiter)
+{
+        /* As peer_when_ready() does: a READY peer answers from inside, another one later
+         * (never, here). */
+        if (p->state != PEER_READY) {
+                *ret_waiter = (PeerWaiter *)&waiter_token;
+                return 0;
+        }
+        *ret_waiter = NULL;
+        fn(p, STATUS_OK, NULL, userdata);
+        return 0;
+}
+
+static void rec_waiter_cancel(PeerWaiter *w)
+{
+}
+
+static int rec_join_ask(Peer *p, const DomainJoinMsg *m, DomainPair *pair, PeerCall **ret_call)
+{
+        Sent *s = record(SENT_JOIN, p);
+
+        s->src_domain_id = m->src_domain_id;
+        s->src_rank = m->src_rank;
+        s->dst_rank = m->dst_rank;
+        (void)snprintf(s->detail, sizeof(s->detail), "%s", m->comm_name);
+        ck_assert_uint_eq(m->digest_len, SHA256_DIGEST_SIZE);
+        s->pair = pair;
+        *ret_call = (PeerCall *)&call_token;
+        return 0;
+}
+
+static void rec_join_forget(PeerCall *call)
+{
+}
+
+static void rec_join_answer(Peer *p, uint64_t request_id, const DomainJoinAnswer *a)
+{
+        Sent *s = record(SENT_JOIN_ANSWER, p);
+
+        s->flag = a->joined;
+        s->dst_domain_id = a->dst_domain_id;
+}
+
+static void rec_join_refuse(Peer *p, uint64_t request_id, const Error *err)
+{
+        Sent *s = record(SENT_JOIN_REFUSE, p);
+
+        s->status = err->code;
+        (void)snprintf(s->detail, sizeof(s->detail), "%s", err->msg);
+}
+
+static int rec_linked(Peer *p, const DomainLinkedMsg *m)
+{
+        Sent *s = record(SENT_LINKED, p);
+
+        s->dst_domain_id = m->dst_domain_id;
+        s->src_domain_id = m->src_domain_id;
+        s->src_rank = m->src_rank;
+        s->dst_rank = m->dst_rank;
+        s->flag = m->rdma;
+        return 0;
+}
+
+static int rec_ready(Peer *p, const DomainReadyMsg *m)
+{
+        Sent *s = record(SENT_READY, p);
+
+        s->dst_domain_id = m->dst_domain_id;
+        s->src_domain_id = m->src_domain_id;
+        s->src_rank = m->rank;
+        return 0;
+}
+
+static int rec_leave(Peer *p, const DomainLeaveMsg *m)
+{
+        Sent *s = record(SENT_LEAVE, p);
+
+        s->dst_domain_id = m->dst_domain_id;
+        s->src_domain_id = m->src_domain_id;
+        s->src_rank = m->rank;
+        s->status = m->status;
+        (void)snprintf(s->detail, sizeof(s->detail), "%s", m->detail);
+        return 0;
+}
+
+static int rec_xfer(Peer *p, const DomainXferMsg *m)
+{
+        Sent *s = record(SENT_XFER, p);
+
+        s->dst_domain_id = m->dst_domain_id;
+        s->src_domain_id = m->src_domain_id;
+        s->src_rank = m->src_rank;
+        s->dst_rank = m->dst_rank;
+        s->xfer = m->kind;
+        s->status = m->status;
+        (void)snprintf(s->detail, sizeof(s->detail), "%s", m->detail);
+        return 0;
+}
+
+static int rec_link_ask(PairLink *pl, Cluster *c, Peer *p, PeerCall **ret_call)
+{
+        record(SENT_LINK_ASK, p)->pl = pl;
+        *ret_call = (PeerCall *)&call_token;
+        return 0;
+}
+
+static void rec_link_forget(PairLink *pl)
+{
+}
+
+static void rec_link_connect(PairLink *pl, Peer *p)
+{
+        record(SENT_LINK_CONNECT, p)->pl = pl;
+}
+
+static void rec_link_give_back(PairLink *pl)
+{
+        record(SENT_LINK_GIVE_BACK, pl->peer)->pl = pl;
+}
+
+static int rec_link_make(PairLink *pl, Cluster *c, const char *reason, Link **ret, Error *err)
+{
+        Link *l = calloc(1, sizeof(*l));
+
+        ck_assert_ptr_nonnull(l);
+        ck_assert_uint_lt(n_made, sizeof(made) / sizeof(made[0]));
+        l->id = id_source_next(&ids);
+        made[n_made++] = l;
+        record(SENT_LINK_MAKE, pl->peer)->pl = pl;
+        *ret = l;
+        return 0;
+}
+
+static void rec_offer_free(DomainLinkOffer *o)
+{
+        free(o);
+}
+
+static const DomainPeerOps recorder = {
+        .dial = rec_dial,
+        .when_ready = rec_when_ready,
+        .waiter_cancel = rec_waiter_cancel,
+        .join_ask = rec_join_ask,
+        .join_forget = rec_join_forget,
+        .join_answer = rec_join_answer,
+        .join_refuse = rec_join_refuse,
+        .linked = rec_linked,
+        .ready = rec_ready,
+        .leave = rec_leave,
+        .xfer = rec_xfer,
+        .link_ask = rec_link_ask,
+        .link_forget = rec_link_forget,
+        .link_connect = rec_link_connect,
+        .link_give_back = rec_link_give_back,
+        .link_make = rec_link_make,
+        .offer_free = rec_offer_free,
+};
+
+/* ---- the fixture ---- */
+
+static void setup(void)
+{
+        DomainRoots roots = {
+                .link = &root,
+                .transports = &transports,
+                .link_total_time_ms = &link_total_time_ms,
+        };
+
+        base = event_base_new();
+        ck_assert_ptr_nonnull(base);
+        ids = (IdSource){0};
+        limits = (Limits){.max_region_size = 1 << 20, .max_inflight_per_client = 8};
+        transports = (TransportSet){.base = base};
+        root = (LinkRoot){.base = base, .ids = &ids, .transports = &transports, .node_id = 1};
+        root.options.limits = &limits;
+        link_root_init(&root);
+        ck_assert_int_eq(domain_registry_new(&roots, &reg), 0);
+        reg->peer = &recorder;
+        them = calloc(1, sizeof(*them));
+        ck_assert_ptr_nonnull(them);
+        them->root = &root;
+        them->state = PEER_READY;
+        them->node_id = THEIR_NODE;
+        n_sent = 0;
+        n_made = 0;
+}
+
+static void teardown(void)
+{
+        Cluster *c, *tmp;
+
+        reg = domain_registry_free(reg);
+        CLIST_FOREACH_SAFE (c, tmp, &root.clusters, link_daemon)
+                cluster_free(c);
+        for (size_t i = 0; i < n_made; i++)
+                free(made[i]);
+        free(them);
+        link_root_done(&root);
+        event_base_free(base);
+}
+
+/* Runs what the event loop has ready (the calls' drain, timers made active). */
+static void loop_once(void)
+{
+        ck_assert_int_ge(event_base_loop(base, EVLOOP_NONBLOCK), 0);
+}
+
+static Cluster *cluster(uint64_t id)
+{
+        Cluster *c;
+
+        ck_assert_int_eq(cluster_new(&root, NULL, id, 0, (int32_t)id % 8, 1000, &c), 0);
+        return c;
+}
+
+/*
+ * A domain of @n ranks as domain_handle_link() builds it: rank r is cluster 100 * (r + 1), local
+ * where @local[r]; @joined[r] local members called link (with their cluster in @clusters).
+ */
+static Domain *domain_make(const char *name, unsigned n, const bool *local, Cluster **clusters)
+{
+        Domain *dom;
+
+        ck_assert_int_eq(domain_new(reg, &dom), 0);
+        (void)snprintf(dom->name, sizeof(dom->name), "%s", name);
+        memset(dom->digest, 0x5a, sizeof(dom->digest));
+        dom->n_ranks = n;
+        for (uint32_t o = 0; o < n; o++) {
+                DomainRank *r = &dom->ranks[o];
+
+                *r = (DomainRank){.dom = dom, .rank = o, .cluster_id = 100 * (o + 1)};
+                r->local = local[o];
+                r->device_id = (int32_t)o;
+                (void)snprintf(r->address, sizeof(r->address), "10.0.0.%u:7400", local[o] ? 1 : 2);
+                (void)snprintf(r->server_id, sizeof(r->server_id), "s%u", local[o] ? 1 : 2);
+                for (uint32_t k = 0; k < n; k++)
+                        r->pairs[k] = (DomainPair){.dom = dom, .m = o, .o = k};
+        }
+        for (uint32_t o = 0; o < n; o++)
+                if (clusters && clusters[o]) {
+                        dom->ranks[o].joined = true;
+                        dom->ranks[o].cluster = clusters[o];
+                        dom->ranks[o].seq = id_source_next_seq(&ids);
+                }
+        ck_assert_int_eq(domain_start(dom), 0);
+        domain_join_progress(dom);
+        return dom;
+}
+
+/* A local member calls link after the domain exists. */
+static void domain_join_local(Domain *dom, uint32_t rank, Cluster *c)
+{
+        dom->ranks[rank].joined = true;
+        dom->ranks[rank].cluster = c;
+        dom->ranks[rank].seq = id_source_next_seq(&ids);
+        domain_join_progress(dom);
+}
+
+/* The other daemon answers our @n-th join ask: joined, with its domain id. */
+static void answer_join(size_t n)
+{
+        Sent *s = sent_nth(SENT_JOIN, n);
+
+        ck_assert_ptr_nonnull(s);
+        domain_join_on_reply(s->pair, them, STATUS_OK, NULL,
+                             &(DomainJoinAnswer){.joined = true, .dst_domain_id = THEIR_DOMAIN});
+}
+
+/* The other daemon grants our @n-th pair link, and its transport connects over TCP. */
+static void grant_link(size_t n)
+{
+        Sent *s = sent_nth(SENT_LINK_ASK, n);
+        DomainLinkOffer *offer = calloc(1, sizeof(*offer));
+
+        ck_assert_ptr_nonnull(s);
+        ck_assert_ptr_nonnull(offer);
+        domain_pair_link_on_reply(s->pl, them, STATUS_OK, NULL, offer);
+        s = sent_nth(SENT_LINK_CONNECT, n);
+        ck_assert_ptr_nonnull(s);
+        domain_pair_link_on_transport(&s->pl->transport, NULL, NULL, s->pl);
+}
+
+static void their_linked(Domain *dom, uint32_t src, uint32_t dst)
+{
+        domain_peer_on_linked(reg, them,
+                              &(DomainLinkedMsg){.dst_domain_id = dom->id,
+                                                 .src_domain_id = THEIR_DOMAIN,
+                                                 .src_rank = src,
+                                                 .dst_rank = dst});
+}
+
+static void their_ready(Domain *dom, uint32_t rank)
+{
+        domain_peer_on_ready(reg, them,
+                             &(DomainReadyMsg){.dst_domain_id = dom->id,
+                                               .src_domain_id = THEIR_DOMAIN,
+                                               .rank = rank});
+}
+
+/* What rank 1's daemon asks of our rank 0 in a 2-rank @dom: whether it joined. */
+static DomainJoinMsg their_join(const Domain *dom)
+{
+        return (DomainJoinMsg){
+                .comm_name = dom->name,
+                .digest = dom->digest,
+                .digest_len = sizeof(dom->digest),
+                .n_members = 2,
+                .src_rank = 1,
+                .dst_rank = 0,
+                .src_domain_id = THEIR_DOMAIN,
+        };
+}
+
+/* Rank 0 here (cluster 100), rank 1 behind the other daemon, formed to OK. */
+static Domain *form_two(void)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom = domain_make("two", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+
+        answer_join(0);
+        grant_link(0);
+        their_linked(dom, 1, 0);
+        their_ready(dom, 1);
+        ck_assert_int_eq(dom->state, DOMAIN_OK);
+        return dom;
+}
+
+/* ---- forming ---- */
+
+START_TEST(test_form_two)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom = domain_make("two", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+        DomainQueryResult q;
+        Error err = ERROR_INIT;
+        Sent *s;
+
+        /* The set-up dials rank 1's daemon and asks whether rank 1 joined. */
+        ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
+        ck_assert_int_eq(dom->setup, SETUP_ACTIVE);
+        ck_assert_uint_eq(sent_count(SENT_DIAL), 1);
+        s = sent_nth(SENT_JOIN, 0);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_ptr_eq(s->peer, them);
+        ck_assert_uint_eq(s->src_domain_id, dom->id);
+        ck_assert_uint_eq(s->src_rank, 0);
+        ck_assert_uint_eq(s->dst_rank, 1);
+        ck_assert_str_eq(s->detail, "two");
+        ck_assert_uint_eq(sent_count(SENT_LINK_ASK), 0);
+
+        /* Joined: our cluster asks for its pair link. */
+        answer_join(0);
+        ck_assert(dom->ranks[0].pairs[1].joined);
+        ck_assert_uint_eq(dom->ranks[1].domain_id, THEIR_DOMAIN);
+        ck_assert_uint_eq(sent_count(SENT_LINK_ASK), 1);
+        ck_assert_uint_eq(sent_count(SENT_LINKED), 0);
+
+        /* Granted and connected: we say our side is linked, over TCP. */
+        grant_link(0);
+        s = sent_nth(SENT_LINKED, 0);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_uint_eq(s->dst_domain_id, THEIR_DOMAIN);
+        ck_assert_uint_eq(s->src_domain_id, dom->id);
+        ck_assert_uint_eq(s->src_rank, 0);
+        ck_assert_uint_eq(s->dst_rank, 1);
+        ck_assert(!s->flag);
+        ck_assert_uint_eq(sent_count(SENT_READY), 0);
+
+        /* Their side is linked: rank 0 is ready and says so; the domain waits for rank 1. */
+        their_linked(dom, 1, 0);
+        s = sent_nth(SENT_READY, 0);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_uint_eq(s->dst_domain_id, THEIR_DOMAIN);
+        ck_assert_uint_eq(s->src_rank, 0);
+        ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
+        ck_assert_int_eq(domain_handle_query(reg, c0, dom->id, &q, &err), 0);
+        ck_assert_uint_eq(q.mem_status, KVD_MEM_STATUS_PREPARING);
+
+        /* Rank 1 is ready: the links are made and the domain is OK. */
+        their_ready(dom, 1);
+        ck_assert_int_eq(dom->state, DOMAIN_OK);
+        ck_assert_uint_eq(sent_count(SENT_LINK_MAKE), 1);
+        ck_assert_int_eq(dom->setup, SETUP_NONE);
+        ck_assert_uint_eq(reg->formed, 1);
+        ck_assert_int_eq(domain_handle_query(reg, c0, dom->id, &q, &err), 0);
+        ck_assert_uint_eq(q.mem_status, KVD_MEM_STATUS_OK);
+        ck_assert_ptr_null(q.reason);
+        ck_assert_uint_eq(sent_count(SENT_LEAVE), 0);
+}
+END_TEST
+
+START_TEST(test_form_three)
+{
+        Cluster *c0 = cluster(100), *c1 = cluster(200);
+        Domain *dom =
+                domain_make("three", 3, (bool[]){true, true, false}, (Cluster *[]){c0, NULL, NULL});
+
+        /* Only rank 0 called link: it asks rank 2's daemon; nothing is linked locally yet. */
+        ck_assert_uint_eq(sent_count(SENT_JOIN), 1);
+        answer_join(0);
+        grant_link(0);
+        their_linked(dom, 2, 0);
+        ck_assert_uint_eq(sent_count(SENT_READY), 0);
+        ck_assert(!dom->ranks[0].ready);
+
+        /* Rank 1 calls link: its pair with rank 0 joins here, it asks rank 2's daemon too. */
+        domain_join_local(dom, 1, c1);
+        ck_assert(dom->ranks[0].pairs[1].joined && dom->ranks[1].pairs[0].joined);
+        ck_assert_uint_eq(sent_count(SENT_JOIN), 2);
+        ck_assert_uint_eq(sent_nth(SENT_JOIN, 1)->src_rank, 1);
+        answer_join(1);
+        grant_link(1);
+        ck_assert_uint_eq(sent_count(SENT_LINKED), 2);
+        ck_assert_uint_eq(sent_nth(SENT_LINKED, 1)->src_rank, 1);
+        ck_assert_uint_eq(sent_nth(SENT_LINKED, 1)->dst_rank, 2);
+        their_linked(dom, 2, 1);
+
+        /* Both local ranks are ready and say so (rank 0 first); rank 2 is not yet. */
+        ck_assert_uint_eq(sent_count(SENT_READY), 2);
+        ck_assert_uint_eq(sent_nth(SENT_READY, 0)->src_rank, 0);
+        ck_assert_uint_eq(sent_nth(SENT_READY, 1)->src_rank, 1);
+        ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
+        their_ready(dom, 2);
+        ck_assert_int_eq(dom->state, DOMAIN_OK);
+
+        /* The remote pairs' links came from the answers, the local pair's links are real. */
+        ck_assert_uint_eq(sent_count(SENT_LINK_MAKE), 2);
+        ck_assert_ptr_nonnull(link_find(c0, 200));
+        ck_assert_ptr_nonnull(link_find(c1, 100));
+}
+END_TEST
+
+/* We are the daemon asked: rank 1's daemon asks whether our rank 0 joined. */
+START_TEST(test_answer_join)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom = domain_make("asked", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+        DomainJoinMsg m = their_join(dom);
+        Sent *s;
+
+        domain_peer_on_join(reg, them, 5, &m);
+        s = sent_nth(SENT_JOIN_ANSWER, 0);
+        ck_assert_ptr_nonnull(s);
+        ck_assert(s->flag);
+        ck_assert_uint_eq(s->dst_domain_id, dom->id);
+        ck_assert(dom->ranks[0].pairs[1].joined);
+        ck_assert_uint_eq(dom->ranks[1].domain_id, THEIR_DOMAIN);
+        ck_assert(dom->ranks[1].ever_joined);
+        /* The pair joined: our cluster asks for its link. */
+        ck_assert_uint_eq(sent_count(SENT_LINK_ASK), 1);
+
+        /* Asked again (a retry): the same answer, nothing more happens. */
+        domain_peer_on_join(reg, them, 6, &m);
+        ck_assert_uint_eq(sent_count(SENT_JOIN_ANSWER), 2);
+        ck_assert(sent_nth(SENT_JOIN_ANSWER, 1)->flag);
+        ck_assert_uint_eq(sent_count(SENT_LINK_ASK), 1);
+
+        /* A domain nobody here linked yet: not joined, ask again. */
+        m.comm_name = "other";
+        domain_peer_on_join(reg, them, 7, &m);
+        ck_assert(!sent_nth(SENT_JOIN_ANSWER, 2)->flag);
+        ck_assert_uint_eq(sent_nth(SENT_JOIN_ANSWER, 2)->dst_domain_id, 0);
+}
+END_TEST
+
+/* ---- leaving and losing ---- */
+
+START_TEST(test_their_leave)
+{
+        Domain *dom = form_two();
+        DomainQueryResult q;
+        Error err = ERROR_INIT;
+
+        domain_peer_on_leave(reg, them,
+                             &(DomainLeaveMsg){.dst_domain_id = dom->id,
+                                               .src_domain_id = THEIR_DOMAIN,
+                                               .rank = 1,
+                                               .status = STATUS_LINK_FAILED,
+                                               .detail = "unlinked"});
+        ck_assert_int_eq(dom->state, DOMAIN_FAILED);
+        ck_assert_int_eq(dom->fail_code, STATUS_LINK_FAILED);
+        ck_assert_ptr_nonnull(strstr(dom->reason, "rank 1 (cluster 200 at 10.0.0.2:7400) left"));
+        ck_assert_ptr_nonnull(strstr(dom->reason, "unlinked"));
+        ck_assert_uint_eq(reg->failed, 1);
+        /* Our member tells the other daemon that it leaves too, with the same status. */
+        ck_assert_uint_eq(sent_count(SENT_LEAVE), 1);
+        ck_assert_uint_eq(sent_nth(SENT_LEAVE, 0)->src_rank, 0);
+        ck_assert_int_eq(sent_nth(SENT_LEAVE, 0)->status, STATUS_LINK_FAILED);
+        ck_assert_uint_eq(sent_nth(SENT_LEAVE, 0)->dst_domain_id, THEIR_DOMAIN);
+        /* The client sees FAILED with the status and the reason. */
+        ck_assert_int_eq(domain_handle_query(reg, dom->ranks[0].cluster, dom->id, &q, &err), 0);
+        ck_assert_uint_eq(q.mem_status, KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(q.failure, STATUS_LINK_FAILED);
+        ck_assert_str_eq(q.reason, dom->reason);
+}
+END_TEST
+
+/* A member leaves while our pair link is granted but not made: it is given back. */
+START_TEST(test_leave_while_linking)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom = domain_make("two", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+
+        answer_join(0);
+        grant_link(0);
+        ck_assert_uint_eq(sent_count(SENT_LINK_GIVE_BACK), 0);
+        domain_peer_on_leave(reg, them,
+                             &(DomainLeaveMsg){.dst_domain_id = dom->id,
+                                               .src_domain_id = THEIR_DOMAIN,
+                                               .rank = 1,
+                                               .status = STATUS_PEER_LOST,
+                                               .detail = "detached"});
+        ck_assert_int_eq(dom->state, DOMAIN_FAILED);
+        ck_assert_int_eq(dom->fail_code, STATUS_PEER_LOST);
+        ck_assert_uint_eq(sent_count(SENT_LINK_GIVE_BACK), 1);
+        ck_assert_ptr_eq(sent_nth(SENT_LINK_GIVE_BACK, 0)->peer, them);
+        ck_assert_uint_eq(sent_count(SENT_LINK_MAKE), 0);
+        ck_assert_ptr_null(link_find(c0, 200));
+}
+END_TEST
+
+START_TEST(test_our_unlink)
+{
+        Domain *dom = form_two();
+        Cluster *c0 = dom->ranks[0].cluster;
+        uint64_t id = dom->id;
+        Error err = ERROR_INIT;
+        Sent *s;
+
+        ck_assert_int_eq(domain_handle_unlink(reg, c0, id, &err), 0);
+        s = sent_nth(SENT_LEAVE, 0);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_uint_eq(s->dst_domain_id, THEIR_DOMAIN);
+        ck_assert_uint_eq(s->src_domain_id, id);
+        ck_assert_uint_eq(s->src_rank, 0);
+        ck_assert_int_eq(s->status, STATUS_LINK_FAILED);
+        ck_assert_ptr_nonnull(strstr(s->detail, "unlinked"));
+        /* No member is left here: the domain is gone. */
+        ck_assert_ptr_null(domain_find_id(reg, id));
+        ck_assert_int_eq(domain_handle_unlink(reg, c0, id, &err), STATUS_PARAM_INVALID);
+}
+END_TEST
+
+START_TEST(test_peer_lost)
+{
+        Domain *dom = form_two();
+
+        them->state = PEER_CLOSED;
+        domain_on_peer_lost(reg, them, STATUS_PEER_LOST);
+        ck_assert_int_eq(dom->state, DOMAIN_FAILED);
+        ck_assert_int_eq(dom->fail_code, STATUS_PEER_LOST);
+        ck_assert_ptr_nonnull(strstr(dom->reason, "the daemon of rank 1"));
+        ck_assert_ptr_nonnull(strstr(dom->reason, "the connection to it was lost"));
+        /* Nobody to tell. */
+        ck_assert_uint_eq(sent_count(SENT_LEAVE), 0);
+}
+END_TEST
+
+/* A peer lost before any pair with it joined only delays the set-up. */
+START_TEST(test_peer_lost_before_join)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom = domain_make("early", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+
+        /* The connection goes while our question is out: asked again once it is back. */
+        them->state = PEER_CLOSED;
+        domain_join_on_reply(sent_nth(SENT_JOIN, 0)->pair, them, STATUS_PEER_LOST, NULL, NULL);
+        ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
+        domain_on_peer_lost(reg, them, STATUS_PEER_LOST);
+        ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
+}
+END_TEST
+
+START_TEST(test_formation_deadline)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom = domain_make("late", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+
+        /* link_total_time passes with rank 1 never having called link. */
+        event_active(dom->deadline, EV_TIMEOUT, 1);
+        loop_once();
+        ck_assert_int_eq(dom->state, DOMAIN_FAILED);
+        ck_assert_int_eq(dom->fail_code, STATUS_TIMEOUT);
+        ck_assert_ptr_nonnull(strstr(dom->reason, "rank 1 (cluster 200 at 10.0.0.2:7400) did not "
+                                                  "call link"));
+}
+END_TEST
+
+/* ---- what peers may not do ---- */
+
+START_TEST(test_bad_notices)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom = domain_make("bad", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+        uint64_t refused = root.counters.peer_requests_refused;
+        DomainXferMsg x = {.dst_domain_id = 999, .kind = 1, .src_domain_id = THEIR_DOMAIN};
+
+        answer_join(0);
+
+        /* An unknown domain, a wrong incarnation, a rank out of range, a rank of ours: each is
+         * refused and changes nothing. */
+        domain_peer_on_linked(reg, them,
+                              &(DomainLinkedMsg){.dst_domain_id = 999,
+                                                 .src_domain_id = THEIR_DOMAIN,
+                                                 .src_rank = 1,
+                                                 .dst_rank = 0});
+        domain_peer_on_linked(reg, them,
+                              &(DomainLinkedMsg){.dst_domain_id = dom->id,
+                                                 .src_domain_id = THEIR_DOMAIN + 1,
+                                                 .src_rank = 1,
+                                                 .dst_rank = 0});
+        domain_peer_on_linked(reg, them,
+                              &(DomainLinkedMsg){.dst_domain_id = dom->id,
+                                                 .src_domain_id = THEIR_DOMAIN,
+                                                 .src_rank = 1,
+                                                 .dst_rank = UINT32_MAX});
+        ck_assert(!dom->ranks[0].pairs[1].in_done);
+        domain_peer_on_ready(reg, them,
+                             &(DomainReadyMsg){.dst_domain_id = dom->id,
+                                               .src_domain_id = THEIR_DOMAIN,
+                                               .rank = 2});
+        domain_peer_on_ready(reg, them,
+                             &(DomainReadyMsg){.dst_domain_id = dom->id,
+                                               .src_domain_id = THEIR_DOMAIN,
+                                               .rank = 0});
+        ck_assert(!dom->ranks[0].ready && !dom->ranks[1].ready);
+        domain_peer_on_leave(reg, them,
+                             &(DomainLeaveMsg){.dst_domain_id = dom->id,
+                                               .src_domain_id = THEIR_DOMAIN,
+                                               .rank = 0,
+                                               .status = STATUS_FAILED,
+                                               .detail = ""});
+        domain_lane_on_xfer(reg, them, &x);
+        x.dst_domain_id = dom->id;
+        x.src_rank = 5;
+        domain_lane_on_xfer(reg, them, &x);
+        ck_assert_uint_eq(root.counters.peer_requests_refused, refused + 8);
+        ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
+        ck_assert_uint_eq(sent_count(SENT_LEAVE), 0);
+        ck_assert_uint_eq(sent_count(SENT_READY), 0);
+}
+END_TEST
+
+START_TEST(test_bad_joins)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom = domain_make("joins", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+        DomainJoinMsg good = their_join(dom), m;
+        Sent *s;
+
+        /* Malformed: a rank asking about itself, ranks past any domain, no domain id. */
+        m = good, m.dst_rank = 1;
+        domain_peer_on_join(reg, them, 1, &m);
+        m = good, m.src_rank = DOMAIN_MAX_RANKS;
+        domain_peer_on_join(reg, them, 2, &m);
+        m = good, m.src_domain_id = 0;
+        domain_peer_on_join(reg, them, 3, &m);
+        /* Ranks that are not on the asked and the asking side. */
+        m = good, m.src_rank = 0, m.dst_rank = 1;
+        domain_peer_on_join(reg, them, 4, &m);
+        ck_assert_uint_eq(sent_count(SENT_JOIN_REFUSE), 4);
+        for (size_t i = 0; i < 4; i++)
+                ck_assert_int_eq(sent_nth(SENT_JOIN_REFUSE, i)->status, STATUS_PROTOCOL_MISMATCH);
+        ck_assert(!dom->ranks[0].pairs[1].joined);
+        ck_assert_uint_eq(dom->ranks[1].domain_id, 0);
+
+        /* Joined once; a second join as another incarnation of the domain is refused. */
+        domain_peer_on_join(reg, them, 5, &good);
+        ck_assert(sent_nth(SENT_JOIN_ANSWER, 0)->flag);
+        m = good, m.src_domain_id = THEIR_DOMAIN + 1;
+        domain_peer_on_join(reg, them, 6, &m);
+        s = sent_nth(SENT_JOIN_REFUSE, 4);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_int_eq(s->status, STATUS_PROTOCOL_MISMATCH);
+        ck_assert_ptr_nonnull(strstr(s->detail, "another incarnation"));
+        ck_assert_uint_eq(dom->ranks[1].domain_id, THEIR_DOMAIN);
+        ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
+
+        /* Another rank table fails the domain here (documented: the tables disagree). */
+        m = good;
+        m.digest_len = 3;
+        domain_peer_on_join(reg, them, 7, &m);
+        s = sent_nth(SENT_JOIN_REFUSE, 5);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_int_eq(s->status, STATUS_PARAM_INVALID);
+        ck_assert_int_eq(dom->state, DOMAIN_FAILED);
+        ck_assert_int_eq(dom->fail_code, STATUS_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(dom->reason, "the rank tables disagree"));
+
+        /* A failed domain refuses with its own status. */
+        domain_peer_on_join(reg, them, 8, &good);
+        ck_assert_int_eq(sent_nth(SENT_JOIN_REFUSE, 6)->status, STATUS_PARAM_INVALID);
+}
+END_TEST
+
+/* ---- calls ---- */
+
+static int replies;
+static DomainReply last_reply;
+static int32_t last_rets[4];
+
+static int call_reply(Completion *done, const DomainReply *r)
+{
+        replies++;
+        last_reply = *r;
+        ck_assert_uint_le(r->n_rets, 4);
+        if (r->n_rets > 0)
+                memcpy(last_rets, r->rets, r->n_rets * sizeof(*r->rets));
+        last_reply.rets = last_rets;
+        last_reply.detail = NULL;
+        return 0;
+}
+
+static int cpl_reply(Completion *cpl, const struct ProtobufCMessage *reply, int fd)
+{
+        ck_abort_msg("a domain call answers through its reply function");
+        return 0;
+}
+
+static int cpl_fail(Completion *cpl, int status, const Error *err)
+{
+        ck_abort_msg("a batch send/recv answers with its per-item statuses");
+        return 0;
+}
+
+static void cpl_drop(Completion *cpl)
+{
+}
+
+static const CompletionOps cpl_ops = {.reply = cpl_reply, .fail = cpl_fail, .drop = cpl_drop};
+
+/* A region of @c at client address 0x10000. */
+static Region *region(Cluster *c)
+{
+        Region *r;
+
+        ck_assert_int_eq(region_new_memfd("test-domain", 4096, 1, &r), 0);
+        r->client_addr = 0x10000;
+        clist_link_tail(&c->regions, &r->link_owner);
+        return r;
+}
+
+/* Starts a batch of one send of 16 floats from rank 0 to rank 1. */
+static void send_one(Domain *dom, Completion *done)
+{
+        DomainSendRecvItem it = {
+                .addr = 0x10000, .count = 16, .dtype = KVD_DT_FLOAT, .remote_rank = 1};
+        Error err = ERROR_INIT;
+
+        ck_assert_int_eq(domain_handle_send_recv(reg, dom->ranks[0].cluster,
+                                                 &(DomainSendRecvArgs){.comm_id = dom->id,
+                                                                       .items = &it,
+                                                                       .n_items = 1,
+                                                                       .timeout_ms = 1000},
+                                                 done, call_reply, &err),
+                         COMPLETION_PENDING);
+}
+
+START_TEST(test_send_deadline)
+{
+        Domain *dom = form_two();
+        Region *r = region(dom->ranks[0].cluster);
+        Completion done = {.ops = &cpl_ops};
+        DomainCall *call;
+        Sent *s;
+
+        replies = 0;
+        send_one(dom, &done);
+        /* A send waits for the receiver's READY; none comes before the deadline. */
+        ck_assert_uint_eq(domain_calls_in_flight(reg), 1);
+        call = clist_first_entry(&dom->calls, DomainCall, link_domain);
+        event_active(call->timer, EV_TIMEOUT, 1);
+        loop_once();
+        loop_once();
+        ck_assert_int_eq(replies, 1);
+        ck_assert_int_eq(last_reply.status, STATUS_TIMEOUT);
+        ck_assert_uint_eq(last_reply.n_rets, 1);
+        ck_assert_int_eq(last_rets[0], STATUS_TIMEOUT);
+        ck_assert_uint_eq(domain_calls_in_flight(reg), 0);
+        /* The receiver hears that this message will not come. */
+        s = sent_nth(SENT_XFER, 0);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_uint_eq(s->xfer, XFER_SEND_CANCEL);
+        ck_assert_uint_eq(s->dst_domain_id, THEIR_DOMAIN);
+        ck_assert_int_eq(s->status, STATUS_TIMEOUT);
+        /* The domain stays OK. */
+        ck_assert_int_eq(dom->state, DOMAIN_OK);
+        clist_unlink(&r->link_owner);
+        region_unref(r);
+}
+END_TEST
+
+START_TEST(test_send_mismatch)
+{
+        Domain *dom = form_two();
+        Region *r = region(dom->ranks[0].cluster);
+        Completion done = {.ops = &cpl_ops};
+        OpDesc theirs = {.op = OP_BATCH, .count = 8, .dtype = KVD_DT_FLOAT, .bytes = 32};
+        DomainXferMsg ready = {
+                .dst_domain_id = dom->id,
+                .src_domain_id = THEIR_DOMAIN,
+                .kind = XFER_READY,
+                .src_rank = 0,
+                .dst_rank = 1,
+                .seq = 0,
+                .desc = &theirs,
+                .status = STATUS_OK,
+                .detail = "",
+        };
+        Sent *s;
+
+        replies = 0;
+        send_one(dom, &done);
+        /* The receiver is ready for 8 floats where we send 16: no byte moves. */
+        domain_lane_on_xfer(reg, them, &ready);
+        loop_once();
+        ck_assert_int_eq(replies, 1);
+        ck_assert_int_eq(last_reply.status, STATUS_PARAM_INVALID);
+        ck_assert_int_eq(last_rets[0], STATUS_PARAM_INVALID);
+        s = sent_nth(SENT_XFER, 0);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_uint_eq(s->xfer, XFER_MISMATCH);
+        ck_assert_int_eq(s->status, STATUS_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(s->detail, "rank 0 sends 16"));
+        ck_assert_ptr_nonnull(strstr(s->detail, "rank 1 receives 8"));
+        clist_unlink(&r->link_owner);
+        region_unref(r);
+}
+END_TEST
+
+/* Two clusters of this daemon: devices 4 and 0 of one server. */
+static const char *const local_table =
+        "{\"version\": \"1.0\", \"server_count\": \"1\", \"status\": \"completed\", "
+        "\"server_list\": [{\"server_id\": \"s\", \"device\": ["
+        "{\"device_id\": \"4\", \"device_ip\": \"127.0.0.1\", \"rank_id\": \"0\"},"
+        "{\"device_id\": \"0\", \"device_ip\": \"127.0.0.1\", \"rank_id\": \"1\"}]}]}";
+
+/* kvd_link() of @c with @ranks; returns what domain_handle_link() did, the comm id in @ret. */
+static int link_call(Cluster *c, const DomainClusterRank *ranks, size_t n, uint64_t *ret)
+{
+        Completion done = {.ops = &cpl_ops};
+        Error err = ERROR_INIT;
+        int r;
+
+        replies = 0;
+        r = domain_handle_link(reg, c, &(DomainLinkArgs){"pair", ranks, n, local_table}, &done,
+                               call_reply, &err);
+        ck_assert_int_eq(replies, r == 0);
+        if (r == 0)
+                *ret = last_reply.comm_id;
+        return r;
+}
+
+/* A domain of two clusters of this daemon, through the client's kvd_link() arguments. */
+START_TEST(test_link_local)
+{
+        Cluster *c0 = cluster(100), *c1 = cluster(200);
+        DomainClusterRank ranks[] = {{100, 0}, {200, 1}}, swapped[] = {{200, 1}, {100, 0}};
+        DomainClusterRank twice[] = {{100, 0}, {200, 0}}, stranger[] = {{300, 0}, {200, 1}};
+        DomainQueryResult q;
+        Error err = ERROR_INIT;
+        uint64_t id0 = 0, id1 = 0, unused;
+        Domain *dom;
+
+        ck_assert_int_eq(link_call(c0, ranks, 2, &id0), 0);
+        dom = domain_find_id(reg, id0);
+        ck_assert_ptr_nonnull(dom);
+        ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
+        ck_assert(dom->ranks[0].local && dom->ranks[1].local);
+        ck_assert_int_eq(dom->setup, SETUP_NONE);
+        ck_assert_int_eq(domain_handle_query(reg, c0, id0, &q, &err), 0);
+        ck_assert_uint_eq(q.mem_status, KVD_MEM_STATUS_PREPARING);
+
+        /* The second member (ranks in another order) forms the domain at once. */
+        ck_assert_int_eq(link_call(c1, swapped, 2, &id1), 0);
+        ck_assert_uint_eq(id1, id0);
+        ck_assert_int_eq(dom->state, DOMAIN_OK);
+        ck_assert_ptr_nonnull(link_find(c0, 200));
+        ck_assert_ptr_nonnull(link_find(c1, 100));
+
+        /* Refused, changing nothing: linking twice, a rank twice, a stranger's table. */
+        ck_assert_int_eq(link_call(c0, ranks, 2, &unused), STATUS_ALREADY_LINK);
+        ck_assert_int_eq(link_call(c0, twice, 2, &unused), STATUS_PARAM_INVALID);
+        ck_assert_int_eq(link_call(c0, stranger, 2, &unused), STATUS_PARAM_INVALID);
+        ck_assert_int_eq(link_call(c0, ranks, 1, &unused), STATUS_PARAM_INVALID);
+        ck_assert_int_eq(dom->state, DOMAIN_OK);
+        ck_assert_uint_eq(reg->n_domains, 1);
+
+        /* One member unlinks: the domain fails for the other, nobody else is told. */
+        ck_assert_int_eq(domain_handle_unlink(reg, c1, id0, &err), 0);
+        ck_assert_int_eq(domain_handle_query(reg, c0, id0, &q, &err), 0);
+        ck_assert_uint_eq(q.mem_status, KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(q.failure, STATUS_LINK_FAILED);
+        ck_assert_int_eq(domain_handle_query(reg, c1, id0, &q, &err), STATUS_PARAM_INVALID);
+        ck_assert_uint_eq(n_sent, 0);
+}
+END_TEST
+
+static Suite *domain_suite(void)
+{
+        Suite *s = suite_create("domain");
+        TCase *tc;
+
+        tc = tcase_create("form");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_form_two);
+        tcase_add_test(tc, test_form_three);
+        tcase_add_test(tc, test_answer_join);
+        tcase_add_test(tc, test_link_local);
+        tcase_add_test(tc, test_formation_deadline);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("leave");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_their_leave);
+        tcase_add_test(tc, test_leave_while_linking);
+        tcase_add_test(tc, test_our_unlink);
+        tcase_add_test(tc, test_peer_lost);
+        tcase_add_test(tc, test_peer_lost_before_join);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("hostile");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_bad_notices);
+        tcase_add_test(tc, test_bad_joins);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("calls");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_send_deadline);
+        tcase_add_test(tc, test_send_mismatch);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(domain_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
