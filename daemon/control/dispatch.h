@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/memory/cache-proto.h"
+#include "daemon/link/peer-cache-key.h"
 #include "daemon/control/conn.h"
 #include "common/error.h"
 

@@ -9,6 +9,7 @@
 #include "daemon/control/conn.h"
 #include "daemon/control/control-root.h"
 #include "daemon/control/dispatch.h"
+#include "daemon/control/handle-notify.h"
 #include "daemon/domain/domain.h"
 #include "daemon/link/notify.h"
 #include "proto/kvdist.pb-c.h"
@@ -130,5 +131,5 @@ int handle_get_notifies(Request *req, Error *err)
 {
         const Kvdist__V1__GetNotifies *m = (const Kvdist__V1__GetNotifies *)req->msg;
 
-        return notify_handle_get(req->conn->cluster, m->max, &req->done, err);
+        return handle_notify_get(req->conn->cluster, m->max, &req->done, err);
 }

@@ -14,9 +14,31 @@
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
-#include "daemon/link/peer-link.h"
 #include "common/log.h"
+#include "proto/status-wire.h"
 #include "common/status.h"
+
+/* Answers a (Un)LinkClusters request: one status per cluster, @first the overall failure. The
+ * two replies are the same message on the wire. */
+static int link_clusters_reply(Completion *done, const int32_t *rets, size_t n, const Error *first)
+{
+        Kvdist__V1__LinkClustersReply reply = KVDIST__V1__LINK_CLUSTERS_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        int32_t wire_rets[KVD_MAX_LINK_CLUSTERS];
+
+        assert(n <= KVD_MAX_LINK_CLUSTERS);
+        static_assert(sizeof(Kvdist__V1__LinkClustersReply) ==
+                              sizeof(Kvdist__V1__UnlinkClustersReply),
+                      "reply layouts differ");
+        status.code = status_wire_encode(first->code);
+        status.detail = (char *)first->msg;
+        reply.status = &status;
+        for (size_t i = 0; i < n; i++)
+                wire_rets[i] = status_wire_encode(rets[i]);
+        reply.rets = wire_rets;
+        reply.n_rets = n;
+        return completion_reply(done, &reply.base, -1);
+}
 
 static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool force, Error *err)
 {
@@ -25,7 +47,7 @@ static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool forc
         l = link_find(c, info->remote_cluster_id);
         if (!l) {
                 /* The side that was linked to may drop the links made to it (after a fault). */
-                if (peer_link_unlink_inbound(c, info->remote_cluster_id, force) > 0)
+                if (link_unlink_inbound(c, info->remote_cluster_id, force) > 0)
                         return STATUS_OK;
                 return error_set(err, STATUS_NOT_YET_LINK,
                                  "cluster %" PRIu64 " has no link to %" PRIu64, c->id,
@@ -43,8 +65,20 @@ static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool forc
 
 int handle_link_clusters(Request *req, Error *err)
 {
-        return link_request_start(req->conn->cluster, (const Kvdist__V1__LinkClusters *)req->msg,
-                                  &req->done, err);
+        const Kvdist__V1__LinkClusters *m = (const Kvdist__V1__LinkClusters *)req->msg;
+        LinkTarget targets[KVD_MAX_LINK_CLUSTERS];
+        int r;
+
+        r = link_check_cluster_list(m->n_clusters, err);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < m->n_clusters; i++)
+                targets[i] = (LinkTarget){
+                        .remote_cluster_id = m->clusters[i]->remote_cluster_id,
+                        .remote_ip_info = m->clusters[i]->remote_ip_info,
+                };
+        return link_request_start(req->conn->cluster, targets, m->n_clusters, m->timeout_ms,
+                                  &req->done, link_clusters_reply, err);
 }
 
 int handle_unlink_clusters(Request *req, Error *err)
@@ -65,7 +99,7 @@ int handle_unlink_clusters(Request *req, Error *err)
                 if (rets[i] != STATUS_OK)
                         error_set(&first, e.code, "clusters[%zu]: %s", i, e.msg);
         }
-        return link_reply_send(&req->done, rets, m->n_clusters, &first), 0;
+        return link_clusters_reply(&req->done, rets, m->n_clusters, &first), 0;
 }
 
 int handle_check_link_status(Request *req, Error *err)

@@ -11,7 +11,7 @@
 #include "daemon/control/control-root.h"
 #include "daemon/control/dispatch.h"
 #include "daemon/domain/domain.h"
-#include "daemon/memory/cache-proto.h"
+#include "daemon/link/peer-cache-key.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/memory/pool.h"
@@ -64,7 +64,7 @@ static int cache_keys_from_proto(Cluster *c, Kvdist__V1__CacheKey *const *keys, 
         if (!out)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         for (size_t i = 0; i < n; i++) {
-                r = cache_key_from_proto(keys[i], &out[i], err);
+                r = peer_cache_key_from_proto(keys[i], &out[i], err);
                 if (r < 0)
                         return r;
                 if (blocks && out[i].kind != CACHE_KEY_BLOCKS)
@@ -459,7 +459,7 @@ int handle_remove_cache_key(Request *req, Error *err)
         CacheKey key;
         int r;
 
-        r = cache_key_from_proto(m->key, &key, err);
+        r = peer_cache_key_from_proto(m->key, &key, err);
         if (r < 0)
                 return r;
         r = cache_table_remove_key(&c->caches, &key, &dead, err);

@@ -8,7 +8,7 @@
 #include "daemon/control/conn.h"
 #include "daemon/control/control-root.h"
 #include "daemon/control/dispatch.h"
-#include "daemon/memory/cache-proto.h"
+#include "daemon/link/peer-cache-key.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/transfer/transfer.h"
 #include "proto/kvdist.pb-c.h"
@@ -93,7 +93,7 @@ static int transfer_request_from_proto(const Kvdist__V1__Transfer *m, TransferRe
         };
         size_t n_blocks = m->n_src_blocks + m->n_dst_blocks;
 
-        (void)cache_key_from_proto(m->remote_key, &req.key, &req.key_err);
+        (void)peer_cache_key_from_proto(m->remote_key, &req.key, &req.key_err);
         if (n_blocks > 0) {
                 req.blocks = malloc(n_blocks * sizeof(uint64_t));
                 if (!req.blocks)

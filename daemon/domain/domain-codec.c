@@ -24,9 +24,9 @@
 #include "proto/kvdist.pb-c.h"
 #include "proto/status-wire.h"
 
-/* A peer's answer to a pair link's PeerLink, kept until the link is made from it. */
+/* A peer's grant of a pair link, kept until the link is made from it. */
 struct DomainLinkOffer {
-        Kvdist__V1__PeerLinkReply *reply; /* a copy */
+        LinkGrant *grant;
 };
 
 /* ---- what comes in ---- */
@@ -339,31 +339,22 @@ static void codec_offer_free(DomainLinkOffer *o)
 {
         if (!o)
                 return;
-        protobuf_c_message_free_unpacked(&o->reply->base, NULL);
+        link_grant_free(o->grant);
         free(o);
 }
 
-/* A copy of @reply to keep; NULL when out of memory. */
-static DomainLinkOffer *codec_offer_new(const ProtobufCMessage *reply)
+static void codec_link_on_reply(Peer *p, int status, const Error *err, LinkGrant *g, void *userdata)
 {
-        DomainLinkOffer *o = malloc(sizeof(*o));
-        ProtobufCMessage *copy = NULL;
+        DomainLinkOffer *o = NULL;
 
-        if (!o)
-                return NULL;
-        if (frame_message_dup(reply, &copy) < 0) {
-                free(o);
-                return NULL;
+        if (status == STATUS_OK) {
+                o = malloc(sizeof(*o));
+                if (o)
+                        o->grant = g;
+                else
+                        link_grant_free(g);
         }
-        o->reply = (Kvdist__V1__PeerLinkReply *)copy;
-        return o;
-}
-
-static void codec_link_on_reply(Peer *p, int status, const Error *err,
-                                const ProtobufCMessage *reply, void *userdata)
-{
-        domain_pair_link_on_reply(userdata, p, status, err,
-                                  status == STATUS_OK ? codec_offer_new(reply) : NULL);
+        domain_pair_link_on_reply(userdata, p, status, err, o);
 }
 
 static int codec_link_ask(PairLink *pl, Cluster *c, Peer *p, PeerCall **ret_call)
@@ -372,63 +363,38 @@ static int codec_link_ask(PairLink *pl, Cluster *c, Peer *p, PeerCall **ret_call
                                  codec_link_on_reply, pl, ret_call);
 }
 
-static void codec_unlink(Peer *p, uint64_t src, uint64_t dst, uint64_t link_id)
-{
-        Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
-
-        u.src_cluster_id = src;
-        u.dst_cluster_id = dst;
-        u.link_id = link_id;
-        (void)peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &u.base);
-}
-
-/* The peer granted a link after its last domain went: take it back, unless a link of the same
- * pair was made meanwhile (the peer's inbound link is that one's now). */
-static void codec_link_on_orphan_reply(Peer *p, int status, const Error *err,
-                                       const ProtobufCMessage *reply, void *userdata)
-{
-        const Kvdist__V1__PeerLinkReply *m = (const Kvdist__V1__PeerLinkReply *)reply;
-        uint64_t *ids = userdata;
-        Cluster *c;
-
-        if (status == STATUS_OK && ids) {
-                c = link_root_find_cluster(p->root, ids[0]);
-                if (!c || !link_find(c, ids[1]))
-                        codec_unlink(p, ids[0], ids[1], m->link_id);
-        }
-        free(ids);
-}
-
+/* The peer may grant the link after its last domain went: it goes back then, unless a link of
+ * the same pair was made meanwhile (the peer's inbound link is that one's now). */
 static void codec_link_forget(PairLink *pl)
 {
-        uint64_t *ids = malloc(2 * sizeof(uint64_t));
-
-        if (ids) {
-                ids[0] = pl->local_cluster_id;
-                ids[1] = pl->remote_cluster_id;
-        }
-        peer_call_redirect(pl->call, codec_link_on_orphan_reply, ids);
+        link_peer_abandon(pl->reg->roots.link, pl->call, pl->local_cluster_id,
+                          pl->remote_cluster_id, true);
 }
 
 static void codec_link_connect(PairLink *pl, Peer *p)
 {
-        link_transport_connect(&pl->transport, p, pl->remote_cluster_id, pl->exposed->reply,
+        link_transport_connect(&pl->transport, p, pl->remote_cluster_id, pl->exposed->grant,
                                domain_pair_link_on_transport, pl);
 }
 
 /* Gives back the link the peer granted (and we will not make). */
 static void codec_link_give_back(PairLink *pl)
 {
-        if (!pl->peer || pl->peer->state != PEER_READY || !pl->exposed)
+        if (!pl->exposed)
                 return;
-        codec_unlink(pl->peer, pl->local_cluster_id, pl->remote_cluster_id,
-                     pl->exposed->reply->link_id);
+        link_give_back(pl->reg->roots.link, pl->peer, pl->local_cluster_id, pl->remote_cluster_id,
+                       pl->exposed->grant->link_id);
 }
 
 static int codec_link_make(PairLink *pl, Cluster *c, const char *reason, Link **ret, Error *err)
 {
-        return link_make_remote(c, pl->peer, pl->remote_cluster_id, &pl->exposed->reply->base,
-                                pl->rdma_ep, reason, ret, err);
+        int r;
+
+        r = link_make_remote(c, pl->peer, pl->remote_cluster_id, pl->exposed->grant, pl->rdma_ep,
+                             reason, ret, err);
+        if (r >= 0)
+                pl->exposed->grant = NULL; /* the link's now */
+        return r;
 }
 
 const DomainPeerOps domain_codec_ops = {

@@ -14,7 +14,6 @@
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/link/notify.h"
-#include "daemon/link/peer-link.h"
 #include "daemon/link/peer.h"
 #include "daemon/memory/pool.h"
 #include "daemon/memory/region.h"
@@ -73,7 +72,7 @@ Cluster *cluster_free(Cluster *c)
         hook_list_emit(&c->root->events, LinkEvents, cluster_gone, c);
         link_requests_abort(c);
         /* Peers hear it once per cluster, not once per link. */
-        peer_link_cluster_gone(c);
+        link_tell_cluster_gone(c);
         CLIST_FOREACH_SAFE (l, ltmp, &c->links, link_local)
                 link_free_full(l, STATUS_PEER_LOST, false);
         CLIST_FOREACH_SAFE (il, iltmp, &c->inlinks, link_cluster)

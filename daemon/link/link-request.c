@@ -11,7 +11,6 @@
 
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-events.h"
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
@@ -33,7 +32,7 @@ typedef struct LinkSetup {
         PeerWaiter *waiter;
         PeerCall *call;
         LinkTransport transport;
-        Kvdist__V1__PeerLinkReply *reply; /* kept while the RDMA endpoint connects */
+        LinkGrant *reply; /* kept while the RDMA endpoint connects */
         Peer *reply_peer;
         bool done;
 } LinkSetup;
@@ -41,6 +40,7 @@ typedef struct LinkSetup {
 struct LinkRequest {
         LinkRoot *root;
         Completion *done; /* NULL once answered or gone */
+        link_reply_fn reply;
         Cluster *cluster;
         size_t n;
         int32_t rets[KVD_MAX_LINK_CLUSTERS];
@@ -62,27 +62,6 @@ static void link_request_set_error(LinkRequest *lr, size_t i, const Error *e)
                 error_set(&lr->first, e->code, "clusters[%zu]: %s", i, e->msg);
 }
 
-int link_reply_send(Completion *done, const int32_t *rets, size_t n, const Error *first)
-{
-        Kvdist__V1__LinkClustersReply reply = KVDIST__V1__LINK_CLUSTERS_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        int32_t wire_rets[KVD_MAX_LINK_CLUSTERS];
-
-        assert(n <= KVD_MAX_LINK_CLUSTERS);
-        /* LinkClustersReply and UnlinkClustersReply are the same message on the wire. */
-        static_assert(sizeof(Kvdist__V1__LinkClustersReply) ==
-                              sizeof(Kvdist__V1__UnlinkClustersReply),
-                      "reply layouts differ");
-        status.code = status_wire_encode(first->code);
-        status.detail = (char *)first->msg;
-        reply.status = &status;
-        for (size_t i = 0; i < n; i++)
-                wire_rets[i] = status_wire_encode(rets[i]);
-        reply.rets = wire_rets;
-        reply.n_rets = n;
-        return completion_reply(done, &reply.base, -1);
-}
-
 int link_check_cluster_list(size_t n, Error *err)
 {
         if (n == 0)
@@ -99,7 +78,7 @@ static void link_request_reply(LinkRequest *lr)
 
         if (!done)
                 return;
-        (void)link_reply_send(done, lr->rets, lr->n, &lr->first);
+        (void)lr->reply(done, lr->rets, lr->n, &lr->first);
 }
 
 static LinkRequest *link_request_free(LinkRequest *lr)
@@ -107,12 +86,10 @@ static LinkRequest *link_request_free(LinkRequest *lr)
         for (size_t i = 0; i < lr->n; i++) {
                 LinkSetup *s = &lr->setups[i];
 
-                peer_waiter_cancel(s->waiter);
+                lr->root->peer_ops->waiter_cancel(s->waiter);
                 s->waiter = NULL;
                 link_transport_cancel(&s->transport);
-                if (s->reply)
-                        protobuf_c_message_free_unpacked(&s->reply->base, NULL);
-                s->reply = NULL;
+                s->reply = link_grant_free(s->reply);
         }
         if (lr->timer)
                 event_free(lr->timer);
@@ -122,50 +99,56 @@ static LinkRequest *link_request_free(LinkRequest *lr)
         return NULL;
 }
 
-/* The peer granted a link that nobody waits for any more: take it back. */
-static void link_setup_on_orphan_reply(Peer *p, int status, const Error *err,
-                                       const ProtobufCMessage *reply, void *userdata)
-{
-        const Kvdist__V1__PeerLinkReply *m = (const Kvdist__V1__PeerLinkReply *)reply;
-        Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
-        uint64_t *ids = userdata; /* NULL when it could not be allocated */
+/* Whom an abandoned call's grant goes back to. */
+typedef struct LinkOrphan {
+        LinkRoot *root;
+        uint64_t cluster_id;
+        uint64_t remote_cluster_id;
+        bool keep_if_linked;
+} LinkOrphan;
 
-        if (status == STATUS_OK && ids) {
-                u.src_cluster_id = ids[0];
-                u.dst_cluster_id = ids[1];
-                u.link_id = m->link_id;
-                (void)peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &u.base);
+/* The peer granted a link that nobody waits for any more: take it back. */
+static void link_on_orphan_grant(Peer *p, int status, const Error *err, LinkGrant *g,
+                                 void *userdata)
+{
+        LinkOrphan *o = userdata; /* NULL when it could not be allocated */
+        Cluster *c;
+
+        if (status == STATUS_OK && o) {
+                c = link_root_find_cluster(o->root, o->cluster_id);
+                if (!o->keep_if_linked || !c || !link_find(c, o->remote_cluster_id))
+                        link_give_back(o->root, p, o->cluster_id, o->remote_cluster_id, g->link_id);
         }
-        free(ids);
+        link_grant_free(g);
+        free(o);
+}
+
+void link_peer_abandon(LinkRoot *root, PeerCall *call, uint64_t cluster_id,
+                       uint64_t remote_cluster_id, bool keep_if_linked)
+{
+        LinkOrphan *o = malloc(sizeof(*o));
+
+        if (o)
+                *o = (LinkOrphan){root, cluster_id, remote_cluster_id, keep_if_linked};
+        root->peer_ops->redirect(call, link_on_orphan_grant, o);
 }
 
 /* Stops a set-up that is still running (timeout, the client or the cluster went away). */
 static void link_setup_abandon(LinkSetup *s)
 {
-        peer_waiter_cancel(s->waiter);
+        LinkRoot *root = s->lr->root;
+
+        root->peer_ops->waiter_cancel(s->waiter);
         s->waiter = NULL;
         link_transport_cancel(&s->transport);
         if (s->reply) {
                 /* Granted, but nobody waits for it any more: take the link back. */
-                Kvdist__V1__PeerUnlink u = KVDIST__V1__PEER_UNLINK__INIT;
-
-                u.src_cluster_id = s->lr->cluster->id;
-                u.dst_cluster_id = s->remote_cluster_id;
-                u.link_id = s->reply->link_id;
-                if (s->reply_peer && s->reply_peer->state == PEER_READY)
-                        (void)peer_notice(s->reply_peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK,
-                                          &u.base);
-                protobuf_c_message_free_unpacked(&s->reply->base, NULL);
-                s->reply = NULL;
+                link_give_back(root, s->reply_peer, s->lr->cluster->id, s->remote_cluster_id,
+                               s->reply->link_id);
+                s->reply = link_grant_free(s->reply);
         }
         if (s->call) {
-                uint64_t *ids = malloc(2 * sizeof(uint64_t));
-
-                if (ids) {
-                        ids[0] = s->lr->cluster->id;
-                        ids[1] = s->remote_cluster_id;
-                }
-                peer_call_redirect(s->call, link_setup_on_orphan_reply, ids);
+                link_peer_abandon(root, s->call, s->lr->cluster->id, s->remote_cluster_id, false);
                 s->call = NULL;
         }
 }
@@ -192,13 +175,8 @@ static void link_setup_finish(LinkSetup *s, const Error *e)
         }
 }
 
-/*
- * Makes the link of @c to @remote_cluster_id behind @p out of the peer's answer @reply (taken,
- * freed on failure) over @ep (RDMA) or TCP, replacing a link that is down.
- */
-static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
-                               Kvdist__V1__PeerLinkReply *reply, RdmaEndpoint *ep,
-                               const char *transport_reason, Link **ret, Error *err)
+int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, LinkGrant *g,
+                     RdmaEndpoint *ep, const char *transport_reason, Link **ret, Error *err)
 {
         LinkRoot *root = c->root;
         Link *l;
@@ -207,12 +185,10 @@ static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
         l = link_find(c, remote_cluster_id);
         if (l)
                 link_free_full(l, STATUS_PEER_LOST, false);
-        r = link_new_remote(root, c, p, remote_cluster_id, reply,
+        r = link_new_remote(root, c, p, remote_cluster_id, g,
                             ep ? root->transports->rdma_transport : root->transports->tcp, &l);
-        if (r < 0) {
-                protobuf_c_message_free_unpacked(&reply->base, NULL);
+        if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot create the link");
-        }
         l->rdma_ep = ep;
         (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "%s", transport_reason);
         if (ret)
@@ -220,25 +196,16 @@ static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
         return 0;
 }
 
-int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, const ProtobufCMessage *reply,
-                     RdmaEndpoint *ep, const char *transport_reason, Link **ret, Error *err)
-{
-        ProtobufCMessage *copy = NULL;
-
-        /* The reply is the peer's to free; the link keeps its own copy of what was exposed. */
-        if (frame_message_dup(reply, &copy) < 0)
-                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        return link_install_remote(c, p, remote_cluster_id, (Kvdist__V1__PeerLinkReply *)copy, ep,
-                                   transport_reason, ret, err);
-}
-
 /* Makes the link out of the peer's kept answer, over @ep (RDMA) or TCP. */
 static void link_setup_complete(LinkSetup *s, RdmaEndpoint *ep)
 {
         Error e = ERROR_INIT;
 
-        (void)link_install_remote(s->lr->cluster, s->reply_peer, s->remote_cluster_id,
-                                  TAKE_PTR(s->reply), ep, s->transport.reason, NULL, &e);
+        if (link_make_remote(s->lr->cluster, s->reply_peer, s->remote_cluster_id, s->reply, ep,
+                             s->transport.reason, NULL, &e) == 0)
+                s->reply = NULL;
+        else
+                s->reply = link_grant_free(s->reply);
         link_setup_finish(s, &e);
 }
 
@@ -282,10 +249,8 @@ static void link_transport_on_rdma(RdmaEndpoint *ep, int status, const char *rea
 }
 
 void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_id,
-                            const Kvdist__V1__PeerLinkReply *m, link_transport_fn fn,
-                            void *userdata)
+                            const LinkGrant *g, link_transport_fn fn, void *userdata)
 {
-        RdmaDeviceInfo remote = {0};
         Error e = ERROR_INIT;
         int r;
 
@@ -296,9 +261,8 @@ void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_i
                 fn(t, NULL, NULL, userdata);
                 return;
         }
-        if (!m->rdma || m->rdma->gid.len != RDMA_GID_SIZE || !m->rdma->device) {
-                const char *why =
-                        m->rdma_reason && m->rdma_reason[0] ? m->rdma_reason : "it did not say why";
+        if (!g->has_rdma) {
+                const char *why = g->rdma_reason ?: "it did not say why";
 
                 if (t->required) {
                         error_set(&e, STATUS_FEATURE_NOT_ENABLED,
@@ -314,12 +278,7 @@ void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_i
                 fn(t, NULL, NULL, userdata);
                 return;
         }
-        (void)snprintf(remote.device, sizeof(remote.device), "%s", m->rdma->device);
-        memcpy(remote.gid, m->rdma->gid.data, RDMA_GID_SIZE);
-        remote.port = (uint8_t)m->rdma->port;
-        remote.mtu = m->rdma->mtu;
-        remote.lid = (uint16_t)m->rdma->lid;
-        r = peer_rdma_get(p, t->dev, &remote, link_transport_on_rdma, t, &t->waiter);
+        r = peer_rdma_get(p, t->dev, &g->rdma, link_transport_on_rdma, t, &t->waiter);
         if (r < 0)
                 link_transport_on_rdma(NULL, r, NULL, t);
 }
@@ -337,13 +296,10 @@ static void link_setup_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Er
         link_setup_complete(s, ep);
 }
 
-static void link_setup_on_reply(Peer *p, int status, const Error *err,
-                                const ProtobufCMessage *reply, void *userdata)
+static void link_setup_on_reply(Peer *p, int status, const Error *err, LinkGrant *g, void *userdata)
 {
         LinkSetup *s = userdata;
-        ProtobufCMessage *copy = NULL;
         Error e = ERROR_INIT;
-        int r;
 
         s->call = NULL;
         if (status != STATUS_OK) {
@@ -353,34 +309,29 @@ static void link_setup_on_reply(Peer *p, int status, const Error *err,
                 link_setup_finish(s, &e);
                 return;
         }
-        /* The reply is the peer's to free; the link keeps its own copy of what was exposed. */
-        r = frame_message_dup(reply, &copy);
-        if (r < 0) {
-                error_set(&e, STATUS_OUT_OF_MEMORY, "out of memory");
-                link_setup_finish(s, &e);
-                return;
-        }
-        s->reply = (Kvdist__V1__PeerLinkReply *)copy;
+        s->reply = g;
         s->reply_peer = p;
         link_transport_connect(&s->transport, p, s->remote_cluster_id, s->reply,
                                link_setup_on_transport, s);
 }
 
-/* PeerLink of @c to @remote_cluster_id: kvd_link_clusters()'s, or a comm domain's (@domain). */
+/* Asks for a link of @c to @remote_cluster_id: kvd_link_clusters()'s, or a comm domain's
+ * (@domain). */
 static int link_peer_call(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma, bool domain,
-                          peer_reply_fn fn, void *userdata, PeerCall **ret_call)
+                          link_grant_fn fn, void *userdata, PeerCall **ret_call)
 {
-        Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
+        LinkPeerAsk ask = {
+                .src_cluster_id = c->id,
+                .src_role = c->role,
+                .dst_cluster_id = remote_cluster_id,
+                .rdma = rdma,
+                .domain = domain,
+        };
 
-        m.src_cluster_id = c->id;
-        m.src_role = (Kvdist__V1__Role)c->role;
-        m.dst_cluster_id = remote_cluster_id;
-        m.rdma = rdma;
-        m.domain = domain;
-        return peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, fn, userdata, ret_call);
+        return c->root->peer_ops->link(p, &ask, fn, userdata, ret_call);
 }
 
-int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma, peer_reply_fn fn,
+int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma, link_grant_fn fn,
                       void *userdata, PeerCall **ret_call)
 {
         return link_peer_call(c, p, remote_cluster_id, rdma, true, fn, userdata, ret_call);
@@ -520,8 +471,7 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
 }
 
 /* Checks one entry and links it (local) or starts its set-up (remote). */
-static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__ClusterInfo *info,
-                            Error *err)
+static int link_request_one(LinkRequest *lr, size_t i, const LinkTarget *info, Error *err)
 {
         Cluster *c = lr->cluster;
         LinkRoot *root = c->root;
@@ -567,14 +517,14 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
                 s->lr = NULL;
                 return r;
         }
-        r = peer_get(root, address, &s->peer, err);
+        r = root->peer_ops->get(root, address, &s->peer, err);
         if (r < 0) {
                 s->lr = NULL;
                 return r;
         }
         lr->n_pending++;
         s->done = false;
-        r = peer_when_ready(s->peer, link_setup_on_ready, s, &s->waiter);
+        r = root->peer_ops->when_ready(s->peer, link_setup_on_ready, s, &s->waiter);
         if (r < 0) {
                 s->done = true;
                 lr->n_pending--;
@@ -584,15 +534,15 @@ static int link_request_one(LinkRequest *lr, size_t i, const Kvdist__V1__Cluster
         return LINK_SETUP_RUNNING;
 }
 
-int link_request_start(Cluster *c, const Kvdist__V1__LinkClusters *m, Completion *done, Error *err)
+int link_request_start(Cluster *c, const LinkTarget *targets, size_t n, uint32_t timeout_ms,
+                       Completion *done, link_reply_fn reply, Error *err)
 {
         LinkRoot *root = c->root;
         LinkRequest *lr;
-        uint32_t timeout_ms;
         struct timeval tv;
         int r;
 
-        r = link_check_cluster_list(m->n_clusters, err);
+        r = link_check_cluster_list(n, err);
         if (r < 0)
                 return r;
         lr = calloc(1, sizeof(*lr));
@@ -600,8 +550,9 @@ int link_request_start(Cluster *c, const Kvdist__V1__LinkClusters *m, Completion
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         lr->root = root;
         lr->cluster = c;
-        lr->n = m->n_clusters;
+        lr->n = n;
         lr->done = done;
+        lr->reply = reply;
         clist_link_tail(&c->link_requests, &lr->link_cluster);
         /* Counts as pending until every entry was looked at, so nothing answers early. */
         lr->n_pending = 1;
@@ -609,18 +560,19 @@ int link_request_start(Cluster *c, const Kvdist__V1__LinkClusters *m, Completion
         for (size_t i = 0; i < lr->n; i++) {
                 Error e = ERROR_INIT;
 
-                r = link_request_one(lr, i, m->clusters[i], &e);
+                r = link_request_one(lr, i, &targets[i], &e);
                 if (r == LINK_SETUP_RUNNING)
                         continue;
                 lr->rets[i] = r;
                 if (r != STATUS_OK) {
                         log_info("cluster %" PRIu64 ": link to %" PRIu64 " failed: %s", c->id,
-                                 m->clusters[i]->remote_cluster_id, e.msg);
+                                 targets[i].remote_cluster_id, e.msg);
                         link_request_set_error(lr, i, &e);
                 }
         }
         if (lr->n_pending > 1) {
-                timeout_ms = m->timeout_ms ? m->timeout_ms : LINK_DEFAULT_TIMEOUT_MS;
+                if (timeout_ms == 0)
+                        timeout_ms = LINK_DEFAULT_TIMEOUT_MS;
                 tv = (struct timeval){.tv_sec = timeout_ms / 1000,
                                       .tv_usec = (timeout_ms % 1000) * 1000};
                 lr->timer = evtimer_new(root->base, link_request_on_timeout, lr);

@@ -12,12 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <protobuf-c/protobuf-c.h>
-
 #include "common/completion.h"
 #include "common/error.h"
-#include "daemon/link/peer.h"
 #include "common/sockaddr-util.h"
+#include "daemon/link/link.h"
 
 typedef struct Cluster Cluster;
 typedef struct Link Link;
@@ -25,8 +23,19 @@ typedef struct LinkTransport LinkTransport;
 typedef struct PeerRdmaWaiter PeerRdmaWaiter;
 typedef struct RdmaDevice RdmaDevice;
 typedef struct RdmaEndpoint RdmaEndpoint;
-struct Kvdist__V1__LinkClusters;
-struct Kvdist__V1__PeerLinkReply;
+
+/* One cluster a kvd_link_clusters() call links to: its id, and the daemon it is on ("ip:port";
+ * NULL or "" when it is on this one). */
+typedef struct LinkTarget {
+        uint64_t remote_cluster_id;
+        const char *remote_ip_info;
+} LinkTarget;
+
+/*
+ * Answers a (Un)LinkClusters request @done: one status per cluster (@n of @rets), @first the
+ * overall failure (code 0 when none). control/ encodes it; returns what completion_reply() does.
+ */
+typedef int (*link_reply_fn)(Completion *done, const int32_t *rets, size_t n, const Error *first);
 
 /* The link runs over RDMA on @ep, or over TCP when @ep is NULL (@t->reason says why), or cannot
  * be made at all (@err). */
@@ -51,18 +60,20 @@ struct LinkTransport {
 };
 
 /*
- * Serves the LinkClusters request @m of @c, answered through @done (which keeps @m). Returns 0
- * when it answered, COMPLETION_PENDING when it keeps @done and answers later, or a STATUS_*
- * status with @err for a request refused as a whole (@done is still the caller's).
+ * Serves kvd_link_clusters() of @c to the @n clusters @targets (read during the call only)
+ * within @timeout_ms (0: the default, 3 s), answered through @reply on @done. Returns 0 when it
+ * answered, COMPLETION_PENDING when it keeps @done and answers later, or a STATUS_* status with
+ * @err for a request refused as a whole (@done is still the caller's). An entry behind a peer
+ * answers OK once linked; the peer's status when it refuses (LINK_FAILED for a client cluster),
+ * LINK_FAILED when the peer is lost or cannot be reached first (PERMISSION_DENIED when it
+ * refused our cluster key), TIMEOUT when the deadline passes first. When @c goes away
+ * meanwhile, @done fails with PEER_LOST (link_requests_abort()).
  */
-int link_request_start(Cluster *c, const struct Kvdist__V1__LinkClusters *m, Completion *done,
-                       Error *err);
+int link_request_start(Cluster *c, const LinkTarget *targets, size_t n, uint32_t timeout_ms,
+                       Completion *done, link_reply_fn reply, Error *err);
 
 /* PARAM_INVALID for an empty list, CLUSTER_NUM_EXCEED_LIMIT above KVD_MAX_LINK_CLUSTERS. */
 int link_check_cluster_list(size_t n, Error *err);
-
-/* Answers a (Un)LinkClusters request: one status per cluster, @first the overall failure. */
-int link_reply_send(Completion *done, const int32_t *rets, size_t n, const Error *first);
 
 /* Whether a set-up of a link from @c to @remote_cluster_id is under way. */
 bool link_request_in_progress(const Cluster *c, uint64_t remote_cluster_id);
@@ -78,29 +89,39 @@ void link_requests_abort(Cluster *c);
 int link_transport_choose(LinkTransport *t, const Cluster *c, const char *address, Error *err);
 
 /*
- * Takes the peer's answer @m to link_peer_request() (asked with RDMA when @t->dev): connects the
+ * Takes the peer's grant @g to link_peer_request() (asked with RDMA when @t->dev): connects the
  * RDMA queue pairs when both ends can, and calls @fn with the endpoint, with NULL for TCP, or
  * with an error when rdma was required and cannot be had. @fn may run from inside this call.
  */
 void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_id,
-                            const struct Kvdist__V1__PeerLinkReply *m, link_transport_fn fn,
-                            void *userdata);
+                            const LinkGrant *g, link_transport_fn fn, void *userdata);
 
 /* Stops waiting for the queue pairs; @t's callback will not run. */
 void link_transport_cancel(LinkTransport *t);
 
 /*
- * Asks READY @p for a comm domain's pair link of @c to its cluster @remote_cluster_id (PeerLink
- * marked as a domain's: every member called kvd_link, so the cluster needs no listen_ip_info for
- * it), with its RDMA endpoint details when @rdma; as peer_call().
+ * Asks READY @p for a comm domain's pair link of @c to its cluster @remote_cluster_id (a
+ * LinkPeerAsk marked as a domain's: every member called kvd_link, so the cluster needs no
+ * listen_ip_info for it), with its RDMA endpoint details when @rdma. @fn gets the grant (its
+ * own) or the failure; a negative errno and @fn not called when @p cannot be asked.
  */
-int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma, peer_reply_fn fn,
+int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma, link_grant_fn fn,
                       void *userdata, PeerCall **ret_call);
 
 /*
- * Makes the link of @c to @remote_cluster_id behind @p from the peer's answer @reply to
- * link_peer_request() (copied), over RDMA on @ep or over TCP when @ep is NULL, replacing a link
- * that is down. *@ret (may be NULL) gets it. OUT_OF_MEMORY with @err.
+ * Stops waiting for the answer to the link @call asked for our cluster @cluster_id to
+ * @remote_cluster_id: when the peer grants it after all, the link is given back, unless
+ * @keep_if_linked and a link of the same pair was made meanwhile (the peer's inbound link is
+ * that one's then).
  */
-int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, const ProtobufCMessage *reply,
+void link_peer_abandon(LinkRoot *root, PeerCall *call, uint64_t cluster_id,
+                       uint64_t remote_cluster_id, bool keep_if_linked);
+
+/*
+ * Makes the link of @c to @remote_cluster_id behind @p from the peer's grant @g to
+ * link_peer_request() (taken on success, still the caller's on failure), over RDMA on @ep or
+ * over TCP when @ep is NULL, replacing a link that is down. *@ret (may be NULL) gets it.
+ * OUT_OF_MEMORY with @err.
+ */
+int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, LinkGrant *g,
                      RdmaEndpoint *ep, const char *transport_reason, Link **ret, Error *err);

@@ -6,6 +6,7 @@
 
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
+#include "daemon/link/peer-link.h"
 #include "daemon/link/peer.h"
 
 void link_root_init(LinkRoot *root)
@@ -15,6 +16,7 @@ void link_root_init(LinkRoot *root)
         clist_init(&root->clusters);
         clist_init(&root->links);
         hook_list_init(&root->events);
+        root->peer_ops = &peer_link_ops;
 }
 
 void link_root_done(LinkRoot *root)

@@ -69,8 +69,9 @@ typedef struct LinkRoot {
         unsigned n_clusters;
         CList links; /* Link.link_daemon */
         unsigned n_links;
-        HookList events;       /* listeners of link/'s events (link/link-events.h) */
-        PeerHandlers handlers; /* what handles each message a READY peer sends */
+        HookList events;                    /* listeners of link/'s events (link/link-events.h) */
+        PeerHandlers handlers;              /* what handles each message a READY peer sends */
+        const struct LinkPeerOps *peer_ops; /* how links reach peers (peer_link_ops) */
 
         LinkCounters counters;
         bool stopping; /* the daemon is stopping: no new peers */
@@ -81,7 +82,8 @@ typedef struct LinkRoot {
         void *changed_userdata;
 } LinkRoot;
 
-/* Initializes the lists of @root; the daemon fills in the rest. */
+/* Initializes the lists of @root and its peer ops (the peer codec's); the daemon fills in the
+ * rest. */
 void link_root_init(LinkRoot *root);
 
 /* Frees what @root owns itself (the cluster key); its objects are freed by their layers. */

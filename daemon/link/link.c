@@ -5,14 +5,15 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/link/link-events.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/link/peer.h"
+#include "daemon/transport/rdma.h"
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
@@ -64,7 +65,7 @@ int link_new_local(LinkRoot *root, Cluster *local, Cluster *remote, Transport *t
 }
 
 int link_new_remote(LinkRoot *root, Cluster *local, Peer *peer, uint64_t remote_cluster_id,
-                    Kvdist__V1__PeerLinkReply *exposed, Transport *transport, Link **ret)
+                    LinkGrant *exposed, Transport *transport, Link **ret)
 {
         Link *l;
 
@@ -73,7 +74,7 @@ int link_new_remote(LinkRoot *root, Cluster *local, Peer *peer, uint64_t remote_
                 return -ENOMEM;
         l->peer = peer;
         l->remote_link_id = exposed->link_id;
-        l->remote_role = exposed->dst_role;
+        l->remote_role = exposed->role;
         l->exposed = exposed;
         (void)snprintf(l->peer_address, sizeof(l->peer_address), "%s",
                        peer->address[0] ? peer->address : peer->remote);
@@ -178,12 +179,13 @@ Link *link_free_full(Link *l, int status, bool notify_peer)
                 return NULL;
         link_fail_transfers(l, status);
         if (notify_peer && l->peer && l->state == LINK_UP) {
-                Kvdist__V1__PeerUnlink m = KVDIST__V1__PEER_UNLINK__INIT;
+                LinkPeerUnlink u = {
+                        .src_cluster_id = l->local->id,
+                        .dst_cluster_id = l->remote_cluster_id,
+                        .link_id = l->remote_link_id, /* the peer's id of its inbound link */
+                };
 
-                m.src_cluster_id = l->local->id;
-                m.dst_cluster_id = l->remote_cluster_id;
-                m.link_id = l->remote_link_id; /* the peer's id of its inbound link */
-                (void)peer_notice(l->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &m.base);
+                (void)l->root->peer_ops->unlink(l->peer, &u);
         }
         link_detach_remote(l);
         clist_unlink(&l->link_local);
@@ -193,8 +195,7 @@ Link *link_free_full(Link *l, int status, bool notify_peer)
         log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): removed", l->id,
                  l->local->id, l->remote_cluster_id);
         link_root_changed(l->root);
-        if (l->exposed)
-                protobuf_c_message_free_unpacked(&l->exposed->base, NULL);
+        link_grant_free(l->exposed);
         free(l);
         return NULL;
 }
@@ -304,4 +305,295 @@ const char *link_state_to_string(LinkState s)
         default:
                 return "invalid";
         }
+}
+
+LinkGrant *link_grant_free(LinkGrant *g)
+{
+        if (!g)
+                return NULL;
+        for (size_t i = 0; i < g->n_caches; i++) {
+                LinkExposedCache *e = &g->caches[i];
+
+                free(e->shape);
+                free(e->keys);
+                free(e->key_slots);
+                free(e->rdma_addrs);
+                free(e->rdma_rkeys);
+        }
+        free(g->caches);
+        free(g->rdma_reason);
+        free(g);
+        return NULL;
+}
+
+void link_give_back(LinkRoot *root, Peer *p, uint64_t src_cluster_id, uint64_t dst_cluster_id,
+                    uint64_t link_id)
+{
+        LinkPeerUnlink u = {
+                .src_cluster_id = src_cluster_id,
+                .dst_cluster_id = dst_cluster_id,
+                .link_id = link_id,
+        };
+
+        if (p && p->state == PEER_READY)
+                (void)root->peer_ops->unlink(p, &u);
+}
+
+static void link_exposed_add_key(const CacheKey *key, uint32_t index, void *userdata)
+{
+        LinkExposedCache *e = userdata;
+
+        e->keys[e->n_keys] = *key;
+        e->key_slots[e->n_keys] = index;
+        e->n_keys++;
+}
+
+int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_rdma, size_t n_keys)
+{
+        if (n_shape > 0) {
+                e->shape = calloc(n_shape, sizeof(*e->shape));
+                if (!e->shape)
+                        return -ENOMEM;
+                e->n_shape = n_shape;
+        }
+        if (n_rdma > 0) {
+                e->rdma_addrs = calloc(n_rdma, sizeof(*e->rdma_addrs));
+                e->rdma_rkeys = calloc(n_rdma, sizeof(*e->rdma_rkeys));
+                if (!e->rdma_addrs || !e->rdma_rkeys)
+                        return -ENOMEM;
+                e->n_rdma = n_rdma;
+        }
+        if (n_keys > 0) {
+                e->keys = calloc(n_keys, sizeof(*e->keys));
+                e->key_slots = calloc(n_keys, sizeof(*e->key_slots));
+                if (!e->keys || !e->key_slots)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* Describes one cache that a link reaches into @e. */
+static int link_exposed_fill(const CacheTable *t, const Cache *cache, LinkExposedCache *e)
+{
+        bool rdma = rdma_cache_registered(cache, true);
+        int r;
+
+        r = link_exposed_cache_alloc(e, cache->desc.n_dims, rdma ? cache->desc.num_tensors : 0,
+                                     cache_table_count_keys(t, cache));
+        if (r < 0)
+                return r;
+        e->cache_id = cache->id;
+        e->blocks = cache->kind == CACHE_BLOCKS;
+        e->tensor_size = cache->tensor_size;
+        e->num_tensors = cache->desc.num_tensors;
+        e->data_type = cache->desc.data_type;
+        if (e->n_shape > 0)
+                memcpy(e->shape, cache->desc.shape, e->n_shape * sizeof(*e->shape));
+        for (size_t k = 0; k < e->n_rdma; k++)
+                (void)rdma_cache_tensor(cache, k, &e->rdma_addrs[k], NULL, &e->rdma_rkeys[k]);
+        if (e->keys)
+                cache_table_foreach_key(t, cache, link_exposed_add_key, e);
+        return 0;
+}
+
+/* The caches of @c that a link made at @seq reaches: registered before it, remote-accessible. */
+static int link_exposed_build(const Cluster *c, uint64_t seq, LinkGrant *g)
+{
+        const CacheTable *t = &c->caches;
+        Cache *cache;
+        size_t n = 0;
+        int r;
+
+        CLIST_FOREACH (cache, &t->caches, link_table)
+                if (cache->seq <= seq && cache->remote_accessible)
+                        n++;
+        if (n == 0)
+                return 0;
+        g->caches = calloc(n, sizeof(*g->caches));
+        if (!g->caches)
+                return -ENOMEM;
+        CLIST_FOREACH (cache, &t->caches, link_table) {
+                if (cache->seq > seq || !cache->remote_accessible)
+                        continue;
+                r = link_exposed_fill(t, cache, &g->caches[g->n_caches++]);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink **ret_il,
+                       LinkGrant **ret_grant, Error *err)
+{
+        LinkGrant *g = NULL;
+        const char *why = NULL;
+        RdmaDevice *dev;
+        InLink *il;
+        Cluster *c;
+        int r;
+
+        c = link_root_find_cluster(root, ask->dst_cluster_id);
+        if (!c)
+                return error_set(err, STATUS_LINK_FAILED,
+                                 "no cluster %" PRIu64 " is attached to the daemon at %s",
+                                 ask->dst_cluster_id, link_root_peer_address(root));
+        /* A comm domain's pair link needs no server: every member called kvd_link. */
+        if (!ask->domain) {
+                r = link_check_target(c, err);
+                if (r < 0)
+                        return r;
+        }
+        if (link_root_find_cluster(root, ask->src_cluster_id))
+                return error_set(err, STATUS_LINK_FAILED,
+                                 "cluster id %" PRIu64 " is attached to both daemons; cluster "
+                                 "ids must be unique",
+                                 ask->src_cluster_id);
+        /* A link made again replaces the old one (the peer forgot it: a restart, a force). */
+        il = link_inlink_find(p, ask->src_cluster_id, c);
+        if (il)
+                link_inlink_free(il, STATUS_PEER_LOST, "replaced by a new link");
+        if (c->n_inlinks >= root->options.limits->max_links_per_client)
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
+                                 "cluster %" PRIu64 " has %u inbound links "
+                                 "(limits.max_links_per_client)",
+                                 c->id, c->n_inlinks);
+        r = link_inlink_new(root, p, c, ask->src_cluster_id, ask->src_role, &il);
+        if (r < 0)
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
+        g = calloc(1, sizeof(*g));
+        if (!g || link_exposed_build(c, il->seq, g) < 0) {
+                link_grant_free(g);
+                link_inlink_free(il, STATUS_OUT_OF_MEMORY, NULL);
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
+        }
+        g->link_id = il->id;
+        g->role = c->role;
+        /* The linked cluster's RDMA device, for the peer to connect queue pairs to. */
+        dev = rdma_device_for(root->transports->rdma, c->device_id, &why);
+        if (dev) {
+                rdma_device_get_info(dev, &g->rdma);
+                g->has_rdma = true;
+                /* What the link runs over unless the queue pairs fail to connect. */
+                il->rdma = ask->rdma;
+        } else if (why) {
+                g->rdma_reason = strdup(why);
+                if (!g->rdma_reason) {
+                        link_grant_free(g);
+                        link_inlink_free(il, STATUS_OUT_OF_MEMORY, NULL);
+                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
+                }
+        }
+        *ret_il = il;
+        *ret_grant = g;
+        return 0;
+}
+
+void link_peer_unlinked(Peer *p, const LinkPeerUnlink *u)
+{
+        InLink *il = NULL;
+        Link *l = NULL;
+        char why[64];
+
+        (void)snprintf(why, sizeof(why), "unlinked by cluster %" PRIu64, u->src_cluster_id);
+        if (u->from_linked) {
+                Link *i;
+
+                /* The cluster we linked to dropped our link (kvd_unlink_clusters on its side).
+                 * A loop that ends without a match leaves its cursor on the list head, not
+                 * NULL: only a match is taken down. */
+                CLIST_FOREACH (i, &p->links, link_peer)
+                        if (i->remote_link_id == u->link_id &&
+                            i->remote_cluster_id == u->src_cluster_id &&
+                            i->local->id == u->dst_cluster_id) {
+                                l = i;
+                                break;
+                        }
+                if (l)
+                        link_set_down(l, STATUS_NOT_YET_LINK, why);
+        } else {
+                il = link_inlink_find_id(p, u->link_id);
+                if (il && (il->remote_cluster_id != u->src_cluster_id ||
+                           il->local->id != u->dst_cluster_id))
+                        il = NULL;
+                if (il)
+                        link_inlink_free(il, STATUS_NOT_YET_LINK, why);
+        }
+        if (!l && !il)
+                log_debug("%s: unlink of cluster %" PRIu64 " and %" PRIu64 " names no link "
+                          "(id %" PRIu64 "), ignoring",
+                          peer_name(p, (char[96]){0}, 96), u->src_cluster_id, u->dst_cluster_id,
+                          u->link_id);
+}
+
+void link_peer_cluster_gone(Peer *p, uint64_t cluster_id)
+{
+        InLink *il, *iltmp;
+        Link *l, *ltmp;
+
+        CLIST_FOREACH_SAFE (il, iltmp, &p->inlinks, link_peer)
+                if (il->remote_cluster_id == cluster_id)
+                        link_inlink_free(il, STATUS_PEER_LOST, "the linking cluster went away");
+        CLIST_FOREACH_SAFE (l, ltmp, &p->links, link_peer)
+                if (l->remote_cluster_id == cluster_id)
+                        link_set_state(l, LINK_DOWN, STATUS_PEER_LOST);
+}
+
+void link_peer_lost(Peer *p, int status)
+{
+        InLink *il, *iltmp;
+        Link *l, *ltmp;
+
+        CLIST_FOREACH_SAFE (l, ltmp, &p->links, link_peer)
+                link_set_state(l, LINK_DOWN,
+                               status == STATUS_DAEMON_UNAVAILABLE ? status : STATUS_PEER_LOST);
+        CLIST_FOREACH_SAFE (il, iltmp, &p->inlinks, link_peer)
+                link_inlink_free(il, STATUS_PEER_LOST, "its daemon was lost");
+}
+
+void link_tell_cluster_gone(Cluster *c)
+{
+        LinkRoot *root = c->root;
+        InLink *il;
+        Link *l;
+        Peer *p;
+
+        CLIST_FOREACH (p, &root->peers, link_daemon) {
+                bool involved = false;
+
+                if (p->state != PEER_READY)
+                        continue;
+                CLIST_FOREACH (l, &p->links, link_peer)
+                        involved = involved || l->local == c;
+                CLIST_FOREACH (il, &p->inlinks, link_peer)
+                        involved = involved || il->local == c;
+                if (involved)
+                        (void)root->peer_ops->cluster_gone(p, c->id);
+        }
+}
+
+int link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force)
+{
+        InLink *il, *tmp;
+        char why[64];
+        int n = 0;
+
+        (void)snprintf(why, sizeof(why), "unlinked by cluster %" PRIu64 "%s", c->id,
+                       force ? " with force" : "");
+        CLIST_FOREACH_SAFE (il, tmp, &c->inlinks, link_cluster) {
+                if (il->remote_cluster_id != remote_cluster_id)
+                        continue;
+                if (!force && il->peer->state == PEER_READY) {
+                        LinkPeerUnlink u = {
+                                .src_cluster_id = c->id,
+                                .dst_cluster_id = remote_cluster_id,
+                                .link_id = il->id,
+                                .from_linked = true,
+                        };
+
+                        (void)c->root->peer_ops->unlink(il->peer, &u);
+                }
+                link_inlink_free(il, STATUS_NOT_YET_LINK, why);
+                n++;
+        }
+        return n;
 }

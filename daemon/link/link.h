@@ -16,15 +16,100 @@
 #include "common/error.h"
 #include "common/sockaddr-util.h"
 #include "common/time-util.h"
+#include "daemon/memory/cache.h"
+#include "daemon/transport/rdma.h"
 
 typedef struct Cluster Cluster;
 typedef struct LinkRoot LinkRoot;
 typedef struct Peer Peer;
 typedef struct RdmaEndpoint RdmaEndpoint;
 typedef struct InLink InLink;
-struct Kvdist__V1__PeerLinkReply;
 typedef struct Transport Transport;
 typedef struct Link Link;
+typedef struct PeerCall PeerCall;
+typedef struct PeerWaiter PeerWaiter;
+
+/* One cache a remote cluster exposed to a link made to it: what the peer told of it. */
+typedef struct LinkExposedCache {
+        uint64_t cache_id;
+        bool blocks; /* a blocks cache (kvd_register_blocks_cache) */
+        uint64_t tensor_size;
+        uint32_t num_tensors;
+        uint32_t data_type; /* kvd_dtype */
+        size_t n_shape;
+        int64_t *shape;
+        size_t n_keys;
+        CacheKey *keys;      /* the keys that name it, */
+        uint32_t *key_slots; /* each with the index it names */
+        size_t n_rdma;       /* registered for RDMA: per tensor, its address and rkey */
+        uint64_t *rdma_addrs;
+        uint32_t *rdma_rkeys;
+} LinkExposedCache;
+
+/*
+ * What the linked side grants a link (PeerLinkReply, decoded): its id of the inbound link, its
+ * cluster's role, the caches the link reaches, and the cluster's RDMA device when it has one
+ * that works (else why not). The peer codec builds it from the wire and encodes ours to it.
+ */
+typedef struct LinkGrant {
+        uint64_t link_id;
+        int role; /* ClusterRole */
+        size_t n_caches;
+        LinkExposedCache *caches;
+        bool has_rdma;
+        RdmaDeviceInfo rdma;
+        char *rdma_reason; /* when !has_rdma: why, or NULL when the peer did not say */
+} LinkGrant;
+
+/* A request for a link, as one daemon asks another (PeerLink). */
+typedef struct LinkPeerAsk {
+        uint64_t src_cluster_id;
+        int src_role; /* ClusterRole */
+        uint64_t dst_cluster_id;
+        bool rdma;   /* the asking side would use RDMA for the link */
+        bool domain; /* a comm domain's pair link: the linked cluster needs no listen_ip_info */
+} LinkPeerAsk;
+
+/* A link between two daemons' clusters is gone (PeerUnlink). */
+typedef struct LinkPeerUnlink {
+        uint64_t src_cluster_id; /* the sender's cluster */
+        uint64_t dst_cluster_id; /* the receiver's */
+        uint64_t link_id;        /* the linked side's id of its inbound link */
+        bool from_linked;        /* the sender is the side that was linked to */
+} LinkPeerUnlink;
+
+/* @p reached READY (@status STATUS_OK) or was lost first (@status and @err say why). */
+typedef void (*link_peer_ready_fn)(Peer *p, int status, const Error *err, void *userdata);
+
+/*
+ * The answer to a LinkPeerAsk: @grant (the callee's to free with link_grant_free()) when
+ * @status is STATUS_OK, else NULL with @err saying why.
+ */
+typedef void (*link_grant_fn)(Peer *p, int status, const Error *err, LinkGrant *grant,
+                              void *userdata);
+
+/*
+ * How link/'s state machines reach other daemons: the peer codec (peer-link.c) fills it for
+ * the daemon (peer_link_ops), a unit test with a recorder. LinkRoot.peer_ops points at it.
+ */
+typedef struct LinkPeerOps {
+        /* The peer at @address, dialed when needed (peer_get()). */
+        int (*get)(LinkRoot *root, const char *address, Peer **ret, Error *err);
+        /* Calls @fn once @p is READY or lost (peer_when_ready()); -ENOMEM. */
+        int (*when_ready)(Peer *p, link_peer_ready_fn fn, void *userdata, PeerWaiter **ret_waiter);
+        /* Forgets a waiter; its callback will not run. Accepts NULL. */
+        void (*waiter_cancel)(PeerWaiter *w);
+        /* Asks READY @p for a link: @fn gets the grant or the failure. A negative errno (not
+         * READY: -ENOTCONN) and @fn not called when it cannot be asked. */
+        int (*link)(Peer *p, const LinkPeerAsk *ask, link_grant_fn fn, void *userdata,
+                    PeerCall **ret_call);
+        /* Points the answer to @call at @fn instead (its asker went away). */
+        void (*redirect)(PeerCall *call, link_grant_fn fn, void *userdata);
+        /* Tells @p a link is gone (a notice, no answer). */
+        int (*unlink)(Peer *p, const LinkPeerUnlink *u);
+        /* Tells @p that our cluster @cluster_id went away (a notice). */
+        int (*cluster_gone)(Peer *p, uint64_t cluster_id);
+} LinkPeerOps;
 
 typedef enum LinkState {
         LINK_UP,
@@ -44,9 +129,9 @@ struct Link {
         Peer *peer;              /* or the peer daemon it lives behind (NULL once lost) */
         uint64_t remote_link_id; /* the peer's InLink id */
         int remote_role;         /* ClusterRole the peer reported */
-        char peer_address[SOCKADDR_STR_MAX];       /* remote links: the peer, kept after a loss */
-        struct Kvdist__V1__PeerLinkReply *exposed; /* remote links: the caches the remote
-                                                    * cluster exposed when the link was made */
+        char peer_address[SOCKADDR_STR_MAX]; /* remote links: the peer, kept after a loss */
+        LinkGrant *exposed; /* remote links: what the peer granted, the caches the remote
+                             * cluster exposed when the link was made among it */
         Transport *transport;
         char transport_reason[128]; /* why this transport, for status */
         RdmaEndpoint *rdma_ep;      /* RDMA links: the queue pairs to the peer's device */
@@ -86,11 +171,55 @@ int link_new_local(LinkRoot *root, Cluster *local, Cluster *remote, Transport *t
                    Link **ret);
 
 /*
- * Creates an UP link from @local to cluster @remote_cluster_id behind @peer, which answered our
- * PeerLink with @exposed (taken; freed with protobuf_c_message_free_unpacked()).
+ * Creates an UP link from @local to cluster @remote_cluster_id behind @peer, which granted our
+ * ask with @exposed (taken on success).
  */
 int link_new_remote(LinkRoot *root, Cluster *local, Peer *peer, uint64_t remote_cluster_id,
-                    struct Kvdist__V1__PeerLinkReply *exposed, Transport *transport, Link **ret);
+                    LinkGrant *exposed, Transport *transport, Link **ret);
+
+/*
+ * Allocates @e's arrays: a shape of @n_shape dimensions and @n_rdma tensors' RDMA addresses and
+ * keys (their counts set), room for @n_keys keys and slots (n_keys stays 0 for the caller to
+ * fill). -ENOMEM; what was allocated is freed with the grant.
+ */
+int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_rdma, size_t n_keys);
+
+/* Frees a grant and what it holds. Accepts NULL; returns NULL. */
+LinkGrant *link_grant_free(LinkGrant *g);
+
+/*
+ * Gives back to @p the link @link_id it granted to our @src_cluster_id for its @dst_cluster_id,
+ * which we will not make after all (a PeerUnlink notice, when @p is READY).
+ */
+void link_give_back(LinkRoot *root, Peer *p, uint64_t src_cluster_id, uint64_t dst_cluster_id,
+                    uint64_t link_id);
+
+/*
+ * @p's cluster asks to link to one of ours (@ask): checks that it may, creates the InLink and
+ * describes what it reaches in *@ret_grant (with our device for RDMA). *@ret_il and *@ret_grant
+ * are the caller's; a STATUS_* status with @err when refused.
+ */
+int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink **ret_il,
+                       LinkGrant **ret_grant, Error *err);
+
+/* @p tells us a link between our clusters and its own is gone (@u, from its side). */
+void link_peer_unlinked(Peer *p, const LinkPeerUnlink *u);
+
+/* @p tells us its cluster @cluster_id went away: links to it go down, its links to us go. */
+void link_peer_cluster_gone(Peer *p, uint64_t cluster_id);
+
+/* @p is lost with @status: our links over it go down, its links to us go. */
+void link_peer_lost(Peer *p, int status);
+
+/* @c is going away: tells every peer its clusters linked with it, once per peer. */
+void link_tell_cluster_gone(Cluster *c);
+
+/*
+ * Removes the inbound links of the peer's cluster @remote_cluster_id to @c (kvd_unlink_clusters
+ * called on the side that was linked to); unless @force the peer is told, so its link goes down
+ * too. Returns how many there were.
+ */
+int link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force);
 
 /*
  * Tears the link down: transfers in flight on it are failed with @status, and it leaves both

@@ -10,18 +10,8 @@
 
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
-#include "proto/kvdist.pb-c.h"
 #include "daemon/link/notify.h"
 #include "common/status.h"
-
-#define NOTIFY_DATA_MAX 256
-
-typedef struct Notify {
-        CList link; /* on Cluster.notifies, oldest first */
-        uint64_t src_cluster_id;
-        size_t len;
-        uint8_t data[NOTIFY_DATA_MAX];
-} Notify;
 
 int notify_check_room(const Cluster *c, Error *err)
 {
@@ -52,7 +42,7 @@ static void notify_signal(Cluster *c)
 
 int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t len)
 {
-        Notify *n;
+        NotifyEvent *n;
 
         if (len > NOTIFY_DATA_MAX)
                 return -EINVAL;
@@ -71,7 +61,7 @@ int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t
 
 void notify_clear(Cluster *c)
 {
-        Notify *n, *tmp;
+        NotifyEvent *n, *tmp;
 
         CLIST_FOREACH_SAFE (n, tmp, &c->notifies, link) {
                 clist_unlink(&n->link);
@@ -94,48 +84,34 @@ int notify_handle_fd(Cluster *c, Completion *done, Error *err)
         return completion_reply_ok(done, c->notify_fd), 0;
 }
 
-int notify_handle_get(Cluster *c, uint32_t max, Completion *done, Error *err)
+size_t notify_count_takeable(const Cluster *c, uint32_t max)
 {
-        Kvdist__V1__GetNotifiesReply reply = KVDIST__V1__GET_NOTIFIES_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        _cleanup_free_ Kvdist__V1__Notify *items = NULL;
-        _cleanup_free_ Kvdist__V1__Notify **ptrs = NULL;
-        size_t n = MIN((size_t)max, (size_t)c->n_notifies), i = 0;
-        CList taken = CLIST_INIT(taken);
-        Notify *e, *tmp;
-
         /* A reply stays far below the frame limit: 4096 x ~280 bytes. */
-        n = MIN(n, (size_t)4096);
-        if (n > 0) {
-                items = calloc(n, sizeof(*items));
-                ptrs = calloc(n, sizeof(*ptrs));
-                if (!items || !ptrs)
-                        return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        }
-        CLIST_FOREACH_SAFE (e, tmp, &c->notifies, link) {
-                if (i == n)
-                        break;
-                kvdist__v1__notify__init(&items[i]);
-                items[i].src_cluster_id = e->src_cluster_id;
-                items[i].data.data = e->data;
-                items[i].data.len = e->len;
-                ptrs[i] = &items[i];
+        return MIN(MIN((size_t)max, (size_t)c->n_notifies), (size_t)4096);
+}
+
+size_t notify_take(Cluster *c, uint32_t max, CList *ret)
+{
+        size_t n = notify_count_takeable(c, max), i;
+        NotifyEvent *e;
+
+        for (i = 0; i < n; i++) {
+                e = clist_first_entry(&c->notifies, NotifyEvent, link);
                 clist_unlink(&e->link);
-                clist_link_tail(&taken, &e->link);
+                clist_link_tail(ret, &e->link);
                 c->n_notifies--;
-                i++;
         }
         /* The eventfd tells the truth before the client can see the reply and poll again. */
         notify_signal(c);
-        reply.status = &status;
-        reply.notifies = ptrs;
-        reply.n_notifies = n;
-        reply.remaining = c->n_notifies;
-        /* A reply that cannot be sent means the connection, and the cluster with it, is gone. */
-        (void)completion_reply(done, &reply.base, -1);
-        CLIST_FOREACH_SAFE (e, tmp, &taken, link) {
+        return n;
+}
+
+void notify_list_free(CList *list)
+{
+        NotifyEvent *e, *tmp;
+
+        CLIST_FOREACH_SAFE (e, tmp, list, link) {
                 clist_unlink(&e->link);
                 free(e);
         }
-        return 0;
 }

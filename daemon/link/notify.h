@@ -10,10 +10,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/clist.h"
 #include "common/completion.h"
 #include "common/error.h"
 
+#define NOTIFY_DATA_MAX 256
+
 typedef struct Cluster Cluster;
+
+/* One push notification queued for a cluster; control/ encodes those a client takes. */
+typedef struct NotifyEvent {
+        CList link; /* on Cluster.notifies, oldest first; then on the taker's list */
+        uint64_t src_cluster_id;
+        size_t len;
+        uint8_t data[NOTIFY_DATA_MAX];
+} NotifyEvent;
 
 /* LIMIT_EXCEEDED when @c's queue is full (checked before a push moves a byte). */
 int notify_check_room(const Cluster *c, Error *err);
@@ -25,9 +36,20 @@ int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t
 void notify_clear(Cluster *c);
 
 /*
- * The client requests about notifications of @c: NotifyFd answers @done with the cluster's
- * eventfd, GetNotifies with up to @max queued notifications (taken off the queue). Each returns
- * 0 when it answered, or a STATUS_* status with @err filled (@done is still the caller's).
+ * NotifyFd of @c: answers @done with the cluster's eventfd. Returns 0 when it answered, or a
+ * STATUS_* status with @err filled (@done is still the caller's).
  */
 int notify_handle_fd(Cluster *c, Completion *done, Error *err);
-int notify_handle_get(Cluster *c, uint32_t max, Completion *done, Error *err);
+
+/* How many notifications notify_take(@c, @max) takes now. */
+size_t notify_count_takeable(const Cluster *c, uint32_t max);
+
+/*
+ * Takes up to @max of @c's oldest notifications (never more than 4096, so that a reply stays far
+ * below the frame limit) off its queue onto @ret (the caller's; notify_list_free()), and sets
+ * the eventfd to what is left before the taker answers its client. Returns how many.
+ */
+size_t notify_take(Cluster *c, uint32_t max, CList *ret);
+
+/* Frees the NotifyEvents on @list. */
+void notify_list_free(CList *list);

@@ -55,10 +55,3 @@ void peer_handle_cluster_gone(void *userdata, Peer *p, uint64_t request_id,
 /* peer-rdma.c */
 void peer_handle_rdma_connect(void *userdata, Peer *p, uint64_t request_id,
                               const ProtobufCMessage *msg);
-
-/*
- * @p is being lost with @status: links over it go down, inbound links from it go away with the
- * transfers they serve. Called once, before the peer's connections close and before the
- * LinkEvents.peer_lost listeners.
- */
-void peer_link_on_lost(Peer *p, int status);

@@ -1,242 +1,315 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Links between clusters of two daemons, as the peers see them: a peer's cluster linking to one
- * of ours (PeerLink: an InLink and the caches it may reach), either side tearing a link down
- * (PeerUnlink), clusters going away (PeerClusterGone) and the peer itself being lost.
+ * The peer codec of links: PeerLink (a peer's cluster linking to one of ours, and our asking
+ * for the same), PeerUnlink and PeerClusterGone between their wire form and link/'s plain
+ * structs (LinkPeerAsk, LinkGrant, LinkPeerUnlink). What they do is in link.c and
+ * link-request.c; this file only decodes, encodes and sends (peer_link_ops).
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "daemon/memory/cache-proto.h"
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
+#include "daemon/link/peer-cache-key.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer-link.h"
 #include "daemon/link/peer.h"
-#include "daemon/transport/rdma.h"
 #include "common/status.h"
 
-/* The exposed caches of one cluster as wire messages, with the storage they point into. */
-typedef struct Exposed {
-        size_t n;
+/* A grant as wire messages, with the storage they point into. */
+typedef struct GrantWire {
+        Kvdist__V1__PeerLinkReply reply;
+        Kvdist__V1__Status status;
+        Kvdist__V1__RdmaDeviceInfo rdma;
         Kvdist__V1__RemoteCache *caches;
         Kvdist__V1__RemoteCache **ptrs;
         Kvdist__V1__CacheDesc *descs;
-        Kvdist__V1__CacheKey ***keys;  /* per cache: pointers into key_storage */
-        CacheKeyStorage **key_storage; /* per cache */
-        uint32_t **slots;              /* per cache */
-        uint64_t **rdma_addrs;         /* per cache, when registered for RDMA */
-        uint32_t **rdma_rkeys;
-} Exposed;
+        Kvdist__V1__CacheKey ***keys;      /* per cache: pointers into key_storage */
+        PeerCacheKeyStorage **key_storage; /* per cache */
+} GrantWire;
 
-static void exposed_free(Exposed *e)
+static void grant_wire_free(GrantWire *w, size_t n)
 {
-        for (size_t i = 0; i < e->n; i++) {
-                free(e->keys ? e->keys[i] : NULL);
-                free(e->key_storage ? e->key_storage[i] : NULL);
-                free(e->slots ? e->slots[i] : NULL);
-                free(e->rdma_addrs ? e->rdma_addrs[i] : NULL);
-                free(e->rdma_rkeys ? e->rdma_rkeys[i] : NULL);
+        for (size_t i = 0; i < n; i++) {
+                free(w->keys ? w->keys[i] : NULL);
+                free(w->key_storage ? w->key_storage[i] : NULL);
         }
-        free(e->rdma_addrs);
-        free(e->rdma_rkeys);
-        free(e->caches);
-        free(e->ptrs);
-        free(e->descs);
-        free(e->keys);
-        free(e->key_storage);
-        free(e->slots);
+        free(w->caches);
+        free(w->ptrs);
+        free(w->descs);
+        free(w->keys);
+        free(w->key_storage);
 }
 
-typedef struct KeyCollect {
-        Kvdist__V1__RemoteCache *rc;
-        CacheKeyStorage *storage;
-        Kvdist__V1__CacheKey **keys;
-        uint32_t *slots;
-} KeyCollect;
-
-static void exposed_add_key(const CacheKey *key, uint32_t index, void *userdata)
+/* Encodes @g into @w (pointing into @g, which must outlive it); -ENOMEM. */
+static int grant_wire_build(const LinkGrant *g, GrantWire *w)
 {
-        KeyCollect *kc = userdata;
-        size_t k = kc->rc->n_keys++;
+        size_t n = g->n_caches;
 
-        kc->keys[k] = cache_key_to_proto(key, &kc->storage[k]);
-        kc->slots[k] = index;
-        kc->rc->n_key_slots = kc->rc->n_keys;
-}
-
-/* Describes the caches of @c that a link made at @seq reaches. */
-static int exposed_build(const Cluster *c, uint64_t seq, Exposed *e)
-{
-        const CacheTable *t = &c->caches;
-        Cache *cache;
-        size_t n = 0;
-
-        *e = (Exposed){0};
-        CLIST_FOREACH (cache, &t->caches, link_table)
-                if (cache->seq <= seq && cache->remote_accessible)
-                        n++;
+        *w = (GrantWire){0};
+        kvdist__v1__peer_link_reply__init(&w->reply);
+        kvdist__v1__status__init(&w->status);
+        w->reply.status = &w->status;
+        w->reply.link_id = g->link_id;
+        w->reply.dst_role = (Kvdist__V1__Role)g->role;
+        if (g->has_rdma) {
+                kvdist__v1__rdma_device_info__init(&w->rdma);
+                w->rdma.device = (char *)g->rdma.device;
+                w->rdma.gid.data = (uint8_t *)g->rdma.gid;
+                w->rdma.gid.len = RDMA_GID_SIZE;
+                w->rdma.port = g->rdma.port;
+                w->rdma.mtu = g->rdma.mtu;
+                w->rdma.lid = g->rdma.lid;
+                w->reply.rdma = &w->rdma;
+        } else
+                w->reply.rdma_reason = g->rdma_reason;
         if (n == 0)
                 return 0;
-        e->caches = calloc(n, sizeof(*e->caches));
-        e->ptrs = calloc(n, sizeof(*e->ptrs));
-        e->descs = calloc(n, sizeof(*e->descs));
-        e->keys = calloc(n, sizeof(*e->keys));
-        e->key_storage = calloc(n, sizeof(*e->key_storage));
-        e->slots = calloc(n, sizeof(*e->slots));
-        e->rdma_addrs = calloc(n, sizeof(*e->rdma_addrs));
-        e->rdma_rkeys = calloc(n, sizeof(*e->rdma_rkeys));
-        if (!e->caches || !e->ptrs || !e->descs || !e->keys || !e->key_storage || !e->slots ||
-            !e->rdma_addrs || !e->rdma_rkeys)
+        w->caches = calloc(n, sizeof(*w->caches));
+        w->ptrs = calloc(n, sizeof(*w->ptrs));
+        w->descs = calloc(n, sizeof(*w->descs));
+        w->keys = calloc(n, sizeof(*w->keys));
+        w->key_storage = calloc(n, sizeof(*w->key_storage));
+        if (!w->caches || !w->ptrs || !w->descs || !w->keys || !w->key_storage)
                 return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                const LinkExposedCache *e = &g->caches[i];
+                Kvdist__V1__RemoteCache *rc = &w->caches[i];
 
-        CLIST_FOREACH (cache, &t->caches, link_table) {
-                Kvdist__V1__RemoteCache *rc;
-                unsigned n_keys;
-                KeyCollect kc;
-                size_t i;
-
-                if (cache->seq > seq || !cache->remote_accessible)
-                        continue;
-                i = e->n++;
-                rc = &e->caches[i];
                 kvdist__v1__remote_cache__init(rc);
-                kvdist__v1__cache_desc__init(&e->descs[i]);
-                e->ptrs[i] = rc;
-                rc->cache_id = cache->id;
-                rc->blocks = cache->kind == CACHE_BLOCKS;
-                rc->tensor_size = cache->tensor_size;
-                rc->desc = &e->descs[i];
-                e->descs[i].num_tensors = cache->desc.num_tensors;
-                e->descs[i].n_shape = cache->desc.n_dims;
-                e->descs[i].shape = (int64_t *)cache->desc.shape;
-                e->descs[i].data_type = cache->desc.data_type;
-
-                if (rdma_cache_registered(cache, true)) {
-                        uint32_t nt = cache->desc.num_tensors;
-
-                        e->rdma_addrs[i] = calloc(nt, sizeof(uint64_t));
-                        e->rdma_rkeys[i] = calloc(nt, sizeof(uint32_t));
-                        if (!e->rdma_addrs[i] || !e->rdma_rkeys[i])
-                                return -ENOMEM;
-                        for (uint32_t k = 0; k < nt; k++)
-                                (void)rdma_cache_tensor(cache, k, &e->rdma_addrs[i][k], NULL,
-                                                        &e->rdma_rkeys[i][k]);
-                        rc->rdma_addrs = e->rdma_addrs[i];
-                        rc->n_rdma_addrs = nt;
-                        rc->rdma_rkeys = e->rdma_rkeys[i];
-                        rc->n_rdma_rkeys = nt;
-                }
-
-                n_keys = cache_table_count_keys(t, cache);
-                if (n_keys == 0)
+                kvdist__v1__cache_desc__init(&w->descs[i]);
+                w->ptrs[i] = rc;
+                rc->cache_id = e->cache_id;
+                rc->blocks = e->blocks;
+                rc->tensor_size = e->tensor_size;
+                rc->desc = &w->descs[i];
+                w->descs[i].num_tensors = e->num_tensors;
+                w->descs[i].n_shape = e->n_shape;
+                w->descs[i].shape = e->shape;
+                w->descs[i].data_type = e->data_type;
+                rc->rdma_addrs = e->rdma_addrs;
+                rc->n_rdma_addrs = e->n_rdma;
+                rc->rdma_rkeys = e->rdma_rkeys;
+                rc->n_rdma_rkeys = e->n_rdma;
+                if (e->n_keys == 0)
                         continue;
-                e->keys[i] = calloc(n_keys, sizeof(*e->keys[i]));
-                e->key_storage[i] = calloc(n_keys, sizeof(*e->key_storage[i]));
-                e->slots[i] = calloc(n_keys, sizeof(*e->slots[i]));
-                if (!e->keys[i] || !e->key_storage[i] || !e->slots[i])
+                w->keys[i] = calloc(e->n_keys, sizeof(*w->keys[i]));
+                w->key_storage[i] = calloc(e->n_keys, sizeof(*w->key_storage[i]));
+                if (!w->keys[i] || !w->key_storage[i])
                         return -ENOMEM;
-                kc = (KeyCollect){rc, e->key_storage[i], e->keys[i], e->slots[i]};
-                rc->keys = e->keys[i];
-                rc->key_slots = e->slots[i];
-                cache_table_foreach_key(t, cache, exposed_add_key, &kc);
+                for (size_t k = 0; k < e->n_keys; k++)
+                        w->keys[i][k] = peer_cache_key_to_proto(&e->keys[k], &w->key_storage[i][k]);
+                rc->keys = w->keys[i];
+                rc->n_keys = e->n_keys;
+                rc->key_slots = e->key_slots;
+                rc->n_key_slots = e->n_keys;
+        }
+        w->reply.caches = w->ptrs;
+        w->reply.n_caches = n;
+        return 0;
+}
+
+static int exposed_cache_from_wire(const Kvdist__V1__RemoteCache *rc, LinkExposedCache *e)
+{
+        size_t n_keys = MIN(rc->n_keys, rc->n_key_slots);
+        size_t n_shape = rc->desc ? rc->desc->n_shape : 0;
+        size_t n_rdma = rc->n_rdma_addrs == rc->n_rdma_rkeys ? rc->n_rdma_addrs : 0;
+        int r;
+
+        r = link_exposed_cache_alloc(e, n_shape, n_rdma, n_keys);
+        if (r < 0)
+                return r;
+        e->cache_id = rc->cache_id;
+        e->blocks = rc->blocks;
+        e->tensor_size = rc->tensor_size;
+        if (rc->desc) {
+                e->num_tensors = rc->desc->num_tensors;
+                e->data_type = rc->desc->data_type;
+        }
+        if (n_shape > 0)
+                memcpy(e->shape, rc->desc->shape, n_shape * sizeof(*e->shape));
+        if (n_rdma > 0) {
+                memcpy(e->rdma_addrs, rc->rdma_addrs, n_rdma * sizeof(*e->rdma_addrs));
+                memcpy(e->rdma_rkeys, rc->rdma_rkeys, n_rdma * sizeof(*e->rdma_rkeys));
+        }
+        for (size_t k = 0; k < n_keys; k++) {
+                /* A key of no kind names nothing: it is left out, as a lookup would ignore it. */
+                if (peer_cache_key_from_proto(rc->keys[k], &e->keys[e->n_keys], NULL) < 0)
+                        continue;
+                e->key_slots[e->n_keys++] = rc->key_slots[k];
         }
         return 0;
 }
 
+/* Decodes the peer's PeerLinkReply @m into a new grant; -ENOMEM. */
+static int grant_from_wire(const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret)
+{
+        LinkGrant *g;
+
+        g = calloc(1, sizeof(*g));
+        if (!g)
+                return -ENOMEM;
+        g->link_id = m->link_id;
+        g->role = m->dst_role;
+        if (m->rdma && m->rdma->gid.len == RDMA_GID_SIZE && m->rdma->device) {
+                g->has_rdma = true;
+                (void)snprintf(g->rdma.device, sizeof(g->rdma.device), "%s", m->rdma->device);
+                memcpy(g->rdma.gid, m->rdma->gid.data, RDMA_GID_SIZE);
+                g->rdma.port = (uint8_t)m->rdma->port;
+                g->rdma.mtu = m->rdma->mtu;
+                g->rdma.lid = (uint16_t)m->rdma->lid;
+        }
+        if (m->rdma_reason && m->rdma_reason[0]) {
+                g->rdma_reason = strdup(m->rdma_reason);
+                if (!g->rdma_reason)
+                        goto fail;
+        }
+        if (m->n_caches > 0) {
+                g->caches = calloc(m->n_caches, sizeof(*g->caches));
+                if (!g->caches)
+                        goto fail;
+                for (size_t i = 0; i < m->n_caches; i++) {
+                        g->n_caches++;
+                        if (exposed_cache_from_wire(m->caches[i], &g->caches[i]) < 0)
+                                goto fail;
+                }
+        }
+        *ret = g;
+        return 0;
+fail:
+        link_grant_free(g);
+        return -ENOMEM;
+}
+
+/* Who waits for the answer to a PeerLink we sent. */
+typedef struct LinkCall {
+        link_grant_fn fn;
+        void *userdata;
+} LinkCall;
+
+static void peer_link_on_reply(Peer *p, int status, const Error *err, const ProtobufCMessage *reply,
+                               void *userdata)
+{
+        LinkCall *lc = userdata;
+        link_grant_fn fn = lc->fn;
+        void *fn_userdata = lc->userdata;
+        LinkGrant *g = NULL;
+        Error e = ERROR_INIT;
+
+        free(lc);
+        if (status == STATUS_OK &&
+            grant_from_wire((const Kvdist__V1__PeerLinkReply *)reply, &g) < 0) {
+                status = STATUS_OUT_OF_MEMORY;
+                err = &e;
+                error_set(&e, status, "out of memory");
+        }
+        fn(p, status, err, g, fn_userdata);
+}
+
+static int peer_link_call(Peer *p, const LinkPeerAsk *ask, link_grant_fn fn, void *userdata,
+                          PeerCall **ret_call)
+{
+        Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
+        LinkCall *lc;
+        int r;
+
+        lc = malloc(sizeof(*lc));
+        if (!lc)
+                return -ENOMEM;
+        *lc = (LinkCall){fn, userdata};
+        m.src_cluster_id = ask->src_cluster_id;
+        m.src_role = (Kvdist__V1__Role)ask->src_role;
+        m.dst_cluster_id = ask->dst_cluster_id;
+        m.rdma = ask->rdma;
+        m.domain = ask->domain;
+        r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, peer_link_on_reply, lc,
+                      ret_call);
+        if (r < 0)
+                free(lc);
+        return r;
+}
+
+static void peer_link_redirect(PeerCall *call, link_grant_fn fn, void *userdata)
+{
+        LinkCall *lc = peer_call_userdata(call);
+
+        *lc = (LinkCall){fn, userdata};
+}
+
+static int peer_link_unlink(Peer *p, const LinkPeerUnlink *u)
+{
+        Kvdist__V1__PeerUnlink m = KVDIST__V1__PEER_UNLINK__INIT;
+
+        m.src_cluster_id = u->src_cluster_id;
+        m.dst_cluster_id = u->dst_cluster_id;
+        m.link_id = u->link_id;
+        m.from_linked = u->from_linked;
+        return peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &m.base);
+}
+
+static int peer_link_cluster_gone(Peer *p, uint64_t cluster_id)
+{
+        Kvdist__V1__PeerClusterGone m = KVDIST__V1__PEER_CLUSTER_GONE__INIT;
+
+        m.cluster_ids = &cluster_id;
+        m.n_cluster_ids = 1;
+        return peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_CLUSTER_GONE, &m.base);
+}
+
+const LinkPeerOps peer_link_ops = {
+        .get = peer_get,
+        .when_ready = peer_when_ready,
+        .waiter_cancel = peer_waiter_cancel,
+        .link = peer_link_call,
+        .redirect = peer_link_redirect,
+        .unlink = peer_link_unlink,
+        .cluster_gone = peer_link_cluster_gone,
+};
+
 void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerLink *m = (const Kvdist__V1__PeerLink *)msg;
-        Kvdist__V1__PeerLinkReply reply = KVDIST__V1__PEER_LINK_REPLY__INIT;
-        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        Kvdist__V1__RdmaDeviceInfo rdma = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
-        RdmaDeviceInfo rinfo;
-        LinkRoot *root = p->root;
-        Exposed e = {0};
+        LinkPeerAsk ask = {
+                .src_cluster_id = m->src_cluster_id,
+                .src_role = m->src_role,
+                .dst_cluster_id = m->dst_cluster_id,
+                .rdma = m->rdma,
+                .domain = m->domain,
+        };
+        LinkGrant *g = NULL;
         Error err = ERROR_INIT;
+        GrantWire w;
         InLink *il;
-        Cluster *c;
         int r;
 
-        c = link_root_find_cluster(root, m->dst_cluster_id);
-        if (!c) {
-                error_set(&err, STATUS_LINK_FAILED,
-                          "no cluster %" PRIu64 " is attached to the "
-                          "daemon at %s",
-                          m->dst_cluster_id, link_root_peer_address(root));
+        r = link_inlink_accept(p->root, p, &ask, &il, &g, &err);
+        if (r < 0)
                 goto refuse;
-        }
-        /* A comm domain's pair link needs no server: every member called kvd_link. */
-        if (!m->domain && link_check_target(c, &err) < 0)
-                goto refuse;
-        if (link_root_find_cluster(root, m->src_cluster_id)) {
-                error_set(&err, STATUS_LINK_FAILED,
-                          "cluster id %" PRIu64 " is attached to both "
-                          "daemons; cluster ids must be unique",
-                          m->src_cluster_id);
-                goto refuse;
-        }
-        /* A link made again replaces the old one (the peer forgot it: a restart, a force). */
-        il = link_inlink_find(p, m->src_cluster_id, c);
-        if (il)
-                link_inlink_free(il, STATUS_PEER_LOST, "replaced by a new link");
-        if (c->n_inlinks >= root->options.limits->max_links_per_client) {
-                error_set(&err, STATUS_LIMIT_EXCEEDED,
-                          "cluster %" PRIu64 " has %u inbound links "
-                          "(limits.max_links_per_client)",
-                          c->id, c->n_inlinks);
-                goto refuse;
-        }
-        r = link_inlink_new(root, p, c, m->src_cluster_id, m->src_role, &il);
+        r = grant_wire_build(g, &w);
         if (r < 0) {
-                error_set(&err, STATUS_OUT_OF_MEMORY, "out of memory");
-                goto refuse;
-        }
-        r = exposed_build(c, il->seq, &e);
-        if (r < 0) {
+                grant_wire_free(&w, g->n_caches);
+                link_grant_free(g);
                 link_inlink_free(il, STATUS_OUT_OF_MEMORY, NULL);
-                exposed_free(&e);
                 error_set(&err, STATUS_OUT_OF_MEMORY, "out of memory");
                 goto refuse;
         }
-        reply.status = &status;
-        reply.link_id = il->id;
-        reply.dst_role = (Kvdist__V1__Role)c->role;
-        reply.n_caches = e.n;
-        reply.caches = e.ptrs;
-        /* The linked cluster's RDMA device, for the peer to connect queue pairs to. */
-        {
-                const char *why = NULL;
-                RdmaDevice *dev = rdma_device_for(root->transports->rdma, c->device_id, &why);
-
-                if (dev) {
-                        rdma_device_get_info(dev, &rinfo);
-                        rdma.device = rinfo.device;
-                        rdma.gid.data = rinfo.gid;
-                        rdma.gid.len = RDMA_GID_SIZE;
-                        rdma.port = rinfo.port;
-                        rdma.mtu = rinfo.mtu;
-                        rdma.lid = rinfo.lid;
-                        reply.rdma = &rdma;
-                        /* What the link runs over unless the queue pairs fail to connect. */
-                        il->rdma = m->rdma;
-                } else
-                        reply.rdma_reason = (char *)why;
-        }
-        r = peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, request_id, &reply.base);
-        exposed_free(&e);
+        r = peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, request_id, &w.reply.base);
+        grant_wire_free(&w, g->n_caches);
+        link_grant_free(g);
         if (r == -EMSGSIZE) {
                 /* Thousands of caches: too many to describe in one frame. */
+                uint64_t cluster_id = il->local->id;
+
                 link_inlink_free(il, STATUS_LIMIT_EXCEEDED, NULL);
                 error_set(&err, STATUS_LIMIT_EXCEEDED,
-                          "cluster %" PRIu64 " exposes more caches "
-                          "than one frame describes",
-                          c->id);
+                          "cluster %" PRIu64 " exposes more caches than one frame describes",
+                          cluster_id);
                 goto refuse;
         }
         return;
@@ -256,33 +329,14 @@ void peer_handle_unlink(void *userdata, Peer *p, uint64_t request_id, const Prot
         const Kvdist__V1__PeerUnlink *m = (const Kvdist__V1__PeerUnlink *)msg;
         Kvdist__V1__PeerUnlinkReply reply = KVDIST__V1__PEER_UNLINK_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        InLink *il = NULL;
-        Link *l = NULL;
-        char why[64];
+        LinkPeerUnlink u = {
+                .src_cluster_id = m->src_cluster_id,
+                .dst_cluster_id = m->dst_cluster_id,
+                .link_id = m->link_id,
+                .from_linked = m->from_linked,
+        };
 
-        (void)snprintf(why, sizeof(why), "unlinked by cluster %" PRIu64, m->src_cluster_id);
-        if (m->from_linked) {
-                /* The cluster we linked to dropped our link (kvd_unlink_clusters on its side). */
-                CLIST_FOREACH (l, &p->links, link_peer)
-                        if (l->remote_link_id == m->link_id &&
-                            l->remote_cluster_id == m->src_cluster_id &&
-                            l->local->id == m->dst_cluster_id)
-                                break;
-                if (l)
-                        link_set_down(l, STATUS_NOT_YET_LINK, why);
-        } else {
-                il = link_inlink_find_id(p, m->link_id);
-                if (il && (il->remote_cluster_id != m->src_cluster_id ||
-                           il->local->id != m->dst_cluster_id))
-                        il = NULL;
-                if (il)
-                        link_inlink_free(il, STATUS_NOT_YET_LINK, why);
-        }
-        if (!l && !il)
-                log_debug("%s: unlink of cluster %" PRIu64 " and %" PRIu64 " names no link "
-                          "(id %" PRIu64 "), ignoring",
-                          peer_name(p, (char[96]){0}, 96), m->src_cluster_id, m->dst_cluster_id,
-                          m->link_id);
+        link_peer_unlinked(p, &u);
         reply.status = &status;
         (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, request_id, &reply.base);
 }
@@ -291,79 +345,7 @@ void peer_handle_cluster_gone(void *userdata, Peer *p, uint64_t request_id,
                               const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerClusterGone *m = (const Kvdist__V1__PeerClusterGone *)msg;
-        InLink *il, *iltmp;
-        Link *l, *ltmp;
 
-        for (size_t i = 0; i < m->n_cluster_ids; i++) {
-                CLIST_FOREACH_SAFE (il, iltmp, &p->inlinks, link_peer)
-                        if (il->remote_cluster_id == m->cluster_ids[i])
-                                link_inlink_free(il, STATUS_PEER_LOST,
-                                                 "the linking cluster went "
-                                                 "away");
-                CLIST_FOREACH_SAFE (l, ltmp, &p->links, link_peer)
-                        if (l->remote_cluster_id == m->cluster_ids[i])
-                                link_set_state(l, LINK_DOWN, STATUS_PEER_LOST);
-        }
-}
-
-void peer_link_on_lost(Peer *p, int status)
-{
-        InLink *il, *iltmp;
-        Link *l, *ltmp;
-
-        CLIST_FOREACH_SAFE (l, ltmp, &p->links, link_peer)
-                link_set_state(l, LINK_DOWN,
-                               status == STATUS_DAEMON_UNAVAILABLE ? status : STATUS_PEER_LOST);
-        CLIST_FOREACH_SAFE (il, iltmp, &p->inlinks, link_peer)
-                link_inlink_free(il, STATUS_PEER_LOST, "its daemon was lost");
-}
-
-void peer_link_cluster_gone(Cluster *c)
-{
-        LinkRoot *root = c->root;
-        Kvdist__V1__PeerClusterGone m = KVDIST__V1__PEER_CLUSTER_GONE__INIT;
-        uint64_t id = c->id;
-        InLink *il;
-        Link *l;
-        Peer *p;
-
-        m.cluster_ids = &id;
-        m.n_cluster_ids = 1;
-        CLIST_FOREACH (p, &root->peers, link_daemon) {
-                bool involved = false;
-
-                if (p->state != PEER_READY)
-                        continue;
-                CLIST_FOREACH (l, &p->links, link_peer)
-                        involved = involved || l->local == c;
-                CLIST_FOREACH (il, &p->inlinks, link_peer)
-                        involved = involved || il->local == c;
-                if (involved)
-                        (void)peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_CLUSTER_GONE, &m.base);
-        }
-}
-
-int peer_link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force)
-{
-        Kvdist__V1__PeerUnlink m = KVDIST__V1__PEER_UNLINK__INIT;
-        InLink *il, *tmp;
-        char why[64];
-        int n = 0;
-
-        (void)snprintf(why, sizeof(why), "unlinked by cluster %" PRIu64 "%s", c->id,
-                       force ? " with force" : "");
-        CLIST_FOREACH_SAFE (il, tmp, &c->inlinks, link_cluster) {
-                if (il->remote_cluster_id != remote_cluster_id)
-                        continue;
-                if (!force && il->peer->state == PEER_READY) {
-                        m.src_cluster_id = c->id;
-                        m.dst_cluster_id = remote_cluster_id;
-                        m.link_id = il->id;
-                        m.from_linked = true;
-                        (void)peer_notice(il->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &m.base);
-                }
-                link_inlink_free(il, STATUS_NOT_YET_LINK, why);
-                n++;
-        }
-        return n;
+        for (size_t i = 0; i < m->n_cluster_ids; i++)
+                link_peer_cluster_gone(p, m->cluster_ids[i]);
 }

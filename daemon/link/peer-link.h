@@ -1,19 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* What clusters do to their links with peers' clusters (the peer handlers are in peer-handlers.h).
- */
+/* The peer codec of links: link/'s peer messages to and from the wire (peer-handlers.h has the
+ * handlers). */
 #pragma once
 
-#include <stdbool.h>
-#include <stdint.h>
+#include "daemon/link/link.h"
 
-typedef struct Cluster Cluster;
-
-/* @c is going away: tells every peer its clusters linked with it (PeerClusterGone). */
-void peer_link_cluster_gone(Cluster *c);
-
-/*
- * Removes the inbound links of the peer's cluster @remote_cluster_id to @c (kvd_unlink_clusters
- * called on the side that was linked to); unless @force the peer is told, so its link goes down
- * too. Returns how many there were.
- */
-int peer_link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force);
+/* The daemon's LinkPeerOps: PeerLink calls, PeerUnlink and PeerClusterGone notices. */
+extern const LinkPeerOps peer_link_ops;

@@ -18,6 +18,7 @@
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/link/link-events.h"
+#include "daemon/link/link.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer-rdma.h"
@@ -205,7 +206,7 @@ void peer_lose(Peer *p, int status, const char *fmt, ...)
                 call->fn(p, status, &err, NULL, call->userdata);
                 free(call);
         }
-        peer_link_on_lost(p, status);
+        link_peer_lost(p, status);
         hook_list_emit(&p->root->events, LinkEvents, peer_lost, p, status);
         peer_rdma_on_lost(p);
         hook_list_emit(&p->root->events, LinkEvents, peer_flushed, p, status);
@@ -325,6 +326,11 @@ void peer_call_redirect(PeerCall *call, peer_reply_fn fn, void *userdata)
 {
         call->fn = fn;
         call->userdata = userdata;
+}
+
+void *peer_call_userdata(const PeerCall *call)
+{
+        return call->userdata;
 }
 
 int peer_notice(Peer *p, uint16_t type, const ProtobufCMessage *msg)

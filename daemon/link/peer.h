@@ -180,6 +180,9 @@ int peer_call(Peer *p, uint16_t type, const ProtobufCMessage *msg, peer_reply_fn
 /* Replaces a call's callback (e.g. when its owner goes away before the reply). */
 void peer_call_redirect(PeerCall *call, peer_reply_fn fn, void *userdata);
 
+/* The userdata a call's callback gets. */
+void *peer_call_userdata(const PeerCall *call);
+
 /* Sends @msg as a notice of @type (request id 0: no reply). Returns 0 or a negative errno. */
 int peer_notice(Peer *p, uint16_t type, const ProtobufCMessage *msg);
 

@@ -7,7 +7,7 @@
 #include "daemon/link/link-root.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
-#include "daemon/memory/cache-proto.h"
+#include "daemon/link/peer-cache-key.h"
 #include "daemon/transfer/transfer-codec.h"
 #include "daemon/transfer/transfer-root.h"
 #include "proto/kvdist.pb-c.h"
@@ -102,13 +102,13 @@ static int transfer_codec_request(Peer *p, const TransferPeerRequest *req, Trans
         Kvdist__V1__LayerRange src_layers = KVDIST__V1__LAYER_RANGE__INIT;
         Kvdist__V1__LayerRange dst_layers = KVDIST__V1__LAYER_RANGE__INIT;
         const TransferArgs *a = &req->args;
-        CacheKeyStorage ks;
+        PeerCacheKeyStorage ks;
 
         m.job_id = req->job_id;
         m.link_id = req->link_id;
         m.initiator_link_id = req->initiator_link_id;
         m.kind = (Kvdist__V1__TransferKind)a->kind;
-        m.key = cache_key_to_proto(&req->key, &ks);
+        m.key = peer_cache_key_to_proto(&req->key, &ks);
         if (req->local) {
                 transfer_codec_desc_to_proto(req->local, &desc);
                 m.local = &desc;
@@ -243,7 +243,7 @@ static void transfer_codec_on_transfer(void *userdata, Peer *p, uint64_t request
         RemoteDesc local;
 
         req.local = transfer_codec_desc_from_proto(m->local, &local);
-        (void)cache_key_from_proto(m->key, &req.key, &req.key_err);
+        (void)peer_cache_key_from_proto(m->key, &req.key, &req.key_err);
         served_handle_transfer(userdata, p, request_id, &req);
 }
 

@@ -263,13 +263,12 @@ void transfer_fixture_check_image(const Cache *cache, const uint8_t *image)
 
 Link *transfer_fixture_remote_link(TransferFixture *f, Cluster *local, uint64_t remote_cluster_id)
 {
-        Kvdist__V1__PeerLinkReply *exposed = calloc(1, sizeof(*exposed));
+        LinkGrant *exposed = calloc(1, sizeof(*exposed));
         Link *l = NULL;
 
         ck_assert_ptr_nonnull(exposed);
-        kvdist__v1__peer_link_reply__init(exposed);
         exposed->link_id = 4242; /* the peer's id of its inbound link */
-        exposed->dst_role = (Kvdist__V1__Role)CLUSTER_ROLE_MIX;
+        exposed->role = CLUSTER_ROLE_MIX;
         ck_assert_int_eq(link_new_remote(&f->link, local, f->peer, remote_cluster_id, exposed,
                                          &f->tcp->transport, &l),
                          0);

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Cache keys between their wire form and the daemon's CacheKey. */
-#include "daemon/memory/cache-proto.h"
+/* Cache keys between their wire form and memory/'s CacheKey (see peer-cache-key.h). */
+#include "daemon/link/peer-cache-key.h"
 #include "common/status.h"
 
-int cache_key_from_proto(const Kvdist__V1__CacheKey *k, CacheKey *ret, Error *err)
+int peer_cache_key_from_proto(const Kvdist__V1__CacheKey *k, CacheKey *ret, Error *err)
 {
         CacheKey key = {0};
 
@@ -35,7 +35,7 @@ int cache_key_from_proto(const Kvdist__V1__CacheKey *k, CacheKey *ret, Error *er
         return 0;
 }
 
-Kvdist__V1__CacheKey *cache_key_to_proto(const CacheKey *key, CacheKeyStorage *s)
+Kvdist__V1__CacheKey *peer_cache_key_to_proto(const CacheKey *key, PeerCacheKeyStorage *s)
 {
         kvdist__v1__cache_key__init(&s->key);
         switch (key->kind) {
