@@ -13,17 +13,17 @@
 
 #include "common/error.h"
 
-struct ProtobufCMessage;
 typedef struct Completion Completion;
 
 /* What a lower-layer function returns when it keeps the Completion to answer later. */
 #define COMPLETION_PENDING 1
 
 typedef struct CompletionOps {
-        /* Answers with @reply, a message of the request's reply type (NULL: the reply type with
-         * only an OK status), and @fd attached (-1 for none; it stays the caller's). Returns 0
-         * or negative errno (the answer could not be queued). */
-        int (*reply)(Completion *cpl, const struct ProtobufCMessage *reply, int fd);
+        /* Answers with @reply, and @fd attached (-1 for none; it stays the caller's). What
+         * @reply points to is the asker's business: control/ passes its client reply message,
+         * built at the edge. The layers below pass NULL (completion_reply_ok()): an OK answer
+         * with nothing more. Returns 0 or negative errno (the answer could not be queued). */
+        int (*reply)(Completion *cpl, const void *reply, int fd);
         /* Answers with @status (< 0) and @err's detail (or none when NULL). */
         int (*fail)(Completion *cpl, int status, const Error *err);
         /* Ends without an answer. */
@@ -47,7 +47,7 @@ static inline void completion_set_cancel(Completion *cpl,
 }
 
 /* Answers @cpl with @reply and @fd (see CompletionOps.reply); @cpl is gone afterwards. */
-static inline int completion_reply(Completion *cpl, const struct ProtobufCMessage *reply, int fd)
+static inline int completion_reply(Completion *cpl, const void *reply, int fd)
 {
         cpl->cancel = NULL;
         return cpl->ops->reply(cpl, reply, fd);

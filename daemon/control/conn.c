@@ -380,11 +380,13 @@ int conn_new(ControlRoot *root, int fd, const struct ucred *cred, Conn **ret)
         return 0;
 }
 
-static int request_done_reply(Completion *cpl, const ProtobufCMessage *reply, int fd)
+static int request_done_reply(Completion *cpl, const void *reply, int fd)
 {
         Request *req = container_of(cpl, Request, done);
 
-        return reply ? conn_request_reply(req, reply, fd) : conn_request_reply_ok_fd(req, fd);
+        /* control/ answers its clients with their reply message (see completion.h). */
+        return reply ? conn_request_reply(req, (const ProtobufCMessage *)reply, fd)
+                     : conn_request_reply_ok_fd(req, fd);
 }
 
 static int request_done_fail(Completion *cpl, int status, const Error *err)

@@ -24,7 +24,7 @@ typedef struct TransferCall {
         TransferResult result;
 } TransferCall;
 
-static int transfer_call_reply(Completion *cpl, const ProtobufCMessage *unused, int fd)
+static int transfer_call_reply(Completion *cpl, const void *unused, int fd)
 {
         TransferCall *call = container_of(cpl, TransferCall, cpl);
         Kvdist__V1__TransferReply reply = KVDIST__V1__TRANSFER_REPLY__INIT;

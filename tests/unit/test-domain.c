@@ -826,7 +826,7 @@ static int call_reply(Completion *done, const DomainReply *r)
         return 0;
 }
 
-static int cpl_reply(Completion *cpl, const struct ProtobufCMessage *reply, int fd)
+static int cpl_reply(Completion *cpl, const void *reply, int fd)
 {
         ck_abort_msg("a domain call answers through its reply function");
         return 0;

@@ -163,7 +163,7 @@ static int rec_reply(Completion *done, const int32_t *rets, size_t n, const Erro
         return 0;
 }
 
-static int rec_completion_reply(Completion *cpl, const struct ProtobufCMessage *reply, int fd)
+static int rec_completion_reply(Completion *cpl, const void *reply, int fd)
 {
         ck_abort_msg("link/ answered through the completion, not its reply function");
         return 0;

@@ -275,7 +275,7 @@ Link *transfer_fixture_remote_link(TransferFixture *f, Cluster *local, uint64_t 
         return l;
 }
 
-static int client_reply(Completion *cpl, const struct ProtobufCMessage *reply, int fd)
+static int client_reply(Completion *cpl, const void *reply, int fd)
 {
         ClientAnswer *a = container_of(cpl, ClientAnswer, cpl);
 
