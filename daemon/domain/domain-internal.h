@@ -46,8 +46,8 @@ typedef struct PairLink PairLink;
 typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
 typedef struct PeerRdmaWaiter PeerRdmaWaiter;
-typedef struct RdmaEndpoint RdmaEndpoint;
-typedef struct RdmaMr RdmaMr;
+typedef struct TransportChannel TransportChannel;
+typedef struct TransportRegion TransportRegion;
 typedef struct Region Region;
 struct Kvdist__V1__PeerDomainXfer;
 
@@ -105,7 +105,7 @@ struct PairLink {
         LinkTransport transport; /* RDMA or TCP, decided as kvd_link_clusters() does */
         struct Kvdist__V1__PeerLinkReply *exposed; /* CONNECTING, HELD: what the remote
                                                     * cluster exposed */
-        RdmaEndpoint *rdma_ep;                     /* HELD over RDMA */
+        TransportChannel *rdma_ep;                 /* HELD over RDMA */
         uint64_t link_id;                          /* MADE */
         bool owned; /* MADE by us (freed with the last domain), not reused */
         Error err;  /* FAILED */
@@ -324,7 +324,7 @@ struct DomainOp {
         bool ready_rdma; /* send: the READY asks for WRITEs into @ready_rsegs */
         LaneRemoteSeg *ready_rsegs;
         size_t n_ready_rsegs;
-        RdmaMr **mrs; /* our spans, registered while the message runs */
+        TransportRegion **mrs; /* our spans, registered while the message runs */
         size_t n_mrs;
         uint32_t *seg_keys;          /* per segment: its span's rkey (receive), lkey (send) */
         TransportSegment *rdma_segs; /* send: the WRITEs */
@@ -332,7 +332,7 @@ struct DomainOp {
         bool rdma_writing;           /* send: @data_job WRITEs them; its callback will run */
         PeerRdmaWaiter *rdma_waiter; /* send: the endpoint connects its queue pairs first */
         Peer *rdma_peer;             /* send: the link's peer, which owns @rdma_ep */
-        RdmaEndpoint *rdma_ep;
+        TransportChannel *rdma_ep;
         /* local */
         bool copying;                /* send: @copy runs; its callback will run */
         TransportJob copy;           /* send: the copy into the partner's segments */
@@ -493,9 +493,9 @@ int domain_lane_rdma_ready_fill(const DomainOp *op, struct Kvdist__V1__PeerDomai
 void domain_lane_rdma_ready_clear(struct Kvdist__V1__PeerDomainXfer *m);
 /* The RDMA fields of a READY that came in, into @w (0, or PROTOCOL_MISMATCH / OUT_OF_MEMORY). */
 int domain_lane_rdma_word_parse(const struct Kvdist__V1__PeerDomainXfer *m, LaneWord *w);
-/* Registers the source of send @op on @dev and pairs it up with the READY's segments into
- * WRITEs (op->rdma_segs). PROTOCOL_MISMATCH or OUT_OF_MEMORY with @err. */
-int domain_lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err);
+/* Registers the source of send @op on the device @channel runs on and pairs it up with the
+ * READY's segments into WRITEs (op->rdma_segs). PROTOCOL_MISMATCH or OUT_OF_MEMORY with @err. */
+int domain_lane_rdma_send_prepare(DomainOp *op, TransportChannel *channel, Error *err);
 /* Deregisters @op's spans and frees its RDMA state; no job may run. Idempotent. */
 void domain_lane_rdma_release(DomainOp *op);
 

@@ -97,7 +97,7 @@ static void pair_link_give_back(PairLink *pl)
         (void)peer_notice(pl->peer, KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, &u.base);
 }
 
-static void pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+static void pair_link_on_transport(LinkTransport *t, TransportChannel *ep, const Error *err,
                                    void *userdata)
 {
         PairLink *pl = userdata;
@@ -211,8 +211,7 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
         r = link_transport_choose(&pl->transport, c, dom->ranks[o].address, &pl->err);
         if (r < 0)
                 return pl;
-        r = link_peer_request(c, p, remote, pl->transport.dev != NULL, pair_link_on_reply, pl,
-                              &pl->call);
+        r = link_peer_request(c, p, remote, pl->transport.rdma, pair_link_on_reply, pl, &pl->call);
         if (r < 0) {
                 error_set(&pl->err, STATUS_LINK_FAILED,
                           "cannot ask for a link of cluster %" PRIu64 " to %" PRIu64 ": %s", c->id,

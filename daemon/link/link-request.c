@@ -18,7 +18,8 @@
 #include "common/log.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
-#include "daemon/transport/rdma.h"
+#include "daemon/transport/transport-set.h"
+#include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
 
@@ -197,7 +198,7 @@ static void link_setup_finish(LinkSetup *s, const Error *e)
  * freed on failure) over @ep (RDMA) or TCP, replacing a link that is down.
  */
 static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
-                               Kvdist__V1__PeerLinkReply *reply, RdmaEndpoint *ep,
+                               Kvdist__V1__PeerLinkReply *reply, TransportChannel *ep,
                                const char *transport_reason, Link **ret, Error *err)
 {
         LinkRoot *root = c->root;
@@ -221,7 +222,7 @@ static int link_install_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id,
 }
 
 int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, const ProtobufCMessage *reply,
-                     RdmaEndpoint *ep, const char *transport_reason, Link **ret, Error *err)
+                     TransportChannel *ep, const char *transport_reason, Link **ret, Error *err)
 {
         ProtobufCMessage *copy = NULL;
 
@@ -233,7 +234,7 @@ int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, const Prot
 }
 
 /* Makes the link out of the peer's kept answer, over @ep (RDMA) or TCP. */
-static void link_setup_complete(LinkSetup *s, RdmaEndpoint *ep)
+static void link_setup_complete(LinkSetup *s, TransportChannel *ep)
 {
         Error e = ERROR_INIT;
 
@@ -248,7 +249,8 @@ void link_transport_cancel(LinkTransport *t)
         t->waiter = NULL;
 }
 
-static void link_transport_on_rdma(RdmaEndpoint *ep, int status, const char *reason, void *userdata)
+static void link_transport_on_rdma(TransportChannel *ep, int status, const char *reason,
+                                   void *userdata)
 {
         LinkTransport *t = userdata;
         Error e = ERROR_INIT;
@@ -285,18 +287,18 @@ void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_i
                             const Kvdist__V1__PeerLinkReply *m, link_transport_fn fn,
                             void *userdata)
 {
-        RdmaDeviceInfo remote = {0};
+        TransportDeviceInfo remote = {0};
         Error e = ERROR_INIT;
         int r;
 
         t->fn = fn;
         t->userdata = userdata;
         t->peer = p;
-        if (!t->dev) {
+        if (!t->rdma) {
                 fn(t, NULL, NULL, userdata);
                 return;
         }
-        if (!m->rdma || m->rdma->gid.len != RDMA_GID_SIZE || !m->rdma->device) {
+        if (!m->rdma || m->rdma->gid.len != TRANSPORT_ADDRESS_SIZE || !m->rdma->device) {
                 const char *why =
                         m->rdma_reason && m->rdma_reason[0] ? m->rdma_reason : "it did not say why";
 
@@ -315,16 +317,16 @@ void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_i
                 return;
         }
         (void)snprintf(remote.device, sizeof(remote.device), "%s", m->rdma->device);
-        memcpy(remote.gid, m->rdma->gid.data, RDMA_GID_SIZE);
+        memcpy(remote.address, m->rdma->gid.data, TRANSPORT_ADDRESS_SIZE);
         remote.port = (uint8_t)m->rdma->port;
         remote.mtu = m->rdma->mtu;
         remote.lid = (uint16_t)m->rdma->lid;
-        r = peer_rdma_get(p, t->dev, &remote, link_transport_on_rdma, t, &t->waiter);
+        r = peer_rdma_get(p, t->device, &remote, link_transport_on_rdma, t, &t->waiter);
         if (r < 0)
                 link_transport_on_rdma(NULL, r, NULL, t);
 }
 
-static void link_setup_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+static void link_setup_on_transport(LinkTransport *t, TransportChannel *ep, const Error *err,
                                     void *userdata)
 {
         LinkSetup *s = userdata;
@@ -401,7 +403,7 @@ static void link_setup_on_ready(Peer *p, int status, const Error *err, void *use
                 link_setup_finish(s, &e);
                 return;
         }
-        r = link_peer_call(c, p, s->remote_cluster_id, s->transport.dev != NULL, false,
+        r = link_peer_call(c, p, s->remote_cluster_id, s->transport.rdma, false,
                            link_setup_on_reply, s, &s->call);
         if (r < 0) {
                 error_set(&e, STATUS_LINK_FAILED, "cannot ask the daemon at %s: %s", s->address,
@@ -496,7 +498,8 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
         const DeviceConfig *cfg = transport_config_find_device(
                 c->root->transports->devices, c->root->transports->n_devices, c->device_id);
         const char *why = NULL;
-        RdmaDevice *dev;
+        TransportDeviceInfo dev;
+        bool rdma;
 
         *t = (LinkTransport){0};
         (void)snprintf(t->address, sizeof(t->address), "%s", address ? address : "");
@@ -504,17 +507,20 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
                 (void)snprintf(t->reason, sizeof(t->reason), "configured");
                 return 0;
         }
-        dev = rdma_device_for(c->root->transports->rdma, c->device_id, &why);
+        rdma = transport_device_info(c->root->transports->rdma_transport, c->device_id, NULL, &dev,
+                                     &why) >= 0;
         if (cfg && cfg->transport == TRANSPORT_KIND_RDMA) {
-                if (!dev)
+                if (!rdma)
                         return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                          "device %" PRId32 " is configured for transport rdma, "
                                          "but: %s",
                                          c->device_id, why);
                 t->required = true;
         }
-        t->dev = dev;
-        if (!dev)
+        t->rdma = rdma;
+        if (rdma)
+                (void)snprintf(t->device, sizeof(t->device), "%s", dev.device);
+        else
                 (void)snprintf(t->reason, sizeof(t->reason), "auto: %s", why);
         return 0;
 }

@@ -23,14 +23,13 @@ typedef struct Cluster Cluster;
 typedef struct Link Link;
 typedef struct LinkTransport LinkTransport;
 typedef struct PeerRdmaWaiter PeerRdmaWaiter;
-typedef struct RdmaDevice RdmaDevice;
-typedef struct RdmaEndpoint RdmaEndpoint;
+typedef struct TransportChannel TransportChannel;
 struct Kvdist__V1__LinkClusters;
 struct Kvdist__V1__PeerLinkReply;
 
 /* The link runs over RDMA on @ep, or over TCP when @ep is NULL (@t->reason says why), or cannot
  * be made at all (@err). */
-typedef void (*link_transport_fn)(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+typedef void (*link_transport_fn)(LinkTransport *t, TransportChannel *ep, const Error *err,
                                   void *userdata);
 
 /*
@@ -40,7 +39,8 @@ typedef void (*link_transport_fn)(LinkTransport *t, RdmaEndpoint *ep, const Erro
  * @reason says what was decided and why, so nothing falls back silently.
  */
 struct LinkTransport {
-        RdmaDevice *dev;                /* ours, when RDMA is wanted */
+        bool rdma;                      /* RDMA is wanted */
+        char device[64];                /* ours, when it is */
         bool required;                  /* the device map says rdma: no TCP instead */
         char reason[128];               /* for the link's transport_reason */
         char address[SOCKADDR_STR_MAX]; /* the peer's, for messages */
@@ -103,4 +103,4 @@ int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma
  * that is down. *@ret (may be NULL) gets it. OUT_OF_MEMORY with @err.
  */
 int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, const ProtobufCMessage *reply,
-                     RdmaEndpoint *ep, const char *transport_reason, Link **ret, Error *err);
+                     TransportChannel *ep, const char *transport_reason, Link **ret, Error *err);

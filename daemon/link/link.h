@@ -20,7 +20,7 @@
 typedef struct Cluster Cluster;
 typedef struct LinkRoot LinkRoot;
 typedef struct Peer Peer;
-typedef struct RdmaEndpoint RdmaEndpoint;
+typedef struct TransportChannel TransportChannel;
 typedef struct InLink InLink;
 struct Kvdist__V1__PeerLinkReply;
 typedef struct Transport Transport;
@@ -49,7 +49,7 @@ struct Link {
                                                     * cluster exposed when the link was made */
         Transport *transport;
         char transport_reason[128]; /* why this transport, for status */
-        RdmaEndpoint *rdma_ep;      /* RDMA links: the queue pairs to the peer's device */
+        TransportChannel *rdma_ep;  /* RDMA links: the queue pairs to the peer's device */
         usec_t created_usec;
         uint64_t n_transfers; /* completed */
         uint64_t bytes;

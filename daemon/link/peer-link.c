@@ -18,7 +18,8 @@
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer-link.h"
 #include "daemon/link/peer.h"
-#include "daemon/transport/rdma.h"
+#include "daemon/transport/transport-set.h"
+#include "daemon/transport/transport.h"
 #include "common/status.h"
 
 /* The exposed caches of one cluster as wire messages, with the storage they point into. */
@@ -73,6 +74,7 @@ static void exposed_add_key(const CacheKey *key, uint32_t index, void *userdata)
 /* Describes the caches of @c that a link made at @seq reaches. */
 static int exposed_build(const Cluster *c, uint64_t seq, Exposed *e)
 {
+        Transport *rdma = c->root->transports->rdma_transport;
         const CacheTable *t = &c->caches;
         Cache *cache;
         size_t n = 0;
@@ -117,16 +119,20 @@ static int exposed_build(const Cluster *c, uint64_t seq, Exposed *e)
                 e->descs[i].shape = (int64_t *)cache->desc.shape;
                 e->descs[i].data_type = cache->desc.data_type;
 
-                if (rdma_cache_registered(cache, true)) {
+                if (transport_cache_registered(rdma, cache, true)) {
                         uint32_t nt = cache->desc.num_tensors;
 
                         e->rdma_addrs[i] = calloc(nt, sizeof(uint64_t));
                         e->rdma_rkeys[i] = calloc(nt, sizeof(uint32_t));
                         if (!e->rdma_addrs[i] || !e->rdma_rkeys[i])
                                 return -ENOMEM;
-                        for (uint32_t k = 0; k < nt; k++)
-                                (void)rdma_cache_tensor(cache, k, &e->rdma_addrs[i][k], NULL,
-                                                        &e->rdma_rkeys[i][k]);
+                        for (uint32_t k = 0; k < nt; k++) {
+                                TransportKey key = {0};
+
+                                (void)transport_cache_key(rdma, cache, k, true,
+                                                          &e->rdma_addrs[i][k], &key);
+                                e->rdma_rkeys[i][k] = key.rkey;
+                        }
                         rc->rdma_addrs = e->rdma_addrs[i];
                         rc->n_rdma_addrs = nt;
                         rc->rdma_rkeys = e->rdma_rkeys[i];
@@ -155,7 +161,7 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
         Kvdist__V1__PeerLinkReply reply = KVDIST__V1__PEER_LINK_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Kvdist__V1__RdmaDeviceInfo rdma = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
-        RdmaDeviceInfo rinfo;
+        TransportDeviceInfo rinfo;
         LinkRoot *root = p->root;
         Exposed e = {0};
         Error err = ERROR_INIT;
@@ -212,13 +218,12 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
         /* The linked cluster's RDMA device, for the peer to connect queue pairs to. */
         {
                 const char *why = NULL;
-                RdmaDevice *dev = rdma_device_for(root->transports->rdma, c->device_id, &why);
 
-                if (dev) {
-                        rdma_device_get_info(dev, &rinfo);
+                if (transport_device_info(root->transports->rdma_transport, c->device_id, NULL,
+                                          &rinfo, &why) >= 0) {
                         rdma.device = rinfo.device;
-                        rdma.gid.data = rinfo.gid;
-                        rdma.gid.len = RDMA_GID_SIZE;
+                        rdma.gid.data = rinfo.address;
+                        rdma.gid.len = TRANSPORT_ADDRESS_SIZE;
                         rdma.port = rinfo.port;
                         rdma.mtu = rinfo.mtu;
                         rdma.lid = rinfo.lid;
