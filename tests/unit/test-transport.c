@@ -458,6 +458,23 @@ static void channel_on_broken(TransportChannel *ch, int error, void *userdata)
         e->broken_error = error;
 }
 
+/* A TCP channel on the one data connection @fd, telling @e when it breaks. */
+static TransportChannel *channel_end_open(Transport *t, int fd, const char *name, ChannelEnd *e)
+{
+        TransportChannelSpec spec = {
+                .fds = &fd,
+                .n_fds = 1,
+                .name = name,
+                .broken = channel_on_broken,
+                .userdata = e,
+        };
+        TransportChannel *ch = NULL;
+
+        ck_assert_int_eq(transport_channel_open(t, &spec, &ch), 0);
+        ck_assert_ptr_nonnull(ch);
+        return ch;
+}
+
 /*
  * Two TCP channels on the ends of a socket pair: a WRITE job on one lands in the READ job of the
  * other (every byte and the guards checked), both describe their counters, and the end whose
@@ -468,7 +485,7 @@ START_TEST(test_tcp_channel)
         struct event_base *base = event_base_new();
         TransportSet set = {.base = base};
         ChannelEnd a = {0}, b = {0};
-        TransportChannel *cha = NULL, *chb = NULL;
+        TransportChannel *cha, *chb;
         TransportSegment src_seg, dst_seg;
         TransportFacts facts;
         Transport *t = NULL;
@@ -478,26 +495,8 @@ START_TEST(test_tcp_channel)
         ck_assert_ptr_nonnull(base);
         ck_assert_int_eq(transport_tcp_new(&set, &t), 0);
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
-        ck_assert_int_eq(transport_channel_open(t,
-                                                &(TransportChannelSpec){
-                                                        .fds = &fds[0],
-                                                        .n_fds = 1,
-                                                        .name = "a",
-                                                        .broken = channel_on_broken,
-                                                        .userdata = &a,
-                                                },
-                                                &cha),
-                         0);
-        ck_assert_int_eq(transport_channel_open(t,
-                                                &(TransportChannelSpec){
-                                                        .fds = &fds[1],
-                                                        .n_fds = 1,
-                                                        .name = "b",
-                                                        .broken = channel_on_broken,
-                                                        .userdata = &b,
-                                                },
-                                                &chb),
-                         0);
+        cha = channel_end_open(t, fds[0], "a", &a);
+        chb = channel_end_open(t, fds[1], "b", &b);
 
         src = malloc(SIZE);
         mem = malloc(SIZE + 2 * GUARD);
