@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Transport: the generic wrappers over a transport's ops table. */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,6 +214,7 @@ static TransportFact *transport_facts_next(TransportFacts *f, const char *key,
 {
         TransportFact *fact;
 
+        assert(f->n < TRANSPORT_FACTS_MAX);
         if (f->n >= TRANSPORT_FACTS_MAX)
                 return NULL;
         fact = &f->f[f->n++];

@@ -222,8 +222,9 @@ typedef struct transport_ops {
                          uint64_t *ret_addr, TransportKey *ret_key);
 
         /*
-         * Channels to a peer, for transports that open their own (RDMA). The peer connection
-         * carries what the two ends exchange; these are the transport's side of it.
+         * Channels to a peer (TCP: on data connections the peer handshake made; RDMA: queue
+         * pairs whose paths are connected with parameters the peer connection carries; shm has
+         * none). The peer protocol stays with the link; these are the transport's side of it.
          */
         int (*channel_open)(Transport *t, const TransportChannelSpec *spec, TransportChannel **ret);
         /* Fails every job on @ch (their callbacks run before this returns) and frees it. */
@@ -327,7 +328,14 @@ void transport_channel_info(Transport *t, const TransportChannel *ch, TransportC
 /* Whether every path of @ch is connected (a job can start on it). */
 bool transport_channel_ready(Transport *t, const TransportChannel *ch);
 
+/*
+ * (Re)creates path @path of @ch in its first state and returns our parameters for the peer in
+ * @ret (a path connected again after a flush starts anew). -EOPNOTSUPP where channels have no
+ * paths; -EBUSY while a job holds the path.
+ */
 int transport_path_local(Transport *t, TransportChannel *ch, unsigned path, TransportPathInfo *ret);
+
+/* Connects path @path of @ch toward the peer's parameters @remote. -EOPNOTSUPP as above. */
 int transport_path_connect(Transport *t, TransportChannel *ch, unsigned path,
                            const TransportPathInfo *remote);
 
@@ -337,7 +345,10 @@ void transport_describe(Transport *t, transport_describe_fn fn, void *userdata);
 /* Fills @ret with the facts of @ch (none when @ch is NULL or @t tells nothing). */
 void transport_describe_channel(Transport *t, const TransportChannel *ch, TransportFacts *ret);
 
-/* For describe ops: appends a fact to @f (silently drops it past TRANSPORT_FACTS_MAX). */
+/*
+ * For describe ops: appends a fact to @f. More than TRANSPORT_FACTS_MAX is a bug in the op
+ * (asserted; the fact is dropped where assertions are off).
+ */
 void transport_facts_add_string(TransportFacts *f, const char *key, const char *value);
 void transport_facts_add_u64(TransportFacts *f, const char *key, uint64_t value);
 void transport_facts_add_int(TransportFacts *f, const char *key, int64_t value);
