@@ -77,6 +77,11 @@ void transport_job_done(TransportJob *job, int error)
 int transport_device_info(Transport *t, int32_t device_id, const char *name,
                           TransportDeviceInfo *ret, const char **ret_reason)
 {
+        if (!t) {
+                if (ret_reason)
+                        *ret_reason = "this daemon has no such transport";
+                return -ENODEV;
+        }
         if (!t->ops->device_info) {
                 if (ret)
                         *ret = (TransportDeviceInfo){0};
@@ -91,6 +96,8 @@ int transport_region_register(Transport *t, int32_t device_id, TransportChannel 
         _cleanup_free_ TransportRegion *r = NULL;
         int k;
 
+        if (!t)
+                return -ENODEV;
         if (!t->ops->region_register) {
                 *ret = NULL;
                 return 0;
@@ -117,6 +124,8 @@ TransportRegion *transport_region_free(TransportRegion *r)
 
 int transport_cache_register(Transport *t, int32_t device_id, Cache *cache, bool remote)
 {
+        if (!t)
+                return -ENODEV;
         if (!t->ops->cache_register)
                 return 0;
         return t->ops->cache_register(t, device_id, cache, remote);
@@ -129,6 +138,8 @@ int transport_cache_key(Transport *t, const Cache *cache, uint32_t tensor, bool 
         TransportKey key = {0};
         int r;
 
+        if (!t)
+                return -ENOENT;
         if (t->ops->cache_key) {
                 r = t->ops->cache_key(t, cache, tensor, remote, &addr, &key);
                 if (r < 0)
@@ -154,14 +165,14 @@ bool transport_cache_registered(Transport *t, const Cache *cache, bool remote)
 
 int transport_channel_open(Transport *t, const TransportChannelSpec *spec, TransportChannel **ret)
 {
-        if (!t->ops->channel_open)
+        if (!t || !t->ops->channel_open)
                 return -EOPNOTSUPP;
         return t->ops->channel_open(t, spec, ret);
 }
 
 TransportChannel *transport_channel_close(Transport *t, TransportChannel *ch)
 {
-        if (ch && t->ops->channel_close)
+        if (ch && t && t->ops->channel_close)
                 t->ops->channel_close(t, ch);
         return NULL;
 }
@@ -169,7 +180,7 @@ TransportChannel *transport_channel_close(Transport *t, TransportChannel *ch)
 void transport_channel_info(Transport *t, const TransportChannel *ch, TransportChannelInfo *ret)
 {
         *ret = (TransportChannelInfo){0};
-        if (ch && t->ops->channel_info)
+        if (ch && t && t->ops->channel_info)
                 t->ops->channel_info(t, ch, ret);
 }
 
@@ -183,7 +194,7 @@ bool transport_channel_ready(Transport *t, const TransportChannel *ch)
 
 int transport_path_local(Transport *t, TransportChannel *ch, unsigned path, TransportPathInfo *ret)
 {
-        if (!t->ops->path_local)
+        if (!t || !t->ops->path_local)
                 return -EOPNOTSUPP;
         return t->ops->path_local(t, ch, path, ret);
 }
@@ -191,21 +202,21 @@ int transport_path_local(Transport *t, TransportChannel *ch, unsigned path, Tran
 int transport_path_connect(Transport *t, TransportChannel *ch, unsigned path,
                            const TransportPathInfo *remote)
 {
-        if (!t->ops->path_connect)
+        if (!t || !t->ops->path_connect)
                 return -EOPNOTSUPP;
         return t->ops->path_connect(t, ch, path, remote);
 }
 
 void transport_describe(Transport *t, transport_describe_fn fn, void *userdata)
 {
-        if (t->ops->describe)
+        if (t && t->ops->describe)
                 t->ops->describe(t, fn, userdata);
 }
 
 void transport_describe_channel(Transport *t, const TransportChannel *ch, TransportFacts *ret)
 {
         ret->n = 0;
-        if (ch && t->ops->describe_channel)
+        if (ch && t && t->ops->describe_channel)
                 t->ops->describe_channel(t, ch, ret);
 }
 

@@ -339,6 +339,12 @@ int transport_path_local(Transport *t, TransportChannel *ch, unsigned path, Tran
 int transport_path_connect(Transport *t, TransportChannel *ch, unsigned path,
                            const TransportPathInfo *remote);
 
+/*
+ * The memory, channel and describe wrappers above accept a NULL @t (a transport set built without
+ * that transport, as unit tests build them): no device (-ENODEV, reason given), no registration
+ * (-ENOENT for keys), no channels (-EOPNOTSUPP), nothing to describe.
+ */
+
 /* Calls @fn with the facts of every device @t holds (none for most transports). */
 void transport_describe(Transport *t, transport_describe_fn fn, void *userdata);
 

@@ -279,8 +279,10 @@ START_TEST(test_register_not_needed)
         TransportFacts facts = {.n = 3};
         TransportChannel *ch = NULL;
         TransportPathInfo path;
+        TransportRegion *r = NULL;
         Region *region = NULL;
         unsigned described = 0;
+        const char *why = NULL;
         Cache *cache;
 
         ck_assert_int_eq(region_new_memfd("test-transport", 1 << 16, 1, &region), 0);
@@ -305,6 +307,22 @@ START_TEST(test_register_not_needed)
         ck_assert_uint_eq(described, 0);
         transport_describe_channel(tcp, NULL, &facts);
         ck_assert_uint_eq(facts.n, 0);
+
+        /* A set without the transport: nothing there, and no crash. */
+        ck_assert_int_eq(transport_device_info(NULL, 0, NULL, NULL, &why), -ENODEV);
+        ck_assert_str_eq(why, "this daemon has no such transport");
+        ck_assert_int_eq(transport_region_register(NULL, 0, NULL, &set, 1, false, &r), -ENODEV);
+        ck_assert_int_eq(transport_cache_register(NULL, 0, cache, false), -ENODEV);
+        ck_assert(!transport_cache_registered(NULL, cache, false));
+        ck_assert_int_eq(transport_channel_open(NULL, &(TransportChannelSpec){0}, &ch),
+                         -EOPNOTSUPP);
+        ck_assert(!transport_channel_ready(NULL, (TransportChannel *)&set));
+        ck_assert_int_eq(transport_path_local(NULL, NULL, 0, &path), -EOPNOTSUPP);
+        transport_describe(NULL, count_description, &described);
+        ck_assert_uint_eq(described, 0);
+        transport_describe_channel(NULL, (TransportChannel *)&set, &facts);
+        ck_assert_uint_eq(facts.n, 0);
+        ck_assert_ptr_null(transport_channel_close(NULL, (TransportChannel *)&set));
 
         shm = transport_free(shm);
         tcp = transport_free(tcp);
