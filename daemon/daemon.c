@@ -27,7 +27,6 @@
 #include "daemon/link/peer.h"
 #include "daemon/memory/pool.h"
 #include "common/random-util.h"
-#include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
 #include "daemon/reload.h"
 #include "daemon/sd.h"

@@ -29,7 +29,6 @@ typedef struct Cluster Cluster;
 typedef struct DomainRegistry DomainRegistry;
 typedef struct Engine Engine;
 typedef struct PeerListener PeerListener;
-typedef struct RdmaContext RdmaContext;
 typedef struct Metrics Metrics;
 typedef struct MetricsServer MetricsServer;
 typedef struct Pool Pool;

@@ -22,7 +22,7 @@
 #include "daemon/metrics/metrics-http.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
-#include "daemon/transport/rdma.h"
+#include "daemon/transport/transport-set.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/memory/pool.h"
 #include "daemon/status.h"
@@ -208,84 +208,85 @@ static json_t *status_inlink(const InLink *il, usec_t now, bool *ok)
         return o;
 }
 
-typedef struct DeviceCtx {
+/* A transport's facts about one device or channel, as one object, in the transport's order. */
+static json_t *status_facts(const TransportFacts *f, bool *ok)
+{
+        json_t *o = json_object();
+
+        if (!o)
+                return NULL;
+        for (size_t i = 0; i < f->n; i++) {
+                const TransportFact *fact = &f->f[i];
+
+                switch (fact->type) {
+                case TRANSPORT_FACT_STRING:
+                        set(o, fact->key, json_string(fact->s), ok);
+                        break;
+                case TRANSPORT_FACT_U64:
+                        set(o, fact->key, json_u64(fact->u), ok);
+                        break;
+                case TRANSPORT_FACT_INT:
+                        set(o, fact->key, json_integer(fact->i), ok);
+                        break;
+                case TRANSPORT_FACT_BOOL:
+                        set(o, fact->key, json_boolean(fact->b), ok);
+                        break;
+                }
+        }
+        return o;
+}
+
+typedef struct FactsCtx {
         json_t *array;
         bool *ok;
-} DeviceCtx;
+        Transport *transport;
+} FactsCtx;
 
-static void status_rdma_device(const RdmaDevice *dev, void *userdata)
+static void status_device(const TransportFacts *f, void *userdata)
 {
-        DeviceCtx *ctx = userdata;
-        RdmaDeviceStatus st;
-        json_t *o = json_object();
+        FactsCtx *ctx = userdata;
 
-        if (!o) {
-                *ctx->ok = false;
-                return;
-        }
-        rdma_device_get_status(dev, &st);
-        set(o, "name", json_string(st.name), ctx->ok);
-        set(o, "state", json_string(st.state), ctx->ok);
-        set(o, "error", json_string(st.error), ctx->ok);
-        set(o, "link_layer", json_string(st.link_layer), ctx->ok);
-        set(o, "port", json_integer(st.port), ctx->ok);
-        set(o, "mtu", json_integer(st.mtu), ctx->ok);
-        set(o, "gid_index", json_integer(st.gid_index), ctx->ok);
-        set(o, "gid", json_string(st.gid), ctx->ok);
-        set(o, "memory_regions", json_u64(st.mrs), ctx->ok);
-        set(o, "registered_bytes", json_u64(st.mr_bytes), ctx->ok);
-        set(o, "registrations", json_u64(st.reg_count), ctx->ok);
-        set(o, "registration_us_total", json_u64(st.reg_usec_total), ctx->ok);
-        set(o, "completion_errors", json_u64(st.wc_errors), ctx->ok);
-        set(o, "last_completion_error", json_string(st.last_wc_error), ctx->ok);
-        set(o, "async_events", json_u64(st.async_events), ctx->ok);
-        set(o, "last_async_event", json_string(st.last_async_event), ctx->ok);
-        append(ctx->array, o, ctx->ok);
+        append(ctx->array, status_facts(f, ctx->ok), ctx->ok);
 }
 
-static void status_rdma_endpoint(RdmaEndpoint *ep, void *userdata)
+static void status_rdma_endpoint(TransportChannel *ep, void *userdata)
 {
-        DeviceCtx *ctx = userdata;
-        RdmaEndpointStats st;
-        json_t *o = json_object();
+        FactsCtx *ctx = userdata;
+        TransportFacts f;
 
-        if (!o) {
-                *ctx->ok = false;
-                return;
-        }
-        rdma_endpoint_get_stats(ep, &st);
-        set(o, "endpoint_id", json_u64(rdma_endpoint_id(ep)), ctx->ok);
-        set(o, "initiator", json_boolean(rdma_endpoint_initiator(ep)), ctx->ok);
-        set(o, "remote_device", json_string(rdma_endpoint_remote_device(ep)), ctx->ok);
-        set(o, "queue_pairs", json_integer(rdma_endpoint_n_slots(ep)), ctx->ok);
-        set(o, "queue_pairs_ready", json_integer(st.slots_ready), ctx->ok);
-        set(o, "jobs_done", json_u64(st.jobs_done), ctx->ok);
-        set(o, "jobs_failed", json_u64(st.jobs_failed), ctx->ok);
-        set(o, "jobs_in_flight", json_integer(st.jobs_in_flight), ctx->ok);
-        set(o, "work_requests", json_u64(st.wrs_posted), ctx->ok);
-        set(o, "bytes", json_u64(st.bytes), ctx->ok);
-        append(ctx->array, o, ctx->ok);
+        transport_describe_channel(ctx->transport, ep, &f);
+        append(ctx->array, status_facts(&f, ctx->ok), ctx->ok);
 }
 
-static json_t *status_rdma_endpoints(Peer *p, bool *ok)
+static json_t *status_rdma_endpoints(Peer *p, Transport *rdma, bool *ok)
 {
-        DeviceCtx ctx = {json_array(), ok};
+        FactsCtx ctx = {json_array(), ok, rdma};
 
         if (ctx.array)
                 peer_rdma_foreach(p, status_rdma_endpoint, &ctx);
         return ctx.array;
 }
 
-static json_t *status_peer(Peer *p, usec_t now, bool *ok)
+/* A number the transport told about a channel, or 0. */
+static uint64_t status_fact_u64(const TransportFacts *f, const char *key)
 {
-        TcpDataStats st = {0};
+        const TransportFact *fact = transport_facts_find(f, key);
+
+        if (!fact)
+                return 0;
+        return fact->type == TRANSPORT_FACT_U64 ? fact->u : (uint64_t)fact->i;
+}
+
+static json_t *status_peer(Peer *p, TransportSet *ts, usec_t now, bool *ok)
+{
+        TransportFacts data;
         char node[24];
         json_t *o = json_object();
 
         if (!o)
                 return NULL;
-        if (p->data)
-                tcp_data_get_stats(p->data, &st);
+        /* The TCP data plane's counters (none before the peer is READY). */
+        transport_describe_channel(ts->tcp, p->data, &data);
         (void)snprintf(node, sizeof(node), "%016" PRIx64, p->node_id);
         set(o, "peer_id", json_u64(p->id), ok);
         set(o, "node_id", json_string(node), ok);
@@ -298,14 +299,15 @@ static json_t *status_peer(Peer *p, usec_t now, bool *ok)
         set(o, "authenticated", json_boolean(p->authenticated), ok);
         set(o, "links", json_integer(p->n_links), ok);
         set(o, "inbound_links", json_integer(p->n_inlinks), ok);
-        set(o, "data_conns", json_integer(p->data ? tcp_data_n_conns(p->data) : 0), ok);
+        set(o, "data_conns", json_integer((json_int_t)status_fact_u64(&data, "connections")), ok);
         set(o, "crc", json_boolean(p->crc), ok);
         set(o, "heartbeat_rtt_us", json_u64(p->rtt_usec), ok);
-        set(o, "bytes_sent", json_u64(st.bytes_sent), ok);
-        set(o, "bytes_received", json_u64(st.bytes_received), ok);
-        set(o, "jobs_in_flight", json_integer(st.jobs_in_flight), ok);
+        set(o, "bytes_sent", json_u64(status_fact_u64(&data, "bytes_sent")), ok);
+        set(o, "bytes_received", json_u64(status_fact_u64(&data, "bytes_received")), ok);
+        set(o, "jobs_in_flight", json_integer((json_int_t)status_fact_u64(&data, "jobs_in_flight")),
+            ok);
         set(o, "age_s", json_real((double)(now - p->created_usec) / USEC_PER_SEC), ok);
-        set(o, "rdma_endpoints", status_rdma_endpoints(p, ok), ok);
+        set(o, "rdma_endpoints", status_rdma_endpoints(p, ts->rdma_transport, ok), ok);
         return o;
 }
 
@@ -397,15 +399,15 @@ int status_to_json(Daemon *d, char **ret)
                 append(transfers, status_transfer(x, now, &ok), &ok);
         CLIST_FOREACH (p, &d->link.peers, link_daemon)
                 if (p->state != PEER_CLOSED && (p->dialed || p->node_id != 0))
-                        append(peers, status_peer(p, now, &ok), &ok);
+                        append(peers, status_peer(p, &d->transports, now, &ok), &ok);
         CLIST_FOREACH (il, &d->link.inlinks, link_daemon)
                 append(inlinks, status_inlink(il, now, &ok), &ok);
         {
-                DeviceCtx ctx = {json_array(), &ok};
+                FactsCtx ctx = {json_array(), &ok, d->transports.rdma_transport};
 
                 if (!ctx.array)
                         ok = false;
-                rdma_context_foreach_device(d->transports.rdma, status_rdma_device, &ctx);
+                transport_describe(ctx.transport, status_device, &ctx);
                 set(root, "rdma_devices", ctx.array, &ok);
         }
 

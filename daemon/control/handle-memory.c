@@ -15,8 +15,8 @@
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
 #include "daemon/memory/pool.h"
-#include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
+#include "daemon/transport/transport.h"
 #include "common/status.h"
 
 static int cache_desc_from_proto(const Kvdist__V1__CacheDesc *m, CacheDesc *ret,
@@ -223,14 +223,13 @@ static int cluster_register_rdma(Cluster *c, Cache *cache, Error *err)
 {
         const DeviceConfig *cfg = transport_config_find_device(
                 c->root->transports->devices, c->root->transports->n_devices, c->device_id);
+        Transport *rdma = c->root->transports->rdma_transport;
         const char *why;
-        RdmaDevice *dev;
         int r;
 
-        dev = rdma_device_for(c->root->transports->rdma, c->device_id, &why);
-        if (!dev)
+        if (transport_device_info(rdma, c->device_id, NULL, NULL, &why) < 0)
                 return 0;
-        r = rdma_cache_register(dev, cache, cache->remote_accessible);
+        r = transport_cache_register(rdma, c->device_id, cache, cache->remote_accessible);
         if (r >= 0)
                 return 0;
         if (cfg && cfg->transport == TRANSPORT_KIND_RDMA)

@@ -359,7 +359,7 @@ static void codec_link_on_reply(Peer *p, int status, const Error *err, LinkGrant
 
 static int codec_link_ask(PairLink *pl, Cluster *c, Peer *p, PeerCall **ret_call)
 {
-        return link_peer_request(c, p, pl->remote_cluster_id, pl->transport.dev != NULL,
+        return link_peer_request(c, p, pl->remote_cluster_id, pl->transport.rdma,
                                  codec_link_on_reply, pl, ret_call);
 }
 

@@ -47,8 +47,8 @@ typedef struct PairLink PairLink;
 typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
 typedef struct PeerRdmaWaiter PeerRdmaWaiter;
-typedef struct RdmaEndpoint RdmaEndpoint;
-typedef struct RdmaMr RdmaMr;
+typedef struct TransportChannel TransportChannel;
+typedef struct TransportRegion TransportRegion;
 typedef struct Region Region;
 
 #define DOMAIN_MAX_RANKS RANK_TABLE_MAX_RANKS
@@ -102,13 +102,13 @@ struct PairLink {
         Peer *peer; /* remote pairs, while the call runs or the answer is held */
         PairLinkState state;
         PeerCall *call;
-        LinkTransport transport;  /* RDMA or TCP, decided as kvd_link_clusters() does */
-        DomainLinkOffer *exposed; /* CONNECTING, HELD: the peer's answer, what the remote
-                                   * cluster exposed (domain-codec.c's) */
-        RdmaEndpoint *rdma_ep;    /* HELD over RDMA */
-        uint64_t link_id;         /* MADE */
-        bool owned;               /* MADE by us (freed with the last domain), not reused */
-        Error err;                /* FAILED */
+        LinkTransport transport;   /* RDMA or TCP, decided as kvd_link_clusters() does */
+        DomainLinkOffer *exposed;  /* CONNECTING, HELD: the peer's answer, what the remote
+                                    * cluster exposed (domain-codec.c's) */
+        TransportChannel *rdma_ep; /* HELD over RDMA */
+        uint64_t link_id;          /* MADE */
+        bool owned;                /* MADE by us (freed with the last domain), not reused */
+        Error err;                 /* FAILED */
         unsigned n_refs;
         CList link_reg;
 };
@@ -438,7 +438,7 @@ struct DomainOp {
         bool ready_rdma; /* send: the READY asks for WRITEs into @ready_rsegs */
         LaneRemoteSeg *ready_rsegs;
         size_t n_ready_rsegs;
-        RdmaMr **mrs; /* our spans, registered while the message runs */
+        TransportRegion **mrs; /* our spans, registered while the message runs */
         size_t n_mrs;
         uint32_t *seg_keys;          /* per segment: its span's rkey (receive), lkey (send) */
         TransportSegment *rdma_segs; /* send: the WRITEs */
@@ -446,7 +446,7 @@ struct DomainOp {
         bool rdma_writing;           /* send: @data_job WRITEs them; its callback will run */
         PeerRdmaWaiter *rdma_waiter; /* send: the endpoint connects its queue pairs first */
         Peer *rdma_peer;             /* send: the link's peer, which owns @rdma_ep */
-        RdmaEndpoint *rdma_ep;
+        TransportChannel *rdma_ep;
         /* local */
         bool copying;                /* send: @copy runs; its callback will run */
         TransportJob copy;           /* send: the copy into the partner's segments */
@@ -556,7 +556,7 @@ void domain_join_on_reply(DomainPair *pair, Peer *p, int status, const Error *er
 void domain_pair_link_on_reply(PairLink *pl, Peer *p, int status, const Error *err,
                                DomainLinkOffer *offer);
 /* What link_connect() found: RDMA on @ep, TCP when @ep is NULL, or no link (@err). */
-void domain_pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+void domain_pair_link_on_transport(LinkTransport *t, TransportChannel *ep, const Error *err,
                                    void *userdata);
 
 /* domain-codec.c */
@@ -621,7 +621,7 @@ int domain_lane_rdma_ready_fill(const DomainOp *op, DomainXferMsg *m);
 void domain_lane_rdma_ready_clear(DomainXferMsg *m);
 /* Registers the source of send @op on @dev and pairs it up with the READY's segments into
  * WRITEs (op->rdma_segs). PROTOCOL_MISMATCH or OUT_OF_MEMORY with @err. */
-int domain_lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err);
+int domain_lane_rdma_send_prepare(DomainOp *op, TransportChannel *channel, Error *err);
 /* Deregisters @op's spans and frees its RDMA state; no job may run. Idempotent. */
 void domain_lane_rdma_release(DomainOp *op);
 

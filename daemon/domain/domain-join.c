@@ -61,7 +61,7 @@ static void pair_link_changed(PairLink *pl)
         }
 }
 
-void domain_pair_link_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+void domain_pair_link_on_transport(LinkTransport *t, TransportChannel *ep, const Error *err,
                                    void *userdata)
 {
         PairLink *pl = userdata;

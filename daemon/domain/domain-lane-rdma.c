@@ -23,7 +23,8 @@
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "daemon/domain/domain-internal.h"
-#include "daemon/transport/rdma.h"
+#include "daemon/transport/transport-set.h"
+#include "daemon/transport/transport.h"
 #include "daemon/memory/region.h"
 #include "common/status.h"
 
@@ -61,9 +62,14 @@ static const Region *call_region_of(const DomainCall *call, uintptr_t p, uint64_
         return NULL;
 }
 
-/* Registers the segments of @op on @dev in spans; each segment's key goes to op->seg_keys. */
-static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
+/*
+ * Registers the segments of @op in spans on the device of @device_id, or of @channel when not
+ * NULL; each segment's key goes to op->seg_keys.
+ */
+static int lane_rdma_register(DomainOp *op, int32_t device_id, TransportChannel *channel,
+                              bool remote_write)
 {
+        Transport *rdma = op->lane->dom->reg->roots.transports->rdma_transport;
         size_t n = op->n_segs;
         SegRef *refs;
         int r = 0;
@@ -82,8 +88,8 @@ static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
         for (size_t i = 0, j; i < n; i = j) {
                 const Region *reg = call_region_of(op->call, refs[i].addr, refs[i].len);
                 uintptr_t start = refs[i].addr, end = start + refs[i].len;
+                TransportRegion *mr;
                 uint32_t key;
-                RdmaMr *mr;
 
                 if (!reg) {
                         r = -EFAULT; /* every segment lies in a region the call holds */
@@ -95,11 +101,12 @@ static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
                         end = MAX(end, (uintptr_t)(refs[j].addr + refs[j].len));
                 if (end == start)
                         continue; /* nothing to register for empty segments */
-                r = rdma_mr_register(dev, (void *)start, end - start, remote_write, &mr);
+                r = transport_region_register(rdma, device_id, channel, (void *)start, end - start,
+                                              remote_write, &mr);
                 if (r < 0)
                         break;
                 op->mrs[op->n_mrs++] = mr;
-                key = remote_write ? rdma_mr_rkey(mr) : rdma_mr_lkey(mr);
+                key = !mr ? 0 : remote_write ? mr->key.rkey : mr->key.lkey;
                 for (size_t k = i; k < j; k++)
                         op->seg_keys[refs[k].index] = key;
         }
@@ -110,7 +117,7 @@ static int lane_rdma_register(DomainOp *op, RdmaDevice *dev, bool remote_write)
 void domain_lane_rdma_release(DomainOp *op)
 {
         for (size_t i = 0; i < op->n_mrs; i++)
-                rdma_mr_free(op->mrs[i]);
+                transport_region_free(op->mrs[i]);
         free(op->mrs);
         op->mrs = NULL;
         op->n_mrs = 0;
@@ -130,7 +137,6 @@ int domain_lane_rdma_recv_register(DomainOp *op, Error *err)
         Domain *dom = l->dom;
         const Cluster *c = dom->ranks[l->dst].cluster;
         const char *why = "the member left";
-        RdmaDevice *dev;
         int r;
 
         if (op->n_segs > LANE_RDMA_MAX_SEGS)
@@ -139,13 +145,13 @@ int domain_lane_rdma_recv_register(DomainOp *op, Error *err)
                                  "more than one READY over RDMA names (%u); use larger blocks "
                                  "or smaller chunks",
                                  op->n_segs, LANE_RDMA_MAX_SEGS);
-        dev = c ? rdma_device_for(dom->reg->roots.transports->rdma, c->device_id, &why) : NULL;
-        if (!dev)
+        if (!c || transport_device_info(dom->reg->roots.transports->rdma_transport, c->device_id,
+                                        NULL, NULL, &why) < 0)
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "rank %" PRIu32 " sends over "
                                  "RDMA, but rank %" PRIu32 "'s device cannot take its WRITEs: %s",
                                  l->src, l->dst, why);
-        r = lane_rdma_register(op, dev, true);
+        r = lane_rdma_register(op, c->device_id, NULL, true);
         if (r < 0) {
                 domain_lane_rdma_release(op);
                 return error_set(err, STATUS_OUT_OF_MEMORY,
@@ -193,7 +199,7 @@ static size_t lane_rdma_pair(const DomainOp *op, TransportSegment *out)
         while (z.i < op->n_segs && z.j < op->n_ready_rsegs) {
                 size_t i = z.i, j = z.j;
                 uint64_t oi = z.oi, oj = z.oj;
-                uint64_t len = seg_zip_step(&z, a[i].len, b[j].len, RDMA_SEGMENT_MAX);
+                uint64_t len = seg_zip_step(&z, a[i].len, b[j].len, TRANSPORT_SEGMENT_MAX);
 
                 if (len == 0)
                         continue;
@@ -210,7 +216,7 @@ static size_t lane_rdma_pair(const DomainOp *op, TransportSegment *out)
         return n;
 }
 
-int domain_lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err)
+int domain_lane_rdma_send_prepare(DomainOp *op, TransportChannel *channel, Error *err)
 {
         Lane *l = op->lane;
         uint64_t mine = 0, theirs = 0;
@@ -228,7 +234,7 @@ int domain_lane_rdma_send_prepare(DomainOp *op, RdmaDevice *dev, Error *err)
                                  "rank %" PRIu32 " names %" PRIu64
                                  " bytes to WRITE into for a message of %" PRIu64,
                                  l->dst, theirs, op->desc.bytes);
-        r = lane_rdma_register(op, dev, false);
+        r = lane_rdma_register(op, 0, channel, false);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY,
                                  "cannot register the send buffer for "

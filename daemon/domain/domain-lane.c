@@ -42,7 +42,6 @@
 #include "common/log.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
-#include "daemon/transport/rdma.h"
 #include "daemon/transport/transport-set.h"
 #include "common/status.h"
 #include "proto/status-wire.h"
@@ -427,7 +426,7 @@ static void op_on_rdma_written(TransportJob *job, int status)
                     strerror(-error));
 }
 
-static void op_on_rdma_ready(RdmaEndpoint *ep, int status, const char *reason, void *userdata)
+static void op_on_rdma_ready(TransportChannel *ep, int status, const char *reason, void *userdata)
 {
         DomainOp *op = userdata;
         int r;
@@ -486,7 +485,7 @@ static void op_rdma_send_start(DomainOp *op)
         op->rdma_peer = lk->peer;
         op->rdma_ep = lk->rdma_ep;
         op->state = OP_DATA;
-        r = domain_lane_rdma_send_prepare(op, rdma_endpoint_device(lk->rdma_ep), &e);
+        r = domain_lane_rdma_send_prepare(op, lk->rdma_ep, &e);
         if (r < 0) {
                 op_complete(op, e.code, "%s", e.msg);
                 return;

@@ -17,7 +17,8 @@
 #include "common/log.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
-#include "daemon/transport/rdma.h"
+#include "daemon/transport/transport-set.h"
+#include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
 
@@ -176,7 +177,7 @@ static void link_setup_finish(LinkSetup *s, const Error *e)
 }
 
 int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, LinkGrant *g,
-                     RdmaEndpoint *ep, const char *transport_reason, Link **ret, Error *err)
+                     TransportChannel *ep, const char *transport_reason, Link **ret, Error *err)
 {
         LinkRoot *root = c->root;
         Link *l;
@@ -197,7 +198,7 @@ int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, LinkGrant 
 }
 
 /* Makes the link out of the peer's kept answer, over @ep (RDMA) or TCP. */
-static void link_setup_complete(LinkSetup *s, RdmaEndpoint *ep)
+static void link_setup_complete(LinkSetup *s, TransportChannel *ep)
 {
         Error e = ERROR_INIT;
 
@@ -215,7 +216,8 @@ void link_transport_cancel(LinkTransport *t)
         t->waiter = NULL;
 }
 
-static void link_transport_on_rdma(RdmaEndpoint *ep, int status, const char *reason, void *userdata)
+static void link_transport_on_rdma(TransportChannel *ep, int status, const char *reason,
+                                   void *userdata)
 {
         LinkTransport *t = userdata;
         Error e = ERROR_INIT;
@@ -257,7 +259,7 @@ void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_i
         t->fn = fn;
         t->userdata = userdata;
         t->peer = p;
-        if (!t->dev) {
+        if (!t->rdma) {
                 fn(t, NULL, NULL, userdata);
                 return;
         }
@@ -278,12 +280,12 @@ void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_i
                 fn(t, NULL, NULL, userdata);
                 return;
         }
-        r = peer_rdma_get(p, t->dev, &g->rdma, link_transport_on_rdma, t, &t->waiter);
+        r = peer_rdma_get(p, t->device, &g->rdma, link_transport_on_rdma, t, &t->waiter);
         if (r < 0)
                 link_transport_on_rdma(NULL, r, NULL, t);
 }
 
-static void link_setup_on_transport(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+static void link_setup_on_transport(LinkTransport *t, TransportChannel *ep, const Error *err,
                                     void *userdata)
 {
         LinkSetup *s = userdata;
@@ -352,7 +354,7 @@ static void link_setup_on_ready(Peer *p, int status, const Error *err, void *use
                 link_setup_finish(s, &e);
                 return;
         }
-        r = link_peer_call(c, p, s->remote_cluster_id, s->transport.dev != NULL, false,
+        r = link_peer_call(c, p, s->remote_cluster_id, s->transport.rdma, false,
                            link_setup_on_reply, s, &s->call);
         if (r < 0) {
                 error_set(&e, STATUS_LINK_FAILED, "cannot ask the daemon at %s: %s", s->address,
@@ -447,7 +449,8 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
         const DeviceConfig *cfg = transport_config_find_device(
                 c->root->transports->devices, c->root->transports->n_devices, c->device_id);
         const char *why = NULL;
-        RdmaDevice *dev;
+        TransportDeviceInfo dev;
+        bool rdma;
 
         *t = (LinkTransport){0};
         (void)snprintf(t->address, sizeof(t->address), "%s", address ? address : "");
@@ -455,17 +458,20 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
                 (void)snprintf(t->reason, sizeof(t->reason), "configured");
                 return 0;
         }
-        dev = rdma_device_for(c->root->transports->rdma, c->device_id, &why);
+        rdma = transport_device_info(c->root->transports->rdma_transport, c->device_id, NULL, &dev,
+                                     &why) >= 0;
         if (cfg && cfg->transport == TRANSPORT_KIND_RDMA) {
-                if (!dev)
+                if (!rdma)
                         return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                          "device %" PRId32 " is configured for transport rdma, "
                                          "but: %s",
                                          c->device_id, why);
                 t->required = true;
         }
-        t->dev = dev;
-        if (!dev)
+        t->rdma = rdma;
+        if (rdma)
+                (void)snprintf(t->device, sizeof(t->device), "%s", dev.device);
+        else
                 (void)snprintf(t->reason, sizeof(t->reason), "auto: %s", why);
         return 0;
 }

@@ -21,8 +21,7 @@ typedef struct Cluster Cluster;
 typedef struct Link Link;
 typedef struct LinkTransport LinkTransport;
 typedef struct PeerRdmaWaiter PeerRdmaWaiter;
-typedef struct RdmaDevice RdmaDevice;
-typedef struct RdmaEndpoint RdmaEndpoint;
+typedef struct TransportChannel TransportChannel;
 
 /* One cluster a kvd_link_clusters() call links to: its id, and the daemon it is on ("ip:port";
  * NULL or "" when it is on this one). */
@@ -39,7 +38,7 @@ typedef int (*link_reply_fn)(Completion *done, const int32_t *rets, size_t n, co
 
 /* The link runs over RDMA on @ep, or over TCP when @ep is NULL (@t->reason says why), or cannot
  * be made at all (@err). */
-typedef void (*link_transport_fn)(LinkTransport *t, RdmaEndpoint *ep, const Error *err,
+typedef void (*link_transport_fn)(LinkTransport *t, TransportChannel *ep, const Error *err,
                                   void *userdata);
 
 /*
@@ -49,7 +48,8 @@ typedef void (*link_transport_fn)(LinkTransport *t, RdmaEndpoint *ep, const Erro
  * @reason says what was decided and why, so nothing falls back silently.
  */
 struct LinkTransport {
-        RdmaDevice *dev;                /* ours, when RDMA is wanted */
+        bool rdma;                      /* RDMA is wanted */
+        char device[64];                /* ours, when it is */
         bool required;                  /* the device map says rdma: no TCP instead */
         char reason[128];               /* for the link's transport_reason */
         char address[SOCKADDR_STR_MAX]; /* the peer's, for messages */
@@ -124,4 +124,4 @@ void link_peer_abandon(LinkRoot *root, PeerCall *call, uint64_t cluster_id,
  * OUT_OF_MEMORY with @err.
  */
 int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, LinkGrant *g,
-                     RdmaEndpoint *ep, const char *transport_reason, Link **ret, Error *err);
+                     TransportChannel *ep, const char *transport_reason, Link **ret, Error *err);

@@ -13,7 +13,6 @@
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/link/peer.h"
-#include "daemon/transport/rdma.h"
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
@@ -373,9 +372,10 @@ int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_rdma,
 }
 
 /* Describes one cache that a link reaches into @e. */
-static int link_exposed_fill(const CacheTable *t, const Cache *cache, LinkExposedCache *e)
+static int link_exposed_fill(Transport *rdma_transport, const CacheTable *t, const Cache *cache,
+                             LinkExposedCache *e)
 {
-        bool rdma = rdma_cache_registered(cache, true);
+        bool rdma = transport_cache_registered(rdma_transport, cache, true);
         int r;
 
         r = link_exposed_cache_alloc(e, cache->desc.n_dims, rdma ? cache->desc.num_tensors : 0,
@@ -389,8 +389,12 @@ static int link_exposed_fill(const CacheTable *t, const Cache *cache, LinkExpose
         e->data_type = cache->desc.data_type;
         if (e->n_shape > 0)
                 memcpy(e->shape, cache->desc.shape, e->n_shape * sizeof(*e->shape));
-        for (size_t k = 0; k < e->n_rdma; k++)
-                (void)rdma_cache_tensor(cache, k, &e->rdma_addrs[k], NULL, &e->rdma_rkeys[k]);
+        for (size_t k = 0; k < e->n_rdma; k++) {
+                TransportKey key = {0};
+
+                (void)transport_cache_key(rdma_transport, cache, k, true, &e->rdma_addrs[k], &key);
+                e->rdma_rkeys[k] = key.rkey;
+        }
         if (e->keys)
                 cache_table_foreach_key(t, cache, link_exposed_add_key, e);
         return 0;
@@ -415,7 +419,8 @@ static int link_exposed_build(const Cluster *c, uint64_t seq, LinkGrant *g)
         CLIST_FOREACH (cache, &t->caches, link_table) {
                 if (cache->seq > seq || !cache->remote_accessible)
                         continue;
-                r = link_exposed_fill(t, cache, &g->caches[g->n_caches++]);
+                r = link_exposed_fill(c->root->transports->rdma_transport, t, cache,
+                                      &g->caches[g->n_caches++]);
                 if (r < 0)
                         return r;
         }
@@ -427,7 +432,7 @@ int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink *
 {
         LinkGrant *g = NULL;
         const char *why = NULL;
-        RdmaDevice *dev;
+        TransportDeviceInfo dev;
         InLink *il;
         Cluster *c;
         int r;
@@ -469,9 +474,9 @@ int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink *
         g->link_id = il->id;
         g->role = c->role;
         /* The linked cluster's RDMA device, for the peer to connect queue pairs to. */
-        dev = rdma_device_for(root->transports->rdma, c->device_id, &why);
-        if (dev) {
-                rdma_device_get_info(dev, &g->rdma);
+        if (transport_device_info(root->transports->rdma_transport, c->device_id, NULL, &dev,
+                                  &why) >= 0) {
+                g->rdma = dev;
                 g->has_rdma = true;
                 /* What the link runs over unless the queue pairs fail to connect. */
                 il->rdma = ask->rdma;

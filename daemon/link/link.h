@@ -17,12 +17,12 @@
 #include "common/sockaddr-util.h"
 #include "common/time-util.h"
 #include "daemon/memory/cache.h"
-#include "daemon/transport/rdma.h"
+#include "daemon/transport/transport.h"
 
 typedef struct Cluster Cluster;
 typedef struct LinkRoot LinkRoot;
 typedef struct Peer Peer;
-typedef struct RdmaEndpoint RdmaEndpoint;
+typedef struct TransportChannel TransportChannel;
 typedef struct InLink InLink;
 typedef struct Transport Transport;
 typedef struct Link Link;
@@ -57,7 +57,7 @@ typedef struct LinkGrant {
         size_t n_caches;
         LinkExposedCache *caches;
         bool has_rdma;
-        RdmaDeviceInfo rdma;
+        TransportDeviceInfo rdma;
         char *rdma_reason; /* when !has_rdma: why, or NULL when the peer did not say */
 } LinkGrant;
 
@@ -134,7 +134,7 @@ struct Link {
                              * cluster exposed when the link was made among it */
         Transport *transport;
         char transport_reason[128]; /* why this transport, for status */
-        RdmaEndpoint *rdma_ep;      /* RDMA links: the queue pairs to the peer's device */
+        TransportChannel *rdma_ep;  /* RDMA links: the queue pairs to the peer's device */
         usec_t created_usec;
         uint64_t n_transfers; /* completed */
         uint64_t bytes;

@@ -18,25 +18,25 @@
 #include "common/log.h"
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer.h"
+#include "daemon/transport/transport-set.h"
 #include "common/random-util.h"
 #include "common/status.h"
 
 static void peer_data_dial_all(Peer *p);
 static void peer_on_data_connected(evutil_socket_t fd, short what, void *userdata);
 
-static void peer_on_data_broken(TcpData *td, int error, void *userdata)
+static void peer_on_data_broken(TransportChannel *ch, int error, void *userdata)
 {
         Peer *p = userdata;
 
         peer_lose(p, STATUS_PEER_LOST, "data connection failed: %s", strerror(-error));
 }
 
-/* Hands the data connections to a TcpData: the last step before READY. */
+/* Hands the data connections to a channel of the TCP transport: the last step before READY. */
 static int peer_start_data(Peer *p)
 {
         char name[SOCKADDR_STR_MAX + 32];
-        TcpDataOptions o = {
-                .base = p->root->base,
+        TransportChannelSpec spec = {
                 .fds = p->data_fds,
                 .n_fds = p->n_streams,
                 .chunk_size = p->chunk_size,
@@ -52,8 +52,8 @@ static int peer_start_data(Peer *p)
                         event_free(p->data_ev[i]);
                         p->data_ev[i] = NULL;
                 }
-        r = tcp_data_new(&o, &p->data);
-        /* The TcpData took the sockets, or closed them. */
+        r = transport_channel_open(p->root->transports->tcp, &spec, &p->data);
+        /* The channel took the sockets, or closed them. */
         for (unsigned i = 0; i < p->n_streams; i++)
                 p->data_fds[i] = -1;
         return r;
@@ -142,7 +142,8 @@ static void peer_on_auth_reply(Peer *p, int status, const Error *err, const Prot
                 return;
         }
         if (m->data_token.len != PEER_DATA_TOKEN_SIZE || m->tcp_streams < 1 ||
-            m->tcp_streams > TCP_DATA_MAX_CONNS || m->tcp_streams > p->root->options.tcp->streams) {
+            m->tcp_streams > TRANSPORT_MAX_CONNS ||
+            m->tcp_streams > p->root->options.tcp->streams) {
                 peer_lose(p, STATUS_PROTOCOL_MISMATCH, "bad data connection terms");
                 return;
         }

@@ -61,8 +61,8 @@ static int grant_wire_build(const LinkGrant *g, GrantWire *w)
         if (g->has_rdma) {
                 kvdist__v1__rdma_device_info__init(&w->rdma);
                 w->rdma.device = (char *)g->rdma.device;
-                w->rdma.gid.data = (uint8_t *)g->rdma.gid;
-                w->rdma.gid.len = RDMA_GID_SIZE;
+                w->rdma.gid.data = (uint8_t *)g->rdma.address;
+                w->rdma.gid.len = TRANSPORT_ADDRESS_SIZE;
                 w->rdma.port = g->rdma.port;
                 w->rdma.mtu = g->rdma.mtu;
                 w->rdma.lid = g->rdma.lid;
@@ -157,10 +157,10 @@ static int grant_from_wire(const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret)
                 return -ENOMEM;
         g->link_id = m->link_id;
         g->role = m->dst_role;
-        if (m->rdma && m->rdma->gid.len == RDMA_GID_SIZE && m->rdma->device) {
+        if (m->rdma && m->rdma->gid.len == TRANSPORT_ADDRESS_SIZE && m->rdma->device) {
                 g->has_rdma = true;
                 (void)snprintf(g->rdma.device, sizeof(g->rdma.device), "%s", m->rdma->device);
-                memcpy(g->rdma.gid, m->rdma->gid.data, RDMA_GID_SIZE);
+                memcpy(g->rdma.address, m->rdma->gid.data, TRANSPORT_ADDRESS_SIZE);
                 g->rdma.port = (uint8_t)m->rdma->port;
                 g->rdma.mtu = m->rdma->mtu;
                 g->rdma.lid = (uint16_t)m->rdma->lid;

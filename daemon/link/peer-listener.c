@@ -143,7 +143,7 @@ static void peer_listener_on_accept(evutil_socket_t lfd, short what, void *userd
                 }
                 /* Data connections count too: a peer uses up to 17 sockets. */
                 if (root->stopping ||
-                    root->n_peers >= root->options.limits->max_peers * (TCP_DATA_MAX_CONNS + 1)) {
+                    root->n_peers >= root->options.limits->max_peers * (TRANSPORT_MAX_CONNS + 1)) {
                         root->counters.peers_refused++;
                         safe_close(fd);
                         continue;

@@ -4,7 +4,8 @@
  * connected slot by slot over the peer's control connection (PeerRdmaConnect carries our QP
  * number, PSN, GID and MTU; the answer carries the peer's). The daemon that needs an endpoint
  * creates it and drives the connection (initiator); the other side creates its half when asked
- * (responder). Slots flushed after a timeout or an error are connected again on next use.
+ * (responder). Slots flushed after a timeout or an error are connected again on next use. The
+ * endpoints are channels of the RDMA transport, opened, connected and closed through its ops.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -18,7 +19,8 @@
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
-#include "daemon/transport/rdma.h"
+#include "daemon/transport/transport-set.h"
+#include "daemon/transport/transport.h"
 #include "common/status.h"
 
 struct PeerRdmaWaiter {
@@ -30,7 +32,7 @@ struct PeerRdmaWaiter {
 
 struct PeerRdmaEp {
         Peer *peer;
-        RdmaEndpoint *ep;
+        TransportChannel *ep;
         uint32_t connecting;       /* slots with a PeerRdmaConnect in flight */
         char error[ERROR_MSG_MAX]; /* the last connect failure */
         CList waiters;             /* PeerRdmaWaiter.link */
@@ -41,6 +43,31 @@ typedef struct SlotCall {
         PeerRdmaEp *pep;
         unsigned slot;
 } SlotCall;
+
+/* The transport the endpoints are channels of. */
+static Transport *peer_rdma_transport(const Peer *p)
+{
+        return p->root->transports->rdma_transport;
+}
+
+static TransportChannelInfo peer_rdma_ep_info(const PeerRdmaEp *pep)
+{
+        TransportChannelInfo info;
+
+        transport_channel_info(peer_rdma_transport(pep->peer), pep->ep, &info);
+        return info;
+}
+
+/* The wire form of @local, pointing into it. */
+static void peer_rdma_info_to_wire(TransportDeviceInfo *local, Kvdist__V1__RdmaDeviceInfo *ret)
+{
+        ret->device = local->device;
+        ret->gid.data = local->address;
+        ret->gid.len = TRANSPORT_ADDRESS_SIZE;
+        ret->port = local->port;
+        ret->mtu = local->mtu;
+        ret->lid = local->lid;
+}
 
 static void peer_rdma_notify(PeerRdmaEp *pep, int status, const char *reason)
 {
@@ -61,23 +88,25 @@ static void peer_rdma_on_connect_reply(Peer *p, int status, const Error *err,
         PeerRdmaEp *pep = sc->pep;
         unsigned slot = sc->slot;
         int r = status == STATUS_OK ? 0 : -ECONNREFUSED;
+        TransportChannelInfo info;
 
         free(sc);
         if (!pep)
                 return; /* the endpoint went with its peer */
         pep->connecting &= ~(UINT32_C(1) << slot);
         if (r == 0)
-                r = rdma_endpoint_slot_connect(pep->ep, slot, m->qpn, m->psn);
+                r = transport_path_connect(peer_rdma_transport(p), pep->ep, slot,
+                                           &(TransportPathInfo){m->qpn, m->psn});
+        info = peer_rdma_ep_info(pep);
         if (r < 0) {
                 (void)snprintf(pep->error, sizeof(pep->error), "slot %u: %.200s", slot,
                                status != STATUS_OK && err ? err->msg : strerror(-r));
                 log_warning("%s: RDMA queue pair %u toward %s: %s", peer_name(p, (char[96]){0}, 96),
-                            slot, rdma_endpoint_remote_device(pep->ep), pep->error);
+                            slot, info.remote, pep->error);
         }
         if (pep->connecting != 0)
                 return;
-        if (rdma_endpoint_broken_slots(pep->ep) ==
-            (UINT32_C(1) << rdma_endpoint_n_slots(pep->ep)) - 1)
+        if (info.broken_paths == (UINT32_C(1) << info.n_paths) - 1)
                 peer_rdma_notify(pep, -ECONNREFUSED, pep->error);
         else
                 peer_rdma_notify(pep, 0, NULL);
@@ -88,31 +117,29 @@ static int peer_rdma_connect_slots(PeerRdmaEp *pep)
 {
         Kvdist__V1__PeerRdmaConnect m = KVDIST__V1__PEER_RDMA_CONNECT__INIT;
         Kvdist__V1__RdmaDeviceInfo info = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
-        uint32_t broken = rdma_endpoint_broken_slots(pep->ep) & ~pep->connecting;
-        RdmaDeviceInfo local;
+        Transport *t = peer_rdma_transport(pep->peer);
+        TransportChannelInfo ch = peer_rdma_ep_info(pep);
+        uint32_t broken = ch.broken_paths & ~pep->connecting;
         int r;
 
-        rdma_device_get_info(rdma_endpoint_device(pep->ep), &local);
-        info.device = local.device;
-        info.gid.data = local.gid;
-        info.gid.len = RDMA_GID_SIZE;
-        info.port = local.port;
-        info.mtu = local.mtu;
-        info.lid = local.lid;
-        m.endpoint_id = rdma_endpoint_id(pep->ep);
-        m.n_slots = rdma_endpoint_n_slots(pep->ep);
-        m.remote_device = (char *)rdma_endpoint_remote_device(pep->ep);
+        peer_rdma_info_to_wire(&ch.local, &info);
+        m.endpoint_id = ch.id;
+        m.n_slots = ch.n_paths;
+        m.remote_device = (char *)ch.remote;
         m.local = &info;
-        for (unsigned i = 0; i < rdma_endpoint_n_slots(pep->ep); i++) {
+        for (unsigned i = 0; i < ch.n_paths; i++) {
+                TransportPathInfo path;
                 SlotCall *sc;
 
                 if (!(broken & (UINT32_C(1) << i)))
                         continue;
-                r = rdma_endpoint_slot_local(pep->ep, i, &m.qpn, &m.psn);
+                r = transport_path_local(t, pep->ep, i, &path);
                 if (r == -EBUSY)
                         continue;
                 if (r < 0)
                         return r;
+                m.qpn = path.qpn;
+                m.psn = path.psn;
                 sc = malloc(sizeof(*sc));
                 if (!sc)
                         return -ENOMEM;
@@ -129,24 +156,27 @@ static int peer_rdma_connect_slots(PeerRdmaEp *pep)
         return 0;
 }
 
-static PeerRdmaEp *peer_rdma_ep_find(Peer *p, bool initiator, RdmaDevice *dev,
+static PeerRdmaEp *peer_rdma_ep_find(Peer *p, bool initiator, const char *device,
                                      const char *remote_device, uint64_t id)
 {
         PeerRdmaEp *pep;
 
         CLIST_FOREACH (pep, &p->rdma_eps, link_peer) {
-                if (rdma_endpoint_initiator(pep->ep) != initiator)
+                TransportChannelInfo info = peer_rdma_ep_info(pep);
+
+                if (info.initiator != initiator)
                         continue;
-                if (initiator && rdma_endpoint_device(pep->ep) == dev &&
-                    strcmp(rdma_endpoint_remote_device(pep->ep), remote_device) == 0)
+                /* Device names are unique in the device map. */
+                if (initiator && strcmp(info.local.device, device) == 0 &&
+                    strcmp(info.remote, remote_device) == 0)
                         return pep;
-                if (!initiator && rdma_endpoint_id(pep->ep) == id)
+                if (!initiator && info.id == id)
                         return pep;
         }
         return NULL;
 }
 
-static int peer_rdma_ep_new(Peer *p, RdmaEndpoint *ep, PeerRdmaEp **ret)
+static int peer_rdma_ep_new(Peer *p, TransportChannel *ep, PeerRdmaEp **ret)
 {
         PeerRdmaEp *pep = calloc(1, sizeof(*pep));
 
@@ -167,7 +197,7 @@ static int peer_rdma_wait(PeerRdmaEp *pep, peer_rdma_ready_fn fn, void *userdata
         PeerRdmaWaiter *w;
         int r;
 
-        if (rdma_endpoint_ready(pep->ep)) {
+        if (transport_channel_ready(peer_rdma_transport(pep->peer), pep->ep)) {
                 fn(pep->ep, 0, NULL, userdata);
                 return 0;
         }
@@ -187,31 +217,39 @@ static int peer_rdma_wait(PeerRdmaEp *pep, peer_rdma_ready_fn fn, void *userdata
         return 0;
 }
 
-int peer_rdma_get(Peer *p, RdmaDevice *dev, const RdmaDeviceInfo *remote, peer_rdma_ready_fn fn,
-                  void *userdata, PeerRdmaWaiter **ret_waiter)
+int peer_rdma_get(Peer *p, const char *device, const TransportDeviceInfo *remote,
+                  peer_rdma_ready_fn fn, void *userdata, PeerRdmaWaiter **ret_waiter)
 {
+        Transport *t = peer_rdma_transport(p);
+        TransportChannel *ep;
         PeerRdmaEp *pep;
-        RdmaEndpoint *ep;
         int r;
 
         if (ret_waiter)
                 *ret_waiter = NULL;
-        pep = peer_rdma_ep_find(p, true, dev, remote->device, 0);
+        pep = peer_rdma_ep_find(p, true, device, remote->device, 0);
         if (!pep) {
-                r = rdma_endpoint_new(dev, id_source_next(p->root->ids), true, remote,
-                                      p->root->options.rdma->qps, &ep);
+                TransportChannelSpec spec = {
+                        .device = device,
+                        .id = id_source_next(p->root->ids),
+                        .initiator = true,
+                        .remote = remote,
+                        .n_paths = p->root->options.rdma->qps,
+                };
+
+                r = transport_channel_open(t, &spec, &ep);
                 if (r < 0)
                         return r;
                 r = peer_rdma_ep_new(p, ep, &pep);
                 if (r < 0) {
-                        rdma_endpoint_free(ep);
+                        transport_channel_close(t, ep);
                         return r;
                 }
         }
         return peer_rdma_wait(pep, fn, userdata, ret_waiter);
 }
 
-int peer_rdma_when_ready(Peer *p, RdmaEndpoint *ep, peer_rdma_ready_fn fn, void *userdata,
+int peer_rdma_when_ready(Peer *p, TransportChannel *ep, peer_rdma_ready_fn fn, void *userdata,
                          PeerRdmaWaiter **ret_waiter)
 {
         PeerRdmaEp *pep;
@@ -234,7 +272,7 @@ void peer_rdma_waiter_cancel(PeerRdmaWaiter *w)
         free(w);
 }
 
-void peer_rdma_repair(Peer *p, RdmaEndpoint *ep)
+void peer_rdma_repair(Peer *p, TransportChannel *ep)
 {
         PeerRdmaEp *pep;
 
@@ -254,22 +292,21 @@ void peer_handle_rdma_connect(void *userdata, Peer *p, uint64_t request_id,
         Kvdist__V1__PeerRdmaConnectReply reply = KVDIST__V1__PEER_RDMA_CONNECT_REPLY__INIT;
         Kvdist__V1__RdmaDeviceInfo info = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
-        RdmaDeviceInfo remote = {0}, local;
+        Transport *t = peer_rdma_transport(p);
+        TransportDeviceInfo remote = {0}, local;
+        TransportPathInfo path;
         Error err = ERROR_INIT;
-        RdmaDevice *dev;
         PeerRdmaEp *pep;
-        RdmaEndpoint *ep;
+        TransportChannel *ep;
         int r;
 
-        dev = m->remote_device ? rdma_device_find(p->root->transports->rdma, m->remote_device)
-                               : NULL;
-        if (!rdma_device_usable(dev)) {
+        if (!m->remote_device || transport_device_info(t, 0, m->remote_device, &local, NULL) < 0) {
                 error_set(&err, STATUS_FEATURE_NOT_ENABLED, "no working RDMA device %s here",
                           m->remote_device ? m->remote_device : "");
                 goto refuse;
         }
-        if (!m->local || m->local->gid.len != RDMA_GID_SIZE || m->n_slots == 0 ||
-            m->n_slots > RDMA_MAX_SLOTS || m->slot >= m->n_slots) {
+        if (!m->local || m->local->gid.len != TRANSPORT_ADDRESS_SIZE || m->n_slots == 0 ||
+            m->n_slots > TRANSPORT_MAX_PATHS || m->slot >= m->n_slots) {
                 error_set(&err, STATUS_PARAM_INVALID, "bad RDMA endpoint description");
                 goto refuse;
         }
@@ -277,15 +314,22 @@ void peer_handle_rdma_connect(void *userdata, Peer *p, uint64_t request_id,
         if (!pep) {
                 (void)snprintf(remote.device, sizeof(remote.device), "%s",
                                m->local->device ? m->local->device : "");
-                memcpy(remote.gid, m->local->gid.data, RDMA_GID_SIZE);
+                memcpy(remote.address, m->local->gid.data, TRANSPORT_ADDRESS_SIZE);
                 remote.port = (uint8_t)m->local->port;
                 remote.mtu = m->local->mtu;
                 remote.lid = (uint16_t)m->local->lid;
-                r = rdma_endpoint_new(dev, m->endpoint_id, false, &remote, m->n_slots, &ep);
+                r = transport_channel_open(t,
+                                           &(TransportChannelSpec){
+                                                   .device = m->remote_device,
+                                                   .id = m->endpoint_id,
+                                                   .remote = &remote,
+                                                   .n_paths = m->n_slots,
+                                           },
+                                           &ep);
                 if (r >= 0) {
                         r = peer_rdma_ep_new(p, ep, &pep);
                         if (r < 0)
-                                rdma_endpoint_free(ep);
+                                transport_channel_close(t, ep);
                 }
                 if (r < 0) {
                         error_set(&err, STATUS_FAILED, "cannot create an RDMA endpoint: %s",
@@ -293,27 +337,24 @@ void peer_handle_rdma_connect(void *userdata, Peer *p, uint64_t request_id,
                         goto refuse;
                 }
         }
-        if (m->n_slots != rdma_endpoint_n_slots(pep->ep)) {
+        if (m->n_slots != peer_rdma_ep_info(pep).n_paths) {
                 error_set(&err, STATUS_PARAM_INVALID, "endpoint %" PRIu64 " has %u slots",
-                          m->endpoint_id, rdma_endpoint_n_slots(pep->ep));
+                          m->endpoint_id, peer_rdma_ep_info(pep).n_paths);
                 goto refuse;
         }
         /* A slot connected again (after a flush on the other side) starts from a new QP. */
-        r = rdma_endpoint_slot_local(pep->ep, m->slot, &reply.qpn, &reply.psn);
+        r = transport_path_local(t, pep->ep, m->slot, &path);
         if (r >= 0)
-                r = rdma_endpoint_slot_connect(pep->ep, m->slot, m->qpn, m->psn);
+                r = transport_path_connect(t, pep->ep, m->slot,
+                                           &(TransportPathInfo){m->qpn, m->psn});
         if (r < 0) {
                 error_set(&err, STATUS_FAILED, "cannot connect RDMA queue pair %u: %s", m->slot,
                           strerror(-r));
                 goto refuse;
         }
-        rdma_device_get_info(dev, &local);
-        info.device = local.device;
-        info.gid.data = local.gid;
-        info.gid.len = RDMA_GID_SIZE;
-        info.port = local.port;
-        info.mtu = local.mtu;
-        info.lid = local.lid;
+        reply.qpn = path.qpn;
+        reply.psn = path.psn;
+        peer_rdma_info_to_wire(&local, &info);
         reply.status = &status;
         reply.local = &info;
         (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, request_id, &reply.base);
@@ -323,7 +364,7 @@ refuse:
                                &err);
 }
 
-void peer_rdma_foreach(Peer *p, void (*fn)(RdmaEndpoint *ep, void *userdata), void *userdata)
+void peer_rdma_foreach(Peer *p, void (*fn)(TransportChannel *ep, void *userdata), void *userdata)
 {
         PeerRdmaEp *pep;
 
@@ -339,7 +380,7 @@ void peer_rdma_on_lost(Peer *p)
                 peer_rdma_notify(pep, -ECONNRESET, "the peer was lost");
                 clist_unlink(&pep->link_peer);
                 /* Flushes the queue pairs: every job on them fails before this returns. */
-                rdma_endpoint_free(pep->ep);
+                transport_channel_close(peer_rdma_transport(p), pep->ep);
                 free(pep);
         }
 }

@@ -23,6 +23,7 @@
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
+#include "daemon/transport/transport-set.h"
 #include "common/status.h"
 #include "proto/status-wire.h"
 
@@ -162,7 +163,7 @@ void peer_on_free_later(evutil_socket_t fd, short what, void *userdata)
         Peer *p = userdata;
 
         /* The data plane goes last: its jobs' callbacks fail the transfers still waiting. */
-        p->data = tcp_data_free(p->data);
+        p->data = transport_channel_close(p->root->transports->tcp, p->data);
         peer_free(p);
 }
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Peer: another kvdistd, reached over one TCP control connection (the same framing as the
- * client socket) plus the TCP data connections of its TcpData. A daemon dials a peer when one of
- * its clusters links to a cluster there, and accepts peers on its listen_ip_info and on those of
+ * client socket) plus the TCP data connections of its TCP channel. A daemon dials a peer when one
+ * of its clusters links to a cluster there, and accepts peers on its listen_ip_info and on those of
  * its server clusters (one listener each, see cluster_set_listen()). Every cluster pair
  * that links between the two daemons shares the one connection.
  *
@@ -26,7 +26,7 @@
 #include "common/error.h"
 #include "daemon/link/peer-auth.h"
 #include "common/sockaddr-util.h"
-#include "daemon/transport/tcp-data.h"
+#include "daemon/transport/transport.h"
 #include "common/time-util.h"
 #include "proto/wire.h"
 
@@ -83,10 +83,10 @@ struct Peer {
         unsigned n_streams; /* agreed */
         bool crc;
         uint32_t chunk_size;
-        int data_fds[TCP_DATA_MAX_CONNS];
-        unsigned n_data_fds;                       /* attached (listener) or connected (dialer) */
-        struct event *data_ev[TCP_DATA_MAX_CONNS]; /* dialer: connect in progress */
-        TcpData *data;
+        int data_fds[TRANSPORT_MAX_CONNS];
+        unsigned n_data_fds;                        /* attached (listener) or connected (dialer) */
+        struct event *data_ev[TRANSPORT_MAX_CONNS]; /* dialer: connect in progress */
+        TransportChannel *data; /* the TCP transport's channel on them, once READY */
 
         usec_t created_usec;
         usec_t last_rx_usec;

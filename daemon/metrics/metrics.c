@@ -19,7 +19,6 @@
 #include "daemon/transfer/plan.h"
 #include "daemon/transfer/transfer-events.h"
 #include "daemon/memory/pool.h"
-#include "daemon/transport/rdma.h"
 #include "daemon/transfer/transfer-root.h"
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport-set.h"
@@ -365,63 +364,33 @@ static void family_served(MetricsWriter *w, const Metrics *m)
                            m->src.link->counters.notifies_delivered);
 }
 
-/* One RDMA metric: its name, type and help, and how to read it off a device's status. */
+/*
+ * One RDMA metric: its name, type and help, and the fact of the RDMA transport's description of a
+ * device it reads (a number; for kvdist_rdma_device_up, whether "state" is "active").
+ */
 typedef struct RdmaMetric {
         const char *name;
         const char *type;
         const char *help;
-        double (*value)(const RdmaDeviceStatus *st);
+        const char *fact;
+        double divisor; /* the fact's unit in the metric's */
 } RdmaMetric;
-
-static double rdma_up(const RdmaDeviceStatus *st)
-{
-        return strcmp(st->state, "active") == 0;
-}
-
-static double rdma_mrs(const RdmaDeviceStatus *st)
-{
-        return (double)st->mrs;
-}
-
-static double rdma_bytes(const RdmaDeviceStatus *st)
-{
-        return (double)st->mr_bytes;
-}
-
-static double rdma_reg_seconds(const RdmaDeviceStatus *st)
-{
-        return (double)st->reg_usec_total / USEC_PER_SEC;
-}
-
-static double rdma_regs(const RdmaDeviceStatus *st)
-{
-        return (double)st->reg_count;
-}
-
-static double rdma_wc_errors(const RdmaDeviceStatus *st)
-{
-        return (double)st->wc_errors;
-}
-
-static double rdma_async(const RdmaDeviceStatus *st)
-{
-        return (double)st->async_events;
-}
 
 static const RdmaMetric rdma_metrics[] = {
         {"kvdist_rdma_device_up", "gauge",
-         "RDMA devices of the device map: 1 when open with an active port", rdma_up},
+         "RDMA devices of the device map: 1 when open with an active port", "state", 1},
         {"kvdist_rdma_memory_regions", "gauge", "Memory regions registered on the device now",
-         rdma_mrs},
-        {"kvdist_rdma_registered_bytes", "gauge", "Bytes registered on the device now", rdma_bytes},
+         "memory_regions", 1},
+        {"kvdist_rdma_registered_bytes", "gauge", "Bytes registered on the device now",
+         "registered_bytes", 1},
         {"kvdist_rdma_registration_seconds_total", "counter",
-         "Time spent registering memory (ibv_reg_mr)", rdma_reg_seconds},
+         "Time spent registering memory (ibv_reg_mr)", "registration_us_total", USEC_PER_SEC},
         {"kvdist_rdma_registrations_total", "counter", "Memory regions registered since start",
-         rdma_regs},
+         "registrations", 1},
         {"kvdist_rdma_completion_errors_total", "counter", "Work completions with an error status",
-         rdma_wc_errors},
+         "completion_errors", 1},
         {"kvdist_rdma_async_events_total", "counter",
-         "Asynchronous device events (port down, fatal errors)", rdma_async},
+         "Asynchronous device events (port down, fatal errors)", "async_events", 1},
 };
 
 typedef struct RdmaSampleCtx {
@@ -429,14 +398,20 @@ typedef struct RdmaSampleCtx {
         const RdmaMetric *m;
 } RdmaSampleCtx;
 
-static void rdma_device_sample(const RdmaDevice *dev, void *userdata)
+static void rdma_device_sample(const TransportFacts *f, void *userdata)
 {
         RdmaSampleCtx *ctx = userdata;
-        RdmaDeviceStatus st;
+        const TransportFact *name = transport_facts_find(f, "name");
+        const TransportFact *fact = transport_facts_find(f, ctx->m->fact);
+        double v = 0;
 
-        rdma_device_get_status(dev, &st);
-        metrics_sample_double(ctx->w, ctx->m->name, METRICS_LABELS({"device", st.name}),
-                              ctx->m->value(&st));
+        if (!name || !fact)
+                return;
+        if (fact->type == TRANSPORT_FACT_STRING)
+                v = strcmp(fact->s, "active") == 0;
+        else if (fact->type == TRANSPORT_FACT_U64)
+                v = (double)fact->u / ctx->m->divisor;
+        metrics_sample_double(ctx->w, ctx->m->name, METRICS_LABELS({"device", name->s}), v);
 }
 
 static void family_rdma(MetricsWriter *w, const Metrics *m)
@@ -445,7 +420,7 @@ static void family_rdma(MetricsWriter *w, const Metrics *m)
                 RdmaSampleCtx ctx = {w, &rdma_metrics[i]};
 
                 metrics_family(w, rdma_metrics[i].name, rdma_metrics[i].type, rdma_metrics[i].help);
-                rdma_context_foreach_device(m->src.transports->rdma, rdma_device_sample, &ctx);
+                transport_describe(m->src.transports->rdma_transport, rdma_device_sample, &ctx);
         }
 }
 

@@ -16,12 +16,12 @@
 #include "daemon/link/notify.h"
 #include "daemon/link/peer.h"
 #include "daemon/transfer/plan.h"
-#include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
 #include "daemon/transfer/served.h"
 #include "daemon/transfer/transfer-codec.h"
 #include "daemon/transport/transport-set.h"
+#include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
 
@@ -261,7 +261,8 @@ static int served_prepare(Served *s, InLink *il, const TransferPeerRequest *m, u
         if (s->plan->total_bytes == 0)
                 return error_set(err, STATUS_PARAM_INVALID, "the transfer moves no bytes");
 
-        if (s->one_sided && !rdma_cache_registered(s->cache, true))
+        if (s->one_sided &&
+            !transport_cache_registered(s->root->transports->rdma_transport, s->cache, true))
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "cache %" PRIu64 " is not registered for RDMA here", s->cache->id);
         s->segs = calloc(s->plan->n_segments, sizeof(TransportSegment));
@@ -280,10 +281,13 @@ static int served_prepare(Served *s, InLink *il, const TransferPeerRequest *m, u
 static int served_rdma_keys(Served *s, uint64_t *addrs, uint32_t *rkeys)
 {
         for (uint32_t t = 0; t < s->cache->desc.num_tensors; t++) {
-                int r = rdma_cache_tensor(s->cache, t, &addrs[t], NULL, &rkeys[t]);
+                TransportKey key;
+                int r = transport_cache_key(s->root->transports->rdma_transport, s->cache, t, false,
+                                            &addrs[t], &key);
 
                 if (r < 0)
                         return r;
+                rkeys[t] = key.rkey;
         }
         return 0;
 }

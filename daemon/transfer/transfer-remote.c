@@ -26,7 +26,6 @@
 #include "daemon/link/peer.h"
 #include "daemon/link/peer-rdma.h"
 #include "daemon/transfer/plan.h"
-#include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
 #include "daemon/transfer/transfer-codec.h"
@@ -104,7 +103,8 @@ int transfer_remote_start(Transfer *x, Error *err)
                 .rdma = x->one_sided,
         };
         /* Queue pairs flushed by an earlier timeout or error connect again before they serve. */
-        if (x->one_sided && !rdma_endpoint_ready(l->rdma_ep))
+        if (x->one_sided &&
+            !transport_channel_ready(p->root->transports->rdma_transport, l->rdma_ep))
                 peer_rdma_repair(p, l->rdma_ep);
         r = x->root->peer_ops->request(p, &req, x, &x->call);
         if (r < 0)
@@ -134,9 +134,10 @@ static int transfer_remote_rdma_keys(Transfer *x, const Cache *cache, bool local
                                      uint32_t n_src_tensors, uint32_t n_remote,
                                      const TransferPeerAnswer *m, Error *err)
 {
+        Transport *rdma = x->root->transports->rdma_transport;
         const Plan *plan = x->plan;
 
-        if (!rdma_cache_registered(cache, false))
+        if (!transport_cache_registered(rdma, cache, false))
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "cache %" PRIu64 " is not "
                                  "registered for RDMA",
@@ -150,12 +151,12 @@ static int transfer_remote_rdma_keys(Transfer *x, const Cache *cache, bool local
                 const PlanSegment *s = &plan->segments[i];
                 uint32_t lt = local_is_src ? s->src_region : s->dst_region - n_src_tensors;
                 uint32_t rt = local_is_src ? s->dst_region - n_src_tensors : s->src_region;
-                uint64_t roff = local_is_src ? s->dst_offset : s->src_offset, base;
-                uint32_t lkey;
+                uint64_t roff = local_is_src ? s->dst_offset : s->src_offset;
+                TransportKey key;
 
-                if (rt >= n_remote || rdma_cache_tensor(cache, lt, &base, &lkey, NULL) < 0)
+                if (rt >= n_remote || transport_cache_key(rdma, cache, lt, false, NULL, &key) < 0)
                         return error_set(err, STATUS_FAILED, "segment %zu names no tensor", i);
-                x->segs[i].lkey = lkey;
+                x->segs[i].lkey = key.lkey;
                 x->segs[i].remote = m->rdma_addrs[rt] + roff;
                 x->segs[i].rkey = m->rdma_rkeys[rt];
         }

@@ -81,7 +81,7 @@ static int rdma_qp_to_rtr(RdmaEndpoint *ep, RdmaQp *q, uint32_t qpn, uint32_t ps
                         },
         };
 
-        memcpy(attr.ah_attr.grh.dgid.raw, ep->remote.gid, RDMA_GID_SIZE);
+        memcpy(attr.ah_attr.grh.dgid.raw, ep->remote.address, RDMA_GID_SIZE);
         return -ibv_modify_qp(q->qp, &attr,
                               IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |

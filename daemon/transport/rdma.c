@@ -318,7 +318,7 @@ void rdma_device_get_info(const RdmaDevice *dev, RdmaDeviceInfo *ret)
                 .lid = dev->port_attr.lid,
         };
         (void)snprintf(ret->device, sizeof(ret->device), "%s", dev->name);
-        memcpy(ret->gid, dev->gid.raw, RDMA_GID_SIZE);
+        memcpy(ret->address, dev->gid.raw, RDMA_GID_SIZE);
 }
 
 void rdma_context_foreach_device(RdmaContext *c, void (*fn)(const RdmaDevice *dev, void *ud),

@@ -40,6 +40,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/transport/transport.h"
+
 typedef struct Cache Cache;
 typedef struct Pool Pool;
 typedef struct RdmaContext RdmaContext;
@@ -48,20 +50,17 @@ typedef struct RdmaEndpoint RdmaEndpoint;
 typedef struct RdmaMr RdmaMr;
 typedef struct TransportSet TransportSet;
 
-#define RDMA_GID_SIZE 16
-#define RDMA_MAX_SLOTS 8
+#define RDMA_GID_SIZE TRANSPORT_ADDRESS_SIZE
+#define RDMA_MAX_SLOTS TRANSPORT_MAX_PATHS
 /* The longest RdmaSegment: a work request's length field has 31 bits, so longer spans are cut
  * into pieces of this size before they reach rdma_job_submit(). */
-#define RDMA_SEGMENT_MAX (UINT32_C(1) << 30)
+#define RDMA_SEGMENT_MAX TRANSPORT_SEGMENT_MAX
 
-/* What a peer needs to know about one of our devices (and we about one of its). */
-typedef struct RdmaDeviceInfo {
-        char device[64];
-        uint8_t gid[RDMA_GID_SIZE];
-        uint8_t port;
-        uint32_t mtu; /* active MTU in bytes: 256..4096 */
-        uint16_t lid;
-} RdmaDeviceInfo;
+/*
+ * What a peer needs to know about one of our devices (and we about one of its): the transport
+ * layer's device info, its address the GID; the MTU is the active one in bytes (256..4096).
+ */
+typedef TransportDeviceInfo RdmaDeviceInfo;
 
 /* One planned segment, both ends resolved: our bytes and the peer's. */
 typedef struct RdmaSegment {

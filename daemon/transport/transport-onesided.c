@@ -10,9 +10,17 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "kvdist-config.h"
 #include "daemon/transport/rdma.h"
+#include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
 #include "common/macro.h"
+
+/* The transport's channels are its endpoints. */
+static RdmaEndpoint *onesided_ep(const TransportChannel *ch)
+{
+        return (RdmaEndpoint *)ch;
+}
 
 /* A running job: the endpoint borrows its segments until the job's callback. */
 typedef struct OnesidedJob {
@@ -88,11 +96,210 @@ static int onesided_progress(Transport *t, const TransportJob *job, uint64_t *re
         return 0;
 }
 
+/* The working device @name names, or the one the device map gives @device_id. */
+static RdmaDevice *onesided_device(Transport *t, int32_t device_id, const char *name,
+                                   const char **ret_reason)
+{
+        RdmaDevice *dev;
+
+        if (!name)
+                return rdma_device_for(t->set->rdma, device_id, ret_reason);
+        dev = rdma_device_find(t->set->rdma, name);
+        if (!rdma_device_usable(dev)) {
+                *ret_reason = "no working RDMA device of that name";
+                return NULL;
+        }
+        return dev;
+}
+
+static int onesided_device_info(Transport *t, int32_t device_id, const char *name,
+                                TransportDeviceInfo *ret, const char **ret_reason)
+{
+        const char *why = NULL;
+        RdmaDevice *dev = onesided_device(t, device_id, name, &why);
+
+        if (!dev) {
+                if (ret_reason)
+                        *ret_reason = why;
+                return HAVE_RDMA ? -ENODEV : -EOPNOTSUPP;
+        }
+        if (ret)
+                rdma_device_get_info(dev, ret);
+        return 0;
+}
+
+static int onesided_region_register(Transport *t, int32_t device_id, TransportChannel *channel,
+                                    void *addr, uint64_t len, bool remote_write,
+                                    TransportRegion *region)
+{
+        const char *why;
+        RdmaDevice *dev = channel ? rdma_endpoint_device(onesided_ep(channel))
+                                  : rdma_device_for(t->set->rdma, device_id, &why);
+        RdmaMr *mr;
+        int r;
+
+        if (!HAVE_RDMA)
+                return -EOPNOTSUPP;
+        if (!dev)
+                return -ENODEV;
+        if (len > SIZE_MAX)
+                return -EINVAL;
+        r = rdma_mr_register(dev, addr, (size_t)len, remote_write, &mr);
+        if (r < 0)
+                return r;
+        region->priv = mr;
+        region->key = (TransportKey){
+                .lkey = rdma_mr_lkey(mr),
+                .rkey = remote_write ? rdma_mr_rkey(mr) : 0,
+        };
+        return 0;
+}
+
+static void onesided_region_deregister(Transport *t, TransportRegion *region)
+{
+        region->priv = rdma_mr_free(region->priv);
+}
+
+static int onesided_cache_register(Transport *t, int32_t device_id, Cache *cache, bool remote)
+{
+        const char *why;
+        RdmaDevice *dev = rdma_device_for(t->set->rdma, device_id, &why);
+
+        if (!dev)
+                return HAVE_RDMA ? -ENODEV : -EOPNOTSUPP;
+        return rdma_cache_register(dev, cache, remote);
+}
+
+static int onesided_cache_key(Transport *t, const Cache *cache, uint32_t tensor, bool remote,
+                              uint64_t *ret_addr, TransportKey *ret_key)
+{
+        if (!rdma_cache_registered(cache, remote))
+                return -ENOENT;
+        return rdma_cache_tensor(cache, tensor, ret_addr, &ret_key->lkey, &ret_key->rkey);
+}
+
+static int onesided_channel_open(Transport *t, const TransportChannelSpec *spec,
+                                 TransportChannel **ret)
+{
+        RdmaDevice *dev = rdma_device_find(t->set->rdma, spec->device);
+        RdmaEndpoint *ep;
+        int r;
+
+        /* A device that is missing or does not work: -EINVAL. */
+        r = rdma_endpoint_new(dev, spec->id, spec->initiator, spec->remote, spec->n_paths, &ep);
+        if (r < 0)
+                return r;
+        *ret = (TransportChannel *)ep;
+        return 0;
+}
+
+static void onesided_channel_close(Transport *t, TransportChannel *ch)
+{
+        rdma_endpoint_free(onesided_ep(ch));
+}
+
+static void onesided_channel_info(Transport *t, const TransportChannel *ch,
+                                  TransportChannelInfo *ret)
+{
+        const RdmaEndpoint *ep = onesided_ep(ch);
+
+        *ret = (TransportChannelInfo){
+                .id = rdma_endpoint_id(ep),
+                .initiator = rdma_endpoint_initiator(ep),
+                .ready = rdma_endpoint_ready(ep),
+                .n_paths = rdma_endpoint_n_slots(ep),
+                .broken_paths = rdma_endpoint_broken_slots(ep),
+                .remote = rdma_endpoint_remote_device(ep),
+        };
+        rdma_device_get_info(rdma_endpoint_device(ep), &ret->local);
+}
+
+static int onesided_path_local(Transport *t, TransportChannel *ch, unsigned path,
+                               TransportPathInfo *ret)
+{
+        return rdma_endpoint_slot_local(onesided_ep(ch), path, &ret->qpn, &ret->psn);
+}
+
+static int onesided_path_connect(Transport *t, TransportChannel *ch, unsigned path,
+                                 const TransportPathInfo *remote)
+{
+        return rdma_endpoint_slot_connect(onesided_ep(ch), path, remote->qpn, remote->psn);
+}
+
+typedef struct DescribeCtx {
+        transport_describe_fn fn;
+        void *userdata;
+} DescribeCtx;
+
+static void onesided_describe_device(const RdmaDevice *dev, void *userdata)
+{
+        DescribeCtx *ctx = userdata;
+        TransportFacts f = {0};
+        RdmaDeviceStatus st;
+
+        rdma_device_get_status(dev, &st);
+        transport_facts_add_string(&f, "name", st.name);
+        transport_facts_add_string(&f, "state", st.state);
+        transport_facts_add_string(&f, "error", st.error);
+        transport_facts_add_string(&f, "link_layer", st.link_layer);
+        transport_facts_add_int(&f, "port", st.port);
+        transport_facts_add_int(&f, "mtu", st.mtu);
+        transport_facts_add_int(&f, "gid_index", st.gid_index);
+        transport_facts_add_string(&f, "gid", st.gid);
+        transport_facts_add_u64(&f, "memory_regions", st.mrs);
+        transport_facts_add_u64(&f, "registered_bytes", st.mr_bytes);
+        transport_facts_add_u64(&f, "registrations", st.reg_count);
+        transport_facts_add_u64(&f, "registration_us_total", st.reg_usec_total);
+        transport_facts_add_u64(&f, "completion_errors", st.wc_errors);
+        transport_facts_add_string(&f, "last_completion_error", st.last_wc_error);
+        transport_facts_add_u64(&f, "async_events", st.async_events);
+        transport_facts_add_string(&f, "last_async_event", st.last_async_event);
+        ctx->fn(&f, ctx->userdata);
+}
+
+/* One set of facts per RDMA device of the device map, working or not. */
+static void onesided_describe(Transport *t, transport_describe_fn fn, void *userdata)
+{
+        DescribeCtx ctx = {fn, userdata};
+
+        rdma_context_foreach_device(t->set->rdma, onesided_describe_device, &ctx);
+}
+
+static void onesided_describe_channel(Transport *t, const TransportChannel *ch, TransportFacts *ret)
+{
+        const RdmaEndpoint *ep = onesided_ep(ch);
+        RdmaEndpointStats st;
+
+        rdma_endpoint_get_stats(ep, &st);
+        transport_facts_add_u64(ret, "endpoint_id", rdma_endpoint_id(ep));
+        transport_facts_add_bool(ret, "initiator", rdma_endpoint_initiator(ep));
+        transport_facts_add_string(ret, "remote_device", rdma_endpoint_remote_device(ep));
+        transport_facts_add_int(ret, "queue_pairs", rdma_endpoint_n_slots(ep));
+        transport_facts_add_int(ret, "queue_pairs_ready", st.slots_ready);
+        transport_facts_add_u64(ret, "jobs_done", st.jobs_done);
+        transport_facts_add_u64(ret, "jobs_failed", st.jobs_failed);
+        transport_facts_add_int(ret, "jobs_in_flight", st.jobs_in_flight);
+        transport_facts_add_u64(ret, "work_requests", st.wrs_posted);
+        transport_facts_add_u64(ret, "bytes", st.bytes);
+}
+
 static const transport_ops onesided_ops = {
         .name = "rdma",
         .submit = onesided_submit,
         .cancel = onesided_cancel,
         .progress = onesided_progress,
+        .device_info = onesided_device_info,
+        .region_register = onesided_region_register,
+        .region_deregister = onesided_region_deregister,
+        .cache_register = onesided_cache_register,
+        .cache_key = onesided_cache_key,
+        .channel_open = onesided_channel_open,
+        .channel_close = onesided_channel_close,
+        .channel_info = onesided_channel_info,
+        .path_local = onesided_path_local,
+        .path_connect = onesided_path_connect,
+        .describe = onesided_describe,
+        .describe_channel = onesided_describe_channel,
 };
 
 int transport_rdma_new(TransportSet *ts, Transport **ret)

@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* Transport: the generic wrappers over a transport's ops table. */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "daemon/memory/cache.h"
 #include "daemon/transport/transport.h"
+#include "common/macro.h"
 #include "common/status.h"
 
 int transport_submit(Transport *t, TransportJob *job)
@@ -68,4 +72,203 @@ void transport_job_done(TransportJob *job, int error)
         job->priv = NULL;
         job->error = error;
         job->done(job, transport_status_from_errno(error));
+}
+
+int transport_device_info(Transport *t, int32_t device_id, const char *name,
+                          TransportDeviceInfo *ret, const char **ret_reason)
+{
+        if (!t) {
+                if (ret_reason)
+                        *ret_reason = "this daemon has no such transport";
+                return -ENODEV;
+        }
+        if (!t->ops->device_info) {
+                if (ret)
+                        *ret = (TransportDeviceInfo){0};
+                return 0;
+        }
+        return t->ops->device_info(t, device_id, name, ret, ret_reason);
+}
+
+int transport_region_register(Transport *t, int32_t device_id, TransportChannel *channel,
+                              void *addr, uint64_t len, bool remote_write, TransportRegion **ret)
+{
+        _cleanup_free_ TransportRegion *r = NULL;
+        int k;
+
+        if (!t)
+                return -ENODEV;
+        if (!t->ops->region_register) {
+                *ret = NULL;
+                return 0;
+        }
+        r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        *r = (TransportRegion){.transport = t, .addr = addr, .len = len};
+        k = t->ops->region_register(t, device_id, channel, addr, len, remote_write, r);
+        if (k < 0)
+                return k;
+        *ret = TAKE_PTR(r);
+        return 0;
+}
+
+TransportRegion *transport_region_free(TransportRegion *r)
+{
+        if (!r)
+                return NULL;
+        r->transport->ops->region_deregister(r->transport, r);
+        free(r);
+        return NULL;
+}
+
+int transport_cache_register(Transport *t, int32_t device_id, Cache *cache, bool remote)
+{
+        if (!t)
+                return -ENODEV;
+        if (!t->ops->cache_register)
+                return 0;
+        return t->ops->cache_register(t, device_id, cache, remote);
+}
+
+int transport_cache_key(Transport *t, const Cache *cache, uint32_t tensor, bool remote,
+                        uint64_t *ret_addr, TransportKey *ret_key)
+{
+        uint64_t addr;
+        TransportKey key = {0};
+        int r;
+
+        if (!t)
+                return -ENOENT;
+        if (t->ops->cache_key) {
+                r = t->ops->cache_key(t, cache, tensor, remote, &addr, &key);
+                if (r < 0)
+                        return r;
+        } else {
+                if (tensor >= cache->desc.num_tensors)
+                        return -ENOENT;
+                addr = (uint64_t)(uintptr_t)(cache->tensors[tensor].region->data +
+                                             cache->tensors[tensor].offset);
+        }
+        if (ret_addr)
+                *ret_addr = addr;
+        if (ret_key)
+                *ret_key = key;
+        return 0;
+}
+
+bool transport_cache_registered(Transport *t, const Cache *cache, bool remote)
+{
+        /* A cache without tensors has nothing to reach. */
+        return transport_cache_key(t, cache, 0, remote, NULL, NULL) >= 0;
+}
+
+int transport_channel_open(Transport *t, const TransportChannelSpec *spec, TransportChannel **ret)
+{
+        if (!t || !t->ops->channel_open)
+                return -EOPNOTSUPP;
+        return t->ops->channel_open(t, spec, ret);
+}
+
+TransportChannel *transport_channel_close(Transport *t, TransportChannel *ch)
+{
+        if (ch && t && t->ops->channel_close)
+                t->ops->channel_close(t, ch);
+        return NULL;
+}
+
+void transport_channel_info(Transport *t, const TransportChannel *ch, TransportChannelInfo *ret)
+{
+        *ret = (TransportChannelInfo){0};
+        if (ch && t && t->ops->channel_info)
+                t->ops->channel_info(t, ch, ret);
+}
+
+bool transport_channel_ready(Transport *t, const TransportChannel *ch)
+{
+        TransportChannelInfo info;
+
+        transport_channel_info(t, ch, &info);
+        return info.ready;
+}
+
+int transport_path_local(Transport *t, TransportChannel *ch, unsigned path, TransportPathInfo *ret)
+{
+        if (!t || !t->ops->path_local)
+                return -EOPNOTSUPP;
+        return t->ops->path_local(t, ch, path, ret);
+}
+
+int transport_path_connect(Transport *t, TransportChannel *ch, unsigned path,
+                           const TransportPathInfo *remote)
+{
+        if (!t || !t->ops->path_connect)
+                return -EOPNOTSUPP;
+        return t->ops->path_connect(t, ch, path, remote);
+}
+
+void transport_describe(Transport *t, transport_describe_fn fn, void *userdata)
+{
+        if (t && t->ops->describe)
+                t->ops->describe(t, fn, userdata);
+}
+
+void transport_describe_channel(Transport *t, const TransportChannel *ch, TransportFacts *ret)
+{
+        ret->n = 0;
+        if (ch && t && t->ops->describe_channel)
+                t->ops->describe_channel(t, ch, ret);
+}
+
+static TransportFact *transport_facts_next(TransportFacts *f, const char *key,
+                                           TransportFactType type)
+{
+        TransportFact *fact;
+
+        assert(f->n < TRANSPORT_FACTS_MAX);
+        if (f->n >= TRANSPORT_FACTS_MAX)
+                return NULL;
+        fact = &f->f[f->n++];
+        *fact = (TransportFact){.key = key, .type = type};
+        return fact;
+}
+
+void transport_facts_add_string(TransportFacts *f, const char *key, const char *value)
+{
+        TransportFact *fact = transport_facts_next(f, key, TRANSPORT_FACT_STRING);
+
+        if (fact)
+                fact->s = value ? value : "";
+}
+
+void transport_facts_add_u64(TransportFacts *f, const char *key, uint64_t value)
+{
+        TransportFact *fact = transport_facts_next(f, key, TRANSPORT_FACT_U64);
+
+        if (fact)
+                fact->u = value;
+}
+
+void transport_facts_add_int(TransportFacts *f, const char *key, int64_t value)
+{
+        TransportFact *fact = transport_facts_next(f, key, TRANSPORT_FACT_INT);
+
+        if (fact)
+                fact->i = value;
+}
+
+void transport_facts_add_bool(TransportFacts *f, const char *key, bool value)
+{
+        TransportFact *fact = transport_facts_next(f, key, TRANSPORT_FACT_BOOL);
+
+        if (fact)
+                fact->b = value;
+}
+
+const TransportFact *transport_facts_find(const TransportFacts *f, const char *key)
+{
+        for (size_t i = 0; i < f->n; i++)
+                if (strcmp(f->f[i].key, key) == 0)
+                        return &f->f[i];
+        return NULL;
 }

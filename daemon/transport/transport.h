@@ -8,19 +8,30 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/time-util.h"
 
+typedef struct Cache Cache;
 typedef struct Transport Transport;
+typedef struct TransportChannel TransportChannel;
 typedef struct TransportJob TransportJob;
+typedef struct TransportRegion TransportRegion;
 typedef struct TransportSet TransportSet;
 
 typedef enum TransportDir {
         TRANSPORT_READ,  /* bytes land in our segments (a pull) */
         TRANSPORT_WRITE, /* bytes leave our segments (a push) */
 } TransportDir;
+
+/*
+ * The longest piece of a segment a transport moves at once: longer segments are cut into pieces
+ * of this size (an RDMA work request's length has 31 bits); a caller that pairs segments up may
+ * cut at the same size so that its pieces are the transport's.
+ */
+#define TRANSPORT_SEGMENT_MAX (UINT32_C(1) << 30)
 
 /* One span of a job: @len bytes of ours at @local and where they come from or go to. */
 typedef struct TransportSegment {
@@ -58,6 +69,119 @@ struct TransportJob {
         void *priv; /* the transport's, while the job runs */
 };
 
+/* The keys a job's segment names for memory a transport registered (zero where none is needed). */
+typedef struct TransportKey {
+        uint32_t lkey; /* ours: the registration our jobs use */
+        uint32_t rkey; /* the peer's: 0 unless peers may reach the memory */
+} TransportKey;
+
+/*
+ * One span of our memory registered with a transport on its own, for as long as one message
+ * needs it (transport_region_register()); its keys go into the segments of jobs on it.
+ */
+struct TransportRegion {
+        Transport *transport;
+        void *addr;
+        uint64_t len;
+        TransportKey key;
+        void *priv; /* the transport's */
+};
+
+#define TRANSPORT_ADDRESS_SIZE 16
+#define TRANSPORT_MAX_PATHS 8
+/* The most data connections a TCP channel has. */
+#define TRANSPORT_MAX_CONNS 16
+
+/*
+ * What a peer needs to know about a device of ours to open a channel to it, and we about one of
+ * its: sent over the peer connection. RDMA: the device's name, GID, port, active MTU and LID.
+ */
+typedef struct TransportDeviceInfo {
+        char device[64];
+        uint8_t address[TRANSPORT_ADDRESS_SIZE];
+        uint8_t port;
+        uint32_t mtu; /* bytes */
+        uint16_t lid;
+} TransportDeviceInfo;
+
+/*
+ * A channel (TransportJob.channel) is a set of paths between a device of ours and one of a
+ * peer's; each path is connected with the parameters of both ends exchanged over the peer
+ * connection. RDMA: the paths are RC queue pairs, these are a queue pair's number and its first
+ * packet sequence number.
+ */
+typedef struct TransportPathInfo {
+        uint32_t qpn;
+        uint32_t psn;
+} TransportPathInfo;
+
+/*
+ * Runs on the control loop, once, when a channel broke for good (TCP: a data connection failed;
+ * @error says why). It may close the channel.
+ */
+typedef void (*transport_broken_fn)(TransportChannel *ch, int error, void *userdata);
+
+/* How to open a channel to a peer (transport_channel_open()). */
+typedef struct TransportChannelSpec {
+        /* RDMA: queue pairs between two devices, connected path by path. */
+        const char *device;                /* our device, by name */
+        uint64_t id;                       /* names the channel for the peer: the initiator's */
+        bool initiator;                    /* we open it and connect its paths */
+        const TransportDeviceInfo *remote; /* the peer's device, as the peer sent it */
+        unsigned n_paths;                  /* 1..TRANSPORT_MAX_PATHS */
+        /* TCP: data connections the peers agreed on, connected already. */
+        const int *fds; /* taken: closed on failure */
+        unsigned n_fds;
+        uint32_t chunk_size; /* 0: the default */
+        bool crc;            /* CRC32C per chunk */
+        const char *name;    /* for debug logs; copied */
+        transport_broken_fn broken;
+        void *userdata;
+} TransportChannelSpec;
+
+/* What a channel is now. */
+typedef struct TransportChannelInfo {
+        uint64_t id;
+        bool initiator;
+        bool ready; /* every path connected: jobs can start */
+        unsigned n_paths;
+        uint32_t broken_paths;     /* paths flushed (or never connected), as a bit mask */
+        const char *remote;        /* the peer's device */
+        TransportDeviceInfo local; /* our device, as the peer learns it */
+} TransportChannelInfo;
+
+/*
+ * One fact a transport states about itself or a channel, for status and metrics. @key is the
+ * name status shows it under; strings live as long as what they describe.
+ */
+typedef enum TransportFactType {
+        TRANSPORT_FACT_STRING,
+        TRANSPORT_FACT_U64,
+        TRANSPORT_FACT_INT,
+        TRANSPORT_FACT_BOOL,
+} TransportFactType;
+
+typedef struct TransportFact {
+        const char *key;
+        TransportFactType type;
+        union {
+                const char *s;
+                uint64_t u;
+                int64_t i;
+                bool b;
+        };
+} TransportFact;
+
+#define TRANSPORT_FACTS_MAX 24
+
+/* The facts about one thing a transport holds (a device, a channel), in the order shown. */
+typedef struct TransportFacts {
+        size_t n;
+        TransportFact f[TRANSPORT_FACTS_MAX];
+} TransportFacts;
+
+typedef void (*transport_describe_fn)(const TransportFacts *facts, void *userdata);
+
 typedef struct transport_ops {
         const char *name;
         /* Starts moving @job; @job->done runs later (never from inside this call). */
@@ -76,6 +200,46 @@ typedef struct transport_ops {
          * transport), for kvdistctl transfers; a negative errno when it cannot tell right now.
          */
         int (*progress)(Transport *t, const TransportJob *job, uint64_t *ret);
+
+        /*
+         * Memory. A transport whose jobs reach memory without registering it (shm, TCP) leaves
+         * these NULL and the wrappers answer "nothing to do" (see below).
+         *
+         * Whether the memory of clusters on @device_id can take part in this transport's jobs,
+         * and that device's info in @ret (may be NULL); -ENODEV with *@ret_reason saying why not.
+         * With @name, the device of that name instead.
+         */
+        int (*device_info)(Transport *t, int32_t device_id, const char *name,
+                           TransportDeviceInfo *ret, const char **ret_reason);
+        /* Registers [@addr, +@len) on the device of @device_id, or @channel's when not NULL. */
+        int (*region_register)(Transport *t, int32_t device_id, TransportChannel *channel,
+                               void *addr, uint64_t len, bool remote_write, TransportRegion *r);
+        void (*region_deregister)(Transport *t, TransportRegion *r);
+        /* Registers the tensors of @cache on the device of @device_id (they go with the cache). */
+        int (*cache_register)(Transport *t, int32_t device_id, Cache *cache, bool remote);
+        /* Tensor @tensor's address and keys: -ENOENT when @cache is not registered (for peers). */
+        int (*cache_key)(Transport *t, const Cache *cache, uint32_t tensor, bool remote,
+                         uint64_t *ret_addr, TransportKey *ret_key);
+
+        /*
+         * Channels to a peer (TCP: on data connections the peer handshake made; RDMA: queue
+         * pairs whose paths are connected with parameters the peer connection carries; shm has
+         * none). The peer protocol stays with the link; these are the transport's side of it.
+         */
+        int (*channel_open)(Transport *t, const TransportChannelSpec *spec, TransportChannel **ret);
+        /* Fails every job on @ch (their callbacks run before this returns) and frees it. */
+        void (*channel_close)(Transport *t, TransportChannel *ch);
+        void (*channel_info)(Transport *t, const TransportChannel *ch, TransportChannelInfo *ret);
+        /* (Re)creates path @path in its first state and returns our parameters for it. */
+        int (*path_local)(Transport *t, TransportChannel *ch, unsigned path,
+                          TransportPathInfo *ret);
+        /* Connects path @path toward the peer's parameters. */
+        int (*path_connect)(Transport *t, TransportChannel *ch, unsigned path,
+                            const TransportPathInfo *remote);
+
+        /* Status: @fn once per device the transport holds; a channel's facts in @ret. */
+        void (*describe)(Transport *t, transport_describe_fn fn, void *userdata);
+        void (*describe_channel)(Transport *t, const TransportChannel *ch, TransportFacts *ret);
 } transport_ops;
 
 struct Transport {
@@ -104,6 +268,100 @@ int transport_abandon(Transport *t, void *channel, TransportDir dir, uint64_t id
 Transport *transport_free(Transport *t);
 
 const char *transport_name(const Transport *t);
+
+/*
+ * Whether memory on @device_id (or the device @name, when not NULL) can take part in @t's jobs:
+ * 0 and the device's info in @ret (may be NULL), or -ENODEV with *@ret_reason (a static string
+ * or the device's error) saying why not, -EOPNOTSUPP (reason given) for a transport that has no
+ * devices. A transport that needs no registration answers 0 with an empty @ret.
+ */
+int transport_device_info(Transport *t, int32_t device_id, const char *name,
+                          TransportDeviceInfo *ret, const char **ret_reason);
+
+/*
+ * Registers [@addr, +@len) for @t's jobs on the device of @device_id, or on the device @channel
+ * runs on when @channel is not NULL: local access only (the source of WRITEs), or also remote
+ * write when @remote_write (a peer's WRITEs land there; its remote key reaches exactly these
+ * bytes). Returns 0 and the region in *@ret (its keys in ret->key), or 0 and NULL where @t needs
+ * no registration (keys are 0 then), or a negative errno: -EOPNOTSUPP built without support,
+ * -ENODEV when @device_id has no working device, -EINVAL for an empty span or one on a device
+ * that stopped working, or the registration's error.
+ */
+int transport_region_register(Transport *t, int32_t device_id, TransportChannel *channel,
+                              void *addr, uint64_t len, bool remote_write, TransportRegion **ret);
+
+/* Deregisters @r: once this returns the transport touches none of its bytes. Accepts NULL. */
+TransportRegion *transport_region_free(TransportRegion *r);
+
+/*
+ * Registers every tensor of @cache for @t's jobs on the device of @device_id (peers may read and
+ * write them when @remote); the registrations belong to @cache and go with cache_free(). 0 where
+ * @t needs none; else as transport_region_register().
+ */
+int transport_cache_register(Transport *t, int32_t device_id, Cache *cache, bool remote);
+
+/*
+ * The address of tensor @tensor of @cache in our mapping and the keys of its registration in
+ * *@ret_key (either may be NULL): -ENOENT when @cache has no registration with @t, or only a
+ * local one and @remote asks for the keys peers use. Zero keys where @t needs no registration.
+ */
+int transport_cache_key(Transport *t, const Cache *cache, uint32_t tensor, bool remote,
+                        uint64_t *ret_addr, TransportKey *ret_key);
+
+/* Whether @cache is registered with @t (for peers too when @remote): tensor 0's key exists. */
+bool transport_cache_registered(Transport *t, const Cache *cache, bool remote);
+
+/*
+ * Opens a channel of @t to a peer as @spec says; its paths are connected one by one with
+ * transport_path_local() and transport_path_connect(). -EOPNOTSUPP where @t opens no channels of
+ * its own (or was built without support), -EINVAL for a bad @spec or when our device is missing
+ * or does not work, -ENOMEM.
+ */
+int transport_channel_open(Transport *t, const TransportChannelSpec *spec, TransportChannel **ret);
+
+/* Fails every job on @ch (callbacks run before this returns) and frees it. Accepts NULL. */
+TransportChannel *transport_channel_close(Transport *t, TransportChannel *ch);
+
+/* Fills @ret with what @ch is now (zero for a transport without channels of its own). */
+void transport_channel_info(Transport *t, const TransportChannel *ch, TransportChannelInfo *ret);
+
+/* Whether every path of @ch is connected (a job can start on it). */
+bool transport_channel_ready(Transport *t, const TransportChannel *ch);
+
+/*
+ * (Re)creates path @path of @ch in its first state and returns our parameters for the peer in
+ * @ret (a path connected again after a flush starts anew). -EOPNOTSUPP where channels have no
+ * paths; -EBUSY while a job holds the path.
+ */
+int transport_path_local(Transport *t, TransportChannel *ch, unsigned path, TransportPathInfo *ret);
+
+/* Connects path @path of @ch toward the peer's parameters @remote. -EOPNOTSUPP as above. */
+int transport_path_connect(Transport *t, TransportChannel *ch, unsigned path,
+                           const TransportPathInfo *remote);
+
+/*
+ * The memory, channel and describe wrappers above accept a NULL @t (a transport set built without
+ * that transport, as unit tests build them): no device (-ENODEV, reason given), no registration
+ * (-ENOENT for keys), no channels (-EOPNOTSUPP), nothing to describe.
+ */
+
+/* Calls @fn with the facts of every device @t holds (none for most transports). */
+void transport_describe(Transport *t, transport_describe_fn fn, void *userdata);
+
+/* Fills @ret with the facts of @ch (none when @ch is NULL or @t tells nothing). */
+void transport_describe_channel(Transport *t, const TransportChannel *ch, TransportFacts *ret);
+
+/*
+ * For describe ops: appends a fact to @f. More than TRANSPORT_FACTS_MAX is a bug in the op
+ * (asserted; the fact is dropped where assertions are off).
+ */
+void transport_facts_add_string(TransportFacts *f, const char *key, const char *value);
+void transport_facts_add_u64(TransportFacts *f, const char *key, uint64_t value);
+void transport_facts_add_int(TransportFacts *f, const char *key, int64_t value);
+void transport_facts_add_bool(TransportFacts *f, const char *key, bool value);
+
+/* The fact named @key of @f, or NULL. */
+const TransportFact *transport_facts_find(const TransportFacts *f, const char *key);
 
 /*
  * The status of a data job that ended with @error (0 or a negative errno), the one mapping of

@@ -2,17 +2,25 @@
 /*
  * Unit tests for the transport ops table and its job: the shared-memory transport on a real copy
  * engine moves READ and WRITE jobs (every byte and the guards around it checked), a cancelled
- * job reports its errno and the mapped status, and the one errno-to-status mapping holds.
+ * job reports its errno and the mapped status, and the one errno-to-status mapping holds. The
+ * ops beyond jobs: registering memory is "not needed" for shm and TCP and refused with a reason
+ * by an RDMA transport without a working device (or built without RDMA); a TCP channel opened on
+ * a socket pair moves a job and describes itself; the RDMA transport describes the devices of its
+ * device map.
  */
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <event2/event.h>
 
+#include "kvdist-config.h"
 #include "common/status.h"
+#include "daemon/memory/cache.h"
+#include "daemon/memory/region.h"
 #include "daemon/transport/engine.h"
 #include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
@@ -222,6 +230,352 @@ START_TEST(test_tcp_without_channel)
 }
 END_TEST
 
+/* A cache of two tensors of 4 KiB in @region, at offsets 0 and 8 KiB. */
+static Cache *make_cache(Region *region)
+{
+        CacheDesc d = {.num_tensors = 2, .n_dims = 2, .shape = {4, 512}, .data_type = 1};
+        CacheTensor tensors[2] = {{region, 0}, {region, 8192}};
+        Cache *c = NULL;
+
+        ck_assert_int_eq(cache_new(CACHE_CONTIGUOUS, &d, tensors, &c), 0);
+        return c;
+}
+
+/* shm and TCP reach memory as it is: registering is "not needed", keys are 0. */
+static void assert_no_registration(Transport *t, Cache *cache)
+{
+        TransportDeviceInfo info = {.port = 9};
+        TransportRegion *r = (TransportRegion *)&info;
+        const char *why = NULL;
+        TransportKey key = {1, 2};
+        uint64_t addr = 0;
+        uint8_t buf[64];
+
+        ck_assert_int_eq(transport_device_info(t, 3, NULL, &info, &why), 0);
+        ck_assert_uint_eq(info.port, 0);
+        ck_assert_str_eq(info.device, "");
+        ck_assert_int_eq(transport_region_register(t, 3, NULL, buf, sizeof(buf), true, &r), 0);
+        ck_assert_ptr_null(r);
+        ck_assert_ptr_null(transport_region_free(r));
+        ck_assert_int_eq(transport_cache_register(t, 3, cache, true), 0);
+        ck_assert(transport_cache_registered(t, cache, true));
+        ck_assert_int_eq(transport_cache_key(t, cache, 1, true, &addr, &key), 0);
+        ck_assert_uint_eq(addr, (uint64_t)(uintptr_t)(cache->tensors[1].region->data + 8192));
+        ck_assert_uint_eq(key.lkey, 0);
+        ck_assert_uint_eq(key.rkey, 0);
+        ck_assert_int_eq(transport_cache_key(t, cache, 2, false, &addr, &key), -ENOENT);
+}
+
+static void count_description(const TransportFacts *f, void *userdata)
+{
+        (*(unsigned *)userdata)++;
+}
+
+START_TEST(test_register_not_needed)
+{
+        TransportSet set = {0};
+        Transport *shm = NULL, *tcp = NULL;
+        TransportChannelInfo info;
+        TransportFacts facts = {.n = 3};
+        TransportChannel *ch = NULL;
+        TransportPathInfo path;
+        TransportRegion *r = NULL;
+        Region *region = NULL;
+        unsigned described = 0;
+        const char *why = NULL;
+        Cache *cache;
+
+        ck_assert_int_eq(region_new_memfd("test-transport", 1 << 16, 1, &region), 0);
+        cache = make_cache(region);
+        ck_assert_int_eq(transport_shm_new(&set, &shm), 0);
+        ck_assert_int_eq(transport_tcp_new(&set, &tcp), 0);
+        assert_no_registration(shm, cache);
+        assert_no_registration(tcp, cache);
+
+        /* Same-node jobs need no channel; TCP's has no paths to connect. */
+        ck_assert_int_eq(transport_channel_open(shm, &(TransportChannelSpec){0}, &ch), -EOPNOTSUPP);
+        ck_assert_int_eq(transport_path_local(tcp, NULL, 0, &path), -EOPNOTSUPP);
+        ck_assert_int_eq(transport_path_connect(tcp, NULL, 0, &path), -EOPNOTSUPP);
+        transport_channel_info(shm, NULL, &info);
+        ck_assert(!info.ready);
+        ck_assert_uint_eq(info.n_paths, 0);
+        ck_assert_ptr_null(transport_channel_close(tcp, NULL));
+
+        /* Nothing to describe: no devices, no channel. */
+        transport_describe(shm, count_description, &described);
+        transport_describe(tcp, count_description, &described);
+        ck_assert_uint_eq(described, 0);
+        transport_describe_channel(tcp, NULL, &facts);
+        ck_assert_uint_eq(facts.n, 0);
+
+        /* A set without the transport: nothing there, and no crash. */
+        ck_assert_int_eq(transport_device_info(NULL, 0, NULL, NULL, &why), -ENODEV);
+        ck_assert_str_eq(why, "this daemon has no such transport");
+        ck_assert_int_eq(transport_region_register(NULL, 0, NULL, &set, 1, false, &r), -ENODEV);
+        ck_assert_int_eq(transport_cache_register(NULL, 0, cache, false), -ENODEV);
+        ck_assert(!transport_cache_registered(NULL, cache, false));
+        ck_assert_int_eq(transport_channel_open(NULL, &(TransportChannelSpec){0}, &ch),
+                         -EOPNOTSUPP);
+        ck_assert(!transport_channel_ready(NULL, (TransportChannel *)&set));
+        ck_assert_int_eq(transport_path_local(NULL, NULL, 0, &path), -EOPNOTSUPP);
+        transport_describe(NULL, count_description, &described);
+        ck_assert_uint_eq(described, 0);
+        transport_describe_channel(NULL, (TransportChannel *)&set, &facts);
+        ck_assert_uint_eq(facts.n, 0);
+        ck_assert_ptr_null(transport_channel_close(NULL, (TransportChannel *)&set));
+
+        shm = transport_free(shm);
+        tcp = transport_free(tcp);
+        cache_free(cache);
+        region_unref(region);
+}
+END_TEST
+
+typedef struct Described {
+        unsigned n;
+        TransportFacts last;
+} Described;
+
+static void keep_description(const TransportFacts *f, void *userdata)
+{
+        Described *d = userdata;
+
+        d->n++;
+        d->last = *f;
+}
+
+static void assert_fact_string(const TransportFacts *f, const char *key, const char *value)
+{
+        const TransportFact *fact = transport_facts_find(f, key);
+
+        ck_assert_ptr_nonnull(fact);
+        ck_assert_int_eq(fact->type, TRANSPORT_FACT_STRING);
+        ck_assert_str_eq(fact->s, value);
+}
+
+static void assert_fact_number(const TransportFacts *f, const char *key, uint64_t value)
+{
+        const TransportFact *fact = transport_facts_find(f, key);
+
+        ck_assert_ptr_nonnull(fact);
+        if (fact->type == TRANSPORT_FACT_U64)
+                ck_assert_uint_eq(fact->u, value);
+        else {
+                ck_assert_int_eq(fact->type, TRANSPORT_FACT_INT);
+                ck_assert_int_eq(fact->i, (int64_t)value);
+        }
+}
+
+/*
+ * An RDMA transport whose device map names a device this machine does not have (none here has
+ * any): every memory and channel op is refused with a reason, "not supported" when built without
+ * libibverbs, and the device is described as broken.
+ */
+START_TEST(test_rdma_without_device)
+{
+        DeviceConfig devices[] = {
+                {.device_id = 0,
+                 .rdma_device = (char *)"kvdist_no_such_dev",
+                 .port = 1,
+                 .gid_index = -1,
+                 .transport = TRANSPORT_KIND_AUTO},
+                {.device_id = 1, .transport = TRANSPORT_KIND_AUTO},
+        };
+        TransportSet set = {.devices = devices, .n_devices = 2};
+        TransportDeviceInfo remote = {.device = "theirs", .mtu = 1024};
+        TransportChannelSpec spec = {
+                .device = "kvdist_no_such_dev",
+                .id = 1,
+                .initiator = true,
+                .remote = &remote,
+                .n_paths = 1,
+        };
+        TransportRegion *r = NULL;
+        TransportChannel *ch = NULL;
+        Region *region = NULL;
+        Described d = {0};
+        const char *why = NULL;
+        uint8_t buf[64];
+        Cache *cache;
+
+        set.base = event_base_new();
+        ck_assert_ptr_nonnull(set.base);
+        ck_assert_int_eq(region_new_memfd("test-transport", 1 << 16, 1, &region), 0);
+        cache = make_cache(region);
+        ck_assert_int_eq(transport_set_init(&set, NULL), 0);
+        ck_assert_str_eq(transport_name(set.rdma_transport), "rdma");
+
+        for (int32_t id = 0; id < 3; id++) {
+                why = NULL;
+                ck_assert_int_eq(transport_device_info(set.rdma_transport, id, NULL, NULL, &why),
+                                 HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
+                ck_assert_ptr_nonnull(why);
+                if (!HAVE_RDMA)
+                        ck_assert_str_eq(why, "this kvdistd was built without libibverbs");
+                else if (id != 0)
+                        ck_assert_str_eq(why,
+                                         "the device map names no RDMA device for this device_id");
+        }
+        ck_assert_int_eq(
+                transport_device_info(set.rdma_transport, 0, "kvdist_no_such_dev", NULL, &why),
+                HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
+        ck_assert_int_eq(
+                transport_region_register(set.rdma_transport, 0, NULL, buf, sizeof(buf), true, &r),
+                HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
+        ck_assert_ptr_null(r);
+        ck_assert_int_eq(transport_cache_register(set.rdma_transport, 0, cache, true),
+                         HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
+        ck_assert(!transport_cache_registered(set.rdma_transport, cache, false));
+        ck_assert_int_eq(transport_cache_key(set.rdma_transport, cache, 0, false, NULL, NULL),
+                         -ENOENT);
+        ck_assert_int_eq(transport_channel_open(set.rdma_transport, &spec, &ch),
+                         HAVE_RDMA ? -EINVAL : -EOPNOTSUPP);
+        ck_assert_ptr_null(ch);
+
+        transport_describe(set.rdma_transport, keep_description, &d);
+        if (HAVE_RDMA) {
+                /* The one device the map names, kept with what went wrong. */
+                ck_assert_uint_eq(d.n, 1);
+                assert_fact_string(&d.last, "name", "kvdist_no_such_dev");
+                assert_fact_string(&d.last, "state", "error");
+                assert_fact_string(&d.last, "link_layer", "missing");
+                assert_fact_number(&d.last, "memory_regions", 0);
+                assert_fact_number(&d.last, "port", 1);
+                ck_assert_str_ne(transport_facts_find(&d.last, "error")->s, "");
+        } else
+                ck_assert_uint_eq(d.n, 0);
+
+        transport_set_deinit(&set);
+        cache_free(cache);
+        region_unref(region);
+        event_base_free(set.base);
+}
+END_TEST
+
+typedef struct ChannelEnd {
+        TransportJob job;
+        unsigned calls;
+        int status;
+        TransportChannel *broken;
+        int broken_error;
+} ChannelEnd;
+
+static void channel_job_done(TransportJob *job, int status)
+{
+        ChannelEnd *e = job->userdata;
+
+        e->calls++;
+        e->status = status;
+}
+
+static void channel_on_broken(TransportChannel *ch, int error, void *userdata)
+{
+        ChannelEnd *e = userdata;
+
+        e->broken = ch;
+        e->broken_error = error;
+}
+
+/* A TCP channel on the one data connection @fd, telling @e when it breaks. */
+static TransportChannel *channel_end_open(Transport *t, int fd, const char *name, ChannelEnd *e)
+{
+        TransportChannelSpec spec = {
+                .fds = &fd,
+                .n_fds = 1,
+                .name = name,
+                .broken = channel_on_broken,
+                .userdata = e,
+        };
+        TransportChannel *ch = NULL;
+
+        ck_assert_int_eq(transport_channel_open(t, &spec, &ch), 0);
+        ck_assert_ptr_nonnull(ch);
+        return ch;
+}
+
+/*
+ * Two TCP channels on the ends of a socket pair: a WRITE job on one lands in the READ job of the
+ * other (every byte and the guards checked), both describe their counters, and the end whose
+ * peer closed reports itself broken.
+ */
+START_TEST(test_tcp_channel)
+{
+        struct event_base *base = event_base_new();
+        TransportSet set = {.base = base};
+        ChannelEnd a = {0}, b = {0};
+        TransportChannel *cha, *chb;
+        TransportSegment src_seg, dst_seg;
+        TransportFacts facts;
+        Transport *t = NULL;
+        uint8_t *src, *mem;
+        int fds[2];
+
+        ck_assert_ptr_nonnull(base);
+        ck_assert_int_eq(transport_tcp_new(&set, &t), 0);
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+        cha = channel_end_open(t, fds[0], "a", &a);
+        chb = channel_end_open(t, fds[1], "b", &b);
+
+        src = malloc(SIZE);
+        mem = malloc(SIZE + 2 * GUARD);
+        ck_assert_ptr_nonnull(src);
+        ck_assert_ptr_nonnull(mem);
+        for (size_t i = 0; i < SIZE; i++)
+                src[i] = (uint8_t)(i * 7 + 3);
+        memset(mem, GUARD_BYTE, SIZE + 2 * GUARD);
+        src_seg = (TransportSegment){.local = src, .len = SIZE};
+        dst_seg = (TransportSegment){.local = mem + GUARD, .len = SIZE};
+        b.job = (TransportJob){.dir = TRANSPORT_READ,
+                               .segs = &dst_seg,
+                               .n_segs = 1,
+                               .channel = chb,
+                               .id = 42,
+                               .done = channel_job_done,
+                               .userdata = &b};
+        a.job = (TransportJob){.dir = TRANSPORT_WRITE,
+                               .segs = &src_seg,
+                               .n_segs = 1,
+                               .channel = cha,
+                               .id = 42,
+                               .done = channel_job_done,
+                               .userdata = &a};
+        ck_assert_int_eq(transport_submit(t, &b.job), 0);
+        ck_assert_int_eq(transport_submit(t, &a.job), 0);
+        while (a.calls == 0 || b.calls == 0)
+                ck_assert_int_ge(event_base_loop(base, EVLOOP_ONCE), 0);
+        ck_assert_int_eq(a.status, STATUS_OK);
+        ck_assert_int_eq(b.status, STATUS_OK);
+        ck_assert_int_eq(memcmp(mem + GUARD, src, SIZE), 0);
+        for (size_t i = 0; i < GUARD; i++) {
+                ck_assert_uint_eq(mem[i], GUARD_BYTE);
+                ck_assert_uint_eq(mem[GUARD + SIZE + i], GUARD_BYTE);
+        }
+
+        transport_describe_channel(t, cha, &facts);
+        assert_fact_number(&facts, "connections", 1);
+        assert_fact_number(&facts, "bytes_sent", SIZE);
+        assert_fact_number(&facts, "jobs_sent", 1);
+        assert_fact_number(&facts, "jobs_in_flight", 0);
+        transport_describe_channel(t, chb, &facts);
+        assert_fact_number(&facts, "bytes_received", SIZE);
+        assert_fact_number(&facts, "jobs_received", 1);
+
+        /* b's peer goes away: b learns it as a broken channel, named as it was opened. */
+        cha = transport_channel_close(t, cha);
+        while (!b.broken)
+                ck_assert_int_ge(event_base_loop(base, EVLOOP_ONCE), 0);
+        ck_assert_ptr_eq(b.broken, chb);
+        ck_assert_int_lt(b.broken_error, 0);
+        ck_assert_ptr_null(a.broken);
+        chb = transport_channel_close(t, chb);
+
+        free(src);
+        free(mem);
+        transport_free(t);
+        event_base_free(base);
+}
+END_TEST
+
 static Suite *transport_suite(void)
 {
         Suite *s = suite_create("transport");
@@ -232,6 +586,13 @@ static Suite *transport_suite(void)
         tcase_add_test(tc, test_shm_read_and_write);
         tcase_add_test(tc, test_shm_cancel);
         tcase_add_test(tc, test_tcp_without_channel);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("ops");
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, test_register_not_needed);
+        tcase_add_test(tc, test_rdma_without_device);
+        tcase_add_test(tc, test_tcp_channel);
         suite_add_tcase(s, tc);
         return s;
 }

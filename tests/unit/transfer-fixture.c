@@ -158,7 +158,7 @@ void transfer_fixture_init(TransferFixture *f)
         p->id = id_source_next(&f->ids);
         p->state = PEER_READY;
         p->fd = -1;
-        p->data = (TcpData *)&fake_data_channel;
+        p->data = (TransportChannel *)&fake_data_channel;
         (void)strcpy(p->address, "192.0.2.1:7000");
         clist_init(&p->calls);
         clist_init(&p->waiters);
