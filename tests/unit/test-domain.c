@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for comm domains: the membership state machine and the calls, driven by hand. A
- * DomainRegistry is built over a bare LinkRoot and an event base; what it sends to other
- * daemons goes to a recorder (its DomainPeerOps), and what other daemons send comes in as the
- * decoded messages domain-codec.c would hand over. No sockets, no threads, no sleeps: timers
- * are fired by making their events active.
+ * DomainRegistry is built over the transfer suites' fixture (an event base, a LinkRoot, a READY
+ * peer and a TransportSet whose same-node and TCP transports are fakes, fake-transport.h); what
+ * it sends to other daemons goes to a recorder (its DomainPeerOps), and what other daemons send
+ * comes in as the decoded messages domain-codec.c would hand over. Data jobs are completed by
+ * the test, the same-node ones copying. No sockets, no threads, no sleeps: timers are fired by
+ * making their events active.
  */
+/* Before check.h, whose fail() macro would rename CompletionOps.fail. */
+#include "tests/unit/transfer-fixture.h"
+
 #include <event2/event.h>
 #include <kvdist/kvdist.h>
 #include <stdio.h>
@@ -19,8 +24,8 @@
 #include "daemon/link/link.h"
 #include "daemon/link/peer.h"
 #include "daemon/memory/region.h"
+#include "tests/harness/harness.h"
 
-/* After the daemon's headers: Check defines a macro named fail (CompletionOps has a member). */
 #include <check.h>
 
 /* The node ids and domain id of the other daemon in these tests. */
@@ -63,14 +68,10 @@ struct DomainLinkOffer {
         uint64_t link_id;
 };
 
-static struct event_base *base;
-static IdSource ids;
-static Limits limits;
-static TransportSet transports;
-static LinkRoot root;
+static TransferFixture fx; /* base, ids, limits, LinkRoot, fake transports, the peer */
 static uint32_t link_total_time_ms = 60000;
 static DomainRegistry *reg;
-static Peer *them; /* the other daemon, READY */
+static Peer *them; /* the other daemon, READY: fx.peer */
 static Sent sent[64];
 static size_t n_sent;
 static Link *made[8]; /* the links link_make() "made" */
@@ -239,7 +240,7 @@ static int rec_link_make(PairLink *pl, Cluster *c, const char *reason, Link **re
 
         ck_assert_ptr_nonnull(l);
         ck_assert_uint_lt(n_made, sizeof(made) / sizeof(made[0]));
-        l->id = id_source_next(&ids);
+        l->id = id_source_next(&fx.ids);
         made[n_made++] = l;
         record(SENT_LINK_MAKE, pl->peer)->pl = pl;
         *ret = l;
@@ -276,25 +277,16 @@ static const DomainPeerOps recorder = {
 static void setup(void)
 {
         DomainRoots roots = {
-                .link = &root,
-                .transports = &transports,
+                .link = &fx.link,
+                .transports = &fx.transports,
                 .link_total_time_ms = &link_total_time_ms,
         };
 
-        base = event_base_new();
-        ck_assert_ptr_nonnull(base);
-        ids = (IdSource){0};
-        limits = (Limits){.max_region_size = 1 << 20, .max_inflight_per_client = 8};
-        transports = (TransportSet){.base = base};
-        root = (LinkRoot){.base = base, .ids = &ids, .transports = &transports, .node_id = 1};
-        root.options.limits = &limits;
-        link_root_init(&root);
+        transfer_fixture_init(&fx);
+        fx.limits.max_region_size = 1 << 20;
         ck_assert_int_eq(domain_registry_new(&roots, &reg), 0);
         reg->peer = &recorder;
-        them = calloc(1, sizeof(*them));
-        ck_assert_ptr_nonnull(them);
-        them->root = &root;
-        them->state = PEER_READY;
+        them = fx.peer;
         them->node_id = THEIR_NODE;
         n_sent = 0;
         n_made = 0;
@@ -302,29 +294,24 @@ static void setup(void)
 
 static void teardown(void)
 {
-        Cluster *c, *tmp;
-
         reg = domain_registry_free(reg);
-        CLIST_FOREACH_SAFE (c, tmp, &root.clusters, link_daemon)
-                cluster_free(c);
+        /* Frees the clusters and checks that no data job was left behind. */
+        transfer_fixture_done(&fx);
         for (size_t i = 0; i < n_made; i++)
                 free(made[i]);
-        free(them);
-        link_root_done(&root);
-        event_base_free(base);
 }
 
 /* Runs what the event loop has ready (the calls' drain, timers made active). */
 static void loop_once(void)
 {
-        ck_assert_int_ge(event_base_loop(base, EVLOOP_NONBLOCK), 0);
+        ck_assert_int_ge(event_base_loop(fx.base, EVLOOP_NONBLOCK), 0);
 }
 
 static Cluster *cluster(uint64_t id)
 {
         Cluster *c;
 
-        ck_assert_int_eq(cluster_new(&root, NULL, id, 0, (int32_t)id % 8, 1000, &c), 0);
+        ck_assert_int_eq(cluster_new(&fx.link, NULL, id, 0, (int32_t)id % 8, 1000, &c), 0);
         return c;
 }
 
@@ -355,7 +342,7 @@ static Domain *domain_make(const char *name, unsigned n, const bool *local, Clus
                 if (clusters && clusters[o]) {
                         dom->ranks[o].joined = true;
                         dom->ranks[o].cluster = clusters[o];
-                        dom->ranks[o].seq = id_source_next_seq(&ids);
+                        dom->ranks[o].seq = id_source_next_seq(&fx.ids);
                 }
         ck_assert_int_eq(domain_start(dom), 0);
         domain_join_progress(dom);
@@ -367,7 +354,7 @@ static void domain_join_local(Domain *dom, uint32_t rank, Cluster *c)
 {
         dom->ranks[rank].joined = true;
         dom->ranks[rank].cluster = c;
-        dom->ranks[rank].seq = id_source_next_seq(&ids);
+        dom->ranks[rank].seq = id_source_next_seq(&fx.ids);
         domain_join_progress(dom);
 }
 
@@ -707,7 +694,7 @@ START_TEST(test_bad_notices)
 {
         Cluster *c0 = cluster(100);
         Domain *dom = domain_make("bad", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
-        uint64_t refused = root.counters.peer_requests_refused;
+        uint64_t refused = fx.link.counters.peer_requests_refused;
         DomainXferMsg x = {.dst_domain_id = 999, .kind = 1, .src_domain_id = THEIR_DOMAIN};
 
         answer_join(0);
@@ -749,7 +736,7 @@ START_TEST(test_bad_notices)
         x.dst_domain_id = dom->id;
         x.src_rank = 5;
         domain_lane_on_xfer(reg, them, &x);
-        ck_assert_uint_eq(root.counters.peer_requests_refused, refused + 8);
+        ck_assert_uint_eq(fx.link.counters.peer_requests_refused, refused + 8);
         ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
         ck_assert_uint_eq(sent_count(SENT_LEAVE), 0);
         ck_assert_uint_eq(sent_count(SENT_READY), 0);
