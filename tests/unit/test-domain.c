@@ -987,6 +987,14 @@ static void answer_init(Answer *a)
         *a = (Answer){.cpl.ops = &answer_ops};
 }
 
+/* @a was answered once, with @status for the call and its one item. */
+static void answered(const Answer *a, int status)
+{
+        ck_assert_uint_eq(a->n, 1);
+        ck_assert_int_eq(a->status, status);
+        ck_assert_int_eq(a->ret0, status);
+}
+
 /* A region of @c (see region()) holding the pattern @seed. */
 static Region *pattern_region(Cluster *c, uint64_t seed)
 {
@@ -1052,9 +1060,9 @@ static Domain *form_local(void)
         return dom;
 }
 
-/* The receiver (rank 1, behind the peer) readies itself for our message @seq of MSG_COUNT
- * floats. */
-static void their_ready_for(Domain *dom, uint64_t seq)
+/* The receiver (rank 1, behind the peer) says @kind about our message @seq (a READY describes
+ * MSG_COUNT floats). */
+static void their_word(Domain *dom, XferKind kind, uint64_t seq, int status)
 {
         OpDesc theirs = {
                 .op = OP_BATCH, .count = MSG_COUNT, .dtype = KVD_DT_FLOAT, .bytes = MSG_BYTES};
@@ -1062,25 +1070,11 @@ static void their_ready_for(Domain *dom, uint64_t seq)
         domain_lane_on_xfer(reg, them,
                             &(DomainXferMsg){.dst_domain_id = dom->id,
                                              .src_domain_id = THEIR_DOMAIN,
-                                             .kind = XFER_READY,
+                                             .kind = kind,
                                              .src_rank = 0,
                                              .dst_rank = 1,
                                              .seq = seq,
-                                             .desc = &theirs,
-                                             .status = STATUS_OK,
-                                             .detail = ""});
-}
-
-/* The receiver says message @seq landed there, with @status. */
-static void their_done(Domain *dom, uint64_t seq, int status)
-{
-        domain_lane_on_xfer(reg, them,
-                            &(DomainXferMsg){.dst_domain_id = dom->id,
-                                             .src_domain_id = THEIR_DOMAIN,
-                                             .kind = XFER_DONE,
-                                             .src_rank = 0,
-                                             .dst_rank = 1,
-                                             .seq = seq,
+                                             .desc = kind == XFER_READY ? &theirs : NULL,
                                              .status = status,
                                              .detail = ""});
 }
@@ -1106,12 +1100,8 @@ START_TEST(test_local_pair)
         ck_assert_uint_eq(s.n + r.n, 0); /* nothing completes while a byte may still move */
         fake_transport_complete(fx.shm, job, 0);
         loop_once();
-        ck_assert_uint_eq(s.n, 1);
-        ck_assert_uint_eq(r.n, 1);
-        ck_assert_int_eq(s.status, STATUS_OK);
-        ck_assert_int_eq(s.ret0, STATUS_OK);
-        ck_assert_int_eq(r.status, STATUS_OK);
-        ck_assert_int_eq(r.ret0, STATUS_OK);
+        answered(&s, STATUS_OK);
+        answered(&r, STATUS_OK);
         check_region(dst, SEED_DST, true, SEED_SRC, MSG_OFF);
         check_region(src, SEED_SRC, false, 0, 0);
         ck_assert_uint_eq(dom->counters.bytes_sent, MSG_BYTES);
@@ -1137,12 +1127,8 @@ START_TEST(test_local_copy_fails)
         /* The copy stops (documented in domain-lane.c: neither end gave up, so FAILED). */
         fake_transport_complete(fx.shm, fake_transport_job(fx.shm, 0), -EIO);
         loop_once();
-        ck_assert_uint_eq(s.n, 1);
-        ck_assert_uint_eq(r.n, 1);
-        ck_assert_int_eq(s.status, STATUS_FAILED);
-        ck_assert_int_eq(s.ret0, STATUS_FAILED);
-        ck_assert_int_eq(r.status, STATUS_FAILED);
-        ck_assert_int_eq(r.ret0, STATUS_FAILED);
+        answered(&s, STATUS_FAILED);
+        answered(&r, STATUS_FAILED);
         ck_assert_ptr_nonnull(strstr(r.detail, "the copy stopped"));
         check_region(dst, SEED_DST, false, 0, 0);
         ck_assert_uint_eq(dom->counters.bytes_received, 0);
@@ -1164,15 +1150,12 @@ START_TEST(test_local_recv_deadline)
         event_active(call->timer, EV_TIMEOUT, 1);
         loop_once();
         loop_once();
-        ck_assert_uint_eq(r.n, 1);
-        ck_assert_int_eq(r.status, STATUS_TIMEOUT);
-        ck_assert_int_eq(r.ret0, STATUS_TIMEOUT);
+        answered(&r, STATUS_TIMEOUT);
         /* The late sender fails with the receiver's TIMEOUT, as it would on another daemon,
          * and no byte moves. */
         batch_one(dom, 0, 1, false, &s);
         loop_once();
-        ck_assert_uint_eq(s.n, 1);
-        ck_assert_int_eq(s.status, STATUS_TIMEOUT);
+        answered(&s, STATUS_TIMEOUT);
         ck_assert_uint_eq(fx.shm->n_submitted, 0);
         check_region(dst, SEED_DST, false, 0, 0);
         ck_assert_uint_eq(domain_calls_in_flight(reg), 0);
@@ -1192,7 +1175,7 @@ START_TEST(test_remote_send)
         batch_one(dom, 0, 1, false, &s);
         /* Nothing moves before the receiver's READY. */
         ck_assert_uint_eq(fx.tcp->n_submitted, 0);
-        their_ready_for(dom, 0);
+        their_word(dom, XFER_READY, 0, STATUS_OK);
         ck_assert_uint_eq(fx.tcp->n_jobs, 1);
         job = fake_transport_job(fx.tcp, 0);
         ck_assert_int_eq(job->dir, TRANSPORT_WRITE);
@@ -1205,11 +1188,9 @@ START_TEST(test_remote_send)
         loop_once();
         /* Sent; the op completes on the receiver's DONE. */
         ck_assert_uint_eq(s.n, 0);
-        their_done(dom, 0, STATUS_OK);
+        their_word(dom, XFER_DONE, 0, STATUS_OK);
         loop_once();
-        ck_assert_uint_eq(s.n, 1);
-        ck_assert_int_eq(s.status, STATUS_OK);
-        ck_assert_int_eq(s.ret0, STATUS_OK);
+        answered(&s, STATUS_OK);
         /* Over TCP the sender says nothing when all goes well. */
         ck_assert_uint_eq(sent_count(SENT_XFER), 0);
         ck_assert_uint_eq(fx.tcp->n_abandoned, 0);
@@ -1226,14 +1207,12 @@ START_TEST(test_remote_send_fails)
         Answer s;
 
         batch_one(dom, 0, 1, false, &s);
-        their_ready_for(dom, 0);
+        their_word(dom, XFER_READY, 0, STATUS_OK);
         ck_assert_uint_eq(fx.tcp->n_jobs, 1);
         /* The connection breaks under the job: transport_status_from_errno() says PEER_LOST. */
         fake_transport_complete(fx.tcp, fake_transport_job(fx.tcp, 0), -ECONNRESET);
         loop_once();
-        ck_assert_uint_eq(s.n, 1);
-        ck_assert_int_eq(s.status, STATUS_PEER_LOST);
-        ck_assert_int_eq(s.ret0, STATUS_PEER_LOST);
+        answered(&s, STATUS_PEER_LOST);
         ck_assert_ptr_nonnull(strstr(s.detail, "sending to rank 1 failed"));
         /* The receiver's job ends with the same connection: no word, no abort. */
         ck_assert_uint_eq(sent_count(SENT_XFER), 0);
@@ -1291,9 +1270,7 @@ START_TEST(test_remote_recv)
         ck_assert_uint_eq(w->seq, 0);
         ck_assert_int_eq(w->status, STATUS_OK);
         loop_once();
-        ck_assert_uint_eq(r.n, 1);
-        ck_assert_int_eq(r.status, STATUS_OK);
-        ck_assert_int_eq(r.ret0, STATUS_OK);
+        answered(&r, STATUS_OK);
         check_region(dst, SEED_DST, true, SEED_SRC, 0);
         ck_assert_uint_eq(dom->counters.bytes_received, MSG_BYTES);
         region_drop(dst);
@@ -1326,9 +1303,7 @@ START_TEST(test_remote_recv_fails)
                 ck_assert_int_eq(w->status, cases[i].status);
                 ck_assert_str_eq(w->detail, "the bytes did not land");
                 loop_once();
-                ck_assert_uint_eq(r.n, 1);
-                ck_assert_int_eq(r.status, cases[i].status);
-                ck_assert_int_eq(r.ret0, cases[i].status);
+                answered(&r, cases[i].status);
                 ck_assert_ptr_nonnull(strstr(r.detail, "receiving from rank 1 failed"));
                 check_region(dst, SEED_DST, false, 0, 0);
         }
@@ -1362,9 +1337,7 @@ START_TEST(test_remote_recv_deadline)
         ck_assert_uint_eq(r.n, 0);
         fake_transport_complete(fx.tcp, job, -ECANCELED);
         loop_once();
-        ck_assert_uint_eq(r.n, 1);
-        ck_assert_int_eq(r.status, STATUS_TIMEOUT);
-        ck_assert_int_eq(r.ret0, STATUS_TIMEOUT);
+        answered(&r, STATUS_TIMEOUT);
         ck_assert_uint_eq(sent_count(SENT_XFER), 2);
         check_region(dst, SEED_DST, false, 0, 0);
         ck_assert_uint_eq(domain_calls_in_flight(reg), 0);
@@ -1437,8 +1410,7 @@ static void coll_run(Domain *dom, Cache **caches, coll_fn fn, DomainCollArgs arg
         }
         loop_once();
         for (uint32_t r = 0; r < COLL_RANKS; r++) {
-                ck_assert_uint_eq(a[r].n, 1);
-                ck_assert_int_eq(a[r].status, STATUS_OK);
+                answered(&a[r], STATUS_OK);
                 ck_assert_uint_eq(a[r].algorithm, args.algorithm);
         }
         ck_assert_uint_eq(domain_calls_in_flight(reg), 0);
