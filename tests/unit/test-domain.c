@@ -1473,6 +1473,70 @@ START_TEST(test_all_gather)
 }
 END_TEST
 
+/* A broadcast from rank 1 behind the peer into rank 0's blocks: the stream lands block by block,
+ * tensor 0's blocks in list order, then tensor 1's. */
+START_TEST(test_broadcast_remote)
+{
+        static const uint64_t blocks[] = {3, 1};
+        const uint64_t bytes = COLL_TENSORS * ARRAY_SIZE(blocks) * FIXTURE_STRIDE;
+        Domain *dom = form_two();
+        Cache *cache = transfer_fixture_cache(&fx, dom->ranks[0].cluster, CACHE_BLOCKS,
+                                              COLL_TENSORS, COLL_UNITS, NULL, SEED_RANK(0));
+        uint8_t stream[COLL_TENSORS * 2 * FIXTURE_STRIDE], *image;
+        Error err = ERROR_INIT;
+        TransportJob *job;
+        Answer a;
+        Sent *w;
+
+        answer_init(&a);
+        ck_assert_int_eq(domain_handle_broadcast(reg, dom->ranks[0].cluster,
+                                                 &(DomainCollArgs){.comm_id = dom->id,
+                                                                   .root_rank = 1,
+                                                                   .cache_id = cache->id,
+                                                                   .blocks = blocks,
+                                                                   .n_blocks = ARRAY_SIZE(blocks),
+                                                                   .algorithm = KVD_ALGO_MESH,
+                                                                   .timeout_ms = 1000},
+                                                 &a.cpl, answer_reply, &err),
+                         COMPLETION_PENDING);
+        /* One receive from the root: its job, then READY with the blocks' description. */
+        ck_assert_uint_eq(fx.tcp->n_jobs, 1);
+        job = fake_transport_job(fx.tcp, 0);
+        ck_assert_int_eq(job->dir, TRANSPORT_READ);
+        ck_assert_uint_eq(job->id, domain_lane_job_id(dom->id, 1, 0, 0));
+        ck_assert_uint_eq(fake_transport_job_bytes(job), bytes);
+        w = sent_nth(SENT_XFER, 0);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_uint_eq(w->xfer, XFER_READY);
+        ck_assert_uint_eq(w->desc.op, OP_BROADCAST);
+        ck_assert_uint_eq(w->desc.root, 1);
+        ck_assert_uint_eq(w->desc.num_tensors, COLL_TENSORS);
+        ck_assert_uint_eq(w->desc.block_bytes, FIXTURE_STRIDE);
+        ck_assert_uint_eq(w->desc.n_blocks, ARRAY_SIZE(blocks));
+        ck_assert_uint_eq(w->desc.bytes, bytes);
+        harness_fill_pattern(stream, sizeof(stream), SEED_SRC);
+        ck_assert_int_eq(fake_transport_feed(job, stream, sizeof(stream)), 0);
+        fake_transport_complete(fx.tcp, job, 0);
+        w = sent_nth(SENT_XFER, 1);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_uint_eq(w->xfer, XFER_DONE);
+        ck_assert_int_eq(w->status, STATUS_OK);
+        loop_once();
+        answered(&a, STATUS_OK);
+        ck_assert_uint_eq(a.algorithm, KVD_ALGO_MESH);
+        ck_assert_uint_eq(a.bytes, bytes);
+        image = transfer_fixture_image(cache, SEED_RANK(0));
+        for (uint32_t t = 0; t < COLL_TENSORS; t++)
+                for (size_t k = 0; k < ARRAY_SIZE(blocks); k++) {
+                        uint64_t at = (t * ARRAY_SIZE(blocks) + k) * FIXTURE_STRIDE;
+
+                        memcpy(image + block_offset(t, blocks[k]), stream + at, FIXTURE_STRIDE);
+                }
+        transfer_fixture_check_image(cache, image);
+        free(image);
+}
+END_TEST
+
 /* Two clusters of this daemon: devices 4 and 0 of one server. */
 static const char *const local_table =
         "{\"version\": \"1.0\", \"server_count\": \"1\", \"status\": \"completed\", "
@@ -1588,6 +1652,7 @@ static Suite *domain_suite(void)
         tcase_add_test(tc, test_remote_recv_deadline);
         tcase_add_test(tc, test_broadcast);
         tcase_add_test(tc, test_all_gather);
+        tcase_add_test(tc, test_broadcast_remote);
         suite_add_tcase(s, tc);
         return s;
 }
