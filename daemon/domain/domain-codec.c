@@ -19,6 +19,7 @@
 #include "daemon/link/link-root.h"
 #include "daemon/link/link.h"
 #include "daemon/link/peer-handlers.h"
+#include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
 #include "proto/frame.h"
 #include "proto/kvdist.pb-c.h"
@@ -409,6 +410,9 @@ const DomainPeerOps domain_codec_ops = {
         .ready = codec_ready,
         .leave = codec_leave,
         .xfer = codec_xfer,
+        .channel_ready = peer_rdma_when_ready,
+        .channel_waiter_cancel = peer_rdma_waiter_cancel,
+        .channel_repair = peer_rdma_repair,
         .link_ask = codec_link_ask,
         .link_forget = codec_link_forget,
         .link_connect = codec_link_connect,

@@ -344,6 +344,11 @@ typedef struct DomainXferMsg {
 
 typedef void (*domain_ready_fn)(Peer *p, int status, const Error *err, void *userdata);
 
+/* The RDMA channel @ch is connected (@status 0), or could not be (@status < 0, @reason says why;
+ * may be NULL). */
+typedef void (*domain_channel_ready_fn)(TransportChannel *ch, int status, const char *reason,
+                                        void *userdata);
+
 /*
  * How the domain state machines reach other daemons: domain-codec.c fills it with what puts
  * the messages on the wire (domain_codec_ops), a unit test with a recorder. Notices return 0 or
@@ -366,6 +371,17 @@ struct DomainPeerOps {
         int (*ready)(Peer *p, const DomainReadyMsg *m);
         int (*leave)(Peer *p, const DomainLeaveMsg *m);
         int (*xfer)(Peer *p, const DomainXferMsg *m);
+        /*
+         * A link's RDMA channel @ch to @p with every path connected, the paths an earlier
+         * timeout or error flushed connected again first (peer_rdma_when_ready()): @fn runs
+         * once it is (from inside, when it is already) or could not be, unless the wait is
+         * cancelled; returns 0 or a negative errno (@fn does not run then). Repairing connects
+         * the flushed paths of @ch again for whatever uses it next (peer_rdma_repair()).
+         */
+        int (*channel_ready)(Peer *p, TransportChannel *ch, domain_channel_ready_fn fn,
+                             void *userdata, PeerRdmaWaiter **ret_waiter);
+        void (*channel_waiter_cancel)(PeerRdmaWaiter *w);
+        void (*channel_repair)(Peer *p, TransportChannel *ch);
         /*
          * The pair link of @pl: asks @p for it (PeerLink of @c, answered to
          * domain_pair_link_on_reply()); forgets the question (a link granted later is given

@@ -40,7 +40,6 @@
 #include "daemon/domain/domain-internal.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
-#include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/transport-set.h"
 #include "common/status.h"
@@ -401,7 +400,7 @@ static void op_on_rdma_written(TransportJob *job, int status)
         if (error < 0 && op->rdma_peer && op->rdma_peer->state == PEER_READY)
                 /* A failed or stopped job flushed its queue pairs: connect them again for
                  * whatever uses the endpoint next (as after a transfer's timeout). */
-                peer_rdma_repair(op->rdma_peer, op->rdma_ep);
+                l->dom->reg->peer->channel_repair(op->rdma_peer, op->rdma_ep);
         if (error == 0 && op->status == STATUS_OK) {
                 op->data_ok = true;
                 op->ready_spent = true;
@@ -491,7 +490,8 @@ static void op_rdma_send_start(DomainOp *op)
                 return;
         }
         /* Queue pairs flushed by an earlier timeout or error connect again first. */
-        r = peer_rdma_when_ready(lk->peer, lk->rdma_ep, op_on_rdma_ready, op, &op->rdma_waiter);
+        r = dom->reg->peer->channel_ready(lk->peer, lk->rdma_ep, op_on_rdma_ready, op,
+                                          &op->rdma_waiter);
         if (r < 0) {
                 op->rdma_waiter = NULL;
                 op_complete(op, STATUS_PEER_LOST, "no RDMA queue pairs to rank %" PRIu32 ": %s",
@@ -540,7 +540,7 @@ static void op_rdma_landed(DomainOp *op)
 static void op_rdma_send_stop(DomainOp *op)
 {
         if (op->rdma_waiter) {
-                peer_rdma_waiter_cancel(op->rdma_waiter);
+                op->lane->dom->reg->peer->channel_waiter_cancel(op->rdma_waiter);
                 op->rdma_waiter = NULL;
                 (void)op_complete_told(op);
         } else if (op->rdma_writing) {
