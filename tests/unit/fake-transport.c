@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* A fake transport that records jobs and lets the test complete them (fake-transport.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,60 @@ static int fake_abandon(Transport *t, void *channel, TransportDir dir, uint64_t 
         return 0;
 }
 
+static int fake_device_info(Transport *t, int32_t device_id, const char *name,
+                            TransportDeviceInfo *ret, const char **ret_reason)
+{
+        FakeTransport *f = fake_of(t);
+
+        f->n_device_info++;
+        f->device_info_id = device_id;
+        if (f->no_device) {
+                if (ret_reason)
+                        *ret_reason = f->no_device;
+                return -ENODEV;
+        }
+        if (ret)
+                *ret = f->device;
+        return 0;
+}
+
+static int fake_region_register(Transport *t, int32_t device_id, TransportChannel *channel,
+                                void *addr, uint64_t len, bool remote_write, TransportRegion *r)
+{
+        FakeTransport *f = fake_of(t);
+        size_t i = f->n_regions;
+
+        if (f->register_error != 0)
+                return f->register_error;
+        if (len == 0)
+                return -EINVAL;
+        if (i >= FAKE_TRANSPORT_MAX_REGIONS)
+                return -ENOMEM;
+        f->regions[i] = (FakeRegion){
+                .live = true,
+                .addr = addr,
+                .len = len,
+                .device_id = device_id,
+                .channel = channel,
+                .remote_write = remote_write,
+                .key = {.lkey = FAKE_TRANSPORT_LKEY + (uint32_t)i,
+                        .rkey = remote_write ? FAKE_TRANSPORT_RKEY + (uint32_t)i : 0},
+        };
+        f->n_regions++;
+        r->key = f->regions[i].key;
+        r->priv = &f->regions[i];
+        return 0;
+}
+
+static void fake_region_deregister(Transport *t, TransportRegion *r)
+{
+        FakeRegion *fr = r->priv;
+
+        if (!fr || !fr->live)
+                abort(); /* freed twice: a bug in the layer under test */
+        fr->live = false;
+}
+
 static const transport_ops fake_ops = {
         .name = "fake",
         .submit = fake_submit,
@@ -52,15 +107,88 @@ static const transport_ops fake_ops = {
         .abandon = fake_abandon,
 };
 
-FakeTransport *fake_transport_new(TransportSet *set)
+static const transport_ops fake_rdma_ops = {
+        .name = "fake-rdma",
+        .submit = fake_submit,
+        .cancel = fake_cancel,
+        .abandon = fake_abandon,
+        .device_info = fake_device_info,
+        .region_register = fake_region_register,
+        .region_deregister = fake_region_deregister,
+};
+
+static FakeTransport *fake_new(TransportSet *set, const transport_ops *ops)
 {
         FakeTransport *f = calloc(1, sizeof(*f));
 
         if (!f)
                 return NULL;
-        f->transport.ops = &fake_ops;
+        f->transport.ops = ops;
         f->transport.set = set;
         return f;
+}
+
+FakeTransport *fake_transport_new(TransportSet *set)
+{
+        return fake_new(set, &fake_ops);
+}
+
+FakeTransport *fake_transport_new_rdma(TransportSet *set)
+{
+        FakeTransport *f = fake_new(set, &fake_rdma_ops);
+
+        if (f)
+                (void)snprintf(f->device.device, sizeof(f->device.device), "fake0");
+        return f;
+}
+
+size_t fake_transport_live_regions(const FakeTransport *f)
+{
+        size_t n = 0;
+
+        for (size_t i = 0; i < f->n_regions; i++)
+                n += f->regions[i].live;
+        return n;
+}
+
+const FakeRegion *fake_transport_region_by_key(const FakeTransport *f, uint32_t key, bool remote)
+{
+        for (size_t i = 0; i < f->n_regions; i++)
+                if ((remote ? f->regions[i].key.rkey : f->regions[i].key.lkey) == key && key != 0)
+                        return &f->regions[i];
+        return NULL;
+}
+
+/*
+ * Whether [@addr, +@len) lies in the live registration @key names: its rkey when @remote (only
+ * registrations for remote write have one), else its lkey.
+ */
+static bool fake_key_covers(const FakeTransport *f, uint32_t key, bool remote, uint64_t addr,
+                            uint64_t len)
+{
+        const FakeRegion *fr = fake_transport_region_by_key(f, key, remote);
+        uint64_t base;
+
+        if (!fr || !fr->live)
+                return false;
+        base = (uint64_t)(uintptr_t)fr->addr;
+        return addr >= base && len <= fr->len && addr - base <= fr->len - len;
+}
+
+/* Whether every segment of @job lies in the registrations its keys name (RDMA-like fakes). */
+static bool fake_job_keys_ok(const FakeTransport *f, const TransportJob *job)
+{
+        if (f->transport.ops != &fake_rdma_ops)
+                return true;
+        for (size_t s = 0; s < job->n_segs; s++) {
+                const TransportSegment *seg = &job->segs[s];
+
+                if (!fake_key_covers(f, seg->lkey, false, (uint64_t)(uintptr_t)seg->local,
+                                     seg->len) ||
+                    !fake_key_covers(f, seg->rkey, true, seg->remote, seg->len))
+                        return false;
+        }
+        return true;
 }
 
 FakeTransport *fake_transport_free(FakeTransport *f)
@@ -84,6 +212,8 @@ void fake_transport_complete(FakeTransport *f, TransportJob *job, int error)
                 abort(); /* not ours, or completed twice: a test bug */
         memmove(&f->jobs[i], &f->jobs[i + 1], (f->n_jobs - i - 1) * sizeof(f->jobs[0]));
         f->n_jobs--;
+        if (f->copy && error == 0 && !fake_job_keys_ok(f, job))
+                error = -EACCES; /* a remote access error: nothing moves */
         if (f->copy && error == 0)
                 for (size_t s = 0; s < job->n_segs; s++) {
                         const TransportSegment *seg = &job->segs[s];

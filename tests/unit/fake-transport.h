@@ -6,6 +6,14 @@
  * completion first moves the bytes the way a same-node transport would (a READ copies from each
  * segment's remote address into its local memory, a WRITE the other way), so a test can check
  * every destination byte.
+ *
+ * fake_transport_new_rdma() makes one that behaves like RDMA where memory is concerned: it
+ * answers for a device, hands out keys for the spans it registers and keeps a record of them,
+ * and a copying completion moves the bytes only when every segment lies in a live registration
+ * with the segment's keys (the remote span in one registered for remote write, with its remote
+ * key: the fake has no other kind that peers reach): otherwise the job ends with -EACCES, as a
+ * remote access error does, and no byte moves. One fake plays the devices of both daemons, so a
+ * test can register "the peer's" destination on it too.
  */
 #pragma once
 
@@ -16,6 +24,22 @@
 #include "daemon/transport/transport.h"
 
 #define FAKE_TRANSPORT_MAX_JOBS 16
+#define FAKE_TRANSPORT_MAX_REGIONS 32
+/* The keys of registration i: lkey FAKE_TRANSPORT_LKEY + i, and for remote write rkey
+ * FAKE_TRANSPORT_RKEY + i (0 otherwise). */
+#define FAKE_TRANSPORT_LKEY 0x1000u
+#define FAKE_TRANSPORT_RKEY 0x2000u
+
+/* One registration an RDMA-like fake handed out. */
+typedef struct FakeRegion {
+        bool live; /* not deregistered yet */
+        void *addr;
+        uint64_t len;
+        int32_t device_id;
+        TransportChannel *channel; /* registered on the device of this channel, when not NULL */
+        bool remote_write;
+        TransportKey key;
+} FakeRegion;
 
 typedef struct FakeTransport {
         Transport transport; /* what the layer under test is handed */
@@ -33,11 +57,33 @@ typedef struct FakeTransport {
         TransportDir abandon_dir;
         uint64_t abandon_id;
         uint64_t abandon_bytes;
+
+        /* RDMA-like only (fake_transport_new_rdma()): */
+        const char *no_device;      /* != NULL: device_info answers -ENODEV with this reason */
+        TransportDeviceInfo device; /* what device_info answers otherwise */
+        unsigned n_device_info;
+        int32_t device_info_id;                         /* the last device_info's device id */
+        int register_error;                             /* != 0: region_register fails with it */
+        FakeRegion regions[FAKE_TRANSPORT_MAX_REGIONS]; /* every registration, in order */
+        size_t n_regions;
 } FakeTransport;
 
 /* A fake transport named "fake", belonging to @set (NULL: none). Free with fake_transport_free().
  */
 FakeTransport *fake_transport_new(TransportSet *set);
+
+/*
+ * A fake transport named "fake-rdma" whose memory must be registered (see above), answering for
+ * the device "fake0". Free with fake_transport_free().
+ */
+FakeTransport *fake_transport_new_rdma(TransportSet *set);
+
+/* The registrations of @f not deregistered yet. */
+size_t fake_transport_live_regions(const FakeTransport *f);
+
+/* The registration of @f (live or not) that @key names as lkey, or as rkey when @remote; NULL
+ * when none. */
+const FakeRegion *fake_transport_region_by_key(const FakeTransport *f, uint32_t key, bool remote);
 
 /* Frees @f (jobs still recorded are forgotten, not completed). Accepts NULL; returns NULL. */
 FakeTransport *fake_transport_free(FakeTransport *f);
@@ -47,7 +93,9 @@ TransportJob *fake_transport_job(FakeTransport *f, size_t i);
 
 /*
  * Ends @job (which @f holds) with @error (0 or a negative errno), moving its bytes first when
- * f->copy and @error is 0: runs its done callback from here, as the control loop would.
+ * f->copy and @error is 0: runs its done callback from here, as the control loop would. An
+ * RDMA-like @f ends it with -EACCES instead, moving nothing, when a segment lies outside the
+ * registrations its keys name.
  */
 void fake_transport_complete(FakeTransport *f, TransportJob *job, int error);
 
