@@ -46,7 +46,11 @@ typedef enum SentKind {
         SENT_LINK_CONNECT,
         SENT_LINK_MAKE,
         SENT_LINK_GIVE_BACK,
+        SENT_CHANNEL_READY,
+        SENT_CHANNEL_REPAIR,
 } SentKind;
+
+#define SENT_MAX_RSEGS 4
 
 typedef struct Sent {
         SentKind kind;
@@ -63,6 +67,12 @@ typedef struct Sent {
         OpDesc desc;      /* XFER: the description it carried, if any */
         DomainPair *pair; /* JOIN: to answer */
         PairLink *pl;     /* LINK_*: to answer */
+        /* XFER: a READY's RDMA segments; and the RDMA registrations live as it went out */
+        bool rdma;
+        LaneRemoteSeg rsegs[SENT_MAX_RSEGS];
+        size_t n_rsegs;
+        size_t live_regions;
+        TransportChannel *channel; /* CHANNEL_* */
 } Sent;
 
 /* A pair link's answer: the recorder's stand-in for the peer's PeerLinkReply. */
@@ -71,6 +81,8 @@ struct DomainLinkOffer {
 };
 
 static TransferFixture fx; /* base, ids, limits, LinkRoot, fake transports, the peer */
+/* The RDMA transport (copying), in the transport set only where a test puts it (form_rdma()). */
+static FakeTransport *rdma_fake;
 static uint32_t link_total_time_ms = 60000;
 static DomainRegistry *reg;
 static Peer *them; /* the other daemon, READY: fx.peer */
@@ -215,7 +227,45 @@ static int rec_xfer(Peer *p, const DomainXferMsg *m)
                 s->desc = *m->desc;
         s->status = m->status;
         (void)snprintf(s->detail, sizeof(s->detail), "%s", m->detail);
+        s->rdma = m->rdma;
+        ck_assert_uint_le(m->n_rsegs, SENT_MAX_RSEGS);
+        if (m->n_rsegs > 0)
+                memcpy(s->rsegs, m->rsegs, m->n_rsegs * sizeof(*m->rsegs));
+        s->n_rsegs = m->n_rsegs;
+        s->live_regions = fake_transport_live_regions(rdma_fake);
         return 0;
+}
+
+static int channel_error;      /* != 0: channel_ready fails with it */
+static bool channel_deferred;  /* channel_ready waits (for ever, here) instead of answering */
+static char rdma_waiter_token; /* what a PeerRdmaWaiter handle points at */
+static unsigned n_channel_cancels;
+
+static int rec_channel_ready(Peer *p, TransportChannel *ch, domain_channel_ready_fn fn,
+                             void *userdata, PeerRdmaWaiter **ret_waiter)
+{
+        record(SENT_CHANNEL_READY, p)->channel = ch;
+        /* As peer_rdma_when_ready(): a connected channel answers from inside. */
+        *ret_waiter = NULL;
+        if (channel_error != 0)
+                return channel_error;
+        if (channel_deferred) {
+                *ret_waiter = (PeerRdmaWaiter *)&rdma_waiter_token;
+                return 0;
+        }
+        fn(ch, 0, NULL, userdata);
+        return 0;
+}
+
+static void rec_channel_waiter_cancel(PeerRdmaWaiter *w)
+{
+        ck_assert_ptr_eq(w, (PeerRdmaWaiter *)&rdma_waiter_token);
+        n_channel_cancels++;
+}
+
+static void rec_channel_repair(Peer *p, TransportChannel *ch)
+{
+        record(SENT_CHANNEL_REPAIR, p)->channel = ch;
 }
 
 static int rec_link_ask(PairLink *pl, Cluster *c, Peer *p, PeerCall **ret_call)
@@ -241,8 +291,18 @@ static void rec_link_give_back(PairLink *pl)
 
 static int rec_link_make(PairLink *pl, Cluster *c, const char *reason, Link **ret, Error *err)
 {
-        Link *l = calloc(1, sizeof(*l));
+        Link *l;
 
+        if (pl->rdma_ep) {
+                /* As link_make_remote(): a link of @c over the pair's RDMA channel, on the
+                 * cluster's list (the fixture frees it with the cluster). */
+                l = transfer_fixture_remote_link(&fx, c, pl->remote_cluster_id);
+                l->rdma_ep = pl->rdma_ep;
+                record(SENT_LINK_MAKE, pl->peer)->pl = pl;
+                *ret = l;
+                return 0;
+        }
+        l = calloc(1, sizeof(*l));
         ck_assert_ptr_nonnull(l);
         ck_assert_uint_lt(n_made, sizeof(made) / sizeof(made[0]));
         l->id = id_source_next(&fx.ids);
@@ -269,6 +329,9 @@ static const DomainPeerOps recorder = {
         .ready = rec_ready,
         .leave = rec_leave,
         .xfer = rec_xfer,
+        .channel_ready = rec_channel_ready,
+        .channel_waiter_cancel = rec_channel_waiter_cancel,
+        .channel_repair = rec_channel_repair,
         .link_ask = rec_link_ask,
         .link_forget = rec_link_forget,
         .link_connect = rec_link_connect,
@@ -295,6 +358,12 @@ static void setup(void)
         them->node_id = THEIR_NODE;
         n_sent = 0;
         n_made = 0;
+        rdma_fake = fake_transport_new_rdma(&fx.transports);
+        ck_assert_ptr_nonnull(rdma_fake);
+        rdma_fake->copy = true;
+        channel_error = 0;
+        channel_deferred = false;
+        n_channel_cancels = 0;
 }
 
 static void teardown(void)
@@ -304,6 +373,10 @@ static void teardown(void)
         transfer_fixture_done(&fx);
         for (size_t i = 0; i < n_made; i++)
                 free(made[i]);
+        /* No WRITE left running, no registration left behind. */
+        ck_assert_uint_eq(rdma_fake->n_jobs, 0);
+        ck_assert_uint_eq(fake_transport_live_regions(rdma_fake), 0);
+        rdma_fake = fake_transport_free(rdma_fake);
 }
 
 /* Runs what the event loop has ready (the calls' drain, timers made active). */
@@ -373,8 +446,9 @@ static void answer_join(size_t n)
                              &(DomainJoinAnswer){.joined = true, .dst_domain_id = THEIR_DOMAIN});
 }
 
-/* The other daemon grants our @n-th pair link, and its transport connects over TCP. */
-static void grant_link(size_t n)
+/* The other daemon grants our @n-th pair link, and its transport connects over RDMA on @ep, or
+ * over TCP when @ep is NULL. */
+static void grant_link_over(size_t n, TransportChannel *ep)
 {
         Sent *s = sent_nth(SENT_LINK_ASK, n);
         DomainLinkOffer *offer = calloc(1, sizeof(*offer));
@@ -384,16 +458,29 @@ static void grant_link(size_t n)
         domain_pair_link_on_reply(s->pl, them, STATUS_OK, NULL, offer);
         s = sent_nth(SENT_LINK_CONNECT, n);
         ck_assert_ptr_nonnull(s);
-        domain_pair_link_on_transport(&s->pl->transport, NULL, NULL, s->pl);
+        domain_pair_link_on_transport(&s->pl->transport, ep, NULL, s->pl);
 }
 
-static void their_linked(Domain *dom, uint32_t src, uint32_t dst)
+/* The other daemon grants our @n-th pair link, and its transport connects over TCP. */
+static void grant_link(size_t n)
+{
+        grant_link_over(n, NULL);
+}
+
+/* Rank @src's side of its pair with @dst is linked, over RDMA when @rdma. */
+static void their_linked_over(Domain *dom, uint32_t src, uint32_t dst, bool rdma)
 {
         domain_peer_on_linked(reg, them,
                               &(DomainLinkedMsg){.dst_domain_id = dom->id,
                                                  .src_domain_id = THEIR_DOMAIN,
                                                  .src_rank = src,
-                                                 .dst_rank = dst});
+                                                 .dst_rank = dst,
+                                                 .rdma = rdma});
+}
+
+static void their_linked(Domain *dom, uint32_t src, uint32_t dst)
+{
+        their_linked_over(dom, src, dst, false);
 }
 
 static void their_ready(Domain *dom, uint32_t rank)
@@ -1345,6 +1432,581 @@ START_TEST(test_remote_recv_deadline)
 }
 END_TEST
 
+/* ---- the data path over RDMA: registrations, READY's segments, WRITEs ---- */
+
+/* What the link's RDMA channel to the other daemon points at. */
+static char channel_token;
+#define RDMA_CHANNEL ((TransportChannel *)&channel_token)
+
+/*
+ * Rank 0 here (cluster 100), rank 1 behind the other daemon, formed to OK over RDMA both ways:
+ * our pair link's transport connected on RDMA_CHANNEL (our sends WRITE over it), and rank 1 said
+ * its side runs over RDMA (our receives register for its WRITEs). The transport set's RDMA
+ * transport is the RDMA-like fake.
+ */
+static Domain *form_rdma(void)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom;
+        Sent *s;
+
+        fx.transports.rdma_transport = &rdma_fake->transport;
+        dom = domain_make("rdma", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+        answer_join(0);
+        grant_link_over(0, RDMA_CHANNEL);
+        s = sent_nth(SENT_LINKED, 0);
+        ck_assert_ptr_nonnull(s);
+        ck_assert(s->flag); /* our messages to rank 1 go as WRITEs */
+        their_linked_over(dom, 1, 0, true);
+        their_ready(dom, 1);
+        ck_assert_int_eq(dom->state, DOMAIN_OK);
+        ck_assert(dom->lanes[0][1]->rdma);
+        ck_assert(dom->lanes[1][0]->rdma);
+        /* From here on, what the data path did. */
+        n_sent = 0;
+        rdma_fake->n_device_info = 0;
+        return dom;
+}
+
+/* The sender (rank 1, behind the peer) says @kind about its message @seq to our rank 0. */
+static void their_send_word(Domain *dom, XferKind kind, uint64_t seq, int status)
+{
+        domain_lane_on_xfer(reg, them,
+                            &(DomainXferMsg){.dst_domain_id = dom->id,
+                                             .src_domain_id = THEIR_DOMAIN,
+                                             .kind = kind,
+                                             .src_rank = 1,
+                                             .dst_rank = 0,
+                                             .seq = seq,
+                                             .status = status,
+                                             .detail = ""});
+}
+
+static void write_done(TransportJob *job, int status)
+{
+}
+
+/* Rank 0 receives the message over RDMA; returns the READY it sent (checked for its shape). */
+static Sent *rdma_recv(Domain *dom, uint64_t seq, Answer *r)
+{
+        Sent *w;
+
+        batch_one(dom, 0, 1, true, r);
+        ck_assert_uint_eq(fx.tcp->n_submitted, 0); /* no stream to read */
+        w = sent_nth(SENT_XFER, sent_count(SENT_XFER) - 1);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_uint_eq(w->xfer, XFER_READY);
+        ck_assert_uint_eq(w->dst_domain_id, THEIR_DOMAIN);
+        ck_assert_uint_eq(w->src_rank, 1);
+        ck_assert_uint_eq(w->dst_rank, 0);
+        ck_assert_uint_eq(w->seq, seq);
+        ck_assert_uint_eq(w->desc.bytes, MSG_BYTES);
+        ck_assert(w->rdma);
+        return w;
+}
+
+START_TEST(test_rdma_recv)
+{
+        Domain *dom = form_rdma();
+        Cluster *c0 = dom->ranks[0].cluster;
+        Region *dst = pattern_region(c0, SEED_DST);
+        uint8_t src[MSG_BYTES];
+        TransportSegment seg;
+        TransportRegion *mr;
+        const FakeRegion *fr;
+        TransportJob job;
+        Answer r;
+        Sent *w;
+
+        w = rdma_recv(dom, 0, &r);
+        /* The device of rank 0's cluster was asked whether it takes WRITEs, and the destination
+         * is registered on it for remote write, exactly the message's bytes... */
+        ck_assert_uint_eq(rdma_fake->n_device_info, 1);
+        ck_assert_int_eq(rdma_fake->device_info_id, c0->device_id);
+        ck_assert_uint_eq(rdma_fake->n_regions, 1);
+        fr = &rdma_fake->regions[0];
+        ck_assert(fr->live);
+        ck_assert(fr->remote_write);
+        ck_assert_ptr_eq(fr->addr, dst->data + MSG_OFF);
+        ck_assert_uint_eq(fr->len, MSG_BYTES);
+        ck_assert_int_eq(fr->device_id, c0->device_id);
+        ck_assert_ptr_null(fr->channel);
+        /* ...before the READY that names it with its remote key. */
+        ck_assert_uint_eq(w->live_regions, 1);
+        ck_assert_uint_eq(w->n_rsegs, 1);
+        ck_assert_uint_eq(w->rsegs[0].addr, (uint64_t)(uintptr_t)(dst->data + MSG_OFF));
+        ck_assert_uint_eq(w->rsegs[0].len, MSG_BYTES);
+        ck_assert_uint_eq(w->rsegs[0].rkey, fr->key.rkey);
+        ck_assert_uint_eq(w->rsegs[0].rkey, FAKE_TRANSPORT_RKEY);
+
+        /* The sender's WRITE with what the READY named lands (the fake checks the keys). */
+        harness_fill_pattern(src, sizeof(src), SEED_SRC);
+        ck_assert_int_eq(transport_region_register(&rdma_fake->transport, 0, NULL, src, sizeof(src),
+                                                   false, &mr),
+                         0);
+        seg = (TransportSegment){.local = src,
+                                 .len = sizeof(src),
+                                 .remote = w->rsegs[0].addr,
+                                 .lkey = mr->key.lkey,
+                                 .rkey = w->rsegs[0].rkey};
+        job = (TransportJob){.dir = TRANSPORT_WRITE, .segs = &seg, .n_segs = 1, .done = write_done};
+        ck_assert_int_eq(transport_submit(&rdma_fake->transport, &job), 0);
+        fake_transport_complete(rdma_fake, &job, 0);
+        ck_assert_int_eq(job.error, 0);
+        mr = transport_region_free(mr);
+        loop_once();
+        ck_assert_uint_eq(r.n, 0); /* bytes land unseen: the receiver waits for WRITTEN */
+
+        their_send_word(dom, XFER_WRITTEN, 0, STATUS_OK);
+        /* Deregistered before DONE goes out. */
+        ck_assert_uint_eq(sent_count(SENT_XFER), 2);
+        w = sent_nth(SENT_XFER, 1);
+        ck_assert_uint_eq(w->xfer, XFER_DONE);
+        ck_assert_uint_eq(w->seq, 0);
+        ck_assert_int_eq(w->status, STATUS_OK);
+        ck_assert_uint_eq(w->live_regions, 0);
+        loop_once();
+        answered(&r, STATUS_OK);
+        check_region(dst, SEED_DST, true, SEED_SRC, 0);
+        ck_assert_uint_eq(dom->counters.bytes_received, MSG_BYTES);
+        ck_assert_uint_eq(dom->lanes[1][0]->n_rdma_msgs, 1);
+        region_drop(dst);
+}
+END_TEST
+
+/* A buffer of the other daemon that rank 1's receive names in its READY. */
+static uint8_t their_buf[4096];
+
+/* Where rank 1's READY asks for the message: three spans of their_buf with holes between them,
+ * as a receive into scattered blocks names them. */
+typedef struct Span {
+        uint64_t off, len;
+} Span;
+
+static const Span their_spans[] = {{64, 100}, {400, 500}, {1200, MSG_BYTES - 600}};
+
+/* Registers @spans of their_buf (seeded SEED_DST) for remote write, as rank 1's daemon would,
+ * in @mrs. */
+static void their_register(const Span *spans, size_t n, TransportRegion **mrs)
+{
+        harness_fill_pattern(their_buf, sizeof(their_buf), SEED_DST);
+        for (size_t k = 0; k < n; k++)
+                ck_assert_int_eq(transport_region_register(&rdma_fake->transport, 7, NULL,
+                                                           their_buf + spans[k].off, spans[k].len,
+                                                           true, &mrs[k]),
+                                 0);
+}
+
+static void their_deregister(TransportRegion **mrs, size_t n)
+{
+        for (size_t k = 0; k < n; k++)
+                mrs[k] = transport_region_free(mrs[k]);
+}
+
+/* Rank 1 is ready for our message @seq (described as @desc; NULL: the batch message) over
+ * RDMA, into @spans registered in @mrs. */
+static void their_rdma_ready(Domain *dom, uint64_t seq, const OpDesc *desc, const Span *spans,
+                             size_t n, TransportRegion **mrs)
+{
+        OpDesc theirs = desc ? *desc
+                             : (OpDesc){.op = OP_BATCH,
+                                        .count = MSG_COUNT,
+                                        .dtype = KVD_DT_FLOAT,
+                                        .bytes = MSG_BYTES};
+        LaneRemoteSeg *rsegs = calloc(n, sizeof(*rsegs)); /* the handler's to free */
+
+        ck_assert_ptr_nonnull(rsegs);
+        for (size_t k = 0; k < n; k++)
+                rsegs[k] = (LaneRemoteSeg){.addr = (uint64_t)(uintptr_t)(their_buf + spans[k].off),
+                                           .len = spans[k].len,
+                                           .rkey = mrs[k]->key.rkey};
+        domain_lane_on_xfer(reg, them,
+                            &(DomainXferMsg){.dst_domain_id = dom->id,
+                                             .src_domain_id = THEIR_DOMAIN,
+                                             .kind = XFER_READY,
+                                             .src_rank = 0,
+                                             .dst_rank = 1,
+                                             .seq = seq,
+                                             .desc = &theirs,
+                                             .status = STATUS_OK,
+                                             .detail = "",
+                                             .rdma = true,
+                                             .rsegs = rsegs,
+                                             .n_rsegs = n});
+}
+
+/* Checks every byte of their_buf: SEED_DST, except that @spans hold @stream in span order when
+ * it is not NULL. */
+static void check_their_buf(const Span *spans, size_t n, const uint8_t *stream)
+{
+        uint8_t image[sizeof(their_buf)];
+        uint64_t at = 0;
+
+        harness_fill_pattern(image, sizeof(image), SEED_DST);
+        for (size_t k = 0; stream && k < n; k++) {
+                memcpy(image + spans[k].off, stream + at, spans[k].len);
+                at += spans[k].len;
+        }
+        for (size_t i = 0; i < sizeof(image); i++)
+                if (their_buf[i] != image[i])
+                        ck_abort_msg("byte %zu of the receiver's buffer is 0x%02x, expected 0x%02x",
+                                     i, their_buf[i], image[i]);
+}
+
+/* Our send's WRITE job, checked: our source registered on the channel, paired with @spans. */
+static TransportJob *rdma_send_job(const Region *src, const Span *spans, size_t n,
+                                   TransportRegion **mrs)
+{
+        const FakeRegion *ours = &rdma_fake->regions[n];
+        TransportJob *job;
+        uint64_t at = 0;
+        Sent *c;
+
+        /* Our source: registered after theirs, on the link's channel, for local access. */
+        ck_assert_uint_eq(rdma_fake->n_regions, n + 1);
+        ck_assert(ours->live);
+        ck_assert(!ours->remote_write);
+        ck_assert_ptr_eq(ours->channel, RDMA_CHANNEL);
+        ck_assert_ptr_eq(ours->addr, src->data + MSG_OFF);
+        ck_assert_uint_eq(ours->len, MSG_BYTES);
+        /* The channel was asked to have its paths connected first. */
+        c = sent_nth(SENT_CHANNEL_READY, 0);
+        ck_assert_ptr_nonnull(c);
+        ck_assert_ptr_eq(c->peer, them);
+        ck_assert_ptr_eq(c->channel, RDMA_CHANNEL);
+        /* One job: a WRITE per span, our bytes in stream order. */
+        ck_assert_uint_eq(rdma_fake->n_jobs, 1);
+        job = fake_transport_job(rdma_fake, 0);
+        ck_assert_int_eq(job->dir, TRANSPORT_WRITE);
+        ck_assert_ptr_eq(job->channel, RDMA_CHANNEL);
+        ck_assert_uint_eq(job->n_segs, n);
+        for (size_t k = 0; k < n; k++) {
+                const TransportSegment *seg = &job->segs[k];
+
+                ck_assert_ptr_eq(seg->local, src->data + MSG_OFF + at);
+                ck_assert_uint_eq(seg->len, spans[k].len);
+                ck_assert_uint_eq(seg->remote, (uint64_t)(uintptr_t)(their_buf + spans[k].off));
+                ck_assert_uint_eq(seg->lkey, ours->key.lkey);
+                ck_assert_uint_eq(seg->rkey, mrs[k]->key.rkey);
+                at += spans[k].len;
+        }
+        ck_assert_uint_eq(at, MSG_BYTES);
+        return job;
+}
+
+#define N_SPANS ARRAY_SIZE(their_spans)
+
+START_TEST(test_rdma_send)
+{
+        Domain *dom = form_rdma();
+        Region *src = pattern_region(dom->ranks[0].cluster, SEED_SRC);
+        TransportRegion *mrs[N_SPANS];
+        uint8_t stream[MSG_BYTES];
+        TransportJob *job;
+        Answer s;
+        Sent *w;
+
+        batch_one(dom, 0, 1, false, &s);
+        their_register(their_spans, N_SPANS, mrs);
+        /* Nothing registered or asked of the channel before the READY. */
+        ck_assert_uint_eq(rdma_fake->n_regions, N_SPANS);
+        ck_assert_uint_eq(sent_count(SENT_CHANNEL_READY), 0);
+        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        job = rdma_send_job(src, their_spans, N_SPANS, mrs);
+        ck_assert_uint_eq(sent_count(SENT_XFER), 0);
+        ck_assert_uint_eq(fx.tcp->n_submitted, 0);
+
+        fake_transport_complete(rdma_fake, job, 0);
+        /* Every WRITE completed: our registration goes, then WRITTEN tells the receiver. */
+        ck_assert_uint_eq(sent_count(SENT_XFER), 1);
+        w = sent_nth(SENT_XFER, 0);
+        ck_assert_uint_eq(w->xfer, XFER_WRITTEN);
+        ck_assert_uint_eq(w->dst_domain_id, THEIR_DOMAIN);
+        ck_assert_uint_eq(w->src_rank, 0);
+        ck_assert_uint_eq(w->dst_rank, 1);
+        ck_assert_uint_eq(w->seq, 0);
+        ck_assert_int_eq(w->status, STATUS_OK);
+        ck_assert_uint_eq(w->live_regions, N_SPANS);
+        loop_once();
+        ck_assert_uint_eq(s.n, 0); /* the receiver's DONE completes it */
+        their_word(dom, XFER_DONE, 0, STATUS_OK);
+        loop_once();
+        answered(&s, STATUS_OK);
+        harness_fill_pattern_at(stream, sizeof(stream), SEED_SRC, MSG_OFF);
+        check_their_buf(their_spans, N_SPANS, stream);
+        check_region(src, SEED_SRC, false, 0, 0);
+        ck_assert_uint_eq(sent_count(SENT_XFER), 1);
+        ck_assert_uint_eq(sent_count(SENT_CHANNEL_REPAIR), 0);
+        ck_assert_uint_eq(dom->counters.bytes_sent, MSG_BYTES);
+        ck_assert_uint_eq(dom->lanes[0][1]->n_rdma_msgs, 1);
+        their_deregister(mrs, N_SPANS);
+        region_drop(src);
+}
+END_TEST
+
+START_TEST(test_rdma_send_bad_ready)
+{
+        /* READYs whose segments do not cover the message exactly: short, long. */
+        static const Span spans[][3] = {
+                {{64, 100}, {400, 500}, {1200, MSG_BYTES - 624}},
+                {{64, 100}, {400, 500}, {1200, MSG_BYTES - 576}},
+        };
+        static const char *const named[] = {"names 1000 bytes", "names 1048 bytes"};
+        Domain *dom = form_rdma();
+        Region *src = pattern_region(dom->ranks[0].cluster, SEED_SRC);
+
+        for (size_t i = 0; i < ARRAY_SIZE(spans); i++) {
+                TransportRegion *mrs[3];
+                Answer s;
+                Sent *w;
+
+                batch_one(dom, 0, 1, false, &s);
+                their_register(spans[i], 3, mrs);
+                their_rdma_ready(dom, i, NULL, spans[i], 3, mrs);
+                loop_once();
+                /* PROTOCOL_MISMATCH (domain_lane_rdma_send_prepare()): nothing is registered
+                 * or written... */
+                answered(&s, STATUS_PROTOCOL_MISMATCH);
+                ck_assert_ptr_nonnull(strstr(s.detail, named[i]));
+                ck_assert_ptr_nonnull(strstr(s.detail, "for a message of 1024"));
+                ck_assert_uint_eq(rdma_fake->n_submitted, 0);
+                ck_assert_uint_eq(rdma_fake->n_regions, 3 * (i + 1)); /* theirs only */
+                ck_assert_uint_eq(sent_count(SENT_CHANNEL_READY), 0);
+                check_their_buf(spans[i], 3, NULL);
+                /* ...and the receiver hears it, to let go of its registration. */
+                w = sent_nth(SENT_XFER, sent_count(SENT_XFER) - 1);
+                ck_assert_ptr_nonnull(w);
+                ck_assert_uint_eq(w->xfer, XFER_SEND_CANCEL);
+                ck_assert_uint_eq(w->seq, i);
+                ck_assert_int_eq(w->status, STATUS_PROTOCOL_MISMATCH);
+                ck_assert_uint_eq(sent_count(SENT_XFER), i + 1);
+                their_deregister(mrs, 3);
+        }
+        check_region(src, SEED_SRC, false, 0, 0);
+        region_drop(src);
+}
+END_TEST
+
+START_TEST(test_rdma_write_fails)
+{
+        Domain *dom = form_rdma();
+        Region *src = pattern_region(dom->ranks[0].cluster, SEED_SRC);
+        TransportRegion *mrs[N_SPANS];
+        TransportJob *job;
+        Answer s;
+        Sent *w;
+
+        batch_one(dom, 0, 1, false, &s);
+        their_register(their_spans, N_SPANS, mrs);
+        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        job = rdma_send_job(src, their_spans, N_SPANS, mrs);
+        /* The WRITEs fail (a flushed queue pair): PEER_LOST for the call... */
+        fake_transport_complete(rdma_fake, job, -EIO);
+        loop_once();
+        answered(&s, STATUS_PEER_LOST);
+        ck_assert_ptr_nonnull(strstr(s.detail, "RDMA WRITE to rank 1 failed"));
+        /* ...the channel's paths are connected again for whatever uses it next... */
+        w = sent_nth(SENT_CHANNEL_REPAIR, 0);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_ptr_eq(w->peer, them);
+        ck_assert_ptr_eq(w->channel, RDMA_CHANNEL);
+        /* ...and the receiver hears it in SEND_CANCEL, our registration gone already. */
+        ck_assert_uint_eq(sent_count(SENT_XFER), 1);
+        w = sent_nth(SENT_XFER, 0);
+        ck_assert_uint_eq(w->xfer, XFER_SEND_CANCEL);
+        ck_assert_uint_eq(w->seq, 0);
+        ck_assert_int_eq(w->status, STATUS_PEER_LOST);
+        ck_assert_uint_eq(w->live_regions, N_SPANS);
+        check_their_buf(their_spans, N_SPANS, NULL);
+        check_region(src, SEED_SRC, false, 0, 0);
+        ck_assert_uint_eq(dom->counters.bytes_sent, 0);
+        their_deregister(mrs, N_SPANS);
+        region_drop(src);
+}
+END_TEST
+
+START_TEST(test_rdma_write_refused)
+{
+        Domain *dom = form_rdma();
+        Region *src = pattern_region(dom->ranks[0].cluster, SEED_SRC);
+        TransportRegion *mrs[N_SPANS];
+        TransportJob *job;
+        Answer s;
+        Sent *w;
+
+        batch_one(dom, 0, 1, false, &s);
+        their_register(their_spans, N_SPANS, mrs);
+        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        job = rdma_send_job(src, their_spans, N_SPANS, mrs);
+        /* The receiver takes its buffer back while the WRITEs run: they fail with a remote
+         * access error and land nowhere. */
+        their_deregister(mrs, N_SPANS);
+        fake_transport_complete(rdma_fake, job, 0);
+        ck_assert_int_eq(job->error, -EACCES);
+        /* Only this message fails: SEND_CANCEL ends the receiver's wait, should it still
+         * wait, and the call waits for the receiver's word. */
+        w = sent_nth(SENT_XFER, 0);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_uint_eq(w->xfer, XFER_SEND_CANCEL);
+        ck_assert_int_eq(w->status, STATUS_FAILED);
+        ck_assert_ptr_nonnull(strstr(w->detail, "remote access error"));
+        loop_once();
+        ck_assert_uint_eq(s.n, 0);
+        /* It gave up: its word says why. */
+        domain_lane_on_xfer(reg, them,
+                            &(DomainXferMsg){.dst_domain_id = dom->id,
+                                             .src_domain_id = THEIR_DOMAIN,
+                                             .kind = XFER_RECV_CANCEL,
+                                             .src_rank = 0,
+                                             .dst_rank = 1,
+                                             .seq = 0,
+                                             .status = STATUS_TIMEOUT,
+                                             .detail = "timed out"});
+        loop_once();
+        answered(&s, STATUS_TIMEOUT);
+        ck_assert_ptr_nonnull(strstr(s.detail, "timed out"));
+        ck_assert_uint_eq(sent_count(SENT_XFER), 1);
+        check_their_buf(their_spans, N_SPANS, NULL);
+        check_region(src, SEED_SRC, false, 0, 0);
+        ck_assert_uint_eq(dom->counters.bytes_sent, 0);
+        region_drop(src);
+}
+END_TEST
+
+START_TEST(test_rdma_channel_fails)
+{
+        Domain *dom = form_rdma();
+        Region *src = pattern_region(dom->ranks[0].cluster, SEED_SRC);
+        TransportRegion *mrs[N_SPANS];
+        Answer s;
+        Sent *w;
+
+        /* The link's peer has no such channel any more: PEER_LOST, no WRITE. */
+        channel_error = -ENOENT;
+        batch_one(dom, 0, 1, false, &s);
+        their_register(their_spans, N_SPANS, mrs);
+        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        loop_once();
+        answered(&s, STATUS_PEER_LOST);
+        ck_assert_ptr_nonnull(strstr(s.detail, "no RDMA queue pairs to rank 1"));
+        ck_assert_uint_eq(rdma_fake->n_submitted, 0);
+        w = sent_nth(SENT_XFER, 0);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_uint_eq(w->xfer, XFER_SEND_CANCEL);
+        ck_assert_int_eq(w->status, STATUS_PEER_LOST);
+        ck_assert_uint_eq(w->live_regions, N_SPANS);
+        check_their_buf(their_spans, N_SPANS, NULL);
+        their_deregister(mrs, N_SPANS);
+        region_drop(src);
+}
+END_TEST
+
+START_TEST(test_rdma_channel_wait_deadline)
+{
+        Domain *dom = form_rdma();
+        Region *src = pattern_region(dom->ranks[0].cluster, SEED_SRC);
+        TransportRegion *mrs[N_SPANS];
+        DomainCall *call;
+        Answer s;
+        Sent *w;
+
+        /* The channel's paths are still connecting when the call's time is up. */
+        channel_deferred = true;
+        batch_one(dom, 0, 1, false, &s);
+        their_register(their_spans, N_SPANS, mrs);
+        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        ck_assert_uint_eq(sent_count(SENT_CHANNEL_READY), 1);
+        ck_assert_uint_eq(rdma_fake->n_submitted, 0);
+        call = clist_first_entry(&dom->calls, DomainCall, link_domain);
+        event_active(call->timer, EV_TIMEOUT, 1);
+        loop_once();
+        loop_once();
+        /* The wait is cancelled, the receiver hears it, nothing was written. */
+        ck_assert_uint_eq(n_channel_cancels, 1);
+        answered(&s, STATUS_TIMEOUT);
+        w = sent_nth(SENT_XFER, 0);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_uint_eq(w->xfer, XFER_SEND_CANCEL);
+        ck_assert_int_eq(w->status, STATUS_TIMEOUT);
+        ck_assert_uint_eq(sent_count(SENT_XFER), 1);
+        ck_assert_uint_eq(rdma_fake->n_submitted, 0);
+        ck_assert_uint_eq(fake_transport_live_regions(rdma_fake), N_SPANS);
+        check_their_buf(their_spans, N_SPANS, NULL);
+        their_deregister(mrs, N_SPANS);
+        region_drop(src);
+}
+END_TEST
+
+START_TEST(test_rdma_recv_register_fails)
+{
+        Domain *dom = form_rdma();
+        Region *dst = pattern_region(dom->ranks[0].cluster, SEED_DST);
+        struct {
+                int register_error;
+                const char *no_device;
+                int status;
+                const char *detail;
+        } cases[] = {
+                /* domain_lane_rdma_recv_register(): the device cannot take WRITEs... */
+                {0, "the device is down (test)", STATUS_FEATURE_NOT_ENABLED,
+                 "the device is down (test)"},
+                /* ...or the registration fails (LimitMEMLOCK, most often). */
+                {-ENOMEM, NULL, STATUS_OUT_OF_MEMORY, "cannot register the receive buffer"},
+        };
+
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                Answer r;
+                Sent *w;
+
+                rdma_fake->register_error = cases[i].register_error;
+                rdma_fake->no_device = cases[i].no_device;
+                batch_one(dom, 0, 1, true, &r);
+                loop_once();
+                answered(&r, cases[i].status);
+                ck_assert_ptr_nonnull(strstr(r.detail, cases[i].detail));
+                /* No READY: the sender hears that this message will not come. */
+                ck_assert_uint_eq(sent_count(SENT_XFER), i + 1);
+                w = sent_nth(SENT_XFER, i);
+                ck_assert_uint_eq(w->xfer, XFER_RECV_CANCEL);
+                ck_assert_uint_eq(w->seq, i);
+                ck_assert_int_eq(w->status, cases[i].status);
+                ck_assert_uint_eq(rdma_fake->n_regions, 0);
+                check_region(dst, SEED_DST, false, 0, 0);
+        }
+        ck_assert_uint_eq(fx.tcp->n_submitted, 0);
+        region_drop(dst);
+}
+END_TEST
+
+START_TEST(test_rdma_send_register_fails)
+{
+        Domain *dom = form_rdma();
+        Region *src = pattern_region(dom->ranks[0].cluster, SEED_SRC);
+        TransportRegion *mrs[N_SPANS];
+        Answer s;
+        Sent *w;
+
+        batch_one(dom, 0, 1, false, &s);
+        their_register(their_spans, N_SPANS, mrs);
+        rdma_fake->register_error = -ENOMEM;
+        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        loop_once();
+        /* domain_lane_rdma_send_prepare(): OUT_OF_MEMORY, no WRITE; the receiver hears it. */
+        answered(&s, STATUS_OUT_OF_MEMORY);
+        ck_assert_ptr_nonnull(strstr(s.detail, "cannot register the send buffer"));
+        ck_assert_uint_eq(rdma_fake->n_submitted, 0);
+        ck_assert_uint_eq(sent_count(SENT_CHANNEL_READY), 0);
+        w = sent_nth(SENT_XFER, 0);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_uint_eq(w->xfer, XFER_SEND_CANCEL);
+        ck_assert_int_eq(w->status, STATUS_OUT_OF_MEMORY);
+        ck_assert_uint_eq(sent_count(SENT_XFER), 1);
+        check_their_buf(their_spans, N_SPANS, NULL);
+        their_deregister(mrs, N_SPANS);
+        region_drop(src);
+}
+END_TEST
+
 /* ---- collectives among clusters of this daemon ---- */
 
 #define COLL_RANKS 3
@@ -1537,6 +2199,104 @@ START_TEST(test_broadcast_remote)
 }
 END_TEST
 
+/*
+ * A broadcast from our rank 0 to rank 1 behind the peer over RDMA: our blocks (tensor 0's in
+ * list order, then tensor 1's) are paired with the two spans rank 1's READY names, the pieces
+ * cut where either side's segment ends.
+ */
+START_TEST(test_rdma_broadcast_send)
+{
+        static const uint64_t blocks[] = {3, 1};
+        static const Span spans[] = {{100, 200}, {700, 312}};
+        /* The WRITEs: block k of the stream (t * 2 + list index) from @off, into span @span
+         * from @at. */
+        static const struct {
+                size_t block;
+                uint64_t off;
+                size_t span;
+                uint64_t at, len;
+        } writes[] = {
+                {0, 0, 0, 0, 128},  {1, 0, 0, 128, 72},  {1, 72, 1, 0, 56},
+                {2, 0, 1, 56, 128}, {3, 0, 1, 184, 128},
+        };
+        const uint64_t bytes = COLL_TENSORS * ARRAY_SIZE(blocks) * FIXTURE_STRIDE;
+        Domain *dom = form_rdma();
+        Cache *cache = transfer_fixture_cache(&fx, dom->ranks[0].cluster, CACHE_BLOCKS,
+                                              COLL_TENSORS, COLL_UNITS, NULL, SEED_RANK(0));
+        const uint8_t *data = cache->tensors[0].region->data;
+        uint8_t stream[COLL_TENSORS * ARRAY_SIZE(blocks) * FIXTURE_STRIDE], *image;
+        TransportRegion *mrs[ARRAY_SIZE(spans)];
+        const FakeRegion *ours;
+        Error err = ERROR_INIT;
+        TransportJob *job;
+        DomainOp *op;
+        Answer a;
+        Sent *w;
+
+        answer_init(&a);
+        ck_assert_int_eq(domain_handle_broadcast(reg, dom->ranks[0].cluster,
+                                                 &(DomainCollArgs){.comm_id = dom->id,
+                                                                   .root_rank = 0,
+                                                                   .cache_id = cache->id,
+                                                                   .blocks = blocks,
+                                                                   .n_blocks = ARRAY_SIZE(blocks),
+                                                                   .algorithm = KVD_ALGO_MESH,
+                                                                   .timeout_ms = 1000},
+                                                 &a.cpl, answer_reply, &err),
+                         COMPLETION_PENDING);
+        /* One send to rank 1; it READYs with what it was told (the send's own description). */
+        op = clist_first_entry(&dom->lanes[0][1]->ops, DomainOp, link_lane);
+        ck_assert_uint_eq(op->desc.bytes, bytes);
+        their_register(spans, ARRAY_SIZE(spans), mrs);
+        their_rdma_ready(dom, 0, &op->desc, spans, ARRAY_SIZE(spans), mrs);
+
+        /* Our blocks lie within one span of the region: one registration for all four. */
+        ck_assert_uint_eq(rdma_fake->n_regions, ARRAY_SIZE(spans) + 1);
+        ours = &rdma_fake->regions[ARRAY_SIZE(spans)];
+        ck_assert(!ours->remote_write);
+        ck_assert_ptr_eq(ours->channel, RDMA_CHANNEL);
+        ck_assert_ptr_eq(ours->addr, data + block_offset(0, 1));
+        ck_assert_uint_eq(ours->len, block_offset(1, 3) + FIXTURE_STRIDE - block_offset(0, 1));
+        ck_assert_uint_eq(rdma_fake->n_jobs, 1);
+        job = fake_transport_job(rdma_fake, 0);
+        ck_assert_int_eq(job->dir, TRANSPORT_WRITE);
+        ck_assert_uint_eq(job->n_segs, ARRAY_SIZE(writes));
+        for (size_t k = 0; k < ARRAY_SIZE(writes); k++) {
+                const TransportSegment *seg = &job->segs[k];
+                size_t b = writes[k].block;
+                uint64_t from =
+                        block_offset(b / ARRAY_SIZE(blocks), blocks[b % ARRAY_SIZE(blocks)]);
+
+                ck_assert_ptr_eq(seg->local, data + from + writes[k].off);
+                ck_assert_uint_eq(seg->len, writes[k].len);
+                ck_assert_uint_eq(seg->remote,
+                                  (uint64_t)(uintptr_t)(their_buf + spans[writes[k].span].off +
+                                                        writes[k].at));
+                ck_assert_uint_eq(seg->lkey, ours->key.lkey);
+                ck_assert_uint_eq(seg->rkey, mrs[writes[k].span]->key.rkey);
+        }
+        fake_transport_complete(rdma_fake, job, 0);
+        w = sent_nth(SENT_XFER, 0);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_uint_eq(w->xfer, XFER_WRITTEN);
+        their_word(dom, XFER_DONE, 0, STATUS_OK);
+        loop_once();
+        ck_assert_uint_eq(a.n, 1);
+        ck_assert_int_eq(a.status, STATUS_OK);
+        ck_assert_uint_eq(a.bytes, bytes);
+        /* Their buffer holds our blocks in stream order, and nothing else moved. */
+        image = transfer_fixture_image(cache, SEED_RANK(0));
+        for (uint32_t t = 0; t < COLL_TENSORS; t++)
+                for (size_t k = 0; k < ARRAY_SIZE(blocks); k++)
+                        memcpy(stream + (t * ARRAY_SIZE(blocks) + k) * FIXTURE_STRIDE,
+                               image + block_offset(t, blocks[k]), FIXTURE_STRIDE);
+        check_their_buf(spans, ARRAY_SIZE(spans), stream);
+        transfer_fixture_check_image(cache, image);
+        free(image);
+        their_deregister(mrs, ARRAY_SIZE(spans));
+}
+END_TEST
+
 /* Two clusters of this daemon: devices 4 and 0 of one server. */
 static const char *const local_table =
         "{\"version\": \"1.0\", \"server_count\": \"1\", \"status\": \"completed\", "
@@ -1653,6 +2413,20 @@ static Suite *domain_suite(void)
         tcase_add_test(tc, test_broadcast);
         tcase_add_test(tc, test_all_gather);
         tcase_add_test(tc, test_broadcast_remote);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("rdma-lane");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_rdma_recv);
+        tcase_add_test(tc, test_rdma_send);
+        tcase_add_test(tc, test_rdma_send_bad_ready);
+        tcase_add_test(tc, test_rdma_write_fails);
+        tcase_add_test(tc, test_rdma_write_refused);
+        tcase_add_test(tc, test_rdma_channel_fails);
+        tcase_add_test(tc, test_rdma_channel_wait_deadline);
+        tcase_add_test(tc, test_rdma_recv_register_fails);
+        tcase_add_test(tc, test_rdma_send_register_fails);
+        tcase_add_test(tc, test_rdma_broadcast_send);
         suite_add_tcase(s, tc);
         return s;
 }
