@@ -1696,6 +1696,21 @@ static TransportJob *rdma_send_job(const Region *src, const Span *spans, size_t 
 
 #define N_SPANS ARRAY_SIZE(their_spans)
 
+/*
+ * Our rank 0 sends the batch message to rank 1, which registers their_spans (in @mrs) and READYs
+ * over RDMA; until the READY nothing of ours is registered and the channel is not asked. From
+ * the READY on, our registrations fail with @register_error (0: they do not).
+ */
+static void rdma_send_readied(Domain *dom, Answer *s, TransportRegion **mrs, int register_error)
+{
+        batch_one(dom, 0, 1, false, s);
+        their_register(their_spans, N_SPANS, mrs);
+        ck_assert_uint_eq(rdma_fake->n_regions, N_SPANS);
+        ck_assert_uint_eq(sent_count(SENT_CHANNEL_READY), 0);
+        rdma_fake->register_error = register_error;
+        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+}
+
 START_TEST(test_rdma_send)
 {
         Domain *dom = form_rdma();
@@ -1706,12 +1721,7 @@ START_TEST(test_rdma_send)
         Answer s;
         Sent *w;
 
-        batch_one(dom, 0, 1, false, &s);
-        their_register(their_spans, N_SPANS, mrs);
-        /* Nothing registered or asked of the channel before the READY. */
-        ck_assert_uint_eq(rdma_fake->n_regions, N_SPANS);
-        ck_assert_uint_eq(sent_count(SENT_CHANNEL_READY), 0);
-        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        rdma_send_readied(dom, &s, mrs, 0);
         job = rdma_send_job(src, their_spans, N_SPANS, mrs);
         ck_assert_uint_eq(sent_count(SENT_XFER), 0);
         ck_assert_uint_eq(fx.tcp->n_submitted, 0);
@@ -1796,9 +1806,7 @@ START_TEST(test_rdma_write_fails)
         Answer s;
         Sent *w;
 
-        batch_one(dom, 0, 1, false, &s);
-        their_register(their_spans, N_SPANS, mrs);
-        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        rdma_send_readied(dom, &s, mrs, 0);
         job = rdma_send_job(src, their_spans, N_SPANS, mrs);
         /* The WRITEs fail (a flushed queue pair): PEER_LOST for the call... */
         fake_transport_complete(rdma_fake, job, -EIO);
@@ -1834,9 +1842,7 @@ START_TEST(test_rdma_write_refused)
         Answer s;
         Sent *w;
 
-        batch_one(dom, 0, 1, false, &s);
-        their_register(their_spans, N_SPANS, mrs);
-        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        rdma_send_readied(dom, &s, mrs, 0);
         job = rdma_send_job(src, their_spans, N_SPANS, mrs);
         /* The receiver takes its buffer back while the WRITEs run: they fail with a remote
          * access error and land nowhere. */
@@ -1883,9 +1889,7 @@ START_TEST(test_rdma_channel_fails)
 
         /* The link's peer has no such channel any more: PEER_LOST, no WRITE. */
         channel_error = -ENOENT;
-        batch_one(dom, 0, 1, false, &s);
-        their_register(their_spans, N_SPANS, mrs);
-        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        rdma_send_readied(dom, &s, mrs, 0);
         loop_once();
         answered(&s, STATUS_PEER_LOST);
         ck_assert_ptr_nonnull(strstr(s.detail, "no RDMA queue pairs to rank 1"));
@@ -1912,9 +1916,7 @@ START_TEST(test_rdma_channel_wait_deadline)
 
         /* The channel's paths are still connecting when the call's time is up. */
         channel_deferred = true;
-        batch_one(dom, 0, 1, false, &s);
-        their_register(their_spans, N_SPANS, mrs);
-        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        rdma_send_readied(dom, &s, mrs, 0);
         ck_assert_uint_eq(sent_count(SENT_CHANNEL_READY), 1);
         ck_assert_uint_eq(rdma_fake->n_submitted, 0);
         call = clist_first_entry(&dom->calls, DomainCall, link_domain);
@@ -1986,10 +1988,7 @@ START_TEST(test_rdma_send_register_fails)
         Answer s;
         Sent *w;
 
-        batch_one(dom, 0, 1, false, &s);
-        their_register(their_spans, N_SPANS, mrs);
-        rdma_fake->register_error = -ENOMEM;
-        their_rdma_ready(dom, 0, NULL, their_spans, N_SPANS, mrs);
+        rdma_send_readied(dom, &s, mrs, -ENOMEM);
         loop_once();
         /* domain_lane_rdma_send_prepare(): OUT_OF_MEMORY, no WRITE; the receiver hears it. */
         answered(&s, STATUS_OUT_OF_MEMORY);
