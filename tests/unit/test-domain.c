@@ -2,10 +2,11 @@
 /*
  * Unit tests for comm domains: the membership state machine and the calls, driven by hand. A
  * DomainRegistry is built over the transfer suites' fixture (an event base, a LinkRoot, a READY
- * peer and a TransportSet whose same-node and TCP transports are fakes, fake-transport.h); what
- * it sends to other daemons goes to a recorder (its DomainPeerOps), and what other daemons send
- * comes in as the decoded messages domain-codec.c would hand over. Data jobs are completed by
- * the test, the same-node ones copying. No sockets, no threads, no sleeps: timers are fired by
+ * peer and a TransportSet whose same-node and TCP transports are fakes, fake-transport.h, and,
+ * for the RDMA lane, an RDMA-like fake that registers and checks keys); what it sends to other
+ * daemons goes to a recorder (its DomainPeerOps), and what other daemons send comes in as the
+ * decoded messages domain-codec.c would hand over. Data jobs are completed by the test, the
+ * same-node and RDMA ones copying. No sockets, no threads, no sleeps: timers are fired by
  * making their events active.
  */
 /* Before check.h, whose fail() macro would rename CompletionOps.fail. */
