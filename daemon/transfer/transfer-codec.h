@@ -19,6 +19,7 @@ typedef struct Peer Peer;
 typedef struct PeerCall PeerCall;
 typedef struct Transfer Transfer;
 typedef struct TransferRoot TransferRoot;
+typedef struct TransportChannel TransportChannel;
 
 /* A peer's request to move one of our caches (MSG_PEER_TRANSFER), or ours to a peer. */
 typedef struct TransferPeerRequest {
@@ -68,6 +69,9 @@ typedef struct TransferPeerOps {
         /* Answers the peer's request @request_id with @answer, or refuses it with @err. */
         int (*answer)(Peer *p, uint64_t request_id, const TransferPeerAnswer *answer);
         int (*refuse)(Peer *p, uint64_t request_id, const Error *err);
+        /* Connects again the paths of @ch, a one-sided channel to @p, that a timeout or an error
+         * flushed (peer_rdma_repair()). */
+        void (*channel_repair)(Peer *p, TransportChannel *ch);
 } TransferPeerOps;
 
 /* What an orphaned request needs to know of its transfer. */

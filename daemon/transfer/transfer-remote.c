@@ -24,7 +24,6 @@
 #include "daemon/link/link.h"
 #include "common/log.h"
 #include "daemon/link/peer.h"
-#include "daemon/link/peer-rdma.h"
 #include "daemon/transfer/plan.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
@@ -105,7 +104,7 @@ int transfer_remote_start(Transfer *x, Error *err)
         /* Queue pairs flushed by an earlier timeout or error connect again before they serve. */
         if (x->one_sided &&
             !transport_channel_ready(p->root->transports->rdma_transport, l->rdma_ep))
-                peer_rdma_repair(p, l->rdma_ep);
+                x->root->peer_ops->channel_repair(p, l->rdma_ep);
         r = x->root->peer_ops->request(p, &req, x, &x->call);
         if (r < 0)
                 return error_set(err, r == -EMSGSIZE ? STATUS_LIMIT_EXCEEDED : STATUS_PEER_LOST,

@@ -92,6 +92,12 @@ static int recorder_refuse(Peer *p, uint64_t request_id, const Error *err)
         return 0;
 }
 
+/* The fixture's links have no one-sided channel, so nothing has queue pairs to repair. */
+static void recorder_channel_repair(Peer *p, TransportChannel *ch)
+{
+        ck_abort_msg("a channel repair, but the fixture makes no one-sided links");
+}
+
 static const TransferPeerOps recorder_ops = {
         .request = recorder_request,
         .orphan = recorder_orphan,
@@ -100,6 +106,7 @@ static const TransferPeerOps recorder_ops = {
         .push_done = recorder_push_done,
         .answer = recorder_answer,
         .refuse = recorder_refuse,
+        .channel_repair = recorder_channel_repair,
 };
 
 /* Stands for the peer's data connections: transports get it as the job's channel. */
