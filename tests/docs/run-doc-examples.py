@@ -83,7 +83,7 @@ def run_case(kvdistd, extractor, case, tmp):
         wait_for_socket(sock, daemon, dlog)
         with open(plog, "w") as pl:
             prefill = subprocess.Popen(["/usr/bin/python3", prefill_py], env=env,
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                        stderr=pl, text=True)
         line = prefill.stdout.readline()  # blocks until the worker serves, or exits
         if "prefill: serving" not in line:
@@ -99,7 +99,7 @@ def run_case(kvdistd, extractor, case, tmp):
             fail("the decode worker failed or found wrong bytes",
                  ("kvdistd log", dlog), ("prefill.py", plog))
 
-        prefill.stdin.close()  # the worker's cue to finalize
+        prefill.terminate()  # SIGTERM: the worker's cue to finalize
         if prefill.wait(CEILING_S) != 0:
             fail(f"prefill.py exited with status {prefill.returncode}",
                  ("prefill.py", plog), ("kvdistd log", dlog))
