@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Status: the daemon's state as the JSON document kvdistctl shows (schema in README). */
+/* Status: the daemon's state as the JSON document kvdistctl shows (schema in docs/kvdistctl.md). */
 #pragma once
 
 typedef struct Daemon Daemon;

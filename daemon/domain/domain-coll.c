@@ -29,7 +29,7 @@
 #define CHUNK_MIN (UINT64_C(4) << 10)
 #define CHUNK_MAX (UINT64_C(256) << 20)
 /* algorithm=auto: a broadcast of at least this many bytes among 3 or more members runs as a
- * ring. kvdist-domain-bench (README, Benchmarks): on hosts whose links are the bottleneck the
+ * ring. kvdist-domain-bench (docs/benchmarks.md): on hosts whose links are the bottleneck the
  * ring wins from 512 KiB up (1.4x to 2.5x with 4 members), on loopback it is even from 1 MiB;
  * below that the ring's n-1 hops are latency. All-gather moves the same bytes per host either
  * way and mesh is never slower, so auto picks mesh for it. */
