@@ -234,7 +234,7 @@ def test_init_options_mapping():
     c.host_mem_pool_cfg = '{"memory_size": 4096}'
     c.link_total_time = 0
     c.link_retry_count = 1
-    c.transfer_backend = ""
+    c.transfer_backend = "hixl"
     c.global_resource_config = ""
     c.socket_path = "/run/k.sock"
     pool = Pool()
@@ -264,7 +264,9 @@ REFUSED = [
     ("llm.EnableCacheManager", "0", NOT_ENABLED, "KvCacheManager"),
     ("llm.LinkTotalTime", "20", NOT_ENABLED, "link_total_time_ms"),
     ("llm.LinkRetryCount", "3", NOT_ENABLED, "once"),
-    ("llm.TransferBackend", "hixl", NOT_ENABLED, "transports"),
+    ("llm.TransferBackend", "hixl", PARAM_INVALID, "llm.listenIpInfo"),
+    ("llm.TransferBackend", "", PARAM_INVALID, "\"hixl\""),
+    ("llm.TransferBackend", "adxl", PARAM_INVALID, "\"hixl\""),
     ("llm.GlobalResourceConfig", "{}", NOT_ENABLED, "HIXL"),
     ("llm.EnableSwitchRole", "yes", PARAM_INVALID, "\"0\" or \"1\""),
     ("llm.EnableRemoteCacheAccessible", "2", PARAM_INVALID, "\"0\" or \"1\""),
@@ -301,8 +303,9 @@ def test_init_options_session_device():
 
 
 def test_init_with_samples_configs(daemon, attach):
-    """The LlmConfig of pull_cache_sample.py (a 64 MiB pool) and transfer_cache_async_sample.py,
-    on a daemon with a 64 MiB pool: accepted; a pool larger than the daemon's is refused."""
+    """The LlmConfig of pull_cache_sample.py (a 64 MiB pool) and transfer_cache_async_sample.py
+    (with HIXL), on a daemon with a 64 MiB pool: accepted; a pool larger than the daemon's is
+    refused."""
     pool = kvdist.daemon_status(daemon.socket)["pool"]
     c = LLMConfig()
     c.device_id = 0
@@ -319,6 +322,8 @@ def test_init_with_samples_configs(daemon, attach):
     c.listen_ip_info = daemon.peer_addr
     c.enable_cache_manager = True
     c.enable_remote_cache_accessible = True
+    c.local_comm_res = ""
+    c.transfer_backend = "hixl"  # --transfer_backend hixl, and hixl_transfer_backend_sample.py
     c.socket_path = daemon.socket
     dd = kvdist.LLMDataDist(kvdist.LLMRole.DECODER, 7102)
     dd.init(c.generate_options())

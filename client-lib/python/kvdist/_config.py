@@ -380,8 +380,6 @@ _ONLY_DEFAULT = {
                                "cannot change either"),
     "llm.LinkRetryCount": ("1", "kvdist tries a link once per link_clusters() call; call it "
                                 "again to retry"),
-    "llm.TransferBackend": ("", "kvdistd moves bytes with the transports its configuration "
-                                "chooses (RDMA, TCP, shared memory); there is no other backend"),
     "llm.GlobalResourceConfig": ("", "HIXL's resource configuration; kvdist has no HIXL "
                                      "backend"),
 }
@@ -465,6 +463,15 @@ def init_options(options, daemon_pool=None):
             default, why = _ONLY_DEFAULT[key]
             if value != default:
                 raise _refuse(key, f"\"{value}\" is not supported: {why}")
+        elif key == "llm.TransferBackend":
+            # llm_datadist knows one backend, HIXL's, with which each end links and is linked
+            # at its listen address: what kvdist's own transports do for a server cluster.
+            if value != "hixl":
+                raise _param_invalid(f"option \"{key}\" is \"{value}\": the only transfer "
+                                     "backend llm_datadist knows is \"hixl\"")
+            if "llm.listenIpInfo" not in options and "listen_ip_info" not in options:
+                raise _param_invalid(f"option \"{key}\" needs llm.listenIpInfo, as in "
+                                     "llm_datadist")
         elif key in _ALWAYS_ON:
             if value not in ("0", "1"):
                 raise _param_invalid(f"option \"{key}\" is \"{value}\", not \"0\" or \"1\"")
