@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from kvdist import (CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType, LayerSynchronizer,
-                    LLMClusterInfo, LLMException, LLMRole, LLMStatusCode, TransferConfig,
-                    TransferWithCacheKeyConfig)
+from kvdist import (Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType, LayerSynchronizer,
+                    LLMClusterInfo, LLMException, LLMRole, LLMStatusCode, Placement,
+                    TransferConfig, TransferWithCacheKeyConfig)
 
 from conftest import NOT_THERE, Guarded, blocks_key, copy_blocks, pattern
 
@@ -348,6 +348,12 @@ def test_transfer_cache_async_whole_cache_refusals(pair):
     assert task.get_results(60000) == [LLMStatusCode.LLM_PARAM_INVALID]
     small.check_untouched()
     cm = p.cache_manager
+    host = np.zeros((2, 8 * 64), np.uint8)
+    cpu = Cache.create_cpu_cache(CacheDesc(2, [8, 64], DataType.DT_UINT8, Placement.HOST),
+                                 [host[0].ctypes.data, host[1].ctypes.data])
+    with pytest.raises(LLMException) as e:
+        cm.transfer_cache_async(cpu, Always(), configs)
+    assert e.value.status_code == LLMStatusCode.LLM_PARAM_INVALID
     for sb, db in (([0], None), (None, [0]), ([0, 1], [0]), ([], [1])):
         with pytest.raises(LLMException) as e:
             cm.transfer_cache_async(src.cache, Always(), configs, sb, db)

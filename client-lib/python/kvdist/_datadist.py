@@ -538,6 +538,9 @@ class CacheManager:
         layers landed."""
         if not isinstance(src_cache, Cache):
             raise TypeError(f"src_cache must be a Cache, not {type(src_cache).__name__}")
+        if src_cache._cpu:
+            raise _invalid("src_cache is a cpu cache (Cache.create_cpu_cache()), which kvdistd "
+                           "does not know: register the cache to send it")
         if not callable(getattr(layer_synchronizer, "synchronize_layer", None)):
             raise TypeError("layer_synchronizer must have synchronize_layer() (a "
                             "LayerSynchronizer)")
