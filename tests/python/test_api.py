@@ -136,22 +136,23 @@ def test_cluster_info():
 
 
 def test_config_options():
+    # Every property in detail: test_port.py. Here: a config init() takes as it is.
     c = LLMConfig()
-    assert c.generate_options() == {}
+    assert c.generate_options() == {"llm.MemoryUtilization": "0.95"}
     c.device_id = [3]
     c.sync_kv_timeout = 2500
     c.listen_ip_info = "10.0.0.1:7400"
     c.local_comm_res = ""
     c.enable_cache_manager = True
     c.socket_path = "/run/x.sock"
-    c.ge_options = {"ge.extra": 1}
+    c.ge_options = {"ge.extra": "1"}
     assert c.generate_options() == {
-        "ge.exec.deviceId": "3", "llm.SyncKvCacheWaitTime": "2500",
+        "ge.exec.deviceId": "3", "ge.session_device_id": "3", "llm.SyncKvCacheWaitTime": "2500",
         "llm.listenIpInfo": "10.0.0.1:7400", "llm.LocalCommRes": "",
-        "llm.EnableCacheManager": "1", "socket_path": "/run/x.sock", "ge.extra": "1"}
-    c.device_id = [0, 1]
-    with pytest.raises(ValueError):
-        c.generate_options()
+        "llm.EnableCacheManager": "1", "socket_path": "/run/x.sock", "ge.extra": "1",
+        "llm.MemoryUtilization": "0.95"}
+    with pytest.raises(TypeError):
+        c.ge_options = {"ge.extra": 1}
 
 
 def test_transfer_config():
@@ -206,9 +207,12 @@ def test_init_refusals(daemon, attach, tmp_path):
                                              "socket_path": str(tmp_path / "none.sock")})
     with raises(LLMStatusCode.LLM_PARAM_INVALID, match="device_id"):
         LLMDataDist(LLMRole.PROMPT, 1).init({"socket_path": sock})
-    with raises(LLMStatusCode.LLM_PARAM_INVALID, match="llm.MemPoolConfig"):
+    with raises(LLMStatusCode.LLM_OUT_OF_MEMORY, match="llm.MemPoolConfig"):
         LLMDataDist(LLMRole.PROMPT, 1).init({"device_id": "0", "socket_path": sock,
-                                             "llm.MemPoolConfig": '{"memory_size": 1024}'})
+                                             "llm.MemPoolConfig": '{"memory_size": 1099511627776}'})
+    with raises(LLMStatusCode.LLM_FEATURE_NOT_ENABLED, match="llm.RdmaServiceLevel"):
+        LLMDataDist(LLMRole.PROMPT, 1).init({"device_id": "0", "socket_path": sock,
+                                             "llm.RdmaServiceLevel": "4"})
     with raises(LLMStatusCode.LLM_PARAM_INVALID, match="sync_kv_timeout_ms"):
         LLMDataDist(LLMRole.PROMPT, 1).init({"device_id": "0", "socket_path": sock,
                                              "llm.SyncKvCacheWaitTime": "soon"})

@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from kvdist import (CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType, LayerSynchronizer,
-                    LLMClusterInfo, LLMException, LLMRole, LLMStatusCode,
-                    TransferWithCacheKeyConfig)
+from kvdist import (Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType, LayerSynchronizer,
+                    LLMClusterInfo, LLMException, LLMRole, LLMStatusCode, Placement,
+                    TransferConfig, TransferWithCacheKeyConfig)
 
 from conftest import NOT_THERE, Guarded, blocks_key, copy_blocks, pattern
 
@@ -305,3 +305,61 @@ def test_transfer_cache_async_layers_and_refusals(pair):
     with pytest.raises(ValueError):
         p.cache_manager.transfer_cache_async(src.cache, gate, configs[:1],
                                              dst_block_memory_size=3)
+
+
+class Always(LayerSynchronizer):
+    """Every layer is computed (the samples' LayerSynchronizerImpl(True))."""
+
+    def synchronize_layer(self, layer_index, timeout_in_millis):
+        return True
+
+
+def test_transfer_cache_async_whole_blocks_cache(pair):
+    # transfer_cache_async_sample.py: a blocks cache without block indices sends every block i
+    # to block i of the destination; a destination with more blocks keeps the others.
+    p, d = pair
+    src = Guarded(p, 4, 6, 80, seed=19)
+    dst = Guarded(d, 4, 9, 80, seed=20, key=blocks_key(d))
+    again = Guarded(d, 4, 6, 80, seed=21, key=blocks_key(d, 3))
+    link(p, d)
+    configs = [TransferWithCacheKeyConfig(blocks_key(d), range(0, 2), range(0, 2))]
+    task = p.cache_manager.transfer_cache_async(src.cache, Always(), configs)
+    assert task.get_results(60000) == [LLMStatusCode.LLM_SUCCESS]
+    assert task.synchronize() == LLMStatusCode.LLM_SUCCESS
+    whole = list(range(6))
+    dst.check(copy_blocks(dst.expected(), dst, src, whole, whole))
+    src.check_untouched()
+    # Empty index lists mean the same; one layer only moves that layer's tensors.
+    again.check_untouched()
+    configs = [TransferWithCacheKeyConfig(blocks_key(d, 3), range(1, 2), range(0, 1))]
+    task = p.cache_manager.transfer_cache_async(src.cache, Always(), configs, [], [])
+    assert task.get_results(60000) == [LLMStatusCode.LLM_SUCCESS]
+    again.check(copy_blocks(again.expected(), again, src, whole, whole, [(2, 0), (3, 1)]))
+
+
+def test_transfer_cache_async_whole_cache_refusals(pair):
+    p, d = pair
+    src = Guarded(p, 2, 8, 64, seed=22)
+    small = Guarded(d, 2, 5, 64, seed=23, key=blocks_key(d))
+    link(p, d)
+    configs = [TransferWithCacheKeyConfig(blocks_key(d))]
+    # The destination has fewer blocks than the whole source: refused, nothing lands.
+    task = p.cache_manager.transfer_cache_async(src.cache, Always(), configs)
+    assert task.get_results(60000) == [LLMStatusCode.LLM_PARAM_INVALID]
+    small.check_untouched()
+    cm = p.cache_manager
+    host = np.zeros((2, 8 * 64), np.uint8)
+    cpu = Cache.create_cpu_cache(CacheDesc(2, [8, 64], DataType.DT_UINT8, Placement.HOST),
+                                 [host[0].ctypes.data, host[1].ctypes.data])
+    with pytest.raises(LLMException) as e:
+        cm.transfer_cache_async(cpu, Always(), configs)
+    assert e.value.status_code == LLMStatusCode.LLM_PARAM_INVALID
+    for sb, db in (([0], None), (None, [0]), ([0, 1], [0]), ([], [1])):
+        with pytest.raises(LLMException) as e:
+            cm.transfer_cache_async(src.cache, Always(), configs, sb, db)
+        assert e.value.status_code == LLMStatusCode.LLM_PARAM_INVALID
+    # llm_datadist's TransferConfig names remote memory by address: refused, by name.
+    with pytest.raises(LLMException, match="TransferConfig") as e:
+        cm.transfer_cache_async(src.cache, Always(), [TransferConfig(d.cluster_id, [1, 2])])
+    assert e.value.status_code == LLMStatusCode.LLM_FEATURE_NOT_ENABLED
+    small.check_untouched()

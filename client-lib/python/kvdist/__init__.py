@@ -12,12 +12,15 @@ daemon_status()."""
 import json as _json
 
 from . import _kvdist
+from ._config import LLMConfig, LlmConfig
 from ._datadist import CacheManager, CacheTask, LLMDataDist
 from ._memory import empty, empty_torch
-from ._status import LLMException, LLMStatusCode
+from ._status import LLMException, LLMStatusCode, Status
 from ._types import (BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType,
-                     KvCache, LayerSynchronizer, LLMClusterInfo, LLMConfig, LLMRole, Notification,
-                     Placement, RegisterMemStatus, TransferWithCacheKeyConfig)
+                     KvCache, LayerSynchronizer, LLMClusterInfo, LLMRole, MemInfo, Memtype,
+                     Notification, Placement, RegisterMemStatus, TransferConfig,
+                     TransferWithCacheKeyConfig)
+from . import configs, data_type, status  # llm_datadist's modules of the same names
 
 
 def daemon_status(socket_path=None):
@@ -31,10 +34,14 @@ def daemon_metrics(socket_path=None):
     return _kvdist.daemon_metrics(socket_path)
 
 
-__all__ = [
-    "BlocksCacheKey", "Cache", "CacheDesc", "CacheKey", "CacheKeyByIdAndIndex", "CacheManager",
-    "CacheTask", "DataType", "KvCache", "LLMClusterInfo", "LLMConfig", "LLMDataDist",
-    "LLMException", "LLMRole", "LLMStatusCode", "LayerSynchronizer", "Notification",
-    "Placement", "RegisterMemStatus", "TransferWithCacheKeyConfig", "daemon_metrics",
-    "daemon_status", "empty", "empty_torch",
+# llm_datadist's list of its v2 API names; every one is here.
+v2_list = [
+    "LLMClusterInfo", "LLMStatusCode", "LLMException", "LLMRole", "LlmConfig", "LLMConfig",
+    "DataType", "Status", "CacheDesc", "CacheKey", "CacheKeyByIdAndIndex", "KvCache", "Cache",
+    "BlocksCacheKey", "LLMDataDist", "Placement", "RegisterMemStatus", "LayerSynchronizer",
+    "TransferConfig", "CacheTask", "TransferWithCacheKeyConfig", "Memtype", "MemInfo",
+]
+
+__all__ = v2_list + [
+    "CacheManager", "Notification", "daemon_metrics", "daemon_status", "empty", "empty_torch",
 ]

@@ -1,48 +1,29 @@
 # SPDX-License-Identifier: MIT
 """LLMDataDist, its CacheManager and CacheTask: llm_datadist's classes over libkvdist."""
 
+import ctypes
 import json
 import threading
 import weakref
 
 from . import _kvdist
+from . import _config
 from ._status import LLMException, LLMStatusCode, status_code
-from ._types import (BlocksCacheKey, Cache, CacheKey, CacheKeyByIdAndIndex, LLMRole,
-                     Notification, RegisterMemStatus, TransferWithCacheKeyConfig, _int, _key,
-                     _layer_range, _u64)
+from ._types import (BlocksCacheKey, Cache, CacheKey, CacheKeyByIdAndIndex, LLMRole, MemInfo,
+                     Memtype, Notification, Placement, RegisterMemStatus, TransferConfig,
+                     TransferWithCacheKeyConfig, _int, _key, _layer_range, _u64)
 
 _KVD_OK = 0
 _KVD_E_FAILED = -1
 _KVD_E_TIMEOUT = -3
 
-# llm_datadist's option names and libkvdist's for them. Options that only select llm_datadist
-# modes kvdist always has are accepted and dropped; every other option goes to libkvdist as it
-# is, which refuses those it does not know (LLM_PARAM_INVALID naming the key).
-_OPTION_NAMES = {
-    "ge.exec.deviceId": "device_id",
-    "llm.SyncKvCacheWaitTime": "sync_kv_timeout_ms",
-    "llm.listenIpInfo": "listen_ip_info",
-    "llm.LocalCommRes": "local_comm_res",
-}
-_OPTIONS_WITHOUT_EFFECT = {"llm.EnableCacheManager", "llm.EnableSwitchRole"}
-
 # The instances initialized in this process, for kvdist.empty() without datadist=.
 _initialized = weakref.WeakSet()
 
 
-def _options(options):
-    if options is None:
-        return []
-    if not isinstance(options, dict):
-        raise TypeError(f"options must be a dict, not {type(options).__name__}")
-    out = []
-    for key, value in options.items():
-        if not isinstance(key, str):
-            raise TypeError(f"option names are str, not {type(key).__name__}")
-        if key in _OPTIONS_WITHOUT_EFFECT:
-            continue
-        out.append((_OPTION_NAMES.get(key, key), str(value)))
-    return out
+def _daemon_pool(socket_path):
+    """The daemon's pool as its status says (size, page_size, ...)."""
+    return json.loads(_kvdist.daemon_status(socket_path))["pool"]
 
 
 def _cache_id(cache, name):
@@ -63,6 +44,50 @@ def _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, no
 
 def _raise(status, detail):
     raise LLMException._from_kvd(status, detail)
+
+
+def _invalid(message):
+    return LLMException(LLMStatusCode.LLM_PARAM_INVALID, message)
+
+
+def _dict_of_ints(value, name, values_are_lists=False):
+    """{int: int} (or {int: [int, ...]}) as a list of (key, value) pairs in the dict's order."""
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must be a dict, not {type(value).__name__}")
+    pairs = []
+    for k, v in value.items():
+        k = _int(k, f"{name} key")
+        if values_are_lists:
+            if not isinstance(v, list):
+                raise TypeError(f"{name} values must be lists of int, not {type(v).__name__}")
+            pairs.extend((k, _int(d, f"{name}[{k}][]")) for d in v)
+        else:
+            pairs.append((k, _int(v, f"{name}[{k}]")))
+    return pairs
+
+
+def _geometry(cache, name):
+    """(unit bytes, units) of a cache as it was registered: its batch items or blocks, along
+    shape[0]."""
+    _, _, shape, size, batch_dim_index = cache._layout
+    if batch_dim_index != 0:
+        raise _invalid(f"{name}: batch_dim_index is {batch_dim_index}, but kvdist's batch "
+                       "(block) dimension is shape[0]")
+    if not shape or shape[0] <= 0:
+        raise _invalid(f"{name}: shape {list(shape)} has no batch items or blocks")
+    return size // shape[0], shape[0]
+
+
+def _num_tensors(cache):
+    return cache._layout[1]
+
+
+def _memmove_units(dst, dst_unit, src, src_unit, pairs, offset, size):
+    """For every tensor: copies size bytes from offset of src's unit s to dst's unit d for each
+    (s, d) of pairs, in that order. The caller checked every index and size."""
+    for d_addr, s_addr in zip(dst._layout[0], src._layout[0]):
+        for s, d in pairs:
+            ctypes.memmove(d_addr + d * dst_unit + offset, s_addr + s * src_unit + offset, size)
 
 
 class CacheTask:
@@ -214,6 +239,8 @@ class CacheManager:
 
     def __init__(self, datadist):
         self._datadist = datadist
+        # The caches this instance holds, by id: what the local copies may touch.
+        self._caches = {}
 
     def _c(self):
         return self._datadist._c()
@@ -224,41 +251,192 @@ class CacheManager:
             return _kvdist.REMOTE_DEFAULT
         return _kvdist.REMOTE_YES if remote_accessible else _kvdist.REMOTE_NO
 
+    def _hold(self, cache_id, cache_desc, addrs, pool, blocks):
+        cache = Cache(cache_id, cache_desc, [_int(a, "addrs[]") for a in addrs], pool=pool,
+                      is_blocks_cache=blocks, manager=self)
+        self._caches[cache_id] = cache
+        return cache
+
+    def _release(self, cache_id):
+        cache = self._caches.pop(cache_id, None)
+        if cache is not None:
+            cache._manager = None
+
     def register_cache(self, cache_desc, addrs, cache_keys=(), remote_accessible=None):
         """A contiguous cache whose tensors start at addrs (e.g. tensor.data_ptr() of
         kvdist.empty_torch() tensors); one CacheKey per batch slot."""
         keys = [_key(k, "cache_keys[]", (CacheKey,)) for k in cache_keys]
-        cache_id = self._c().register_cache(cache_desc._kvd(), list(addrs), keys,
+        addrs = list(addrs)
+        cache_id = self._c().register_cache(cache_desc._kvd(), addrs, keys,
                                             self._access(remote_accessible))
-        return Cache(cache_id, cache_desc, addrs)
+        return self._hold(cache_id, cache_desc, addrs, False, False)
 
     def register_blocks_cache(self, cache_desc, addrs, blocks_cache_key=None,
                               remote_accessible=None):
         """A blocks cache (shape[0] blocks per tensor) whose tensors start at addrs."""
         key = None if blocks_cache_key is None else _key(blocks_cache_key, "blocks_cache_key",
                                                          (BlocksCacheKey,))
-        cache_id = self._c().register_blocks_cache(cache_desc._kvd(), list(addrs), key,
+        addrs = list(addrs)
+        cache_id = self._c().register_blocks_cache(cache_desc._kvd(), addrs, key,
                                                    self._access(remote_accessible))
-        return Cache(cache_id, cache_desc, addrs)
+        return self._hold(cache_id, cache_desc, addrs, False, True)
 
     def unregister_cache(self, cache_id):
-        self._c().unregister_cache(_cache_id(cache_id, "cache_id"))
+        cache_id = _cache_id(cache_id, "cache_id")
+        self._c().unregister_cache(cache_id)
+        self._release(cache_id)
 
     def allocate_cache(self, cache_desc, cache_keys=()):
         """A contiguous cache from the daemon's pool."""
         keys = [_key(k, "cache_keys[]", (CacheKey,)) for k in cache_keys]
         cache_id, addrs = self._c().allocate_cache(cache_desc._kvd(), keys)
-        return Cache(cache_id, cache_desc, addrs, pool=True)
+        return self._hold(cache_id, cache_desc, addrs, True, False)
 
     def allocate_blocks_cache(self, cache_desc, blocks_cache_key=None):
         """A blocks cache from the daemon's pool."""
         key = None if blocks_cache_key is None else _key(blocks_cache_key, "blocks_cache_key",
                                                          (BlocksCacheKey,))
         cache_id, addrs = self._c().allocate_blocks_cache(cache_desc._kvd(), key)
-        return Cache(cache_id, cache_desc, addrs, pool=True)
+        return self._hold(cache_id, cache_desc, addrs, True, True)
 
     def deallocate_cache(self, cache):
-        self._c().deallocate_cache(_cache_id(cache, "cache"))
+        cache_id = _cache_id(cache, "cache")
+        self._c().deallocate_cache(cache_id)
+        self._release(cache_id)
+
+    def deallocate_blocks_cache(self, cache):
+        """deallocate_cache() for a blocks cache (llm_datadist's name for it)."""
+        if not isinstance(cache, Cache):
+            raise TypeError(f"cache must be a Cache, not {type(cache).__name__}")
+        if not cache.is_blocks_cache:
+            raise _invalid("param check failed, cache should be blocks cache.")
+        self.deallocate_cache(cache)
+
+    # Local copies between caches of this process: host memory both sides, copied here.
+
+    def _held(self, cache, name, cpu_ok=False):
+        """Checks that cache is one this instance holds (or, with cpu_ok, a cpu cache)."""
+        if not isinstance(cache, Cache):
+            raise TypeError(f"{name} must be a Cache, not {type(cache).__name__}")
+        self._c()
+        if cpu_ok and getattr(cache, "_cpu", False):
+            return cache
+        if self._caches.get(cache.cache_id) is not cache:
+            raise LLMException(LLMStatusCode.LLM_KV_CACHE_NOT_EXIST,
+                               f"{name} (cache {cache.cache_id}) is not a cache of this "
+                               "instance: unregistered, deallocated, or another instance's")
+        return cache
+
+    def copy_blocks(self, cache, copy_block_info):
+        """Copies, in every tensor of the blocks cache cache, block s to each block of
+        copy_block_info[s] ({src block: [dst blocks]}), in the dict's order. Every index is
+        checked before a byte moves."""
+        self._held(cache, "cache")
+        pairs = _dict_of_ints(copy_block_info, "copy_block_info", values_are_lists=True)
+        if not cache.is_blocks_cache:
+            raise _invalid("param check failed, cache should be blocks cache.")
+        unit, n = _geometry(cache, "cache")
+        for s, d in pairs:
+            if not 0 <= s < n:
+                raise _invalid(f"copy_block_info: src block {s} is out of range [0, {n})")
+            if not 0 <= d < n:
+                raise _invalid(f"copy_block_info: dst block {d} is out of range [0, {n})")
+        _memmove_units(cache, unit, cache, unit, pairs, 0, unit)
+
+    def copy_cache(self, dst, src, dst_batch_index=0, src_batch_index=0, offset=0, size=-1,
+                   req_id=None):
+        """Copies, in every tensor, size bytes (-1: the rest of the item) from offset of batch
+        item src_batch_index of the contiguous cache src to the same offset of item
+        dst_batch_index of dst. Both have num_tensors tensors; req_id is only checked."""
+        self._held(dst, "dst")
+        self._held(src, "src")
+        dst_batch_index = _int(dst_batch_index, "dst_batch_index", 0, 2**32 - 1)
+        src_batch_index = _int(src_batch_index, "src_batch_index", 0, 2**32 - 1)
+        offset = _int(offset, "offset", 0, 2**64 - 1)
+        size = _int(size, "size", -2**63, 2**63 - 1)
+        if req_id is not None:
+            _u64(req_id, "req_id")
+        if src.is_blocks_cache:
+            raise _invalid("param check failed, src cache can not be blocks cache.")
+        if dst.is_blocks_cache:
+            raise _invalid("param check failed, dst cache can not be blocks cache.")
+        if size != -1 and size <= 0:
+            raise _invalid(f"[copy_cache] param check failed, size ({size}) is invalid, should "
+                           "be = -1 or > 0")
+        if _num_tensors(src) != _num_tensors(dst):
+            raise _invalid(f"num_tensors mismatches, src_tensor_num = {_num_tensors(src)}, "
+                           f"dst_tensor_num = {_num_tensors(dst)}")
+        src_unit, src_n = _geometry(src, "src")
+        dst_unit, dst_n = _geometry(dst, "dst")
+        if src_batch_index >= src_n:
+            raise _invalid(f"src_batch_index ({src_batch_index}) out of range [0, {src_n})")
+        if dst_batch_index >= dst_n:
+            raise _invalid(f"dst_batch_index ({dst_batch_index}) out of range [0, {dst_n})")
+        if offset >= src_unit or offset >= dst_unit:
+            raise _invalid(f"offset {offset} out of range of a batch item, src item = "
+                           f"{src_unit} bytes, dst item = {dst_unit} bytes")
+        nbytes = src_unit - offset if size == -1 else size
+        if nbytes > src_unit - offset or nbytes > dst_unit - offset:
+            raise _invalid(f"{nbytes} bytes from offset {offset} do not fit a batch item, src "
+                           f"item = {src_unit} bytes, dst item = {dst_unit} bytes")
+        _memmove_units(dst, dst_unit, src, src_unit, [(src_batch_index, dst_batch_index)],
+                       offset, nbytes)
+
+    def swap_blocks(self, src_cache, dst_cache, src_to_dst):
+        """Copies block s of src_cache to block src_to_dst[s] of dst_cache in every tensor:
+        between a cpu cache (Cache.create_cpu_cache(), Placement.HOST) and a blocks cache of
+        this instance (Placement.DEVICE), either way. Every index is checked before a byte
+        moves."""
+        self._held(src_cache, "src", cpu_ok=True)
+        self._held(dst_cache, "dst", cpu_ok=True)
+        if not src_cache.is_blocks_cache:
+            raise _invalid("param check failed, src cache should be blocks cache.")
+        if not dst_cache.is_blocks_cache:
+            raise _invalid("param check failed, dst cache should be blocks cache.")
+        pairs = _dict_of_ints(src_to_dst, "src_to_dst")
+        src_unit, src_n = _geometry(src_cache, "src")
+        dst_unit, dst_n = _geometry(dst_cache, "dst")
+        if src_unit != dst_unit:
+            raise _invalid(f"src block size:{src_unit} and dst block size:{dst_unit} must be "
+                           "equal")
+        if _num_tensors(src_cache) != _num_tensors(dst_cache):
+            raise _invalid(f"src num_tensors:{_num_tensors(src_cache)} and dst "
+                           f"num_tensors:{_num_tensors(dst_cache)} must be equal")
+        for s, d in pairs:
+            if not 0 <= s < src_n:
+                raise _invalid(f"src_block_index:{s} must be in [0, {src_n})")
+            if not 0 <= d < dst_n:
+                raise _invalid(f"dst_block_index:{d} must be in [0, {dst_n})")
+        placements = (src_cache.cache_desc.placement, dst_cache.cache_desc.placement)
+        if placements not in ((Placement.HOST, Placement.DEVICE),
+                              (Placement.DEVICE, Placement.HOST)):
+            raise _invalid(f"swap src placement:{placements[0]} to dst placement:"
+                           f"{placements[1]} is not support")
+        _memmove_units(dst_cache, dst_unit, src_cache, src_unit, pairs, 0, src_unit)
+
+    def remap_registered_memory(self, mem_infos):
+        """llm_datadist's recovery after a device memory fault. kvdist memory is host memory
+        shared with kvdistd, with no device mapping to renew: the arguments are checked as
+        llm_datadist checks them, then the call fails with LLM_FEATURE_NOT_ENABLED."""
+        infos = mem_infos if isinstance(mem_infos, list) else [mem_infos]
+        if not isinstance(mem_infos, (list, MemInfo)):
+            raise _invalid("mem_infos type only support list of MemInfo or MemInfo, but got "
+                           f"{type(mem_infos)}.")
+        for i, info in enumerate(infos):
+            if not isinstance(info, MemInfo):
+                raise _invalid(f"mem_infos[{i}] type only support MemInfo, but got "
+                               f"{type(info)}.")
+            if info.mem_type != Memtype.MEM_TYPE_DEVICE:
+                raise _invalid("check mem_info.mem_type failed, only support "
+                               f"Memtype.MEM_TYPE_DEVICE, index={i}.")
+            if info.addr == 0:
+                raise _invalid(f"check mem_info.addr failed, addr can not be zero, index={i}.")
+            if info.size <= 0:
+                raise _invalid(f"check mem_info.size failed, size must be > 0, index={i}.")
+        self._c()
+        raise LLMException(LLMStatusCode.LLM_FEATURE_NOT_ENABLED,
+                           "remap_registered_memory: kvdist caches live in host memory shared "
+                           "with kvdistd; there is no device memory to remap")
 
     def remove_cache_key(self, cache_key):
         self._c().remove_cache_key(_key(cache_key, "cache_key", (CacheKey,)))
@@ -352,16 +530,27 @@ class CacheManager:
                              dst_block_memory_size=None, *, notify=None):
         """Pushes src_cache layer by layer, each as soon as layer_synchronizer says it is
         computed, to every destination of transfer_configs (TransferWithCacheKeyConfig). A
-        blocks cache sends blocks src_block_indices[i] to dst_block_indices[i]. kvdist checks
-        block sizes against the destination itself: dst_block_memory_size may only repeat the
-        source's. notify (kvdist's): bytes each destination gets once all its layers landed."""
+        blocks cache sends blocks src_block_indices[i] to dst_block_indices[i], or, with
+        neither given, every block i to block i (the whole cache). kvdist checks block sizes
+        against the destination itself: dst_block_memory_size may only repeat the source's.
+        llm_datadist's TransferConfig (a remote address) is refused with
+        LLM_FEATURE_NOT_ENABLED. notify (kvdist's): bytes each destination gets once all its
+        layers landed."""
         if not isinstance(src_cache, Cache):
             raise TypeError(f"src_cache must be a Cache, not {type(src_cache).__name__}")
+        if src_cache._cpu:
+            raise _invalid("src_cache is a cpu cache (Cache.create_cpu_cache()), which kvdistd "
+                           "does not know: register the cache to send it")
         if not callable(getattr(layer_synchronizer, "synchronize_layer", None)):
             raise TypeError("layer_synchronizer must have synchronize_layer() (a "
                             "LayerSynchronizer)")
         configs = list(transfer_configs)
         for c in configs:
+            if isinstance(c, TransferConfig):
+                raise LLMException(LLMStatusCode.LLM_FEATURE_NOT_ENABLED,
+                                   "TransferConfig names the destination by memory address, "
+                                   "which kvdist never sends to a peer; name it by its key "
+                                   "with TransferWithCacheKeyConfig")
             if not isinstance(c, TransferWithCacheKeyConfig):
                 raise TypeError("transfer_configs must be TransferWithCacheKeyConfig, not "
                                 f"{type(c).__name__}")
@@ -373,9 +562,21 @@ class CacheManager:
                                  f"source's block size {block}")
         if notify is not None and not isinstance(notify, (bytes, bytearray, memoryview)):
             raise TypeError(f"notify must be bytes, not {type(notify).__name__}")
-        layered = _LayeredPush(self._c(), src_cache, layer_synchronizer, configs,
-                               () if src_block_indices is None else src_block_indices,
-                               () if dst_block_indices is None else dst_block_indices, notify)
+        src_blocks = () if src_block_indices is None else src_block_indices
+        dst_blocks = () if dst_block_indices is None else dst_block_indices
+        if src_cache.is_blocks_cache:
+            if len(src_blocks) == 0 and len(dst_blocks) == 0:
+                # The whole cache, as llm_datadist sends a blocks cache without indices.
+                src_blocks = dst_blocks = list(range(desc.shape[0]))
+            elif len(src_blocks) == 0 or len(dst_blocks) == 0:
+                raise _invalid("a blocks cache sends src_block_indices[i] to "
+                               "dst_block_indices[i]: give both, or neither for the whole "
+                               "cache")
+            elif len(src_blocks) != len(dst_blocks):
+                raise _invalid(f"num_block_indices mismatches, src_num = {len(src_blocks)}, "
+                               f"dst_num = {len(dst_blocks)}")
+        layered = _LayeredPush(self._c(), src_cache, layer_synchronizer, configs, src_blocks,
+                               dst_blocks, notify)
         layered.thread.start()
         return CacheTask(layered=layered)
 
@@ -414,16 +615,19 @@ class LLMDataDist:
         return client
 
     def init(self, options):
-        """Attaches to kvdistd with options: llm_datadist's names ("ge.exec.deviceId",
-        "llm.SyncKvCacheWaitTime", "llm.listenIpInfo", "llm.LocalCommRes") or libkvdist's
-        ("device_id", "sync_kv_timeout_ms", "listen_ip_info", "local_comm_res",
-        "socket_path"). A second init() does nothing."""
-        opts = _options(options)
+        """Attaches to kvdistd with options: llm_datadist's (LlmConfig.generate_options())
+        or libkvdist's ("device_id", "sync_kv_timeout_ms", "listen_ip_info", "local_comm_res",
+        "socket_path"). Every llm_datadist option is mapped to libkvdist's, checked against
+        the daemon (the pool options), accepted as a mode kvdist always has, or refused with
+        LLMException naming it (LLM_PARAM_INVALID for a bad value, LLM_FEATURE_NOT_ENABLED for
+        what kvdist does not do, LLM_OUT_OF_MEMORY for a pool larger than the daemon's). A
+        second init() does nothing."""
         with self._lock:
             if self._finalized:
                 raise LLMException(LLMStatusCode.LLM_ENGINE_FINALIZED, "finalize() was called")
             if self._client is not None:
                 return
+            opts = _config.init_options(options, _daemon_pool)
             self._client = _kvdist.Client(self._cluster_id, int(self._role), opts)
         _initialized.add(self)
 
@@ -472,7 +676,7 @@ class LLMDataDist:
     def switch_role(self, role, switch_options=None):
         """Changes the role, and with "llm.listenIpInfo" the listen address."""
         role = LLMRole(role)
-        self._c().switch_role(int(role), _options(switch_options))
+        self._c().switch_role(int(role), _config.switch_options(switch_options))
         self._role = role
 
     def link(self, comm_name, cluster_rank_info, rank_table):

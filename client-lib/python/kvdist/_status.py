@@ -40,6 +40,12 @@ class LLMStatusCode(enum.IntEnum):
     LLM_LINK_BUSY = 28
     LLM_OUT_OF_MEMORY = 29
     LLM_UNKNOWN_ERROR = 30
+    # llm_datadist's device faults: kvdist has no device memory and never returns them; they
+    # exist for code that compares with them.
+    LLM_DEVICE_MEM_ERROR = 31
+    LLM_SUSPECT_REMOTE_ERROR = 32
+    # llm_datadist's spelling of LLM_SEQ_LEN_OVER_LIMIT (an alias: the same member).
+    LLM_SEQ_LENOVERLIMIT = 18
     # kvdist's own
     LLM_NOT_INITIALIZED = 100
     LLM_CLUSTER_EXISTS = 101
@@ -109,6 +115,23 @@ class LLMException(Exception):
     @classmethod
     def _from_kvd(cls, kvd_status, detail):
         return cls(status_code(kvd_status), detail, kvd_status)
+
+
+class Status:
+    """llm_datadist's wrapper of a status code: is_ok() and status_code."""
+
+    def __init__(self, status):
+        self._status_code = status
+
+    def is_ok(self):
+        return self._status_code == LLMStatusCode.LLM_SUCCESS
+
+    @property
+    def status_code(self):
+        return self._status_code
+
+    def __repr__(self):
+        return f"Status({self._status_code!r})"
 
 
 _kvdist._set_error_factory(LLMException._from_kvd)

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The values the API takes and returns: roles, data types, cache descriptions, keys, cluster
-infos, the configuration, transfer configurations and caches."""
+infos, transfer configurations, caches and memory descriptions."""
 
 import abc
 import collections
@@ -9,7 +9,7 @@ import ipaddress
 import math
 import operator
 
-from . import _kvdist
+from . import _kvdist, _status
 
 UINT64_MAX = 2**64 - 1
 
@@ -86,7 +86,7 @@ class CacheDesc:
     shape[0] is the number of blocks of a blocks cache, the batch size of a contiguous one."""
 
     def __init__(self, num_tensors, shape, data_type, placement=Placement.DEVICE,
-                 batch_dim_index=0, seq_len_dim_index=-1):
+                 batch_dim_index=0, seq_len_dim_index=-1, kv_tensor_format=None):
         self.num_tensors = _int(num_tensors, "num_tensors", 0, 2**32 - 1)
         if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
             raise TypeError(f"shape must be a sequence of ints, not {type(shape).__name__}")
@@ -97,6 +97,19 @@ class CacheDesc:
         self.placement = Placement(placement)
         self.batch_dim_index = _int(batch_dim_index, "batch_dim_index")
         self.seq_len_dim_index = _int(seq_len_dim_index, "seq_len_dim_index")
+        if kv_tensor_format is not None and not isinstance(kv_tensor_format, str):
+            raise TypeError(f"kv_tensor_format must be a str, not "
+                            f"{type(kv_tensor_format).__name__}")
+        self.kv_tensor_format = kv_tensor_format
+
+    @property
+    def batch_dim(self):
+        return self.batch_dim_index
+
+    @property
+    def batch_size(self):
+        """shape[batch_dim_index]: the batch size, or the number of blocks of a blocks cache."""
+        return self.shape[self.batch_dim_index]
 
     @property
     def size(self):
@@ -243,44 +256,6 @@ class LLMClusterInfo:
                 f"remote_ip_infos={self.remote_ip_infos})")
 
 
-class LLMConfig:
-    """Builds the options dictionary init() takes, under llm_datadist's option names.
-    socket_path (kvdist's) names the daemon's socket; ge_options are added as they are."""
-
-    def __init__(self):
-        self.device_id = None
-        self.sync_kv_timeout = None
-        self.listen_ip_info = None
-        self.local_comm_res = None
-        self.enable_switch_role = None
-        self.enable_cache_manager = None
-        self.socket_path = None
-        self.ge_options = None
-
-    def generate_options(self):
-        options = {}
-        if self.device_id is not None:
-            ids = self.device_id if isinstance(self.device_id, (list, tuple)) else [self.device_id]
-            if len(ids) != 1:
-                raise ValueError(f"device_id: one device per instance, not {len(ids)}")
-            options["ge.exec.deviceId"] = str(_int(ids[0], "device_id"))
-        if self.sync_kv_timeout is not None:
-            options["llm.SyncKvCacheWaitTime"] = str(self.sync_kv_timeout)
-        if self.listen_ip_info is not None:
-            options["llm.listenIpInfo"] = str(self.listen_ip_info)
-        if self.local_comm_res is not None:
-            options["llm.LocalCommRes"] = str(self.local_comm_res)
-        if self.enable_switch_role is not None:
-            options["llm.EnableSwitchRole"] = "1" if self.enable_switch_role else "0"
-        if self.enable_cache_manager is not None:
-            options["llm.EnableCacheManager"] = "1" if self.enable_cache_manager else "0"
-        if self.socket_path is not None:
-            options["socket_path"] = str(self.socket_path)
-        if self.ge_options:
-            options.update({str(k): str(v) for k, v in self.ge_options.items()})
-        return options
-
-
 def _layer_range(r, name):
     """(first, last) of a range of layers with step 1; (-1, -1), every layer, for None."""
     if r is None:
@@ -322,13 +297,45 @@ class LayerSynchronizer(abc.ABC):
 
 
 class Cache:
-    """A registered or allocated cache: its id, description and tensor addresses."""
+    """A registered or allocated cache: its id, description and tensor addresses; or, from
+    create_cpu_cache(), host memory of the caller's that swap_blocks() copies to and from."""
 
-    def __init__(self, cache_id, cache_desc, tensor_addrs, pool=False):
+    def __init__(self, cache_id, cache_desc, tensor_addrs, pool=False, is_blocks_cache=False,
+                 manager=None):
         self.cache_id = cache_id
         self.cache_desc = cache_desc
         self.tensor_addrs = list(tensor_addrs)
+        # What the local copies trust, taken now: the attributes above are the caller's to
+        # change, the memory the daemon checked (or create_cpu_cache() was promised) is not.
+        self._layout = (tuple(operator.index(a) for a in self.tensor_addrs),
+                        cache_desc.num_tensors, tuple(cache_desc.shape), cache_desc.size,
+                        cache_desc.batch_dim_index)
         self.pool = pool
+        self.is_blocks_cache = is_blocks_cache
+        # The CacheManager that holds it, None for a cpu cache; cleared when it is released.
+        self._manager = manager
+        self._cpu = False
+
+    @classmethod
+    def create_cpu_cache(cls, cache_desc, addrs):
+        """A blocks cache over host memory the caller owns (cache_desc.placement HOST), for
+        swap_blocks(). Not registered: the daemon never sees it, and the addresses are the
+        caller's promise that num_tensors tensors of cache_desc.size bytes live there."""
+        if not isinstance(cache_desc, CacheDesc):
+            raise TypeError(f"cache_desc must be a CacheDesc, not {type(cache_desc).__name__}")
+        if not isinstance(addrs, list):
+            raise TypeError(f"addrs must be a list of int, not {type(addrs).__name__}")
+        addrs = [_int(a, "addrs[]", 1, UINT64_MAX) for a in addrs]
+        if cache_desc.placement != Placement.HOST:
+            raise _status.LLMException(_status.LLMStatusCode.LLM_PARAM_INVALID,
+                                       "cache_desc placement must be HOST")
+        if cache_desc.num_tensors != len(addrs):
+            raise _status.LLMException(_status.LLMStatusCode.LLM_PARAM_INVALID,
+                                       f"cache_desc num_tensors:{cache_desc.num_tensors} not "
+                                       f"equal addrs num:{len(addrs)}")
+        cache = cls(-1, cache_desc, addrs, is_blocks_cache=True)
+        cache._cpu = True
+        return cache
 
     @property
     def per_device_tensor_addrs(self):
@@ -336,10 +343,114 @@ class Cache:
         return [self.tensor_addrs]
 
     def __repr__(self):
-        return f"Cache(cache_id={self.cache_id}, {self.cache_desc!r})"
+        return (f"{type(self).__name__}(cache_id={self.cache_id}, {self.cache_desc!r}, "
+                f"is_blocks_cache={self.is_blocks_cache})")
 
 
-KvCache = Cache
+class KvCache(Cache):
+    """llm_datadist's KvCache: a Cache whose create_cpu_cache() also takes addresses per device
+    ([[addr, ...]]); kvdist has one device, so one list."""
+
+    @classmethod
+    def create_cpu_cache(cls, cache_desc, addrs):
+        if isinstance(addrs, list) and addrs and all(isinstance(a, list) for a in addrs):
+            if len(addrs) != 1:
+                raise _status.LLMException(_status.LLMStatusCode.LLM_PARAM_INVALID,
+                                           f"addrs for {len(addrs)} devices: kvdist has one "
+                                           "device per instance")
+            addrs = addrs[0]
+        return super().create_cpu_cache(cache_desc, addrs)
+
+
+class Memtype(enum.Enum):
+    """Kinds of memory in a MemInfo."""
+
+    MEM_TYPE_DEVICE = 0
+    MEM_TYPE_HOST = 1
+
+
+class MemInfo:
+    """A piece of memory: its Memtype, address and size (remap_registered_memory())."""
+
+    def __init__(self, mem_type, addr, size):
+        if not isinstance(mem_type, Memtype):
+            raise TypeError(f"mem_type must be a Memtype, not {type(mem_type).__name__}")
+        for name, v in (("addr", addr), ("size", size)):
+            if not isinstance(v, int):
+                raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+        self._mem_type = mem_type
+        self._addr = addr
+        self._size = size
+
+    @property
+    def mem_type(self):
+        return self._mem_type
+
+    @property
+    def addr(self):
+        return self._addr
+
+    @property
+    def size(self):
+        return self._size
+
+    def __repr__(self):
+        return f"MemInfo(mem_type={self.mem_type}, addr={self.addr}, size={self.size})"
+
+
+class TransferConfig:
+    """llm_datadist's destination of transfer_cache_async() by remote memory address
+    (dst_addrs: one per tensor sent). kvdist never sends memory addresses to a peer:
+    transfer_cache_async() refuses it with LLM_FEATURE_NOT_ENABLED; name the destination by
+    its key with TransferWithCacheKeyConfig."""
+
+    def __init__(self, dst_cluster_id, dst_addrs, src_layer_range=None, src_batch_index=0):
+        self.dst_cluster_id = dst_cluster_id
+        self.dst_addrs = dst_addrs
+        self.src_layer_range = src_layer_range
+        self.src_batch_index = src_batch_index
+        self.dst_layer_range = None
+
+    @property
+    def dst_cluster_id(self):
+        return self._dst_cluster_id
+
+    @dst_cluster_id.setter
+    def dst_cluster_id(self, v):
+        self._dst_cluster_id = _u64(v, "dst_cluster_id")
+
+    @property
+    def dst_addrs(self):
+        return self._dst_addrs
+
+    @dst_addrs.setter
+    def dst_addrs(self, v):
+        if not isinstance(v, (list, tuple)):
+            raise TypeError(f"dst_addrs must be a list of int, not {type(v).__name__}")
+        self._dst_addrs = [_u64(a, "dst_addrs[]") for a in v]
+
+    @property
+    def src_layer_range(self):
+        return self._src_layer_range
+
+    @src_layer_range.setter
+    def src_layer_range(self, v):
+        _layer_range(v, "src_layer_range")
+        self._src_layer_range = v
+
+    @property
+    def src_batch_index(self):
+        return self._src_batch_index
+
+    @src_batch_index.setter
+    def src_batch_index(self, v):
+        self._src_batch_index = _int(v, "src_batch_index", 0, 2**32 - 1)
+
+    def __repr__(self):
+        return (f"TransferConfig(dst_cluster_id={self.dst_cluster_id}, "
+                f"dst_addrs={self.dst_addrs}, src_layer_range={self.src_layer_range}, "
+                f"src_batch_index={self.src_batch_index})")
+
 
 Notification = collections.namedtuple("Notification", "src_cluster_id data")
 Notification.__doc__ = "What a push into this cluster carried (notify=), once its bytes landed."

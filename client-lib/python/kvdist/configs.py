@@ -1,0 +1,8 @@
+# SPDX-License-Identifier: MIT
+"""llm_datadist.configs's names, so that `from llm_datadist.configs import ...` ports by
+changing the import."""
+
+from ._config import LLMConfig, LlmConfig
+from ._types import LLMClusterInfo, LLMRole
+
+__all__ = ["LLMClusterInfo", "LLMConfig", "LLMRole", "LlmConfig"]
