@@ -63,15 +63,21 @@ int handle_client_init(Request *req, Error *err)
                                  m->cluster_id);
         if (root->link->n_clusters >= lim->max_clients)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
-                                 "the daemon serves %u clusters already (limits.max_clients)",
-                                 root->link->n_clusters);
+                                 "uid %u refused: the daemon serves %u clusters already "
+                                 "(limits.max_clients)",
+                                 (unsigned)conn->cred.uid, root->link->n_clusters);
         if (root->stopping)
                 return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
-        if (conn->reserved)
+        if (conn->reserved) {
+                log_notice("connection %" PRIu64 " (pid %d uid %u): refused a cluster on "
+                           "limits.reserved_connections",
+                           conn->id, (int)conn->cred.pid, (unsigned)conn->cred.uid);
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
-                                 "this connection came in on limits.reserved_connections, "
-                                 "which serve read-only requests only: kvdistd had twice "
-                                 "limits.max_clients connections open");
+                                 "uid %u refused: this connection came in on "
+                                 "limits.reserved_connections, which serve read-only requests "
+                                 "only (kvdistd had twice limits.max_clients connections open)",
+                                 (unsigned)conn->cred.uid);
+        }
         r = user_check(conn->user, USER_SLOT_CLUSTERS, 1, err);
         if (r < 0)
                 return r;

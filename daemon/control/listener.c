@@ -136,9 +136,9 @@ static int listener_admit(Listener *l, int fd, const struct ucred *cred, Conn **
                 log_warning("listener %s: %u connections open, refusing pid %d uid %u", l->path,
                             root->counters.conns_open, (int)cred->pid, (unsigned)cred->uid);
                 (void)snprintf(detail, sizeof(detail),
-                               "kvdistd has %u connections open, twice limits.max_clients "
-                               "and all of limits.reserved_connections",
-                               root->counters.conns_open);
+                               "kvdistd refuses uid %u: it has %u connections open, twice "
+                               "limits.max_clients and all of limits.reserved_connections",
+                               (unsigned)cred->uid, root->counters.conns_open);
                 conn_refuse(root, fd, STATUS_LIMIT_EXCEEDED, detail);
                 root->counters.conns_refused++;
                 return -EUSERS;
