@@ -8,6 +8,19 @@
 
 #include <stdint.h>
 
+/*
+ * What all the clients of one local uid may hold together ("limits.per_user"), so that one user
+ * cannot take what the others need (daemon/memory/user.h accounts it).
+ */
+typedef struct UserLimits {
+        uint32_t max_connections;  /* client connections open, attached or not */
+        uint32_t max_clusters;     /* clusters attached */
+        uint32_t max_regions;      /* memory regions registered */
+        uint64_t max_region_bytes; /* bytes of those regions */
+        uint32_t max_inflight;     /* transfers in flight */
+        uint32_t max_notifies;     /* push notifications queued by its pushes, not yet taken */
+} UserLimits;
+
 typedef struct Limits {
         uint32_t max_clients;
         uint32_t max_regions_per_client;
@@ -21,4 +34,7 @@ typedef struct Limits {
         uint32_t max_links_per_client;    /* links one cluster makes, and inbound links to it */
         uint32_t max_peers;               /* peer daemons connected or connecting at once */
         uint32_t max_notifies_per_client; /* push notifications waiting for one cluster */
+        uint32_t attach_timeout_ms;       /* a connection without a cluster is closed after */
+        uint32_t reserved_connections;    /* read-only connections beyond the connection limit */
+        UserLimits per_user;
 } Limits;

@@ -195,6 +195,8 @@ int config_diff(const Config *old, const Config *new, ConfigChange **ret, size_t
                 add_change(&l, "devices", va, vb, false);
         }
         diff_int_fields(&l, &config_limit_fields, "limits.", old, new);
+        /* Read at each charge: a lower limit refuses what comes next, takes nothing back. */
+        diff_int_fields(&l, &config_per_user_fields, "limits.per_user.", old, new);
 
         if (l.error) {
                 free(l.items);
@@ -238,5 +240,6 @@ int config_apply_runtime(Config *c, const Config *new)
         apply_int_fields(c, new, &config_tcp_fields, "tcp.");
         apply_int_fields(c, new, &config_rdma_fields, "rdma.");
         apply_int_fields(c, new, &config_limit_fields, "limits.");
+        apply_int_fields(c, new, &config_per_user_fields, "limits.per_user.");
         return 0;
 }

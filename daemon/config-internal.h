@@ -60,6 +60,7 @@ typedef struct IntFieldTable {
 /* The integer settings of the file's top level and of its "limits" object. */
 extern const IntFieldTable config_top_fields;
 extern const IntFieldTable config_limit_fields;
+extern const IntFieldTable config_per_user_fields; /* limits.per_user */
 extern const IntFieldTable config_tcp_fields;
 extern const IntFieldTable config_rdma_fields;
 

@@ -89,6 +89,13 @@ json_t *config_to_json(const Config *c)
                         ok = false;
         set(o, "devices", devices, &ok);
         set_int_fields(limits, c, &config_limit_fields, &ok);
+        {
+                json_t *per_user = json_object();
+
+                if (per_user)
+                        set_int_fields(per_user, c, &config_per_user_fields, &ok);
+                set(limits, "per_user", per_user, &ok);
+        }
         set(o, "limits", limits, &ok);
         if (!ok) {
                 json_decref(o);

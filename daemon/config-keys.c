@@ -405,9 +405,19 @@ static int parse_int_object(Config *c, json_t *v, const char *path, const IntFie
         return 0;
 }
 
+static int parse_limits_extra(Config *c, const char *key, json_t *e, const char *p, char **error)
+{
+        int r;
+
+        if (!streq(key, "per_user"))
+                return 0;
+        r = parse_int_object(c, e, p, &config_per_user_fields, NULL, error);
+        return r < 0 ? r : 1;
+}
+
 static int parse_limits(Config *c, json_t *v, const char *path, char **error)
 {
-        return parse_int_object(c, v, path, &config_limit_fields, NULL, error);
+        return parse_int_object(c, v, path, &config_limit_fields, parse_limits_extra, error);
 }
 
 static int parse_tcp_extra(Config *c, const char *key, json_t *e, const char *p, char **error)

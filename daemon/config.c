@@ -200,6 +200,19 @@ int config_new(Config **ret)
                 .max_links_per_client = 1024,
                 .max_peers = 64,
                 .max_notifies_per_client = 4096,
+                .attach_timeout_ms = 10000,
+                .reserved_connections = 4,
+                /* One uid (all the workers of an engine, usually) may take a fair part, never
+                 * all: the others still attach, register and move bytes. */
+                .per_user =
+                        {
+                                .max_connections = 32,
+                                .max_clusters = 16,
+                                .max_regions = 1024,
+                                .max_region_bytes = 1024 * GIB,
+                                .max_inflight = 1024,
+                                .max_notifies = 16384,
+                        },
         };
         c->heartbeat_interval_ms = 1000;
         c->heartbeat_timeout_ms = 5000;
@@ -374,12 +387,25 @@ static const IntField limit_fields[] = {
         INT_FIELD("max_links_per_client", limits.max_links_per_client, FIELD_INT, 1, 65536),
         INT_FIELD("max_peers", limits.max_peers, FIELD_INT, 1, 4096),
         INT_FIELD("max_notifies_per_client", limits.max_notifies_per_client, FIELD_INT, 1, 1048576),
+        INT_FIELD("attach_timeout_ms", limits.attach_timeout_ms, FIELD_INT, 100, 3600000),
+        INT_FIELD("reserved_connections", limits.reserved_connections, FIELD_INT, 0, 1024),
+};
+
+static const IntField per_user_fields[] = {
+        INT_FIELD("max_connections", limits.per_user.max_connections, FIELD_INT, 1,
+                  2 * MAX_CLIENTS_MAX),
+        INT_FIELD("max_clusters", limits.per_user.max_clusters, FIELD_INT, 1, MAX_CLIENTS_MAX),
+        INT_FIELD("max_regions", limits.per_user.max_regions, FIELD_INT, 1, UINT32_MAX),
+        INT_FIELD("max_region_bytes", limits.per_user.max_region_bytes, FIELD_SIZE, 1, 1024 * TIB),
+        INT_FIELD("max_inflight", limits.per_user.max_inflight, FIELD_INT, 1, UINT32_MAX),
+        INT_FIELD("max_notifies", limits.per_user.max_notifies, FIELD_INT, 1, UINT32_MAX),
 };
 
 _Static_assert(sizeof(unsigned) == sizeof(uint32_t), "IntField stores unsigned as 4 bytes");
 
 const IntFieldTable config_top_fields = {top_fields, ARRAY_SIZE(top_fields)};
 const IntFieldTable config_limit_fields = {limit_fields, ARRAY_SIZE(limit_fields)};
+const IntFieldTable config_per_user_fields = {per_user_fields, ARRAY_SIZE(per_user_fields)};
 const IntFieldTable config_tcp_fields = {tcp_fields, ARRAY_SIZE(tcp_fields)};
 const IntFieldTable config_rdma_fields = {rdma_fields, ARRAY_SIZE(rdma_fields)};
 

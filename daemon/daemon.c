@@ -278,6 +278,7 @@ int daemon_new(Config *config, Daemon **ret)
                                 config->memory_size);
                 goto fail;
         }
+        user_registry_init(&d->memory.users, &config->limits);
 
         r = engine_new(d->base, config->copy_threads, &d->transports.engine);
         if (r < 0) {

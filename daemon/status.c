@@ -89,6 +89,7 @@ static json_t *status_counters(Daemon *d, bool *ok)
         set(o, "bytes_pushed", json_u64(tk->bytes_pushed), ok);
         set(o, "connections_accepted", json_u64(k->conns_accepted), ok);
         set(o, "connections_refused", json_u64(k->conns_refused), ok);
+        set(o, "connections_idle_closed", json_u64(k->conns_idle_closed), ok);
         set(o, "frames_malformed", json_u64(k->frames_malformed + lk->frames_malformed), ok);
         set(o, "peers_lost", json_u64(lk->peers_lost), ok);
         set(o, "peers_refused", json_u64(lk->peers_refused), ok);
@@ -100,6 +101,34 @@ static json_t *status_counters(Daemon *d, bool *ok)
                 if (k->errors[s] > 0)
                         set(errors, kvd_strerror(-s), json_u64(k->errors[s]), ok);
         set(o, "errors", errors, ok);
+        return o;
+}
+
+/*
+ * One uid's share: what it holds of each limits.per_user slot, the limit, and the charges of that
+ * slot refused since the uid last held nothing.
+ */
+static json_t *status_user(const User *u, bool *ok)
+{
+        json_t *o = json_object(), *used = json_object(), *limit = json_object();
+        json_t *refused = json_object();
+
+        if (!o || !used || !limit || !refused) {
+                json_decref(o);
+                json_decref(used);
+                json_decref(limit);
+                json_decref(refused);
+                return NULL;
+        }
+        set(o, "uid", json_integer(u->uid), ok);
+        for (UserSlot k = 0; k < _USER_SLOT_MAX; k++) {
+                set(used, user_slot_to_string(k), json_u64(u->used[k]), ok);
+                set(limit, user_slot_to_string(k), json_u64(user_slot_limit(u->registry, k)), ok);
+                set(refused, user_slot_to_string(k), json_u64(u->refused[k]), ok);
+        }
+        set(o, "used", used, ok);
+        set(o, "limit", limit, ok);
+        set(o, "refused", refused, ok);
         return o;
 }
 
@@ -335,7 +364,8 @@ static json_t *status_transfer(const Transfer *x, usec_t now, bool *ok)
 int status_to_json(Daemon *d, char **ret)
 {
         usec_t now = now_usec(CLOCK_MONOTONIC);
-        json_t *root, *clusters, *caches, *links, *transfers, *peers, *inlinks;
+        json_t *root, *clusters, *caches, *links, *transfers, *peers, *inlinks, *users;
+        const User *u;
         const InLink *il;
         Peer *p;
         const Cluster *c;
@@ -352,6 +382,8 @@ int status_to_json(Daemon *d, char **ret)
         transfers = json_array();
         peers = json_array();
         inlinks = json_array();
+        users = json_array();
+        set(root, "users", users, &ok);
         set(root, "peers", peers, &ok);
         set(root, "inbound_links", inlinks, &ok);
         set(root, "clusters", clusters, &ok);
@@ -373,6 +405,8 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "pool", status_pool(d, &ok), &ok);
         set(root, "counters", status_counters(d, &ok), &ok);
         set(root, "transfers_in_flight", json_integer(d->transfer.n_transfers), &ok);
+        set(root, "connections", json_integer(d->control.counters.conns_open), &ok);
+        set(root, "connections_reserved", json_integer(d->control.counters.conns_reserved), &ok);
         set(root, "transfers_served_in_flight", json_integer(d->transfer.n_served), &ok);
         {
                 char node[24];
@@ -393,6 +427,8 @@ int status_to_json(Daemon *d, char **ret)
                 CLIST_FOREACH (cache, &c->caches.caches, link_table)
                         append(caches, status_cache(&c->caches, cache, &ok), &ok);
         }
+        CLIST_FOREACH (u, &d->memory.users.users, link_registry)
+                append(users, status_user(u, &ok), &ok);
         CLIST_FOREACH (l, &d->link.links, link_daemon)
                 append(links, status_link(l, now, &ok), &ok);
         CLIST_FOREACH (x, &d->transfer.transfers, link_daemon)

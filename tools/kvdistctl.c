@@ -62,6 +62,8 @@ static void help(FILE *f)
                    "  devices           RDMA devices: state, link layer, MTU, GID,\n"
                    "                    registrations, completion errors\n"
                    "  domains           comm domains: members, state, algorithm, resources\n"
+                   "  users             what each local uid holds of limits.per_user\n"
+                   "                    (used/limit, and requests refused)\n"
                    "  config            the daemon's effective configuration\n"
                    "  metrics           the daemon's Prometheus metrics\n"
                    "\n"
@@ -226,6 +228,42 @@ static void device_row(const json_t *o, Table *t, size_t r)
         fmt_str(o, "error", table_cell(t, r, 11));
 }
 
+/* "used/limit" of one limits.per_user resource, with "!" when the uid is at its limit. */
+static void quota_cell(const json_t *o, const char *key, bool bytes, char *cell)
+{
+        const json_t *used = json_object_get(o, "used"), *limit = json_object_get(o, "limit");
+        char a[CELL_MAX], b[CELL_MAX];
+        double u, l;
+
+        if (bytes) {
+                fmt_bytes(used, key, a);
+                fmt_bytes(limit, key, b);
+        } else {
+                fmt_int(used, key, a);
+                fmt_int(limit, key, b);
+        }
+        cell_printf(cell, "%s/%s%s", a, b,
+                    get_number(used, key, &u) && get_number(limit, key, &l) && u >= l ? " !" : "");
+}
+
+static void user_row(const json_t *o, Table *t, size_t r)
+{
+        static const char *const keys[] = {"connections",  "clusters", "regions",
+                                           "region_bytes", "inflight", "notifies"};
+        const json_t *refused = json_object_get(o, "refused"), *v;
+        json_int_t n = 0;
+        const char *key;
+
+        fmt_int(o, "uid", table_cell(t, r, 0));
+        for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+                quota_cell(o, keys[i], strcmp(keys[i], "region_bytes") == 0,
+                           table_cell(t, r, i + 1));
+        json_object_foreach((json_t *)refused, key, v) n += json_integer_value(v);
+        cell_printf(table_cell(t, r, 7), "%" JSON_INTEGER_FORMAT, n);
+}
+
+static const char *const user_cols[] = {"UID",   "CONNS",     "CLUSTERS", "REGIONS",
+                                        "BYTES", "IN-FLIGHT", "NOTIFIES", "REFUSED"};
 static const char *const cluster_cols[] = {"ID",      "ROLE",  "DEVICE", "PID",   "LISTEN",
                                            "REGIONS", "BYTES", "CACHES", "LINKS", "IN-FLIGHT"};
 static const char *const cache_cols[] = {"ID",    "CLUSTER",     "KIND", "TENSORS", "SHAPE",
@@ -267,6 +305,7 @@ static const ArrayCommand array_commands[] = {
         {"devices", "rdma_devices", NULL, device_cols, ARRAY_SIZE(device_cols), device_row,
          "no RDMA devices"},
         {"domains", "domains", NULL, domain_cols, N_DOMAIN_COLS, domain_row, "no comm domains"},
+        {"users", "users", NULL, user_cols, ARRAY_SIZE(user_cols), user_row, "no users"},
 };
 
 static const ArrayCommand *find_array_command(const char *name)
@@ -296,7 +335,7 @@ static void print_summary(const json_t *root, const char *socket_path)
 {
         const json_t *pool = json_object_get(root, "pool");
         const json_t *counters = json_object_get(root, "counters");
-        json_t *errors = json_object_get(counters, "errors"), *v, *links, *metrics;
+        json_t *errors = json_object_get(counters, "errors"), *v, *links, *metrics, *users;
         char a[CELL_MAX], b[CELL_MAX];
         size_t up = 0, i;
         double used, size;
@@ -340,9 +379,12 @@ static void print_summary(const json_t *root, const char *socket_path)
                fmt_int(counters, "transfers_failed", b));
         printf("%-13s%s pulled, %s pushed\n", "bytes:", fmt_bytes(counters, "bytes_pulled", a),
                fmt_bytes(counters, "bytes_pushed", b));
-        printf("%-13s%s accepted, %s refused\n",
+        printf("%-13s%s accepted, %s refused",
                "connections:", fmt_int(counters, "connections_accepted", a),
                fmt_int(counters, "connections_refused", b));
+        if (json_is_integer(json_object_get(counters, "connections_idle_closed")))
+                printf(", %s closed unattached", fmt_int(counters, "connections_idle_closed", a));
+        printf("\n");
 
         json_object_foreach(errors, key, v)
         {
@@ -353,6 +395,13 @@ static void print_summary(const json_t *root, const char *socket_path)
                 first = false;
         }
         printf("%s\n", first ? "errors:      none" : "");
+
+        /* Each local uid's share (limits.per_user); "!" marks one held at a limit. */
+        users = json_object_get(root, "users");
+        if (json_array_size(users) > 0) {
+                printf("\nusers (used/limit of limits.per_user):\n");
+                (void)print_table(users, user_cols, ARRAY_SIZE(user_cols), user_row, "no users");
+        }
 }
 
 /* config: one "key = value" line per setting, nested objects as "limits.max_clients". */

@@ -52,6 +52,12 @@ static void conn_destroy(Conn *c)
                 event_free(c->ev_write);
         if (c->ev_deadline)
                 event_free(c->ev_deadline);
+        if (c->ev_idle)
+                event_free(c->ev_idle);
+        user_uncharge(c->user, USER_SLOT_CONNECTIONS, 1);
+        c->user = user_unref(c->user);
+        if (c->reserved)
+                c->root->counters.conns_reserved--;
         if (c->ev_close)
                 event_free(c->ev_close);
         safe_close(c->fd);
@@ -74,6 +80,7 @@ void conn_close_later(Conn *c)
         event_del(c->ev_read);
         event_del(c->ev_write);
         event_del(c->ev_deadline);
+        event_del(c->ev_idle);
         /* The event exists since conn_new(): activating it allocates nothing and cannot fail. */
         event_active(c->ev_close, EV_TIMEOUT, 0);
 }
@@ -306,6 +313,46 @@ static void conn_update_deadline(Conn *c)
         }
 }
 
+static void conn_on_idle(evutil_socket_t fd, short what, void *userdata)
+{
+        Conn *c = userdata;
+        char detail[160];
+
+        c->root->counters.conns_idle_closed++;
+        log_info("connection %" PRIu64 " (pid %d uid %u): no cluster attached and no request "
+                 "within %" PRIu32 " ms (limits.attach_timeout_ms), closing",
+                 c->id, (int)c->cred.pid, (unsigned)c->cred.uid,
+                 c->root->options.limits->attach_timeout_ms);
+        (void)snprintf(detail, sizeof(detail),
+                       "kvdistd closed the connection: no cluster attached and no request within "
+                       "%" PRIu32 " ms (limits.attach_timeout_ms)",
+                       c->root->options.limits->attach_timeout_ms);
+        conn_send_error(c, 0, FRAME_CONNECTION_REQUEST_ID, STATUS_TIMEOUT, detail);
+        conn_flush(c);
+        conn_close_later(c);
+}
+
+/*
+ * A connection without a cluster holds a share of the daemon that nobody uses: it has
+ * limits.attach_timeout_ms from Hello, and from each request it sends, to attach one or ask
+ * something again. One with a cluster waits as long as it likes.
+ */
+static void conn_update_idle(Conn *c)
+{
+        uint32_t ms = c->root->options.limits->attach_timeout_ms;
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+        if (c->state != CONN_READY) {
+                if (c->state == CONN_CLUSTER)
+                        event_del(c->ev_idle);
+                return;
+        }
+        if (evtimer_add(c->ev_idle, &tv) < 0) {
+                log_error("connection %" PRIu64 ": cannot arm its attach deadline, closing", c->id);
+                conn_close_later(c);
+        }
+}
+
 static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
 {
         Conn *c = userdata;
@@ -334,6 +381,7 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
                         return;
                 }
                 dispatch_frame(c);
+                conn_update_idle(c);
                 wire_in_reset(&c->in);
                 c->n_fds_checked = 0;
                 /* The next frame's time starts when it is first seen. */
@@ -343,16 +391,22 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
         conn_update_deadline(c);
 }
 
-int conn_new(ControlRoot *root, int fd, const struct ucred *cred, Conn **ret)
+int conn_new(ControlRoot *root, int fd, const struct ucred *cred, User *user, bool reserved,
+             Conn **ret)
 {
         Conn *c;
 
         c = calloc(1, sizeof(*c));
         if (!c) {
                 safe_close(fd);
+                user_uncharge(user, USER_SLOT_CONNECTIONS, 1);
                 return -ENOMEM;
         }
         c->root = root;
+        c->user = user_ref(user);
+        c->reserved = reserved;
+        if (reserved)
+                root->counters.conns_reserved++;
         c->id = id_source_next(root->ids);
         c->fd = fd;
         c->cred = *cred;
@@ -367,15 +421,16 @@ int conn_new(ControlRoot *root, int fd, const struct ucred *cred, Conn **ret)
         c->ev_write = event_new(root->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
         c->ev_close = event_new(root->base, -1, 0, conn_on_close, c);
         c->ev_deadline = evtimer_new(root->base, conn_on_deadline, c);
-        if (!c->ev_read || !c->ev_write || !c->ev_close || !c->ev_deadline ||
+        c->ev_idle = evtimer_new(root->base, conn_on_idle, c);
+        if (!c->ev_read || !c->ev_write || !c->ev_close || !c->ev_deadline || !c->ev_idle ||
             event_add(c->ev_read, NULL) < 0) {
                 conn_destroy(c);
                 return -ENOMEM;
         }
         /* Hello has CONN_FRAME_TIMEOUT_SEC from now. */
         conn_update_deadline(c);
-        log_debug("connection %" PRIu64 ": pid %d uid %u", c->id, (int)cred->pid,
-                  (unsigned)cred->uid);
+        log_debug("connection %" PRIu64 ": pid %d uid %u%s", c->id, (int)cred->pid,
+                  (unsigned)cred->uid, reserved ? ", on the read-only reserve" : "");
         *ret = c;
         return 0;
 }

@@ -4,7 +4,9 @@
  * against the limits before the payload is allocated; fds ride with the header and must be
  * regular files, i.e. memfds), hands each to the dispatch table and queues replies. The first
  * frame must be Hello. A malformed frame, a frame or Hello that does not complete within
- * CONN_FRAME_TIMEOUT_SEC, or a broken quota closes this connection only.
+ * CONN_FRAME_TIMEOUT_SEC, a connection that holds no cluster and sends nothing for
+ * limits.attach_timeout_ms, or a broken quota closes this connection only. Each connection is
+ * charged to its peer's uid (limits.per_user.max_connections).
  *
  * A connection is freed in exactly one place: the close event that conn_close_later() makes
  * active. Whatever notices that it must go (a read or write error, a handler, a reply that
@@ -26,6 +28,7 @@
 #include "common/error.h"
 #include "proto/frame.h"
 #include "proto/wire.h"
+#include "daemon/memory/user.h"
 
 /* From a frame's first byte to its last, and from connecting to the end of Hello. */
 #define CONN_FRAME_TIMEOUT_SEC 10
@@ -53,7 +56,10 @@ struct Conn {
         struct event *ev_write;
         struct event *ev_close;    /* active once closing: the only place a Conn is freed */
         struct event *ev_deadline; /* a partial frame, or Hello, took too long */
+        struct event *ev_idle;     /* no cluster and no request for limits.attach_timeout_ms */
         struct ucred cred;
+        User *user;    /* its uid's account, charged this connection */
+        bool reserved; /* came in on limits.reserved_connections: read-only, never a cluster */
         ConnState state;
         Cluster *cluster; /* CONN_CLUSTER */
 
@@ -82,8 +88,13 @@ struct Request {
         CList link_conn;
 };
 
-/* Takes ownership of an accepted socket @fd and starts reading. */
-int conn_new(ControlRoot *root, int fd, const struct ucred *cred, Conn **ret);
+/*
+ * Takes ownership of an accepted socket @fd and starts reading. @user (a reference the
+ * connection takes) was charged one connection for it, which the connection releases when it
+ * goes; @reserved: it came in on the read-only reserve.
+ */
+int conn_new(ControlRoot *root, int fd, const struct ucred *cred, User *user, bool reserved,
+             Conn **ret);
 
 /*
  * Tells a client on the accepted socket @fd, which gets no Conn, why it is refused: an error

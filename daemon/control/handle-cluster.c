@@ -63,10 +63,24 @@ int handle_client_init(Request *req, Error *err)
                                  m->cluster_id);
         if (root->link->n_clusters >= lim->max_clients)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
-                                 "the daemon serves %u clusters already (limits.max_clients)",
-                                 root->link->n_clusters);
+                                 "uid %u refused: the daemon serves %u clusters already "
+                                 "(limits.max_clients)",
+                                 (unsigned)conn->cred.uid, root->link->n_clusters);
         if (root->stopping)
                 return error_set(err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
+        if (conn->reserved) {
+                log_notice("connection %" PRIu64 " (pid %d uid %u): refused a cluster on "
+                           "limits.reserved_connections",
+                           conn->id, (int)conn->cred.pid, (unsigned)conn->cred.uid);
+                return error_set(err, STATUS_LIMIT_EXCEEDED,
+                                 "uid %u refused: this connection came in on "
+                                 "limits.reserved_connections, which serve read-only requests "
+                                 "only (kvdistd had twice limits.max_clients connections open)",
+                                 (unsigned)conn->cred.uid);
+        }
+        r = user_check(conn->user, USER_SLOT_CLUSTERS, 1, err);
+        if (r < 0)
+                return r;
 
         timeout = m->sync_kv_timeout_ms ? m->sync_kv_timeout_ms : *root->options.sync_kv_timeout_ms;
         r = cluster_new(root->link, &conn->cred, m->cluster_id, (ClusterRole)m->role, m->device_id,
@@ -74,7 +88,9 @@ int handle_client_init(Request *req, Error *err)
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot attach the cluster");
         /* With listen_ip_info the cluster is a server that others link to; without, a client. */
-        r = cluster_set_listen(c, m->listen_ip_info, err);
+        r = cluster_set_user(c, conn->user, err);
+        if (r >= 0)
+                r = cluster_set_listen(c, m->listen_ip_info, err);
         if (r >= 0)
                 r = domain_cluster_attach(root->domains, c, m->local_comm_res, err);
         if (r < 0) {

@@ -141,6 +141,13 @@ int handle_region_add(Request *req, Error *err)
                                          " overlaps region %" PRIu64,
                                          m->client_addr, m->size, other->id);
 
+        /* What the cluster's uid registered, all its clusters together. */
+        k = user_check(c->user, USER_SLOT_REGIONS, 1, err);
+        if (k >= 0)
+                k = user_check(c->user, USER_SLOT_REGION_BYTES, m->size, err);
+        if (k < 0)
+                return k;
+
         k = region_new_from_fd(fd, m->size, m->client_addr, id_source_next(root->ids), &r);
         switch (k) {
         case 0:
@@ -163,6 +170,9 @@ int handle_region_add(Request *req, Error *err)
         clist_link_tail(&c->regions, &r->link_owner);
         c->n_regions++;
         c->region_bytes += r->size;
+        /* Checked above; cluster_free() releases what the cluster still holds. */
+        user_charge_force(c->user, USER_SLOT_REGIONS, 1);
+        user_charge_force(c->user, USER_SLOT_REGION_BYTES, r->size);
         log_debug("cluster %" PRIu64 ": region %" PRIu64 " of %" PRIu64 " bytes at 0x%" PRIx64,
                   c->id, r->id, r->size, r->client_addr);
 
@@ -194,6 +204,8 @@ int handle_region_remove(Request *req, Error *err)
         clist_unlink(&r->link_owner);
         c->n_regions--;
         c->region_bytes -= r->size;
+        user_uncharge(c->user, USER_SLOT_REGIONS, 1);
+        user_uncharge(c->user, USER_SLOT_REGION_BYTES, r->size);
         region_unref(r);
 
         return conn_request_reply_ok(req), 0;

@@ -106,6 +106,63 @@ static int listener_allows(const ControlOptions *o, int fd, const struct ucred *
         return 0;
 }
 
+/*
+ * Admits the accepted, allowed socket @fd as a connection, or tells its client why not. The
+ * daemon takes twice limits.max_clients connections, and limits.reserved_connections more that
+ * may only ask read-only questions (kvdistctl status gets in while others hold the rest); each
+ * uid takes at most limits.per_user.max_connections of them all. Takes @fd; returns 0 or a
+ * negative errno (the socket is closed then).
+ */
+static int listener_admit(Listener *l, int fd, const struct ucred *cred, Conn **ret)
+{
+        _cleanup_close_ int owned = fd;
+        ControlRoot *root = l->root;
+        const Limits *lim = root->options.limits;
+        uint64_t total = (uint64_t)lim->max_clients * 2;
+        _cleanup_(user_unrefp) User *user = NULL;
+        Error err = ERROR_INIT;
+        bool reserved = false;
+        char detail[256];
+        int r;
+
+        r = user_registry_ref(&root->memory->users, cred->uid, &user);
+        if (r < 0) {
+                log_warning_errno(r, "listener %s: cannot account uid %u, refusing", l->path,
+                                  (unsigned)cred->uid);
+                root->counters.conns_refused++;
+                return r;
+        }
+        if (root->counters.conns_open >= total + lim->reserved_connections) {
+                log_warning("listener %s: %u connections open, refusing pid %d uid %u", l->path,
+                            root->counters.conns_open, (int)cred->pid, (unsigned)cred->uid);
+                (void)snprintf(detail, sizeof(detail),
+                               "kvdistd refuses uid %u: it has %u connections open, twice "
+                               "limits.max_clients and all of limits.reserved_connections",
+                               (unsigned)cred->uid, root->counters.conns_open);
+                conn_refuse(root, fd, STATUS_LIMIT_EXCEEDED, detail);
+                root->counters.conns_refused++;
+                return -EUSERS;
+        }
+        if (root->counters.conns_open >= total)
+                reserved = true;
+        r = user_charge(user, USER_SLOT_CONNECTIONS, 1, &err);
+        if (r < 0) {
+                conn_refuse(root, fd, STATUS_LIMIT_EXCEEDED, err.msg);
+                root->counters.conns_refused++;
+                return -EDQUOT;
+        }
+        r = conn_new(root, TAKE_FD(owned), cred, user, reserved, ret);
+        if (r < 0) {
+                log_warning_errno(r, "listener %s: cannot set up connection, ignoring", l->path);
+                return r;
+        }
+        if (reserved)
+                log_notice("listener %s: %u connections open, pid %d uid %u gets a read-only one "
+                           "of limits.reserved_connections",
+                           l->path, root->counters.conns_open, (int)cred->pid, (unsigned)cred->uid);
+        return 0;
+}
+
 /* Accepts a bounded number of connections per wake-up so a flood cannot starve the loop. */
 static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
 {
@@ -160,23 +217,9 @@ static void listener_on_accept(evutil_socket_t fd, short what, void *userdata)
                         root->counters.conns_refused++;
                         continue;
                 }
-                if (root->counters.conns_open >= root->options.limits->max_clients * 2) {
-                        log_warning("listener %s: %u connections open, refusing pid %d", l->path,
-                                    root->counters.conns_open, (int)cred.pid);
-                        (void)snprintf(detail, sizeof(detail),
-                                       "kvdistd has %u connections "
-                                       "open, twice limits.max_clients",
-                                       root->counters.conns_open);
-                        conn_refuse(root, cfd, STATUS_LIMIT_EXCEEDED, detail);
-                        root->counters.conns_refused++;
+                r = listener_admit(l, TAKE_FD(cfd), &cred, &conn);
+                if (r < 0)
                         continue;
-                }
-                r = conn_new(root, TAKE_FD(cfd), &cred, &conn);
-                if (r < 0) {
-                        log_warning_errno(r, "listener %s: cannot set up connection, ignoring",
-                                          l->path);
-                        continue;
-                }
                 root->counters.conns_accepted++;
         }
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Cluster: an attached inference worker with its regions, caches and links. */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -51,6 +52,18 @@ int cluster_new(LinkRoot *root, const struct ucred *cred, uint64_t id, ClusterRo
         return 0;
 }
 
+int cluster_set_user(Cluster *c, User *u, Error *err)
+{
+        int r;
+
+        assert(!c->user);
+        r = user_charge(u, USER_SLOT_CLUSTERS, 1, err);
+        if (r < 0)
+                return r;
+        c->user = user_ref(u);
+        return 0;
+}
+
 void cluster_release_cache(Cluster *c, Cache *cache)
 {
         memory_release_cache(c->root->memory, cache);
@@ -93,6 +106,10 @@ Cluster *cluster_free(Cluster *c)
                 clist_unlink(&r->link_owner);
                 region_unref(r);
         }
+        user_uncharge(c->user, USER_SLOT_REGIONS, c->n_regions);
+        user_uncharge(c->user, USER_SLOT_REGION_BYTES, c->region_bytes);
+        user_uncharge(c->user, USER_SLOT_CLUSTERS, 1);
+        c->user = user_unref(c->user);
 
         notify_clear(c);
         (void)cluster_set_listen(c, NULL, NULL);

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "daemon/memory/cache.h"
+#include "daemon/memory/user.h"
 #include "common/clist.h"
 #include "common/error.h"
 
@@ -36,6 +37,7 @@ struct Cluster {
         PeerListener *listener; /* its own, or NULL when the daemon's listener serves the address */
         pid_t pid;
         uid_t uid;
+        User *user; /* what its uid holds (one cluster, its regions); NULL: not accounted */
 
         CList regions; /* Region.link_owner */
         unsigned n_regions;
@@ -74,6 +76,13 @@ int cluster_new(LinkRoot *root, const struct ucred *cred, uint64_t id, ClusterRo
  * cannot be bound (in use, not an address of this host); @err says which.
  */
 int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err);
+
+/*
+ * Charges @c to @u (one of limits.per_user.max_clusters; its regions from now on) and keeps a
+ * reference until cluster_free() releases both. Returns 0, or LIMIT_EXCEEDED (@err says so)
+ * with @c unchanged.
+ */
+int cluster_set_user(Cluster *c, User *u, Error *err);
 
 /*
  * Whether others may link to @c with kvd_link_clusters(): a server does, a client only where

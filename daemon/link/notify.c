@@ -13,7 +13,7 @@
 #include "daemon/link/notify.h"
 #include "common/status.h"
 
-int notify_check_room(const Cluster *c, Error *err)
+int notify_check_room(const Cluster *c, User *payer, Error *err)
 {
         uint32_t max = c->root->options.limits->max_notifies_per_client;
 
@@ -22,7 +22,14 @@ int notify_check_room(const Cluster *c, Error *err)
                                  "cluster %" PRIu64 " has %u notifications it has not taken "
                                  "(limits.max_notifies_per_client)",
                                  c->id, c->n_notifies);
-        return 0;
+        return user_check(payer ?: c->user, USER_SLOT_NOTIFIES, 1, err);
+}
+
+static void notify_event_free(NotifyEvent *e)
+{
+        user_uncharge(e->user, USER_SLOT_NOTIFIES, 1);
+        user_unref(e->user);
+        free(e);
 }
 
 /* Sets the eventfd to the number of queued notifications' parity: readable iff any wait. */
@@ -40,7 +47,7 @@ static void notify_signal(Cluster *c)
         }
 }
 
-int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t len)
+int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t len, User *payer)
 {
         NotifyEvent *n;
 
@@ -50,6 +57,10 @@ int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t
         if (!n)
                 return -ENOMEM;
         n->src_cluster_id = src_cluster_id;
+        /* Checked when the push began: a few pushes that were in flight together may pass the
+         * limit by as many, never more. */
+        n->user = user_ref(payer ?: c->user);
+        user_charge_force(n->user, USER_SLOT_NOTIFIES, 1);
         n->len = len;
         memcpy(n->data, data, len);
         clist_link_tail(&c->notifies, &n->link);
@@ -65,7 +76,7 @@ void notify_clear(Cluster *c)
 
         CLIST_FOREACH_SAFE (n, tmp, &c->notifies, link) {
                 clist_unlink(&n->link);
-                free(n);
+                notify_event_free(n);
         }
         c->n_notifies = 0;
         c->notify_fd = safe_close(c->notify_fd);
@@ -112,6 +123,6 @@ void notify_list_free(CList *list)
 
         CLIST_FOREACH_SAFE (e, tmp, list, link) {
                 clist_unlink(&e->link);
-                free(e);
+                notify_event_free(e);
         }
 }

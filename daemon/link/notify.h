@@ -13,6 +13,7 @@
 #include "common/clist.h"
 #include "common/completion.h"
 #include "common/error.h"
+#include "daemon/memory/user.h"
 
 #define NOTIFY_DATA_MAX 256
 
@@ -22,15 +23,23 @@ typedef struct Cluster Cluster;
 typedef struct NotifyEvent {
         CList link; /* on Cluster.notifies, oldest first; then on the taker's list */
         uint64_t src_cluster_id;
+        User *user; /* charged one of limits.per_user.max_notifies until the event is freed */
         size_t len;
         uint8_t data[NOTIFY_DATA_MAX];
 } NotifyEvent;
 
-/* LIMIT_EXCEEDED when @c's queue is full (checked before a push moves a byte). */
-int notify_check_room(const Cluster *c, Error *err);
+/*
+ * LIMIT_EXCEEDED when @c's queue is full, or when the uid the notification is charged to (@payer:
+ * the pushing cluster's uid; NULL: @c's own, for a peer's push) holds as many queued
+ * notifications as limits.per_user.max_notifies lets it. Checked before a push moves a byte.
+ */
+int notify_check_room(const Cluster *c, User *payer, Error *err);
 
-/* Queues a notification from @src_cluster_id for @c and wakes its eventfd. -ENOMEM. */
-int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t len);
+/*
+ * Queues a notification from @src_cluster_id for @c, charged to @payer (NULL: @c's uid; see
+ * notify_check_room(), whose check it relies on), and wakes @c's eventfd. -ENOMEM.
+ */
+int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t len, User *payer);
 
 /* Drops @c's queue and its eventfd (the cluster is going away). */
 void notify_clear(Cluster *c);

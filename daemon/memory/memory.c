@@ -18,6 +18,7 @@ int memory_init(Memory *m, IdSource *ids, uint64_t pool_size, unsigned page_shif
 void memory_deinit(Memory *m)
 {
         m->pool = pool_free(m->pool);
+        user_registry_deinit(&m->users);
 }
 
 void memory_release_cache(Memory *m, Cache *cache)

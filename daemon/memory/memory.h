@@ -9,13 +9,15 @@
 #include <stdint.h>
 
 #include "common/id-source.h"
+#include "daemon/memory/user.h"
 
 typedef struct Cache Cache;
 typedef struct Pool Pool;
 
 typedef struct Memory {
         IdSource *ids;
-        Pool *pool; /* NULL when memory_size is 0 */
+        Pool *pool;         /* NULL when memory_size is 0 */
+        UserRegistry users; /* what each local uid holds; the daemon sets it up */
 } Memory;
 
 /*
@@ -24,7 +26,7 @@ typedef struct Memory {
  */
 int memory_init(Memory *m, IdSource *ids, uint64_t pool_size, unsigned page_shift);
 
-/* Frees the pool. */
+/* Frees the pool and forgets the users. */
 void memory_deinit(Memory *m);
 
 /*

@@ -157,11 +157,46 @@ static void family_connections(MetricsWriter *w, const Metrics *m)
                        "Client connections refused (allow-lists, limits)");
         metrics_sample_u64(w, "kvdist_connections_refused_total", NULL,
                            m->src.clients->conns_refused);
+        metrics_family(w, "kvdist_connections_idle_closed_total", "counter",
+                       "Connections closed for attaching no cluster (limits.attach_timeout_ms)");
+        metrics_sample_u64(w, "kvdist_connections_idle_closed_total", NULL,
+                           m->src.clients->conns_idle_closed);
         metrics_family(w, "kvdist_frames_malformed_total", "counter",
                        "Malformed frames that closed a connection");
         metrics_sample_u64(w, "kvdist_frames_malformed_total", NULL,
                            m->src.clients->frames_malformed +
                                    m->src.link->counters.frames_malformed);
+}
+
+/*
+ * limits.per_user: what each uid holds, and the charges refused by limit (the uid is in the log
+ * and the reply; counting by uid here would keep series of uids long gone).
+ */
+static void family_users(MetricsWriter *w, const Metrics *m)
+{
+        const UserRegistry *reg = &m->src.memory->users;
+        const User *u;
+
+        metrics_family(w, "kvdist_user_quota_refused_total", "counter",
+                       "Requests and connections refused by a limits.per_user limit");
+        for (UserSlot k = 0; k < _USER_SLOT_MAX; k++)
+                metrics_sample_u64(w, "kvdist_user_quota_refused_total",
+                                   METRICS_LABELS({"limit", user_slot_limit_key(k)}),
+                                   reg->refused[k]);
+        metrics_family(w, "kvdist_user_usage", "gauge",
+                       "What a local uid's clients hold together, by limits.per_user resource");
+        if (!reg->users.next)
+                return;
+        CLIST_FOREACH (u, &reg->users, link_registry) {
+                char uid[16];
+
+                (void)snprintf(uid, sizeof(uid), "%u", (unsigned)u->uid);
+                for (UserSlot k = 0; k < _USER_SLOT_MAX; k++)
+                        metrics_sample_u64(
+                                w, "kvdist_user_usage",
+                                METRICS_LABELS({"uid", uid}, {"resource", user_slot_to_string(k)}),
+                                u->used[k]);
+        }
 }
 
 static void family_memory(MetricsWriter *w, const Metrics *m)
@@ -464,14 +499,23 @@ static void family_domains(MetricsWriter *w, const Metrics *m)
 
 /* The families, in the order they are written. Add one here and write its function above. */
 static const MetricsFamilyFn families[] = {
-        family_build_info,     family_uptime,
-        family_clusters,       family_connections,
-        family_memory,         family_pool,
-        family_links,          family_transfers_in_flight,
-        family_transfers,      family_transfer_latency,
-        family_errors,         family_peers,
-        family_peer_heartbeat, family_served,
-        family_rdma,           family_domains,
+        family_build_info,
+        family_uptime,
+        family_clusters,
+        family_connections,
+        family_users,
+        family_memory,
+        family_pool,
+        family_links,
+        family_transfers_in_flight,
+        family_transfers,
+        family_transfer_latency,
+        family_errors,
+        family_peers,
+        family_peer_heartbeat,
+        family_served,
+        family_rdma,
+        family_domains,
 };
 
 int metrics_render(const Metrics *m, char **ret, size_t *ret_len)

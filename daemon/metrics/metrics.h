@@ -29,6 +29,8 @@ typedef struct ClientCounters {
         unsigned conns_open;
         uint64_t conns_accepted;
         uint64_t conns_refused;
+        uint64_t conns_idle_closed;       /* closed without a cluster (limits.attach_timeout_ms) */
+        unsigned conns_reserved;          /* open on limits.reserved_connections */
         uint64_t frames_malformed;        /* clients' frames (peers' in LinkCounters) */
         uint64_t errors[-_KVD_E_MIN + 1]; /* requests answered with an error, by -public code */
 } ClientCounters;

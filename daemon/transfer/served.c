@@ -85,8 +85,8 @@ static void served_finish(Served *s, int status)
                         s->inlink->bytes += s->plan->total_bytes;
                 }
                 if (s->has_notify && s->inlink &&
-                    notify_deliver(s->inlink->local, s->remote_cluster_id, s->notify,
-                                   s->notify_len) < 0)
+                    notify_deliver(s->inlink->local, s->remote_cluster_id, s->notify, s->notify_len,
+                                   NULL) < 0)
                         log_error("served %" PRIu64 ": cannot queue the push notification for "
                                   "cluster %" PRIu64 ", ignoring",
                                   s->id, s->cluster_id);
@@ -239,7 +239,7 @@ static int served_prepare(Served *s, InLink *il, const TransferPeerRequest *m, u
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "a notification of %zu bytes, at most %d", m->notify_len,
                                          NOTIFY_MAX_BYTES);
-                r = notify_check_room(il->local, err);
+                r = notify_check_room(il->local, NULL, err);
                 if (r < 0)
                         return r;
                 memcpy(s->notify, m->notify, m->notify_len);

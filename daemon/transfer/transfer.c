@@ -123,6 +123,7 @@ static Transfer *transfer_free(Transfer *x)
                         clist_unlink(&x->link_cluster);
                         x->cluster->n_transfers--;
                 }
+                user_uncharge(x->user, USER_SLOT_INFLIGHT, 1);
                 if (x->link) {
                         clist_unlink(&x->link_link);
                         x->link->n_inflight--;
@@ -130,6 +131,7 @@ static Transfer *transfer_free(Transfer *x)
                 clist_unlink(&x->link_daemon);
                 root->n_transfers--;
         }
+        x->user = user_unref(x->user);
         for (uint32_t i = 0; i < x->n_regions; i++)
                 region_unref(x->regions[i]);
         plan_free(x->plan);
@@ -178,7 +180,8 @@ static void transfer_deliver_notify(Transfer *x)
         if (x->req.notify_len == 0 || x->phase != REMOTE_NONE)
                 return;
         dst = link_root_find_cluster(x->root->link, x->remote_cluster_id);
-        if (dst && notify_deliver(dst, x->cluster_id, x->req.notify, x->req.notify_len) < 0)
+        if (dst &&
+            notify_deliver(dst, x->cluster_id, x->req.notify, x->req.notify_len, x->user) < 0)
                 log_error("transfer %" PRIu64
                           ": cannot queue the push notification for cluster %" PRIu64 ", ignoring",
                           x->id, x->remote_cluster_id);
@@ -518,7 +521,7 @@ int transfer_start(TransferRoot *root, Cluster *c, TransferRequest *req, Complet
                 return r;
         if (x->link->remote) {
                 if (x->req.notify_len > 0) {
-                        r = notify_check_room(x->link->remote, err);
+                        r = notify_check_room(x->link->remote, c->user, err);
                         if (r < 0)
                                 return r;
                 }
@@ -526,6 +529,12 @@ int transfer_start(TransferRoot *root, Cluster *c, TransferRequest *req, Complet
                 if (r < 0)
                         return r;
         }
+
+        /* What the cluster's uid has in flight, all its clusters together; the last check. */
+        r = user_charge(c->user, USER_SLOT_INFLIGHT, 1, err);
+        if (r < 0)
+                return r;
+        x->user = user_ref(c->user);
 
         /* From here on the transfer is accounted everywhere it is listed. */
         x->id = id_source_next(root->link->ids);

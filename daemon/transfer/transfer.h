@@ -30,6 +30,7 @@ typedef struct Peer Peer;
 typedef struct PeerCall PeerCall;
 typedef struct Region Region;
 typedef struct Transfer Transfer;
+typedef struct User User;
 
 typedef enum TransferKind {
         TRANSFER_PULL_CACHE = 1,
@@ -108,6 +109,7 @@ struct Transfer {
         TransferRequest req;    /* as the client asked it, decoded */
         TransferResult *result; /* filled before @done is answered OK */
         Cluster *cluster;       /* the requesting cluster; NULL once it is gone */
+        User *user;             /* its uid, charged one transfer in flight; for its notify */
         uint64_t cluster_id;
         Link *link; /* NULL once the link is gone */
         uint64_t remote_cluster_id;

@@ -264,7 +264,7 @@ void fuzz_endpoint_client(FuzzDaemon *f, unsigned i)
         Conn *c;
 
         FUZZ_CHECK(getsockopt(ep->daemon_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0);
-        FUZZ_CHECK(conn_new(&f->daemon->control, ep->daemon_fd, &cred, &c) == 0);
+        FUZZ_CHECK(conn_new(&f->daemon->control, ep->daemon_fd, &cred, NULL, false, &c) == 0);
 }
 
 void fuzz_endpoint_peer(FuzzDaemon *f, unsigned i, bool frames)

@@ -24,7 +24,6 @@
 #include "common/time-util.h"
 
 #define HARNESS_MAX_ARGS 64
-#define HARNESS_STOP_TIMEOUT_MS 10000
 #define HARNESS_LOG_TAIL 16384
 
 /* In a forked child: the write end of its readiness pipe. */
@@ -33,6 +32,33 @@ static int child_ready_fd = -1;
 uint64_t harness_now_ms(void)
 {
         return now_usec(CLOCK_MONOTONIC) / USEC_PER_MSEC;
+}
+
+int harness_wait_scaled(int ms)
+{
+        static const char *const vars[] = {"KVDIST_TEST_TIMEOUT_MULTIPLIER",
+                                           "CK_TIMEOUT_MULTIPLIER"};
+        double k = 1;
+
+        for (size_t i = 0; i < ARRAY_SIZE(vars); i++) {
+                const char *v = getenv(vars[i]);
+                char *end;
+                double x;
+
+                if (!v || !v[0])
+                        continue;
+                errno = 0;
+                x = strtod(v, &end);
+                if (errno == 0 && *end == '\0' && x >= 1 && x < 1e6)
+                        k = x;
+                break;
+        }
+        return (int)MIN((double)ms * k, (double)INT32_MAX);
+}
+
+int harness_wait_ms(void)
+{
+        return harness_wait_scaled(HARNESS_WAIT_MS);
 }
 
 void harness_sleep_ms(unsigned ms)
@@ -271,7 +297,8 @@ int harness_daemon_start_opts(HarnessDaemon *d, const HarnessStartOptions *o)
                 return r;
         }
 
-        deadline = harness_now_ms() + HARNESS_START_TIMEOUT_MS;
+        /* As long as it takes the daemon to come up, however loaded the machine. */
+        deadline = harness_now_ms() + (uint64_t)harness_wait_ms();
         for (;;) {
                 int status;
 
@@ -287,7 +314,7 @@ int harness_daemon_start_opts(HarnessDaemon *d, const HarnessStartOptions *o)
                 }
                 if (harness_now_ms() >= deadline) {
                         fprintf(stderr, "harness: kvdistd did not accept on %s within %d ms\n",
-                                d->socket_path, HARNESS_START_TIMEOUT_MS);
+                                d->socket_path, harness_wait_ms());
                         harness_daemon_dump_log(d, HARNESS_LOG_TAIL);
                         (void)harness_daemon_kill(d);
                         return -ETIMEDOUT;
@@ -331,10 +358,10 @@ int harness_daemon_stop(HarnessDaemon *d)
                 return -ESRCH;
         if (kill(d->pid, SIGTERM) < 0)
                 return -errno;
-        r = wait_pid(d->pid, HARNESS_STOP_TIMEOUT_MS, &status);
+        r = wait_pid(d->pid, harness_wait_ms(), &status);
         if (r == -ETIMEDOUT) {
                 fprintf(stderr, "harness: kvdistd (pid %d) ignored SIGTERM for %d ms, killing\n",
-                        (int)d->pid, HARNESS_STOP_TIMEOUT_MS);
+                        (int)d->pid, harness_wait_ms());
                 (void)kill(d->pid, SIGKILL);
                 r = wait_pid(d->pid, -1, &status);
         }
@@ -810,7 +837,7 @@ int harness_raw_hello(int fd)
         r = harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 1, &hello.base, NULL, 0);
         if (r < 0)
                 return r;
-        r = harness_raw_read_frame(fd, 5000, &f);
+        r = harness_raw_read_frame(fd, harness_wait_ms(), &f);
         if (r == 0)
                 return -ECONNRESET;
         if (r < 0)

@@ -22,7 +22,13 @@
 #include "proto/frame.h"
 
 #define HARNESS_PATH_MAX 108 /* sun_path */
-#define HARNESS_START_TIMEOUT_MS 5000
+/*
+ * The ceiling of every wait for something that is expected to happen (a daemon accepting, a
+ * child ready, a reply, a close): generous, since the machine may be loaded, and scaled by
+ * $KVDIST_TEST_TIMEOUT_MULTIPLIER (else $CK_TIMEOUT_MULTIPLIER). Waits end on readiness; only a
+ * broken daemon or test ever waits this long.
+ */
+#define HARNESS_WAIT_MS 60000
 
 typedef struct HarnessDaemon {
         pid_t pid;    /* 0 once stopped or killed */
@@ -36,8 +42,17 @@ typedef struct HarnessDaemon {
 } HarnessDaemon;
 
 /*
+ * @ms scaled by $KVDIST_TEST_TIMEOUT_MULTIPLIER, else $CK_TIMEOUT_MULTIPLIER (a number >= 1;
+ * anything else counts as 1), capped at INT32_MAX.
+ */
+int harness_wait_scaled(int ms);
+
+/* harness_wait_scaled(HARNESS_WAIT_MS): the ceiling of a wait for readiness. */
+int harness_wait_ms(void);
+
+/*
  * Starts $KVDISTD --socket DIR/kvdist.sock --log-level debug followed by the NULL-terminated
- * extra arguments, and waits up to HARNESS_START_TIMEOUT_MS until the socket accepts a
+ * extra arguments, and waits up to harness_wait_ms() until the socket accepts a
  * connection. -ENOENT when $KVDISTD is not set, -ECHILD when the daemon exited during start-up
  * (its log is printed), -ETIMEDOUT.
  */
@@ -67,9 +82,9 @@ typedef struct HarnessStartOptions {
 int harness_daemon_start_opts(HarnessDaemon *d, const HarnessStartOptions *o);
 
 /*
- * Sends SIGTERM and waits up to 10 s for the daemon to exit (then SIGKILL). Returns its exit
- * code, 128 + the signal number when a signal ended it, -EUCLEAN when its log holds a sanitizer
- * report (the log is printed), or another negative errno.
+ * Sends SIGTERM and waits up to harness_wait_ms() for the daemon to exit (then SIGKILL). Returns
+ * its exit code, 128 + the signal number when a signal ended it, -EUCLEAN when its log holds a
+ * sanitizer report (the log is printed), or another negative errno.
  */
 int harness_daemon_stop(HarnessDaemon *d);
 

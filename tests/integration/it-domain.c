@@ -113,7 +113,7 @@ kvd_mem_status dom_wait_failed(DomMember *m, int timeout_ms)
 void dom_wait_ok(DomMember *m, unsigned n)
 {
         for (unsigned k = 0; k < n; k++) {
-                kvd_mem_status st = dom_wait(&m[k], 30000);
+                kvd_mem_status st = dom_wait(&m[k], harness_wait_ms());
 
                 if (st != KVD_MEM_STATUS_OK)
                         harness_daemon_dump_log(&m[k].node->d, 0);

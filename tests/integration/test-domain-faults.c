@@ -125,7 +125,7 @@ START_TEST(test_member_daemon_killed)
                 ck_assert_msg(b.ret[i] == KVD_E_PEER_LOST, "rank %u: %s: %s", i,
                               kvd_strerror(b.ret[i]), b.detail[i]);
         }
-        ck_assert_int_eq(dom_wait_failed(&w.m[0], 1000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait_failed(&w.m[0], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
         ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "rank 2"), "%s",
                       kvd_last_error(w.m[0].client));
         /* Its client sees its daemon gone. */
@@ -196,7 +196,7 @@ START_TEST(test_member_process_killed)
                 dom_member_attach(&w.m[i]);
                 expect_ok(w.m[i].client, dom_link(w.m, 3, i, "crash", w.table));
         }
-        if (harness_child_wait_ready(&child, 30000, NULL) != 0) {
+        if (harness_child_wait_ready(&child, harness_wait_ms(), NULL) != 0) {
                 for (unsigned i = 0; i < 3; i++)
                         harness_daemon_dump_log(&w.nodes[i].d, 0);
                 ck_abort_msg("the member process did not see the domain OK");
@@ -218,7 +218,7 @@ START_TEST(test_member_process_killed)
         pthread_join(b.threads[2], NULL);
         ck_assert_msg(b.ret[2] == KVD_E_PEER_LOST, "%s: %s", kvd_strerror(b.ret[2]), b.detail[2]);
         ck_assert_int_lt(harness_check_pattern(recv_buf, 1 << 20, 99), 0);
-        ck_assert_int_eq(dom_wait_failed(&w.m[0], 10000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait_failed(&w.m[0], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
         ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "rank 1 (cluster 2002") &&
                               strstr(kvd_last_error(w.m[0].client), "detached"),
                       "%s", kvd_last_error(w.m[0].client));
@@ -239,7 +239,7 @@ START_TEST(test_member_finalizes)
         dom_wait_ok(w.m, 2);
         expect_ok(w.m[1].client, kvd_client_finalize(w.m[1].client));
         w.m[1].client = NULL;
-        ck_assert_int_eq(dom_wait_failed(&w.m[0], 10000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait_failed(&w.m[0], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
         ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "detached"), "%s",
                       kvd_last_error(w.m[0].client));
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 0);

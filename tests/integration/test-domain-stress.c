@@ -113,7 +113,7 @@ static void jobs_start(Stress *s, Job *jobs, unsigned mask)
 {
         for (unsigned r = 0; r < MEMBERS; r++) {
                 Job *j = &jobs[r];
-                uint64_t deadline = harness_now_ms() + 10000;
+                uint64_t deadline = harness_now_ms() + (uint64_t)harness_wait_ms();
 
                 if (!(mask & (1u << r)))
                         continue;
@@ -274,7 +274,7 @@ static void round_unlink(Stress *s, Kind kind, uint32_t root, unsigned absent, u
         else
                 check_broadcast(s, root, false);
         /* It left: it is not waited for as FAILED. */
-        ck_assert_int_eq(dom_wait_failed(&s->m[(absent + 1) % MEMBERS], 10000),
+        ck_assert_int_eq(dom_wait_failed(&s->m[(absent + 1) % MEMBERS], harness_wait_ms()),
                          KVD_MEM_STATUS_FAILED);
         for (unsigned r = 0; r < MEMBERS; r++)
                 if (r != absent)
@@ -347,7 +347,8 @@ static void round_kill(Stress *s)
         node_start(&s->nodes[2]);
         stress_attach(s, 3);
         for (unsigned r = 0; r < 3; r++) {
-                ck_assert_int_eq(dom_wait_failed(&s->m[r], 10000), KVD_MEM_STATUS_FAILED);
+                ck_assert_int_eq(dom_wait_failed(&s->m[r], harness_wait_ms()),
+                                 KVD_MEM_STATUS_FAILED);
                 expect_ok(s->m[r].client, kvd_unlink(s->m[r].client, s->m[r].comm_id));
         }
         stress_form(s);

@@ -147,7 +147,7 @@ START_TEST(test_form_two)
 
         /* Unlinking one member fails the domain on the other. */
         expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
-        ck_assert_int_eq(dom_wait_failed(&w.m[1], 10000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait_failed(&w.m[1], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "rank 0"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "unlinked"));
         expect_status(w.m[1].client,
@@ -175,12 +175,12 @@ START_TEST(test_member_never_links)
         net_start(&w, 3, short_link_time);
         expect_ok(w.m[0].client, dom_link(w.m, 3, 0, "lonely", w.table));
         expect_ok(w.m[1].client, dom_link(w.m, 3, 1, "lonely", w.table));
-        st = dom_wait(&w.m[0], 20000);
+        st = dom_wait(&w.m[0], harness_wait_ms());
         ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "link_total_time"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "rank 2 (cluster 3003"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "did not call link"));
-        ck_assert_int_eq(dom_wait(&w.m[1], 20000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait(&w.m[1], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
         /* Failed domains stay until their members unlink them. */
         expect_status(w.m[0].client, dom_link(w.m, 3, 0, "lonely", w.table), KVD_E_ALREADY_LINK,
                       NULL);
@@ -205,10 +205,10 @@ START_TEST(test_rank_tables_disagree)
         expect_ok(w.m[0].client, dom_link(w.m, 2, 0, "disagree", w.table));
         expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "disagree", other));
         /* kvd_last_error() is per thread: look right after each query. */
-        ck_assert_int_eq(dom_wait(&w.m[0], 20000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait(&w.m[0], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
         ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "rank tables disagree"), "%s",
                       kvd_last_error(w.m[0].client));
-        ck_assert_int_eq(dom_wait(&w.m[1], 20000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait(&w.m[1], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "rank tables disagree"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "device 7"));
         net_stop(&w);
@@ -495,7 +495,7 @@ START_TEST(test_shared_links)
         /* The first domain goes: the link kvd_link_clusters() made stays, so does B's. */
         expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
         expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, w.m[1].comm_id));
-        ck_assert_int_eq(dom_wait(&second[0], 100), KVD_MEM_STATUS_OK);
+        ck_assert_int_eq(dom_wait(&second[0], harness_wait_ms()), KVD_MEM_STATUS_OK);
         expect_ok(w.m[0].client, kvd_check_link_status(w.m[0].client, 2002));
         expect_ok(w.m[1].client, kvd_check_link_status(w.m[1].client, 1001));
         expect_ok(w.m[0].client, kvd_pull_blocks(w.m[0].client, &key_b, ca.id, sb, 2, db, 2, NULL));
@@ -553,7 +553,7 @@ START_TEST(test_unlink_leaves_user_link)
         dom_wait_ok(w.m, 2);
 
         expect_ok(w.m[first].client, kvd_unlink(w.m[first].client, w.m[first].comm_id));
-        ck_assert_int_eq(dom_wait_failed(&w.m[!first], 10000), KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_wait_failed(&w.m[!first], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
         expect_ok(w.m[!first].client, kvd_unlink(w.m[!first].client, w.m[!first].comm_id));
         for (unsigned i = 0; i < nodes; i++)
                 ck_assert_int_eq(dom_status_len(&w.nodes[i], "domains"), 0);
@@ -755,7 +755,7 @@ START_TEST(test_concurrent_any_order)
         }
         for (unsigned i = 0; i < CONC_CLUSTERS; i++) {
                 uint64_t verdict = 99;
-                int r = harness_child_wait_ready(&kids[i], 90000, &verdict);
+                int r = harness_child_wait_ready(&kids[i], harness_wait_ms(), &verdict);
 
                 if (r != 0 || verdict != 0)
                         for (unsigned k = 0; k < 3; k++)

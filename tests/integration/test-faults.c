@@ -166,7 +166,7 @@ START_TEST(test_client_killed_mid_transfer)
         expect_ok(a,
                   tcache_register(&src, a, true, 2, BIG_BLOCKS, BIG_BLOCK_BYTES, 0xa1, &key, 1, 0));
         ck_assert_int_eq(harness_fork_client(puller_main, NULL, &child), 0);
-        r = harness_child_wait_ready(&child, 60000, NULL);
+        r = harness_child_wait_ready(&child, harness_wait_ms(), NULL);
         ck_assert_msg(r == 0, "the puller never finished a pull: %s (exit %d)", strerror(-r),
                       harness_child_wait(&child, 0));
 
@@ -182,7 +182,7 @@ START_TEST(test_client_killed_mid_transfer)
         ck_assert_int_eq(harness_child_kill(&child, SIGKILL), 128 + SIGKILL);
 
         ck_assert_msg(harness_daemon_alive(&daemon_), "kvdistd died with its client");
-        ck_assert_msg(wait_cluster_gone(B_ID, 5000),
+        ck_assert_msg(wait_cluster_gone(B_ID, harness_wait_ms()),
                       "cluster %d (killed) still listed, or transfers in flight, after 5 s", B_ID);
         {
                 json_t *root = status_json();
@@ -254,7 +254,7 @@ START_TEST(test_owner_killed_mid_transfer)
 
         start_daemon(NULL);
         ck_assert_int_eq(harness_fork_client(owner_main, NULL, &child), 0);
-        r = harness_child_wait_ready(&child, 30000, &src.id);
+        r = harness_child_wait_ready(&child, harness_wait_ms(), &src.id);
         ck_assert_msg(r == 0, "the owner did not get ready: %s (exit %d)", strerror(-r),
                       harness_child_wait(&child, 0));
         /* The owner's cache as the checks see it: the same geometry and pattern stream. */
@@ -309,7 +309,7 @@ START_TEST(test_owner_killed_mid_transfer)
 
         /* The link is down and says so; new transfers fail at once. */
         {
-                uint64_t deadline = harness_now_ms() + 5000;
+                uint64_t deadline = harness_now_ms() + (uint64_t)harness_wait_ms();
 
                 while ((r = kvd_check_link_status(b, A_ID)) == KVD_OK &&
                        harness_now_ms() < deadline)
@@ -332,7 +332,7 @@ START_TEST(test_owner_killed_mid_transfer)
 
         /* The owner comes back under the same id: linking again replaces the dead link. */
         ck_assert_int_eq(harness_fork_client(owner_main, NULL, &child), 0);
-        r = harness_child_wait_ready(&child, 30000, &src.id);
+        r = harness_child_wait_ready(&child, harness_wait_ms(), &src.id);
         ck_assert_msg(r == 0, "the new owner did not get ready: %s", strerror(-r));
         link_to(b, A_ID);
         expect_ok(b, kvd_check_link_status(b, A_ID));
@@ -479,7 +479,7 @@ static void expect_reply(int fd, uint16_t type, bool error, int code, const char
         HarnessFrame f;
         int r, got;
 
-        r = harness_raw_read_frame(fd, 5000, &f);
+        r = harness_raw_read_frame(fd, harness_wait_ms(), &f);
         ck_assert_msg(r == 1, "no reply to type %u: %s", type,
                       r == 0 ? "connection closed" : strerror(-r));
         ck_assert_uint_eq(f.h.type, type);
@@ -506,7 +506,7 @@ static void expect_still_works(int fd)
 
 static void expect_closed(int fd, const char *what)
 {
-        ck_assert_msg(harness_raw_wait_closed(fd, 5000) == 1,
+        ck_assert_msg(harness_raw_wait_closed(fd, harness_wait_ms()) == 1,
                       "%s: the daemon kept the connection open", what);
         close(fd);
 }
@@ -722,7 +722,7 @@ START_TEST(test_malformed_frames)
                               "%lld",
                               (long long)malformed0, (long long)malformed);
                 /* The raw cluster went away with its connection. */
-                ck_assert(wait_cluster_gone(7777, 5000));
+                ck_assert(wait_cluster_gone(7777, harness_wait_ms()));
                 json_decref(root);
         }
 

@@ -89,7 +89,7 @@ static bool wait_clusters(size_t n, int timeout_ms)
 
 static void wait_log(const char *needle)
 {
-        uint64_t deadline = harness_now_ms() + 10000;
+        uint64_t deadline = harness_now_ms() + (uint64_t)harness_wait_ms();
 
         while (!harness_daemon_log_contains(&daemon_, needle)) {
                 if (harness_now_ms() >= deadline) {
@@ -130,7 +130,7 @@ static int raw_attach(int fd, uint64_t cluster_id)
                                    NULL, 0);
         if (r < 0)
                 return r;
-        r = harness_raw_read_frame(fd, 5000, &f);
+        r = harness_raw_read_frame(fd, harness_wait_ms(), &f);
         if (r <= 0)
                 return r == 0 ? -ECONNRESET : r;
         r = harness_frame_status(&f, &code, NULL, 0);
@@ -159,7 +159,7 @@ START_TEST(test_error_reply_to_closed_reader)
                 send_header(fd, FRAME_VERSION + 1, KVDIST__V1__MSG_TYPE__MSG_HELLO, 0, 0,
                             FRAME_HEADER_SIZE, NULL, 0);
                 if (i % 2 == 0)
-                        ck_assert_int_eq(harness_raw_wait_closed(fd, 5000), 1);
+                        ck_assert_int_eq(harness_raw_wait_closed(fd, harness_wait_ms()), 1);
                 close(fd);
         }
         /* Still serving, every bad frame counted, and no sanitizer report at the stop. */
@@ -228,10 +228,10 @@ START_TEST(test_socket_fd_cycle)
                 ck_assert_int_eq(
                         harness_fork_client(attacker_main, (void *)&attackers[i], &kids[i]), 0);
         for (size_t i = 0; i < ARRAY_SIZE(attackers); i++)
-                ck_assert_int_eq(harness_child_wait(&kids[i], 10000), 0);
+                ck_assert_int_eq(harness_child_wait(&kids[i], harness_wait_ms()), 0);
 
         /* Every attacker's connection is closed as its fd arrives: no deadline needed. */
-        ck_assert_msg(wait_clusters(0, 5000), "%zu clusters outlived their processes",
+        ck_assert_msg(wait_clusters(0, harness_wait_ms()), "%zu clusters outlived their processes",
                       n_clusters());
         r = harness_client_init(&daemon_, 999, KVD_ROLE_MIX, &worker);
         ck_assert_msg(r == KVD_OK, "a worker cannot attach after the attack: %s (%s)",
@@ -282,9 +282,12 @@ START_TEST(test_partial_frame_deadline)
         r = harness_client_init(&daemon_, 503, KVD_ROLE_MIX, &idle);
         ck_assert_msg(r == KVD_OK, "kvd_client_init: %s", kvd_strerror(r));
 
-        ck_assert_msg(harness_raw_wait_closed(half, 30000) == 1, "half a header held on");
-        ck_assert_msg(harness_raw_wait_closed(with_fd, 30000) == 1, "a partial frame held on");
-        ck_assert_msg(harness_raw_wait_closed(silent, 30000) == 1, "a silent client held on");
+        ck_assert_msg(harness_raw_wait_closed(half, harness_wait_ms()) == 1,
+                      "half a header held on");
+        ck_assert_msg(harness_raw_wait_closed(with_fd, harness_wait_ms()) == 1,
+                      "a partial frame held on");
+        ck_assert_msg(harness_raw_wait_closed(silent, harness_wait_ms()) == 1,
+                      "a silent client held on");
         /* Load only makes it later; the connections were made up to a moment before t0. */
         ck_assert_msg(harness_now_ms() - t0 >= (FRAME_TIMEOUT_SEC - 2) * 1000,
                       "closed after %llu ms, before the limit",
@@ -295,7 +298,7 @@ START_TEST(test_partial_frame_deadline)
         wait_log("did not complete within 10 s, closing");
         wait_log("no Hello within 10 s, closing");
 
-        ck_assert(wait_clusters(1, 5000));
+        ck_assert(wait_clusters(1, harness_wait_ms()));
         ck_assert_int_eq(kvd_daemon_status(idle, &json), KVD_OK);
         free(json);
         ck_assert_int_eq(kvd_client_finalize(idle), KVD_OK);
@@ -365,7 +368,7 @@ static int run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, ha
         int r;
 
         ck_assert_int_eq(harness_fork_client(as_user_main, &u, &c), 0);
-        r = harness_child_wait(&c, 60000);
+        r = harness_child_wait(&c, harness_wait_ms());
         if (r == -ETIMEDOUT)
                 r = harness_child_kill(&c, SIGKILL);
         return r;
@@ -691,7 +694,7 @@ START_TEST(test_socket_folder_daemon)
                 int r;
 
                 pid = spawn_daemon_as(f.uid, f.log, NULL);
-                r = wait_exit(pid, 10000);
+                r = wait_exit(pid, harness_wait_ms());
                 log = read_text(f.log);
                 ck_assert_msg(r == 1, "kvdistd exited %d with %s %s:\n%s", r, f.dir, why, log);
                 expect_text(log, f.dir, "kvdistd's log");
@@ -704,14 +707,15 @@ START_TEST(test_socket_folder_daemon)
         /* Missing: made 0700 and served. */
         folder_clear(&f);
         pid = spawn_daemon_as(f.uid, f.log, NULL);
-        ck_assert_msg(socket_accepts(f.sock, 10000), "kvdistd does not listen on %s", f.sock);
+        ck_assert_msg(socket_accepts(f.sock, harness_wait_ms()), "kvdistd does not listen on %s",
+                      f.sock);
         ck_assert_int_eq(lstat(f.dir, &st), 0);
         ck_assert(S_ISDIR(st.st_mode));
         ck_assert_uint_eq(st.st_uid, f.uid);
         ck_assert_uint_eq(st.st_mode & 07777, 0700);
         ck_assert_int_eq(run_as(f.uid, f.uid, NULL, 0, default_client_main, (void *)31), 0);
         ck_assert_int_eq(kill(pid, SIGTERM), 0);
-        ck_assert_int_eq(wait_exit(pid, 10000), 0);
+        ck_assert_int_eq(wait_exit(pid, harness_wait_ms()), 0);
         folder_done(&f);
 }
 END_TEST
@@ -803,7 +807,7 @@ START_TEST(test_socket_path_not_a_socket)
                 int r;
 
                 pid = spawn_daemon_as(0, log, args);
-                r = wait_exit(pid, 10000);
+                r = wait_exit(pid, harness_wait_ms());
                 text = read_text(log);
                 ck_assert_msg(r == 1, "kvdistd --socket %s exited %d:\n%s", targets[i], r, text);
                 expect_text(text, "is not a socket, refusing to replace it", "kvdistd's log");
@@ -832,9 +836,10 @@ START_TEST(test_socket_path_not_a_socket)
                 struct stat st;
 
                 pid = spawn_daemon_as(0, log, args);
-                ck_assert_msg(socket_accepts(stale, 10000), "kvdistd did not replace %s", stale);
+                ck_assert_msg(socket_accepts(stale, harness_wait_ms()),
+                              "kvdistd did not replace %s", stale);
                 ck_assert_int_eq(kill(pid, SIGTERM), 0);
-                ck_assert_int_eq(wait_exit(pid, 10000), 0);
+                ck_assert_int_eq(wait_exit(pid, harness_wait_ms()), 0);
                 ck_assert(lstat(stale, &st) < 0 && errno == ENOENT);
         }
 
@@ -845,12 +850,12 @@ START_TEST(test_socket_path_not_a_socket)
                 char *text;
 
                 pid = spawn_daemon_as(0, log, args);
-                ck_assert_int_eq(wait_exit(pid, 10000), 1);
+                ck_assert_int_eq(wait_exit(pid, harness_wait_ms()), 1);
                 text = read_text(log);
                 expect_text(text, "another kvdistd is listening", "kvdistd's log");
                 free(text);
         }
-        ck_assert(socket_accepts(daemon_.socket_path, 1000));
+        ck_assert(socket_accepts(daemon_.socket_path, harness_wait_ms()));
         stop_daemon();
 
         unlink(log);

@@ -28,7 +28,7 @@
 
 #define KEY "kvdist-hostile-test-key-0123456789"
 #define HOSTILE_CLUSTER 9999
-#define REPLY_TIMEOUT_MS 5000
+#define REPLY_TIMEOUT_MS harness_wait_ms()
 
 typedef struct Hostile {
         int ctl;
@@ -452,7 +452,7 @@ START_TEST(test_hostile_peer)
         /* A frame with a bad magic: the daemon drops this peer, and only this peer. */
         ck_assert_int_eq(harness_raw_send(h.ctl, "garbage-garbage-garbage-garbage!", 32, NULL, 0),
                          0);
-        ck_assert_int_eq(harness_raw_wait_closed(h.ctl, 5000), 1);
+        ck_assert_int_eq(harness_raw_wait_closed(h.ctl, harness_wait_ms()), 1);
         close(h.ctl);
         close(h.data);
 
@@ -489,7 +489,7 @@ START_TEST(test_bad_data_connections)
         ck_assert_int_eq(harness_raw_send_frame(fd, KVDIST__V1__MSG_TYPE__MSG_PEER_DATA_HELLO, 0, 0,
                                                 &dh.base, NULL, 0),
                          0);
-        ck_assert_int_eq(harness_raw_wait_closed(fd, 5000), 1);
+        ck_assert_int_eq(harness_raw_wait_closed(fd, harness_wait_ms()), 1);
         close(fd);
         fd = tcp_connect(p.peer_addr);
         ck_assert_int_eq(harness_raw_send(fd, "\x4b\x56\x44\x31\x01\x00\xff\xff", 8, NULL, 0), 0);

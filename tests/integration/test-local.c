@@ -658,7 +658,7 @@ START_TEST(test_finalize_during_transfer)
         /* The daemon dropped B and serves A as before. */
         {
                 char *json = NULL;
-                uint64_t deadline = harness_now_ms() + 5000;
+                uint64_t deadline = harness_now_ms() + (uint64_t)harness_wait_ms();
 
                 for (;;) {
                         expect_ok(w.a, kvd_daemon_status(w.a, &json));

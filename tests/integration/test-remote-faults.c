@@ -91,7 +91,8 @@ START_TEST(test_peer_killed)
         tcache_verify_old_or_new(&dst, &cp);
 
         /* The link is down and says so; calls on it fail at once. */
-        ck_assert_int_eq(wait_link_status(b, A_ID, KVD_E_PEER_LOST, 5000), KVD_E_PEER_LOST);
+        ck_assert_int_eq(wait_link_status(b, A_ID, KVD_E_PEER_LOST, harness_wait_ms()),
+                         KVD_E_PEER_LOST);
         expect_status(b, kvd_pull_blocks(b, &key, dst.id, sb, 1, db, 1, &o), KVD_E_PEER_LOST,
                       "down");
 
@@ -136,7 +137,8 @@ START_TEST(test_remote_cluster_finalizes)
 
         /* The prompt cluster leaves: both daemons drop the link. */
         expect_ok(a, kvd_client_finalize(a));
-        ck_assert_int_eq(wait_link_status(b, A_ID, KVD_E_PEER_LOST, 5000), KVD_E_PEER_LOST);
+        ck_assert_int_eq(wait_link_status(b, A_ID, KVD_E_PEER_LOST, harness_wait_ms()),
+                         KVD_E_PEER_LOST);
         ck_assert_int_eq(node_status_len(&p, "inbound_links"), 0);
         expect_status(b, kvd_pull_blocks(b, &key, dst.id, &b0, 1, &b0, 1, NULL), KVD_E_PEER_LOST,
                       NULL);
@@ -206,7 +208,7 @@ START_TEST(test_remote_cluster_crashes)
         node_start(&d);
         v.n = &p;
         ck_assert_int_eq(harness_fork_client(victim_main, &v, &child), 0);
-        ck_assert_int_eq(harness_child_wait_ready(&child, 10000, NULL), 0);
+        ck_assert_int_eq(harness_child_wait_ready(&child, harness_wait_ms(), NULL), 0);
         a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
         b = node_client(&d, B_ID, KVD_ROLE_DECODER);
         expect_ok(a, tcache_register(&other, a, true, 2, 8, 4096, 0x78, &akey, 1, 0));
@@ -226,7 +228,8 @@ START_TEST(test_remote_cluster_crashes)
                               kvd_strerror(r));
                 kvd_task_free(tasks[i]);
         }
-        ck_assert_int_eq(wait_link_status(b, C_ID, KVD_E_PEER_LOST, 5000), KVD_E_PEER_LOST);
+        ck_assert_int_eq(wait_link_status(b, C_ID, KVD_E_PEER_LOST, harness_wait_ms()),
+                         KVD_E_PEER_LOST);
 
         /* The other cluster on that daemon is untouched and still serves. */
         expect_ok(b, kvd_check_link_status(b, A_ID));

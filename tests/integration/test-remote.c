@@ -311,7 +311,7 @@ START_TEST(test_push_blocks_notify)
         tcache_verify_untouched(&src);
 
         /* The notification is there once the push returned: it follows the last byte. */
-        ck_assert_int_eq(poll(&pfd, 1, 5000), 1);
+        ck_assert_int_eq(poll(&pfd, 1, harness_wait_ms()), 1);
         expect_ok(w.a, kvd_get_notifies(w.a, got, 4, &n));
         ck_assert_uint_eq(n, 1);
         ck_assert_uint_eq(got[0].src_cluster_id, B_ID);

@@ -165,7 +165,7 @@ START_TEST(test_notify)
         ck_assert_msg(r == 0, "cannot start kvdistd: %s", strerror(-r));
 
         /* READY=1 comes with the first summary, once the socket accepts (the harness saw it). */
-        ck_assert_msg(manager_wait_for(&m, &h, "READY=1", 10000), "no READY=1");
+        ck_assert_msg(manager_wait_for(&m, &h, "READY=1", harness_wait_ms()), "no READY=1");
         ck_assert_msg(strstr(h.last_status, "0 clusters"), "READY without a summary: %s",
                       h.last_status);
         ck_assert(harness_daemon_log_contains(&d, "watchdog: pinging the service manager every "
@@ -173,7 +173,7 @@ START_TEST(test_notify)
 
         /* The summary follows the clusters. */
         expect_ok(NULL, harness_client_init(&d, A_ID, KVD_ROLE_PROMPT, &a));
-        ck_assert_msg(manager_wait_status(&m, &h, "1 clusters", 10000),
+        ck_assert_msg(manager_wait_status(&m, &h, "1 clusters", harness_wait_ms()),
                       "no STATUS= with 1 cluster; last: %s", h.last_status);
 
         /*
@@ -187,7 +187,7 @@ START_TEST(test_notify)
         h.watchdog = 0;
         t0 = harness_now_ms();
         while (h.watchdog < 6)
-                ck_assert_msg(manager_wait_for(&m, &h, "WATCHDOG=1", 10000),
+                ck_assert_msg(manager_wait_for(&m, &h, "WATCHDOG=1", harness_wait_ms()),
                               "the watchdog pings stopped after %u", h.watchdog);
         elapsed = h.last_watchdog_ms - t0;
         ck_assert_msg(elapsed >= 4 * PING_MS,
@@ -217,14 +217,15 @@ START_TEST(test_notify)
 
         /* SIGHUP: RELOADING=1, then READY=1 again. */
         ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
-        ck_assert_msg(manager_wait_for(&m, &h, "RELOADING=1", 10000), "no RELOADING=1");
-        ck_assert_msg(manager_wait_for(&m, &h, "READY=1", 10000), "no READY=1 after reload");
+        ck_assert_msg(manager_wait_for(&m, &h, "RELOADING=1", harness_wait_ms()), "no RELOADING=1");
+        ck_assert_msg(manager_wait_for(&m, &h, "READY=1", harness_wait_ms()),
+                      "no READY=1 after reload");
 
         /* SIGTERM: STOPPING=1, then a clean exit. */
         expect_ok(c, kvd_client_finalize(c));
         expect_ok(a, kvd_client_finalize(a));
         ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
-        ck_assert_msg(manager_wait_for(&m, &h, "STOPPING=1", 10000), "no STOPPING=1");
+        ck_assert_msg(manager_wait_for(&m, &h, "STOPPING=1", harness_wait_ms()), "no STOPPING=1");
         ck_assert_int_eq(harness_daemon_stop(&d), 0);
         harness_daemon_cleanup(&d);
         manager_stop(&m);
@@ -242,7 +243,7 @@ START_TEST(test_no_watchdog)
         manager_start(&m);
         env[0] = m.env;
         ck_assert_int_eq(harness_daemon_start_opts(&d, &(HarnessStartOptions){.env = env}), 0);
-        ck_assert(manager_wait_for(&m, &h, "READY=1", 10000));
+        ck_assert(manager_wait_for(&m, &h, "READY=1", harness_wait_ms()));
         (void)manager_wait_for(&m, &h, NULL, 3 * PING_MS);
         ck_assert_uint_eq(h.watchdog, 0);
         ck_assert(!harness_daemon_log_contains(&d, "watchdog:"));
@@ -264,7 +265,7 @@ static void write_file(const char *path, const char *text)
 /* Waits up to 10 s for @needle in the daemon's log. */
 static void wait_log(const HarnessDaemon *d, const char *needle)
 {
-        uint64_t deadline = harness_now_ms() + 10000;
+        uint64_t deadline = harness_now_ms() + (uint64_t)harness_wait_ms();
 
         while (!harness_daemon_log_contains(d, needle)) {
                 if (harness_now_ms() >= deadline) {

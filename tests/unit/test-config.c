@@ -302,6 +302,11 @@ START_TEST(test_unknown_keys)
 {
         load_fails("{\"socket_pth\": \"/x\"}", "socket_pth: unknown key");
         load_fails("{\"limits\": {\"max_clent\": 3}}", "limits.max_clent: unknown key");
+        load_fails("{\"limits\": {\"per_user\": {\"max_conns\": 3}}}",
+                   "limits.per_user.max_conns: unknown key");
+        load_fails("{\"limits\": {\"per_user\": {\"max_clusters\": 0}}}",
+                   "limits.per_user.max_clusters: must be an integer in [1, 65536]");
+        load_fails("{\"limits\": {\"per_user\": 3}}", "limits.per_user: expected an object");
         load_fails("{\"devices\": [{\"device_id\": 1}, {\"device_id\": 2, \"prot\": 1}]}",
                    "devices[1].prot: unknown key");
         /* Keys are case-sensitive. */
@@ -612,7 +617,11 @@ START_TEST(test_shipped_config_is_defaults)
                    " \"max_keys_per_client\": 1, \"max_tensor_addrs\": 1,"
                    " \"max_inflight_per_client\": 1, \"max_frame_size\": 4096,"
                    " \"max_blocks_per_transfer\": 1, \"max_links_per_client\": 1,"
-                   " \"max_peers\": 1, \"max_notifies_per_client\": 1},"
+                   " \"max_peers\": 1, \"max_notifies_per_client\": 1,"
+                   " \"attach_timeout_ms\": 100, \"reserved_connections\": 0,"
+                   " \"per_user\": {\"max_connections\": 1, \"max_clusters\": 1,"
+                   " \"max_regions\": 1, \"max_region_bytes\": 1, \"max_inflight\": 1,"
+                   " \"max_notifies\": 1}},"
                    " \"listen_ip_info\": \"127.0.0.1:1\", \"cluster_key_file\": \"/k\","
                    " \"heartbeat_interval_ms\": 10, \"heartbeat_timeout_ms\": 50,"
                    " \"tcp\": {\"streams\": 1, \"crc\": true, \"chunk_size\": 4096},"

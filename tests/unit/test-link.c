@@ -812,9 +812,9 @@ START_TEST(test_notify_take)
 
         for (uint8_t i = 0; i < 3; i++) {
                 data[0] = i;
-                ck_assert_int_eq(notify_deliver(c, 10 + i, data, 1 + i), 0);
+                ck_assert_int_eq(notify_deliver(c, 10 + i, data, 1 + i, NULL), 0);
         }
-        ck_assert_int_eq(notify_deliver(c, 13, data, sizeof(data)), -EINVAL);
+        ck_assert_int_eq(notify_deliver(c, 13, data, sizeof(data), NULL), -EINVAL);
         ck_assert_uint_eq(c->n_notifies, 3);
         ck_assert_uint_eq(notify_count_takeable(c, 2), 2);
 
@@ -832,10 +832,10 @@ START_TEST(test_notify_take)
         ck_assert(clist_is_empty(&taken));
 
         /* limits.max_notifies_per_client: room while below it. */
-        ck_assert_int_eq(notify_check_room(c, &err), 0);
+        ck_assert_int_eq(notify_check_room(c, NULL, &err), 0);
         for (uint64_t i = 0; i < 3; i++)
-                ck_assert_int_eq(notify_deliver(c, 20 + i, data, 1), 0);
-        ck_assert_int_eq(notify_check_room(c, &err), STATUS_LIMIT_EXCEEDED);
+                ck_assert_int_eq(notify_deliver(c, 20 + i, data, 1, NULL), 0);
+        ck_assert_int_eq(notify_check_room(c, NULL, &err), STATUS_LIMIT_EXCEEDED);
         ck_assert_uint_eq(notify_count_takeable(c, UINT32_MAX), 4);
 }
 END_TEST

@@ -105,14 +105,17 @@ typedef struct kvd_option {
  * allow_uids / allow_gids; the detail names our uid and gid) or when the socket lies in a
  * /tmp/kvdist-UID folder that is a symbolic link, belongs to another uid or is writable by
  * others (nothing is sent there), LIMIT_EXCEEDED when the daemon has as many connections or
- * clusters as it takes.
+ * clusters as it takes, or when this uid's clients hold all that the daemon's limits.per_user
+ * lets one uid hold (the detail names the uid and the limit).
  */
 int kvd_client_init(kvd_client **ret_client, uint64_t cluster_id, kvd_role role,
                     const kvd_option *options, size_t n_options);
 
 /*
  * Connects without attaching a cluster: only read-only calls work (kvd_daemon_status()).
- * Options: "socket_path". This is what kvdistctl uses. Fails as kvd_client_init() does.
+ * Options: "socket_path". This is what kvdistctl uses. Fails as kvd_client_init() does. The
+ * daemon closes such a connection once it has sent no request for its limits.attach_timeout_ms
+ * (10 s by default); a later call then fails with TIMEOUT and a detail naming that key.
  */
 int kvd_client_connect(kvd_client **ret_client, const kvd_option *options, size_t n_options);
 
