@@ -115,8 +115,8 @@ static int check_keys(const Ctx *c, json_t *obj, const char *path, const Key *kn
                         k++;
                 if (k->name && k->v12 && !c->v12)
                         return ctx_fail(c, path,
-                                        "unknown key \"%s\" (a \"1.2\" key; this table "
-                                        "says \"version\": \"1.0\")",
+                                        "unknown key \"%s\" (a \"1.2\" key, and this is the "
+                                        "\"1.0\" form: set \"version\": \"1.2\")",
                                         k->name);
                 if (!k->name)
                         return ctx_fail(c, path, "unknown key \"%.32s\"", key);
