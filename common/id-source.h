@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * IdSource: the daemon's ids (of regions, caches, peers, links, transfers, connections, ...:
- * unique for the daemon's life, never 0) and the sequence numbers that order registrations
- * against links. One source serves every layer, so an id names one object whatever its kind.
+ * IdSource: the daemon's ids (of regions, peers, links, transfers, connections, ...: unique for
+ * the daemon's life, never 0) and the sequence numbers that order registrations against links.
+ * One source serves every layer, so an id names one object whatever its kind. Cache ids are not
+ * among them: each cluster numbers its own from 1, as LLM-DataDist does (cache_table_next_id()).
  */
 #pragma once
 

@@ -346,7 +346,7 @@ int handle_register_cache(Request *req, Error *err)
         r = cache_new(m->blocks ? CACHE_BLOCKS : CACHE_CONTIGUOUS, &desc, tensors, &cache);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        cache->id = id_source_next(root->ids);
+        cache->id = cache_table_next_id(&c->caches);
         cache->owner_cluster_id = c->id;
         cache->remote_accessible = remote;
         cache->access = access;
@@ -427,7 +427,7 @@ int handle_allocate_cache(Request *req, Error *err)
                 (void)pool_release(pool, base);
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         }
-        cache->id = id_source_next(root->ids);
+        cache->id = cache_table_next_id(&c->caches);
         cache->owner_cluster_id = c->id;
         cache->remote_accessible = true;
         cache->access = CACHE_ACCESS_YES;
@@ -473,6 +473,12 @@ int handle_remove_cache_key(Request *req, Error *err)
         r = peer_cache_key_from_proto(m->key, &key, err);
         if (r < 0)
                 return r;
+        /* Another cluster's key is never in this table: a mistake, not a key that is gone. */
+        if (key.cluster_id != c->id && (key.kind == CACHE_KEY_REQ || key.kind == CACHE_KEY_BLOCKS))
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "the key names cluster %" PRIu64 "; cluster %" PRIu64
+                                 " can remove only its own keys",
+                                 key.cluster_id, c->id);
         r = cache_table_remove_key(&c->caches, &key, &dead, err);
         if (r < 0)
                 return r;

@@ -435,29 +435,29 @@ static int link_check(DomainRegistry *reg, Cluster *c, const DomainLinkArgs *m, 
                                  "initialised with device_id %" PRId32,
                                  me, own->device_id, own->server_id, c->id, c->device_id);
         domain_local_res(reg, c, &res, &given);
-        if (given && (strcmp(res.device_ip, own->device_ip) != 0 ||
-                      strcmp(res.server_id, own->server_id) != 0))
+        if (given &&
+            (strcmp(res.address, own->address) != 0 || strcmp(res.server_id, own->server_id) != 0))
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "rank %" PRIu32 " is server %s at %s "
                                  "in the rank table, but local_comm_res says server %s at %s",
-                                 me, own->server_id, own->device_ip, res.server_id, res.device_ip);
-        if (link_root_peer_address(link)[0] && !domain_address_is_ours(link, own->device_ip))
+                                 me, own->server_id, own->address, res.server_id, res.address);
+        if (link_root_peer_address(link)[0] && !domain_address_is_ours(link, own->address))
                 return error_set(err, STATUS_PARAM_INVALID,
-                                 "rank %" PRIu32 "'s device_ip %s is "
+                                 "rank %" PRIu32 "'s %s %s is "
                                  "not where this kvdistd accepts peers (%s)",
-                                 me, own->device_ip, link_root_peer_address(link));
+                                 me, own->address_key, own->address, link_root_peer_address(link));
         for (uint32_t o = 0; o < n; o++) {
                 DomainRank *x = &ranks[o];
                 bool attached = link_root_find_cluster(link, by_rank[o]->cluster_id);
-                bool ours = domain_address_is_ours(link, t.ranks[o].device_ip);
+                bool ours = domain_address_is_ours(link, t.ranks[o].address);
 
                 *x = (DomainRank){.rank = o};
                 x->cluster_id = by_rank[o]->cluster_id;
-                (void)snprintf(x->address, sizeof(x->address), "%s", t.ranks[o].device_ip);
+                (void)snprintf(x->address, sizeof(x->address), "%s", t.ranks[o].address);
                 x->device_id = t.ranks[o].device_id;
                 (void)snprintf(x->server_id, sizeof(x->server_id), "%s", t.ranks[o].server_id);
                 x->local = o == me || attached || ours ||
-                           strcmp(t.ranks[o].device_ip, own->device_ip) == 0;
+                           strcmp(t.ranks[o].address, own->address) == 0;
                 if (attached && !ours && link_root_peer_address(link)[0])
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "cluster %" PRIu64 " (rank %" PRIu32

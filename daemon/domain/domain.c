@@ -673,11 +673,12 @@ int domain_cluster_attach(DomainRegistry *reg, Cluster *c, const char *local_com
                 return r;
         }
         if (link_root_peer_address(c->root)[0] &&
-            !domain_address_is_ours(c->root, lr->dev.device_ip)) {
+            !domain_address_is_ours(c->root, lr->dev.address)) {
                 r = error_set(err, STATUS_PARAM_INVALID,
-                              "local_comm_res: device_ip %s is not "
+                              "local_comm_res: %s %s is not "
                               "where this kvdistd accepts peers (%s)",
-                              lr->dev.device_ip, link_root_peer_address(c->root));
+                              lr->dev.address_key, lr->dev.address,
+                              link_root_peer_address(c->root));
                 free(lr);
                 return r;
         }
@@ -700,7 +701,7 @@ void domain_local_res(DomainRegistry *reg, const Cluster *c, RankDevice *ret, bo
                         }
         *ret = (RankDevice){.device_id = c->device_id};
         (void)gethostname(ret->server_id, sizeof(ret->server_id) - 1);
-        (void)snprintf(ret->device_ip, sizeof(ret->device_ip), "%s",
-                       link_root_peer_address(c->root));
+        (void)snprintf(ret->address, sizeof(ret->address), "%s", link_root_peer_address(c->root));
+        ret->address_key = "listen address";
         *ret_given = false;
 }

@@ -57,6 +57,12 @@ void cache_table_deinit(CacheTable *t)
         t->n_addrs = 0;
 }
 
+uint64_t cache_table_next_id(const CacheTable *t)
+{
+        assert(t);
+        return t->last_id + 1;
+}
+
 Cache *cache_table_find(const CacheTable *t, uint64_t cache_id)
 {
         Cache *c;
@@ -250,6 +256,7 @@ int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_
 
         cache->id_held = cache->pool_backed;
         cache->n_key_holds = n_holds;
+        t->last_id = MAX(t->last_id, cache->id);
         return STATUS_OK;
 }
 
@@ -326,10 +333,15 @@ int cache_table_remove_key(CacheTable *t, const CacheKey *key, Cache **ret_dead,
                                  "registered",
                                  cache_key_to_string(key, buf, sizeof(buf)));
 
+        if (key->kind == CACHE_KEY_REQ && !req_key_is_valid(key))
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "%s must set exactly one of req_id and prefix_id",
+                                 cache_key_to_string(key, buf, sizeof(buf)));
+
+        *ret_dead = NULL;
         e = cache_table_find_key(t, key);
         if (!e)
-                return error_set(err, STATUS_CACHE_NOT_EXIST, "no cache under %s",
-                                 cache_key_to_string(key, buf, sizeof(buf)));
+                return STATUS_OK;
 
         c = e->cache;
         if (e->holds) {

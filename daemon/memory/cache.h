@@ -129,6 +129,7 @@ typedef struct CacheTable {
         unsigned n_caches;
         unsigned n_keys;
         unsigned n_addrs; /* tensor addresses over all caches (LLM-DataDist's 240) */
+        uint64_t last_id; /* the highest cache id added; ids are never reused */
 } CacheTable;
 
 /* Initialises an empty table. */
@@ -148,10 +149,18 @@ void cache_table_deinit(CacheTable *t);
  * the cache; BLOCKS keys never hold (they can move away on a later add). A pool_backed cache
  * starts with its id held. More than KVD_MAX_TENSORS tensor addresses in the table is
  * PARAM_INVALID, an id already present CACHE_ID_ALREADY_EXIST. On failure nothing changed; on
- * success the table owns @cache.
+ * success the table owns @cache and cache_table_next_id() moves past its id.
  */
 int cache_table_add(CacheTable *t, Cache *cache, const CacheKey *keys, size_t n_keys,
                     bool hold_keys, Error *err);
+
+/*
+ * The id the next cache added to @t gets: a cluster's caches are numbered from 1 in the order
+ * they were added (registered or allocated), as LLM-DataDist numbers an instance's caches, so
+ * cache 1 of one cluster and cache 1 of another are different caches. An id is taken only when
+ * cache_table_add() succeeds, and never handed out again while the table lives.
+ */
+uint64_t cache_table_next_id(const CacheTable *t);
 
 /* The cache with id @cache_id, or NULL (borrowed). */
 Cache *cache_table_find(const CacheTable *t, uint64_t cache_id);
@@ -177,8 +186,10 @@ int cache_table_lookup(const CacheTable *t, const CacheKey *key, Cache **ret_cac
 /*
  * Removes @key. If it held a pool cache that nothing else holds, the cache is unlinked from the
  * table and returned in *@ret_dead for the caller to release (pool extent, then cache_free());
- * otherwise *@ret_dead is NULL. CACHE_NOT_EXIST when the key is unknown, PARAM_INVALID for a
- * kind that is never registered (ID_INDEX).
+ * otherwise *@ret_dead is NULL. A key that names nothing (removed already, ended by a pull, or
+ * never added) is success and changes nothing, as LLM-DataDist's RemoveCacheKey; PARAM_INVALID
+ * for a kind that is never registered (ID_INDEX) and for a request key without exactly one of
+ * req_id and prefix_id.
  */
 int cache_table_remove_key(CacheTable *t, const CacheKey *key, Cache **ret_dead, Error *err);
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Memory: the root of the memory layer, what the daemon hands the layers above for memory: the
- * pool (none when memory_size is 0), the id source regions and caches take their ids from, and
- * the release of a cache that left its cluster's table.
+ * pool (none when memory_size is 0), the id source regions take their ids from (caches are
+ * numbered per cluster by their CacheTable), and the release of a cache that left its cluster's
+ * table.
  */
 #pragma once
 

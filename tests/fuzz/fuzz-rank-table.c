@@ -28,8 +28,8 @@ static void check_device(const RankDevice *d)
 
         CHECK(d->device_id >= 0);
         CHECK(d->server_id[0] && strlen(d->server_id) < RANK_TABLE_ID_MAX);
-        CHECK(rank_table_parse_address(d->device_ip, again, sizeof(again)) == 0);
-        CHECK(strcmp(again, d->device_ip) == 0);
+        CHECK(rank_table_parse_address(d->address, again, sizeof(again)) == 0);
+        CHECK(strcmp(again, d->address) == 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         /* One daemon per server, one server per daemon. */
                         for (unsigned k = 0; k < i; k++)
                                 CHECK((strcmp(t.ranks[k].server_id, t.ranks[i].server_id) == 0) ==
-                                      (strcmp(t.ranks[k].device_ip, t.ranks[i].device_ip) == 0));
+                                      (strcmp(t.ranks[k].address, t.ranks[i].address) == 0));
                 }
         } else {
                 CHECK(r == STATUS_PARAM_INVALID || r == STATUS_OUT_OF_MEMORY);

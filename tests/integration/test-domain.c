@@ -461,6 +461,76 @@ START_TEST(test_local_comm_res)
 }
 END_TEST
 
+/*
+ * The "1.2" form the LLM-DataDist samples build (pull_cache_sample.py): each server's host_ip
+ * names its kvdistd and each device_ip is the NPU's own address (here addresses of no host,
+ * which kvdist must not dial); super_pod_list is checked and ignored. The domain forms and
+ * carries a pull, and a local_comm_res in the same form agrees with the table.
+ */
+START_TEST(test_form_v12)
+{
+        static const uint64_t sb[] = {1, 3, 0}, db[] = {6, 2, 7};
+        kvd_cache_key key_a = kvd_key_blocks(1001, 0);
+        kvd_cluster_rank info[2] = {{1001, 0}, {2002, 1}};
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
+        char table[RANK_TABLE_MAX], res[512];
+        kvd_option opts[3];
+        kvd_client *c = NULL;
+        TCache ca, cb;
+        TCopies cp = {};
+        uint64_t id;
+        Net w;
+
+        net_start(&w, 2, NULL);
+        expect_ok(w.m[0].client, kvd_client_finalize(w.m[0].client));
+        w.m[0].client = NULL;
+        opts[0] = (kvd_option){"socket_path", w.nodes[0].d.socket_path};
+        opts[1] = (kvd_option){"device_id", "0"};
+        opts[2] = (kvd_option){"local_comm_res", res};
+        (void)snprintf(res, sizeof(res),
+                       "{\"version\": \"1.2\", \"server_list\": [{\"server_id\": \"1\", "
+                       "\"host_ip\": \"%s\", \"device\": [{\"device_id\": \"0\", "
+                       "\"super_device_id\": \"0\", \"device_ip\": \"192.0.2.1\"}]}]}",
+                       w.nodes[0].peer_addr);
+        ck_assert_msg(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3) == KVD_OK, "%s",
+                      kvd_last_error(NULL));
+        w.m[0].client = c;
+        expect_ok(c, tcache_register(&ca, c, true, 2, 8, 1024, 41, &key_a, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 2, 8, 1024, 42, NULL, 0,
+                                                 KVD_REMOTE_DEFAULT));
+
+        /* "1.0" has no host_ip: refused at once, the key and the version named. */
+        (void)snprintf(table, sizeof(table),
+                       "{\"version\": \"1.0\", \"server_count\": \"2\", \"server_list\": ["
+                       "{\"server_id\": \"1\", \"host_ip\": \"%s\", \"device\": [{\"device_id\": "
+                       "\"0\", \"device_ip\": \"192.0.2.1\", \"rank_id\": \"0\"}]}, "
+                       "{\"server_id\": \"2\", \"host_ip\": \"%s\", \"device\": [{\"device_id\": "
+                       "\"0\", \"device_ip\": \"198.51.100.1\", \"rank_id\": \"1\"}]}]}",
+                       w.nodes[0].peer_addr, w.nodes[1].peer_addr);
+        expect_status(c, kvd_link(c, "v12", info, 2, table, &id), KVD_E_PARAM_INVALID,
+                      "unknown key \"host_ip\" (a \"1.2\" key");
+
+        (void)snprintf(table, sizeof(table),
+                       "{\"server_count\": \"2\", \"status\": \"completed\", \"version\": \"1.2\", "
+                       "\"server_list\": ["
+                       "{\"device\": [{\"device_id\": \"0\", \"device_ip\": \"192.0.2.1\", "
+                       "\"rank_id\": \"0\"}], \"host_ip\": \"%s\", \"server_id\": \"1\"}, "
+                       "{\"device\": [{\"device_id\": \"0\", \"device_ip\": \"198.51.100.1\", "
+                       "\"rank_id\": \"1\"}], \"host_ip\": \"%s\", \"server_id\": \"2\"}], "
+                       "\"super_pod_list\": [{\"super_pod_id\": \"0\", \"server_list\": "
+                       "[{\"server_id\": \"1\"}, {\"server_id\": \"2\"}]}]}",
+                       w.nodes[0].peer_addr, w.nodes[1].peer_addr);
+        dom_link_all(w.m, 2, "v12", table);
+        dom_wait_ok(w.m, 2);
+        expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 3, db, 3, &o));
+        tcopies_blocks(&cp, &ca, &cb, ALL, ALL, 2, sb, db, 3);
+        tcache_verify(&cb, &cp);
+        tcache_verify_untouched(&ca);
+        tcopies_free(&cp);
+        net_stop(&w);
+}
+END_TEST
+
 /* A domain over clusters already linked uses their link, and leaves it when it goes; two
  * domains between the same clusters share theirs. */
 START_TEST(test_shared_links)
@@ -807,6 +877,7 @@ static Suite *domain_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_link_rules);
         tcase_add_test(tc, test_local_comm_res);
+        tcase_add_test(tc, test_form_v12);
         tcase_add_test(tc, test_rdma_device_missing);
         tcase_add_test(tc, test_domain_limit);
         tcase_add_test(tc, test_setup_queue);

@@ -324,6 +324,135 @@ START_TEST(test_pool_cache_holds)
 }
 END_TEST
 
+/*
+ * Each cluster numbers its caches from 1, as LLM-DataDist numbers an instance's (the samples
+ * push to CacheKeyByIdAndIndex(cluster, 1, 0)): on one daemon A's cache 1 and B's cache 1 are
+ * different caches, and a key by id reaches the named cluster's, never the caller's own.
+ */
+START_TEST(test_cache_ids_per_cluster)
+{
+        kvd_cache_key ka = kvd_key_req(A_ID, 7, 0), k;
+        TCache a1, a2, a3, b1, b2, b3, dup;
+        TCopies cpa = {}, cpb = {};
+        int64_t used0;
+        World w;
+
+        world_start(&w);
+        used0 = client_status_int(w.a, "pool/used");
+        /* Registered or allocated, in each cluster's own order. */
+        expect_ok(w.a, tcache_allocate(&a1, w.a, 2, 2, 4096, 0xa1, &ka, 1));
+        expect_ok(w.b,
+                  tcache_register(&b1, w.b, false, 2, 2, 4096, 0xb1, NULL, 0, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_allocate(&b2, w.b, 2, 2, 4096, 0xb2, NULL, 0));
+        /* A refused allocation takes no id. */
+        expect_status(w.a, tcache_allocate(&dup, w.a, 2, 2, 4096, 0xd0, &ka, 1),
+                      KVD_E_CACHE_KEY_ALREADY_EXIST, "names cache 1 already");
+        expect_ok(w.a,
+                  tcache_register(&a2, w.a, false, 2, 2, 4096, 0xa2, NULL, 0, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&b3, w.b, false, 2, 2, 4096, 0xb3, NULL, 0, KVD_REMOTE_DEFAULT));
+        ck_assert_uint_eq(a1.id, 1);
+        ck_assert_uint_eq(a2.id, 2);
+        ck_assert_uint_eq(b1.id, 1);
+        ck_assert_uint_eq(b2.id, 2);
+        ck_assert_uint_eq(b3.id, 3);
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        /* B pulls A's cache 1 (item 1) into its own cache 1 (slot 0). */
+        k = kvd_key_id_index(A_ID, 1, 1);
+        expect_ok(w.b, kvd_pull_cache(w.b, &k, 1, 0, -1, NULL));
+        tcopies_item(&cpb, &a1, &b1, ALL, ALL, 2, 1, 0, -1);
+        tcache_verify(&b1, &cpb);
+        tcache_verify_untouched(&a1);
+
+        /* B pushes its cache 3 (slot 1) into A's cache 2 (slot 0); B's own cache 2 stays. */
+        k = kvd_key_id_index(A_ID, 2, 0);
+        expect_ok(w.b, kvd_push_cache(w.b, &k, 3, 1, -1, NULL));
+        tcopies_item(&cpa, &b3, &a2, ALL, ALL, 2, 1, 0, -1);
+        tcache_verify(&a2, &cpa);
+        tcache_verify_untouched(&b2);
+        tcache_verify_untouched(&b3);
+
+        /* A has no cache 3, whatever B has. */
+        k = kvd_key_id_index(A_ID, 3, 0);
+        expect_status(w.b, kvd_pull_cache(w.b, &k, 1, 1, -1, NULL), KVD_E_CACHE_NOT_EXIST,
+                      "no cache under");
+        expect_status(w.b, kvd_push_cache(w.b, &k, 3, 0, -1, NULL), KVD_E_CACHE_NOT_EXIST,
+                      "no cache under");
+        tcache_verify(&b1, &cpb);
+        tcache_verify(&a2, &cpa);
+        tcache_verify_untouched(&b3);
+
+        /* Unregistering cache 2 does not give its id to the next cache. */
+        expect_ok(w.a, kvd_unregister_cache(w.a, 2));
+        expect_ok(w.a, tcache_register(&a3, w.a, false, 2, 2, 4096, 0xa3, NULL, 0, KVD_REMOTE_NO));
+        ck_assert_uint_eq(a3.id, 3);
+
+        tcopies_free(&cpa);
+        tcopies_free(&cpb);
+        expect_ok(w.a, kvd_deallocate_cache(w.a, a1.id));
+        expect_ok(w.a, kvd_remove_cache_key(w.a, &ka));
+        expect_ok(w.b, kvd_deallocate_cache(w.b, b2.id));
+        ck_assert_int_eq(client_status_int(w.a, "pool/used"), used0);
+        world_stop(&w);
+}
+END_TEST
+
+/*
+ * kvd_remove_cache_key() of a key that is gone (ended by a successful pull, or removed already)
+ * or that never named anything is a no-op, as in LLM-DataDist: pull_cache_sample.py removes its
+ * keys after the decoder pulled them. Another cluster's key and keys one does not register are
+ * refused.
+ */
+START_TEST(test_remove_gone_key)
+{
+        kvd_cache_key keys[2] = {kvd_key_req(A_ID, 0, 0), kvd_key_req(A_ID, 1, 0)};
+        kvd_cache_key never = kvd_key_req(A_ID, 99, 0), never_blocks = kvd_key_blocks(A_ID, 5);
+        kvd_cache_key theirs = kvd_key_req(B_ID, 0, 0), by_id;
+        TCache src, dst;
+        TCopies cp = {};
+        int64_t used0;
+        World w;
+
+        world_start(&w);
+        used0 = client_status_int(w.a, "pool/used");
+        expect_ok(w.a, tcache_allocate(&src, w.a, 2, 2, 4096, 0x5a, keys, 2));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, false, 2, 2, 4096, 0x5b, NULL, 0, KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        expect_ok(w.b, kvd_pull_cache(w.b, &keys[0], dst.id, 0, -1, NULL));
+        expect_ok(w.b, kvd_pull_cache(w.b, &keys[1], dst.id, 1, -1, NULL));
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 0, 0, -1);
+        tcopies_item(&cp, &src, &dst, ALL, ALL, 2, 1, 1, -1);
+        tcache_verify(&dst, &cp);
+
+        /* Both keys ended with their pulls: removing them, twice, is success. */
+        for (unsigned i = 0; i < 2; i++) {
+                expect_ok(w.a, kvd_remove_cache_key(w.a, &keys[0]));
+                expect_ok(w.a, kvd_remove_cache_key(w.a, &keys[1]));
+        }
+        expect_ok(w.a, kvd_remove_cache_key(w.a, &never));
+        expect_ok(w.a, kvd_remove_cache_key(w.a, &never_blocks));
+        /* None of it ended the id's hold. */
+        ck_assert_int_gt(client_status_int(w.a, "pool/used"), used0);
+        tcache_verify_untouched(&src);
+
+        expect_status(w.a, kvd_remove_cache_key(w.a, &theirs), KVD_E_PARAM_INVALID,
+                      "can remove only its own keys");
+        by_id = kvd_key_id_index(A_ID, src.id, 0);
+        expect_status(w.a, kvd_remove_cache_key(w.a, &by_id), KVD_E_PARAM_INVALID,
+                      "cannot be removed");
+        expect_ok(w.a, kvd_deallocate_cache(w.a, src.id));
+        ck_assert_int_eq(client_status_int(w.a, "pool/used"), used0);
+        /* A key of a cache that is gone altogether: still a no-op. */
+        expect_ok(w.a, kvd_remove_cache_key(w.a, &keys[0]));
+        tcache_verify(&dst, &cp);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
 START_TEST(test_pool_cache_dealloc_after_pull)
 {
         kvd_cache_key key = kvd_key_req(A_ID, 77, 0);
@@ -870,6 +999,8 @@ static Suite *local_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_pool_cache_holds);
         tcase_add_test(tc, test_pool_cache_dealloc_after_pull);
+        tcase_add_test(tc, test_cache_ids_per_cluster);
+        tcase_add_test(tc, test_remove_gone_key);
         tcase_add_test(tc, test_pool_reuse_zeroed);
         tcase_add_test(tc, test_finalize_keep_memory);
         suite_add_tcase(s, tc);

@@ -373,6 +373,70 @@ static void check_add_fails(CacheTable *t, Cache *c, const CacheKey *keys, size_
         cache_free(c);
 }
 
+/* Adds a cache with the table's next id; returns it. */
+static Cache *add_next(CacheTable *t, uint64_t owner, const CacheKey *keys, size_t n_keys)
+{
+        Cache *c = make_cache(CACHE_CONTIGUOUS, cache_table_next_id(t), 1, 2, true);
+        Error err = ERROR_INIT;
+
+        c->owner_cluster_id = owner;
+        ck_assert_int_eq(cache_table_add(t, c, keys, n_keys, true, &err), STATUS_OK);
+        return c;
+}
+
+/* Each table (one cluster's) numbers its caches from 1; failures take no id; none is reused. */
+START_TEST(test_ids_per_table)
+{
+        CacheTable t, u;
+        CacheKey k = req(1), other = id_index(1, 0);
+        Error err = ERROR_INIT;
+        Cache *a, *b, *ua, *dead = NULL, *got = NULL;
+        uint32_t index;
+
+        cache_table_init(&t);
+        cache_table_init(&u);
+        ck_assert_uint_eq(cache_table_next_id(&t), 1);
+        /* Asking does not take an id. */
+        ck_assert_uint_eq(cache_table_next_id(&t), 1);
+        a = add_next(&t, OWNER, &k, 1);
+        ck_assert_uint_eq(a->id, 1);
+        ck_assert_uint_eq(cache_table_next_id(&t), 2);
+
+        /* A refused add (the key names cache 1 already) leaves the next id as it was. */
+        check_add_fails(&t, make_cache(CACHE_CONTIGUOUS, cache_table_next_id(&t), 1, 2, true), &k,
+                        1, STATUS_CACHE_KEY_ALREADY_EXIST, "names cache 1 already");
+        ck_assert_uint_eq(cache_table_next_id(&t), 2);
+        b = add_next(&t, OWNER, NULL, 0);
+        ck_assert_uint_eq(b->id, 2);
+
+        /* Another cluster's table starts at 1 too: its cache 1 is its own. */
+        ua = add_next(&u, OWNER + 1, NULL, 0);
+        ck_assert_uint_eq(ua->id, 1);
+        ck_assert_ptr_eq(cache_table_find(&t, 1), a);
+        ck_assert_ptr_eq(cache_table_find(&u, 1), ua);
+        other.cluster_id = OWNER + 1;
+        ck_assert_int_eq(cache_table_lookup(&u, &other, &got, &index, &err), STATUS_OK);
+        ck_assert_ptr_eq(got, ua);
+        /* A key by id names a cluster: cluster 8's cache 1 is not in cluster 7's table. */
+        ck_assert_int_eq(cache_table_lookup(&t, &other, &got, &index, &err),
+                         STATUS_CACHE_NOT_EXIST);
+        error_clear(&err);
+        other.cluster_id = OWNER;
+        ck_assert_int_eq(cache_table_lookup(&t, &other, &got, &index, &err), STATUS_OK);
+        ck_assert_ptr_eq(got, a);
+
+        /* Ids are not reused: after cache 2 goes, the next is 3. */
+        ck_assert_int_eq(cache_table_remove(&t, 2, &dead, &err), STATUS_OK);
+        ck_assert_ptr_eq(dead, b);
+        cache_free(dead);
+        ck_assert_uint_eq(cache_table_next_id(&t), 3);
+        ck_assert_uint_eq(add_next(&t, OWNER, NULL, 0)->id, 3);
+
+        cache_table_deinit(&t);
+        cache_table_deinit(&u);
+}
+END_TEST
+
 START_TEST(test_contiguous_invalid_keys)
 {
         CacheTable t;
@@ -516,7 +580,11 @@ START_TEST(test_blocks_keys)
         ck_assert_ptr_null(dead);
         check_lookup_fails(&t, k0, STATUS_CACHE_NOT_EXIST);
         ck_assert_ptr_eq(cache_table_find(&t, 2), b);
-        ck_assert_int_eq(cache_table_remove_key(&t, &k0, &dead, &err), STATUS_CACHE_NOT_EXIST);
+        /* A key that is gone: removing it again is a no-op, as in LLM-DataDist. */
+        dead = b;
+        ck_assert_int_eq(cache_table_remove_key(&t, &k0, &dead, &err), STATUS_OK);
+        ck_assert_ptr_null(dead);
+        ck_assert_ptr_eq(cache_table_find(&t, 2), b);
 
         /* The pool cache dies with its id hold, taking its key along. */
         error_clear(&err);
@@ -593,18 +661,36 @@ START_TEST(test_pool_holds_keys_last)
         ck_assert_ptr_null(dead);
         ck_assert_uint_eq(c->n_key_holds, 2);
         check_lookup_fails(&t, req(2), STATUS_CACHE_NOT_EXIST);
-        ck_assert_int_eq(cache_table_remove_key(&t, &keys[2], &dead, &err), STATUS_CACHE_NOT_EXIST);
-        error_clear(&err);
+        /* Gone: success, and no second hold ends with it. */
+        dead = c;
+        ck_assert_int_eq(cache_table_remove_key(&t, &keys[2], &dead, &err), STATUS_OK);
+        ck_assert_ptr_null(dead);
         ck_assert_uint_eq(c->n_key_holds, 2);
+        /* A key that never named anything: the same no-op. */
+        {
+                CacheKey never = req(99), never_blocks = blocks(4);
 
-        /* An empty slot or an id key is not a registered key. */
-        ck_assert_int_eq(cache_table_remove_key(&t, &keys[1], &dead, &err), STATUS_CACHE_NOT_EXIST);
+                ck_assert_int_eq(cache_table_remove_key(&t, &never, &dead, &err), STATUS_OK);
+                ck_assert_int_eq(cache_table_remove_key(&t, &never_blocks, &dead, &err), STATUS_OK);
+                ck_assert_ptr_null(dead);
+                ck_assert_uint_eq(c->n_key_holds, 2);
+                check_counts(&t, 1, 2, 2);
+        }
+
+        /* An empty slot (neither req_id nor prefix_id) or an id key is not a key one removes. */
+        ck_assert_int_eq(cache_table_remove_key(&t, &keys[1], &dead, &err), STATUS_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(err.msg, "exactly one of req_id and prefix_id"));
         error_clear(&err);
         {
-                CacheKey k = id_index(5, 0);
+                CacheKey k = id_index(5, 0), both = req(1);
 
                 ck_assert_int_eq(cache_table_remove_key(&t, &k, &dead, &err), STATUS_PARAM_INVALID);
                 error_clear(&err);
+                both.prefix_id = 3;
+                ck_assert_int_eq(cache_table_remove_key(&t, &both, &dead, &err),
+                                 STATUS_PARAM_INVALID);
+                error_clear(&err);
+                ck_assert_uint_eq(c->n_key_holds, 2);
         }
 
         dead = c;
@@ -784,6 +870,7 @@ static Suite *cache_suite(void)
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_contiguous_keys);
         tcase_add_test(tc, test_contiguous_invalid_keys);
+        tcase_add_test(tc, test_ids_per_table);
         tcase_add_test(tc, test_duplicate_req_key);
         tcase_add_test(tc, test_blocks_keys);
         tcase_add_test(tc, test_tensor_limit);

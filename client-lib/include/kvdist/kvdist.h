@@ -96,7 +96,8 @@ typedef struct kvd_option {
  * $KVDIST_SOCKET, then the daemon's default),
  * "local_comm_res" (a rank-table fragment naming this cluster's server and device, e.g.
  * {"server_list": [{"server_id": "node-a", "device": [{"device_id": "0",
- * "device_ip": "10.0.0.1"}]}]}; left out, the daemon generates it from its peer address).
+ * "device_ip": "10.0.0.1"}]}]}, or with "version": "1.2" a server's "host_ip" as in kvd_link();
+ * left out, the daemon generates it from its peer address).
  * On success *@ret_client owns the connection until kvd_client_finalize().
  * Fails with PARAM_INVALID for bad options (a listen_ip_info that does not parse),
  * LINK_FAILED for a listen_ip_info the daemon cannot listen on (another cluster's port, an
@@ -229,6 +230,11 @@ typedef enum kvd_remote_access {
  * start at @addrs, each inside memory from kvd_mem_alloc(). @keys (may be empty) are CacheKeys
  * of kind KVD_KEY_REQ, one per batch slot in order; a key with req_id and prefix_id both
  * KVD_ID_NONE marks an empty slot. At most KVD_MAX_TENSORS addresses per cluster in total.
+ * *@ret_cache_id: as in LLM-DataDist, each cluster numbers its caches from 1, in the order it
+ * registers or allocates them (kvd_register_*() and kvd_allocate_*() share the count; a call
+ * that fails takes no id; an id is not reused while the cluster is attached). Cache ids are per
+ * cluster: another cluster's cache 1 is a different cache, named from here by
+ * kvd_key_id_index(that cluster, 1, index).
  */
 int kvd_register_cache(kvd_client *client, const kvd_cache_desc *desc, void *const *addrs,
                        size_t n_addrs, const kvd_cache_key *keys, size_t n_keys,
@@ -247,7 +253,8 @@ int kvd_register_blocks_cache(kvd_client *client, const kvd_cache_desc *desc, vo
 int kvd_unregister_cache(kvd_client *client, uint64_t cache_id);
 
 /*
- * Allocates a contiguous cache from the daemon's memory pool; @keys as for kvd_register_cache().
+ * Allocates a contiguous cache from the daemon's memory pool; @keys and *@ret_cache_id as for
+ * kvd_register_cache().
  * The pool is configured when the daemon starts, so the cache is reachable through every link
  * to this cluster, also one made before it (link once, then allocate per request).
  * The cache stays while its id is held (until kvd_deallocate_cache()) or any key holds it. A
@@ -268,7 +275,14 @@ int kvd_allocate_blocks_cache(kvd_client *client, const kvd_cache_desc *desc,
 /* Releases the id's hold on a pool cache; its memory is freed once no key holds it either. */
 int kvd_deallocate_cache(kvd_client *client, uint64_t cache_id);
 
-/* Drops a key of one of this client's caches (and its hold). */
+/*
+ * Drops a key (KVD_KEY_REQ or KVD_KEY_BLOCKS) of one of this client's caches, and its hold on
+ * a pool cache. As LLM-DataDist's remove_cache_key, a key that names nothing is a no-op that
+ * returns KVD_OK: one a successful pull already ended, one removed already, one whose cache is
+ * gone, one never registered. PARAM_INVALID for a key naming another cluster (only the owner
+ * removes its keys), a KVD_KEY_ID_INDEX key (never registered, so never removed) and a request
+ * key without exactly one of req_id and prefix_id.
+ */
 int kvd_remove_cache_key(kvd_client *client, const kvd_cache_key *key);
 
 typedef struct kvd_cluster_info {
@@ -434,7 +448,8 @@ int kvd_get_notifies(kvd_client *client, kvd_notify *out, size_t max, size_t *re
  * Comm domains: LLM-DataDist's two-sided link. Every member cluster (2..4) calls kvd_link() with
  * the same comm_name, cluster_rank_info and rank table; the call returns at once and the domain
  * forms in the background on the members' daemons, which find each other through the rank
- * table's device_ip (the member daemon's peer address: "ip" means port 7400, or "ip:port").
+ * table: a server's host_ip ("1.2" form) or else its devices' device_ip names the member
+ * daemon's peer address ("ip" means port 7400, or "ip:port").
  * kvd_query_register_mem_status() says when it is OK; then pulls and pushes between the members'
  * caches work as over kvd_link_clusters() links, and so do kvd_batch_send_recv() and the
  * collectives. Memory must be registered before kvd_link(): what is registered later is not
@@ -452,9 +467,14 @@ typedef struct kvd_cluster_rank {
 /*
  * Joins this cluster to comm domain @comm_name (1..KVD_COMM_NAME_MAX characters, unique per
  * daemon). @cluster_rank_info lists the @n members (2..4, this cluster among them) in any order,
- * as the seed's dict does: ranks 0..n-1, each once, no cluster twice. @rank_table_json is the
- * HCCL "1.0" rank table naming each rank's server, device_id (this cluster's must match its
- * "device_id" option) and device_ip. *@ret_comm_id names the domain in the calls below. Returns
+ * as the seed's dict does: ranks 0..n-1, each once, no cluster twice. @rank_table_json is an
+ * HCCL rank table naming each rank's server, device_id (this cluster's must match its
+ * "device_id" option) and the server's kvdistd: "version" "1.0" with each device's device_ip
+ * naming it, or "1.2" (what the LLM-DataDist samples build) where a server's host_ip names it
+ * and device_ip is the device's own address, checked and optional (a server without host_ip
+ * is read as in "1.0"); the other "1.2" keys (super_device_id, device_port, backup_device_ip,
+ * backup_device_port, host_port, super_pod_list) are checked for their form and ignored.
+ * *@ret_comm_id names the domain in the calls below. Returns
  * at once: PARAM_INVALID (the detail names what is wrong: a rank twice or outside 0..n-1, a
  * cluster twice, ...), ALREADY_LINK, LIMIT_EXCEEDED (KVD_MAX_DOMAINS on this daemon),
  * FEATURE_NOT_ENABLED.
