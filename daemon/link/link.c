@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Link: a one-sided connection from a local cluster to a remote cluster. */
+/* Link: a connection a local cluster made to a remote cluster, used both ways. */
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -35,6 +35,7 @@ static Link *link_alloc(LinkRoot *root, Cluster *local, uint64_t remote_cluster_
         l->transport = transport;
         l->created_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&l->transfers);
+        clist_init(&l->served);
         clist_init(&l->link_remote);
         clist_init(&l->link_peer);
         clist_link_tail(&local->links, &l->link_local);
@@ -154,6 +155,7 @@ static void link_set_state_full(Link *l, LinkState state, int status, const char
                 return;
         l->state = state;
         if (state == LINK_DOWN) {
+                l->down_status = status;
                 log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "%s%s): down (%s)",
                          l->id, l->local->id, l->remote_cluster_id, l->peer ? " at " : "",
                          l->peer ? l->peer_address : "", why ?: status_wire_name(status));
@@ -221,6 +223,7 @@ int link_inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_
         il->remote_role = remote_role;
         il->created_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&il->served);
+        clist_init(&il->transfers);
         clist_link_tail(&peer->inlinks, &il->link_peer);
         peer->n_inlinks++;
         clist_link_tail(&local->inlinks, &il->link_cluster);
@@ -290,6 +293,36 @@ Link *link_find(Cluster *local, uint64_t remote_cluster_id)
 
         CLIST_FOREACH (l, &local->links, link_local)
                 if (l->remote_cluster_id == remote_cluster_id)
+                        return l;
+        return NULL;
+}
+
+Link *link_find_in(Cluster *c, uint64_t linking_cluster_id)
+{
+        Link *l;
+
+        CLIST_FOREACH (l, &c->links_in, link_remote)
+                if (l->local->id == linking_cluster_id && l->state == LINK_UP)
+                        return l;
+        return NULL;
+}
+
+InLink *link_inlink_find_cluster(Cluster *c, uint64_t remote_cluster_id)
+{
+        InLink *il;
+
+        CLIST_FOREACH (il, &c->inlinks, link_cluster)
+                if (il->remote_cluster_id == remote_cluster_id)
+                        return il;
+        return NULL;
+}
+
+Link *link_find_granted(Peer *p, uint64_t remote_link_id)
+{
+        Link *l;
+
+        CLIST_FOREACH (l, &p->links, link_peer)
+                if (l->remote_link_id == remote_link_id && l->state == LINK_UP)
                         return l;
         return NULL;
 }
@@ -579,11 +612,21 @@ void link_tell_cluster_gone(Cluster *c)
 int link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force)
 {
         InLink *il, *tmp;
+        Link *l, *ltmp;
         char why[64];
         int n = 0;
 
         (void)snprintf(why, sizeof(why), "unlinked by cluster %" PRIu64 "%s", c->id,
                        force ? " with force" : "");
+        /* A link of this daemon has one record for both ends: it goes, with or without force. */
+        CLIST_FOREACH_SAFE (l, ltmp, &c->links_in, link_remote) {
+                if (l->local->id != remote_cluster_id)
+                        continue;
+                log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): %s", l->id,
+                         l->local->id, c->id, why);
+                link_free_full(l, STATUS_NOT_YET_LINK, false);
+                n++;
+        }
         CLIST_FOREACH_SAFE (il, tmp, &c->inlinks, link_cluster) {
                 if (il->remote_cluster_id != remote_cluster_id)
                         continue;

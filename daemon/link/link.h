@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Link: a one-sided connection from a local cluster to a remote cluster (kvd_link_clusters).
- * It names the transport that carries its transfers and the moment it was made: a remote cache
- * is reachable through a link only if it was registered before the link and is
+ * Link: a connection a local cluster made to a remote cluster (kvd_link_clusters). It names the
+ * transport that carries its transfers and the moment it was made: a cache is reachable through
+ * a link only if it was registered before the link (or comes from the pool) and is
  * remote-accessible. The remote cluster lives on this daemon (shm) or behind a peer daemon
  * (tcp); in the second case the peer keeps an InLink for it, the record against which every
  * request of ours is checked there.
+ *
+ * A link is two-way, as in LLM-DataDist: the cluster linked to pulls and pushes over it too,
+ * reaching the caches of the linking cluster registered before the link. On this daemon its
+ * transfers ride the same Link (found on remote->links_in); behind a peer they start from the
+ * InLink and are checked here against the Link (Link.served).
  */
 #pragma once
 
@@ -123,7 +128,8 @@ struct Link {
         uint64_t id;
         uint64_t seq; /* caches registered later (higher seq) are not reachable */
         LinkState state;
-        Cluster *local; /* the cluster that made the link */
+        int down_status; /* DOWN: why (STATUS_NOT_YET_LINK: the other side unlinked) */
+        Cluster *local;  /* the cluster that made the link */
         uint64_t remote_cluster_id;
         Cluster *remote;         /* the remote cluster when it lives on this daemon */
         Peer *peer;              /* or the peer daemon it lives behind (NULL once lost) */
@@ -138,8 +144,10 @@ struct Link {
         usec_t created_usec;
         uint64_t n_transfers; /* completed */
         uint64_t bytes;
-        CList transfers; /* Transfer.link_link, in flight */
+        CList transfers; /* Transfer.link_link, in flight (both ways on a local link) */
         unsigned n_inflight;
+        CList served; /* Served.link_link: the remote cluster's transfers of ours over it */
+        unsigned n_served_inflight;
         CList link_local;  /* on local->links */
         CList link_remote; /* on remote->links_in */
         CList link_peer;   /* on peer->links */
@@ -161,6 +169,8 @@ struct InLink {
         uint64_t bytes;
         CList served; /* Served.link_inlink, in flight */
         unsigned n_inflight;
+        CList transfers; /* Transfer.link_link: our cluster's transfers over it, in flight */
+        unsigned n_outgoing;
         CList link_peer;    /* on peer->inlinks */
         CList link_cluster; /* on local->inlinks */
         CList link_daemon;
@@ -215,9 +225,11 @@ void link_peer_lost(Peer *p, int status);
 void link_tell_cluster_gone(Cluster *c);
 
 /*
- * Removes the inbound links of the peer's cluster @remote_cluster_id to @c (kvd_unlink_clusters
- * called on the side that was linked to); unless @force the peer is told, so its link goes down
- * too. Returns how many there were.
+ * Removes the links cluster @remote_cluster_id made to @c (kvd_unlink_clusters called on the
+ * side that was linked to): its link when it lives on this daemon, else the inbound links of the
+ * peer's cluster, and unless @force the peer is told, so its link goes down too (transfers over
+ * it then fail with NOT_YET_LINK). Transfers in flight either way fail with NOT_YET_LINK.
+ * Returns how many there were.
  */
 int link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force);
 
@@ -260,5 +272,17 @@ int link_check_target(const Cluster *target, Error *err);
 
 /* The link @local made to @remote_cluster_id, or NULL. */
 Link *link_find(Cluster *local, uint64_t remote_cluster_id);
+
+/* The UP link that cluster @linking_cluster_id of this daemon made to @c, or NULL. */
+Link *link_find_in(Cluster *c, uint64_t linking_cluster_id);
+
+/* The inbound link of a peer's cluster @remote_cluster_id to @c, or NULL. */
+InLink *link_inlink_find_cluster(Cluster *c, uint64_t remote_cluster_id);
+
+/*
+ * The UP link one of our clusters made over @p to which the peer granted its inbound link
+ * @remote_link_id (the peer's cluster moves bytes over it the other way), or NULL.
+ */
+Link *link_find_granted(Peer *p, uint64_t remote_link_id);
 
 const char *link_state_to_string(LinkState s);
