@@ -73,24 +73,29 @@ int transfer_remote_start(Transfer *x, Error *err)
         TransferPeerRequest req;
         RemoteDesc local;
         Link *l = x->link;
-        Peer *p = l->peer;
+        InLink *il = x->inlink;
+        Peer *p = l ? l->peer : il->peer;
         bool local_is_src;
         int r;
 
         if (p->state != PEER_READY)
                 return error_set(err, STATUS_PEER_LOST,
                                  "the daemon of cluster %" PRIu64 " is not connected",
-                                 l->remote_cluster_id);
+                                 x->remote_cluster_id);
 
         /* The peer resolves the key and checks the request against what it has now. What the
          * remote cluster exposed when the link was made cannot decide it: pool caches allocated
          * since are reachable, and a key may name another cache by now. */
         remote_desc_from_cache(transfer_local_cache(x, &local_is_src), &local);
-        x->one_sided = l->rdma_ep != NULL;
+        /* Over the peer's link to us the queue pairs are the peer's to drive: the data
+         * connection carries our transfers. */
+        x->one_sided = l && l->rdma_ep != NULL;
         req = (TransferPeerRequest){
                 .job_id = x->id,
-                .link_id = l->remote_link_id,
-                .initiator_link_id = l->id,
+                /* Over the peer's link to us: 0, which no inbound link has, and our id of it. */
+                .link_id = l ? l->remote_link_id : 0,
+                .linked_link_id = l ? 0 : il->id,
+                .initiator_link_id = l ? l->id : il->id,
                 .key = m->key,
                 .local = &local,
                 .args = m->args,
@@ -109,7 +114,7 @@ int transfer_remote_start(Transfer *x, Error *err)
         if (r < 0)
                 return error_set(err, r == -EMSGSIZE ? STATUS_LIMIT_EXCEEDED : STATUS_PEER_LOST,
                                  "cannot ask the daemon of cluster %" PRIu64 ": %s",
-                                 l->remote_cluster_id, strerror(-r));
+                                 x->remote_cluster_id, strerror(-r));
         x->phase = REMOTE_REQUESTED;
         x->peer = p;
         clist_link_tail(&p->transfers, &x->link_peer);

@@ -26,6 +26,7 @@ typedef struct Cluster Cluster;
 typedef struct LinkRoot LinkRoot;
 typedef struct TransferRoot TransferRoot;
 typedef struct Link Link;
+typedef struct InLink InLink;
 typedef struct Peer Peer;
 typedef struct PeerCall PeerCall;
 typedef struct Region Region;
@@ -109,7 +110,9 @@ struct Transfer {
         TransferResult *result; /* filled before @done is answered OK */
         Cluster *cluster;       /* the requesting cluster; NULL once it is gone */
         uint64_t cluster_id;
-        Link *link; /* NULL once the link is gone */
+        Link *link;     /* NULL once the link is gone */
+        bool reverse;   /* @link was made by the remote cluster to ours (links are two-way) */
+        InLink *inlink; /* or the peer's cluster linked to ours: we move bytes over it */
         uint64_t remote_cluster_id;
         Transport *transport;
         Cache *caches[2]; /* source and destination (NULL: the peer's); n_busy counts us */
@@ -136,7 +139,7 @@ struct Transfer {
         struct event *timer;
         CList link_daemon;
         CList link_cluster;
-        CList link_link;
+        CList link_link; /* on link->transfers or inlink->transfers */
 };
 
 /*
@@ -166,6 +169,9 @@ void transfer_detach_cluster(Transfer *x);
 
 /* The link of @x is going away. */
 void transfer_detach_link(Transfer *x, int status);
+
+/* The inbound link @x runs over (the peer's cluster linked to ours) is going away. */
+void transfer_detach_inlink(Transfer *x, int status);
 
 /*
  * Makes transfer/ listen to link/'s events: a cluster going away, a link going down, a peer's
