@@ -467,7 +467,10 @@ START_TEST(test_link_rules)
         ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
         for (int i = 0; i < 100 && kvd_check_link_status(w.b, A_ID) == KVD_OK; i++)
                 harness_sleep_ms(20);
-        expect_status(w.b, kvd_check_link_status(w.b, A_ID), KVD_E_PEER_LOST, NULL);
+        expect_status(w.b, kvd_check_link_status(w.b, A_ID), KVD_E_NOT_YET_LINK,
+                      "was unlinked by cluster 1001");
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL),
+                      KVD_E_NOT_YET_LINK, "was unlinked by cluster 1001");
         ck_assert(harness_daemon_log_contains(&w.p.d, "): removed (unlinked by cluster 1001)"));
         ck_assert(harness_daemon_log_contains(&w.d.d, "): down (unlinked by cluster 1001)"));
         expect_ok(w.b,
@@ -513,6 +516,24 @@ static void pair_check(void (*check)(kvd_client *a, kvd_client *b, link_fn link,
 START_TEST(test_unexposed_caches)
 {
         pair_check(check_unexposed_caches);
+}
+END_TEST
+
+/* Links are two-way: A, linked to, pulls and pushes what B exposed when it linked. */
+START_TEST(test_two_way)
+{
+        pair_check(check_two_way);
+}
+END_TEST
+
+/* An unlink from either daemon's side, plain or forced, ends both directions; re-link works. */
+START_TEST(test_two_way_unlink)
+{
+        Pair w;
+
+        pair_start(&w, NULL);
+        check_two_way_unlink(w.a, w.b, link_pair, &w, false);
+        pair_stop(&w);
 }
 END_TEST
 
@@ -717,6 +738,8 @@ static Suite *remote_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_link_rules);
         tcase_add_test(tc, test_unexposed_caches);
+        tcase_add_test(tc, test_two_way);
+        tcase_add_test(tc, test_two_way_unlink);
         tcase_add_test(tc, test_pool_caches_after_link);
         tcase_add_test(tc, test_odd_tensor_counts);
         tcase_add_test(tc, test_link_timeout);

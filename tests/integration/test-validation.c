@@ -103,6 +103,24 @@ START_TEST(test_odd_tensor_counts)
 }
 END_TEST
 
+/* Links are two-way: the side linked to pulls and pushes what the linking side exposed. */
+START_TEST(test_two_way)
+{
+        world_check(check_two_way);
+}
+END_TEST
+
+/* An unlink by either side, plain or forced, ends both directions; linking again works. */
+START_TEST(test_two_way_unlink)
+{
+        World w;
+
+        world_start(&w);
+        check_two_way_unlink(w.a, w.b, link_b_to_a, w.b, true);
+        world_stop(&w);
+}
+END_TEST
+
 START_TEST(test_remote_access)
 {
         static const uint64_t sb[] = {1}, db[] = {1};
@@ -500,6 +518,8 @@ static Suite *validation_suite(void)
         tcase_add_test(tc, test_pool_allocated_after_link);
         tcase_add_test(tc, test_unexposed_caches);
         tcase_add_test(tc, test_remote_access);
+        tcase_add_test(tc, test_two_way);
+        tcase_add_test(tc, test_two_way_unlink);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("validation");
