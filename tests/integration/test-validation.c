@@ -205,11 +205,12 @@ START_TEST(test_transfer_validation)
         b = 40;
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 1, &b, 1, NULL),
                       KVD_E_PARAM_INVALID, "dst_blocks[0]=40 is out of range");
+        /* A, linked to by B, reaches B (links are two-way), but not C. */
         {
-                kvd_cache_key kb = kvd_key_blocks(B_ID, 0);
+                kvd_cache_key kc = kvd_key_blocks(C_ID, 0);
 
-                expect_status(w.a, kvd_push_blocks(w.a, &kb, src.id, s3, 1, d3, 1, NULL),
-                              KVD_E_NOT_YET_LINK, "has no link to cluster 2002");
+                expect_status(w.a, kvd_push_blocks(w.a, &kc, src.id, s3, 1, d3, 1, NULL),
+                              KVD_E_NOT_YET_LINK, "has no link to cluster 3003");
         }
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d2, 2, NULL),
                       KVD_E_PARAM_INVALID, "src_blocks has 3 entries but dst_blocks has 2");
