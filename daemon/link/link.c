@@ -513,6 +513,12 @@ int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink *
                 g->has_rdma = true;
                 /* What the link runs over unless the queue pairs fail to connect. */
                 il->rdma = ask->rdma;
+                /* The queue pairs are the linking side's to drive: say so, not silently. */
+                if (il->rdma)
+                        log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
+                                 "): cluster %" PRIu64 "'s own pulls and pushes over it go over "
+                                 "TCP",
+                                 il->id, il->remote_cluster_id, c->id, c->id);
         } else if (why) {
                 g->rdma_reason = strdup(why);
                 if (!g->rdma_reason) {
