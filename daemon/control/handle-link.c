@@ -53,11 +53,12 @@ static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool forc
                                  "cluster %" PRIu64 " has no link to %" PRIu64, c->id,
                                  info->remote_cluster_id);
         }
-        if (l->n_inflight > 0 && !force)
+        /* Both ways: the other cluster's transfers over it count too. */
+        if (l->n_inflight + l->n_served_inflight > 0 && !force)
                 return error_set(err, STATUS_LINK_BUSY,
                                  "link %" PRIu64 " has %u transfers in flight; wait for them or "
                                  "unlink with force",
-                                 l->id, l->n_inflight);
+                                 l->id, l->n_inflight + l->n_served_inflight);
         /* With force only this end goes: the peer is not told (LLM-DataDist's rule). */
         link_free_full(l, STATUS_NOT_YET_LINK, !force);
         return STATUS_OK;
