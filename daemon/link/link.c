@@ -12,6 +12,7 @@
 #include "daemon/link/link-events.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
+#include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
@@ -241,6 +242,7 @@ InLink *link_inlink_free(InLink *il, int status, const char *why)
 {
         if (!il)
                 return NULL;
+        peer_rdma_waiter_cancel(il->rdma_waiter);
         /* transfer/ fails the peer's transfers it serves over @il. */
         hook_list_emit(&il->root->events, LinkEvents, inlink_gone, il, status);
         clist_unlink(&il->link_peer);
@@ -513,12 +515,12 @@ int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink *
                 g->has_rdma = true;
                 /* What the link runs over unless the queue pairs fail to connect. */
                 il->rdma = ask->rdma;
-                /* The queue pairs are the linking side's to drive: say so, not silently. */
-                if (il->rdma)
-                        log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
-                                 "): cluster %" PRIu64 "'s own pulls and pushes over it go over "
-                                 "TCP",
-                                 il->id, il->remote_cluster_id, c->id, c->id);
+                /* Our own transfers over it: queue pairs of ours to the asking device. */
+                if (il->rdma && ask->has_src_rdma) {
+                        il->has_peer_rdma = true;
+                        il->peer_rdma = ask->src_rdma;
+                        (void)snprintf(il->rdma_device, sizeof(il->rdma_device), "%s", dev.device);
+                }
         } else if (why) {
                 g->rdma_reason = strdup(why);
                 if (!g->rdma_reason) {
@@ -530,6 +532,45 @@ int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink *
         *ret_il = il;
         *ret_grant = g;
         return 0;
+}
+
+static void link_inlink_on_rdma(TransportChannel *ep, int status, const char *reason,
+                                void *userdata)
+{
+        InLink *il = userdata;
+
+        il->rdma_waiter = NULL;
+        il->rdma_ep = status < 0 ? NULL : ep;
+        if (il->rdma_ep)
+                log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
+                         "): cluster %" PRIu64 "'s own transfers over it go over RDMA (%s)",
+                         il->id, il->remote_cluster_id, il->local->id, il->local->id,
+                         il->rdma_device);
+        else
+                log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
+                         "): cluster %" PRIu64 "'s own transfers over it go over TCP: RDMA "
+                         "queue pairs did not connect: %s",
+                         il->id, il->remote_cluster_id, il->local->id, il->local->id,
+                         reason ?: strerror(-status));
+}
+
+void link_inlink_connect(InLink *il)
+{
+        int r;
+
+        if (!il->rdma)
+                return;
+        if (!il->has_peer_rdma) {
+                log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
+                         "): cluster %" PRIu64 "'s own transfers over it go over TCP: the peer "
+                         "did not say its RDMA device",
+                         il->id, il->remote_cluster_id, il->local->id, il->local->id);
+                return;
+        }
+        r = peer_rdma_get(il->peer, il->rdma_device, &il->peer_rdma, link_inlink_on_rdma, il,
+                          &il->rdma_waiter);
+        if (r < 0)
+                link_inlink_on_rdma(NULL, r, NULL, il);
 }
 
 void link_peer_unlinked(Peer *p, const LinkPeerUnlink *u)

@@ -33,6 +33,7 @@ typedef struct Transport Transport;
 typedef struct Link Link;
 typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
+typedef struct PeerRdmaWaiter PeerRdmaWaiter;
 
 /* One cache a remote cluster exposed to a link made to it: what the peer told of it. */
 typedef struct LinkExposedCache {
@@ -73,6 +74,8 @@ typedef struct LinkPeerAsk {
         uint64_t dst_cluster_id;
         bool rdma;   /* the asking side would use RDMA for the link */
         bool domain; /* a comm domain's pair link: the linked cluster needs no listen_ip_info */
+        bool has_src_rdma;
+        TransportDeviceInfo src_rdma; /* rdma: the asking cluster's device (links are two-way) */
 } LinkPeerAsk;
 
 /* A link between two daemons' clusters is gone (PeerUnlink). */
@@ -164,6 +167,13 @@ struct InLink {
         uint64_t remote_cluster_id;
         int remote_role;
         bool rdma; /* the peer asked for RDMA and we offered our device */
+        /* Links are two-way: our cluster's own transfers over it go over queue pairs of ours to
+         * the linking cluster's device, once connected (link_inlink_connect()), else over TCP. */
+        bool has_peer_rdma;
+        TransportDeviceInfo peer_rdma; /* the linking cluster's device */
+        char rdma_device[64];          /* ours */
+        TransportChannel *rdma_ep;     /* connected; the peer's (freed when it is lost) */
+        PeerRdmaWaiter *rdma_waiter;
         usec_t created_usec;
         uint64_t n_served; /* transfers served, completed */
         uint64_t bytes;
@@ -211,6 +221,14 @@ void link_give_back(LinkRoot *root, Peer *p, uint64_t src_cluster_id, uint64_t d
  */
 int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink **ret_il,
                        LinkGrant **ret_grant, Error *err);
+
+/*
+ * Connects queue pairs from our cluster's device to the linking cluster's for @il, when the
+ * link runs over RDMA and the peer said its device: our cluster's own transfers over @il use
+ * them once connected (TCP until then, or when they fail; the log says which). Once, after the
+ * grant went out.
+ */
+void link_inlink_connect(InLink *il);
 
 /* @p tells us a link between our clusters and its own is gone (@u, from its side). */
 void link_peer_unlinked(Peer *p, const LinkPeerUnlink *u);
