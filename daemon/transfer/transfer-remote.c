@@ -87,9 +87,12 @@ int transfer_remote_start(Transfer *x, Error *err)
          * remote cluster exposed when the link was made cannot decide it: pool caches allocated
          * since are reachable, and a key may name another cache by now. */
         remote_desc_from_cache(transfer_local_cache(x, &local_is_src), &local);
-        /* Over the peer's link to us the queue pairs are the peer's to drive: the data
-         * connection carries our transfers. */
-        x->one_sided = l && l->rdma_ep != NULL;
+        /* Over the peer's link to us: queue pairs of ours to its device, once connected
+         * (link_inlink_connect()), else the data connection. */
+        x->rdma_ep = l ? l->rdma_ep : il->rdma_ep;
+        x->one_sided = x->rdma_ep != NULL;
+        if (!l && x->one_sided)
+                x->transport = x->root->transports->rdma_transport;
         req = (TransferPeerRequest){
                 .job_id = x->id,
                 /* Over the peer's link to us: 0, which no inbound link has, and our id of it. */
@@ -108,8 +111,8 @@ int transfer_remote_start(Transfer *x, Error *err)
         };
         /* Queue pairs flushed by an earlier timeout or error connect again before they serve. */
         if (x->one_sided &&
-            !transport_channel_ready(p->root->transports->rdma_transport, l->rdma_ep))
-                x->root->peer_ops->channel_repair(p, l->rdma_ep);
+            !transport_channel_ready(p->root->transports->rdma_transport, x->rdma_ep))
+                x->root->peer_ops->channel_repair(p, x->rdma_ep);
         r = x->root->peer_ops->request(p, &req, x, &x->call);
         if (r < 0)
                 return error_set(err, r == -EMSGSIZE ? STATUS_LIMIT_EXCEEDED : STATUS_PEER_LOST,
@@ -214,7 +217,7 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
                 .dir = local_is_src ? TRANSPORT_WRITE : TRANSPORT_READ,
                 .segs = x->segs,
                 .n_segs = x->plan->n_segments,
-                .channel = x->one_sided ? (void *)x->link->rdma_ep : (void *)p->data,
+                .channel = x->one_sided ? (void *)x->rdma_ep : (void *)p->data,
                 .id = m->job_id,
                 .deadline_usec = x->deadline_usec,
                 .done = transfer_remote_on_data_done,

@@ -486,7 +486,8 @@ static int transfer_resolve(Transfer *x, Cluster *c, uint32_t *ret_remote_index,
                 if (r < 0)
                         return r;
         }
-        /* Over a peer's link to us the peer's data connection carries the bytes. */
+        /* Over a peer's link to us: the data connection, or our queue pairs to the peer
+         * (transfer_remote_start() decides). */
         x->transport = x->link ? x->link->transport : x->root->transports->tcp;
         x->caches[0] = remote_plan_kind_is_pull(x->kind) ? remote : local;
         x->caches[1] = remote_plan_kind_is_pull(x->kind) ? local : remote;

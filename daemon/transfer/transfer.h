@@ -31,6 +31,7 @@ typedef struct Peer Peer;
 typedef struct PeerCall PeerCall;
 typedef struct Region Region;
 typedef struct Transfer Transfer;
+typedef struct TransportChannel TransportChannel;
 
 typedef enum TransferKind {
         TRANSFER_PULL_CACHE = 1,
@@ -132,7 +133,8 @@ struct Transfer {
         PeerCall *call;   /* REMOTE_REQUESTED: our PeerTransfer */
         bool remote_done; /* push: the peer said every byte landed (or failed) */
         int remote_status;
-        bool one_sided; /* over RDMA: we read or write the peer's memory ourselves */
+        bool one_sided;            /* over RDMA: we read or write the peer's memory ourselves */
+        TransportChannel *rdma_ep; /* one-sided: the queue pairs (the link's or inlink's) */
         CList link_peer;
         usec_t start_usec;
         usec_t deadline_usec;
