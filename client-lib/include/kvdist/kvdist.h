@@ -289,8 +289,10 @@ typedef struct kvd_cluster_info {
  * A link is two-way, as in LLM-DataDist: once it is made, both clusters pull and push over it,
  * the linked cluster as well as this one, without a link of its own. Each reaches the other's
  * caches as kvd_remote_access says (registered before the link, remote-accessible; pool caches
- * always), with the same checks either way. A link of this cluster's own to the same cluster,
- * when there is one, carries this cluster's transfers first.
+ * always), with the same checks either way, over the link's transport (across RDMA daemons the
+ * linked cluster's daemon connects queue pairs of its own, its transfers go over TCP until they
+ * are connected). A link of this cluster's own to the same cluster, when there is one, carries
+ * this cluster's transfers first.
  */
 int kvd_link_clusters(kvd_client *client, const kvd_cluster_info *clusters, size_t n,
                       int timeout_ms, int *rets);
