@@ -554,12 +554,26 @@ static void link_inlink_on_rdma(TransportChannel *ep, int status, const char *re
                          reason ?: strerror(-status));
 }
 
+/*
+ * Endpoints to one peer past which the linked side's own transfers stay on TCP: the peer names
+ * the device they connect to, and endpoints live as long as the peer.
+ */
+#define LINK_PEER_RDMA_EPS_MAX 32
+
 void link_inlink_connect(InLink *il)
 {
         int r;
 
         if (!il->rdma)
                 return;
+        if (clist_length(&il->peer->rdma_eps) >= LINK_PEER_RDMA_EPS_MAX) {
+                log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
+                         "): cluster %" PRIu64 "'s own transfers over it go over TCP: %zu RDMA "
+                         "endpoints to this peer already",
+                         il->id, il->remote_cluster_id, il->local->id, il->local->id,
+                         clist_length(&il->peer->rdma_eps));
+                return;
+        }
         if (!il->has_peer_rdma) {
                 log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
                          "): cluster %" PRIu64 "'s own transfers over it go over TCP: the peer "
