@@ -233,6 +233,10 @@ static json_t *status_inlink(const InLink *il, usec_t now, bool *ok)
         set(o, "transfers", json_u64(il->n_served), ok);
         set(o, "transfers_served", json_u64(il->n_served), ok);
         set(o, "transfers_in_flight", json_integer(il->n_inflight), ok);
+        /* Links are two-way: our cluster's own transfers over it, on queue pairs of ours or on
+         * the data connection. */
+        set(o, "transport_out", json_string(il->rdma_ep ? "rdma" : "tcp"), ok);
+        set(o, "transfers_out_in_flight", json_integer(il->n_outgoing), ok);
         set(o, "bytes", json_u64(il->bytes), ok);
         return o;
 }

@@ -53,11 +53,12 @@ static int unlink_one(Cluster *c, const Kvdist__V1__ClusterInfo *info, bool forc
                                  "cluster %" PRIu64 " has no link to %" PRIu64, c->id,
                                  info->remote_cluster_id);
         }
-        if (l->n_inflight > 0 && !force)
+        /* Both ways: the other cluster's transfers over it count too. */
+        if (l->n_inflight + l->n_served_inflight > 0 && !force)
                 return error_set(err, STATUS_LINK_BUSY,
                                  "link %" PRIu64 " has %u transfers in flight; wait for them or "
                                  "unlink with force",
-                                 l->id, l->n_inflight);
+                                 l->id, l->n_inflight + l->n_served_inflight);
         /* With force only this end goes: the peer is not told (LLM-DataDist's rule). */
         link_free_full(l, STATUS_NOT_YET_LINK, !force);
         return STATUS_OK;
@@ -109,10 +110,19 @@ int handle_check_link_status(Request *req, Error *err)
         Link *l;
 
         l = link_find(c, m->remote_cluster_id);
+        /* Links are two-way: one the remote cluster made to this one counts as well. */
+        if ((!l || l->state != LINK_UP) && (link_find_in(c, m->remote_cluster_id) ||
+                                            link_inlink_find_cluster(c, m->remote_cluster_id)))
+                return conn_request_reply_ok(req), 0;
         if (!l)
                 return error_set(err, STATUS_NOT_YET_LINK,
                                  "cluster %" PRIu64 " has no link to %" PRIu64, c->id,
                                  m->remote_cluster_id);
+        if (l->state != LINK_UP && l->down_status == STATUS_NOT_YET_LINK)
+                return error_set(err, STATUS_NOT_YET_LINK,
+                                 "link %" PRIu64 " to cluster %" PRIu64 " was unlinked by cluster "
+                                 "%" PRIu64 "; unlink or re-link",
+                                 l->id, m->remote_cluster_id, m->remote_cluster_id);
         if (l->state != LINK_UP)
                 return error_set(err, STATUS_PEER_LOST,
                                  "link %" PRIu64 " to cluster %" PRIu64

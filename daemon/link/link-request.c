@@ -329,7 +329,12 @@ static int link_peer_call(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool 
                 .rdma = rdma,
                 .domain = domain,
         };
+        const char *why = NULL;
 
+        /* Links are two-way: the linked side connects queue pairs of its own to our device. */
+        if (rdma && transport_device_info(c->root->transports->rdma_transport, c->device_id, NULL,
+                                          &ask.src_rdma, &why) >= 0)
+                ask.has_src_rdma = true;
         return c->root->peer_ops->link(p, &ask, fn, userdata, ret_call);
 }
 

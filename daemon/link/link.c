@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Link: a one-sided connection from a local cluster to a remote cluster. */
+/* Link: a connection a local cluster made to a remote cluster, used both ways. */
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -12,6 +12,7 @@
 #include "daemon/link/link-events.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
+#include "daemon/link/peer-rdma.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
@@ -35,6 +36,7 @@ static Link *link_alloc(LinkRoot *root, Cluster *local, uint64_t remote_cluster_
         l->transport = transport;
         l->created_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&l->transfers);
+        clist_init(&l->served);
         clist_init(&l->link_remote);
         clist_init(&l->link_peer);
         clist_link_tail(&local->links, &l->link_local);
@@ -154,6 +156,7 @@ static void link_set_state_full(Link *l, LinkState state, int status, const char
                 return;
         l->state = state;
         if (state == LINK_DOWN) {
+                l->down_status = status;
                 log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "%s%s): down (%s)",
                          l->id, l->local->id, l->remote_cluster_id, l->peer ? " at " : "",
                          l->peer ? l->peer_address : "", why ?: status_wire_name(status));
@@ -221,6 +224,7 @@ int link_inlink_new(LinkRoot *root, Peer *peer, Cluster *local, uint64_t remote_
         il->remote_role = remote_role;
         il->created_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&il->served);
+        clist_init(&il->transfers);
         clist_link_tail(&peer->inlinks, &il->link_peer);
         peer->n_inlinks++;
         clist_link_tail(&local->inlinks, &il->link_cluster);
@@ -238,6 +242,7 @@ InLink *link_inlink_free(InLink *il, int status, const char *why)
 {
         if (!il)
                 return NULL;
+        peer_rdma_waiter_cancel(il->rdma_waiter);
         /* transfer/ fails the peer's transfers it serves over @il. */
         hook_list_emit(&il->root->events, LinkEvents, inlink_gone, il, status);
         clist_unlink(&il->link_peer);
@@ -290,6 +295,36 @@ Link *link_find(Cluster *local, uint64_t remote_cluster_id)
 
         CLIST_FOREACH (l, &local->links, link_local)
                 if (l->remote_cluster_id == remote_cluster_id)
+                        return l;
+        return NULL;
+}
+
+Link *link_find_in(Cluster *c, uint64_t linking_cluster_id)
+{
+        Link *l;
+
+        CLIST_FOREACH (l, &c->links_in, link_remote)
+                if (l->local->id == linking_cluster_id && l->state == LINK_UP)
+                        return l;
+        return NULL;
+}
+
+InLink *link_inlink_find_cluster(Cluster *c, uint64_t remote_cluster_id)
+{
+        InLink *il;
+
+        CLIST_FOREACH (il, &c->inlinks, link_cluster)
+                if (il->remote_cluster_id == remote_cluster_id)
+                        return il;
+        return NULL;
+}
+
+Link *link_find_granted(Peer *p, uint64_t remote_link_id)
+{
+        Link *l;
+
+        CLIST_FOREACH (l, &p->links, link_peer)
+                if (l->remote_link_id == remote_link_id && l->state == LINK_UP)
                         return l;
         return NULL;
 }
@@ -480,6 +515,12 @@ int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink *
                 g->has_rdma = true;
                 /* What the link runs over unless the queue pairs fail to connect. */
                 il->rdma = ask->rdma;
+                /* Our own transfers over it: queue pairs of ours to the asking device. */
+                if (il->rdma && ask->has_src_rdma) {
+                        il->has_peer_rdma = true;
+                        il->peer_rdma = ask->src_rdma;
+                        (void)snprintf(il->rdma_device, sizeof(il->rdma_device), "%s", dev.device);
+                }
         } else if (why) {
                 g->rdma_reason = strdup(why);
                 if (!g->rdma_reason) {
@@ -491,6 +532,59 @@ int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink *
         *ret_il = il;
         *ret_grant = g;
         return 0;
+}
+
+static void link_inlink_on_rdma(TransportChannel *ep, int status, const char *reason,
+                                void *userdata)
+{
+        InLink *il = userdata;
+
+        il->rdma_waiter = NULL;
+        il->rdma_ep = status < 0 ? NULL : ep;
+        if (il->rdma_ep)
+                log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
+                         "): cluster %" PRIu64 "'s own transfers over it go over RDMA (%s)",
+                         il->id, il->remote_cluster_id, il->local->id, il->local->id,
+                         il->rdma_device);
+        else
+                log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
+                         "): cluster %" PRIu64 "'s own transfers over it go over TCP: RDMA "
+                         "queue pairs did not connect: %s",
+                         il->id, il->remote_cluster_id, il->local->id, il->local->id,
+                         reason ?: strerror(-status));
+}
+
+/*
+ * Endpoints to one peer past which the linked side's own transfers stay on TCP: the peer names
+ * the device they connect to, and endpoints live as long as the peer.
+ */
+#define LINK_PEER_RDMA_EPS_MAX 32
+
+void link_inlink_connect(InLink *il)
+{
+        int r;
+
+        if (!il->rdma)
+                return;
+        if (clist_length(&il->peer->rdma_eps) >= LINK_PEER_RDMA_EPS_MAX) {
+                log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
+                         "): cluster %" PRIu64 "'s own transfers over it go over TCP: %zu RDMA "
+                         "endpoints to this peer already",
+                         il->id, il->remote_cluster_id, il->local->id, il->local->id,
+                         clist_length(&il->peer->rdma_eps));
+                return;
+        }
+        if (!il->has_peer_rdma) {
+                log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
+                         "): cluster %" PRIu64 "'s own transfers over it go over TCP: the peer "
+                         "did not say its RDMA device",
+                         il->id, il->remote_cluster_id, il->local->id, il->local->id);
+                return;
+        }
+        r = peer_rdma_get(il->peer, il->rdma_device, &il->peer_rdma, link_inlink_on_rdma, il,
+                          &il->rdma_waiter);
+        if (r < 0)
+                link_inlink_on_rdma(NULL, r, NULL, il);
 }
 
 void link_peer_unlinked(Peer *p, const LinkPeerUnlink *u)
@@ -579,11 +673,21 @@ void link_tell_cluster_gone(Cluster *c)
 int link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force)
 {
         InLink *il, *tmp;
+        Link *l, *ltmp;
         char why[64];
         int n = 0;
 
         (void)snprintf(why, sizeof(why), "unlinked by cluster %" PRIu64 "%s", c->id,
                        force ? " with force" : "");
+        /* A link of this daemon has one record for both ends: it goes, with or without force. */
+        CLIST_FOREACH_SAFE (l, ltmp, &c->links_in, link_remote) {
+                if (l->local->id != remote_cluster_id)
+                        continue;
+                log_info("link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): %s", l->id,
+                         l->local->id, c->id, why);
+                link_free_full(l, STATUS_NOT_YET_LINK, false);
+                n++;
+        }
         CLIST_FOREACH_SAFE (il, tmp, &c->inlinks, link_cluster) {
                 if (il->remote_cluster_id != remote_cluster_id)
                         continue;

@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Link: a one-sided connection from a local cluster to a remote cluster (kvd_link_clusters).
- * It names the transport that carries its transfers and the moment it was made: a remote cache
- * is reachable through a link only if it was registered before the link and is
+ * Link: a connection a local cluster made to a remote cluster (kvd_link_clusters). It names the
+ * transport that carries its transfers and the moment it was made: a cache is reachable through
+ * a link only if it was registered before the link (or comes from the pool) and is
  * remote-accessible. The remote cluster lives on this daemon (shm) or behind a peer daemon
  * (tcp); in the second case the peer keeps an InLink for it, the record against which every
  * request of ours is checked there.
+ *
+ * A link is two-way, as in LLM-DataDist: the cluster linked to pulls and pushes over it too,
+ * reaching the caches of the linking cluster registered before the link. On this daemon its
+ * transfers ride the same Link (found on remote->links_in); behind a peer they start from the
+ * InLink and are checked here against the Link (Link.served).
  */
 #pragma once
 
@@ -28,6 +33,7 @@ typedef struct Transport Transport;
 typedef struct Link Link;
 typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
+typedef struct PeerRdmaWaiter PeerRdmaWaiter;
 
 /* One cache a remote cluster exposed to a link made to it: what the peer told of it. */
 typedef struct LinkExposedCache {
@@ -68,6 +74,8 @@ typedef struct LinkPeerAsk {
         uint64_t dst_cluster_id;
         bool rdma;   /* the asking side would use RDMA for the link */
         bool domain; /* a comm domain's pair link: the linked cluster needs no listen_ip_info */
+        bool has_src_rdma;
+        TransportDeviceInfo src_rdma; /* rdma: the asking cluster's device (links are two-way) */
 } LinkPeerAsk;
 
 /* A link between two daemons' clusters is gone (PeerUnlink). */
@@ -123,7 +131,8 @@ struct Link {
         uint64_t id;
         uint64_t seq; /* caches registered later (higher seq) are not reachable */
         LinkState state;
-        Cluster *local; /* the cluster that made the link */
+        int down_status; /* DOWN: why (STATUS_NOT_YET_LINK: the other side unlinked) */
+        Cluster *local;  /* the cluster that made the link */
         uint64_t remote_cluster_id;
         Cluster *remote;         /* the remote cluster when it lives on this daemon */
         Peer *peer;              /* or the peer daemon it lives behind (NULL once lost) */
@@ -138,8 +147,10 @@ struct Link {
         usec_t created_usec;
         uint64_t n_transfers; /* completed */
         uint64_t bytes;
-        CList transfers; /* Transfer.link_link, in flight */
+        CList transfers; /* Transfer.link_link, in flight (both ways on a local link) */
         unsigned n_inflight;
+        CList served; /* Served.link_link: the remote cluster's transfers of ours over it */
+        unsigned n_served_inflight;
         CList link_local;  /* on local->links */
         CList link_remote; /* on remote->links_in */
         CList link_peer;   /* on peer->links */
@@ -156,11 +167,20 @@ struct InLink {
         uint64_t remote_cluster_id;
         int remote_role;
         bool rdma; /* the peer asked for RDMA and we offered our device */
+        /* Links are two-way: our cluster's own transfers over it go over queue pairs of ours to
+         * the linking cluster's device, once connected (link_inlink_connect()), else over TCP. */
+        bool has_peer_rdma;
+        TransportDeviceInfo peer_rdma; /* the linking cluster's device */
+        char rdma_device[64];          /* ours */
+        TransportChannel *rdma_ep;     /* connected; the peer's (freed when it is lost) */
+        PeerRdmaWaiter *rdma_waiter;
         usec_t created_usec;
         uint64_t n_served; /* transfers served, completed */
         uint64_t bytes;
         CList served; /* Served.link_inlink, in flight */
         unsigned n_inflight;
+        CList transfers; /* Transfer.link_link: our cluster's transfers over it, in flight */
+        unsigned n_outgoing;
         CList link_peer;    /* on peer->inlinks */
         CList link_cluster; /* on local->inlinks */
         CList link_daemon;
@@ -202,6 +222,14 @@ void link_give_back(LinkRoot *root, Peer *p, uint64_t src_cluster_id, uint64_t d
 int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink **ret_il,
                        LinkGrant **ret_grant, Error *err);
 
+/*
+ * Connects queue pairs from our cluster's device to the linking cluster's for @il, when the
+ * link runs over RDMA and the peer said its device: our cluster's own transfers over @il use
+ * them once connected (TCP until then, or when they fail; the log says which). Once, after the
+ * grant went out.
+ */
+void link_inlink_connect(InLink *il);
+
 /* @p tells us a link between our clusters and its own is gone (@u, from its side). */
 void link_peer_unlinked(Peer *p, const LinkPeerUnlink *u);
 
@@ -215,9 +243,11 @@ void link_peer_lost(Peer *p, int status);
 void link_tell_cluster_gone(Cluster *c);
 
 /*
- * Removes the inbound links of the peer's cluster @remote_cluster_id to @c (kvd_unlink_clusters
- * called on the side that was linked to); unless @force the peer is told, so its link goes down
- * too. Returns how many there were.
+ * Removes the links cluster @remote_cluster_id made to @c (kvd_unlink_clusters called on the
+ * side that was linked to): its link when it lives on this daemon, else the inbound links of the
+ * peer's cluster, and unless @force the peer is told, so its link goes down too (transfers over
+ * it then fail with NOT_YET_LINK). Transfers in flight either way fail with NOT_YET_LINK.
+ * Returns how many there were.
  */
 int link_unlink_inbound(Cluster *c, uint64_t remote_cluster_id, bool force);
 
@@ -260,5 +290,17 @@ int link_check_target(const Cluster *target, Error *err);
 
 /* The link @local made to @remote_cluster_id, or NULL. */
 Link *link_find(Cluster *local, uint64_t remote_cluster_id);
+
+/* The UP link that cluster @linking_cluster_id of this daemon made to @c, or NULL. */
+Link *link_find_in(Cluster *c, uint64_t linking_cluster_id);
+
+/* The inbound link of a peer's cluster @remote_cluster_id to @c, or NULL. */
+InLink *link_inlink_find_cluster(Cluster *c, uint64_t remote_cluster_id);
+
+/*
+ * The UP link one of our clusters made over @p to which the peer granted its inbound link
+ * @remote_link_id (the peer's cluster moves bytes over it the other way), or NULL.
+ */
+Link *link_find_granted(Peer *p, uint64_t remote_link_id);
 
 const char *link_state_to_string(LinkState s);

@@ -216,6 +216,7 @@ static int peer_link_call(Peer *p, const LinkPeerAsk *ask, link_grant_fn fn, voi
                           PeerCall **ret_call)
 {
         Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
+        Kvdist__V1__RdmaDeviceInfo dev = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
         LinkCall *lc;
         int r;
 
@@ -228,6 +229,15 @@ static int peer_link_call(Peer *p, const LinkPeerAsk *ask, link_grant_fn fn, voi
         m.dst_cluster_id = ask->dst_cluster_id;
         m.rdma = ask->rdma;
         m.domain = ask->domain;
+        if (ask->has_src_rdma) {
+                dev.device = (char *)ask->src_rdma.device;
+                dev.gid.data = (uint8_t *)ask->src_rdma.address;
+                dev.gid.len = TRANSPORT_ADDRESS_SIZE;
+                dev.port = ask->src_rdma.port;
+                dev.mtu = ask->src_rdma.mtu;
+                dev.lid = ask->src_rdma.lid;
+                m.src_rdma = &dev;
+        }
         r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, peer_link_on_reply, lc,
                       ret_call);
         if (r < 0)
@@ -288,6 +298,16 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
         InLink *il;
         int r;
 
+        if (m->rdma && m->src_rdma && m->src_rdma->gid.len == TRANSPORT_ADDRESS_SIZE &&
+            m->src_rdma->device && m->src_rdma->device[0]) {
+                ask.has_src_rdma = true;
+                (void)snprintf(ask.src_rdma.device, sizeof(ask.src_rdma.device), "%s",
+                               m->src_rdma->device);
+                memcpy(ask.src_rdma.address, m->src_rdma->gid.data, TRANSPORT_ADDRESS_SIZE);
+                ask.src_rdma.port = (uint8_t)m->src_rdma->port;
+                ask.src_rdma.mtu = m->src_rdma->mtu;
+                ask.src_rdma.lid = (uint16_t)m->src_rdma->lid;
+        }
         r = link_inlink_accept(p->root, p, &ask, &il, &g, &err);
         if (r < 0)
                 goto refuse;
@@ -312,6 +332,9 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
                           cluster_id);
                 goto refuse;
         }
+        /* Granted: our cluster's own transfers over the link get queue pairs of ours. */
+        if (r >= 0)
+                link_inlink_connect(il);
         return;
 refuse:
         log_info("%s: link from cluster %" PRIu64 " to %" PRIu64 " refused: %s",

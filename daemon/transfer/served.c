@@ -29,6 +29,22 @@
 #define SERVED_GRACE_MS 5000
 #define SERVED_TIMEOUT_MAX_MS 3600000u
 
+/* What a peer's request is served over: an inbound link, or a link our cluster made to it. */
+typedef struct ServedOver {
+        InLink *inlink;
+        Link *link;
+        Cluster *local; /* our cluster at its end */
+        uint64_t seq;   /* our caches registered later are out of its reach */
+        uint64_t id;
+        unsigned n_inflight;
+} ServedOver;
+
+/* Our cluster at the end of the link @s is served over; NULL once that link is gone. */
+static Cluster *served_local(const Served *s)
+{
+        return s->inlink ? s->inlink->local : s->link ? s->link->local : NULL;
+}
+
 static void served_set_state(Served *s, ServedState state)
 {
         assert(state >= 0 && state < _SERVED_STATE_MAX);
@@ -54,6 +70,10 @@ static Served *served_free(Served *s)
         if (s->inlink) {
                 clist_unlink(&s->link_inlink);
                 s->inlink->n_inflight--;
+        }
+        if (s->link) {
+                clist_unlink(&s->link_inlink);
+                s->link->n_served_inflight--;
         }
         if (clist_is_linked(&s->link_daemon)) {
                 clist_unlink(&s->link_daemon);
@@ -84,8 +104,12 @@ static void served_finish(Served *s, int status)
                         s->inlink->n_served++;
                         s->inlink->bytes += s->plan->total_bytes;
                 }
-                if (s->has_notify && s->inlink &&
-                    notify_deliver(s->inlink->local, s->remote_cluster_id, s->notify, s->notify_len,
+                if (s->link) {
+                        s->link->n_transfers++;
+                        s->link->bytes += s->plan->total_bytes;
+                }
+                if (s->has_notify && served_local(s) &&
+                    notify_deliver(served_local(s), s->remote_cluster_id, s->notify, s->notify_len,
                                    NULL) < 0)
                         log_error("served %" PRIu64 ": cannot queue the push notification for "
                                   "cluster %" PRIu64 ", ignoring",
@@ -155,6 +179,14 @@ void served_detach_inlink(Served *s, int status)
         served_fail(s, status);
 }
 
+void served_detach_link(Served *s, int status)
+{
+        clist_unlink(&s->link_inlink);
+        s->link->n_served_inflight--;
+        s->link = NULL;
+        served_fail(s, status);
+}
+
 void served_on_peer_lost(Peer *p)
 {
         Served *s, *tmp;
@@ -176,24 +208,25 @@ void served_stop_all(TransferRoot *root, int status)
 }
 
 /* Finds and checks the cache the peer names: ours, linked, reachable. */
-static int served_resolve(Served *s, InLink *il, const TransferPeerRequest *m, uint32_t *ret_index,
-                          Error *err)
+static int served_resolve(Served *s, const ServedOver *over, const TransferPeerRequest *m,
+                          uint32_t *ret_index, Error *err)
 {
         const CacheKey key = m->key;
-        Cluster *c = il->local;
+        Cluster *c = over->local;
         Cache *cache;
         int r;
 
         if (key.cluster_id != c->id)
                 return error_set(err, STATUS_CACHE_NOT_EXIST,
-                                 "the key names cluster %" PRIu64 ", inbound link %" PRIu64
+                                 "the key names cluster %" PRIu64 ", link %" PRIu64
                                  " reaches cluster %" PRIu64,
-                                 key.cluster_id, il->id, c->id);
+                                 key.cluster_id, m->initiator_link_id, c->id);
         r = cache_table_lookup(&c->caches, &key, &cache, ret_index, err);
         if (r < 0)
                 return r;
-        /* Named as the peer's cluster knows its link. */
-        r = cache_check_reachable(cache, il->seq, m->initiator_link_id, err);
+        /* The link's moment decides, whichever side made it; named as the peer's cluster
+         * knows its link. */
+        r = cache_check_reachable(cache, over->seq, m->initiator_link_id, err);
         if (r < 0)
                 return r;
         s->cache = cache;
@@ -206,8 +239,8 @@ static int served_resolve(Served *s, InLink *il, const TransferPeerRequest *m, u
 }
 
 /* Validates the peer's request into @s: key, link, sizes, plan, our memory. */
-static int served_prepare(Served *s, InLink *il, const TransferPeerRequest *m, uint32_t *ret_index,
-                          Error *err)
+static int served_prepare(Served *s, const ServedOver *over, const TransferPeerRequest *m,
+                          uint32_t *ret_index, Error *err)
 {
         const Limits *lim = s->root->options.limits;
         const TransferArgs *args = &m->args;
@@ -227,10 +260,10 @@ static int served_prepare(Served *s, InLink *il, const TransferPeerRequest *m, u
                 return error_set(
                         err, STATUS_LIMIT_EXCEEDED, "%zu blocks in one transfer, at most %" PRIu32,
                         MAX(args->n_src_blocks, args->n_dst_blocks), lim->max_blocks_per_transfer);
-        if (il->n_inflight >= lim->max_inflight_per_client)
+        if (over->n_inflight >= lim->max_inflight_per_client)
                 return error_set(err, STATUS_LIMIT_EXCEEDED,
-                                 "inbound link %" PRIu64 " has %u transfers in flight", il->id,
-                                 il->n_inflight);
+                                 "link %" PRIu64 " has %u transfers in flight", over->id,
+                                 over->n_inflight);
         if (m->notify_len > 0) {
                 if (s->pull)
                         return error_set(err, STATUS_PARAM_INVALID,
@@ -239,7 +272,7 @@ static int served_prepare(Served *s, InLink *il, const TransferPeerRequest *m, u
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "a notification of %zu bytes, at most %d", m->notify_len,
                                          NOTIFY_MAX_BYTES);
-                r = notify_check_room(il->local, NULL, err);
+                r = notify_check_room(over->local, NULL, err);
                 if (r < 0)
                         return r;
                 memcpy(s->notify, m->notify, m->notify_len);
@@ -249,7 +282,7 @@ static int served_prepare(Served *s, InLink *il, const TransferPeerRequest *m, u
         r = remote_desc_check(m->local, &theirs, err);
         if (r < 0)
                 return r;
-        r = served_resolve(s, il, m, ret_index, err);
+        r = served_resolve(s, over, m, ret_index, err);
         if (r < 0)
                 return r;
         remote_desc_from_cache(s->cache, &ours);
@@ -292,6 +325,47 @@ static int served_rdma_keys(Served *s, uint64_t *addrs, uint32_t *rkeys)
         return 0;
 }
 
+/*
+ * Finds what @p's request is served over: the inbound link it names, or (links are two-way) the
+ * UP link one of our clusters made to the peer's, named by the id the peer granted it.
+ */
+static int served_find_link(Peer *p, const TransferPeerRequest *m, ServedOver *ret, Error *err)
+{
+        InLink *il;
+        Link *l;
+
+        if (m->link_id == 0 && m->linked_link_id != 0) {
+                l = link_find_granted(p, m->linked_link_id);
+                if (!l)
+                        return error_set(err, STATUS_NOT_YET_LINK,
+                                         "no link to this peer's inbound link %" PRIu64
+                                         "; link again",
+                                         m->linked_link_id);
+                *ret = (ServedOver){
+                        .link = l,
+                        .local = l->local,
+                        .seq = l->seq,
+                        .id = l->id,
+                        .n_inflight = l->n_served_inflight,
+                };
+                return 0;
+        }
+        il = link_inlink_find_id(p, m->link_id);
+        if (!il)
+                return error_set(err, STATUS_NOT_YET_LINK,
+                                 "no inbound link %" PRIu64 " from this peer; "
+                                 "link again",
+                                 m->link_id);
+        *ret = (ServedOver){
+                .inlink = il,
+                .local = il->local,
+                .seq = il->seq,
+                .id = il->id,
+                .n_inflight = il->n_inflight,
+        };
+        return 0;
+}
+
 void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
                             const TransferPeerRequest *m)
 {
@@ -301,7 +375,7 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
         uint32_t index = 0, timeout_ms, rdma_rkeys[KVD_MAX_TENSORS];
         uint64_t rdma_addrs[KVD_MAX_TENSORS];
         RemoteDesc ours;
-        InLink *il;
+        ServedOver over = {};
         struct timeval tv;
         int r;
 
@@ -329,17 +403,13 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
                 error_set(&err, STATUS_DAEMON_UNAVAILABLE, "kvdistd is stopping");
                 goto refuse;
         }
-        il = link_inlink_find_id(p, m->link_id);
-        if (!il) {
-                error_set(&err, STATUS_NOT_YET_LINK,
-                          "no inbound link %" PRIu64 " from this peer; "
-                          "link again",
-                          m->link_id);
+        r = served_find_link(p, m, &over, &err);
+        if (r < 0)
                 goto refuse;
-        }
-        s->cluster_id = il->local->id;
-        s->remote_cluster_id = il->remote_cluster_id;
-        r = served_prepare(s, il, m, &index, &err);
+        s->cluster_id = over.local->id;
+        s->remote_cluster_id =
+                over.inlink ? over.inlink->remote_cluster_id : over.link->remote_cluster_id;
+        r = served_prepare(s, &over, m, &index, &err);
         if (r < 0)
                 goto refuse;
 
@@ -381,9 +451,15 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
         clist_link_tail(&p->served, &s->link_peer);
         p->n_served++;
         s->peer = p;
-        clist_link_tail(&il->served, &s->link_inlink);
-        il->n_inflight++;
-        s->inlink = il;
+        if (over.inlink) {
+                clist_link_tail(&over.inlink->served, &s->link_inlink);
+                over.inlink->n_inflight++;
+                s->inlink = over.inlink;
+        } else {
+                clist_link_tail(&over.link->served, &s->link_inlink);
+                over.link->n_served_inflight++;
+                s->link = over.link;
+        }
         clist_link_tail(&root->served, &s->link_daemon);
         root->n_served++;
 

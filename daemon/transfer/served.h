@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Served: a peer daemon's pull from or push into one of our clusters' caches, over an inbound
- * link. The peer's request is checked here as untrusted input: the link must exist, the key must
- * name a cache of the linked cluster that was registered before the link and is
- * remote-accessible, and the plan is built from our own cache (the peer only describes its
- * side's shape), so no byte outside that cache moves whatever the peer sends. The cache is held
- * busy and its regions referenced until the data plane has let go of them.
+ * link, or, links being two-way, over a link our cluster made to the peer's (the request names
+ * it by the id the peer granted, PeerTransfer.linked_link_id). The peer's request is checked
+ * here as untrusted input: the link must exist, the key must name a cache of our cluster at its
+ * end that was registered before the link (or comes from the pool) and is remote-accessible, and
+ * the plan is built from our own cache (the peer only describes its side's shape), so no byte
+ * outside that cache moves whatever the peer sends. The cache is held busy and its regions
+ * referenced until the data plane has let go of them.
  *
  * Pull: we answer with our cache's shape and send the bytes as the peer's data job. Push: we
  * register a receive job, answer with its id, and once every byte landed deliver the push's
@@ -32,6 +34,7 @@
 struct event;
 typedef struct TransferRoot TransferRoot;
 typedef struct InLink InLink;
+typedef struct Link Link;
 typedef struct Peer Peer;
 typedef struct Plan Plan;
 typedef struct Region Region;
@@ -54,6 +57,7 @@ struct Served {
         bool one_sided;        /* over RDMA: the peer reads or writes the cache itself */
         Peer *peer;            /* NULL once lost */
         InLink *inlink;        /* NULL once gone */
+        Link *link;            /* or our cluster's link to the peer's, NULL once gone */
         bool moving;           /* the data job runs: its callback is still to come */
         uint64_t initiator_id; /* the peer's transfer id (pull: also its receive job) */
         uint64_t cluster_id;   /* ours */
@@ -77,12 +81,15 @@ struct Served {
         usec_t start_usec;
         struct event *timer; /* a bound on how long the peer may take */
         CList link_peer;
-        CList link_inlink;
+        CList link_inlink; /* on inlink->served or link->served */
         CList link_daemon;
 };
 
 /* The inbound link of @s is going away: the transfer stops with @status. */
 void served_detach_inlink(Served *s, int status);
+
+/* The link @s is served over (our cluster made it to the peer's) is going away: as above. */
+void served_detach_link(Served *s, int status);
 
 /* Stops every served transfer (daemon shutdown). */
 void served_stop_all(TransferRoot *root, int status);

@@ -108,6 +108,7 @@ static int transfer_codec_request(Peer *p, const TransferPeerRequest *req, Trans
         m.job_id = req->job_id;
         m.link_id = req->link_id;
         m.initiator_link_id = req->initiator_link_id;
+        m.linked_link_id = req->linked_link_id;
         m.kind = (Kvdist__V1__TransferKind)a->kind;
         m.key = peer_cache_key_to_proto(&req->key, &ks);
         if (req->local) {
@@ -222,6 +223,7 @@ static void transfer_codec_on_transfer(void *userdata, Peer *p, uint64_t request
                 .job_id = m->job_id,
                 .link_id = m->link_id,
                 .initiator_link_id = m->initiator_link_id,
+                .linked_link_id = m->linked_link_id,
                 .args =
                         {
                                 .kind = (TransferKind)m->kind,

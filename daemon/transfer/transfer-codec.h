@@ -24,8 +24,10 @@ typedef struct TransportChannel TransportChannel;
 /* A peer's request to move one of our caches (MSG_PEER_TRANSFER), or ours to a peer. */
 typedef struct TransferPeerRequest {
         uint64_t job_id;            /* pull: the initiator's receive job; push: its transfer id */
-        uint64_t link_id;           /* the receiver's inbound link */
+        uint64_t link_id;           /* the receiver's inbound link; 0 with @linked_link_id */
         uint64_t initiator_link_id; /* the initiator's id of the link */
+        uint64_t linked_link_id;    /* the initiator was linked to: its inbound link's id, the
+                                     * one the receiver's outbound link knows (two-way links) */
         CacheKey key;               /* the receiver's cache */
         Error key_err;              /* code != 0: the key did not decode, and why */
         const RemoteDesc *local;    /* the initiator's cache; NULL when the message had none */

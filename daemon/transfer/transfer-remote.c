@@ -73,24 +73,32 @@ int transfer_remote_start(Transfer *x, Error *err)
         TransferPeerRequest req;
         RemoteDesc local;
         Link *l = x->link;
-        Peer *p = l->peer;
+        InLink *il = x->inlink;
+        Peer *p = l ? l->peer : il->peer;
         bool local_is_src;
         int r;
 
         if (p->state != PEER_READY)
                 return error_set(err, STATUS_PEER_LOST,
                                  "the daemon of cluster %" PRIu64 " is not connected",
-                                 l->remote_cluster_id);
+                                 x->remote_cluster_id);
 
         /* The peer resolves the key and checks the request against what it has now. What the
          * remote cluster exposed when the link was made cannot decide it: pool caches allocated
          * since are reachable, and a key may name another cache by now. */
         remote_desc_from_cache(transfer_local_cache(x, &local_is_src), &local);
-        x->one_sided = l->rdma_ep != NULL;
+        /* Over the peer's link to us: queue pairs of ours to its device, once connected
+         * (link_inlink_connect()), else the data connection. */
+        x->rdma_ep = l ? l->rdma_ep : il->rdma_ep;
+        x->one_sided = x->rdma_ep != NULL;
+        if (!l && x->one_sided)
+                x->transport = x->root->transports->rdma_transport;
         req = (TransferPeerRequest){
                 .job_id = x->id,
-                .link_id = l->remote_link_id,
-                .initiator_link_id = l->id,
+                /* Over the peer's link to us: 0, which no inbound link has, and our id of it. */
+                .link_id = l ? l->remote_link_id : 0,
+                .linked_link_id = l ? 0 : il->id,
+                .initiator_link_id = l ? l->id : il->id,
                 .key = m->key,
                 .local = &local,
                 .args = m->args,
@@ -103,13 +111,13 @@ int transfer_remote_start(Transfer *x, Error *err)
         };
         /* Queue pairs flushed by an earlier timeout or error connect again before they serve. */
         if (x->one_sided &&
-            !transport_channel_ready(p->root->transports->rdma_transport, l->rdma_ep))
-                x->root->peer_ops->channel_repair(p, l->rdma_ep);
+            !transport_channel_ready(p->root->transports->rdma_transport, x->rdma_ep))
+                x->root->peer_ops->channel_repair(p, x->rdma_ep);
         r = x->root->peer_ops->request(p, &req, x, &x->call);
         if (r < 0)
                 return error_set(err, r == -EMSGSIZE ? STATUS_LIMIT_EXCEEDED : STATUS_PEER_LOST,
                                  "cannot ask the daemon of cluster %" PRIu64 ": %s",
-                                 l->remote_cluster_id, strerror(-r));
+                                 x->remote_cluster_id, strerror(-r));
         x->phase = REMOTE_REQUESTED;
         x->peer = p;
         clist_link_tail(&p->transfers, &x->link_peer);
@@ -209,7 +217,7 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
                 .dir = local_is_src ? TRANSPORT_WRITE : TRANSPORT_READ,
                 .segs = x->segs,
                 .n_segs = x->plan->n_segments,
-                .channel = x->one_sided ? (void *)x->link->rdma_ep : (void *)p->data,
+                .channel = x->one_sided ? (void *)x->rdma_ep : (void *)p->data,
                 .id = m->job_id,
                 .deadline_usec = x->deadline_usec,
                 .done = transfer_remote_on_data_done,

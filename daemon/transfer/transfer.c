@@ -22,6 +22,7 @@
 #include "daemon/transfer/transfer-codec.h"
 #include "daemon/transfer/transfer-events.h"
 #include "daemon/transfer/transfer.h"
+#include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
 #include "common/status.h"
 
@@ -127,6 +128,10 @@ static Transfer *transfer_free(Transfer *x)
                 if (x->link) {
                         clist_unlink(&x->link_link);
                         x->link->n_inflight--;
+                }
+                if (x->inlink) {
+                        clist_unlink(&x->link_link);
+                        x->inlink->n_outgoing--;
                 }
                 clist_unlink(&x->link_daemon);
                 root->n_transfers--;
@@ -336,9 +341,21 @@ void transfer_detach_link(Transfer *x, int status)
         clist_unlink(&x->link_link);
         l->n_inflight--;
         transfer_fail(x, status,
-                      "link %" PRIu64 " to cluster %" PRIu64 " went down while "
+                      "link %" PRIu64 " of cluster %" PRIu64 " and %" PRIu64 " went down while "
                       "transfer %" PRIu64 " ran",
-                      l->id, l->remote_cluster_id, x->id);
+                      l->id, x->cluster_id, x->remote_cluster_id, x->id);
+}
+
+void transfer_detach_inlink(Transfer *x, int status)
+{
+        InLink *il = TAKE_PTR(x->inlink);
+
+        clist_unlink(&x->link_link);
+        il->n_outgoing--;
+        transfer_fail(x, status,
+                      "the link cluster %" PRIu64 " made to cluster %" PRIu64 " went down while "
+                      "transfer %" PRIu64 " ran",
+                      x->remote_cluster_id, x->cluster_id, x->id);
 }
 
 static void transfer_on_cluster_gone(void *userdata, Cluster *c)
@@ -352,17 +369,23 @@ static void transfer_on_cluster_gone(void *userdata, Cluster *c)
 static void transfer_on_link_down(void *userdata, Link *l, int status)
 {
         Transfer *x, *tmp;
+        Served *s, *stmp;
 
         CLIST_FOREACH_SAFE (x, tmp, &l->transfers, link_link)
                 transfer_detach_link(x, status);
+        CLIST_FOREACH_SAFE (s, stmp, &l->served, link_inlink)
+                served_detach_link(s, status);
 }
 
 static void transfer_on_inlink_gone(void *userdata, InLink *il, int status)
 {
         Served *s, *tmp;
+        Transfer *x, *xtmp;
 
         CLIST_FOREACH_SAFE (s, tmp, &il->served, link_inlink)
                 served_detach_inlink(s, status);
+        CLIST_FOREACH_SAFE (x, xtmp, &il->transfers, link_link)
+                transfer_detach_inlink(x, status);
 }
 
 static void transfer_on_peer_lost(void *userdata, Peer *p, int status)
@@ -389,44 +412,86 @@ void transfer_events_listen(TransferRoot *root, Hook *h, const TransferEvents *e
         hook_list_append(&root->events, h, events, userdata);
 }
 
-/* Finds the link and, for a local one, the remote cache, which must be reachable through it. */
-static int transfer_resolve(Transfer *x, Cluster *c, uint32_t *ret_remote_index, Error *err)
+/* The cluster of this daemon at the other end of @x's link; NULL when it is behind a peer. */
+static Cluster *transfer_other_cluster(const Transfer *x)
 {
-        Link *l;
-        Cache *remote = NULL, *local;
+        if (!x->link)
+                return NULL;
+        return x->reverse ? x->link->local : x->link->remote;
+}
+
+/*
+ * Finds what @x moves bytes over (links are two-way): the UP link @c made to the key's cluster,
+ * else the link that cluster made to @c on this daemon, else its inbound link from a peer.
+ */
+static int transfer_find_link(Transfer *x, Cluster *c, Error *err)
+{
+        uint64_t id = x->req.key.cluster_id;
+        Link *l, *in;
         int r;
 
-        l = link_find(c, x->req.key.cluster_id);
-        if (!l) {
-                /* A comm domain of both that is not OK (yet) says why, not link_clusters. */
-                r = link_explain_no_link(c, x->req.key.cluster_id, err);
-                if (r < 0)
-                        return r;
-                return error_set(err, STATUS_NOT_YET_LINK,
-                                 "cluster %" PRIu64 " has no link to cluster %" PRIu64
-                                 "; call kvd_link_clusters() first",
-                                 c->id, x->req.key.cluster_id);
+        l = link_find(c, id);
+        if (l && l->state == LINK_UP && (l->remote || l->peer)) {
+                x->link = l;
+                return 0;
         }
-        if (l->state != LINK_UP || (!l->remote && !l->peer))
+        in = link_find_in(c, id);
+        if (in) {
+                x->link = in;
+                x->reverse = true;
+                return 0;
+        }
+        x->inlink = link_inlink_find_cluster(c, id);
+        if (x->inlink)
+                return 0;
+        if (l && l->down_status == STATUS_NOT_YET_LINK)
+                return error_set(err, STATUS_NOT_YET_LINK,
+                                 "link %" PRIu64 " to cluster %" PRIu64 " was unlinked by cluster "
+                                 "%" PRIu64 "; call kvd_link_clusters() again",
+                                 l->id, id, id);
+        if (l)
                 return error_set(err, STATUS_PEER_LOST,
-                                 "link %" PRIu64 " to cluster %" PRIu64 " is down", l->id,
-                                 x->req.key.cluster_id);
+                                 "link %" PRIu64 " to cluster %" PRIu64 " is down", l->id, id);
+        /* A comm domain of both that is not OK (yet) says why, not link_clusters. */
+        r = link_explain_no_link(c, id, err);
+        if (r < 0)
+                return r;
+        return error_set(err, STATUS_NOT_YET_LINK,
+                         "cluster %" PRIu64 " has no link to cluster %" PRIu64
+                         "; call kvd_link_clusters() first",
+                         c->id, id);
+}
+
+/*
+ * Finds the link and, for a cluster of this daemon, the remote cache, which must be reachable
+ * through it: the link's moment decides, whichever of the two clusters made it.
+ */
+static int transfer_resolve(Transfer *x, Cluster *c, uint32_t *ret_remote_index, Error *err)
+{
+        Cache *remote = NULL, *local;
+        Cluster *other;
+        int r;
+
+        r = transfer_find_link(x, c, err);
+        if (r < 0)
+                return r;
+        other = transfer_other_cluster(x);
         local = cache_table_find(&c->caches, x->req.local_cache_id);
         if (!local)
                 return error_set(err, STATUS_CACHE_NOT_EXIST,
                                  "cluster %" PRIu64 " has no cache %" PRIu64, c->id,
                                  x->req.local_cache_id);
-        if (l->remote) {
-                r = cache_table_lookup(&l->remote->caches, &x->req.key, &remote, ret_remote_index,
-                                       err);
+        if (other) {
+                r = cache_table_lookup(&other->caches, &x->req.key, &remote, ret_remote_index, err);
                 if (r < 0)
                         return r;
-                r = cache_check_reachable(remote, l->seq, l->id, err);
+                r = cache_check_reachable(remote, x->link->seq, x->link->id, err);
                 if (r < 0)
                         return r;
         }
-        x->link = l;
-        x->transport = l->transport;
+        /* Over a peer's link to us: the data connection, or our queue pairs to the peer
+         * (transfer_remote_start() decides). */
+        x->transport = x->link ? x->link->transport : x->root->transports->tcp;
         x->caches[0] = remote_plan_kind_is_pull(x->kind) ? remote : local;
         x->caches[1] = remote_plan_kind_is_pull(x->kind) ? local : remote;
         /* A peer's cache is the peer's to let go (served.c). */
@@ -519,9 +584,9 @@ int transfer_start(TransferRoot *root, Cluster *c, TransferRequest *req, Complet
         r = transfer_resolve(x, c, &remote_index, err);
         if (r < 0)
                 return r;
-        if (x->link->remote) {
+        if (transfer_other_cluster(x)) {
                 if (x->req.notify_len > 0) {
-                        r = notify_check_room(x->link->remote, c->user, err);
+                        r = notify_check_room(transfer_other_cluster(x), c->user, err);
                         if (r < 0)
                                 return r;
                 }
@@ -545,8 +610,13 @@ int transfer_start(TransferRoot *root, Cluster *c, TransferRequest *req, Complet
         x->cluster = c;
         clist_link_tail(&c->transfers, &x->link_cluster);
         c->n_transfers++;
-        clist_link_tail(&x->link->transfers, &x->link_link);
-        x->link->n_inflight++;
+        if (x->link) {
+                clist_link_tail(&x->link->transfers, &x->link_link);
+                x->link->n_inflight++;
+        } else {
+                clist_link_tail(&x->inlink->transfers, &x->link_link);
+                x->inlink->n_outgoing++;
+        }
         clist_link_tail(&root->transfers, &x->link_daemon);
         root->n_transfers++;
 
@@ -559,7 +629,7 @@ int transfer_start(TransferRoot *root, Cluster *c, TransferRequest *req, Complet
         if (!x->timer || evtimer_add(x->timer, &tv) < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot arm the transfer's deadline");
 
-        if (x->link->peer) {
+        if (!transfer_other_cluster(x)) {
                 r = transfer_remote_start(x, err);
                 if (r < 0)
                         return r;

@@ -26,10 +26,12 @@ typedef struct Cluster Cluster;
 typedef struct LinkRoot LinkRoot;
 typedef struct TransferRoot TransferRoot;
 typedef struct Link Link;
+typedef struct InLink InLink;
 typedef struct Peer Peer;
 typedef struct PeerCall PeerCall;
 typedef struct Region Region;
 typedef struct Transfer Transfer;
+typedef struct TransportChannel TransportChannel;
 typedef struct User User;
 
 typedef enum TransferKind {
@@ -111,7 +113,9 @@ struct Transfer {
         Cluster *cluster;       /* the requesting cluster; NULL once it is gone */
         User *user;             /* its uid, charged one transfer in flight; for its notify */
         uint64_t cluster_id;
-        Link *link; /* NULL once the link is gone */
+        Link *link;     /* NULL once the link is gone */
+        bool reverse;   /* @link was made by the remote cluster to ours (links are two-way) */
+        InLink *inlink; /* or the peer's cluster linked to ours: we move bytes over it */
         uint64_t remote_cluster_id;
         Transport *transport;
         Cache *caches[2]; /* source and destination (NULL: the peer's); n_busy counts us */
@@ -131,14 +135,15 @@ struct Transfer {
         PeerCall *call;   /* REMOTE_REQUESTED: our PeerTransfer */
         bool remote_done; /* push: the peer said every byte landed (or failed) */
         int remote_status;
-        bool one_sided; /* over RDMA: we read or write the peer's memory ourselves */
+        bool one_sided;            /* over RDMA: we read or write the peer's memory ourselves */
+        TransportChannel *rdma_ep; /* one-sided: the queue pairs (the link's or inlink's) */
         CList link_peer;
         usec_t start_usec;
         usec_t deadline_usec;
         struct event *timer;
         CList link_daemon;
         CList link_cluster;
-        CList link_link;
+        CList link_link; /* on link->transfers or inlink->transfers */
 };
 
 /*
@@ -168,6 +173,9 @@ void transfer_detach_cluster(Transfer *x);
 
 /* The link of @x is going away. */
 void transfer_detach_link(Transfer *x, int status);
+
+/* The inbound link @x runs over (the peer's cluster linked to ours) is going away. */
+void transfer_detach_inlink(Transfer *x, int status);
 
 /*
  * Makes transfer/ listen to link/'s events: a cluster going away, a link going down, a peer's

@@ -251,3 +251,195 @@ void check_odd_tensor_counts(kvd_client *a, kvd_client *b, link_fn link, void *u
                 tcopies_free(&cp);
         }
 }
+
+void check_two_way(kvd_client *a, kvd_client *b, link_fn link, void *userdata)
+{
+        static const uint64_t sb[] = {5, 0, 7, 6}, db[] = {1, 6, 2, 3};
+        static const uint64_t psb[] = {2, 3, 4}, pdb[] = {0, 1, 7};
+        static const char msg[] = "blocks 0 1 7 are in";
+        kvd_cache_key kbsrc = kvd_key_blocks(B_ID, 7), kbdst = kvd_key_blocks(B_ID, 8);
+        kvd_cache_key khidden = kvd_key_blocks(B_ID, 9), klate = kvd_key_blocks(B_ID, 10);
+        kvd_cache_key kpool = kvd_key_req(B_ID, 4343, 0), kid;
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        TCache bsrc, bdst, bhidden, blate, bpool, asrc, adst, acon;
+        TCopies cpa = {}, cpb = {}, cpc = {};
+        kvd_notify got[2];
+        size_t n = 0;
+        uint64_t b8 = 8, b0 = 0;
+
+        /* B exposes what it registered before it linked; A's caches are its own. */
+        expect_ok(b,
+                  tcache_register(&bsrc, b, true, 2, 8, 4096, 0x41, &kbsrc, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(b,
+                  tcache_register(&bdst, b, true, 2, 8, 4096, 0x42, &kbdst, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(b,
+                  tcache_register(&bhidden, b, true, 2, 8, 4096, 0x43, &khidden, 1, KVD_REMOTE_NO));
+        expect_ok(a,
+                  tcache_register(&asrc, a, true, 2, 8, 4096, 0x44, NULL, 0, KVD_REMOTE_DEFAULT));
+        expect_ok(a,
+                  tcache_register(&adst, a, true, 2, 8, 4096, 0x45, NULL, 0, KVD_REMOTE_DEFAULT));
+        expect_ok(a,
+                  tcache_register(&acon, a, false, 2, 2, 4096, 0x46, NULL, 0, KVD_REMOTE_DEFAULT));
+        /* B links to A; A made no link and has none of its own. */
+        link(userdata);
+        expect_ok(b, tcache_register(&blate, b, true, 2, 8, 4096, 0x47, &klate, 1,
+                                     KVD_REMOTE_DEFAULT));
+        expect_ok(b, tcache_allocate(&bpool, b, 2, 2, 4096, 0x48, &kpool, 1));
+        expect_ok(a, kvd_check_link_status(a, B_ID));
+
+        /* The side that was linked to pulls and pushes over the link. */
+        expect_ok(a, kvd_pull_blocks(a, &kbsrc, adst.id, sb, 4, db, 4, NULL));
+        tcopies_blocks(&cpa, &bsrc, &adst, ALL, ALL, 2, sb, db, 4);
+        tcache_verify(&adst, &cpa);
+        o.notify = msg;
+        o.notify_len = sizeof(msg);
+        expect_ok(a, kvd_push_blocks(a, &kbdst, asrc.id, psb, 3, pdb, 3, &o));
+        tcopies_blocks(&cpb, &asrc, &bdst, ALL, ALL, 2, psb, pdb, 3);
+        tcache_verify(&bdst, &cpb);
+        /* The notification follows the last byte, from A. */
+        expect_ok(b, kvd_get_notifies(b, got, 2, &n));
+        ck_assert_uint_eq(n, 1);
+        ck_assert_uint_eq(got[0].src_cluster_id, A_ID);
+        ck_assert_uint_eq(got[0].len, sizeof(msg));
+        ck_assert_mem_eq(got[0].data, msg, sizeof(msg));
+
+        /* Pool caches are reachable through every link, both ways. */
+        kid = kvd_key_id_index(B_ID, bpool.id, 1);
+        expect_ok(a, kvd_pull_cache(a, &kid, acon.id, 0, -1, NULL));
+        tcopies_item(&cpc, &bpool, &acon, ALL, ALL, 2, 1, 0, -1);
+        tcache_verify(&acon, &cpc);
+
+        /* What B did not expose at link time is refused, pull and push, and nothing moves. */
+        expect_status(a, kvd_pull_blocks(a, &khidden, adst.id, sb, 4, db, 4, NULL),
+                      KVD_E_PERMISSION_DENIED, "(registered with KVD_REMOTE_NO)");
+        expect_status(a, kvd_push_blocks(a, &khidden, asrc.id, sb, 4, db, 4, NULL),
+                      KVD_E_PERMISSION_DENIED, "(registered with KVD_REMOTE_NO)");
+        expect_status(a, kvd_pull_blocks(a, &klate, adst.id, sb, 4, db, 4, NULL),
+                      KVD_E_PERMISSION_DENIED, "was registered after link");
+        expect_status(a, kvd_push_blocks(a, &klate, asrc.id, sb, 4, db, 4, NULL),
+                      KVD_E_PERMISSION_DENIED, "was registered after link");
+        /* Blocks past the end of B's cache, either way, are refused before a byte moves. */
+        expect_status(a, kvd_pull_blocks(a, &kbsrc, adst.id, &b8, 1, &b0, 1, NULL),
+                      KVD_E_PARAM_INVALID, "out of range");
+        expect_status(a, kvd_push_blocks(a, &kbdst, asrc.id, &b0, 1, &b8, 1, NULL),
+                      KVD_E_PARAM_INVALID, "out of range");
+        /* A key naming a cluster that is not at the link's other end. */
+        kid = kvd_key_blocks(C_ID, 7);
+        expect_status(a, kvd_pull_blocks(a, &kid, adst.id, sb, 1, db, 1, NULL), KVD_E_NOT_YET_LINK,
+                      NULL);
+        tcache_verify_untouched(&bhidden);
+        tcache_verify_untouched(&blate);
+        tcache_verify_untouched(&bsrc);
+        tcache_verify(&bdst, &cpb);
+        tcache_verify(&adst, &cpa);
+        tcache_verify_untouched(&asrc);
+        tcopies_free(&cpa);
+        tcopies_free(&cpb);
+        tcopies_free(&cpc);
+}
+
+/* Both directions move one block each (round @round: block round into 7 - round), checked
+ * byte for byte. */
+static void two_way_moves(kvd_client *a, kvd_client *b, TCache *asrc, TCache *adst, TCache *bsrc,
+                          TCache *bdst, TCopies *cpa, TCopies *cpb, uint64_t round)
+{
+        const uint64_t s[] = {round}, d[] = {7 - round};
+        kvd_cache_key ka = kvd_key_blocks(A_ID, 61), kb = kvd_key_blocks(B_ID, 62);
+
+        expect_ok(b, kvd_pull_blocks(b, &ka, bdst->id, s, 1, d, 1, NULL));
+        tcopies_blocks(cpb, asrc, bdst, ALL, ALL, 2, s, d, 1);
+        tcache_verify(bdst, cpb);
+        expect_ok(a, kvd_pull_blocks(a, &kb, adst->id, s, 1, d, 1, NULL));
+        tcopies_blocks(cpa, bsrc, adst, ALL, ALL, 2, s, d, 1);
+        tcache_verify(adst, cpa);
+}
+
+/* Pulls and pushes either way fail with NOT_YET_LINK. */
+static void two_way_refused(kvd_client *a, kvd_client *b, const TCache *asrc, const TCache *adst,
+                            const TCache *bsrc, const TCache *bdst)
+{
+        static const uint64_t s[] = {2}, d[] = {4};
+        kvd_cache_key ka = kvd_key_blocks(A_ID, 61), kb = kvd_key_blocks(B_ID, 62);
+
+        expect_status(b, kvd_pull_blocks(b, &ka, bdst->id, s, 1, d, 1, NULL), KVD_E_NOT_YET_LINK,
+                      NULL);
+        expect_status(b, kvd_push_blocks(b, &ka, bsrc->id, s, 1, d, 1, NULL), KVD_E_NOT_YET_LINK,
+                      NULL);
+        expect_status(a, kvd_pull_blocks(a, &kb, adst->id, s, 1, d, 1, NULL), KVD_E_NOT_YET_LINK,
+                      NULL);
+        expect_status(a, kvd_push_blocks(a, &kb, asrc->id, s, 1, d, 1, NULL), KVD_E_NOT_YET_LINK,
+                      NULL);
+}
+
+/* Waits (with a generous ceiling) until @c no longer sees a working link to @remote. */
+static int wait_link_gone(kvd_client *c, uint64_t remote)
+{
+        int r = KVD_OK;
+
+        for (int i = 0; i < 1000 && (r = kvd_check_link_status(c, remote)) == KVD_OK; i++)
+                harness_sleep_ms(20);
+        return r;
+}
+
+static int unlink_one(kvd_client *c, uint64_t remote, kvd_role role, bool force)
+{
+        return kvd_unlink_clusters(c, &(kvd_cluster_info){remote, role, NULL, NULL}, 1, 5000, force,
+                                   NULL);
+}
+
+void check_two_way_unlink(kvd_client *a, kvd_client *b, link_fn link, void *userdata,
+                          bool one_daemon)
+{
+        kvd_cache_key ka = kvd_key_blocks(A_ID, 61), kb = kvd_key_blocks(B_ID, 62);
+        TCache asrc, adst, bsrc, bdst;
+        TCopies cpa = {}, cpb = {};
+
+        expect_ok(a, tcache_register(&asrc, a, true, 2, 8, 4096, 0x51, &ka, 1, KVD_REMOTE_YES));
+        expect_ok(a, tcache_register(&adst, a, true, 2, 8, 4096, 0x52, NULL, 0, KVD_REMOTE_YES));
+        expect_ok(b, tcache_register(&bsrc, b, true, 2, 8, 4096, 0x53, &kb, 1, KVD_REMOTE_YES));
+        expect_ok(b, tcache_register(&bdst, b, true, 2, 8, 4096, 0x54, NULL, 0, KVD_REMOTE_YES));
+
+        /* The linking side unlinks: both directions end, on both sides. */
+        link(userdata);
+        two_way_moves(a, b, &asrc, &adst, &bsrc, &bdst, &cpa, &cpb, 0);
+        expect_ok(b, unlink_one(b, A_ID, KVD_ROLE_PROMPT, false));
+        two_way_refused(a, b, &asrc, &adst, &bsrc, &bdst);
+        ck_assert_int_eq(kvd_check_link_status(b, A_ID), KVD_E_NOT_YET_LINK);
+        ck_assert_int_eq(wait_link_gone(a, B_ID), KVD_E_NOT_YET_LINK);
+
+        /* Linked again; the side that was linked to unlinks. */
+        link(userdata);
+        two_way_moves(a, b, &asrc, &adst, &bsrc, &bdst, &cpa, &cpb, 1);
+        expect_ok(a, unlink_one(a, B_ID, KVD_ROLE_DECODER, false));
+        ck_assert_int_eq(kvd_check_link_status(a, B_ID), KVD_E_NOT_YET_LINK);
+        ck_assert_int_eq(wait_link_gone(b, A_ID), KVD_E_NOT_YET_LINK);
+        two_way_refused(a, b, &asrc, &adst, &bsrc, &bdst);
+
+        /* Linked again (replacing B's end the unlink took down); B unlinks with force. Across
+         * daemons only B's end goes, and A's then refuses too: its transfers reach nothing. */
+        link(userdata);
+        two_way_moves(a, b, &asrc, &adst, &bsrc, &bdst, &cpa, &cpb, 2);
+        expect_ok(b, unlink_one(b, A_ID, KVD_ROLE_PROMPT, true));
+        two_way_refused(a, b, &asrc, &adst, &bsrc, &bdst);
+        /* After a fault both sides call it: A's end, where it is one of its own. */
+        expect_status(a, unlink_one(a, B_ID, KVD_ROLE_DECODER, true),
+                      one_daemon ? KVD_E_NOT_YET_LINK : KVD_OK, NULL);
+        two_way_refused(a, b, &asrc, &adst, &bsrc, &bdst);
+
+        /* Linked again; A unlinks with force. */
+        link(userdata);
+        two_way_moves(a, b, &asrc, &adst, &bsrc, &bdst, &cpa, &cpb, 3);
+        expect_ok(a, unlink_one(a, B_ID, KVD_ROLE_DECODER, true));
+        two_way_refused(a, b, &asrc, &adst, &bsrc, &bdst);
+        expect_status(b, unlink_one(b, A_ID, KVD_ROLE_PROMPT, true),
+                      one_daemon ? KVD_E_NOT_YET_LINK : KVD_OK, NULL);
+        two_way_refused(a, b, &asrc, &adst, &bsrc, &bdst);
+
+        /* And once more: a fresh link works both ways. */
+        link(userdata);
+        two_way_moves(a, b, &asrc, &adst, &bsrc, &bdst, &cpa, &cpb, 4);
+        tcache_verify_untouched(&asrc);
+        tcache_verify_untouched(&bsrc);
+        tcopies_free(&cpa);
+        tcopies_free(&cpb);
+}

@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <kvdist/kvdist.h>
@@ -65,3 +66,19 @@ void check_pool_caches_after_link(kvd_client *a, kvd_client *b, link_fn link, vo
  * of tensor_num_per_layer tensors, which must divide the caches.
  */
 void check_odd_tensor_counts(kvd_client *a, kvd_client *b, link_fn link, void *userdata);
+
+/*
+ * Links are two-way: after B linked to A, A pulls from and pushes into the caches B registered
+ * before the link (a push's notification reaches B), and B's pool caches allocated since; what
+ * B did not expose (KVD_REMOTE_NO, registered after the link even with KVD_REMOTE_YES), blocks
+ * out of range and a key of a cluster at neither end are refused, and nothing else moves.
+ */
+void check_two_way(kvd_client *a, kvd_client *b, link_fn link, void *userdata);
+
+/*
+ * An unlink by either side, plain or forced, ends both directions: pulls and pushes of A and B
+ * fail with NOT_YET_LINK, and a new link works both ways again. @one_daemon: A and B are on one
+ * daemon (a link there is one record, so a forced unlink removes it for both).
+ */
+void check_two_way_unlink(kvd_client *a, kvd_client *b, link_fn link, void *userdata,
+                          bool one_daemon);

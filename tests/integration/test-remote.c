@@ -467,7 +467,10 @@ START_TEST(test_link_rules)
         ck_assert_int_eq(node_status_len(&w.p, "inbound_links"), 0);
         for (int i = 0; i < 100 && kvd_check_link_status(w.b, A_ID) == KVD_OK; i++)
                 harness_sleep_ms(20);
-        expect_status(w.b, kvd_check_link_status(w.b, A_ID), KVD_E_PEER_LOST, NULL);
+        expect_status(w.b, kvd_check_link_status(w.b, A_ID), KVD_E_NOT_YET_LINK,
+                      "was unlinked by cluster 1001");
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, &b0, 1, &b0, 1, NULL),
+                      KVD_E_NOT_YET_LINK, "was unlinked by cluster 1001");
         ck_assert(harness_daemon_log_contains(&w.p.d, "): removed (unlinked by cluster 1001)"));
         ck_assert(harness_daemon_log_contains(&w.d.d, "): down (unlinked by cluster 1001)"));
         expect_ok(w.b,
@@ -513,6 +516,92 @@ static void pair_check(void (*check)(kvd_client *a, kvd_client *b, link_fn link,
 START_TEST(test_unexposed_caches)
 {
         pair_check(check_unexposed_caches);
+}
+END_TEST
+
+/* Links are two-way: A, linked to, pulls and pushes what B exposed when it linked. */
+START_TEST(test_two_way)
+{
+        pair_check(check_two_way);
+}
+END_TEST
+
+/* An unlink from either daemon's side, plain or forced, ends both directions; re-link works. */
+START_TEST(test_two_way_unlink)
+{
+        Pair w;
+
+        pair_start(&w, NULL);
+        check_two_way_unlink(w.a, w.b, link_pair, &w, false);
+        pair_stop(&w);
+}
+END_TEST
+
+/* What @n's first inbound link says its own cluster's transfers go over ("" when none). */
+static char *inlink_transport_out(const Node *n)
+{
+        json_t *root = daemon_status_json(&n->d);
+        json_t *v = json_object_get(json_array_get(json_object_get(root, "inbound_links"), 0),
+                                    "transport_out");
+        char *s = strdup(json_is_string(v) ? json_string_value(v) : "");
+
+        ck_assert_ptr_nonnull(s);
+        json_decref(root);
+        return s;
+}
+
+/*
+ * The linked-to side's transfers go over the link's transport: over RDMA on queue pairs of its
+ * daemon's own to the linking cluster's device, connected once the link is granted.
+ */
+START_TEST(test_two_way_transport)
+{
+        static const uint64_t sb[] = {2, 5}, db[] = {7, 0}, psb[] = {1}, pdb[] = {6};
+        kvd_cache_key kb = kvd_key_blocks(B_ID, 3);
+        const char *want = it_transport();
+        char *got = NULL, *text = NULL, line[160];
+        TCache bdst, adst;
+        TCopies cpa = {}, cpb = {};
+        Pair w;
+
+        pair_start(&w, NULL);
+        expect_ok(w.b,
+                  tcache_register(&bdst, w.b, true, 2, 8, 4096, 0x61, &kb, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.a,
+                  tcache_register(&adst, w.a, true, 2, 8, 4096, 0x62, NULL, 0, KVD_REMOTE_DEFAULT));
+        link_node(w.b, A_ID, &w.p);
+        for (int i = 0; i < 1000; i++) {
+                free(got);
+                got = inlink_transport_out(&w.p);
+                if (strcmp(got, want) == 0)
+                        break;
+                harness_sleep_ms(20);
+        }
+        ck_assert_str_eq(got, want);
+        free(got);
+
+        expect_ok(w.a, kvd_pull_blocks(w.a, &kb, adst.id, sb, 2, db, 2, NULL));
+        tcopies_blocks(&cpa, &bdst, &adst, ALL, ALL, 2, sb, db, 2);
+        tcache_verify(&adst, &cpa);
+        expect_ok(w.a, kvd_push_blocks(w.a, &kb, adst.id, psb, 1, pdb, 1, NULL));
+        tcopies_blocks(&cpb, &adst, &bdst, ALL, ALL, 2, psb, pdb, 1);
+        tcache_verify(&bdst, &cpb);
+        /* Counted on A's daemon under the transport they used. */
+        expect_ok(w.a, kvd_daemon_metrics(w.a, &text));
+        (void)snprintf(line, sizeof(line),
+                       "kvdist_transfers_total{direction=\"pull\",transport=\"%s\","
+                       "status=\"KVD_OK\"} 1\n",
+                       want);
+        ck_assert_msg(strstr(text, line), "no %s in:\n%s", line, text);
+        (void)snprintf(line, sizeof(line),
+                       "kvdist_transfers_total{direction=\"push\",transport=\"%s\","
+                       "status=\"KVD_OK\"} 1\n",
+                       want);
+        ck_assert_msg(strstr(text, line), "no %s in:\n%s", line, text);
+        free(text);
+        tcopies_free(&cpa);
+        tcopies_free(&cpb);
+        pair_stop(&w);
 }
 END_TEST
 
@@ -717,6 +806,9 @@ static Suite *remote_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_link_rules);
         tcase_add_test(tc, test_unexposed_caches);
+        tcase_add_test(tc, test_two_way);
+        tcase_add_test(tc, test_two_way_unlink);
+        tcase_add_test(tc, test_two_way_transport);
         tcase_add_test(tc, test_pool_caches_after_link);
         tcase_add_test(tc, test_odd_tensor_counts);
         tcase_add_test(tc, test_link_timeout);

@@ -103,6 +103,24 @@ START_TEST(test_odd_tensor_counts)
 }
 END_TEST
 
+/* Links are two-way: the side linked to pulls and pushes what the linking side exposed. */
+START_TEST(test_two_way)
+{
+        world_check(check_two_way);
+}
+END_TEST
+
+/* An unlink by either side, plain or forced, ends both directions; linking again works. */
+START_TEST(test_two_way_unlink)
+{
+        World w;
+
+        world_start(&w);
+        check_two_way_unlink(w.a, w.b, link_b_to_a, w.b, true);
+        world_stop(&w);
+}
+END_TEST
+
 START_TEST(test_remote_access)
 {
         static const uint64_t sb[] = {1}, db[] = {1};
@@ -187,11 +205,12 @@ START_TEST(test_transfer_validation)
         b = 40;
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 1, &b, 1, NULL),
                       KVD_E_PARAM_INVALID, "dst_blocks[0]=40 is out of range");
+        /* A, linked to by B, reaches B (links are two-way), but not C. */
         {
-                kvd_cache_key kb = kvd_key_blocks(B_ID, 0);
+                kvd_cache_key kc = kvd_key_blocks(C_ID, 0);
 
-                expect_status(w.a, kvd_push_blocks(w.a, &kb, src.id, s3, 1, d3, 1, NULL),
-                              KVD_E_NOT_YET_LINK, "has no link to cluster 2002");
+                expect_status(w.a, kvd_push_blocks(w.a, &kc, src.id, s3, 1, d3, 1, NULL),
+                              KVD_E_NOT_YET_LINK, "has no link to cluster 3003");
         }
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d2, 2, NULL),
                       KVD_E_PARAM_INVALID, "src_blocks has 3 entries but dst_blocks has 2");
@@ -500,6 +519,8 @@ static Suite *validation_suite(void)
         tcase_add_test(tc, test_pool_allocated_after_link);
         tcase_add_test(tc, test_unexposed_caches);
         tcase_add_test(tc, test_remote_access);
+        tcase_add_test(tc, test_two_way);
+        tcase_add_test(tc, test_two_way_unlink);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("validation");

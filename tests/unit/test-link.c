@@ -731,6 +731,54 @@ START_TEST(test_unlink_inbound)
 }
 END_TEST
 
+/* Links are two-way: each end finds the link the other made, and the linked side unlinks it. */
+START_TEST(test_two_way_finds)
+{
+        Cluster *c = make_cluster(LOCAL_ID, CLUSTER_ROLE_PROMPT);
+        Cluster *a = make_cluster(5, CLUSTER_ROLE_DECODER);
+        Cluster *b = make_cluster(6, CLUSTER_ROLE_PROMPT);
+        LinkPeerAsk ask = {.src_cluster_id = 9, .dst_cluster_id = 5, .domain = true};
+        LinkPeerUnlink u = {REMOTE_ID, LOCAL_ID, 77, true};
+        Error err = ERROR_INIT;
+        LinkGrant *g = NULL;
+        InLink *il = NULL;
+        Link *l = link_up(c), *local = NULL;
+
+        /* Our link over the peer, by the id the peer granted: UP links only. */
+        ck_assert_ptr_eq(link_find_granted(rec->peer, 77), l);
+        ck_assert_ptr_null(link_find_granted(rec->peer, 78));
+        /* A same-daemon link, seen from the cluster linked to. */
+        ck_assert_int_eq(link_new_local(&rec->root, a, b, rec->transports.shm, &local), 0);
+        ck_assert_ptr_eq(link_find_in(b, 5), local);
+        ck_assert_ptr_null(link_find_in(a, 6));
+        ck_assert_ptr_null(link_find_in(b, 7));
+        /* The peer's cluster 9 linked to a. */
+        ck_assert_int_eq(link_inlink_accept(&rec->root, rec->peer, &ask, &il, &g, &err), 0);
+        link_grant_free(g);
+        ck_assert_ptr_eq(link_inlink_find_cluster(a, 9), il);
+        ck_assert_ptr_null(link_inlink_find_cluster(a, 10));
+        ck_assert_ptr_null(link_inlink_find_cluster(b, 9));
+
+        /* b unlinks the link a made to it: it goes at once, for both; a forced unlink too. */
+        ck_assert_int_eq(link_unlink_inbound(b, 5, false), 1);
+        ck_assert_uint_eq(a->n_links, 0);
+        ck_assert_uint_eq(b->n_links_in, 0);
+        ck_assert_ptr_null(link_find(a, 6));
+        ck_assert_int_eq(rec->down_status[rec->n_down - 1], STATUS_NOT_YET_LINK);
+        ck_assert_int_eq(link_new_local(&rec->root, a, b, rec->transports.shm, &local), 0);
+        ck_assert_int_eq(link_unlink_inbound(b, 5, true), 1);
+        ck_assert_uint_eq(a->n_links, 0);
+        ck_assert_int_eq(link_unlink_inbound(b, 5, true), 0);
+        ck_assert_uint_eq(rec->n_unlinks, 0); /* nobody else to tell */
+
+        /* The peer's cluster unlinked ours: down, saying so, and no longer found by grant. */
+        link_peer_unlinked(rec->peer, &u);
+        ck_assert_int_eq(l->state, LINK_DOWN);
+        ck_assert_int_eq(l->down_status, STATUS_NOT_YET_LINK);
+        ck_assert_ptr_null(link_find_granted(rec->peer, 77));
+}
+END_TEST
+
 START_TEST(test_cluster_gone)
 {
         Cluster *c = make_cluster(LOCAL_ID, CLUSTER_ROLE_PROMPT);
@@ -862,6 +910,7 @@ static Suite *link_suite(void)
         tcase_add_test(tc, test_inbound_link);
         tcase_add_test(tc, test_inbound_link_refused);
         tcase_add_test(tc, test_unlink_inbound);
+        tcase_add_test(tc, test_two_way_finds);
         tcase_add_test(tc, test_cluster_gone);
         tcase_add_test(tc, test_cluster_gone_while_linking);
         tcase_add_test(tc, test_peer_cluster_gone);

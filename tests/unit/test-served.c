@@ -382,6 +382,189 @@ START_TEST(test_inlink_gone_while_serving)
 }
 END_TEST
 
+/*
+ * Links are two-way: the peer's cluster we linked to moves bytes over our link, named by the id
+ * the peer granted it (link_id 0, linked_link_id), checked as over an inbound link.
+ */
+#define GRANTED 4242 /* transfer_fixture_remote_link()'s grant */
+
+static Link *ourlink;
+
+static void setup_two_way(void)
+{
+        setup();
+        /* Our cluster linked to THEIRS after the cache was registered: the link exposes it. */
+        ourlink = transfer_fixture_remote_link(&fx, ours, THEIRS);
+}
+
+/* The peer's request over our link for slot @slot of our cache. */
+static TransferPeerRequest linked_request(TransferKind kind, uint32_t slot, RemoteDesc *theirs)
+{
+        TransferPeerRequest req = item_request(kind, slot, theirs);
+
+        req.link_id = 0;
+        req.linked_link_id = GRANTED;
+        return req;
+}
+
+static void check_link_let_go(void)
+{
+        check_let_go();
+        ck_assert_uint_eq(ourlink->n_served_inflight, 0);
+        ck_assert(clist_is_empty(&ourlink->served));
+}
+
+START_TEST(test_linked_pull_sends_the_slot)
+{
+        _cleanup_free_ uint8_t *image = NULL;
+        uint8_t stream[ITEM_BYTES];
+        RemoteDesc theirs;
+        TransferPeerRequest req = linked_request(TRANSFER_PULL_CACHE, 1, &theirs);
+        TransportJob *job;
+
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+        ck_assert_uint_eq(fx.rec.n_refusals, 0);
+        ck_assert_uint_eq(fx.rec.n_answers, 1);
+        ck_assert_uint_eq(fx.rec.answer.remote_index, 1);
+        ck_assert_uint_eq(fx.rec.answer.total_bytes, ITEM_BYTES);
+        ck_assert_uint_eq(ourlink->n_served_inflight, 1);
+        ck_assert_uint_eq(inlink->n_inflight, 0);
+        ck_assert_uint_eq(cache->n_busy, 1);
+
+        job = fake_transport_job(fx.tcp, 0);
+        ck_assert_int_eq(job->dir, TRANSPORT_WRITE);
+        ck_assert_uint_eq(job->id, THEIR_ID);
+        ck_assert_ptr_eq(job->channel, fx.peer->data);
+        ck_assert_uint_eq(job->n_segs, TENSORS);
+        ck_assert_int_eq(fake_transport_gather(job, stream, sizeof(stream)), 0);
+        for (uint32_t t = 0; t < TENSORS; t++)
+                ck_assert_int_eq(harness_check_pattern_at(
+                                         stream + t * FIXTURE_STRIDE, FIXTURE_STRIDE, CACHE_SEED,
+                                         cache->tensors[t].offset + FIXTURE_STRIDE),
+                                 -1);
+        fake_transport_complete(fx.tcp, job, 0);
+        ck_assert_uint_eq(fx.root.counters.transfers_served, 1);
+        ck_assert_uint_eq(ourlink->n_transfers, 1);
+        ck_assert_uint_eq(ourlink->bytes, ITEM_BYTES);
+        check_link_let_go();
+        image = transfer_fixture_image(cache, CACHE_SEED);
+        transfer_fixture_check_image(cache, image);
+}
+END_TEST
+
+START_TEST(test_linked_push_lands_and_notifies)
+{
+        _cleanup_free_ uint8_t *image = NULL;
+        uint8_t stream[ITEM_BYTES];
+        RemoteDesc theirs;
+        TransferPeerRequest req = linked_request(TRANSFER_PUSH_CACHE, 3, &theirs);
+        TransportJob *job;
+
+        req.notify = (const uint8_t *)"in";
+        req.notify_len = 2;
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+        ck_assert_uint_eq(fx.rec.n_answers, 1);
+        job = fake_transport_job(fx.tcp, 0);
+        ck_assert_int_eq(job->dir, TRANSPORT_READ);
+        harness_fill_pattern(stream, sizeof(stream), PEER_SEED);
+        ck_assert_int_eq(fake_transport_feed(job, stream, sizeof(stream)), 0);
+        fake_transport_complete(fx.tcp, job, 0);
+        ck_assert_uint_eq(fx.rec.n_push_done, 1);
+        ck_assert_int_eq(fx.rec.push_done_status, STATUS_OK);
+        /* The notification goes to our cluster at the link's end, from the peer's. */
+        ck_assert_uint_eq(ours->n_notifies, 1);
+        check_link_let_go();
+
+        image = transfer_fixture_image(cache, CACHE_SEED);
+        for (uint32_t t = 0; t < TENSORS; t++)
+                harness_fill_pattern_at(image + cache->tensors[t].offset + 3 * FIXTURE_STRIDE,
+                                        FIXTURE_STRIDE, PEER_SEED, t * FIXTURE_STRIDE);
+        transfer_fixture_check_image(cache, image);
+}
+END_TEST
+
+START_TEST(test_linked_refused)
+{
+        _cleanup_free_ uint8_t *image = NULL;
+        RemoteDesc theirs;
+        TransferPeerRequest req;
+        Cache *late;
+        unsigned n = 0;
+
+        /* A cache registered after our link is not exposed through it. */
+        late = transfer_fixture_cache(&fx, ours, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, 77);
+
+        /* A link the peer never granted us; neither id at all. */
+        req = linked_request(TRANSFER_PULL_CACHE, 0, &theirs);
+        req.linked_link_id = GRANTED + 1;
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+        ck_assert_int_eq(fx.rec.refusal.code, STATUS_NOT_YET_LINK);
+        n++;
+        req.linked_link_id = 0;
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+        ck_assert_int_eq(fx.rec.refusal.code, STATUS_NOT_YET_LINK);
+        n++;
+        /* A key of a cluster not at our end of the link. */
+        req = linked_request(TRANSFER_PUSH_CACHE, 0, &theirs);
+        req.key.cluster_id = OURS + 1;
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+        ck_assert_int_eq(fx.rec.refusal.code, STATUS_CACHE_NOT_EXIST);
+        n++;
+        /* Registered after the link: pull and push. */
+        req = linked_request(TRANSFER_PULL_CACHE, 0, &theirs);
+        req.key = transfer_fixture_id_index(OURS, late->id, 0);
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+        ck_assert_int_eq(fx.rec.refusal.code, STATUS_PERMISSION_DENIED);
+        ck_assert_ptr_nonnull(strstr(fx.rec.refusal.msg, "was registered after link"));
+        n++;
+        req.args.kind = TRANSFER_PUSH_CACHE;
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+        ck_assert_int_eq(fx.rec.refusal.code, STATUS_PERMISSION_DENIED);
+        n++;
+        /* A slot past the end, pushed into. */
+        req = linked_request(TRANSFER_PUSH_CACHE, SLOTS, &theirs);
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+        ck_assert_int_eq(fx.rec.refusal.code, STATUS_PARAM_INVALID);
+        n++;
+        /* Our link went down (the peer's cluster unlinked it): nothing over it. */
+        link_set_down(ourlink, STATUS_NOT_YET_LINK, "unlinked by the test");
+        req = linked_request(TRANSFER_PULL_CACHE, 0, &theirs);
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+        ck_assert_int_eq(fx.rec.refusal.code, STATUS_NOT_YET_LINK);
+        n++;
+
+        ck_assert_uint_eq(fx.rec.n_refusals, n);
+        ck_assert_uint_eq(fx.rec.n_answers, 0);
+        ck_assert_uint_eq(fx.tcp->n_submitted, 0);
+        ck_assert_uint_eq(late->n_busy, 0);
+        check_link_let_go();
+        image = transfer_fixture_image(cache, CACHE_SEED);
+        transfer_fixture_check_image(cache, image);
+}
+END_TEST
+
+START_TEST(test_linked_link_gone_while_serving)
+{
+        RemoteDesc theirs;
+        TransferPeerRequest req = linked_request(TRANSFER_PUSH_CACHE, 2, &theirs);
+        TransportJob *job;
+
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+        ck_assert_uint_eq(fx.rec.n_answers, 1);
+        job = fake_transport_job(fx.tcp, 0);
+        ck_assert_ptr_nonnull(job);
+        /* Our cluster unlinks: the peer's push over the link stops, nothing is delivered. */
+        ourlink = link_free_full(ourlink, STATUS_NOT_YET_LINK, false);
+        ck_assert_uint_eq(fx.tcp->n_cancelled, 1);
+        ck_assert_ptr_eq(fx.tcp->last_cancelled, job);
+        fake_transport_complete(fx.tcp, job, -ECANCELED);
+        ck_assert_uint_eq(fx.rec.n_push_done, 1);
+        ck_assert_int_eq(fx.rec.push_done_status, STATUS_NOT_YET_LINK);
+        ck_assert_uint_eq(ours->n_notifies, 0);
+        check_let_go();
+}
+END_TEST
+
 static Suite *served_suite(void)
 {
         Suite *s = suite_create("served");
@@ -406,6 +589,14 @@ static Suite *served_suite(void)
         tcase_add_test(tc, test_push_deadline);
         tcase_add_test(tc, test_peer_lost_while_serving);
         tcase_add_test(tc, test_inlink_gone_while_serving);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("two-way");
+        tcase_add_checked_fixture(tc, setup_two_way, teardown);
+        tcase_add_test(tc, test_linked_pull_sends_the_slot);
+        tcase_add_test(tc, test_linked_push_lands_and_notifies);
+        tcase_add_test(tc, test_linked_refused);
+        tcase_add_test(tc, test_linked_link_gone_while_serving);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -651,6 +651,229 @@ START_TEST(test_remote_request_fails)
 }
 END_TEST
 
+/*
+ * Links are two-way: cluster 2, linked to by cluster 1 on this daemon, pulls slot 1 of 1's
+ * cache (registered before the link) into slot 2 of its own over the same Link.
+ */
+START_TEST(test_reverse_local_pull)
+{
+        _cleanup_free_ uint8_t *image = NULL, *src_image = NULL;
+        Cluster *a = transfer_fixture_cluster(&fx, 1), *b = transfer_fixture_cluster(&fx, 2);
+        Cache *src =
+                transfer_fixture_cache(&fx, a, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, SRC_SEED);
+        Cache *dst =
+                transfer_fixture_cache(&fx, b, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, DST_SEED);
+        Cache *late;
+        uint64_t offsets[TENSORS];
+        TransferRequest req;
+        ClientAnswer answer;
+        Error err = ERROR_INIT;
+        Transfer *x;
+        Link *l;
+
+        ck_assert_int_eq(link_new_local(&fx.link, a, b, &fx.shm->transport, &l), 0);
+        late = transfer_fixture_cache(&fx, a, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, 3);
+        transfer_fixture_answer_init(&answer);
+
+        /* What 1 registered after it linked is not exposed to 2. */
+        req = item_request(TRANSFER_PULL_CACHE, transfer_fixture_id_index(1, late->id, 0), dst->id,
+                           0);
+        ck_assert_int_eq(transfer_start(&fx.root, b, &req, &answer.cpl, &answer.result, &err),
+                         STATUS_PERMISSION_DENIED);
+        ck_assert_ptr_nonnull(strstr(err.msg, "was registered after link"));
+        req = item_request(TRANSFER_PUSH_CACHE, transfer_fixture_id_index(1, late->id, 0), dst->id,
+                           0);
+        ck_assert_int_eq(transfer_start(&fx.root, b, &req, &answer.cpl, &answer.result, &err),
+                         STATUS_PERMISSION_DENIED);
+        /* A slot past the end of 1's cache. */
+        req = item_request(TRANSFER_PULL_CACHE, transfer_fixture_id_index(1, src->id, SLOTS),
+                           dst->id, 0);
+        ck_assert_int_eq(transfer_start(&fx.root, b, &req, &answer.cpl, &answer.result, &err),
+                         STATUS_PARAM_INVALID);
+        ck_assert_uint_eq(fx.shm->n_submitted, 0);
+
+        req = item_request(TRANSFER_PULL_CACHE, transfer_fixture_id_index(1, src->id, 1), dst->id,
+                           2);
+        ck_assert_int_eq(transfer_start(&fx.root, b, &req, &answer.cpl, &answer.result, &err), 0);
+        x = transfer_fixture_last(&fx);
+        ck_assert_ptr_eq(x->link, l);
+        ck_assert(x->reverse);
+        ck_assert_uint_eq(l->n_inflight, 1);
+        fake_transport_complete(fx.shm, fake_transport_job(fx.shm, 0), 0);
+        ck_assert_uint_eq(answer.n_replies, 1);
+        ck_assert_uint_eq(answer.result.bytes, ITEM_BYTES);
+        ck_assert_uint_eq(l->n_inflight, 0);
+
+        image = transfer_fixture_image(dst, DST_SEED);
+        item_offsets(src, 1, offsets);
+        image_put_item(image, dst, 2, SRC_SEED, offsets);
+        transfer_fixture_check_image(dst, image);
+        src_image = transfer_fixture_image(src, SRC_SEED);
+        transfer_fixture_check_image(src, src_image);
+        ck_assert_uint_eq(late->n_busy + src->n_busy + dst->n_busy, 0);
+}
+END_TEST
+
+/* Cluster 2 unlinks the link 1 made to it while its pull over it runs: both directions end. */
+START_TEST(test_reverse_local_unlink)
+{
+        _cleanup_free_ uint8_t *image = NULL;
+        Cluster *a = transfer_fixture_cluster(&fx, 1), *b = transfer_fixture_cluster(&fx, 2);
+        Cache *src =
+                transfer_fixture_cache(&fx, a, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, SRC_SEED);
+        Cache *dst =
+                transfer_fixture_cache(&fx, b, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, DST_SEED);
+        TransferRequest req;
+        ClientAnswer answer;
+        Error err = ERROR_INIT;
+        TransportJob *job;
+        Link *l;
+
+        ck_assert_int_eq(link_new_local(&fx.link, a, b, &fx.shm->transport, &l), 0);
+        transfer_fixture_answer_init(&answer);
+        req = item_request(TRANSFER_PULL_CACHE, transfer_fixture_id_index(1, src->id, 1), dst->id,
+                           2);
+        ck_assert_int_eq(transfer_start(&fx.root, b, &req, &answer.cpl, &answer.result, &err), 0);
+        job = fake_transport_job(fx.shm, 0);
+
+        ck_assert_int_eq(link_unlink_inbound(b, 1, false), 1);
+        ck_assert_uint_eq(a->n_links, 0);
+        ck_assert_uint_eq(b->n_links_in, 0);
+        ck_assert_uint_eq(fx.shm->n_cancelled, 1);
+        fake_transport_complete(fx.shm, job, -ECANCELED);
+        ck_assert_uint_eq(answer.n_fails, 1);
+        ck_assert_int_eq(answer.status, STATUS_NOT_YET_LINK);
+        image = transfer_fixture_image(dst, DST_SEED);
+        transfer_fixture_check_image(dst, image);
+        ck_assert_uint_eq(src->n_busy + dst->n_busy, 0);
+
+        /* Neither side reaches the other any more. */
+        req = item_request(TRANSFER_PULL_CACHE, transfer_fixture_id_index(1, src->id, 1), dst->id,
+                           2);
+        ck_assert_int_eq(transfer_start(&fx.root, b, &req, &answer.cpl, &answer.result, &err),
+                         STATUS_NOT_YET_LINK);
+        req = item_request(TRANSFER_PULL_CACHE, transfer_fixture_id_index(2, dst->id, 1), src->id,
+                           2);
+        ck_assert_int_eq(transfer_start(&fx.root, a, &req, &answer.cpl, &answer.result, &err),
+                         STATUS_NOT_YET_LINK);
+        ck_assert_uint_eq(fx.shm->n_submitted, 1);
+}
+END_TEST
+
+/*
+ * Cluster 1, linked to by the peer's cluster, pulls over that inbound link: the peer is asked
+ * with link_id 0 and the id it was granted, the bytes come over the peer's data connection.
+ */
+START_TEST(test_inlink_pull)
+{
+        _cleanup_free_ uint8_t *image = NULL;
+        uint8_t stream[ITEM_BYTES];
+        uint64_t offsets[TENSORS] = {0, FIXTURE_STRIDE};
+        const TransferPeerRequest *r = &fx.rec.request;
+        Cluster *a = transfer_fixture_cluster(&fx, 1);
+        Cache *cache =
+                transfer_fixture_cache(&fx, a, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, DST_SEED);
+        TransferPeerAnswer ans;
+        TransferRequest req;
+        ClientAnswer answer;
+        Error err = ERROR_INIT;
+        RemoteDesc remote;
+        TransportJob *job;
+        Transfer *x;
+        InLink *il;
+
+        ck_assert_int_eq(
+                link_inlink_new(&fx.link, fx.peer, a, REMOTE_CLUSTER, CLUSTER_ROLE_PROMPT, &il), 0);
+        transfer_fixture_answer_init(&answer);
+        req = item_request(TRANSFER_PULL_CACHE,
+                           transfer_fixture_id_index(REMOTE_CLUSTER, REMOTE_CACHE, 3), cache->id,
+                           2);
+        ck_assert_int_eq(transfer_start(&fx.root, a, &req, &answer.cpl, &answer.result, &err), 0);
+        x = transfer_fixture_last(&fx);
+        ck_assert_ptr_eq(x->inlink, il);
+        ck_assert_ptr_null(x->link);
+        ck_assert_uint_eq(il->n_outgoing, 1);
+        ck_assert_uint_eq(fx.rec.n_requests, 1);
+        ck_assert_uint_eq(r->link_id, 0);
+        ck_assert_uint_eq(r->linked_link_id, il->id);
+        ck_assert_uint_eq(r->initiator_link_id, il->id);
+        ck_assert_uint_eq(r->key.cluster_id, REMOTE_CLUSTER);
+        ck_assert(!r->rdma);
+
+        ans = remote_answer(&remote, 3);
+        transfer_remote_on_answer(x, fx.peer, STATUS_OK, NULL, &ans);
+        job = fake_transport_job(fx.tcp, 0);
+        ck_assert_ptr_nonnull(job);
+        ck_assert_int_eq(job->dir, TRANSPORT_READ);
+        ck_assert_ptr_eq(job->channel, fx.peer->data);
+        harness_fill_pattern(stream, sizeof(stream), PEER_SEED);
+        ck_assert_int_eq(fake_transport_feed(job, stream, sizeof(stream)), 0);
+        fake_transport_complete(fx.tcp, job, 0);
+        ck_assert_uint_eq(answer.n_replies, 1);
+        ck_assert_uint_eq(il->n_outgoing, 0);
+        image = transfer_fixture_image(cache, DST_SEED);
+        image_put_item(image, cache, 2, PEER_SEED, offsets);
+        transfer_fixture_check_image(cache, image);
+        ck_assert_uint_eq(cache->n_busy, 0);
+}
+END_TEST
+
+/* The inbound link goes (the peer's cluster unlinked) while our push over it waits. */
+START_TEST(test_inlink_gone_while_asking)
+{
+        Cluster *a = transfer_fixture_cluster(&fx, 1);
+        Cache *cache = transfer_fixture_cache(&fx, a, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, 1);
+        TransferRequest req;
+        ClientAnswer answer;
+        Error err = ERROR_INIT;
+        InLink *il;
+
+        ck_assert_int_eq(
+                link_inlink_new(&fx.link, fx.peer, a, REMOTE_CLUSTER, CLUSTER_ROLE_PROMPT, &il), 0);
+        transfer_fixture_answer_init(&answer);
+        req = item_request(TRANSFER_PUSH_CACHE,
+                           transfer_fixture_id_index(REMOTE_CLUSTER, REMOTE_CACHE, 0), cache->id,
+                           0);
+        ck_assert_int_eq(transfer_start(&fx.root, a, &req, &answer.cpl, &answer.result, &err), 0);
+        link_inlink_free(il, STATUS_NOT_YET_LINK, "unlinked by the test");
+        ck_assert_uint_eq(answer.n_fails, 1);
+        ck_assert_int_eq(answer.status, STATUS_NOT_YET_LINK);
+        ck_assert_uint_eq(fx.rec.n_cancels, 1);
+        ck_assert_uint_eq(fx.root.n_transfers, 0);
+        ck_assert_uint_eq(cache->n_busy, 0);
+
+        /* Nothing links the two any more. */
+        req = item_request(TRANSFER_PUSH_CACHE,
+                           transfer_fixture_id_index(REMOTE_CLUSTER, REMOTE_CACHE, 0), cache->id,
+                           0);
+        ck_assert_int_eq(transfer_start(&fx.root, a, &req, &answer.cpl, &answer.result, &err),
+                         STATUS_NOT_YET_LINK);
+        ck_assert_uint_eq(fx.rec.n_requests, 1);
+}
+END_TEST
+
+/* Our link the peer's cluster unlinked answers NOT_YET_LINK, not PEER_LOST. */
+START_TEST(test_link_unlinked_by_peer)
+{
+        Cluster *a = transfer_fixture_cluster(&fx, 1);
+        Cache *cache = transfer_fixture_cache(&fx, a, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, 1);
+        TransferRequest req;
+        ClientAnswer answer;
+        Error err = ERROR_INIT;
+        Link *l = transfer_fixture_remote_link(&fx, a, REMOTE_CLUSTER);
+
+        transfer_fixture_answer_init(&answer);
+        link_set_down(l, STATUS_NOT_YET_LINK, "unlinked by cluster 9");
+        req = item_request(TRANSFER_PULL_CACHE,
+                           transfer_fixture_id_index(REMOTE_CLUSTER, REMOTE_CACHE, 0), cache->id,
+                           0);
+        ck_assert_int_eq(transfer_start(&fx.root, a, &req, &answer.cpl, &answer.result, &err),
+                         STATUS_NOT_YET_LINK);
+        ck_assert_ptr_nonnull(strstr(err.msg, "was unlinked by cluster 9"));
+        ck_assert_uint_eq(fx.rec.n_requests, 0);
+}
+END_TEST
+
 static Suite *transfer_suite(void)
 {
         Suite *s = suite_create("transfer");
@@ -677,6 +900,15 @@ static Suite *transfer_suite(void)
         tcase_add_test(tc, test_remote_pull_by_req_key_tells_peer);
         tcase_add_test(tc, test_remote_push_client_gone);
         tcase_add_test(tc, test_remote_request_fails);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("two-way");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_reverse_local_pull);
+        tcase_add_test(tc, test_reverse_local_unlink);
+        tcase_add_test(tc, test_inlink_pull);
+        tcase_add_test(tc, test_inlink_gone_while_asking);
+        tcase_add_test(tc, test_link_unlinked_by_peer);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -214,10 +214,11 @@ static inline kvd_cache_key kvd_key_blocks(uint64_t cluster_id, uint64_t model_i
 /*
  * Whether linked peers may read or write a registered cache. DEFAULT: yes when the cluster has no
  * link yet, no afterwards. A link reaches the remote-accessible caches registered before it was
- * made; a transfer naming another cache of the linked cluster fails with PERMISSION_DENIED, and
- * kvd_last_error() says why (registered with KVD_REMOTE_NO, registered after link N, registered
- * by default while links existed). Pool caches (kvd_allocate_cache()) are reachable through
- * every link, also those made before them.
+ * made, on both of its clusters (links are two-way: the cluster linked to reaches what the
+ * linking cluster exposed, and the other way round); a transfer naming another cache of the
+ * other cluster fails with PERMISSION_DENIED, and kvd_last_error() says why (registered with
+ * KVD_REMOTE_NO, registered after link N, registered by default while links existed). Pool
+ * caches (kvd_allocate_cache()) are reachable through every link, also those made before them.
  */
 typedef enum kvd_remote_access {
         KVD_REMOTE_DEFAULT = 0,
@@ -301,18 +302,37 @@ typedef struct kvd_cluster_info {
  * NULL, receives one status per cluster; the return value is KVD_OK when all succeeded, else
  * the first failure. @timeout_ms <= 0 means 3000. A remote cluster attached without
  * listen_ip_info (a client) refuses the link with LINK_FAILED.
+ *
+ * A link is two-way, as in LLM-DataDist: once it is made, both clusters pull and push over it,
+ * the linked cluster as well as this one, without a link of its own. Each reaches the other's
+ * caches as kvd_remote_access says (registered before the link, remote-accessible; pool caches
+ * always), with the same checks either way, over the link's transport (across RDMA daemons the
+ * linked cluster's daemon connects queue pairs of its own, its transfers go over TCP until they
+ * are connected). A link of this cluster's own to the same cluster, when there is one, carries
+ * this cluster's transfers first.
  */
 int kvd_link_clusters(kvd_client *client, const kvd_cluster_info *clusters, size_t n,
                       int timeout_ms, int *rets);
 
-/* Tears links down; with @force only this end (both sides call it after a fault). */
+/*
+ * Tears links down. Either cluster of a link may call it, naming the other: the one linked to
+ * ends the link the other made just as that one does, and both directions end (transfers either
+ * way fail with NOT_YET_LINK; the link can be made again). With @force only this end goes and
+ * the other side is not told (both sides call it after a fault); transfers from the other end
+ * then fail with NOT_YET_LINK at this end's daemon (on one daemon the link is one record and
+ * goes for both). NOT_YET_LINK when no link joins the two.
+ */
 int kvd_unlink_clusters(kvd_client *client, const kvd_cluster_info *clusters, size_t n,
                         int timeout_ms, bool force, int *rets);
 
 /*
- * KVD_OK when a working link to @remote_cluster_id exists, NOT_YET_LINK when none, PEER_LOST when
- * the link is down because the remote cluster or its daemon went away (transfers over it fail
- * with PEER_LOST too; unlink it, or link again, which replaces it).
+ * KVD_OK when a working link joins this cluster and @remote_cluster_id, made by either (links
+ * are two-way). NOT_YET_LINK when none, or when the other side unlinked the link this cluster
+ * made (transfers over it fail with NOT_YET_LINK too; unlink it, or link again, which replaces
+ * it). PEER_LOST when the link is down because the remote cluster or its daemon went away
+ * (transfers over it fail with PEER_LOST too; unlink or link again). After a forced unlink on
+ * the other side of a link across daemons this end still reads KVD_OK until it unlinks too,
+ * while transfers fail; on one daemon a link is one record, gone for both.
  */
 int kvd_check_link_status(kvd_client *client, uint64_t remote_cluster_id);
 
@@ -356,10 +376,11 @@ typedef struct kvd_transfer_opts {
  * item. A successful pull by KVD_KEY_REQ of a pool cache ends that key (kvd_allocate_cache()).
  * @opts may be NULL (defaults).
  *
- * These transfers fail with NOT_YET_LINK without a link to the key's cluster, PEER_LOST when it
- * is down, CACHE_NOT_EXIST when no cache is under the key, PERMISSION_DENIED when the link does
- * not reach it (kvd_remote_access), PARAM_INVALID or CACHE_INCOMPATIBLE for blocks, slots or
- * shapes that do not fit, TIMEOUT past the deadline. A failed pull writes nothing into the
+ * These transfers fail with NOT_YET_LINK without a link between this cluster and the key's
+ * cluster (made by either: links are two-way) or when the other side unlinked it, PEER_LOST
+ * when it is down, CACHE_NOT_EXIST when no cache is under the key, PERMISSION_DENIED when the
+ * link does not reach it (kvd_remote_access), PARAM_INVALID or CACHE_INCOMPATIBLE for blocks,
+ * slots or shapes that do not fit, TIMEOUT past the deadline. A failed pull writes nothing into the
  * caller's memory once it returned.
  */
 int kvd_pull_cache(kvd_client *client, const kvd_cache_key *src_key, uint64_t dst_cache_id,
