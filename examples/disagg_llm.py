@@ -127,7 +127,9 @@ def prefill_worker(args):
         note = json.dumps({"round": cmd["round"]}).encode()
         if cmd["layerwise"]:
             gate = LayerGate(model.c.layers)
-            task = cm.transfer_cache_async(cache, gate, [TransferWithCacheKeyConfig(dst)],
+            every = range(model.c.layers)  # layer i to layer i
+            task = cm.transfer_cache_async(cache, gate,
+                                           [TransferWithCacheKeyConfig(dst, every, every)],
                                            table, cmd["dst_blocks"], notify=note)
             start = time.monotonic()
             first = model.prefill(tokens, kv, table, gate.layer_done)

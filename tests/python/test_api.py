@@ -69,15 +69,48 @@ def test_every_libkvdist_status_has_an_llm_status_code():
     assert len({status_code(c) for c in statuses}) == len(statuses)
     assert status_code(-9999) == LLMStatusCode.LLM_UNKNOWN_ERROR
     assert status_code(_kvdist.FINALIZED) == LLMStatusCode.LLM_ENGINE_FINALIZED
+    # llm_datadist's value; -1 is also KVD_E_FAILED, which must still be LLM_FAILED: statuses
+    # map by their names, never by an LLMStatusCode's value.
+    assert LLMStatusCode.LLM_UNKNOWN_ERROR == -1 and statuses[-1] == "KVD_E_FAILED"
+    assert status_code(-1) == LLMStatusCode.LLM_FAILED
+    assert LLMStatusCode.LLM_UNKNOWN_ERROR not in _BY_KVD_NAME.values()
+    assert str(LLMStatusCode.LLM_TIMEOUT) == "LLMStatusCode.LLM_TIMEOUT"
+    # llm_datadist's status module functions, over libkvdist's statuses.
+    assert kvdist.status.code_2_status(0) == LLMStatusCode.LLM_SUCCESS
+    assert kvdist.status.code_2_status(-4) == LLMStatusCode.LLM_KV_CACHE_NOT_EXIST
+    assert kvdist.status.code_2_status(-9999) == LLMStatusCode.LLM_FAILED  # as llm_datadist's
+    kvdist.status.handle_llm_status(0, "[pull]", "nothing")
+    with raises(LLMStatusCode.LLM_KV_CACHE_NOT_EXIST, match=r"^\[pull\] failed, .* key 3\.$"):
+        kvdist.status.handle_llm_status(-4, "[pull]", "key 3")
+    kvdist.status.raise_if_false(True, "x")
+    kvdist.status.raise_if_true(False, "x")
+    with raises(LLMStatusCode.LLM_PARAM_INVALID, match="^a 1 b$"):
+        kvdist.status.raise_if_false(False, "a {0} {x}", 1, x="b")
+    with raises(LLMStatusCode.LLM_TIMEOUT, match="^late$"):
+        kvdist.status.raise_if_true(True, "late", status_code=LLMStatusCode.LLM_TIMEOUT)
 
 
 def test_exception():
-    e = LLMException(LLMStatusCode.LLM_TIMEOUT, "late")
+    # llm_datadist's form: LLMException(*args, status_code=...), a RuntimeError.
+    e = LLMException("late", status_code=LLMStatusCode.LLM_TIMEOUT)
+    assert isinstance(e, RuntimeError) and e.args == ("late",) and str(e) == "late"
     assert e.status_code == LLMStatusCode.LLM_TIMEOUT and e.message == "late"
-    assert e.kvd_status is None and str(e) == "LLM_TIMEOUT: late"
+    assert e.kvd_status is None
+    assert LLMException().status_code == LLMStatusCode.LLM_SUCCESS
+    assert LLMException("a", "b", status_code=6).status_code is LLMStatusCode.LLM_PARAM_INVALID
+    with pytest.raises(AttributeError):
+        e.status_code = LLMStatusCode.LLM_FAILED  # read-only, as llm_datadist's
+    with pytest.raises(TypeError):
+        LLMException("late", LLMStatusCode.LLM_TIMEOUT, kvdist_status=1)
+    # What kvdist raises says the code (and the libkvdist status), then the detail.
     e = LLMException._from_kvd(-4, "no cache 7")
     assert e.status_code == LLMStatusCode.LLM_KV_CACHE_NOT_EXIST and e.kvd_status == -4
     assert str(e) == "LLM_KV_CACHE_NOT_EXIST (KVD_E_CACHE_NOT_EXIST): no cache 7"
+    assert e.message == "no cache 7"
+    try:
+        raise e
+    except RuntimeError as caught:  # what llm_datadist code catches
+        assert caught is e
 
 
 # --- value types ----------------------------------------------------------------------------
@@ -95,24 +128,57 @@ def test_cache_desc():
         CacheDesc(4.0, [16], DataType.DT_FLOAT)
     with pytest.raises(ValueError):
         CacheDesc(-1, [16], DataType.DT_FLOAT)
+    d.update_dim(0, 32)
+    assert d.shape == [32, 8, 128] and d.size == 32 * 8 * 128 * 2
+    with pytest.raises(ValueError):
+        d.update_dim(3, 1)
+    assert kvdist.data_type.get_python_dtype_from_wrapper_dtype(2) is DataType.DT_BF16
+    with pytest.raises(ValueError):
+        kvdist.data_type.get_python_dtype_from_wrapper_dtype(99)
+
+
+def test_dt_string_is_refused():
+    # llm_datadist has DT_STRING; kvdist cannot move it (no fixed element size): it is refused
+    # wherever its size or a cache of it would be needed, before anything reaches libkvdist.
+    assert DataType.DT_STRING.name == "DT_STRING"
+    assert DataType.DT_STRING not in (DataType(v) for v in range(13))
+    d = CacheDesc(2, [4, 8], DataType.DT_STRING)  # a description, as in llm_datadist
+    for what in (lambda: DataType.DT_STRING.itemsize, lambda: d.size, d._kvd):
+        with raises(LLMStatusCode.LLM_FEATURE_NOT_ENABLED, match="DT_STRING"):
+            what()
+    with raises(LLMStatusCode.LLM_FEATURE_NOT_ENABLED, match="DT_STRING"):
+        kvdist.Cache.create_cpu_cache(CacheDesc(2, [4, 8], DataType.DT_STRING, Placement.HOST),
+                                      [4096, 8192])
+    with pytest.raises(ValueError):
+        kvdist.data_type.get_python_dtype_from_wrapper_dtype(int(DataType.DT_STRING))
 
 
 def test_keys():
     assert CacheKey(1, req_id=5)._kvd() == (_kvdist.KEY_REQ, 1, 5, 2**64 - 1, 0, 0, 0)
-    assert CacheKey(1, prefix_id=9, model_id=2)._kvd() == (_kvdist.KEY_REQ, 1, 2**64 - 1, 9, 2,
-                                                           0, 0)
+    # A prefix key: llm_datadist requires req_id, here the invalid id.
+    assert CacheKey(1, 2**64 - 1, prefix_id=9, model_id=2)._kvd() == (
+        _kvdist.KEY_REQ, 1, 2**64 - 1, 9, 2, 0, 0)
+    k = CacheKey(prompt_cluster_id=4, req_id=5, model_id=6, prefix_id=7)
+    assert (k.cluster_id, k.prompt_cluster_id, k.req_id, k.model_id, k.prefix_id) == \
+        (4, 4, 5, 6, 7)
+    assert k == CacheKey(4, 5, 6, 7) and eval(repr(k), vars(kvdist)) == k
     assert CacheKeyByIdAndIndex(3, 4, 5)._kvd() == (_kvdist.KEY_ID_INDEX, 3, 2**64 - 1,
                                                     2**64 - 1, 0, 4, 5)
     k = BlocksCacheKey(7, 1)
     assert k._kvd() == (_kvdist.KEY_BLOCKS, 7, 2**64 - 1, 2**64 - 1, 1, 0, 0)
     assert k.cluster_id == k.prompt_cluster_id == 7
     assert k == BlocksCacheKey(7, 1) and hash(k) == hash(BlocksCacheKey(7, 1))
-    assert k != BlocksCacheKey(7, 0) and k != CacheKey(7)
+    assert k != BlocksCacheKey(7, 0) and k != CacheKey(7, 1)
+    assert eval(repr(k), vars(kvdist)) == k
     assert BlocksCacheKey(np.uint64(7)) == BlocksCacheKey(7)
     with pytest.raises(ValueError):
         BlocksCacheKey(-1)
     with pytest.raises(ValueError):
-        CacheKey(2**64)
+        CacheKey(2**64, 1)
+    with raises(LLMStatusCode.LLM_PARAM_INVALID, match="req_id is required"):
+        CacheKey(7)
+    with raises(LLMStatusCode.LLM_PARAM_INVALID, match="cluster_id or prompt_cluster_id"):
+        BlocksCacheKey(model_id=1)
     with pytest.raises(TypeError):
         CacheKeyByIdAndIndex(1, "2")
 
@@ -121,11 +187,22 @@ def test_cluster_info():
     info = LLMClusterInfo()
     info.remote_cluster_id = 9
     info.append_remote_ip_info("10.0.0.2", 7400)
-    info.append_local_ip_info(0x0A000001, 0)
+    # An int is llm_datadist's form of the address: trans_str_ip()'s, 10.0.0.1 -> 0x0100000A.
+    assert kvdist.configs.trans_str_ip("10.0.0.1") == 0x0100000A
+    assert kvdist.configs.trans_str_ip(5) == 5
+    with pytest.raises(RuntimeError):
+        kvdist.configs.trans_str_ip("node-a")
+    info.append_local_ip_info(0x0100000A, 0)
     assert info._kvd() == (9, int(LLMRole.PROMPT), "10.0.0.2:7400", "10.0.0.1:0")
+    assert info.remote_ip_info_list == [(0x0200000A, 7400)]
+    assert info.local_ip_info_list == [(0x0100000A, 0)]
+    with pytest.raises(TypeError):
+        info.append_local_ip_info(b"10.0.0.1", 0)
+    with pytest.raises(ValueError):
+        info.append_local_ip_info(2**32, 0)
     v6 = LLMClusterInfo()
     v6.append_remote_ip_info("fe80::1", 1)
-    assert v6._kvd()[2] == "[fe80::1]:1"
+    assert v6._kvd()[2] == "[fe80::1]:1" and v6.remote_ip_info_list == [("fe80::1", 1)]
     with pytest.raises(ValueError):
         v6.append_remote_ip_info("node-a", 1)
     with pytest.raises(ValueError):
@@ -158,15 +235,41 @@ def test_config_options():
 def test_transfer_config():
     k = BlocksCacheKey(2)
     c = TransferWithCacheKeyConfig(k, range(0, 4), range(2, 6))
-    assert c.cache_key is k and c.src_batch_index == 0
-    with pytest.raises(ValueError):
+    assert c.cache_key is k and c.src_batch_index == 0 and c.dst_cluster_id == 2
+    assert (c.src_layer_range, c.dst_layer_range) == (range(0, 4), range(2, 6))
+    # As in llm_datadist: both layer ranges are required, of one length, step 1, from 0 up.
+    with pytest.raises(TypeError):
+        TransferWithCacheKeyConfig(k)
+    with pytest.raises(TypeError):
+        TransferWithCacheKeyConfig(k, range(0, 4))
+    with pytest.raises(TypeError):
+        TransferWithCacheKeyConfig(k, dst_layer_range=range(0, 4))
+    with raises(LLMStatusCode.LLM_PARAM_INVALID):
         TransferWithCacheKeyConfig(k, range(0, 4), range(0, 2))
-    with pytest.raises(ValueError):
-        TransferWithCacheKeyConfig(k, range(0, 4, 2))
+    with raises(LLMStatusCode.LLM_PARAM_INVALID):
+        TransferWithCacheKeyConfig(k, range(0, 4, 2), range(0, 2))
+    with raises(LLMStatusCode.LLM_PARAM_INVALID):
+        TransferWithCacheKeyConfig(k, range(2, 2), range(0, 0))
+    with raises(LLMStatusCode.LLM_PARAM_INVALID):
+        TransferWithCacheKeyConfig(k, range(-1, 1), range(0, 2))
     with pytest.raises(TypeError):
-        TransferWithCacheKeyConfig(CacheKey(2, 1))
+        TransferWithCacheKeyConfig(CacheKey(2, 1), range(0, 1), range(0, 1))
     with pytest.raises(TypeError):
-        TransferWithCacheKeyConfig(k, (0, 3))
+        TransferWithCacheKeyConfig(k, (0, 3), range(0, 3))
+    # A blocks destination has no batch index.
+    with raises(LLMStatusCode.LLM_PARAM_INVALID):
+        TransferWithCacheKeyConfig(k, range(0, 1), range(0, 1), src_batch_index=1)
+    with raises(LLMStatusCode.LLM_PARAM_INVALID):
+        c.src_batch_index = 1
+    item = TransferWithCacheKeyConfig(CacheKeyByIdAndIndex(2, 3), range(0, 1), range(1, 2), 4)
+    assert item.src_batch_index == 4
+    # The setters check as llm_datadist's do; they take None (every layer).
+    c.src_layer_range = None
+    assert c.src_layer_range is None
+    with raises(LLMStatusCode.LLM_PARAM_INVALID):
+        c.dst_layer_range = range(0, 4, 2)
+    with pytest.raises(TypeError):
+        c.cache_key = CacheKey(2, 1)
 
 
 # --- lifecycle and options ------------------------------------------------------------------
@@ -278,6 +381,26 @@ def test_cache_refusals(daemon, attach):
         cm.pull_cache(BlocksCacheKey(99999), cache)
     with pytest.raises(TypeError):
         cm.push_blocks(BlocksCacheKey(99999), cache, [0], [0], notify="text")
+    # The layer keywords of the pulls are keyword-only, as llm_datadist's **kwargs.
+    with pytest.raises(TypeError):
+        cm.pull_blocks(BlocksCacheKey(99999), cache, [0], [0], range(0, 1))
+    with pytest.raises(TypeError):
+        cm.pull_cache(CacheKey(99999, 1), cache, 0, -1, range(0, 1))
+    # A CacheKey names a request or a prefix, not both or neither (llm_datadist's check).
+    for bad in (CacheKey(99999, 1, prefix_id=2), CacheKey(99999, 2**64 - 1)):
+        with raises(LLMStatusCode.LLM_PARAM_INVALID, match="req id"):
+            cm.pull_cache(bad, cache)
+        with raises(LLMStatusCode.LLM_PARAM_INVALID, match="req id"):
+            cm.pull_blocks(bad, cache, (), [0])
+    # A cache of DT_STRING is refused before it reaches the daemon.
+    with raises(LLMStatusCode.LLM_FEATURE_NOT_ENABLED, match="DT_STRING"):
+        cm.register_cache(CacheDesc(2, [1, 256], DataType.DT_STRING), addrs)
+    with raises(LLMStatusCode.LLM_FEATURE_NOT_ENABLED, match="DT_STRING"):
+        cm.allocate_blocks_cache(CacheDesc(2, [1, 256], DataType.DT_STRING))
+    with pytest.raises(TypeError, match="DT_STRING"):
+        kvdist.empty((4,), DataType.DT_STRING, datadist=dd)
+    with raises(LLMStatusCode.LLM_FEATURE_NOT_ENABLED, match="cache_manager"):
+        dd.kv_cache_manager
 
 
 def test_link_refusals(daemon, attach):

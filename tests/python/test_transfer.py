@@ -18,6 +18,8 @@ from kvdist import (Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType, 
 
 from conftest import NOT_THERE, Guarded, blocks_key, copy_blocks, pattern
 
+NO_REQ = 2**64 - 1  # a CacheKey's req_id when it names a prefix
+
 
 def link(dd, remote):
     info = LLMClusterInfo()
@@ -92,14 +94,14 @@ def test_pull_and_push_cache(pair):
     # Contiguous caches: shape[0] is the batch; each batch item is one unit here.
     src = Guarded(p, 2, 3, 256, seed=7, blocks=False,
                   cache_keys=[CacheKey(p.cluster_id, req_id=10), CacheKey(p.cluster_id, 11),
-                              CacheKey(p.cluster_id, prefix_id=12)])
+                              CacheKey(p.cluster_id, NO_REQ, prefix_id=12)])
     dst = Guarded(d, 2, 2, 256, seed=8, blocks=False)
     link(d, p)
     cm = d.cache_manager
     cm.pull_cache(CacheKey(p.cluster_id, req_id=11), dst.cache, batch_index=1)
     expected = copy_blocks(dst.expected(), dst, src, [1], [1])
     dst.check(expected)
-    cm.pull_cache(CacheKey(p.cluster_id, prefix_id=12), dst.cache, 0, size=100)
+    cm.pull_cache(CacheKey(p.cluster_id, NO_REQ, prefix_id=12), dst.cache, 0, size=100)
     for t in range(2):
         dst.unit(expected, t, 0)[:100] = src.unit(src.image, t, 2)[:100]
     dst.check(expected)
@@ -164,9 +166,18 @@ def test_pool_caches(pair):
     assert e.value.status_code in NOT_THERE
     p.cache_manager.remove_cache_key(key0)
     p.cache_manager.deallocate_cache(src)
-    d.cache_manager.deallocate_cache(dst.cache_id)
+    # A blocks cache is deallocate_blocks_cache()'s, as in llm_datadist: deallocate_cache()
+    # refuses it, by the Cache or by its id, and leaves it allocated.
+    for cache in (dst, dst.cache_id):
+        with pytest.raises(LLMException, match="blocks cache") as e:
+            d.cache_manager.deallocate_cache(cache)
+        assert e.value.status_code == LLMStatusCode.LLM_PARAM_INVALID
+    with pytest.raises(LLMException, match="should be blocks cache") as e:
+        p.cache_manager.deallocate_blocks_cache(src)
+    assert e.value.status_code == LLMStatusCode.LLM_PARAM_INVALID
+    d.cache_manager.deallocate_blocks_cache(dst)
     with pytest.raises(LLMException) as e:
-        d.cache_manager.deallocate_cache(dst)
+        d.cache_manager.deallocate_blocks_cache(dst)
     assert e.value.status_code == LLMStatusCode.LLM_KV_CACHE_NOT_EXIST
 
 
@@ -247,7 +258,8 @@ def test_transfer_cache_async(pair):
     sb, db = [0, 3, 5], [7, 2, 4]
     gate = Gate(layers)
     task = p.cache_manager.transfer_cache_async(
-        src.cache, gate, [TransferWithCacheKeyConfig(blocks_key(d, 5))], sb, db,
+        src.cache, gate,
+        [TransferWithCacheKeyConfig(blocks_key(d, 5), range(0, layers), range(0, layers))], sb, db,
         dst_block_memory_size=128, notify=b"all layers")
     expected = dst.expected()
     for layer in range(layers):
@@ -281,10 +293,12 @@ def test_transfer_cache_async_layers_and_refusals(pair):
     gate = Gate(4, refuse=3)
     for layer in range(4):
         gate.open(layer)
+    # The last one: every layer, which its setters (not its constructor) take as None.
+    every = TransferWithCacheKeyConfig(blocks_key(d, 9), range(0, 1), range(0, 1))
+    every.src_layer_range = every.dst_layer_range = None
     configs = [TransferWithCacheKeyConfig(blocks_key(d, 1), range(1, 3), range(2, 4)),
-               TransferWithCacheKeyConfig(blocks_key(d, 2), range(0, 2)),
-               TransferWithCacheKeyConfig(blocks_key(d, 1), range(3, 4), range(0, 1)),
-               TransferWithCacheKeyConfig(blocks_key(d, 9))]
+               TransferWithCacheKeyConfig(blocks_key(d, 2), range(0, 2), range(0, 2)),
+               TransferWithCacheKeyConfig(blocks_key(d, 1), range(3, 4), range(0, 1)), every]
     task = p.cache_manager.transfer_cache_async(src.cache, gate, configs, [0, 1], [3, 2])
     assert task.synchronize() != LLMStatusCode.LLM_SUCCESS
     results = task.get_results()
@@ -342,7 +356,7 @@ def test_transfer_cache_async_whole_cache_refusals(pair):
     src = Guarded(p, 2, 8, 64, seed=22)
     small = Guarded(d, 2, 5, 64, seed=23, key=blocks_key(d))
     link(p, d)
-    configs = [TransferWithCacheKeyConfig(blocks_key(d))]
+    configs = [TransferWithCacheKeyConfig(blocks_key(d), range(0, 1), range(0, 1))]
     # The destination has fewer blocks than the whole source: refused, nothing lands.
     task = p.cache_manager.transfer_cache_async(src.cache, Always(), configs)
     assert task.get_results(60000) == [LLMStatusCode.LLM_PARAM_INVALID]

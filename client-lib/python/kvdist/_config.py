@@ -6,7 +6,7 @@ No option is dropped without one of these."""
 import json
 import math
 
-from ._status import LLMException, LLMStatusCode
+from ._status import LLMStatusCode, _error
 
 _INT32_MAX = 2**31 - 1
 _UINT32_MAX = 2**32 - 1
@@ -25,11 +25,11 @@ def _check_range(name, value, lo, hi, kind):
 
 
 def _param_invalid(message):
-    return LLMException(LLMStatusCode.LLM_PARAM_INVALID, message)
+    return _error(LLMStatusCode.LLM_PARAM_INVALID, message)
 
 
 def _refuse(option, why):
-    return LLMException(LLMStatusCode.LLM_FEATURE_NOT_ENABLED, f"option \"{option}\": {why}")
+    return _error(LLMStatusCode.LLM_FEATURE_NOT_ENABLED, f"option \"{option}\": {why}")
 
 
 class LlmConfig:
@@ -416,10 +416,10 @@ def _check_pool(key, request, pool):
     """Refuses a pool request the daemon's pool (its status "pool") cannot hold."""
     size, shift = request
     if size > pool["size"]:
-        raise LLMException(LLMStatusCode.LLM_OUT_OF_MEMORY,
-                           f"option \"{key}\" asks for a pool of {size} bytes, but the caches of "
-                           f"every cluster of this node come from kvdistd's pool, which has "
-                           f"{pool['size']} bytes (its memory_size setting)")
+        raise _error(LLMStatusCode.LLM_OUT_OF_MEMORY,
+                     f"option \"{key}\" asks for a pool of {size} bytes, but the caches of "
+                     f"every cluster of this node come from kvdistd's pool, which has "
+                     f"{pool['size']} bytes (its memory_size setting)")
     if shift is not None and (1 << shift) != pool["page_size"]:
         raise _param_invalid(f"option \"{key}\" asks for pages of {1 << shift} bytes "
                              f"(page_shift {shift}), but kvdistd's pool has pages of "

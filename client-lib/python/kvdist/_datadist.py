@@ -8,12 +8,13 @@ import weakref
 
 from . import _kvdist
 from . import _config
-from ._status import LLMException, LLMStatusCode, status_code
+from ._status import LLMException, LLMStatusCode, _error, status_code
 from ._types import (BlocksCacheKey, Cache, CacheKey, CacheKeyByIdAndIndex, LLMRole, MemInfo,
                      Memtype, Notification, Placement, RegisterMemStatus, TransferConfig,
                      TransferWithCacheKeyConfig, _int, _key, _layer_range, _u64)
 
 _KVD_OK = 0
+_UINT64_MAX = 2**64 - 1
 _KVD_E_FAILED = -1
 _KVD_E_TIMEOUT = -3
 
@@ -47,7 +48,7 @@ def _raise(status, detail):
 
 
 def _invalid(message):
-    return LLMException(LLMStatusCode.LLM_PARAM_INVALID, message)
+    return _error(LLMStatusCode.LLM_PARAM_INVALID, message)
 
 
 def _dict_of_ints(value, name, values_are_lists=False):
@@ -96,9 +97,11 @@ class CacheTask:
     llm_datadist's. Timeouts are in milliseconds; None waits until the transfers' own
     deadlines."""
 
-    def __init__(self, task=None, layered=None):
-        self._task = task
-        self._layered = layered
+    def __init__(self, transfer_async_task):
+        # libkvdist's task (the *_async methods) or transfer_cache_async()'s thread.
+        layered = isinstance(transfer_async_task, _LayeredPush)
+        self._task = None if layered else transfer_async_task
+        self._layered = transfer_async_task if layered else None
 
     def _results(self, timeout_ms):
         """(finished, [(kvd status or None, detail) per destination])."""
@@ -122,8 +125,8 @@ class CacheTask:
         is still running after timeout_ms."""
         finished, results = self._results(timeout_ms)
         if not finished:
-            raise LLMException(LLMStatusCode.LLM_TIMEOUT,
-                               f"still running after {timeout_ms} ms", _KVD_E_TIMEOUT)
+            raise _error(LLMStatusCode.LLM_TIMEOUT,
+                         f"still running after {timeout_ms} ms", _KVD_E_TIMEOUT)
         for status, detail in results:
             if status is not None and status != _KVD_OK:
                 _raise(status, detail)
@@ -237,8 +240,10 @@ class CacheManager:
     sync_kv_timeout) and, for pushes, notify (bytes the destination gets once the push
     landed)."""
 
-    def __init__(self, datadist):
-        self._datadist = datadist
+    def __init__(self, llm_datadist, options):
+        # llm_datadist's constructor (LLMDataDist makes its CacheManager); kvdist reads no
+        # option here: init() took them.
+        self._datadist = llm_datadist
         # The caches this instance holds, by id: what the local copies may touch.
         self._caches = {}
 
@@ -251,9 +256,21 @@ class CacheManager:
             return _kvdist.REMOTE_DEFAULT
         return _kvdist.REMOTE_YES if remote_accessible else _kvdist.REMOTE_NO
 
+    @staticmethod
+    def check_cache_key(cache_key):
+        """llm_datadist's check of a CacheKey that names a request or a prefix: exactly one of
+        req_id and prefix_id is valid (not 2**64-1); LLM_PARAM_INVALID otherwise."""
+        if not isinstance(cache_key, CacheKey):
+            raise TypeError(f"cache_key must be a CacheKey, not {type(cache_key).__name__}")
+        req, prefix = cache_key.req_id != _UINT64_MAX, cache_key.prefix_id != _UINT64_MAX
+        if req == prefix:
+            raise _invalid(f"{'only ' if req else ''}one of req id and prefix id should contain "
+                           f"valid value:[0, 2**64-1), req id:{cache_key.req_id}, prefix "
+                           f"id:{cache_key.prefix_id}.")
+
     def _hold(self, cache_id, cache_desc, addrs, pool, blocks):
-        cache = Cache(cache_id, cache_desc, [_int(a, "addrs[]") for a in addrs], pool=pool,
-                      is_blocks_cache=blocks, manager=self)
+        cache = Cache(cache_id, cache_desc, [_int(a, "addrs[]") for a in addrs], self, not pool,
+                      blocks)
         self._caches[cache_id] = cache
         return cache
 
@@ -299,18 +316,26 @@ class CacheManager:
         cache_id, addrs = self._c().allocate_blocks_cache(cache_desc._kvd(), key)
         return self._hold(cache_id, cache_desc, addrs, True, True)
 
-    def deallocate_cache(self, cache):
-        cache_id = _cache_id(cache, "cache")
+    def _deallocate(self, cache_id):
         self._c().deallocate_cache(cache_id)
         self._release(cache_id)
 
+    def deallocate_cache(self, cache):
+        """Deallocates a contiguous cache (a Cache, or kvdist's: its id). A blocks cache is
+        refused (LLM_PARAM_INVALID), as in llm_datadist: deallocate_blocks_cache() takes it."""
+        cache_id = _cache_id(cache, "cache")
+        held = cache if isinstance(cache, Cache) else self._caches.get(cache_id)
+        if held is not None and held.is_blocks_cache:
+            raise _invalid("param check failed, cache can not be blocks cache.")
+        self._deallocate(cache_id)
+
     def deallocate_blocks_cache(self, cache):
-        """deallocate_cache() for a blocks cache (llm_datadist's name for it)."""
+        """Deallocates a blocks cache."""
         if not isinstance(cache, Cache):
             raise TypeError(f"cache must be a Cache, not {type(cache).__name__}")
         if not cache.is_blocks_cache:
             raise _invalid("param check failed, cache should be blocks cache.")
-        self.deallocate_cache(cache)
+        self._deallocate(cache.cache_id)
 
     # Local copies between caches of this process: host memory both sides, copied here.
 
@@ -322,9 +347,9 @@ class CacheManager:
         if cpu_ok and getattr(cache, "_cpu", False):
             return cache
         if self._caches.get(cache.cache_id) is not cache:
-            raise LLMException(LLMStatusCode.LLM_KV_CACHE_NOT_EXIST,
-                               f"{name} (cache {cache.cache_id}) is not a cache of this "
-                               "instance: unregistered, deallocated, or another instance's")
+            raise _error(LLMStatusCode.LLM_KV_CACHE_NOT_EXIST,
+                         f"{name} (cache {cache.cache_id}) is not a cache of this "
+                         "instance: unregistered, deallocated, or another instance's")
         return cache
 
     def copy_blocks(self, cache, copy_block_info):
@@ -434,9 +459,9 @@ class CacheManager:
             if info.size <= 0:
                 raise _invalid(f"check mem_info.size failed, size must be > 0, index={i}.")
         self._c()
-        raise LLMException(LLMStatusCode.LLM_FEATURE_NOT_ENABLED,
-                           "remap_registered_memory: kvdist caches live in host memory shared "
-                           "with kvdistd; there is no device memory to remap")
+        raise _error(LLMStatusCode.LLM_FEATURE_NOT_ENABLED,
+                     "remap_registered_memory: kvdist caches live in host memory shared "
+                     "with kvdistd; there is no device memory to remap")
 
     def remove_cache_key(self, cache_key):
         self._c().remove_cache_key(_key(cache_key, "cache_key", (CacheKey,)))
@@ -447,19 +472,22 @@ class CacheManager:
     def _pull_cache(self, is_async, cache_key, cache, batch_index, size, src_layer_range,
                     dst_layer_range, tensor_num_per_layer, timeout_ms):
         c = self._c()
+        if isinstance(cache_key, CacheKey):
+            self.check_cache_key(cache_key)
         args = (_key(cache_key, "cache_key", (CacheKey, CacheKeyByIdAndIndex)),
                 _cache_id(cache, "cache"), _int(batch_index, "batch_index"), _int(size, "size"),
                 _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms))
         return CacheTask(c.pull_cache_async(*args)) if is_async else c.pull_cache(*args)
 
-    def pull_cache(self, cache_key, cache, batch_index=0, size=-1, src_layer_range=None,
-                   dst_layer_range=None, tensor_num_per_layer=2, *, timeout_ms=None):
+    def pull_cache(self, cache_key, cache, batch_index=0, size=-1, *, src_layer_range=None,
+                   dst_layer_range=None, tensor_num_per_layer=2, timeout_ms=None):
         """Pulls the remote item cache_key names into batch slot batch_index of cache."""
         self._pull_cache(False, cache_key, cache, batch_index, size, src_layer_range,
                          dst_layer_range, tensor_num_per_layer, timeout_ms)
 
-    def pull_cache_async(self, cache_key, cache, batch_index=0, size=-1, src_layer_range=None,
-                         dst_layer_range=None, tensor_num_per_layer=2, *, timeout_ms=None):
+    def pull_cache_async(self, cache_key, cache, batch_index=0, size=-1, *,
+                         src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
+                         timeout_ms=None):
         return self._pull_cache(True, cache_key, cache, batch_index, size, src_layer_range,
                                 dst_layer_range, tensor_num_per_layer, timeout_ms)
 
@@ -488,6 +516,8 @@ class CacheManager:
     def _blocks(self, is_async, push, key, cache, src_blocks, dst_blocks, src_layer_range,
                 dst_layer_range, tensor_num_per_layer, timeout_ms, notify=None):
         c = self._c()
+        if not push and isinstance(key, CacheKey):
+            self.check_cache_key(key)
         args = (_key(key, "dst_cache_key" if push else "src_cache_key"),
                 _cache_id(cache, "src_cache" if push else "dst_cache"), src_blocks, dst_blocks,
                 _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify))
@@ -495,8 +525,8 @@ class CacheManager:
             return CacheTask(c.push_blocks_async(*args)) if is_async else c.push_blocks(*args)
         return CacheTask(c.pull_blocks_async(*args)) if is_async else c.pull_blocks(*args)
 
-    def pull_blocks(self, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(),
-                    src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2, *,
+    def pull_blocks(self, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(), *,
+                    src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
                     timeout_ms=None):
         """Pulls blocks src_blocks[i] of the remote blocks cache into dst_blocks[i] of
         dst_cache; from a contiguous source (CacheKey, CacheKeyByIdAndIndex) src_blocks is empty
@@ -504,8 +534,8 @@ class CacheManager:
         self._blocks(False, False, src_cache_key, dst_cache, src_blocks, dst_blocks,
                      src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms)
 
-    def pull_blocks_async(self, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(),
-                          src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2, *,
+    def pull_blocks_async(self, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(), *,
+                          src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
                           timeout_ms=None):
         return self._blocks(True, False, src_cache_key, dst_cache, src_blocks, dst_blocks,
                             src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms)
@@ -547,10 +577,10 @@ class CacheManager:
         configs = list(transfer_configs)
         for c in configs:
             if isinstance(c, TransferConfig):
-                raise LLMException(LLMStatusCode.LLM_FEATURE_NOT_ENABLED,
-                                   "TransferConfig names the destination by memory address, "
-                                   "which kvdist never sends to a peer; name it by its key "
-                                   "with TransferWithCacheKeyConfig")
+                raise _error(LLMStatusCode.LLM_FEATURE_NOT_ENABLED,
+                             "TransferConfig names the destination by memory address, "
+                             "which kvdist never sends to a peer; name it by its key "
+                             "with TransferWithCacheKeyConfig")
             if not isinstance(c, TransferWithCacheKeyConfig):
                 raise TypeError("transfer_configs must be TransferWithCacheKeyConfig, not "
                                 f"{type(c).__name__}")
@@ -578,7 +608,7 @@ class CacheManager:
         layered = _LayeredPush(self._c(), src_cache, layer_synchronizer, configs, src_blocks,
                                dst_blocks, notify)
         layered.thread.start()
-        return CacheTask(layered=layered)
+        return CacheTask(layered)
 
 
 class LLMDataDist:
@@ -591,7 +621,7 @@ class LLMDataDist:
         self._client = None
         self._finalized = False
         self._lock = threading.Lock()
-        self._cache_manager = CacheManager(self)
+        self._cache_manager = CacheManager(self, {})
         self.last_error = ""
 
     @property
@@ -606,12 +636,21 @@ class LLMDataDist:
     def cache_manager(self):
         return self._cache_manager
 
+    @property
+    def kv_cache_manager(self):
+        """llm_datadist's KvCacheManager, of its mode without the cache manager: kvdist always
+        runs the cache manager, so it is refused (LLM_FEATURE_NOT_ENABLED), as llm_datadist
+        refuses it in that mode."""
+        raise _error(LLMStatusCode.LLM_FEATURE_NOT_ENABLED,
+                     "kv_cache_manager is not supported when llm.EnableCacheManager is "
+                     "configured, which kvdist always is: use cache_manager")
+
     def _c(self):
         client = self._client
         if client is None:
             if self._finalized:
-                raise LLMException(LLMStatusCode.LLM_ENGINE_FINALIZED, "finalize() was called")
-            raise LLMException(LLMStatusCode.LLM_NOT_INITIALIZED, "init() was not called")
+                raise _error(LLMStatusCode.LLM_ENGINE_FINALIZED, "finalize() was called")
+            raise _error(LLMStatusCode.LLM_NOT_INITIALIZED, "init() was not called")
         return client
 
     def init(self, options):
@@ -624,7 +663,7 @@ class LLMDataDist:
         second init() does nothing."""
         with self._lock:
             if self._finalized:
-                raise LLMException(LLMStatusCode.LLM_ENGINE_FINALIZED, "finalize() was called")
+                raise _error(LLMStatusCode.LLM_ENGINE_FINALIZED, "finalize() was called")
             if self._client is not None:
                 return
             opts = _config.init_options(options, _daemon_pool)

@@ -39,7 +39,12 @@ def empty(shape, dtype="float32", *, datadist=None):
     initialized LLMDataDist (datadist=, or the only one in this process). Zero-filled."""
     import numpy
 
-    dt = numpy.dtype(_NUMPY_NAMES[dtype] if isinstance(dtype, DataType) else dtype)
+    if isinstance(dtype, DataType):
+        if dtype not in _NUMPY_NAMES:
+            raise TypeError(f"kvdist has no memory of {dtype.name}: it moves tensors of "
+                            "fixed-size elements")
+        dtype = _NUMPY_NAMES[dtype]
+    dt = numpy.dtype(dtype)
     shape = _shape(shape)
     count = math.prod(shape)
     if count < 0 or any(d < 0 for d in shape):

@@ -39,7 +39,10 @@ class LLMStatusCode(enum.IntEnum):
     LLM_TIMEOUT = 27
     LLM_LINK_BUSY = 28
     LLM_OUT_OF_MEMORY = 29
-    LLM_UNKNOWN_ERROR = 30
+    # llm_datadist's value (-1, not a status of its wrapper's); what a libkvdist status this
+    # package does not know (a newer daemon's) becomes. No KVD_E_* status maps to it, and
+    # nothing maps an LLMStatusCode back to a libkvdist status by its value.
+    LLM_UNKNOWN_ERROR = -1
     # llm_datadist's device faults: kvdist has no device memory and never returns them; they
     # exist for code that compares with them.
     LLM_DEVICE_MEM_ERROR = 31
@@ -56,6 +59,9 @@ class LLMStatusCode(enum.IntEnum):
     LLM_PERMISSION_DENIED = 106
     LLM_PROTOCOL_MISMATCH = 107
     LLM_BUSY = 108
+
+    def __str__(self):
+        return f"{type(self).__name__}.{self.name}"  # as llm_datadist prints it
 
 
 # libkvdist's statuses (kvd_strerror() names) and what each one is here. A status libkvdist
@@ -99,22 +105,42 @@ def status_code(kvd_status):
     return _BY_KVD_NAME.get(_kvdist.strerror(kvd_status), LLMStatusCode.LLM_UNKNOWN_ERROR)
 
 
-class LLMException(Exception):
-    """A call failed. status_code is the LLMStatusCode; kvd_status the libkvdist status behind
-    it (a negative KVD_E_* code, None when the package raised it itself)."""
+class LLMException(RuntimeError):
+    """A call failed: llm_datadist's LLMException(*args, status_code=...), a RuntimeError whose
+    status_code is the LLMStatusCode. kvdist's own: kvd_status, the libkvdist status behind it
+    (a negative KVD_E_* code, None when the package raised it itself), and message, the detail
+    (the first argument)."""
 
-    def __init__(self, status_code, message="", kvd_status=None):
-        self.status_code = LLMStatusCode(status_code)
-        self.message = message
+    def __init__(self, *args, status_code=LLMStatusCode.LLM_SUCCESS, kvd_status=None):
+        super().__init__(*args)
+        try:
+            status_code = LLMStatusCode(status_code)
+        except ValueError:
+            pass  # llm_datadist keeps what it is given
+        self._status_code = status_code
         self.kvd_status = kvd_status
-        text = self.status_code.name
-        if kvd_status is not None and kvd_status <= 0:
-            text += f" ({_kvdist.strerror(kvd_status)})"
-        super().__init__(f"{text}: {message}" if message else text)
+        self.message = str(args[0]) if args else ""
+
+    @property
+    def status_code(self):
+        return self._status_code
 
     @classmethod
     def _from_kvd(cls, kvd_status, detail):
-        return cls(status_code(kvd_status), detail, kvd_status)
+        return _error(status_code(kvd_status), detail, kvd_status)
+
+
+def _error(code, message="", kvd_status=None):
+    """The LLMException kvdist raises: its text names the code (and the KVD_E_* status), then
+    the detail; message is the detail alone."""
+    code = LLMStatusCode(code)
+    text = code.name
+    if kvd_status is not None and kvd_status <= 0:
+        text += f" ({_kvdist.strerror(kvd_status)})"
+    e = LLMException(f"{text}: {message}" if message else text, status_code=code,
+                     kvd_status=kvd_status)
+    e.message = message
+    return e
 
 
 class Status:
@@ -132,6 +158,38 @@ class Status:
 
     def __repr__(self):
         return f"Status({self._status_code!r})"
+
+
+def code_2_status(status):
+    """llm_datadist's status.code_2_status(): the LLMStatusCode of a status of the library
+    underneath (here libkvdist's, a KVD_E_* code); LLM_FAILED for one it does not know, as
+    there."""
+    if status == _kvdist.FINALIZED:
+        return LLMStatusCode.LLM_ENGINE_FINALIZED
+    return _BY_KVD_NAME.get(_kvdist.strerror(status), LLMStatusCode.LLM_FAILED)
+
+
+def handle_llm_status(status, func_name, other_info):
+    """llm_datadist's status.handle_llm_status(): raises LLMException unless status (a
+    libkvdist status) is KVD_OK."""
+    if status != 0:
+        code = code_2_status(status)
+        raise LLMException(f"{func_name} failed, error code is {code}, {other_info}.",
+                           status_code=code, kvd_status=status)
+
+
+def raise_if_false(pred, fmt, *args, status_code=LLMStatusCode.LLM_PARAM_INVALID, **kwargs):
+    """llm_datadist's status.raise_if_false(): LLMException(fmt.format(*args, **kwargs),
+    status_code=status_code) unless pred."""
+    if not pred:
+        raise LLMException(fmt.format(*args, **kwargs), status_code=status_code)
+
+
+def raise_if_true(pred, fmt, *args, status_code=LLMStatusCode.LLM_PARAM_INVALID, **kwargs):
+    """llm_datadist's status.raise_if_true(): LLMException(fmt.format(*args, **kwargs),
+    status_code=status_code) if pred."""
+    if pred:
+        raise LLMException(fmt.format(*args, **kwargs), status_code=status_code)
 
 
 _kvdist._set_error_factory(LLMException._from_kvd)

@@ -8,6 +8,7 @@ import enum
 import ipaddress
 import math
 import operator
+import socket
 
 from . import _kvdist, _status
 
@@ -29,10 +30,17 @@ def _u64(value, name):
     return _int(value, name, 0, UINT64_MAX)
 
 
+def _param_invalid(message):
+    return _status._error(_status.LLMStatusCode.LLM_PARAM_INVALID, message)
+
+
 class LLMRole(enum.IntEnum):
     PROMPT = 1
     DECODER = 2
     MIX = 3
+
+    def __str__(self):
+        return f"{type(self).__name__}.{self.name}"  # as llm_datadist prints it
 
 
 class DataType(enum.IntEnum):
@@ -51,10 +59,33 @@ class DataType(enum.IntEnum):
     DT_UINT64 = 10
     DT_BOOL = 11
     DT_DOUBLE = 12
+    # llm_datadist's; not a kvd_dtype. A string has no fixed size, and kvdist moves tensors of
+    # fixed-size elements only: a cache of it is refused (LLM_FEATURE_NOT_ENABLED).
+    DT_STRING = 13
 
     @property
     def itemsize(self):
+        if self not in _ITEMSIZE:
+            raise _no_strings()
         return _ITEMSIZE[self]
+
+
+def _no_strings():
+    return _status._error(_status.LLMStatusCode.LLM_FEATURE_NOT_ENABLED,
+                          "DataType.DT_STRING: kvdist moves tensors of fixed-size elements, and "
+                          "a string has no fixed size")
+
+
+def get_python_dtype_from_wrapper_dtype(wrapper_dtype):
+    """llm_datadist's data_type.get_python_dtype_from_wrapper_dtype(): the DataType of a data
+    type of the library underneath (here a kvd_dtype); ValueError for one it has not."""
+    try:
+        dtype = DataType(wrapper_dtype)
+    except ValueError:
+        dtype = None
+    if dtype is None or dtype not in _ITEMSIZE:
+        raise ValueError(f"The data type {wrapper_dtype} is not supported.")
+    return dtype
 
 
 _ITEMSIZE = {
@@ -71,6 +102,9 @@ class Placement(enum.IntEnum):
 
     HOST = 0
     DEVICE = 1
+
+    def __str__(self):
+        return f"{type(self).__name__}.{self.name}"  # as llm_datadist prints it
 
 
 class RegisterMemStatus(enum.IntEnum):
@@ -116,7 +150,14 @@ class CacheDesc:
         """Bytes per tensor."""
         return math.prod(self.shape) * self.data_type.itemsize
 
+    def update_dim(self, dim_index, dim_value):
+        """Sets shape[dim_index] to dim_value (llm_datadist's)."""
+        dim_index = _int(dim_index, "dim_index", -len(self.shape), len(self.shape) - 1)
+        self.shape[dim_index] = _int(dim_value, "dim_value")
+
     def _kvd(self):
+        if self.data_type not in _ITEMSIZE:
+            raise _no_strings()
         return (self.num_tensors, tuple(self.shape), int(self.data_type))
 
     def __repr__(self):
@@ -124,21 +165,53 @@ class CacheDesc:
                 f"data_type={self.data_type.name})")
 
 
+def _bind_key(what, args, kwargs, positional, required):
+    """The values of llm_datadist's key constructors, which take (*args, **kwargs): args in
+    the order of positional, keywords by those names or prompt_cluster_id (cluster_id's other
+    name). Errors are llm_datadist's: LLMException(LLM_PARAM_INVALID)."""
+    if len(args) + len(kwargs) > len(positional):
+        raise _param_invalid(f"{what}: Param num is over limit ({len(positional)})")
+    values = dict(zip(positional, args))
+    for k, v in kwargs.items():
+        if k not in positional and k != "prompt_cluster_id":
+            raise _param_invalid(f"{what}: Unsupported param:{k}")
+        if k == "prompt_cluster_id":
+            k = "cluster_id"
+        if k in values:
+            raise _param_invalid(f"{what}: cluster_id given twice (cluster_id and "
+                                 "prompt_cluster_id are one parameter)"
+                                 if k == "cluster_id" else f"{what}: {k} given twice")
+        values[k] = v
+    for name in required:
+        if name not in values:
+            alias = " or prompt_cluster_id" if name == "cluster_id" else ""
+            raise _param_invalid(f"{what}: Param {name}{alias} is required")
+    return values
+
+
 class CacheKey:
-    """A contiguous cache's batch item by request (req_id) or prefix (prefix_id), of the
-    cluster prompt_cluster_id; model_id tells models apart."""
+    """A contiguous cache's batch item by request (req_id) or prefix (prefix_id, with req_id
+    UINT64_MAX), of the cluster cluster_id; model_id tells models apart. As llm_datadist's:
+    CacheKey(cluster_id, req_id, model_id=0, prefix_id=2**64-1), cluster_id also by its other
+    name prompt_cluster_id=."""
 
-    __slots__ = ("prompt_cluster_id", "req_id", "model_id", "prefix_id")
+    __slots__ = ("cluster_id", "req_id", "model_id", "prefix_id")
 
-    def __init__(self, prompt_cluster_id, req_id=UINT64_MAX, model_id=0, prefix_id=UINT64_MAX):
-        self.prompt_cluster_id = _u64(prompt_cluster_id, "prompt_cluster_id")
-        self.req_id = _u64(req_id, "req_id")
-        self.model_id = _u64(model_id, "model_id")
-        self.prefix_id = _u64(prefix_id, "prefix_id")
+    def __init__(self, *args, **kwargs):
+        v = _bind_key("CacheKey", args, kwargs, ("cluster_id", "req_id", "model_id", "prefix_id"),
+                      ("cluster_id", "req_id"))
+        self.cluster_id = _u64(v["cluster_id"], "cluster_id")
+        self.req_id = _u64(v["req_id"], "req_id")
+        self.model_id = _u64(v.get("model_id", 0), "model_id")
+        self.prefix_id = _u64(v.get("prefix_id", UINT64_MAX), "prefix_id")
+
+    @property
+    def prompt_cluster_id(self):
+        return self.cluster_id
 
     def _kvd(self):
-        return (_kvdist.KEY_REQ, self.prompt_cluster_id, self.req_id, self.prefix_id,
-                self.model_id, 0, 0)
+        return (_kvdist.KEY_REQ, self.cluster_id, self.req_id, self.prefix_id, self.model_id, 0,
+                0)
 
     def __eq__(self, other):
         return isinstance(other, CacheKey) and self._kvd() == other._kvd()
@@ -147,7 +220,7 @@ class CacheKey:
         return hash(self._kvd())
 
     def __repr__(self):
-        return (f"CacheKey({self.prompt_cluster_id}, req_id={self.req_id}, "
+        return (f"CacheKey(cluster_id={self.cluster_id}, req_id={self.req_id}, "
                 f"model_id={self.model_id}, prefix_id={self.prefix_id})")
 
 
@@ -177,22 +250,23 @@ class CacheKeyByIdAndIndex:
 
 class BlocksCacheKey:
     """The blocks cache a cluster registered under model_id (the last one registered under it).
-    prompt_cluster_id is llm_datadist's name; for a push it is the destination cluster, which
-    cluster_id also names."""
+    As llm_datadist's: BlocksCacheKey(cluster_id, model_id=0), cluster_id also by its other name
+    prompt_cluster_id=; for a push it is the destination cluster."""
 
-    __slots__ = ("prompt_cluster_id", "model_id")
+    __slots__ = ("cluster_id", "model_id")
 
-    def __init__(self, prompt_cluster_id, model_id=0):
-        self.prompt_cluster_id = _u64(prompt_cluster_id, "prompt_cluster_id")
-        self.model_id = _u64(model_id, "model_id")
+    def __init__(self, *args, **kwargs):
+        v = _bind_key("BlocksCacheKey", args, kwargs, ("cluster_id", "model_id"),
+                      ("cluster_id",))
+        self.cluster_id = _u64(v["cluster_id"], "cluster_id")
+        self.model_id = _u64(v.get("model_id", 0), "model_id")
 
     @property
-    def cluster_id(self):
-        return self.prompt_cluster_id
+    def prompt_cluster_id(self):
+        return self.cluster_id
 
     def _kvd(self):
-        return (_kvdist.KEY_BLOCKS, self.prompt_cluster_id, UINT64_MAX, UINT64_MAX, self.model_id,
-                0, 0)
+        return (_kvdist.KEY_BLOCKS, self.cluster_id, UINT64_MAX, UINT64_MAX, self.model_id, 0, 0)
 
     def __eq__(self, other):
         return isinstance(other, BlocksCacheKey) and self._kvd() == other._kvd()
@@ -201,7 +275,7 @@ class BlocksCacheKey:
         return hash(self._kvd())
 
     def __repr__(self):
-        return f"BlocksCacheKey({self.prompt_cluster_id}, model_id={self.model_id})"
+        return f"BlocksCacheKey(cluster_id={self.cluster_id}, model_id={self.model_id})"
 
 
 _KEY_TYPES = (CacheKey, CacheKeyByIdAndIndex, BlocksCacheKey)
@@ -214,32 +288,74 @@ def _key(key, name, types=_KEY_TYPES):
     return key._kvd()
 
 
-def _ip_port(ip, port):
-    """ "ip:port" or "[v6]:port" from an address (str, or an int as ipaddress takes it)."""
-    try:
-        addr = ipaddress.ip_address(ip)
-    except ValueError:
-        raise ValueError(f"{ip!r} is not an IP address") from None
+def trans_str_ip(ip):
+    """llm_datadist's configs.trans_str_ip(): an IPv4 address in text as the int llm_datadist
+    passes on (its 4 bytes in network order, read little-endian); an int as it is; RuntimeError
+    for text that is not an address."""
+    if isinstance(ip, str):
+        try:
+            return int.from_bytes(socket.inet_aton(ip), byteorder="little")
+        except OSError:
+            raise RuntimeError(f"Can not parse ip str:{ip}") from None
+    return ip
+
+
+def _ip_info(ip, port):
+    """(ip, port) as llm_datadist keeps it (an IPv4 address as trans_str_ip()'s int; kvdist
+    keeps an IPv6 address as text) and "ip:port" ("[v6]:port") as libkvdist takes it."""
+    if isinstance(ip, str):
+        try:
+            addr = ipaddress.ip_address(ip)
+        except ValueError:
+            raise ValueError(f"{ip!r} is not an IP address") from None
+    elif isinstance(ip, int) and not isinstance(ip, bool):
+        # llm_datadist's int form: what trans_str_ip() makes of the text.
+        if not 0 <= ip <= 2**32 - 1:
+            raise ValueError(f"ip {ip} is not an IPv4 address in llm_datadist's int form")
+        addr = ipaddress.IPv4Address(ip.to_bytes(4, byteorder="little"))
+    else:
+        raise TypeError(f"ip only support ['str', 'int'], but got {type(ip)}.")
     port = _int(port, "port", 0, 65535)
-    return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+    if addr.version == 6:
+        return (str(addr), port), f"[{addr}]:{port}"
+    return (int.from_bytes(addr.packed, byteorder="little"), port), f"{addr}:{port}"
 
 
 class LLMClusterInfo:
     """A cluster to link to: its id, role and the address of its kvdistd (remote), and
     optionally the local address. kvdist takes one address per side; a remote address left out
-    means the cluster is attached to this node's daemon."""
+    means the cluster is attached to this node's daemon. An IPv4 address given as an int is in
+    llm_datadist's form (configs.trans_str_ip()'s)."""
 
     def __init__(self):
         self.remote_cluster_id = 0
         self.remote_role_type = LLMRole.PROMPT
-        self.local_ip_infos = []
-        self.remote_ip_infos = []
+        self._local = []
+        self._remote = []
 
     def append_local_ip_info(self, ip, port):
-        self.local_ip_infos.append(_ip_port(ip, port))
+        self._local.append(_ip_info(ip, port))
 
     def append_remote_ip_info(self, ip, port):
-        self.remote_ip_infos.append(_ip_port(ip, port))
+        self._remote.append(_ip_info(ip, port))
+
+    @property
+    def local_ip_info_list(self):
+        """llm_datadist's: [(ip, port)], an IPv4 address as trans_str_ip()'s int."""
+        return [info for info, _ in self._local]
+
+    @property
+    def remote_ip_info_list(self):
+        return [info for info, _ in self._remote]
+
+    @property
+    def local_ip_infos(self):
+        """kvdist's: ["ip:port"] as libkvdist takes them."""
+        return [text for _, text in self._local]
+
+    @property
+    def remote_ip_infos(self):
+        return [text for _, text in self._remote]
 
     def _kvd(self):
         for name in ("local_ip_infos", "remote_ip_infos"):
@@ -267,24 +383,84 @@ def _layer_range(r, name):
     return (r.start, r.stop - 1)
 
 
+def _check_layer_range(name, r, allow_none):
+    """llm_datadist's check of a layer range: a range (TypeError otherwise; None only where
+    allow_none), step 1 and 0 <= start < stop (LLM_PARAM_INVALID otherwise)."""
+    if r is None and allow_none:
+        return
+    if not isinstance(r, range):
+        raise TypeError(f"{name} only support ['range'], but got {type(r)}.")
+    if r.step != 1:
+        raise _param_invalid(f"check {name}.step == 1 failed")
+    if not 0 <= r.start < r.stop:
+        raise _param_invalid(f"check 0 <= range.start < range.stop failed, {name} = {r}")
+
+
 class TransferWithCacheKeyConfig:
     """Where transfer_cache_async() pushes: the cache cache_key names on another cluster
     (BlocksCacheKey for a blocks cache, CacheKeyByIdAndIndex for a batch item), which layers
-    (src_layer_range to dst_layer_range, every layer when left out) and, for a contiguous
-    source, which batch item. kvdist never sends memory addresses to a peer, so llm_datadist's
-    TransferConfig (remote addresses) has no counterpart: name the destination by its key."""
+    (src_layer_range to dst_layer_range, both required and of one length, as in llm_datadist)
+    and, for a contiguous source, which batch item (0 for a BlocksCacheKey). kvdist never sends
+    memory addresses to a peer, so llm_datadist's TransferConfig (remote addresses) has no
+    counterpart: name the destination by its key."""
 
     def __init__(self, cache_key, src_layer_range=None, dst_layer_range=None, src_batch_index=0):
         _key(cache_key, "cache_key", (BlocksCacheKey, CacheKeyByIdAndIndex))
-        _layer_range(src_layer_range, "src_layer_range")
-        _layer_range(dst_layer_range, "dst_layer_range")
-        if (src_layer_range is not None and dst_layer_range is not None and
-                len(src_layer_range) != len(dst_layer_range)):
-            raise ValueError("src_layer_range and dst_layer_range differ in length")
-        self.cache_key = cache_key
-        self.src_layer_range = src_layer_range
-        self.dst_layer_range = dst_layer_range
-        self.src_batch_index = _int(src_batch_index, "src_batch_index", 0, 2**32 - 1)
+        _check_layer_range("src_layer_range", src_layer_range, False)
+        _check_layer_range("dst_layer_range", dst_layer_range, False)
+        if len(src_layer_range) != len(dst_layer_range):
+            raise _param_invalid("src_layer_range size should be equal to dst_layer_range size")
+        src_batch_index = _int(src_batch_index, "src_batch_index", 0, 2**32 - 1)
+        if isinstance(cache_key, BlocksCacheKey) and src_batch_index != 0:
+            raise _param_invalid("src_batch_index should be 0 when cache_key is BlocksCacheKey.")
+        self._cache_key = cache_key
+        self._src_layer_range = src_layer_range
+        self._dst_layer_range = dst_layer_range
+        self._src_batch_index = src_batch_index
+        self.dst_cluster_id = cache_key.cluster_id
+
+    @property
+    def cache_key(self):
+        return self._cache_key
+
+    @cache_key.setter
+    def cache_key(self, cache_key):
+        _key(cache_key, "cache_key", (BlocksCacheKey, CacheKeyByIdAndIndex))
+        self._cache_key = cache_key
+
+    @property
+    def src_layer_range(self):
+        return self._src_layer_range
+
+    @src_layer_range.setter
+    def src_layer_range(self, src_layer_range):
+        _check_layer_range("src_layer_range", src_layer_range, True)
+        self._src_layer_range = src_layer_range
+
+    @property
+    def dst_layer_range(self):
+        return self._dst_layer_range
+
+    @dst_layer_range.setter
+    def dst_layer_range(self, dst_layer_range):
+        _check_layer_range("dst_layer_range", dst_layer_range, True)
+        self._dst_layer_range = dst_layer_range
+
+    @property
+    def src_batch_index(self):
+        return self._src_batch_index
+
+    @src_batch_index.setter
+    def src_batch_index(self, src_batch_index):
+        if isinstance(self._cache_key, BlocksCacheKey) and src_batch_index != 0:
+            raise _param_invalid("src_batch_index should be 0 when cache_key is BlocksCacheKey.")
+        self._src_batch_index = _int(src_batch_index, "src_batch_index", 0, 2**32 - 1)
+
+    def __repr__(self):
+        return (f"TransferWithCacheKeyConfig(cache_key={self._cache_key!r}, "
+                f"src_layer_range={self._src_layer_range}, "
+                f"dst_layer_range={self._dst_layer_range}, "
+                f"src_batch_index={self._src_batch_index})")
 
 
 class LayerSynchronizer(abc.ABC):
@@ -296,12 +472,28 @@ class LayerSynchronizer(abc.ABC):
         raise NotImplementedError
 
 
+def _cpu_addrs(cache_desc, addrs):
+    """create_cpu_cache()'s checks, as llm_datadist's; the addresses as ints."""
+    if not isinstance(cache_desc, CacheDesc):
+        raise TypeError(f"cache_desc must be a CacheDesc, not {type(cache_desc).__name__}")
+    if not isinstance(addrs, list):
+        raise TypeError(f"addrs must be a list of int, not {type(addrs).__name__}")
+    addrs = [_int(a, "addrs[]", 1, UINT64_MAX) for a in addrs]
+    if cache_desc.placement != Placement.HOST:
+        raise _param_invalid("cache_desc placement must be HOST")
+    if cache_desc.num_tensors != len(addrs):
+        raise _param_invalid(f"cache_desc num_tensors:{cache_desc.num_tensors} not equal addrs "
+                             f"num:{len(addrs)}")
+    return addrs
+
+
 class Cache:
     """A registered or allocated cache: its id, description and tensor addresses; or, from
-    create_cpu_cache(), host memory of the caller's that swap_blocks() copies to and from."""
+    create_cpu_cache(), host memory of the caller's that swap_blocks() copies to and from.
+    Made by the CacheManager (llm_datadist's constructor, which code does not call)."""
 
-    def __init__(self, cache_id, cache_desc, tensor_addrs, pool=False, is_blocks_cache=False,
-                 manager=None):
+    def __init__(self, cache_id, cache_desc, tensor_addrs, cache_manager, is_registered,
+                 is_blocks_cache):
         self.cache_id = cache_id
         self.cache_desc = cache_desc
         self.tensor_addrs = list(tensor_addrs)
@@ -310,30 +502,23 @@ class Cache:
         self._layout = (tuple(operator.index(a) for a in self.tensor_addrs),
                         cache_desc.num_tensors, tuple(cache_desc.shape), cache_desc.size,
                         cache_desc.batch_dim_index)
-        self.pool = pool
+        self._is_registered = bool(is_registered)
         self.is_blocks_cache = is_blocks_cache
         # The CacheManager that holds it, None for a cpu cache; cleared when it is released.
-        self._manager = manager
+        self._manager = cache_manager
         self._cpu = False
+
+    @property
+    def pool(self):
+        """kvdist's: whether the cache was allocated from the daemon's pool."""
+        return not self._is_registered and not self._cpu
 
     @classmethod
     def create_cpu_cache(cls, cache_desc, addrs):
         """A blocks cache over host memory the caller owns (cache_desc.placement HOST), for
         swap_blocks(). Not registered: the daemon never sees it, and the addresses are the
         caller's promise that num_tensors tensors of cache_desc.size bytes live there."""
-        if not isinstance(cache_desc, CacheDesc):
-            raise TypeError(f"cache_desc must be a CacheDesc, not {type(cache_desc).__name__}")
-        if not isinstance(addrs, list):
-            raise TypeError(f"addrs must be a list of int, not {type(addrs).__name__}")
-        addrs = [_int(a, "addrs[]", 1, UINT64_MAX) for a in addrs]
-        if cache_desc.placement != Placement.HOST:
-            raise _status.LLMException(_status.LLMStatusCode.LLM_PARAM_INVALID,
-                                       "cache_desc placement must be HOST")
-        if cache_desc.num_tensors != len(addrs):
-            raise _status.LLMException(_status.LLMStatusCode.LLM_PARAM_INVALID,
-                                       f"cache_desc num_tensors:{cache_desc.num_tensors} not "
-                                       f"equal addrs num:{len(addrs)}")
-        cache = cls(-1, cache_desc, addrs, is_blocks_cache=True)
+        cache = cls(-1, cache_desc, _cpu_addrs(cache_desc, addrs), None, False, True)
         cache._cpu = True
         return cache
 
@@ -348,18 +533,28 @@ class Cache:
 
 
 class KvCache(Cache):
-    """llm_datadist's KvCache: a Cache whose create_cpu_cache() also takes addresses per device
-    ([[addr, ...]]); kvdist has one device, so one list."""
+    """llm_datadist's KvCache: a Cache over addresses per device (per_device_tensor_addrs,
+    [[addr, ...]]; kvdist has one device, so one list), made by create_cpu_cache(), which also
+    takes one list of addresses. A blocks cache for swap_blocks()."""
+
+    def __init__(self, cache_id, cache_desc, per_device_tensor_addrs, kv_cache_manager):
+        if (not isinstance(per_device_tensor_addrs, list) or len(per_device_tensor_addrs) != 1 or
+                not isinstance(per_device_tensor_addrs[0], list)):
+            raise _param_invalid("per_device_tensor_addrs must be [[addr, ...]]: kvdist has one "
+                                 "device per instance")
+        super().__init__(cache_id, cache_desc, per_device_tensor_addrs[0], kv_cache_manager,
+                         False, True)
 
     @classmethod
     def create_cpu_cache(cls, cache_desc, addrs):
         if isinstance(addrs, list) and addrs and all(isinstance(a, list) for a in addrs):
             if len(addrs) != 1:
-                raise _status.LLMException(_status.LLMStatusCode.LLM_PARAM_INVALID,
-                                           f"addrs for {len(addrs)} devices: kvdist has one "
-                                           "device per instance")
+                raise _param_invalid(f"addrs for {len(addrs)} devices: kvdist has one device "
+                                     "per instance")
             addrs = addrs[0]
-        return super().create_cpu_cache(cache_desc, addrs)
+        cache = cls(-1, cache_desc, [_cpu_addrs(cache_desc, addrs)], None)
+        cache._cpu = True
+        return cache
 
 
 class Memtype(enum.Enum):

@@ -3,6 +3,6 @@
 changing the import."""
 
 from ._config import LLMConfig, LlmConfig
-from ._types import LLMClusterInfo, LLMRole
+from ._types import LLMClusterInfo, LLMRole, trans_str_ip
 
-__all__ = ["LLMClusterInfo", "LLMConfig", "LLMRole", "LlmConfig"]
+__all__ = ["LLMClusterInfo", "LLMConfig", "LLMRole", "LlmConfig", "trans_str_ip"]

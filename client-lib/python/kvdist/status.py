@@ -2,6 +2,8 @@
 """llm_datadist.status's names, so that `from llm_datadist.status import ...` ports by changing
 the import."""
 
-from ._status import LLMException, LLMStatusCode, Status
+from ._status import (LLMException, LLMStatusCode, Status, code_2_status, handle_llm_status,
+                      raise_if_false, raise_if_true)
 
-__all__ = ["LLMException", "LLMStatusCode", "Status"]
+__all__ = ["LLMException", "LLMStatusCode", "Status", "code_2_status", "handle_llm_status",
+           "raise_if_false", "raise_if_true"]
