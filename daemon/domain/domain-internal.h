@@ -186,6 +186,8 @@ struct Domain {
         unsigned n_calls;
         DomainCounters counters;
         int last_algorithm; /* kvd_algorithm of the last collective, 0 none */
+        bool replaced;      /* FAILED, and a new link() of its name made another domain:
+                             * found by its comm_id only, until its members unlink it */
         unsigned refs;      /* calls and callbacks that keep it after removal */
         bool removed;       /* off the registry; freed when @refs drops to 0 */
         CList link_reg;

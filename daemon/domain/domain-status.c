@@ -146,6 +146,7 @@ static json_t *domain_json(const Domain *dom, usec_t now, unsigned queue_pos, bo
                                         : json_null(),
             ok);
         set(o, "reason", json_string(dom->reason), ok);
+        set(o, "replaced", json_boolean(dom->replaced), ok);
         set(o, "ranks", json_integer(n), ok);
         for (uint32_t r = 0; r < n; r++) {
                 append(members, member_json(dom, r, ok), ok);

@@ -211,8 +211,9 @@ Domain *domain_find_name(DomainRegistry *reg, const char *name)
 {
         Domain *dom;
 
+        /* A failed domain a new one replaced keeps its name only for its members' comm_id. */
         CLIST_FOREACH (dom, &reg->domains, link_reg)
-                if (strcmp(dom->name, name) == 0)
+                if (!dom->replaced && strcmp(dom->name, name) == 0)
                         return dom;
         return NULL;
 }

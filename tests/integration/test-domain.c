@@ -170,6 +170,7 @@ END_TEST
 START_TEST(test_member_never_links)
 {
         kvd_mem_status st;
+        uint64_t old;
         Net w;
 
         net_start(&w, 3, short_link_time);
@@ -181,10 +182,24 @@ START_TEST(test_member_never_links)
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "rank 2 (cluster 3003"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "did not call link"));
         ck_assert_int_eq(dom_wait(&w.m[1], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
-        /* Failed domains stay until their members unlink them. */
-        expect_status(w.m[0].client, dom_link(w.m, 3, 0, "lonely", w.table), KVD_E_ALREADY_LINK,
-                      NULL);
+        /* Linking the name again makes a new domain; the failed one stays FAILED under its
+         * comm_id until it is unlinked. The other daemons' failed domains answer the new one
+         * "not yet" (their members did not link again): it waits, and fails only when
+         * link_total_time passes, naming them, never refused by their failure. */
+        old = w.m[0].comm_id;
+        expect_ok(w.m[0].client, dom_link(w.m, 3, 0, "lonely", w.table));
+        ck_assert_uint_ne(w.m[0].comm_id, old);
+        expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, old, &st));
+        ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 2);
+        ck_assert_int_eq(dom_wait(&w.m[0], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
+        ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "link_total_time") &&
+                              strstr(kvd_last_error(w.m[0].client), "rank 1 (cluster 2002") &&
+                              !strstr(kvd_last_error(w.m[0].client), "refused"),
+                      "%s", kvd_last_error(w.m[0].client));
         expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
+        expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, old));
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
         net_stop(&w);
 }
 END_TEST
@@ -788,6 +803,102 @@ START_TEST(test_user_link_unlinked)
 }
 END_TEST
 
+/* Polls @n's daemon log for @needle until it shows up or the wait ceiling passes. */
+static bool log_wait(const Node *n, const char *needle)
+{
+        for (int waited = 0; waited < harness_wait_ms(); waited += 10) {
+                if (harness_daemon_log_contains(&n->d, needle))
+                        return true;
+                (void)usleep(10000);
+        }
+        return harness_daemon_log_contains(&n->d, needle);
+}
+
+/*
+ * What vllm-ascend's llm_datadist connector does when a prefill restarts: it never unlinks, so the
+ * decode side keeps its domain, FAILED when the prefill left; the restarted prefill links the
+ * same comm_name again at once and waits (PREPARING: the decode daemon answers "not yet" for its
+ * failed domain, no refusal); the decode side then unlinks and links again (loop bit 0: or links
+ * again while it still holds the failed domain, which stays FAILED until it unlinks it). Both
+ * reach OK, and pulls both ways and a batch send/recv move the right bytes.
+ */
+START_TEST(test_relink_after_restart)
+{
+        static const uint64_t sb[] = {2, 5, 0}, db[] = {3, 1, 6}, ub[] = {4, 7}, vb[] = {0, 2};
+        bool keep_old = _i & 1;
+        kvd_cache_key key_p = kvd_key_blocks(1001, 0), key_d = kvd_key_blocks(2002, 0);
+        TCopies cpd = {}, cpp = {};
+        kvd_mem_status st;
+        TCache cp, cd;
+        uint64_t old;
+        char *s;
+        Net w;
+
+        net_start(&w, 2, NULL);
+        expect_ok(w.m[0].client, tcache_register(&cp, w.m[0].client, true, 2, 8, 1024, 41, &key_p,
+                                                 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[1].client, tcache_register(&cd, w.m[1].client, true, 2, 8, 1024, 42, &key_d,
+                                                 1, KVD_REMOTE_DEFAULT));
+        dom_link_all(w.m, 2, "pd", w.table);
+        dom_wait_ok(w.m, 2);
+
+        /* The prefill's process goes; the decode side's domain fails and it keeps it. */
+        expect_ok(w.m[0].client, kvd_client_finalize(w.m[0].client));
+        ck_assert_int_eq(dom_wait_failed(&w.m[1], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
+        ck_assert_msg(strstr(kvd_last_error(w.m[1].client), "rank 0"), "%s",
+                      kvd_last_error(w.m[1].client));
+        old = w.m[1].comm_id;
+
+        /* The restarted prefill (same cluster id, new memory) links the same name again. */
+        w.m[0].client = NULL;
+        w.m[0].comm_id = 0;
+        dom_member_attach(&w.m[0]);
+        expect_ok(w.m[0].client, tcache_register(&cp, w.m[0].client, true, 2, 8, 1024, 43, &key_p,
+                                                 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[0].client, dom_link(w.m, 2, 0, "pd", w.table));
+        /* The decode daemon answered it "not yet" (its domain failed): it waits, PREPARING. */
+        ck_assert(log_wait(&w.nodes[1], "rank 0 linked again"));
+        expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, w.m[0].comm_id, &st));
+        ck_assert_msg(st == KVD_MEM_STATUS_PREPARING, "%d: %s", st, kvd_last_error(w.m[0].client));
+        expect_ok(w.m[1].client, kvd_query_register_mem_status(w.m[1].client, old, &st));
+        ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
+
+        /* The decode side links again, after unlinking or while it holds the failed one. */
+        if (!keep_old)
+                expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, old));
+        expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "pd", w.table));
+        ck_assert_uint_ne(w.m[1].comm_id, old);
+        dom_wait_ok(w.m, 2);
+        if (keep_old) {
+                expect_ok(w.m[1].client, kvd_query_register_mem_status(w.m[1].client, old, &st));
+                ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
+                ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 2);
+                s = dom_status_str(&w.nodes[1], "domains/0/state");
+                ck_assert_str_eq(s, "failed");
+                free(s);
+                s = dom_status_str(&w.nodes[1], "domains/1/state");
+                ck_assert_str_eq(s, "ok");
+                free(s);
+                expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, old));
+                ck_assert_int_eq(dom_wait(&w.m[1], harness_wait_ms()), KVD_MEM_STATUS_OK);
+        }
+        ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 1);
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 1);
+
+        /* The decode pulls the new prefill's blocks, the prefill the decode's, byte-exact. */
+        expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_p, cd.id, sb, 3, db, 3, NULL));
+        tcopies_blocks(&cpd, &cp, &cd, ALL, ALL, 2, sb, db, 3);
+        tcache_verify(&cd, &cpd);
+        expect_ok(w.m[0].client, kvd_pull_blocks(w.m[0].client, &key_d, cp.id, ub, 2, vb, 2, NULL));
+        tcopies_blocks(&cpp, &cd, &cp, ALL, ALL, 2, ub, vb, 2);
+        tcache_verify(&cp, &cpp);
+        exchange_check(w.m, 40000 + 7, 900);
+        tcopies_free(&cpd);
+        tcopies_free(&cpp);
+        net_stop(&w);
+}
+END_TEST
+
 /* 512 domains per daemon (a warning above 16), then LIMIT_EXCEEDED. */
 START_TEST(test_domain_limit)
 {
@@ -1017,6 +1128,7 @@ static Suite *domain_suite(void)
         tcase_add_test(tc, test_shared_links);
         tcase_add_loop_test(tc, test_unlink_leaves_user_link, 0, 8);
         tcase_add_loop_test(tc, test_user_link_unlinked, 0, 4);
+        tcase_add_loop_test(tc, test_relink_after_restart, 0, 2);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("rules");
