@@ -114,6 +114,15 @@ void domain_peer_on_join(DomainRegistry *reg, Peer *p, uint64_t request_id, cons
                 goto refuse;
         }
         src = &dom->ranks[m->src_rank];
+        if (src->domain_id && src->node_id && p->node_id && src->node_id != p->node_id) {
+                /* The member's daemon restarted and it linked again before we noticed the old
+                 * one's loss, which fails ours: the asker waits for our member to link again. */
+                log_debug("%s: rank %" PRIu32 " linked again behind a restarted daemon (%s): "
+                          "not yet",
+                          DOMAIN_NAME(dom), m->src_rank, peer_name(p, (char[96]){0}, 96));
+                reg->peer->join_answer(p, request_id, &answer);
+                return;
+        }
         if (src->domain_id && src->domain_id != m->src_domain_id) {
                 error_set(&err, STATUS_PROTOCOL_MISMATCH,
                           "rank %" PRIu32 " joined as another "

@@ -904,6 +904,28 @@ START_TEST(test_bad_joins)
 }
 END_TEST
 
+/* Rank 1's daemon restarted and its member linked again before we noticed: whatever domain id
+ * it asks with, the answer is "not yet", not a refusal; our domain is left as it is. */
+START_TEST(test_join_restarted_daemon)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom = domain_make("restart", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+        DomainJoinMsg good = their_join(dom), m;
+
+        domain_peer_on_join(reg, them, 1, &good);
+        ck_assert(sent_nth(SENT_JOIN_ANSWER, 0)->flag);
+        dom->ranks[1].node_id = them->node_id + 1;
+        for (uint64_t k = 0; k < 2; k++) {
+                m = good, m.src_domain_id = THEIR_DOMAIN + k;
+                domain_peer_on_join(reg, them, 2 + k, &m);
+                ck_assert(!sent_nth(SENT_JOIN_ANSWER, 1 + k)->flag);
+        }
+        ck_assert_uint_eq(sent_count(SENT_JOIN_REFUSE), 0);
+        ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
+        ck_assert_uint_eq(dom->ranks[1].domain_id, THEIR_DOMAIN);
+}
+END_TEST
+
 /* ---- calls ---- */
 
 static int replies;
@@ -2427,6 +2449,7 @@ static Suite *domain_suite(void)
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_bad_notices);
         tcase_add_test(tc, test_bad_joins);
+        tcase_add_test(tc, test_join_restarted_daemon);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("calls");
