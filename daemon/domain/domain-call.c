@@ -499,6 +499,16 @@ int domain_handle_link(DomainRegistry *reg, Cluster *c, const DomainLinkArgs *m,
         domain_digest(&probe);
 
         dom = domain_find_name(reg, m->comm_name);
+        if (dom && dom->state == DOMAIN_FAILED) {
+                /* A member left or was lost (a restart, say): linking the name again makes a
+                 * new domain. The failed one stays FAILED under its comm_id until the members
+                 * here that still hold it unlink it; PeerDomainJoin finds the new one. */
+                log_info("%s: failed (%s); cluster %" PRIu64 " links %s again: a new domain "
+                         "replaces it",
+                         DOMAIN_NAME(dom), dom->reason, c->id, dom->name);
+                dom->replaced = true;
+                dom = NULL;
+        }
         if (dom) {
                 if (memcmp(dom->digest, probe.digest, sizeof(probe.digest)) != 0)
                         return error_set(err, STATUS_PARAM_INVALID,
@@ -516,11 +526,6 @@ int domain_handle_link(DomainRegistry *reg, Cluster *c, const DomainLinkArgs *m,
                                          "rank %" PRIu32 " (cluster %" PRIu64 ") on another "
                                          "daemon",
                                          DOMAIN_NAME(dom), me, c->id);
-                if (dom->state == DOMAIN_FAILED || dom->ranks[me].left)
-                        return error_set(err, STATUS_LINK_FAILED,
-                                         "%s failed (%s); every member "
-                                         "here must kvd_unlink() it before it is linked again",
-                                         DOMAIN_NAME(dom), dom->reason);
         } else {
                 if (reg->n_domains >= DOMAIN_MAX)
                         return error_set(err, STATUS_LIMIT_EXCEEDED,

@@ -108,6 +108,10 @@ struct PairLink {
         TransportChannel *rdma_ep; /* HELD over RDMA */
         uint64_t link_id;          /* MADE */
         bool owned;                /* MADE by us (freed with the last domain), not reused */
+        bool reverse;              /* MADE: the link is the one the remote cluster made to
+                                    * ours (links are two-way): a Link of this daemon on our
+                                    * cluster's links_in, or the peer's InLink (@link_id its
+                                    * id); never ours to free */
         Error err;                 /* FAILED */
         unsigned n_refs;
         CList link_reg;
@@ -182,6 +186,8 @@ struct Domain {
         unsigned n_calls;
         DomainCounters counters;
         int last_algorithm; /* kvd_algorithm of the last collective, 0 none */
+        bool replaced;      /* FAILED, and a new link() of its name made another domain:
+                             * found by its comm_id only, until its members unlink it */
         unsigned refs;      /* calls and callbacks that keep it after removal */
         bool removed;       /* off the registry; freed when @refs drops to 0 */
         CList link_reg;
@@ -553,6 +559,22 @@ void domain_join_peer_lost(Domain *dom, Peer *p, int status, const char *why);
 void domain_make_links(Domain *dom);
 void domain_pair_link_unref(PairLink *pl);
 PairLink *domain_pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote);
+/*
+ * Where the messages of local member @m to remote member @o of OK @dom go as RDMA WRITEs: the
+ * endpoint (and in *@ret_peer the peer that owns it) of the link the pair uses, its own or the
+ * one the other cluster made. NULL when that link runs over TCP or is unusable; *@ret_why then
+ * says why ("runs over TCP", "is gone", ...).
+ */
+TransportChannel *domain_pair_rdma(Domain *dom, uint32_t m, uint32_t o, Peer **ret_peer,
+                                   const char **ret_why);
+/* The transport_reason of the link pair @m -> @o of OK @dom uses, into @buf. */
+const char *domain_pair_reason(const Domain *dom, uint32_t m, uint32_t o, char *buf, size_t size);
+/*
+ * Link or inbound link @link_id of this daemon is gone with @status: unlinked by either cluster
+ * (NOT_YET_LINK) fails every domain whose pairs use it with LINK_FAILED, as a member's unlink
+ * does; other statuses (a peer, a cluster lost) are left to what fails domains for those.
+ */
+void domain_link_gone(DomainRegistry *reg, uint64_t link_id, int status, uint64_t a, uint64_t b);
 
 /* The peer messages the handlers take, decoded (domain-codec.c): domain-peer.c for members
  * joining, linking, becoming ready and leaving, domain-lane.c for the words of a lane's messages.

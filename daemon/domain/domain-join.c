@@ -123,6 +123,7 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
         Cluster *c = dom->ranks[m].cluster;
         uint64_t remote = dom->ranks[o].cluster_id;
         PairLink *pl;
+        InLink *il;
         Link *l;
         Peer *p;
         int r;
@@ -150,6 +151,15 @@ static PairLink *pair_link_get(Domain *dom, uint32_t m, uint32_t o)
                 /* Already linked (link_clusters or an older domain): the domain uses it. */
                 pl->state = PAIR_LINK_MADE;
                 pl->link_id = l->id;
+                return pl;
+        }
+        il = link_inlink_find_cluster(c, remote);
+        if (il && !il->domain) {
+                /* The remote cluster linked to ours (links are two-way): the domain uses that
+                 * link and opens no other. One a domain of theirs asked for is not made yet. */
+                pl->state = PAIR_LINK_MADE;
+                pl->link_id = il->id;
+                pl->reverse = true;
                 return pl;
         }
         pl->state = PAIR_LINK_FAILED;
@@ -203,8 +213,11 @@ void domain_pair_link_unref(PairLink *pl)
                 break;
         case PAIR_LINK_MADE:
                 l = c ? link_find(c, pl->remote_cluster_id) : NULL;
-                if (pl->owned && l && l->id == pl->link_id)
+                if (pl->owned && l && l->id == pl->link_id) {
+                        /* Not the domains' any more: its going fails none of them. */
+                        pl->state = PAIR_LINK_FAILED;
                         link_free(l, STATUS_NOT_YET_LINK);
+                }
                 break;
         case PAIR_LINK_FAILED:
                 break;
@@ -215,6 +228,118 @@ void domain_pair_link_unref(PairLink *pl)
         free(pl);
 }
 
+/* Whether a domain made link @link_id (a pair link of ours owns it). */
+static bool link_is_domains(DomainRegistry *reg, uint64_t link_id)
+{
+        PairLink *pl;
+
+        CLIST_FOREACH (pl, &reg->pair_links, link_reg)
+                if (pl->state == PAIR_LINK_MADE && pl->owned && pl->link_id == link_id)
+                        return true;
+        return false;
+}
+
+/* The link MADE @pl of our cluster @c uses, when it is still there and up: its own (*@ret_l) or
+ * the one the remote cluster made, on this daemon (*@ret_l) or as the peer's (*@ret_il). */
+static bool pair_link_lookup(const PairLink *pl, Cluster *c, Link **ret_l, InLink **ret_il)
+{
+        Link *l = NULL;
+        InLink *il = NULL;
+
+        if (pl->state == PAIR_LINK_MADE && c && !pl->reverse)
+                l = link_find(c, pl->remote_cluster_id);
+        else if (pl->state == PAIR_LINK_MADE && c) {
+                l = link_find_in(c, pl->remote_cluster_id);
+                if (!l)
+                        il = link_inlink_find_cluster(c, pl->remote_cluster_id);
+        }
+        if (l && (l->id != pl->link_id || l->state != LINK_UP))
+                l = NULL;
+        if (il && il->id != pl->link_id)
+                il = NULL;
+        if (ret_l)
+                *ret_l = l;
+        if (ret_il)
+                *ret_il = il;
+        return l || il;
+}
+
+static bool pair_link_alive(const PairLink *pl, Cluster *c)
+{
+        return pair_link_lookup(pl, c, NULL, NULL);
+}
+
+TransportChannel *domain_pair_rdma(Domain *dom, uint32_t m, uint32_t o, Peer **ret_peer,
+                                   const char **ret_why)
+{
+        const PairLink *pl = dom->ranks[m].pairs[o].pl;
+        Cluster *c = dom->ranks[m].cluster;
+        TransportChannel *ep = NULL;
+        InLink *il = NULL;
+        Link *l = NULL;
+        Peer *p = NULL;
+
+        *ret_peer = NULL;
+        *ret_why = "is gone";
+        if (!pl || !c)
+                return NULL;
+        if (!pl->reverse) {
+                /* Our cluster's own link, as before two-way links. */
+                l = link_find(c, pl->remote_cluster_id);
+                if (!l)
+                        return NULL;
+                if (l->state != LINK_UP) {
+                        *ret_why = "is down";
+                        return NULL;
+                }
+                ep = l->rdma_ep;
+                p = l->peer;
+        } else if (pair_link_lookup(pl, c, &l, &il) && il) {
+                /* The peer's link to us: our queue pairs to its device, once connected. */
+                ep = il->rdma_ep;
+                p = il->peer;
+        } else if (l) {
+                *ret_why = "is on this daemon";
+                return NULL;
+        } else
+                return NULL;
+        if (!ep) {
+                *ret_why = "runs over TCP";
+                return NULL;
+        }
+        if (!p || p->state != PEER_READY) {
+                *ret_why = "lost its daemon";
+                return NULL;
+        }
+        *ret_peer = p;
+        return ep;
+}
+
+const char *domain_pair_reason(const Domain *dom, uint32_t m, uint32_t o, char *buf, size_t size)
+{
+        const PairLink *pl = dom->ranks[m].pairs[o].pl;
+        Cluster *c = dom->ranks[m].cluster;
+        InLink *il = NULL;
+        Link *l = NULL;
+
+        buf[0] = '\0';
+        if (!pl || !c)
+                return buf;
+        if (!pl->reverse) {
+                l = link_find(c, pl->remote_cluster_id);
+                (void)snprintf(buf, size, "%s", l ? l->transport_reason : "");
+        } else if (pair_link_lookup(pl, c, &l, &il) && il)
+                (void)snprintf(buf, size,
+                               "the link cluster %" PRIu64 " made (inbound link %" PRIu64
+                               "), both ways: %s",
+                               il->remote_cluster_id, il->id,
+                               il->rdma_ep ? "RDMA queue pairs of ours to its device" : "TCP");
+        else if (l)
+                (void)snprintf(buf, size, "the link cluster %" PRIu64 " made, both ways: %s",
+                               l->local->id, l->transport_reason);
+        return buf;
+}
+
 /* Makes (or finds) the link of a pair of OK @dom; fails the domain when it cannot. */
 static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
 {
@@ -223,13 +348,13 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
         Cluster *c = dom->ranks[m].cluster;
         Cluster *remote;
         Error e = ERROR_INIT;
-        Link *l;
+        Link *l, *in;
         int r;
 
         l = link_find(c, pl->remote_cluster_id);
         switch (pl->state) {
         case PAIR_LINK_MADE:
-                if (l && l->id == pl->link_id && l->state == LINK_UP)
+                if (pair_link_alive(pl, c))
                         return;
                 domain_fail(dom, STATUS_PEER_LOST, false,
                             "the link of cluster %" PRIu64 " to %" PRIu64 " went away", c->id,
@@ -249,6 +374,15 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
         }
         if (dom->ranks[o].local) {
                 remote = dom->ranks[o].cluster;
+                in = link_find_in(c, remote->id);
+                if (in && !link_is_domains(dom->reg, in->id)) {
+                        /* The other member linked to ours with kvd_link_clusters() (links are
+                         * two-way): the domain uses that link and opens no other. */
+                        pl->state = PAIR_LINK_MADE;
+                        pl->link_id = in->id;
+                        pl->reverse = true;
+                        return;
+                }
                 if (l)
                         link_free(l, STATUS_PEER_LOST);
                 r = link_new_local(link, c, remote, dom->reg->roots.transports->shm, &l);
@@ -338,12 +472,16 @@ static void domain_send_ready(Domain *dom, uint32_t rank)
 /* Whether the link of pair @pl runs (or will run) over RDMA. */
 static bool pair_link_rdma(const PairLink *pl, Cluster *c)
 {
-        Link *l;
+        InLink *il = NULL;
+        Link *l = NULL;
 
         if (pl->state == PAIR_LINK_HELD)
                 return pl->rdma_ep != NULL;
-        l = pl->state == PAIR_LINK_MADE ? link_find(c, pl->remote_cluster_id) : NULL;
-        return l && l->id == pl->link_id && l->rdma_ep;
+        if (!pair_link_lookup(pl, c, &l, &il))
+                return false;
+        /* The peer's link to us: RDMA once our queue pairs to its device connected (the
+         * messages' route is decided here, so a later connection changes nothing). */
+        return l ? l->rdma_ep != NULL : il->rdma_ep != NULL;
 }
 
 static void domain_send_linked(Domain *dom, uint32_t m, uint32_t o)

@@ -147,10 +147,10 @@ void domain_lanes_set_transport(Domain *dom)
                         if (!l || l->local)
                                 continue;
                         if (dom->ranks[s].local) {
-                                Cluster *c = dom->ranks[s].cluster;
-                                Link *lk = c ? link_find(c, dom->ranks[t].cluster_id) : NULL;
+                                const char *why;
+                                Peer *p;
 
-                                l->rdma = lk && lk->rdma_ep;
+                                l->rdma = domain_pair_rdma(dom, s, t, &p, &why) != NULL;
                         } else
                                 l->rdma = dom->ranks[t].pairs[s].in_rdma;
                 }
@@ -457,41 +457,39 @@ static void op_on_rdma_ready(TransportChannel *ep, int status, const char *reaso
         /* Nothing of @op past this point: the job may have ended and completed it. */
 }
 
-/* A send whose READY asks for RDMA WRITEs: register, pair up, WRITE over our link's endpoint. */
+/* A send whose READY asks for RDMA WRITEs: register, pair up, WRITE over the endpoint of the
+ * link the pair uses (ours, or the receiver's cluster's link to ours). */
 static void op_rdma_send_start(DomainOp *op)
 {
         Lane *l = op->lane;
         Domain *dom = l->dom;
-        Cluster *c = dom->ranks[l->src].cluster;
-        Link *lk = c ? link_find(c, dom->ranks[l->dst].cluster_id) : NULL;
         Error e = ERROR_INIT;
+        const char *why = NULL;
+        TransportChannel *ep;
+        Peer *p = NULL;
         int r;
 
-        if (!lk || lk->state != LINK_UP || !lk->rdma_ep || !lk->peer ||
-            lk->peer->state != PEER_READY) {
+        ep = domain_pair_rdma(dom, l->src, l->dst, &p, &why);
+        if (!ep) {
                 op_complete(op, STATUS_LINK_FAILED,
                             "rank %" PRIu32 " waits for RDMA WRITEs, but "
                             "the link of cluster %" PRIu64 " to %" PRIu64 " %s",
                             l->dst, dom->ranks[l->src].cluster_id, dom->ranks[l->dst].cluster_id,
-                            !lk                    ? "is gone"
-                            : lk->state != LINK_UP ? "is down"
-                            : !lk->rdma_ep         ? "runs over TCP"
-                                                   : "lost its daemon");
+                            why);
                 return;
         }
         op->rdma = true;
         op->peer = op->ready_peer;
-        op->rdma_peer = lk->peer;
-        op->rdma_ep = lk->rdma_ep;
+        op->rdma_peer = p;
+        op->rdma_ep = ep;
         op->state = OP_DATA;
-        r = domain_lane_rdma_send_prepare(op, lk->rdma_ep, &e);
+        r = domain_lane_rdma_send_prepare(op, ep, &e);
         if (r < 0) {
                 op_complete(op, e.code, "%s", e.msg);
                 return;
         }
         /* Queue pairs flushed by an earlier timeout or error connect again first. */
-        r = dom->reg->peer->channel_ready(lk->peer, lk->rdma_ep, op_on_rdma_ready, op,
-                                          &op->rdma_waiter);
+        r = dom->reg->peer->channel_ready(p, ep, op_on_rdma_ready, op, &op->rdma_waiter);
         if (r < 0) {
                 op->rdma_waiter = NULL;
                 op_complete(op, STATUS_PEER_LOST, "no RDMA queue pairs to rank %" PRIu32 ": %s",

@@ -46,6 +46,22 @@ static void members_diff(const Domain *dom, const DomainJoinMsg *m, char *buf, s
         }
 }
 
+/*
+ * Whether @m comes from a domain of its member that is not the one failed @dom knew: one that
+ * never joined ours (another domain id), or whose daemon is another (it restarted). Its
+ * own failure then says nothing about the asker's domain.
+ */
+static bool join_is_new_incarnation(const Domain *dom, const Peer *p, const DomainJoinMsg *m)
+{
+        const DomainRank *src;
+
+        if (m->src_rank >= dom->n_ranks || dom->ranks[m->src_rank].local)
+                return false;
+        src = &dom->ranks[m->src_rank];
+        return src->domain_id != m->src_domain_id ||
+               (src->node_id && p->node_id && src->node_id != p->node_id);
+}
+
 void domain_peer_on_join(DomainRegistry *reg, Peer *p, uint64_t request_id, const DomainJoinMsg *m)
 {
         DomainJoinAnswer answer = {0};
@@ -67,6 +83,17 @@ void domain_peer_on_join(DomainRegistry *reg, Peer *p, uint64_t request_id, cons
                 return;
         }
         if (dom->state == DOMAIN_FAILED) {
+                if (join_is_new_incarnation(dom, p, m)) {
+                        /* The asking member linked again (restarted, or unlinked and linked):
+                         * ours failed and is replaced when a member here links again. Until
+                         * then, or link_total_time, the asker waits (PREPARING). */
+                        log_debug("%s: failed; rank %" PRIu32 " linked again (its domain %" PRIu64
+                                  " at %s): not yet, until a member here links %s again",
+                                  DOMAIN_NAME(dom), m->src_rank, m->src_domain_id,
+                                  peer_name(p, (char[96]){0}, 96), dom->name);
+                        reg->peer->join_answer(p, request_id, &answer);
+                        return;
+                }
                 error_set(&err, dom->fail_code, "comm domain %s failed at %s: %s", dom->name,
                           link_root_peer_address(p->root), dom->reason);
                 goto refuse;
@@ -87,6 +114,15 @@ void domain_peer_on_join(DomainRegistry *reg, Peer *p, uint64_t request_id, cons
                 goto refuse;
         }
         src = &dom->ranks[m->src_rank];
+        if (src->domain_id && src->node_id && p->node_id && src->node_id != p->node_id) {
+                /* The member's daemon restarted and it linked again before we noticed the old
+                 * one's loss, which fails ours: the asker waits for our member to link again. */
+                log_debug("%s: rank %" PRIu32 " linked again behind a restarted daemon (%s): "
+                          "not yet",
+                          DOMAIN_NAME(dom), m->src_rank, peer_name(p, (char[96]){0}, 96));
+                reg->peer->join_answer(p, request_id, &answer);
+                return;
+        }
         if (src->domain_id && src->domain_id != m->src_domain_id) {
                 error_set(&err, STATUS_PROTOCOL_MISMATCH,
                           "rank %" PRIu32 " joined as another "

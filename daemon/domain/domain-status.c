@@ -80,6 +80,7 @@ static json_t *channel_json(const Domain *dom, uint32_t o, bool *ok)
         uint64_t sends = 0, recvs = 0, sent = 0, received = 0, rdma = 0;
         const char *send_tp = NULL, *recv_tp = NULL, *reason = "";
         json_t *c = json_object();
+        char why[256];
 
         for (uint32_t m = 0; m < dom->n_ranks; m++) {
                 const Lane *out = dom->lanes[m][o], *in = dom->lanes[o][m];
@@ -98,11 +99,9 @@ static json_t *channel_json(const Domain *dom, uint32_t o, bool *ok)
                         rdma += in->n_rdma_msgs;
                         recv_tp = lane_transport(in);
                 }
-                if (dom->state == DOMAIN_OK && dom->ranks[m].cluster && !dom->ranks[o].local) {
-                        const Link *l = link_find(dom->ranks[m].cluster, dom->ranks[o].cluster_id);
-
-                        reason = l ? l->transport_reason : reason;
-                }
+                if (dom->state == DOMAIN_OK && dom->ranks[m].cluster && !dom->ranks[o].local &&
+                    domain_pair_reason(dom, m, o, why, sizeof(why))[0])
+                        reason = why;
         }
         set(c, "rank", json_integer(o), ok);
         set(c, "cluster_id", json_u64(dom->ranks[o].cluster_id), ok);
@@ -147,6 +146,7 @@ static json_t *domain_json(const Domain *dom, usec_t now, unsigned queue_pos, bo
                                         : json_null(),
             ok);
         set(o, "reason", json_string(dom->reason), ok);
+        set(o, "replaced", json_boolean(dom->replaced), ok);
         set(o, "ranks", json_integer(n), ok);
         for (uint32_t r = 0; r < n; r++) {
                 append(members, member_json(dom, r, ok), ok);

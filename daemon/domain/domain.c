@@ -73,9 +73,22 @@ static void domain_on_peer_flushed(void *userdata, Peer *p, int status)
         domain_on_peer_lost(userdata, p, status);
 }
 
+/* A link a domain may use went down or away, or an inbound one went. */
+static void domain_on_link_down(void *userdata, Link *l, int status)
+{
+        domain_link_gone(userdata, l->id, status, l->local->id, l->remote_cluster_id);
+}
+
+static void domain_on_inlink_gone(void *userdata, InLink *il, int status)
+{
+        domain_link_gone(userdata, il->id, status, il->remote_cluster_id, il->local->id);
+}
+
 /* What domain/ hears from link/. */
 static const LinkEvents domain_link_events = {
         .cluster_gone = domain_on_cluster_gone,
+        .link_down = domain_on_link_down,
+        .inlink_gone = domain_on_inlink_gone,
         .explain_no_link = domain_on_explain_no_link,
         .linking = domain_on_linking,
         .peer_flushed = domain_on_peer_flushed,
@@ -198,8 +211,9 @@ Domain *domain_find_name(DomainRegistry *reg, const char *name)
 {
         Domain *dom;
 
+        /* A failed domain a new one replaced keeps its name only for its members' comm_id. */
         CLIST_FOREACH (dom, &reg->domains, link_reg)
-                if (strcmp(dom->name, name) == 0)
+                if (!dom->replaced && strcmp(dom->name, name) == 0)
                         return dom;
         return NULL;
 }
@@ -523,6 +537,46 @@ void domain_on_peer_lost(DomainRegistry *reg, Peer *p, int status)
         CLIST_FOREACH_SAFE (dom, tmp, &reg->domains, link_reg) {
                 domain_lanes_peer_lost(dom, p);
                 domain_join_peer_lost(dom, p, status, why);
+        }
+}
+
+void domain_link_gone(DomainRegistry *reg, uint64_t link_id, int status, uint64_t a, uint64_t b)
+{
+        char why[ERROR_MSG_MAX];
+        Domain *dom, *tmp;
+        PairLink *pl;
+        bool any = false;
+
+        /* A lost peer or cluster fails the domains on its own path, saying so. */
+        if (!reg || status != STATUS_NOT_YET_LINK)
+                return;
+        (void)snprintf(why, sizeof(why),
+                       "link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ") was unlinked",
+                       link_id, a, b);
+        /* Failed first: releasing them then frees nothing of the link being freed. */
+        CLIST_FOREACH (pl, &reg->pair_links, link_reg)
+                if (pl->state == PAIR_LINK_MADE && pl->link_id == link_id) {
+                        pl->state = PAIR_LINK_FAILED;
+                        pl->owned = false;
+                        error_set(&pl->err, STATUS_LINK_FAILED, "%s", why);
+                        any = true;
+                }
+        if (!any)
+                return;
+        CLIST_FOREACH_SAFE (dom, tmp, &reg->domains, link_reg) {
+                bool uses = false;
+
+                if (dom->state == DOMAIN_FAILED || dom->removed)
+                        continue;
+                for (uint32_t m = 0; m < dom->n_ranks && !uses; m++)
+                        for (uint32_t o = 0; o < dom->n_ranks; o++) {
+                                const PairLink *x = dom->ranks[m].pairs[o].pl;
+
+                                uses = uses ||
+                                       (x && x->state == PAIR_LINK_FAILED && x->link_id == link_id);
+                        }
+                if (uses)
+                        domain_fail(dom, STATUS_LINK_FAILED, false, "%s", why);
         }
 }
 

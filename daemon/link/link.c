@@ -508,6 +508,7 @@ int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink *
         }
         g->link_id = il->id;
         g->role = c->role;
+        il->domain = ask->domain;
         /* The linked cluster's RDMA device, for the peer to connect queue pairs to. */
         if (transport_device_info(root->transports->rdma_transport, c->device_id, NULL, &dev,
                                   &why) >= 0) {

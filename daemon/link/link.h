@@ -166,7 +166,9 @@ struct InLink {
         Cluster *local; /* the cluster linked to */
         uint64_t remote_cluster_id;
         int remote_role;
-        bool rdma; /* the peer asked for RDMA and we offered our device */
+        bool rdma;   /* the peer asked for RDMA and we offered our device */
+        bool domain; /* a comm domain's pair link asked for it (domain/ makes no other use
+                      * of it: the asking domain holds it until it is OK) */
         /* Links are two-way: our cluster's own transfers over it go over queue pairs of ours to
          * the linking cluster's device, once connected (link_inlink_connect()), else over TCP. */
         bool has_peer_rdma;

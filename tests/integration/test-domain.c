@@ -170,6 +170,7 @@ END_TEST
 START_TEST(test_member_never_links)
 {
         kvd_mem_status st;
+        uint64_t old;
         Net w;
 
         net_start(&w, 3, short_link_time);
@@ -181,10 +182,24 @@ START_TEST(test_member_never_links)
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "rank 2 (cluster 3003"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[0].client), "did not call link"));
         ck_assert_int_eq(dom_wait(&w.m[1], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
-        /* Failed domains stay until their members unlink them. */
-        expect_status(w.m[0].client, dom_link(w.m, 3, 0, "lonely", w.table), KVD_E_ALREADY_LINK,
-                      NULL);
+        /* Linking the name again makes a new domain; the failed one stays FAILED under its
+         * comm_id until it is unlinked. The other daemons' failed domains answer the new one
+         * "not yet" (their members did not link again): it waits, and fails only when
+         * link_total_time passes, naming them, never refused by their failure. */
+        old = w.m[0].comm_id;
+        expect_ok(w.m[0].client, dom_link(w.m, 3, 0, "lonely", w.table));
+        ck_assert_uint_ne(w.m[0].comm_id, old);
+        expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, old, &st));
+        ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 2);
+        ck_assert_int_eq(dom_wait(&w.m[0], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
+        ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "link_total_time") &&
+                              strstr(kvd_last_error(w.m[0].client), "rank 1 (cluster 2002") &&
+                              !strstr(kvd_last_error(w.m[0].client), "refused"),
+                      "%s", kvd_last_error(w.m[0].client));
         expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
+        expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, old));
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
         net_stop(&w);
 }
 END_TEST
@@ -558,11 +573,13 @@ START_TEST(test_shared_links)
         memcpy(second, w.m, sizeof(second));
         dom_link_all(second, 2, "second", w.table);
         dom_wait_ok(second, 2);
+        /* Links are two-way: B's end uses A's link too, and neither domain opens another. */
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "links"), 1);
-        ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 1);
+        ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 0);
+        ck_assert_int_eq(dom_status_len(&w.nodes[1], "inbound_links"), 1);
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 2);
 
-        /* The first domain goes: the link kvd_link_clusters() made stays, so does B's. */
+        /* The first domain goes: the link kvd_link_clusters() made stays. */
         expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
         expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, w.m[1].comm_id));
         ck_assert_int_eq(dom_wait(&second[0], harness_wait_ms()), KVD_MEM_STATUS_OK);
@@ -571,75 +588,314 @@ START_TEST(test_shared_links)
         expect_ok(w.m[0].client, kvd_pull_blocks(w.m[0].client, &key_b, ca.id, sb, 2, db, 2, NULL));
         tcopies_blocks(&cp, &cb, &ca, ALL, ALL, 2, sb, db, 2);
         tcache_verify(&ca, &cp);
-        /* The second goes too: B's link was the domains', A's is still the user's. */
+        /* The second goes too: A's link is still the user's. */
         expect_ok(second[0].client, kvd_unlink(second[0].client, second[0].comm_id));
         expect_ok(second[1].client, kvd_unlink(second[1].client, second[1].comm_id));
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "links"), 1);
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 0);
+        expect_ok(w.m[1].client, kvd_check_link_status(w.m[1].client, 1001));
         tcopies_free(&cp);
         net_stop(&w);
 }
 END_TEST
 
+/* Both members of a two-member domain send each other @len bytes at once (batch send/recv) and
+ * each receives exactly what the other sent, its own buffers and every guard untouched. */
+typedef struct Exchange {
+        DomMember *m;
+        Buf send[2], recv[2];
+        int ret[2];
+        char detail[2][256];
+} Exchange;
+
+static int exchange_member(unsigned i, void *arg)
+{
+        Exchange *x = arg;
+        kvd_send_recv_item items[2] = {
+                {KVD_SEND, x->send[i].p, x->send[i].len, KVD_DT_UINT8, !i},
+                {KVD_RECV, x->recv[i].p, x->recv[i].len, KVD_DT_UINT8, !i},
+        };
+
+        x->ret[i] =
+                kvd_batch_send_recv(x->m[i].client, x->m[i].comm_id, items, 2, harness_wait_ms());
+        (void)snprintf(x->detail[i], sizeof(x->detail[i]), "%s", kvd_last_error(x->m[i].client));
+        return x->ret[i];
+}
+
+static void exchange_check(DomMember *m, size_t len, uint64_t seed)
+{
+        Exchange x = {.m = m};
+        int rets[2];
+
+        for (unsigned i = 0; i < 2; i++) {
+                buf_alloc(&x.send[i], m[i].client, len, seed + i);
+                buf_alloc(&x.recv[i], m[i].client, len, seed + 10 + i);
+        }
+        dom_parallel(2, exchange_member, &x, rets);
+        for (unsigned i = 0; i < 2; i++) {
+                ck_assert_msg(x.ret[i] == KVD_OK, "rank %u: %s: %s", i, kvd_strerror(x.ret[i]),
+                              x.detail[i]);
+                buf_expect(&x.recv[i], seed + !i);
+                buf_untouched(&x.send[i]);
+        }
+}
+
+/* Links on @nodes nodes: those the clusters made (status "links"), and inbound ones. */
+static size_t count_links(Net *w, unsigned nodes, const char *key)
+{
+        size_t n = 0;
+
+        for (unsigned i = 0; i < nodes; i++)
+                n += dom_status_len(&w->nodes[i], key);
+        return n;
+}
+
 /*
- * The member of the higher rank linked to the other one-sided before the domain: the domain
- * makes the other direction itself, uses that link, and when both unlink (loop bit 0: which goes
- * first) only the link the domain made goes. Across two daemons and on one (loop bit 1): the
- * one-sided link stays up and carries a pull, byte-exact.
+ * Two members, on one daemon (loop bit 1) or two, where one of them (bit 2: rank 1, else rank
+ * 0) linked to the other with kvd_link_clusters() before the domain. Links are two-way, so the
+ * domain uses that link from both ends and opens no other; pulls both ways and a batch
+ * send/recv move the right bytes over it. When both unlink (bit 0: which goes first) the link
+ * stays: it is the cluster's that made it, and carries a pull, byte-exact.
  */
+static void over_user_link_start(Net *w, bool one_daemon)
+{
+        unsigned nodes = one_daemon ? 1 : 2;
+
+        memset(w, 0, sizeof(*w));
+        w->n = 2;
+        for (unsigned i = 0; i < nodes; i++)
+                node_start(&w->nodes[i]);
+        for (unsigned i = 0; i < 2; i++) {
+                w->m[i] = (DomMember){&w->nodes[one_daemon ? 0 : i], 1001 * (i + 1),
+                                      one_daemon ? (int32_t)i : 0, NULL, 0};
+                dom_member_attach(&w->m[i]);
+        }
+        rank_table_build(w->table, sizeof(w->table), w->m, 2, false);
+}
+
+static void over_user_link_make(Net *w, bool one_daemon, unsigned maker)
+{
+        DomMember *to = &w->m[!maker];
+
+        /* The cluster linked to becomes a server for it (it attached as a client). */
+        expect_ok(to->client,
+                  kvd_switch_role(to->client, KVD_ROLE_MIX,
+                                  &(kvd_option){"listen_ip_info", to->node->peer_addr}, 1));
+        if (one_daemon)
+                link_to(w->m[maker].client, to->cluster_id, KVD_ROLE_MIX);
+        else
+                link_node(w->m[maker].client, to->cluster_id, to->node);
+}
+
+static void over_user_link_stop(Net *w, bool one_daemon)
+{
+        for (unsigned i = 0; i < 2; i++)
+                expect_ok(w->m[i].client, kvd_client_finalize(w->m[i].client));
+        for (unsigned i = 0; i < (one_daemon ? 1u : 2u); i++)
+                node_stop(&w->nodes[i]);
+}
+
 START_TEST(test_unlink_leaves_user_link)
 {
-        static const uint64_t sb[] = {6, 0, 3}, db[] = {1, 7, 4};
+        /* A's blocks sb go to B's db, B's untouched ub to A's vb, and at the end A's sb again
+         * to B's ub. */
+        static const uint64_t sb[] = {6, 0, 3}, db[] = {1, 7, 4}, ub[] = {0, 2, 5},
+                              vb[] = {1, 4, 7};
         bool one_daemon = _i & 2;
-        unsigned first = _i & 1, nodes = one_daemon ? 1 : 2;
-        kvd_cache_key key_a = kvd_key_blocks(1001, 0);
+        unsigned first = _i & 1, maker = (_i & 4) ? 1 : 0, nodes = one_daemon ? 1 : 2;
+        kvd_cache_key key_a = kvd_key_blocks(1001, 0), key_b = kvd_key_blocks(2002, 0);
         TCache ca, cb;
-        TCopies cp = {};
+        TCopies cp = {}, cpa = {};
         Net w;
 
-        memset(&w, 0, sizeof(w));
-        w.n = 2;
-        for (unsigned i = 0; i < nodes; i++)
-                node_start(&w.nodes[i]);
-        for (unsigned i = 0; i < 2; i++) {
-                w.m[i] = (DomMember){&w.nodes[one_daemon ? 0 : i], 1001 * (i + 1),
-                                     one_daemon ? (int32_t)i : 0, NULL, 0};
-                dom_member_attach(&w.m[i]);
-        }
-        rank_table_build(w.table, sizeof(w.table), w.m, 2, false);
+        over_user_link_start(&w, one_daemon);
         expect_ok(w.m[0].client, tcache_register(&ca, w.m[0].client, true, 2, 8, 1024, 31, &key_a,
                                                  1, KVD_REMOTE_DEFAULT));
-        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 2, 8, 1024, 32, NULL, 0,
-                                                 KVD_REMOTE_DEFAULT));
-        /* Rank 1 links to rank 0 one-sided (1001 becomes a server for it: it attached as a
-         * client), then both form the domain. */
-        expect_ok(w.m[0].client,
-                  kvd_switch_role(w.m[0].client, KVD_ROLE_MIX,
-                                  &(kvd_option){"listen_ip_info", w.nodes[0].peer_addr}, 1));
-        if (one_daemon)
-                link_to(w.m[1].client, 1001, KVD_ROLE_MIX);
-        else
-                link_node(w.m[1].client, 1001, &w.nodes[0]);
+        expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 2, 8, 1024, 32, &key_b,
+                                                 1, KVD_REMOTE_DEFAULT));
+        over_user_link_make(&w, one_daemon, maker);
+        ck_assert_int_eq(count_links(&w, nodes, "links"), 1);
         dom_link_all(w.m, 2, "over-a-link", w.table);
         dom_wait_ok(w.m, 2);
+        /* One link, the user's: the domain opened none of its own, in either direction. */
+        ck_assert_int_eq(count_links(&w, nodes, "links"), 1);
+        if (!one_daemon) {
+                ck_assert_int_eq(dom_status_len(&w.nodes[maker], "links"), 1);
+                ck_assert_int_eq(count_links(&w, nodes, "inbound_links"), 1);
+                ck_assert_int_eq(dom_status_len(&w.nodes[!maker], "inbound_links"), 1);
+        }
+        /* Both ways over it: pulls, byte-exact, and a batch send/recv. */
+        expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 3, db, 3, NULL));
+        tcopies_blocks(&cp, &ca, &cb, ALL, ALL, 2, sb, db, 3);
+        tcache_verify(&cb, &cp);
+        expect_ok(w.m[0].client, kvd_pull_blocks(w.m[0].client, &key_b, ca.id, ub, 3, vb, 3, NULL));
+        tcopies_blocks(&cpa, &cb, &ca, ALL, ALL, 2, ub, vb, 3);
+        tcache_verify(&ca, &cpa);
+        exchange_check(w.m, 3 * 4096 + 5, 700);
 
         expect_ok(w.m[first].client, kvd_unlink(w.m[first].client, w.m[first].comm_id));
         ck_assert_int_eq(dom_wait_failed(&w.m[!first], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
         expect_ok(w.m[!first].client, kvd_unlink(w.m[!first].client, w.m[!first].comm_id));
         for (unsigned i = 0; i < nodes; i++)
                 ck_assert_int_eq(dom_status_len(&w.nodes[i], "domains"), 0);
-        /* Only the kvd_link_clusters() link is left (the domain's own, rank 0 to rank 1, went);
-         * links are two-way, so rank 0 sees it too. */
+        /* The user's link is left, as it was (links are two-way: both see it). */
+        ck_assert_int_eq(count_links(&w, nodes, "links"), 1);
         expect_ok(w.m[1].client, kvd_check_link_status(w.m[1].client, 1001));
         expect_ok(w.m[0].client, kvd_check_link_status(w.m[0].client, 2002));
-        expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 3, db, 3, NULL));
-        tcopies_blocks(&cp, &ca, &cb, ALL, ALL, 2, sb, db, 3);
+        expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 3, ub, 3, NULL));
+        tcopies_blocks(&cp, &ca, &cb, ALL, ALL, 2, sb, ub, 3);
         tcache_verify(&cb, &cp);
-        tcache_verify_untouched(&ca);
+        tcache_verify(&ca, &cpa);
         tcopies_free(&cp);
+        tcopies_free(&cpa);
+        over_user_link_stop(&w, one_daemon);
+}
+END_TEST
+
+/*
+ * A domain over a kvd_link_clusters() link fails on both members when that link is unlinked,
+ * by the cluster that made it or by the other (loop bit 0), on one daemon or across two (bit
+ * 1), as it does when a member unlinks; once both unlinked it forms again, over a new link of
+ * its own.
+ */
+START_TEST(test_user_link_unlinked)
+{
+        bool one_daemon = _i & 2;
+        unsigned who = (_i & 1) ? 1 : 0, nodes = one_daemon ? 1 : 2;
+        int ret = 1;
+        Net w;
+
+        over_user_link_start(&w, one_daemon);
+        over_user_link_make(&w, one_daemon, 0);
+        dom_link_all(w.m, 2, "over-a-link", w.table);
+        dom_wait_ok(w.m, 2);
+        ck_assert_int_eq(count_links(&w, nodes, "links"), 1);
+
+        expect_ok(w.m[who].client,
+                  kvd_unlink_clusters(
+                          w.m[who].client,
+                          &(kvd_cluster_info){w.m[!who].cluster_id, KVD_ROLE_MIX, NULL, NULL}, 1,
+                          5000, false, &ret));
+        ck_assert_int_eq(ret, KVD_OK);
+        for (unsigned i = 0; i < 2; i++) {
+                ck_assert_int_eq(dom_wait_failed(&w.m[i], harness_wait_ms()),
+                                 KVD_MEM_STATUS_FAILED);
+                ck_assert_msg(strstr(kvd_last_error(w.m[i].client), "was unlinked"), "rank %u: %s",
+                              i, kvd_last_error(w.m[i].client));
+        }
+        /* Gone both ways (across daemons, a link the other side unlinked stays listed, down,
+         * on the side that made it until it unlinks or links again). */
         for (unsigned i = 0; i < 2; i++)
-                expect_ok(w.m[i].client, kvd_client_finalize(w.m[i].client));
+                expect_status(w.m[i].client,
+                              kvd_check_link_status(w.m[i].client, w.m[!i].cluster_id),
+                              KVD_E_NOT_YET_LINK, "");
+        if (one_daemon || who == 0)
+                ck_assert_int_eq(count_links(&w, nodes, "links"), 0);
+        for (unsigned i = 0; i < 2; i++)
+                expect_ok(w.m[i].client, kvd_unlink(w.m[i].client, w.m[i].comm_id));
         for (unsigned i = 0; i < nodes; i++)
-                node_stop(&w.nodes[i]);
+                ck_assert_int_eq(dom_status_len(&w.nodes[i], "domains"), 0);
+        /* Linked again, it makes links of its own, and they carry a batch send/recv. */
+        dom_link_all(w.m, 2, "over-a-link", w.table);
+        dom_wait_ok(w.m, 2);
+        exchange_check(w.m, 65536 + 3, 800);
+        over_user_link_stop(&w, one_daemon);
+}
+END_TEST
+
+/* Polls @n's daemon log for @needle until it shows up or the wait ceiling passes. */
+static bool log_wait(const Node *n, const char *needle)
+{
+        for (int waited = 0; waited < harness_wait_ms(); waited += 10) {
+                if (harness_daemon_log_contains(&n->d, needle))
+                        return true;
+                (void)usleep(10000);
+        }
+        return harness_daemon_log_contains(&n->d, needle);
+}
+
+/*
+ * What vllm-ascend's llm_datadist connector does when a prefill restarts: it never unlinks, so the
+ * decode side keeps its domain, FAILED when the prefill left; the restarted prefill links the
+ * same comm_name again at once and waits (PREPARING: the decode daemon answers "not yet" for its
+ * failed domain, no refusal); the decode side then unlinks and links again (loop bit 0: or links
+ * again while it still holds the failed domain, which stays FAILED until it unlinks it). Both
+ * reach OK, and pulls both ways and a batch send/recv move the right bytes.
+ */
+START_TEST(test_relink_after_restart)
+{
+        static const uint64_t sb[] = {2, 5, 0}, db[] = {3, 1, 6}, ub[] = {4, 7}, vb[] = {0, 2};
+        bool keep_old = _i & 1;
+        kvd_cache_key key_p = kvd_key_blocks(1001, 0), key_d = kvd_key_blocks(2002, 0);
+        TCopies cpd = {}, cpp = {};
+        kvd_mem_status st;
+        TCache cp, cd;
+        uint64_t old;
+        char *s;
+        Net w;
+
+        net_start(&w, 2, NULL);
+        expect_ok(w.m[0].client, tcache_register(&cp, w.m[0].client, true, 2, 8, 1024, 41, &key_p,
+                                                 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[1].client, tcache_register(&cd, w.m[1].client, true, 2, 8, 1024, 42, &key_d,
+                                                 1, KVD_REMOTE_DEFAULT));
+        dom_link_all(w.m, 2, "pd", w.table);
+        dom_wait_ok(w.m, 2);
+
+        /* The prefill's process goes; the decode side's domain fails and it keeps it. */
+        expect_ok(w.m[0].client, kvd_client_finalize(w.m[0].client));
+        ck_assert_int_eq(dom_wait_failed(&w.m[1], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
+        ck_assert_msg(strstr(kvd_last_error(w.m[1].client), "rank 0"), "%s",
+                      kvd_last_error(w.m[1].client));
+        old = w.m[1].comm_id;
+
+        /* The restarted prefill (same cluster id, new memory) links the same name again. */
+        w.m[0].client = NULL;
+        w.m[0].comm_id = 0;
+        dom_member_attach(&w.m[0]);
+        expect_ok(w.m[0].client, tcache_register(&cp, w.m[0].client, true, 2, 8, 1024, 43, &key_p,
+                                                 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.m[0].client, dom_link(w.m, 2, 0, "pd", w.table));
+        /* The decode daemon answered it "not yet" (its domain failed): it waits, PREPARING. */
+        ck_assert(log_wait(&w.nodes[1], "rank 0 linked again"));
+        expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, w.m[0].comm_id, &st));
+        ck_assert_msg(st == KVD_MEM_STATUS_PREPARING, "%d: %s", st, kvd_last_error(w.m[0].client));
+        expect_ok(w.m[1].client, kvd_query_register_mem_status(w.m[1].client, old, &st));
+        ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
+
+        /* The decode side links again, after unlinking or while it holds the failed one. */
+        if (!keep_old)
+                expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, old));
+        expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "pd", w.table));
+        ck_assert_uint_ne(w.m[1].comm_id, old);
+        dom_wait_ok(w.m, 2);
+        if (keep_old) {
+                expect_ok(w.m[1].client, kvd_query_register_mem_status(w.m[1].client, old, &st));
+                ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
+                ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 2);
+                s = dom_status_str(&w.nodes[1], "domains/0/state");
+                ck_assert_str_eq(s, "failed");
+                free(s);
+                s = dom_status_str(&w.nodes[1], "domains/1/state");
+                ck_assert_str_eq(s, "ok");
+                free(s);
+                expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, old));
+                ck_assert_int_eq(dom_wait(&w.m[1], harness_wait_ms()), KVD_MEM_STATUS_OK);
+        }
+        ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 1);
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 1);
+
+        /* The decode pulls the new prefill's blocks, the prefill the decode's, byte-exact. */
+        expect_ok(w.m[1].client, kvd_pull_blocks(w.m[1].client, &key_p, cd.id, sb, 3, db, 3, NULL));
+        tcopies_blocks(&cpd, &cp, &cd, ALL, ALL, 2, sb, db, 3);
+        tcache_verify(&cd, &cpd);
+        expect_ok(w.m[0].client, kvd_pull_blocks(w.m[0].client, &key_d, cp.id, ub, 2, vb, 2, NULL));
+        tcopies_blocks(&cpp, &cd, &cp, ALL, ALL, 2, ub, vb, 2);
+        tcache_verify(&cp, &cpp);
+        exchange_check(w.m, 40000 + 7, 900);
+        tcopies_free(&cpd);
+        tcopies_free(&cpp);
+        net_stop(&w);
 }
 END_TEST
 
@@ -870,7 +1126,9 @@ static Suite *domain_suite(void)
         tcase_add_test(tc, test_member_never_links);
         tcase_add_test(tc, test_rank_tables_disagree);
         tcase_add_test(tc, test_shared_links);
-        tcase_add_loop_test(tc, test_unlink_leaves_user_link, 0, 4);
+        tcase_add_loop_test(tc, test_unlink_leaves_user_link, 0, 8);
+        tcase_add_loop_test(tc, test_user_link_unlinked, 0, 4);
+        tcase_add_loop_test(tc, test_relink_after_restart, 0, 2);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("rules");

@@ -885,6 +885,44 @@ START_TEST(test_bad_joins)
         /* A failed domain refuses with its own status. */
         domain_peer_on_join(reg, them, 8, &good);
         ck_assert_int_eq(sent_nth(SENT_JOIN_REFUSE, 6)->status, STATUS_PARAM_INVALID);
+
+        /* A new incarnation of rank 1's domain (it linked again: a restart) is not refused by
+         * our failure: "not yet", it waits until our member links again. So is one from a
+         * restarted daemon (another node id), whatever its domain id. */
+        m = good, m.src_domain_id = THEIR_DOMAIN + 7;
+        domain_peer_on_join(reg, them, 9, &m);
+        ck_assert_uint_eq(sent_count(SENT_JOIN_REFUSE), 7);
+        s = sent_nth(SENT_JOIN_ANSWER, 1);
+        ck_assert_ptr_nonnull(s);
+        ck_assert(!s->flag);
+        ck_assert_uint_eq(s->dst_domain_id, 0);
+        dom->ranks[1].node_id = them->node_id + 1;
+        domain_peer_on_join(reg, them, 10, &good);
+        ck_assert_uint_eq(sent_count(SENT_JOIN_REFUSE), 7);
+        ck_assert(!sent_nth(SENT_JOIN_ANSWER, 2)->flag);
+        ck_assert_int_eq(dom->state, DOMAIN_FAILED);
+}
+END_TEST
+
+/* Rank 1's daemon restarted and its member linked again before we noticed: whatever domain id
+ * it asks with, the answer is "not yet", not a refusal; our domain is left as it is. */
+START_TEST(test_join_restarted_daemon)
+{
+        Cluster *c0 = cluster(100);
+        Domain *dom = domain_make("restart", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
+        DomainJoinMsg good = their_join(dom), m;
+
+        domain_peer_on_join(reg, them, 1, &good);
+        ck_assert(sent_nth(SENT_JOIN_ANSWER, 0)->flag);
+        dom->ranks[1].node_id = them->node_id + 1;
+        for (uint64_t k = 0; k < 2; k++) {
+                m = good, m.src_domain_id = THEIR_DOMAIN + k;
+                domain_peer_on_join(reg, them, 2 + k, &m);
+                ck_assert(!sent_nth(SENT_JOIN_ANSWER, 1 + k)->flag);
+        }
+        ck_assert_uint_eq(sent_count(SENT_JOIN_REFUSE), 0);
+        ck_assert_int_eq(dom->state, DOMAIN_PREPARING);
+        ck_assert_uint_eq(dom->ranks[1].domain_id, THEIR_DOMAIN);
 }
 END_TEST
 
@@ -2362,6 +2400,25 @@ START_TEST(test_link_local)
         ck_assert_int_eq(q.failure, STATUS_LINK_FAILED);
         ck_assert_int_eq(domain_handle_query(reg, c1, id0, &q, &err), STATUS_PARAM_INVALID);
         ck_assert_uint_eq(n_sent, 0);
+
+        /* Linking the failed domain's name again makes a new domain that takes the name; the
+         * failed one stays FAILED under its comm_id until its member here unlinks it. */
+        ck_assert_int_eq(link_call(c0, ranks, 2, &id1), 0);
+        ck_assert_uint_ne(id1, id0);
+        ck_assert(dom->replaced);
+        ck_assert_int_eq(dom->state, DOMAIN_FAILED);
+        ck_assert_ptr_eq(domain_find_name(reg, "pair"), domain_find_id(reg, id1));
+        ck_assert_uint_eq(reg->n_domains, 2);
+        ck_assert_int_eq(link_call(c1, ranks, 2, &unused), 0);
+        ck_assert_uint_eq(unused, id1);
+        ck_assert_int_eq(domain_find_id(reg, id1)->state, DOMAIN_OK);
+        ck_assert_int_eq(domain_handle_query(reg, c0, id0, &q, &err), 0);
+        ck_assert_uint_eq(q.mem_status, KVD_MEM_STATUS_FAILED);
+        ck_assert_int_eq(domain_handle_unlink(reg, c0, id0, &err), 0);
+        ck_assert_ptr_null(domain_find_id(reg, id0));
+        ck_assert_int_eq(domain_handle_query(reg, c0, id1, &q, &err), 0);
+        ck_assert_uint_eq(q.mem_status, KVD_MEM_STATUS_OK);
+        ck_assert_uint_eq(n_sent, 0);
 }
 END_TEST
 
@@ -2392,6 +2449,7 @@ static Suite *domain_suite(void)
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_bad_notices);
         tcase_add_test(tc, test_bad_joins);
+        tcase_add_test(tc, test_join_restarted_daemon);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("calls");

@@ -499,6 +499,13 @@ typedef struct kvd_cluster_rank {
  * at once: PARAM_INVALID (the detail names what is wrong: a rank twice or outside 0..n-1, a
  * cluster twice, ...), ALREADY_LINK, LIMIT_EXCEEDED (KVD_MAX_DOMAINS on this daemon),
  * FEATURE_NOT_ENABLED.
+ * The domain is PREPARING until every member called kvd_link() (a member whose domain of that
+ * name failed counts only once it links again) and the links are made, or FAILED once
+ * link_total_time passed. Linking the name of a domain that FAILED (a member left or was lost,
+ * e.g. it restarted) makes a new domain with a new comm_id; the failed one stays FAILED under
+ * its own comm_id until this cluster unlinks it. Members already linked by kvd_link_clusters()
+ * (made by either of them) use that link and open no other; it stays when the domain goes, and
+ * unlinking it fails the domain (LINK_FAILED).
  */
 int kvd_link(kvd_client *client, const char *comm_name, const kvd_cluster_rank *cluster_rank_info,
              size_t n, const char *rank_table_json, uint64_t *ret_comm_id);
