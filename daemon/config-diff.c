@@ -138,7 +138,8 @@ static bool devices_same(const Config *a, const Config *b)
 
                 if (x->device_id != y->device_id || x->port != y->port ||
                     x->gid_index != y->gid_index || x->transport != y->transport ||
-                    !str_same(x->rdma_device, y->rdma_device) || !str_same(x->netdev, y->netdev))
+                    !str_same(x->rdma_device, y->rdma_device) || !str_same(x->netdev, y->netdev) ||
+                    !str_same(x->address, y->address))
                         return false;
         }
         return true;

@@ -47,6 +47,8 @@ static json_t *device_to_json(const DeviceConfig *d, bool *ok)
         set(o, "gid_index", json_integer(d->gid_index), ok);
         if (d->netdev)
                 set(o, "netdev", json_string(d->netdev), ok);
+        if (d->address)
+                set(o, "address", json_string(d->address), ok);
         return o;
 }
 

@@ -263,6 +263,34 @@ static int parse_log_level(Config *c, json_t *v, const char *path, char **error)
         return 0;
 }
 
+/*
+ * A device's own peer address: "ip" (port CONFIG_DEVICE_DEFAULT_PORT, as a rank table's device_ip
+ * means) or "ip:port", "[v6]:port"; numeric, no port 0 (peers dial it). Kept canonical, so rank
+ * tables and duplicates compare as strings.
+ */
+static int parse_device_address(json_t *v, const char *path, char **ret, char **error)
+{
+        char canon[SOCKADDR_STR_MAX];
+        struct sockaddr_storage sa;
+        socklen_t len;
+        char *d;
+
+        if (!json_is_string(v) || !json_string_is_clean(v))
+                return config_errorf(error, -EINVAL, "%s: expected a string", path);
+        if (sockaddr_parse(json_string_value(v), CONFIG_DEVICE_DEFAULT_PORT, &sa, &len) < 0 ||
+            sockaddr_format((struct sockaddr *)&sa, len, canon, sizeof(canon)) < 0)
+                return config_errorf(error, -EINVAL,
+                                     "%s: \"%.64s\" is not \"ip\", \"ip:port\" or \"[ipv6]:port\" "
+                                     "(numeric; port 1..65535, %d when left out)",
+                                     path, json_string_value(v), CONFIG_DEVICE_DEFAULT_PORT);
+        d = strdup(canon);
+        if (!d)
+                return -ENOMEM;
+        free(*ret);
+        *ret = d;
+        return 0;
+}
+
 static int parse_device(json_t *obj, const char *path, DeviceConfig *d, char **error)
 {
         char p[PATH_BUF];
@@ -310,6 +338,10 @@ static int parse_device(json_t *obj, const char *path, DeviceConfig *d, char **e
                         d->gid_index = (int)i;
                 } else if (streq(key, "netdev")) {
                         r = json_get_string(v, p, 1, NETDEV_NAME_MAX, &d->netdev, error);
+                        if (r < 0)
+                                return r;
+                } else if (streq(key, "address")) {
+                        r = parse_device_address(v, p, &d->address, error);
                         if (r < 0)
                                 return r;
                 } else {
@@ -360,6 +392,14 @@ static int parse_devices(Config *c, json_t *v, const char *path, char **error)
                                                   "%s.device_id: duplicate device_id %" PRIi32
                                                   " (also in %s[%zu])",
                                                   p, devices[i].device_id, path, j);
+                                goto fail;
+                        }
+                for (size_t j = 0; devices[i].address && j < i; j++)
+                        if (devices[j].address && streq(devices[j].address, devices[i].address)) {
+                                r = config_errorf(error, -EINVAL,
+                                                  "%s.address: duplicate address %s (also in "
+                                                  "%s[%zu]): each device has its own",
+                                                  p, devices[i].address, path, j);
                                 goto fail;
                         }
         }

@@ -162,6 +162,7 @@ static void device_config_done(DeviceConfig *d)
 {
         free(d->rdma_device);
         free(d->netdev);
+        free(d->address);
 }
 
 void config_devices_free(DeviceConfig *devices, size_t n)
@@ -318,12 +319,15 @@ int config_dup(const Config *c, Config **ret)
                         DeviceConfig *dd = &d->devices[i];
 
                         *dd = c->devices[i];
-                        dd->rdma_device = dd->netdev = NULL;
+                        dd->rdma_device = dd->netdev = dd->address = NULL;
                         d->n_devices = i + 1;
                         r = strdup_or_null(c->devices[i].rdma_device, &dd->rdma_device);
                         if (r < 0)
                                 return r;
                         r = strdup_or_null(c->devices[i].netdev, &dd->netdev);
+                        if (r < 0)
+                                return r;
+                        r = strdup_or_null(c->devices[i].address, &dd->address);
                         if (r < 0)
                                 return r;
                 }

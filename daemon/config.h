@@ -41,6 +41,9 @@ typedef struct Config {
         Limits limits;
 } Config;
 
+/* The port of a device's address when the value names none (a rank table's device_ip too). */
+#define CONFIG_DEVICE_DEFAULT_PORT 7400
+
 /* The port of metrics_listen when the value names none. */
 #define CONFIG_METRICS_DEFAULT_PORT 9477
 

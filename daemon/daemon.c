@@ -368,6 +368,9 @@ int daemon_new(Config *config, Daemon **ret)
         r = peer_listener_new(&d->link, &d->link.peer_listener);
         if (r < 0)
                 goto fail;
+        r = peer_device_listeners_new(&d->link);
+        if (r < 0)
+                goto fail;
         if (config->metrics_listen) {
                 struct sockaddr_storage sa;
                 socklen_t len;

@@ -386,6 +386,35 @@ static int cluster_ranks_sort(const DomainLinkArgs *m, size_t n, const DomainClu
         return 0;
 }
 
+/*
+ * A device with an address of its own (devices[].address) is that address in a rank table: its
+ * device_ip, which names this kvdistd, or with a "1.2" host_ip the device's own NIC address (the
+ * IP only: HCCL's device_ip has no port).
+ */
+static int check_device_address(LinkRoot *link, const Cluster *c, uint32_t me,
+                                const RankDevice *own, Error *err)
+{
+        const DeviceConfig *dev = link_root_find_device(link, c->device_id);
+
+        if (!dev || !dev->address)
+                return 0;
+        if (strcmp(own->address_key, "host_ip") == 0) {
+                if (own->device_ip[0] && !rank_table_same_ip(own->device_ip, dev->address))
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "rank %" PRIu32 "'s device_ip %s is not the address of "
+                                         "device %" PRId32 " on this kvdistd (%s)",
+                                         me, own->device_ip, c->device_id, dev->address);
+                return 0;
+        }
+        if (strcmp(own->address, dev->address) != 0)
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "rank %" PRIu32 "'s device_ip %s is not the address of "
+                                 "device %" PRId32 " on this kvdistd (%s): a device with an "
+                                 "address is named by it",
+                                 me, own->address, c->device_id, dev->address);
+        return 0;
+}
+
 /* Checks the arguments of a link call and fills @ranks (without local state). */
 static int link_check(DomainRegistry *reg, Cluster *c, const DomainLinkArgs *m, DomainRank *ranks,
                       uint32_t *ret_me, Error *err)
@@ -434,6 +463,9 @@ static int link_check(DomainRegistry *reg, Cluster *c, const DomainLinkArgs *m, 
                                  " of server %s in the rank table, but cluster %" PRIu64 " was "
                                  "initialised with device_id %" PRId32,
                                  me, own->device_id, own->server_id, c->id, c->device_id);
+        r = check_device_address(link, c, me, own, err);
+        if (r < 0)
+                return r;
         domain_local_res(reg, c, &res, &given);
         if (given &&
             (strcmp(res.address, own->address) != 0 || strcmp(res.server_id, own->server_id) != 0))

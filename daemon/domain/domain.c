@@ -652,7 +652,8 @@ int domain_explain_no_link(DomainRegistry *reg, const Cluster *c, uint64_t remot
 
 /* ---- local_comm_res ---- */
 
-/* Whether @ip_port (canonical) is where this daemon listens for peers. */
+/* Whether @ip_port (canonical) is where this daemon listens for peers: its listen_ip_info or the
+ * address of one of its devices (devices[].address). */
 bool domain_address_is_ours(LinkRoot *link, const char *ip_port)
 {
         const char *ours = link_root_peer_address(link);
@@ -663,7 +664,7 @@ bool domain_address_is_ours(LinkRoot *link, const char *ip_port)
 
         if (!ours[0])
                 return false;
-        if (strcmp(ours, ip_port) == 0)
+        if (strcmp(ours, ip_port) == 0 || link_root_find_device_address(link, ip_port))
                 return true;
         if (sockaddr_parse(ours, 0, &a, &alen) < 0 || sockaddr_parse(ip_port, 0, &b, &blen) < 0 ||
             a.ss_family != b.ss_family)

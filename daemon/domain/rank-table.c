@@ -50,6 +50,21 @@ int rank_table_parse_address(const char *s, char *buf, size_t size)
         return sockaddr_format((struct sockaddr *)&sa, len, buf, size) < 0 ? -EINVAL : 0;
 }
 
+bool rank_table_same_ip(const char *a, const char *b)
+{
+        struct sockaddr_storage x, y;
+        socklen_t xl, yl;
+
+        if (!a || !b || sockaddr_parse(a, RANK_TABLE_DEFAULT_PORT, &x, &xl) < 0 ||
+            sockaddr_parse(b, RANK_TABLE_DEFAULT_PORT, &y, &yl) < 0 || x.ss_family != y.ss_family)
+                return false;
+        if (x.ss_family == AF_INET)
+                return ((const struct sockaddr_in *)&x)->sin_addr.s_addr ==
+                       ((const struct sockaddr_in *)&y)->sin_addr.s_addr;
+        return IN6_ARE_ADDR_EQUAL(&((const struct sockaddr_in6 *)&x)->sin6_addr,
+                                  &((const struct sockaddr_in6 *)&y)->sin6_addr);
+}
+
 /* A non-negative number no larger than @max, written as a decimal string or a JSON integer. */
 static int get_uint(const Ctx *c, json_t *v, const char *path, uint64_t max, uint64_t *ret)
 {
@@ -290,6 +305,7 @@ static int parse_device(const Ctx *c, json_t *dev, const char *path, bool with_r
                 r = get_address(c, v, p, nic, sizeof(nic));
                 if (r < 0)
                         return r;
+                (void)snprintf(ret->device_ip, sizeof(ret->device_ip), "%s", nic);
         }
         (void)snprintf(ret->address, sizeof(ret->address), "%s", host ?: nic);
         ret->address_key = host ? "host_ip" : "device_ip";
@@ -373,17 +389,10 @@ static int parse_server(const Ctx *c, json_t *server, const char *path, bool wit
                                                 "device_id %" PRId32 " appears twice in "
                                                 "server %s",
                                                 d->device_id, id);
-                        /* One kvdistd serves every device of a server (with a host_ip the
-                         * addresses are the same by construction). */
-                        if (strcmp(devs[k].address, d->address) != 0)
-                                return ctx_fail(c, p,
-                                                "device_ip %s differs from %s of device %" PRId32
-                                                ": one kvdistd serves all devices of a "
-                                                "server%s",
-                                                d->address, devs[k].address, devs[k].device_id,
-                                                c->v12 ? " (give the server a host_ip to name it)"
-                                                       : "");
                 }
+                /* One kvdistd serves every device of a server; the devices may name it by
+                 * one address (its listen_ip_info) or each by its own (devices[].address), so
+                 * their device_ips may differ. */
         }
         return 0;
 }
@@ -542,12 +551,13 @@ int rank_table_parse(const char *json, RankTable *ret, Error *err)
                         if (strcmp(devs[k].server_id, devs[first].server_id) == 0)
                                 return ctx_fail(&c, p, "server_id \"%s\" appears twice",
                                                 devs[first].server_id);
-                        if (strcmp(devs[k].address, devs[first].address) == 0)
-                                return ctx_fail(&c, p,
-                                                "%s %s is also server %s's: each "
-                                                "server has its own kvdistd",
-                                                devs[first].address_key, devs[first].address,
-                                                devs[k].server_id);
+                        for (size_t j = first; j < n; j++)
+                                if (strcmp(devs[k].address, devs[j].address) == 0)
+                                        return ctx_fail(&c, p,
+                                                        "%s %s is also server %s's: each "
+                                                        "server has its own kvdistd",
+                                                        devs[j].address_key, devs[j].address,
+                                                        devs[k].server_id);
                 }
         }
         r = parse_super_pods(&c, root, servers);

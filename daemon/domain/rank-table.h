@@ -10,14 +10,18 @@
  *                        "device": [ { "device_id": "0", "device_ip": "10.0.0.1",
  *                                      "rank_id": "0" } ] }, ... ] }
  *
- * kvdist reaches a member through the kvdistd of its server: the member's address is the peer
+ * kvdist reaches a member through the kvdistd of its server: the member's address is a peer
  * address of that kvdistd ("ip" means port RANK_TABLE_DEFAULT_PORT, "ip:port" or "[v6]:port"
- * name one). In the "1.0" form it is the device's device_ip, so every device of one server
- * shares it. The "1.2" form adds a server's "host_ip" (HCCL: the server's host address): when
- * given it names the server's kvdistd and each device_ip is then the device's own NIC address,
- * checked but not used (and optional). The other "1.2" keys (a device's super_device_id,
- * device_port, backup_device_ip, backup_device_port, host_port; the table's super_pod_list) are
- * checked for their form and otherwise ignored: kvdist has no super pods and its own ports.
+ * name one). In the "1.0" form it is the device's device_ip: the kvdistd's listen_ip_info, which
+ * every device of the server then shares, or the device's own address (the config's
+ * devices[].address, HCCL's meaning of device_ip), on which the kvdistd that owns the device
+ * listens too; the devices of one server may so have different device_ips. The "1.2" form adds
+ * a server's "host_ip" (HCCL: the server's host address): when given it names the server's
+ * kvdistd and each device_ip is then the device's own NIC address (optional; kvdistd checks it
+ * against the device's configured address, when there is one, and does not dial it). The other
+ * "1.2" keys (a device's super_device_id, device_port, backup_device_ip, backup_device_port,
+ * host_port; the table's super_pod_list) are checked for their form and otherwise ignored: kvdist
+ * has no super pods and its own ports.
  *
  * Numbers may be written as strings (HCCL's way) or as JSON integers. The parser is strict: an
  * unknown key (a "1.2" key in a "1.0" table among them), a missing one, a wrong type, a value
@@ -26,6 +30,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,9 +51,10 @@
 typedef struct RankDevice {
         uint32_t rank;
         int32_t device_id;
-        char address[SOCKADDR_STR_MAX]; /* the member's kvdistd, canonical "ip:port" */
-        const char *address_key;        /* the key that gave it, for messages: "device_ip",
-                                         * "host_ip" (a static string) */
+        char address[SOCKADDR_STR_MAX];   /* the member's kvdistd, canonical "ip:port" */
+        const char *address_key;          /* the key that gave it, for messages: "device_ip",
+                                           * "host_ip" (a static string) */
+        char device_ip[SOCKADDR_STR_MAX]; /* the device_ip as given, canonical; "" when none */
         char server_id[RANK_TABLE_ID_MAX];
 } RankDevice;
 
@@ -76,3 +82,7 @@ int rank_table_parse_fragment(const char *json, RankDevice *ret, Error *err);
  * "ip:port" form in @buf (SOCKADDR_STR_MAX bytes). -EINVAL when it is not a numeric address.
  */
 int rank_table_parse_address(const char *s, char *buf, size_t size);
+
+/* Whether the addresses @a and @b ("ip:port", canonical or not) have the same IP, whatever
+ * their ports. False when either does not parse. */
+bool rank_table_same_ip(const char *a, const char *b);

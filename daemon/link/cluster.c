@@ -163,7 +163,7 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
         /* Where it listens already (switch_role keeping its port): nothing to do. */
         if (c->listener && peer_listener_covers(c->listener, canon))
                 return 0;
-        if (!peer_listener_covers(root->peer_listener, canon)) {
+        if (!link_root_listens_at(root, canon)) {
                 o = cluster_listening_at(root, c, canon);
                 if (o)
                         return error_set(err, STATUS_LINK_FAILED,
@@ -187,7 +187,7 @@ int cluster_set_listen(Cluster *c, const char *listen_ip_info, Error *err)
         free(c->listen_ip_info);
         c->listen_ip_info = TAKE_PTR(address);
         log_fields(LOG_INFO, 0, LOG_CLUSTER(c->id), "cluster %" PRIu64 ": reachable at %s%s", c->id,
-                   c->listen_ip_info, l ? "" : " (the daemon's own peer listener)");
+                   c->listen_ip_info, l ? "" : " (a peer listener of the daemon's own)");
         if (l && !root->cluster_key)
                 log_warning("no cluster_key_file: any host that reaches %s can act as a peer "
                             "daemon",

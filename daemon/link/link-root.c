@@ -8,6 +8,7 @@
 #include "daemon/link/link-root.h"
 #include "daemon/link/peer-link.h"
 #include "daemon/link/peer.h"
+#include "daemon/transport/transport-set.h"
 
 void link_root_init(LinkRoot *root)
 {
@@ -42,6 +43,29 @@ Cluster *link_root_find_cluster(LinkRoot *root, uint64_t cluster_id)
                 if (c->id == cluster_id)
                         return c;
         return NULL;
+}
+
+bool link_root_listens_at(const LinkRoot *root, const char *address)
+{
+        if (peer_listener_covers(root->peer_listener, address))
+                return true;
+        for (size_t i = 0; i < root->n_device_listeners; i++)
+                if (peer_listener_covers(root->device_listeners[i], address))
+                        return true;
+        return false;
+}
+
+const DeviceConfig *link_root_find_device(const LinkRoot *root, int32_t device_id)
+{
+        return root->transports ? transport_set_find_device(root->transports, device_id) : NULL;
+}
+
+const DeviceConfig *link_root_find_device_address(const LinkRoot *root, const char *address)
+{
+        if (!root->transports)
+                return NULL;
+        return transport_config_find_address(root->transports->devices, root->transports->n_devices,
+                                             address);
 }
 
 const char *link_root_peer_address(const LinkRoot *root)

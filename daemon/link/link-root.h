@@ -60,8 +60,11 @@ typedef struct LinkRoot {
         char identity[96];    /* "kvdistd/0.1.0 hostname" */
         uint8_t *cluster_key; /* pre-shared peer key; NULL when none */
         size_t cluster_key_len;
-        PeerListener *peer_listener; /* NULL when listen_ip_info is not set */
-        CList peers;                 /* Peer.link_daemon */
+        PeerListener *peer_listener;     /* NULL when listen_ip_info is not set */
+        PeerListener **device_listeners; /* one per device address the peer listener does not
+                                          * serve (devices[].address) */
+        size_t n_device_listeners;
+        CList peers; /* Peer.link_daemon */
         unsigned n_peers;
         CList inlinks; /* InLink.link_daemon: peers' clusters linked to ours */
         unsigned n_inlinks;
@@ -94,6 +97,18 @@ void link_root_changed(LinkRoot *root);
 
 /* The cluster @cluster_id of this daemon; NULL when none. */
 Cluster *link_root_find_cluster(LinkRoot *root, uint64_t cluster_id);
+
+/*
+ * Whether peers that dial @address (canonical "ip:port") reach this daemon through a listener it
+ * opened at start: the peer listener or a device's address.
+ */
+bool link_root_listens_at(const LinkRoot *root, const char *address);
+
+/* The device map's entry for @device_id, or NULL. */
+const DeviceConfig *link_root_find_device(const LinkRoot *root, int32_t device_id);
+
+/* The device map's entry whose address is @address (canonical "ip:port"), or NULL. */
+const DeviceConfig *link_root_find_device_address(const LinkRoot *root, const char *address);
 
 /* Where peers reach this daemon ("ip:port"), "" when it does not listen for them. */
 const char *link_root_peer_address(const LinkRoot *root);

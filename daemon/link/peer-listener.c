@@ -17,6 +17,7 @@
 #include "daemon/link/peer-internal.h"
 #include "daemon/link/peer.h"
 #include "common/status.h"
+#include "daemon/transport/transport-set.h"
 
 #define PEER_KEY_MAX (64u << 10)
 #define PEER_KEY_MIN 16
@@ -212,6 +213,54 @@ int peer_listener_new(LinkRoot *root, PeerListener **ret)
         return 0;
 }
 
+int peer_device_listeners_new(LinkRoot *root)
+{
+        const TransportSet *ts = root->transports;
+        int r;
+
+        if (!ts)
+                return 0;
+        for (size_t i = 0; i < ts->n_devices; i++) {
+                const DeviceConfig *d = &ts->devices[i];
+                PeerListener *l = NULL;
+
+                if (!d->address)
+                        continue;
+                if (!root->peer_listener) {
+                        log_error("devices: device %" PRIi32 " has the address %s, but this "
+                                  "kvdistd does not accept peers: set listen_ip_info too",
+                                  d->device_id, d->address);
+                        return -EINVAL;
+                }
+                if (link_root_listens_at(root, d->address)) {
+                        log_info("device %" PRIi32 ": reachable at %s (a listener of this "
+                                 "kvdistd serves it already)",
+                                 d->device_id, d->address);
+                        continue;
+                }
+                if (!root->device_listeners) {
+                        root->device_listeners = calloc(ts->n_devices, sizeof(PeerListener *));
+                        if (!root->device_listeners)
+                                return -ENOMEM;
+                }
+                r = peer_listener_open(root, d->address, &l);
+                if (r < 0)
+                        return log_error_errno(r,
+                                               "devices: device %" PRIi32 ": cannot listen for "
+                                               "peers on its address %s%s",
+                                               d->device_id, d->address,
+                                               r == -EADDRNOTAVAIL ? " (no interface of this "
+                                                                     "host has that address)"
+                                               : r == -EADDRINUSE  ? " (another socket holds "
+                                                                     "that port)"
+                                                                   : "");
+                root->device_listeners[root->n_device_listeners++] = l;
+                log_info("device %" PRIi32 ": reachable at %s", d->device_id,
+                         peer_listener_address(l));
+        }
+        return 0;
+}
+
 /* Whether @a is an unspecified address (0.0.0.0, ::), which a listener binds to every address. */
 static bool sockaddr_is_any(const struct sockaddr_storage *a)
 {
@@ -273,6 +322,11 @@ void peer_close_all(LinkRoot *root)
         Peer *p, *tmp;
 
         root->peer_listener = peer_listener_free(root->peer_listener);
+        for (size_t i = 0; i < root->n_device_listeners; i++)
+                peer_listener_free(root->device_listeners[i]);
+        free(root->device_listeners);
+        root->device_listeners = NULL;
+        root->n_device_listeners = 0;
         CLIST_FOREACH (c, &root->clusters, link_daemon)
                 c->listener = peer_listener_free(c->listener);
         CLIST_FOREACH_SAFE (p, tmp, &root->peers, link_daemon)

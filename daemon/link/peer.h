@@ -125,6 +125,14 @@ typedef void (*peer_ready_fn)(Peer *p, int status, const Error *err, void *userd
 int peer_listener_new(LinkRoot *root, PeerListener **ret);
 
 /*
+ * Opens a peer listener on the address of every device of the device map that has one
+ * (devices[].address, HCCL's device_ip), unless the peer listener serves it already: a peer that
+ * dials a device's address reaches this daemon. Needs the peer listener (listen_ip_info) when
+ * any device has an address. Logs what failed and why; -EINVAL, -EADDRINUSE etc.
+ */
+int peer_device_listeners_new(LinkRoot *root);
+
+/*
  * Opens a peer listener on @address ("ip:port", "[v6]:port"; port 0: any free port): peers
  * connect there exactly as to the daemon's own listener (Hello, the cluster key, data
  * connections). A cluster's listen_ip_info gets one. Returns 0, -EINVAL for an address that does

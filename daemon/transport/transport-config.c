@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Transport config: the device map's lookup and the names of the transport kinds. */
+/* Transport config: the device map's lookups (by device_id, by address) and the names of the
+ * transport kinds. */
 #include <string.h>
 
 #include "daemon/transport/transport-config.h"
@@ -9,6 +10,15 @@ const DeviceConfig *transport_config_find_device(const DeviceConfig *devices, si
 {
         for (size_t i = 0; i < n_devices; i++)
                 if (devices[i].device_id == device_id)
+                        return &devices[i];
+        return NULL;
+}
+
+const DeviceConfig *transport_config_find_address(const DeviceConfig *devices, size_t n_devices,
+                                                  const char *address)
+{
+        for (size_t i = 0; address && i < n_devices; i++)
+                if (devices[i].address && strcmp(devices[i].address, address) == 0)
                         return &devices[i];
         return NULL;
 }

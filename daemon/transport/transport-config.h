@@ -19,7 +19,8 @@ typedef enum TransportKind {
         _TRANSPORT_KIND_INVALID = -22,
 } TransportKind;
 
-/* One entry of "devices": which NIC / RDMA device a client's device_id uses. */
+/* One entry of "devices": which NIC / RDMA device a client's device_id uses, and the address
+ * that names the device to peers. */
 typedef struct DeviceConfig {
         int32_t device_id;
         char *rdma_device; /* "mlx5_0", NULL = none */
@@ -27,6 +28,8 @@ typedef struct DeviceConfig {
         int gid_index;     /* -1 = choose the RoCE v2 IPv4 GID */
         char *netdev;      /* "eth0", NULL = any */
         TransportKind transport;
+        char *address; /* the device's own peer address, canonical "ip:port" (HCCL's device_ip):
+                        * the daemon listens there for peers; NULL = none */
 } DeviceConfig;
 
 /* The TCP data transport between daemons ("tcp" object). */
@@ -44,6 +47,10 @@ typedef struct RdmaConfig {
 /* The entry of the @n_devices long device map @devices for @device_id; NULL when none names it. */
 const DeviceConfig *transport_config_find_device(const DeviceConfig *devices, size_t n_devices,
                                                  int32_t device_id);
+
+/* The entry of the device map whose address is @address (canonical "ip:port"), or NULL. */
+const DeviceConfig *transport_config_find_address(const DeviceConfig *devices, size_t n_devices,
+                                                  const char *address);
 
 /* "auto", "tcp", "rdma"; NULL for a value out of range. */
 const char *transport_kind_to_string(TransportKind k);

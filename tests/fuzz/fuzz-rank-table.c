@@ -30,6 +30,11 @@ static void check_device(const RankDevice *d)
         CHECK(d->server_id[0] && strlen(d->server_id) < RANK_TABLE_ID_MAX);
         CHECK(rank_table_parse_address(d->address, again, sizeof(again)) == 0);
         CHECK(strcmp(again, d->address) == 0);
+        /* The device_ip as given, canonical, or "" when left out. */
+        if (d->device_ip[0]) {
+                CHECK(rank_table_parse_address(d->device_ip, again, sizeof(again)) == 0);
+                CHECK(strcmp(again, d->device_ip) == 0);
+        }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -53,10 +58,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 for (unsigned i = 0; i < t.n_ranks; i++) {
                         CHECK(t.ranks[i].rank == i);
                         check_device(&t.ranks[i]);
-                        /* One daemon per server, one server per daemon. */
+                        /* An address names one server's kvdistd; the devices of a server may
+                         * each name it by their own address (devices[].address). */
                         for (unsigned k = 0; k < i; k++)
-                                CHECK((strcmp(t.ranks[k].server_id, t.ranks[i].server_id) == 0) ==
-                                      (strcmp(t.ranks[k].address, t.ranks[i].address) == 0));
+                                CHECK(strcmp(t.ranks[k].address, t.ranks[i].address) != 0 ||
+                                      strcmp(t.ranks[k].server_id, t.ranks[i].server_id) == 0);
                 }
         } else {
                 CHECK(r == STATUS_PARAM_INVALID || r == STATUS_OUT_OF_MEMORY);

@@ -45,7 +45,8 @@ static bool devices_equal(const DeviceConfig *a, const DeviceConfig *b)
                a->transport == b->transport &&
                (a->rdma_device ? b->rdma_device && strcmp(a->rdma_device, b->rdma_device) == 0
                                : !b->rdma_device) &&
-               (a->netdev ? b->netdev && strcmp(a->netdev, b->netdev) == 0 : !b->netdev);
+               (a->netdev ? b->netdev && strcmp(a->netdev, b->netdev) == 0 : !b->netdev) &&
+               (a->address ? b->address && strcmp(a->address, b->address) == 0 : !b->address);
 }
 
 static bool str_equal(const char *a, const char *b)

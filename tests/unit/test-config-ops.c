@@ -187,7 +187,8 @@ START_TEST(test_json_round_trip)
                      " \"memory_size\": \"1G\", \"allow_uids\": [1, 2], \"log_level\": \"notice\","
                      " \"metrics_listen\": \"[::1]:9100\", \"copy_threads\": 3,"
                      " \"devices\": [{\"device_id\": 4, \"transport\": \"rdma\","
-                     " \"rdma_device\": \"mlx5_0\", \"port\": 2, \"netdev\": \"eth1\"}],"
+                     " \"rdma_device\": \"mlx5_0\", \"port\": 2, \"netdev\": \"eth1\","
+                     " \"address\": \"10.0.0.4\"}],"
                      " \"limits\": {\"max_clients\": 9, \"max_region_size\": \"2G\"}}");
         _cleanup_(config_freep) Config *back = NULL;
         _cleanup_free_ ConfigChange *changes = NULL;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "tests/unit/config-fixture.h"
+#include "daemon/config-internal.h"
 #include "daemon/config.h"
 #include "common/log.h"
 #include "kvdist-config.h"
@@ -222,6 +223,10 @@ START_TEST(test_round_trip_devices)
         ck_assert_ptr_null(config_find_device(c, 1));
         ck_assert_ptr_null(config_find_device(c, -1));
 
+        /* No address unless one is given. */
+        for (size_t i = 0; i < c->n_devices; i++)
+                ck_assert_ptr_null(c->devices[i].address);
+
         /* A new list replaces the old one entirely. */
         load_ok(c, "{\"devices\": [{\"device_id\": 1}]}");
         ck_assert_uint_eq(c->n_devices, 1);
@@ -230,6 +235,58 @@ START_TEST(test_round_trip_devices)
         load_ok(c, "{\"devices\": []}");
         ck_assert_uint_eq(c->n_devices, 0);
         ck_assert_ptr_null(config_find_device(c, 1));
+}
+END_TEST
+
+/* A device's own peer address (HCCL's device_ip): kept canonical, port 7400 when left out. */
+START_TEST(test_device_address)
+{
+        _cleanup_(config_freep) Config *c = new_config();
+        _cleanup_(config_freep) Config *copy = NULL;
+
+        load_ok(c, "{\"devices\": ["
+                   "{\"device_id\": 0, \"address\": \"10.0.0.1\"},"
+                   "{\"device_id\": 1, \"address\": \"10.0.0.1:7401\"},"
+                   "{\"device_id\": 2, \"address\": \"[fd00::2]:80\"},"
+                   "{\"device_id\": 3}]}");
+        ck_assert_str_eq(config_find_device(c, 0)->address, "10.0.0.1:7400");
+        ck_assert_str_eq(config_find_device(c, 1)->address, "10.0.0.1:7401");
+        ck_assert_str_eq(config_find_device(c, 2)->address, "[fd00::2]:80");
+        ck_assert_ptr_null(config_find_device(c, 3)->address);
+        ck_assert_ptr_eq(transport_config_find_address(c->devices, c->n_devices, "10.0.0.1:7401"),
+                         config_find_device(c, 1));
+        ck_assert_ptr_null(transport_config_find_address(c->devices, c->n_devices, "10.0.0.1"));
+        ck_assert_ptr_null(transport_config_find_address(c->devices, c->n_devices, NULL));
+        /* A copy has its own strings. */
+        ck_assert_int_eq(config_dup(c, &copy), 0);
+        ck_assert_str_eq(copy->devices[2].address, "[fd00::2]:80");
+        ck_assert_ptr_ne(copy->devices[2].address, c->devices[2].address);
+
+        /* Two devices at one address, the default port spelt out or not. */
+        load_fails_with("{\"devices\": [{\"device_id\": 0, \"address\": \"10.0.0.1\"},"
+                        " {\"device_id\": 1, \"address\": \"10.0.0.1:7400\"}]}",
+                        "devices[1].address: duplicate address 10.0.0.1:7400 (also in devices[0])");
+        load_fails_with("{\"devices\": [{\"device_id\": 0, \"address\": \"node-1\"}]}",
+                        "devices[0].address: \"node-1\" is not \"ip\", \"ip:port\"");
+        load_fails_with("{\"devices\": [{\"device_id\": 0, \"address\": \"10.0.0.1:0\"}]}",
+                        "devices[0].address: \"10.0.0.1:0\" is not");
+        load_fails_with("{\"devices\": [{\"device_id\": 0, \"address\": \"\"}]}",
+                        "devices[0].address: \"\" is not");
+        load_fails_with("{\"devices\": [{\"device_id\": 0, \"address\": 7400}]}",
+                        "devices[0].address: expected a string");
+        /* A failed load leaves the map as it was. */
+        {
+                _cleanup_free_ char *error = NULL;
+
+                ck_assert_int_eq(
+                        config_load_string(c,
+                                           "{\"devices\": [{\"device_id\": 0, "
+                                           "\"address\": \"10.0.0.9\"}, {\"device_id\": 1, "
+                                           "\"address\": \"10.0.0.9\"}]}",
+                                           &error),
+                        -EINVAL);
+        }
+        ck_assert_str_eq(config_find_device(c, 0)->address, "10.0.0.1:7400");
 }
 END_TEST
 
@@ -853,6 +910,7 @@ static Suite *config_suite(void)
         tcase_add_test(tc, test_round_trip_top_level);
         tcase_add_test(tc, test_round_trip_limits);
         tcase_add_test(tc, test_round_trip_devices);
+        tcase_add_test(tc, test_device_address);
         tcase_add_test(tc, test_size_strings);
         tcase_add_test(tc, test_long_socket_path);
         tcase_add_test(tc, test_load_file);

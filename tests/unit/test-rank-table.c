@@ -63,6 +63,43 @@ START_TEST(test_parse_two)
 }
 END_TEST
 
+/*
+ * HCCL's meaning of device_ip: each NPU its own address (a kvdistd's devices[].address), so the
+ * devices of one server have different device_ips; each is kept as given, canonical.
+ */
+START_TEST(test_parse_device_addresses)
+{
+        static const char *const json =
+                "{\"version\": \"1.0\", \"server_count\": \"2\", \"status\": \"completed\", "
+                "\"server_list\": [{\"server_id\": \"p\", \"device\": ["
+                "{\"device_id\": \"0\", \"device_ip\": \"10.0.0.1\", \"rank_id\": \"0\"}, "
+                "{\"device_id\": \"1\", \"device_ip\": \"10.0.0.2:7401\", \"rank_id\": \"1\"}]}, "
+                "{\"server_id\": \"d\", \"device\": ["
+                "{\"device_id\": \"0\", \"device_ip\": \"10.0.1.1\", \"rank_id\": \"2\"}, "
+                "{\"device_id\": \"1\", \"device_ip\": \"10.0.1.2\", \"rank_id\": \"3\"}]}]}";
+        Error err = ERROR_INIT;
+        RankTable t;
+
+        ck_assert_msg(rank_table_parse(json, &t, &err) == 0, "%s", err.msg);
+        ck_assert_uint_eq(t.n_ranks, 4);
+        ck_assert_str_eq(t.ranks[0].address, "10.0.0.1:7400");
+        ck_assert_str_eq(t.ranks[1].address, "10.0.0.2:7401");
+        ck_assert_str_eq(t.ranks[1].device_ip, "10.0.0.2:7401");
+        ck_assert_str_eq(t.ranks[1].address_key, "device_ip");
+        ck_assert_str_eq(t.ranks[3].address, "10.0.1.2:7400");
+        ck_assert_str_eq(t.ranks[3].server_id, "d");
+        /* A device of d at an address of p's devices: refused, whichever device it is. */
+        refused("{\"version\": \"1.0\", \"server_count\": \"2\", \"server_list\": ["
+                "{\"server_id\": \"p\", \"device\": ["
+                "{\"device_id\": 0, \"device_ip\": \"10.0.0.1\", \"rank_id\": 0}, "
+                "{\"device_id\": 1, \"device_ip\": \"10.0.0.2\", \"rank_id\": 1}]}, "
+                "{\"server_id\": \"d\", \"device\": ["
+                "{\"device_id\": 0, \"device_ip\": \"10.0.1.1\", \"rank_id\": 2}, "
+                "{\"device_id\": 1, \"device_ip\": \"10.0.0.2\", \"rank_id\": 3}]}]}",
+                "server_list[1]: device_ip 10.0.0.2:7400 is also server p's");
+}
+END_TEST
+
 START_TEST(test_parse_forms)
 {
         const char *json = "{\"version\": \"1.0\", \"server_count\": 2, \"server_list\": ["
@@ -134,11 +171,12 @@ START_TEST(test_refused)
         refused("{\"version\": \"1.0\", \"server_count\": \"1\", \"server_list\": "
                 "[{\"server_id\": \"a\", \"device\": []}]}",
                 "server_list[0].device: expected a non-empty array");
-        /* Two devices of one server: one kvdistd, so one address; distinct ids. */
-        refused_variant("\"rank_id\": \"1\"}]",
-                        "\"rank_id\": \"1\"}, {\"device_id\": \"1\", \"device_ip\": \"10.0.0.3\", "
+        /* Two devices of one server: distinct ids; a device of another server may not share
+         * one's address (each server has its own kvdistd). */
+        refused_variant("\"rank_id\": \"0\"}]",
+                        "\"rank_id\": \"0\"}, {\"device_id\": \"6\", \"device_ip\": \"10.0.0.1\", "
                         "\"rank_id\": \"2\"}]",
-                        "device_ip 10.0.0.3:7400 differs from 10.0.0.1:7400");
+                        "server_list[1]: device_ip 10.0.0.1:7400 is also server p's");
         refused_variant("\"rank_id\": \"1\"}]",
                         "\"rank_id\": \"1\"}, {\"device_id\": \"0\", \"device_ip\": \"10.0.0.1\", "
                         "\"rank_id\": \"2\"}]",
@@ -270,6 +308,11 @@ START_TEST(test_parse_v12_fields)
         ck_assert_int_eq(t.ranks[2].device_id, 1);
         ck_assert_str_eq(t.ranks[1].address, "10.0.0.2:7401");
         ck_assert_str_eq(t.ranks[1].address_key, "device_ip");
+        /* With a host_ip the device's own device_ip is kept (checked against its device's
+         * address by kvdistd), or "" when left out. */
+        ck_assert_str_eq(t.ranks[0].device_ip, "192.168.1.6:7400");
+        ck_assert_str_eq(t.ranks[0].address_key, "host_ip");
+        ck_assert_str_eq(t.ranks[2].device_ip, "");
 }
 END_TEST
 
@@ -417,6 +460,13 @@ START_TEST(test_address)
         ck_assert_str_eq(buf, "[::1]:80");
         ck_assert_int_eq(rank_table_parse_address("localhost", buf, sizeof(buf)), -EINVAL);
         ck_assert_int_eq(rank_table_parse_address(NULL, buf, sizeof(buf)), -EINVAL);
+
+        ck_assert(rank_table_same_ip("10.0.0.1", "10.0.0.1:7401"));
+        ck_assert(rank_table_same_ip("[::1]:5", "::1"));
+        ck_assert(!rank_table_same_ip("10.0.0.1", "10.0.0.2"));
+        ck_assert(!rank_table_same_ip("10.0.0.1", "[::ffff:10.0.0.1]:7400"));
+        ck_assert(!rank_table_same_ip("10.0.0.1", "node-1"));
+        ck_assert(!rank_table_same_ip(NULL, "10.0.0.1"));
 }
 END_TEST
 
@@ -426,6 +476,7 @@ static Suite *rank_table_suite(void)
         TCase *tc = tcase_create("parse");
 
         tcase_add_test(tc, test_parse_two);
+        tcase_add_test(tc, test_parse_device_addresses);
         tcase_add_test(tc, test_parse_forms);
         tcase_add_test(tc, test_refused);
         tcase_add_test(tc, test_parse_v12_samples);
