@@ -407,9 +407,9 @@ int kvd_push_cache(kvd_client *client, const kvd_cache_key *dst_key, uint64_t sr
  * in the destination afterwards, and the call still answers promptly. Across daemons over TCP it
  * is answered once the destination daemon said its receiver stopped, or, failing that word, once
  * that daemon's own deadline for the push passed: the remaining timeout less the round trip,
- * held by its I/O threads on its own clock (at most the round trip of the push's request after
- * this call's deadline). Over RDMA it is answered once its queue pairs were flushed. On
- * PEER_LOST it is answered at once; a destination daemon still running writes nothing of it
+ * held by its I/O threads on its own clock (at most the round trip of the push's request plus
+ * 200 ms after this call's deadline). Over RDMA it is answered once its queue pairs were flushed.
+ * On PEER_LOST it is answered at once; a destination daemon still running writes nothing of it
  * after that daemon's own deadline. The daemon may read the source a little longer after the
  * answer (it keeps the memory mapped) and never writes into it.
  */
