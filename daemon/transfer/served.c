@@ -25,7 +25,7 @@
 #include "proto/status-wire.h"
 #include "common/status.h"
 
-/* How long past the peer's own deadline a served transfer may wait for its bytes. */
+/* How long past the peer's own deadline a served pull or RDMA push may take. */
 #define SERVED_GRACE_MS 5000
 #define SERVED_TIMEOUT_MAX_MS 3600000u
 
@@ -414,8 +414,19 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
                 goto refuse;
 
         timeout_ms = MIN(m->timeout_ms ? m->timeout_ms : *root->options.sync_kv_timeout_ms,
-                         SERVED_TIMEOUT_MAX_MS) +
-                     SERVED_GRACE_MS;
+                         SERVED_TIMEOUT_MAX_MS);
+        if (!s->pull && !s->one_sided) {
+                /* A push into our memory over the streams: the initiator answers its client
+                 * once we said our receiver stopped (or its fence passed), so our receiver
+                 * stops before the initiator's deadline, on our clock: the budget it gave us less
+                 * the round trip, counted from now (its request took part of that trip). Our I/O
+                 * threads hold this deadline even when the loop is late. */
+                uint32_t rtt_ms = (uint32_t)MIN((p->rtt_usec + USEC_PER_MSEC - 1) / USEC_PER_MSEC,
+                                                (uint64_t)timeout_ms / 2);
+
+                timeout_ms = MAX(timeout_ms - rtt_ms, 1u);
+        } else
+                timeout_ms += SERVED_GRACE_MS;
         tv = (struct timeval){.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
         s->timer = evtimer_new(root->link->base, served_on_deadline, s);
         if (!s->timer || evtimer_add(s->timer, &tv) < 0) {
@@ -435,6 +446,8 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
                         .channel = p->data,
                         .id = s->pull ? s->initiator_id : s->id,
                         .deadline_usec = s->start_usec + (usec_t)timeout_ms * USEC_PER_MSEC,
+                        /* A push lands nothing here past it (see above). */
+                        .hard_deadline = true,
                         .done = served_on_data_done,
                         .userdata = s,
                 };

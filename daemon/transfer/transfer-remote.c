@@ -12,9 +12,20 @@
  * A transfer that fails while REQUESTED answers its client at once (no byte of ours is touched
  * yet) and leaves its call to an orphan handler that keeps the data streams in step when the
  * peer's answer comes later: a receive job that drops the bytes, or a send that aborts.
+ *
+ * A push over the streams that fails later is answered only once nothing of it can land over
+ * there any more. Bytes we sent may still sit in socket buffers and queues on the way, so our
+ * sender stopping proves nothing: the peer's PeerTransferDone does (it is sent once its receive
+ * job let go of the destination). The peer enforces a deadline of its own, in its I/O threads,
+ * on its clock: the budget we gave it (PeerTransfer.timeout_ms, what was left of ours) less the
+ * round trip it measured, counted from when our request reached it. That request reached it
+ * before its answer reached us, so its deadline is over by the time we got the answer plus the
+ * budget: the fence. A peer whose word does not come by then (stopped, or its control
+ * connection slow) is answered for anyway: its receiver writes nothing after its deadline.
  */
 #include <assert.h>
 #include <errno.h>
+#include <event2/event.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +45,9 @@
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
+
+/* Past the peer's own deadline, for the timer and its I/O threads to notice it. */
+#define TRANSFER_FENCE_SLACK_MS 200
 
 /* The local cache of @x and whether it is the source. */
 static const Cache *transfer_local_cache(const Transfer *x, bool *ret_is_src)
@@ -76,6 +90,7 @@ int transfer_remote_start(Transfer *x, Error *err)
         InLink *il = x->inlink;
         Peer *p = l ? l->peer : il->peer;
         bool local_is_src;
+        usec_t now = now_usec(CLOCK_MONOTONIC);
         int r;
 
         if (p->state != PEER_READY)
@@ -93,6 +108,11 @@ int transfer_remote_start(Transfer *x, Error *err)
         x->one_sided = x->rdma_ep != NULL;
         if (!l && x->one_sided)
                 x->transport = x->root->transports->rdma_transport;
+        /* What is left of our deadline: the peer stops by then, on its own clock. */
+        x->budget_ms =
+                x->deadline_usec > now
+                        ? (uint32_t)((x->deadline_usec - now + USEC_PER_MSEC - 1) / USEC_PER_MSEC)
+                        : 1;
         req = (TransferPeerRequest){
                 .job_id = x->id,
                 /* Over the peer's link to us: 0, which no inbound link has, and our id of it. */
@@ -104,7 +124,7 @@ int transfer_remote_start(Transfer *x, Error *err)
                 .args = m->args,
                 .src_layers_set = m->src_layers_set,
                 .dst_layers_set = m->dst_layers_set,
-                .timeout_ms = m->timeout_ms ? m->timeout_ms : x->cluster->sync_kv_timeout_ms,
+                .timeout_ms = x->budget_ms,
                 .notify = m->notify,
                 .notify_len = m->notify_len,
                 .rdma = x->one_sided,
@@ -131,6 +151,63 @@ static void transfer_remote_leave_peer(Transfer *x)
                 return;
         clist_unlink(&x->link_peer);
         x->peer = NULL;
+}
+
+/* A push over the peer's data streams: what lands over there is the peer's receiver's doing. */
+static bool transfer_remote_stream_push(const Transfer *x)
+{
+        return !x->one_sided && !remote_plan_kind_is_pull(x->kind);
+}
+
+/* Whether the failed push @x still waits for the peer's word that its receiver stopped. */
+static bool transfer_remote_awaits_word(const Transfer *x)
+{
+        return transfer_remote_stream_push(x) && !x->remote_done && !x->fenced && x->peer &&
+               x->peer->state == PEER_READY;
+}
+
+/* The fence of a failed push passed without the peer's word: its own deadline is over. */
+static void transfer_remote_on_fence(evutil_socket_t fd, short what, void *userdata)
+{
+        Transfer *x = userdata;
+
+        log_debug("transfer %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 "): no word from the "
+                  "peer that its receiver stopped; its deadline for the push is over",
+                  x->id, x->cluster_id, x->remote_cluster_id);
+        x->fenced = true;
+        if (x->phase == REMOTE_FINISHED) {
+                transfer_remote_leave_peer(x);
+                transfer_complete(x, x->status);
+                return;
+        }
+        /* Our sender still holds the source (a stalled peer takes no abort markers). */
+        transfer_answer_settled(x);
+}
+
+/*
+ * Bounds the wait of the failed push @x for the peer's word: the peer's own deadline for it is
+ * over by the time its answer came plus the budget we gave it.
+ */
+static void transfer_remote_arm_fence(Transfer *x)
+{
+        usec_t now = now_usec(CLOCK_MONOTONIC), end, delay;
+        struct timeval tv;
+
+        if (x->fence || x->remote_done)
+                return;
+        end = (x->answered_usec ? x->answered_usec : now) +
+              (usec_t)(x->budget_ms + TRANSFER_FENCE_SLACK_MS) * USEC_PER_MSEC;
+        delay = end > now ? end - now : 0;
+        tv = (struct timeval){.tv_sec = (time_t)(delay / USEC_PER_SEC),
+                              .tv_usec = (suseconds_t)(delay % USEC_PER_SEC)};
+        x->fence = evtimer_new(x->root->link->base, transfer_remote_on_fence, x);
+        if (!x->fence || evtimer_add(x->fence, &tv) < 0) {
+                log_error("transfer %" PRIu64 ": cannot arm the fence of a failed push, "
+                          "answering without the peer's word",
+                          x->id);
+                x->fenced = true;
+                transfer_answer_settled(x);
+        }
 }
 
 /*
@@ -220,6 +297,8 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
                 .channel = x->one_sided ? (void *)x->rdma_ep : (void *)p->data,
                 .id = m->job_id,
                 .deadline_usec = x->deadline_usec,
+                /* A pull: nothing lands in the caller's memory after its deadline. */
+                .hard_deadline = true,
                 .done = transfer_remote_on_data_done,
                 .userdata = x,
         };
@@ -245,6 +324,7 @@ void transfer_remote_on_answer(Transfer *x, Peer *p, int status, const Error *er
         int r;
 
         x->call = NULL;
+        x->answered_usec = now_usec(CLOCK_MONOTONIC);
         if (status != STATUS_OK) {
                 transfer_remote_leave_peer(x);
                 x->phase = REMOTE_FINISHED;
@@ -292,10 +372,18 @@ void transfer_remote_cancel(Transfer *x)
         case REMOTE_DATA:
                 if (x->peer && x->peer->state == PEER_READY)
                         (void)ops->cancel(x->peer, x->id);
+                if (transfer_remote_awaits_word(x))
+                        transfer_remote_arm_fence(x);
                 transport_cancel(x->transport, &x->job);
                 return;
         case REMOTE_FINISHED:
-                /* A push whose bytes are out, waiting for the peer's word: stop waiting. */
+                /* A push whose bytes are all sent, not all landed: bytes on their way would
+                 * still land. Ask the peer to stop and wait for its word (or the fence). */
+                if (transfer_remote_awaits_word(x)) {
+                        (void)ops->cancel(x->peer, x->id);
+                        transfer_remote_arm_fence(x);
+                        return;
+                }
                 transfer_remote_leave_peer(x);
                 transfer_complete(x, x->status);
                 return;
@@ -339,13 +427,32 @@ static void transfer_remote_on_data_done(TransportJob *job, int status)
                         link_set_state(l, LINK_DOWN, STATUS_PEER_LOST);
                 return;
         }
-        if (status != STATUS_OK && x->status == STATUS_OK)
-                error_set(&x->err, status, "%s",
-                          error == -EILSEQ      ? "a data chunk failed its CRC32C check"
-                          : error == -ECANCELED ? "the peer aborted the transfer"
-                                                : "the data connection to the peer failed");
+        if (status != STATUS_OK && x->status == STATUS_OK) {
+                if (error == -ETIMEDOUT)
+                        /* A pull's own deadline, seen by the data plane before the timer. */
+                        error_set(&x->err, status,
+                                  "transfer %" PRIu64 " (%s) did not finish within %" PRIu64 " ms",
+                                  x->id, transfer_kind_to_string(x->kind),
+                                  (x->deadline_usec - x->start_usec) / USEC_PER_MSEC);
+                else
+                        error_set(&x->err, status, "%s",
+                                  error == -EILSEQ      ? "a data chunk failed its CRC32C check"
+                                  : error == -ECANCELED ? "the peer aborted the transfer"
+                                                        : "the data connection to the peer failed");
+                /* A push: the answer waits (below), with this status. */
+                if (!remote_plan_kind_is_pull(x->kind))
+                        x->status = status;
+        }
+        if ((status != STATUS_OK || x->state != TRANSFER_RUNNING) &&
+            transfer_remote_awaits_word(x)) {
+                /* A failed push is over only when the peer's receiver stopped: its word, or the
+                 * fence, ends it. */
+                transfer_remote_arm_fence(x);
+                return;
+        }
         if (status != STATUS_OK || x->state != TRANSFER_RUNNING ||
-            remote_plan_kind_is_pull(x->kind) || x->remote_done) {
+            remote_plan_kind_is_pull(x->kind) || x->remote_done || x->fenced || !x->peer ||
+            x->peer->state != PEER_READY) {
                 if (remote_plan_kind_is_pull(x->kind))
                         transfer_remote_tell_done(x, status == STATUS_OK ? x->status : status);
                 transfer_remote_leave_peer(x);
@@ -370,8 +477,32 @@ void transfer_remote_handle_done(TransferRoot *root, Peer *p, uint64_t transfer_
                 if (x->phase == REMOTE_FINISHED) {
                         transfer_remote_leave_peer(x);
                         transfer_complete(x, status);
-                } else if (status != STATUS_OK)
-                        transfer_fail(x, status, "the peer could not land the bytes");
+                        return;
+                }
+                if (status == STATUS_TIMEOUT)
+                        transfer_fail(x, status,
+                                      "transfer %" PRIu64 " (%s) did not finish within %" PRIu64
+                                      " ms (the receiving daemon's deadline for it passed)",
+                                      x->id, transfer_kind_to_string(x->kind),
+                                      (x->deadline_usec - x->start_usec) / USEC_PER_MSEC);
+                else if (status != STATUS_OK)
+                        transfer_fail(x, status, "the peer could not land the bytes: %s", detail);
+                /* The peer's receiver stopped: nothing of the push lands any more, though our
+                 * sender may still hold the source. */
+                transfer_answer_settled(x);
                 return;
         }
+}
+
+void transfer_remote_on_peer_lost(Transfer *x)
+{
+        transfer_remote_leave_peer(x);
+        if (x->state == TRANSFER_RUNNING)
+                transfer_fail(x, STATUS_PEER_LOST,
+                              "the daemon of cluster %" PRIu64 " was lost while transfer %" PRIu64
+                              " ran",
+                              x->remote_cluster_id, x->id);
+        else if (x->phase == REMOTE_FINISHED)
+                /* A push that only waited for the peer's word: none will come. */
+                transfer_complete(x, x->status);
 }

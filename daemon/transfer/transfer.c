@@ -110,6 +110,8 @@ static Transfer *transfer_free(Transfer *x)
 
         if (x->timer)
                 event_free(x->timer);
+        if (x->fence)
+                event_free(x->fence);
         if (x->peer)
                 clist_unlink(&x->link_peer);
         if (x->started) {
@@ -312,16 +314,18 @@ void transfer_fail(Transfer *x, int status, const char *fmt, ...)
         va_end(ap);
         if (x->timer)
                 event_del(x->timer);
-        /* A push only reads the caller's memory, and its regions stay mapped while we hold
-         * them: the caller need not wait for the transport to let go. A sender that must finish
-         * the chunk in progress and end its streams with abort markers waits for the peer to
-         * take them, which a slow link or a stalled peer can make last. */
-        if (!remote_plan_kind_is_pull(x->kind))
-                transfer_answer(x, status);
+        /* No answer yet, for a push either: until the transport let go (or, over the peer's
+         * streams, its receiver stopped) bytes of it may still land. */
         if (x->phase != REMOTE_NONE)
                 transfer_remote_cancel(x);
         else
                 transport_cancel(x->transport, &x->job);
+}
+
+void transfer_answer_settled(Transfer *x)
+{
+        if (x->state == TRANSFER_STOPPING)
+                transfer_answer(x, x->status);
 }
 
 void transfer_detach_cluster(Transfer *x)
@@ -390,7 +394,11 @@ static void transfer_on_inlink_gone(void *userdata, InLink *il, int status)
 
 static void transfer_on_peer_lost(void *userdata, Peer *p, int status)
 {
+        Transfer *x, *tmp;
+
         served_on_peer_lost(p);
+        CLIST_FOREACH_SAFE (x, tmp, &p->transfers, link_peer)
+                transfer_remote_on_peer_lost(x);
 }
 
 static const LinkEvents transfer_link_events = {

@@ -5,8 +5,12 @@
  * transport and answers the client when the transport reports the last byte landed, when the
  * deadline passes (STATUS_TIMEOUT) or when an end goes away (STATUS_PEER_LOST). The reply to a
  * pull is only sent after the transport has stopped writing into the caller's memory, so nothing
- * lands after it. A push only reads the caller's memory: one that fails is answered at once, and
- * the transfer lives on (holding its regions) until the transport let go of the source.
+ * lands after it. A push that fails is answered once nothing of it can land at the destination
+ * any more: the transport let go (same node, RDMA: its queue pairs are flushed), or, over the
+ * peer's data streams, the receiving daemon said its receive job stopped (PeerTransferDone) or
+ * the fence passed (the receiving daemon's own deadline for the job, which its I/O threads
+ * enforce, is over by then). Such a push may be answered before its sender let go of the
+ * source: it only reads it, and the transfer lives on (holding its regions) until then.
  */
 #pragma once
 
@@ -135,7 +139,12 @@ struct Transfer {
         PeerCall *call;   /* REMOTE_REQUESTED: our PeerTransfer */
         bool remote_done; /* push: the peer said every byte landed (or failed) */
         int remote_status;
-        bool one_sided;            /* over RDMA: we read or write the peer's memory ourselves */
+        uint32_t budget_ms;   /* the time the peer was given for the transfer (PeerTransfer) */
+        usec_t answered_usec; /* when the peer's answer came: its deadline ends by then + budget */
+        struct event *fence;  /* a failed push over the streams: the latest it waits for the
+                               * peer's word that its receiver stopped */
+        bool fenced;          /* that fence passed */
+        bool one_sided;       /* over RDMA: we read or write the peer's memory ourselves */
         TransportChannel *rdma_ep; /* one-sided: the queue pairs (the link's or inlink's) */
         CList link_peer;
         usec_t start_usec;
@@ -164,9 +173,15 @@ void transfer_complete(Transfer *x, int status);
 
 /*
  * Fails @x with @status (STATUS_TIMEOUT, STATUS_PEER_LOST, ...): the transport is asked to stop.
- * A pull is answered once the transport stopped, a push at once.
+ * The client is answered once nothing of @x can land any more (see the top of this file).
  */
 void transfer_fail(Transfer *x, int status, const char *fmt, ...) _printf_(3, 4);
+
+/*
+ * @x failed and nothing of it can land anywhere any more, though its transport may still hold
+ * its (only read) source: the client is answered now. A no-op for a transfer that is running.
+ */
+void transfer_answer_settled(Transfer *x);
 
 /* The client that asked for @x went away: no answer will be sent; @x stops as transfer_fail. */
 void transfer_detach_cluster(Transfer *x);
@@ -207,3 +222,7 @@ int transfer_remote_start(Transfer *x, Error *err);
 
 /* Stops a remote transfer (transfer_fail() calls it instead of the transport's cancel). */
 void transfer_remote_cancel(Transfer *x);
+
+/* The peer of @x is lost (@x is on its list of transfers): @x leaves it and fails, or, when it
+ * only waited for the peer's word, ends. */
+void transfer_remote_on_peer_lost(Transfer *x);

@@ -165,6 +165,14 @@ static int rx_begin(Conn *c)
         rg->started = true;
         rg->conn = c->idx;
         discard = !j->dst || atomic_load_explicit(&j->stop, memory_order_relaxed);
+        if (!discard && j->deadline != 0 && now_usec(CLOCK_MONOTONIC) >= j->deadline) {
+                /* Past its deadline nothing of the job lands: drop the range. */
+                discard = true;
+                if (j->status == 0)
+                        j->status = -ETIMEDOUT;
+                atomic_store_explicit(&j->stop, true, memory_order_relaxed);
+                tcp_data_job_check_locked(td, j);
+        }
         if (!discard) {
                 rg->busy = true;
                 j->n_busy++;
@@ -208,6 +216,11 @@ static int conn_rx(Conn *c)
 
         if (!c->rx_discarding && atomic_load_explicit(&c->rx->job->stop, memory_order_relaxed))
                 rx_discard(c, 0);
+        /* The job's deadline holds in this thread, on its own clock: a control loop that is
+         * late (or a daemon that was stopped) cannot let a byte land after it. */
+        if (!c->rx_discarding && c->rx->job->deadline != 0 &&
+            now_usec(CLOCK_MONOTONIC) >= c->rx->job->deadline)
+                rx_discard(c, -ETIMEDOUT);
 
         before = c->receiver.pos;
         q = tcp_receiver_step_max(&c->receiver, c->fd, TURN_BYTES);

@@ -65,6 +65,7 @@ struct Job {
         const TcpSrcSegment *src; /* immutable; NULL for an aborted send */
         const TcpDstSegment *dst; /* immutable; NULL for a discarded receive */
         size_t n_segs;
+        usec_t deadline;              /* immutable; receive: 0, or no byte lands from then on */
         unsigned n_ranges;            /* immutable */
         unsigned n_finished;          /* ranges over on the wire */
         unsigned n_busy;              /* ranges that may still touch the job's memory */

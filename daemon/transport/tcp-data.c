@@ -544,6 +544,12 @@ static int recv_submit(TcpData *td, Job *j)
 int tcp_data_recv(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_t n,
                   tcp_data_done_fn done, void *userdata)
 {
+        return tcp_data_recv_until(td, job_id, segs, n, 0, done, userdata);
+}
+
+int tcp_data_recv_until(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_t n,
+                        usec_t deadline_usec, tcp_data_done_fn done, void *userdata)
+{
         uint64_t total;
         Job *j;
         int r;
@@ -564,6 +570,7 @@ int tcp_data_recv(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_
                 return -ENOMEM;
         j->dst = segs;
         j->n_segs = n;
+        j->deadline = deadline_usec;
         return recv_submit(td, j);
 }
 

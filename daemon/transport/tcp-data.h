@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/time-util.h"
 #include "daemon/transport/tcp-stream.h"
 
 struct event_base;
@@ -137,6 +138,15 @@ void tcp_data_cancel_send(TcpData *td, uint64_t job_id);
  */
 int tcp_data_recv(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_t n,
                   tcp_data_done_fn done, void *userdata);
+
+/*
+ * tcp_data_recv() with a deadline on CLOCK_MONOTONIC (0: none): from @deadline_usec on, the I/O
+ * threads write nothing more into @segs, whatever the control loop is doing (a range in progress
+ * stops before its next read; one that starts later is dropped), and the job fails with
+ * -ETIMEDOUT. The rest of the job is read and dropped, so the streams stay in step.
+ */
+int tcp_data_recv_until(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_t n,
+                        usec_t deadline_usec, tcp_data_done_fn done, void *userdata);
 
 /*
  * Registers receive job @job_id of @total bytes whose bytes nobody wants: they are read and

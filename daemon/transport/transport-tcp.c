@@ -59,7 +59,9 @@ static int tcp_submit(Transport *t, TransportJob *job)
                         (TcpDstSegment){.dst = job->segs[i].local, .len = (size_t)job->segs[i].len};
         job->priv = tj;
         if (job->dir == TRANSPORT_READ)
-                r = tcp_data_recv(tj->data, job->id, tj->segs, job->n_segs, tcp_on_done, job);
+                r = tcp_data_recv_until(tj->data, job->id, tj->segs, job->n_segs,
+                                        job->hard_deadline ? job->deadline_usec : 0, tcp_on_done,
+                                        job);
         else
                 r = tcp_data_send(tj->data, job->id, (const TcpSrcSegment *)tj->segs, job->n_segs,
                                   tcp_on_done, job);

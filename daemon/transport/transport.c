@@ -62,6 +62,8 @@ int transport_status_from_errno(int error)
                 return STATUS_OK;
         case -EILSEQ:
                 return STATUS_FAILED;
+        case -ETIMEDOUT:
+                return STATUS_TIMEOUT;
         default:
                 return STATUS_PEER_LOST;
         }

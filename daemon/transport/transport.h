@@ -60,9 +60,13 @@ struct TransportJob {
          * peer's data connections (TCP) or the link's endpoint (RDMA). */
         void *channel;
         uint64_t id; /* TCP: the job id the receiving daemon chose */
-        /* When the submitter gives up on the job (it cancels it then; the transport does not
-         * time jobs itself), for descriptions. */
+        /* When the submitter gives up on the job (it cancels it then), for descriptions. Unless
+         * @hard_deadline, the transport does not time jobs itself. */
         usec_t deadline_usec;
+        /* A job that receives into our memory (TCP: TRANSPORT_READ) writes nothing from
+         * @deadline_usec on, whatever the control loop is doing: the transport's I/O threads
+         * check it on their own clock and fail the job with -ETIMEDOUT (STATUS_TIMEOUT). */
+        bool hard_deadline;
         transport_done_fn done;
         void *userdata;
         int error;  /* set before @done: 0 or the negative errno */

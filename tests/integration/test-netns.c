@@ -4,8 +4,10 @@
  * one kvdistd in each (10.77.x.1 and 10.77.x.2), the clients in this namespace reaching them
  * through their Unix sockets. Blocks move byte-exact across the "wire"; then the wire is cut
  * mid-transfer and the transfers fail within the heartbeat window instead of hanging, and the
- * clusters link again once it is back. Needs root and `ip netns`; skipped with a message
- * otherwise.
+ * clusters link again once it is back. Then the wire is shaped to 1 Gbit/s with a deep queue and
+ * large transfers run past short deadlines, round after round: each returns TIMEOUT promptly and
+ * nothing of it lands afterwards, in a pull's destination or a push's. Needs root, `ip netns` and
+ * `tc` (tbf); skipped with a message otherwise.
  */
 #include <check.h>
 #include <errno.h>
@@ -220,6 +222,155 @@ START_TEST(test_wire_cut)
 }
 END_TEST
 
+/* Shapes both ends of the veth to 1 Gbit/s with a queue of up to 400 ms (about 50 MB). */
+static void netns_setup_shaped(void)
+{
+        netns_setup();
+        if (skip_reason)
+                return;
+        if (access("/usr/sbin/tc", X_OK) < 0 && access("/sbin/tc", X_OK) < 0) {
+                skip_reason = "no tc (iproute2) to shape the veth";
+                return;
+        }
+        for (int i = 0; i < 2 && !skip_reason; i++) {
+                const char *tc = access("/usr/sbin/tc", X_OK) == 0 ? "/usr/sbin/tc" : "/sbin/tc";
+                const char *argv[] = {"/usr/sbin/ip",  "netns", "exec",
+                                      i ? ns_b : ns_a, tc,      "qdisc",
+                                      "add",           "dev",   i ? veth_b : veth_a,
+                                      "root",          "tbf",   "rate",
+                                      "1gbit",         "burst", "32kbit",
+                                      "latency",       "400ms", NULL};
+                char *out = NULL, *err = NULL;
+
+                if (access(argv[0], X_OK) < 0)
+                        argv[0] = "/sbin/ip";
+                if (harness_run(argv, &out, &err) != 0) {
+                        fprintf(stderr, "test-netns: tc qdisc add ... tbf: %s", err ? err : "");
+                        skip_reason = "cannot shape the veth with tc tbf (sch_tbf missing?)";
+                }
+                free(out);
+                free(err);
+        }
+}
+
+enum {
+        DL_ROUNDS = 20,
+        DL_TENSORS = 2,
+        DL_BLOCKS = 1024,
+        DL_BLOCK = 128 * 1024, /* 2 x 1024 x 128 KiB = 256 MiB a cache */
+        DL_TIMEOUT_MS = 400,
+        DL_SETTLE_MS = 1500, /* the report saw bytes land up to 1.5 s after the return */
+};
+
+/*
+ * A 256 MiB transfer with a 400 ms deadline over the shaped wire (which takes about 2.2 s for
+ * it): TIMEOUT, returned promptly; then the destination, guards included, does not change for
+ * DL_SETTLE_MS, and holds only old bytes or the source's. (The source is checked after the
+ * series.)
+ */
+static void deadline_round(kvd_client *b, bool push, const kvd_cache_key *key, const TCache *src,
+                           const TCache *dst, const uint64_t *blocks, uint8_t *snap,
+                           const TCopies *cp, int round)
+{
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        const char *what = push ? "push" : "pull";
+        uint64_t t0, ms;
+        int r;
+
+        o.timeout_ms = DL_TIMEOUT_MS;
+        t0 = harness_now_ms();
+        if (push)
+                r = kvd_push_blocks(b, key, src->id, blocks, DL_BLOCKS, blocks, DL_BLOCKS, &o);
+        else
+                r = kvd_pull_blocks(b, key, dst->id, blocks, DL_BLOCKS, blocks, DL_BLOCKS, &o);
+        ms = harness_now_ms() - t0;
+        memcpy(snap, dst->mem, dst->mem_size);
+        fprintf(stderr, "%s round %d: %s after %llu ms\n", what, round, kvd_strerror(r),
+                (unsigned long long)ms);
+        expect_status(b, r, KVD_E_TIMEOUT, NULL);
+        /* Promptly: within the deadline and a generous allowance for the fence, not after the
+         * 2 s the whole transfer needs plus the queue. */
+        ck_assert_msg(ms < (uint64_t)DL_TIMEOUT_MS + (uint64_t)harness_wait_scaled(3000),
+                      "the %s returned after %llu ms", what, (unsigned long long)ms);
+        harness_sleep_ms(DL_SETTLE_MS);
+        if (memcmp(snap, dst->mem, dst->mem_size) != 0) {
+                size_t i = 0, n = 0;
+
+                while (snap[i] == dst->mem[i])
+                        i++;
+                for (size_t k = i; k < dst->mem_size; k++)
+                        n += snap[k] != dst->mem[k];
+                ck_abort_msg("round %d: %zu bytes of the %s's destination, from byte %zu, changed "
+                             "after the call returned TIMEOUT",
+                             round, n, what, i);
+        }
+        tcache_verify_old_or_new(dst, cp);
+}
+
+/*
+ * Over a 1 Gbit/s wire with a deep queue: 20 pulls of 256 MiB with a 400 ms deadline, then 20
+ * pushes, each TIMEOUT and settled at its return; after each series the same transfer with time
+ * enough is byte-exact (the link survived). A is the server: B pulls from and pushes into
+ * A's cache.
+ */
+START_TEST(test_deadline_nothing_lands)
+{
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        static uint64_t blocks[DL_BLOCKS];
+        TCache asrc, bsrc, bdst;
+        TCopies cpl = {}, cpp = {};
+        kvd_client *a, *b;
+        uint8_t *snap;
+        Node p, d;
+
+        if (skip_reason) {
+                fprintf(stderr, "SKIP test_deadline_nothing_lands: %s\n", skip_reason);
+                return;
+        }
+        hosts_start(&p, &d);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
+        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
+        expect_ok(a, tcache_register(&asrc, a, true, DL_TENSORS, DL_BLOCKS, DL_BLOCK, 0xd1, &key, 1,
+                                     0));
+        expect_ok(b, tcache_register(&bsrc, b, true, DL_TENSORS, DL_BLOCKS, DL_BLOCK, 0xd2, NULL, 0,
+                                     0));
+        expect_ok(b, tcache_register(&bdst, b, true, DL_TENSORS, DL_BLOCKS, DL_BLOCK, 0xd3, NULL, 0,
+                                     0));
+        link_node(b, A_ID, &p);
+        for (uint64_t i = 0; i < DL_BLOCKS; i++)
+                blocks[i] = i;
+        snap = malloc(asrc.mem_size);
+        ck_assert_ptr_nonnull(snap);
+        o.timeout_ms = 120000;
+
+        /* Pulls first, while A's cache still holds its own pattern. */
+        tcopies_blocks(&cpl, &asrc, &bdst, ALL, ALL, 2, blocks, blocks, DL_BLOCKS);
+        for (int i = 0; i < DL_ROUNDS; i++)
+                deadline_round(b, false, &key, &asrc, &bdst, blocks, snap, &cpl, i);
+        expect_ok(b, kvd_check_link_status(b, A_ID));
+        expect_ok(b, kvd_pull_blocks(b, &key, bdst.id, blocks, DL_BLOCKS, blocks, DL_BLOCKS, &o));
+        tcache_verify(&bdst, &cpl);
+        tcache_verify_untouched(&asrc);
+
+        tcopies_blocks(&cpp, &bsrc, &asrc, ALL, ALL, 2, blocks, blocks, DL_BLOCKS);
+        for (int i = 0; i < DL_ROUNDS; i++)
+                deadline_round(b, true, &key, &bsrc, &asrc, blocks, snap, &cpp, i);
+        expect_ok(b, kvd_check_link_status(b, A_ID));
+        expect_ok(b, kvd_push_blocks(b, &key, bsrc.id, blocks, DL_BLOCKS, blocks, DL_BLOCKS, &o));
+        tcache_verify(&asrc, &cpp);
+        tcache_verify_untouched(&bsrc);
+
+        free(snap);
+        tcopies_free(&cpl);
+        tcopies_free(&cpp);
+        expect_ok(a, kvd_client_finalize(a));
+        expect_ok(b, kvd_client_finalize(b));
+        node_stop(&d);
+        node_stop(&p);
+}
+END_TEST
+
 static Suite *netns_suite(void)
 {
         Suite *s = suite_create("integration-netns");
@@ -230,6 +381,12 @@ static Suite *netns_suite(void)
         tcase_add_unchecked_fixture(tc, netns_setup, netns_teardown);
         tcase_add_test(tc, test_across_hosts);
         tcase_add_test(tc, test_wire_cut);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("deadline");
+        tcase_set_timeout(tc, 400);
+        tcase_add_unchecked_fixture(tc, netns_setup_shaped, netns_teardown);
+        tcase_add_test(tc, test_deadline_nothing_lands);
         suite_add_tcase(s, tc);
         return s;
 }

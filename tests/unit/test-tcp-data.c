@@ -635,6 +635,78 @@ START_TEST(test_cancel_recv_early)
 }
 END_TEST
 
+/*
+ * A receive with a deadline that passes while one of its ranges is half in, with nobody on the
+ * loop cancelling it: the I/O thread stops writing on its own, the rest of the job is read and
+ * dropped, and the job fails with -ETIMEDOUT (the scripted sender then sends another job, which
+ * proves the streams stayed in step). A job whose deadline passed before its bytes came lands
+ * nothing at all.
+ */
+START_TEST(test_recv_deadline)
+{
+        TcpDataOptions o = {.crc = true, .chunk_size = 65536, .min_split_bytes = 512 * 1024};
+        World w;
+        Xfer *x = xfer_new(55, MiB, 0, 0), *y = xfer_new(56, MiB, 0, 0);
+        Xfer *z = xfer_new(57, MiB, 0, 0);
+        TcpStreamRange rx[1], ry[1], rz[1];
+        Done dx = {.snapshot_of = x}, dy = {0}, dz = {0};
+        _cleanup_free_ uint8_t *wire = NULL, *after = NULL;
+        usec_t deadline;
+        size_t len, part;
+
+        world_init_raw(&w, 1, false, 0, &o);
+        ck_assert_int_eq(split(&w, &o, x->total, rx), 1);
+        ck_assert_int_eq(split(&w, &o, y->total, ry), 1);
+        ck_assert_int_eq(split(&w, &o, z->total, rz), 1);
+        deadline = now_usec(CLOCK_MONOTONIC) + 300 * USEC_PER_MSEC;
+        ck_assert_int_eq(tcp_data_recv_until(w.a.td, 1, x->dst, x->n_dst, deadline, on_done, &dx),
+                         0);
+        /* Already past: nothing of it may land. */
+        ck_assert_int_eq(tcp_data_recv_until(w.a.td, 3, z->dst, z->n_dst,
+                                             now_usec(CLOCK_MONOTONIC) - 1, on_done, &dz),
+                         0);
+        ck_assert_int_eq(tcp_data_recv(w.a.td, 2, y->dst, y->n_dst, on_done, &dy), 0);
+
+        /* Five chunks land before the deadline. */
+        wire = wire_range(x, 1, rx[0].start, rx[0].end, 65536, true, &len);
+        part = 5 * (TCP_STREAM_HEADER_SIZE + 65536) + 100;
+        raw_write(w.raw[0], wire, part);
+        run_until_bytes(&w, w.a.td, 0, 5 * 65536 + 100 - TCP_STREAM_HEADER_SIZE);
+        while (now_usec(CLOCK_MONOTONIC) <= deadline)
+                (void)usleep(10000);
+        ck_assert_uint_eq(dx.calls, 0);
+        after = xfer_snapshot(x);
+
+        /* The rest of job 1 comes after its deadline: dropped. Then jobs 3 and 2. */
+        raw_write(w.raw[0], wire + part, len - part);
+        run_until(&w, &dx.calls, 1);
+        ck_assert_int_eq(dx.status, -ETIMEDOUT);
+        free(wire);
+        wire = wire_range(z, 3, rz[0].start, rz[0].end, 65536, true, &len);
+        raw_write(w.raw[0], wire, len);
+        free(wire);
+        wire = wire_range(y, 2, ry[0].start, ry[0].end, 65536, true, &len);
+        raw_write(w.raw[0], wire, len);
+        run_until(&w, &dy.calls, 1);
+        run_until(&w, &dz.calls, 1);
+        ck_assert_int_eq(dy.status, 0);
+        ck_assert_int_eq(dz.status, -ETIMEDOUT);
+        xfer_check(y, 0, y->total);
+        xfer_check(z, 0, 0);
+
+        ck_assert(memcmp(after, x->dst_buf, x->dst_buf_len) == 0);
+        ck_assert(memcmp(dx.snapshot, x->dst_buf, x->dst_buf_len) == 0);
+        ck_assert_uint_ge(xfer_check_prefixes(x, rx, 1), 5 * 65536);
+        ck_assert_uint_lt(xfer_check_prefixes(x, rx, 1), x->total);
+        ck_assert(!tcp_data_is_broken(w.a.td));
+        world_deinit(&w);
+        free(dx.snapshot);
+        xfer_free(x);
+        xfer_free(y);
+        xfer_free(z);
+}
+END_TEST
+
 /* A job the sender will not send after all: its receiver fails without a byte landing. */
 START_TEST(test_send_aborted)
 {
@@ -718,6 +790,7 @@ static Suite *tcp_data_suite(void)
         tcase_add_test(tc, test_cancel_send_wire);
         tcase_add_loop_test(tc, test_cancel_recv, 0, 2);
         tcase_add_test(tc, test_cancel_recv_early);
+        tcase_add_test(tc, test_recv_deadline);
         tcase_add_loop_test(tc, test_send_aborted, 0, 2);
         tcase_add_test(tc, test_recv_discard);
         suite_add_tcase(s, tc);

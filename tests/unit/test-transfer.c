@@ -617,9 +617,123 @@ START_TEST(test_remote_push_client_gone)
         ck_assert_uint_eq(fx.rec.cancel_id, id);
         ck_assert_uint_eq(fx.tcp->n_cancelled, 1);
         fake_transport_complete(fx.tcp, job, -ECANCELED);
+        /* Bytes sent may still land over there: it waits for the word that they stopped. */
+        ck_assert_uint_eq(fx.root.n_transfers, 1);
+        transfer_remote_handle_done(&fx.root, fx.peer, id, STATUS_TIMEOUT, "");
         ck_assert_uint_eq(t.answer.n_replies + t.answer.n_fails + t.answer.n_drops, 0);
         ck_assert_uint_eq(fx.root.n_transfers, 0);
         ck_assert_uint_eq(fx.root.counters.transfers_failed, 1);
+}
+END_TEST
+
+/* A push past its deadline over TCP, its bytes sent and more on their way. */
+static TransportJob *remote_push_past_deadline(RemoteTransfer *t)
+{
+        TransferPeerAnswer ans;
+        TransportJob *job;
+        RemoteDesc remote;
+        uint64_t id;
+
+        remote_start(t, TRANSFER_PUSH_CACHE, 0, NULL);
+        id = t->x->id;
+        /* The peer gets what is left of our deadline, which it holds on its own. */
+        ck_assert_uint_gt(fx.rec.request.timeout_ms, 0);
+        ck_assert_uint_le(fx.rec.request.timeout_ms,
+                          (t->x->deadline_usec - t->x->start_usec) / USEC_PER_MSEC);
+        ans = remote_answer(&remote, 0);
+        transfer_remote_on_answer(t->x, fx.peer, STATUS_OK, NULL, &ans);
+        job = fake_transport_job(fx.tcp, 0);
+        ck_assert_ptr_nonnull(job);
+
+        transfer_fixture_expire(&fx, t->x->timer);
+        /* The peer is told to stop, our sender stops; the client waits for the peer's word. */
+        ck_assert_uint_eq(fx.rec.n_cancels, 1);
+        ck_assert_uint_eq(fx.rec.cancel_id, id);
+        ck_assert_uint_eq(fx.tcp->n_cancelled, 1);
+        ck_assert_ptr_nonnull(t->x->fence);
+        ck_assert_uint_eq(t->answer.n_replies + t->answer.n_fails, 0);
+        return job;
+}
+
+/*
+ * A push past its deadline is answered once the peer said its receiver stopped, not when our
+ * sender stopped: bytes on their way would still land.
+ */
+START_TEST(test_remote_push_deadline_waits_for_word)
+{
+        _cleanup_free_ uint8_t *image = NULL;
+        RemoteTransfer t;
+        TransportJob *job = remote_push_past_deadline(&t);
+        uint64_t id = t.x->id;
+
+        fake_transport_complete(fx.tcp, job, -ECANCELED);
+        ck_assert_uint_eq(t.answer.n_replies + t.answer.n_fails, 0);
+        ck_assert_uint_eq(fx.root.n_transfers, 1);
+        transfer_remote_handle_done(&fx.root, fx.peer, id, STATUS_TIMEOUT, "");
+        ck_assert_uint_eq(t.answer.n_fails, 1);
+        ck_assert_int_eq(t.answer.status, STATUS_TIMEOUT);
+        ck_assert_ptr_nonnull(strstr(t.answer.err.msg, "did not finish within"));
+        ck_assert_uint_eq(fx.root.n_transfers, 0);
+        image = transfer_fixture_image(t.cache, DST_SEED);
+        transfer_fixture_check_image(t.cache, image);
+}
+END_TEST
+
+/*
+ * The peer's word that its receiver stopped comes while our sender still holds the source (a
+ * slow link takes the abort markers late): the client is answered, the transfer lives on.
+ */
+START_TEST(test_remote_push_word_before_sender)
+{
+        RemoteTransfer t;
+        TransportJob *job = remote_push_past_deadline(&t);
+
+        transfer_remote_handle_done(&fx.root, fx.peer, t.x->id, STATUS_TIMEOUT, "");
+        ck_assert_uint_eq(t.answer.n_fails, 1);
+        ck_assert_int_eq(t.answer.status, STATUS_TIMEOUT);
+        ck_assert_uint_eq(fx.root.n_transfers, 1);
+        fake_transport_complete(fx.tcp, job, -ECANCELED);
+        ck_assert_uint_eq(t.answer.n_fails, 1);
+        ck_assert_uint_eq(fx.root.n_transfers, 0);
+}
+END_TEST
+
+/*
+ * No word comes (the peer is stopped): the fence answers, since the peer's own deadline for the
+ * push is over by then; a word that comes later finds nothing.
+ */
+START_TEST(test_remote_push_fence)
+{
+        RemoteTransfer t;
+        TransportJob *job = remote_push_past_deadline(&t);
+        uint64_t id = t.x->id;
+
+        /* The sender still holds the source: answered, alive until it lets go. */
+        transfer_fixture_expire(&fx, t.x->fence);
+        ck_assert_uint_eq(t.answer.n_fails, 1);
+        ck_assert_int_eq(t.answer.status, STATUS_TIMEOUT);
+        ck_assert_uint_eq(fx.root.n_transfers, 1);
+        fake_transport_complete(fx.tcp, job, -ECANCELED);
+        ck_assert_uint_eq(fx.root.n_transfers, 0);
+        transfer_remote_handle_done(&fx.root, fx.peer, id, STATUS_TIMEOUT, "");
+        ck_assert_uint_eq(t.answer.n_fails, 1);
+        ck_assert(clist_is_empty(&fx.peer->transfers));
+}
+END_TEST
+
+/* The sender let go first, then the fence passes without a word: the transfer ends. */
+START_TEST(test_remote_push_fence_after_sender)
+{
+        RemoteTransfer t;
+        TransportJob *job = remote_push_past_deadline(&t);
+
+        fake_transport_complete(fx.tcp, job, -ECANCELED);
+        ck_assert_uint_eq(t.answer.n_fails, 0);
+        transfer_fixture_expire(&fx, t.x->fence);
+        ck_assert_uint_eq(t.answer.n_fails, 1);
+        ck_assert_int_eq(t.answer.status, STATUS_TIMEOUT);
+        ck_assert_uint_eq(fx.root.n_transfers, 0);
+        ck_assert(clist_is_empty(&fx.peer->transfers));
 }
 END_TEST
 
@@ -899,6 +1013,10 @@ static Suite *transfer_suite(void)
         tcase_add_test(tc, test_remote_link_down_while_moving);
         tcase_add_test(tc, test_remote_pull_by_req_key_tells_peer);
         tcase_add_test(tc, test_remote_push_client_gone);
+        tcase_add_test(tc, test_remote_push_deadline_waits_for_word);
+        tcase_add_test(tc, test_remote_push_word_before_sender);
+        tcase_add_test(tc, test_remote_push_fence);
+        tcase_add_test(tc, test_remote_push_fence_after_sender);
         tcase_add_test(tc, test_remote_request_fails);
         suite_add_tcase(s, tc);
 

@@ -380,8 +380,9 @@ typedef struct kvd_transfer_opts {
  * cluster (made by either: links are two-way) or when the other side unlinked it, PEER_LOST
  * when it is down, CACHE_NOT_EXIST when no cache is under the key, PERMISSION_DENIED when the
  * link does not reach it (kvd_remote_access), PARAM_INVALID or CACHE_INCOMPATIBLE for blocks,
- * slots or shapes that do not fit, TIMEOUT past the deadline. A failed pull writes nothing into the
- * caller's memory once it returned.
+ * slots or shapes that do not fit, TIMEOUT past the deadline. A call that returned other than
+ * KVD_OK has finished everywhere: nothing of a failed pull lands in the caller's memory afterwards
+ * (the daemon answers once its receiver stopped, which it does at the deadline on its own).
  */
 int kvd_pull_cache(kvd_client *client, const kvd_cache_key *src_key, uint64_t dst_cache_id,
                    uint32_t dst_batch_index, int64_t size, const kvd_transfer_opts *opts);
@@ -396,15 +397,21 @@ int kvd_pull_blocks(kvd_client *client, const kvd_cache_key *src_key, uint64_t d
                     size_t n_dst, const kvd_transfer_opts *opts);
 
 /* Writes batch slot @src_batch_index of local @src_cache_id into the item @dst_key names. A
- * failed push returns at once, as kvd_push_blocks() says. */
+ * failed push lands nothing afterwards, as kvd_push_blocks() says. */
 int kvd_push_cache(kvd_client *client, const kvd_cache_key *dst_key, uint64_t src_cache_id,
                    uint32_t src_batch_index, int64_t size, const kvd_transfer_opts *opts);
 
 /*
  * Writes local blocks src_blocks[i] into remote blocks dst_blocks[i] of @dst_key (BLOCKS).
- * A push that fails (a timeout too) returns at once, without waiting for the peer to take the
- * bytes in flight: the daemon may read its source a little longer (it keeps the memory mapped)
- * and never writes into it.
+ * A push that fails (a timeout too) has finished everywhere when it returns: no byte of it lands
+ * in the destination afterwards, and the call still answers promptly. Across daemons over TCP it
+ * is answered once the destination daemon said its receiver stopped, or, failing that word, once
+ * that daemon's own deadline for the push passed: the remaining timeout less the round trip,
+ * held by its I/O threads on its own clock (at most the round trip of the push's request plus
+ * 200 ms after this call's deadline). Over RDMA it is answered once its queue pairs were flushed.
+ * On PEER_LOST it is answered at once; a destination daemon still running writes nothing of it
+ * after that daemon's own deadline. The daemon may read the source a little longer after the
+ * answer (it keeps the memory mapped) and never writes into it.
  */
 int kvd_push_blocks(kvd_client *client, const kvd_cache_key *dst_key, uint64_t src_cache_id,
                     const uint64_t *src_blocks, size_t n_src, const uint64_t *dst_blocks,
