@@ -254,7 +254,7 @@ static void netns_setup_shaped(void)
 }
 
 enum {
-        DL_ROUNDS = 20,
+        DL_ROUNDS = 20, /* each way; $KVDIST_DEADLINE_ROUNDS overrides it (1..1000) */
         DL_TENSORS = 2,
         DL_BLOCKS = 1024,
         DL_BLOCK = 128 * 1024, /* 2 x 1024 x 128 KiB = 256 MiB a cache */
@@ -307,6 +307,22 @@ static void deadline_round(kvd_client *b, bool push, const kvd_cache_key *key, c
         tcache_verify_old_or_new(dst, cp);
 }
 
+/* DL_ROUNDS, or $KVDIST_DEADLINE_ROUNDS: scripts/test runs fewer in the sanitizer build, where
+ * each round's checks of 256 MiB cost several times more. */
+static int deadline_rounds(void)
+{
+        const char *v = getenv("KVDIST_DEADLINE_ROUNDS");
+        char *end;
+        long n;
+
+        if (!v || !v[0])
+                return DL_ROUNDS;
+        n = strtol(v, &end, 10);
+        ck_assert_msg(*end == '\0' && n >= 1 && n <= 1000,
+                      "KVDIST_DEADLINE_ROUNDS=%s: a number of rounds, 1..1000", v);
+        return (int)n;
+}
+
 /*
  * Over a 1 Gbit/s wire with a deep queue: 20 pulls of 256 MiB with a 400 ms deadline, then 20
  * pushes, each TIMEOUT and settled at its return; after each series the same transfer with time
@@ -346,7 +362,7 @@ START_TEST(test_deadline_nothing_lands)
 
         /* Pulls first, while A's cache still holds its own pattern. */
         tcopies_blocks(&cpl, &asrc, &bdst, ALL, ALL, 2, blocks, blocks, DL_BLOCKS);
-        for (int i = 0; i < DL_ROUNDS; i++)
+        for (int i = 0; i < deadline_rounds(); i++)
                 deadline_round(b, false, &key, &asrc, &bdst, blocks, snap, &cpl, i);
         expect_ok(b, kvd_check_link_status(b, A_ID));
         expect_ok(b, kvd_pull_blocks(b, &key, bdst.id, blocks, DL_BLOCKS, blocks, DL_BLOCKS, &o));
@@ -354,7 +370,7 @@ START_TEST(test_deadline_nothing_lands)
         tcache_verify_untouched(&asrc);
 
         tcopies_blocks(&cpp, &bsrc, &asrc, ALL, ALL, 2, blocks, blocks, DL_BLOCKS);
-        for (int i = 0; i < DL_ROUNDS; i++)
+        for (int i = 0; i < deadline_rounds(); i++)
                 deadline_round(b, true, &key, &bsrc, &asrc, blocks, snap, &cpp, i);
         expect_ok(b, kvd_check_link_status(b, A_ID));
         expect_ok(b, kvd_push_blocks(b, &key, bsrc.id, blocks, DL_BLOCKS, blocks, DL_BLOCKS, &o));
