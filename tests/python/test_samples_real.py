@@ -53,10 +53,20 @@ def _host_args(role, local, remote, extra=()):
             "--remote_host_ip", remote, *extra]
 
 
+# The samples that take --transfer_backend run once without it and once with "hixl".
+BACKEND_SAMPLES = ("push_blocks_sample.py", "push_cache_sample.py",
+                   "transfer_cache_async_sample.py")
+RUNS = [(n, "") for n in S.SAMPLES] + [(n, "hixl") for n in BACKEND_SAMPLES]
+
+
 # Each sample: the processes (which daemon, arguments), started in this order, a process
 # waiting for a line of its predecessor's log where the sample itself sleeps instead of
 # waiting (xPyD); and what every cache holds at its end, by (cluster id, cache id).
-def spec(name, a, b):
+def spec(name, a, b, backend=""):
+    if backend:
+        processes, expected = spec(name, a, b)
+        return ([(d, [*args, "--transfer_backend", backend], w) for d, args, w in processes],
+                expected)
     ones2 = both(blocks(1, 1, 1))
     zeros2 = both(blocks(0, 0, 0))
     if name == "pull_cache_sample.py":
@@ -117,8 +127,9 @@ def _wait_for(path, line, proc):
 @pytest.mark.skipif(not SAMPLES_DIR, reason="LLM-DataDist's samples are not shipped (CANN Open "
                     "Software License, for Huawei processors only): set "
                     "$KVDIST_LLM_DATADIST_SAMPLES to a folder holding them")
-@pytest.mark.parametrize("name", S.SAMPLES)
-def test_sample(name, daemons, tmp_path):
+@pytest.mark.parametrize("name,backend", RUNS,
+                         ids=[n + (f"-{b}" if b else "") for n, b in RUNS])
+def test_sample(name, backend, daemons, tmp_path):
     source = os.path.join(SAMPLES_DIR, name)
     if not os.path.exists(source):
         pytest.fail(f"{source} is missing")
@@ -133,7 +144,7 @@ def test_sample(name, daemons, tmp_path):
     procs, dumps = [], tmp_path / "dumps"
     dumps.mkdir()
     wrapper = os.path.join(os.path.dirname(__file__), "llm_datadist_samples.py")
-    processes, expected = spec(name, *hosts)
+    processes, expected = spec(name, *hosts, backend)
     logs = []
     for i, (daemon, args, wait_line) in enumerate(processes):
         if wait_line is not None:
