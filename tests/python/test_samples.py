@@ -488,28 +488,26 @@ def run_sides(tmp_path, flow, sides):
         procs.append((name, err, subprocess.Popen(
             [sys.executable, __file__, flow, name, str(tmp_path), *args], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=err, env=env, text=True)))
-    lock = threading.Condition()
-    waiting = {"n": 0, "gen": 0, "exited": 0}
+    # Every side's "barrier" line counts; when all have said it, each is told to go on. A side
+    # that exits while the others wait fails the run below (they are killed).
+    lock = threading.Lock()
+    waiting = [0]
 
     def pump(proc):
         for line in proc.stdout:
             if line.strip() != "barrier":
                 continue
             with lock:
-                waiting["n"] += 1
-                if waiting["n"] == len(procs):
-                    waiting["n"] = 0
-                    for _, _, p in procs:
-                        try:
-                            p.stdin.write("go\n")
-                            p.stdin.flush()
-                        except BrokenPipeError:
-                            pass
-        with lock:
-            waiting["exited"] += 1
-            # A side that ended releases nobody: the others stay at the barrier until the
-            # ceiling, or until they are killed below because one side failed.
-            lock.notify_all()
+                waiting[0] += 1
+                if waiting[0] < len(procs):
+                    continue
+                waiting[0] = 0
+                for _, _, p in procs:
+                    try:
+                        p.stdin.write("go\n")
+                        p.stdin.flush()
+                    except BrokenPipeError:
+                        pass
 
     threads = [threading.Thread(target=pump, args=(p,), daemon=True) for _, _, p in procs]
     for t in threads:
@@ -541,8 +539,8 @@ def image(seed, num_tensors, nbytes):
 
 
 def set_units(img, unit_bytes, dst_units, src, src_units, src_tensors=None):
-    """img (guarded) with unit dst_units[i] of each tensor set to unit src_units[i] of src (a
-    guarded image, or a (tensors x bytes) unguarded array with src_guard 0)."""
+    """img (a guarded image) with unit dst_units[i] of each tensor set to unit src_units[i] of
+    src: a guarded image too, or a pool cache's bytes (tensors x bytes, no guards)."""
     out = img.copy()
     for t in range(img.shape[0]):
         st = t if src_tensors is None else src_tensors[t]
@@ -714,9 +712,5 @@ FLOWS = {name[5:]: fn for name, fn in dict(globals()).items() if name.startswith
 
 if __name__ == "__main__":
     flow, side_name, out_dir, *rest = sys.argv[1:]
-    rest = [r for r in rest if r != ""] if flow != "pull_blocks_xpyd" else rest
-    side = Side(out_dir, side_name)
-    if flow == "pull_blocks_xpyd":
-        FLOWS[flow](side, side_name, *rest)
-    else:
-        FLOWS[flow](side, side_name, *rest)
+    # An empty transfer backend is the flow's default (the samples' --transfer_backend "").
+    FLOWS[flow](Side(out_dir, side_name), side_name, *[r for r in rest if r != ""])
