@@ -61,6 +61,17 @@ def test_modules():
     assert LLMClusterInfo is kvdist.LLMClusterInfo and LLMRole is kvdist.LLMRole
 
 
+def test_module_v2_llm_types():
+    # What llm_datadist's own API tests import (test_cache_manager.py and others).
+    import kvdist.v2.llm_types as t
+
+    for name in ("RegisterMemStatus", "Cache", "Memtype", "MemInfo", "CacheDesc", "CacheKey",
+                 "CacheKeyByIdAndIndex", "BlocksCacheKey", "KvCache", "LayerSynchronizer",
+                 "TransferWithCacheKeyConfig", "TransferConfig", "CacheTask", "Placement"):
+        assert getattr(t, name) is getattr(kvdist, name), name
+    assert sorted(t.__all__) == sorted(n for n in dir(t) if not n.startswith("_"))
+
+
 def test_status_and_codes():
     assert Status(LLMStatusCode.LLM_SUCCESS).is_ok()
     s = Status(LLMStatusCode.LLM_TIMEOUT)

@@ -434,6 +434,16 @@ def _device_ids(key, value):
     return ids[0]
 
 
+def _check_mem_utilization(key, value):
+    """GE's device memory share: checked as llm_datadist does, no host meaning."""
+    try:
+        v = float(value)
+    except ValueError:
+        v = math.nan
+    if not 0.0 <= v <= 1.0:
+        raise _param_invalid(f"option \"{key}\" is \"{value}\", not a number in [0, 1]")
+
+
 def init_options(options, daemon_pool=None):
     """libkvdist's options for an init() options dict, LLMException for one that is refused.
     daemon_pool(socket_path) returns the daemon's pool status; it is asked only when a pool
@@ -476,12 +486,7 @@ def init_options(options, daemon_pool=None):
             if value not in ("0", "1"):
                 raise _param_invalid(f"option \"{key}\" is \"{value}\", not \"0\" or \"1\"")
         elif key == "llm.MemoryUtilization":
-            try:
-                v = float(value)
-            except ValueError:
-                v = math.nan
-            if not 0.0 <= v <= 1.0:
-                raise _param_invalid(f"option \"{key}\" is \"{value}\", not a number in [0, 1]")
+            _check_mem_utilization(key, value)
         elif key in _POOLS:
             pools.append((key, _pool_request(key, value)))
         else:
@@ -502,7 +507,8 @@ def init_options(options, daemon_pool=None):
 
 
 def switch_options(options):
-    """libkvdist's options for a switch_role() options dict (llm.listenIpInfo)."""
+    """libkvdist's options for a switch_role() options dict (llm.listenIpInfo; also
+    LlmConfig.generate_options()'s llm.MemoryUtilization, checked and without effect)."""
     if options is None:
         return []
     if not isinstance(options, dict):
@@ -511,6 +517,11 @@ def switch_options(options):
     for key, value in options.items():
         if not isinstance(key, str):
             raise TypeError(f"option names are str, not {type(key).__name__}")
+        if key == "llm.MemoryUtilization":
+            # What LlmConfig.generate_options() always adds, so that its options (the
+            # samples' way to give llm.listenIpInfo) are taken here too; checked as in init().
+            _check_mem_utilization(key, str(value))
+            continue
         out.append((_RENAMED.get(key, key), str(value)))
     return out
 
