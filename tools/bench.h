@@ -11,12 +11,13 @@
 typedef enum BaselineKind {
         BASELINE_MEMCPY, /* the bytes of a request copied by --copy-threads threads */
         BASELINE_IPERF3, /* iperf3 tests of whole seconds over loopback TCP */
+        BASELINE_UNIX,   /* a small message's round trip over a Unix socket, after each request */
         BASELINE_NONE,
         _BASELINE_MAX,
         _BASELINE_INVALID = -EINVAL,
 } BaselineKind;
 
-/* "memcpy", "iperf3", "none" */
+/* "memcpy", "iperf3", "unix", "none" */
 extern const char *const baseline_names[_BASELINE_MAX];
 
 typedef struct Workload {
@@ -35,6 +36,9 @@ typedef struct Args {
         uint64_t copy_threads, iterations, warmup, seed, timeout_ms;
         uint64_t tcp_streams; /* --remote: data connections per peer */
         uint64_t iperf3_streams, iperf3_time;
+        /* --layer-compute-us: a prefill computing layer after layer, each layer pushed (or
+         * pulled) while the next computes; 0 without. */
+        uint64_t layer_compute_us;
         int tcp_crc;             /* --remote: CRC32C on data chunks (0 or 1) */
         const char *rdma_device; /* --remote: both daemons move blocks over this device */
         bool push, json, suite, remote;
@@ -53,6 +57,17 @@ typedef struct Result {
         /* Rates over all timed iterations (total bytes / total time) and their medians. */
         double kvdist_gbps, kvdist_gbps_median;
         double baseline_gbps, baseline_gbps_median;
+        /* The memcpy baseline's scattered twin: the request's own segments; 0 when not run. */
+        double scattered_gbps, scattered_gbps_median;
         double requests_per_s;
         double lat_mean_us, lat_p50_us, lat_p99_us;
+        /* The baseline's rounds (--baseline unix: its round trips). */
+        double base_p50_us, base_p99_us;
+        /* --layer-compute-us: layers, and p50/p99 of the exposed time (the last layer computed
+         * -> every layer landed), of one layer's transfer alone and of the whole transfer
+         * after prefill, each measured in every iteration. */
+        uint64_t layers;
+        double exposed_p50_us, exposed_p99_us;
+        double layer_p50_us, layer_p99_us;
+        double whole_p50_us, whole_p99_us;
 } Result;
