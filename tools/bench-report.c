@@ -127,6 +127,10 @@ void bench_report_row(const Args *a, const Result *r)
         if (a->baseline == BASELINE_MEMCPY)
                 printf(" %11.2f %6.2f", r->scattered_gbps, r->kvdist_gbps / r->scattered_gbps);
         printf(" %9.1f %8.2f %8.2f\n", r->requests_per_s, r->lat_p50_us / 1e3, r->lat_p99_us / 1e3);
+        if (a->probe_status)
+                printf("%-16s status calls meanwhile: %" PRIu64 ", p50 %.1f us, p99 %.1f us, "
+                       "max %.1f us\n",
+                       "", r->status_calls, r->status_p50_us, r->status_p99_us, r->status_max_us);
         (void)fflush(stdout);
 }
 
@@ -195,6 +199,11 @@ void bench_report_json(const Args *a, const Result *res, size_t n)
                                r->layers, a->layer_compute_us, r->exposed_p50_us, r->exposed_p99_us,
                                r->layer_p50_us, r->layer_p99_us, r->whole_p50_us, r->whole_p99_us,
                                r->exposed_p50_us / r->layer_p50_us);
+                if (a->probe_status)
+                        printf(", \"status_us\": {\"calls\": %" PRIu64
+                               ", \"p50\": %.1f, \"p99\": %.1f, \"max\": %.1f}",
+                               r->status_calls, r->status_p50_us, r->status_p99_us,
+                               r->status_max_us);
                 printf(", \"requests_per_s\": %.3f, \"latency_us\": {\"mean\": %.1f, \"p50\": "
                        "%.1f, \"p99\": %.1f}, \"verified\": true}",
                        r->requests_per_s, r->lat_mean_us, r->lat_p50_us, r->lat_p99_us);

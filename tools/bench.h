@@ -39,6 +39,7 @@ typedef struct Args {
         /* --layer-compute-us: a prefill computing layer after layer, each layer pushed (or
          * pulled) while the next computes; 0 without. */
         uint64_t layer_compute_us;
+        bool probe_status;       /* --probe-status: status calls on another connection meanwhile */
         int tcp_crc;             /* --remote: CRC32C on data chunks (0 or 1) */
         const char *rdma_device; /* --remote: both daemons move blocks over this device */
         bool push, json, suite, remote;
@@ -70,4 +71,7 @@ typedef struct Result {
         double exposed_p50_us, exposed_p99_us;
         double layer_p50_us, layer_p99_us;
         double whole_p50_us, whole_p99_us;
+        /* --probe-status: status calls answered while the timed requests ran */
+        uint64_t status_calls;
+        double status_p50_us, status_p99_us, status_max_us;
 } Result;

@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,6 +358,97 @@ static int baseline_round(const Args *a, BenchMemcpy *base, BenchUnix *unix_rtt,
         }
 }
 
+#define PROBE_MAX_CALLS 200000
+
+/*
+ * --probe-status: a thread that calls kvd_daemon_status() on a connection of its own, one call
+ * after the other, while the timed requests run; how long the control loop keeps a read-only
+ * caller waiting while it plans and starts big transfers.
+ */
+typedef struct StatusProbe {
+        pthread_t thread;
+        kvd_client *client;
+        atomic_bool stop;
+        int status; /* the first failure, else 0 */
+        uint64_t n;
+        double *ns; /* PROBE_MAX_CALLS */
+} StatusProbe;
+
+static void *probe_thread(void *userdata)
+{
+        StatusProbe *p = userdata;
+
+        while (!atomic_load(&p->stop) && p->n < PROBE_MAX_CALLS) {
+                char *json = NULL;
+                double t0 = now_ns();
+                int r = kvd_daemon_status(p->client, &json);
+
+                p->ns[p->n++] = now_ns() - t0;
+                free(json);
+                if (r < 0) {
+                        p->status = r;
+                        break;
+                }
+        }
+        return NULL;
+}
+
+static int probe_start(const char *socket, StatusProbe *p)
+{
+        kvd_option opt = {"socket_path", socket};
+        int r;
+
+        *p = (StatusProbe){.ns = calloc(PROBE_MAX_CALLS, sizeof(double))};
+        if (!p->ns)
+                return -ENOMEM;
+        r = kvd_client_connect(&p->client, &opt, 1);
+        if (r < 0)
+                return fail(NULL, "cannot connect the status probe", r);
+        atomic_init(&p->stop, false);
+        r = pthread_create(&p->thread, NULL, probe_thread, p);
+        if (r != 0) {
+                kvd_client_finalize(p->client);
+                p->client = NULL;
+                return -r;
+        }
+        return 0;
+}
+
+static void percentiles_us(double *v, uint64_t n, double *ret_p50, double *ret_p99);
+
+/* Stops the probe and puts its figures into @res; -EIO (said) when a status call failed. */
+static int probe_stop(StatusProbe *p, Result *res)
+{
+        int r = 0;
+
+        if (!p->client) {
+                free(p->ns);
+                return 0;
+        }
+        atomic_store(&p->stop, true);
+        (void)pthread_join(p->thread, NULL);
+        if (p->status < 0)
+                r = fail(p->client, "kvd_daemon_status", p->status);
+        kvd_client_finalize(p->client);
+        p->client = NULL;
+        if (r == 0 && p->n > 0) {
+                res->status_calls = p->n;
+                percentiles_us(p->ns, p->n, &res->status_p50_us, &res->status_p99_us);
+                res->status_max_us = p->ns[p->n - 1] / 1e3;
+        }
+        free(p->ns);
+        p->ns = NULL;
+        return r;
+}
+
+/* For a return on a failure: stops the probe, its figures unused. */
+static void probe_stopp(StatusProbe *p)
+{
+        Result unused;
+
+        (void)probe_stop(p, &unused);
+}
+
 /* Sorts @v (@n entries, ns) and sets its nearest-rank p50 and p99 in us. */
 static void percentiles_us(double *v, uint64_t n, double *ret_p50, double *ret_p99)
 {
@@ -496,6 +589,7 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         _cleanup_(kvd_client_finalizep) kvd_client *pre = NULL, *dec = NULL;
         _cleanup_(bench_memcpy_freep) BenchMemcpy *base = NULL, *scat = NULL;
         _cleanup_(bench_unix_freep) BenchUnix *unix_rtt = NULL;
+        _cleanup_(probe_stopp) StatusProbe probe = {};
         _cleanup_free_ double *lat = calloc(a->iterations, sizeof(double));
         _cleanup_free_ double *base_ns = calloc(a->iterations, sizeof(double));
         _cleanup_free_ double *scat_ns = calloc(a->iterations, sizeof(double));
@@ -562,7 +656,14 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         opts.tensor_num_per_layer = w->tensors % 2 ? 1 : 2;
         opts.timeout_ms = (int32_t)a->timeout_ms;
         for (uint64_t i = 0; i < a->warmup + a->iterations; i++) {
-                double t0 = now_ns(), ns;
+                double t0, ns;
+
+                if (a->probe_status && i == a->warmup) {
+                        r = probe_start(a->push ? a->prefill_socket : a->decode_socket, &probe);
+                        if (r < 0)
+                                return r;
+                }
+                t0 = now_ns();
 
                 if (a->push)
                         r = kvd_push_blocks(mover, &key, pre_cache, src_ids, w->pull_blocks,
@@ -593,6 +694,9 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                                 return r;
                 }
         }
+        r = probe_stop(&probe, res);
+        if (r < 0)
+                return r;
         r = verify(a, w, pre_mem, dec_mem, src_ids, dst_ids);
         if (r < 0)
                 return r;
@@ -676,6 +780,9 @@ static void help(void)
                "                     next computes; reports the exposed time (last layer\n"
                "                     computed -> all landed) next to one layer's transfer and\n"
                "                     the whole transfer after prefill, measured in turn\n"
+               "  --probe-status     call for the daemon's status on another connection, one\n"
+               "                     call after the other, while the timed requests run, and\n"
+               "                     report how long those calls took (the loop's delay)\n"
                "  --suite            run the standard cases and print one table (with\n"
                "                     --remote: the cross-node cases)\n"
                "  --json             machine-readable output\n"
@@ -742,6 +849,7 @@ enum {
         ARG_IPERF3_STREAMS,
         ARG_IPERF3_TIME,
         ARG_LAYER_COMPUTE_US,
+        ARG_PROBE_STATUS,
 };
 
 static const struct option options[] = {
@@ -770,6 +878,7 @@ static const struct option options[] = {
         {"iperf3-streams", required_argument, NULL, ARG_IPERF3_STREAMS},
         {"iperf3-time", required_argument, NULL, ARG_IPERF3_TIME},
         {"layer-compute-us", required_argument, NULL, ARG_LAYER_COMPUTE_US},
+        {"probe-status", no_argument, NULL, ARG_PROBE_STATUS},
         {"help", no_argument, NULL, 'h'},
         {}};
 
@@ -851,6 +960,9 @@ static int parse_args(int argc, char **argv, Args *a)
                         continue;
                 case ARG_JSON:
                         a->json = true;
+                        continue;
+                case ARG_PROBE_STATUS:
+                        a->probe_status = true;
                         continue;
                 case ARG_REMOTE:
                         a->remote = true;

@@ -370,23 +370,27 @@ static int engine_submit_inline(Engine *e, const EngineCopy *copies, size_t n, s
         return 0;
 }
 
-int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, engine_done_fn done,
-                  void *userdata, EngineTask **ret)
+/* Checks @copies and sums their bytes; -EINVAL for a copy without an address or a sum past 2^64. */
+static int copies_total(const EngineCopy *copies, size_t n, size_t *ret)
 {
-        EngineTask *t;
-        size_t total = 0, job_bytes = 0, n_jobs = 0, per_thread;
+        size_t total = 0;
 
-        if (!e || !done || (n > 0 && !copies))
-                return -EINVAL;
         for (size_t i = 0; i < n; i++) {
                 if (copies[i].len > 0 && (!copies[i].dst || !copies[i].src))
                         return -EINVAL;
                 if (ADD_OVERFLOW(total, copies[i].len, &total))
                         return -EINVAL;
         }
-        /* held: a test or a drain wants the task queued, not started */
-        if (total > 0 && total <= ENGINE_INLINE_BYTES && !e->held)
-                return engine_submit_inline(e, copies, n, total, done, userdata, ret);
+        *ret = total;
+        return 0;
+}
+
+/* Queues @copies (@n entries of @total bytes, checked), which the task takes, freed on failure. */
+static int engine_queue(Engine *e, EngineCopy *copies, size_t n, size_t total, size_t slice,
+                        engine_done_fn done, void *userdata, EngineTask **ret)
+{
+        EngineTask *t;
+        size_t job_bytes = 0, n_jobs = 0, per_thread;
 
         if (total > 0) {
                 per_thread = (size_t)e->n_threads * ENGINE_JOBS_PER_THREAD;
@@ -397,16 +401,11 @@ int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, e
 
         /* n_jobs <= n_threads * ENGINE_JOBS_PER_THREAD + 1: no overflow */
         t = calloc(1, sizeof(EngineTask) + n_jobs * sizeof(EngineJob));
-        if (!t)
+        if (!t) {
+                free(copies);
                 return -ENOMEM;
-        if (n > 0) {
-                t->copies = calloc(n, sizeof(EngineCopy));
-                if (!t->copies) {
-                        free(t);
-                        return -ENOMEM;
-                }
-                memcpy(t->copies, copies, n * sizeof(EngineCopy));
         }
+        t->copies = copies;
         t->engine = e;
         clist_init(&t->link_done);
         atomic_init(&t->cancel, false);
@@ -444,6 +443,49 @@ int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, e
         if (ret)
                 *ret = t;
         return 0;
+}
+
+int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, engine_done_fn done,
+                  void *userdata, EngineTask **ret)
+{
+        EngineCopy *own = NULL;
+        size_t total;
+        int r;
+
+        if (!e || !done || (n > 0 && !copies))
+                return -EINVAL;
+        r = copies_total(copies, n, &total);
+        if (r < 0)
+                return r;
+        /* held: a test or a drain wants the task queued, not started */
+        if (total > 0 && total <= ENGINE_INLINE_BYTES && !e->held)
+                return engine_submit_inline(e, copies, n, total, done, userdata, ret);
+        if (n > 0) {
+                own = malloc(n * sizeof(EngineCopy));
+                if (!own)
+                        return -ENOMEM;
+                memcpy(own, copies, n * sizeof(EngineCopy));
+        }
+        return engine_queue(e, own, n, total, slice, done, userdata, ret);
+}
+
+int engine_submit_take(Engine *e, EngineCopy *copies, size_t n, size_t slice, engine_done_fn done,
+                       void *userdata, EngineTask **ret)
+{
+        size_t total;
+        int r;
+
+        if (!e || !done || (n > 0 && !copies)) {
+                free(copies);
+                return -EINVAL;
+        }
+        r = copies_total(copies, n, &total);
+        if (r >= 0 && total > 0 && total <= ENGINE_INLINE_BYTES && !e->held)
+                r = engine_submit_inline(e, copies, n, total, done, userdata, ret);
+        else if (r >= 0)
+                return engine_queue(e, copies, n, total, slice, done, userdata, ret);
+        free(copies);
+        return r;
 }
 
 void engine_cancel(EngineTask *task)
