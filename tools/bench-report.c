@@ -8,10 +8,8 @@
 #include "common/macro.h"
 
 const char *const baseline_names[_BASELINE_MAX] = {
-        [BASELINE_MEMCPY] = "memcpy",
-        [BASELINE_IPERF3] = "iperf3",
-        [BASELINE_UNIX] = "unix",
-        [BASELINE_NONE] = "none",
+        [BASELINE_MEMCPY] = "memcpy", [BASELINE_IPERF3] = "iperf3", [BASELINE_UNIX] = "unix",
+        [BASELINE_UCX] = "ucx",       [BASELINE_NONE] = "none",
 };
 
 static const char *fmt_bytes(uint64_t v, char buf[static 32])
@@ -33,6 +31,8 @@ static const char *baseline_desc(const Args *a, char buf[static 64])
                 (void)snprintf(buf, 64, "memcpy by %" PRIu64 " threads", a->copy_threads);
         else if (a->baseline == BASELINE_UNIX)
                 (void)snprintf(buf, 64, "a %d-byte Unix socket round trip", BENCH_UNIX_MSG_BYTES);
+        else if (a->baseline == BASELINE_UCX)
+                (void)snprintf(buf, 64, "ucx_perftest tag_bw over TCP on loopback");
         else if (a->baseline == BASELINE_IPERF3)
                 (void)snprintf(buf, 64, "iperf3 -t %" PRIu64 " -P %" PRIu64 " on loopback",
                                a->iperf3_time, a->iperf3_streams);

@@ -12,12 +12,13 @@ typedef enum BaselineKind {
         BASELINE_MEMCPY, /* the bytes of a request copied by --copy-threads threads */
         BASELINE_IPERF3, /* iperf3 tests of whole seconds over loopback TCP */
         BASELINE_UNIX,   /* a small message's round trip over a Unix socket, after each request */
+        BASELINE_UCX,    /* ucx_perftest tag_bw over TCP on loopback, the engine NIXL runs on */
         BASELINE_NONE,
         _BASELINE_MAX,
         _BASELINE_INVALID = -EINVAL,
 } BaselineKind;
 
-/* "memcpy", "iperf3", "unix", "none" */
+/* "memcpy", "iperf3", "unix", "ucx", "none" */
 extern const char *const baseline_names[_BASELINE_MAX];
 
 typedef struct Workload {
@@ -33,6 +34,7 @@ typedef struct Args {
         const char *daemon_path;
         const char *socket_path;
         const char *iperf3; /* --iperf3: a name on $PATH or a path */
+        const char *ucx;    /* --ucx-perftest: a name on $PATH or a path */
         uint64_t copy_threads, iterations, warmup, seed, timeout_ms;
         uint64_t tcp_streams; /* --remote: data connections per peer */
         uint64_t iperf3_streams, iperf3_time;
@@ -49,6 +51,7 @@ typedef struct Args {
         const char *prefill_socket, *decode_socket;
         const char *prefill_addr, *decode_addr;
         char *iperf3_path;
+        char *ucx_path;
 } Args;
 
 typedef struct Result {

@@ -34,12 +34,14 @@
 #define MAX_COPY_THREADS BENCH_MEMCPY_MAX_THREADS
 #define MAX_TCP_STREAMS 16 /* the daemon's limit for --tcp-streams */
 #define SUITE_CASES 5
-#define IPERF3_SLACK_MS 10000 /* an iperf3 test may take this much longer than asked */
+#define IPERF3_SLACK_MS 10000           /* an iperf3 test may take this much longer than asked */
+#define UCX_MAX_MSG (UINT64_C(1) << 20) /* kvdist's TCP chunk */
+#define UCX_TIMEOUT_MS 60000            /* one ucx_perftest test */
 
 enum {
         EXIT_BENCH_FAILED = 1, /* a call failed, bytes landed wrong, or the daemon crashed */
         EXIT_USAGE = 2,
-        EXIT_NO_BASELINE = 3, /* iperf3 is missing or failed: nothing to compare with */
+        EXIT_NO_BASELINE = 3, /* iperf3 or ucx_perftest is missing or failed */
 };
 
 typedef struct Model {
@@ -324,14 +326,28 @@ static void result_stats(Result *res, const Args *a, double *lat, double *base, 
  * iperf3 failed.
  */
 static int baseline_round(const Args *a, BenchMemcpy *base, BenchUnix *unix_rtt, uint64_t bytes,
-                          double *ret_ns)
+                          uint64_t segments, double *ret_ns)
 {
+        uint64_t msg;
         double gbps;
         int r;
 
         switch (a->baseline) {
         case BASELINE_MEMCPY:
                 *ret_ns = bench_memcpy_round(base);
+                return 0;
+        case BASELINE_UCX:
+                /* messages of the request's segments (at most a 1 MiB chunk), about as many
+                 * bytes as the request, 200 to 10,000 messages */
+                msg = MIN(bytes / MAX(segments, 1), UCX_MAX_MSG);
+                r = bench_ucx_run(a->ucx_path, msg, MIN(MAX(bytes / msg, 200), 10000),
+                                  UCX_TIMEOUT_MS, &gbps);
+                if (r < 0) {
+                        if (r != -EIO)
+                                fprintf(stderr, "kvdist-bench: ucx_perftest: %s\n", strerror(-r));
+                        return -EPIPE;
+                }
+                *ret_ns = (double)bytes / gbps;
                 return 0;
         case BASELINE_UNIX:
                 *ret_ns = bench_unix_round(unix_rtt);
@@ -594,7 +610,8 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         _cleanup_free_ double *base_ns = calloc(a->iterations, sizeof(double));
         _cleanup_free_ double *scat_ns = calloc(a->iterations, sizeof(double));
         uint64_t n_base = 0,
-                 base_runs = a->baseline == BASELINE_IPERF3 ? MIN(a->iterations, IPERF3_RUNS)
+                 base_runs = a->baseline == BASELINE_IPERF3 || a->baseline == BASELINE_UCX
+                                     ? MIN(a->iterations, IPERF3_RUNS)
                              : a->baseline == BASELINE_MEMCPY || a->baseline == BASELINE_UNIX
                                      ? a->iterations
                                      : 0;
@@ -689,7 +706,8 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                     i - a->warmup + 1 == (n_base + 1) * a->iterations / base_runs) {
                         if (scat)
                                 scat_ns[n_base] = bench_memcpy_round(scat);
-                        r = baseline_round(a, base, unix_rtt, res->bytes, &base_ns[n_base++]);
+                        r = baseline_round(a, base, unix_rtt, res->bytes, res->segments,
+                                           &base_ns[n_base++]);
                         if (r < 0)
                                 return r;
                 }
@@ -757,8 +775,13 @@ static void help(void)
                "                     sequential copy of its bytes and a scattered one of its\n"
                "                     segments), iperf3 (default with --remote), unix (a\n"
                "                     %d-byte Unix socket round trip after each request: for\n"
-               "                     small calls, the latencies compared) or none\n"
+               "                     small calls, the latencies compared), ucx (ucx_perftest\n"
+               "                     tag_bw, with --remote) or none\n"
                "  --iperf3 PATH      the iperf3 to run (default: iperf3 on $PATH)\n"
+               "  --ucx-perftest PATH  --baseline ucx: the ucx_perftest to run (default:\n"
+               "                     ucx_perftest on $PATH; Debian package ucx-utils); its\n"
+               "                     tag_bw over TCP on loopback, messages of the request's\n"
+               "                     segments up to 1 MiB, %d tests per case\n"
                "  --iperf3-streams N parallel iperf3 streams, -P (1)\n"
                "  --iperf3-time S    seconds of each iperf3 test, -t (1); %d tests per case,\n"
                "                     spread over its timed requests\n"
@@ -787,7 +810,7 @@ static void help(void)
                "                     --remote: the cross-node cases)\n"
                "  --json             machine-readable output\n"
                "  -h, --help         show this help\n",
-               MAX_TCP_STREAMS, BENCH_UNIX_MSG_BYTES, IPERF3_RUNS, KVD_MAX_TENSORS);
+               MAX_TCP_STREAMS, BENCH_UNIX_MSG_BYTES, IPERF3_RUNS, IPERF3_RUNS, KVD_MAX_TENSORS);
 }
 
 /* A decimal number with an optional K, M, G or T (binary) suffix, within [@min, @max]. */
@@ -846,6 +869,7 @@ enum {
         ARG_RDMA_DEVICE,
         ARG_BASELINE,
         ARG_IPERF3,
+        ARG_UCX_PERFTEST,
         ARG_IPERF3_STREAMS,
         ARG_IPERF3_TIME,
         ARG_LAYER_COMPUTE_US,
@@ -875,6 +899,7 @@ static const struct option options[] = {
         {"rdma-device", required_argument, NULL, ARG_RDMA_DEVICE},
         {"baseline", required_argument, NULL, ARG_BASELINE},
         {"iperf3", required_argument, NULL, ARG_IPERF3},
+        {"ucx-perftest", required_argument, NULL, ARG_UCX_PERFTEST},
         {"iperf3-streams", required_argument, NULL, ARG_IPERF3_STREAMS},
         {"iperf3-time", required_argument, NULL, ARG_IPERF3_TIME},
         {"layer-compute-us", required_argument, NULL, ARG_LAYER_COMPUTE_US},
@@ -922,6 +947,7 @@ static int parse_args(int argc, char **argv, Args *a)
                     .tcp_streams = 4,
                     .tcp_crc = 0,
                     .iperf3 = "iperf3",
+                    .ucx = "ucx_perftest",
                     .iperf3_streams = 1,
                     .iperf3_time = 1};
         workload_from_model(&models[0], &a->w);
@@ -986,6 +1012,9 @@ static int parse_args(int argc, char **argv, Args *a)
                         continue;
                 case ARG_IPERF3:
                         a->iperf3 = optarg;
+                        continue;
+                case ARG_UCX_PERFTEST:
+                        a->ucx = optarg;
                         continue;
                 case ARG_TCP_STREAMS:
                         tcp_set = true;
@@ -1158,6 +1187,17 @@ int main(int argc, char **argv)
                         return r == -ENOENT ? EXIT_NO_BASELINE : EXIT_BENCH_FAILED;
                 }
         }
+        if (a.baseline == BASELINE_UCX) {
+                r = bench_iperf3_find(a.ucx, &a.ucx_path);
+                if (r < 0) {
+                        fprintf(stderr,
+                                "kvdist-bench: %s: ucx_perftest not found%s; the ucx baseline "
+                                "needs it (Debian package ucx-utils, which scripts/setup-deps "
+                                "installs), or run with --baseline none\n",
+                                a.ucx, strchr(a.ucx, '/') ? "" : " on $PATH");
+                        return r == -ENOENT ? EXIT_NO_BASELINE : EXIT_BENCH_FAILED;
+                }
+        }
 
         if (a.socket_path)
                 a.prefill_socket = a.decode_socket = a.socket_path;
@@ -1184,6 +1224,7 @@ int main(int argc, char **argv)
         if (bench_daemon_stop(&d[0], failed) < 0 && r >= 0)
                 r = -ECHILD;
         free(a.iperf3_path);
+        free(a.ucx_path);
         if (r == -EPIPE)
                 return EXIT_NO_BASELINE;
         return r < 0 ? EXIT_BENCH_FAILED : EXIT_SUCCESS;
