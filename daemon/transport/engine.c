@@ -449,7 +449,7 @@ int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, e
                   void *userdata, EngineTask **ret)
 {
         EngineCopy *own = NULL;
-        size_t total;
+        size_t total, bytes;
         int r;
 
         if (!e || !done || (n > 0 && !copies))
@@ -461,10 +461,12 @@ int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, e
         if (total > 0 && total <= ENGINE_INLINE_BYTES && !e->held)
                 return engine_submit_inline(e, copies, n, total, done, userdata, ret);
         if (n > 0) {
-                own = malloc(n * sizeof(EngineCopy));
+                if (MUL_OVERFLOW(n, sizeof(EngineCopy), &bytes))
+                        return -ENOMEM;
+                own = malloc(bytes);
                 if (!own)
                         return -ENOMEM;
-                memcpy(own, copies, n * sizeof(EngineCopy));
+                memcpy(own, copies, bytes);
         }
         return engine_queue(e, own, n, total, slice, done, userdata, ret);
 }
