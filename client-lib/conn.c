@@ -308,6 +308,9 @@ out:
 static int conn_read(kvd_client *c, usec_t deadline, RxFrame *ret, char *detail, size_t size)
 {
         RxState *rx = &c->rx;
+        /* After a read the rest of the frame (a payload behind its header) is most likely there
+         * already: try it without waiting, and poll() only when it is not. */
+        bool try_read = false;
 
         for (;;) {
                 struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
@@ -327,19 +330,23 @@ static int conn_read(kvd_client *c, usec_t deadline, RxFrame *ret, char *detail,
                         want = rx->h.length - rx->payload_len;
                 }
 
-                r = poll(&pfd, 1, poll_timeout(deadline));
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r < 0) {
-                        (void)snprintf(detail, size, "kvdistd connection failed (poll: %s)",
-                                       strerror(errno));
-                        return -1;
+                if (!try_read) {
+                        r = poll(&pfd, 1, poll_timeout(deadline));
+                        if (r < 0 && errno == EINTR)
+                                continue;
+                        if (r < 0) {
+                                (void)snprintf(detail, size, "kvdistd connection failed (poll: %s)",
+                                               strerror(errno));
+                                return -1;
+                        }
+                        if (r == 0)
+                                return 0;
                 }
-                if (r == 0)
-                        return 0;
 
-                n = frame_recvmsg(c->fd, buf, want, rx->fds + rx->n_fds, FRAME_MAX_FDS - rx->n_fds,
-                                  &got_fds);
+                /* never blocks: after poll() there is data, and a try must not wait */
+                n = frame_recvmsg_flags(c->fd, buf, want, rx->fds + rx->n_fds,
+                                        FRAME_MAX_FDS - rx->n_fds, MSG_DONTWAIT, &got_fds);
+                try_read = n > 0;
                 if (n == -EAGAIN)
                         continue;
                 if (n == 0 || n == -ECONNRESET || n == -EPIPE) {

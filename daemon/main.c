@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* kvdistd: the per-node kvdist daemon. */
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,19 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "common/log.h"
+
+/*
+ * A request of 100,000 blocks makes plans and copy lists of several MiB on the control loop. By
+ * default glibc maps such arrays afresh and unmaps them when freed, and trims the heap's top, so
+ * every request faults in and zeroes its pages again: two thirds of the loop's time for such a
+ * request (perf). Up to 32 MiB they now come from the heap, and up to 64 MiB of free heap stays
+ * mapped for the next request.
+ */
+static void tune_malloc(void)
+{
+        (void)mallopt(M_MMAP_THRESHOLD, 32 << 20);
+        (void)mallopt(M_TRIM_THRESHOLD, 64 << 20);
+}
 
 int main(int argc, char **argv)
 {
@@ -16,6 +30,7 @@ int main(int argc, char **argv)
         sigset_t stop_signals;
         int r;
 
+        tune_malloc();
         r = config_new(&config);
         if (r < 0) {
                 fprintf(stderr, "kvdistd: out of memory\n");

@@ -294,6 +294,12 @@ static void close_received_fds(struct msghdr *mh)
 
 ssize_t frame_recvmsg(int sock, void *buf, size_t len, int *fds, size_t max_fds, size_t *ret_n_fds)
 {
+        return frame_recvmsg_flags(sock, buf, len, fds, max_fds, 0, ret_n_fds);
+}
+
+ssize_t frame_recvmsg_flags(int sock, void *buf, size_t len, int *fds, size_t max_fds, int flags,
+                            size_t *ret_n_fds)
+{
         FrameControl control;
         struct iovec iov = {
                 .iov_base = buf,
@@ -317,7 +323,7 @@ ssize_t frame_recvmsg(int sock, void *buf, size_t len, int *fds, size_t max_fds,
         mh.msg_controllen = CMSG_SPACE(sizeof(int) * max_fds);
 
         do
-                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags);
         while (n < 0 && errno == EINTR);
         if (n < 0)
                 return -errno;

@@ -109,3 +109,10 @@ ssize_t frame_sendmsg(int sock, const void *buf, size_t len, const int *fds, siz
  * was truncated or was not SCM_RIGHTS; any fds received then are closed).
  */
 ssize_t frame_recvmsg(int sock, void *buf, size_t len, int *fds, size_t max_fds, size_t *ret_n_fds);
+
+/*
+ * frame_recvmsg() with more recvmsg() @flags (MSG_DONTWAIT: -EAGAIN on a blocking socket that
+ * has nothing to read, instead of waiting).
+ */
+ssize_t frame_recvmsg_flags(int sock, void *buf, size_t len, int *fds, size_t max_fds, int flags,
+                            size_t *ret_n_fds);

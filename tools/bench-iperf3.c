@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* kvdist-bench's network baseline: one iperf3 test over loopback, its JSON report parsed. */
+/*
+ * kvdist-bench's network baselines over loopback: one iperf3 test, its JSON report parsed, or
+ * one ucx_perftest tag_bw test, its final line parsed.
+ */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -131,12 +134,18 @@ static int reap(pid_t pid, unsigned ms)
         return status;
 }
 
-/* Starts the one-test server on a free port; tries other ports if one was taken meanwhile. */
-static int server_start(const char *path, pid_t *ret_pid, uint16_t *ret_port)
+/*
+ * Starts the one-test server on a free port; tries other ports if one was taken meanwhile.
+ * iperf3's, or with @ucx ucx_perftest's.
+ */
+static int server_start(const char *path, bool ucx, pid_t *ret_pid, uint16_t *ret_port)
 {
         for (unsigned attempt = 0; attempt < PORT_TRIES; attempt++) {
                 char port_s[8];
-                char *argv[] = {(char *)path, "-s", "-1", "-B", "127.0.0.1", "-p", port_s, NULL};
+                char *iperf3_argv[] = {(char *)path, "-s", "-1",   "-B",
+                                       "127.0.0.1",  "-p", port_s, NULL};
+                char *ucx_argv[] = {(char *)path, "-p", port_s, NULL};
+                char **argv = ucx ? ucx_argv : iperf3_argv;
                 uint16_t port = 0;
                 pid_t pid;
                 int r;
@@ -166,7 +175,8 @@ static int server_start(const char *path, pid_t *ret_pid, uint16_t *ret_port)
                         return -ETIMEDOUT;
                 }
         }
-        fprintf(stderr, "kvdist-bench: iperf3 -s exited %u times before it listened\n", PORT_TRIES);
+        fprintf(stderr, "kvdist-bench: %s server exited %u times before it listened\n",
+                ucx ? "ucx_perftest" : "iperf3 -s", PORT_TRIES);
         return -EIO;
 }
 
@@ -259,7 +269,7 @@ int bench_iperf3_run(const char *path, unsigned seconds, unsigned streams, unsig
 
         if (seconds == 0)
                 return -EINVAL;
-        r = server_start(path, &server, &port);
+        r = server_start(path, false, &server, &port);
         if (r < 0)
                 return r;
         (void)snprintf(port_s, sizeof(port_s), "%u", port);
@@ -288,6 +298,76 @@ int bench_iperf3_run(const char *path, unsigned seconds, unsigned streams, unsig
         r = parse_report(report, ret_gbps);
         if (r == 0 && !ok) {
                 fprintf(stderr, "kvdist-bench: iperf3 -c reported a rate but failed\n");
+                r = -EIO;
+        }
+        return r;
+}
+
+/* The overall bandwidth (MB/s, 2^20 bytes) of ucx_perftest's "Final:" line, in GB/s. */
+static int parse_ucx_report(const char *text, double *ret_gbps)
+{
+        const char *line = strstr(text, "Final:");
+        double lat50, lat_avg, lat_all, bw_avg, bw_all;
+        unsigned long long n;
+
+        if (!line ||
+            sscanf(line, "Final: %llu %lf %lf %lf %lf %lf", &n, &lat50, &lat_avg, &lat_all, &bw_avg,
+                   &bw_all) != 6 ||
+            bw_all <= 0) {
+                fprintf(stderr, "kvdist-bench: ucx_perftest printed no final bandwidth\n");
+                return -EIO;
+        }
+        *ret_gbps = bw_all * 1048576.0 / 1e9;
+        return 0;
+}
+
+int bench_ucx_run(const char *path, uint64_t msg_bytes, uint64_t messages, unsigned timeout_ms,
+                  double *ret_gbps)
+{
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + (usec_t)timeout_ms * USEC_PER_MSEC;
+        char port_s[8], size_s[24], n_s[24];
+        char *argv[] = {(char *)path, "127.0.0.1", "-p", port_s, "-t", "tag_bw",
+                        "-s",         size_s,      "-n", n_s,    NULL};
+        _cleanup_free_ char *report = NULL;
+        _cleanup_close_ int out = -1;
+        int pipefd[2], status, r;
+        pid_t server, client;
+        uint16_t port;
+        bool ok;
+
+        if (msg_bytes == 0 || messages == 0)
+                return -EINVAL;
+        /* TCP on loopback, as kvdist's TCP transport in the same suite; inherited by both */
+        if (setenv("UCX_TLS", "tcp", 1) < 0 || setenv("UCX_NET_DEVICES", "lo", 1) < 0)
+                return -errno;
+        r = server_start(path, true, &server, &port);
+        if (r < 0)
+                return r;
+        (void)snprintf(port_s, sizeof(port_s), "%u", port);
+        (void)snprintf(size_s, sizeof(size_s), "%llu", (unsigned long long)msg_bytes);
+        (void)snprintf(n_s, sizeof(n_s), "%llu", (unsigned long long)messages);
+        if (pipe2(pipefd, O_CLOEXEC) < 0) {
+                r = -errno;
+                (void)reap(server, 0);
+                return r;
+        }
+        out = pipefd[0];
+        r = spawn(argv, pipefd[1], &client);
+        (void)close(pipefd[1]);
+        if (r < 0) {
+                (void)reap(server, 0);
+                return r;
+        }
+        r = read_report(out, deadline, &report);
+        status = reap(client, r == -ETIMEDOUT ? 0 : SERVER_EXIT_MS);
+        ok = r == 0 && status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        /* the server exits after its one test; after a failed one it may wait on */
+        (void)reap(server, ok ? SERVER_EXIT_MS : 0);
+        if (r < 0)
+                return r;
+        r = parse_ucx_report(report, ret_gbps);
+        if (r == 0 && !ok) {
+                fprintf(stderr, "kvdist-bench: ucx_perftest reported a rate but failed\n");
                 r = -EIO;
         }
         return r;

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* kvdist-bench's network baseline: one iperf3 test over loopback, its JSON report parsed. */
+/*
+ * kvdist-bench's network baselines over loopback: one iperf3 test, its JSON report parsed, or
+ * one ucx_perftest tag_bw test, its final line parsed.
+ */
 #pragma once
 
 #include <stdint.h>
@@ -20,3 +23,15 @@ int bench_iperf3_find(const char *name, char **ret_path);
  */
 int bench_iperf3_run(const char *path, unsigned seconds, unsigned streams, unsigned timeout_ms,
                      double *ret_gbps);
+
+/*
+ * UCX's own benchmark, the engine NIXL runs on, over TCP on loopback: `ucx_perftest -p PORT` as
+ * the server and `ucx_perftest 127.0.0.1 -p PORT -t tag_bw -s @msg_bytes -n @messages` against
+ * it, with UCX_TLS=tcp and UCX_NET_DEVICES=lo. *@ret_gbps is the client's overall bandwidth of
+ * its "Final:" line (MB/s there are 2^20 bytes) in GB/s (1e9 bytes/s). Both processes are gone
+ * when it returns. -ETIMEDOUT past @timeout_ms, -EIO (said on stderr) when ucx_perftest failed
+ * or printed no final line, -EINVAL for 0 bytes or messages, or a negative errno. @path is found
+ * by bench_iperf3_find() as well.
+ */
+int bench_ucx_run(const char *path, uint64_t msg_bytes, uint64_t messages, unsigned timeout_ms,
+                  double *ret_gbps);

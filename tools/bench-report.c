@@ -4,12 +4,12 @@
 #include <stdio.h>
 
 #include "tools/bench-report.h"
+#include "tools/bench-unix.h"
 #include "common/macro.h"
 
 const char *const baseline_names[_BASELINE_MAX] = {
-        [BASELINE_MEMCPY] = "memcpy",
-        [BASELINE_IPERF3] = "iperf3",
-        [BASELINE_NONE] = "none",
+        [BASELINE_MEMCPY] = "memcpy", [BASELINE_IPERF3] = "iperf3", [BASELINE_UNIX] = "unix",
+        [BASELINE_UCX] = "ucx",       [BASELINE_NONE] = "none",
 };
 
 static const char *fmt_bytes(uint64_t v, char buf[static 32])
@@ -29,6 +29,10 @@ static const char *baseline_desc(const Args *a, char buf[static 64])
 {
         if (a->baseline == BASELINE_MEMCPY)
                 (void)snprintf(buf, 64, "memcpy by %" PRIu64 " threads", a->copy_threads);
+        else if (a->baseline == BASELINE_UNIX)
+                (void)snprintf(buf, 64, "a %d-byte Unix socket round trip", BENCH_UNIX_MSG_BYTES);
+        else if (a->baseline == BASELINE_UCX)
+                (void)snprintf(buf, 64, "ucx_perftest tag_bw over TCP on loopback");
         else if (a->baseline == BASELINE_IPERF3)
                 (void)snprintf(buf, 64, "iperf3 -t %" PRIu64 " -P %" PRIu64 " on loopback",
                                a->iperf3_time, a->iperf3_streams);
@@ -68,10 +72,28 @@ void bench_report_header(const Args *a)
                        a->w.name, a->w.tensors, a->w.blocks, fmt_bytes(a->w.block_size, b1),
                        fmt_bytes(a->w.tensors * a->w.blocks * a->w.block_size, b2),
                        a->w.pull_blocks, a->w.scattered ? "scattered" : "contiguous");
+        if (a->layer_compute_us > 0) {
+                printf("layer by layer: each layer computes %" PRIu64 " us, then is sent while "
+                       "the next computes; ms\n",
+                       a->layer_compute_us);
+                printf("%-16s %10s %6s %9s %9s %9s %9s %9s %8s %8s\n", "case", "bytes/req",
+                       "layers", "whole p50", "layer p50", "exp. p50", "exp. p99", "layer p99",
+                       "exp/lay", "exp/whl");
+                return;
+        }
+        if (a->baseline == BASELINE_UNIX) {
+                /* small calls: latencies, and the request's p50 over the round trip's */
+                printf("%-16s %10s %8s %11s %9s %9s %9s %9s %6s\n", "case", "bytes/req", "segments",
+                       "kvdist GB/s", "p50 us", "p99 us", "unix p50", "unix p99", "x p50");
+                return;
+        }
         (void)snprintf(col, sizeof(col), "%s GB/s",
                        a->baseline == BASELINE_NONE ? "base" : baseline_names[a->baseline]);
-        printf("%-16s %10s %8s %11s %11s %6s %9s %8s %8s\n", "case", "bytes/req", "segments",
-               "kvdist GB/s", col, "ratio", "req/s", "p50 ms", "p99 ms");
+        printf("%-16s %10s %8s %11s %11s %6s", "case", "bytes/req", "segments", "kvdist GB/s", col,
+               "ratio");
+        if (a->baseline == BASELINE_MEMCPY)
+                printf(" %11s %6s", "scat GB/s", "ratio");
+        printf(" %9s %8s %8s\n", "req/s", "p50 ms", "p99 ms");
 }
 
 void bench_report_row(const Args *a, const Result *r)
@@ -80,13 +102,35 @@ void bench_report_row(const Args *a, const Result *r)
         char b[32];
 
         shown_rates(a, r, &kvdist, &base);
+        if (a->layer_compute_us > 0) {
+                printf("%-16s %10s %6" PRIu64 " %9.3f %9.3f %9.3f %9.3f %9.3f %8.2f %8.2f\n",
+                       r->w.name, fmt_bytes(r->bytes, b), r->layers, r->whole_p50_us / 1e3,
+                       r->layer_p50_us / 1e3, r->exposed_p50_us / 1e3, r->exposed_p99_us / 1e3,
+                       r->layer_p99_us / 1e3, r->exposed_p50_us / r->layer_p50_us,
+                       r->exposed_p50_us / r->whole_p50_us);
+                (void)fflush(stdout);
+                return;
+        }
+        if (a->baseline == BASELINE_UNIX) {
+                printf("%-16s %10s %8" PRIu64 " %11.2f %9.1f %9.1f %9.1f %9.1f %6.2f\n", r->w.name,
+                       fmt_bytes(r->bytes, b), r->segments, kvdist, r->lat_p50_us, r->lat_p99_us,
+                       r->base_p50_us, r->base_p99_us, r->lat_p50_us / r->base_p50_us);
+                (void)fflush(stdout);
+                return;
+        }
         printf("%-16s %10s %8" PRIu64 " %11.2f ", r->w.name, fmt_bytes(r->bytes, b), r->segments,
                kvdist);
         if (a->baseline == BASELINE_NONE)
                 printf("%11s %6s", "-", "-");
         else
                 printf("%11.2f %6.2f", base, kvdist / base);
+        if (a->baseline == BASELINE_MEMCPY)
+                printf(" %11.2f %6.2f", r->scattered_gbps, r->kvdist_gbps / r->scattered_gbps);
         printf(" %9.1f %8.2f %8.2f\n", r->requests_per_s, r->lat_p50_us / 1e3, r->lat_p99_us / 1e3);
+        if (a->probe_status)
+                printf("%-16s status calls meanwhile: %" PRIu64 ", p50 %.1f us, p99 %.1f us, "
+                       "max %.1f us\n",
+                       "", r->status_calls, r->status_p50_us, r->status_p99_us, r->status_max_us);
         (void)fflush(stdout);
 }
 
@@ -99,10 +143,23 @@ static void json_baseline(const Args *a, const Result *r)
                 printf(", \"ratio\": null, \"ratio_median\": null");
                 return;
         }
+        if (a->baseline == BASELINE_UNIX) {
+                printf(", \"unix_rtt_us\": {\"p50\": %.2f, \"p99\": %.2f}, \"ratio_p50\": %.4f, "
+                       "\"ratio_p99\": %.4f",
+                       r->base_p50_us, r->base_p99_us, r->lat_p50_us / r->base_p50_us,
+                       r->lat_p99_us / r->base_p99_us);
+                return;
+        }
         printf(", \"%s_gbps\": %.4f, \"%s_gbps_median\": %.4f, \"ratio\": %.4f, "
                "\"ratio_median\": %.4f",
                name, r->baseline_gbps, name, r->baseline_gbps_median,
                r->kvdist_gbps / r->baseline_gbps, r->kvdist_gbps_median / r->baseline_gbps_median);
+        if (a->baseline == BASELINE_MEMCPY && r->scattered_gbps > 0)
+                printf(", \"memcpy_scattered_gbps\": %.4f, \"memcpy_scattered_gbps_median\": %.4f, "
+                       "\"ratio_scattered\": %.4f, \"ratio_scattered_median\": %.4f",
+                       r->scattered_gbps, r->scattered_gbps_median,
+                       r->kvdist_gbps / r->scattered_gbps,
+                       r->kvdist_gbps_median / r->scattered_gbps_median);
 }
 
 void bench_report_json(const Args *a, const Result *res, size_t n)
@@ -133,6 +190,20 @@ void bench_report_json(const Args *a, const Result *res, size_t n)
                        r->w.pull_blocks, r->w.scattered ? "scattered" : "contiguous", r->bytes,
                        r->segments, r->kvdist_gbps, r->kvdist_gbps_median);
                 json_baseline(a, r);
+                if (a->layer_compute_us > 0)
+                        printf(", \"layers\": {\"count\": %" PRIu64 ", \"compute_us\": %" PRIu64
+                               ", \"exposed_us\": {\"p50\": %.1f, \"p99\": %.1f}, "
+                               "\"one_layer_us\": {\"p50\": %.1f, \"p99\": %.1f}, "
+                               "\"whole_us\": {\"p50\": %.1f, \"p99\": %.1f}, "
+                               "\"exposed_over_layer\": %.4f}",
+                               r->layers, a->layer_compute_us, r->exposed_p50_us, r->exposed_p99_us,
+                               r->layer_p50_us, r->layer_p99_us, r->whole_p50_us, r->whole_p99_us,
+                               r->exposed_p50_us / r->layer_p50_us);
+                if (a->probe_status)
+                        printf(", \"status_us\": {\"calls\": %" PRIu64
+                               ", \"p50\": %.1f, \"p99\": %.1f, \"max\": %.1f}",
+                               r->status_calls, r->status_p50_us, r->status_p99_us,
+                               r->status_max_us);
                 printf(", \"requests_per_s\": %.3f, \"latency_us\": {\"mean\": %.1f, \"p50\": "
                        "%.1f, \"p99\": %.1f}, \"verified\": true}",
                        r->requests_per_s, r->lat_mean_us, r->lat_p50_us, r->lat_p99_us);

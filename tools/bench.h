@@ -11,12 +11,14 @@
 typedef enum BaselineKind {
         BASELINE_MEMCPY, /* the bytes of a request copied by --copy-threads threads */
         BASELINE_IPERF3, /* iperf3 tests of whole seconds over loopback TCP */
+        BASELINE_UNIX,   /* a small message's round trip over a Unix socket, after each request */
+        BASELINE_UCX,    /* ucx_perftest tag_bw over TCP on loopback, the engine NIXL runs on */
         BASELINE_NONE,
         _BASELINE_MAX,
         _BASELINE_INVALID = -EINVAL,
 } BaselineKind;
 
-/* "memcpy", "iperf3", "none" */
+/* "memcpy", "iperf3", "unix", "ucx", "none" */
 extern const char *const baseline_names[_BASELINE_MAX];
 
 typedef struct Workload {
@@ -32,9 +34,14 @@ typedef struct Args {
         const char *daemon_path;
         const char *socket_path;
         const char *iperf3; /* --iperf3: a name on $PATH or a path */
+        const char *ucx;    /* --ucx-perftest: a name on $PATH or a path */
         uint64_t copy_threads, iterations, warmup, seed, timeout_ms;
         uint64_t tcp_streams; /* --remote: data connections per peer */
         uint64_t iperf3_streams, iperf3_time;
+        /* --layer-compute-us: a prefill computing layer after layer, each layer pushed (or
+         * pulled) while the next computes; 0 without. */
+        uint64_t layer_compute_us;
+        bool probe_status;       /* --probe-status: status calls on another connection meanwhile */
         int tcp_crc;             /* --remote: CRC32C on data chunks (0 or 1) */
         const char *rdma_device; /* --remote: both daemons move blocks over this device */
         bool push, json, suite, remote;
@@ -44,6 +51,7 @@ typedef struct Args {
         const char *prefill_socket, *decode_socket;
         const char *prefill_addr, *decode_addr;
         char *iperf3_path;
+        char *ucx_path;
 } Args;
 
 typedef struct Result {
@@ -53,6 +61,20 @@ typedef struct Result {
         /* Rates over all timed iterations (total bytes / total time) and their medians. */
         double kvdist_gbps, kvdist_gbps_median;
         double baseline_gbps, baseline_gbps_median;
+        /* The memcpy baseline's scattered twin: the request's own segments; 0 when not run. */
+        double scattered_gbps, scattered_gbps_median;
         double requests_per_s;
         double lat_mean_us, lat_p50_us, lat_p99_us;
+        /* The baseline's rounds (--baseline unix: its round trips). */
+        double base_p50_us, base_p99_us;
+        /* --layer-compute-us: layers, and p50/p99 of the exposed time (the last layer computed
+         * -> every layer landed), of one layer's transfer alone and of the whole transfer
+         * after prefill, each measured in every iteration. */
+        uint64_t layers;
+        double exposed_p50_us, exposed_p99_us;
+        double layer_p50_us, layer_p99_us;
+        double whole_p50_us, whole_p99_us;
+        /* --probe-status: status calls answered while the timed requests ran */
+        uint64_t status_calls;
+        double status_p50_us, status_p99_us, status_max_us;
 } Result;

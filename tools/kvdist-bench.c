@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include "tools/bench-iperf3.h"
 #include "tools/bench-memcpy.h"
 #include "tools/bench-report.h"
+#include "tools/bench-unix.h"
 #include "tools/bench.h"
 #include <kvdist/kvdist.h>
 #include "common/macro.h"
@@ -31,12 +34,14 @@
 #define MAX_COPY_THREADS BENCH_MEMCPY_MAX_THREADS
 #define MAX_TCP_STREAMS 16 /* the daemon's limit for --tcp-streams */
 #define SUITE_CASES 5
-#define IPERF3_SLACK_MS 10000 /* an iperf3 test may take this much longer than asked */
+#define IPERF3_SLACK_MS 10000           /* an iperf3 test may take this much longer than asked */
+#define UCX_MAX_MSG (UINT64_C(1) << 20) /* kvdist's TCP chunk */
+#define UCX_TIMEOUT_MS 60000            /* one ucx_perftest test */
 
 enum {
         EXIT_BENCH_FAILED = 1, /* a call failed, bytes landed wrong, or the daemon crashed */
         EXIT_USAGE = 2,
-        EXIT_NO_BASELINE = 3, /* iperf3 is missing or failed: nothing to compare with */
+        EXIT_NO_BASELINE = 3, /* iperf3 or ucx_perftest is missing or failed */
 };
 
 typedef struct Model {
@@ -102,9 +107,11 @@ static int random_ids(uint64_t *ids, uint64_t n, uint64_t blocks, uint64_t seed)
 
 /*
  * The copies the daemon's planner makes of a request: tensors lie back to back in one region on
- * each side, and a block that follows the previous one on both sides extends its segment.
+ * each side, and a block that follows the previous one on both sides extends its segment. Fills
+ * @ret_segs (when not NULL, room for tensors x pull_blocks) and returns how many there are.
  */
-static uint64_t count_segments(const Workload *w, const uint64_t *src, const uint64_t *dst)
+static uint64_t plan_segments(const Workload *w, const uint64_t *src, const uint64_t *dst,
+                              BenchSegment *ret_segs)
 {
         uint64_t n = 0, src_end = UINT64_MAX, dst_end = UINT64_MAX;
         uint64_t tensor_bytes = w->blocks * w->block_size;
@@ -114,12 +121,34 @@ static uint64_t count_segments(const Workload *w, const uint64_t *src, const uin
                         uint64_t so = t * tensor_bytes + src[i] * w->block_size;
                         uint64_t dof = t * tensor_bytes + dst[i] * w->block_size;
 
-                        if (so != src_end || dof != dst_end)
+                        if (so != src_end || dof != dst_end) {
+                                if (ret_segs)
+                                        ret_segs[n] = (BenchSegment){so, dof, 0};
                                 n++;
+                        }
+                        if (ret_segs)
+                                ret_segs[n - 1].len += w->block_size;
                         src_end = so + w->block_size;
                         dst_end = dof + w->block_size;
                 }
         return n;
+}
+
+/*
+ * The scattered baseline of a request: the same copies between two buffers of the caches' size,
+ * by the same number of threads.
+ */
+static int scattered_baseline(const Args *a, const Workload *w, const uint64_t *src,
+                              const uint64_t *dst, BenchMemcpy **ret)
+{
+        _cleanup_free_ BenchSegment *segs = calloc(w->tensors * w->pull_blocks, sizeof(*segs));
+        uint64_t cache_bytes = w->tensors * w->blocks * w->block_size, n;
+
+        if (!segs)
+                return -ENOMEM;
+        n = plan_segments(w, src, dst, segs);
+        return bench_memcpy_new_segments(cache_bytes, cache_bytes, segs, n,
+                                         (unsigned)a->copy_threads, ret);
 }
 
 /*
@@ -260,9 +289,11 @@ static double sum(const double *v, uint64_t n)
 
 /*
  * Sets the figures of @res from the request latencies @lat and the baseline's @n_base times
- * @base (ns for one request's bytes). Sorts both.
+ * @base (ns for one request's bytes), and the scattered memcpy's @scat (NULL when none ran).
+ * Sorts them.
  */
-static void result_stats(Result *res, const Args *a, double *lat, double *base, uint64_t n_base)
+static void result_stats(Result *res, const Args *a, double *lat, double *base, double *scat,
+                         uint64_t n_base)
 {
         uint64_t iterations = a->iterations;
         double total = sum(lat, iterations);
@@ -273,26 +304,57 @@ static void result_stats(Result *res, const Args *a, double *lat, double *base, 
                 res->baseline_gbps = (double)res->bytes * n_base / sum(base, n_base);
                 res->baseline_gbps_median = (double)res->bytes / median(base, n_base);
         }
+        if (n_base > 0 && scat) {
+                res->scattered_gbps = (double)res->bytes * n_base / sum(scat, n_base);
+                res->scattered_gbps_median = (double)res->bytes / median(scat, n_base);
+        }
         res->requests_per_s = iterations / (total / 1e9);
         res->lat_mean_us = total / iterations / 1e3;
         /* nearest rank */
         res->lat_p50_us = lat[(iterations * 50 + 99) / 100 - 1] / 1e3;
         res->lat_p99_us = lat[(iterations * 99 + 99) / 100 - 1] / 1e3;
+        if (n_base > 0) {
+                res->base_p50_us = base[(n_base * 50 + 99) / 100 - 1] / 1e3;
+                res->base_p99_us = base[(n_base * 99 + 99) / 100 - 1] / 1e3;
+        }
 }
 
 /*
- * One round of the baseline: *@ret_ns is the time memcpy took for @bytes, or the time the rate
+ * One round of the baseline: *@ret_ns is the time memcpy took for @bytes, a Unix socket round
+ * trip took, or the time the rate
  * of an iperf3 test of --iperf3-time seconds gives for @bytes. -EPIPE (said on stderr) when
  * iperf3 failed.
  */
-static int baseline_round(const Args *a, BenchMemcpy *base, uint64_t bytes, double *ret_ns)
+static int baseline_round(const Args *a, BenchMemcpy *base, BenchUnix *unix_rtt, uint64_t bytes,
+                          uint64_t segments, double *ret_ns)
 {
+        uint64_t msg;
         double gbps;
         int r;
 
         switch (a->baseline) {
         case BASELINE_MEMCPY:
                 *ret_ns = bench_memcpy_round(base);
+                return 0;
+        case BASELINE_UCX:
+                /* messages of the request's segments (at most a 1 MiB chunk), about as many
+                 * bytes as the request, 200 to 10,000 messages */
+                msg = MIN(bytes / MAX(segments, 1), UCX_MAX_MSG);
+                r = bench_ucx_run(a->ucx_path, msg, MIN(MAX(bytes / msg, 200), 10000),
+                                  UCX_TIMEOUT_MS, &gbps);
+                if (r < 0) {
+                        if (r != -EIO)
+                                fprintf(stderr, "kvdist-bench: ucx_perftest: %s\n", strerror(-r));
+                        return -EPIPE;
+                }
+                *ret_ns = (double)bytes / gbps;
+                return 0;
+        case BASELINE_UNIX:
+                *ret_ns = bench_unix_round(unix_rtt);
+                if (*ret_ns < 0) {
+                        fprintf(stderr, "kvdist-bench: the Unix socket round trip failed\n");
+                        return -EPIPE;
+                }
                 return 0;
         case BASELINE_IPERF3:
                 r = bench_iperf3_run(a->iperf3_path, (unsigned)a->iperf3_time,
@@ -312,9 +374,228 @@ static int baseline_round(const Args *a, BenchMemcpy *base, uint64_t bytes, doub
         }
 }
 
+#define PROBE_MAX_CALLS 200000
+
+/*
+ * --probe-status: a thread that calls kvd_daemon_status() on a connection of its own, one call
+ * after the other, while the timed requests run; how long the control loop keeps a read-only
+ * caller waiting while it plans and starts big transfers.
+ */
+typedef struct StatusProbe {
+        pthread_t thread;
+        kvd_client *client;
+        atomic_bool stop;
+        int status; /* the first failure, else 0 */
+        uint64_t n;
+        double *ns; /* PROBE_MAX_CALLS */
+} StatusProbe;
+
+static void *probe_thread(void *userdata)
+{
+        StatusProbe *p = userdata;
+
+        while (!atomic_load(&p->stop) && p->n < PROBE_MAX_CALLS) {
+                char *json = NULL;
+                double t0 = now_ns();
+                int r = kvd_daemon_status(p->client, &json);
+
+                p->ns[p->n++] = now_ns() - t0;
+                free(json);
+                if (r < 0) {
+                        p->status = r;
+                        break;
+                }
+        }
+        return NULL;
+}
+
+static int probe_start(const char *socket, StatusProbe *p)
+{
+        kvd_option opt = {"socket_path", socket};
+        int r;
+
+        *p = (StatusProbe){.ns = calloc(PROBE_MAX_CALLS, sizeof(double))};
+        if (!p->ns)
+                return -ENOMEM;
+        r = kvd_client_connect(&p->client, &opt, 1);
+        if (r < 0)
+                return fail(NULL, "cannot connect the status probe", r);
+        atomic_init(&p->stop, false);
+        r = pthread_create(&p->thread, NULL, probe_thread, p);
+        if (r != 0) {
+                kvd_client_finalize(p->client);
+                p->client = NULL;
+                return -r;
+        }
+        return 0;
+}
+
+static void percentiles_us(double *v, uint64_t n, double *ret_p50, double *ret_p99);
+
+/* Stops the probe and puts its figures into @res; -EIO (said) when a status call failed. */
+static int probe_stop(StatusProbe *p, Result *res)
+{
+        int r = 0;
+
+        if (!p->client) {
+                free(p->ns);
+                return 0;
+        }
+        atomic_store(&p->stop, true);
+        (void)pthread_join(p->thread, NULL);
+        if (p->status < 0)
+                r = fail(p->client, "kvd_daemon_status", p->status);
+        kvd_client_finalize(p->client);
+        p->client = NULL;
+        if (r == 0 && p->n > 0) {
+                res->status_calls = p->n;
+                percentiles_us(p->ns, p->n, &res->status_p50_us, &res->status_p99_us);
+                res->status_max_us = p->ns[p->n - 1] / 1e3;
+        }
+        free(p->ns);
+        p->ns = NULL;
+        return r;
+}
+
+/* For a return on a failure: stops the probe, its figures unused. */
+static void probe_stopp(StatusProbe *p)
+{
+        Result unused;
+
+        (void)probe_stop(p, &unused);
+}
+
+/* Sorts @v (@n entries, ns) and sets its nearest-rank p50 and p99 in us. */
+static void percentiles_us(double *v, uint64_t n, double *ret_p50, double *ret_p99)
+{
+        qsort(v, n, sizeof(double), cmp_double);
+        *ret_p50 = v[(n * 50 + 99) / 100 - 1] / 1e3;
+        *ret_p99 = v[(n * 99 + 99) / 100 - 1] / 1e3;
+}
+
+/* Moves layers [@first, @last] of the request and waits for it; the wall time in ns. */
+static int move_layers(const Args *a, const Workload *w, kvd_client *mover,
+                       const kvd_cache_key *key, uint64_t cache, const uint64_t *src_ids,
+                       const uint64_t *dst_ids, int32_t first, int32_t last, double *ret_ns)
+{
+        kvd_transfer_opts opts = KVD_TRANSFER_OPTS_INIT;
+        double t0 = now_ns();
+        int r;
+
+        opts.tensor_num_per_layer = w->tensors % 2 ? 1 : 2;
+        opts.timeout_ms = (int32_t)a->timeout_ms;
+        opts.src_layers = opts.dst_layers = (kvd_layer_range){first, last};
+        if (a->push)
+                r = kvd_push_blocks(mover, key, cache, src_ids, w->pull_blocks, dst_ids,
+                                    w->pull_blocks, &opts);
+        else
+                r = kvd_pull_blocks(mover, key, cache, src_ids, w->pull_blocks, dst_ids,
+                                    w->pull_blocks, &opts);
+        *ret_ns = now_ns() - t0;
+        return r < 0 ? fail(mover, a->push ? "kvd_push_blocks" : "kvd_pull_blocks", r) : 0;
+}
+
+/*
+ * One prefill played layer by layer: layer l is computed by --layer-compute-us of sleep (the
+ * accelerator computes, not this CPU) ending at start + (l + 1) x compute, then its transfer
+ * is sent without waiting, and the next layer computes meanwhile. *@ret_exposed_ns is the time
+ * from the last layer's end of compute until every layer has landed.
+ */
+static int layered_round(const Args *a, const Workload *w, kvd_client *mover,
+                         const kvd_cache_key *key, uint64_t cache, const uint64_t *src_ids,
+                         const uint64_t *dst_ids, uint64_t layers, kvd_task **tasks,
+                         double *ret_exposed_ns)
+{
+        kvd_transfer_opts opts = KVD_TRANSFER_OPTS_INIT;
+        struct timespec start, until;
+        double last_done = 0;
+        int r = 0, st;
+
+        opts.tensor_num_per_layer = w->tensors % 2 ? 1 : 2;
+        opts.timeout_ms = (int32_t)a->timeout_ms;
+        (void)clock_gettime(CLOCK_MONOTONIC, &start);
+        for (uint64_t l = 0; l < layers; l++) {
+                uint64_t ns = (l + 1) * a->layer_compute_us * 1000;
+
+                until.tv_sec = start.tv_sec + (time_t)((start.tv_nsec + ns) / 1000000000);
+                until.tv_nsec = (long)((start.tv_nsec + ns) % 1000000000);
+                while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR)
+                        ;
+                if (l + 1 == layers)
+                        last_done = now_ns();
+                opts.src_layers = opts.dst_layers = (kvd_layer_range){(int32_t)l, (int32_t)l};
+                if (a->push)
+                        r = kvd_push_blocks_async(mover, key, cache, src_ids, w->pull_blocks,
+                                                  dst_ids, w->pull_blocks, &opts, &tasks[l]);
+                else
+                        r = kvd_pull_blocks_async(mover, key, cache, src_ids, w->pull_blocks,
+                                                  dst_ids, w->pull_blocks, &opts, &tasks[l]);
+                if (r < 0) {
+                        r = fail(mover, "sending a layer's transfer", r);
+                        break;
+                }
+        }
+        /* every task sent is waited for, so none is left running into the next round */
+        for (uint64_t l = 0; l < layers && tasks[l]; l++) {
+                st = kvd_task_wait(tasks[l], -1);
+                if (st < 0 && r >= 0)
+                        r = fail(mover, "a layer's transfer", st);
+                kvd_task_free(tasks[l]);
+                tasks[l] = NULL;
+        }
+        *ret_exposed_ns = now_ns() - last_done;
+        return r;
+}
+
+/*
+ * --layer-compute-us: in every iteration the whole transfer after prefill, one layer's transfer
+ * alone (layer i mod layers) and the layered prefill, in turn, so all three see the same moments
+ * of a noisy machine.
+ */
+static int run_layered(const Args *a, const Workload *w, kvd_client *mover,
+                       const kvd_cache_key *key, uint64_t cache, const uint64_t *src_ids,
+                       const uint64_t *dst_ids, Result *res)
+{
+        uint64_t layers = w->tensors / (w->tensors % 2 ? 1 : 2), n = a->iterations;
+        _cleanup_free_ kvd_task **tasks = calloc(layers, sizeof(kvd_task *));
+        _cleanup_free_ double *exposed = calloc(n, sizeof(double));
+        _cleanup_free_ double *one = calloc(n, sizeof(double));
+        _cleanup_free_ double *whole = calloc(n, sizeof(double));
+        int r;
+
+        if (!tasks || !exposed || !one || !whole)
+                return -ENOMEM;
+        for (uint64_t i = 0; i < a->warmup + n; i++) {
+                uint64_t k = i < a->warmup ? 0 : i - a->warmup;
+                int32_t l = (int32_t)(i % layers);
+
+                r = move_layers(a, w, mover, key, cache, src_ids, dst_ids, -1, -1, &whole[k]);
+                if (r < 0)
+                        return r;
+                r = move_layers(a, w, mover, key, cache, src_ids, dst_ids, l, l, &one[k]);
+                if (r < 0)
+                        return r;
+                r = layered_round(a, w, mover, key, cache, src_ids, dst_ids, layers, tasks,
+                                  &exposed[k]);
+                if (r < 0)
+                        return r;
+        }
+        res->layers = layers;
+        percentiles_us(exposed, n, &res->exposed_p50_us, &res->exposed_p99_us);
+        percentiles_us(one, n, &res->layer_p50_us, &res->layer_p99_us);
+        percentiles_us(whole, n, &res->whole_p50_us, &res->whole_p99_us);
+        /* the rate and latencies of the whole transfer after prefill */
+        res->kvdist_gbps_median = res->kvdist_gbps = (double)res->bytes / (res->whole_p50_us * 1e3);
+        res->lat_p50_us = res->lat_mean_us = res->whole_p50_us;
+        res->lat_p99_us = res->whole_p99_us;
+        res->requests_per_s = 1e6 / res->whole_p50_us;
+        return 0;
+}
+
 /*
  * Runs one workload with the block ids @src_ids -> @dst_ids. Each kvdist request is followed by
- * one memcpy round, so that both see the same moments of a noisy machine. iperf3 runs for whole
+ * one round of each memcpy baseline (sequential, then the request's scattered segments), so that
+ * all see the same moments of a noisy machine. iperf3 runs for whole
  * seconds, so it runs IPERF3_RUNS times per case, spread evenly over the timed requests (after
  * the last one of each stretch).
  */
@@ -322,13 +603,18 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                     const uint64_t *dst_ids, Result *res)
 {
         _cleanup_(kvd_client_finalizep) kvd_client *pre = NULL, *dec = NULL;
-        _cleanup_(bench_memcpy_freep) BenchMemcpy *base = NULL;
+        _cleanup_(bench_memcpy_freep) BenchMemcpy *base = NULL, *scat = NULL;
+        _cleanup_(bench_unix_freep) BenchUnix *unix_rtt = NULL;
+        _cleanup_(probe_stopp) StatusProbe probe = {};
         _cleanup_free_ double *lat = calloc(a->iterations, sizeof(double));
         _cleanup_free_ double *base_ns = calloc(a->iterations, sizeof(double));
-        uint64_t n_base = 0, base_runs = a->baseline == BASELINE_IPERF3
-                                                 ? MIN(a->iterations, IPERF3_RUNS)
-                                         : a->baseline == BASELINE_MEMCPY ? a->iterations
-                                                                          : 0;
+        _cleanup_free_ double *scat_ns = calloc(a->iterations, sizeof(double));
+        uint64_t n_base = 0,
+                 base_runs = a->baseline == BASELINE_IPERF3 || a->baseline == BASELINE_UCX
+                                     ? MIN(a->iterations, IPERF3_RUNS)
+                             : a->baseline == BASELINE_MEMCPY || a->baseline == BASELINE_UNIX
+                                     ? a->iterations
+                                     : 0;
         kvd_transfer_opts opts = KVD_TRANSFER_OPTS_INIT;
         kvd_cluster_info peer = {a->push ? DECODE_CLUSTER : PREFILL_CLUSTER,
                                  a->push ? KVD_ROLE_DECODER : KVD_ROLE_PROMPT,
@@ -340,7 +626,7 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         kvd_client *mover;
         int r;
 
-        if (!lat || !base_ns)
+        if (!lat || !base_ns || !scat_ns)
                 return -ENOMEM;
         /* The side the other links to is a server: at its daemon's peer address when that is
          * another daemon, else on a port of its own. */
@@ -359,6 +645,14 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                 r = bench_memcpy_new(res->bytes, (unsigned)a->copy_threads, &base);
                 if (r < 0)
                         return r;
+                r = scattered_baseline(a, w, src_ids, dst_ids, &scat);
+                if (r < 0)
+                        return r;
+        }
+        if (a->baseline == BASELINE_UNIX) {
+                r = bench_unix_new(BENCH_UNIX_MSG_BYTES, &unix_rtt);
+                if (r < 0)
+                        return r;
         }
 
         /* Links are one-sided: the cluster that starts the transfers links to the other (on
@@ -368,10 +662,25 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         if (r < 0)
                 return fail(mover, "kvd_link_clusters", r);
 
+        if (a->layer_compute_us > 0) {
+                r = run_layered(a, w, mover, &key, a->push ? pre_cache : dec_cache, src_ids,
+                                dst_ids, res);
+                if (r < 0)
+                        return r;
+                return verify(a, w, pre_mem, dec_mem, src_ids, dst_ids);
+        }
+
         opts.tensor_num_per_layer = w->tensors % 2 ? 1 : 2;
         opts.timeout_ms = (int32_t)a->timeout_ms;
         for (uint64_t i = 0; i < a->warmup + a->iterations; i++) {
-                double t0 = now_ns(), ns;
+                double t0, ns;
+
+                if (a->probe_status && i == a->warmup) {
+                        r = probe_start(a->push ? a->prefill_socket : a->decode_socket, &probe);
+                        if (r < 0)
+                                return r;
+                }
+                t0 = now_ns();
 
                 if (a->push)
                         r = kvd_push_blocks(mover, &key, pre_cache, src_ids, w->pull_blocks,
@@ -383,23 +692,33 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                 if (r < 0)
                         return fail(mover, call, r);
                 if (i < a->warmup) {
-                        if (a->baseline == BASELINE_MEMCPY)
+                        if (a->baseline == BASELINE_MEMCPY) {
                                 (void)bench_memcpy_round(base);
+                                (void)bench_memcpy_round(scat);
+                        }
+                        if (a->baseline == BASELINE_UNIX)
+                                (void)bench_unix_round(unix_rtt);
                         continue;
                 }
                 lat[i - a->warmup] = ns;
                 /* The k-th of base_runs rounds follows timed request (k + 1) * n / runs - 1. */
                 if (n_base < base_runs &&
                     i - a->warmup + 1 == (n_base + 1) * a->iterations / base_runs) {
-                        r = baseline_round(a, base, res->bytes, &base_ns[n_base++]);
+                        if (scat)
+                                scat_ns[n_base] = bench_memcpy_round(scat);
+                        r = baseline_round(a, base, unix_rtt, res->bytes, res->segments,
+                                           &base_ns[n_base++]);
                         if (r < 0)
                                 return r;
                 }
         }
+        r = probe_stop(&probe, res);
+        if (r < 0)
+                return r;
         r = verify(a, w, pre_mem, dec_mem, src_ids, dst_ids);
         if (r < 0)
                 return r;
-        result_stats(res, a, lat, base_ns, n_base);
+        result_stats(res, a, lat, base_ns, scat ? scat_ns : NULL, n_base);
         return 0;
 }
 
@@ -422,7 +741,7 @@ static int run_workload(const Args *a, const Workload *w, Result *res)
                 *res = (Result){
                         .w = *w,
                         .bytes = w->tensors * w->pull_blocks * w->block_size,
-                        .segments = count_segments(w, src, dst),
+                        .segments = plan_segments(w, src, dst, NULL),
                 };
                 r = run_case(a, w, src, dst, res);
         }
@@ -452,9 +771,17 @@ static void help(void)
                "  --tcp-crc on|off   --remote: CRC32C over every data chunk (off)\n"
                "  --rdma-device DEV  --remote: both daemons move the blocks by RDMA READ/WRITE\n"
                "                     over DEV (device_id 0 mapped to it, transport rdma)\n"
-               "  --baseline B       memcpy (default on one node; after each timed request),\n"
-               "                     iperf3 (default with --remote) or none\n"
+               "  --baseline B       memcpy (default on one node; after each timed request a\n"
+               "                     sequential copy of its bytes and a scattered one of its\n"
+               "                     segments), iperf3 (default with --remote), unix (a\n"
+               "                     %d-byte Unix socket round trip after each request: for\n"
+               "                     small calls, the latencies compared), ucx (ucx_perftest\n"
+               "                     tag_bw, with --remote) or none\n"
                "  --iperf3 PATH      the iperf3 to run (default: iperf3 on $PATH)\n"
+               "  --ucx-perftest PATH  --baseline ucx: the ucx_perftest to run (default:\n"
+               "                     ucx_perftest on $PATH; Debian package ucx-utils); its\n"
+               "                     tag_bw over TCP on loopback, messages of the request's\n"
+               "                     segments up to 1 MiB, %d tests per case\n"
                "  --iperf3-streams N parallel iperf3 streams, -P (1)\n"
                "  --iperf3-time S    seconds of each iperf3 test, -t (1); %d tests per case,\n"
                "                     spread over its timed requests\n"
@@ -471,11 +798,19 @@ static void help(void)
                "  --iterations N     timed requests (20)\n"
                "  --warmup N         untimed requests first (2)\n"
                "  --seed N           seed of the data and of the scattered ids (1)\n"
+               "  --layer-compute-us US  play a prefill that computes each layer for US\n"
+               "                     microseconds and sends it (--push: pushes it) while the\n"
+               "                     next computes; reports the exposed time (last layer\n"
+               "                     computed -> all landed) next to one layer's transfer and\n"
+               "                     the whole transfer after prefill, measured in turn\n"
+               "  --probe-status     call for the daemon's status on another connection, one\n"
+               "                     call after the other, while the timed requests run, and\n"
+               "                     report how long those calls took (the loop's delay)\n"
                "  --suite            run the standard cases and print one table (with\n"
                "                     --remote: the cross-node cases)\n"
                "  --json             machine-readable output\n"
                "  -h, --help         show this help\n",
-               MAX_TCP_STREAMS, IPERF3_RUNS, KVD_MAX_TENSORS);
+               MAX_TCP_STREAMS, BENCH_UNIX_MSG_BYTES, IPERF3_RUNS, IPERF3_RUNS, KVD_MAX_TENSORS);
 }
 
 /* A decimal number with an optional K, M, G or T (binary) suffix, within [@min, @max]. */
@@ -534,8 +869,11 @@ enum {
         ARG_RDMA_DEVICE,
         ARG_BASELINE,
         ARG_IPERF3,
+        ARG_UCX_PERFTEST,
         ARG_IPERF3_STREAMS,
         ARG_IPERF3_TIME,
+        ARG_LAYER_COMPUTE_US,
+        ARG_PROBE_STATUS,
 };
 
 static const struct option options[] = {
@@ -561,8 +899,11 @@ static const struct option options[] = {
         {"rdma-device", required_argument, NULL, ARG_RDMA_DEVICE},
         {"baseline", required_argument, NULL, ARG_BASELINE},
         {"iperf3", required_argument, NULL, ARG_IPERF3},
+        {"ucx-perftest", required_argument, NULL, ARG_UCX_PERFTEST},
         {"iperf3-streams", required_argument, NULL, ARG_IPERF3_STREAMS},
         {"iperf3-time", required_argument, NULL, ARG_IPERF3_TIME},
+        {"layer-compute-us", required_argument, NULL, ARG_LAYER_COMPUTE_US},
+        {"probe-status", no_argument, NULL, ARG_PROBE_STATUS},
         {"help", no_argument, NULL, 'h'},
         {}};
 
@@ -592,6 +933,7 @@ static int parse_args(int argc, char **argv, Args *a)
                 {ARG_TCP_STREAMS, &a->tcp_streams, 1, MAX_TCP_STREAMS},
                 {ARG_IPERF3_STREAMS, &a->iperf3_streams, 1, 128},
                 {ARG_IPERF3_TIME, &a->iperf3_time, 1, 60},
+                {ARG_LAYER_COMPUTE_US, &a->layer_compute_us, 1, 10000000},
         };
         const char *pattern = NULL;
         bool model = false, tcp_set = false;
@@ -605,6 +947,7 @@ static int parse_args(int argc, char **argv, Args *a)
                     .tcp_streams = 4,
                     .tcp_crc = 0,
                     .iperf3 = "iperf3",
+                    .ucx = "ucx_perftest",
                     .iperf3_streams = 1,
                     .iperf3_time = 1};
         workload_from_model(&models[0], &a->w);
@@ -644,6 +987,9 @@ static int parse_args(int argc, char **argv, Args *a)
                 case ARG_JSON:
                         a->json = true;
                         continue;
+                case ARG_PROBE_STATUS:
+                        a->probe_status = true;
+                        continue;
                 case ARG_REMOTE:
                         a->remote = true;
                         continue;
@@ -667,6 +1013,9 @@ static int parse_args(int argc, char **argv, Args *a)
                 case ARG_IPERF3:
                         a->iperf3 = optarg;
                         continue;
+                case ARG_UCX_PERFTEST:
+                        a->ucx = optarg;
+                        continue;
                 case ARG_TCP_STREAMS:
                         tcp_set = true;
                         break;
@@ -687,6 +1036,16 @@ static int parse_args(int argc, char **argv, Args *a)
         if (!a->remote && tcp_set)
                 return usage_error("--tcp-streams, --tcp-crc and --rdma-device are for --remote",
                                    "");
+        if (a->layer_compute_us > 0) {
+                /* its baselines are its own: one layer's transfer and the whole one */
+                if (baseline >= 0 && baseline != BASELINE_NONE)
+                        return usage_error("--layer-compute-us compares with its own one-layer "
+                                           "and whole transfers, without --baseline",
+                                           "");
+                if (a->suite)
+                        return usage_error("--layer-compute-us runs one workload, not --suite", "");
+                baseline = BASELINE_NONE;
+        }
         a->baseline = baseline >= 0 ? (BaselineKind)baseline
                       : a->remote   ? BASELINE_IPERF3
                                     : BASELINE_MEMCPY;
@@ -828,6 +1187,17 @@ int main(int argc, char **argv)
                         return r == -ENOENT ? EXIT_NO_BASELINE : EXIT_BENCH_FAILED;
                 }
         }
+        if (a.baseline == BASELINE_UCX) {
+                r = bench_iperf3_find(a.ucx, &a.ucx_path);
+                if (r < 0) {
+                        fprintf(stderr,
+                                "kvdist-bench: %s: ucx_perftest not found%s; the ucx baseline "
+                                "needs it (Debian package ucx-utils, which scripts/setup-deps "
+                                "installs), or run with --baseline none\n",
+                                a.ucx, strchr(a.ucx, '/') ? "" : " on $PATH");
+                        return r == -ENOENT ? EXIT_NO_BASELINE : EXIT_BENCH_FAILED;
+                }
+        }
 
         if (a.socket_path)
                 a.prefill_socket = a.decode_socket = a.socket_path;
@@ -854,6 +1224,7 @@ int main(int argc, char **argv)
         if (bench_daemon_stop(&d[0], failed) < 0 && r >= 0)
                 r = -ECHILD;
         free(a.iperf3_path);
+        free(a.ucx_path);
         if (r == -EPIPE)
                 return EXIT_NO_BASELINE;
         return r < 0 ? EXIT_BENCH_FAILED : EXIT_SUCCESS;

@@ -226,7 +226,8 @@ static int transfer_local_submit(Transfer *x)
 {
         const Plan *plan = x->plan;
 
-        x->segs = calloc(plan->n_segments ? plan->n_segments : 1, sizeof(*x->segs));
+        /* every entry is written below before the job starts (no zeroing of a big array) */
+        x->segs = malloc((plan->n_segments ? plan->n_segments : 1) * sizeof(*x->segs));
         if (!x->segs)
                 return -ENOMEM;
         for (size_t i = 0; i < plan->n_segments; i++) {

@@ -23,6 +23,11 @@
 #define ENGINE_MIN_JOB_BYTES ((size_t)256 << 10)
 /* A big task is cut into about this many jobs per thread, so the threads finish together. */
 #define ENGINE_JOBS_PER_THREAD 4
+/*
+ * A task of at most this many bytes is copied on the submitting (loop) thread: waking a copy
+ * thread and the loop again through the eventfd costs more than copying 64 KiB.
+ */
+#define ENGINE_INLINE_BYTES ((size_t)64 << 10)
 
 /* A run of bytes of one task: @bytes bytes of the copy list, from copy @copy at @offset. */
 typedef struct EngineJob {
@@ -182,9 +187,12 @@ static void engine_on_event(evutil_socket_t fd, short what, void *userdata)
         uint64_t v;
         ssize_t n;
 
-        /* Reset the counter before taking the list: a later completion writes it again. */
-        n = read(fd, &v, sizeof(v));
-        (void)n;
+        /* Reset the counter before taking the list: a later completion writes it again. Only
+         * an inline task's event_active() (EV_TIMEOUT alone) finds it unwritten. */
+        if (what & EV_READ) {
+                n = read(fd, &v, sizeof(v));
+                (void)n;
+        }
         engine_dispatch(e);
 }
 
@@ -321,20 +329,68 @@ static void task_make_jobs(EngineTask *t, size_t total, size_t job_bytes)
         }
 }
 
-int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, engine_done_fn done,
-                  void *userdata, EngineTask **ret)
+/*
+ * A small task, copied here on the loop thread: no copy thread to wake and no eventfd to write.
+ * Its callback still runs from the loop, never from engine_submit(): the task goes on the done
+ * list and the engine's event is made active, which the loop runs in its next pass.
+ */
+static int engine_submit_inline(Engine *e, const EngineCopy *copies, size_t n, size_t total,
+                                engine_done_fn done, void *userdata, EngineTask **ret)
 {
         EngineTask *t;
-        size_t total = 0, job_bytes = 0, n_jobs = 0, per_thread;
 
-        if (!e || !done || (n > 0 && !copies))
-                return -EINVAL;
+        t = calloc(1, sizeof(EngineTask));
+        if (!t)
+                return -ENOMEM;
+        t->engine = e;
+        clist_init(&t->link_done);
+        atomic_init(&t->cancel, false);
+        atomic_init(&t->bytes_done, total);
+        t->done = done;
+        t->userdata = userdata;
+
+        pthread_mutex_lock(&e->lock);
+        if (e->stopping) {
+                pthread_mutex_unlock(&e->lock);
+                free(t);
+                return -ESHUTDOWN;
+        }
+        pthread_mutex_unlock(&e->lock);
+
+        for (size_t i = 0; i < n; i++)
+                memcpy(copies[i].dst, copies[i].src, copies[i].len);
+
+        pthread_mutex_lock(&e->lock);
+        clist_link_tail(&e->done, &t->link_done);
+        pthread_mutex_unlock(&e->lock);
+        event_active(e->event, EV_TIMEOUT, 0);
+
+        if (ret)
+                *ret = t;
+        return 0;
+}
+
+/* Checks @copies and sums their bytes; -EINVAL for a copy without an address or a sum past 2^64. */
+static int copies_total(const EngineCopy *copies, size_t n, size_t *ret)
+{
+        size_t total = 0;
+
         for (size_t i = 0; i < n; i++) {
                 if (copies[i].len > 0 && (!copies[i].dst || !copies[i].src))
                         return -EINVAL;
                 if (ADD_OVERFLOW(total, copies[i].len, &total))
                         return -EINVAL;
         }
+        *ret = total;
+        return 0;
+}
+
+/* Queues @copies (@n entries of @total bytes, checked), which the task takes, freed on failure. */
+static int engine_queue(Engine *e, EngineCopy *copies, size_t n, size_t total, size_t slice,
+                        engine_done_fn done, void *userdata, EngineTask **ret)
+{
+        EngineTask *t;
+        size_t job_bytes = 0, n_jobs = 0, per_thread;
 
         if (total > 0) {
                 per_thread = (size_t)e->n_threads * ENGINE_JOBS_PER_THREAD;
@@ -345,16 +401,11 @@ int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, e
 
         /* n_jobs <= n_threads * ENGINE_JOBS_PER_THREAD + 1: no overflow */
         t = calloc(1, sizeof(EngineTask) + n_jobs * sizeof(EngineJob));
-        if (!t)
+        if (!t) {
+                free(copies);
                 return -ENOMEM;
-        if (n > 0) {
-                t->copies = calloc(n, sizeof(EngineCopy));
-                if (!t->copies) {
-                        free(t);
-                        return -ENOMEM;
-                }
-                memcpy(t->copies, copies, n * sizeof(EngineCopy));
         }
+        t->copies = copies;
         t->engine = e;
         clist_init(&t->link_done);
         atomic_init(&t->cancel, false);
@@ -392,6 +443,51 @@ int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, e
         if (ret)
                 *ret = t;
         return 0;
+}
+
+int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, engine_done_fn done,
+                  void *userdata, EngineTask **ret)
+{
+        EngineCopy *own = NULL;
+        size_t total, bytes;
+        int r;
+
+        if (!e || !done || (n > 0 && !copies))
+                return -EINVAL;
+        r = copies_total(copies, n, &total);
+        if (r < 0)
+                return r;
+        /* held: a test or a drain wants the task queued, not started */
+        if (total > 0 && total <= ENGINE_INLINE_BYTES && !e->held)
+                return engine_submit_inline(e, copies, n, total, done, userdata, ret);
+        if (n > 0) {
+                if (MUL_OVERFLOW(n, sizeof(EngineCopy), &bytes))
+                        return -ENOMEM;
+                own = malloc(bytes);
+                if (!own)
+                        return -ENOMEM;
+                memcpy(own, copies, bytes);
+        }
+        return engine_queue(e, own, n, total, slice, done, userdata, ret);
+}
+
+int engine_submit_take(Engine *e, EngineCopy *copies, size_t n, size_t slice, engine_done_fn done,
+                       void *userdata, EngineTask **ret)
+{
+        size_t total;
+        int r;
+
+        if (!e || !done || (n > 0 && !copies)) {
+                free(copies);
+                return -EINVAL;
+        }
+        r = copies_total(copies, n, &total);
+        if (r >= 0 && total > 0 && total <= ENGINE_INLINE_BYTES && !e->held)
+                r = engine_submit_inline(e, copies, n, total, done, userdata, ret);
+        else if (r >= 0)
+                return engine_queue(e, copies, n, total, slice, done, userdata, ret);
+        free(copies);
+        return r;
 }
 
 void engine_cancel(EngineTask *task)

@@ -38,12 +38,21 @@ Engine *engine_free(Engine *e);
 
 /*
  * Queues the copies in @copies (@n entries; the engine keeps its own copy of the array) and
- * returns the task in *@ret (owned by the engine; valid until the callback returns).
+ * returns the task in *@ret (owned by the engine; valid until the callback returns). A task of
+ * at most 64 KiB is copied at once on the calling thread, unless the engine is held; its
+ * callback still runs from the loop, never from here.
  * Copies are split into slices of at most @slice bytes (0 = default, 1 MiB) for cancellation
  * and spread over the threads. -ENOMEM, -ESHUTDOWN when the engine is stopping.
  */
 int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, engine_done_fn done,
                   void *userdata, EngineTask **ret);
+
+/*
+ * As engine_submit(), but the engine takes @copies (malloc()ed, @n entries) instead of copying
+ * it, and frees it, on failure too: no second array for a request of 100,000 blocks.
+ */
+int engine_submit_take(Engine *e, EngineCopy *copies, size_t n, size_t slice, engine_done_fn done,
+                       void *userdata, EngineTask **ret);
 
 /* Asks @task to stop; its callback reports -ECANCELED unless it had already finished. */
 void engine_cancel(EngineTask *task);

@@ -19,11 +19,12 @@ static void shm_on_done(EngineTask *task, int status, void *userdata)
 
 static int shm_submit(Transport *t, TransportJob *job)
 {
-        _cleanup_free_ EngineCopy *copies = NULL;
+        EngineCopy *copies;
         EngineTask *task;
         int r;
 
-        copies = calloc(job->n_segs ? job->n_segs : 1, sizeof(*copies));
+        /* every entry is written below; the engine takes the array */
+        copies = malloc((job->n_segs ? job->n_segs : 1) * sizeof(*copies));
         if (!copies)
                 return -ENOMEM;
         for (size_t i = 0; i < job->n_segs; i++) {
@@ -36,7 +37,7 @@ static int shm_submit(Transport *t, TransportJob *job)
                         .len = s->len,
                 };
         }
-        r = engine_submit(t->set->engine, copies, job->n_segs, 0, shm_on_done, job, &task);
+        r = engine_submit_take(t->set->engine, copies, job->n_segs, 0, shm_on_done, job, &task);
         if (r < 0)
                 return r;
         job->priv = task;
