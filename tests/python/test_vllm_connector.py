@@ -1,0 +1,271 @@
+# SPDX-License-Identifier: MIT
+"""vllm-ascend's prefill/decode connector over llm_datadist (LLMDataDistCMgrConnector, pinned
+in vllm_ascend_connector/ with `import llm_datadist` turned into `import kvdist as
+llm_datadist`, nothing else changed) run on kvdist: this test plays vLLM's scheduler and engine
+steps, a prefill node and a decode node are two worker processes (vllm_connector_node.py) on two
+kvdistd, and every byte of the decode side's caches is compared with the prefill's seeded KV,
+guard blocks and blocks not pulled untouched.
+
+vLLM, vllm_ascend, zmq and msgspec are not installable here: stubs/ fakes what the connector
+imports from them (see stubs/__init__.py); the connector's metadata exchange over zmq runs over
+Unix sockets between the two processes (stubs/zmq). The connector's own code runs unchanged:
+the rank table it reads, its two-member link() per TP rank, query_register_mem_status, its
+pulls (MLA's two caches under model ids 0 and 1), the finished messages back to the prefill."""
+
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "stubs"), os.path.join(HERE, "vllm_ascend_connector")]
+
+torch = pytest.importorskip("torch")
+
+import llmdatadist_c_mgr_connector as conn  # noqa: E402
+from conftest import _die_with_parent, pattern  # noqa: E402
+from vllm.config import CacheConfig, KVTransferConfig, ParallelConfig, VllmConfig  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
+from vllm.utils import network_utils  # noqa: E402
+from vllm.v1.core.kv_cache_manager import KVCacheBlocks  # noqa: E402
+from vllm.v1.core.sched.output import SchedulerOutput  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+
+REPLY_CEILING_S = 300
+BLOCK_SIZE = 16
+NUM_BLOCKS = 12
+NUM_LAYERS = 2
+RPC_PORT = 5557
+PREFILL_CLUSTER, DECODE_CLUSTER = 11, 22
+GQA = [(2, 16), (2, 16)]          # K and V: [block_size, kv_heads, head_dim] per block
+MLA = [(1, 32), (1, 8)]           # k_normed (kv_lora_rank) and k_pe (rope dim)
+DAEMON_ARGS = ()
+
+
+class NodeProc:
+    """A worker process of one node (one TP rank)."""
+
+    def __init__(self, tmp_path, name, daemon, server_id, rank_table, tp_rank=0, tp_size=1):
+        env = dict(os.environ)
+        env.update(KVDIST_SOCKET=daemon.socket, STUB_LOCAL_IP=server_id,
+                   VLLM_ASCEND_LLMDD_RPC_IP=server_id, VLLM_ASCEND_LLMDD_RPC_PORT=str(RPC_PORT),
+                   DISAGGREGATED_PREFILL_RANK_TABLE_PATH=str(rank_table),
+                   STUB_ZMQ_DIR=str(tmp_path), STUB_TP_RANK=str(tp_rank),
+                   STUB_TP_SIZE=str(tp_size), STUB_TRANSFER_TIMEOUT_MS="30000")
+        self.log_path = tmp_path / f"{name}.log"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "vllm_connector_node.py")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
+                preexec_fn=_die_with_parent)
+
+    def log(self):
+        return self.log_path.read_text(errors="replace")
+
+    def call(self, cmd, **args):
+        pickle.dump((cmd, args), self.proc.stdin)
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], REPLY_CEILING_S)
+        assert ready, f"{cmd}: no reply within {REPLY_CEILING_S} s:\n{self.log()}"
+        try:
+            status, ret = pickle.load(self.proc.stdout)
+        except EOFError:
+            pytest.fail(f"{cmd}: the node exited:\n{self.log()}")
+        assert status == "ok", f"{cmd}: {ret}\n{self.log()}"
+        return ret
+
+    def exit(self):
+        if self.proc.poll() is None:
+            self.call_exit()
+
+    def call_exit(self):
+        pickle.dump(("exit", {}), self.proc.stdin)
+        self.proc.stdin.close()
+        assert self.proc.wait(REPLY_CEILING_S) == 0, self.log()
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def scheduler(kv_role, server_id):
+    """The scheduler side's connector of a node (in this process: it makes no kvdist call)."""
+    network_utils.ip = server_id
+    try:
+        config = VllmConfig(KVTransferConfig(kv_role=kv_role, engine_id=kv_role),
+                            CacheConfig(block_size=BLOCK_SIZE), ParallelConfig())
+        return conn.LLMDataDistCMgrConnector(config, KVConnectorRole.SCHEDULER)
+    finally:
+        network_utils.ip = None
+
+
+class PD:
+    """A prefill node and a decode node, each with its kvdistd, scheduler and worker."""
+
+    def __init__(self, tmp_path, daemons, shapes):
+        self.tmp_path = tmp_path
+        self.shapes = shapes
+        self.pd = daemons("prefill", DAEMON_ARGS)
+        self.dd = daemons("decode", DAEMON_ARGS)
+        # The rank table vllm-ascend reads (DISAGGREGATED_PREFILL_RANK_TABLE_PATH): device_ip
+        # names each node's kvdistd, as kvdist reads a table without host_ip.
+        table = {
+            "prefill_device_list": [{"server_id": "prefill-node", "device_id": "0",
+                                     "device_ip": self.pd.peer_addr,
+                                     "cluster_id": str(PREFILL_CLUSTER)}],
+            "decode_device_list": [{"server_id": "decode-node", "device_id": "0",
+                                    "device_ip": self.dd.peer_addr,
+                                    "cluster_id": str(DECODE_CLUSTER)}],
+        }
+        self.rank_table = tmp_path / "ranktable.json"
+        import json
+        self.rank_table.write_text(json.dumps(table))
+        self.nodes = []
+        self.prefill_seed, self.decode_seed = 1, 2
+        self.p_sched = scheduler("kv_producer", "prefill-node")
+        self.d_sched = scheduler("kv_consumer", "decode-node")
+        self.p = self.start_node("prefill", self.pd, "prefill-node", "kv_producer",
+                                 self.prefill_seed)
+        self.d = self.start_node("decode", self.dd, "decode-node", "kv_consumer",
+                                 self.decode_seed)
+        self.expected = self.image(self.decode_seed)
+
+    def start_node(self, name, daemon, server_id, kv_role, seed):
+        node = NodeProc(self.tmp_path, f"{name}-{len(self.nodes)}", daemon, server_id,
+                        self.rank_table)
+        self.nodes.append(node)
+        node.call("init", kv_role=kv_role, tp_size=1, block_size=BLOCK_SIZE,
+                  num_blocks=NUM_BLOCKS, shapes=self.shapes, num_layers=NUM_LAYERS, seed=seed)
+        return node
+
+    def image(self, seed):
+        """What a node's tensors hold after init: per layer, per cache, (blocks + guard) rows."""
+        out = []
+        for layer in range(NUM_LAYERS):
+            for i, shape in enumerate(self.shapes):
+                block_bytes = BLOCK_SIZE * int(np.prod(shape)) * 2
+                out.append(pattern(seed * 1000 + layer * 10 + i,
+                                   (NUM_BLOCKS + 1) * block_bytes).reshape(NUM_BLOCKS + 1, -1))
+        return out
+
+    def step(self, node, meta, finished=()):
+        return node.call("step", meta=meta, finished_req_ids=list(finished),
+                         num_layers=NUM_LAYERS)
+
+    def prefill(self, req_id, prompt_len, p_blocks):
+        """The prefill node serves a prompt (max_tokens 1) and keeps its blocks for the decode
+        node: the kv_transfer_params its request_finished returns."""
+        req = Request(req_id, list(range(prompt_len)), {"do_remote_decode": True})
+        assert self.p_sched.get_num_new_matched_tokens(req, 0) == (0, False)
+        self.p_sched.update_state_after_alloc(req, KVCacheBlocks(p_blocks), 0)
+        assert self.step(self.p, self.p_sched.build_connector_meta(SchedulerOutput())) == \
+            (set(), None)
+        req.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        delay, params = self.p_sched.request_finished(req, p_blocks)
+        assert delay and params["remote_block_ids"] == p_blocks
+        assert params["remote_host"] == "prefill-node" and params["remote_port"] == RPC_PORT
+        meta = self.p_sched.build_connector_meta(SchedulerOutput())
+        assert req_id in meta.reqs_to_send
+        assert self.step(self.p, meta) == (set(), None)
+        return params
+
+    def decode(self, req_id, prompt_len, params, d_blocks, num_hashed):
+        """The decode node takes the request with num_hashed blocks of prefix-cache hit and
+        pulls the rest; returns what get_finished said once the pull ended."""
+        req = Request(req_id, list(range(prompt_len)), dict(params))
+        computed = num_hashed * BLOCK_SIZE
+        n, load_async = self.d_sched.get_num_new_matched_tokens(req, computed)
+        assert (n, load_async) == (prompt_len - computed, True)
+        self.d_sched.update_state_after_alloc(req, KVCacheBlocks(d_blocks, num_hashed), n)
+        meta = self.d_sched.build_connector_meta(SchedulerOutput())
+        assert list(meta.requests) == [req_id]
+        assert meta.requests[req_id].local_block_ids == d_blocks[num_hashed:]
+        assert self.step(self.d, meta) == (None, set())
+        self.d.call("drain")
+        return self.step(self.d, self.d_sched.build_connector_meta(SchedulerOutput()))
+
+    def expect_pulled(self, p_blocks, d_blocks, num_hashed, prefill_seed):
+        src = self.image(prefill_seed)
+        tail = p_blocks[-(len(d_blocks) - num_hashed):]
+        for exp, s in zip(self.expected, src):
+            for p, d in zip(tail, d_blocks[num_hashed:]):
+                exp[d] = s[p]
+
+    def check(self):
+        got = self.d.call("dump")
+        assert len(got) == len(self.expected)
+        for t, (g, e) in enumerate(zip(got, self.expected)):
+            g = np.frombuffer(g, np.uint8).reshape(e.shape)
+            bad = np.flatnonzero((g != e).any(axis=1))
+            assert bad.size == 0, f"tensor {t}: blocks {bad.tolist()} differ " \
+                f"(block {NUM_BLOCKS} is the guard)"
+        # the prefill side's caches are what it seeded: pulls only read them
+        got = self.p.call("dump")
+        for g, e in zip(got, self.image(self.prefill_seed)):
+            assert np.array_equal(np.frombuffer(g, np.uint8).reshape(e.shape), e)
+
+    def close(self):
+        for node in self.nodes:
+            if node.proc.poll() is None:
+                node.call_exit()
+
+    def request(self, req_id, prompt_len, p_blocks, d_blocks, num_hashed=0):
+        params = self.prefill(req_id, prompt_len, p_blocks)
+        assert self.decode(req_id, prompt_len, params, d_blocks, num_hashed) == \
+            (None, {req_id})
+        # the decode node told the prefill node (ReqForFinished) before it said finished
+        assert self.step(self.p, self.p_sched.build_connector_meta(SchedulerOutput())) == \
+            ({req_id}, None)
+        self.expect_pulled(p_blocks, d_blocks, num_hashed, self.prefill_seed)
+        self.check()
+
+
+@pytest.fixture
+def pd_factory(tmp_path, daemons):
+    made = []
+
+    def make(shapes):
+        pd = PD(tmp_path, daemons, shapes)
+        made.append(pd)
+        return pd
+
+    yield make
+    for pd in made:
+        pd.close()
+
+
+@pytest.mark.parametrize("shapes", [GQA, MLA], ids=["gqa", "mla"])
+def test_pull_per_request(pd_factory, shapes):
+    """Requests pulled in turn over the one link the first made: scattered block tables on both
+    sides, a partial last block, and a prefix-cache hit whose tail is pulled."""
+    pd = pd_factory(shapes)
+    # 3 blocks, the last one partial; scattered, out of order on both sides
+    pd.request("req-1", 2 * BLOCK_SIZE + 5, [7, 2, 10], [4, 9, 1])
+    # a prefix hit of 2 blocks: the decode node pulls the last 2 of the prefill's 4
+    pd.request("req-2", 4 * BLOCK_SIZE, [3, 11, 0, 6], [8, 5, 0, 11], num_hashed=2)
+    # blocks pulled before are overwritten by a later request's
+    pd.request("req-3", BLOCK_SIZE, [5], [4])
+
+
+UPSTREAM_SHA256 = "a4ee6728045cb4e16d11ec880b14c6a7bb641583ac09d235e9c4a608963e2ac4"
+
+
+def test_pinned_copy_is_upstream_but_its_import():
+    """The connector under test is vllm-ascend's file at 848419d1 with only the import
+    changed: turning those lines back gives upstream's bytes."""
+    import hashlib
+    path = os.path.join(HERE, "vllm_ascend_connector", "llmdatadist_c_mgr_connector.py")
+    with open(path, "rb") as f:
+        text = f.read()
+    changed = [(b"import kvdist as llm_datadist  # type: ignore\n",
+                b"import llm_datadist  # type: ignore\n"),
+               (b"from kvdist import (BlocksCacheKey,", b"from llm_datadist import (BlocksCacheKey,")]
+    for ours, theirs in changed:
+        assert text.count(ours) == 1
+        text = text.replace(ours, theirs)
+    assert hashlib.sha256(text).hexdigest() == UPSTREAM_SHA256
