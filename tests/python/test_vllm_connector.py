@@ -18,6 +18,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -269,3 +270,52 @@ def test_pinned_copy_is_upstream_but_its_import():
         assert text.count(ours) == 1
         text = text.replace(ours, theirs)
     assert hashlib.sha256(text).hexdigest() == UPSTREAM_SHA256
+
+
+def wait_link_status(node, cluster_id, want):
+    deadline = time.monotonic() + REPLY_CEILING_S
+    while True:
+        got = node.call("link_status", cluster_id=cluster_id)
+        if got == want:
+            return
+        assert time.monotonic() < deadline, f"link to {cluster_id}: {got}, not {want}"
+        time.sleep(0.05)
+
+
+def test_prefill_restart_and_relink(pd_factory):
+    """A prefill node that restarts (its worker killed, a new one on the same kvdistd with the
+    same cluster id from the rank table) links the same comm_name again when the decode node
+    asks for its metadata, and waits (PREPARING) in its listener thread. The decode node still
+    has the cluster in its linked_cluster, so it skips link() and pulls over the link that
+    ended: the pull fails at once and the connector only logs it (the request never finishes:
+    the connector has no path for a failed load). Its own remove_remote_agent() and
+    add_remote_agent(), which it calls on no failure, end the failed link and link again: the
+    domain forms with the waiting prefill, and the next request is pulled byte-exact from the
+    new prefill's caches, the failed request's blocks untouched."""
+    pd = pd_factory(GQA)
+    pd.request("req-1", 2 * BLOCK_SIZE + 5, [7, 2, 10], [4, 9, 1])
+
+    pd.p.kill()
+    wait_link_status(pd.d, PREFILL_CLUSTER, "LLM_NOT_YET_LINK")
+    pd.prefill_seed = 3
+    pd.p_sched = scheduler("kv_producer", "prefill-node")
+    pd.p = pd.start_node("prefill", pd.pd, "prefill-node", "kv_producer", pd.prefill_seed)
+
+    params = pd.prefill("req-2", 2 * BLOCK_SIZE, [1, 5])
+    assert pd.decode("req-2", 2 * BLOCK_SIZE, params, [2, 3], 0) == (None, set())
+    assert any(m.startswith("KV transfer task failed: ") and "pull_blocks" in m
+               for m in pd.d.call("errors"))
+    # the prefill's listener linked again and waits for the decode node
+    assert pd.p.call("link_status", cluster_id=DECODE_CLUSTER) == "LLM_NOT_YET_LINK"
+    pd.check()      # the failed pull wrote nothing
+
+    # unlink() of the failed domain succeeds (else the connector keeps the cluster)
+    assert pd.d.call("remove_remote_agent", cluster_id=PREFILL_CLUSTER) == []
+    metadata = dict(super_pod_id=None, server_id="prefill-node", device_id="0",
+                    device_ip=pd.pd.peer_addr, super_device_id=None, cluster_id=PREFILL_CLUSTER)
+    assert pd.d.call("add_remote_agent", metadata=metadata) == PREFILL_CLUSTER
+    assert pd.d.call("link_status", cluster_id=PREFILL_CLUSTER) == "OK"
+    wait_link_status(pd.p, DECODE_CLUSTER, "OK")
+
+    pd.request("req-3", 3 * BLOCK_SIZE, [4, 8, 0], [6, 10, 7])
+    pd.request("req-4", 2 * BLOCK_SIZE + 1, [11, 9, 3], [5, 0, 8], num_hashed=1)

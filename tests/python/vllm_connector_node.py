@@ -108,9 +108,22 @@ def main():
                 ret = node.dump()
             elif cmd == "errors":
                 ret = list(vllm_logger.records.messages)
-            elif cmd == "call":
-                # a method of the connector's worker, as an operator would call it
-                ret = getattr(node.connector.connector_worker, args["name"])(*args["args"])
+            elif cmd == "link_status":
+                # what kvdist says of the link to a cluster (the connector logs no status)
+                try:
+                    node.connector.connector_worker.llm_datadist.check_link_status(
+                        args["cluster_id"])
+                    ret = "OK"
+                except kvdist.LLMException as e:
+                    ret = e.status_code.name
+            elif cmd == "remove_remote_agent":
+                # the connector's own methods, which it calls on no failure: the test calls
+                # them as an operator (or a fix of the connector) would
+                node.connector.connector_worker.remove_remote_agent(args["cluster_id"])
+                ret = sorted(node.connector.connector_worker.linked_cluster)
+            elif cmd == "add_remote_agent":
+                ret = node.connector.connector_worker.add_remote_agent(
+                    conn.LLMDataDistCMgrAgentMetadata(**args["metadata"]))
             elif cmd == "exit":
                 return
             else:
