@@ -51,13 +51,14 @@ DAEMON_ARGS = ()
 class NodeProc:
     """A worker process of one node (one TP rank)."""
 
-    def __init__(self, tmp_path, name, daemon, server_id, rank_table, tp_rank=0, tp_size=1):
+    def __init__(self, tmp_path, name, daemon, server_id, rank_table, tp_rank=0, tp_size=1,
+                 timeout_ms=30000):
         env = dict(os.environ)
         env.update(KVDIST_SOCKET=daemon.socket, STUB_LOCAL_IP=server_id,
                    VLLM_ASCEND_LLMDD_RPC_IP=server_id, VLLM_ASCEND_LLMDD_RPC_PORT=str(RPC_PORT),
                    DISAGGREGATED_PREFILL_RANK_TABLE_PATH=str(rank_table),
                    STUB_ZMQ_DIR=str(tmp_path), STUB_TP_RANK=str(tp_rank),
-                   STUB_TP_SIZE=str(tp_size), STUB_TRANSFER_TIMEOUT_MS="30000")
+                   STUB_TP_SIZE=str(tp_size), STUB_TRANSFER_TIMEOUT_MS=str(timeout_ms))
         self.log_path = tmp_path / f"{name}.log"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -108,11 +109,12 @@ def scheduler(kv_role, server_id):
 class PD:
     """A prefill node and a decode node, each with its kvdistd, scheduler and worker."""
 
-    def __init__(self, tmp_path, daemons, shapes):
+    def __init__(self, tmp_path, daemons, shapes, timeout_ms=30000, **daemon_options):
         self.tmp_path = tmp_path
         self.shapes = shapes
-        self.pd = daemons("prefill", DAEMON_ARGS)
-        self.dd = daemons("decode", DAEMON_ARGS)
+        self.timeout_ms = timeout_ms
+        self.pd = daemons("prefill", DAEMON_ARGS, **daemon_options)
+        self.dd = daemons("decode", DAEMON_ARGS, **daemon_options)
         # The rank table vllm-ascend reads (DISAGGREGATED_PREFILL_RANK_TABLE_PATH): device_ip
         # names each node's kvdistd, as kvdist reads a table without host_ip.
         table = {
@@ -138,7 +140,7 @@ class PD:
 
     def start_node(self, name, daemon, server_id, kv_role, seed):
         node = NodeProc(self.tmp_path, f"{name}-{len(self.nodes)}", daemon, server_id,
-                        self.rank_table)
+                        self.rank_table, timeout_ms=self.timeout_ms)
         self.nodes.append(node)
         node.call("init", kv_role=kv_role, tp_size=1, block_size=BLOCK_SIZE,
                   num_blocks=NUM_BLOCKS, shapes=self.shapes, num_layers=NUM_LAYERS, seed=seed)
@@ -230,8 +232,8 @@ class PD:
 def pd_factory(tmp_path, daemons):
     made = []
 
-    def make(shapes):
-        pd = PD(tmp_path, daemons, shapes)
+    def make(shapes, **options):
+        pd = PD(tmp_path, daemons, shapes, **options)
         made.append(pd)
         return pd
 
@@ -305,6 +307,8 @@ def test_prefill_restart_and_relink(pd_factory):
     assert pd.decode("req-2", 2 * BLOCK_SIZE, params, [2, 3], 0) == (None, set())
     assert any(m.startswith("KV transfer task failed: ") and "pull_blocks" in m
                for m in pd.d.call("errors"))
+    [(message, status)] = pd.d.call("failures")
+    assert status == "LLM_NOT_YET_LINK", message
     # the prefill's listener linked again and waits for the decode node
     assert pd.p.call("link_status", cluster_id=DECODE_CLUSTER) == "LLM_NOT_YET_LINK"
     pd.check()      # the failed pull wrote nothing
@@ -319,3 +323,26 @@ def test_prefill_restart_and_relink(pd_factory):
 
     pd.request("req-3", 3 * BLOCK_SIZE, [4, 8, 0], [6, 10, 7])
     pd.request("req-4", 2 * BLOCK_SIZE + 1, [11, 9, 3], [5, 0, 8], num_hashed=1)
+
+
+def test_stopped_prefill_daemon(pd_factory):
+    """The prefill node's kvdistd stopped (SIGSTOP) while the decode node pulls over the link
+    it has: the pull fails with LLM_TIMEOUT at the connector's sync_kv_timeout (1 s here; the
+    daemons' heartbeat timeout is far longer, so the peer is not lost meanwhile). Continued,
+    the daemon writes nothing late into the timed-out request's blocks, and the same link
+    carries the next requests byte-exact."""
+    pd = pd_factory(GQA, timeout_ms=1000, heartbeat_ms=(200, 600000))
+    pd.request("req-1", 2 * BLOCK_SIZE + 5, [7, 2, 10], [4, 9, 1])
+    pd.pd.proc.send_signal(signal.SIGSTOP)
+    try:
+        params = pd.prefill("req-2", 2 * BLOCK_SIZE, [1, 5])
+        assert pd.decode("req-2", 2 * BLOCK_SIZE, params, [2, 3], 0) == (None, set())
+        [(message, status)] = pd.d.call("failures")
+        assert status == "LLM_TIMEOUT", message
+    finally:
+        pd.pd.proc.send_signal(signal.SIGCONT)
+    assert pd.d.call("link_status", cluster_id=PREFILL_CLUSTER) == "OK"
+    pd.request("req-3", 3 * BLOCK_SIZE, [4, 8, 0], [6, 10, 7])
+    pd.request("req-4", BLOCK_SIZE, [2], [3])
+    pd.check()          # req-2's blocks (2, 3) were not written: req-4 wrote 3 as pulled
+    assert pd.d.call("failures") == []

@@ -61,6 +61,17 @@ class Node:
                 caches.append(full[:num_blocks])
             kv_caches[f"model.layers.{layer}.self_attn.attn"] = tuple(caches)
         self.connector.register_kv_caches(kv_caches)
+        # The connector logs a failed pull's RuntimeError only; the futures of its executor
+        # keep the kvdist exception it was raised from (__context__), for the test to see.
+        executor = self.connector.connector_worker.executor
+        self.submit = executor.submit
+        self.futures = []
+
+        def recording_submit(*a, **kw):
+            future = self.submit(*a, **kw)
+            self.futures.append(future)
+            return future
+        executor.submit = recording_submit
 
     def step(self, meta, finished_req_ids, num_layers):
         # One engine step of vLLM's GPUModelRunner with a KV connector.
@@ -79,7 +90,19 @@ class Node:
     def drain(self):
         # The connector pulls in a one-thread executor: a no-op queued behind ends once the
         # pulls submitted before it ended.
-        self.connector.connector_worker.executor.submit(lambda: None).result(timeout=300)
+        self.submit(lambda: None).result(timeout=300)
+
+    def failures(self):
+        """(message, the kvdist status it came from) of each pull that failed since asked."""
+        out = []
+        for f in self.futures:
+            e = f.exception()
+            if e is not None:
+                cause = e.__context__
+                out.append((str(e), cause.status_code.name
+                            if isinstance(cause, kvdist.LLMException) else repr(cause)))
+        self.futures = []
+        return out
 
     def dump(self):
         return [t.view(-1).view(torch.uint8).numpy().tobytes() for t in self.full]
@@ -104,6 +127,8 @@ def main():
             elif cmd == "drain":
                 node.drain()
                 ret = None
+            elif cmd == "failures":
+                ret = node.failures()
             elif cmd == "dump":
                 ret = node.dump()
             elif cmd == "errors":
