@@ -346,3 +346,21 @@ def test_stopped_prefill_daemon(pd_factory):
     pd.request("req-4", BLOCK_SIZE, [2], [3])
     pd.check()          # req-2's blocks (2, 3) were not written: req-4 wrote 3 as pulled
     assert pd.d.call("failures") == []
+
+
+def test_killed_prefill_node(pd_factory):
+    """The prefill node's kvdistd killed between requests (MLA): the decode side's link to it
+    ends (LLM_NOT_YET_LINK), and the next request's pull over the connector's cached link fails
+    at once with that status, its blocks untouched; the prefill worker's listener still
+    answers the metadata request, so only the pull tells."""
+    pd = pd_factory(MLA)
+    pd.request("req-1", 2 * BLOCK_SIZE + 5, [7, 2, 10], [4, 9, 1])
+    pd.pd.kill()
+    wait_link_status(pd.d, PREFILL_CLUSTER, "LLM_NOT_YET_LINK")
+    params = pd.prefill("req-2", 2 * BLOCK_SIZE, [1, 5])
+    assert pd.decode("req-2", 2 * BLOCK_SIZE, params, [2, 3], 0) == (None, set())
+    [(message, status)] = pd.d.call("failures")
+    assert status == "LLM_NOT_YET_LINK", message
+    got = pd.d.call("dump")
+    for g, e in zip(got, pd.expected):
+        assert np.array_equal(np.frombuffer(g, np.uint8).reshape(e.shape), e)
