@@ -364,3 +364,109 @@ def test_killed_prefill_node(pd_factory):
     got = pd.d.call("dump")
     for g, e in zip(got, pd.expected):
         assert np.array_equal(np.frombuffer(g, np.uint8).reshape(e.shape), e)
+
+
+def loopback(pid, node, device):
+    """A loopback address of this test process for a device: 127.0.0.0/8 is all on lo, and
+    the pid keeps tests running at once (other checkouts) off each other's port 7400."""
+    return f"127.{100 + pid % 100}.{(pid // 100) % 250}.{node * 10 + device + 1}"
+
+
+def test_tensor_parallel_2(tmp_path, daemons):
+    """TP 2 on both nodes, each device at an address of its own (kvdistd's devices[].address,
+    HCCL's device_ip in the rank table): each TP rank's connector links its own comm domain
+    (named after the two ranks' device_ips) and the decode rank pulls its prefill rank's
+    blocks; every byte of every rank's caches checked."""
+    import json
+    tp = 2
+    pid = os.getpid()
+    nodes_daemons = []
+    for k, name in enumerate(("prefill", "decode")):
+        cfg = tmp_path / f"{name}.json"
+        cfg.write_text(json.dumps({"devices": [
+            {"device_id": r, "address": loopback(pid, k, r)} for r in range(tp)]}))
+        nodes_daemons.append(daemons(name, ("--config", str(cfg))))
+    table = {
+        f"{name}_device_list": [
+            {"server_id": f"{name}-node", "device_id": str(r), "device_ip": loopback(pid, k, r),
+             "cluster_id": str((k + 1) * 10 + r)} for r in range(tp)]
+        for k, name in enumerate(("prefill", "decode"))}
+    rank_table = tmp_path / "ranktable.json"
+    rank_table.write_text(json.dumps(table))
+
+    def image(seed, rank):
+        out = []
+        for layer in range(NUM_LAYERS):
+            for i, shape in enumerate(GQA):
+                block_bytes = BLOCK_SIZE * int(np.prod(shape)) * 2
+                out.append(pattern((seed * 10 + rank) * 1000 + layer * 10 + i,
+                                   (NUM_BLOCKS + 1) * block_bytes).reshape(NUM_BLOCKS + 1, -1))
+        return out
+
+    procs = {}
+    try:
+        for k, (name, role) in enumerate((("prefill", "kv_producer"), ("decode", "kv_consumer"))):
+            for r in range(tp):
+                node = NodeProc(tmp_path, f"{name}-{r}", nodes_daemons[k], f"{name}-node",
+                                rank_table, tp_rank=r, tp_size=tp)
+                procs[name, r] = node
+                node.call("init", kv_role=role, tp_size=tp, block_size=BLOCK_SIZE,
+                          num_blocks=NUM_BLOCKS, shapes=GQA, num_layers=NUM_LAYERS,
+                          seed=(k + 1) * 10 + r)
+        scheds = []
+        for role, server_id in (("kv_producer", "prefill-node"), ("kv_consumer", "decode-node")):
+            network_utils.ip = server_id
+            try:
+                config = VllmConfig(KVTransferConfig(kv_role=role, engine_id=role),
+                                    CacheConfig(block_size=BLOCK_SIZE),
+                                    ParallelConfig(tensor_parallel_size=tp))
+                scheds.append(conn.LLMDataDistCMgrConnector(config, KVConnectorRole.SCHEDULER))
+            finally:
+                network_utils.ip = None
+        p_sched, d_sched = scheds
+
+        def step(name, meta):
+            # vLLM gives every TP worker the scheduler's output; each reports its own finished
+            return [procs[name, r].call("step", meta=meta, finished_req_ids=[],
+                                        num_layers=NUM_LAYERS) for r in range(tp)]
+
+        expected = [image(2, r) for r in range(tp)]
+        for req_id, prompt_len, p_blocks, d_blocks, hashed in (
+                ("req-1", 2 * BLOCK_SIZE + 5, [7, 2, 10], [4, 9, 1], 0),
+                ("req-2", 4 * BLOCK_SIZE, [3, 11, 0, 6], [8, 5, 0, 11], 2)):
+            req = Request(req_id, list(range(prompt_len)), {"do_remote_decode": True})
+            p_sched.update_state_after_alloc(req, KVCacheBlocks(p_blocks), 0)
+            assert step("prefill", p_sched.build_connector_meta(SchedulerOutput())) == \
+                [(set(), None)] * tp
+            req.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            _, params = p_sched.request_finished(req, p_blocks)
+            assert params["remote_tp_size"] == str(tp)
+            assert step("prefill", p_sched.build_connector_meta(SchedulerOutput())) == \
+                [(set(), None)] * tp
+            dreq = Request(req_id, list(range(prompt_len)), dict(params))
+            n, _ = d_sched.get_num_new_matched_tokens(dreq, hashed * BLOCK_SIZE)
+            d_sched.update_state_after_alloc(dreq, KVCacheBlocks(d_blocks, hashed), n)
+            assert step("decode", d_sched.build_connector_meta(SchedulerOutput())) == \
+                [(None, set())] * tp
+            for r in range(tp):
+                procs["decode", r].call("drain")
+            assert step("decode", d_sched.build_connector_meta(SchedulerOutput())) == \
+                [(None, {req_id})] * tp, [procs["decode", r].call("failures") for r in range(tp)]
+            assert step("prefill", p_sched.build_connector_meta(SchedulerOutput())) == \
+                [({req_id}, None)] * tp
+            tail = p_blocks[-(len(d_blocks) - hashed):]
+            for r in range(tp):
+                for exp, src in zip(expected[r], image(1, r)):
+                    for p, d in zip(tail, d_blocks[hashed:]):
+                        exp[d] = src[p]
+        for r in range(tp):
+            for t, (g, e) in enumerate(zip(procs["decode", r].call("dump"), expected[r])):
+                g = np.frombuffer(g, np.uint8).reshape(e.shape)
+                bad = np.flatnonzero((g != e).any(axis=1))
+                assert bad.size == 0, f"rank {r} tensor {t}: blocks {bad.tolist()} differ"
+            for g, e in zip(procs["prefill", r].call("dump"), image(1, r)):
+                assert np.array_equal(np.frombuffer(g, np.uint8).reshape(e.shape), e)
+    finally:
+        for node in procs.values():
+            if node.proc.poll() is None:
+                node.call_exit()
