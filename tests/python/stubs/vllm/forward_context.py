@@ -1,0 +1,6 @@
+# SPDX-License-Identifier: MIT
+"""vllm.forward_context: only a type here."""
+
+
+class ForwardContext:
+    pass

@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: MIT
+"""vLLM stub package (see stubs/__init__.py)."""
