@@ -253,28 +253,20 @@ static int parse_report(const char *text, double *ret_gbps)
         return r;
 }
 
-int bench_iperf3_run(const char *path, unsigned seconds, unsigned streams, unsigned timeout_ms,
-                     double *ret_gbps)
+/*
+ * Runs the client @argv against @server, a server started for one test, and reads what the
+ * client prints until it exits or @deadline passes; reaps both in every case. On success
+ * *ret_report is the client's output (the caller frees it) and *ret_ok whether the client
+ * exited 0.
+ */
+static int client_run(char **argv, pid_t server, usec_t deadline, char **ret_report, bool *ret_ok)
 {
-        usec_t deadline = now_usec(CLOCK_MONOTONIC) + (usec_t)timeout_ms * USEC_PER_MSEC;
-        char port_s[8], seconds_s[12], streams_s[12];
-        char *argv[] = {(char *)path, "-c", "127.0.0.1", "-p",     port_s, "-t",
-                        seconds_s,    "-P", streams_s,   "--json", NULL};
         _cleanup_free_ char *report = NULL;
         _cleanup_close_ int out = -1;
         int pipefd[2], status, r;
-        pid_t server, client;
-        uint16_t port;
+        pid_t client;
         bool ok;
 
-        if (seconds == 0)
-                return -EINVAL;
-        r = server_start(path, false, &server, &port);
-        if (r < 0)
-                return r;
-        (void)snprintf(port_s, sizeof(port_s), "%u", port);
-        (void)snprintf(seconds_s, sizeof(seconds_s), "%u", seconds);
-        (void)snprintf(streams_s, sizeof(streams_s), "%u", streams);
         if (pipe2(pipefd, O_CLOEXEC) < 0) {
                 r = -errno;
                 (void)reap(server, 0);
@@ -287,12 +279,40 @@ int bench_iperf3_run(const char *path, unsigned seconds, unsigned streams, unsig
                 (void)reap(server, 0);
                 return r;
         }
-
         r = read_report(out, deadline, &report);
         status = reap(client, r == -ETIMEDOUT ? 0 : SERVER_EXIT_MS);
         ok = r == 0 && status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        /* With -1 the server exits after its one test; after a failed test it may wait on. */
+        /* The server exits after its one test; after a failed test it may wait on. */
         (void)reap(server, ok ? SERVER_EXIT_MS : 0);
+        if (r < 0)
+                return r;
+        *ret_report = TAKE_PTR(report);
+        *ret_ok = ok;
+        return 0;
+}
+
+int bench_iperf3_run(const char *path, unsigned seconds, unsigned streams, unsigned timeout_ms,
+                     double *ret_gbps)
+{
+        usec_t deadline = now_usec(CLOCK_MONOTONIC) + (usec_t)timeout_ms * USEC_PER_MSEC;
+        char port_s[8], seconds_s[12], streams_s[12];
+        char *argv[] = {(char *)path, "-c", "127.0.0.1", "-p",     port_s, "-t",
+                        seconds_s,    "-P", streams_s,   "--json", NULL};
+        _cleanup_free_ char *report = NULL;
+        pid_t server;
+        uint16_t port;
+        bool ok;
+        int r;
+
+        if (seconds == 0)
+                return -EINVAL;
+        r = server_start(path, false, &server, &port);
+        if (r < 0)
+                return r;
+        (void)snprintf(port_s, sizeof(port_s), "%u", port);
+        (void)snprintf(seconds_s, sizeof(seconds_s), "%u", seconds);
+        (void)snprintf(streams_s, sizeof(streams_s), "%u", streams);
+        r = client_run(argv, server, deadline, &report, &ok);
         if (r < 0)
                 return r;
         r = parse_report(report, ret_gbps);
@@ -329,11 +349,10 @@ int bench_ucx_run(const char *path, uint64_t msg_bytes, uint64_t messages, unsig
         char *argv[] = {(char *)path, "127.0.0.1", "-p", port_s, "-t", "tag_bw",
                         "-s",         size_s,      "-n", n_s,    NULL};
         _cleanup_free_ char *report = NULL;
-        _cleanup_close_ int out = -1;
-        int pipefd[2], status, r;
-        pid_t server, client;
+        pid_t server;
         uint16_t port;
         bool ok;
+        int r;
 
         if (msg_bytes == 0 || messages == 0)
                 return -EINVAL;
@@ -346,23 +365,7 @@ int bench_ucx_run(const char *path, uint64_t msg_bytes, uint64_t messages, unsig
         (void)snprintf(port_s, sizeof(port_s), "%u", port);
         (void)snprintf(size_s, sizeof(size_s), "%llu", (unsigned long long)msg_bytes);
         (void)snprintf(n_s, sizeof(n_s), "%llu", (unsigned long long)messages);
-        if (pipe2(pipefd, O_CLOEXEC) < 0) {
-                r = -errno;
-                (void)reap(server, 0);
-                return r;
-        }
-        out = pipefd[0];
-        r = spawn(argv, pipefd[1], &client);
-        (void)close(pipefd[1]);
-        if (r < 0) {
-                (void)reap(server, 0);
-                return r;
-        }
-        r = read_report(out, deadline, &report);
-        status = reap(client, r == -ETIMEDOUT ? 0 : SERVER_EXIT_MS);
-        ok = r == 0 && status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        /* the server exits after its one test; after a failed one it may wait on */
-        (void)reap(server, ok ? SERVER_EXIT_MS : 0);
+        r = client_run(argv, server, deadline, &report, &ok);
         if (r < 0)
                 return r;
         r = parse_ucx_report(report, ret_gbps);
