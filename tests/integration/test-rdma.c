@@ -181,10 +181,15 @@ static int check_status_until_done(Pair *x, kvd_task *task, const char *what)
                               "%s: the %s node answered "
                               "status calls in %llu ms at the median",
                               what, node[k], (unsigned long long)ms[k][n[k] / 2]);
-                ck_assert_msg(ms[k][n[k] * 9 / 10] < STATUS_P90_MS,
-                              "%s: the %s node answered "
-                              "one status call in ten after %llu ms or more",
-                              what, node[k], (unsigned long long)ms[k][n[k] * 9 / 10]);
+                /* The emulated VM stalls as a whole now and then (the sleeper measures how
+                 * long): a call caught in such a stall says nothing about the loop, so the
+                 * longest stall seen is allowed on top. With ten calls the 90th percentile is
+                 * the slowest one. */
+                ck_assert_msg(ms[k][n[k] * 9 / 10] < STATUS_P90_MS + sl.worst_ms,
+                              "%s: the %s node answered one status call in ten after %llu ms or "
+                              "more (the VM itself stalled up to %llu ms)",
+                              what, node[k], (unsigned long long)ms[k][n[k] * 9 / 10],
+                              (unsigned long long)sl.worst_ms);
                 /* Enough calls to have seen the transfer from start to end. */
                 ck_assert_msg(n[k] >= 5, "%s: %u status calls to the %s node", what, n[k], node[k]);
         }
