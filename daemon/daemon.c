@@ -359,12 +359,6 @@ int daemon_new(Config *config, Daemon **ret)
         d->control.changed = daemon_on_changed;
         d->control.status_json = daemon_status_json;
         d->control.userdata = d;
-        r = daemon_take_activated();
-        if (r < 0 && r != -ENOENT)
-                goto fail;
-        r = listener_new(&d->control, r, &d->control.listener);
-        if (r < 0)
-                goto fail;
         r = peer_listener_new(&d->link, &d->link.peer_listener);
         if (r < 0)
                 goto fail;
@@ -386,6 +380,15 @@ int daemon_new(Config *config, Daemon **ret)
                 if (r < 0)
                         goto fail;
         }
+        /* The control socket last: a client that can connect finds a daemon that started, and
+         * whoever waits for the socket to accept (a script, a test) never mistakes a kvdistd
+         * that is about to fail on a peer address for one that runs. */
+        r = daemon_take_activated();
+        if (r < 0 && r != -ENOENT)
+                goto fail;
+        r = listener_new(&d->control, r, &d->control.listener);
+        if (r < 0)
+                goto fail;
 
         *ret = d;
         return 0;
