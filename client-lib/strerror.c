@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* libkvdist status names; kvdistd builds this file too, so it needs only the public header. */
+/* libkvdist status names and version; kvdistd builds this file too, so it needs only the public
+ * header. */
 #include <kvdist/kvdist.h>
 #include "common/macro.h"
 
@@ -40,4 +41,9 @@ _public_ const char *kvd_strerror(int status)
         if (status > 0 || status < _KVD_E_MIN || !status_names[-status])
                 return "unknown status";
         return status_names[-status];
+}
+
+_public_ const char *kvd_version(void)
+{
+        return KVDIST_VERSION;
 }

@@ -18,6 +18,7 @@
 #include "daemon/control/conn.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
+#include <kvdist/kvdist-version.h>
 #include "kvdist-config.h"
 #include "daemon/transport/engine.h"
 #include "daemon/control/listener.h"

@@ -14,6 +14,7 @@
 
 #include <event2/event.h>
 #include "daemon/link/link-root.h"
+#include <kvdist/kvdist-version.h>
 #include "kvdist-config.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"

@@ -42,7 +42,8 @@ man=$(under "$mandir")
 for f in "$(under "$sbindir")/kvdistd" "$(under "$bindir")/kvdistctl"; do
         [ -x "$f" ] || fail "no executable $f"
 done
-for f in "$lib/libkvdist.so.0.1.0" "$(under "$includedir")/kvdist/kvdist.h" \
+for f in "$lib/libkvdist.so.1.0.0" "$(under "$includedir")/kvdist/kvdist.h" \
+        "$(under "$includedir")/kvdist/kvdist-version.h" \
         "$lib/pkgconfig/kvdist.pc" "$etc/kvdist/kvdistd.json" \
         "$tmp/dest$prefix/lib/systemd/system/kvdistd.service" \
         "$tmp/dest$prefix/lib/systemd/system/kvdistd.socket" \
@@ -51,7 +52,7 @@ for f in "$lib/libkvdist.so.0.1.0" "$(under "$includedir")/kvdist/kvdist.h" \
         "$man/man8/kvdistd.8" "$man/man1/kvdistctl.1" "$man/man3/kvdist.h.3"; do
         [ -f "$f" ] || fail "not installed: ${f#"$tmp/dest"}"
 done
-[ "$(readlink "$lib/libkvdist.so.0")" = libkvdist.so.0.1.0 ] || fail "libkvdist.so.0 link"
+[ "$(readlink "$lib/libkvdist.so.1")" = libkvdist.so.1.0.0 ] || fail "libkvdist.so.1 link"
 if [ -n "$pydir" ]; then
         for f in __init__.py _datadist.py _memory.py _status.py _types.py; do
                 [ -f "$tmp/dest$pydir/$f" ] || fail "not installed: $pydir/$f"
@@ -64,7 +65,7 @@ if [ -n "$pydir" ]; then
         *"$build"*) fail "the installed _kvdist points into the build tree: $runpath" ;;
         esac
 fi
-[ "$(readlink "$lib/libkvdist.so")" = libkvdist.so.0 ] || fail "libkvdist.so link"
+[ "$(readlink "$lib/libkvdist.so")" = libkvdist.so.1 ] || fail "libkvdist.so link"
 echo "test-install: every file is in place"
 
 # The unit runs the installed daemon on the installed config.
@@ -78,17 +79,23 @@ python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$etc/kvdist/kvdistd
         fail "the installed config is not JSON"
 
 # The library exports kvd_* and nothing else, under its soname.
-soname=$(objdump -p "$lib/libkvdist.so.0.1.0" | awk '$1 == "SONAME" { print $2 }')
-[ "$soname" = libkvdist.so.0 ] || fail "SONAME is '$soname', want libkvdist.so.0"
-nm -D --defined-only "$lib/libkvdist.so.0.1.0" | awk '{ sub(/@.*/, "", $3); print $3 }' |
-        grep -v '^KVDIST_' \
-        >"$tmp/exports"
+soname=$(objdump -p "$lib/libkvdist.so.1.0.0" | awk '$1 == "SONAME" { print $2 }')
+[ "$soname" = libkvdist.so.1 ] || fail "SONAME is '$soname', want libkvdist.so.1"
+nm -D --defined-only "$lib/libkvdist.so.1.0.0" | awk '{ print $3 }' | grep -v '^KVDIST_' \
+        >"$tmp/versioned"
+# Every symbol carries the version node KVDIST_1.0 (a changed ABI gets a new node, not a new
+# meaning under the old one).
+if grep -v '@@KVDIST_1\.0$' "$tmp/versioned"; then
+        fail "the symbols above are not versioned KVDIST_1.0"
+fi
+sed 's/@.*//' "$tmp/versioned" >"$tmp/exports"
 [ -s "$tmp/exports" ] || fail "libkvdist exports nothing"
 if grep -v '^kvd_' "$tmp/exports"; then
         fail "libkvdist exports the symbols above, which are not kvd_*"
 fi
 grep -qx kvd_daemon_metrics "$tmp/exports" || fail "kvd_daemon_metrics is not exported"
-echo "test-install: libkvdist exports $(wc -l <"$tmp/exports") kvd_* symbols as libkvdist.so.0"
+grep -qx kvd_version "$tmp/exports" || fail "kvd_version is not exported"
+echo "test-install: libkvdist exports $(wc -l <"$tmp/exports") kvd_* symbols as libkvdist.so.1, versioned KVDIST_1.0"
 
 # An out-of-tree program, built with pkg-config against the installed tree only.
 cat >"$tmp/prog.c" <<'PROG'
@@ -115,6 +122,13 @@ int main(int argc, char **argv)
                 return 1;
         }
         printf("%s\n", strstr(json, "\"version\"") ? "status ok" : "status without a version");
+        /* The header's version is the library's, and the daemon's. */
+        if (strcmp(kvd_version(), KVDIST_VERSION) != 0 || !strstr(json, KVDIST_VERSION) ||
+            KVDIST_VERSION_NUMBER < 10000) {
+                fprintf(stderr, "version: library %s, header %s (%d)\n", kvd_version(),
+                        KVDIST_VERSION, KVDIST_VERSION_NUMBER);
+                return 1;
+        }
         free(json);
         return kvd_client_finalize(client) < 0;
 }

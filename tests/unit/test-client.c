@@ -97,7 +97,7 @@ START_TEST(test_hello_mismatch)
 
         ck_assert_uint_eq(d.u[0], 1);
         ck_assert_uint_eq(d.u[1], 1);
-        ck_assert_str_eq(d.str, "libkvdist/0.1.0");
+        ck_assert_str_eq(d.str, "libkvdist/" KVDIST_VERSION);
 }
 END_TEST
 

@@ -17,6 +17,7 @@
 #include "daemon/config-internal.h"
 #include "daemon/config.h"
 #include "common/log.h"
+#include <kvdist/kvdist-version.h>
 #include "kvdist-config.h"
 #include "common/macro.h"
 

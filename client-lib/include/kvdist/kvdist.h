@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <kvdist/kvdist-version.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -49,6 +51,13 @@ enum {
         KVD_E_BUSY = -26,              /* the resource is in use (e.g. a cache mid-transfer) */
         _KVD_E_MIN = -26,
 };
+
+/*
+ * The version of the libkvdist this process runs with ("1.0.0"), which may be newer than the
+ * KVDIST_VERSION a program was compiled against. libkvdist.so.1 keeps its ABI through every
+ * 1.x release: symbols are versioned (KVDIST_1.0), and option structs grow only at their end.
+ */
+const char *kvd_version(void);
 
 /* Returns a static name for @status ("KVD_E_TIMEOUT"), or "unknown status". */
 const char *kvd_strerror(int status);
