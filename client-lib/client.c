@@ -4,6 +4,7 @@
  * the per-thread record behind kvd_last_error().
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -424,4 +425,27 @@ _public_ int kvd_client_finalize(kvd_client *client)
 _public_ int kvd_client_finalize_keep_memory(kvd_client *client)
 {
         return client_finalize(client, true);
+}
+
+int client_copy_opts(void *dst, size_t dst_size, size_t v1_size, const void *src, uint32_t src_size,
+                     const char *name, Error *err)
+{
+        size_t n = src_size ?: v1_size;
+
+        memset(dst, 0, dst_size);
+        if (!src)
+                return 0;
+        if (n < v1_size)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "%s->size is %" PRIu32 ", less than the %zu bytes of its first "
+                                 "version (set it to sizeof, or 0)",
+                                 name, src_size, v1_size);
+        for (size_t i = dst_size; i < n; i++)
+                if (((const uint8_t *)src)[i] != 0)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "%s->size is %zu and sets fields past the %zu bytes "
+                                         "this libkvdist %s knows",
+                                         name, n, dst_size, KVDIST_VERSION);
+        memcpy(dst, src, MIN(n, dst_size));
+        return 0;
 }

@@ -117,6 +117,16 @@ int client_return(kvd_client *c, const Error *err, int r);
 void client_set_detail(kvd_client *c, const char *msg);
 
 /*
+ * Copies a caller's growable option struct (@src, may be NULL: every default) into @dst of
+ * @dst_size bytes, zeroing what the caller's version lacks. @src_size is the struct's size field
+ * (0: @v1_size, the layout of libkvdist 1.0). Refuses a size below @v1_size, and a larger struct
+ * than this library knows unless the bytes past @dst_size are zero (fields it would ignore).
+ * @name names the argument in the error.
+ */
+int client_copy_opts(void *dst, size_t dst_size, size_t v1_size, const void *src, uint32_t src_size,
+                     const char *name, Error *err);
+
+/*
  * Parses kvd_switch_role() options (only "listen_ip_info"); *@ret is NULL when not given.
  * Returns KVD_OK or PARAM_INVALID with a detail.
  */

@@ -182,21 +182,30 @@ _public_ int kvd_batch_send_recv(kvd_client *client, uint64_t comm_id,
         return client_return(client, &err, r);
 }
 
-/* Checks the options every collective takes; fills @ret_timeout. */
+/* kvd_collective_opts as libkvdist 1.0 laid it out: fields appended later lie past this. */
+#define COLLECTIVE_OPTS_V1_SIZE (offsetof(kvd_collective_opts, chunk_bytes) + sizeof(uint64_t))
+
+/* Checks the options every collective takes into @ret_opts; fills @ret_timeout. */
 static int collective_opts(const kvd_client *c, const kvd_collective_opts *opts,
-                           const uint64_t *blocks, size_t n_blocks, uint32_t *ret_timeout,
-                           Error *err)
+                           const uint64_t *blocks, size_t n_blocks, kvd_collective_opts *ret_opts,
+                           uint32_t *ret_timeout, Error *err)
 {
+        int r;
+
         if (n_blocks == 0)
                 return error_set(err, KVD_E_PARAM_INVALID, "no blocks given");
         if (!blocks)
                 return error_set(err, KVD_E_PARAM_INVALID, "blocks is NULL");
-        if (opts && (unsigned)opts->algorithm > KVD_ALGO_MESH)
+        r = client_copy_opts(ret_opts, sizeof(*ret_opts), COLLECTIVE_OPTS_V1_SIZE, opts,
+                             opts ? opts->size : 0, "opts", err);
+        if (r < 0)
+                return r;
+        if ((unsigned)ret_opts->algorithm > KVD_ALGO_MESH)
                 return error_set(err, KVD_E_PARAM_INVALID,
                                  "opts.algorithm %d is not "
                                  "KVD_ALGO_AUTO, KVD_ALGO_RING or KVD_ALGO_MESH",
-                                 (int)opts->algorithm);
-        *ret_timeout = op_timeout(c, opts ? opts->timeout_ms : 0);
+                                 (int)ret_opts->algorithm);
+        *ret_timeout = op_timeout(c, ret_opts->timeout_ms);
         return 0;
 }
 
@@ -215,22 +224,23 @@ _public_ int kvd_domain_broadcast(kvd_client *client, uint64_t comm_id, uint32_t
         Kvdist__V1__DomainBroadcast m = KVDIST__V1__DOMAIN_BROADCAST__INIT;
         _cleanup_pb_ ProtobufCMessage *reply = NULL;
         Error err = ERROR_INIT;
+        kvd_collective_opts o;
         uint32_t timeout;
         int r;
 
         if (!client)
                 return client_return(NULL, &err,
                                      error_set(&err, KVD_E_PARAM_INVALID, "client is NULL"));
-        r = collective_opts(client, opts, blocks, n_blocks, &timeout, &err);
+        r = collective_opts(client, opts, blocks, n_blocks, &o, &timeout, &err);
         if (r == KVD_OK) {
                 m.comm_id = comm_id;
                 m.root_rank = root_rank;
                 m.cache_id = cache_id;
                 m.n_blocks = n_blocks;
                 m.blocks = (uint64_t *)blocks;
-                m.algorithm = opts ? (uint32_t)opts->algorithm : KVD_ALGO_AUTO;
+                m.algorithm = (uint32_t)o.algorithm;
                 m.timeout_ms = timeout;
-                m.chunk_bytes = opts ? opts->chunk_bytes : 0;
+                m.chunk_bytes = o.chunk_bytes;
                 r = conn_call(client, KVDIST__V1__MSG_TYPE__MSG_DOMAIN_BROADCAST, &m.base, NULL, 0,
                               timeout + CLIENT_GRACE_MS, &reply, NULL, &err);
         }
@@ -244,13 +254,14 @@ _public_ int kvd_domain_all_gather(kvd_client *client, uint64_t comm_id, uint64_
         Kvdist__V1__DomainAllGather m = KVDIST__V1__DOMAIN_ALL_GATHER__INIT;
         _cleanup_pb_ ProtobufCMessage *reply = NULL;
         Error err = ERROR_INIT;
+        kvd_collective_opts o;
         uint32_t timeout;
         int r;
 
         if (!client)
                 return client_return(NULL, &err,
                                      error_set(&err, KVD_E_PARAM_INVALID, "client is NULL"));
-        r = collective_opts(client, opts, blocks, n_blocks, &timeout, &err);
+        r = collective_opts(client, opts, blocks, n_blocks, &o, &timeout, &err);
         if (r == KVD_OK && (blocks_per_rank == 0 || blocks_per_rank > UINT32_MAX ||
                             n_blocks % blocks_per_rank != 0))
                 r = error_set(&err, KVD_E_PARAM_INVALID,
@@ -263,9 +274,9 @@ _public_ int kvd_domain_all_gather(kvd_client *client, uint64_t comm_id, uint64_
                 m.n_blocks = n_blocks;
                 m.blocks = (uint64_t *)blocks;
                 m.blocks_per_rank = (uint32_t)blocks_per_rank;
-                m.algorithm = opts ? (uint32_t)opts->algorithm : KVD_ALGO_AUTO;
+                m.algorithm = (uint32_t)o.algorithm;
                 m.timeout_ms = timeout;
-                m.chunk_bytes = opts ? opts->chunk_bytes : 0;
+                m.chunk_bytes = o.chunk_bytes;
                 r = conn_call(client, KVDIST__V1__MSG_TYPE__MSG_DOMAIN_ALL_GATHER, &m.base, NULL, 0,
                               timeout + CLIENT_GRACE_MS, &reply, NULL, &err);
         }

@@ -3,6 +3,8 @@
  * libkvdist transfers: pull and push of caches and blocks. Every transfer is sent as one
  * request tracked by a kvd_task; the synchronous forms wait on the task before returning.
  */
+#include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +51,28 @@ static kvd_task *task_free(kvd_task *t)
 }
 DEFINE_TRIVIAL_CLEANUP_FUNC(kvd_task, task_free);
 
+/* kvd_transfer_opts as libkvdist 1.0 laid it out: fields appended later lie past this. */
+#define TRANSFER_OPTS_V1_SIZE (offsetof(kvd_transfer_opts, notify_len) + sizeof(size_t))
+
+/*
+ * Turns @r into the wire's inclusive range. Returns 0 for a range of every layer (count 0: the
+ * wire leaves it out), 1 for a range it filled in, PARAM_INVALID for one past INT32_MAX.
+ */
+static int layer_range_to_pb(const kvd_layer_range *r, const char *name,
+                             Kvdist__V1__LayerRange *ret, Error *err)
+{
+        if (r->count == 0)
+                return 0;
+        if (r->first > INT32_MAX || r->count - 1 > (uint32_t)INT32_MAX - r->first)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "opts.%s {first %" PRIu32 ", count %" PRIu32
+                                 "} goes past layer %d",
+                                 name, r->first, r->count, INT32_MAX);
+        ret->first = (int32_t)r->first;
+        ret->last = (int32_t)(r->first + r->count - 1);
+        return 1;
+}
+
 static int transfer_submit(kvd_client *c, const TransferArgs *a, kvd_task **ret_task, Error *err)
 {
         Kvdist__V1__Transfer xfer = KVDIST__V1__TRANSFER__INIT;
@@ -58,6 +82,7 @@ static int transfer_submit(kvd_client *c, const TransferArgs *a, kvd_task **ret_
                     a->kind == KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS;
         const char *key_name = pull ? "src_key" : "dst_key";
         _cleanup_(task_freep) kvd_task *t = NULL;
+        kvd_transfer_opts o;
         KeyStorage ks;
         uint32_t timeout;
         int r;
@@ -89,38 +114,37 @@ static int transfer_submit(kvd_client *c, const TransferArgs *a, kvd_task **ret_
         xfer.dst_blocks = (uint64_t *)a->dst_blocks;
         xfer.local_batch_index = a->batch_index;
         xfer.size = a->size;
-        xfer.tensor_num_per_layer = 2;
-        if (a->opts) {
-                /* An absent range means every layer. */
-                if (a->opts->src_layers.first != -1) {
-                        src_layers.first = a->opts->src_layers.first;
-                        src_layers.last = a->opts->src_layers.last;
-                        xfer.src_layers = &src_layers;
-                }
-                if (a->opts->dst_layers.first != -1) {
-                        dst_layers.first = a->opts->dst_layers.first;
-                        dst_layers.last = a->opts->dst_layers.last;
-                        xfer.dst_layers = &dst_layers;
-                }
-                xfer.tensor_num_per_layer = a->opts->tensor_num_per_layer;
-                if (a->opts->timeout_ms > 0)
-                        xfer.timeout_ms = (uint32_t)a->opts->timeout_ms;
-                if (a->opts->notify_len > 0) {
-                        if (pull)
-                                return error_set(err, KVD_E_PARAM_INVALID,
-                                                 "opts.notify: only a push carries a "
-                                                 "notification");
-                        if (!a->opts->notify)
-                                return error_set(err, KVD_E_PARAM_INVALID,
-                                                 "opts.notify is NULL but notify_len is %zu",
-                                                 a->opts->notify_len);
-                        if (a->opts->notify_len > KVD_NOTIFY_MAX)
-                                return error_set(err, KVD_E_PARAM_INVALID,
-                                                 "opts.notify_len is %zu, at most %d",
-                                                 a->opts->notify_len, KVD_NOTIFY_MAX);
-                        xfer.notify.data = (uint8_t *)a->opts->notify;
-                        xfer.notify.len = a->opts->notify_len;
-                }
+        r = client_copy_opts(&o, sizeof(o), TRANSFER_OPTS_V1_SIZE, a->opts,
+                             a->opts ? a->opts->size : 0, "opts", err);
+        if (r < 0)
+                return r;
+        /* A range of no layers means every layer. */
+        r = layer_range_to_pb(&o.src_layers, "src_layers", &src_layers, err);
+        if (r < 0)
+                return r;
+        if (r > 0)
+                xfer.src_layers = &src_layers;
+        r = layer_range_to_pb(&o.dst_layers, "dst_layers", &dst_layers, err);
+        if (r < 0)
+                return r;
+        if (r > 0)
+                xfer.dst_layers = &dst_layers;
+        xfer.tensor_num_per_layer = o.tensor_num_per_layer ?: 2;
+        if (o.timeout_ms > 0)
+                xfer.timeout_ms = (uint32_t)o.timeout_ms;
+        if (o.notify_len > 0) {
+                if (pull)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "opts.notify: only a push carries a notification");
+                if (!o.notify)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "opts.notify is NULL but notify_len is %zu", o.notify_len);
+                if (o.notify_len > KVD_NOTIFY_MAX)
+                        return error_set(err, KVD_E_PARAM_INVALID,
+                                         "opts.notify_len is %zu, at most %d", o.notify_len,
+                                         KVD_NOTIFY_MAX);
+                xfer.notify.data = (uint8_t *)o.notify;
+                xfer.notify.len = o.notify_len;
         }
         timeout = xfer.timeout_ms ?: c->sync_kv_timeout_ms ?: CLIENT_DEFAULT_SYNC_KV_TIMEOUT_MS;
 

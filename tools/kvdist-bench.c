@@ -473,10 +473,10 @@ static void percentiles_us(double *v, uint64_t n, double *ret_p50, double *ret_p
         *ret_p99 = v[(n * 99 + 99) / 100 - 1] / 1e3;
 }
 
-/* Moves layers [@first, @last] of the request and waits for it; the wall time in ns. */
+/* Moves @layers of the request (count 0: all) and waits for it; the wall time in ns. */
 static int move_layers(const Args *a, const Workload *w, kvd_client *mover,
                        const kvd_cache_key *key, uint64_t cache, const uint64_t *src_ids,
-                       const uint64_t *dst_ids, int32_t first, int32_t last, double *ret_ns)
+                       const uint64_t *dst_ids, kvd_layer_range layers, double *ret_ns)
 {
         kvd_transfer_opts opts = KVD_TRANSFER_OPTS_INIT;
         double t0 = now_ns();
@@ -484,7 +484,7 @@ static int move_layers(const Args *a, const Workload *w, kvd_client *mover,
 
         opts.tensor_num_per_layer = w->tensors % 2 ? 1 : 2;
         opts.timeout_ms = (int32_t)a->timeout_ms;
-        opts.src_layers = opts.dst_layers = (kvd_layer_range){first, last};
+        opts.src_layers = opts.dst_layers = layers;
         if (a->push)
                 r = kvd_push_blocks(mover, key, cache, src_ids, w->pull_blocks, dst_ids,
                                     w->pull_blocks, &opts);
@@ -523,7 +523,7 @@ static int layered_round(const Args *a, const Workload *w, kvd_client *mover,
                         ;
                 if (l + 1 == layers)
                         last_done = now_ns();
-                opts.src_layers = opts.dst_layers = (kvd_layer_range){(int32_t)l, (int32_t)l};
+                opts.src_layers = opts.dst_layers = (kvd_layer_range){(uint32_t)l, 1};
                 if (a->push)
                         r = kvd_push_blocks_async(mover, key, cache, src_ids, w->pull_blocks,
                                                   dst_ids, w->pull_blocks, &opts, &tasks[l]);
@@ -567,12 +567,14 @@ static int run_layered(const Args *a, const Workload *w, kvd_client *mover,
                 return -ENOMEM;
         for (uint64_t i = 0; i < a->warmup + n; i++) {
                 uint64_t k = i < a->warmup ? 0 : i - a->warmup;
-                int32_t l = (int32_t)(i % layers);
+                uint32_t l = (uint32_t)(i % layers);
 
-                r = move_layers(a, w, mover, key, cache, src_ids, dst_ids, -1, -1, &whole[k]);
+                r = move_layers(a, w, mover, key, cache, src_ids, dst_ids, (kvd_layer_range){},
+                                &whole[k]);
                 if (r < 0)
                         return r;
-                r = move_layers(a, w, mover, key, cache, src_ids, dst_ids, l, l, &one[k]);
+                r = move_layers(a, w, mover, key, cache, src_ids, dst_ids, (kvd_layer_range){l, 1},
+                                &one[k]);
                 if (r < 0)
                         return r;
                 r = layered_round(a, w, mover, key, cache, src_ids, dst_ids, layers, tasks,

@@ -536,8 +536,8 @@ static int decode_pull(Worker *w, const uint64_t *src, const uint64_t *dst, uint
         int r;
 
         if (layer_range) {
-                opts.src_layers = (kvd_layer_range){0, RANGE_LAST_LAYER};
-                opts.dst_layers = (kvd_layer_range){0, RANGE_LAST_LAYER};
+                opts.src_layers = (kvd_layer_range){0, RANGE_LAST_LAYER + 1};
+                opts.dst_layers = (kvd_layer_range){0, RANGE_LAST_LAYER + 1};
         }
         t0 = now_usec(CLOCK_MONOTONIC);
         r = kvd_pull_blocks(w->client, &key, w->cache_id, src, n, dst, n, &opts);

@@ -332,7 +332,8 @@ static void *member_run(void *p)
         RunArg *a = p;
         Run *r = a->run;
         Member *m = &members[a->i];
-        kvd_collective_opts o = {r->algo, 60000, opt.chunk};
+        kvd_collective_opts o = {
+                .algorithm = r->algo, .timeout_ms = 60000, .chunk_bytes = opt.chunk};
 
         pthread_barrier_wait(&r->barrier);
         if (r->gather)

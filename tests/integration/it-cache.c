@@ -128,12 +128,12 @@ static void tcopies_add(TCopies *cp, uint64_t dst, uint64_t src, uint64_t len, u
 void tcache_layers(const TCache *tc, kvd_layer_range l, uint32_t tpl, uint32_t *first, uint32_t *n)
 {
         tpl = tpl ? tpl : 2;
-        if (l.first < 0) {
+        if (l.count == 0) {
                 *first = 0;
                 *n = tc->num_tensors;
         } else {
-                *first = (uint32_t)l.first * tpl;
-                *n = (uint32_t)(l.last - l.first + 1) * tpl;
+                *first = l.first * tpl;
+                *n = l.count * tpl;
         }
 }
 

@@ -17,8 +17,9 @@
 #define B_ID 2002
 #define C_ID 3003
 
-#define ALL ((kvd_layer_range){-1, -1})
-#define LAYERS(a, b) ((kvd_layer_range){(a), (b)})
+#define ALL ((kvd_layer_range){0, 0})
+/* Layers a..b, inclusive. */
+#define LAYERS(a, b) ((kvd_layer_range){(a), (b) - (a) + 1})
 
 typedef struct World {
         HarnessDaemon d;

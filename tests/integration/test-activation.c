@@ -16,7 +16,7 @@
 #include "tests/harness/harness.h"
 #include "tests/integration/it-cache.h"
 
-#define ALL ((kvd_layer_range){-1, -1})
+#define ALL ((kvd_layer_range){0, 0})
 #define A_ID 1001
 #define B_ID 2002
 

@@ -112,7 +112,8 @@ static void coll_init(Coll *c, Net *w, kvd_algorithm algo, uint64_t chunk)
         memset(c, 0, sizeof(*c));
         c->w = w;
         for (unsigned i = 0; i < w->n; i++) {
-                c->opts[i] = (kvd_collective_opts){algo, 20000, chunk};
+                c->opts[i] = (kvd_collective_opts){
+                        .algorithm = algo, .timeout_ms = 20000, .chunk_bytes = chunk};
                 harness_fill_pattern(w->cache[i].mem, w->cache[i].mem_size, w->cache[i].seed);
         }
 }

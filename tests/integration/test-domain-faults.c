@@ -388,7 +388,7 @@ typedef struct Bcast {
 static int bcast_member(unsigned i, void *arg)
 {
         Bcast *c = arg;
-        kvd_collective_opts o = {c->algo, 30000, 65536};
+        kvd_collective_opts o = {.algorithm = c->algo, .timeout_ms = 30000, .chunk_bytes = 65536};
 
         c->ret[i] = kvd_domain_broadcast(c->w->m[i].client, c->w->m[i].comm_id, 0, c->cache[i].id,
                                          c->blocks, 64, &o, NULL);

@@ -72,7 +72,8 @@ static void *job_main(void *p)
         Job *j = p;
         Stress *s = j->s;
         DomMember *m = &s->m[j->rank];
-        kvd_collective_opts o = {KVD_ALGO_RING, j->timeout_ms, j->chunk};
+        kvd_collective_opts o = {
+                .algorithm = KVD_ALGO_RING, .timeout_ms = j->timeout_ms, .chunk_bytes = j->chunk};
         uint32_t r = j->rank, next = (r + 1) % MEMBERS, prev = (r + MEMBERS - 1) % MEMBERS;
         kvd_send_recv_item it[4] = {
                 {KVD_SEND, s->send[r].p, BATCH_BYTES / 2, KVD_DT_FLOAT16, next},

@@ -23,7 +23,7 @@
 #define B_ID 2002
 #define C_ID 3003
 
-#define ALL ((kvd_layer_range){-1, -1})
+#define ALL ((kvd_layer_range){0, 0})
 
 /* Big transfers: 2 tensors x 8192 blocks x 4 KiB = 64 MiB, scattered. */
 #define BIG_BLOCKS 8192

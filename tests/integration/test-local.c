@@ -103,6 +103,63 @@ START_TEST(test_pull_blocks_layers)
 }
 END_TEST
 
+/*
+ * Option structs: zero is the default in every field, so {.timeout_ms = N} moves every layer
+ * (it once moved layer 0 only); the size field lets a struct grow, and fields this library does
+ * not know are refused unless zero.
+ */
+START_TEST(test_opts_zero_and_size)
+{
+        static const uint64_t sb[] = {1, 6, 3}, db[] = {4, 0, 9}, sb_more = 7, db_more = 2;
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        struct {
+                kvd_transfer_opts o;
+                uint64_t later_field;
+        } grown = {};
+        kvd_transfer_opts o = {.timeout_ms = 10000};
+        TCache src, dst;
+        TCopies cp = {};
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a,
+                  tcache_register(&src, w.a, true, 6, 8, 256, 51, &key, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&dst, w.b, true, 6, 10, 256, 52, NULL, 0, KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+
+        /* Only a timeout set: all 6 tensors of the 3 blocks move, nothing else. */
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, 3, db, 3, &o));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, 3);
+        tcache_verify(&dst, &cp);
+
+        /* A size below the first version's layout. */
+        o.size = 4;
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, 3, db, 3, &o),
+                      KVD_E_PARAM_INVALID, "opts->size is 4");
+        /* A struct from a newer header: accepted while its unknown fields are zero. */
+        grown.o = (kvd_transfer_opts)KVD_TRANSFER_OPTS_INIT;
+        grown.o.size = sizeof(grown);
+        grown.o.src_layers = grown.o.dst_layers = LAYERS(2, 2);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, &sb_more, 1, &db_more, 1, &grown.o));
+        tcopies_blocks(&cp, &src, &dst, LAYERS(2, 2), LAYERS(2, 2), 2, &sb_more, &db_more, 1);
+        tcache_verify(&dst, &cp);
+        grown.later_field = 1;
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, 3, db, 3, &grown.o),
+                      KVD_E_PARAM_INVALID, "sets fields past the");
+        /* A range past what the wire carries. */
+        o = (kvd_transfer_opts){.src_layers = {UINT32_MAX, 1}, .dst_layers = {0, 1}};
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, 3, db, 3, &o),
+                      KVD_E_PARAM_INVALID, "goes past layer");
+        /* Nothing the refused calls named was written. */
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
 START_TEST(test_push_blocks)
 {
         static const uint64_t sb1[] = {0, 7, 3, 12};
@@ -986,6 +1043,7 @@ static Suite *local_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_pull_blocks);
         tcase_add_test(tc, test_pull_blocks_layers);
+        tcase_add_test(tc, test_opts_zero_and_size);
         tcase_add_test(tc, test_push_blocks);
         tcase_add_test(tc, test_pull_cache);
         tcase_add_test(tc, test_push_cache);

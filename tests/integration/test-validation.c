@@ -229,9 +229,9 @@ START_TEST(test_transfer_validation)
         o = opts_layers(LAYERS(0, 1), LAYERS(1, 2), 2);
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
                       KVD_E_PARAM_INVALID, "dst_layers [1, 2] is outside the 2 layers");
-        o = opts_layers(LAYERS(1, 0), LAYERS(1, 0), 2);
+        o = opts_layers((kvd_layer_range){INT32_MAX, 2}, LAYERS(0, 1), 2);
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
-                      KVD_E_PARAM_INVALID, "is not a layer range");
+                      KVD_E_PARAM_INVALID, "goes past layer 2147483647");
         o = opts_layers(LAYERS(0, 0), LAYERS(0, 0), 3);
         expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, s3, 3, d3, 3, &o),
                       KVD_E_PARAM_INVALID, "tensor_num_per_layer=3 does not divide");

@@ -353,21 +353,30 @@ int kvd_check_link_status(kvd_client *client, uint64_t remote_cluster_id);
  */
 int kvd_switch_role(kvd_client *client, kvd_role role, const kvd_option *options, size_t n_options);
 
-/* Layers [first, last], inclusive; first = -1 selects every layer (every tensor). */
+/* @count layers from layer @first; count 0 selects every layer (every tensor). */
 typedef struct kvd_layer_range {
-        int32_t first;
-        int32_t last;
+        uint32_t first;
+        uint32_t count;
 } kvd_layer_range;
 
 #define KVD_NOTIFY_MAX 256
 
+/*
+ * Options of a transfer. Zero means the default in every field, so a zero-initialised struct
+ * (or one with only the fields of interest set: {.timeout_ms = 500}) asks for the defaults.
+ * @size makes the struct growable: set it to sizeof(kvd_transfer_opts) (KVD_TRANSFER_OPTS_INIT
+ * does) and a later libkvdist that appends fields reads only what this program knows; 0 means
+ * the layout of libkvdist 1.0. A larger @size than this libkvdist knows is accepted when the
+ * bytes past what it knows are zero, else refused with PARAM_INVALID.
+ */
 typedef struct kvd_transfer_opts {
-        kvd_layer_range src_layers;
-        kvd_layer_range dst_layers;
+        uint32_t size;
+        int32_t timeout_ms;            /* <= 0: the client's sync_kv_timeout_ms */
+        kvd_layer_range src_layers;    /* count 0: every layer */
+        kvd_layer_range dst_layers;    /* count 0: every layer; else as many layers as src_layers */
         uint32_t tensor_num_per_layer; /* with a layer range: tensors per layer, 0 = 2 (K and V);
                                         * it must divide both caches' tensors. Without one every
                                         * tensor moves (caches of 1 or 3 tensors too) */
-        int32_t timeout_ms;            /* <= 0: the client's sync_kv_timeout */
         /* Push only: a message (at most KVD_NOTIFY_MAX bytes, copied) that the destination
          * cluster receives (kvd_get_notifies()) once every byte of this push has landed. */
         const void *notify;
@@ -376,7 +385,7 @@ typedef struct kvd_transfer_opts {
 
 #define KVD_TRANSFER_OPTS_INIT                                                                     \
         {                                                                                          \
-                {-1, -1}, {-1, -1}, 2, 0, NULL, 0                                                  \
+                sizeof(kvd_transfer_opts)                                                          \
         }
 
 /*
@@ -578,15 +587,17 @@ typedef enum kvd_algorithm {
         KVD_ALGO_MESH = 2, /* straight to every member */
 } kvd_algorithm;
 
+/* Options of a collective; zero means the default in every field, @size as in kvd_transfer_opts. */
 typedef struct kvd_collective_opts {
-        kvd_algorithm algorithm;
-        int32_t timeout_ms;   /* <= 0: the client's sync_kv_timeout_ms */
-        uint64_t chunk_bytes; /* ring pipeline chunk, 4 KiB..256 MiB; 0 = 1 MiB */
+        uint32_t size;
+        int32_t timeout_ms;      /* <= 0: the client's sync_kv_timeout_ms */
+        kvd_algorithm algorithm; /* 0: KVD_ALGO_AUTO */
+        uint64_t chunk_bytes;    /* ring pipeline chunk, 4 KiB..256 MiB; 0 = 1 MiB */
 } kvd_collective_opts;
 
 #define KVD_COLLECTIVE_OPTS_INIT                                                                   \
         {                                                                                          \
-                KVD_ALGO_AUTO, 0, 0                                                                \
+                sizeof(kvd_collective_opts)                                                        \
         }
 
 /*

@@ -2,6 +2,7 @@
 /* kvdist._kvdist arguments: Python objects into the structures libkvdist takes. */
 #include "client-lib/python/ext/kvdistpy.h"
 
+#include <inttypes.h>
 #include <string.h>
 
 /*
@@ -544,8 +545,21 @@ int opts_from_object(PyObject *o, TransferOpts *t)
             i64_from_object(PyTuple_GET_ITEM(o, 5), INT32_MIN, INT32_MAX, &timeout, "timeout_ms") <
                     0)
                 return -1;
-        t->opts.src_layers = (kvd_layer_range){(int32_t)v[0], (int32_t)v[1]};
-        t->opts.dst_layers = (kvd_layer_range){(int32_t)v[2], (int32_t)v[3]};
+        for (size_t i = 0; i < ARRAY_SIZE(v); i += 2)
+                if (!(v[i] == -1 && v[i + 1] == -1) && (v[i] < 0 || v[i + 1] < v[i])) {
+                        PyErr_Format(PyExc_ValueError,
+                                     "%s %" PRIi64 " and %s %" PRIi64
+                                     " are not a range of layers (or -1, -1 for every layer)",
+                                     names[i], v[i], names[i + 1], v[i + 1]);
+                        return -1;
+                }
+        /* (-1, -1) is every layer: a range of count 0. */
+        t->opts.src_layers =
+                v[0] < 0 ? (kvd_layer_range){}
+                         : (kvd_layer_range){(uint32_t)v[0], (uint32_t)(v[1] - v[0] + 1)};
+        t->opts.dst_layers =
+                v[2] < 0 ? (kvd_layer_range){}
+                         : (kvd_layer_range){(uint32_t)v[2], (uint32_t)(v[3] - v[2] + 1)};
         t->opts.tensor_num_per_layer = (uint32_t)tpl;
         t->opts.timeout_ms = (int32_t)timeout;
         t->given = true;
