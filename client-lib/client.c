@@ -350,8 +350,8 @@ static int client_init(kvd_client **ret_client, uint64_t cluster_id, kvd_role ro
         return KVD_OK;
 }
 
-_public_ int kvd_client_init(kvd_client **ret_client, uint64_t cluster_id, kvd_role role,
-                             const kvd_option *options, size_t n_options)
+_public_ int kvd_client_init(uint64_t cluster_id, kvd_role role, const kvd_option *options,
+                             size_t n_options, kvd_client **ret_client)
 {
         Error err = ERROR_INIT;
         int r;
@@ -374,8 +374,8 @@ static int client_connect(kvd_client **ret_client, const kvd_option *options, si
         return client_open(&o, ret_client, err);
 }
 
-_public_ int kvd_client_connect(kvd_client **ret_client, const kvd_option *options,
-                                size_t n_options)
+_public_ int kvd_client_connect(const kvd_option *options, size_t n_options,
+                                kvd_client **ret_client)
 {
         Error err = ERROR_INIT;
         int r;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libkvdist comm domains: kvd_link(), kvd_query_register_mem_status(), kvd_unlink(), batch
+ * libkvdist comm domains: kvd_domain_link(), kvd_domain_status(), kvd_domain_unlink(), batch
  * send/recv and the broadcast and all-gather collectives. Arguments are checked here as far as
  * the library can; the daemon checks everything again against the domain.
  */
@@ -54,9 +54,9 @@ static int domain_link(kvd_client *c, const char *comm_name, const kvd_cluster_r
         return KVD_OK;
 }
 
-_public_ int kvd_link(kvd_client *client, const char *comm_name,
-                      const kvd_cluster_rank *cluster_rank_info, size_t n,
-                      const char *rank_table_json, uint64_t *ret_comm_id)
+_public_ int kvd_domain_link(kvd_client *client, const char *comm_name,
+                             const kvd_cluster_rank *cluster_rank_info, size_t n,
+                             const char *rank_table_json, uint64_t *ret_comm_id)
 {
         Error err = ERROR_INIT;
         int r;
@@ -69,8 +69,7 @@ _public_ int kvd_link(kvd_client *client, const char *comm_name,
         return client_return(client, &err, r);
 }
 
-_public_ int kvd_query_register_mem_status(kvd_client *client, uint64_t comm_id,
-                                           kvd_mem_status *ret_status)
+_public_ int kvd_domain_status(kvd_client *client, uint64_t comm_id, kvd_mem_status *ret_status)
 {
         Kvdist__V1__DomainQuery m = KVDIST__V1__DOMAIN_QUERY__INIT;
         _cleanup_pb_ ProtobufCMessage *reply = NULL;
@@ -100,7 +99,7 @@ _public_ int kvd_query_register_mem_status(kvd_client *client, uint64_t comm_id,
         return KVD_OK;
 }
 
-_public_ int kvd_unlink(kvd_client *client, uint64_t comm_id)
+_public_ int kvd_domain_unlink(kvd_client *client, uint64_t comm_id)
 {
         Kvdist__V1__DomainUnlink m = KVDIST__V1__DOMAIN_UNLINK__INIT;
         Error err = ERROR_INIT;
@@ -117,7 +116,7 @@ _public_ int kvd_unlink(kvd_client *client, uint64_t comm_id)
 }
 
 /* The timeout a domain operation runs under, as the daemon will apply it. */
-static uint32_t op_timeout(const kvd_client *c, int timeout_ms)
+static uint32_t op_timeout(const kvd_client *c, int32_t timeout_ms)
 {
         if (timeout_ms > 0)
                 return (uint32_t)timeout_ms;
@@ -125,7 +124,7 @@ static uint32_t op_timeout(const kvd_client *c, int timeout_ms)
 }
 
 static int batch_send_recv(kvd_client *c, uint64_t comm_id, const kvd_send_recv_item *items,
-                           size_t n, int timeout_ms, Error *err)
+                           size_t n, int32_t timeout_ms, Error *err)
 {
         Kvdist__V1__DomainSendRecv m = KVDIST__V1__DOMAIN_SEND_RECV__INIT;
         Kvdist__V1__SendRecvItem its[2 * KVD_MAX_DOMAIN_MEMBERS];
@@ -169,8 +168,9 @@ static int batch_send_recv(kvd_client *c, uint64_t comm_id, const kvd_send_recv_
                          timeout + CLIENT_GRACE_MS, &reply, NULL, err);
 }
 
-_public_ int kvd_batch_send_recv(kvd_client *client, uint64_t comm_id,
-                                 const kvd_send_recv_item *items, size_t n, int timeout_ms)
+_public_ int kvd_domain_batch_send_recv(kvd_client *client, uint64_t comm_id,
+                                        const kvd_send_recv_item *items, size_t n,
+                                        int32_t timeout_ms)
 {
         Error err = ERROR_INIT;
         int r;

@@ -6,8 +6,8 @@
 
 #define LINK_DEFAULT_TIMEOUT_MS 3000
 
-static int link_or_unlink(kvd_client *c, const kvd_cluster_info *clusters, size_t n, int timeout_ms,
-                          bool unlink, bool force, int *rets, Error *err)
+static int link_or_unlink(kvd_client *c, const kvd_cluster_info *clusters, size_t n,
+                          int32_t timeout_ms, bool unlink, bool force, int *rets, Error *err)
 {
         Kvdist__V1__ClusterInfo infos[KVD_MAX_LINK_CLUSTERS], *ptrs[KVD_MAX_LINK_CLUSTERS];
         Kvdist__V1__LinkClusters link = KVDIST__V1__LINK_CLUSTERS__INIT;
@@ -94,7 +94,7 @@ fail:
 }
 
 _public_ int kvd_link_clusters(kvd_client *client, const kvd_cluster_info *clusters, size_t n,
-                               int timeout_ms, int *rets)
+                               int32_t timeout_ms, int *rets)
 {
         Error err = ERROR_INIT;
         int r;
@@ -107,7 +107,7 @@ _public_ int kvd_link_clusters(kvd_client *client, const kvd_cluster_info *clust
 }
 
 _public_ int kvd_unlink_clusters(kvd_client *client, const kvd_cluster_info *clusters, size_t n,
-                                 int timeout_ms, bool force, int *rets)
+                                 int32_t timeout_ms, bool force, int *rets)
 {
         Error err = ERROR_INIT;
         int r;

@@ -178,7 +178,7 @@ int bench_daemon_start(const BenchDaemonOptions *o, BenchDaemon *d)
                         d->pid = 0;
                         return -ECHILD;
                 }
-                if (kvd_client_connect(&c, &opt, 1) == KVD_OK)
+                if (kvd_client_connect(&opt, 1, &c) == KVD_OK)
                         return o->listen ? read_peer_listen(c, d) : 0;
                 (void)usleep(10 * 1000);
         }

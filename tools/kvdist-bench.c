@@ -250,7 +250,7 @@ static int side_open(const Args *a, const Workload *w, const char *socket, uint6
         int r;
 
         (void)snprintf(timeout, sizeof(timeout), "%" PRIu64, a->timeout_ms);
-        r = kvd_client_init(ret_client, cluster, role, opts, ARRAY_SIZE(opts) - !listen);
+        r = kvd_client_init(cluster, role, opts, ARRAY_SIZE(opts) - !listen, ret_client);
         if (r < 0)
                 return fail(NULL, "cannot attach a cluster to kvdistd", r);
         r = kvd_mem_alloc(*ret_client, tensor_bytes * w->tensors, &mem);
@@ -417,7 +417,7 @@ static int probe_start(const char *socket, StatusProbe *p)
         *p = (StatusProbe){.ns = calloc(PROBE_MAX_CALLS, sizeof(double))};
         if (!p->ns)
                 return -ENOMEM;
-        r = kvd_client_connect(&p->client, &opt, 1);
+        r = kvd_client_connect(&opt, 1, &p->client);
         if (r < 0)
                 return fail(NULL, "cannot connect the status probe", r);
         atomic_init(&p->stop, false);

@@ -279,7 +279,7 @@ static int worker_setup(Worker *w, uint64_t cluster_id, kvd_role role, const cha
                 options[n_options++] = (kvd_option){"socket_path", w->socket};
         if (listen)
                 options[n_options++] = (kvd_option){"listen_ip_info", listen};
-        r = kvd_client_init(&w->client, cluster_id, role, options, n_options);
+        r = kvd_client_init(cluster_id, role, options, n_options, &w->client);
         if (r < 0)
                 return worker_fail(w, "kvd_client_init", r);
 
@@ -430,7 +430,7 @@ static int prefill_listen_address(Worker *w, char *buf, size_t size)
                 (void)snprintf(buf, size, "%s", w->opts->prefill_address);
                 return 0;
         }
-        r = kvd_client_connect(&c, &opt, w->socket ? 1 : 0);
+        r = kvd_client_connect(&opt, w->socket ? 1 : 0, &c);
         if (r < 0)
                 return worker_fail(w, "kvd_client_connect", r);
         r = status_address(w, c, 0, buf, size);

@@ -222,7 +222,7 @@ static void daemon_start(unsigned i)
                 _exit(127);
         }
         for (int k = 0; k < 500; k++) {
-                if (kvd_client_connect(&c, &(kvd_option){"socket_path", m->socket}, 1) == KVD_OK)
+                if (kvd_client_connect(&(kvd_option){"socket_path", m->socket}, 1, &c) == KVD_OK)
                         break;
                 usleep(10000);
         }
@@ -249,7 +249,7 @@ static void member_attach(unsigned i, uint64_t max_size)
                                .data_type = KVD_DT_FLOAT16};
         void *addrs[TENSORS], *mem;
 
-        if (kvd_client_init(&m->client, 1000 + i, KVD_ROLE_MIX, o, 2) != KVD_OK)
+        if (kvd_client_init(1000 + i, KVD_ROLE_MIX, o, 2, &m->client) != KVD_OK)
                 die("attach %u: %s", i, kvd_last_error(NULL));
         m->mem_size = n_blocks * BLOCK_BYTES * TENSORS;
         if (kvd_mem_alloc(m->client, m->mem_size, &mem) != KVD_OK)
@@ -281,15 +281,14 @@ static void domain_form(void)
         }
         (void)snprintf(table + len, sizeof(table) - len, "]}");
         for (unsigned i = 0; i < opt.members; i++)
-                if (kvd_link(members[i].client, "bench", info, opt.members, table,
-                             &members[i].comm_id) != KVD_OK)
+                if (kvd_domain_link(members[i].client, "bench", info, opt.members, table,
+                                    &members[i].comm_id) != KVD_OK)
                         die("link %u: %s", i, kvd_last_error(members[i].client));
         for (unsigned i = 0; i < opt.members; i++) {
                 kvd_mem_status st = KVD_MEM_STATUS_PREPARING;
 
                 for (int k = 0; k < 3000 && st == KVD_MEM_STATUS_PREPARING; k++) {
-                        if (kvd_query_register_mem_status(members[i].client, members[i].comm_id,
-                                                          &st) != KVD_OK)
+                        if (kvd_domain_status(members[i].client, members[i].comm_id, &st) != KVD_OK)
                                 die("query %u: %s", i, kvd_last_error(members[i].client));
                         if (st == KVD_MEM_STATUS_PREPARING)
                                 usleep(10000);

@@ -463,7 +463,7 @@ static int fetch(const Options *o, bool metrics, char **ret)
         kvd_client *client = NULL;
         int r;
 
-        r = kvd_client_connect(&client, &(kvd_option){"socket_path", o->socket_path}, 1);
+        r = kvd_client_connect(&(kvd_option){"socket_path", o->socket_path}, 1, &client);
         if (r == KVD_E_DAEMON_UNAVAILABLE) {
                 fprintf(stderr, "kvdistctl: no kvdistd at %s (is it running?)\n", o->socket_path);
                 return EXIT_NO_DAEMON;

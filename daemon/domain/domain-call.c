@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Comm domains, client requests: kvd_link(), kvd_unlink(), kvd_query_register_mem_status(),
- * kvd_batch_send_recv(), and the calls every operation shares (ops, deadline, answer).
+ * Comm domains, client requests: kvd_domain_link(), kvd_domain_unlink(), kvd_domain_status(),
+ * kvd_domain_batch_send_recv(), and the calls every operation shares (ops, deadline, answer).
  */
 #include <assert.h>
 #include <errno.h>
@@ -298,7 +298,7 @@ int domain_call_check_domain(Domain *dom, const Cluster *c, uint32_t *ret_rank, 
                         if (dom->state == DOMAIN_PREPARING)
                                 return error_set(err, STATUS_NOT_YET_LINK,
                                                  "%s is still PREPARING; wait until "
-                                                 "kvd_query_register_mem_status() says OK",
+                                                 "kvd_domain_status() says OK",
                                                  DOMAIN_NAME(dom));
                         if (dom->state == DOMAIN_FAILED)
                                 return error_set(err, dom->fail_code, "%s failed: %s",

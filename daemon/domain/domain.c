@@ -642,11 +642,11 @@ int domain_explain_no_link(DomainRegistry *reg, const Cluster *c, uint64_t remot
                 return error_set(err, STATUS_NOT_YET_LINK,
                                  "cluster %" PRIu64 " has no link to "
                                  "cluster %" PRIu64 " yet: %s is not ready (PREPARING); its "
-                                 "links are made once kvd_query_register_mem_status() says OK",
+                                 "links are made once kvd_domain_status() says OK",
                                  c->id, remote_cluster_id, DOMAIN_NAME(dom));
         return error_set(err, STATUS_NOT_YET_LINK,
                          "cluster %" PRIu64 " has no link to cluster %" PRIu64
-                         ": %s failed (%s); kvd_unlink() it and link again",
+                         ": %s failed (%s); kvd_domain_unlink() it and link again",
                          c->id, remote_cluster_id, DOMAIN_NAME(dom), dom->reason);
 }
 

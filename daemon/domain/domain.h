@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Comm domains: LLM-DataDist's two-sided link(comm_name, cluster_rank_info, rank_table). Every
- * member cluster calls kvd_link(); the daemons of the members find each other through the rank
- * table, agree on it, link each member's cluster to every other member's with ordinary links
+ * member cluster calls kvd_domain_link(); the daemons of the members find each other through the
+ * rank table, agree on it, link each member's cluster to every other member's with ordinary links
  * (so pull and push inside a domain are the link_clusters paths), and the domain is OK once
  * every member's caches are known to every other member. Batch send/recv and the broadcast and
  * all-gather collectives then run between the members over the TCP data plane (or as copies
@@ -114,13 +114,13 @@ void domain_registry_stats(const DomainRegistry *reg, DomainStats *ret);
 
 /* ---- client requests (control/handle-domain.c decodes them and builds the replies) ---- */
 
-/* kvd_link(): cluster @cluster_id is rank @rank_id. */
+/* kvd_domain_link(): cluster @cluster_id is rank @rank_id. */
 typedef struct DomainClusterRank {
         uint64_t cluster_id;
         uint32_t rank_id;
 } DomainClusterRank;
 
-/* kvd_link(comm_name, cluster_rank_info, rank_table). */
+/* kvd_domain_link(comm_name, cluster_rank_info, rank_table). */
 typedef struct DomainLinkArgs {
         const char *comm_name;
         const DomainClusterRank *ranks; /* cluster_rank_info, in any order */
@@ -128,7 +128,7 @@ typedef struct DomainLinkArgs {
         const char *rank_table; /* JSON */
 } DomainLinkArgs;
 
-/* One item of kvd_batch_send_recv(). */
+/* One item of kvd_domain_batch_send_recv(). */
 typedef struct DomainSendRecvItem {
         bool recv;
         uint64_t addr; /* the client's, inside memory from kvd_mem_alloc() */
@@ -157,7 +157,7 @@ typedef struct DomainCollArgs {
         uint64_t chunk_bytes; /* 0: the default */
 } DomainCollArgs;
 
-/* What kvd_query_register_mem_status() answers. */
+/* What kvd_domain_status() answers. */
 typedef struct DomainQueryResult {
         uint32_t mem_status; /* kvd_mem_status */
         int failure;         /* FAILED: the STATUS_* it failed with */

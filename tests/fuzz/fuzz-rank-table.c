@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Fuzz target for the rank-table parser: the input is a rank table (and, the same bytes, a
- * local_comm_res fragment) as kvd_link() and kvd_client_init() pass them. A table that parses
- * must hold what rank-table.h promises; one that does not must say why. Built for libFuzzer, or
- * with fuzz-main.c to replay a corpus.
+ * local_comm_res fragment) as kvd_domain_link() and kvd_client_init() pass them. A table that
+ * parses must hold what rank-table.h promises; one that does not must say why. Built for libFuzzer,
+ * or with fuzz-main.c to replay a corpus.
  */
 #include <stdlib.h>
 #include <string.h>

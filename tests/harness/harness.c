@@ -471,7 +471,7 @@ bool harness_daemon_log_contains(const HarnessDaemon *d, const char *needle)
 int harness_client_init(const HarnessDaemon *d, uint64_t cluster_id, kvd_role role,
                         kvd_client **ret)
 {
-        return kvd_client_init(ret, cluster_id, role, d->options, d->n_options);
+        return kvd_client_init(cluster_id, role, d->options, d->n_options, ret);
 }
 
 int harness_server_init(const HarnessDaemon *d, uint64_t cluster_id, kvd_role role,
@@ -481,7 +481,7 @@ int harness_server_init(const HarnessDaemon *d, uint64_t cluster_id, kvd_role ro
 
         memcpy(options, d->options, d->n_options * sizeof(options[0]));
         options[d->n_options] = (kvd_option){"listen_ip_info", listen_ip_info};
-        return kvd_client_init(ret, cluster_id, role, options, d->n_options + 1);
+        return kvd_client_init(cluster_id, role, options, d->n_options + 1, ret);
 }
 
 int harness_daemon_status(const HarnessDaemon *d, char **ret_json)
@@ -489,7 +489,7 @@ int harness_daemon_status(const HarnessDaemon *d, char **ret_json)
         kvd_client *c = NULL;
         int r;
 
-        r = kvd_client_connect(&c, d->options, 1);
+        r = kvd_client_connect(d->options, 1, &c);
         if (r < 0)
                 return r;
         r = kvd_daemon_status(c, ret_json);

@@ -65,7 +65,7 @@ void dom_member_attach(DomMember *m)
         int r;
 
         (void)snprintf(dev, sizeof(dev), "%d", m->device_id);
-        r = kvd_client_init(&m->client, m->cluster_id, KVD_ROLE_MIX, opts, 2);
+        r = kvd_client_init(m->cluster_id, KVD_ROLE_MIX, opts, 2, &m->client);
         ck_assert_msg(r == KVD_OK, "kvd_client_init(%llu) = %s: %s",
                       (unsigned long long)m->cluster_id, kvd_strerror(r), kvd_last_error(NULL));
 }
@@ -76,7 +76,7 @@ int dom_link(DomMember *m, unsigned n, unsigned k, const char *name, const char 
 
         for (unsigned r = 0; r < n; r++)
                 info[r] = (kvd_cluster_rank){m[r].cluster_id, r};
-        return kvd_link(m[k].client, name, info, n, table, &m[k].comm_id);
+        return kvd_domain_link(m[k].client, name, info, n, table, &m[k].comm_id);
 }
 
 void dom_link_all(DomMember *m, unsigned n, const char *name, const char *table)
@@ -92,7 +92,7 @@ static kvd_mem_status dom_poll(DomMember *m, int timeout_ms, bool failed)
         kvd_mem_status st = KVD_MEM_STATUS_PREPARING;
 
         for (;;) {
-                expect_ok(m->client, kvd_query_register_mem_status(m->client, m->comm_id, &st));
+                expect_ok(m->client, kvd_domain_status(m->client, m->comm_id, &st));
                 if ((failed ? st == KVD_MEM_STATUS_FAILED : st != KVD_MEM_STATUS_PREPARING) ||
                     harness_now_ms() >= deadline)
                         return st;

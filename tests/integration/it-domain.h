@@ -35,20 +35,20 @@ void rank_table_build(char *buf, size_t size, const DomMember *m, unsigned n, bo
 /* Attaches m->cluster_id to m->node with m->device_id. */
 void dom_member_attach(DomMember *m);
 
-/* kvd_link() of member @k of @m with the rank table @table; returns the call's status. */
+/* kvd_domain_link() of member @k of @m with the rank table @table; returns the call's status. */
 int dom_link(DomMember *m, unsigned n, unsigned k, const char *name, const char *table);
 
 /* dom_link() of every member, asserting each returns KVD_OK. */
 void dom_link_all(DomMember *m, unsigned n, const char *name, const char *table);
 
 /*
- * Polls kvd_query_register_mem_status() of @m every few ms until it is no longer PREPARING or
+ * Polls kvd_domain_status() of @m every few ms until it is no longer PREPARING or
  * @timeout_ms passed; returns the last status.
  */
 kvd_mem_status dom_wait(DomMember *m, int timeout_ms);
 
 /*
- * Polls kvd_query_register_mem_status() of @m until it says FAILED or @timeout_ms passed; returns
+ * Polls kvd_domain_status() of @m until it says FAILED or @timeout_ms passed; returns
  * the last status. For a domain that was OK: dom_wait() would return at once.
  */
 kvd_mem_status dom_wait_failed(DomMember *m, int timeout_ms);

@@ -273,7 +273,7 @@ START_TEST(test_link_clusters_device_address)
         opts[0] = (kvd_option){"socket_path", w.nodes[0].d.socket_path};
         opts[1] = (kvd_option){"device_id", "1"};
         opts[2] = (kvd_option){"listen_ip_info", addr};
-        ck_assert_msg(kvd_client_init(&p, 500, KVD_ROLE_PROMPT, opts, 3) == KVD_OK, "%s",
+        ck_assert_msg(kvd_client_init(500, KVD_ROLE_PROMPT, opts, 3, &p) == KVD_OK, "%s",
                       kvd_last_error(NULL));
         d = node_client(&w.nodes[1], 600, KVD_ROLE_DECODER);
         expect_ok(p, tcache_register(&ca, p, true, 2, 6, 512, 31, &key, 1, KVD_REMOTE_DEFAULT));
@@ -307,18 +307,18 @@ START_TEST(test_table_refusals)
         /* An address no device of P has. */
         device_ip(other, sizeof(other), 0, 7);
         pair_table(&w, 0, true, other, table, sizeof(table));
-        expect_status(c, kvd_link(c, name, info, 2, table, &id), KVD_E_PARAM_INVALID,
+        expect_status(c, kvd_domain_link(c, name, info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "is not the address of device 0 on this kvdistd");
         pair_table(&w, 0, false, other, table, sizeof(table));
-        expect_status(c, kvd_link(c, name, info, 2, table, &id), KVD_E_PARAM_INVALID,
+        expect_status(c, kvd_domain_link(c, name, info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "is not the address of device 0 on this kvdistd");
         /* Device 1's address for device 0: P's, but another device's. */
         pair_table(&w, 0, true, w.ip[0][1], table, sizeof(table));
-        expect_status(c, kvd_link(c, name, info, 2, table, &id), KVD_E_PARAM_INVALID,
+        expect_status(c, kvd_domain_link(c, name, info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "is not the address of device 0 on this kvdistd");
         /* The daemon's listen_ip_info for a device that has an address of its own. */
         pair_table(&w, 0, false, w.nodes[0].peer_addr, table, sizeof(table));
-        expect_status(c, kvd_link(c, name, info, 2, table, &id), KVD_E_PARAM_INVALID,
+        expect_status(c, kvd_domain_link(c, name, info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "a device with an address is named by it");
         /* "1.2" with a host_ip naming P's kvdistd: device_ip is the device's own, checked. */
         (void)snprintf(table, sizeof(table),
@@ -328,7 +328,7 @@ START_TEST(test_table_refusals)
                        "{\"server_id\": \"d\", \"device\": [{\"device_id\": \"0\", "
                        "\"device_ip\": \"%s\", \"rank_id\": \"1\"}]}]}",
                        w.nodes[0].peer_addr, w.ip[0][1], w.ip[1][0]);
-        expect_status(c, kvd_link(c, name, info, 2, table, &id), KVD_E_PARAM_INVALID,
+        expect_status(c, kvd_domain_link(c, name, info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "rank 0's device_ip");
         ck_assert_uint_eq(dom_status_len(&w.nodes[0], "domains"), 0);
 

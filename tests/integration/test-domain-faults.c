@@ -76,8 +76,8 @@ static void *batch_main(void *p)
         Batch *b = a->b;
         DomMember *m = &b->w->m[a->i];
 
-        b->ret[a->i] = kvd_batch_send_recv(m->client, m->comm_id, b->items[a->i], b->n_items[a->i],
-                                           b->timeout_ms);
+        b->ret[a->i] = kvd_domain_batch_send_recv(m->client, m->comm_id, b->items[a->i],
+                                                  b->n_items[a->i], b->timeout_ms);
         (void)snprintf(b->detail[a->i], sizeof(b->detail[a->i]), "%s", kvd_last_error(m->client));
         return NULL;
 }
@@ -154,14 +154,14 @@ static int member_child(void *p)
         kvd_mem_status st = KVD_MEM_STATUS_PREPARING;
         void *buf;
 
-        if (kvd_client_init(&m->client, m->cluster_id, KVD_ROLE_MIX, opts, 2) < 0)
+        if (kvd_client_init(m->cluster_id, KVD_ROLE_MIX, opts, 2, &m->client) < 0)
                 return 10;
         for (unsigned r = 0; r < a->w->n; r++)
                 info[r] = (kvd_cluster_rank){a->w->m[r].cluster_id, r};
-        if (kvd_link(m->client, "crash", info, a->w->n, a->w->table, &m->comm_id) < 0)
+        if (kvd_domain_link(m->client, "crash", info, a->w->n, a->w->table, &m->comm_id) < 0)
                 return 11;
         while (st == KVD_MEM_STATUS_PREPARING) {
-                if (kvd_query_register_mem_status(m->client, m->comm_id, &st) < 0)
+                if (kvd_domain_status(m->client, m->comm_id, &st) < 0)
                         return 12;
                 harness_sleep_ms(5);
         }
@@ -169,7 +169,7 @@ static int member_child(void *p)
                 return 13;
         harness_child_ready(0);
         it = (kvd_send_recv_item){KVD_RECV, buf, 1 << 18, KVD_DT_FLOAT, 0};
-        (void)kvd_batch_send_recv(m->client, m->comm_id, &it, 1, 60000);
+        (void)kvd_domain_batch_send_recv(m->client, m->comm_id, &it, 1, 60000);
         return 14;
 }
 

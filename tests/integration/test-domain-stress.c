@@ -92,7 +92,7 @@ static void *job_main(void *p)
                                                BLOCKS, BLOCKS / MEMBERS, &o, NULL);
                 break;
         case BATCH:
-                j->ret = kvd_batch_send_recv(m->client, m->comm_id, it, 4, j->timeout_ms);
+                j->ret = kvd_domain_batch_send_recv(m->client, m->comm_id, it, 4, j->timeout_ms);
                 break;
         }
         (void)snprintf(j->detail, sizeof(j->detail), "%s", kvd_last_error(m->client));
@@ -183,7 +183,7 @@ static void stress_form(Stress *s)
 static void stress_reform(Stress *s)
 {
         for (unsigned r = 0; r < MEMBERS; r++)
-                expect_ok(s->m[r].client, kvd_unlink(s->m[r].client, s->m[r].comm_id));
+                expect_ok(s->m[r].client, kvd_domain_unlink(s->m[r].client, s->m[r].comm_id));
         stress_form(s);
 }
 
@@ -266,7 +266,8 @@ static void round_unlink(Stress *s, Kind kind, uint32_t root, unsigned absent, u
         for (unsigned r = 0; r < MEMBERS; r++)
                 jobs[r] = (Job){.kind = kind, .root = root, .timeout_ms = LONG_MS, .chunk = CHUNK};
         jobs_start(s, jobs, mask);
-        expect_ok(s->m[absent].client, kvd_unlink(s->m[absent].client, s->m[absent].comm_id));
+        expect_ok(s->m[absent].client,
+                  kvd_domain_unlink(s->m[absent].client, s->m[absent].comm_id));
         jobs_join(jobs, mask, KVD_E_LINK_FAILED, ok, "unlink");
         if (kind == BATCH)
                 check_batch(s, jobs, mask);
@@ -279,7 +280,8 @@ static void round_unlink(Stress *s, Kind kind, uint32_t root, unsigned absent, u
                          KVD_MEM_STATUS_FAILED);
         for (unsigned r = 0; r < MEMBERS; r++)
                 if (r != absent)
-                        expect_ok(s->m[r].client, kvd_unlink(s->m[r].client, s->m[r].comm_id));
+                        expect_ok(s->m[r].client,
+                                  kvd_domain_unlink(s->m[r].client, s->m[r].comm_id));
         stress_form(s);
 }
 
@@ -350,7 +352,7 @@ static void round_kill(Stress *s)
         for (unsigned r = 0; r < 3; r++) {
                 ck_assert_int_eq(dom_wait_failed(&s->m[r], harness_wait_ms()),
                                  KVD_MEM_STATUS_FAILED);
-                expect_ok(s->m[r].client, kvd_unlink(s->m[r].client, s->m[r].comm_id));
+                expect_ok(s->m[r].client, kvd_domain_unlink(s->m[r].client, s->m[r].comm_id));
         }
         stress_form(s);
 }

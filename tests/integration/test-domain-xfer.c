@@ -82,7 +82,7 @@ static int round_member(unsigned i, void *arg)
         DomMember *m = &r->w->m[i];
         Call *c = &r->calls[i];
 
-        c->ret = kvd_batch_send_recv(m->client, m->comm_id, c->items, c->n, c->timeout_ms);
+        c->ret = kvd_domain_batch_send_recv(m->client, m->comm_id, c->items, c->n, c->timeout_ms);
         (void)snprintf(c->detail, sizeof(c->detail), "%s", kvd_last_error(m->client));
         return c->ret;
 }
@@ -320,24 +320,25 @@ START_TEST(test_duplicates)
         items[1] = item(KVD_RECV, b.p, 4, KVD_DT_FLOAT, 1);
         items[2] = item(KVD_SEND, c.p, 4, KVD_DT_FLOAT, 1);
         expect_status(w.m[0].client,
-                      kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 3, 1000),
+                      kvd_domain_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 3, 1000),
                       KVD_E_PARAM_INVALID, "items[2]: a second SEND to rank 1 (items[0]");
         items[2] = item(KVD_RECV, c.p, 4, KVD_DT_FLOAT, 1);
         expect_status(w.m[0].client,
-                      kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 3, 1000),
+                      kvd_domain_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 3, 1000),
                       KVD_E_PARAM_INVALID, "a second RECV from rank 1");
         /* Other refusals name the item too. */
         items[0] = item(KVD_SEND, a.p, 4, KVD_DT_FLOAT, 2);
         expect_status(w.m[0].client,
-                      kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 1, 1000),
+                      kvd_domain_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 1, 1000),
                       KVD_E_PARAM_INVALID, "items[0].remote_rank 2");
         {
                 uint8_t stack[16];
 
                 items[0] = item(KVD_SEND, stack, 4, KVD_DT_FLOAT, 1);
-                expect_status(w.m[0].client,
-                              kvd_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 1, 1000),
-                              KVD_E_PARAM_INVALID, "not inside memory from kvd_mem_alloc()");
+                expect_status(
+                        w.m[0].client,
+                        kvd_domain_batch_send_recv(w.m[0].client, w.m[0].comm_id, items, 1, 1000),
+                        KVD_E_PARAM_INVALID, "not inside memory from kvd_mem_alloc()");
         }
         buf_untouched(&b);
         buf_untouched(&c);
@@ -368,16 +369,17 @@ START_TEST(test_timeout_nothing_lands)
         buf_alloc(&r1b, w.m[1].client, 1 << 20, 3);
         its[0] = item(KVD_SEND, s0.p, 1 << 18, KVD_DT_FLOAT, 1);
         its[1] = item(KVD_RECV, r1.p, 1 << 18, KVD_DT_FLOAT, 0);
-        expect_status(
-                w.m[early].client,
-                kvd_batch_send_recv(w.m[early].client, w.m[early].comm_id, &its[early], 1, 200),
-                KVD_E_TIMEOUT, "did not finish");
+        expect_status(w.m[early].client,
+                      kvd_domain_batch_send_recv(w.m[early].client, w.m[early].comm_id, &its[early],
+                                                 1, 200),
+                      KVD_E_TIMEOUT, "did not finish");
         /* The other end comes late: its message fails with why the first gave up. */
-        expect_status(
-                w.m[!early].client,
-                kvd_batch_send_recv(w.m[!early].client, w.m[!early].comm_id, &its[!early], 1, 5000),
-                KVD_E_TIMEOUT,
-                recv_gives_up ? "the receiver (rank 1) gave up" : "the sender (rank 0) gave up");
+        expect_status(w.m[!early].client,
+                      kvd_domain_batch_send_recv(w.m[!early].client, w.m[!early].comm_id,
+                                                 &its[!early], 1, 5000),
+                      KVD_E_TIMEOUT,
+                      recv_gives_up ? "the receiver (rank 1) gave up"
+                                    : "the sender (rank 0) gave up");
         ck_assert_msg(strstr(kvd_last_error(w.m[!early].client), "did not finish within"), "%s",
                       kvd_last_error(w.m[!early].client));
         buf_untouched(&r1);

@@ -68,13 +68,13 @@ START_TEST(test_form_two)
         expect_ok(w.m[1].client, tcache_register(&cb, w.m[1].client, true, 4, 32, 2048, 22, &key_b,
                                                  1, KVD_REMOTE_DEFAULT));
         expect_ok(w.m[0].client, dom_link(w.m, 2, 0, "prefill-decode", w.table));
-        expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, w.m[0].comm_id, &st));
+        expect_ok(w.m[0].client, kvd_domain_status(w.m[0].client, w.m[0].comm_id, &st));
         ck_assert_int_eq(st, KVD_MEM_STATUS_PREPARING);
         /* Before OK nothing goes through, and the detail says the domain is not ready. */
         expect_status(w.m[0].client,
                       kvd_pull_blocks(w.m[0].client, &key_b, ca.id, sb, 4, db, 4, &o),
                       KVD_E_NOT_YET_LINK, "(prefill-decode) is not ready (PREPARING)");
-        ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "kvd_query_register_mem_status()") &&
+        ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "kvd_domain_status()") &&
                               !strstr(kvd_last_error(w.m[0].client), "kvd_link_clusters"),
                       "%s", kvd_last_error(w.m[0].client));
         expect_status(w.m[0].client,
@@ -146,14 +146,14 @@ START_TEST(test_form_two)
         }
 
         /* Unlinking one member fails the domain on the other. */
-        expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
+        expect_ok(w.m[0].client, kvd_domain_unlink(w.m[0].client, w.m[0].comm_id));
         ck_assert_int_eq(dom_wait_failed(&w.m[1], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "rank 0"));
         ck_assert_ptr_nonnull(strstr(kvd_last_error(w.m[1].client), "unlinked"));
         expect_status(w.m[1].client,
                       kvd_pull_blocks(w.m[1].client, &key_a, cb.id, sb, 4, db, 4, &o),
                       KVD_E_NOT_YET_LINK, "(prefill-decode) failed (rank 0");
-        expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, w.m[1].comm_id));
+        expect_ok(w.m[1].client, kvd_domain_unlink(w.m[1].client, w.m[1].comm_id));
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 0);
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 0);
@@ -189,7 +189,7 @@ START_TEST(test_member_never_links)
         old = w.m[0].comm_id;
         expect_ok(w.m[0].client, dom_link(w.m, 3, 0, "lonely", w.table));
         ck_assert_uint_ne(w.m[0].comm_id, old);
-        expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, old, &st));
+        expect_ok(w.m[0].client, kvd_domain_status(w.m[0].client, old, &st));
         ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 2);
         ck_assert_int_eq(dom_wait(&w.m[0], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
@@ -197,8 +197,8 @@ START_TEST(test_member_never_links)
                               strstr(kvd_last_error(w.m[0].client), "rank 1 (cluster 2002") &&
                               !strstr(kvd_last_error(w.m[0].client), "refused"),
                       "%s", kvd_last_error(w.m[0].client));
-        expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
-        expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, old));
+        expect_ok(w.m[0].client, kvd_domain_unlink(w.m[0].client, w.m[0].comm_id));
+        expect_ok(w.m[0].client, kvd_domain_unlink(w.m[0].client, old));
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
         net_stop(&w);
 }
@@ -243,48 +243,51 @@ START_TEST(test_link_rules)
         a = w.m[0].client;
         for (unsigned r = 0; r < 5; r++)
                 info[r] = (kvd_cluster_rank){1001 * (r + 1), r};
-        expect_status(a, kvd_link(a, "", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "comm_name is empty");
         memset(name, 'n', 128);
         name[128] = '\0';
-        expect_status(a, kvd_link(a, name, info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, name, info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "at most 127");
         name[127] = '\0';
-        expect_status(a, kvd_link(a, "one", info, 1, w.table, &id), KVD_E_PARAM_INVALID, "2..4");
-        expect_status(a, kvd_link(a, "five", info, 5, w.table, &id), KVD_E_PARAM_INVALID, "2..4");
+        expect_status(a, kvd_domain_link(a, "one", info, 1, w.table, &id), KVD_E_PARAM_INVALID,
+                      "2..4");
+        expect_status(a, kvd_domain_link(a, "five", info, 5, w.table, &id), KVD_E_PARAM_INVALID,
+                      "2..4");
         info[1].cluster_id = 1001;
-        expect_status(a, kvd_link(a, "dup", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "dup", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "cluster 1001 appears twice");
         /* Any order of ranks (the seed passes a dict), but each rank once and no gap. */
         info[0] = (kvd_cluster_rank){1001, 0};
         info[1] = (kvd_cluster_rank){2002, 0};
-        expect_status(a, kvd_link(a, "dup-rank", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "dup-rank", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "rank 0 appears twice in cluster_rank_info (clusters 1001 and 2002)");
         info[1] = (kvd_cluster_rank){2002, 2};
-        expect_status(a, kvd_link(a, "gap", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "gap", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "gives cluster 2002 rank 2; the ranks of 2 members are 0..1, each once");
         info[0] = (kvd_cluster_rank){2002, 1};
         info[1] = (kvd_cluster_rank){1001, 7};
-        expect_status(a, kvd_link(a, "gap", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "gap", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "gives cluster 1001 rank 7");
         info[0] = (kvd_cluster_rank){5005, 0};
         info[1] = (kvd_cluster_rank){2002, 1};
-        expect_status(a, kvd_link(a, "who", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "who", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "calling cluster 1001 is not in cluster_rank_info");
         info[0] = (kvd_cluster_rank){1001, 0};
 
         /* The rank table. */
-        expect_status(a, kvd_link(a, "t", info, 2, "{\"server_count\": \"1\"", &id),
+        expect_status(a, kvd_domain_link(a, "t", info, 2, "{\"server_count\": \"1\"", &id),
                       KVD_E_PARAM_INVALID, "rank_table: line 1");
-        expect_status(
-                a, kvd_link(a, "t", info, 2, "{\"server_count\": \"1\", \"server_list\": []}", &id),
-                KVD_E_PARAM_INVALID, "\"version\" is missing");
+        expect_status(a,
+                      kvd_domain_link(a, "t", info, 2,
+                                      "{\"server_count\": \"1\", \"server_list\": []}", &id),
+                      KVD_E_PARAM_INVALID, "\"version\" is missing");
         (void)snprintf(table, sizeof(table),
                        "{\"version\": \"1.0\", \"server_count\": \"3\", \"server_list\": "
                        "[{\"server_id\": \"a\", \"device\": [{\"device_id\": \"0\", "
                        "\"device_ip\": \"%s\", \"rank_id\": \"0\"}]}]}",
                        w.nodes[0].peer_addr);
-        expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "server_count: 3, but server_list has 1 entries");
         (void)snprintf(table, sizeof(table),
                        "{\"version\": \"1.0\", \"server_count\": \"2\", \"server_list\": "
@@ -293,7 +296,7 @@ START_TEST(test_link_rules)
                        "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"x.x.x.x\", "
                        "\"rank_id\": \"1\"}]}]}",
                        w.nodes[0].peer_addr);
-        expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "server_list[1].device[0].device_ip: \"x.x.x.x\" is not a numeric address");
         (void)snprintf(table, sizeof(table),
                        "{\"version\": \"1.0\", \"server_count\": \"2\", \"server_list\": "
@@ -302,7 +305,7 @@ START_TEST(test_link_rules)
                        "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
                        "\"rank_id\": \"1\"}]}]}",
                        w.nodes[0].peer_addr, w.nodes[1].peer_addr);
-        expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "rank_id 1 appears twice");
         (void)snprintf(table, sizeof(table),
                        "{\"version\": \"1.0\", \"server_count\": \"2\", \"server_list\": "
@@ -311,7 +314,7 @@ START_TEST(test_link_rules)
                        "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
                        "\"rank_id\": \"1\"}]}]}",
                        w.nodes[0].peer_addr, w.nodes[1].peer_addr);
-        expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "initialised with device_id 0");
         /* Rank 0 must be this daemon: swap the addresses. */
         (void)snprintf(table, sizeof(table),
@@ -321,26 +324,26 @@ START_TEST(test_link_rules)
                        "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
                        "\"rank_id\": \"0\"}]}]}",
                        w.nodes[0].peer_addr, w.nodes[1].peer_addr);
-        expect_status(a, kvd_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "t", info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "is not where this kvdistd accepts peers");
 
         /* One name, one table per daemon; and once per member. */
-        expect_ok(a, kvd_link(a, "named", info, 2, w.table, &id));
+        expect_ok(a, kvd_domain_link(a, "named", info, 2, w.table, &id));
         info[1].cluster_id = 7007;
-        expect_status(a, kvd_link(a, "named", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_link(a, "named", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "is in use on this daemon");
         info[1].cluster_id = 2002;
-        expect_status(a, kvd_link(a, "named", info, 2, w.table, &id), KVD_E_ALREADY_LINK,
+        expect_status(a, kvd_domain_link(a, "named", info, 2, w.table, &id), KVD_E_ALREADY_LINK,
                       "rank 0 of comm domain");
-        expect_status(a, kvd_unlink(a, id + 1000), KVD_E_PARAM_INVALID, "no comm domain");
-        expect_status(w.m[1].client, kvd_unlink(w.m[1].client, id), KVD_E_PARAM_INVALID,
+        expect_status(a, kvd_domain_unlink(a, id + 1000), KVD_E_PARAM_INVALID, "no comm domain");
+        expect_status(w.m[1].client, kvd_domain_unlink(w.m[1].client, id), KVD_E_PARAM_INVALID,
                       "no comm domain");
-        expect_ok(a, kvd_unlink(a, id));
+        expect_ok(a, kvd_domain_unlink(a, id));
 
         /* Members that list the ranks in different orders form one domain, ranks as given. */
         info[0] = (kvd_cluster_rank){2002, 1};
         info[1] = (kvd_cluster_rank){1001, 0};
-        expect_ok(a, kvd_link(a, "any-order", info, 2, w.table, &w.m[0].comm_id));
+        expect_ok(a, kvd_domain_link(a, "any-order", info, 2, w.table, &w.m[0].comm_id));
         expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "any-order", w.table));
         dom_wait_ok(w.m, 2);
         ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/0/members/0/cluster_id"), 1001);
@@ -368,8 +371,8 @@ static bool names_missing_device(const char *s)
 
 /*
  * A domain chooses its transport as kvd_link_clusters() does, without RDMA hardware: a device
- * configured for rdma whose RDMA device does not exist refuses kvd_link() at once, saying why;
- * configured for auto, the domain forms over TCP and its links and channels say why.
+ * configured for rdma whose RDMA device does not exist refuses kvd_domain_link() at once, saying
+ * why; configured for auto, the domain forms over TCP and its links and channels say why.
  */
 START_TEST(test_rdma_device_missing)
 {
@@ -386,7 +389,7 @@ START_TEST(test_rdma_device_missing)
 
         write_config(path, rdma_cfg);
         net_start(&w, 2, extra);
-        ck_assert_int_eq(kvd_link(w.m[0].client, "rdma", info, 2, w.table, &id),
+        ck_assert_int_eq(kvd_domain_link(w.m[0].client, "rdma", info, 2, w.table, &id),
                          KVD_E_FEATURE_NOT_ENABLED);
         s = (char *)kvd_last_error(w.m[0].client);
         ck_assert_msg(strstr(s, "configured for transport rdma") && names_missing_device(s), "%s",
@@ -440,27 +443,27 @@ START_TEST(test_local_comm_res)
                        "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
                        "[{\"device_id\": \"1\", \"device_ip\": \"%s\"}]}]}",
                        w.nodes[0].peer_addr);
-        ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(kvd_client_init(1001, KVD_ROLE_MIX, opts, 3, &c), KVD_E_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "device_id 1"));
         (void)snprintf(res, sizeof(res),
                        "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
                        "[{\"device_id\": \"0\", \"device_ip\": \"10.9.9.9\"}]}]}");
-        ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(kvd_client_init(1001, KVD_ROLE_MIX, opts, 3, &c), KVD_E_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "is not where this kvdistd"));
         (void)snprintf(res, sizeof(res),
                        "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
                        "[{\"device_id\": \"0\", \"device_ip\": \"%s\", \"rank_id\": \"0\"}]}]}",
                        w.nodes[0].peer_addr);
-        ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(kvd_client_init(1001, KVD_ROLE_MIX, opts, 3, &c), KVD_E_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "not in local_comm_res"));
         (void)snprintf(res, sizeof(res),
                        "{\"server_list\": [{\"server_id\": \"mine\", \"device\": "
                        "[{\"device_id\": \"0\", \"device_ip\": \"%s\"}]}]}",
                        w.nodes[0].peer_addr);
-        ck_assert_int_eq(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3), KVD_OK);
+        ck_assert_int_eq(kvd_client_init(1001, KVD_ROLE_MIX, opts, 3, &c), KVD_OK);
         w.m[0].client = c;
         /* The generated table names server "node-ADDR", not "mine". */
-        expect_status(c, kvd_link(c, "res", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
+        expect_status(c, kvd_domain_link(c, "res", info, 2, w.table, &id), KVD_E_PARAM_INVALID,
                       "local_comm_res says server mine");
         (void)snprintf(table, sizeof(table),
                        "{\"version\": \"1.0\", \"server_count\": \"2\", \"server_list\": "
@@ -469,7 +472,7 @@ START_TEST(test_local_comm_res)
                        "\"device\": [{\"device_id\": \"0\", \"device_ip\": \"%s\", "
                        "\"rank_id\": \"1\"}]}]}",
                        w.nodes[0].peer_addr, w.nodes[1].peer_addr);
-        expect_ok(c, kvd_link(c, "res", info, 2, table, &w.m[0].comm_id));
+        expect_ok(c, kvd_domain_link(c, "res", info, 2, table, &w.m[0].comm_id));
         expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "res", table));
         dom_wait_ok(w.m, 2);
         net_stop(&w);
@@ -507,7 +510,7 @@ START_TEST(test_form_v12)
                        "\"host_ip\": \"%s\", \"device\": [{\"device_id\": \"0\", "
                        "\"super_device_id\": \"0\", \"device_ip\": \"192.0.2.1\"}]}]}",
                        w.nodes[0].peer_addr);
-        ck_assert_msg(kvd_client_init(&c, 1001, KVD_ROLE_MIX, opts, 3) == KVD_OK, "%s",
+        ck_assert_msg(kvd_client_init(1001, KVD_ROLE_MIX, opts, 3, &c) == KVD_OK, "%s",
                       kvd_last_error(NULL));
         w.m[0].client = c;
         expect_ok(c, tcache_register(&ca, c, true, 2, 8, 1024, 41, &key_a, 1, KVD_REMOTE_DEFAULT));
@@ -522,7 +525,7 @@ START_TEST(test_form_v12)
                        "{\"server_id\": \"2\", \"host_ip\": \"%s\", \"device\": [{\"device_id\": "
                        "\"0\", \"device_ip\": \"198.51.100.1\", \"rank_id\": \"1\"}]}]}",
                        w.nodes[0].peer_addr, w.nodes[1].peer_addr);
-        expect_status(c, kvd_link(c, "v12", info, 2, table, &id), KVD_E_PARAM_INVALID,
+        expect_status(c, kvd_domain_link(c, "v12", info, 2, table, &id), KVD_E_PARAM_INVALID,
                       "unknown key \"host_ip\" (a \"1.2\" key");
 
         (void)snprintf(table, sizeof(table),
@@ -580,8 +583,8 @@ START_TEST(test_shared_links)
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 2);
 
         /* The first domain goes: the link kvd_link_clusters() made stays. */
-        expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, w.m[0].comm_id));
-        expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, w.m[1].comm_id));
+        expect_ok(w.m[0].client, kvd_domain_unlink(w.m[0].client, w.m[0].comm_id));
+        expect_ok(w.m[1].client, kvd_domain_unlink(w.m[1].client, w.m[1].comm_id));
         ck_assert_int_eq(dom_wait(&second[0], harness_wait_ms()), KVD_MEM_STATUS_OK);
         expect_ok(w.m[0].client, kvd_check_link_status(w.m[0].client, 2002));
         expect_ok(w.m[1].client, kvd_check_link_status(w.m[1].client, 1001));
@@ -589,8 +592,8 @@ START_TEST(test_shared_links)
         tcopies_blocks(&cp, &cb, &ca, ALL, ALL, 2, sb, db, 2);
         tcache_verify(&ca, &cp);
         /* The second goes too: A's link is still the user's. */
-        expect_ok(second[0].client, kvd_unlink(second[0].client, second[0].comm_id));
-        expect_ok(second[1].client, kvd_unlink(second[1].client, second[1].comm_id));
+        expect_ok(second[0].client, kvd_domain_unlink(second[0].client, second[0].comm_id));
+        expect_ok(second[1].client, kvd_domain_unlink(second[1].client, second[1].comm_id));
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "links"), 1);
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "links"), 0);
         expect_ok(w.m[1].client, kvd_check_link_status(w.m[1].client, 1001));
@@ -616,8 +619,8 @@ static int exchange_member(unsigned i, void *arg)
                 {KVD_RECV, x->recv[i].p, x->recv[i].len, KVD_DT_UINT8, !i},
         };
 
-        x->ret[i] =
-                kvd_batch_send_recv(x->m[i].client, x->m[i].comm_id, items, 2, harness_wait_ms());
+        x->ret[i] = kvd_domain_batch_send_recv(x->m[i].client, x->m[i].comm_id, items, 2,
+                                               harness_wait_ms());
         (void)snprintf(x->detail[i], sizeof(x->detail[i]), "%s", kvd_last_error(x->m[i].client));
         return x->ret[i];
 }
@@ -733,9 +736,9 @@ START_TEST(test_unlink_leaves_user_link)
         tcache_verify(&ca, &cpa);
         exchange_check(w.m, 3 * 4096 + 5, 700);
 
-        expect_ok(w.m[first].client, kvd_unlink(w.m[first].client, w.m[first].comm_id));
+        expect_ok(w.m[first].client, kvd_domain_unlink(w.m[first].client, w.m[first].comm_id));
         ck_assert_int_eq(dom_wait_failed(&w.m[!first], harness_wait_ms()), KVD_MEM_STATUS_FAILED);
-        expect_ok(w.m[!first].client, kvd_unlink(w.m[!first].client, w.m[!first].comm_id));
+        expect_ok(w.m[!first].client, kvd_domain_unlink(w.m[!first].client, w.m[!first].comm_id));
         for (unsigned i = 0; i < nodes; i++)
                 ck_assert_int_eq(dom_status_len(&w.nodes[i], "domains"), 0);
         /* The user's link is left, as it was (links are two-way: both see it). */
@@ -792,7 +795,7 @@ START_TEST(test_user_link_unlinked)
         if (one_daemon || who == 0)
                 ck_assert_int_eq(count_links(&w, nodes, "links"), 0);
         for (unsigned i = 0; i < 2; i++)
-                expect_ok(w.m[i].client, kvd_unlink(w.m[i].client, w.m[i].comm_id));
+                expect_ok(w.m[i].client, kvd_domain_unlink(w.m[i].client, w.m[i].comm_id));
         for (unsigned i = 0; i < nodes; i++)
                 ck_assert_int_eq(dom_status_len(&w.nodes[i], "domains"), 0);
         /* Linked again, it makes links of its own, and they carry a batch send/recv. */
@@ -858,19 +861,19 @@ START_TEST(test_relink_after_restart)
         expect_ok(w.m[0].client, dom_link(w.m, 2, 0, "pd", w.table));
         /* The decode daemon answered it "not yet" (its domain failed): it waits, PREPARING. */
         ck_assert(log_wait(&w.nodes[1], "rank 0 linked again"));
-        expect_ok(w.m[0].client, kvd_query_register_mem_status(w.m[0].client, w.m[0].comm_id, &st));
+        expect_ok(w.m[0].client, kvd_domain_status(w.m[0].client, w.m[0].comm_id, &st));
         ck_assert_msg(st == KVD_MEM_STATUS_PREPARING, "%d: %s", st, kvd_last_error(w.m[0].client));
-        expect_ok(w.m[1].client, kvd_query_register_mem_status(w.m[1].client, old, &st));
+        expect_ok(w.m[1].client, kvd_domain_status(w.m[1].client, old, &st));
         ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
 
         /* The decode side links again, after unlinking or while it holds the failed one. */
         if (!keep_old)
-                expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, old));
+                expect_ok(w.m[1].client, kvd_domain_unlink(w.m[1].client, old));
         expect_ok(w.m[1].client, dom_link(w.m, 2, 1, "pd", w.table));
         ck_assert_uint_ne(w.m[1].comm_id, old);
         dom_wait_ok(w.m, 2);
         if (keep_old) {
-                expect_ok(w.m[1].client, kvd_query_register_mem_status(w.m[1].client, old, &st));
+                expect_ok(w.m[1].client, kvd_domain_status(w.m[1].client, old, &st));
                 ck_assert_int_eq(st, KVD_MEM_STATUS_FAILED);
                 ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 2);
                 s = dom_status_str(&w.nodes[1], "domains/0/state");
@@ -879,7 +882,7 @@ START_TEST(test_relink_after_restart)
                 s = dom_status_str(&w.nodes[1], "domains/1/state");
                 ck_assert_str_eq(s, "ok");
                 free(s);
-                expect_ok(w.m[1].client, kvd_unlink(w.m[1].client, old));
+                expect_ok(w.m[1].client, kvd_domain_unlink(w.m[1].client, old));
                 ck_assert_int_eq(dom_wait(&w.m[1], harness_wait_ms()), KVD_MEM_STATUS_OK);
         }
         ck_assert_int_eq(dom_status_len(&w.nodes[1], "domains"), 1);
@@ -917,15 +920,15 @@ START_TEST(test_domain_limit)
         rank_table_build(table, sizeof(table), m, 2, false);
         for (unsigned i = 0; i < 512; i++) {
                 (void)snprintf(name, sizeof(name), "d%u", i);
-                expect_ok(m[0].client, kvd_link(m[0].client, name, info, 2, table, &ids[i]));
+                expect_ok(m[0].client, kvd_domain_link(m[0].client, name, info, 2, table, &ids[i]));
         }
-        expect_status(m[0].client, kvd_link(m[0].client, "d512", info, 2, table, &ids[512]),
+        expect_status(m[0].client, kvd_domain_link(m[0].client, "d512", info, 2, table, &ids[512]),
                       KVD_E_LIMIT_EXCEEDED, "512 comm domains on this daemon, at most 512");
         ck_assert(
                 harness_daemon_log_contains(&n.d, "17 comm domains on this daemon; more than 16"));
         ck_assert_int_eq(dom_status_len(&n, "domains"), 512);
-        expect_ok(m[0].client, kvd_unlink(m[0].client, ids[100]));
-        expect_ok(m[0].client, kvd_link(m[0].client, "d512", info, 2, table, &ids[512]));
+        expect_ok(m[0].client, kvd_domain_unlink(m[0].client, ids[100]));
+        expect_ok(m[0].client, kvd_domain_link(m[0].client, "d512", info, 2, table, &ids[512]));
         expect_ok(m[0].client, kvd_client_finalize(m[0].client));
         ck_assert_int_eq(dom_status_len(&n, "domains"), 0);
         expect_ok(m[1].client, kvd_client_finalize(m[1].client));
@@ -944,7 +947,8 @@ START_TEST(test_setup_queue)
         net_start(&w, 2, NULL);
         for (unsigned i = 0; i < 20; i++) {
                 (void)snprintf(name, sizeof(name), "q%u", i);
-                expect_ok(w.m[0].client, kvd_link(w.m[0].client, name, info, 2, w.table, &ids[i]));
+                expect_ok(w.m[0].client,
+                          kvd_domain_link(w.m[0].client, name, info, 2, w.table, &ids[i]));
         }
         for (unsigned i = 0; i < 20; i++) {
                 char path[64];
@@ -959,7 +963,7 @@ START_TEST(test_setup_queue)
                 }
         }
         /* A set-up in progress goes: the oldest queued one takes its slot. */
-        expect_ok(w.m[0].client, kvd_unlink(w.m[0].client, ids[3]));
+        expect_ok(w.m[0].client, kvd_domain_unlink(w.m[0].client, ids[3]));
         s = dom_status_str(&w.nodes[0], "domains/15/comm_name");
         ck_assert_str_eq(s, "q16");
         free(s);
@@ -970,7 +974,8 @@ START_TEST(test_setup_queue)
         ck_assert_int_eq(dom_status_int(&w.nodes[0], "domains/18/queue_position"), 3);
         /* The member that was missing arrives for a queued domain: answering needs no slot. */
         w.m[1].comm_id = 0;
-        expect_ok(w.m[1].client, kvd_link(w.m[1].client, "q19", info, 2, w.table, &w.m[1].comm_id));
+        expect_ok(w.m[1].client,
+                  kvd_domain_link(w.m[1].client, "q19", info, 2, w.table, &w.m[1].comm_id));
         w.m[0].comm_id = ids[19];
         dom_wait_ok(w.m, 2);
         net_stop(&w);
@@ -1005,7 +1010,7 @@ static int conc_child(void *p)
         uint64_t verdict = 0;
 
         (void)snprintf(dev, sizeof(dev), "%d", me->device_id);
-        if (kvd_client_init(&me->client, me->cluster_id, KVD_ROLE_MIX, opts, 2) < 0)
+        if (kvd_client_init(me->cluster_id, KVD_ROLE_MIX, opts, 2, &me->client) < 0)
                 verdict = 10;
         for (unsigned k = 0; k < CONC_DOMAINS; k++) {
                 unsigned d = c->who % 3 == 0   ? k
@@ -1023,7 +1028,8 @@ static int conc_child(void *p)
                 for (unsigned j = 0; j < c->n_members[d]; j++)
                         info[j] = (kvd_cluster_rank){c->all[c->members[d][j]].cluster_id, j};
                 (void)snprintf(name, sizeof(name), "conc-%u", d);
-                if (kvd_link(me->client, name, info, c->n_members[d], c->tables[d], &ids[i]) < 0) {
+                if (kvd_domain_link(me->client, name, info, c->n_members[d], c->tables[d],
+                                    &ids[i]) < 0) {
                         fprintf(stderr, "conc: cluster %llu: link %s: %s\n",
                                 (unsigned long long)me->cluster_id, name,
                                 kvd_last_error(me->client));
@@ -1034,7 +1040,7 @@ static int conc_child(void *p)
                 kvd_mem_status st = KVD_MEM_STATUS_PREPARING;
 
                 while (st == KVD_MEM_STATUS_PREPARING && !verdict) {
-                        if (kvd_query_register_mem_status(me->client, ids[i], &st) < 0)
+                        if (kvd_domain_status(me->client, ids[i], &st) < 0)
                                 verdict = 12;
                         else if (st == KVD_MEM_STATUS_PREPARING)
                                 harness_sleep_ms(5);

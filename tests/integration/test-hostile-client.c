@@ -421,13 +421,13 @@ static int denied_main(void *arg)
 
         /* Often enough that the refusal comes both before and after Hello went out. */
         for (int i = 0; i < 20; i++) {
-                r = kvd_client_connect(&c, daemon_.options, 1);
+                r = kvd_client_connect(daemon_.options, 1, &c);
                 CHILD_CHECK(r == KVD_E_PERMISSION_DENIED, 10, "kvd_client_connect: %s (%s)",
                             kvd_strerror(r), kvd_last_error(NULL));
                 CHILD_CHECK(strstr(kvd_last_error(NULL), "allow_uids"), 11, "detail: %s",
                             kvd_last_error(NULL));
         }
-        r = kvd_client_init(&c, 7, KVD_ROLE_MIX, daemon_.options, 2);
+        r = kvd_client_init(7, KVD_ROLE_MIX, daemon_.options, 2, &c);
         CHILD_CHECK(r == KVD_E_PERMISSION_DENIED, 12, "kvd_client_init: %s (%s)", kvd_strerror(r),
                     kvd_last_error(NULL));
         CHILD_CHECK(strstr(kvd_last_error(NULL), "uid 65534"), 13, "detail: %s",
@@ -447,7 +447,7 @@ static int allowed_main(void *arg)
         kvd_client *c = NULL;
         int r;
 
-        r = kvd_client_init(&c, (uint64_t)(uintptr_t)arg, KVD_ROLE_MIX, daemon_.options, 2);
+        r = kvd_client_init((uint64_t)(uintptr_t)arg, KVD_ROLE_MIX, daemon_.options, 2, &c);
         CHILD_CHECK(r == KVD_OK, 10, "kvd_client_init: %s (%s)", kvd_strerror(r),
                     kvd_last_error(NULL));
         r = kvd_client_finalize(c);
@@ -593,7 +593,7 @@ static int default_client_main(void *arg)
         kvd_client *c = NULL;
         int r;
 
-        r = kvd_client_init(&c, (uint64_t)(uintptr_t)arg, KVD_ROLE_MIX, &device, 1);
+        r = kvd_client_init((uint64_t)(uintptr_t)arg, KVD_ROLE_MIX, &device, 1, &c);
         CHILD_CHECK(r == KVD_OK, 10, "kvd_client_init: %s (%s)", kvd_strerror(r),
                     kvd_last_error(NULL));
         r = kvd_client_finalize(c);
@@ -734,7 +734,7 @@ static int folder_client_main(void *arg)
         kvd_client *c = NULL;
         int r;
 
-        r = kvd_client_connect(&c, NULL, 0);
+        r = kvd_client_connect(NULL, 0, &c);
         CHILD_CHECK(r == KVD_E_PERMISSION_DENIED, 10, "kvd_client_connect: %s (%s)",
                     kvd_strerror(r), kvd_last_error(NULL));
         CHILD_CHECK(strstr(kvd_last_error(NULL), fc->f->dir) &&

@@ -111,7 +111,7 @@ int main(int argc, char **argv)
         char *json = NULL;
         int r;
 
-        r = kvd_client_connect(&client, &opt, 1);
+        r = kvd_client_connect(&opt, 1, &client);
         if (r < 0) {
                 fprintf(stderr, "connect: %s: %s\n", kvd_strerror(r), kvd_last_error(NULL));
                 return 1;

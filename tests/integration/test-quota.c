@@ -172,7 +172,7 @@ static void expect_refusal_metric(const char *limit)
         kvd_client *c = NULL;
         char *text = NULL, line[128];
 
-        expect_ok(NULL, kvd_client_connect(&c, daemon_.options, 1));
+        expect_ok(NULL, kvd_client_connect(daemon_.options, 1, &c));
         expect_ok(c, kvd_daemon_metrics(c, &text));
         (void)snprintf(line, sizeof(line), "kvdist_user_quota_refused_total{limit=\"%s\"} 0",
                        limit);
@@ -368,12 +368,12 @@ static int regions_main(void *arg)
         void *p[8];
         int r;
 
-        r = kvd_client_init(&c[0], 9001, KVD_ROLE_MIX, opts, 2);
+        r = kvd_client_init(9001, KVD_ROLE_MIX, opts, 2, &c[0]);
         CHILD_CHECK(r == KVD_OK, 40, "init 9001: %s %s", kvd_strerror(r), kvd_last_error(NULL));
-        r = kvd_client_init(&c[1], 9002, KVD_ROLE_MIX, opts, 2);
+        r = kvd_client_init(9002, KVD_ROLE_MIX, opts, 2, &c[1]);
         CHILD_CHECK(r == KVD_OK, 41, "init 9002: %s %s", kvd_strerror(r), kvd_last_error(NULL));
         /* A third cluster is past limits.per_user.max_clusters. */
-        r = kvd_client_init(&c[2], 9003, KVD_ROLE_MIX, opts, 2);
+        r = kvd_client_init(9003, KVD_ROLE_MIX, opts, 2, &c[2]);
         CHILD_CHECK(r == KVD_E_LIMIT_EXCEEDED && strstr(kvd_last_error(NULL), "max_clusters") &&
                             strstr(kvd_last_error(NULL), "uid 65534"),
                     42, "third cluster: %s %s", kvd_strerror(r), kvd_last_error(NULL));
@@ -438,9 +438,9 @@ static int flooder_main(void *arg)
         int r, ret = 1, n = 0;
 
         /* The destination is a server (a port of its own), as LLM-DataDist's prompt side. */
-        r = kvd_client_init(&dst, 9101, KVD_ROLE_PROMPT, opts, 3);
+        r = kvd_client_init(9101, KVD_ROLE_PROMPT, opts, 3, &dst);
         CHILD_CHECK(r == KVD_OK, 50, "init: %s %s", kvd_strerror(r), kvd_last_error(NULL));
-        r = kvd_client_init(&src, 9102, KVD_ROLE_DECODER, opts, 2);
+        r = kvd_client_init(9102, KVD_ROLE_DECODER, opts, 2, &src);
         CHILD_CHECK(r == KVD_OK, 51, "init: %s %s", kvd_strerror(r), kvd_last_error(NULL));
         r = tcache_register(&dc, dst, true, 2, 4, 1024, 7, &key, 1, KVD_REMOTE_DEFAULT);
         CHILD_CHECK(r == KVD_OK, 52, "%s", kvd_last_error(dst));

@@ -150,8 +150,8 @@ static int check_status_until_done(Pair *x, kvd_task *task, const char *what)
 
         ck_assert_int_eq(pthread_create(&sl.thread, NULL, sleeper_run, &sl), 0);
         /* [0]: B's daemon, which posts the work requests; [1]: A's, which serves them. */
-        expect_ok(NULL, kvd_client_connect(&c[0], x->d.d.options, 1));
-        expect_ok(NULL, kvd_client_connect(&c[1], x->p.d.options, 1));
+        expect_ok(NULL, kvd_client_connect(x->d.d.options, 1, &c[0]));
+        expect_ok(NULL, kvd_client_connect(x->p.d.options, 1, &c[1]));
         for (unsigned i = 0; (r = kvd_task_wait(task, 10)) == KVD_E_TIMEOUT; i++) {
                 unsigned k = i % 2;
                 char *json = NULL;

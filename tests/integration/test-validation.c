@@ -363,7 +363,7 @@ START_TEST(test_client_errors)
         ck_assert_ptr_null(c);
 
         no_device[0] = w.d.options[0];
-        r = kvd_client_init(&c, 77, KVD_ROLE_MIX, no_device, 1);
+        r = kvd_client_init(77, KVD_ROLE_MIX, no_device, 1, &c);
         expect_status(NULL, r, KVD_E_PARAM_INVALID, "\"device_id\" is required");
         ck_assert_ptr_null(c);
         world_stop(&w);

@@ -245,7 +245,7 @@ kvd_client *fake_client_init(FakeDaemon *d)
         kvd_option opts[] = {{"socket_path", d->path}, {"device_id", "0"}};
         kvd_client *c = NULL;
 
-        ck_assert_int_eq(kvd_client_init(&c, 1, KVD_ROLE_DECODER, opts, 2), KVD_OK);
+        ck_assert_int_eq(kvd_client_init(1, KVD_ROLE_DECODER, opts, 2, &c), KVD_OK);
         ck_assert_ptr_nonnull(c);
         return c;
 }

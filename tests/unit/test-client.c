@@ -50,17 +50,17 @@ START_TEST(test_no_socket)
         ck_assert_ptr_nonnull(mkdtemp(dir));
         snprintf(path, sizeof(path), "%s/missing.sock", dir);
 
-        ck_assert_int_eq(kvd_client_connect(&c, opts, 1), KVD_E_DAEMON_UNAVAILABLE);
+        ck_assert_int_eq(kvd_client_connect(opts, 1, &c), KVD_E_DAEMON_UNAVAILABLE);
         ck_assert_ptr_null(c);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), path));
 
-        ck_assert_int_eq(kvd_client_init(&c, 1, KVD_ROLE_PROMPT, opts, 2),
+        ck_assert_int_eq(kvd_client_init(1, KVD_ROLE_PROMPT, opts, 2, &c),
                          KVD_E_DAEMON_UNAVAILABLE);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), path));
 
         /* $KVDIST_SOCKET is used when no option names a path. */
         setenv("KVDIST_SOCKET", path, 1);
-        ck_assert_int_eq(kvd_client_connect(&c, NULL, 0), KVD_E_DAEMON_UNAVAILABLE);
+        ck_assert_int_eq(kvd_client_connect(NULL, 0, &c), KVD_E_DAEMON_UNAVAILABLE);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), path));
         unsetenv("KVDIST_SOCKET");
 
@@ -89,7 +89,7 @@ START_TEST(test_hello_mismatch)
         kvd_client *c = NULL;
 
         fake_start(&d, script_hello_error);
-        ck_assert_int_eq(kvd_client_connect(&c, &(kvd_option){"socket_path", d.path}, 1),
+        ck_assert_int_eq(kvd_client_connect(&(kvd_option){"socket_path", d.path}, 1, &c),
                          KVD_E_PROTOCOL_MISMATCH);
         ck_assert_ptr_null(c);
         ck_assert_str_eq(kvd_last_error(NULL), "kvdistd speaks protocol 7");
@@ -118,7 +118,7 @@ START_TEST(test_hello_other_version)
         kvd_client *c = NULL;
 
         fake_start(&d, script_hello_version);
-        ck_assert_int_eq(kvd_client_connect(&c, &(kvd_option){"socket_path", d.path}, 1),
+        ck_assert_int_eq(kvd_client_connect(&(kvd_option){"socket_path", d.path}, 1, &c),
                          KVD_E_PROTOCOL_MISMATCH);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "protocol 2"));
         fake_stop(&d);
@@ -141,8 +141,8 @@ START_TEST(test_hello_denied)
 
         fake_start(&d, script_hello_denied);
         ck_assert_int_eq(
-                kvd_client_init(&c, 3, KVD_ROLE_MIX,
-                                (kvd_option[]){{"socket_path", d.path}, {"device_id", "1"}}, 2),
+                kvd_client_init(3, KVD_ROLE_MIX,
+                                (kvd_option[]){{"socket_path", d.path}, {"device_id", "1"}}, 2, &c),
                 KVD_E_PERMISSION_DENIED);
         ck_assert_str_eq(kvd_last_error(NULL), "uid 1234 is not allowed");
         fake_stop(&d);
@@ -166,8 +166,8 @@ START_TEST(test_hello_farewell)
 
         fake_start(&d, script_farewell_after_hello);
         ck_assert_int_eq(
-                kvd_client_init(&c, 3, KVD_ROLE_MIX,
-                                (kvd_option[]){{"socket_path", d.path}, {"device_id", "1"}}, 2),
+                kvd_client_init(3, KVD_ROLE_MIX,
+                                (kvd_option[]){{"socket_path", d.path}, {"device_id", "1"}}, 2, &c),
                 KVD_E_PERMISSION_DENIED);
         ck_assert_ptr_null(c);
         ck_assert_str_eq(kvd_last_error(NULL), "kvdistd refuses uid 1234");
@@ -189,7 +189,7 @@ START_TEST(test_farewell_under_send)
         char *json = NULL;
 
         fake_start(&d, script_farewell_later);
-        ck_assert_int_eq(kvd_client_connect(&c, &(kvd_option){"socket_path", d.path}, 1), KVD_OK);
+        ck_assert_int_eq(kvd_client_connect(&(kvd_option){"socket_path", d.path}, 1, &c), KVD_OK);
         /* The fake has closed its end: the request's send fails with EPIPE, and the client reads
          * what the daemon said before it closed. */
         fake_stop(&d);
@@ -214,9 +214,9 @@ static int init_with(const char *socket_path, kvd_role role, const char *key, co
 
         /* A key of "device_id" replaces the default one. */
         if (key && strcmp(key, "device_id") == 0)
-                r = kvd_client_init(&c, 1, role, (kvd_option[]){opts[0], opts[2]}, 2);
+                r = kvd_client_init(1, role, (kvd_option[]){opts[0], opts[2]}, 2, &c);
         else
-                r = kvd_client_init(&c, 1, role, opts, key ? 3 : 2);
+                r = kvd_client_init(1, role, opts, key ? 3 : 2, &c);
         ck_assert_ptr_null(c);
         return r;
 }
@@ -234,7 +234,7 @@ START_TEST(test_options)
                          KVD_E_DAEMON_UNAVAILABLE);
 
         ck_assert_int_eq(
-                kvd_client_init(&c, 1, KVD_ROLE_PROMPT, &(kvd_option){"socket_path", path}, 1),
+                kvd_client_init(1, KVD_ROLE_PROMPT, &(kvd_option){"socket_path", path}, 1, &c),
                 KVD_E_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "device_id"));
 
@@ -267,11 +267,11 @@ START_TEST(test_options)
 
         /* kvd_client_connect() takes only "socket_path". */
         ck_assert_int_eq(kvd_client_connect(
-                                 &c, (kvd_option[]){{"socket_path", path}, {"device_id", "0"}}, 2),
+                                 (kvd_option[]){{"socket_path", path}, {"device_id", "0"}}, 2, &c),
                          KVD_E_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "device_id"));
-        ck_assert_int_eq(kvd_client_connect(NULL, NULL, 0), KVD_E_PARAM_INVALID);
-        ck_assert_int_eq(kvd_client_init(&c, 1, KVD_ROLE_PROMPT, NULL, 1), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(kvd_client_connect(NULL, 0, NULL), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(kvd_client_init(1, KVD_ROLE_PROMPT, NULL, 1, &c), KVD_E_PARAM_INVALID);
 }
 END_TEST
 
@@ -341,7 +341,7 @@ START_TEST(test_init_and_calls)
 
         fake_start(&d, script_init_calls);
         opts[0].value = d.path;
-        ck_assert_int_eq(kvd_client_init(&c, 77, KVD_ROLE_PROMPT, opts, ARRAY_SIZE(opts)), KVD_OK);
+        ck_assert_int_eq(kvd_client_init(77, KVD_ROLE_PROMPT, opts, ARRAY_SIZE(opts), &c), KVD_OK);
 
         ck_assert_int_eq(kvd_check_link_status(c, 9), KVD_E_NOT_YET_LINK);
         ck_assert_str_eq(kvd_last_error(c), "no link to cluster 9");

@@ -2342,7 +2342,8 @@ static const char *const local_table =
         "{\"device_id\": \"4\", \"device_ip\": \"127.0.0.1\", \"rank_id\": \"0\"},"
         "{\"device_id\": \"0\", \"device_ip\": \"127.0.0.1\", \"rank_id\": \"1\"}]}]}";
 
-/* kvd_link() of @c with @ranks; returns what domain_handle_link() did, the comm id in @ret. */
+/* kvd_domain_link() of @c with @ranks; returns what domain_handle_link() did, the comm id in @ret.
+ */
 static int link_call(Cluster *c, const DomainClusterRank *ranks, size_t n, uint64_t *ret)
 {
         Completion done = {.ops = &cpl_ops};
@@ -2358,7 +2359,7 @@ static int link_call(Cluster *c, const DomainClusterRank *ranks, size_t n, uint6
         return r;
 }
 
-/* A domain of two clusters of this daemon, through the client's kvd_link() arguments. */
+/* A domain of two clusters of this daemon, through the client's kvd_domain_link() arguments. */
 START_TEST(test_link_local)
 {
         Cluster *c0 = cluster(100), *c1 = cluster(200);

@@ -105,21 +105,20 @@ typedef struct kvd_option {
  * $KVDIST_SOCKET, then the daemon's default),
  * "local_comm_res" (a rank-table fragment naming this cluster's server and device, e.g.
  * {"server_list": [{"server_id": "node-a", "device": [{"device_id": "0",
- * "device_ip": "10.0.0.1"}]}]}, or with "version": "1.2" a server's "host_ip" as in kvd_link();
- * left out, the daemon generates it from its peer address).
- * On success *@ret_client owns the connection until kvd_client_finalize().
- * Fails with PARAM_INVALID for bad options (a listen_ip_info that does not parse),
- * LINK_FAILED for a listen_ip_info the daemon cannot listen on (another cluster's port, an
- * address in use or not of this host), CLUSTER_EXISTS for a duplicate id,
- * DAEMON_UNAVAILABLE when nothing listens, PERMISSION_DENIED when the daemon refuses us (its
- * allow_uids / allow_gids; the detail names our uid and gid) or when the socket lies in a
- * /tmp/kvdist-UID folder that is a symbolic link, belongs to another uid or is writable by
- * others (nothing is sent there), LIMIT_EXCEEDED when the daemon has as many connections or
+ * "device_ip": "10.0.0.1"}]}]}, or with "version": "1.2" a server's "host_ip" as in
+ * kvd_domain_link(); left out, the daemon generates it from its peer address). On success
+ * *@ret_client owns the connection until kvd_client_finalize(). Fails with PARAM_INVALID for bad
+ * options (a listen_ip_info that does not parse), LINK_FAILED for a listen_ip_info the daemon
+ * cannot listen on (another cluster's port, an address in use or not of this host), CLUSTER_EXISTS
+ * for a duplicate id, DAEMON_UNAVAILABLE when nothing listens, PERMISSION_DENIED when the daemon
+ * refuses us (its allow_uids / allow_gids; the detail names our uid and gid) or when the socket
+ * lies in a /tmp/kvdist-UID folder that is a symbolic link, belongs to another uid or is writable
+ * by others (nothing is sent there), LIMIT_EXCEEDED when the daemon has as many connections or
  * clusters as it takes, or when this uid's clients hold all that the daemon's limits.per_user
  * lets one uid hold (the detail names the uid and the limit).
  */
-int kvd_client_init(kvd_client **ret_client, uint64_t cluster_id, kvd_role role,
-                    const kvd_option *options, size_t n_options);
+int kvd_client_init(uint64_t cluster_id, kvd_role role, const kvd_option *options, size_t n_options,
+                    kvd_client **ret_client);
 
 /*
  * Connects without attaching a cluster: only read-only calls work (kvd_daemon_status()).
@@ -127,7 +126,7 @@ int kvd_client_init(kvd_client **ret_client, uint64_t cluster_id, kvd_role role,
  * daemon closes such a connection once it has sent no request for its limits.attach_timeout_ms
  * (10 s by default); a later call then fails with TIMEOUT and a detail naming that key.
  */
-int kvd_client_connect(kvd_client **ret_client, const kvd_option *options, size_t n_options);
+int kvd_client_connect(const kvd_option *options, size_t n_options, kvd_client **ret_client);
 
 /*
  * Detaches the cluster (the daemon tears down its links, caches and regions), unmaps every
@@ -321,7 +320,7 @@ typedef struct kvd_cluster_info {
  * this cluster's transfers first.
  */
 int kvd_link_clusters(kvd_client *client, const kvd_cluster_info *clusters, size_t n,
-                      int timeout_ms, int *rets);
+                      int32_t timeout_ms, int *rets);
 
 /*
  * Tears links down. Either cluster of a link may call it, naming the other: the one linked to
@@ -332,7 +331,7 @@ int kvd_link_clusters(kvd_client *client, const kvd_cluster_info *clusters, size
  * goes for both). NOT_YET_LINK when no link joins the two.
  */
 int kvd_unlink_clusters(kvd_client *client, const kvd_cluster_info *clusters, size_t n,
-                        int timeout_ms, bool force, int *rets);
+                        int32_t timeout_ms, bool force, int *rets);
 
 /*
  * KVD_OK when a working link joins this cluster and @remote_cluster_id, made by either (links
@@ -491,14 +490,14 @@ int kvd_notify_fd(kvd_client *client, int *ret_fd);
 int kvd_get_notifies(kvd_client *client, kvd_notify *out, size_t max, size_t *ret_n);
 
 /*
- * Comm domains: LLM-DataDist's two-sided link. Every member cluster (2..4) calls kvd_link() with
- * the same comm_name, cluster_rank_info and rank table; the call returns at once and the domain
- * forms in the background on the members' daemons, which find each other through the rank
+ * Comm domains: LLM-DataDist's two-sided link. Every member cluster (2..4) calls kvd_domain_link()
+ * with the same comm_name, cluster_rank_info and rank table; the call returns at once and the
+ * domain forms in the background on the members' daemons, which find each other through the rank
  * table: a server's host_ip ("1.2" form) or else its devices' device_ip names the member
  * daemon's peer address ("ip" means port 7400, or "ip:port").
- * kvd_query_register_mem_status() says when it is OK; then pulls and pushes between the members'
- * caches work as over kvd_link_clusters() links, and so do kvd_batch_send_recv() and the
- * collectives. Memory must be registered before kvd_link(): what is registered later is not
+ * kvd_domain_status() says when it is OK; then pulls and pushes between the members'
+ * caches work as over kvd_link_clusters() links, and so do kvd_domain_batch_send_recv() and the
+ * collectives. Memory must be registered before kvd_domain_link(): what is registered later is not
  * exposed to the other members (pool caches are, as over any link).
  */
 #define KVD_COMM_NAME_MAX 127
@@ -524,16 +523,17 @@ typedef struct kvd_cluster_rank {
  * at once: PARAM_INVALID (the detail names what is wrong: a rank twice or outside 0..n-1, a
  * cluster twice, ...), ALREADY_LINK, LIMIT_EXCEEDED (KVD_MAX_DOMAINS on this daemon),
  * FEATURE_NOT_ENABLED.
- * The domain is PREPARING until every member called kvd_link() (a member whose domain of that
- * name failed counts only once it links again) and the links are made, or FAILED once
+ * The domain is PREPARING until every member called kvd_domain_link() (a member whose domain of
+ * that name failed counts only once it links again) and the links are made, or FAILED once
  * link_total_time passed. Linking the name of a domain that FAILED (a member left or was lost,
  * e.g. it restarted) makes a new domain with a new comm_id; the failed one stays FAILED under
  * its own comm_id until this cluster unlinks it. Members already linked by kvd_link_clusters()
  * (made by either of them) use that link and open no other; it stays when the domain goes, and
  * unlinking it fails the domain (LINK_FAILED).
  */
-int kvd_link(kvd_client *client, const char *comm_name, const kvd_cluster_rank *cluster_rank_info,
-             size_t n, const char *rank_table_json, uint64_t *ret_comm_id);
+int kvd_domain_link(kvd_client *client, const char *comm_name,
+                    const kvd_cluster_rank *cluster_rank_info, size_t n,
+                    const char *rank_table_json, uint64_t *ret_comm_id);
 
 typedef enum kvd_mem_status {
         KVD_MEM_STATUS_OK = 0,        /* every member's caches are known to every other */
@@ -547,13 +547,13 @@ typedef enum kvd_mem_status {
  * Where domain @comm_id stands, in *@ret_status. When it is FAILED the call still returns
  * KVD_OK, and kvd_last_error(client) gives the reason.
  */
-int kvd_query_register_mem_status(kvd_client *client, uint64_t comm_id, kvd_mem_status *ret_status);
+int kvd_domain_status(kvd_client *client, uint64_t comm_id, kvd_mem_status *ret_status);
 
 /*
  * Leaves domain @comm_id; it fails on every other member (they unlink it too). LINK_BUSY while an
  * operation of this cluster runs in it.
  */
-int kvd_unlink(kvd_client *client, uint64_t comm_id);
+int kvd_domain_unlink(kvd_client *client, uint64_t comm_id);
 
 typedef enum kvd_send_recv_type {
         KVD_SEND = 0,
@@ -578,8 +578,8 @@ typedef struct kvd_send_recv_item {
  * is OK, TIMEOUT, PEER_LOST, ...). An item whose other end gave up on it fails with that end's
  * status: TIMEOUT when the other end's deadline passed.
  */
-int kvd_batch_send_recv(kvd_client *client, uint64_t comm_id, const kvd_send_recv_item *items,
-                        size_t n, int timeout_ms);
+int kvd_domain_batch_send_recv(kvd_client *client, uint64_t comm_id,
+                               const kvd_send_recv_item *items, size_t n, int32_t timeout_ms);
 
 typedef enum kvd_algorithm {
         KVD_ALGO_AUTO = 0, /* ring for large broadcasts among 3 or more members, else mesh */

@@ -107,7 +107,7 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         (void)pthread_mutex_init(&self->orphans_lock, NULL);
 
         Py_BEGIN_ALLOW_THREADS r =
-                kvd_client_init(&c, cluster_id, (kvd_role)role, opts.options, opts.n);
+                kvd_client_init(cluster_id, (kvd_role)role, opts.options, opts.n, &c);
         if (r != KVD_OK)
                 (void)snprintf(detail, sizeof(detail), "%s", kvd_last_error(NULL));
         Py_END_ALLOW_THREADS
@@ -629,7 +629,7 @@ static PyObject *client_link(ClientObject *self, PyObject *args)
                 return NULL;
 
         if (call_begin(&k, self))
-                r = kvd_link(k.c, name, ranks.ranks, ranks.n, table, &comm_id);
+                r = kvd_domain_link(k.c, name, ranks.ranks, ranks.n, table, &comm_id);
         r = call_end(&k, r);
         if (r != KVD_OK)
                 return kvdpy_raise(r, k.detail);
@@ -646,7 +646,7 @@ static PyObject *client_query_register_mem_status(ClientObject *self, PyObject *
         if (u64_from_object(arg, &id, "comm_id") < 0)
                 return NULL;
         if (call_begin(&k, self)) {
-                r = kvd_query_register_mem_status(k.c, id, &st);
+                r = kvd_domain_status(k.c, id, &st);
                 /* A FAILED domain's reason comes as the detail of a successful call. */
                 if (r == KVD_OK && st == KVD_MEM_STATUS_FAILED)
                         (void)snprintf(k.detail, sizeof(k.detail), "%s", kvd_last_error(k.c));
@@ -666,7 +666,7 @@ static PyObject *client_unlink(ClientObject *self, PyObject *arg)
         if (u64_from_object(arg, &id, "comm_id") < 0)
                 return NULL;
         if (call_begin(&k, self))
-                r = kvd_unlink(k.c, id);
+                r = kvd_domain_unlink(k.c, id);
         r = call_end(&k, r);
         if (r != KVD_OK)
                 return kvdpy_raise(r, k.detail);
@@ -763,7 +763,7 @@ static PyMethodDef client_methods[] = {
          "link(comm_name, [(cluster_id, rank)], rank_table)\n--\n\nkvd_link(): the comm id."},
         {"query_register_mem_status", (PyCFunction)client_query_register_mem_status, METH_O,
          "query_register_mem_status(comm_id)\n--\n\n"
-         "kvd_query_register_mem_status(): (status, reason when FAILED)."},
+         "kvd_domain_status(): (status, reason when FAILED)."},
         {"unlink", (PyCFunction)client_unlink, METH_O, "unlink(comm_id)\n--\n\nkvd_unlink()."},
         {"daemon_status", (PyCFunction)client_daemon_status, METH_NOARGS,
          "daemon_status()\n--\n\nkvd_daemon_status(): JSON text."},

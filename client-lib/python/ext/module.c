@@ -126,7 +126,7 @@ static PyObject *daemon_query(PyObject *args, PyObject *kwds, bool metrics)
         if (!opt.value && PyErr_Occurred())
                 return NULL;
 
-        Py_BEGIN_ALLOW_THREADS r = kvd_client_connect(&c, &opt, opt.value ? 1 : 0);
+        Py_BEGIN_ALLOW_THREADS r = kvd_client_connect(&opt, opt.value ? 1 : 0, &c);
         if (r == KVD_OK)
                 r = metrics ? kvd_daemon_metrics(c, &text) : kvd_daemon_status(c, &text);
         if (r != KVD_OK)
