@@ -89,8 +89,18 @@ struct kvd_client {
         size_t pool_size;
 };
 
+/* What a batch task keeps to tell its entries apart once answered (batch.c). */
+typedef struct TaskBatch {
+        size_t n;
+        int *status;             /* per entry, once answered */
+        kvd_transfer_kind *kind; /* per entry */
+        uint64_t *local_blocks;  /* each entry's local block ids, one after the other */
+        size_t *local_off;       /* n + 1 offsets into local_blocks */
+} TaskBatch;
+
 struct kvd_task {
         kvd_client *client; /* holds a reference */
+        TaskBatch *batch;   /* a batch's task; NULL for one transfer */
         Pending pending;
         const char *name; /* what the request was, for details */
         usec_t deadline;  /* the daemon must have answered by then */
@@ -216,6 +226,41 @@ typedef struct KeyStorage {
  * Returns KVD_OK or PARAM_INVALID with a detail naming @what (the argument, e.g. "src_key").
  */
 int cache_key_to_pb(const kvd_cache_key *key, KeyStorage *storage, const char *what, Error *err);
+
+/* transfer.c */
+
+/* One transfer as the wire carries it, and the messages it points into. */
+typedef struct TransferPb {
+        Kvdist__V1__Transfer xfer;
+        Kvdist__V1__LayerRange src_layers;
+        Kvdist__V1__LayerRange dst_layers;
+        KeyStorage ks;
+} TransferPb;
+
+/*
+ * Checks @e and fills @ret from it (pointing into @e's arrays) with @timeout_ms (<= 0: the
+ * client's). @what prefixes the names in a detail ("entries[3]."; "" for a single call).
+ * KVD_OK or PARAM_INVALID.
+ */
+int transfer_entry_to_pb(const kvd_batch_entry *e, int32_t timeout_ms, const char *what,
+                         TransferPb *ret, Error *err);
+
+/* The timeout a transfer of @timeout_ms (0: the client's) runs with. */
+uint32_t transfer_timeout(const kvd_client *c, uint32_t timeout_ms);
+
+/* A new task for a request @name that the daemon answers within @timeout_ms; NULL: ENOMEM. */
+kvd_task *transfer_task_new(kvd_client *c, const char *name, uint32_t timeout_ms);
+
+/* batch.c */
+
+TaskBatch *task_batch_free(TaskBatch *b);
+
+/*
+ * Reads a batch task's reply (TransferBatchReply) into its entries' statuses, when @r (the
+ * request's own status) is KVD_OK; else every entry takes @r. Returns KVD_OK when every entry
+ * succeeded, else the first failed entry's status with a detail naming it. Under c->lock.
+ */
+int task_batch_take_reply(kvd_task *t, int r, Error *err);
 
 /* memory.c */
 

@@ -12,7 +12,7 @@
 #include "client-lib/client.h"
 
 typedef struct TransferArgs {
-        Kvdist__V1__TransferKind kind;
+        kvd_transfer_kind kind;
         const kvd_cache_key *key;
         uint64_t cache_id;
         uint32_t batch_index;
@@ -24,16 +24,16 @@ typedef struct TransferArgs {
         const kvd_transfer_opts *opts;
 } TransferArgs;
 
-static const char *transfer_name(Kvdist__V1__TransferKind kind)
+static const char *transfer_name(kvd_transfer_kind kind)
 {
         switch (kind) {
-        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE:
+        case KVD_PULL_CACHE:
                 return "pull_cache";
-        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS:
+        case KVD_PULL_BLOCKS:
                 return "pull_blocks";
-        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_CACHE:
+        case KVD_PUSH_CACHE:
                 return "push_cache";
-        case KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS:
+        case KVD_PUSH_BLOCKS:
                 return "push_blocks";
         default:
                 return "transfer";
@@ -46,6 +46,7 @@ static kvd_task *task_free(kvd_task *t)
                 return NULL;
         pending_deinit(t->client, &t->pending);
         client_unref(t->client);
+        task_batch_free(t->batch);
         free(t);
         return NULL;
 }
@@ -58,80 +59,134 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(kvd_task, task_free);
  * Turns @r into the wire's inclusive range. Returns 0 for a range of every layer (count 0: the
  * wire leaves it out), 1 for a range it filled in, PARAM_INVALID for one past INT32_MAX.
  */
-static int layer_range_to_pb(const kvd_layer_range *r, const char *name,
+static int layer_range_to_pb(const kvd_layer_range *r, const char *what, const char *name,
                              Kvdist__V1__LayerRange *ret, Error *err)
 {
         if (r->count == 0)
                 return 0;
         if (r->first > INT32_MAX || r->count - 1 > (uint32_t)INT32_MAX - r->first)
                 return error_set(err, KVD_E_PARAM_INVALID,
-                                 "opts.%s {first %" PRIu32 ", count %" PRIu32
-                                 "} goes past layer %d",
-                                 name, r->first, r->count, INT32_MAX);
+                                 "%s%s {first %" PRIu32 ", count %" PRIu32 "} goes past layer %d",
+                                 what, name, r->first, r->count, INT32_MAX);
         ret->first = (int32_t)r->first;
         ret->last = (int32_t)(r->first + r->count - 1);
         return 1;
 }
 
+int transfer_entry_to_pb(const kvd_batch_entry *e, int32_t timeout_ms, const char *what,
+                         TransferPb *ret, Error *err)
+{
+        bool pull = e->kind == KVD_PULL_CACHE || e->kind == KVD_PULL_BLOCKS;
+        char key_name[64];
+        int r;
+
+        *ret = (TransferPb){
+                .xfer = KVDIST__V1__TRANSFER__INIT,
+                .src_layers = KVDIST__V1__LAYER_RANGE__INIT,
+                .dst_layers = KVDIST__V1__LAYER_RANGE__INIT,
+        };
+        if (e->kind < KVD_PULL_CACHE || e->kind > KVD_PUSH_BLOCKS)
+                return error_set(err, KVD_E_PARAM_INVALID, "%skind %d is not a transfer kind",
+                                 what, (int)e->kind);
+        (void)snprintf(key_name, sizeof(key_name), "%s%s", what, pull ? "src_key" : "dst_key");
+        r = cache_key_to_pb(&e->key, &ret->ks, key_name, err);
+        if (r < 0)
+                return r;
+        if (e->n_src > 0 && !e->src_blocks)
+                return error_set(err, KVD_E_PARAM_INVALID, "%ssrc_blocks is NULL but n_src is %zu",
+                                 what, e->n_src);
+        if (e->n_dst > 0 && !e->dst_blocks)
+                return error_set(err, KVD_E_PARAM_INVALID, "%sdst_blocks is NULL but n_dst is %zu",
+                                 what, e->n_dst);
+        if (e->size < -1)
+                return error_set(err, KVD_E_PARAM_INVALID,
+                                 "%ssize is %lld (bytes per tensor, or -1 for the whole item)",
+                                 what, (long long)e->size);
+        ret->xfer.kind = (Kvdist__V1__TransferKind)e->kind;
+        ret->xfer.remote_key = &ret->ks.key;
+        ret->xfer.local_cache_id = e->cache_id;
+        ret->xfer.n_src_blocks = e->n_src;
+        ret->xfer.src_blocks = (uint64_t *)e->src_blocks;
+        ret->xfer.n_dst_blocks = e->n_dst;
+        ret->xfer.dst_blocks = (uint64_t *)e->dst_blocks;
+        ret->xfer.local_batch_index = e->batch_index;
+        ret->xfer.size = e->size;
+        /* A range of no layers means every layer. */
+        r = layer_range_to_pb(&e->src_layers, what[0] ? what : "opts.", "src_layers",
+                              &ret->src_layers, err);
+        if (r < 0)
+                return r;
+        if (r > 0)
+                ret->xfer.src_layers = &ret->src_layers;
+        r = layer_range_to_pb(&e->dst_layers, what[0] ? what : "opts.", "dst_layers",
+                              &ret->dst_layers, err);
+        if (r < 0)
+                return r;
+        if (r > 0)
+                ret->xfer.dst_layers = &ret->dst_layers;
+        ret->xfer.tensor_num_per_layer = e->tensor_num_per_layer ?: 2;
+        if (timeout_ms > 0)
+                ret->xfer.timeout_ms = (uint32_t)timeout_ms;
+        return KVD_OK;
+}
+
+uint32_t transfer_timeout(const kvd_client *c, uint32_t timeout_ms)
+{
+        return timeout_ms ?: c->sync_kv_timeout_ms ?: CLIENT_DEFAULT_SYNC_KV_TIMEOUT_MS;
+}
+
+kvd_task *transfer_task_new(kvd_client *c, const char *name, uint32_t timeout_ms)
+{
+        kvd_task *t = calloc(1, sizeof(*t));
+
+        if (!t)
+                return NULL;
+        t->client = client_ref(c);
+        pending_init(&t->pending);
+        t->name = name;
+        t->timeout_ms = timeout_ms;
+        /* The daemon answers by the transfer's own deadline; the grace covers the way back. */
+        t->deadline =
+                now_usec(CLOCK_MONOTONIC) + ((usec_t)timeout_ms + CLIENT_GRACE_MS) * USEC_PER_MSEC;
+        return t;
+}
+
 static int transfer_submit(kvd_client *c, const TransferArgs *a, kvd_task **ret_task, Error *err)
 {
-        Kvdist__V1__Transfer xfer = KVDIST__V1__TRANSFER__INIT;
-        Kvdist__V1__LayerRange src_layers = KVDIST__V1__LAYER_RANGE__INIT;
-        Kvdist__V1__LayerRange dst_layers = KVDIST__V1__LAYER_RANGE__INIT;
-        bool pull = a->kind == KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE ||
-                    a->kind == KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS;
-        const char *key_name = pull ? "src_key" : "dst_key";
+        bool pull = a->kind == KVD_PULL_CACHE || a->kind == KVD_PULL_BLOCKS;
         _cleanup_(task_freep) kvd_task *t = NULL;
         kvd_transfer_opts o;
-        KeyStorage ks;
+        TransferPb pb;
         uint32_t timeout;
         int r;
 
         if (!ret_task)
                 return error_set(err, KVD_E_PARAM_INVALID, "ret_task is NULL");
         if (!a->key)
-                return error_set(err, KVD_E_PARAM_INVALID, "%s is NULL", key_name);
-        r = cache_key_to_pb(a->key, &ks, key_name, err);
-        if (r < 0)
-                return r;
-        if (a->n_src > 0 && !a->src_blocks)
-                return error_set(err, KVD_E_PARAM_INVALID, "src_blocks is NULL but n_src is %zu",
-                                 a->n_src);
-        if (a->n_dst > 0 && !a->dst_blocks)
-                return error_set(err, KVD_E_PARAM_INVALID, "dst_blocks is NULL but n_dst is %zu",
-                                 a->n_dst);
-        if (a->size < -1)
-                return error_set(err, KVD_E_PARAM_INVALID,
-                                 "size is %lld (bytes per tensor, or -1 for the whole item)",
-                                 (long long)a->size);
-
-        xfer.kind = a->kind;
-        xfer.remote_key = &ks.key;
-        xfer.local_cache_id = a->cache_id;
-        xfer.n_src_blocks = a->n_src;
-        xfer.src_blocks = (uint64_t *)a->src_blocks;
-        xfer.n_dst_blocks = a->n_dst;
-        xfer.dst_blocks = (uint64_t *)a->dst_blocks;
-        xfer.local_batch_index = a->batch_index;
-        xfer.size = a->size;
+                return error_set(err, KVD_E_PARAM_INVALID, "%s is NULL",
+                                 pull ? "src_key" : "dst_key");
         r = client_copy_opts(&o, sizeof(o), TRANSFER_OPTS_V1_SIZE, a->opts,
                              a->opts ? a->opts->size : 0, "opts", err);
         if (r < 0)
                 return r;
-        /* A range of no layers means every layer. */
-        r = layer_range_to_pb(&o.src_layers, "src_layers", &src_layers, err);
+        r = transfer_entry_to_pb(
+                &(kvd_batch_entry){
+                        .kind = a->kind,
+                        .key = *a->key,
+                        .cache_id = a->cache_id,
+                        .src_blocks = a->src_blocks,
+                        .n_src = a->n_src,
+                        .dst_blocks = a->dst_blocks,
+                        .n_dst = a->n_dst,
+                        .batch_index = a->batch_index,
+                        .size = a->size,
+                        .src_layers = o.src_layers,
+                        .dst_layers = o.dst_layers,
+                        .tensor_num_per_layer = o.tensor_num_per_layer,
+                },
+                o.timeout_ms, "", &pb, err);
         if (r < 0)
                 return r;
-        if (r > 0)
-                xfer.src_layers = &src_layers;
-        r = layer_range_to_pb(&o.dst_layers, "dst_layers", &dst_layers, err);
-        if (r < 0)
-                return r;
-        if (r > 0)
-                xfer.dst_layers = &dst_layers;
-        xfer.tensor_num_per_layer = o.tensor_num_per_layer ?: 2;
-        if (o.timeout_ms > 0)
-                xfer.timeout_ms = (uint32_t)o.timeout_ms;
         if (o.notify_len > 0) {
                 if (pull)
                         return error_set(err, KVD_E_PARAM_INVALID,
@@ -143,23 +198,16 @@ static int transfer_submit(kvd_client *c, const TransferArgs *a, kvd_task **ret_
                         return error_set(err, KVD_E_PARAM_INVALID,
                                          "opts.notify_len is %zu, at most %d", o.notify_len,
                                          KVD_NOTIFY_MAX);
-                xfer.notify.data = (uint8_t *)o.notify;
-                xfer.notify.len = o.notify_len;
+                pb.xfer.notify.data = (uint8_t *)o.notify;
+                pb.xfer.notify.len = o.notify_len;
         }
-        timeout = xfer.timeout_ms ?: c->sync_kv_timeout_ms ?: CLIENT_DEFAULT_SYNC_KV_TIMEOUT_MS;
+        timeout = transfer_timeout(c, pb.xfer.timeout_ms);
 
-        t = calloc(1, sizeof(*t));
+        t = transfer_task_new(c, transfer_name(a->kind), timeout);
         if (!t)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
-        t->client = client_ref(c);
-        pending_init(&t->pending);
-        t->name = transfer_name(a->kind);
-        t->timeout_ms = timeout;
-        /* The daemon answers by the transfer's own deadline; the grace covers the way back. */
-        t->deadline =
-                now_usec(CLOCK_MONOTONIC) + ((usec_t)timeout + CLIENT_GRACE_MS) * USEC_PER_MSEC;
-
-        r = conn_send(c, KVDIST__V1__MSG_TYPE__MSG_TRANSFER, &xfer.base, NULL, 0, &t->pending, err);
+        r = conn_send(c, KVDIST__V1__MSG_TYPE__MSG_TRANSFER, &pb.xfer.base, NULL, 0, &t->pending,
+                      err);
         if (r < 0)
                 return r;
 
@@ -183,7 +231,7 @@ static int transfer_async(kvd_client *c, const TransferArgs *a, kvd_task **ret_t
  * The cache forms: batch item @batch_index of local cache @cache_id against the item @key names
  * (@size bytes per tensor, -1 for all of it).
  */
-static int cache_transfer(kvd_client *c, Kvdist__V1__TransferKind kind, const kvd_cache_key *key,
+static int cache_transfer(kvd_client *c, kvd_transfer_kind kind, const kvd_cache_key *key,
                           uint64_t cache_id, uint32_t batch_index, int64_t size,
                           const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
@@ -200,7 +248,7 @@ static int cache_transfer(kvd_client *c, Kvdist__V1__TransferKind kind, const kv
 }
 
 /* The blocks forms: blocks of local cache @cache_id against the blocks cache @key names. */
-static int blocks_transfer(kvd_client *c, Kvdist__V1__TransferKind kind, const kvd_cache_key *key,
+static int blocks_transfer(kvd_client *c, kvd_transfer_kind kind, const kvd_cache_key *key,
                            uint64_t cache_id, const uint64_t *src_blocks, size_t n_src,
                            const uint64_t *dst_blocks, size_t n_dst, const kvd_transfer_opts *opts,
                            kvd_task **ret_task)
@@ -263,6 +311,8 @@ _public_ int kvd_task_wait(kvd_task *task, int timeout_ms)
                 /* Final: the reply, or a connection that can never bring one. */
                 if (r == KVD_OK)
                         r = pending_status(&task->pending, &err);
+                if (task->batch)
+                        r = task_batch_take_reply(task, r, &err);
                 task->completed = true;
                 task->status = r;
                 (void)snprintf(task->detail, sizeof(task->detail), "%s", err.msg);
@@ -315,8 +365,8 @@ _public_ int kvd_pull_cache_async(kvd_client *client, const kvd_cache_key *src_k
                                   uint64_t dst_cache_id, uint32_t dst_batch_index, int64_t size,
                                   const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
-        return cache_transfer(client, KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_CACHE, src_key,
-                              dst_cache_id, dst_batch_index, size, opts, ret_task);
+        return cache_transfer(client, KVD_PULL_CACHE, src_key, dst_cache_id, dst_batch_index, size,
+                              opts, ret_task);
 }
 
 _public_ int kvd_pull_blocks_async(kvd_client *client, const kvd_cache_key *src_key,
@@ -324,16 +374,16 @@ _public_ int kvd_pull_blocks_async(kvd_client *client, const kvd_cache_key *src_
                                    const uint64_t *dst_blocks, size_t n_dst,
                                    const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
-        return blocks_transfer(client, KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS, src_key,
-                               dst_cache_id, src_blocks, n_src, dst_blocks, n_dst, opts, ret_task);
+        return blocks_transfer(client, KVD_PULL_BLOCKS, src_key, dst_cache_id, src_blocks, n_src,
+                               dst_blocks, n_dst, opts, ret_task);
 }
 
 _public_ int kvd_push_cache_async(kvd_client *client, const kvd_cache_key *dst_key,
                                   uint64_t src_cache_id, uint32_t src_batch_index, int64_t size,
                                   const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
-        return cache_transfer(client, KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_CACHE, dst_key,
-                              src_cache_id, src_batch_index, size, opts, ret_task);
+        return cache_transfer(client, KVD_PUSH_CACHE, dst_key, src_cache_id, src_batch_index, size,
+                              opts, ret_task);
 }
 
 _public_ int kvd_push_blocks_async(kvd_client *client, const kvd_cache_key *dst_key,
@@ -341,8 +391,8 @@ _public_ int kvd_push_blocks_async(kvd_client *client, const kvd_cache_key *dst_
                                    const uint64_t *dst_blocks, size_t n_dst,
                                    const kvd_transfer_opts *opts, kvd_task **ret_task)
 {
-        return blocks_transfer(client, KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS, dst_key,
-                               src_cache_id, src_blocks, n_src, dst_blocks, n_dst, opts, ret_task);
+        return blocks_transfer(client, KVD_PUSH_BLOCKS, dst_key, src_cache_id, src_blocks, n_src,
+                               dst_blocks, n_dst, opts, ret_task);
 }
 
 /* The synchronous forms: the async form, then a wait until the transfer's own deadline. */

@@ -40,7 +40,8 @@ enum {
         STATUS_PERMISSION_DENIED = _STATUS_BASE - 24,
         STATUS_PROTOCOL_MISMATCH = _STATUS_BASE - 25,
         STATUS_BUSY = _STATUS_BASE - 26,
-        _STATUS_MIN = STATUS_BUSY,
+        STATUS_IN_PROGRESS = _STATUS_BASE - 27, /* a client's task still runs (libkvdist only) */
+        _STATUS_MIN = STATUS_IN_PROGRESS,
 };
 
 /* Whether @r is one of the codes above (STATUS_OK included). */

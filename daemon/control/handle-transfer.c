@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Handlers: pull and push of caches and blocks, decoded here into transfer/'s TransferRequest. */
+/* Handlers: pull and push of caches and blocks, one or a batch at a time, decoded here into
+ * transfer/'s TransferRequest. */
 #include <errno.h>
+#include <kvdist/kvdist.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +14,7 @@
 #include "daemon/transfer/plan.h"
 #include "daemon/transfer/transfer.h"
 #include "proto/kvdist.pb-c.h"
+#include "proto/status-wire.h"
 #include "common/status.h"
 
 /*
@@ -149,5 +152,176 @@ int handle_transfer(Request *req, Error *err)
                 return r;
         }
         completion_set_cancel(&req->done, transfer_call_on_cancel, call);
+        return HANDLER_PENDING;
+}
+
+/*
+ * A batch: many transfers of one client as one request. Each entry is started as a transfer of
+ * its own (validated, limited and answered like one); the request is answered once every entry
+ * has ended, with each entry's status in entry order. An entry refused at the start is just an
+ * entry that failed: the others run.
+ */
+typedef struct BatchCall BatchCall;
+
+typedef struct BatchEntry {
+        Completion cpl; /* what transfer/ holds while the entry runs */
+        BatchCall *batch;
+        bool running;
+        int status;
+        char *detail;
+        TransferResult result;
+} BatchEntry;
+
+struct BatchCall {
+        Completion *client; /* the request's */
+        size_t n, n_running;
+        bool starting; /* entries are still being started: the reply waits for the loop */
+        bool dropped;  /* an entry ended without an answer: so does the request */
+        BatchEntry entries[];
+};
+
+static void batch_call_free(BatchCall *b)
+{
+        for (size_t i = 0; i < b->n; i++)
+                free(b->entries[i].detail);
+        free(b);
+}
+
+/* Answers the request once nothing runs any more; frees @b. */
+static void batch_call_finish(BatchCall *b)
+{
+        Kvdist__V1__TransferBatchReply reply = KVDIST__V1__TRANSFER_BATCH_REPLY__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        Kvdist__V1__TransferBatchResult *results = NULL, **ptrs = NULL;
+        Kvdist__V1__Status *sts = NULL;
+        Error err = ERROR_INIT;
+
+        if (b->starting || b->n_running > 0)
+                return;
+        if (b->dropped) {
+                completion_drop(b->client);
+                batch_call_free(b);
+                return;
+        }
+        results = calloc(b->n, sizeof(*results));
+        ptrs = calloc(b->n, sizeof(*ptrs));
+        sts = calloc(b->n, sizeof(*sts));
+        if (!results || !ptrs || !sts) {
+                error_set(&err, STATUS_OUT_OF_MEMORY, "out of memory for the batch's answer");
+                (void)completion_fail(b->client, STATUS_OUT_OF_MEMORY, &err);
+                goto out;
+        }
+        for (size_t i = 0; i < b->n; i++) {
+                const BatchEntry *e = &b->entries[i];
+
+                kvdist__v1__transfer_batch_result__init(&results[i]);
+                kvdist__v1__status__init(&sts[i]);
+                sts[i].code = status_wire_encode(e->status);
+                sts[i].detail = e->detail ? e->detail : (char *)"";
+                results[i].status = &sts[i];
+                results[i].bytes = e->result.bytes;
+                results[i].segments = e->result.segments;
+                ptrs[i] = &results[i];
+        }
+        reply.status = &st;
+        reply.n_results = b->n;
+        reply.results = ptrs;
+        (void)completion_reply(b->client, &reply.base, -1);
+out:
+        free(results);
+        free(ptrs);
+        free(sts);
+        batch_call_free(b);
+}
+
+static void batch_entry_end(BatchEntry *e, int status, const Error *err)
+{
+        e->running = false;
+        e->status = status;
+        if (status != STATUS_OK)
+                e->detail = strdup(err && err->msg[0] ? err->msg : status_wire_name(status));
+        e->batch->n_running--;
+        batch_call_finish(e->batch);
+}
+
+static int batch_entry_reply(Completion *cpl, const void *unused, int fd)
+{
+        batch_entry_end(container_of(cpl, BatchEntry, cpl), STATUS_OK, NULL);
+        return 0;
+}
+
+static int batch_entry_fail(Completion *cpl, int status, const Error *err)
+{
+        batch_entry_end(container_of(cpl, BatchEntry, cpl), status, err);
+        return 0;
+}
+
+static void batch_entry_drop(Completion *cpl)
+{
+        BatchEntry *e = container_of(cpl, BatchEntry, cpl);
+
+        e->batch->dropped = true;
+        batch_entry_end(e, STATUS_FAILED, NULL);
+}
+
+static const CompletionOps batch_entry_ops = {
+        .reply = batch_entry_reply,
+        .fail = batch_entry_fail,
+        .drop = batch_entry_drop,
+};
+
+/* The client went away: transfer/ forgets every entry still running, and the batch goes. */
+static void batch_call_on_cancel(Completion *client, void *userdata)
+{
+        BatchCall *b = userdata;
+
+        for (size_t i = 0; i < b->n; i++) {
+                BatchEntry *e = &b->entries[i];
+
+                if (e->running && e->cpl.cancel)
+                        e->cpl.cancel(&e->cpl, e->cpl.userdata);
+        }
+        batch_call_free(b);
+}
+
+int handle_transfer_batch(Request *req, Error *err)
+{
+        const Kvdist__V1__TransferBatch *m = (const Kvdist__V1__TransferBatch *)req->msg;
+        BatchCall *b;
+
+        if (m->n_entries == 0 || m->n_entries > KVD_BATCH_MAX_ENTRIES)
+                return error_set(err, STATUS_PARAM_INVALID, "a batch has 1 to %d entries, not %zu",
+                                 KVD_BATCH_MAX_ENTRIES, m->n_entries);
+        b = calloc(1, sizeof(*b) + m->n_entries * sizeof(BatchEntry));
+        if (!b)
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
+        b->client = &req->done;
+        b->n = m->n_entries;
+        b->starting = true;
+        for (size_t i = 0; i < b->n; i++) {
+                _cleanup_(transfer_request_done) TransferRequest tr = {};
+                BatchEntry *e = &b->entries[i];
+                Error entry_err = ERROR_INIT;
+                int r;
+
+                e->batch = b;
+                e->cpl.ops = &batch_entry_ops;
+                e->running = true;
+                b->n_running++;
+                if (transfer_request_from_proto(m->entries[i], &tr) < 0)
+                        r = error_set(&entry_err, STATUS_OUT_OF_MEMORY, "out of memory");
+                else
+                        r = transfer_start(req->conn->root->transfer, req->conn->cluster, &tr,
+                                           &e->cpl, &e->result, &entry_err);
+                if (r < 0)
+                        batch_entry_end(e, r, &entry_err);
+        }
+        b->starting = false;
+        if (b->n_running == 0) {
+                /* Every entry was refused at the start: answered now. */
+                batch_call_finish(b);
+                return 0;
+        }
+        completion_set_cancel(&req->done, batch_call_on_cancel, b);
         return HANDLER_PENDING;
 }

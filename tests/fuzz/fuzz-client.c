@@ -106,6 +106,14 @@ static bool client_fixup(FuzzDaemon *f, uint16_t type, ProtobufCMessage *msg)
                 return fill_in(&((Kvdist__V1__DeallocateCache *)msg)->cache_id, l->cache_id);
         case KVDIST__V1__MSG_TYPE__MSG_TRANSFER:
                 return fill_in(&((Kvdist__V1__Transfer *)msg)->local_cache_id, l->cache_id);
+        case KVDIST__V1__MSG_TYPE__MSG_TRANSFER_BATCH: {
+                const Kvdist__V1__TransferBatch *m = (const Kvdist__V1__TransferBatch *)msg;
+
+                a = false;
+                for (size_t i = 0; i < m->n_entries; i++)
+                        a |= fill_in(&m->entries[i]->local_cache_id, l->cache_id);
+                return a;
+        }
         case KVDIST__V1__MSG_TYPE__MSG_DOMAIN_QUERY:
                 return fill_in(&((Kvdist__V1__DomainQuery *)msg)->comm_id, l->comm_id);
         case KVDIST__V1__MSG_TYPE__MSG_DOMAIN_UNLINK:

@@ -263,6 +263,37 @@ static void msg_transfer_blocks(Script *s, uint8_t id, Kvdist__V1__TransferKind 
         frame(s, MT(TRANSFER), id, &m.base);
 }
 
+/* A batch of a pull, a push and a pull past the caches, between the local-link seeds' caches. */
+static void msg_transfer_batch(Script *s, uint8_t id, uint64_t remote, uint32_t timeout_ms)
+{
+        Kvdist__V1__TransferBatch m = KVDIST__V1__TRANSFER_BATCH__INIT;
+        Kvdist__V1__Transfer e[3], *ptrs[3];
+        Kvdist__V1__BlocksKey bk = KVDIST__V1__BLOCKS_KEY__INIT;
+        Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT;
+        uint64_t src[] = {0, 1, 2, 7}, dst[] = {4, 5, 6, 3}, bad[] = {1u << 30, 0};
+
+        bk.cluster_id = remote;
+        bk.model_id = 1;
+        key.kind_case = KVDIST__V1__CACHE_KEY__KIND_BLOCKS;
+        key.blocks = &bk;
+        for (size_t i = 0; i < 3; i++) {
+                kvdist__v1__transfer__init(&e[i]);
+                e[i].kind = i == 1 ? KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS
+                                   : KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS;
+                e[i].remote_key = &key;
+                e[i].local_cache_id = 0; /* fuzz-client fills in the cache it registered last */
+                e[i].src_blocks = i == 2 ? bad : src;
+                e[i].n_src_blocks = i == 2 ? 2 : 4;
+                e[i].dst_blocks = i == 1 ? src : dst;
+                e[i].n_dst_blocks = i == 2 ? 2 : 4;
+                e[i].timeout_ms = timeout_ms;
+                ptrs[i] = &e[i];
+        }
+        m.n_entries = 3;
+        m.entries = ptrs;
+        frame(s, MT(TRANSFER_BATCH), id, &m.base);
+}
+
 /* ---- client seeds (fuzz-client.c) ---- */
 
 static void client_seeds(void)
@@ -518,6 +549,20 @@ static void client_seeds(void)
         op(&s, FUZZ_OP_SHUT_RD, 0);
         msg_empty(&s, MT(CLIENT_FINALIZE), 5);
         emit("client", "transfer-timeout-and-close", &s);
+
+        /* A batch answered whole, and one whose client leaves while it runs. */
+        script_init(&s, 2);
+        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
+        msg_register_blocks(&s, 4, 1, 1);
+        endpoint(&s, 1, 2);
+        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
+        msg_register_blocks(&s, 4, 2, 1);
+        msg_link_local(&s, MT(LINK_CLUSTERS), 5, 1, false);
+        msg_transfer_batch(&s, 6, 1, 1000);
+        wait_ms(&s, 3);
+        msg_transfer_batch(&s, 7, 1, 1000);
+        op(&s, FUZZ_OP_CLOSE, 0);
+        emit("client", "transfer-batch-and-close", &s);
 
         /* Finalize, initialise again as another cluster, finalize twice. */
         script_init(&s, 2);

@@ -49,7 +49,8 @@ enum {
                 -24, /* refused: the allow-list, or a cache a link does not reach */
         KVD_E_PROTOCOL_MISMATCH = -25, /* client and daemon speak different protocols */
         KVD_E_BUSY = -26,              /* the resource is in use (e.g. a cache mid-transfer) */
-        _KVD_E_MIN = -26,
+        KVD_E_IN_PROGRESS = -27,       /* the task is still running: ask again later */
+        _KVD_E_MIN = -27,
 };
 
 /*
@@ -469,6 +470,72 @@ int kvd_task_done(kvd_task *task, bool *ret_done);
 
 /* Frees @task; a transfer still running goes on, and its result is discarded. Accepts NULL. */
 void kvd_task_free(kvd_task *task);
+
+typedef enum kvd_transfer_kind {
+        KVD_PULL_CACHE = 1,
+        KVD_PULL_BLOCKS = 2,
+        KVD_PUSH_CACHE = 3,
+        KVD_PUSH_BLOCKS = 4,
+} kvd_transfer_kind;
+
+#define KVD_BATCH_MAX_ENTRIES 1024
+
+/*
+ * One transfer of a batch: what one of the calls above names, with zero the default in every
+ * field but @kind, @key and @cache_id. @key is the remote cache (the source of a pull, the
+ * destination of a push), @cache_id the local one. *_BLOCKS: src_blocks[i] and dst_blocks[i]
+ * as in kvd_pull_blocks() / kvd_push_blocks(). *_CACHE: @batch_index is the local batch slot,
+ * @size bytes per tensor (0 or -1: the whole item). Layer ranges and tensors per layer as in
+ * kvd_transfer_opts.
+ */
+typedef struct kvd_batch_entry {
+        kvd_transfer_kind kind;
+        kvd_cache_key key;
+        uint64_t cache_id;
+        const uint64_t *src_blocks;
+        size_t n_src;
+        const uint64_t *dst_blocks;
+        size_t n_dst;
+        uint32_t batch_index;
+        int64_t size;
+        kvd_layer_range src_layers;
+        kvd_layer_range dst_layers;
+        uint32_t tensor_num_per_layer;
+} kvd_batch_entry;
+
+/*
+ * Submits @n (1..KVD_BATCH_MAX_ENTRIES) transfers as one request, tracked by one task: pulls
+ * and pushes, blocks and caches, of several local caches and remote clusters mixed. The daemon
+ * starts each entry as a transfer of its own (checked, limited and merged like one: contiguous
+ * blocks of an entry move as one segment; each counts towards limits.max_inflight_per_client)
+ * and answers once every entry has ended. @opts (may be NULL) gives the timeout of every entry;
+ * its layer fields must be zero (each entry has its own) and it carries no notification
+ * (PARAM_INVALID). The arrays are copied. Returns at once: PARAM_INVALID for a bad argument
+ * (the detail names the entry), else KVD_OK with *@ret_task.
+ *
+ * kvd_task_wait() on the task returns KVD_OK when every entry succeeded, else the status of
+ * the first entry that failed (the detail names it); an entry that failed lands nothing after
+ * the task ended, as a single transfer does. kvd_task_entry_status() and
+ * kvd_task_failed_blocks() then tell each entry apart.
+ */
+int kvd_transfer_batch(kvd_client *client, const kvd_batch_entry *entries, size_t n,
+                       const kvd_transfer_opts *opts, kvd_task **ret_task);
+
+/*
+ * The status of entry @index of a finished batch task in *@ret_status (KVD_OK or what that
+ * entry failed with). KVD_E_IN_PROGRESS while the task runs (wait for it first), PARAM_INVALID
+ * for an index past the batch or a task that is not a batch.
+ */
+int kvd_task_entry_status(kvd_task *task, size_t index, int *ret_status);
+
+/*
+ * The local block ids of every entry of a finished batch task that failed: the destination
+ * blocks of a failed pull, the source blocks of a failed push, in entry order (vLLM's
+ * get_block_ids_with_load_errors()). Copies at most @max into @ret_blocks (may be NULL when
+ * @max is 0) and sets *@ret_n to how many there are in all. KVD_E_IN_PROGRESS while the task
+ * runs, PARAM_INVALID for a task that is not a batch.
+ */
+int kvd_task_failed_blocks(kvd_task *task, uint64_t *ret_blocks, size_t max, size_t *ret_n);
 
 /* A notification a push delivered to this cluster. */
 typedef struct kvd_notify {
