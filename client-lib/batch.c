@@ -9,9 +9,6 @@
 
 #include "client-lib/client.h"
 
-/* kvd_transfer_opts as libkvdist 1.0 laid it out (as in transfer.c). */
-#define TRANSFER_OPTS_V1_SIZE (offsetof(kvd_transfer_opts, notify_len) + sizeof(size_t))
-
 TaskBatch *task_batch_free(TaskBatch *b)
 {
         if (!b)
@@ -102,6 +99,7 @@ _public_ int kvd_transfer_batch(kvd_client *client, const kvd_batch_entry *entri
         _cleanup_(task_batch_freep) TaskBatch *b = NULL;
         Error err = ERROR_INIT;
         kvd_transfer_opts o;
+        uint32_t timeout;
         kvd_task *t;
         int r;
 
@@ -123,6 +121,21 @@ _public_ int kvd_transfer_batch(kvd_client *client, const kvd_batch_entry *entri
                               "opts of a batch set layers: each entry has its own");
         if (r == KVD_OK && o.notify_len > 0)
                 r = error_set(&err, KVD_E_PARAM_INVALID, "a batch carries no notification");
+        if (r < 0)
+                return client_return(client, &err, r);
+
+        /* Entries that link first take from the batch's time; its entries get the rest. */
+        timeout = transfer_timeout(client, o.timeout_ms > 0 ? (uint32_t)o.timeout_ms : 0);
+        for (size_t i = 0; i < n && r == KVD_OK; i++) {
+                char what[48];
+
+                if (!entries[i].remote_info)
+                        continue;
+                (void)snprintf(what, sizeof(what), "entries[%zu].", i);
+                r = transfer_link_first(client, entries[i].remote_info, entries[i].key.cluster_id,
+                                        &timeout, what, &err);
+                o.timeout_ms = (int32_t)MIN(timeout, (uint32_t)INT32_MAX);
+        }
         if (r < 0)
                 return client_return(client, &err, r);
 
@@ -148,8 +161,7 @@ _public_ int kvd_transfer_batch(kvd_client *client, const kvd_batch_entry *entri
         if (r < 0)
                 return client_return(client, &err, r);
 
-        t = transfer_task_new(client, "transfer_batch",
-                              transfer_timeout(client, o.timeout_ms > 0 ? o.timeout_ms : 0));
+        t = transfer_task_new(client, "transfer_batch", timeout);
         if (!t)
                 return client_return(client, &err,
                                      error_set(&err, KVD_E_OUT_OF_MEMORY, "out of memory"));

@@ -229,6 +229,9 @@ int cache_key_to_pb(const kvd_cache_key *key, KeyStorage *storage, const char *w
 
 /* transfer.c */
 
+/* kvd_transfer_opts as libkvdist 1.0 laid it out: fields appended later lie past this. */
+#define TRANSFER_OPTS_V1_SIZE (offsetof(kvd_transfer_opts, remote_info) + sizeof(const char *))
+
 /* One transfer as the wire carries it, and the messages it points into. */
 typedef struct TransferPb {
         Kvdist__V1__Transfer xfer;
@@ -244,6 +247,14 @@ typedef struct TransferPb {
  */
 int transfer_entry_to_pb(const kvd_batch_entry *e, int32_t timeout_ms, const char *what,
                          TransferPb *ret, Error *err);
+
+/*
+ * Links @c to the cluster @remote_info names unless a link joins the two already, within
+ * *@timeout_ms, which it lowers by the time that took (at least 1 ms is left). @cluster_id is
+ * the cluster the transfer names, which must be the one of @remote_info (local-info.c).
+ */
+int transfer_link_first(kvd_client *c, const char *remote_info, uint64_t cluster_id,
+                        uint32_t *timeout_ms, const char *what, Error *err);
 
 /* The timeout a transfer of @timeout_ms (0: the client's) runs with. */
 uint32_t transfer_timeout(const kvd_client *c, uint32_t timeout_ms);

@@ -52,9 +52,6 @@ static kvd_task *task_free(kvd_task *t)
 }
 DEFINE_TRIVIAL_CLEANUP_FUNC(kvd_task, task_free);
 
-/* kvd_transfer_opts as libkvdist 1.0 laid it out: fields appended later lie past this. */
-#define TRANSFER_OPTS_V1_SIZE (offsetof(kvd_transfer_opts, notify_len) + sizeof(size_t))
-
 /*
  * Turns @r into the wire's inclusive range. Returns 0 for a range of every layer (count 0: the
  * wire leaves it out), 1 for a range it filled in, PARAM_INVALID for one past INT32_MAX.
@@ -86,8 +83,8 @@ int transfer_entry_to_pb(const kvd_batch_entry *e, int32_t timeout_ms, const cha
                 .dst_layers = KVDIST__V1__LAYER_RANGE__INIT,
         };
         if (e->kind < KVD_PULL_CACHE || e->kind > KVD_PUSH_BLOCKS)
-                return error_set(err, KVD_E_PARAM_INVALID, "%skind %d is not a transfer kind",
-                                 what, (int)e->kind);
+                return error_set(err, KVD_E_PARAM_INVALID, "%skind %d is not a transfer kind", what,
+                                 (int)e->kind);
         (void)snprintf(key_name, sizeof(key_name), "%s%s", what, pull ? "src_key" : "dst_key");
         r = cache_key_to_pb(&e->key, &ret->ks, key_name, err);
         if (r < 0)
@@ -202,6 +199,14 @@ static int transfer_submit(kvd_client *c, const TransferArgs *a, kvd_task **ret_
                 pb.xfer.notify.len = o.notify_len;
         }
         timeout = transfer_timeout(c, pb.xfer.timeout_ms);
+        if (o.remote_info) {
+                /* Linking takes from the transfer's time; the rest goes to the daemon. */
+                r = transfer_link_first(c, o.remote_info, a->key->cluster_id, &timeout, "opts.",
+                                        err);
+                if (r < 0)
+                        return r;
+                pb.xfer.timeout_ms = timeout;
+        }
 
         t = transfer_task_new(c, transfer_name(a->kind), timeout);
         if (!t)

@@ -109,6 +109,7 @@ static const FrameType frame_types[] = {
         FRAME_TYPE(UNLINK_CLUSTERS, unlink_clusters, "UnlinkClusters"),
         FRAME_TYPE(CHECK_LINK_STATUS, check_link_status, "CheckLinkStatus"),
         FRAME_TYPE(SWITCH_ROLE, switch_role, "SwitchRole"),
+        FRAME_TYPE(LOCAL_INFO, local_info, "LocalInfo"),
         FRAME_TYPE(TRANSFER, transfer, "Transfer"),
         FRAME_TYPE(TRANSFER_BATCH, transfer_batch, "TransferBatch"),
         FRAME_TYPE(DAEMON_STATUS, daemon_status, "DaemonStatus"),

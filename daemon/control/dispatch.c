@@ -39,6 +39,7 @@ static const DispatchEntry dispatch_table[] = {
         {KVDIST__V1__MSG_TYPE__MSG_CHECK_LINK_STATUS, DISPATCH_NEEDS_CLUSTER, 0,
          handle_check_link_status},
         {KVDIST__V1__MSG_TYPE__MSG_SWITCH_ROLE, DISPATCH_NEEDS_CLUSTER, 0, handle_switch_role},
+        {KVDIST__V1__MSG_TYPE__MSG_LOCAL_INFO, DISPATCH_NEEDS_CLUSTER, 0, handle_local_info},
         {KVDIST__V1__MSG_TYPE__MSG_TRANSFER, DISPATCH_NEEDS_CLUSTER, 0, handle_transfer},
         {KVDIST__V1__MSG_TYPE__MSG_TRANSFER_BATCH, DISPATCH_NEEDS_CLUSTER, 0,
          handle_transfer_batch},

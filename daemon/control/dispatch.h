@@ -54,6 +54,7 @@ int handle_link_clusters(Request *req, Error *err);
 int handle_unlink_clusters(Request *req, Error *err);
 int handle_check_link_status(Request *req, Error *err);
 int handle_switch_role(Request *req, Error *err);
+int handle_local_info(Request *req, Error *err);
 int handle_transfer(Request *req, Error *err);
 int handle_transfer_batch(Request *req, Error *err);
 int handle_notify_fd(Request *req, Error *err);

@@ -155,3 +155,16 @@ int handle_switch_role(Request *req, Error *err)
                    c->listen_ip_info ? "a server at " : "a client", c->listen_ip_info ?: "");
         return conn_request_reply_ok(req), 0;
 }
+
+int handle_local_info(Request *req, Error *err)
+{
+        Kvdist__V1__LocalInfoReply reply = KVDIST__V1__LOCAL_INFO_REPLY__INIT;
+        Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
+        const Cluster *c = req->conn->cluster;
+
+        reply.status = &status;
+        reply.cluster_id = c->id;
+        reply.role = (Kvdist__V1__Role)c->role;
+        reply.listen_ip_info = c->listen_ip_info ?: (char *)"";
+        return conn_request_reply(req, &reply.base, -1), 0;
+}

@@ -557,6 +557,7 @@ static void client_seeds(void)
         endpoint(&s, 1, 2);
         msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
         msg_register_blocks(&s, 4, 2, 1);
+        msg_empty(&s, MT(LOCAL_INFO), 5);
         msg_link_local(&s, MT(LINK_CLUSTERS), 5, 1, false);
         msg_transfer_batch(&s, 6, 1, 1000);
         wait_ms(&s, 3);

@@ -345,6 +345,30 @@ int kvd_unlink_clusters(kvd_client *client, const kvd_cluster_info *clusters, si
  */
 int kvd_check_link_status(kvd_client *client, uint64_t remote_cluster_id);
 
+#define KVD_LOCAL_INFO_MAX 160
+
+/*
+ * This cluster as another engine names it, in *@ret_info (malloc()ed, at most
+ * KVD_LOCAL_INFO_MAX bytes with the NUL; free() it): one printable line such as
+ * "kvdist1;compat=1f3a9c02;cluster=1001;role=prompt;addr=10.0.0.1:26000", carrying the cluster
+ * id, its role, the address others link to (its listen_ip_info as bound, so port 0 is resolved;
+ * no addr for a client cluster) and a hash of what two daemons must share to talk (the wire
+ * protocol and the ABI version). An engine ships it inside its request metadata; the other side
+ * passes it to kvd_link_remote() or as kvd_transfer_opts.remote_info. Its form is for libkvdist
+ * to read: do not take it apart.
+ */
+int kvd_local_info(kvd_client *client, char **ret_info);
+
+/*
+ * Links this cluster to the cluster @remote_info describes (what kvd_local_info() gave on its
+ * node), as kvd_link_clusters() with its id, role and address; @timeout_ms <= 0 means 3000.
+ * PARAM_INVALID for a string that is not such a line (the detail says what), PROTOCOL_MISMATCH
+ * when its compat hash is not ours (a libkvdist or daemon that does not speak this protocol),
+ * LINK_FAILED for a client cluster (it accepts no links), else as kvd_link_clusters()
+ * (ALREADY_LINK when the link exists).
+ */
+int kvd_link_remote(kvd_client *client, const char *remote_info, int32_t timeout_ms);
+
 /*
  * Changes the role. With option "listen_ip_info" the cluster becomes a server at that address,
  * or moves there (the new port opens before the old one closes; on failure the cluster keeps
@@ -381,6 +405,10 @@ typedef struct kvd_transfer_opts {
          * cluster receives (kvd_get_notifies()) once every byte of this push has landed. */
         const void *notify;
         size_t notify_len;
+        /* The remote cluster as kvd_local_info() wrote it on its node (it must be the key's
+         * cluster): when no link joins the two yet, the call links first (kvd_link_remote()),
+         * within the same timeout, before it sends the transfer. NULL: no such thing. */
+        const char *remote_info;
 } kvd_transfer_opts;
 
 #define KVD_TRANSFER_OPTS_INIT                                                                     \
@@ -501,6 +529,7 @@ typedef struct kvd_batch_entry {
         kvd_layer_range src_layers;
         kvd_layer_range dst_layers;
         uint32_t tensor_num_per_layer;
+        const char *remote_info; /* as in kvd_transfer_opts: links first when not linked */
 } kvd_batch_entry;
 
 /*
