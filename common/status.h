@@ -40,7 +40,9 @@ enum {
         STATUS_PERMISSION_DENIED = _STATUS_BASE - 24,
         STATUS_PROTOCOL_MISMATCH = _STATUS_BASE - 25,
         STATUS_BUSY = _STATUS_BASE - 26,
-        _STATUS_MIN = STATUS_BUSY,
+        STATUS_IN_PROGRESS = _STATUS_BASE - 27, /* the client's own: a task still running */
+        STATUS_CANCELLED = _STATUS_BASE - 28,   /* the client cancelled the transfer */
+        _STATUS_MIN = STATUS_CANCELLED,
 };
 
 /* Whether @r is one of the codes above (STATUS_OK included). */

@@ -110,6 +110,7 @@ static const FrameType frame_types[] = {
         FRAME_TYPE(CHECK_LINK_STATUS, check_link_status, "CheckLinkStatus"),
         FRAME_TYPE(SWITCH_ROLE, switch_role, "SwitchRole"),
         FRAME_TYPE(TRANSFER, transfer, "Transfer"),
+        FRAME_TYPE(TRANSFER_CANCEL, transfer_cancel, "TransferCancel"),
         FRAME_TYPE(DAEMON_STATUS, daemon_status, "DaemonStatus"),
         FRAME_TYPE(DAEMON_METRICS, daemon_metrics, "DaemonMetrics"),
         FRAME_TYPE(NOTIFY_FD, notify_fd, "NotifyFd"),

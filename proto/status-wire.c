@@ -33,6 +33,8 @@ SAME(PEER_LOST);
 SAME(PERMISSION_DENIED);
 SAME(PROTOCOL_MISMATCH);
 SAME(BUSY);
+SAME(IN_PROGRESS);
+SAME(CANCELLED);
 _Static_assert(_STATUS_MIN - _STATUS_BASE == _KVD_E_MIN, "a status without a public code");
 
 int32_t status_wire_encode(int status)

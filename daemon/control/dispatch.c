@@ -40,6 +40,8 @@ static const DispatchEntry dispatch_table[] = {
          handle_check_link_status},
         {KVDIST__V1__MSG_TYPE__MSG_SWITCH_ROLE, DISPATCH_NEEDS_CLUSTER, 0, handle_switch_role},
         {KVDIST__V1__MSG_TYPE__MSG_TRANSFER, DISPATCH_NEEDS_CLUSTER, 0, handle_transfer},
+        {KVDIST__V1__MSG_TYPE__MSG_TRANSFER_CANCEL, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_transfer_cancel},
         {KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, DISPATCH_READ_ONLY, 0, handle_daemon_status},
         {KVDIST__V1__MSG_TYPE__MSG_NOTIFY_FD, DISPATCH_NEEDS_CLUSTER, 0, handle_notify_fd},
         {KVDIST__V1__MSG_TYPE__MSG_GET_NOTIFIES, DISPATCH_NEEDS_CLUSTER, 0, handle_get_notifies},

@@ -55,6 +55,7 @@ int handle_unlink_clusters(Request *req, Error *err);
 int handle_check_link_status(Request *req, Error *err);
 int handle_switch_role(Request *req, Error *err);
 int handle_transfer(Request *req, Error *err);
+int handle_transfer_cancel(Request *req, Error *err);
 int handle_notify_fd(Request *req, Error *err);
 int handle_get_notifies(Request *req, Error *err);
 int handle_domain_link(Request *req, Error *err);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Handlers: pull and push of caches and blocks, decoded here into transfer/'s TransferRequest. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,4 +151,32 @@ int handle_transfer(Request *req, Error *err)
         }
         completion_set_cancel(&req->done, transfer_call_on_cancel, call);
         return HANDLER_PENDING;
+}
+
+int handle_transfer_cancel(Request *req, Error *err)
+{
+        const Kvdist__V1__TransferCancel *m = (const Kvdist__V1__TransferCancel *)req->msg;
+        Kvdist__V1__TransferCancelReply reply = KVDIST__V1__TRANSFER_CANCEL_REPLY__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        Request *r;
+
+        if (m->request_id == FRAME_CONNECTION_REQUEST_ID || m->request_id == req->id)
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "TransferCancel names request %" PRIu64
+                                 ", not a Transfer of this connection",
+                                 m->request_id);
+        /* Only this connection's own transfers; one that was answered is gone from the list. */
+        CLIST_FOREACH (r, &req->conn->requests, link_conn) {
+                TransferCall *call;
+
+                if (r->id != m->request_id || r->type != KVDIST__V1__MSG_TYPE__MSG_TRANSFER ||
+                    r->done.cancel != transfer_call_on_cancel)
+                        continue;
+                call = r->done.userdata;
+                /* The transfer may answer (and free @r) right here: nothing of it is used after. */
+                reply.stopping = transfer_cancel_held(&call->cpl);
+                break;
+        }
+        reply.status = &st;
+        return conn_request_reply(req, &reply.base, -1), 0;
 }
