@@ -268,8 +268,12 @@ static int task_wait(kvd_task *task, int timeout_ms, Error *err)
         if (task->completed)
                 /* Another thread waited on the same task and finished it. */
                 goto done;
-        if (r == KVD_OK || r == KVD_E_DAEMON_UNAVAILABLE || c->dead) {
-                /* Final: the reply, or a connection that can never bring one. */
+        if (r == KVD_E_TIMEOUT && c->dead)
+                /* It died after our wait ended: that is the answer now. */
+                r = error_set(err, c->dead_code, "%s", c->dead_detail);
+        if (r != KVD_E_TIMEOUT || c->dead) {
+                /* Final: the reply, or a connection that can never bring one (conn_wait() gives
+                 * the daemon's own reason when it said why it closed). */
                 if (r == KVD_OK)
                         r = pending_status(&task->pending, err);
                 task->completed = true;
