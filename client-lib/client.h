@@ -48,6 +48,8 @@ typedef struct Pending {
         ProtobufCMessage *reply;
         int fds[FRAME_MAX_FDS];
         size_t n_fds;
+        int wake_fd; /* an eventfd (not ours) signalled once the reply is stored or the connection
+                      * died, so a poller learns what another thread read; -1 for none */
 } Pending;
 
 /* The part of a frame being read; kept across readers so a deadline never splits a frame. */
@@ -108,6 +110,8 @@ struct kvd_task {
         bool completed;
         int status;
         char detail[ERROR_MSG_MAX];
+        int event_fd; /* kvd_task_fd(): the pending's wake_fd, in @epoll_fd; -1 until asked for */
+        int epoll_fd; /* kvd_task_fd(): the eventfd and the connection's socket */
 };
 
 /* client.c */

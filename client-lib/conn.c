@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -74,6 +75,14 @@ void pending_init(Pending *p)
         clist_init(&p->link);
         for (size_t i = 0; i < FRAME_MAX_FDS; i++)
                 p->fds[i] = -1;
+        p->wake_fd = -1;
+}
+
+/* Tells @p's poller (if any) that waiting on it can make progress now. */
+static void pending_wake(Pending *p)
+{
+        if (p->wake_fd >= 0)
+                (void)eventfd_write(p->wake_fd, 1);
 }
 
 /* Frees what a reply left in @p; the caller made sure nobody else can reach it. */
@@ -97,6 +106,8 @@ void pending_deinit(kvd_client *c, Pending *p)
 
 static void conn_kill_locked(kvd_client *c, int code, const char *detail)
 {
+        Pending *p;
+
         if (!c->dead) {
                 c->dead = true;
                 c->dead_code = code;
@@ -104,6 +115,9 @@ static void conn_kill_locked(kvd_client *c, int code, const char *detail)
                 /* Wakes a reader blocked in poll(); the fd itself stays until the client goes. */
                 if (c->fd >= 0)
                         (void)shutdown(c->fd, SHUT_RDWR);
+                /* Every waiter's answer is final now: DAEMON_UNAVAILABLE. */
+                CLIST_FOREACH (p, &c->pending, link)
+                        pending_wake(p);
         }
         pthread_cond_broadcast(&c->cond);
 }
@@ -434,6 +448,7 @@ static void conn_dispatch_locked(kvd_client *c, RxFrame *f)
         memcpy(p->fds, f->fds, sizeof(p->fds));
         p->n_fds = f->n_fds;
         f->n_fds = 0;
+        pending_wake(p);
         return;
 
 drop:

@@ -33,6 +33,7 @@ static const char *const status_names[] = {
         [-KVD_E_PROTOCOL_MISMATCH] = "KVD_E_PROTOCOL_MISMATCH",
         [-KVD_E_BUSY] = "KVD_E_BUSY",
         [-KVD_E_IN_PROGRESS] = "KVD_E_IN_PROGRESS",
+        [-KVD_E_CANCELLED] = "KVD_E_CANCELLED",
 };
 
 _Static_assert(ARRAY_SIZE(status_names) == 1 - _KVD_E_MIN, "a status has no name");

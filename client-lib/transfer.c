@@ -3,11 +3,14 @@
  * libkvdist transfers: pull and push of caches and blocks. Every transfer is sent as one
  * request tracked by a kvd_task; the synchronous forms wait on the task before returning.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 
 #include "client-lib/client.h"
 
@@ -44,7 +47,10 @@ static kvd_task *task_free(kvd_task *t)
 {
         if (!t)
                 return NULL;
+        /* Unlinked first: then no reader or dying connection signals the eventfd any more. */
         pending_deinit(t->client, &t->pending);
+        t->epoll_fd = safe_close(t->epoll_fd);
+        t->event_fd = safe_close(t->event_fd);
         client_unref(t->client);
         task_batch_free(t->batch);
         free(t);
@@ -140,6 +146,7 @@ kvd_task *transfer_task_new(kvd_client *c, const char *name, uint32_t timeout_ms
                 return NULL;
         t->client = client_ref(c);
         pending_init(&t->pending);
+        t->event_fd = t->epoll_fd = -1;
         t->name = name;
         t->timeout_ms = timeout_ms;
         /* The daemon answers by the transfer's own deadline; the grace covers the way back. */
@@ -282,66 +289,82 @@ static int transfer_wait(int r, kvd_task *task)
         if (r < 0)
                 return r;
         r = kvd_task_wait(task, -1);
-        kvd_task_free(task);
+        /* Answered, or the daemon is overdue: there is nothing to cancel. */
+        task_free(task);
         return r;
 }
 
-_public_ int kvd_task_wait(kvd_task *task, int timeout_ms)
+/*
+ * kvd_task_wait() without the last-error bookkeeping: the task's status once it has one, else
+ * KVD_E_IN_PROGRESS (or KVD_E_TIMEOUT once the daemon is overdue), with a detail in @err.
+ */
+static int task_wait(kvd_task *task, int32_t timeout_ms, Error *err)
 {
-        Error err = ERROR_INIT;
-        kvd_client *c;
+        kvd_client *c = task->client;
         usec_t deadline;
         int r;
 
-        if (!task)
-                return client_return(NULL, &err,
-                                     error_set(&err, KVD_E_PARAM_INVALID, "task is NULL"));
-        c = task->client;
-
-        deadline = timeout_ms < 0 ? task->deadline
-                                  : now_usec(CLOCK_MONOTONIC) + (usec_t)timeout_ms * USEC_PER_MSEC;
+        /* Never past the answer's own deadline: after it the daemon is overdue. */
+        deadline = task->deadline;
+        if (timeout_ms >= 0)
+                deadline = MIN(deadline,
+                               now_usec(CLOCK_MONOTONIC) + (usec_t)timeout_ms * USEC_PER_MSEC);
 
         pthread_mutex_lock(&c->lock);
         if (task->completed)
                 goto done;
         pthread_mutex_unlock(&c->lock);
 
-        r = conn_wait(c, &task->pending, deadline, &err);
+        r = conn_wait(c, &task->pending, deadline, err);
 
         pthread_mutex_lock(&c->lock);
         if (task->completed)
                 /* Another thread waited on the same task and finished it. */
                 goto done;
-        if (r == KVD_OK || r == KVD_E_DAEMON_UNAVAILABLE) {
-                /* Final: the reply, or a connection that can never bring one. */
+        if (r == KVD_E_TIMEOUT && c->dead)
+                /* It died after our wait ended: that is the answer now. */
+                r = error_set(err, c->dead_code, "%s", c->dead_detail);
+        if (r != KVD_E_TIMEOUT || c->dead) {
+                /* Final: the reply, or a connection that can never bring one (conn_wait() gives
+                 * the daemon's own reason when it said why it closed). */
                 if (r == KVD_OK)
-                        r = pending_status(&task->pending, &err);
+                        r = pending_status(&task->pending, err);
                 if (task->batch)
-                        r = task_batch_take_reply(task, r, &err);
+                        r = task_batch_take_reply(task, r, err);
                 task->completed = true;
                 task->status = r;
-                (void)snprintf(task->detail, sizeof(task->detail), "%s", err.msg);
+                (void)snprintf(task->detail, sizeof(task->detail), "%s", err->msg);
                 goto done;
         }
         pthread_mutex_unlock(&c->lock);
 
-        if (timeout_ms < 0 || deadline >= task->deadline)
-                error_set(&err, KVD_E_TIMEOUT,
-                          "kvdistd did not answer the %s request (id %llu) within %u ms",
-                          task->name, (unsigned long long)task->pending.request_id,
-                          task->timeout_ms + CLIENT_GRACE_MS);
-        else
-                error_set(&err, KVD_E_TIMEOUT, "the %s request (id %llu) is still running",
-                          task->name, (unsigned long long)task->pending.request_id);
-        return client_return(c, &err, KVD_E_TIMEOUT);
+        if (now_usec(CLOCK_MONOTONIC) >= task->deadline)
+                return error_set(err, KVD_E_TIMEOUT,
+                                 "kvdistd did not answer the %s request (id %llu) within %u ms",
+                                 task->name, (unsigned long long)task->pending.request_id,
+                                 task->timeout_ms + CLIENT_GRACE_MS);
+        return error_set(err, KVD_E_IN_PROGRESS, "the %s request (id %llu) is still running",
+                         task->name, (unsigned long long)task->pending.request_id);
 
 done:
         r = task->status;
-        error_clear(&err);
+        error_clear(err);
         if (r < 0)
-                error_set(&err, r, "%s", task->detail);
+                error_set(err, r, "%s", task->detail);
         pthread_mutex_unlock(&c->lock);
-        return client_return(c, &err, r);
+        return r;
+}
+
+_public_ int kvd_task_wait(kvd_task *task, int32_t timeout_ms)
+{
+        Error err = ERROR_INIT;
+        int r;
+
+        if (!task)
+                return client_return(NULL, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "task is NULL"));
+        r = task_wait(task, timeout_ms, &err);
+        return client_return(task->client, &err, r);
 }
 
 _public_ int kvd_task_done(kvd_task *task, bool *ret_done)
@@ -360,9 +383,119 @@ _public_ int kvd_task_done(kvd_task *task, bool *ret_done)
         return KVD_OK;
 }
 
+/* Whether @t's answer is in (or can never come); with c->lock held. */
+static bool task_answered_locked(const kvd_task *t)
+{
+        return t->completed || t->pending.done || t->client->dead;
+}
+
+/* Makes @t's eventfd and epoll fd; with c->lock held. Returns KVD_OK or a status with a detail. */
+static int task_make_fd_locked(kvd_task *t, Error *err)
+{
+        struct epoll_event ev = {.events = EPOLLIN};
+        _cleanup_close_ int efd = -1, ep = -1;
+        kvd_client *c = t->client;
+
+        efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (efd < 0)
+                return error_set(err, errno == ENOMEM ? KVD_E_OUT_OF_MEMORY : KVD_E_FAILED,
+                                 "eventfd: %s", strerror(errno));
+        ep = epoll_create1(EPOLL_CLOEXEC);
+        if (ep < 0)
+                return error_set(err, errno == ENOMEM ? KVD_E_OUT_OF_MEMORY : KVD_E_FAILED,
+                                 "epoll_create1: %s", strerror(errno));
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, efd, &ev) < 0)
+                return error_set(err, KVD_E_FAILED, "epoll_ctl(eventfd): %s", strerror(errno));
+        /* What waits in the socket may be this answer, read by nobody yet; a finalized client has
+         * no socket, and a dead connection signals below. */
+        if (c->fd >= 0 && !c->dead && epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) < 0)
+                return error_set(err, KVD_E_FAILED, "epoll_ctl(kvdistd socket): %s",
+                                 strerror(errno));
+        if (task_answered_locked(t))
+                (void)eventfd_write(efd, 1);
+        t->event_fd = TAKE_FD(efd);
+        t->epoll_fd = TAKE_FD(ep);
+        /* Still on c->pending while unanswered: from now on its answer signals the eventfd. */
+        t->pending.wake_fd = t->event_fd;
+        return KVD_OK;
+}
+
+_public_ int kvd_task_fd(kvd_task *task, int *ret_fd)
+{
+        Error err = ERROR_INIT;
+        kvd_client *c;
+        int r = KVD_OK;
+
+        if (!task)
+                return client_return(NULL, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "task is NULL"));
+        c = task->client;
+        if (!ret_fd)
+                return client_return(c, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "ret_fd is NULL"));
+        pthread_mutex_lock(&c->lock);
+        if (task->epoll_fd < 0)
+                r = task_make_fd_locked(task, &err);
+        if (r == KVD_OK)
+                *ret_fd = task->epoll_fd;
+        pthread_mutex_unlock(&c->lock);
+        return client_return(c, &err, r);
+}
+
+/*
+ * Asks the daemon to stop @t (unless its answer is in) and waits for the answer, which comes
+ * once nothing of the transfer can land any more. Returns the task's final status, or the
+ * cancel request's failure (UNSUPPORTED from an older daemon), with a detail in @err.
+ */
+static int task_cancel(kvd_task *t, Error *err)
+{
+        Kvdist__V1__TransferCancel m = KVDIST__V1__TRANSFER_CANCEL__INIT;
+        kvd_client *c = t->client;
+        bool answered;
+        int r;
+
+        pthread_mutex_lock(&c->lock);
+        answered = task_answered_locked(t);
+        m.request_id = t->pending.request_id;
+        pthread_mutex_unlock(&c->lock);
+
+        if (!answered) {
+                r = conn_call(c, KVDIST__V1__MSG_TYPE__MSG_TRANSFER_CANCEL, &m.base, NULL, 0,
+                              CLIENT_CALL_TIMEOUT_MS, NULL, NULL, err);
+                /* A dead connection answers the task below; anything else is the cancel's. */
+                if (r < 0 && r != KVD_E_DAEMON_UNAVAILABLE)
+                        return r;
+                error_clear(err);
+        }
+        return task_wait(t, -1, err);
+}
+
+_public_ int kvd_task_cancel(kvd_task *task)
+{
+        Error err = ERROR_INIT;
+        int r;
+
+        if (!task)
+                return client_return(NULL, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "task is NULL"));
+        r = task_cancel(task, &err);
+        return client_return(task->client, &err, r);
+}
+
 _public_ void kvd_task_free(kvd_task *task)
 {
-        /* A reply that arrives later finds no request waiting for it and is dropped. */
+        Error err = ERROR_INIT;
+        bool answered;
+
+        if (!task)
+                return;
+        pthread_mutex_lock(&task->client->lock);
+        answered = task_answered_locked(task);
+        pthread_mutex_unlock(&task->client->lock);
+        /* Nothing of it lands once this returns; the caller's last error stays as it was. A
+         * daemon that is overdue (past the task's deadline and grace) is not asked. */
+        if (!answered && now_usec(CLOCK_MONOTONIC) < task->deadline)
+                (void)task_cancel(task, &err);
         task_free(task);
 }
 

@@ -40,8 +40,9 @@ enum {
         STATUS_PERMISSION_DENIED = _STATUS_BASE - 24,
         STATUS_PROTOCOL_MISMATCH = _STATUS_BASE - 25,
         STATUS_BUSY = _STATUS_BASE - 26,
-        STATUS_IN_PROGRESS = _STATUS_BASE - 27, /* a client's task still runs (libkvdist only) */
-        _STATUS_MIN = STATUS_IN_PROGRESS,
+        STATUS_IN_PROGRESS = _STATUS_BASE - 27, /* the client's own: a task still running */
+        STATUS_CANCELLED = _STATUS_BASE - 28,   /* the client cancelled the transfer */
+        _STATUS_MIN = STATUS_CANCELLED,
 };
 
 /* Whether @r is one of the codes above (STATUS_OK included). */

@@ -112,6 +112,7 @@ static const FrameType frame_types[] = {
         FRAME_TYPE(LOCAL_INFO, local_info, "LocalInfo"),
         FRAME_TYPE(TRANSFER, transfer, "Transfer"),
         FRAME_TYPE(TRANSFER_BATCH, transfer_batch, "TransferBatch"),
+        FRAME_TYPE(TRANSFER_CANCEL, transfer_cancel, "TransferCancel"),
         FRAME_TYPE(DAEMON_STATUS, daemon_status, "DaemonStatus"),
         FRAME_TYPE(DAEMON_METRICS, daemon_metrics, "DaemonMetrics"),
         FRAME_TYPE(NOTIFY_FD, notify_fd, "NotifyFd"),

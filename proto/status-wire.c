@@ -34,6 +34,7 @@ SAME(PERMISSION_DENIED);
 SAME(PROTOCOL_MISMATCH);
 SAME(BUSY);
 SAME(IN_PROGRESS);
+SAME(CANCELLED);
 _Static_assert(_STATUS_MIN - _STATUS_BASE == _KVD_E_MIN, "a status without a public code");
 
 int32_t status_wire_encode(int status)

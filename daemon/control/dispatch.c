@@ -43,6 +43,8 @@ static const DispatchEntry dispatch_table[] = {
         {KVDIST__V1__MSG_TYPE__MSG_TRANSFER, DISPATCH_NEEDS_CLUSTER, 0, handle_transfer},
         {KVDIST__V1__MSG_TYPE__MSG_TRANSFER_BATCH, DISPATCH_NEEDS_CLUSTER, 0,
          handle_transfer_batch},
+        {KVDIST__V1__MSG_TYPE__MSG_TRANSFER_CANCEL, DISPATCH_NEEDS_CLUSTER, 0,
+         handle_transfer_cancel},
         {KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, DISPATCH_READ_ONLY, 0, handle_daemon_status},
         {KVDIST__V1__MSG_TYPE__MSG_NOTIFY_FD, DISPATCH_NEEDS_CLUSTER, 0, handle_notify_fd},
         {KVDIST__V1__MSG_TYPE__MSG_GET_NOTIFIES, DISPATCH_NEEDS_CLUSTER, 0, handle_get_notifies},

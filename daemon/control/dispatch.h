@@ -57,6 +57,7 @@ int handle_switch_role(Request *req, Error *err);
 int handle_local_info(Request *req, Error *err);
 int handle_transfer(Request *req, Error *err);
 int handle_transfer_batch(Request *req, Error *err);
+int handle_transfer_cancel(Request *req, Error *err);
 int handle_notify_fd(Request *req, Error *err);
 int handle_get_notifies(Request *req, Error *err);
 int handle_domain_link(Request *req, Error *err);

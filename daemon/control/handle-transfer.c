@@ -3,6 +3,7 @@
  * transfer/'s TransferRequest. */
 #include <errno.h>
 #include <kvdist/kvdist.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,6 +285,24 @@ static void batch_call_on_cancel(Completion *client, void *userdata)
         batch_call_free(b);
 }
 
+/*
+ * Cancels every entry of @b still running, as transfer_cancel_held() one transfer; the batch is
+ * answered once they all let go (maybe right here: @b is gone then). Whether any was running.
+ */
+static bool batch_call_cancel(BatchCall *b)
+{
+        bool stopping = false;
+
+        /* Entries that answer at once must not finish the batch under this loop. */
+        b->starting = true;
+        for (size_t i = 0; i < b->n; i++)
+                if (b->entries[i].running)
+                        stopping |= transfer_cancel_held(&b->entries[i].cpl);
+        b->starting = false;
+        batch_call_finish(b);
+        return stopping;
+}
+
 int handle_transfer_batch(Request *req, Error *err)
 {
         const Kvdist__V1__TransferBatch *m = (const Kvdist__V1__TransferBatch *)req->msg;
@@ -324,4 +343,39 @@ int handle_transfer_batch(Request *req, Error *err)
         }
         completion_set_cancel(&req->done, batch_call_on_cancel, b);
         return HANDLER_PENDING;
+}
+
+int handle_transfer_cancel(Request *req, Error *err)
+{
+        const Kvdist__V1__TransferCancel *m = (const Kvdist__V1__TransferCancel *)req->msg;
+        Kvdist__V1__TransferCancelReply reply = KVDIST__V1__TRANSFER_CANCEL_REPLY__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        Request *r;
+
+        if (m->request_id == FRAME_CONNECTION_REQUEST_ID || m->request_id == req->id)
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "TransferCancel names request %" PRIu64
+                                 ", not a Transfer of this connection",
+                                 m->request_id);
+        /* Only this connection's own transfers; one that was answered is gone from the list. */
+        CLIST_FOREACH (r, &req->conn->requests, link_conn) {
+                TransferCall *call;
+
+                if (r->id != m->request_id)
+                        continue;
+                if (r->type == KVDIST__V1__MSG_TYPE__MSG_TRANSFER_BATCH &&
+                    r->done.cancel == batch_call_on_cancel) {
+                        reply.stopping = batch_call_cancel(r->done.userdata);
+                        break;
+                }
+                if (r->type != KVDIST__V1__MSG_TYPE__MSG_TRANSFER ||
+                    r->done.cancel != transfer_call_on_cancel)
+                        continue;
+                call = r->done.userdata;
+                /* The transfer may answer (and free @r) right here: nothing of it is used after. */
+                reply.stopping = transfer_cancel_held(&call->cpl);
+                break;
+        }
+        reply.status = &st;
+        return conn_request_reply(req, &reply.base, -1), 0;
 }

@@ -104,6 +104,21 @@ static void transfer_on_request_cancel(Completion *done, void *userdata)
         transfer_fail(x, STATUS_PEER_LOST, "the client went away");
 }
 
+bool transfer_cancel_held(Completion *done)
+{
+        Transfer *x;
+
+        /* transfer_start() left its mark on the completion it holds. */
+        if (done->cancel != transfer_on_request_cancel)
+                return false;
+        x = done->userdata;
+        if (x->state != TRANSFER_RUNNING)
+                return false;
+        transfer_fail(x, STATUS_CANCELLED, "transfer %" PRIu64 " (%s) was cancelled by the client",
+                      x->id, transfer_kind_to_string(x->kind));
+        return true;
+}
+
 static Transfer *transfer_free(Transfer *x)
 {
         TransferRoot *root = x->root;

@@ -178,6 +178,14 @@ void transfer_complete(Transfer *x, int status);
 void transfer_fail(Transfer *x, int status, const char *fmt, ...) _printf_(3, 4);
 
 /*
+ * Cancels the transfer that holds @done (the completion given to transfer_start()): it stops as
+ * at its deadline and answers @done with STATUS_CANCELLED once nothing of it can land any more.
+ * Returns whether it was running and now stops; false when @done is not a transfer's or its
+ * transfer stops already (it answers as it would have).
+ */
+bool transfer_cancel_held(Completion *done);
+
+/*
  * @x failed and nothing of it can land anywhere any more, though its transport may still hold
  * its (only read) source: the client is answered now. A no-op for a transfer that is running.
  */

@@ -235,6 +235,15 @@ static void msg_link_local(Script *s, uint16_t type, uint8_t id, uint64_t remote
         }
 }
 
+/* A TransferCancel naming the request @target of the same connection. */
+static void msg_transfer_cancel(Script *s, uint8_t id, uint64_t target)
+{
+        Kvdist__V1__TransferCancel m = KVDIST__V1__TRANSFER_CANCEL__INIT;
+
+        m.request_id = target;
+        frame(s, MT(TRANSFER_CANCEL), id, &m.base);
+}
+
 /* A transfer between the blocks caches of the local-link seeds (BlocksKey {@remote, 1}). */
 static void msg_transfer_blocks(Script *s, uint8_t id, Kvdist__V1__TransferKind kind,
                                 uint64_t remote, uint32_t timeout_ms, const char *notify)
@@ -562,8 +571,29 @@ static void client_seeds(void)
         msg_transfer_batch(&s, 6, 1, 1000);
         wait_ms(&s, 3);
         msg_transfer_batch(&s, 7, 1, 1000);
+        msg_transfer_cancel(&s, 8, 7);
+        msg_transfer_batch(&s, 9, 1, 1000);
         op(&s, FUZZ_OP_CLOSE, 0);
         emit("client", "transfer-batch-and-close", &s);
+
+        /* A transfer cancelled while it runs, a cancel of one answered, of itself, of nothing. */
+        script_init(&s, 2);
+        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
+        msg_register_blocks(&s, 4, 1, 1);
+        endpoint(&s, 1, 2);
+        msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
+        msg_register_blocks(&s, 4, 2, 1);
+        msg_link_local(&s, MT(LINK_CLUSTERS), 5, 1, false);
+        msg_transfer_blocks(&s, 6, KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS, 1, 1000, NULL);
+        msg_transfer_cancel(&s, 7, 6);
+        wait_ms(&s, 3);
+        msg_transfer_cancel(&s, 8, 6);
+        msg_transfer_cancel(&s, 9, 9);
+        msg_transfer_cancel(&s, 10, 0);
+        msg_transfer_blocks(&s, 11, KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS, 1, 1000, NULL);
+        msg_transfer_cancel(&s, 12, 11);
+        op(&s, FUZZ_OP_CLOSE, 0);
+        emit("client", "transfer-cancel", &s);
 
         /* Finalize, initialise again as another cluster, finalize twice. */
         script_init(&s, 2);

@@ -152,7 +152,7 @@ static int check_status_until_done(Pair *x, kvd_task *task, const char *what)
         /* [0]: B's daemon, which posts the work requests; [1]: A's, which serves them. */
         expect_ok(NULL, kvd_client_connect(x->d.d.options, 1, &c[0]));
         expect_ok(NULL, kvd_client_connect(x->p.d.options, 1, &c[1]));
-        for (unsigned i = 0; (r = kvd_task_wait(task, 10)) == KVD_E_TIMEOUT; i++) {
+        for (unsigned i = 0; (r = kvd_task_wait(task, 10)) == KVD_E_IN_PROGRESS; i++) {
                 unsigned k = i % 2;
                 char *json = NULL;
                 uint64_t t0 = harness_now_ms();

@@ -6,6 +6,10 @@ asynchronous tasks, and transfer_cache_async() pushing layer by layer as a synch
 each layer go."""
 
 import ctypes
+import pathlib
+import select
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,7 +20,7 @@ from kvdist import (Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType, 
                     LLMClusterInfo, LLMException, LLMRole, LLMStatusCode, Placement,
                     TransferConfig, TransferWithCacheKeyConfig)
 
-from conftest import NOT_THERE, Guarded, blocks_key, copy_blocks, pattern
+from conftest import GUARD, NOT_THERE, Guarded, blocks_key, copy_blocks, pattern
 
 NO_REQ = 2**64 - 1  # a CacheKey's req_id when it names a prefix
 
@@ -377,3 +381,77 @@ def test_transfer_cache_async_whole_cache_refusals(pair):
         cm.transfer_cache_async(src.cache, Always(), [TransferConfig(d.cluster_id, [1, 2])])
     assert e.value.status_code == LLMStatusCode.LLM_FEATURE_NOT_ENABLED
     small.check_untouched()
+
+
+def _held_pull(p, d, src, dst):
+    """A pull from P that D's event loop may see running: 256 blocks of 64 KiB."""
+    return d.cache_manager.pull_blocks_async(blocks_key(p), dst.cache, np.arange(256),
+                                             np.arange(256)[::-1].copy(), timeout_ms=30000)
+
+
+def test_task_done_wait_cancel_fileno(pair):
+    p, d = pair
+    src = Guarded(p, 2, 256, 65536, seed=41, key=blocks_key(p))
+    dst = Guarded(d, 2, 256, 65536, seed=42)
+    link(d, p)
+    expected = copy_blocks(dst.expected(), dst, src, np.arange(256), np.arange(256)[::-1])
+
+    # wait(0) on a running task: LLM_TIMEOUT as llm_datadist says, the libkvdist status behind
+    # it IN_PROGRESS; fileno() wakes a poller; done() and wait() then give the status.
+    t = _held_pull(p, d, src, dst)
+    fd = t.fileno()
+    assert fd == t.fileno() and fd >= 0
+    while not t.done():
+        try:
+            t.wait(0)
+        except LLMException as e:
+            assert e.status_code == LLMStatusCode.LLM_TIMEOUT
+            assert e.kvd_status == -27  # KVD_E_IN_PROGRESS
+        select.select([fd], [], [], 30)
+    t.wait()
+    assert select.select([fd], [], [], 0)[0] == [fd]
+    dst.check(expected)
+    # Cancel after completion: the status it had, nothing changes.
+    assert t.cancel() == LLMStatusCode.LLM_SUCCESS
+    assert t.synchronize() == LLMStatusCode.LLM_SUCCESS
+    dst.check(expected)
+
+    # Cancel of a fresh pull: CANCELLED (or SUCCESS when it was quicker); nothing lands after.
+    back = dst.mem.copy()
+    t = d.cache_manager.pull_blocks_async(blocks_key(p), dst.cache, np.arange(256)[::-1].copy(),
+                                          np.arange(256), timeout_ms=30000)
+    status = t.cancel()
+    assert status in (LLMStatusCode.LLM_CANCELLED, LLMStatusCode.LLM_SUCCESS)
+    snap = dst.mem.copy()
+    full = copy_blocks(dst.expected(), dst, src, np.arange(256)[::-1], np.arange(256))
+    if status == LLMStatusCode.LLM_SUCCESS:
+        dst.check(full)
+    else:
+        assert np.all((snap == back) | (snap == full))
+        with pytest.raises(LLMException) as e:
+            t.wait()
+        assert e.value.status_code == LLMStatusCode.LLM_CANCELLED
+        assert t.get_results() == [LLMStatusCode.LLM_CANCELLED]
+    # The link still works, and the cancelled pull wrote nothing since.
+    d.cache_manager.pull_blocks(blocks_key(p), dst.cache, [0], [0])
+    snap[:, GUARD:GUARD + 65536] = src.mem[:, GUARD:GUARD + 65536]
+    assert np.array_equal(dst.mem, snap)
+    # A task dropped while it runs is cancelled; the daemon goes on.
+    t = _held_pull(p, d, src, dst)
+    del t
+    snap = dst.mem.copy()
+    d.cache_manager.pull_blocks(blocks_key(p), dst.cache, [0], [0])
+    snap[:, GUARD:GUARD + 65536] = src.mem[:, GUARD:GUARD + 65536]
+    assert np.array_equal(dst.mem, snap)
+    assert np.array_equal(dst.mem[:, :GUARD], dst.image[:, :GUARD])
+    assert np.array_equal(dst.mem[:, -GUARD:], dst.image[:, -GUARD:])
+
+
+def test_asyncio_example(daemon):
+    # examples/asyncio_pulls.py, as a user runs it: it checks every byte itself.
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "asyncio_pulls.py"
+    r = subprocess.run([sys.executable, str(example), "--socket", daemon.socket, "--listen",
+                        daemon.peer_addr, "--pulls", "6", "--blocks-per-pull", "8"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "every byte as expected" in r.stdout

@@ -6,6 +6,8 @@
  * garbage while calls wait.
  */
 #include <check.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,7 +171,28 @@ START_TEST(test_two_threads_waiting)
 }
 END_TEST
 
-/* Holds the answers until the test says go; the first task is freed by then. */
+/*
+ * Expects @f's task to be cancelled: a TransferCancel naming it, answered with @stopping, then
+ * the transfer answered with @code.
+ */
+static void expect_cancel(FakeDaemon *d, int fd, const FakeFrame *f, bool stopping, int code)
+{
+        Kvdist__V1__TransferCancelReply reply = KVDIST__V1__TRANSFER_CANCEL_REPLY__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        FakeFrame fc;
+
+        EXPECT(d, fake_recv(d, fd, &fc) == 1);
+        EXPECT(d, fc.h.type == KVDIST__V1__MSG_TYPE__MSG_TRANSFER_CANCEL);
+        EXPECT(d, ((const Kvdist__V1__TransferCancel *)fc.msg)->request_id == f->h.request_id);
+        reply.status = &st;
+        reply.stopping = stopping;
+        EXPECT(d, fake_reply(fd, &fc, &reply.base, NULL, 0) == 0);
+        fake_frame_done(&fc);
+        EXPECT(d,
+               fake_transfer_reply(fd, f, code, "transfer 9 (pull_blocks) was cancelled", 0) == 0);
+}
+
+/* Holds the answers until the test says go; the first task is freed, so cancelled, by then. */
 static void script_late_replies(FakeDaemon *d, int fd)
 {
         FakeFrame fa, fb;
@@ -177,19 +200,21 @@ static void script_late_replies(FakeDaemon *d, int fd)
         EXPECT(d, fake_handshake(d, fd, true) == 0);
         EXPECT(d, fake_recv(d, fd, &fa) == 1);
         EXPECT(d, fake_recv(d, fd, &fb) == 1);
+        expect_cancel(d, fd, &fa, true, KVD_E_CANCELLED);
+        if (d->fail_line)
+                return;
         fake_wait_go(d);
-        EXPECT(d, fake_transfer_reply(fd, &fa, KVD_E_TIMEOUT, "for a freed task", 0) == 0);
         EXPECT(d, fake_transfer_reply(fd, &fb, KVD_OK, NULL, 1) == 0);
         fake_frame_done(&fa);
         fake_frame_done(&fb);
         EXPECT(d, fake_finalize(d, fd) == 0);
 }
 
-START_TEST(test_task_wait_timeout)
+START_TEST(test_task_wait_in_progress)
 {
         kvd_cache_key key = kvd_key_id_index(2, 3, 4);
         kvd_task *ta = NULL, *tb = NULL;
-        int r = KVD_E_TIMEOUT;
+        int r = KVD_E_IN_PROGRESS;
         FakeDaemon d;
         kvd_client *c;
 
@@ -200,15 +225,19 @@ START_TEST(test_task_wait_timeout)
                          KVD_OK);
         ck_assert_int_eq(kvd_push_cache_async(c, &key, 1, 0, -1, NULL, &tb), KVD_OK);
 
-        ck_assert_int_eq(kvd_task_wait(tb, 0), KVD_E_TIMEOUT);
+        /* Running is not a failure of its own: IN_PROGRESS, never TIMEOUT. */
+        ck_assert_int_eq(kvd_task_wait(tb, 0), KVD_E_IN_PROGRESS);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(c), "still running"));
+        ck_assert_int_eq(kvd_task_wait(tb, 1), KVD_E_IN_PROGRESS);
+        ck_assert_str_eq(kvd_strerror(KVD_E_IN_PROGRESS), "KVD_E_IN_PROGRESS");
+        /* Freeing a running task cancels it and returns once the daemon answered it. */
         kvd_task_free(ta);
         fake_go(&d);
 
         /* Polling with a zero timeout reads what arrived: the answer comes through. */
-        for (int i = 0; i < 10000 && r == KVD_E_TIMEOUT; i++) {
+        for (int i = 0; i < 60000 && r == KVD_E_IN_PROGRESS; i++) {
                 r = kvd_task_wait(tb, 0);
-                if (r == KVD_E_TIMEOUT)
+                if (r == KVD_E_IN_PROGRESS)
                         (void)usleep(1000);
         }
         ck_assert_int_eq(r, KVD_OK);
@@ -222,17 +251,34 @@ START_TEST(test_task_wait_timeout)
 }
 END_TEST
 
+/* The first transfer ran past its deadline (TIMEOUT), the second succeeds; after go. */
+static void script_timeout_answer(FakeDaemon *d, int fd)
+{
+        FakeFrame fa, fb;
+
+        EXPECT(d, fake_handshake(d, fd, true) == 0);
+        EXPECT(d, fake_recv(d, fd, &fa) == 1);
+        EXPECT(d, fake_recv(d, fd, &fb) == 1);
+        fake_wait_go(d);
+        EXPECT(d, fake_transfer_reply(fd, &fa, KVD_E_TIMEOUT, "past its deadline", 0) == 0);
+        EXPECT(d, fake_transfer_reply(fd, &fb, KVD_OK, NULL, 1) == 0);
+        fake_frame_done(&fa);
+        fake_frame_done(&fb);
+        /* Cancelling or freeing answered tasks sends nothing: the next frame is the finalize. */
+        EXPECT(d, fake_finalize(d, fd) == 0);
+}
+
 /* Polls @t with zero timeouts until kvd_task_done() says it has its status; returns that. */
 static int poll_until_done(kvd_task *t)
 {
         bool done = false;
-        int r = KVD_E_TIMEOUT;
+        int r = KVD_E_IN_PROGRESS;
 
-        for (int i = 0; i < 10000 && !done; i++) {
+        for (int i = 0; i < 60000 && !done; i++) {
                 r = kvd_task_wait(t, 0);
                 ck_assert_int_eq(kvd_task_done(t, &done), KVD_OK);
                 if (!done) {
-                        ck_assert_int_eq(r, KVD_E_TIMEOUT);
+                        ck_assert_int_eq(r, KVD_E_IN_PROGRESS);
                         (void)usleep(1000);
                 }
         }
@@ -241,8 +287,8 @@ static int poll_until_done(kvd_task *t)
 }
 
 /*
- * kvd_task_done() tells a task still running from one whose transfer failed with TIMEOUT, which
- * kvd_task_wait(t, 0) returns for both.
+ * A transfer that ran past its deadline answers TIMEOUT, a running one IN_PROGRESS; done agrees.
+ * Cancelling a task that completed returns its status and sends nothing.
  */
 START_TEST(test_task_done)
 {
@@ -252,8 +298,7 @@ START_TEST(test_task_done)
         FakeDaemon d;
         kvd_client *c;
 
-        /* The first transfer's answer is TIMEOUT (it ran past its deadline), the second OK. */
-        fake_start(&d, script_late_replies);
+        fake_start(&d, script_timeout_answer);
         c = fake_client_init(&d);
 
         ck_assert_int_eq(kvd_push_blocks_async(c, &key, 1, (uint64_t[]){0}, 1, (uint64_t[]){1}, 1,
@@ -262,23 +307,153 @@ START_TEST(test_task_done)
         ck_assert_int_eq(kvd_pull_blocks_async(c, &key, 1, (uint64_t[]){0}, 1, (uint64_t[]){1}, 1,
                                                NULL, &tb),
                          KVD_OK);
-        ck_assert_int_eq(kvd_task_wait(ta, 0), KVD_E_TIMEOUT);
+        ck_assert_int_eq(kvd_task_wait(ta, 0), KVD_E_IN_PROGRESS);
         ck_assert_int_eq(kvd_task_done(ta, &done), KVD_OK);
         ck_assert(!done);
         fake_go(&d);
 
         ck_assert_int_eq(poll_until_done(ta), KVD_E_TIMEOUT);
-        ck_assert_ptr_nonnull(strstr(kvd_last_error(c), "for a freed task"));
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(c), "past its deadline"));
         ck_assert_int_eq(poll_until_done(tb), KVD_OK);
-        /* Done stays done, with the same status. */
+        /* Done stays done, with the same status; a cancel now changes nothing. */
         ck_assert_int_eq(kvd_task_wait(ta, 0), KVD_E_TIMEOUT);
+        ck_assert_int_eq(kvd_task_cancel(ta), KVD_E_TIMEOUT);
+        ck_assert_int_eq(kvd_task_cancel(tb), KVD_OK);
+        ck_assert_int_eq(kvd_task_wait(tb, 0), KVD_OK);
         ck_assert_int_eq(kvd_task_done(ta, &done), KVD_OK);
         ck_assert(done);
 
         ck_assert_int_eq(kvd_task_done(NULL, &done), KVD_E_PARAM_INVALID);
         ck_assert_int_eq(kvd_task_done(ta, NULL), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(kvd_task_cancel(NULL), KVD_E_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(NULL), "task is NULL"));
         kvd_task_free(ta);
         kvd_task_free(tb);
+        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
+        fake_stop(&d);
+}
+END_TEST
+
+/* Whether @fd polls readable within @timeout_ms. */
+static bool readable(int fd, int timeout_ms)
+{
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+
+        return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
+}
+
+/*
+ * Transfer a is answered while the client waits for another call (CheckLinkStatus), which reads
+ * the answer from the socket; transfer b is answered after go, with nobody reading.
+ */
+static void script_fd(FakeDaemon *d, int fd)
+{
+        FakeFrame fa, fb, fc;
+
+        EXPECT(d, fake_handshake(d, fd, true) == 0);
+        EXPECT(d, fake_recv(d, fd, &fa) == 1);
+        EXPECT(d, fake_recv(d, fd, &fb) == 1);
+        EXPECT(d, fake_recv(d, fd, &fc) == 1);
+        EXPECT(d, fc.h.type == KVDIST__V1__MSG_TYPE__MSG_CHECK_LINK_STATUS);
+        EXPECT(d, fake_transfer_reply(fd, &fa, KVD_OK, NULL, 64) == 0);
+        EXPECT(d, fake_status(fd, &fc, KVD_E_NOT_YET_LINK, "no link") == 0);
+        fake_wait_go(d);
+        EXPECT(d, fake_transfer_reply(fd, &fb, KVD_E_CACHE_NOT_EXIST, "no cache 5", 0) == 0);
+        fake_frame_done(&fa);
+        fake_frame_done(&fb);
+        fake_frame_done(&fc);
+        EXPECT(d, fake_finalize(d, fd) == 0);
+}
+
+/* The task fd: never misses an answer another call read, readable once done, bad input. */
+START_TEST(test_task_fd)
+{
+        kvd_cache_key key = kvd_key_blocks(2, 0);
+        kvd_task *ta = NULL, *tb = NULL;
+        int fda = -1, fdb = -1, again = -1;
+        FakeDaemon d;
+        kvd_client *c;
+
+        fake_start(&d, script_fd);
+        c = fake_client_init(&d);
+
+        ck_assert_int_eq(kvd_pull_blocks_async(c, &key, 1, (uint64_t[]){0}, 1, (uint64_t[]){1}, 1,
+                                               NULL, &ta),
+                         KVD_OK);
+        ck_assert_int_eq(kvd_pull_blocks_async(c, &key, 1, (uint64_t[]){2}, 1, (uint64_t[]){3}, 1,
+                                               NULL, &tb),
+                         KVD_OK);
+        ck_assert_int_eq(kvd_task_fd(ta, &fda), KVD_OK);
+        ck_assert_int_ge(fda, 0);
+        ck_assert_int_eq(kvd_task_fd(ta, &again), KVD_OK);
+        ck_assert_int_eq(again, fda);
+        ck_assert_int_eq(kvd_task_fd(tb, &fdb), KVD_OK);
+        ck_assert_int_ne(fdb, fda);
+        ck_assert(!readable(fda, 0));
+        ck_assert(!readable(fdb, 0));
+
+        /* This call reads a's answer off the socket on its way to its own. */
+        ck_assert_int_eq(kvd_check_link_status(c, 2), KVD_E_NOT_YET_LINK);
+        ck_assert_msg(readable(fda, 0), "a's answer was read by another call: its fd must say so");
+        ck_assert(!readable(fdb, 0));
+        ck_assert_int_eq(kvd_task_wait(ta, 0), KVD_OK);
+        /* Done stays readable. */
+        ck_assert(readable(fda, 0));
+
+        fake_go(&d);
+        /* Nobody reads: the socket itself wakes the poller. */
+        ck_assert(readable(fdb, 60000));
+        ck_assert_int_eq(kvd_task_wait(tb, 0), KVD_E_CACHE_NOT_EXIST);
+        ck_assert(readable(fdb, 0));
+
+        ck_assert_int_eq(kvd_task_fd(NULL, &again), KVD_E_PARAM_INVALID);
+        ck_assert_int_eq(kvd_task_fd(ta, NULL), KVD_E_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(kvd_last_error(c), "ret_fd is NULL"));
+
+        kvd_task_free(ta);
+        kvd_task_free(tb);
+        /* The fds went with their tasks. */
+        ck_assert_int_eq(fcntl(fda, F_GETFD), -1);
+        ck_assert_int_eq(fcntl(fdb, F_GETFD), -1);
+        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
+        fake_stop(&d);
+}
+END_TEST
+
+/* An older daemon refuses the cancel as an unknown request; the transfer goes on. */
+static void script_old_daemon(FakeDaemon *d, int fd)
+{
+        FakeFrame fa, fc;
+
+        EXPECT(d, fake_handshake(d, fd, true) == 0);
+        EXPECT(d, fake_recv(d, fd, &fa) == 1);
+        EXPECT(d, fake_recv(d, fd, &fc) == 1);
+        EXPECT(d, fc.h.type == KVDIST__V1__MSG_TYPE__MSG_TRANSFER_CANCEL);
+        EXPECT(d, fake_error(fd, &fc, KVD_E_UNSUPPORTED, "request type 31 is not supported") == 0);
+        fake_wait_go(d);
+        EXPECT(d, fake_transfer_reply(fd, &fa, KVD_OK, NULL, 64) == 0);
+        fake_frame_done(&fa);
+        fake_frame_done(&fc);
+        EXPECT(d, fake_finalize(d, fd) == 0);
+}
+
+START_TEST(test_task_cancel_old_daemon)
+{
+        kvd_cache_key key = kvd_key_blocks(2, 0);
+        kvd_task *t = NULL;
+        FakeDaemon d;
+        kvd_client *c;
+
+        fake_start(&d, script_old_daemon);
+        c = fake_client_init(&d);
+        ck_assert_int_eq(
+                kvd_push_blocks_async(c, &key, 1, (uint64_t[]){0}, 1, (uint64_t[]){1}, 1, NULL, &t),
+                KVD_OK);
+        ck_assert_int_eq(kvd_task_cancel(t), KVD_E_UNSUPPORTED);
+        ck_assert_int_eq(kvd_task_wait(t, 0), KVD_E_IN_PROGRESS);
+        fake_go(&d);
+        ck_assert_int_eq(kvd_task_wait(t, -1), KVD_OK);
+        kvd_task_free(t);
         ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
         fake_stop(&d);
 }
@@ -305,15 +480,20 @@ START_TEST(test_daemon_closes)
         FakeDaemon d;
         kvd_client *c;
         void *p = NULL;
+        int tfd = -1;
 
         fake_start(&d, script_close_mid_wait);
         c = fake_client_init(&d);
 
         ck_assert_int_eq(kvd_pull_cache_async(c, &key, 1, 0, -1, NULL, &t), KVD_OK);
+        ck_assert_int_eq(kvd_task_fd(t, &tfd), KVD_OK);
+        ck_assert(!readable(tfd, 0));
         ck_assert_int_eq(kvd_pull_cache(c, &key, 1, 1, -1, NULL), KVD_E_DAEMON_UNAVAILABLE);
         ck_assert_ptr_nonnull(strstr(kvd_last_error(c), "kvdistd closed the connection"));
         fake_stop(&d);
 
+        /* A dead connection is an answer: the task's fd says so. */
+        ck_assert(readable(tfd, 0));
         /* Every waiter and every later call fails the same way. */
         ck_assert_int_eq(kvd_task_wait(t, -1), KVD_E_DAEMON_UNAVAILABLE);
         ck_assert_int_eq(kvd_task_wait(t, 0), KVD_E_DAEMON_UNAVAILABLE);
@@ -364,8 +544,10 @@ static Suite *client_wait_suite(void)
         tc = tcase_create("wait");
         tcase_add_test(tc, test_out_of_order_replies);
         tcase_add_test(tc, test_two_threads_waiting);
-        tcase_add_test(tc, test_task_wait_timeout);
+        tcase_add_test(tc, test_task_wait_in_progress);
         tcase_add_test(tc, test_task_done);
+        tcase_add_test(tc, test_task_fd);
+        tcase_add_test(tc, test_task_cancel_old_daemon);
         tcase_add_test(tc, test_daemon_closes);
         tcase_add_test(tc, test_malformed_frame);
         /* Generous for sanitizer builds on a loaded machine; nothing here waits on a clock. */

@@ -290,6 +290,43 @@ START_TEST(test_pack_transfer)
 }
 END_TEST
 
+/* TransferCancel names a Transfer by its request id; its reply says whether it stops. */
+START_TEST(test_pack_transfer_cancel)
+{
+        Kvdist__V1__TransferCancel c = KVDIST__V1__TRANSFER_CANCEL__INIT;
+        Kvdist__V1__TransferCancelReply r = KVDIST__V1__TRANSFER_CANCEL_REPLY__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        _cleanup_free_ uint8_t *buf = NULL, *rbuf = NULL;
+        const FrameType *ft = frame_type_lookup(KVDIST__V1__MSG_TYPE__MSG_TRANSFER_CANCEL);
+        ProtobufCMessage *m;
+        size_t len, rlen;
+
+        ck_assert_ptr_nonnull(ft);
+        ck_assert_str_eq(ft->name, "TransferCancel");
+        ck_assert_uint_eq(KVDIST__V1__MSG_TYPE__MSG_TRANSFER_CANCEL, 31);
+        c.request_id = UINT64_MAX - 1;
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_TRANSFER_CANCEL, 0, 78, 0, &c.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        check_frame(buf, len, KVDIST__V1__MSG_TYPE__MSG_TRANSFER_CANCEL, 0, 78, 0);
+        ck_assert_int_eq(
+                frame_unpack(ft->request, buf + FRAME_HEADER_SIZE, len - FRAME_HEADER_SIZE, &m), 0);
+        ck_assert_uint_eq(((Kvdist__V1__TransferCancel *)m)->request_id, UINT64_MAX - 1);
+        protobuf_c_message_free_unpacked(m, NULL);
+
+        r.status = &st;
+        r.stopping = true;
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_TRANSFER_CANCEL, FRAME_FLAG_REPLY, 78,
+                                    0, &r.base, FRAME_MAX_PAYLOAD_DEFAULT, &rbuf, &rlen),
+                         0);
+        ck_assert_int_eq(
+                frame_unpack(ft->reply, rbuf + FRAME_HEADER_SIZE, rlen - FRAME_HEADER_SIZE, &m), 0);
+        ck_assert(((Kvdist__V1__TransferCancelReply *)m)->stopping);
+        ck_assert_int_eq(((Kvdist__V1__TransferCancelReply *)m)->status->code, 0);
+        protobuf_c_message_free_unpacked(m, NULL);
+}
+END_TEST
+
 START_TEST(test_pack_link_clusters)
 {
         Kvdist__V1__ClusterInfo ci[3];
@@ -717,6 +754,7 @@ static Suite *frame_suite(void)
 
         tc = tcase_create("pack");
         tcase_add_test(tc, test_pack_transfer);
+        tcase_add_test(tc, test_pack_transfer_cancel);
         tcase_add_test(tc, test_pack_link_clusters);
         tcase_add_test(tc, test_pack_empty);
         tcase_add_test(tc, test_pack_limits);

@@ -49,8 +49,9 @@ enum {
                 -24, /* refused: the allow-list, or a cache a link does not reach */
         KVD_E_PROTOCOL_MISMATCH = -25, /* client and daemon speak different protocols */
         KVD_E_BUSY = -26,              /* the resource is in use (e.g. a cache mid-transfer) */
-        KVD_E_IN_PROGRESS = -27,       /* the task is still running: ask again later */
-        _KVD_E_MIN = -27,
+        KVD_E_IN_PROGRESS = -27,       /* not a failure: the task is still running (wait again) */
+        KVD_E_CANCELLED = -28,         /* kvd_task_cancel() stopped the transfer */
+        _KVD_E_MIN = -28,
 };
 
 /*
@@ -481,22 +482,52 @@ int kvd_push_blocks_async(kvd_client *client, const kvd_cache_key *dst_key, uint
                           size_t n_dst, const kvd_transfer_opts *opts, kvd_task **ret_task);
 
 /*
- * Waits up to @timeout_ms (< 0: until the daemon answers) for @task. Returns the transfer's
- * status, or KVD_E_TIMEOUT if it is still running (wait again later). A task that completed
- * keeps its status for later waits.
+ * Waits up to @timeout_ms (< 0: until the daemon answers; 0: only takes what already arrived)
+ * for @task. Returns the transfer's status once it has one (KVD_E_TIMEOUT when the transfer ran
+ * past its own deadline, KVD_E_CANCELLED after kvd_task_cancel()), or KVD_E_IN_PROGRESS when
+ * this wait ended first and the transfer still runs (wait again later; nothing is wrong).
+ * KVD_E_TIMEOUT also when the daemon did not answer within the transfer's timeout plus a grace
+ * of 5 s (a stuck daemon). A task that completed keeps its status for later waits.
  */
-int kvd_task_wait(kvd_task *task, int timeout_ms);
+int kvd_task_wait(kvd_task *task, int32_t timeout_ms);
 
 /*
  * Whether @task has its final status, in *@ret_done: true once a kvd_task_wait() on it returned
- * the transfer's status (which may itself be KVD_E_TIMEOUT: the transfer ran past its deadline),
- * false while kvd_task_wait() would say it is still running. Does not read from the daemon: call
- * kvd_task_wait(task, 0) first to take an answer that arrived since. For callers that poll
- * (language bindings, event loops), where KVD_E_TIMEOUT alone cannot tell the two apart.
+ * the transfer's status, false while kvd_task_wait() returns KVD_E_IN_PROGRESS. Does not read
+ * from the daemon: call kvd_task_wait(task, 0) first to take an answer that arrived since.
  */
 int kvd_task_done(kvd_task *task, bool *ret_done);
 
-/* Frees @task; a transfer still running goes on, and its result is discarded. Accepts NULL. */
+/*
+ * A file descriptor, in *@ret_fd, for an event loop: it polls readable (POLLIN, level-triggered,
+ * poll/epoll/select) whenever kvd_task_wait(task, 0) can make progress: the task's answer arrived
+ * (whichever thread read it from the daemon's socket), something else waits to be read from the
+ * daemon's socket, or the connection died; and it stays readable once the task has its status.
+ * A wake-up may be spurious (another task's answer): call kvd_task_wait(task, 0), which returns
+ * KVD_E_IN_PROGRESS then, and poll again. The same fd on every call; it belongs to @task (do not
+ * read it or close it): kvd_task_free() closes it. PARAM_INVALID for a NULL @task or @ret_fd.
+ */
+int kvd_task_fd(kvd_task *task, int *ret_fd);
+
+/*
+ * Stops @task's transfer and returns once nothing more of it can land: in this cluster's memory
+ * for a pull, at the destination for a push (the daemon aborts it as at its deadline and
+ * answers once its transport let go). Returns the task's final status, which later
+ * kvd_task_wait() calls return too: KVD_E_CANCELLED when the cancel stopped the transfer; the
+ * status it ended with (KVD_OK, KVD_E_TIMEOUT, ...) when it had finished first, in which case
+ * nothing changes. A cancelled pull or push may have written any part of its destination blocks
+ * (each byte either untouched or the source's), nothing outside them, and nothing after this
+ * returns. KVD_E_UNSUPPORTED from a daemon that does not know the cancel request (the transfer
+ * goes on; wait for it). PARAM_INVALID for a NULL @task. A batch's task (kvd_transfer_batch())
+ * cancels every entry still running: each of them ends KVD_E_CANCELLED, the others keep their
+ * status.
+ */
+int kvd_task_cancel(kvd_task *task);
+
+/*
+ * Frees @task, and its fd. A transfer still running is cancelled first, as by kvd_task_cancel(),
+ * so once this returns nothing more of it lands. Accepts NULL.
+ */
 void kvd_task_free(kvd_task *task);
 
 typedef enum kvd_transfer_kind {

@@ -71,11 +71,44 @@ static PyObject *task_done(TaskObject *self, PyObject *unused)
                 return PyBool_FromLong(done);
 }
 
+static PyObject *task_cancel(TaskObject *self, PyObject *unused)
+{
+        char detail[KVDPY_DETAIL_MAX] = "";
+        int r;
+
+        Py_BEGIN_ALLOW_THREADS(void) pthread_rwlock_rdlock(&self->owner->lock);
+        r = kvd_task_cancel(self->task);
+        if (r != KVD_OK)
+                (void)snprintf(detail, sizeof(detail), "%s", kvd_last_error(self->c));
+        (void)pthread_rwlock_unlock(&self->owner->lock);
+        Py_END_ALLOW_THREADS
+
+                return Py_BuildValue("(iN)", r, kvdpy_str(detail));
+}
+
+static PyObject *task_fileno(TaskObject *self, PyObject *unused)
+{
+        int fd = -1, r;
+
+        /* Creates no connection traffic: no need to leave the GIL. */
+        r = kvd_task_fd(self->task, &fd);
+        if (r != KVD_OK)
+                return kvdpy_raise(r, kvd_last_error(self->c));
+        return PyLong_FromLong(fd);
+}
+
 static PyMethodDef task_methods[] = {
         {"wait", (PyCFunction)(void (*)(void))task_wait, METH_VARARGS | METH_KEYWORDS,
          "wait(timeout_ms=-1)\n--\n\n"
          "Waits up to timeout_ms (-1: until the transfer's own deadline) and returns\n"
-         "(status, detail): KVD_OK, the transfer's failure, or KVD_E_TIMEOUT while it runs."},
+         "(status, detail): KVD_OK, the transfer's failure (KVD_E_TIMEOUT: past its own\n"
+         "deadline), or KVD_E_IN_PROGRESS while it runs."},
+        {"cancel", (PyCFunction)task_cancel, METH_NOARGS,
+         "cancel()\n--\n\nStops the transfer and returns (status, detail) once nothing more of\n"
+         "it can land: KVD_E_CANCELLED, or how it ended had it ended first."},
+        {"fileno", (PyCFunction)task_fileno, METH_NOARGS,
+         "fileno()\n--\n\nAn fd that polls readable when wait(0) can make progress or the\n"
+         "task is done (the task's; closed with it)."},
         {"done", (PyCFunction)task_done, METH_NOARGS,
          "done()\n--\n\nWhether the transfer has its final status; does not wait."},
         {},

@@ -3,6 +3,7 @@
 
 import ctypes
 import json
+import os
 import threading
 import weakref
 
@@ -17,6 +18,8 @@ _KVD_OK = 0
 _UINT64_MAX = 2**64 - 1
 _KVD_E_FAILED = -1
 _KVD_E_TIMEOUT = -3
+_KVD_E_IN_PROGRESS = -27
+_KVD_E_CANCELLED = -28
 
 # The instances initialized in this process, for kvdist.empty() without datadist=.
 _initialized = weakref.WeakSet()
@@ -93,9 +96,10 @@ def _memmove_units(dst, dst_unit, src, src_unit, pairs, offset, size):
 
 class CacheTask:
     """An asynchronous transfer (the *_async methods) or a layer-by-layer push
-    (transfer_cache_async()). wait() and done() are kvdist's; synchronize() and get_results()
-    llm_datadist's. Timeouts are in milliseconds; None waits until the transfers' own
-    deadlines."""
+    (transfer_cache_async()). wait(), done(), cancel() and fileno() are kvdist's; synchronize()
+    and get_results() llm_datadist's. Timeouts are in milliseconds; None waits until the
+    transfers' own deadlines. fileno() lets an event loop wait for it (asyncio's
+    loop.add_reader(task.fileno(), ...), then done())."""
 
     def __init__(self, transfer_async_task):
         # libkvdist's task (the *_async methods) or transfer_cache_async()'s thread.
@@ -108,7 +112,7 @@ class CacheTask:
         if self._task is not None:
             status, detail = self._task.wait(-1 if timeout_ms is None else
                                              _int(timeout_ms, "timeout", 0, 2**31 - 1))
-            if status == _KVD_E_TIMEOUT and not self._task.done():
+            if status == _KVD_E_IN_PROGRESS:
                 return False, [(None, detail)]
             return True, [(status, detail)]
         finished = self._layered.finished.wait(None if timeout_ms is None else timeout_ms / 1000)
@@ -120,13 +124,35 @@ class CacheTask:
             return self._task.done()
         return self._layered.finished.is_set()
 
+    def cancel(self):
+        """Stops the transfer and returns once nothing more of it can land (in this cluster's
+        memory for a pull, at the destination for a push). Returns the final LLMStatusCode:
+        LLM_CANCELLED, or how the transfer ended had it ended first (LLM_SUCCESS, ...), which
+        cancel() then leaves as it was. A cancelled transfer may have written any part of its
+        destination blocks and nothing else. A layer-by-layer push stops pushing layers and
+        cancels the pushes in flight."""
+        if self._task is not None:
+            status, _ = self._task.cancel()
+            return status_code(status)
+        self._layered.cancel()
+        return LLMStatusCode.LLM_CANCELLED if not self._layered.finished.is_set() \
+            else self.synchronize(0)
+
+    def fileno(self):
+        """A file descriptor that polls readable once done() may have changed (a wake-up may be
+        early: check done()) and stays readable once the task is done. The task's own: do not
+        read or close it; it goes with the task."""
+        if self._task is not None:
+            return self._task.fileno()
+        return self._layered.fileno()
+
     def wait(self, timeout_ms=None):
         """Waits for the transfer; raises LLMException if it failed, or with LLM_TIMEOUT if it
         is still running after timeout_ms."""
         finished, results = self._results(timeout_ms)
         if not finished:
             raise _error(LLMStatusCode.LLM_TIMEOUT,
-                         f"still running after {timeout_ms} ms", _KVD_E_TIMEOUT)
+                         f"still running after {timeout_ms} ms", _KVD_E_IN_PROGRESS)
         for status, detail in results:
             if status is not None and status != _KVD_OK:
                 _raise(status, detail)
@@ -170,6 +196,9 @@ class _LayeredPush:
         self.details = [""] * len(configs)
         self.tasks = [[] for _ in configs]
         self.finished = threading.Event()
+        self.lock = threading.Lock()  # cancel() against a push being started
+        self.cancelled = False
+        self.wake_fd = None  # fileno(): an eventfd written once finished
         self.thread = threading.Thread(target=self._run, name="kvdist-transfer-cache",
                                        daemon=True)
 
@@ -182,6 +211,27 @@ class _LayeredPush:
             return self.client.push_blocks_async(key, self.src_id, self.src_blocks,
                                                  self.dst_blocks, opts)
         return self.client.push_cache_async(key, self.src_id, config.src_batch_index, -1, opts)
+
+    def cancel(self):
+        """No layer is pushed after this; the pushes in flight are cancelled (each returns once
+        nothing more of it lands)."""
+        with self.lock:
+            self.cancelled = True
+            tasks = [t for per_dst in self.tasks for t in per_dst]
+        for t in tasks:
+            t.cancel()
+
+    def fileno(self):
+        with self.lock:
+            if self.wake_fd is None:
+                self.wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+                if self.finished.is_set():
+                    os.eventfd_write(self.wake_fd, 1)
+            return self.wake_fd
+
+    def __del__(self):
+        if self.wake_fd is not None:
+            os.close(self.wake_fd)
 
     def _fail(self, i, status, detail):
         if self.statuses[i] in (None, _KVD_OK):
@@ -219,7 +269,11 @@ class _LayeredPush:
                         if self.statuses[i] not in (None, _KVD_OK):
                             continue
                     try:
-                        self.tasks[i].append(self._push(i, layer, last))
+                        with self.lock:
+                            if self.cancelled:
+                                self._fail(i, _KVD_E_CANCELLED, "transfer_cache_async: cancelled")
+                                continue
+                            self.tasks[i].append(self._push(i, layer, last))
                         self.statuses[i] = _KVD_OK
                     except LLMException as e:
                         self._fail(i, e.kvd_status if e.kvd_status is not None else _KVD_E_FAILED,
@@ -231,7 +285,10 @@ class _LayeredPush:
                 self._fail(i, _KVD_E_FAILED, f"transfer_cache_async: {e!r}")
                 self.tasks[i] = []
         finally:
-            self.finished.set()
+            with self.lock:
+                self.finished.set()
+                if self.wake_fd is not None:
+                    os.eventfd_write(self.wake_fd, 1)
 
 
 class CacheManager:

@@ -59,7 +59,8 @@ class LLMStatusCode(enum.IntEnum):
     LLM_PERMISSION_DENIED = 106
     LLM_PROTOCOL_MISMATCH = 107
     LLM_BUSY = 108
-    LLM_IN_PROGRESS = 109
+    LLM_IN_PROGRESS = 109  # not a failure: the task still runs (CacheTask.wait(0))
+    LLM_CANCELLED = 110    # CacheTask.cancel() stopped the transfer
 
     def __str__(self):
         return f"{type(self).__name__}.{self.name}"  # as llm_datadist prints it
@@ -96,6 +97,7 @@ _BY_KVD_NAME = {
     "KVD_E_PROTOCOL_MISMATCH": LLMStatusCode.LLM_PROTOCOL_MISMATCH,
     "KVD_E_BUSY": LLMStatusCode.LLM_BUSY,
     "KVD_E_IN_PROGRESS": LLMStatusCode.LLM_IN_PROGRESS,
+    "KVD_E_CANCELLED": LLMStatusCode.LLM_CANCELLED,
 }
 
 
