@@ -36,6 +36,7 @@ typedef struct ClientRegion {
         void *addr;
         size_t size;
         bool removing; /* a RegionRemove for it is under way */
+        bool engine;   /* the caller's own (kvd_mem_register()): never unmapped here */
 } ClientRegion;
 
 /* One request waiting for its reply. Embedded in a task or on a caller's stack. */

@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libkvdist memory: regions (sealed memfds this process maps and passes to kvdistd) and the
- * mapping of the daemon's pool.
+ * libkvdist memory: regions (sealed memfds this process maps and passes to kvdistd: its own from
+ * kvd_mem_alloc(), in huge pages too, or the caller's from kvd_mem_register()) and the mapping of
+ * the daemon's pool.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -13,13 +17,66 @@
 
 #include "client-lib/client.h"
 
-static int mem_alloc(kvd_client *c, size_t size, void **ret_ptr, Error *err)
+/* Sends @fd's [offset, offset + size) mapped at @addr to the daemon; records the region. */
+static int region_add(kvd_client *c, int fd, uint64_t offset, size_t size, void *addr,
+                      Kvdist__V1__RegionSource source, uint64_t *ret_id, Error *err)
 {
         Kvdist__V1__RegionAdd add = KVDIST__V1__REGION_ADD__INIT;
         _cleanup_pb_ ProtobufCMessage *reply = NULL;
         _cleanup_free_ ClientRegion *region = NULL;
+        int r;
+
+        region = calloc(1, sizeof(*region));
+        if (!region)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
+        add.size = size;
+        add.client_addr = (uint64_t)(uintptr_t)addr;
+        add.file_offset = offset;
+        add.source = source;
+        r = conn_call(c, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, &add.base, fd >= 0 ? &fd : NULL,
+                      fd >= 0 ? 1 : 0, CLIENT_CALL_TIMEOUT_MS, &reply, NULL, err);
+        if (r < 0)
+                return r;
+
+        region->region_id = ((const Kvdist__V1__RegionAddReply *)reply)->region_id;
+        region->addr = addr;
+        region->size = size;
+        region->engine = source != KVDIST__V1__REGION_SOURCE__REGION_SOURCE_LIBKVDIST;
+        if (ret_id)
+                *ret_id = region->region_id;
+        pthread_mutex_lock(&c->lock);
+        clist_link_tail(&c->regions, &TAKE_PTR(region)->link);
+        pthread_mutex_unlock(&c->lock);
+        return KVD_OK;
+}
+
+/* A sealed memfd of @size bytes (a multiple of the page size), MFD_HUGETLB with @huge. */
+static int memfd_sized(size_t size, bool huge, Error *err)
+{
         _cleanup_close_ int fd = -1;
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+        fd = memfd_create("kvdist-region",
+                          MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0));
+        if (fd < 0)
+                return error_set(err, errno == ENOMEM ? KVD_E_OUT_OF_MEMORY : KVD_E_FAILED,
+                                 "memfd_create(): %s", strerror(errno));
+        if (ftruncate(fd, (off_t)size) < 0)
+                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot size a memfd to %zu bytes: %s",
+                                 size, strerror(errno));
+        /* The daemon maps it too: neither side may ever see it shrink under a mapping. */
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+                return error_set(err, KVD_E_FAILED, "cannot seal the memfd: %s", strerror(errno));
+        return TAKE_FD(fd);
+}
+
+/*
+ * Allocates @size bytes in pages of @page bytes (@huge: MFD_HUGETLB, and the pages are taken
+ * now, so that a host without free huge pages fails here rather than at first touch).
+ */
+static int mem_alloc_pages(kvd_client *c, size_t size, size_t page, bool huge, void **ret_ptr,
+                           Error *err)
+{
+        _cleanup_close_ int fd = -1;
         void *addr;
         int r;
 
@@ -31,42 +88,20 @@ static int mem_alloc(kvd_client *c, size_t size, void **ret_ptr, Error *err)
                 return error_set(err, KVD_E_PARAM_INVALID, "size %zu is too large", size);
         size = ALIGN_POW2(size, page);
 
-        region = calloc(1, sizeof(*region));
-        if (!region)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
-
-        fd = memfd_create("kvdist-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        fd = memfd_sized(size, huge, err);
         if (fd < 0)
-                return error_set(err, errno == ENOMEM ? KVD_E_OUT_OF_MEMORY : KVD_E_FAILED,
-                                 "memfd_create(): %s", strerror(errno));
-        if (ftruncate(fd, (off_t)size) < 0)
-                return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot size a memfd to %zu bytes: %s",
-                                 size, strerror(errno));
-        /* The daemon maps it too: neither side may ever see it shrink under a mapping. */
-        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
-                return error_set(err, KVD_E_FAILED, "cannot seal the memfd: %s", strerror(errno));
-
-        addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                return fd;
+        addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | (huge ? MAP_POPULATE : 0), fd,
+                    0);
         if (addr == MAP_FAILED)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot map %zu bytes: %s", size,
                                  strerror(errno));
-
-        add.size = size;
-        add.client_addr = (uint64_t)(uintptr_t)addr;
-        r = conn_call(c, KVDIST__V1__MSG_TYPE__MSG_REGION_ADD, &add.base, &fd, 1,
-                      CLIENT_CALL_TIMEOUT_MS, &reply, NULL, err);
+        r = region_add(c, fd, 0, size, addr, KVDIST__V1__REGION_SOURCE__REGION_SOURCE_LIBKVDIST,
+                       NULL, err);
         if (r < 0) {
                 (void)munmap(addr, size);
                 return r;
         }
-
-        region->region_id = ((const Kvdist__V1__RegionAddReply *)reply)->region_id;
-        region->addr = addr;
-        region->size = size;
-        pthread_mutex_lock(&c->lock);
-        clist_link_tail(&c->regions, &TAKE_PTR(region)->link);
-        pthread_mutex_unlock(&c->lock);
-
         *ret_ptr = addr;
         return KVD_OK;
 }
@@ -79,34 +114,96 @@ _public_ int kvd_mem_alloc(kvd_client *client, size_t size, void **ret_ptr)
         if (!client)
                 return client_return(NULL, &err,
                                      error_set(&err, KVD_E_PARAM_INVALID, "client is NULL"));
-        r = mem_alloc(client, size, ret_ptr, &err);
+        r = mem_alloc_pages(client, size, (size_t)sysconf(_SC_PAGESIZE), false, ret_ptr, &err);
         return client_return(client, &err, r);
 }
 
-static int mem_free(kvd_client *c, void *ptr, Error *err)
+/* The size of the huge pages MFD_HUGETLB gives, from /proc/meminfo; 0 when none is said. */
+static size_t huge_page_size(void)
 {
-        Kvdist__V1__RegionRemove rm = KVDIST__V1__REGION_REMOVE__INIT;
-        ClientRegion *region = NULL, *i;
+        FILE *f = fopen("/proc/meminfo", "re");
+        size_t kib, size = 0;
+        char line[128];
+
+        if (!f)
+                return 0;
+        while (size == 0 && fgets(line, sizeof(line), f))
+                if (sscanf(line, "Hugepagesize: %zu kB", &kib) == 1)
+                        size = kib * 1024;
+        fclose(f);
+        return size;
+}
+
+_public_ int kvd_mem_alloc_huge(kvd_client *client, size_t size, void **ret_ptr,
+                                size_t *ret_page_size)
+{
+        size_t page = (size_t)sysconf(_SC_PAGESIZE), huge = huge_page_size();
+        Error err = ERROR_INIT;
+        int r = KVD_E_FAILED;
+
+        if (!client)
+                return client_return(NULL, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "client is NULL"));
+        if (huge > page) {
+                r = mem_alloc_pages(client, size, huge, true, ret_ptr, &err);
+                /* No huge page free or configured: base pages instead, as said. */
+                if (r == KVD_E_OUT_OF_MEMORY || r == KVD_E_FAILED)
+                        error_clear(&err);
+                else
+                        page = huge;
+        }
+        if (r == KVD_E_OUT_OF_MEMORY || r == KVD_E_FAILED)
+                r = mem_alloc_pages(client, size, page, false, ret_ptr, &err);
+        if (r == KVD_OK && ret_page_size)
+                *ret_page_size = page;
+        return client_return(client, &err, r);
+}
+
+#define MEM_DESC_V1_SIZE (offsetof(kvd_mem_desc, flags) + sizeof(uint32_t))
+
+_public_ int kvd_mem_register(kvd_client *client, const kvd_mem_desc *desc, uint64_t *ret_mem_id)
+{
+        Error err = ERROR_INIT;
+        kvd_mem_desc d;
+        struct stat st;
         int r;
 
-        pthread_mutex_lock(&c->lock);
-        CLIST_FOREACH (i, &c->regions, link)
-                if (i->addr == ptr) {
-                        region = i;
-                        break;
-                }
-        if (!region)
-                r = error_set(err, KVD_E_PARAM_INVALID, "%p is not memory from kvd_mem_alloc()",
-                              ptr);
-        else if (region->removing)
-                r = error_set(err, KVD_E_PARAM_INVALID, "%p is being freed by another thread", ptr);
-        else {
-                region->removing = true;
-                r = KVD_OK;
-        }
-        pthread_mutex_unlock(&c->lock);
-        if (r < 0)
-                return r;
+        if (!client)
+                return client_return(NULL, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "client is NULL"));
+        if (!desc || !ret_mem_id)
+                return client_return(client, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "%s is NULL",
+                                               desc ? "ret_mem_id" : "desc"));
+        r = client_copy_opts(&d, sizeof(d), MEM_DESC_V1_SIZE, desc, desc->size, "desc", &err);
+        if (r == KVD_OK && d.kind == KVD_MEM_DMABUF)
+                r = error_set(&err, KVD_E_FEATURE_NOT_ENABLED,
+                              "dma-buf memory needs an RDMA device that registers dma-bufs "
+                              "(ibv_reg_dmabuf_mr): this build has no such transport");
+        else if (r == KVD_OK && d.kind != KVD_MEM_FILE)
+                r = error_set(&err, KVD_E_PARAM_INVALID, "desc->kind %d is unknown", (int)d.kind);
+        else if (r == KVD_OK && d.flags != 0)
+                r = error_set(&err, KVD_E_PARAM_INVALID, "desc->flags 0x%x: none is known",
+                              d.flags);
+        else if (r == KVD_OK && (d.fd < 0 || fstat(d.fd, &st) < 0))
+                r = error_set(&err, KVD_E_PARAM_INVALID, "desc->fd %d is not an open file", d.fd);
+        /* kvdistd takes memfds only, and hangs up on a client that passes anything else. */
+        else if (r == KVD_OK && !S_ISREG(st.st_mode))
+                r = error_set(&err, KVD_E_PARAM_INVALID, "desc->fd %d is not a memfd", d.fd);
+        else if (r == KVD_OK && (d.length == 0 || !d.addr || d.length > SIZE_MAX))
+                r = error_set(&err, KVD_E_PARAM_INVALID, "desc->%s is %s",
+                              d.addr ? "length" : "addr", d.addr ? "0 or too large" : "NULL");
+        if (r == KVD_OK)
+                r = region_add(client, d.fd, d.offset, (size_t)d.length, d.addr,
+                               KVDIST__V1__REGION_SOURCE__REGION_SOURCE_ENGINE, ret_mem_id, &err);
+        return client_return(client, &err, r);
+}
+
+/* Removes @region (marked removing by the caller) from the daemon, then from @c. */
+static int region_remove(kvd_client *c, ClientRegion *region, Error *err)
+{
+        Kvdist__V1__RegionRemove rm = KVDIST__V1__REGION_REMOVE__INIT;
+        int r;
 
         rm.region_id = region->region_id;
         r = conn_call(c, KVDIST__V1__MSG_TYPE__MSG_REGION_REMOVE, &rm.base, NULL, 0,
@@ -121,10 +218,71 @@ static int mem_free(kvd_client *c, void *ptr, Error *err)
         pthread_mutex_unlock(&c->lock);
 
         if (r == KVD_OK) {
-                (void)munmap(region->addr, region->size);
+                if (!region->engine)
+                        (void)munmap(region->addr, region->size);
                 free(region);
         }
         return r;
+}
+
+/* The region @match says, marked removing; NULL with @err set when there is none to remove. */
+static ClientRegion *region_take(kvd_client *c, bool (*match)(const ClientRegion *, const void *),
+                                 const void *what, const char *name, Error *err)
+{
+        ClientRegion *region = NULL, *i;
+
+        pthread_mutex_lock(&c->lock);
+        CLIST_FOREACH (i, &c->regions, link)
+                if (match(i, what)) {
+                        region = i;
+                        break;
+                }
+        if (!region)
+                error_set(err, KVD_E_PARAM_INVALID, "%s", name);
+        else if (region->removing) {
+                error_set(err, KVD_E_PARAM_INVALID, "that memory is being freed by another thread");
+                region = NULL;
+        } else
+                region->removing = true;
+        pthread_mutex_unlock(&c->lock);
+        return region;
+}
+
+static bool match_alloc(const ClientRegion *r, const void *ptr)
+{
+        return !r->engine && r->addr == ptr;
+}
+
+static bool match_engine(const ClientRegion *r, const void *id)
+{
+        return r->engine && r->region_id == *(const uint64_t *)id;
+}
+
+static int mem_free(kvd_client *c, void *ptr, Error *err)
+{
+        char name[96];
+        ClientRegion *region;
+
+        (void)snprintf(name, sizeof(name), "%p is not memory from kvd_mem_alloc()", ptr);
+        region = region_take(c, match_alloc, ptr, name, err);
+        return region ? region_remove(c, region, err) : err->code;
+}
+
+_public_ int kvd_mem_unregister(kvd_client *client, uint64_t mem_id)
+{
+        Error err = ERROR_INIT;
+        ClientRegion *region;
+        char name[96];
+        int r;
+
+        if (!client)
+                return client_return(NULL, &err,
+                                     error_set(&err, KVD_E_PARAM_INVALID, "client is NULL"));
+        (void)snprintf(name, sizeof(name), "memory %" PRIu64 " is not from kvd_mem_register()",
+                       mem_id);
+        region = region_take(client, match_engine, &mem_id, name, &err);
+        r = region ? region_remove(client, region, &err) : err.code;
+        return client_return(client, &err, r);
 }
 
 _public_ int kvd_mem_free(kvd_client *client, void *ptr)
@@ -190,7 +348,8 @@ void memory_unmap_all(kvd_client *c, bool keep_regions)
 
         CLIST_FOREACH_SAFE (region, tmp, &c->regions, link) {
                 clist_unlink(&region->link);
-                if (!keep_regions)
+                /* The caller's own memory is the caller's to unmap. */
+                if (!keep_regions && !region->engine)
                         (void)munmap(region->addr, region->size);
                 free(region);
         }

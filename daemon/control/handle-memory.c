@@ -118,6 +118,14 @@ int handle_region_add(Request *req, Error *err)
         int k;
 
         fd = conn_request_take_fd(req, 0);
+        if (m->source == KVDIST__V1__REGION_SOURCE__REGION_SOURCE_DMABUF)
+                return error_set(err, STATUS_FEATURE_NOT_ENABLED,
+                                 "dma-buf memory needs a transport that registers dma-bufs "
+                                 "(ibv_reg_dmabuf_mr); this kvdistd has none");
+        if (m->source != KVDIST__V1__REGION_SOURCE__REGION_SOURCE_LIBKVDIST &&
+            m->source != KVDIST__V1__REGION_SOURCE__REGION_SOURCE_ENGINE)
+                return error_set(err, STATUS_PARAM_INVALID, "region source %d is unknown",
+                                 (int)m->source);
         if (fd < 0)
                 return error_set(err, STATUS_PARAM_INVALID, "RegionAdd carries no memfd");
         if (m->size == 0 || m->size > lim->max_region_size)
@@ -148,7 +156,8 @@ int handle_region_add(Request *req, Error *err)
         if (k < 0)
                 return k;
 
-        k = region_new_from_fd(fd, m->size, m->client_addr, id_source_next(root->ids), &r);
+        k = region_new_from_file(fd, m->file_offset, m->size, m->client_addr,
+                                 id_source_next(root->ids), &r);
         switch (k) {
         case 0:
                 fd = -1; /* the region owns it */
@@ -161,8 +170,13 @@ int handle_region_add(Request *req, Error *err)
                 return error_set(err, STATUS_PARAM_INVALID, "the fd is not a memfd");
         case -EINVAL:
                 return error_set(err, STATUS_PARAM_INVALID,
-                                 "the memfd is smaller than the %" PRIu64 " bytes announced",
-                                 m->size);
+                                 "the memfd holds no %" PRIu64 " bytes from offset %" PRIu64,
+                                 m->size, m->file_offset);
+        case -EDOM:
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "offset %" PRIu64 " into the memfd is not a multiple of "
+                                 "its page size",
+                                 m->file_offset);
         default:
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot map the region: %s",
                                  strerror(-k));
@@ -335,7 +349,8 @@ int handle_register_cache(Request *req, Error *err)
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "addrs[%" PRIu32 "]=0x%" PRIx64 ": its %" PRIu64
                                          " bytes are not inside memory shared with kvdistd; "
-                                         "allocate it with kvd_mem_alloc() or use "
+                                         "allocate it with kvd_mem_alloc(), register the "
+                                         "memory with kvd_mem_register() or use "
                                          "kvd_allocate_cache()",
                                          t, m->addrs[t], tensor_size);
         }

@@ -11,7 +11,7 @@
 #include "common/macro.h"
 #include "daemon/memory/region.h"
 
-static int region_new_mapped(int fd, uint64_t size, uint64_t id, RegionKind kind,
+static int region_new_mapped(int fd, uint64_t offset, uint64_t size, uint64_t id, RegionKind kind,
                              uint64_t client_addr, Region **ret)
 {
         _cleanup_free_ Region *r = NULL;
@@ -21,7 +21,7 @@ static int region_new_mapped(int fd, uint64_t size, uint64_t id, RegionKind kind
         if (!r)
                 return -ENOMEM;
 
-        data = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        data = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
         if (data == MAP_FAILED)
                 return -errno;
 
@@ -31,13 +31,15 @@ static int region_new_mapped(int fd, uint64_t size, uint64_t id, RegionKind kind
         r->fd = fd;
         r->data = data;
         r->size = size;
+        r->file_offset = offset;
         r->client_addr = client_addr;
         clist_init(&r->link_owner);
         *ret = TAKE_PTR(r);
         return 0;
 }
 
-int region_new_from_fd(int fd, uint64_t size, uint64_t client_addr, uint64_t id, Region **ret)
+int region_new_from_file(int fd, uint64_t offset, uint64_t size, uint64_t client_addr, uint64_t id,
+                         Region **ret)
 {
         struct stat st;
         uint64_t end;
@@ -57,13 +59,22 @@ int region_new_from_fd(int fd, uint64_t size, uint64_t client_addr, uint64_t id,
         if (!(seals & F_SEAL_SHRINK))
                 return -EPERM;
 
-        if (size == 0 || st.st_size < 0 || size > (uint64_t)st.st_size || size > SIZE_MAX)
+        if (size == 0 || st.st_size < 0 || size > SIZE_MAX || ADD_OVERFLOW(offset, size, &end) ||
+            end > (uint64_t)st.st_size || offset > (uint64_t)INT64_MAX)
                 return -EINVAL;
         /* A span that wraps past the top of the address space could never be looked up. */
         if (ADD_OVERFLOW(client_addr, size, &end))
                 return -EINVAL;
+        /* hugetlbfs says its huge page size here, which its mappings must be aligned to. */
+        if (offset % MAX((uint64_t)sysconf(_SC_PAGESIZE), (uint64_t)st.st_blksize) != 0)
+                return -EDOM;
 
-        return region_new_mapped(fd, size, id, REGION_CLIENT, client_addr, ret);
+        return region_new_mapped(fd, offset, size, id, REGION_CLIENT, client_addr, ret);
+}
+
+int region_new_from_fd(int fd, uint64_t size, uint64_t client_addr, uint64_t id, Region **ret)
+{
+        return region_new_from_file(fd, 0, size, client_addr, id, ret);
 }
 
 int region_new_memfd(const char *name, uint64_t size, uint64_t id, Region **ret)
@@ -85,7 +96,7 @@ int region_new_memfd(const char *name, uint64_t size, uint64_t id, Region **ret)
         if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
                 return -errno;
 
-        r = region_new_mapped(fd, size, id, REGION_POOL, 0, ret);
+        r = region_new_mapped(fd, 0, size, id, REGION_POOL, 0, ret);
         if (r < 0)
                 return r;
         TAKE_FD(fd);

@@ -28,6 +28,7 @@ struct Region {
         int fd;
         uint8_t *data; /* the daemon's mapping of all @size bytes */
         uint64_t size;
+        uint64_t file_offset; /* where @data starts in the file */
         uint64_t client_addr; /* REGION_CLIENT: the owner's mapping address */
         CList link_owner;     /* on the owning cluster's region list (owner's business) */
 };
@@ -39,6 +40,13 @@ struct Region {
  * -EINVAL size 0 or beyond the file, -errno from mmap.
  */
 int region_new_from_fd(int fd, uint64_t size, uint64_t client_addr, uint64_t id, Region **ret);
+
+/*
+ * As region_new_from_fd() for @size bytes from @offset of the file (an engine's own memfd):
+ * also -EINVAL for a range past the file's end, -EDOM for an offset that is not page-aligned.
+ */
+int region_new_from_file(int fd, uint64_t offset, uint64_t size, uint64_t client_addr, uint64_t id,
+                         Region **ret);
 
 /*
  * Creates a memfd of @size bytes (sealed against shrinking and growing) and maps it, as a

@@ -381,6 +381,21 @@ static void client_seeds(void)
         msg_empty(&s, MT(DAEMON_STATUS), 8);
         emit("client", "regions-caches", &s);
 
+        /* Engine memory: at an offset into the memfd, past its end, and a dma-buf. */
+        script_init(&s, 2);
+        for (unsigned i = 0; i < 3; i++) {
+                Kvdist__V1__RegionAdd m = KVDIST__V1__REGION_ADD__INIT;
+
+                m.size = FUZZ_MEMFD_SIZE / 2;
+                m.client_addr = FUZZ_REGION_ADDR + i * FUZZ_MEMFD_SIZE;
+                m.file_offset = i == 1 ? FUZZ_MEMFD_SIZE : FUZZ_MEMFD_SIZE / 2;
+                m.source = i == 2 ? KVDIST__V1__REGION_SOURCE__REGION_SOURCE_DMABUF
+                                  : KVDIST__V1__REGION_SOURCE__REGION_SOURCE_ENGINE;
+                frame_fds(&s, MT(REGION_ADD), (uint8_t)(3 + i), &m.base, 1, FUZZ_FD_MEMFD);
+        }
+        msg_register_blocks(&s, 6, 1, 1);
+        emit("client", "regions-engine", &s);
+
         /* RegionAdd with every kind of fd but a good memfd, then too many fds. */
         script_init(&s, 2);
         for (uint8_t k = FUZZ_FD_MEMFD_UNSEALED; k < _FUZZ_FD_MAX; k++)

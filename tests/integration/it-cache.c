@@ -29,12 +29,16 @@ uint64_t tcache_tensor_off(const TCache *tc, uint32_t t)
         return TC_GUARD + (uint64_t)t * (tc->tensor_size + TC_GUARD);
 }
 
-int tcache_register(TCache *tc, kvd_client *c, bool blocks, uint32_t num_tensors, uint64_t units,
-                    uint64_t unit_bytes, uint64_t seed, const kvd_cache_key *keys, size_t n_keys,
-                    kvd_remote_access access)
+size_t tcache_mem_size(uint32_t num_tensors, uint64_t units, uint64_t unit_bytes)
+{
+        return TC_GUARD + num_tensors * (units * unit_bytes + TC_GUARD);
+}
+
+int tcache_register_at(TCache *tc, kvd_client *c, uint8_t *mem, bool blocks, uint32_t num_tensors,
+                       uint64_t units, uint64_t unit_bytes, uint64_t seed,
+                       const kvd_cache_key *keys, size_t n_keys, kvd_remote_access access)
 {
         kvd_cache_desc desc = tcache_desc(num_tensors, units, unit_bytes);
-        void *mem = NULL;
         int r;
 
         memset(tc, 0, sizeof(*tc));
@@ -45,10 +49,15 @@ int tcache_register(TCache *tc, kvd_client *c, bool blocks, uint32_t num_tensors
         tc->stride = unit_bytes;
         tc->tensor_size = units * unit_bytes;
         tc->seed = seed;
-        tc->mem_size = TC_GUARD + num_tensors * (tc->tensor_size + TC_GUARD);
-        r = kvd_mem_alloc(c, tc->mem_size, &mem);
-        ck_assert_msg(r == KVD_OK, "kvd_mem_alloc(%zu) = %s: %s", tc->mem_size, kvd_strerror(r),
-                      kvd_last_error(c));
+        tc->mem_size = tcache_mem_size(num_tensors, units, unit_bytes);
+        if (!mem) {
+                void *p = NULL;
+
+                r = kvd_mem_alloc(c, tc->mem_size, &p);
+                ck_assert_msg(r == KVD_OK, "kvd_mem_alloc(%zu) = %s: %s", tc->mem_size,
+                              kvd_strerror(r), kvd_last_error(c));
+                mem = p;
+        }
         tc->mem = mem;
         harness_fill_pattern(tc->mem, tc->mem_size, seed);
         for (uint32_t t = 0; t < num_tensors; t++)
@@ -62,6 +71,14 @@ int tcache_register(TCache *tc, kvd_client *c, bool blocks, uint32_t num_tensors
                 r = kvd_register_cache(c, &desc, tc->addrs, num_tensors, keys, n_keys, access,
                                        &tc->id);
         return r;
+}
+
+int tcache_register(TCache *tc, kvd_client *c, bool blocks, uint32_t num_tensors, uint64_t units,
+                    uint64_t unit_bytes, uint64_t seed, const kvd_cache_key *keys, size_t n_keys,
+                    kvd_remote_access access)
+{
+        return tcache_register_at(tc, c, NULL, blocks, num_tensors, units, unit_bytes, seed, keys,
+                                  n_keys, access);
 }
 
 /* kvd_allocate_cache() or kvd_allocate_blocks_cache() of a TCache, filled with its pattern. */

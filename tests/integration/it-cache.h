@@ -43,6 +43,17 @@ int tcache_register(TCache *tc, kvd_client *c, bool blocks, uint32_t num_tensors
                     uint64_t unit_bytes, uint64_t seed, const kvd_cache_key *keys, size_t n_keys,
                     kvd_remote_access access);
 
+/* The bytes a TCache of that shape spans: its tensors and the guards around them. */
+size_t tcache_mem_size(uint32_t num_tensors, uint64_t units, uint64_t unit_bytes);
+
+/*
+ * As tcache_register(), in @mem (tcache_mem_size() bytes the caller registered, e.g. with
+ * kvd_mem_register()); NULL: kvd_mem_alloc() memory.
+ */
+int tcache_register_at(TCache *tc, kvd_client *c, uint8_t *mem, bool blocks, uint32_t num_tensors,
+                       uint64_t units, uint64_t unit_bytes, uint64_t seed,
+                       const kvd_cache_key *keys, size_t n_keys, kvd_remote_access access);
+
 /* As tcache_register() from the daemon's pool (kvd_allocate_cache, contiguous). */
 int tcache_allocate(TCache *tc, kvd_client *c, uint32_t num_tensors, uint64_t batch,
                     uint64_t unit_bytes, uint64_t seed, const kvd_cache_key *keys, size_t n_keys);

@@ -166,6 +166,53 @@ int kvd_mem_alloc(kvd_client *client, size_t size, void **ret_ptr);
  */
 int kvd_mem_free(kvd_client *client, void *ptr);
 
+/*
+ * As kvd_mem_alloc(), in huge pages where the host has them: *@ret_page_size (may be NULL)
+ * says what backs the memory, the huge page size (2 MiB on x86-64) or, when the host has no
+ * huge page free (or none configured), the base page size it fell back to. @size is rounded up
+ * to that page size. Freed with kvd_mem_free().
+ */
+int kvd_mem_alloc_huge(kvd_client *client, size_t size, void **ret_ptr, size_t *ret_page_size);
+
+typedef enum kvd_mem_kind {
+        KVD_MEM_FILE = 0,   /* host memory in a file the caller maps: a memfd (MFD_HUGETLB too) */
+        KVD_MEM_DMABUF = 1, /* device memory exported as a dma-buf, no CPU mapping */
+} kvd_mem_kind;
+
+/*
+ * Memory the caller owns and maps itself, for kvd_mem_register(). Zero is the default in every
+ * field but @fd, @length and @addr; @size as in kvd_transfer_opts.
+ */
+typedef struct kvd_mem_desc {
+        uint32_t size;
+        kvd_mem_kind kind;
+        int fd;          /* the file; kvdist takes its own reference, the caller keeps @fd */
+        uint64_t offset; /* into the file, a multiple of the page size */
+        uint64_t length; /* bytes, from @offset */
+        void *addr;      /* where the caller mapped [offset, offset + length) of the file */
+        uint32_t flags;  /* none yet: 0 */
+} kvd_mem_desc;
+
+/*
+ * Registers memory the caller allocated and mapped itself (an inference engine's own KV
+ * memory), so that caches can be registered in it as in kvd_mem_alloc() memory and both move
+ * it: the daemon maps the same file. The file must be a memfd sealed against shrinking
+ * (memfd_create() with MFD_ALLOW_SEALING, then F_SEAL_SHRINK; MFD_HUGETLB works): a file that
+ * could shrink under the daemon's mapping would make it fault, so others are refused. The
+ * caller keeps its mapping for as long as the memory is registered; libkvdist never unmaps it.
+ * *@ret_mem_id names it for kvd_mem_unregister(). PARAM_INVALID for a bad fd, a file that is
+ * not a sealed memfd, a range past the file's end, an offset that is not page-aligned, a
+ * range that overlaps registered memory; FEATURE_NOT_ENABLED for KVD_MEM_DMABUF (device memory
+ * needs an RDMA device that registers dma-bufs: not built); LIMIT_EXCEEDED as kvd_mem_alloc().
+ */
+int kvd_mem_register(kvd_client *client, const kvd_mem_desc *desc, uint64_t *ret_mem_id);
+
+/*
+ * Forgets memory from kvd_mem_register(); the caller's mapping stays. BUSY while a registered
+ * cache lies in it (unregister the cache first), PARAM_INVALID for an unknown id.
+ */
+int kvd_mem_unregister(kvd_client *client, uint64_t mem_id);
+
 #define KVD_MAX_DIMS 8
 #define KVD_MAX_TENSORS 240
 
