@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #include "proto/frame.h"
 #include "proto/kvdist.pb-c.h"
+#include "proto/wire.h"
 #include "common/macro.h"
 
 static const FrameHeader sample_header = {
@@ -840,6 +842,107 @@ START_TEST(test_unpack_long_lists)
 }
 END_TEST
 
+/* A frame of @len payload bytes (each @fill) with @n_fds declared, into @buf; its size. */
+static size_t make_frame(uint8_t *buf, uint16_t n_fds, uint32_t len, uint8_t fill, uint64_t id)
+{
+        FrameHeader h = {FRAME_MAGIC, FRAME_VERSION, 7, 0, n_fds, len, id};
+
+        frame_header_encode(&h, buf);
+        memset(buf + FRAME_HEADER_SIZE, fill, len);
+        return FRAME_HEADER_SIZE + len;
+}
+
+/* Reads one frame through @in and checks it: id, payload, number of fds (closed here). */
+static void expect_frame(WireIn *in, int sock, uint64_t id, uint32_t len, uint8_t fill,
+                         size_t n_fds)
+{
+        ck_assert_int_eq(wire_in_read(in, sock, 1 << 20, FRAME_MAX_FDS), 1);
+        ck_assert_uint_eq(in->frame.request_id, id);
+        ck_assert_uint_eq(in->frame.length, len);
+        ck_assert_uint_eq(in->payload_len, len);
+        for (uint32_t i = 0; i < len; i++)
+                if (in->payload[i] != fill)
+                        ck_abort_msg("frame %" PRIu64 ": payload byte %u is %u", id, i,
+                                     in->payload[i]);
+        ck_assert_uint_eq(in->n_fds, n_fds);
+        wire_in_reset(in);
+}
+
+/*
+ * Read-ahead: frames that came in one read are cut from it, fds go to the frame whose first
+ * bytes they came with even when a frame before it came in the same read, a read that took
+ * less than it asked ends the pass, and fds on bytes where no frame starts break the stream.
+ */
+START_TEST(test_wire_read_ahead)
+{
+        uint8_t buf[3 * 8192];
+        size_t a, b, c;
+        unsigned before = count_open_fds();
+        int sv[2], fd;
+        WireIn in;
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv), 0);
+        ck_assert_int_eq(wire_in_init_ahead(&in), 0);
+
+        /* nothing yet */
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+        ck_assert(!wire_in_has_partial(&in));
+
+        /* three frames, one write: all three from it, then the pass ends without a read */
+        a = make_frame(buf, 0, 23, 0x11, 1);
+        b = make_frame(buf + a, 0, 0, 0, 2);
+        c = make_frame(buf + a + b, 0, 300, 0x33, 3);
+        ck_assert_int_eq(write(sv[0], buf, a + b + c), (ssize_t)(a + b + c));
+        expect_frame(&in, sv[1], 1, 23, 0x11, 0);
+        expect_frame(&in, sv[1], 2, 0, 0, 0);
+        expect_frame(&in, sv[1], 3, 300, 0x33, 0);
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+        /* the next pass reads again */
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+
+        /* a frame without fds, then one with an fd, both queued before the read */
+        a = make_frame(buf, 0, 40, 0x44, 4);
+        b = make_frame(buf + a, 1, 10, 0x55, 5);
+        ck_assert_int_eq(frame_sendmsg(sv[0], buf, a, NULL, 0), (ssize_t)a);
+        fd = make_file(5);
+        ck_assert_int_eq(frame_sendmsg(sv[0], buf + a, b, &fd, 1), (ssize_t)b);
+        close(fd);
+        expect_frame(&in, sv[1], 4, 40, 0x44, 0);
+        expect_frame(&in, sv[1], 5, 10, 0x55, 1);
+
+        /* a header cut in two, and a payload larger than a read-ahead: read straight in */
+        a = make_frame(buf, 0, 3 * 4096, 0x66, 6);
+        ck_assert_int_eq(write(sv[0], buf, 10), 10);
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+        ck_assert(wire_in_has_partial(&in));
+        ck_assert_int_eq(write(sv[0], buf + 10, a - 10), (ssize_t)(a - 10));
+        for (int i = 0; i < 4 && in.payload_len < 3 * 4096; i++)
+                if (wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS) == 1)
+                        break;
+        ck_assert_uint_eq(in.payload_len, 3 * 4096);
+        for (size_t i = 0; i < 3 * 4096; i++)
+                if (in.payload[i] != 0x66)
+                        ck_abort_msg("big payload byte %zu is %u", i, in.payload[i]);
+        wire_in_reset(&in);
+        ck_assert(!wire_in_has_partial(&in));
+
+        /* an fd on the last bytes of a frame whose header came before: no frame starts there */
+        a = make_frame(buf, 0, 100, 0x77, 7);
+        ck_assert_int_eq(write(sv[0], buf, 50), 50);
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+        fd = make_file(7);
+        ck_assert_int_eq(frame_sendmsg(sv[0], buf + 50, a - 50, &fd, 1), (ssize_t)(a - 50));
+        close(fd);
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), -EBADMSG);
+
+        wire_in_done(&in);
+        close(sv[0]);
+        close(sv[1]);
+        ck_assert_uint_eq(count_open_fds(), before);
+}
+END_TEST
+
 static Suite *frame_suite(void)
 {
         Suite *s = suite_create("frame");
@@ -868,6 +971,7 @@ static Suite *frame_suite(void)
 
         tc = tcase_create("socket");
         tcase_add_test(tc, test_sendmsg_fds);
+        tcase_add_test(tc, test_wire_read_ahead);
         tcase_add_test(tc, test_recvmsg_too_many_fds);
         tcase_add_test(tc, test_socket_errors);
         suite_add_tcase(s, tc);
