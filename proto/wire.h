@@ -69,6 +69,12 @@ void wire_in_done(WireIn *in);
 /* Whether bytes or fds of a frame not yet complete are held. */
 bool wire_in_has_partial(const WireIn *in);
 
+/* Whether bytes read ahead wait to be cut into frames: they need no readiness of the socket. */
+static inline bool wire_in_has_ahead(const WireIn *in)
+{
+        return in->ahead_off < in->ahead_len;
+}
+
 /*
  * Reads from @sock toward the next frame, with at most @max_fds fds riding on its header bytes.
  * Returns 1 when a whole frame is in @in (header in in->frame), 0 when the socket has nothing

@@ -403,6 +403,10 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
                 if (c->state != CONN_HELLO)
                         event_del(c->ev_deadline);
         }
+        /* Frames read ahead and left by the limit above: the socket may have nothing more to
+         * wake us with, so the next pass of the loop comes back for them. */
+        if (c->state != CONN_CLOSED && wire_in_has_ahead(&c->in))
+                event_active(c->ev_read, EV_READ, 0);
         conn_update_deadline(c);
 }
 
