@@ -356,7 +356,7 @@ static json_t *status_transfer(const Transfer *x, usec_t now, bool *ok)
         set(o, "kind", json_string(transfer_kind_to_string(x->kind)), ok);
         set(o, "remote_cluster", json_u64(x->remote_cluster_id), ok);
         set(o, "transport", json_string(transport_name(x->transport)), ok);
-        set(o, "bytes", json_u64(x->plan ? x->plan->total_bytes : 0), ok);
+        set(o, "bytes", json_u64(x->total_bytes), ok);
         set(o, "bytes_done",
             transport_progress(x->transport, &x->job, &done) == 0 ? json_u64(done) : json_null(),
             ok);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/macro.h"
 #include "proto/wire.h"
@@ -31,6 +32,32 @@ void wire_in_init(WireIn *in)
         *in = (WireIn){};
 }
 
+int wire_in_init_ahead(WireIn *in)
+{
+        *in = (WireIn){.read_ahead = true};
+        in->ahead = malloc(WIRE_AHEAD_SIZE);
+        if (!in->ahead)
+                return -ENOMEM;
+        return 0;
+}
+
+void wire_in_done(WireIn *in)
+{
+        wire_in_reset(in);
+        for (size_t i = 0; i < in->n_next_fds; i++)
+                safe_close(in->next_fds[i]);
+        in->n_next_fds = 0;
+        free(in->ahead);
+        in->ahead = NULL;
+        in->ahead_off = in->ahead_len = 0;
+}
+
+bool wire_in_has_partial(const WireIn *in)
+{
+        return in->header_len > 0 || in->n_fds > 0 || in->n_next_fds > 0 ||
+               in->ahead_off < in->ahead_len;
+}
+
 void wire_in_reset(WireIn *in)
 {
         in->header_len = 0;
@@ -42,11 +69,171 @@ void wire_in_reset(WireIn *in)
         in->n_fds = 0;
 }
 
+/* The stream offset of the next byte a frame takes. */
+static uint64_t ahead_consumed(const WireIn *in)
+{
+        return in->received - (in->ahead_len - in->ahead_off);
+}
+
+/*
+ * Fds that came with the stream bytes [@begin, @end): they belong to the last frame that starts
+ * there, which may be the frame being read or a later one, whose header says how many. None may
+ * be waiting already, and some frame must start in those bytes. -EBADMSG.
+ */
+static int ahead_stash_fds(WireIn *in, const int *fds, size_t n, uint64_t begin, uint64_t end)
+{
+        int r = 0;
+
+        if (in->n_next_fds > 0)
+                r = -EBADMSG;
+        /* the frame being read ends at or past @end: no frame starts in those bytes */
+        else if (in->header_len == FRAME_HEADER_SIZE &&
+                 in->frame_start + FRAME_HEADER_SIZE + in->frame.length >= end)
+                r = -EBADMSG;
+        if (r < 0) {
+                for (size_t i = 0; i < n; i++)
+                        safe_close(fds[i]);
+                return r;
+        }
+        memcpy(in->next_fds, fds, n * sizeof(int));
+        in->n_next_fds = n;
+        in->next_fds_begin = begin;
+        in->next_fds_end = end;
+        return 0;
+}
+
+/* The header of the frame being read is complete: it takes the fds that are its own. */
+static int ahead_claim_fds(WireIn *in)
+{
+        uint64_t s = in->frame_start, next = s + FRAME_HEADER_SIZE + in->frame.length;
+
+        if (in->n_next_fds == 0 || s < in->next_fds_begin)
+                return 0;
+        /* no frame started in the bytes the fds came with */
+        if (s >= in->next_fds_end)
+                return -EBADMSG;
+        /* a later frame starts there too: theirs */
+        if (next < in->next_fds_end)
+                return 0;
+        memcpy(in->fds, in->next_fds, in->n_next_fds * sizeof(int));
+        in->n_fds = in->n_next_fds;
+        in->n_next_fds = 0;
+        return 0;
+}
+
+/*
+ * Refills the read-ahead buffer, which is empty. 1 when bytes came, 0 when the socket is empty
+ * (or was at the end of the last read), -ECONNRESET at its end, -errno.
+ */
+static int ahead_fill(WireIn *in, int sock, size_t max_fds)
+{
+        int fds[FRAME_MAX_FDS];
+        size_t got = 0;
+        ssize_t n;
+
+        if (in->drained) {
+                in->drained = false;
+                return 0;
+        }
+        n = frame_recvmsg(sock, in->ahead, WIRE_AHEAD_SIZE, fds, max_fds, &got);
+        if (n == -EAGAIN || n == -EINTR)
+                return 0;
+        if (n == 0)
+                return -ECONNRESET;
+        if (n < 0)
+                return (int)n;
+        in->ahead_off = 0;
+        in->ahead_len = (size_t)n;
+        in->received += (uint64_t)n;
+        /* after fds the kernel ends a read early, so it says nothing then */
+        in->drained = (size_t)n < WIRE_AHEAD_SIZE && got == 0;
+        if (got > 0)
+                return ahead_stash_fds(in, fds, got, in->received - (uint64_t)n, in->received) ?: 1;
+        return 1;
+}
+
+/* wire_in_read() with read-ahead. */
+static int wire_in_read_ahead(WireIn *in, int sock, uint32_t max_payload, size_t max_fds)
+{
+        size_t k;
+        ssize_t n;
+        int r;
+
+        while (in->header_len < FRAME_HEADER_SIZE) {
+                if (in->ahead_off == in->ahead_len) {
+                        r = ahead_fill(in, sock, max_fds);
+                        if (r <= 0)
+                                return r;
+                        continue;
+                }
+                if (in->header_len == 0)
+                        in->frame_start = ahead_consumed(in);
+                k = MIN(FRAME_HEADER_SIZE - in->header_len, in->ahead_len - in->ahead_off);
+                memcpy(in->header + in->header_len, in->ahead + in->ahead_off, k);
+                in->header_len += k;
+                in->ahead_off += k;
+                if (in->header_len < FRAME_HEADER_SIZE)
+                        continue;
+
+                r = frame_header_decode(in->header, max_payload, &in->frame);
+                if (r < 0)
+                        return r;
+                r = ahead_claim_fds(in);
+                if (r < 0)
+                        return r;
+                /* Fds travel with the frame's first bytes: anything else is a broken frame. */
+                if (in->frame.n_fds != in->n_fds)
+                        return -EBADMSG;
+                if (in->frame.length > 0) {
+                        in->payload = malloc(in->frame.length);
+                        if (!in->payload)
+                                return -ENOMEM;
+                }
+        }
+
+        while (in->payload_len < in->frame.length) {
+                size_t left = in->frame.length - in->payload_len, got = 0;
+
+                if (in->ahead_off < in->ahead_len) {
+                        k = MIN(left, in->ahead_len - in->ahead_off);
+                        memcpy(in->payload + in->payload_len, in->ahead + in->ahead_off, k);
+                        in->payload_len += k;
+                        in->ahead_off += k;
+                        continue;
+                }
+                if (left < WIRE_AHEAD_SIZE) {
+                        r = ahead_fill(in, sock, max_fds);
+                        if (r <= 0)
+                                return r;
+                        continue;
+                }
+                /* a big payload straight into its buffer; fds on its bytes break the frame */
+                if (in->drained) {
+                        in->drained = false;
+                        return 0;
+                }
+                n = frame_recvmsg(sock, in->payload + in->payload_len, left, NULL, 0, &got);
+                if (n == -EAGAIN || n == -EINTR)
+                        return 0;
+                if (n == 0)
+                        return -ECONNRESET;
+                if (n < 0)
+                        return (int)n;
+                in->payload_len += (size_t)n;
+                in->received += (uint64_t)n;
+                in->drained = (size_t)n < left;
+        }
+        return 1;
+}
+
 int wire_in_read(WireIn *in, int sock, uint32_t max_payload, size_t max_fds)
 {
         ssize_t n;
         int r;
 
+        if (in->read_ahead)
+                return wire_in_read_ahead(in, sock, max_payload,
+                                          MIN(max_fds, (size_t)FRAME_MAX_FDS));
         if (max_fds > FRAME_MAX_FDS)
                 max_fds = FRAME_MAX_FDS;
         if (in->header_len < FRAME_HEADER_SIZE) {

@@ -14,6 +14,9 @@
 #include "common/clist.h"
 #include "proto/frame.h"
 
+/* Bytes one read asks for with read-ahead: a small request's header and payload together. */
+#define WIRE_AHEAD_SIZE 2048
+
 typedef struct WireIn {
         uint8_t header[FRAME_HEADER_SIZE];
         size_t header_len;
@@ -22,6 +25,23 @@ typedef struct WireIn {
         size_t payload_len;
         int fds[FRAME_MAX_FDS];
         size_t n_fds;
+
+        /*
+         * Read-ahead (wire_in_init_ahead()): one recvmsg() takes what the socket has, up to
+         * WIRE_AHEAD_SIZE, frames are cut from it, and a read that took less than it asked for
+         * ends the pass without another (the socket is level-triggered: more bytes wake it
+         * again). Fds come with the bytes of the sendmsg() that carried them, and the kernel
+         * ends a read after those: they belong to the last frame that starts in that read.
+         */
+        bool read_ahead;
+        bool drained;                /* the last read took less than it asked for */
+        uint8_t *ahead;              /* WIRE_AHEAD_SIZE bytes */
+        size_t ahead_off, ahead_len; /* unread: ahead[ahead_off..ahead_len) */
+        uint64_t received;           /* bytes read from the socket so far */
+        uint64_t frame_start;        /* stream offset of the first byte of the frame being read */
+        int next_fds[FRAME_MAX_FDS]; /* fds of a frame whose header is not complete yet */
+        size_t n_next_fds;
+        uint64_t next_fds_begin, next_fds_end; /* the stream bytes of the read they came with */
 } WireIn;
 
 typedef struct WireOut {
@@ -32,8 +52,28 @@ typedef struct WireOut {
 /* Prepares an empty input buffer. */
 void wire_in_init(WireIn *in);
 
-/* Drops a partial or complete frame: frees its payload and closes its fds. */
+/*
+ * As wire_in_init(), with read-ahead: small frames cost one recvmsg() (header and payload
+ * together) and no read that finds the socket empty. Only for a socket whose bytes are all
+ * frames read through @in. -ENOMEM.
+ */
+int wire_in_init_ahead(WireIn *in);
+
+/* Drops the frame being read, partial or complete: frees its payload and closes its fds. Bytes
+ * and fds already read for the frames after it stay. */
 void wire_in_reset(WireIn *in);
+
+/* Drops everything: the frame being read and what was read ahead. */
+void wire_in_done(WireIn *in);
+
+/* Whether bytes or fds of a frame not yet complete are held. */
+bool wire_in_has_partial(const WireIn *in);
+
+/* Whether bytes read ahead wait to be cut into frames: they need no readiness of the socket. */
+static inline bool wire_in_has_ahead(const WireIn *in)
+{
+        return in->ahead_off < in->ahead_len;
+}
 
 /*
  * Reads from @sock toward the next frame, with at most @max_fds fds riding on its header bytes.

@@ -45,7 +45,7 @@ static void conn_destroy(Conn *c)
         }
         cluster_free(TAKE_PTR(c->cluster));
         wire_out_clear(&c->out);
-        wire_in_reset(&c->in);
+        wire_in_done(&c->in);
         if (c->ev_read)
                 event_free(c->ev_read);
         if (c->ev_write)
@@ -227,20 +227,35 @@ static const char *file_kind(mode_t mode)
  * the client's own end, would keep the connection (and its cluster) alive after the client
  * exits; an io_uring or epoll fd could hold one too. Returns 0, or -EBADFD after logging.
  */
+static int conn_check_fd(Conn *c, int fd, size_t i)
+{
+        struct stat st;
+
+        if (fstat(fd, &st) < 0)
+                st.st_mode = 0;
+        if (S_ISREG(st.st_mode))
+                return 0;
+        c->root->counters.frames_malformed++;
+        log_warning("connection %" PRIu64 " (pid %d): sent %s as fd %zu of a frame; "
+                    "clients may pass memfds only, closing",
+                    c->id, (int)c->cred.pid, file_kind(st.st_mode), i);
+        return -EBADFD;
+}
+
 static int conn_check_fds(Conn *c)
 {
-        for (; c->n_fds_checked < c->in.n_fds; c->n_fds_checked++) {
-                struct stat st;
+        int r;
 
-                if (fstat(c->in.fds[c->n_fds_checked], &st) < 0)
-                        st.st_mode = 0;
-                if (S_ISREG(st.st_mode))
-                        continue;
-                c->root->counters.frames_malformed++;
-                log_warning("connection %" PRIu64 " (pid %d): sent %s as fd %zu of a frame; "
-                            "clients may pass memfds only, closing",
-                            c->id, (int)c->cred.pid, file_kind(st.st_mode), c->n_fds_checked);
-                return -EBADFD;
+        for (; c->n_fds_checked < c->in.n_fds; c->n_fds_checked++) {
+                r = conn_check_fd(c, c->in.fds[c->n_fds_checked], c->n_fds_checked);
+                if (r < 0)
+                        return r;
+        }
+        /* read ahead with bytes of a later frame; rare, so checked again until it takes them */
+        for (size_t i = 0; i < c->in.n_next_fds; i++) {
+                r = conn_check_fd(c, c->in.next_fds[i], i);
+                if (r < 0)
+                        return r;
         }
         return 0;
 }
@@ -271,7 +286,7 @@ static int conn_read_frame(Conn *c)
 
 static bool conn_has_partial_frame(const Conn *c)
 {
-        return c->in.header_len > 0 || c->in.n_fds > 0;
+        return wire_in_has_partial(&c->in);
 }
 
 static void conn_on_deadline(evutil_socket_t fd, short what, void *userdata)
@@ -388,6 +403,10 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
                 if (c->state != CONN_HELLO)
                         event_del(c->ev_deadline);
         }
+        /* Frames read ahead and left by the limit above: the socket may have nothing more to
+         * wake us with, so the next pass of the loop comes back for them. */
+        if (c->state != CONN_CLOSED && wire_in_has_ahead(&c->in))
+                event_active(c->ev_read, EV_READ, 0);
         conn_update_deadline(c);
 }
 
@@ -395,6 +414,7 @@ int conn_new(ControlRoot *root, int fd, const struct ucred *cred, User *user, bo
              Conn **ret)
 {
         Conn *c;
+        int r;
 
         c = calloc(1, sizeof(*c));
         if (!c) {
@@ -411,7 +431,8 @@ int conn_new(ControlRoot *root, int fd, const struct ucred *cred, User *user, bo
         c->fd = fd;
         c->cred = *cred;
         c->state = CONN_HELLO;
-        wire_in_init(&c->in);
+        /* a small request is one read, and no read finds the socket empty after it */
+        r = wire_in_init_ahead(&c->in);
         wire_out_init(&c->out);
         clist_init(&c->requests);
         clist_init(&c->link_root);
@@ -422,8 +443,8 @@ int conn_new(ControlRoot *root, int fd, const struct ucred *cred, User *user, bo
         c->ev_close = event_new(root->base, -1, 0, conn_on_close, c);
         c->ev_deadline = evtimer_new(root->base, conn_on_deadline, c);
         c->ev_idle = evtimer_new(root->base, conn_on_idle, c);
-        if (!c->ev_read || !c->ev_write || !c->ev_close || !c->ev_deadline || !c->ev_idle ||
-            event_add(c->ev_read, NULL) < 0) {
+        if (r < 0 || !c->ev_read || !c->ev_write || !c->ev_close || !c->ev_deadline ||
+            !c->ev_idle || event_add(c->ev_read, NULL) < 0) {
                 conn_destroy(c);
                 return -ENOMEM;
         }

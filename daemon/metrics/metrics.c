@@ -95,7 +95,7 @@ static void metrics_on_transfer_done(void *userdata, const Transfer *x, int stat
         s->by_status[-status_wire_encode(status)]++;
         if (status != STATUS_OK)
                 return;
-        s->bytes += x->plan ? x->plan->total_bytes : 0;
+        s->bytes += x->total_bytes;
         seconds = (double)(now_usec(CLOCK_MONOTONIC) - x->start_usec) / USEC_PER_SEC;
         for (size_t i = 0; i < N_BOUNDS; i++)
                 if (seconds <= latency_bounds[i]) {

@@ -531,12 +531,31 @@ static int emit_plan(const Ctx *ctx, Builder *b, Error *err)
         return 0;
 }
 
-int plan_build(const PlanRequest *req, Plan **ret, Error *err)
+/* The bytes a plan of the checked request moves, all tensors together; an error past 2^64. */
+static int checked_total(const Ctx *ctx, uint64_t *ret, Error *err)
 {
-        _cleanup_(plan_freep) Plan *pattern = NULL;
+        const PlanRequest *req = ctx->req;
+        uint64_t per_tensor, total;
+
+        if (req->mode == PLAN_BLOCKS) {
+                if (MUL_OVERFLOW((uint64_t)req->n_dst_blocks, ctx->src->stride, &per_tensor))
+                        return error_set(err, STATUS_PARAM_INVALID,
+                                         "the transfer is larger than 2^64 bytes");
+        } else
+                per_tensor = ctx->size;
+        if (MUL_OVERFLOW(per_tensor, (uint64_t)ctx->n_tensors, &total))
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "the transfer is larger than 2^64 bytes");
+        *ret = total;
+        return 0;
+}
+
+int plan_check(const PlanRequest *req, PlanChecked *ret, Error *err)
+{
         Ctx ctx = {};
         const PlanCache *src, *dst;
         uint32_t tpl, src_layers = 0, dst_layers = 0;
+        uint64_t total = 0;
         int r;
 
         if (!req || !ret)
@@ -613,9 +632,49 @@ int plan_build(const PlanRequest *req, Plan **ret, Error *err)
         if (r < 0)
                 return r;
 
+        r = checked_total(&ctx, &total, err);
+        if (r < 0)
+                return r;
+        *ret = (PlanChecked){
+                .src_first = ctx.src_first,
+                .dst_first = ctx.dst_first,
+                .n_tensors = ctx.n_tensors,
+                .size = ctx.size,
+                .total_bytes = total,
+        };
+        return 0;
+}
+
+int plan_make(const PlanRequest *req, const PlanChecked *checked, Plan **ret, Error *err)
+{
+        _cleanup_(plan_freep) Plan *pattern = NULL;
+        Ctx ctx = {
+                .req = req,
+                .src = req->src,
+                .dst = req->dst,
+                .src_first = checked->src_first,
+                .dst_first = checked->dst_first,
+                .n_tensors = checked->n_tensors,
+                .size = checked->size,
+        };
+        int r;
+
         r = build_pattern(&ctx, &pattern, err);
         if (r < 0)
                 return r;
         ctx.pattern = pattern;
         return build_plan(&ctx, ret, err);
+}
+
+int plan_build(const PlanRequest *req, Plan **ret, Error *err)
+{
+        PlanChecked checked;
+        int r;
+
+        if (!ret)
+                return error_set(err, STATUS_PARAM_INVALID, "no transfer request");
+        r = plan_check(req, &checked, err);
+        if (r < 0)
+                return r;
+        return plan_make(req, &checked, ret, err);
 }

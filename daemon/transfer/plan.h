@@ -86,6 +86,25 @@ typedef struct Plan {
  */
 int plan_build(const PlanRequest *req, Plan **ret, Error *err);
 
+/* What plan_check() resolved: the tensor ranges, the item size and the bytes the plan moves. */
+typedef struct PlanChecked {
+        uint32_t src_first; /* first tensor of each range */
+        uint32_t dst_first;
+        uint32_t n_tensors; /* tensors in each range */
+        uint64_t size;      /* item modes: bytes per tensor */
+        uint64_t total_bytes;
+} PlanChecked;
+
+/*
+ * plan_build() in two halves. plan_check() applies every rule of plan_build() (the same
+ * statuses and messages) and says in *@ret what a plan of @req will move; O(blocks), no copy
+ * list. plan_make() then lays the copies; it reads only @req, the caches it names and @checked,
+ * so it may run on another thread while they stay unchanged. It fails only for memory (or with
+ * an overflow plan_check() cannot let through). On success *@ret is malloc()ed.
+ */
+int plan_check(const PlanRequest *req, PlanChecked *ret, Error *err);
+int plan_make(const PlanRequest *req, const PlanChecked *checked, Plan **ret, Error *err);
+
 /* free() with a name; accepts NULL; returns NULL. */
 Plan *plan_free(Plan *plan);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Plan, plan_free);

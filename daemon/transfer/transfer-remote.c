@@ -267,6 +267,7 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
                               &x->plan, err);
         if (r < 0)
                 return r;
+        x->total_bytes = x->plan->total_bytes;
         if (x->plan->total_bytes != m->total_bytes || x->plan->n_segments != m->segments)
                 return error_set(err, STATUS_PROTOCOL_MISMATCH,
                                  "the peer planned %" PRIu64 " bytes in %" PRIu64 " segments, we "

@@ -26,6 +26,13 @@
 #include "daemon/transport/transport.h"
 #include "common/status.h"
 
+/*
+ * A local transfer of at least this many copies (blocks times tensors, before merging) is
+ * planned on a copy thread: planning 100,000 blocks of two tensors costs tens of millions of
+ * instructions, which would keep the control loop from every other client meanwhile.
+ */
+#define TRANSFER_PLAN_OFF_LOOP 4096
+
 const char *transfer_kind_to_string(TransferKind k)
 {
         switch (k) {
@@ -158,6 +165,7 @@ static Transfer *transfer_free(Transfer *x)
                 region_unref(x->regions[i]);
         plan_free(x->plan);
         free(x->segs);
+        free(x->prep_tensors);
         transfer_request_done(&x->req);
         completion_drop(x->done);
         free(x);
@@ -229,15 +237,22 @@ static void transfer_answer(Transfer *x, int status)
 /* The copy of a transfer between two clusters of this daemon is over. */
 static void transfer_on_copied(TransportJob *job, int status)
 {
-        transfer_complete(job->userdata, status);
+        Transfer *x = job->userdata;
+
+        /* the copy thread's planning failed: its reason, unless a failure came first */
+        if (status != STATUS_OK && x->prep_err.code != 0 && x->status == STATUS_OK) {
+                x->status = x->prep_err.code;
+                x->err = x->prep_err;
+        }
+        transfer_complete(x, status);
 }
 
 /*
- * Resolves the plan of a transfer between two clusters of this daemon into copies and starts
- * them. Every segment is checked against its regions once more, so a planner bug can fail a
- * transfer but never move a byte outside a region.
+ * Resolves the plan of a transfer between two clusters of this daemon into x->segs. Every
+ * segment is checked against its regions once more, so a planner bug can fail a transfer but
+ * never move a byte outside a region. Reads only the plan and the region table.
  */
-static int transfer_local_submit(Transfer *x)
+static int transfer_local_segments(Transfer *x)
 {
         const Plan *plan = x->plan;
 
@@ -263,14 +278,59 @@ static int transfer_local_submit(Transfer *x)
                         .remote = (uint64_t)(uintptr_t)(src->data + s->src_offset),
                 };
         }
+        return 0;
+}
+
+/*
+ * The prepare step of a big local transfer's job, on a copy thread: lays the plan the loop
+ * checked and resolves it into the job's segments. What it reads (the request, the planner's
+ * view of both caches, the region table) stays unchanged until the job is done: the caches are
+ * busy and the regions referenced. Its failure says why in x->prep_err.
+ */
+static int transfer_prepare(TransportJob *job)
+{
+        Transfer *x = job->userdata;
+        int r;
+
+        r = plan_make(&x->prep_req, &x->prep_checked, &x->plan, &x->prep_err);
+        if (r < 0)
+                return -ENOMEM;
+        r = transfer_local_segments(x);
+        if (r < 0) {
+                error_set(&x->prep_err, r == -ENOMEM ? STATUS_OUT_OF_MEMORY : STATUS_FAILED,
+                          "transfer %" PRIu64 ": %s", x->id,
+                          r == -ENOMEM ? "out of memory for its copy list"
+                                       : "its plan does not fit its regions");
+                return r;
+        }
+        job->segs = x->segs;
+        job->n_segs = x->plan->n_segments;
+        return 0;
+}
+
+/*
+ * Starts the copies of a transfer between two clusters of this daemon: from its plan, or, when
+ * the plan is left to a copy thread (no x->plan yet), from transfer_prepare() there.
+ */
+static int transfer_local_submit(Transfer *x)
+{
+        int r;
+
         x->job = (TransportJob){
                 .dir = TRANSPORT_READ,
-                .segs = x->segs,
-                .n_segs = plan->n_segments,
                 .deadline_usec = x->deadline_usec,
                 .done = transfer_on_copied,
                 .userdata = x,
         };
+        if (!x->plan)
+                x->job.prepare = transfer_prepare;
+        else {
+                r = transfer_local_segments(x);
+                if (r < 0)
+                        return r;
+                x->job.segs = x->segs;
+                x->job.n_segs = x->plan->n_segments;
+        }
         return transport_submit(x->transport, &x->job);
 }
 
@@ -523,26 +583,38 @@ static int transfer_resolve(Transfer *x, Cluster *c, uint32_t *ret_remote_index,
         return 0;
 }
 
-/* Turns a local request into a plan over the transfer's region table. */
+/*
+ * Checks a local request against both caches, over the transfer's region table, and plans it
+ * here when it is small; a big one (TRANSFER_PLAN_OFF_LOOP copies or more before merging) is
+ * left without x->plan, for a copy thread to lay (transfer_prepare()).
+ */
 static int transfer_build_plan(Transfer *x, uint32_t remote_index, Error *err)
 {
-        _cleanup_free_ PlanTensor *src_tensors = NULL, *dst_tensors = NULL;
         const Cache *src = x->caches[0], *dst = x->caches[1];
-        PlanCache psrc, pdst;
-        PlanRequest pr;
+        uint64_t copies;
+        int r;
 
-        src_tensors = calloc(src->desc.num_tensors, sizeof(PlanTensor));
-        dst_tensors = calloc(dst->desc.num_tensors, sizeof(PlanTensor));
-        if (!src_tensors || !dst_tensors)
+        x->prep_tensors =
+                calloc((size_t)src->desc.num_tensors + dst->desc.num_tensors, sizeof(PlanTensor));
+        if (!x->prep_tensors)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        if (transfer_plan_cache(x, src, src_tensors, &psrc) < 0 ||
-            transfer_plan_cache(x, dst, dst_tensors, &pdst) < 0)
+        if (transfer_plan_cache(x, src, x->prep_tensors, &x->prep_caches[0]) < 0 ||
+            transfer_plan_cache(x, dst, x->prep_tensors + src->desc.num_tensors,
+                                &x->prep_caches[1]) < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "too many regions in one transfer");
 
-        remote_plan_args_plan_request(&x->req.args, x->req.key.kind, remote_index, &pr);
-        pr.src = &psrc;
-        pr.dst = &pdst;
-        return plan_build(&pr, &x->plan, err);
+        remote_plan_args_plan_request(&x->req.args, x->req.key.kind, remote_index, &x->prep_req);
+        x->prep_req.src = &x->prep_caches[0];
+        x->prep_req.dst = &x->prep_caches[1];
+        r = plan_check(&x->prep_req, &x->prep_checked, err);
+        if (r < 0)
+                return r;
+        x->total_bytes = x->prep_checked.total_bytes;
+
+        copies = (uint64_t)MAX(x->prep_req.n_dst_blocks, (size_t)1) * x->prep_checked.n_tensors;
+        if (copies >= TRANSFER_PLAN_OFF_LOOP)
+                return 0;
+        return plan_make(&x->prep_req, &x->prep_checked, &x->plan, err);
 }
 
 int transfer_start(TransferRoot *root, Cluster *c, TransferRequest *req, Completion *done,
@@ -552,6 +624,7 @@ int transfer_start(TransferRoot *root, Cluster *c, TransferRequest *req, Complet
         _cleanup_(transfer_freep) Transfer *x = NULL;
         uint32_t remote_index = 0, timeout_ms;
         const TransferArgs *args;
+        size_t n_segments;
         struct timeval tv;
         int r;
 
@@ -653,6 +726,8 @@ int transfer_start(TransferRoot *root, Cluster *c, TransferRequest *req, Complet
         if (!x->timer || evtimer_add(x->timer, &tv) < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot arm the transfer's deadline");
 
+        /* once submitted, a plan left to a copy thread is that thread's until the job is done */
+        n_segments = x->plan ? x->plan->n_segments : 0;
         if (!transfer_other_cluster(x)) {
                 r = transfer_remote_start(x, err);
                 if (r < 0)
@@ -670,8 +745,7 @@ int transfer_start(TransferRoot *root, Cluster *c, TransferRequest *req, Complet
         log_debug("transfer %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
                   " bytes in %zu segments over %s",
                   x->id, c->id, x->remote_cluster_id, transfer_kind_to_string(x->kind),
-                  x->plan ? x->plan->total_bytes : 0, x->plan ? x->plan->n_segments : 0,
-                  transport_name(x->transport));
+                  x->total_bytes, n_segments, transport_name(x->transport));
         transfer_root_changed(root);
         TAKE_PTR(x);
         return 0;

@@ -126,9 +126,18 @@ struct Transfer {
         Region *regions[TRANSFER_MAX_REGIONS]; /* referenced; plan segments index these */
         uint32_t n_regions;
         Plan *plan;
+        uint64_t total_bytes;   /* what the plan moves, known once the request is checked */
         TransportSegment *segs; /* our side of the plan, resolved */
-        TransportJob job;       /* the data job, once submitted */
-        int status;             /* the first failure, STATUS_OK while fine */
+        /* A big transfer between two clusters of this daemon is planned on a copy thread
+         * (transfer_prepare()) from these, set on the loop before and unchanged until its job
+         * is done; until then @plan and @segs are that thread's. */
+        PlanRequest prep_req;
+        PlanCache prep_caches[2]; /* source, destination */
+        PlanTensor *prep_tensors; /* both caches' tensors, source first */
+        PlanChecked prep_checked;
+        Error prep_err;   /* why that planning failed */
+        TransportJob job; /* the data job, once submitted */
+        int status;       /* the first failure, STATUS_OK while fine */
         Error err;
         bool consume_key; /* a local pull by ReqKey of a pool cache ends the key when it
                            * succeeds (a peer's: the peer ends it, served.c) */

@@ -36,6 +36,7 @@ typedef struct EngineJob {
         size_t copy;
         size_t offset;
         size_t bytes;
+        bool prepare; /* the task's prepare step, not bytes */
 } EngineJob;
 
 struct EngineTask {
@@ -50,8 +51,13 @@ struct EngineTask {
         size_t slice;
         EngineCopy *copies;
         size_t n_copies;
-        size_t n_jobs;
-        EngineJob jobs[];
+        /* engine_submit_prepare(): run by a copy thread first, which then makes the jobs */
+        engine_prepare_fn prepare;
+        void *prepare_data;
+        EngineJob prep;
+        size_t n_jobs; /* set under Engine.lock for a prepared task */
+        EngineJob *jobs;
+        EngineJob jobs_inline[];
 };
 
 struct Engine {
@@ -75,6 +81,8 @@ static EngineTask *task_free(EngineTask *t)
         if (!t)
                 return NULL;
         free(t->copies);
+        if (t->jobs != t->jobs_inline)
+                free(t->jobs);
         free(t);
         return NULL;
 }
@@ -127,6 +135,54 @@ static bool job_run(const EngineJob *job)
         return true;
 }
 
+static size_t engine_job_bytes(const Engine *e, size_t total, size_t *ret_n_jobs);
+static void task_make_jobs(EngineTask *t, EngineJob *jobs, size_t n_jobs, size_t total,
+                           size_t job_bytes);
+static int copies_total(const EngineCopy *copies, size_t n, size_t *ret);
+
+/*
+ * A copy thread runs @t's prepare step (the lock not held), then queues the jobs of the copies
+ * it made. Returns with the lock held, the step's own job finished. A failed or cancelled step
+ * leaves the task incomplete: its callback reports -ECANCELED.
+ */
+static void task_prepare(Engine *e, EngineTask *t)
+{
+        EngineCopy *copies = NULL;
+        EngineJob *jobs = NULL;
+        size_t n = 0, total = 0, job_bytes = 0, n_jobs = 0;
+        bool ok = false;
+
+        if (!atomic_load(&t->cancel) && t->prepare(t->prepare_data, &copies, &n) >= 0 &&
+            copies_total(copies, n, &total) >= 0) {
+                job_bytes = engine_job_bytes(e, total, &n_jobs);
+                jobs = n_jobs > 0 ? calloc(n_jobs, sizeof(EngineJob)) : NULL;
+                ok = n_jobs == 0 || jobs;
+        }
+        if (ok) {
+                t->copies = copies;
+                t->n_copies = n;
+                task_make_jobs(t, jobs, n_jobs, total, job_bytes);
+        } else {
+                free(copies);
+                free(jobs);
+                jobs = NULL;
+        }
+
+        pthread_mutex_lock(&e->lock);
+        /* engine_cancel() looks at the jobs, under the lock, once they are queued */
+        t->jobs = jobs ? jobs : t->jobs_inline;
+        if (ok && !atomic_load(&t->cancel) && !e->stopping) {
+                t->n_jobs = n_jobs;
+                for (size_t j = 0; j < n_jobs; j++)
+                        clist_link_tail(&e->jobs, &t->jobs[j].link);
+                t->n_pending += n_jobs;
+                if (n_jobs > 1)
+                        pthread_cond_broadcast(&e->cond);
+        } else if (ok && n_jobs > 0)
+                ok = false;
+        task_job_finished_locked(e, t, ok);
+}
+
 static void *engine_thread(void *userdata)
 {
         Engine *e = userdata;
@@ -145,6 +201,11 @@ static void *engine_thread(void *userdata)
                 job = clist_first_entry(&e->jobs, EngineJob, link);
                 clist_unlink(&job->link);
                 pthread_mutex_unlock(&e->lock);
+
+                if (job->prepare) {
+                        task_prepare(e, job->task);
+                        continue;
+                }
 
                 ok = job_run(job);
 
@@ -293,13 +354,30 @@ int engine_new(struct event_base *base, unsigned n_threads, Engine **ret)
         return 0;
 }
 
+/* The bytes of each job of a task of @total bytes, and their number in *@ret_n_jobs. */
+static size_t engine_job_bytes(const Engine *e, size_t total, size_t *ret_n_jobs)
+{
+        size_t job_bytes, per_thread;
+
+        if (total == 0) {
+                *ret_n_jobs = 0;
+                return 0;
+        }
+        per_thread = (size_t)e->n_threads * ENGINE_JOBS_PER_THREAD;
+        job_bytes = total / per_thread + (total % per_thread != 0);
+        job_bytes = MAX(job_bytes, ENGINE_MIN_JOB_BYTES);
+        *ret_n_jobs = total / job_bytes + (total % job_bytes != 0);
+        return job_bytes;
+}
+
 /* Cuts the byte stream of @t's copies into jobs of @job_bytes (the last may be shorter). */
-static void task_make_jobs(EngineTask *t, size_t total, size_t job_bytes)
+static void task_make_jobs(EngineTask *t, EngineJob *jobs, size_t n_jobs, size_t total,
+                           size_t job_bytes)
 {
         size_t c = 0, off = 0;
 
-        for (size_t j = 0; j < t->n_jobs; j++) {
-                EngineJob *job = &t->jobs[j];
+        for (size_t j = 0; j < n_jobs; j++) {
+                EngineJob *job = &jobs[j];
                 size_t left = MIN(job_bytes, total);
 
                 /* start past finished and empty copies, so a job never begins at a copy's end */
@@ -390,21 +468,16 @@ static int engine_queue(Engine *e, EngineCopy *copies, size_t n, size_t total, s
                         engine_done_fn done, void *userdata, EngineTask **ret)
 {
         EngineTask *t;
-        size_t job_bytes = 0, n_jobs = 0, per_thread;
+        size_t job_bytes, n_jobs;
 
-        if (total > 0) {
-                per_thread = (size_t)e->n_threads * ENGINE_JOBS_PER_THREAD;
-                job_bytes = total / per_thread + (total % per_thread != 0);
-                job_bytes = MAX(job_bytes, ENGINE_MIN_JOB_BYTES);
-                n_jobs = total / job_bytes + (total % job_bytes != 0);
-        }
-
+        job_bytes = engine_job_bytes(e, total, &n_jobs);
         /* n_jobs <= n_threads * ENGINE_JOBS_PER_THREAD + 1: no overflow */
         t = calloc(1, sizeof(EngineTask) + n_jobs * sizeof(EngineJob));
         if (!t) {
                 free(copies);
                 return -ENOMEM;
         }
+        t->jobs = t->jobs_inline;
         t->copies = copies;
         t->engine = e;
         clist_init(&t->link_done);
@@ -415,7 +488,7 @@ static int engine_queue(Engine *e, EngineCopy *copies, size_t n, size_t total, s
         t->slice = slice > 0 ? slice : ENGINE_DEFAULT_SLICE;
         t->n_copies = n;
         t->n_jobs = n_jobs;
-        task_make_jobs(t, total, job_bytes);
+        task_make_jobs(t, t->jobs, n_jobs, total, job_bytes);
 
         pthread_mutex_lock(&e->lock);
         if (e->stopping) {
@@ -490,6 +563,45 @@ int engine_submit_take(Engine *e, EngineCopy *copies, size_t n, size_t slice, en
         return r;
 }
 
+int engine_submit_prepare(Engine *e, engine_prepare_fn prepare, void *prepare_data,
+                          engine_done_fn done, void *userdata, EngineTask **ret)
+{
+        EngineTask *t;
+
+        if (!e || !prepare || !done)
+                return -EINVAL;
+        t = calloc(1, sizeof(EngineTask));
+        if (!t)
+                return -ENOMEM;
+        t->engine = e;
+        clist_init(&t->link_done);
+        atomic_init(&t->cancel, false);
+        atomic_init(&t->bytes_done, 0);
+        t->done = done;
+        t->userdata = userdata;
+        t->slice = ENGINE_DEFAULT_SLICE;
+        t->prepare = prepare;
+        t->prepare_data = prepare_data;
+        t->prep = (EngineJob){.task = t, .prepare = true};
+        t->jobs = t->jobs_inline;
+
+        pthread_mutex_lock(&e->lock);
+        if (e->stopping) {
+                pthread_mutex_unlock(&e->lock);
+                free(t);
+                return -ESHUTDOWN;
+        }
+        clist_link_tail(&e->jobs, &t->prep.link);
+        t->n_pending = 1;
+        if (!e->held)
+                pthread_cond_signal(&e->cond);
+        pthread_mutex_unlock(&e->lock);
+
+        if (ret)
+                *ret = t;
+        return 0;
+}
+
 void engine_cancel(EngineTask *task)
 {
         Engine *e;
@@ -502,6 +614,10 @@ void engine_cancel(EngineTask *task)
 
         /* Queued jobs go now, so a cancelled task completes without waiting for its turn. */
         pthread_mutex_lock(&e->lock);
+        if (task->prepare && clist_is_linked(&task->prep.link)) {
+                clist_unlink(&task->prep.link);
+                removed++;
+        }
         for (size_t j = 0; j < task->n_jobs; j++)
                 if (clist_is_linked(&task->jobs[j].link)) {
                         clist_unlink(&task->jobs[j].link);

@@ -54,6 +54,21 @@ int engine_submit(Engine *e, const EngineCopy *copies, size_t n, size_t slice, e
 int engine_submit_take(Engine *e, EngineCopy *copies, size_t n, size_t slice, engine_done_fn done,
                        void *userdata, EngineTask **ret);
 
+/*
+ * Makes a task's copy list off the loop: returns 0 and a malloc()ed array (taken) of *@ret_n
+ * copies, or a negative errno. Runs on a copy thread, never on the loop.
+ */
+typedef int (*engine_prepare_fn)(void *userdata, EngineCopy **ret_copies, size_t *ret_n);
+
+/*
+ * As engine_submit_take(), but the copy list is made by @prepare(@prepare_data) on a copy thread
+ * when its turn in the queue comes, so that a list of 100,000 copies costs the loop nothing.
+ * A @prepare that fails, or a task cancelled before its copies are queued, completes with
+ * -ECANCELED and copies nothing. Never copies on the calling thread.
+ */
+int engine_submit_prepare(Engine *e, engine_prepare_fn prepare, void *prepare_data,
+                          engine_done_fn done, void *userdata, EngineTask **ret);
+
 /* Asks @task to stop; its callback reports -ECANCELED unless it had already finished. */
 void engine_cancel(EngineTask *task);
 

@@ -14,14 +14,16 @@
 
 static void shm_on_done(EngineTask *task, int status, void *userdata)
 {
-        transport_job_done(userdata, status);
+        TransportJob *job = userdata;
+
+        /* a failed prepare step left its errno in job->error (the engine's lock ordered it) */
+        transport_job_done(job, status < 0 && job->error < 0 ? job->error : status);
 }
 
-static int shm_submit(Transport *t, TransportJob *job)
+/* The engine's copies of @job's segments, malloc()ed. */
+static int shm_copies(const TransportJob *job, EngineCopy **ret)
 {
         EngineCopy *copies;
-        EngineTask *task;
-        int r;
 
         /* every entry is written below; the engine takes the array */
         copies = malloc((job->n_segs ? job->n_segs : 1) * sizeof(*copies));
@@ -37,7 +39,44 @@ static int shm_submit(Transport *t, TransportJob *job)
                         .len = s->len,
                 };
         }
-        r = engine_submit_take(t->set->engine, copies, job->n_segs, 0, shm_on_done, job, &task);
+        *ret = copies;
+        return 0;
+}
+
+/* On a copy thread: the job's own prepare step, then its copies. */
+static int shm_prepare(void *userdata, EngineCopy **ret_copies, size_t *ret_n)
+{
+        TransportJob *job = userdata;
+        int r;
+
+        r = job->prepare(job);
+        if (r < 0) {
+                job->error = r;
+                return r;
+        }
+        r = shm_copies(job, ret_copies);
+        if (r < 0)
+                return r;
+        *ret_n = job->n_segs;
+        return 0;
+}
+
+static int shm_submit(Transport *t, TransportJob *job)
+{
+        EngineCopy *copies;
+        EngineTask *task;
+        int r;
+
+        if (job->prepare)
+                r = engine_submit_prepare(t->set->engine, shm_prepare, job, shm_on_done, job,
+                                          &task);
+        else {
+                r = shm_copies(job, &copies);
+                if (r < 0)
+                        return r;
+                r = engine_submit_take(t->set->engine, copies, job->n_segs, 0, shm_on_done, job,
+                                       &task);
+        }
         if (r < 0)
                 return r;
         job->priv = task;
@@ -59,6 +98,7 @@ static int shm_progress(Transport *t, const TransportJob *job, uint64_t *ret)
 static const transport_ops shm_ops = {
         .name = "shm",
         .submit = shm_submit,
+        .prepares = true,
         .cancel = shm_cancel,
         .progress = shm_progress,
 };

@@ -12,10 +12,18 @@
 
 int transport_submit(Transport *t, TransportJob *job)
 {
+        int r;
+
         if (!t->ops->submit)
                 return -EOPNOTSUPP;
         job->error = 0;
         job->priv = NULL;
+        if (job->prepare && !t->ops->prepares) {
+                r = job->prepare(job);
+                if (r < 0)
+                        return r;
+                job->prepare = NULL;
+        }
         return t->ops->submit(t, job);
 }
 

@@ -69,6 +69,10 @@ struct TransportJob {
         bool hard_deadline;
         transport_done_fn done;
         void *userdata;
+        /* When set, @segs and @n_segs are not given yet: prepare(job) fills them (0 or a negative
+         * errno, which fails the job), on a copy thread where the transport can (the same node),
+         * otherwise in transport_submit(). It may read only what stays unchanged until @done. */
+        int (*prepare)(TransportJob *job);
         int error;  /* set before @done: 0 or the negative errno */
         void *priv; /* the transport's, while the job runs */
 };
@@ -190,6 +194,8 @@ typedef struct transport_ops {
         const char *name;
         /* Starts moving @job; @job->done runs later (never from inside this call). */
         int (*submit)(Transport *t, TransportJob *job);
+        /* submit() runs a job's prepare() itself, off the loop */
+        bool prepares;
         /* Asks the transport to stop @job as soon as possible; completion still follows. */
         void (*cancel)(Transport *t, TransportJob *job);
         /*

@@ -140,6 +140,49 @@ static int raw_attach(int fd, uint64_t cluster_id)
         return code == KVD_OK ? 0 : -EPROTO;
 }
 
+/*
+ * Many small requests in one write: the daemon reads them in one go and answers every one,
+ * also those past the frames it takes in one pass of its loop, though the socket has nothing
+ * more to wake it with.
+ */
+START_TEST(test_pipelined_requests_one_write)
+{
+        enum { N = 40 };
+        uint8_t buf[N * FRAME_HEADER_SIZE];
+        int fd, r, code;
+
+        start_daemon(NULL);
+        fd = harness_raw_connect(daemon_.socket_path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(raw_attach(fd, 601), 0);
+        for (int i = 0; i < N; i++) {
+                FrameHeader h = {FRAME_MAGIC,
+                                 FRAME_VERSION,
+                                 KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS,
+                                 0,
+                                 0,
+                                 0,
+                                 1000 + (uint64_t)i};
+
+                frame_header_encode(&h, buf + (size_t)i * FRAME_HEADER_SIZE);
+        }
+        r = harness_raw_send(fd, buf, sizeof(buf), NULL, 0);
+        ck_assert_msg(r == 0, "send: %s", strerror(-r));
+        for (int i = 0; i < N; i++) {
+                HarnessFrame f;
+
+                r = harness_raw_read_frame(fd, harness_wait_ms(), &f);
+                ck_assert_msg(r == 1, "reply %d of %d: %s", i, N, r == 0 ? "none" : strerror(-r));
+                ck_assert_uint_eq(f.h.request_id, 1000 + (uint64_t)i);
+                ck_assert_int_eq(harness_frame_status(&f, &code, NULL, 0), 0);
+                ck_assert_int_eq(code, KVD_OK);
+                harness_frame_deinit(&f);
+        }
+        close(fd);
+        stop_daemon();
+}
+END_TEST
+
 /* An error reply that cannot be written (the client stopped reading) frees nothing twice. */
 
 START_TEST(test_error_reply_to_closed_reader)
@@ -874,6 +917,7 @@ static Suite *hostile_client_suite(void)
         tc = tcase_create("frames");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_error_reply_to_closed_reader);
+        tcase_add_test(tc, test_pipelined_requests_one_write);
         tcase_add_test(tc, test_socket_fd_cycle);
         tcase_add_test(tc, test_partial_frame_deadline);
         suite_add_tcase(s, tc);

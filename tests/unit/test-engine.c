@@ -610,6 +610,175 @@ START_TEST(test_free_with_running_tasks)
 }
 END_TEST
 
+/* What a prepare step makes: @n copies of LEN bytes, copy i from src + i*LEN to slot n-1-i. */
+typedef struct Prep {
+        uint8_t *dst;
+        const uint8_t *src;
+        size_t n;
+        size_t len;
+        int fail;        /* returned instead, when negative */
+        unsigned called; /* read after the callback: the engine's lock ordered it */
+} Prep;
+
+static int prep_make(void *userdata, EngineCopy **ret_copies, size_t *ret_n)
+{
+        Prep *p = userdata;
+        EngineCopy *c;
+
+        p->called++;
+        if (p->fail < 0)
+                return p->fail;
+        c = malloc((p->n ? p->n : 1) * sizeof(EngineCopy));
+        if (!c)
+                return -ENOMEM;
+        for (size_t i = 0; i < p->n; i++)
+                c[i] = (EngineCopy){p->dst + (p->n - 1 - i) * p->len, p->src + i * p->len, p->len};
+        *ret_copies = c;
+        *ret_n = p->n;
+        return 0;
+}
+
+START_TEST(test_prepare)
+{
+        enum { N = 20000, LEN = 256 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        uint8_t *src = pattern_new((size_t)N * LEN, 11);
+        Buf dst, empty;
+        Prep p, p0;
+        Done d = {}, d0 = {};
+        unsigned counter = 0;
+
+        ck_assert_ptr_nonnull(base);
+        ck_assert_int_eq(engine_new(base, 2, &e), 0);
+        ck_assert_int_eq(engine_submit_prepare(e, NULL, NULL, on_done, NULL, NULL), -EINVAL);
+        ck_assert_int_eq(engine_submit_prepare(e, prep_make, NULL, NULL, NULL, NULL), -EINVAL);
+        buf_init(&dst, (size_t)N * LEN);
+        buf_init(&empty, 64);
+        p = (Prep){.dst = buf_data(&dst), .src = src, .n = N, .len = LEN};
+        p0 = (Prep){.dst = buf_data(&empty), .src = src, .n = 0, .len = 0};
+        d.counter = d0.counter = &counter;
+
+        ck_assert_int_eq(engine_submit_prepare(e, prep_make, &p, on_done, &d, &d.task), 0);
+        /* a prepared task of no copies completes all the same, through the loop */
+        ck_assert_int_eq(engine_submit_prepare(e, prep_make, &p0, on_done, &d0, &d0.task), 0);
+        ck_assert_uint_eq(d.calls + d0.calls, 0);
+        run_until(base, &counter, 2);
+
+        ck_assert_uint_eq(d.calls, 1);
+        ck_assert_int_eq(d.status, 0);
+        ck_assert_uint_eq(p.called, 1);
+        for (size_t i = 0; i < N; i++)
+                if (memcmp(buf_data(&dst) + (N - 1 - i) * LEN, src + i * LEN, LEN) != 0)
+                        ck_abort_msg("copy %zu landed wrong", i);
+        assert_guards(&dst);
+        ck_assert_uint_eq(d0.calls, 1);
+        ck_assert_int_eq(d0.status, 0);
+        ck_assert_uint_eq(p0.called, 1);
+        ck_assert(buf_untouched(&empty));
+        assert_guards(&empty);
+
+        ck_assert_int_eq(event_base_loop(base, EVLOOP_NONBLOCK), 0);
+        ck_assert_uint_eq(counter, 2);
+        engine_free(e);
+        buf_deinit(&dst);
+        buf_deinit(&empty);
+        free(src);
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_prepare_fails)
+{
+        enum { N = 64, LEN = 4096 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        uint8_t *src = pattern_new((size_t)N * LEN, 12);
+        Buf dst;
+        Prep p;
+        Done d = {};
+        unsigned counter = 0;
+
+        ck_assert_int_eq(engine_new(base, 2, &e), 0);
+        buf_init(&dst, (size_t)N * LEN);
+        p = (Prep){.dst = buf_data(&dst), .src = src, .n = N, .len = LEN, .fail = -ENOMEM};
+        d.counter = &counter;
+        ck_assert_int_eq(engine_submit_prepare(e, prep_make, &p, on_done, &d, &d.task), 0);
+        run_until(base, &counter, 1);
+
+        ck_assert_uint_eq(d.calls, 1);
+        ck_assert_int_eq(d.status, -ECANCELED);
+        ck_assert_uint_eq(p.called, 1);
+        ck_assert(buf_untouched(&dst));
+        assert_guards(&dst);
+
+        engine_free(e);
+        buf_deinit(&dst);
+        free(src);
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_prepare_cancelled)
+{
+        enum { N = 64, LEN = 4096 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        uint8_t *src = pattern_new((size_t)N * LEN, 13);
+        Buf a, b;
+        Prep pa, pb;
+        Done da = {}, db = {};
+        unsigned counter = 0;
+
+        ck_assert_int_eq(engine_new(base, 1, &e), 0);
+        buf_init(&a, (size_t)N * LEN);
+        buf_init(&b, (size_t)N * LEN);
+        pa = (Prep){.dst = buf_data(&a), .src = src, .n = N, .len = LEN};
+        pb = (Prep){.dst = buf_data(&b), .src = src, .n = N, .len = LEN};
+        da.counter = db.counter = &counter;
+
+        /* held: neither step can have run when b is cancelled; b's never runs */
+        engine_hold(e, true);
+        ck_assert_int_eq(engine_submit_prepare(e, prep_make, &pa, on_done, &da, &da.task), 0);
+        ck_assert_int_eq(engine_submit_prepare(e, prep_make, &pb, on_done, &db, &db.task), 0);
+        engine_cancel(db.task);
+        run_until(base, &counter, 1);
+        ck_assert_uint_eq(db.calls, 1);
+        ck_assert_int_eq(db.status, -ECANCELED);
+        ck_assert_uint_eq(da.calls, 0);
+        engine_hold(e, false);
+        run_until(base, &counter, 2);
+
+        ck_assert_uint_eq(da.calls, 1);
+        ck_assert_int_eq(da.status, 0);
+        ck_assert_uint_eq(pa.called, 1);
+        ck_assert_uint_eq(pb.called, 0);
+        for (size_t i = 0; i < N; i++)
+                if (memcmp(buf_data(&a) + (N - 1 - i) * LEN, src + i * LEN, LEN) != 0)
+                        ck_abort_msg("copy %zu landed wrong", i);
+        ck_assert(buf_untouched(&b));
+        assert_guards(&a);
+        assert_guards(&b);
+
+        /* a prepared task still queued when the engine stops: cancelled, its step never run */
+        engine_hold(e, true);
+        pb.called = 0;
+        db = (Done){.counter = &counter};
+        ck_assert_int_eq(engine_submit_prepare(e, prep_make, &pb, on_done, &db, &db.task), 0);
+        engine_free(e);
+        ck_assert_uint_eq(counter, 3);
+        ck_assert_uint_eq(db.calls, 1);
+        ck_assert_int_eq(db.status, -ECANCELED);
+        ck_assert_uint_eq(pb.called, 0);
+        ck_assert(buf_untouched(&b));
+
+        buf_deinit(&a);
+        buf_deinit(&b);
+        free(src);
+        event_base_free(base);
+}
+END_TEST
+
 static Suite *engine_suite(void)
 {
         Suite *s = suite_create("engine");
@@ -624,6 +793,8 @@ static Suite *engine_suite(void)
         tcase_add_test(tc, test_empty_task);
         tcase_add_test(tc, test_small_tasks_inline);
         tcase_add_test(tc, test_submit_take);
+        tcase_add_test(tc, test_prepare);
+        tcase_add_test(tc, test_prepare_fails);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("cancel");
@@ -632,6 +803,7 @@ static Suite *engine_suite(void)
         tcase_add_test(tc, test_cancel_running);
         tcase_add_test(tc, test_free_with_queued_tasks);
         tcase_add_test(tc, test_free_with_running_tasks);
+        tcase_add_test(tc, test_prepare_cancelled);
         suite_add_tcase(s, tc);
         return s;
 }

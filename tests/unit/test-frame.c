@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #include "proto/frame.h"
 #include "proto/kvdist.pb-c.h"
+#include "proto/wire.h"
 #include "common/macro.h"
 
 static const FrameHeader sample_header = {
@@ -737,6 +739,247 @@ START_TEST(test_socket_errors)
 }
 END_TEST
 
+/*
+ * Unpacks @buf with frame_unpack() and with protobuf-c alone: both reject it, or both give the
+ * same Transfer. Returns whether it was accepted.
+ */
+static bool transfer_unpacks_alike(const uint8_t *buf, size_t len)
+{
+        const ProtobufCMessageDescriptor *d = &kvdist__v1__transfer__descriptor;
+        Kvdist__V1__Transfer *a = NULL, *b;
+        ProtobufCMessage *m = NULL;
+        int r;
+
+        r = frame_unpack(d, buf, len, &m);
+        b = (Kvdist__V1__Transfer *)protobuf_c_message_unpack(d, NULL, len, buf);
+        if (!b) {
+                ck_assert_int_eq(r, -EBADMSG);
+                return false;
+        }
+        ck_assert_int_eq(r, 0);
+        a = (Kvdist__V1__Transfer *)m;
+        ck_assert_int_eq(a->kind, b->kind);
+        ck_assert_uint_eq(a->local_cache_id, b->local_cache_id);
+        ck_assert_uint_eq(a->timeout_ms, b->timeout_ms);
+        ck_assert_uint_eq(a->notify.len, b->notify.len);
+        if (b->notify.len > 0)
+                ck_assert_int_eq(memcmp(a->notify.data, b->notify.data, b->notify.len), 0);
+        ck_assert_int_eq(a->remote_key != NULL, b->remote_key != NULL);
+        ck_assert_uint_eq(a->n_src_blocks, b->n_src_blocks);
+        ck_assert_uint_eq(a->n_dst_blocks, b->n_dst_blocks);
+        if (b->n_src_blocks > 0 &&
+            memcmp(a->src_blocks, b->src_blocks, b->n_src_blocks * sizeof(uint64_t)) != 0)
+                ck_abort_msg("src_blocks differ");
+        if (b->n_dst_blocks > 0 &&
+            memcmp(a->dst_blocks, b->dst_blocks, b->n_dst_blocks * sizeof(uint64_t)) != 0)
+                ck_abort_msg("dst_blocks differ");
+        protobuf_c_message_free_unpacked(m, NULL);
+        protobuf_c_message_free_unpacked(&b->base, NULL);
+        return true;
+}
+
+/*
+ * Long block lists are decoded by frame_unpack() itself: whatever the encoding (varints of
+ * every length, a list sent twice or unpacked, cut anywhere, a list whose last varint does not
+ * end), it says what protobuf-c says.
+ */
+START_TEST(test_unpack_long_lists)
+{
+        enum { N = 5000 };
+        uint64_t *src = calloc(N, sizeof(uint64_t)), *dst = calloc(N, sizeof(uint64_t));
+        uint8_t notify[40];
+        Kvdist__V1__ReqKey rkey = KVDIST__V1__REQ_KEY__INIT;
+        Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT;
+        Kvdist__V1__Transfer t = KVDIST__V1__TRANSFER__INIT;
+        _cleanup_free_ uint8_t *buf = NULL, *twice = NULL, *odd = NULL;
+        uint64_t x = 88172645463325252u;
+        size_t len, payload, accepted = 0;
+        const uint8_t *p;
+
+        ck_assert(src && dst);
+        for (size_t i = 0; i < N; i++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                /* every varint length from 1 to 10 bytes */
+                src[i] = x >> (i % 65 == 64 ? 0 : 64 - i % 65);
+                dst[i] = i * 37 % 20000;
+        }
+        memset(notify, 0x3c, sizeof(notify));
+        rkey.cluster_id = 1;
+        rkey.req_id = 2;
+        key.kind_case = KVDIST__V1__CACHE_KEY__KIND_REQ;
+        key.req = &rkey;
+        t.kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS;
+        t.remote_key = &key;
+        t.local_cache_id = 77;
+        t.timeout_ms = 1234;
+        t.n_src_blocks = t.n_dst_blocks = N;
+        t.src_blocks = src;
+        t.dst_blocks = dst;
+        t.notify.data = notify;
+        t.notify.len = sizeof(notify);
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_TRANSFER, 0, 1, 0, &t.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        p = buf + FRAME_HEADER_SIZE;
+        payload = len - FRAME_HEADER_SIZE;
+        ck_assert(transfer_unpacks_alike(p, payload));
+
+        /* only varints of at most 9 bytes: decoded here, not handed back */
+        for (size_t i = 0; i < N; i++)
+                src[i] >>= 1;
+        free(buf);
+        buf = NULL;
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_TRANSFER, 0, 1, 0, &t.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        p = buf + FRAME_HEADER_SIZE;
+        payload = len - FRAME_HEADER_SIZE;
+        ck_assert(transfer_unpacks_alike(p, payload));
+
+        /* the message twice: protobuf merges it, each list comes twice */
+        twice = malloc(2 * payload);
+        ck_assert_ptr_nonnull(twice);
+        memcpy(twice, p, payload);
+        memcpy(twice + payload, p, payload);
+        ck_assert(transfer_unpacks_alike(twice, 2 * payload));
+
+        /* one src_blocks entry unpacked (field 4, wire type 0) before the packed list */
+        odd = malloc(payload + 2);
+        ck_assert_ptr_nonnull(odd);
+        odd[0] = 4 << 3;
+        odd[1] = 0x05;
+        memcpy(odd + 2, p, payload);
+        ck_assert(transfer_unpacks_alike(odd, payload + 2));
+
+        /* cut anywhere: inside the lists, their lengths, the fields between */
+        for (size_t cut = 0; cut < payload; cut += cut < 64 || payload - cut < 64 ? 1 : 97)
+                accepted += transfer_unpacks_alike(p, cut);
+        ck_assert_uint_gt(accepted, 0);
+
+        /* a list whose last varint has no end: without the fields after it, dst_blocks ends
+         * the payload */
+        t.timeout_ms = 0;
+        t.notify.len = 0;
+        free(buf);
+        buf = NULL;
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_TRANSFER, 0, 1, 0, &t.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        p = buf + FRAME_HEADER_SIZE;
+        payload = len - FRAME_HEADER_SIZE;
+        ck_assert(transfer_unpacks_alike(p, payload));
+        memcpy(odd, p, payload);
+        odd[payload - 1] |= 0x80;
+        ck_assert(!transfer_unpacks_alike(odd, payload));
+
+        free(src);
+        free(dst);
+}
+END_TEST
+
+/* A frame of @len payload bytes (each @fill) with @n_fds declared, into @buf; its size. */
+static size_t make_frame(uint8_t *buf, uint16_t n_fds, uint32_t len, uint8_t fill, uint64_t id)
+{
+        FrameHeader h = {FRAME_MAGIC, FRAME_VERSION, 7, 0, n_fds, len, id};
+
+        frame_header_encode(&h, buf);
+        memset(buf + FRAME_HEADER_SIZE, fill, len);
+        return FRAME_HEADER_SIZE + len;
+}
+
+/* Reads one frame through @in and checks it: id, payload, number of fds (closed here). */
+static void expect_frame(WireIn *in, int sock, uint64_t id, uint32_t len, uint8_t fill,
+                         size_t n_fds)
+{
+        ck_assert_int_eq(wire_in_read(in, sock, 1 << 20, FRAME_MAX_FDS), 1);
+        ck_assert_uint_eq(in->frame.request_id, id);
+        ck_assert_uint_eq(in->frame.length, len);
+        ck_assert_uint_eq(in->payload_len, len);
+        for (uint32_t i = 0; i < len; i++)
+                if (in->payload[i] != fill)
+                        ck_abort_msg("frame %" PRIu64 ": payload byte %u is %u", id, i,
+                                     in->payload[i]);
+        ck_assert_uint_eq(in->n_fds, n_fds);
+        wire_in_reset(in);
+}
+
+/*
+ * Read-ahead: frames that came in one read are cut from it, fds go to the frame whose first
+ * bytes they came with even when a frame before it came in the same read, a read that took
+ * less than it asked ends the pass, and fds on bytes where no frame starts break the stream.
+ */
+START_TEST(test_wire_read_ahead)
+{
+        uint8_t buf[3 * 8192];
+        size_t a, b, c;
+        unsigned before = count_open_fds();
+        int sv[2], fd;
+        WireIn in;
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv), 0);
+        ck_assert_int_eq(wire_in_init_ahead(&in), 0);
+
+        /* nothing yet */
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+        ck_assert(!wire_in_has_partial(&in));
+
+        /* three frames, one write: all three from it, then the pass ends without a read */
+        a = make_frame(buf, 0, 23, 0x11, 1);
+        b = make_frame(buf + a, 0, 0, 0, 2);
+        c = make_frame(buf + a + b, 0, 300, 0x33, 3);
+        ck_assert_int_eq(write(sv[0], buf, a + b + c), (ssize_t)(a + b + c));
+        expect_frame(&in, sv[1], 1, 23, 0x11, 0);
+        expect_frame(&in, sv[1], 2, 0, 0, 0);
+        expect_frame(&in, sv[1], 3, 300, 0x33, 0);
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+        /* the next pass reads again */
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+
+        /* a frame without fds, then one with an fd, both queued before the read */
+        a = make_frame(buf, 0, 40, 0x44, 4);
+        b = make_frame(buf + a, 1, 10, 0x55, 5);
+        ck_assert_int_eq(frame_sendmsg(sv[0], buf, a, NULL, 0), (ssize_t)a);
+        fd = make_file(5);
+        ck_assert_int_eq(frame_sendmsg(sv[0], buf + a, b, &fd, 1), (ssize_t)b);
+        close(fd);
+        expect_frame(&in, sv[1], 4, 40, 0x44, 0);
+        expect_frame(&in, sv[1], 5, 10, 0x55, 1);
+
+        /* a header cut in two, and a payload larger than a read-ahead: read straight in */
+        a = make_frame(buf, 0, 3 * 4096, 0x66, 6);
+        ck_assert_int_eq(write(sv[0], buf, 10), 10);
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+        ck_assert(wire_in_has_partial(&in));
+        ck_assert_int_eq(write(sv[0], buf + 10, a - 10), (ssize_t)(a - 10));
+        for (int i = 0; i < 4 && in.payload_len < 3 * 4096; i++)
+                if (wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS) == 1)
+                        break;
+        ck_assert_uint_eq(in.payload_len, 3 * 4096);
+        for (size_t i = 0; i < 3 * 4096; i++)
+                if (in.payload[i] != 0x66)
+                        ck_abort_msg("big payload byte %zu is %u", i, in.payload[i]);
+        wire_in_reset(&in);
+        ck_assert(!wire_in_has_partial(&in));
+
+        /* an fd on the last bytes of a frame whose header came before: no frame starts there */
+        a = make_frame(buf, 0, 100, 0x77, 7);
+        ck_assert_int_eq(write(sv[0], buf, 50), 50);
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), 0);
+        fd = make_file(7);
+        ck_assert_int_eq(frame_sendmsg(sv[0], buf + 50, a - 50, &fd, 1), (ssize_t)(a - 50));
+        close(fd);
+        ck_assert_int_eq(wire_in_read(&in, sv[1], 1 << 20, FRAME_MAX_FDS), -EBADMSG);
+
+        wire_in_done(&in);
+        close(sv[0]);
+        close(sv[1]);
+        ck_assert_uint_eq(count_open_fds(), before);
+}
+END_TEST
+
 static Suite *frame_suite(void)
 {
         Suite *s = suite_create("frame");
@@ -761,10 +1004,12 @@ static Suite *frame_suite(void)
         tcase_add_test(tc, test_pack_error);
         tcase_add_test(tc, test_unpack_garbage);
         tcase_add_test(tc, test_unpack_truncated_prefixes);
+        tcase_add_test(tc, test_unpack_long_lists);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("socket");
         tcase_add_test(tc, test_sendmsg_fds);
+        tcase_add_test(tc, test_wire_read_ahead);
         tcase_add_test(tc, test_recvmsg_too_many_fds);
         tcase_add_test(tc, test_socket_errors);
         suite_add_tcase(s, tc);

@@ -211,6 +211,23 @@ static void property_round(unsigned round)
 
         p = build_ok(&req);
 
+        /* plan_build() in two halves (the copy thread's way) gives the same plan; the check
+         * alone already knows its bytes */
+        {
+                PlanChecked checked;
+                Plan *q = NULL;
+                Error e = ERROR_INIT;
+
+                ck_assert_int_eq(plan_check(&req, &checked, &e), 0);
+                ck_assert_uint_eq(checked.total_bytes, p->total_bytes);
+                ck_assert_int_eq(plan_make(&req, &checked, &q, &e), 0);
+                ck_assert_uint_eq(q->n_segments, p->n_segments);
+                ck_assert_uint_eq(q->total_bytes, p->total_bytes);
+                if (memcmp(q->segments, p->segments, p->n_segments * sizeof(PlanSegment)) != 0)
+                        ck_abort_msg("round %u: plan_make() differs from plan_build()", round);
+                plan_free(q);
+        }
+
         /* reference: the naive copy, one block / item / chunk at a time */
         for (int r = 0; r < 2; r++) {
                 ref[r] = malloc(dst.region_size[r] + 1);
