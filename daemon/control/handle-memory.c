@@ -170,7 +170,8 @@ int handle_region_add(Request *req, Error *err)
                 return error_set(err, STATUS_PARAM_INVALID, "the fd is not a memfd");
         case -EINVAL:
                 return error_set(err, STATUS_PARAM_INVALID,
-                                 "the memfd holds no %" PRIu64 " bytes from offset %" PRIu64,
+                                 "the memfd is smaller than the %" PRIu64
+                                 " bytes announced from offset %" PRIu64,
                                  m->size, m->file_offset);
         case -EDOM:
                 return error_set(err, STATUS_PARAM_INVALID,

@@ -176,7 +176,7 @@ START_TEST(test_engine_mem_refusals)
                       "sealed against shrinking");
         d = (kvd_mem_desc){.fd = m.fd, .offset = 4 * PAGE, .length = 5 * PAGE, .addr = m.map};
         expect_status(w.a, kvd_mem_register(w.a, &d, &id), KVD_E_PARAM_INVALID,
-                      "holds no 20480 bytes from offset 16384");
+                      "smaller than the 20480 bytes announced from offset 16384");
         d = (kvd_mem_desc){.fd = m.fd, .offset = 100, .length = PAGE, .addr = m.map};
         expect_status(w.a, kvd_mem_register(w.a, &d, &id), KVD_E_PARAM_INVALID,
                       "is not a multiple of its page size");
