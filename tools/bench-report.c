@@ -96,6 +96,20 @@ void bench_report_header(const Args *a)
         printf(" %9s %8s %8s\n", "req/s", "p50 ms", "p99 ms");
 }
 
+/* The lines under a case's row: the status probe's and the batch's figures. */
+static void report_extras(const Args *a, const Result *r)
+{
+        if (a->probe_status)
+                printf("%-16s status calls meanwhile: %" PRIu64 ", p50 %.1f us, p99 %.1f us, "
+                       "max %.1f us\n",
+                       "", r->status_calls, r->status_p50_us, r->status_p99_us, r->status_max_us);
+        if (a->batch > 0)
+                printf("%-16s one batch of %" PRIu64 " entries a request (%" PRIu64
+                       " round trips saved): posted in p50 %.1f us, p99 %.1f us\n",
+                       "", a->batch, a->batch - 1, r->post_p50_us, r->post_p99_us);
+        (void)fflush(stdout);
+}
+
 void bench_report_row(const Args *a, const Result *r)
 {
         double kvdist, base;
@@ -115,7 +129,7 @@ void bench_report_row(const Args *a, const Result *r)
                 printf("%-16s %10s %8" PRIu64 " %11.2f %9.1f %9.1f %9.1f %9.1f %6.2f\n", r->w.name,
                        fmt_bytes(r->bytes, b), r->segments, kvdist, r->lat_p50_us, r->lat_p99_us,
                        r->base_p50_us, r->base_p99_us, r->lat_p50_us / r->base_p50_us);
-                (void)fflush(stdout);
+                report_extras(a, r);
                 return;
         }
         printf("%-16s %10s %8" PRIu64 " %11.2f ", r->w.name, fmt_bytes(r->bytes, b), r->segments,
@@ -127,11 +141,7 @@ void bench_report_row(const Args *a, const Result *r)
         if (a->baseline == BASELINE_MEMCPY)
                 printf(" %11.2f %6.2f", r->scattered_gbps, r->kvdist_gbps / r->scattered_gbps);
         printf(" %9.1f %8.2f %8.2f\n", r->requests_per_s, r->lat_p50_us / 1e3, r->lat_p99_us / 1e3);
-        if (a->probe_status)
-                printf("%-16s status calls meanwhile: %" PRIu64 ", p50 %.1f us, p99 %.1f us, "
-                       "max %.1f us\n",
-                       "", r->status_calls, r->status_p50_us, r->status_p99_us, r->status_max_us);
-        (void)fflush(stdout);
+        report_extras(a, r);
 }
 
 /* The baseline's figures of one case, for its JSON object ("" without a baseline). */
@@ -204,6 +214,10 @@ void bench_report_json(const Args *a, const Result *res, size_t n)
                                ", \"p50\": %.1f, \"p99\": %.1f, \"max\": %.1f}",
                                r->status_calls, r->status_p50_us, r->status_p99_us,
                                r->status_max_us);
+                if (a->batch > 0)
+                        printf(", \"batch\": {\"entries\": %" PRIu64
+                               ", \"post_us\": {\"p50\": %.1f, \"p99\": %.1f}}",
+                               a->batch, r->post_p50_us, r->post_p99_us);
                 printf(", \"requests_per_s\": %.3f, \"latency_us\": {\"mean\": %.1f, \"p50\": "
                        "%.1f, \"p99\": %.1f}, \"verified\": true}",
                        r->requests_per_s, r->lat_mean_us, r->lat_p50_us, r->lat_p99_us);

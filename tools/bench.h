@@ -41,8 +41,9 @@ typedef struct Args {
         /* --layer-compute-us: a prefill computing layer after layer, each layer pushed (or
          * pulled) while the next computes; 0 without. */
         uint64_t layer_compute_us;
-        bool probe_status;       /* --probe-status: status calls on another connection meanwhile */
-        int tcp_crc;             /* --remote: CRC32C on data chunks (0 or 1) */
+        bool probe_status; /* --probe-status: status calls on another connection meanwhile */
+        uint64_t batch; /* --batch: each request is one kvd_transfer_batch() of this many entries */
+        int tcp_crc;    /* --remote: CRC32C on data chunks (0 or 1) */
         const char *rdma_device; /* --remote: both daemons move blocks over this device */
         bool push, json, suite, remote;
         BaselineKind baseline;
@@ -77,4 +78,6 @@ typedef struct Result {
         /* --probe-status: status calls answered while the timed requests ran */
         uint64_t status_calls;
         double status_p50_us, status_p99_us, status_max_us;
+        /* --batch: how long kvd_transfer_batch() took to post the request (it returns once sent) */
+        double post_p50_us, post_p99_us;
 } Result;

@@ -496,6 +496,48 @@ static int move_layers(const Args *a, const Workload *w, kvd_client *mover,
 }
 
 /*
+ * One request as a batch of a->batch entries, the blocks split evenly (the last takes the
+ * rest): posts it, records how long posting took in *@ret_post_ns, and waits for it.
+ */
+static int batch_request(const Args *a, const Workload *w, kvd_client *mover,
+                         const kvd_cache_key *key, uint64_t cache, const uint64_t *src_ids,
+                         const uint64_t *dst_ids, const kvd_transfer_opts *opts,
+                         double *ret_post_ns)
+{
+        kvd_batch_entry e[KVD_BATCH_MAX_ENTRIES];
+        uint64_t per = w->pull_blocks / a->batch;
+        kvd_task *task = NULL;
+        double t0;
+        int r;
+
+        for (uint64_t i = 0; i < a->batch; i++) {
+                uint64_t first = i * per, n = i + 1 == a->batch ? w->pull_blocks - first : per;
+
+                e[i] = (kvd_batch_entry){
+                        .kind = a->push ? KVD_PUSH_BLOCKS : KVD_PULL_BLOCKS,
+                        .key = *key,
+                        .cache_id = cache,
+                        .src_blocks = src_ids + first,
+                        .n_src = n,
+                        .dst_blocks = dst_ids + first,
+                        .n_dst = n,
+                        .tensor_num_per_layer = opts->tensor_num_per_layer,
+                };
+        }
+        t0 = now_ns();
+        r = kvd_transfer_batch(mover, e, a->batch,
+                               &(kvd_transfer_opts){.timeout_ms = opts->timeout_ms}, &task);
+        *ret_post_ns = now_ns() - t0;
+        if (r < 0)
+                return fail(mover, "kvd_transfer_batch", r);
+        r = kvd_task_wait(task, -1);
+        if (r < 0)
+                r = fail(mover, "kvd_task_wait (batch)", r);
+        kvd_task_free(task);
+        return r;
+}
+
+/*
  * One prefill played layer by layer: layer l is computed by --layer-compute-us of sleep (the
  * accelerator computes, not this CPU) ending at start + (l + 1) x compute, then its transfer
  * is sent without waiting, and the next layer computes meanwhile. *@ret_exposed_ns is the time
@@ -611,6 +653,7 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         _cleanup_free_ double *lat = calloc(a->iterations, sizeof(double));
         _cleanup_free_ double *base_ns = calloc(a->iterations, sizeof(double));
         _cleanup_free_ double *scat_ns = calloc(a->iterations, sizeof(double));
+        _cleanup_free_ double *post_ns = calloc(a->iterations, sizeof(double));
         uint64_t n_base = 0,
                  base_runs = a->baseline == BASELINE_IPERF3 || a->baseline == BASELINE_UCX
                                      ? MIN(a->iterations, IPERF3_RUNS)
@@ -628,7 +671,7 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         kvd_client *mover;
         int r;
 
-        if (!lat || !base_ns || !scat_ns)
+        if (!lat || !base_ns || !scat_ns || !post_ns)
                 return -ENOMEM;
         /* The side the other links to is a server: at its daemon's peer address when that is
          * another daemon, else on a port of its own. */
@@ -684,7 +727,13 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                 }
                 t0 = now_ns();
 
-                if (a->push)
+                if (a->batch > 0) {
+                        r = batch_request(a, w, mover, &key, a->push ? pre_cache : dec_cache,
+                                          src_ids, dst_ids, &opts,
+                                          &post_ns[i < a->warmup ? 0 : i - a->warmup]);
+                        if (r < 0)
+                                return r;
+                } else if (a->push)
                         r = kvd_push_blocks(mover, &key, pre_cache, src_ids, w->pull_blocks,
                                             dst_ids, w->pull_blocks, &opts);
                 else
@@ -721,6 +770,8 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         if (r < 0)
                 return r;
         result_stats(res, a, lat, base_ns, scat ? scat_ns : NULL, n_base);
+        if (a->batch > 0)
+                percentiles_us(post_ns, a->iterations, &res->post_p50_us, &res->post_p99_us);
         return 0;
 }
 
@@ -808,6 +859,9 @@ static void help(void)
                "  --probe-status     call for the daemon's status on another connection, one\n"
                "                     call after the other, while the timed requests run, and\n"
                "                     report how long those calls took (the loop's delay)\n"
+               "  --batch N          send each request as one kvd_transfer_batch() of N\n"
+               "                     entries (its blocks split evenly) and report how long\n"
+               "                     posting it took next to the whole request's latency\n"
                "  --suite            run the standard cases and print one table (with\n"
                "                     --remote: the cross-node cases)\n"
                "  --json             machine-readable output\n"
@@ -876,6 +930,7 @@ enum {
         ARG_IPERF3_TIME,
         ARG_LAYER_COMPUTE_US,
         ARG_PROBE_STATUS,
+        ARG_BATCH,
 };
 
 static const struct option options[] = {
@@ -906,6 +961,7 @@ static const struct option options[] = {
         {"iperf3-time", required_argument, NULL, ARG_IPERF3_TIME},
         {"layer-compute-us", required_argument, NULL, ARG_LAYER_COMPUTE_US},
         {"probe-status", no_argument, NULL, ARG_PROBE_STATUS},
+        {"batch", required_argument, NULL, ARG_BATCH},
         {"help", no_argument, NULL, 'h'},
         {}};
 
@@ -936,6 +992,7 @@ static int parse_args(int argc, char **argv, Args *a)
                 {ARG_IPERF3_STREAMS, &a->iperf3_streams, 1, 128},
                 {ARG_IPERF3_TIME, &a->iperf3_time, 1, 60},
                 {ARG_LAYER_COMPUTE_US, &a->layer_compute_us, 1, 10000000},
+                {ARG_BATCH, &a->batch, 1, KVD_BATCH_MAX_ENTRIES},
         };
         const char *pattern = NULL;
         bool model = false, tcp_set = false;
@@ -1038,6 +1095,10 @@ static int parse_args(int argc, char **argv, Args *a)
         if (!a->remote && tcp_set)
                 return usage_error("--tcp-streams, --tcp-crc and --rdma-device are for --remote",
                                    "");
+        if (a->batch > 0 && a->layer_compute_us > 0)
+                return usage_error("--batch and --layer-compute-us are separate modes", "");
+        if (a->batch > 0 && a->suite)
+                return usage_error("--batch runs one workload, not --suite", "");
         if (a->layer_compute_us > 0) {
                 /* its baselines are its own: one layer's transfer and the whole one */
                 if (baseline >= 0 && baseline != BASELINE_NONE)
@@ -1069,6 +1130,8 @@ static int parse_args(int argc, char **argv, Args *a)
                 return usage_error("--block-size must be a multiple of 8", "");
         if (a->w.pull_blocks > a->w.blocks)
                 return usage_error("--pull-blocks is more than the blocks of the cache", "");
+        if (a->batch > a->w.pull_blocks)
+                return usage_error("--batch has more entries than a request has blocks", "");
         if (a->w.blocks > SIZE_MAX / a->w.block_size / a->w.tensors)
                 return usage_error("the cache would be larger than memory", "");
         return 0;
