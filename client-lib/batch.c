@@ -116,9 +116,11 @@ _public_ int kvd_transfer_batch(kvd_client *client, const kvd_batch_entry *entri
         else
                 r = client_copy_opts(&o, sizeof(o), TRANSFER_OPTS_V1_SIZE, opts,
                                      opts ? opts->size : 0, "opts", &err);
-        if (r == KVD_OK && (o.src_layers.count || o.dst_layers.count || o.tensor_num_per_layer))
+        if (r == KVD_OK &&
+            (o.src_layers.count || o.dst_layers.count || o.tensor_num_per_layer ||
+             o.src_slice.offset || o.src_slice.length || o.dst_slice.offset || o.dst_slice.length))
                 r = error_set(&err, KVD_E_PARAM_INVALID,
-                              "opts of a batch set layers: each entry has its own");
+                              "opts of a batch set layers or slices: each entry has its own");
         if (r == KVD_OK && o.notify_len > 0)
                 r = error_set(&err, KVD_E_PARAM_INVALID, "a batch carries no notification");
         if (r < 0)

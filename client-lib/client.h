@@ -242,6 +242,8 @@ typedef struct TransferPb {
         Kvdist__V1__Transfer xfer;
         Kvdist__V1__LayerRange src_layers;
         Kvdist__V1__LayerRange dst_layers;
+        Kvdist__V1__Slice src_slice;
+        Kvdist__V1__Slice dst_slice;
         KeyStorage ks;
 } TransferPb;
 

@@ -128,6 +128,19 @@ int transfer_entry_to_pb(const kvd_batch_entry *e, int32_t timeout_ms, const cha
         if (r > 0)
                 ret->xfer.dst_layers = &ret->dst_layers;
         ret->xfer.tensor_num_per_layer = e->tensor_num_per_layer ?: 2;
+        /* Slices are sent as given: the daemon checks them against the blocks. */
+        if (e->src_slice.offset || e->src_slice.length) {
+                kvdist__v1__slice__init(&ret->src_slice);
+                ret->src_slice.offset = e->src_slice.offset;
+                ret->src_slice.length = e->src_slice.length;
+                ret->xfer.src_slice = &ret->src_slice;
+        }
+        if (e->dst_slice.offset || e->dst_slice.length) {
+                kvdist__v1__slice__init(&ret->dst_slice);
+                ret->dst_slice.offset = e->dst_slice.offset;
+                ret->dst_slice.length = e->dst_slice.length;
+                ret->xfer.dst_slice = &ret->dst_slice;
+        }
         if (timeout_ms > 0)
                 ret->xfer.timeout_ms = (uint32_t)timeout_ms;
         return KVD_OK;
@@ -187,6 +200,8 @@ static int transfer_submit(kvd_client *c, const TransferArgs *a, kvd_task **ret_
                         .src_layers = o.src_layers,
                         .dst_layers = o.dst_layers,
                         .tensor_num_per_layer = o.tensor_num_per_layer,
+                        .src_slice = o.src_slice,
+                        .dst_slice = o.dst_slice,
                 },
                 o.timeout_ms, "", &pb, err);
         if (r < 0)

@@ -76,6 +76,11 @@ static void transfer_call_on_cancel(Completion *client, void *userdata)
         free(call);
 }
 
+static PlanSlice transfer_slice_from_proto(const Kvdist__V1__Slice *s)
+{
+        return s ? (PlanSlice){s->offset, s->length} : (PlanSlice){};
+}
+
 static PlanLayers transfer_layers_from_proto(const Kvdist__V1__LayerRange *r)
 {
         if (!r)
@@ -128,6 +133,8 @@ static int transfer_request_from_proto(const Kvdist__V1__Transfer *m, TransferRe
                 .src_layers = transfer_layers_from_proto(m->src_layers),
                 .dst_layers = transfer_layers_from_proto(m->dst_layers),
                 .tensor_num_per_layer = m->tensor_num_per_layer,
+                .src_slice = transfer_slice_from_proto(m->src_slice),
+                .dst_slice = transfer_slice_from_proto(m->dst_slice),
         };
         *ret = req;
         return 0;

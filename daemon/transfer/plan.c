@@ -43,6 +43,8 @@ typedef struct Ctx {
         uint32_t dst_first;
         uint32_t n_tensors;  /* tensors in each range */
         uint64_t size;       /* item modes: bytes per tensor */
+        PlanSlice src_slice; /* PLAN_BLOCKS: resolved, length set */
+        PlanSlice dst_slice;
         const Plan *pattern; /* copies relative to the start of a tensor, the same for all */
 } Ctx;
 
@@ -346,25 +348,71 @@ static int resolve_size(int64_t size, const PlanCache *src, const PlanCache *dst
         return 0;
 }
 
+/*
+ * Resolves @s against blocks of @stride bytes into @ret: a length of 0 is the rest of the block
+ * from the offset. The slice must lie inside the block.
+ */
+static int resolve_slice(const PlanSlice *s, uint64_t stride, const char *name, PlanSlice *ret,
+                         Error *err)
+{
+        uint64_t end;
+
+        if (s->offset >= stride || (s->length == 0 && s->offset == 0 && stride == 0))
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "%s offset %" PRIu64 " is not inside a block of %" PRIu64 " bytes",
+                                 name, s->offset, stride);
+        *ret = (PlanSlice){s->offset, s->length ?: stride - s->offset};
+        if (ADD_OVERFLOW(ret->offset, ret->length, &end) || end > stride)
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "%s [%" PRIu64 ", %" PRIu64 ") goes past the block of %" PRIu64
+                                 " bytes",
+                                 name, s->offset, s->offset + s->length, stride);
+        return 0;
+}
+
 static int validate_blocks(Ctx *ctx, Error *err)
 {
         const PlanRequest *req = ctx->req;
         const PlanCache *src = ctx->src, *dst = ctx->dst;
+        bool sliced = req->src_slice.offset || req->src_slice.length || req->dst_slice.offset ||
+                      req->dst_slice.length;
         int r;
 
         if (req->n_src_blocks != req->n_dst_blocks)
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "src_blocks has %zu entries but dst_blocks has %zu",
                                  req->n_src_blocks, req->n_dst_blocks);
-        if (src->stride != dst->stride)
+        if (!sliced && src->stride != dst->stride)
                 return error_set(err, STATUS_CACHE_INCOMPATIBLE,
                                  "block size differs: source %" PRIu64
-                                 " bytes, destination %" PRIu64,
+                                 " bytes, destination %" PRIu64 "; name slices of the blocks to "
+                                 "move part of one",
                                  src->stride, dst->stride);
+        r = resolve_slice(&req->src_slice, src->stride, "src_slice", &ctx->src_slice, err);
+        if (r < 0)
+                return r;
+        r = resolve_slice(&req->dst_slice, dst->stride, "dst_slice", &ctx->dst_slice, err);
+        if (r < 0)
+                return r;
+        if (ctx->src_slice.length != ctx->dst_slice.length)
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "src_slice is %" PRIu64 " bytes of each block, dst_slice %" PRIu64
+                                 ": they move the same bytes",
+                                 ctx->src_slice.length, ctx->dst_slice.length);
         r = check_block_list(req->src_blocks, req->n_src_blocks, src, false, &side_src, err);
         if (r < 0)
                 return r;
         return check_block_list(req->dst_blocks, req->n_dst_blocks, dst, true, &side_dst, err);
+}
+
+/* Slices are of blocks, between two blocks caches. */
+static int check_no_slice(const PlanRequest *req, Error *err)
+{
+        if (req->src_slice.offset || req->src_slice.length || req->dst_slice.offset ||
+            req->dst_slice.length)
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "slices are of blocks, for a transfer between two blocks caches");
+        return 0;
 }
 
 static int validate_item(Ctx *ctx, Error *err)
@@ -372,6 +420,9 @@ static int validate_item(Ctx *ctx, Error *err)
         const PlanRequest *req = ctx->req;
         int r;
 
+        r = check_no_slice(req, err);
+        if (r < 0)
+                return r;
         r = check_blocks_empty(req->n_src_blocks, &side_src, err);
         if (r < 0)
                 return r;
@@ -394,6 +445,9 @@ static int validate_item_to_blocks(Ctx *ctx, Error *err)
         uint64_t n = req->n_dst_blocks, need;
         int r;
 
+        r = check_no_slice(req, err);
+        if (r < 0)
+                return r;
         r = check_blocks_empty(req->n_src_blocks, &side_src, err);
         if (r < 0)
                 return r;
@@ -436,6 +490,7 @@ static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
         const PlanCache *src = ctx->src, *dst = ctx->dst;
         const uint64_t *src_list = NULL, *dst_list = NULL;
         size_t n = 1, n_runs = 1, start = 0, k = 0, bytes;
+        bool whole = true;
         uint64_t total = 0;
         Plan *p;
 
@@ -443,13 +498,16 @@ static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
                 src_list = req->src_blocks;
                 dst_list = req->dst_blocks;
                 n = req->n_dst_blocks;
+                /* A slice of each block: neighbours are apart by the rest of the block. */
+                whole = ctx->src_slice.length == src->stride &&
+                        ctx->dst_slice.length == dst->stride;
         } else if (req->mode == PLAN_ITEM_TO_BLOCKS) {
                 dst_list = req->dst_blocks;
                 n = req->n_dst_blocks;
         }
         if (dst_list)
                 for (size_t i = 1; i < n; i++)
-                        if (!list_continues(dst_list, i) || !list_continues(src_list, i))
+                        if (!whole || !list_continues(dst_list, i) || !list_continues(src_list, i))
                                 n_runs++;
 
         if (MUL_OVERFLOW(n_runs, sizeof(PlanSegment), &bytes) ||
@@ -463,13 +521,15 @@ static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
                 uint64_t so, dof, len, end;
                 bool ok;
 
-                if (i < n && list_continues(dst_list, i) && list_continues(src_list, i))
+                if (i < n && whole && list_continues(dst_list, i) && list_continues(src_list, i))
                         continue;
                 switch (req->mode) {
                 case PLAN_BLOCKS:
                         ok = !MUL_OVERFLOW(src_list[start], src->stride, &so) &&
+                             !ADD_OVERFLOW(so, ctx->src_slice.offset, &so) &&
                              !MUL_OVERFLOW(dst_list[start], dst->stride, &dof) &&
-                             !MUL_OVERFLOW((uint64_t)(i - start), src->stride, &len);
+                             !ADD_OVERFLOW(dof, ctx->dst_slice.offset, &dof) &&
+                             !MUL_OVERFLOW((uint64_t)(i - start), ctx->src_slice.length, &len);
                         break;
                 case PLAN_ITEM:
                         ok = !MUL_OVERFLOW(req->src_index, src->stride, &so) &&
@@ -538,7 +598,7 @@ static int checked_total(const Ctx *ctx, uint64_t *ret, Error *err)
         uint64_t per_tensor, total;
 
         if (req->mode == PLAN_BLOCKS) {
-                if (MUL_OVERFLOW((uint64_t)req->n_dst_blocks, ctx->src->stride, &per_tensor))
+                if (MUL_OVERFLOW((uint64_t)req->n_dst_blocks, ctx->src_slice.length, &per_tensor))
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "the transfer is larger than 2^64 bytes");
         } else
@@ -636,6 +696,8 @@ int plan_check(const PlanRequest *req, PlanChecked *ret, Error *err)
         if (r < 0)
                 return r;
         *ret = (PlanChecked){
+                .src_slice = ctx.src_slice,
+                .dst_slice = ctx.dst_slice,
                 .src_first = ctx.src_first,
                 .dst_first = ctx.dst_first,
                 .n_tensors = ctx.n_tensors,
@@ -656,6 +718,8 @@ int plan_make(const PlanRequest *req, const PlanChecked *checked, Plan **ret, Er
                 .dst_first = checked->dst_first,
                 .n_tensors = checked->n_tensors,
                 .size = checked->size,
+                .src_slice = checked->src_slice,
+                .dst_slice = checked->dst_slice,
         };
         int r;
 

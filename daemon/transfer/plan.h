@@ -36,6 +36,12 @@ typedef struct PlanLayers {
         int32_t last;  /* inclusive; ignored when first is PLAN_LAYERS_ALL */
 } PlanLayers;
 
+/* Bytes [offset, offset + length) of each block; length 0 (and offset 0): the whole block. */
+typedef struct PlanSlice {
+        uint64_t offset;
+        uint64_t length;
+} PlanSlice;
+
 typedef enum PlanMode {
         PLAN_BLOCKS,         /* blocks cache -> blocks cache: src_blocks[i] -> dst_blocks[i] */
         PLAN_ITEM,           /* contiguous item -> contiguous item (pull_cache / push_cache) */
@@ -58,6 +64,8 @@ typedef struct PlanRequest {
         PlanLayers src_layers;
         PlanLayers dst_layers;
         uint32_t tensor_num_per_layer; /* 0 = 2; matters only with a layer range */
+        PlanSlice src_slice;           /* PLAN_BLOCKS: of each source block */
+        PlanSlice dst_slice;           /* PLAN_BLOCKS: of each destination block */
 } PlanRequest;
 
 typedef struct PlanSegment {
@@ -81,13 +89,17 @@ typedef struct Plan {
  * no destination block twice, equal block or item sizes, batch slots in range, size in
  * (0, item]. Without a layer range on either side every tensor moves and the caches must have
  * as many (CACHE_INCOMPATIBLE); with one, tensor_num_per_layer must divide both caches and the
- * ranges must lie inside them and be of equal length. Segments contiguous on both sides are
- * merged. On success *@ret is malloc()ed.
+ * ranges must lie inside them and be of equal length. Between blocks caches, slices (offset and
+ * length of each block, on each side) must lie inside the blocks and be of equal length; the
+ * block sizes may then differ. Segments contiguous on both sides are merged (slices of
+ * neighbouring blocks only when they are whole blocks). On success *@ret is malloc()ed.
  */
 int plan_build(const PlanRequest *req, Plan **ret, Error *err);
 
 /* What plan_check() resolved: the tensor ranges, the item size and the bytes the plan moves. */
 typedef struct PlanChecked {
+        PlanSlice src_slice; /* PLAN_BLOCKS: the slices resolved (length set) */
+        PlanSlice dst_slice;
         uint32_t src_first; /* first tensor of each range */
         uint32_t dst_first;
         uint32_t n_tensors; /* tensors in each range */

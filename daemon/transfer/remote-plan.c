@@ -54,6 +54,8 @@ void remote_plan_args_plan_request(const TransferArgs *a, CacheKeyKind key_kind,
                 .dst_layers = a->dst_layers,
                 .tensor_num_per_layer = a->tensor_num_per_layer,
                 .size = a->size,
+                .src_slice = a->src_slice,
+                .dst_slice = a->dst_slice,
         };
         switch (a->kind) {
         case TRANSFER_PULL_BLOCKS:

@@ -36,6 +36,23 @@ static const RemoteDesc *transfer_codec_desc_from_proto(const Kvdist__V1__PlanCa
         return storage;
 }
 
+static PlanSlice transfer_codec_slice_from_proto(const Kvdist__V1__Slice *s)
+{
+        return s ? (PlanSlice){s->offset, s->length} : (PlanSlice){};
+}
+
+/* @s in @storage, or NULL for a whole block (what a daemon without slices sends). */
+static Kvdist__V1__Slice *transfer_codec_slice_to_proto(const PlanSlice *s,
+                                                        Kvdist__V1__Slice *storage)
+{
+        if (s->offset == 0 && s->length == 0)
+                return NULL;
+        kvdist__v1__slice__init(storage);
+        storage->offset = s->offset;
+        storage->length = s->length;
+        return storage;
+}
+
 static PlanLayers transfer_codec_layers_from_proto(const Kvdist__V1__LayerRange *r)
 {
         if (!r)
@@ -102,6 +119,7 @@ static int transfer_codec_request(Peer *p, const TransferPeerRequest *req, Trans
         Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
         Kvdist__V1__LayerRange src_layers = KVDIST__V1__LAYER_RANGE__INIT;
         Kvdist__V1__LayerRange dst_layers = KVDIST__V1__LAYER_RANGE__INIT;
+        Kvdist__V1__Slice src_slice, dst_slice;
         const TransferArgs *a = &req->args;
         PeerCacheKeyStorage ks;
 
@@ -132,6 +150,8 @@ static int transfer_codec_request(Peer *p, const TransferPeerRequest *req, Trans
                 m.dst_layers = &dst_layers;
         }
         m.tensor_num_per_layer = a->tensor_num_per_layer;
+        m.src_slice = transfer_codec_slice_to_proto(&a->src_slice, &src_slice);
+        m.dst_slice = transfer_codec_slice_to_proto(&a->dst_slice, &dst_slice);
         m.timeout_ms = req->timeout_ms;
         m.notify.data = (uint8_t *)req->notify;
         m.notify.len = req->notify_len;
@@ -236,6 +256,8 @@ static void transfer_codec_on_transfer(void *userdata, Peer *p, uint64_t request
                                 .src_layers = transfer_codec_layers_from_proto(m->src_layers),
                                 .dst_layers = transfer_codec_layers_from_proto(m->dst_layers),
                                 .tensor_num_per_layer = m->tensor_num_per_layer,
+                                .src_slice = transfer_codec_slice_from_proto(m->src_slice),
+                                .dst_slice = transfer_codec_slice_from_proto(m->dst_slice),
                         },
                 .src_layers_set = m->src_layers != NULL,
                 .dst_layers_set = m->dst_layers != NULL,

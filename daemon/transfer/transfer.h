@@ -68,6 +68,8 @@ typedef struct TransferArgs {
         PlanLayers src_layers;
         PlanLayers dst_layers;
         uint32_t tensor_num_per_layer;
+        PlanSlice src_slice; /* *_BLOCKS: of each block; length 0: whole blocks */
+        PlanSlice dst_slice;
 } TransferArgs;
 
 /*

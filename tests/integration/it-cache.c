@@ -166,6 +166,19 @@ static uint32_t tensor_pairs(const TCache *src, const TCache *dst, kvd_layer_ran
         return sn;
 }
 
+void tcopies_blocks_sliced(TCopies *cp, const TCache *src, const TCache *dst, kvd_slice ss,
+                           kvd_slice ds, const uint64_t *sb, const uint64_t *db, size_t n)
+{
+        uint64_t len = ss.length ?: src->stride - ss.offset;
+
+        ck_assert_uint_eq(src->num_tensors, dst->num_tensors);
+        for (uint32_t t = 0; t < src->num_tensors; t++)
+                for (size_t i = 0; i < n; i++)
+                        tcopies_add(cp, tcache_tensor_off(dst, t) + db[i] * dst->stride + ds.offset,
+                                    tcache_tensor_off(src, t) + sb[i] * src->stride + ss.offset,
+                                    len, src->seed);
+}
+
 void tcopies_blocks(TCopies *cp, const TCache *src, const TCache *dst, kvd_layer_range sl,
                     kvd_layer_range dl, uint32_t tpl, const uint64_t *sb, const uint64_t *db,
                     size_t n)

@@ -90,6 +90,10 @@ void tcopies_blocks(TCopies *cp, const TCache *src, const TCache *dst, kvd_layer
                     kvd_layer_range dl, uint32_t tpl, const uint64_t *sb, const uint64_t *db,
                     size_t n);
 
+/* Slice @ss of block sb[i] -> slice @ds of block db[i], every tensor (as many on both sides). */
+void tcopies_blocks_sliced(TCopies *cp, const TCache *src, const TCache *dst, kvd_slice ss,
+                           kvd_slice ds, const uint64_t *sb, const uint64_t *db, size_t n);
+
 /* Item @si of @src -> item @di of @dst, @size bytes per tensor (-1: the whole item). */
 void tcopies_item(TCopies *cp, const TCache *src, const TCache *dst, kvd_layer_range sl,
                   kvd_layer_range dl, uint32_t tpl, uint64_t si, uint64_t di, int64_t size);

@@ -533,6 +533,63 @@ START_TEST(test_merge_contiguous_run)
 }
 END_TEST
 
+/*
+ * Slices: half of each 32-byte source block into 16-byte destination blocks. A run of
+ * neighbouring blocks is one copy a block (the halves are 16 bytes apart); slices that are whole
+ * blocks on both sides merge as before; and the checks.
+ */
+START_TEST(test_slices)
+{
+        TestCache src, dst, same;
+        uint64_t sb[4] = {4, 5, 6, 7}, db[4] = {0, 1, 2, 3};
+        Error err = ERROR_INIT;
+        PlanRequest req;
+        Plan *p;
+
+        cache_init(&src, true, 1, 8, 32, 1, 0, 0);
+        cache_init(&dst, true, 1, 8, 16, 2, 1000, 0);
+        cache_init(&same, true, 1, 8, 32, 3, 2000, 0);
+        req = blocks_request(&src, &dst, sb, 4, db, 4);
+        req.src_slice = (PlanSlice){16, 16};
+        p = build_ok(&req);
+        ck_assert_uint_eq(p->n_segments, 4);
+        for (size_t i = 0; i < 4; i++)
+                assert_segment(p, i, 1, sb[i] * 32 + 16, 2, 1000 + db[i] * 16, 16);
+        ck_assert_uint_eq(p->total_bytes, 64);
+        plan_free(p);
+
+        /* Whole blocks named as slices: still one merged copy. */
+        req = blocks_request(&src, &same, sb, 4, db, 4);
+        req.src_slice = (PlanSlice){0, 32};
+        req.dst_slice = (PlanSlice){0, 0};
+        p = build_ok(&req);
+        ck_assert_uint_eq(p->n_segments, 1);
+        assert_segment(p, 0, 1, 4 * 32, 3, 2000, 128);
+        plan_free(p);
+
+        req = blocks_request(&src, &dst, sb, 4, db, 4);
+        ck_assert_int_eq(plan_build(&req, &p, &err), STATUS_CACHE_INCOMPATIBLE);
+        req.src_slice = (PlanSlice){8, 16};
+        req.dst_slice = (PlanSlice){4, 0};
+        error_clear(&err);
+        ck_assert_int_eq(plan_build(&req, &p, &err), STATUS_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(err.msg, "they move the same bytes"));
+        req.dst_slice = (PlanSlice){4, 16};
+        error_clear(&err);
+        ck_assert_int_eq(plan_build(&req, &p, &err), STATUS_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(err.msg, "dst_slice [4, 20) goes past the block of 16"));
+        req.src_slice = (PlanSlice){UINT64_MAX, 2};
+        error_clear(&err);
+        ck_assert_int_eq(plan_build(&req, &p, &err), STATUS_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(err.msg, "is not inside a block"));
+        req.src_slice = (PlanSlice){16, UINT64_MAX};
+        req.dst_slice = (PlanSlice){};
+        error_clear(&err);
+        ck_assert_int_eq(plan_build(&req, &p, &err), STATUS_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(err.msg, "goes past the block of 32"));
+}
+END_TEST
+
 START_TEST(test_merge_scattered_and_reversed)
 {
         TestCache src, dst;
@@ -805,6 +862,7 @@ static Suite *plan_suite(void)
 
         tc = tcase_create("segments");
         tcase_add_test(tc, test_merge_contiguous_run);
+        tcase_add_test(tc, test_slices);
         tcase_add_test(tc, test_merge_scattered_and_reversed);
         tcase_add_test(tc, test_merge_adjacent_tensors);
         tcase_add_test(tc, test_layer_mapping);

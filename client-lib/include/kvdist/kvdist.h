@@ -431,6 +431,20 @@ typedef struct kvd_layer_range {
         uint32_t count;
 } kvd_layer_range;
 
+/*
+ * Bytes [offset, offset + length) of each block of a blocks transfer; {0, 0} is the whole
+ * block, and a length of 0 the rest of the block from the offset. With slices the two caches'
+ * block sizes may differ: a decode rank with twice the tensor parallelism of the prefill reads
+ * its half of the heads of each prefill block (HND layout: src_slice {half * rank, half}), or
+ * gathers the blocks of two prefill ranks into the halves of its own (dst_slice). Each slice
+ * must lie inside its block, and both must be of the same length (PARAM_INVALID). Slices of
+ * neighbouring blocks are not contiguous, so each block of a sliced transfer is one copy.
+ */
+typedef struct kvd_slice {
+        uint64_t offset;
+        uint64_t length;
+} kvd_slice;
+
 #define KVD_NOTIFY_MAX 256
 
 /*
@@ -453,6 +467,8 @@ typedef struct kvd_transfer_opts {
          * cluster receives (kvd_get_notifies()) once every byte of this push has landed. */
         const void *notify;
         size_t notify_len;
+        kvd_slice src_slice; /* *_blocks: of each source block; {0, 0}: all of it */
+        kvd_slice dst_slice; /* *_blocks: where in each destination block */
         /* The remote cluster as kvd_local_info() wrote it on its node (it must be the key's
          * cluster): when no link joins the two yet, the call links first (kvd_link_remote()),
          * within the same timeout, before it sends the transfer. NULL: no such thing. */
@@ -607,6 +623,8 @@ typedef struct kvd_batch_entry {
         kvd_layer_range src_layers;
         kvd_layer_range dst_layers;
         uint32_t tensor_num_per_layer;
+        kvd_slice src_slice; /* *_BLOCKS: as in kvd_transfer_opts */
+        kvd_slice dst_slice;
         const char *remote_info; /* as in kvd_transfer_opts: links first when not linked */
 } kvd_batch_entry;
 
