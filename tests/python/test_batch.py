@@ -10,8 +10,8 @@ import signal
 import numpy as np
 import pytest
 
-from kvdist import (BatchEntry, BlocksCacheKey, CacheKey, LLMClusterInfo, LLMDataDist,
-                    LLMException, LLMRole, LLMStatusCode, TransferKind)
+from kvdist import (BatchEntry, CacheKey, LLMClusterInfo, LLMDataDist, LLMException, LLMRole,
+                    LLMStatusCode, TransferKind)
 
 from conftest import NOT_THERE, Guarded, blocks_key, copy_blocks
 
