@@ -5,7 +5,10 @@ blocks), LLMDataDist.local_info() and link_remote(), and transfers and batch ent
 first (remote_info=), on one daemon and across two. Every destination byte and the guard bytes
 around each tensor are checked; bad input gets a clear exception and writes nothing."""
 
+import gc
 import signal
+import sys
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -382,3 +385,59 @@ def test_batch_in_progress_and_cancel(daemons, attach):
     # Each byte the cancelled batch may have written is the old one or the source's.
     full = copy_blocks(dst.expected(), dst, src, ids, np.concatenate([ids[32:][::-1], ids[:32]]))
     assert ((got == dst.image) | (got == full)).all()
+
+
+def test_no_reference_leaks(pair):
+    """Batches, their entry calls, local info and lazy links, successful and refused, many
+    times: the Python heap must not grow, and the block arrays given must keep their reference
+    counts and export no buffer afterwards."""
+    p, d = pair
+    src = Guarded(p, 2, 16, 64, seed=111, key=blocks_key(p))
+    dst = Guarded(d, 2, 16, 64, seed=112)
+    cm = d.cache_manager
+    info = p.local_info()
+    d.link_remote(info)
+    ids = np.arange(16, dtype=np.int64)
+    wide = np.arange(4, dtype=np.uint32)
+    bad = np.array([1.5])
+    held = (ids, wide, bad, info)
+    counts = [sys.getrefcount(o) for o in held]
+
+    def once():
+        t = cm.transfer_batch([BatchEntry.pull_blocks(blocks_key(p), dst.cache, ids, ids,
+                                                      remote_info=info),
+                               BatchEntry.pull_blocks(blocks_key(p), dst.cache, wide, wide),
+                               BatchEntry.pull_blocks(blocks_key(p), dst.cache, [99], [0])])
+        assert t.synchronize() == LLMStatusCode.LLM_PARAM_INVALID
+        assert t.entry_statuses()[2] == LLMStatusCode.LLM_PARAM_INVALID
+        assert t.failed_blocks().tolist() == [0]
+        assert len(p.local_info()) > 0
+        with pytest.raises(LLMException):
+            d.link_remote(info)
+        with pytest.raises(LLMException):
+            d.link_remote("nonsense")
+        with pytest.raises(TypeError):
+            cm.transfer_batch([BatchEntry.pull_blocks(blocks_key(p), dst.cache, ids, ids),
+                               BatchEntry.pull_blocks(blocks_key(p), dst.cache, bad, wide)])
+        with pytest.raises(LLMException):
+            cm.transfer_batch([BatchEntry.pull_blocks(blocks_key(p), dst.cache, ids, ids,
+                                                      remote_info="nonsense")])
+        cm.pull_blocks(blocks_key(p), dst.cache, wide, wide, remote_info=info)
+
+    for _ in range(20):
+        once()
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for _ in range(200):
+        once()
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = [s for s in after.compare_to(before, "lineno") if s.size_diff > 0]
+    total = sum(s.size_diff for s in grown)
+    assert total < 16384, "\n".join(str(s) for s in grown[:10])
+    assert [sys.getrefcount(o) for o in held] == counts
+    for a in (ids, wide, bad):
+        a.resize(a.size + 1, refcheck=False)  # no buffer of it is still exported
+    dst.check(copy_blocks(dst.expected(), dst, src, ids, ids))
