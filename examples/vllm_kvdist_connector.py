@@ -33,10 +33,15 @@ How it maps onto kvdist:
 - get_block_ids_with_load_errors(): the failed_blocks() of every finished batch: exactly the
   local blocks of the requests whose entries failed, no later than the step get_finished()
   reports them.
-- Loads are asynchronous (vLLM schedules a request once get_finished() reported it), so
-  wait_for_layer_load() has nothing to wait for; in this pull design the prefill side moves
-  nothing in save_kv_layer() / wait_for_save(): it keeps a finished request's blocks until the
-  decode side read them (get_finished()'s sending set, once the metadata says so).
+- Loads are asynchronous by default (vLLM schedules a request once get_finished() reported
+  it), so wait_for_layer_load() has nothing to wait for. With "load_mode": "layerwise" they are
+  synchronous and pipelined with the forward pass instead: start_load_kv() submits one batch
+  per layer (each entry a layer range of one layer), wait_for_layer_load() waits for that
+  layer's batch alone, and the failed blocks are reported in the same step, as vLLM asks of
+  synchronous loads.
+- In this pull design the prefill side moves nothing in save_kv_layer() / wait_for_save(): it
+  keeps a finished request's blocks until the decode side read them (get_finished()'s sending
+  set, once the metadata says so).
 """
 
 import dataclasses
@@ -141,7 +146,7 @@ class KVDistConnector(KVConnectorBase_V1):
     """The worker side. vllm_config.kv_transfer_config: kv_role ("kv_producer" for prefill,
     "kv_consumer" for decode) and kv_connector_extra_config {"cluster_id", "socket_path",
     "listen_ip_info" (where this worker's cluster accepts links: the prefill's must),
-    "timeout_ms"}."""
+    "timeout_ms", "load_mode" ("async", the default, or "layerwise")}."""
 
     MODEL_ID = 0
 
@@ -151,6 +156,7 @@ class KVDistConnector(KVConnectorBase_V1):
         extra = config.kv_connector_extra_config
         self.is_producer = config.kv_role == "kv_producer"
         self.timeout_ms = int(extra.get("timeout_ms", 30000))
+        self.layerwise = extra.get("load_mode", "async") == "layerwise"
         self.datadist = LLMDataDist(LLMRole.PROMPT if self.is_producer else LLMRole.DECODER,
                                     int(extra["cluster_id"]))
         options = {"ge.exec.deviceId": "0"}
@@ -162,6 +168,7 @@ class KVDistConnector(KVConnectorBase_V1):
         self.cache = None
         self.layers = {}          # layer name -> index
         self.loads = []           # (CacheTask, [req_id]) of start_load_kv()
+        self.layer_loads = {}     # layerwise: layer index -> [(CacheTask, [req_id])]
         self.done_recving = set()  # finished loads not reported yet
         self.load_errors = set()  # failed local block ids not reported yet
         self.sending = set()      # prefill: finished requests whose blocks are kept
@@ -188,28 +195,33 @@ class KVDistConnector(KVConnectorBase_V1):
             desc, [t.data_ptr() for t in tensors],
             BlocksCacheKey(self.datadist.cluster_id, self.MODEL_ID), remote_accessible=True)
 
-    def _entry(self, req):
+    def _entry(self, req, layer):
+        # Layer l is tensors 2l and 2l + 1 (K and V): a layer range of one layer moves both.
+        layers = None if layer is None else range(layer, layer + 1)
         return BatchEntry.pull_blocks(BlocksCacheKey(req.remote_cluster_id, self.MODEL_ID),
                                       self.cache, np.asarray(req.remote_block_ids, np.int64),
                                       np.asarray(req.local_block_ids, np.int64),
+                                      src_layer_range=layers, dst_layer_range=layers,
                                       remote_info=req.remote_info)
 
-    def _submit(self, reqs):
-        """One batch for reqs {req_id: RecvReq}; split into single entries when it is refused
-        as a whole (the entry at fault then fails alone, its blocks reported)."""
+    def _submit(self, reqs, layer, loads):
+        """One batch for reqs {req_id: RecvReq} (of one layer, or all) into loads; split into
+        single entries when it is refused as a whole (the entry at fault then fails alone, its
+        blocks reported)."""
         cm = self.datadist.cache_manager
         ids = list(reqs)
         try:
-            self.loads.append((cm.transfer_batch([self._entry(reqs[r]) for r in ids],
-                                                 timeout_ms=self.timeout_ms), ids))
+            loads.append((cm.transfer_batch([self._entry(reqs[r], layer) for r in ids],
+                                            timeout_ms=self.timeout_ms), ids))
             return
         except kvdist.LLMException:
             if len(ids) == 1:
                 self.load_errors.update(int(b) for b in reqs[ids[0]].local_block_ids)
-                self.done_recving.add(ids[0])
+                if not self.layerwise:
+                    self.done_recving.add(ids[0])
                 return
         for r in ids:
-            self._submit({r: reqs[r]})
+            self._submit({r: reqs[r]}, layer, loads)
 
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()
@@ -218,11 +230,19 @@ class KVDistConnector(KVConnectorBase_V1):
         limit = 1024  # entries per batch (KVD_BATCH_MAX_ENTRIES)
         ids = list(reqs)
         for i in range(0, len(ids), limit):
-            self._submit({r: reqs[r] for r in ids[i:i + limit]})
+            chunk = {r: reqs[r] for r in ids[i:i + limit]}
+            if not self.layerwise:
+                self._submit(chunk, None, self.loads)
+                continue
+            for layer in range(len(self.layers)):
+                self._submit(chunk, layer, self.layer_loads.setdefault(layer, []))
 
     def wait_for_layer_load(self, layer_name):
         # Asynchronous loads: a request runs only after get_finished() reported its load.
-        return
+        # Layerwise: this layer's batches, and nothing of the later layers'.
+        for task, _ in self.layer_loads.pop(self.layers[layer_name], []):
+            task.synchronize()  # each entry's status stays with the task
+            self.load_errors.update(int(b) for b in task.failed_blocks())
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
         # Pull design: the decode side reads the prefill's blocks; nothing moves here.
@@ -257,7 +277,7 @@ class KVDistConnector(KVConnectorBase_V1):
         return errors
 
     def shutdown(self):
-        for task, _ in self.loads:
+        for task, _ in self.loads + [t for ts in self.layer_loads.values() for t in ts]:
             task.cancel()
-        self.loads = []
+        self.loads, self.layer_loads = [], {}
         self.datadist.finalize()

@@ -17,7 +17,8 @@ not loaded (the guard blocks around each tensor too) must be untouched. One requ
 blocks are gone (past the prefill's cache: its entry fails alone) and one request's prefill
 worker has exited (its cluster is unreachable: the batch is refused, split, and that entry
 fails alone): get_block_ids_with_load_errors() reports exactly their blocks, and get_finished()
-still reports them, as vLLM requires."""
+still reports them, as vLLM requires. The same with layerwise loads (one batch per layer,
+wait_for_layer_load() waiting for its layer's): the failed blocks come in the same step."""
 
 import os
 import pickle
@@ -46,7 +47,7 @@ BLOCK_BYTES = int(np.prod(BLOCK_SHAPE)) * 2
 
 
 class NodeProc:
-    def __init__(self, tmp_path, name, kv_role, cluster_id, daemon, seed):
+    def __init__(self, tmp_path, name, kv_role, cluster_id, daemon, seed, load_mode="async"):
         self.log_path = tmp_path / f"{name}.log"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -54,7 +55,8 @@ class NodeProc:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 preexec_fn=_die_with_parent)
         extra = {"cluster_id": cluster_id, "socket_path": daemon.socket,
-                 "listen_ip_info": daemon.peer_addr, "timeout_ms": 30000}
+                 "listen_ip_info": daemon.peer_addr, "timeout_ms": 30000,
+                 "load_mode": load_mode}
         self.info, self.cluster_id = self.call(
             "init", kv_role=kv_role, extra=extra, num_layers=NUM_LAYERS, num_blocks=NUM_BLOCKS,
             block_shape=BLOCK_SHAPE, seed=seed)
@@ -93,7 +95,8 @@ def block(image, kv, index):
     return image[start:start + BLOCK_BYTES]
 
 
-def test_connector_pd(tmp_path, daemons):
+@pytest.mark.parametrize("load_mode", ["async", "layerwise"])
+def test_connector_pd(tmp_path, daemons, load_mode):
     P, D = daemons("prefill"), daemons("decode")
     nodes = []
     try:
@@ -101,7 +104,7 @@ def test_connector_pd(tmp_path, daemons):
         nodes.append(p1)
         p2 = NodeProc(tmp_path, "prefill-2", "kv_producer", 12, P, seed=2)
         nodes.append(p2)
-        d = NodeProc(tmp_path, "decode", "kv_consumer", 22, D, seed=3)
+        d = NodeProc(tmp_path, "decode", "kv_consumer", 22, D, seed=3, load_mode=load_mode)
         nodes.append(d)
         # Prefill 2 goes away after its requests' metadata left it: its cluster is gone.
         p2_info = p2.info
@@ -128,6 +131,12 @@ def test_connector_pd(tmp_path, daemons):
         recvd, errors = set(), set()
         metas = [conn.KVDistConnectorMetadata({r: recv(r) for r in ("A", "B", "G", "L")}),
                  conn.KVDistConnectorMetadata({"C": recv("C")})]
+        if load_mode == "layerwise":
+            # Synchronous: each layer waited for in its step, the failures of that step's
+            # requests reported in it, nothing through get_finished().
+            assert d.step(metas[0]) == (None, None, {b for r in failing for b in plan[r][2]})
+            assert d.step(metas[1]) == (None, None, set())
+            metas, recvd = [], set(plan)
         deadline = time.monotonic() + REPLY_CEILING_S
         while recvd != set(plan):
             assert time.monotonic() < deadline, f"loaded only {recvd}:\n{d.log()}"
@@ -140,7 +149,8 @@ def test_connector_pd(tmp_path, daemons):
             assert errors >= {b for r in (recving or ()) if r in failing for b in plan[r][2]}
             if not recving:
                 time.sleep(0.01)
-        assert errors == {b for r in failing for b in plan[r][2]}
+        if load_mode == "async":
+            assert errors == {b for r in failing for b in plan[r][2]}
 
         # Every decode byte: the prefill's block where a request loaded, else as it was.
         after = d.call("dump")
