@@ -14,7 +14,9 @@ This example attaches a prompt cluster and a decoder cluster to one kvdistd (two
 process, linked as two nodes' would be), fills the prompt's blocks cache with a seeded pattern,
 pulls N slices of it concurrently from the event loop (and cancels one more pull before it can
 matter, to show cancel()), and checks every byte that landed, and the guard bytes around the
-destination cache. Exit status 0 when every byte matched.
+destination cache. Exit status 0 when every byte matched. With --batch the N pulls go to the
+daemon as one batch (CacheManager.transfer_batch(): one request, one task, a status per entry),
+awaited the same way.
 
     PYTHONPATH=build/client-lib/python examples/asyncio_pulls.py --socket /run/kvdist/kvdist.sock
 """
@@ -26,8 +28,8 @@ import sys
 import numpy as np
 
 import kvdist
-from kvdist import (BlocksCacheKey, CacheDesc, DataType, LLMClusterInfo, LLMDataDist, LLMRole,
-                    LLMStatusCode)
+from kvdist import (BatchEntry, BlocksCacheKey, CacheDesc, DataType, LLMClusterInfo, LLMDataDist,
+                    LLMRole, LLMStatusCode)
 
 GUARD = 4096
 
@@ -64,7 +66,7 @@ def guarded_cache(dd, num_blocks, block_bytes, seed, key=None):
     return mem, dd.cache_manager.register_blocks_cache(desc, addrs, key)
 
 
-async def run(socket_path, listen, pulls, blocks_per_pull, block_bytes):
+async def run(socket_path, listen, pulls, blocks_per_pull, block_bytes, batch=False):
     num_blocks = pulls * blocks_per_pull
     prompt = attach(LLMRole.PROMPT, 71, socket_path, listen)
     decoder = attach(LLMRole.DECODER, 72, socket_path)
@@ -86,8 +88,18 @@ async def run(socket_path, listen, pulls, blocks_per_pull, block_bytes):
         for i in range(pulls):
             dst_blocks = list(range(i * blocks_per_pull, (i + 1) * blocks_per_pull))
             plans.append((dst_blocks[::-1], dst_blocks))
-        tasks = [cm.pull_blocks_async(key, dst_cache, s, d, timeout_ms=30000) for s, d in plans]
-        await asyncio.gather(*(finished(t) for t in tasks))
+        if batch:
+            # One request to the daemon for all of them; one task, a status per entry.
+            task = cm.transfer_batch([BatchEntry.pull_blocks(key, dst_cache, np.array(s),
+                                                             np.array(d)) for s, d in plans],
+                                     timeout_ms=30000)
+            await finished(task)
+            if task.entry_statuses() != [LLMStatusCode.LLM_SUCCESS] * pulls:
+                raise RuntimeError(f"batch entries: {task.entry_statuses()}")
+        else:
+            tasks = [cm.pull_blocks_async(key, dst_cache, s, d, timeout_ms=30000)
+                     for s, d in plans]
+            await asyncio.gather(*(finished(t) for t in tasks))
 
         # One more pull, cancelled: cancel() returns once nothing more of it can land.
         extra = cm.pull_blocks_async(key, dst_cache, [0], [0], timeout_ms=30000)
@@ -118,8 +130,9 @@ async def run(socket_path, listen, pulls, blocks_per_pull, block_bytes):
         if not np.array_equal(dst, expected):
             bad = np.argwhere(dst != expected)
             raise RuntimeError(f"{len(bad)} bytes differ, first at {tuple(bad[0])}")
-        print(f"{pulls} pulls of {blocks_per_pull} blocks of {block_bytes} bytes from the event "
-              f"loop: every byte as expected; the extra pull's cancel said {status.name}")
+        how = " in one batch" if batch else ""
+        print(f"{pulls} pulls{how} of {blocks_per_pull} blocks of {block_bytes} bytes from the "
+              f"event loop: every byte as expected; the extra pull's cancel said {status.name}")
     finally:
         decoder.finalize()
         prompt.finalize()
@@ -133,9 +146,10 @@ def main():
     parser.add_argument("--pulls", type=int, default=8)
     parser.add_argument("--blocks-per-pull", type=int, default=16)
     parser.add_argument("--block-bytes", type=int, default=16384)
+    parser.add_argument("--batch", action="store_true", help="submit the pulls as one batch")
     args = parser.parse_args()
     asyncio.run(run(args.socket, args.listen, args.pulls, args.blocks_per_pull,
-                    args.block_bytes))
+                    args.block_bytes, args.batch))
     return 0
 
 

@@ -447,11 +447,15 @@ def test_task_done_wait_cancel_fileno(pair):
     assert np.array_equal(dst.mem[:, -GUARD:], dst.image[:, -GUARD:])
 
 
-def test_asyncio_example(daemon):
-    # examples/asyncio_pulls.py, as a user runs it: it checks every byte itself.
+@pytest.mark.parametrize("batch", [False, True])
+def test_asyncio_example(daemon, batch):
+    # examples/asyncio_pulls.py, as a user runs it (pulls of their own, or one batch): it
+    # checks every byte itself.
     example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "asyncio_pulls.py"
     r = subprocess.run([sys.executable, str(example), "--socket", daemon.socket, "--listen",
-                        daemon.peer_addr, "--pulls", "6", "--blocks-per-pull", "8"],
+                        daemon.peer_addr, "--pulls", "6", "--blocks-per-pull", "8"] +
+                       (["--batch"] if batch else []),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "every byte as expected" in r.stdout
+    assert ("in one batch" in r.stdout) == batch

@@ -519,50 +519,68 @@ void ranks_done(RankList *l)
 
 /* --- transfer options ------------------------------------------------------------------- */
 
-int opts_from_object(PyObject *o, TransferOpts *t)
-{
-        static const char *const names[] = {"src_layers first", "src_layers last",
-                                            "dst_layers first", "dst_layers last"};
-        int64_t v[4], tpl, timeout;
-        PyObject *notify;
-        Py_buffer view;
+static const char *const layer_names[] = {"src_layers first", "src_layers last", "dst_layers first",
+                                          "dst_layers last"};
 
-        *t = (TransferOpts){.opts = KVD_TRANSFER_OPTS_INIT};
-        if (o == Py_None)
-                return 0;
-        if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 7) {
-                PyErr_SetString(PyExc_TypeError,
-                                "transfer options are a tuple (src_first, src_last, dst_first, "
-                                "dst_last, tensor_num_per_layer, timeout_ms, notify)");
-                return -1;
-        }
+/*
+ * Four ints (src_first, src_last, dst_first, dst_last) at @items into @src and @dst: (-1, -1) is
+ * every layer (a range of count 0). 0 or -1 with an error set.
+ */
+static int layers_from_items(PyObject *const *items, kvd_layer_range *src, kvd_layer_range *dst)
+{
+        int64_t v[4];
+
         for (size_t i = 0; i < ARRAY_SIZE(v); i++)
-                if (i64_from_object(PyTuple_GET_ITEM(o, (Py_ssize_t)i), INT32_MIN, INT32_MAX, &v[i],
-                                    names[i]) < 0)
+                if (i64_from_object(items[i], INT32_MIN, INT32_MAX, &v[i], layer_names[i]) < 0)
                         return -1;
-        if (i64_from_object(PyTuple_GET_ITEM(o, 4), 0, UINT32_MAX, &tpl, "tensor_num_per_layer") <
-                    0 ||
-            i64_from_object(PyTuple_GET_ITEM(o, 5), INT32_MIN, INT32_MAX, &timeout, "timeout_ms") <
-                    0)
-                return -1;
         for (size_t i = 0; i < ARRAY_SIZE(v); i += 2)
                 if (!(v[i] == -1 && v[i + 1] == -1) && (v[i] < 0 || v[i + 1] < v[i])) {
                         PyErr_Format(PyExc_ValueError,
                                      "%s %" PRIi64 " and %s %" PRIi64
                                      " are not a range of layers (or -1, -1 for every layer)",
-                                     names[i], v[i], names[i + 1], v[i + 1]);
+                                     layer_names[i], v[i], layer_names[i + 1], v[i + 1]);
                         return -1;
                 }
-        /* (-1, -1) is every layer: a range of count 0. */
-        t->opts.src_layers =
-                v[0] < 0 ? (kvd_layer_range){}
-                         : (kvd_layer_range){(uint32_t)v[0], (uint32_t)(v[1] - v[0] + 1)};
-        t->opts.dst_layers =
-                v[2] < 0 ? (kvd_layer_range){}
-                         : (kvd_layer_range){(uint32_t)v[2], (uint32_t)(v[3] - v[2] + 1)};
+        *src = v[0] < 0 ? (kvd_layer_range){}
+                        : (kvd_layer_range){(uint32_t)v[0], (uint32_t)(v[1] - v[0] + 1)};
+        *dst = v[2] < 0 ? (kvd_layer_range){}
+                        : (kvd_layer_range){(uint32_t)v[2], (uint32_t)(v[3] - v[2] + 1)};
+        return 0;
+}
+
+int opts_from_object(PyObject *o, TransferOpts *t)
+{
+        PyObject *notify;
+        Py_buffer view;
+        int64_t tpl, timeout;
+
+        *t = (TransferOpts){.opts = KVD_TRANSFER_OPTS_INIT};
+        if (o == Py_None)
+                return 0;
+        if (!PyTuple_Check(o) || (PyTuple_GET_SIZE(o) != 7 && PyTuple_GET_SIZE(o) != 8)) {
+                PyErr_SetString(PyExc_TypeError,
+                                "transfer options are a tuple (src_first, src_last, dst_first, "
+                                "dst_last, tensor_num_per_layer, timeout_ms, notify[, "
+                                "remote_info])");
+                return -1;
+        }
+        if (layers_from_items(&PyTuple_GET_ITEM(o, 0), &t->opts.src_layers, &t->opts.dst_layers) <
+                    0 ||
+            i64_from_object(PyTuple_GET_ITEM(o, 4), 0, UINT32_MAX, &tpl, "tensor_num_per_layer") <
+                    0 ||
+            i64_from_object(PyTuple_GET_ITEM(o, 5), INT32_MIN, INT32_MAX, &timeout, "timeout_ms") <
+                    0)
+                return -1;
         t->opts.tensor_num_per_layer = (uint32_t)tpl;
         t->opts.timeout_ms = (int32_t)timeout;
         t->given = true;
+        if (PyTuple_GET_SIZE(o) == 8) {
+                PyObject *info = PyTuple_GET_ITEM(o, 7);
+
+                t->opts.remote_info = strpool_add(&t->strs, info, true, "remote_info");
+                if (!t->opts.remote_info && info != Py_None)
+                        return -1;
+        }
 
         notify = PyTuple_GET_ITEM(o, 6);
         if (notify == Py_None)
@@ -588,5 +606,112 @@ int opts_from_object(PyObject *o, TransferOpts *t)
 void opts_done(TransferOpts *t)
 {
         PyMem_Free(t->notify);
+        strpool_done(&t->strs);
         *t = (TransferOpts){};
+}
+
+/* --- batches ---------------------------------------------------------------------------- */
+
+#define BATCH_ENTRY_ITEMS 13
+
+/* Entry tuple @o into entry @i of @l; the error names the entry. 0 or -1. */
+static int batch_entry(PyObject *o, BatchList *l, size_t i)
+{
+        kvd_batch_entry *e = &l->entries[i];
+        int64_t kind, index, size, tpl;
+        PyObject *info;
+
+        if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != BATCH_ENTRY_ITEMS) {
+                PyErr_Format(PyExc_TypeError,
+                             "a batch entry is a tuple (kind, key, cache_id, src_blocks, "
+                             "dst_blocks, batch_index, size, src_first, src_last, dst_first, "
+                             "dst_last, tensor_num_per_layer, remote_info), not %.100s",
+                             Py_TYPE(o)->tp_name);
+                return -1;
+        }
+        if (i64_from_object(PyTuple_GET_ITEM(o, 0), INT32_MIN, INT32_MAX, &kind, "kind") < 0 ||
+            key_from_object(PyTuple_GET_ITEM(o, 1), &e->key) < 0 ||
+            u64_from_object(PyTuple_GET_ITEM(o, 2), &e->cache_id, "cache_id") < 0 ||
+            blocks_from_object(PyTuple_GET_ITEM(o, 3), &l->blocks[2 * i]) < 0 ||
+            blocks_from_object(PyTuple_GET_ITEM(o, 4), &l->blocks[2 * i + 1]) < 0 ||
+            i64_from_object(PyTuple_GET_ITEM(o, 5), 0, UINT32_MAX, &index, "batch_index") < 0 ||
+            i64_from_object(PyTuple_GET_ITEM(o, 6), INT64_MIN, INT64_MAX, &size, "size") < 0 ||
+            layers_from_items(&PyTuple_GET_ITEM(o, 7), &e->src_layers, &e->dst_layers) < 0 ||
+            i64_from_object(PyTuple_GET_ITEM(o, 11), 0, UINT32_MAX, &tpl, "tensor_num_per_layer") <
+                    0)
+                return -1;
+        info = PyTuple_GET_ITEM(o, 12);
+        e->remote_info = strpool_add(&l->strs, info, true, "remote_info");
+        if (!e->remote_info && info != Py_None)
+                return -1;
+        /* libkvdist judges the kind (and names the entry): only the C type is checked here. */
+        e->kind = (kvd_transfer_kind)kind;
+        e->src_blocks = l->blocks[2 * i].ids;
+        e->n_src = l->blocks[2 * i].n;
+        e->dst_blocks = l->blocks[2 * i + 1].ids;
+        e->n_dst = l->blocks[2 * i + 1].n;
+        e->batch_index = (uint32_t)index;
+        e->size = size;
+        e->tensor_num_per_layer = (uint32_t)tpl;
+        return 0;
+}
+
+/* Prefixes the message of the error set with "entries[@i]: ". */
+static void batch_entry_error(size_t i)
+{
+        PyObject *type, *value, *tb, *msg;
+
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        msg = value ? PyObject_Str(value) : NULL;
+        if (!msg) {
+                PyErr_Restore(type, value, tb);
+                return;
+        }
+        PyErr_Format(type, "entries[%zu]: %U", i, msg);
+        Py_DECREF(msg);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+}
+
+int batch_from_object(PyObject *o, BatchList *l)
+{
+        PyObject *seq;
+        Py_ssize_t n;
+        int r = 0;
+
+        *l = (BatchList){};
+        seq = PySequence_Fast(o, "entries must be a sequence of batch entries");
+        if (!seq)
+                return -1;
+        n = PySequence_Fast_GET_SIZE(seq);
+        if (n > 0) {
+                l->entries = PyMem_Calloc((size_t)n, sizeof(kvd_batch_entry));
+                l->blocks = PyMem_Calloc(2 * (size_t)n, sizeof(BlockList));
+                if (!l->entries || !l->blocks) {
+                        Py_DECREF(seq);
+                        PyErr_NoMemory();
+                        return -1;
+                }
+        }
+        for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
+                /* Counted as it goes: batch_done() releases the buffers taken so far. */
+                l->n = (size_t)i + 1;
+                r = batch_entry(PySequence_Fast_GET_ITEM(seq, i), l, (size_t)i);
+                if (r < 0)
+                        batch_entry_error((size_t)i);
+        }
+        Py_DECREF(seq);
+        return r;
+}
+
+void batch_done(BatchList *l)
+{
+        for (size_t i = 0; l->blocks && i < 2 * l->n; i++)
+                blocks_done(&l->blocks[i]);
+        PyMem_Free(l->blocks);
+        PyMem_Free(l->entries);
+        strpool_done(&l->strs);
+        *l = (BatchList){};
 }

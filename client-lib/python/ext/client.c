@@ -406,6 +406,46 @@ static PyObject *client_check_link_status(ClientObject *self, PyObject *arg)
         Py_RETURN_NONE;
 }
 
+static PyObject *client_local_info(ClientObject *self, PyObject *unused)
+{
+        char *info = NULL;
+        PyObject *ret;
+        Call k;
+        int r = KVD_OK;
+
+        if (call_begin(&k, self))
+                r = kvd_local_info(k.c, &info);
+        r = call_end(&k, r);
+        if (r != KVD_OK)
+                return kvdpy_raise(r, k.detail);
+        ret = kvdpy_str(info);
+        free(info);
+        return ret;
+}
+
+static PyObject *client_link_remote(ClientObject *self, PyObject *args)
+{
+        _cleanup_(strpool_done) StrPool strs = {};
+        PyObject *info_o, *timeout_o;
+        const char *info;
+        int64_t timeout;
+        Call k;
+        int r = KVD_OK;
+
+        if (!PyArg_ParseTuple(args, "OO", &info_o, &timeout_o) ||
+            i64_from_object(timeout_o, INT32_MIN, INT32_MAX, &timeout, "timeout_ms") < 0)
+                return NULL;
+        info = strpool_add(&strs, info_o, false, "remote_info");
+        if (!info)
+                return NULL;
+        if (call_begin(&k, self))
+                r = kvd_link_remote(k.c, info, (int32_t)timeout);
+        r = call_end(&k, r);
+        if (r != KVD_OK)
+                return kvdpy_raise(r, k.detail);
+        Py_RETURN_NONE;
+}
+
 static PyObject *client_switch_role(ClientObject *self, PyObject *args)
 {
         _cleanup_(options_done) OptionList opts = {};
@@ -437,7 +477,7 @@ static PyObject *transfer_result(ClientObject *self, Call *k, int r, kvd_task *t
                 return kvdpy_raise(r, k->detail);
         if (!task)
                 Py_RETURN_NONE;
-        t = task_new(self, task, k->c);
+        t = task_new(self, task, k->c, 0);
         if (!t)
                 kvd_task_free(task);
         return t;
@@ -553,6 +593,36 @@ static PyObject *client_push_blocks(ClientObject *self, PyObject *args)
 static PyObject *client_push_blocks_async(ClientObject *self, PyObject *args)
 {
         return blocks_transfer(self, args, true, true);
+}
+
+/* transfer_batch(entries, timeout_ms): kvd_transfer_batch(), a Task. */
+static PyObject *client_transfer_batch(ClientObject *self, PyObject *args)
+{
+        _cleanup_(batch_done) BatchList batch = {};
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        PyObject *entries_o, *timeout_o, *t;
+        kvd_task *task = NULL;
+        int64_t timeout;
+        Call k;
+        int r = KVD_OK;
+
+        if (!PyArg_ParseTuple(args, "OO", &entries_o, &timeout_o) ||
+            i64_from_object(timeout_o, INT32_MIN, INT32_MAX, &timeout, "timeout_ms") < 0 ||
+            batch_from_object(entries_o, &batch) < 0)
+                return NULL;
+        o.timeout_ms = (int32_t)timeout;
+
+        /* As blocks_transfer(): block ids are read where they lie, their buffers exported;
+         * libkvdist copies them before it returns. */
+        if (call_begin(&k, self))
+                r = kvd_transfer_batch(k.c, batch.entries, batch.n, &o, &task);
+        r = call_end(&k, r);
+        if (r != KVD_OK)
+                return kvdpy_raise(r, k.detail);
+        t = task_new(self, task, k.c, batch.n);
+        if (!t)
+                kvd_task_free(task);
+        return t;
 }
 
 /* --- notifications ---------------------------------------------------------------------- */
@@ -731,6 +801,11 @@ static PyMethodDef client_methods[] = {
          "kvd_unlink_clusters(): (status, [status per cluster], detail)."},
         {"check_link_status", (PyCFunction)client_check_link_status, METH_O,
          "check_link_status(remote_cluster_id)\n--\n\nkvd_check_link_status()."},
+        {"local_info", (PyCFunction)client_local_info, METH_NOARGS,
+         "local_info()\n--\n\nkvd_local_info(): this cluster as one line another engine "
+         "links by."},
+        {"link_remote", (PyCFunction)client_link_remote, METH_VARARGS,
+         "link_remote(remote_info, timeout_ms)\n--\n\nkvd_link_remote()."},
         {"switch_role", (PyCFunction)client_switch_role, METH_VARARGS,
          "switch_role(role, options)\n--\n\nkvd_switch_role()."},
         {"pull_cache", (PyCFunction)client_pull_cache, METH_VARARGS,
@@ -755,6 +830,11 @@ static PyMethodDef client_methods[] = {
         {"push_blocks_async", (PyCFunction)client_push_blocks_async, METH_VARARGS,
          "push_blocks_async(key, cache_id, src_blocks, dst_blocks, opts=None)\n--\n\n"
          "kvd_push_blocks_async(): a Task."},
+        {"transfer_batch", (PyCFunction)client_transfer_batch, METH_VARARGS,
+         "transfer_batch(entries, timeout_ms)\n--\n\n"
+         "kvd_transfer_batch(): a Task; entries are (kind, key, cache_id, src_blocks,\n"
+         "dst_blocks, batch_index, size, src_first, src_last, dst_first, dst_last,\n"
+         "tensor_num_per_layer, remote_info) tuples."},
         {"notify_fd", (PyCFunction)client_notify_fd, METH_NOARGS,
          "notify_fd()\n--\n\nkvd_notify_fd(): readable while notifications wait."},
         {"get_notifies", (PyCFunction)client_get_notifies, METH_O,

@@ -53,7 +53,8 @@ typedef struct MemoryObject {
 typedef struct TaskObject {
         PyObject_HEAD ClientObject *owner; /* strong reference */
         kvd_task *task;
-        kvd_client *c; /* the task's client, for kvd_last_error(); the task holds it */
+        kvd_client *c;    /* the task's client, for kvd_last_error(); the task holds it */
+        size_t n_entries; /* a batch's entries (kvd_transfer_batch()); 0 for one transfer */
 } TaskObject;
 
 extern PyTypeObject ClientType;
@@ -105,8 +106,11 @@ PyObject *memory_new(ClientObject *owner, void *ptr, size_t size);
 
 /* task.c */
 
-/* A new Task object that owns @task, a transfer of @owner's client @c. */
-PyObject *task_new(ClientObject *owner, kvd_task *task, kvd_client *c);
+/*
+ * A new Task object that owns @task, a transfer of @owner's client @c; @n_entries is the number
+ * of entries of a batch's task, 0 for one transfer's.
+ */
+PyObject *task_new(ClientObject *owner, kvd_task *task, kvd_client *c, size_t n_entries);
 
 /* args.c: converting Python arguments into libkvdist's structures. */
 
@@ -191,16 +195,33 @@ void ranks_done(RankList *l);
 
 /*
  * Transfer options: None (the defaults) or a tuple (src_first, src_last, dst_first, dst_last,
- * tensor_num_per_layer, timeout_ms, notify), notify a bytes-like object or None.
+ * tensor_num_per_layer, timeout_ms, notify[, remote_info]), notify a bytes-like object or None,
+ * remote_info a str (kvd_local_info() of the remote cluster) or None.
  */
 typedef struct TransferOpts {
         kvd_transfer_opts opts;
         bool given;
         void *notify; /* PyMem_Malloc()ed copy of the notification */
+        StrPool strs; /* the copy of remote_info */
 } TransferOpts;
 
 int opts_from_object(PyObject *o, TransferOpts *t);
 void opts_done(TransferOpts *t);
+
+/*
+ * A batch (kvd_transfer_batch()): a sequence of entry tuples (kind, key, cache_id, src_blocks,
+ * dst_blocks, batch_index, size, src_first, src_last, dst_first, dst_last, tensor_num_per_layer,
+ * remote_info); block ids as blocks_from_object() reads them (numpy arrays without a copy).
+ */
+typedef struct BatchList {
+        kvd_batch_entry *entries;
+        BlockList *blocks; /* 2 per entry: src, dst */
+        size_t n;
+        StrPool strs;
+} BatchList;
+
+int batch_from_object(PyObject *o, BatchList *l);
+void batch_done(BatchList *l);
 
 /* An int in [0, 2**64) into *@ret; ValueError for one out of range. 0 or -1. */
 int u64_from_object(PyObject *o, uint64_t *ret, const char *what);

@@ -7,7 +7,9 @@ register_blocks_cache(), pull_blocks(), push_blocks(), transfer_cache_async(), .
 raises LLMException with its LLMStatusCode. What kvdist adds: kvdist.empty() and
 kvdist.empty_torch() (arrays and tensors over memory the daemon shares, which caches must live
 in), the *_async transfers, notifications (notify=, get_notifies(), notify_fd()) and
-daemon_status()."""
+daemon_status(); and API 2 for engines: CacheManager.transfer_batch() (BatchEntry, a status
+per entry, the failed blocks), LLMDataDist.local_info() and link_remote() (remote_info= on
+transfers links first)."""
 
 import json as _json
 
@@ -16,10 +18,10 @@ from ._config import LLMConfig, LlmConfig
 from ._datadist import CacheManager, CacheTask, LLMDataDist
 from ._memory import empty, empty_torch
 from ._status import LLMException, LLMStatusCode, Status
-from ._types import (BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType,
-                     KvCache, LayerSynchronizer, LLMClusterInfo, LLMRole, MemInfo, Memtype,
-                     Notification, Placement, RegisterMemStatus, TransferConfig,
-                     TransferWithCacheKeyConfig)
+from ._types import (BatchEntry, BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex,
+                     DataType, KvCache, LayerSynchronizer, LLMClusterInfo, LLMRole, MemInfo,
+                     Memtype, Notification, Placement, RegisterMemStatus, TransferConfig,
+                     TransferKind, TransferWithCacheKeyConfig)
 from . import configs, data_type, status  # llm_datadist's modules of the same names
 
 
@@ -43,5 +45,6 @@ v2_list = [
 ]
 
 __all__ = v2_list + [
-    "CacheManager", "Notification", "daemon_metrics", "daemon_status", "empty", "empty_torch",
+    "BatchEntry", "CacheManager", "Notification", "TransferKind", "daemon_metrics",
+    "daemon_status", "empty", "empty_torch",
 ]

@@ -10,9 +10,9 @@ import weakref
 from . import _kvdist
 from . import _config
 from ._status import LLMException, LLMStatusCode, _error, status_code
-from ._types import (BlocksCacheKey, Cache, CacheKey, CacheKeyByIdAndIndex, LLMRole, MemInfo,
-                     Memtype, Notification, Placement, RegisterMemStatus, TransferConfig,
-                     TransferWithCacheKeyConfig, _int, _key, _layer_range, _u64)
+from ._types import (BatchEntry, BlocksCacheKey, Cache, CacheKey, CacheKeyByIdAndIndex, LLMRole,
+                     MemInfo, Memtype, Notification, Placement, RegisterMemStatus, TransferConfig,
+                     TransferKind, TransferWithCacheKeyConfig, _int, _key, _layer_range, _u64)
 
 _KVD_OK = 0
 _UINT64_MAX = 2**64 - 1
@@ -36,14 +36,26 @@ def _cache_id(cache, name):
     return _u64(cache, name)
 
 
-def _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify=None):
+def _timeout(timeout_ms):
+    return 0 if timeout_ms is None else _int(timeout_ms, "timeout_ms", 1, 2**31 - 1)
+
+
+def _remote_info(remote_info):
+    if remote_info is not None and not isinstance(remote_info, str):
+        raise TypeError(f"remote_info must be a str (LLMDataDist.local_info() of the remote "
+                        f"cluster), not {type(remote_info).__name__}")
+    return remote_info
+
+
+def _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify=None,
+          remote_info=None):
     src = _layer_range(src_layer_range, "src_layer_range")
     dst = _layer_range(dst_layer_range, "dst_layer_range")
     tpl = _int(tensor_num_per_layer, "tensor_num_per_layer", 0, 2**32 - 1)
-    timeout = 0 if timeout_ms is None else _int(timeout_ms, "timeout_ms", 1, 2**31 - 1)
     if notify is not None and not isinstance(notify, (bytes, bytearray, memoryview)):
         raise TypeError(f"notify must be bytes, not {type(notify).__name__}")
-    return (src[0], src[1], dst[0], dst[1], tpl, timeout, notify)
+    return (src[0], src[1], dst[0], dst[1], tpl, _timeout(timeout_ms), notify,
+            _remote_info(remote_info))
 
 
 def _raise(status, detail):
@@ -106,6 +118,7 @@ class CacheTask:
         layered = isinstance(transfer_async_task, _LayeredPush)
         self._task = None if layered else transfer_async_task
         self._layered = transfer_async_task if layered else None
+        self._batch = False  # transfer_batch()'s task: a status per entry
 
     def _results(self, timeout_ms):
         """(finished, [(kvd status or None, detail) per destination])."""
@@ -114,6 +127,12 @@ class CacheTask:
                                              _int(timeout_ms, "timeout", 0, 2**31 - 1))
             if status == _KVD_E_IN_PROGRESS:
                 return False, [(None, detail)]
+            if self._batch:
+                # Every entry's own status; the task's detail goes with the first failure.
+                statuses = self._task.entry_statuses()
+                first = next((i for i, st in enumerate(statuses) if st != _KVD_OK), None)
+                return True, [(st, detail if i == first else "")
+                              for i, st in enumerate(statuses)]
             return True, [(status, detail)]
         finished = self._layered.finished.wait(None if timeout_ms is None else timeout_ms / 1000)
         return finished, list(zip(self._layered.statuses, self._layered.details))
@@ -146,6 +165,28 @@ class CacheTask:
             return self._task.fileno()
         return self._layered.fileno()
 
+    def _batch_task(self, what):
+        if not self._batch:
+            raise _invalid(f"{what}: the task is not a batch's "
+                           "(CacheManager.transfer_batch())")
+        return self._task
+
+    def entry_statuses(self):
+        """A batch's (transfer_batch()) LLMStatusCode per entry, in the entries' order, once it
+        is done (done() is true, or wait() returned or raised); LLMException with
+        LLM_IN_PROGRESS while it runs, LLM_PARAM_INVALID for a task that is not a batch's."""
+        return [status_code(st) for st in self._batch_task("entry_statuses").entry_statuses()]
+
+    def failed_blocks(self):
+        """The local block ids of every entry of a finished batch that failed (the destination
+        blocks of a failed pull, the source blocks of a failed push), in entry order, as a
+        numpy uint64 array (empty when every entry succeeded): vLLM's
+        get_block_ids_with_load_errors(). Raises as entry_statuses() does."""
+        import numpy  # as kvdist.empty() does: only where arrays are made
+
+        raw = self._batch_task("failed_blocks").failed_blocks()
+        return numpy.frombuffer(raw, dtype=numpy.uint64)
+
     def wait(self, timeout_ms=None):
         """Waits for the transfer; raises LLMException if it failed, or with LLM_TIMEOUT if it
         is still running after timeout_ms."""
@@ -168,7 +209,8 @@ class CacheTask:
         return LLMStatusCode.LLM_SUCCESS
 
     def get_results(self, timeout_in_millis=None):
-        """One LLMStatusCode per destination, None for one nothing was sent to yet."""
+        """One LLMStatusCode per destination, None for one nothing was sent to yet; for a
+        batch, once it is done, one per entry (entry_statuses())."""
         _, results = self._results(timeout_in_millis)
         return [None if status is None else status_code(status) for status, _ in results]
 
@@ -527,90 +569,135 @@ class CacheManager:
     # return a CacheTask.
 
     def _pull_cache(self, is_async, cache_key, cache, batch_index, size, src_layer_range,
-                    dst_layer_range, tensor_num_per_layer, timeout_ms):
+                    dst_layer_range, tensor_num_per_layer, timeout_ms, remote_info):
         c = self._c()
         if isinstance(cache_key, CacheKey):
             self.check_cache_key(cache_key)
         args = (_key(cache_key, "cache_key", (CacheKey, CacheKeyByIdAndIndex)),
                 _cache_id(cache, "cache"), _int(batch_index, "batch_index"), _int(size, "size"),
-                _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms))
+                _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms,
+                      remote_info=remote_info))
         return CacheTask(c.pull_cache_async(*args)) if is_async else c.pull_cache(*args)
 
     def pull_cache(self, cache_key, cache, batch_index=0, size=-1, *, src_layer_range=None,
-                   dst_layer_range=None, tensor_num_per_layer=2, timeout_ms=None):
+                   dst_layer_range=None, tensor_num_per_layer=2, timeout_ms=None,
+                   remote_info=None):
         """Pulls the remote item cache_key names into batch slot batch_index of cache."""
         self._pull_cache(False, cache_key, cache, batch_index, size, src_layer_range,
-                         dst_layer_range, tensor_num_per_layer, timeout_ms)
+                         dst_layer_range, tensor_num_per_layer, timeout_ms, remote_info)
 
     def pull_cache_async(self, cache_key, cache, batch_index=0, size=-1, *,
                          src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
-                         timeout_ms=None):
+                         timeout_ms=None, remote_info=None):
         return self._pull_cache(True, cache_key, cache, batch_index, size, src_layer_range,
-                                dst_layer_range, tensor_num_per_layer, timeout_ms)
+                                dst_layer_range, tensor_num_per_layer, timeout_ms, remote_info)
 
     def _push_cache(self, is_async, dst_cache_key, src_cache, src_batch_index, src_layer_range,
-                    dst_layer_range, size, tensor_num_per_layer, timeout_ms, notify):
+                    dst_layer_range, size, tensor_num_per_layer, timeout_ms, notify,
+                    remote_info):
         c = self._c()
         args = (_key(dst_cache_key, "dst_cache_key", (CacheKeyByIdAndIndex, CacheKey)),
                 _cache_id(src_cache, "src_cache"), _int(src_batch_index, "src_batch_index"),
                 _int(size, "size"),
-                _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify))
+                _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify,
+                      remote_info))
         return CacheTask(c.push_cache_async(*args)) if is_async else c.push_cache(*args)
 
     def push_cache(self, dst_cache_key, src_cache, src_batch_index=0, src_layer_range=None,
                    dst_layer_range=None, size=-1, tensor_num_per_layer=2, *, timeout_ms=None,
-                   notify=None):
+                   notify=None, remote_info=None):
         """Writes batch slot src_batch_index of src_cache into the item dst_cache_key names."""
         self._push_cache(False, dst_cache_key, src_cache, src_batch_index, src_layer_range,
-                         dst_layer_range, size, tensor_num_per_layer, timeout_ms, notify)
+                         dst_layer_range, size, tensor_num_per_layer, timeout_ms, notify,
+                         remote_info)
 
     def push_cache_async(self, dst_cache_key, src_cache, src_batch_index=0, src_layer_range=None,
                          dst_layer_range=None, size=-1, tensor_num_per_layer=2, *,
-                         timeout_ms=None, notify=None):
+                         timeout_ms=None, notify=None, remote_info=None):
         return self._push_cache(True, dst_cache_key, src_cache, src_batch_index, src_layer_range,
-                                dst_layer_range, size, tensor_num_per_layer, timeout_ms, notify)
+                                dst_layer_range, size, tensor_num_per_layer, timeout_ms, notify,
+                                remote_info)
 
     def _blocks(self, is_async, push, key, cache, src_blocks, dst_blocks, src_layer_range,
-                dst_layer_range, tensor_num_per_layer, timeout_ms, notify=None):
+                dst_layer_range, tensor_num_per_layer, timeout_ms, notify=None,
+                remote_info=None):
         c = self._c()
         if not push and isinstance(key, CacheKey):
             self.check_cache_key(key)
         args = (_key(key, "dst_cache_key" if push else "src_cache_key"),
                 _cache_id(cache, "src_cache" if push else "dst_cache"), src_blocks, dst_blocks,
-                _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify))
+                _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify,
+                      remote_info))
         if push:
             return CacheTask(c.push_blocks_async(*args)) if is_async else c.push_blocks(*args)
         return CacheTask(c.pull_blocks_async(*args)) if is_async else c.pull_blocks(*args)
 
     def pull_blocks(self, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(), *,
                     src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
-                    timeout_ms=None):
+                    timeout_ms=None, remote_info=None):
         """Pulls blocks src_blocks[i] of the remote blocks cache into dst_blocks[i] of
         dst_cache; from a contiguous source (CacheKey, CacheKeyByIdAndIndex) src_blocks is empty
-        and the item fills dst_blocks. Block ids: lists or integer numpy arrays."""
+        and the item fills dst_blocks. Block ids: lists or integer numpy arrays. remote_info
+        (kvdist's, on every transfer): the remote cluster's local_info(); when no link joins
+        the two yet, the transfer links first, within the same timeout."""
         self._blocks(False, False, src_cache_key, dst_cache, src_blocks, dst_blocks,
-                     src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms)
+                     src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms,
+                     remote_info=remote_info)
 
     def pull_blocks_async(self, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(), *,
                           src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
-                          timeout_ms=None):
+                          timeout_ms=None, remote_info=None):
         return self._blocks(True, False, src_cache_key, dst_cache, src_blocks, dst_blocks,
-                            src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms)
+                            src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms,
+                            remote_info=remote_info)
 
     def push_blocks(self, dst_cache_key, src_cache, src_blocks=(), dst_blocks=(),
                     src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2, *,
-                    timeout_ms=None, notify=None):
+                    timeout_ms=None, notify=None, remote_info=None):
         """Writes blocks src_blocks[i] of src_cache into dst_blocks[i] of the remote blocks
         cache dst_cache_key names."""
         self._blocks(False, True, dst_cache_key, src_cache, src_blocks, dst_blocks,
-                     src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify)
+                     src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify,
+                     remote_info)
 
     def push_blocks_async(self, dst_cache_key, src_cache, src_blocks=(), dst_blocks=(),
                           src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2, *,
-                          timeout_ms=None, notify=None):
+                          timeout_ms=None, notify=None, remote_info=None):
         return self._blocks(True, True, dst_cache_key, src_cache, src_blocks, dst_blocks,
                             src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms,
-                            notify)
+                            notify, remote_info)
+
+    def transfer_batch(self, entries, *, timeout_ms=None):
+        """Submits many transfers (BatchEntry: pulls and pushes, blocks and caches, of several
+        local caches and remote clusters mixed) as one request to the daemon, and returns one
+        CacheTask for all of them (kvdist's; kvd_transfer_batch()). timeout_ms is every
+        entry's deadline. Each entry is checked, limited and merged as one transfer of its own
+        (contiguous blocks move as one segment); an entry that fails fails alone.
+        The task's wait() raises the first failure, synchronize() returns it; once it is done,
+        entry_statuses() gives each entry's LLMStatusCode and failed_blocks() the local block
+        ids of the entries that failed (vLLM's get_block_ids_with_load_errors()). At most 1024
+        entries (LLM_PARAM_INVALID otherwise, as for an entry that libkvdist refuses before
+        sending: the message names the entry). Block ids that numpy arrays hold are read where
+        they lie, not copied."""
+        c = self._c()
+        if isinstance(entries, BatchEntry):
+            raise TypeError("entries must be a sequence of BatchEntry, not one BatchEntry")
+        kvd = []
+        for i, e in enumerate(entries):
+            if not isinstance(e, BatchEntry):
+                raise TypeError(f"entries[{i}] must be a BatchEntry, not {type(e).__name__}")
+            pull = e.kind in (TransferKind.PULL_BLOCKS, TransferKind.PULL_CACHE)
+            if pull and isinstance(e.cache_key, CacheKey):
+                self.check_cache_key(e.cache_key)
+            src = _layer_range(e.src_layer_range, f"entries[{i}].src_layer_range")
+            dst = _layer_range(e.dst_layer_range, f"entries[{i}].dst_layer_range")
+            kvd.append((int(e.kind), e.cache_key._kvd(),
+                        _cache_id(e.cache, f"entries[{i}].cache"), e.src_blocks, e.dst_blocks,
+                        e.batch_index, e.size, src[0], src[1], dst[0], dst[1],
+                        e.tensor_num_per_layer, _remote_info(e.remote_info)))
+        task = CacheTask(c.transfer_batch(kvd, _timeout(timeout_ms)))
+        task._batch = True
+        return task
 
     def transfer_cache_async(self, src_cache, layer_synchronizer, transfer_configs,
                              src_block_indices=None, dst_block_indices=None,
@@ -768,6 +855,25 @@ class LLMDataDist:
         """Returns when a working link to remote_cluster_id exists; raises LLMException
         (LLM_NOT_YET_LINK, LLM_PEER_LOST, ...) otherwise."""
         self._c().check_link_status(_u64(remote_cluster_id, "remote_cluster_id"))
+
+    def local_info(self):
+        """This cluster as another engine names it (kvdist's; kvd_local_info()): one printable
+        line with its cluster id, role, the address others link to and a hash of the protocol,
+        for an engine to ship inside its request metadata. The other side passes it to
+        link_remote(), or as remote_info= to a transfer or a BatchEntry. Its form is
+        libkvdist's: do not take it apart."""
+        return self._c().local_info()
+
+    def link_remote(self, remote_info, timeout_ms=3000):
+        """Links this cluster to the cluster remote_info (its local_info()) describes, as
+        link_clusters() does with its id, role and address (kvdist's; kvd_link_remote()).
+        Raises LLMException: LLM_PARAM_INVALID for a string that is no such line,
+        LLM_PROTOCOL_MISMATCH for one of a kvdist that speaks another protocol, LLM_LINK_FAILED
+        for a client cluster (it accepts no links), LLM_ALREADY_LINK when the link exists, else
+        as link_clusters()."""
+        if not isinstance(remote_info, str):
+            raise TypeError(f"remote_info must be a str, not {type(remote_info).__name__}")
+        self._c().link_remote(remote_info, _int(timeout_ms, "timeout_ms", -2**31, 2**31 - 1))
 
     def switch_role(self, role, switch_options=None):
         """Changes the role, and with "llm.listenIpInfo" the listen address."""

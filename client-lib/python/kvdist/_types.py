@@ -649,3 +649,93 @@ class TransferConfig:
 
 Notification = collections.namedtuple("Notification", "src_cluster_id data")
 Notification.__doc__ = "What a push into this cluster carried (notify=), once its bytes landed."
+
+
+class TransferKind(enum.IntEnum):
+    """What a BatchEntry does (kvdist's; libkvdist's kvd_transfer_kind)."""
+
+    PULL_CACHE = 1
+    PULL_BLOCKS = 2
+    PUSH_CACHE = 3
+    PUSH_BLOCKS = 4
+
+
+# The remote keys each kind takes, as the methods of the same names take them.
+_ENTRY_KEYS = {
+    TransferKind.PULL_CACHE: (CacheKey, CacheKeyByIdAndIndex),
+    TransferKind.PULL_BLOCKS: _KEY_TYPES,
+    TransferKind.PUSH_CACHE: (CacheKeyByIdAndIndex, CacheKey),
+    TransferKind.PUSH_BLOCKS: _KEY_TYPES,
+}
+
+
+class BatchEntry:
+    """One transfer of CacheManager.transfer_batch() (kvdist's). Build it with the class
+    methods named after the CacheManager methods it stands for, which take the same arguments:
+    BatchEntry.pull_blocks(src_cache_key, dst_cache, src_blocks, dst_blocks, ...),
+    pull_cache(cache_key, cache, batch_index, size, ...), push_blocks(dst_cache_key, src_cache,
+    src_blocks, dst_blocks, ...), push_cache(dst_cache_key, src_cache, src_batch_index, size,
+    ...); each also takes src_layer_range and dst_layer_range (Python ranges, None for every
+    layer), tensor_num_per_layer (2) and remote_info (the remote cluster's
+    LLMDataDist.local_info(): the batch links to it first when no link joins the two). Block
+    ids are lists of ints or integer numpy arrays, kept as they are (not copied) until the
+    batch is submitted. cache_key is the remote cache, cache the local one (a Cache or its
+    id)."""
+
+    __slots__ = ("kind", "cache_key", "cache", "src_blocks", "dst_blocks", "batch_index", "size",
+                 "src_layer_range", "dst_layer_range", "tensor_num_per_layer", "remote_info")
+
+    def __init__(self, kind, cache_key, cache, src_blocks=(), dst_blocks=(), batch_index=0,
+                 size=-1, src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
+                 remote_info=None):
+        if not isinstance(kind, TransferKind):
+            raise TypeError(f"kind must be a TransferKind, not {type(kind).__name__}")
+        _key(cache_key, "cache_key", _ENTRY_KEYS[kind])
+        _layer_range(src_layer_range, "src_layer_range")
+        _layer_range(dst_layer_range, "dst_layer_range")
+        if remote_info is not None and not isinstance(remote_info, str):
+            raise TypeError(f"remote_info must be a str, not {type(remote_info).__name__}")
+        self.kind = kind
+        self.cache_key = cache_key
+        self.cache = cache
+        self.src_blocks = () if src_blocks is None else src_blocks
+        self.dst_blocks = () if dst_blocks is None else dst_blocks
+        self.batch_index = _int(batch_index, "batch_index", 0, 2**32 - 1)
+        self.size = _int(size, "size", -2**63, 2**63 - 1)
+        self.src_layer_range = src_layer_range
+        self.dst_layer_range = dst_layer_range
+        self.tensor_num_per_layer = _int(tensor_num_per_layer, "tensor_num_per_layer", 0,
+                                         2**32 - 1)
+        self.remote_info = remote_info
+
+    @classmethod
+    def pull_blocks(cls, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(), *,
+                    src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
+                    remote_info=None):
+        return cls(TransferKind.PULL_BLOCKS, src_cache_key, dst_cache, src_blocks, dst_blocks,
+                   0, -1, src_layer_range, dst_layer_range, tensor_num_per_layer, remote_info)
+
+    @classmethod
+    def pull_cache(cls, cache_key, cache, batch_index=0, size=-1, *, src_layer_range=None,
+                   dst_layer_range=None, tensor_num_per_layer=2, remote_info=None):
+        return cls(TransferKind.PULL_CACHE, cache_key, cache, (), (), batch_index, size,
+                   src_layer_range, dst_layer_range, tensor_num_per_layer, remote_info)
+
+    @classmethod
+    def push_blocks(cls, dst_cache_key, src_cache, src_blocks=(), dst_blocks=(), *,
+                    src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
+                    remote_info=None):
+        return cls(TransferKind.PUSH_BLOCKS, dst_cache_key, src_cache, src_blocks, dst_blocks,
+                   0, -1, src_layer_range, dst_layer_range, tensor_num_per_layer, remote_info)
+
+    @classmethod
+    def push_cache(cls, dst_cache_key, src_cache, src_batch_index=0, size=-1, *,
+                   src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
+                   remote_info=None):
+        return cls(TransferKind.PUSH_CACHE, dst_cache_key, src_cache, (), (), src_batch_index,
+                   size, src_layer_range, dst_layer_range, tensor_num_per_layer, remote_info)
+
+    def __repr__(self):
+        return (f"BatchEntry({self.kind.name}, {self.cache_key!r}, cache={self.cache!r}, "
+                f"{len(self.src_blocks)} src blocks, {len(self.dst_blocks)} dst blocks, "
+                f"batch_index={self.batch_index}, remote_info={self.remote_info!r})")
