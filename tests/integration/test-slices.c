@@ -72,8 +72,8 @@ START_TEST(test_slices_local)
                         for (size_t i = 0; i < 2; i++) {
                                 uint64_t d = tcache_tensor_off(&whole, (uint32_t)t) +
                                              gd[i] * whole.stride;
-                                uint64_t s = tcache_tensor_off(&src, (uint32_t)t) +
-                                             sb[i] * src.stride;
+                                uint64_t s =
+                                        tcache_tensor_off(&src, (uint32_t)t) + sb[i] * src.stride;
 
                                 ck_assert_int_eq(harness_check_pattern_at(whole.mem + d, 2 * HALF,
                                                                           src.seed, s),
