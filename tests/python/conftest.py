@@ -187,12 +187,14 @@ class Guarded:
     image to edit into what a transfer must leave; check(expected) compares every byte."""
 
     def __init__(self, dd, num_tensors, units, unit_bytes, seed, blocks=True, key=None,
-                 cache_keys=(), remote_accessible=None):
+                 cache_keys=(), remote_accessible=None, mem=None):
         self.dd = dd
         self.units = units
         self.unit_bytes = unit_bytes
-        self.mem = kvdist.empty((num_tensors, GUARD + units * unit_bytes + GUARD), np.uint8,
-                                datadist=dd)
+        shape = (num_tensors, GUARD + units * unit_bytes + GUARD)
+        # mem: an array of that shape in memory the test registered itself (register_memory())
+        self.mem = kvdist.empty(shape, np.uint8, datadist=dd) if mem is None else mem
+        assert self.mem.shape == shape
         self.mem.reshape(-1)[:] = pattern(seed, self.mem.size)
         self.image = self.mem.copy()
         addrs = [addr(self.mem[t, GUARD:]) for t in range(num_tensors)]

@@ -459,3 +459,57 @@ def test_asyncio_example(daemon, batch):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "every byte as expected" in r.stdout
     assert ("in one batch" in r.stdout) == batch
+
+
+def engine_memory(shape, seal=True):
+    """An engine's own memory: a memfd it maps and seals, and a uint8 array of shape over it."""
+    import fcntl
+    import mmap
+    import os
+
+    nbytes = int(np.prod(shape))
+    size = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+    fd = os.memfd_create("engine-kv", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    if seal:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    mm = mmap.mmap(fd, size)
+    return fd, mm, np.frombuffer(mm, np.uint8, count=nbytes).reshape(shape)
+
+
+def test_engine_memory(pair):
+    """Caches in memory the engine allocated (a numpy array and a torch tensor over its own
+    memfds) move byte-exact once registered in one call; what is refused."""
+    import kvdist
+
+    p, d = pair
+    shape = (4, GUARD + 16 * 128 + GUARD)
+    pfd, _, parr = engine_memory(shape)
+    dfd, _, darr = engine_memory(shape)
+    torch = pytest.importorskip("torch", reason="torch (python3-torch) is not installed")
+    pid = kvdist.register_memory(parr, pfd, datadist=p)
+    did = kvdist.register_memory(torch.from_numpy(darr), dfd, datadist=d)
+    assert pid != did or p is not d
+    src = Guarded(p, 4, 16, 128, seed=41, key=blocks_key(p), mem=parr)
+    dst = Guarded(d, 4, 16, 128, seed=42, mem=darr)
+    link(d, p)
+    sb, db = [3, 9, 4, 15], [0, 1, 2, 8]
+    d.cache_manager.pull_blocks(blocks_key(p), dst.cache, sb, db)
+    dst.check(copy_blocks(dst.expected(), dst, src, sb, db))
+    src.check_untouched()
+
+    # A cache lies in it: busy; an unsealed memfd; not an array.
+    with pytest.raises(LLMException) as e:
+        kvdist.unregister_memory(did, datadist=d)
+    assert e.value.status_code == LLMStatusCode.LLM_BUSY
+    ufd, _, uarr = engine_memory((2, 4096), seal=False)
+    with pytest.raises(LLMException) as e:
+        kvdist.register_memory(uarr, ufd, datadist=d)
+    assert e.value.status_code == LLMStatusCode.LLM_PARAM_INVALID
+    assert "sealed against shrinking" in str(e.value)
+    with pytest.raises(TypeError):
+        kvdist.register_memory(b"bytes", ufd, datadist=d)
+    d.cache_manager.unregister_cache(dst.cache.cache_id)
+    kvdist.unregister_memory(did, datadist=d)
+    # The engine's array is still its own after kvdist let go.
+    dst.check(copy_blocks(dst.expected(), dst, src, sb, db))

@@ -186,6 +186,51 @@ static PyObject *client_mem_alloc(ClientObject *self, PyObject *arg)
         return mem;
 }
 
+/* mem_register(fd, offset, length, address): kvd_mem_register() of the caller's memfd. */
+static PyObject *client_mem_register(ClientObject *self, PyObject *args)
+{
+        PyObject *fd_o, *off_o, *len_o, *addr_o;
+        int64_t fd, offset, length, addr;
+        uint64_t id = 0;
+        Call k;
+        int r = KVD_OK;
+
+        if (!PyArg_ParseTuple(args, "OOOO", &fd_o, &off_o, &len_o, &addr_o) ||
+            i64_from_object(fd_o, -1, INT32_MAX, &fd, "fd") < 0 ||
+            i64_from_object(off_o, 0, INT64_MAX, &offset, "offset") < 0 ||
+            i64_from_object(len_o, 0, INT64_MAX, &length, "length") < 0 ||
+            i64_from_object(addr_o, 0, INT64_MAX, &addr, "address") < 0)
+                return NULL;
+        if (call_begin(&k, self))
+                r = kvd_mem_register(k.c,
+                                     &(kvd_mem_desc){.size = sizeof(kvd_mem_desc),
+                                                     .fd = (int)fd,
+                                                     .offset = (uint64_t)offset,
+                                                     .length = (uint64_t)length,
+                                                     .addr = (void *)(uintptr_t)addr},
+                                     &id);
+        r = call_end(&k, r);
+        if (r != KVD_OK)
+                return kvdpy_raise(r, k.detail);
+        return PyLong_FromUnsignedLongLong(id);
+}
+
+static PyObject *client_mem_unregister(ClientObject *self, PyObject *arg)
+{
+        uint64_t id;
+        Call k;
+        int r = KVD_OK;
+
+        if (u64_from_object(arg, &id, "mem_id") < 0)
+                return NULL;
+        if (call_begin(&k, self))
+                r = kvd_mem_unregister(k.c, id);
+        r = call_end(&k, r);
+        if (r != KVD_OK)
+                return kvdpy_raise(r, k.detail);
+        Py_RETURN_NONE;
+}
+
 static PyObject *register_cache(ClientObject *self, PyObject *args, bool blocks)
 {
         _cleanup_(addrs_done) AddrList addrs = {};
@@ -777,6 +822,11 @@ static PyMethodDef client_methods[] = {
          "finalize()\n--\n\nDetaches the cluster; Memory objects stay usable until they go."},
         {"mem_alloc", (PyCFunction)client_mem_alloc, METH_O,
          "mem_alloc(size)\n--\n\nkvd_mem_alloc(): a Memory object over zeroed shared memory."},
+        {"mem_register", (PyCFunction)client_mem_register, METH_VARARGS,
+         "mem_register(fd, offset, length, address)\n--\n\n"
+         "kvd_mem_register() of the caller's sealed memfd, mapped at address: its id."},
+        {"mem_unregister", (PyCFunction)client_mem_unregister, METH_O,
+         "mem_unregister(mem_id)\n--\n\nkvd_mem_unregister()."},
         {"register_cache", (PyCFunction)client_register_cache, METH_VARARGS,
          "register_cache(desc, addrs, keys, access)\n--\n\nkvd_register_cache(); the cache id."},
         {"register_blocks_cache", (PyCFunction)client_register_blocks_cache, METH_VARARGS,

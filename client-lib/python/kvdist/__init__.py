@@ -16,7 +16,7 @@ import json as _json
 from . import _kvdist
 from ._config import LLMConfig, LlmConfig
 from ._datadist import CacheManager, CacheTask, LLMDataDist
-from ._memory import empty, empty_torch
+from ._memory import empty, empty_torch, register_memory, unregister_memory
 from ._status import LLMException, LLMStatusCode, Status
 from ._types import (BatchEntry, BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex,
                      DataType, KvCache, LayerSynchronizer, LLMClusterInfo, LLMRole, MemInfo,
@@ -46,5 +46,5 @@ v2_list = [
 
 __all__ = v2_list + [
     "BatchEntry", "CacheManager", "Notification", "TransferKind", "daemon_metrics",
-    "daemon_status", "empty", "empty_torch",
+    "daemon_status", "empty", "empty_torch", "register_memory", "unregister_memory",
 ]

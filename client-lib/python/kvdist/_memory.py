@@ -83,3 +83,35 @@ def _torch_dtypes():
         DataType.DT_INT32: torch.int32, DataType.DT_INT64: torch.int64,
         DataType.DT_BOOL: torch.bool, DataType.DT_DOUBLE: torch.float64,
     }
+
+
+def register_memory(array, fd, offset=0, *, datadist=None):
+    """Registers memory the engine allocated itself: @array (a numpy array or torch tensor,
+    C-contiguous) must lie over bytes [offset, offset + array's bytes) of the memfd @fd, which
+    the engine mapped and sealed against shrinking (os.memfd_create(..., os.MFD_ALLOW_SEALING),
+    then fcntl F_SEAL_SHRINK). Caches registered over the array then move like kvdist memory,
+    without a copy. Returns the registration's id for unregister_memory(); the engine keeps
+    its mapping, which kvdist never unmaps. LLMException with LLM_PARAM_INVALID for a fd that
+    is not a sealed memfd, a range past its end or an unaligned offset."""
+    address, nbytes = _address_and_size(array)
+    return _owner(datadist)._c().mem_register(int(fd), int(offset), nbytes, address)
+
+
+def unregister_memory(mem_id, *, datadist=None):
+    """Forgets memory from register_memory() (LLM_BUSY while a registered cache lies in it)."""
+    _owner(datadist)._c().mem_unregister(int(mem_id))
+
+
+def _address_and_size(array):
+    if hasattr(array, "data_ptr") and hasattr(array, "element_size"):  # torch.Tensor
+        if not array.is_contiguous():
+            raise ValueError("the tensor is not contiguous")
+        return array.data_ptr(), array.numel() * array.element_size()
+    import numpy
+
+    if not isinstance(array, numpy.ndarray):
+        raise TypeError(f"register_memory() takes a numpy array or a torch tensor, not "
+                        f"{type(array).__name__}")
+    if not array.flags["C_CONTIGUOUS"]:
+        raise ValueError("the array is not C-contiguous")
+    return array.ctypes.data, array.nbytes
