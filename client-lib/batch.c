@@ -17,6 +17,10 @@ TaskBatch *task_batch_free(TaskBatch *b)
         free(b->kind);
         free(b->local_blocks);
         free(b->local_off);
+        if (b->pre_detail)
+                for (size_t i = 0; i < b->n; i++)
+                        free(b->pre_detail[i]);
+        free(b->pre_detail);
         free(b);
         return NULL;
 }
@@ -59,6 +63,19 @@ static int task_batch_new(const kvd_batch_entry *entries, size_t n, TaskBatch **
         return KVD_OK;
 }
 
+/* Entry @i failed before the batch was sent (its link could not be made): it keeps @status. */
+static int task_batch_fail_entry(TaskBatch *b, size_t i, int status, const char *detail)
+{
+        if (!b->pre_detail) {
+                b->pre_detail = calloc(b->n, sizeof(*b->pre_detail));
+                if (!b->pre_detail)
+                        return KVD_E_OUT_OF_MEMORY;
+        }
+        b->status[i] = status;
+        b->pre_detail[i] = strdup(detail);
+        return b->pre_detail[i] ? KVD_OK : KVD_E_OUT_OF_MEMORY;
+}
+
 int task_batch_take_reply(kvd_task *t, int r, Error *err)
 {
         const Kvdist__V1__TransferBatchReply *reply =
@@ -79,13 +96,17 @@ int task_batch_take_reply(kvd_task *t, int r, Error *err)
         for (size_t i = 0; i < b->n; i++) {
                 const Kvdist__V1__TransferBatchResult *res = reply->results[i];
                 int code = res && res->status ? res->status->code : KVD_E_FAILED;
+                const char *detail = res && res->status && res->status->detail ? res->status->detail
+                                                                               : kvd_strerror(code);
 
+                /* An entry whose link failed before the batch went keeps that failure. */
+                if (b->pre_detail && b->pre_detail[i]) {
+                        code = b->status[i];
+                        detail = b->pre_detail[i];
+                }
                 b->status[i] = code > 0 || code < _KVD_E_MIN ? KVD_E_FAILED : code;
                 if (b->status[i] < 0 && first == KVD_OK)
-                        first = error_set(err, b->status[i], "entries[%zu]: %s", i,
-                                          res && res->status && res->status->detail
-                                                  ? res->status->detail
-                                                  : kvd_strerror(b->status[i]));
+                        first = error_set(err, b->status[i], "entries[%zu]: %s", i, detail);
         }
         return first;
 }
@@ -126,17 +147,32 @@ _public_ int kvd_transfer_batch(kvd_client *client, const kvd_batch_entry *entri
         if (r < 0)
                 return client_return(client, &err, r);
 
-        /* Entries that link first take from the batch's time; its entries get the rest. */
+        r = task_batch_new(entries, n, &b, &err);
+        if (r < 0)
+                return client_return(client, &err, r);
+        /*
+         * Entries that link first take from the batch's time; its entries get the rest. A line
+         * that is not right (malformed, another protocol, another cluster) refuses the batch; a
+         * link that cannot be made fails its entry alone (the daemon then finds no link for it,
+         * and the entry reads the link's status), so one unreachable peer fails only its own.
+         */
         timeout = transfer_timeout(client, o.timeout_ms > 0 ? (uint32_t)o.timeout_ms : 0);
         for (size_t i = 0; i < n && r == KVD_OK; i++) {
+                Error link_err = ERROR_INIT;
                 char what[48];
 
                 if (!entries[i].remote_info)
                         continue;
                 (void)snprintf(what, sizeof(what), "entries[%zu].", i);
                 r = transfer_link_first(client, entries[i].remote_info, entries[i].key.cluster_id,
-                                        &timeout, what, &err);
+                                        &timeout, what, &link_err);
                 o.timeout_ms = (int32_t)MIN(timeout, (uint32_t)INT32_MAX);
+                if (r == KVD_E_PARAM_INVALID || r == KVD_E_PROTOCOL_MISMATCH) {
+                        err = link_err;
+                        break;
+                }
+                if (r < 0)
+                        r = task_batch_fail_entry(b, i, r, link_err.msg);
         }
         if (r < 0)
                 return client_return(client, &err, r);
@@ -158,8 +194,6 @@ _public_ int kvd_transfer_batch(kvd_client *client, const kvd_batch_entry *entri
                 r = transfer_entry_to_pb(&e, o.timeout_ms, what, &pbs[i], &err);
                 ptrs[i] = &pbs[i].xfer;
         }
-        if (r == KVD_OK)
-                r = task_batch_new(entries, n, &b, &err);
         if (r < 0)
                 return client_return(client, &err, r);
 

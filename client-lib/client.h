@@ -99,6 +99,7 @@ typedef struct TaskBatch {
         kvd_transfer_kind *kind; /* per entry */
         uint64_t *local_blocks;  /* each entry's local block ids, one after the other */
         size_t *local_off;       /* n + 1 offsets into local_blocks */
+        char **pre_detail;       /* n entries or NULL: why an entry failed before it was sent */
 } TaskBatch;
 
 struct kvd_task {

@@ -186,6 +186,53 @@ START_TEST(test_lazy_links_remote)
                 kvd_task_free(t);
         }
         expect_ok(b, kvd_check_link_status(b, C_ID));
+
+        /* A peer that cannot be reached fails its own entry; the other lands. */
+        {
+                static const uint64_t sb3[] = {9}, db3[] = {8}, lost_db[] = {3, 7};
+                char lost[KVD_LOCAL_INFO_MAX];
+                kvd_cache_key klost = kvd_key_blocks(4004, 0);
+                kvd_batch_entry e[] = {
+                        {.kind = KVD_PULL_BLOCKS,
+                         .key = k1,
+                         .cache_id = d1.id,
+                         .src_blocks = sb3,
+                         .n_src = 1,
+                         .dst_blocks = db3,
+                         .n_dst = 1,
+                         .remote_info = ia},
+                        {.kind = KVD_PULL_BLOCKS,
+                         .key = klost,
+                         .cache_id = d2.id,
+                         .src_blocks = sb2,
+                         .n_src = 2,
+                         .dst_blocks = lost_db,
+                         .n_dst = 2,
+                         .remote_info = lost},
+                };
+                uint64_t failed[4];
+                size_t n_failed = 0;
+                int st = 0;
+
+                /* Port 1 of loopback: nothing listens there. */
+                (void)snprintf(lost, sizeof(lost),
+                               "%.23s;cluster=4004;role=prompt;"
+                               "addr=127.0.0.1:1",
+                               ia);
+                expect_ok(b, kvd_transfer_batch(b, e, 2, &(kvd_transfer_opts){.timeout_ms = 30000},
+                                                &t));
+                expect_status(b, kvd_task_wait(t, -1), KVD_E_LINK_FAILED, "entries[1]");
+                expect_ok(b, kvd_task_entry_status(t, 0, &st));
+                ck_assert_int_eq(st, KVD_OK);
+                expect_ok(b, kvd_task_entry_status(t, 1, &st));
+                ck_assert_int_eq(st, KVD_E_LINK_FAILED);
+                expect_ok(b, kvd_task_failed_blocks(t, failed, 4, &n_failed));
+                ck_assert_uint_eq(n_failed, 2);
+                ck_assert_uint_eq(failed[0], 3);
+                ck_assert_uint_eq(failed[1], 7);
+                kvd_task_free(t);
+                tcopies_blocks(&c1, &s1, &d1, ALL, ALL, 2, sb3, db3, 1);
+        }
         tcopies_blocks(&c1, &s1, &d1, ALL, ALL, 2, sb2, db2, 2);
         tcopies_blocks(&c2, &s2, &d2, ALL, ALL, 2, sb2, db2, 2);
         tcache_verify(&d1, &c1);

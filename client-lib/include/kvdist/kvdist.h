@@ -641,7 +641,10 @@ typedef struct kvd_batch_entry {
  * kvd_task_wait() on the task returns KVD_OK when every entry succeeded, else the status of
  * the first entry that failed (the detail names it); an entry that failed lands nothing after
  * the task ended, as a single transfer does. kvd_task_entry_status() and
- * kvd_task_failed_blocks() then tell each entry apart.
+ * kvd_task_failed_blocks() then tell each entry apart. An entry's remote_info that does not
+ * parse, is of another protocol or names another cluster refuses the batch (PARAM_INVALID,
+ * PROTOCOL_MISMATCH); one whose link cannot be made fails that entry alone, with the link's
+ * status. Links made first take from the batch's timeout; the entries get the rest.
  */
 int kvd_transfer_batch(kvd_client *client, const kvd_batch_entry *entries, size_t n,
                        const kvd_transfer_opts *opts, kvd_task **ret_task);
