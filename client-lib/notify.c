@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* libkvdist push notifications: the eventfd to poll and taking what waits. */
+/* libkvdist push and pull notifications: the eventfd to poll and taking what waits. */
 #include <string.h>
 
 #include "client-lib/client.h"
@@ -64,9 +64,16 @@ static int get_notifies(kvd_client *c, kvd_notify *out, size_t max, size_t *ret_
                 if (n->data.len > KVD_NOTIFY_MAX)
                         return error_set(err, KVD_E_PROTOCOL_MISMATCH,
                                          "a notification of %zu bytes", n->data.len);
+                if (n->kind != KVDIST__V1__NOTIFY_KIND__NOTIFY_KIND_PUSH &&
+                    n->kind != KVDIST__V1__NOTIFY_KIND__NOTIFY_KIND_PULL)
+                        return error_set(err, KVD_E_PROTOCOL_MISMATCH,
+                                         "a notification of unknown kind %d", (int)n->kind);
                 out[i].src_cluster_id = n->src_cluster_id;
                 out[i].len = n->data.len;
                 memcpy(out[i].data, n->data.data, n->data.len);
+                out[i].kind = n->kind == KVDIST__V1__NOTIFY_KIND__NOTIFY_KIND_PULL
+                                      ? KVD_NOTIFY_PULL
+                                      : KVD_NOTIFY_PUSH;
         }
         *ret_n = m->n_notifies;
         return KVD_OK;

@@ -207,9 +207,6 @@ static int transfer_submit(kvd_client *c, const TransferArgs *a, kvd_task **ret_
         if (r < 0)
                 return r;
         if (o.notify_len > 0) {
-                if (pull)
-                        return error_set(err, KVD_E_PARAM_INVALID,
-                                         "opts.notify: only a push carries a notification");
                 if (!o.notify)
                         return error_set(err, KVD_E_PARAM_INVALID,
                                          "opts.notify is NULL but notify_len is %zu", o.notify_len);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* GetNotifies: a cluster's queued push notifications into the client's reply. */
+/* GetNotifies: a cluster's queued push and pull notifications into the client's reply. */
 #include <stdlib.h>
 
 #include "daemon/control/handle-notify.h"
@@ -29,6 +29,8 @@ int handle_notify_get(Cluster *c, uint32_t max, Completion *done, Error *err)
         CLIST_FOREACH (e, &taken, link) {
                 kvdist__v1__notify__init(&items[i]);
                 items[i].src_cluster_id = e->src_cluster_id;
+                items[i].kind = e->pull ? KVDIST__V1__NOTIFY_KIND__NOTIFY_KIND_PULL
+                                        : KVDIST__V1__NOTIFY_KIND__NOTIFY_KIND_PUSH;
                 items[i].data.data = e->data;
                 items[i].data.len = e->len;
                 ptrs[i] = &items[i];

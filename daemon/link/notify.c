@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Notify: push notifications queued for a cluster, an eventfd to poll, and their requests. */
+/* Notify: push and pull notifications queued for a cluster, an eventfd to poll, and their requests.
+ */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -47,7 +48,8 @@ static void notify_signal(Cluster *c)
         }
 }
 
-int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t len, User *payer)
+int notify_deliver(Cluster *c, uint64_t src_cluster_id, bool pull, const void *data, size_t len,
+                   User *payer)
 {
         NotifyEvent *n;
 
@@ -57,8 +59,9 @@ int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t
         if (!n)
                 return -ENOMEM;
         n->src_cluster_id = src_cluster_id;
-        /* Checked when the push began: a few pushes that were in flight together may pass the
-         * limit by as many, never more. */
+        n->pull = pull;
+        /* Checked when the transfer began: a few transfers that were in flight together may pass
+         * the limit by as many, never more. */
         n->user = user_ref(payer ?: c->user);
         user_charge_force(n->user, USER_SLOT_NOTIFIES, 1);
         n->len = len;

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Notify: the short messages a push carries to its destination cluster, delivered only after
- * every byte of the push landed. Each cluster keeps a bounded queue of them
+ * every byte of the push landed, and a pull to its source cluster, delivered only after every
+ * byte of the pull was read (landed at the puller). Each cluster keeps a bounded queue of them
  * (limits.max_notifies_per_client) and, once asked for one, an eventfd that is readable while
  * the queue is not empty, so a worker can poll for them.
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,10 +21,11 @@
 
 typedef struct Cluster Cluster;
 
-/* One push notification queued for a cluster; control/ encodes those a client takes. */
+/* One notification queued for a cluster; control/ encodes those a client takes. */
 typedef struct NotifyEvent {
-        CList link; /* on Cluster.notifies, oldest first; then on the taker's list */
-        uint64_t src_cluster_id;
+        CList link;              /* on Cluster.notifies, oldest first; then on the taker's list */
+        uint64_t src_cluster_id; /* the cluster that pushed or (pull) pulled */
+        bool pull;               /* a pull's notification, to the cluster read from */
         User *user; /* charged one of limits.per_user.max_notifies until the event is freed */
         size_t len;
         uint8_t data[NOTIFY_DATA_MAX];
@@ -30,16 +33,19 @@ typedef struct NotifyEvent {
 
 /*
  * LIMIT_EXCEEDED when @c's queue is full, or when the uid the notification is charged to (@payer:
- * the pushing cluster's uid; NULL: @c's own, for a peer's push) holds as many queued
- * notifications as limits.per_user.max_notifies lets it. Checked before a push moves a byte.
+ * the pushing or pulling cluster's uid; NULL: @c's own, for a peer's transfer) holds as many
+ * queued notifications as limits.per_user.max_notifies lets it. Checked before a transfer that
+ * carries a notification moves a byte.
  */
 int notify_check_room(const Cluster *c, User *payer, Error *err);
 
 /*
- * Queues a notification from @src_cluster_id for @c, charged to @payer (NULL: @c's uid; see
- * notify_check_room(), whose check it relies on), and wakes @c's eventfd. -ENOMEM.
+ * Queues a notification from @src_cluster_id (the cluster that pushed to @c or, @pull, pulled
+ * from it) for @c, charged to @payer (NULL: @c's uid; see notify_check_room(), whose check it
+ * relies on), and wakes @c's eventfd. -ENOMEM.
  */
-int notify_deliver(Cluster *c, uint64_t src_cluster_id, const void *data, size_t len, User *payer);
+int notify_deliver(Cluster *c, uint64_t src_cluster_id, bool pull, const void *data, size_t len,
+                   User *payer);
 
 /* Drops @c's queue and its eventfd (the cluster is going away). */
 void notify_clear(Cluster *c);

@@ -89,7 +89,10 @@ static Served *served_free(Served *s)
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(Served, served_free);
 
-/* The data plane let go of our memory: account, notify, tell the peer (push), free. */
+/*
+ * The data plane let go of our memory (and, for a pull over TCP that awaits it, the initiator's
+ * word came): account, notify, tell the peer (push), free.
+ */
 static void served_finish(Served *s, int status)
 {
         TransferRoot *root = s->root;
@@ -109,11 +112,11 @@ static void served_finish(Served *s, int status)
                         s->link->bytes += s->plan->total_bytes;
                 }
                 if (s->has_notify && served_local(s) &&
-                    notify_deliver(served_local(s), s->remote_cluster_id, s->notify, s->notify_len,
-                                   NULL) < 0)
-                        log_error("served %" PRIu64 ": cannot queue the push notification for "
+                    notify_deliver(served_local(s), s->remote_cluster_id, s->pull, s->notify,
+                                   s->notify_len, NULL) < 0)
+                        log_error("served %" PRIu64 ": cannot queue the %s notification for "
                                   "cluster %" PRIu64 ", ignoring",
-                                  s->id, s->cluster_id);
+                                  s->id, s->pull ? "pull" : "push", s->cluster_id);
         } else
                 log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %s", s->id,
                           s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
@@ -234,7 +237,9 @@ static int served_resolve(Served *s, const ServedOver *over, const TransferPeerR
         s->key = key;
         s->end_key = transfer_pull_ends_key(s->pull ? TRANSFER_PULL_CACHE : TRANSFER_PUSH_CACHE,
                                             &key, cache);
-        s->await_word = s->end_key && !s->one_sided;
+        /* Over TCP, sent is not read: a key that ends and a pull's notification wait for the
+         * initiator's word that every byte landed (PeerRdmaDone). */
+        s->await_word = (s->end_key || (s->pull && s->has_notify)) && !s->one_sided;
         return 0;
 }
 
@@ -265,9 +270,6 @@ static int served_prepare(Served *s, const ServedOver *over, const TransferPeerR
                                  "link %" PRIu64 " has %u transfers in flight", over->id,
                                  over->n_inflight);
         if (m->notify_len > 0) {
-                if (s->pull)
-                        return error_set(err, STATUS_PARAM_INVALID,
-                                         "only a push carries a notification");
                 if (m->notify_len > NOTIFY_MAX_BYTES)
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "a notification of %zu bytes, at most %d", m->notify_len,

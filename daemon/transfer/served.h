@@ -17,7 +17,8 @@
  *
  * A pull by CacheKey of a pool cache ends that key once every byte landed, which only the
  * initiator knows: over TCP too it sends PeerRdmaDone when its receive job finished, and we end
- * the key when that word says OK.
+ * the key when that word says OK. A pull's notification waits for the same word (over RDMA,
+ * the word that its READs completed): it tells our cluster that every byte was read.
  */
 #pragma once
 
@@ -71,8 +72,9 @@ struct Served {
         int status;             /* first failure */
         CacheKey key;           /* the peer's key for our cache */
         bool end_key;           /* a pull by CacheKey of a pool cache: the key ends with it */
-        bool await_word;        /* end_key over TCP: once our bytes are sent, wait for the
-                                 * initiator's word (PeerRdmaDone) that they all landed */
+        bool await_word;        /* end_key or a pull's notification over TCP: once our bytes
+                                 * are sent, wait for the initiator's word (PeerRdmaDone) that
+                                 * they all landed */
         bool word;              /* that word came */
         int word_status;
         uint8_t notify[NOTIFY_MAX_BYTES];

@@ -311,11 +311,15 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
         return 0;
 }
 
-/* Whether the peer hears from us (PeerRdmaDone) how the transfer ended, once its data moved. */
+/*
+ * Whether the peer hears from us (PeerRdmaDone) how the transfer ended, once its data moved: a
+ * pull over TCP only when the peer waits for that word (a key that may end, a notification it
+ * delivers once every byte landed here).
+ */
 static bool transfer_remote_tells_done(const Transfer *x)
 {
         return x->one_sided || !remote_plan_kind_is_pull(x->kind) ||
-               x->req.key.kind == CACHE_KEY_REQ;
+               x->req.key.kind == CACHE_KEY_REQ || x->req.notify_len > 0;
 }
 
 void transfer_remote_on_answer(Transfer *x, Peer *p, int status, const Error *err,
@@ -348,8 +352,8 @@ void transfer_remote_on_answer(Transfer *x, Peer *p, int status, const Error *er
                 return;
         }
         /* A pull needs nothing more from the peer's control connection; a push waits for the
-         * peer's PeerTransferDone on it; a one-sided transfer and a pull by CacheKey (which may
-         * end the key) tell the peer when they are done. */
+         * peer's PeerTransferDone on it; a one-sided transfer, a pull by CacheKey (which may
+         * end the key) and a pull with a notification tell the peer when they are done. */
         if (!transfer_remote_tells_done(x))
                 transfer_remote_leave_peer(x);
 }

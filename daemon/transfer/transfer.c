@@ -202,19 +202,23 @@ void transfer_end_key(LinkRoot *link, const CacheKey *key, const Cache *read)
                 cluster_release_cache(owner, dead);
 }
 
-/* A local push that landed tells its destination cluster (a peer's push is told by its peer). */
+/*
+ * A local push that landed tells its destination cluster, a local pull whose bytes were all read
+ * tells its source cluster: the key's cluster either way (a peer's cluster is told by its peer).
+ */
 static void transfer_deliver_notify(Transfer *x)
 {
-        Cluster *dst;
+        bool pull = remote_plan_kind_is_pull(x->kind);
+        Cluster *other;
 
         if (x->req.notify_len == 0 || x->phase != REMOTE_NONE)
                 return;
-        dst = link_root_find_cluster(x->root->link, x->remote_cluster_id);
-        if (dst &&
-            notify_deliver(dst, x->cluster_id, x->req.notify, x->req.notify_len, x->user) < 0)
-                log_error("transfer %" PRIu64
-                          ": cannot queue the push notification for cluster %" PRIu64 ", ignoring",
-                          x->id, x->remote_cluster_id);
+        other = link_root_find_cluster(x->root->link, x->remote_cluster_id);
+        if (other && notify_deliver(other, x->cluster_id, pull, x->req.notify, x->req.notify_len,
+                                    x->user) < 0)
+                log_error("transfer %" PRIu64 ": cannot queue the %s notification for cluster "
+                          "%" PRIu64 ", ignoring",
+                          x->id, pull ? "pull" : "push", x->remote_cluster_id);
 }
 
 /* Sends the client its answer, once: @status and, on failure, x->err (which is set). */
@@ -668,15 +672,10 @@ int transfer_start(TransferRoot *root, Cluster *c, TransferRequest *req, Complet
         r = remote_plan_args_check(args, x->req.key.kind, err);
         if (r < 0)
                 return r;
-        if (x->req.notify_len > 0) {
-                if (remote_plan_kind_is_pull(x->kind))
-                        return error_set(err, STATUS_PARAM_INVALID,
-                                         "only a push carries a notification");
-                if (x->req.notify_len > TRANSFER_NOTIFY_MAX)
-                        return error_set(err, STATUS_PARAM_INVALID,
-                                         "a notification of %zu bytes, at most %d",
-                                         x->req.notify_len, TRANSFER_NOTIFY_MAX);
-        }
+        if (x->req.notify_len > TRANSFER_NOTIFY_MAX)
+                return error_set(err, STATUS_PARAM_INVALID,
+                                 "a notification of %zu bytes, at most %d", x->req.notify_len,
+                                 TRANSFER_NOTIFY_MAX);
         x->remote_cluster_id = x->req.key.cluster_id;
         r = transfer_resolve(x, c, &remote_index, err);
         if (r < 0)

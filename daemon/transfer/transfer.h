@@ -85,7 +85,7 @@ typedef struct TransferRequest {
         bool src_layers_set; /* the client named the layer ranges (a peer is told as much) */
         bool dst_layers_set;
         uint32_t timeout_ms; /* 0: the cluster's sync_kv_timeout */
-        uint8_t *notify;     /* a push's notification for the destination cluster */
+        uint8_t *notify;     /* for the key's cluster: a push's destination, a pull's source */
         size_t notify_len;
         uint64_t *blocks; /* src_blocks, then dst_blocks */
 } TransferRequest;

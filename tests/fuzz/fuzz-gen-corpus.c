@@ -522,7 +522,7 @@ static void client_seeds(void)
         }
         emit("client", "pool-caches", &s);
 
-        /* Two clusters on this daemon: link, pull, push with a notification, unlink. */
+        /* Two clusters on this daemon: link, pull and push with a notification each, unlink. */
         script_init(&s, 2);
         msg_region_add(&s, 3, FUZZ_MEMFD_SIZE, FUZZ_REGION_ADDR, 1, FUZZ_FD_MEMFD);
         msg_register_blocks(&s, 4, 1, 1);
@@ -537,7 +537,8 @@ static void client_seeds(void)
                 m.remote_cluster_id = 1;
                 frame(&s, MT(CHECK_LINK_STATUS), 6, &m.base);
         }
-        msg_transfer_blocks(&s, 7, KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS, 1, 1000, NULL);
+        msg_transfer_blocks(&s, 7, KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS, 1, 1000,
+                            "pulled");
         msg_transfer_blocks(&s, 8, KVDIST__V1__TRANSFER_KIND__TRANSFER_PUSH_BLOCKS, 1, 1000,
                             "pushed");
         endpoint(&s, 0, -1);
@@ -748,8 +749,12 @@ static void msg_peer_link(Script *s, uint8_t id, uint64_t src, bool rdma)
         frame(s, MT(PEER_LINK), id, &m.base);
 }
 
-/* A transfer of blocks 0..1 of the daemon's blocks cache (pull) or into blocks 2..3 (push). */
-static void msg_peer_transfer_blocks(Script *s, uint8_t id, uint64_t job, bool pull, bool rdma)
+/*
+ * A transfer of blocks 0..1 of the daemon's blocks cache (pull) or into blocks 2..3 (push), with
+ * the notification @notify (NULL: none).
+ */
+static void msg_peer_transfer_notify(Script *s, uint8_t id, uint64_t job, bool pull, bool rdma,
+                                     const char *notify)
 {
         Kvdist__V1__PeerTransfer m = KVDIST__V1__PEER_TRANSFER__INIT;
         Kvdist__V1__PlanCacheDesc local = KVDIST__V1__PLAN_CACHE_DESC__INIT;
@@ -777,7 +782,17 @@ static void msg_peer_transfer_blocks(Script *s, uint8_t id, uint64_t job, bool p
         m.n_dst_blocks = 2;
         m.timeout_ms = 1000;
         m.rdma = rdma;
+        if (notify) {
+                m.notify.data = (uint8_t *)notify;
+                m.notify.len = strlen(notify);
+        }
         frame(s, MT(PEER_TRANSFER), id, &m.base);
+}
+
+/* As msg_peer_transfer_notify(), without a notification. */
+static void msg_peer_transfer_blocks(Script *s, uint8_t id, uint64_t job, bool pull, bool rdma)
+{
+        msg_peer_transfer_notify(s, id, job, pull, rdma, NULL);
 }
 
 static void msg_peer_unlink(Script *s, uint8_t id, uint64_t src)
@@ -871,6 +886,24 @@ static void peer_seeds(void)
         }
         msg_peer_unlink(&s, 5, 100);
         emit("peer", "link-pull-unlink", &s);
+
+        /* A pull that carries a notification: the source's cluster is told once our word (OK)
+         * says every byte landed; then a second word, and one for a job never asked. */
+        script_init(&s, FUZZ_PEER_SETUP(true, 3, 1, false));
+        msg_peer_link(&s, 3, 100, false);
+        msg_peer_transfer_notify(&s, 4, 44, true, false, "blocks 0 1 read");
+        wait_ms(&s, 2);
+        {
+                Kvdist__V1__PeerRdmaDone r = KVDIST__V1__PEER_RDMA_DONE__INIT;
+
+                r.transfer_id = 44;
+                frame(&s, MT(PEER_RDMA_DONE), 0, &r.base);
+                frame(&s, MT(PEER_RDMA_DONE), 0, &r.base);
+                r.transfer_id = 45;
+                frame(&s, MT(PEER_RDMA_DONE), 0, &r.base);
+        }
+        msg_peer_unlink(&s, 5, 100);
+        emit("peer", "link-pull-notify", &s);
 
         /* Push into blocks: the bytes come as data-stream chunks, with CRCs. */
         script_init(&s, FUZZ_PEER_SETUP(false, 3, 2, true));

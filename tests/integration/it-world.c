@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Integration test world: one daemon, clusters A and B, links and transfer options. */
 #include <check.h>
+#include <poll.h>
 #include <string.h>
 
 #include "tests/integration/it-cache.h"
@@ -54,6 +55,33 @@ kvd_transfer_opts opts_layers(kvd_layer_range sl, kvd_layer_range dl, uint32_t t
         o.tensor_num_per_layer = tpl;
         o.timeout_ms = 10000;
         return o;
+}
+
+void notifies_take(kvd_client *c, int fd, kvd_notify *got, size_t want)
+{
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        uint64_t t0 = harness_now_ms();
+        size_t have = 0, n;
+        kvd_notify extra;
+
+        while (have < want) {
+                ck_assert_msg(poll(&pfd, 1, harness_wait_ms()) == 1 &&
+                                      harness_now_ms() - t0 < (uint64_t)harness_wait_ms(),
+                              "%zu of %zu notifications came", have, want);
+                expect_ok(c, kvd_get_notifies(c, got + have, want - have, &n));
+                have += n;
+        }
+        ck_assert_int_eq(poll(&pfd, 1, 0), 0);
+        expect_ok(c, kvd_get_notifies(c, &extra, 1, &n));
+        ck_assert_uint_eq(n, 0);
+}
+
+void notify_check(const kvd_notify *n, kvd_notify_kind kind, uint64_t from, const char *msg)
+{
+        ck_assert_int_eq(n->kind, kind);
+        ck_assert_uint_eq(n->src_cluster_id, from);
+        ck_assert_uint_eq(n->len, strlen(msg));
+        ck_assert_mem_eq(n->data, msg, strlen(msg));
 }
 
 void check_unexposed_caches(kvd_client *a, kvd_client *b, link_fn link, void *userdata)

@@ -40,6 +40,15 @@ void link_to(kvd_client *c, uint64_t remote, kvd_role role);
 kvd_transfer_opts opts_layers(kvd_layer_range sl, kvd_layer_range dl, uint32_t tpl);
 
 /*
+ * Takes exactly @want notifications of @c into @got, each wait ending on its notify fd @fd
+ * (harness_wait_ms() in all), and checks that no more wait.
+ */
+void notifies_take(kvd_client *c, int fd, kvd_notify *got, size_t want);
+
+/* Checks that @n is a notification of @kind from cluster @from carrying the string @msg. */
+void notify_check(const kvd_notify *n, kvd_notify_kind kind, uint64_t from, const char *msg);
+
+/*
  * Checks of what a link reaches and how transfers treat caches, shared by the one-daemon and
  * the cross-daemon suites. @a is cluster A_ID (the prompt side, owning the sources), @b is
  * cluster B_ID, not linked yet; @link links @b to A when called (with @userdata). Every

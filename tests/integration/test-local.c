@@ -984,17 +984,15 @@ START_TEST(test_push_notify)
         ck_assert_int_eq(poll(&pfd, 1, 0), 1);
         expect_ok(w.a, kvd_get_notifies(w.a, got, 1, &n));
         ck_assert_uint_eq(n, 1);
-        ck_assert_uint_eq(got[0].src_cluster_id, B_ID);
-        ck_assert_mem_eq(got[0].data, "first", 5);
+        notify_check(&got[0], KVD_NOTIFY_PUSH, B_ID, "first");
         /* One is still there: the fd stays readable. */
         ck_assert_int_eq(poll(&pfd, 1, 0), 1);
         expect_ok(w.a, kvd_get_notifies(w.a, got, 3, &n));
         ck_assert_uint_eq(n, 1);
-        ck_assert_uint_eq(got[0].len, 6);
-        ck_assert_mem_eq(got[0].data, "second", 6);
+        notify_check(&got[0], KVD_NOTIFY_PUSH, B_ID, "second");
         ck_assert_int_eq(poll(&pfd, 1, 0), 0);
 
-        /* Too long, or on a pull: refused by the library before anything moves. */
+        /* Too long: refused by the library before anything moves. */
         o.notify_len = KVD_NOTIFY_MAX + 1;
         expect_status(w.b, kvd_push_blocks(w.b, &key, src.id, sb, 1, db, 1, &o),
                       KVD_E_PARAM_INVALID, "notify_len");
@@ -1002,6 +1000,88 @@ START_TEST(test_push_notify)
         expect_ok(w.b, kvd_get_notifies(w.b, got, 3, &n));
         ck_assert_uint_eq(n, 0);
         tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
+/*
+ * A pull's notification reaches the cluster it read from (kind PULL, from the puller) once every
+ * byte was read; on one daemon before the puller's call returns. Pushes' and pulls' share one
+ * queue, in order. A pull that fails tells nothing.
+ */
+START_TEST(test_pull_notify)
+{
+        static const uint64_t sb[] = {6, 1, 3}, db[] = {0, 7, 4};
+        static const uint64_t psb[] = {2, 5}, pdb[] = {2, 5};
+        static const uint64_t far = 99;
+        static uint8_t big[KVD_NOTIFY_MAX + 1];
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        kvd_notify got[4];
+        struct pollfd pfd;
+        TCache asrc, bdst, bsrc;
+        TCopies cpa = {}, cpb = {};
+        size_t n = 7;
+        int fd = -1;
+        World w;
+
+        world_start(&w);
+        /* A owns the blocks B pulls from and pushes into. */
+        expect_ok(w.a, tcache_register(&asrc, w.a, true, 2, 8, 1024, 0x31, &key, 1, 0));
+        expect_ok(w.b, tcache_register(&bdst, w.b, true, 2, 8, 1024, 0x32, NULL, 0, 0));
+        expect_ok(w.b, tcache_register(&bsrc, w.b, true, 2, 8, 1024, 0x33, NULL, 0, 0));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        expect_ok(w.a, kvd_notify_fd(w.a, &fd));
+        pfd = (struct pollfd){.fd = fd, .events = POLLIN};
+
+        /* Bad notifications and a pull that fails: nothing moves, nothing is told. */
+        o.notify = NULL;
+        o.notify_len = 3;
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, bdst.id, sb, 3, db, 3, &o),
+                      KVD_E_PARAM_INVALID, "opts.notify is NULL");
+        o.notify = big;
+        o.notify_len = sizeof(big);
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, bdst.id, sb, 3, db, 3, &o),
+                      KVD_E_PARAM_INVALID, "notify_len");
+        o.notify = "lost";
+        o.notify_len = 4;
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, bdst.id, &far, 1, db, 1, &o),
+                      KVD_E_PARAM_INVALID, "out of range");
+        tcache_verify_untouched(&bdst);
+        tcache_verify_untouched(&asrc);
+        ck_assert_int_eq(poll(&pfd, 1, 0), 0);
+
+        /* Every byte was read when the puller's call returns: the notification waits already. */
+        o.notify = "blocks 6 1 3 read";
+        o.notify_len = sizeof("blocks 6 1 3 read") - 1;
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, bdst.id, sb, 3, db, 3, &o));
+        tcopies_blocks(&cpb, &asrc, &bdst, ALL, ALL, 2, sb, db, 3);
+        tcache_verify(&bdst, &cpb);
+        ck_assert_int_eq(poll(&pfd, 1, 0), 1);
+        notifies_take(w.a, fd, got, 1);
+        notify_check(&got[0], KVD_NOTIFY_PULL, B_ID, "blocks 6 1 3 read");
+
+        /* Push, pull, push: one queue, in the order the transfers ended. */
+        o.notify = "push 1";
+        o.notify_len = 6;
+        expect_ok(w.b, kvd_push_blocks(w.b, &key, bsrc.id, psb, 1, pdb, 1, &o));
+        o.notify = "pull 1";
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, bdst.id, sb, 1, db, 1, &o));
+        o.notify = "push 2";
+        expect_ok(w.b, kvd_push_blocks(w.b, &key, bsrc.id, psb + 1, 1, pdb + 1, 1, &o));
+        tcopies_blocks(&cpa, &bsrc, &asrc, ALL, ALL, 2, psb, pdb, 2);
+        tcache_verify(&asrc, &cpa);
+        tcache_verify(&bdst, &cpb);
+        notifies_take(w.a, fd, got, 3);
+        notify_check(&got[0], KVD_NOTIFY_PUSH, B_ID, "push 1");
+        notify_check(&got[1], KVD_NOTIFY_PULL, B_ID, "pull 1");
+        notify_check(&got[2], KVD_NOTIFY_PUSH, B_ID, "push 2");
+
+        /* The puller is told nothing. */
+        expect_ok(w.b, kvd_get_notifies(w.b, got, 4, &n));
+        ck_assert_uint_eq(n, 0);
+        tcopies_free(&cpa);
+        tcopies_free(&cpb);
         world_stop(&w);
 }
 END_TEST
@@ -1051,6 +1131,7 @@ static Suite *local_suite(void)
         tcase_add_test(tc, test_async);
         tcase_add_test(tc, test_blocks_key_last_wins);
         tcase_add_test(tc, test_push_notify);
+        tcase_add_test(tc, test_pull_notify);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("pool");

@@ -316,6 +316,62 @@ START_TEST(test_timeout_no_late_write)
 }
 END_TEST
 
+/*
+ * A pull past its deadline tells its source nothing, whatever it read: the next pull that lands
+ * is the only notification the source gets.
+ */
+START_TEST(test_timeout_pull_no_notify)
+{
+        const uint64_t n = 2048; /* 2 x 2048 x 32 KiB = 128 MiB */
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = KVD_TRANSFER_OPTS_INIT;
+        uint64_t *sb = calloc(n, sizeof(*sb)), *db = calloc(n, sizeof(*db));
+        kvd_client *a, *b;
+        kvd_notify got[2];
+        TCache src, dst;
+        TCopies cp = {};
+        Node p, d;
+        int fd = -1;
+
+        ck_assert(sb && db);
+        scatter(sb, db, n);
+        node_start(&p);
+        node_start(&d);
+        a = node_server(&p, A_ID, KVD_ROLE_PROMPT);
+        b = node_client(&d, B_ID, KVD_ROLE_DECODER);
+        expect_ok(a, tcache_register(&src, a, true, 2, n, 32768, 0x71, &key, 1, 0));
+        expect_ok(b, tcache_register(&dst, b, true, 2, n, 32768, 0x72, NULL, 0, 0));
+        link_node(b, A_ID, &p);
+        expect_ok(a, kvd_notify_fd(a, &fd));
+
+        o.timeout_ms = 2;
+        o.notify = "late";
+        o.notify_len = 4;
+        expect_status(b, kvd_pull_blocks(b, &key, dst.id, sb, n, db, n, &o), KVD_E_TIMEOUT,
+                      "did not finish within 2 ms");
+        /* Whatever the source still ends of it (its word, its own deadline), it tells nothing. */
+        harness_sleep_ms(500);
+        o.timeout_ms = 60000;
+        o.notify = "after";
+        o.notify_len = 5;
+        expect_ok(b, kvd_pull_blocks(b, &key, dst.id, sb, n, db, n, &o));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, n);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+        notifies_take(a, fd, got, 1);
+        notify_check(&got[0], KVD_NOTIFY_PULL, B_ID, "after");
+        ck_assert_int_eq(node_status_int(&p, "counters/notifies_delivered"), 1);
+
+        expect_ok(a, kvd_client_finalize(a));
+        expect_ok(b, kvd_client_finalize(b));
+        free(sb);
+        free(db);
+        tcopies_free(&cp);
+        node_stop(&d);
+        node_stop(&p);
+}
+END_TEST
+
 /* The bytes the first transfer in flight on @c's daemon moved so far; -1 when none is known. */
 static int64_t first_transfer_bytes_done(kvd_client *c)
 {
@@ -533,6 +589,7 @@ static Suite *faults_suite(void)
         tcase_add_test(tc, test_remote_cluster_finalizes);
         tcase_add_test(tc, test_remote_cluster_crashes);
         tcase_add_test(tc, test_timeout_no_late_write);
+        tcase_add_test(tc, test_timeout_pull_no_notify);
         tcase_add_test(tc, test_deadline_peer_stalled);
         tcase_add_test(tc, test_cluster_keys);
         suite_add_tcase(s, tc);

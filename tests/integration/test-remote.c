@@ -314,17 +314,103 @@ START_TEST(test_push_blocks_notify)
         ck_assert_int_eq(poll(&pfd, 1, harness_wait_ms()), 1);
         expect_ok(w.a, kvd_get_notifies(w.a, got, 4, &n));
         ck_assert_uint_eq(n, 1);
+        ck_assert_int_eq(got[0].kind, KVD_NOTIFY_PUSH);
         ck_assert_uint_eq(got[0].src_cluster_id, B_ID);
         ck_assert_uint_eq(got[0].len, sizeof(msg));
         ck_assert_mem_eq(got[0].data, msg, sizeof(msg));
         ck_assert_int_eq(poll(&pfd, 1, 0), 0);
         expect_ok(w.a, kvd_get_notifies(w.a, got, 4, &n));
         ck_assert_uint_eq(n, 0);
-
-        /* A pull carries none. */
-        expect_status(w.b, kvd_pull_blocks(w.b, &key, src.id, db, 1, sb, 1, &o),
-                      KVD_E_PARAM_INVALID, "only a push");
         tcopies_free(&cp);
+        pair_stop(&w);
+}
+END_TEST
+
+/*
+ * A pull across daemons tells the cluster it read from (kind PULL, from the puller) once every
+ * byte landed at the puller: the puller's daemon says so (PeerRdmaDone) after its receive job
+ * (TCP) or its READs (RDMA) completed. Pushes' and pulls' share one queue; a pull that fails
+ * tells nothing.
+ */
+START_TEST(test_pull_blocks_notify)
+{
+        static const uint64_t sb[] = {0, 7, 3, 12, 4, 5, 6};
+        static const uint64_t db[] = {15, 2, 9, 4, 10, 11, 12};
+        static const uint64_t psb[] = {1, 6}, pdb[] = {13, 14};
+        static const uint64_t far = 99;
+        static const char msg[] = "request 43: blocks 0 7 3 12 4 5 6 read";
+        static uint8_t big[KVD_NOTIFY_MAX + 1];
+        kvd_cache_key key = kvd_key_blocks(A_ID, 1);
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
+        kvd_notify got[4];
+        TCache asrc, bdst, bsrc;
+        TCopies cpa = {}, cpb = {};
+        size_t n = 9;
+        int fd = -1;
+        Pair w;
+
+        pair_start(&w, NULL);
+        expect_ok(w.a,
+                  tcache_register(&asrc, w.a, true, 4, 16, 2048, 55, &key, 1, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&bdst, w.b, true, 4, 16, 2048, 66, NULL, 0, KVD_REMOTE_DEFAULT));
+        expect_ok(w.b,
+                  tcache_register(&bsrc, w.b, true, 4, 8, 2048, 77, NULL, 0, KVD_REMOTE_DEFAULT));
+        link_node(w.b, A_ID, &w.p);
+        expect_ok(w.a, kvd_notify_fd(w.a, &fd));
+
+        /* Bad notifications, refused before anything moves; a block the source lacks. */
+        o.notify = NULL;
+        o.notify_len = 3;
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, bdst.id, sb, 7, db, 7, &o),
+                      KVD_E_PARAM_INVALID, "opts.notify is NULL");
+        o.notify = big;
+        o.notify_len = sizeof(big);
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, bdst.id, sb, 7, db, 7, &o),
+                      KVD_E_PARAM_INVALID, "notify_len");
+        o.notify = "lost";
+        o.notify_len = 4;
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, bdst.id, &far, 1, db, 1, &o),
+                      KVD_E_PARAM_INVALID, "out of range");
+        tcache_verify_untouched(&bdst);
+
+        /* Byte-exact, then told: the one notification is the pull's (the failed one's never). */
+        o.notify = msg;
+        o.notify_len = sizeof(msg);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, bdst.id, sb, 7, db, 7, &o));
+        tcopies_blocks(&cpb, &asrc, &bdst, ALL, ALL, 2, sb, db, 7);
+        tcache_verify(&bdst, &cpb);
+        tcache_verify_untouched(&asrc);
+        notifies_take(w.a, fd, got, 1);
+        ck_assert_int_eq(got[0].kind, KVD_NOTIFY_PULL);
+        ck_assert_uint_eq(got[0].src_cluster_id, B_ID);
+        ck_assert_uint_eq(got[0].len, sizeof(msg));
+        ck_assert_mem_eq(got[0].data, msg, sizeof(msg));
+
+        /* Push, pull, push: one queue. A pull's notification follows the puller's word, which
+         * may come after the call returned: the second push waits for it. */
+        o.notify = "push 1";
+        o.notify_len = 6;
+        expect_ok(w.b, kvd_push_blocks(w.b, &key, bsrc.id, psb, 1, pdb, 1, &o));
+        o.notify = "pull 1";
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, bdst.id, sb + 1, 2, db + 1, 2, &o));
+        notifies_take(w.a, fd, got, 2);
+        notify_check(&got[0], KVD_NOTIFY_PUSH, B_ID, "push 1");
+        notify_check(&got[1], KVD_NOTIFY_PULL, B_ID, "pull 1");
+        o.notify = "push 2";
+        expect_ok(w.b, kvd_push_blocks(w.b, &key, bsrc.id, psb + 1, 1, pdb + 1, 1, &o));
+        notifies_take(w.a, fd, got, 1);
+        notify_check(&got[0], KVD_NOTIFY_PUSH, B_ID, "push 2");
+        tcopies_blocks(&cpa, &bsrc, &asrc, ALL, ALL, 2, psb, pdb, 2);
+        tcache_verify(&asrc, &cpa);
+        tcache_verify(&bdst, &cpb);
+
+        /* The puller is told nothing; the source's daemon delivered four. */
+        expect_ok(w.b, kvd_get_notifies(w.b, got, 4, &n));
+        ck_assert_uint_eq(n, 0);
+        ck_assert_int_eq(node_status_int(&w.p, "counters/notifies_delivered"), 4);
+        tcopies_free(&cpa);
+        tcopies_free(&cpb);
         pair_stop(&w);
 }
 END_TEST
@@ -798,6 +884,7 @@ static Suite *remote_suite(void)
         tcase_add_test(tc, test_pull_large);
         tcase_add_test(tc, test_block_sizes);
         tcase_add_test(tc, test_push_blocks_notify);
+        tcase_add_test(tc, test_pull_blocks_notify);
         tcase_add_test(tc, test_caches);
         tcase_add_test(tc, test_crc);
         suite_add_tcase(s, tc);

@@ -566,6 +566,7 @@ def test_notifications_with_asyncio(daemon, attach):
 
     notes = asyncio.run(receive())
     assert notes == [kvdist.Notification(a.cluster_id, b"layer 0 done")]
+    assert notes[0].kind == "push"
     # The bytes had landed before the notification came.
     dst.check(copy_blocks(dst.expected(), dst, src, [1, 2], [5, 6]))
     assert select.select([fd], [], [], 0)[0] == []
@@ -578,6 +579,20 @@ def test_notifications_with_asyncio(daemon, attach):
         a.cache_manager.push_blocks(blocks_key(b, 3), src.cache, [0], [0], notify=bytes(257))
     with pytest.raises(ValueError):
         b.get_notifies(0)
+    # A pull tells the cluster it read from (kind "pull", from the puller), on the same queue:
+    # on one daemon before the pull returned. A pull that fails tells nothing.
+    with raises(LLMStatusCode.LLM_PARAM_INVALID):
+        a.cache_manager.pull_blocks(blocks_key(b, 3), src.cache, [99], [7], notify=b"lost")
+    a.cache_manager.pull_blocks(blocks_key(b, 3), src.cache, [3], [7], notify=b"3 read")
+    a.cache_manager.pull_blocks_async(blocks_key(b, 3), src.cache, [4], [6],
+                                      notify=b"4 read").wait()
+    src.check(copy_blocks(src.expected(), src, dst, [3, 4], [7, 6]))
+    assert select.select([fd], [], [], 0)[0] == [fd]
+    notes = b.get_notifies()
+    assert notes == [(a.cluster_id, b"3 read"), (a.cluster_id, b"4 read")]
+    assert [n.kind for n in notes] == ["pull", "pull"]
+    assert "kind='pull'" in repr(notes[0])
+    assert a.get_notifies() == []
 
 
 # --- comm domains ---------------------------------------------------------------------------

@@ -22,12 +22,15 @@ import llm_datadist_api as api
 # Keyword-only parameters kvdist adds after llm_datadist's, and why.
 _TIMEOUT = "kvdist's: this call's deadline instead of sync_kv_timeout"
 _NOTIFY = "kvdist's: bytes the destination receives once the push landed"
+_PULL_NOTIFY = "kvdist's: bytes the source receives once every byte was read"
 _REMOTE_INFO = ("kvdist's: the remote cluster's LLMDataDist.local_info(); links first when no "
                 "link joins the two")
 EXTRA_KEYWORDS = {
     "LLMException.__init__": {"kvd_status": "kvdist's: the libkvdist status behind the code"},
-    "CacheManager.pull_cache": {"timeout_ms": _TIMEOUT, "remote_info": _REMOTE_INFO},
-    "CacheManager.pull_blocks": {"timeout_ms": _TIMEOUT, "remote_info": _REMOTE_INFO},
+    "CacheManager.pull_cache": {"timeout_ms": _TIMEOUT, "notify": _PULL_NOTIFY,
+                                "remote_info": _REMOTE_INFO},
+    "CacheManager.pull_blocks": {"timeout_ms": _TIMEOUT, "notify": _PULL_NOTIFY,
+                                 "remote_info": _REMOTE_INFO},
     "CacheManager.push_cache": {"timeout_ms": _TIMEOUT, "notify": _NOTIFY,
                                 "remote_info": _REMOTE_INFO},
     "CacheManager.push_blocks": {"timeout_ms": _TIMEOUT, "notify": _NOTIFY,

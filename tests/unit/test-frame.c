@@ -329,6 +329,76 @@ START_TEST(test_pack_transfer_cancel)
 }
 END_TEST
 
+/*
+ * A GetNotifies reply says each notification's kind; one without the field (what a daemon that
+ * predates pull notifications sends) is a push's. A pull's Transfer keeps its notification.
+ */
+START_TEST(test_pack_notifies_kind)
+{
+        Kvdist__V1__GetNotifiesReply r = KVDIST__V1__GET_NOTIFIES_REPLY__INIT;
+        Kvdist__V1__Notify n[2] = {KVDIST__V1__NOTIFY__INIT, KVDIST__V1__NOTIFY__INIT};
+        Kvdist__V1__Notify *ptrs[2] = {&n[0], &n[1]};
+        Kvdist__V1__Transfer t = KVDIST__V1__TRANSFER__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        const FrameType *ft = frame_type_lookup(KVDIST__V1__MSG_TYPE__MSG_GET_NOTIFIES);
+        const Kvdist__V1__GetNotifiesReply *got;
+        const Kvdist__V1__Transfer *gt;
+        _cleanup_free_ uint8_t *buf = NULL, *tbuf = NULL;
+        uint8_t old[64];
+        ProtobufCMessage *m;
+        size_t len, tlen;
+
+        ck_assert_uint_eq(KVDIST__V1__NOTIFY_KIND__NOTIFY_KIND_PUSH, 0);
+        ck_assert_uint_eq(KVDIST__V1__NOTIFY_KIND__NOTIFY_KIND_PULL, 1);
+        n[0].src_cluster_id = 7;
+        n[0].data.data = (uint8_t *)"pushed";
+        n[0].data.len = 6;
+        n[1].src_cluster_id = UINT64_MAX;
+        n[1].data.data = (uint8_t *)"read";
+        n[1].data.len = 4;
+        n[1].kind = KVDIST__V1__NOTIFY_KIND__NOTIFY_KIND_PULL;
+        r.status = &st;
+        r.notifies = ptrs;
+        r.n_notifies = 2;
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_GET_NOTIFIES, FRAME_FLAG_REPLY, 9, 0,
+                                    &r.base, FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        ck_assert_int_eq(
+                frame_unpack(ft->reply, buf + FRAME_HEADER_SIZE, len - FRAME_HEADER_SIZE, &m), 0);
+        got = (const Kvdist__V1__GetNotifiesReply *)m;
+        ck_assert_uint_eq(got->n_notifies, 2);
+        ck_assert_int_eq(got->notifies[0]->kind, KVDIST__V1__NOTIFY_KIND__NOTIFY_KIND_PUSH);
+        ck_assert_uint_eq(got->notifies[0]->src_cluster_id, 7);
+        ck_assert_mem_eq(got->notifies[0]->data.data, "pushed", 6);
+        ck_assert_int_eq(got->notifies[1]->kind, KVDIST__V1__NOTIFY_KIND__NOTIFY_KIND_PULL);
+        ck_assert_uint_eq(got->notifies[1]->src_cluster_id, UINT64_MAX);
+        ck_assert_uint_eq(got->notifies[1]->data.len, 4);
+        ck_assert_mem_eq(got->notifies[1]->data.data, "read", 4);
+        protobuf_c_message_free_unpacked(m, NULL);
+
+        /* A push's Notify packs without the field: as an older daemon's does. */
+        ck_assert_uint_eq(kvdist__v1__notify__pack(&n[0], old), 2 + 2 + 6);
+        n[1].kind = KVDIST__V1__NOTIFY_KIND__NOTIFY_KIND_PUSH;
+        ck_assert_uint_eq(kvdist__v1__notify__get_packed_size(&n[1]), 11 + 2 + 4);
+
+        t.kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS;
+        t.notify.data = (uint8_t *)"free them";
+        t.notify.len = 9;
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_TRANSFER, 0, 10, 0, &t.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &tbuf, &tlen),
+                         0);
+        ck_assert_int_eq(
+                frame_unpack(frame_type_lookup(KVDIST__V1__MSG_TYPE__MSG_TRANSFER)->request,
+                             tbuf + FRAME_HEADER_SIZE, tlen - FRAME_HEADER_SIZE, &m),
+                0);
+        gt = (const Kvdist__V1__Transfer *)m;
+        ck_assert_int_eq(gt->kind, KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS);
+        ck_assert_uint_eq(gt->notify.len, 9);
+        ck_assert_mem_eq(gt->notify.data, "free them", 9);
+        protobuf_c_message_free_unpacked(m, NULL);
+}
+END_TEST
+
 START_TEST(test_pack_link_clusters)
 {
         Kvdist__V1__ClusterInfo ci[3];
@@ -997,6 +1067,7 @@ static Suite *frame_suite(void)
 
         tc = tcase_create("pack");
         tcase_add_test(tc, test_pack_transfer);
+        tcase_add_test(tc, test_pack_notifies_kind);
         tcase_add_test(tc, test_pack_transfer_cancel);
         tcase_add_test(tc, test_pack_link_clusters);
         tcase_add_test(tc, test_pack_empty);

@@ -860,9 +860,9 @@ START_TEST(test_notify_take)
 
         for (uint8_t i = 0; i < 3; i++) {
                 data[0] = i;
-                ck_assert_int_eq(notify_deliver(c, 10 + i, data, 1 + i, NULL), 0);
+                ck_assert_int_eq(notify_deliver(c, 10 + i, i == 1, data, 1 + i, NULL), 0);
         }
-        ck_assert_int_eq(notify_deliver(c, 13, data, sizeof(data), NULL), -EINVAL);
+        ck_assert_int_eq(notify_deliver(c, 13, false, data, sizeof(data), NULL), -EINVAL);
         ck_assert_uint_eq(c->n_notifies, 3);
         ck_assert_uint_eq(notify_count_takeable(c, 2), 2);
 
@@ -873,6 +873,7 @@ START_TEST(test_notify_take)
                 ck_assert_uint_eq(e->src_cluster_id, src);
                 ck_assert_uint_eq(e->len, 1 + src - 10);
                 ck_assert_uint_eq(e->data[0], src - 10);
+                ck_assert(e->pull == (src == 11)); /* the kind stays with its notification */
                 src++;
         }
         ck_assert_uint_eq(src, 12);
@@ -882,7 +883,7 @@ START_TEST(test_notify_take)
         /* limits.max_notifies_per_client: room while below it. */
         ck_assert_int_eq(notify_check_room(c, NULL, &err), 0);
         for (uint64_t i = 0; i < 3; i++)
-                ck_assert_int_eq(notify_deliver(c, 20 + i, data, 1, NULL), 0);
+                ck_assert_int_eq(notify_deliver(c, 20 + i, false, data, 1, NULL), 0);
         ck_assert_int_eq(notify_check_room(c, NULL, &err), STATUS_LIMIT_EXCEEDED);
         ck_assert_uint_eq(notify_count_takeable(c, UINT32_MAX), 4);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/status.h"
+#include "daemon/link/notify.h"
 #include "tests/harness/harness.h"
 
 #define CACHE_SEED 0x5eed0101u
@@ -266,6 +267,61 @@ START_TEST(test_pull_sends_the_slot)
         check_let_go();
         image = transfer_fixture_image(cache, CACHE_SEED);
         transfer_fixture_check_image(cache, image);
+}
+END_TEST
+
+/*
+ * A pull with a notification over TCP: sent is not read. Our cluster is told (a pull's, from the
+ * peer's cluster) only on the initiator's word that every byte landed; a word that says the pull
+ * failed tells nothing.
+ */
+static void pull_notify(int word)
+{
+        RemoteDesc theirs;
+        TransferPeerRequest req = item_request(TRANSFER_PULL_CACHE, 1, &theirs);
+        TransportJob *job;
+        NotifyEvent *e;
+
+        req.notify = (const uint8_t *)"read";
+        req.notify_len = 4;
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+        ck_assert_uint_eq(fx.rec.n_refusals, 0);
+        ck_assert_uint_eq(fx.rec.n_answers, 1);
+        job = fake_transport_job(fx.tcp, 0);
+        ck_assert_int_eq(job->dir, TRANSPORT_WRITE);
+        fake_transport_complete(fx.tcp, job, 0);
+        ck_assert_uint_eq(fx.root.n_served, 1);
+        ck_assert_uint_eq(cache->n_busy, 1);
+        ck_assert_uint_eq(ours->n_notifies, 0);
+        /* A word for another transfer changes nothing. */
+        served_handle_rdma_done(&fx.root, fx.peer, THEIR_ID + 1, STATUS_OK);
+        ck_assert_uint_eq(fx.root.n_served, 1);
+
+        served_handle_rdma_done(&fx.root, fx.peer, THEIR_ID, word);
+        ck_assert_uint_eq(fx.rec.n_push_done, 0);
+        check_let_go();
+        if (word != STATUS_OK) {
+                ck_assert_uint_eq(ours->n_notifies, 0);
+                return;
+        }
+        ck_assert_uint_eq(fx.root.counters.transfers_served, 1);
+        ck_assert_uint_eq(ours->n_notifies, 1);
+        e = clist_first_entry(&ours->notifies, NotifyEvent, link);
+        ck_assert(e->pull);
+        ck_assert_uint_eq(e->src_cluster_id, THEIRS);
+        ck_assert_uint_eq(e->len, 4);
+        ck_assert_mem_eq(e->data, "read", 4);
+}
+
+START_TEST(test_pull_notify_on_word)
+{
+        pull_notify(STATUS_OK);
+}
+END_TEST
+
+START_TEST(test_pull_notify_failed_word)
+{
+        pull_notify(STATUS_TIMEOUT);
 }
 END_TEST
 
@@ -584,6 +640,8 @@ static Suite *served_suite(void)
         tc = tcase_create("served");
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_pull_sends_the_slot);
+        tcase_add_test(tc, test_pull_notify_on_word);
+        tcase_add_test(tc, test_pull_notify_failed_word);
         tcase_add_test(tc, test_push_lands_and_tells);
         tcase_add_test(tc, test_push_cancelled_by_peer);
         tcase_add_test(tc, test_push_deadline);

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "common/status.h"
+#include "daemon/link/notify.h"
 #include "tests/harness/harness.h"
 
 #define SRC_SEED 0x5eed0001u
@@ -79,8 +80,11 @@ typedef struct LocalPull {
         ClientAnswer answer;
 } LocalPull;
 
-/* Cluster 1 pulls slot 1 of cluster 2's cache into slot 2 of its own, over the same-node fake. */
-static void local_pull_start(LocalPull *t)
+/*
+ * Cluster 1 pulls slot 1 of cluster 2's cache into slot 2 of its own, over the same-node fake,
+ * with the notification @notify (NULL: none) for cluster 2.
+ */
+static void local_pull_start_notify(LocalPull *t, const char *notify)
 {
         TransferRequest req;
         Error err = ERROR_INIT;
@@ -95,10 +99,16 @@ static void local_pull_start(LocalPull *t)
 
         req = item_request(TRANSFER_PULL_CACHE, transfer_fixture_id_index(2, t->src->id, 1),
                            t->dst->id, 2);
+        if (notify) {
+                req.notify = (uint8_t *)strdup(notify);
+                ck_assert_ptr_nonnull(req.notify);
+                req.notify_len = strlen(notify);
+        }
         transfer_fixture_answer_init(&t->answer);
         ck_assert_int_eq(
                 transfer_start(&fx.root, t->a, &req, &t->answer.cpl, &t->answer.result, &err), 0);
         ck_assert_ptr_null(req.blocks); /* taken */
+        ck_assert_ptr_null(req.notify);
         t->x = transfer_fixture_last(&fx);
         ck_assert_ptr_nonnull(t->x);
         ck_assert_uint_eq(fx.root.n_transfers, 1);
@@ -108,6 +118,11 @@ static void local_pull_start(LocalPull *t)
         t->job = fake_transport_job(fx.shm, 0);
         ck_assert_int_eq(t->job->dir, TRANSPORT_READ);
         ck_assert_uint_eq(fake_transport_job_bytes(t->job), ITEM_BYTES);
+}
+
+static void local_pull_start(LocalPull *t)
+{
+        local_pull_start_notify(t, NULL);
 }
 
 /* Nothing landed in the destination, and nothing is held any more. */
@@ -182,19 +197,56 @@ START_TEST(test_local_pull_refused_before_moving)
         ck_assert_int_eq(transfer_start(&fx.root, a, &req, &answer.cpl, &answer.result, &err),
                          STATUS_PARAM_INVALID);
         ck_assert_str_eq(err.msg, "a cache key has no kind");
-        /* A pull carries no notification (and what the request owned is freed either way). */
+        /* A notification too long (and what the request owned is freed either way). */
         req = item_request(TRANSFER_PULL_CACHE, transfer_fixture_id_index(2, src->id, 0), dst->id,
                            0);
-        req.notify = malloc(4);
-        req.notify_len = 4;
+        req.notify = calloc(1, TRANSFER_NOTIFY_MAX + 1);
+        ck_assert_ptr_nonnull(req.notify);
+        req.notify_len = TRANSFER_NOTIFY_MAX + 1;
         ck_assert_int_eq(transfer_start(&fx.root, a, &req, &answer.cpl, &answer.result, &err),
                          STATUS_PARAM_INVALID);
         ck_assert_ptr_null(req.notify);
+        ck_assert_uint_eq(b->n_notifies, 0);
 
         ck_assert_uint_eq(fx.shm->n_submitted, 0);
         ck_assert_uint_eq(fx.root.n_transfers, 0);
         ck_assert_uint_eq(answer.n_replies + answer.n_fails + answer.n_drops, 0);
         ck_assert_uint_eq(src->n_busy + dst->n_busy, 0);
+}
+END_TEST
+
+/* A pull's notification reaches the source cluster once the copy completed, a pull's kind. */
+START_TEST(test_local_pull_notify)
+{
+        NotifyEvent *e;
+        LocalPull t;
+
+        local_pull_start_notify(&t, "slot 1 read");
+        ck_assert_uint_eq(t.b->n_notifies, 0);
+        fake_transport_complete(fx.shm, t.job, 0);
+        ck_assert_uint_eq(t.answer.n_replies, 1);
+        ck_assert_uint_eq(t.a->n_notifies, 0);
+        ck_assert_uint_eq(t.b->n_notifies, 1);
+        e = clist_first_entry(&t.b->notifies, NotifyEvent, link);
+        ck_assert(e->pull);
+        ck_assert_uint_eq(e->src_cluster_id, t.a->id);
+        ck_assert_uint_eq(e->len, 11);
+        ck_assert_mem_eq(e->data, "slot 1 read", 11);
+}
+END_TEST
+
+/* A pull past its deadline tells nothing, even when the copy completes after all. */
+START_TEST(test_local_pull_notify_deadline)
+{
+        LocalPull t;
+
+        local_pull_start_notify(&t, "never");
+        transfer_fixture_expire(&fx, t.x->timer);
+        fake_transport_complete(fx.shm, t.job, 0);
+        ck_assert_uint_eq(t.answer.n_fails, 1);
+        ck_assert_int_eq(t.answer.status, STATUS_TIMEOUT);
+        ck_assert_uint_eq(t.b->n_notifies, 0);
+        ck_assert_uint_eq(fx.root.n_transfers, 0);
 }
 END_TEST
 
@@ -997,6 +1049,8 @@ static Suite *transfer_suite(void)
         tcase_add_test(tc, test_local_pull_lands_every_byte);
         tcase_add_test(tc, test_local_pull_refused_before_moving);
         tcase_add_test(tc, test_local_pull_deadline);
+        tcase_add_test(tc, test_local_pull_notify);
+        tcase_add_test(tc, test_local_pull_notify_deadline);
         tcase_add_test(tc, test_local_pull_client_gone);
         tcase_add_test(tc, test_local_pull_link_down);
         tcase_add_test(tc, test_local_push_notifies);

@@ -463,8 +463,10 @@ typedef struct kvd_transfer_opts {
         uint32_t tensor_num_per_layer; /* with a layer range: tensors per layer, 0 = 2 (K and V);
                                         * it must divide both caches' tensors. Without one every
                                         * tensor moves (caches of 1 or 3 tensors too) */
-        /* Push only: a message (at most KVD_NOTIFY_MAX bytes, copied) that the destination
-         * cluster receives (kvd_get_notifies()) once every byte of this push has landed. */
+        /* A message (at most KVD_NOTIFY_MAX bytes, copied) that the other cluster receives
+         * (kvd_get_notifies()): a push's destination once every byte of the push has landed, a
+         * pull's source once every byte of the pull was read (landed here). A transfer that
+         * fails delivers none. NULL with a notify_len is PARAM_INVALID. */
         const void *notify;
         size_t notify_len;
         kvd_slice src_slice; /* *_blocks: of each source block; {0, 0}: all of it */
@@ -665,11 +667,21 @@ int kvd_task_entry_status(kvd_task *task, size_t index, int *ret_status);
  */
 int kvd_task_failed_blocks(kvd_task *task, uint64_t *ret_blocks, size_t max, size_t *ret_n);
 
-/* A notification a push delivered to this cluster. */
+/* What moved the bytes a notification tells of. */
+typedef enum kvd_notify_kind {
+        KVD_NOTIFY_PUSH = 0, /* a cluster pushed into this one's memory */
+        KVD_NOTIFY_PULL = 1, /* a cluster pulled from this one's memory: it may be reused */
+} kvd_notify_kind;
+
+/*
+ * A notification a transfer delivered to this cluster, filled by kvd_get_notifies() (an output
+ * struct: fields are only ever appended at its end).
+ */
 typedef struct kvd_notify {
-        uint64_t src_cluster_id; /* the cluster that pushed */
+        uint64_t src_cluster_id; /* the cluster that pushed, or (KVD_NOTIFY_PULL) that pulled */
         size_t len;
         uint8_t data[KVD_NOTIFY_MAX];
+        kvd_notify_kind kind; /* push or pull */
 } kvd_notify;
 
 /*
@@ -680,7 +692,10 @@ int kvd_notify_fd(kvd_client *client, int *ret_fd);
 
 /*
  * Takes up to @max waiting notifications, oldest first, into @out; *@ret_n says how many (0 when
- * none wait). Notifications arrive in the order their pushes landed.
+ * none wait). Pushes and pulls share the queue, in the order their notifications were delivered:
+ * a push's once its last byte landed, a pull's once its last byte was read. A pull's reaches the
+ * source cluster after every byte landed at the puller but not necessarily before the puller's
+ * call returned (across daemons it follows the puller's word), and never for a pull that failed.
  */
 int kvd_get_notifies(kvd_client *client, kvd_notify *out, size_t max, size_t *ret_n);
 

@@ -712,8 +712,9 @@ static PyObject *client_get_notifies(ClientObject *self, PyObject *arg)
 
         list = PyList_New((Py_ssize_t)n);
         for (size_t i = 0; list && i < n; i++) {
-                PyObject *item = Py_BuildValue("(Ky#)", (unsigned long long)out[i].src_cluster_id,
-                                               (const char *)out[i].data, (Py_ssize_t)out[i].len);
+                PyObject *item = Py_BuildValue("(Ky#i)", (unsigned long long)out[i].src_cluster_id,
+                                               (const char *)out[i].data, (Py_ssize_t)out[i].len,
+                                               (int)out[i].kind);
 
                 if (!item)
                         Py_CLEAR(list);
@@ -888,7 +889,7 @@ static PyMethodDef client_methods[] = {
         {"notify_fd", (PyCFunction)client_notify_fd, METH_NOARGS,
          "notify_fd()\n--\n\nkvd_notify_fd(): readable while notifications wait."},
         {"get_notifies", (PyCFunction)client_get_notifies, METH_O,
-         "get_notifies(max)\n--\n\nkvd_get_notifies(): [(src_cluster_id, bytes)]."},
+         "get_notifies(max)\n--\n\nkvd_get_notifies(): [(src_cluster_id, bytes, kind)]."},
         {"link", (PyCFunction)client_link, METH_VARARGS,
          "link(comm_name, [(cluster_id, rank)], rank_table)\n--\n\nkvd_link(): the comm id."},
         {"query_register_mem_status", (PyCFunction)client_query_register_mem_status, METH_O,

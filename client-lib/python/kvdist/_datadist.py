@@ -336,8 +336,8 @@ class _LayeredPush:
 class CacheManager:
     """The caches of an LLMDataDist and the transfers between them and other clusters'.
     Transfers take kvdist's keyword arguments timeout_ms (this call's deadline instead of
-    sync_kv_timeout) and, for pushes, notify (bytes the destination gets once the push
-    landed)."""
+    sync_kv_timeout) and notify (bytes the other cluster gets: a push's destination once the
+    push landed, a pull's source once every byte was read; none for a transfer that failed)."""
 
     def __init__(self, llm_datadist, options):
         # llm_datadist's constructor (LLMDataDist makes its CacheManager); kvdist reads no
@@ -569,28 +569,29 @@ class CacheManager:
     # return a CacheTask.
 
     def _pull_cache(self, is_async, cache_key, cache, batch_index, size, src_layer_range,
-                    dst_layer_range, tensor_num_per_layer, timeout_ms, remote_info):
+                    dst_layer_range, tensor_num_per_layer, timeout_ms, notify, remote_info):
         c = self._c()
         if isinstance(cache_key, CacheKey):
             self.check_cache_key(cache_key)
         args = (_key(cache_key, "cache_key", (CacheKey, CacheKeyByIdAndIndex)),
                 _cache_id(cache, "cache"), _int(batch_index, "batch_index"), _int(size, "size"),
-                _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms,
-                      remote_info=remote_info))
+                _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify,
+                      remote_info))
         return CacheTask(c.pull_cache_async(*args)) if is_async else c.pull_cache(*args)
 
     def pull_cache(self, cache_key, cache, batch_index=0, size=-1, *, src_layer_range=None,
-                   dst_layer_range=None, tensor_num_per_layer=2, timeout_ms=None,
+                   dst_layer_range=None, tensor_num_per_layer=2, timeout_ms=None, notify=None,
                    remote_info=None):
         """Pulls the remote item cache_key names into batch slot batch_index of cache."""
         self._pull_cache(False, cache_key, cache, batch_index, size, src_layer_range,
-                         dst_layer_range, tensor_num_per_layer, timeout_ms, remote_info)
+                         dst_layer_range, tensor_num_per_layer, timeout_ms, notify, remote_info)
 
     def pull_cache_async(self, cache_key, cache, batch_index=0, size=-1, *,
                          src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
-                         timeout_ms=None, remote_info=None):
+                         timeout_ms=None, notify=None, remote_info=None):
         return self._pull_cache(True, cache_key, cache, batch_index, size, src_layer_range,
-                                dst_layer_range, tensor_num_per_layer, timeout_ms, remote_info)
+                                dst_layer_range, tensor_num_per_layer, timeout_ms, notify,
+                                remote_info)
 
     def _push_cache(self, is_async, dst_cache_key, src_cache, src_batch_index, src_layer_range,
                     dst_layer_range, size, tensor_num_per_layer, timeout_ms, notify,
@@ -634,22 +635,22 @@ class CacheManager:
 
     def pull_blocks(self, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(), *,
                     src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
-                    timeout_ms=None, remote_info=None):
+                    timeout_ms=None, notify=None, remote_info=None):
         """Pulls blocks src_blocks[i] of the remote blocks cache into dst_blocks[i] of
         dst_cache; from a contiguous source (CacheKey, CacheKeyByIdAndIndex) src_blocks is empty
         and the item fills dst_blocks. Block ids: lists or integer numpy arrays. remote_info
         (kvdist's, on every transfer): the remote cluster's local_info(); when no link joins
         the two yet, the transfer links first, within the same timeout."""
         self._blocks(False, False, src_cache_key, dst_cache, src_blocks, dst_blocks,
-                     src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms,
-                     remote_info=remote_info)
+                     src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify,
+                     remote_info)
 
     def pull_blocks_async(self, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(), *,
                           src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
-                          timeout_ms=None, remote_info=None):
+                          timeout_ms=None, notify=None, remote_info=None):
         return self._blocks(True, False, src_cache_key, dst_cache, src_blocks, dst_blocks,
                             src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms,
-                            remote_info=remote_info)
+                            notify, remote_info)
 
     def push_blocks(self, dst_cache_key, src_cache, src_blocks=(), dst_blocks=(),
                     src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2, *,
@@ -906,9 +907,11 @@ class LLMDataDist:
         return self._c().notify_fd()
 
     def get_notifies(self, max_count=256):
-        """The notifications pushes into this cluster carried, oldest first (at most
-        max_count): a list of Notification(src_cluster_id, data)."""
-        return [Notification(*n) for n in self._c().get_notifies(max_count)]
+        """The notifications pushes into and pulls from this cluster carried, oldest first (at
+        most max_count): a list of Notification(src_cluster_id, data) with .kind "push" or
+        "pull"."""
+        return [Notification(s, d, "pull" if k == 1 else "push")
+                for s, d, k in self._c().get_notifies(max_count)]
 
     def daemon_status(self):
         """The daemon's state (what kvdistctl status --json prints) as a dict."""

@@ -647,8 +647,25 @@ class TransferConfig:
                 f"src_batch_index={self.src_batch_index})")
 
 
-Notification = collections.namedtuple("Notification", "src_cluster_id data")
-Notification.__doc__ = "What a push into this cluster carried (notify=), once its bytes landed."
+class Notification(collections.namedtuple("Notification", "src_cluster_id data")):
+    """What a transfer carried (notify=) to this cluster: kind "push", from src_cluster_id that
+    pushed, once its bytes landed here; kind "pull", from src_cluster_id that pulled, once it
+    read every byte. kind is an attribute, not part of the tuple: (src_cluster_id, data)
+    unpacking and comparisons work as before."""
+
+    kind = "push"
+
+    def __new__(cls, src_cluster_id, data, kind="push"):
+        self = super().__new__(cls, src_cluster_id, data)
+        self.kind = kind
+        return self
+
+    def __getnewargs__(self):
+        return (self.src_cluster_id, self.data, self.kind)
+
+    def __repr__(self):
+        return (f"Notification(src_cluster_id={self.src_cluster_id!r}, data={self.data!r}, "
+                f"kind={self.kind!r})")
 
 
 class TransferKind(enum.IntEnum):
