@@ -125,6 +125,33 @@ static int ahead_claim_fds(WireIn *in)
  * Refills the read-ahead buffer, which is empty. 1 when bytes came, 0 when the socket is empty
  * (or was at the end of the last read), -ECONNRESET at its end, -errno.
  */
+/*
+ * The header of the frame @in reads is whole: decodes it, takes the fds that came with its first
+ * bytes (@ahead: those the read-ahead stashed for it) and makes room for its payload.
+ */
+static int in_frame_begin(WireIn *in, uint32_t max_payload, bool ahead)
+{
+        int r;
+
+        r = frame_header_decode(in->header, max_payload, &in->frame);
+        if (r < 0)
+                return r;
+        if (ahead) {
+                r = ahead_claim_fds(in);
+                if (r < 0)
+                        return r;
+        }
+        /* Fds travel with the frame's first bytes: anything else is a broken frame. */
+        if (in->frame.n_fds != in->n_fds)
+                return -EBADMSG;
+        if (in->frame.length > 0) {
+                in->payload = malloc(in->frame.length);
+                if (!in->payload)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
 static int ahead_fill(WireIn *in, int sock, size_t max_fds)
 {
         int fds[FRAME_MAX_FDS];
@@ -175,20 +202,9 @@ static int wire_in_read_ahead(WireIn *in, int sock, uint32_t max_payload, size_t
                 if (in->header_len < FRAME_HEADER_SIZE)
                         continue;
 
-                r = frame_header_decode(in->header, max_payload, &in->frame);
+                r = in_frame_begin(in, max_payload, true);
                 if (r < 0)
                         return r;
-                r = ahead_claim_fds(in);
-                if (r < 0)
-                        return r;
-                /* Fds travel with the frame's first bytes: anything else is a broken frame. */
-                if (in->frame.n_fds != in->n_fds)
-                        return -EBADMSG;
-                if (in->frame.length > 0) {
-                        in->payload = malloc(in->frame.length);
-                        if (!in->payload)
-                                return -ENOMEM;
-                }
         }
 
         while (in->payload_len < in->frame.length) {
@@ -253,17 +269,9 @@ int wire_in_read(WireIn *in, int sock, uint32_t max_payload, size_t max_fds)
                 if (in->header_len < FRAME_HEADER_SIZE)
                         return 0;
 
-                r = frame_header_decode(in->header, max_payload, &in->frame);
+                r = in_frame_begin(in, max_payload, false);
                 if (r < 0)
                         return r;
-                /* Fds travel with the header's bytes: anything else is a broken frame. */
-                if (in->frame.n_fds != in->n_fds)
-                        return -EBADMSG;
-                if (in->frame.length > 0) {
-                        in->payload = malloc(in->frame.length);
-                        if (!in->payload)
-                                return -ENOMEM;
-                }
         }
 
         while (in->payload_len < in->frame.length) {
