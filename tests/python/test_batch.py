@@ -365,6 +365,7 @@ def test_batch_in_progress_and_cancel(daemons, attach):
             timeout_ms=60000)
         assert not task.done()
         assert task.synchronize(10) == LLMStatusCode.LLM_TIMEOUT  # this wait's, not the task's
+        assert task.get_results(10) == [None, None]  # one per entry, none finished
         for call in (task.entry_statuses, task.failed_blocks):
             with pytest.raises(LLMException) as e:
                 call()

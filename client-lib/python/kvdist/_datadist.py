@@ -119,6 +119,7 @@ class CacheTask:
         self._task = None if layered else transfer_async_task
         self._layered = transfer_async_task if layered else None
         self._batch = False  # transfer_batch()'s task: a status per entry
+        self._n_entries = 1  # destinations (a batch: its entries)
 
     def _results(self, timeout_ms):
         """(finished, [(kvd status or None, detail) per destination])."""
@@ -126,7 +127,7 @@ class CacheTask:
             status, detail = self._task.wait(-1 if timeout_ms is None else
                                              _int(timeout_ms, "timeout", 0, 2**31 - 1))
             if status == _KVD_E_IN_PROGRESS:
-                return False, [(None, detail)]
+                return False, [(None, detail)] * self._n_entries
             if self._batch:
                 # Every entry's own status; the task's detail goes with the first failure.
                 statuses = self._task.entry_statuses()
@@ -210,7 +211,7 @@ class CacheTask:
 
     def get_results(self, timeout_in_millis=None):
         """One LLMStatusCode per destination, None for one nothing was sent to yet; for a
-        batch, once it is done, one per entry (entry_statuses())."""
+        batch one per entry (entry_statuses()), None for each while it runs."""
         _, results = self._results(timeout_in_millis)
         return [None if status is None else status_code(status) for status, _ in results]
 
@@ -698,6 +699,7 @@ class CacheManager:
                         e.tensor_num_per_layer, _remote_info(e.remote_info)))
         task = CacheTask(c.transfer_batch(kvd, _timeout(timeout_ms)))
         task._batch = True
+        task._n_entries = len(kvd)
         return task
 
     def transfer_cache_async(self, src_cache, layer_synchronizer, transfer_configs,
