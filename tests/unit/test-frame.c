@@ -871,8 +871,8 @@ START_TEST(test_unpack_long_lists)
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                /* every varint length from 1 to 10 bytes */
-                src[i] = x >> (i % 65 == 64 ? 0 : 64 - i % 65);
+                /* every varint length from 1 to 10 bytes: 0, then the top 1..64 bits of x */
+                src[i] = i % 65 == 0 ? 0 : x >> (64 - i % 65);
                 dst[i] = i * 37 % 20000;
         }
         memset(notify, 0x3c, sizeof(notify));
