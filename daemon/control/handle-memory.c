@@ -156,8 +156,8 @@ int handle_region_add(Request *req, Error *err)
         if (k < 0)
                 return k;
 
-        k = region_new_from_file(fd, m->file_offset, m->size, m->client_addr,
-                                 id_source_next(root->ids), &r);
+        k = region_new_from_fd(fd, m->file_offset, m->size, m->client_addr,
+                               id_source_next(root->ids), &r);
         switch (k) {
         case 0:
                 fd = -1; /* the region owns it */

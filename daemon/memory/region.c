@@ -38,8 +38,8 @@ static int region_new_mapped(int fd, uint64_t offset, uint64_t size, uint64_t id
         return 0;
 }
 
-int region_new_from_file(int fd, uint64_t offset, uint64_t size, uint64_t client_addr, uint64_t id,
-                         Region **ret)
+int region_new_from_fd(int fd, uint64_t offset, uint64_t size, uint64_t client_addr, uint64_t id,
+                       Region **ret)
 {
         struct stat st;
         uint64_t end;
@@ -70,11 +70,6 @@ int region_new_from_file(int fd, uint64_t offset, uint64_t size, uint64_t client
                 return -EDOM;
 
         return region_new_mapped(fd, offset, size, id, REGION_CLIENT, client_addr, ret);
-}
-
-int region_new_from_fd(int fd, uint64_t size, uint64_t client_addr, uint64_t id, Region **ret)
-{
-        return region_new_from_file(fd, 0, size, client_addr, id, ret);
 }
 
 int region_new_memfd(const char *name, uint64_t size, uint64_t id, Region **ret)

@@ -34,19 +34,15 @@ struct Region {
 };
 
 /*
- * Wraps a client's memfd. Checks that @fd is a memfd sealed against shrinking (a client that
- * truncates must never make the daemon fault), that it holds at least @size bytes, and maps it
- * read-write. On success the region owns @fd. -EBADF not a memfd, -EPERM F_SEAL_SHRINK missing,
- * -EINVAL size 0 or beyond the file, -errno from mmap.
+ * Wraps @size bytes from @offset of a client's memfd (its own from kvd_mem_alloc(), offset 0, or
+ * an engine's from kvd_mem_register()). Checks that @fd is a memfd sealed against shrinking (a
+ * client that truncates must never make the daemon fault), that it holds those bytes, and maps
+ * them read-write. On success the region owns @fd. -EBADF not a memfd, -EPERM F_SEAL_SHRINK
+ * missing, -EINVAL size 0 or beyond the file, -EDOM an offset that is not a multiple of the
+ * file's page size, -errno from mmap.
  */
-int region_new_from_fd(int fd, uint64_t size, uint64_t client_addr, uint64_t id, Region **ret);
-
-/*
- * As region_new_from_fd() for @size bytes from @offset of the file (an engine's own memfd):
- * also -EINVAL for a range past the file's end, -EDOM for an offset that is not page-aligned.
- */
-int region_new_from_file(int fd, uint64_t offset, uint64_t size, uint64_t client_addr, uint64_t id,
-                         Region **ret);
+int region_new_from_fd(int fd, uint64_t offset, uint64_t size, uint64_t client_addr, uint64_t id,
+                       Region **ret);
 
 /*
  * Creates a memfd of @size bytes (sealed against shrinking and growing) and maps it, as a

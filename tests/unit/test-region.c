@@ -41,7 +41,7 @@ START_TEST(test_from_fd_sealed)
         int fd;
 
         fd = make_memfd(4 * PAGE, F_SEAL_SHRINK);
-        ck_assert_int_eq(region_new_from_fd(fd, 3 * PAGE, 0x100000, 42, &r), 0);
+        ck_assert_int_eq(region_new_from_fd(fd, 0, 3 * PAGE, 0x100000, 42, &r), 0);
         ck_assert_ptr_nonnull(r);
         ck_assert_uint_eq(r->n_ref, 1);
         ck_assert_uint_eq(r->id, 42);
@@ -64,7 +64,7 @@ START_TEST(test_from_fd_whole_file_with_all_seals)
         int fd;
 
         fd = make_memfd(PAGE, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-        ck_assert_int_eq(region_new_from_fd(fd, PAGE, 0, 1, &r), 0);
+        ck_assert_int_eq(region_new_from_fd(fd, 0, PAGE, 0, 1, &r), 0);
         ck_assert_uint_eq(r->size, PAGE);
         region_unref(r);
 }
@@ -76,11 +76,11 @@ START_TEST(test_from_fd_unsealed)
         int fd;
 
         fd = make_memfd(PAGE, 0);
-        ck_assert_int_eq(region_new_from_fd(fd, PAGE, 0, 1, &r), -EPERM);
+        ck_assert_int_eq(region_new_from_fd(fd, 0, PAGE, 0, 1, &r), -EPERM);
         ck_assert_ptr_null(r);
         /* Sealed against growing only is not enough either. */
         ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW), 0);
-        ck_assert_int_eq(region_new_from_fd(fd, PAGE, 0, 1, &r), -EPERM);
+        ck_assert_int_eq(region_new_from_fd(fd, 0, PAGE, 0, 1, &r), -EPERM);
         ck_assert_ptr_null(r);
         /* On failure the caller keeps the fd. */
         ck_assert(fd_is_open(fd));
@@ -94,7 +94,7 @@ START_TEST(test_from_fd_pipe)
         int p[2];
 
         ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-        ck_assert_int_eq(region_new_from_fd(p[0], PAGE, 0, 1, &r), -EBADF);
+        ck_assert_int_eq(region_new_from_fd(p[0], 0, PAGE, 0, 1, &r), -EBADF);
         ck_assert_ptr_null(r);
         ck_assert(fd_is_open(p[0]));
         close(p[0]);
@@ -118,7 +118,7 @@ START_TEST(test_from_fd_regular_file)
                 close(fd);
                 return;
         }
-        ck_assert_int_eq(region_new_from_fd(fd, 1, 0, 1, &r), -EBADF);
+        ck_assert_int_eq(region_new_from_fd(fd, 0, 1, 0, 1, &r), -EBADF);
         ck_assert_ptr_null(r);
         close(fd);
 }
@@ -130,16 +130,16 @@ START_TEST(test_from_fd_bad_size)
         int fd;
 
         fd = make_memfd(2 * PAGE, F_SEAL_SHRINK);
-        ck_assert_int_eq(region_new_from_fd(fd, 0, 0, 1, &r), -EINVAL);
-        ck_assert_int_eq(region_new_from_fd(fd, 2 * PAGE + 1, 0, 1, &r), -EINVAL);
-        ck_assert_int_eq(region_new_from_fd(fd, UINT64_MAX, 0, 1, &r), -EINVAL);
+        ck_assert_int_eq(region_new_from_fd(fd, 0, 0, 0, 1, &r), -EINVAL);
+        ck_assert_int_eq(region_new_from_fd(fd, 0, 2 * PAGE + 1, 0, 1, &r), -EINVAL);
+        ck_assert_int_eq(region_new_from_fd(fd, 0, UINT64_MAX, 0, 1, &r), -EINVAL);
         /* A span that would wrap past the top of the address space. */
-        ck_assert_int_eq(region_new_from_fd(fd, PAGE, UINT64_MAX - PAGE + 1, 1, &r), -EINVAL);
+        ck_assert_int_eq(region_new_from_fd(fd, 0, PAGE, UINT64_MAX - PAGE + 1, 1, &r), -EINVAL);
         ck_assert_ptr_null(r);
         ck_assert(fd_is_open(fd));
 
         /* The boundary cases that fit. */
-        ck_assert_int_eq(region_new_from_fd(fd, 2 * PAGE, UINT64_MAX - 2 * PAGE, 1, &r), 0);
+        ck_assert_int_eq(region_new_from_fd(fd, 0, 2 * PAGE, UINT64_MAX - 2 * PAGE, 1, &r), 0);
         region_unref(r);
 }
 END_TEST
@@ -157,7 +157,8 @@ START_TEST(test_shared_mapping)
         /* The region owns the fd it gets; keep our own for the mapping's sake only. */
         dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
         ck_assert_int_ge(dup_fd, 0);
-        ck_assert_int_eq(region_new_from_fd(dup_fd, 4 * PAGE, (uint64_t)(uintptr_t)mine, 7, &r), 0);
+        ck_assert_int_eq(region_new_from_fd(dup_fd, 0, 4 * PAGE, (uint64_t)(uintptr_t)mine, 7, &r),
+                         0);
 
         for (unsigned i = 0; i < 4 * PAGE; i++)
                 mine[i] = (uint8_t)(i * 31 + 7);
@@ -210,7 +211,7 @@ START_TEST(test_memfd)
                 int fd2 = fcntl(r->fd, F_DUPFD_CLOEXEC, 0);
 
                 ck_assert_int_ge(fd2, 0);
-                ck_assert_int_eq(region_new_from_fd(fd2, 3 * PAGE, 0, 10, &r2), 0);
+                ck_assert_int_eq(region_new_from_fd(fd2, 0, 3 * PAGE, 0, 10, &r2), 0);
                 ck_assert_uint_eq(r2->data[3 * PAGE - 1], 1);
                 region_unref(r2);
         }
@@ -247,7 +248,7 @@ static Region *make_region_at(uint64_t client_addr, uint64_t size, uint64_t id)
         int fd;
 
         fd = make_memfd(size, F_SEAL_SHRINK);
-        ck_assert_int_eq(region_new_from_fd(fd, size, client_addr, id, &r), 0);
+        ck_assert_int_eq(region_new_from_fd(fd, 0, size, client_addr, id, &r), 0);
         return r;
 }
 
