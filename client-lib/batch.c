@@ -26,11 +26,6 @@ TaskBatch *task_batch_free(TaskBatch *b)
 }
 DEFINE_TRIVIAL_CLEANUP_FUNC(TaskBatch, task_batch_free);
 
-static bool kind_is_pull(kvd_transfer_kind kind)
-{
-        return kind == KVD_PULL_CACHE || kind == KVD_PULL_BLOCKS;
-}
-
 /* Keeps what the task needs of @entries once answered: kinds and local block ids. */
 static int task_batch_new(const kvd_batch_entry *entries, size_t n, TaskBatch **ret, Error *err)
 {
@@ -40,7 +35,8 @@ static int task_batch_new(const kvd_batch_entry *entries, size_t n, TaskBatch **
         if (!b)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
         for (size_t i = 0; i < n; i++)
-                total += kind_is_pull(entries[i].kind) ? entries[i].n_dst : entries[i].n_src;
+                total += transfer_kind_is_pull(entries[i].kind) ? entries[i].n_dst
+                                                                : entries[i].n_src;
         b->n = n;
         b->status = calloc(n, sizeof(*b->status));
         b->kind = calloc(n, sizeof(*b->kind));
@@ -50,8 +46,9 @@ static int task_batch_new(const kvd_batch_entry *entries, size_t n, TaskBatch **
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "out of memory");
         for (size_t i = 0; i < n; i++) {
                 const kvd_batch_entry *e = &entries[i];
-                const uint64_t *local = kind_is_pull(e->kind) ? e->dst_blocks : e->src_blocks;
-                size_t n_local = kind_is_pull(e->kind) ? e->n_dst : e->n_src;
+                const uint64_t *local =
+                        transfer_kind_is_pull(e->kind) ? e->dst_blocks : e->src_blocks;
+                size_t n_local = transfer_kind_is_pull(e->kind) ? e->n_dst : e->n_src;
 
                 b->kind[i] = e->kind;
                 b->status[i] = KVD_E_IN_PROGRESS;

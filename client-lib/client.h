@@ -264,6 +264,12 @@ int transfer_entry_to_pb(const kvd_batch_entry *e, int32_t timeout_ms, const cha
 int transfer_link_first(kvd_client *c, const char *remote_info, uint64_t cluster_id,
                         uint32_t *timeout_ms, const char *what, Error *err);
 
+/* Whether @kind reads the remote cache (the local one is the destination). */
+static inline bool transfer_kind_is_pull(kvd_transfer_kind kind)
+{
+        return kind == KVD_PULL_CACHE || kind == KVD_PULL_BLOCKS;
+}
+
 /* The timeout a transfer of @timeout_ms (0: the client's) runs with. */
 uint32_t transfer_timeout(const kvd_client *c, uint32_t timeout_ms);
 

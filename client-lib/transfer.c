@@ -79,7 +79,7 @@ static int layer_range_to_pb(const kvd_layer_range *r, const char *what, const c
 int transfer_entry_to_pb(const kvd_batch_entry *e, int32_t timeout_ms, const char *what,
                          TransferPb *ret, Error *err)
 {
-        bool pull = e->kind == KVD_PULL_CACHE || e->kind == KVD_PULL_BLOCKS;
+        bool pull = transfer_kind_is_pull(e->kind);
         char key_name[64];
         int r;
 
@@ -170,7 +170,7 @@ kvd_task *transfer_task_new(kvd_client *c, const char *name, uint32_t timeout_ms
 
 static int transfer_submit(kvd_client *c, const TransferArgs *a, kvd_task **ret_task, Error *err)
 {
-        bool pull = a->kind == KVD_PULL_CACHE || a->kind == KVD_PULL_BLOCKS;
+        bool pull = transfer_kind_is_pull(a->kind);
         _cleanup_(task_freep) kvd_task *t = NULL;
         kvd_transfer_opts o;
         TransferPb pb;
