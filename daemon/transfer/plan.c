@@ -54,25 +54,28 @@ Plan *plan_free(Plan *plan)
         return NULL;
 }
 
+/* Adds @count pieces of @len bytes (count > 1: the pattern's steps apart) to the plan. */
 static int builder_add(Builder *b, uint32_t src_region, uint32_t dst_region, uint64_t src_offset,
-                       uint64_t dst_offset, uint64_t len, Error *err)
+                       uint64_t dst_offset, uint64_t len, uint64_t count, Error *err)
 {
-        uint64_t src_end, dst_end, total;
+        uint64_t src_end, dst_end, bytes, total;
         PlanSegment seg;
 
-        if (ADD_OVERFLOW(src_offset, len, &src_end) || ADD_OVERFLOW(dst_offset, len, &dst_end))
+        if (!plan_pieces_end(src_offset, len, count, b->plan->src_step, &src_end) ||
+            !plan_pieces_end(dst_offset, len, count, b->plan->dst_step, &dst_end))
                 return error_set(err, STATUS_PARAM_INVALID,
-                                 "a copy of %" PRIu64 " bytes at offset %" PRIu64 " -> %" PRIu64
-                                 " overflows",
-                                 len, src_offset, dst_offset);
-        if (ADD_OVERFLOW(b->total, len, &total))
+                                 "a copy of %" PRIu64 " x %" PRIu64 " bytes at offset %" PRIu64
+                                 " -> %" PRIu64 " overflows",
+                                 count, len, src_offset, dst_offset);
+        if (MUL_OVERFLOW(len, count, &bytes) || ADD_OVERFLOW(b->total, bytes, &total))
                 return error_set(err, STATUS_PARAM_INVALID,
                                  "the transfer is larger than 2^64 bytes");
         b->total = total;
 
-        /* The last segment's ends were checked when it was added or grown: these cannot wrap. */
-        if (b->n > 0 && b->last.src_region == src_region && b->last.dst_region == dst_region &&
-            b->last.src_offset + b->last.len == src_offset &&
+        /* The last segment's ends were checked when it was added or grown: these cannot wrap.
+         * Only plain copies merge; pieces keep their own. */
+        if (b->n > 0 && count == 1 && b->last.count == 1 && b->last.src_region == src_region &&
+            b->last.dst_region == dst_region && b->last.src_offset + b->last.len == src_offset &&
             b->last.dst_offset + b->last.len == dst_offset) {
                 b->last.len += len;
                 b->plan->segments[b->n - 1].len = b->last.len;
@@ -85,6 +88,7 @@ static int builder_add(Builder *b, uint32_t src_region, uint32_t dst_region, uin
                 .src_offset = src_offset,
                 .dst_offset = dst_offset,
                 .len = len,
+                .count = count,
         };
         /* the pattern laid on each tensor bounds the copies */
         if (b->n >= b->cap)
@@ -116,6 +120,8 @@ static int build_plan(const Ctx *ctx, Plan **ret, Error *err)
         if (!p)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory for a transfer plan");
 
+        p->src_step = ctx->pattern->src_step;
+        p->dst_step = ctx->pattern->dst_step;
         b = (Builder){.plan = p, .cap = cap};
         r = emit_plan(ctx, &b, err);
         if (r < 0) {
@@ -481,8 +487,9 @@ static inline bool list_continues(const uint64_t *list, size_t i)
 /*
  * The per-tensor pattern: copies with offsets relative to the start of a tensor, the same for
  * every tensor pair, so the block list is walked once, not once per tensor. A run of entries
- * where both sides go up by one block is one copy: the item to blocks source is contiguous by
- * construction, and only its last chunk can be partial.
+ * where both sides go up by one block is one segment: one copy when it is whole blocks (the item
+ * to blocks source is contiguous by construction, and only its last chunk can be partial), else
+ * one piece per block, a block stride apart on each side.
  */
 static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
 {
@@ -507,7 +514,7 @@ static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
         }
         if (dst_list)
                 for (size_t i = 1; i < n; i++)
-                        if (!whole || !list_continues(dst_list, i) || !list_continues(src_list, i))
+                        if (!list_continues(dst_list, i) || !list_continues(src_list, i))
                                 n_runs++;
 
         if (MUL_OVERFLOW(n_runs, sizeof(PlanSegment), &bytes) ||
@@ -516,20 +523,29 @@ static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
         p = malloc(bytes);
         if (!p)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory for a transfer plan");
+        p->src_step = src->stride;
+        p->dst_step = dst->stride;
 
         for (size_t i = 1; i <= n; i++) {
-                uint64_t so, dof, len, end;
+                uint64_t so, dof, len, end, count = 1, bytes_run;
                 bool ok;
 
-                if (i < n && whole && list_continues(dst_list, i) && list_continues(src_list, i))
+                if (i < n && list_continues(dst_list, i) && list_continues(src_list, i))
                         continue;
                 switch (req->mode) {
                 case PLAN_BLOCKS:
-                        ok = !MUL_OVERFLOW(src_list[start], src->stride, &so) &&
+                        if (whole)
+                                ok = !MUL_OVERFLOW((uint64_t)(i - start), ctx->src_slice.length,
+                                                   &len);
+                        else {
+                                len = ctx->src_slice.length;
+                                count = i - start;
+                                ok = true;
+                        }
+                        ok = ok && !MUL_OVERFLOW(src_list[start], src->stride, &so) &&
                              !ADD_OVERFLOW(so, ctx->src_slice.offset, &so) &&
                              !MUL_OVERFLOW(dst_list[start], dst->stride, &dof) &&
-                             !ADD_OVERFLOW(dof, ctx->dst_slice.offset, &dof) &&
-                             !MUL_OVERFLOW((uint64_t)(i - start), ctx->src_slice.length, &len);
+                             !ADD_OVERFLOW(dof, ctx->dst_slice.offset, &dof);
                         break;
                 case PLAN_ITEM:
                         ok = !MUL_OVERFLOW(req->src_index, src->stride, &so) &&
@@ -547,7 +563,8 @@ static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
                                 len = MIN(end, ctx->size) - len;
                         break;
                 }
-                if (!ok || ADD_OVERFLOW(total, len, &total)) {
+                if (!ok || MUL_OVERFLOW(len, count, &bytes_run) ||
+                    ADD_OVERFLOW(total, bytes_run, &total)) {
                         free(p);
                         return error_set(err, STATUS_PARAM_INVALID,
                                          "entry %zu of the transfer overflows", start);
@@ -556,6 +573,7 @@ static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
                         .src_offset = so,
                         .dst_offset = dof,
                         .len = len,
+                        .count = count,
                 };
                 start = i;
         }
@@ -583,7 +601,7 @@ static int emit_plan(const Ctx *ctx, Builder *b, Error *err)
                             ADD_OVERFLOW(dt->offset, s->dst_offset, &dof))
                                 return error_set(err, STATUS_PARAM_INVALID,
                                                  "tensor %" PRIu32 " of the transfer overflows", k);
-                        r = builder_add(b, st->region, dt->region, so, dof, s->len, err);
+                        r = builder_add(b, st->region, dt->region, so, dof, s->len, s->count, err);
                         if (r < 0)
                                 return r;
                 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/macro.h"
 
 #define PLAN_LAYERS_ALL (-1)
 
@@ -68,19 +69,41 @@ typedef struct PlanRequest {
         PlanSlice dst_slice;           /* PLAN_BLOCKS: of each destination block */
 } PlanRequest;
 
+/*
+ * @count pieces of @len bytes: the k-th from src_offset + k * Plan.src_step to dst_offset + k *
+ * Plan.dst_step. One piece (count 1) is a plain copy; more are the same slice of neighbouring
+ * blocks, so a run of N blocks is one segment, not N.
+ */
 typedef struct PlanSegment {
         uint32_t src_region;
         uint32_t dst_region;
         uint64_t src_offset;
         uint64_t dst_offset;
         uint64_t len;
+        uint64_t count;
 } PlanSegment;
 
 typedef struct Plan {
         uint64_t total_bytes;
+        uint64_t src_step; /* between the pieces of a segment, on each side */
+        uint64_t dst_step;
         size_t n_segments;
         PlanSegment segments[];
 } Plan;
+
+/*
+ * The end of the last piece of a segment of @count pieces of @len bytes from @offset, @step
+ * apart; false when it passes 2^64.
+ */
+static inline bool plan_pieces_end(uint64_t offset, uint64_t len, uint64_t count, uint64_t step,
+                                   uint64_t *ret)
+{
+        uint64_t span = 0;
+
+        if (count > 1 && MUL_OVERFLOW(count - 1, step, &span))
+                return false;
+        return !ADD_OVERFLOW(offset, span, &span) && !ADD_OVERFLOW(span, len, ret);
+}
 
 /*
  * Validates @req and builds its plan. Every rule gives PARAM_INVALID (or CACHE_INCOMPATIBLE for
@@ -91,8 +114,9 @@ typedef struct Plan {
  * as many (CACHE_INCOMPATIBLE); with one, tensor_num_per_layer must divide both caches and the
  * ranges must lie inside them and be of equal length. Between blocks caches, slices (offset and
  * length of each block, on each side) must lie inside the blocks and be of equal length; the
- * block sizes may then differ. Segments contiguous on both sides are merged (slices of
- * neighbouring blocks only when they are whole blocks). On success *@ret is malloc()ed.
+ * block sizes may then differ. Segments contiguous on both sides are merged; slices of a run of
+ * neighbouring blocks on both sides are one segment of as many pieces. On success *@ret is
+ * malloc()ed.
  */
 int plan_build(const PlanRequest *req, Plan **ret, Error *err);
 

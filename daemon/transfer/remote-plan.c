@@ -146,17 +146,23 @@ int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src, uin
         for (size_t i = 0; i < plan->n_segments; i++) {
                 const PlanSegment *s = &plan->segments[i];
                 uint32_t t = cache_is_src ? s->src_region : s->dst_region - n_src_tensors;
-                uint64_t off = cache_is_src ? s->src_offset : s->dst_offset, start, end;
+                uint64_t off = cache_is_src ? s->src_offset : s->dst_offset, start, end, last;
+                uint64_t step = cache_is_src ? plan->src_step : plan->dst_step;
                 const CacheTensor *ct;
                 bool known = false;
 
                 if (t >= cache->desc.num_tensors)
                         return -EFAULT;
                 ct = &cache->tensors[t];
-                if (ADD_OVERFLOW(ct->offset, off, &start) || ADD_OVERFLOW(start, s->len, &end) ||
-                    end > ct->region->size || off + s->len > cache->tensor_size)
+                if (!plan_pieces_end(off, s->len, s->count, step, &last) ||
+                    last > cache->tensor_size || ADD_OVERFLOW(ct->offset, off, &start) ||
+                    ADD_OVERFLOW(ct->offset, last, &end) || end > ct->region->size)
                         return -EFAULT;
-                ret_segs[i] = (TransportSegment){.local = ct->region->data + start, .len = s->len};
+                ret_segs[i] = (TransportSegment){
+                        .local = ct->region->data + start,
+                        .len = s->len,
+                        .count = s->count,
+                };
                 for (uint32_t k = 0; k < *n_regions && !known; k++)
                         known = regions[k] == ct->region;
                 if (!known) {
@@ -166,4 +172,10 @@ int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src, uin
                 }
         }
         return 0;
+}
+
+void remote_plan_job_steps(const Plan *plan, bool cache_is_src, TransportJob *job)
+{
+        job->local_step = cache_is_src ? plan->src_step : plan->dst_step;
+        job->remote_step = cache_is_src ? plan->dst_step : plan->src_step;
 }

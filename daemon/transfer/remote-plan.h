@@ -62,10 +62,14 @@ int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *
 /*
  * Maps one side of canonical @plan onto @cache: the source side when @cache_is_src, else the
  * destination side (whose tensors follow the @n_src_tensors source tensors). Writes
- * plan->n_segments entries to @ret_segs (the daemon's mapping of each segment: local and len) and
+ * plan->n_segments entries to @ret_segs (the daemon's mapping of each segment: local, len and
+ * count; the steps between its spans come from remote_plan_job_steps()) and
  * adds every region it touches, referenced, to @regions (room for KVD_MAX_TENSORS; *@n_regions
  * counts). -EFAULT when a segment falls outside its tensor's region (a planner bug, never a byte
  * moved).
  */
 int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src, uint32_t n_src_tensors,
                     TransportSegment *ret_segs, Region **regions, uint32_t *n_regions);
+
+/* Sets @job's steps between the spans of a segment for the side remote_plan_map() mapped. */
+void remote_plan_job_steps(const Plan *plan, bool cache_is_src, TransportJob *job);

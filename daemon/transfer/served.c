@@ -453,6 +453,7 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
                         .done = served_on_data_done,
                         .userdata = s,
                 };
+                remote_plan_job_steps(s->plan, s->pull, &s->job);
                 s->moving = true;
                 r = transport_submit(root->transports->tcp, &s->job);
         }

@@ -303,6 +303,7 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
                 .done = transfer_remote_on_data_done,
                 .userdata = x,
         };
+        remote_plan_job_steps(x->plan, local_is_src, &x->job);
         r = transport_submit(x->transport, &x->job);
         if (r < 0)
                 return error_set(err, STATUS_PEER_LOST, "cannot start data job %" PRIu64 ": %s",

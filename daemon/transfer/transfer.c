@@ -273,13 +273,16 @@ static int transfer_local_segments(Transfer *x)
                         return -EFAULT;
                 src = x->regions[s->src_region];
                 dst = x->regions[s->dst_region];
-                if (ADD_OVERFLOW(s->src_offset, s->len, &end) || end > src->size ||
-                    ADD_OVERFLOW(s->dst_offset, s->len, &end) || end > dst->size)
+                if (!plan_pieces_end(s->src_offset, s->len, s->count, plan->src_step, &end) ||
+                    end > src->size ||
+                    !plan_pieces_end(s->dst_offset, s->len, s->count, plan->dst_step, &end) ||
+                    end > dst->size)
                         return -EFAULT;
                 x->segs[i] = (TransportSegment){
                         .local = dst->data + s->dst_offset,
                         .len = s->len,
                         .remote = (uint64_t)(uintptr_t)(src->data + s->src_offset),
+                        .count = s->count,
                 };
         }
         return 0;
@@ -309,6 +312,8 @@ static int transfer_prepare(TransportJob *job)
         }
         job->segs = x->segs;
         job->n_segs = x->plan->n_segments;
+        job->local_step = x->plan->dst_step;
+        job->remote_step = x->plan->src_step;
         return 0;
 }
 
@@ -334,6 +339,8 @@ static int transfer_local_submit(Transfer *x)
                         return r;
                 x->job.segs = x->segs;
                 x->job.n_segs = x->plan->n_segments;
+                x->job.local_step = x->plan->dst_step;
+                x->job.remote_step = x->plan->src_step;
         }
         return transport_submit(x->transport, &x->job);
 }

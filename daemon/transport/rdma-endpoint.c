@@ -28,7 +28,7 @@ static RdmaQp *rdma_qp_new(RdmaSlot *slot)
                 .recv_cq = ep->dev->cq,
                 .cap = {.max_send_wr = RDMA_SQ_DEPTH,
                         .max_recv_wr = 1,
-                        .max_send_sge = RDMA_MAX_SGE,
+                        .max_send_sge = rdma_device_max_sge(ep->dev),
                         .max_recv_sge = 1},
                 .qp_type = IBV_QPT_RC,
                 .sq_sig_all = 0,
@@ -406,7 +406,7 @@ static int rdma_slot_post(RdmaSlot *slot, RdmaJob *job)
 {
         RdmaDevice *dev = slot->ep->dev;
         RdmaQp *q = slot->qp;
-        unsigned n_wr = 0, n_seg = 0, room, at;
+        unsigned n_wr = 0, n_seg = 0, room, at, max_sge = rdma_device_max_sge(dev);
         uint64_t bytes = 0;
         RdmaPost *post;
 
@@ -436,7 +436,7 @@ static int rdma_slot_post(RdmaSlot *slot, RdmaJob *job)
                         job->next++;
                         n_seg++;
                         bytes += s->len;
-                } while (k < RDMA_MAX_SGE && job->next < job->n &&
+                } while (k < max_sge && job->next < job->n &&
                          job->segs[job->next].rkey == s->rkey &&
                          job->segs[job->next].remote_addr == s->remote_addr + s->len);
                 wr->num_sge = (int)k;

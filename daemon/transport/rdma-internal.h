@@ -15,12 +15,16 @@
 #include <infiniband/verbs.h>
 
 #include "common/clist.h"
+#include "common/macro.h"
 #include "daemon/transport/rdma.h"
 #include "daemon/memory/region.h"
 
 #define RDMA_CQ_SIZE 4096
 #define RDMA_SQ_DEPTH 256 /* work requests queued per queue pair */
-#define RDMA_MAX_SGE 4    /* scatter-gather entries per work request we use */
+/* Scatter-gather entries per work request we use at most (fewer where the device has fewer):
+ * spans whose far ends continue one another, such as a slice of neighbouring blocks into whole
+ * blocks, share a request. */
+#define RDMA_MAX_SGE 16
 /*
  * A chain (one ibv_post_send, one signalled request) ends at RDMA_BATCH requests or once it
  * carries RDMA_CHAIN_BYTES. Long chains of small requests keep completions, and the wake-ups of
@@ -177,6 +181,12 @@ static inline enum ibv_mtu rdma_mtu_enum(uint32_t bytes)
                 if (rdma_mtu_bytes(m) <= bytes)
                         return m;
         return IBV_MTU_256;
+}
+
+/* The scatter-gather entries a work request of ours carries at most on @dev. */
+static inline unsigned rdma_device_max_sge(const RdmaDevice *dev)
+{
+        return dev->attr.max_sge > 0 ? MIN((unsigned)dev->attr.max_sge, RDMA_MAX_SGE) : 1;
 }
 
 /* rdma-endpoint.c: the completion channel's callback, on the control loop. */

@@ -45,25 +45,39 @@ static int onesided_submit(Transport *t, TransportJob *job)
 
         if (!job->channel || !job->segs)
                 return -ENOTCONN;
-        for (size_t i = 0; i < job->n_segs; i++)
-                n += (job->segs[i].len + RDMA_SEGMENT_MAX - 1) / RDMA_SEGMENT_MAX;
+        for (size_t i = 0; i < job->n_segs; i++) {
+                const TransportSegment *s = &job->segs[i];
+                uint64_t per_span = (s->len + RDMA_SEGMENT_MAX - 1) / RDMA_SEGMENT_MAX, spans;
+
+                if (MUL_OVERFLOW(per_span, transport_segment_pieces(s), &spans) ||
+                    ADD_OVERFLOW(n, spans, &n))
+                        return -ENOMEM;
+        }
         oj = calloc(1, sizeof(*oj) + MAX(n, (size_t)1) * sizeof(oj->segs[0]));
         if (!oj)
                 return -ENOMEM;
+        /* Spans whose far ends continue one another share a work request (rdma_job_submit()). */
         for (size_t i = 0; i < job->n_segs; i++) {
                 const TransportSegment *s = &job->segs[i];
 
-                for (uint64_t done = 0; done < s->len;) {
-                        uint32_t len = (uint32_t)MIN(s->len - done, (uint64_t)RDMA_SEGMENT_MAX);
+                for (uint64_t j = 0; j < transport_segment_pieces(s); j++) {
+                        uint8_t *local;
+                        uint64_t remote;
 
-                        oj->segs[oj->n_segs++] = (RdmaSegment){
-                                .local_addr = (uint64_t)(uintptr_t)s->local + done,
-                                .lkey = s->lkey,
-                                .remote_addr = s->remote + done,
-                                .rkey = s->rkey,
-                                .len = len,
-                        };
-                        done += len;
+                        transport_segment_span(job, s, j, &local, &remote);
+                        for (uint64_t done = 0; done < s->len;) {
+                                uint32_t len =
+                                        (uint32_t)MIN(s->len - done, (uint64_t)RDMA_SEGMENT_MAX);
+
+                                oj->segs[oj->n_segs++] = (RdmaSegment){
+                                        .local_addr = (uint64_t)(uintptr_t)local + done,
+                                        .lkey = s->lkey,
+                                        .remote_addr = remote + done,
+                                        .rkey = s->rkey,
+                                        .len = len,
+                                };
+                                done += len;
+                        }
                 }
         }
         job->priv = oj;

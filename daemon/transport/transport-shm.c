@@ -2,7 +2,7 @@
 /*
  * Shared-memory transport: both ends of the link live on this daemon, so a job is a set of
  * memcpy()s between memory the daemon has mapped, run on the copy engine's threads. A READ
- * copies each segment's remote address into its local one, a WRITE the other way.
+ * copies each span's remote address into its local one, a WRITE the other way.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -20,26 +20,39 @@ static void shm_on_done(EngineTask *task, int status, void *userdata)
         transport_job_done(job, status < 0 && job->error < 0 ? job->error : status);
 }
 
-/* The engine's copies of @job's segments, malloc()ed. */
-static int shm_copies(const TransportJob *job, EngineCopy **ret)
+/* The engine's copies of @job's segments, one per span, malloc()ed; their number in *@ret_n. */
+static int shm_copies(const TransportJob *job, EngineCopy **ret, size_t *ret_n)
 {
         EngineCopy *copies;
+        size_t n, k = 0;
+        int r;
 
+        r = transport_job_spans(job, &n);
+        if (r < 0)
+                return -ENOMEM;
         /* every entry is written below; the engine takes the array */
-        copies = malloc((job->n_segs ? job->n_segs : 1) * sizeof(*copies));
+        copies = malloc((n ? n : 1) * sizeof(*copies));
         if (!copies)
                 return -ENOMEM;
         for (size_t i = 0; i < job->n_segs; i++) {
                 const TransportSegment *s = &job->segs[i];
-                void *other = (void *)(uintptr_t)s->remote;
 
-                copies[i] = (EngineCopy){
-                        .dst = job->dir == TRANSPORT_READ ? s->local : other,
-                        .src = job->dir == TRANSPORT_READ ? other : s->local,
-                        .len = s->len,
-                };
+                for (uint64_t j = 0; j < transport_segment_pieces(s); j++) {
+                        uint8_t *local;
+                        uint64_t remote;
+                        void *other;
+
+                        transport_segment_span(job, s, j, &local, &remote);
+                        other = (void *)(uintptr_t)remote;
+                        copies[k++] = (EngineCopy){
+                                .dst = job->dir == TRANSPORT_READ ? (void *)local : other,
+                                .src = job->dir == TRANSPORT_READ ? other : (void *)local,
+                                .len = s->len,
+                        };
+                }
         }
         *ret = copies;
+        *ret_n = n;
         return 0;
 }
 
@@ -54,28 +67,24 @@ static int shm_prepare(void *userdata, EngineCopy **ret_copies, size_t *ret_n)
                 job->error = r;
                 return r;
         }
-        r = shm_copies(job, ret_copies);
-        if (r < 0)
-                return r;
-        *ret_n = job->n_segs;
-        return 0;
+        return shm_copies(job, ret_copies, ret_n);
 }
 
 static int shm_submit(Transport *t, TransportJob *job)
 {
         EngineCopy *copies;
         EngineTask *task;
+        size_t n;
         int r;
 
         if (job->prepare)
                 r = engine_submit_prepare(t->set->engine, shm_prepare, job, shm_on_done, job,
                                           &task);
         else {
-                r = shm_copies(job, &copies);
+                r = shm_copies(job, &copies, &n);
                 if (r < 0)
                         return r;
-                r = engine_submit_take(t->set->engine, copies, job->n_segs, 0, shm_on_done, job,
-                                       &task);
+                r = engine_submit_take(t->set->engine, copies, n, 0, shm_on_done, job, &task);
         }
         if (r < 0)
                 return r;

@@ -46,24 +46,37 @@ static void tcp_on_done(void *userdata, int status)
 static int tcp_submit(Transport *t, TransportJob *job)
 {
         TcpJob *tj;
+        size_t n, k = 0;
         int r;
 
         if (!job->channel)
                 return -ENOTCONN;
-        tj = calloc(1, sizeof(*tj) + (job->n_segs ? job->n_segs : 1) * sizeof(tj->segs[0]));
+        r = transport_job_spans(job, &n);
+        if (r < 0)
+                return -ENOMEM;
+        tj = calloc(1, sizeof(*tj) + (n ? n : 1) * sizeof(tj->segs[0]));
         if (!tj)
                 return -ENOMEM;
         tj->data = tcp_channel_data(job->channel);
-        for (size_t i = 0; i < job->n_segs; i++)
-                tj->segs[i] =
-                        (TcpDstSegment){.dst = job->segs[i].local, .len = (size_t)job->segs[i].len};
+        /* The stream carries the spans in order; the peer lays out its own end the same way. */
+        for (size_t i = 0; i < job->n_segs; i++) {
+                const TransportSegment *s = &job->segs[i];
+
+                for (uint64_t j = 0; j < transport_segment_pieces(s); j++) {
+                        uint8_t *local;
+                        uint64_t remote;
+
+                        transport_segment_span(job, s, j, &local, &remote);
+                        tj->segs[k++] = (TcpDstSegment){.dst = local, .len = (size_t)s->len};
+                }
+        }
         job->priv = tj;
         if (job->dir == TRANSPORT_READ)
-                r = tcp_data_recv_until(tj->data, job->id, tj->segs, job->n_segs,
+                r = tcp_data_recv_until(tj->data, job->id, tj->segs, n,
                                         job->hard_deadline ? job->deadline_usec : 0, tcp_on_done,
                                         job);
         else
-                r = tcp_data_send(tj->data, job->id, (const TcpSrcSegment *)tj->segs, job->n_segs,
+                r = tcp_data_send(tj->data, job->id, (const TcpSrcSegment *)tj->segs, n,
                                   tcp_on_done, job);
         if (r < 0) {
                 job->priv = NULL;

@@ -84,6 +84,17 @@ void transport_job_done(TransportJob *job, int error)
         job->done(job, transport_status_from_errno(error));
 }
 
+int transport_job_spans(const TransportJob *job, size_t *ret)
+{
+        size_t n = 0;
+
+        for (size_t i = 0; i < job->n_segs; i++)
+                if (ADD_OVERFLOW(n, transport_segment_pieces(&job->segs[i]), &n))
+                        return -E2BIG;
+        *ret = n;
+        return 0;
+}
+
 int transport_device_info(Transport *t, int32_t device_id, const char *name,
                           TransportDeviceInfo *ret, const char **ret_reason)
 {

@@ -43,7 +43,17 @@ typedef struct TransportSegment {
         uint64_t remote;
         uint32_t lkey; /* RDMA: the key of the registration @local lies in */
         uint32_t rkey; /* RDMA: the peer's key of @remote */
+        /* 0 or 1: the one span above. More: that many spans of @len bytes, the k-th at @local +
+         * k * TransportJob.local_step and @remote + k * TransportJob.remote_step (the same
+         * slice of neighbouring blocks), moved in order. */
+        uint64_t count;
 } TransportSegment;
+
+/* The spans of @s: its count, at least 1. */
+static inline uint64_t transport_segment_pieces(const TransportSegment *s)
+{
+        return s->count > 1 ? s->count : 1;
+}
 
 /*
  * Runs on the control loop once the transport stopped touching the job's memory: @status is
@@ -56,6 +66,8 @@ struct TransportJob {
         TransportDir dir;
         const TransportSegment *segs; /* borrowed, with the memory they name, until @done */
         size_t n_segs;
+        uint64_t local_step; /* between the spans of a segment of several, on each side */
+        uint64_t remote_step;
         /* The connection to the other end, as the link made it: NULL on the same node, the
          * peer's data connections (TCP) or the link's endpoint (RDMA). */
         void *channel;
@@ -386,3 +398,14 @@ int transport_status_from_errno(int error);
  * callback with the mapped status.
  */
 void transport_job_done(TransportJob *job, int error);
+
+/* For transports: the spans of @job's segments, all together; -E2BIG past SIZE_MAX. */
+int transport_job_spans(const TransportJob *job, size_t *ret);
+
+/* For transports: span @k of segment @s of @job, our end and the other. */
+static inline void transport_segment_span(const TransportJob *job, const TransportSegment *s,
+                                          uint64_t k, uint8_t **ret_local, uint64_t *ret_remote)
+{
+        *ret_local = (uint8_t *)s->local + k * job->local_step;
+        *ret_remote = s->remote + k * job->remote_step;
+}

@@ -183,10 +183,16 @@ static bool fake_job_keys_ok(const FakeTransport *f, const TransportJob *job)
         for (size_t s = 0; s < job->n_segs; s++) {
                 const TransportSegment *seg = &job->segs[s];
 
-                if (!fake_key_covers(f, seg->lkey, false, (uint64_t)(uintptr_t)seg->local,
-                                     seg->len) ||
-                    !fake_key_covers(f, seg->rkey, true, seg->remote, seg->len))
-                        return false;
+                for (uint64_t k = 0; k < transport_segment_pieces(seg); k++) {
+                        uint8_t *local;
+                        uint64_t remote;
+
+                        transport_segment_span(job, seg, k, &local, &remote);
+                        if (!fake_key_covers(f, seg->lkey, false, (uint64_t)(uintptr_t)local,
+                                             seg->len) ||
+                            !fake_key_covers(f, seg->rkey, true, remote, seg->len))
+                                return false;
+                }
         }
         return true;
 }
@@ -217,12 +223,19 @@ void fake_transport_complete(FakeTransport *f, TransportJob *job, int error)
         if (f->copy && error == 0)
                 for (size_t s = 0; s < job->n_segs; s++) {
                         const TransportSegment *seg = &job->segs[s];
-                        void *remote = (void *)(uintptr_t)seg->remote;
 
-                        if (job->dir == TRANSPORT_READ)
-                                memcpy(seg->local, remote, seg->len);
-                        else
-                                memcpy(remote, seg->local, seg->len);
+                        for (uint64_t k = 0; k < transport_segment_pieces(seg); k++) {
+                                uint8_t *local;
+                                uint64_t addr;
+                                void *remote;
+
+                                transport_segment_span(job, seg, k, &local, &addr);
+                                remote = (void *)(uintptr_t)addr;
+                                if (job->dir == TRANSPORT_READ)
+                                        memcpy(local, remote, seg->len);
+                                else
+                                        memcpy(remote, local, seg->len);
+                        }
                 }
         transport_job_done(job, error);
 }
@@ -232,7 +245,7 @@ uint64_t fake_transport_job_bytes(const TransportJob *job)
         uint64_t n = 0;
 
         for (size_t s = 0; s < job->n_segs; s++)
-                n += job->segs[s].len;
+                n += job->segs[s].len * transport_segment_pieces(&job->segs[s]);
         return n;
 }
 
@@ -242,10 +255,15 @@ int fake_transport_feed(const TransportJob *job, const void *stream, size_t len)
 
         if (fake_transport_job_bytes(job) != len)
                 return -EINVAL;
-        for (size_t s = 0; s < job->n_segs; s++) {
-                memcpy(job->segs[s].local, p, job->segs[s].len);
-                p += job->segs[s].len;
-        }
+        for (size_t s = 0; s < job->n_segs; s++)
+                for (uint64_t k = 0; k < transport_segment_pieces(&job->segs[s]); k++) {
+                        uint8_t *local;
+                        uint64_t remote;
+
+                        transport_segment_span(job, &job->segs[s], k, &local, &remote);
+                        memcpy(local, p, job->segs[s].len);
+                        p += job->segs[s].len;
+                }
         return 0;
 }
 
@@ -255,9 +273,14 @@ int fake_transport_gather(const TransportJob *job, void *stream, size_t len)
 
         if (fake_transport_job_bytes(job) != len)
                 return -EINVAL;
-        for (size_t s = 0; s < job->n_segs; s++) {
-                memcpy(p, job->segs[s].local, job->segs[s].len);
-                p += job->segs[s].len;
-        }
+        for (size_t s = 0; s < job->n_segs; s++)
+                for (uint64_t k = 0; k < transport_segment_pieces(&job->segs[s]); k++) {
+                        uint8_t *local;
+                        uint64_t remote;
+
+                        transport_segment_span(job, &job->segs[s], k, &local, &remote);
+                        memcpy(p, local, job->segs[s].len);
+                        p += job->segs[s].len;
+                }
         return 0;
 }

@@ -126,6 +126,7 @@ static void property_round(unsigned round)
         bool all = src_layers == dst_layers && rng() % 2 == 0;
         PlanMode mode = (PlanMode)(rng() % 3);
         uint64_t src_units, dst_units, src_stride, dst_stride, size = 0, chunks = 0;
+        uint64_t s_off = 0, d_off = 0, slice_len;
         uint64_t sb[64], db[256], si = 0, di = 0;
         size_t n = 0;
         PlanRequest req = {};
@@ -145,6 +146,18 @@ static void property_round(unsigned round)
                 src_units = rng_range(1, 40);
                 dst_units = rng_range(1, 40);
                 n = rng_range(1, MIN(dst_units, 32));
+                /* a third of the time a slice of each block, the block sizes may differ */
+                if (rng() % 3 == 0) {
+                        dst_stride = rng_range(1, 48);
+                        slice_len = rng_range(1, MIN(src_stride, dst_stride));
+                        s_off = rng_range(0, src_stride - slice_len);
+                        d_off = rng_range(0, dst_stride - slice_len);
+                        req.src_slice = (PlanSlice){s_off, slice_len};
+                        /* length 0: to the end of the block, when that is the same */
+                        req.dst_slice = (PlanSlice){
+                                d_off,
+                                d_off + slice_len == dst_stride && rng() % 2 ? 0 : slice_len};
+                }
                 layout_init(&src, true, src_layers * tpl, src_units, src_stride, 0);
                 layout_init(&dst, true, dst_layers * tpl, dst_units, dst_stride, 2);
                 random_blocks(sb, n, src_units, n <= src_units && rng() % 2 == 0);
@@ -241,10 +254,12 @@ static void property_round(unsigned round)
 
                 switch (mode) {
                 case PLAN_BLOCKS:
+                        slice_len = req.src_slice.length ? req.src_slice.length : src_stride;
                         for (size_t i = 0; i < n; i++)
-                                for (uint64_t b = 0; b < src_stride; b++)
-                                        d[db[i] * dst_stride + b] = s[sb[i] * src_stride + b];
-                        naive_bytes += n * src_stride;
+                                for (uint64_t b = 0; b < slice_len; b++)
+                                        d[db[i] * dst_stride + d_off + b] =
+                                                s[sb[i] * src_stride + s_off + b];
+                        naive_bytes += n * slice_len;
                         naive_segments += n;
                         break;
                 case PLAN_ITEM:
@@ -263,27 +278,35 @@ static void property_round(unsigned round)
                 }
         }
 
-        /* apply the plan */
+        /* apply the plan: each segment's pieces, the plan's steps apart */
         for (size_t i = 0; i < p->n_segments; i++) {
                 const PlanSegment *seg = &p->segments[i];
+                uint64_t src_end = UINT64_MAX, dst_end = UINT64_MAX;
 
                 /* plain checks: a ck_assert per segment would record thousands of locations */
                 if (seg->src_region > 1 || seg->dst_region < 2 || seg->dst_region > 3 ||
-                    seg->len == 0 ||
-                    seg->src_offset + seg->len > src.region_size[seg->src_region] ||
-                    seg->dst_offset + seg->len > dst.region_size[seg->dst_region - 2])
+                    seg->len == 0 || seg->count == 0 ||
+                    !plan_pieces_end(seg->src_offset, seg->len, seg->count, p->src_step,
+                                     &src_end) ||
+                    !plan_pieces_end(seg->dst_offset, seg->len, seg->count, p->dst_step,
+                                     &dst_end) ||
+                    src_end > src.region_size[seg->src_region] ||
+                    dst_end > dst.region_size[seg->dst_region - 2])
                         ck_abort_msg("round %u: segment %zu (%u:%" PRIu64 " -> %u:%" PRIu64
-                                     ", %" PRIu64 ") is outside its regions",
+                                     ", %" PRIu64 " x %" PRIu64 ") is outside its regions",
                                      round, i, seg->src_region, seg->src_offset, seg->dst_region,
-                                     seg->dst_offset, seg->len);
-                memcpy(dst.regions[seg->dst_region - 2] + seg->dst_offset,
-                       src.regions[seg->src_region] + seg->src_offset, seg->len);
+                                     seg->dst_offset, seg->count, seg->len);
+                for (uint64_t k = 0; k < seg->count; k++)
+                        memcpy(dst.regions[seg->dst_region - 2] + seg->dst_offset + k * p->dst_step,
+                               src.regions[seg->src_region] + seg->src_offset + k * p->src_step,
+                               seg->len);
 
-                /* merging is maximal: no two neighbours could have been one */
+                /* merging is maximal: no two neighbouring copies could have been one */
                 if (i > 0) {
                         const PlanSegment *prev = &p->segments[i - 1];
 
-                        if (prev->src_region == seg->src_region &&
+                        if (prev->count == 1 && seg->count == 1 &&
+                            prev->src_region == seg->src_region &&
                             prev->dst_region == seg->dst_region &&
                             prev->src_offset + prev->len == seg->src_offset &&
                             prev->dst_offset + prev->len == seg->dst_offset)

@@ -71,8 +71,9 @@ static PlanRequest item_to_blocks_request(const TestCache *src, const TestCache 
                               _err.msg, (substr));                                                 \
         } while (0)
 
-static void assert_segment(const Plan *p, size_t i, uint32_t sr, uint64_t so, uint32_t dr,
-                           uint64_t dof, uint64_t len)
+/* Segment @i of @p is @count pieces of @len bytes from @sr:@so to @dr:@dof. */
+static void assert_pieces(const Plan *p, size_t i, uint32_t sr, uint64_t so, uint32_t dr,
+                          uint64_t dof, uint64_t len, uint64_t count)
 {
         const PlanSegment *s;
 
@@ -83,6 +84,14 @@ static void assert_segment(const Plan *p, size_t i, uint32_t sr, uint64_t so, ui
         ck_assert_uint_eq(s->dst_region, dr);
         ck_assert_uint_eq(s->dst_offset, dof);
         ck_assert_uint_eq(s->len, len);
+        ck_assert_uint_eq(s->count, count);
+}
+
+/* Segment @i of @p is one copy of @len bytes from @sr:@so to @dr:@dof. */
+static void assert_segment(const Plan *p, size_t i, uint32_t sr, uint64_t so, uint32_t dr,
+                           uint64_t dof, uint64_t len)
+{
+        assert_pieces(p, i, sr, so, dr, dof, len, 1);
 }
 
 /* ---- validation ---- */
@@ -549,14 +558,32 @@ START_TEST(test_slices)
         cache_init(&src, true, 1, 8, 32, 1, 0, 0);
         cache_init(&dst, true, 1, 8, 16, 2, 1000, 0);
         cache_init(&same, true, 1, 8, 32, 3, 2000, 0);
+        /* The second half of 4 neighbouring blocks into 4 whole half-size ones: one segment of
+         * 4 pieces, a source block (32) and a destination block (16) apart. */
         req = blocks_request(&src, &dst, sb, 4, db, 4);
         req.src_slice = (PlanSlice){16, 16};
         p = build_ok(&req);
-        ck_assert_uint_eq(p->n_segments, 4);
-        for (size_t i = 0; i < 4; i++)
-                assert_segment(p, i, 1, sb[i] * 32 + 16, 2, 1000 + db[i] * 16, 16);
+        ck_assert_uint_eq(p->n_segments, 1);
+        assert_pieces(p, 0, 1, 4 * 32 + 16, 2, 1000, 16, 4);
+        ck_assert_uint_eq(p->src_step, 32);
+        ck_assert_uint_eq(p->dst_step, 16);
         ck_assert_uint_eq(p->total_bytes, 64);
         plan_free(p);
+
+        /* Runs break where either list does: {0,1}->{0,1}, {3,4}->{2,3}, {5}->{7}. */
+        {
+                uint64_t rs[5] = {0, 1, 3, 4, 5}, rd[5] = {0, 1, 2, 3, 7};
+
+                req = blocks_request(&src, &dst, rs, 5, rd, 5);
+                req.src_slice = (PlanSlice){8, 16};
+                p = build_ok(&req);
+                ck_assert_uint_eq(p->n_segments, 3);
+                assert_pieces(p, 0, 1, 8, 2, 1000, 16, 2);
+                assert_pieces(p, 1, 1, 3 * 32 + 8, 2, 1000 + 2 * 16, 16, 2);
+                assert_pieces(p, 2, 1, 5 * 32 + 8, 2, 1000 + 7 * 16, 16, 1);
+                ck_assert_uint_eq(p->total_bytes, 5 * 16);
+                plan_free(p);
+        }
 
         /* Whole blocks named as slices: still one merged copy. */
         req = blocks_request(&src, &same, sb, 4, db, 4);
@@ -802,7 +829,7 @@ END_TEST
 
 START_TEST(test_large_request)
 {
-        TestCache src, dst;
+        TestCache src, dst, half;
         const size_t n = 10000;
         uint64_t *sb = calloc(n, sizeof(uint64_t)), *db = calloc(n, sizeof(uint64_t));
         PlanRequest req;
@@ -822,6 +849,21 @@ START_TEST(test_large_request)
         p = build_ok(&req);
         ck_assert_uint_eq(p->n_segments, 4 * 100);
         ck_assert_uint_eq(p->total_bytes, 4 * n * 4096);
+        plan_free(p);
+
+        /* The same runs, the second half of every source block into half-size blocks (a decode
+         * rank with twice the tensor parallelism): still one segment per run per tensor, of
+         * 100 pieces each, not one per block. */
+        cache_init(&half, true, 4, 20000, 2048, 1, 0, 0);
+        req = blocks_request(&src, &half, sb, n, db, n);
+        req.src_slice = (PlanSlice){2048, 2048};
+        p = build_ok(&req);
+        ck_assert_uint_eq(p->n_segments, 4 * 100);
+        for (size_t i = 0; i < p->n_segments; i++) {
+                ck_assert_uint_eq(p->segments[i].count, 100);
+                ck_assert_uint_eq(p->segments[i].len, 2048);
+        }
+        ck_assert_uint_eq(p->total_bytes, 4 * n * 2048);
         plan_free(p);
 
         /* scattered: every other block */
