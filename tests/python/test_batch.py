@@ -442,3 +442,67 @@ def test_no_reference_leaks(pair):
     for a in (ids, wide, bad):
         a.resize(a.size + 1, refcheck=False)  # no buffer of it is still exported
     dst.check(copy_blocks(dst.expected(), dst, src, ids, ids))
+
+
+def copy_slices(expected, dst, src, src_blocks, dst_blocks, src_slice, dst_slice):
+    """What moving slice src_slice (offset, length) of src_blocks[i] of src into dst_slice of
+    dst_blocks[i] of dst makes of expected, every tensor 1:1."""
+    (so, length), do = src_slice, dst_slice[0]
+    for t in range(expected.shape[0]):
+        for s, d in zip(src_blocks, dst_blocks):
+            dst.unit(expected, t, d)[do:do + length] = src.unit(src.image, t, s)[so:so + length]
+    return expected
+
+
+def test_slices(pair):
+    """Head slices: a decode rank with twice the tensor parallelism pulls its half of each
+    prefill block (neighbouring blocks included, so runs merge) into whole half-size blocks,
+    pushes the other way, and a batch entry gathers into the second half of full blocks."""
+    p, d = pair
+    full = Guarded(p, 4, 32, 256, seed=41, key=blocks_key(p, 0))
+    into_p = Guarded(p, 4, 16, 256, seed=42, key=blocks_key(p, 1))
+    half = Guarded(d, 4, 24, 128, seed=43)
+    half_src = Guarded(d, 4, 8, 128, seed=44)
+    link(d, p)
+    cm = d.cache_manager
+
+    src, dst = np.array([4, 5, 6, 7, 20, 9], np.int64), [0, 1, 2, 3, 10, 23]
+    cm.pull_blocks(blocks_key(p, 0), half.cache, src, dst, src_slice=(128, 128),
+                   timeout_ms=30000)
+    expected = copy_slices(half.expected(), half, full, src, dst, (128, 128), (0, 128))
+
+    # dst_slice's length 0 is the rest of the block; a push writes the first half of P's
+    # full-size blocks 10 and 11 from whole half-size blocks.
+    cm.push_blocks(blocks_key(p, 1), half_src.cache, [2, 3], [10, 11], src_slice=None,
+                   dst_slice=(0, 128), timeout_ms=30000)
+    expected_p = copy_slices(into_p.expected(), into_p, half_src, [2, 3], [10, 11], (0, 128),
+                             (0, 128))
+
+    task = cm.transfer_batch([
+        BatchEntry.pull_blocks(blocks_key(p, 0), half.cache, [30, 31], [20, 21],
+                               src_slice=(0, 128)),
+        BatchEntry.push_blocks(blocks_key(p, 1), half_src.cache, [5], [12],
+                               dst_slice=(128, 0)),
+    ], timeout_ms=30000)
+    task.wait()
+    assert task.entry_statuses() == [OK, OK]
+    copy_slices(expected, half, full, [30, 31], [20, 21], (0, 128), (0, 128))
+    copy_slices(expected_p, into_p, half_src, [5], [12], (0, 128), (128, 128))
+    half.check(expected)
+    into_p.check(expected_p)
+    full.check_untouched()
+    half_src.check_untouched()
+
+    # Bad slices: refused with a clear status, nothing written.
+    with pytest.raises(LLMException) as e:
+        cm.pull_blocks(blocks_key(p, 0), half.cache, [1], [5], src_slice=(200, 128))
+    assert e.value.status_code == LLMStatusCode.LLM_PARAM_INVALID
+    assert "src_slice" in e.value.message, e.value.message
+    with pytest.raises(LLMException) as e:
+        cm.pull_blocks(blocks_key(p, 0), half.cache, [1], [5])  # 256-byte blocks into 128
+    assert e.value.status_code == LLMStatusCode.LLM_CACHE_INCOMPATIBLE
+    with pytest.raises(TypeError):
+        cm.pull_blocks(blocks_key(p, 0), half.cache, [1], [5], src_slice=128)
+    with pytest.raises(ValueError):
+        BatchEntry.pull_blocks(blocks_key(p, 0), half.cache, [1], [5], dst_slice=(-1, 8))
+    half.check(expected)

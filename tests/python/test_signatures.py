@@ -25,16 +25,20 @@ _NOTIFY = "kvdist's: bytes the destination receives once the push landed"
 _PULL_NOTIFY = "kvdist's: bytes the source receives once every byte was read"
 _REMOTE_INFO = ("kvdist's: the remote cluster's LLMDataDist.local_info(); links first when no "
                 "link joins the two")
+_SLICE = ("kvdist's head slices: (offset, length) of each block on that side, so caches of "
+          "different block sizes (tensor parallelism) meet")
 EXTRA_KEYWORDS = {
     "LLMException.__init__": {"kvd_status": "kvdist's: the libkvdist status behind the code"},
     "CacheManager.pull_cache": {"timeout_ms": _TIMEOUT, "notify": _PULL_NOTIFY,
                                 "remote_info": _REMOTE_INFO},
     "CacheManager.pull_blocks": {"timeout_ms": _TIMEOUT, "notify": _PULL_NOTIFY,
-                                 "remote_info": _REMOTE_INFO},
+                                 "remote_info": _REMOTE_INFO, "src_slice": _SLICE,
+                                 "dst_slice": _SLICE},
     "CacheManager.push_cache": {"timeout_ms": _TIMEOUT, "notify": _NOTIFY,
                                 "remote_info": _REMOTE_INFO},
     "CacheManager.push_blocks": {"timeout_ms": _TIMEOUT, "notify": _NOTIFY,
-                                 "remote_info": _REMOTE_INFO},
+                                 "remote_info": _REMOTE_INFO, "src_slice": _SLICE,
+                                 "dst_slice": _SLICE},
     "CacheManager.transfer_cache_async": {"notify": _NOTIFY + " (every layer)"},
 }
 

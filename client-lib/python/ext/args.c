@@ -548,6 +548,23 @@ static int layers_from_items(PyObject *const *items, kvd_layer_range *src, kvd_l
         return 0;
 }
 
+/* A slice of each block: None (the whole block) or (offset, length). 0 or -1. */
+static int slice_from_object(PyObject *o, kvd_slice *ret, const char *what)
+{
+        *ret = (kvd_slice){};
+        if (o == Py_None)
+                return 0;
+        if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 2) {
+                PyErr_Format(PyExc_TypeError, "%s is a tuple (offset, length) or None, not %.100s",
+                             what, Py_TYPE(o)->tp_name);
+                return -1;
+        }
+        return u64_from_object(PyTuple_GET_ITEM(o, 0), &ret->offset, what) < 0 ||
+                               u64_from_object(PyTuple_GET_ITEM(o, 1), &ret->length, what) < 0
+                       ? -1
+                       : 0;
+}
+
 int opts_from_object(PyObject *o, TransferOpts *t)
 {
         PyObject *notify;
@@ -557,11 +574,12 @@ int opts_from_object(PyObject *o, TransferOpts *t)
         *t = (TransferOpts){.opts = KVD_TRANSFER_OPTS_INIT};
         if (o == Py_None)
                 return 0;
-        if (!PyTuple_Check(o) || (PyTuple_GET_SIZE(o) != 7 && PyTuple_GET_SIZE(o) != 8)) {
+        if (!PyTuple_Check(o) ||
+            (PyTuple_GET_SIZE(o) != 7 && PyTuple_GET_SIZE(o) != 8 && PyTuple_GET_SIZE(o) != 10)) {
                 PyErr_SetString(PyExc_TypeError,
                                 "transfer options are a tuple (src_first, src_last, dst_first, "
                                 "dst_last, tensor_num_per_layer, timeout_ms, notify[, "
-                                "remote_info])");
+                                "remote_info[, src_slice, dst_slice]])");
                 return -1;
         }
         if (layers_from_items(&PyTuple_GET_ITEM(o, 0), &t->opts.src_layers, &t->opts.dst_layers) <
@@ -574,7 +592,11 @@ int opts_from_object(PyObject *o, TransferOpts *t)
         t->opts.tensor_num_per_layer = (uint32_t)tpl;
         t->opts.timeout_ms = (int32_t)timeout;
         t->given = true;
-        if (PyTuple_GET_SIZE(o) == 8) {
+        if (PyTuple_GET_SIZE(o) == 10 &&
+            (slice_from_object(PyTuple_GET_ITEM(o, 8), &t->opts.src_slice, "src_slice") < 0 ||
+             slice_from_object(PyTuple_GET_ITEM(o, 9), &t->opts.dst_slice, "dst_slice") < 0))
+                return -1;
+        if (PyTuple_GET_SIZE(o) >= 8) {
                 PyObject *info = PyTuple_GET_ITEM(o, 7);
 
                 t->opts.remote_info = strpool_add(&t->strs, info, true, "remote_info");
@@ -612,7 +634,7 @@ void opts_done(TransferOpts *t)
 
 /* --- batches ---------------------------------------------------------------------------- */
 
-#define BATCH_ENTRY_ITEMS 13
+#define BATCH_ENTRY_ITEMS 15
 
 /* Entry tuple @o into entry @i of @l; the error names the entry. 0 or -1. */
 static int batch_entry(PyObject *o, BatchList *l, size_t i)
@@ -625,7 +647,8 @@ static int batch_entry(PyObject *o, BatchList *l, size_t i)
                 PyErr_Format(PyExc_TypeError,
                              "a batch entry is a tuple (kind, key, cache_id, src_blocks, "
                              "dst_blocks, batch_index, size, src_first, src_last, dst_first, "
-                             "dst_last, tensor_num_per_layer, remote_info), not %.100s",
+                             "dst_last, tensor_num_per_layer, remote_info, src_slice, "
+                             "dst_slice), not %.100s",
                              Py_TYPE(o)->tp_name);
                 return -1;
         }
@@ -638,7 +661,9 @@ static int batch_entry(PyObject *o, BatchList *l, size_t i)
             i64_from_object(PyTuple_GET_ITEM(o, 6), INT64_MIN, INT64_MAX, &size, "size") < 0 ||
             layers_from_items(&PyTuple_GET_ITEM(o, 7), &e->src_layers, &e->dst_layers) < 0 ||
             i64_from_object(PyTuple_GET_ITEM(o, 11), 0, UINT32_MAX, &tpl, "tensor_num_per_layer") <
-                    0)
+                    0 ||
+            slice_from_object(PyTuple_GET_ITEM(o, 13), &e->src_slice, "src_slice") < 0 ||
+            slice_from_object(PyTuple_GET_ITEM(o, 14), &e->dst_slice, "dst_slice") < 0)
                 return -1;
         info = PyTuple_GET_ITEM(o, 12);
         e->remote_info = strpool_add(&l->strs, info, true, "remote_info");

@@ -195,8 +195,9 @@ void ranks_done(RankList *l);
 
 /*
  * Transfer options: None (the defaults) or a tuple (src_first, src_last, dst_first, dst_last,
- * tensor_num_per_layer, timeout_ms, notify[, remote_info]), notify a bytes-like object or None,
- * remote_info a str (kvd_local_info() of the remote cluster) or None.
+ * tensor_num_per_layer, timeout_ms, notify[, remote_info[, src_slice, dst_slice]]), notify a
+ * bytes-like object or None, remote_info a str (kvd_local_info() of the remote cluster) or None,
+ * each slice (offset, length) or None.
  */
 typedef struct TransferOpts {
         kvd_transfer_opts opts;

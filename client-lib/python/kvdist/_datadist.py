@@ -12,7 +12,8 @@ from . import _config
 from ._status import LLMException, LLMStatusCode, _error, status_code
 from ._types import (BatchEntry, BlocksCacheKey, Cache, CacheKey, CacheKeyByIdAndIndex, LLMRole,
                      MemInfo, Memtype, Notification, Placement, RegisterMemStatus, TransferConfig,
-                     TransferKind, TransferWithCacheKeyConfig, _int, _key, _layer_range, _u64)
+                     TransferKind, TransferWithCacheKeyConfig, _block_slice, _int, _key,
+                     _layer_range, _u64)
 
 _KVD_OK = 0
 _UINT64_MAX = 2**64 - 1
@@ -48,14 +49,15 @@ def _remote_info(remote_info):
 
 
 def _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify=None,
-          remote_info=None):
+          remote_info=None, src_slice=None, dst_slice=None):
     src = _layer_range(src_layer_range, "src_layer_range")
     dst = _layer_range(dst_layer_range, "dst_layer_range")
     tpl = _int(tensor_num_per_layer, "tensor_num_per_layer", 0, 2**32 - 1)
     if notify is not None and not isinstance(notify, (bytes, bytearray, memoryview)):
         raise TypeError(f"notify must be bytes, not {type(notify).__name__}")
     return (src[0], src[1], dst[0], dst[1], tpl, _timeout(timeout_ms), notify,
-            _remote_info(remote_info))
+            _remote_info(remote_info), _block_slice(src_slice, "src_slice"),
+            _block_slice(dst_slice, "dst_slice"))
 
 
 def _raise(status, detail):
@@ -622,52 +624,59 @@ class CacheManager:
 
     def _blocks(self, is_async, push, key, cache, src_blocks, dst_blocks, src_layer_range,
                 dst_layer_range, tensor_num_per_layer, timeout_ms, notify=None,
-                remote_info=None):
+                remote_info=None, src_slice=None, dst_slice=None):
         c = self._c()
         if not push and isinstance(key, CacheKey):
             self.check_cache_key(key)
         args = (_key(key, "dst_cache_key" if push else "src_cache_key"),
                 _cache_id(cache, "src_cache" if push else "dst_cache"), src_blocks, dst_blocks,
                 _opts(src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify,
-                      remote_info))
+                      remote_info, src_slice, dst_slice))
         if push:
             return CacheTask(c.push_blocks_async(*args)) if is_async else c.push_blocks(*args)
         return CacheTask(c.pull_blocks_async(*args)) if is_async else c.pull_blocks(*args)
 
     def pull_blocks(self, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(), *,
                     src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
-                    timeout_ms=None, notify=None, remote_info=None):
+                    timeout_ms=None, notify=None, remote_info=None, src_slice=None,
+                    dst_slice=None):
         """Pulls blocks src_blocks[i] of the remote blocks cache into dst_blocks[i] of
         dst_cache; from a contiguous source (CacheKey, CacheKeyByIdAndIndex) src_blocks is empty
         and the item fills dst_blocks. Block ids: lists or integer numpy arrays. remote_info
         (kvdist's, on every transfer): the remote cluster's local_info(); when no link joins
-        the two yet, the transfer links first, within the same timeout."""
+        the two yet, the transfer links first, within the same timeout. src_slice and
+        dst_slice (kvdist's, between blocks caches): (offset, length) in bytes of each source
+        and destination block, None for the whole block, length 0 for the rest of it; both
+        move the same number of bytes, and the caches' block sizes may then differ."""
         self._blocks(False, False, src_cache_key, dst_cache, src_blocks, dst_blocks,
                      src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify,
-                     remote_info)
+                     remote_info, src_slice, dst_slice)
 
     def pull_blocks_async(self, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(), *,
                           src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
-                          timeout_ms=None, notify=None, remote_info=None):
+                          timeout_ms=None, notify=None, remote_info=None, src_slice=None,
+                          dst_slice=None):
         return self._blocks(True, False, src_cache_key, dst_cache, src_blocks, dst_blocks,
                             src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms,
-                            notify, remote_info)
+                            notify, remote_info, src_slice, dst_slice)
 
     def push_blocks(self, dst_cache_key, src_cache, src_blocks=(), dst_blocks=(),
                     src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2, *,
-                    timeout_ms=None, notify=None, remote_info=None):
+                    timeout_ms=None, notify=None, remote_info=None, src_slice=None,
+                    dst_slice=None):
         """Writes blocks src_blocks[i] of src_cache into dst_blocks[i] of the remote blocks
-        cache dst_cache_key names."""
+        cache dst_cache_key names (src_slice, dst_slice: as for pull_blocks())."""
         self._blocks(False, True, dst_cache_key, src_cache, src_blocks, dst_blocks,
                      src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms, notify,
-                     remote_info)
+                     remote_info, src_slice, dst_slice)
 
     def push_blocks_async(self, dst_cache_key, src_cache, src_blocks=(), dst_blocks=(),
                           src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2, *,
-                          timeout_ms=None, notify=None, remote_info=None):
+                          timeout_ms=None, notify=None, remote_info=None, src_slice=None,
+                          dst_slice=None):
         return self._blocks(True, True, dst_cache_key, src_cache, src_blocks, dst_blocks,
                             src_layer_range, dst_layer_range, tensor_num_per_layer, timeout_ms,
-                            notify, remote_info)
+                            notify, remote_info, src_slice, dst_slice)
 
     def transfer_batch(self, entries, *, timeout_ms=None):
         """Submits many transfers (BatchEntry: pulls and pushes, blocks and caches, of several
@@ -696,7 +705,8 @@ class CacheManager:
             kvd.append((int(e.kind), e.cache_key._kvd(),
                         _cache_id(e.cache, f"entries[{i}].cache"), e.src_blocks, e.dst_blocks,
                         e.batch_index, e.size, src[0], src[1], dst[0], dst[1],
-                        e.tensor_num_per_layer, _remote_info(e.remote_info)))
+                        e.tensor_num_per_layer, _remote_info(e.remote_info), e.src_slice,
+                        e.dst_slice))
         task = CacheTask(c.transfer_batch(kvd, _timeout(timeout_ms)))
         task._batch = True
         task._n_entries = len(kvd)

@@ -383,6 +383,16 @@ def _layer_range(r, name):
     return (r.start, r.stop - 1)
 
 
+def _block_slice(value, name):
+    """(offset, length) in bytes of each block, or None for the whole block: TypeError or
+    ValueError for anything else. The daemon checks it against the block size."""
+    if value is None:
+        return None
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"{name} must be (offset, length) or None, not {value!r}")
+    return (_u64(value[0], f"{name} offset"), _u64(value[1], f"{name} length"))
+
+
 def _check_layer_range(name, r, allow_none):
     """llm_datadist's check of a layer range: a range (TypeError otherwise; None only where
     allow_none), step 1 and 0 <= start < stop (LLM_PARAM_INVALID otherwise)."""
@@ -694,17 +704,20 @@ class BatchEntry:
     src_blocks, dst_blocks, ...), push_cache(dst_cache_key, src_cache, src_batch_index, size,
     ...); each also takes src_layer_range and dst_layer_range (Python ranges, None for every
     layer), tensor_num_per_layer (2) and remote_info (the remote cluster's
-    LLMDataDist.local_info(): the batch links to it first when no link joins the two). Block
+    LLMDataDist.local_info(): the batch links to it first when no link joins the two); the
+    blocks ones also src_slice and dst_slice ((offset, length) of each block, as for
+    CacheManager.pull_blocks()). Block
     ids are lists of ints or integer numpy arrays, kept as they are (not copied) until the
     batch is submitted. cache_key is the remote cache, cache the local one (a Cache or its
     id)."""
 
     __slots__ = ("kind", "cache_key", "cache", "src_blocks", "dst_blocks", "batch_index", "size",
-                 "src_layer_range", "dst_layer_range", "tensor_num_per_layer", "remote_info")
+                 "src_layer_range", "dst_layer_range", "tensor_num_per_layer", "remote_info",
+                 "src_slice", "dst_slice")
 
     def __init__(self, kind, cache_key, cache, src_blocks=(), dst_blocks=(), batch_index=0,
                  size=-1, src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
-                 remote_info=None):
+                 remote_info=None, src_slice=None, dst_slice=None):
         if not isinstance(kind, TransferKind):
             raise TypeError(f"kind must be a TransferKind, not {type(kind).__name__}")
         _key(cache_key, "cache_key", _ENTRY_KEYS[kind])
@@ -724,13 +737,16 @@ class BatchEntry:
         self.tensor_num_per_layer = _int(tensor_num_per_layer, "tensor_num_per_layer", 0,
                                          2**32 - 1)
         self.remote_info = remote_info
+        self.src_slice = _block_slice(src_slice, "src_slice")
+        self.dst_slice = _block_slice(dst_slice, "dst_slice")
 
     @classmethod
     def pull_blocks(cls, src_cache_key, dst_cache, src_blocks=(), dst_blocks=(), *,
                     src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
-                    remote_info=None):
+                    remote_info=None, src_slice=None, dst_slice=None):
         return cls(TransferKind.PULL_BLOCKS, src_cache_key, dst_cache, src_blocks, dst_blocks,
-                   0, -1, src_layer_range, dst_layer_range, tensor_num_per_layer, remote_info)
+                   0, -1, src_layer_range, dst_layer_range, tensor_num_per_layer, remote_info,
+                   src_slice, dst_slice)
 
     @classmethod
     def pull_cache(cls, cache_key, cache, batch_index=0, size=-1, *, src_layer_range=None,
@@ -741,9 +757,10 @@ class BatchEntry:
     @classmethod
     def push_blocks(cls, dst_cache_key, src_cache, src_blocks=(), dst_blocks=(), *,
                     src_layer_range=None, dst_layer_range=None, tensor_num_per_layer=2,
-                    remote_info=None):
+                    remote_info=None, src_slice=None, dst_slice=None):
         return cls(TransferKind.PUSH_BLOCKS, dst_cache_key, src_cache, src_blocks, dst_blocks,
-                   0, -1, src_layer_range, dst_layer_range, tensor_num_per_layer, remote_info)
+                   0, -1, src_layer_range, dst_layer_range, tensor_num_per_layer, remote_info,
+                   src_slice, dst_slice)
 
     @classmethod
     def push_cache(cls, dst_cache_key, src_cache, src_batch_index=0, size=-1, *,
