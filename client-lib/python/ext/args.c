@@ -559,10 +559,10 @@ static int slice_from_object(PyObject *o, kvd_slice *ret, const char *what)
                              what, Py_TYPE(o)->tp_name);
                 return -1;
         }
-        return u64_from_object(PyTuple_GET_ITEM(o, 0), &ret->offset, what) < 0 ||
-                               u64_from_object(PyTuple_GET_ITEM(o, 1), &ret->length, what) < 0
-                       ? -1
-                       : 0;
+        if (u64_from_object(PyTuple_GET_ITEM(o, 0), &ret->offset, what) < 0 ||
+            u64_from_object(PyTuple_GET_ITEM(o, 1), &ret->length, what) < 0)
+                return -1;
+        return 0;
 }
 
 int opts_from_object(PyObject *o, TransferOpts *t)
