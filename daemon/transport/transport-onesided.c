@@ -40,6 +40,7 @@ static void onesided_on_done(void *userdata, int status)
 static int onesided_submit(Transport *t, TransportJob *job)
 {
         OnesidedJob *oj;
+        TransportSpan sp;
         size_t n = 0;
         int r;
 
@@ -57,29 +58,19 @@ static int onesided_submit(Transport *t, TransportJob *job)
         if (!oj)
                 return -ENOMEM;
         /* Spans whose far ends continue one another share a work request (rdma_job_submit()). */
-        for (size_t i = 0; i < job->n_segs; i++) {
-                const TransportSegment *s = &job->segs[i];
+        for (TransportSpanIter it = {job}; transport_span_next(&it, &sp);)
+                for (uint64_t done = 0; done < sp.len;) {
+                        uint32_t len = (uint32_t)MIN(sp.len - done, (uint64_t)RDMA_SEGMENT_MAX);
 
-                for (uint64_t j = 0; j < transport_segment_pieces(s); j++) {
-                        uint8_t *local;
-                        uint64_t remote;
-
-                        transport_segment_span(job, s, j, &local, &remote);
-                        for (uint64_t done = 0; done < s->len;) {
-                                uint32_t len =
-                                        (uint32_t)MIN(s->len - done, (uint64_t)RDMA_SEGMENT_MAX);
-
-                                oj->segs[oj->n_segs++] = (RdmaSegment){
-                                        .local_addr = (uint64_t)(uintptr_t)local + done,
-                                        .lkey = s->lkey,
-                                        .remote_addr = remote + done,
-                                        .rkey = s->rkey,
-                                        .len = len,
-                                };
-                                done += len;
-                        }
+                        oj->segs[oj->n_segs++] = (RdmaSegment){
+                                .local_addr = (uint64_t)(uintptr_t)sp.local + done,
+                                .lkey = sp.seg->lkey,
+                                .remote_addr = sp.remote + done,
+                                .rkey = sp.seg->rkey,
+                                .len = len,
+                        };
+                        done += len;
                 }
-        }
         job->priv = oj;
         r = rdma_job_submit(job->channel, job->dir == TRANSPORT_READ, oj->segs, oj->n_segs,
                             onesided_on_done, job, &oj->job);

@@ -24,6 +24,7 @@ static void shm_on_done(EngineTask *task, int status, void *userdata)
 static int shm_copies(const TransportJob *job, EngineCopy **ret, size_t *ret_n)
 {
         EngineCopy *copies;
+        TransportSpan sp;
         size_t n, k = 0;
         int r;
 
@@ -34,22 +35,14 @@ static int shm_copies(const TransportJob *job, EngineCopy **ret, size_t *ret_n)
         copies = malloc((n ? n : 1) * sizeof(*copies));
         if (!copies)
                 return -ENOMEM;
-        for (size_t i = 0; i < job->n_segs; i++) {
-                const TransportSegment *s = &job->segs[i];
+        for (TransportSpanIter it = {job}; transport_span_next(&it, &sp);) {
+                void *other = (void *)(uintptr_t)sp.remote;
 
-                for (uint64_t j = 0; j < transport_segment_pieces(s); j++) {
-                        uint8_t *local;
-                        uint64_t remote;
-                        void *other;
-
-                        transport_segment_span(job, s, j, &local, &remote);
-                        other = (void *)(uintptr_t)remote;
-                        copies[k++] = (EngineCopy){
-                                .dst = job->dir == TRANSPORT_READ ? (void *)local : other,
-                                .src = job->dir == TRANSPORT_READ ? other : (void *)local,
-                                .len = s->len,
-                        };
-                }
+                copies[k++] = (EngineCopy){
+                        .dst = job->dir == TRANSPORT_READ ? (void *)sp.local : other,
+                        .src = job->dir == TRANSPORT_READ ? other : (void *)sp.local,
+                        .len = sp.len,
+                };
         }
         *ret = copies;
         *ret_n = n;

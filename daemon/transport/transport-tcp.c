@@ -46,6 +46,7 @@ static void tcp_on_done(void *userdata, int status)
 static int tcp_submit(Transport *t, TransportJob *job)
 {
         TcpJob *tj;
+        TransportSpan sp;
         size_t n, k = 0;
         int r;
 
@@ -59,17 +60,8 @@ static int tcp_submit(Transport *t, TransportJob *job)
                 return -ENOMEM;
         tj->data = tcp_channel_data(job->channel);
         /* The stream carries the spans in order; the peer lays out its own end the same way. */
-        for (size_t i = 0; i < job->n_segs; i++) {
-                const TransportSegment *s = &job->segs[i];
-
-                for (uint64_t j = 0; j < transport_segment_pieces(s); j++) {
-                        uint8_t *local;
-                        uint64_t remote;
-
-                        transport_segment_span(job, s, j, &local, &remote);
-                        tj->segs[k++] = (TcpDstSegment){.dst = local, .len = (size_t)s->len};
-                }
-        }
+        for (TransportSpanIter it = {job}; transport_span_next(&it, &sp);)
+                tj->segs[k++] = (TcpDstSegment){.dst = sp.local, .len = (size_t)sp.len};
         job->priv = tj;
         if (job->dir == TRANSPORT_READ)
                 r = tcp_data_recv_until(tj->data, job->id, tj->segs, n,

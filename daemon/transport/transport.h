@@ -402,10 +402,40 @@ void transport_job_done(TransportJob *job, int error);
 /* For transports: the spans of @job's segments, all together; -E2BIG past SIZE_MAX. */
 int transport_job_spans(const TransportJob *job, size_t *ret);
 
-/* For transports: span @k of segment @s of @job, our end and the other. */
-static inline void transport_segment_span(const TransportJob *job, const TransportSegment *s,
-                                          uint64_t k, uint8_t **ret_local, uint64_t *ret_remote)
+/* One span of a job: @len bytes at @local and the other end's @remote, of segment @seg. */
+typedef struct TransportSpan {
+        uint8_t *local;
+        uint64_t remote;
+        uint64_t len;
+        const TransportSegment *seg; /* its keys */
+} TransportSpan;
+
+/* Walks a job's spans in order: `TransportSpanIter it = {job}; while (transport_span_next(...))`.
+ */
+typedef struct TransportSpanIter {
+        const TransportJob *job;
+        size_t seg;
+        uint64_t piece;
+} TransportSpanIter;
+
+/* For transports: the next span of the job into *@ret; false after the last. */
+static inline bool transport_span_next(TransportSpanIter *it, TransportSpan *ret)
 {
-        *ret_local = (uint8_t *)s->local + k * job->local_step;
-        *ret_remote = s->remote + k * job->remote_step;
+        const TransportJob *job = it->job;
+        const TransportSegment *s;
+
+        if (it->seg >= job->n_segs)
+                return false;
+        s = &job->segs[it->seg];
+        *ret = (TransportSpan){
+                .local = (uint8_t *)s->local + it->piece * job->local_step,
+                .remote = s->remote + it->piece * job->remote_step,
+                .len = s->len,
+                .seg = s,
+        };
+        if (++it->piece >= transport_segment_pieces(s)) {
+                it->seg++;
+                it->piece = 0;
+        }
+        return true;
 }

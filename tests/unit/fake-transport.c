@@ -180,20 +180,13 @@ static bool fake_job_keys_ok(const FakeTransport *f, const TransportJob *job)
 {
         if (f->transport.ops != &fake_rdma_ops)
                 return true;
-        for (size_t s = 0; s < job->n_segs; s++) {
-                const TransportSegment *seg = &job->segs[s];
+        TransportSpan sp;
 
-                for (uint64_t k = 0; k < transport_segment_pieces(seg); k++) {
-                        uint8_t *local;
-                        uint64_t remote;
-
-                        transport_segment_span(job, seg, k, &local, &remote);
-                        if (!fake_key_covers(f, seg->lkey, false, (uint64_t)(uintptr_t)local,
-                                             seg->len) ||
-                            !fake_key_covers(f, seg->rkey, true, remote, seg->len))
-                                return false;
-                }
-        }
+        for (TransportSpanIter it = {job}; transport_span_next(&it, &sp);)
+                if (!fake_key_covers(f, sp.seg->lkey, false, (uint64_t)(uintptr_t)sp.local,
+                                     sp.len) ||
+                    !fake_key_covers(f, sp.seg->rkey, true, sp.remote, sp.len))
+                        return false;
         return true;
 }
 
@@ -210,6 +203,7 @@ TransportJob *fake_transport_job(FakeTransport *f, size_t i)
 
 void fake_transport_complete(FakeTransport *f, TransportJob *job, int error)
 {
+        TransportSpan sp;
         size_t i;
 
         for (i = 0; i < f->n_jobs && f->jobs[i] != job; i++)
@@ -221,66 +215,51 @@ void fake_transport_complete(FakeTransport *f, TransportJob *job, int error)
         if (f->copy && error == 0 && !fake_job_keys_ok(f, job))
                 error = -EACCES; /* a remote access error: nothing moves */
         if (f->copy && error == 0)
-                for (size_t s = 0; s < job->n_segs; s++) {
-                        const TransportSegment *seg = &job->segs[s];
+                for (TransportSpanIter it = {job}; transport_span_next(&it, &sp);) {
+                        void *remote = (void *)(uintptr_t)sp.remote;
 
-                        for (uint64_t k = 0; k < transport_segment_pieces(seg); k++) {
-                                uint8_t *local;
-                                uint64_t addr;
-                                void *remote;
-
-                                transport_segment_span(job, seg, k, &local, &addr);
-                                remote = (void *)(uintptr_t)addr;
-                                if (job->dir == TRANSPORT_READ)
-                                        memcpy(local, remote, seg->len);
-                                else
-                                        memcpy(remote, local, seg->len);
-                        }
+                        if (job->dir == TRANSPORT_READ)
+                                memcpy(sp.local, remote, sp.len);
+                        else
+                                memcpy(remote, sp.local, sp.len);
                 }
         transport_job_done(job, error);
 }
 
 uint64_t fake_transport_job_bytes(const TransportJob *job)
 {
+        TransportSpan sp;
         uint64_t n = 0;
 
-        for (size_t s = 0; s < job->n_segs; s++)
-                n += job->segs[s].len * transport_segment_pieces(&job->segs[s]);
+        for (TransportSpanIter it = {job}; transport_span_next(&it, &sp);)
+                n += sp.len;
         return n;
 }
 
 int fake_transport_feed(const TransportJob *job, const void *stream, size_t len)
 {
         const uint8_t *p = stream;
+        TransportSpan sp;
 
         if (fake_transport_job_bytes(job) != len)
                 return -EINVAL;
-        for (size_t s = 0; s < job->n_segs; s++)
-                for (uint64_t k = 0; k < transport_segment_pieces(&job->segs[s]); k++) {
-                        uint8_t *local;
-                        uint64_t remote;
-
-                        transport_segment_span(job, &job->segs[s], k, &local, &remote);
-                        memcpy(local, p, job->segs[s].len);
-                        p += job->segs[s].len;
-                }
+        for (TransportSpanIter it = {job}; transport_span_next(&it, &sp);) {
+                memcpy(sp.local, p, sp.len);
+                p += sp.len;
+        }
         return 0;
 }
 
 int fake_transport_gather(const TransportJob *job, void *stream, size_t len)
 {
         uint8_t *p = stream;
+        TransportSpan sp;
 
         if (fake_transport_job_bytes(job) != len)
                 return -EINVAL;
-        for (size_t s = 0; s < job->n_segs; s++)
-                for (uint64_t k = 0; k < transport_segment_pieces(&job->segs[s]); k++) {
-                        uint8_t *local;
-                        uint64_t remote;
-
-                        transport_segment_span(job, &job->segs[s], k, &local, &remote);
-                        memcpy(p, local, job->segs[s].len);
-                        p += job->segs[s].len;
-                }
+        for (TransportSpanIter it = {job}; transport_span_next(&it, &sp);) {
+                memcpy(p, sp.local, sp.len);
+                p += sp.len;
+        }
         return 0;
 }
