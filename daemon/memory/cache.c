@@ -118,8 +118,8 @@ Cache *cache_free(Cache *cache)
         if (!cache)
                 return NULL;
         /* Registrations before the mappings they cover can go. */
-        if (cache->rdma_free)
-                cache->rdma_free(cache->rdma);
+        if (cache->regs_free)
+                cache->regs_free(cache->regs);
         for (uint32_t i = 0; i < cache->desc.num_tensors; i++)
                 region_unref(cache->tensors[i].region);
         free(cache);

@@ -84,8 +84,10 @@ struct Cache {
         unsigned n_key_holds; /* pool caches: keys still holding it */
         unsigned n_busy;      /* transfers in flight that use it */
         bool released;        /* left its table while busy: freed when n_busy drops to 0 */
-        void *rdma;           /* the transport's registrations of the tensors (rdma.h) */
-        void (*rdma_free)(void *rdma);
+        /* A transport's registrations of the tensors, of its own type; regs_free(regs) frees
+         * them before the pages they pin go. */
+        void *regs;
+        void (*regs_free)(void *regs);
         CList link_table;      /* on CacheTable.caches */
         CacheTensor tensors[]; /* desc.num_tensors */
 };

@@ -34,10 +34,10 @@ void memory_release_cache(Memory *m, Cache *cache)
         }
         bytes = cache->tensor_size * cache->desc.num_tensors;
         /* Registrations go before the pages they pin are handed back. */
-        if (cache->rdma_free) {
-                cache->rdma_free(cache->rdma);
-                cache->rdma_free = NULL;
-                cache->rdma = NULL;
+        if (cache->regs_free) {
+                cache->regs_free(cache->regs);
+                cache->regs_free = NULL;
+                cache->regs = NULL;
         }
         if (cache->pool_backed && m->pool) {
                 /* Hand the pages back zeroed: the next cache carved here may belong to another

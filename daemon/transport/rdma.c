@@ -388,7 +388,7 @@ int rdma_cache_register(RdmaDevice *dev, Cache *cache, bool remote)
         RdmaCacheReg *reg;
         usec_t t0 = now_usec(CLOCK_MONOTONIC);
 
-        assert(!cache->rdma);
+        assert(!cache->regs);
         reg = calloc(1, sizeof(*reg) + n * sizeof(reg->mrs[0]));
         if (!reg)
                 return -ENOMEM;
@@ -404,8 +404,8 @@ int rdma_cache_register(RdmaDevice *dev, Cache *cache, bool remote)
                 reg->pool = true;
                 for (uint32_t t = 0; t < n; t++)
                         reg->mrs[t] = dev->pool_mr;
-                cache->rdma = reg;
-                cache->rdma_free = rdma_cache_reg_free;
+                cache->regs = reg;
+                cache->regs_free = rdma_cache_reg_free;
                 return 0;
         }
         for (uint32_t t = 0; t < n; t++) {
@@ -424,14 +424,14 @@ int rdma_cache_register(RdmaDevice *dev, Cache *cache, bool remote)
         }
         dev->reg_usec += now_usec(CLOCK_MONOTONIC) - t0;
         dev->reg_count += n;
-        cache->rdma = reg;
-        cache->rdma_free = rdma_cache_reg_free;
+        cache->regs = reg;
+        cache->regs_free = rdma_cache_reg_free;
         return 0;
 }
 
 bool rdma_cache_registered(const Cache *cache, bool remote)
 {
-        const RdmaCacheReg *reg = cache->rdma;
+        const RdmaCacheReg *reg = cache->regs;
 
         return reg && (!remote || reg->remote);
 }
@@ -439,7 +439,7 @@ bool rdma_cache_registered(const Cache *cache, bool remote)
 int rdma_cache_tensor(const Cache *cache, uint32_t t, uint64_t *ret_addr, uint32_t *ret_lkey,
                       uint32_t *ret_rkey)
 {
-        const RdmaCacheReg *reg = cache->rdma;
+        const RdmaCacheReg *reg = cache->regs;
 
         if (!reg || t >= reg->n)
                 return -ENOENT;
