@@ -242,31 +242,28 @@ int handle_pool_map(Request *req, Error *err)
 }
 
 /*
- * Registers @cache's tensors with the RDMA device of @c's device_id, if it has one: a transfer
- * over RDMA can only use registered memory. A failure refuses the cache when the device map asks
- * for rdma, and is logged otherwise (TCP needs no registration).
+ * Registers @cache's tensors with the transports that move only registered memory, for @c's
+ * device. A failure refuses the cache when the device map asks for that transport, and is logged
+ * otherwise (the others need no registration).
  */
-static int cluster_register_rdma(Cluster *c, Cache *cache, Error *err)
+static int cluster_register_cache(Cluster *c, Cache *cache, Error *err)
 {
-        const DeviceConfig *cfg = transport_config_find_device(
-                c->root->transports->devices, c->root->transports->n_devices, c->device_id);
-        Transport *rdma = c->root->transports->rdma_transport;
-        const char *why;
+        const char *name = NULL;
+        bool required = false;
         int r;
 
-        if (transport_device_info(rdma, c->device_id, NULL, NULL, &why) < 0)
-                return 0;
-        r = transport_cache_register(rdma, c->device_id, cache, cache->remote_accessible);
+        r = transport_set_register_cache(c->root->transports, c->device_id, cache, &name,
+                                         &required);
         if (r >= 0)
                 return 0;
-        if (cfg && cfg->transport == TRANSPORT_KIND_RDMA)
+        if (required)
                 return error_set(err, STATUS_OUT_OF_MEMORY,
-                                 "cannot register cache %" PRIu64 " for RDMA: %s (is "
+                                 "cannot register cache %" PRIu64 " for %s: %s (is "
                                  "LimitMEMLOCK high enough?)",
-                                 cache->id, strerror(-r));
-        log_warning("cluster %" PRIu64 ": cannot register cache %" PRIu64 " for RDMA: %s; it "
-                    "moves over TCP only",
-                    c->id, cache->id, strerror(-r));
+                                 cache->id, name, strerror(-r));
+        log_warning("cluster %" PRIu64 ": cannot register cache %" PRIu64 " for %s: %s; it "
+                    "moves by the other transports only",
+                    c->id, cache->id, name, strerror(-r));
         return 0;
 }
 
@@ -276,7 +273,7 @@ static int cluster_add_cache(Cluster *c, Cache *cache, const CacheKey *keys, siz
 {
         int r;
 
-        r = cluster_register_rdma(c, cache, err);
+        r = cluster_register_cache(c, cache, err);
         if (r < 0) {
                 cache_free(cache);
                 return r;

@@ -7,11 +7,14 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "daemon/transport/transport-config.h"
 
 struct event_base;
+typedef struct Cache Cache;
 typedef struct Engine Engine;
 typedef struct Pool Pool;
 typedef struct RdmaContext RdmaContext;
@@ -43,3 +46,13 @@ void transport_set_deinit(TransportSet *ts);
 
 /* The device map's entry for @device_id, or NULL. */
 const DeviceConfig *transport_set_find_device(const TransportSet *ts, int32_t device_id);
+
+/*
+ * Registers @cache's tensors with each transport of @ts that moves only memory registered with
+ * it and serves the device of @device_id (the one-sided transport, where the device has RDMA).
+ * 0 when done, or when no transport needs it; else the -errno of the one that failed, with its
+ * name in *@ret_name and in *@ret_required whether the device map asks for that transport on the
+ * device (then the cache cannot be used there; otherwise it still moves by another transport).
+ */
+int transport_set_register_cache(TransportSet *ts, int32_t device_id, Cache *cache,
+                                 const char **ret_name, bool *ret_required);
