@@ -252,9 +252,10 @@ static void transfer_on_copied(TransportJob *job, int status)
 }
 
 /*
- * Resolves the plan of a transfer between two clusters of this daemon into x->segs. Every
- * segment is checked against its regions once more, so a planner bug can fail a transfer but
- * never move a byte outside a region. Reads only the plan and the region table.
+ * Resolves the plan of a transfer between two clusters of this daemon into x->segs and hands
+ * them to x->job (with the plan's steps between pieces). Every segment is checked against its
+ * regions once more, so a planner bug can fail a transfer but never move a byte outside a
+ * region. Reads only the plan and the region table.
  */
 static int transfer_local_segments(Transfer *x)
 {
@@ -285,6 +286,10 @@ static int transfer_local_segments(Transfer *x)
                         .count = s->count,
                 };
         }
+        x->job.segs = x->segs;
+        x->job.n_segs = plan->n_segments;
+        x->job.local_step = plan->dst_step;
+        x->job.remote_step = plan->src_step;
         return 0;
 }
 
@@ -310,10 +315,6 @@ static int transfer_prepare(TransportJob *job)
                                        : "its plan does not fit its regions");
                 return r;
         }
-        job->segs = x->segs;
-        job->n_segs = x->plan->n_segments;
-        job->local_step = x->plan->dst_step;
-        job->remote_step = x->plan->src_step;
         return 0;
 }
 
@@ -337,10 +338,6 @@ static int transfer_local_submit(Transfer *x)
                 r = transfer_local_segments(x);
                 if (r < 0)
                         return r;
-                x->job.segs = x->segs;
-                x->job.n_segs = x->plan->n_segments;
-                x->job.local_step = x->plan->dst_step;
-                x->job.remote_step = x->plan->src_step;
         }
         return transport_submit(x->transport, &x->job);
 }

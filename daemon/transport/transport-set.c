@@ -41,12 +41,11 @@ int transport_set_register_cache(TransportSet *ts, int32_t device_id, Cache *cac
                                  const char **ret_name, bool *ret_required)
 {
         const DeviceConfig *cfg = transport_set_find_device(ts, device_id);
-        const char *why;
         int r;
 
         /* Only the one-sided transport moves nothing but registered memory; shm and TCP read
          * and write through the daemon's mappings. */
-        if (transport_device_info(ts->rdma_transport, device_id, NULL, NULL, &why) < 0)
+        if (transport_device_info(ts->rdma_transport, device_id, NULL, NULL, NULL) < 0)
                 return 0;
         r = transport_cache_register(ts->rdma_transport, device_id, cache,
                                      cache->remote_accessible);
