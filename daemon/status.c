@@ -319,7 +319,7 @@ static json_t *status_peer(Peer *p, TransportSet *ts, usec_t now, bool *ok)
         if (!o)
                 return NULL;
         /* The TCP data plane's counters (none before the peer is READY). */
-        transport_describe_channel(ts->tcp, p->data, &data);
+        transport_describe_channel(transport_set_get(ts, TRANSPORT_ROLE_STREAM), p->data, &data);
         (void)snprintf(node, sizeof(node), "%016" PRIx64, p->node_id);
         set(o, "peer_id", json_u64(p->id), ok);
         set(o, "node_id", json_string(node), ok);
@@ -340,7 +340,8 @@ static json_t *status_peer(Peer *p, TransportSet *ts, usec_t now, bool *ok)
         set(o, "jobs_in_flight", json_integer((json_int_t)status_fact_u64(&data, "jobs_in_flight")),
             ok);
         set(o, "age_s", json_real((double)(now - p->created_usec) / USEC_PER_SEC), ok);
-        set(o, "rdma_endpoints", status_rdma_endpoints(p, ts->rdma_transport, ok), ok);
+        set(o, "rdma_endpoints",
+            status_rdma_endpoints(p, transport_set_get(ts, TRANSPORT_ROLE_DIRECT), ok), ok);
         return o;
 }
 
@@ -443,7 +444,8 @@ int status_to_json(Daemon *d, char **ret)
         CLIST_FOREACH (il, &d->link.inlinks, link_daemon)
                 append(inlinks, status_inlink(il, now, &ok), &ok);
         {
-                FactsCtx ctx = {json_array(), &ok, d->transports.rdma_transport};
+                FactsCtx ctx = {json_array(), &ok,
+                                transport_set_get(&d->transports, TRANSPORT_ROLE_DIRECT)};
 
                 if (!ctx.array)
                         ok = false;

@@ -385,7 +385,9 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
                 }
                 if (l)
                         link_free(l, STATUS_PEER_LOST);
-                r = link_new_local(link, c, remote, dom->reg->roots.transports->shm, &l);
+                r = link_new_local(
+                        link, c, remote,
+                        transport_set_get(dom->reg->roots.transports, TRANSPORT_ROLE_LOCAL), &l);
                 if (r < 0) {
                         domain_fail(dom, STATUS_OUT_OF_MEMORY, false, "cannot create a link");
                         return;

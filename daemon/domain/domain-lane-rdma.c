@@ -69,7 +69,8 @@ static const Region *call_region_of(const DomainCall *call, uintptr_t p, uint64_
 static int lane_rdma_register(DomainOp *op, int32_t device_id, TransportChannel *channel,
                               bool remote_write)
 {
-        Transport *rdma = op->lane->dom->reg->roots.transports->rdma_transport;
+        Transport *rdma =
+                transport_set_get(op->lane->dom->reg->roots.transports, TRANSPORT_ROLE_DIRECT);
         size_t n = op->n_segs;
         SegRef *refs;
         int r = 0;
@@ -145,8 +146,9 @@ int domain_lane_rdma_recv_register(DomainOp *op, Error *err)
                                  "more than one READY over RDMA names (%u); use larger blocks "
                                  "or smaller chunks",
                                  op->n_segs, LANE_RDMA_MAX_SEGS);
-        if (!c || transport_device_info(dom->reg->roots.transports->rdma_transport, c->device_id,
-                                        NULL, NULL, &why) < 0)
+        if (!c || transport_device_info(
+                          transport_set_get(dom->reg->roots.transports, TRANSPORT_ROLE_DIRECT),
+                          c->device_id, NULL, NULL, &why) < 0)
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "rank %" PRIu32 " sends over "
                                  "RDMA, but rank %" PRIu32 "'s device cannot take its WRITEs: %s",

@@ -265,8 +265,9 @@ static void lane_abort_job(Lane *l, Peer *p, uint64_t seq, uint64_t bytes, bool 
         if (rdma)
                 lane_word_send(l, p, XFER_SEND_CANCEL, seq, NULL, status, msg);
         else if (p && p->state == PEER_READY && p->data && bytes > 0)
-                (void)transport_abandon(l->dom->reg->roots.transports->tcp, p->data,
-                                        TRANSPORT_WRITE, id, bytes);
+                (void)transport_abandon(
+                        transport_set_get(l->dom->reg->roots.transports, TRANSPORT_ROLE_STREAM),
+                        p->data, TRANSPORT_WRITE, id, bytes);
 }
 
 /* Starts @op's side of its message's stream on @p's data connections, as job @id. */
@@ -285,7 +286,9 @@ static int lane_data_job_submit(DomainOp *op, Peer *p, TransportDir dir, uint64_
                 .done = done,
                 .userdata = op,
         };
-        r = transport_submit(op->lane->dom->reg->roots.transports->tcp, &op->data_job);
+        r = transport_submit(
+                transport_set_get(op->lane->dom->reg->roots.transports, TRANSPORT_ROLE_STREAM),
+                &op->data_job);
         if (r >= 0)
                 op->job = true;
         return r;
@@ -448,7 +451,9 @@ static void op_on_rdma_ready(TransportChannel *ep, int status, const char *reaso
                 .userdata = op,
         };
         op->rdma_writing = true;
-        r = transport_submit(op->lane->dom->reg->roots.transports->rdma_transport, &op->data_job);
+        r = transport_submit(
+                transport_set_get(op->lane->dom->reg->roots.transports, TRANSPORT_ROLE_DIRECT),
+                &op->data_job);
         if (r < 0) {
                 op->rdma_writing = false;
                 op_complete(op, STATUS_PEER_LOST, "cannot WRITE to rank %" PRIu32 ": %s",
@@ -543,7 +548,8 @@ static void op_rdma_send_stop(DomainOp *op)
                 (void)op_complete_told(op);
         } else if (op->rdma_writing) {
                 /* Flushes its queue pairs: the callback runs before this returns. */
-                transport_cancel(op->lane->dom->reg->roots.transports->rdma_transport,
+                transport_cancel(transport_set_get(op->lane->dom->reg->roots.transports,
+                                                   TRANSPORT_ROLE_DIRECT),
                                  &op->data_job);
         }
 }
@@ -672,7 +678,9 @@ static void op_local_match(DomainOp *s, DomainOp *r)
                         .done = local_on_copied,
                         .userdata = s,
                 };
-                k = transport_submit(l->dom->reg->roots.transports->shm, &s->copy);
+                k = transport_submit(
+                        transport_set_get(l->dom->reg->roots.transports, TRANSPORT_ROLE_LOCAL),
+                        &s->copy);
         }
         if (k < 0) {
                 free(copies);
@@ -817,7 +825,9 @@ void domain_op_cancel(DomainOp *op, int status, const char *fmt, ...)
 
                         /* The copy's end completes both (local_on_copied()). */
                         if (s)
-                                transport_cancel(l->dom->reg->roots.transports->shm, &s->copy);
+                                transport_cancel(transport_set_get(l->dom->reg->roots.transports,
+                                                                   TRANSPORT_ROLE_LOCAL),
+                                                 &s->copy);
                         return;
                 }
                 op_complete(op, op->status, "%s", op->err.msg);
@@ -846,7 +856,9 @@ void domain_op_cancel(DomainOp *op, int status, const char *fmt, ...)
                 } else if (op->send) {
                         lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
-                        transport_cancel(l->dom->reg->roots.transports->tcp, &op->data_job);
+                        transport_cancel(transport_set_get(l->dom->reg->roots.transports,
+                                                           TRANSPORT_ROLE_STREAM),
+                                         &op->data_job);
                 } else if (op->rdma) {
                         /* Deregistered first: from here on a WRITE fails at the sender. */
                         domain_lane_rdma_release(op);
@@ -856,7 +868,9 @@ void domain_op_cancel(DomainOp *op, int status, const char *fmt, ...)
                 } else {
                         lane_word_send(l, op->peer, XFER_RECV_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
-                        transport_cancel(l->dom->reg->roots.transports->tcp, &op->data_job);
+                        transport_cancel(transport_set_get(l->dom->reg->roots.transports,
+                                                           TRANSPORT_ROLE_STREAM),
+                                         &op->data_job);
                 }
                 return;
         case OP_WAIT_WORD:
@@ -922,7 +936,9 @@ static void op_take_word(DomainOp *op, LaneWord *w)
                 } else if (op->rdma) {
                         op_complete(op, op->word_status, "%s", op->word_msg);
                 } else if (!op->send || w->kind != XFER_DONE)
-                        transport_cancel(op->lane->dom->reg->roots.transports->tcp, &op->data_job);
+                        transport_cancel(transport_set_get(op->lane->dom->reg->roots.transports,
+                                                           TRANSPORT_ROLE_STREAM),
+                                         &op->data_job);
                 return;
         case OP_WAIT_WORD:
                 op_complete(op, op->word_status, "%s", op->word_msg);

@@ -187,7 +187,9 @@ int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, LinkGrant 
         if (l)
                 link_free_full(l, STATUS_PEER_LOST, false);
         r = link_new_remote(root, c, p, remote_cluster_id, g,
-                            ep ? root->transports->rdma_transport : root->transports->tcp, &l);
+                            ep ? transport_set_get(root->transports, TRANSPORT_ROLE_DIRECT)
+                               : transport_set_get(root->transports, TRANSPORT_ROLE_STREAM),
+                            &l);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot create the link");
         l->rdma_ep = ep;
@@ -332,8 +334,9 @@ static int link_peer_call(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool 
         const char *why = NULL;
 
         /* Links are two-way: the linked side connects queue pairs of its own to our device. */
-        if (rdma && transport_device_info(c->root->transports->rdma_transport, c->device_id, NULL,
-                                          &ask.src_rdma, &why) >= 0)
+        if (rdma &&
+            transport_device_info(transport_set_get(c->root->transports, TRANSPORT_ROLE_DIRECT),
+                                  c->device_id, NULL, &ask.src_rdma, &why) >= 0)
                 ask.has_src_rdma = true;
         return c->root->peer_ops->link(p, &ask, fn, userdata, ret_call);
 }
@@ -442,7 +445,8 @@ static int link_local(Cluster *c, Cluster *remote, Link *old, Error *err)
         /* A link whose remote end went away is replaced by the new one. */
         if (old)
                 link_free(old, STATUS_PEER_LOST);
-        r = link_new_local(c->root, c, remote, c->root->transports->shm, &l);
+        r = link_new_local(c->root, c, remote,
+                           transport_set_get(c->root->transports, TRANSPORT_ROLE_LOCAL), &l);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot create the link");
         (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "same node");
@@ -463,8 +467,8 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
                 (void)snprintf(t->reason, sizeof(t->reason), "configured");
                 return 0;
         }
-        rdma = transport_device_info(c->root->transports->rdma_transport, c->device_id, NULL, &dev,
-                                     &why) >= 0;
+        rdma = transport_device_info(transport_set_get(c->root->transports, TRANSPORT_ROLE_DIRECT),
+                                     c->device_id, NULL, &dev, &why) >= 0;
         if (cfg && cfg->transport == TRANSPORT_KIND_RDMA) {
                 if (!rdma)
                         return error_set(err, STATUS_FEATURE_NOT_ENABLED,

@@ -454,8 +454,8 @@ static int link_exposed_build(const Cluster *c, uint64_t seq, LinkGrant *g)
         CLIST_FOREACH (cache, &t->caches, link_table) {
                 if (cache->seq > seq || !cache->remote_accessible)
                         continue;
-                r = link_exposed_fill(c->root->transports->rdma_transport, t, cache,
-                                      &g->caches[g->n_caches++]);
+                r = link_exposed_fill(transport_set_get(c->root->transports, TRANSPORT_ROLE_DIRECT),
+                                      t, cache, &g->caches[g->n_caches++]);
                 if (r < 0)
                         return r;
         }
@@ -510,8 +510,8 @@ int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink *
         g->role = c->role;
         il->domain = ask->domain;
         /* The linked cluster's RDMA device, for the peer to connect queue pairs to. */
-        if (transport_device_info(root->transports->rdma_transport, c->device_id, NULL, &dev,
-                                  &why) >= 0) {
+        if (transport_device_info(transport_set_get(root->transports, TRANSPORT_ROLE_DIRECT),
+                                  c->device_id, NULL, &dev, &why) >= 0) {
                 g->rdma = dev;
                 g->has_rdma = true;
                 /* What the link runs over unless the queue pairs fail to connect. */

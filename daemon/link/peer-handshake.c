@@ -52,7 +52,8 @@ static int peer_start_data(Peer *p)
                         event_free(p->data_ev[i]);
                         p->data_ev[i] = NULL;
                 }
-        r = transport_channel_open(p->root->transports->tcp, &spec, &p->data);
+        r = transport_channel_open(transport_set_get(p->root->transports, TRANSPORT_ROLE_STREAM),
+                                   &spec, &p->data);
         /* The channel took the sockets, or closed them. */
         for (unsigned i = 0; i < p->n_streams; i++)
                 p->data_fds[i] = -1;

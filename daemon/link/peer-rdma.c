@@ -47,7 +47,7 @@ typedef struct SlotCall {
 /* The transport the endpoints are channels of. */
 static Transport *peer_rdma_transport(const Peer *p)
 {
-        return p->root->transports->rdma_transport;
+        return transport_set_get(p->root->transports, TRANSPORT_ROLE_DIRECT);
 }
 
 static TransportChannelInfo peer_rdma_ep_info(const PeerRdmaEp *pep)

@@ -164,7 +164,8 @@ void peer_on_free_later(evutil_socket_t fd, short what, void *userdata)
         Peer *p = userdata;
 
         /* The data plane goes last: its jobs' callbacks fail the transfers still waiting. */
-        p->data = transport_channel_close(p->root->transports->tcp, p->data);
+        p->data = transport_channel_close(
+                transport_set_get(p->root->transports, TRANSPORT_ROLE_STREAM), p->data);
         peer_free(p);
 }
 

@@ -455,7 +455,8 @@ static void family_rdma(MetricsWriter *w, const Metrics *m)
                 RdmaSampleCtx ctx = {w, &rdma_metrics[i]};
 
                 metrics_family(w, rdma_metrics[i].name, rdma_metrics[i].type, rdma_metrics[i].help);
-                transport_describe(m->src.transports->rdma_transport, rdma_device_sample, &ctx);
+                transport_describe(transport_set_get(m->src.transports, TRANSPORT_ROLE_DIRECT),
+                                   rdma_device_sample, &ctx);
         }
 }
 

@@ -161,7 +161,7 @@ static void served_fail(Served *s, int status)
                 served_finish(s, status);
                 return;
         }
-        transport_cancel(s->root->transports->tcp, &s->job);
+        transport_cancel(transport_set_get(s->root->transports, TRANSPORT_ROLE_STREAM), &s->job);
 }
 
 static void served_on_deadline(evutil_socket_t fd, short what, void *userdata)
@@ -297,7 +297,8 @@ static int served_prepare(Served *s, const ServedOver *over, const TransferPeerR
                 return error_set(err, STATUS_PARAM_INVALID, "the transfer moves no bytes");
 
         if (s->one_sided &&
-            !transport_cache_registered(s->root->transports->rdma_transport, s->cache, true))
+            !transport_cache_registered(
+                    transport_set_get(s->root->transports, TRANSPORT_ROLE_DIRECT), s->cache, true))
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "cache %" PRIu64 " is not registered for RDMA here", s->cache->id);
         s->segs = calloc(s->plan->n_segments, sizeof(TransportSegment));
@@ -317,8 +318,9 @@ static int served_rdma_keys(Served *s, uint64_t *addrs, uint32_t *rkeys)
 {
         for (uint32_t t = 0; t < s->cache->desc.num_tensors; t++) {
                 TransportKey key;
-                int r = transport_cache_key(s->root->transports->rdma_transport, s->cache, t, false,
-                                            &addrs[t], &key);
+                int r = transport_cache_key(
+                        transport_set_get(s->root->transports, TRANSPORT_ROLE_DIRECT), s->cache, t,
+                        false, &addrs[t], &key);
 
                 if (r < 0)
                         return r;
@@ -455,7 +457,8 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
                 };
                 remote_plan_job_steps(s->plan, s->pull, &s->job);
                 s->moving = true;
-                r = transport_submit(root->transports->tcp, &s->job);
+                r = transport_submit(transport_set_get(root->transports, TRANSPORT_ROLE_STREAM),
+                                     &s->job);
         }
         if (r < 0) {
                 s->moving = false;

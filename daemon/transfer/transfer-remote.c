@@ -76,8 +76,8 @@ void transfer_remote_on_orphan_answer(Peer *p, int status, const TransferPeerAns
         if (status != STATUS_OK || !p->data || answer->total_bytes == 0 ||
             (flags & TRANSFER_ORPHAN_ONE_SIDED))
                 return;
-        (void)transport_abandon(p->root->transports->tcp, p->data,
-                                pull ? TRANSPORT_READ : TRANSPORT_WRITE, answer->job_id,
+        (void)transport_abandon(transport_set_get(p->root->transports, TRANSPORT_ROLE_STREAM),
+                                p->data, pull ? TRANSPORT_READ : TRANSPORT_WRITE, answer->job_id,
                                 answer->total_bytes);
 }
 
@@ -107,7 +107,7 @@ int transfer_remote_start(Transfer *x, Error *err)
         x->rdma_ep = l ? l->rdma_ep : il->rdma_ep;
         x->one_sided = x->rdma_ep != NULL;
         if (!l && x->one_sided)
-                x->transport = x->root->transports->rdma_transport;
+                x->transport = transport_set_get(x->root->transports, TRANSPORT_ROLE_DIRECT);
         /* What is left of our deadline: the peer stops by then, on its own clock. */
         x->budget_ms =
                 x->deadline_usec > now
@@ -131,7 +131,8 @@ int transfer_remote_start(Transfer *x, Error *err)
         };
         /* Queue pairs flushed by an earlier timeout or error connect again before they serve. */
         if (x->one_sided &&
-            !transport_channel_ready(p->root->transports->rdma_transport, x->rdma_ep))
+            !transport_channel_ready(transport_set_get(p->root->transports, TRANSPORT_ROLE_DIRECT),
+                                     x->rdma_ep))
                 x->root->peer_ops->channel_repair(p, x->rdma_ep);
         r = x->root->peer_ops->request(p, &req, x, &x->call);
         if (r < 0)
@@ -218,7 +219,7 @@ static int transfer_remote_rdma_keys(Transfer *x, const Cache *cache, bool local
                                      uint32_t n_src_tensors, uint32_t n_remote,
                                      const TransferPeerAnswer *m, Error *err)
 {
-        Transport *rdma = x->root->transports->rdma_transport;
+        Transport *rdma = transport_set_get(x->root->transports, TRANSPORT_ROLE_DIRECT);
         const Plan *plan = x->plan;
 
         if (!transport_cache_registered(rdma, cache, false))

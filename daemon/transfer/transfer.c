@@ -583,7 +583,8 @@ static int transfer_resolve(Transfer *x, Cluster *c, uint32_t *ret_remote_index,
         }
         /* Over a peer's link to us: the data connection, or our queue pairs to the peer
          * (transfer_remote_start() decides). */
-        x->transport = x->link ? x->link->transport : x->root->transports->tcp;
+        x->transport = x->link ? x->link->transport
+                               : transport_set_get(x->root->transports, TRANSPORT_ROLE_STREAM);
         x->caches[0] = remote_plan_kind_is_pull(x->kind) ? remote : local;
         x->caches[1] = remote_plan_kind_is_pull(x->kind) ? local : remote;
         /* A peer's cache is the peer's to let go (served.c). */

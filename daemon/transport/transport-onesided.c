@@ -290,6 +290,7 @@ static void onesided_describe_channel(Transport *t, const TransportChannel *ch, 
 
 static const transport_ops onesided_ops = {
         .name = "rdma",
+        .caps = {.remote_access = true, .registers = true, .max_segment = TRANSPORT_SEGMENT_MAX},
         .submit = onesided_submit,
         .cancel = onesided_cancel,
         .progress = onesided_progress,

@@ -20,6 +20,20 @@ typedef struct Pool Pool;
 typedef struct RdmaContext RdmaContext;
 typedef struct Transport Transport;
 
+/*
+ * What a transport is for: the index of the transport table. The layers above ask the set for
+ * the transport of a role (transport_set_get()) and never pick one by name; what a transport
+ * can do beyond its role it says in its capabilities (transport_caps()).
+ */
+typedef enum TransportRole {
+        TRANSPORT_ROLE_LOCAL,  /* between clusters of this daemon, through its own mappings */
+        TRANSPORT_ROLE_STREAM, /* to a peer daemon that runs the other end of every job, on the
+                                * data connections the peer connection set up */
+        TRANSPORT_ROLE_DIRECT, /* to a peer daemon's registered memory, one-sided, on channels of
+                                * its own: the peer hands out descriptors and moves nothing */
+        _TRANSPORT_ROLE_MAX,
+} TransportRole;
+
 typedef struct TransportSet {
         struct event_base *base;
         Engine *engine;              /* the copy threads of same-node transfers */
@@ -27,12 +41,15 @@ typedef struct TransportSet {
         size_t n_devices;
         const TcpConfig *tcp_config;
         const RdmaConfig *rdma_config;
-        Transport *shm;            /* moves bytes between clusters of this daemon */
-        Transport *tcp;            /* moves bytes to and from peer daemons over TcpData */
-        Transport *rdma_transport; /* one-sided READ/WRITE over RDMA endpoints */
-        RdmaContext *rdma;         /* the RDMA devices of the device map (none without
-                                    * verbs) */
+        Transport *table[_TRANSPORT_ROLE_MAX]; /* by role; NULL where the set has none */
+        RdmaContext *rdma; /* the RDMA devices of the device map (none without verbs) */
 } TransportSet;
+
+/* The transport of @role in @ts, or NULL. */
+static inline Transport *transport_set_get(const TransportSet *ts, TransportRole role)
+{
+        return ts->table[role];
+}
 
 /*
  * Fills @ts (whose base, engine, device map and terms the caller set) with the transports, and
@@ -46,6 +63,12 @@ void transport_set_deinit(TransportSet *ts);
 
 /* The device map's entry for @device_id, or NULL. */
 const DeviceConfig *transport_set_find_device(const TransportSet *ts, int32_t device_id);
+
+/*
+ * The transport the device map names for @device_id ("transport": "tcp", "rdma"), or NULL where
+ * it leaves the choice to kvdistd ("auto", or no entry).
+ */
+Transport *transport_set_configured(const TransportSet *ts, int32_t device_id);
 
 /*
  * Registers @cache's tensors with each transport of @ts that moves only memory registered with

@@ -99,6 +99,7 @@ static int shm_progress(Transport *t, const TransportJob *job, uint64_t *ret)
 
 static const transport_ops shm_ops = {
         .name = "shm",
+        .caps = {.mapped_only = true, .max_segment = TRANSPORT_SEGMENT_MAX},
         .submit = shm_submit,
         .prepares = true,
         .cancel = shm_cancel,

@@ -176,6 +176,7 @@ static void tcp_describe_channel(Transport *t, const TransportChannel *channel, 
 
 static const transport_ops tcp_ops = {
         .name = "tcp",
+        .caps = {.mapped_only = true, .max_segment = TRANSPORT_SEGMENT_MAX},
         .submit = tcp_submit,
         .cancel = tcp_cancel,
         .abandon = tcp_abandon,

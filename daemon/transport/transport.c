@@ -63,6 +63,13 @@ const char *transport_name(const Transport *t)
         return t ? t->ops->name : "none";
 }
 
+const TransportCaps *transport_caps(const Transport *t)
+{
+        static const TransportCaps none = {0};
+
+        return t ? &t->ops->caps : &none;
+}
+
 int transport_status_from_errno(int error)
 {
         switch (error) {

@@ -202,8 +202,26 @@ typedef struct TransportFacts {
 
 typedef void (*transport_describe_fn)(const TransportFacts *facts, void *userdata);
 
+/*
+ * What a transport can do, for the layers above to decide by instead of by its name (the role
+ * it plays is its index in the TransportSet's table).
+ */
+typedef struct TransportCaps {
+        /* Jobs read and write a peer's registered memory without its daemon taking part: the
+         * peer hands out descriptors of that memory (one-sided). */
+        bool remote_access;
+        /* Moves only memory registered with it (transport_cache_register(),
+         * transport_region_register()); the others reach it through the daemon's mappings. */
+        bool registers;
+        /* Moves only memory the daemon maps (a region with a CPU mapping): not device memory. */
+        bool mapped_only;
+        /* The longest span one piece of a job may have (TRANSPORT_SEGMENT_MAX or less). */
+        uint64_t max_segment;
+} TransportCaps;
+
 typedef struct transport_ops {
         const char *name;
+        TransportCaps caps;
         /* Starts moving @job; @job->done runs later (never from inside this call). */
         int (*submit)(Transport *t, TransportJob *job);
         /* submit() runs a job's prepare() itself, off the loop */
@@ -290,6 +308,9 @@ int transport_abandon(Transport *t, void *channel, TransportDir dir, uint64_t id
 Transport *transport_free(Transport *t);
 
 const char *transport_name(const Transport *t);
+
+/* What @t can do (all false, max_segment 0, for NULL: a set built without that transport). */
+const TransportCaps *transport_caps(const Transport *t);
 
 /*
  * Whether memory on @device_id (or the device @name, when not NULL) can take part in @t's jobs:

@@ -1489,7 +1489,7 @@ static Domain *form_rdma(void)
         Domain *dom;
         Sent *s;
 
-        fx.transports.rdma_transport = &rdma_fake->transport;
+        fx.transports.table[TRANSPORT_ROLE_DIRECT] = &rdma_fake->transport;
         dom = domain_make("rdma", 2, (bool[]){true, false}, (Cluster *[]){c0, NULL});
         answer_join(0);
         grant_link_over(0, RDMA_CHANNEL);

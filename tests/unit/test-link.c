@@ -400,7 +400,7 @@ START_TEST(test_link_ok)
         ck_assert_ptr_nonnull(l);
         ck_assert_int_eq(l->state, LINK_UP);
         ck_assert_ptr_eq(l->peer, rec->peer);
-        ck_assert_ptr_eq(l->transport, rec->transports.tcp);
+        ck_assert_ptr_eq(l->transport, transport_set_get(&rec->transports, TRANSPORT_ROLE_STREAM));
         ck_assert_uint_eq(l->remote_link_id, 77);
         ck_assert_int_eq(l->remote_role, CLUSTER_ROLE_DECODER);
         ck_assert_str_eq(l->peer_address, PEER_ADDRESS);
@@ -748,7 +748,10 @@ START_TEST(test_two_way_finds)
         ck_assert_ptr_eq(link_find_granted(rec->peer, 77), l);
         ck_assert_ptr_null(link_find_granted(rec->peer, 78));
         /* A same-daemon link, seen from the cluster linked to. */
-        ck_assert_int_eq(link_new_local(&rec->root, a, b, rec->transports.shm, &local), 0);
+        ck_assert_int_eq(link_new_local(&rec->root, a, b,
+                                        transport_set_get(&rec->transports, TRANSPORT_ROLE_LOCAL),
+                                        &local),
+                         0);
         ck_assert_ptr_eq(link_find_in(b, 5), local);
         ck_assert_ptr_null(link_find_in(a, 6));
         ck_assert_ptr_null(link_find_in(b, 7));
@@ -765,7 +768,10 @@ START_TEST(test_two_way_finds)
         ck_assert_uint_eq(b->n_links_in, 0);
         ck_assert_ptr_null(link_find(a, 6));
         ck_assert_int_eq(rec->down_status[rec->n_down - 1], STATUS_NOT_YET_LINK);
-        ck_assert_int_eq(link_new_local(&rec->root, a, b, rec->transports.shm, &local), 0);
+        ck_assert_int_eq(link_new_local(&rec->root, a, b,
+                                        transport_set_get(&rec->transports, TRANSPORT_ROLE_LOCAL),
+                                        &local),
+                         0);
         ck_assert_int_eq(link_unlink_inbound(b, 5, true), 1);
         ck_assert_uint_eq(a->n_links, 0);
         ck_assert_int_eq(link_unlink_inbound(b, 5, true), 0);
@@ -792,7 +798,10 @@ START_TEST(test_cluster_gone)
 
         remote = link_up(c);
         /* A local link to it, and a peer's link to it. */
-        ck_assert_int_eq(link_new_local(&rec->root, other, c, rec->transports.shm, &local), 0);
+        ck_assert_int_eq(link_new_local(&rec->root, other, c,
+                                        transport_set_get(&rec->transports, TRANSPORT_ROLE_LOCAL),
+                                        &local),
+                         0);
         ck_assert_int_eq(link_inlink_accept(&rec->root, rec->peer, &ask, &il, &g, &err), 0);
         link_grant_free(g);
         ck_assert_uint_eq(rec->root.n_links, 2);

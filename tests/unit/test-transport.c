@@ -403,12 +403,14 @@ START_TEST(test_rdma_without_device)
         ck_assert_int_eq(region_new_memfd("test-transport", 1 << 16, 1, &region), 0);
         cache = make_cache(region);
         ck_assert_int_eq(transport_set_init(&set, NULL), 0);
-        ck_assert_str_eq(transport_name(set.rdma_transport), "rdma");
+        ck_assert_str_eq(transport_name(transport_set_get(&set, TRANSPORT_ROLE_DIRECT)), "rdma");
 
         for (int32_t id = 0; id < 3; id++) {
                 why = NULL;
-                ck_assert_int_eq(transport_device_info(set.rdma_transport, id, NULL, NULL, &why),
-                                 HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
+                ck_assert_int_eq(
+                        transport_device_info(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), id,
+                                              NULL, NULL, &why),
+                        HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
                 ck_assert_ptr_nonnull(why);
                 if (!HAVE_RDMA)
                         ck_assert_str_eq(why, "this kvdistd was built without libibverbs");
@@ -416,23 +418,27 @@ START_TEST(test_rdma_without_device)
                         ck_assert_str_eq(why,
                                          "the device map names no RDMA device for this device_id");
         }
-        ck_assert_int_eq(
-                transport_device_info(set.rdma_transport, 0, "kvdist_no_such_dev", NULL, &why),
-                HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
-        ck_assert_int_eq(
-                transport_region_register(set.rdma_transport, 0, NULL, buf, sizeof(buf), true, &r),
-                HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
-        ck_assert_ptr_null(r);
-        ck_assert_int_eq(transport_cache_register(set.rdma_transport, 0, cache, true),
+        ck_assert_int_eq(transport_device_info(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), 0,
+                                               "kvdist_no_such_dev", NULL, &why),
                          HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
-        ck_assert(!transport_cache_registered(set.rdma_transport, cache, false));
-        ck_assert_int_eq(transport_cache_key(set.rdma_transport, cache, 0, false, NULL, NULL),
+        ck_assert_int_eq(transport_region_register(transport_set_get(&set, TRANSPORT_ROLE_DIRECT),
+                                                   0, NULL, buf, sizeof(buf), true, &r),
+                         HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
+        ck_assert_ptr_null(r);
+        ck_assert_int_eq(transport_cache_register(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), 0,
+                                                  cache, true),
+                         HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
+        ck_assert(!transport_cache_registered(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), cache,
+                                              false));
+        ck_assert_int_eq(transport_cache_key(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), cache,
+                                             0, false, NULL, NULL),
                          -ENOENT);
-        ck_assert_int_eq(transport_channel_open(set.rdma_transport, &spec, &ch),
-                         HAVE_RDMA ? -EINVAL : -EOPNOTSUPP);
+        ck_assert_int_eq(
+                transport_channel_open(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), &spec, &ch),
+                HAVE_RDMA ? -EINVAL : -EOPNOTSUPP);
         ck_assert_ptr_null(ch);
 
-        transport_describe(set.rdma_transport, keep_description, &d);
+        transport_describe(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), keep_description, &d);
         if (HAVE_RDMA) {
                 /* The one device the map names, kept with what went wrong. */
                 ck_assert_uint_eq(d.n, 1);

@@ -137,8 +137,8 @@ void transfer_fixture_init(TransferFixture *f)
         ck_assert_ptr_nonnull(f->shm);
         ck_assert_ptr_nonnull(f->tcp);
         f->shm->copy = true;
-        f->transports.shm = &f->shm->transport;
-        f->transports.tcp = &f->tcp->transport;
+        f->transports.table[TRANSPORT_ROLE_LOCAL] = &f->shm->transport;
+        f->transports.table[TRANSPORT_ROLE_STREAM] = &f->tcp->transport;
 
         link_root_init(&f->link);
         f->link.base = f->base;
