@@ -300,3 +300,41 @@ const TransportFact *transport_facts_find(const TransportFacts *f, const char *k
                         return &f->f[i];
         return NULL;
 }
+
+int transport_cache_desc(Transport *t, const Cache *cache, uint32_t tensor, TransportDesc *ret)
+{
+        TransportKey key;
+        uint64_t addr;
+        int r;
+
+        if (!t || !t->ops->caps.remote_access || !t->ops->desc_pack)
+                return -EOPNOTSUPP;
+        if (tensor >= cache->desc.num_tensors)
+                return -EINVAL;
+        r = transport_cache_key(t, cache, tensor, true, &addr, &key);
+        if (r < 0)
+                return r;
+        return t->ops->desc_pack(t, addr, cache->tensor_size, &key, ret);
+}
+
+int transport_region_desc(const TransportRegion *r, const void *addr, uint64_t len,
+                          TransportDesc *ret)
+{
+        uintptr_t a = (uintptr_t)addr, start = (uintptr_t)r->addr;
+        Transport *t = r->transport;
+
+        if (!t->ops->caps.remote_access || !t->ops->desc_pack)
+                return -EOPNOTSUPP;
+        if (a < start || a - start > r->len || len > r->len - (a - start))
+                return -EINVAL;
+        return t->ops->desc_pack(t, a, len, &r->key, ret);
+}
+
+int transport_desc_unpack(Transport *t, const void *bytes, size_t len, TransportRemote *ret)
+{
+        if (!t || !t->ops->caps.remote_access || !t->ops->desc_unpack)
+                return -EOPNOTSUPP;
+        if (!bytes || len == 0 || len > TRANSPORT_DESC_MAX)
+                return -EBADMSG;
+        return t->ops->desc_unpack(t, bytes, len, ret);
+}

@@ -96,6 +96,35 @@ typedef struct TransportKey {
 } TransportKey;
 
 /*
+ * Descriptors: how a peer learns where memory of ours is, in the terms of the transport that
+ * reaches it. A transport with remote access packs a span of memory registered for peers into at
+ * most TRANSPORT_DESC_MAX opaque bytes, which links and the wire carry as they are; the peer's
+ * transport of the same kind unpacks them into the other end of its segments
+ * (transport_segment_set_remote()). Nothing outside transport/ reads the bytes.
+ */
+#define TRANSPORT_DESC_MAX 32
+
+typedef struct TransportDesc {
+        size_t len;
+        uint8_t bytes[TRANSPORT_DESC_MAX];
+} TransportDesc;
+
+/* A peer's memory as its descriptor names it. */
+typedef struct TransportRemote {
+        uint64_t addr; /* the start, in the peer's terms */
+        uint64_t len;  /* bytes a segment may reach from @addr */
+        uint32_t key;  /* what grants the access */
+} TransportRemote;
+
+/* The other end of @seg: @off bytes into @m (the caller checked that @m holds the span). */
+static inline void transport_segment_set_remote(TransportSegment *seg, const TransportRemote *m,
+                                                uint64_t off)
+{
+        seg->remote = m->addr + off;
+        seg->rkey = m->key;
+}
+
+/*
  * One span of our memory registered with a transport on its own, for as long as one message
  * needs it (transport_region_register()); its keys go into the segments of jobs on it.
  */
@@ -261,6 +290,12 @@ typedef struct transport_ops {
         int (*cache_key)(Transport *t, const Cache *cache, uint32_t tensor, bool remote,
                          uint64_t *ret_addr, TransportKey *ret_key);
 
+        /* Packs [@addr, +@len) of memory with keys @key for a peer (remote access only). */
+        int (*desc_pack)(Transport *t, uint64_t addr, uint64_t len, const TransportKey *key,
+                         TransportDesc *ret);
+        /* Unpacks a peer's descriptor: -EBADMSG when @bytes are not one of this kind. */
+        int (*desc_unpack)(Transport *t, const void *bytes, size_t len, TransportRemote *ret);
+
         /*
          * Channels to a peer (TCP: on data connections the peer handshake made; RDMA: queue
          * pairs whose paths are connected with parameters the peer connection carries; shm has
@@ -353,6 +388,26 @@ int transport_cache_key(Transport *t, const Cache *cache, uint32_t tensor, bool 
 
 /* Whether @cache is registered with @t (for peers too when @remote): tensor 0's key exists. */
 bool transport_cache_registered(Transport *t, const Cache *cache, bool remote);
+
+/*
+ * The descriptor of tensor @tensor of @cache for peers, registered with @t for remote access:
+ * -EOPNOTSUPP where @t has no remote access, -ENOENT when @cache is not registered for peers.
+ */
+int transport_cache_desc(Transport *t, const Cache *cache, uint32_t tensor, TransportDesc *ret);
+
+/*
+ * The descriptor of [@addr, +@len), which must lie inside @r (registered with remote_write):
+ * -EOPNOTSUPP where @r's transport has no remote access, -EINVAL outside @r.
+ */
+int transport_region_desc(const TransportRegion *r, const void *addr, uint64_t len,
+                          TransportDesc *ret);
+
+/*
+ * Unpacks a descriptor a peer sent (@len bytes at @bytes): -EBADMSG when they are not a
+ * descriptor of @t's kind (a peer's word: checked whole, never read past @len), -EOPNOTSUPP
+ * where @t has no remote access (or is NULL).
+ */
+int transport_desc_unpack(Transport *t, const void *bytes, size_t len, TransportRemote *ret);
 
 /*
  * Opens a channel of @t to a peer as @spec says; its paths are connected one by one with

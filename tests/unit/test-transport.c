@@ -396,6 +396,7 @@ START_TEST(test_rdma_without_device)
         Described d = {0};
         const char *why = NULL;
         uint8_t buf[64];
+        Transport *direct;
         Cache *cache;
 
         set.base = event_base_new();
@@ -403,14 +404,13 @@ START_TEST(test_rdma_without_device)
         ck_assert_int_eq(region_new_memfd("test-transport", 1 << 16, 1, &region), 0);
         cache = make_cache(region);
         ck_assert_int_eq(transport_set_init(&set, NULL), 0);
-        ck_assert_str_eq(transport_name(transport_set_get(&set, TRANSPORT_ROLE_DIRECT)), "rdma");
+        direct = transport_set_get(&set, TRANSPORT_ROLE_DIRECT);
+        ck_assert_str_eq(transport_name(direct), "rdma");
 
         for (int32_t id = 0; id < 3; id++) {
                 why = NULL;
-                ck_assert_int_eq(
-                        transport_device_info(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), id,
-                                              NULL, NULL, &why),
-                        HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
+                ck_assert_int_eq(transport_device_info(direct, id, NULL, NULL, &why),
+                                 HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
                 ck_assert_ptr_nonnull(why);
                 if (!HAVE_RDMA)
                         ck_assert_str_eq(why, "this kvdistd was built without libibverbs");
@@ -418,27 +418,20 @@ START_TEST(test_rdma_without_device)
                         ck_assert_str_eq(why,
                                          "the device map names no RDMA device for this device_id");
         }
-        ck_assert_int_eq(transport_device_info(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), 0,
-                                               "kvdist_no_such_dev", NULL, &why),
+        ck_assert_int_eq(transport_device_info(direct, 0, "kvdist_no_such_dev", NULL, &why),
                          HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
-        ck_assert_int_eq(transport_region_register(transport_set_get(&set, TRANSPORT_ROLE_DIRECT),
-                                                   0, NULL, buf, sizeof(buf), true, &r),
+        ck_assert_int_eq(transport_region_register(direct, 0, NULL, buf, sizeof(buf), true, &r),
                          HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
         ck_assert_ptr_null(r);
-        ck_assert_int_eq(transport_cache_register(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), 0,
-                                                  cache, true),
+        ck_assert_int_eq(transport_cache_register(direct, 0, cache, true),
                          HAVE_RDMA ? -ENODEV : -EOPNOTSUPP);
-        ck_assert(!transport_cache_registered(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), cache,
-                                              false));
-        ck_assert_int_eq(transport_cache_key(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), cache,
-                                             0, false, NULL, NULL),
-                         -ENOENT);
-        ck_assert_int_eq(
-                transport_channel_open(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), &spec, &ch),
-                HAVE_RDMA ? -EINVAL : -EOPNOTSUPP);
+        ck_assert(!transport_cache_registered(direct, cache, false));
+        ck_assert_int_eq(transport_cache_key(direct, cache, 0, false, NULL, NULL), -ENOENT);
+        ck_assert_int_eq(transport_channel_open(direct, &spec, &ch),
+                         HAVE_RDMA ? -EINVAL : -EOPNOTSUPP);
         ck_assert_ptr_null(ch);
 
-        transport_describe(transport_set_get(&set, TRANSPORT_ROLE_DIRECT), keep_description, &d);
+        transport_describe(direct, keep_description, &d);
         if (HAVE_RDMA) {
                 /* The one device the map names, kept with what went wrong. */
                 ck_assert_uint_eq(d.n, 1);
@@ -582,6 +575,126 @@ START_TEST(test_tcp_channel)
 }
 END_TEST
 
+/*
+ * The table: one transport per role, each saying what it can do, and the device map's choice of
+ * transport answered by name.
+ */
+START_TEST(test_table)
+{
+        DeviceConfig devices[] = {
+                {.device_id = 0, .transport = TRANSPORT_KIND_AUTO},
+                {.device_id = 1, .transport = TRANSPORT_KIND_TCP},
+                {.device_id = 2, .transport = TRANSPORT_KIND_RDMA},
+        };
+        TransportSet set = {.devices = devices, .n_devices = 3};
+        Transport *local, *stream, *direct;
+
+        set.base = event_base_new();
+        ck_assert_ptr_nonnull(set.base);
+        ck_assert_int_eq(transport_set_init(&set, NULL), 0);
+        local = transport_set_get(&set, TRANSPORT_ROLE_LOCAL);
+        stream = transport_set_get(&set, TRANSPORT_ROLE_STREAM);
+        direct = transport_set_get(&set, TRANSPORT_ROLE_DIRECT);
+        ck_assert_str_eq(transport_name(local), "shm");
+        ck_assert_str_eq(transport_name(stream), "tcp");
+        ck_assert_str_eq(transport_name(direct), "rdma");
+
+        ck_assert(!transport_caps(local)->remote_access && !transport_caps(local)->registers);
+        ck_assert(transport_caps(local)->mapped_only);
+        ck_assert(!transport_caps(stream)->remote_access && !transport_caps(stream)->registers);
+        ck_assert(transport_caps(stream)->mapped_only);
+        ck_assert(transport_caps(direct)->remote_access && transport_caps(direct)->registers);
+        ck_assert(!transport_caps(direct)->mapped_only);
+        for (int i = 0; i < _TRANSPORT_ROLE_MAX; i++)
+                ck_assert_uint_eq(transport_caps(set.table[i])->max_segment, TRANSPORT_SEGMENT_MAX);
+        ck_assert(!transport_caps(NULL)->remote_access);
+        ck_assert_uint_eq(transport_caps(NULL)->max_segment, 0);
+
+        ck_assert_ptr_null(transport_set_configured(&set, 0)); /* auto */
+        ck_assert_ptr_eq(transport_set_configured(&set, 1), stream);
+        ck_assert_ptr_eq(transport_set_configured(&set, 2), direct);
+        ck_assert_ptr_null(transport_set_configured(&set, 3)); /* not in the map */
+
+        transport_set_deinit(&set);
+        for (int i = 0; i < _TRANSPORT_ROLE_MAX; i++)
+                ck_assert_ptr_null(set.table[i]);
+        event_base_free(set.base);
+}
+END_TEST
+
+/*
+ * Descriptors: a span of a registration packs into opaque bytes that the same kind of transport
+ * unpacks to the same address, length and remote key; bytes a peer could send that are not such
+ * a descriptor (short, long, another tag, a span that wraps) are refused whole, and transports
+ * without remote access have none.
+ */
+START_TEST(test_descriptors)
+{
+        TransportSet set = {0};
+        Transport *direct;
+        uint8_t buf[256];
+        TransportRegion region;
+        TransportRemote m;
+        TransportDesc d, bad;
+
+        set.base = event_base_new();
+        ck_assert_ptr_nonnull(set.base);
+        ck_assert_int_eq(transport_set_init(&set, NULL), 0);
+        direct = transport_set_get(&set, TRANSPORT_ROLE_DIRECT);
+        region = (TransportRegion){
+                .transport = direct,
+                .addr = buf + 64,
+                .len = 128,
+                .key = {.lkey = 0x1111, .rkey = 0xa1b2c3d4},
+        };
+
+        ck_assert_int_eq(transport_region_desc(&region, buf + 80, 100, &d), 0);
+        ck_assert_uint_gt(d.len, 0);
+        ck_assert_uint_le(d.len, TRANSPORT_DESC_MAX);
+        memset(&m, 0xee, sizeof(m));
+        ck_assert_int_eq(transport_desc_unpack(direct, d.bytes, d.len, &m), 0);
+        ck_assert_uint_eq(m.addr, (uintptr_t)(buf + 80));
+        ck_assert_uint_eq(m.len, 100);
+        ck_assert_uint_eq(m.key, 0xa1b2c3d4); /* the peer's key, never ours */
+
+        /* The whole registration, and nothing past it. */
+        ck_assert_int_eq(transport_region_desc(&region, buf + 64, 128, &d), 0);
+        ck_assert_int_eq(transport_region_desc(&region, buf + 192, 0, &d), 0);
+        ck_assert_int_eq(transport_region_desc(&region, buf + 65, 128, &d), -EINVAL);
+        ck_assert_int_eq(transport_region_desc(&region, buf + 193, 0, &d), -EINVAL);
+        ck_assert_int_eq(transport_region_desc(&region, buf + 63, 1, &d), -EINVAL);
+        ck_assert_int_eq(transport_region_desc(&region, buf + 64, UINT64_MAX, &d), -EINVAL);
+
+        ck_assert_int_eq(transport_region_desc(&region, buf + 64, 8, &d), 0);
+        for (size_t n = 0; n < d.len; n++)
+                ck_assert_int_eq(transport_desc_unpack(direct, d.bytes, n, &m), -EBADMSG);
+        bad = d;
+        bad.bytes[d.len] = 0;
+        ck_assert_int_eq(transport_desc_unpack(direct, bad.bytes, d.len + 1, &m), -EBADMSG);
+        ck_assert_int_eq(transport_desc_unpack(direct, bad.bytes, SIZE_MAX, &m), -EBADMSG);
+        ck_assert_int_eq(transport_desc_unpack(direct, NULL, d.len, &m), -EBADMSG);
+        bad.bytes[0] ^= 0xff;
+        ck_assert_int_eq(transport_desc_unpack(direct, bad.bytes, d.len, &m), -EBADMSG);
+        /* A span that wraps around the address space. */
+        region.addr = (void *)(UINTPTR_MAX - 7);
+        region.len = 8;
+        ck_assert_int_eq(transport_region_desc(&region, region.addr, 8, &bad), 0);
+        memset(bad.bytes + 9, 0xff, 8); /* its length, as a hostile peer would say it */
+        ck_assert_int_eq(transport_desc_unpack(direct, bad.bytes, bad.len, &m), -EBADMSG);
+
+        /* Transports that reach memory through mappings hand out no descriptors. */
+        region.transport = transport_set_get(&set, TRANSPORT_ROLE_STREAM);
+        ck_assert_int_eq(transport_region_desc(&region, region.addr, 8, &d), -EOPNOTSUPP);
+        ck_assert_int_eq(transport_desc_unpack(transport_set_get(&set, TRANSPORT_ROLE_LOCAL),
+                                               d.bytes, d.len, &m),
+                         -EOPNOTSUPP);
+        ck_assert_int_eq(transport_desc_unpack(NULL, d.bytes, d.len, &m), -EOPNOTSUPP);
+
+        transport_set_deinit(&set);
+        event_base_free(set.base);
+}
+END_TEST
+
 static Suite *transport_suite(void)
 {
         Suite *s = suite_create("transport");
@@ -598,6 +711,8 @@ static Suite *transport_suite(void)
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_register_not_needed);
         tcase_add_test(tc, test_rdma_without_device);
+        tcase_add_test(tc, test_table);
+        tcase_add_test(tc, test_descriptors);
         tcase_add_test(tc, test_tcp_channel);
         suite_add_tcase(s, tc);
         return s;
