@@ -319,7 +319,7 @@ static int parse_device(json_t *obj, const char *path, DeviceConfig *d, char **e
                         if (k < 0)
                                 return config_errorf(error, -EINVAL,
                                                      "%s: expected one of \"auto\", \"tcp\", "
-                                                     "\"rdma\"",
+                                                     "\"rdma\", \"null\"",
                                                      p);
                         d->transport = k;
                 } else if (streq(key, "rdma_device")) {

@@ -455,28 +455,26 @@ static int link_local(Cluster *c, Cluster *remote, Link *old, Error *err)
 
 int link_transport_choose(LinkTransport *t, const Cluster *c, const char *address, Error *err)
 {
-        const DeviceConfig *cfg = transport_config_find_device(
-                c->root->transports->devices, c->root->transports->n_devices, c->device_id);
+        TransportSet *ts = c->root->transports;
+        Transport *configured = transport_set_configured(ts, c->device_id);
         const char *why = NULL;
         TransportDeviceInfo dev;
         bool rdma;
 
         *t = (LinkTransport){0};
         (void)snprintf(t->address, sizeof(t->address), "%s", address ? address : "");
-        if (cfg && cfg->transport == TRANSPORT_KIND_TCP) {
+        if (configured && configured == transport_set_get(ts, TRANSPORT_ROLE_STREAM)) {
                 (void)snprintf(t->reason, sizeof(t->reason), "configured");
                 return 0;
         }
-        rdma = transport_device_info(transport_set_get(c->root->transports, TRANSPORT_ROLE_DIRECT),
-                                     c->device_id, NULL, &dev, &why) >= 0;
-        if (cfg && cfg->transport == TRANSPORT_KIND_RDMA) {
-                if (!rdma)
-                        return error_set(err, STATUS_FEATURE_NOT_ENABLED,
-                                         "device %" PRId32 " is configured for transport rdma, "
-                                         "but: %s",
-                                         c->device_id, why);
-                t->required = true;
-        }
+        /* Any other transport the device map names is required: no falling back. */
+        if (configured && transport_device_info(configured, c->device_id, NULL, NULL, &why) < 0)
+                return error_set(err, STATUS_FEATURE_NOT_ENABLED,
+                                 "device %" PRId32 " is configured for transport %s, but: %s",
+                                 c->device_id, transport_name(configured), why);
+        rdma = transport_device_info(transport_set_get(ts, TRANSPORT_ROLE_DIRECT), c->device_id,
+                                     NULL, &dev, &why) >= 0;
+        t->required = configured != NULL;
         t->rdma = rdma;
         if (rdma)
                 (void)snprintf(t->device, sizeof(t->device), "%s", dev.device);

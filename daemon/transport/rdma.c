@@ -203,6 +203,12 @@ static void rdma_device_register_pool(RdmaDevice *dev, Pool *pool)
                  dev->name, region->size, (now_usec(CLOCK_MONOTONIC) - t0) / USEC_PER_MSEC);
 }
 
+/* Whether the device map lets RDMA have @dc's device ("auto" or "rdma"). */
+static bool rdma_device_wanted(const DeviceConfig *dc)
+{
+        return dc->transport == TRANSPORT_KIND_AUTO || dc->transport == TRANSPORT_KIND_RDMA;
+}
+
 int rdma_context_new(TransportSet *ts, Pool *pool, RdmaContext **ret)
 {
         struct ibv_device **list = NULL;
@@ -217,7 +223,7 @@ int rdma_context_new(TransportSet *ts, Pool *pool, RdmaContext **ret)
                 const DeviceConfig *dc = &ts->devices[i];
                 RdmaDevice *dev, **devs;
 
-                if (!dc->rdma_device || dc->transport == TRANSPORT_KIND_TCP ||
+                if (!dc->rdma_device || !rdma_device_wanted(dc) ||
                     rdma_device_find(c, dc->rdma_device))
                         continue;
                 if (!list)
@@ -298,8 +304,10 @@ RdmaDevice *rdma_device_for(RdmaContext *c, int32_t device_id, const char **ret_
                 *ret_reason = "the device map names no RDMA device for this device_id";
                 return NULL;
         }
-        if (dc->transport == TRANSPORT_KIND_TCP) {
-                *ret_reason = "the device map says tcp for this device_id";
+        if (!rdma_device_wanted(dc)) {
+                *ret_reason = dc->transport == TRANSPORT_KIND_TCP
+                                      ? "the device map says tcp for this device_id"
+                                      : "the device map gives this device_id another transport";
                 return NULL;
         }
         dev = rdma_device_find(c, dc->rdma_device);

@@ -29,6 +29,7 @@ const char *transport_kind_to_string(TransportKind k)
                 [TRANSPORT_KIND_AUTO] = "auto",
                 [TRANSPORT_KIND_TCP] = "tcp",
                 [TRANSPORT_KIND_RDMA] = "rdma",
+                [TRANSPORT_KIND_NULL] = "null",
         };
 
         if (k < 0 || k >= _TRANSPORT_KIND_MAX)

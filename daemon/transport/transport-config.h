@@ -15,6 +15,7 @@ typedef enum TransportKind {
         TRANSPORT_KIND_AUTO,
         TRANSPORT_KIND_TCP,
         TRANSPORT_KIND_RDMA,
+        TRANSPORT_KIND_NULL,
         _TRANSPORT_KIND_MAX,
         _TRANSPORT_KIND_INVALID = -22,
 } TransportKind;
@@ -55,5 +56,5 @@ const DeviceConfig *transport_config_find_address(const DeviceConfig *devices, s
 /* "auto", "tcp", "rdma"; NULL for a value out of range. */
 const char *transport_kind_to_string(TransportKind k);
 
-/* The TransportKind named @s ("auto", "tcp", "rdma"), or _TRANSPORT_KIND_INVALID. */
+/* The TransportKind named @s ("auto", "tcp", "rdma", "null"), or _TRANSPORT_KIND_INVALID. */
 TransportKind transport_kind_from_string(const char *s);

@@ -34,6 +34,8 @@ typedef enum TransportRole {
         _TRANSPORT_ROLE_MAX,
 } TransportRole;
 
+#define TRANSPORT_SET_MAX 8
+
 typedef struct TransportSet {
         struct event_base *base;
         Engine *engine;              /* the copy threads of same-node transfers */
@@ -41,7 +43,10 @@ typedef struct TransportSet {
         size_t n_devices;
         const TcpConfig *tcp_config;
         const RdmaConfig *rdma_config;
-        Transport *table[_TRANSPORT_ROLE_MAX]; /* by role; NULL where the set has none */
+        /* Every transport of the set, in the order built: what the device map can name. */
+        Transport *all[TRANSPORT_SET_MAX];
+        size_t n_all;
+        Transport *table[_TRANSPORT_ROLE_MAX]; /* by role, from @all; NULL where none */
         RdmaContext *rdma; /* the RDMA devices of the device map (none without verbs) */
 } TransportSet;
 
@@ -65,8 +70,8 @@ void transport_set_deinit(TransportSet *ts);
 const DeviceConfig *transport_set_find_device(const TransportSet *ts, int32_t device_id);
 
 /*
- * The transport the device map names for @device_id ("transport": "tcp", "rdma"), or NULL where
- * it leaves the choice to kvdistd ("auto", or no entry).
+ * The transport the device map names for @device_id ("transport": "tcp", "rdma", "null"), or
+ * NULL where it leaves the choice to kvdistd ("auto", or no entry).
  */
 Transport *transport_set_configured(const TransportSet *ts, int32_t device_id);
 

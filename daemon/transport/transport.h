@@ -333,6 +333,9 @@ int transport_tcp_new(TransportSet *ts, Transport **ret);
 /* The RDMA transport: one-sided READ (pull) / WRITE (push) jobs on a link's endpoint. */
 int transport_rdma_new(TransportSet *ts, Transport **ret);
 
+/* The null transport: moves nothing, refuses every device with a reason. */
+int transport_null_new(TransportSet *ts, Transport **ret);
+
 int transport_submit(Transport *t, TransportJob *job);
 /* Bytes of @job moved so far in *@ret; a negative errno when the transport cannot tell. */
 int transport_progress(Transport *t, const TransportJob *job, uint64_t *ret);

@@ -380,10 +380,13 @@ START_TEST(test_rdma_device_missing)
                                        "\"rdma\", \"rdma_device\": \"kvdist-test-none\"}]}\n";
         static const char auto_cfg[] = "{\"devices\": [{\"device_id\": 0, \"transport\": "
                                        "\"auto\", \"rdma_device\": \"kvdist-test-none\"}]}\n";
+        static const char null_cfg[] = "{\"devices\": [{\"device_id\": 0, \"transport\": "
+                                       "\"null\"}]}\n";
         char path[] = "/tmp/kvdist-it-domain-cfg-XXXXXX";
         const char *extra[] = {"--config", path, NULL};
         kvd_cluster_rank info[2] = {{1001, 0}, {2002, 1}};
         uint64_t id = 0;
+        int ret;
         char *s;
         Net w;
 
@@ -394,6 +397,28 @@ START_TEST(test_rdma_device_missing)
         s = (char *)kvd_last_error(w.m[0].client);
         ck_assert_msg(strstr(s, "configured for transport rdma") && names_missing_device(s), "%s",
                       s);
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
+        net_stop(&w);
+        ck_assert_int_eq(unlink(path), 0);
+
+        /* The null transport keeps a device off the network: no link, no domain, and why. */
+        (void)snprintf(path, sizeof(path), "/tmp/kvdist-it-domain-cfg-XXXXXX");
+        write_config(path, null_cfg);
+        net_start(&w, 2, extra);
+        ck_assert_int_eq(kvd_domain_link(w.m[0].client, "null", info, 2, w.table, &id),
+                         KVD_E_FEATURE_NOT_ENABLED);
+        s = (char *)kvd_last_error(w.m[0].client);
+        ck_assert_msg(strstr(s, "configured for transport null, but: the null transport moves "
+                                "nothing"),
+                      "%s", s);
+        expect_ok(w.m[1].client,
+                  kvd_switch_role(w.m[1].client, KVD_ROLE_MIX,
+                                  &(kvd_option){"listen_ip_info", w.nodes[1].peer_addr}, 1));
+        ck_assert_int_ne(link_at(w.m[0].client, 2002, w.nodes[1].peer_addr, 0, &ret), KVD_OK);
+        ck_assert_int_eq(ret, KVD_E_FEATURE_NOT_ENABLED);
+        ck_assert_msg(strstr(kvd_last_error(w.m[0].client), "transport null"), "%s",
+                      kvd_last_error(w.m[0].client));
+        ck_assert_int_eq(dom_status_len(&w.nodes[0], "links"), 0);
         ck_assert_int_eq(dom_status_len(&w.nodes[0], "domains"), 0);
         net_stop(&w);
         ck_assert_int_eq(unlink(path), 0);

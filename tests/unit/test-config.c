@@ -409,7 +409,8 @@ START_TEST(test_wrong_types)
         load_fails("{\"devices\": [{\"device_id\": \"0\"}]}",
                    "devices[0].device_id: expected an integer");
         load_fails("{\"devices\": [{\"device_id\": 0, \"transport\": \"ib\"}]}",
-                   "devices[0].transport: expected one of \"auto\", \"tcp\", \"rdma\"");
+                   "devices[0].transport: expected one of \"auto\", \"tcp\", \"rdma\", "
+                   "\"null\"");
         load_fails("{\"devices\": [{\"device_id\": 0, \"rdma_device\": 1}]}",
                    "devices[0].rdma_device: expected a string");
         load_fails("{\"devices\": [{\"device_id\": 0, \"netdev\": null}]}",
@@ -880,6 +881,8 @@ START_TEST(test_strings)
         ck_assert_str_eq(transport_kind_to_string(TRANSPORT_KIND_AUTO), "auto");
         ck_assert_str_eq(transport_kind_to_string(TRANSPORT_KIND_TCP), "tcp");
         ck_assert_str_eq(transport_kind_to_string(TRANSPORT_KIND_RDMA), "rdma");
+        ck_assert_str_eq(transport_kind_to_string(TRANSPORT_KIND_NULL), "null");
+        ck_assert_int_eq(transport_kind_from_string("null"), TRANSPORT_KIND_NULL);
         ck_assert_ptr_null(transport_kind_to_string(_TRANSPORT_KIND_MAX));
         ck_assert_ptr_null(transport_kind_to_string(_TRANSPORT_KIND_INVALID));
 

@@ -585,9 +585,15 @@ START_TEST(test_table)
                 {.device_id = 0, .transport = TRANSPORT_KIND_AUTO},
                 {.device_id = 1, .transport = TRANSPORT_KIND_TCP},
                 {.device_id = 2, .transport = TRANSPORT_KIND_RDMA},
+                {.device_id = 4, .transport = TRANSPORT_KIND_NULL},
         };
-        TransportSet set = {.devices = devices, .n_devices = 3};
-        Transport *local, *stream, *direct;
+        TransportSet set = {.devices = devices, .n_devices = 4};
+        TransportJob job = {.dir = TRANSPORT_READ};
+        Transport *local, *stream, *direct, *null;
+        TransportRegion *r = NULL;
+        TransportChannel *ch = NULL;
+        const char *why = NULL;
+        uint8_t buf[16];
 
         set.base = event_base_new();
         ck_assert_ptr_nonnull(set.base);
@@ -614,6 +620,26 @@ START_TEST(test_table)
         ck_assert_ptr_eq(transport_set_configured(&set, 1), stream);
         ck_assert_ptr_eq(transport_set_configured(&set, 2), direct);
         ck_assert_ptr_null(transport_set_configured(&set, 3)); /* not in the map */
+
+        /* The null transport: in the set for the map to name, in no role, and refusing all. */
+        null = transport_set_configured(&set, 4);
+        ck_assert_ptr_nonnull(null);
+        ck_assert_str_eq(transport_name(null), "null");
+        for (int i = 0; i < _TRANSPORT_ROLE_MAX; i++)
+                ck_assert_ptr_ne(set.table[i], null);
+        ck_assert(!transport_caps(null)->remote_access && !transport_caps(null)->registers);
+        ck_assert_uint_eq(transport_caps(null)->max_segment, 0);
+        ck_assert_int_eq(transport_device_info(null, 4, NULL, NULL, &why), -ENODEV);
+        ck_assert_str_eq(why, "the null transport moves nothing");
+        ck_assert_int_eq(transport_submit(null, &job), -EOPNOTSUPP);
+        ck_assert_int_eq(transport_region_register(null, 4, NULL, buf, sizeof(buf), true, &r),
+                         -ENODEV);
+        ck_assert_ptr_null(r);
+        ck_assert_int_eq(transport_channel_open(null, &(TransportChannelSpec){.n_paths = 1}, &ch),
+                         -EOPNOTSUPP);
+        ck_assert_ptr_null(ch);
+        ck_assert_int_eq(transport_desc_unpack(null, buf, sizeof(buf), &(TransportRemote){0}),
+                         -EOPNOTSUPP);
 
         transport_set_deinit(&set);
         for (int i = 0; i < _TRANSPORT_ROLE_MAX; i++)
