@@ -26,7 +26,7 @@
 #include "proto/status-wire.h"
 #include "common/status.h"
 
-/* Transports seen so far; the shm, tcp and rdma transports leave room to spare. */
+/* Transports seen so far; the transports of the set leave room to spare. */
 #define METRICS_MAX_TRANSPORTS 8
 #define METRICS_TRANSPORT_NAME_MAX 16
 
@@ -399,43 +399,14 @@ static void family_served(MetricsWriter *w, const Metrics *m)
                            m->src.link->counters.notifies_delivered);
 }
 
-/*
- * One RDMA metric: its name, type and help, and the fact of the RDMA transport's description of a
- * device it reads (a number; for kvdist_rdma_device_up, whether "state" is "active").
- */
-typedef struct RdmaMetric {
-        const char *name;
-        const char *type;
-        const char *help;
-        const char *fact;
-        double divisor; /* the fact's unit in the metric's */
-} RdmaMetric;
-
-static const RdmaMetric rdma_metrics[] = {
-        {"kvdist_rdma_device_up", "gauge",
-         "RDMA devices of the device map: 1 when open with an active port", "state", 1},
-        {"kvdist_rdma_memory_regions", "gauge", "Memory regions registered on the device now",
-         "memory_regions", 1},
-        {"kvdist_rdma_registered_bytes", "gauge", "Bytes registered on the device now",
-         "registered_bytes", 1},
-        {"kvdist_rdma_registration_seconds_total", "counter",
-         "Time spent registering memory (ibv_reg_mr)", "registration_us_total", USEC_PER_SEC},
-        {"kvdist_rdma_registrations_total", "counter", "Memory regions registered since start",
-         "registrations", 1},
-        {"kvdist_rdma_completion_errors_total", "counter", "Work completions with an error status",
-         "completion_errors", 1},
-        {"kvdist_rdma_async_events_total", "counter",
-         "Asynchronous device events (port down, fatal errors)", "async_events", 1},
-};
-
-typedef struct RdmaSampleCtx {
+typedef struct DeviceSampleCtx {
         MetricsWriter *w;
-        const RdmaMetric *m;
-} RdmaSampleCtx;
+        const TransportMetric *m;
+} DeviceSampleCtx;
 
-static void rdma_device_sample(const TransportFacts *f, void *userdata)
+static void device_sample(const TransportFacts *f, void *userdata)
 {
-        RdmaSampleCtx *ctx = userdata;
+        DeviceSampleCtx *ctx = userdata;
         const TransportFact *name = transport_facts_find(f, "name");
         const TransportFact *fact = transport_facts_find(f, ctx->m->fact);
         double v = 0;
@@ -449,14 +420,21 @@ static void rdma_device_sample(const TransportFacts *f, void *userdata)
         metrics_sample_double(ctx->w, ctx->m->name, METRICS_LABELS({"device", name->s}), v);
 }
 
-static void family_rdma(MetricsWriter *w, const Metrics *m)
+/* The metrics each transport exports about the devices it describes. */
+static void family_devices(MetricsWriter *w, const Metrics *m)
 {
-        for (size_t i = 0; i < ARRAY_SIZE(rdma_metrics); i++) {
-                RdmaSampleCtx ctx = {w, &rdma_metrics[i]};
+        const TransportSet *ts = m->src.transports;
 
-                metrics_family(w, rdma_metrics[i].name, rdma_metrics[i].type, rdma_metrics[i].help);
-                transport_describe(transport_set_get(m->src.transports, TRANSPORT_ROLE_DIRECT),
-                                   rdma_device_sample, &ctx);
+        for (size_t t = 0; t < ts->n_all; t++) {
+                size_t n;
+                const TransportMetric *tm = transport_metrics(ts->all[t], &n);
+
+                for (size_t i = 0; i < n; i++) {
+                        DeviceSampleCtx ctx = {w, &tm[i]};
+
+                        metrics_family(w, tm[i].name, tm[i].type, tm[i].help);
+                        transport_describe(ts->all[t], device_sample, &ctx);
+                }
         }
 }
 
@@ -515,7 +493,7 @@ static const MetricsFamilyFn families[] = {
         family_peers,
         family_peer_heartbeat,
         family_served,
-        family_rdma,
+        family_devices,
         family_domains,
 };
 

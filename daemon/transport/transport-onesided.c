@@ -342,6 +342,24 @@ static void onesided_describe_channel(Transport *t, const TransportChannel *ch, 
         transport_facts_add_u64(ret, "bytes", st.bytes);
 }
 
+/* What metrics export of each RDMA device (onesided_describe_device()'s facts). */
+static const TransportMetric onesided_metrics[] = {
+        {"kvdist_rdma_device_up", "gauge",
+         "RDMA devices of the device map: 1 when open with an active port", "state", 1},
+        {"kvdist_rdma_memory_regions", "gauge", "Memory regions registered on the device now",
+         "memory_regions", 1},
+        {"kvdist_rdma_registered_bytes", "gauge", "Bytes registered on the device now",
+         "registered_bytes", 1},
+        {"kvdist_rdma_registration_seconds_total", "counter",
+         "Time spent registering memory (ibv_reg_mr)", "registration_us_total", USEC_PER_SEC},
+        {"kvdist_rdma_registrations_total", "counter", "Memory regions registered since start",
+         "registrations", 1},
+        {"kvdist_rdma_completion_errors_total", "counter", "Work completions with an error status",
+         "completion_errors", 1},
+        {"kvdist_rdma_async_events_total", "counter",
+         "Asynchronous device events (port down, fatal errors)", "async_events", 1},
+};
+
 static const transport_ops onesided_ops = {
         .name = "rdma",
         .caps = {.remote_access = true, .registers = true, .max_segment = TRANSPORT_SEGMENT_MAX},
@@ -362,6 +380,8 @@ static const transport_ops onesided_ops = {
         .path_connect = onesided_path_connect,
         .describe = onesided_describe,
         .describe_channel = onesided_describe_channel,
+        .metrics = onesided_metrics,
+        .n_metrics = ARRAY_SIZE(onesided_metrics),
 };
 
 int transport_rdma_new(TransportSet *ts, Transport **ret)

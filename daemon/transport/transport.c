@@ -63,6 +63,12 @@ const char *transport_name(const Transport *t)
         return t ? t->ops->name : "none";
 }
 
+const TransportMetric *transport_metrics(const Transport *t, size_t *ret_n)
+{
+        *ret_n = t ? t->ops->n_metrics : 0;
+        return t ? t->ops->metrics : NULL;
+}
+
 const TransportCaps *transport_caps(const Transport *t)
 {
         static const TransportCaps none = {0};

@@ -248,6 +248,19 @@ typedef struct TransportCaps {
         uint64_t max_segment;
 } TransportCaps;
 
+/*
+ * A number a transport exports per device it describes (metrics): the metric's name, type and
+ * help, and the fact of the device's description it reads, a number in units of @divisor, or a
+ * string that counts 1 when it is "active".
+ */
+typedef struct TransportMetric {
+        const char *name;
+        const char *type; /* "gauge", "counter" */
+        const char *help;
+        const char *fact;
+        double divisor;
+} TransportMetric;
+
 typedef struct transport_ops {
         const char *name;
         TransportCaps caps;
@@ -315,6 +328,9 @@ typedef struct transport_ops {
         /* Status: @fn once per device the transport holds; a channel's facts in @ret. */
         void (*describe)(Transport *t, transport_describe_fn fn, void *userdata);
         void (*describe_channel)(Transport *t, const TransportChannel *ch, TransportFacts *ret);
+        /* The metrics read from describe()'s facts. */
+        const TransportMetric *metrics;
+        size_t n_metrics;
 } transport_ops;
 
 struct Transport {
@@ -445,6 +461,9 @@ int transport_path_connect(Transport *t, TransportChannel *ch, unsigned path,
  * that transport, as unit tests build them): no device (-ENODEV, reason given), no registration
  * (-ENOENT for keys), no channels (-EOPNOTSUPP), nothing to describe.
  */
+
+/* The per-device metrics @t exports (none for NULL), *@ret_n of them. */
+const TransportMetric *transport_metrics(const Transport *t, size_t *ret_n);
 
 /* Calls @fn with the facts of every device @t holds (none for most transports). */
 void transport_describe(Transport *t, transport_describe_fn fn, void *userdata);
