@@ -51,7 +51,7 @@ typedef enum SentKind {
         SENT_CHANNEL_REPAIR,
 } SentKind;
 
-#define SENT_MAX_RSEGS 4
+#define SENT_MAX_DESCS 4
 
 typedef struct Sent {
         SentKind kind;
@@ -62,16 +62,17 @@ typedef struct Sent {
         uint32_t dst_rank;
         int status; /* LEAVE, XFER, JOIN_REFUSE */
         char detail[ERROR_MSG_MAX];
-        bool flag;        /* JOIN_ANSWER: joined; LINKED: rdma */
+        bool flag;        /* JOIN_ANSWER: joined; LINKED: direct */
         uint32_t xfer;    /* XFER: the kind */
         uint64_t seq;     /* XFER */
         OpDesc desc;      /* XFER: the description it carried, if any */
         DomainPair *pair; /* JOIN: to answer */
         PairLink *pl;     /* LINK_*: to answer */
-        /* XFER: a READY's RDMA segments; and the RDMA registrations live as it went out */
-        bool rdma;
-        LaneRemoteSeg rsegs[SENT_MAX_RSEGS];
-        size_t n_rsegs;
+        /* XFER: a READY's descriptors as the RDMA-like fake unpacks them; and its
+         * registrations live as it went out */
+        bool direct;
+        TransportRemote remotes[SENT_MAX_DESCS];
+        size_t n_descs;
         size_t live_regions;
         TransportChannel *channel; /* CHANNEL_* */
 } Sent;
@@ -188,7 +189,7 @@ static int rec_linked(Peer *p, const DomainLinkedMsg *m)
         s->src_domain_id = m->src_domain_id;
         s->src_rank = m->src_rank;
         s->dst_rank = m->dst_rank;
-        s->flag = m->rdma;
+        s->flag = m->direct;
         return 0;
 }
 
@@ -228,11 +229,13 @@ static int rec_xfer(Peer *p, const DomainXferMsg *m)
                 s->desc = *m->desc;
         s->status = m->status;
         (void)snprintf(s->detail, sizeof(s->detail), "%s", m->detail);
-        s->rdma = m->rdma;
-        ck_assert_uint_le(m->n_rsegs, SENT_MAX_RSEGS);
-        if (m->n_rsegs > 0)
-                memcpy(s->rsegs, m->rsegs, m->n_rsegs * sizeof(*m->rsegs));
-        s->n_rsegs = m->n_rsegs;
+        s->direct = m->direct;
+        ck_assert_uint_le(m->n_descs, SENT_MAX_DESCS);
+        for (size_t i = 0; i < m->n_descs; i++)
+                ck_assert_int_eq(transport_desc_unpack(&rdma_fake->transport, m->descs[i].bytes,
+                                                       m->descs[i].len, &s->remotes[i]),
+                                 0);
+        s->n_descs = m->n_descs;
         s->live_regions = fake_transport_live_regions(rdma_fake);
         return 0;
 }
@@ -294,11 +297,11 @@ static int rec_link_make(PairLink *pl, Cluster *c, const char *reason, Link **re
 {
         Link *l;
 
-        if (pl->rdma_ep) {
+        if (pl->channel) {
                 /* As link_make_remote(): a link of @c over the pair's RDMA channel, on the
                  * cluster's list (the fixture frees it with the cluster). */
                 l = transfer_fixture_remote_link(&fx, c, pl->remote_cluster_id);
-                l->rdma_ep = pl->rdma_ep;
+                l->rdma_ep = pl->channel;
                 record(SENT_LINK_MAKE, pl->peer)->pl = pl;
                 *ret = l;
                 return 0;
@@ -476,7 +479,7 @@ static void their_linked_over(Domain *dom, uint32_t src, uint32_t dst, bool rdma
                                                  .src_domain_id = THEIR_DOMAIN,
                                                  .src_rank = src,
                                                  .dst_rank = dst,
-                                                 .rdma = rdma});
+                                                 .direct = rdma});
 }
 
 static void their_linked(Domain *dom, uint32_t src, uint32_t dst)
@@ -1499,8 +1502,8 @@ static Domain *form_rdma(void)
         their_linked_over(dom, 1, 0, true);
         their_ready(dom, 1);
         ck_assert_int_eq(dom->state, DOMAIN_OK);
-        ck_assert(dom->lanes[0][1]->rdma);
-        ck_assert(dom->lanes[1][0]->rdma);
+        ck_assert(dom->lanes[0][1]->direct);
+        ck_assert(dom->lanes[1][0]->direct);
         /* From here on, what the data path did. */
         n_sent = 0;
         rdma_fake->n_device_info = 0;
@@ -1540,7 +1543,7 @@ static Sent *rdma_recv(Domain *dom, uint64_t seq, Answer *r)
         ck_assert_uint_eq(w->dst_rank, 0);
         ck_assert_uint_eq(w->seq, seq);
         ck_assert_uint_eq(w->desc.bytes, MSG_BYTES);
-        ck_assert(w->rdma);
+        ck_assert(w->direct);
         return w;
 }
 
@@ -1572,22 +1575,19 @@ START_TEST(test_rdma_recv)
         ck_assert_ptr_null(fr->channel);
         /* ...before the READY that names it with its remote key. */
         ck_assert_uint_eq(w->live_regions, 1);
-        ck_assert_uint_eq(w->n_rsegs, 1);
-        ck_assert_uint_eq(w->rsegs[0].addr, (uint64_t)(uintptr_t)(dst->data + MSG_OFF));
-        ck_assert_uint_eq(w->rsegs[0].len, MSG_BYTES);
-        ck_assert_uint_eq(w->rsegs[0].rkey, fr->key.rkey);
-        ck_assert_uint_eq(w->rsegs[0].rkey, FAKE_TRANSPORT_RKEY);
+        ck_assert_uint_eq(w->n_descs, 1);
+        ck_assert_uint_eq(w->remotes[0].addr, (uint64_t)(uintptr_t)(dst->data + MSG_OFF));
+        ck_assert_uint_eq(w->remotes[0].len, MSG_BYTES);
+        ck_assert_uint_eq(w->remotes[0].key, fr->key.rkey);
+        ck_assert_uint_eq(w->remotes[0].key, FAKE_TRANSPORT_RKEY);
 
         /* The sender's WRITE with what the READY named lands (the fake checks the keys). */
         harness_fill_pattern(src, sizeof(src), SEED_SRC);
         ck_assert_int_eq(transport_region_register(&rdma_fake->transport, 0, NULL, src, sizeof(src),
                                                    false, &mr),
                          0);
-        seg = (TransportSegment){.local = src,
-                                 .len = sizeof(src),
-                                 .remote = w->rsegs[0].addr,
-                                 .lkey = mr->key.lkey,
-                                 .rkey = w->rsegs[0].rkey};
+        seg = (TransportSegment){.local = src, .len = sizeof(src), .lkey = mr->key.lkey};
+        transport_segment_set_remote(&seg, &w->remotes[0], 0);
         job = (TransportJob){.dir = TRANSPORT_WRITE, .segs = &seg, .n_segs = 1, .done = write_done};
         ck_assert_int_eq(transport_submit(&rdma_fake->transport, &job), 0);
         fake_transport_complete(rdma_fake, &job, 0);
@@ -1608,7 +1608,7 @@ START_TEST(test_rdma_recv)
         answered(&r, STATUS_OK);
         check_region(dst, SEED_DST, true, SEED_SRC, 0);
         ck_assert_uint_eq(dom->counters.bytes_received, MSG_BYTES);
-        ck_assert_uint_eq(dom->lanes[1][0]->n_rdma_msgs, 1);
+        ck_assert_uint_eq(dom->lanes[1][0]->n_direct_msgs, 1);
         region_drop(dst);
 }
 END_TEST
@@ -1652,13 +1652,18 @@ static void their_rdma_ready(Domain *dom, uint64_t seq, const OpDesc *desc, cons
                                         .count = MSG_COUNT,
                                         .dtype = KVD_DT_FLOAT,
                                         .bytes = MSG_BYTES};
-        LaneRemoteSeg *rsegs = calloc(n, sizeof(*rsegs)); /* the handler's to free */
+        LaneDesc *descs = calloc(n, sizeof(*descs)); /* the handler's to free */
 
-        ck_assert_ptr_nonnull(rsegs);
-        for (size_t k = 0; k < n; k++)
-                rsegs[k] = (LaneRemoteSeg){.addr = (uint64_t)(uintptr_t)(their_buf + spans[k].off),
-                                           .len = spans[k].len,
-                                           .rkey = mrs[k]->key.rkey};
+        ck_assert_ptr_nonnull(descs);
+        for (size_t k = 0; k < n; k++) {
+                TransportDesc d;
+
+                ck_assert_int_eq(
+                        transport_region_desc(mrs[k], their_buf + spans[k].off, spans[k].len, &d),
+                        0);
+                descs[k].len = d.len;
+                memcpy(descs[k].bytes, d.bytes, d.len);
+        }
         domain_lane_on_xfer(reg, them,
                             &(DomainXferMsg){.dst_domain_id = dom->id,
                                              .src_domain_id = THEIR_DOMAIN,
@@ -1669,9 +1674,9 @@ static void their_rdma_ready(Domain *dom, uint64_t seq, const OpDesc *desc, cons
                                              .desc = &theirs,
                                              .status = STATUS_OK,
                                              .detail = "",
-                                             .rdma = true,
-                                             .rsegs = rsegs,
-                                             .n_rsegs = n});
+                                             .direct = true,
+                                             .descs = descs,
+                                             .n_descs = n});
 }
 
 /* Checks every byte of their_buf: SEED_DST, except that @spans hold @stream in span order when
@@ -1787,7 +1792,7 @@ START_TEST(test_rdma_send)
         ck_assert_uint_eq(sent_count(SENT_XFER), 1);
         ck_assert_uint_eq(sent_count(SENT_CHANNEL_REPAIR), 0);
         ck_assert_uint_eq(dom->counters.bytes_sent, MSG_BYTES);
-        ck_assert_uint_eq(dom->lanes[0][1]->n_rdma_msgs, 1);
+        ck_assert_uint_eq(dom->lanes[0][1]->n_direct_msgs, 1);
         their_deregister(mrs, N_SPANS);
         region_drop(src);
 }
@@ -1851,7 +1856,7 @@ START_TEST(test_rdma_write_fails)
         fake_transport_complete(rdma_fake, job, -EIO);
         loop_once();
         answered(&s, STATUS_PEER_LOST);
-        ck_assert_ptr_nonnull(strstr(s.detail, "RDMA WRITE to rank 1 failed"));
+        ck_assert_ptr_nonnull(strstr(s.detail, "writing to rank 1 over fake-rdma failed"));
         /* ...the channel's paths are connected again for whatever uses it next... */
         w = sent_nth(SENT_CHANNEL_REPAIR, 0);
         ck_assert_ptr_nonnull(w);
@@ -1931,7 +1936,7 @@ START_TEST(test_rdma_channel_fails)
         rdma_send_readied(dom, &s, mrs, 0);
         loop_once();
         answered(&s, STATUS_PEER_LOST);
-        ck_assert_ptr_nonnull(strstr(s.detail, "no RDMA queue pairs to rank 1"));
+        ck_assert_ptr_nonnull(strstr(s.detail, "no fake-rdma channel to rank 1"));
         ck_assert_uint_eq(rdma_fake->n_submitted, 0);
         w = sent_nth(SENT_XFER, 0);
         ck_assert_ptr_nonnull(w);
