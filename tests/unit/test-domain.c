@@ -1818,7 +1818,7 @@ START_TEST(test_rdma_send_bad_ready)
                 their_register(spans[i], 3, mrs);
                 their_rdma_ready(dom, i, NULL, spans[i], 3, mrs);
                 loop_once();
-                /* PROTOCOL_MISMATCH (domain_lane_rdma_send_prepare()): nothing is registered
+                /* PROTOCOL_MISMATCH (domain_lane_direct_send_prepare()): nothing is registered
                  * or written... */
                 answered(&s, STATUS_PROTOCOL_MISMATCH);
                 ck_assert_ptr_nonnull(strstr(s.detail, named[i]));
@@ -1836,6 +1836,134 @@ START_TEST(test_rdma_send_bad_ready)
                 ck_assert_uint_eq(sent_count(SENT_XFER), i + 1);
                 their_deregister(mrs, 3);
         }
+        check_region(src, SEED_SRC, false, 0, 0);
+        region_drop(src);
+}
+END_TEST
+
+/* A descriptor of @len bytes at @bytes, as a READY carries it. */
+static LaneDesc lane_desc(const void *bytes, size_t len)
+{
+        LaneDesc d = {.len = len};
+
+        memcpy(d.bytes, bytes, MIN(len, sizeof(d.bytes)));
+        return d;
+}
+
+START_TEST(test_direct_send_bad_descs)
+{
+        /*
+         * READYs of a direct lane whose descriptors are not what the sender's transport packs,
+         * or are too few or too many for the message: each is refused as a READY whose lengths
+         * do not add up (PROTOCOL_MISMATCH), before anything of ours is registered or a byte is
+         * written. their_spans are registered for real, so a write that went out anyway would
+         * land in their_buf, which stays as it was.
+         */
+        enum { GOOD, BAD_TAG, SHORT, LONG, OVERSIZE, WRAPS, NONE, TOO_FEW, TOO_MANY, _N_CASES };
+        static const char *const named[_N_CASES] = {
+                [BAD_TAG] = "no fake-rdma descriptor (segment 1 of 3)",
+                [SHORT] = "no fake-rdma descriptor (segment 2 of 3)",
+                [LONG] = "no fake-rdma descriptor (segment 0 of 3)",
+                [OVERSIZE] = "no fake-rdma descriptor (segment 1 of 3)",
+                [WRAPS] = "no fake-rdma descriptor (segment 2 of 3)",
+                [NONE] = "names 0 bytes",
+                [TOO_FEW] = "names 600 bytes",
+                [TOO_MANY] = "names 1124 bytes",
+        };
+        Domain *dom = form_rdma();
+        Region *src = pattern_region(dom->ranks[0].cluster, SEED_SRC);
+        TransportRegion *mrs[N_SPANS];
+        size_t n_msgs = 0;
+
+        their_register(their_spans, N_SPANS, mrs);
+        for (size_t i = BAD_TAG; i < _N_CASES; i++) {
+                LaneDesc descs[N_SPANS + 1], *copy;
+                size_t n = N_SPANS;
+                Answer s;
+                Sent *w;
+
+                /* Good descriptors of their_spans, then the case's damage. */
+                for (size_t k = 0; k < N_SPANS + 1; k++) {
+                        TransportDesc d;
+
+                        ck_assert_int_eq(
+                                transport_region_desc(mrs[k % N_SPANS],
+                                                      their_buf + their_spans[k % N_SPANS].off,
+                                                      their_spans[k % N_SPANS].len, &d),
+                                0);
+                        descs[k] = lane_desc(d.bytes, d.len);
+                }
+                switch (i) {
+                case BAD_TAG:
+                        descs[1].bytes[0] ^= 0xff;
+                        break;
+                case SHORT:
+                        descs[2].len--;
+                        break;
+                case LONG:
+                        descs[0].len++;
+                        break;
+                case OVERSIZE:
+                        /* Longer than any descriptor: the codec keeps only its length. */
+                        descs[1].len = TRANSPORT_DESC_MAX + 8;
+                        break;
+                case WRAPS:
+                        /* An address whose span wraps past the end of memory. */
+                        memset(descs[2].bytes + 1, 0xff, 8);
+                        break;
+                case NONE:
+                        n = 0;
+                        break;
+                case TOO_FEW:
+                        n = 1 + 1; /* 100 + 500 of the message's 1024 bytes */
+                        break;
+                case TOO_MANY:
+                        n = N_SPANS + 1; /* the first span once more */
+                        break;
+                }
+                copy = calloc(n ? n : 1, sizeof(*copy)); /* the handler's to free */
+                ck_assert_ptr_nonnull(copy);
+                memcpy(copy, descs, n * sizeof(*copy));
+
+                batch_one(dom, 0, 1, false, &s);
+                domain_lane_on_xfer(reg, them,
+                                    &(DomainXferMsg){.dst_domain_id = dom->id,
+                                                     .src_domain_id = THEIR_DOMAIN,
+                                                     .kind = XFER_READY,
+                                                     .src_rank = 0,
+                                                     .dst_rank = 1,
+                                                     .seq = n_msgs,
+                                                     .desc = &(OpDesc){.op = OP_BATCH,
+                                                                       .count = MSG_COUNT,
+                                                                       .dtype = KVD_DT_FLOAT,
+                                                                       .bytes = MSG_BYTES},
+                                                     .status = STATUS_OK,
+                                                     .detail = "",
+                                                     .direct = true,
+                                                     .descs = copy,
+                                                     .n_descs = n});
+                loop_once();
+                answered(&s, STATUS_PROTOCOL_MISMATCH);
+                if (!strstr(s.detail, named[i]))
+                        ck_abort_msg("case %zu: \"%s\" does not say \"%s\"", i, s.detail, named[i]);
+                /* Nothing of ours registered, no channel asked, no write: their buffer and its
+                 * guards are as they were... */
+                ck_assert_uint_eq(rdma_fake->n_submitted, 0);
+                ck_assert_uint_eq(rdma_fake->n_regions, N_SPANS);
+                ck_assert_uint_eq(fake_transport_live_regions(rdma_fake), N_SPANS);
+                ck_assert_uint_eq(sent_count(SENT_CHANNEL_READY), 0);
+                ck_assert_uint_eq(fx.tcp->n_submitted, 0);
+                check_their_buf(their_spans, N_SPANS, NULL);
+                /* ...and the receiver hears it, to let go of its registration. */
+                w = sent_nth(SENT_XFER, sent_count(SENT_XFER) - 1);
+                ck_assert_ptr_nonnull(w);
+                ck_assert_uint_eq(w->xfer, XFER_SEND_CANCEL);
+                ck_assert_uint_eq(w->seq, n_msgs);
+                ck_assert_int_eq(w->status, STATUS_PROTOCOL_MISMATCH);
+                n_msgs++;
+                ck_assert_uint_eq(sent_count(SENT_XFER), n_msgs);
+        }
+        their_deregister(mrs, N_SPANS);
         check_region(src, SEED_SRC, false, 0, 0);
         region_drop(src);
 }
@@ -1993,7 +2121,7 @@ START_TEST(test_rdma_recv_register_fails)
                 int status;
                 const char *detail;
         } cases[] = {
-                /* domain_lane_rdma_recv_register(): the device cannot take WRITEs... */
+                /* domain_lane_direct_recv_register(): the device cannot take WRITEs... */
                 {0, "the device is down (test)", STATUS_FEATURE_NOT_ENABLED,
                  "the device is down (test)"},
                 /* ...or the registration fails (LimitMEMLOCK, most often). */
@@ -2034,7 +2162,7 @@ START_TEST(test_rdma_send_register_fails)
 
         rdma_send_readied(dom, &s, mrs, -ENOMEM);
         loop_once();
-        /* domain_lane_rdma_send_prepare(): OUT_OF_MEMORY, no WRITE; the receiver hears it. */
+        /* domain_lane_direct_send_prepare(): OUT_OF_MEMORY, no WRITE; the receiver hears it. */
         answered(&s, STATUS_OUT_OF_MEMORY);
         ck_assert_ptr_nonnull(strstr(s.detail, "cannot register the send buffer"));
         ck_assert_uint_eq(rdma_fake->n_submitted, 0);
@@ -2484,6 +2612,7 @@ static Suite *domain_suite(void)
         tcase_add_test(tc, test_rdma_recv);
         tcase_add_test(tc, test_rdma_send);
         tcase_add_test(tc, test_rdma_send_bad_ready);
+        tcase_add_test(tc, test_direct_send_bad_descs);
         tcase_add_test(tc, test_rdma_write_fails);
         tcase_add_test(tc, test_rdma_write_refused);
         tcase_add_test(tc, test_rdma_channel_fails);
