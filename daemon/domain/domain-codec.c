@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/macro.h"
 #include "common/status.h"
@@ -68,7 +69,7 @@ static void codec_on_linked(void *userdata, Peer *p, uint64_t request_id,
                                       .src_domain_id = m->src_domain_id,
                                       .src_rank = m->src_rank,
                                       .dst_rank = m->dst_rank,
-                                      .rdma = m->rdma,
+                                      .direct = m->direct,
                               });
 }
 
@@ -114,7 +115,7 @@ static void codec_on_leave(void *userdata, Peer *p, uint64_t request_id,
 static void codec_on_xfer(void *userdata, Peer *p, uint64_t request_id, const ProtobufCMessage *msg)
 {
         const Kvdist__V1__PeerDomainXfer *m = (const Kvdist__V1__PeerDomainXfer *)msg;
-        size_t n = m->n_rdma_addrs;
+        size_t n = m->n_descs;
         OpDesc desc;
         DomainXferMsg x = {
                 .dst_domain_id = m->dst_domain_id,
@@ -144,19 +145,22 @@ static void codec_on_xfer(void *userdata, Peer *p, uint64_t request_id, const Pr
                 };
                 x.desc = &desc;
         }
-        if (n > 0 || m->n_rdma_lens > 0 || m->n_rdma_rkeys > 0) {
-                /* Only a READY names where WRITEs land, one address, length and key each. */
-                if (m->kind != XFER_READY || m->n_rdma_lens != n || m->n_rdma_rkeys != n ||
-                    n > LANE_RDMA_MAX_SEGS)
+        if (n > 0) {
+                /* Only a READY names where writes land, one descriptor per segment: opaque
+                 * here, unpacked by the sender's transport (a longer one than any descriptor
+                 * keeps only its length, and is refused there). */
+                if (m->kind != XFER_READY || n > LANE_DIRECT_MAX_SEGS)
                         goto refuse;
-                x.rsegs = calloc(n, sizeof(*x.rsegs));
-                if (!x.rsegs)
+                x.descs = calloc(n, sizeof(*x.descs));
+                if (!x.descs)
                         goto refuse;
-                for (size_t i = 0; i < n; i++)
-                        x.rsegs[i] = (LaneRemoteSeg){m->rdma_addrs[i], m->rdma_lens[i],
-                                                     m->rdma_rkeys[i]};
-                x.n_rsegs = n;
-                x.rdma = true;
+                for (size_t i = 0; i < n; i++) {
+                        x.descs[i].len = m->descs[i].len;
+                        if (m->descs[i].len <= sizeof(x.descs[i].bytes) && m->descs[i].len > 0)
+                                memcpy(x.descs[i].bytes, m->descs[i].data, m->descs[i].len);
+                }
+                x.n_descs = n;
+                x.direct = true;
         }
         domain_lane_on_xfer(userdata, p, &x);
         return;
@@ -253,7 +257,7 @@ static int codec_linked(Peer *p, const DomainLinkedMsg *l)
         m.src_domain_id = l->src_domain_id;
         m.src_rank = l->src_rank;
         m.dst_rank = l->dst_rank;
-        m.rdma = l->rdma;
+        m.direct = l->direct;
         return peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED, &m.base);
 }
 
@@ -286,8 +290,7 @@ static int codec_xfer(Peer *p, const DomainXferMsg *x)
         Kvdist__V1__PeerDomainXfer m = KVDIST__V1__PEER_DOMAIN_XFER__INIT;
         Kvdist__V1__DomainOpDesc d = KVDIST__V1__DOMAIN_OP_DESC__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
-        _cleanup_free_ uint64_t *addrs = NULL, *lens = NULL;
-        _cleanup_free_ uint32_t *rkeys = NULL;
+        _cleanup_free_ ProtobufCBinaryData *descs = NULL;
 
         m.dst_domain_id = x->dst_domain_id;
         m.src_domain_id = x->src_domain_id;
@@ -313,23 +316,19 @@ static int codec_xfer(Peer *p, const DomainXferMsg *x)
         st.code = status_wire_encode(x->status);
         st.detail = (char *)x->detail;
         m.status = &st;
-        if (x->rdma) {
-                size_t n = x->n_rsegs;
+        if (x->direct) {
+                size_t n = x->n_descs;
 
-                addrs = calloc(n ? n : 1, sizeof(*addrs));
-                lens = calloc(n ? n : 1, sizeof(*lens));
-                rkeys = calloc(n ? n : 1, sizeof(*rkeys));
-                if (!addrs || !lens || !rkeys)
+                descs = calloc(n ? n : 1, sizeof(*descs));
+                if (!descs)
                         return -ENOMEM;
-                for (size_t i = 0; i < n; i++) {
-                        addrs[i] = x->rsegs[i].addr;
-                        lens[i] = x->rsegs[i].len;
-                        rkeys[i] = x->rsegs[i].rkey;
-                }
-                m.rdma_addrs = addrs;
-                m.rdma_lens = lens;
-                m.rdma_rkeys = rkeys;
-                m.n_rdma_addrs = m.n_rdma_lens = m.n_rdma_rkeys = n;
+                for (size_t i = 0; i < n; i++)
+                        descs[i] = (ProtobufCBinaryData){
+                                .len = MIN(x->descs[i].len, sizeof(x->descs[i].bytes)),
+                                .data = (uint8_t *)x->descs[i].bytes,
+                        };
+                m.descs = descs;
+                m.n_descs = n;
         }
         return peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_XFER, &m.base);
 }
@@ -391,7 +390,7 @@ static int codec_link_make(PairLink *pl, Cluster *c, const char *reason, Link **
 {
         int r;
 
-        r = link_make_remote(c, pl->peer, pl->remote_cluster_id, pl->exposed->grant, pl->rdma_ep,
+        r = link_make_remote(c, pl->peer, pl->remote_cluster_id, pl->exposed->grant, pl->channel,
                              reason, ret, err);
         if (r >= 0)
                 pl->exposed->grant = NULL; /* the link's now */

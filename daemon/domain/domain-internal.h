@@ -47,6 +47,7 @@ typedef struct PairLink PairLink;
 typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
 typedef struct PeerRdmaWaiter PeerRdmaWaiter;
+typedef struct Transport Transport;
 typedef struct TransportChannel TransportChannel;
 typedef struct TransportRegion TransportRegion;
 typedef struct Region Region;
@@ -57,12 +58,12 @@ typedef struct Region Region;
 #define DOMAIN_MAX 512
 #define DOMAIN_WARN 16
 #define DOMAIN_SETUPS_MAX 16
-/* Messages about a lane's future seqs a peer may have us keep, and the RDMA segments their
- * READYs may name in all. */
+/* Messages about a lane's future seqs a peer may have us keep, and the descriptors their READYs
+ * may carry in all. */
 #define LANE_MAX_WORDS 1024
 #define LANE_MAX_WORD_SEGS (1 << 20)
-/* Segments one READY over RDMA may name. */
-#define LANE_RDMA_MAX_SEGS (1u << 20)
+/* Segments one READY of a direct lane may name. */
+#define LANE_DIRECT_MAX_SEGS (1u << 20)
 /* Retries while forming: the first after this, doubling up to the cap. */
 #define DOMAIN_RETRY_MIN_MS 10
 #define DOMAIN_RETRY_MAX_MS 500
@@ -84,7 +85,8 @@ typedef enum DomainSetup {
 
 typedef enum PairLinkState {
         PAIR_LINK_REQUESTING, /* our PeerLink is in flight */
-        PAIR_LINK_CONNECTING, /* the peer answered; our RDMA queue pairs to it connect */
+        PAIR_LINK_CONNECTING, /* the peer answered; our channel to it connects, where the
+                               * link's transport has channels of its own */
         PAIR_LINK_HELD,       /* the link is made from the answer when the domain is OK */
         PAIR_LINK_MADE,       /* a Link exists (link_id) */
         PAIR_LINK_FAILED,
@@ -102,10 +104,11 @@ struct PairLink {
         Peer *peer; /* remote pairs, while the call runs or the answer is held */
         PairLinkState state;
         PeerCall *call;
-        LinkTransport transport;   /* RDMA or TCP, decided as kvd_link_clusters() does */
+        LinkTransport transport;   /* decided as kvd_link_clusters() does */
         DomainLinkOffer *exposed;  /* CONNECTING, HELD: the peer's answer, what the remote
                                     * cluster exposed (domain-codec.c's) */
-        TransportChannel *rdma_ep; /* HELD over RDMA */
+        TransportChannel *channel; /* HELD on a channel of its own (NULL: on the peer's data
+                                    * connections) */
         uint64_t link_id;          /* MADE */
         bool owned;                /* MADE by us (freed with the last domain), not reused */
         bool reverse;              /* MADE: the link is the one the remote cluster made to
@@ -124,7 +127,7 @@ struct DomainPair {
         bool joined;         /* both called link with the same table */
         bool out_done;       /* our cluster's link to theirs is held (or made) */
         bool in_done;        /* their daemon said its link to ours is held */
-        bool in_rdma;        /* ... and runs over RDMA: their messages come as WRITEs */
+        bool in_direct;      /* ... and reaches our memory: their messages come one-sided */
         bool linked_sent;    /* we told them ours is */
         PeerCall *join_call; /* our PeerDomainJoin in flight */
         usec_t next_join_usec;
@@ -250,15 +253,19 @@ typedef enum XferKind {
         XFER_RECV_CANCEL = 3,
         XFER_MISMATCH = 4,
         XFER_SEND_CANCEL = 5,
-        XFER_WRITTEN = 6, /* sender: every RDMA WRITE of the message completed */
+        XFER_WRITTEN = 6, /* sender: every one-sided write of the message completed */
 } XferKind;
 
-/* Where one segment of a message lands at the receiver, when its lane runs over RDMA. */
-typedef struct LaneRemoteSeg {
-        uint64_t addr;
-        uint64_t len;
-        uint32_t rkey;
-} LaneRemoteSeg;
+/*
+ * Where one segment of a message lands at the receiver, when its lane is direct: the
+ * descriptor its transport packed (opaque bytes, TRANSPORT_DESC_MAX at most), or none (@len 0)
+ * for an empty segment. One a peer sent may say it is longer than a descriptor can be (only
+ * @len is kept then): it is no descriptor.
+ */
+typedef struct LaneDesc {
+        size_t len;
+        uint8_t bytes[TRANSPORT_DESC_MAX];
+} LaneDesc;
 
 /* A word about a lane seq that came before the op it is about. */
 typedef struct LaneWord {
@@ -268,10 +275,10 @@ typedef struct LaneWord {
         OpDesc desc;
         int status;
         char msg[ERROR_MSG_MAX];
-        Peer *peer;           /* the connection it came on */
-        bool rdma;            /* READY: the receiver waits for RDMA WRITEs ... */
-        LaneRemoteSeg *rsegs; /* ... into these (owned) */
-        size_t n_rsegs;
+        Peer *peer;      /* the connection it came on */
+        bool direct;     /* READY: the receiver waits for one-sided writes ... */
+        LaneDesc *descs; /* ... into the segments these describe (owned) */
+        size_t n_descs;
 } LaneWord;
 
 /*
@@ -313,7 +320,7 @@ typedef struct DomainLinkedMsg {
         uint64_t src_domain_id;
         uint32_t src_rank;
         uint32_t dst_rank;
-        bool rdma; /* that link runs over RDMA */
+        bool direct; /* that link reaches dst's memory: src's messages come one-sided */
 } DomainLinkedMsg;
 
 /* PeerDomainReady: member @rank is linked both ways with every other member. */
@@ -343,15 +350,16 @@ typedef struct DomainXferMsg {
         const OpDesc *desc; /* NULL: none */
         int status;         /* STATUS_* */
         const char *detail;
-        bool rdma;            /* READY: the receiver waits for RDMA WRITEs into @rsegs */
-        LaneRemoteSeg *rsegs; /* (received: the handler's to free) */
-        size_t n_rsegs;
+        bool direct;     /* READY: the receiver waits for one-sided writes into the
+                          * segments @descs describe, one each */
+        LaneDesc *descs; /* (received: the handler's to free) */
+        size_t n_descs;
 } DomainXferMsg;
 
 typedef void (*domain_ready_fn)(Peer *p, int status, const Error *err, void *userdata);
 
-/* The RDMA channel @ch is connected (@status 0), or could not be (@status < 0, @reason says why;
- * may be NULL). */
+/* The channel @ch is connected (@status 0), or could not be (@status < 0, @reason says why; may be
+ * NULL). */
 typedef void (*domain_channel_ready_fn)(TransportChannel *ch, int status, const char *reason,
                                         void *userdata);
 
@@ -378,7 +386,7 @@ struct DomainPeerOps {
         int (*leave)(Peer *p, const DomainLeaveMsg *m);
         int (*xfer)(Peer *p, const DomainXferMsg *m);
         /*
-         * A link's RDMA channel @ch to @p with every path connected, the paths an earlier
+         * A link's channel @ch to @p with every path connected, the paths an earlier
          * timeout or error flushed connected again first (peer_rdma_when_ready()): @fn runs
          * once it is (from inside, when it is already) or could not be, unless the wait is
          * cancelled; returns 0 or a negative errno (@fn does not run then). Repairing connects
@@ -409,17 +417,19 @@ struct Lane {
         uint32_t src;
         uint32_t dst;
         bool local;             /* both ends on this daemon: copies */
-        bool rdma;              /* remote: the sender's link runs over RDMA, so its
-                                 * messages move as RDMA WRITEs */
+        bool direct;            /* remote: the sender's link reaches the receiver's memory
+                                 * (its transport has remote access), so its messages move
+                                 * as one-sided writes */
+        Transport *transport;   /* what its messages move by (NULL: not decided yet) */
         uint64_t next_send_seq; /* src local: the next seq a send takes */
         uint64_t next_recv_seq; /* dst local: the next seq a receive takes */
         CList ops;              /* DomainOp.link_lane: assigned, not done */
         CList words;            /* LaneWord.link */
         unsigned n_words;
-        size_t n_word_segs; /* the RDMA segments @words hold */
-        uint64_t n_msgs;    /* completed (counted at the local end's op) */
+        size_t n_word_descs; /* the descriptors @words hold */
+        uint64_t n_msgs;     /* completed (counted at the local end's op) */
         uint64_t bytes;
-        uint64_t n_rdma_msgs; /* of which moved as RDMA WRITEs */
+        uint64_t n_direct_msgs; /* of which moved one-sided */
 };
 
 typedef enum OpState {
@@ -444,8 +454,8 @@ struct DomainOp {
         Error err;
         /* remote */
         Peer *peer;            /* where the job runs and the words go */
-        TransportJob data_job; /* our side of the message's stream (TCP), or the
-                                * WRITEs of a send over RDMA */
+        TransportJob data_job; /* our side of the message's stream, or the writes of a
+                                * direct send */
         bool job;              /* @data_job runs; its callback will run */
         bool data_ok;          /* our side moved every byte */
         bool have_ready;       /* send: the receiver's READY, in @ready */
@@ -455,20 +465,21 @@ struct DomainOp {
         bool have_word; /* the other end's final word (status in @word_*) */
         int word_status;
         char word_msg[ERROR_MSG_MAX];
-        /* remote over RDMA (domain-lane-rdma.c) */
-        bool rdma;       /* this message moves as RDMA WRITEs */
-        bool ready_rdma; /* send: the READY asks for WRITEs into @ready_rsegs */
-        LaneRemoteSeg *ready_rsegs;
-        size_t n_ready_rsegs;
-        TransportRegion **mrs; /* our spans, registered while the message runs */
-        size_t n_mrs;
-        uint32_t *seg_keys;          /* per segment: its span's rkey (receive), lkey (send) */
-        TransportSegment *rdma_segs; /* send: the WRITEs */
-        size_t n_rdma_segs;
-        bool rdma_writing;           /* send: @data_job WRITEs them; its callback will run */
-        PeerRdmaWaiter *rdma_waiter; /* send: the endpoint connects its queue pairs first */
-        Peer *rdma_peer;             /* send: the link's peer, which owns @rdma_ep */
-        TransportChannel *rdma_ep;
+        /* remote, direct (domain-lane-direct.c) */
+        bool direct;       /* this message moves one-sided */
+        bool ready_direct; /* send: the READY asks for writes into what @ready_descs name */
+        LaneDesc *ready_descs;
+        size_t n_ready_descs;
+        TransportRegion **regions; /* our spans, registered while the message runs */
+        size_t n_regions;
+        TransportRegion **seg_regions; /* per segment: its span's (NULL: none) */
+        LaneDesc *descs;               /* receive: per segment, its descriptor */
+        TransportSegment *write_segs;  /* send: the writes */
+        size_t n_write_segs;
+        bool writing;                   /* send: @data_job writes them; its callback will run */
+        PeerRdmaWaiter *channel_waiter; /* send: the channel connects its paths first */
+        Peer *channel_peer;             /* send: the link's peer, which owns @channel */
+        TransportChannel *channel;
         /* local */
         bool copying;                /* send: @copy runs; its callback will run */
         TransportJob copy;           /* send: the copy into the partner's segments */
@@ -560,13 +571,14 @@ void domain_make_links(Domain *dom);
 void domain_pair_link_unref(PairLink *pl);
 PairLink *domain_pair_link_find(DomainRegistry *reg, uint64_t local, uint64_t remote);
 /*
- * Where the messages of local member @m to remote member @o of OK @dom go as RDMA WRITEs: the
- * endpoint (and in *@ret_peer the peer that owns it) of the link the pair uses, its own or the
- * one the other cluster made. NULL when that link runs over TCP or is unusable; *@ret_why then
- * says why ("runs over TCP", "is gone", ...).
+ * Where the messages of local member @m to remote member @o of OK @dom go one-sided: the
+ * channel (and in *@ret_peer the peer that owns it) of the link the pair uses, its own or the
+ * one the other cluster made, when that link's transport reaches the receiver's memory
+ * (transport_caps()->remote_access). NULL when it does not or the link is unusable; *@ret_why
+ * then says why ("streams on the peer connection", "is gone", ...).
  */
-TransportChannel *domain_pair_rdma(Domain *dom, uint32_t m, uint32_t o, Peer **ret_peer,
-                                   const char **ret_why);
+TransportChannel *domain_pair_direct(Domain *dom, uint32_t m, uint32_t o, Peer **ret_peer,
+                                     const char **ret_why);
 /* The transport_reason of the link pair @m -> @o of OK @dom uses, into @buf. */
 const char *domain_pair_reason(const Domain *dom, uint32_t m, uint32_t o, char *buf, size_t size);
 /*
@@ -583,7 +595,7 @@ void domain_peer_on_join(DomainRegistry *reg, Peer *p, uint64_t request_id, cons
 void domain_peer_on_linked(DomainRegistry *reg, Peer *p, const DomainLinkedMsg *m);
 void domain_peer_on_ready(DomainRegistry *reg, Peer *p, const DomainReadyMsg *m);
 void domain_peer_on_leave(DomainRegistry *reg, Peer *p, const DomainLeaveMsg *m);
-/* Takes @m->rsegs. */
+/* Takes @m->descs. */
 void domain_lane_on_xfer(DomainRegistry *reg, Peer *p, DomainXferMsg *m);
 
 /* The answers to what domain/ asked through DomainPeerOps (domain-join.c). */
@@ -593,8 +605,9 @@ void domain_join_on_reply(DomainPair *pair, Peer *p, int status, const Error *er
 /* The answer to link_ask(): @offer (taken; NULL when it could not be kept) on STATUS_OK. */
 void domain_pair_link_on_reply(PairLink *pl, Peer *p, int status, const Error *err,
                                DomainLinkOffer *offer);
-/* What link_connect() found: RDMA on @ep, TCP when @ep is NULL, or no link (@err). */
-void domain_pair_link_on_transport(LinkTransport *t, TransportChannel *ep, const Error *err,
+/* What link_connect() found: a channel of the link's own (@ch), none (NULL: the link streams
+ * on the peer connection), or no link (@err). */
+void domain_pair_link_on_transport(LinkTransport *t, TransportChannel *ch, const Error *err,
                                    void *userdata);
 
 /* domain-codec.c */
@@ -617,8 +630,9 @@ void domain_op_cancel(DomainOp *op, int status, const char *fmt, ...) _printf_(3
 /* Every lane op that runs over @p fails; their data jobs end with the data plane. */
 void domain_lanes_peer_lost(Domain *dom, Peer *p);
 
-/* Sets every remote lane's transport once the links are made: a lane runs over RDMA when the
- * sender's link does (ours, or as the sender's daemon said in PeerDomainLinked). */
+/* Sets every lane's transport once the links are made: a remote lane is direct when the
+ * sender's link reaches the receiver's memory (ours, or as the sender's daemon said in
+ * PeerDomainLinked). */
 void domain_lanes_set_transport(Domain *dom);
 
 /*
@@ -649,19 +663,22 @@ static inline uint64_t seg_zip_step(SegZip *z, uint64_t len_i, uint64_t len_j, u
         return len;
 }
 
-/* domain-lane-rdma.c */
-/* Registers the destination of receive @op for remote write on its member's device; its READY
- * names it. FEATURE_NOT_ENABLED or OUT_OF_MEMORY with @err. */
-int domain_lane_rdma_recv_register(DomainOp *op, Error *err);
-/* The segments @op's READY names for the sender's WRITEs, into @m (freed with
- * domain_lane_rdma_ready_clear()). -ENOMEM. */
-int domain_lane_rdma_ready_fill(const DomainOp *op, DomainXferMsg *m);
-void domain_lane_rdma_ready_clear(DomainXferMsg *m);
-/* Registers the source of send @op on @dev and pairs it up with the READY's segments into
- * WRITEs (op->rdma_segs). PROTOCOL_MISMATCH or OUT_OF_MEMORY with @err. */
-int domain_lane_rdma_send_prepare(DomainOp *op, TransportChannel *channel, Error *err);
-/* Deregisters @op's spans and frees its RDMA state; no job may run. Idempotent. */
-void domain_lane_rdma_release(DomainOp *op);
+/* domain-lane-direct.c */
+/* The transport direct lanes write with (the transport set's direct one). */
+Transport *domain_lane_direct_transport(const Lane *l);
+/* Registers the destination of receive @op for remote write on its member's device and packs
+ * its descriptors; its READY carries them. LIMIT_EXCEEDED, FEATURE_NOT_ENABLED, OUT_OF_MEMORY
+ * or FAILED with @err. */
+int domain_lane_direct_recv_register(DomainOp *op, Error *err);
+/* The descriptors @op's READY carries for the sender's writes, into @m (borrowed from @op). */
+void domain_lane_direct_ready_fill(const DomainOp *op, DomainXferMsg *m);
+/* Unpacks the READY's descriptors of send @op with its transport, checks that they cover the
+ * message exactly, registers its source on @channel and pairs the two up into writes
+ * (op->write_segs). PROTOCOL_MISMATCH (a descriptor that is none, or lengths that do not add up
+ * to the message) or OUT_OF_MEMORY with @err. */
+int domain_lane_direct_send_prepare(DomainOp *op, TransportChannel *channel, Error *err);
+/* Deregisters @op's spans and frees its direct state; no job may run. Idempotent. */
+void domain_lane_direct_release(DomainOp *op);
 
 /* domain-call.c */
 /*

@@ -61,7 +61,7 @@ static void pair_link_changed(PairLink *pl)
         }
 }
 
-void domain_pair_link_on_transport(LinkTransport *t, TransportChannel *ep, const Error *err,
+void domain_pair_link_on_transport(LinkTransport *t, TransportChannel *ch, const Error *err,
                                    void *userdata)
 {
         PairLink *pl = userdata;
@@ -80,7 +80,7 @@ void domain_pair_link_on_transport(LinkTransport *t, TransportChannel *ep, const
                 pl->state = PAIR_LINK_FAILED;
                 pl->peer = NULL;
         } else {
-                pl->rdma_ep = ep;
+                pl->channel = ch;
                 pl->state = PAIR_LINK_HELD;
         }
         pair_link_changed(pl);
@@ -101,7 +101,7 @@ void domain_pair_link_on_reply(PairLink *pl, Peer *p, int status, const Error *e
         if (status == STATUS_OK && offer) {
                 pl->exposed = offer;
                 pl->state = PAIR_LINK_CONNECTING;
-                /* RDMA when both ends can (or must), as for kvd_link_clusters(). */
+                /* The transport both ends can (or must) use, as for kvd_link_clusters(). */
                 pl->reg->peer->link_connect(pl, p);
                 return;
         }
@@ -269,12 +269,29 @@ static bool pair_link_alive(const PairLink *pl, Cluster *c)
         return pair_link_lookup(pl, c, NULL, NULL);
 }
 
-TransportChannel *domain_pair_rdma(Domain *dom, uint32_t m, uint32_t o, Peer **ret_peer,
-                                   const char **ret_why)
+/*
+ * The transport of a link that runs on channel @ch: a channel of the link's own is the direct
+ * transport's (the one that opens channels); without one the link streams on the peer's data
+ * connections.
+ */
+static Transport *link_channel_transport(const Domain *dom, const TransportChannel *ch)
+{
+        return transport_set_get(dom->reg->roots.transports,
+                                 ch ? TRANSPORT_ROLE_DIRECT : TRANSPORT_ROLE_STREAM);
+}
+
+/* Whether a link on channel @ch reaches the peer's memory: its transport has remote access. */
+static bool link_channel_direct(const Domain *dom, const TransportChannel *ch)
+{
+        return ch && transport_caps(link_channel_transport(dom, ch))->remote_access;
+}
+
+TransportChannel *domain_pair_direct(Domain *dom, uint32_t m, uint32_t o, Peer **ret_peer,
+                                     const char **ret_why)
 {
         const PairLink *pl = dom->ranks[m].pairs[o].pl;
         Cluster *c = dom->ranks[m].cluster;
-        TransportChannel *ep = NULL;
+        TransportChannel *ch = NULL;
         InLink *il = NULL;
         Link *l = NULL;
         Peer *p = NULL;
@@ -292,19 +309,19 @@ TransportChannel *domain_pair_rdma(Domain *dom, uint32_t m, uint32_t o, Peer **r
                         *ret_why = "is down";
                         return NULL;
                 }
-                ep = l->rdma_ep;
+                ch = l->rdma_ep;
                 p = l->peer;
         } else if (pair_link_lookup(pl, c, &l, &il) && il) {
-                /* The peer's link to us: our queue pairs to its device, once connected. */
-                ep = il->rdma_ep;
+                /* The peer's link to us: our channel to its device, once connected. */
+                ch = il->rdma_ep;
                 p = il->peer;
         } else if (l) {
                 *ret_why = "is on this daemon";
                 return NULL;
         } else
                 return NULL;
-        if (!ep) {
-                *ret_why = "runs over TCP";
+        if (!link_channel_direct(dom, ch)) {
+                *ret_why = "streams on the peer connection (its transport has no remote access)";
                 return NULL;
         }
         if (!p || p->state != PEER_READY) {
@@ -312,7 +329,7 @@ TransportChannel *domain_pair_rdma(Domain *dom, uint32_t m, uint32_t o, Peer **r
                 return NULL;
         }
         *ret_peer = p;
-        return ep;
+        return ch;
 }
 
 const char *domain_pair_reason(const Domain *dom, uint32_t m, uint32_t o, char *buf, size_t size)
@@ -407,7 +424,7 @@ static void pair_make_link(Domain *dom, uint32_t m, uint32_t o)
                 dom->reg->peer->offer_free(pl->exposed);
                 pl->exposed = NULL;
                 pl->peer = NULL;
-                pl->rdma_ep = NULL;
+                pl->channel = NULL;
         }
         pl->state = PAIR_LINK_MADE;
         pl->link_id = l->id;
@@ -471,19 +488,19 @@ static void domain_send_ready(Domain *dom, uint32_t rank)
         }
 }
 
-/* Whether the link of pair @pl runs (or will run) over RDMA. */
-static bool pair_link_rdma(const PairLink *pl, Cluster *c)
+/* Whether the link of pair @pl reaches (or will reach) the peer's memory: direct lanes. */
+static bool pair_link_direct(const Domain *dom, const PairLink *pl, Cluster *c)
 {
         InLink *il = NULL;
         Link *l = NULL;
 
         if (pl->state == PAIR_LINK_HELD)
-                return pl->rdma_ep != NULL;
+                return link_channel_direct(dom, pl->channel);
         if (!pair_link_lookup(pl, c, &l, &il))
                 return false;
-        /* The peer's link to us: RDMA once our queue pairs to its device connected (the
+        /* The peer's link to us: direct once our channel to its device connected (the
          * messages' route is decided here, so a later connection changes nothing). */
-        return l ? l->rdma_ep != NULL : il->rdma_ep != NULL;
+        return link_channel_direct(dom, l ? l->rdma_ep : il->rdma_ep);
 }
 
 static void domain_send_linked(Domain *dom, uint32_t m, uint32_t o)
@@ -493,9 +510,9 @@ static void domain_send_linked(Domain *dom, uint32_t m, uint32_t o)
                 .src_domain_id = dom->id,
                 .src_rank = m,
                 .dst_rank = o,
-                /* Our member's messages to theirs go as RDMA WRITEs over this link: their
+                /* Our member's messages to theirs go one-sided over this link: their
                  * receives register for them. */
-                .rdma = pair_link_rdma(dom->ranks[m].pairs[o].pl, dom->ranks[m].cluster),
+                .direct = pair_link_direct(dom, dom->ranks[m].pairs[o].pl, dom->ranks[m].cluster),
         };
         Peer *p = domain_rank_peer(dom, o);
 

@@ -7,21 +7,23 @@
  * Between daemons the receiver readies its side first and says READY with its description of
  * the message; the sender compares the descriptions and either moves the bytes or answers
  * MISMATCH, so a mismatch moves no byte and fails both ends. A lane moves its bytes over the
- * transport of the sender's link to the receiver:
+ * transport of the sender's link to the receiver, in one of two ways its capabilities decide
+ * (transport_caps()->remote_access):
  *
- *   TCP   the receiver registers a data job (under an id both ends derive from the receiver's
- *         domain id, the ranks and the seq) before its READY; the sender sends the bytes on the
- *         connection the READY came on, or aborts the job; the receiver says DONE once every
- *         byte landed.
- *   RDMA  the receiver registers its destination for remote write and names it in its READY
- *         (domain-lane-rdma.c); the sender WRITEs there and says WRITTEN once every WRITE
- *         completed; the receiver deregisters and says DONE.
+ *   stream  the receiver registers a data job (under an id both ends derive from the receiver's
+ *           domain id, the ranks and the seq) before its READY; the sender sends the bytes on
+ *           the data connections of the peer the READY came on, or aborts the job; the receiver
+ *           says DONE once every byte landed.
+ *   direct  the receiver registers its destination for remote write and names it in its READY
+ *           by the transport's descriptors (domain-lane-direct.c); the sender writes there
+ *           one-sided and says WRITTEN once every write completed; the receiver deregisters and
+ *           says DONE.
  *
  * A send completes on DONE. An end that gives up (its deadline, its call failing) says so
  * (RECV_CANCEL, SEND_CANCEL), and a READY that comes for a send that is already over is answered
- * (its TCP job aborted, its RDMA registration told SEND_CANCEL): a readied receive always ends.
- * A receiver over RDMA deregisters before its op completes, whatever ends it, so a WRITE still on
- * its way fails at the sender (a remote access error, which fails that message only) and
+ * (its stream job aborted, its direct registration told SEND_CANCEL): a readied receive always
+ * ends. A direct receiver deregisters before its op completes, whatever ends it, so a write still
+ * on its way fails at the sender (a remote access error, which fails that message only) and
  * nothing lands in the caller's buffers afterwards. On one daemon the two ops meet in the lane
  * and the copy engine moves the bytes. No op completes while a byte of it may still move.
  */
@@ -86,6 +88,9 @@ int domain_lanes_new(Domain *dom)
                         l->src = s;
                         l->dst = t;
                         l->local = dom->ranks[s].local && dom->ranks[t].local;
+                        if (l->local)
+                                l->transport = transport_set_get(dom->reg->roots.transports,
+                                                                 TRANSPORT_ROLE_LOCAL);
                         clist_init(&l->ops);
                         clist_init(&l->words);
                         dom->lanes[s][t] = l;
@@ -95,7 +100,7 @@ int domain_lanes_new(Domain *dom)
 
 static LaneWord *lane_word_free(LaneWord *w)
 {
-        free(w->rsegs);
+        free(w->descs);
         free(w);
         return NULL;
 }
@@ -116,7 +121,7 @@ static void lane_word_unlink(Lane *l, LaneWord *w)
 {
         clist_unlink(&w->link);
         l->n_words--;
-        l->n_word_segs -= w->n_rsegs;
+        l->n_word_descs -= w->n_descs;
 }
 
 void domain_lanes_free(Domain *dom)
@@ -143,6 +148,7 @@ void domain_lanes_set_transport(Domain *dom)
         for (uint32_t s = 0; s < dom->n_ranks; s++)
                 for (uint32_t t = 0; t < dom->n_ranks; t++) {
                         Lane *l = dom->lanes[s][t];
+                        TransportSet *ts = dom->reg->roots.transports;
 
                         if (!l || l->local)
                                 continue;
@@ -150,9 +156,11 @@ void domain_lanes_set_transport(Domain *dom)
                                 const char *why;
                                 Peer *p;
 
-                                l->rdma = domain_pair_rdma(dom, s, t, &p, &why) != NULL;
+                                l->direct = domain_pair_direct(dom, s, t, &p, &why) != NULL;
                         } else
-                                l->rdma = dom->ranks[t].pairs[s].in_rdma;
+                                l->direct = dom->ranks[t].pairs[s].in_direct;
+                        l->transport = l->direct ? domain_lane_direct_transport(l)
+                                                 : transport_set_get(ts, TRANSPORT_ROLE_STREAM);
                 }
 }
 
@@ -215,7 +223,7 @@ static int desc_compare(const OpDesc *s, const OpDesc *r, uint32_t src, uint32_t
 
 /*
  * Sends one word about message @seq of @l to the remote end's daemon over @p (NULL: whichever
- * connection reaches it); a READY of receive @ready_op over RDMA names its registered segments.
+ * connection reaches it); a READY of direct receive @ready_op carries its descriptors.
  * Returns what peer_notice() does, -ENOTCONN without a connection.
  */
 static int lane_word_send_full(Lane *l, Peer *p, XferKind kind, uint64_t seq, const OpDesc *desc,
@@ -233,18 +241,15 @@ static int lane_word_send_full(Lane *l, Peer *p, XferKind kind, uint64_t seq, co
                 .status = status,
                 .detail = msg ?: "",
         };
-        int r;
 
         if (!p)
                 p = domain_rank_peer(dom, remote);
         if (!p || p->state != PEER_READY)
                 return -ENOTCONN;
         m.dst_domain_id = dom->ranks[remote].domain_id;
-        if (ready_op && domain_lane_rdma_ready_fill(ready_op, &m) < 0)
-                return -ENOMEM;
-        r = dom->reg->peer->xfer(p, &m);
-        domain_lane_rdma_ready_clear(&m);
-        return r;
+        if (ready_op)
+                domain_lane_direct_ready_fill(ready_op, &m);
+        return dom->reg->peer->xfer(p, &m);
 }
 
 static void lane_word_send(Lane *l, Peer *p, XferKind kind, uint64_t seq, const OpDesc *desc,
@@ -254,15 +259,15 @@ static void lane_word_send(Lane *l, Peer *p, XferKind kind, uint64_t seq, const 
 }
 
 /*
- * A readied receive that no bytes of ours will feed: abort its TCP job, or tell its RDMA
+ * A readied receive that no bytes of ours will feed: abort its stream job, or tell its direct
  * registration (SEND_CANCEL) so that the receiver lets go of it.
  */
-static void lane_abort_job(Lane *l, Peer *p, uint64_t seq, uint64_t bytes, bool rdma, int status,
+static void lane_abort_job(Lane *l, Peer *p, uint64_t seq, uint64_t bytes, bool direct, int status,
                            const char *msg)
 {
         uint64_t id = domain_lane_job_id(l->dom->ranks[l->dst].domain_id, l->src, l->dst, seq);
 
-        if (rdma)
+        if (direct)
                 lane_word_send(l, p, XFER_SEND_CANCEL, seq, NULL, status, msg);
         else if (p && p->state == PEER_READY && p->data && bytes > 0)
                 (void)transport_abandon(
@@ -303,9 +308,9 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
 
         if (op->state == OP_DONE)
                 return;
-        assert(!op->job && !op->copying && !op->rdma_writing && !op->rdma_waiter);
-        /* A receive's registration goes before anything else: no WRITE lands after this. */
-        domain_lane_rdma_release(op);
+        assert(!op->job && !op->copying && !op->writing && !op->channel_waiter);
+        /* A receive's registration goes before anything else: no write lands after this. */
+        domain_lane_direct_release(op);
         if (op->status == STATUS_OK && status != STATUS_OK) {
                 op->status = status;
                 va_start(ap, fmt);
@@ -320,13 +325,13 @@ static void op_complete(DomainOp *op, int status, const char *fmt, ...)
         if (op->status == STATUS_OK && (op->send || !l->local)) {
                 l->n_msgs++;
                 l->bytes += op->desc.bytes;
-                l->n_rdma_msgs += op->rdma;
+                l->n_direct_msgs += op->direct;
         }
         abort_ready = op->send && op->have_ready && !op->ready_spent;
         if (abort_ready) {
                 /* The receiver readied itself for bytes that will never come. */
                 op->ready_spent = true;
-                lane_abort_job(l, op->ready_peer, op->seq, op->ready.bytes, op->ready_rdma,
+                lane_abort_job(l, op->ready_peer, op->seq, op->ready.bytes, op->ready_direct,
                                op->status ?: STATUS_FAILED, op->err.msg);
         }
         domain_call_op_done(op);
@@ -389,21 +394,21 @@ static void op_on_recv_done(TransportJob *job, int status)
                     error == -EILSEQ ? "a chunk failed its CRC32C check" : strerror(-error));
 }
 
-/* ---- over RDMA ---- */
+/* ---- direct: one-sided writes ---- */
 
-static void op_on_rdma_written(TransportJob *job, int status)
+static void op_on_written(TransportJob *job, int status)
 {
         DomainOp *op = job->userdata;
         Lane *l = op->lane;
         int error = job->error;
 
-        op->rdma_writing = false;
+        op->writing = false;
         /* Our source registrations: nothing reads through them any more. */
-        domain_lane_rdma_release(op);
-        if (error < 0 && op->rdma_peer && op->rdma_peer->state == PEER_READY)
-                /* A failed or stopped job flushed its queue pairs: connect them again for
-                 * whatever uses the endpoint next (as after a transfer's timeout). */
-                l->dom->reg->peer->channel_repair(op->rdma_peer, op->rdma_ep);
+        domain_lane_direct_release(op);
+        if (error < 0 && op->channel_peer && op->channel_peer->state == PEER_READY)
+                /* A failed or stopped job may have broken paths of the channel: connect them
+                 * again for whatever uses it next (as after a transfer's timeout). */
+                l->dom->reg->peer->channel_repair(op->channel_peer, op->channel);
         if (error == 0 && op->status == STATUS_OK) {
                 op->data_ok = true;
                 op->ready_spent = true;
@@ -417,107 +422,106 @@ static void op_on_rdma_written(TransportJob *job, int status)
         if (error == -EACCES) {
                 /* The receiver took its buffer back, which it does when it gives up: its word
                  * says why. Should it not have, SEND_CANCEL ends its wait. Only this message
-                 * fails; the link and the endpoint stay. */
+                 * fails; the link and the channel stay. */
                 op->ready_spent = true;
                 lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, STATUS_FAILED,
-                               "its RDMA WRITEs were refused (remote access error)");
+                               "its one-sided writes were refused (remote access error)");
                 op->state = OP_WAIT_WORD;
                 return;
         }
-        op_complete(op, STATUS_PEER_LOST, "RDMA WRITE to rank %" PRIu32 " failed: %s", l->dst,
-                    strerror(-error));
+        op_complete(op, STATUS_PEER_LOST, "writing to rank %" PRIu32 " over %s failed: %s", l->dst,
+                    transport_name(domain_lane_direct_transport(l)), strerror(-error));
 }
 
-static void op_on_rdma_ready(TransportChannel *ep, int status, const char *reason, void *userdata)
+static void op_on_channel_ready(TransportChannel *ch, int status, const char *reason,
+                                void *userdata)
 {
         DomainOp *op = userdata;
         int r;
 
-        op->rdma_waiter = NULL;
+        op->channel_waiter = NULL;
         if (status < 0) {
                 op_complete(op, STATUS_PEER_LOST,
-                            "RDMA queue pairs to rank %" PRIu32 " did not "
-                            "connect: %s",
-                            op->lane->dst, reason ? reason : strerror(-status));
+                            "the %s channel to rank %" PRIu32 " did not connect: %s",
+                            transport_name(domain_lane_direct_transport(op->lane)), op->lane->dst,
+                            reason ? reason : strerror(-status));
                 return;
         }
         op->data_job = (TransportJob){
                 .dir = TRANSPORT_WRITE,
-                .segs = op->rdma_segs,
-                .n_segs = op->n_rdma_segs,
-                .channel = ep,
+                .segs = op->write_segs,
+                .n_segs = op->n_write_segs,
+                .channel = ch,
                 .deadline_usec = op->call->deadline_usec,
-                .done = op_on_rdma_written,
+                .done = op_on_written,
                 .userdata = op,
         };
-        op->rdma_writing = true;
-        r = transport_submit(
-                transport_set_get(op->lane->dom->reg->roots.transports, TRANSPORT_ROLE_DIRECT),
-                &op->data_job);
+        op->writing = true;
+        r = transport_submit(domain_lane_direct_transport(op->lane), &op->data_job);
         if (r < 0) {
-                op->rdma_writing = false;
-                op_complete(op, STATUS_PEER_LOST, "cannot WRITE to rank %" PRIu32 ": %s",
+                op->writing = false;
+                op_complete(op, STATUS_PEER_LOST, "cannot write to rank %" PRIu32 ": %s",
                             op->lane->dst, strerror(-r));
         }
         /* Nothing of @op past this point: the job may have ended and completed it. */
 }
 
-/* A send whose READY asks for RDMA WRITEs: register, pair up, WRITE over the endpoint of the
- * link the pair uses (ours, or the receiver's cluster's link to ours). */
-static void op_rdma_send_start(DomainOp *op)
+/* A send whose READY asks for one-sided writes: unpack, register, pair up, write over the
+ * channel of the link the pair uses (ours, or the receiver's cluster's link to ours). */
+static void op_direct_send_start(DomainOp *op)
 {
         Lane *l = op->lane;
         Domain *dom = l->dom;
         Error e = ERROR_INIT;
         const char *why = NULL;
-        TransportChannel *ep;
+        TransportChannel *ch;
         Peer *p = NULL;
         int r;
 
-        ep = domain_pair_rdma(dom, l->src, l->dst, &p, &why);
-        if (!ep) {
+        ch = domain_pair_direct(dom, l->src, l->dst, &p, &why);
+        if (!ch) {
                 op_complete(op, STATUS_LINK_FAILED,
-                            "rank %" PRIu32 " waits for RDMA WRITEs, but "
+                            "rank %" PRIu32 " waits for one-sided writes, but "
                             "the link of cluster %" PRIu64 " to %" PRIu64 " %s",
                             l->dst, dom->ranks[l->src].cluster_id, dom->ranks[l->dst].cluster_id,
                             why);
                 return;
         }
-        op->rdma = true;
+        op->direct = true;
         op->peer = op->ready_peer;
-        op->rdma_peer = p;
-        op->rdma_ep = ep;
+        op->channel_peer = p;
+        op->channel = ch;
         op->state = OP_DATA;
-        r = domain_lane_rdma_send_prepare(op, ep, &e);
+        r = domain_lane_direct_send_prepare(op, ch, &e);
         if (r < 0) {
                 op_complete(op, e.code, "%s", e.msg);
                 return;
         }
-        /* Queue pairs flushed by an earlier timeout or error connect again first. */
-        r = dom->reg->peer->channel_ready(p, ep, op_on_rdma_ready, op, &op->rdma_waiter);
+        /* Paths an earlier timeout or error broke connect again first. */
+        r = dom->reg->peer->channel_ready(p, ch, op_on_channel_ready, op, &op->channel_waiter);
         if (r < 0) {
-                op->rdma_waiter = NULL;
-                op_complete(op, STATUS_PEER_LOST, "no RDMA queue pairs to rank %" PRIu32 ": %s",
-                            l->dst, strerror(-r));
+                op->channel_waiter = NULL;
+                op_complete(op, STATUS_PEER_LOST, "no %s channel to rank %" PRIu32 ": %s",
+                            transport_name(domain_lane_direct_transport(l)), l->dst, strerror(-r));
         }
 }
 
-/* A receive over RDMA: register the destination, then READY with it. */
-static void op_rdma_recv_post(DomainOp *op, Peer *p)
+/* A direct receive: register the destination, then READY with its descriptors. */
+static void op_direct_recv_post(DomainOp *op, Peer *p)
 {
         Lane *l = op->lane;
         Error e = ERROR_INIT;
         int r;
 
-        op->rdma = true;
+        op->direct = true;
         op->peer = p;
-        r = domain_lane_rdma_recv_register(op, &e);
+        r = domain_lane_direct_recv_register(op, &e);
         if (r >= 0) {
                 op->state = OP_DATA;
                 r = lane_word_send_full(l, p, XFER_READY, op->seq, &op->desc, STATUS_OK, NULL, op);
                 if (r < 0)
                         error_set(&e, r == -EMSGSIZE ? STATUS_LIMIT_EXCEEDED : STATUS_PEER_LOST,
-                                  "cannot tell rank %" PRIu32 " where to WRITE: %s%s", l->src,
+                                  "cannot tell rank %" PRIu32 " where to write: %s%s", l->src,
                                   strerror(-r),
                                   r == -EMSGSIZE ? " (too many segments for one "
                                                    "frame; see limits.max_frame_size)"
@@ -530,27 +534,26 @@ static void op_rdma_recv_post(DomainOp *op, Peer *p)
         }
 }
 
-/* The sender says every WRITE completed: the bytes are in place. */
-static void op_rdma_landed(DomainOp *op)
+/* The sender says every write completed: the bytes are in place. */
+static void op_direct_landed(DomainOp *op)
 {
         /* Deregistered before anyone hears of it. */
-        domain_lane_rdma_release(op);
+        domain_lane_direct_release(op);
         lane_word_send(op->lane, op->peer, XFER_DONE, op->seq, NULL, STATUS_OK, NULL);
         op_complete(op, STATUS_OK, "%s", "");
 }
 
-/* Stops the RDMA part of send @op; its completion follows (at once, or from the job's end). */
-static void op_rdma_send_stop(DomainOp *op)
+/* Stops the writes of direct send @op; its completion follows (at once, or from the job's
+ * end). */
+static void op_direct_send_stop(DomainOp *op)
 {
-        if (op->rdma_waiter) {
-                op->lane->dom->reg->peer->channel_waiter_cancel(op->rdma_waiter);
-                op->rdma_waiter = NULL;
+        if (op->channel_waiter) {
+                op->lane->dom->reg->peer->channel_waiter_cancel(op->channel_waiter);
+                op->channel_waiter = NULL;
                 (void)op_complete_told(op);
-        } else if (op->rdma_writing) {
-                /* Flushes its queue pairs: the callback runs before this returns. */
-                transport_cancel(transport_set_get(op->lane->dom->reg->roots.transports,
-                                                   TRANSPORT_ROLE_DIRECT),
-                                 &op->data_job);
+        } else if (op->writing) {
+                /* Stops the job on its channel: the callback runs before this returns. */
+                transport_cancel(domain_lane_direct_transport(op->lane), &op->data_job);
         }
 }
 
@@ -566,13 +569,14 @@ static void op_remote_match(DomainOp *op)
         r = desc_compare(&op->desc, &op->ready, l->src, l->dst, buf, sizeof(buf));
         if (r < 0) {
                 lane_word_send(l, p, XFER_MISMATCH, op->seq, &op->desc, r, buf);
-                /* That is all a registration needs to hear; a TCP job still needs its abort. */
-                op->ready_spent = op->ready_rdma;
+                /* That is all a registration needs to hear; a stream job still needs its
+                 * abort. */
+                op->ready_spent = op->ready_direct;
                 op_complete(op, r, "%s", buf);
                 return;
         }
-        if (op->ready_rdma) {
-                op_rdma_send_start(op);
+        if (op->ready_direct) {
+                op_direct_send_start(op);
                 return;
         }
         if (!p || p->state != PEER_READY || !p->data) {
@@ -781,8 +785,8 @@ void domain_op_post(DomainOp *op)
                 return;
         }
         p = domain_rank_peer(dom, l->src);
-        if (p && l->rdma) {
-                op_rdma_recv_post(op, p);
+        if (p && l->direct) {
+                op_direct_recv_post(op, p);
                 return;
         }
         if (!p || !p->data) {
@@ -840,28 +844,29 @@ void domain_op_cancel(DomainOp *op, int status, const char *fmt, ...)
                 if (op->send) {
                         lane_word_send(l, op->have_ready ? op->ready_peer : NULL, XFER_SEND_CANCEL,
                                        op->seq, NULL, op->status, op->err.msg);
-                        /* All a registration needs to hear; a TCP job still needs its abort. */
-                        op->ready_spent = op->have_ready && op->ready_rdma;
+                        /* All a registration needs to hear; a stream job still needs its
+                         * abort. */
+                        op->ready_spent = op->have_ready && op->ready_direct;
                 } else
                         lane_word_send(l, NULL, XFER_RECV_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
                 op_complete(op, op->status, "%s", op->err.msg);
                 return;
         case OP_DATA:
-                if (op->send && op->rdma) {
+                if (op->send && op->direct) {
                         op->ready_spent = true;
                         lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
-                        op_rdma_send_stop(op);
+                        op_direct_send_stop(op);
                 } else if (op->send) {
                         lane_word_send(l, op->peer, XFER_SEND_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
                         transport_cancel(transport_set_get(l->dom->reg->roots.transports,
                                                            TRANSPORT_ROLE_STREAM),
                                          &op->data_job);
-                } else if (op->rdma) {
-                        /* Deregistered first: from here on a WRITE fails at the sender. */
-                        domain_lane_rdma_release(op);
+                } else if (op->direct) {
+                        /* Deregistered first: from here on a write fails at the sender. */
+                        domain_lane_direct_release(op);
                         lane_word_send(l, op->peer, XFER_RECV_CANCEL, op->seq, NULL, op->status,
                                        op->err.msg);
                         op_complete(op, op->status, "%s", op->err.msg);
@@ -883,7 +888,7 @@ void domain_op_cancel(DomainOp *op, int status, const char *fmt, ...)
 
 /* ---- words from the other end ---- */
 
-/* Takes the other end's word @w about @op (a READY's segments are moved out of it). */
+/* Takes the other end's word @w about @op (a READY's descriptors are moved out of it). */
 static void op_take_word(DomainOp *op, LaneWord *w)
 {
         Lane *l = op->lane;
@@ -895,16 +900,16 @@ static void op_take_word(DomainOp *op, LaneWord *w)
                 op->have_ready = true;
                 op->ready = w->desc;
                 op->ready_peer = w->peer;
-                op->ready_rdma = w->rdma;
-                op->ready_rsegs = TAKE_PTR(w->rsegs);
-                op->n_ready_rsegs = w->n_rsegs;
+                op->ready_direct = w->direct;
+                op->ready_descs = TAKE_PTR(w->descs);
+                op->n_ready_descs = w->n_descs;
                 if (op->state == OP_POSTED)
                         op_remote_match(op);
                 return;
         }
         if (w->kind == XFER_WRITTEN) {
-                if (!op->send && op->rdma && op->state == OP_DATA && !op->have_word)
-                        op_rdma_landed(op);
+                if (!op->send && op->direct && op->state == OP_DATA && !op->have_word)
+                        op_direct_landed(op);
                 return;
         }
         if (op->have_word)
@@ -929,11 +934,11 @@ static void op_take_word(DomainOp *op, LaneWord *w)
                 op_complete(op, op->word_status, "%s", op->word_msg);
                 return;
         case OP_DATA:
-                if (op->rdma && op->send) {
-                        /* Our WRITEs stop; the job's end completes the op with the word. */
+                if (op->direct && op->send) {
+                        /* Our writes stop; the job's end completes the op with the word. */
                         if (w->kind != XFER_DONE)
-                                op_rdma_send_stop(op);
-                } else if (op->rdma) {
+                                op_direct_send_stop(op);
+                } else if (op->direct) {
                         op_complete(op, op->word_status, "%s", op->word_msg);
                 } else if (!op->send || w->kind != XFER_DONE)
                         transport_cancel(transport_set_get(op->lane->dom->reg->roots.transports,
@@ -971,23 +976,23 @@ void domain_lane_on_xfer(DomainRegistry *reg, Peer *p, DomainXferMsg *m)
                 w.desc = *m->desc;
         w.status = m->status;
         (void)snprintf(w.msg, sizeof(w.msg), "%.200s", m->detail);
-        w.rdma = m->rdma;
-        w.rsegs = TAKE_PTR(m->rsegs);
-        w.n_rsegs = m->n_rsegs;
+        w.direct = m->direct;
+        w.descs = TAKE_PTR(m->descs);
+        w.n_descs = m->n_descs;
 
         op = lane_find(l, m->seq, from_receiver);
         if (op) {
                 op_take_word(op, &w);
-                free(w.rsegs);
+                free(w.descs);
                 return;
         }
         if (m->seq < (from_receiver ? l->next_send_seq : l->next_recv_seq)) {
                 /* About a message already over here; a READY still needs its job aborted or
                  * its registration let go. */
                 if (m->kind == XFER_READY)
-                        lane_abort_job(l, p, m->seq, w.desc.bytes, w.rdma, STATUS_FAILED,
+                        lane_abort_job(l, p, m->seq, w.desc.bytes, w.direct, STATUS_FAILED,
                                        "the sender gave up on this message");
-                free(w.rsegs);
+                free(w.descs);
                 return;
         }
         if (m->kind == XFER_DONE || m->kind == XFER_WRITTEN)
@@ -1001,17 +1006,17 @@ void domain_lane_on_xfer(DomainRegistry *reg, Peer *p, DomainXferMsg *m)
                 if (r) {
                         lane_word_unlink(l, r);
                         /* A registration is let go by the receiver itself. */
-                        if (!r->rdma)
+                        if (!r->direct)
                                 lane_abort_job(l, r->peer, r->seq, r->desc.bytes, false, STATUS_OK,
                                                NULL);
                         lane_word_free(r);
                 }
         }
-        if (l->n_words >= LANE_MAX_WORDS || l->n_word_segs + w.n_rsegs > LANE_MAX_WORD_SEGS) {
-                free(w.rsegs);
+        if (l->n_words >= LANE_MAX_WORDS || l->n_word_descs + w.n_descs > LANE_MAX_WORD_SEGS) {
+                free(w.descs);
                 domain_fail(dom, STATUS_PROTOCOL_MISMATCH, false,
                             "rank %" PRIu32 " sent more "
-                            "than %d messages (or %d RDMA segments) ahead",
+                            "than %d messages (or %d segment descriptors) ahead",
                             remote, LANE_MAX_WORDS, LANE_MAX_WORD_SEGS);
                 return;
         }
@@ -1019,19 +1024,19 @@ void domain_lane_on_xfer(DomainRegistry *reg, Peer *p, DomainXferMsg *m)
                 LaneWord *copy = malloc(sizeof(*copy));
 
                 if (!copy) {
-                        free(w.rsegs);
+                        free(w.descs);
                         domain_fail(dom, STATUS_OUT_OF_MEMORY, false, "out of memory");
                         return;
                 }
                 *copy = w;
                 clist_link_tail(&l->words, &copy->link);
                 l->n_words++;
-                l->n_word_segs += copy->n_rsegs;
+                l->n_word_descs += copy->n_descs;
         }
         return;
 refuse:
-        free(m->rsegs);
-        m->rsegs = NULL;
+        free(m->descs);
+        m->descs = NULL;
         p->root->counters.peer_requests_refused++;
 }
 
@@ -1060,18 +1065,19 @@ void domain_lanes_peer_lost(Domain *dom, Peer *p)
                                         op->ready_peer = NULL;
                                         op->have_ready = false;
                                         /* Paired up already if it was used. */
-                                        free(op->ready_rsegs);
-                                        op->ready_rsegs = NULL;
-                                        op->n_ready_rsegs = 0;
+                                        free(op->ready_descs);
+                                        op->ready_descs = NULL;
+                                        op->n_ready_descs = 0;
                                 }
                                 if (op->peer != p)
                                         continue;
-                                /* A job's callback comes with the data plane's end (an RDMA
-                                 * job's came with the endpoints'); a receive over RDMA waits
-                                 * for nothing but words. */
+                                /* A job's callback comes with the data plane's end (a direct
+                                 * job's came with the channels'); a direct receive waits for
+                                 * nothing but words. */
                                 op->peer = NULL;
-                                if (!op->job && (op->state == OP_WAIT_WORD ||
-                                                 (op->rdma && !op->send && op->state == OP_DATA))) {
+                                if (!op->job &&
+                                    (op->state == OP_WAIT_WORD ||
+                                     (op->direct && !op->send && op->state == OP_DATA))) {
                                         op_complete(op, STATUS_PEER_LOST,
                                                     "the daemon of rank %" PRIu32 " was lost",
                                                     op->send ? t : s);

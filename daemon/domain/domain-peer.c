@@ -181,7 +181,7 @@ void domain_peer_on_linked(DomainRegistry *reg, Peer *p, const DomainLinkedMsg *
                 return;
         }
         dom->ranks[m->dst_rank].pairs[m->src_rank].in_done = true;
-        dom->ranks[m->dst_rank].pairs[m->src_rank].in_rdma = m->rdma;
+        dom->ranks[m->dst_rank].pairs[m->src_rank].in_direct = m->direct;
         domain_join_progress(dom);
 }
 

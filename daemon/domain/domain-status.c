@@ -71,13 +71,13 @@ static json_t *member_json(const Domain *dom, uint32_t r, bool *ok)
 
 static const char *lane_transport(const Lane *l)
 {
-        return l->local ? "shm" : l->rdma ? "rdma" : "tcp";
+        return transport_name(l->transport);
 }
 
 /* The lanes with rank @o, seen from the local members. */
 static json_t *channel_json(const Domain *dom, uint32_t o, bool *ok)
 {
-        uint64_t sends = 0, recvs = 0, sent = 0, received = 0, rdma = 0;
+        uint64_t sends = 0, recvs = 0, sent = 0, received = 0, direct = 0;
         const char *send_tp = NULL, *recv_tp = NULL, *reason = "";
         json_t *c = json_object();
         char why[256];
@@ -90,13 +90,13 @@ static json_t *channel_json(const Domain *dom, uint32_t o, bool *ok)
                 if (out) {
                         sends += out->n_msgs;
                         sent += out->bytes;
-                        rdma += out->n_rdma_msgs;
+                        direct += out->n_direct_msgs;
                         send_tp = lane_transport(out);
                 }
                 if (in) {
                         recvs += in->n_msgs;
                         received += in->bytes;
-                        rdma += in->n_rdma_msgs;
+                        direct += in->n_direct_msgs;
                         recv_tp = lane_transport(in);
                 }
                 if (dom->state == DOMAIN_OK && dom->ranks[m].cluster && !dom->ranks[o].local &&
@@ -117,7 +117,7 @@ static json_t *channel_json(const Domain *dom, uint32_t o, bool *ok)
         set(c, "send_transport", send_tp ? json_string(send_tp) : json_null(), ok);
         set(c, "recv_transport", recv_tp ? json_string(recv_tp) : json_null(), ok);
         set(c, "transport_reason", json_string(dom->ranks[o].local ? "same node" : reason), ok);
-        set(c, "messages_rdma", json_u64(rdma), ok);
+        set(c, "messages_rdma", json_u64(direct), ok);
         set(c, "messages_sent", json_u64(sends), ok);
         set(c, "messages_received", json_u64(recvs), ok);
         set(c, "bytes_sent", json_u64(sent), ok);

@@ -67,7 +67,7 @@ static bool domain_on_linking(void *userdata, const Cluster *c, uint64_t remote_
         return domain_pair_link_in_progress(userdata, c, remote_cluster_id);
 }
 
-/* After the peer's RDMA endpoints went: a pair link that held one finds it gone. */
+/* After the peer's channels went: a pair link that held one finds it gone. */
 static void domain_on_peer_flushed(void *userdata, Peer *p, int status)
 {
         domain_on_peer_lost(userdata, p, status);
@@ -524,8 +524,8 @@ void domain_on_peer_lost(DomainRegistry *reg, Peer *p, int status)
         CLIST_FOREACH (pl, &reg->pair_links, link_reg)
                 if (pl->peer == p) {
                         pl->peer = NULL;
-                        /* Its RDMA endpoint went with it. */
-                        pl->rdma_ep = NULL;
+                        /* Its channel went with it. */
+                        pl->channel = NULL;
                         if (pl->state == PAIR_LINK_HELD || pl->state == PAIR_LINK_CONNECTING) {
                                 link_transport_cancel(&pl->transport);
                                 error_set(&pl->err, STATUS_PEER_LOST,

@@ -1004,6 +1004,10 @@ static void peer_seeds(void)
                 Kvdist__V1__PeerDomainLinked ln = KVDIST__V1__PEER_DOMAIN_LINKED__INIT;
                 Kvdist__V1__PeerDomainReady rd = KVDIST__V1__PEER_DOMAIN_READY__INIT;
                 Kvdist__V1__PeerDomainXfer x = KVDIST__V1__PEER_DOMAIN_XFER__INIT;
+                static uint8_t desc_bytes[40] = {0xfd, 0x10, 0x20, 0x30, 0x40, 0, 0,
+                                                 0,    0,    0x00, 0x01, 0,    0, 0,
+                                                 0,    0,    0,    0x01, 0x20};
+                ProtobufCBinaryData descs[] = {{21, desc_bytes}, {0, NULL}, {40, desc_bytes}};
                 Kvdist__V1__DomainOpDesc od = KVDIST__V1__DOMAIN_OP_DESC__INIT;
                 Kvdist__V1__PeerDomainLeave lv = KVDIST__V1__PEER_DOMAIN_LEAVE__INIT;
                 Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
@@ -1078,6 +1082,16 @@ static void peer_seeds(void)
                 frame(&s, MT(PEER_DOMAIN_XFER), 0, &x.base);
                 x.kind = 4;
                 frame(&s, MT(PEER_DOMAIN_XFER), 0, &x.base);
+                /* A READY of a direct lane for a later message: one descriptor per segment, the
+                 * transport's opaque bytes (an empty one for an empty segment, and one longer
+                 * than any descriptor), kept until the message comes. */
+                x.kind = 1;
+                x.seq = 1;
+                x.descs = descs;
+                x.n_descs = ARRAY_SIZE(descs);
+                frame(&s, MT(PEER_DOMAIN_XFER), 0, &x.base);
+                x.descs = NULL;
+                x.n_descs = 0;
                 st.code = -1;
                 lv.src_domain_id = 77;
                 lv.rank = 1;

@@ -100,6 +100,55 @@ static void fake_region_deregister(Transport *t, TransportRegion *r)
         fr->live = false;
 }
 
+/* A fake descriptor: FAKE_DESC_TAG, the address, the length and the remote key, little-endian
+ * (what transport-onesided.c packs, under a tag of its own). */
+#define FAKE_DESC_TAG 0xfd
+#define FAKE_DESC_SIZE 21
+
+static void fake_put(uint8_t *p, uint64_t v, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t fake_get(const uint8_t *p, size_t n)
+{
+        uint64_t v = 0;
+
+        for (size_t i = 0; i < n; i++)
+                v |= (uint64_t)p[i] << (8 * i);
+        return v;
+}
+
+static int fake_desc_pack(Transport *t, uint64_t addr, uint64_t len, const TransportKey *key,
+                          TransportDesc *ret)
+{
+        *ret = (TransportDesc){.len = FAKE_DESC_SIZE};
+        ret->bytes[0] = FAKE_DESC_TAG;
+        fake_put(ret->bytes + 1, addr, 8);
+        fake_put(ret->bytes + 9, len, 8);
+        fake_put(ret->bytes + 17, key->rkey, 4);
+        return 0;
+}
+
+static int fake_desc_unpack(Transport *t, const void *bytes, size_t len, TransportRemote *ret)
+{
+        const uint8_t *p = bytes;
+        TransportRemote m;
+
+        if (len != FAKE_DESC_SIZE || p[0] != FAKE_DESC_TAG)
+                return -EBADMSG;
+        m = (TransportRemote){
+                .addr = fake_get(p + 1, 8),
+                .len = fake_get(p + 9, 8),
+                .key = (uint32_t)fake_get(p + 17, 4),
+        };
+        if (m.len > UINT64_MAX - m.addr)
+                return -EBADMSG;
+        *ret = m;
+        return 0;
+}
+
 static const transport_ops fake_ops = {
         .name = "fake",
         .submit = fake_submit,
@@ -109,12 +158,15 @@ static const transport_ops fake_ops = {
 
 static const transport_ops fake_rdma_ops = {
         .name = "fake-rdma",
+        .caps = {.remote_access = true, .registers = true, .max_segment = TRANSPORT_SEGMENT_MAX},
         .submit = fake_submit,
         .cancel = fake_cancel,
         .abandon = fake_abandon,
         .device_info = fake_device_info,
         .region_register = fake_region_register,
         .region_deregister = fake_region_deregister,
+        .desc_pack = fake_desc_pack,
+        .desc_unpack = fake_desc_unpack,
 };
 
 static FakeTransport *fake_new(TransportSet *set, const transport_ops *ops)

@@ -13,7 +13,9 @@
  * with the segment's keys (the remote span in one registered for remote write, with its remote
  * key: the fake has no other kind that peers reach): otherwise the job ends with -EACCES, as a
  * remote access error does, and no byte moves. One fake plays the devices of both daemons, so a
- * test can register "the peer's" destination on it too.
+ * test can register "the peer's" destination on it too. It has remote access (transport_caps()):
+ * it packs a span of a registration into a descriptor of its own kind and unpacks one (-EBADMSG
+ * for anything else).
  */
 #pragma once
 

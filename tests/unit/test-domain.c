@@ -51,7 +51,7 @@ typedef enum SentKind {
         SENT_CHANNEL_REPAIR,
 } SentKind;
 
-#define SENT_MAX_RSEGS 4
+#define SENT_MAX_DESCS 4
 
 typedef struct Sent {
         SentKind kind;
@@ -62,16 +62,17 @@ typedef struct Sent {
         uint32_t dst_rank;
         int status; /* LEAVE, XFER, JOIN_REFUSE */
         char detail[ERROR_MSG_MAX];
-        bool flag;        /* JOIN_ANSWER: joined; LINKED: rdma */
+        bool flag;        /* JOIN_ANSWER: joined; LINKED: direct */
         uint32_t xfer;    /* XFER: the kind */
         uint64_t seq;     /* XFER */
         OpDesc desc;      /* XFER: the description it carried, if any */
         DomainPair *pair; /* JOIN: to answer */
         PairLink *pl;     /* LINK_*: to answer */
-        /* XFER: a READY's RDMA segments; and the RDMA registrations live as it went out */
-        bool rdma;
-        LaneRemoteSeg rsegs[SENT_MAX_RSEGS];
-        size_t n_rsegs;
+        /* XFER: a READY's descriptors as the RDMA-like fake unpacks them; and its
+         * registrations live as it went out */
+        bool direct;
+        TransportRemote remotes[SENT_MAX_DESCS];
+        size_t n_descs;
         size_t live_regions;
         TransportChannel *channel; /* CHANNEL_* */
 } Sent;
@@ -188,7 +189,7 @@ static int rec_linked(Peer *p, const DomainLinkedMsg *m)
         s->src_domain_id = m->src_domain_id;
         s->src_rank = m->src_rank;
         s->dst_rank = m->dst_rank;
-        s->flag = m->rdma;
+        s->flag = m->direct;
         return 0;
 }
 
@@ -228,11 +229,13 @@ static int rec_xfer(Peer *p, const DomainXferMsg *m)
                 s->desc = *m->desc;
         s->status = m->status;
         (void)snprintf(s->detail, sizeof(s->detail), "%s", m->detail);
-        s->rdma = m->rdma;
-        ck_assert_uint_le(m->n_rsegs, SENT_MAX_RSEGS);
-        if (m->n_rsegs > 0)
-                memcpy(s->rsegs, m->rsegs, m->n_rsegs * sizeof(*m->rsegs));
-        s->n_rsegs = m->n_rsegs;
+        s->direct = m->direct;
+        ck_assert_uint_le(m->n_descs, SENT_MAX_DESCS);
+        for (size_t i = 0; i < m->n_descs; i++)
+                ck_assert_int_eq(transport_desc_unpack(&rdma_fake->transport, m->descs[i].bytes,
+                                                       m->descs[i].len, &s->remotes[i]),
+                                 0);
+        s->n_descs = m->n_descs;
         s->live_regions = fake_transport_live_regions(rdma_fake);
         return 0;
 }
@@ -294,11 +297,11 @@ static int rec_link_make(PairLink *pl, Cluster *c, const char *reason, Link **re
 {
         Link *l;
 
-        if (pl->rdma_ep) {
+        if (pl->channel) {
                 /* As link_make_remote(): a link of @c over the pair's RDMA channel, on the
                  * cluster's list (the fixture frees it with the cluster). */
                 l = transfer_fixture_remote_link(&fx, c, pl->remote_cluster_id);
-                l->rdma_ep = pl->rdma_ep;
+                l->rdma_ep = pl->channel;
                 record(SENT_LINK_MAKE, pl->peer)->pl = pl;
                 *ret = l;
                 return 0;
@@ -476,7 +479,7 @@ static void their_linked_over(Domain *dom, uint32_t src, uint32_t dst, bool rdma
                                                  .src_domain_id = THEIR_DOMAIN,
                                                  .src_rank = src,
                                                  .dst_rank = dst,
-                                                 .rdma = rdma});
+                                                 .direct = rdma});
 }
 
 static void their_linked(Domain *dom, uint32_t src, uint32_t dst)
@@ -1499,8 +1502,8 @@ static Domain *form_rdma(void)
         their_linked_over(dom, 1, 0, true);
         their_ready(dom, 1);
         ck_assert_int_eq(dom->state, DOMAIN_OK);
-        ck_assert(dom->lanes[0][1]->rdma);
-        ck_assert(dom->lanes[1][0]->rdma);
+        ck_assert(dom->lanes[0][1]->direct);
+        ck_assert(dom->lanes[1][0]->direct);
         /* From here on, what the data path did. */
         n_sent = 0;
         rdma_fake->n_device_info = 0;
@@ -1540,7 +1543,7 @@ static Sent *rdma_recv(Domain *dom, uint64_t seq, Answer *r)
         ck_assert_uint_eq(w->dst_rank, 0);
         ck_assert_uint_eq(w->seq, seq);
         ck_assert_uint_eq(w->desc.bytes, MSG_BYTES);
-        ck_assert(w->rdma);
+        ck_assert(w->direct);
         return w;
 }
 
@@ -1572,22 +1575,19 @@ START_TEST(test_rdma_recv)
         ck_assert_ptr_null(fr->channel);
         /* ...before the READY that names it with its remote key. */
         ck_assert_uint_eq(w->live_regions, 1);
-        ck_assert_uint_eq(w->n_rsegs, 1);
-        ck_assert_uint_eq(w->rsegs[0].addr, (uint64_t)(uintptr_t)(dst->data + MSG_OFF));
-        ck_assert_uint_eq(w->rsegs[0].len, MSG_BYTES);
-        ck_assert_uint_eq(w->rsegs[0].rkey, fr->key.rkey);
-        ck_assert_uint_eq(w->rsegs[0].rkey, FAKE_TRANSPORT_RKEY);
+        ck_assert_uint_eq(w->n_descs, 1);
+        ck_assert_uint_eq(w->remotes[0].addr, (uint64_t)(uintptr_t)(dst->data + MSG_OFF));
+        ck_assert_uint_eq(w->remotes[0].len, MSG_BYTES);
+        ck_assert_uint_eq(w->remotes[0].key, fr->key.rkey);
+        ck_assert_uint_eq(w->remotes[0].key, FAKE_TRANSPORT_RKEY);
 
         /* The sender's WRITE with what the READY named lands (the fake checks the keys). */
         harness_fill_pattern(src, sizeof(src), SEED_SRC);
         ck_assert_int_eq(transport_region_register(&rdma_fake->transport, 0, NULL, src, sizeof(src),
                                                    false, &mr),
                          0);
-        seg = (TransportSegment){.local = src,
-                                 .len = sizeof(src),
-                                 .remote = w->rsegs[0].addr,
-                                 .lkey = mr->key.lkey,
-                                 .rkey = w->rsegs[0].rkey};
+        seg = (TransportSegment){.local = src, .len = sizeof(src), .lkey = mr->key.lkey};
+        transport_segment_set_remote(&seg, &w->remotes[0], 0);
         job = (TransportJob){.dir = TRANSPORT_WRITE, .segs = &seg, .n_segs = 1, .done = write_done};
         ck_assert_int_eq(transport_submit(&rdma_fake->transport, &job), 0);
         fake_transport_complete(rdma_fake, &job, 0);
@@ -1608,7 +1608,7 @@ START_TEST(test_rdma_recv)
         answered(&r, STATUS_OK);
         check_region(dst, SEED_DST, true, SEED_SRC, 0);
         ck_assert_uint_eq(dom->counters.bytes_received, MSG_BYTES);
-        ck_assert_uint_eq(dom->lanes[1][0]->n_rdma_msgs, 1);
+        ck_assert_uint_eq(dom->lanes[1][0]->n_direct_msgs, 1);
         region_drop(dst);
 }
 END_TEST
@@ -1652,13 +1652,18 @@ static void their_rdma_ready(Domain *dom, uint64_t seq, const OpDesc *desc, cons
                                         .count = MSG_COUNT,
                                         .dtype = KVD_DT_FLOAT,
                                         .bytes = MSG_BYTES};
-        LaneRemoteSeg *rsegs = calloc(n, sizeof(*rsegs)); /* the handler's to free */
+        LaneDesc *descs = calloc(n, sizeof(*descs)); /* the handler's to free */
 
-        ck_assert_ptr_nonnull(rsegs);
-        for (size_t k = 0; k < n; k++)
-                rsegs[k] = (LaneRemoteSeg){.addr = (uint64_t)(uintptr_t)(their_buf + spans[k].off),
-                                           .len = spans[k].len,
-                                           .rkey = mrs[k]->key.rkey};
+        ck_assert_ptr_nonnull(descs);
+        for (size_t k = 0; k < n; k++) {
+                TransportDesc d;
+
+                ck_assert_int_eq(
+                        transport_region_desc(mrs[k], their_buf + spans[k].off, spans[k].len, &d),
+                        0);
+                descs[k].len = d.len;
+                memcpy(descs[k].bytes, d.bytes, d.len);
+        }
         domain_lane_on_xfer(reg, them,
                             &(DomainXferMsg){.dst_domain_id = dom->id,
                                              .src_domain_id = THEIR_DOMAIN,
@@ -1669,9 +1674,9 @@ static void their_rdma_ready(Domain *dom, uint64_t seq, const OpDesc *desc, cons
                                              .desc = &theirs,
                                              .status = STATUS_OK,
                                              .detail = "",
-                                             .rdma = true,
-                                             .rsegs = rsegs,
-                                             .n_rsegs = n});
+                                             .direct = true,
+                                             .descs = descs,
+                                             .n_descs = n});
 }
 
 /* Checks every byte of their_buf: SEED_DST, except that @spans hold @stream in span order when
@@ -1787,7 +1792,7 @@ START_TEST(test_rdma_send)
         ck_assert_uint_eq(sent_count(SENT_XFER), 1);
         ck_assert_uint_eq(sent_count(SENT_CHANNEL_REPAIR), 0);
         ck_assert_uint_eq(dom->counters.bytes_sent, MSG_BYTES);
-        ck_assert_uint_eq(dom->lanes[0][1]->n_rdma_msgs, 1);
+        ck_assert_uint_eq(dom->lanes[0][1]->n_direct_msgs, 1);
         their_deregister(mrs, N_SPANS);
         region_drop(src);
 }
@@ -1813,7 +1818,7 @@ START_TEST(test_rdma_send_bad_ready)
                 their_register(spans[i], 3, mrs);
                 their_rdma_ready(dom, i, NULL, spans[i], 3, mrs);
                 loop_once();
-                /* PROTOCOL_MISMATCH (domain_lane_rdma_send_prepare()): nothing is registered
+                /* PROTOCOL_MISMATCH (domain_lane_direct_send_prepare()): nothing is registered
                  * or written... */
                 answered(&s, STATUS_PROTOCOL_MISMATCH);
                 ck_assert_ptr_nonnull(strstr(s.detail, named[i]));
@@ -1836,6 +1841,134 @@ START_TEST(test_rdma_send_bad_ready)
 }
 END_TEST
 
+/* A descriptor of @len bytes at @bytes, as a READY carries it. */
+static LaneDesc lane_desc(const void *bytes, size_t len)
+{
+        LaneDesc d = {.len = len};
+
+        memcpy(d.bytes, bytes, MIN(len, sizeof(d.bytes)));
+        return d;
+}
+
+START_TEST(test_direct_send_bad_descs)
+{
+        /*
+         * READYs of a direct lane whose descriptors are not what the sender's transport packs,
+         * or are too few or too many for the message: each is refused as a READY whose lengths
+         * do not add up (PROTOCOL_MISMATCH), before anything of ours is registered or a byte is
+         * written. their_spans are registered for real, so a write that went out anyway would
+         * land in their_buf, which stays as it was.
+         */
+        enum { GOOD, BAD_TAG, SHORT, LONG, OVERSIZE, WRAPS, NONE, TOO_FEW, TOO_MANY, _N_CASES };
+        static const char *const named[_N_CASES] = {
+                [BAD_TAG] = "no fake-rdma descriptor (segment 1 of 3)",
+                [SHORT] = "no fake-rdma descriptor (segment 2 of 3)",
+                [LONG] = "no fake-rdma descriptor (segment 0 of 3)",
+                [OVERSIZE] = "no fake-rdma descriptor (segment 1 of 3)",
+                [WRAPS] = "no fake-rdma descriptor (segment 2 of 3)",
+                [NONE] = "names 0 bytes",
+                [TOO_FEW] = "names 600 bytes",
+                [TOO_MANY] = "names 1124 bytes",
+        };
+        Domain *dom = form_rdma();
+        Region *src = pattern_region(dom->ranks[0].cluster, SEED_SRC);
+        TransportRegion *mrs[N_SPANS];
+        size_t n_msgs = 0;
+
+        their_register(their_spans, N_SPANS, mrs);
+        for (size_t i = BAD_TAG; i < _N_CASES; i++) {
+                LaneDesc descs[N_SPANS + 1], *copy;
+                size_t n = N_SPANS;
+                Answer s;
+                Sent *w;
+
+                /* Good descriptors of their_spans, then the case's damage. */
+                for (size_t k = 0; k < N_SPANS + 1; k++) {
+                        TransportDesc d;
+
+                        ck_assert_int_eq(
+                                transport_region_desc(mrs[k % N_SPANS],
+                                                      their_buf + their_spans[k % N_SPANS].off,
+                                                      their_spans[k % N_SPANS].len, &d),
+                                0);
+                        descs[k] = lane_desc(d.bytes, d.len);
+                }
+                switch (i) {
+                case BAD_TAG:
+                        descs[1].bytes[0] ^= 0xff;
+                        break;
+                case SHORT:
+                        descs[2].len--;
+                        break;
+                case LONG:
+                        descs[0].len++;
+                        break;
+                case OVERSIZE:
+                        /* Longer than any descriptor: the codec keeps only its length. */
+                        descs[1].len = TRANSPORT_DESC_MAX + 8;
+                        break;
+                case WRAPS:
+                        /* An address whose span wraps past the end of memory. */
+                        memset(descs[2].bytes + 1, 0xff, 8);
+                        break;
+                case NONE:
+                        n = 0;
+                        break;
+                case TOO_FEW:
+                        n = 1 + 1; /* 100 + 500 of the message's 1024 bytes */
+                        break;
+                case TOO_MANY:
+                        n = N_SPANS + 1; /* the first span once more */
+                        break;
+                }
+                copy = calloc(n ? n : 1, sizeof(*copy)); /* the handler's to free */
+                ck_assert_ptr_nonnull(copy);
+                memcpy(copy, descs, n * sizeof(*copy));
+
+                batch_one(dom, 0, 1, false, &s);
+                domain_lane_on_xfer(reg, them,
+                                    &(DomainXferMsg){.dst_domain_id = dom->id,
+                                                     .src_domain_id = THEIR_DOMAIN,
+                                                     .kind = XFER_READY,
+                                                     .src_rank = 0,
+                                                     .dst_rank = 1,
+                                                     .seq = n_msgs,
+                                                     .desc = &(OpDesc){.op = OP_BATCH,
+                                                                       .count = MSG_COUNT,
+                                                                       .dtype = KVD_DT_FLOAT,
+                                                                       .bytes = MSG_BYTES},
+                                                     .status = STATUS_OK,
+                                                     .detail = "",
+                                                     .direct = true,
+                                                     .descs = copy,
+                                                     .n_descs = n});
+                loop_once();
+                answered(&s, STATUS_PROTOCOL_MISMATCH);
+                if (!strstr(s.detail, named[i]))
+                        ck_abort_msg("case %zu: \"%s\" does not say \"%s\"", i, s.detail, named[i]);
+                /* Nothing of ours registered, no channel asked, no write: their buffer and its
+                 * guards are as they were... */
+                ck_assert_uint_eq(rdma_fake->n_submitted, 0);
+                ck_assert_uint_eq(rdma_fake->n_regions, N_SPANS);
+                ck_assert_uint_eq(fake_transport_live_regions(rdma_fake), N_SPANS);
+                ck_assert_uint_eq(sent_count(SENT_CHANNEL_READY), 0);
+                ck_assert_uint_eq(fx.tcp->n_submitted, 0);
+                check_their_buf(their_spans, N_SPANS, NULL);
+                /* ...and the receiver hears it, to let go of its registration. */
+                w = sent_nth(SENT_XFER, sent_count(SENT_XFER) - 1);
+                ck_assert_ptr_nonnull(w);
+                ck_assert_uint_eq(w->xfer, XFER_SEND_CANCEL);
+                ck_assert_uint_eq(w->seq, n_msgs);
+                ck_assert_int_eq(w->status, STATUS_PROTOCOL_MISMATCH);
+                n_msgs++;
+                ck_assert_uint_eq(sent_count(SENT_XFER), n_msgs);
+        }
+        their_deregister(mrs, N_SPANS);
+        check_region(src, SEED_SRC, false, 0, 0);
+        region_drop(src);
+}
+END_TEST
+
 START_TEST(test_rdma_write_fails)
 {
         Domain *dom = form_rdma();
@@ -1851,7 +1984,7 @@ START_TEST(test_rdma_write_fails)
         fake_transport_complete(rdma_fake, job, -EIO);
         loop_once();
         answered(&s, STATUS_PEER_LOST);
-        ck_assert_ptr_nonnull(strstr(s.detail, "RDMA WRITE to rank 1 failed"));
+        ck_assert_ptr_nonnull(strstr(s.detail, "writing to rank 1 over fake-rdma failed"));
         /* ...the channel's paths are connected again for whatever uses it next... */
         w = sent_nth(SENT_CHANNEL_REPAIR, 0);
         ck_assert_ptr_nonnull(w);
@@ -1931,7 +2064,7 @@ START_TEST(test_rdma_channel_fails)
         rdma_send_readied(dom, &s, mrs, 0);
         loop_once();
         answered(&s, STATUS_PEER_LOST);
-        ck_assert_ptr_nonnull(strstr(s.detail, "no RDMA queue pairs to rank 1"));
+        ck_assert_ptr_nonnull(strstr(s.detail, "no fake-rdma channel to rank 1"));
         ck_assert_uint_eq(rdma_fake->n_submitted, 0);
         w = sent_nth(SENT_XFER, 0);
         ck_assert_ptr_nonnull(w);
@@ -1988,7 +2121,7 @@ START_TEST(test_rdma_recv_register_fails)
                 int status;
                 const char *detail;
         } cases[] = {
-                /* domain_lane_rdma_recv_register(): the device cannot take WRITEs... */
+                /* domain_lane_direct_recv_register(): the device cannot take WRITEs... */
                 {0, "the device is down (test)", STATUS_FEATURE_NOT_ENABLED,
                  "the device is down (test)"},
                 /* ...or the registration fails (LimitMEMLOCK, most often). */
@@ -2029,7 +2162,7 @@ START_TEST(test_rdma_send_register_fails)
 
         rdma_send_readied(dom, &s, mrs, -ENOMEM);
         loop_once();
-        /* domain_lane_rdma_send_prepare(): OUT_OF_MEMORY, no WRITE; the receiver hears it. */
+        /* domain_lane_direct_send_prepare(): OUT_OF_MEMORY, no WRITE; the receiver hears it. */
         answered(&s, STATUS_OUT_OF_MEMORY);
         ck_assert_ptr_nonnull(strstr(s.detail, "cannot register the send buffer"));
         ck_assert_uint_eq(rdma_fake->n_submitted, 0);
@@ -2479,6 +2612,7 @@ static Suite *domain_suite(void)
         tcase_add_test(tc, test_rdma_recv);
         tcase_add_test(tc, test_rdma_send);
         tcase_add_test(tc, test_rdma_send_bad_ready);
+        tcase_add_test(tc, test_direct_send_bad_descs);
         tcase_add_test(tc, test_rdma_write_fails);
         tcase_add_test(tc, test_rdma_write_refused);
         tcase_add_test(tc, test_rdma_channel_fails);
