@@ -21,6 +21,7 @@
 #include "daemon/link/peer-link.h"
 #include "daemon/link/peer.h"
 #include "common/status.h"
+#include "daemon/transport/transport-set.h"
 
 /* A grant as wire messages, with the storage they point into. */
 typedef struct GrantWire {
@@ -32,6 +33,7 @@ typedef struct GrantWire {
         Kvdist__V1__CacheDesc *descs;
         Kvdist__V1__CacheKey ***keys;      /* per cache: pointers into key_storage */
         PeerCacheKeyStorage **key_storage; /* per cache */
+        ProtobufCBinaryData **descs_bytes; /* per cache: its tensors' descriptors */
 } GrantWire;
 
 static void grant_wire_free(GrantWire *w, size_t n)
@@ -39,7 +41,9 @@ static void grant_wire_free(GrantWire *w, size_t n)
         for (size_t i = 0; i < n; i++) {
                 free(w->keys ? w->keys[i] : NULL);
                 free(w->key_storage ? w->key_storage[i] : NULL);
+                free(w->descs_bytes ? w->descs_bytes[i] : NULL);
         }
+        free(w->descs_bytes);
         free(w->caches);
         free(w->ptrs);
         free(w->descs);
@@ -76,7 +80,9 @@ static int grant_wire_build(const LinkGrant *g, GrantWire *w)
         w->descs = calloc(n, sizeof(*w->descs));
         w->keys = calloc(n, sizeof(*w->keys));
         w->key_storage = calloc(n, sizeof(*w->key_storage));
-        if (!w->caches || !w->ptrs || !w->descs || !w->keys || !w->key_storage)
+        w->descs_bytes = calloc(n, sizeof(*w->descs_bytes));
+        if (!w->caches || !w->ptrs || !w->descs || !w->keys || !w->key_storage ||
+            !w->descs_bytes)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
                 const LinkExposedCache *e = &g->caches[i];
@@ -93,10 +99,18 @@ static int grant_wire_build(const LinkGrant *g, GrantWire *w)
                 w->descs[i].n_shape = e->n_shape;
                 w->descs[i].shape = e->shape;
                 w->descs[i].data_type = e->data_type;
-                rc->rdma_addrs = e->rdma_addrs;
-                rc->n_rdma_addrs = e->n_rdma;
-                rc->rdma_rkeys = e->rdma_rkeys;
-                rc->n_rdma_rkeys = e->n_rdma;
+                if (e->n_descs > 0) {
+                        w->descs_bytes[i] = calloc(e->n_descs, sizeof(*w->descs_bytes[i]));
+                        if (!w->descs_bytes[i])
+                                return -ENOMEM;
+                        for (size_t k = 0; k < e->n_descs; k++)
+                                w->descs_bytes[i][k] = (ProtobufCBinaryData){
+                                        .len = e->descs[k].len,
+                                        .data = (uint8_t *)e->descs[k].bytes,
+                                };
+                        rc->descs = w->descs_bytes[i];
+                        rc->n_descs = e->n_descs;
+                }
                 if (e->n_keys == 0)
                         continue;
                 w->keys[i] = calloc(e->n_keys, sizeof(*w->keys[i]));
@@ -115,16 +129,56 @@ static int grant_wire_build(const LinkGrant *g, GrantWire *w)
         return 0;
 }
 
-static int exposed_cache_from_wire(const Kvdist__V1__RemoteCache *rc, LinkExposedCache *e)
+/*
+ * Checks the descriptors the peer sent for the tensors of its cache @rc: one per tensor (or
+ * none), each of a descriptor's size, and where we have a transport that reaches peers' memory
+ * one-sided, one it unpacks into a span that holds the whole tensor. -EBADMSG with @err set.
+ */
+static int exposed_descs_check(Transport *direct, const Kvdist__V1__RemoteCache *rc, Error *err)
+{
+        uint32_t num_tensors = rc->desc ? rc->desc->num_tensors : 0;
+
+        if (rc->n_descs == 0)
+                return 0;
+        if (rc->n_descs != num_tensors) {
+                error_set(err, STATUS_PROTOCOL_MISMATCH,
+                          "the peer described %zu tensors of its cache %" PRIu64 ", which has %" PRIu32,
+                          rc->n_descs, rc->cache_id, num_tensors);
+                return -EBADMSG;
+        }
+        for (size_t k = 0; k < rc->n_descs; k++) {
+                const ProtobufCBinaryData *d = &rc->descs[k];
+                TransportRemote m;
+
+                if (d->len == 0 || d->len > TRANSPORT_DESC_MAX ||
+                    (transport_caps(direct)->remote_access &&
+                     (transport_desc_unpack(direct, d->data, d->len, &m) < 0 ||
+                      m.len < rc->tensor_size))) {
+                        error_set(err, STATUS_PROTOCOL_MISMATCH,
+                                  "the peer's descriptor of tensor %zu of its cache %" PRIu64
+                                  " (%zu bytes) does not describe the tensor",
+                                  k, rc->cache_id, d->len);
+                        return -EBADMSG;
+                }
+        }
+        return 0;
+}
+
+static int exposed_cache_from_wire(Transport *direct, const Kvdist__V1__RemoteCache *rc,
+                                   LinkExposedCache *e, Error *err)
 {
         size_t n_keys = MIN(rc->n_keys, rc->n_key_slots);
         size_t n_shape = rc->desc ? rc->desc->n_shape : 0;
-        size_t n_rdma = rc->n_rdma_addrs == rc->n_rdma_rkeys ? rc->n_rdma_addrs : 0;
         int r;
 
-        r = link_exposed_cache_alloc(e, n_shape, n_rdma, n_keys);
+        r = exposed_descs_check(direct, rc, err);
         if (r < 0)
                 return r;
+        r = link_exposed_cache_alloc(e, n_shape, rc->n_descs, n_keys);
+        if (r < 0) {
+                error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
+                return r;
+        }
         e->cache_id = rc->cache_id;
         e->blocks = rc->blocks;
         e->tensor_size = rc->tensor_size;
@@ -134,9 +188,9 @@ static int exposed_cache_from_wire(const Kvdist__V1__RemoteCache *rc, LinkExpose
         }
         if (n_shape > 0)
                 memcpy(e->shape, rc->desc->shape, n_shape * sizeof(*e->shape));
-        if (n_rdma > 0) {
-                memcpy(e->rdma_addrs, rc->rdma_addrs, n_rdma * sizeof(*e->rdma_addrs));
-                memcpy(e->rdma_rkeys, rc->rdma_rkeys, n_rdma * sizeof(*e->rdma_rkeys));
+        for (size_t k = 0; k < e->n_descs; k++) {
+                e->descs[k].len = rc->descs[k].len;
+                memcpy(e->descs[k].bytes, rc->descs[k].data, rc->descs[k].len);
         }
         for (size_t k = 0; k < n_keys; k++) {
                 /* A key of no kind names nothing: it is left out, as a lookup would ignore it. */
@@ -147,14 +201,20 @@ static int exposed_cache_from_wire(const Kvdist__V1__RemoteCache *rc, LinkExpose
         return 0;
 }
 
-/* Decodes the peer's PeerLinkReply @m into a new grant; -ENOMEM. */
-static int grant_from_wire(const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret)
+/*
+ * Decodes the peer's PeerLinkReply @m into a new grant, checking descriptors with @direct (the
+ * transport that reaches peers' memory, or NULL): -ENOMEM, or -EBADMSG for a malformed one, with
+ * @err set.
+ */
+static int grant_from_wire(Transport *direct, const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret,
+                           Error *err)
 {
         LinkGrant *g;
+        int r = -ENOMEM;
 
         g = calloc(1, sizeof(*g));
         if (!g)
-                return -ENOMEM;
+                goto oom;
         g->link_id = m->link_id;
         g->role = m->dst_role;
         if (m->rdma && m->rdma->gid.len == TRANSPORT_ADDRESS_SIZE && m->rdma->device) {
@@ -168,23 +228,26 @@ static int grant_from_wire(const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret)
         if (m->rdma_reason && m->rdma_reason[0]) {
                 g->rdma_reason = strdup(m->rdma_reason);
                 if (!g->rdma_reason)
-                        goto fail;
+                        goto oom;
         }
         if (m->n_caches > 0) {
                 g->caches = calloc(m->n_caches, sizeof(*g->caches));
                 if (!g->caches)
-                        goto fail;
+                        goto oom;
                 for (size_t i = 0; i < m->n_caches; i++) {
                         g->n_caches++;
-                        if (exposed_cache_from_wire(m->caches[i], &g->caches[i]) < 0)
+                        r = exposed_cache_from_wire(direct, m->caches[i], &g->caches[i], err);
+                        if (r < 0)
                                 goto fail;
                 }
         }
         *ret = g;
         return 0;
+oom:
+        error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
 fail:
         link_grant_free(g);
-        return -ENOMEM;
+        return r;
 }
 
 /* Who waits for the answer to a PeerLink we sent. */
@@ -204,10 +267,10 @@ static void peer_link_on_reply(Peer *p, int status, const Error *err, const Prot
 
         free(lc);
         if (status == STATUS_OK &&
-            grant_from_wire((const Kvdist__V1__PeerLinkReply *)reply, &g) < 0) {
-                status = STATUS_OUT_OF_MEMORY;
+            grant_from_wire(transport_set_get(p->root->transports, TRANSPORT_ROLE_DIRECT),
+                            (const Kvdist__V1__PeerLinkReply *)reply, &g, &e) < 0) {
+                status = e.code;
                 err = &e;
-                error_set(&e, status, "out of memory");
         }
         fn(p, status, err, g, fn_userdata);
 }

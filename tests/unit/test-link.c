@@ -662,7 +662,7 @@ START_TEST(test_inbound_link)
         ck_assert_int_eq(g->caches[0].shape[0], 4);
         ck_assert_uint_eq(g->caches[0].n_keys, 1);
         ck_assert_uint_eq(g->caches[0].keys[0].req_id, 600);
-        ck_assert_uint_eq(g->caches[0].n_rdma, 0);
+        ck_assert_uint_eq(g->caches[0].n_descs, 0);
         link_grant_free(g);
 
         /* The linking side unlinks: the inbound link goes, its listeners hear it. */

@@ -417,7 +417,7 @@ START_TEST(test_remote_pull)
         ck_assert(!r->src_layers_set && !r->dst_layers_set);
         ck_assert_uint_eq(r->timeout_ms, fx.sync_kv_timeout_ms);
         ck_assert_uint_eq(r->notify_len, 0);
-        ck_assert(!r->rdma);
+        ck_assert(!r->remote_access);
         ck_assert_ptr_nonnull(r->local);
         ck_assert(!r->local->blocks);
         ck_assert_uint_eq(r->local->num_tensors, TENSORS);
@@ -964,7 +964,7 @@ START_TEST(test_inlink_pull)
         ck_assert_uint_eq(r->linked_link_id, il->id);
         ck_assert_uint_eq(r->initiator_link_id, il->id);
         ck_assert_uint_eq(r->key.cluster_id, REMOTE_CLUSTER);
-        ck_assert(!r->rdma);
+        ck_assert(!r->remote_access);
 
         ans = remote_answer(&remote, 3);
         transfer_remote_on_answer(x, fx.peer, STATUS_OK, NULL, &ans);
