@@ -415,8 +415,7 @@ static int link_exposed_fill(Transport *direct, const CacheTable *t, const Cache
                          transport_cache_registered(direct, cache, true);
         int r;
 
-        r = link_exposed_cache_alloc(e, cache->desc.n_dims,
-                                     reachable ? cache->desc.num_tensors : 0,
+        r = link_exposed_cache_alloc(e, cache->desc.n_dims, reachable ? cache->desc.num_tensors : 0,
                                      cache_table_count_keys(t, cache));
         if (r < 0)
                 return r;

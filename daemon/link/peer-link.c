@@ -81,8 +81,7 @@ static int grant_wire_build(const LinkGrant *g, GrantWire *w)
         w->keys = calloc(n, sizeof(*w->keys));
         w->key_storage = calloc(n, sizeof(*w->key_storage));
         w->descs_bytes = calloc(n, sizeof(*w->descs_bytes));
-        if (!w->caches || !w->ptrs || !w->descs || !w->keys || !w->key_storage ||
-            !w->descs_bytes)
+        if (!w->caches || !w->ptrs || !w->descs || !w->keys || !w->key_storage || !w->descs_bytes)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
                 const LinkExposedCache *e = &g->caches[i];
@@ -142,7 +141,8 @@ static int exposed_descs_check(Transport *direct, const Kvdist__V1__RemoteCache 
                 return 0;
         if (rc->n_descs != num_tensors) {
                 error_set(err, STATUS_PROTOCOL_MISMATCH,
-                          "the peer described %zu tensors of its cache %" PRIu64 ", which has %" PRIu32,
+                          "the peer described %zu tensors of its cache %" PRIu64
+                          ", which has %" PRIu32,
                           rc->n_descs, rc->cache_id, num_tensors);
                 return -EBADMSG;
         }

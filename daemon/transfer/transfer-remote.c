@@ -224,8 +224,8 @@ static bool transfer_remote_span_within(uint64_t off, uint64_t len, uint64_t cou
                 return false;
         if (count <= 1)
                 last = 0;
-        return !__builtin_add_overflow(off, last, &end) && !__builtin_add_overflow(end, len, &end) &&
-               end <= size;
+        return !__builtin_add_overflow(off, last, &end) &&
+               !__builtin_add_overflow(end, len, &end) && end <= size;
 }
 
 /*
@@ -244,8 +244,8 @@ static int transfer_remote_descs(Transfer *x, const Cache *cache, bool local_is_
 
         if (!transport_cache_registered(x->transport, cache, false))
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
-                                 "cache %" PRIu64 " is not registered with transport %s",
-                                 cache->id, transport_name(x->transport));
+                                 "cache %" PRIu64 " is not registered with transport %s", cache->id,
+                                 transport_name(x->transport));
         if (m->n_descs != n_remote || !m->descs)
                 return error_set(err, STATUS_PROTOCOL_MISMATCH,
                                  "the peer sent %zu descriptors for %" PRIu32 " tensors",
@@ -318,8 +318,8 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
                                  cache->id);
         if (x->remote_access) {
                 r = transfer_remote_descs(x, cache, local_is_src,
-                                              local_is_src ? local.num_tensors : remote.num_tensors,
-                                              remote.num_tensors, m, err);
+                                          local_is_src ? local.num_tensors : remote.num_tensors,
+                                          remote.num_tensors, m, err);
                 if (r < 0)
                         return r;
         }
