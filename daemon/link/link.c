@@ -359,6 +359,36 @@ LinkGrant *link_grant_free(LinkGrant *g)
         return NULL;
 }
 
+int link_grant_check(Transport *direct, const LinkGrant *g, Error *err)
+{
+        bool unpack = transport_caps(direct)->remote_access;
+
+        for (size_t i = 0; i < g->n_caches; i++) {
+                const LinkExposedCache *e = &g->caches[i];
+
+                if (e->n_descs != 0 && e->n_descs != e->num_tensors)
+                        return error_set(err, STATUS_PROTOCOL_MISMATCH,
+                                         "the peer sent %zu descriptors for its cache %" PRIu64
+                                         " of %" PRIu32 " tensors",
+                                         e->n_descs, e->cache_id, e->num_tensors);
+                for (size_t k = 0; k < e->n_descs; k++) {
+                        TransportRemote m;
+
+                        if (e->descs[k].len == 0 ||
+                            (unpack && (transport_desc_unpack(direct, e->descs[k].bytes,
+                                                              e->descs[k].len, &m) < 0 ||
+                                        m.len < e->tensor_size)))
+                                return error_set(err, STATUS_PROTOCOL_MISMATCH,
+                                                 "the peer's descriptor of tensor %zu of its "
+                                                 "cache %" PRIu64 " (%zu bytes) does not describe "
+                                                 "the tensor to transport %s",
+                                                 k, e->cache_id, e->descs[k].len,
+                                                 transport_name(direct));
+                }
+        }
+        return 0;
+}
+
 void link_give_back(LinkRoot *root, Peer *p, uint64_t src_cluster_id, uint64_t dst_cluster_id,
                     uint64_t link_id)
 {

@@ -210,6 +210,14 @@ int link_new_remote(LinkRoot *root, Cluster *local, Peer *peer, uint64_t remote_
  */
 int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_descs, size_t n_keys);
 
+/*
+ * Checks the descriptors of the caches a peer granted in @g: none or one per tensor of a cache,
+ * none empty, and where @direct (our transport that reaches peers' memory, or NULL) has remote
+ * access, each one it unpacks (transport_desc_unpack()) into a span that holds the whole tensor.
+ * Returns 0, or STATUS_PROTOCOL_MISMATCH with @err saying which.
+ */
+int link_grant_check(Transport *direct, const LinkGrant *g, Error *err);
+
 /* Frees a grant and what it holds. Accepts NULL; returns NULL. */
 LinkGrant *link_grant_free(LinkGrant *g);
 

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <kvdist/kvdist.h>
+
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
@@ -129,51 +131,24 @@ static int grant_wire_build(const LinkGrant *g, GrantWire *w)
 }
 
 /*
- * Checks the descriptors the peer sent for the tensors of its cache @rc: one per tensor (or
- * none), each of a descriptor's size, and where we have a transport that reaches peers' memory
- * one-sided, one it unpacks into a span that holds the whole tensor. -EBADMSG with @err set.
+ * Decodes one cache of a peer's grant into @e; its descriptors are checked with the grant's
+ * (link_grant_check()). -ENOMEM, or -EBADMSG for more descriptors than any cache has tensors
+ * (refused before they cost memory), with @err set.
  */
-static int exposed_descs_check(Transport *direct, const Kvdist__V1__RemoteCache *rc, Error *err)
-{
-        uint32_t num_tensors = rc->desc ? rc->desc->num_tensors : 0;
-
-        if (rc->n_descs == 0)
-                return 0;
-        if (rc->n_descs != num_tensors) {
-                error_set(err, STATUS_PROTOCOL_MISMATCH,
-                          "the peer described %zu tensors of its cache %" PRIu64
-                          ", which has %" PRIu32,
-                          rc->n_descs, rc->cache_id, num_tensors);
-                return -EBADMSG;
-        }
-        for (size_t k = 0; k < rc->n_descs; k++) {
-                const ProtobufCBinaryData *d = &rc->descs[k];
-                TransportRemote m;
-
-                if (d->len == 0 || d->len > TRANSPORT_DESC_MAX ||
-                    (transport_caps(direct)->remote_access &&
-                     (transport_desc_unpack(direct, d->data, d->len, &m) < 0 ||
-                      m.len < rc->tensor_size))) {
-                        error_set(err, STATUS_PROTOCOL_MISMATCH,
-                                  "the peer's descriptor of tensor %zu of its cache %" PRIu64
-                                  " (%zu bytes) does not describe the tensor",
-                                  k, rc->cache_id, d->len);
-                        return -EBADMSG;
-                }
-        }
-        return 0;
-}
-
-static int exposed_cache_from_wire(Transport *direct, const Kvdist__V1__RemoteCache *rc,
-                                   LinkExposedCache *e, Error *err)
+static int exposed_cache_from_wire(const Kvdist__V1__RemoteCache *rc, LinkExposedCache *e,
+                                   Error *err)
 {
         size_t n_keys = MIN(rc->n_keys, rc->n_key_slots);
         size_t n_shape = rc->desc ? rc->desc->n_shape : 0;
         int r;
 
-        r = exposed_descs_check(direct, rc, err);
-        if (r < 0)
-                return r;
+        if (rc->n_descs > KVD_MAX_TENSORS) {
+                error_set(err, STATUS_PROTOCOL_MISMATCH,
+                          "the peer sent %zu descriptors for its cache %" PRIu64
+                          ", more than a cache has tensors",
+                          rc->n_descs, rc->cache_id);
+                return -EBADMSG;
+        }
         r = link_exposed_cache_alloc(e, n_shape, rc->n_descs, n_keys);
         if (r < 0) {
                 error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
@@ -189,8 +164,12 @@ static int exposed_cache_from_wire(Transport *direct, const Kvdist__V1__RemoteCa
         if (n_shape > 0)
                 memcpy(e->shape, rc->desc->shape, n_shape * sizeof(*e->shape));
         for (size_t k = 0; k < e->n_descs; k++) {
+                /* Longer than any descriptor: kept empty, which link_grant_check() refuses. */
+                if (rc->descs[k].len > TRANSPORT_DESC_MAX)
+                        continue;
                 e->descs[k].len = rc->descs[k].len;
-                memcpy(e->descs[k].bytes, rc->descs[k].data, rc->descs[k].len);
+                if (rc->descs[k].len > 0)
+                        memcpy(e->descs[k].bytes, rc->descs[k].data, rc->descs[k].len);
         }
         for (size_t k = 0; k < n_keys; k++) {
                 /* A key of no kind names nothing: it is left out, as a lookup would ignore it. */
@@ -202,12 +181,10 @@ static int exposed_cache_from_wire(Transport *direct, const Kvdist__V1__RemoteCa
 }
 
 /*
- * Decodes the peer's PeerLinkReply @m into a new grant, checking descriptors with @direct (the
- * transport that reaches peers' memory, or NULL): -ENOMEM, or -EBADMSG for a malformed one, with
- * @err set.
+ * Decodes the peer's PeerLinkReply @m into a new grant: -ENOMEM, or -EBADMSG for what no grant
+ * holds, with @err set.
  */
-static int grant_from_wire(Transport *direct, const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret,
-                           Error *err)
+static int grant_from_wire(const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret, Error *err)
 {
         LinkGrant *g;
         int r = -ENOMEM;
@@ -236,7 +213,7 @@ static int grant_from_wire(Transport *direct, const Kvdist__V1__PeerLinkReply *m
                         goto oom;
                 for (size_t i = 0; i < m->n_caches; i++) {
                         g->n_caches++;
-                        r = exposed_cache_from_wire(direct, m->caches[i], &g->caches[i], err);
+                        r = exposed_cache_from_wire(m->caches[i], &g->caches[i], err);
                         if (r < 0)
                                 goto fail;
                 }
@@ -266,9 +243,13 @@ static void peer_link_on_reply(Peer *p, int status, const Error *err, const Prot
         Error e = ERROR_INIT;
 
         free(lc);
+        /* A grant whose descriptors our transport does not read is the peer's fault: the link
+         * fails with PROTOCOL_MISMATCH, before anything uses them. */
         if (status == STATUS_OK &&
-            grant_from_wire(transport_set_get(p->root->transports, TRANSPORT_ROLE_DIRECT),
-                            (const Kvdist__V1__PeerLinkReply *)reply, &g, &e) < 0) {
+            (grant_from_wire((const Kvdist__V1__PeerLinkReply *)reply, &g, &e) < 0 ||
+             link_grant_check(transport_set_get(p->root->transports, TRANSPORT_ROLE_DIRECT), g,
+                              &e) < 0)) {
+                g = link_grant_free(g);
                 status = e.code;
                 err = &e;
         }
