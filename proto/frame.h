@@ -18,7 +18,12 @@
 #include <sys/types.h>
 
 #define FRAME_MAGIC UINT32_C(0x3144564b) /* "KVD1" read as little-endian u32 */
-#define FRAME_VERSION 1
+#define FRAME_VERSION 1 /* the client protocol: Hello.protocol_version, and every header's */
+/*
+ * The peer protocol (PeerHello.protocol_version): 2 carries memory for one-sided access as
+ * opaque transport descriptors; a peer speaking another version is refused.
+ */
+#define PEER_PROTOCOL_VERSION 2
 #define FRAME_HEADER_SIZE 24
 #define FRAME_MAX_FDS 4 /* fds one frame may carry */
 #define FRAME_MAX_PAYLOAD_DEFAULT (16u << 20)

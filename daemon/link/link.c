@@ -351,13 +351,42 @@ LinkGrant *link_grant_free(LinkGrant *g)
                 free(e->shape);
                 free(e->keys);
                 free(e->key_slots);
-                free(e->rdma_addrs);
-                free(e->rdma_rkeys);
+                free(e->descs);
         }
         free(g->caches);
         free(g->rdma_reason);
         free(g);
         return NULL;
+}
+
+int link_grant_check(Transport *direct, const LinkGrant *g, Error *err)
+{
+        bool unpack = transport_caps(direct)->remote_access;
+
+        for (size_t i = 0; i < g->n_caches; i++) {
+                const LinkExposedCache *e = &g->caches[i];
+
+                if (e->n_descs != 0 && e->n_descs != e->num_tensors)
+                        return error_set(err, STATUS_PROTOCOL_MISMATCH,
+                                         "the peer sent %zu descriptors for its cache %" PRIu64
+                                         " of %" PRIu32 " tensors",
+                                         e->n_descs, e->cache_id, e->num_tensors);
+                for (size_t k = 0; k < e->n_descs; k++) {
+                        TransportRemote m;
+
+                        if (e->descs[k].len == 0 ||
+                            (unpack && (transport_desc_unpack(direct, e->descs[k].bytes,
+                                                              e->descs[k].len, &m) < 0 ||
+                                        m.len < e->tensor_size)))
+                                return error_set(err, STATUS_PROTOCOL_MISMATCH,
+                                                 "the peer's descriptor of tensor %zu of its "
+                                                 "cache %" PRIu64 " (%zu bytes) does not describe "
+                                                 "the tensor to transport %s",
+                                                 k, e->cache_id, e->descs[k].len,
+                                                 transport_name(direct));
+                }
+        }
+        return 0;
 }
 
 void link_give_back(LinkRoot *root, Peer *p, uint64_t src_cluster_id, uint64_t dst_cluster_id,
@@ -382,7 +411,7 @@ static void link_exposed_add_key(const CacheKey *key, uint32_t index, void *user
         e->n_keys++;
 }
 
-int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_rdma, size_t n_keys)
+int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_descs, size_t n_keys)
 {
         if (n_shape > 0) {
                 e->shape = calloc(n_shape, sizeof(*e->shape));
@@ -390,12 +419,11 @@ int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_rdma,
                         return -ENOMEM;
                 e->n_shape = n_shape;
         }
-        if (n_rdma > 0) {
-                e->rdma_addrs = calloc(n_rdma, sizeof(*e->rdma_addrs));
-                e->rdma_rkeys = calloc(n_rdma, sizeof(*e->rdma_rkeys));
-                if (!e->rdma_addrs || !e->rdma_rkeys)
+        if (n_descs > 0) {
+                e->descs = calloc(n_descs, sizeof(*e->descs));
+                if (!e->descs)
                         return -ENOMEM;
-                e->n_rdma = n_rdma;
+                e->n_descs = n_descs;
         }
         if (n_keys > 0) {
                 e->keys = calloc(n_keys, sizeof(*e->keys));
@@ -406,14 +434,18 @@ int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_rdma,
         return 0;
 }
 
-/* Describes one cache that a link reaches into @e. */
-static int link_exposed_fill(Transport *rdma_transport, const CacheTable *t, const Cache *cache,
+/*
+ * Describes one cache that a link reaches into @e: with the descriptors of its tensors when
+ * @direct (the transport of peers' one-sided access, NULL when none) reaches it.
+ */
+static int link_exposed_fill(Transport *direct, const CacheTable *t, const Cache *cache,
                              LinkExposedCache *e)
 {
-        bool rdma = transport_cache_registered(rdma_transport, cache, true);
+        bool reachable = transport_caps(direct)->remote_access &&
+                         transport_cache_registered(direct, cache, true);
         int r;
 
-        r = link_exposed_cache_alloc(e, cache->desc.n_dims, rdma ? cache->desc.num_tensors : 0,
+        r = link_exposed_cache_alloc(e, cache->desc.n_dims, reachable ? cache->desc.num_tensors : 0,
                                      cache_table_count_keys(t, cache));
         if (r < 0)
                 return r;
@@ -424,12 +456,14 @@ static int link_exposed_fill(Transport *rdma_transport, const CacheTable *t, con
         e->data_type = cache->desc.data_type;
         if (e->n_shape > 0)
                 memcpy(e->shape, cache->desc.shape, e->n_shape * sizeof(*e->shape));
-        for (size_t k = 0; k < e->n_rdma; k++) {
-                TransportKey key = {0};
-
-                (void)transport_cache_key(rdma_transport, cache, k, true, &e->rdma_addrs[k], &key);
-                e->rdma_rkeys[k] = key.rkey;
-        }
+        for (size_t k = 0; k < e->n_descs; k++)
+                if (transport_cache_desc(direct, cache, (uint32_t)k, &e->descs[k]) < 0) {
+                        /* Not reachable after all: described without descriptors. */
+                        free(e->descs);
+                        e->descs = NULL;
+                        e->n_descs = 0;
+                        break;
+                }
         if (e->keys)
                 cache_table_foreach_key(t, cache, link_exposed_add_key, e);
         return 0;

@@ -47,9 +47,13 @@ typedef struct LinkExposedCache {
         size_t n_keys;
         CacheKey *keys;      /* the keys that name it, */
         uint32_t *key_slots; /* each with the index it names */
-        size_t n_rdma;       /* registered for RDMA: per tensor, its address and rkey */
-        uint64_t *rdma_addrs;
-        uint32_t *rdma_rkeys;
+        /*
+         * Reachable for peers' one-sided access: per tensor, its descriptor as the owner's
+         * transport packed it (transport_cache_desc()); opaque here, unpacked only by the
+         * transport of the side that reaches the memory (transport_desc_unpack()).
+         */
+        size_t n_descs;
+        TransportDesc *descs;
 } LinkExposedCache;
 
 /*
@@ -200,11 +204,19 @@ int link_new_remote(LinkRoot *root, Cluster *local, Peer *peer, uint64_t remote_
                     LinkGrant *exposed, Transport *transport, Link **ret);
 
 /*
- * Allocates @e's arrays: a shape of @n_shape dimensions and @n_rdma tensors' RDMA addresses and
- * keys (their counts set), room for @n_keys keys and slots (n_keys stays 0 for the caller to
- * fill). -ENOMEM; what was allocated is freed with the grant.
+ * Allocates @e's arrays: a shape of @n_shape dimensions and @n_descs tensors' descriptors (their
+ * counts set), room for @n_keys keys and slots (n_keys stays 0 for the caller to fill). -ENOMEM;
+ * what was allocated is freed with the grant.
  */
-int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_rdma, size_t n_keys);
+int link_exposed_cache_alloc(LinkExposedCache *e, size_t n_shape, size_t n_descs, size_t n_keys);
+
+/*
+ * Checks the descriptors of the caches a peer granted in @g: none or one per tensor of a cache,
+ * none empty, and where @direct (our transport that reaches peers' memory, or NULL) has remote
+ * access, each one it unpacks (transport_desc_unpack()) into a span that holds the whole tensor.
+ * Returns 0, or STATUS_PROTOCOL_MISMATCH with @err saying which.
+ */
+int link_grant_check(Transport *direct, const LinkGrant *g, Error *err);
 
 /* Frees a grant and what it holds. Accepts NULL; returns NULL. */
 LinkGrant *link_grant_free(LinkGrant *g);

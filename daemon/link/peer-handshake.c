@@ -64,7 +64,7 @@ static void peer_hello_fill(Peer *p, const PeerAuthHello *ah, Kvdist__V1__PeerHe
 {
         LinkRoot *root = p->root;
 
-        m->protocol_version = FRAME_VERSION;
+        m->protocol_version = PEER_PROTOCOL_VERSION;
         m->node_id = ah->node_id;
         m->identity = root->identity;
         m->nonce.data = (uint8_t *)ah->nonce;
@@ -85,10 +85,10 @@ static int peer_take_hello(Peer *p, const Kvdist__V1__PeerHello *m, Error *err)
 
         if (!m)
                 return error_set(err, STATUS_PROTOCOL_MISMATCH, "Hello without a body");
-        if (m->protocol_version != FRAME_VERSION)
+        if (m->protocol_version != PEER_PROTOCOL_VERSION)
                 return error_set(err, STATUS_PROTOCOL_MISMATCH,
-                                 "peer speaks protocol %" PRIu32 ", we speak %d",
-                                 m->protocol_version, FRAME_VERSION);
+                                 "peer speaks peer protocol %" PRIu32 ", we speak %d",
+                                 m->protocol_version, PEER_PROTOCOL_VERSION);
         if (m->node_id == 0)
                 return error_set(err, STATUS_PROTOCOL_MISMATCH, "Hello without a node id");
         if (m->nonce.len != PEER_AUTH_NONCE_SIZE)

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <kvdist/kvdist.h>
+
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
@@ -21,6 +23,7 @@
 #include "daemon/link/peer-link.h"
 #include "daemon/link/peer.h"
 #include "common/status.h"
+#include "daemon/transport/transport-set.h"
 
 /* A grant as wire messages, with the storage they point into. */
 typedef struct GrantWire {
@@ -32,6 +35,7 @@ typedef struct GrantWire {
         Kvdist__V1__CacheDesc *descs;
         Kvdist__V1__CacheKey ***keys;      /* per cache: pointers into key_storage */
         PeerCacheKeyStorage **key_storage; /* per cache */
+        ProtobufCBinaryData **descs_bytes; /* per cache: its tensors' descriptors */
 } GrantWire;
 
 static void grant_wire_free(GrantWire *w, size_t n)
@@ -39,7 +43,9 @@ static void grant_wire_free(GrantWire *w, size_t n)
         for (size_t i = 0; i < n; i++) {
                 free(w->keys ? w->keys[i] : NULL);
                 free(w->key_storage ? w->key_storage[i] : NULL);
+                free(w->descs_bytes ? w->descs_bytes[i] : NULL);
         }
+        free(w->descs_bytes);
         free(w->caches);
         free(w->ptrs);
         free(w->descs);
@@ -76,7 +82,8 @@ static int grant_wire_build(const LinkGrant *g, GrantWire *w)
         w->descs = calloc(n, sizeof(*w->descs));
         w->keys = calloc(n, sizeof(*w->keys));
         w->key_storage = calloc(n, sizeof(*w->key_storage));
-        if (!w->caches || !w->ptrs || !w->descs || !w->keys || !w->key_storage)
+        w->descs_bytes = calloc(n, sizeof(*w->descs_bytes));
+        if (!w->caches || !w->ptrs || !w->descs || !w->keys || !w->key_storage || !w->descs_bytes)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++) {
                 const LinkExposedCache *e = &g->caches[i];
@@ -93,10 +100,18 @@ static int grant_wire_build(const LinkGrant *g, GrantWire *w)
                 w->descs[i].n_shape = e->n_shape;
                 w->descs[i].shape = e->shape;
                 w->descs[i].data_type = e->data_type;
-                rc->rdma_addrs = e->rdma_addrs;
-                rc->n_rdma_addrs = e->n_rdma;
-                rc->rdma_rkeys = e->rdma_rkeys;
-                rc->n_rdma_rkeys = e->n_rdma;
+                if (e->n_descs > 0) {
+                        w->descs_bytes[i] = calloc(e->n_descs, sizeof(*w->descs_bytes[i]));
+                        if (!w->descs_bytes[i])
+                                return -ENOMEM;
+                        for (size_t k = 0; k < e->n_descs; k++)
+                                w->descs_bytes[i][k] = (ProtobufCBinaryData){
+                                        .len = e->descs[k].len,
+                                        .data = (uint8_t *)e->descs[k].bytes,
+                                };
+                        rc->descs = w->descs_bytes[i];
+                        rc->n_descs = e->n_descs;
+                }
                 if (e->n_keys == 0)
                         continue;
                 w->keys[i] = calloc(e->n_keys, sizeof(*w->keys[i]));
@@ -115,16 +130,30 @@ static int grant_wire_build(const LinkGrant *g, GrantWire *w)
         return 0;
 }
 
-static int exposed_cache_from_wire(const Kvdist__V1__RemoteCache *rc, LinkExposedCache *e)
+/*
+ * Decodes one cache of a peer's grant into @e; its descriptors are checked with the grant's
+ * (link_grant_check()). -ENOMEM, or -EBADMSG for more descriptors than any cache has tensors
+ * (refused before they cost memory), with @err set.
+ */
+static int exposed_cache_from_wire(const Kvdist__V1__RemoteCache *rc, LinkExposedCache *e,
+                                   Error *err)
 {
         size_t n_keys = MIN(rc->n_keys, rc->n_key_slots);
         size_t n_shape = rc->desc ? rc->desc->n_shape : 0;
-        size_t n_rdma = rc->n_rdma_addrs == rc->n_rdma_rkeys ? rc->n_rdma_addrs : 0;
         int r;
 
-        r = link_exposed_cache_alloc(e, n_shape, n_rdma, n_keys);
-        if (r < 0)
+        if (rc->n_descs > KVD_MAX_TENSORS) {
+                error_set(err, STATUS_PROTOCOL_MISMATCH,
+                          "the peer sent %zu descriptors for its cache %" PRIu64
+                          ", more than a cache has tensors",
+                          rc->n_descs, rc->cache_id);
+                return -EBADMSG;
+        }
+        r = link_exposed_cache_alloc(e, n_shape, rc->n_descs, n_keys);
+        if (r < 0) {
+                error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
                 return r;
+        }
         e->cache_id = rc->cache_id;
         e->blocks = rc->blocks;
         e->tensor_size = rc->tensor_size;
@@ -134,9 +163,13 @@ static int exposed_cache_from_wire(const Kvdist__V1__RemoteCache *rc, LinkExpose
         }
         if (n_shape > 0)
                 memcpy(e->shape, rc->desc->shape, n_shape * sizeof(*e->shape));
-        if (n_rdma > 0) {
-                memcpy(e->rdma_addrs, rc->rdma_addrs, n_rdma * sizeof(*e->rdma_addrs));
-                memcpy(e->rdma_rkeys, rc->rdma_rkeys, n_rdma * sizeof(*e->rdma_rkeys));
+        for (size_t k = 0; k < e->n_descs; k++) {
+                /* Longer than any descriptor: kept empty, which link_grant_check() refuses. */
+                if (rc->descs[k].len > TRANSPORT_DESC_MAX)
+                        continue;
+                e->descs[k].len = rc->descs[k].len;
+                if (rc->descs[k].len > 0)
+                        memcpy(e->descs[k].bytes, rc->descs[k].data, rc->descs[k].len);
         }
         for (size_t k = 0; k < n_keys; k++) {
                 /* A key of no kind names nothing: it is left out, as a lookup would ignore it. */
@@ -147,14 +180,18 @@ static int exposed_cache_from_wire(const Kvdist__V1__RemoteCache *rc, LinkExpose
         return 0;
 }
 
-/* Decodes the peer's PeerLinkReply @m into a new grant; -ENOMEM. */
-static int grant_from_wire(const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret)
+/*
+ * Decodes the peer's PeerLinkReply @m into a new grant: -ENOMEM, or -EBADMSG for what no grant
+ * holds, with @err set.
+ */
+static int grant_from_wire(const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret, Error *err)
 {
         LinkGrant *g;
+        int r = -ENOMEM;
 
         g = calloc(1, sizeof(*g));
         if (!g)
-                return -ENOMEM;
+                goto oom;
         g->link_id = m->link_id;
         g->role = m->dst_role;
         if (m->rdma && m->rdma->gid.len == TRANSPORT_ADDRESS_SIZE && m->rdma->device) {
@@ -168,23 +205,26 @@ static int grant_from_wire(const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret)
         if (m->rdma_reason && m->rdma_reason[0]) {
                 g->rdma_reason = strdup(m->rdma_reason);
                 if (!g->rdma_reason)
-                        goto fail;
+                        goto oom;
         }
         if (m->n_caches > 0) {
                 g->caches = calloc(m->n_caches, sizeof(*g->caches));
                 if (!g->caches)
-                        goto fail;
+                        goto oom;
                 for (size_t i = 0; i < m->n_caches; i++) {
                         g->n_caches++;
-                        if (exposed_cache_from_wire(m->caches[i], &g->caches[i]) < 0)
+                        r = exposed_cache_from_wire(m->caches[i], &g->caches[i], err);
+                        if (r < 0)
                                 goto fail;
                 }
         }
         *ret = g;
         return 0;
+oom:
+        error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
 fail:
         link_grant_free(g);
-        return -ENOMEM;
+        return r;
 }
 
 /* Who waits for the answer to a PeerLink we sent. */
@@ -203,11 +243,15 @@ static void peer_link_on_reply(Peer *p, int status, const Error *err, const Prot
         Error e = ERROR_INIT;
 
         free(lc);
+        /* A grant whose descriptors our transport does not read is the peer's fault: the link
+         * fails with PROTOCOL_MISMATCH, before anything uses them. */
         if (status == STATUS_OK &&
-            grant_from_wire((const Kvdist__V1__PeerLinkReply *)reply, &g) < 0) {
-                status = STATUS_OUT_OF_MEMORY;
+            (grant_from_wire((const Kvdist__V1__PeerLinkReply *)reply, &g, &e) < 0 ||
+             link_grant_check(transport_set_get(p->root->transports, TRANSPORT_ROLE_DIRECT), g,
+                              &e) < 0)) {
+                g = link_grant_free(g);
+                status = e.code;
                 err = &e;
-                error_set(&e, status, "out of memory");
         }
         fn(p, status, err, g, fn_userdata);
 }

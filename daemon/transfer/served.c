@@ -25,7 +25,7 @@
 #include "proto/status-wire.h"
 #include "common/status.h"
 
-/* How long past the peer's own deadline a served pull or RDMA push may take. */
+/* How long past the peer's own deadline a served pull or one-sided push may take. */
 #define SERVED_GRACE_MS 5000
 #define SERVED_TIMEOUT_MAX_MS 3600000u
 
@@ -122,7 +122,7 @@ static void served_finish(Served *s, int status)
                           s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
                           status_wire_name(final));
 
-        if (!s->pull && !s->one_sided && s->peer && s->peer->state == PEER_READY)
+        if (!s->pull && !s->remote_access && s->peer && s->peer->state == PEER_READY)
                 (void)root->peer_ops->push_done(s->peer, s->initiator_id, final);
         served_free(s);
         transfer_root_ended(root);
@@ -152,7 +152,7 @@ static void served_fail(Served *s, int status)
                 event_del(s->timer);
         /* One-sided: nothing of ours moves bytes; once the cache is let go, its registrations
          * can go with it and refuse whatever the peer still sends. */
-        if (s->one_sided) {
+        if (s->remote_access) {
                 served_finish(s, status);
                 return;
         }
@@ -238,8 +238,8 @@ static int served_resolve(Served *s, const ServedOver *over, const TransferPeerR
         s->end_key = transfer_pull_ends_key(s->pull ? TRANSFER_PULL_CACHE : TRANSFER_PUSH_CACHE,
                                             &key, cache);
         /* Over TCP, sent is not read: a key that ends and a pull's notification wait for the
-         * initiator's word that every byte landed (PeerRdmaDone). */
-        s->await_word = (s->end_key || (s->pull && s->has_notify)) && !s->one_sided;
+         * initiator's word that every byte landed (PeerRemoteDone). */
+        s->await_word = (s->end_key || (s->pull && s->has_notify)) && !s->remote_access;
         return 0;
 }
 
@@ -296,11 +296,16 @@ static int served_prepare(Served *s, const ServedOver *over, const TransferPeerR
         if (s->plan->total_bytes == 0)
                 return error_set(err, STATUS_PARAM_INVALID, "the transfer moves no bytes");
 
-        if (s->one_sided &&
-            !transport_cache_registered(
-                    transport_set_get(s->root->transports, TRANSPORT_ROLE_DIRECT), s->cache, true))
-                return error_set(err, STATUS_FEATURE_NOT_ENABLED,
-                                 "cache %" PRIu64 " is not registered for RDMA here", s->cache->id);
+        if (s->remote_access) {
+                Transport *direct = transport_set_get(s->root->transports, TRANSPORT_ROLE_DIRECT);
+
+                if (!transport_caps(direct)->remote_access ||
+                    !transport_cache_registered(direct, s->cache, true))
+                        return error_set(err, STATUS_FEATURE_NOT_ENABLED,
+                                         "cache %" PRIu64 " is not reachable for peers' "
+                                         "one-sided access here (%s)",
+                                         s->cache->id, transport_name(direct));
+        }
         s->segs = calloc(s->plan->n_segments, sizeof(TransportSegment));
         if (!s->segs)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
@@ -313,18 +318,16 @@ static int served_prepare(Served *s, const ServedOver *over, const TransferPeerR
         return 0;
 }
 
-/* The address and remote key of every tensor of the served cache, for the peer's READs/WRITEs. */
-static int served_rdma_keys(Served *s, uint64_t *addrs, uint32_t *rkeys)
+/* The descriptor of every tensor of the served cache, for the peer's one-sided reads/writes. */
+static int served_descs(Served *s, TransportDesc *descs)
 {
+        Transport *direct = transport_set_get(s->root->transports, TRANSPORT_ROLE_DIRECT);
+
         for (uint32_t t = 0; t < s->cache->desc.num_tensors; t++) {
-                TransportKey key;
-                int r = transport_cache_key(
-                        transport_set_get(s->root->transports, TRANSPORT_ROLE_DIRECT), s->cache, t,
-                        false, &addrs[t], &key);
+                int r = transport_cache_desc(direct, s->cache, t, &descs[t]);
 
                 if (r < 0)
                         return r;
-                rkeys[t] = key.rkey;
         }
         return 0;
 }
@@ -376,8 +379,8 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
         _cleanup_(served_freep) Served *s = NULL;
         TransferPeerAnswer answer;
         Error err = ERROR_INIT;
-        uint32_t index = 0, timeout_ms, rdma_rkeys[KVD_MAX_TENSORS];
-        uint64_t rdma_addrs[KVD_MAX_TENSORS];
+        uint32_t index = 0, timeout_ms;
+        TransportDesc descs[KVD_MAX_TENSORS];
         RemoteDesc ours;
         ServedOver over = {};
         struct timeval tv;
@@ -396,7 +399,7 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
         s->id = id_source_next(root->link->ids);
         s->state = SERVED_RUNNING;
         s->pull = remote_plan_kind_is_pull(m->args.kind);
-        s->one_sided = m->rdma;
+        s->remote_access = m->remote_access;
         s->initiator_id = m->job_id;
         s->start_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&s->link_peer);
@@ -419,7 +422,7 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
 
         timeout_ms = MIN(m->timeout_ms ? m->timeout_ms : *root->options.sync_kv_timeout_ms,
                          SERVED_TIMEOUT_MAX_MS);
-        if (!s->pull && !s->one_sided) {
+        if (!s->pull && !s->remote_access) {
                 /* A push into our memory over the streams: the initiator answers its client
                  * once we said our receiver stopped (or its fence passed), so our receiver
                  * stops before the initiator's deadline, on our clock: the budget it gave us less
@@ -440,8 +443,8 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
 
         /* The data job exists before the answer: a peer told OK always gets its bytes (or an
          * abort), and bytes it sends always find their job. */
-        if (s->one_sided)
-                r = served_rdma_keys(s, rdma_addrs, rdma_rkeys);
+        if (s->remote_access)
+                r = served_descs(s, descs);
         else {
                 s->job = (TransportJob){
                         .dir = s->pull ? TRANSPORT_WRITE : TRANSPORT_READ,
@@ -490,11 +493,9 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
                 .segments = s->plan->n_segments,
                 .job_id = s->pull ? s->initiator_id : s->id,
         };
-        if (s->one_sided) {
-                answer.rdma_addrs = rdma_addrs;
-                answer.n_rdma_addrs = s->cache->desc.num_tensors;
-                answer.rdma_rkeys = rdma_rkeys;
-                answer.n_rdma_rkeys = s->cache->desc.num_tensors;
+        if (s->remote_access) {
+                answer.descs = descs;
+                answer.n_descs = s->cache->desc.num_tensors;
         }
         log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
                   " bytes in %zu segments",
@@ -510,14 +511,14 @@ refuse:
         (void)root->peer_ops->refuse(p, request_id, &err);
 }
 
-void served_handle_rdma_done(TransferRoot *root, Peer *p, uint64_t transfer_id, int status)
+void served_handle_remote_done(TransferRoot *root, Peer *p, uint64_t transfer_id, int status)
 {
         Served *s;
 
         CLIST_FOREACH (s, &p->served, link_peer) {
-                if (s->initiator_id != transfer_id || !(s->one_sided || s->await_word))
+                if (s->initiator_id != transfer_id || !(s->remote_access || s->await_word))
                         continue;
-                if (!s->one_sided) {
+                if (!s->remote_access) {
                         /* A pull over TCP: every byte landed over there, so the key ends now,
                          * before the peer's next request can name it, even if the completion
                          * of our send job has not been seen yet. */

@@ -11,14 +11,15 @@
  *
  * Pull: we answer with our cache's shape and send the bytes as the peer's data job. Push: we
  * register a receive job, answer with its id, and once every byte landed deliver the push's
- * notification and tell the peer (PeerTransferDone). Over RDMA (one-sided) we answer with the
- * addresses and remote keys of the cache's tensors and hold the cache until the peer says its
- * READs or WRITEs completed (PeerRdmaDone); a push's notification is delivered then.
+ * notification and tell the peer (PeerTransferDone). One-sided (remote_access) we answer with the
+ * descriptors of the cache's tensors, packed by the transport that reaches peers' memory, and
+ * hold the cache until the peer says its reads or writes completed (PeerRemoteDone); a push's
+ * notification is delivered then.
  *
  * A pull by CacheKey of a pool cache ends that key once every byte landed, which only the
- * initiator knows: over TCP too it sends PeerRdmaDone when its receive job finished, and we end
- * the key when that word says OK. A pull's notification waits for the same word (over RDMA,
- * the word that its READs completed): it tells our cluster that every byte was read.
+ * initiator knows: over TCP too it sends PeerRemoteDone when its receive job finished, and we end
+ * the key when that word says OK. A pull's notification waits for the same word (one-sided,
+ * the word that its reads completed): it tells our cluster that every byte was read.
  */
 #pragma once
 
@@ -55,7 +56,7 @@ struct Served {
         uint64_t id; /* push: the data job id the peer sends under */
         ServedState state;
         bool pull;             /* the peer pulls: we send */
-        bool one_sided;        /* over RDMA: the peer reads or writes the cache itself */
+        bool remote_access;    /* one-sided: the peer reads or writes the cache itself */
         Peer *peer;            /* NULL once lost */
         InLink *inlink;        /* NULL once gone */
         Link *link;            /* or our cluster's link to the peer's, NULL once gone */
@@ -73,7 +74,7 @@ struct Served {
         CacheKey key;           /* the peer's key for our cache */
         bool end_key;           /* a pull by CacheKey of a pool cache: the key ends with it */
         bool await_word;        /* end_key or a pull's notification over TCP: once our bytes
-                                 * are sent, wait for the initiator's word (PeerRdmaDone) that
+                                 * are sent, wait for the initiator's word (PeerRemoteDone) that
                                  * they all landed */
         bool word;              /* that word came */
         int word_status;

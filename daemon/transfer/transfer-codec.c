@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Transfer codec: transfer/'s peer messages between the wire and their plain structs. */
+#include <errno.h>
 #include <stdint.h>
+#include <string.h>
+
+#include <kvdist/kvdist.h>
 
 #include "common/macro.h"
 #include "common/status.h"
@@ -66,8 +70,28 @@ static int transfer_codec_status(const Kvdist__V1__Status *st)
         return st ? status_wire_decode(st->code) : STATUS_PROTOCOL_MISMATCH;
 }
 
+/* The peer's descriptors, copied into @descs (KVD_MAX_TENSORS of them; see TransferPeerAnswer). */
+static const TransportDesc *transfer_codec_descs_from_proto(const Kvdist__V1__PeerTransferReply *m,
+                                                            TransportDesc *descs)
+{
+        if (m->n_descs == 0 || m->n_descs > KVD_MAX_TENSORS)
+                return NULL;
+        for (size_t i = 0; i < m->n_descs; i++) {
+                const ProtobufCBinaryData *d = &m->descs[i];
+
+                descs[i] = (TransportDesc){0};
+                if (d->len > TRANSPORT_DESC_MAX)
+                        continue;
+                descs[i].len = d->len;
+                if (d->len > 0)
+                        memcpy(descs[i].bytes, d->data, d->len);
+        }
+        return descs;
+}
+
 static void transfer_codec_answer_from_proto(const Kvdist__V1__PeerTransferReply *m,
-                                             RemoteDesc *storage, TransferPeerAnswer *ret)
+                                             RemoteDesc *storage, TransportDesc *descs,
+                                             TransferPeerAnswer *ret)
 {
         *ret = (TransferPeerAnswer){
                 .remote = transfer_codec_desc_from_proto(m->remote, storage),
@@ -75,16 +99,15 @@ static void transfer_codec_answer_from_proto(const Kvdist__V1__PeerTransferReply
                 .total_bytes = m->total_bytes,
                 .segments = m->segments,
                 .job_id = m->job_id,
-                .rdma_addrs = m->rdma_addrs,
-                .n_rdma_addrs = m->n_rdma_addrs,
-                .rdma_rkeys = m->rdma_rkeys,
-                .n_rdma_rkeys = m->n_rdma_rkeys,
+                .descs = transfer_codec_descs_from_proto(m, descs),
+                .n_descs = m->n_descs,
         };
 }
 
 static void transfer_codec_on_reply(Peer *p, int status, const Error *err,
                                     const ProtobufCMessage *reply, void *userdata)
 {
+        TransportDesc descs[KVD_MAX_TENSORS];
         TransferPeerAnswer answer;
         RemoteDesc storage;
 
@@ -93,13 +116,14 @@ static void transfer_codec_on_reply(Peer *p, int status, const Error *err,
                 return;
         }
         transfer_codec_answer_from_proto((const Kvdist__V1__PeerTransferReply *)reply, &storage,
-                                         &answer);
+                                         descs, &answer);
         transfer_remote_on_answer(userdata, p, status, err, &answer);
 }
 
 static void transfer_codec_on_orphan_reply(Peer *p, int status, const Error *err,
                                            const ProtobufCMessage *reply, void *userdata)
 {
+        TransportDesc descs[KVD_MAX_TENSORS];
         TransferPeerAnswer answer;
         RemoteDesc storage;
 
@@ -108,7 +132,7 @@ static void transfer_codec_on_orphan_reply(Peer *p, int status, const Error *err
                 return;
         }
         transfer_codec_answer_from_proto((const Kvdist__V1__PeerTransferReply *)reply, &storage,
-                                         &answer);
+                                         descs, &answer);
         transfer_remote_on_orphan_answer(p, status, &answer, (unsigned)(uintptr_t)userdata);
 }
 
@@ -155,7 +179,7 @@ static int transfer_codec_request(Peer *p, const TransferPeerRequest *req, Trans
         m.timeout_ms = req->timeout_ms;
         m.notify.data = (uint8_t *)req->notify;
         m.notify.len = req->notify_len;
-        m.rdma = req->rdma;
+        m.remote_access = req->remote_access;
         return peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, &m.base,
                          transfer_codec_on_reply, x, ret_call);
 }
@@ -175,13 +199,13 @@ static int transfer_codec_cancel(Peer *p, uint64_t transfer_id)
 
 static int transfer_codec_data_done(Peer *p, uint64_t transfer_id, int status)
 {
-        Kvdist__V1__PeerRdmaDone m = KVDIST__V1__PEER_RDMA_DONE__INIT;
+        Kvdist__V1__PeerRemoteDone m = KVDIST__V1__PEER_REMOTE_DONE__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
 
         st.code = status_wire_encode(status);
         m.transfer_id = transfer_id;
         m.status = &st;
-        return peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, &m.base);
+        return peer_notice(p, KVDIST__V1__MSG_TYPE__MSG_PEER_REMOTE_DONE, &m.base);
 }
 
 static int transfer_codec_push_done(Peer *p, uint64_t transfer_id, int status)
@@ -201,7 +225,10 @@ static int transfer_codec_answer(Peer *p, uint64_t request_id, const TransferPee
         Kvdist__V1__PeerTransferReply m = KVDIST__V1__PEER_TRANSFER_REPLY__INIT;
         Kvdist__V1__PlanCacheDesc desc = KVDIST__V1__PLAN_CACHE_DESC__INIT;
         Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        ProtobufCBinaryData descs[KVD_MAX_TENSORS];
 
+        if (answer->n_descs > KVD_MAX_TENSORS)
+                return -EINVAL;
         m.status = &st;
         if (answer->remote) {
                 transfer_codec_desc_to_proto(answer->remote, &desc);
@@ -211,10 +238,13 @@ static int transfer_codec_answer(Peer *p, uint64_t request_id, const TransferPee
         m.total_bytes = answer->total_bytes;
         m.segments = answer->segments;
         m.job_id = answer->job_id;
-        m.rdma_addrs = (uint64_t *)answer->rdma_addrs;
-        m.n_rdma_addrs = answer->n_rdma_addrs;
-        m.rdma_rkeys = (uint32_t *)answer->rdma_rkeys;
-        m.n_rdma_rkeys = answer->n_rdma_rkeys;
+        for (size_t i = 0; i < answer->n_descs; i++)
+                descs[i] = (ProtobufCBinaryData){
+                        .len = answer->descs[i].len,
+                        .data = (uint8_t *)answer->descs[i].bytes,
+                };
+        m.descs = descs;
+        m.n_descs = answer->n_descs;
         return peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, request_id, &m.base);
 }
 
@@ -264,7 +294,7 @@ static void transfer_codec_on_transfer(void *userdata, Peer *p, uint64_t request
                 .timeout_ms = m->timeout_ms,
                 .notify = m->notify.data,
                 .notify_len = m->notify.len,
-                .rdma = m->rdma,
+                .remote_access = m->remote_access,
         };
         RemoteDesc local;
 
@@ -290,12 +320,12 @@ static void transfer_codec_on_cancel(void *userdata, Peer *p, uint64_t request_i
         served_handle_transfer_cancel(userdata, p, m->transfer_id);
 }
 
-static void transfer_codec_on_rdma_done(void *userdata, Peer *p, uint64_t request_id,
-                                        const ProtobufCMessage *msg)
+static void transfer_codec_on_remote_done(void *userdata, Peer *p, uint64_t request_id,
+                                          const ProtobufCMessage *msg)
 {
-        const Kvdist__V1__PeerRdmaDone *m = (const Kvdist__V1__PeerRdmaDone *)msg;
+        const Kvdist__V1__PeerRemoteDone *m = (const Kvdist__V1__PeerRemoteDone *)msg;
 
-        served_handle_rdma_done(userdata, p, m->transfer_id, transfer_codec_status(m->status));
+        served_handle_remote_done(userdata, p, m->transfer_id, transfer_codec_status(m->status));
 }
 
 /* What transfer/ handles of what peers send: their transfers here, the end of ours there. */
@@ -303,7 +333,7 @@ static const PeerHandler transfer_codec_handlers[] = {
         {KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, transfer_codec_on_transfer},
         {KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE, transfer_codec_on_done},
         {KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL, transfer_codec_on_cancel},
-        {KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, transfer_codec_on_rdma_done},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_REMOTE_DONE, transfer_codec_on_remote_done},
 };
 
 void transfer_codec_listen(TransferRoot *root)

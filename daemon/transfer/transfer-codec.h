@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "daemon/memory/cache.h"
 #include "daemon/transfer/remote-plan.h"
+#include "daemon/transport/transport.h"
 
 typedef struct Peer Peer;
 typedef struct PeerCall PeerCall;
@@ -37,7 +38,8 @@ typedef struct TransferPeerRequest {
         uint32_t timeout_ms;
         const uint8_t *notify;
         size_t notify_len;
-        bool rdma; /* one-sided: the initiator reads or writes the receiver's memory */
+        bool remote_access; /* one-sided: the initiator reads or writes the receiver's memory
+                             * itself, through the descriptors of the answer */
 } TransferPeerRequest;
 
 /* What the receiver answers a TransferPeerRequest with (the arrays are borrowed). */
@@ -47,10 +49,14 @@ typedef struct TransferPeerAnswer {
         uint64_t total_bytes;
         uint64_t segments;
         uint64_t job_id; /* push: send the bytes as this data job */
-        const uint64_t *rdma_addrs;
-        size_t n_rdma_addrs;
-        const uint32_t *rdma_rkeys;
-        size_t n_rdma_rkeys;
+        /*
+         * remote_access: per tensor of the resolved cache, its descriptor (opaque: only the
+         * transport unpacks it). From a peer, NULL with @n_descs set when it sent more than
+         * KVD_MAX_TENSORS (no cache has that many), and a descriptor too long to be one comes
+         * empty (no transport unpacks that).
+         */
+        const TransportDesc *descs;
+        size_t n_descs;
 } TransferPeerAnswer;
 
 /*
@@ -64,7 +70,7 @@ typedef struct TransferPeerOps {
          * @flags (TRANSFER_ORPHAN_*). */
         void (*orphan)(PeerCall *call, unsigned flags);
         /* Notices: we cancel our transfer @transfer_id; our data of it stopped with @status
-         * (MSG_PEER_RDMA_DONE); the bytes of the peer's push @transfer_id landed with @status. */
+         * (MSG_PEER_REMOTE_DONE); the bytes of the peer's push @transfer_id landed with @status. */
         int (*cancel)(Peer *p, uint64_t transfer_id);
         int (*data_done)(Peer *p, uint64_t transfer_id, int status);
         int (*push_done)(Peer *p, uint64_t transfer_id, int status);
@@ -79,7 +85,7 @@ typedef struct TransferPeerOps {
 /* What an orphaned request needs to know of its transfer. */
 enum {
         TRANSFER_ORPHAN_PULL = 1u << 0,
-        TRANSFER_ORPHAN_ONE_SIDED = 1u << 1,
+        TRANSFER_ORPHAN_REMOTE_ACCESS = 1u << 1, /* moved nothing through the streams */
 };
 
 /*
@@ -110,4 +116,4 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
 void served_handle_transfer_cancel(TransferRoot *root, Peer *p, uint64_t transfer_id);
 
 /* @p says its one-sided transfer (or its pull by CacheKey) @transfer_id ended with @status. */
-void served_handle_rdma_done(TransferRoot *root, Peer *p, uint64_t transfer_id, int status);
+void served_handle_remote_done(TransferRoot *root, Peer *p, uint64_t transfer_id, int status);

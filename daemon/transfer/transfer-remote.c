@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <kvdist/kvdist.h>
+
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "daemon/link/link.h"
@@ -60,7 +62,7 @@ static const Cache *transfer_local_cache(const Transfer *x, bool *ret_is_src)
 static unsigned orphan_flags(const Transfer *x)
 {
         return (remote_plan_kind_is_pull(x->kind) ? TRANSFER_ORPHAN_PULL : 0) |
-               (x->one_sided ? TRANSFER_ORPHAN_ONE_SIDED : 0);
+               (x->remote_access ? TRANSFER_ORPHAN_REMOTE_ACCESS : 0);
 }
 
 /*
@@ -74,7 +76,7 @@ void transfer_remote_on_orphan_answer(Peer *p, int status, const TransferPeerAns
         bool pull = flags & TRANSFER_ORPHAN_PULL;
 
         if (status != STATUS_OK || !p->data || answer->total_bytes == 0 ||
-            (flags & TRANSFER_ORPHAN_ONE_SIDED))
+            (flags & TRANSFER_ORPHAN_REMOTE_ACCESS))
                 return;
         (void)transport_abandon(transport_set_get(p->root->transports, TRANSPORT_ROLE_STREAM),
                                 p->data, pull ? TRANSPORT_READ : TRANSPORT_WRITE, answer->job_id,
@@ -105,9 +107,9 @@ int transfer_remote_start(Transfer *x, Error *err)
         /* Over the peer's link to us: queue pairs of ours to its device, once connected
          * (link_inlink_connect()), else the data connection. */
         x->rdma_ep = l ? l->rdma_ep : il->rdma_ep;
-        x->one_sided = x->rdma_ep != NULL;
-        if (!l && x->one_sided)
+        if (!l && x->rdma_ep)
                 x->transport = transport_set_get(x->root->transports, TRANSPORT_ROLE_DIRECT);
+        x->remote_access = transport_caps(x->transport)->remote_access;
         /* What is left of our deadline: the peer stops by then, on its own clock. */
         x->budget_ms =
                 x->deadline_usec > now
@@ -127,12 +129,10 @@ int transfer_remote_start(Transfer *x, Error *err)
                 .timeout_ms = x->budget_ms,
                 .notify = m->notify,
                 .notify_len = m->notify_len,
-                .rdma = x->one_sided,
+                .remote_access = x->remote_access,
         };
         /* Queue pairs flushed by an earlier timeout or error connect again before they serve. */
-        if (x->one_sided &&
-            !transport_channel_ready(transport_set_get(p->root->transports, TRANSPORT_ROLE_DIRECT),
-                                     x->rdma_ep))
+        if (x->remote_access && !transport_channel_ready(x->transport, x->rdma_ep))
                 x->root->peer_ops->channel_repair(p, x->rdma_ep);
         r = x->root->peer_ops->request(p, &req, x, &x->call);
         if (r < 0)
@@ -157,7 +157,7 @@ static void transfer_remote_leave_peer(Transfer *x)
 /* A push over the peer's data streams: what lands over there is the peer's receiver's doing. */
 static bool transfer_remote_stream_push(const Transfer *x)
 {
-        return !x->one_sided && !remote_plan_kind_is_pull(x->kind);
+        return !x->remote_access && !remote_plan_kind_is_pull(x->kind);
 }
 
 /* Whether the failed push @x still waits for the peer's word that its receiver stopped. */
@@ -212,26 +212,51 @@ static void transfer_remote_arm_fence(Transfer *x)
 }
 
 /*
- * Adds the peer's end of every planned segment for one-sided RDMA: our keys from the local
- * cache's registrations, the peer's addresses and keys from what it sent for its tensors.
+ * Whether every piece of a segment at @off of @len bytes, @count pieces @step apart (count 0 is
+ * one piece), lies in the first @size bytes of what a descriptor names.
  */
-static int transfer_remote_rdma_keys(Transfer *x, const Cache *cache, bool local_is_src,
-                                     uint32_t n_src_tensors, uint32_t n_remote,
-                                     const TransferPeerAnswer *m, Error *err)
+static bool transfer_remote_span_within(uint64_t off, uint64_t len, uint64_t count, uint64_t step,
+                                        uint64_t size)
 {
-        Transport *rdma = transport_set_get(x->root->transports, TRANSPORT_ROLE_DIRECT);
-        const Plan *plan = x->plan;
+        uint64_t last, end;
 
-        if (!transport_cache_registered(rdma, cache, false))
+        if (count > 1 && __builtin_mul_overflow(count - 1, step, &last))
+                return false;
+        if (count <= 1)
+                last = 0;
+        return !__builtin_add_overflow(off, last, &end) &&
+               !__builtin_add_overflow(end, len, &end) && end <= size;
+}
+
+/*
+ * Adds the peer's end of every planned segment of a one-sided transfer: our keys from the local
+ * cache's registrations, the peer's memory from the descriptors it sent for its tensors, each
+ * unpacked by our transport and required to hold every span we address in it, so that a peer
+ * cannot make us read or write past what it described. No byte moves before this passed.
+ */
+static int transfer_remote_descs(Transfer *x, const Cache *cache, bool local_is_src,
+                                 uint32_t n_src_tensors, uint32_t n_remote,
+                                 const TransferPeerAnswer *m, Error *err)
+{
+        TransportRemote remote[KVD_MAX_TENSORS];
+        const Plan *plan = x->plan;
+        uint64_t remote_step = local_is_src ? plan->dst_step : plan->src_step;
+
+        if (!transport_cache_registered(x->transport, cache, false))
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
-                                 "cache %" PRIu64 " is not "
-                                 "registered for RDMA",
-                                 cache->id);
-        if (m->n_rdma_addrs != n_remote || m->n_rdma_rkeys != n_remote)
+                                 "cache %" PRIu64 " is not registered with transport %s", cache->id,
+                                 transport_name(x->transport));
+        if (m->n_descs != n_remote || !m->descs)
                 return error_set(err, STATUS_PROTOCOL_MISMATCH,
-                                 "the peer sent %zu RDMA keys for "
-                                 "%" PRIu32 " tensors",
-                                 m->n_rdma_rkeys, n_remote);
+                                 "the peer sent %zu descriptors for %" PRIu32 " tensors",
+                                 m->n_descs, n_remote);
+        for (uint32_t t = 0; t < n_remote; t++)
+                if (transport_desc_unpack(x->transport, m->descs[t].bytes, m->descs[t].len,
+                                          &remote[t]) < 0)
+                        return error_set(err, STATUS_PROTOCOL_MISMATCH,
+                                         "the peer's descriptor of its tensor %" PRIu32
+                                         " (%zu bytes) is not one transport %s reads",
+                                         t, m->descs[t].len, transport_name(x->transport));
         for (size_t i = 0; i < plan->n_segments; i++) {
                 const PlanSegment *s = &plan->segments[i];
                 uint32_t lt = local_is_src ? s->src_region : s->dst_region - n_src_tensors;
@@ -239,11 +264,17 @@ static int transfer_remote_rdma_keys(Transfer *x, const Cache *cache, bool local
                 uint64_t roff = local_is_src ? s->dst_offset : s->src_offset;
                 TransportKey key;
 
-                if (rt >= n_remote || transport_cache_key(rdma, cache, lt, false, NULL, &key) < 0)
+                if (rt >= n_remote ||
+                    transport_cache_key(x->transport, cache, lt, false, NULL, &key) < 0)
                         return error_set(err, STATUS_FAILED, "segment %zu names no tensor", i);
+                if (!transfer_remote_span_within(roff, s->len, s->count, remote_step,
+                                                 remote[rt].len))
+                        return error_set(err, STATUS_PROTOCOL_MISMATCH,
+                                         "segment %zu reaches past the %" PRIu64
+                                         " bytes the peer described of its tensor %" PRIu32,
+                                         i, remote[rt].len, rt);
                 x->segs[i].lkey = key.lkey;
-                x->segs[i].remote = m->rdma_addrs[rt] + roff;
-                x->segs[i].rkey = m->rdma_rkeys[rt];
+                transport_segment_set_remote(&x->segs[i], &remote[rt], roff);
         }
         return 0;
 }
@@ -285,10 +316,10 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
         if (r < 0)
                 return error_set(err, STATUS_FAILED, "the plan does not fit cache %" PRIu64,
                                  cache->id);
-        if (x->one_sided) {
-                r = transfer_remote_rdma_keys(x, cache, local_is_src,
-                                              local_is_src ? local.num_tensors : remote.num_tensors,
-                                              remote.num_tensors, m, err);
+        if (x->remote_access) {
+                r = transfer_remote_descs(x, cache, local_is_src,
+                                          local_is_src ? local.num_tensors : remote.num_tensors,
+                                          remote.num_tensors, m, err);
                 if (r < 0)
                         return r;
         }
@@ -296,7 +327,7 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
                 .dir = local_is_src ? TRANSPORT_WRITE : TRANSPORT_READ,
                 .segs = x->segs,
                 .n_segs = x->plan->n_segments,
-                .channel = x->one_sided ? (void *)x->rdma_ep : (void *)p->data,
+                .channel = x->remote_access ? (void *)x->rdma_ep : (void *)p->data,
                 .id = m->job_id,
                 .deadline_usec = x->deadline_usec,
                 /* A pull: nothing lands in the caller's memory after its deadline. */
@@ -314,13 +345,13 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
 }
 
 /*
- * Whether the peer hears from us (PeerRdmaDone) how the transfer ended, once its data moved: a
+ * Whether the peer hears from us (PeerRemoteDone) how the transfer ended, once its data moved: a
  * pull over TCP only when the peer waits for that word (a key that may end, a notification it
  * delivers once every byte landed here).
  */
 static bool transfer_remote_tells_done(const Transfer *x)
 {
-        return x->one_sided || !remote_plan_kind_is_pull(x->kind) ||
+        return x->remote_access || !remote_plan_kind_is_pull(x->kind) ||
                x->req.key.kind == CACHE_KEY_REQ || x->req.notify_len > 0;
 }
 
@@ -417,7 +448,7 @@ static void transfer_remote_on_data_done(TransportJob *job, int status)
         int error = job->error;
 
         x->phase = REMOTE_FINISHED;
-        if (x->one_sided) {
+        if (x->remote_access) {
                 /* Every READ or WRITE completed (or was flushed): nothing more moves. An RDMA
                  * error takes the link down; a cancel (our timeout) does not. */
                 Link *l = x->link;

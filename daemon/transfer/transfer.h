@@ -155,8 +155,9 @@ struct Transfer {
         struct event *fence;  /* a failed push over the streams: the latest it waits for the
                                * peer's word that its receiver stopped */
         bool fenced;          /* that fence passed */
-        bool one_sided;       /* over RDMA: we read or write the peer's memory ourselves */
-        TransportChannel *rdma_ep; /* one-sided: the queue pairs (the link's or inlink's) */
+        bool remote_access;   /* one-sided: our transport reads or writes the peer's memory
+                               * itself (transport_caps(transport)->remote_access) */
+        TransportChannel *rdma_ep; /* remote_access: the link's or inlink's channel to the peer */
         CList link_peer;
         usec_t start_usec;
         usec_t deadline_usec;

@@ -781,7 +781,7 @@ static void msg_peer_transfer_notify(Script *s, uint8_t id, uint64_t job, bool p
         m.dst_blocks = pull ? dst : src;
         m.n_dst_blocks = 2;
         m.timeout_ms = 1000;
-        m.rdma = rdma;
+        m.remote_access = rdma;
         if (notify) {
                 m.notify.data = (uint8_t *)notify;
                 m.notify.len = strlen(notify);
@@ -820,7 +820,7 @@ static void peer_seeds(void)
                 Kvdist__V1__PeerDataHello dh = KVDIST__V1__PEER_DATA_HELLO__INIT;
                 uint8_t nonce[32] = {1, 2, 3}, token[32] = {0};
 
-                h.protocol_version = FRAME_VERSION;
+                h.protocol_version = PEER_PROTOCOL_VERSION;
                 h.node_id = FUZZ_PEER_NODE_ID + 50;
                 h.identity = (char *)"kvdistd/fuzz script";
                 h.nonce.data = nonce;
@@ -894,13 +894,13 @@ static void peer_seeds(void)
         msg_peer_transfer_notify(&s, 4, 44, true, false, "blocks 0 1 read");
         wait_ms(&s, 2);
         {
-                Kvdist__V1__PeerRdmaDone r = KVDIST__V1__PEER_RDMA_DONE__INIT;
+                Kvdist__V1__PeerRemoteDone r = KVDIST__V1__PEER_REMOTE_DONE__INIT;
 
                 r.transfer_id = 44;
-                frame(&s, MT(PEER_RDMA_DONE), 0, &r.base);
-                frame(&s, MT(PEER_RDMA_DONE), 0, &r.base);
+                frame(&s, MT(PEER_REMOTE_DONE), 0, &r.base);
+                frame(&s, MT(PEER_REMOTE_DONE), 0, &r.base);
                 r.transfer_id = 45;
-                frame(&s, MT(PEER_RDMA_DONE), 0, &r.base);
+                frame(&s, MT(PEER_REMOTE_DONE), 0, &r.base);
         }
         msg_peer_unlink(&s, 5, 100);
         emit("peer", "link-pull-notify", &s);
@@ -913,12 +913,12 @@ static void peer_seeds(void)
         chunk(&s, 0, 1, 0, 4096, data, 4096);
         {
                 Kvdist__V1__PeerTransferDone d = KVDIST__V1__PEER_TRANSFER_DONE__INIT;
-                Kvdist__V1__PeerRdmaDone r = KVDIST__V1__PEER_RDMA_DONE__INIT;
+                Kvdist__V1__PeerRemoteDone r = KVDIST__V1__PEER_REMOTE_DONE__INIT;
 
                 d.transfer_id = 43;
                 frame(&s, MT(PEER_TRANSFER_DONE), 0, &d.base);
                 r.transfer_id = 43;
-                frame(&s, MT(PEER_RDMA_DONE), 0, &r.base);
+                frame(&s, MT(PEER_REMOTE_DONE), 0, &r.base);
         }
         emit("peer", "link-push-chunks", &s);
 

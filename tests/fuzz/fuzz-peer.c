@@ -97,7 +97,7 @@ static bool peer_start(FuzzDaemon *f, unsigned i, unsigned stage, uint64_t node_
                 return true;
         for (unsigned k = 0; k < sizeof(nonce); k++)
                 nonce[k] = (uint8_t)(k * 7 + i);
-        hello.protocol_version = FRAME_VERSION;
+        hello.protocol_version = PEER_PROTOCOL_VERSION;
         hello.node_id = node_id;
         hello.identity = (char *)"kvdistd/fuzz";
         hello.nonce.data = nonce;

@@ -97,7 +97,7 @@ static int hostile_call(Hostile *h, uint16_t type, const ProtobufCMessage *msg,
 static void hostile_hello(Kvdist__V1__PeerHello *hello, const PeerAuthHello *ours,
                           const char *identity)
 {
-        hello->protocol_version = FRAME_VERSION;
+        hello->protocol_version = PEER_PROTOCOL_VERSION;
         hello->node_id = ours->node_id;
         hello->identity = (char *)identity;
         hello->nonce.data = (uint8_t *)ours->nonce;
@@ -236,8 +236,8 @@ static int hostile_transfer(Hostile *h, const Ask *a, char *detail, size_t size,
         m.timeout_ms = 5000;
         m.notify.data = notify;
         m.notify.len = a->notify_len;
-        /* Over RDMA the request asks for remote keys instead of bytes on the data streams. */
-        m.rdma = strcmp(it_transport(), "rdma") == 0;
+        /* Over RDMA the request asks for descriptors instead of bytes on the data streams. */
+        m.remote_access = strcmp(it_transport(), "rdma") == 0;
         code = hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER, &m.base,
                             ret ? &reply : NULL, detail, size);
         if (ret)
@@ -421,19 +421,23 @@ START_TEST(test_hostile_peer)
         ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), &rep), KVD_OK);
         ck_assert_uint_eq(rep->total_bytes, 2 * 4096);
         if (strcmp(it_transport(), "rdma") == 0) {
-                Kvdist__V1__PeerRdmaDone done = KVDIST__V1__PEER_RDMA_DONE__INIT;
+                Kvdist__V1__PeerRemoteDone done = KVDIST__V1__PEER_REMOTE_DONE__INIT;
                 Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
 
-                /* Keys for the two tensors of the cache asked for, and only for that one. */
-                ck_assert_uint_eq(rep->n_rdma_addrs, 2);
-                ck_assert_uint_eq(rep->n_rdma_rkeys, 2);
-                ck_assert_uint_ne(rep->rdma_rkeys[0], 0);
-                ck_assert_uint_ne(rep->rdma_addrs[0], rep->rdma_addrs[1]);
+                /* Descriptors for the two tensors of the cache asked for, and only for that one:
+                 * opaque here, but not empty, no longer than a descriptor is, and not the same. */
+                ck_assert_uint_eq(rep->n_descs, 2);
+                for (size_t i = 0; i < 2; i++) {
+                        ck_assert_uint_gt(rep->descs[i].len, 0);
+                        ck_assert_uint_le(rep->descs[i].len, 32);
+                }
+                ck_assert(rep->descs[0].len != rep->descs[1].len ||
+                          memcmp(rep->descs[0].data, rep->descs[1].data, rep->descs[0].len) != 0);
                 done.transfer_id = rep->job_id;
                 done.status = &st;
                 ck_assert_int_eq(harness_raw_send_frame(h.ctl,
-                                                        KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_DONE, 0,
-                                                        0, &done.base, NULL, 0),
+                                                        KVDIST__V1__MSG_TYPE__MSG_PEER_REMOTE_DONE,
+                                                        0, 0, &done.base, NULL, 0),
                                  0);
         } else {
                 stream = malloc(2 * 4096);
@@ -538,6 +542,40 @@ START_TEST(test_dialer_closes_before_its_proof)
 }
 END_TEST
 
+/*
+ * A peer that speaks peer protocol 1 (rdma_addrs/rdma_rkeys where 2 carries descriptors) is
+ * refused at its Hello with PROTOCOL_MISMATCH and a detail naming both versions, and never
+ * becomes a peer.
+ */
+START_TEST(test_peer_protocol_1_refused)
+{
+        Kvdist__V1__PeerHello hello = KVDIST__V1__PEER_HELLO__INIT;
+        PeerAuthHello ours;
+        PeerAuth auth_state;
+        Hostile h = {0};
+        char detail[256] = "";
+        Node p;
+
+        ck_assert_int_eq(PEER_PROTOCOL_VERSION, 2);
+        node_start_full(&p, NULL, NULL, KEY, NULL);
+        h.ctl = tcp_connect(p.peer_addr);
+        ck_assert_int_eq(peer_auth_init(&auth_state, PEER_AUTH_DIALER, 0x4057115, KEY, strlen(KEY)),
+                         0);
+        ck_assert_int_eq(peer_auth_hello(&auth_state, &ours), 0);
+        hostile_hello(&hello, &ours, "old/1");
+        hello.protocol_version = 1;
+        ck_assert_int_eq(hostile_call(&h, KVDIST__V1__MSG_TYPE__MSG_PEER_HELLO, &hello.base, NULL,
+                                      detail, sizeof(detail)),
+                         KVD_E_PROTOCOL_MISMATCH);
+        ck_assert_msg(strstr(detail, "peer protocol 1, we speak 2"), "detail: %s", detail);
+        ck_assert_int_eq(harness_raw_wait_closed(h.ctl, harness_wait_ms()), 1);
+        close(h.ctl);
+        peer_auth_deinit(&auth_state);
+        ck_assert_int_eq(node_status_len(&p, "peers"), 0);
+        node_stop(&p);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
         Suite *s = suite_create("integration-hostile-peer");
@@ -548,6 +586,7 @@ static Suite *hostile_suite(void)
         tcase_add_test(tc, test_hostile_peer);
         tcase_add_test(tc, test_bad_data_connections);
         tcase_add_test(tc, test_dialer_closes_before_its_proof);
+        tcase_add_test(tc, test_peer_protocol_1_refused);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -328,7 +328,7 @@ END_TEST
 
 /*
  * A pull across daemons tells the cluster it read from (kind PULL, from the puller) once every
- * byte landed at the puller: the puller's daemon says so (PeerRdmaDone) after its receive job
+ * byte landed at the puller: the puller's daemon says so (PeerRemoteDone) after its receive job
  * (TCP) or its READs (RDMA) completed. Pushes' and pulls' share one queue; a pull that fails
  * tells nothing.
  */

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/memory/cache.h"
+#include "daemon/memory/region.h"
 #include "tests/unit/fake-transport.h"
 
 static FakeTransport *fake_of(Transport *t)
@@ -100,18 +102,46 @@ static void fake_region_deregister(Transport *t, TransportRegion *r)
         fr->live = false;
 }
 
-/* A fake descriptor: FAKE_DESC_TAG, the address, the length and the remote key, little-endian
- * (what transport-onesided.c packs, under a tag of its own). */
-#define FAKE_DESC_TAG 0xfd
-#define FAKE_DESC_SIZE 21
+/* The live registration of @f that holds [@addr, +@len), one for peers when @remote. */
+static const FakeRegion *fake_region_holding(const FakeTransport *f, uint64_t addr, uint64_t len,
+                                             bool remote)
+{
+        for (size_t i = 0; i < f->n_regions; i++) {
+                const FakeRegion *fr = &f->regions[i];
+                uint64_t base = (uint64_t)(uintptr_t)fr->addr;
 
-static void fake_put(uint8_t *p, uint64_t v, size_t n)
+                if (fr->live && (!remote || fr->remote_write) && addr >= base && len <= fr->len &&
+                    addr - base <= fr->len - len)
+                        return fr;
+        }
+        return NULL;
+}
+
+static int fake_cache_key(Transport *t, const Cache *cache, uint32_t tensor, bool remote,
+                          uint64_t *ret_addr, TransportKey *ret_key)
+{
+        const FakeRegion *fr;
+        uint64_t addr;
+
+        if (tensor >= cache->desc.num_tensors)
+                return -ENOENT;
+        addr = (uint64_t)(uintptr_t)(cache->tensors[tensor].region->data +
+                                     cache->tensors[tensor].offset);
+        fr = fake_region_holding(fake_of(t), addr, cache->tensor_size, remote);
+        if (!fr)
+                return -ENOENT;
+        *ret_addr = addr;
+        *ret_key = fr->key;
+        return 0;
+}
+
+static void fake_put_le(uint8_t *p, uint64_t v, size_t n)
 {
         for (size_t i = 0; i < n; i++)
                 p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint64_t fake_get(const uint8_t *p, size_t n)
+static uint64_t fake_get_le(const uint8_t *p, size_t n)
 {
         uint64_t v = 0;
 
@@ -123,29 +153,25 @@ static uint64_t fake_get(const uint8_t *p, size_t n)
 static int fake_desc_pack(Transport *t, uint64_t addr, uint64_t len, const TransportKey *key,
                           TransportDesc *ret)
 {
-        *ret = (TransportDesc){.len = FAKE_DESC_SIZE};
-        ret->bytes[0] = FAKE_DESC_TAG;
-        fake_put(ret->bytes + 1, addr, 8);
-        fake_put(ret->bytes + 9, len, 8);
-        fake_put(ret->bytes + 17, key->rkey, 4);
+        *ret = (TransportDesc){.len = FAKE_TRANSPORT_DESC_SIZE};
+        ret->bytes[0] = FAKE_TRANSPORT_DESC_TAG;
+        fake_put_le(ret->bytes + 1, addr, 8);
+        fake_put_le(ret->bytes + 9, len, 8);
+        fake_put_le(ret->bytes + 17, key->rkey, 4);
         return 0;
 }
 
 static int fake_desc_unpack(Transport *t, const void *bytes, size_t len, TransportRemote *ret)
 {
         const uint8_t *p = bytes;
-        TransportRemote m;
 
-        if (len != FAKE_DESC_SIZE || p[0] != FAKE_DESC_TAG)
+        if (len != FAKE_TRANSPORT_DESC_SIZE || p[0] != FAKE_TRANSPORT_DESC_TAG)
                 return -EBADMSG;
-        m = (TransportRemote){
-                .addr = fake_get(p + 1, 8),
-                .len = fake_get(p + 9, 8),
-                .key = (uint32_t)fake_get(p + 17, 4),
+        *ret = (TransportRemote){
+                .addr = fake_get_le(p + 1, 8),
+                .len = fake_get_le(p + 9, 8),
+                .key = (uint32_t)fake_get_le(p + 17, 4),
         };
-        if (m.len > UINT64_MAX - m.addr)
-                return -EBADMSG;
-        *ret = m;
         return 0;
 }
 
@@ -167,6 +193,28 @@ static const transport_ops fake_rdma_ops = {
         .region_deregister = fake_region_deregister,
         .desc_pack = fake_desc_pack,
         .desc_unpack = fake_desc_unpack,
+};
+
+/* The fake's channels are always connected: a one-sided job needs no repair first. */
+static void fake_channel_info(Transport *t, const TransportChannel *ch, TransportChannelInfo *ret)
+{
+        ret->ready = true;
+        ret->n_paths = 1;
+}
+
+static const transport_ops fake_remote_ops = {
+        .name = "fake-remote",
+        .caps = {.remote_access = true, .registers = true, .max_segment = TRANSPORT_SEGMENT_MAX},
+        .submit = fake_submit,
+        .cancel = fake_cancel,
+        .abandon = fake_abandon,
+        .device_info = fake_device_info,
+        .region_register = fake_region_register,
+        .region_deregister = fake_region_deregister,
+        .cache_key = fake_cache_key,
+        .desc_pack = fake_desc_pack,
+        .desc_unpack = fake_desc_unpack,
+        .channel_info = fake_channel_info,
 };
 
 static FakeTransport *fake_new(TransportSet *set, const transport_ops *ops)
@@ -192,6 +240,30 @@ FakeTransport *fake_transport_new_rdma(TransportSet *set)
         if (f)
                 (void)snprintf(f->device.device, sizeof(f->device.device), "fake0");
         return f;
+}
+
+FakeTransport *fake_transport_new_remote(TransportSet *set)
+{
+        FakeTransport *f = fake_new(set, &fake_remote_ops);
+
+        if (f)
+                (void)snprintf(f->device.device, sizeof(f->device.device), "fake0");
+        return f;
+}
+
+int fake_transport_register_cache(FakeTransport *f, const Cache *cache, bool remote_write)
+{
+        for (uint32_t t = 0; t < cache->desc.num_tensors; t++) {
+                TransportRegion r = {0};
+                int e = fake_region_register(&f->transport, 0, NULL,
+                                             cache->tensors[t].region->data +
+                                                     cache->tensors[t].offset,
+                                             cache->tensor_size, remote_write, &r);
+
+                if (e < 0)
+                        return e;
+        }
+        return 0;
 }
 
 size_t fake_transport_live_regions(const FakeTransport *f)
@@ -230,7 +302,7 @@ static bool fake_key_covers(const FakeTransport *f, uint32_t key, bool remote, u
 /* Whether every segment of @job lies in the registrations its keys name (RDMA-like fakes). */
 static bool fake_job_keys_ok(const FakeTransport *f, const TransportJob *job)
 {
-        if (f->transport.ops != &fake_rdma_ops)
+        if (f->transport.ops != &fake_rdma_ops && f->transport.ops != &fake_remote_ops)
                 return true;
         TransportSpan sp;
 

@@ -16,6 +16,12 @@
  * test can register "the peer's" destination on it too. It has remote access (transport_caps()):
  * it packs a span of a registration into a descriptor of its own kind and unpacks one (-EBADMSG
  * for anything else).
+ *
+ * fake_transport_new_remote() makes one that also answers for caches: the tensors of a cache registered with fake_transport_register_cache()
+ * have keys (transport_cache_key()) and descriptors (transport_cache_desc()), which it unpacks
+ * again (transport_desc_unpack(): FAKE_TRANSPORT_DESC_SIZE bytes, FAKE_TRANSPORT_DESC_TAG, then
+ * address, length and remote key, little-endian), so a one-sided transfer between "two daemons"
+ * can run on it end to end.
  */
 #pragma once
 
@@ -31,6 +37,9 @@
  * FAKE_TRANSPORT_RKEY + i (0 otherwise). */
 #define FAKE_TRANSPORT_LKEY 0x1000u
 #define FAKE_TRANSPORT_RKEY 0x2000u
+/* The descriptors of fake_transport_new_remote(): tag, u64 address, u64 length, u32 rkey. */
+#define FAKE_TRANSPORT_DESC_TAG 0x46
+#define FAKE_TRANSPORT_DESC_SIZE 21
 
 /* One registration an RDMA-like fake handed out. */
 typedef struct FakeRegion {
@@ -79,6 +88,19 @@ FakeTransport *fake_transport_new(TransportSet *set);
  * the device "fake0". Free with fake_transport_free().
  */
 FakeTransport *fake_transport_new_rdma(TransportSet *set);
+
+/*
+ * An RDMA-like fake named "fake-remote" that also reaches a peer's memory one-sided (see above).
+ * Free with fake_transport_free().
+ */
+FakeTransport *fake_transport_new_remote(TransportSet *set);
+
+/*
+ * Registers each tensor of @cache on @f on its own (for remote write when @remote_write, as a
+ * cache peers reach): its keys are then the cache's on @f. Returns 0 or what registration
+ * returns.
+ */
+int fake_transport_register_cache(FakeTransport *f, const Cache *cache, bool remote_write);
 
 /* The registrations of @f not deregistered yet. */
 size_t fake_transport_live_regions(const FakeTransport *f);

@@ -19,6 +19,7 @@
 #include "daemon/link/notify.h"
 #include "daemon/link/peer.h"
 #include "daemon/memory/region.h"
+#include "tests/unit/fake-transport.h"
 
 /* After the daemon's headers: check.h defines fail(), a CompletionOps member. */
 #include <check.h>
@@ -662,7 +663,7 @@ START_TEST(test_inbound_link)
         ck_assert_int_eq(g->caches[0].shape[0], 4);
         ck_assert_uint_eq(g->caches[0].n_keys, 1);
         ck_assert_uint_eq(g->caches[0].keys[0].req_id, 600);
-        ck_assert_uint_eq(g->caches[0].n_rdma, 0);
+        ck_assert_uint_eq(g->caches[0].n_descs, 0);
         link_grant_free(g);
 
         /* The linking side unlinks: the inbound link goes, its listeners hear it. */
@@ -671,6 +672,75 @@ START_TEST(test_inbound_link)
         ck_assert_uint_eq(c->n_inlinks, 0);
         ck_assert_uint_eq(rec->n_inlinks_gone, 1);
         ck_assert_int_eq(rec->inlink_gone_status, STATUS_NOT_YET_LINK);
+}
+END_TEST
+
+/* Cache 100 of make_grant()'s, with descriptors of its two tensors in @mem (packed by @t). */
+static LinkGrant *grant_with_descs(FakeTransport *t, uint8_t *mem, size_t n_descs)
+{
+        TransportRegion reg = {
+                .transport = &t->transport, .addr = mem, .len = 2 * 4096, .key = {.rkey = 0x2001}};
+        LinkGrant *g = make_grant();
+        LinkExposedCache *e = &g->caches[0];
+
+        e->descs = calloc(2, sizeof(*e->descs));
+        ck_assert_ptr_nonnull(e->descs);
+        e->n_descs = n_descs;
+        for (size_t k = 0; k < 2; k++)
+                ck_assert_int_eq(transport_region_desc(&reg, mem + k * 4096, 4096, &e->descs[k]),
+                                 0);
+        return g;
+}
+
+/* A grant is refused for descriptors our transport does not read, before anything uses them. */
+static void check_grant_refused(Transport *direct, LinkGrant *g, const char *why)
+{
+        Error err = ERROR_INIT;
+
+        ck_assert_int_eq(link_grant_check(direct, g, &err), STATUS_PROTOCOL_MISMATCH);
+        ck_assert_int_eq(err.code, STATUS_PROTOCOL_MISMATCH);
+        ck_assert_msg(strstr(err.msg, why), "%s", err.msg);
+        link_grant_free(g);
+}
+
+START_TEST(test_grant_descriptors_checked)
+{
+        static uint8_t mem[2 * 4096];
+        FakeTransport *t = fake_transport_new_remote(NULL);
+        Transport *direct;
+        Error err = ERROR_INIT;
+        LinkGrant *g;
+
+        ck_assert_ptr_nonnull(t);
+        direct = &t->transport;
+        /* No descriptors (a cache peers do not reach one-sided), or one per tensor. */
+        g = make_grant();
+        ck_assert_int_eq(link_grant_check(direct, g, &err), 0);
+        link_grant_free(g);
+        g = grant_with_descs(t, mem, 2);
+        ck_assert_int_eq(link_grant_check(direct, g, &err), 0);
+        /* Without a transport that reaches peers' memory they stay opaque: kept, unread. */
+        ck_assert_int_eq(link_grant_check(NULL, g, &err), 0);
+        link_grant_free(g);
+
+        check_grant_refused(direct, grant_with_descs(t, mem, 1),
+                            "the peer sent 1 descriptors for its cache 100 of 2 tensors");
+        g = grant_with_descs(t, mem, 2);
+        g->caches[0].descs[1].len = 0;
+        check_grant_refused(NULL, g, "descriptor of tensor 1 of its cache 100 (0 bytes)");
+        g = grant_with_descs(t, mem, 2);
+        g->caches[0].descs[0].bytes[0] ^= 0xff; /* another kind */
+        check_grant_refused(direct, g,
+                            "descriptor of tensor 0 of its cache 100 (21 bytes) does not "
+                            "describe the tensor to transport fake-remote");
+        g = grant_with_descs(t, mem, 2);
+        g->caches[0].descs[1].len--; /* cut short */
+        check_grant_refused(direct, g, "descriptor of tensor 1 of its cache 100 (20 bytes)");
+        /* A descriptor of fewer bytes than the tensor has. */
+        g = grant_with_descs(t, mem, 2);
+        g->caches[0].tensor_size = 4097;
+        check_grant_refused(direct, g, "descriptor of tensor 0 of its cache 100");
+        fake_transport_free(t);
 }
 END_TEST
 
@@ -918,6 +988,7 @@ static Suite *link_suite(void)
         tcase_add_test(tc, test_unlink_force_tells_nobody);
         tcase_add_test(tc, test_unlinked_by_the_linked_side);
         tcase_add_test(tc, test_inbound_link);
+        tcase_add_test(tc, test_grant_descriptors_checked);
         tcase_add_test(tc, test_inbound_link_refused);
         tcase_add_test(tc, test_unlink_inbound);
         tcase_add_test(tc, test_two_way_finds);

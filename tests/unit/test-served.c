@@ -235,7 +235,7 @@ START_TEST(test_pull_sends_the_slot)
         ck_assert_uint_eq(fx.rec.answer.total_bytes, ITEM_BYTES);
         ck_assert_uint_eq(fx.rec.answer.segments, TENSORS);
         ck_assert_uint_eq(fx.rec.answer.job_id, THEIR_ID); /* a pull goes as the peer's job */
-        ck_assert_uint_eq(fx.rec.answer.n_rdma_addrs, 0);
+        ck_assert_uint_eq(fx.rec.answer.n_descs, 0);
         ck_assert_uint_eq(fx.root.n_served, 1);
         ck_assert_uint_eq(cache->n_busy, 1);
 
@@ -294,10 +294,10 @@ static void pull_notify(int word)
         ck_assert_uint_eq(cache->n_busy, 1);
         ck_assert_uint_eq(ours->n_notifies, 0);
         /* A word for another transfer changes nothing. */
-        served_handle_rdma_done(&fx.root, fx.peer, THEIR_ID + 1, STATUS_OK);
+        served_handle_remote_done(&fx.root, fx.peer, THEIR_ID + 1, STATUS_OK);
         ck_assert_uint_eq(fx.root.n_served, 1);
 
-        served_handle_rdma_done(&fx.root, fx.peer, THEIR_ID, word);
+        served_handle_remote_done(&fx.root, fx.peer, THEIR_ID, word);
         ck_assert_uint_eq(fx.rec.n_push_done, 0);
         check_let_go();
         if (word != STATUS_OK) {

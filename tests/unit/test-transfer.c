@@ -417,7 +417,7 @@ START_TEST(test_remote_pull)
         ck_assert(!r->src_layers_set && !r->dst_layers_set);
         ck_assert_uint_eq(r->timeout_ms, fx.sync_kv_timeout_ms);
         ck_assert_uint_eq(r->notify_len, 0);
-        ck_assert(!r->rdma);
+        ck_assert(!r->remote_access);
         ck_assert_ptr_nonnull(r->local);
         ck_assert(!r->local->blocks);
         ck_assert_uint_eq(r->local->num_tensors, TENSORS);
@@ -508,6 +508,224 @@ END_TEST
 START_TEST(test_remote_push_done_error)
 {
         remote_push(STATUS_CACHE_NOT_EXIST, "the cache went away");
+}
+END_TEST
+
+/*
+ * A one-sided pull: cluster 1 reads slot @remote_slot of "the peer's" cache (cluster 2's here,
+ * registered for remote write on a fake with remote access, which plays both devices) into slot
+ * 2 of its own, over a link whose transport reaches the peer's memory.
+ */
+typedef struct OneSided {
+        FakeTransport *direct;
+        Cluster *a, *b;
+        Cache *dst, *peer_cache;
+        Link *link;
+        Transfer *x;
+        ClientAnswer answer;
+        TransportDesc descs[TENSORS];
+} OneSided;
+
+/* Stands for the link's channel to the peer's device. */
+static int fake_direct_channel;
+
+static void onesided_start(OneSided *t, uint32_t remote_slot)
+{
+        LinkGrant *exposed = calloc(1, sizeof(*exposed));
+        TransferRequest req;
+        Error err = ERROR_INIT;
+
+        ck_assert_ptr_nonnull(exposed);
+        t->direct = fake_transport_new_remote(&fx.transports);
+        ck_assert_ptr_nonnull(t->direct);
+        t->direct->copy = true;
+        t->a = transfer_fixture_cluster(&fx, 1);
+        t->b = transfer_fixture_cluster(&fx, 2);
+        t->dst =
+                transfer_fixture_cache(&fx, t->a, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, DST_SEED);
+        t->peer_cache = transfer_fixture_cache(&fx, t->b, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL,
+                                               PEER_SEED);
+        ck_assert_int_eq(fake_transport_register_cache(t->direct, t->dst, false), 0);
+        ck_assert_int_eq(fake_transport_register_cache(t->direct, t->peer_cache, true), 0);
+        for (uint32_t tn = 0; tn < TENSORS; tn++)
+                ck_assert_int_eq(transport_cache_desc(&t->direct->transport, t->peer_cache, tn,
+                                                      &t->descs[tn]),
+                                 0);
+        exposed->link_id = 4242;
+        exposed->role = CLUSTER_ROLE_MIX;
+        ck_assert_int_eq(link_new_remote(&fx.link, t->a, fx.peer, REMOTE_CLUSTER, exposed,
+                                         &t->direct->transport, &t->link),
+                         0);
+        t->link->rdma_ep = (TransportChannel *)&fake_direct_channel;
+
+        req = item_request(TRANSFER_PULL_CACHE,
+                           transfer_fixture_id_index(REMOTE_CLUSTER, REMOTE_CACHE, remote_slot),
+                           t->dst->id, 2);
+        transfer_fixture_answer_init(&t->answer);
+        ck_assert_int_eq(
+                transfer_start(&fx.root, t->a, &req, &t->answer.cpl, &t->answer.result, &err), 0);
+        t->x = transfer_fixture_last(&fx);
+        ck_assert_ptr_nonnull(t->x);
+        /* The decision is the transport's: it reaches the peer's memory itself. */
+        ck_assert(fx.rec.request.remote_access);
+        ck_assert_uint_eq(t->direct->n_submitted, 0);
+}
+
+/* Neither cache changed: no byte moved. */
+static void onesided_check_untouched(const OneSided *t)
+{
+        _cleanup_free_ uint8_t *ours = transfer_fixture_image(t->dst, DST_SEED);
+        _cleanup_free_ uint8_t *theirs = transfer_fixture_image(t->peer_cache, PEER_SEED);
+
+        transfer_fixture_check_image(t->dst, ours);
+        transfer_fixture_check_image(t->peer_cache, theirs);
+}
+
+static void onesided_done(OneSided *t)
+{
+        ck_assert_uint_eq(t->direct->n_jobs, 0);
+        t->direct = fake_transport_free(t->direct);
+}
+
+/* The peer's descriptors reach its tensors: every byte of its slot lands, and only there. */
+START_TEST(test_onesided_pull_by_descriptors)
+{
+        _cleanup_free_ uint8_t *image = NULL, *theirs = NULL;
+        uint64_t offsets[TENSORS];
+        TransferPeerAnswer ans;
+        TransportJob *job;
+        RemoteDesc remote;
+        OneSided t;
+
+        onesided_start(&t, 3);
+        ans = remote_answer(&remote, 3);
+        ans.descs = t.descs;
+        ans.n_descs = TENSORS;
+        transfer_remote_on_answer(t.x, fx.peer, STATUS_OK, NULL, &ans);
+        ck_assert_uint_eq(t.direct->n_jobs, 1);
+        job = fake_transport_job(t.direct, 0);
+        ck_assert_int_eq(job->dir, TRANSPORT_READ);
+        ck_assert_ptr_eq(job->channel, &fake_direct_channel);
+        ck_assert_uint_eq(fx.tcp->n_submitted, 0);
+        fake_transport_complete(t.direct, job, 0);
+        ck_assert_uint_eq(t.answer.n_replies, 1);
+        ck_assert_uint_eq(t.answer.result.bytes, ITEM_BYTES);
+        /* One-sided: the peer hears that we are done with its memory. */
+        ck_assert_uint_eq(fx.rec.n_data_done, 1);
+        ck_assert_int_eq(fx.rec.data_done_status, STATUS_OK);
+
+        image = transfer_fixture_image(t.dst, DST_SEED);
+        item_offsets(t.peer_cache, 3, offsets);
+        image_put_item(image, t.dst, 2, PEER_SEED, offsets);
+        transfer_fixture_check_image(t.dst, image);
+        theirs = transfer_fixture_image(t.peer_cache, PEER_SEED);
+        transfer_fixture_check_image(t.peer_cache, theirs);
+        onesided_done(&t);
+}
+END_TEST
+
+/*
+ * A peer's descriptors that are not ones (another kind, cut short, missing, one too few) or
+ * that describe less than the spans the plan reads: refused with PROTOCOL_MISMATCH before any
+ * byte moves, whatever the bytes would have reached.
+ */
+static void onesided_refused(void (*spoil)(TransportDesc *descs, size_t *n), const char *why)
+{
+        TransferPeerAnswer ans;
+        RemoteDesc remote;
+        OneSided t;
+        size_t n = TENSORS;
+
+        onesided_start(&t, 1);
+        spoil(t.descs, &n);
+        ans = remote_answer(&remote, 1);
+        ans.descs = t.descs;
+        ans.n_descs = n;
+        transfer_remote_on_answer(t.x, fx.peer, STATUS_OK, NULL, &ans);
+        ck_assert_uint_eq(t.answer.n_fails, 1);
+        ck_assert_int_eq(t.answer.status, STATUS_PROTOCOL_MISMATCH);
+        ck_assert_msg(strstr(t.answer.err.msg, why), "%s", t.answer.err.msg);
+        ck_assert_uint_eq(t.direct->n_submitted, 0);
+        /* One-sided: nothing went through the streams, so nothing there to keep in step. */
+        ck_assert_uint_eq(fx.tcp->n_abandoned, 0);
+        ck_assert_uint_eq(fx.root.n_transfers, 0);
+        onesided_check_untouched(&t);
+        onesided_done(&t);
+}
+
+static void spoil_tag(TransportDesc *d, size_t *n)
+{
+        d[1].bytes[0] ^= 0xff;
+}
+
+static void spoil_truncate(TransportDesc *d, size_t *n)
+{
+        d[0].len = FAKE_TRANSPORT_DESC_SIZE - 1;
+}
+
+static void spoil_empty(TransportDesc *d, size_t *n)
+{
+        d[1].len = 0;
+}
+
+static void spoil_count(TransportDesc *d, size_t *n)
+{
+        *n = TENSORS - 1;
+}
+
+/* The length the descriptor names ends one byte before slot 1's end: too short for the read. */
+static void spoil_short(TransportDesc *d, size_t *n)
+{
+        TransportDesc *x = &d[1];
+
+        for (size_t i = 0; i < 8; i++)
+                x->bytes[9 + i] = (uint8_t)((2 * FIXTURE_STRIDE - 1) >> (8 * i));
+}
+
+/* An address near the top: the span the plan reads would wrap. */
+static void spoil_wrap(TransportDesc *d, size_t *n)
+{
+        for (size_t i = 0; i < 8; i++) {
+                d[0].bytes[1 + i] = 0xff;
+                d[0].bytes[9 + i] = 0;
+        }
+}
+
+START_TEST(test_onesided_descriptor_other_kind)
+{
+        onesided_refused(spoil_tag, "descriptor of its tensor 1 (21 bytes) is not one transport "
+                                    "fake-remote reads");
+}
+END_TEST
+
+START_TEST(test_onesided_descriptor_truncated)
+{
+        onesided_refused(spoil_truncate, "descriptor of its tensor 0 (20 bytes) is not one");
+}
+END_TEST
+
+START_TEST(test_onesided_descriptor_empty)
+{
+        onesided_refused(spoil_empty, "descriptor of its tensor 1 (0 bytes) is not one");
+}
+END_TEST
+
+START_TEST(test_onesided_descriptor_missing)
+{
+        onesided_refused(spoil_count, "the peer sent 1 descriptors for 2 tensors");
+}
+END_TEST
+
+START_TEST(test_onesided_descriptor_too_short)
+{
+        onesided_refused(spoil_short, "reaches past the 255 bytes the peer described of its "
+                                      "tensor 1");
+}
+END_TEST
+
+START_TEST(test_onesided_descriptor_wraps)
+{
+        onesided_refused(spoil_wrap, "reaches past the 0 bytes the peer described of its tensor 0");
 }
 END_TEST
 
@@ -964,7 +1182,7 @@ START_TEST(test_inlink_pull)
         ck_assert_uint_eq(r->linked_link_id, il->id);
         ck_assert_uint_eq(r->initiator_link_id, il->id);
         ck_assert_uint_eq(r->key.cluster_id, REMOTE_CLUSTER);
-        ck_assert(!r->rdma);
+        ck_assert(!r->remote_access);
 
         ans = remote_answer(&remote, 3);
         transfer_remote_on_answer(x, fx.peer, STATUS_OK, NULL, &ans);
@@ -1072,6 +1290,13 @@ static Suite *transfer_suite(void)
         tcase_add_test(tc, test_remote_push_fence);
         tcase_add_test(tc, test_remote_push_fence_after_sender);
         tcase_add_test(tc, test_remote_request_fails);
+        tcase_add_test(tc, test_onesided_pull_by_descriptors);
+        tcase_add_test(tc, test_onesided_descriptor_other_kind);
+        tcase_add_test(tc, test_onesided_descriptor_truncated);
+        tcase_add_test(tc, test_onesided_descriptor_empty);
+        tcase_add_test(tc, test_onesided_descriptor_missing);
+        tcase_add_test(tc, test_onesided_descriptor_too_short);
+        tcase_add_test(tc, test_onesided_descriptor_wraps);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("two-way");

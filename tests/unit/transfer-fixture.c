@@ -75,8 +75,7 @@ static int recorder_answer(Peer *p, uint64_t request_id, const TransferPeerAnswe
         rec->n_answers++;
         rec->answer_request_id = request_id;
         rec->answer = *answer;
-        rec->answer.rdma_addrs = NULL;
-        rec->answer.rdma_rkeys = NULL;
+        rec->answer.descs = NULL; /* borrowed from the caller's stack */
         if (answer->remote) {
                 rec->answer_remote = *answer->remote;
                 rec->answer.remote = &rec->answer_remote;
