@@ -164,14 +164,18 @@ static int fake_desc_pack(Transport *t, uint64_t addr, uint64_t len, const Trans
 static int fake_desc_unpack(Transport *t, const void *bytes, size_t len, TransportRemote *ret)
 {
         const uint8_t *p = bytes;
+        TransportRemote m;
 
         if (len != FAKE_TRANSPORT_DESC_SIZE || p[0] != FAKE_TRANSPORT_DESC_TAG)
                 return -EBADMSG;
-        *ret = (TransportRemote){
+        m = (TransportRemote){
                 .addr = fake_get_le(p + 1, 8),
                 .len = fake_get_le(p + 9, 8),
                 .key = (uint32_t)fake_get_le(p + 17, 4),
         };
+        if (m.len > UINT64_MAX - m.addr) /* as transport-onesided.c: a span that wraps */
+                return -EBADMSG;
+        *ret = m;
         return 0;
 }
 
