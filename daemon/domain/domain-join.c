@@ -292,11 +292,11 @@ TransportChannel *domain_pair_rdma(Domain *dom, uint32_t m, uint32_t o, Peer **r
                         *ret_why = "is down";
                         return NULL;
                 }
-                ep = l->rdma_ep;
+                ep = l->channel;
                 p = l->peer;
         } else if (pair_link_lookup(pl, c, &l, &il) && il) {
                 /* The peer's link to us: our queue pairs to its device, once connected. */
-                ep = il->rdma_ep;
+                ep = il->channel;
                 p = il->peer;
         } else if (l) {
                 *ret_why = "is on this daemon";
@@ -333,7 +333,7 @@ const char *domain_pair_reason(const Domain *dom, uint32_t m, uint32_t o, char *
                                "the link cluster %" PRIu64 " made (inbound link %" PRIu64
                                "), both ways: %s",
                                il->remote_cluster_id, il->id,
-                               il->rdma_ep ? "RDMA queue pairs of ours to its device" : "TCP");
+                               il->channel ? "RDMA queue pairs of ours to its device" : "TCP");
         else if (l)
                 (void)snprintf(buf, size, "the link cluster %" PRIu64 " made, both ways: %s",
                                l->local->id, l->transport_reason);
@@ -481,7 +481,7 @@ static bool pair_link_rdma(const PairLink *pl, Cluster *c)
                 return false;
         /* The peer's link to us: RDMA once our queue pairs to its device connected (the
          * messages' route is decided here, so a later connection changes nothing). */
-        return l ? l->rdma_ep != NULL : il->rdma_ep != NULL;
+        return l ? l->channel != NULL : il->channel != NULL;
 }
 
 static void domain_send_linked(Domain *dom, uint32_t m, uint32_t o)

@@ -104,7 +104,7 @@ int transfer_remote_start(Transfer *x, Error *err)
         remote_desc_from_cache(transfer_local_cache(x, &local_is_src), &local);
         /* Over the peer's link to us: queue pairs of ours to its device, once connected
          * (link_inlink_connect()), else the data connection. */
-        x->rdma_ep = l ? l->rdma_ep : il->rdma_ep;
+        x->rdma_ep = l ? l->channel : il->channel;
         x->one_sided = x->rdma_ep != NULL;
         if (!l && x->one_sided)
                 x->transport = x->root->transports->rdma_transport;
