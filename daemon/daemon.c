@@ -219,7 +219,6 @@ int daemon_new(Config *config, Daemon **ret)
         d->link.options = (LinkOptions){
                 .limits = &config->limits,
                 .tcp = &config->tcp,
-                .rdma = &config->rdma,
                 .heartbeat_interval_ms = &config->heartbeat_interval_ms,
                 .heartbeat_timeout_ms = &config->heartbeat_timeout_ms,
                 .client_clusters_accept_links = &config->client_clusters_accept_links,

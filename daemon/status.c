@@ -20,7 +20,7 @@
 #include "proto/kvdist.pb-c.h"
 #include "daemon/control/listener.h"
 #include "daemon/metrics/metrics-http.h"
-#include "daemon/link/peer-rdma.h"
+#include "daemon/link/peer-channel.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/transport-set.h"
 #include "daemon/transfer/plan.h"
@@ -226,7 +226,7 @@ static json_t *status_inlink(const InLink *il, usec_t now, bool *ok)
         set(o, "remote_cluster", json_u64(il->remote_cluster_id), ok);
         set(o, "peer", json_string(il->peer->address[0] ? il->peer->address : il->peer->remote),
             ok);
-        set(o, "transport", json_string(il->rdma ? "rdma" : "tcp"), ok);
+        set(o, "transport", json_string(il->over_channel ? "rdma" : "tcp"), ok);
         /* An inbound link lives while it is up: a lost peer or an unlink removes it. */
         set(o, "state", json_string("up"), ok);
         set(o, "age_s", json_real((double)(now - il->created_usec) / USEC_PER_SEC), ok);
@@ -235,7 +235,7 @@ static json_t *status_inlink(const InLink *il, usec_t now, bool *ok)
         set(o, "transfers_in_flight", json_integer(il->n_inflight), ok);
         /* Links are two-way: our cluster's own transfers over it, on queue pairs of ours or on
          * the data connection. */
-        set(o, "transport_out", json_string(il->rdma_ep ? "rdma" : "tcp"), ok);
+        set(o, "transport_out", json_string(il->channel ? "rdma" : "tcp"), ok);
         set(o, "transfers_out_in_flight", json_integer(il->n_outgoing), ok);
         set(o, "bytes", json_u64(il->bytes), ok);
         return o;
@@ -296,7 +296,7 @@ static json_t *status_rdma_endpoints(Peer *p, Transport *rdma, bool *ok)
         FactsCtx ctx = {json_array(), ok, rdma};
 
         if (ctx.array)
-                peer_rdma_foreach(p, status_rdma_endpoint, &ctx);
+                peer_channel_foreach(p, status_rdma_endpoint, &ctx);
         return ctx.array;
 }
 

@@ -134,7 +134,7 @@ static const FrameType frame_types[] = {
         FRAME_TYPE(PEER_TRANSFER, peer_transfer, "PeerTransfer"),
         FRAME_TYPE(PEER_TRANSFER_DONE, peer_transfer_done, "PeerTransferDone"),
         FRAME_TYPE(PEER_TRANSFER_CANCEL, peer_transfer_cancel, "PeerTransferCancel"),
-        FRAME_TYPE(PEER_RDMA_CONNECT, peer_rdma_connect, "PeerRdmaConnect"),
+        FRAME_TYPE(PEER_CHANNEL_CONNECT, peer_channel_connect, "PeerChannelConnect"),
         FRAME_TYPE(PEER_REMOTE_DONE, peer_remote_done, "PeerRemoteDone"),
         FRAME_TYPE(PEER_DOMAIN_JOIN, peer_domain_join, "PeerDomainJoin"),
         FRAME_TYPE(PEER_DOMAIN_LINKED, peer_domain_linked, "PeerDomainLinked"),

@@ -20,7 +20,7 @@
 #include "daemon/link/link-root.h"
 #include "daemon/link/link.h"
 #include "daemon/link/peer-handlers.h"
-#include "daemon/link/peer-rdma.h"
+#include "daemon/link/peer-channel.h"
 #include "daemon/link/peer.h"
 #include "proto/frame.h"
 #include "proto/kvdist.pb-c.h"
@@ -359,7 +359,7 @@ static void codec_link_on_reply(Peer *p, int status, const Error *err, LinkGrant
 
 static int codec_link_ask(PairLink *pl, Cluster *c, Peer *p, PeerCall **ret_call)
 {
-        return link_peer_request(c, p, pl->remote_cluster_id, pl->transport.rdma,
+        return link_peer_request(c, p, pl->remote_cluster_id, pl->transport.channel,
                                  codec_link_on_reply, pl, ret_call);
 }
 
@@ -409,9 +409,9 @@ const DomainPeerOps domain_codec_ops = {
         .ready = codec_ready,
         .leave = codec_leave,
         .xfer = codec_xfer,
-        .channel_ready = peer_rdma_when_ready,
-        .channel_waiter_cancel = peer_rdma_waiter_cancel,
-        .channel_repair = peer_rdma_repair,
+        .channel_ready = peer_channel_when_ready,
+        .channel_waiter_cancel = peer_channel_waiter_cancel,
+        .channel_repair = peer_channel_repair,
         .link_ask = codec_link_ask,
         .link_forget = codec_link_forget,
         .link_connect = codec_link_connect,

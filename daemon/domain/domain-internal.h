@@ -46,7 +46,7 @@ typedef struct Lane Lane;
 typedef struct PairLink PairLink;
 typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
-typedef struct PeerRdmaWaiter PeerRdmaWaiter;
+typedef struct PeerChannelWaiter PeerChannelWaiter;
 typedef struct Transport Transport;
 typedef struct TransportChannel TransportChannel;
 typedef struct TransportRegion TransportRegion;
@@ -387,14 +387,14 @@ struct DomainPeerOps {
         int (*xfer)(Peer *p, const DomainXferMsg *m);
         /*
          * A link's channel @ch to @p with every path connected, the paths an earlier
-         * timeout or error flushed connected again first (peer_rdma_when_ready()): @fn runs
+         * timeout or error flushed connected again first (peer_channel_when_ready()): @fn runs
          * once it is (from inside, when it is already) or could not be, unless the wait is
          * cancelled; returns 0 or a negative errno (@fn does not run then). Repairing connects
-         * the flushed paths of @ch again for whatever uses it next (peer_rdma_repair()).
+         * the flushed paths of @ch again for whatever uses it next (peer_channel_repair()).
          */
         int (*channel_ready)(Peer *p, TransportChannel *ch, domain_channel_ready_fn fn,
-                             void *userdata, PeerRdmaWaiter **ret_waiter);
-        void (*channel_waiter_cancel)(PeerRdmaWaiter *w);
+                             void *userdata, PeerChannelWaiter **ret_waiter);
+        void (*channel_waiter_cancel)(PeerChannelWaiter *w);
         void (*channel_repair)(Peer *p, TransportChannel *ch);
         /*
          * The pair link of @pl: asks @p for it (PeerLink of @c, answered to
@@ -476,9 +476,9 @@ struct DomainOp {
         LaneDesc *descs;               /* receive: per segment, its descriptor */
         TransportSegment *write_segs;  /* send: the writes */
         size_t n_write_segs;
-        bool writing;                   /* send: @data_job writes them; its callback will run */
-        PeerRdmaWaiter *channel_waiter; /* send: the channel connects its paths first */
-        Peer *channel_peer;             /* send: the link's peer, which owns @channel */
+        bool writing;                      /* send: @data_job writes them; its callback will run */
+        PeerChannelWaiter *channel_waiter; /* send: the channel connects its paths first */
+        Peer *channel_peer;                /* send: the link's peer, which owns @channel */
         TransportChannel *channel;
         /* local */
         bool copying;                /* send: @copy runs; its callback will run */

@@ -274,16 +274,16 @@ static bool pair_link_alive(const PairLink *pl, Cluster *c)
  * transport's (the one that opens channels); without one the link streams on the peer's data
  * connections.
  */
-static Transport *link_channel_transport(const Domain *dom, const TransportChannel *ch)
+static Transport *pair_channel_transport(const Domain *dom, const TransportChannel *ch)
 {
         return transport_set_get(dom->reg->roots.transports,
                                  ch ? TRANSPORT_ROLE_DIRECT : TRANSPORT_ROLE_STREAM);
 }
 
 /* Whether a link on channel @ch reaches the peer's memory: its transport has remote access. */
-static bool link_channel_direct(const Domain *dom, const TransportChannel *ch)
+static bool pair_channel_direct(const Domain *dom, const TransportChannel *ch)
 {
-        return ch && transport_caps(link_channel_transport(dom, ch))->remote_access;
+        return ch && transport_caps(pair_channel_transport(dom, ch))->remote_access;
 }
 
 TransportChannel *domain_pair_direct(Domain *dom, uint32_t m, uint32_t o, Peer **ret_peer,
@@ -309,18 +309,18 @@ TransportChannel *domain_pair_direct(Domain *dom, uint32_t m, uint32_t o, Peer *
                         *ret_why = "is down";
                         return NULL;
                 }
-                ch = l->rdma_ep;
+                ch = l->channel;
                 p = l->peer;
         } else if (pair_link_lookup(pl, c, &l, &il) && il) {
                 /* The peer's link to us: our channel to its device, once connected. */
-                ch = il->rdma_ep;
+                ch = il->channel;
                 p = il->peer;
         } else if (l) {
                 *ret_why = "is on this daemon";
                 return NULL;
         } else
                 return NULL;
-        if (!link_channel_direct(dom, ch)) {
+        if (!pair_channel_direct(dom, ch)) {
                 *ret_why = "streams on the peer connection (its transport has no remote access)";
                 return NULL;
         }
@@ -350,7 +350,7 @@ const char *domain_pair_reason(const Domain *dom, uint32_t m, uint32_t o, char *
                                "the link cluster %" PRIu64 " made (inbound link %" PRIu64
                                "), both ways: %s",
                                il->remote_cluster_id, il->id,
-                               il->rdma_ep ? "RDMA queue pairs of ours to its device" : "TCP");
+                               il->channel ? "RDMA queue pairs of ours to its device" : "TCP");
         else if (l)
                 (void)snprintf(buf, size, "the link cluster %" PRIu64 " made, both ways: %s",
                                l->local->id, l->transport_reason);
@@ -495,12 +495,12 @@ static bool pair_link_direct(const Domain *dom, const PairLink *pl, Cluster *c)
         Link *l = NULL;
 
         if (pl->state == PAIR_LINK_HELD)
-                return link_channel_direct(dom, pl->channel);
+                return pair_channel_direct(dom, pl->channel);
         if (!pair_link_lookup(pl, c, &l, &il))
                 return false;
         /* The peer's link to us: direct once our channel to its device connected (the
          * messages' route is decided here, so a later connection changes nothing). */
-        return link_channel_direct(dom, l ? l->rdma_ep : il->rdma_ep);
+        return pair_channel_direct(dom, l ? l->channel : il->channel);
 }
 
 static void domain_send_linked(Domain *dom, uint32_t m, uint32_t o)

@@ -15,7 +15,7 @@
 #include "daemon/link/link-request.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
-#include "daemon/link/peer-rdma.h"
+#include "daemon/link/peer-channel.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
@@ -33,7 +33,7 @@ typedef struct LinkSetup {
         PeerWaiter *waiter;
         PeerCall *call;
         LinkTransport transport;
-        LinkGrant *reply; /* kept while the RDMA endpoint connects */
+        LinkGrant *reply; /* kept while the channel connects */
         Peer *reply_peer;
         bool done;
 } LinkSetup;
@@ -187,19 +187,19 @@ int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, LinkGrant 
         if (l)
                 link_free_full(l, STATUS_PEER_LOST, false);
         r = link_new_remote(root, c, p, remote_cluster_id, g,
-                            ep ? transport_set_get(root->transports, TRANSPORT_ROLE_DIRECT)
+                            ep ? link_channel_transport(root)
                                : transport_set_get(root->transports, TRANSPORT_ROLE_STREAM),
                             &l);
         if (r < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "cannot create the link");
-        l->rdma_ep = ep;
+        l->channel = ep;
         (void)snprintf(l->transport_reason, sizeof(l->transport_reason), "%s", transport_reason);
         if (ret)
                 *ret = l;
         return 0;
 }
 
-/* Makes the link out of the peer's kept answer, over @ep (RDMA) or TCP. */
+/* Makes the link out of the peer's kept answer, over the channel @ep or TCP. */
 static void link_setup_complete(LinkSetup *s, TransportChannel *ep)
 {
         Error e = ERROR_INIT;
@@ -214,77 +214,77 @@ static void link_setup_complete(LinkSetup *s, TransportChannel *ep)
 
 void link_transport_cancel(LinkTransport *t)
 {
-        peer_rdma_waiter_cancel(t->waiter);
+        peer_channel_waiter_cancel(t->waiter);
         t->waiter = NULL;
 }
 
-static void link_transport_on_rdma(TransportChannel *ep, int status, const char *reason,
-                                   void *userdata)
+static void link_transport_on_channel(TransportChannel *ch, int status, const char *reason,
+                                      void *userdata)
 {
         LinkTransport *t = userdata;
+        const char *name = transport_name(link_channel_transport(t->peer->root));
         Error e = ERROR_INIT;
 
         t->waiter = NULL;
         if (t->peer->state != PEER_READY) {
-                /* Its endpoints fail as it goes: no link over it, TCP or not. */
+                /* Its channels fail as it goes: no link over it, TCP or not. */
                 error_set(&e, STATUS_LINK_FAILED,
-                          "the daemon at %s was lost while RDMA queue "
-                          "pairs connected",
-                          t->address);
+                          "the daemon at %s was lost while the %s channel connected", t->address,
+                          name);
                 t->fn(t, NULL, &e, t->userdata);
                 return;
         }
         if (status < 0 && t->required) {
                 error_set(&e, STATUS_LINK_FAILED,
-                          "cannot connect RDMA queue pairs to the daemon "
-                          "at %s: %s",
-                          t->address, reason ? reason : strerror(-status));
+                          "cannot connect the %s channel to the daemon at %s: %s", name, t->address,
+                          reason ? reason : strerror(-status));
                 t->fn(t, NULL, &e, t->userdata);
                 return;
         }
         if (status < 0)
                 (void)snprintf(t->reason, sizeof(t->reason),
-                               "auto: RDMA queue pairs did not connect: %s",
+                               "auto: the %s channel did not connect: %s", name,
                                reason ? reason : strerror(-status));
+        else if (t->required)
+                (void)snprintf(t->reason, sizeof(t->reason), "configured");
         else
-                (void)snprintf(t->reason, sizeof(t->reason), "%s",
-                               t->required ? "configured" : "auto: RDMA on both ends");
-        t->fn(t, status < 0 ? NULL : ep, NULL, t->userdata);
+                (void)snprintf(t->reason, sizeof(t->reason), "auto: %s on both ends", name);
+        t->fn(t, status < 0 ? NULL : ch, NULL, t->userdata);
 }
 
 void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_id,
                             const LinkGrant *g, link_transport_fn fn, void *userdata)
 {
+        const char *name = transport_name(link_channel_transport(p->root));
         Error e = ERROR_INIT;
         int r;
 
         t->fn = fn;
         t->userdata = userdata;
         t->peer = p;
-        if (!t->rdma) {
+        if (!t->channel) {
                 fn(t, NULL, NULL, userdata);
                 return;
         }
-        if (!g->has_rdma) {
-                const char *why = g->rdma_reason ?: "it did not say why";
+        if (!g->has_device) {
+                const char *why = g->device_reason ?: "it did not say why";
 
                 if (t->required) {
                         error_set(&e, STATUS_FEATURE_NOT_ENABLED,
-                                  "cluster %" PRIu64 " at %s "
-                                  "has no RDMA device: %s",
-                                  remote_cluster_id, t->address, why);
+                                  "cluster %" PRIu64 " at %s has no %s device: %s",
+                                  remote_cluster_id, t->address, name, why);
                         fn(t, NULL, &e, userdata);
                         return;
                 }
                 (void)snprintf(t->reason, sizeof(t->reason),
-                               "auto: the peer has no RDMA for cluster %" PRIu64 ": %s",
+                               "auto: the peer has no %s for cluster %" PRIu64 ": %s", name,
                                remote_cluster_id, why);
                 fn(t, NULL, NULL, userdata);
                 return;
         }
-        r = peer_rdma_get(p, t->device, &g->rdma, link_transport_on_rdma, t, &t->waiter);
+        r = peer_channel_get(p, t->device, &g->device, link_transport_on_channel, t, &t->waiter);
         if (r < 0)
-                link_transport_on_rdma(NULL, r, NULL, t);
+                link_transport_on_channel(NULL, r, NULL, t);
 }
 
 static void link_setup_on_transport(LinkTransport *t, TransportChannel *ep, const Error *err,
@@ -321,30 +321,29 @@ static void link_setup_on_reply(Peer *p, int status, const Error *err, LinkGrant
 
 /* Asks for a link of @c to @remote_cluster_id: kvd_link_clusters()'s, or a comm domain's
  * (@domain). */
-static int link_peer_call(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma, bool domain,
-                          link_grant_fn fn, void *userdata, PeerCall **ret_call)
+static int link_peer_call(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool channel,
+                          bool domain, link_grant_fn fn, void *userdata, PeerCall **ret_call)
 {
         LinkPeerAsk ask = {
                 .src_cluster_id = c->id,
                 .src_role = c->role,
                 .dst_cluster_id = remote_cluster_id,
-                .rdma = rdma,
+                .channel = channel,
                 .domain = domain,
         };
         const char *why = NULL;
 
-        /* Links are two-way: the linked side connects queue pairs of its own to our device. */
-        if (rdma &&
-            transport_device_info(transport_set_get(c->root->transports, TRANSPORT_ROLE_DIRECT),
-                                  c->device_id, NULL, &ask.src_rdma, &why) >= 0)
-                ask.has_src_rdma = true;
+        /* Links are two-way: the linked side opens a channel of its own to our device. */
+        if (channel && transport_device_info(link_channel_transport(c->root), c->device_id, NULL,
+                                             &ask.src_device, &why) >= 0)
+                ask.has_src_device = true;
         return c->root->peer_ops->link(p, &ask, fn, userdata, ret_call);
 }
 
-int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma, link_grant_fn fn,
-                      void *userdata, PeerCall **ret_call)
+int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool channel,
+                      link_grant_fn fn, void *userdata, PeerCall **ret_call)
 {
-        return link_peer_call(c, p, remote_cluster_id, rdma, true, fn, userdata, ret_call);
+        return link_peer_call(c, p, remote_cluster_id, channel, true, fn, userdata, ret_call);
 }
 
 static void link_setup_on_ready(Peer *p, int status, const Error *err, void *userdata)
@@ -362,7 +361,7 @@ static void link_setup_on_ready(Peer *p, int status, const Error *err, void *use
                 link_setup_finish(s, &e);
                 return;
         }
-        r = link_peer_call(c, p, s->remote_cluster_id, s->transport.rdma, false,
+        r = link_peer_call(c, p, s->remote_cluster_id, s->transport.channel, false,
                            link_setup_on_reply, s, &s->call);
         if (r < 0) {
                 error_set(&e, STATUS_LINK_FAILED, "cannot ask the daemon at %s: %s", s->address,
@@ -459,7 +458,7 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
         Transport *configured = transport_set_configured(ts, c->device_id);
         const char *why = NULL;
         TransportDeviceInfo dev;
-        bool rdma;
+        bool usable;
 
         *t = (LinkTransport){0};
         (void)snprintf(t->address, sizeof(t->address), "%s", address ? address : "");
@@ -472,12 +471,12 @@ int link_transport_choose(LinkTransport *t, const Cluster *c, const char *addres
                 return error_set(err, STATUS_FEATURE_NOT_ENABLED,
                                  "device %" PRId32 " is configured for transport %s, but: %s",
                                  c->device_id, transport_name(configured), why);
-        rdma = transport_device_info(transport_set_get(ts, TRANSPORT_ROLE_DIRECT), c->device_id,
-                                     NULL, &dev, &why) >= 0;
+        usable = transport_device_info(link_channel_transport(c->root), c->device_id, NULL, &dev,
+                                       &why) >= 0;
         t->required = configured != NULL;
-        t->rdma = rdma;
-        if (rdma)
-                (void)snprintf(t->device, sizeof(t->device), "%s", dev.device);
+        t->channel = usable;
+        if (usable)
+                (void)snprintf(t->device, sizeof(t->device), "%s", transport_device_name(&dev));
         else
                 (void)snprintf(t->reason, sizeof(t->reason), "auto: %s", why);
         return 0;

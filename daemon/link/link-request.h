@@ -20,7 +20,7 @@
 typedef struct Cluster Cluster;
 typedef struct Link Link;
 typedef struct LinkTransport LinkTransport;
-typedef struct PeerRdmaWaiter PeerRdmaWaiter;
+typedef struct PeerChannelWaiter PeerChannelWaiter;
 typedef struct TransportChannel TransportChannel;
 
 /* One cluster a kvd_link_clusters() call links to: its id, and the daemon it is on ("ip:port";
@@ -36,9 +36,9 @@ typedef struct LinkTarget {
  */
 typedef int (*link_reply_fn)(Completion *done, const int32_t *rets, size_t n, const Error *first);
 
-/* The link runs over RDMA on @ep, or over TCP when @ep is NULL (@t->reason says why), or cannot
- * be made at all (@err). */
-typedef void (*link_transport_fn)(LinkTransport *t, TransportChannel *ep, const Error *err,
+/* The link runs over the channel @ch, or over TCP when @ch is NULL (@t->reason says why), or
+ * cannot be made at all (@err). */
+typedef void (*link_transport_fn)(LinkTransport *t, TransportChannel *ch, const Error *err,
                                   void *userdata);
 
 /*
@@ -48,13 +48,13 @@ typedef void (*link_transport_fn)(LinkTransport *t, TransportChannel *ep, const 
  * @reason says what was decided and why, so nothing falls back silently.
  */
 struct LinkTransport {
-        bool rdma;                      /* RDMA is wanted */
+        bool channel;                   /* a channel is wanted (the device map's transport) */
         char device[64];                /* ours, when it is */
-        bool required;                  /* the device map says rdma: no TCP instead */
+        bool required;                  /* the device map says so: no TCP instead */
         char reason[128];               /* for the link's transport_reason */
         char address[SOCKADDR_STR_MAX]; /* the peer's, for messages */
         Peer *peer;                     /* link_transport_connect()'s */
-        PeerRdmaWaiter *waiter;         /* the queue pairs connect */
+        PeerChannelWaiter *waiter;      /* the channel connects */
         link_transport_fn fn;
         void *userdata;
 };
@@ -89,24 +89,24 @@ void link_requests_abort(Cluster *c);
 int link_transport_choose(LinkTransport *t, const Cluster *c, const char *address, Error *err);
 
 /*
- * Takes the peer's grant @g to link_peer_request() (asked with RDMA when @t->dev): connects the
- * RDMA queue pairs when both ends can, and calls @fn with the endpoint, with NULL for TCP, or
- * with an error when rdma was required and cannot be had. @fn may run from inside this call.
+ * Takes the peer's grant @g to link_peer_request() (asked for a channel when @t->channel):
+ * connects the channel when both ends can, and calls @fn with it, with NULL for TCP, or with an
+ * error when the channel was required and cannot be had. @fn may run from inside this call.
  */
 void link_transport_connect(LinkTransport *t, Peer *p, uint64_t remote_cluster_id,
                             const LinkGrant *g, link_transport_fn fn, void *userdata);
 
-/* Stops waiting for the queue pairs; @t's callback will not run. */
+/* Stops waiting for the channel; @t's callback will not run. */
 void link_transport_cancel(LinkTransport *t);
 
 /*
  * Asks READY @p for a comm domain's pair link of @c to its cluster @remote_cluster_id (a
  * LinkPeerAsk marked as a domain's: every member called kvd_link, so the cluster needs no
- * listen_ip_info for it), with its RDMA endpoint details when @rdma. @fn gets the grant (its
+ * listen_ip_info for it), with our device for a channel when @channel. @fn gets the grant (its
  * own) or the failure; a negative errno and @fn not called when @p cannot be asked.
  */
-int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool rdma, link_grant_fn fn,
-                      void *userdata, PeerCall **ret_call);
+int link_peer_request(Cluster *c, Peer *p, uint64_t remote_cluster_id, bool channel,
+                      link_grant_fn fn, void *userdata, PeerCall **ret_call);
 
 /*
  * Stops waiting for the answer to the link @call asked for our cluster @cluster_id to
@@ -119,8 +119,8 @@ void link_peer_abandon(LinkRoot *root, PeerCall *call, uint64_t cluster_id,
 
 /*
  * Makes the link of @c to @remote_cluster_id behind @p from the peer's grant @g to
- * link_peer_request() (taken on success, still the caller's on failure), over RDMA on @ep or
- * over TCP when @ep is NULL, replacing a link that is down. *@ret (may be NULL) gets it.
+ * link_peer_request() (taken on success, still the caller's on failure), over the channel @ep
+ * or over TCP when @ep is NULL, replacing a link that is down. *@ret (may be NULL) gets it.
  * OUT_OF_MEMORY with @err.
  */
 int link_make_remote(Cluster *c, Peer *p, uint64_t remote_cluster_id, LinkGrant *g,

@@ -12,7 +12,7 @@
 #include "daemon/link/link-events.h"
 #include "daemon/link/link.h"
 #include "common/log.h"
-#include "daemon/link/peer-rdma.h"
+#include "daemon/link/peer-channel.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
@@ -44,6 +44,11 @@ static Link *link_alloc(LinkRoot *root, Cluster *local, uint64_t remote_cluster_
         clist_link_tail(&root->links, &l->link_daemon);
         root->n_links++;
         return l;
+}
+
+Transport *link_channel_transport(const LinkRoot *root)
+{
+        return transport_set_get(root->transports, TRANSPORT_ROLE_DIRECT);
 }
 
 int link_new_local(LinkRoot *root, Cluster *local, Cluster *remote, Transport *transport,
@@ -242,7 +247,7 @@ InLink *link_inlink_free(InLink *il, int status, const char *why)
 {
         if (!il)
                 return NULL;
-        peer_rdma_waiter_cancel(il->rdma_waiter);
+        peer_channel_waiter_cancel(il->channel_waiter);
         /* transfer/ fails the peer's transfers it serves over @il. */
         hook_list_emit(&il->root->events, LinkEvents, inlink_gone, il, status);
         clist_unlink(&il->link_peer);
@@ -354,7 +359,7 @@ LinkGrant *link_grant_free(LinkGrant *g)
                 free(e->descs);
         }
         free(g->caches);
-        free(g->rdma_reason);
+        free(g->device_reason);
         free(g);
         return NULL;
 }
@@ -543,22 +548,23 @@ int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink *
         g->link_id = il->id;
         g->role = c->role;
         il->domain = ask->domain;
-        /* The linked cluster's RDMA device, for the peer to connect queue pairs to. */
-        if (transport_device_info(transport_set_get(root->transports, TRANSPORT_ROLE_DIRECT),
-                                  c->device_id, NULL, &dev, &why) >= 0) {
-                g->rdma = dev;
-                g->has_rdma = true;
-                /* What the link runs over unless the queue pairs fail to connect. */
-                il->rdma = ask->rdma;
-                /* Our own transfers over it: queue pairs of ours to the asking device. */
-                if (il->rdma && ask->has_src_rdma) {
-                        il->has_peer_rdma = true;
-                        il->peer_rdma = ask->src_rdma;
-                        (void)snprintf(il->rdma_device, sizeof(il->rdma_device), "%s", dev.device);
+        /* The linked cluster's device, for the peer to open a channel to. */
+        if (transport_device_info(link_channel_transport(root), c->device_id, NULL, &dev, &why) >=
+            0) {
+                g->device = dev;
+                g->has_device = true;
+                /* What the link runs over unless the channel fails to connect. */
+                il->over_channel = ask->channel;
+                /* Our own transfers over it: a channel of ours to the asking device. */
+                if (il->over_channel && ask->has_src_device) {
+                        il->has_peer_device = true;
+                        il->peer_device = ask->src_device;
+                        (void)snprintf(il->device, sizeof(il->device), "%s",
+                                       transport_device_name(&dev));
                 }
         } else if (why) {
-                g->rdma_reason = strdup(why);
-                if (!g->rdma_reason) {
+                g->device_reason = strdup(why);
+                if (!g->device_reason) {
                         link_grant_free(g);
                         link_inlink_free(il, STATUS_OUT_OF_MEMORY, NULL);
                         return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
@@ -569,57 +575,59 @@ int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink *
         return 0;
 }
 
-static void link_inlink_on_rdma(TransportChannel *ep, int status, const char *reason,
-                                void *userdata)
+static void link_inlink_on_channel(TransportChannel *ch, int status, const char *reason,
+                                   void *userdata)
 {
         InLink *il = userdata;
+        const char *name = transport_name(link_channel_transport(il->root));
 
-        il->rdma_waiter = NULL;
-        il->rdma_ep = status < 0 ? NULL : ep;
-        if (il->rdma_ep)
+        il->channel_waiter = NULL;
+        il->channel = status < 0 ? NULL : ch;
+        if (il->channel)
                 log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
-                         "): cluster %" PRIu64 "'s own transfers over it go over RDMA (%s)",
-                         il->id, il->remote_cluster_id, il->local->id, il->local->id,
-                         il->rdma_device);
+                         "): cluster %" PRIu64 "'s own transfers over it go over %s (%s)",
+                         il->id, il->remote_cluster_id, il->local->id, il->local->id, name,
+                         il->device);
         else
                 log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
-                         "): cluster %" PRIu64 "'s own transfers over it go over TCP: RDMA "
-                         "queue pairs did not connect: %s",
-                         il->id, il->remote_cluster_id, il->local->id, il->local->id,
+                         "): cluster %" PRIu64 "'s own transfers over it go over TCP: the %s "
+                         "channel did not connect: %s",
+                         il->id, il->remote_cluster_id, il->local->id, il->local->id, name,
                          reason ?: strerror(-status));
 }
 
 /*
- * Endpoints to one peer past which the linked side's own transfers stay on TCP: the peer names
- * the device they connect to, and endpoints live as long as the peer.
+ * Channels to one peer past which the linked side's own transfers stay on TCP: the peer names
+ * the device they connect to, and channels live as long as the peer.
  */
-#define LINK_PEER_RDMA_EPS_MAX 32
+#define LINK_PEER_CHANNELS_MAX 32
 
 void link_inlink_connect(InLink *il)
 {
+        const char *name = transport_name(link_channel_transport(il->root));
         int r;
 
-        if (!il->rdma)
+        if (!il->over_channel)
                 return;
-        if (clist_length(&il->peer->rdma_eps) >= LINK_PEER_RDMA_EPS_MAX) {
+        if (clist_length(&il->peer->channels) >= LINK_PEER_CHANNELS_MAX) {
                 log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
-                         "): cluster %" PRIu64 "'s own transfers over it go over TCP: %zu RDMA "
-                         "endpoints to this peer already",
+                         "): cluster %" PRIu64 "'s own transfers over it go over TCP: %zu %s "
+                         "channels to this peer already",
                          il->id, il->remote_cluster_id, il->local->id, il->local->id,
-                         clist_length(&il->peer->rdma_eps));
+                         clist_length(&il->peer->channels), name);
                 return;
         }
-        if (!il->has_peer_rdma) {
+        if (!il->has_peer_device) {
                 log_info("inbound link %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64
                          "): cluster %" PRIu64 "'s own transfers over it go over TCP: the peer "
-                         "did not say its RDMA device",
-                         il->id, il->remote_cluster_id, il->local->id, il->local->id);
+                         "did not say its %s device",
+                         il->id, il->remote_cluster_id, il->local->id, il->local->id, name);
                 return;
         }
-        r = peer_rdma_get(il->peer, il->rdma_device, &il->peer_rdma, link_inlink_on_rdma, il,
-                          &il->rdma_waiter);
+        r = peer_channel_get(il->peer, il->device, &il->peer_device, link_inlink_on_channel, il,
+                             &il->channel_waiter);
         if (r < 0)
-                link_inlink_on_rdma(NULL, r, NULL, il);
+                link_inlink_on_channel(NULL, r, NULL, il);
 }
 
 void link_peer_unlinked(Peer *p, const LinkPeerUnlink *u)

@@ -33,7 +33,7 @@ typedef struct Transport Transport;
 typedef struct Link Link;
 typedef struct PeerCall PeerCall;
 typedef struct PeerWaiter PeerWaiter;
-typedef struct PeerRdmaWaiter PeerRdmaWaiter;
+typedef struct PeerChannelWaiter PeerChannelWaiter;
 
 /* One cache a remote cluster exposed to a link made to it: what the peer told of it. */
 typedef struct LinkExposedCache {
@@ -58,17 +58,18 @@ typedef struct LinkExposedCache {
 
 /*
  * What the linked side grants a link (PeerLinkReply, decoded): its id of the inbound link, its
- * cluster's role, the caches the link reaches, and the cluster's RDMA device when it has one
- * that works (else why not). The peer codec builds it from the wire and encodes ours to it.
+ * cluster's role, the caches the link reaches, and the cluster's device for a channel when it
+ * has one that works (else why not). The peer codec builds it from the wire and encodes ours to
+ * it.
  */
 typedef struct LinkGrant {
         uint64_t link_id;
         int role; /* ClusterRole */
         size_t n_caches;
         LinkExposedCache *caches;
-        bool has_rdma;
-        TransportDeviceInfo rdma;
-        char *rdma_reason; /* when !has_rdma: why, or NULL when the peer did not say */
+        bool has_device;
+        TransportDeviceInfo device; /* the channel transport's, unpacked */
+        char *device_reason;        /* when !has_device: why, or NULL when the peer did not say */
 } LinkGrant;
 
 /* A request for a link, as one daemon asks another (PeerLink). */
@@ -76,10 +77,11 @@ typedef struct LinkPeerAsk {
         uint64_t src_cluster_id;
         int src_role; /* ClusterRole */
         uint64_t dst_cluster_id;
-        bool rdma;   /* the asking side would use RDMA for the link */
-        bool domain; /* a comm domain's pair link: the linked cluster needs no listen_ip_info */
-        bool has_src_rdma;
-        TransportDeviceInfo src_rdma; /* rdma: the asking cluster's device (links are two-way) */
+        bool channel; /* the asking side would run the link over a channel */
+        bool domain;  /* a comm domain's pair link: the linked cluster needs no listen_ip_info */
+        bool has_src_device;
+        /* channel: the asking cluster's device (links are two-way) */
+        TransportDeviceInfo src_device;
 } LinkPeerAsk;
 
 /* A link between two daemons' clusters is gone (PeerUnlink). */
@@ -147,7 +149,7 @@ struct Link {
                              * cluster exposed when the link was made among it */
         Transport *transport;
         char transport_reason[128]; /* why this transport, for status */
-        TransportChannel *rdma_ep;  /* RDMA links: the queue pairs to the peer's device */
+        TransportChannel *channel;  /* links over a channel: the one to the peer's device */
         usec_t created_usec;
         uint64_t n_transfers; /* completed */
         uint64_t bytes;
@@ -170,16 +172,16 @@ struct InLink {
         Cluster *local; /* the cluster linked to */
         uint64_t remote_cluster_id;
         int remote_role;
-        bool rdma;   /* the peer asked for RDMA and we offered our device */
-        bool domain; /* a comm domain's pair link asked for it (domain/ makes no other use
-                      * of it: the asking domain holds it until it is OK) */
-        /* Links are two-way: our cluster's own transfers over it go over queue pairs of ours to
+        bool over_channel; /* the peer asked for a channel and we offered our device */
+        bool domain;       /* a comm domain's pair link asked for it (domain/ makes no other use
+                            * of it: the asking domain holds it until it is OK) */
+        /* Links are two-way: our cluster's own transfers over it go over a channel of ours to
          * the linking cluster's device, once connected (link_inlink_connect()), else over TCP. */
-        bool has_peer_rdma;
-        TransportDeviceInfo peer_rdma; /* the linking cluster's device */
-        char rdma_device[64];          /* ours */
-        TransportChannel *rdma_ep;     /* connected; the peer's (freed when it is lost) */
-        PeerRdmaWaiter *rdma_waiter;
+        bool has_peer_device;
+        TransportDeviceInfo peer_device; /* the linking cluster's device */
+        char device[64];                 /* ours */
+        TransportChannel *channel;       /* connected; the peer's (freed when it is lost) */
+        PeerChannelWaiter *channel_waiter;
         usec_t created_usec;
         uint64_t n_served; /* transfers served, completed */
         uint64_t bytes;
@@ -191,6 +193,13 @@ struct InLink {
         CList link_cluster; /* on local->inlinks */
         CList link_daemon;
 };
+
+/*
+ * The transport whose channels links open to peers with an exchange of their own
+ * (peer-channel.c), NULL in a daemon without one: links run over it when both ends have a
+ * device for it, else over TCP.
+ */
+Transport *link_channel_transport(const LinkRoot *root);
 
 /* Creates an UP link from @local to the cluster @remote of this daemon over @transport. */
 int link_new_local(LinkRoot *root, Cluster *local, Cluster *remote, Transport *transport,
@@ -230,15 +239,15 @@ void link_give_back(LinkRoot *root, Peer *p, uint64_t src_cluster_id, uint64_t d
 
 /*
  * @p's cluster asks to link to one of ours (@ask): checks that it may, creates the InLink and
- * describes what it reaches in *@ret_grant (with our device for RDMA). *@ret_il and *@ret_grant
- * are the caller's; a STATUS_* status with @err when refused.
+ * describes what it reaches in *@ret_grant (with our device for a channel). *@ret_il and
+ * *@ret_grant are the caller's; a STATUS_* status with @err when refused.
  */
 int link_inlink_accept(LinkRoot *root, Peer *p, const LinkPeerAsk *ask, InLink **ret_il,
                        LinkGrant **ret_grant, Error *err);
 
 /*
- * Connects queue pairs from our cluster's device to the linking cluster's for @il, when the
- * link runs over RDMA and the peer said its device: our cluster's own transfers over @il use
+ * Connects a channel from our cluster's device to the linking cluster's for @il, when the
+ * link runs over a channel and the peer said its device: our cluster's own transfers over @il use
  * them once connected (TCP until then, or when they fail; the log says which). Once, after the
  * grant went out.
  */

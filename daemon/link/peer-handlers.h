@@ -43,7 +43,7 @@ typedef struct PeerHandlers {
  */
 void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t n, void *userdata);
 
-/* Registers link/'s own handlers (links, RDMA endpoints). Once, at start. */
+/* Registers link/'s own handlers (links, peer channels). Once, at start. */
 void peer_handlers_init(LinkRoot *root);
 
 /* peer-link.c */
@@ -52,6 +52,6 @@ void peer_handle_unlink(void *userdata, Peer *p, uint64_t request_id, const Prot
 void peer_handle_cluster_gone(void *userdata, Peer *p, uint64_t request_id,
                               const ProtobufCMessage *msg);
 
-/* peer-rdma.c */
-void peer_handle_rdma_connect(void *userdata, Peer *p, uint64_t request_id,
-                              const ProtobufCMessage *msg);
+/* peer-channel.c */
+void peer_handle_channel_connect(void *userdata, Peer *p, uint64_t request_id,
+                                 const ProtobufCMessage *msg);

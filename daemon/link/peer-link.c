@@ -29,7 +29,7 @@
 typedef struct GrantWire {
         Kvdist__V1__PeerLinkReply reply;
         Kvdist__V1__Status status;
-        Kvdist__V1__RdmaDeviceInfo rdma;
+        uint8_t device[TRANSPORT_PACKED_MAX];
         Kvdist__V1__RemoteCache *caches;
         Kvdist__V1__RemoteCache **ptrs;
         Kvdist__V1__CacheDesc *descs;
@@ -53,10 +53,14 @@ static void grant_wire_free(GrantWire *w, size_t n)
         free(w->key_storage);
 }
 
-/* Encodes @g into @w (pointing into @g, which must outlive it); -ENOMEM. */
-static int grant_wire_build(const LinkGrant *g, GrantWire *w)
+/*
+ * Encodes @g into @w (pointing into @g, which must outlive it), our device packed by @t, the
+ * transport of channels; -ENOMEM.
+ */
+static int grant_wire_build(Transport *t, const LinkGrant *g, GrantWire *w)
 {
         size_t n = g->n_caches;
+        int r;
 
         *w = (GrantWire){0};
         kvdist__v1__peer_link_reply__init(&w->reply);
@@ -64,17 +68,15 @@ static int grant_wire_build(const LinkGrant *g, GrantWire *w)
         w->reply.status = &w->status;
         w->reply.link_id = g->link_id;
         w->reply.dst_role = (Kvdist__V1__Role)g->role;
-        if (g->has_rdma) {
-                kvdist__v1__rdma_device_info__init(&w->rdma);
-                w->rdma.device = (char *)g->rdma.device;
-                w->rdma.gid.data = (uint8_t *)g->rdma.address;
-                w->rdma.gid.len = TRANSPORT_ADDRESS_SIZE;
-                w->rdma.port = g->rdma.port;
-                w->rdma.mtu = g->rdma.mtu;
-                w->rdma.lid = g->rdma.lid;
-                w->reply.rdma = &w->rdma;
+        r = g->has_device ? transport_device_pack(t, &g->device, w->device, sizeof(w->device))
+                          : -ENODEV;
+        if (r >= 0) {
+                w->reply.channel.data = w->device;
+                w->reply.channel.len = (size_t)r;
         } else
-                w->reply.rdma_reason = g->rdma_reason;
+                /* A device that cannot be packed is one the peer cannot open a channel to. */
+                w->reply.channel_reason =
+                        g->has_device ? (char *)"cannot describe the device" : g->device_reason;
         if (n == 0)
                 return 0;
         w->caches = calloc(n, sizeof(*w->caches));
@@ -181,10 +183,11 @@ static int exposed_cache_from_wire(const Kvdist__V1__RemoteCache *rc, LinkExpose
 }
 
 /*
- * Decodes the peer's PeerLinkReply @m into a new grant: -ENOMEM, or -EBADMSG for what no grant
- * holds, with @err set.
+ * Decodes the peer's PeerLinkReply @m into a new grant, its device unpacked by @t (a device it
+ * cannot unpack is none): -ENOMEM, or -EBADMSG for what no grant holds, with @err set.
  */
-static int grant_from_wire(const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret, Error *err)
+static int grant_from_wire(Transport *t, const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret,
+                           Error *err)
 {
         LinkGrant *g;
         int r = -ENOMEM;
@@ -194,17 +197,12 @@ static int grant_from_wire(const Kvdist__V1__PeerLinkReply *m, LinkGrant **ret, 
                 goto oom;
         g->link_id = m->link_id;
         g->role = m->dst_role;
-        if (m->rdma && m->rdma->gid.len == TRANSPORT_ADDRESS_SIZE && m->rdma->device) {
-                g->has_rdma = true;
-                (void)snprintf(g->rdma.device, sizeof(g->rdma.device), "%s", m->rdma->device);
-                memcpy(g->rdma.address, m->rdma->gid.data, TRANSPORT_ADDRESS_SIZE);
-                g->rdma.port = (uint8_t)m->rdma->port;
-                g->rdma.mtu = m->rdma->mtu;
-                g->rdma.lid = (uint16_t)m->rdma->lid;
-        }
-        if (m->rdma_reason && m->rdma_reason[0]) {
-                g->rdma_reason = strdup(m->rdma_reason);
-                if (!g->rdma_reason)
+        if (m->channel.len > 0 &&
+            transport_device_unpack(t, m->channel.data, m->channel.len, &g->device) >= 0)
+                g->has_device = true;
+        if (m->channel_reason && m->channel_reason[0]) {
+                g->device_reason = strdup(m->channel_reason);
+                if (!g->device_reason)
                         goto oom;
         }
         if (m->n_caches > 0) {
@@ -246,9 +244,9 @@ static void peer_link_on_reply(Peer *p, int status, const Error *err, const Prot
         /* A grant whose descriptors our transport does not read is the peer's fault: the link
          * fails with PROTOCOL_MISMATCH, before anything uses them. */
         if (status == STATUS_OK &&
-            (grant_from_wire((const Kvdist__V1__PeerLinkReply *)reply, &g, &e) < 0 ||
-             link_grant_check(transport_set_get(p->root->transports, TRANSPORT_ROLE_DIRECT), g,
-                              &e) < 0)) {
+            (grant_from_wire(link_channel_transport(p->root),
+                             (const Kvdist__V1__PeerLinkReply *)reply, &g, &e) < 0 ||
+             link_grant_check(link_channel_transport(p->root), g, &e) < 0)) {
                 g = link_grant_free(g);
                 status = e.code;
                 err = &e;
@@ -260,7 +258,7 @@ static int peer_link_call(Peer *p, const LinkPeerAsk *ask, link_grant_fn fn, voi
                           PeerCall **ret_call)
 {
         Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
-        Kvdist__V1__RdmaDeviceInfo dev = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
+        uint8_t device[TRANSPORT_PACKED_MAX];
         LinkCall *lc;
         int r;
 
@@ -271,16 +269,16 @@ static int peer_link_call(Peer *p, const LinkPeerAsk *ask, link_grant_fn fn, voi
         m.src_cluster_id = ask->src_cluster_id;
         m.src_role = (Kvdist__V1__Role)ask->src_role;
         m.dst_cluster_id = ask->dst_cluster_id;
-        m.rdma = ask->rdma;
+        m.channel = ask->channel;
         m.domain = ask->domain;
-        if (ask->has_src_rdma) {
-                dev.device = (char *)ask->src_rdma.device;
-                dev.gid.data = (uint8_t *)ask->src_rdma.address;
-                dev.gid.len = TRANSPORT_ADDRESS_SIZE;
-                dev.port = ask->src_rdma.port;
-                dev.mtu = ask->src_rdma.mtu;
-                dev.lid = ask->src_rdma.lid;
-                m.src_rdma = &dev;
+        if (ask->has_src_device) {
+                r = transport_device_pack(link_channel_transport(p->root), &ask->src_device, device,
+                                          sizeof(device));
+                /* Not packed: the peer hears of no device, as when we have none. */
+                if (r >= 0) {
+                        m.src_channel.data = device;
+                        m.src_channel.len = (size_t)r;
+                }
         }
         r = peer_call(p, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, peer_link_on_reply, lc,
                       ret_call);
@@ -333,29 +331,25 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
                 .src_cluster_id = m->src_cluster_id,
                 .src_role = m->src_role,
                 .dst_cluster_id = m->dst_cluster_id,
-                .rdma = m->rdma,
+                .channel = m->channel,
                 .domain = m->domain,
         };
+        Transport *t = link_channel_transport(p->root);
         LinkGrant *g = NULL;
         Error err = ERROR_INIT;
         GrantWire w;
         InLink *il;
         int r;
 
-        if (m->rdma && m->src_rdma && m->src_rdma->gid.len == TRANSPORT_ADDRESS_SIZE &&
-            m->src_rdma->device && m->src_rdma->device[0]) {
-                ask.has_src_rdma = true;
-                (void)snprintf(ask.src_rdma.device, sizeof(ask.src_rdma.device), "%s",
-                               m->src_rdma->device);
-                memcpy(ask.src_rdma.address, m->src_rdma->gid.data, TRANSPORT_ADDRESS_SIZE);
-                ask.src_rdma.port = (uint8_t)m->src_rdma->port;
-                ask.src_rdma.mtu = m->src_rdma->mtu;
-                ask.src_rdma.lid = (uint16_t)m->src_rdma->lid;
-        }
+        /* A device we cannot unpack is none: our cluster's own transfers stay on TCP. */
+        if (m->channel && m->src_channel.len > 0 &&
+            transport_device_unpack(t, m->src_channel.data, m->src_channel.len, &ask.src_device) >=
+                    0)
+                ask.has_src_device = true;
         r = link_inlink_accept(p->root, p, &ask, &il, &g, &err);
         if (r < 0)
                 goto refuse;
-        r = grant_wire_build(g, &w);
+        r = grant_wire_build(t, g, &w);
         if (r < 0) {
                 grant_wire_free(&w, g->n_caches);
                 link_grant_free(g);
@@ -376,7 +370,7 @@ void peer_handle_link(void *userdata, Peer *p, uint64_t request_id, const Protob
                           cluster_id);
                 goto refuse;
         }
-        /* Granted: our cluster's own transfers over the link get queue pairs of ours. */
+        /* Granted: our cluster's own transfers over the link get a channel of ours. */
         if (r >= 0)
                 link_inlink_connect(il);
         return;

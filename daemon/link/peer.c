@@ -22,7 +22,7 @@
 #include "daemon/link/link.h"
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer-internal.h"
-#include "daemon/link/peer-rdma.h"
+#include "daemon/link/peer-channel.h"
 #include "daemon/link/peer.h"
 #include "daemon/transport/transport-set.h"
 #include "common/status.h"
@@ -124,7 +124,7 @@ Peer *peer_new(LinkRoot *root, int fd, bool dialed)
         clist_init(&p->inlinks);
         clist_init(&p->transfers);
         clist_init(&p->served);
-        clist_init(&p->rdma_eps);
+        clist_init(&p->channels);
         clist_link_tail(&root->peers, &p->link_daemon);
         root->n_peers++;
         p->ev_read = event_new(root->base, fd, EV_READ | EV_PERSIST, peer_on_io, p);
@@ -211,7 +211,7 @@ void peer_lose(Peer *p, int status, const char *fmt, ...)
         }
         link_peer_lost(p, status);
         hook_list_emit(&p->root->events, LinkEvents, peer_lost, p, status);
-        peer_rdma_on_lost(p);
+        peer_channel_on_lost(p);
         hook_list_emit(&p->root->events, LinkEvents, peer_flushed, p, status);
         if (was_ready)
                 p->root->counters.peers_lost++;
@@ -447,7 +447,7 @@ static const uint16_t peer_ready_types[] = {
         KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER,
         KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_DONE,
         KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER_CANCEL,
-        KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT,
+        KVDIST__V1__MSG_TYPE__MSG_PEER_CHANNEL_CONNECT,
         KVDIST__V1__MSG_TYPE__MSG_PEER_REMOTE_DONE,
         KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_JOIN,
         KVDIST__V1__MSG_TYPE__MSG_PEER_DOMAIN_LINKED,
@@ -480,12 +480,12 @@ void peer_handlers_register(LinkRoot *root, const PeerHandler *handlers, size_t 
         }
 }
 
-/* link/'s own: links to our clusters and the RDMA endpoints under them. */
+/* link/'s own: links to our clusters and the channels under them. */
 static const PeerHandler peer_link_handlers[] = {
         {KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, peer_handle_link},
         {KVDIST__V1__MSG_TYPE__MSG_PEER_UNLINK, peer_handle_unlink},
         {KVDIST__V1__MSG_TYPE__MSG_PEER_CLUSTER_GONE, peer_handle_cluster_gone},
-        {KVDIST__V1__MSG_TYPE__MSG_PEER_RDMA_CONNECT, peer_handle_rdma_connect},
+        {KVDIST__V1__MSG_TYPE__MSG_PEER_CHANNEL_CONNECT, peer_handle_channel_connect},
 };
 
 void peer_handlers_init(LinkRoot *root)

@@ -103,7 +103,7 @@ struct Peer {
         unsigned n_inlinks;
         CList transfers; /* Transfer.link_peer: ours, waiting for its reply */
         CList served;    /* Served.link_peer: its transfers we serve */
-        CList rdma_eps;  /* PeerRdmaEp.link_peer: RDMA queue pairs to it */
+        CList channels;  /* PeerChannel.link_peer: channels a transport opened to it */
         unsigned n_served;
         CList link_daemon;
 };

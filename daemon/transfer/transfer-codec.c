@@ -12,7 +12,7 @@
 #include "daemon/link/peer-handlers.h"
 #include "daemon/link/peer.h"
 #include "daemon/link/peer-cache-key.h"
-#include "daemon/link/peer-rdma.h"
+#include "daemon/link/peer-channel.h"
 #include "daemon/transfer/transfer-codec.h"
 #include "daemon/transfer/transfer-root.h"
 #include "proto/kvdist.pb-c.h"
@@ -262,7 +262,7 @@ static const TransferPeerOps transfer_codec_ops = {
         .push_done = transfer_codec_push_done,
         .answer = transfer_codec_answer,
         .refuse = transfer_codec_refuse,
-        .channel_repair = peer_rdma_repair,
+        .channel_repair = peer_channel_repair,
 };
 
 static void transfer_codec_on_transfer(void *userdata, Peer *p, uint64_t request_id,

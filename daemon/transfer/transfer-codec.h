@@ -78,7 +78,7 @@ typedef struct TransferPeerOps {
         int (*answer)(Peer *p, uint64_t request_id, const TransferPeerAnswer *answer);
         int (*refuse)(Peer *p, uint64_t request_id, const Error *err);
         /* Connects again the paths of @ch, a one-sided channel to @p, that a timeout or an error
-         * flushed (peer_rdma_repair()). */
+         * flushed (peer_channel_repair()). */
         void (*channel_repair)(Peer *p, TransportChannel *ch);
 } TransferPeerOps;
 

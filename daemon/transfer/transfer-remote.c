@@ -106,8 +106,8 @@ int transfer_remote_start(Transfer *x, Error *err)
         remote_desc_from_cache(transfer_local_cache(x, &local_is_src), &local);
         /* Over the peer's link to us: queue pairs of ours to its device, once connected
          * (link_inlink_connect()), else the data connection. */
-        x->rdma_ep = l ? l->rdma_ep : il->rdma_ep;
-        if (!l && x->rdma_ep)
+        x->channel = l ? l->channel : il->channel;
+        if (!l && x->channel)
                 x->transport = transport_set_get(x->root->transports, TRANSPORT_ROLE_DIRECT);
         x->remote_access = transport_caps(x->transport)->remote_access;
         /* What is left of our deadline: the peer stops by then, on its own clock. */
@@ -132,8 +132,8 @@ int transfer_remote_start(Transfer *x, Error *err)
                 .remote_access = x->remote_access,
         };
         /* Queue pairs flushed by an earlier timeout or error connect again before they serve. */
-        if (x->remote_access && !transport_channel_ready(x->transport, x->rdma_ep))
-                x->root->peer_ops->channel_repair(p, x->rdma_ep);
+        if (x->remote_access && !transport_channel_ready(x->transport, x->channel))
+                x->root->peer_ops->channel_repair(p, x->channel);
         r = x->root->peer_ops->request(p, &req, x, &x->call);
         if (r < 0)
                 return error_set(err, r == -EMSGSIZE ? STATUS_LIMIT_EXCEEDED : STATUS_PEER_LOST,
@@ -327,7 +327,7 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
                 .dir = local_is_src ? TRANSPORT_WRITE : TRANSPORT_READ,
                 .segs = x->segs,
                 .n_segs = x->plan->n_segments,
-                .channel = x->remote_access ? (void *)x->rdma_ep : (void *)p->data,
+                .channel = x->remote_access ? (void *)x->channel : (void *)p->data,
                 .id = m->job_id,
                 .deadline_usec = x->deadline_usec,
                 /* A pull: nothing lands in the caller's memory after its deadline. */

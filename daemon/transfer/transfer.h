@@ -157,7 +157,7 @@ struct Transfer {
         bool fenced;          /* that fence passed */
         bool remote_access;   /* one-sided: our transport reads or writes the peer's memory
                                * itself (transport_caps(transport)->remote_access) */
-        TransportChannel *rdma_ep; /* remote_access: the link's or inlink's channel to the peer */
+        TransportChannel *channel; /* remote_access: the link's or inlink's channel to the peer */
         CList link_peer;
         usec_t start_usec;
         usec_t deadline_usec;

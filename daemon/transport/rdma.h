@@ -28,11 +28,12 @@
  *
  * Endpoints: a set of RC queue pairs between a device of ours and a device of a peer, connected
  * one slot at a time with the QP numbers, PSNs, GIDs and MTUs exchanged over the peer's control
- * connection (peer-rdma.c). A job takes whole queue pairs while it runs, so flushing them after a
- * timeout or an error touches no other transfer; flushed queue pairs are rebuilt on next use.
- * Flushing moves a job's queue pairs to the error state, takes back the chains the posting thread
- * has not posted, waits until the thread is out of ibv_post_send() on them (the error state ends
- * such a call soon) and destroys them: after that the device touches none of the job's memory.
+ * connection (link/peer-channel.c, as bytes rdma-pack.c packs). A job takes whole queue pairs while
+ * it runs, so flushing them after a timeout or an error touches no other transfer; flushed queue
+ * pairs are rebuilt on next use. Flushing moves a job's queue pairs to the error state, takes back
+ * the chains the posting thread has not posted, waits until the thread is out of ibv_post_send() on
+ * them (the error state ends such a call soon) and destroys them: after that the device touches
+ * none of the job's memory.
  */
 #pragma once
 
@@ -61,6 +62,18 @@ typedef struct TransportSet TransportSet;
  * layer's device info, its address the GID; the MTU is the active one in bytes (256..4096).
  */
 typedef TransportDeviceInfo RdmaDeviceInfo;
+
+/*
+ * rdma-pack.c: @info (its name 1..63 characters) or a queue pair's number and PSN (24 bits each)
+ * as the bytes a peer unpacks: the length, -ENOBUFS past @size (TRANSPORT_PACKED_MAX is enough),
+ * -EINVAL. Unpacking reads exactly @len bytes: -EBADMSG when they are not one packed device or
+ * path, -EINVAL for a value out of range (an MTU that is no IB MTU, an empty name); *@ret is
+ * written only on success.
+ */
+int rdma_device_pack(const RdmaDeviceInfo *info, uint8_t *buf, size_t size);
+int rdma_device_unpack(const uint8_t *buf, size_t len, RdmaDeviceInfo *ret);
+int rdma_path_pack(const TransportPathInfo *info, uint8_t *buf, size_t size);
+int rdma_path_unpack(const uint8_t *buf, size_t len, TransportPathInfo *ret);
 
 /* One planned segment, both ends resolved: our bytes and the peer's. */
 typedef struct RdmaSegment {

@@ -241,11 +241,16 @@ static int onesided_channel_open(Transport *t, const TransportChannelSpec *spec,
                                  TransportChannel **ret)
 {
         RdmaDevice *dev = rdma_device_find(t->set->rdma, spec->device);
+        unsigned n = spec->n_paths;
         RdmaEndpoint *ep;
         int r;
 
+        /* The initiator leaves the number of queue pairs to our config; the responder has the
+         * initiator's. */
+        if (n == 0 && t->set->rdma_config)
+                n = t->set->rdma_config->qps;
         /* A device that is missing or does not work: -EINVAL. */
-        r = rdma_endpoint_new(dev, spec->id, spec->initiator, spec->remote, spec->n_paths, &ep);
+        r = rdma_endpoint_new(dev, spec->id, spec->initiator, spec->remote, n, &ep);
         if (r < 0)
                 return r;
         *ret = (TransportChannel *)ep;
@@ -283,6 +288,30 @@ static int onesided_path_connect(Transport *t, TransportChannel *ch, unsigned pa
                                  const TransportPathInfo *remote)
 {
         return rdma_endpoint_slot_connect(onesided_ep(ch), path, remote->qpn, remote->psn);
+}
+
+static int onesided_device_pack(Transport *t, const TransportDeviceInfo *info, uint8_t *buf,
+                                size_t size)
+{
+        return rdma_device_pack(info, buf, size);
+}
+
+static int onesided_device_unpack(Transport *t, const uint8_t *buf, size_t len,
+                                  TransportDeviceInfo *ret)
+{
+        return rdma_device_unpack(buf, len, ret);
+}
+
+static int onesided_path_pack(Transport *t, const TransportPathInfo *info, uint8_t *buf,
+                              size_t size)
+{
+        return rdma_path_pack(info, buf, size);
+}
+
+static int onesided_path_unpack(Transport *t, const uint8_t *buf, size_t len,
+                                TransportPathInfo *ret)
+{
+        return rdma_path_unpack(buf, len, ret);
 }
 
 typedef struct DescribeCtx {
@@ -378,6 +407,10 @@ static const transport_ops onesided_ops = {
         .channel_info = onesided_channel_info,
         .path_local = onesided_path_local,
         .path_connect = onesided_path_connect,
+        .device_pack = onesided_device_pack,
+        .device_unpack = onesided_device_unpack,
+        .path_pack = onesided_path_pack,
+        .path_unpack = onesided_path_unpack,
         .describe = onesided_describe,
         .describe_channel = onesided_describe_channel,
         .metrics = onesided_metrics,

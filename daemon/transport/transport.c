@@ -241,6 +241,38 @@ int transport_path_connect(Transport *t, TransportChannel *ch, unsigned path,
         return t->ops->path_connect(t, ch, path, remote);
 }
 
+int transport_device_pack(Transport *t, const TransportDeviceInfo *info, uint8_t *buf, size_t size)
+{
+        if (!t || !t->ops->device_pack)
+                return -EOPNOTSUPP;
+        return t->ops->device_pack(t, info, buf, size);
+}
+
+int transport_device_unpack(Transport *t, const uint8_t *buf, size_t len, TransportDeviceInfo *ret)
+{
+        if (!t || !t->ops->device_unpack)
+                return -EOPNOTSUPP;
+        if (!buf && len > 0)
+                return -EBADMSG;
+        return t->ops->device_unpack(t, buf, len, ret);
+}
+
+int transport_path_pack(Transport *t, const TransportPathInfo *info, uint8_t *buf, size_t size)
+{
+        if (!t || !t->ops->path_pack)
+                return -EOPNOTSUPP;
+        return t->ops->path_pack(t, info, buf, size);
+}
+
+int transport_path_unpack(Transport *t, const uint8_t *buf, size_t len, TransportPathInfo *ret)
+{
+        if (!t || !t->ops->path_unpack)
+                return -EOPNOTSUPP;
+        if (!buf && len > 0)
+                return -EBADMSG;
+        return t->ops->path_unpack(t, buf, len, ret);
+}
+
 void transport_describe(Transport *t, transport_describe_fn fn, void *userdata)
 {
         if (t && t->ops->describe)

@@ -137,13 +137,17 @@ struct TransportRegion {
 };
 
 #define TRANSPORT_ADDRESS_SIZE 16
+/* The most bytes transport_device_pack() or transport_path_pack() writes. */
+#define TRANSPORT_PACKED_MAX 128
 #define TRANSPORT_MAX_PATHS 8
 /* The most data connections a TCP channel has. */
 #define TRANSPORT_MAX_CONNS 16
 
 /*
  * What a peer needs to know about a device of ours to open a channel to it, and we about one of
- * its: sent over the peer connection. RDMA: the device's name, GID, port, active MTU and LID.
+ * its. It crosses the peer connection as bytes only the transport reads
+ * (transport_device_pack()); above transport/ only its name is read
+ * (transport_device_name()). RDMA: the device's name, GID, port, active MTU and LID.
  */
 typedef struct TransportDeviceInfo {
         char device[64];
@@ -153,11 +157,17 @@ typedef struct TransportDeviceInfo {
         uint16_t lid;
 } TransportDeviceInfo;
 
+/* The name of the device @info describes ("" for none), for status and messages. */
+static inline const char *transport_device_name(const TransportDeviceInfo *info)
+{
+        return info->device;
+}
+
 /*
  * A channel (TransportJob.channel) is a set of paths between a device of ours and one of a
  * peer's; each path is connected with the parameters of both ends exchanged over the peer
- * connection. RDMA: the paths are RC queue pairs, these are a queue pair's number and its first
- * packet sequence number.
+ * connection, as bytes only the transport reads (transport_path_pack()). RDMA: the paths are
+ * RC queue pairs, these are a queue pair's number and its first packet sequence number.
  */
 typedef struct TransportPathInfo {
         uint32_t qpn;
@@ -177,7 +187,7 @@ typedef struct TransportChannelSpec {
         uint64_t id;                       /* names the channel for the peer: the initiator's */
         bool initiator;                    /* we open it and connect its paths */
         const TransportDeviceInfo *remote; /* the peer's device, as the peer sent it */
-        unsigned n_paths;                  /* 1..TRANSPORT_MAX_PATHS */
+        unsigned n_paths; /* 1..TRANSPORT_MAX_PATHS; 0: as many as the transport's config says */
         /* TCP: data connections the peers agreed on, connected already. */
         const int *fds; /* taken: closed on failure */
         unsigned n_fds;
@@ -324,6 +334,17 @@ typedef struct transport_ops {
         /* Connects path @path toward the peer's parameters. */
         int (*path_connect)(Transport *t, TransportChannel *ch, unsigned path,
                             const TransportPathInfo *remote);
+        /*
+         * What a peer needs to open a channel, as the bytes the peer connection carries: our
+         * device's info and our end of a path packed into @buf (the length, or -ENOBUFS past
+         * @size), the peer's unpacked from what it sent (-EBADMSG, -EINVAL; see below).
+         */
+        int (*device_pack)(Transport *t, const TransportDeviceInfo *info, uint8_t *buf,
+                           size_t size);
+        int (*device_unpack)(Transport *t, const uint8_t *buf, size_t len,
+                             TransportDeviceInfo *ret);
+        int (*path_pack)(Transport *t, const TransportPathInfo *info, uint8_t *buf, size_t size);
+        int (*path_unpack)(Transport *t, const uint8_t *buf, size_t len, TransportPathInfo *ret);
 
         /* Status: @fn once per device the transport holds; a channel's facts in @ret. */
         void (*describe)(Transport *t, transport_describe_fn fn, void *userdata);
@@ -457,9 +478,31 @@ int transport_path_connect(Transport *t, TransportChannel *ch, unsigned path,
                            const TransportPathInfo *remote);
 
 /*
+ * Packs our device's @info into @buf, as the bytes a peer gives transport_device_unpack() of the
+ * same transport to open a channel to it (link/ carries them without reading). Returns the
+ * length (at most TRANSPORT_PACKED_MAX), -ENOBUFS when @size is too small, -EINVAL when @info
+ * cannot be described (no name), -EOPNOTSUPP where @t opens no channels this way.
+ */
+int transport_device_pack(Transport *t, const TransportDeviceInfo *info, uint8_t *buf, size_t size);
+
+/*
+ * Unpacks a peer's device from the @len bytes at @buf it sent (a hostile peer may send
+ * anything: exactly @len bytes are read). 0 and *@ret, -EBADMSG when they are not one device
+ * packed by this transport (short, long, another format), -EINVAL when a value is out of range,
+ * -EOPNOTSUPP as above. *@ret is written only on success.
+ */
+int transport_device_unpack(Transport *t, const uint8_t *buf, size_t len, TransportDeviceInfo *ret);
+
+/* As transport_device_pack(), for our end of a path (transport_path_local()'s @ret). */
+int transport_path_pack(Transport *t, const TransportPathInfo *info, uint8_t *buf, size_t size);
+
+/* As transport_device_unpack(), for the peer's end of a path. */
+int transport_path_unpack(Transport *t, const uint8_t *buf, size_t len, TransportPathInfo *ret);
+
+/*
  * The memory, channel and describe wrappers above accept a NULL @t (a transport set built without
  * that transport, as unit tests build them): no device (-ENODEV, reason given), no registration
- * (-ENOENT for keys), no channels (-EOPNOTSUPP), nothing to describe.
+ * (-ENOENT for keys), no channels (-EOPNOTSUPP, packing too), nothing to describe.
  */
 
 /* The per-device metrics @t exports (none for NULL), *@ret_n of them. */

@@ -738,14 +738,14 @@ static void client_seeds(void)
 
 /* ---- peer seeds (fuzz-peer.c) ---- */
 
-static void msg_peer_link(Script *s, uint8_t id, uint64_t src, bool rdma)
+static void msg_peer_link(Script *s, uint8_t id, uint64_t src, bool channel)
 {
         Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
 
         m.src_cluster_id = src;
         m.src_role = KVDIST__V1__ROLE__ROLE_MIX;
         m.dst_cluster_id = FUZZ_PEER_CLUSTER;
-        m.rdma = rdma;
+        m.channel = channel;
         frame(s, MT(PEER_LINK), id, &m.base);
 }
 
@@ -959,22 +959,22 @@ static void peer_seeds(void)
         script_init(&s, FUZZ_PEER_SETUP(true, 3, 1, false));
         msg_peer_link(&s, 3, 100, true);
         {
-                Kvdist__V1__PeerRdmaConnect m = KVDIST__V1__PEER_RDMA_CONNECT__INIT;
-                Kvdist__V1__RdmaDeviceInfo dev = KVDIST__V1__RDMA_DEVICE_INFO__INIT;
-                uint8_t gid[16] = {0xfe, 0x80, [15] = 1};
+                Kvdist__V1__PeerChannelConnect m = KVDIST__V1__PEER_CHANNEL_CONNECT__INIT;
+                /* As the RDMA transport packs them (daemon/transport/rdma-pack.c): device
+                 * "rxe0", its GID, port 1, MTU 1024, LID 0; queue pair 17, PSN 5. */
+                static uint8_t dev[] = {0x01, 4, 'r', 'x', 'e', '0', 0xfe, 0x80, 0, 0,
+                                        0,    0, 0,   0,   0,   0,   0,    0,    0, 0,
+                                        0,    1, 1,   0,   4,   0,   0,    0,    0};
+                static uint8_t path[] = {0x02, 17, 0, 0, 0, 5, 0, 0, 0};
 
-                dev.device = (char *)"rxe0";
-                dev.gid.data = gid;
-                dev.gid.len = sizeof(gid);
-                dev.port = 1;
-                dev.mtu = 1024;
-                m.endpoint_id = 1;
+                m.channel_id = 1;
                 m.n_slots = 1;
                 m.remote_device = (char *)"mlx5_0";
-                m.local = &dev;
-                m.qpn = 17;
-                m.psn = 5;
-                frame(&s, MT(PEER_RDMA_CONNECT), 4, &m.base);
+                m.device.data = dev;
+                m.device.len = sizeof(dev);
+                m.path.data = path;
+                m.path.len = sizeof(path);
+                frame(&s, MT(PEER_CHANNEL_CONNECT), 4, &m.base);
         }
         msg_peer_transfer_blocks(&s, 5, 45, true, true);
         emit("peer", "rdma-without-device", &s);

@@ -204,6 +204,110 @@ typedef struct Ask {
         size_t notify_len;
 } Ask;
 
+/*
+ * Channel descriptions are bytes only the transport reads. A link asked for with a device that
+ * does not unpack is granted all the same (our cluster's own transfers stay on TCP), and the
+ * grant says the daemon's own device as bytes (or why it has none).
+ */
+static void hostile_link_garbage_device(Hostile *h, const Node *n, uint64_t dst)
+{
+        static uint8_t garbage[] = {0x01, 60, 'x', 'y'}; /* 60 bytes of name said, 2 there */
+        Kvdist__V1__PeerLink m = KVDIST__V1__PEER_LINK__INIT;
+        Kvdist__V1__PeerLinkReply *r;
+        ProtobufCMessage *reply;
+
+        m.src_cluster_id = HOSTILE_CLUSTER;
+        m.src_role = KVDIST__V1__ROLE__ROLE_DECODER;
+        m.dst_cluster_id = dst;
+        m.channel = true;
+        m.src_channel.data = garbage;
+        m.src_channel.len = sizeof(garbage);
+        ck_assert_int_eq(
+                hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_LINK, &m.base, &reply, NULL, 0),
+                KVD_OK);
+        r = (Kvdist__V1__PeerLinkReply *)reply;
+        h->link_id = r->link_id;
+        if (strcmp(it_transport(), "rdma") == 0) {
+                ck_assert_uint_gt(r->channel.len, 0);
+                /* The daemon logs after the reply went out: a status round trip after it
+                 * ends on a loop that finished the handler. */
+                ck_assert_int_eq(node_status_len(n, "inbound_links"), 1);
+                ck_assert(harness_daemon_log_contains(&n->d, "did not say its rdma device"));
+        } else {
+                ck_assert_uint_eq(r->channel.len, 0);
+                ck_assert_ptr_nonnull(r->channel_reason);
+                ck_assert_uint_gt(strlen(r->channel_reason), 0);
+        }
+        protobuf_c_message_free_unpacked(reply, NULL);
+}
+
+/* A PeerChannelConnect toward the daemon's device (any name over TCP); returns the status. */
+static int hostile_channel_connect(Hostile *h, uint32_t slot, uint32_t n_slots,
+                                   const uint8_t *device, size_t device_len, const uint8_t *path,
+                                   size_t path_len, char *detail, size_t size)
+{
+        const char *dev = getenv("KVDIST_RDMA_DEVICE");
+        Kvdist__V1__PeerChannelConnect m = KVDIST__V1__PEER_CHANNEL_CONNECT__INIT;
+
+        m.channel_id = 4242;
+        m.slot = slot;
+        m.n_slots = n_slots;
+        m.remote_device = (char *)(strcmp(it_transport(), "rdma") == 0 && dev ? dev : "rxe0");
+        m.device.data = (uint8_t *)device;
+        m.device.len = device_len;
+        m.path.data = (uint8_t *)path;
+        m.path.len = path_len;
+        return hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_CHANNEL_CONNECT, &m.base, NULL,
+                            detail, size);
+}
+
+/*
+ * Garbage where a channel's device or path should be is refused, and nothing is opened for it:
+ * PARAM_INVALID where the device named works here, FEATURE_NOT_ENABLED where the daemon has
+ * none (it says so before it reads the bytes).
+ */
+static void hostile_channel_garbage(Hostile *h)
+{
+        /* As the RDMA transport packs them: device "x", port 1, MTU 1024; QP 17, PSN 5. */
+        static const uint8_t device[] = {0x01, 1, 'x', 0xfe, 0x80, [18] = 1, 1, 0, 4, 0, 0, 0, 0};
+        static const uint8_t path[] = {0x02, 17, 0, 0, 0, 5, 0, 0, 0};
+        static const uint8_t big_qpn[] = {0x02, 17, 0, 0, 1, 5, 0, 0, 0};
+        static const uint8_t garbage[] = {0x01, 60, 'x', 'y'};
+        bool rdma = strcmp(it_transport(), "rdma") == 0;
+        int want = rdma ? KVD_E_PARAM_INVALID : KVD_E_FEATURE_NOT_ENABLED;
+        char detail[256];
+
+        ck_assert_int_eq(hostile_channel_connect(h, 0, 1, garbage, sizeof(garbage), path,
+                                                 sizeof(path), detail, sizeof(detail)),
+                         want);
+        /* Truncated or one byte too long. */
+        ck_assert_int_eq(hostile_channel_connect(h, 0, 1, device, sizeof(device) - 1, path,
+                                                 sizeof(path), detail, sizeof(detail)),
+                         want);
+        ck_assert_int_eq(hostile_channel_connect(h, 0, 1, device, sizeof(device), path,
+                                                 sizeof(path) - 1, detail, sizeof(detail)),
+                         want);
+        ck_assert_int_eq(hostile_channel_connect(h, 0, 1, device, sizeof(device), big_qpn,
+                                                 sizeof(big_qpn), detail, sizeof(detail)),
+                         want);
+        /* A path's bytes for a device, nothing at all, slots out of range. */
+        ck_assert_int_eq(hostile_channel_connect(h, 0, 1, path, sizeof(path), path, sizeof(path),
+                                                 detail, sizeof(detail)),
+                         want);
+        ck_assert_int_eq(hostile_channel_connect(h, 0, 1, NULL, 0, NULL, 0, detail, sizeof(detail)),
+                         want);
+        ck_assert_int_eq(hostile_channel_connect(h, 1, 1, device, sizeof(device), path,
+                                                 sizeof(path), detail, sizeof(detail)),
+                         want);
+        ck_assert_int_eq(hostile_channel_connect(h, 0, 0, device, sizeof(device), path,
+                                                 sizeof(path), detail, sizeof(detail)),
+                         want);
+        if (rdma)
+                ck_assert_ptr_nonnull(strstr(detail, "bad rdma channel description"));
+        else
+                ck_assert_ptr_nonnull(strstr(detail, "no working rdma device rxe0 here"));
+}
+
 /* A PeerTransfer for blocks of a BlocksKey; returns the status, the detail in @detail. */
 static int hostile_transfer(Hostile *h, const Ask *a, char *detail, size_t size,
                             Kvdist__V1__PeerTransferReply **ret)
@@ -312,6 +416,7 @@ START_TEST(test_hostile_peer)
                 ck_assert_int_eq(node_status_len(&p, "inbound_links"), 0);
                 ck_assert(harness_daemon_log_contains(&p.d, "removed (unlinked by cluster "
                                                             "9999)"));
+                hostile_link_garbage_device(&h, &p, A_ID);
                 hostile_link(&h, A_ID);
         }
         /* The private cache is not even described. */
@@ -404,6 +509,8 @@ START_TEST(test_hostile_peer)
                                               NULL, detail, sizeof(detail)),
                                  KVD_E_UNSUPPORTED);
         }
+
+        hostile_channel_garbage(&h);
 
         /* A well-formed pull: exactly the exposed bytes arrive on the data connection. */
         ask = (Ask){KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS,

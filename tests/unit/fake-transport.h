@@ -17,11 +17,11 @@
  * it packs a span of a registration into a descriptor of its own kind and unpacks one (-EBADMSG
  * for anything else).
  *
- * fake_transport_new_remote() makes one that also answers for caches: the tensors of a cache registered with fake_transport_register_cache()
- * have keys (transport_cache_key()) and descriptors (transport_cache_desc()), which it unpacks
- * again (transport_desc_unpack(): FAKE_TRANSPORT_DESC_SIZE bytes, FAKE_TRANSPORT_DESC_TAG, then
- * address, length and remote key, little-endian), so a one-sided transfer between "two daemons"
- * can run on it end to end.
+ * fake_transport_new_remote() makes one that also answers for caches: the tensors of a cache
+ * registered with fake_transport_register_cache() have keys (transport_cache_key()) and descriptors
+ * (transport_cache_desc()), which it unpacks again (transport_desc_unpack():
+ * FAKE_TRANSPORT_DESC_SIZE bytes, FAKE_TRANSPORT_DESC_TAG, then address, length and remote key,
+ * little-endian), so a one-sided transfer between "two daemons" can run on it end to end.
  */
 #pragma once
 

@@ -240,30 +240,30 @@ static int rec_xfer(Peer *p, const DomainXferMsg *m)
         return 0;
 }
 
-static int channel_error;      /* != 0: channel_ready fails with it */
-static bool channel_deferred;  /* channel_ready waits (for ever, here) instead of answering */
-static char rdma_waiter_token; /* what a PeerRdmaWaiter handle points at */
+static int channel_error;         /* != 0: channel_ready fails with it */
+static bool channel_deferred;     /* channel_ready waits (for ever, here) instead of answering */
+static char channel_waiter_token; /* what a PeerChannelWaiter handle points at */
 static unsigned n_channel_cancels;
 
 static int rec_channel_ready(Peer *p, TransportChannel *ch, domain_channel_ready_fn fn,
-                             void *userdata, PeerRdmaWaiter **ret_waiter)
+                             void *userdata, PeerChannelWaiter **ret_waiter)
 {
         record(SENT_CHANNEL_READY, p)->channel = ch;
-        /* As peer_rdma_when_ready(): a connected channel answers from inside. */
+        /* As peer_channel_when_ready(): a connected channel answers from inside. */
         *ret_waiter = NULL;
         if (channel_error != 0)
                 return channel_error;
         if (channel_deferred) {
-                *ret_waiter = (PeerRdmaWaiter *)&rdma_waiter_token;
+                *ret_waiter = (PeerChannelWaiter *)&channel_waiter_token;
                 return 0;
         }
         fn(ch, 0, NULL, userdata);
         return 0;
 }
 
-static void rec_channel_waiter_cancel(PeerRdmaWaiter *w)
+static void rec_channel_waiter_cancel(PeerChannelWaiter *w)
 {
-        ck_assert_ptr_eq(w, (PeerRdmaWaiter *)&rdma_waiter_token);
+        ck_assert_ptr_eq(w, (PeerChannelWaiter *)&channel_waiter_token);
         n_channel_cancels++;
 }
 
@@ -301,7 +301,7 @@ static int rec_link_make(PairLink *pl, Cluster *c, const char *reason, Link **re
                 /* As link_make_remote(): a link of @c over the pair's RDMA channel, on the
                  * cluster's list (the fixture frees it with the cluster). */
                 l = transfer_fixture_remote_link(&fx, c, pl->remote_cluster_id);
-                l->rdma_ep = pl->channel;
+                l->channel = pl->channel;
                 record(SENT_LINK_MAKE, pl->peer)->pl = pl;
                 *ret = l;
                 return 0;

@@ -300,7 +300,7 @@ static LinkGrant *make_grant(void)
         ck_assert_ptr_nonnull(g);
         g->link_id = 77;
         g->role = CLUSTER_ROLE_DECODER;
-        g->rdma_reason = strdup("no RDMA device");
+        g->device_reason = strdup("no RDMA device");
         g->n_caches = 2;
         g->caches = calloc(2, sizeof(*g->caches));
         ck_assert_ptr_nonnull(g->caches);
@@ -386,7 +386,7 @@ START_TEST(test_link_ok)
         ck_assert_uint_eq(rec->asked.src_cluster_id, LOCAL_ID);
         ck_assert_int_eq(rec->asked.src_role, CLUSTER_ROLE_PROMPT);
         ck_assert_uint_eq(rec->asked.dst_cluster_id, REMOTE_ID);
-        ck_assert(!rec->asked.rdma); /* no device in the map */
+        ck_assert(!rec->asked.channel); /* no device in the map */
         ck_assert(!rec->asked.domain);
         ck_assert_uint_eq(rec->n_replies, 0);
 
@@ -654,8 +654,8 @@ START_TEST(test_inbound_link)
         /* The grant names the inbound link and exposes only cache 40. */
         ck_assert_uint_eq(g->link_id, il->id);
         ck_assert_int_eq(g->role, CLUSTER_ROLE_DECODER);
-        ck_assert(!g->has_rdma);
-        ck_assert_ptr_nonnull(g->rdma_reason);
+        ck_assert(!g->has_device);
+        ck_assert_ptr_nonnull(g->device_reason);
         ck_assert_uint_eq(g->n_caches, 1);
         ck_assert_uint_eq(g->caches[0].cache_id, 40);
         ck_assert_uint_eq(g->caches[0].num_tensors, 2);

@@ -556,7 +556,7 @@ static void onesided_start(OneSided *t, uint32_t remote_slot)
         ck_assert_int_eq(link_new_remote(&fx.link, t->a, fx.peer, REMOTE_CLUSTER, exposed,
                                          &t->direct->transport, &t->link),
                          0);
-        t->link->rdma_ep = (TransportChannel *)&fake_direct_channel;
+        t->link->channel = (TransportChannel *)&fake_direct_channel;
 
         req = item_request(TRANSFER_PULL_CACHE,
                            transfer_fixture_id_index(REMOTE_CLUSTER, REMOTE_CACHE, remote_slot),

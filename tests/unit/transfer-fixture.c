@@ -172,7 +172,7 @@ void transfer_fixture_init(TransferFixture *f)
         clist_init(&p->inlinks);
         clist_init(&p->transfers);
         clist_init(&p->served);
-        clist_init(&p->rdma_eps);
+        clist_init(&p->channels);
         clist_init(&p->link_daemon);
         f->peer = p;
 }
