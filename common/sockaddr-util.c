@@ -3,9 +3,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "common/sockaddr-util.h"
 
@@ -238,4 +241,12 @@ int sockaddr_format(const struct sockaddr *sa, socklen_t len, char *buf, size_t 
         if ((size_t)n >= size)
                 return -ENOSPC;
         return 0;
+}
+
+void sockaddr_socket_setup(int fd)
+{
+        int one = 1;
+
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
 }

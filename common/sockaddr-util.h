@@ -46,4 +46,10 @@ int sockaddr_parse_listen(const char *s, struct sockaddr_storage *ret_addr, sock
  * Returns 0; -EAFNOSUPPORT for another family; -EINVAL when @len is too short for its family;
  * -ENOSPC when @buf is too small (it then holds a truncated, NUL-terminated string).
  */
+/*
+ * The options of a connected stream socket between daemons (a peer's control connection): no
+ * delay for small frames, and keepalive. Failures are ignored (the socket works without them).
+ */
+void sockaddr_socket_setup(int fd);
+
 int sockaddr_format(const struct sockaddr *sa, socklen_t len, char *buf, size_t size);

@@ -18,6 +18,7 @@
 #include "daemon/config-internal.h"
 #include "daemon/config-keys.h"
 #include "daemon/config.h"
+#include "daemon/transport/transport-set.h"
 #include "common/sockaddr-util.h"
 #include "common/socket-path.h"
 #include "common/log.h"
@@ -348,6 +349,14 @@ void config_replace(Config *c, Config *scratch)
 const DeviceConfig *config_find_device(const Config *c, int32_t device_id)
 {
         return transport_config_find_device(c->devices, c->n_devices, device_id);
+}
+
+void config_transport_terms(const Config *c, TransportSet *ts)
+{
+        ts->devices = c->devices;
+        ts->n_devices = c->n_devices;
+        ts->tcp_config = &c->tcp;
+        ts->rdma_config = &c->rdma;
 }
 
 #define INT_FIELD(n, member, k, lo, hi)                                                            \

@@ -15,6 +15,8 @@
 #include "common/macro.h"
 #include "daemon/transport/transport-config.h"
 
+typedef struct TransportSet TransportSet;
+
 typedef struct Config {
         char *socket_path;
         uint32_t socket_mode; /* permission bits of the socket, default 0660 */
@@ -74,6 +76,12 @@ int config_parse_argv(Config *c, int argc, char **argv, char **ret_error);
 
 /* Finds the device map entry for @device_id; NULL when the map does not name it. */
 const DeviceConfig *config_find_device(const Config *c, int32_t device_id);
+
+/*
+ * Points @ts at the parts of @c the transports read: the device map and each transport's terms
+ * (which a reload changes in place, so the transports see the running configuration).
+ */
+void config_transport_terms(const Config *c, TransportSet *ts);
 
 /* The default socket path: /run/kvdist/kvdist.sock for root, else $XDG_RUNTIME_DIR/kvdist/... */
 char *config_default_socket_path(void);

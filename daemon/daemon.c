@@ -218,7 +218,6 @@ int daemon_new(Config *config, Daemon **ret)
         link_root_init(&d->link);
         d->link.options = (LinkOptions){
                 .limits = &config->limits,
-                .tcp = &config->tcp,
                 .heartbeat_interval_ms = &config->heartbeat_interval_ms,
                 .heartbeat_timeout_ms = &config->heartbeat_timeout_ms,
                 .client_clusters_accept_links = &config->client_clusters_accept_links,
@@ -286,10 +285,7 @@ int daemon_new(Config *config, Daemon **ret)
                 goto fail;
         }
         d->transports.base = d->base;
-        d->transports.devices = config->devices;
-        d->transports.n_devices = config->n_devices;
-        d->transports.tcp_config = &config->tcp;
-        d->transports.rdma_config = &config->rdma;
+        config_transport_terms(config, &d->transports);
         r = transport_set_init(&d->transports, d->memory.pool);
         if (r < 0)
                 goto fail;

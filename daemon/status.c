@@ -214,6 +214,14 @@ static json_t *status_link(const Link *l, usec_t now, bool *ok)
         return o;
 }
 
+/* The transport an inbound link's bytes take: its channel's when it runs on one, else the
+ * stream transport's. */
+static const char *status_inlink_transport(const InLink *il, bool on_channel)
+{
+        return transport_name(transport_set_get(
+                il->root->transports, on_channel ? TRANSPORT_ROLE_DIRECT : TRANSPORT_ROLE_STREAM));
+}
+
 static json_t *status_inlink(const InLink *il, usec_t now, bool *ok)
 {
         json_t *o = json_object();
@@ -226,7 +234,7 @@ static json_t *status_inlink(const InLink *il, usec_t now, bool *ok)
         set(o, "remote_cluster", json_u64(il->remote_cluster_id), ok);
         set(o, "peer", json_string(il->peer->address[0] ? il->peer->address : il->peer->remote),
             ok);
-        set(o, "transport", json_string(il->over_channel ? "rdma" : "tcp"), ok);
+        set(o, "transport", json_string(status_inlink_transport(il, il->over_channel)), ok);
         /* An inbound link lives while it is up: a lost peer or an unlink removes it. */
         set(o, "state", json_string("up"), ok);
         set(o, "age_s", json_real((double)(now - il->created_usec) / USEC_PER_SEC), ok);
@@ -235,7 +243,7 @@ static json_t *status_inlink(const InLink *il, usec_t now, bool *ok)
         set(o, "transfers_in_flight", json_integer(il->n_inflight), ok);
         /* Links are two-way: our cluster's own transfers over it, on queue pairs of ours or on
          * the data connection. */
-        set(o, "transport_out", json_string(il->channel ? "rdma" : "tcp"), ok);
+        set(o, "transport_out", json_string(status_inlink_transport(il, il->channel != NULL)), ok);
         set(o, "transfers_out_in_flight", json_integer(il->n_outgoing), ok);
         set(o, "bytes", json_u64(il->bytes), ok);
         return o;
@@ -282,7 +290,7 @@ static void status_device(const TransportFacts *f, void *userdata)
         append(ctx->array, status_facts(f, ctx->ok), ctx->ok);
 }
 
-static void status_rdma_endpoint(TransportChannel *ep, void *userdata)
+static void status_channel(TransportChannel *ep, void *userdata)
 {
         FactsCtx *ctx = userdata;
         TransportFacts f;
@@ -291,12 +299,12 @@ static void status_rdma_endpoint(TransportChannel *ep, void *userdata)
         append(ctx->array, status_facts(&f, ctx->ok), ctx->ok);
 }
 
-static json_t *status_rdma_endpoints(Peer *p, Transport *rdma, bool *ok)
+static json_t *status_channels(Peer *p, Transport *t, bool *ok)
 {
-        FactsCtx ctx = {json_array(), ok, rdma};
+        FactsCtx ctx = {json_array(), ok, t};
 
         if (ctx.array)
-                peer_channel_foreach(p, status_rdma_endpoint, &ctx);
+                peer_channel_foreach(p, status_channel, &ctx);
         return ctx.array;
 }
 
@@ -341,7 +349,7 @@ static json_t *status_peer(Peer *p, TransportSet *ts, usec_t now, bool *ok)
             ok);
         set(o, "age_s", json_real((double)(now - p->created_usec) / USEC_PER_SEC), ok);
         set(o, "rdma_endpoints",
-            status_rdma_endpoints(p, transport_set_get(ts, TRANSPORT_ROLE_DIRECT), ok), ok);
+            status_channels(p, transport_set_get(ts, TRANSPORT_ROLE_DIRECT), ok), ok);
         return o;
 }
 

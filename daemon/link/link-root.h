@@ -31,7 +31,6 @@ typedef struct PeerListener PeerListener;
  */
 typedef struct LinkOptions {
         const Limits *limits;
-        const TcpConfig *tcp;
         const uint32_t *heartbeat_interval_ms;    /* a peer heartbeat every so often */
         const uint32_t *heartbeat_timeout_ms;     /* a peer silent this long is lost */
         const bool *client_clusters_accept_links; /* clusters without listen_ip_info do too */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <event2/event.h>
+#include "common/sockaddr-util.h"
 #include "daemon/link/link-root.h"
 #include "proto/kvdist.pb-c.h"
 #include "common/log.h"
@@ -63,6 +64,7 @@ static int peer_start_data(Peer *p)
 static void peer_hello_fill(Peer *p, const PeerAuthHello *ah, Kvdist__V1__PeerHello *m)
 {
         LinkRoot *root = p->root;
+        TransportStreamTerms terms = transport_set_stream_terms(root->transports);
 
         m->protocol_version = PEER_PROTOCOL_VERSION;
         m->node_id = ah->node_id;
@@ -71,9 +73,9 @@ static void peer_hello_fill(Peer *p, const PeerAuthHello *ah, Kvdist__V1__PeerHe
         m->nonce.len = sizeof(ah->nonce);
         m->has_key = ah->has_key;
         m->listen_ip_info = (char *)link_root_peer_address(root);
-        m->tcp_streams = root->options.tcp->streams;
-        m->crc = root->options.tcp->crc;
-        m->chunk_size = root->options.tcp->chunk_size;
+        m->data_conns = terms.conns;
+        m->crc = terms.crc;
+        m->chunk_size = terms.chunk_size;
         m->max_frame_size = root->options.limits->max_frame_size;
 }
 
@@ -108,7 +110,7 @@ static int peer_take_hello(Peer *p, const Kvdist__V1__PeerHello *m, Error *err)
         if (r < 0)
                 return error_set(err, STATUS_PROTOCOL_MISMATCH, "unexpected Hello");
         p->node_id = m->node_id;
-        p->offer_streams = m->tcp_streams;
+        p->offer_streams = m->data_conns;
         p->offer_crc = m->crc;
         p->offer_chunk = m->chunk_size;
         (void)snprintf(p->identity, sizeof(p->identity), "%.80s", m->identity ? m->identity : "");
@@ -142,14 +144,14 @@ static void peer_on_auth_reply(Peer *p, int status, const Error *err, const Prot
                 peer_lose(p, status, "authentication: %s", err ? err->msg : "refused");
                 return;
         }
-        if (m->data_token.len != PEER_DATA_TOKEN_SIZE || m->tcp_streams < 1 ||
-            m->tcp_streams > TRANSPORT_MAX_CONNS ||
-            m->tcp_streams > p->root->options.tcp->streams) {
+        if (m->data_token.len != PEER_DATA_TOKEN_SIZE || m->data_conns < 1 ||
+            m->data_conns > TRANSPORT_MAX_CONNS ||
+            m->data_conns > transport_set_stream_terms(p->root->transports).conns) {
                 peer_lose(p, STATUS_PROTOCOL_MISMATCH, "bad data connection terms");
                 return;
         }
         memcpy(p->data_token, m->data_token.data, PEER_DATA_TOKEN_SIZE);
-        p->n_streams = m->tcp_streams;
+        p->n_streams = m->data_conns;
         p->crc = m->crc;
         p->chunk_size = m->chunk_size;
         p->authenticated = peer_auth_is_authenticated(&p->auth);
@@ -286,7 +288,7 @@ void peer_on_hello(Peer *p, uint64_t id, const Kvdist__V1__PeerHello *m)
 /* Listener: the dialer's proof (or its empty PeerAuth without keys). */
 void peer_on_auth(Peer *p, uint64_t id, const Kvdist__V1__PeerAuth *m)
 {
-        const TcpConfig *tcp = p->root->options.tcp;
+        TransportStreamTerms terms = transport_set_stream_terms(p->root->transports);
         Kvdist__V1__PeerAuthReply reply = KVDIST__V1__PEER_AUTH_REPLY__INIT;
         Kvdist__V1__Status status = KVDIST__V1__STATUS__INIT;
         Error err = ERROR_INIT;
@@ -325,15 +327,15 @@ void peer_on_auth(Peer *p, uint64_t id, const Kvdist__V1__PeerAuth *m)
                 return;
         }
         p->authenticated = peer_auth_is_authenticated(&p->auth);
-        p->n_streams = MAX(MIN(p->offer_streams, tcp->streams), 1u);
-        p->crc = p->offer_crc || tcp->crc;
-        p->chunk_size = MIN(p->offer_chunk ? p->offer_chunk : tcp->chunk_size, tcp->chunk_size);
+        p->n_streams = MAX(MIN(p->offer_streams, terms.conns), 1u);
+        p->crc = p->offer_crc || terms.crc;
+        p->chunk_size = MIN(p->offer_chunk ? p->offer_chunk : terms.chunk_size, terms.chunk_size);
         peer_set_state(p, PEER_DATA);
 
         reply.status = &status;
         reply.data_token.data = p->data_token;
         reply.data_token.len = sizeof(p->data_token);
-        reply.tcp_streams = p->n_streams;
+        reply.data_conns = p->n_streams;
         reply.crc = p->crc;
         reply.chunk_size = p->chunk_size;
         (void)peer_reply(p, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, id, &reply.base);
@@ -351,7 +353,7 @@ static void peer_data_dial_all(Peer *p)
                         return;
                 }
                 p->data_fds[i] = fd;
-                peer_socket_setup(fd);
+                sockaddr_socket_setup(fd);
                 if (connect(fd, (struct sockaddr *)&p->sa, p->sa_len) < 0 && errno != EINPROGRESS) {
                         peer_lose(p, STATUS_LINK_FAILED, "data connection %u: connect: %m", i);
                         return;

@@ -36,9 +36,6 @@ void peer_set_state(Peer *p, PeerState state);
 /* (Re)arms @p's timer for @ms; -ENOMEM. */
 int peer_arm_timer(Peer *p, uint64_t ms);
 
-/* TCP_NODELAY and keepalive on a peer socket. */
-void peer_socket_setup(int fd);
-
 /* peer_call() in any state but CLOSED: the handshake uses calls too. */
 int peer_call_internal(Peer *p, uint16_t type, const ProtobufCMessage *msg, peer_reply_fn fn,
                        void *userdata, PeerCall **ret_call);

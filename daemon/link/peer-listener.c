@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <event2/event.h>
+#include "common/sockaddr-util.h"
 #include "daemon/link/cluster.h"
 #include "daemon/link/link-root.h"
 #include "common/log.h"
@@ -78,7 +79,7 @@ int peer_get(LinkRoot *root, const char *address, Peer **ret, Error *err)
         if (fd < 0)
                 return error_set(err, STATUS_LINK_FAILED, "cannot open a socket: %s",
                                  strerror(errno));
-        peer_socket_setup(fd);
+        sockaddr_socket_setup(fd);
         if (connect(fd, (struct sockaddr *)&sa, len) < 0 && errno != EINPROGRESS) {
                 r = errno;
                 safe_close(fd);
@@ -107,7 +108,7 @@ int peer_accept(LinkRoot *root, int fd, const struct sockaddr *sa, socklen_t len
 {
         Peer *p;
 
-        peer_socket_setup(fd);
+        sockaddr_socket_setup(fd);
         p = peer_new(root, fd, false);
         if (!p || !p->ev_read || !p->ev_write || !p->timer || event_add(p->ev_read, NULL) < 0 ||
             peer_arm_timer(p, PEER_HANDSHAKE_TIMEOUT_MS) < 0) {

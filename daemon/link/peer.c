@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,15 +87,6 @@ int peer_arm_timer(Peer *p, uint64_t ms)
                              .tv_usec = (suseconds_t)(ms % 1000) * 1000};
 
         return evtimer_add(p->timer, &tv) < 0 ? -ENOMEM : 0;
-}
-
-/* Sets the socket options every peer socket gets. */
-void peer_socket_setup(int fd)
-{
-        int one = 1;
-
-        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
 }
 
 Peer *peer_new(LinkRoot *root, int fd, bool dialed)

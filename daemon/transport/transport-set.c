@@ -65,6 +65,15 @@ const DeviceConfig *transport_set_find_device(const TransportSet *ts, int32_t de
         return transport_config_find_device(ts->devices, ts->n_devices, device_id);
 }
 
+TransportStreamTerms transport_set_stream_terms(const TransportSet *ts)
+{
+        return (TransportStreamTerms){
+                .conns = ts->tcp_config->streams,
+                .crc = ts->tcp_config->crc,
+                .chunk_size = ts->tcp_config->chunk_size,
+        };
+}
+
 Transport *transport_set_configured(const TransportSet *ts, int32_t device_id)
 {
         const DeviceConfig *cfg = transport_set_find_device(ts, device_id);

@@ -70,6 +70,19 @@ void transport_set_deinit(TransportSet *ts);
 const DeviceConfig *transport_set_find_device(const TransportSet *ts, int32_t device_id);
 
 /*
+ * What the stream transport asks of a peer's data connections, for the peer handshake that opens
+ * them: how many, CRC32C per chunk, the largest chunk. Read from the config at each call, so a
+ * reload applies to the next peer.
+ */
+typedef struct TransportStreamTerms {
+        uint32_t conns;
+        bool crc;
+        uint32_t chunk_size;
+} TransportStreamTerms;
+
+TransportStreamTerms transport_set_stream_terms(const TransportSet *ts);
+
+/*
  * The transport the device map names for @device_id ("transport": "tcp", "rdma", "null"), or
  * NULL where it leaves the choice to kvdistd ("auto", or no entry).
  */

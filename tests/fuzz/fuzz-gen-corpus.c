@@ -826,7 +826,7 @@ static void peer_seeds(void)
                 h.nonce.data = nonce;
                 h.nonce.len = sizeof(nonce);
                 h.listen_ip_info = (char *)"127.0.0.3:7000";
-                h.tcp_streams = 1;
+                h.data_conns = 1;
                 h.chunk_size = 4096;
                 frame(&s, MT(PEER_HELLO), 1, &h.base);
                 frame(&s, MT(PEER_AUTH), 2, &a.base);

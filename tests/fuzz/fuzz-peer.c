@@ -104,7 +104,7 @@ static bool peer_start(FuzzDaemon *f, unsigned i, unsigned stage, uint64_t node_
         hello.nonce.len = sizeof(nonce);
         hello.has_key = pf.key;
         hello.listen_ip_info = (char *)FUZZ_PEER_ADDRESS;
-        hello.tcp_streams = streams;
+        hello.data_conns = streams;
         hello.crc = crc;
         hello.chunk_size = 64u << 10;
         hello.max_frame_size = f->daemon->config->limits.max_frame_size;
@@ -143,7 +143,7 @@ static bool peer_start(FuzzDaemon *f, unsigned i, unsigned stage, uint64_t node_
                         protobuf_c_message_free_unpacked(&ar->base, NULL);
                 return false;
         }
-        n = ar->tcp_streams;
+        n = ar->data_conns;
         FUZZ_CHECK(n >= 1 && n <= streams);
         protobuf_c_message_free_unpacked(&ar->base, NULL);
         if (stage == 2)

@@ -103,7 +103,7 @@ static void hostile_hello(Kvdist__V1__PeerHello *hello, const PeerAuthHello *our
         hello->nonce.data = (uint8_t *)ours->nonce;
         hello->nonce.len = sizeof(ours->nonce);
         hello->has_key = true;
-        hello->tcp_streams = 1;
+        hello->data_conns = 1;
         hello->chunk_size = 65536;
 }
 
@@ -146,7 +146,7 @@ static void hostile_connect(Hostile *h, const Node *n)
                 hostile_call(h, KVDIST__V1__MSG_TYPE__MSG_PEER_AUTH, &auth.base, &reply, NULL, 0),
                 KVD_OK);
         ar = (Kvdist__V1__PeerAuthReply *)reply;
-        ck_assert_uint_eq(ar->tcp_streams, 1);
+        ck_assert_uint_eq(ar->data_conns, 1);
         ck_assert_uint_eq(ar->data_token.len, 32);
 
         h->data = tcp_connect(n->peer_addr);
