@@ -316,11 +316,12 @@ static int parse_device(json_t *obj, const char *path, DeviceConfig *d, char **e
 
                         if (json_is_string(v) && json_string_is_clean(v))
                                 k = transport_kind_from_string(json_string_value(v));
-                        if (k < 0)
-                                return config_errorf(error, -EINVAL,
-                                                     "%s: expected one of \"auto\", \"tcp\", "
-                                                     "\"rdma\", \"null\"",
-                                                     p);
+                        if (k < 0) {
+                                char names[128];
+
+                                return config_errorf(error, -EINVAL, "%s: expected one of %s", p,
+                                                     transport_kind_names(names, sizeof(names)));
+                        }
                         d->transport = k;
                 } else if (streq(key, "rdma_device")) {
                         r = json_get_string(v, p, 1, RDMA_DEVICE_NAME_MAX, &d->rdma_device, error);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Transport config: the device map's lookups (by device_id, by address) and the names of the
  * transport kinds. */
+#include <stdio.h>
 #include <string.h>
 
 #include "daemon/transport/transport-config.h"
@@ -43,4 +44,20 @@ TransportKind transport_kind_from_string(const char *s)
                 if (strcmp(s, transport_kind_to_string(k)) == 0)
                         return k;
         return _TRANSPORT_KIND_INVALID;
+}
+
+char *transport_kind_names(char *buf, size_t size)
+{
+        size_t n = 0;
+
+        buf[0] = '\0';
+        for (int k = 0; k < _TRANSPORT_KIND_MAX && n < size; k++) {
+                int r = snprintf(buf + n, size - n, "%s\"%s\"", k > 0 ? ", " : "",
+                                 transport_kind_to_string(k));
+
+                if (r < 0)
+                        break;
+                n += (size_t)r;
+        }
+        return buf;
 }

@@ -58,3 +58,6 @@ const char *transport_kind_to_string(TransportKind k);
 
 /* The TransportKind named @s ("auto", "tcp", "rdma", "null"), or _TRANSPORT_KIND_INVALID. */
 TransportKind transport_kind_from_string(const char *s);
+
+/* Every kind's name, quoted and separated by ", " ("\"auto\", \"tcp\", ..."), in @buf; @buf. */
+char *transport_kind_names(char *buf, size_t size);

@@ -5,8 +5,8 @@
  * (an operator's way to keep a device off the network), while links inside the node still copy.
  *
  * It is also the smallest transport there is, and so the list of what adding one takes: this
- * file, its line in meson.build, its kind in transport-config.c and its entry in
- * transport_set_init(). Nothing outside daemon/transport/ and the configuration knows it.
+ * file, its line in meson.build, its kind in transport-config.h and .c and its entry in
+ * transport_set_init(). Nothing outside daemon/transport/ knows it.
  */
 #include <errno.h>
 #include <stdlib.h>
