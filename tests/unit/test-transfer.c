@@ -679,7 +679,7 @@ static void spoil_short(TransportDesc *d, size_t *n)
         TransportDesc *x = &d[1];
 
         for (size_t i = 0; i < 8; i++)
-                x->bytes[9 + i] = (uint8_t)((2 * FIXTURE_STRIDE - 1) >> (8 * i));
+                x->bytes[9 + i] = (uint8_t)((uint64_t)(2 * FIXTURE_STRIDE - 1) >> (8 * i));
 }
 
 /* An address near the top: the span the plan reads would wrap. */
