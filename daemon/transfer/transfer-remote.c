@@ -449,14 +449,14 @@ static void transfer_remote_on_data_done(TransportJob *job, int status)
 
         x->phase = REMOTE_FINISHED;
         if (x->remote_access) {
-                /* Every READ or WRITE completed (or was flushed): nothing more moves. An RDMA
-                 * error takes the link down; a cancel (our timeout) does not. */
+                /* Every read or write completed (or was flushed): nothing more moves. A
+                 * transport error takes the link down; a cancel (our timeout) does not. */
                 Link *l = x->link;
                 bool link_down = error != 0 && error != -ECANCELED;
 
                 if (status != STATUS_OK && x->status == STATUS_OK)
-                        error_set(&x->err, status, "RDMA %s failed: %s",
-                                  remote_plan_kind_is_pull(x->kind) ? "READ" : "WRITE",
+                        error_set(&x->err, status, "%s %s failed: %s", transport_name(x->transport),
+                                  remote_plan_kind_is_pull(x->kind) ? "read" : "write",
                                   strerror(-error));
                 transfer_remote_tell_done(x, status == STATUS_OK ? x->status : status);
                 transfer_remote_leave_peer(x);
