@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The RDMA transport's part of opening a channel to a peer, as bytes: a device's name, GID,
- * port, MTU and LID, and one queue pair's number and first PSN, packed into what the peer
- * connection carries without reading it (PeerLink, PeerChannelConnect), and unpacked from what
- * a peer sent, which may be anything. All little endian:
+ * The RDMA transport's words to a peer, as bytes: to open a channel, a device's name, GID,
+ * port, MTU and LID, and one queue pair's number and first PSN (PeerLink, PeerChannelConnect);
+ * and the descriptor of memory a peer may read or write (links' caches, transfer replies, comm
+ * domains' READYs). Packed into what the peer connection carries without reading it, and
+ * unpacked from what a peer sent, which may be anything. All little endian:
  *
  *      device: u8 RDMA_PACK_DEVICE, u8 name length n (1..63), n bytes of name (no NUL),
  *              16 bytes GID, u8 port, u32 MTU in bytes (256..4096, a power of two), u16 LID
  *      path:   u8 RDMA_PACK_PATH, u32 QP number, u32 PSN (24 bits each)
+ *      memory: u8 RDMA_PACK_DESC, u64 address, u64 length, u32 rkey
  *
  * Plain C, built with or without libibverbs.
  */
@@ -19,24 +21,26 @@
 /* The first byte of each form: a path's bytes are never taken for a device's. */
 #define RDMA_PACK_DEVICE 0x01
 #define RDMA_PACK_PATH 0x02
+#define RDMA_PACK_DESC 0x03
 
 #define RDMA_PACK_DEVICE_FIXED (2 + RDMA_GID_SIZE + 1 + 4 + 2)
 #define RDMA_PACK_PATH_SIZE (1 + 4 + 4)
+#define RDMA_PACK_DESC_SIZE (1 + 8 + 8 + 4)
 /* Queue pair numbers and PSNs have 24 bits. */
 #define RDMA_PACK_24_MAX UINT32_C(0xffffff)
 
-static void put_le(uint8_t *p, uint32_t v, size_t n)
+static void put_le(uint8_t *p, uint64_t v, size_t n)
 {
         for (size_t k = 0; k < n; k++)
                 p[k] = (uint8_t)(v >> (8 * k));
 }
 
-static uint32_t get_le(const uint8_t *p, size_t n)
+static uint64_t get_le(const uint8_t *p, size_t n)
 {
-        uint32_t v = 0;
+        uint64_t v = 0;
 
         for (size_t k = 0; k < n; k++)
-                v |= (uint32_t)p[k] << (8 * k);
+                v |= (uint64_t)p[k] << (8 * k);
         return v;
 }
 
@@ -87,7 +91,7 @@ int rdma_device_unpack(const uint8_t *buf, size_t len, RdmaDeviceInfo *ret)
         memcpy(info.address, p, RDMA_GID_SIZE);
         p += RDMA_GID_SIZE;
         info.port = *p++;
-        info.mtu = get_le(p, 4);
+        info.mtu = (uint32_t)get_le(p, 4);
         p += 4;
         info.lid = (uint16_t)get_le(p, 2);
         if (!rdma_pack_mtu_valid(info.mtu))
@@ -114,10 +118,38 @@ int rdma_path_unpack(const uint8_t *buf, size_t len, TransportPathInfo *ret)
 
         if (len != RDMA_PACK_PATH_SIZE || buf[0] != RDMA_PACK_PATH)
                 return -EBADMSG;
-        info.qpn = get_le(buf + 1, 4);
-        info.psn = get_le(buf + 5, 4);
+        info.qpn = (uint32_t)get_le(buf + 1, 4);
+        info.psn = (uint32_t)get_le(buf + 5, 4);
         if (info.qpn > RDMA_PACK_24_MAX || info.psn > RDMA_PACK_24_MAX)
                 return -EINVAL;
         *ret = info;
+        return 0;
+}
+
+int rdma_desc_pack(uint64_t addr, uint64_t len, uint32_t rkey, uint8_t *buf, size_t size)
+{
+        if (size < RDMA_PACK_DESC_SIZE)
+                return -ENOBUFS;
+        buf[0] = RDMA_PACK_DESC;
+        put_le(buf + 1, addr, 8);
+        put_le(buf + 9, len, 8);
+        put_le(buf + 17, rkey, 4);
+        return RDMA_PACK_DESC_SIZE;
+}
+
+int rdma_desc_unpack(const uint8_t *buf, size_t len, uint64_t *ret_addr, uint64_t *ret_len,
+                     uint32_t *ret_rkey)
+{
+        uint64_t addr, n;
+
+        if (len != RDMA_PACK_DESC_SIZE || buf[0] != RDMA_PACK_DESC)
+                return -EBADMSG;
+        addr = get_le(buf + 1, 8);
+        n = get_le(buf + 9, 8);
+        if (n > UINT64_MAX - addr) /* a span that wraps names no memory */
+                return -EBADMSG;
+        *ret_addr = addr;
+        *ret_len = n;
+        *ret_rkey = (uint32_t)get_le(buf + 17, 4);
         return 0;
 }

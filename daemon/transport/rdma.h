@@ -75,6 +75,15 @@ int rdma_device_unpack(const uint8_t *buf, size_t len, RdmaDeviceInfo *ret);
 int rdma_path_pack(const TransportPathInfo *info, uint8_t *buf, size_t size);
 int rdma_path_unpack(const uint8_t *buf, size_t len, TransportPathInfo *ret);
 
+/*
+ * rdma-pack.c: the descriptor of [@addr, +@len) reached with @rkey, 21 bytes (the length, or
+ * -ENOBUFS past @size); unpacking reads exactly @len bytes, -EBADMSG when they are not one
+ * descriptor or name a span that wraps around the address space.
+ */
+int rdma_desc_pack(uint64_t addr, uint64_t len, uint32_t rkey, uint8_t *buf, size_t size);
+int rdma_desc_unpack(const uint8_t *buf, size_t len, uint64_t *ret_addr, uint64_t *ret_len,
+                     uint32_t *ret_rkey);
+
 /* One planned segment, both ends resolved: our bytes and the peer's. */
 typedef struct RdmaSegment {
         uint64_t local_addr;

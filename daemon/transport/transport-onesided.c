@@ -7,7 +7,6 @@
  * libibverbs: without, the endpoint calls report -EOPNOTSUPP and no link ever chooses this
  * transport.
  */
-#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 
@@ -184,57 +183,23 @@ static int onesided_cache_key(Transport *t, const Cache *cache, uint32_t tensor,
         return rdma_cache_tensor(cache, tensor, ret_addr, &ret_key->lkey, &ret_key->rkey);
 }
 
-/*
- * An RDMA descriptor, 21 bytes little-endian: u8 ONESIDED_DESC_TAG, u64 virtual address, u64
- * length, u32 rkey. The tag lets a peer's bytes of another kind (or version) be refused whole.
- */
-#define ONESIDED_DESC_TAG 0x52 /* 'R' */
-#define ONESIDED_DESC_SIZE 21
-
-static void put_le(uint8_t *p, uint64_t v, size_t n)
-{
-        for (size_t i = 0; i < n; i++)
-                p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, size_t n)
-{
-        uint64_t v = 0;
-
-        for (size_t i = 0; i < n; i++)
-                v |= (uint64_t)p[i] << (8 * i);
-        return v;
-}
-
 static int onesided_desc_pack(Transport *t, uint64_t addr, uint64_t len, const TransportKey *key,
                               TransportDesc *ret)
 {
-        static_assert(ONESIDED_DESC_SIZE <= TRANSPORT_DESC_MAX, "descriptor too long");
+        TransportDesc d = {0};
+        int r;
 
-        *ret = (TransportDesc){.len = ONESIDED_DESC_SIZE};
-        ret->bytes[0] = ONESIDED_DESC_TAG;
-        put_le(ret->bytes + 1, addr, 8);
-        put_le(ret->bytes + 9, len, 8);
-        put_le(ret->bytes + 17, key->rkey, 4);
+        r = rdma_desc_pack(addr, len, key->rkey, d.bytes, sizeof(d.bytes));
+        if (r < 0)
+                return r;
+        d.len = (size_t)r;
+        *ret = d;
         return 0;
 }
 
 static int onesided_desc_unpack(Transport *t, const void *bytes, size_t len, TransportRemote *ret)
 {
-        const uint8_t *p = bytes;
-        TransportRemote m;
-
-        if (len != ONESIDED_DESC_SIZE || p[0] != ONESIDED_DESC_TAG)
-                return -EBADMSG;
-        m = (TransportRemote){
-                .addr = get_le(p + 1, 8),
-                .len = get_le(p + 9, 8),
-                .key = (uint32_t)get_le(p + 17, 4),
-        };
-        if (m.len > UINT64_MAX - m.addr) /* a span that wraps names no memory */
-                return -EBADMSG;
-        *ret = m;
-        return 0;
+        return rdma_desc_unpack(bytes, len, &ret->addr, &ret->len, &ret->key);
 }
 
 static int onesided_channel_open(Transport *t, const TransportChannelSpec *spec,

@@ -130,6 +130,48 @@ START_TEST(test_device_wire_form)
 }
 END_TEST
 
+/*
+ * A descriptor of memory has one form too; it unpacks from exactly its bytes, at the end of a
+ * heap buffer (ASan catches a read past them), and from nothing else.
+ */
+START_TEST(test_desc_wire_form)
+{
+        static const uint8_t expected[] = {
+                0x03,                                     /* format */
+                0x00, 0x10, 0x32, 0x54, 0x76, 0x98, 0, 0, /* address */
+                0x00, 0x00, 0x01, 0,    0,    0,    0, 0, /* length 64 KiB */
+                0x78, 0x56, 0x34, 0x12,                   /* rkey */
+        };
+        TransportRegion r = {
+                .transport = t,
+                .addr = (void *)(uintptr_t)UINT64_C(0x987654321000),
+                .len = 1 << 20,
+                .key = {.lkey = 0xdeadbeef, .rkey = 0x12345678},
+        };
+        TransportRemote m = {0};
+        TransportDesc d;
+        uint8_t *copy;
+
+        ck_assert_int_eq(transport_region_desc(&r, r.addr, 1 << 16, &d), 0);
+        ck_assert_uint_eq(d.len, sizeof(expected));
+        ck_assert_mem_eq(d.bytes, expected, sizeof(expected));
+
+        copy = malloc(sizeof(expected));
+        ck_assert_ptr_nonnull(copy);
+        memcpy(copy, expected, sizeof(expected));
+        ck_assert_int_eq(transport_desc_unpack(t, copy, sizeof(expected), &m), 0);
+        ck_assert_uint_eq(m.addr, UINT64_C(0x987654321000));
+        ck_assert_uint_eq(m.len, 1 << 16);
+        ck_assert_uint_eq(m.key, 0x12345678);
+        /* A device's or a path's bytes are not a descriptor, whatever their length. */
+        copy[0] = 0x01;
+        ck_assert_int_eq(transport_desc_unpack(t, copy, sizeof(expected), &m), -EBADMSG);
+        copy[0] = 0x02;
+        ck_assert_int_eq(transport_desc_unpack(t, copy, sizeof(expected), &m), -EBADMSG);
+        free(copy);
+}
+END_TEST
+
 START_TEST(test_device_pack_refused)
 {
         TransportDeviceInfo d = sample_device();
@@ -319,6 +361,7 @@ static Suite *transport_pack_suite(void)
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_device_round_trip);
         tcase_add_test(tc, test_device_wire_form);
+        tcase_add_test(tc, test_desc_wire_form);
         tcase_add_test(tc, test_device_pack_refused);
         tcase_add_test(tc, test_device_unpack_refused);
         suite_add_tcase(s, tc);
