@@ -752,8 +752,8 @@ int domain_handle_send_recv(DomainRegistry *reg, Cluster *c, const DomainSendRec
                                     .bytes = it->count * dtype_sizes[it->dtype]};
                 op->segs = &call->segs[k];
                 op->n_segs = 1;
-                call->segs[k] = (TransportSegment){.local = regions[k]->data + offsets[k],
-                                                   .len = op->desc.bytes};
+                call->segs[k] = (TransportSegment){
+                        .region = regions[k], .offset = offsets[k], .len = op->desc.bytes};
                 if (domain_call_hold_region(call, regions[k]) < 0) {
                         /* Nothing was assigned yet: no seq is taken. */
                         for (size_t j = 0; j < call->n_ops; j++)

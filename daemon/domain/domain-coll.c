@@ -50,23 +50,25 @@ static size_t stream_slice(const Stream *s, uint64_t off, uint64_t len, Transpor
         const Cache *c = s->cache;
         uint64_t stride = c->stride, i = off / stride, skip = off % stride;
         size_t n = 0;
-        uint8_t *end = NULL;
+        const Region *end_region = NULL;
+        uint64_t end = 0;
 
         while (len > 0) {
                 uint32_t t = (uint32_t)(i / s->n_blocks);
                 const CacheTensor *ct = &c->tensors[t];
-                uint8_t *p =
-                        ct->region->data + ct->offset + s->blocks[i % s->n_blocks] * stride + skip;
+                uint64_t p = ct->offset + s->blocks[i % s->n_blocks] * stride + skip;
                 uint64_t take = MIN(stride - skip, len);
 
-                if (n > 0 && p == end) {
+                if (n > 0 && ct->region == end_region && p == end) {
                         if (out)
                                 out[n - 1].len += take;
                 } else {
                         if (out)
-                                out[n] = (TransportSegment){.local = p, .len = take};
+                                out[n] = (TransportSegment){
+                                        .region = ct->region, .offset = p, .len = take};
                         n++;
                 }
+                end_region = ct->region;
                 end = p + take;
                 len -= take;
                 skip = 0;

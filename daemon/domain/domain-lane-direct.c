@@ -36,33 +36,36 @@
 #define LANE_DIRECT_SPAN_GAP (UINT64_C(1) << 20)
 
 typedef struct SegRef {
-        uintptr_t addr;
+        const Region *region;
+        uint64_t offset;
         uint64_t len;
         size_t index;
 } SegRef;
 
+/* By region, then by offset. */
 static int seg_ref_cmp(const void *a, const void *b)
 {
         const SegRef *x = a, *y = b;
+        uintptr_t rx = (uintptr_t)x->region, ry = (uintptr_t)y->region;
 
-        return x->addr < y->addr ? -1 : x->addr > y->addr;
+        if (rx != ry)
+                return rx < ry ? -1 : 1;
+        return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* Whether @r holds all of [@p, +@len). */
-static bool region_holds(const Region *r, uintptr_t p, uint64_t len)
+/* Whether @r holds all of [@off, +@len). */
+static bool region_holds(const Region *r, uint64_t off, uint64_t len)
 {
-        uintptr_t base = (uintptr_t)r->data;
-
-        return p >= base && len <= r->size && p - base <= r->size - len;
+        return len <= r->size && off <= r->size - len;
 }
 
-/* The region of the call that holds all of [@p, +@len), or NULL. */
-static const Region *call_region_of(const DomainCall *call, uintptr_t p, uint64_t len)
+/* Whether @r is a region of the call that holds all of [@off, +@len). */
+static bool call_holds(const DomainCall *call, const Region *r, uint64_t off, uint64_t len)
 {
         for (size_t i = 0; i < call->n_regions; i++)
-                if (region_holds(call->regions[i], p, len))
-                        return call->regions[i];
-        return NULL;
+                if (call->regions[i] == r)
+                        return region_holds(r, off, len);
+        return false;
 }
 
 Transport *domain_lane_direct_transport(const Lane *l)
@@ -90,25 +93,26 @@ static int lane_direct_register(DomainOp *op, int32_t device_id, TransportChanne
                 return -ENOMEM;
         }
         for (size_t i = 0; i < n; i++)
-                refs[i] = (SegRef){(uintptr_t)op->segs[i].local, op->segs[i].len, i};
+                refs[i] = (SegRef){op->segs[i].region, op->segs[i].offset, op->segs[i].len, i};
         qsort(refs, n, sizeof(*refs), seg_ref_cmp);
-        /* Regions never overlap: a span grows while its segments stay in the first one's. */
+        /* A span grows while its segments stay in the first one's region. */
         for (size_t i = 0, j; i < n; i = j) {
-                const Region *reg = call_region_of(op->call, refs[i].addr, refs[i].len);
-                uintptr_t start = refs[i].addr, end = start + refs[i].len;
+                const Region *reg = refs[i].region;
+                uint64_t start = refs[i].offset, end = start + refs[i].len;
                 TransportRegion *mr;
 
-                if (!reg) {
+                if (!reg || !call_holds(op->call, reg, refs[i].offset, refs[i].len)) {
                         r = -EFAULT; /* every segment lies in a region the call holds */
                         break;
                 }
-                for (j = i + 1; j < n && refs[j].addr <= end + LANE_DIRECT_SPAN_GAP &&
-                                region_holds(reg, refs[j].addr, refs[j].len);
+                for (j = i + 1; j < n && refs[j].region == reg &&
+                                refs[j].offset <= end + LANE_DIRECT_SPAN_GAP &&
+                                region_holds(reg, refs[j].offset, refs[j].len);
                      j++)
-                        end = MAX(end, (uintptr_t)(refs[j].addr + refs[j].len));
+                        end = MAX(end, refs[j].offset + refs[j].len);
                 if (end == start)
                         continue; /* nothing to register for empty segments */
-                r = transport_region_register(t, device_id, channel, (void *)start, end - start,
+                r = transport_region_register(t, device_id, channel, reg->data + start, end - start,
                                               remote_write, &mr);
                 if (r < 0)
                         break;
@@ -155,8 +159,9 @@ static int lane_direct_pack(DomainOp *op)
                         continue;
                 if (!op->seg_regions[i])
                         return -EOPNOTSUPP; /* a transport with remote access registers */
-                r = transport_region_desc(op->seg_regions[i], op->segs[i].local, op->segs[i].len,
-                                          &d);
+                r = transport_region_desc(op->seg_regions[i],
+                                          op->segs[i].region->data + op->segs[i].offset,
+                                          op->segs[i].len, &d);
                 if (r < 0)
                         return r;
                 op->descs[i].len = d.len;
@@ -228,7 +233,8 @@ static size_t lane_direct_pair(const DomainOp *op, const TransportRemote *theirs
                         continue;
                 if (out) {
                         out[n] = (TransportSegment){
-                                .local = (uint8_t *)a[i].local + oi,
+                                .region = a[i].region,
+                                .offset = a[i].offset + oi,
                                 .len = len,
                                 .lkey = op->seg_regions[i] ? op->seg_regions[i]->key.lkey : 0,
                         };

@@ -648,9 +648,11 @@ static int local_copies(const DomainOp *s, const DomainOp *r, TransportSegment *
                         continue;
                 assert(n < cap);
                 c[n++] = (TransportSegment){
-                        .local = (uint8_t *)r->segs[j].local + oj,
+                        .region = r->segs[j].region,
+                        .offset = r->segs[j].offset + oj,
                         .len = len,
-                        .remote = (uint64_t)(uintptr_t)((const uint8_t *)s->segs[i].local + oi),
+                        .remote_region = s->segs[i].region,
+                        .remote = s->segs[i].offset + oi,
                 };
         }
         *ret = c;

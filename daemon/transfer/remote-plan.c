@@ -159,7 +159,8 @@ int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src, uin
                     ADD_OVERFLOW(ct->offset, last, &end) || end > ct->region->size)
                         return -EFAULT;
                 ret_segs[i] = (TransportSegment){
-                        .local = ct->region->data + start,
+                        .region = ct->region,
+                        .offset = start,
                         .len = s->len,
                         .count = s->count,
                 };

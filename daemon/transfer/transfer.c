@@ -280,9 +280,11 @@ static int transfer_local_segments(Transfer *x)
                     end > dst->size)
                         return -EFAULT;
                 x->segs[i] = (TransportSegment){
-                        .local = dst->data + s->dst_offset,
+                        .region = dst,
+                        .offset = s->dst_offset,
                         .len = s->len,
-                        .remote = (uint64_t)(uintptr_t)(src->data + s->src_offset),
+                        .remote_region = src,
+                        .remote = s->src_offset,
                         .count = s->count,
                 };
         }

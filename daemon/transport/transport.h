@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/time-util.h"
+#include "daemon/memory/region.h"
 
 typedef struct Cache Cache;
 typedef struct Transport Transport;
@@ -33,17 +34,24 @@ typedef enum TransportDir {
  */
 #define TRANSPORT_SEGMENT_MAX (UINT32_C(1) << 30)
 
-/* One span of a job: @len bytes of ours at @local and where they come from or go to. */
+/*
+ * One span of a job: @len bytes of ours, @offset bytes into @region, and where they come from or
+ * go to. Memory is named by region and offset, never by an address: only transport/ turns them
+ * into one (transport_span_next()), so memory without a mapping of ours can be named too.
+ */
 typedef struct TransportSegment {
-        void *local;
+        const Region *region; /* borrowed, like the segment */
+        uint64_t offset;
         uint64_t len;
-        /* The other end: on the same node the address of the source (READ) or destination
-         * (WRITE) in this process; over RDMA the peer's address. Unused over TCP, where the
-         * peer lays out its own end of the stream. */
+        /* The other end. On the same node (TRANSPORT_ROLE_LOCAL): @remote bytes into
+         * @remote_region, the source (READ) or destination (WRITE). Otherwise @remote_region is
+         * NULL and @remote is the peer's address from its descriptor (RDMA); unused over TCP,
+         * where the peer lays out its own end of the stream. */
+        const Region *remote_region;
         uint64_t remote;
-        uint32_t lkey; /* RDMA: the key of the registration @local lies in */
+        uint32_t lkey; /* RDMA: the key of the registration our span lies in */
         uint32_t rkey; /* RDMA: the peer's key of @remote */
-        /* 0 or 1: the one span above. More: that many spans of @len bytes, the k-th at @local +
+        /* 0 or 1: the one span above. More: that many spans of @len bytes, the k-th at @offset +
          * k * TransportJob.local_step and @remote + k * TransportJob.remote_step (the same
          * slice of neighbouring blocks), moved in order. */
         uint64_t count;
@@ -120,6 +128,7 @@ typedef struct TransportRemote {
 static inline void transport_segment_set_remote(TransportSegment *seg, const TransportRemote *m,
                                                 uint64_t off)
 {
+        seg->remote_region = NULL;
         seg->remote = m->addr + off;
         seg->rkey = m->key;
 }
@@ -545,8 +554,8 @@ int transport_job_spans(const TransportJob *job, size_t *ret);
 
 /* One span of a job: @len bytes at @local and the other end's @remote, of segment @seg. */
 typedef struct TransportSpan {
-        uint8_t *local;
-        uint64_t remote;
+        uint8_t *local;  /* our bytes, in the daemon's mapping of the segment's region */
+        uint64_t remote; /* the same node: the address of the other end; else as the segment's */
         uint64_t len;
         const TransportSegment *seg; /* its keys */
 } TransportSpan;
@@ -569,8 +578,9 @@ static inline bool transport_span_next(TransportSpanIter *it, TransportSpan *ret
                 return false;
         s = &job->segs[it->seg];
         *ret = (TransportSpan){
-                .local = (uint8_t *)s->local + it->piece * job->local_step,
-                .remote = s->remote + it->piece * job->remote_step,
+                .local = s->region->data + s->offset + it->piece * job->local_step,
+                .remote = (s->remote_region ? (uint64_t)(uintptr_t)s->remote_region->data : 0) +
+                          s->remote + it->piece * job->remote_step,
                 .len = s->len,
                 .seg = s,
         };

@@ -1554,6 +1554,7 @@ START_TEST(test_rdma_recv)
         Region *dst = pattern_region(c0, SEED_DST);
         uint8_t src[MSG_BYTES];
         TransportSegment seg;
+        Region src_region;
         TransportRegion *mr;
         const FakeRegion *fr;
         TransportJob job;
@@ -1586,7 +1587,8 @@ START_TEST(test_rdma_recv)
         ck_assert_int_eq(transport_region_register(&rdma_fake->transport, 0, NULL, src, sizeof(src),
                                                    false, &mr),
                          0);
-        seg = (TransportSegment){.local = src, .len = sizeof(src), .lkey = mr->key.lkey};
+        src_region = (Region){.data = src, .size = sizeof(src)};
+        seg = (TransportSegment){.region = &src_region, .len = sizeof(src), .lkey = mr->key.lkey};
         transport_segment_set_remote(&seg, &w->remotes[0], 0);
         job = (TransportJob){.dir = TRANSPORT_WRITE, .segs = &seg, .n_segs = 1, .done = write_done};
         ck_assert_int_eq(transport_submit(&rdma_fake->transport, &job), 0);
@@ -1727,7 +1729,8 @@ static TransportJob *rdma_send_job(const Region *src, const Span *spans, size_t 
         for (size_t k = 0; k < n; k++) {
                 const TransportSegment *seg = &job->segs[k];
 
-                ck_assert_ptr_eq(seg->local, src->data + MSG_OFF + at);
+                ck_assert_ptr_eq(seg->region, src);
+                ck_assert_uint_eq(seg->offset, MSG_OFF + at);
                 ck_assert_uint_eq(seg->len, spans[k].len);
                 ck_assert_uint_eq(seg->remote, (uint64_t)(uintptr_t)(their_buf + spans[k].off));
                 ck_assert_uint_eq(seg->lkey, ours->key.lkey);
@@ -2438,7 +2441,7 @@ START_TEST(test_rdma_broadcast_send)
                 uint64_t from =
                         block_offset(b / ARRAY_SIZE(blocks), blocks[b % ARRAY_SIZE(blocks)]);
 
-                ck_assert_ptr_eq(seg->local, data + from + writes[k].off);
+                ck_assert_ptr_eq(seg->region->data + seg->offset, data + from + writes[k].off);
                 ck_assert_uint_eq(seg->len, writes[k].len);
                 ck_assert_uint_eq(seg->remote,
                                   (uint64_t)(uintptr_t)(their_buf + spans[writes[k].span].off +

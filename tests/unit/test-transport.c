@@ -34,9 +34,10 @@ typedef struct Fixture {
         struct event_base *base;
         TransportSet set;
         Transport *shm;
-        uint8_t *src;    /* the seeded pattern */
-        uint8_t *expect; /* a copy of it that no job touches */
-        uint8_t *mem;    /* GUARD, SIZE destination bytes, GUARD */
+        uint8_t *src;                  /* the seeded pattern */
+        uint8_t *expect;               /* a copy of it that no job touches */
+        uint8_t *mem;                  /* GUARD, SIZE destination bytes, GUARD */
+        Region src_region, mem_region; /* over @src and all of @mem, for the segments */
         TransportSegment segs[3];
         TransportJob job;
         unsigned calls;
@@ -74,6 +75,8 @@ static void fixture_init(Fixture *f)
         memset(f->mem, GUARD_BYTE, GUARD);
         memset(f->mem + GUARD, FRESH_BYTE, SIZE);
         memset(f->mem + GUARD + SIZE, GUARD_BYTE, GUARD);
+        f->src_region = (Region){.data = f->src, .size = SIZE};
+        f->mem_region = (Region){.data = f->mem, .size = SIZE + 2 * GUARD};
 }
 
 static void fixture_deinit(Fixture *f)
@@ -116,23 +119,27 @@ static void assert_guards(const Fixture *f)
 static void fixture_job(Fixture *f, TransportDir dir)
 {
         uint64_t third = SIZE / 3, last = SIZE - 2 * third;
-        uint8_t *dst = fixture_dst(f);
+        uint64_t dst = GUARD; /* offsets into f->mem_region and f->src_region */
         struct {
-                uint8_t *dst;
-                const uint8_t *src;
+                uint64_t dst;
+                uint64_t src;
                 uint64_t len;
         } pieces[3] = {
-                {dst, f->src + 2 * third, last},
-                {dst + last, f->src + third, third},
-                {dst + last + third, f->src, third},
+                {dst, 2 * third, last},
+                {dst + last, third, third},
+                {dst + last + third, 0, third},
         };
 
         for (size_t i = 0; i < 3; i++) {
-                uint8_t *local = dir == TRANSPORT_READ ? pieces[i].dst : (uint8_t *)pieces[i].src;
-                const uint8_t *other = dir == TRANSPORT_READ ? pieces[i].src : pieces[i].dst;
+                bool read = dir == TRANSPORT_READ;
 
                 f->segs[i] = (TransportSegment){
-                        .local = local, .len = pieces[i].len, .remote = (uint64_t)(uintptr_t)other};
+                        .region = read ? &f->mem_region : &f->src_region,
+                        .offset = read ? pieces[i].dst : pieces[i].src,
+                        .len = pieces[i].len,
+                        .remote_region = read ? &f->src_region : &f->mem_region,
+                        .remote = read ? pieces[i].src : pieces[i].dst,
+                };
         }
         f->job = (TransportJob){
                 .dir = dir, .segs = f->segs, .n_segs = 3, .done = on_done, .userdata = f};
@@ -213,7 +220,9 @@ END_TEST
 START_TEST(test_tcp_without_channel)
 {
         TransportSet set = {0};
-        TransportSegment seg = {.local = &set, .len = 1};
+        uint8_t byte = 0;
+        Region region = {.data = &byte, .size = 1};
+        TransportSegment seg = {.region = &region, .len = 1};
         TransportJob job = {.dir = TRANSPORT_WRITE, .segs = &seg, .n_segs = 1};
         Transport *t = NULL;
         uint64_t done;
@@ -504,6 +513,7 @@ START_TEST(test_tcp_channel)
         ChannelEnd a = {0}, b = {0};
         TransportChannel *cha, *chb;
         TransportSegment src_seg, dst_seg;
+        Region src_region, mem_region;
         TransportFacts facts;
         Transport *t = NULL;
         uint8_t *src, *mem;
@@ -522,8 +532,10 @@ START_TEST(test_tcp_channel)
         for (size_t i = 0; i < SIZE; i++)
                 src[i] = (uint8_t)(i * 7 + 3);
         memset(mem, GUARD_BYTE, SIZE + 2 * GUARD);
-        src_seg = (TransportSegment){.local = src, .len = SIZE};
-        dst_seg = (TransportSegment){.local = mem + GUARD, .len = SIZE};
+        src_region = (Region){.data = src, .size = SIZE};
+        mem_region = (Region){.data = mem, .size = SIZE + 2 * GUARD};
+        src_seg = (TransportSegment){.region = &src_region, .len = SIZE};
+        dst_seg = (TransportSegment){.region = &mem_region, .offset = GUARD, .len = SIZE};
         b.job = (TransportJob){.dir = TRANSPORT_READ,
                                .segs = &dst_seg,
                                .n_segs = 1,
