@@ -28,6 +28,12 @@
  * thread and the loop again through the eventfd costs more than copying 64 KiB.
  */
 #define ENGINE_INLINE_BYTES ((size_t)64 << 10)
+/*
+ * A copy thread adds to a task's progress counter after this many bytes, not after every copy:
+ * the counter's cache line is shared by every thread copying for the task, and a locked add
+ * after each 4 KiB block waits for the block's stores and fights the other threads for the line.
+ */
+#define ENGINE_REPORT_BYTES ((size_t)1 << 20)
 
 /* A run of bytes of one task: @bytes bytes of the copy list, from copy @copy at @offset. */
 typedef struct EngineJob {
@@ -113,7 +119,8 @@ static void task_job_finished_locked(Engine *e, EngineTask *t, bool ok)
 static bool job_run(const EngineJob *job)
 {
         EngineTask *t = job->task;
-        size_t c = job->copy, off = job->offset, left = job->bytes;
+        size_t c = job->copy, off = job->offset, left = job->bytes, unreported = 0;
+        bool ok = true;
 
         while (left > 0) {
                 const EngineCopy *cp = &t->copies[c];
@@ -125,14 +132,22 @@ static bool job_run(const EngineJob *job)
                         continue;
                 }
                 n = MIN(n, t->slice);
-                if (atomic_load_explicit(&t->cancel, memory_order_relaxed))
-                        return false;
+                if (atomic_load_explicit(&t->cancel, memory_order_relaxed)) {
+                        ok = false;
+                        break;
+                }
                 memcpy((char *)cp->dst + off, (const char *)cp->src + off, n);
-                atomic_fetch_add_explicit(&t->bytes_done, n, memory_order_relaxed);
                 off += n;
                 left -= n;
+                unreported += n;
+                if (unreported >= ENGINE_REPORT_BYTES) {
+                        atomic_fetch_add_explicit(&t->bytes_done, unreported, memory_order_relaxed);
+                        unreported = 0;
+                }
         }
-        return true;
+        if (unreported > 0)
+                atomic_fetch_add_explicit(&t->bytes_done, unreported, memory_order_relaxed);
+        return ok;
 }
 
 static size_t engine_job_bytes(const Engine *e, size_t total, size_t *ret_n_jobs);

@@ -79,7 +79,10 @@ void engine_cancel(EngineTask *task);
  */
 void engine_hold(Engine *e, bool hold);
 
-/* Bytes of @task copied so far (a snapshot; the threads may be adding to it). */
+/*
+ * Bytes of @task copied so far: a snapshot, which each copy thread adds to a megabyte at a time
+ * and at the end of each of its jobs, so every byte is counted by the time the callback runs.
+ */
 size_t engine_task_bytes_done(EngineTask *task);
 
 /* The number of copy threads. */
