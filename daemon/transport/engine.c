@@ -21,8 +21,13 @@
 #define ENGINE_DEFAULT_SLICE ((size_t)1 << 20)
 /* Small copies are batched into jobs of at least this much, so queue traffic stays low. */
 #define ENGINE_MIN_JOB_BYTES ((size_t)256 << 10)
-/* A big task is cut into about this many jobs per thread, so the threads finish together. */
-#define ENGINE_JOBS_PER_THREAD 4
+/*
+ * A big task is cut into about this many jobs per thread, so the threads finish together: the
+ * last one ends at most a job after the others, and a thread that started late (woken late, or
+ * planning the task) takes fewer jobs. With 4 a 78 MiB request of 4 KiB blocks ended with one
+ * thread copying alone for 110-150 us; with 64, 25-30 us. A job is one lock round trip.
+ */
+#define ENGINE_JOBS_PER_THREAD 64
 /*
  * A task of at most this many bytes is copied on the submitting (loop) thread: waking a copy
  * thread and the loop again through the eventfd costs more than copying 64 KiB.
