@@ -176,7 +176,8 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Transfer, transfer_free);
 
 void transfer_request_done(TransferRequest *req)
 {
-        free(req->blocks);
+        free(req->src_blocks);
+        free(req->dst_blocks);
         free(req->notify);
         *req = (TransferRequest){};
 }

@@ -78,7 +78,7 @@ typedef struct TransferArgs {
  * notification (transfer_request_done() frees them).
  */
 typedef struct TransferRequest {
-        TransferArgs args; /* the block lists point into @blocks */
+        TransferArgs args; /* the block lists are @src_blocks and @dst_blocks */
         CacheKey key;      /* the remote cache: pull the source, push the destination */
         Error key_err;     /* code != 0: the key did not decode, and why */
         uint64_t local_cache_id;
@@ -87,7 +87,8 @@ typedef struct TransferRequest {
         uint32_t timeout_ms; /* 0: the cluster's sync_kv_timeout */
         uint8_t *notify;     /* for the key's cluster: a push's destination, a pull's source */
         size_t notify_len;
-        uint64_t *blocks; /* src_blocks, then dst_blocks */
+        uint64_t *src_blocks; /* owned (malloc()ed), the lists of @args */
+        uint64_t *dst_blocks;
 } TransferRequest;
 
 /* What a transfer that succeeded moved: the client's answer says it. */

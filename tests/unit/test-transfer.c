@@ -107,7 +107,8 @@ static void local_pull_start_notify(LocalPull *t, const char *notify)
         transfer_fixture_answer_init(&t->answer);
         ck_assert_int_eq(
                 transfer_start(&fx.root, t->a, &req, &t->answer.cpl, &t->answer.result, &err), 0);
-        ck_assert_ptr_null(req.blocks); /* taken */
+        ck_assert_ptr_null(req.src_blocks); /* taken */
+        ck_assert_ptr_null(req.dst_blocks);
         ck_assert_ptr_null(req.notify);
         t->x = transfer_fixture_last(&fx);
         ck_assert_ptr_nonnull(t->x);
