@@ -16,6 +16,7 @@
 #include "daemon/memory/cache.h"
 #include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
+#include "daemon/control/decoder.h"
 #include "daemon/daemon.h"
 #include "daemon/domain/domain.h"
 #include <kvdist/kvdist-version.h>
@@ -376,6 +377,9 @@ int daemon_new(Config *config, Daemon **ret)
                 if (r < 0)
                         goto fail;
         }
+        r = decoder_new(d->base, &d->control.decoder);
+        if (r < 0)
+                goto fail;
         /* The control socket last: a client that can connect finds a daemon that started, and
          * whoever waits for the socket to accept (a script, a test) never mistakes a kvdistd
          * that is about to fail on a peer address for one that runs. */
@@ -418,6 +422,8 @@ Daemon *daemon_free(Daemon *d)
         d->metrics_server = metrics_server_free(d->metrics_server);
         d->control.listener = listener_free(d->control.listener);
         conn_free_all(&d->control);
+        /* after the connections: each forgot its request's decoding */
+        d->control.decoder = decoder_free(d->control.decoder);
         peer_close_all(&d->link);
         /* Runs the completions of whatever was still moving over the network. */
         peer_free_all(&d->link);

@@ -14,6 +14,7 @@
 #include <event2/event.h>
 #include "daemon/link/cluster.h"
 #include "daemon/control/conn.h"
+#include "daemon/control/decoder.h"
 #include "daemon/control/control-root.h"
 #include "daemon/control/dispatch.h"
 #include "proto/kvdist.pb-c.h"
@@ -83,6 +84,20 @@ void conn_close_later(Conn *c)
         event_del(c->ev_idle);
         /* The event exists since conn_new(): activating it allocates nothing and cannot fail. */
         event_active(c->ev_close, EV_TIMEOUT, 0);
+}
+
+void conn_resume_reading(Conn *c)
+{
+        c->decoding = false;
+        if (c->state == CONN_CLOSED)
+                return;
+        if (event_add(c->ev_read, NULL) < 0) {
+                log_error("connection %" PRIu64 ": cannot read it again, closing", c->id);
+                conn_close_later(c);
+                return;
+        }
+        /* what was read ahead, or the socket: the read callback sorts it out */
+        event_active(c->ev_read, EV_READ, 0);
 }
 
 void conn_free_all(ControlRoot *root)
@@ -402,10 +417,15 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
                 /* The next frame's time starts when it is first seen. */
                 if (c->state != CONN_HELLO)
                         event_del(c->ev_deadline);
+                /* Its requests keep their order: the next waits for this one's decoding. */
+                if (c->decoding) {
+                        event_del(c->ev_read);
+                        break;
+                }
         }
         /* Frames read ahead and left by the limit above: the socket may have nothing more to
          * wake us with, so the next pass of the loop comes back for them. */
-        if (c->state != CONN_CLOSED && wire_in_has_ahead(&c->in))
+        if (c->state != CONN_CLOSED && !c->decoding && wire_in_has_ahead(&c->in))
                 event_active(c->ev_read, EV_READ, 0);
         conn_update_deadline(c);
 }
@@ -508,6 +528,7 @@ Request *conn_request_free(Request *req)
                 clist_unlink(&req->link_conn);
                 req->conn->n_requests--;
         }
+        decoder_forget(req->decoding);
         if (req->msg)
                 protobuf_c_message_free_unpacked(req->msg, NULL);
         for (size_t i = 0; i < req->n_fds; i++)

@@ -37,6 +37,7 @@ struct event;
 typedef struct Cluster Cluster;
 typedef struct Conn Conn;
 typedef struct ControlRoot ControlRoot;
+typedef struct DecodeJob DecodeJob;
 typedef struct Request Request;
 
 typedef enum ConnState {
@@ -67,6 +68,7 @@ struct Conn {
         size_t n_fds_checked; /* fds of @in whose kind was checked */
         WireOut out;          /* replies not yet written */
         CList requests;       /* Request.link_conn: requests still waiting for their reply */
+        bool decoding;        /* a request's payload is decoded off the loop: nothing is read */
         unsigned n_requests;
         CList link_root; /* ControlRoot.conns */
 };
@@ -82,6 +84,7 @@ struct Request {
         uint16_t type;
         uint64_t id;
         ProtobufCMessage *msg;  /* the decoded request */
+        DecodeJob *decoding;    /* its payload is being decoded off the loop (decoder.h) */
         int fds[FRAME_MAX_FDS]; /* taken by the handler (set to -1) or closed with the request */
         size_t n_fds;
         Completion done; /* how a lower layer answers (conn_request_reply() and the rest) */
@@ -102,6 +105,12 @@ int conn_new(ControlRoot *root, int fd, const struct ucred *cred, User *user, bo
  * blocking and counted in @root's errors. The caller closes @fd.
  */
 void conn_refuse(ControlRoot *root, int fd, int code, const char *detail);
+
+/*
+ * The request whose payload was being decoded off the loop has been handled: @c reads again,
+ * from the frames it read ahead first. Nothing for a closing connection.
+ */
+void conn_resume_reading(Conn *c);
 
 /*
  * Marks the connection closing: it stops reading and writing, drops later replies, and is freed

@@ -23,6 +23,7 @@
 #include "daemon/transport/transport-set.h"
 
 struct event_base;
+typedef struct Decoder Decoder;
 typedef struct DomainRegistry DomainRegistry;
 typedef struct Listener Listener;
 
@@ -54,7 +55,8 @@ typedef struct ControlRoot {
         const Metrics *metrics;   /* DaemonMetrics renders it */
 
         Listener *listener;
-        CList conns; /* Conn.link_root */
+        Decoder *decoder; /* big payloads are decoded on its thread; NULL: on the loop */
+        CList conns;      /* Conn.link_root */
         ClientCounters counters;
         bool stopping; /* the daemon is stopping: no new clusters */
 

@@ -32,6 +32,7 @@ typedef struct ClientCounters {
         uint64_t conns_idle_closed;       /* closed without a cluster (limits.attach_timeout_ms) */
         unsigned conns_reserved;          /* open on limits.reserved_connections */
         uint64_t frames_malformed;        /* clients' frames (peers' in LinkCounters) */
+        uint64_t frames_decoded_away;     /* clients' frames decoded off the control loop */
         uint64_t errors[-_KVD_E_MIN + 1]; /* requests answered with an error, by -public code */
 } ClientCounters;
 

@@ -209,6 +209,7 @@ START_TEST(test_batch_100k_blocks)
         TCache src, dst;
         TCopies cp = {};
         size_t n_failed = 1;
+        int64_t away0;
         kvd_task *t;
         World w;
 
@@ -216,6 +217,7 @@ START_TEST(test_batch_100k_blocks)
         expect_ok(w.a, tcache_register(&src, w.a, true, 2, N, 64, 31, &key, 1, KVD_REMOTE_YES));
         expect_ok(w.b, tcache_register(&dst, w.b, true, 2, N, 64, 32, NULL, 0, KVD_REMOTE_DEFAULT));
         link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        away0 = client_status_int(w.b, "counters/frames_decoded_away");
         for (size_t i = 0; i < 4; i++)
                 e[i] = (kvd_batch_entry){
                         .kind = KVD_PULL_BLOCKS,
@@ -232,6 +234,8 @@ START_TEST(test_batch_100k_blocks)
         expect_ok(w.b, kvd_task_failed_blocks(t, NULL, 0, &n_failed));
         ck_assert_uint_eq(n_failed, 0);
         kvd_task_free(t);
+        /* its 600 KB of block ids were decoded off the daemon's loop, the status calls' not */
+        ck_assert_int_eq(client_status_int(w.b, "counters/frames_decoded_away") - away0, 1);
 
         tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, src_ids, dst_ids, N);
         tcache_verify(&dst, &cp);

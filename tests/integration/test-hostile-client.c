@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <poll.h>
 #include <signal.h>
@@ -179,6 +180,153 @@ START_TEST(test_pipelined_requests_one_write)
                 harness_frame_deinit(&f);
         }
         close(fd);
+        stop_daemon();
+}
+END_TEST
+
+/* A pull of @n blocks into a cache nobody registered, as one frame (malloc()ed) in *@ret. */
+static size_t transfer_frame(size_t n, uint64_t request_id, uint8_t **ret)
+{
+        Kvdist__V1__Transfer t = KVDIST__V1__TRANSFER__INIT;
+        Kvdist__V1__CacheKey key = KVDIST__V1__CACHE_KEY__INIT;
+        Kvdist__V1__BlocksKey blocks = KVDIST__V1__BLOCKS_KEY__INIT;
+        uint64_t *ids = calloc(n, sizeof(uint64_t));
+        size_t len;
+
+        ck_assert_ptr_nonnull(ids);
+        for (size_t i = 0; i < n; i++)
+                ids[i] = (i * 7919) % (n + 100000);
+        blocks.cluster_id = 602;
+        key.kind_case = KVDIST__V1__CACHE_KEY__KIND_BLOCKS;
+        key.blocks = &blocks;
+        t.kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS;
+        t.remote_key = &key;
+        t.local_cache_id = 424242;
+        t.n_src_blocks = t.n_dst_blocks = n;
+        t.src_blocks = t.dst_blocks = ids;
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_TRANSFER, 0, request_id, 0, &t.base,
+                                    UINT32_MAX, ret, &len),
+                         0);
+        free(ids);
+        return len;
+}
+
+/* Reads the reply to @request_id: its status code, its detail in @detail. */
+static int read_reply_code(int fd, uint64_t request_id, char *detail, size_t size)
+{
+        HarnessFrame f;
+        int r, code;
+
+        r = harness_raw_read_frame(fd, harness_wait_ms(), &f);
+        ck_assert_msg(r == 1, "reply to %" PRIu64 ": %s", request_id,
+                      r == 0 ? "none" : strerror(-r));
+        ck_assert_uint_eq(f.h.request_id, request_id);
+        ck_assert_int_eq(harness_frame_status(&f, &code, detail, size), 0);
+        harness_frame_deinit(&f);
+        return code;
+}
+
+/*
+ * A request of 100,000 block ids (600 KB) is decoded off the daemon's loop: its answer is the
+ * one the same request with 10 ids gets, the requests the client sent behind it in the same
+ * write are answered after it and in order, a big payload that does not decode closes the
+ * connection as a small one does, and a client that goes while its request is being decoded
+ * leaves a daemon that serves the next.
+ */
+START_TEST(test_big_frames_decoded_away)
+{
+        enum { N_SMALL = 10, N_BIG = 100000, N_AFTER = 8 };
+        char small_detail[256], big_detail[256];
+        uint8_t *small = NULL, *big = NULL, *buf;
+        size_t small_len, big_len, len;
+        int fd, code, r;
+        int64_t away0, malformed0;
+
+        start_daemon(NULL);
+        fd = harness_raw_connect(daemon_.socket_path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(raw_attach(fd, 601), 0);
+        away0 = counter("frames_decoded_away");
+        malformed0 = counter("frames_malformed");
+
+        small_len = transfer_frame(N_SMALL, 10, &small);
+        ck_assert_int_eq(harness_raw_send(fd, small, small_len, NULL, 0), 0);
+        code = read_reply_code(fd, 10, small_detail, sizeof(small_detail));
+        ck_assert_int_ne(code, KVD_OK);
+        ck_assert_int_eq(counter("frames_decoded_away"), away0);
+
+        /* the big request, then status requests, in one write */
+        big_len = transfer_frame(N_BIG, 11, &big);
+        ck_assert_uint_ge(big_len, (size_t)256 << 10);
+        len = big_len + N_AFTER * FRAME_HEADER_SIZE;
+        buf = malloc(len);
+        ck_assert_ptr_nonnull(buf);
+        memcpy(buf, big, big_len);
+        for (int i = 0; i < N_AFTER; i++) {
+                FrameHeader h = {FRAME_MAGIC,
+                                 FRAME_VERSION,
+                                 KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS,
+                                 0,
+                                 0,
+                                 0,
+                                 100 + (uint64_t)i};
+
+                frame_header_encode(&h, buf + big_len + (size_t)i * FRAME_HEADER_SIZE);
+        }
+        ck_assert_int_eq(harness_raw_send(fd, buf, len, NULL, 0), 0);
+        free(buf);
+        ck_assert_int_eq(read_reply_code(fd, 11, big_detail, sizeof(big_detail)), code);
+        ck_assert_str_eq(big_detail, small_detail);
+        for (int i = 0; i < N_AFTER; i++)
+                ck_assert_int_eq(read_reply_code(fd, 100 + (uint64_t)i, NULL, 0), KVD_OK);
+        ck_assert_int_eq(counter("frames_decoded_away") - away0, 1);
+
+        /* 300,000 bytes of a packed list whose varints never end */
+        {
+                size_t body = 300000, plen = 1 + 3 + body;
+                FrameHeader h = {FRAME_MAGIC,
+                                 FRAME_VERSION,
+                                 KVDIST__V1__MSG_TYPE__MSG_TRANSFER,
+                                 0,
+                                 0,
+                                 (uint32_t)plen,
+                                 12};
+
+                buf = malloc(FRAME_HEADER_SIZE + plen);
+                ck_assert_ptr_nonnull(buf);
+                frame_header_encode(&h, buf);
+                buf[FRAME_HEADER_SIZE] = 4 << 3 | 2; /* src_blocks, length-delimited */
+                buf[FRAME_HEADER_SIZE + 1] = (uint8_t)(body & 0x7f) | 0x80;
+                buf[FRAME_HEADER_SIZE + 2] = (uint8_t)(body >> 7 & 0x7f) | 0x80;
+                buf[FRAME_HEADER_SIZE + 3] = (uint8_t)(body >> 14);
+                memset(buf + FRAME_HEADER_SIZE + 4, 0xff, body);
+                ck_assert_int_eq(harness_raw_send(fd, buf, FRAME_HEADER_SIZE + plen, NULL, 0), 0);
+                free(buf);
+        }
+        ck_assert_int_eq(harness_raw_wait_closed(fd, harness_wait_ms()), 1);
+        close(fd);
+        ck_assert_int_eq(counter("frames_malformed") - malformed0, 1);
+        ck_assert_int_eq(counter("frames_decoded_away") - away0, 2);
+
+        /* clients gone before their big request is decoded, or just after */
+        for (int i = 0; i < 20; i++) {
+                fd = harness_raw_connect(daemon_.socket_path);
+                ck_assert_int_ge(fd, 0);
+                ck_assert_int_eq(raw_attach(fd, 700 + (uint64_t)i), 0);
+                ck_assert_int_eq(harness_raw_send(fd, big, big_len, NULL, 0), 0);
+                close(fd);
+        }
+        fd = harness_raw_connect(daemon_.socket_path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(raw_attach(fd, 603), 0);
+        ck_assert_int_eq(harness_raw_send(fd, small, small_len, NULL, 0), 0);
+        ck_assert_int_eq(read_reply_code(fd, 10, NULL, 0), code);
+        close(fd);
+        r = counter("frames_decoded_away") - away0;
+        ck_assert_int_ge(r, 2);
+        ck_assert_int_le(r, 22);
+        free(small);
+        free(big);
         stop_daemon();
 }
 END_TEST
@@ -918,6 +1066,7 @@ static Suite *hostile_client_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_error_reply_to_closed_reader);
         tcase_add_test(tc, test_pipelined_requests_one_write);
+        tcase_add_test(tc, test_big_frames_decoded_away);
         tcase_add_test(tc, test_socket_fd_cycle);
         tcase_add_test(tc, test_partial_frame_deadline);
         suite_add_tcase(s, tc);
