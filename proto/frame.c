@@ -199,7 +199,7 @@ int frame_pack(uint16_t type, uint16_t flags, uint64_t request_id, uint16_t n_fd
  * ids was most of the control loop's work for it.
  */
 #define FRAME_PACKED_FAST_MIN 256
-#define FRAME_PACKED_FAST_MAX 4
+#define FRAME_PACKED_FAST_MAX FRAME_LIST_FACTS_MAX
 
 /* One top-level field of the message decoded here: its bytes, tag included, and its list. */
 typedef struct PackedField {
@@ -388,13 +388,51 @@ static int packed_scan(const ProtobufCMessageDescriptor *desc, const uint8_t *da
         return 0;
 }
 
+/* Values below this many bits per listed value, or below the floor, get a bitmap to find a repeat.
+ */
+#define FRAME_FACTS_BITS_PER_VALUE 64
+#define FRAME_FACTS_MIN_BITS (UINT64_C(1) << 20)
+
+static void list_facts(const uint64_t *values, size_t n, FrameListFacts *ret)
+{
+        uint64_t max = 0, bits;
+        uint64_t *bitmap;
+
+        for (size_t i = 0; i < n; i++)
+                max = MAX(max, values[i]);
+        *ret = (FrameListFacts){.values = values, .n = n, .max = max};
+
+        if (MUL_OVERFLOW((uint64_t)n, (uint64_t)FRAME_FACTS_BITS_PER_VALUE, &bits))
+                bits = UINT64_MAX;
+        bits = MAX(bits, FRAME_FACTS_MIN_BITS);
+        if (max >= bits)
+                return; /* sparse: the loop judges it */
+        bitmap = calloc((size_t)(max / 64 + 1), sizeof(uint64_t));
+        if (!bitmap)
+                return;
+        ret->unique_known = true;
+        ret->unique = true;
+        for (size_t i = 0; i < n; i++) {
+                uint64_t v = values[i], mask = UINT64_C(1) << (v % 64);
+
+                if (bitmap[v / 64] & mask) {
+                        ret->unique = false;
+                        break;
+                }
+                bitmap[v / 64] |= mask;
+        }
+        free(bitmap);
+}
+
 /*
  * The long packed lists decoded by packed_scan(), the rest of the message by protobuf-c from a
  * copy without them; the lists are then set as protobuf-c would have (and are freed with the
- * message by protobuf_c_message_free_unpacked()). -EAGAIN: decode it all with protobuf-c.
+ * message by protobuf_c_message_free_unpacked()), their facts in @facts when it is not NULL.
+ * -EAGAIN: decode it all with protobuf-c.
  */
 static int unpack_packed_fast(const ProtobufCMessageDescriptor *desc, const uint8_t *data,
-                              size_t len, ProtobufCMessage **ret)
+                              size_t len, ProtobufCMessage **ret, FrameListFacts *facts,
+                              size_t *ret_n_facts)
 {
         PackedField fields[FRAME_PACKED_FAST_MAX] = {};
         _cleanup_free_ uint8_t *rest = NULL;
@@ -437,7 +475,11 @@ static int unpack_packed_fast(const ProtobufCMessageDescriptor *desc, const uint
                 assert(*count == 0 && !*values);
                 *count = fields[i].n_values;
                 *values = TAKE_PTR(fields[i].values);
+                if (facts)
+                        list_facts(*values, *count, &facts[i]);
         }
+        if (ret_n_facts)
+                *ret_n_facts = facts ? n : 0;
         *ret = msg;
         r = 1;
 out:
@@ -447,16 +489,18 @@ out:
         return r;
 }
 
-int frame_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
-                 ProtobufCMessage **ret)
+int frame_unpack_facts(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                       ProtobufCMessage **ret, FrameListFacts *facts, size_t *ret_n_facts)
 {
         ProtobufCMessage *msg;
         int r;
 
         assert(desc);
 
+        if (ret_n_facts)
+                *ret_n_facts = 0;
         if (len >= FRAME_PACKED_FAST_MIN) {
-                r = unpack_packed_fast(desc, data, len, ret);
+                r = unpack_packed_fast(desc, data, len, ret, facts, ret_n_facts);
                 if (r != -EAGAIN && r != 0)
                         return r < 0 ? r : 0;
         }
@@ -466,6 +510,12 @@ int frame_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, si
 
         *ret = msg;
         return 0;
+}
+
+int frame_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                 ProtobufCMessage **ret)
+{
+        return frame_unpack_facts(desc, data, len, ret, NULL, NULL);
 }
 
 int frame_message_dup(const ProtobufCMessage *msg, ProtobufCMessage **ret)

@@ -90,6 +90,31 @@ int frame_pack(uint16_t type, uint16_t flags, uint64_t request_id, uint16_t n_fd
 int frame_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
                  ProtobufCMessage **ret);
 
+/* Long lists of uint64 in one message that frame_unpack_facts() reports on, at most. */
+#define FRAME_LIST_FACTS_MAX 4
+
+/*
+ * What decoding learnt of one long packed uint64 list (block ids) of the message: its largest
+ * value, and whether a value repeats when that was cheap to find (values below 64 times the
+ * list's length, or below 2^20: a bitmap over them).
+ */
+typedef struct FrameListFacts {
+        const uint64_t *values; /* the list in the message, which identifies it */
+        size_t n;
+        uint64_t max;
+        bool unique_known;
+        bool unique; /* unique_known: no value repeats */
+} FrameListFacts;
+
+/*
+ * frame_unpack(), and the facts of the message's long top-level lists that it decoded itself
+ * (lists of 256 bytes or more) in @facts (FRAME_LIST_FACTS_MAX entries), *@ret_n_facts of them:
+ * none for the lists protobuf-c decoded. For a thread that decodes so that the loop need not
+ * walk the lists again.
+ */
+int frame_unpack_facts(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                       ProtobufCMessage **ret, FrameListFacts *facts, size_t *ret_n_facts);
+
 /*
  * A deep copy of @msg (packed and unpacked again) in *@ret; free it with
  * protobuf_c_message_free_unpacked(). -ENOMEM, -EBADMSG.

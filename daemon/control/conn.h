@@ -83,8 +83,11 @@ struct Request {
         Conn *conn; /* NULL once the connection is gone */
         uint16_t type;
         uint64_t id;
-        ProtobufCMessage *msg;  /* the decoded request */
-        DecodeJob *decoding;    /* its payload is being decoded off the loop (decoder.h) */
+        ProtobufCMessage *msg; /* the decoded request */
+        DecodeJob *decoding;   /* its payload is being decoded off the loop (decoder.h) */
+        /* what decoding off the loop learnt of @msg's long lists (a handler may skip a pass) */
+        FrameListFacts facts[FRAME_LIST_FACTS_MAX];
+        size_t n_facts;
         int fds[FRAME_MAX_FDS]; /* taken by the handler (set to -1) or closed with the request */
         size_t n_fds;
         Completion done; /* how a lower layer answers (conn_request_reply() and the rest) */

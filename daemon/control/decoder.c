@@ -22,6 +22,8 @@ struct DecodeJob {
         size_t len;
         int r;
         ProtobufCMessage *msg;
+        FrameListFacts facts[FRAME_LIST_FACTS_MAX];
+        size_t n_facts;
         decode_done_fn done; /* NULL once forgotten */
         void *userdata;
 };
@@ -65,7 +67,8 @@ static void *decoder_thread(void *userdata)
                 clist_unlink(&job->link);
                 pthread_mutex_unlock(&d->lock);
 
-                job->r = frame_unpack(job->desc, job->payload, job->len, &job->msg);
+                job->r = frame_unpack_facts(job->desc, job->payload, job->len, &job->msg,
+                                            job->facts, &job->n_facts);
                 if (job->r < 0)
                         job->msg = NULL;
                 free(TAKE_PTR(job->payload));
@@ -109,7 +112,8 @@ static void decoder_on_event(evutil_socket_t fd, short what, void *userdata)
 
                 clist_unlink(&job->link);
                 if (job->done)
-                        job->done(job, job->len, job->r, TAKE_PTR(job->msg), job->userdata);
+                        job->done(job, job->len, job->r, TAKE_PTR(job->msg), job->facts,
+                                  job->n_facts, job->userdata);
                 job_free(job);
         }
 }

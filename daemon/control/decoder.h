@@ -12,17 +12,20 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "proto/frame.h"
+
 struct event_base;
 typedef struct Decoder Decoder;
 typedef struct DecodeJob DecodeJob;
 
 /*
  * The payload of @len bytes decoded: @r 0 and @msg (the callee's, free with
- * protobuf_c_message_free_unpacked()), or a negative errno from frame_unpack() (-EBADMSG: the
- * payload does not decode) and NULL.
+ * protobuf_c_message_free_unpacked()) with the facts of its long lists (frame_unpack_facts(),
+ * @n_facts of them, valid during the call), or a negative errno from frame_unpack() (-EBADMSG:
+ * the payload does not decode) and NULL.
  */
 typedef void (*decode_done_fn)(DecodeJob *job, size_t len, int r, ProtobufCMessage *msg,
-                               void *userdata);
+                               const FrameListFacts *facts, size_t n_facts, void *userdata);
 
 /* Starts the thread and hooks its completions into @base. 0, -ENOMEM or another errno. */
 int decoder_new(struct event_base *base, Decoder **ret);

@@ -159,12 +159,15 @@ static void dispatch_run(Request *req, size_t len, int r, ProtobufCMessage *msg)
 /* On the loop: the decoder is done with @userdata's payload. Its connection is alive, or the
  * request would have been freed and the job forgotten. */
 static void dispatch_decoded(DecodeJob *job, size_t len, int r, ProtobufCMessage *msg,
-                             void *userdata)
+                             const FrameListFacts *facts, size_t n_facts, void *userdata)
 {
         Request *req = userdata;
         Conn *c = req->conn;
 
         req->decoding = NULL;
+        for (size_t i = 0; i < n_facts && i < ARRAY_SIZE(req->facts); i++)
+                req->facts[i] = facts[i];
+        req->n_facts = MIN(n_facts, ARRAY_SIZE(req->facts));
         c->root->counters.frames_decoded_away++;
         dispatch_run(req, len, r, msg);
         conn_resume_reading(c);

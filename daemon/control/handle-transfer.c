@@ -88,13 +88,30 @@ static PlanLayers transfer_layers_from_proto(const Kvdist__V1__LayerRange *r)
         return (PlanLayers){r->first, r->last};
 }
 
+/* The facts of @values among @facts (what decoding off the loop learnt), when there are. */
+static PlanListFacts transfer_list_facts(const uint64_t *values, const FrameListFacts *facts,
+                                         size_t n_facts)
+{
+        for (size_t i = 0; values && i < n_facts; i++)
+                if (facts[i].values == values)
+                        return (PlanListFacts){
+                                .known = true,
+                                .max = facts[i].max,
+                                .unique_known = facts[i].unique_known,
+                                .unique = facts[i].unique,
+                        };
+        return (PlanListFacts){};
+}
+
 /*
  * Decodes @m into @ret, once: nothing is checked but what the wire cannot say (a key that does
  * not decode is kept in key_err for transfer_start() to refuse in its turn). The block lists are
  * taken from @m, not copied (protobuf-c allocates them with malloc(), and frame_unpack() too):
- * a 100,000-block request's are 1.6 MB. -ENOMEM.
+ * a 100,000-block request's are 1.6 MB; with them what their decoding learnt (@facts, @n_facts).
+ * -ENOMEM.
  */
-static int transfer_request_from_proto(Kvdist__V1__Transfer *m, TransferRequest *ret)
+static int transfer_request_from_proto(Kvdist__V1__Transfer *m, const FrameListFacts *facts,
+                                       size_t n_facts, TransferRequest *ret)
 {
         TransferRequest req = {
                 .local_cache_id = m->local_cache_id,
@@ -123,6 +140,8 @@ static int transfer_request_from_proto(Kvdist__V1__Transfer *m, TransferRequest 
                 .tensor_num_per_layer = m->tensor_num_per_layer,
                 .src_slice = transfer_slice_from_proto(m->src_slice),
                 .dst_slice = transfer_slice_from_proto(m->dst_slice),
+                .src_facts = transfer_list_facts(m->src_blocks, facts, n_facts),
+                .dst_facts = transfer_list_facts(m->dst_blocks, facts, n_facts),
         };
         /* the message frees nothing of them now */
         req.src_blocks = TAKE_PTR(m->src_blocks);
@@ -138,7 +157,8 @@ int handle_transfer(Request *req, Error *err)
         TransferCall *call;
         int r;
 
-        if (transfer_request_from_proto((Kvdist__V1__Transfer *)req->msg, &tr) < 0)
+        if (transfer_request_from_proto((Kvdist__V1__Transfer *)req->msg, req->facts, req->n_facts,
+                                        &tr) < 0)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         call = calloc(1, sizeof(*call));
         if (!call)
@@ -326,7 +346,8 @@ int handle_transfer_batch(Request *req, Error *err)
                 e->cpl.ops = &batch_entry_ops;
                 e->running = true;
                 b->n_running++;
-                if (transfer_request_from_proto(m->entries[i], &tr) < 0)
+                /* the entries' lists are nested: protobuf-c decodes them, no facts */
+                if (transfer_request_from_proto(m->entries[i], NULL, 0, &tr) < 0)
                         r = error_set(&entry_err, STATUS_OUT_OF_MEMORY, "out of memory");
                 else
                         r = transfer_start(req->conn->root->transfer, req->conn->cluster, &tr,

@@ -305,8 +305,12 @@ static int check_blocks_unique(const uint64_t *blocks, size_t n, const PlanCache
         return 0;
 }
 
+/*
+ * Every id in range and, when @unique, none twice. What @facts know answers without a pass over
+ * the list; a list they do not clear is walked, and the first entry at fault named.
+ */
 static int check_block_list(const uint64_t *blocks, size_t n, const PlanCache *c, bool unique,
-                            const Side *side, Error *err)
+                            const PlanListFacts *facts, const Side *side, Error *err)
 {
         int r;
 
@@ -314,10 +318,12 @@ static int check_block_list(const uint64_t *blocks, size_t n, const PlanCache *c
                 return error_set(err, STATUS_PARAM_INVALID, "%s is empty", side->blocks_arg);
         if (!blocks)
                 return error_set(err, STATUS_PARAM_INVALID, "%s is missing", side->blocks_arg);
-        r = check_blocks_in_range(blocks, n, c, side, err);
-        if (r < 0)
-                return r;
-        if (unique)
+        if (!facts->known || facts->max >= c->units) {
+                r = check_blocks_in_range(blocks, n, c, side, err);
+                if (r < 0)
+                        return r;
+        }
+        if (unique && !(facts->known && facts->unique_known && facts->unique))
                 return check_blocks_unique(blocks, n, c, side, err);
         return 0;
 }
@@ -405,10 +411,12 @@ static int validate_blocks(Ctx *ctx, Error *err)
                                  "src_slice is %" PRIu64 " bytes of each block, dst_slice %" PRIu64
                                  ": they move the same bytes",
                                  ctx->src_slice.length, ctx->dst_slice.length);
-        r = check_block_list(req->src_blocks, req->n_src_blocks, src, false, &side_src, err);
+        r = check_block_list(req->src_blocks, req->n_src_blocks, src, false, &req->src_facts,
+                             &side_src, err);
         if (r < 0)
                 return r;
-        return check_block_list(req->dst_blocks, req->n_dst_blocks, dst, true, &side_dst, err);
+        return check_block_list(req->dst_blocks, req->n_dst_blocks, dst, true, &req->dst_facts,
+                                &side_dst, err);
 }
 
 /* Slices are of blocks, between two blocks caches. */
@@ -463,7 +471,8 @@ static int validate_item_to_blocks(Ctx *ctx, Error *err)
         r = resolve_size(req->size, ctx->src, NULL, &ctx->size, err);
         if (r < 0)
                 return r;
-        r = check_block_list(req->dst_blocks, req->n_dst_blocks, dst, true, &side_dst, err);
+        r = check_block_list(req->dst_blocks, req->n_dst_blocks, dst, true, &req->dst_facts,
+                             &side_dst, err);
         if (r < 0)
                 return r;
 

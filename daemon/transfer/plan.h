@@ -43,6 +43,18 @@ typedef struct PlanSlice {
         uint64_t length;
 } PlanSlice;
 
+/*
+ * What is known of a block list without walking it (its decoding found out, off the loop):
+ * @known, its largest id; @unique_known, whether an id repeats. The checks skip the passes these
+ * answer; a list that fails one is walked as before, for the same status and message.
+ */
+typedef struct PlanListFacts {
+        bool known;
+        uint64_t max;
+        bool unique_known;
+        bool unique;
+} PlanListFacts;
+
 typedef enum PlanMode {
         PLAN_BLOCKS,         /* blocks cache -> blocks cache: src_blocks[i] -> dst_blocks[i] */
         PLAN_ITEM,           /* contiguous item -> contiguous item (pull_cache / push_cache) */
@@ -67,6 +79,8 @@ typedef struct PlanRequest {
         uint32_t tensor_num_per_layer; /* 0 = 2; matters only with a layer range */
         PlanSlice src_slice;           /* PLAN_BLOCKS: of each source block */
         PlanSlice dst_slice;           /* PLAN_BLOCKS: of each destination block */
+        PlanListFacts src_facts;       /* of src_blocks, when known */
+        PlanListFacts dst_facts;       /* of dst_blocks, when known */
 } PlanRequest;
 
 /*

@@ -62,10 +62,12 @@ void remote_plan_args_plan_request(const TransferArgs *a, CacheKeyKind key_kind,
         case TRANSFER_PUSH_BLOCKS:
                 pr->dst_blocks = a->dst_blocks;
                 pr->n_dst_blocks = a->n_dst_blocks;
+                pr->dst_facts = a->dst_facts;
                 if (key_kind == CACHE_KEY_BLOCKS) {
                         pr->mode = PLAN_BLOCKS;
                         pr->src_blocks = a->src_blocks;
                         pr->n_src_blocks = a->n_src_blocks;
+                        pr->src_facts = a->src_facts;
                 } else {
                         pr->mode = PLAN_ITEM_TO_BLOCKS;
                         pr->src_index = remote_index;

@@ -70,6 +70,8 @@ typedef struct TransferArgs {
         uint32_t tensor_num_per_layer;
         PlanSlice src_slice; /* *_BLOCKS: of each block; length 0: whole blocks */
         PlanSlice dst_slice;
+        PlanListFacts src_facts; /* of the lists, when their decoding found out */
+        PlanListFacts dst_facts;
 } TransferArgs;
 
 /*

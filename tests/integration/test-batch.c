@@ -6,6 +6,7 @@
  * client that goes away with its batch running.
  */
 #include <check.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -247,6 +248,57 @@ START_TEST(test_batch_100k_blocks)
 }
 END_TEST
 
+/*
+ * One pull of 100,000 scattered blocks, not a batch: the daemon decodes it off its loop, with
+ * what the decoding learnt of the lists (the largest id, no id twice), every byte checked. With
+ * one id out of range, or a destination twice, it is refused with the message a short request
+ * gets, naming the first entry at fault, and nothing lands.
+ */
+START_TEST(test_pull_100k_blocks_one_request)
+{
+        enum { N = 100000 };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = {.timeout_ms = 120000};
+        uint64_t *src_ids = shuffled(N, 9), *dst_ids = shuffled(N, 10), saved;
+        char want[160];
+        TCache src, dst;
+        TCopies cp = {};
+        int64_t away0;
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, N, 64, 33, &key, 1, KVD_REMOTE_YES));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, N, 64, 34, NULL, 0, KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        away0 = client_status_int(w.b, "counters/frames_decoded_away");
+
+        saved = src_ids[70000];
+        src_ids[70000] = N + 5;
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, src_ids, N, dst_ids, N, &o),
+                      KVD_E_PARAM_INVALID,
+                      "src_blocks[70000]=100005 is out of range, cache has 100000 blocks");
+        src_ids[70000] = saved;
+        saved = dst_ids[N - 1];
+        dst_ids[N - 1] = dst_ids[12];
+        (void)snprintf(want, sizeof(want), "dst_blocks[%d]=%" PRIu64 " repeats dst_blocks[12]",
+                       N - 1, dst_ids[12]);
+        expect_status(w.b, kvd_pull_blocks(w.b, &key, dst.id, src_ids, N, dst_ids, N, &o),
+                      KVD_E_PARAM_INVALID, want);
+        dst_ids[N - 1] = saved;
+        tcache_verify_untouched(&dst);
+
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, src_ids, N, dst_ids, N, &o));
+        ck_assert_int_eq(client_status_int(w.b, "counters/frames_decoded_away") - away0, 3);
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, src_ids, dst_ids, N);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+        tcopies_free(&cp);
+        free(src_ids);
+        free(dst_ids);
+        world_stop(&w);
+}
+END_TEST
+
 /* What kvd_transfer_batch() and the entry calls refuse, with nothing sent or written. */
 START_TEST(test_batch_refusals)
 {
@@ -441,6 +493,7 @@ static Suite *batch_suite(void)
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, test_batch_mixed);
         tcase_add_test(tc, test_batch_100k_blocks);
+        tcase_add_test(tc, test_pull_100k_blocks_one_request);
         tcase_add_test(tc, test_batch_refusals);
         tcase_add_test(tc, test_batch_client_goes_away);
         tcase_add_test(tc, test_batch_remote);

@@ -949,6 +949,97 @@ START_TEST(test_unpack_long_lists)
 }
 END_TEST
 
+/* Packs a Transfer with @src and @dst (@n each) and unpacks it with frame_unpack_facts(). */
+static void unpack_facts(const uint64_t *src, const uint64_t *dst, size_t n,
+                         Kvdist__V1__Transfer **ret, FrameListFacts *facts, size_t *n_facts)
+{
+        Kvdist__V1__Transfer t = KVDIST__V1__TRANSFER__INIT;
+        _cleanup_free_ uint8_t *buf = NULL;
+        ProtobufCMessage *m = NULL;
+        size_t len;
+
+        t.kind = KVDIST__V1__TRANSFER_KIND__TRANSFER_PULL_BLOCKS;
+        t.n_src_blocks = t.n_dst_blocks = n;
+        t.src_blocks = (uint64_t *)src;
+        t.dst_blocks = (uint64_t *)dst;
+        ck_assert_int_eq(frame_pack(KVDIST__V1__MSG_TYPE__MSG_TRANSFER, 0, 1, 0, &t.base,
+                                    FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len),
+                         0);
+        memset(facts, 0xa5, FRAME_LIST_FACTS_MAX * sizeof(*facts));
+        ck_assert_int_eq(frame_unpack_facts(&kvdist__v1__transfer__descriptor,
+                                            buf + FRAME_HEADER_SIZE, len - FRAME_HEADER_SIZE, &m,
+                                            facts, n_facts),
+                         0);
+        *ret = (Kvdist__V1__Transfer *)m;
+}
+
+/* The facts in @facts of the list at @values: it must be there. */
+static const FrameListFacts *facts_of(const FrameListFacts *facts, size_t n, const uint64_t *values)
+{
+        for (size_t i = 0; i < n; i++)
+                if (facts[i].values == values)
+                        return &facts[i];
+        ck_abort_msg("no facts for the list at %p", (const void *)values);
+        return NULL;
+}
+
+/*
+ * The facts of long lists, as the decoder learns them: the largest id, and whether one repeats
+ * when a bitmap over the ids is small; nothing of short lists (protobuf-c decodes those).
+ */
+START_TEST(test_unpack_list_facts)
+{
+        enum { N = 3000 };
+        uint64_t *src = calloc(N, sizeof(uint64_t)), *dst = calloc(N, sizeof(uint64_t));
+        FrameListFacts facts[FRAME_LIST_FACTS_MAX];
+        const FrameListFacts *f;
+        Kvdist__V1__Transfer *m;
+        size_t n_facts;
+        uint64_t max = 0;
+
+        ck_assert(src && dst);
+        for (size_t i = 0; i < N; i++) {
+                src[i] = (i * 7919) % 100003; /* distinct, largest below 100003 */
+                dst[i] = i % 1000;            /* each value three times */
+                max = MAX(max, src[i]);
+        }
+        unpack_facts(src, dst, N, &m, facts, &n_facts);
+        ck_assert_uint_eq(n_facts, 2);
+        f = facts_of(facts, n_facts, m->src_blocks);
+        ck_assert_uint_eq(f->n, N);
+        ck_assert_uint_eq(f->max, max);
+        ck_assert(f->unique_known && f->unique);
+        f = facts_of(facts, n_facts, m->dst_blocks);
+        ck_assert_uint_eq(f->max, 999);
+        ck_assert(f->unique_known && !f->unique);
+        protobuf_c_message_free_unpacked(&m->base, NULL);
+
+        /* one repeat at the very end; a sparse list: repeats not looked for */
+        dst[N - 1] = dst[0] = 5;
+        for (size_t i = 1; i < N - 1; i++)
+                dst[i] = i + 10;
+        src[N / 2] = UINT64_C(1) << 40;
+        unpack_facts(src, dst, N, &m, facts, &n_facts);
+        ck_assert_uint_eq(n_facts, 2);
+        f = facts_of(facts, n_facts, m->dst_blocks);
+        ck_assert_uint_eq(f->max, N - 2 + 10);
+        ck_assert(f->unique_known && !f->unique);
+        f = facts_of(facts, n_facts, m->src_blocks);
+        ck_assert_uint_eq(f->max, UINT64_C(1) << 40);
+        ck_assert(!f->unique_known);
+        protobuf_c_message_free_unpacked(&m->base, NULL);
+
+        /* short lists are protobuf-c's: no facts */
+        unpack_facts(src, dst, 10, &m, facts, &n_facts);
+        ck_assert_uint_eq(n_facts, 0);
+        ck_assert_uint_eq(m->n_src_blocks, 10);
+        protobuf_c_message_free_unpacked(&m->base, NULL);
+
+        free(src);
+        free(dst);
+}
+END_TEST
+
 /* A frame of @len payload bytes (each @fill) with @n_fds declared, into @buf; its size. */
 static size_t make_frame(uint8_t *buf, uint16_t n_fds, uint32_t len, uint8_t fill, uint64_t id)
 {
@@ -1076,6 +1167,7 @@ static Suite *frame_suite(void)
         tcase_add_test(tc, test_unpack_garbage);
         tcase_add_test(tc, test_unpack_truncated_prefixes);
         tcase_add_test(tc, test_unpack_long_lists);
+        tcase_add_test(tc, test_unpack_list_facts);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("socket");

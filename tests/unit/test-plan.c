@@ -177,6 +177,84 @@ START_TEST(test_blocks_repeat_sorted)
 }
 END_TEST
 
+/* The facts a decoder would give of @b: its largest id, whether one repeats. */
+static PlanListFacts true_facts(const uint64_t *b, size_t n)
+{
+        PlanListFacts f = {.known = true, .unique_known = true, .unique = true};
+
+        for (size_t i = 0; i < n; i++) {
+                f.max = MAX(f.max, b[i]);
+                for (size_t j = 0; j < i; j++)
+                        if (b[j] == b[i])
+                                f.unique = false;
+        }
+        return f;
+}
+
+/* plan_check() of @req as it is and with @sf / @df: the same status, the same message. */
+static void assert_same_check(const PlanRequest *req, PlanListFacts sf, PlanListFacts df)
+{
+        PlanRequest with = *req;
+        PlanChecked a, b;
+        Error ea = ERROR_INIT, eb = ERROR_INIT;
+        int ra, rb;
+
+        with.src_facts = sf;
+        with.dst_facts = df;
+        ra = plan_check(req, &a, &ea);
+        rb = plan_check(&with, &b, &eb);
+        ck_assert_int_eq(ra, rb);
+        ck_assert_int_eq(ea.code, eb.code);
+        ck_assert_str_eq(ea.msg, eb.msg);
+        if (ra == 0)
+                ck_assert_uint_eq(a.total_bytes, b.total_bytes);
+}
+
+/*
+ * Lists whose facts are known (their decoding off the loop found them) are checked without a
+ * pass where the facts clear them, and walked where they do not: every list, in range or not,
+ * with a repeat or not, and facts partly or not known, gets the status and message it gets
+ * without facts.
+ */
+START_TEST(test_blocks_list_facts)
+{
+        enum { N = 64 };
+        TestCache src, dst;
+        uint64_t sb[N], db[N];
+        unsigned seed = 12345;
+
+        cache_init(&src, true, 2, 100, 8, 0, 0, 0);
+        cache_init(&dst, true, 2, 100, 8, 1, 0, 0);
+        for (int round = 0; round < 2000; round++) {
+                size_t n = 1 + (size_t)(rand_r(&seed) % N);
+                PlanListFacts sf, df;
+                PlanRequest req;
+
+                for (size_t i = 0; i < n; i++) {
+                        sb[i] = (uint64_t)(rand_r(&seed) % 100);
+                        db[i] = (uint64_t)((i * 37 + (unsigned)round) % 100);
+                }
+                if (n <= 100 && rand_r(&seed) % 2 == 0) /* distinct destinations */
+                        for (size_t i = 0; i < n; i++)
+                                db[i] = (uint64_t)((i + (unsigned)round) % 100);
+                if (rand_r(&seed) % 4 == 0)
+                        sb[rand_r(&seed) % n] = 100 + (uint64_t)(rand_r(&seed) % 3);
+                if (rand_r(&seed) % 4 == 0)
+                        db[rand_r(&seed) % n] = 100 + (uint64_t)(rand_r(&seed) % 3);
+                if (n > 1 && rand_r(&seed) % 4 == 0)
+                        db[n - 1] = db[rand_r(&seed) % (n - 1)];
+                req = blocks_request(&src, &dst, sb, n, db, n);
+                sf = true_facts(sb, n);
+                df = true_facts(db, n);
+                assert_same_check(&req, sf, df);
+                /* uniqueness not found out (a sparse list), or nothing known */
+                df.unique_known = false;
+                assert_same_check(&req, sf, df);
+                assert_same_check(&req, (PlanListFacts){}, (PlanListFacts){});
+        }
+}
+END_TEST
+
 START_TEST(test_block_size_mismatch)
 {
         TestCache src, dst;
@@ -890,6 +968,7 @@ static Suite *plan_suite(void)
         tcase_add_test(tc, test_blocks_list_lengths);
         tcase_add_test(tc, test_blocks_out_of_range);
         tcase_add_test(tc, test_blocks_repeat_bitmap);
+        tcase_add_test(tc, test_blocks_list_facts);
         tcase_add_test(tc, test_blocks_repeat_sorted);
         tcase_add_test(tc, test_block_size_mismatch);
         tcase_add_test(tc, test_tensor_num_per_layer);
