@@ -419,8 +419,9 @@ static void cond_wait_until(kvd_client *c, usec_t deadline)
 }
 
 /*
- * With c->lock held and no reader: reads one frame as the reader until @deadline, files it or
- * marks the connection dead, and wakes the waiters. Returns conn_read()'s result.
+ * With c->lock held and no reader: reads one frame as the reader until @deadline, files it and
+ * every whole frame read ahead with it, or marks the connection dead, and wakes the waiters.
+ * Returns conn_read()'s result for the first frame, or -1 when the connection died.
  */
 static int conn_read_one_locked(kvd_client *c, usec_t deadline)
 {

@@ -2,7 +2,8 @@
 /*
  * libkvdist against a fake kvdistd (fake-daemon.c), reading replies ahead: several answers that
  * arrive in one read are all filed before the reader leaves (a task's fd polls the socket, which
- * no longer shows them), a reply longer than the read-ahead buffer followed by another, an fd
+ * no longer shows them), a reply read together with a stray frame and the daemon's farewell, a
+ * reply longer than the read-ahead buffer followed by another, an fd
  * that comes with a reply behind another reply, and a daemon that closes in the middle of a
  * frame.
  */
@@ -118,6 +119,69 @@ START_TEST(test_answers_in_one_read)
         ck_assert_int_eq(kvd_task_wait(t[2], 0), KVD_OK);
         for (size_t i = 0; i < 3; i++)
                 kvd_task_free(t[i]);
+        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
+        fake_stop(&d);
+}
+END_TEST
+
+/* --- a reply, a frame that answers nothing and a farewell, in one read ------------------ */
+
+static void script_reply_then_farewell(FakeDaemon *d, int fd)
+{
+        Kvdist__V1__TransferReply tr = KVDIST__V1__TRANSFER_REPLY__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        _cleanup_free_ uint8_t *buf = NULL, *stray = NULL, *bye = NULL;
+        size_t len = 0, n;
+        FakeFrame fa, fb;
+
+        EXPECT(d, fake_handshake(d, fd, true) == 0);
+        EXPECT(d, fake_recv(d, fd, &fa) == 1);
+        EXPECT(d, fake_recv(d, fd, &fb) == 1);
+        EXPECT(d, append_transfer_reply(&buf, &len, &fa, KVD_OK, NULL, 64) == 0);
+        /* Not a reply (no REPLY flag), though it names b's request id: dropped. */
+        tr.status = &st;
+        EXPECT(d, frame_pack(KVDIST__V1__MSG_TYPE__MSG_TRANSFER, 0, fb.h.request_id, 0, &tr.base,
+                             FRAME_MAX_PAYLOAD_DEFAULT, &stray, &n) == 0);
+        EXPECT(d, append(&buf, &len, stray, n) == 0);
+        EXPECT(d, frame_pack_error(0, FRAME_CONNECTION_REQUEST_ID, KVD_E_LIMIT_EXCEEDED,
+                                   "kvdistd is shutting down", FRAME_MAX_PAYLOAD_DEFAULT, &bye,
+                                   &n) == 0);
+        EXPECT(d, append(&buf, &len, bye, n) == 0);
+        EXPECT(d, len < 2048);
+        EXPECT(d, fake_send_all(fd, buf, len, NULL, 0) == 0);
+        fake_frame_done(&fa);
+        fake_frame_done(&fb);
+        /* Returning closes the connection. */
+}
+
+START_TEST(test_reply_then_farewell)
+{
+        kvd_cache_key key = kvd_key_blocks(2, 0);
+        kvd_task *ta = NULL, *tb = NULL;
+        FakeDaemon d;
+        kvd_client *c;
+        int tfd = -1;
+
+        fake_start(&d, script_reply_then_farewell);
+        c = fake_client_init(&d);
+        ck_assert_int_eq(kvd_pull_blocks_async(c, &key, 1, (uint64_t[]){0}, 1, (uint64_t[]){1}, 1,
+                                               NULL, &ta),
+                         KVD_OK);
+        ck_assert_int_eq(kvd_pull_blocks_async(c, &key, 1, (uint64_t[]){2}, 1, (uint64_t[]){3}, 1,
+                                               NULL, &tb),
+                         KVD_OK);
+        ck_assert_int_eq(kvd_task_fd(tb, &tfd), KVD_OK);
+
+        /* The answer that came before the farewell is an answer. */
+        ck_assert_int_eq(kvd_task_wait(ta, -1), KVD_OK);
+        /* The farewell was read with it: b's fd says its wait is over. */
+        ck_assert(readable(tfd, 0));
+        ck_assert_int_eq(kvd_task_wait(tb, 0), KVD_E_LIMIT_EXCEEDED);
+        ck_assert_str_eq(kvd_last_error(c), "kvdistd is shutting down");
+        ck_assert_int_eq(kvd_check_link_status(c, 2), KVD_E_LIMIT_EXCEEDED);
+        ck_assert_str_eq(kvd_last_error(c), "kvdistd is shutting down");
+        kvd_task_free(ta);
+        kvd_task_free(tb);
         ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
         fake_stop(&d);
 }
@@ -297,6 +361,7 @@ static Suite *client_ahead_suite(void)
         TCase *tc = tcase_create("ahead");
 
         tcase_add_test(tc, test_answers_in_one_read);
+        tcase_add_test(tc, test_reply_then_farewell);
         tcase_add_test(tc, test_long_reply_then_short);
         tcase_add_test(tc, test_fd_behind_another_reply);
         tcase_add_test(tc, test_daemon_closes_mid_frame);
