@@ -89,9 +89,7 @@ kvd_client *client_unref(kvd_client *c)
 
         /* Whoever dropped the last reference had no task left, so nothing waits. */
         memory_unmap_all(c, false);
-        free(c->rx.payload);
-        for (size_t i = 0; i < c->rx.n_fds; i++)
-                safe_close(c->rx.fds[i]);
+        rx_done(&c->rx);
         c->fd = safe_close(c->fd);
         c->notify_fd = safe_close(c->notify_fd);
         pthread_cond_destroy(&c->cond);

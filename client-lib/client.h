@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "client-lib/rx.h"
 #include "common/clist.h"
 #include "common/error.h"
 #include "proto/frame.h"
@@ -53,17 +54,6 @@ typedef struct Pending {
                       * died, so a poller learns what another thread read; -1 for none */
 } Pending;
 
-/* The part of a frame being read; kept across readers so a deadline never splits a frame. */
-typedef struct RxState {
-        uint8_t header[FRAME_HEADER_SIZE];
-        size_t header_len;
-        FrameHeader h;
-        uint8_t *payload;
-        size_t payload_len;
-        int fds[FRAME_MAX_FDS];
-        size_t n_fds;
-} RxState;
-
 struct kvd_client {
         unsigned n_ref; /* the caller's, plus one per task */
         int fd;
@@ -79,7 +69,7 @@ struct kvd_client {
         int dead_code; /* what calls fail with once dead: DAEMON_UNAVAILABLE, or the daemon's
                         * own status when it said why it closed (FRAME_CONNECTION_REQUEST_ID) */
         char dead_detail[ERROR_MSG_MAX];
-        RxState rx;
+        RxState rx; /* the reader's: frames being read, bytes read ahead */
 
         uint32_t max_payload; /* the daemon's frame limit (HelloReply), CLIENT_MAX_PAYLOAD before */
         bool initialized;     /* attached as a cluster (kvd_client_init) */

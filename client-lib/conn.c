@@ -214,14 +214,6 @@ int conn_send(kvd_client *c, uint16_t type, const ProtobufCMessage *msg, const i
         return r;
 }
 
-static void rx_reset(RxState *rx)
-{
-        free(rx->payload);
-        for (size_t i = 0; i < rx->n_fds; i++)
-                safe_close(rx->fds[i]);
-        *rx = (RxState){};
-}
-
 /* A frame the reader completed, decoded; @msg NULL means "nothing to deliver". */
 typedef struct RxFrame {
         FrameHeader h;
@@ -257,8 +249,8 @@ static int poll_timeout(usec_t deadline)
 }
 
 /*
- * Decodes the frame in c->rx into @ret and resets c->rx. Returns 0, or -1 with @detail set when
- * the frame breaks the protocol.
+ * Decodes the whole frame in c->rx into @ret and starts the next one there. Returns 0, or -1
+ * with @detail set when the frame breaks the protocol.
  */
 static int rx_decode(kvd_client *c, RxFrame *ret, char *detail, size_t size)
 {
@@ -268,17 +260,11 @@ static int rx_decode(kvd_client *c, RxFrame *ret, char *detail, size_t size)
         RxFrame f = {.h = rx->h};
         int r = 0;
 
+        /* rx_cut() matched the fds to the header. */
         memcpy(f.fds, rx->fds, sizeof(f.fds));
         f.n_fds = rx->n_fds;
         rx->n_fds = 0;
 
-        if (f.n_fds != f.h.n_fds) {
-                (void)snprintf(detail, size,
-                               "kvdistd sent a malformed frame (%zu fds for a header saying %u)",
-                               f.n_fds, f.h.n_fds);
-                r = -1;
-                goto out;
-        }
         if (!(f.h.flags & FRAME_FLAG_REPLY))
                 /* Not an answer to anything we asked: dropped. */
                 goto out;
@@ -307,7 +293,7 @@ static int rx_decode(kvd_client *c, RxFrame *ret, char *detail, size_t size)
         }
 
 out:
-        rx_reset(rx);
+        rx_frame_reset(rx);
         if (r < 0)
                 rx_frame_clear(&f);
         *ret = f;
@@ -316,33 +302,31 @@ out:
 
 /*
  * Reads until one frame is complete (1, in @ret), @deadline passes (0; a partial frame stays in
- * c->rx for the next reader) or the connection fails (-1, @detail set). Called by the reader
- * only, without c->lock.
+ * c->rx for the next reader) or the connection fails (-1, @detail set). Without @may_read it
+ * only cuts a frame from the bytes read ahead, and returns 0 when they hold no whole one. Called
+ * by the reader only, without c->lock.
  */
-static int conn_read(kvd_client *c, usec_t deadline, RxFrame *ret, char *detail, size_t size)
+static int conn_read(kvd_client *c, usec_t deadline, bool may_read, RxFrame *ret, char *detail,
+                     size_t size)
 {
         RxState *rx = &c->rx;
-        /* After a read the rest of the frame (a payload behind its header) is most likely there
-         * already: try it without waiting, and poll() only when it is not. */
+        /* A call reads after it sent its request: the answer takes the daemon a wake-up, so wait
+         * for it first. After a read that filled what it asked for, the rest of a frame is most
+         * likely there already: try it without waiting. After a short read the socket is empty. */
         bool try_read = false;
 
         for (;;) {
                 struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-                size_t got_fds = 0, want;
-                uint8_t *buf;
                 ssize_t n;
                 int r;
 
-                if (rx->header_len == FRAME_HEADER_SIZE && rx->payload_len == rx->h.length)
+                r = rx_cut(rx, CLIENT_MAX_PAYLOAD, detail, size);
+                if (r < 0)
+                        return -1;
+                if (r > 0)
                         return rx_decode(c, ret, detail, size) < 0 ? -1 : 1;
-
-                if (rx->header_len < FRAME_HEADER_SIZE) {
-                        buf = rx->header + rx->header_len;
-                        want = FRAME_HEADER_SIZE - rx->header_len;
-                } else {
-                        buf = rx->payload + rx->payload_len;
-                        want = rx->h.length - rx->payload_len;
-                }
+                if (!may_read)
+                        return 0;
 
                 if (!try_read) {
                         r = poll(&pfd, 1, poll_timeout(deadline));
@@ -358,47 +342,13 @@ static int conn_read(kvd_client *c, usec_t deadline, RxFrame *ret, char *detail,
                 }
 
                 /* never blocks: after poll() there is data, and a try must not wait */
-                n = frame_recvmsg_flags(c->fd, buf, want, rx->fds + rx->n_fds,
-                                        FRAME_MAX_FDS - rx->n_fds, MSG_DONTWAIT, &got_fds);
-                try_read = n > 0;
-                if (n == -EAGAIN)
+                n = rx_recv(rx, c->fd, MSG_DONTWAIT, &try_read, detail, size);
+                if (n == -EAGAIN) {
+                        try_read = false;
                         continue;
-                if (n == 0 || n == -ECONNRESET || n == -EPIPE) {
-                        (void)snprintf(detail, size, "kvdistd closed the connection");
-                        return -1;
                 }
-                if (n == -EPROTO) {
-                        (void)snprintf(detail, size,
-                                       "kvdistd sent a malformed frame (bad control data)");
+                if (n < 0)
                         return -1;
-                }
-                if (n < 0) {
-                        (void)snprintf(detail, size, "kvdistd closed the connection (recv: %s)",
-                                       strerror((int)-n));
-                        return -1;
-                }
-                rx->n_fds += got_fds;
-
-                if (rx->header_len < FRAME_HEADER_SIZE) {
-                        rx->header_len += (size_t)n;
-                        if (rx->header_len < FRAME_HEADER_SIZE)
-                                continue;
-                        r = frame_header_decode(rx->header, CLIENT_MAX_PAYLOAD, &rx->h);
-                        if (r < 0) {
-                                (void)snprintf(detail, size,
-                                               "kvdistd sent a malformed frame header (%s)",
-                                               strerror(-r));
-                                return -1;
-                        }
-                        rx->payload = malloc(MAX(rx->h.length, 1u));
-                        if (!rx->payload) {
-                                (void)snprintf(detail, size,
-                                               "out of memory for a %u byte reply from kvdistd",
-                                               rx->h.length);
-                                return -1;
-                        }
-                } else
-                        rx->payload_len += (size_t)n;
         }
 }
 
@@ -469,28 +419,40 @@ static void cond_wait_until(kvd_client *c, usec_t deadline)
 }
 
 /*
- * With c->lock held and no reader: reads one frame as the reader until @deadline, files it or
- * marks the connection dead, and wakes the waiters. Returns conn_read()'s result.
+ * With c->lock held and no reader: reads one frame as the reader until @deadline, files it and
+ * every whole frame read ahead with it, or marks the connection dead, and wakes the waiters.
+ * Returns conn_read()'s result for the first frame, or -1 when the connection died.
  */
 static int conn_read_one_locked(kvd_client *c, usec_t deadline)
 {
         char detail[ERROR_MSG_MAX] = "";
         RxFrame f = {};
-        int k;
+        int k, first;
 
         c->reading = true;
         pthread_mutex_unlock(&c->lock);
-        k = conn_read(c, deadline, &f, detail, sizeof(detail));
+        k = first = conn_read(c, deadline, true, &f, detail, sizeof(detail));
         pthread_mutex_lock(&c->lock);
+
+        /*
+         * Whole frames read ahead with this one are filed too: the socket no longer says they
+         * are there, so a waiter polling it (kvd_task_fd()) would never learn of them.
+         */
+        while (k > 0) {
+                conn_dispatch_locked(c, &f);
+                if (c->dead)
+                        break;
+                pthread_mutex_unlock(&c->lock);
+                k = conn_read(c, deadline, false, &f, detail, sizeof(detail));
+                pthread_mutex_lock(&c->lock);
+        }
         c->reading = false;
 
         if (k < 0)
                 conn_kill_locked(c, KVD_E_DAEMON_UNAVAILABLE, detail);
-        else if (k > 0)
-                conn_dispatch_locked(c, &f);
         /* Someone else's reply may have arrived, or they may read now. */
         pthread_cond_broadcast(&c->cond);
-        return k;
+        return k < 0 ? k : first;
 }
 
 /*

@@ -79,14 +79,22 @@ int fake_send_all(int fd, const uint8_t *buf, size_t len, const int *fds, size_t
         return 0;
 }
 
+int fake_pack_reply(const FakeFrame *req, const ProtobufCMessage *msg, size_t n_fds,
+                    uint8_t **ret_buf, size_t *ret_len)
+{
+        return frame_pack(req->h.type, FRAME_FLAG_REPLY, req->h.request_id, (uint16_t)n_fds, msg,
+                          FRAME_MAX_PAYLOAD_DEFAULT, ret_buf, ret_len) < 0
+                       ? -1
+                       : 0;
+}
+
 int fake_reply(int fd, const FakeFrame *req, const ProtobufCMessage *msg, const int *fds,
                size_t n_fds)
 {
         _cleanup_free_ uint8_t *buf = NULL;
         size_t len;
 
-        if (frame_pack(req->h.type, FRAME_FLAG_REPLY, req->h.request_id, (uint16_t)n_fds, msg,
-                       FRAME_MAX_PAYLOAD_DEFAULT, &buf, &len) < 0)
+        if (fake_pack_reply(req, msg, n_fds, &buf, &len) < 0)
                 return -1;
         return fake_send_all(fd, buf, len, fds, n_fds);
 }

@@ -67,6 +67,14 @@ int fake_recv(FakeDaemon *d, int fd, FakeFrame *f);
 /* Writes all of @buf, the @n_fds fds attached to its first byte. Returns 0 or -1. */
 int fake_send_all(int fd, const uint8_t *buf, size_t len, const int *fds, size_t n_fds);
 
+/*
+ * Packs the frame that answers @req with @msg (its reply type), its header saying @n_fds fds,
+ * into a malloc()ed *@ret_buf of *@ret_len bytes, for a script that sends several at once.
+ * Returns 0 or -1.
+ */
+int fake_pack_reply(const FakeFrame *req, const ProtobufCMessage *msg, size_t n_fds,
+                    uint8_t **ret_buf, size_t *ret_len);
+
 /* Answers @req with @msg (its reply type) and @n_fds fds. Returns 0 or -1. */
 int fake_reply(int fd, const FakeFrame *req, const ProtobufCMessage *msg, const int *fds,
                size_t n_fds);
