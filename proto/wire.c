@@ -122,10 +122,6 @@ static int ahead_claim_fds(WireIn *in)
 }
 
 /*
- * Refills the read-ahead buffer, which is empty. 1 when bytes came, 0 when the socket is empty
- * (or was at the end of the last read), -ECONNRESET at its end, -errno.
- */
-/*
  * The header of the frame @in reads is whole: decodes it, takes the fds that came with its first
  * bytes (@ahead: those the read-ahead stashed for it) and makes room for its payload.
  */
@@ -152,6 +148,10 @@ static int in_frame_begin(WireIn *in, uint32_t max_payload, bool ahead)
         return 0;
 }
 
+/*
+ * Refills the read-ahead buffer, which is empty. 1 when bytes came, 0 when the socket is empty
+ * (or was at the end of the last read), -ECONNRESET at its end, -errno.
+ */
 static int ahead_fill(WireIn *in, int sock, size_t max_fds)
 {
         int fds[FRAME_MAX_FDS];
