@@ -156,8 +156,10 @@ static void dispatch_run(Request *req, size_t len, int r, ProtobufCMessage *msg)
         }
 }
 
-/* On the loop: the decoder is done with @userdata's payload. Its connection is alive, or the
- * request would have been freed and the job forgotten. */
+/*
+ * On the loop: the decoder is done with @userdata's payload. Its connection is alive, or the
+ * request would have been freed and the job forgotten.
+ */
 static void dispatch_decoded(DecodeJob *job, size_t len, int r, ProtobufCMessage *msg,
                              const FrameListFacts *facts, size_t n_facts, void *userdata)
 {
