@@ -436,11 +436,17 @@ static int conn_read_one_locked(kvd_client *c, usec_t deadline)
 
         /*
          * Whole frames read ahead with this one are filed too: the socket no longer says they
-         * are there, so a waiter polling it (kvd_task_fd()) would never learn of them.
+         * are there, so a waiter polling it (kvd_task_fd()) would never learn of them. Not past
+         * the answer to ClientFinalize: the cluster is gone by then, its caller closes the
+         * connection next, and a task still waiting fails with DAEMON_UNAVAILABLE, as it did
+         * when frames were read one at a time.
          */
         while (k > 0) {
+                bool finalized = f.h.type == KVDIST__V1__MSG_TYPE__MSG_CLIENT_FINALIZE &&
+                                 (f.h.flags & FRAME_FLAG_REPLY);
+
                 conn_dispatch_locked(c, &f);
-                if (c->dead)
+                if (c->dead || finalized)
                         break;
                 pthread_mutex_unlock(&c->lock);
                 k = conn_read(c, deadline, false, &f, detail, sizeof(detail));

@@ -124,6 +124,55 @@ START_TEST(test_answers_in_one_read)
 }
 END_TEST
 
+/* --- the answer to ClientFinalize, and a late answer behind it ------------------------ */
+
+static void script_finalize_then_late_reply(FakeDaemon *d, int fd)
+{
+        Kvdist__V1__ClientFinalizeReply fr = KVDIST__V1__CLIENT_FINALIZE_REPLY__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        _cleanup_free_ uint8_t *buf = NULL, *one = NULL;
+        FakeFrame ft, ff;
+        size_t len = 0, n;
+
+        EXPECT(d, fake_handshake(d, fd, true) == 0);
+        EXPECT(d, fake_recv(d, fd, &ft) == 1);
+        EXPECT(d, ft.h.type == KVDIST__V1__MSG_TYPE__MSG_TRANSFER);
+        EXPECT(d, fake_recv(d, fd, &ff) == 1);
+        EXPECT(d, ff.h.type == KVDIST__V1__MSG_TYPE__MSG_CLIENT_FINALIZE);
+        /* One write: the finalize answer, then the transfer's failure, sent after it. */
+        fr.status = &st;
+        EXPECT(d, fake_pack_reply(&ff, &fr.base, 0, &one, &n) == 0);
+        EXPECT(d, append(&buf, &len, one, n) == 0);
+        EXPECT(d, append_transfer_reply(&buf, &len, &ft, KVD_E_PEER_LOST, "the link went", 0) == 0);
+        EXPECT(d, fake_send_all(fd, buf, len, NULL, 0) == 0);
+        fake_frame_done(&ft);
+        fake_frame_done(&ff);
+}
+
+/*
+ * kvd_client_finalize() with a transfer in flight: the daemon's answer to the transfer that came
+ * after the one to ClientFinalize, in the same read, is not filed; the task fails with
+ * DAEMON_UNAVAILABLE, as kvd_client_finalize() says.
+ */
+START_TEST(test_finalize_then_late_reply)
+{
+        kvd_cache_key key = kvd_key_blocks(2, 0);
+        kvd_task *t = NULL;
+        FakeDaemon d;
+        kvd_client *c;
+
+        fake_start(&d, script_finalize_then_late_reply);
+        c = fake_client_init(&d);
+        ck_assert_int_eq(
+                kvd_pull_blocks_async(c, &key, 1, (uint64_t[]){1}, 1, (uint64_t[]){2}, 1, NULL, &t),
+                KVD_OK);
+        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
+        ck_assert_int_eq(kvd_task_wait(t, -1), KVD_E_DAEMON_UNAVAILABLE);
+        kvd_task_free(t);
+        fake_stop(&d);
+}
+END_TEST
+
 /* --- a reply, a frame that answers nothing and a farewell, in one read ------------------ */
 
 static void script_reply_then_farewell(FakeDaemon *d, int fd)
@@ -362,6 +411,7 @@ static Suite *client_ahead_suite(void)
 
         tcase_add_test(tc, test_answers_in_one_read);
         tcase_add_test(tc, test_reply_then_farewell);
+        tcase_add_test(tc, test_finalize_then_late_reply);
         tcase_add_test(tc, test_long_reply_then_short);
         tcase_add_test(tc, test_fd_behind_another_reply);
         tcase_add_test(tc, test_daemon_closes_mid_frame);
