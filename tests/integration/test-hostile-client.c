@@ -308,13 +308,20 @@ START_TEST(test_big_frames_decoded_away)
         ck_assert_int_eq(counter("frames_malformed") - malformed0, 1);
         ck_assert_int_eq(counter("frames_decoded_away") - away0, 2);
 
-        /* clients gone before their big request is decoded, or just after */
+        /*
+         * Clients gone before their big request is decoded, or just after. A connection reads
+         * nothing while its request decodes, so it learns of the close, and its cluster goes,
+         * once the decoding is over: each is waited for, or a slow (sanitized) decoder would
+         * leave the uid more clusters than limits.per_user.max_clusters allows.
+         */
         for (int i = 0; i < 20; i++) {
                 fd = harness_raw_connect(daemon_.socket_path);
                 ck_assert_int_ge(fd, 0);
                 ck_assert_int_eq(raw_attach(fd, 700 + (uint64_t)i), 0);
                 ck_assert_int_eq(harness_raw_send(fd, big, big_len, NULL, 0), 0);
                 close(fd);
+                ck_assert_msg(wait_clusters(0, harness_wait_ms()),
+                              "cluster %d outlived its connection", 700 + i);
         }
         fd = harness_raw_connect(daemon_.socket_path);
         ck_assert_int_ge(fd, 0);
