@@ -10,6 +10,7 @@
 
 #include "proto/frame.h"
 #include "proto/kvdist.pb-c.h"
+#include "common/id-repeat.h"
 #include "common/macro.h"
 
 static void put_le16(uint8_t *p, uint16_t v)
@@ -388,40 +389,22 @@ static int packed_scan(const ProtobufCMessageDescriptor *desc, const uint8_t *da
         return 0;
 }
 
-/* Values below this many bits per listed value, or below the floor, get a bitmap to find a repeat.
- */
-#define FRAME_FACTS_BITS_PER_VALUE 64
-#define FRAME_FACTS_MIN_BITS (UINT64_C(1) << 20)
-
+/* The largest of @values and, when the planner's bitmap bound allows, whether one repeats. */
 static void list_facts(const uint64_t *values, size_t n, FrameListFacts *ret)
 {
-        uint64_t max = 0, bits;
-        uint64_t *bitmap;
+        uint64_t max = 0;
+        size_t repeat;
 
         for (size_t i = 0; i < n; i++)
                 max = MAX(max, values[i]);
         *ret = (FrameListFacts){.values = values, .n = n, .max = max};
 
-        if (MUL_OVERFLOW((uint64_t)n, (uint64_t)FRAME_FACTS_BITS_PER_VALUE, &bits))
-                bits = UINT64_MAX;
-        bits = MAX(bits, FRAME_FACTS_MIN_BITS);
-        if (max >= bits)
-                return; /* sparse: the loop judges it */
-        bitmap = calloc((size_t)(max / 64 + 1), sizeof(uint64_t));
-        if (!bitmap)
+        /* sparse, or no memory: the loop judges it */
+        if (max == UINT64_MAX || !id_repeat_bitmap_fits(n, max + 1) ||
+            id_repeat_first(values, n, max + 1, &repeat) < 0)
                 return;
         ret->unique_known = true;
-        ret->unique = true;
-        for (size_t i = 0; i < n; i++) {
-                uint64_t v = values[i], mask = UINT64_C(1) << (v % 64);
-
-                if (bitmap[v / 64] & mask) {
-                        ret->unique = false;
-                        break;
-                }
-                bitmap[v / 64] |= mask;
-        }
-        free(bitmap);
+        ret->unique = repeat == SIZE_MAX;
 }
 
 /*

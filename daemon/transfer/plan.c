@@ -5,11 +5,8 @@
 #include <string.h>
 
 #include "daemon/transfer/plan.h"
+#include "common/id-repeat.h"
 #include "common/status.h"
-
-/* Above this many destination units per listed block, duplicates are found by sorting. */
-#define PLAN_BITMAP_UNITS_PER_BLOCK 64
-#define PLAN_BITMAP_MIN_UNITS (UINT64_C(1) << 20)
 
 /*
  * Collects segments, merging each with the one before when both sides continue it, into an
@@ -264,26 +261,14 @@ static int indexed_block_cmp(const void *a, const void *b)
 static int check_blocks_unique(const uint64_t *blocks, size_t n, const PlanCache *c,
                                const Side *side, Error *err)
 {
-        uint64_t bitmap_units;
+        if (id_repeat_bitmap_fits(n, c->units)) {
+                size_t j;
 
-        if (MUL_OVERFLOW((uint64_t)n, (uint64_t)PLAN_BITMAP_UNITS_PER_BLOCK, &bitmap_units))
-                bitmap_units = UINT64_MAX;
-        bitmap_units = MAX(bitmap_units, PLAN_BITMAP_MIN_UNITS);
-
-        if (c->units <= bitmap_units) {
-                _cleanup_free_ uint64_t *bits =
-                        calloc((size_t)((c->units + 63) / 64), sizeof(uint64_t));
-
-                if (!bits)
+                if (id_repeat_first(blocks, n, c->units, &j) < 0)
                         return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory checking %s",
                                          side->blocks_arg);
-                for (size_t j = 0; j < n; j++) {
-                        uint64_t b = blocks[j], mask = UINT64_C(1) << (b % 64);
-
-                        if (bits[b / 64] & mask)
-                                return report_repeat(blocks, j, side, err);
-                        bits[b / 64] |= mask;
-                }
+                if (j != SIZE_MAX)
+                        return report_repeat(blocks, j, side, err);
         } else {
                 _cleanup_free_ IndexedBlock *sorted = NULL;
                 size_t first_repeat = SIZE_MAX;
