@@ -61,6 +61,18 @@ static inline void clist_unlink(CList *n)
         clist_init(n);
 }
 
+/* Moves every node of @from, in order, to the tail of @to; @from is left empty. */
+static inline void clist_splice_tail(CList *to, CList *from)
+{
+        if (clist_is_empty(from))
+                return;
+        from->next->prev = to->prev;
+        to->prev->next = from->next;
+        from->prev->next = to;
+        to->prev = from->prev;
+        clist_init(from);
+}
+
 static inline size_t clist_length(const CList *l)
 {
         size_t n = 0;

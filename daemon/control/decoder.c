@@ -99,12 +99,7 @@ static void decoder_on_event(evutil_socket_t fd, short what, void *userdata)
         (void)n;
 
         pthread_mutex_lock(&d->lock);
-        while (!clist_is_empty(&d->done)) {
-                DecodeJob *job = clist_first_entry(&d->done, DecodeJob, link);
-
-                clist_unlink(&job->link);
-                clist_link_tail(&list, &job->link);
-        }
+        clist_splice_tail(&list, &d->done);
         pthread_mutex_unlock(&d->lock);
 
         while (!clist_is_empty(&list)) {
@@ -172,13 +167,8 @@ Decoder *decoder_free(Decoder *d)
         if (d->started)
                 pthread_join(d->thread, NULL);
 
-        /* The thread is gone: no lock needed for what it left. */
-        while (!clist_is_empty(&d->queue)) {
-                DecodeJob *job = clist_first_entry(&d->queue, DecodeJob, link);
-
-                clist_unlink(&job->link);
-                job_free(job);
-        }
+        /* The thread is gone: no lock needed for what it left, decoded or not. */
+        clist_splice_tail(&d->done, &d->queue);
         while (!clist_is_empty(&d->done)) {
                 DecodeJob *job = clist_first_entry(&d->done, DecodeJob, link);
 

@@ -242,14 +242,7 @@ static void engine_dispatch(Engine *e)
         CList list = CLIST_INIT(list);
 
         pthread_mutex_lock(&e->lock);
-        if (!clist_is_empty(&e->done)) {
-                /* splice the whole done list onto the empty local one */
-                list.next = e->done.next;
-                list.prev = e->done.prev;
-                list.next->prev = &list;
-                list.prev->next = &list;
-                clist_init(&e->done);
-        }
+        clist_splice_tail(&list, &e->done);
         pthread_mutex_unlock(&e->lock);
 
         while (!clist_is_empty(&list)) {
