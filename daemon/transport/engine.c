@@ -48,6 +48,7 @@ typedef struct EngineJob {
         size_t offset;
         size_t bytes;
         bool prepare; /* the task's prepare step, not bytes */
+        bool step;    /* a background task's next step, not bytes */
 } EngineJob;
 
 struct EngineTask {
@@ -65,8 +66,11 @@ struct EngineTask {
         /* engine_submit_prepare(): run by a copy thread first, which then makes the jobs */
         engine_prepare_fn prepare;
         void *prepare_data;
-        EngineJob prep;
-        size_t n_jobs; /* set under Engine.lock for a prepared task */
+        /* engine_submit_background(): its steps, run while no job waits */
+        engine_step_fn step;
+        void *step_data;
+        EngineJob prep; /* the prepare step, or the background task's next step */
+        size_t n_jobs;  /* set under Engine.lock for a prepared task */
         EngineJob *jobs;
         EngineJob jobs_inline[];
 };
@@ -82,7 +86,9 @@ struct Engine {
         pthread_mutex_t lock;
         pthread_cond_t cond;
         CList jobs; /* EngineJob.link, in submission order */
-        CList done; /* EngineTask.link_done, waiting for their callback */
+        CList idle; /* EngineJob.link of background tasks' next steps, taken when jobs is empty */
+        bool stepping; /* a thread runs a step: one at a time, so the others stay for copies */
+        CList done;    /* EngineTask.link_done, waiting for their callback */
         bool stopping;
         bool held;
 };
@@ -203,6 +209,28 @@ static void task_prepare(Engine *e, EngineTask *t)
         task_job_finished_locked(e, t, ok);
 }
 
+/*
+ * A copy thread runs one step of background task @t (the lock not held) and queues the next
+ * behind the other background tasks' or finishes the task. Returns with the lock held; the
+ * thread goes on to the next job or step itself, so no other thread needs waking.
+ */
+static void task_step(Engine *e, EngineTask *t)
+{
+        int r = 0;
+
+        if (!atomic_load(&t->cancel))
+                r = t->step(t->step_data);
+
+        pthread_mutex_lock(&e->lock);
+        e->stepping = false;
+        /* engine_cancel() unlinks a queued step under the lock: it finds this one unlinked */
+        if (r > 0 && !atomic_load(&t->cancel) && !e->stopping) {
+                clist_link_tail(&e->idle, &t->prep.link);
+                return;
+        }
+        task_job_finished_locked(e, t, r == 0 && !atomic_load(&t->cancel));
+}
+
 static void *engine_thread(void *userdata)
 {
         Engine *e = userdata;
@@ -212,18 +240,28 @@ static void *engine_thread(void *userdata)
                 EngineJob *job;
                 bool ok;
 
-                while (!e->stopping && (e->held || clist_is_empty(&e->jobs)))
+                while (!e->stopping && (e->held || (clist_is_empty(&e->jobs) &&
+                                                    (clist_is_empty(&e->idle) || e->stepping))))
                         pthread_cond_wait(&e->cond, &e->lock);
                 /* engine_free() takes the queued jobs itself */
                 if (e->stopping)
                         break;
 
-                job = clist_first_entry(&e->jobs, EngineJob, link);
+                /* copies first: background work only fills time no copy wants */
+                if (clist_is_empty(&e->jobs)) {
+                        job = clist_first_entry(&e->idle, EngineJob, link);
+                        e->stepping = true;
+                } else
+                        job = clist_first_entry(&e->jobs, EngineJob, link);
                 clist_unlink(&job->link);
                 pthread_mutex_unlock(&e->lock);
 
                 if (job->prepare) {
                         task_prepare(e, job->task);
+                        continue;
+                }
+                if (job->step) {
+                        task_step(e, job->task);
                         continue;
                 }
 
@@ -277,6 +315,7 @@ Engine *engine_free(Engine *e)
 
         pthread_mutex_lock(&e->lock);
         e->stopping = true;
+        clist_splice_tail(&e->jobs, &e->idle);
         while (!clist_is_empty(&e->jobs)) {
                 EngineJob *job = clist_first_entry(&e->jobs, EngineJob, link);
 
@@ -332,6 +371,7 @@ int engine_new(struct event_base *base, unsigned n_threads, Engine **ret)
         e->base = base;
         e->efd = -1;
         clist_init(&e->jobs);
+        clist_init(&e->idle);
         clist_init(&e->done);
 
         e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -615,6 +655,44 @@ int engine_submit_prepare(Engine *e, engine_prepare_fn prepare, void *prepare_da
         return 0;
 }
 
+int engine_submit_background(Engine *e, engine_step_fn step, void *step_data, engine_done_fn done,
+                             void *userdata, EngineTask **ret)
+{
+        EngineTask *t;
+
+        if (!e || !step || !done)
+                return -EINVAL;
+        t = calloc(1, sizeof(EngineTask));
+        if (!t)
+                return -ENOMEM;
+        t->engine = e;
+        clist_init(&t->link_done);
+        atomic_init(&t->cancel, false);
+        atomic_init(&t->bytes_done, 0);
+        t->done = done;
+        t->userdata = userdata;
+        t->step = step;
+        t->step_data = step_data;
+        t->prep = (EngineJob){.task = t, .step = true};
+        t->jobs = t->jobs_inline;
+
+        pthread_mutex_lock(&e->lock);
+        if (e->stopping) {
+                pthread_mutex_unlock(&e->lock);
+                free(t);
+                return -ESHUTDOWN;
+        }
+        clist_link_tail(&e->idle, &t->prep.link);
+        t->n_pending = 1;
+        if (!e->held && !e->stepping)
+                pthread_cond_signal(&e->cond);
+        pthread_mutex_unlock(&e->lock);
+
+        if (ret)
+                *ret = t;
+        return 0;
+}
+
 void engine_cancel(EngineTask *task)
 {
         Engine *e;
@@ -627,7 +705,7 @@ void engine_cancel(EngineTask *task)
 
         /* Queued jobs go now, so a cancelled task completes without waiting for its turn. */
         pthread_mutex_lock(&e->lock);
-        if (task->prepare && clist_is_linked(&task->prep.link)) {
+        if ((task->prepare || task->step) && clist_is_linked(&task->prep.link)) {
                 clist_unlink(&task->prep.link);
                 removed++;
         }

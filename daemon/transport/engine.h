@@ -5,7 +5,8 @@
  * threads, and when the last job is done it calls the task's callback on the event loop thread
  * (completions come back through a queue and an eventfd). Cancelling a task stops it at the
  * next slice boundary; the callback still runs, once, after every started slice has finished,
- * so no byte is written after the callback.
+ * so no byte is written after the callback. Background work (engine_submit_background()) runs
+ * in short steps on one thread at a time, only while no copy waits.
  */
 #pragma once
 
@@ -68,6 +69,22 @@ typedef int (*engine_prepare_fn)(void *userdata, EngineCopy **ret_copies, size_t
  */
 int engine_submit_prepare(Engine *e, engine_prepare_fn prepare, void *prepare_data,
                           engine_done_fn done, void *userdata, EngineTask **ret);
+
+/*
+ * One step of background work, on a copy thread: 1 when there is more to do, 0 when it is all
+ * done, a negative errno when it failed (the task then completes with -ECANCELED).
+ */
+typedef int (*engine_step_fn)(void *userdata);
+
+/*
+ * Queues background work: @step(@step_data) is called on a copy thread, over and over, while no
+ * job of a task waits, until it returns 0 or less or the task is cancelled; then @done runs on the
+ * loop (0 when every step succeeded, -ECANCELED otherwise). A copy that is queued waits for the
+ * step that runs at most, so a step should be short (well under a millisecond). -ENOMEM,
+ * -ESHUTDOWN. Never calls @step on the calling thread.
+ */
+int engine_submit_background(Engine *e, engine_step_fn step, void *step_data, engine_done_fn done,
+                             void *userdata, EngineTask **ret);
 
 /* Asks @task to stop; its callback reports -ECANCELED unless it had already finished. */
 void engine_cancel(EngineTask *task);

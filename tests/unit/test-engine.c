@@ -2,10 +2,13 @@
 /* Unit tests for the copy engine: real threads, a real event_base, every byte checked. */
 #include <check.h>
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -783,6 +786,184 @@ START_TEST(test_prepare_cancelled)
 }
 END_TEST
 
+/* Background work: a task's steps, what they saw, and how many ran at once. */
+typedef struct Steps {
+        unsigned limit;       /* steps before the task says it is done; 0: never done */
+        int fail_at;          /* step number that fails with -EIO; 0: none */
+        atomic_uint ran;      /* steps run so far */
+        atomic_uint *running; /* steps of every task running now */
+        atomic_uint *most;    /* the most that ever ran at once */
+        const uint8_t *watch; /* with @want: whether the first step found these bytes copied */
+        const uint8_t *want;
+        size_t watch_len;
+        bool first_saw_copy;
+        useconds_t sleep_us;
+} Steps;
+
+static int step_run(void *userdata)
+{
+        Steps *st = userdata;
+        unsigned n = atomic_fetch_add(&st->ran, 1) + 1, now = 0;
+
+        if (st->running) {
+                now = atomic_fetch_add(st->running, 1) + 1;
+                for (unsigned m = atomic_load(st->most); now > m;)
+                        if (atomic_compare_exchange_weak(st->most, &m, now))
+                                break;
+        }
+        if (n == 1 && st->watch)
+                st->first_saw_copy = memcmp(st->watch, st->want, st->watch_len) == 0;
+        if (st->sleep_us > 0)
+                (void)usleep(st->sleep_us);
+        if (st->running)
+                atomic_fetch_sub(st->running, 1);
+        if (st->fail_at > 0 && n == (unsigned)st->fail_at)
+                return -EIO;
+        return st->limit == 0 || n < st->limit;
+}
+
+START_TEST(test_background)
+{
+        enum { LEN = 256 << 10 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        uint8_t *src = pattern_new(LEN, 21);
+        EngineCopy c;
+        Buf dst;
+        Steps sa = {.limit = 5}, sb = {.limit = 4, .fail_at = 2};
+        Done da = {}, db = {}, dc = {};
+        unsigned counter = 0;
+
+        ck_assert_ptr_nonnull(base);
+        ck_assert_int_eq(engine_new(base, 1, &e), 0);
+        ck_assert_int_eq(engine_submit_background(e, NULL, &sa, on_done, &da, NULL), -EINVAL);
+        ck_assert_int_eq(engine_submit_background(e, step_run, &sa, NULL, NULL, NULL), -EINVAL);
+        buf_init(&dst, LEN);
+        c = (EngineCopy){buf_data(&dst), src, LEN};
+        sa.watch = buf_data(&dst);
+        sa.want = src;
+        sa.watch_len = LEN;
+        da.counter = db.counter = dc.counter = &counter;
+
+        /* held: the background task is queued before the copy, which still goes first */
+        engine_hold(e, true);
+        ck_assert_int_eq(engine_submit_background(e, step_run, &sa, on_done, &da, &da.task), 0);
+        ck_assert_int_eq(engine_submit_background(e, step_run, &sb, on_done, &db, &db.task), 0);
+        ck_assert_int_eq(engine_submit(e, &c, 1, 0, on_done, &dc, &dc.task), 0);
+        engine_hold(e, false);
+        run_until(base, &counter, 3);
+
+        ck_assert_uint_eq(dc.calls, 1);
+        ck_assert_int_eq(dc.status, 0);
+        ck_assert_mem_eq(buf_data(&dst), src, LEN);
+        assert_guards(&dst);
+        ck_assert(sa.first_saw_copy);
+        ck_assert_uint_eq(da.calls, 1);
+        ck_assert_int_eq(da.status, 0);
+        ck_assert_uint_eq(atomic_load(&sa.ran), 5);
+        /* a failed step ends its task there */
+        ck_assert_uint_eq(db.calls, 1);
+        ck_assert_int_eq(db.status, -ECANCELED);
+        ck_assert_uint_eq(atomic_load(&sb.ran), 2);
+
+        ck_assert_int_eq(event_base_loop(base, EVLOOP_NONBLOCK), 0);
+        ck_assert_uint_eq(counter, 3);
+        engine_free(e);
+        buf_deinit(&dst);
+        free(src);
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_background_one_thread_at_a_time)
+{
+        enum { TASKS = 3, LEN = 1 << 20 };
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        atomic_uint running = 0, most = 0;
+        Steps st[TASKS];
+        Done d[TASKS], dc = {};
+        uint8_t *src = pattern_new(LEN, 22);
+        EngineCopy c;
+        Buf dst;
+        unsigned counter = 0;
+
+        ck_assert_int_eq(engine_new(base, 4, &e), 0);
+        for (size_t i = 0; i < TASKS; i++) {
+                st[i] = (Steps){.limit = 8, .running = &running, .most = &most, .sleep_us = 500};
+                d[i] = (Done){.counter = &counter};
+                ck_assert_int_eq(
+                        engine_submit_background(e, step_run, &st[i], on_done, &d[i], &d[i].task),
+                        0);
+        }
+        /* copies run beside the steps on the other threads */
+        buf_init(&dst, LEN);
+        c = (EngineCopy){buf_data(&dst), src, LEN};
+        dc.counter = &counter;
+        ck_assert_int_eq(engine_submit(e, &c, 1, 0, on_done, &dc, &dc.task), 0);
+        run_until(base, &counter, TASKS + 1);
+
+        ck_assert_int_eq(dc.status, 0);
+        ck_assert_mem_eq(buf_data(&dst), src, LEN);
+        assert_guards(&dst);
+        for (size_t i = 0; i < TASKS; i++) {
+                ck_assert_int_eq(d[i].status, 0);
+                ck_assert_uint_eq(atomic_load(&st[i].ran), 8);
+        }
+        {
+                unsigned at_once = atomic_load(&most);
+
+                ck_assert_uint_eq(at_once, 1);
+        }
+
+        engine_free(e);
+        buf_deinit(&dst);
+        free(src);
+        event_base_free(base);
+}
+END_TEST
+
+START_TEST(test_background_cancelled)
+{
+        struct event_base *base = event_base_new();
+        Engine *e = NULL;
+        Steps queued = {.limit = 3}, endless = {.limit = 0, .sleep_us = 200}, left = {.limit = 3};
+        Done dq = {}, de = {}, dl = {};
+        unsigned counter = 0;
+
+        ck_assert_int_eq(engine_new(base, 1, &e), 0);
+        dq.counter = de.counter = dl.counter = &counter;
+
+        /* cancelled while queued: its first step never runs */
+        engine_hold(e, true);
+        ck_assert_int_eq(engine_submit_background(e, step_run, &queued, on_done, &dq, &dq.task), 0);
+        engine_cancel(dq.task);
+        run_until(base, &counter, 1);
+        ck_assert_int_eq(dq.status, -ECANCELED);
+        ck_assert_uint_eq(atomic_load(&queued.ran), 0);
+        engine_hold(e, false);
+
+        /* cancelled between its steps: it would never say it is done */
+        ck_assert_int_eq(engine_submit_background(e, step_run, &endless, on_done, &de, &de.task),
+                         0);
+        while (atomic_load(&endless.ran) < 3)
+                (void)usleep(1000);
+        engine_cancel(de.task);
+        run_until(base, &counter, 2);
+        ck_assert_uint_eq(de.calls, 1);
+        ck_assert_int_eq(de.status, -ECANCELED);
+
+        /* still queued when the engine stops: cancelled, never run */
+        engine_hold(e, true);
+        ck_assert_int_eq(engine_submit_background(e, step_run, &left, on_done, &dl, &dl.task), 0);
+        engine_free(e);
+        ck_assert_uint_eq(counter, 3);
+        ck_assert_int_eq(dl.status, -ECANCELED);
+        ck_assert_uint_eq(atomic_load(&left.ran), 0);
+        event_base_free(base);
+}
+END_TEST
+
 static Suite *engine_suite(void)
 {
         Suite *s = suite_create("engine");
@@ -799,6 +980,8 @@ static Suite *engine_suite(void)
         tcase_add_test(tc, test_submit_take);
         tcase_add_test(tc, test_prepare);
         tcase_add_test(tc, test_prepare_fails);
+        tcase_add_test(tc, test_background);
+        tcase_add_test(tc, test_background_one_thread_at_a_time);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("cancel");
@@ -808,6 +991,7 @@ static Suite *engine_suite(void)
         tcase_add_test(tc, test_free_with_queued_tasks);
         tcase_add_test(tc, test_free_with_running_tasks);
         tcase_add_test(tc, test_prepare_cancelled);
+        tcase_add_test(tc, test_background_cancelled);
         suite_add_tcase(s, tc);
         return s;
 }
