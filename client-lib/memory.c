@@ -70,8 +70,9 @@ static int memfd_sized(size_t size, bool huge, Error *err)
 }
 
 /*
- * Allocates @size bytes in pages of @page bytes (@huge: MFD_HUGETLB, and the pages are taken
- * now, so that a host without free huge pages fails here rather than at first touch).
+ * Allocates @size bytes in pages of @page bytes (@huge: MFD_HUGETLB), the pages taken now: a
+ * host without free huge pages fails here rather than at first touch, and kvdistd finds them
+ * all to map ahead of the first transfer.
  */
 static int mem_alloc_pages(kvd_client *c, size_t size, size_t page, bool huge, void **ret_ptr,
                            Error *err)
@@ -91,8 +92,9 @@ static int mem_alloc_pages(kvd_client *c, size_t size, size_t page, bool huge, v
         fd = memfd_sized(size, huge, err);
         if (fd < 0)
                 return fd;
-        addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | (huge ? MAP_POPULATE : 0), fd,
-                    0);
+        /* Every page now: kvdistd maps the pages a region holds when it is registered, so the
+         * first transfers fault on none of them, here or there. */
+        addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
         if (addr == MAP_FAILED)
                 return error_set(err, KVD_E_OUT_OF_MEMORY, "cannot map %zu bytes: %s", size,
                                  strerror(errno));

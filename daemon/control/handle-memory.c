@@ -190,6 +190,10 @@ int handle_region_add(Request *req, Error *err)
         user_charge_force(c->user, USER_SLOT_REGION_BYTES, r->size);
         log_debug("cluster %" PRIu64 ": region %" PRIu64 " of %" PRIu64 " bytes at 0x%" PRIx64,
                   c->id, r->id, r->size, r->client_addr);
+        /* the first transfers then find its pages mapped; without, they fault on them */
+        k = transport_set_warm_region(c->root->transports, r);
+        if (k < 0)
+                log_debug_errno(k, "region %" PRIu64 ": not mapped ahead: %m", r->id);
 
         reply.status = &status;
         reply.region_id = r->id;
@@ -216,12 +220,11 @@ int handle_region_remove(Request *req, Error *err)
                                                  "cache %" PRIu64 " lies in region %" PRIu64
                                                  "; unregister it first",
                                                  cache->id, r->id);
-        clist_unlink(&r->link_owner);
         c->n_regions--;
         c->region_bytes -= r->size;
         user_uncharge(c->user, USER_SLOT_REGIONS, 1);
         user_uncharge(c->user, USER_SLOT_REGION_BYTES, r->size);
-        region_unref(r);
+        region_release(r);
 
         return conn_request_reply_ok(req), 0;
 }

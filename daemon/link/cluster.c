@@ -102,10 +102,8 @@ Cluster *cluster_free(Cluster *c)
         }
         cache_table_deinit(&c->caches);
 
-        CLIST_FOREACH_SAFE (r, rtmp, &c->regions, link_owner) {
-                clist_unlink(&r->link_owner);
-                region_unref(r);
-        }
+        CLIST_FOREACH_SAFE (r, rtmp, &c->regions, link_owner)
+                region_release(r);
         user_uncharge(c->user, USER_SLOT_REGIONS, c->n_regions);
         user_uncharge(c->user, USER_SLOT_REGION_BYTES, c->region_bytes);
         user_uncharge(c->user, USER_SLOT_CLUSTERS, 1);

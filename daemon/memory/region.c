@@ -11,8 +11,8 @@
 #include "common/macro.h"
 #include "daemon/memory/region.h"
 
-static int region_new_mapped(int fd, uint64_t offset, uint64_t size, uint64_t id, RegionKind kind,
-                             uint64_t client_addr, Region **ret)
+static int region_new_mapped(int fd, uint64_t offset, uint64_t size, uint64_t page_size,
+                             uint64_t id, RegionKind kind, uint64_t client_addr, Region **ret)
 {
         _cleanup_free_ Region *r = NULL;
         void *data;
@@ -33,7 +33,9 @@ static int region_new_mapped(int fd, uint64_t offset, uint64_t size, uint64_t id
         r->size = size;
         r->file_offset = offset;
         r->client_addr = client_addr;
+        r->page_size = page_size;
         clist_init(&r->link_owner);
+        atomic_init(&r->released, false);
         *ret = TAKE_PTR(r);
         return 0;
 }
@@ -41,8 +43,8 @@ static int region_new_mapped(int fd, uint64_t offset, uint64_t size, uint64_t id
 int region_new_from_fd(int fd, uint64_t offset, uint64_t size, uint64_t client_addr, uint64_t id,
                        Region **ret)
 {
+        uint64_t end, page = (uint64_t)sysconf(_SC_PAGESIZE);
         struct stat st;
-        uint64_t end;
         int seals;
 
         assert(ret);
@@ -66,10 +68,11 @@ int region_new_from_fd(int fd, uint64_t offset, uint64_t size, uint64_t client_a
         if (ADD_OVERFLOW(client_addr, size, &end))
                 return -EINVAL;
         /* hugetlbfs says its huge page size here, which its mappings must be aligned to. */
-        if (offset % MAX((uint64_t)sysconf(_SC_PAGESIZE), (uint64_t)st.st_blksize) != 0)
+        page = MAX(page, (uint64_t)st.st_blksize);
+        if (offset % page != 0)
                 return -EDOM;
 
-        return region_new_mapped(fd, offset, size, id, REGION_CLIENT, client_addr, ret);
+        return region_new_mapped(fd, offset, size, page, id, REGION_CLIENT, client_addr, ret);
 }
 
 int region_new_memfd(const char *name, uint64_t size, uint64_t id, Region **ret)
@@ -91,7 +94,8 @@ int region_new_memfd(const char *name, uint64_t size, uint64_t id, Region **ret)
         if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
                 return -errno;
 
-        r = region_new_mapped(fd, 0, size, id, REGION_POOL, 0, ret);
+        r = region_new_mapped(fd, 0, size, (uint64_t)sysconf(_SC_PAGESIZE), id, REGION_POOL, 0,
+                              ret);
         if (r < 0)
                 return r;
         TAKE_FD(fd);
@@ -120,6 +124,45 @@ Region *region_unref(Region *r)
         safe_close(r->fd);
         free(r);
         return NULL;
+}
+
+Region *region_release(Region *r)
+{
+        assert(r);
+        clist_unlink(&r->link_owner);
+        atomic_store(&r->released, true);
+        return region_unref(r);
+}
+
+int region_map_resident(Region *r, uint64_t offset, uint64_t len)
+{
+        /* a page's mincore() byte each: 512 pages, 2 MiB, a call */
+        unsigned char in_core[512];
+        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), end;
+
+        assert(r);
+
+        if (r->page_size != page)
+                return -EOPNOTSUPP;
+        if (ADD_OVERFLOW(offset, len, &end) || end > r->size || offset % page != 0)
+                return -EINVAL;
+
+        while (offset < end) {
+                size_t n = (size_t)MIN((end - offset + page - 1) / page, ARRAY_SIZE(in_core));
+                uint8_t *at = r->data + offset;
+
+                if (mincore(at, n * page, in_core) < 0)
+                        return -errno;
+                for (size_t i = 0, j; i < n; i = j) {
+                        for (j = i; j < n && (in_core[j] & 1) == (in_core[i] & 1); j++)
+                                ;
+                        if ((in_core[i] & 1) &&
+                            madvise(at + i * page, (j - i) * page, MADV_POPULATE_READ) < 0)
+                                return errno == EINVAL ? -EOPNOTSUPP : -errno;
+                }
+                offset += n * page;
+        }
+        return 0;
 }
 
 bool region_contains(const Region *r, uint64_t client_addr, uint64_t len, uint64_t *ret_offset)

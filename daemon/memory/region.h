@@ -7,6 +7,7 @@
  */
 #pragma once
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -30,7 +31,9 @@ struct Region {
         uint64_t size;
         uint64_t file_offset; /* where @data starts in the file */
         uint64_t client_addr; /* REGION_CLIENT: the owner's mapping address */
+        uint64_t page_size;   /* the file's: the system's, or its huge page size */
         CList link_owner;     /* on the owning cluster's region list (owner's business) */
+        atomic_bool released; /* its owner let it go: work on it in the background may stop */
 };
 
 /*
@@ -55,11 +58,27 @@ Region *region_ref(Region *r);
 /* Drops a reference; the last one unmaps and closes. Accepts NULL; returns NULL. */
 Region *region_unref(Region *r);
 
+/*
+ * The owner lets @r go: unlinks it from the owner's list, tells work on it in the background to
+ * stop, and drops the owner's reference. Returns NULL.
+ */
+Region *region_release(Region *r);
+
 static inline void region_unrefp(Region **r)
 {
         if (*r)
                 region_unref(*r);
 }
+
+/*
+ * Maps into the daemon's page tables the pages of [@offset, +@len) of @r that its file holds
+ * already (mincore(), then MADV_POPULATE_READ), so that copies into and out of them take no page
+ * faults later; a page the file does not hold stays a hole: nothing is allocated, nothing charged
+ * to kvdistd. Only system calls on the mapping: callable from any thread while a reference is
+ * held. -EOPNOTSUPP for a region of huge pages (a fault per huge page is cheap) or a kernel
+ * without MADV_POPULATE_READ (before 5.14); -EINVAL for a range outside the region.
+ */
+int region_map_resident(Region *r, uint64_t offset, uint64_t len);
 
 /* Whether [@client_addr, +@len) lies inside a client region, with *@ret_offset its offset. */
 bool region_contains(const Region *r, uint64_t client_addr, uint64_t len, uint64_t *ret_offset);

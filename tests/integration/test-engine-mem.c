@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/harness/harness.h"
@@ -250,6 +251,80 @@ START_TEST(test_engine_mem_remote)
 }
 END_TEST
 
+/* kvdistd's shared-memory pages, from its /proc status; fails the test when it cannot be read. */
+static long daemon_shmem_kib(const World *w)
+{
+        long kib = harness_proc_status_kib(w->d.pid, "RssShmem");
+
+        ck_assert_int_ge(kib, 0);
+        return kib;
+}
+
+/* Waits until kvdistd maps @kib KiB of shared memory more than @before; returns what it maps. */
+static long wait_daemon_shmem(const World *w, long before, long kib)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)harness_wait_ms();
+        long now;
+
+        while ((now = daemon_shmem_kib(w)) - before < kib && harness_now_ms() < deadline)
+                (void)usleep(10 * 1000);
+        ck_assert_msg(now - before >= kib,
+                      "kvdistd maps %ld KiB more, not %ld, with no transfer to make it",
+                      now - before, kib);
+        return now;
+}
+
+/*
+ * Registered memory is mapped into kvdistd ahead of the first transfer: the pages the engine has
+ * written show up in kvdistd's resident shared memory without any transfer, and the pages it has
+ * not are not allocated by kvdistd (the file's block count stays). Its bytes stay the engine's.
+ * kvd_mem_alloc() memory, whose pages are all allocated, is mapped whole.
+ */
+START_TEST(test_engine_mem_mapped_ahead)
+{
+        enum { SIZE = 64 << 20, WRITTEN = 24 << 20, ALLOC = 16 << 20 };
+        long before, now;
+        struct stat st0, st1;
+        void *mem;
+        uint64_t id;
+        EngineMem m;
+        World w;
+
+        world_start(&w);
+        engine_mem_new(&m, SIZE, true);
+        if (madvise(m.map, PAGE, MADV_POPULATE_READ) < 0 && errno == EINVAL) {
+                printf("SKIP: this kernel has no MADV_POPULATE_READ (Linux 5.14): kvdistd maps "
+                       "registered memory as transfers touch it\n");
+                engine_mem_free(&m);
+                world_stop(&w);
+                return;
+        }
+        harness_fill_pattern(m.map, WRITTEN, 121);
+        ck_assert_int_eq(fstat(m.fd, &st0), 0);
+        before = daemon_shmem_kib(&w);
+
+        expect_ok(w.a, engine_register(w.a, &m, 0, SIZE, &id));
+        now = wait_daemon_shmem(&w, before, WRITTEN / 1024);
+        /* the untouched 40 MiB: neither mapped nor allocated */
+        ck_assert_msg(now - before < WRITTEN / 1024 + 4096, "kvdistd maps %ld KiB", now - before);
+        ck_assert_int_eq(fstat(m.fd, &st1), 0);
+        ck_assert_int_eq(st1.st_blocks, st0.st_blocks);
+        ck_assert_int_eq(harness_check_pattern(m.map, WRITTEN, 121), -1);
+        for (size_t i = WRITTEN; i < SIZE; i += PAGE)
+                if (m.map[i] != 0)
+                        ck_abort_msg("byte %zu of the untouched part is %u", i, m.map[i]);
+
+        expect_ok(w.a, kvd_mem_unregister(w.a, id));
+
+        now = daemon_shmem_kib(&w);
+        expect_ok(w.b, kvd_mem_alloc(w.b, ALLOC, &mem));
+        (void)wait_daemon_shmem(&w, now, ALLOC / 1024);
+        expect_ok(w.b, kvd_mem_free(w.b, mem));
+        engine_mem_free(&m);
+        world_stop(&w);
+}
+END_TEST
+
 /* kvd_mem_alloc_huge(): huge pages where the host has free ones, base pages said otherwise. */
 START_TEST(test_mem_alloc_huge)
 {
@@ -290,6 +365,7 @@ static Suite *engine_mem_suite(void)
         tcase_add_test(tc, test_engine_mem_local);
         tcase_add_test(tc, test_engine_mem_refusals);
         tcase_add_test(tc, test_engine_mem_remote);
+        tcase_add_test(tc, test_engine_mem_mapped_ahead);
         tcase_add_test(tc, test_mem_alloc_huge);
         suite_add_tcase(s, tc);
         return s;

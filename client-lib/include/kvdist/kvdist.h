@@ -156,7 +156,8 @@ const char *kvd_last_error(kvd_client *client);
 /*
  * Allocates @size bytes of memory that this process and the daemon both map (a sealed memfd
  * passed to the daemon). KV caches registered with kvd_register_cache*() must live in it.
- * *@ret_ptr is page-aligned and zero-filled.
+ * *@ret_ptr is page-aligned and zero-filled. Its pages are allocated now, and kvdistd maps them
+ * in the background right after, so that the first transfers take no page faults on them.
  */
 int kvd_mem_alloc(kvd_client *client, size_t size, void **ret_ptr);
 
@@ -200,10 +201,13 @@ typedef struct kvd_mem_desc {
  * (memfd_create() with MFD_ALLOW_SEALING, then F_SEAL_SHRINK; MFD_HUGETLB works): a file that
  * could shrink under the daemon's mapping would make it fault, so others are refused. The
  * caller keeps its mapping for as long as the memory is registered; libkvdist never unmaps it.
- * *@ret_mem_id names it for kvd_mem_unregister(). PARAM_INVALID for a bad fd, a file that is
- * not a sealed memfd, a range past the file's end, an offset that is not page-aligned, a
- * range that overlaps registered memory; FEATURE_NOT_ENABLED for KVD_MEM_DMABUF (device memory
- * needs an RDMA device that registers dma-bufs: not built); LIMIT_EXCEEDED as kvd_mem_alloc().
+ * The pages the file holds when it is registered (those written, or allocated) are mapped by
+ * kvdistd in the background right after, so that the first transfers take no page faults on
+ * them; pages it does not hold yet are left alone (kvdistd allocates none of the caller's
+ * memory). *@ret_mem_id names it for kvd_mem_unregister(). PARAM_INVALID for a bad fd, a file that
+ * is not a sealed memfd, a range past the file's end, an offset that is not page-aligned, a range
+ * that overlaps registered memory; FEATURE_NOT_ENABLED for KVD_MEM_DMABUF (device memory needs an
+ * RDMA device that registers dma-bufs: not built); LIMIT_EXCEEDED as kvd_mem_alloc().
  */
 int kvd_mem_register(kvd_client *client, const kvd_mem_desc *desc, uint64_t *ret_mem_id);
 
