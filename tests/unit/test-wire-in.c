@@ -395,6 +395,56 @@ START_TEST(test_fds_mid_payload)
 }
 END_TEST
 
+/*
+ * Fds that came with the end of a frame begun in an earlier read, and no frame starting there:
+ * the next frame's header, in a later read, finds them still held and not its own.
+ */
+START_TEST(test_fds_with_no_frame_starting)
+{
+        uint8_t a[64], b[64];
+        size_t la, lb;
+        int e = counter_fd(1);
+
+        la = frame_make(a, 1, 5, 0);
+        lb = frame_make(b, 2, 5, 0);
+        send_bytes(a, 10, NULL, 0);
+        recv_once(NULL);
+        ck_assert_int_eq(cut(), 0);
+        send_bytes(a + 10, la - 10, &e, 1);
+        safe_close(e);
+        recv_once(NULL);
+        ck_assert_int_eq(cut(), 1);
+        assert_frame(1, 5, 0);
+        ck_assert_int_eq(cut(), 0);
+
+        send_bytes(b, lb, NULL, 0);
+        recv_once(NULL);
+        ck_assert_int_eq(cut(), -EBADMSG);
+        ck_assert_uint_eq(rx.n_next_fds, 1);
+        ck_assert_uint_ge(rx.frame_start, rx.next_fds_end);
+}
+END_TEST
+
+/* Fds of a second read while those of the first still wait for their header: no frame's. */
+START_TEST(test_fds_before_the_last_taken)
+{
+        uint8_t a[64];
+        int e1 = counter_fd(1), e2 = counter_fd(2);
+
+        frame_make(a, 1, 0, 1);
+        send_bytes(a, 4, &e1, 1);
+        safe_close(e1);
+        recv_once(NULL);
+        ck_assert_int_eq(cut(), 0);
+        send_bytes(a + 4, 4, &e2, 1);
+        safe_close(e2);
+        ck_assert_int_eq(recv_fails(), -EBADMSG);
+        ck_assert_uint_eq(rx.n_stray_fds, 1);
+        ck_assert_uint_eq(rx.n_next_fds, 1);
+        ck_assert_uint_eq(counter_of(rx.next_fds[0]), 1);
+}
+END_TEST
+
 /* Fds held for a frame whose header has not come are closed with the state. */
 START_TEST(test_done_closes_held_fds)
 {
@@ -484,6 +534,8 @@ static Suite *wire_in_suite(void)
         tcase_add_test(tc, test_fds_go_with_their_frame);
         tcase_add_test(tc, test_fds_not_matching_the_header);
         tcase_add_test(tc, test_fds_mid_payload);
+        tcase_add_test(tc, test_fds_with_no_frame_starting);
+        tcase_add_test(tc, test_fds_before_the_last_taken);
         tcase_add_test(tc, test_done_closes_held_fds);
         tcase_add_test(tc, test_closed_mid_frame);
         tcase_add_test(tc, test_bad_header);
