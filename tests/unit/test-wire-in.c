@@ -466,44 +466,43 @@ START_TEST(test_done_closes_held_fds)
 END_TEST
 
 /*
- * The peer closes in the middle of a header, of a payload, and between frames: the end of the
- * stream, with what was read of the frame still there to say where.
+ * Sends @len bytes of @buf and closes the stream; reads them, cuts the whole frame among them
+ * first (request 1's, 10 bytes) when @whole, and finds the end of the stream with what was read
+ * of the next frame still there to say where.
  */
+static void read_then_end(const uint8_t *buf, size_t len, bool whole)
+{
+        send_bytes(buf, len, NULL, 0);
+        (void)shutdown(sv[1], SHUT_WR);
+        recv_once(NULL);
+        if (whole) {
+                ck_assert_int_eq(cut(), 1);
+                assert_frame(1, 10, 0);
+        }
+        ck_assert_int_eq(cut(), 0);
+        ck_assert_int_eq(recv_fails(), -ECONNRESET);
+}
+
+/* The peer closes in the middle of a header, of a payload, and between frames. */
 START_TEST(test_closed_mid_frame)
 {
         uint8_t a[64] = {};
         size_t la;
 
         la = frame_make(a, 1, 10, 0);
-        send_bytes(a, la + 15, NULL, 0); /* a whole, then 15 bytes of the next header */
-        (void)shutdown(sv[1], SHUT_WR);
-        recv_once(NULL);
-        ck_assert_int_eq(cut(), 1);
-        assert_frame(1, 10, 0);
-        ck_assert_int_eq(cut(), 0);
-        ck_assert_int_eq(recv_fails(), -ECONNRESET);
+        read_then_end(a, la + 15, true); /* a whole, then 15 bytes of the next header */
         ck_assert_uint_eq(rx.header_len, 15);
         teardown();
 
         setup();
-        send_bytes(a, FRAME_HEADER_SIZE + 3, NULL, 0);
-        (void)shutdown(sv[1], SHUT_WR);
-        recv_once(NULL);
-        ck_assert_int_eq(cut(), 0);
-        ck_assert_int_eq(recv_fails(), -ECONNRESET);
+        read_then_end(a, FRAME_HEADER_SIZE + 3, false);
         ck_assert_uint_eq(rx.header_len, FRAME_HEADER_SIZE);
         ck_assert_uint_eq(rx.payload_len, 3);
         ck_assert_uint_eq(rx.frame.length, 10);
         teardown();
 
         setup();
-        send_bytes(a, la, NULL, 0);
-        (void)shutdown(sv[1], SHUT_WR);
-        recv_once(NULL);
-        ck_assert_int_eq(cut(), 1);
-        assert_frame(1, 10, 0);
-        ck_assert_int_eq(cut(), 0);
-        ck_assert_int_eq(recv_fails(), -ECONNRESET);
+        read_then_end(a, la, true);
         ck_assert_uint_eq(rx.header_len, 0);
 }
 END_TEST
