@@ -57,6 +57,10 @@ static kvd_client *client_new(void)
         c = calloc(1, sizeof(*c));
         if (!c)
                 return NULL;
+        if (wire_in_init_ahead(&c->rx) < 0) {
+                free(c);
+                return NULL;
+        }
 
         c->n_ref = 1;
         c->fd = -1;
@@ -89,7 +93,7 @@ kvd_client *client_unref(kvd_client *c)
 
         /* Whoever dropped the last reference had no task left, so nothing waits. */
         memory_unmap_all(c, false);
-        rx_done(&c->rx);
+        wire_in_done(&c->rx);
         c->fd = safe_close(c->fd);
         c->notify_fd = safe_close(c->notify_fd);
         pthread_cond_destroy(&c->cond);

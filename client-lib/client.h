@@ -11,12 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "client-lib/rx.h"
 #include "common/clist.h"
 #include "common/error.h"
 #include "proto/frame.h"
 #include "kvdist-config.h"
 #include "proto/kvdist.pb-c.h"
+#include "proto/wire.h"
 #include <kvdist/kvdist.h>
 #include "common/macro.h"
 #include "common/time-util.h"
@@ -69,7 +69,7 @@ struct kvd_client {
         int dead_code; /* what calls fail with once dead: DAEMON_UNAVAILABLE, or the daemon's
                         * own status when it said why it closed (FRAME_CONNECTION_REQUEST_ID) */
         char dead_detail[ERROR_MSG_MAX];
-        RxState rx; /* the reader's: frames being read, bytes read ahead */
+        WireIn rx; /* the reader's: frames being read, bytes read ahead */
 
         uint32_t max_payload; /* the daemon's frame limit (HelloReply), CLIENT_MAX_PAYLOAD before */
         bool initialized;     /* attached as a cluster (kvd_client_init) */

@@ -254,13 +254,13 @@ static int poll_timeout(usec_t deadline)
  */
 static int rx_decode(kvd_client *c, RxFrame *ret, char *detail, size_t size)
 {
-        RxState *rx = &c->rx;
+        WireIn *rx = &c->rx;
         const ProtobufCMessageDescriptor *desc;
         const FrameType *ft;
-        RxFrame f = {.h = rx->h};
+        RxFrame f = {.h = rx->frame};
         int r = 0;
 
-        /* rx_cut() matched the fds to the header. */
+        /* wire_in_cut() matched the fds to the header. */
         memcpy(f.fds, rx->fds, sizeof(f.fds));
         f.n_fds = rx->n_fds;
         rx->n_fds = 0;
@@ -293,11 +293,71 @@ static int rx_decode(kvd_client *c, RxFrame *ret, char *detail, size_t size)
         }
 
 out:
-        rx_frame_reset(rx);
+        wire_in_reset(rx);
         if (r < 0)
                 rx_frame_clear(&f);
         *ret = f;
         return r;
+}
+
+/* Says in @detail why wire_in_cut() refused the frame being read in @rx with @r. */
+static void rx_cut_detail(const WireIn *rx, int r, char *detail, size_t size)
+{
+        FrameHeader h;
+        int k;
+
+        if (r == -ENOMEM) {
+                (void)snprintf(detail, size, "out of memory for a %u byte reply from kvdistd",
+                               rx->frame.length);
+                return;
+        }
+        /* The rest are the header's own errors or, after it passed, its fds' (-EBADMSG both):
+         * decoding it again says which. */
+        k = frame_header_decode(rx->header, CLIENT_MAX_PAYLOAD, &h);
+        if (k < 0)
+                (void)snprintf(detail, size, "kvdistd sent a malformed frame header (%s)",
+                               strerror(-k));
+        else if (rx->n_next_fds > 0 && rx->frame_start >= rx->next_fds_end)
+                (void)snprintf(detail, size,
+                               "kvdistd sent a malformed frame (%zu fds with no frame starting in "
+                               "the bytes they came with)",
+                               rx->n_next_fds);
+        else
+                (void)snprintf(detail, size,
+                               "kvdistd sent a malformed frame (%zu fds for a header saying %u)",
+                               rx->n_fds, rx->frame.n_fds);
+}
+
+/* Says in @detail why wire_in_recv() failed with @n on @rx. */
+static void rx_recv_detail(const WireIn *rx, ssize_t n, char *detail, size_t size)
+{
+        if (n == -ECONNRESET || n == -EPIPE) {
+                if (rx->header_len == 0)
+                        (void)snprintf(detail, size, "kvdistd closed the connection");
+                else if (rx->header_len < FRAME_HEADER_SIZE)
+                        (void)snprintf(detail, size,
+                                       "kvdistd closed the connection in the middle of a frame "
+                                       "(%zu of %d header bytes)",
+                                       rx->header_len, FRAME_HEADER_SIZE);
+                else
+                        (void)snprintf(detail, size,
+                                       "kvdistd closed the connection in the middle of a frame "
+                                       "(%zu of %u payload bytes)",
+                                       rx->payload_len, rx->frame.length);
+        } else if (n == -EPROTO)
+                (void)snprintf(detail, size, "kvdistd sent a malformed frame (bad control data)");
+        else if (n == -EBADMSG && rx->n_next_fds > 0)
+                (void)snprintf(detail, size,
+                               "kvdistd sent a malformed frame (more fds before a frame took the "
+                               "last ones)");
+        else if (n == -EBADMSG)
+                (void)snprintf(detail, size,
+                               "kvdistd sent a malformed frame (%zu fds in the middle of a %u "
+                               "byte payload)",
+                               rx->n_stray_fds, rx->frame.length);
+        else
+                (void)snprintf(detail, size, "kvdistd closed the connection (recv: %s)",
+                               strerror((int)-n));
 }
 
 /*
@@ -309,7 +369,7 @@ out:
 static int conn_read(kvd_client *c, usec_t deadline, bool may_read, RxFrame *ret, char *detail,
                      size_t size)
 {
-        RxState *rx = &c->rx;
+        WireIn *rx = &c->rx;
         /* A call reads after it sent its request: the answer takes the daemon a wake-up, so wait
          * for it first. After a read that filled what it asked for, the rest of a frame is most
          * likely there already: try it without waiting. After a short read the socket is empty. */
@@ -320,9 +380,11 @@ static int conn_read(kvd_client *c, usec_t deadline, bool may_read, RxFrame *ret
                 ssize_t n;
                 int r;
 
-                r = rx_cut(rx, CLIENT_MAX_PAYLOAD, detail, size);
-                if (r < 0)
+                r = wire_in_cut(rx, CLIENT_MAX_PAYLOAD);
+                if (r < 0) {
+                        rx_cut_detail(rx, r, detail, size);
                         return -1;
+                }
                 if (r > 0)
                         return rx_decode(c, ret, detail, size) < 0 ? -1 : 1;
                 if (!may_read)
@@ -342,13 +404,15 @@ static int conn_read(kvd_client *c, usec_t deadline, bool may_read, RxFrame *ret
                 }
 
                 /* never blocks: after poll() there is data, and a try must not wait */
-                n = rx_recv(rx, c->fd, MSG_DONTWAIT, &try_read, detail, size);
+                n = wire_in_recv(rx, c->fd, MSG_DONTWAIT, FRAME_MAX_FDS, &try_read);
                 if (n == -EAGAIN) {
                         try_read = false;
                         continue;
                 }
-                if (n < 0)
+                if (n < 0) {
+                        rx_recv_detail(rx, n, detail, size);
                         return -1;
+                }
         }
 }
 

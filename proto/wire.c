@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Wire: frame input with limits and queued frame output on a non-blocking socket. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -93,6 +94,7 @@ static int ahead_stash_fds(WireIn *in, const int *fds, size_t n, uint64_t begin,
         if (r < 0) {
                 for (size_t i = 0; i < n; i++)
                         safe_close(fds[i]);
+                in->n_stray_fds = n;
                 return r;
         }
         memcpy(in->next_fds, fds, n * sizeof(int));
@@ -148,51 +150,15 @@ static int in_frame_begin(WireIn *in, uint32_t max_payload, bool ahead)
         return 0;
 }
 
-/*
- * Refills the read-ahead buffer, which is empty. 1 when bytes came, 0 when the socket is empty
- * (or was at the end of the last read), -ECONNRESET at its end, -errno.
- */
-static int ahead_fill(WireIn *in, int sock, size_t max_fds)
-{
-        int fds[FRAME_MAX_FDS];
-        size_t got = 0;
-        ssize_t n;
-
-        if (in->drained) {
-                in->drained = false;
-                return 0;
-        }
-        n = frame_recvmsg(sock, in->ahead, WIRE_AHEAD_SIZE, fds, max_fds, &got);
-        if (n == -EAGAIN || n == -EINTR)
-                return 0;
-        if (n == 0)
-                return -ECONNRESET;
-        if (n < 0)
-                return (int)n;
-        in->ahead_off = 0;
-        in->ahead_len = (size_t)n;
-        in->received += (uint64_t)n;
-        /* after fds the kernel ends a read early, so it says nothing then */
-        in->drained = (size_t)n < WIRE_AHEAD_SIZE && got == 0;
-        if (got > 0)
-                return ahead_stash_fds(in, fds, got, in->received - (uint64_t)n, in->received) ?: 1;
-        return 1;
-}
-
-/* wire_in_read() with read-ahead. */
-static int wire_in_read_ahead(WireIn *in, int sock, uint32_t max_payload, size_t max_fds)
+int wire_in_cut(WireIn *in, uint32_t max_payload)
 {
         size_t k;
-        ssize_t n;
         int r;
 
+        assert(in->read_ahead);
         while (in->header_len < FRAME_HEADER_SIZE) {
-                if (in->ahead_off == in->ahead_len) {
-                        r = ahead_fill(in, sock, max_fds);
-                        if (r <= 0)
-                                return r;
-                        continue;
-                }
+                if (in->ahead_off == in->ahead_len)
+                        return 0;
                 if (in->header_len == 0)
                         in->frame_start = ahead_consumed(in);
                 k = MIN(FRAME_HEADER_SIZE - in->header_len, in->ahead_len - in->ahead_off);
@@ -207,39 +173,81 @@ static int wire_in_read_ahead(WireIn *in, int sock, uint32_t max_payload, size_t
                         return r;
         }
 
-        while (in->payload_len < in->frame.length) {
-                size_t left = in->frame.length - in->payload_len, got = 0;
+        /* a zero-length frame has no payload buffer to copy into */
+        k = MIN(in->frame.length - in->payload_len, in->ahead_len - in->ahead_off);
+        if (k > 0) {
+                memcpy(in->payload + in->payload_len, in->ahead + in->ahead_off, k);
+                in->payload_len += k;
+                in->ahead_off += k;
+        }
+        return in->payload_len == in->frame.length;
+}
 
-                if (in->ahead_off < in->ahead_len) {
-                        k = MIN(left, in->ahead_len - in->ahead_off);
-                        memcpy(in->payload + in->payload_len, in->ahead + in->ahead_off, k);
-                        in->payload_len += k;
-                        in->ahead_off += k;
-                        continue;
-                }
-                if (left < WIRE_AHEAD_SIZE) {
-                        r = ahead_fill(in, sock, max_fds);
-                        if (r <= 0)
-                                return r;
-                        continue;
-                }
-                /* a big payload straight into its buffer; fds on its bytes break the frame */
+ssize_t wire_in_recv(WireIn *in, int sock, int flags, size_t max_fds, bool *ret_more)
+{
+        int fds[FRAME_MAX_FDS];
+        size_t want, got = 0;
+        bool straight;
+        ssize_t n;
+        int r;
+
+        assert(in->read_ahead && in->ahead_off == in->ahead_len);
+        straight = in->header_len == FRAME_HEADER_SIZE &&
+                   in->frame.length - in->payload_len >= WIRE_AHEAD_SIZE;
+        if (straight) {
+                /* fds on a payload's bytes break the frame: no room for them, -EPROTO */
+                want = in->frame.length - in->payload_len;
+                n = frame_recvmsg_flags(sock, in->payload + in->payload_len, want, NULL, 0, flags,
+                                        &got);
+        } else {
+                want = WIRE_AHEAD_SIZE;
+                n = frame_recvmsg_flags(sock, in->ahead, want, fds,
+                                        MIN(max_fds, (size_t)FRAME_MAX_FDS), flags, &got);
+        }
+        if (n == 0)
+                return -ECONNRESET;
+        if (n < 0)
+                return n;
+
+        in->received += (uint64_t)n;
+        if (straight)
+                in->payload_len += (size_t)n;
+        else {
+                in->ahead_off = 0;
+                in->ahead_len = (size_t)n;
+        }
+        if (got > 0) {
+                r = ahead_stash_fds(in, fds, got, in->received - (uint64_t)n, in->received);
+                if (r < 0)
+                        return r;
+        }
+        /* after fds the kernel ends a read early, so a short one says nothing then */
+        *ret_more = (size_t)n == want || got > 0;
+        return n;
+}
+
+/* wire_in_read() with read-ahead, on a level-triggered socket: more bytes wake it again. */
+static int wire_in_read_ahead(WireIn *in, int sock, uint32_t max_payload, size_t max_fds)
+{
+        bool more = false;
+        ssize_t n;
+        int r;
+
+        for (;;) {
+                r = wire_in_cut(in, max_payload);
+                if (r != 0)
+                        return r;
                 if (in->drained) {
                         in->drained = false;
                         return 0;
                 }
-                n = frame_recvmsg(sock, in->payload + in->payload_len, left, NULL, 0, &got);
-                if (n == -EAGAIN || n == -EINTR)
+                n = wire_in_recv(in, sock, 0, max_fds, &more);
+                if (n == -EAGAIN)
                         return 0;
-                if (n == 0)
-                        return -ECONNRESET;
                 if (n < 0)
                         return (int)n;
-                in->payload_len += (size_t)n;
-                in->received += (uint64_t)n;
-                in->drained = (size_t)n < left;
+                in->drained = !more;
         }
-        return 1;
 }
 
 int wire_in_read(WireIn *in, int sock, uint32_t max_payload, size_t max_fds)

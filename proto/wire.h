@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Wire: frame input and output buffering on a non-blocking stream socket, shared by client
- * connections (Unix socket, fds ride along) and peer connections (TCP, no fds). Input checks a
+ * Wire: frame input and output buffering on a non-blocking stream socket, shared by kvdistd's
+ * client connections (Unix socket, fds ride along) and peer connections (TCP, no fds), and
+ * libkvdist's input from kvdistd (its own poll() and deadlines, read by read). Input checks a
  * header against the limits before anything is allocated for its payload; output queues whole
  * frames and writes what the socket takes.
  */
@@ -10,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/clist.h"
 #include "proto/frame.h"
@@ -28,13 +30,13 @@ typedef struct WireIn {
 
         /*
          * Read-ahead (wire_in_init_ahead()): one recvmsg() takes what the socket has, up to
-         * WIRE_AHEAD_SIZE, frames are cut from it, and a read that took less than it asked for
-         * ends the pass without another (the socket is level-triggered: more bytes wake it
-         * again). Fds come with the bytes of the sendmsg() that carried them, and the kernel
-         * ends a read after those: they belong to the last frame that starts in that read.
+         * WIRE_AHEAD_SIZE, and frames are cut from it (wire_in_cut()); a payload that needs
+         * WIRE_AHEAD_SIZE bytes or more is read straight into its buffer. Fds come with the
+         * bytes of the sendmsg() that carried them, and the kernel ends a read after those: they
+         * belong to the last frame that starts in that read.
          */
         bool read_ahead;
-        bool drained;                /* the last read took less than it asked for */
+        bool drained;                /* wire_in_read(): the last read took less than it asked */
         uint8_t *ahead;              /* WIRE_AHEAD_SIZE bytes */
         size_t ahead_off, ahead_len; /* unread: ahead[ahead_off..ahead_len) */
         uint64_t received;           /* bytes read from the socket so far */
@@ -42,6 +44,7 @@ typedef struct WireIn {
         int next_fds[FRAME_MAX_FDS]; /* fds of a frame whose header is not complete yet */
         size_t n_next_fds;
         uint64_t next_fds_begin, next_fds_end; /* the stream bytes of the read they came with */
+        size_t n_stray_fds; /* fds of the last read that no frame could take (-EBADMSG), closed */
 } WireIn;
 
 typedef struct WireOut {
@@ -80,9 +83,32 @@ static inline bool wire_in_has_ahead(const WireIn *in)
  * Returns 1 when a whole frame is in @in (header in in->frame), 0 when the socket has nothing
  * more for now, -ECONNRESET at end of stream, frame_header_decode()'s errors for a bad header
  * (-EPROTONOSUPPORT for another frame version), -EBADMSG when the fds that came do not match the
- * header, -ENOMEM, or the error of recvmsg().
+ * header, -ENOMEM, or the error of recvmsg(). With read-ahead it is wire_in_cut() and
+ * wire_in_recv() in turn, and for a level-triggered socket: after a read that took less than it
+ * asked for, it returns 0 instead of reading again.
  */
 int wire_in_read(WireIn *in, int sock, uint32_t max_payload, size_t max_fds);
+
+/*
+ * With read-ahead: moves bytes read ahead into the frame being read, checks its header against
+ * @max_payload and gives it its fds. Makes no system call. Returns 1 when the frame is whole, 0
+ * when it needs bytes from the socket (nothing is left read ahead then), frame_header_decode()'s
+ * errors for a bad header, -EBADMSG when its fds do not match it (in->n_fds, in->frame.n_fds;
+ * with in->n_next_fds still held when no frame started in the bytes they came with), -ENOMEM.
+ */
+int wire_in_cut(WireIn *in, uint32_t max_payload);
+
+/*
+ * With read-ahead, after wire_in_cut() returned 0: one recvmsg(@sock, @flags) for the frame
+ * being read, into the read-ahead buffer with at most @max_fds fds, or for a payload that needs
+ * WIRE_AHEAD_SIZE bytes or more straight into it. Returns the bytes read, with *@ret_more true
+ * when the socket may hold more right away (the read filled what it asked for, or ended early
+ * after fds); -EAGAIN when it had nothing; -ECONNRESET at end of stream; -EBADMSG when fds came
+ * that no frame can take (in->n_stray_fds of them, closed; in->n_next_fds > 0: fds of an earlier
+ * read still wait for their frame), -EPROTO when they came on a payload read straight or broke
+ * the limits; or the error of recvmsg().
+ */
+ssize_t wire_in_recv(WireIn *in, int sock, int flags, size_t max_fds, bool *ret_more);
 
 /* Prepares an empty output queue. */
 void wire_out_init(WireOut *out);

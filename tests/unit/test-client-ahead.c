@@ -404,6 +404,66 @@ START_TEST(test_daemon_closes_mid_frame)
 }
 END_TEST
 
+/* --- a daemon that sends a malformed frame ---------------------------------------------- */
+
+enum {
+        BAD_FD_MISSING,   /* the header says 1 fd, none came */
+        BAD_FD_UNCLAIMED, /* 1 fd came, the header says none */
+        BAD_MAGIC,
+};
+
+/* Answers CheckLinkStatus with the reply broken as @u[0] says, then closes. */
+static void script_bad_reply(FakeDaemon *d, int fd)
+{
+        _cleanup_free_ uint8_t *buf = NULL;
+        Kvdist__V1__CheckLinkStatusReply r = KVDIST__V1__CHECK_LINK_STATUS_REPLY__INIT;
+        Kvdist__V1__Status st = KVDIST__V1__STATUS__INIT;
+        int efd = -1;
+        FakeFrame f;
+        size_t len;
+
+        EXPECT(d, fake_handshake(d, fd, true) == 0);
+        EXPECT(d, fake_recv(d, fd, &f) == 1);
+        EXPECT(d, f.h.type == KVDIST__V1__MSG_TYPE__MSG_CHECK_LINK_STATUS);
+        r.status = &st;
+        EXPECT(d, fake_pack_reply(&f, &r.base, d->u[0] == BAD_FD_MISSING ? 1 : 0, &buf, &len) == 0);
+        if (d->u[0] == BAD_MAGIC)
+                buf[0] ^= 0xff;
+        if (d->u[0] == BAD_FD_UNCLAIMED) {
+                efd = eventfd(0, EFD_CLOEXEC);
+                EXPECT(d, efd >= 0);
+        }
+        EXPECT(d, fake_send_all(fd, buf, len, efd >= 0 ? &efd : NULL, efd >= 0 ? 1 : 0) == 0);
+        safe_close(efd);
+        fake_frame_done(&f);
+        /* Returning closes the connection. */
+}
+
+static void check_bad_reply(uint64_t how, const char *want)
+{
+        FakeDaemon d;
+        kvd_client *c;
+
+        fake_start(&d, script_bad_reply);
+        d.u[0] = how;
+        c = fake_client_init(&d);
+        ck_assert_int_eq(kvd_check_link_status(c, 2), KVD_E_DAEMON_UNAVAILABLE);
+        ck_assert_str_eq(kvd_last_error(c), want);
+        ck_assert_int_eq(kvd_client_finalize(c), KVD_OK);
+        fake_stop(&d);
+}
+
+/* The detail says what was wrong with the frame. */
+START_TEST(test_daemon_sends_malformed_frame)
+{
+        check_bad_reply(BAD_FD_MISSING,
+                        "kvdistd sent a malformed frame (0 fds for a header saying 1)");
+        check_bad_reply(BAD_FD_UNCLAIMED,
+                        "kvdistd sent a malformed frame (1 fds for a header saying 0)");
+        check_bad_reply(BAD_MAGIC, "kvdistd sent a malformed frame header (Bad message)");
+}
+END_TEST
+
 static Suite *client_ahead_suite(void)
 {
         Suite *s = suite_create("client-ahead");
@@ -415,6 +475,7 @@ static Suite *client_ahead_suite(void)
         tcase_add_test(tc, test_long_reply_then_short);
         tcase_add_test(tc, test_fd_behind_another_reply);
         tcase_add_test(tc, test_daemon_closes_mid_frame);
+        tcase_add_test(tc, test_daemon_sends_malformed_frame);
         /* Generous for sanitizer builds on a loaded machine; nothing here waits on a clock. */
         tcase_set_timeout(tc, 60);
         suite_add_tcase(s, tc);

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libkvdist's frame input (client-lib/rx.c) on a socketpair: frames cut from one read, frames
- * split across reads, payloads longer than the read-ahead buffer, fds given to the frame they
- * came with, and a peer that closes in the middle of a frame. Every read is counted: the point
- * of reading ahead is the system calls it saves.
+ * Frame input with read-ahead (proto/wire.c) read by read, as libkvdist reads kvdistd's replies
+ * (wire_in_cut(), wire_in_recv() with MSG_DONTWAIT), on a socketpair: frames cut from one read,
+ * frames split across reads, payloads longer than the read-ahead buffer, fds given to the frame
+ * they came with, and a peer that closes in the middle of a frame. Every read is counted: the
+ * point of reading ahead is the system calls it saves.
  */
 #include <check.h>
 #include <errno.h>
@@ -15,25 +16,23 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "client-lib/rx.h"
 #include "common/macro.h"
+#include "proto/wire.h"
 
 #define MAX_PAYLOAD (1u << 20)
 
 static int sv[2]; /* sv[0]: the client's end (read through rx), sv[1]: the daemon's */
-static RxState rx;
-static char detail[256];
+static WireIn rx;
 
 static void setup(void)
 {
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-        memset(&rx, 0, sizeof(rx));
-        detail[0] = 0;
+        ck_assert_int_eq(wire_in_init_ahead(&rx), 0);
 }
 
 static void teardown(void)
 {
-        rx_done(&rx);
+        wire_in_done(&rx);
         safe_close(sv[0]);
         safe_close(sv[1]);
 }
@@ -88,28 +87,37 @@ static size_t recv_once(bool *ret_more)
         bool more = false;
         ssize_t n;
 
-        n = rx_recv(&rx, sv[0], MSG_DONTWAIT, &more, detail, sizeof(detail));
-        ck_assert_msg(n > 0, "rx_recv: %zd (%s)", n, detail);
+        n = wire_in_recv(&rx, sv[0], MSG_DONTWAIT, FRAME_MAX_FDS, &more);
+        ck_assert_msg(n > 0, "wire_in_recv: %zd", n);
         if (ret_more)
                 *ret_more = more;
         return (size_t)n;
 }
 
+/* One read that must fail; returns its error. */
+static ssize_t recv_fails(void)
+{
+        bool more = false;
+        ssize_t n;
+
+        n = wire_in_recv(&rx, sv[0], MSG_DONTWAIT, FRAME_MAX_FDS, &more);
+        ck_assert_int_lt(n, 0);
+        return n;
+}
+
 /* The socket holds nothing for the client: a read would find it empty. */
 static void assert_socket_empty(void)
 {
-        bool more;
-
-        ck_assert_int_eq(rx_recv(&rx, sv[0], MSG_DONTWAIT, &more, detail, sizeof(detail)), -EAGAIN);
+        ck_assert_int_eq(recv_fails(), -EAGAIN);
 }
 
 /* The frame in rx is request @id's with @len pattern bytes and @n_fds fds; then it is reset. */
 static void assert_frame(uint64_t id, uint32_t len, size_t n_fds)
 {
-        ck_assert(rx_frame_complete(&rx));
-        ck_assert_uint_eq(rx.h.request_id, id);
-        ck_assert_uint_eq(rx.h.flags, FRAME_FLAG_REPLY);
-        ck_assert_uint_eq(rx.h.length, len);
+        ck_assert_uint_eq(rx.header_len, FRAME_HEADER_SIZE);
+        ck_assert_uint_eq(rx.frame.request_id, id);
+        ck_assert_uint_eq(rx.frame.flags, FRAME_FLAG_REPLY);
+        ck_assert_uint_eq(rx.frame.length, len);
         ck_assert_uint_eq(rx.payload_len, len);
         for (size_t i = 0; i < len; i++)
                 if (rx.payload[i] != pattern(id, i))
@@ -117,12 +125,12 @@ static void assert_frame(uint64_t id, uint32_t len, size_t n_fds)
                                      (unsigned long long)id, i, rx.payload[i], pattern(id, i));
         ck_assert_uint_eq(rx.n_fds, n_fds);
         if (n_fds == 0)
-                rx_frame_reset(&rx);
+                wire_in_reset(&rx);
 }
 
 static int cut(void)
 {
-        return rx_cut(&rx, MAX_PAYLOAD, detail, sizeof(detail));
+        return wire_in_cut(&rx, MAX_PAYLOAD);
 }
 
 /* An eventfd whose counter says @value: a received fd proves what it is by it. */
@@ -226,13 +234,13 @@ START_TEST(test_long_payload)
         len += frame_make(buf + len, 5, 40, 0);
         send_bytes(buf, len, NULL, 0);
 
-        ck_assert_uint_eq(recv_once(&more), RX_AHEAD_SIZE);
+        ck_assert_uint_eq(recv_once(&more), WIRE_AHEAD_SIZE);
         ck_assert(more);
         ck_assert_int_eq(cut(), 0);
-        ck_assert_uint_eq(rx.payload_len, RX_AHEAD_SIZE - FRAME_HEADER_SIZE);
+        ck_assert_uint_eq(rx.payload_len, WIRE_AHEAD_SIZE - FRAME_HEADER_SIZE);
 
         /* straight in: exactly the payload's rest, not a byte of the next frame */
-        ck_assert_uint_eq(recv_once(&more), big - (RX_AHEAD_SIZE - FRAME_HEADER_SIZE));
+        ck_assert_uint_eq(recv_once(&more), big - (WIRE_AHEAD_SIZE - FRAME_HEADER_SIZE));
         ck_assert(more);
         ck_assert_uint_eq(rx.received, first);
         ck_assert_int_eq(cut(), 1);
@@ -253,30 +261,30 @@ END_TEST
  */
 START_TEST(test_payload_at_buffer_size)
 {
-        _cleanup_free_ uint8_t *buf = malloc(FRAME_HEADER_SIZE + RX_AHEAD_SIZE);
+        _cleanup_free_ uint8_t *buf = malloc(FRAME_HEADER_SIZE + WIRE_AHEAD_SIZE);
         size_t len;
 
         ck_assert_ptr_nonnull(buf);
-        len = frame_make(buf, 6, RX_AHEAD_SIZE, 0);
+        len = frame_make(buf, 6, WIRE_AHEAD_SIZE, 0);
         send_bytes(buf, FRAME_HEADER_SIZE, NULL, 0);
         ck_assert_uint_eq(recv_once(NULL), FRAME_HEADER_SIZE);
         ck_assert_int_eq(cut(), 0);
         send_bytes(buf + FRAME_HEADER_SIZE, len - FRAME_HEADER_SIZE, NULL, 0);
-        ck_assert_uint_eq(recv_once(NULL), RX_AHEAD_SIZE);
+        ck_assert_uint_eq(recv_once(NULL), WIRE_AHEAD_SIZE);
         /* straight into the payload: nothing went through the buffer */
         ck_assert_uint_eq(rx.ahead_len, FRAME_HEADER_SIZE);
         ck_assert_int_eq(cut(), 1);
-        assert_frame(6, RX_AHEAD_SIZE, 0);
+        assert_frame(6, WIRE_AHEAD_SIZE, 0);
 
-        len = frame_make(buf, 7, RX_AHEAD_SIZE - 1, 0);
+        len = frame_make(buf, 7, WIRE_AHEAD_SIZE - 1, 0);
         send_bytes(buf, FRAME_HEADER_SIZE, NULL, 0);
         ck_assert_uint_eq(recv_once(NULL), FRAME_HEADER_SIZE);
         ck_assert_int_eq(cut(), 0);
         send_bytes(buf + FRAME_HEADER_SIZE, len - FRAME_HEADER_SIZE, NULL, 0);
-        ck_assert_uint_eq(recv_once(NULL), RX_AHEAD_SIZE - 1);
-        ck_assert_uint_eq(rx.ahead_len, RX_AHEAD_SIZE - 1);
+        ck_assert_uint_eq(recv_once(NULL), WIRE_AHEAD_SIZE - 1);
+        ck_assert_uint_eq(rx.ahead_len, WIRE_AHEAD_SIZE - 1);
         ck_assert_int_eq(cut(), 1);
-        assert_frame(7, RX_AHEAD_SIZE - 1, 0);
+        assert_frame(7, WIRE_AHEAD_SIZE - 1, 0);
         assert_socket_empty();
 }
 END_TEST
@@ -311,7 +319,7 @@ START_TEST(test_fds_go_with_their_frame)
         ck_assert_int_eq(cut(), 1);
         assert_frame(2, 8, 1);
         ck_assert_uint_eq(counter_of(rx.fds[0]), 7);
-        rx_frame_reset(&rx);
+        wire_in_reset(&rx);
         ck_assert_int_eq(cut(), 0);
 
         ck_assert_uint_eq(recv_once(&more), lc);
@@ -334,7 +342,7 @@ START_TEST(test_fds_go_with_their_frame)
         assert_frame(4, 16, 2);
         ck_assert_uint_eq(counter_of(rx.fds[0]), 11);
         ck_assert_uint_eq(counter_of(rx.fds[1]), 13);
-        rx_frame_reset(&rx);
+        wire_in_reset(&rx);
         ck_assert_int_eq(cut(), 0);
         assert_socket_empty();
 }
@@ -351,16 +359,20 @@ START_TEST(test_fds_not_matching_the_header)
         send_bytes(a, la, &e, 1);
         safe_close(e);
         recv_once(NULL);
-        ck_assert_int_eq(cut(), -1);
-        ck_assert_str_eq(detail, "kvdistd sent a malformed frame (1 fds for a header saying 0)");
+        ck_assert_int_eq(cut(), -EBADMSG);
+        ck_assert_uint_eq(rx.n_fds, 1);
+        ck_assert_uint_eq(rx.frame.n_fds, 0);
+        ck_assert_uint_eq(rx.n_next_fds, 0);
         /* the fd is the frame's, closed with it */
-        rx_done(&rx);
+        wire_in_done(&rx);
+        ck_assert_int_eq(wire_in_init_ahead(&rx), 0);
 
         la = frame_make(a, 2, 3, 1);
         send_bytes(a, la, NULL, 0);
         recv_once(NULL);
-        ck_assert_int_eq(cut(), -1);
-        ck_assert_str_eq(detail, "kvdistd sent a malformed frame (0 fds for a header saying 1)");
+        ck_assert_int_eq(cut(), -EBADMSG);
+        ck_assert_uint_eq(rx.n_fds, 0);
+        ck_assert_uint_eq(rx.frame.n_fds, 1);
 }
 END_TEST
 
@@ -376,12 +388,60 @@ START_TEST(test_fds_mid_payload)
         ck_assert_int_eq(cut(), 0);
         send_bytes(a + 50, 100, &e, 1);
         safe_close(e);
-        ck_assert_int_eq(rx_recv(&rx, sv[0], MSG_DONTWAIT, &(bool){false}, detail, sizeof(detail)),
-                         -1);
-        ck_assert_str_eq(detail,
-                         "kvdistd sent a malformed frame (1 fds in the middle of a 200 byte "
-                         "payload)");
+        ck_assert_int_eq(recv_fails(), -EBADMSG);
+        ck_assert_uint_eq(rx.n_stray_fds, 1);
+        ck_assert_uint_eq(rx.frame.length, 200);
         ck_assert_uint_eq(rx.n_next_fds, 0);
+}
+END_TEST
+
+/*
+ * Fds that came with the end of a frame begun in an earlier read, and no frame starting there:
+ * the next frame's header, in a later read, finds them still held and not its own.
+ */
+START_TEST(test_fds_with_no_frame_starting)
+{
+        uint8_t a[64], b[64];
+        size_t la, lb;
+        int e = counter_fd(1);
+
+        la = frame_make(a, 1, 5, 0);
+        lb = frame_make(b, 2, 5, 0);
+        send_bytes(a, 10, NULL, 0);
+        recv_once(NULL);
+        ck_assert_int_eq(cut(), 0);
+        send_bytes(a + 10, la - 10, &e, 1);
+        safe_close(e);
+        recv_once(NULL);
+        ck_assert_int_eq(cut(), 1);
+        assert_frame(1, 5, 0);
+        ck_assert_int_eq(cut(), 0);
+
+        send_bytes(b, lb, NULL, 0);
+        recv_once(NULL);
+        ck_assert_int_eq(cut(), -EBADMSG);
+        ck_assert_uint_eq(rx.n_next_fds, 1);
+        ck_assert_uint_ge(rx.frame_start, rx.next_fds_end);
+}
+END_TEST
+
+/* Fds of a second read while those of the first still wait for their header: no frame's. */
+START_TEST(test_fds_before_the_last_taken)
+{
+        uint8_t a[64];
+        int e1 = counter_fd(1), e2 = counter_fd(2);
+
+        frame_make(a, 1, 0, 1);
+        send_bytes(a, 4, &e1, 1);
+        safe_close(e1);
+        recv_once(NULL);
+        ck_assert_int_eq(cut(), 0);
+        send_bytes(a + 4, 4, &e2, 1);
+        safe_close(e2);
+        ck_assert_int_eq(recv_fails(), -EBADMSG);
+        ck_assert_uint_eq(rx.n_stray_fds, 1);
+        ck_assert_uint_eq(rx.n_next_fds, 1);
+        ck_assert_uint_eq(counter_of(rx.next_fds[0]), 1);
 }
 END_TEST
 
@@ -399,50 +459,51 @@ START_TEST(test_done_closes_held_fds)
         ck_assert_uint_eq(rx.n_next_fds, 1);
         held = rx.next_fds[0];
         ck_assert_uint_eq(counter_of(held), 5);
-        rx_done(&rx);
+        wire_in_done(&rx);
         ck_assert_int_eq(fcntl(held, F_GETFD), -1);
         ck_assert_int_eq(errno, EBADF);
 }
 END_TEST
+
+/*
+ * Sends @len bytes of @buf and closes the stream; reads them, cuts the whole frame among them
+ * first (request 1's, 10 bytes) when @whole, and finds the end of the stream with what was read
+ * of the next frame still there to say where.
+ */
+static void read_then_end(const uint8_t *buf, size_t len, bool whole)
+{
+        send_bytes(buf, len, NULL, 0);
+        (void)shutdown(sv[1], SHUT_WR);
+        recv_once(NULL);
+        if (whole) {
+                ck_assert_int_eq(cut(), 1);
+                assert_frame(1, 10, 0);
+        }
+        ck_assert_int_eq(cut(), 0);
+        ck_assert_int_eq(recv_fails(), -ECONNRESET);
+}
 
 /* The peer closes in the middle of a header, of a payload, and between frames. */
 START_TEST(test_closed_mid_frame)
 {
         uint8_t a[64] = {};
         size_t la;
-        bool more;
 
         la = frame_make(a, 1, 10, 0);
-        send_bytes(a, la + 15, NULL, 0); /* a whole, then 15 bytes of the next header */
-        (void)shutdown(sv[1], SHUT_WR);
-        recv_once(NULL);
-        ck_assert_int_eq(cut(), 1);
-        assert_frame(1, 10, 0);
-        ck_assert_int_eq(cut(), 0);
-        ck_assert_int_eq(rx_recv(&rx, sv[0], MSG_DONTWAIT, &more, detail, sizeof(detail)), -1);
-        ck_assert_str_eq(detail, "kvdistd closed the connection in the middle of a frame (15 of "
-                                 "24 header bytes)");
+        read_then_end(a, la + 15, true); /* a whole, then 15 bytes of the next header */
+        ck_assert_uint_eq(rx.header_len, 15);
         teardown();
 
         setup();
-        send_bytes(a, FRAME_HEADER_SIZE + 3, NULL, 0);
-        (void)shutdown(sv[1], SHUT_WR);
-        recv_once(NULL);
-        ck_assert_int_eq(cut(), 0);
-        ck_assert_int_eq(rx_recv(&rx, sv[0], MSG_DONTWAIT, &more, detail, sizeof(detail)), -1);
-        ck_assert_str_eq(detail, "kvdistd closed the connection in the middle of a frame (3 of "
-                                 "10 payload bytes)");
+        read_then_end(a, FRAME_HEADER_SIZE + 3, false);
+        ck_assert_uint_eq(rx.header_len, FRAME_HEADER_SIZE);
+        ck_assert_uint_eq(rx.payload_len, 3);
+        ck_assert_uint_eq(rx.frame.length, 10);
         teardown();
 
         setup();
-        send_bytes(a, la, NULL, 0);
-        (void)shutdown(sv[1], SHUT_WR);
-        recv_once(NULL);
-        ck_assert_int_eq(cut(), 1);
-        assert_frame(1, 10, 0);
-        ck_assert_int_eq(cut(), 0);
-        ck_assert_int_eq(rx_recv(&rx, sv[0], MSG_DONTWAIT, &more, detail, sizeof(detail)), -1);
-        ck_assert_str_eq(detail, "kvdistd closed the connection");
+        read_then_end(a, la, true);
+        ck_assert_uint_eq(rx.header_len, 0);
 }
 END_TEST
 
@@ -454,16 +515,15 @@ START_TEST(test_bad_header)
         header_make(a, 1, MAX_PAYLOAD + 1, 0);
         send_bytes(a, FRAME_HEADER_SIZE, NULL, 0);
         recv_once(NULL);
-        ck_assert_int_eq(cut(), -1);
-        ck_assert_ptr_nonnull(strstr(detail, "kvdistd sent a malformed frame header"));
+        ck_assert_int_eq(cut(), -EMSGSIZE);
         ck_assert_ptr_null(rx.payload);
 }
 END_TEST
 
-static Suite *client_rx_suite(void)
+static Suite *wire_in_suite(void)
 {
-        Suite *s = suite_create("client-rx");
-        TCase *tc = tcase_create("rx");
+        Suite *s = suite_create("wire-in");
+        TCase *tc = tcase_create("read-by-read");
 
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_frames_in_one_read);
@@ -473,6 +533,8 @@ static Suite *client_rx_suite(void)
         tcase_add_test(tc, test_fds_go_with_their_frame);
         tcase_add_test(tc, test_fds_not_matching_the_header);
         tcase_add_test(tc, test_fds_mid_payload);
+        tcase_add_test(tc, test_fds_with_no_frame_starting);
+        tcase_add_test(tc, test_fds_before_the_last_taken);
         tcase_add_test(tc, test_done_closes_held_fds);
         tcase_add_test(tc, test_closed_mid_frame);
         tcase_add_test(tc, test_bad_header);
@@ -482,7 +544,7 @@ static Suite *client_rx_suite(void)
 
 int main(void)
 {
-        SRunner *sr = srunner_create(client_rx_suite());
+        SRunner *sr = srunner_create(wire_in_suite());
         int failed;
 
         srunner_run_all(sr, CK_NORMAL);
