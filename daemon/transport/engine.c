@@ -616,6 +616,40 @@ int engine_submit_take(Engine *e, EngineCopy *copies, size_t n, size_t slice, en
         return r;
 }
 
+/*
+ * A task whose first job is a step of its own, t->prep (set by the caller): a prepare step,
+ * queued with the copies, or background work, queued on the idle list. Takes @t; -ESHUTDOWN.
+ */
+static int engine_queue_step(Engine *e, EngineTask *t, EngineTask **ret)
+{
+        bool background = t->prep.step;
+
+        t->engine = e;
+        clist_init(&t->link_done);
+        atomic_init(&t->cancel, false);
+        atomic_init(&t->bytes_done, 0);
+        t->slice = ENGINE_DEFAULT_SLICE;
+        t->prep.task = t;
+        t->jobs = t->jobs_inline;
+
+        pthread_mutex_lock(&e->lock);
+        if (e->stopping) {
+                pthread_mutex_unlock(&e->lock);
+                free(t);
+                return -ESHUTDOWN;
+        }
+        clist_link_tail(background ? &e->idle : &e->jobs, &t->prep.link);
+        t->n_pending = 1;
+        /* a thread that runs a step takes the next itself */
+        if (!e->held && !(background && e->stepping))
+                pthread_cond_signal(&e->cond);
+        pthread_mutex_unlock(&e->lock);
+
+        if (ret)
+                *ret = t;
+        return 0;
+}
+
 int engine_submit_prepare(Engine *e, engine_prepare_fn prepare, void *prepare_data,
                           engine_done_fn done, void *userdata, EngineTask **ret)
 {
@@ -626,33 +660,12 @@ int engine_submit_prepare(Engine *e, engine_prepare_fn prepare, void *prepare_da
         t = calloc(1, sizeof(EngineTask));
         if (!t)
                 return -ENOMEM;
-        t->engine = e;
-        clist_init(&t->link_done);
-        atomic_init(&t->cancel, false);
-        atomic_init(&t->bytes_done, 0);
         t->done = done;
         t->userdata = userdata;
-        t->slice = ENGINE_DEFAULT_SLICE;
         t->prepare = prepare;
         t->prepare_data = prepare_data;
-        t->prep = (EngineJob){.task = t, .prepare = true};
-        t->jobs = t->jobs_inline;
-
-        pthread_mutex_lock(&e->lock);
-        if (e->stopping) {
-                pthread_mutex_unlock(&e->lock);
-                free(t);
-                return -ESHUTDOWN;
-        }
-        clist_link_tail(&e->jobs, &t->prep.link);
-        t->n_pending = 1;
-        if (!e->held)
-                pthread_cond_signal(&e->cond);
-        pthread_mutex_unlock(&e->lock);
-
-        if (ret)
-                *ret = t;
-        return 0;
+        t->prep = (EngineJob){.prepare = true};
+        return engine_queue_step(e, t, ret);
 }
 
 int engine_submit_background(Engine *e, engine_step_fn step, void *step_data, engine_done_fn done,
@@ -665,32 +678,12 @@ int engine_submit_background(Engine *e, engine_step_fn step, void *step_data, en
         t = calloc(1, sizeof(EngineTask));
         if (!t)
                 return -ENOMEM;
-        t->engine = e;
-        clist_init(&t->link_done);
-        atomic_init(&t->cancel, false);
-        atomic_init(&t->bytes_done, 0);
         t->done = done;
         t->userdata = userdata;
         t->step = step;
         t->step_data = step_data;
-        t->prep = (EngineJob){.task = t, .step = true};
-        t->jobs = t->jobs_inline;
-
-        pthread_mutex_lock(&e->lock);
-        if (e->stopping) {
-                pthread_mutex_unlock(&e->lock);
-                free(t);
-                return -ESHUTDOWN;
-        }
-        clist_link_tail(&e->idle, &t->prep.link);
-        t->n_pending = 1;
-        if (!e->held && !e->stepping)
-                pthread_cond_signal(&e->cond);
-        pthread_mutex_unlock(&e->lock);
-
-        if (ret)
-                *ret = t;
-        return 0;
+        t->prep = (EngineJob){.step = true};
+        return engine_queue_step(e, t, ret);
 }
 
 void engine_cancel(EngineTask *task)
