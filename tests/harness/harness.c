@@ -972,6 +972,30 @@ int harness_run(const char *const *argv, char **ret_stdout, char **ret_stderr)
         return wait_status_to_code(status);
 }
 
+long harness_proc_mapped_kib(pid_t pid, const char *name)
+{
+        char path[64], line[512];
+        bool matching = false;
+        long sum = 0;
+        FILE *f;
+
+        (void)snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+        f = fopen(path, "re");
+        if (!f)
+                return -errno;
+        while (fgets(line, sizeof(line), f)) {
+                unsigned long start, end;
+
+                /* a mapping's first line: "start-end perms offset dev inode [path]" */
+                if (sscanf(line, "%lx-%lx ", &start, &end) == 2)
+                        matching = strstr(line, name) != NULL;
+                else if (matching && strncmp(line, "Rss:", 4) == 0)
+                        sum += strtol(line + 4, NULL, 10);
+        }
+        fclose(f);
+        return sum;
+}
+
 long harness_proc_status_kib(pid_t pid, const char *field)
 {
         char path[64], line[256];

@@ -247,3 +247,11 @@ int harness_run(const char *const *argv, char **ret_stdout, char **ret_stderr);
 
 /* A "kB" field of /proc/@pid/status ("VmPeak", "VmRSS"), or a negative errno. */
 long harness_proc_status_kib(pid_t pid, const char *field);
+
+/*
+ * The resident KiB of the mappings of @pid whose path contains @name ("memfd:kv"), from
+ * /proc/@pid/smaps: counted over the page tables, so exact at once (the RssShmem of
+ * /proc/PID/status lags by up to 64 faults a thread on kernels before 6.2). A negative errno when
+ * unreadable.
+ */
+long harness_proc_mapped_kib(pid_t pid, const char *name);

@@ -251,39 +251,38 @@ START_TEST(test_engine_mem_remote)
 }
 END_TEST
 
-/* kvdistd's shared-memory pages, from its /proc status; fails the test when it cannot be read. */
-static long daemon_shmem_kib(const World *w)
+/* What kvdistd has mapped of memfds named @name; fails the test when it cannot be read. */
+static long daemon_mapped_kib(const World *w, const char *name)
 {
-        long kib = harness_proc_status_kib(w->d.pid, "RssShmem");
+        long kib = harness_proc_mapped_kib(w->d.pid, name);
 
         ck_assert_int_ge(kib, 0);
         return kib;
 }
 
-/* Waits until kvdistd maps @kib KiB of shared memory more than @before; returns what it maps. */
-static long wait_daemon_shmem(const World *w, long before, long kib)
+/* Waits until kvdistd maps @kib KiB of the memfds named @name; returns what it maps. */
+static long wait_daemon_mapped(const World *w, const char *name, long kib)
 {
         uint64_t deadline = harness_now_ms() + (uint64_t)harness_wait_ms();
         long now;
 
-        while ((now = daemon_shmem_kib(w)) - before < kib && harness_now_ms() < deadline)
+        while ((now = daemon_mapped_kib(w, name)) < kib && harness_now_ms() < deadline)
                 (void)usleep(10 * 1000);
-        ck_assert_msg(now - before >= kib,
-                      "kvdistd maps %ld KiB more, not %ld, with no transfer to make it",
-                      now - before, kib);
+        ck_assert_msg(now >= kib,
+                      "kvdistd maps %ld KiB of %s, not %ld, with no transfer to make it", now, name,
+                      kib);
         return now;
 }
 
 /*
  * Registered memory is mapped into kvdistd ahead of the first transfer: the pages the engine has
- * written show up in kvdistd's resident shared memory without any transfer, and the pages it has
- * not are not allocated by kvdistd (the file's block count stays). Its bytes stay the engine's.
- * kvd_mem_alloc() memory, whose pages are all allocated, is mapped whole.
+ * written, and only those, show up in kvdistd's mapping of the file without any transfer, and
+ * the pages it has not are not allocated by kvdistd (the file's block count stays). Its bytes
+ * stay the engine's. kvd_mem_alloc() memory, whose pages are all allocated, is mapped whole.
  */
 START_TEST(test_engine_mem_mapped_ahead)
 {
         enum { SIZE = 64 << 20, WRITTEN = 24 << 20, ALLOC = 16 << 20 };
-        long before, now;
         struct stat st0, st1;
         void *mem;
         uint64_t id;
@@ -301,12 +300,11 @@ START_TEST(test_engine_mem_mapped_ahead)
         }
         harness_fill_pattern(m.map, WRITTEN, 121);
         ck_assert_int_eq(fstat(m.fd, &st0), 0);
-        before = daemon_shmem_kib(&w);
+        ck_assert_int_eq(daemon_mapped_kib(&w, "memfd:engine-kv"), 0);
 
         expect_ok(w.a, engine_register(w.a, &m, 0, SIZE, &id));
-        now = wait_daemon_shmem(&w, before, WRITTEN / 1024);
         /* the untouched 40 MiB: neither mapped nor allocated */
-        ck_assert_msg(now - before < WRITTEN / 1024 + 4096, "kvdistd maps %ld KiB", now - before);
+        ck_assert_int_eq(wait_daemon_mapped(&w, "memfd:engine-kv", WRITTEN / 1024), WRITTEN / 1024);
         ck_assert_int_eq(fstat(m.fd, &st1), 0);
         ck_assert_int_eq(st1.st_blocks, st0.st_blocks);
         ck_assert_int_eq(harness_check_pattern(m.map, WRITTEN, 121), -1);
@@ -316,9 +314,8 @@ START_TEST(test_engine_mem_mapped_ahead)
 
         expect_ok(w.a, kvd_mem_unregister(w.a, id));
 
-        now = daemon_shmem_kib(&w);
         expect_ok(w.b, kvd_mem_alloc(w.b, ALLOC, &mem));
-        (void)wait_daemon_shmem(&w, now, ALLOC / 1024);
+        ck_assert_int_eq(wait_daemon_mapped(&w, "memfd:kvdist-region", ALLOC / 1024), ALLOC / 1024);
         expect_ok(w.b, kvd_mem_free(w.b, mem));
         engine_mem_free(&m);
         world_stop(&w);
