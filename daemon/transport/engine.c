@@ -47,8 +47,6 @@ typedef struct EngineJob {
         size_t copy;
         size_t offset;
         size_t bytes;
-        bool prepare; /* the task's prepare step, not bytes */
-        bool step;    /* a background task's next step, not bytes */
 } EngineJob;
 
 struct EngineTask {
@@ -65,12 +63,11 @@ struct EngineTask {
         size_t n_copies;
         /* engine_submit_prepare(): run by a copy thread first, which then makes the jobs */
         engine_prepare_fn prepare;
-        void *prepare_data;
         /* engine_submit_background(): its steps, run while no job waits */
         engine_step_fn step;
-        void *step_data;
-        EngineJob prep; /* the prepare step, or the background task's next step */
-        size_t n_jobs;  /* set under Engine.lock for a prepared task */
+        void *step_data; /* for @prepare or @step */
+        EngineJob prep;  /* the job of @prepare, or of @step's next call; not bytes */
+        size_t n_jobs;   /* set under Engine.lock for a prepared task */
         EngineJob *jobs;
         EngineJob jobs_inline[];
 };
@@ -178,7 +175,7 @@ static void task_prepare(Engine *e, EngineTask *t)
         size_t n = 0, total = 0, job_bytes = 0, n_jobs = 0;
         bool ok = false;
 
-        if (!atomic_load(&t->cancel) && t->prepare(t->prepare_data, &copies, &n) >= 0 &&
+        if (!atomic_load(&t->cancel) && t->prepare(t->step_data, &copies, &n) >= 0 &&
             copies_total(copies, n, &total) >= 0) {
                 job_bytes = engine_job_bytes(e, total, &n_jobs);
                 jobs = n_jobs > 0 ? calloc(n_jobs, sizeof(EngineJob)) : NULL;
@@ -256,12 +253,11 @@ static void *engine_thread(void *userdata)
                 clist_unlink(&job->link);
                 pthread_mutex_unlock(&e->lock);
 
-                if (job->prepare) {
-                        task_prepare(e, job->task);
-                        continue;
-                }
-                if (job->step) {
-                        task_step(e, job->task);
+                if (job == &job->task->prep) {
+                        if (job->task->prepare)
+                                task_prepare(e, job->task);
+                        else
+                                task_step(e, job->task);
                         continue;
                 }
 
@@ -617,19 +613,30 @@ int engine_submit_take(Engine *e, EngineCopy *copies, size_t n, size_t slice, en
 }
 
 /*
- * A task whose first job is a step of its own, t->prep (set by the caller): a prepare step,
- * queued with the copies, or background work, queued on the idle list. Takes @t; -ESHUTDOWN.
+ * A task whose one job at first is a step of its own (t->prep): @prepare's, queued with the
+ * copies, or, with @step instead, background work, queued on the idle list. -ENOMEM,
+ * -ESHUTDOWN.
  */
-static int engine_queue_step(Engine *e, EngineTask *t, EngineTask **ret)
+static int engine_submit_step(Engine *e, engine_prepare_fn prepare, engine_step_fn step,
+                              void *step_data, engine_done_fn done, void *userdata,
+                              EngineTask **ret)
 {
-        bool background = t->prep.step;
+        EngineTask *t;
 
+        t = calloc(1, sizeof(EngineTask));
+        if (!t)
+                return -ENOMEM;
         t->engine = e;
         clist_init(&t->link_done);
         atomic_init(&t->cancel, false);
         atomic_init(&t->bytes_done, 0);
+        t->done = done;
+        t->userdata = userdata;
         t->slice = ENGINE_DEFAULT_SLICE;
-        t->prep.task = t;
+        t->prepare = prepare;
+        t->step = step;
+        t->step_data = step_data;
+        t->prep = (EngineJob){.task = t};
         t->jobs = t->jobs_inline;
 
         pthread_mutex_lock(&e->lock);
@@ -638,10 +645,10 @@ static int engine_queue_step(Engine *e, EngineTask *t, EngineTask **ret)
                 free(t);
                 return -ESHUTDOWN;
         }
-        clist_link_tail(background ? &e->idle : &e->jobs, &t->prep.link);
+        clist_link_tail(step ? &e->idle : &e->jobs, &t->prep.link);
         t->n_pending = 1;
         /* a thread that runs a step takes the next itself */
-        if (!e->held && !(background && e->stepping))
+        if (!e->held && !(step && e->stepping))
                 pthread_cond_signal(&e->cond);
         pthread_mutex_unlock(&e->lock);
 
@@ -653,37 +660,17 @@ static int engine_queue_step(Engine *e, EngineTask *t, EngineTask **ret)
 int engine_submit_prepare(Engine *e, engine_prepare_fn prepare, void *prepare_data,
                           engine_done_fn done, void *userdata, EngineTask **ret)
 {
-        EngineTask *t;
-
         if (!e || !prepare || !done)
                 return -EINVAL;
-        t = calloc(1, sizeof(EngineTask));
-        if (!t)
-                return -ENOMEM;
-        t->done = done;
-        t->userdata = userdata;
-        t->prepare = prepare;
-        t->prepare_data = prepare_data;
-        t->prep = (EngineJob){.prepare = true};
-        return engine_queue_step(e, t, ret);
+        return engine_submit_step(e, prepare, NULL, prepare_data, done, userdata, ret);
 }
 
 int engine_submit_background(Engine *e, engine_step_fn step, void *step_data, engine_done_fn done,
                              void *userdata, EngineTask **ret)
 {
-        EngineTask *t;
-
         if (!e || !step || !done)
                 return -EINVAL;
-        t = calloc(1, sizeof(EngineTask));
-        if (!t)
-                return -ENOMEM;
-        t->done = done;
-        t->userdata = userdata;
-        t->step = step;
-        t->step_data = step_data;
-        t->prep = (EngineJob){.step = true};
-        return engine_queue_step(e, t, ret);
+        return engine_submit_step(e, NULL, step, step_data, done, userdata, ret);
 }
 
 void engine_cancel(EngineTask *task)
