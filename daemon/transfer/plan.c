@@ -479,18 +479,19 @@ static inline bool list_continues(const uint64_t *list, size_t i)
 }
 
 /*
- * The per-tensor pattern: copies with offsets relative to the start of a tensor, the same for
- * every tensor pair, so the block list is walked once, not once per tensor. A run of entries
+ * The per-tensor pattern of entries [@lo, @hi) of the request (its block list, or the one item):
+ * copies with offsets relative to the start of a tensor, the same for every tensor pair, so the
+ * block list is walked once, not once per tensor. A run of entries
  * where both sides go up by one block is one segment: one copy when it is whole blocks (the item
  * to blocks source is contiguous by construction, and only its last chunk can be partial), else
  * one piece per block, a block stride apart on each side.
  */
-static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
+static int build_pattern(const Ctx *ctx, size_t lo, size_t hi, Plan **ret, Error *err)
 {
         const PlanRequest *req = ctx->req;
         const PlanCache *src = ctx->src, *dst = ctx->dst;
         const uint64_t *src_list = NULL, *dst_list = NULL;
-        size_t n = 1, n_runs = 1, start = 0, k = 0, bytes;
+        size_t n_runs = 1, start = lo, k = 0, bytes;
         bool whole = true;
         uint64_t total = 0;
         Plan *p;
@@ -498,16 +499,13 @@ static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
         if (req->mode == PLAN_BLOCKS) {
                 src_list = req->src_blocks;
                 dst_list = req->dst_blocks;
-                n = req->n_dst_blocks;
                 /* A slice of each block: neighbours are apart by the rest of the block. */
                 whole = ctx->src_slice.length == src->stride &&
                         ctx->dst_slice.length == dst->stride;
-        } else if (req->mode == PLAN_ITEM_TO_BLOCKS) {
+        } else if (req->mode == PLAN_ITEM_TO_BLOCKS)
                 dst_list = req->dst_blocks;
-                n = req->n_dst_blocks;
-        }
         if (dst_list)
-                for (size_t i = 1; i < n; i++)
+                for (size_t i = lo + 1; i < hi; i++)
                         if (!list_continues(dst_list, i) || !list_continues(src_list, i))
                                 n_runs++;
 
@@ -520,11 +518,11 @@ static int build_pattern(const Ctx *ctx, Plan **ret, Error *err)
         p->src_step = src->stride;
         p->dst_step = dst->stride;
 
-        for (size_t i = 1; i <= n; i++) {
+        for (size_t i = lo + 1; i <= hi; i++) {
                 uint64_t so, dof, len, end, count = 1, bytes_run;
                 bool ok;
 
-                if (i < n && list_continues(dst_list, i) && list_continues(src_list, i))
+                if (i < hi && list_continues(dst_list, i) && list_continues(src_list, i))
                         continue;
                 switch (req->mode) {
                 case PLAN_BLOCKS:
@@ -719,7 +717,8 @@ int plan_check(const PlanRequest *req, PlanChecked *ret, Error *err)
         return 0;
 }
 
-int plan_make(const PlanRequest *req, const PlanChecked *checked, Plan **ret, Error *err)
+int plan_make_part(const PlanRequest *req, const PlanChecked *checked, size_t part, size_t n_parts,
+                   Plan **ret, Error *err)
 {
         _cleanup_(plan_freep) Plan *pattern = NULL;
         Ctx ctx = {
@@ -733,13 +732,23 @@ int plan_make(const PlanRequest *req, const PlanChecked *checked, Plan **ret, Er
                 .src_slice = checked->src_slice,
                 .dst_slice = checked->dst_slice,
         };
+        size_t n = req->mode == PLAN_ITEM ? 1 : req->n_dst_blocks;
         int r;
 
-        r = build_pattern(&ctx, &pattern, err);
+        if (n_parts == 0 || part >= n_parts)
+                return error_set(err, STATUS_FAILED, "a transfer plan has no part %zu of %zu", part,
+                                 n_parts);
+        /* n is at most a transfer's blocks, far from SIZE_MAX / n_parts */
+        r = build_pattern(&ctx, n * part / n_parts, n * (part + 1) / n_parts, &pattern, err);
         if (r < 0)
                 return r;
         ctx.pattern = pattern;
         return build_plan(&ctx, ret, err);
+}
+
+int plan_make(const PlanRequest *req, const PlanChecked *checked, Plan **ret, Error *err)
+{
+        return plan_make_part(req, checked, 0, 1, ret, err);
 }
 
 int plan_build(const PlanRequest *req, Plan **ret, Error *err)

@@ -155,6 +155,16 @@ typedef struct PlanChecked {
 int plan_check(const PlanRequest *req, PlanChecked *ret, Error *err);
 int plan_make(const PlanRequest *req, const PlanChecked *checked, Plan **ret, Error *err);
 
+/*
+ * plan_make() of share @part of @n_parts of the request: its block list (or its one item) cut
+ * into @n_parts runs of entries as even as can be, some empty when there are fewer entries than
+ * parts. The parts' plans, in order, copy what plan_make()'s does, each byte once; only copies
+ * that would merge across the cut between two parts stay apart. Parts may be made at once on
+ * several threads.
+ */
+int plan_make_part(const PlanRequest *req, const PlanChecked *checked, size_t part, size_t n_parts,
+                   Plan **ret, Error *err);
+
 /* free() with a name; accepts NULL; returns NULL. */
 Plan *plan_free(Plan *plan);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Plan, plan_free);

@@ -117,6 +117,66 @@ static PlanLayers random_layers(uint32_t n_layers, uint32_t len, bool all)
         return (PlanLayers){first, first + (int32_t)len - 1};
 }
 
+/*
+ * Applies @p from @src to @dst: each segment's pieces, the plan's steps apart, each checked to lie
+ * inside its regions, and no two neighbouring copies that could have been one.
+ */
+static void apply_plan(const Plan *p, Layout *src, Layout *dst, unsigned round)
+{
+        for (size_t i = 0; i < p->n_segments; i++) {
+                const PlanSegment *seg = &p->segments[i];
+                uint64_t src_end = UINT64_MAX, dst_end = UINT64_MAX;
+
+                /* plain checks: a ck_assert per segment would record thousands of locations */
+                if (seg->src_region > 1 || seg->dst_region < 2 || seg->dst_region > 3 ||
+                    seg->len == 0 || seg->count == 0 ||
+                    !plan_pieces_end(seg->src_offset, seg->len, seg->count, p->src_step,
+                                     &src_end) ||
+                    !plan_pieces_end(seg->dst_offset, seg->len, seg->count, p->dst_step,
+                                     &dst_end) ||
+                    src_end > src->region_size[seg->src_region] ||
+                    dst_end > dst->region_size[seg->dst_region - 2])
+                        ck_abort_msg("round %u: segment %zu (%u:%" PRIu64 " -> %u:%" PRIu64
+                                     ", %" PRIu64 " x %" PRIu64 ") is outside its regions",
+                                     round, i, seg->src_region, seg->src_offset, seg->dst_region,
+                                     seg->dst_offset, seg->count, seg->len);
+                for (uint64_t k = 0; k < seg->count; k++)
+                        memcpy(dst->regions[seg->dst_region - 2] + seg->dst_offset +
+                                       k * p->dst_step,
+                               src->regions[seg->src_region] + seg->src_offset + k * p->src_step,
+                               seg->len);
+
+                /* merging is maximal: no two neighbouring copies could have been one */
+                if (i > 0) {
+                        const PlanSegment *prev = &p->segments[i - 1];
+
+                        if (prev->count == 1 && seg->count == 1 &&
+                            prev->src_region == seg->src_region &&
+                            prev->dst_region == seg->dst_region &&
+                            prev->src_offset + prev->len == seg->src_offset &&
+                            prev->dst_offset + prev->len == seg->dst_offset)
+                                ck_abort_msg("round %u: segments %zu and %zu were not merged",
+                                             round, i - 1, i);
+                }
+        }
+}
+
+/* Whether @dst's regions hold what @ref does; aborts naming the first byte that differs. */
+static void assert_regions(Layout *dst, uint8_t *const ref[2], unsigned round, PlanMode mode,
+                           const char *what)
+{
+        for (int r = 0; r < 2; r++) {
+                if (memcmp(dst->regions[r], ref[r], dst->region_size[r]) != 0) {
+                        size_t i = 0;
+
+                        while (dst->regions[r][i] == ref[r][i])
+                                i++;
+                        ck_abort_msg("round %u mode %d (%s): region %d byte %zu differs", round,
+                                     (int)mode, what, r, i);
+                }
+        }
+}
+
 static void property_round(unsigned round)
 {
         Layout src, dst;
@@ -130,7 +190,7 @@ static void property_round(unsigned round)
         uint64_t sb[64], db[256], si = 0, di = 0;
         size_t n = 0;
         PlanRequest req = {};
-        uint8_t *ref[2];
+        uint8_t *ref[2], *orig[2];
         uint64_t naive_bytes = 0;
         size_t naive_segments = 0;
         uint32_t s_first, d_first;
@@ -244,8 +304,11 @@ static void property_round(unsigned round)
         /* reference: the naive copy, one block / item / chunk at a time */
         for (int r = 0; r < 2; r++) {
                 ref[r] = malloc(dst.region_size[r] + 1);
+                orig[r] = malloc(dst.region_size[r] + 1);
                 ck_assert_ptr_nonnull(ref[r]);
+                ck_assert_ptr_nonnull(orig[r]);
                 memcpy(ref[r], dst.regions[r], dst.region_size[r]);
+                memcpy(orig[r], dst.regions[r], dst.region_size[r]);
         }
         for (uint32_t k = 0; k < len * tpl; k++) {
                 uint32_t st = s_first + k, dt = d_first + k;
@@ -278,52 +341,46 @@ static void property_round(unsigned round)
                 }
         }
 
-        /* apply the plan: each segment's pieces, the plan's steps apart */
-        for (size_t i = 0; i < p->n_segments; i++) {
-                const PlanSegment *seg = &p->segments[i];
-                uint64_t src_end = UINT64_MAX, dst_end = UINT64_MAX;
+        /* apply the plan */
+        apply_plan(p, &src, &dst, round);
+        assert_regions(&dst, ref, round, mode, "whole");
 
-                /* plain checks: a ck_assert per segment would record thousands of locations */
-                if (seg->src_region > 1 || seg->dst_region < 2 || seg->dst_region > 3 ||
-                    seg->len == 0 || seg->count == 0 ||
-                    !plan_pieces_end(seg->src_offset, seg->len, seg->count, p->src_step,
-                                     &src_end) ||
-                    !plan_pieces_end(seg->dst_offset, seg->len, seg->count, p->dst_step,
-                                     &dst_end) ||
-                    src_end > src.region_size[seg->src_region] ||
-                    dst_end > dst.region_size[seg->dst_region - 2])
-                        ck_abort_msg("round %u: segment %zu (%u:%" PRIu64 " -> %u:%" PRIu64
-                                     ", %" PRIu64 " x %" PRIu64 ") is outside its regions",
-                                     round, i, seg->src_region, seg->src_offset, seg->dst_region,
-                                     seg->dst_offset, seg->count, seg->len);
-                for (uint64_t k = 0; k < seg->count; k++)
-                        memcpy(dst.regions[seg->dst_region - 2] + seg->dst_offset + k * p->dst_step,
-                               src.regions[seg->src_region] + seg->src_offset + k * p->src_step,
-                               seg->len);
+        /* and its shares, as copy threads plan them side by side, onto the first contents:
+         * every byte lands once, whatever share it is in */
+        {
+                size_t n_parts = (size_t)rng_range(2, 5);
+                PlanChecked checked;
+                uint64_t bytes = 0;
+                Error e = ERROR_INIT;
 
-                /* merging is maximal: no two neighbouring copies could have been one */
-                if (i > 0) {
-                        const PlanSegment *prev = &p->segments[i - 1];
+                for (int r = 0; r < 2; r++)
+                        memcpy(dst.regions[r], orig[r], dst.region_size[r]);
+                ck_assert_int_eq(plan_check(&req, &checked, &e), 0);
+                for (size_t k = 0; k < n_parts; k++) {
+                        Plan *q = NULL;
 
-                        if (prev->count == 1 && seg->count == 1 &&
-                            prev->src_region == seg->src_region &&
-                            prev->dst_region == seg->dst_region &&
-                            prev->src_offset + prev->len == seg->src_offset &&
-                            prev->dst_offset + prev->len == seg->dst_offset)
-                                ck_abort_msg("round %u: segments %zu and %zu were not merged",
-                                             round, i - 1, i);
+                        ck_assert_int_eq(plan_make_part(&req, &checked, k, n_parts, &q, &e), 0);
+                        ck_assert_uint_eq(q->src_step, p->src_step);
+                        ck_assert_uint_eq(q->dst_step, p->dst_step);
+                        apply_plan(q, &src, &dst, round);
+                        bytes += q->total_bytes;
+                        plan_free(q);
+                }
+                ck_assert_uint_eq(bytes, p->total_bytes);
+                assert_regions(&dst, ref, round, mode, "in shares");
+                /* a share past the last is refused */
+                {
+                        Plan *none = NULL;
+
+                        ck_assert_int_eq(
+                                plan_make_part(&req, &checked, n_parts, n_parts, &none, &e),
+                                STATUS_FAILED);
+                        ck_assert_ptr_null(none);
                 }
         }
         for (int r = 0; r < 2; r++) {
-                if (memcmp(dst.regions[r], ref[r], dst.region_size[r]) != 0) {
-                        size_t i = 0;
-
-                        while (dst.regions[r][i] == ref[r][i])
-                                i++;
-                        ck_abort_msg("round %u mode %d: region %d byte %zu differs", round,
-                                     (int)mode, r, i);
-                }
                 free(ref[r]);
+                free(orig[r]);
         }
         ck_assert_uint_eq(p->total_bytes, naive_bytes);
         ck_assert_uint_le(p->n_segments, naive_segments);
