@@ -32,6 +32,14 @@
  * instructions, which would keep the control loop from every other client meanwhile.
  */
 #define TRANSFER_PLAN_OFF_LOOP 4096
+/*
+ * Such a transfer is planned in shares of at least this many copies (blocks times tensors), on
+ * as many copy threads side by side, each share copied as soon as it is planned: a thread that
+ * would have waited for the plan plans and copies a share of its own meanwhile.
+ */
+#define TRANSFER_PLAN_PART_COPIES 2048
+/* and in at most this many shares (copy_threads is 4 by default) */
+#define TRANSFER_PLAN_MAX_PARTS 16
 
 const char *transfer_kind_to_string(TransferKind k)
 {
@@ -165,6 +173,11 @@ static Transfer *transfer_free(Transfer *x)
                 region_unref(x->regions[i]);
         plan_free(x->plan);
         free(x->segs);
+        for (size_t k = 0; k < x->n_parts; k++) {
+                plan_free(x->parts[k].plan);
+                free(x->parts[k].segs);
+        }
+        free(x->parts);
         free(x->prep_tensors);
         transfer_request_done(&x->req);
         completion_drop(x->done);
@@ -222,17 +235,37 @@ static void transfer_deliver_notify(Transfer *x)
                           x->id, pull ? "pull" : "push", x->remote_cluster_id);
 }
 
+/* The bytes @x's plan moves and in how many segments: its one plan's, or its shares' together. */
+static uint64_t transfer_planned(const Transfer *x, size_t *ret_segments)
+{
+        uint64_t bytes = 0;
+        size_t n = 0;
+
+        if (x->plan) {
+                *ret_segments = x->plan->n_segments;
+                return x->plan->total_bytes;
+        }
+        for (size_t k = 0; k < x->n_parts; k++)
+                if (x->parts[k].plan) {
+                        bytes += x->parts[k].plan->total_bytes;
+                        n += x->parts[k].plan->n_segments;
+                }
+        *ret_segments = n;
+        return bytes;
+}
+
 /* Sends the client its answer, once: @status and, on failure, x->err (which is set). */
 static void transfer_answer(Transfer *x, int status)
 {
         Completion *done = TAKE_PTR(x->done);
+        size_t n_segments;
 
         if (!done)
                 return;
         if (status == STATUS_OK) {
                 *x->result = (TransferResult){
-                        .bytes = x->plan->total_bytes,
-                        .segments = (uint32_t)x->plan->n_segments,
+                        .bytes = transfer_planned(x, &n_segments),
+                        .segments = (uint32_t)n_segments,
                 };
                 (void)completion_reply_ok(done, -1);
         } else
@@ -244,27 +277,28 @@ static void transfer_on_copied(TransportJob *job, int status)
 {
         Transfer *x = job->userdata;
 
-        /* the copy thread's planning failed: its reason, unless a failure came first */
-        if (status != STATUS_OK && x->prep_err.code != 0 && x->status == STATUS_OK) {
-                x->status = x->prep_err.code;
-                x->err = x->prep_err;
-        }
+        /* a copy thread's planning failed: its reason, unless a failure came first */
+        for (size_t k = 0; k < x->n_parts && status != STATUS_OK; k++)
+                if (x->parts[k].err.code != 0 && x->status == STATUS_OK) {
+                        x->status = x->parts[k].err.code;
+                        x->err = x->parts[k].err;
+                }
         transfer_complete(x, status);
 }
 
 /*
- * Resolves the plan of a transfer between two clusters of this daemon into x->segs and hands
- * them to x->job (with the plan's steps between pieces). Every segment is checked against its
- * regions once more, so a planner bug can fail a transfer but never move a byte outside a
- * region. Reads only the plan and the region table.
+ * Resolves @plan, of a transfer between two clusters of this daemon, into *@ret (malloc()ed, the
+ * plan's steps between pieces). Every segment is checked against its regions once more, so a
+ * planner bug can fail a transfer but never move a byte outside a region. Reads only the plan
+ * and the region table.
  */
-static int transfer_local_segments(Transfer *x)
+static int transfer_local_segments(const Transfer *x, const Plan *plan, TransportSegment **ret)
 {
-        const Plan *plan = x->plan;
+        _cleanup_free_ TransportSegment *segs = NULL;
 
         /* every entry is written below before the job starts (no zeroing of a big array) */
-        x->segs = malloc((plan->n_segments ? plan->n_segments : 1) * sizeof(*x->segs));
-        if (!x->segs)
+        segs = malloc((plan->n_segments ? plan->n_segments : 1) * sizeof(*segs));
+        if (!segs)
                 return -ENOMEM;
         for (size_t i = 0; i < plan->n_segments; i++) {
                 const PlanSegment *s = &plan->segments[i];
@@ -280,7 +314,7 @@ static int transfer_local_segments(Transfer *x)
                     !plan_pieces_end(s->dst_offset, s->len, s->count, plan->dst_step, &end) ||
                     end > dst->size)
                         return -EFAULT;
-                x->segs[i] = (TransportSegment){
+                segs[i] = (TransportSegment){
                         .region = dst,
                         .offset = s->dst_offset,
                         .len = s->len,
@@ -289,44 +323,52 @@ static int transfer_local_segments(Transfer *x)
                         .count = s->count,
                 };
         }
-        x->job.segs = x->segs;
-        x->job.n_segs = plan->n_segments;
-        x->job.local_step = plan->dst_step;
-        x->job.remote_step = plan->src_step;
+        *ret = TAKE_PTR(segs);
         return 0;
 }
 
 /*
- * The prepare step of a big local transfer's job, on a copy thread: lays the plan the loop
- * checked and resolves it into the job's segments. What it reads (the request, the planner's
- * view of both caches, the region table) stays unchanged until the job is done: the caches are
- * busy and the regions referenced. Its failure says why in x->prep_err.
+ * The prepare step of a big local transfer's job, on a copy thread, maybe beside the steps of
+ * the other shares: lays share @part of the plan the loop checked and resolves it into that
+ * share's segments. What it reads (the request, the planner's view of both caches, the region
+ * table) stays unchanged until the job is done: the caches are busy and the regions referenced;
+ * it writes only x->parts[@part]. Its failure says why in that part's err.
  */
-static int transfer_prepare(TransportJob *job)
+static int transfer_prepare(const TransportJob *job, size_t part, size_t n_parts,
+                            TransportPart *ret)
 {
         Transfer *x = job->userdata;
+        TransferPart *p = &x->parts[part];
         int r;
 
-        r = plan_make(&x->prep_req, &x->prep_checked, &x->plan, &x->prep_err);
+        r = plan_make_part(&x->prep_req, &x->prep_checked, part, n_parts, &p->plan, &p->err);
         if (r < 0)
                 return -ENOMEM;
-        r = transfer_local_segments(x);
+        r = transfer_local_segments(x, p->plan, &p->segs);
         if (r < 0) {
-                error_set(&x->prep_err, r == -ENOMEM ? STATUS_OUT_OF_MEMORY : STATUS_FAILED,
+                error_set(&p->err, r == -ENOMEM ? STATUS_OUT_OF_MEMORY : STATUS_FAILED,
                           "transfer %" PRIu64 ": %s", x->id,
                           r == -ENOMEM ? "out of memory for its copy list"
                                        : "its plan does not fit its regions");
                 return r;
         }
+        *ret = (TransportPart){
+                .segs = p->segs,
+                .n_segs = p->plan->n_segments,
+                .local_step = p->plan->dst_step,
+                .remote_step = p->plan->src_step,
+        };
         return 0;
 }
 
 /*
  * Starts the copies of a transfer between two clusters of this daemon: from its plan, or, when
- * the plan is left to a copy thread (no x->plan yet), from transfer_prepare() there.
+ * the plan is left to copy threads (no x->plan yet), from transfer_prepare() there, in shares of
+ * TRANSFER_PLAN_PART_COPIES copies or more.
  */
 static int transfer_local_submit(Transfer *x)
 {
+        uint64_t copies;
         int r;
 
         x->job = (TransportJob){
@@ -335,12 +377,24 @@ static int transfer_local_submit(Transfer *x)
                 .done = transfer_on_copied,
                 .userdata = x,
         };
-        if (!x->plan)
+        if (!x->plan) {
+                copies = (uint64_t)MAX(x->prep_req.n_dst_blocks, (size_t)1) *
+                         x->prep_checked.n_tensors;
+                x->n_parts = (size_t)MAX(copies / TRANSFER_PLAN_PART_COPIES, (uint64_t)1);
+                x->n_parts = MIN(x->n_parts, (size_t)TRANSFER_PLAN_MAX_PARTS);
+                x->parts = calloc(x->n_parts, sizeof(TransferPart));
+                if (!x->parts)
+                        return -ENOMEM;
                 x->job.prepare = transfer_prepare;
-        else {
-                r = transfer_local_segments(x);
+                x->job.prepare_parts = x->n_parts;
+        } else {
+                r = transfer_local_segments(x, x->plan, &x->segs);
                 if (r < 0)
                         return r;
+                x->job.segs = x->segs;
+                x->job.n_segs = x->plan->n_segments;
+                x->job.local_step = x->plan->dst_step;
+                x->job.remote_step = x->plan->src_step;
         }
         return transport_submit(x->transport, &x->job);
 }
@@ -355,7 +409,8 @@ void transfer_complete(Transfer *x, int status)
         hook_list_emit(&root->events, TransferEvents, transfer_done, x, final);
 
         if (final == STATUS_OK) {
-                uint64_t bytes = x->plan->total_bytes;
+                size_t n_segments;
+                uint64_t bytes = transfer_planned(x, &n_segments);
 
                 root->counters.transfers_ok++;
                 if (remote_plan_kind_is_pull(x->kind))

@@ -110,6 +110,13 @@ typedef enum RemotePhase {
         REMOTE_FINISHED,  /* the data plane let go; a push may wait for the peer's word */
 } RemotePhase;
 
+/* A share of a transfer planned on a copy thread: its plan, resolved, or why it failed. */
+typedef struct TransferPart {
+        Plan *plan;
+        TransportSegment *segs;
+        Error err;
+} TransferPart;
+
 struct Transfer {
         TransferRoot *root;
         uint64_t id;
@@ -140,7 +147,8 @@ struct Transfer {
         PlanCache prep_caches[2]; /* source, destination */
         PlanTensor *prep_tensors; /* both caches' tensors, source first */
         PlanChecked prep_checked;
-        Error prep_err;   /* why that planning failed */
+        TransferPart *parts; /* the shares it is planned in, each that thread's alone */
+        size_t n_parts;
         TransportJob job; /* the data job, once submitted */
         int status;       /* the first failure, STATUS_OK while fine */
         Error err;

@@ -40,14 +40,29 @@
  */
 #define ENGINE_REPORT_BYTES ((size_t)1 << 20)
 
-/* A run of bytes of one task: @bytes bytes of the copy list, from copy @copy at @offset. */
+typedef struct EnginePart EnginePart;
+
+/* A run of bytes of one task: @bytes bytes of its part's copy list, from copy @copy at @offset. */
 typedef struct EngineJob {
         CList link; /* on Engine.jobs while queued */
         EngineTask *task;
+        EnginePart *part;
         size_t copy;
         size_t offset;
         size_t bytes;
 } EngineJob;
+
+/*
+ * A share of a task's copies with the jobs cut from it: the whole list of a task submitted with
+ * its copies, one of the lists a prepared task's steps make, side by side.
+ */
+struct EnginePart {
+        EngineJob prep; /* the step that makes @copies, or a background task's next step */
+        EngineCopy *copies;
+        size_t n_copies;
+        size_t n_jobs; /* queued ones; set under Engine.lock for a prepared part */
+        EngineJob *jobs;
+};
 
 struct EngineTask {
         Engine *engine;
@@ -56,19 +71,19 @@ struct EngineTask {
         atomic_size_t bytes_done; /* copied so far, for progress reports */
         size_t n_pending;         /* jobs queued or running; under Engine.lock */
         bool incomplete;          /* some byte was left uncopied; under Engine.lock */
+        int error;                /* the first failed prepare step's; under Engine.lock */
         engine_done_fn done;
         void *userdata;
         size_t slice;
-        EngineCopy *copies;
-        size_t n_copies;
-        /* engine_submit_prepare(): run by a copy thread first, which then makes the jobs */
+        /* engine_submit_prepare(): each part's list made by a copy thread first, which then
+         * makes its jobs */
         engine_prepare_fn prepare;
-        /* engine_submit_background(): its steps, run while no job waits */
+        /* engine_submit_background(): its steps (parts[0].prep), run while no job waits */
         engine_step_fn step;
         void *step_data; /* for @prepare or @step */
-        EngineJob prep;  /* the job of @prepare, or of @step's next call; not bytes */
-        size_t n_jobs;   /* set under Engine.lock for a prepared task */
-        EngineJob *jobs;
+        size_t n_parts;
+        EnginePart *parts; /* &part_inline, or n_parts of their own */
+        EnginePart part_inline;
         EngineJob jobs_inline[];
 };
 
@@ -94,9 +109,13 @@ static EngineTask *task_free(EngineTask *t)
 {
         if (!t)
                 return NULL;
-        free(t->copies);
-        if (t->jobs != t->jobs_inline)
-                free(t->jobs);
+        for (size_t k = 0; k < t->n_parts; k++) {
+                free(t->parts[k].copies);
+                if (t->parts[k].jobs != t->jobs_inline)
+                        free(t->parts[k].jobs);
+        }
+        if (t->parts != &t->part_inline)
+                free(t->parts);
         free(t);
         return NULL;
 }
@@ -127,11 +146,12 @@ static void task_job_finished_locked(Engine *e, EngineTask *t, bool ok)
 static bool job_run(const EngineJob *job)
 {
         EngineTask *t = job->task;
+        const EngineCopy *copies = job->part->copies;
         size_t c = job->copy, off = job->offset, left = job->bytes, unreported = 0;
         bool ok = true;
 
         while (left > 0) {
-                const EngineCopy *cp = &t->copies[c];
+                const EngineCopy *cp = &copies[c];
                 size_t n = MIN(cp->len - off, left);
 
                 if (n == 0) {
@@ -158,33 +178,38 @@ static bool job_run(const EngineJob *job)
         return ok;
 }
 
-static size_t engine_job_bytes(const Engine *e, size_t total, size_t *ret_n_jobs);
-static void task_make_jobs(EngineTask *t, EngineJob *jobs, size_t n_jobs, size_t total,
-                           size_t job_bytes);
+static size_t engine_job_bytes(const Engine *e, size_t total, size_t n_parts, size_t *ret_n_jobs);
+static void part_make_jobs(EngineTask *t, EnginePart *p, EngineJob *jobs, size_t n_jobs,
+                           size_t total, size_t job_bytes);
 static int copies_total(const EngineCopy *copies, size_t n, size_t *ret);
 
 /*
- * A copy thread runs @t's prepare step (the lock not held), then queues the jobs of the copies
- * it made. Returns with the lock held, the step's own job finished. A failed or cancelled step
- * leaves the task incomplete: its callback reports -ECANCELED.
+ * A copy thread runs the prepare step of part @p of @t (the lock not held), then queues the jobs
+ * of the copies it made. Returns with the lock held, the step's own job finished. A failed or
+ * cancelled step leaves the task incomplete: its callback reports the step's error, or
+ * -ECANCELED.
  */
-static void task_prepare(Engine *e, EngineTask *t)
+static void part_prepare(Engine *e, EngineTask *t, EnginePart *p)
 {
         EngineCopy *copies = NULL;
         EngineJob *jobs = NULL;
         size_t n = 0, total = 0, job_bytes = 0, n_jobs = 0;
-        bool ok = false;
+        int r = -ECANCELED;
 
-        if (!atomic_load(&t->cancel) && t->prepare(t->step_data, &copies, &n) >= 0 &&
-            copies_total(copies, n, &total) >= 0) {
-                job_bytes = engine_job_bytes(e, total, &n_jobs);
+        if (!atomic_load(&t->cancel))
+                r = t->prepare(t->step_data, (size_t)(p - t->parts), t->n_parts, &copies, &n);
+        if (r >= 0)
+                r = copies_total(copies, n, &total);
+        if (r >= 0) {
+                job_bytes = engine_job_bytes(e, total, t->n_parts, &n_jobs);
                 jobs = n_jobs > 0 ? calloc(n_jobs, sizeof(EngineJob)) : NULL;
-                ok = n_jobs == 0 || jobs;
+                if (n_jobs > 0 && !jobs)
+                        r = -ENOMEM;
         }
-        if (ok) {
-                t->copies = copies;
-                t->n_copies = n;
-                task_make_jobs(t, jobs, n_jobs, total, job_bytes);
+        if (r >= 0) {
+                p->copies = copies;
+                p->n_copies = n;
+                part_make_jobs(t, p, jobs, n_jobs, total, job_bytes);
         } else {
                 free(copies);
                 free(jobs);
@@ -193,17 +218,19 @@ static void task_prepare(Engine *e, EngineTask *t)
 
         pthread_mutex_lock(&e->lock);
         /* engine_cancel() looks at the jobs, under the lock, once they are queued */
-        t->jobs = jobs ? jobs : t->jobs_inline;
-        if (ok && !atomic_load(&t->cancel) && !e->stopping) {
-                t->n_jobs = n_jobs;
+        p->jobs = jobs;
+        if (r >= 0 && !atomic_load(&t->cancel) && !e->stopping) {
+                p->n_jobs = n_jobs;
                 for (size_t j = 0; j < n_jobs; j++)
-                        clist_link_tail(&e->jobs, &t->jobs[j].link);
+                        clist_link_tail(&e->jobs, &jobs[j].link);
                 t->n_pending += n_jobs;
                 if (n_jobs > 1)
                         pthread_cond_broadcast(&e->cond);
-        } else if (ok && n_jobs > 0)
-                ok = false;
-        task_job_finished_locked(e, t, ok);
+        } else if (r >= 0 && n_jobs > 0)
+                r = -ECANCELED;
+        if (r < 0 && r != -ECANCELED && t->error == 0)
+                t->error = r;
+        task_job_finished_locked(e, t, r >= 0);
 }
 
 /*
@@ -222,7 +249,7 @@ static void task_step(Engine *e, EngineTask *t)
         e->stepping = false;
         /* engine_cancel() unlinks a queued step under the lock: it finds this one unlinked */
         if (r > 0 && !atomic_load(&t->cancel) && !e->stopping) {
-                clist_link_tail(&e->idle, &t->prep.link);
+                clist_link_tail(&e->idle, &t->parts[0].prep.link);
                 return;
         }
         task_job_finished_locked(e, t, r == 0 && !atomic_load(&t->cancel));
@@ -253,9 +280,9 @@ static void *engine_thread(void *userdata)
                 clist_unlink(&job->link);
                 pthread_mutex_unlock(&e->lock);
 
-                if (job == &job->task->prep) {
+                if (job == &job->part->prep) {
                         if (job->task->prepare)
-                                task_prepare(e, job->task);
+                                part_prepare(e, job->task, job->part);
                         else
                                 task_step(e, job->task);
                         continue;
@@ -284,7 +311,7 @@ static void engine_dispatch(Engine *e)
 
                 clist_unlink(&t->link_done);
                 /* No job of t is left, and the lock above ordered its last writes before us. */
-                t->done(t, t->incomplete ? -ECANCELED : 0, t->userdata);
+                t->done(t, !t->incomplete ? 0 : t->error < 0 ? t->error : -ECANCELED, t->userdata);
                 task_free(t);
         }
 }
@@ -403,8 +430,11 @@ int engine_new(struct event_base *base, unsigned n_threads, Engine **ret)
         return 0;
 }
 
-/* The bytes of each job of a task of @total bytes, and their number in *@ret_n_jobs. */
-static size_t engine_job_bytes(const Engine *e, size_t total, size_t *ret_n_jobs)
+/*
+ * The bytes of each job of a part of @total bytes, one of @n_parts, and their number in
+ * *@ret_n_jobs: the parts together make about as many jobs as one list would.
+ */
+static size_t engine_job_bytes(const Engine *e, size_t total, size_t n_parts, size_t *ret_n_jobs)
 {
         size_t job_bytes, per_thread;
 
@@ -413,16 +443,18 @@ static size_t engine_job_bytes(const Engine *e, size_t total, size_t *ret_n_jobs
                 return 0;
         }
         per_thread = (size_t)e->n_threads * ENGINE_JOBS_PER_THREAD;
+        per_thread = MAX(per_thread / n_parts, (size_t)1);
         job_bytes = total / per_thread + (total % per_thread != 0);
         job_bytes = MAX(job_bytes, ENGINE_MIN_JOB_BYTES);
         *ret_n_jobs = total / job_bytes + (total % job_bytes != 0);
         return job_bytes;
 }
 
-/* Cuts the byte stream of @t's copies into jobs of @job_bytes (the last may be shorter). */
-static void task_make_jobs(EngineTask *t, EngineJob *jobs, size_t n_jobs, size_t total,
-                           size_t job_bytes)
+/* Cuts the byte stream of @p's copies into jobs of @job_bytes (the last may be shorter). */
+static void part_make_jobs(EngineTask *t, EnginePart *p, EngineJob *jobs, size_t n_jobs,
+                           size_t total, size_t job_bytes)
 {
+        const EngineCopy *copies = p->copies;
         size_t c = 0, off = 0;
 
         for (size_t j = 0; j < n_jobs; j++) {
@@ -430,12 +462,13 @@ static void task_make_jobs(EngineTask *t, EngineJob *jobs, size_t n_jobs, size_t
                 size_t left = MIN(job_bytes, total);
 
                 /* start past finished and empty copies, so a job never begins at a copy's end */
-                while (off == t->copies[c].len) {
+                while (off == copies[c].len) {
                         c++;
                         off = 0;
                 }
                 *job = (EngineJob){
                         .task = t,
+                        .part = p,
                         .copy = c,
                         .offset = off,
                         .bytes = left,
@@ -443,7 +476,7 @@ static void task_make_jobs(EngineTask *t, EngineJob *jobs, size_t n_jobs, size_t
                 clist_init(&job->link);
                 total -= left;
                 while (left > 0) {
-                        size_t n = MIN(t->copies[c].len - off, left);
+                        size_t n = MIN(copies[c].len - off, left);
 
                         if (n == 0) {
                                 c++;
@@ -456,6 +489,27 @@ static void task_make_jobs(EngineTask *t, EngineJob *jobs, size_t n_jobs, size_t
         }
 }
 
+/* A task of one part with room for @n_jobs jobs, or NULL for want of memory. */
+static EngineTask *task_new(Engine *e, size_t n_jobs, engine_done_fn done, void *userdata)
+{
+        EngineTask *t;
+
+        /* n_jobs <= n_threads * ENGINE_JOBS_PER_THREAD + 1: no overflow */
+        t = calloc(1, sizeof(EngineTask) + n_jobs * sizeof(EngineJob));
+        if (!t)
+                return NULL;
+        t->engine = e;
+        clist_init(&t->link_done);
+        atomic_init(&t->cancel, false);
+        atomic_init(&t->bytes_done, 0);
+        t->done = done;
+        t->userdata = userdata;
+        t->slice = ENGINE_DEFAULT_SLICE;
+        t->n_parts = 1;
+        t->parts = &t->part_inline;
+        return t;
+}
+
 /*
  * A small task, copied here on the loop thread: no copy thread to wake and no eventfd to write.
  * Its callback still runs from the loop, never from engine_submit(): the task goes on the done
@@ -466,15 +520,10 @@ static int engine_submit_inline(Engine *e, const EngineCopy *copies, size_t n, s
 {
         EngineTask *t;
 
-        t = calloc(1, sizeof(EngineTask));
+        t = task_new(e, 0, done, userdata);
         if (!t)
                 return -ENOMEM;
-        t->engine = e;
-        clist_init(&t->link_done);
-        atomic_init(&t->cancel, false);
         atomic_init(&t->bytes_done, total);
-        t->done = done;
-        t->userdata = userdata;
 
         pthread_mutex_lock(&e->lock);
         if (e->stopping) {
@@ -517,27 +566,23 @@ static int engine_queue(Engine *e, EngineCopy *copies, size_t n, size_t total, s
                         engine_done_fn done, void *userdata, EngineTask **ret)
 {
         EngineTask *t;
+        EnginePart *p;
         size_t job_bytes, n_jobs;
 
-        job_bytes = engine_job_bytes(e, total, &n_jobs);
-        /* n_jobs <= n_threads * ENGINE_JOBS_PER_THREAD + 1: no overflow */
-        t = calloc(1, sizeof(EngineTask) + n_jobs * sizeof(EngineJob));
+        job_bytes = engine_job_bytes(e, total, 1, &n_jobs);
+        t = task_new(e, n_jobs, done, userdata);
         if (!t) {
                 free(copies);
                 return -ENOMEM;
         }
-        t->jobs = t->jobs_inline;
-        t->copies = copies;
-        t->engine = e;
-        clist_init(&t->link_done);
-        atomic_init(&t->cancel, false);
-        atomic_init(&t->bytes_done, 0);
-        t->done = done;
-        t->userdata = userdata;
-        t->slice = slice > 0 ? slice : ENGINE_DEFAULT_SLICE;
-        t->n_copies = n;
-        t->n_jobs = n_jobs;
-        task_make_jobs(t, t->jobs, n_jobs, total, job_bytes);
+        if (slice > 0)
+                t->slice = slice;
+        p = t->parts;
+        p->copies = copies;
+        p->n_copies = n;
+        p->jobs = t->jobs_inline;
+        p->n_jobs = n_jobs;
+        part_make_jobs(t, p, p->jobs, n_jobs, total, job_bytes);
 
         pthread_mutex_lock(&e->lock);
         if (e->stopping) {
@@ -551,7 +596,7 @@ static int engine_queue(Engine *e, EngineCopy *copies, size_t n, size_t total, s
                 task_job_finished_locked(e, t, true);
         } else {
                 for (size_t j = 0; j < n_jobs; j++)
-                        clist_link_tail(&e->jobs, &t->jobs[j].link);
+                        clist_link_tail(&e->jobs, &p->jobs[j].link);
                 t->n_pending = n_jobs;
                 if (!e->held) {
                         if (n_jobs == 1)
@@ -613,42 +658,46 @@ int engine_submit_take(Engine *e, EngineCopy *copies, size_t n, size_t slice, en
 }
 
 /*
- * A task whose one job at first is a step of its own (t->prep): @prepare's, queued with the
- * copies, or, with @step instead, background work, queued on the idle list. -ENOMEM,
- * -ESHUTDOWN.
+ * A task whose jobs at first are steps of its own (EnginePart.prep): the @n_parts steps of
+ * @prepare, queued with the copies, or, with @step instead, background work on parts[0], queued
+ * on the idle list. -ENOMEM, -ESHUTDOWN.
  */
-static int engine_submit_step(Engine *e, engine_prepare_fn prepare, engine_step_fn step,
-                              void *step_data, engine_done_fn done, void *userdata,
-                              EngineTask **ret)
+static int engine_submit_step(Engine *e, engine_prepare_fn prepare, size_t n_parts,
+                              engine_step_fn step, void *step_data, engine_done_fn done,
+                              void *userdata, EngineTask **ret)
 {
         EngineTask *t;
 
-        t = calloc(1, sizeof(EngineTask));
+        t = task_new(e, 0, done, userdata);
         if (!t)
                 return -ENOMEM;
-        t->engine = e;
-        clist_init(&t->link_done);
-        atomic_init(&t->cancel, false);
-        atomic_init(&t->bytes_done, 0);
-        t->done = done;
-        t->userdata = userdata;
-        t->slice = ENGINE_DEFAULT_SLICE;
+        if (n_parts > 1) {
+                t->parts = calloc(n_parts, sizeof(EnginePart));
+                if (!t->parts) {
+                        free(t);
+                        return -ENOMEM;
+                }
+        }
+        t->n_parts = n_parts;
         t->prepare = prepare;
         t->step = step;
         t->step_data = step_data;
-        t->prep = (EngineJob){.task = t};
-        t->jobs = t->jobs_inline;
 
         pthread_mutex_lock(&e->lock);
         if (e->stopping) {
                 pthread_mutex_unlock(&e->lock);
-                free(t);
+                task_free(t);
                 return -ESHUTDOWN;
         }
-        clist_link_tail(step ? &e->idle : &e->jobs, &t->prep.link);
-        t->n_pending = 1;
+        for (size_t k = 0; k < n_parts; k++) {
+                t->parts[k].prep = (EngineJob){.task = t, .part = &t->parts[k]};
+                clist_link_tail(step ? &e->idle : &e->jobs, &t->parts[k].prep.link);
+        }
+        t->n_pending = n_parts;
         /* a thread that runs a step takes the next itself */
-        if (!e->held && !(step && e->stepping))
+        if (!e->held && n_parts > 1)
+                pthread_cond_broadcast(&e->cond);
+        else if (!e->held && !(step && e->stepping))
                 pthread_cond_signal(&e->cond);
         pthread_mutex_unlock(&e->lock);
 
@@ -658,11 +707,12 @@ static int engine_submit_step(Engine *e, engine_prepare_fn prepare, engine_step_
 }
 
 int engine_submit_prepare(Engine *e, engine_prepare_fn prepare, void *prepare_data,
-                          engine_done_fn done, void *userdata, EngineTask **ret)
+                          size_t max_parts, engine_done_fn done, void *userdata, EngineTask **ret)
 {
         if (!e || !prepare || !done)
                 return -EINVAL;
-        return engine_submit_step(e, prepare, NULL, prepare_data, done, userdata, ret);
+        max_parts = MIN(MAX(max_parts, (size_t)1), (size_t)e->n_threads);
+        return engine_submit_step(e, prepare, max_parts, NULL, prepare_data, done, userdata, ret);
 }
 
 int engine_submit_background(Engine *e, engine_step_fn step, void *step_data, engine_done_fn done,
@@ -670,7 +720,7 @@ int engine_submit_background(Engine *e, engine_step_fn step, void *step_data, en
 {
         if (!e || !step || !done)
                 return -EINVAL;
-        return engine_submit_step(e, NULL, step, step_data, done, userdata, ret);
+        return engine_submit_step(e, NULL, 1, step, step_data, done, userdata, ret);
 }
 
 void engine_cancel(EngineTask *task)
@@ -685,15 +735,19 @@ void engine_cancel(EngineTask *task)
 
         /* Queued jobs go now, so a cancelled task completes without waiting for its turn. */
         pthread_mutex_lock(&e->lock);
-        if ((task->prepare || task->step) && clist_is_linked(&task->prep.link)) {
-                clist_unlink(&task->prep.link);
-                removed++;
-        }
-        for (size_t j = 0; j < task->n_jobs; j++)
-                if (clist_is_linked(&task->jobs[j].link)) {
-                        clist_unlink(&task->jobs[j].link);
+        for (size_t k = 0; k < task->n_parts; k++) {
+                EnginePart *p = &task->parts[k];
+
+                if ((task->prepare || task->step) && clist_is_linked(&p->prep.link)) {
+                        clist_unlink(&p->prep.link);
                         removed++;
                 }
+                for (size_t j = 0; j < p->n_jobs; j++)
+                        if (clist_is_linked(&p->jobs[j].link)) {
+                                clist_unlink(&p->jobs[j].link);
+                                removed++;
+                        }
+        }
         if (removed > 0) {
                 task->n_pending -= removed - 1;
                 task_job_finished_locked(e, task, false);

@@ -25,7 +25,10 @@ typedef struct EngineCopy {
         size_t len;
 } EngineCopy;
 
-/* Called on the event loop thread: 0 when every byte was copied, -ECANCELED after cancel. */
+/*
+ * Called on the event loop thread: 0 when every byte was copied, -ECANCELED after cancel, a
+ * prepare step's error when it failed (engine_submit_prepare()).
+ */
 typedef void (*engine_done_fn)(EngineTask *task, int status, void *userdata);
 
 /* Starts @n_threads copy threads (1..64) whose completions are dispatched on @base. */
@@ -56,19 +59,25 @@ int engine_submit_take(Engine *e, EngineCopy *copies, size_t n, size_t slice, en
                        void *userdata, EngineTask **ret);
 
 /*
- * Makes a task's copy list off the loop: returns 0 and a malloc()ed array (taken) of *@ret_n
- * copies, or a negative errno. Runs on a copy thread, never on the loop.
+ * Makes share @part of @n_parts of a task's copy list off the loop: returns 0 and a malloc()ed
+ * array (taken) of *@ret_n copies, or a negative errno. Runs on a copy thread, never on the
+ * loop; the shares of one task may be made at once on several threads.
  */
-typedef int (*engine_prepare_fn)(void *userdata, EngineCopy **ret_copies, size_t *ret_n);
+typedef int (*engine_prepare_fn)(void *userdata, size_t part, size_t n_parts,
+                                 EngineCopy **ret_copies, size_t *ret_n);
 
 /*
- * As engine_submit_take(), but the copy list is made by @prepare(@prepare_data) on a copy thread
- * when its turn in the queue comes, so that a list of 100,000 copies costs the loop nothing.
- * A @prepare that fails, or a task cancelled before its copies are queued, completes with
- * -ECANCELED and copies nothing. Never copies on the calling thread.
+ * As engine_submit_take(), but the copy list is made by @prepare(@prepare_data, ...) on copy
+ * threads when its turn in the queue comes, so that a list of 100,000 copies costs the loop
+ * nothing: in up to @max_parts shares (at most one per thread; 0 counts as 1), each made by
+ * whichever thread comes first and copied as soon as it is made, so the threads make a long list
+ * side by side instead of waiting for one of them. A @prepare that fails completes the task with
+ * its error (the first share's to fail), and copies of the other shares may have been made; a
+ * task cancelled before its copies are queued completes with -ECANCELED and copies nothing.
+ * Never copies on the calling thread.
  */
 int engine_submit_prepare(Engine *e, engine_prepare_fn prepare, void *prepare_data,
-                          engine_done_fn done, void *userdata, EngineTask **ret);
+                          size_t max_parts, engine_done_fn done, void *userdata, EngineTask **ret);
 
 /*
  * One step of background work, on a copy thread: 1 when there is more to do, 0 when it is all

@@ -14,10 +14,7 @@
 
 static void shm_on_done(EngineTask *task, int status, void *userdata)
 {
-        TransportJob *job = userdata;
-
-        /* a failed prepare step left its errno in job->error (the engine's lock ordered it) */
-        transport_job_done(job, status < 0 && job->error < 0 ? job->error : status);
+        transport_job_done(userdata, status);
 }
 
 /* The engine's copies of @job's segments, one per span, malloc()ed; their number in *@ret_n. */
@@ -49,18 +46,31 @@ static int shm_copies(const TransportJob *job, EngineCopy **ret, size_t *ret_n)
         return 0;
 }
 
-/* On a copy thread: the job's own prepare step, then its copies. */
-static int shm_prepare(void *userdata, EngineCopy **ret_copies, size_t *ret_n)
+/*
+ * On a copy thread: share @part of @n_parts of the job's segments, laid by the job's own prepare
+ * step, then their copies. The other shares may be laid at the same time on other threads.
+ */
+static int shm_prepare(void *userdata, size_t part, size_t n_parts, EngineCopy **ret_copies,
+                       size_t *ret_n)
 {
-        TransportJob *job = userdata;
+        const TransportJob *job = userdata;
+        TransportJob share;
+        TransportPart p;
         int r;
 
-        r = job->prepare(job);
-        if (r < 0) {
-                job->error = r;
+        r = job->prepare(job, part, n_parts, &p);
+        if (r < 0)
                 return r;
-        }
-        return shm_copies(job, ret_copies, ret_n);
+        /* the share as a job of its own, for the walk over its spans; the job itself is the
+         * loop's meanwhile (it sets job->priv) */
+        share = (TransportJob){
+                .dir = job->dir,
+                .segs = p.segs,
+                .n_segs = p.n_segs,
+                .local_step = p.local_step,
+                .remote_step = p.remote_step,
+        };
+        return shm_copies(&share, ret_copies, ret_n);
 }
 
 static int shm_submit(Transport *t, TransportJob *job)
@@ -71,8 +81,8 @@ static int shm_submit(Transport *t, TransportJob *job)
         int r;
 
         if (job->prepare)
-                r = engine_submit_prepare(t->set->engine, shm_prepare, job, shm_on_done, job,
-                                          &task);
+                r = engine_submit_prepare(t->set->engine, shm_prepare, job, job->prepare_parts,
+                                          shm_on_done, job, &task);
         else {
                 r = shm_copies(job, &copies, &n);
                 if (r < 0)

@@ -19,9 +19,15 @@ int transport_submit(Transport *t, TransportJob *job)
         job->error = 0;
         job->priv = NULL;
         if (job->prepare && !t->ops->prepares) {
-                r = job->prepare(job);
+                TransportPart p;
+
+                r = job->prepare(job, 0, 1, &p);
                 if (r < 0)
                         return r;
+                job->segs = p.segs;
+                job->n_segs = p.n_segs;
+                job->local_step = p.local_step;
+                job->remote_step = p.remote_step;
                 job->prepare = NULL;
         }
         return t->ops->submit(t, job);

@@ -63,6 +63,14 @@ static inline uint64_t transport_segment_pieces(const TransportSegment *s)
         return s->count > 1 ? s->count : 1;
 }
 
+/* A share of a job's segments, as its prepare step lays them (TransportJob.prepare). */
+typedef struct TransportPart {
+        const TransportSegment *segs; /* borrowed, like the job's */
+        size_t n_segs;
+        uint64_t local_step; /* as the job's */
+        uint64_t remote_step;
+} TransportPart;
+
 /*
  * Runs on the control loop once the transport stopped touching the job's memory: @status is
  * STATUS_OK when every byte moved, else transport_status_from_errno() of what stopped it
@@ -89,12 +97,16 @@ struct TransportJob {
         bool hard_deadline;
         transport_done_fn done;
         void *userdata;
-        /* When set, @segs and @n_segs are not given yet: prepare(job) fills them (0 or a negative
-         * errno, which fails the job), on a copy thread where the transport can (the same node),
-         * otherwise in transport_submit(). It may read only what stays unchanged until @done. */
-        int (*prepare)(TransportJob *job);
-        int error;  /* set before @done: 0 or the negative errno */
-        void *priv; /* the transport's, while the job runs */
+        /* When set, @segs, @n_segs and the steps are not given yet: prepare(job, part, n_parts,
+         * ret) lays share @part of @n_parts of them into *@ret (0 or a negative errno, which
+         * fails the job). Where the transport can (the same node) it runs on copy threads, up
+         * to @prepare_parts shares at once, each copied as soon as it is laid; otherwise
+         * transport_submit() runs it as one share into the job itself. It may read only what
+         * stays unchanged until @done, and write only its share's own memory. */
+        int (*prepare)(const TransportJob *job, size_t part, size_t n_parts, TransportPart *ret);
+        size_t prepare_parts; /* the most shares @prepare can lay (0: one) */
+        int error;            /* set before @done: 0 or the negative errno */
+        void *priv;           /* the transport's, while the job runs */
 };
 
 /* The keys a job's segment names for memory a transport registered (zero where none is needed). */
