@@ -303,20 +303,15 @@ out:
 /* Says in @detail why wire_in_cut() refused the frame being read in @rx with @r. */
 static void rx_cut_detail(const WireIn *rx, int r, char *detail, size_t size)
 {
-        FrameHeader h;
-        int k;
-
         if (r == -ENOMEM) {
                 (void)snprintf(detail, size, "out of memory for a %u byte reply from kvdistd",
                                rx->frame.length);
                 return;
         }
-        /* The rest are the header's own errors or, after it passed, its fds' (-EBADMSG both):
-         * decoding it again says which. */
-        k = frame_header_decode(rx->header, CLIENT_MAX_PAYLOAD, &h);
-        if (k < 0)
+        /* The rest are the header's own errors or, after it passed, its fds' (-EBADMSG both) */
+        if (!rx->frame_ok)
                 (void)snprintf(detail, size, "kvdistd sent a malformed frame header (%s)",
-                               strerror(-k));
+                               strerror(-r));
         else if (rx->n_next_fds > 0 && rx->frame_start >= rx->next_fds_end)
                 (void)snprintf(detail, size,
                                "kvdistd sent a malformed frame (%zu fds with no frame starting in "

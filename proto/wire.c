@@ -62,6 +62,7 @@ bool wire_in_has_partial(const WireIn *in)
 void wire_in_reset(WireIn *in)
 {
         in->header_len = 0;
+        in->frame_ok = false;
         free(in->payload);
         in->payload = NULL;
         in->payload_len = 0;
@@ -134,6 +135,7 @@ static int in_frame_begin(WireIn *in, uint32_t max_payload, bool ahead)
         r = frame_header_decode(in->header, max_payload, &in->frame);
         if (r < 0)
                 return r;
+        in->frame_ok = true;
         if (ahead) {
                 r = ahead_claim_fds(in);
                 if (r < 0)

@@ -22,7 +22,8 @@
 typedef struct WireIn {
         uint8_t header[FRAME_HEADER_SIZE];
         size_t header_len;
-        FrameHeader frame; /* valid once the header is complete */
+        FrameHeader frame; /* valid while @frame_ok */
+        bool frame_ok;     /* the header is complete and decoded (not after a bad header) */
         uint8_t *payload;
         size_t payload_len;
         int fds[FRAME_MAX_FDS];

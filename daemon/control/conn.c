@@ -314,9 +314,8 @@ static void conn_on_deadline(evutil_socket_t fd, short what, void *userdata)
                             "%zu of %u payload bytes, %zu fds) did not complete within %d s, "
                             "closing",
                             c->id, (int)c->cred.pid, c->in.header_len, (size_t)FRAME_HEADER_SIZE,
-                            c->in.payload_len,
-                            c->in.header_len == FRAME_HEADER_SIZE ? c->in.frame.length : 0,
-                            c->in.n_fds, CONN_FRAME_TIMEOUT_SEC);
+                            c->in.payload_len, c->in.frame_ok ? c->in.frame.length : 0, c->in.n_fds,
+                            CONN_FRAME_TIMEOUT_SEC);
         } else
                 log_warning("connection %" PRIu64 " (pid %d): no Hello within %d s, closing", c->id,
                             (int)c->cred.pid, CONN_FRAME_TIMEOUT_SEC);
@@ -396,7 +395,13 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
                         if (r == -ECONNRESET)
                                 log_debug("connection %" PRIu64 " (pid %d): closed by peer", c->id,
                                           (int)c->cred.pid);
-                        else if (r != -EBADFD) {
+                        else if (r != -EBADFD && !c->in.frame_ok) {
+                                c->root->counters.frames_malformed++;
+                                log_warning_errno(r,
+                                                  "connection %" PRIu64 " (pid %d): broken "
+                                                  "frame header, closing",
+                                                  c->id, (int)c->cred.pid);
+                        } else if (r != -EBADFD) {
                                 c->root->counters.frames_malformed++;
                                 log_warning_errno(r,
                                                   "connection %" PRIu64 " (pid %d): broken "

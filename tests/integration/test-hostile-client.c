@@ -367,6 +367,35 @@ START_TEST(test_error_reply_to_closed_reader)
 }
 END_TEST
 
+/*
+ * A header that does not decode, after a request that did, is logged as a broken header: the
+ * previous request's header (a status call's) is not named for it.
+ */
+START_TEST(test_broken_header_after_a_request)
+{
+        long malformed0;
+        int fd;
+
+        start_daemon(NULL);
+        malformed0 = counter("frames_malformed");
+        fd = harness_raw_connect(daemon_.socket_path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(raw_attach(fd, 603), 0);
+        send_header(fd, FRAME_VERSION, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, 0, 0,
+                    FRAME_HEADER_SIZE, NULL, 0);
+        ck_assert_int_eq(read_reply_code(fd, 77, NULL, 0), KVD_OK);
+        /* more payload than kvdistd takes in a frame: -EMSGSIZE from the header alone */
+        send_header(fd, FRAME_VERSION, KVDIST__V1__MSG_TYPE__MSG_DAEMON_STATUS, 0, UINT32_MAX,
+                    FRAME_HEADER_SIZE, NULL, 0);
+        ck_assert_int_eq(harness_raw_wait_closed(fd, harness_wait_ms()), 1);
+        wait_log("broken frame header, closing");
+        ck_assert(!harness_daemon_log_contains(&daemon_, "broken frame (type"));
+        ck_assert_int_eq(counter("frames_malformed") - malformed0, 1);
+        close(fd);
+        stop_daemon();
+}
+END_TEST
+
 /* Fds that would keep a connection alive after its client exits. */
 
 typedef struct Attacker {
@@ -1072,6 +1101,7 @@ static Suite *hostile_client_suite(void)
         tc = tcase_create("frames");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_error_reply_to_closed_reader);
+        tcase_add_test(tc, test_broken_header_after_a_request);
         tcase_add_test(tc, test_pipelined_requests_one_write);
         tcase_add_test(tc, test_big_frames_decoded_away);
         tcase_add_test(tc, test_socket_fd_cycle);

@@ -115,6 +115,7 @@ static void assert_socket_empty(void)
 static void assert_frame(uint64_t id, uint32_t len, size_t n_fds)
 {
         ck_assert_uint_eq(rx.header_len, FRAME_HEADER_SIZE);
+        ck_assert(rx.frame_ok);
         ck_assert_uint_eq(rx.frame.request_id, id);
         ck_assert_uint_eq(rx.frame.flags, FRAME_FLAG_REPLY);
         ck_assert_uint_eq(rx.frame.length, len);
@@ -124,8 +125,10 @@ static void assert_frame(uint64_t id, uint32_t len, size_t n_fds)
                         ck_abort_msg("frame %llu: payload byte %zu is %u, not %u",
                                      (unsigned long long)id, i, rx.payload[i], pattern(id, i));
         ck_assert_uint_eq(rx.n_fds, n_fds);
-        if (n_fds == 0)
+        if (n_fds == 0) {
                 wire_in_reset(&rx);
+                ck_assert(!rx.frame_ok);
+        }
 }
 
 static int cut(void)
@@ -360,6 +363,8 @@ START_TEST(test_fds_not_matching_the_header)
         safe_close(e);
         recv_once(NULL);
         ck_assert_int_eq(cut(), -EBADMSG);
+        /* the header itself was sound: what it says stays for the caller's message */
+        ck_assert(rx.frame_ok);
         ck_assert_uint_eq(rx.n_fds, 1);
         ck_assert_uint_eq(rx.frame.n_fds, 0);
         ck_assert_uint_eq(rx.n_next_fds, 0);
@@ -507,16 +512,28 @@ START_TEST(test_closed_mid_frame)
 }
 END_TEST
 
-/* A header that breaks the limits is refused before anything is allocated for it. */
+/*
+ * A header that breaks the limits is refused before anything is allocated for it, and nothing
+ * says a frame was decoded: the frame before it, whose header is still in rx.frame, is not taken
+ * for it in messages.
+ */
 START_TEST(test_bad_header)
 {
-        uint8_t a[FRAME_HEADER_SIZE];
+        uint8_t a[64];
+        size_t la;
 
-        header_make(a, 1, MAX_PAYLOAD + 1, 0);
+        la = frame_make(a, 1, 5, 0);
+        send_bytes(a, la, NULL, 0);
+        recv_once(NULL);
+        ck_assert_int_eq(cut(), 1);
+        assert_frame(1, 5, 0);
+
+        header_make(a, 2, MAX_PAYLOAD + 1, 0);
         send_bytes(a, FRAME_HEADER_SIZE, NULL, 0);
         recv_once(NULL);
         ck_assert_int_eq(cut(), -EMSGSIZE);
         ck_assert_ptr_null(rx.payload);
+        ck_assert(!rx.frame_ok);
 }
 END_TEST
 
