@@ -306,7 +306,8 @@ static int served_prepare(Served *s, const ServedOver *over, const TransferPeerR
                                          "one-sided access here (%s)",
                                          s->cache->id, transport_name(direct));
         }
-        s->segs = calloc(s->plan->n_segments, sizeof(TransportSegment));
+        /* every entry is written by remote_plan_map() (no zeroing of 11 MB for 100,000 blocks) */
+        s->segs = malloc(MAX(s->plan->n_segments, (size_t)1) * sizeof(TransportSegment));
         if (!s->segs)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         r = remote_plan_map(s->plan, s->cache, s->pull,

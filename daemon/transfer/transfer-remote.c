@@ -307,7 +307,8 @@ static int transfer_remote_begin_data(Transfer *x, Peer *p, const TransferPeerAn
                                  m->total_bytes, m->segments, x->plan->total_bytes,
                                  x->plan->n_segments);
 
-        x->segs = calloc(MAX(x->plan->n_segments, (size_t)1), sizeof(TransportSegment));
+        /* every entry is written by remote_plan_map() (no zeroing of 11 MB for 100,000 blocks) */
+        x->segs = malloc(MAX(x->plan->n_segments, (size_t)1) * sizeof(TransportSegment));
         if (!x->segs)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
         r = remote_plan_map(x->plan, cache, local_is_src,
