@@ -105,6 +105,22 @@ static int prep_make(void *userdata, size_t part, size_t n_parts, EngineCopy **r
         return 0;
 }
 
+/* @p over a fresh guarded @dst of @n copies of @len bytes from @src, nothing else set. */
+static void prep_init(Prep *p, Buf *dst, const uint8_t *src, size_t n, size_t len)
+{
+        buf_init(dst, n * len);
+        *p = (Prep){.dst = buf_data(dst), .src = src, .n = n, .len = len};
+}
+
+/* Every copy of @p landed in @dst, nothing around it was written; then @dst goes. */
+static void prep_assert_landed(const Prep *p, Buf *dst)
+{
+        if (!prep_landed(p, 0, p->n))
+                ck_abort_msg("a copy landed wrong");
+        assert_guards(dst);
+        buf_deinit(dst);
+}
+
 /* Runs one prepared task of @p on a new engine of @n_threads threads; its status. */
 static int run_prepared(unsigned n_threads, Prep *p, size_t max_parts)
 {
@@ -144,7 +160,7 @@ START_TEST(test_prepare)
         Engine *e = NULL;
         uint8_t *src = pattern_new((size_t)N * LEN, 11);
         Buf dst, empty;
-        Prep p = {}, p0 = {};
+        Prep p, p0 = {};
         Done d = {}, d0 = {};
         unsigned counter = 0;
 
@@ -152,12 +168,8 @@ START_TEST(test_prepare)
         ck_assert_int_eq(engine_new(base, 2, &e), 0);
         ck_assert_int_eq(engine_submit_prepare(e, NULL, NULL, 1, on_done, NULL, NULL), -EINVAL);
         ck_assert_int_eq(engine_submit_prepare(e, prep_make, NULL, 1, NULL, NULL, NULL), -EINVAL);
-        buf_init(&dst, (size_t)N * LEN);
+        prep_init(&p, &dst, src, N, LEN);
         buf_init(&empty, 64);
-        p.dst = buf_data(&dst);
-        p.src = src;
-        p.n = N;
-        p.len = LEN;
         p0.dst = buf_data(&empty);
         p0.src = src;
         d.counter = d0.counter = &counter;
@@ -172,9 +184,7 @@ START_TEST(test_prepare)
         ck_assert_int_eq(d.status, 0);
         ck_assert_uint_eq(atomic_load(&p.called), 1);
         ck_assert_uint_eq(atomic_load(&p.n_parts), 1);
-        if (!prep_landed(&p, 0, N))
-                ck_abort_msg("a copy landed wrong");
-        assert_guards(&dst);
+        prep_assert_landed(&p, &dst);
         ck_assert_uint_eq(d0.calls, 1);
         ck_assert_int_eq(d0.status, 0);
         ck_assert_uint_eq(atomic_load(&p0.called), 1);
@@ -184,7 +194,6 @@ START_TEST(test_prepare)
         ck_assert_int_eq(event_base_loop(base, EVLOOP_NONBLOCK), 0);
         ck_assert_uint_eq(counter, 2);
         engine_free(e);
-        buf_deinit(&dst);
         buf_deinit(&empty);
         free(src);
         event_base_free(base);
@@ -203,21 +212,14 @@ START_TEST(test_prepare_parts)
 
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
                 Buf dst;
-                Prep p = {};
+                Prep p;
 
-                buf_init(&dst, (size_t)N * LEN);
-                p.dst = buf_data(&dst);
-                p.src = src;
-                p.n = N;
-                p.len = LEN;
+                prep_init(&p, &dst, src, N, LEN);
                 ck_assert_int_eq(run_prepared(cases[c].threads, &p, cases[c].max_parts), 0);
                 ck_assert_uint_eq(atomic_load(&p.called), cases[c].want);
                 ck_assert_uint_eq(atomic_load(&p.n_parts), cases[c].want);
                 ck_assert_uint_eq(atomic_load(&p.parts), (1u << cases[c].want) - 1);
-                if (!prep_landed(&p, 0, N))
-                        ck_abort_msg("case %zu: a copy landed wrong", c);
-                assert_guards(&dst);
-                buf_deinit(&dst);
+                prep_assert_landed(&p, &dst);
         }
         free(src);
 }
@@ -229,21 +231,14 @@ START_TEST(test_prepare_parts_side_by_side)
         enum { N = 4096, LEN = 64 };
         uint8_t *src = pattern_new((size_t)N * LEN, 15);
         Buf dst;
-        Prep p = {};
+        Prep p;
 
-        buf_init(&dst, (size_t)N * LEN);
-        p.dst = buf_data(&dst);
-        p.src = src;
-        p.n = N;
-        p.len = LEN;
+        prep_init(&p, &dst, src, N, LEN);
         p.meet = 2;
         ck_assert_int_eq(run_prepared(2, &p, 2), 0);
         ck_assert_uint_eq(atomic_load(&p.called), 2);
         ck_assert_uint_eq(atomic_load(&p.most), 2);
-        if (!prep_landed(&p, 0, N))
-                ck_abort_msg("a copy landed wrong");
-        assert_guards(&dst);
-        buf_deinit(&dst);
+        prep_assert_landed(&p, &dst);
         free(src);
 }
 END_TEST
@@ -254,20 +249,13 @@ START_TEST(test_prepare_parts_pipelined)
         enum { N = 4096, LEN = 1024 };
         uint8_t *src = pattern_new((size_t)N * LEN, 16);
         Buf dst;
-        Prep p = {};
+        Prep p;
 
-        buf_init(&dst, (size_t)N * LEN);
-        p.dst = buf_data(&dst);
-        p.src = src;
-        p.n = N;
-        p.len = LEN;
+        prep_init(&p, &dst, src, N, LEN);
         p.wait_for_first = true;
         ck_assert_int_eq(run_prepared(2, &p, 2), 0);
         ck_assert(p.saw_first);
-        if (!prep_landed(&p, 0, N))
-                ck_abort_msg("a copy landed wrong");
-        assert_guards(&dst);
-        buf_deinit(&dst);
+        prep_assert_landed(&p, &dst);
         free(src);
 }
 END_TEST
@@ -277,13 +265,9 @@ START_TEST(test_prepare_fails)
         enum { N = 64, LEN = 4096 };
         uint8_t *src = pattern_new((size_t)N * LEN, 12);
         Buf dst;
-        Prep p = {};
+        Prep p;
 
-        buf_init(&dst, (size_t)N * LEN);
-        p.dst = buf_data(&dst);
-        p.src = src;
-        p.n = N;
-        p.len = LEN;
+        prep_init(&p, &dst, src, N, LEN);
         p.fail = -ENOMEM;
         ck_assert_int_eq(run_prepared(2, &p, 1), -ENOMEM);
         ck_assert_uint_eq(atomic_load(&p.called), 1);
@@ -293,8 +277,7 @@ START_TEST(test_prepare_fails)
         /* one share of two fails: the task reports its error; the other share's copies may
          * have landed, each whole, and nothing else */
         buf_deinit(&dst);
-        buf_init(&dst, (size_t)N * LEN);
-        p = (Prep){.dst = buf_data(&dst), .src = src, .n = N, .len = LEN};
+        prep_init(&p, &dst, src, N, LEN);
         p.fail = -EFAULT;
         p.fail_part = 1;
         ck_assert_int_eq(run_prepared(2, &p, 2), -EFAULT);
