@@ -228,8 +228,11 @@ static void part_prepare(Engine *e, EngineTask *t, EnginePart *p)
                         pthread_cond_broadcast(&e->cond);
         } else if (r >= 0 && n_jobs > 0)
                 r = -ECANCELED;
-        if (r < 0 && r != -ECANCELED && t->error == 0)
+        if (r < 0 && r != -ECANCELED && t->error == 0) {
+                /* the task has failed: the other parts need not be made or copied */
                 t->error = r;
+                atomic_store(&t->cancel, true);
+        }
         task_job_finished_locked(e, t, r >= 0);
 }
 

@@ -71,9 +71,10 @@ typedef int (*engine_prepare_fn)(void *userdata, size_t part, size_t n_parts,
  * threads when its turn in the queue comes, so that a list of 100,000 copies costs the loop
  * nothing: in up to @max_parts shares (at most one per thread; 0 counts as 1), each made by
  * whichever thread comes first and copied as soon as it is made, so the threads make a long list
- * side by side instead of waiting for one of them. A @prepare that fails completes the task with
- * its error (the first share's to fail), and copies of the other shares may have been made; a
- * task cancelled before its copies are queued completes with -ECANCELED and copies nothing.
+ * side by side instead of waiting for one of them. A @prepare that fails cancels the task, which
+ * completes with its error (the first share's to fail); copies of the other shares made before
+ * that may have landed. A task cancelled before its copies are queued completes with -ECANCELED
+ * and copies nothing.
  * Never copies on the calling thread.
  */
 int engine_submit_prepare(Engine *e, engine_prepare_fn prepare, void *prepare_data,
