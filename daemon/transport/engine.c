@@ -59,7 +59,6 @@ typedef struct EngineJob {
 struct EnginePart {
         EngineJob prep; /* the step that makes @copies, or a background task's next step */
         EngineCopy *copies;
-        size_t n_copies;
         size_t n_jobs; /* queued ones; set under Engine.lock for a prepared part */
         EngineJob *jobs;
 };
@@ -208,7 +207,6 @@ static void part_prepare(Engine *e, EngineTask *t, EnginePart *p)
         }
         if (r >= 0) {
                 p->copies = copies;
-                p->n_copies = n;
                 part_make_jobs(t, p, jobs, n_jobs, total, job_bytes);
         } else {
                 free(copies);
@@ -510,6 +508,9 @@ static EngineTask *task_new(Engine *e, size_t n_jobs, engine_done_fn done, void 
         t->slice = ENGINE_DEFAULT_SLICE;
         t->n_parts = 1;
         t->parts = &t->part_inline;
+        /* linked only for a prepared or background task, but a list node in every task */
+        t->part_inline.prep = (EngineJob){.task = t, .part = &t->part_inline};
+        clist_init(&t->part_inline.prep.link);
         return t;
 }
 
@@ -582,7 +583,6 @@ static int engine_queue(Engine *e, EngineCopy *copies, size_t n, size_t total, s
                 t->slice = slice;
         p = t->parts;
         p->copies = copies;
-        p->n_copies = n;
         p->jobs = t->jobs_inline;
         p->n_jobs = n_jobs;
         part_make_jobs(t, p, p->jobs, n_jobs, total, job_bytes);
@@ -741,7 +741,7 @@ void engine_cancel(EngineTask *task)
         for (size_t k = 0; k < task->n_parts; k++) {
                 EnginePart *p = &task->parts[k];
 
-                if ((task->prepare || task->step) && clist_is_linked(&p->prep.link)) {
+                if (clist_is_linked(&p->prep.link)) {
                         clist_unlink(&p->prep.link);
                         removed++;
                 }
