@@ -395,19 +395,20 @@ static void conn_on_read(evutil_socket_t fd, short what, void *userdata)
                         if (r == -ECONNRESET)
                                 log_debug("connection %" PRIu64 " (pid %d): closed by peer", c->id,
                                           (int)c->cred.pid);
-                        else if (r != -EBADFD && !c->in.frame_ok) {
+                        else if (r != -EBADFD) {
                                 c->root->counters.frames_malformed++;
-                                log_warning_errno(r,
-                                                  "connection %" PRIu64 " (pid %d): broken "
-                                                  "frame header, closing",
-                                                  c->id, (int)c->cred.pid);
-                        } else if (r != -EBADFD) {
-                                c->root->counters.frames_malformed++;
-                                log_warning_errno(r,
-                                                  "connection %" PRIu64 " (pid %d): broken "
-                                                  "frame (type %u, %u bytes, %u fds), closing",
-                                                  c->id, (int)c->cred.pid, c->in.frame.type,
-                                                  c->in.frame.length, c->in.frame.n_fds);
+                                if (!c->in.frame_ok)
+                                        log_warning_errno(r,
+                                                          "connection %" PRIu64 " (pid %d): "
+                                                          "broken frame header, closing",
+                                                          c->id, (int)c->cred.pid);
+                                else
+                                        log_warning_errno(r,
+                                                          "connection %" PRIu64 " (pid %d): "
+                                                          "broken frame (type %u, %u bytes, %u "
+                                                          "fds), closing",
+                                                          c->id, (int)c->cred.pid, c->in.frame.type,
+                                                          c->in.frame.length, c->in.frame.n_fds);
                         }
                         /* The fds of a refused frame go now, not with the connection. */
                         wire_in_reset(&c->in);
