@@ -32,6 +32,7 @@ static TcpData *tcp_channel_data(const void *channel)
 /* A running job: the data plane borrows its segments until the job's callback. */
 typedef struct TcpJob {
         TcpData *data;
+        size_t n_segs;
         TcpDstSegment segs[]; /* a send reads them as TcpSrcSegment */
 } TcpJob;
 
@@ -43,32 +44,62 @@ static void tcp_on_done(void *userdata, int status)
         transport_job_done(job, status);
 }
 
-static int tcp_submit(Transport *t, TransportJob *job)
+/* The stream's list of @job's spans, in order; the peer lays out its own end the same way. */
+static int tcp_job_new(const TransportJob *job, TcpJob **ret)
 {
-        TcpJob *tj;
         TransportSpan sp;
+        TcpJob *tj;
         size_t n, k = 0;
-        int r;
 
-        if (!job->channel)
-                return -ENOTCONN;
-        r = transport_job_spans(job, &n);
-        if (r < 0)
+        if (transport_job_spans(job, &n) < 0)
                 return -ENOMEM;
-        tj = calloc(1, sizeof(*tj) + (n ? n : 1) * sizeof(tj->segs[0]));
+        tj = malloc(sizeof(*tj) + (n ? n : 1) * sizeof(tj->segs[0]));
         if (!tj)
                 return -ENOMEM;
-        tj->data = tcp_channel_data(job->channel);
-        /* The stream carries the spans in order; the peer lays out its own end the same way. */
+        tj->data = NULL;
+        tj->n_segs = n;
         for (TransportSpanIter it = {job}; transport_span_next(&it, &sp);)
                 tj->segs[k++] = (TcpDstSegment){.dst = sp.local, .len = (size_t)sp.len};
+        *ret = tj;
+        return 0;
+}
+
+/* Off the loop, after the job's prepare step: its list of spans (tcp_submit() takes it). */
+static int tcp_stage(Transport *t, const TransportJob *job, void **ret_priv)
+{
+        TcpJob *tj;
+        int r;
+
+        r = tcp_job_new(job, &tj);
+        if (r < 0)
+                return r;
+        *ret_priv = tj;
+        return 0;
+}
+
+static int tcp_submit(Transport *t, TransportJob *job)
+{
+        TcpJob *tj = job->priv; /* staged off the loop, or built here */
+        int r;
+
+        if (!job->channel) {
+                free(tj);
+                job->priv = NULL;
+                return -ENOTCONN;
+        }
+        if (!tj) {
+                r = tcp_job_new(job, &tj);
+                if (r < 0)
+                        return r;
+        }
+        tj->data = tcp_channel_data(job->channel);
         job->priv = tj;
         if (job->dir == TRANSPORT_READ)
-                r = tcp_data_recv_until(tj->data, job->id, tj->segs, n,
+                r = tcp_data_recv_until(tj->data, job->id, tj->segs, tj->n_segs,
                                         job->hard_deadline ? job->deadline_usec : 0, tcp_on_done,
                                         job);
         else
-                r = tcp_data_send(tj->data, job->id, (const TcpSrcSegment *)tj->segs, n,
+                r = tcp_data_send(tj->data, job->id, (const TcpSrcSegment *)tj->segs, tj->n_segs,
                                   tcp_on_done, job);
         if (r < 0) {
                 job->priv = NULL;
@@ -178,6 +209,7 @@ static const transport_ops tcp_ops = {
         .name = "tcp",
         .caps = {.mapped_only = true, .max_segment = TRANSPORT_SEGMENT_MAX},
         .submit = tcp_submit,
+        .stage = tcp_stage,
         .cancel = tcp_cancel,
         .abandon = tcp_abandon,
         .progress = tcp_progress,

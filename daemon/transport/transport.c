@@ -6,31 +6,111 @@
 #include <string.h>
 
 #include "daemon/memory/cache.h"
+#include "daemon/transport/engine.h"
+#include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
 #include "common/macro.h"
 #include "common/status.h"
 
+/*
+ * A job's prepare step run off the loop for a transport that does not prepare itself: laid (and
+ * staged, where the transport stages) on a copy thread, handed to the transport from the loop.
+ */
+typedef struct Staging {
+        Transport *t;
+        TransportJob *job;
+        EngineTask *task;
+        bool cancelled; /* transport_cancel() came while it was laid: the job is not handed on */
+        void *priv;     /* what the transport's stage() built */
+} Staging;
+
+/* Lays @job as one share into the job itself. */
+static int transport_lay(TransportJob *job)
+{
+        TransportPart p;
+        int r;
+
+        r = job->prepare(job, 0, 1, &p);
+        if (r < 0)
+                return r;
+        job->segs = p.segs;
+        job->n_segs = p.n_segs;
+        job->local_step = p.local_step;
+        job->remote_step = p.remote_step;
+        return 0;
+}
+
+/* On a copy thread: the job's segments, and the transport's own list of them. No copies. */
+static int transport_stage_step(void *userdata, size_t part, size_t n_parts,
+                                EngineCopy **ret_copies, size_t *ret_n)
+{
+        Staging *st = userdata;
+        int r;
+
+        *ret_copies = NULL;
+        *ret_n = 0;
+        r = transport_lay(st->job);
+        if (r < 0)
+                return r;
+        return st->t->ops->stage ? st->t->ops->stage(st->t, st->job, &st->priv) : 0;
+}
+
+/* On the loop: the job is laid (or failed, or was cancelled); the transport takes it now. */
+static void transport_on_staged(EngineTask *task, int status, void *userdata)
+{
+        Staging *st = userdata;
+        TransportJob *job = st->job;
+        Transport *t = st->t;
+        int r = st->cancelled ? -ECANCELED : status;
+
+        job->staging = NULL;
+        job->prepare = NULL;
+        if (r >= 0) {
+                job->priv = TAKE_PTR(st->priv);
+                r = t->ops->submit(t, job);
+                job->submitted = r >= 0;
+        }
+        free(st->priv);
+        free(st);
+        if (r < 0)
+                transport_job_done(job, r);
+}
+
 int transport_submit(Transport *t, TransportJob *job)
 {
+        Engine *engine = t->set ? t->set->engine : NULL;
+        Staging *st;
         int r;
 
         if (!t->ops->submit)
                 return -EOPNOTSUPP;
         job->error = 0;
         job->priv = NULL;
+        job->staging = NULL;
+        job->submitted = false;
+        if (job->prepare && !t->ops->prepares && engine) {
+                st = calloc(1, sizeof(*st));
+                if (!st)
+                        return -ENOMEM;
+                *st = (Staging){.t = t, .job = job};
+                r = engine_submit_prepare(engine, transport_stage_step, st, 1, transport_on_staged,
+                                          st, &st->task);
+                if (r < 0) {
+                        free(st);
+                        return r;
+                }
+                job->staging = st;
+                return 0;
+        }
         if (job->prepare && !t->ops->prepares) {
-                TransportPart p;
-
-                r = job->prepare(job, 0, 1, &p);
+                r = transport_lay(job);
                 if (r < 0)
                         return r;
-                job->segs = p.segs;
-                job->n_segs = p.n_segs;
-                job->local_step = p.local_step;
-                job->remote_step = p.remote_step;
                 job->prepare = NULL;
         }
-        return t->ops->submit(t, job);
+        r = t->ops->submit(t, job);
+        job->submitted = r >= 0;
+        return r;
 }
 
 int transport_progress(Transport *t, const TransportJob *job, uint64_t *ret)
@@ -42,6 +122,14 @@ int transport_progress(Transport *t, const TransportJob *job, uint64_t *ret)
 
 void transport_cancel(Transport *t, TransportJob *job)
 {
+        Staging *st = job->staging;
+
+        if (st) {
+                /* Its completion may be on its way already: it must not hand the job on. */
+                st->cancelled = true;
+                engine_cancel(st->task);
+                return;
+        }
         if (t->ops->cancel)
                 t->ops->cancel(t, job);
 }

@@ -101,12 +101,19 @@ struct TransportJob {
          * ret) lays share @part of @n_parts of them into *@ret (0 or a negative errno, which
          * fails the job). Where the transport can (the same node) it runs on copy threads, up
          * to @prepare_parts shares at once, each copied as soon as it is laid; otherwise
-         * transport_submit() runs it as one share into the job itself. It may read only what
-         * stays unchanged until @done, and write only its share's own memory. */
+         * transport_submit() lays it as one share into the job itself, on a copy thread where
+         * the set has an engine, and hands the job to the transport from the loop once it is
+         * laid (a job that fails there has @submitted false). It may read only what stays
+         * unchanged until @done, and write only its share's own memory. */
         int (*prepare)(const TransportJob *job, size_t part, size_t n_parts, TransportPart *ret);
         size_t prepare_parts; /* the most shares @prepare can lay (0: one) */
         int error;            /* set before @done: 0 or the negative errno */
-        void *priv;           /* the transport's, while the job runs */
+        /* The transport took the job (its submit() succeeded): the other end's job of the same
+         * id is matched. False when it failed or was cancelled before that, so the caller can
+         * settle the other end (transport_abandon()). */
+        bool submitted;
+        void *priv;    /* the transport's, while the job runs */
+        void *staging; /* transport.c's, while @prepare runs off the loop */
 };
 
 /* The keys a job's segment names for memory a transport registered (zero where none is needed). */
@@ -299,6 +306,13 @@ typedef struct transport_ops {
         int (*submit)(Transport *t, TransportJob *job);
         /* submit() runs a job's prepare() itself, off the loop */
         bool prepares;
+        /*
+         * Optional, for a transport that does not prepare: after a job's prepare() laid it, on
+         * the same copy thread, builds what submit() would build from the segments, returned
+         * as one malloc()ed block (free() releases it). submit() then finds it in job->priv.
+         * It must not touch the transport's shared state: submit() does that, on the loop.
+         */
+        int (*stage)(Transport *t, const TransportJob *job, void **ret_priv);
         /* Asks the transport to stop @job as soon as possible; completion still follows. */
         void (*cancel)(Transport *t, TransportJob *job);
         /*
