@@ -126,32 +126,60 @@ static void remote_plan_cache(const RemoteDesc *desc, uint32_t base, PlanTensor 
         };
 }
 
-int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst, Plan **ret,
-                      Error *err)
+int remote_plan_check(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst,
+                      PlanTensor *tensors, PlanCache caches[2], PlanChecked *ret, Error *err)
 {
-        PlanTensor src_tensors[KVD_MAX_TENSORS], dst_tensors[KVD_MAX_TENSORS];
-        PlanCache psrc, pdst;
-
         if (src->num_tensors > KVD_MAX_TENSORS || dst->num_tensors > KVD_MAX_TENSORS ||
             src->units == 0 || dst->units == 0)
                 return error_set(err, STATUS_PARAM_INVALID, "a cache shape is not valid");
-        remote_plan_cache(src, 0, src_tensors, &psrc);
-        remote_plan_cache(dst, src->num_tensors, dst_tensors, &pdst);
-        pr->src = &psrc;
-        pr->dst = &pdst;
-        return plan_build(pr, ret, err);
+        remote_plan_cache(src, 0, tensors, &caches[0]);
+        remote_plan_cache(dst, src->num_tensors, tensors + src->num_tensors, &caches[1]);
+        pr->src = &caches[0];
+        pr->dst = &caches[1];
+        return plan_check(pr, ret, err);
+}
+
+int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst, Plan **ret,
+                      Error *err)
+{
+        PlanTensor tensors[2 * KVD_MAX_TENSORS];
+        PlanCache caches[2];
+        PlanChecked checked;
+        int r;
+
+        r = remote_plan_check(pr, src, dst, tensors, caches, &checked, err);
+        if (r < 0)
+                return r;
+        return plan_make(pr, &checked, ret, err);
+}
+
+int remote_plan_regions(const Cache *cache, Region **regions, uint32_t *n_regions)
+{
+        for (uint32_t t = 0; t < cache->desc.num_tensors; t++) {
+                Region *region = cache->tensors[t].region;
+                bool known = false;
+
+                for (uint32_t k = 0; k < *n_regions && !known; k++)
+                        known = regions[k] == region;
+                if (known)
+                        continue;
+                if (*n_regions >= KVD_MAX_TENSORS)
+                        return -E2BIG;
+                regions[(*n_regions)++] = region_ref(region);
+        }
+        return 0;
 }
 
 int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src, uint32_t n_src_tensors,
-                    TransportSegment *ret_segs, Region **regions, uint32_t *n_regions)
+                    TransportSegment *ret_segs)
 {
+        uint64_t step = cache_is_src ? plan->src_step : plan->dst_step;
+
         for (size_t i = 0; i < plan->n_segments; i++) {
                 const PlanSegment *s = &plan->segments[i];
                 uint32_t t = cache_is_src ? s->src_region : s->dst_region - n_src_tensors;
                 uint64_t off = cache_is_src ? s->src_offset : s->dst_offset, start, end, last;
-                uint64_t step = cache_is_src ? plan->src_step : plan->dst_step;
                 const CacheTensor *ct;
-                bool known = false;
 
                 if (t >= cache->desc.num_tensors)
                         return -EFAULT;
@@ -166,13 +194,6 @@ int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src, uin
                         .len = s->len,
                         .count = s->count,
                 };
-                for (uint32_t k = 0; k < *n_regions && !known; k++)
-                        known = regions[k] == ct->region;
-                if (!known) {
-                        if (*n_regions >= KVD_MAX_TENSORS)
-                                return -E2BIG;
-                        regions[(*n_regions)++] = region_ref(ct->region);
-                }
         }
         return 0;
 }

@@ -55,21 +55,34 @@ void remote_desc_from_cache(const Cache *cache, RemoteDesc *ret);
  */
 int remote_desc_check(const RemoteDesc *desc, RemoteDesc *ret, Error *err);
 
+/*
+ * plan_check() of @pr between caches shaped @src and @dst, described to the planner in @caches
+ * (source, destination) and @tensors (room for both caches' tensors, source first), which @pr
+ * points at: plan_make() of @pr needs them unchanged.
+ */
+int remote_plan_check(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst,
+                      PlanTensor *tensors, PlanCache caches[2], PlanChecked *ret, Error *err);
+
 /* Builds the canonical plan of @pr between caches shaped @src and @dst (plan_build()'s rules). */
 int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst, Plan **ret,
                       Error *err);
 
 /*
+ * References every region @cache's tensors lie in that @regions (room for KVD_MAX_TENSORS;
+ * *@n_regions counts) does not hold yet: what a plan on @cache may touch. -E2BIG past the room.
+ */
+int remote_plan_regions(const Cache *cache, Region **regions, uint32_t *n_regions);
+
+/*
  * Maps one side of canonical @plan onto @cache: the source side when @cache_is_src, else the
  * destination side (whose tensors follow the @n_src_tensors source tensors). Writes
  * plan->n_segments entries to @ret_segs (the daemon's mapping of each segment: local, len and
- * count; the steps between its spans come from remote_plan_job_steps()) and
- * adds every region it touches, referenced, to @regions (room for KVD_MAX_TENSORS; *@n_regions
- * counts). -EFAULT when a segment falls outside its tensor's region (a planner bug, never a byte
- * moved).
+ * count; the steps between its spans come from remote_plan_job_steps()). Reads only @plan and
+ * the cache's tensor table, so it may run off the loop while the cache stays (busy).
+ * -EFAULT when a segment falls outside its tensor's region (a planner bug, never a byte moved).
  */
 int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src, uint32_t n_src_tensors,
-                    TransportSegment *ret_segs, Region **regions, uint32_t *n_regions);
+                    TransportSegment *ret_segs);
 
 /* Sets @job's steps between the spans of a segment for the side remote_plan_map() mapped. */
 void remote_plan_job_steps(const Plan *plan, bool cache_is_src, TransportJob *job);

@@ -310,9 +310,10 @@ static int served_prepare(Served *s, const ServedOver *over, const TransferPeerR
         s->segs = malloc(MAX(s->plan->n_segments, (size_t)1) * sizeof(TransportSegment));
         if (!s->segs)
                 return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        r = remote_plan_map(s->plan, s->cache, s->pull,
-                            s->pull ? ours.num_tensors : theirs.num_tensors, s->segs, s->regions,
-                            &s->n_regions);
+        r = remote_plan_regions(s->cache, s->regions, &s->n_regions);
+        if (r >= 0)
+                r = remote_plan_map(s->plan, s->cache, s->pull,
+                                    s->pull ? ours.num_tensors : theirs.num_tensors, s->segs);
         if (r < 0)
                 return error_set(err, STATUS_FAILED, "the plan does not fit cache %" PRIu64,
                                  s->cache->id);

@@ -140,9 +140,10 @@ struct Transfer {
         Plan *plan;
         uint64_t total_bytes;   /* what the plan moves, known once the request is checked */
         TransportSegment *segs; /* our side of the plan, resolved */
-        /* A big transfer between two clusters of this daemon is planned on a copy thread
-         * (transfer_prepare()) from these, set on the loop before and unchanged until its job
-         * is done; until then @plan and @segs are that thread's. */
+        /* A big transfer between two clusters of this daemon, and every transfer with a peer
+         * daemon, is planned on a copy thread (transfer_prepare(), transfer_remote_prepare())
+         * from these, set on the loop before and unchanged until its job is done; until then
+         * @parts are that thread's. */
         PlanRequest prep_req;
         PlanCache prep_caches[2]; /* source, destination */
         PlanTensor *prep_tensors; /* both caches' tensors, source first */
@@ -157,9 +158,10 @@ struct Transfer {
 
         /* transfers to and from a peer daemon (transfer-remote.c) */
         RemotePhase phase;
-        Peer *peer;       /* the peer, while on its list of transfers */
-        PeerCall *call;   /* REMOTE_REQUESTED: our PeerTransfer */
-        bool remote_done; /* push: the peer said every byte landed (or failed) */
+        uint64_t remote_segments; /* the segments the peer planned (its answer) */
+        Peer *peer;               /* the peer, while on its list of transfers */
+        PeerCall *call;           /* REMOTE_REQUESTED: our PeerTransfer */
+        bool remote_done;         /* push: the peer said every byte landed (or failed) */
         int remote_status;
         uint32_t budget_ms;   /* the time the peer was given for the transfer (PeerTransfer) */
         usec_t answered_usec; /* when the peer's answer came: its deadline ends by then + budget */

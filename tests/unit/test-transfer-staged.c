@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A transfer with a peer daemon whose plan is laid off the loop: the fixture's transport set has
+ * copy threads, so the data job's prepare step runs on one of them and the job reaches the
+ * (fake) stream transport from the loop afterwards. A plan that differs from the peer's, and a
+ * deadline that passes while the plan is being laid, fail the transfer with the peer's stream
+ * kept in step (its job abandoned) and none of our bytes touched.
+ */
+#include "tests/unit/transfer-fixture.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "common/status.h"
+#include "daemon/transport/engine.h"
+#include "tests/harness/harness.h"
+
+#define DST_SEED 0x5eed0002u
+#define PEER_SEED 0x5eed0003u
+#define TENSORS 2
+#define SLOTS 4
+#define ITEM_BYTES (TENSORS * FIXTURE_STRIDE)
+#define REMOTE_CLUSTER 9
+#define REMOTE_CACHE 77
+#define PEER_JOB 555
+
+static TransferFixture fx;
+
+static void setup(void)
+{
+        transfer_fixture_init(&fx);
+        ck_assert_int_eq(engine_new(fx.base, 2, &fx.transports.engine), 0);
+}
+
+static void teardown(void)
+{
+        fx.transports.engine = engine_free(fx.transports.engine);
+        transfer_fixture_done(&fx);
+}
+
+typedef struct Pull {
+        Cluster *a;
+        Cache *cache;
+        Transfer *x;
+        ClientAnswer answer;
+        RemoteDesc remote;
+        TransferPeerAnswer ans;
+} Pull;
+
+/* Cluster 1 pulls slot 3 of the peer's cache into its slot 2; the peer answers with @ans. */
+static void pull_start(Pull *t)
+{
+        TransferRequest req;
+        Error err = ERROR_INIT;
+
+        t->a = transfer_fixture_cluster(&fx, 1);
+        t->cache =
+                transfer_fixture_cache(&fx, t->a, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL, DST_SEED);
+        (void)transfer_fixture_remote_link(&fx, t->a, REMOTE_CLUSTER);
+        req = (TransferRequest){
+                .args = transfer_fixture_item_args(TRANSFER_PULL_CACHE, 2),
+                .key = transfer_fixture_id_index(REMOTE_CLUSTER, REMOTE_CACHE, 3),
+                .local_cache_id = t->cache->id,
+        };
+        transfer_fixture_answer_init(&t->answer);
+        ck_assert_int_eq(
+                transfer_start(&fx.root, t->a, &req, &t->answer.cpl, &t->answer.result, &err), 0);
+        t->x = transfer_fixture_last(&fx);
+        ck_assert_ptr_nonnull(t->x);
+        t->remote = (RemoteDesc){
+                .num_tensors = TENSORS,
+                .tensor_size = SLOTS * FIXTURE_STRIDE,
+                .units = SLOTS,
+        };
+        t->ans = (TransferPeerAnswer){
+                .remote = &t->remote,
+                .remote_index = 3,
+                .total_bytes = ITEM_BYTES,
+                .segments = TENSORS,
+                .job_id = PEER_JOB,
+        };
+}
+
+/* Runs the loop until the job reached the transport or the client was answered (20 s at most). */
+static void run_until_settled(const Pull *t)
+{
+        time_t end = time(NULL) + 20;
+
+        while (fx.tcp->n_submitted == 0 && t->answer.n_replies + t->answer.n_fails == 0) {
+                ck_assert_int_ge(event_base_loop(fx.base, EVLOOP_ONCE | EVLOOP_NONBLOCK), 0);
+                ck_assert_msg(time(NULL) < end, "the data job was neither submitted nor failed");
+                nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        }
+}
+
+/* Our cache is as it was: nothing landed. */
+static void assert_untouched(const Pull *t)
+{
+        _cleanup_free_ uint8_t *image = transfer_fixture_image(t->cache, DST_SEED);
+
+        transfer_fixture_check_image(t->cache, image);
+}
+
+/* The peer's stream was settled: its job's bytes are dropped as they come. */
+static void assert_abandoned(void)
+{
+        ck_assert_uint_eq(fx.tcp->n_submitted, 0);
+        ck_assert_uint_eq(fx.tcp->n_abandoned, 1);
+        ck_assert_ptr_eq(fx.tcp->abandon_channel, fx.peer->data);
+        ck_assert_int_eq(fx.tcp->abandon_dir, TRANSPORT_READ);
+        ck_assert_uint_eq(fx.tcp->abandon_id, PEER_JOB);
+        ck_assert_uint_eq(fx.tcp->abandon_bytes, ITEM_BYTES);
+}
+
+START_TEST(test_staged_pull_lands_every_byte)
+{
+        _cleanup_free_ uint8_t *image = NULL;
+        uint8_t stream[ITEM_BYTES];
+        TransportJob *job;
+        Pull t;
+
+        pull_start(&t);
+        transfer_remote_on_answer(t.x, fx.peer, STATUS_OK, NULL, &t.ans);
+        /* laid on a copy thread: nothing reached the transport from inside the answer */
+        ck_assert_uint_eq(fx.tcp->n_submitted, 0);
+        run_until_settled(&t);
+        ck_assert_uint_eq(fx.tcp->n_submitted, 1);
+        job = fake_transport_job(fx.tcp, 0);
+        ck_assert_int_eq(job->dir, TRANSPORT_READ);
+        ck_assert_uint_eq(job->id, PEER_JOB);
+        ck_assert_uint_eq(job->n_segs, TENSORS);
+        ck_assert(job->submitted);
+
+        harness_fill_pattern(stream, sizeof(stream), PEER_SEED);
+        ck_assert_int_eq(fake_transport_feed(job, stream, sizeof(stream)), 0);
+        fake_transport_complete(fx.tcp, job, 0);
+        ck_assert_uint_eq(t.answer.n_replies, 1);
+        ck_assert_uint_eq(t.answer.result.bytes, ITEM_BYTES);
+        ck_assert_uint_eq(t.answer.result.segments, TENSORS);
+
+        image = transfer_fixture_image(t.cache, DST_SEED);
+        for (uint32_t k = 0; k < TENSORS; k++)
+                harness_fill_pattern_at(image + t.cache->tensors[k].offset + 2 * FIXTURE_STRIDE,
+                                        FIXTURE_STRIDE, PEER_SEED, (uint64_t)k * FIXTURE_STRIDE);
+        transfer_fixture_check_image(t.cache, image);
+        ck_assert(clist_is_empty(&fx.peer->transfers));
+        ck_assert_uint_eq(t.cache->n_busy, 0);
+        ck_assert_uint_eq(fx.root.n_transfers, 0);
+}
+END_TEST
+
+START_TEST(test_staged_pull_other_segments)
+{
+        char want[128];
+        Pull t;
+
+        /* The bytes agree, the segments do not: found only once the plan is laid. */
+        pull_start(&t);
+        t.ans.segments = TENSORS + 1;
+        transfer_remote_on_answer(t.x, fx.peer, STATUS_OK, NULL, &t.ans);
+        ck_assert_uint_eq(t.answer.n_fails, 0);
+        run_until_settled(&t);
+        ck_assert_uint_eq(t.answer.n_fails, 1);
+        ck_assert_int_eq(t.answer.status, STATUS_PROTOCOL_MISMATCH);
+        snprintf(want, sizeof(want),
+                 "the peer planned %d bytes in %d segments, we planned %d in %d", ITEM_BYTES,
+                 TENSORS + 1, ITEM_BYTES, TENSORS);
+        ck_assert_str_eq(t.answer.err.msg, want);
+        assert_abandoned();
+        assert_untouched(&t);
+        ck_assert(clist_is_empty(&fx.peer->transfers));
+        ck_assert_uint_eq(t.cache->n_busy, 0);
+        ck_assert_uint_eq(fx.root.n_transfers, 0);
+}
+END_TEST
+
+START_TEST(test_staged_pull_deadline)
+{
+        Pull t;
+
+        /* The deadline passes while the plan waits for a copy thread. */
+        pull_start(&t);
+        engine_hold(fx.transports.engine, true);
+        transfer_remote_on_answer(t.x, fx.peer, STATUS_OK, NULL, &t.ans);
+        transfer_fixture_expire(&fx, t.x->timer);
+        /* the peer is told to stop: the pull stays on its list until its job is handed on */
+        ck_assert_uint_eq(fx.rec.n_cancels, 1);
+        ck_assert_uint_eq(t.answer.n_fails, 0);
+        engine_hold(fx.transports.engine, false);
+        run_until_settled(&t);
+        ck_assert_uint_eq(t.answer.n_fails, 1);
+        ck_assert_int_eq(t.answer.status, STATUS_TIMEOUT);
+        assert_abandoned();
+        assert_untouched(&t);
+        ck_assert_uint_eq(fx.root.n_transfers, 0);
+}
+END_TEST
+
+static Suite *transfer_staged_suite(void)
+{
+        Suite *s = suite_create("transfer-staged");
+        TCase *tc = tcase_create("staged");
+
+        tcase_set_timeout(tc, 120);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_staged_pull_lands_every_byte);
+        tcase_add_test(tc, test_staged_pull_other_segments);
+        tcase_add_test(tc, test_staged_pull_deadline);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *sr = srunner_create(transfer_staged_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
