@@ -6,6 +6,7 @@
 
 #include <kvdist/kvdist.h>
 
+#include "common/macro.h"
 #include "daemon/memory/region.h"
 #include "daemon/transfer/remote-plan.h"
 #include "common/status.h"
@@ -196,6 +197,52 @@ int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src, uin
                 };
         }
         return 0;
+}
+
+int remote_plan_lay(const PlanRequest *pr, const PlanChecked *checked, const Cache *cache,
+                    bool cache_is_src, uint64_t want_segments, Plan **ret_plan,
+                    TransportSegment **ret_segs, Error *err)
+{
+        _cleanup_(plan_freep) Plan *plan = NULL;
+        _cleanup_free_ TransportSegment *segs = NULL;
+        int r;
+
+        r = plan_make(pr, checked, &plan, err);
+        if (r < 0)
+                return r;
+        if (want_segments != REMOTE_PLAN_ANY_SEGMENTS && plan->n_segments != want_segments)
+                return error_set(err, STATUS_PROTOCOL_MISMATCH,
+                                 "the peer planned %" PRIu64 " bytes in %" PRIu64 " segments, we "
+                                 "planned %" PRIu64 " in %zu",
+                                 checked->total_bytes, want_segments, plan->total_bytes,
+                                 plan->n_segments);
+        /* every entry is written by remote_plan_map() (no zeroing of 11 MB for 100,000 blocks) */
+        segs = malloc(MAX(plan->n_segments, (size_t)1) * sizeof(TransportSegment));
+        if (!segs)
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
+        r = remote_plan_map(plan, cache, cache_is_src, pr->src->num_tensors, segs);
+        if (r < 0)
+                return error_set(err, STATUS_FAILED, "the plan does not fit cache %" PRIu64,
+                                 cache->id);
+        *ret_plan = TAKE_PTR(plan);
+        *ret_segs = TAKE_PTR(segs);
+        return 0;
+}
+
+int remote_plan_prepared(int r)
+{
+        return r == STATUS_OUT_OF_MEMORY ? -ENOMEM : -EPROTO;
+}
+
+void remote_plan_part(const Plan *plan, const TransportSegment *segs, bool cache_is_src,
+                      TransportPart *ret)
+{
+        *ret = (TransportPart){
+                .segs = segs,
+                .n_segs = plan->n_segments,
+                .local_step = cache_is_src ? plan->src_step : plan->dst_step,
+                .remote_step = cache_is_src ? plan->dst_step : plan->src_step,
+        };
 }
 
 void remote_plan_job_steps(const Plan *plan, bool cache_is_src, TransportJob *job)

@@ -84,5 +84,27 @@ int remote_plan_regions(const Cache *cache, Region **regions, uint32_t *n_region
 int remote_plan_map(const Plan *plan, const Cache *cache, bool cache_is_src, uint32_t n_src_tensors,
                     TransportSegment *ret_segs);
 
+/* remote_plan_lay()'s @want_segments when the count is not known to compare with. */
+#define REMOTE_PLAN_ANY_SEGMENTS UINT64_MAX
+
+/*
+ * Lays the plan of @pr, checked into @checked by remote_plan_check() (which @pr's caches came
+ * from), and maps our side of it onto @cache (remote_plan_map()): the plan and its segments,
+ * malloc()ed, in *@ret_plan and *@ret_segs. A plan of other than @want_segments segments is the
+ * peer's mistake (PROTOCOL_MISMATCH). Reads only @pr, @checked and the cache's tensor table, so
+ * it may run on a copy thread while they stay unchanged.
+ */
+int remote_plan_lay(const PlanRequest *pr, const PlanChecked *checked, const Cache *cache,
+                    bool cache_is_src, uint64_t want_segments, Plan **ret_plan,
+                    TransportSegment **ret_segs, Error *err);
+
+/* The errno a job's prepare step returns for remote_plan_lay()'s status @r (the Error says why). */
+int remote_plan_prepared(int r);
+
+/* @plan and its @segs as the share a job's prepare step returns, for the side remote_plan_map()
+ * mapped. */
+void remote_plan_part(const Plan *plan, const TransportSegment *segs, bool cache_is_src,
+                      TransportPart *ret);
+
 /* Sets @job's steps between the spans of a segment for the side remote_plan_map() mapped. */
 void remote_plan_job_steps(const Plan *plan, bool cache_is_src, TransportJob *job);

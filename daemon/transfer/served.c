@@ -83,6 +83,9 @@ static Served *served_free(Served *s)
                 region_unref(s->regions[i]);
         plan_free(s->plan);
         free(s->segs);
+        free(s->prep_tensors);
+        free(s->prep_blocks[0]);
+        free(s->prep_blocks[1]);
         free(s);
         return NULL;
 }
@@ -90,8 +93,27 @@ static Served *served_free(Served *s)
 DEFINE_TRIVIAL_CLEANUP_FUNC(Served, served_free);
 
 /*
+ * The peer's request of @s was not answered yet (its data job stopped before it reached the data
+ * plane): it is refused now, with why.
+ */
+static void served_refuse_late(Served *s, int status)
+{
+        Error err = ERROR_INIT;
+
+        if (!s->peer || s->peer->state != PEER_READY)
+                return;
+        if (s->lay_err.code != 0)
+                err = s->lay_err;
+        else
+                error_set(&err, status, "transfer %" PRIu64 " stopped before its bytes moved: %s",
+                          s->initiator_id, status_wire_name(status));
+        (void)s->root->peer_ops->refuse(s->peer, s->request_id, &err);
+}
+
+/*
  * The data plane let go of our memory (and, for a pull over TCP that awaits it, the initiator's
- * word came): account, notify, tell the peer (push), free.
+ * word came): account, notify, tell the peer (push), free. A request not answered yet is
+ * refused instead.
  */
 static void served_finish(Served *s, int status)
 {
@@ -102,14 +124,14 @@ static void served_finish(Served *s, int status)
                 if (s->end_key)
                         transfer_end_key(root->link, &s->key, s->cache);
                 root->counters.transfers_served++;
-                root->counters.bytes_served += s->plan->total_bytes;
+                root->counters.bytes_served += s->prep_checked.total_bytes;
                 if (s->inlink) {
                         s->inlink->n_served++;
-                        s->inlink->bytes += s->plan->total_bytes;
+                        s->inlink->bytes += s->prep_checked.total_bytes;
                 }
                 if (s->link) {
                         s->link->n_transfers++;
-                        s->link->bytes += s->plan->total_bytes;
+                        s->link->bytes += s->prep_checked.total_bytes;
                 }
                 if (s->has_notify && served_local(s) &&
                     notify_deliver(served_local(s), s->remote_cluster_id, s->pull, s->notify,
@@ -122,7 +144,9 @@ static void served_finish(Served *s, int status)
                           s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
                           status_wire_name(final));
 
-        if (!s->pull && !s->remote_access && s->peer && s->peer->state == PEER_READY)
+        if (!s->answered)
+                served_refuse_late(s, final);
+        else if (!s->pull && !s->remote_access && s->peer && s->peer->state == PEER_READY)
                 (void)root->peer_ops->push_done(s->peer, s->initiator_id, final);
         served_free(s);
         transfer_root_ended(root);
@@ -133,6 +157,9 @@ static void served_on_data_done(TransportJob *job, int st)
         Served *s = job->userdata;
 
         s->moving = false;
+        if (!job->submitted && s->lay_err.code != 0 && s->status == STATUS_OK)
+                /* its plan could not be laid: why goes to the peer (served_refuse_late()) */
+                s->status = s->lay_err.code;
         if (st == STATUS_OK && s->await_word && s->state == SERVED_RUNNING) {
                 /* Sent is not landed: the initiator's word decides (the timer bounds the wait). */
                 if (!s->word)
@@ -243,6 +270,93 @@ static int served_resolve(Served *s, const ServedOver *over, const TransferPeerR
         return 0;
 }
 
+/*
+ * Keeps the block lists of the peer's request for @s->prep_req (the message is gone once the
+ * request is handled, the plan may be laid later).
+ */
+static int served_keep_list(const uint64_t **list, size_t n, uint64_t **ret, Error *err)
+{
+        if (n == 0)
+                return 0;
+        /* n is at most max_blocks_per_transfer (checked): no overflow */
+        *ret = malloc(n * sizeof(uint64_t));
+        if (!*ret)
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
+        memcpy(*ret, *list, n * sizeof(uint64_t));
+        *list = *ret;
+        return 0;
+}
+
+static int served_keep_lists(Served *s, Error *err)
+{
+        PlanRequest *pr = &s->prep_req;
+        int r;
+
+        r = served_keep_list(&pr->src_blocks, pr->n_src_blocks, &s->prep_blocks[0], err);
+        if (r < 0)
+                return r;
+        return served_keep_list(&pr->dst_blocks, pr->n_dst_blocks, &s->prep_blocks[1], err);
+}
+
+/*
+ * Lays the plan the loop checked into @s->plan and our side of it into @s->segs. Reads only what
+ * stays unchanged while @s runs (its request and the cache's tensor table: the cache is busy).
+ */
+static int served_lay(Served *s, Error *err)
+{
+        return remote_plan_lay(&s->prep_req, &s->prep_checked, s->cache, s->pull,
+                               REMOTE_PLAN_ANY_SEGMENTS, &s->plan, &s->segs, err);
+}
+
+/* The data job's prepare step, on a copy thread. */
+static int served_prepare_job(const TransportJob *job, size_t part, size_t n_parts,
+                              TransportPart *ret)
+{
+        Served *s = job->userdata;
+        int r;
+
+        r = served_lay(s, &s->lay_err);
+        if (r < 0)
+                return remote_plan_prepared(r);
+        remote_plan_part(s->plan, s->segs, s->pull, ret);
+        return 0;
+}
+
+/* Tells the peer OK: our cache's shape and slot, the plan's size, the job id (and descriptors). */
+static void served_answer(Served *s, const TransportDesc *descs)
+{
+        TransferPeerAnswer answer;
+        RemoteDesc ours;
+
+        remote_desc_from_cache(s->cache, &ours);
+        answer = (TransferPeerAnswer){
+                .remote = &ours,
+                .remote_index = s->remote_index,
+                .total_bytes = s->plan->total_bytes,
+                .segments = s->plan->n_segments,
+                .job_id = s->pull ? s->initiator_id : s->id,
+        };
+        if (descs) {
+                answer.descs = descs;
+                answer.n_descs = s->cache->desc.num_tensors;
+        }
+        log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
+                  " bytes in %zu segments",
+                  s->id, s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
+                  s->plan->total_bytes, s->plan->n_segments);
+        s->answered = true;
+        (void)s->root->peer_ops->answer(s->peer, s->request_id, &answer);
+}
+
+/* The data job, laid off the loop, reached the data plane: the peer may send or expect bytes. */
+static void served_on_handed(TransportJob *job)
+{
+        Served *s = job->userdata;
+
+        if (s->peer && s->peer->state == PEER_READY)
+                served_answer(s, NULL);
+}
+
 /* Validates the peer's request into @s: key, link, sizes, plan, our memory. */
 static int served_prepare(Served *s, const ServedOver *over, const TransferPeerRequest *m,
                           uint32_t *ret_index, Error *err)
@@ -250,7 +364,6 @@ static int served_prepare(Served *s, const ServedOver *over, const TransferPeerR
         const Limits *lim = s->root->options.limits;
         const TransferArgs *args = &m->args;
         RemoteDesc ours, theirs;
-        PlanRequest pr;
         int r;
 
         if (m->key_err.code != 0) {
@@ -288,12 +401,18 @@ static int served_prepare(Served *s, const ServedOver *over, const TransferPeerR
         if (r < 0)
                 return r;
         remote_desc_from_cache(s->cache, &ours);
-        remote_plan_args_plan_request(args, m->key.kind, *ret_index, &pr);
-        r = remote_plan_build(&pr, s->pull ? &ours : &theirs, s->pull ? &theirs : &ours, &s->plan,
-                              err);
+        remote_plan_args_plan_request(args, m->key.kind, *ret_index, &s->prep_req);
+        r = served_keep_lists(s, err);
         if (r < 0)
                 return r;
-        if (s->plan->total_bytes == 0)
+        s->prep_tensors = calloc((size_t)ours.num_tensors + theirs.num_tensors, sizeof(PlanTensor));
+        if (!s->prep_tensors)
+                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
+        r = remote_plan_check(&s->prep_req, s->pull ? &ours : &theirs, s->pull ? &theirs : &ours,
+                              s->prep_tensors, s->prep_caches, &s->prep_checked, err);
+        if (r < 0)
+                return r;
+        if (s->prep_checked.total_bytes == 0)
                 return error_set(err, STATUS_PARAM_INVALID, "the transfer moves no bytes");
 
         if (s->remote_access) {
@@ -306,17 +425,12 @@ static int served_prepare(Served *s, const ServedOver *over, const TransferPeerR
                                          "one-sided access here (%s)",
                                          s->cache->id, transport_name(direct));
         }
-        /* every entry is written by remote_plan_map() (no zeroing of 11 MB for 100,000 blocks) */
-        s->segs = malloc(MAX(s->plan->n_segments, (size_t)1) * sizeof(TransportSegment));
-        if (!s->segs)
-                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        r = remote_plan_regions(s->cache, s->regions, &s->n_regions);
-        if (r >= 0)
-                r = remote_plan_map(s->plan, s->cache, s->pull,
-                                    s->pull ? ours.num_tensors : theirs.num_tensors, s->segs);
-        if (r < 0)
-                return error_set(err, STATUS_FAILED, "the plan does not fit cache %" PRIu64,
+        if (remote_plan_regions(s->cache, s->regions, &s->n_regions) < 0)
+                return error_set(err, STATUS_FAILED, "cache %" PRIu64 " has too many regions",
                                  s->cache->id);
+        /* One-sided, the answer names the plan's segments at once: laid here. */
+        if (s->remote_access)
+                return served_lay(s, err);
         return 0;
 }
 
@@ -375,15 +489,34 @@ static int served_find_link(Peer *p, const TransferPeerRequest *m, ServedOver *r
         return 0;
 }
 
+/* Puts @s on the lists of @p, the link it is served over and the daemon, counted there. */
+static void served_attach(Served *s, Peer *p, const ServedOver *over)
+{
+        TransferRoot *root = s->root;
+
+        clist_link_tail(&p->served, &s->link_peer);
+        p->n_served++;
+        s->peer = p;
+        if (over->inlink) {
+                clist_link_tail(&over->inlink->served, &s->link_inlink);
+                over->inlink->n_inflight++;
+                s->inlink = over->inlink;
+        } else {
+                clist_link_tail(&over->link->served, &s->link_inlink);
+                over->link->n_served_inflight++;
+                s->link = over->link;
+        }
+        clist_link_tail(&root->served, &s->link_daemon);
+        root->n_served++;
+}
+
 void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
                             const TransferPeerRequest *m)
 {
         _cleanup_(served_freep) Served *s = NULL;
-        TransferPeerAnswer answer;
         Error err = ERROR_INIT;
-        uint32_t index = 0, timeout_ms;
+        uint32_t timeout_ms;
         TransportDesc descs[KVD_MAX_TENSORS];
-        RemoteDesc ours;
         ServedOver over = {};
         struct timeval tv;
         int r;
@@ -403,6 +536,7 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
         s->pull = remote_plan_kind_is_pull(m->args.kind);
         s->remote_access = m->remote_access;
         s->initiator_id = m->job_id;
+        s->request_id = request_id;
         s->start_usec = now_usec(CLOCK_MONOTONIC);
         clist_init(&s->link_peer);
         clist_init(&s->link_inlink);
@@ -418,7 +552,7 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
         s->cluster_id = over.local->id;
         s->remote_cluster_id =
                 over.inlink ? over.inlink->remote_cluster_id : over.link->remote_cluster_id;
-        r = served_prepare(s, &over, m, &index, &err);
+        r = served_prepare(s, &over, m, &s->remote_index, &err);
         if (r < 0)
                 goto refuse;
 
@@ -444,14 +578,13 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
         }
 
         /* The data job exists before the answer: a peer told OK always gets its bytes (or an
-         * abort), and bytes it sends always find their job. */
+         * abort), and bytes it sends always find their job. Over TCP its plan is laid by its
+         * prepare step, on a copy thread, and the answer waits for it (served_on_handed()). */
         if (s->remote_access)
                 r = served_descs(s, descs);
         else {
                 s->job = (TransportJob){
                         .dir = s->pull ? TRANSPORT_WRITE : TRANSPORT_READ,
-                        .segs = s->segs,
-                        .n_segs = s->plan->n_segments,
                         .channel = p->data,
                         .id = s->pull ? s->initiator_id : s->id,
                         .deadline_usec = s->start_usec + (usec_t)timeout_ms * USEC_PER_MSEC,
@@ -459,52 +592,28 @@ void served_handle_transfer(TransferRoot *root, Peer *p, uint64_t request_id,
                         .hard_deadline = true,
                         .done = served_on_data_done,
                         .userdata = s,
+                        .prepare = served_prepare_job,
+                        .handed = served_on_handed,
                 };
-                remote_plan_job_steps(s->plan, s->pull, &s->job);
                 s->moving = true;
                 r = transport_submit(transport_set_get(root->transports, TRANSPORT_ROLE_STREAM),
                                      &s->job);
         }
         if (r < 0) {
                 s->moving = false;
-                error_set(&err, r == -EEXIST ? STATUS_PARAM_INVALID : STATUS_PEER_LOST,
-                          "cannot start data job %" PRIu64 ": %s",
-                          s->pull ? s->initiator_id : s->id, strerror(-r));
+                if (s->lay_err.code != 0)
+                        err = s->lay_err;
+                else
+                        error_set(&err, r == -EEXIST ? STATUS_PARAM_INVALID : STATUS_PEER_LOST,
+                                  "cannot start data job %" PRIu64 ": %s",
+                                  s->pull ? s->initiator_id : s->id, strerror(-r));
                 goto refuse;
         }
-        clist_link_tail(&p->served, &s->link_peer);
-        p->n_served++;
-        s->peer = p;
-        if (over.inlink) {
-                clist_link_tail(&over.inlink->served, &s->link_inlink);
-                over.inlink->n_inflight++;
-                s->inlink = over.inlink;
-        } else {
-                clist_link_tail(&over.link->served, &s->link_inlink);
-                over.link->n_served_inflight++;
-                s->link = over.link;
-        }
-        clist_link_tail(&root->served, &s->link_daemon);
-        root->n_served++;
-
-        remote_desc_from_cache(s->cache, &ours);
-        answer = (TransferPeerAnswer){
-                .remote = &ours,
-                .remote_index = index,
-                .total_bytes = s->plan->total_bytes,
-                .segments = s->plan->n_segments,
-                .job_id = s->pull ? s->initiator_id : s->id,
-        };
-        if (s->remote_access) {
-                answer.descs = descs;
-                answer.n_descs = s->cache->desc.num_tensors;
-        }
-        log_debug("served %" PRIu64 " (cluster %" PRIu64 " -> %" PRIu64 ", %s): %" PRIu64
-                  " bytes in %zu segments",
-                  s->id, s->remote_cluster_id, s->cluster_id, s->pull ? "pull" : "push",
-                  s->plan->total_bytes, s->plan->n_segments);
+        served_attach(s, p, &over);
+        /* Laid here (one-sided, or a set without copy threads): answered at once. */
+        if (s->remote_access || s->job.submitted)
+                served_answer(s, s->remote_access ? descs : NULL);
         TAKE_PTR(s);
-        (void)root->peer_ops->answer(p, request_id, &answer);
         return;
 
 refuse:

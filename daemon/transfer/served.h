@@ -28,6 +28,8 @@
 
 #include "daemon/memory/cache.h"
 #include "common/clist.h"
+#include "common/error.h"
+#include "daemon/transfer/plan.h"
 #include "common/time-util.h"
 #include "daemon/transport/transport.h"
 
@@ -38,7 +40,6 @@ typedef struct TransferRoot TransferRoot;
 typedef struct InLink InLink;
 typedef struct Link Link;
 typedef struct Peer Peer;
-typedef struct Plan Plan;
 typedef struct Region Region;
 typedef struct Served Served;
 
@@ -67,16 +68,28 @@ struct Served {
         Cache *cache; /* n_busy counts this */
         Region *regions[KVD_MAX_TENSORS];
         uint32_t n_regions;
-        Plan *plan;
-        TransportSegment *segs; /* our side of the plan in our memory */
-        TransportJob job;       /* over TCP: sends (pull) or receives (push) our side */
-        int status;             /* first failure */
-        CacheKey key;           /* the peer's key for our cache */
-        bool end_key;           /* a pull by CacheKey of a pool cache: the key ends with it */
-        bool await_word;        /* end_key or a pull's notification over TCP: once our bytes
-                                 * are sent, wait for the initiator's word (PeerRemoteDone) that
-                                 * they all landed */
-        bool word;              /* that word came */
+        /* The plan checked on the loop; over TCP the data job's prepare step lays it on a copy
+         * thread from these (unchanged until the job is done), and the peer is answered once the
+         * job reached the data plane. */
+        PlanRequest prep_req;
+        PlanCache prep_caches[2]; /* source, destination */
+        PlanTensor *prep_tensors; /* both caches' tensors, source first */
+        PlanChecked prep_checked;
+        uint64_t *prep_blocks[2]; /* the request's block lists, ours (source, destination) */
+        Error lay_err;            /* why laying the plan failed */
+        Plan *plan;               /* until laid: the copy thread's */
+        TransportSegment *segs;   /* our side of the plan in our memory */
+        uint64_t request_id;      /* the peer's request */
+        uint32_t remote_index;    /* the batch slot its key resolved to */
+        bool answered;            /* the peer was told OK */
+        TransportJob job;         /* over TCP: sends (pull) or receives (push) our side */
+        int status;               /* first failure */
+        CacheKey key;             /* the peer's key for our cache */
+        bool end_key;             /* a pull by CacheKey of a pool cache: the key ends with it */
+        bool await_word;          /* end_key or a pull's notification over TCP: once our bytes
+                                   * are sent, wait for the initiator's word (PeerRemoteDone) that
+                                   * they all landed */
+        bool word;                /* that word came */
         int word_status;
         uint8_t notify[NOTIFY_MAX_BYTES];
         size_t notify_len;

@@ -288,57 +288,32 @@ static void transfer_remote_on_data_done(TransportJob *job, int status);
 
 /*
  * Lays the plan the loop checked (x->prep_req) into x->parts[0]: the plan, required to be the
- * peer's (as many segments as it said; the bytes were compared on the loop), and our side of it
- * in our memory. Reads only the request, the planner's view of both caches and the local cache's
- * tensor table, which stay unchanged while the transfer runs (the cache is busy); writes only
- * x->parts[0]. On a copy thread, or on the loop for a one-sided transfer.
+ * peer's (as many segments as it said; the bytes were compared on the loop), and our side of it.
+ * Reads only what stays unchanged while the transfer runs (the request, the planner's view of
+ * both caches, the local cache's tensor table: the cache is busy); writes only x->parts[0]. On a
+ * copy thread, or on the loop for a one-sided transfer.
  */
 static int transfer_remote_lay(Transfer *x, Error *err)
 {
-        TransferPart *p = &x->parts[0];
         bool local_is_src;
         const Cache *cache = transfer_local_cache(x, &local_is_src);
-        int r;
 
-        r = plan_make(&x->prep_req, &x->prep_checked, &p->plan, err);
-        if (r < 0)
-                return r;
-        if (p->plan->n_segments != x->remote_segments)
-                return error_set(err, STATUS_PROTOCOL_MISMATCH,
-                                 "the peer planned %" PRIu64 " bytes in %" PRIu64 " segments, we "
-                                 "planned %" PRIu64 " in %zu",
-                                 x->total_bytes, x->remote_segments, p->plan->total_bytes,
-                                 p->plan->n_segments);
-        /* every entry is written by remote_plan_map() (no zeroing of 11 MB for 100,000 blocks) */
-        p->segs = malloc(MAX(p->plan->n_segments, (size_t)1) * sizeof(TransportSegment));
-        if (!p->segs)
-                return error_set(err, STATUS_OUT_OF_MEMORY, "out of memory");
-        r = remote_plan_map(p->plan, cache, local_is_src, x->prep_caches[0].num_tensors, p->segs);
-        if (r < 0)
-                return error_set(err, STATUS_FAILED, "the plan does not fit cache %" PRIu64,
-                                 cache->id);
-        return 0;
+        return remote_plan_lay(&x->prep_req, &x->prep_checked, cache, local_is_src,
+                               x->remote_segments, &x->parts[0].plan, &x->parts[0].segs, err);
 }
 
-/* The data job's prepare step, on a copy thread: the plan laid, our side resolved. */
+/* The data job's prepare step, on a copy thread. */
 static int transfer_remote_prepare(const TransportJob *job, size_t part, size_t n_parts,
                                    TransportPart *ret)
 {
         Transfer *x = job->userdata;
-        const Plan *plan;
-        bool local_is_src = !remote_plan_kind_is_pull(x->kind);
         int r;
 
         r = transfer_remote_lay(x, &x->parts[0].err);
         if (r < 0)
-                return r == STATUS_OUT_OF_MEMORY ? -ENOMEM : -EPROTO;
-        plan = x->parts[0].plan;
-        *ret = (TransportPart){
-                .segs = x->parts[0].segs,
-                .n_segs = plan->n_segments,
-                .local_step = local_is_src ? plan->src_step : plan->dst_step,
-                .remote_step = local_is_src ? plan->dst_step : plan->src_step,
-        };
+                return remote_plan_prepared(r);
+        remote_plan_part(x->parts[0].plan, x->parts[0].segs, !remote_plan_kind_is_pull(x->kind),
+                         ret);
         return 0;
 }
 

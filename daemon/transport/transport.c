@@ -74,6 +74,8 @@ static void transport_on_staged(EngineTask *task, int status, void *userdata)
         free(st);
         if (r < 0)
                 transport_job_done(job, r);
+        else if (job->handed)
+                job->handed(job);
 }
 
 int transport_submit(Transport *t, TransportJob *job)

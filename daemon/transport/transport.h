@@ -107,7 +107,10 @@ struct TransportJob {
          * unchanged until @done, and write only its share's own memory. */
         int (*prepare)(const TransportJob *job, size_t part, size_t n_parts, TransportPart *ret);
         size_t prepare_parts; /* the most shares @prepare can lay (0: one) */
-        int error;            /* set before @done: 0 or the negative errno */
+        /* Optional: runs on the loop once a job laid off the loop reached the transport
+         * (@submitted is true then); not for a job transport_submit() handed on itself. */
+        void (*handed)(TransportJob *job);
+        int error; /* set before @done: 0 or the negative errno */
         /* The transport took the job (its submit() succeeded): the other end's job of the same
          * id is matched. False when it failed or was cancelled before that, so the caller can
          * settle the other end (transport_abandon()). */

@@ -4,7 +4,9 @@
  * copy threads, so the data job's prepare step runs on one of them and the job reaches the
  * (fake) stream transport from the loop afterwards. A plan that differs from the peer's, and a
  * deadline that passes while the plan is being laid, fail the transfer with the peer's stream
- * kept in step (its job abandoned) and none of our bytes touched.
+ * kept in step (its job abandoned) and none of our bytes touched. Served the other way (the peer
+ * pulls from us), the peer is answered only once our job reached the transport, and a cancel
+ * that comes while the plan is being laid refuses it with nothing sent.
  */
 #include "tests/unit/transfer-fixture.h"
 
@@ -18,6 +20,8 @@
 #include <event2/event.h>
 
 #include "common/status.h"
+#include "daemon/link/link.h"
+#include "daemon/transfer/served.h"
 #include "daemon/transport/engine.h"
 #include "tests/harness/harness.h"
 
@@ -202,6 +206,137 @@ START_TEST(test_staged_pull_deadline)
 }
 END_TEST
 
+#define SERVED_SEED 0x5eed0004u
+#define OURS 2       /* our cluster, served */
+#define THEIR_ID 500 /* the initiator's transfer id */
+#define REQUEST_ID 31
+
+static Cluster *ours;
+static Cache *served_cache;
+static InLink *inlink;
+
+static void setup_served(void)
+{
+        setup();
+        ours = transfer_fixture_cluster(&fx, OURS);
+        served_cache = transfer_fixture_cache(&fx, ours, CACHE_CONTIGUOUS, TENSORS, SLOTS, NULL,
+                                              SERVED_SEED);
+        ck_assert_int_eq(
+                link_inlink_new(&fx.link, fx.peer, ours, REMOTE_CLUSTER, CLUSTER_ROLE_MIX, &inlink),
+                0);
+}
+
+/* The peer pulls slot 1 of our cache; its cache is shaped like ours. */
+static void served_pull(RemoteDesc *theirs)
+{
+        TransferPeerRequest req;
+
+        *theirs = (RemoteDesc){
+                .num_tensors = TENSORS,
+                .tensor_size = SLOTS * FIXTURE_STRIDE,
+                .units = SLOTS,
+        };
+        req = (TransferPeerRequest){
+                .job_id = THEIR_ID,
+                .link_id = inlink->id,
+                .initiator_link_id = 12,
+                .key = transfer_fixture_id_index(OURS, served_cache->id, 1),
+                .local = theirs,
+                .args = transfer_fixture_item_args(TRANSFER_PULL_CACHE, 0),
+                .timeout_ms = 1000,
+        };
+        served_handle_transfer(&fx.root, fx.peer, REQUEST_ID, &req);
+}
+
+/* Runs the loop until the peer was answered or refused (20 s at most). */
+static void run_until_told(void)
+{
+        time_t end = time(NULL) + 20;
+
+        while (fx.rec.n_answers + fx.rec.n_refusals == 0) {
+                ck_assert_int_ge(event_base_loop(fx.base, EVLOOP_ONCE | EVLOOP_NONBLOCK), 0);
+                ck_assert_msg(time(NULL) < end, "the peer was neither answered nor refused");
+                nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        }
+}
+
+static void check_served_let_go(void)
+{
+        ck_assert_uint_eq(fx.root.n_served, 0);
+        ck_assert_uint_eq(inlink->n_inflight, 0);
+        ck_assert_uint_eq(fx.peer->n_served, 0);
+        ck_assert_uint_eq(served_cache->n_busy, 0);
+}
+
+START_TEST(test_staged_served_answers_once_handed)
+{
+        _cleanup_free_ uint8_t *image = NULL;
+        uint8_t stream[ITEM_BYTES];
+        RemoteDesc theirs;
+        TransportJob *job;
+
+        served_pull(&theirs);
+        /* the plan is laid on a copy thread: no answer, and no job at the transport, yet */
+        ck_assert_uint_eq(fx.rec.n_answers, 0);
+        ck_assert_uint_eq(fx.rec.n_refusals, 0);
+        ck_assert_uint_eq(fx.tcp->n_submitted, 0);
+        ck_assert_uint_eq(fx.root.n_served, 1);
+        ck_assert_uint_eq(served_cache->n_busy, 1);
+        run_until_told();
+        ck_assert_uint_eq(fx.rec.n_refusals, 0);
+        ck_assert_uint_eq(fx.rec.n_answers, 1);
+        ck_assert_uint_eq(fx.rec.answer_request_id, REQUEST_ID);
+        ck_assert_uint_eq(fx.rec.answer.remote_index, 1);
+        ck_assert_uint_eq(fx.rec.answer.total_bytes, ITEM_BYTES);
+        ck_assert_uint_eq(fx.rec.answer.segments, TENSORS);
+        ck_assert_uint_eq(fx.rec.answer.job_id, THEIR_ID);
+        /* told once its job was at the transport, whose bytes are our slot 1 */
+        ck_assert_uint_eq(fx.tcp->n_submitted, 1);
+        job = fake_transport_job(fx.tcp, 0);
+        ck_assert(job->submitted);
+        ck_assert_int_eq(job->dir, TRANSPORT_WRITE);
+        ck_assert_uint_eq(job->id, THEIR_ID);
+        ck_assert_uint_eq(job->n_segs, TENSORS);
+        ck_assert_int_eq(fake_transport_gather(job, stream, sizeof(stream)), 0);
+        for (uint32_t t = 0; t < TENSORS; t++)
+                ck_assert_int_eq(harness_check_pattern_at(
+                                         stream + t * FIXTURE_STRIDE, FIXTURE_STRIDE, SERVED_SEED,
+                                         served_cache->tensors[t].offset + FIXTURE_STRIDE),
+                                 -1);
+        fake_transport_complete(fx.tcp, job, 0);
+        ck_assert_uint_eq(fx.root.counters.transfers_served, 1);
+        ck_assert_uint_eq(fx.root.counters.bytes_served, ITEM_BYTES);
+        check_served_let_go();
+        image = transfer_fixture_image(served_cache, SERVED_SEED);
+        transfer_fixture_check_image(served_cache, image);
+}
+END_TEST
+
+START_TEST(test_staged_served_cancelled_while_laid)
+{
+        _cleanup_free_ uint8_t *image = NULL;
+        RemoteDesc theirs;
+
+        /* The peer gives up before its plan was laid: it is refused, nothing was sent. */
+        engine_hold(fx.transports.engine, true);
+        served_pull(&theirs);
+        served_handle_transfer_cancel(&fx.root, fx.peer, THEIR_ID);
+        ck_assert_uint_eq(fx.rec.n_refusals, 0);
+        engine_hold(fx.transports.engine, false);
+        run_until_told();
+        ck_assert_uint_eq(fx.rec.n_answers, 0);
+        ck_assert_uint_eq(fx.rec.n_refusals, 1);
+        ck_assert_uint_eq(fx.rec.refuse_request_id, REQUEST_ID);
+        ck_assert_int_eq(fx.rec.refusal.code, STATUS_TIMEOUT);
+        ck_assert_ptr_nonnull(strstr(fx.rec.refusal.msg, "stopped before its bytes moved"));
+        ck_assert_uint_eq(fx.tcp->n_submitted, 0);
+        ck_assert_uint_eq(fx.root.counters.transfers_served, 0);
+        check_served_let_go();
+        image = transfer_fixture_image(served_cache, SERVED_SEED);
+        transfer_fixture_check_image(served_cache, image);
+}
+END_TEST
+
 static Suite *transfer_staged_suite(void)
 {
         Suite *s = suite_create("transfer-staged");
@@ -212,6 +347,13 @@ static Suite *transfer_staged_suite(void)
         tcase_add_test(tc, test_staged_pull_lands_every_byte);
         tcase_add_test(tc, test_staged_pull_other_segments);
         tcase_add_test(tc, test_staged_pull_deadline);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("served");
+        tcase_set_timeout(tc, 120);
+        tcase_add_checked_fixture(tc, setup_served, teardown);
+        tcase_add_test(tc, test_staged_served_answers_once_handed);
+        tcase_add_test(tc, test_staged_served_cancelled_while_laid);
         suite_add_tcase(s, tc);
         return s;
 }
