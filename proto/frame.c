@@ -151,19 +151,123 @@ const FrameType *frame_type_lookup(uint16_t type)
         return &frame_types[type];
 }
 
+/*
+ * Packed lists of uint64 (block ids) of at least this many values are encoded by frame_pack()
+ * itself: protobuf-c walks each list twice (its size, then its bytes) at about 8 ns a value, 1.7
+ * ms of the control loop for a peer's request of 200,000 block ids.
+ */
+#define FRAME_PACKED_FAST_MIN_VALUES 256
+#define FRAME_PACKED_OUT_MAX 4
+
+/* A long list of a message's top level that frame_pack() encodes after the rest. */
+typedef struct PackedOut {
+        const ProtobufCFieldDescriptor *field;
+        const uint64_t *values;
+        size_t n;
+        size_t body; /* bytes of its varints */
+} PackedOut;
+
+static size_t varint_size(uint64_t v)
+{
+        return v < 0x80 ? 1 : (size_t)(64 - __builtin_clzll(v) + 6) / 7;
+}
+
+static uint8_t *varint_put(uint8_t *p, uint64_t v)
+{
+        while (v >= 0x80) {
+                *p++ = (uint8_t)(v | 0x80);
+                v >>= 7;
+        }
+        *p++ = (uint8_t)v;
+        return p;
+}
+
+/* The bytes of @o with its tag and length. */
+static size_t packed_out_size(const PackedOut *o)
+{
+        return varint_size((uint64_t)o->field->id << 3 | 2) + varint_size(o->body) + o->body;
+}
+
+/* The long packed uint64 lists of @msg's top level, at most FRAME_PACKED_OUT_MAX, in @out. */
+static size_t packed_find(const ProtobufCMessage *msg, PackedOut *out)
+{
+        const ProtobufCMessageDescriptor *desc = msg->descriptor;
+        size_t n = 0;
+
+        for (unsigned i = 0; i < desc->n_fields && n < FRAME_PACKED_OUT_MAX; i++) {
+                const ProtobufCFieldDescriptor *f = &desc->fields[i];
+                const uint8_t *base = (const uint8_t *)msg;
+                PackedOut *o = &out[n];
+
+                if (f->label != PROTOBUF_C_LABEL_REPEATED || f->type != PROTOBUF_C_TYPE_UINT64 ||
+                    !(f->flags & PROTOBUF_C_FIELD_FLAG_PACKED))
+                        continue;
+                memcpy(&o->n, base + f->quantifier_offset, sizeof(o->n));
+                if (o->n < FRAME_PACKED_FAST_MIN_VALUES)
+                        continue;
+                memcpy(&o->values, base + f->offset, sizeof(o->values));
+                o->field = f;
+                o->body = 0;
+                for (size_t k = 0; k < o->n; k++)
+                        o->body += varint_size(o->values[k]);
+                n++;
+        }
+        return n;
+}
+
+/* Writes @o after the rest of the message: tag, length, varints. */
+static uint8_t *packed_put(uint8_t *p, const PackedOut *o)
+{
+        p = varint_put(p, (uint64_t)o->field->id << 3 | 2);
+        p = varint_put(p, o->body);
+        for (size_t k = 0; k < o->n; k++)
+                p = varint_put(p, o->values[k]);
+        return p;
+}
+
+/*
+ * A shallow copy of @msg without the lists of @out, for protobuf-c to pack the rest of it (fields
+ * may come in any order on the wire); malloc()ed, NULL when out of memory.
+ */
+static ProtobufCMessage *packed_rest(const ProtobufCMessage *msg, const PackedOut *out, size_t n)
+{
+        size_t size = msg->descriptor->sizeof_message;
+        uint8_t *rest = malloc(size);
+
+        if (!rest)
+                return NULL;
+        memcpy(rest, msg, size);
+        for (size_t i = 0; i < n; i++) {
+                memset(rest + out[i].field->quantifier_offset, 0, sizeof(size_t));
+                memset(rest + out[i].field->offset, 0, sizeof(uint64_t *));
+        }
+        return (ProtobufCMessage *)rest;
+}
+
 int frame_pack(uint16_t type, uint16_t flags, uint64_t request_id, uint16_t n_fds,
                const ProtobufCMessage *msg, uint32_t max_payload, uint8_t **ret_buf,
                size_t *ret_len)
 {
         _cleanup_free_ uint8_t *buf = NULL;
-        size_t size = 0;
+        _cleanup_free_ ProtobufCMessage *rest = NULL;
+        PackedOut out[FRAME_PACKED_OUT_MAX];
+        size_t size = 0, n_out = 0;
 
         /* A frame the peer's frame_header_decode() would reject is a bug here, not there. */
         if (flags & ~(uint16_t)_FRAME_FLAGS_KNOWN || n_fds > FRAME_MAX_FDS)
                 return -EINVAL;
 
-        if (msg)
-                size = protobuf_c_message_get_packed_size(msg);
+        if (msg) {
+                n_out = packed_find(msg, out);
+                if (n_out > 0) {
+                        rest = packed_rest(msg, out, n_out);
+                        if (!rest)
+                                return -ENOMEM;
+                }
+                size = protobuf_c_message_get_packed_size(rest ?: msg);
+                for (size_t i = 0; i < n_out; i++)
+                        size += packed_out_size(&out[i]);
+        }
         if (size > max_payload)
                 return -EMSGSIZE;
 
@@ -183,10 +287,13 @@ int frame_pack(uint16_t type, uint16_t flags, uint64_t request_id, uint16_t n_fd
                 },
                 buf);
         if (msg) {
-                size_t packed = protobuf_c_message_pack(msg, buf + FRAME_HEADER_SIZE);
+                uint8_t *p = buf + FRAME_HEADER_SIZE;
 
-                assert(packed == size);
-                (void)packed;
+                p += protobuf_c_message_pack(rest ?: msg, p);
+                for (size_t i = 0; i < n_out; i++)
+                        p = packed_put(p, &out[i]);
+                assert((size_t)(p - buf) == FRAME_HEADER_SIZE + size);
+                (void)p;
         }
 
         *ret_buf = TAKE_PTR(buf);
