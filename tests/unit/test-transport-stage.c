@@ -147,6 +147,15 @@ static void run_until_settled(Env *env)
         }
 }
 
+/* The job ended cancelled, once, never handed to the transport. */
+static void assert_cancelled_unsubmitted(void)
+{
+        ck_assert_uint_eq(seen.n_done, 1);
+        ck_assert_uint_eq(seen.n_submits, 0);
+        ck_assert_int_eq(seen.done_error, -ECANCELED);
+        ck_assert(!seen.done_submitted);
+}
+
 START_TEST(test_laid_off_the_loop)
 {
         Env env;
@@ -246,11 +255,8 @@ START_TEST(test_cancelled_before_laid)
         transport_cancel(&env.t, &env.job);
         engine_hold(env.set.engine, false);
         run_until_settled(&env);
-        ck_assert_uint_eq(seen.n_done, 1);
-        ck_assert_uint_eq(seen.n_submits, 0);
+        assert_cancelled_unsubmitted();
         ck_assert_uint_eq(atomic_load(&seen.n_prepares), 0);
-        ck_assert_int_eq(seen.done_error, -ECANCELED);
-        ck_assert(!seen.done_submitted);
         env_deinit(&env);
 }
 END_TEST
@@ -271,11 +277,8 @@ START_TEST(test_cancelled_once_laid)
         }
         transport_cancel(&env.t, &env.job);
         run_until_settled(&env);
-        ck_assert_uint_eq(seen.n_done, 1);
-        ck_assert_uint_eq(seen.n_submits, 0);
+        assert_cancelled_unsubmitted();
         ck_assert_uint_eq(atomic_load(&seen.n_stages), 1);
-        ck_assert_int_eq(seen.done_error, -ECANCELED);
-        ck_assert(!seen.done_submitted);
         env_deinit(&env);
 }
 END_TEST
@@ -289,9 +292,7 @@ START_TEST(test_cancelled_at_engine_free)
         engine_hold(env.set.engine, true);
         ck_assert_int_eq(transport_submit(&env.t, &env.job), 0);
         env.set.engine = engine_free(env.set.engine);
-        ck_assert_uint_eq(seen.n_done, 1);
-        ck_assert_uint_eq(seen.n_submits, 0);
-        ck_assert_int_eq(seen.done_error, -ECANCELED);
+        assert_cancelled_unsubmitted();
         env_deinit(&env);
 }
 END_TEST
