@@ -6,7 +6,8 @@
  * deadline that passes while the plan is being laid, fail the transfer with the peer's stream
  * kept in step (its job abandoned) and none of our bytes touched. Served the other way (the peer
  * pulls from us), the peer is answered only once our job reached the transport, and a cancel
- * that comes while the plan is being laid refuses it with nothing sent.
+ * that comes while the plan is being laid refuses it with nothing sent (a peer lost meanwhile is
+ * told nothing).
  */
 #include "tests/unit/transfer-fixture.h"
 
@@ -337,6 +338,34 @@ START_TEST(test_staged_served_cancelled_while_laid)
 }
 END_TEST
 
+START_TEST(test_staged_served_peer_lost_while_laid)
+{
+        _cleanup_free_ uint8_t *image = NULL;
+        RemoteDesc theirs;
+        time_t end;
+
+        /* The peer goes while its plan is being laid: nobody is told, nothing is sent. */
+        engine_hold(fx.transports.engine, true);
+        served_pull(&theirs);
+        served_on_peer_lost(fx.peer);
+        ck_assert_uint_eq(fx.peer->n_served, 0);
+        engine_hold(fx.transports.engine, false);
+        end = time(NULL) + 20;
+        while (fx.root.n_served > 0) {
+                ck_assert_int_ge(event_base_loop(fx.base, EVLOOP_ONCE | EVLOOP_NONBLOCK), 0);
+                ck_assert_msg(time(NULL) < end, "the served transfer did not end");
+                nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        }
+        ck_assert_uint_eq(fx.rec.n_answers, 0);
+        ck_assert_uint_eq(fx.rec.n_refusals, 0);
+        ck_assert_uint_eq(fx.tcp->n_submitted, 0);
+        ck_assert_uint_eq(fx.root.counters.transfers_served, 0);
+        check_served_let_go();
+        image = transfer_fixture_image(served_cache, SERVED_SEED);
+        transfer_fixture_check_image(served_cache, image);
+}
+END_TEST
+
 static Suite *transfer_staged_suite(void)
 {
         Suite *s = suite_create("transfer-staged");
@@ -354,6 +383,7 @@ static Suite *transfer_staged_suite(void)
         tcase_add_checked_fixture(tc, setup_served, teardown);
         tcase_add_test(tc, test_staged_served_answers_once_handed);
         tcase_add_test(tc, test_staged_served_cancelled_while_laid);
+        tcase_add_test(tc, test_staged_served_peer_lost_while_laid);
         suite_add_tcase(s, tc);
         return s;
 }
