@@ -380,6 +380,11 @@ int daemon_new(Config *config, Daemon **ret)
         r = decoder_new(d->base, &d->control.decoder);
         if (r < 0)
                 goto fail;
+        d->link.decoder = (LinkDecoder){
+                .decoder = d->control.decoder,
+                .submit = decoder_submit,
+                .forget = decoder_forget,
+        };
         /* The control socket last: a client that can connect finds a daemon that started, and
          * whoever waits for the socket to accept (a script, a test) never mistakes a kvdistd
          * that is about to fail on a peer address for one that runs. */
@@ -422,11 +427,11 @@ Daemon *daemon_free(Daemon *d)
         d->metrics_server = metrics_server_free(d->metrics_server);
         d->control.listener = listener_free(d->control.listener);
         conn_free_all(&d->control);
-        /* after the connections: each forgot its request's decoding */
-        d->control.decoder = decoder_free(d->control.decoder);
         peer_close_all(&d->link);
         /* Runs the completions of whatever was still moving over the network. */
         peer_free_all(&d->link);
+        /* after the connections and the peers: each forgot its request's decoding */
+        d->control.decoder = decoder_free(d->control.decoder);
         /* Runs the completions of whatever was still copying. */
         d->transports.engine = engine_free(d->transports.engine);
         d->domains = domain_registry_free(d->domains);

@@ -92,6 +92,7 @@ static json_t *status_counters(Daemon *d, bool *ok)
         set(o, "connections_idle_closed", json_u64(k->conns_idle_closed), ok);
         set(o, "frames_malformed", json_u64(k->frames_malformed + lk->frames_malformed), ok);
         set(o, "frames_decoded_away", json_u64(k->frames_decoded_away), ok);
+        set(o, "peer_frames_decoded_away", json_u64(lk->frames_decoded_away), ok);
         set(o, "peers_lost", json_u64(lk->peers_lost), ok);
         set(o, "peers_refused", json_u64(lk->peers_refused), ok);
         set(o, "peer_requests_refused", json_u64(lk->peer_requests_refused), ok);

@@ -20,6 +20,7 @@
 #include "daemon/memory/memory.h"
 #include "daemon/transport/transport-config.h"
 #include "daemon/transport/transport-set.h"
+#include "proto/frame.h"
 
 struct event_base;
 typedef struct Cluster Cluster;
@@ -38,6 +39,22 @@ typedef struct LinkOptions {
         const char *cluster_key_file;             /* NULL = no key (warned) */
 } LinkOptions;
 
+/*
+ * How link/ decodes a peer's long request off the loop: the daemon's decoder thread
+ * (control/decoder.h), reached only through these, since link/ does not know control/; the
+ * daemon fills them with decoder_submit() and decoder_forget(). No @submit: on the loop.
+ */
+typedef struct Decoder Decoder;
+typedef struct DecodeJob DecodeJob;
+typedef void (*LinkDecodedFn)(DecodeJob *job, size_t len, int r, ProtobufCMessage *msg,
+                              const FrameListFacts *facts, size_t n_facts, void *userdata);
+typedef struct LinkDecoder {
+        Decoder *decoder;
+        int (*submit)(Decoder *d, const ProtobufCMessageDescriptor *desc, uint8_t *payload,
+                      size_t len, LinkDecodedFn done, void *userdata, DecodeJob **ret);
+        void (*forget)(DecodeJob *job);
+} LinkDecoder;
+
 /* What link/ counts (and the layers above it for their peer requests); status reads them. */
 typedef struct LinkCounters {
         uint64_t frames_malformed;      /* peers' frames that did not decode */
@@ -45,6 +62,7 @@ typedef struct LinkCounters {
         uint64_t peers_refused;         /* connections refused: key, token, limits */
         uint64_t peer_requests_refused; /* peer requests answered with an error */
         uint64_t notifies_delivered;
+        uint64_t frames_decoded_away; /* peers' requests decoded off the control loop */
 } LinkCounters;
 
 typedef struct LinkRoot {
@@ -53,6 +71,7 @@ typedef struct LinkRoot {
         IdSource *ids;            /* ids of peers, links, endpoints; link sequence numbers */
         Memory *memory;           /* releases the caches of a cluster that goes */
         TransportSet *transports; /* the transports links run over, the RDMA devices */
+        LinkDecoder decoder;      /* peers' long requests are decoded on its thread */
 
         uint64_t node_id;     /* random, never 0: how peers tell daemons apart */
         char identity[96];    /* "kvdistd/0.1.0 hostname" */

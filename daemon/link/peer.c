@@ -33,6 +33,9 @@
 #define PEER_MAX_OUT_BYTES (256u << 20)
 /* Room on top of the frame limit for what a peer request adds to a client request. */
 #define PEER_FRAME_SLACK (64u << 10)
+/* A READY peer's requests of this many bytes or more are decoded off the loop (a client's too:
+ * control/dispatch.c) */
+#define PEER_DECODE_AWAY_BYTES (256u << 10)
 
 struct PeerCall {
         CList link; /* on Peer.calls */
@@ -124,8 +127,18 @@ Peer *peer_new(LinkRoot *root, int fd, bool dialed)
         return p;
 }
 
+/* Its request being decoded off the loop is dropped, never handled. */
+static void peer_forget_decoding(Peer *p)
+{
+        if (!p->decoding)
+                return;
+        p->root->decoder.forget(p->decoding);
+        p->decoding = NULL;
+}
+
 void peer_free(Peer *p)
 {
+        peer_forget_decoding(p);
         wire_in_reset(&p->in);
         wire_out_clear(&p->out);
         peer_auth_deinit(&p->auth);
@@ -179,6 +192,7 @@ void peer_lose(Peer *p, int status, const char *fmt, ...)
         else
                 log_info("%s: closed: %s", PEER_NAME(p), err.msg);
         peer_set_state(p, PEER_CLOSED);
+        peer_forget_decoding(p);
         event_del(p->ev_read);
         event_del(p->ev_write);
         event_del(p->timer);
@@ -542,13 +556,88 @@ static void peer_dispatch_reply(Peer *p, const FrameType *ft)
         protobuf_c_message_free_unpacked(msg, NULL);
 }
 
+/* A request of a READY peer, decoded: to its handler, or refused as no peer request. */
+static void peer_dispatch_ready(Peer *p, const FrameType *ft, uint16_t type, uint64_t request_id,
+                                ProtobufCMessage *msg)
+{
+        Error err = ERROR_INIT;
+        int k;
+
+        if (type == KVDIST__V1__MSG_TYPE__MSG_PEER_HEARTBEAT) {
+                peer_on_heartbeat(p, request_id, (Kvdist__V1__PeerHeartbeat *)msg);
+                return;
+        }
+        k = peer_ready_type_index(type);
+        if (k >= 0 && p->root->handlers.fn[k]) {
+                p->root->handlers.fn[k](p->root->handlers.userdata[k], p, request_id, msg);
+                return;
+        }
+        error_set(&err, STATUS_UNSUPPORTED, "%s is not a peer request", ft->name);
+        (void)peer_reply_error(p, type, request_id, STATUS_UNSUPPORTED, &err);
+}
+
+static void peer_decoded(DecodeJob *job, size_t len, int r, ProtobufCMessage *msg,
+                         const FrameListFacts *facts, size_t n_facts, void *userdata)
+{
+        Peer *p = userdata;
+        const FrameType *ft = frame_type_lookup(p->decoding_type);
+
+        /* peer_lose() and peer_free() forget the job: the peer is READY, maybe losing */
+        p->decoding = NULL;
+        if (r < 0) {
+                peer_lose(p, STATUS_PROTOCOL_MISMATCH, "undecodable %s", ft->name);
+                return;
+        }
+        p->root->counters.frames_decoded_away++;
+        peer_dispatch_ready(p, ft, p->decoding_type, p->decoding_request_id, msg);
+        protobuf_c_message_free_unpacked(msg, NULL);
+        if (p->state == PEER_CLOSED || p->loss.code != 0)
+                return;
+        if (event_add(p->ev_read, NULL) < 0) {
+                peer_lose(p, STATUS_OUT_OF_MEMORY, "cannot watch the connection");
+                return;
+        }
+        /* what was read ahead, or the socket: peer_read() sorts it out */
+        event_active(p->ev_read, EV_READ, 0);
+}
+
+/*
+ * A READY peer's request of PEER_DECODE_AWAY_BYTES or more, for a handler (a transfer's
+ * 200,000 block ids are 600 KB), is decoded on the daemon's decoder thread: the loop serves the
+ * others meanwhile, and this peer's connection reads nothing more until the request was handled,
+ * so its frames keep their order. True when it went there (or the peer was lost trying).
+ */
+static bool peer_decode_away(Peer *p, const FrameType *ft)
+{
+        const LinkDecoder *dec = &p->root->decoder;
+        const FrameHeader *h = &p->in.frame;
+        int k = peer_ready_type_index(h->type);
+        int r;
+
+        if (!dec->submit || p->in.payload_len < PEER_DECODE_AWAY_BYTES || k < 0 ||
+            !p->root->handlers.fn[k])
+                return false;
+        p->decoding_type = h->type;
+        p->decoding_request_id = h->request_id;
+        r = dec->submit(dec->decoder, ft->request, TAKE_PTR(p->in.payload), p->in.payload_len,
+                        peer_decoded, p, &p->decoding);
+        p->in.payload_len = 0;
+        if (r < 0) {
+                peer_lose(p, STATUS_OUT_OF_MEMORY, "cannot decode a %s off the loop: %s", ft->name,
+                          strerror(-r));
+                return true;
+        }
+        event_del(p->ev_read);
+        return true;
+}
+
 static void peer_dispatch_frame(Peer *p)
 {
         const FrameHeader *h = &p->in.frame;
         const FrameType *ft = frame_type_lookup(h->type);
         ProtobufCMessage *msg = NULL;
         Error err = ERROR_INIT;
-        int r, k;
+        int r;
 
         if (!ft) {
                 if (h->flags & FRAME_FLAG_REPLY) {
@@ -570,6 +659,8 @@ static void peer_dispatch_frame(Peer *p)
                 peer_dispatch_reply(p, ft);
                 return;
         }
+        if (p->state == PEER_READY && peer_decode_away(p, ft))
+                return;
         r = frame_unpack(ft->request, p->in.payload, p->in.payload_len, &msg);
         if (r < 0) {
                 peer_lose(p, STATUS_PROTOCOL_MISMATCH, "undecodable %s", ft->name);
@@ -601,18 +692,7 @@ static void peer_dispatch_frame(Peer *p)
                 }
                 break;
         case PEER_READY:
-                if (h->type == KVDIST__V1__MSG_TYPE__MSG_PEER_HEARTBEAT) {
-                        peer_on_heartbeat(p, h->request_id, (Kvdist__V1__PeerHeartbeat *)msg);
-                        goto out;
-                }
-                k = peer_ready_type_index(h->type);
-                if (k >= 0 && p->root->handlers.fn[k]) {
-                        p->root->handlers.fn[k](p->root->handlers.userdata[k], p, h->request_id,
-                                                msg);
-                        goto out;
-                }
-                error_set(&err, STATUS_UNSUPPORTED, "%s is not a peer request", ft->name);
-                (void)peer_reply_error(p, h->type, h->request_id, STATUS_UNSUPPORTED, &err);
+                peer_dispatch_ready(p, ft, h->type, h->request_id, msg);
                 goto out;
         default:
                 break;
@@ -625,6 +705,8 @@ out:
 
 static void peer_read(Peer *p)
 {
+        if (p->decoding)
+                return;
         for (int i = 0; i < PEER_FRAMES_PER_WAKEUP && p->state != PEER_CLOSED && p->loss.code == 0;
              i++) {
                 int r = wire_in_read(&p->in, p->fd, p->max_frame, 0);
@@ -643,6 +725,9 @@ static void peer_read(Peer *p)
                 p->last_rx_usec = now_usec(CLOCK_MONOTONIC);
                 peer_dispatch_frame(p);
                 wire_in_reset(&p->in);
+                /* Its frames keep their order: the next waits for this one's decoding. */
+                if (p->decoding)
+                        return;
         }
 }
 

@@ -31,6 +31,7 @@
 #include "proto/wire.h"
 
 struct event;
+typedef struct DecodeJob DecodeJob;
 typedef struct LinkRoot LinkRoot;
 typedef struct Peer Peer;
 typedef struct PeerCall PeerCall;
@@ -72,6 +73,10 @@ struct Peer {
         struct event *ev_lose; /* runs a loss found while sending */
         Error loss;            /* that loss, while ev_lose is pending */
         WireIn in;
+        DecodeJob *decoding;    /* its request decoded off the loop: nothing more is read
+                                 * until it was handled */
+        uint16_t decoding_type; /* that request's type and id */
+        uint64_t decoding_request_id;
         WireOut out;
         uint32_t max_frame;
 

@@ -374,6 +374,75 @@ static void hostile_read_chunks(Hostile *h, uint64_t job, uint8_t *out, uint64_t
         }
 }
 
+/*
+ * A request long enough to be decoded off the daemon's loop (120,000 ids, out of range) is
+ * refused as a short one is, and the connection goes on: the next request is answered.
+ */
+static void hostile_long_out_of_range(Hostile *h, const Node *n, Ask *ask)
+{
+        enum { LONG = 120000 };
+        uint64_t *src = calloc(LONG, sizeof(uint64_t)), *dst = calloc(LONG, sizeof(uint64_t));
+        uint64_t *src0 = ask->src_blocks, *dst0 = ask->dst_blocks;
+        size_t n_src0 = ask->n_src, n_dst0 = ask->n_dst;
+        int64_t away0 = node_status_int(n, "counters/peer_frames_decoded_away");
+        char detail[256];
+
+        ck_assert(src && dst);
+        for (size_t i = 0; i < LONG; i++) {
+                src[i] = 1000000 + i;
+                dst[i] = i;
+        }
+        ask->src_blocks = src;
+        ask->dst_blocks = dst;
+        ask->n_src = ask->n_dst = LONG;
+        ck_assert_int_eq(hostile_transfer(h, ask, detail, sizeof(detail), NULL),
+                         KVD_E_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(detail, "out of range"));
+        ck_assert_int_eq(node_status_int(n, "counters/peer_frames_decoded_away") - away0, 1);
+        ask->src_blocks = src0;
+        ask->dst_blocks = dst0;
+        ask->n_src = n_src0;
+        ask->n_dst = n_dst0;
+        ck_assert_int_eq(hostile_transfer(h, ask, detail, sizeof(detail), NULL),
+                         KVD_E_PARAM_INVALID);
+        ck_assert_ptr_nonnull(strstr(detail, "out of range"));
+        free(src);
+        free(dst);
+}
+
+/*
+ * A peer request of 300 KB that does not decode (decoded off the loop): the daemon drops the
+ * peer that sent it, as for a short one, and counts nothing decoded.
+ */
+static void hostile_long_garbage(const Node *n)
+{
+        enum { LEN = 300 << 10 };
+        uint8_t *frame = malloc(FRAME_HEADER_SIZE + LEN);
+        int64_t away0 = node_status_int(n, "counters/peer_frames_decoded_away");
+        Hostile h;
+
+        ck_assert_ptr_nonnull(frame);
+        hostile_connect(&h, n);
+        frame_header_encode(
+                &(FrameHeader){
+                        .magic = FRAME_MAGIC,
+                        .version = FRAME_VERSION,
+                        .type = KVDIST__V1__MSG_TYPE__MSG_PEER_TRANSFER,
+                        .length = LEN,
+                        .request_id = 77,
+                },
+                frame);
+        /* varints that never end */
+        memset(frame + FRAME_HEADER_SIZE, 0xff, LEN);
+        ck_assert_int_eq(harness_raw_send(h.ctl, frame, FRAME_HEADER_SIZE + LEN, NULL, 0), 0);
+        ck_assert_int_eq(harness_raw_wait_closed(h.ctl, harness_wait_ms()), 1);
+        ck_assert(harness_daemon_log_contains(&n->d, "undecodable PeerTransfer"));
+        ck_assert_int_eq(node_status_int(n, "counters/peer_frames_decoded_away"), away0);
+        close(h.ctl);
+        close(h.data);
+        free(frame);
+}
+
 START_TEST(test_hostile_peer)
 {
         static const char *const extra[] = {"--tcp-streams", "1", NULL};
@@ -443,6 +512,7 @@ START_TEST(test_hostile_peer)
         ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
                          KVD_E_PARAM_INVALID);
         ck_assert_ptr_nonnull(strstr(detail, "out of range"));
+        hostile_long_out_of_range(&h, &p, &ask);
         ask.src_blocks = huge;
         ck_assert_int_eq(hostile_transfer(&h, &ask, detail, sizeof(detail), NULL),
                          KVD_E_PARAM_INVALID);
@@ -567,6 +637,7 @@ START_TEST(test_hostile_peer)
         ck_assert_int_eq(harness_raw_wait_closed(h.ctl, harness_wait_ms()), 1);
         close(h.ctl);
         close(h.data);
+        hostile_long_garbage(&p);
 
         /* The real decoder links and pulls, byte-exact; A's caches were never written. */
         link_node(b, A_ID, &p);

@@ -244,6 +244,48 @@ START_TEST(test_pull_large)
 }
 END_TEST
 
+/*
+ * 100,000 scattered blocks in one pull: the peer request's 200,000 ids (about 580 KB) are
+ * decoded on the serving daemon's decoder thread, not its loop; every byte checked.
+ */
+START_TEST(test_pull_100k_blocks)
+{
+        enum { N = 100000 };
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_transfer_opts o = opts_layers(ALL, ALL, 2);
+        uint64_t *sb = calloc(N, sizeof(*sb)), *db = calloc(N, sizeof(*db));
+        int64_t served0, pulling0;
+        TCache src, dst;
+        TCopies cp = {};
+        Pair w;
+
+        ck_assert(sb && db);
+        pair_start(&w, NULL);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, N, 64, 0x3c, &key, 1, 0));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, N + 8, 64, 0x4d, NULL, 0, 0));
+        link_node(w.b, A_ID, &w.p);
+        for (uint64_t i = 0; i < N; i++) {
+                sb[i] = (i * SCATTER) % N;
+                db[i] = (i * 7) % N + 4;
+        }
+        served0 = node_status_int(&w.p, "counters/peer_frames_decoded_away");
+        pulling0 = node_status_int(&w.d, "counters/peer_frames_decoded_away");
+        o.timeout_ms = 120000;
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, N, db, N, &o));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, N);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+        ck_assert_int_eq(node_status_int(&w.p, "counters/peer_frames_decoded_away") - served0, 1);
+        /* the answer is short: decoded on the pulling daemon's loop */
+        ck_assert_int_eq(node_status_int(&w.d, "counters/peer_frames_decoded_away") - pulling0, 0);
+
+        free(sb);
+        free(db);
+        tcopies_free(&cp);
+        pair_stop(&w);
+}
+END_TEST
+
 /* Blocks from 4 KiB to 4 MiB, scattered and contiguous, pulled and pushed. */
 START_TEST(test_block_sizes)
 {
@@ -897,6 +939,7 @@ static Suite *remote_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_pull_blocks);
         tcase_add_test(tc, test_pull_large);
+        tcase_add_test(tc, test_pull_100k_blocks);
         tcase_add_test(tc, test_block_sizes);
         tcase_add_test(tc, test_push_blocks_notify);
         tcase_add_test(tc, test_pull_blocks_notify);
