@@ -416,7 +416,9 @@ START_TEST(test_remote_pull)
         ck_assert_uint_eq(r->args.local_batch_index, 2);
         ck_assert_int_eq(r->args.size, -1);
         ck_assert(!r->src_layers_set && !r->dst_layers_set);
-        ck_assert_uint_eq(r->timeout_ms, fx.sync_kv_timeout_ms);
+        /* what is left of the deadline when asked: a loaded machine may have taken a few ms */
+        ck_assert_uint_le(r->timeout_ms, fx.sync_kv_timeout_ms);
+        ck_assert_uint_ge(r->timeout_ms, fx.sync_kv_timeout_ms / 2);
         ck_assert_uint_eq(r->notify_len, 0);
         ck_assert(!r->remote_access);
         ck_assert_ptr_nonnull(r->local);
