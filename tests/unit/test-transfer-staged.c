@@ -261,17 +261,20 @@ static void run_until_told(void)
         }
 }
 
+/* Nothing is held or listed, and our cache is as it was: serving only reads it. */
 static void check_served_let_go(void)
 {
+        _cleanup_free_ uint8_t *image = transfer_fixture_image(served_cache, SERVED_SEED);
+
         ck_assert_uint_eq(fx.root.n_served, 0);
         ck_assert_uint_eq(inlink->n_inflight, 0);
         ck_assert_uint_eq(fx.peer->n_served, 0);
         ck_assert_uint_eq(served_cache->n_busy, 0);
+        transfer_fixture_check_image(served_cache, image);
 }
 
 START_TEST(test_staged_served_answers_once_handed)
 {
-        _cleanup_free_ uint8_t *image = NULL;
         uint8_t stream[ITEM_BYTES];
         RemoteDesc theirs;
         TransportJob *job;
@@ -308,14 +311,11 @@ START_TEST(test_staged_served_answers_once_handed)
         ck_assert_uint_eq(fx.root.counters.transfers_served, 1);
         ck_assert_uint_eq(fx.root.counters.bytes_served, ITEM_BYTES);
         check_served_let_go();
-        image = transfer_fixture_image(served_cache, SERVED_SEED);
-        transfer_fixture_check_image(served_cache, image);
 }
 END_TEST
 
 START_TEST(test_staged_served_cancelled_while_laid)
 {
-        _cleanup_free_ uint8_t *image = NULL;
         RemoteDesc theirs;
 
         /* The peer gives up before its plan was laid: it is refused, nothing was sent. */
@@ -333,14 +333,11 @@ START_TEST(test_staged_served_cancelled_while_laid)
         ck_assert_uint_eq(fx.tcp->n_submitted, 0);
         ck_assert_uint_eq(fx.root.counters.transfers_served, 0);
         check_served_let_go();
-        image = transfer_fixture_image(served_cache, SERVED_SEED);
-        transfer_fixture_check_image(served_cache, image);
 }
 END_TEST
 
 START_TEST(test_staged_served_peer_lost_while_laid)
 {
-        _cleanup_free_ uint8_t *image = NULL;
         RemoteDesc theirs;
         time_t end;
 
@@ -361,8 +358,6 @@ START_TEST(test_staged_served_peer_lost_while_laid)
         ck_assert_uint_eq(fx.tcp->n_submitted, 0);
         ck_assert_uint_eq(fx.root.counters.transfers_served, 0);
         check_served_let_go();
-        image = transfer_fixture_image(served_cache, SERVED_SEED);
-        transfer_fixture_check_image(served_cache, image);
 }
 END_TEST
 
