@@ -20,7 +20,6 @@
 #include "daemon/memory/memory.h"
 #include "daemon/transport/transport-config.h"
 #include "daemon/transport/transport-set.h"
-#include "proto/frame.h"
 
 struct event_base;
 typedef struct Cluster Cluster;
@@ -38,22 +37,6 @@ typedef struct LinkOptions {
         const char *listen_ip_info;               /* "ip:port" for peers; NULL = none */
         const char *cluster_key_file;             /* NULL = no key (warned) */
 } LinkOptions;
-
-/*
- * How link/ decodes a peer's long request off the loop: the daemon's decoder thread
- * (control/decoder.h), reached only through these, since link/ does not know control/; the
- * daemon fills them with decoder_submit() and decoder_forget(). No @submit: on the loop.
- */
-typedef struct Decoder Decoder;
-typedef struct DecodeJob DecodeJob;
-typedef void (*LinkDecodedFn)(DecodeJob *job, size_t len, int r, ProtobufCMessage *msg,
-                              const FrameListFacts *facts, size_t n_facts, void *userdata);
-typedef struct LinkDecoder {
-        Decoder *decoder;
-        int (*submit)(Decoder *d, const ProtobufCMessageDescriptor *desc, uint8_t *payload,
-                      size_t len, LinkDecodedFn done, void *userdata, DecodeJob **ret);
-        void (*forget)(DecodeJob *job);
-} LinkDecoder;
 
 /* What link/ counts (and the layers above it for their peer requests); status reads them. */
 typedef struct LinkCounters {

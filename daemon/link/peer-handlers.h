@@ -14,12 +14,30 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "proto/frame.h"
+
 typedef struct LinkRoot LinkRoot;
 typedef struct Peer Peer;
 
 /* Handles @msg from @p; @userdata is what the handler was registered with. */
 typedef void (*peer_handler_fn)(void *userdata, Peer *p, uint64_t request_id,
                                 const ProtobufCMessage *msg);
+
+/*
+ * How link/ decodes a peer's long request off the loop: the daemon's decoder thread
+ * (control/decoder.h), reached only through these, since link/ does not know control/; the
+ * daemon fills them with decoder_submit() and decoder_forget(). No @submit: on the loop.
+ */
+typedef struct Decoder Decoder;
+typedef struct DecodeJob DecodeJob;
+typedef void (*LinkDecodedFn)(DecodeJob *job, size_t len, int r, ProtobufCMessage *msg,
+                              const FrameListFacts *facts, size_t n_facts, void *userdata);
+typedef struct LinkDecoder {
+        Decoder *decoder;
+        int (*submit)(Decoder *d, const ProtobufCMessageDescriptor *desc, uint8_t *payload,
+                      size_t len, LinkDecodedFn done, void *userdata, DecodeJob **ret);
+        void (*forget)(DecodeJob *job);
+} LinkDecoder;
 
 /* One message type a READY peer may send and what handles it. */
 typedef struct PeerHandler {
