@@ -17,13 +17,6 @@
 #include "common/log.h"
 #include "common/status.h"
 
-/*
- * Payloads of at least this many bytes are decoded on the decoder's thread while the loop serves
- * others: a 100,000-block transfer's two lists are 600 KB, half a millisecond of the loop's time.
- * Below it, decoding costs less than the two thread wake-ups.
- */
-#define DISPATCH_DECODE_AWAY_BYTES ((size_t)256 << 10)
-
 static const DispatchEntry dispatch_table[] = {
         {KVDIST__V1__MSG_TYPE__MSG_CLIENT_INIT, DISPATCH_NO_CLUSTER, 0, handle_client_init},
         {KVDIST__V1__MSG_TYPE__MSG_CLIENT_FINALIZE, DISPATCH_NEEDS_CLUSTER, 0,
@@ -248,7 +241,7 @@ void dispatch_frame(Conn *c)
         req->n_fds = c->in.n_fds;
         c->in.n_fds = 0;
 
-        if (c->root->decoder && c->in.payload_len >= DISPATCH_DECODE_AWAY_BYTES) {
+        if (c->root->decoder && c->in.payload_len >= FRAME_DECODE_AWAY_BYTES) {
                 /* The connection reads nothing more until the request is decoded and handled. */
                 r = decoder_submit(c->root->decoder, ft->request, TAKE_PTR(c->in.payload),
                                    c->in.payload_len, dispatch_decoded, req, &req->decoding);

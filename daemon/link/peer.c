@@ -33,9 +33,6 @@
 #define PEER_MAX_OUT_BYTES (256u << 20)
 /* Room on top of the frame limit for what a peer request adds to a client request. */
 #define PEER_FRAME_SLACK (64u << 10)
-/* A READY peer's requests of this many bytes or more are decoded off the loop (a client's too:
- * control/dispatch.c) */
-#define PEER_DECODE_AWAY_BYTES (256u << 10)
 
 struct PeerCall {
         CList link; /* on Peer.calls */
@@ -602,7 +599,7 @@ static void peer_decoded(DecodeJob *job, size_t len, int r, ProtobufCMessage *ms
 }
 
 /*
- * A READY peer's request of PEER_DECODE_AWAY_BYTES or more, for a handler (a transfer's
+ * A READY peer's request of FRAME_DECODE_AWAY_BYTES or more, for a handler (a transfer's
  * 200,000 block ids are 600 KB), is decoded on the daemon's decoder thread: the loop serves the
  * others meanwhile, and this peer's connection reads nothing more until the request was handled,
  * so its frames keep their order. True when it went there (or the peer was lost trying).
@@ -614,7 +611,7 @@ static bool peer_decode_away(Peer *p, const FrameType *ft)
         int k = peer_ready_type_index(h->type);
         int r;
 
-        if (!dec->submit || p->in.payload_len < PEER_DECODE_AWAY_BYTES || k < 0 ||
+        if (!dec->submit || p->in.payload_len < FRAME_DECODE_AWAY_BYTES || k < 0 ||
             !p->root->handlers.fn[k])
                 return false;
         p->decoding_type = h->type;
