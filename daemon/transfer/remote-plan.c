@@ -140,20 +140,6 @@ int remote_plan_check(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *
         return plan_check(pr, ret, err);
 }
 
-int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst, Plan **ret,
-                      Error *err)
-{
-        PlanTensor tensors[2 * KVD_MAX_TENSORS];
-        PlanCache caches[2];
-        PlanChecked checked;
-        int r;
-
-        r = remote_plan_check(pr, src, dst, tensors, caches, &checked, err);
-        if (r < 0)
-                return r;
-        return plan_make(pr, &checked, ret, err);
-}
-
 int remote_plan_regions(const Cache *cache, Region **regions, uint32_t *n_regions)
 {
         for (uint32_t t = 0; t < cache->desc.num_tensors; t++) {

@@ -63,10 +63,6 @@ int remote_desc_check(const RemoteDesc *desc, RemoteDesc *ret, Error *err);
 int remote_plan_check(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst,
                       PlanTensor *tensors, PlanCache caches[2], PlanChecked *ret, Error *err);
 
-/* Builds the canonical plan of @pr between caches shaped @src and @dst (plan_build()'s rules). */
-int remote_plan_build(PlanRequest *pr, const RemoteDesc *src, const RemoteDesc *dst, Plan **ret,
-                      Error *err);
-
 /*
  * References every region @cache's tensors lie in that @regions (room for KVD_MAX_TENSORS;
  * *@n_regions counts) does not hold yet: what a plan on @cache may touch. -E2BIG past the room.
