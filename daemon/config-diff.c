@@ -56,6 +56,14 @@ static void add_change(ChangeList *l, const char *key, const char *old_value, co
         c->runtime = runtime;
 }
 
+static const char *format_control_nice(int nice, char buf[static 96])
+{
+        if (nice == CONTROL_NICE_OFF)
+                return "off";
+        (void)snprintf(buf, 96, "%d", nice);
+        return buf;
+}
+
 static void format_int_field(const IntField *f, uint64_t v, char *buf, size_t size)
 {
         char tmp[32];
@@ -167,6 +175,9 @@ int config_diff(const Config *old, const Config *new, ConfigChange **ret, size_t
                 (void)snprintf(vb, sizeof(vb), "%u", new->copy_threads);
                 add_change(&l, "copy_threads", va, vb, false);
         }
+        if (old->control_nice != new->control_nice)
+                add_change(&l, "control_nice", format_control_nice(old->control_nice, va),
+                           format_control_nice(new->control_nice, vb), false);
         if (old->log_level != new->log_level)
                 add_change(&l, "log_level", log_level_to_string(old->log_level) ?: "?",
                            log_level_to_string(new->log_level) ?: "?", true);

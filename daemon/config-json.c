@@ -76,6 +76,10 @@ json_t *config_to_json(const Config *c)
             &ok);
         set_int_fields(o, c, &config_top_fields, &ok);
         set(o, "copy_threads", json_integer(c->copy_threads), &ok);
+        set(o, "control_nice",
+            c->control_nice == CONTROL_NICE_OFF ? json_string("off")
+                                                : json_integer(c->control_nice),
+            &ok);
         set(o, "log_level", json_string(log_level_to_string(c->log_level) ?: "info"), &ok);
         set(o, "metrics_listen", json_string(c->metrics_listen ?: ""), &ok);
         set(o, "listen_ip_info", json_string(c->listen_ip_info ?: ""), &ok);

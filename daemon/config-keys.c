@@ -248,6 +248,19 @@ static int parse_copy_threads(Config *c, json_t *v, const char *path, char **err
         return 0;
 }
 
+static int parse_control_nice(Config *c, json_t *v, const char *path, char **error)
+{
+        if (json_is_string(v) && json_string_is_clean(v) && streq(json_string_value(v), "off")) {
+                c->control_nice = CONTROL_NICE_OFF;
+                return 0;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < -20 || json_integer_value(v) > 19)
+                return config_errorf(error, -EINVAL,
+                                     "%s: must be an integer in [-20, 19] or \"off\"", path);
+        c->control_nice = (int)json_integer_value(v);
+        return 0;
+}
+
 static int parse_log_level(Config *c, json_t *v, const char *path, char **error)
 {
         int level = -EINVAL;
@@ -552,6 +565,7 @@ static const struct {
         {"allow_uids", parse_allow_uids},
         {"allow_gids", parse_allow_gids},
         {"copy_threads", parse_copy_threads},
+        {"control_nice", parse_control_nice},
         {"log_level", parse_log_level},
         {"metrics_listen", parse_metrics_listen},
         {"devices", parse_devices},

@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -30,9 +31,10 @@ typedef struct Config {
         size_t n_devices;
         uint32_t sync_kv_timeout_ms; /* default transfer timeout */
         unsigned copy_threads;
-        int log_level;                     /* LOG_ERR .. LOG_DEBUG (syslog numbers) */
-        char *listen_ip_info;              /* "ip:port" for peer daemons; NULL = client only */
-        char *cluster_key_file;            /* pre-shared key of the peers; NULL = none (warned) */
+        int control_nice;       /* the control loop's nice; CONTROL_NICE_OFF = as started */
+        int log_level;          /* LOG_ERR .. LOG_DEBUG (syslog numbers) */
+        char *listen_ip_info;   /* "ip:port" for peer daemons; NULL = client only */
+        char *cluster_key_file; /* pre-shared key of the peers; NULL = none (warned) */
         bool client_clusters_accept_links; /* clusters without listen_ip_info accept links too */
         uint32_t heartbeat_interval_ms;    /* a peer heartbeat every so often */
         uint32_t heartbeat_timeout_ms;     /* a peer silent this long is lost */
@@ -42,6 +44,10 @@ typedef struct Config {
         char *metrics_listen; /* "ip:port" of the /metrics listener; NULL = off */
         Limits limits;
 } Config;
+
+/* control_nice "off": the control loop keeps the nice value the daemon was started with. */
+#define CONTROL_NICE_OFF INT_MIN
+#define CONTROL_NICE_DEFAULT (-10)
 
 /* The port of a device's address when the value names none (a rank table's device_ip too). */
 #define CONFIG_DEVICE_DEFAULT_PORT 7400

@@ -38,6 +38,7 @@
 #include "daemon/transfer/transfer.h"
 #include "daemon/transport/transport.h"
 #include "common/status.h"
+#include "common/thread-nice.h"
 #include "proto/status-wire.h"
 
 /* How long an orderly stop waits for transports to let go of memory before exiting anyway. */
@@ -402,8 +403,31 @@ fail:
         return r;
 }
 
+/*
+ * Raises the control loop (this thread) to control_nice. Its work is short (a status call, a
+ * request's checks), but with every core busy copying it waited milliseconds for one; the
+ * workers keep the daemon's own nice (thread_nice_worker()). Without the privilege the loop
+ * stays as it was: a notice, not a failure.
+ */
+static void daemon_raise_control_loop(const Daemon *d)
+{
+        int r, nice = d->config->control_nice;
+
+        if (nice == CONTROL_NICE_OFF)
+                return;
+        r = thread_nice_set(nice);
+        if (r < 0)
+                log_full_errno(LOG_NOTICE, r,
+                               "control loop left at nice %d, not %d: %m (it takes "
+                               "CAP_SYS_NICE or LimitNICE=%d; control_nice \"off\" silences this)",
+                               thread_nice_get(), nice, nice);
+        else
+                log_debug("control loop at nice %d", nice);
+}
+
 int daemon_run(Daemon *d)
 {
+        daemon_raise_control_loop(d);
         log_info("kvdistd %s listening on %s%s%s, pool %" PRIu64 " bytes, %u copy threads, "
                  "node %016" PRIx64 "%s",
                  KVDIST_VERSION, listener_path(d->control.listener),

@@ -8,6 +8,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "common/log.h"
+#include "common/thread-nice.h"
 
 /*
  * A request of 100,000 blocks makes plans and copy lists of several MiB on the control loop. By
@@ -31,6 +32,8 @@ int main(int argc, char **argv)
         int r;
 
         tune_malloc();
+        /* before any thread: the workers return to this nice when the control loop is raised */
+        thread_nice_init();
         r = config_new(&config);
         if (r < 0) {
                 fprintf(stderr, "kvdistd: out of memory\n");

@@ -30,6 +30,7 @@
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
 #include "common/status.h"
+#include "common/thread-nice.h"
 
 static const char *const dtype_names[] = {
         [KVD_DT_FLOAT] = "float",   [KVD_DT_FLOAT16] = "float16", [KVD_DT_BF16] = "bf16",
@@ -416,6 +417,8 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "uptime_s", json_real((double)(now - d->start_usec) / USEC_PER_SEC), &ok);
         set(root, "socket", json_string(listener_path(d->control.listener)), &ok);
         set(root, "copy_threads", json_integer(engine_n_threads(d->transports.engine)), &ok);
+        /* status is built on the loop: this thread's own value */
+        set(root, "control_nice", json_integer(thread_nice_get()), &ok);
         set(root, "stopping", json_boolean(d->stopping), &ok);
         set(root, "pool", status_pool(d, &ok), &ok);
         set(root, "counters", status_counters(d, &ok), &ok);

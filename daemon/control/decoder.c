@@ -12,6 +12,7 @@
 
 #include "common/clist.h"
 #include "common/macro.h"
+#include "common/thread-nice.h"
 #include "daemon/control/decoder.h"
 #include "proto/frame.h"
 
@@ -53,6 +54,7 @@ static void *decoder_thread(void *userdata)
 {
         Decoder *d = userdata;
 
+        thread_nice_worker();
         pthread_mutex_lock(&d->lock);
         for (;;) {
                 DecodeJob *job;

@@ -16,6 +16,7 @@
 #include "common/clist.h"
 #include "daemon/transport/engine.h"
 #include "common/macro.h"
+#include "common/thread-nice.h"
 
 #define ENGINE_MAX_THREADS 64
 #define ENGINE_DEFAULT_SLICE ((size_t)1 << 20)
@@ -260,6 +261,7 @@ static void *engine_thread(void *userdata)
 {
         Engine *e = userdata;
 
+        thread_nice_worker();
         pthread_mutex_lock(&e->lock);
         for (;;) {
                 EngineJob *job;

@@ -26,6 +26,7 @@
 
 #include "common/clist.h"
 #include "common/log.h"
+#include "common/thread-nice.h"
 #include "daemon/transport/rdma-internal.h"
 
 /* Posted chains kept for reuse, so a long job does not allocate one per chain. */
@@ -58,6 +59,7 @@ static void *rdma_poster_thread(void *userdata)
         RdmaDevice *dev = userdata;
         RdmaPoster *p = &dev->poster;
 
+        thread_nice_worker();
         pthread_mutex_lock(&p->lock);
         for (;;) {
                 struct ibv_send_wr *bad = NULL;

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "common/log.h"
+#include "common/thread-nice.h"
 #include "daemon/transport/tcp-data-internal.h"
 
 /* What one direction of a connection thread asks for after its turn (0 is no answer). */
@@ -357,6 +358,7 @@ void *tcp_data_conn_thread(void *userdata)
         TcpData *td = c->td;
         int r = 0;
 
+        thread_nice_worker();
         while (!atomic_load(&td->stop) && atomic_load(&td->error) == 0) {
                 struct pollfd p[2];
                 int rx, tx, timeout = -1;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Integration test harness: real kvdistd processes, forked clients, patterns and raw frames. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -994,6 +995,60 @@ long harness_proc_mapped_kib(pid_t pid, const char *name)
         }
         fclose(f);
         return sum;
+}
+
+/* Reads the name and the nice value (field 19) of /proc/@pid/task/@tid/stat. */
+static int proc_thread_read(pid_t pid, pid_t tid, HarnessThread *t)
+{
+        char path[96], buf[512], *open_paren, *close_paren, *p;
+        ssize_t n;
+        int fd;
+
+        (void)snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return n < 0 ? -errno : -EIO;
+        buf[n] = '\0';
+        /* "TID (COMM) STATE ...": COMM may hold blanks and parentheses, the last ')' ends it */
+        open_paren = strchr(buf, '(');
+        close_paren = strrchr(buf, ')');
+        if (!open_paren || !close_paren || close_paren < open_paren)
+                return -EIO;
+        t->tid = tid;
+        (void)snprintf(t->comm, sizeof(t->comm), "%.*s", (int)(close_paren - open_paren - 1),
+                       open_paren + 1);
+        /* p at the blank before field 3 (state); each step to the blank before the next field */
+        p = close_paren + 1;
+        for (int field = 3; field < 19; field++) {
+                p = strchr(p + 1, ' ');
+                if (!p)
+                        return -EIO;
+        }
+        t->nice = (int)strtol(p + 1, NULL, 10);
+        return 0;
+}
+
+int harness_proc_threads(pid_t pid, HarnessThread *ret, size_t max)
+{
+        char path[64];
+        struct dirent *de;
+        size_t n = 0;
+        DIR *dir;
+
+        (void)snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+        dir = opendir(path);
+        if (!dir)
+                return -errno;
+        while (n < max && (de = readdir(dir)))
+                if (de->d_name[0] != '.' &&
+                    proc_thread_read(pid, (pid_t)strtol(de->d_name, NULL, 10), &ret[n]) == 0)
+                        n++;
+        closedir(dir);
+        return (int)n;
 }
 
 long harness_proc_status_kib(pid_t pid, const char *field)

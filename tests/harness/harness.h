@@ -248,6 +248,19 @@ int harness_run(const char *const *argv, char **ret_stdout, char **ret_stderr);
 /* A "kB" field of /proc/@pid/status ("VmPeak", "VmRSS"), or a negative errno. */
 long harness_proc_status_kib(pid_t pid, const char *field);
 
+/* One thread of a process, from /proc/PID/task/TID/stat. */
+typedef struct HarnessThread {
+        pid_t tid;
+        char comm[16]; /* its name: "kvdistd" for the main thread, "kvd-copy0" */
+        int nice;
+} HarnessThread;
+
+/*
+ * The threads of @pid into @ret (at most @max). Returns how many, or a negative errno. A thread
+ * that ends while they are read is left out.
+ */
+int harness_proc_threads(pid_t pid, HarnessThread *ret, size_t max);
+
 /*
  * The resident KiB of the mappings of @pid whose path contains @name ("memfd:kv"), from
  * /proc/@pid/smaps: counted over the page tables, so exact at once (the RssShmem of

@@ -9,9 +9,11 @@
 #include <check.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -896,6 +898,87 @@ START_TEST(test_three_daemons)
 }
 END_TEST
 
+static void *try_raise(void *userdata)
+{
+        int *nice = userdata;
+
+        *nice = setpriority(PRIO_PROCESS, (id_t)gettid(), *nice) == 0;
+        return NULL;
+}
+
+/* Whether a thread of this process may go to @nice: what a daemon started from here may do. */
+static bool may_raise_to(int nice)
+{
+        pthread_t t;
+
+        ck_assert_int_eq(pthread_create(&t, NULL, try_raise, &nice), 0);
+        ck_assert_int_eq(pthread_join(t, NULL), 0);
+        return nice == 1;
+}
+
+/* @n's control loop (its main thread) is at @loop; every other thread at @base. */
+static void check_thread_nices(const Node *n, int loop, int base)
+{
+        HarnessThread t[256];
+        bool copy = false, tcp = false;
+        int k = harness_proc_threads(n->d.pid, t, ARRAY_SIZE(t));
+
+        ck_assert_int_gt(k, 1);
+        for (int i = 0; i < k; i++) {
+                if (t[i].tid == n->d.pid) {
+                        ck_assert_int_eq(t[i].nice, loop);
+                        continue;
+                }
+                ck_assert_msg(t[i].nice == base,
+                              "thread %d (%s) at nice %d, the daemon's own is %d", (int)t[i].tid,
+                              t[i].comm, t[i].nice, base);
+                copy |= strncmp(t[i].comm, "kvd-copy/", 9) == 0;
+                tcp |= strncmp(t[i].comm, "kvd-tcp/", 8) == 0;
+        }
+        ck_assert(copy);
+        /* the data streams' threads start when the link does, from the raised loop */
+        if (strcmp(it_transport(), "tcp") == 0)
+                ck_assert(tcp);
+        ck_assert_int_eq(node_status_int(n, "control_nice"), loop);
+}
+
+/*
+ * Each daemon raises its control loop to control_nice (-10 by default) so that it does not wait
+ * behind its own copies for a core; every other thread, those started from the loop when a link
+ * came up included, stays at the nice the daemon was started with.
+ */
+START_TEST(test_control_loop_priority)
+{
+        static const uint64_t sb[] = {9, 2, 14, 0, 7, 11};
+        static const uint64_t db[] = {1, 15, 4, 8, 12, 3};
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        int base = getpriority(PRIO_PROCESS, (id_t)gettid());
+        int loop = may_raise_to(-10) ? -10 : base;
+        TCache src, dst;
+        TCopies cp = {};
+        Pair w;
+
+        if (loop == base)
+                fprintf(stderr,
+                        "test_control_loop_priority: this process may not raise a thread "
+                        "to nice -10 (no CAP_SYS_NICE or RLIMIT_NICE): the daemons' loops "
+                        "are checked to stay at %d\n",
+                        base);
+        pair_start(&w, NULL);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, 16, 4096, 0x51, &key, 1, 0));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, 16, 4096, 0x52, NULL, 0, 0));
+        link_node(w.b, A_ID, &w.p);
+        expect_ok(w.b, kvd_pull_blocks(w.b, &key, dst.id, sb, 6, db, 6, NULL));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, 6);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+        check_thread_nices(&w.p, loop, base);
+        check_thread_nices(&w.d, loop, base);
+        tcopies_free(&cp);
+        pair_stop(&w);
+}
+END_TEST
+
 /* Both daemons ask for CRC32C on the data streams: the same bytes land. */
 START_TEST(test_crc)
 {
@@ -959,6 +1042,7 @@ static Suite *remote_suite(void)
         tcase_add_test(tc, test_link_timeout);
         tcase_add_test(tc, test_many_clusters);
         tcase_add_test(tc, test_three_daemons);
+        tcase_add_test(tc, test_control_loop_priority);
         suite_add_tcase(s, tc);
         return s;
 }

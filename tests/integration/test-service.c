@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -365,6 +366,59 @@ START_TEST(test_reload)
 }
 END_TEST
 
+/* The "control_nice" of the daemon's status: its control loop's nice value. */
+static json_int_t status_control_nice(const HarnessDaemon *d)
+{
+        char *text = NULL;
+        json_t *root;
+        json_int_t v;
+
+        expect_ok(NULL, harness_daemon_status(d, &text));
+        root = json_loads(text, 0, NULL);
+        free(text);
+        ck_assert_ptr_nonnull(root);
+        ck_assert(json_is_integer(json_object_get(root, "control_nice")));
+        v = json_integer_value(json_object_get(root, "control_nice"));
+        json_decref(root);
+        return v;
+}
+
+/*
+ * A daemon that may not raise its control loop (no CAP_SYS_NICE, RLIMIT_NICE 0) serves on at
+ * its own nice and says why; control_nice "off" leaves the loop alone and says nothing.
+ */
+START_TEST(test_control_nice_refused)
+{
+        /* root keeps CAP_SYS_NICE through exec unless the bounding set drops it */
+        static const char *const unprivileged_root[] = {"prlimit", "--nice=0:0", "setpriv",
+                                                        "--bounding-set=-sys_nice", NULL};
+        static const char *const unprivileged[] = {"prlimit", "--nice=0:0", NULL};
+        char dir[] = "/tmp/kvdist-it-nice-XXXXXX", path[128], want[96];
+        const char *args[] = {"--config", path, NULL};
+        int base = getpriority(PRIO_PROCESS, 0);
+        HarnessDaemon d;
+        HarnessStartOptions o = {.launcher = geteuid() == 0 ? unprivileged_root : unprivileged};
+
+        ck_assert_int_eq(harness_daemon_start_opts(&d, &o), 0);
+        (void)snprintf(want, sizeof(want), "control loop left at nice %d, not -10", base);
+        wait_log(&d, want);
+        ck_assert_int_eq(status_control_nice(&d), base);
+        ck_assert_int_eq(harness_daemon_stop(&d), 0);
+        harness_daemon_cleanup(&d);
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        (void)snprintf(path, sizeof(path), "%s/kvdistd.json", dir);
+        write_file(path, "{ \"control_nice\": \"off\" }\n");
+        ck_assert_int_eq(harness_daemon_startv(&d, args), 0);
+        ck_assert_int_eq(status_control_nice(&d), base);
+        ck_assert_int_eq(harness_daemon_stop(&d), 0);
+        ck_assert(!harness_daemon_log_contains(&d, "control loop left"));
+        harness_daemon_cleanup(&d);
+        ck_assert_int_eq(unlink(path), 0);
+        ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 /* GET or another @method of @path over HTTP/1.0; returns the whole response, malloc()ed. */
 static char *http_request(const char *addr, const char *method, const char *path)
 {
@@ -564,6 +618,7 @@ static Suite *service_suite(void)
         tcase_add_test(tc, test_notify);
         tcase_add_test(tc, test_no_watchdog);
         tcase_add_test(tc, test_reload);
+        tcase_add_test(tc, test_control_nice_refused);
         tcase_add_test(tc, test_metrics);
         tcase_add_test(tc, test_metrics_bad_address);
         suite_add_tcase(s, tc);

@@ -34,6 +34,7 @@ START_TEST(test_defaults)
         ck_assert_uint_eq(c->sync_kv_timeout_ms, 1000);
         ck_assert_uint_eq(c->copy_threads, MIN(4, MAX(1, ncpu)));
         ck_assert_int_eq(c->log_level, LOG_INFO);
+        ck_assert_int_eq(c->control_nice, -10);
         ck_assert_uint_eq(c->n_devices, 0);
         ck_assert_ptr_null(c->devices);
         ck_assert_ptr_null(config_find_device(c, 0));
@@ -127,6 +128,13 @@ START_TEST(test_round_trip_top_level)
         ck_assert_uint_eq(c->copy_threads, MIN(4, MAX(1, sysconf(_SC_NPROCESSORS_ONLN))));
         load_ok(c, "{\"copy_threads\": 64}");
         ck_assert_uint_eq(c->copy_threads, 64);
+
+        load_ok(c, "{\"control_nice\": -20}");
+        ck_assert_int_eq(c->control_nice, -20);
+        load_ok(c, "{\"control_nice\": 19}");
+        ck_assert_int_eq(c->control_nice, 19);
+        load_ok(c, "{\"control_nice\": \"off\"}");
+        ck_assert_int_eq(c->control_nice, CONTROL_NICE_OFF);
 
         load_ok(c, "{\"log_level\": \"error\"}");
         ck_assert_int_eq(c->log_level, LOG_ERR);
@@ -443,6 +451,14 @@ START_TEST(test_out_of_range)
                    "copy_threads: must be an integer in [1, 64] or \"auto\"");
         load_fails("{\"copy_threads\": 65}",
                    "copy_threads: must be an integer in [1, 64] or \"auto\"");
+        load_fails("{\"control_nice\": -21}",
+                   "control_nice: must be an integer in [-20, 19] or \"off\"");
+        load_fails("{\"control_nice\": 20}",
+                   "control_nice: must be an integer in [-20, 19] or \"off\"");
+        load_fails("{\"control_nice\": \"-5\"}",
+                   "control_nice: must be an integer in [-20, 19] or \"off\"");
+        load_fails("{\"control_nice\": -2147483649}",
+                   "control_nice: must be an integer in [-20, 19] or \"off\"");
         load_fails("{\"limits\": {\"max_clients\": 0}}",
                    "limits.max_clients: must be an integer in [1, 65536]");
         load_fails("{\"limits\": {\"max_clients\": 65537}}",
