@@ -44,7 +44,8 @@ for d in Type=notify WatchdogSec= Restart=on-failure RuntimeDirectory=kvdist \
         LimitMEMLOCK=infinity User=kvdist Group=kvdist ProtectSystem=strict ProtectHome=yes \
         PrivateTmp=yes NoNewPrivileges=yes \
         'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK' \
-        SystemCallFilter=@system-service 'DeviceAllow=char-infiniband_verbs rw'; do
+        SystemCallFilter=@system-service 'DeviceAllow=char-infiniband_verbs rw' \
+        LimitNICE=-10 SystemCallFilter=setpriority; do
         grep -qx "$d.*" "$tmp/kvdistd.service" || fail "kvdistd.service lacks $d"
 done
 for d in ListenStream=/run/kvdist/kvdist.sock SocketMode=0660 SocketGroup=kvdist \
