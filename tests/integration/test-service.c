@@ -385,7 +385,8 @@ static json_int_t status_control_nice(const HarnessDaemon *d)
 
 /*
  * A daemon that may not raise its control loop (no CAP_SYS_NICE, RLIMIT_NICE 0) serves on at
- * its own nice and says why; control_nice "off" leaves the loop alone and says nothing.
+ * its own nice and says why; RLIMIT_NICE alone lets it (kvdistd.service's LimitNICE=); control_nice
+ * "off" leaves the loop alone and says nothing.
  */
 START_TEST(test_control_nice_refused)
 {
@@ -393,6 +394,7 @@ START_TEST(test_control_nice_refused)
         static const char *const unprivileged_root[] = {"prlimit", "--nice=0:0", "setpriv",
                                                         "--bounding-set=-sys_nice", NULL};
         static const char *const unprivileged[] = {"prlimit", "--nice=0:0", NULL};
+        static const char *const no_sys_nice[] = {"setpriv", "--bounding-set=-sys_nice", NULL};
         char dir[] = "/tmp/kvdist-it-nice-XXXXXX", path[128], want[96];
         const char *args[] = {"--config", path, NULL};
         int base = getpriority(PRIO_PROCESS, 0);
@@ -416,6 +418,22 @@ START_TEST(test_control_nice_refused)
         harness_daemon_cleanup(&d);
         ck_assert_int_eq(unlink(path), 0);
         ck_assert_int_eq(rmdir(dir), 0);
+
+        /*
+         * What kvdistd.service grants: no capability, an RLIMIT_NICE that reaches -10 (20 - -10 =
+         * 30). The daemon inherits this (forked) test's limit; raising it takes CAP_SYS_RESOURCE.
+         */
+        if (geteuid() != 0 || setrlimit(RLIMIT_NICE, &(struct rlimit){30, 30}) < 0) {
+                fprintf(stderr, "test_control_nice_refused: RLIMIT_NICE cannot be raised here "
+                                "(no CAP_SYS_RESOURCE): the LimitNICE= case is not run\n");
+                return;
+        }
+        o.launcher = no_sys_nice;
+        ck_assert_int_eq(harness_daemon_start_opts(&d, &o), 0);
+        ck_assert_int_eq(status_control_nice(&d), -10);
+        ck_assert_int_eq(harness_daemon_stop(&d), 0);
+        ck_assert(!harness_daemon_log_contains(&d, "control loop left"));
+        harness_daemon_cleanup(&d);
 }
 END_TEST
 
