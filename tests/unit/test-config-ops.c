@@ -98,13 +98,13 @@ static const ConfigChange *find_change(const ConfigChange *changes, size_t n, co
 START_TEST(test_diff)
 {
         static const char *const restart_keys[] = {"copy_threads", "socket_path", "metrics_listen",
-                                                   "devices"};
+                                                   "devices", "control_nice"};
         _cleanup_(config_freep) Config *old = load("{}");
         _cleanup_(config_freep) Config *new =
                 load("{\"log_level\": \"debug\", \"memory_size\": \"128M\", \"allow_uids\": [7, 8],"
                      " \"copy_threads\": 3, \"socket_path\": \"/tmp/other.sock\","
                      " \"metrics_listen\": \"127.0.0.1:1\", \"devices\": [{\"device_id\": 1}],"
-                     " \"sync_kv_timeout_ms\": 2000,"
+                     " \"sync_kv_timeout_ms\": 2000, \"control_nice\": \"off\","
                      " \"limits\": {\"max_clients\": 2, \"max_frame_size\": \"8M\"}}");
         _cleanup_free_ ConfigChange *changes = NULL;
         const ConfigChange *ch;
@@ -114,7 +114,11 @@ START_TEST(test_diff)
         ck_assert_uint_eq(n, 0);
 
         ck_assert_int_eq(config_diff(old, new, &changes, &n), 0);
-        ck_assert_uint_eq(n, 10);
+        ck_assert_uint_eq(n, 11);
+        ch = find_change(changes, n, "control_nice");
+        ck_assert(ch);
+        ck_assert_str_eq(ch->old_value, "-10");
+        ck_assert_str_eq(ch->new_value, "off");
         ch = find_change(changes, n, "log_level");
         ck_assert(ch && ch->runtime);
         ck_assert_str_eq(ch->old_value, "info");
@@ -186,6 +190,7 @@ START_TEST(test_json_round_trip)
                 load("{\"socket_path\": \"/tmp/k.sock\", \"socket_mode\": \"0600\","
                      " \"memory_size\": \"1G\", \"allow_uids\": [1, 2], \"log_level\": \"notice\","
                      " \"metrics_listen\": \"[::1]:9100\", \"copy_threads\": 3,"
+                     " \"control_nice\": \"off\","
                      " \"devices\": [{\"device_id\": 4, \"transport\": \"rdma\","
                      " \"rdma_device\": \"mlx5_0\", \"port\": 2, \"netdev\": \"eth1\","
                      " \"address\": \"10.0.0.4\"}],"
@@ -200,6 +205,7 @@ START_TEST(test_json_round_trip)
         ck_assert_ptr_nonnull(j);
         ck_assert_str_eq(json_string_value(json_object_get(j, "socket_mode")), "0600");
         ck_assert_int_eq(json_integer_value(json_object_get(j, "memory_size")), 1 << 30);
+        ck_assert_str_eq(json_string_value(json_object_get(j, "control_nice")), "off");
         ck_assert_int_eq(
                 json_integer_value(json_object_get(json_object_get(j, "limits"), "max_clients")),
                 9);
