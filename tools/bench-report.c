@@ -96,9 +96,18 @@ void bench_report_header(const Args *a)
         printf(" %9s %8s %8s\n", "req/s", "p50 ms", "p99 ms");
 }
 
-/* The lines under a case's row: the status probe's and the batch's figures. */
+/* The lines under a case's row: the daemons' loop CPU, the status probe's and the batch's figures.
+ */
 static void report_extras(const Args *a, const Result *r)
 {
+        if (a->remote && r->loop_cpu_prefill_us >= 0 && r->loop_cpu_decode_us >= 0)
+                printf("%-16s control loop CPU a request: prefill side's daemon %.1f us, decode "
+                       "side's %.1f us%s\n",
+                       "", r->loop_cpu_prefill_us, r->loop_cpu_decode_us,
+                       a->probe_status ? " (the status calls' included)" : "");
+        else if (!a->remote && r->loop_cpu_decode_us >= 0)
+                printf("%-16s control loop CPU a request: %.1f us%s\n", "", r->loop_cpu_decode_us,
+                       a->probe_status ? " (the status calls' included)" : "");
         if (a->probe_status)
                 printf("%-16s status calls meanwhile: %" PRIu64 ", p50 %.1f us, p99 %.1f us, "
                        "max %.1f us\n",
@@ -209,6 +218,11 @@ void bench_report_json(const Args *a, const Result *res, size_t n)
                                r->layers, a->layer_compute_us, r->exposed_p50_us, r->exposed_p99_us,
                                r->layer_p50_us, r->layer_p99_us, r->whole_p50_us, r->whole_p99_us,
                                r->exposed_p50_us / r->layer_p50_us);
+                if (a->remote && r->loop_cpu_prefill_us >= 0 && r->loop_cpu_decode_us >= 0)
+                        printf(", \"loop_cpu_us\": {\"prefill\": %.1f, \"decode\": %.1f}",
+                               r->loop_cpu_prefill_us, r->loop_cpu_decode_us);
+                else if (!a->remote && r->loop_cpu_decode_us >= 0)
+                        printf(", \"loop_cpu_us\": {\"daemon\": %.1f}", r->loop_cpu_decode_us);
                 if (a->probe_status)
                         printf(", \"status_us\": {\"calls\": %" PRIu64
                                ", \"p50\": %.1f, \"p99\": %.1f, \"max\": %.1f}",

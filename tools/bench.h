@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define IPERF3_RUNS 3 /* iperf3 tests per case, spread over its timed requests */
 
@@ -51,6 +52,8 @@ typedef struct Args {
         /* Set up by main(): where each side attaches, and (remote) where its daemon listens. */
         const char *prefill_socket, *decode_socket;
         const char *prefill_addr, *decode_addr;
+        /* The daemons this process started (the same one on one node); 0 with --socket. */
+        pid_t prefill_pid, decode_pid;
         char *iperf3_path;
         char *ucx_path;
 } Args;
@@ -78,6 +81,11 @@ typedef struct Result {
         /* --probe-status: status calls answered while the timed requests ran */
         uint64_t status_calls;
         double status_p50_us, status_p99_us, status_max_us;
+        /*
+         * CPU time of each daemon's control loop (its main thread) per timed request, in us;
+         * negative when unknown (a daemon not started here, no schedstat, --layer-compute-us).
+         */
+        double loop_cpu_prefill_us, loop_cpu_decode_us;
         /* --batch: how long kvd_transfer_batch() took to post the request (it returns once sent) */
         double post_p50_us, post_p99_us;
 } Result;

@@ -637,6 +637,40 @@ static int run_layered(const Args *a, const Workload *w, kvd_client *mover,
 }
 
 /*
+ * CPU time so far of @pid's main thread, the daemon's control loop, in ns: the first field of
+ * /proc/PID/task/PID/schedstat (user and kernel time together). -1 when unknown.
+ */
+static int64_t loop_cpu_ns(pid_t pid)
+{
+        char path[64];
+        long long ns;
+        FILE *f;
+        int n;
+
+        if (pid <= 0)
+                return -1;
+        (void)snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, (int)pid);
+        f = fopen(path, "re");
+        if (!f)
+                return -1;
+        n = fscanf(f, "%lld", &ns);
+        fclose(f);
+        return n == 1 && ns >= 0 ? ns : -1;
+}
+
+/* Each daemon's loop CPU per request over @iterations since @t0 (loop_cpu_ns() values). */
+static void loop_cpu_result(const Args *a, const int64_t t0[2], Result *res)
+{
+        int64_t t1[2] = {loop_cpu_ns(a->prefill_pid), loop_cpu_ns(a->decode_pid)};
+        double *out[2] = {&res->loop_cpu_prefill_us, &res->loop_cpu_decode_us};
+
+        for (unsigned k = 0; k < 2; k++)
+                *out[k] = t0[k] >= 0 && t1[k] >= t0[k]
+                                  ? (double)(t1[k] - t0[k]) / 1e3 / (double)a->iterations
+                                  : -1;
+}
+
+/*
  * Runs one workload with the block ids @src_ids -> @dst_ids. Each kvdist request is followed by
  * one round of each memcpy baseline (sequential, then the request's scattered segments), so that
  * all see the same moments of a noisy machine. iperf3 runs for whole
@@ -668,9 +702,11 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         const char *call = a->push ? "kvd_push_blocks" : "kvd_pull_blocks";
         uint64_t pre_cache, dec_cache;
         uint8_t *pre_mem, *dec_mem;
+        int64_t loop_t0[2] = {-1, -1};
         kvd_client *mover;
         int r;
 
+        res->loop_cpu_prefill_us = res->loop_cpu_decode_us = -1;
         if (!lat || !base_ns || !scat_ns || !post_ns)
                 return -ENOMEM;
         /* The side the other links to is a server: at its daemon's peer address when that is
@@ -725,6 +761,10 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                         if (r < 0)
                                 return r;
                 }
+                if (i == a->warmup) {
+                        loop_t0[0] = loop_cpu_ns(a->prefill_pid);
+                        loop_t0[1] = loop_cpu_ns(a->decode_pid);
+                }
                 t0 = now_ns();
 
                 if (a->batch > 0) {
@@ -763,6 +803,8 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                                 return r;
                 }
         }
+        /* before the probe stops: its calls are the loop's work too, and are said beside it */
+        loop_cpu_result(a, loop_t0, res);
         r = probe_stop(&probe, res);
         if (r < 0)
                 return r;
@@ -811,7 +853,9 @@ static void help(void)
                "Moves KV blocks from a prefill cluster (1) to a decode cluster (2) on one\n"
                "kvdistd, times it next to a plain memcpy of the same bytes, and checks every\n"
                "byte. With --remote the clusters are on two kvdistd linked over TCP on loopback,\n"
-               "and the baseline is iperf3's rate over the same loopback.\n"
+               "and the baseline is iperf3's rate over the same loopback. Under each case, the\n"
+               "CPU time a request took on the control loop of each daemon it started (its\n"
+               "main thread's, from /proc; a --daemon wrapper must exec kvdistd).\n"
                "Exit status: 0 ok, 1 a call failed, bytes landed wrong or kvdistd crashed,\n"
                "2 usage, 3 iperf3 missing or failed (nothing to compare with).\n"
                "\n"
@@ -1211,6 +1255,8 @@ static int start_daemons(Args *a, BenchDaemon d[static 2])
         }
         a->prefill_socket = d[0].socket;
         a->decode_socket = a->remote ? d[1].socket : d[0].socket;
+        a->prefill_pid = d[0].pid;
+        a->decode_pid = a->remote ? d[1].pid : d[0].pid;
         if (a->remote) {
                 a->prefill_addr = d[0].peer_listen;
                 a->decode_addr = d[1].peer_listen;

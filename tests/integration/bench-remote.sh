@@ -37,6 +37,10 @@ for c in doc["cases"]:
     for key in ("kvdist_gbps", "kvdist_gbps_median", "iperf3_gbps", "iperf3_gbps_median",
                 "ratio", "ratio_median"):
         assert isinstance(c[key], float) and c[key] > 0, (key, c)
+    # each daemon's control loop handled the request: some CPU time, read from its main thread
+    loop = c["loop_cpu_us"]
+    assert sorted(loop) == ["decode", "prefill"], c
+    assert all(isinstance(v, float) and v > 0 for v in loop.values()), c
 PY
         ;;
 no-iperf3)
