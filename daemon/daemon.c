@@ -406,21 +406,27 @@ fail:
 /*
  * Raises the control loop (this thread) to control_nice. Its work is short (a status call, a
  * request's checks), but with every core busy copying it waited milliseconds for one; the
- * workers keep the daemon's own nice (thread_nice_worker()). Without the privilege the loop
- * stays as it was: a notice, not a failure.
+ * workers keep the daemon's own nice (thread_nice_worker()). Never lowers it: a daemon started
+ * at control_nice or above keeps its nice. Without the privilege the loop stays as it was: a
+ * notice, not a failure.
  */
 static void daemon_raise_control_loop(const Daemon *d)
 {
-        int r, nice = d->config->control_nice;
+        int r, nice = d->config->control_nice, own = thread_nice_get();
 
         if (nice == CONTROL_NICE_OFF)
                 return;
+        /* started at or above it: moving would put the loop below its own workers */
+        if (own <= nice) {
+                log_debug("control loop left at nice %d, at or above control_nice %d", own, nice);
+                return;
+        }
         r = thread_nice_set(nice);
         if (r < 0)
                 log_full_errno(LOG_NOTICE, r,
                                "control loop left at nice %d, not %d: %m (it takes "
                                "CAP_SYS_NICE or LimitNICE=%d; control_nice \"off\" silences this)",
-                               thread_nice_get(), nice, nice);
+                               own, nice, nice);
         else
                 log_debug("control loop at nice %d", nice);
 }

@@ -20,6 +20,7 @@
 
 #include "tests/harness/harness.h"
 #include "tests/integration/it-cache.h"
+#include "common/macro.h"
 #include "common/sockaddr-util.h"
 
 #define A_ID 1001
@@ -385,10 +386,11 @@ static json_int_t status_control_nice(const HarnessDaemon *d)
 
 /*
  * A daemon that may not raise its control loop (no CAP_SYS_NICE, RLIMIT_NICE 0) serves on at
- * its own nice and says why; RLIMIT_NICE alone lets it (kvdistd.service's LimitNICE=); control_nice
- * "off" leaves the loop alone and says nothing.
+ * its own nice and says why; one started above control_nice keeps its nice on every thread;
+ * control_nice "off" leaves the loop alone and says nothing; RLIMIT_NICE alone lets it raise
+ * the loop (kvdistd.service's LimitNICE=).
  */
-START_TEST(test_control_nice_refused)
+START_TEST(test_control_nice)
 {
         /* root keeps CAP_SYS_NICE through exec unless the bounding set drops it */
         static const char *const unprivileged_root[] = {"prlimit", "--nice=0:0", "setpriv",
@@ -408,6 +410,44 @@ START_TEST(test_control_nice_refused)
         ck_assert_int_eq(harness_daemon_stop(&d), 0);
         harness_daemon_cleanup(&d);
 
+        /* started at nice -15, above control_nice -10: the loop is not moved down to it */
+        if (geteuid() == 0 && base - 15 >= -20) {
+                static const char *const above[] = {"nice", "-n", "-15", NULL};
+                HarnessThread t[64];
+                int k;
+
+                o.launcher = above;
+                ck_assert_int_eq(harness_daemon_start_opts(&d, &o), 0);
+                ck_assert_int_eq(status_control_nice(&d), base - 15);
+                k = harness_proc_threads(d.pid, t, ARRAY_SIZE(t));
+                ck_assert_int_gt(k, 1);
+                for (int i = 0; i < k; i++)
+                        ck_assert_msg(t[i].nice == base - 15, "thread %s at nice %d", t[i].comm,
+                                      t[i].nice);
+                ck_assert_int_eq(harness_daemon_stop(&d), 0);
+                ck_assert(!harness_daemon_log_contains(&d, "control loop left at nice -15, not"));
+                harness_daemon_cleanup(&d);
+        }
+
+        /* started at nice -15, above control_nice -10: the loop is not moved down to it */
+        if (geteuid() == 0 && base - 15 >= -20) {
+                static const char *const above[] = {"nice", "-n", "-15", NULL};
+                HarnessThread t[64];
+                int k;
+
+                o.launcher = above;
+                ck_assert_int_eq(harness_daemon_start_opts(&d, &o), 0);
+                ck_assert_int_eq(status_control_nice(&d), base - 15);
+                k = harness_proc_threads(d.pid, t, ARRAY_SIZE(t));
+                ck_assert_int_gt(k, 1);
+                for (int i = 0; i < k; i++)
+                        ck_assert_msg(t[i].nice == base - 15, "thread %s at nice %d", t[i].comm,
+                                      t[i].nice);
+                ck_assert_int_eq(harness_daemon_stop(&d), 0);
+                ck_assert(!harness_daemon_log_contains(&d, "control loop left at nice -15, not"));
+                harness_daemon_cleanup(&d);
+        }
+
         ck_assert_ptr_nonnull(mkdtemp(dir));
         (void)snprintf(path, sizeof(path), "%s/kvdistd.json", dir);
         write_file(path, "{ \"control_nice\": \"off\" }\n");
@@ -424,7 +464,7 @@ START_TEST(test_control_nice_refused)
          * 30). The daemon inherits this (forked) test's limit; raising it takes CAP_SYS_RESOURCE.
          */
         if (geteuid() != 0 || setrlimit(RLIMIT_NICE, &(struct rlimit){30, 30}) < 0) {
-                fprintf(stderr, "test_control_nice_refused: RLIMIT_NICE cannot be raised here "
+                fprintf(stderr, "test_control_nice: RLIMIT_NICE cannot be raised here "
                                 "(no CAP_SYS_RESOURCE): the LimitNICE= case is not run\n");
                 return;
         }
@@ -636,7 +676,7 @@ static Suite *service_suite(void)
         tcase_add_test(tc, test_notify);
         tcase_add_test(tc, test_no_watchdog);
         tcase_add_test(tc, test_reload);
-        tcase_add_test(tc, test_control_nice_refused);
+        tcase_add_test(tc, test_control_nice);
         tcase_add_test(tc, test_metrics);
         tcase_add_test(tc, test_metrics_bad_address);
         suite_add_tcase(s, tc);
