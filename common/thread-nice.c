@@ -21,8 +21,7 @@ int thread_nice_get(void)
 {
         int nice;
 
-        /* -1 is a nice value too: errno tells a failure, which the caller's own thread cannot have
-         */
+        /* -1 is a nice value too: only errno tells a failure (none for the caller's own thread) */
         errno = 0;
         nice = getpriority(PRIO_PROCESS, (id_t)gettid());
         return errno == 0 ? nice : 0;
