@@ -1002,16 +1002,17 @@ static int proc_thread_read(pid_t pid, pid_t tid, HarnessThread *t)
 {
         char path[96], buf[512], *open_paren, *close_paren, *p;
         ssize_t n;
-        int fd;
+        int fd, r;
 
         (void)snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
         fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
         n = read(fd, buf, sizeof(buf) - 1);
+        r = n < 0 ? -errno : n == 0 ? -EIO : 0;
         close(fd);
-        if (n <= 0)
-                return n < 0 ? -errno : -EIO;
+        if (r < 0)
+                return r;
         buf[n] = '\0';
         /* "TID (COMM) STATE ...": COMM may hold blanks and parentheses, the last ')' ends it */
         open_paren = strchr(buf, '(');
