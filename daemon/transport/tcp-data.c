@@ -430,6 +430,22 @@ int tcp_data_send(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_
                   tcp_data_done_fn done, void *userdata)
 {
         uint64_t total;
+        int r;
+
+        /* in the order of the checks before the count could be given */
+        if (!td || (n > 0 && !segs))
+                return -EINVAL;
+        r = td_usable(td);
+        if (r < 0)
+                return r;
+        if (tcp_stream_src_total(segs, n, &total) < 0)
+                return -EINVAL;
+        return tcp_data_send_total(td, job_id, segs, n, total, done, userdata);
+}
+
+int tcp_data_send_total(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_t n,
+                        uint64_t total, tcp_data_done_fn done, void *userdata)
+{
         Job *j;
         int r;
 
@@ -438,9 +454,6 @@ int tcp_data_send(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_
         r = td_usable(td);
         if (r < 0)
                 return r;
-        r = tcp_stream_src_total(segs, n, &total);
-        if (r < 0)
-                return -EINVAL;
         if (total == 0)
                 return -EINVAL;
 
@@ -551,6 +564,23 @@ int tcp_data_recv_until(TcpData *td, uint64_t job_id, const TcpDstSegment *segs,
                         usec_t deadline_usec, tcp_data_done_fn done, void *userdata)
 {
         uint64_t total;
+        int r;
+
+        /* in the order of the checks before the count could be given */
+        if (!td || (n > 0 && !segs))
+                return -EINVAL;
+        r = td_usable(td);
+        if (r < 0)
+                return r;
+        if (tcp_stream_dst_total(segs, n, &total) < 0)
+                return -EINVAL;
+        return tcp_data_recv_until_total(td, job_id, segs, n, total, deadline_usec, done, userdata);
+}
+
+int tcp_data_recv_until_total(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_t n,
+                              uint64_t total, usec_t deadline_usec, tcp_data_done_fn done,
+                              void *userdata)
+{
         Job *j;
         int r;
 
@@ -559,9 +589,6 @@ int tcp_data_recv_until(TcpData *td, uint64_t job_id, const TcpDstSegment *segs,
         r = td_usable(td);
         if (r < 0)
                 return r;
-        r = tcp_stream_dst_total(segs, n, &total);
-        if (r < 0)
-                return -EINVAL;
         if (total == 0)
                 return -EINVAL;
 

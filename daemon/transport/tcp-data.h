@@ -116,6 +116,14 @@ int tcp_data_send(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_
                   tcp_data_done_fn done, void *userdata);
 
 /*
+ * tcp_data_send() of segments whose byte count @total the caller took with
+ * tcp_stream_src_total() (off the control loop: a transport's stage op), so that the list is not
+ * walked again here. @total must be that count.
+ */
+int tcp_data_send_total(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_t n,
+                        uint64_t total, tcp_data_done_fn done, void *userdata);
+
+/*
  * Sends job @job_id of @total bytes as aborted: one ABORT chunk for each of its ranges, so the
  * receiving end's job finishes (failed) without a byte of payload. No callback. For a job that the
  * receiver registered but this end will not send after all. Errors as tcp_data_send().
@@ -147,6 +155,11 @@ int tcp_data_recv(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_
  */
 int tcp_data_recv_until(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_t n,
                         usec_t deadline_usec, tcp_data_done_fn done, void *userdata);
+
+/* tcp_data_recv_until() with @total counted by the caller, as tcp_data_send_total(). */
+int tcp_data_recv_until_total(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_t n,
+                              uint64_t total, usec_t deadline_usec, tcp_data_done_fn done,
+                              void *userdata);
 
 /*
  * Registers receive job @job_id of @total bytes whose bytes nobody wants: they are read and

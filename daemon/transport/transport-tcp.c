@@ -32,6 +32,9 @@ static TcpData *tcp_channel_data(const void *channel)
 /* A running job: the data plane borrows its segments until the job's callback. */
 typedef struct TcpJob {
         TcpData *data;
+        /* the segments' byte count, or why it could not be taken: counted where they were built */
+        uint64_t total;
+        int total_error;
         size_t n_segs;
         TcpDstSegment segs[]; /* a send reads them as TcpSrcSegment */
 } TcpJob;
@@ -60,6 +63,7 @@ static int tcp_job_new(const TransportJob *job, TcpJob **ret)
         tj->n_segs = n;
         for (TransportSpanIter it = {job}; transport_span_next(&it, &sp);)
                 tj->segs[k++] = (TcpDstSegment){.dst = sp.local, .len = (size_t)sp.len};
+        tj->total_error = tcp_stream_dst_total(tj->segs, n, &tj->total);
         *ret = tj;
         return 0;
 }
@@ -94,13 +98,15 @@ static int tcp_submit(Transport *t, TransportJob *job)
         }
         tj->data = tcp_channel_data(job->channel);
         job->priv = tj;
-        if (job->dir == TRANSPORT_READ)
-                r = tcp_data_recv_until(tj->data, job->id, tj->segs, tj->n_segs,
-                                        job->hard_deadline ? job->deadline_usec : 0, tcp_on_done,
-                                        job);
+        if (tj->total_error < 0)
+                r = -EINVAL; /* as the data plane says of such segments */
+        else if (job->dir == TRANSPORT_READ)
+                r = tcp_data_recv_until_total(tj->data, job->id, tj->segs, tj->n_segs, tj->total,
+                                              job->hard_deadline ? job->deadline_usec : 0,
+                                              tcp_on_done, job);
         else
-                r = tcp_data_send(tj->data, job->id, (const TcpSrcSegment *)tj->segs, tj->n_segs,
-                                  tcp_on_done, job);
+                r = tcp_data_send_total(tj->data, job->id, (const TcpSrcSegment *)tj->segs,
+                                        tj->n_segs, tj->total, tcp_on_done, job);
         if (r < 0) {
                 job->priv = NULL;
                 free(tj);

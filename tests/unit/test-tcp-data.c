@@ -275,6 +275,38 @@ START_TEST(test_many_segments)
 }
 END_TEST
 
+/* Segments counted beforehand (a transport's stage op, off the loop): the same bytes land. */
+START_TEST(test_counted_totals)
+{
+        World w;
+        Xfer *x = xfer_new(11, 513 * 4096 + 100, 4096, 3000);
+        uint64_t src_total = 0, dst_total = 0;
+        Done d[2] = {{0}};
+
+        ck_assert_int_eq(tcp_stream_src_total(x->src, x->n_src, &src_total), 0);
+        ck_assert_int_eq(tcp_stream_dst_total(x->dst, x->n_dst, &dst_total), 0);
+        ck_assert_uint_eq(src_total, x->total);
+        ck_assert_uint_eq(dst_total, x->total);
+        world_init(&w, 2, true, 0, NULL);
+        ck_assert_int_eq(tcp_data_send_total(w.a.td, 3, x->src, x->n_src, 0, on_done, &d[0]),
+                         -EINVAL);
+        ck_assert_int_eq(
+                tcp_data_recv_until_total(w.b.td, 3, x->dst, x->n_dst, 0, 0, on_done, &d[0]),
+                -EINVAL);
+        ck_assert_int_eq(tcp_data_recv_until_total(w.b.td, 3, x->dst, x->n_dst, dst_total, 0,
+                                                   on_done, &d[0]),
+                         0);
+        ck_assert_int_eq(
+                tcp_data_send_total(w.a.td, 3, x->src, x->n_src, src_total, on_done, &d[1]), 0);
+        run_until(&w, &done_total, 2);
+        ck_assert_int_eq(d[0].status, 0);
+        ck_assert_int_eq(d[1].status, 0);
+        xfer_check(x, 0, x->total);
+        world_deinit(&w);
+        xfer_free(x);
+}
+END_TEST
+
 /* On the wire: a large job takes every connection, one range each; a small one takes one. */
 START_TEST(test_wire_layout)
 {
@@ -778,6 +810,7 @@ static Suite *tcp_data_suite(void)
         tcase_set_timeout(tc, 60);
         tcase_add_loop_test(tc, test_round_trip, 0, (int)ARRAY_SIZE(rt));
         tcase_add_test(tc, test_many_segments);
+        tcase_add_test(tc, test_counted_totals);
         tcase_add_loop_test(tc, test_wire_layout, 0, 2);
         tcase_add_loop_test(tc, test_concurrent, 0, 2);
         tcase_add_test(tc, test_late_registration);
