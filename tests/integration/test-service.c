@@ -429,25 +429,6 @@ START_TEST(test_control_nice)
                 harness_daemon_cleanup(&d);
         }
 
-        /* started at nice -15, above control_nice -10: the loop is not moved down to it */
-        if (geteuid() == 0 && base - 15 >= -20) {
-                static const char *const above[] = {"nice", "-n", "-15", NULL};
-                HarnessThread t[64];
-                int k;
-
-                o.launcher = above;
-                ck_assert_int_eq(harness_daemon_start_opts(&d, &o), 0);
-                ck_assert_int_eq(status_control_nice(&d), base - 15);
-                k = harness_proc_threads(d.pid, t, ARRAY_SIZE(t));
-                ck_assert_int_gt(k, 1);
-                for (int i = 0; i < k; i++)
-                        ck_assert_msg(t[i].nice == base - 15, "thread %s at nice %d", t[i].comm,
-                                      t[i].nice);
-                ck_assert_int_eq(harness_daemon_stop(&d), 0);
-                ck_assert(!harness_daemon_log_contains(&d, "control loop left at nice -15, not"));
-                harness_daemon_cleanup(&d);
-        }
-
         ck_assert_ptr_nonnull(mkdtemp(dir));
         (void)snprintf(path, sizeof(path), "%s/kvdistd.json", dir);
         write_file(path, "{ \"control_nice\": \"off\" }\n");
