@@ -426,16 +426,25 @@ static int send_submit(TcpData *td, Job *j)
         return 0;
 }
 
+/*
+ * What every submission checks first: -EINVAL without a TcpData or for a NULL list with entries,
+ * td_usable()'s error when the TcpData is broken or being freed.
+ */
+static int submit_check(TcpData *td, const void *segs, size_t n)
+{
+        if (!td || (n > 0 && !segs))
+                return -EINVAL;
+        return td_usable(td);
+}
+
 int tcp_data_send(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_t n,
                   tcp_data_done_fn done, void *userdata)
 {
         uint64_t total;
         int r;
 
-        /* in the order of the checks before the count could be given */
-        if (!td || (n > 0 && !segs))
-                return -EINVAL;
-        r = td_usable(td);
+        /* checked before the count, so that a broken TcpData still says -EPIPE */
+        r = submit_check(td, segs, n);
         if (r < 0)
                 return r;
         if (tcp_stream_src_total(segs, n, &total) < 0)
@@ -449,9 +458,7 @@ int tcp_data_send_total(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs,
         Job *j;
         int r;
 
-        if (!td || (n > 0 && !segs))
-                return -EINVAL;
-        r = td_usable(td);
+        r = submit_check(td, segs, n);
         if (r < 0)
                 return r;
         if (total == 0)
@@ -566,10 +573,8 @@ int tcp_data_recv_until(TcpData *td, uint64_t job_id, const TcpDstSegment *segs,
         uint64_t total;
         int r;
 
-        /* in the order of the checks before the count could be given */
-        if (!td || (n > 0 && !segs))
-                return -EINVAL;
-        r = td_usable(td);
+        /* checked before the count, so that a broken TcpData still says -EPIPE */
+        r = submit_check(td, segs, n);
         if (r < 0)
                 return r;
         if (tcp_stream_dst_total(segs, n, &total) < 0)
@@ -584,9 +589,7 @@ int tcp_data_recv_until_total(TcpData *td, uint64_t job_id, const TcpDstSegment 
         Job *j;
         int r;
 
-        if (!td || (n > 0 && !segs))
-                return -EINVAL;
-        r = td_usable(td);
+        r = submit_check(td, segs, n);
         if (r < 0)
                 return r;
         if (total == 0)
