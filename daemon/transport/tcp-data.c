@@ -437,6 +437,25 @@ static int submit_check(TcpData *td, const void *segs, size_t n)
         return td_usable(td);
 }
 
+/* A send job of @total bytes on @td, which submit_check() cleared. */
+static int send_start(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_t n,
+                      uint64_t total, tcp_data_done_fn done, void *userdata)
+{
+        Job *j;
+
+        if (total == 0)
+                return -EINVAL;
+        j = job_new(td, JOB_SEND, job_id, total, done, userdata);
+        if (!j)
+                return -ENOMEM;
+        j->src = segs;
+        j->n_segs = n;
+        j->n_busy = j->n_ranges;
+        for (unsigned i = 0; i < j->n_ranges; i++)
+                j->ranges[i].busy = true;
+        return send_submit(td, j);
+}
+
 int tcp_data_send(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_t n,
                   tcp_data_done_fn done, void *userdata)
 {
@@ -449,30 +468,15 @@ int tcp_data_send(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_
                 return r;
         if (tcp_stream_src_total(segs, n, &total) < 0)
                 return -EINVAL;
-        return tcp_data_send_total(td, job_id, segs, n, total, done, userdata);
+        return send_start(td, job_id, segs, n, total, done, userdata);
 }
 
 int tcp_data_send_total(TcpData *td, uint64_t job_id, const TcpSrcSegment *segs, size_t n,
                         uint64_t total, tcp_data_done_fn done, void *userdata)
 {
-        Job *j;
-        int r;
+        int r = submit_check(td, segs, n);
 
-        r = submit_check(td, segs, n);
-        if (r < 0)
-                return r;
-        if (total == 0)
-                return -EINVAL;
-
-        j = job_new(td, JOB_SEND, job_id, total, done, userdata);
-        if (!j)
-                return -ENOMEM;
-        j->src = segs;
-        j->n_segs = n;
-        j->n_busy = j->n_ranges;
-        for (unsigned i = 0; i < j->n_ranges; i++)
-                j->ranges[i].busy = true;
-        return send_submit(td, j);
+        return r < 0 ? r : send_start(td, job_id, segs, n, total, done, userdata);
 }
 
 int tcp_data_send_aborted(TcpData *td, uint64_t job_id, uint64_t total)
@@ -567,6 +571,23 @@ int tcp_data_recv(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_
         return tcp_data_recv_until(td, job_id, segs, n, 0, done, userdata);
 }
 
+/* A receive job of @total bytes on @td, which submit_check() cleared. */
+static int recv_start(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_t n,
+                      uint64_t total, usec_t deadline_usec, tcp_data_done_fn done, void *userdata)
+{
+        Job *j;
+
+        if (total == 0)
+                return -EINVAL;
+        j = job_new(td, JOB_RECV, job_id, total, done, userdata);
+        if (!j)
+                return -ENOMEM;
+        j->dst = segs;
+        j->n_segs = n;
+        j->deadline = deadline_usec;
+        return recv_submit(td, j);
+}
+
 int tcp_data_recv_until(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_t n,
                         usec_t deadline_usec, tcp_data_done_fn done, void *userdata)
 {
@@ -579,29 +600,16 @@ int tcp_data_recv_until(TcpData *td, uint64_t job_id, const TcpDstSegment *segs,
                 return r;
         if (tcp_stream_dst_total(segs, n, &total) < 0)
                 return -EINVAL;
-        return tcp_data_recv_until_total(td, job_id, segs, n, total, deadline_usec, done, userdata);
+        return recv_start(td, job_id, segs, n, total, deadline_usec, done, userdata);
 }
 
 int tcp_data_recv_until_total(TcpData *td, uint64_t job_id, const TcpDstSegment *segs, size_t n,
                               uint64_t total, usec_t deadline_usec, tcp_data_done_fn done,
                               void *userdata)
 {
-        Job *j;
-        int r;
+        int r = submit_check(td, segs, n);
 
-        r = submit_check(td, segs, n);
-        if (r < 0)
-                return r;
-        if (total == 0)
-                return -EINVAL;
-
-        j = job_new(td, JOB_RECV, job_id, total, done, userdata);
-        if (!j)
-                return -ENOMEM;
-        j->dst = segs;
-        j->n_segs = n;
-        j->deadline = deadline_usec;
-        return recv_submit(td, j);
+        return r < 0 ? r : recv_start(td, job_id, segs, n, total, deadline_usec, done, userdata);
 }
 
 int tcp_data_recv_discard(TcpData *td, uint64_t job_id, uint64_t total)
