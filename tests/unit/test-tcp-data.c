@@ -36,6 +36,15 @@ static bool bytes_moved(void *userdata)
         return st.bytes_sent >= b->sent && st.bytes_received >= b->received;
 }
 
+/* Runs the loop until both jobs of @d ended; both succeeded and every byte of @x landed. */
+static void run_until_both_ok(World *w, const Done d[static 2], const Xfer *x)
+{
+        run_until(w, &done_total, 2);
+        ck_assert_int_eq(d[0].status, 0);
+        ck_assert_int_eq(d[1].status, 0);
+        xfer_check(x, 0, x->total);
+}
+
 /* Runs the loop until @td sent at least @sent and received at least @received payload bytes. */
 static void run_until_bytes(World *w, const TcpData *td, uint64_t sent, uint64_t received)
 {
@@ -266,10 +275,7 @@ START_TEST(test_many_segments)
         world_init(&w, 3, true, 0, &o);
         ck_assert_int_eq(tcp_data_recv(w.b.td, 9, x->dst, x->n_dst, on_done, &d[0]), 0);
         ck_assert_int_eq(tcp_data_send(w.a.td, 9, x->src, x->n_src, on_done, &d[1]), 0);
-        run_until(&w, &done_total, 2);
-        ck_assert_int_eq(d[0].status, 0);
-        ck_assert_int_eq(d[1].status, 0);
-        xfer_check(x, 0, x->total);
+        run_until_both_ok(&w, d, x);
         world_deinit(&w);
         xfer_free(x);
 }
@@ -298,10 +304,7 @@ START_TEST(test_counted_totals)
                          0);
         ck_assert_int_eq(
                 tcp_data_send_total(w.a.td, 3, x->src, x->n_src, src_total, on_done, &d[1]), 0);
-        run_until(&w, &done_total, 2);
-        ck_assert_int_eq(d[0].status, 0);
-        ck_assert_int_eq(d[1].status, 0);
-        xfer_check(x, 0, x->total);
+        run_until_both_ok(&w, d, x);
         world_deinit(&w);
         xfer_free(x);
 }
@@ -433,10 +436,7 @@ START_TEST(test_late_registration)
         /* The first chunks are on their way before b knows the job. */
         run_until_bytes(&w, w.a.td, 1, 0);
         ck_assert_int_eq(tcp_data_recv(w.b.td, 77, x->dst, x->n_dst, on_done, &d[1]), 0);
-        run_until(&w, &done_total, 2);
-        ck_assert_int_eq(d[0].status, 0);
-        ck_assert_int_eq(d[1].status, 0);
-        xfer_check(x, 0, x->total);
+        run_until_both_ok(&w, d, x);
         world_deinit(&w);
         xfer_free(x);
 }
@@ -466,10 +466,7 @@ START_TEST(test_progress)
         ck_assert_int_eq(tcp_data_recv(w.b.td, 5, x->dst, x->n_dst, on_done, &d[1]), 0);
         ck_assert_int_eq(tcp_data_progress(w.b.td, 5, false, &p), 0);
         ck_assert_uint_le(p, x->total);
-        run_until(&w, &done_total, 2);
-        ck_assert_int_eq(d[0].status, 0);
-        ck_assert_int_eq(d[1].status, 0);
-        xfer_check(x, 0, x->total);
+        run_until_both_ok(&w, d, x);
         /* Over on the wire: no longer in progress. */
         ck_assert_int_eq(tcp_data_progress(w.a.td, 5, true, &p), -ENOENT);
         ck_assert_int_eq(tcp_data_progress(w.b.td, 5, false, &p), -ENOENT);
