@@ -66,6 +66,10 @@ void bench_report_header(const Args *a)
                 printf("kvdist %s vs %s, %" PRIu64 " iterations after %" PRIu64 " warm-up, "
                        "GB/s = 1e9 bytes/s\n",
                        a->push ? "push" : "pull", baseline_desc(a, desc), a->iterations, a->warmup);
+        if (a->inflight > 1)
+                printf("%" PRIu64 " requests in flight: kvdist's rate is its streams' (first "
+                       "request sent -> last answered), latencies include the wait\n",
+                       a->inflight);
         if (!a->suite)
                 printf("%s: %" PRIu64 " tensors x %" PRIu64 " blocks x %s (%s per side), %" PRIu64
                        " %s blocks per request\n",
@@ -194,9 +198,9 @@ void bench_report_json(const Args *a, const Result *res, size_t n)
                 printf(", \"iperf3_streams\": %" PRIu64 ", \"iperf3_seconds\": %" PRIu64
                        ", \"iperf3_runs\": %" PRIu64,
                        a->iperf3_streams, a->iperf3_time, MIN(a->iterations, IPERF3_RUNS));
-        printf(", \"iterations\": %" PRIu64 ", \"warmup\": %" PRIu64 ", \"seed\": %" PRIu64
-               ", \"cases\": [",
-               a->iterations, a->warmup, a->seed);
+        printf(", \"iterations\": %" PRIu64 ", \"warmup\": %" PRIu64 ", \"inflight\": %" PRIu64
+               ", \"seed\": %" PRIu64 ", \"cases\": [",
+               a->iterations, a->warmup, a->inflight, a->seed);
         for (size_t i = 0; i < n; i++) {
                 const Result *r = &res[i];
 

@@ -44,7 +44,8 @@ typedef struct Args {
         uint64_t layer_compute_us;
         bool probe_status; /* --probe-status: status calls on another connection meanwhile */
         uint64_t batch; /* --batch: each request is one kvd_transfer_batch() of this many entries */
-        int tcp_crc;    /* --remote: CRC32C on data chunks (0 or 1) */
+        uint64_t inflight; /* --inflight: requests in flight at once (1: one after the other) */
+        int tcp_crc;       /* --remote: CRC32C on data chunks (0 or 1) */
         const char *rdma_device; /* --remote: both daemons move blocks over this device */
         bool push, json, suite, remote;
         BaselineKind baseline;
@@ -86,6 +87,8 @@ typedef struct Result {
          * negative when unknown (a daemon not started here, no schedstat, --layer-compute-us).
          */
         double loop_cpu_prefill_us, loop_cpu_decode_us;
+        /* --inflight: the timed streams' time in ns, and the median of their rates */
+        double stream_ns, stream_gbps_median;
         /* --batch: how long kvd_transfer_batch() took to post the request (it returns once sent) */
         double post_p50_us, post_p99_us;
 } Result;

@@ -37,6 +37,9 @@
 #define IPERF3_SLACK_MS 10000           /* an iperf3 test may take this much longer than asked */
 #define UCX_MAX_MSG (UINT64_C(1) << 20) /* kvdist's TCP chunk */
 #define UCX_TIMEOUT_MS 60000            /* one ucx_perftest test */
+#define MAX_INFLIGHT 16                 /* --inflight */
+/* --inflight: the timed requests of a stream at least, between the baselines' rounds */
+#define STREAM_CHUNK 10
 
 enum {
         EXIT_BENCH_FAILED = 1, /* a call failed, bytes landed wrong, or the daemon crashed */
@@ -671,11 +674,220 @@ static void loop_cpu_result(const Args *a, const int64_t t0[2], Result *res)
 }
 
 /*
+ * --inflight: @n requests as one stream, up to a->inflight of them in flight at once (each sent
+ * with the async call, the oldest waited for before another is sent), as an engine that does
+ * not wait for one request before it sends the next. @lat, when not NULL, takes each request's
+ * time from its sending to its answer (its wait behind the ones before it included).
+ */
+static int stream_requests(const Args *a, const Workload *w, kvd_client *mover,
+                           const kvd_cache_key *key, uint64_t cache, const uint64_t *src_ids,
+                           const uint64_t *dst_ids, const kvd_transfer_opts *opts, uint64_t n,
+                           double *lat)
+{
+        kvd_task *tasks[MAX_INFLIGHT] = {};
+        double sent_at[MAX_INFLIGHT];
+        uint64_t sent = 0, done = 0;
+        int r = 0;
+
+        while (done < n && r >= 0) {
+                for (; sent < n && sent - done < a->inflight; sent++) {
+                        size_t k = sent % a->inflight;
+
+                        sent_at[k] = now_ns();
+                        if (a->push)
+                                r = kvd_push_blocks_async(mover, key, cache, src_ids,
+                                                          w->pull_blocks, dst_ids, w->pull_blocks,
+                                                          opts, &tasks[k]);
+                        else
+                                r = kvd_pull_blocks_async(mover, key, cache, src_ids,
+                                                          w->pull_blocks, dst_ids, w->pull_blocks,
+                                                          opts, &tasks[k]);
+                        if (r < 0) {
+                                r = fail(mover,
+                                         a->push ? "kvd_push_blocks_async"
+                                                 : "kvd_pull_blocks_async",
+                                         r);
+                                break;
+                        }
+                }
+                if (r < 0)
+                        break;
+                r = kvd_task_wait(tasks[done % a->inflight], -1);
+                if (r < 0) {
+                        r = fail(mover, "kvd_task_wait", r);
+                        break;
+                }
+                if (lat)
+                        lat[done] = now_ns() - sent_at[done % a->inflight];
+                kvd_task_free(tasks[done % a->inflight]);
+                tasks[done % a->inflight] = NULL;
+                done++;
+        }
+        /* after a failure: the others are cancelled and waited for (nothing lands later) */
+        for (size_t k = 0; k < ARRAY_SIZE(tasks); k++)
+                kvd_task_free(tasks[k]);
+        return r < 0 ? r : 0;
+}
+
+/* The baselines of a case and the rounds they have run. */
+typedef struct Baselines {
+        BenchMemcpy *base, *scat; /* --baseline memcpy: sequential and scattered */
+        BenchUnix *unix_rtt;      /* --baseline unix */
+        double *base_ns, *scat_ns;
+        uint64_t n, runs; /* rounds run, and to run */
+} Baselines;
+
+/* After a warm-up request: one untimed round of the baselines that run after every request. */
+static void baselines_warm(Baselines *b)
+{
+        if (b->base)
+                (void)bench_memcpy_round(b->base);
+        if (b->scat)
+                (void)bench_memcpy_round(b->scat);
+        if (b->unix_rtt)
+                (void)bench_unix_round(b->unix_rtt);
+}
+
+/* After timed request @i: the baselines' next round, when one is due (spread over the runs). */
+static int baselines_after(const Args *a, const Result *res, Baselines *b, uint64_t i)
+{
+        /* The k-th of b->runs rounds follows timed request (k + 1) * n / runs - 1. */
+        if (b->n >= b->runs || i + 1 != (b->n + 1) * a->iterations / b->runs)
+                return 0;
+        if (b->scat)
+                b->scat_ns[b->n] = bench_memcpy_round(b->scat);
+        return baseline_round(a, b->base, b->unix_rtt, res->bytes, res->segments,
+                              &b->base_ns[b->n++]);
+}
+
+/* As the timed requests start: the status probe, and each daemon's loop CPU so far. */
+static int timed_start(const Args *a, StatusProbe *probe, int64_t loop_t0[static 2])
+{
+        int r;
+
+        if (a->probe_status) {
+                r = probe_start(a->push ? a->prefill_socket : a->decode_socket, probe);
+                if (r < 0)
+                        return r;
+        }
+        loop_t0[0] = loop_cpu_ns(a->prefill_pid);
+        loop_t0[1] = loop_cpu_ns(a->decode_pid);
+        return 0;
+}
+
+/*
+ * The warm-up and timed requests one after the other, each sent once the one before is
+ * answered (as one kvd_transfer_batch() of a->batch entries with --batch, its posting time in
+ * @post_ns), each timed one followed by the baselines' rounds due.
+ */
+static int run_one_by_one(const Args *a, const Workload *w, kvd_client *mover,
+                          const kvd_cache_key *key, uint64_t cache, const uint64_t *src_ids,
+                          const uint64_t *dst_ids, const kvd_transfer_opts *opts, Baselines *bl,
+                          Result *res, double *lat, double *post_ns, StatusProbe *probe,
+                          int64_t loop_t0[static 2])
+{
+        int r;
+
+        for (uint64_t i = 0; i < a->warmup + a->iterations; i++) {
+                double t0, ns;
+
+                if (i == a->warmup) {
+                        r = timed_start(a, probe, loop_t0);
+                        if (r < 0)
+                                return r;
+                }
+                t0 = now_ns();
+
+                if (a->batch > 0) {
+                        r = batch_request(a, w, mover, key, cache, src_ids, dst_ids, opts,
+                                          &post_ns[i < a->warmup ? 0 : i - a->warmup]);
+                        if (r < 0)
+                                return r;
+                } else if (a->push)
+                        r = kvd_push_blocks(mover, key, cache, src_ids, w->pull_blocks, dst_ids,
+                                            w->pull_blocks, opts);
+                else
+                        r = kvd_pull_blocks(mover, key, cache, src_ids, w->pull_blocks, dst_ids,
+                                            w->pull_blocks, opts);
+                ns = now_ns() - t0;
+                if (r < 0)
+                        return fail(mover, a->push ? "kvd_push_blocks" : "kvd_pull_blocks", r);
+                if (i < a->warmup) {
+                        baselines_warm(bl);
+                        continue;
+                }
+                lat[i - a->warmup] = ns;
+                r = baselines_after(a, res, bl, i - a->warmup);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/*
+ * --inflight: the warm-up requests as one stream, then the timed ones in streams of
+ * STREAM_CHUNK requests or more, each stream followed by the baselines' rounds of its requests
+ * (so the two take turns as in the plain loop). Sets res->stream_ns, the streams' time, and
+ * res->stream_gbps_median, the median of their rates.
+ */
+static int run_stream(const Args *a, const Workload *w, kvd_client *mover, const kvd_cache_key *key,
+                      uint64_t cache, const uint64_t *src_ids, const uint64_t *dst_ids,
+                      const kvd_transfer_opts *opts, Baselines *bl, Result *res, double *lat,
+                      StatusProbe *probe, int64_t loop_t0[static 2])
+{
+        uint64_t chunk = MAX(STREAM_CHUNK, 4 * a->inflight), n_chunks = 0, k;
+        _cleanup_free_ double *rates = calloc(a->iterations / chunk + 1, sizeof(double));
+        int r;
+
+        if (!rates)
+                return -ENOMEM;
+        r = stream_requests(a, w, mover, key, cache, src_ids, dst_ids, opts, a->warmup, NULL);
+        if (r < 0)
+                return r;
+        for (uint64_t i = 0; i < a->warmup; i++)
+                baselines_warm(bl);
+        r = timed_start(a, probe, loop_t0);
+        if (r < 0)
+                return r;
+        res->stream_ns = 0;
+        for (uint64_t done = 0; done < a->iterations; done += k) {
+                double t0 = now_ns(), ns;
+
+                k = MIN(chunk, a->iterations - done);
+                r = stream_requests(a, w, mover, key, cache, src_ids, dst_ids, opts, k, lat + done);
+                if (r < 0)
+                        return r;
+                ns = now_ns() - t0;
+                res->stream_ns += ns;
+                rates[n_chunks++] = (double)res->bytes * (double)k / ns;
+                for (uint64_t i = done; i < done + k; i++) {
+                        r = baselines_after(a, res, bl, i);
+                        if (r < 0)
+                                return r;
+                }
+        }
+        res->stream_gbps_median = median(rates, n_chunks);
+        return 0;
+}
+
+/*
+ * --inflight: kvdist's rates are the streams' (bytes over the time from a stream's first
+ * request sent to its last answered), not those of requests one at a time; the latencies stay
+ * each request's own, its wait behind the others included.
+ */
+static void stream_stats(Result *res, const Args *a)
+{
+        res->kvdist_gbps = (double)res->bytes * (double)a->iterations / res->stream_ns;
+        res->kvdist_gbps_median = res->stream_gbps_median;
+        res->requests_per_s = (double)a->iterations / (res->stream_ns / 1e9);
+}
+
+/*
  * Runs one workload with the block ids @src_ids -> @dst_ids. Each kvdist request is followed by
  * one round of each memcpy baseline (sequential, then the request's scattered segments), so that
- * all see the same moments of a noisy machine. iperf3 runs for whole
- * seconds, so it runs IPERF3_RUNS times per case, spread evenly over the timed requests (after
- * the last one of each stretch).
+ * all see the same moments of a noisy machine (with --inflight, each stream by the rounds of its
+ * requests). iperf3 runs for whole seconds, so it runs IPERF3_RUNS times per case, spread evenly
+ * over the timed requests (after the last one of each stretch).
  */
 static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                     const uint64_t *dst_ids, Result *res)
@@ -688,19 +900,21 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         _cleanup_free_ double *base_ns = calloc(a->iterations, sizeof(double));
         _cleanup_free_ double *scat_ns = calloc(a->iterations, sizeof(double));
         _cleanup_free_ double *post_ns = calloc(a->iterations, sizeof(double));
-        uint64_t n_base = 0,
-                 base_runs = a->baseline == BASELINE_IPERF3 || a->baseline == BASELINE_UCX
-                                     ? MIN(a->iterations, IPERF3_RUNS)
-                             : a->baseline == BASELINE_MEMCPY || a->baseline == BASELINE_UNIX
-                                     ? a->iterations
-                                     : 0;
+        Baselines bl = {
+                .base_ns = base_ns,
+                .scat_ns = scat_ns,
+                .runs = a->baseline == BASELINE_IPERF3 || a->baseline == BASELINE_UCX
+                                ? MIN(a->iterations, IPERF3_RUNS)
+                        : a->baseline == BASELINE_MEMCPY || a->baseline == BASELINE_UNIX
+                                ? a->iterations
+                                : 0,
+        };
         kvd_transfer_opts opts = KVD_TRANSFER_OPTS_INIT;
         kvd_cluster_info peer = {a->push ? DECODE_CLUSTER : PREFILL_CLUSTER,
                                  a->push ? KVD_ROLE_DECODER : KVD_ROLE_PROMPT,
                                  a->push ? a->decode_addr : a->prefill_addr, NULL};
         kvd_cache_key key = kvd_key_blocks(peer.remote_cluster_id, 0);
-        const char *call = a->push ? "kvd_push_blocks" : "kvd_pull_blocks";
-        uint64_t pre_cache, dec_cache;
+        uint64_t pre_cache, dec_cache, cache;
         uint8_t *pre_mem, *dec_mem;
         int64_t loop_t0[2] = {-1, -1};
         kvd_client *mover;
@@ -736,16 +950,20 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                         return r;
         }
 
+        bl.base = base;
+        bl.scat = scat;
+        bl.unix_rtt = unix_rtt;
+
         /* Links are one-sided: the cluster that starts the transfers links to the other (on
          * another daemon: at that daemon's peer address). */
         mover = a->push ? pre : dec;
+        cache = a->push ? pre_cache : dec_cache;
         r = kvd_link_clusters(mover, &peer, 1, (int)a->timeout_ms, NULL);
         if (r < 0)
                 return fail(mover, "kvd_link_clusters", r);
 
         if (a->layer_compute_us > 0) {
-                r = run_layered(a, w, mover, &key, a->push ? pre_cache : dec_cache, src_ids,
-                                dst_ids, res);
+                r = run_layered(a, w, mover, &key, cache, src_ids, dst_ids, res);
                 if (r < 0)
                         return r;
                 return verify(a, w, pre_mem, dec_mem, src_ids, dst_ids);
@@ -753,56 +971,14 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
 
         opts.tensor_num_per_layer = w->tensors % 2 ? 1 : 2;
         opts.timeout_ms = (int32_t)a->timeout_ms;
-        for (uint64_t i = 0; i < a->warmup + a->iterations; i++) {
-                double t0, ns;
-
-                if (a->probe_status && i == a->warmup) {
-                        r = probe_start(a->push ? a->prefill_socket : a->decode_socket, &probe);
-                        if (r < 0)
-                                return r;
-                }
-                if (i == a->warmup) {
-                        loop_t0[0] = loop_cpu_ns(a->prefill_pid);
-                        loop_t0[1] = loop_cpu_ns(a->decode_pid);
-                }
-                t0 = now_ns();
-
-                if (a->batch > 0) {
-                        r = batch_request(a, w, mover, &key, a->push ? pre_cache : dec_cache,
-                                          src_ids, dst_ids, &opts,
-                                          &post_ns[i < a->warmup ? 0 : i - a->warmup]);
-                        if (r < 0)
-                                return r;
-                } else if (a->push)
-                        r = kvd_push_blocks(mover, &key, pre_cache, src_ids, w->pull_blocks,
-                                            dst_ids, w->pull_blocks, &opts);
-                else
-                        r = kvd_pull_blocks(mover, &key, dec_cache, src_ids, w->pull_blocks,
-                                            dst_ids, w->pull_blocks, &opts);
-                ns = now_ns() - t0;
-                if (r < 0)
-                        return fail(mover, call, r);
-                if (i < a->warmup) {
-                        if (a->baseline == BASELINE_MEMCPY) {
-                                (void)bench_memcpy_round(base);
-                                (void)bench_memcpy_round(scat);
-                        }
-                        if (a->baseline == BASELINE_UNIX)
-                                (void)bench_unix_round(unix_rtt);
-                        continue;
-                }
-                lat[i - a->warmup] = ns;
-                /* The k-th of base_runs rounds follows timed request (k + 1) * n / runs - 1. */
-                if (n_base < base_runs &&
-                    i - a->warmup + 1 == (n_base + 1) * a->iterations / base_runs) {
-                        if (scat)
-                                scat_ns[n_base] = bench_memcpy_round(scat);
-                        r = baseline_round(a, base, unix_rtt, res->bytes, res->segments,
-                                           &base_ns[n_base++]);
-                        if (r < 0)
-                                return r;
-                }
-        }
+        if (a->inflight > 1)
+                r = run_stream(a, w, mover, &key, cache, src_ids, dst_ids, &opts, &bl, res, lat,
+                               &probe, loop_t0);
+        else
+                r = run_one_by_one(a, w, mover, &key, cache, src_ids, dst_ids, &opts, &bl, res, lat,
+                                   post_ns, &probe, loop_t0);
+        if (r < 0)
+                return r;
         /* before the probe stops: its calls are the loop's work too, and are said beside it */
         loop_cpu_result(a, loop_t0, res);
         r = probe_stop(&probe, res);
@@ -811,7 +987,9 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         r = verify(a, w, pre_mem, dec_mem, src_ids, dst_ids);
         if (r < 0)
                 return r;
-        result_stats(res, a, lat, base_ns, scat ? scat_ns : NULL, n_base);
+        result_stats(res, a, lat, base_ns, scat ? scat_ns : NULL, bl.n);
+        if (a->inflight > 1)
+                stream_stats(res, a);
         if (a->batch > 0)
                 percentiles_us(post_ns, a->iterations, &res->post_p50_us, &res->post_p99_us);
         return 0;
@@ -906,11 +1084,18 @@ static void help(void)
                "  --batch N          send each request as one kvd_transfer_batch() of N\n"
                "                     entries (its blocks split evenly) and report how long\n"
                "                     posting it took next to the whole request's latency\n"
+               "  --inflight N       keep N requests in flight (1..%d, 1): each sent without\n"
+               "                     waiting for the one before, the oldest waited for first;\n"
+               "                     kvdist's rate is then the stream's (bytes over the time\n"
+               "                     from its first request sent to its last answered, in\n"
+               "                     streams of %d requests or more, the baselines' rounds\n"
+               "                     after each), latencies include the wait in the stream\n"
                "  --suite            run the standard cases and print one table (with\n"
                "                     --remote: the cross-node cases)\n"
                "  --json             machine-readable output\n"
                "  -h, --help         show this help\n",
-               MAX_TCP_STREAMS, BENCH_UNIX_MSG_BYTES, IPERF3_RUNS, IPERF3_RUNS, KVD_MAX_TENSORS);
+               MAX_TCP_STREAMS, BENCH_UNIX_MSG_BYTES, IPERF3_RUNS, IPERF3_RUNS, KVD_MAX_TENSORS,
+               MAX_INFLIGHT, STREAM_CHUNK);
 }
 
 /* A decimal number with an optional K, M, G or T (binary) suffix, within [@min, @max]. */
@@ -975,6 +1160,7 @@ enum {
         ARG_LAYER_COMPUTE_US,
         ARG_PROBE_STATUS,
         ARG_BATCH,
+        ARG_INFLIGHT,
 };
 
 static const struct option options[] = {
@@ -1006,6 +1192,7 @@ static const struct option options[] = {
         {"layer-compute-us", required_argument, NULL, ARG_LAYER_COMPUTE_US},
         {"probe-status", no_argument, NULL, ARG_PROBE_STATUS},
         {"batch", required_argument, NULL, ARG_BATCH},
+        {"inflight", required_argument, NULL, ARG_INFLIGHT},
         {"help", no_argument, NULL, 'h'},
         {}};
 
@@ -1037,6 +1224,7 @@ static int parse_args(int argc, char **argv, Args *a)
                 {ARG_IPERF3_TIME, &a->iperf3_time, 1, 60},
                 {ARG_LAYER_COMPUTE_US, &a->layer_compute_us, 1, 10000000},
                 {ARG_BATCH, &a->batch, 1, KVD_BATCH_MAX_ENTRIES},
+                {ARG_INFLIGHT, &a->inflight, 1, MAX_INFLIGHT},
         };
         const char *pattern = NULL;
         bool model = false, tcp_set = false;
@@ -1052,7 +1240,8 @@ static int parse_args(int argc, char **argv, Args *a)
                     .iperf3 = "iperf3",
                     .ucx = "ucx_perftest",
                     .iperf3_streams = 1,
-                    .iperf3_time = 1};
+                    .iperf3_time = 1,
+                    .inflight = 1};
         workload_from_model(&models[0], &a->w);
         while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0) {
                 size_t i;
@@ -1141,6 +1330,10 @@ static int parse_args(int argc, char **argv, Args *a)
                                    "");
         if (a->batch > 0 && a->layer_compute_us > 0)
                 return usage_error("--batch and --layer-compute-us are separate modes", "");
+        if (a->inflight > 1 && (a->batch > 0 || a->layer_compute_us > 0))
+                return usage_error("--inflight streams whole requests, without --batch or "
+                                   "--layer-compute-us",
+                                   "");
         if (a->batch > 0 && a->suite)
                 return usage_error("--batch runs one workload, not --suite", "");
         if (a->layer_compute_us > 0) {
