@@ -120,7 +120,7 @@ static EngineTask *task_free(EngineTask *t)
         return NULL;
 }
 
-/* Wakes the event loop; called with the lock held when the done list becomes non-empty. */
+/* Wakes the event loop, once the done list has become non-empty. */
 static void engine_wake(Engine *e)
 {
         uint64_t one = 1;
@@ -131,16 +131,34 @@ static void engine_wake(Engine *e)
         (void)n;
 }
 
-/* With the lock held: one job of @t is over, @ok when it copied all its bytes. */
-static void task_job_finished_locked(Engine *e, EngineTask *t, bool ok)
+/*
+ * With the lock held: one job of @t is over, @ok when it copied all its bytes. True when @t is
+ * done and the done list was empty: the caller wakes the loop (engine_wake()) once it has let
+ * go of the lock, since a loop woken meanwhile would only wait for the lock (and, raised above
+ * the copy threads, take the core of the thread that holds it first).
+ */
+static bool task_job_finished_locked(Engine *e, EngineTask *t, bool ok)
 {
+        bool wake;
+
         if (!ok)
                 t->incomplete = true;
         if (--t->n_pending > 0)
-                return;
-        if (clist_is_empty(&e->done))
-                engine_wake(e);
+                return false;
+        wake = clist_is_empty(&e->done);
         clist_link_tail(&e->done, &t->link_done);
+        return wake;
+}
+
+/* task_job_finished_locked(), then the loop woken without the lock held; the lock is held again
+ * on return. */
+static void task_job_finished_relock(Engine *e, EngineTask *t, bool ok)
+{
+        if (!task_job_finished_locked(e, t, ok))
+                return;
+        pthread_mutex_unlock(&e->lock);
+        engine_wake(e);
+        pthread_mutex_lock(&e->lock);
 }
 
 static bool job_run(const EngineJob *job)
@@ -232,7 +250,7 @@ static void part_prepare(Engine *e, EngineTask *t, EnginePart *p)
                 t->error = r;
                 atomic_store(&t->cancel, true);
         }
-        task_job_finished_locked(e, t, r >= 0);
+        task_job_finished_relock(e, t, r >= 0);
 }
 
 /*
@@ -254,7 +272,7 @@ static void task_step(Engine *e, EngineTask *t)
                 clist_link_tail(&e->idle, &t->parts[0].prep.link);
                 return;
         }
-        task_job_finished_locked(e, t, r == 0 && !atomic_load(&t->cancel));
+        task_job_finished_relock(e, t, r == 0 && !atomic_load(&t->cancel));
 }
 
 static void *engine_thread(void *userdata)
@@ -294,7 +312,7 @@ static void *engine_thread(void *userdata)
                 ok = job_run(job);
 
                 pthread_mutex_lock(&e->lock);
-                task_job_finished_locked(e, job->task, ok);
+                task_job_finished_relock(e, job->task, ok);
         }
         pthread_mutex_unlock(&e->lock);
         return NULL;
@@ -347,7 +365,8 @@ Engine *engine_free(Engine *e)
 
                 clist_unlink(&job->link);
                 atomic_store(&job->task->cancel, true);
-                task_job_finished_locked(e, job->task, false);
+                /* no wake-up: the done list is dispatched below, after the threads are joined */
+                (void)task_job_finished_locked(e, job->task, false);
         }
         pthread_cond_broadcast(&e->cond);
         pthread_mutex_unlock(&e->lock);
@@ -598,7 +617,7 @@ static int engine_queue(Engine *e, EngineCopy *copies, size_t n, size_t total, s
         if (n_jobs == 0) {
                 /* nothing to copy: complete through the loop all the same, never from here */
                 t->n_pending = 1;
-                task_job_finished_locked(e, t, true);
+                task_job_finished_relock(e, t, true);
         } else {
                 for (size_t j = 0; j < n_jobs; j++)
                         clist_link_tail(&e->jobs, &p->jobs[j].link);
@@ -755,7 +774,7 @@ void engine_cancel(EngineTask *task)
         }
         if (removed > 0) {
                 task->n_pending -= removed - 1;
-                task_job_finished_locked(e, task, false);
+                task_job_finished_relock(e, task, false);
         }
         pthread_mutex_unlock(&e->lock);
 }
