@@ -60,6 +60,7 @@ static void *decoder_thread(void *userdata)
                 DecodeJob *job;
                 uint64_t one = 1;
                 ssize_t n;
+                bool wake;
 
                 while (!d->stopping && clist_is_empty(&d->queue))
                         pthread_cond_wait(&d->cond, &d->lock);
@@ -76,13 +77,17 @@ static void *decoder_thread(void *userdata)
                 free(TAKE_PTR(job->payload));
 
                 pthread_mutex_lock(&d->lock);
-                if (clist_is_empty(&d->done)) {
-                        /* Fails only with EAGAIN when the counter is saturated: a wake-up is
-                         * pending then. */
+                wake = clist_is_empty(&d->done);
+                clist_link_tail(&d->done, &job->link);
+                if (wake) {
+                        /* With the lock let go: a loop woken under it would only wait for it
+                         * (raised above this thread, on this thread's core). Fails only with
+                         * EAGAIN when the counter is saturated: a wake-up is pending then. */
+                        pthread_mutex_unlock(&d->lock);
                         n = write(d->efd, &one, sizeof(one));
                         (void)n;
+                        pthread_mutex_lock(&d->lock);
                 }
-                clist_link_tail(&d->done, &job->link);
         }
         pthread_mutex_unlock(&d->lock);
         return NULL;
