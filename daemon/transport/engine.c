@@ -161,6 +161,20 @@ static void task_job_finished_relock(Engine *e, EngineTask *t, bool ok)
         pthread_mutex_lock(&e->lock);
 }
 
+/*
+ * From the loop, after queueing work with the lock held and let go: wakes no thread (0), one
+ * (1) or all (2). After the unlock, so that a woken thread does not find the lock still held
+ * and sleep once more until the loop lets go of it. No wake-up is lost: a thread that checks
+ * for work from now on finds it.
+ */
+static void engine_wake_threads(Engine *e, unsigned wake)
+{
+        if (wake == 1)
+                pthread_cond_signal(&e->cond);
+        else if (wake > 1)
+                pthread_cond_broadcast(&e->cond);
+}
+
 static bool job_run(const EngineJob *job)
 {
         EngineTask *t = job->task;
@@ -593,6 +607,7 @@ static int engine_queue(Engine *e, EngineCopy *copies, size_t n, size_t total, s
         EngineTask *t;
         EnginePart *p;
         size_t job_bytes, n_jobs;
+        unsigned wake = 0;
 
         job_bytes = engine_job_bytes(e, total, 1, &n_jobs);
         t = task_new(e, n_jobs, done, userdata);
@@ -622,14 +637,10 @@ static int engine_queue(Engine *e, EngineCopy *copies, size_t n, size_t total, s
                 for (size_t j = 0; j < n_jobs; j++)
                         clist_link_tail(&e->jobs, &p->jobs[j].link);
                 t->n_pending = n_jobs;
-                if (!e->held) {
-                        if (n_jobs == 1)
-                                pthread_cond_signal(&e->cond);
-                        else
-                                pthread_cond_broadcast(&e->cond);
-                }
+                wake = e->held ? 0 : n_jobs == 1 ? 1 : 2;
         }
         pthread_mutex_unlock(&e->lock);
+        engine_wake_threads(e, wake);
 
         if (ret)
                 *ret = t;
@@ -691,6 +702,7 @@ static int engine_submit_step(Engine *e, engine_prepare_fn prepare, size_t n_par
                               void *userdata, EngineTask **ret)
 {
         EngineTask *t;
+        unsigned wake;
 
         t = task_new(e, 0, done, userdata);
         if (!t)
@@ -719,11 +731,9 @@ static int engine_submit_step(Engine *e, engine_prepare_fn prepare, size_t n_par
         }
         t->n_pending = n_parts;
         /* a thread that runs a step takes the next itself */
-        if (!e->held && n_parts > 1)
-                pthread_cond_broadcast(&e->cond);
-        else if (!e->held && !(step && e->stepping))
-                pthread_cond_signal(&e->cond);
+        wake = e->held ? 0 : n_parts > 1 ? 2 : !(step && e->stepping);
         pthread_mutex_unlock(&e->lock);
+        engine_wake_threads(e, wake);
 
         if (ret)
                 *ret = t;
