@@ -29,7 +29,7 @@
 /* The most a wake-up waits for the other thread to take the lock; readiness ends it at once. */
 #define CEILING_MS 10000
 
-static Engine *watched; /* the engine whose lock a wake-up must not hold */
+static _Atomic(Engine *) watched; /* the engine whose lock a wake-up must not hold */
 static atomic_uint wakes, wakes_locked;
 
 ssize_t __real_write(int fd, const void *buf, size_t n);
@@ -73,7 +73,7 @@ static long now_ms(void)
 
 ssize_t __wrap_write(int fd, const void *buf, size_t n)
 {
-        Engine *e = watched;
+        Engine *e = atomic_load(&watched);
         uint64_t v = 0;
 
         if (e && n == sizeof(v))
@@ -142,7 +142,7 @@ START_TEST(test_wake_without_lock)
 
         ck_assert_ptr_nonnull(base);
         ck_assert_int_eq(engine_new(base, 2, &e), 0);
-        watched = e;
+        atomic_store(&watched, e);
         for (unsigned round = 0; round < ROUNDS; round++) {
                 buf_init(&a, N * LEN);
                 buf_init(&b, N * LEN);
@@ -170,7 +170,7 @@ START_TEST(test_wake_without_lock)
                 buf_deinit(&a);
                 buf_deinit(&b);
         }
-        watched = NULL;
+        atomic_store(&watched, NULL);
         engine_free(e);
         event_base_free(base);
         free(src);
