@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Copy engine test fixture (engine-fixture.h). */
 #include <check.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/event.h>
 
@@ -88,4 +90,27 @@ void run_until(struct event_base *base, const unsigned *counter, unsigned want)
 {
         while (*counter < want)
                 ck_assert_int_ge(event_base_loop(base, EVLOOP_ONCE), 0);
+}
+
+long fixture_now_ms(void)
+{
+        struct timespec ts;
+
+        (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+int reversed_share(uint8_t *dst, const uint8_t *src, size_t n, size_t len, size_t part,
+                   size_t n_parts, EngineCopy **ret, size_t *ret_n)
+{
+        size_t lo = n * part / n_parts, hi = n * (part + 1) / n_parts;
+        EngineCopy *c = malloc((hi > lo ? hi - lo : 1) * sizeof(EngineCopy));
+
+        if (!c)
+                return -ENOMEM;
+        for (size_t i = lo; i < hi; i++)
+                c[i - lo] = (EngineCopy){dst + (n - 1 - i) * len, src + i * len, len};
+        *ret = c;
+        *ret_n = hi - lo;
+        return 0;
 }

@@ -10,7 +10,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -44,14 +43,6 @@ typedef struct Prep {
         bool saw_first; /* written by share 1's step only */
 } Prep;
 
-static long now_ms(void)
-{
-        struct timespec ts;
-
-        (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
 /* Whether copies [lo, hi) of @p landed. */
 static bool prep_landed(const Prep *p, size_t lo, size_t hi)
 {
@@ -64,11 +55,11 @@ static bool prep_landed(const Prep *p, size_t lo, size_t hi)
 static void prep_meet(Prep *p)
 {
         unsigned in = atomic_fetch_add(&p->in, 1) + 1, most = atomic_load(&p->most);
-        long until = now_ms() + CEILING_MS;
+        long until = fixture_now_ms() + CEILING_MS;
 
         while (in > most && !atomic_compare_exchange_weak(&p->most, &most, in))
                 ;
-        while (atomic_load(&p->most) < p->meet && now_ms() < until)
+        while (atomic_load(&p->most) < p->meet && fixture_now_ms() < until)
                 (void)usleep(100);
         atomic_fetch_sub(&p->in, 1);
 }
@@ -77,8 +68,6 @@ static int prep_make(void *userdata, size_t part, size_t n_parts, EngineCopy **r
                      size_t *ret_n)
 {
         Prep *p = userdata;
-        size_t lo = p->n * part / n_parts, hi = p->n * (part + 1) / n_parts;
-        EngineCopy *c;
 
         atomic_fetch_add(&p->called, 1);
         atomic_fetch_or(&p->parts, 1u << part);
@@ -86,23 +75,15 @@ static int prep_make(void *userdata, size_t part, size_t n_parts, EngineCopy **r
         if (p->meet > 0)
                 prep_meet(p);
         if (p->wait_for_first && part == 1) {
-                long until = now_ms() + CEILING_MS;
+                long until = fixture_now_ms() + CEILING_MS;
 
-                while (!prep_landed(p, 0, p->n / n_parts) && now_ms() < until)
+                while (!prep_landed(p, 0, p->n / n_parts) && fixture_now_ms() < until)
                         (void)usleep(100);
                 p->saw_first = prep_landed(p, 0, p->n / n_parts);
         }
         if (p->fail < 0 && part == p->fail_part)
                 return p->fail;
-        c = malloc((hi > lo ? hi - lo : 1) * sizeof(EngineCopy));
-        if (!c)
-                return -ENOMEM;
-        for (size_t i = lo; i < hi; i++)
-                c[i - lo] =
-                        (EngineCopy){p->dst + (p->n - 1 - i) * p->len, p->src + i * p->len, p->len};
-        *ret_copies = c;
-        *ret_n = hi - lo;
-        return 0;
+        return reversed_share(p->dst, p->src, p->n, p->len, part, n_parts, ret_copies, ret_n);
 }
 
 /* @p over a fresh guarded @dst of @n copies of @len bytes from @src, nothing else set. */

@@ -18,7 +18,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -63,14 +62,6 @@ static bool is_eventfd(int fd)
         return strcmp(target, "anon_inode:[eventfd]") == 0;
 }
 
-static long now_ms(void)
-{
-        struct timespec ts;
-
-        (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
 ssize_t __wrap_write(int fd, const void *buf, size_t n)
 {
         Engine *e = atomic_load(&watched);
@@ -82,12 +73,12 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n)
         if (v == 1 && atomic_load(&wakes_locked) == 0 && is_eventfd(fd)) {
                 Taker *t = calloc(1, sizeof(*t));
                 pthread_t thread;
-                long until = now_ms() + CEILING_MS;
+                long until = fixture_now_ms() + CEILING_MS;
 
                 ck_assert_ptr_nonnull(t);
                 t->engine = e;
                 ck_assert_int_eq(pthread_create(&thread, NULL, take_lock, t), 0);
-                while (!atomic_load(&t->took) && now_ms() < until)
+                while (!atomic_load(&t->took) && fixture_now_ms() < until)
                         (void)usleep(100);
                 atomic_fetch_add(&wakes, 1);
                 if (atomic_load(&t->took)) {
@@ -114,17 +105,8 @@ static int prep_make(void *userdata, size_t part, size_t n_parts, EngineCopy **r
                      size_t *ret_n)
 {
         Prep *p = userdata;
-        size_t lo = p->n * part / n_parts, hi = p->n * (part + 1) / n_parts;
-        EngineCopy *c = malloc((hi > lo ? hi - lo : 1) * sizeof(EngineCopy));
 
-        if (!c)
-                return -ENOMEM;
-        for (size_t i = lo; i < hi; i++)
-                c[i - lo] =
-                        (EngineCopy){p->dst + (p->n - 1 - i) * p->len, p->src + i * p->len, p->len};
-        *ret_copies = c;
-        *ret_n = hi - lo;
-        return 0;
+        return reversed_share(p->dst, p->src, p->n, p->len, part, n_parts, ret_copies, ret_n);
 }
 
 START_TEST(test_wake_without_lock)
