@@ -345,6 +345,9 @@ static void print_summary(const json_t *root, const char *socket_path)
         printf("%-13s%s\n", "version:", fmt_str(root, "version", a));
         printf("%-13s%s\n", "pid:", fmt_int(root, "pid", a));
         printf("%-13s%s\n", "uptime:", fmt_age(root, "uptime_s", 1, a));
+        /* the control loop's nice: not control_nice when the daemon could not raise it */
+        if (json_is_integer(json_object_get(root, "control_nice")))
+                printf("%-13s%s\n", "loop nice:", fmt_int(root, "control_nice", a));
         printf("%-13s%s\n", "socket:",
                json_is_string(json_object_get(root, "socket")) ? fmt_str(root, "socket", a)
                                                                : socket_path);

@@ -101,11 +101,19 @@ static void expect_keys(const json_t *o, const char *what, const char *const *ke
 START_TEST(test_status_summary)
 {
         const char *args[] = {"status", NULL}, *none[] = {NULL};
-        char *out;
+        char *out, want[64];
+        json_t *status;
         Scene s;
 
         scene_start(&s);
+        /* the loop's nice as the status document says it, whether or not it could be raised */
+        status = ctl_json(&s, "status");
+        ck_assert(json_is_integer(json_object_get(status, "control_nice")));
+        (void)snprintf(want, sizeof(want), "\nloop nice:   %" JSON_INTEGER_FORMAT "\n",
+                       json_integer_value(json_object_get(status, "control_nice")));
+        json_decref(status);
         out = ctl(&s, args);
+        ck_assert_msg(strstr(out, want), "no \"%s\" in:\n%s", want + 1, out);
         ck_assert_msg(strstr(out, "clusters:    2\n"), "no cluster count in:\n%s", out);
         ck_assert_msg(strstr(out, "links:       1 (1 up)\n"), "no link count in:\n%s", out);
         ck_assert_msg(strstr(out, "peers:       0\n"), "no peer count in:\n%s", out);
