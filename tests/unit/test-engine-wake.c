@@ -1,97 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The copy engine wakes the event loop only once the thread that finished a task has let go of
- * the engine's lock: a loop woken earlier would only wait for the lock, and, raised above the
- * copy threads (control_nice), take the core of the thread that holds it first.
- *
- * Linked with -Wl,--wrap=write: every write of 1 to an eventfd (the engine's wake-up) asks
- * another thread to take the engine's lock (engine_hold() takes it) and waits for that thread,
- * up to CEILING_MS. A wake-up written with the lock held makes that thread wait past the ceiling
- * and is counted (after the first such, wake-ups are no longer looked at). Real threads; every
- * byte of every copy is checked.
+ * the engine's lock (wake-fixture.h: each wake-up waits for another thread to take the lock,
+ * through engine_hold()). Real threads; every byte of every copy is checked.
  */
 #include <check.h>
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <event2/event.h>
 
 #include "daemon/transport/engine.h"
 #include "tests/unit/engine-fixture.h"
+#include "tests/unit/wake-fixture.h"
 
-/* The most a wake-up waits for the other thread to take the lock; readiness ends it at once. */
-#define CEILING_MS 10000
-
-static _Atomic(Engine *) watched; /* the engine whose lock a wake-up must not hold */
-static atomic_uint wakes, wakes_locked;
-
-ssize_t __real_write(int fd, const void *buf, size_t n);
-ssize_t __wrap_write(int fd, const void *buf, size_t n);
-
-typedef struct Taker {
-        Engine *engine;
-        atomic_bool took;
-} Taker;
-
-static void *take_lock(void *userdata)
+/* wake_watch()'s @take: engine_hold(false) takes the lock, changes nothing and lets go. */
+static void take_engine_lock(void *userdata)
 {
-        Taker *t = userdata;
-
-        /* not held: engine_hold(false) takes the lock, changes nothing and lets go */
-        engine_hold(t->engine, false);
-        atomic_store(&t->took, true);
-        return NULL;
-}
-
-static bool is_eventfd(int fd)
-{
-        char path[64], target[64];
-        ssize_t n;
-
-        (void)snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        n = readlink(path, target, sizeof(target) - 1);
-        if (n < 0)
-                return false;
-        target[n] = '\0';
-        return strcmp(target, "anon_inode:[eventfd]") == 0;
-}
-
-ssize_t __wrap_write(int fd, const void *buf, size_t n)
-{
-        Engine *e = atomic_load(&watched);
-        uint64_t v = 0;
-
-        if (e && n == sizeof(v))
-                memcpy(&v, buf, sizeof(v));
-        /* one wake-up found with the lock held is enough: the others are not waited on */
-        if (v == 1 && atomic_load(&wakes_locked) == 0 && is_eventfd(fd)) {
-                Taker *t = calloc(1, sizeof(*t));
-                pthread_t thread;
-                long until = fixture_now_ms() + CEILING_MS;
-
-                ck_assert_ptr_nonnull(t);
-                t->engine = e;
-                ck_assert_int_eq(pthread_create(&thread, NULL, take_lock, t), 0);
-                while (!atomic_load(&t->took) && fixture_now_ms() < until)
-                        (void)usleep(100);
-                atomic_fetch_add(&wakes, 1);
-                if (atomic_load(&t->took)) {
-                        ck_assert_int_eq(pthread_join(thread, NULL), 0);
-                        free(t);
-                } else {
-                        /* it waits for the lock this thread may hold: left to end on its own
-                         * (and @t with it, on the way to the test's failure) */
-                        atomic_fetch_add(&wakes_locked, 1);
-                        ck_assert_int_eq(pthread_detach(thread), 0);
-                }
-        }
-        return __real_write(fd, buf, n);
+        engine_hold(userdata, false);
 }
 
 /* Copies i of @n, @len bytes each, from @src + i*len to @dst slot n-1-i; share k of K. */
@@ -124,7 +54,7 @@ START_TEST(test_wake_without_lock)
 
         ck_assert_ptr_nonnull(base);
         ck_assert_int_eq(engine_new(base, 2, &e), 0);
-        atomic_store(&watched, e);
+        wake_watch(take_engine_lock, e, UINT_MAX);
         for (unsigned round = 0; round < ROUNDS; round++) {
                 buf_init(&a, N * LEN);
                 buf_init(&b, N * LEN);
@@ -152,15 +82,15 @@ START_TEST(test_wake_without_lock)
                 buf_deinit(&a);
                 buf_deinit(&b);
         }
-        atomic_store(&watched, NULL);
+        wake_unwatch();
         engine_free(e);
         event_base_free(base);
         free(src);
 
         /* at least one wake-up a round, none with the lock held */
-        ck_assert_msg(atomic_load(&wakes_locked) == 0,
+        ck_assert_msg(wake_blocked() == 0,
                       "the loop was woken while a thread held the engine's lock");
-        ck_assert_uint_ge(atomic_load(&wakes), ROUNDS);
+        ck_assert_uint_ge(wake_looked(), ROUNDS);
 }
 END_TEST
 
