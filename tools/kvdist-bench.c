@@ -689,7 +689,9 @@ static int stream_requests(const Args *a, const Workload *w, kvd_client *mover,
         uint64_t sent = 0, done = 0;
         int r = 0;
 
-        while (done < n && r >= 0) {
+        while (done < n) {
+                size_t oldest = done % a->inflight;
+
                 for (; sent < n && sent - done < a->inflight; sent++) {
                         size_t k = sent % a->inflight;
 
@@ -712,15 +714,15 @@ static int stream_requests(const Args *a, const Workload *w, kvd_client *mover,
                 }
                 if (r < 0)
                         break;
-                r = kvd_task_wait(tasks[done % a->inflight], -1);
+                r = kvd_task_wait(tasks[oldest], -1);
                 if (r < 0) {
                         r = fail(mover, "kvd_task_wait", r);
                         break;
                 }
                 if (lat)
-                        lat[done] = now_ns() - sent_at[done % a->inflight];
-                kvd_task_free(tasks[done % a->inflight]);
-                tasks[done % a->inflight] = NULL;
+                        lat[done] = now_ns() - sent_at[oldest];
+                kvd_task_free(tasks[oldest]);
+                tasks[oldest] = NULL;
                 done++;
         }
         /* after a failure: the others are cancelled and waited for (nothing lands later) */
