@@ -731,7 +731,7 @@ static int engine_submit_step(Engine *e, engine_prepare_fn prepare, size_t n_par
         }
         t->n_pending = n_parts;
         /* a thread that runs a step takes the next itself */
-        wake = e->held ? 0 : n_parts > 1 ? 2 : !(step && e->stepping);
+        wake = e->held || (n_parts == 1 && step && e->stepping) ? 0 : n_parts > 1 ? 2 : 1;
         pthread_mutex_unlock(&e->lock);
         engine_wake_threads(e, wake);
 
