@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <event2/event.h>
 
@@ -90,14 +89,6 @@ void run_until(struct event_base *base, const unsigned *counter, unsigned want)
 {
         while (*counter < want)
                 ck_assert_int_ge(event_base_loop(base, EVLOOP_ONCE), 0);
-}
-
-long fixture_now_ms(void)
-{
-        struct timespec ts;
-
-        (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
 int reversed_share(uint8_t *dst, const uint8_t *src, size_t n, size_t len, size_t part,

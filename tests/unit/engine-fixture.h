@@ -50,9 +50,6 @@ void on_done(EngineTask *task, int status, void *userdata);
 /* Runs @base until *@counter reaches @want. */
 void run_until(struct event_base *base, const unsigned *counter, unsigned want);
 
-/* CLOCK_MONOTONIC in milliseconds, for the tests' waits that end on readiness or a ceiling. */
-long fixture_now_ms(void);
-
 /*
  * Share @part of @n_parts of @n copies of @len bytes, copy i from @src + i*len to slot n-1-i of
  * @dst (share k being copies [n*k/K, n*(k+1)/K)): in *@ret (malloc()ed) and *@ret_n. -ENOMEM.

@@ -14,6 +14,7 @@
 
 #include <event2/event.h>
 
+#include "common/time-util.h"
 #include "daemon/transport/engine.h"
 #include "tests/unit/engine-fixture.h"
 
@@ -55,11 +56,11 @@ static bool prep_landed(const Prep *p, size_t lo, size_t hi)
 static void prep_meet(Prep *p)
 {
         unsigned in = atomic_fetch_add(&p->in, 1) + 1, most = atomic_load(&p->most);
-        long until = fixture_now_ms() + CEILING_MS;
+        usec_t until = now_usec(CLOCK_MONOTONIC) + CEILING_MS * USEC_PER_MSEC;
 
         while (in > most && !atomic_compare_exchange_weak(&p->most, &most, in))
                 ;
-        while (atomic_load(&p->most) < p->meet && fixture_now_ms() < until)
+        while (atomic_load(&p->most) < p->meet && now_usec(CLOCK_MONOTONIC) < until)
                 (void)usleep(100);
         atomic_fetch_sub(&p->in, 1);
 }
@@ -75,9 +76,9 @@ static int prep_make(void *userdata, size_t part, size_t n_parts, EngineCopy **r
         if (p->meet > 0)
                 prep_meet(p);
         if (p->wait_for_first && part == 1) {
-                long until = fixture_now_ms() + CEILING_MS;
+                usec_t until = now_usec(CLOCK_MONOTONIC) + CEILING_MS * USEC_PER_MSEC;
 
-                while (!prep_landed(p, 0, p->n / n_parts) && fixture_now_ms() < until)
+                while (!prep_landed(p, 0, p->n / n_parts) && now_usec(CLOCK_MONOTONIC) < until)
                         (void)usleep(100);
                 p->saw_first = prep_landed(p, 0, p->n / n_parts);
         }

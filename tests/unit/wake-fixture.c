@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/unit/engine-fixture.h"
+#include "common/time-util.h"
 #include "tests/unit/wake-fixture.h"
 
 ssize_t __real_write(int fd, const void *buf, size_t n);
@@ -88,14 +88,14 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n)
                 memcpy(&v, buf, sizeof(v));
         if (v == 1 && is_eventfd(fd) && take_one()) {
                 Taker *t = calloc(1, sizeof(*t));
-                long until = fixture_now_ms() + WAKE_CEILING_MS;
+                usec_t until = now_usec(CLOCK_MONOTONIC) + WAKE_CEILING_MS * USEC_PER_MSEC;
                 pthread_t thread;
 
                 ck_assert_ptr_nonnull(t);
                 t->take = take;
                 t->userdata = atomic_load(&watch_userdata);
                 ck_assert_int_eq(pthread_create(&thread, NULL, taker_run, t), 0);
-                while (!atomic_load(&t->took) && fixture_now_ms() < until)
+                while (!atomic_load(&t->took) && now_usec(CLOCK_MONOTONIC) < until)
                         (void)usleep(100);
                 atomic_fetch_add(&looked, 1);
                 if (atomic_load(&t->took)) {
