@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* kvdist-bench's output: the table a person reads, or one JSON document. */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "tools/bench-report.h"
@@ -100,16 +101,22 @@ void bench_report_header(const Args *a)
         printf(" %9s %8s %8s\n", "req/s", "p50 ms", "p99 ms");
 }
 
+/* Whether the loops' CPU per request is known: both daemons' with --remote, else the one's. */
+static bool loop_cpu_known(const Args *a, const Result *r)
+{
+        return r->loop_cpu_decode_us >= 0 && (!a->remote || r->loop_cpu_prefill_us >= 0);
+}
+
 /* The lines under a case's row: the daemons' loop CPU, the status probe's and the batch's figures.
  */
 static void report_extras(const Args *a, const Result *r)
 {
-        if (a->remote && r->loop_cpu_prefill_us >= 0 && r->loop_cpu_decode_us >= 0)
+        if (loop_cpu_known(a, r) && a->remote)
                 printf("%-16s control loop CPU a request: prefill side's daemon %.1f us, decode "
                        "side's %.1f us%s\n",
                        "", r->loop_cpu_prefill_us, r->loop_cpu_decode_us,
                        a->probe_status ? " (the status calls' included)" : "");
-        else if (!a->remote && r->loop_cpu_decode_us >= 0)
+        else if (loop_cpu_known(a, r))
                 printf("%-16s control loop CPU a request: %.1f us%s\n", "", r->loop_cpu_decode_us,
                        a->probe_status ? " (the status calls' included)" : "");
         if (a->probe_status)
@@ -222,10 +229,10 @@ void bench_report_json(const Args *a, const Result *res, size_t n)
                                r->layers, a->layer_compute_us, r->exposed_p50_us, r->exposed_p99_us,
                                r->layer_p50_us, r->layer_p99_us, r->whole_p50_us, r->whole_p99_us,
                                r->exposed_p50_us / r->layer_p50_us);
-                if (a->remote && r->loop_cpu_prefill_us >= 0 && r->loop_cpu_decode_us >= 0)
+                if (loop_cpu_known(a, r) && a->remote)
                         printf(", \"loop_cpu_us\": {\"prefill\": %.1f, \"decode\": %.1f}",
                                r->loop_cpu_prefill_us, r->loop_cpu_decode_us);
-                else if (!a->remote && r->loop_cpu_decode_us >= 0)
+                else if (loop_cpu_known(a, r))
                         printf(", \"loop_cpu_us\": {\"daemon\": %.1f}", r->loop_cpu_decode_us);
                 if (a->probe_status)
                         printf(", \"status_us\": {\"calls\": %" PRIu64
