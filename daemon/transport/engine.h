@@ -114,3 +114,15 @@ size_t engine_task_bytes_done(EngineTask *task);
 
 /* The number of copy threads. */
 unsigned engine_n_threads(const Engine *e);
+
+/*
+ * Whether the threads copy the tasks of 16 MiB or more with streaming stores (copy-stream.h):
+ * where the CPU has them (x86-64 with AVX2). False for NULL.
+ */
+bool engine_streams(const Engine *e);
+
+/*
+ * Bytes the threads copied with streaming stores so far: of those tasks, the copies of 256 bytes
+ * or more (a copy cut between two jobs in pieces, each piece of 256 bytes or more); 0 for NULL.
+ */
+size_t engine_bytes_streamed(Engine *e);

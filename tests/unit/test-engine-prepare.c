@@ -15,6 +15,7 @@
 #include <event2/event.h>
 
 #include "common/time-util.h"
+#include "daemon/transport/copy-stream.h"
 #include "daemon/transport/engine.h"
 #include "tests/unit/engine-fixture.h"
 
@@ -242,6 +243,51 @@ START_TEST(test_prepare_parts_pipelined)
 }
 END_TEST
 
+/*
+ * A prepared task streams its copies (copy-stream.h) by its whole size: two shares of 8.2 MiB
+ * make a task of 16 MiB or more; two of 6 MiB do not.
+ */
+START_TEST(test_prepare_streams_by_task)
+{
+        enum { LEN = 4096 };
+        static const struct {
+                size_t n;
+                bool streams;
+        } cases[] = {{4200, true}, {3000, false}};
+        struct event_base *base = event_base_new();
+        bool can = copy_stream_available();
+        Engine *e = NULL;
+
+        ck_assert_ptr_nonnull(base);
+        ck_assert_int_eq(engine_new(base, 2, &e), 0);
+        for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+                uint8_t *src = pattern_new(cases[k].n * LEN, 17 + (uint32_t)k);
+                size_t before = engine_bytes_streamed(e), total = cases[k].n * LEN;
+                unsigned counter = 0;
+                Done d = {.counter = &counter};
+                Buf dst;
+                Prep p;
+
+                prep_init(&p, &dst, src, cases[k].n, LEN);
+                ck_assert_int_eq(engine_submit_prepare(e, prep_make, &p, 2, on_done, &d, &d.task),
+                                 0);
+                run_until(base, &counter, 1);
+                ck_assert_int_eq(d.status, 0);
+                ck_assert_uint_eq(atomic_load(&p.n_parts), 2);
+                prep_assert_landed(&p, &dst);
+                if (can && cases[k].streams) {
+                        /* copies cut between jobs may leave ends too short to stream */
+                        ck_assert_uint_gt(engine_bytes_streamed(e) - before, total * 9 / 10);
+                        ck_assert_uint_le(engine_bytes_streamed(e) - before, total);
+                } else
+                        ck_assert_uint_eq(engine_bytes_streamed(e), before);
+                free(src);
+        }
+        engine_free(e);
+        event_base_free(base);
+}
+END_TEST
+
 START_TEST(test_prepare_fails)
 {
         enum { N = 64, LEN = 4096 };
@@ -365,6 +411,7 @@ static Suite *engine_prepare_suite(void)
         tcase_add_test(tc, test_prepare_parts);
         tcase_add_test(tc, test_prepare_parts_side_by_side);
         tcase_add_test(tc, test_prepare_parts_pipelined);
+        tcase_add_test(tc, test_prepare_streams_by_task);
         tcase_add_test(tc, test_prepare_fails);
         tcase_add_test(tc, test_prepare_cancelled);
         suite_add_tcase(s, tc);

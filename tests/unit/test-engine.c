@@ -12,6 +12,7 @@
 
 #include <event2/event.h>
 
+#include "daemon/transport/copy-stream.h"
 #include "daemon/transport/engine.h"
 #include "tests/unit/engine-fixture.h"
 
@@ -110,6 +111,83 @@ START_TEST(test_big_and_small_tasks)
         ck_assert_uint_eq(counter, N_SMALL + 1);
         buf_deinit(&big_dst);
         free(big_src);
+        event_base_free(base);
+}
+END_TEST
+
+/*
+ * Scattered copies of odd lengths at odd alignments, @n of them over slots of SLOT bytes, copy i
+ * from slot i of @src to slot n-1-i of @dst; each tenth is short (below the streaming minimum).
+ * Returns their bytes; @ref, if given, gets the same copies by memcpy().
+ */
+#define SLOT 4160
+static size_t odd_copies(EngineCopy *c, size_t n, uint8_t *dst, const uint8_t *src, uint8_t *ref)
+{
+        size_t total = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                size_t len = i % 10 == 9 ? 100 : 4096 - i % 9;
+                size_t to = (n - 1 - i) * SLOT + i % 32, from = i * SLOT + i % 5;
+
+                c[i] = (EngineCopy){dst + to, src + from, len};
+                if (ref)
+                        memcpy(ref + to, src + from, len);
+                total += len;
+        }
+        return total;
+}
+
+/*
+ * A task of 16 MiB or more is copied with streaming stores where the CPU has them (AVX2), a
+ * smaller one with memcpy(); either way every byte lands, and nothing between or around them.
+ */
+START_TEST(test_big_task_streams)
+{
+        static const struct {
+                size_t n;
+                bool streams;
+        } cases[] = {{4600, true}, {2000, false}};
+        struct event_base *base = event_base_new();
+        bool can = copy_stream_available();
+        Engine *e = NULL;
+
+        ck_assert_ptr_nonnull(base);
+        ck_assert_int_eq(engine_new(base, 2, &e), 0);
+        ck_assert_uint_eq(engine_bytes_streamed(e), 0);
+        for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+                size_t n = cases[k].n, size = n * SLOT, total, before = engine_bytes_streamed(e);
+                uint8_t *src = pattern_new(size, 40 + (uint32_t)k), *ref = malloc(size);
+                EngineCopy *c = malloc(n * sizeof(*c));
+                unsigned counter = 0;
+                Done d = {.counter = &counter};
+                Buf dst;
+
+                ck_assert_ptr_nonnull(ref);
+                ck_assert_ptr_nonnull(c);
+                buf_init(&dst, size);
+                memset(ref, FRESH_BYTE, size);
+                total = odd_copies(c, n, buf_data(&dst), src, ref);
+                ck_assert(cases[k].streams == (total >= (16u << 20)));
+                ck_assert_int_eq(engine_submit_take(e, c, n, 0, on_done, &d, &d.task), 0);
+                run_until(base, &counter, 1);
+                ck_assert_int_eq(d.status, 0);
+                if (memcmp(buf_data(&dst), ref, size) != 0)
+                        ck_abort_msg("case %zu: a byte landed wrong, or between the copies", k);
+                assert_guards(&dst);
+                if (can && cases[k].streams) {
+                        /* the short copies, and the short ends of copies cut between jobs, not */
+                        ck_assert_uint_gt(engine_bytes_streamed(e) - before, total * 9 / 10);
+                        ck_assert_uint_le(engine_bytes_streamed(e) - before, total);
+                } else
+                        ck_assert_uint_eq(engine_bytes_streamed(e), before);
+                buf_deinit(&dst);
+                free(ref);
+                free(src);
+        }
+        if (!can)
+                fprintf(stderr, "test_big_task_streams: this CPU has no streaming copy (AVX2): "
+                                "the memcpy() path only\n");
+        engine_free(e);
         event_base_free(base);
 }
 END_TEST
@@ -703,6 +781,7 @@ static Suite *engine_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_new_arguments);
         tcase_add_test(tc, test_big_and_small_tasks);
+        tcase_add_test(tc, test_big_task_streams);
         tcase_add_test(tc, test_many_small_copies);
         tcase_add_test(tc, test_many_tasks);
         tcase_add_test(tc, test_empty_task);
