@@ -92,6 +92,7 @@ static json_t *status_counters(Daemon *d, bool *ok)
         set(o, "connections_refused", json_u64(k->conns_refused), ok);
         set(o, "connections_idle_closed", json_u64(k->conns_idle_closed), ok);
         set(o, "frames_malformed", json_u64(k->frames_malformed + lk->frames_malformed), ok);
+        set(o, "bytes_streamed", json_u64(engine_bytes_streamed(d->transports.engine)), ok);
         set(o, "frames_decoded_away", json_u64(k->frames_decoded_away), ok);
         set(o, "peer_frames_decoded_away", json_u64(lk->frames_decoded_away), ok);
         set(o, "peers_lost", json_u64(lk->peers_lost), ok);
@@ -417,6 +418,7 @@ int status_to_json(Daemon *d, char **ret)
         set(root, "uptime_s", json_real((double)(now - d->start_usec) / USEC_PER_SEC), &ok);
         set(root, "socket", json_string(listener_path(d->control.listener)), &ok);
         set(root, "copy_threads", json_integer(engine_n_threads(d->transports.engine)), &ok);
+        set(root, "copy_streaming", json_boolean(engine_streams(d->transports.engine)), &ok);
         /* status is built on the loop: this thread's own value */
         set(root, "control_nice", json_integer(thread_nice_get()), &ok);
         set(root, "stopping", json_boolean(d->stopping), &ok);

@@ -175,6 +175,7 @@ START_TEST(test_json_schema)
 {
         static const char *const root_keys[] = {"version",
                                                 "pid",
+                                                "copy_streaming",
                                                 "uptime_s",
                                                 "socket",
                                                 "pool",

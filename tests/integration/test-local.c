@@ -108,6 +108,64 @@ END_TEST
  * (it once moved layer 0 only); the size field lets a struct grow, and fields this library does
  * not know are refused unless zero.
  */
+/*
+ * A pull of 16 MiB or more is copied with streaming stores where the daemon's CPU has them
+ * (status: copy_streaming, counters.bytes_streamed), a smaller one not; every byte lands the
+ * same either way, and nothing else in the caches changes.
+ */
+START_TEST(test_pull_big_streams)
+{
+        enum { BLOCKS = 4200, BLOCK = 4096 };
+        static const size_t pulls[] = {2100, 600}; /* 17.2 MB and 4.9 MB over two tensors */
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        uint64_t sb[2100], db[2100];
+        TCache src, dst;
+        TCopies cp = {};
+        json_t *root;
+        bool streaming;
+        World w;
+
+        world_start(&w);
+        expect_ok(w.a, tcache_register(&src, w.a, true, 2, BLOCKS, BLOCK, 51, &key, 1,
+                                       KVD_REMOTE_DEFAULT));
+        expect_ok(w.b, tcache_register(&dst, w.b, true, 2, BLOCKS, BLOCK, 52, NULL, 0,
+                                       KVD_REMOTE_DEFAULT));
+        link_to(w.b, A_ID, KVD_ROLE_PROMPT);
+        root = daemon_status_json(&w.d);
+        ck_assert(json_is_boolean(json_object_get(root, "copy_streaming")));
+        streaming = json_is_true(json_object_get(root, "copy_streaming"));
+        json_decref(root);
+
+        for (size_t k = 0; k < 2; k++) {
+                int64_t before = client_status_int(w.b, "counters/bytes_streamed"), streamed;
+                uint64_t bytes = (uint64_t)pulls[k] * BLOCK * 2;
+
+                /* scattered, no id twice: 4200 has no factor in common with 7919 or 4099 */
+                for (size_t i = 0; i < pulls[k]; i++) {
+                        sb[i] = (i * 7919 + k) % BLOCKS;
+                        db[i] = (i * 4099 + 13 * k) % BLOCKS;
+                }
+                expect_ok(w.b,
+                          kvd_pull_blocks(w.b, &key, dst.id, sb, pulls[k], db, pulls[k], NULL));
+                tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, pulls[k]);
+                tcache_verify(&dst, &cp);
+                streamed = client_status_int(w.b, "counters/bytes_streamed") - before;
+                if (streaming && bytes >= (16u << 20)) {
+                        ck_assert_int_gt(streamed, (int64_t)(bytes * 9 / 10));
+                        ck_assert_int_le(streamed, (int64_t)bytes);
+                } else
+                        ck_assert_int_eq(streamed, 0);
+        }
+        tcache_verify_untouched(&src);
+        if (!streaming)
+                fprintf(stderr, "test_pull_big_streams: the daemon's CPU has no streaming copy "
+                                "(AVX2): its memcpy() path only\n");
+
+        tcopies_free(&cp);
+        world_stop(&w);
+}
+END_TEST
+
 START_TEST(test_opts_zero_and_size)
 {
         static const uint64_t sb[] = {1, 6, 3}, db[] = {4, 0, 9}, sb_more = 7, db_more = 2;
@@ -1123,6 +1181,7 @@ static Suite *local_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_pull_blocks);
         tcase_add_test(tc, test_pull_blocks_layers);
+        tcase_add_test(tc, test_pull_big_streams);
         tcase_add_test(tc, test_opts_zero_and_size);
         tcase_add_test(tc, test_push_blocks);
         tcase_add_test(tc, test_pull_cache);
