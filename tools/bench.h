@@ -7,7 +7,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define IPERF3_RUNS 3 /* iperf3 tests per case, spread over its timed requests */
+#define IPERF3_RUNS 3         /* iperf3 tests per case, spread over its timed requests */
+#define BENCH_MAX_INFLIGHT 16 /* --inflight */
+/* --inflight: the timed requests of a stream at least, between the baselines' rounds */
+#define BENCH_STREAM_CHUNK 10
 
 typedef enum BaselineKind {
         BASELINE_MEMCPY, /* the bytes of a request copied by --copy-threads threads */

@@ -4,9 +4,7 @@
  * to a plain multi-threaded memcpy of the same bytes, or across two daemons over TCP next to
  * iperf3 on the same loopback, in the same run, and checks every byte.
  */
-#include <endian.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -17,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/bench-args.h"
+#include "tools/bench-data.h"
 #include "tools/bench-daemon.h"
 #include "tools/bench-iperf3.h"
 #include "tools/bench-memcpy.h"
@@ -28,36 +28,14 @@
 
 #define PREFILL_CLUSTER 1
 #define DECODE_CLUSTER 2
-#define KIB UINT64_C(1024)
-#define BLOCK_TOKENS 16  /* tokens per paged-attention block */
-#define PROMPT_BLOCKS 32 /* one 512-token prompt */
-#define MAX_COPY_THREADS BENCH_MEMCPY_MAX_THREADS
-#define MAX_TCP_STREAMS 16 /* the daemon's limit for --tcp-streams */
-#define SUITE_CASES 5
 #define IPERF3_SLACK_MS 10000           /* an iperf3 test may take this much longer than asked */
 #define UCX_MAX_MSG (UINT64_C(1) << 20) /* kvdist's TCP chunk */
 #define UCX_TIMEOUT_MS 60000            /* one ucx_perftest test */
-#define MAX_INFLIGHT 16                 /* --inflight */
-/* --inflight: the timed requests of a stream at least, between the baselines' rounds */
-#define STREAM_CHUNK 10
 
 enum {
         EXIT_BENCH_FAILED = 1, /* a call failed, bytes landed wrong, or the daemon crashed */
         EXIT_USAGE = 2,
         EXIT_NO_BASELINE = 3, /* iperf3 or ucx_perftest is missing or failed */
-};
-
-typedef struct Model {
-        const char *name;
-        uint32_t layers, kv_heads, head_dim;
-        uint64_t blocks; /* cache depth that keeps one side near 512 MiB */
-} Model;
-
-static const Model models[] = {
-        {"llama3-8b", 32, 8, 128, 256},
-        {"llama3-70b", 80, 8, 128, 128},
-        {"qwen2.5-7b", 28, 4, 128, 512},
-        {"mistral-7b", 32, 8, 128, 256},
 };
 
 static double now_ns(void)
@@ -66,152 +44,6 @@ static double now_ns(void)
 
         (void)clock_gettime(CLOCK_MONOTONIC, &ts);
         return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static uint64_t splitmix64(uint64_t x)
-{
-        x += UINT64_C(0x9e3779b97f4a7c15);
-        x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-        x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-        return x ^ (x >> 31);
-}
-
-/*
- * Writes bytes [@pos, @pos + @len) of the seeded stream whose word i is splitmix64(seed + i),
- * little-endian; @pos and @len are multiples of 8 (block sizes are).
- */
-static void pattern_fill(uint8_t *p, uint64_t pos, uint64_t len, uint64_t seed)
-{
-        for (uint64_t i = 0; i < len / 8; i++) {
-                uint64_t v = htole64(splitmix64(seed + pos / 8 + i));
-
-                memcpy(p + 8 * i, &v, sizeof(v));
-        }
-}
-
-/* Fills @ids with @n distinct block ids below @blocks, in a seeded random order. */
-static int random_ids(uint64_t *ids, uint64_t n, uint64_t blocks, uint64_t seed)
-{
-        _cleanup_free_ uint64_t *perm = calloc(blocks, sizeof(*perm));
-
-        if (!perm)
-                return -ENOMEM;
-        for (uint64_t i = 0; i < blocks; i++)
-                perm[i] = i;
-        for (uint64_t i = 0; i < n; i++) {
-                uint64_t j = i + splitmix64(seed + i) % (blocks - i), t = perm[i];
-
-                perm[i] = perm[j];
-                perm[j] = t;
-        }
-        memcpy(ids, perm, n * sizeof(*ids));
-        return 0;
-}
-
-/*
- * The copies the daemon's planner makes of a request: tensors lie back to back in one region on
- * each side, and a block that follows the previous one on both sides extends its segment. Fills
- * @ret_segs (when not NULL, room for tensors x pull_blocks) and returns how many there are.
- */
-static uint64_t plan_segments(const Workload *w, const uint64_t *src, const uint64_t *dst,
-                              BenchSegment *ret_segs)
-{
-        uint64_t n = 0, src_end = UINT64_MAX, dst_end = UINT64_MAX;
-        uint64_t tensor_bytes = w->blocks * w->block_size;
-
-        for (uint64_t t = 0; t < w->tensors; t++)
-                for (uint64_t i = 0; i < w->pull_blocks; i++) {
-                        uint64_t so = t * tensor_bytes + src[i] * w->block_size;
-                        uint64_t dof = t * tensor_bytes + dst[i] * w->block_size;
-
-                        if (so != src_end || dof != dst_end) {
-                                if (ret_segs)
-                                        ret_segs[n] = (BenchSegment){so, dof, 0};
-                                n++;
-                        }
-                        if (ret_segs)
-                                ret_segs[n - 1].len += w->block_size;
-                        src_end = so + w->block_size;
-                        dst_end = dof + w->block_size;
-                }
-        return n;
-}
-
-/*
- * The scattered baseline of a request: the same copies between two buffers of the caches' size,
- * by the same number of threads.
- */
-static int scattered_baseline(const Args *a, const Workload *w, const uint64_t *src,
-                              const uint64_t *dst, BenchMemcpy **ret)
-{
-        _cleanup_free_ BenchSegment *segs = calloc(w->tensors * w->pull_blocks, sizeof(*segs));
-        uint64_t cache_bytes = w->tensors * w->blocks * w->block_size, n;
-
-        if (!segs)
-                return -ENOMEM;
-        n = plan_segments(w, src, dst, segs);
-        return bench_memcpy_new_segments(cache_bytes, cache_bytes, segs, n,
-                                         (unsigned)a->copy_threads, ret);
-}
-
-/*
- * Checks every block of a cache of @w's shape at @mem: block b of tensor t must hold source block
- * from[b] of tensor t, or zeros where from[b] is UINT64_MAX. Returns the number of bad blocks.
- */
-static uint64_t verify_cache(const Workload *w, const uint8_t *mem, const uint64_t *from,
-                             uint64_t seed, const char *side)
-{
-        _cleanup_free_ uint8_t *expect = malloc(w->block_size), *zero = calloc(1, w->block_size);
-        uint64_t bad = 0;
-
-        if (!expect || !zero) {
-                fprintf(stderr, "kvdist-bench: out of memory while checking %s\n", side);
-                return 1;
-        }
-        for (uint64_t t = 0; t < w->tensors; t++)
-                for (uint64_t b = 0; b < w->blocks; b++) {
-                        const uint8_t *want = zero;
-
-                        if (from[b] != UINT64_MAX) {
-                                pattern_fill(expect, (t * w->blocks + from[b]) * w->block_size,
-                                             w->block_size, seed);
-                                want = expect;
-                        }
-                        if (memcmp(mem + (t * w->blocks + b) * w->block_size, want,
-                                   w->block_size) == 0)
-                                continue;
-                        if (bad++ == 0)
-                                fprintf(stderr,
-                                        "kvdist-bench: %s: %s tensor %" PRIu64 " block %" PRIu64
-                                        " should hold %s\n",
-                                        w->name, side, t, b,
-                                        want == zero ? "zeros (it is no destination)"
-                                                     : "its source block");
-                }
-        return bad;
-}
-
-/* Checks both caches after the run; a benchmark that moved wrong bytes measured nothing. */
-static int verify(const Args *a, const Workload *w, const uint8_t *src_mem, const uint8_t *dst_mem,
-                  const uint64_t *src_ids, const uint64_t *dst_ids)
-{
-        _cleanup_free_ uint64_t *from = malloc(w->blocks * sizeof(uint64_t));
-        uint64_t bad;
-
-        if (!from)
-                return -ENOMEM;
-        for (uint64_t b = 0; b < w->blocks; b++)
-                from[b] = UINT64_MAX;
-        for (uint64_t i = 0; i < w->pull_blocks; i++)
-                from[dst_ids[i]] = src_ids[i];
-        bad = verify_cache(w, dst_mem, from, a->seed, "destination");
-        for (uint64_t b = 0; b < w->blocks; b++)
-                from[b] = b;
-        bad += verify_cache(w, src_mem, from, a->seed, "source");
-        if (bad == 0)
-                return 0;
-        fprintf(stderr, "kvdist-bench: %s: %" PRIu64 " blocks hold wrong bytes\n", w->name, bad);
-        return -EBADMSG;
 }
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(kvd_client, kvd_client_finalize);
@@ -684,8 +516,8 @@ static int stream_requests(const Args *a, const Workload *w, kvd_client *mover,
                            const uint64_t *dst_ids, const kvd_transfer_opts *opts, uint64_t n,
                            double *lat)
 {
-        kvd_task *tasks[MAX_INFLIGHT] = {};
-        double sent_at[MAX_INFLIGHT];
+        kvd_task *tasks[BENCH_MAX_INFLIGHT] = {};
+        double sent_at[BENCH_MAX_INFLIGHT];
         uint64_t sent = 0, done = 0;
         int r = 0;
 
@@ -828,16 +660,16 @@ static int run_one_by_one(const Args *a, const Workload *w, kvd_client *mover,
 
 /*
  * --inflight: the warm-up requests as one stream, then the timed ones in streams of
- * STREAM_CHUNK requests or more, each stream followed by the baselines' rounds of its requests
- * (so the two take turns as in the plain loop). Sets res->stream_ns, the streams' time, and
- * res->stream_gbps_median, the median of their rates.
+ * BENCH_STREAM_CHUNK requests or more, each stream followed by the baselines' rounds of its
+ * requests (so the two take turns as in the plain loop). Sets res->stream_ns, the streams' time,
+ * and res->stream_gbps_median, the median of their rates.
  */
 static int run_stream(const Args *a, const Workload *w, kvd_client *mover, const kvd_cache_key *key,
                       uint64_t cache, const uint64_t *src_ids, const uint64_t *dst_ids,
                       const kvd_transfer_opts *opts, Baselines *bl, Result *res, double *lat,
                       StatusProbe *probe, int64_t loop_t0[static 2])
 {
-        uint64_t chunk = MAX(STREAM_CHUNK, 4 * a->inflight), n_chunks = 0, k;
+        uint64_t chunk = MAX(BENCH_STREAM_CHUNK, 4 * a->inflight), n_chunks = 0, k;
         _cleanup_free_ double *rates = calloc(a->iterations / chunk + 1, sizeof(double));
         int r;
 
@@ -937,12 +769,12 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                       &dec_cache);
         if (r < 0)
                 return r;
-        pattern_fill(pre_mem, 0, w->tensors * w->blocks * w->block_size, a->seed);
+        bench_pattern_fill(pre_mem, 0, w->tensors * w->blocks * w->block_size, a->seed);
         if (a->baseline == BASELINE_MEMCPY) {
                 r = bench_memcpy_new(res->bytes, (unsigned)a->copy_threads, &base);
                 if (r < 0)
                         return r;
-                r = scattered_baseline(a, w, src_ids, dst_ids, &scat);
+                r = bench_scattered_baseline(a, w, src_ids, dst_ids, &scat);
                 if (r < 0)
                         return r;
         }
@@ -968,7 +800,7 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
                 r = run_layered(a, w, mover, &key, cache, src_ids, dst_ids, res);
                 if (r < 0)
                         return r;
-                return verify(a, w, pre_mem, dec_mem, src_ids, dst_ids);
+                return bench_verify(a, w, pre_mem, dec_mem, src_ids, dst_ids);
         }
 
         opts.tensor_num_per_layer = w->tensors % 2 ? 1 : 2;
@@ -986,7 +818,7 @@ static int run_case(const Args *a, const Workload *w, const uint64_t *src_ids,
         r = probe_stop(&probe, res);
         if (r < 0)
                 return r;
-        r = verify(a, w, pre_mem, dec_mem, src_ids, dst_ids);
+        r = bench_verify(a, w, pre_mem, dec_mem, src_ids, dst_ids);
         if (r < 0)
                 return r;
         result_stats(res, a, lat, base_ns, scat ? scat_ns : NULL, bl.n);
@@ -1005,8 +837,10 @@ static int run_workload(const Args *a, const Workload *w, Result *res)
         int r = -ENOMEM;
 
         if (src && dst && w->scattered)
-                r = MIN(random_ids(src, w->pull_blocks, w->blocks, splitmix64(a->seed + 1)),
-                        random_ids(dst, w->pull_blocks, w->blocks, splitmix64(a->seed + 2)));
+                r = MIN(bench_random_ids(src, w->pull_blocks, w->blocks,
+                                         bench_splitmix64(a->seed + 1)),
+                        bench_random_ids(dst, w->pull_blocks, w->blocks,
+                                         bench_splitmix64(a->seed + 2)));
         else if (src && dst) {
                 for (uint64_t i = 0; i < w->pull_blocks; i++)
                         src[i] = dst[i] = i;
@@ -1016,7 +850,7 @@ static int run_workload(const Args *a, const Workload *w, Result *res)
                 *res = (Result){
                         .w = *w,
                         .bytes = w->tensors * w->pull_blocks * w->block_size,
-                        .segments = plan_segments(w, src, dst, NULL),
+                        .segments = bench_plan_segments(w, src, dst, NULL),
                 };
                 r = run_case(a, w, src, dst, res);
         }
@@ -1024,379 +858,6 @@ static int run_workload(const Args *a, const Workload *w, Result *res)
         if (r < 0 && r != -EIO && r != -EBADMSG && r != -EPIPE)
                 fprintf(stderr, "kvdist-bench: %s: %s\n", w->name, strerror(-r));
         return r;
-}
-
-static void help(void)
-{
-        printf("Usage: kvdist-bench [OPTIONS]\n"
-               "\n"
-               "Moves KV blocks from a prefill cluster (1) to a decode cluster (2) on one\n"
-               "kvdistd, times it next to a plain memcpy of the same bytes, and checks every\n"
-               "byte. With --remote the clusters are on two kvdistd linked over TCP on loopback,\n"
-               "and the baseline is iperf3's rate over the same loopback. Under each case, the\n"
-               "CPU time a request took on the control loop of each daemon it started (its\n"
-               "main thread's, from /proc; a --daemon wrapper must exec kvdistd).\n"
-               "Exit status: 0 ok, 1 a call failed, bytes landed wrong or kvdistd crashed,\n"
-               "2 usage, 3 iperf3 missing or failed (nothing to compare with).\n"
-               "\n"
-               "  --daemon PATH      kvdistd to start (default: $KVDISTD, then ../daemon/kvdistd\n"
-               "                     beside this program's directory, then kvdistd on $PATH)\n"
-               "  --socket PATH      use a running daemon instead of starting one\n"
-               "  --remote           start two daemons listening on 127.0.0.1 (one per cluster)\n"
-               "                     and link the clusters across them\n"
-               "  --tcp-streams N    --remote: data connections per peer, 1..%d (4)\n"
-               "  --tcp-crc on|off   --remote: CRC32C over every data chunk (off)\n"
-               "  --rdma-device DEV  --remote: both daemons move the blocks by RDMA READ/WRITE\n"
-               "                     over DEV (device_id 0 mapped to it, transport rdma)\n"
-               "  --baseline B       memcpy (default on one node; after each timed request a\n"
-               "                     sequential copy of its bytes and a scattered one of its\n"
-               "                     segments), iperf3 (default with --remote), unix (a\n"
-               "                     %d-byte Unix socket round trip after each request: for\n"
-               "                     small calls, the latencies compared), ucx (ucx_perftest\n"
-               "                     tag_bw, with --remote) or none\n"
-               "  --iperf3 PATH      the iperf3 to run (default: iperf3 on $PATH)\n"
-               "  --ucx-perftest PATH  --baseline ucx: the ucx_perftest to run (default:\n"
-               "                     ucx_perftest on $PATH; Debian package ucx-utils); its\n"
-               "                     tag_bw over TCP on loopback, messages of the request's\n"
-               "                     segments up to 1 MiB, %d tests per case\n"
-               "  --iperf3-streams N parallel iperf3 streams, -P (1)\n"
-               "  --iperf3-time S    seconds of each iperf3 test, -t (1); %d tests per case,\n"
-               "                     spread over its timed requests\n"
-               "  --copy-threads N   copy threads of the started daemons and of memcpy (2)\n"
-               "  --timeout MS       transfer timeout (10000)\n"
-               "  --model NAME       llama3-8b (default), llama3-70b, qwen2.5-7b, mistral-7b:\n"
-               "                     16-token fp16 blocks, K and V per layer, 32 blocks a request\n"
-               "  --block-size SIZE  bytes per block per tensor, a multiple of 8 (K, M suffixes)\n"
-               "  --tensors N        tensors per cache (1..%d)\n"
-               "  --blocks N         blocks per tensor in each cache\n"
-               "  --pull-blocks N    blocks one request moves\n"
-               "  --pattern P        scattered (default) or contiguous\n"
-               "  --push             the prefill side pushes instead of the decode side pulling\n"
-               "  --iterations N     timed requests (20)\n"
-               "  --warmup N         untimed requests first (2)\n"
-               "  --seed N           seed of the data and of the scattered ids (1)\n"
-               "  --layer-compute-us US  play a prefill that computes each layer for US\n"
-               "                     microseconds and sends it (--push: pushes it) while the\n"
-               "                     next computes; reports the exposed time (last layer\n"
-               "                     computed -> all landed) next to one layer's transfer and\n"
-               "                     the whole transfer after prefill, measured in turn\n"
-               "  --probe-status     call for the daemon's status on another connection, one\n"
-               "                     call after the other, while the timed requests run, and\n"
-               "                     report how long those calls took (the loop's delay)\n"
-               "  --batch N          send each request as one kvd_transfer_batch() of N\n"
-               "                     entries (its blocks split evenly) and report how long\n"
-               "                     posting it took next to the whole request's latency\n"
-               "  --inflight N       keep N requests in flight (1..%d, 1): each sent without\n"
-               "                     waiting for the one before, the oldest waited for first;\n"
-               "                     kvdist's rate is then the stream's (bytes over the time\n"
-               "                     from its first request sent to its last answered, in\n"
-               "                     streams of %d requests or more, the baselines' rounds\n"
-               "                     after each), latencies include the wait in the stream\n"
-               "  --suite            run the standard cases and print one table (with\n"
-               "                     --remote: the cross-node cases)\n"
-               "  --json             machine-readable output\n"
-               "  -h, --help         show this help\n",
-               MAX_TCP_STREAMS, BENCH_UNIX_MSG_BYTES, IPERF3_RUNS, IPERF3_RUNS, KVD_MAX_TENSORS,
-               MAX_INFLIGHT, STREAM_CHUNK);
-}
-
-/* A decimal number with an optional K, M, G or T (binary) suffix, within [@min, @max]. */
-static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
-{
-        const char *units = "KMGT", *u;
-        unsigned long long v;
-        unsigned shift = 0;
-        char *end;
-
-        errno = 0;
-        v = strtoull(s, &end, 10);
-        if (errno || end == s || s[0] == '-')
-                return -EINVAL;
-        u = end[0] && !end[1] ? strchr(units, end[0] & ~0x20) : NULL;
-        if (u) {
-                shift = 10 * (unsigned)(u - units + 1);
-                end++;
-        }
-        if (end[0] || v > (max >> shift) || (v << shift) < min)
-                return -EINVAL;
-        *ret = (uint64_t)v << shift;
-        return 0;
-}
-
-static void workload_from_model(const Model *m, Workload *w)
-{
-        (void)snprintf(w->name, sizeof(w->name), "%s", m->name);
-        w->block_size = (uint64_t)BLOCK_TOKENS * m->kv_heads * m->head_dim * 2;
-        w->tensors = 2 * m->layers;
-        w->blocks = m->blocks;
-        w->pull_blocks = PROMPT_BLOCKS;
-        w->scattered = true;
-}
-
-enum {
-        ARG_DAEMON = 0x100,
-        ARG_SOCKET,
-        ARG_COPY_THREADS,
-        ARG_TIMEOUT,
-        ARG_MODEL,
-        ARG_BLOCK_SIZE,
-        ARG_TENSORS,
-        ARG_BLOCKS,
-        ARG_PULL_BLOCKS,
-        ARG_PATTERN,
-        ARG_PUSH,
-        ARG_ITERATIONS,
-        ARG_WARMUP,
-        ARG_SEED,
-        ARG_SUITE,
-        ARG_JSON,
-        ARG_REMOTE,
-        ARG_TCP_STREAMS,
-        ARG_TCP_CRC,
-        ARG_RDMA_DEVICE,
-        ARG_BASELINE,
-        ARG_IPERF3,
-        ARG_UCX_PERFTEST,
-        ARG_IPERF3_STREAMS,
-        ARG_IPERF3_TIME,
-        ARG_LAYER_COMPUTE_US,
-        ARG_PROBE_STATUS,
-        ARG_BATCH,
-        ARG_INFLIGHT,
-};
-
-static const struct option options[] = {
-        {"daemon", required_argument, NULL, ARG_DAEMON},
-        {"socket", required_argument, NULL, ARG_SOCKET},
-        {"copy-threads", required_argument, NULL, ARG_COPY_THREADS},
-        {"timeout", required_argument, NULL, ARG_TIMEOUT},
-        {"model", required_argument, NULL, ARG_MODEL},
-        {"block-size", required_argument, NULL, ARG_BLOCK_SIZE},
-        {"tensors", required_argument, NULL, ARG_TENSORS},
-        {"blocks", required_argument, NULL, ARG_BLOCKS},
-        {"pull-blocks", required_argument, NULL, ARG_PULL_BLOCKS},
-        {"pattern", required_argument, NULL, ARG_PATTERN},
-        {"push", no_argument, NULL, ARG_PUSH},
-        {"iterations", required_argument, NULL, ARG_ITERATIONS},
-        {"warmup", required_argument, NULL, ARG_WARMUP},
-        {"seed", required_argument, NULL, ARG_SEED},
-        {"suite", no_argument, NULL, ARG_SUITE},
-        {"json", no_argument, NULL, ARG_JSON},
-        {"remote", no_argument, NULL, ARG_REMOTE},
-        {"tcp-streams", required_argument, NULL, ARG_TCP_STREAMS},
-        {"tcp-crc", required_argument, NULL, ARG_TCP_CRC},
-        {"rdma-device", required_argument, NULL, ARG_RDMA_DEVICE},
-        {"baseline", required_argument, NULL, ARG_BASELINE},
-        {"iperf3", required_argument, NULL, ARG_IPERF3},
-        {"ucx-perftest", required_argument, NULL, ARG_UCX_PERFTEST},
-        {"iperf3-streams", required_argument, NULL, ARG_IPERF3_STREAMS},
-        {"iperf3-time", required_argument, NULL, ARG_IPERF3_TIME},
-        {"layer-compute-us", required_argument, NULL, ARG_LAYER_COMPUTE_US},
-        {"probe-status", no_argument, NULL, ARG_PROBE_STATUS},
-        {"batch", required_argument, NULL, ARG_BATCH},
-        {"inflight", required_argument, NULL, ARG_INFLIGHT},
-        {"help", no_argument, NULL, 'h'},
-        {}};
-
-static int usage_error(const char *msg, const char *arg)
-{
-        fprintf(stderr, "kvdist-bench: %s%s (see --help)\n", msg, arg);
-        return -EINVAL;
-}
-
-/* Fills @a from the command line; 1 after --help, -EINVAL (explained) on a usage error. */
-static int parse_args(int argc, char **argv, Args *a)
-{
-        Workload given = {};
-        const struct {
-                int val;
-                uint64_t *dst, min, max;
-        } numbers[] = {
-                {ARG_COPY_THREADS, &a->copy_threads, 1, MAX_COPY_THREADS},
-                {ARG_TIMEOUT, &a->timeout_ms, 1, INT32_MAX},
-                {ARG_BLOCK_SIZE, &given.block_size, 8, UINT32_MAX},
-                {ARG_TENSORS, &given.tensors, 1, KVD_MAX_TENSORS},
-                {ARG_BLOCKS, &given.blocks, 1, UINT32_MAX},
-                {ARG_PULL_BLOCKS, &given.pull_blocks, 1, UINT32_MAX},
-                {ARG_ITERATIONS, &a->iterations, 1, 1000000},
-                {ARG_WARMUP, &a->warmup, 0, 1000000},
-                {ARG_SEED, &a->seed, 0, UINT64_MAX},
-                {ARG_TCP_STREAMS, &a->tcp_streams, 1, MAX_TCP_STREAMS},
-                {ARG_IPERF3_STREAMS, &a->iperf3_streams, 1, 128},
-                {ARG_IPERF3_TIME, &a->iperf3_time, 1, 60},
-                {ARG_LAYER_COMPUTE_US, &a->layer_compute_us, 1, 10000000},
-                {ARG_BATCH, &a->batch, 1, KVD_BATCH_MAX_ENTRIES},
-                {ARG_INFLIGHT, &a->inflight, 1, MAX_INFLIGHT},
-        };
-        const char *pattern = NULL;
-        bool model = false, tcp_set = false;
-        int c, baseline = _BASELINE_INVALID;
-
-        *a = (Args){.copy_threads = 2,
-                    .iterations = 20,
-                    .warmup = 2,
-                    .seed = 1,
-                    .timeout_ms = 10000,
-                    .tcp_streams = 4,
-                    .tcp_crc = 0,
-                    .iperf3 = "iperf3",
-                    .ucx = "ucx_perftest",
-                    .iperf3_streams = 1,
-                    .iperf3_time = 1,
-                    .inflight = 1};
-        workload_from_model(&models[0], &a->w);
-        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0) {
-                size_t i;
-
-                switch (c) {
-                case 'h':
-                        help();
-                        return 1;
-                case ARG_DAEMON:
-                        a->daemon_path = optarg;
-                        continue;
-                case ARG_SOCKET:
-                        a->socket_path = optarg;
-                        continue;
-                case ARG_MODEL:
-                        for (i = 0; i < ARRAY_SIZE(models); i++)
-                                if (strcmp(optarg, models[i].name) == 0)
-                                        break;
-                        if (i == ARRAY_SIZE(models))
-                                return usage_error("unknown --model ", optarg);
-                        workload_from_model(&models[i], &a->w);
-                        model = true;
-                        continue;
-                case ARG_PATTERN:
-                        if (strcmp(optarg, "scattered") != 0 && strcmp(optarg, "contiguous") != 0)
-                                return usage_error("unknown --pattern ", optarg);
-                        pattern = optarg;
-                        continue;
-                case ARG_PUSH:
-                        a->push = true;
-                        continue;
-                case ARG_SUITE:
-                        a->suite = true;
-                        continue;
-                case ARG_JSON:
-                        a->json = true;
-                        continue;
-                case ARG_PROBE_STATUS:
-                        a->probe_status = true;
-                        continue;
-                case ARG_REMOTE:
-                        a->remote = true;
-                        continue;
-                case ARG_RDMA_DEVICE:
-                        a->rdma_device = optarg;
-                        tcp_set = true;
-                        continue;
-                case ARG_TCP_CRC:
-                        if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
-                                return usage_error("--tcp-crc takes on or off, not ", optarg);
-                        a->tcp_crc = strcmp(optarg, "on") == 0;
-                        tcp_set = true;
-                        continue;
-                case ARG_BASELINE:
-                        for (baseline = 0; baseline < _BASELINE_MAX; baseline++)
-                                if (strcmp(optarg, baseline_names[baseline]) == 0)
-                                        break;
-                        if (baseline == _BASELINE_MAX)
-                                return usage_error("unknown --baseline ", optarg);
-                        continue;
-                case ARG_IPERF3:
-                        a->iperf3 = optarg;
-                        continue;
-                case ARG_UCX_PERFTEST:
-                        a->ucx = optarg;
-                        continue;
-                case ARG_TCP_STREAMS:
-                        tcp_set = true;
-                        break;
-                }
-                for (i = 0; i < ARRAY_SIZE(numbers); i++)
-                        if (numbers[i].val == c)
-                                break;
-                if (i == ARRAY_SIZE(numbers))
-                        return -EINVAL; /* getopt_long() said why */
-                if (parse_u64(optarg, numbers[i].min, numbers[i].max, numbers[i].dst) < 0)
-                        return usage_error("value out of range: ", optarg);
-        }
-        if (optind < argc)
-                return usage_error("unexpected argument ", argv[optind]);
-
-        if (a->remote && a->socket_path)
-                return usage_error("--remote starts its own two daemons, without --socket", "");
-        if (!a->remote && tcp_set)
-                return usage_error("--tcp-streams, --tcp-crc and --rdma-device are for --remote",
-                                   "");
-        if (a->batch > 0 && a->layer_compute_us > 0)
-                return usage_error("--batch and --layer-compute-us are separate modes", "");
-        if (a->inflight > 1 && (a->batch > 0 || a->layer_compute_us > 0))
-                return usage_error("--inflight streams whole requests, without --batch or "
-                                   "--layer-compute-us",
-                                   "");
-        if (a->batch > 0 && a->suite)
-                return usage_error("--batch runs one workload, not --suite", "");
-        if (a->layer_compute_us > 0) {
-                /* its baselines are its own: one layer's transfer and the whole one */
-                if (baseline >= 0 && baseline != BASELINE_NONE)
-                        return usage_error("--layer-compute-us compares with its own one-layer "
-                                           "and whole transfers, without --baseline",
-                                           "");
-                if (a->suite)
-                        return usage_error("--layer-compute-us runs one workload, not --suite", "");
-                baseline = BASELINE_NONE;
-        }
-        a->baseline = baseline >= 0 ? (BaselineKind)baseline
-                      : a->remote   ? BASELINE_IPERF3
-                                    : BASELINE_MEMCPY;
-
-        if (a->suite && (model || pattern || given.block_size || given.tensors || given.blocks ||
-                         given.pull_blocks))
-                return usage_error("--suite runs its own workloads, without --model, "
-                                   "--pattern or sizes",
-                                   "");
-        if (given.block_size || given.tensors)
-                (void)snprintf(a->w.name, sizeof(a->w.name), "custom");
-        a->w.block_size = given.block_size ?: a->w.block_size;
-        a->w.tensors = given.tensors ?: a->w.tensors;
-        a->w.blocks = given.blocks ?: a->w.blocks;
-        a->w.pull_blocks = given.pull_blocks ?: MIN(a->w.pull_blocks, a->w.blocks);
-        if (pattern)
-                a->w.scattered = strcmp(pattern, "scattered") == 0;
-        if (a->w.block_size % 8)
-                return usage_error("--block-size must be a multiple of 8", "");
-        if (a->w.pull_blocks > a->w.blocks)
-                return usage_error("--pull-blocks is more than the blocks of the cache", "");
-        if (a->batch > a->w.pull_blocks)
-                return usage_error("--batch has more entries than a request has blocks", "");
-        if (a->w.blocks > SIZE_MAX / a->w.block_size / a->w.tensors)
-                return usage_error("the cache would be larger than memory", "");
-        return 0;
-}
-
-/* The standard set on one node: large runs, large scattered, small scattered, two models. */
-static void suite_workloads(Workload *w)
-{
-        w[0] = (Workload){"large", 64 * KIB, 8, 1024, 512, false};
-        w[1] = (Workload){"large-scattered", 64 * KIB, 8, 1024, 512, true};
-        w[2] = (Workload){"small-scattered", 4 * KIB, 2, 16384, 10000, true};
-        workload_from_model(&models[0], &w[3]);
-        workload_from_model(&models[1], &w[4]);
-}
-
-/*
- * The standard set across daemons: a 256 MiB pull of 64 KiB blocks, as one run and scattered
- * (every block its own segment), 8192 scattered 4 KiB blocks, and two models' prompt hand-offs.
- */
-static void remote_suite_workloads(Workload *w)
-{
-        w[0] = (Workload){"large", 64 * KIB, 2, 2048, 2048, false};
-        w[1] = (Workload){"large-scattered", 64 * KIB, 2, 2048, 2048, true};
-        w[2] = (Workload){"small-scattered", 4 * KIB, 2, 16384, 8192, true};
-        workload_from_model(&models[0], &w[3]);
-        workload_from_model(&models[1], &w[4]);
 }
 
 /* A random key for the benchmark's daemons, so that they prove it to each other as in use. */
@@ -1461,24 +922,22 @@ static int start_daemons(Args *a, BenchDaemon d[static 2])
 
 int main(int argc, char **argv)
 {
-        Workload workloads[SUITE_CASES];
-        Result results[SUITE_CASES];
+        Workload workloads[BENCH_SUITE_CASES];
+        Result results[BENCH_SUITE_CASES];
         BenchDaemon d[2] = {};
         size_t n, done = 0;
         bool failed;
         Args a;
         int r;
 
-        r = parse_args(argc, argv, &a);
+        r = bench_parse_args(argc, argv, &a);
         if (r != 0)
                 return r > 0 ? EXIT_SUCCESS : EXIT_USAGE;
-        if (a.suite && a.remote)
-                remote_suite_workloads(workloads);
-        else if (a.suite)
-                suite_workloads(workloads);
+        if (a.suite)
+                bench_suite_workloads(a.remote, workloads);
         else
                 workloads[0] = a.w;
-        n = a.suite ? SUITE_CASES : 1;
+        n = a.suite ? BENCH_SUITE_CASES : 1;
 
         /* Without the baseline there is nothing to compare with: say so before any work. */
         if (a.baseline == BASELINE_IPERF3) {
