@@ -21,6 +21,7 @@
 #include "daemon/memory/pool.h"
 #include "daemon/transfer/transfer-root.h"
 #include "daemon/transfer/transfer.h"
+#include "daemon/transport/engine.h"
 #include "daemon/transport/transport-set.h"
 #include "daemon/transport/transport.h"
 #include "proto/status-wire.h"
@@ -438,6 +439,14 @@ static void family_devices(MetricsWriter *w, const Metrics *m)
         }
 }
 
+static void family_copy(MetricsWriter *w, const Metrics *m)
+{
+        metrics_family(w, "kvdist_copy_bytes_streamed_total", "counter",
+                       "Bytes same-node copies wrote with streaming stores, around the CPU caches");
+        metrics_sample_u64(w, "kvdist_copy_bytes_streamed_total", NULL,
+                           engine_bytes_streamed(m->src.transports->engine));
+}
+
 static void family_domains(MetricsWriter *w, const Metrics *m)
 {
         static const char *const ops[] = {"batch_send_recv", "broadcast", "all_gather"};
@@ -494,6 +503,7 @@ static const MetricsFamilyFn families[] = {
         family_peer_heartbeat,
         family_served,
         family_devices,
+        family_copy,
         family_domains,
 };
 

@@ -535,6 +535,8 @@ static void check_prometheus(const char *text)
                                       "kvdist_clusters",
                                       "--expect",
                                       "kvdist_links",
+                                      "--expect",
+                                      "kvdist_copy_bytes_streamed_total",
                                       path,
                                       NULL};
 
@@ -612,6 +614,10 @@ START_TEST(test_metrics)
         (void)snprintf(want, sizeof(want), "\nkvdist_region_bytes %lld\n",
                        (long long)(client_status_int(b, "clusters/0/region_bytes") +
                                    client_status_int(b, "clusters/1/region_bytes")));
+        ck_assert_msg(strstr(body, want), "no%s in:\n%s", want, body);
+        /* The bytes streamed, as the status document counts them (none for 16 KiB). */
+        (void)snprintf(want, sizeof(want), "\nkvdist_copy_bytes_streamed_total %lld\n",
+                       (long long)client_status_int(b, "counters/bytes_streamed"));
         ck_assert_msg(strstr(body, want), "no%s in:\n%s", want, body);
         free(resp);
 
