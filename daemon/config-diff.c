@@ -175,6 +175,9 @@ int config_diff(const Config *old, const Config *new, ConfigChange **ret, size_t
                 (void)snprintf(vb, sizeof(vb), "%u", new->copy_threads);
                 add_change(&l, "copy_threads", va, vb, false);
         }
+        if (old->copy_streaming != new->copy_streaming)
+                add_change(&l, "copy_streaming", old->copy_streaming ? "true" : "false",
+                           new->copy_streaming ? "true" : "false", false);
         if (old->control_nice != new->control_nice)
                 add_change(&l, "control_nice", format_control_nice(old->control_nice, va),
                            format_control_nice(new->control_nice, vb), false);

@@ -76,6 +76,7 @@ json_t *config_to_json(const Config *c)
             &ok);
         set_int_fields(o, c, &config_top_fields, &ok);
         set(o, "copy_threads", json_integer(c->copy_threads), &ok);
+        set(o, "copy_streaming", json_boolean(c->copy_streaming), &ok);
         set(o, "control_nice",
             c->control_nice == CONTROL_NICE_OFF ? json_string("off")
                                                 : json_integer(c->control_nice),

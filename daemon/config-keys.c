@@ -248,6 +248,14 @@ static int parse_copy_threads(Config *c, json_t *v, const char *path, char **err
         return 0;
 }
 
+static int parse_copy_streaming(Config *c, json_t *v, const char *path, char **error)
+{
+        if (!json_is_boolean(v))
+                return config_errorf(error, -EINVAL, "%s: expected true or false", path);
+        c->copy_streaming = json_is_true(v);
+        return 0;
+}
+
 static int parse_control_nice(Config *c, json_t *v, const char *path, char **error)
 {
         if (json_is_string(v) && json_string_is_clean(v) && streq(json_string_value(v), "off")) {
@@ -566,6 +574,7 @@ static const struct {
         {"allow_gids", parse_allow_gids},
         {"copy_threads", parse_copy_threads},
         {"control_nice", parse_control_nice},
+        {"copy_streaming", parse_copy_streaming},
         {"log_level", parse_log_level},
         {"metrics_listen", parse_metrics_listen},
         {"devices", parse_devices},

@@ -188,6 +188,7 @@ int config_new(Config **ret)
         c->page_shift = DEFAULT_PAGE_SHIFT;
         c->sync_kv_timeout_ms = DEFAULT_SYNC_KV_TIMEOUT_MS;
         c->copy_threads = config_default_copy_threads();
+        c->copy_streaming = true;
         c->control_nice = CONTROL_NICE_DEFAULT;
         c->log_level = LOG_INFO;
         c->limits = (Limits){

@@ -32,6 +32,7 @@ typedef struct Config {
         uint32_t sync_kv_timeout_ms; /* default transfer timeout */
         unsigned copy_threads;
         int control_nice;       /* the control loop's nice; CONTROL_NICE_OFF = as started */
+        bool copy_streaming;    /* big same-node copies with streaming stores, where possible */
         int log_level;          /* LOG_ERR .. LOG_DEBUG (syslog numbers) */
         char *listen_ip_info;   /* "ip:port" for peer daemons; NULL = client only */
         char *cluster_key_file; /* pre-shared key of the peers; NULL = none (warned) */

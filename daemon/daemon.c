@@ -286,6 +286,7 @@ int daemon_new(Config *config, Daemon **ret)
                 log_error_errno(r, "cannot start %u copy threads", config->copy_threads);
                 goto fail;
         }
+        engine_set_streaming(d->transports.engine, config->copy_streaming);
         d->transports.base = d->base;
         config_transport_terms(config, &d->transports);
         r = transport_set_init(&d->transports, d->memory.pool);

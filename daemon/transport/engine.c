@@ -843,6 +843,12 @@ bool engine_streams(const Engine *e)
         return e && e->stream;
 }
 
+void engine_set_streaming(Engine *e, bool on)
+{
+        if (e)
+                e->stream = on && copy_stream_available();
+}
+
 size_t engine_bytes_streamed(Engine *e)
 {
         return e ? atomic_load_explicit(&e->bytes_streamed, memory_order_relaxed) : 0;

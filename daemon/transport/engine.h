@@ -117,9 +117,12 @@ unsigned engine_n_threads(const Engine *e);
 
 /*
  * Whether the threads copy the tasks of 16 MiB or more with streaming stores (copy-stream.h):
- * where the CPU has them (x86-64 with AVX2). False for NULL.
+ * where the CPU has them (x86-64 with AVX2), unless turned off. False for NULL.
  */
 bool engine_streams(const Engine *e);
+
+/* Turns the streaming stores off (@on false) or back on where the CPU has them; before any task. */
+void engine_set_streaming(Engine *e, bool on);
 
 /*
  * Bytes the threads copied with streaming stores so far: of those tasks, the copies of 256 bytes

@@ -20,6 +20,7 @@
 
 #include "tests/harness/harness.h"
 #include "tests/integration/it-cache.h"
+#include "tests/integration/it-world.h"
 #include "common/macro.h"
 #include "common/sockaddr-util.h"
 
@@ -458,6 +459,62 @@ START_TEST(test_control_nice)
 }
 END_TEST
 
+/*
+ * copy_streaming false: a 17.2 MB same-node pull is copied with memcpy() alone, every byte the
+ * same; the status says so (copy_streaming false, nothing streamed), the config echoes it.
+ */
+START_TEST(test_copy_streaming_off)
+{
+        enum { BLOCKS = 4200, N = 2100, BLOCK = 4096 };
+        char dir[] = "/tmp/kvdist-it-stream-XXXXXX", path[128];
+        const char *args[] = {"--config", path, NULL};
+        kvd_cache_key key = kvd_key_blocks(A_ID, 0);
+        kvd_cluster_info info = {A_ID, KVD_ROLE_PROMPT, NULL, NULL};
+        kvd_client *a = NULL, *b = NULL;
+        uint64_t sb[N], db[N];
+        TCache src, dst;
+        TCopies cp = {};
+        HarnessDaemon d;
+        json_t *root;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        (void)snprintf(path, sizeof(path), "%s/kvdistd.json", dir);
+        write_file(path, "{ \"copy_streaming\": false }\n");
+        ck_assert_int_eq(harness_daemon_startv(&d, args), 0);
+        expect_ok(NULL, harness_server_init(&d, A_ID, KVD_ROLE_PROMPT, "127.0.0.1:0", &a));
+        expect_ok(NULL, harness_client_init(&d, B_ID, KVD_ROLE_DECODER, &b));
+        expect_ok(a, tcache_register(&src, a, true, 2, BLOCKS, BLOCK, 61, &key, 1, 0));
+        expect_ok(b, tcache_register(&dst, b, true, 2, BLOCKS, BLOCK, 62, NULL, 0, 0));
+        expect_ok(b, kvd_link_clusters(b, &info, 1, 0, NULL));
+        /* scattered, no id twice: 4200 has no factor in common with 7919 or 4099 */
+        for (size_t i = 0; i < N; i++) {
+                sb[i] = i * 7919 % BLOCKS;
+                db[i] = (i * 4099 + 5) % BLOCKS;
+        }
+        expect_ok(b, kvd_pull_blocks(b, &key, dst.id, sb, N, db, N, NULL));
+        tcopies_blocks(&cp, &src, &dst, ALL, ALL, 2, sb, db, N);
+        tcache_verify(&dst, &cp);
+        tcache_verify_untouched(&src);
+
+        root = daemon_status_json(&d);
+        ck_assert(json_is_false(json_object_get(root, "copy_streaming")));
+        ck_assert(
+                json_is_false(json_object_get(json_object_get(root, "config"), "copy_streaming")));
+        ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(root, "counters"),
+                                                            "bytes_streamed")),
+                         0);
+        json_decref(root);
+
+        tcopies_free(&cp);
+        expect_ok(a, kvd_client_finalize(a));
+        expect_ok(b, kvd_client_finalize(b));
+        ck_assert_int_eq(harness_daemon_stop(&d), 0);
+        harness_daemon_cleanup(&d);
+        ck_assert_int_eq(unlink(path), 0);
+        ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 /* GET or another @method of @path over HTTP/1.0; returns the whole response, malloc()ed. */
 static char *http_request(const char *addr, const char *method, const char *path)
 {
@@ -665,6 +722,7 @@ static Suite *service_suite(void)
         tcase_add_test(tc, test_reload);
         tcase_add_test(tc, test_control_nice);
         tcase_add_test(tc, test_metrics);
+        tcase_add_test(tc, test_copy_streaming_off);
         tcase_add_test(tc, test_metrics_bad_address);
         suite_add_tcase(s, tc);
         return s;

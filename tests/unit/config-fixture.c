@@ -68,8 +68,8 @@ bool config_equal(const Config *a, const Config *b, bool with_socket_path)
                 return false;
         if (a->socket_mode != b->socket_mode || a->memory_size != b->memory_size ||
             a->page_shift != b->page_shift || a->sync_kv_timeout_ms != b->sync_kv_timeout_ms ||
-            a->copy_threads != b->copy_threads || a->log_level != b->log_level ||
-            !int_fields_equal(a, b, &config_limit_fields) ||
+            a->copy_threads != b->copy_threads || a->copy_streaming != b->copy_streaming ||
+            a->log_level != b->log_level || !int_fields_equal(a, b, &config_limit_fields) ||
             !int_fields_equal(a, b, &config_per_user_fields))
                 return false;
         if (strcmp(a->metrics_listen ? a->metrics_listen : "",

@@ -97,14 +97,16 @@ static const ConfigChange *find_change(const ConfigChange *changes, size_t n, co
 
 START_TEST(test_diff)
 {
-        static const char *const restart_keys[] = {"copy_threads", "socket_path", "metrics_listen",
-                                                   "devices", "control_nice"};
+        static const char *const restart_keys[] = {"copy_threads",   "socket_path",
+                                                   "metrics_listen", "devices",
+                                                   "control_nice",   "copy_streaming"};
         _cleanup_(config_freep) Config *old = load("{}");
         _cleanup_(config_freep) Config *new =
                 load("{\"log_level\": \"debug\", \"memory_size\": \"128M\", \"allow_uids\": [7, 8],"
                      " \"copy_threads\": 3, \"socket_path\": \"/tmp/other.sock\","
                      " \"metrics_listen\": \"127.0.0.1:1\", \"devices\": [{\"device_id\": 1}],"
                      " \"sync_kv_timeout_ms\": 2000, \"control_nice\": \"off\","
+                     " \"copy_streaming\": false,"
                      " \"limits\": {\"max_clients\": 2, \"max_frame_size\": \"8M\"}}");
         _cleanup_free_ ConfigChange *changes = NULL;
         const ConfigChange *ch;
@@ -114,7 +116,11 @@ START_TEST(test_diff)
         ck_assert_uint_eq(n, 0);
 
         ck_assert_int_eq(config_diff(old, new, &changes, &n), 0);
-        ck_assert_uint_eq(n, 11);
+        ck_assert_uint_eq(n, 12);
+        ch = find_change(changes, n, "copy_streaming");
+        ck_assert(ch && !ch->runtime);
+        ck_assert_str_eq(ch->old_value, "true");
+        ck_assert_str_eq(ch->new_value, "false");
         ch = find_change(changes, n, "control_nice");
         ck_assert(ch);
         ck_assert_str_eq(ch->old_value, "-10");
@@ -190,7 +196,7 @@ START_TEST(test_json_round_trip)
                 load("{\"socket_path\": \"/tmp/k.sock\", \"socket_mode\": \"0600\","
                      " \"memory_size\": \"1G\", \"allow_uids\": [1, 2], \"log_level\": \"notice\","
                      " \"metrics_listen\": \"[::1]:9100\", \"copy_threads\": 3,"
-                     " \"control_nice\": \"off\","
+                     " \"control_nice\": \"off\", \"copy_streaming\": false,"
                      " \"devices\": [{\"device_id\": 4, \"transport\": \"rdma\","
                      " \"rdma_device\": \"mlx5_0\", \"port\": 2, \"netdev\": \"eth1\","
                      " \"address\": \"10.0.0.4\"}],"
@@ -206,6 +212,7 @@ START_TEST(test_json_round_trip)
         ck_assert_str_eq(json_string_value(json_object_get(j, "socket_mode")), "0600");
         ck_assert_int_eq(json_integer_value(json_object_get(j, "memory_size")), 1 << 30);
         ck_assert_str_eq(json_string_value(json_object_get(j, "control_nice")), "off");
+        ck_assert(json_is_false(json_object_get(j, "copy_streaming")));
         ck_assert_int_eq(
                 json_integer_value(json_object_get(json_object_get(j, "limits"), "max_clients")),
                 9);

@@ -35,6 +35,7 @@ START_TEST(test_defaults)
         ck_assert_uint_eq(c->copy_threads, MIN(4, MAX(1, ncpu)));
         ck_assert_int_eq(c->log_level, LOG_INFO);
         ck_assert_int_eq(c->control_nice, -10);
+        ck_assert(c->copy_streaming);
         ck_assert_uint_eq(c->n_devices, 0);
         ck_assert_ptr_null(c->devices);
         ck_assert_ptr_null(config_find_device(c, 0));
@@ -135,6 +136,11 @@ START_TEST(test_round_trip_top_level)
         ck_assert_int_eq(c->control_nice, 19);
         load_ok(c, "{\"control_nice\": \"off\"}");
         ck_assert_int_eq(c->control_nice, CONTROL_NICE_OFF);
+
+        load_ok(c, "{\"copy_streaming\": false}");
+        ck_assert(!c->copy_streaming);
+        load_ok(c, "{\"copy_streaming\": true}");
+        ck_assert(c->copy_streaming);
 
         load_ok(c, "{\"log_level\": \"error\"}");
         ck_assert_int_eq(c->log_level, LOG_ERR);
@@ -459,6 +465,8 @@ START_TEST(test_out_of_range)
                    "control_nice: must be an integer in [-20, 19] or \"off\"");
         load_fails("{\"control_nice\": -2147483649}",
                    "control_nice: must be an integer in [-20, 19] or \"off\"");
+        load_fails("{\"copy_streaming\": \"off\"}", "copy_streaming: expected true or false");
+        load_fails("{\"copy_streaming\": 0}", "copy_streaming: expected true or false");
         load_fails("{\"limits\": {\"max_clients\": 0}}",
                    "limits.max_clients: must be an integer in [1, 65536]");
         load_fails("{\"limits\": {\"max_clients\": 65537}}",
