@@ -206,6 +206,7 @@ START_TEST(test_json_schema)
                                                   "page_shift",
                                                   "sync_kv_timeout_ms",
                                                   "copy_threads",
+                                                  "copy_streaming",
                                                   "log_level",
                                                   "metrics_listen",
                                                   "devices",
