@@ -265,6 +265,21 @@ static void write_file(const char *path, const char *text)
         ck_assert_int_eq(fclose(f), 0);
 }
 
+/* A config file of @text, kvdistd.json in a new directory from the template @dir: in @path. */
+static void config_file_new(char *dir, char *path, size_t size, const char *text)
+{
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        (void)snprintf(path, size, "%s/kvdistd.json", dir);
+        write_file(path, text);
+}
+
+/* Removes what config_file_new() made. */
+static void config_file_remove(const char *dir, const char *path)
+{
+        ck_assert_int_eq(unlink(path), 0);
+        ck_assert_int_eq(rmdir(dir), 0);
+}
+
 /* Waits up to 10 s for @needle in the daemon's log. */
 static void wait_log(const HarnessDaemon *d, const char *needle)
 {
@@ -310,9 +325,7 @@ START_TEST(test_reload)
         HarnessDaemon d;
         json_t *config;
 
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        (void)snprintf(path, sizeof(path), "%s/kvdistd.json", dir);
-        write_file(path, "{ \"limits\": { \"max_clients\": 64 } }\n");
+        config_file_new(dir, path, sizeof(path), "{ \"limits\": { \"max_clients\": 64 } }\n");
         ck_assert_int_eq(harness_daemon_startv(&d, args), 0);
 
         /* Unchanged: nothing to apply. */
@@ -363,8 +376,7 @@ START_TEST(test_reload)
 
         ck_assert_int_eq(harness_daemon_stop(&d), 0);
         harness_daemon_cleanup(&d);
-        ck_assert_int_eq(unlink(path), 0);
-        ck_assert_int_eq(rmdir(dir), 0);
+        config_file_remove(dir, path);
 }
 END_TEST
 
@@ -430,16 +442,13 @@ START_TEST(test_control_nice)
                 harness_daemon_cleanup(&d);
         }
 
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        (void)snprintf(path, sizeof(path), "%s/kvdistd.json", dir);
-        write_file(path, "{ \"control_nice\": \"off\" }\n");
+        config_file_new(dir, path, sizeof(path), "{ \"control_nice\": \"off\" }\n");
         ck_assert_int_eq(harness_daemon_startv(&d, args), 0);
         ck_assert_int_eq(status_control_nice(&d), base);
         ck_assert_int_eq(harness_daemon_stop(&d), 0);
         ck_assert(!harness_daemon_log_contains(&d, "control loop left"));
         harness_daemon_cleanup(&d);
-        ck_assert_int_eq(unlink(path), 0);
-        ck_assert_int_eq(rmdir(dir), 0);
+        config_file_remove(dir, path);
 
         /*
          * What kvdistd.service grants: no capability, an RLIMIT_NICE that reaches -10 (20 - -10 =
@@ -477,9 +486,7 @@ START_TEST(test_copy_streaming_off)
         HarnessDaemon d;
         json_t *root;
 
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        (void)snprintf(path, sizeof(path), "%s/kvdistd.json", dir);
-        write_file(path, "{ \"copy_streaming\": false }\n");
+        config_file_new(dir, path, sizeof(path), "{ \"copy_streaming\": false }\n");
         ck_assert_int_eq(harness_daemon_startv(&d, args), 0);
         expect_ok(NULL, harness_server_init(&d, A_ID, KVD_ROLE_PROMPT, "127.0.0.1:0", &a));
         expect_ok(NULL, harness_client_init(&d, B_ID, KVD_ROLE_DECODER, &b));
@@ -510,8 +517,7 @@ START_TEST(test_copy_streaming_off)
         expect_ok(b, kvd_client_finalize(b));
         ck_assert_int_eq(harness_daemon_stop(&d), 0);
         harness_daemon_cleanup(&d);
-        ck_assert_int_eq(unlink(path), 0);
-        ck_assert_int_eq(rmdir(dir), 0);
+        config_file_remove(dir, path);
 }
 END_TEST
 
