@@ -198,20 +198,11 @@ START_TEST(test_json_schema)
         static const char *const link_keys[] = {"link_id",   "local_cluster", "remote_cluster",
                                                 "transport", "state",         "age_s",
                                                 "transfers", "bytes",         NULL};
-        static const char *const config_keys[] = {"socket_path",
-                                                  "socket_mode",
-                                                  "allow_uids",
-                                                  "allow_gids",
-                                                  "memory_size",
-                                                  "page_shift",
-                                                  "sync_kv_timeout_ms",
-                                                  "copy_threads",
-                                                  "copy_streaming",
-                                                  "log_level",
-                                                  "metrics_listen",
-                                                  "devices",
-                                                  "limits",
-                                                  NULL};
+        static const char *const config_keys[] = {
+                "socket_path",    "socket_mode", "allow_uids",         "allow_gids",
+                "memory_size",    "page_shift",  "sync_kv_timeout_ms", "copy_threads",
+                "copy_streaming", "log_level",   "metrics_listen",     "devices",
+                "limits",         NULL};
         static const char *const sample_keys[] = {"name", "type", "labels", "value", NULL};
         json_t *root, *v, *e;
         bool seen_a = false, seen_b = false, seen_clusters = false;
