@@ -368,6 +368,22 @@ void check_two_way(kvd_client *a, kvd_client *b, link_fn link, void *userdata)
 
 /* Both directions move one block each (round @round: block round into 7 - round), checked
  * byte for byte. */
+/*
+ * Waits (with a generous ceiling) until neither daemon serves a transfer: a pull's serving side
+ * lets go when the initiator's word that the bytes landed comes, which may be after the initiator
+ * answered its client; an unlink without force is refused as busy until then.
+ */
+static void wait_served_done(kvd_client *a, kvd_client *b)
+{
+        for (int i = 0; i < 1000; i++) {
+                if (client_status_int(a, "transfers_served_in_flight") == 0 &&
+                    client_status_int(b, "transfers_served_in_flight") == 0)
+                        return;
+                harness_sleep_ms(20);
+        }
+        ck_abort_msg("a served transfer was still in flight 20 s after its initiator's answer");
+}
+
 static void two_way_moves(kvd_client *a, kvd_client *b, TCache *asrc, TCache *adst, TCache *bsrc,
                           TCache *bdst, TCopies *cpa, TCopies *cpb, uint64_t round)
 {
@@ -380,6 +396,7 @@ static void two_way_moves(kvd_client *a, kvd_client *b, TCache *asrc, TCache *ad
         expect_ok(a, kvd_pull_blocks(a, &kb, adst->id, s, 1, d, 1, NULL));
         tcopies_blocks(cpa, bsrc, adst, ALL, ALL, 2, s, d, 1);
         tcache_verify(adst, cpa);
+        wait_served_done(a, b);
 }
 
 /* Pulls and pushes either way fail with NOT_YET_LINK. */
