@@ -56,6 +56,13 @@ static void add_change(ChangeList *l, const char *key, const char *old_value, co
         c->runtime = runtime;
 }
 
+/* A boolean key @key that went from @a to @b, if it changed. */
+static void diff_bool(ChangeList *l, const char *key, bool a, bool b, bool runtime)
+{
+        if (a != b)
+                add_change(l, key, a ? "true" : "false", b ? "true" : "false", runtime);
+}
+
 static const char *format_control_nice(int nice, char buf[static 96])
 {
         if (nice == CONTROL_NICE_OFF)
@@ -175,9 +182,7 @@ int config_diff(const Config *old, const Config *new, ConfigChange **ret, size_t
                 (void)snprintf(vb, sizeof(vb), "%u", new->copy_threads);
                 add_change(&l, "copy_threads", va, vb, false);
         }
-        if (old->copy_streaming != new->copy_streaming)
-                add_change(&l, "copy_streaming", old->copy_streaming ? "true" : "false",
-                           new->copy_streaming ? "true" : "false", false);
+        diff_bool(&l, "copy_streaming", old->copy_streaming, new->copy_streaming, false);
         if (old->control_nice != new->control_nice)
                 add_change(&l, "control_nice", format_control_nice(old->control_nice, va),
                            format_control_nice(new->control_nice, vb), false);
@@ -194,16 +199,12 @@ int config_diff(const Config *old, const Config *new, ConfigChange **ret, size_t
                 add_change(&l, "cluster_key_file", old->cluster_key_file ?: "",
                            new->cluster_key_file ?: "", false);
         /* Checked when a link is asked for: links made afterwards follow the new value. */
-        if (old->client_clusters_accept_links != new->client_clusters_accept_links)
-                add_change(&l, "client_clusters_accept_links",
-                           old->client_clusters_accept_links ? "true" : "false",
-                           new->client_clusters_accept_links ? "true" : "false", true);
+        diff_bool(&l, "client_clusters_accept_links", old->client_clusters_accept_links,
+                  new->client_clusters_accept_links, true);
         /* The TCP settings are offered to each peer when it connects: new peers get them. */
         diff_int_fields(&l, &config_tcp_fields, "tcp.", old, new);
         diff_int_fields(&l, &config_rdma_fields, "rdma.", old, new);
-        if (old->tcp.crc != new->tcp.crc)
-                add_change(&l, "tcp.crc", old->tcp.crc ? "true" : "false",
-                           new->tcp.crc ? "true" : "false", true);
+        diff_bool(&l, "tcp.crc", old->tcp.crc, new->tcp.crc, true);
         if (!devices_same(old, new)) {
                 (void)snprintf(va, sizeof(va), "%zu entries", old->n_devices);
                 (void)snprintf(vb, sizeof(vb), "%zu entries", new->n_devices);
