@@ -460,7 +460,7 @@ int engine_new(struct event_base *base, unsigned n_threads, Engine **ret)
         e = p;
         e->base = base;
         e->efd = -1;
-        e->stream = copy_stream_available();
+        engine_set_streaming(e, true);
         clist_init(&e->jobs);
         clist_init(&e->idle);
         clist_init(&e->done);
