@@ -7,6 +7,7 @@
 
 #include <event2/event.h>
 
+#include "daemon/transport/copy-stream.h"
 #include "tests/unit/engine-fixture.h"
 
 uint8_t *buf_data(Buf *b)
@@ -83,6 +84,17 @@ void on_done(EngineTask *task, int status, void *userdata)
 
                 d->submit_r = engine_submit(d->engine, &c, 1, 0, on_done, d, NULL);
         }
+}
+
+void assert_streamed(Engine *e, size_t before, size_t total, bool streams)
+{
+        size_t streamed = engine_bytes_streamed(e) - before;
+
+        if (copy_stream_available() && streams) {
+                ck_assert_uint_gt(streamed, total * 9 / 10);
+                ck_assert_uint_le(streamed, total);
+        } else
+                ck_assert_uint_eq(streamed, 0);
 }
 
 void run_until(struct event_base *base, const unsigned *counter, unsigned want)

@@ -47,6 +47,13 @@ typedef struct Done {
 /* An engine_done_fn over a Done: counts the call (and *counter), keeps status and progress. */
 void on_done(EngineTask *task, int status, void *userdata);
 
+/*
+ * Asserts what @e streamed (engine_bytes_streamed()) since @before, for a task of @total bytes:
+ * where the CPU can and @streams, more than 90% and at most all of them (copies cut between jobs
+ * may leave ends too short to stream), else nothing.
+ */
+void assert_streamed(Engine *e, size_t before, size_t total, bool streams);
+
 /* Runs @base until *@counter reaches @want. */
 void run_until(struct event_base *base, const unsigned *counter, unsigned want);
 
