@@ -19,5 +19,15 @@ bool copy_stream_available(void);
  */
 void copy_stream(void *dst, const void *src, size_t n);
 
+/*
+ * Starts loading the line at @src, with its page's translation, ahead of a copy from it: the
+ * next of scattered blocks, while this one's stores stream (they do not wait, its loads do).
+ * Never faults, whatever @src is.
+ */
+static inline void copy_stream_prefetch(const void *src)
+{
+        __builtin_prefetch(src, 0, 3);
+}
+
 /* Orders every streaming store of this thread before its later stores (a lock's release). */
 void copy_stream_fence(void);

@@ -212,6 +212,9 @@ static bool job_run(Engine *e, const EngineJob *job)
                         break;
                 }
                 if (stream && n >= ENGINE_STREAM_MIN_COPY) {
+                        /* the job goes on to the next copy: its first line and page, now */
+                        if (left > cp->len - off)
+                                copy_stream_prefetch(copies[c + 1].src);
                         copy_stream((char *)cp->dst + off, (const char *)cp->src + off, n);
                         streamed += n;
                 } else

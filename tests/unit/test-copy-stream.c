@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "daemon/transport/copy-stream.h"
 
@@ -104,6 +106,28 @@ START_TEST(test_other_thread)
 }
 END_TEST
 
+/*
+ * The engine fetches the next copy's source ahead without knowing it is mapped yet (the copy may
+ * be cancelled first): a fetch ahead must never fault. Check forks the test: a fault fails it.
+ */
+START_TEST(test_prefetch_never_faults)
+{
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        uint8_t *none = mmap(NULL, 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        uint8_t *gone = mmap(NULL, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+        ck_assert_ptr_ne(none, MAP_FAILED);
+        ck_assert_ptr_ne(gone, MAP_FAILED);
+        ck_assert_int_eq(munmap(gone, page), 0);
+        copy_stream_prefetch(NULL);
+        copy_stream_prefetch(none);
+        copy_stream_prefetch(none + page + 63);
+        copy_stream_prefetch(gone);
+        copy_stream_prefetch((const void *)UINTPTR_MAX);
+        ck_assert_int_eq(munmap(none, 2 * page), 0);
+}
+END_TEST
+
 static Suite *copy_stream_suite(void)
 {
         Suite *s = suite_create("copy-stream");
@@ -112,6 +136,7 @@ static Suite *copy_stream_suite(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_lengths_and_alignments);
         tcase_add_test(tc, test_other_thread);
+        tcase_add_test(tc, test_prefetch_never_faults);
         suite_add_tcase(s, tc);
         return s;
 }
