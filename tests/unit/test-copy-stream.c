@@ -107,8 +107,8 @@ START_TEST(test_other_thread)
 END_TEST
 
 /*
- * The engine fetches the next copy's source ahead without knowing it is mapped yet (the copy may
- * be cancelled first): a fetch ahead must never fault. Check forks the test: a fault fails it.
+ * A fetch ahead is a hint, made before the next copy's own turn: it must never fault, whatever
+ * the address. Check forks the test: a fault fails it.
  */
 START_TEST(test_prefetch_never_faults)
 {
