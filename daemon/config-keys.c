@@ -248,12 +248,18 @@ static int parse_copy_threads(Config *c, json_t *v, const char *path, char **err
         return 0;
 }
 
-static int parse_copy_streaming(Config *c, json_t *v, const char *path, char **error)
+/* A boolean key's value at @path into *@ret; JSON true or false only. */
+static int parse_bool(json_t *v, const char *path, bool *ret, char **error)
 {
         if (!json_is_boolean(v))
                 return config_errorf(error, -EINVAL, "%s: expected true or false", path);
-        c->copy_streaming = json_is_true(v);
+        *ret = json_is_true(v);
         return 0;
+}
+
+static int parse_copy_streaming(Config *c, json_t *v, const char *path, char **error)
+{
+        return parse_bool(v, path, &c->copy_streaming, error);
 }
 
 static int parse_control_nice(Config *c, json_t *v, const char *path, char **error)
@@ -484,12 +490,12 @@ static int parse_limits(Config *c, json_t *v, const char *path, char **error)
 
 static int parse_tcp_extra(Config *c, const char *key, json_t *e, const char *p, char **error)
 {
+        int r;
+
         if (!streq(key, "crc"))
                 return 0;
-        if (!json_is_boolean(e))
-                return config_errorf(error, -EINVAL, "%s: expected true or false", p);
-        c->tcp.crc = json_is_true(e);
-        return 1;
+        r = parse_bool(e, p, &c->tcp.crc, error);
+        return r < 0 ? r : 1;
 }
 
 static int parse_tcp(Config *c, json_t *v, const char *path, char **error)
@@ -556,10 +562,7 @@ static int parse_cluster_key_file(Config *c, json_t *v, const char *path, char *
 
 static int parse_client_clusters_accept_links(Config *c, json_t *v, const char *path, char **error)
 {
-        if (!json_is_boolean(v))
-                return config_errorf(error, -EINVAL, "%s: expected true or false", path);
-        c->client_clusters_accept_links = json_is_true(v);
-        return 0;
+        return parse_bool(v, path, &c->client_clusters_accept_links, error);
 }
 
 typedef int (*KeyParser)(Config *c, json_t *v, const char *path, char **error);
