@@ -366,8 +366,6 @@ void check_two_way(kvd_client *a, kvd_client *b, link_fn link, void *userdata)
         tcopies_free(&cpc);
 }
 
-/* Both directions move one block each (round @round: block round into 7 - round), checked
- * byte for byte. */
 /*
  * Waits (with a generous ceiling) until neither daemon serves a transfer: a pull's serving side
  * lets go when the initiator's word that the bytes landed comes, which may be after the initiator
@@ -384,6 +382,8 @@ static void wait_served_done(kvd_client *a, kvd_client *b)
         ck_abort_msg("a served transfer was still in flight 20 s after its initiator's answer");
 }
 
+/* Both directions move one block each (round @round: block round into 7 - round), checked
+ * byte for byte. */
 static void two_way_moves(kvd_client *a, kvd_client *b, TCache *asrc, TCache *adst, TCache *bsrc,
                           TCache *bdst, TCopies *cpa, TCopies *cpb, uint64_t round)
 {
